@@ -1,0 +1,96 @@
+/* Volume client: asynchronous I/O on a Zipline volume over the transport.
+ *
+ * A client lives on one struct zl_loop (single thread, no locks): every call
+ * and every completion callback happens on that thread. Blocking wrappers run
+ * the loop until their I/O completes (call them only when not inside a loop
+ * callback).
+ *
+ * I/O of any offset and length (unaligned too) is split at chunk boundaries
+ * (and at ZL_WIRE_MAX_IO); writes go to the slice's primary, which replicates;
+ * reads go to the primary and fall back to other in-sync replicas. When a
+ * storage daemon is lost, reads move to another in-sync replica and writes to
+ * a slice whose primary died promote the next in-sync replica through an etcd
+ * transaction, then go on. Stale-version replies reload the placement.
+ * Request slots are preallocated: no malloc per I/O in the steady state. */
+#ifndef ZL_CLIENT_H
+#define ZL_CLIENT_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#include "../common/loop.h"
+#include "../etcd/etcd.h"
+#include "../transport/transport.h"
+#include "../meta/meta.h"
+
+struct zl_client;
+struct zl_vol;
+
+struct zl_client_opts {
+	const char *prefix;        /* etcd prefix, NULL = "/zipline/" */
+	const char *client_id;     /* for HELLO and logs, NULL = hostname-pid */
+	enum zl_xport_select transport; /* auto/tcp/rdma */
+	uint32_t timeout_ms;       /* per request, default 10000 */
+	uint32_t max_io;           /* parallel user I/Os per volume, default 256 */
+	uint32_t conns_per_node;   /* connections per storage node, default 2 */
+	uint64_t epoch;            /* attach epoch carried on every request (0 = none) */
+};
+
+/* etcd is borrowed (must outlive the client). Returns 0 or an error. */
+int zl_client_create(struct zl_loop *loop, struct zl_etcd *etcd, const struct zl_client_opts *opts,
+		     struct zl_client **out);
+/* Fails in-flight I/O with -ZL_ERR_CONN, closes connections. Accepts NULL. */
+void zl_client_destroy(struct zl_client *c);
+struct zl_xport *zl_client_xport(struct zl_client *c);
+
+/* Opens by name or id. -ZL_ERR_NOT_FOUND for an unknown volume. */
+int zl_vol_open(struct zl_client *c, const char *name_or_id, struct zl_vol **out);
+/* Waits for nothing: in-flight I/O fails with -ZL_ERR_CONN. Accepts NULL. */
+void zl_vol_close(struct zl_vol *v);
+uint64_t zl_vol_size(const struct zl_vol *v);
+const struct zl_volume *zl_vol_meta(const struct zl_vol *v);
+
+/* Completion: 0 or a negative error (-ZL_ERR_UNAVAIL when no replica could
+ * serve, -ZL_ERR_RANGE beyond the end, -ZL_ERR_IO, ...). */
+typedef void (*zl_io_cb)(void *arg, int status);
+
+/* Asynchronous I/O. Return 0 (cb runs exactly once, never inside this call),
+ * -ZL_ERR_RANGE (beyond the volume), -ZL_ERR_BUSY (max_io in flight: retry
+ * after a completion), -ZL_ERR_INVAL. Buffers stay the caller's and must stay
+ * valid until cb. Buffers from zl_vol_buf_alloc avoid a copy on RDMA. */
+int zl_vol_aio_read(struct zl_vol *v, void *buf, uint64_t off, uint64_t len, zl_io_cb cb,
+		    void *arg);
+int zl_vol_aio_write(struct zl_vol *v, const void *buf, uint64_t off, uint64_t len, int fua,
+		     zl_io_cb cb, void *arg);
+int zl_vol_aio_flush(struct zl_vol *v, zl_io_cb cb, void *arg);
+int zl_vol_aio_discard(struct zl_vol *v, uint64_t off, uint64_t len, zl_io_cb cb, void *arg);
+int zl_vol_aio_write_zeroes(struct zl_vol *v, uint64_t off, uint64_t len, zl_io_cb cb, void *arg);
+
+/* Blocking wrappers: 0 or a negative error. */
+int zl_vol_read(struct zl_vol *v, void *buf, uint64_t off, uint64_t len);
+int zl_vol_write(struct zl_vol *v, const void *buf, uint64_t off, uint64_t len);
+int zl_vol_flush(struct zl_vol *v);
+int zl_vol_discard(struct zl_vol *v, uint64_t off, uint64_t len);
+int zl_vol_write_zeroes(struct zl_vol *v, uint64_t off, uint64_t len);
+
+/* Transport pool buffers (registered on RDMA). */
+void *zl_vol_buf_alloc(struct zl_vol *v, size_t len);
+void zl_vol_buf_free(struct zl_vol *v, void *buf);
+
+/* Counters for status and tests. */
+struct zl_vol_stats {
+	uint64_t reads, writes, read_bytes, write_bytes;
+	uint64_t retries, failovers, promotions, placement_reloads;
+};
+void zl_vol_get_stats(const struct zl_vol *v, struct zl_vol_stats *out);
+
+/* Sends VOLUME_DELETE to every live storage node, then deletes the record
+ * (state "deleting" first, so an interrupted delete can be resumed). Returns
+ * 0, -ZL_ERR_NOT_FOUND, -ZL_ERR_UNAVAIL (a placement node is down: retry when
+ * it is back). Blocking. */
+int zl_client_volume_delete(struct zl_client *c, const char *name_or_id);
+
+/* PINGs a storage node; 0 or error. Blocking. rtt_us optional. */
+int zl_client_ping_node(struct zl_client *c, const struct zl_node_info *n, uint64_t *rtt_us);
+
+#endif

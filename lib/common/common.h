@@ -1,0 +1,55 @@
+/* Common helpers shared by every Zipline module. */
+#ifndef ZL_COMMON_H
+#define ZL_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#include "zl_err.h"
+#include "log.h"
+
+#define ZL_VERSION_STRING "0.1.0"
+#define ZL_BLOCK_SIZE 4096u
+#define ZL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define ZL_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define ZL_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define ZL_ALIGN_UP(x, a) (((x) + ((a) - 1)) & ~((uint64_t)(a) - 1))
+#define ZL_ALIGN_DOWN(x, a) ((x) & ~((uint64_t)(a) - 1))
+#define ZL_CONTAINER_OF(p, type, member) ((type *)((char *)(p) - offsetof(type, member)))
+
+/* CRC32C (Castagnoli), standard init/final xor: zl_crc32c("123456789") = 0xe3069283.
+ * zl_crc32c_update(0, ...) == zl_crc32c(...); chains over pieces. ISA-L backed. */
+uint32_t zl_crc32c(const void *buf, size_t len);
+uint32_t zl_crc32c_update(uint32_t crc, const void *buf, size_t len);
+
+/* Monotonic and wall clocks. */
+uint64_t zl_now_ns(void);
+uint64_t zl_now_ms(void);
+int64_t zl_wall_sec(void);
+
+/* Parses "10G", "4M", "512", "1.5T"? (integers only), K/M/G/T/P with optional
+ * "i"/"iB"/"B" suffix, powers of 1024. Returns 0 or ZL_ERR_INVAL (also on
+ * overflow, empty, negative, trailing junk). */
+int zl_parse_size(const char *s, uint64_t *out);
+/* Formats bytes as "10.0 GiB" into buf. Returns buf. */
+char *zl_format_size(uint64_t bytes, char *buf, size_t len);
+
+/* Volume ids: "vol-" + 16 lowercase hex digits; the 64-bit number is what the
+ * wire protocol carries. */
+#define ZL_VOL_ID_LEN 20 /* without NUL */
+void zl_vol_id_format(uint64_t num, char out[ZL_VOL_ID_LEN + 1]);
+int zl_vol_id_parse(const char *s, uint64_t *num); /* 0 or ZL_ERR_INVAL */
+/* 64 random bits from getrandom(); never 0. */
+uint64_t zl_random_u64(void);
+
+/* 64-bit mixing hash (deterministic, for placement and hash tables). */
+uint64_t zl_hash64(uint64_t x);
+uint64_t zl_hash_str(const char *s, uint64_t seed);
+
+/* Node and volume name rules: 1..63 chars of [A-Za-z0-9._-] for node ids;
+ * volume names 1..253 chars of [A-Za-z0-9._-]. Return 0 or ZL_ERR_INVAL. */
+int zl_node_id_check(const char *s);
+int zl_volume_name_check(const char *s);
+
+#endif

@@ -1,0 +1,197 @@
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include <isa-l/crc.h>
+
+#include "common.h"
+
+uint32_t zl_crc32c_update(uint32_t crc, const void *buf, size_t len)
+{
+	const unsigned char *p = buf;
+
+	crc = ~crc;
+	while (len > 0) {
+		int n = len > (1u << 30) ? (1 << 30) : (int)len;
+
+		crc = crc32_iscsi((unsigned char *)p, n, crc);
+		p += n;
+		len -= (size_t)n;
+	}
+	return ~crc;
+}
+
+uint32_t zl_crc32c(const void *buf, size_t len)
+{
+	return zl_crc32c_update(0, buf, len);
+}
+
+uint64_t zl_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t zl_now_ms(void)
+{
+	return zl_now_ns() / 1000000ull;
+}
+
+int64_t zl_wall_sec(void)
+{
+	return (int64_t)time(NULL);
+}
+
+int zl_parse_size(const char *s, uint64_t *out)
+{
+	uint64_t v = 0, mul = 1;
+	const char *p = s;
+
+	if (!s || !*s)
+		return -ZL_ERR_INVAL;
+	while (isspace((unsigned char)*p))
+		p++;
+	if (!isdigit((unsigned char)*p))
+		return -ZL_ERR_INVAL;
+	while (isdigit((unsigned char)*p)) {
+		unsigned d = (unsigned)(*p - '0');
+
+		if (v > (UINT64_MAX - d) / 10)
+			return -ZL_ERR_INVAL;
+		v = v * 10 + d;
+		p++;
+	}
+	switch (toupper((unsigned char)*p)) {
+	case 'K': mul = 1ull << 10; p++; break;
+	case 'M': mul = 1ull << 20; p++; break;
+	case 'G': mul = 1ull << 30; p++; break;
+	case 'T': mul = 1ull << 40; p++; break;
+	case 'P': mul = 1ull << 50; p++; break;
+	default: break;
+	}
+	if (mul > 1) {
+		if (*p == 'i')
+			p++;
+		if (*p == 'B' || *p == 'b')
+			p++;
+	} else if (*p == 'B' || *p == 'b') {
+		p++;
+	}
+	if (*p)
+		return -ZL_ERR_INVAL;
+	if (v && mul > UINT64_MAX / v)
+		return -ZL_ERR_INVAL;
+	*out = v * mul;
+	return 0;
+}
+
+char *zl_format_size(uint64_t bytes, char *buf, size_t len)
+{
+	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+	double v = (double)bytes;
+	size_t u = 0;
+
+	while (v >= 1024.0 && u + 1 < ZL_ARRAY_SIZE(units)) {
+		v /= 1024.0;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, len, "%" PRIu64 " B", bytes);
+	else
+		snprintf(buf, len, "%.1f %s", v, units[u]);
+	return buf;
+}
+
+void zl_vol_id_format(uint64_t num, char out[ZL_VOL_ID_LEN + 1])
+{
+	snprintf(out, ZL_VOL_ID_LEN + 1, "vol-%016" PRIx64, num);
+}
+
+int zl_vol_id_parse(const char *s, uint64_t *num)
+{
+	uint64_t v = 0;
+
+	if (!s || strncmp(s, "vol-", 4) || strlen(s) != ZL_VOL_ID_LEN)
+		return -ZL_ERR_INVAL;
+	for (const char *p = s + 4; *p; p++) {
+		int d;
+
+		if (*p >= '0' && *p <= '9')
+			d = *p - '0';
+		else if (*p >= 'a' && *p <= 'f')
+			d = *p - 'a' + 10;
+		else
+			return -ZL_ERR_INVAL;
+		v = (v << 4) | (uint64_t)d;
+	}
+	if (v == 0)
+		return -ZL_ERR_INVAL;
+	*num = v;
+	return 0;
+}
+
+uint64_t zl_random_u64(void)
+{
+	uint64_t v = 0;
+
+	while (v == 0) {
+		if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v))
+			v = zl_hash64(zl_now_ns() ^ (uint64_t)(uintptr_t)&v);
+	}
+	return v;
+}
+
+uint64_t zl_hash64(uint64_t x)
+{
+	/* splitmix64 finalizer */
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+uint64_t zl_hash_str(const char *s, uint64_t seed)
+{
+	uint64_t h = 0xcbf29ce484222325ull ^ seed;
+
+	for (; *s; s++) {
+		h ^= (unsigned char)*s;
+		h *= 0x100000001b3ull;
+	}
+	return zl_hash64(h);
+}
+
+static int name_check(const char *s, size_t max)
+{
+	size_t n;
+
+	if (!s)
+		return -ZL_ERR_INVAL;
+	n = strlen(s);
+	if (n == 0 || n > max)
+		return -ZL_ERR_INVAL;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (!isalnum(c) && c != '.' && c != '_' && c != '-')
+			return -ZL_ERR_INVAL;
+	}
+	return 0;
+}
+
+int zl_node_id_check(const char *s)
+{
+	return name_check(s, 63);
+}
+
+int zl_volume_name_check(const char *s)
+{
+	return name_check(s, 253);
+}

@@ -1,0 +1,141 @@
+/* The etcd keyspace of DESIGN.md: storage nodes, volumes (with their
+ * placement table), names, attachments. Values are JSON (jansson). Every
+ * read-modify-write is a transaction comparing mod_revision.
+ *
+ * Keys (prefix default "/zipline/"):
+ *   <prefix>nodes/<node-id>        struct zl_node_info, on the node's lease
+ *   <prefix>volumes/<vol-id>       struct zl_volume
+ *   <prefix>names/<name>           "<vol-id>"
+ *   <prefix>attachments/<vol-id>   (CSI issue)
+ */
+#ifndef ZL_META_H
+#define ZL_META_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <stdbool.h>
+
+#include "../etcd/etcd.h"
+
+#define ZL_META_DEFAULT_PREFIX "/zipline/"
+#define ZL_MAX_REPLICAS 3
+#define ZL_NODE_ID_MAX 64
+#define ZL_DEFAULT_CHUNK_SIZE (4u << 20)
+#define ZL_DEFAULT_SLICES 64
+
+struct zl_node_info {
+	char id[ZL_NODE_ID_MAX];
+	char addr[64];          /* IP address clients connect to */
+	uint16_t port;          /* TCP port */
+	uint16_t rdma_port;     /* 0 when no RDMA listener */
+	char transports[32];    /* "tcp" or "tcp,rdma" */
+	char domain[128];       /* failure domain, e.g. "zone=a,rack=r1"; "" = none */
+	uint64_t capacity;      /* bytes */
+	uint64_t free;          /* bytes */
+	int64_t start_time;     /* unix seconds */
+	char version[32];
+};
+
+struct zl_slice {
+	uint64_t version;                          /* grows whenever the row changes */
+	uint8_t n;                                 /* replicas in nodes[] */
+	char nodes[ZL_MAX_REPLICAS][ZL_NODE_ID_MAX]; /* preference order */
+	bool in_sync[ZL_MAX_REPLICAS];
+};
+
+struct zl_volume {
+	char id[24];             /* "vol-" + 16 hex */
+	uint64_t num;            /* the 64-bit id on the wire */
+	char name[256];
+	uint64_t size;
+	uint32_t chunk_size;
+	uint32_t replicas;
+	uint32_t n_slices;
+	char state[16];          /* "ready", "deleting" */
+	int64_t created;         /* unix seconds */
+	char params[512];        /* JSON object text of extra parameters, "{}" default */
+	struct zl_slice *slices; /* n_slices rows */
+	int64_t mod_rev;         /* etcd mod_revision of the record (0 = not stored) */
+};
+
+/* Key helpers: write "<prefix>nodes/<id>" etc. into out; return 0 or -ZL_ERR_INVAL
+ * (does not fit). */
+int zl_meta_key(char *out, size_t len, const char *prefix, const char *kind, const char *id);
+
+/* ---- JSON codecs (also fuzzed) ---- */
+/* Returns malloc'd JSON text or NULL on ENOMEM. */
+char *zl_meta_node_to_json(const struct zl_node_info *n);
+/* Returns 0 or -ZL_ERR_INVAL (malformed or missing fields). */
+int zl_meta_node_from_json(const char *json, size_t len, struct zl_node_info *n);
+char *zl_meta_volume_to_json(const struct zl_volume *v);
+/* Fills *v (v->slices malloc'd; free with zl_volume_fini). 0 or -ZL_ERR_INVAL. */
+int zl_meta_volume_from_json(const char *json, size_t len, struct zl_volume *v);
+
+void zl_volume_fini(struct zl_volume *v);
+void zl_volume_free(struct zl_volume *v);
+/* Deep copy; 0 or -ENOMEM. */
+int zl_volume_copy(const struct zl_volume *src, struct zl_volume *dst);
+
+/* Slice of a chunk, and the primary (first in-sync replica) of a slice:
+ * index into slice->nodes, or -1 when no replica is in sync. */
+static inline uint32_t zl_volume_slice_of(const struct zl_volume *v, uint64_t chunk)
+{
+	return (uint32_t)(chunk % v->n_slices);
+}
+int zl_slice_primary(const struct zl_slice *s);
+int zl_slice_index_of(const struct zl_slice *s, const char *node_id);
+
+/* ---- nodes ---- */
+
+/* Puts the node record on the lease. 0 or an etcd error. */
+int zl_meta_node_put(struct zl_etcd *e, const char *prefix, const struct zl_node_info *n,
+		     int64_t lease);
+/* All registered (live) nodes, sorted by id. *out malloc'd. */
+int zl_meta_node_list(struct zl_etcd *e, const char *prefix, struct zl_node_info **out,
+		      size_t *n);
+int zl_meta_node_get(struct zl_etcd *e, const char *prefix, const char *id,
+		     struct zl_node_info *out);
+
+/* ---- volumes ---- */
+
+struct zl_volume_spec {
+	const char *name;
+	uint64_t size;          /* bytes, > 0, multiple of 4096 after rounding up */
+	uint32_t chunk_size;    /* 0 = default; power of two in [64 KiB, 64 MiB] */
+	uint32_t replicas;      /* 0 = default 3; 1..3 */
+	uint32_t n_slices;      /* 0 = default: min(64, chunks) */
+	const char *params;     /* JSON object text, NULL = "{}" */
+};
+
+/* Creates the volume atomically by name: places slices over the live nodes
+ * (lib/placement), writes volumes/<id> and names/<name> in one transaction
+ * that requires names/<name> to be absent. If the name exists with the same
+ * size, chunk size and replicas, returns 0 with the existing volume
+ * (*created = false); with other parameters -ZL_ERR_EXISTS. -ZL_ERR_NODES
+ * when fewer live nodes than replicas, -ZL_ERR_INVAL for a bad spec. */
+int zl_meta_volume_create(struct zl_etcd *e, const char *prefix, const struct zl_volume_spec *spec,
+			  struct zl_volume *out, bool *created);
+/* By id ("vol-...") or, failing that, by name. -ZL_ERR_NOT_FOUND. */
+int zl_meta_volume_lookup(struct zl_etcd *e, const char *prefix, const char *name_or_id,
+			  struct zl_volume *out);
+int zl_meta_volume_get(struct zl_etcd *e, const char *prefix, const char *id,
+		       struct zl_volume *out);
+/* All volumes sorted by name; *out malloc'd array, free each with zl_volume_fini. */
+int zl_meta_volume_list(struct zl_etcd *e, const char *prefix, struct zl_volume **out, size_t *n);
+void zl_meta_volume_list_free(struct zl_volume *vols, size_t n);
+/* Writes v back if its record still has v->mod_rev; updates v->mod_rev.
+ * -ZL_ERR_CONFLICT when someone else changed it. */
+int zl_meta_volume_update(struct zl_etcd *e, const char *prefix, struct zl_volume *v);
+/* Deletes volumes/<id>, names/<name> and attachments/<id> in one transaction. */
+int zl_meta_volume_delete(struct zl_etcd *e, const char *prefix, const struct zl_volume *v);
+
+/* Drops node_id from the in-sync set of slice `slice` of volume vol_id,
+ * bumping the slice version, as a compare-and-swap loop (re-reads on
+ * conflict, bounded retries). If the slice version is already beyond
+ * `seen_version` and node_id is already out of sync, succeeds without change.
+ * Refuses (-ZL_ERR_UNAVAIL) to drop the last in-sync replica. On success *out
+ * (optional) gets the fresh volume record. */
+int zl_meta_slice_drop(struct zl_etcd *e, const char *prefix, const char *vol_id, uint32_t slice,
+		       const char *node_id, uint64_t seen_version, struct zl_volume *out);
+
+#endif

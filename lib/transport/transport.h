@@ -1,0 +1,156 @@
+/* Transport: one asynchronous, message-based interface with a TCP and (later)
+ * an RDMA implementation. Callers never know which one carries them.
+ *
+ * Threading: a struct zl_xport belongs to one struct zl_loop; every call and
+ * every callback happens on that loop's thread. Callbacks are never invoked
+ * from inside the call that started the operation (they are deferred to the
+ * loop), so callers may hold state across calls without re-entrancy surprises.
+ *
+ * Memory: data buffers come from the transport's pool (zl_xport_buf_alloc):
+ * 4 KiB aligned (usable for O_DIRECT), registered once with the RDMA device
+ * on RDMA. The pool grows by large slabs and never returns memory, so steady
+ * state I/O never mallocs. TCP also accepts any caller memory.
+ *
+ * Client side:  zl_xport_connect() then zl_xport_request(conn, hdr, out, in, cb).
+ *   The transport fills hdr->req_id, payload_len (= out_len) and payload_crc;
+ *   the reply's data (READ) lands directly in `in` (at most in_cap bytes).
+ * Server side:  zl_xport_listen(); ops->on_request(conn, hdr, payload) is called
+ *   once per request. If hdr->payload_len > 0 the server must, before
+ *   returning from on_request, either call zl_xport_fetch(payload, buf, cb) to
+ *   have the payload moved into its buffer, or zl_xport_discard(payload). On
+ *   TCP no further request of that connection is read until the payload is
+ *   consumed. Replies go out with zl_xport_reply().
+ */
+#ifndef ZL_TRANSPORT_H
+#define ZL_TRANSPORT_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <stdbool.h>
+
+#include "../common/loop.h"
+#include "../wire/wire.h"
+
+enum zl_xport_kind {
+	ZL_XPORT_TCP = 1,
+	ZL_XPORT_RDMA = 2,
+};
+
+/* "auto" picks RDMA when a device reaches the peer, else TCP. */
+enum zl_xport_select { ZL_XPORT_SEL_AUTO = 0, ZL_XPORT_SEL_TCP, ZL_XPORT_SEL_RDMA };
+/* Parses "auto"|"tcp"|"rdma"; 0 or -ZL_ERR_INVAL. */
+int zl_xport_select_parse(const char *s, enum zl_xport_select *out);
+const char *zl_xport_kind_name(enum zl_xport_kind k);
+
+struct zl_xport;
+struct zl_xport_conn;
+struct zl_xport_listener;
+struct zl_xport_payload; /* server-side handle to a request's payload */
+
+struct zl_xport_opts {
+	enum zl_xport_kind kind;
+	/* Requests in flight per connection (client) / accepted per connection
+	 * (server). Default 256. */
+	uint32_t max_inflight;
+	/* Request timeout in ms (client side). Default 10000. On timeout the
+	 * request fails with -ZL_ERR_TIMEOUT and the connection is closed. */
+	uint32_t timeout_ms;
+	/* Initial pool size in bytes (default 64 MiB), grown on demand. */
+	uint64_t pool_bytes;
+};
+
+/* Creates a transport bound to loop. Returns 0, -ENOMEM, -ENODEV (RDMA
+ * without a device), -EPROTONOSUPPORT (kind not built in). */
+int zl_xport_create(struct zl_loop *loop, const struct zl_xport_opts *opts, struct zl_xport **out);
+/* Closes every connection and listener (in-flight requests fail with
+ * -ZL_ERR_CONN), frees the pool. Accepts NULL. */
+void zl_xport_destroy(struct zl_xport *x);
+enum zl_xport_kind zl_xport_kind(const struct zl_xport *x);
+struct zl_loop *zl_xport_loop(const struct zl_xport *x);
+
+/* Pool buffers: len rounded up to a size class (4 KiB .. 4 MiB + 4 KiB).
+ * Returns NULL when len is larger than the biggest class or memory is out. */
+void *zl_xport_buf_alloc(struct zl_xport *x, size_t len);
+void zl_xport_buf_free(struct zl_xport *x, void *buf);
+/* True when buf..buf+len lies inside the pool (registered memory). */
+bool zl_xport_buf_owned(const struct zl_xport *x, const void *buf, size_t len);
+
+/* ---- connections (both sides) ---- */
+
+/* Called once when a connection dies (peer closed, error, timeout,
+ * zl_xport_conn_close). After it returns the transport drops its reference. */
+typedef void (*zl_xport_close_cb)(void *arg, struct zl_xport_conn *c, int reason);
+
+/* Reference counting: a conn stays valid while someone holds a reference. */
+void zl_xport_conn_get(struct zl_xport_conn *c);
+void zl_xport_conn_put(struct zl_xport_conn *c);
+/* Starts closing: in-flight client requests fail with -ZL_ERR_CONN, the close
+ * callback runs (deferred). Idempotent. */
+void zl_xport_conn_close(struct zl_xport_conn *c);
+bool zl_xport_conn_alive(const struct zl_xport_conn *c);
+void zl_xport_conn_set_ctx(struct zl_xport_conn *c, void *ctx);
+void *zl_xport_conn_ctx(const struct zl_xport_conn *c);
+/* "10.0.0.1:7000" of the peer. */
+const char *zl_xport_conn_peer(const struct zl_xport_conn *c);
+enum zl_xport_kind zl_xport_conn_kind(const struct zl_xport_conn *c);
+/* Requests currently waiting for a reply (client side). */
+uint32_t zl_xport_conn_inflight(const struct zl_xport_conn *c);
+
+/* ---- client side ---- */
+
+/* Reply callback: status is 0 when a reply arrived (its status field says
+ * how the request went), or a transport error (-ZL_ERR_CONN, -ZL_ERR_TIMEOUT,
+ * -ZL_ERR_CORRUPT for a payload CRC mismatch, -ZL_ERR_PROTO). `rep` is NULL
+ * on a transport error; valid only during the callback. */
+typedef void (*zl_xport_reply_cb)(void *arg, int status, const struct zl_wire_hdr *rep);
+
+/* Connects (blocking, at most timeout_ms). Returns 0, -ECONNREFUSED,
+ * -ETIMEDOUT, -EHOSTUNREACH, ... The caller owns one reference. */
+int zl_xport_connect(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
+		     zl_xport_close_cb on_close, void *arg, struct zl_xport_conn **out);
+
+/* Sends a request. hdr: opcode, flags, vol_id, chunk, offset, length,
+ * slice_ver, epoch, aux are the caller's; req_id, payload_len, payload_crc are
+ * set here. out/out_len: payload to send (must stay valid until the callback).
+ * in/in_cap: where READ reply data lands. Returns 0 (cb will run exactly once),
+ * -ZL_ERR_BUSY (max_inflight reached), -ZL_ERR_CONN (connection dead). */
+int zl_xport_request(struct zl_xport_conn *c, struct zl_wire_hdr *hdr, const void *out,
+		     uint32_t out_len, void *in, uint32_t in_cap, zl_xport_reply_cb cb, void *arg);
+
+/* ---- server side ---- */
+
+struct zl_xport_server_ops {
+	/* New connection accepted; the transport holds its reference until close. */
+	void (*on_conn)(void *arg, struct zl_xport_conn *c);
+	/* A validated request header (zl_wire_decode passed). */
+	void (*on_request)(void *arg, struct zl_xport_conn *c, const struct zl_wire_hdr *hdr,
+			   struct zl_xport_payload *payload);
+	void (*on_close)(void *arg, struct zl_xport_conn *c, int reason);
+};
+
+/* Listens on host:port ("0.0.0.0", port 0 picks one). Returns 0 or -errno. */
+int zl_xport_listen(struct zl_xport *x, const char *host, uint16_t port,
+		    const struct zl_xport_server_ops *ops, void *arg, struct zl_xport_listener **out);
+uint16_t zl_xport_listener_port(const struct zl_xport_listener *l);
+void zl_xport_listener_close(struct zl_xport_listener *l);
+
+/* Fetch callback: 0 when the payload is in buf (its CRC checked), else
+ * -ZL_ERR_CORRUPT / -ZL_ERR_CONN. */
+typedef void (*zl_xport_done_cb)(void *arg, int status);
+
+/* Moves the request's payload (hdr->payload_len bytes on TCP; the described
+ * remote buffer on RDMA) into buf. Call from on_request only. Returns 0 (cb
+ * runs once) or a negative error (cb does not run). */
+int zl_xport_fetch(struct zl_xport_payload *p, void *buf, uint32_t len, zl_xport_done_cb cb,
+		   void *arg);
+/* Drops the payload unread. */
+void zl_xport_discard(struct zl_xport_payload *p);
+
+/* Sends a reply: rep from zl_wire_reply_init(); data/len for READ replies
+ * (must stay valid until sent_cb; NULL/0 otherwise). sent_cb (optional) runs
+ * once the data buffer may be reused, with 0 or -ZL_ERR_CONN. Returns 0, or
+ * -ZL_ERR_CONN when the connection is gone (sent_cb does not run). */
+int zl_xport_reply(struct zl_xport_conn *c, struct zl_wire_hdr *rep, const void *data,
+		   uint32_t len, zl_xport_done_cb sent_cb, void *arg);
+
+#endif

@@ -1,0 +1,279 @@
+#include "wire.h"
+
+#include <string.h>
+
+#include "../common/common.h"
+
+static void put16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint16_t get16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+	uint32_t v = 0;
+
+	for (int i = 3; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+void zl_wire_encode(const struct zl_wire_hdr *h, uint8_t out[ZL_WIRE_HDR_SIZE])
+{
+	put32(out + 0, ZL_WIRE_MAGIC);
+	out[4] = h->version ? h->version : ZL_WIRE_VERSION;
+	out[5] = h->opcode;
+	out[6] = h->flags;
+	out[7] = 0;
+	put16(out + 8, h->status);
+	put16(out + 10, 0);
+	put32(out + 12, h->payload_len);
+	put64(out + 16, h->req_id);
+	put64(out + 24, h->vol_id);
+	put64(out + 32, h->chunk);
+	put32(out + 40, h->offset);
+	put32(out + 44, h->length);
+	put64(out + 48, h->slice_ver);
+	put64(out + 56, h->epoch);
+	put64(out + 64, h->aux);
+	put32(out + 72, h->payload_crc);
+	put32(out + 76, zl_crc32c(out, 76));
+}
+
+static int fail(const char **why, const char *reason, int code)
+{
+	if (why)
+		*why = reason;
+	return code;
+}
+
+static bool op_is_data_write(unsigned op)
+{
+	return op == ZL_OP_WRITE || op == ZL_OP_REPL_WRITE;
+}
+
+int zl_wire_check(const struct zl_wire_hdr *h, uint32_t chunk_size, const char **why)
+{
+	bool reply = h->flags & ZL_WF_REPLY;
+	bool rdma = h->flags & ZL_WF_RDMA;
+	unsigned op = h->opcode;
+	uint64_t end = (uint64_t)h->offset + h->length;
+	uint32_t limit = chunk_size ? chunk_size : ZL_WIRE_MAX_CHUNK;
+
+	if (op < ZL_OP_HELLO || op > ZL_OP_MAX_)
+		return fail(why, "unknown opcode", -ZL_ERR_PROTO);
+	if (h->flags & ~(unsigned)ZL_WF_ALL_)
+		return fail(why, "unknown flag bits", -ZL_ERR_PROTO);
+	if (!reply && h->status)
+		return fail(why, "status set on a request", -ZL_ERR_PROTO);
+	if ((h->flags & ZL_WF_FUA) && !op_is_data_write(op) && op != ZL_OP_WRITE_ZEROES &&
+	    op != ZL_OP_DISCARD)
+		return fail(why, "FUA on a non-write opcode", -ZL_ERR_PROTO);
+
+	if (reply) {
+		if (op == ZL_OP_HELLO && h->status == 0)
+			return h->payload_len == ZL_WIRE_HELLO_SIZE ?
+				       0 :
+				       fail(why, "HELLO reply payload size", -ZL_ERR_PROTO);
+		if (op == ZL_OP_READ && h->status == 0 && !rdma) {
+			if (h->payload_len != h->length || h->length > ZL_WIRE_MAX_IO)
+				return fail(why, "READ reply payload_len != length",
+					    -ZL_ERR_PROTO);
+			return 0;
+		}
+		if (h->payload_len != 0)
+			return fail(why, "unexpected payload on reply", -ZL_ERR_PROTO);
+		return 0;
+	}
+
+	switch (op) {
+	case ZL_OP_HELLO:
+		if (h->payload_len != ZL_WIRE_HELLO_SIZE || h->length)
+			return fail(why, "HELLO payload size", -ZL_ERR_PROTO);
+		return 0;
+	case ZL_OP_PING:
+	case ZL_OP_SYNC:
+		if (h->payload_len || h->length)
+			return fail(why, "payload on a control opcode", -ZL_ERR_PROTO);
+		return 0;
+	case ZL_OP_FLUSH:
+	case ZL_OP_VOLUME_DELETE:
+		if (h->payload_len || h->length || h->offset)
+			return fail(why, "FLUSH/VOLUME_DELETE carry no range", -ZL_ERR_PROTO);
+		if (!h->vol_id)
+			return fail(why, "zero volume id", -ZL_ERR_PROTO);
+		return 0;
+	case ZL_OP_CHUNK_INFO:
+	case ZL_OP_CHUNK_DELETE:
+		if (h->payload_len || h->length || h->offset)
+			return fail(why, "chunk opcode carries no range", -ZL_ERR_PROTO);
+		if (!h->vol_id)
+			return fail(why, "zero volume id", -ZL_ERR_PROTO);
+		return 0;
+	case ZL_OP_READ:
+		if (rdma ? h->payload_len != ZL_WIRE_RDMA_DESC_SIZE : h->payload_len != 0)
+			return fail(why, "READ request payload", -ZL_ERR_PROTO);
+		if (h->length == 0 || h->length > ZL_WIRE_MAX_IO)
+			return fail(why, "READ length out of range", -ZL_ERR_RANGE);
+		break;
+	case ZL_OP_DISCARD:
+	case ZL_OP_WRITE_ZEROES:
+		if (h->payload_len)
+			return fail(why, "payload on DISCARD/WRITE_ZEROES", -ZL_ERR_PROTO);
+		if (h->length == 0)
+			return fail(why, "zero length", -ZL_ERR_RANGE);
+		break;
+	case ZL_OP_REPL_WRITE:
+		if (h->aux == ZL_OP_DISCARD || h->aux == ZL_OP_WRITE_ZEROES) {
+			if (h->payload_len)
+				return fail(why, "payload on replicated zeroing", -ZL_ERR_PROTO);
+			if (h->length == 0)
+				return fail(why, "zero length", -ZL_ERR_RANGE);
+			break;
+		}
+		if (h->aux != ZL_OP_WRITE)
+			return fail(why, "REPL_WRITE of unknown opcode", -ZL_ERR_PROTO);
+		/* fall through */
+	case ZL_OP_WRITE:
+		if (h->length == 0 || h->length > ZL_WIRE_MAX_IO)
+			return fail(why, "WRITE length out of range", -ZL_ERR_RANGE);
+		if (rdma ? h->payload_len != ZL_WIRE_RDMA_DESC_SIZE : h->payload_len != h->length)
+			return fail(why, "WRITE payload_len != length", -ZL_ERR_PROTO);
+		break;
+	default:
+		return fail(why, "unknown opcode", -ZL_ERR_PROTO);
+	}
+	if (!h->vol_id)
+		return fail(why, "zero volume id", -ZL_ERR_PROTO);
+	if (end > limit)
+		return fail(why, "range beyond the chunk", -ZL_ERR_RANGE);
+	return 0;
+}
+
+int zl_wire_decode(const uint8_t *buf, size_t len, struct zl_wire_hdr *h, const char **why)
+{
+	if (len < ZL_WIRE_HDR_SIZE)
+		return fail(why, "truncated header", -ZL_ERR_PROTO);
+	if (get32(buf) != ZL_WIRE_MAGIC)
+		return fail(why, "bad magic", -ZL_ERR_PROTO);
+	if (get32(buf + 76) != zl_crc32c(buf, 76))
+		return fail(why, "header CRC mismatch", -ZL_ERR_PROTO);
+	if (buf[4] != ZL_WIRE_VERSION)
+		return fail(why, "unsupported version", -ZL_ERR_VERSION);
+	if (buf[7] || get16(buf + 10))
+		return fail(why, "reserved bytes set", -ZL_ERR_PROTO);
+	memset(h, 0, sizeof(*h));
+	h->version = buf[4];
+	h->opcode = buf[5];
+	h->flags = buf[6];
+	h->status = get16(buf + 8);
+	h->payload_len = get32(buf + 12);
+	h->req_id = get64(buf + 16);
+	h->vol_id = get64(buf + 24);
+	h->chunk = get64(buf + 32);
+	h->offset = get32(buf + 40);
+	h->length = get32(buf + 44);
+	h->slice_ver = get64(buf + 48);
+	h->epoch = get64(buf + 56);
+	h->aux = get64(buf + 64);
+	h->payload_crc = get32(buf + 72);
+	if (h->payload_len > ZL_WIRE_MAX_IO)
+		return fail(why, "payload too large", -ZL_ERR_PROTO);
+	return zl_wire_check(h, 0, why);
+}
+
+void zl_wire_reply_init(const struct zl_wire_hdr *req, struct zl_wire_hdr *rep, int status)
+{
+	memset(rep, 0, sizeof(*rep));
+	rep->version = ZL_WIRE_VERSION;
+	rep->opcode = req->opcode;
+	rep->flags = ZL_WF_REPLY;
+	rep->status = zl_wire_status_from_err(status);
+	rep->req_id = req->req_id;
+	rep->vol_id = req->vol_id;
+	rep->chunk = req->chunk;
+	rep->offset = req->offset;
+	rep->length = req->length;
+	rep->slice_ver = req->slice_ver;
+	rep->epoch = req->epoch;
+}
+
+void zl_wire_hello_encode(const struct zl_wire_hello *hl, uint8_t out[ZL_WIRE_HELLO_SIZE])
+{
+	memset(out, 0, ZL_WIRE_HELLO_SIZE);
+	put32(out, hl->proto_version);
+	put32(out + 4, hl->caps);
+	memcpy(out + 8, hl->node_id, strnlen(hl->node_id, ZL_WIRE_NAME_LEN - 1));
+	memcpy(out + 8 + ZL_WIRE_NAME_LEN, hl->token, strnlen(hl->token, sizeof(hl->token) - 1));
+}
+
+int zl_wire_hello_decode(const uint8_t *buf, size_t len, struct zl_wire_hello *hl)
+{
+	if (len != ZL_WIRE_HELLO_SIZE)
+		return -ZL_ERR_PROTO;
+	memset(hl, 0, sizeof(*hl));
+	hl->proto_version = get32(buf);
+	hl->caps = get32(buf + 4);
+	memcpy(hl->node_id, buf + 8, ZL_WIRE_NAME_LEN);
+	memcpy(hl->token, buf + 8 + ZL_WIRE_NAME_LEN, sizeof(hl->token));
+	if (hl->node_id[ZL_WIRE_NAME_LEN - 1] || hl->token[sizeof(hl->token) - 1])
+		return -ZL_ERR_PROTO;
+	return 0;
+}
+
+void zl_wire_rdma_desc_encode(const struct zl_wire_rdma_desc *d, uint8_t out[ZL_WIRE_RDMA_DESC_SIZE])
+{
+	put64(out, d->addr);
+	put32(out + 8, d->rkey);
+	put32(out + 12, d->len);
+}
+
+int zl_wire_rdma_desc_decode(const uint8_t *buf, size_t len, struct zl_wire_rdma_desc *d)
+{
+	if (len != ZL_WIRE_RDMA_DESC_SIZE)
+		return -ZL_ERR_PROTO;
+	d->addr = get64(buf);
+	d->rkey = get32(buf + 8);
+	d->len = get32(buf + 12);
+	if (d->len == 0 || d->len > ZL_WIRE_MAX_IO)
+		return -ZL_ERR_PROTO;
+	return 0;
+}
+
+const char *zl_wire_op_name(int op)
+{
+	static const char *const names[] = { "?", "HELLO", "READ", "WRITE", "FLUSH", "DISCARD",
+					     "WRITE_ZEROES", "REPL_WRITE", "CHUNK_INFO",
+					     "CHUNK_DELETE", "VOLUME_DELETE", "SYNC", "PING" };
+
+	if (op < 0 || op > ZL_OP_MAX_)
+		return "?";
+	return names[op];
+}

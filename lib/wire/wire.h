@@ -1,0 +1,131 @@
+/* Zipline wire protocol: one fixed 80-byte little-endian header per message,
+ * then `payload_len` bytes of payload (inline data on TCP, a remote buffer
+ * descriptor on RDMA). Every field is validated by zl_wire_decode() before
+ * anything else looks at it.
+ *
+ * Layout (offsets in bytes, all little-endian):
+ *   0 magic u32 "ZLWP"   4 version u8   5 opcode u8   6 flags u8   7 rsvd u8 (0)
+ *   8 status u16         10 rsvd u16 (0) 12 payload_len u32
+ *  16 req_id u64         24 vol_id u64  32 chunk u64
+ *  40 offset u32         44 length u32  48 slice_ver u64  56 epoch u64
+ *  64 aux u64            72 payload_crc u32 (CRC32C of the payload, 0 if none)
+ *  76 hdr_crc u32 (CRC32C of bytes 0..75)
+ */
+#ifndef ZL_WIRE_H
+#define ZL_WIRE_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <stdbool.h>
+
+#define ZL_WIRE_MAGIC 0x50574c5au /* "ZLWP" read as little-endian u32 */
+#define ZL_WIRE_VERSION 1
+#define ZL_WIRE_HDR_SIZE 80
+/* Largest data length of one request (client splits larger I/O). */
+#define ZL_WIRE_MAX_IO (4u << 20)
+/* Largest payload of a non-data message (HELLO, CHUNK_INFO, ...). */
+#define ZL_WIRE_MAX_CTRL 4096u
+/* Largest chunk size a volume may have. */
+#define ZL_WIRE_MAX_CHUNK (64u << 20)
+#define ZL_WIRE_MIN_CHUNK (64u << 10)
+
+enum zl_wire_op {
+	ZL_OP_HELLO = 1,        /* payload: struct zl_wire_hello */
+	ZL_OP_READ = 2,         /* length bytes at chunk/offset; reply carries data */
+	ZL_OP_WRITE = 3,        /* payload: length bytes of data */
+	ZL_OP_FLUSH = 4,        /* make every acknowledged write of vol_id durable */
+	ZL_OP_DISCARD = 5,      /* deallocate range (reads back as zeroes) */
+	ZL_OP_WRITE_ZEROES = 6, /* range reads back as zeroes */
+	ZL_OP_REPL_WRITE = 7,   /* primary -> backup: aux = original opcode, payload as WRITE */
+	ZL_OP_CHUNK_INFO = 8,   /* reply aux = allocated bytes of the chunk replica, 0 if absent */
+	ZL_OP_CHUNK_DELETE = 9, /* remove one chunk replica */
+	ZL_OP_VOLUME_DELETE = 10, /* remove every chunk replica of vol_id */
+	ZL_OP_SYNC = 11,        /* reserved for repair */
+	ZL_OP_PING = 12,        /* no-op round trip */
+	ZL_OP_MAX_ = 12,
+};
+
+enum zl_wire_flag {
+	ZL_WF_REPLY = 1u << 0, /* message is a reply */
+	ZL_WF_FUA = 1u << 1,   /* force unit access: durable before reply */
+	ZL_WF_RDMA = 1u << 2,  /* payload is a struct zl_wire_rdma_desc, not inline data */
+	ZL_WF_ALL_ = 0x07,
+};
+
+/* Host representation of the header. */
+struct zl_wire_hdr {
+	uint8_t version;
+	uint8_t opcode;
+	uint8_t flags;
+	uint16_t status; /* replies: 0 or a positive ZL_ERR_* / errno value */
+	uint32_t payload_len;
+	uint64_t req_id;
+	uint64_t vol_id;
+	uint64_t chunk;
+	uint32_t offset;
+	uint32_t length;
+	uint64_t slice_ver;
+	uint64_t epoch;
+	uint64_t aux;
+	uint32_t payload_crc;
+};
+
+/* HELLO payload (both directions). Strings are NUL-padded. */
+#define ZL_WIRE_NAME_LEN 64
+struct zl_wire_hello {
+	uint32_t proto_version;
+	uint32_t caps;               /* bit 0: tcp, bit 1: rdma */
+	char node_id[ZL_WIRE_NAME_LEN]; /* sender's node or client id */
+	char token[128];             /* attach token (HMAC), may be empty */
+};
+#define ZL_WIRE_HELLO_SIZE (4 + 4 + ZL_WIRE_NAME_LEN + 128)
+
+/* RDMA remote buffer descriptor (payload of a request with ZL_WF_RDMA). */
+struct zl_wire_rdma_desc {
+	uint64_t addr;
+	uint32_t rkey;
+	uint32_t len;
+};
+#define ZL_WIRE_RDMA_DESC_SIZE 16
+
+/* Encodes h into out[ZL_WIRE_HDR_SIZE], computing hdr_crc. */
+void zl_wire_encode(const struct zl_wire_hdr *h, uint8_t out[ZL_WIRE_HDR_SIZE]);
+
+/* Decodes and validates a header. chunk_size_max bounds offset+length when
+ * nonzero. Returns 0, or -ZL_ERR_PROTO (bad magic, CRC, reserved bits,
+ * unknown opcode/flags, inconsistent lengths), -ZL_ERR_VERSION (other version),
+ * -ZL_ERR_RANGE (offset/length beyond limits). `why` (optional) gets a short
+ * static reason for logs. */
+int zl_wire_decode(const uint8_t *buf, size_t len, struct zl_wire_hdr *h, const char **why);
+
+/* Semantic checks that need the opcode: data length vs payload_len, payload
+ * limits, chunk bounds (offset + length <= chunk_size when chunk_size != 0).
+ * Returns 0 or -ZL_ERR_PROTO / -ZL_ERR_RANGE. Called by zl_wire_decode with
+ * chunk_size 0. */
+int zl_wire_check(const struct zl_wire_hdr *h, uint32_t chunk_size, const char **why);
+
+/* Builds a reply header for a request: same req_id/vol/chunk/offset, REPLY flag. */
+void zl_wire_reply_init(const struct zl_wire_hdr *req, struct zl_wire_hdr *rep, int status);
+
+void zl_wire_hello_encode(const struct zl_wire_hello *hl, uint8_t out[ZL_WIRE_HELLO_SIZE]);
+/* Returns 0 or -ZL_ERR_PROTO (wrong size, unterminated strings). */
+int zl_wire_hello_decode(const uint8_t *buf, size_t len, struct zl_wire_hello *hl);
+
+void zl_wire_rdma_desc_encode(const struct zl_wire_rdma_desc *d, uint8_t out[ZL_WIRE_RDMA_DESC_SIZE]);
+int zl_wire_rdma_desc_decode(const uint8_t *buf, size_t len, struct zl_wire_rdma_desc *d);
+
+const char *zl_wire_op_name(int op);
+
+/* Converts between the wire status (positive) and the project's negative codes. */
+static inline uint16_t zl_wire_status_from_err(int err)
+{
+	int v = err < 0 ? -err : err;
+
+	return v > 0xffff ? 0xffff : (uint16_t)v;
+}
+static inline int zl_wire_status_to_err(uint16_t status)
+{
+	return -(int)status;
+}
+
+#endif

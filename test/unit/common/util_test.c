@@ -1,0 +1,82 @@
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "lib/common/common.h"
+
+static void test_crc32c_vectors(void **state)
+{
+	(void)state;
+	assert_int_equal(zl_crc32c("123456789", 9), 0xe3069283u);
+	assert_int_equal(zl_crc32c("", 0), 0);
+	/* Chaining over pieces equals one pass. */
+	assert_int_equal(zl_crc32c_update(zl_crc32c("1234", 4), "56789", 5), 0xe3069283u);
+	uint8_t zeros[32] = { 0 };
+	assert_int_equal(zl_crc32c(zeros, sizeof(zeros)), 0x8a9136aau); /* RFC 3720 B.4 */
+}
+
+static void test_parse_size(void **state)
+{
+	uint64_t v;
+
+	(void)state;
+	assert_int_equal(zl_parse_size("10G", &v), 0);
+	assert_true(v == 10ull << 30);
+	assert_int_equal(zl_parse_size("4M", &v), 0);
+	assert_true(v == 4ull << 20);
+	assert_int_equal(zl_parse_size("4MiB", &v), 0);
+	assert_true(v == 4ull << 20);
+	assert_int_equal(zl_parse_size("512", &v), 0);
+	assert_true(v == 512);
+	assert_int_equal(zl_parse_size("1t", &v), 0);
+	assert_true(v == 1ull << 40);
+	assert_int_equal(zl_parse_size("", &v), -ZL_ERR_INVAL);
+	assert_int_equal(zl_parse_size("-1G", &v), -ZL_ERR_INVAL);
+	assert_int_equal(zl_parse_size("10X", &v), -ZL_ERR_INVAL);
+	assert_int_equal(zl_parse_size("G", &v), -ZL_ERR_INVAL);
+	assert_int_equal(zl_parse_size("99999999999999999999", &v), -ZL_ERR_INVAL);
+	assert_int_equal(zl_parse_size("20000000P", &v), -ZL_ERR_INVAL);
+}
+
+static void test_vol_id(void **state)
+{
+	char id[ZL_VOL_ID_LEN + 1];
+	uint64_t n;
+
+	(void)state;
+	zl_vol_id_format(0x0123456789abcdefull, id);
+	assert_string_equal(id, "vol-0123456789abcdef");
+	assert_int_equal(zl_vol_id_parse(id, &n), 0);
+	assert_true(n == 0x0123456789abcdefull);
+	assert_int_equal(zl_vol_id_parse("vol-0123", &n), -ZL_ERR_INVAL);
+	assert_int_equal(zl_vol_id_parse("vol-0123456789abcdeg", &n), -ZL_ERR_INVAL);
+	assert_int_equal(zl_vol_id_parse("vol-0000000000000000", &n), -ZL_ERR_INVAL);
+	assert_int_equal(zl_vol_id_parse("vox-0123456789abcdef", &n), -ZL_ERR_INVAL);
+}
+
+static void test_errors_and_names(void **state)
+{
+	(void)state;
+	assert_string_equal(zl_errname(-ZL_ERR_STALE), "ZL_ERR_STALE");
+	assert_string_equal(zl_errname(-2), "ENOENT");
+	assert_non_null(strstr(zl_strerror(-ZL_ERR_CORRUPT), "CRC"));
+	assert_int_equal(zl_node_id_check("node-1"), 0);
+	assert_int_equal(zl_node_id_check("bad/id"), -ZL_ERR_INVAL);
+	assert_int_equal(zl_node_id_check(""), -ZL_ERR_INVAL);
+	assert_int_equal(zl_volume_name_check("pvc-1234.data_x"), 0);
+	assert_int_equal(zl_volume_name_check("a b"), -ZL_ERR_INVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_crc32c_vectors),
+		cmocka_unit_test(test_parse_size),
+		cmocka_unit_test(test_vol_id),
+		cmocka_unit_test(test_errors_and_names),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
