@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# E2E: zl's error handling. Bad flags, unknown volumes, bad sizes and an
+# unreachable etcd each give one clear message and a non-zero exit.
+set -uo pipefail
+BUILD=$(cd "$1" && pwd)
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+export CL_BIN=$BUILD/bin
+export CL_DIR=$(mktemp -d "$BUILD/e2e-cli.XXXXXX")
+source "$SRC/test/lib/cluster.sh"
+trap 'cl_stop_all; rm -rf "$CL_DIR"' EXIT
+ZL="$CL_BIN/zl"
+failures=0
+# expect_fail "what" PATTERN CMD...: CMD must exit non-zero and print PATTERN on stderr.
+expect_fail() {
+	local what=$1 pat=$2; shift 2
+	local out rc
+	out=$("$@" 2>&1 >/dev/null); rc=$?
+	if [ $rc -eq 0 ]; then echo "cli_e2e: FAIL: $what: exit 0" >&2; failures=$((failures+1)); return; fi
+	if ! grep -qiE "$pat" <<<"$out"; then
+		echo "cli_e2e: FAIL: $what: message '$out' lacks /$pat/" >&2; failures=$((failures+1)); return
+	fi
+	echo "cli_e2e: ok: $what -> exit $rc: $out"
+}
+
+"$ZL" --version | grep -q "0.1" || { echo "cli_e2e: FAIL: --version"; failures=$((failures+1)); }
+"$CL_BIN/zipline-storage" --version | grep -q "zipline-storage" || { echo "cli_e2e: FAIL: storage --version"; failures=$((failures+1)); }
+
+# etcd unreachable
+expect_fail "etcd down" "etcd" "$ZL" --etcd http://127.0.0.1:1 volume ls
+cl_start_etcd
+export ZIPLINE_ETCD=$CL_ETCD
+for i in 1 2; do cl_start_storage "$i"; done
+cl_wait_nodes 2 || { echo "cli_e2e: storage did not register"; exit 1; }
+
+expect_fail "no command" "usage|command" "$ZL"
+expect_fail "unknown command" "unknown|usage" "$ZL" frobnicate
+expect_fail "unknown flag" "unknown|unrecognized|invalid|usage" "$ZL" volume ls --bogus
+expect_fail "bad size" "size" "$ZL" volume create v1 --size abc
+expect_fail "zero size" "size" "$ZL" volume create v1 --size 0
+expect_fail "missing size" "size" "$ZL" volume create v1
+expect_fail "bad replicas" "replica" "$ZL" volume create v1 --size 1G --replicas 7
+expect_fail "too many replicas for 2 nodes" "node" "$ZL" volume create v1 --size 1G --replicas 3
+expect_fail "bad chunk size" "chunk" "$ZL" volume create v1 --size 1G --replicas 1 --chunk-size 3M
+expect_fail "bad volume name" "name" "$ZL" volume create 'bad/name' --size 1G --replicas 1
+expect_fail "inspect unknown" "not found" "$ZL" volume inspect nosuch
+expect_fail "rm unknown" "not found" "$ZL" volume rm nosuch
+expect_fail "export unknown" "not found" "$ZL" volume export nosuch /dev/null
+expect_fail "bench unknown" "not found" "$ZL" bench nosuch --rw randread --seconds 1
+"$ZL" volume create small --size 1M --replicas 2 >/dev/null || { echo "cli_e2e: FAIL: create small"; failures=$((failures+1)); }
+head -c 2M /dev/zero >"$CL_DIR/big"
+expect_fail "import too large" "larger|too large|exceeds" "$ZL" volume import small "$CL_DIR/big"
+expect_fail "import missing file" "No such file|cannot open" "$ZL" volume import small "$CL_DIR/nosuch"
+expect_fail "bench bad rw" "rw" "$ZL" bench small --rw sideways
+expect_fail "bench bad bs" "bs|size" "$ZL" bench small --bs 0
+expect_fail "serve bad spec" "nbd" "$ZL" volume serve small --nbd bogus
+expect_fail "storage without data dir" "data-dir" "$CL_BIN/zipline-storage" --etcd "$CL_ETCD"
+expect_fail "storage missing data dir" "data" "$CL_BIN/zipline-storage" --data-dir "$CL_DIR/nonexistent/x" --etcd "$CL_ETCD"
+expect_fail "storage bad flag" "unknown|unrecognized|invalid|usage" "$CL_BIN/zipline-storage" --bogus
+"$ZL" status >/dev/null || { echo "cli_e2e: FAIL: zl status"; failures=$((failures+1)); }
+[ $failures -eq 0 ] || { echo "cli_e2e: $failures failure(s)"; exit 1; }
+echo "cli_e2e: PASS"

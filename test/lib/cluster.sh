@@ -1,0 +1,93 @@
+# Sourced by e2e tests and scripts/local-cluster.sh: start/stop a real etcd and
+# zipline-storage daemons on loopback. Every process is tracked by PID in
+# $CL_DIR and only those PIDs are ever signalled.
+#
+# Required before use: CL_DIR (state dir), CL_BIN (dir with zipline-storage, zl).
+
+cl_free_port() {
+	/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+cl_log() { printf '[cluster] %s\n' "$*" >&2; }
+
+# cl_wait_http URL TRIES: waits for the etcd gateway to answer.
+cl_wait_etcd() {
+	local url=$1 tries=${2:-150}
+	for _ in $(seq 1 "$tries"); do
+		curl -s -m 1 -X POST -d '{}' "$url/v3/maintenance/status" >/dev/null 2>&1 && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# cl_start_etcd [CLIENT_PORT [PEER_PORT]]: sets CL_ETCD.
+cl_start_etcd() {
+	local cport=${1:-$(cl_free_port)} pport=${2:-$(cl_free_port)}
+	mkdir -p "$CL_DIR/etcd"
+	etcd --name zl-etcd --data-dir "$CL_DIR/etcd/data" \
+		--listen-client-urls "http://127.0.0.1:$cport" --advertise-client-urls "http://127.0.0.1:$cport" \
+		--listen-peer-urls "http://127.0.0.1:$pport" --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
+		--initial-cluster "zl-etcd=http://127.0.0.1:$pport" \
+		--logger zap --log-level warn >>"$CL_DIR/etcd/etcd.log" 2>&1 &
+	echo $! >"$CL_DIR/etcd/pid"
+	CL_ETCD="http://127.0.0.1:$cport"
+	echo "$CL_ETCD" >"$CL_DIR/etcd.endpoints"
+	if ! cl_wait_etcd "$CL_ETCD"; then
+		cl_log "etcd did not start on $CL_ETCD; log follows"
+		tail -20 "$CL_DIR/etcd/etcd.log" >&2
+		return 1
+	fi
+	cl_log "etcd up at $CL_ETCD (pid $(cat "$CL_DIR/etcd/pid"))"
+}
+
+# cl_start_storage I [PORT] [extra flags...]: node id "node-I", data dir $CL_DIR/storage-I.
+cl_start_storage() {
+	local i=$1 port=${2:-}
+	shift; [ $# -gt 0 ] && shift
+	local d="$CL_DIR/storage-$i"
+	[ -n "$port" ] || port=$(cat "$d/port" 2>/dev/null || cl_free_port)
+	mkdir -p "$d/data"
+	echo "$port" >"$d/port"
+	"$CL_BIN/zipline-storage" --data-dir "$d/data" --listen "127.0.0.1:$port" \
+		--node-id "node-$i" --label "zone=z$i" --etcd "$CL_ETCD" "$@" >>"$d/log" 2>&1 &
+	echo $! >"$d/pid"
+}
+
+# cl_wait_nodes N: waits until N storage nodes are registered.
+cl_wait_nodes() {
+	local want=$1
+	for _ in $(seq 1 200); do
+		local n
+		n=$(curl -s -m 2 -X POST -d "{\"key\":\"$(printf '/zipline/nodes/' | base64)\",\"range_end\":\"$(printf '/zipline/nodes0' | base64)\",\"count_only\":true}" "$CL_ETCD/v3/kv/range" | sed -n 's/.*"count":"\([0-9]*\)".*/\1/p')
+		[ "${n:-0}" -ge "$want" ] && return 0
+		sleep 0.1
+	done
+	cl_log "only ${n:-0} of $want storage nodes registered"
+	return 1
+}
+
+cl_pid() { cat "$CL_DIR/$1/pid" 2>/dev/null; }
+
+# cl_stop NAME [SIG]: signals the process recorded in $CL_DIR/NAME/pid and waits.
+cl_stop() {
+	local name=$1 sig=${2:-TERM} pid
+	pid=$(cl_pid "$name") || return 0
+	[ -n "$pid" ] || return 0
+	if kill -0 "$pid" 2>/dev/null; then
+		kill "-$sig" "$pid" 2>/dev/null
+		for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+		if kill -0 "$pid" 2>/dev/null; then
+			cl_log "$name (pid $pid) ignored SIG$sig for 10 s; sending KILL"
+			kill -KILL "$pid" 2>/dev/null
+		fi
+	fi
+	rm -f "$CL_DIR/$name/pid"
+}
+
+cl_stop_all() {
+	local d
+	for d in "$CL_DIR"/serve-* "$CL_DIR"/storage-*; do
+		[ -d "$d" ] && cl_stop "$(basename "$d")"
+	done
+	cl_stop etcd
+}
