@@ -6,6 +6,8 @@ PKGS=(
   build-essential cmake pkg-config clang llvm libclang-rt-14-dev
   libcurl4-openssl-dev libjansson-dev liburing-dev libisal-dev
   libcmocka-dev libssl-dev
+  libgrpc-dev protobuf-c-compiler libprotobuf-c-dev protobuf-compiler libprotobuf-dev
+  python3-grpcio python3-protobuf python3-grpc-tools
   etcd-server etcd-client
   fio libnbd-bin libnbd-dev nbdkit
   e2fsprogs xfsprogs util-linux procps psmisc

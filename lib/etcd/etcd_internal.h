@@ -42,6 +42,7 @@ struct zl_etcd {
 	struct etcd_buf resp;
 	char errbuf[CURL_ERROR_SIZE];
 	char *token;
+	bool logged_in;            /* authenticated (or auth found disabled) */
 	size_t cur;                /* endpoint that answered last */
 };
 
@@ -70,7 +71,8 @@ struct curl_slist *etcd_headers(const char *token);
  * TLS files, keep-alive, connect timeout, total timeout (0 = none), errbuf.
  * The caller sets the write callback. Returns 0 or -ENOMEM. */
 int etcd_easy_prepare(const struct zl_etcd *e, CURL *c, size_t ep, const char *path,
-		      const char *body, struct curl_slist *hdrs, long timeout_ms, char *errbuf);
+		      const char *body, struct curl_slist *hdrs, long connect_ms,
+		      long timeout_ms, char *errbuf);
 /* Classifies a finished transfer; on failure sets the last error text to
  * "etcd at <endpoint>: <curl detail>". */
 enum etcd_xfer etcd_xfer_classify(const struct zl_etcd *e, CURL *c, size_t ep, CURLcode res,

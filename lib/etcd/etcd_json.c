@@ -148,7 +148,8 @@ bool etcd_json_error(const json_t *obj, int *code, const char **msg)
 
 	*code = 0;
 	*msg = NULL;
-	if (!err)
+	/* LeaseGrantResponse has an "error" string of its own, empty when fine. */
+	if (!err || json_is_null(err) || (json_is_string(err) && !*json_string_value(err)))
 		return false;
 	/* Unary calls: {"error": "...", "message": "...", "code": N}.
 	 * Streams: {"error": {"grpc_code": N, "message": "...", ...}}. */

@@ -53,14 +53,15 @@ int zl_volume_copy(const struct zl_volume *src, struct zl_volume *dst)
 {
 	struct zl_slice *slices = NULL;
 
+	if (src == dst)
+		return 0;
 	if (src->n_slices && src->slices) {
 		slices = malloc((size_t)src->n_slices * sizeof(*slices));
 		if (!slices)
 			return -ENOMEM;
 		memcpy(slices, src->slices, (size_t)src->n_slices * sizeof(*slices));
 	}
-	if (dst != src)
-		*dst = *src;
+	*dst = *src;
 	dst->slices = slices;
 	return 0;
 }
@@ -218,10 +219,9 @@ char *zl_meta_node_to_json(const struct zl_node_info *n)
 
 	if (n->capacity > INT64_MAX || n->free > INT64_MAX)
 		return NULL;
-	o = json_pack("{s:s, s:s, s:i, s:i, s:s, s:s, s:I, s:I, s:I, s:s}",
-		      "id", n->id, "addr", n->addr, "port", (int)n->port,
-		      "rdma_port", (int)n->rdma_port, "transports", n->transports,
-		      "domain", n->domain, "capacity", (json_int_t)n->capacity,
+	o = json_pack("{s:s, s:s, s:i, s:i, s:s, s:s, s:I, s:I, s:I, s:s}", "id", n->id, "addr",
+		      n->addr, "port", (int)n->port, "rdma_port", (int)n->rdma_port, "transports",
+		      n->transports, "domain", n->domain, "capacity", (json_int_t)n->capacity,
 		      "free", (json_int_t)n->free, "start_time", (json_int_t)n->start_time,
 		      "version", n->version);
 	if (!o)
@@ -316,11 +316,10 @@ char *zl_meta_volume_to_json(const struct zl_volume *v)
 		if (json_array_append_new(placement, meta_slice_to_json(&v->slices[i])))
 			goto out;
 	}
-	o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:s, s:I, s:O, s:O}",
-		      "id", v->id, "name", v->name, "size", (json_int_t)v->size,
-		      "chunk_size", (json_int_t)v->chunk_size, "replicas", (json_int_t)v->replicas,
-		      "slices", (json_int_t)v->n_slices, "state", v->state,
-		      "created", (json_int_t)v->created, "params", params,
+	o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:s, s:I, s:O, s:O}", "id", v->id, "name",
+		      v->name, "size", (json_int_t)v->size, "chunk_size", (json_int_t)v->chunk_size,
+		      "replicas", (json_int_t)v->replicas, "slices", (json_int_t)v->n_slices,
+		      "state", v->state, "created", (json_int_t)v->created, "params", params,
 		      "placement", placement);
 	if (!o)
 		goto out;
@@ -345,16 +344,18 @@ static int meta_slice_from_json(json_t *row, uint32_t replicas, struct zl_slice 
 	s->version = (uint64_t)ver;
 	nodes = json_object_get(row, "nodes");
 	in_sync = json_object_get(row, "in_sync");
-	if (!json_is_array(nodes) || json_array_size(nodes) != replicas || !json_is_array(in_sync) ||
-	    json_array_size(in_sync) > replicas)
+	if (!json_is_array(nodes) || json_array_size(nodes) != replicas ||
+	    !json_is_array(in_sync) || json_array_size(in_sync) > replicas)
 		return -ZL_ERR_INVAL;
 	s->n = (uint8_t)replicas;
-	json_array_foreach(nodes, i, j) {
+	json_array_foreach(nodes, i, j)
+	{
 		if (!json_is_string(j) || json_string_length(j) >= sizeof(s->nodes[i]))
 			return -ZL_ERR_INVAL;
 		strcpy(s->nodes[i], json_string_value(j));
 	}
-	json_array_foreach(in_sync, i, j) {
+	json_array_foreach(in_sync, i, j)
+	{
 		int k;
 
 		if (!json_is_string(j))
@@ -380,8 +381,7 @@ int zl_meta_volume_from_json(const char *json, size_t len, struct zl_volume *v)
 	memset(v, 0, sizeof(*v));
 	if (!o || !json_is_object(o))
 		goto out;
-	if (meta_get_str(o, "id", v->id, sizeof(v->id), false) ||
-	    zl_vol_id_parse(v->id, &v->num) ||
+	if (meta_get_str(o, "id", v->id, sizeof(v->id), false) || zl_vol_id_parse(v->id, &v->num) ||
 	    meta_get_str(o, "name", v->name, sizeof(v->name), false) ||
 	    meta_get_str(o, "state", v->state, sizeof(v->state), false))
 		goto out;
@@ -420,7 +420,8 @@ int zl_meta_volume_from_json(const char *json, size_t len, struct zl_volume *v)
 		ret = -ENOMEM;
 		goto out;
 	}
-	json_array_foreach(placement, i, row) {
+	json_array_foreach(placement, i, row)
+	{
 		if (meta_slice_from_json(row, v->replicas, &v->slices[i]))
 			goto out;
 	}

@@ -15,7 +15,8 @@ int zl_meta_node_put(struct zl_etcd *e, const char *prefix, const struct zl_node
 	int ret;
 
 	if (meta_node_check(n)) {
-		ZL_LOG_ERR("meta", "refusing to register an invalid node record id=%.64s addr=%.64s "
+		ZL_LOG_ERR("meta",
+			   "refusing to register an invalid node record id=%.64s addr=%.64s "
 			   "port=%u: check the node id ([A-Za-z0-9._-], 1..63) and address",
 			   n->id, n->addr, n->port);
 		return -ZL_ERR_INVAL;
@@ -67,8 +68,10 @@ int zl_meta_node_list(struct zl_etcd *e, const char *prefix, struct zl_node_info
 	for (size_t i = 0; i < r.n; i++) {
 		if (zl_meta_node_from_json(r.kvs[i].value, r.kvs[i].value_len, &nodes[cnt])) {
 			/* One bad record must not hide every other node. */
-			ZL_LOG_ERR("meta", "skipping malformed node record key=%s: delete or "
-				   "re-register that node", r.kvs[i].key);
+			ZL_LOG_ERR("meta",
+				   "skipping malformed node record key=%s: delete or "
+				   "re-register that node",
+				   r.kvs[i].key);
 			continue;
 		}
 		cnt++;

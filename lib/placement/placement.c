@@ -28,9 +28,9 @@
 
 struct place_cand {
 	const struct zl_place_node *node;
-	uint32_t index;     /* into the caller's nodes[] */
-	uint32_t domain;    /* dense failure-domain number */
-	uint64_t weight;    /* free bytes, at least 1 */
+	uint32_t index;	 /* into the caller's nodes[] */
+	uint32_t domain; /* dense failure-domain number */
+	uint64_t weight; /* free bytes, at least 1 */
 	uint64_t id_hash;
 	uint64_t assigned;  /* replicas placed so far */
 	uint64_t primaries; /* primaries placed so far */
@@ -53,8 +53,8 @@ static int placement_frac_cmp(uint64_t a, uint64_t wa, uint64_t b, uint64_t wb)
 }
 
 /* Negative when candidate x is preferred over y for position `pos`. */
-static int placement_key_cmp(const struct place_cand *x, const struct place_cand *y,
-			     uint32_t pos, uint64_t slice_seed, uint32_t xi, uint32_t yi)
+static int placement_key_cmp(const struct place_cand *x, const struct place_cand *y, uint32_t pos,
+			     uint64_t slice_seed, uint32_t xi, uint32_t yi)
 {
 	int c;
 

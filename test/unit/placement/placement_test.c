@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
 #include <cmocka.h>
 
 #include "lib/common/common.h"
@@ -30,12 +31,12 @@ static void test_equal_nodes_balanced(void **state)
 	struct zl_place_node nodes[5];
 	char ids[5][16];
 	uint32_t out[64 * 3];
-	unsigned total[5] = { 0 }, prim[5] = { 0 };
+	unsigned total[5] = {0}, prim[5] = {0};
 
 	(void)state;
 	for (int i = 0; i < 5; i++) {
 		snprintf(ids[i], sizeof(ids[i]), "node-%d", i);
-		nodes[i] = (struct zl_place_node){ .id = ids[i], .domain = NULL, .free = 100 * GIB };
+		nodes[i] = (struct zl_place_node){.id = ids[i], .domain = NULL, .free = 100 * GIB};
 	}
 	assert_int_equal(zl_placement_compute(nodes, 5, 64, 3, 42, out), 0);
 	check_distinct(out, 64, 3, 5);
@@ -52,16 +53,15 @@ static void test_equal_nodes_balanced(void **state)
 static void test_domains_distinct(void **state)
 {
 	/* 6 nodes in 3 zones, ids interleaved so that zone order != id order. */
-	static const char *ids[6] = { "a", "b", "c", "d", "e", "f" };
-	static const char *zones[6] = { "zone=x", "zone=y", "zone=x", "zone=z", "zone=y",
-					"zone=z" };
+	static const char *ids[6] = {"a", "b", "c", "d", "e", "f"};
+	static const char *zones[6] = {"zone=x", "zone=y", "zone=x", "zone=z", "zone=y", "zone=z"};
 	struct zl_place_node nodes[6];
 	uint32_t out[64 * 3];
-	unsigned total[6] = { 0 };
+	unsigned total[6] = {0};
 
 	(void)state;
 	for (int i = 0; i < 6; i++)
-		nodes[i] = (struct zl_place_node){ .id = ids[i], .domain = zones[i], .free = GIB };
+		nodes[i] = (struct zl_place_node){.id = ids[i], .domain = zones[i], .free = GIB};
 	assert_int_equal(zl_placement_compute(nodes, 6, 64, 3, 7, out), 0);
 	check_distinct(out, 64, 3, 6);
 	for (int s = 0; s < 64; s++) {
@@ -80,14 +80,14 @@ static void test_domains_distinct(void **state)
 
 static void test_two_domains_three_replicas(void **state)
 {
-	static const char *ids[4] = { "n1", "n2", "n3", "n4" };
-	static const char *zones[4] = { "a", "a", "b", "b" };
+	static const char *ids[4] = {"n1", "n2", "n3", "n4"};
+	static const char *zones[4] = {"a", "a", "b", "b"};
 	struct zl_place_node nodes[4];
 	uint32_t out[32 * 3];
 
 	(void)state;
 	for (int i = 0; i < 4; i++)
-		nodes[i] = (struct zl_place_node){ .id = ids[i], .domain = zones[i], .free = GIB };
+		nodes[i] = (struct zl_place_node){.id = ids[i], .domain = zones[i], .free = GIB};
 	assert_int_equal(zl_placement_compute(nodes, 4, 32, 3, 1, out), 0);
 	check_distinct(out, 32, 3, 4);
 	for (int s = 0; s < 32; s++) {
@@ -105,14 +105,14 @@ static void test_two_domains_three_replicas(void **state)
 
 static void test_weighted(void **state)
 {
-	static const char *ids[4] = { "big", "s1", "s2", "s3" };
+	static const char *ids[4] = {"big", "s1", "s2", "s3"};
 	struct zl_place_node nodes[4];
 	uint32_t out[128 * 2];
-	unsigned total[4] = { 0 };
+	unsigned total[4] = {0};
 
 	(void)state;
 	for (int i = 0; i < 4; i++)
-		nodes[i] = (struct zl_place_node){ .id = ids[i], .free = (i == 0 ? 200 : 100) * GIB };
+		nodes[i] = (struct zl_place_node){.id = ids[i], .free = (i == 0 ? 200 : 100) * GIB};
 	assert_int_equal(zl_placement_compute(nodes, 4, 128, 2, 99, out), 0);
 	check_distinct(out, 128, 2, 4);
 	for (int i = 0; i < 128 * 2; i++)
@@ -128,9 +128,9 @@ static void test_weighted(void **state)
 
 static void test_zero_free_counts_as_one(void **state)
 {
-	struct zl_place_node nodes[3] = { { "x", NULL, 0 }, { "y", NULL, 0 }, { "z", NULL, 0 } };
+	struct zl_place_node nodes[3] = {{"x", NULL, 0}, {"y", NULL, 0}, {"z", NULL, 0}};
 	uint32_t out[9 * 3];
-	unsigned total[3] = { 0 };
+	unsigned total[3] = {0};
 
 	(void)state;
 	assert_int_equal(zl_placement_compute(nodes, 3, 9, 3, 5, out), 0);
@@ -143,17 +143,17 @@ static void test_zero_free_counts_as_one(void **state)
 
 static void test_order_independent(void **state)
 {
-	static const char *ids[7] = { "n-a", "n-b", "n-c", "n-d", "n-e", "n-f", "n-g" };
-	static const char *zones[7] = { "r1", "r2", "r3", "r1", "r2", "r3", "" };
-	static const uint64_t free_gb[7] = { 10, 20, 30, 40, 50, 60, 70 };
-	static const int perm[7] = { 4, 6, 0, 2, 5, 1, 3 };
+	static const char *ids[7] = {"n-a", "n-b", "n-c", "n-d", "n-e", "n-f", "n-g"};
+	static const char *zones[7] = {"r1", "r2", "r3", "r1", "r2", "r3", ""};
+	static const uint64_t free_gb[7] = {10, 20, 30, 40, 50, 60, 70};
+	static const int perm[7] = {4, 6, 0, 2, 5, 1, 3};
 	struct zl_place_node a[7], b[7];
 	uint32_t out_a[50 * 3], out_b[50 * 3], out_c[50 * 3];
 
 	(void)state;
 	for (int i = 0; i < 7; i++) {
-		a[i] = (struct zl_place_node){ ids[i], zones[i], free_gb[i] * GIB };
-		b[i] = (struct zl_place_node){ ids[perm[i]], zones[perm[i]], free_gb[perm[i]] * GIB };
+		a[i] = (struct zl_place_node){ids[i], zones[i], free_gb[i] * GIB};
+		b[i] = (struct zl_place_node){ids[perm[i]], zones[perm[i]], free_gb[perm[i]] * GIB};
 	}
 	assert_int_equal(zl_placement_compute(a, 7, 50, 3, 1234, out_a), 0);
 	assert_int_equal(zl_placement_compute(b, 7, 50, 3, 1234, out_b), 0);
@@ -168,8 +168,8 @@ static void test_order_independent(void **state)
 
 static void test_errors(void **state)
 {
-	struct zl_place_node nodes[3] = { { "x", NULL, 1 }, { "y", NULL, 1 }, { "z", NULL, 1 } };
-	struct zl_place_node dup[3] = { { "x", NULL, 1 }, { "y", NULL, 1 }, { "x", NULL, 1 } };
+	struct zl_place_node nodes[3] = {{"x", NULL, 1}, {"y", NULL, 1}, {"z", NULL, 1}};
+	struct zl_place_node dup[3] = {{"x", NULL, 1}, {"y", NULL, 1}, {"x", NULL, 1}};
 	uint32_t out[16];
 
 	(void)state;
@@ -191,13 +191,13 @@ static void test_errors(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_equal_nodes_balanced),
-		cmocka_unit_test(test_domains_distinct),
-		cmocka_unit_test(test_two_domains_three_replicas),
-		cmocka_unit_test(test_weighted),
-		cmocka_unit_test(test_zero_free_counts_as_one),
-		cmocka_unit_test(test_order_independent),
-		cmocka_unit_test(test_errors),
+	    cmocka_unit_test(test_equal_nodes_balanced),
+	    cmocka_unit_test(test_domains_distinct),
+	    cmocka_unit_test(test_two_domains_three_replicas),
+	    cmocka_unit_test(test_weighted),
+	    cmocka_unit_test(test_zero_free_counts_as_one),
+	    cmocka_unit_test(test_order_independent),
+	    cmocka_unit_test(test_errors),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

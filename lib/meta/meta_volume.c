@@ -1,0 +1,534 @@
+/* Volume records: <prefix>volumes/<id> (record with placement table) and
+ * <prefix>names/<name> ("<id>"). Creation is idempotent by name: the record
+ * and the name are written in one transaction that requires the name to be
+ * absent. Every later change compares the record's mod_revision. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "lib/common/common.h"
+#include "lib/placement/placement.h"
+#include "lib/wire/wire.h"
+#include "meta_internal.h"
+
+/* Rounds of "read name, place, transaction" before giving up under a storm of
+ * concurrent create/delete of the same name. */
+#define META_CREATE_TRIES 8
+/* Compare-and-swap rounds of zl_meta_slice_drop. */
+#define META_DROP_TRIES 16
+
+int zl_meta_volume_get(struct zl_etcd *e, const char *prefix, const char *id, struct zl_volume *out)
+{
+	struct zl_etcd_kv kv;
+	char key[ZL_META_KEY_MAX];
+	uint64_t num;
+	int ret;
+
+	if (!id || zl_vol_id_parse(id, &num))
+		return -ZL_ERR_INVAL;
+	ret = zl_meta_key(key, sizeof(key), prefix, "volumes", id);
+	if (ret)
+		return ret;
+	ret = zl_etcd_get(e, key, &kv);
+	if (ret)
+		return ret;
+	ret = zl_meta_volume_from_json(kv.value, kv.value_len, out);
+	if (ret) {
+		ZL_LOG_ERR("meta",
+			   "malformed volume record key=%s err=%s: inspect it with etcdctl "
+			   "get %s",
+			   key, zl_errname(ret), key);
+	} else if (strcmp(out->id, id)) {
+		ZL_LOG_ERR("meta", "volume record key=%s holds id=%s: inspect it with etcdctl", key,
+			   out->id);
+		zl_volume_fini(out);
+		ret = -ZL_ERR_INVAL;
+	} else {
+		out->mod_rev = kv.mod_rev;
+	}
+	zl_etcd_kv_fini(&kv);
+	return ret;
+}
+
+/* Reads names/<name> and the volume it names. -ZL_ERR_NOT_FOUND when the name
+ * is absent; -ZL_ERR_INVAL when it names something that is not a volume id. */
+static int meta_volume_by_name(struct zl_etcd *e, const char *prefix, const char *name,
+			       struct zl_volume *out)
+{
+	struct zl_etcd_kv kv;
+	char key[ZL_META_KEY_MAX];
+	char id[ZL_VOL_ID_LEN + 1];
+	uint64_t num;
+	int ret;
+
+	ret = zl_meta_key(key, sizeof(key), prefix, "names", name);
+	if (ret)
+		return ret;
+	ret = zl_etcd_get(e, key, &kv);
+	if (ret)
+		return ret;
+	if (kv.value_len != ZL_VOL_ID_LEN || zl_vol_id_parse(kv.value, &num)) {
+		ZL_LOG_ERR("meta",
+			   "name record key=%s does not hold a volume id: inspect it with "
+			   "etcdctl get %s",
+			   key, key);
+		zl_etcd_kv_fini(&kv);
+		return -ZL_ERR_INVAL;
+	}
+	memcpy(id, kv.value, sizeof(id));
+	zl_etcd_kv_fini(&kv);
+	ret = zl_meta_volume_get(e, prefix, id, out);
+	if (ret == -ZL_ERR_NOT_FOUND)
+		ZL_LOG_WARN("meta", "name=%s points to missing volume id=%s", name, id);
+	return ret;
+}
+
+int zl_meta_volume_lookup(struct zl_etcd *e, const char *prefix, const char *name_or_id,
+			  struct zl_volume *out)
+{
+	uint64_t num;
+	int ret;
+
+	if (!name_or_id)
+		return -ZL_ERR_INVAL;
+	if (!zl_vol_id_parse(name_or_id, &num)) {
+		ret = zl_meta_volume_get(e, prefix, name_or_id, out);
+		if (ret != -ZL_ERR_NOT_FOUND)
+			return ret;
+	}
+	if (zl_volume_name_check(name_or_id))
+		return -ZL_ERR_INVAL;
+	return meta_volume_by_name(e, prefix, name_or_id, out);
+}
+
+static int meta_volume_cmp_name(const void *a, const void *b)
+{
+	const struct zl_volume *x = a, *y = b;
+
+	return strcmp(x->name, y->name);
+}
+
+int zl_meta_volume_list(struct zl_etcd *e, const char *prefix, struct zl_volume **out, size_t *n)
+{
+	struct zl_etcd_range r;
+	struct zl_volume *vols = NULL;
+	char key[ZL_META_KEY_MAX];
+	size_t cnt = 0;
+	int ret;
+
+	*out = NULL;
+	*n = 0;
+	ret = zl_meta_key(key, sizeof(key), prefix, "volumes", NULL);
+	if (ret)
+		return ret;
+	ret = zl_etcd_range_prefix(e, key, NULL, 0, &r);
+	if (ret)
+		return ret;
+	if (r.n) {
+		vols = calloc(r.n, sizeof(*vols));
+		if (!vols) {
+			ret = -ENOMEM;
+			goto out_range;
+		}
+	}
+	for (size_t i = 0; i < r.n; i++) {
+		ret = zl_meta_volume_from_json(r.kvs[i].value, r.kvs[i].value_len, &vols[cnt]);
+		if (ret == -ENOMEM) {
+			zl_meta_volume_list_free(vols, cnt);
+			vols = NULL;
+			goto out_range;
+		}
+		if (ret) {
+			/* One bad record must not hide every other volume. */
+			ZL_LOG_ERR("meta",
+				   "skipping malformed volume record key=%s: inspect it "
+				   "with etcdctl get %s",
+				   r.kvs[i].key, r.kvs[i].key);
+			ret = 0;
+			continue;
+		}
+		vols[cnt++].mod_rev = r.kvs[i].mod_rev;
+	}
+	if (cnt > 1)
+		qsort(vols, cnt, sizeof(*vols), meta_volume_cmp_name);
+	*out = vols;
+	*n = cnt;
+out_range:
+	zl_etcd_range_fini(&r);
+	return ret;
+}
+
+void zl_meta_volume_list_free(struct zl_volume *vols, size_t n)
+{
+	if (!vols)
+		return;
+	for (size_t i = 0; i < n; i++)
+		zl_volume_fini(&vols[i]);
+	free(vols);
+}
+
+/* Fills the spec-derived fields of v (no id, no placement). */
+static int meta_spec_apply(const struct zl_volume_spec *spec, struct zl_volume *v)
+{
+	uint64_t chunks;
+	json_t *params;
+	char *text;
+	size_t len;
+
+	if (!spec || !spec->name || zl_volume_name_check(spec->name))
+		return -ZL_ERR_INVAL;
+	strcpy(v->name, spec->name);
+	if (spec->size == 0 || spec->size > (uint64_t)INT64_MAX - (ZL_BLOCK_SIZE - 1))
+		return -ZL_ERR_INVAL;
+	v->size = ZL_ALIGN_UP(spec->size, ZL_BLOCK_SIZE);
+	v->chunk_size = spec->chunk_size ? spec->chunk_size : ZL_DEFAULT_CHUNK_SIZE;
+	if (v->chunk_size < ZL_WIRE_MIN_CHUNK || v->chunk_size > ZL_WIRE_MAX_CHUNK ||
+	    (v->chunk_size & (v->chunk_size - 1)))
+		return -ZL_ERR_INVAL;
+	v->replicas = spec->replicas ? spec->replicas : 3;
+	if (v->replicas > ZL_MAX_REPLICAS)
+		return -ZL_ERR_INVAL;
+	chunks = (v->size + v->chunk_size - 1) / v->chunk_size;
+	if (spec->n_slices) {
+		/* More slices than chunks would leave slices that never hold data. */
+		if (spec->n_slices > chunks || spec->n_slices > ZL_META_MAX_SLICES)
+			return -ZL_ERR_INVAL;
+		v->n_slices = spec->n_slices;
+	} else {
+		v->n_slices = (uint32_t)ZL_MIN(chunks, (uint64_t)ZL_DEFAULT_SLICES);
+	}
+
+	params = json_loads(spec->params ? spec->params : "{}", JSON_REJECT_DUPLICATES, NULL);
+	if (!params || !json_is_object(params)) {
+		json_decref(params);
+		return -ZL_ERR_INVAL;
+	}
+	text = json_dumps(params, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(params);
+	if (!text)
+		return -ENOMEM;
+	len = strlen(text);
+	if (len >= sizeof(v->params)) {
+		free(text);
+		return -ZL_ERR_INVAL;
+	}
+	memcpy(v->params, text, len + 1);
+	free(text);
+	strcpy(v->state, "ready");
+	return 0;
+}
+
+/* Chooses a fresh id and the placement over the live nodes. */
+static int meta_volume_place(struct zl_etcd *e, const char *prefix, struct zl_volume *v)
+{
+	struct zl_node_info *nodes = NULL;
+	struct zl_place_node *pn = NULL;
+	uint32_t *table = NULL;
+	size_t n_nodes = 0;
+	int ret;
+
+	zl_volume_fini(v);
+	v->num = zl_random_u64();
+	zl_vol_id_format(v->num, v->id);
+
+	ret = zl_meta_node_list(e, prefix, &nodes, &n_nodes);
+	if (ret)
+		return ret;
+	if (n_nodes < v->replicas) {
+		ZL_LOG_ERR("meta",
+			   "cannot place volume name=%s: replicas=%u but live_nodes=%zu; "
+			   "start more storage nodes or lower replicas",
+			   v->name, v->replicas, n_nodes);
+		ret = -ZL_ERR_NODES;
+		goto out_nodes;
+	}
+	pn = calloc(n_nodes, sizeof(*pn));
+	table = calloc((size_t)v->n_slices * v->replicas, sizeof(*table));
+	v->slices = calloc(v->n_slices, sizeof(*v->slices));
+	if (!pn || !table || !v->slices) {
+		ret = -ENOMEM;
+		goto out_free;
+	}
+	for (size_t i = 0; i < n_nodes; i++)
+		pn[i] = (struct zl_place_node){nodes[i].id, nodes[i].domain, nodes[i].free};
+	ret = zl_placement_compute(pn, n_nodes, v->n_slices, v->replicas, v->num, table);
+	if (ret)
+		goto out_free;
+	for (uint32_t s = 0; s < v->n_slices; s++) {
+		struct zl_slice *sl = &v->slices[s];
+
+		sl->version = 1;
+		sl->n = (uint8_t)v->replicas;
+		for (uint32_t r = 0; r < v->replicas; r++) {
+			strcpy(sl->nodes[r], nodes[table[(size_t)s * v->replicas + r]].id);
+			sl->in_sync[r] = true;
+		}
+	}
+out_free:
+	if (ret)
+		zl_volume_fini(v);
+	free(table);
+	free(pn);
+out_nodes:
+	free(nodes);
+	return ret;
+}
+
+/* The same-name rule of CreateVolume: same size, chunk size and replicas is
+ * the same volume; anything else is a conflict. Consumes *existing. */
+static int meta_volume_existing(struct zl_volume *existing, const struct zl_volume *want,
+				struct zl_volume *out, bool *created)
+{
+	if (existing->size != want->size || existing->chunk_size != want->chunk_size ||
+	    existing->replicas != want->replicas) {
+		ZL_LOG_INFO("meta",
+			    "volume name=%s exists as id=%s with size=%" PRIu64
+			    " chunk_size=%u replicas=%u; requested size=%" PRIu64
+			    " chunk_size=%u replicas=%u",
+			    existing->name, existing->id, existing->size, existing->chunk_size,
+			    existing->replicas, want->size, want->chunk_size, want->replicas);
+		zl_volume_fini(existing);
+		return -ZL_ERR_EXISTS;
+	}
+	*out = *existing;
+	if (created)
+		*created = false;
+	return 0;
+}
+
+int zl_meta_volume_create(struct zl_etcd *e, const char *prefix, const struct zl_volume_spec *spec,
+			  struct zl_volume *out, bool *created)
+{
+	struct zl_volume v = {0};
+	char vkey[ZL_META_KEY_MAX], nkey[ZL_META_KEY_MAX];
+	int ret;
+
+	if (created)
+		*created = false;
+	ret = meta_spec_apply(spec, &v);
+	if (ret)
+		return ret;
+	ret = zl_meta_key(nkey, sizeof(nkey), prefix, "names", v.name);
+	if (ret)
+		return ret;
+
+	for (int attempt = 0; attempt < META_CREATE_TRIES; attempt++) {
+		struct zl_etcd_txn_result res = {0};
+		struct zl_volume existing;
+		bool ok = false;
+		char *json;
+
+		ret = meta_volume_by_name(e, prefix, v.name, &existing);
+		if (ret == 0) {
+			ret = meta_volume_existing(&existing, &v, out, created);
+			zl_volume_fini(&v);
+			return ret;
+		}
+		if (ret != -ZL_ERR_NOT_FOUND)
+			goto out_fini;
+
+		ret = meta_volume_place(e, prefix, &v);
+		if (ret)
+			goto out_fini;
+		v.created = zl_wall_sec();
+		ret = zl_meta_key(vkey, sizeof(vkey), prefix, "volumes", v.id);
+		if (ret)
+			goto out_fini;
+		json = zl_meta_volume_to_json(&v);
+		if (!json) {
+			ret = -ENOMEM;
+			goto out_fini;
+		}
+
+		/* The name must be new; the random id too (a collision of 64
+		 * random bits is unlikely, but cheap to rule out). */
+		const struct zl_etcd_cmp cmps[2] = {
+		    {.key = nkey, .target = ZL_ETCD_CMP_CREATE, .result = ZL_ETCD_EQUAL, .rev = 0},
+		    {.key = vkey, .target = ZL_ETCD_CMP_CREATE, .result = ZL_ETCD_EQUAL, .rev = 0},
+		};
+		const struct zl_etcd_op ops[2] = {
+		    {.kind = ZL_ETCD_OP_PUT, .key = vkey, .value = json, .value_len = strlen(json)},
+		    {.kind = ZL_ETCD_OP_PUT, .key = nkey, .value = v.id, .value_len = strlen(v.id)},
+		};
+		ret = zl_etcd_txn(e, cmps, 2, ops, 2, NULL, 0, &ok, &res);
+		free(json);
+		if (ret) {
+			ZL_LOG_ERR("meta",
+				   "create volume name=%s: etcd transaction failed err=%s "
+				   "detail=\"%s\"",
+				   v.name, zl_errname(ret), zl_etcd_last_error());
+			goto out_fini;
+		}
+		if (ok) {
+			v.mod_rev = res.revision;
+			zl_etcd_txn_result_fini(&res);
+			ZL_LOG_INFO("meta",
+				    "volume created id=%s name=%s size=%" PRIu64
+				    " chunk_size=%u replicas=%u slices=%u",
+				    v.id, v.name, v.size, v.chunk_size, v.replicas, v.n_slices);
+			*out = v;
+			if (created)
+				*created = true;
+			return 0;
+		}
+		zl_etcd_txn_result_fini(&res);
+		/* Lost a race on the name (or drew a used id): look again. */
+		ZL_LOG_DEBUG("meta", "create volume name=%s: transaction lost attempt=%d", v.name,
+			     attempt);
+	}
+	ZL_LOG_ERR("meta", "create volume name=%s: gave up after %d conflicting attempts; retry",
+		   v.name, META_CREATE_TRIES);
+	ret = -ZL_ERR_CONFLICT;
+out_fini:
+	zl_volume_fini(&v);
+	return ret;
+}
+
+int zl_meta_volume_update(struct zl_etcd *e, const char *prefix, struct zl_volume *v)
+{
+	struct zl_etcd_txn_result res = {0};
+	char key[ZL_META_KEY_MAX];
+	bool ok = false;
+	char *json;
+	int ret;
+
+	if (v->mod_rev <= 0 || meta_volume_check(v)) {
+		ZL_LOG_ERR("meta",
+			   "refusing to write invalid volume record id=%.24s mod_rev=%" PRId64,
+			   v->id, v->mod_rev);
+		return -ZL_ERR_INVAL;
+	}
+	ret = zl_meta_key(key, sizeof(key), prefix, "volumes", v->id);
+	if (ret)
+		return ret;
+	json = zl_meta_volume_to_json(v);
+	if (!json)
+		return -ENOMEM;
+	const struct zl_etcd_cmp cmp = {
+	    .key = key, .target = ZL_ETCD_CMP_MOD, .result = ZL_ETCD_EQUAL, .rev = v->mod_rev};
+	const struct zl_etcd_op op = {
+	    .kind = ZL_ETCD_OP_PUT, .key = key, .value = json, .value_len = strlen(json)};
+	ret = zl_etcd_txn(e, &cmp, 1, &op, 1, NULL, 0, &ok, &res);
+	free(json);
+	if (ret) {
+		ZL_LOG_ERR("meta", "update volume id=%s failed err=%s detail=\"%s\"", v->id,
+			   zl_errname(ret), zl_etcd_last_error());
+		return ret;
+	}
+	if (ok)
+		v->mod_rev = res.revision;
+	else
+		ret = -ZL_ERR_CONFLICT;
+	zl_etcd_txn_result_fini(&res);
+	return ret;
+}
+
+int zl_meta_volume_delete(struct zl_etcd *e, const char *prefix, const struct zl_volume *v)
+{
+	char vkey[ZL_META_KEY_MAX], nkey[ZL_META_KEY_MAX], akey[ZL_META_KEY_MAX];
+	uint64_t num;
+	int ret;
+
+	if (zl_vol_id_parse(v->id, &num) || zl_volume_name_check(v->name))
+		return -ZL_ERR_INVAL;
+	if (zl_meta_key(vkey, sizeof(vkey), prefix, "volumes", v->id) ||
+	    zl_meta_key(nkey, sizeof(nkey), prefix, "names", v->name) ||
+	    zl_meta_key(akey, sizeof(akey), prefix, "attachments", v->id))
+		return -ZL_ERR_INVAL;
+
+	/* The name goes only if it still names this volume: a late delete must
+	 * not take the name from a newer volume that reused it. */
+	const struct zl_etcd_cmp cmp = {.key = nkey,
+					.target = ZL_ETCD_CMP_VALUE,
+					.result = ZL_ETCD_EQUAL,
+					.value = v->id,
+					.value_len = strlen(v->id)};
+	const struct zl_etcd_op ops[3] = {
+	    {.kind = ZL_ETCD_OP_DELETE, .key = vkey},
+	    {.kind = ZL_ETCD_OP_DELETE, .key = akey},
+	    {.kind = ZL_ETCD_OP_DELETE, .key = nkey},
+	};
+	ret = zl_etcd_txn(e, &cmp, 1, ops, 3, ops, 2, NULL, NULL);
+	if (ret)
+		ZL_LOG_ERR("meta", "delete volume id=%s name=%s failed err=%s detail=\"%s\"", v->id,
+			   v->name, zl_errname(ret), zl_etcd_last_error());
+	else
+		ZL_LOG_INFO("meta", "volume deleted id=%s name=%s", v->id, v->name);
+	return ret;
+}
+
+int zl_meta_slice_drop(struct zl_etcd *e, const char *prefix, const char *vol_id, uint32_t slice,
+		       const char *node_id, uint64_t seen_version, struct zl_volume *out)
+{
+	struct zl_volume v;
+	int ret;
+
+	if (!vol_id || !node_id)
+		return -ZL_ERR_INVAL;
+	for (int attempt = 0; attempt < META_DROP_TRIES; attempt++) {
+		struct zl_slice *s;
+		int idx, n_in_sync = 0;
+
+		ret = zl_meta_volume_get(e, prefix, vol_id, &v);
+		if (ret)
+			return ret;
+		if (slice >= v.n_slices) {
+			ret = -ZL_ERR_INVAL;
+			goto out_fini;
+		}
+		s = &v.slices[slice];
+		idx = zl_slice_index_of(s, node_id);
+		if (idx < 0 || !s->in_sync[idx]) {
+			/* Already out of sync (someone else dropped it, possibly
+			 * at a newer version than seen_version): nothing to do. */
+			ZL_LOG_DEBUG("meta",
+				     "slice drop no-op vol=%s slice=%u node=%s version=%" PRIu64
+				     " seen=%" PRIu64,
+				     vol_id, slice, node_id, s->version, seen_version);
+			goto out_done;
+		}
+		for (int i = 0; i < s->n; i++)
+			n_in_sync += s->in_sync[i];
+		if (n_in_sync <= 1) {
+			ZL_LOG_ERR("meta",
+				   "refusing to drop the last in-sync replica vol=%s slice=%u "
+				   "node=%s version=%" PRIu64,
+				   vol_id, slice, node_id, s->version);
+			ret = -ZL_ERR_UNAVAIL;
+			goto out_fini;
+		}
+		s->in_sync[idx] = false;
+		s->version++;
+		ret = zl_meta_volume_update(e, prefix, &v);
+		if (ret == 0) {
+			ZL_LOG_WARN("meta",
+				    "replica dropped from in-sync set vol=%s slice=%u node=%s "
+				    "version=%" PRIu64,
+				    vol_id, slice, node_id, s->version);
+			goto out_done;
+		}
+		zl_volume_fini(&v);
+		if (ret != -ZL_ERR_CONFLICT)
+			return ret;
+		ZL_LOG_DEBUG("meta",
+			     "slice drop raced another update vol=%s slice=%u node=%s "
+			     "attempt=%d",
+			     vol_id, slice, node_id, attempt);
+	}
+	ZL_LOG_ERR("meta", "slice drop vol=%s slice=%u node=%s: %d conflicting updates; retry",
+		   vol_id, slice, node_id, META_DROP_TRIES);
+	return -ZL_ERR_CONFLICT;
+
+out_done:
+	if (out) {
+		*out = v;
+		return 0;
+	}
+	ret = 0;
+out_fini:
+	zl_volume_fini(&v);
+	return ret;
+}

@@ -1,0 +1,621 @@
+/* lib/meta against a real etcd (run under test/lib/with-etcd.sh, which sets
+ * ZL_TEST_ETCD). Every test works under its own key prefix. */
+#include <inttypes.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "lib/common/common.h"
+#include "lib/meta/meta.h"
+
+#define GIB (1ull << 30)
+#define MIB (1ull << 20)
+
+struct fixture {
+	struct zl_etcd *e;
+	char prefix[64];
+};
+
+static int g_counter;
+
+static struct zl_etcd *new_client(void)
+{
+	const char *url = getenv("ZL_TEST_ETCD");
+	struct zl_etcd_opts opts = {.endpoints = url, .timeout_ms = 5000};
+	struct zl_etcd *e = NULL;
+
+	if (!url) {
+		fprintf(stderr,
+			"ZL_TEST_ETCD is not set: run this test via test/lib/with-etcd.sh\n");
+		return NULL;
+	}
+	if (zl_etcd_create(&opts, &e))
+		return NULL;
+	return e;
+}
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+
+	if (!f)
+		return -1;
+	f->e = new_client();
+	if (!f->e) {
+		free(f);
+		return -1;
+	}
+	snprintf(f->prefix, sizeof(f->prefix), "/zltest-%d-%d/", (int)getpid(), ++g_counter);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	zl_etcd_delete_prefix(f->e, f->prefix, NULL);
+	zl_etcd_destroy(f->e);
+	free(f);
+	return 0;
+}
+
+static void make_node(struct zl_node_info *n, int i, const char *domain, uint64_t free_bytes)
+{
+	memset(n, 0, sizeof(*n));
+	snprintf(n->id, sizeof(n->id), "node-%d", i);
+	snprintf(n->addr, sizeof(n->addr), "10.0.0.%d", i + 1);
+	n->port = 7420;
+	strcpy(n->transports, "tcp");
+	snprintf(n->domain, sizeof(n->domain), "%s", domain ? domain : "");
+	n->capacity = 2 * free_bytes;
+	n->free = free_bytes;
+	n->start_time = 1700000000 + i;
+	strcpy(n->version, ZL_VERSION_STRING);
+}
+
+static void register_nodes(struct fixture *f, int count)
+{
+	for (int i = 0; i < count; i++) {
+		struct zl_node_info n;
+
+		make_node(&n, i, NULL, 100 * GIB);
+		assert_int_equal(zl_meta_node_put(f->e, f->prefix, &n, 0), 0);
+	}
+}
+
+static void key_of(struct fixture *f, char *out, const char *kind, const char *id)
+{
+	assert_int_equal(zl_meta_key(out, 512, f->prefix, kind, id), 0);
+}
+
+static bool key_exists(struct fixture *f, const char *kind, const char *id)
+{
+	char key[512];
+	struct zl_etcd_kv kv;
+	int ret;
+
+	key_of(f, key, kind, id);
+	ret = zl_etcd_get(f->e, key, &kv);
+	if (ret == 0) {
+		zl_etcd_kv_fini(&kv);
+		return true;
+	}
+	assert_int_equal(ret, -ZL_ERR_NOT_FOUND);
+	return false;
+}
+
+static void test_nodes(void **state)
+{
+	struct fixture *f = *state;
+	struct zl_node_info n, got, *list;
+	int64_t lease;
+	size_t cnt;
+
+	assert_int_equal(zl_etcd_lease_grant(f->e, 30, &lease), 0);
+	for (int i = 2; i >= 0; i--) {
+		make_node(&n, i, "zone=a", (uint64_t)(i + 1) * GIB);
+		assert_int_equal(zl_meta_node_put(f->e, f->prefix, &n, lease), 0);
+	}
+	assert_int_equal(zl_meta_node_list(f->e, f->prefix, &list, &cnt), 0);
+	assert_int_equal(cnt, 3);
+	for (size_t i = 0; i < cnt; i++) {
+		char id[32];
+
+		snprintf(id, sizeof(id), "node-%zu", i);
+		assert_string_equal(list[i].id, id);
+		assert_true(list[i].free == (i + 1) * GIB);
+	}
+	free(list);
+
+	make_node(&n, 1, "zone=a", 2 * GIB);
+	assert_int_equal(zl_meta_node_get(f->e, f->prefix, "node-1", &got), 0);
+	assert_string_equal(got.addr, n.addr);
+	assert_string_equal(got.domain, "zone=a");
+	assert_true(got.start_time == n.start_time);
+	assert_int_equal(zl_meta_node_get(f->e, f->prefix, "node-9", &got), -ZL_ERR_NOT_FOUND);
+	assert_int_equal(zl_meta_node_get(f->e, f->prefix, "bad/id", &got), -ZL_ERR_INVAL);
+
+	/* An invalid record is refused before it reaches etcd. */
+	n.port = 0;
+	assert_int_equal(zl_meta_node_put(f->e, f->prefix, &n, 0), -ZL_ERR_INVAL);
+
+	/* The records live on the lease. */
+	assert_int_equal(zl_etcd_lease_revoke(f->e, lease), 0);
+	assert_int_equal(zl_meta_node_list(f->e, f->prefix, &list, &cnt), 0);
+	assert_int_equal(cnt, 0);
+	free(list);
+	assert_int_equal(zl_meta_node_get(f->e, f->prefix, "node-1", &got), -ZL_ERR_NOT_FOUND);
+}
+
+static void test_create(void **state)
+{
+	struct fixture *f = *state;
+	struct zl_volume_spec spec = {.name = "pvc-create", .size = 10 * GIB + 1};
+	struct zl_volume v, got;
+	bool created = false;
+	uint64_t num;
+	unsigned per_node[5] = {0};
+
+	register_nodes(f, 5);
+	assert_int_equal(zl_meta_volume_create(f->e, f->prefix, &spec, &v, &created), 0);
+	assert_true(created);
+	assert_int_equal(zl_vol_id_parse(v.id, &num), 0);
+	assert_true(num == v.num);
+	assert_string_equal(v.name, "pvc-create");
+	assert_true(v.size == 10 * GIB + 4096);
+	assert_int_equal(v.chunk_size, ZL_DEFAULT_CHUNK_SIZE);
+	assert_int_equal(v.replicas, 3);
+	assert_int_equal(v.n_slices, 64);
+	assert_string_equal(v.state, "ready");
+	assert_string_equal(v.params, "{}");
+	assert_true(v.mod_rev > 0);
+	for (uint32_t s = 0; s < v.n_slices; s++) {
+		const struct zl_slice *sl = &v.slices[s];
+
+		assert_true(sl->version == 1);
+		assert_int_equal(sl->n, 3);
+		for (int r = 0; r < 3; r++) {
+			int k;
+
+			assert_true(sl->in_sync[r]);
+			assert_int_equal(sscanf(sl->nodes[r], "node-%d", &k), 1);
+			assert_in_range(k, 0, 4);
+			per_node[k]++;
+			for (int q = 0; q < r; q++)
+				assert_string_not_equal(sl->nodes[r], sl->nodes[q]);
+		}
+	}
+	for (int i = 0; i < 5; i++)
+		assert_in_range(per_node[i], 38, 39);
+
+	/* Stored: the record and the name. */
+	assert_int_equal(zl_meta_volume_get(f->e, f->prefix, v.id, &got), 0);
+	assert_true(got.mod_rev == v.mod_rev);
+	assert_string_equal(got.name, v.name);
+	assert_memory_equal(got.slices, v.slices, v.n_slices * sizeof(*v.slices));
+	zl_volume_fini(&got);
+	char key[512];
+	struct zl_etcd_kv kv;
+	key_of(f, key, "names", "pvc-create");
+	assert_int_equal(zl_etcd_get(f->e, key, &kv), 0);
+	assert_string_equal(kv.value, v.id);
+	zl_etcd_kv_fini(&kv);
+
+	/* Small volumes get fewer slices; params are kept (normalized). */
+	struct zl_volume w;
+	struct zl_volume_spec small = {.name = "pvc-small",
+				       .size = MIB,
+				       .chunk_size = 64 << 10,
+				       .replicas = 2,
+				       .params = "{ \"b\": 1, \"a\": \"x\" }"};
+	assert_int_equal(zl_meta_volume_create(f->e, f->prefix, &small, &w, &created), 0);
+	assert_true(created);
+	assert_int_equal(w.n_slices, 16);
+	assert_int_equal(w.replicas, 2);
+	assert_string_equal(w.params, "{\"a\":\"x\",\"b\":1}");
+	zl_volume_fini(&w);
+	struct zl_volume_spec tiny = {.name = "pvc-tiny", .size = 100000, .replicas = 1};
+	assert_int_equal(zl_meta_volume_create(f->e, f->prefix, &tiny, &w, &created), 0);
+	assert_int_equal(w.n_slices, 1);
+	assert_true(w.size == 102400);
+	zl_volume_fini(&w);
+	zl_volume_fini(&v);
+}
+
+static void test_create_idempotent(void **state)
+{
+	struct fixture *f = *state;
+	struct zl_volume_spec spec = {.name = "pvc-idem", .size = GIB, .replicas = 2};
+	struct zl_volume a, b;
+	bool created = true;
+
+	register_nodes(f, 3);
+	assert_int_equal(zl_meta_volume_create(f->e, f->prefix, &spec, &a, &created), 0);
+	assert_true(created);
+	assert_int_equal(zl_meta_volume_create(f->e, f->prefix, &spec, &b, &created), 0);
+	assert_false(created);
+	assert_string_equal(a.id, b.id);
+	assert_true(a.mod_rev == b.mod_rev);
+	zl_volume_fini(&b);
+
+	/* A size that rounds up to the same bytes is the same volume. */
+	spec.size = GIB - 100;
+	assert_int_equal(zl_meta_volume_create(f->e, f->prefix, &spec, &b, &created), 0);
+	assert_false(created);
+	assert_string_equal(a.id, b.id);
+	zl_volume_fini(&b);
+	spec.size = GIB + 1;
+	assert_int_equal(zl_meta_volume_create(f->e, f->prefix, &spec, &b, &created),
+			 -ZL_ERR_EXISTS);
+	spec.size = GIB;
+	spec.replicas = 3;
+	assert_int_equal(zl_meta_volume_create(f->e, f->prefix, &spec, &b, &created),
+			 -ZL_ERR_EXISTS);
+	spec.replicas = 2;
+	spec.chunk_size = 1 << 20;
+	assert_int_equal(zl_meta_volume_create(f->e, f->prefix, &spec, &b, &created),
+			 -ZL_ERR_EXISTS);
+	spec.chunk_size = ZL_DEFAULT_CHUNK_SIZE;
+	assert_int_equal(zl_meta_volume_create(f->e, f->prefix, &spec, &b, &created), 0);
+	assert_false(created);
+	assert_string_equal(a.id, b.id);
+	zl_volume_fini(&b);
+	zl_volume_fini(&a);
+
+	struct zl_volume *list;
+	size_t n;
+	assert_int_equal(zl_meta_volume_list(f->e, f->prefix, &list, &n), 0);
+	assert_int_equal(n, 1);
+	zl_meta_volume_list_free(list, n);
+}
+
+static void test_create_errors(void **state)
+{
+	struct fixture *f = *state;
+	struct zl_volume v;
+	bool created;
+	char long_name[300];
+
+	register_nodes(f, 2);
+	struct zl_volume_spec spec = {.name = "pvc-nodes", .size = GIB};
+	assert_int_equal(zl_meta_volume_create(f->e, f->prefix, &spec, &v, &created),
+			 -ZL_ERR_NODES);
+	assert_false(key_exists(f, "names", "pvc-nodes"));
+	spec.replicas = 2;
+	assert_int_equal(zl_meta_volume_create(f->e, f->prefix, &spec, &v, &created), 0);
+	assert_true(created);
+	zl_volume_fini(&v);
+
+	memset(long_name, 'x', sizeof(long_name) - 1);
+	long_name[sizeof(long_name) - 1] = 0;
+	const struct zl_volume_spec bad[] = {
+	    {.name = NULL, .size = GIB, .replicas = 1},
+	    {.name = "", .size = GIB, .replicas = 1},
+	    {.name = "a/b", .size = GIB, .replicas = 1},
+	    {.name = "sp ace", .size = GIB, .replicas = 1},
+	    {.name = long_name, .size = GIB, .replicas = 1},
+	    {.name = "ok", .size = 0, .replicas = 1},
+	    {.name = "ok", .size = UINT64_MAX, .replicas = 1},
+	    {.name = "ok", .size = GIB, .replicas = 4},
+	    {.name = "ok", .size = GIB, .replicas = 1, .chunk_size = 3 << 20},
+	    {.name = "ok", .size = GIB, .replicas = 1, .chunk_size = 32 << 10},
+	    {.name = "ok", .size = GIB, .replicas = 1, .chunk_size = 128 << 20},
+	    {.name = "ok", .size = 8 * MIB, .replicas = 1, .n_slices = 3},
+	    {.name = "ok", .size = GIB, .replicas = 1, .params = "[1]"},
+	    {.name = "ok", .size = GIB, .replicas = 1, .params = "not json"},
+	};
+	for (size_t i = 0; i < ZL_ARRAY_SIZE(bad); i++)
+		assert_int_equal(zl_meta_volume_create(f->e, f->prefix, &bad[i], &v, &created),
+				 -ZL_ERR_INVAL);
+	assert_int_equal(zl_meta_volume_create(f->e, f->prefix, NULL, &v, &created), -ZL_ERR_INVAL);
+	assert_false(key_exists(f, "names", "ok"));
+}
+
+static pthread_barrier_t g_barrier;
+
+struct race_arg {
+	const char *prefix;
+	const char *name;
+	int ret;
+	bool created;
+	char id[24];
+};
+
+static void *race_thread(void *p)
+{
+	struct race_arg *a = p;
+	struct zl_etcd *e = new_client();
+	struct zl_volume_spec spec = {.name = a->name, .size = 4 * GIB};
+	struct zl_volume v;
+
+	a->ret = -1;
+	pthread_barrier_wait(&g_barrier);
+	if (!e)
+		return NULL;
+	a->ret = zl_meta_volume_create(e, a->prefix, &spec, &v, &a->created);
+	if (a->ret == 0) {
+		strcpy(a->id, v.id);
+		zl_volume_fini(&v);
+	}
+	zl_etcd_destroy(e);
+	return NULL;
+}
+
+static void test_create_race(void **state)
+{
+	struct fixture *f = *state;
+	struct zl_volume *list;
+	size_t n;
+	char names[6][16];
+
+	register_nodes(f, 4);
+	assert_int_equal(pthread_barrier_init(&g_barrier, NULL, 2), 0);
+	for (int round = 0; round < 6; round++) {
+		struct race_arg a[2];
+		pthread_t t[2];
+
+		snprintf(names[round], sizeof(names[round]), "race-%d", round);
+		for (int i = 0; i < 2; i++) {
+			a[i] = (struct race_arg){.prefix = f->prefix, .name = names[round]};
+			assert_int_equal(pthread_create(&t[i], NULL, race_thread, &a[i]), 0);
+		}
+		for (int i = 0; i < 2; i++)
+			pthread_join(t[i], NULL);
+		assert_int_equal(a[0].ret, 0);
+		assert_int_equal(a[1].ret, 0);
+		assert_int_equal(a[0].created + a[1].created, 1);
+		assert_string_equal(a[0].id, a[1].id);
+	}
+	pthread_barrier_destroy(&g_barrier);
+	assert_int_equal(zl_meta_volume_list(f->e, f->prefix, &list, &n), 0);
+	assert_int_equal(n, 6);
+	zl_meta_volume_list_free(list, n);
+}
+
+static void test_lookup_list(void **state)
+{
+	struct fixture *f = *state;
+	static const char *names[3] = {"charlie", "alpha", "bravo"};
+	char ids[3][24];
+	struct zl_volume v, *list;
+	size_t n;
+	bool created;
+
+	register_nodes(f, 3);
+	for (int i = 0; i < 3; i++) {
+		struct zl_volume_spec spec = {.name = names[i], .size = (uint64_t)(i + 1) * GIB};
+
+		assert_int_equal(zl_meta_volume_create(f->e, f->prefix, &spec, &v, &created), 0);
+		strcpy(ids[i], v.id);
+		zl_volume_fini(&v);
+	}
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(zl_meta_volume_lookup(f->e, f->prefix, names[i], &v), 0);
+		assert_string_equal(v.id, ids[i]);
+		assert_true(v.mod_rev > 0);
+		zl_volume_fini(&v);
+		assert_int_equal(zl_meta_volume_lookup(f->e, f->prefix, ids[i], &v), 0);
+		assert_string_equal(v.name, names[i]);
+		zl_volume_fini(&v);
+	}
+	assert_int_equal(zl_meta_volume_lookup(f->e, f->prefix, "delta", &v), -ZL_ERR_NOT_FOUND);
+	assert_int_equal(zl_meta_volume_lookup(f->e, f->prefix, "vol-0000000000000001", &v),
+			 -ZL_ERR_NOT_FOUND);
+	assert_int_equal(zl_meta_volume_lookup(f->e, f->prefix, "no/such", &v), -ZL_ERR_INVAL);
+	assert_int_equal(zl_meta_volume_get(f->e, f->prefix, "alpha", &v), -ZL_ERR_INVAL);
+
+	assert_int_equal(zl_meta_volume_list(f->e, f->prefix, &list, &n), 0);
+	assert_int_equal(n, 3);
+	assert_string_equal(list[0].name, "alpha");
+	assert_string_equal(list[1].name, "bravo");
+	assert_string_equal(list[2].name, "charlie");
+	assert_true(list[0].size == 2 * GIB);
+	assert_true(list[2].mod_rev > 0);
+	zl_meta_volume_list_free(list, n);
+}
+
+static void test_update_conflict(void **state)
+{
+	struct fixture *f = *state;
+	struct zl_volume_spec spec = {.name = "pvc-upd", .size = GIB};
+	struct zl_volume a, b, c;
+	bool created;
+	int64_t rev;
+
+	register_nodes(f, 3);
+	assert_int_equal(zl_meta_volume_create(f->e, f->prefix, &spec, &a, &created), 0);
+	assert_int_equal(zl_volume_copy(&a, &b), 0);
+	rev = a.mod_rev;
+
+	a.size = 2 * GIB;
+	assert_int_equal(zl_meta_volume_update(f->e, f->prefix, &a), 0);
+	assert_true(a.mod_rev > rev);
+	assert_int_equal(zl_meta_volume_get(f->e, f->prefix, a.id, &c), 0);
+	assert_true(c.size == 2 * GIB);
+	assert_true(c.mod_rev == a.mod_rev);
+	zl_volume_fini(&c);
+
+	/* b still has the old revision. */
+	strcpy(b.state, "deleting");
+	assert_int_equal(zl_meta_volume_update(f->e, f->prefix, &b), -ZL_ERR_CONFLICT);
+	assert_true(b.mod_rev == rev);
+	assert_int_equal(zl_meta_volume_get(f->e, f->prefix, a.id, &c), 0);
+	assert_string_equal(c.state, "ready");
+	zl_volume_fini(&c);
+
+	/* Never stored / invalid records are refused. */
+	b.mod_rev = 0;
+	assert_int_equal(zl_meta_volume_update(f->e, f->prefix, &b), -ZL_ERR_INVAL);
+	a.chunk_size = 12345;
+	assert_int_equal(zl_meta_volume_update(f->e, f->prefix, &a), -ZL_ERR_INVAL);
+	zl_volume_fini(&a);
+	zl_volume_fini(&b);
+}
+
+static void test_slice_drop(void **state)
+{
+	struct fixture *f = *state;
+	struct zl_volume_spec spec = {.name = "pvc-drop", .size = GIB};
+	struct zl_volume v, out;
+	char n0[ZL_NODE_ID_MAX], n1[ZL_NODE_ID_MAX], n2[ZL_NODE_ID_MAX];
+	bool created;
+
+	register_nodes(f, 4);
+	assert_int_equal(zl_meta_volume_create(f->e, f->prefix, &spec, &v, &created), 0);
+	strcpy(n0, v.slices[5].nodes[0]);
+	strcpy(n1, v.slices[5].nodes[1]);
+	strcpy(n2, v.slices[5].nodes[2]);
+
+	assert_int_equal(zl_meta_slice_drop(f->e, f->prefix, v.id, 5, n1, 1, &out), 0);
+	assert_true(out.slices[5].version == 2);
+	assert_false(out.slices[5].in_sync[1]);
+	assert_true(out.slices[5].in_sync[0] && out.slices[5].in_sync[2]);
+	assert_true(out.mod_rev > v.mod_rev);
+	/* Other slices are untouched. */
+	assert_true(out.slices[4].version == 1);
+	assert_memory_equal(&out.slices[6], &v.slices[6], sizeof(v.slices[6]));
+	zl_volume_fini(&out);
+
+	/* Dropping it again (a second failed write at the old version) is a no-op. */
+	assert_int_equal(zl_meta_slice_drop(f->e, f->prefix, v.id, 5, n1, 1, &out), 0);
+	assert_true(out.slices[5].version == 2);
+	zl_volume_fini(&out);
+
+	/* The primary goes; the next in-sync replica becomes primary. */
+	assert_int_equal(zl_meta_slice_drop(f->e, f->prefix, v.id, 5, n0, 2, NULL), 0);
+	assert_int_equal(zl_meta_volume_get(f->e, f->prefix, v.id, &out), 0);
+	assert_true(out.slices[5].version == 3);
+	assert_int_equal(zl_slice_primary(&out.slices[5]), 2);
+	zl_volume_fini(&out);
+
+	/* Never the last in-sync replica. */
+	assert_int_equal(zl_meta_slice_drop(f->e, f->prefix, v.id, 5, n2, 3, NULL),
+			 -ZL_ERR_UNAVAIL);
+	assert_int_equal(zl_meta_volume_get(f->e, f->prefix, v.id, &out), 0);
+	assert_true(out.slices[5].version == 3);
+	assert_true(out.slices[5].in_sync[2]);
+	zl_volume_fini(&out);
+
+	assert_int_equal(zl_meta_slice_drop(f->e, f->prefix, v.id, 64, n2, 1, NULL), -ZL_ERR_INVAL);
+	assert_int_equal(
+	    zl_meta_slice_drop(f->e, f->prefix, "vol-0000000000000001", 0, n2, 1, NULL),
+	    -ZL_ERR_NOT_FOUND);
+	zl_volume_fini(&v);
+}
+
+struct drop_arg {
+	const char *prefix;
+	const char *vol;
+	const char *node;
+	int ret;
+};
+
+static void *drop_thread(void *p)
+{
+	struct drop_arg *a = p;
+	struct zl_etcd *e = new_client();
+
+	a->ret = -1;
+	pthread_barrier_wait(&g_barrier);
+	if (!e)
+		return NULL;
+	a->ret = zl_meta_slice_drop(e, a->prefix, a->vol, 0, a->node, 1, NULL);
+	zl_etcd_destroy(e);
+	return NULL;
+}
+
+/* Two replicas dropped at once from the same slice: the CAS loop keeps both. */
+static void test_slice_drop_concurrent(void **state)
+{
+	struct fixture *f = *state;
+	struct zl_volume_spec spec = {.name = "pvc-drop2", .size = GIB};
+	struct zl_volume v, out;
+	struct drop_arg a[2];
+	pthread_t t[2];
+	bool created;
+
+	register_nodes(f, 3);
+	assert_int_equal(zl_meta_volume_create(f->e, f->prefix, &spec, &v, &created), 0);
+	assert_int_equal(pthread_barrier_init(&g_barrier, NULL, 2), 0);
+	for (int i = 0; i < 2; i++) {
+		a[i] = (struct drop_arg){
+		    .prefix = f->prefix, .vol = v.id, .node = v.slices[0].nodes[i + 1]};
+		assert_int_equal(pthread_create(&t[i], NULL, drop_thread, &a[i]), 0);
+	}
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	pthread_barrier_destroy(&g_barrier);
+	assert_int_equal(a[0].ret, 0);
+	assert_int_equal(a[1].ret, 0);
+	assert_int_equal(zl_meta_volume_get(f->e, f->prefix, v.id, &out), 0);
+	assert_true(out.slices[0].version == 3);
+	assert_true(out.slices[0].in_sync[0]);
+	assert_false(out.slices[0].in_sync[1]);
+	assert_false(out.slices[0].in_sync[2]);
+	zl_volume_fini(&out);
+	zl_volume_fini(&v);
+}
+
+static void test_delete(void **state)
+{
+	struct fixture *f = *state;
+	struct zl_volume_spec spec = {.name = "pvc-del", .size = GIB};
+	struct zl_volume v, w, x;
+	char key[512];
+	bool created;
+
+	register_nodes(f, 3);
+	assert_int_equal(zl_meta_volume_create(f->e, f->prefix, &spec, &v, &created), 0);
+	key_of(f, key, "attachments", v.id);
+	assert_int_equal(zl_etcd_put(f->e, key, "{}", 2, 0, NULL), 0);
+	assert_true(key_exists(f, "attachments", v.id));
+
+	assert_int_equal(zl_meta_volume_delete(f->e, f->prefix, &v), 0);
+	assert_false(key_exists(f, "volumes", v.id));
+	assert_false(key_exists(f, "names", "pvc-del"));
+	assert_false(key_exists(f, "attachments", v.id));
+	assert_int_equal(zl_meta_volume_lookup(f->e, f->prefix, "pvc-del", &w), -ZL_ERR_NOT_FOUND);
+	/* Idempotent. */
+	assert_int_equal(zl_meta_volume_delete(f->e, f->prefix, &v), 0);
+
+	/* The name is free again, for any parameters. */
+	spec.size = 2 * GIB;
+	assert_int_equal(zl_meta_volume_create(f->e, f->prefix, &spec, &w, &created), 0);
+	assert_true(created);
+	assert_string_not_equal(w.id, v.id);
+	/* A late delete of the old volume leaves the new one's name alone. */
+	assert_int_equal(zl_meta_volume_delete(f->e, f->prefix, &v), 0);
+	assert_int_equal(zl_meta_volume_lookup(f->e, f->prefix, "pvc-del", &x), 0);
+	assert_string_equal(x.id, w.id);
+	zl_volume_fini(&x);
+	zl_volume_fini(&w);
+	zl_volume_fini(&v);
+}
+
+int main(void)
+{
+	zl_log_init("meta_test");
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(test_nodes, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_create, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_create_idempotent, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_create_errors, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_create_race, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_lookup_list, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_update_conflict, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_slice_drop, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_slice_drop_concurrent, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
