@@ -85,7 +85,7 @@ kill "$NBDKIT_PID"; wait "$NBDKIT_PID" 2>/dev/null || true; NBDKIT_PID=
 
 # 3. Zipline cluster.
 cl_start_etcd
-export ZIPLINE_ETCD=$CL_ETCD
+export ZIPLINE_ETCD=$CL_ETCD CL_ETCD
 for i in 1 2 3; do cl_start_storage "$i"; done
 cl_wait_nodes 3
 for r in 1 3; do

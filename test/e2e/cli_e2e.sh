@@ -28,7 +28,7 @@ expect_fail() {
 # etcd unreachable
 expect_fail "etcd down" "etcd" "$ZL" --etcd http://127.0.0.1:1 volume ls
 cl_start_etcd
-export ZIPLINE_ETCD=$CL_ETCD
+export ZIPLINE_ETCD=$CL_ETCD CL_ETCD
 for i in 1 2; do cl_start_storage "$i"; done
 cl_wait_nodes 2 || { echo "cli_e2e: storage did not register"; exit 1; }
 

@@ -14,7 +14,7 @@ trap 'cl_stop_all; [ "${KEEP:-0}" = 1 ] || rm -rf "$CL_DIR"' EXIT
 fail() { echo "corrupt_e2e: FAIL: $*" >&2; for f in "$CL_DIR"/storage-*/log; do echo "--- $f" >&2; tail -15 "$f" >&2; done; exit 1; }
 
 cl_start_etcd
-export ZIPLINE_ETCD=$CL_ETCD
+export ZIPLINE_ETCD=$CL_ETCD CL_ETCD
 for i in 1 2 3; do cl_start_storage "$i"; done
 cl_wait_nodes 3 || fail "storage daemons did not register"
 ZL="$CL_BIN/zl"

@@ -14,7 +14,7 @@ fail() { echo "nbd_e2e: FAIL: $*" >&2; tail -20 "$CL_DIR"/serve-*/log >&2 || tru
 ZL="$CL_BIN/zl"
 
 cl_start_etcd
-export ZIPLINE_ETCD=$CL_ETCD
+export ZIPLINE_ETCD=$CL_ETCD CL_ETCD
 for i in 1 2 3; do cl_start_storage "$i"; done
 cl_wait_nodes 3 || fail "storage daemons did not register"
 

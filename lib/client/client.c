@@ -1,0 +1,394 @@
+/* Volume client: lifetime, and the blocking control operations (volume
+ * delete, ping) that run on dedicated short-lived connections. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client_internal.h"
+
+#define CLIENT_DEFAULT_TIMEOUT_MS 10000u
+#define CLIENT_DEFAULT_MAX_IO	  256u
+#define CLIENT_DEFAULT_CONNS	  2u
+#define CLIENT_MAX_CONNS	  64u
+#define CLIENT_MAX_MAX_IO	  65536u
+#define CLIENT_DRAIN_MS		  2000u
+
+int zl_client_create(struct zl_loop *loop, struct zl_etcd *etcd, const struct zl_client_opts *opts,
+		     struct zl_client **out)
+{
+	struct zl_client_opts o = {0};
+	struct zl_xport_opts xo = {0};
+	struct zl_client *c;
+	const char *prefix;
+	char host[64] = "client";
+	int rc;
+
+	if (!loop || !etcd || !out)
+		return -ZL_ERR_INVAL;
+	if (opts)
+		o = *opts;
+	prefix = o.prefix ? o.prefix : ZL_META_DEFAULT_PREFIX;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->loop = loop;
+	c->etcd = etcd;
+	client_list_init(&c->vols);
+	client_list_init(&c->zombies);
+	if (strlen(prefix) >= sizeof(c->prefix)) {
+		ZL_LOG_ERR(CLIENT_LOG, "etcd prefix too long: prefix=%s max=%zu", prefix,
+			   sizeof(c->prefix) - 1);
+		rc = -ZL_ERR_INVAL;
+		goto out_free;
+	}
+	snprintf(c->prefix, sizeof(c->prefix), "%s", prefix);
+	if (o.client_id) {
+		if (!o.client_id[0] || strlen(o.client_id) >= sizeof(c->id)) {
+			ZL_LOG_ERR(CLIENT_LOG, "client id must be 1..%zu characters: id=%s",
+				   sizeof(c->id) - 1, o.client_id);
+			rc = -ZL_ERR_INVAL;
+			goto out_free;
+		}
+		snprintf(c->id, sizeof(c->id), "%s", o.client_id);
+	} else {
+		if (gethostname(host, sizeof(host)) != 0)
+			snprintf(host, sizeof(host), "client");
+		host[40] = '\0';
+		snprintf(c->id, sizeof(c->id), "%s-%ld", host, (long)getpid());
+	}
+	c->timeout_ms = o.timeout_ms ? o.timeout_ms : CLIENT_DEFAULT_TIMEOUT_MS;
+	c->max_io = o.max_io ? ZL_MIN(o.max_io, CLIENT_MAX_MAX_IO) : CLIENT_DEFAULT_MAX_IO;
+	c->conns_per_node =
+	    o.conns_per_node ? ZL_MIN(o.conns_per_node, CLIENT_MAX_CONNS) : CLIENT_DEFAULT_CONNS;
+	c->epoch = o.epoch;
+	switch (o.transport) {
+	case ZL_XPORT_SEL_AUTO: /* RDMA detection comes with the RDMA transport */
+	case ZL_XPORT_SEL_TCP:
+		xo.kind = ZL_XPORT_TCP;
+		break;
+	case ZL_XPORT_SEL_RDMA:
+		xo.kind = ZL_XPORT_RDMA;
+		break;
+	default:
+		rc = -ZL_ERR_INVAL;
+		goto out_free;
+	}
+	xo.timeout_ms = c->timeout_ms;
+	rc = zl_xport_create(loop, &xo, &c->xport);
+	if (rc) {
+		ZL_LOG_ERR(CLIENT_LOG, "cannot create transport: kind=%s err=%s",
+			   zl_xport_kind_name(xo.kind), zl_strerror(rc));
+		goto out_free;
+	}
+	*out = c;
+	return 0;
+
+out_free:
+	free(c);
+	return rc;
+}
+
+static bool client_busy(const struct zl_client *c)
+{
+	if (!client_list_empty(&c->zombies)) {
+		for (const struct client_list *l = c->zombies.next; l != &c->zombies; l = l->next)
+			if (ZL_CONTAINER_OF(l, const struct zl_vol, link)->inflight_reqs)
+				return true;
+	}
+	for (size_t i = 0; i < c->n_nodes; i++)
+		if (!client_node_idle(c->nodes[i]))
+			return true;
+	return false;
+}
+
+void zl_client_destroy(struct zl_client *c)
+{
+	struct client_list *l;
+	uint64_t deadline;
+
+	if (!c)
+		return;
+	c->destroying = true;
+	while (!client_list_empty(&c->vols))
+		zl_vol_close(ZL_CONTAINER_OF(c->vols.next, struct zl_vol, link));
+	for (size_t i = 0; i < c->n_nodes; i++)
+		client_node_close_conns(c->nodes[i]);
+	/* Let the transport deliver the failures and close callbacks while our
+	 * objects still exist. */
+	deadline = zl_now_ms() + CLIENT_DRAIN_MS;
+	while (client_busy(c) && zl_now_ms() < deadline)
+		zl_loop_run_once(c->loop, 10);
+	zl_xport_destroy(c->xport);
+	while ((l = client_list_pop(&c->zombies)))
+		client_vol_free(ZL_CONTAINER_OF(l, struct zl_vol, link));
+	for (size_t i = 0; i < c->n_nodes; i++)
+		client_node_free(c->nodes[i]);
+	free(c->nodes);
+	free(c);
+}
+
+struct zl_xport *zl_client_xport(struct zl_client *c)
+{
+	return c->xport;
+}
+
+/* ---- control requests on dedicated connections ---- */
+
+struct ctl_slot {
+	const struct zl_node_info *node;
+	struct zl_xport_conn *xc;
+	struct zl_wire_hdr hello_hdr, hdr;
+	uint8_t hello_out[ZL_WIRE_HELLO_SIZE];
+	uint8_t hello_in[ZL_WIRE_HELLO_SIZE];
+	uint32_t hello_len;
+	int hello_status, status;
+	bool hello_done, done;
+	uint64_t t0, t1;
+	size_t *pending;
+};
+
+struct ctl_batch {
+	size_t pending; /* callbacks still to come */
+	struct ctl_slot slots[];
+};
+
+static void ctl_close_cb(void *arg, struct zl_xport_conn *xc, int reason)
+{
+	(void)arg;
+	(void)xc;
+	(void)reason;
+}
+
+static void ctl_hello_cb(void *arg, int status, const struct zl_wire_hdr *rep)
+{
+	struct ctl_slot *sl = arg;
+
+	sl->hello_status = status ? status : zl_wire_status_to_err(rep->status);
+	sl->hello_len = status ? 0 : rep->payload_len;
+	sl->hello_done = true;
+	(*sl->pending)--;
+}
+
+static void ctl_op_cb(void *arg, int status, const struct zl_wire_hdr *rep)
+{
+	struct ctl_slot *sl = arg;
+
+	sl->t1 = zl_now_ns();
+	sl->status = status ? status : zl_wire_status_to_err(rep->status);
+	sl->done = true;
+	(*sl->pending)--;
+}
+
+static int ctl_start(struct zl_client *c, struct ctl_slot *sl, int op, uint64_t vol_id)
+{
+	struct zl_wire_hello hl = {0};
+	int tmo = (int)ZL_MIN(c->timeout_ms, CLIENT_CONNECT_MAX_MS);
+	int rc;
+
+	rc = zl_xport_connect(c->xport, sl->node->addr, sl->node->port, tmo, ctl_close_cb, NULL,
+			      &sl->xc);
+	if (rc) {
+		sl->xc = NULL;
+		return rc;
+	}
+	hl.proto_version = ZL_WIRE_VERSION;
+	hl.caps = zl_xport_kind(c->xport) == ZL_XPORT_RDMA ? 2u : 1u;
+	snprintf(hl.node_id, sizeof(hl.node_id), "%s", c->id);
+	zl_wire_hello_encode(&hl, sl->hello_out);
+	sl->hello_hdr.opcode = ZL_OP_HELLO;
+	sl->hello_hdr.epoch = c->epoch;
+	rc = zl_xport_request(sl->xc, &sl->hello_hdr, sl->hello_out, ZL_WIRE_HELLO_SIZE,
+			      sl->hello_in, ZL_WIRE_HELLO_SIZE, ctl_hello_cb, sl);
+	if (rc)
+		return rc;
+	(*sl->pending)++;
+	sl->hdr.opcode = (uint8_t)op;
+	sl->hdr.vol_id = vol_id;
+	sl->hdr.epoch = c->epoch;
+	sl->t0 = zl_now_ns();
+	rc = zl_xport_request(sl->xc, &sl->hdr, NULL, 0, NULL, 0, ctl_op_cb, sl);
+	if (rc)
+		return rc;
+	(*sl->pending)++;
+	return 0;
+}
+
+/* Outcome of one slot: the request's status, unless the HELLO showed that
+ * the address belongs to another node. */
+static int ctl_result(const struct ctl_slot *sl)
+{
+	struct zl_wire_hello hl;
+
+	if (!sl->done)
+		return -ZL_ERR_TIMEOUT;
+	if (sl->hello_done && !sl->hello_status &&
+	    zl_wire_hello_decode(sl->hello_in, sl->hello_len, &hl) == 0 &&
+	    strcmp(hl.node_id, sl->node->id) != 0) {
+		ZL_LOG_WARN(CLIENT_LOG,
+			    "address answers as another node: addr=%s:%u expected=%s got=%s",
+			    sl->node->addr, sl->node->port, sl->node->id, hl.node_id);
+		return -ZL_ERR_CONN;
+	}
+	return sl->status;
+}
+
+int client_ctl_run(struct zl_client *c, const struct zl_node_info *nodes, size_t n, int op,
+		   uint64_t vol_id, int *results, uint64_t *rtt_ns)
+{
+	struct ctl_batch *b;
+	uint64_t deadline;
+
+	if (!n)
+		return 0;
+	b = calloc(1, sizeof(*b) + n * sizeof(b->slots[0]));
+	if (!b)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		b->slots[i].node = &nodes[i];
+		b->slots[i].pending = &b->pending;
+		results[i] = ctl_start(c, &b->slots[i], op, vol_id);
+	}
+	deadline = zl_now_ms() + c->timeout_ms + 1000;
+	while (b->pending && zl_now_ms() < deadline)
+		zl_loop_run_once(c->loop, 50);
+	for (size_t i = 0; i < n; i++)
+		if (b->slots[i].xc)
+			zl_xport_conn_close(b->slots[i].xc);
+	deadline = zl_now_ms() + 2000;
+	while (b->pending && zl_now_ms() < deadline)
+		zl_loop_run_once(c->loop, 50);
+	for (size_t i = 0; i < n; i++) {
+		if (!results[i])
+			results[i] = ctl_result(&b->slots[i]);
+		if (rtt_ns)
+			rtt_ns[i] = b->slots[i].done ? b->slots[i].t1 - b->slots[i].t0 : 0;
+		if (b->slots[i].xc)
+			zl_xport_conn_put(b->slots[i].xc);
+	}
+	if (b->pending) {
+		/* Callbacks would still write into b: leak it rather than free. */
+		ZL_LOG_ERR(CLIENT_LOG, "transport kept %zu control requests past their timeout",
+			   b->pending);
+		return 0;
+	}
+	free(b);
+	return 0;
+}
+
+int zl_client_ping_node(struct zl_client *c, const struct zl_node_info *n, uint64_t *rtt_us)
+{
+	uint64_t rtt = 0;
+	int res = 0, rc;
+
+	if (!c || !n)
+		return -ZL_ERR_INVAL;
+	rc = client_ctl_run(c, n, 1, ZL_OP_PING, 0, &res, &rtt);
+	if (rc)
+		return rc;
+	if (res)
+		return res;
+	if (rtt_us)
+		*rtt_us = rtt / 1000;
+	return 0;
+}
+
+/* Marks the record "deleting" (compare-and-swap on its revision). */
+static int volume_mark_deleting(struct zl_client *c, struct zl_volume *v)
+{
+	int rc = 0;
+
+	for (int tries = 0; strcmp(v->state, "deleting") != 0; tries++) {
+		char id[sizeof(v->id)];
+
+		snprintf(v->state, sizeof(v->state), "deleting");
+		rc = zl_meta_volume_update(c->etcd, c->prefix, v);
+		if (rc != -ZL_ERR_CONFLICT || tries >= 8)
+			return rc;
+		snprintf(id, sizeof(id), "%s", v->id);
+		zl_volume_fini(v);
+		rc = zl_meta_volume_get(c->etcd, c->prefix, id, v);
+		if (rc)
+			return rc;
+	}
+	return rc;
+}
+
+int zl_client_volume_delete(struct zl_client *c, const char *name_or_id)
+{
+	struct zl_volume v;
+	struct zl_node_info *live = NULL;
+	size_t n_live = 0;
+	int *res = NULL;
+	int rc;
+
+	if (!c || !name_or_id)
+		return -ZL_ERR_INVAL;
+	memset(&v, 0, sizeof(v));
+	rc = zl_meta_volume_lookup(c->etcd, c->prefix, name_or_id, &v);
+	if (rc)
+		return rc;
+	rc = volume_mark_deleting(c, &v);
+	if (rc) {
+		ZL_LOG_ERR(CLIENT_LOG, "cannot mark volume deleting: vol=%s err=%s detail=%s", v.id,
+			   zl_strerror(rc), zl_etcd_last_error());
+		goto out_vol;
+	}
+	rc = zl_meta_node_list(c->etcd, c->prefix, &live, &n_live);
+	if (rc) {
+		ZL_LOG_ERR(CLIENT_LOG, "cannot list storage nodes: vol=%s err=%s detail=%s", v.id,
+			   zl_strerror(rc), zl_etcd_last_error());
+		goto out_vol;
+	}
+	res = calloc(n_live ? n_live : 1, sizeof(*res));
+	if (!res) {
+		rc = -ENOMEM;
+		goto out_nodes;
+	}
+	rc = client_ctl_run(c, live, n_live, ZL_OP_VOLUME_DELETE, v.num, res, NULL);
+	if (rc)
+		goto out_res;
+	for (size_t i = 0; i < n_live; i++) {
+		if (res[i] == -ZL_ERR_NOT_FOUND)
+			res[i] = 0; /* nothing of this volume there */
+		if (res[i])
+			ZL_LOG_WARN(CLIENT_LOG,
+				    "VOLUME_DELETE failed: vol=%s node=%s addr=%s:%u err=%s", v.id,
+				    live[i].id, live[i].addr, live[i].port, zl_strerror(res[i]));
+	}
+	/* Every node of the placement must have dropped its replicas. */
+	for (uint32_t s = 0; s < v.n_slices && !rc; s++) {
+		for (unsigned r = 0; r < v.slices[s].n && r < ZL_MAX_REPLICAS; r++) {
+			const char *id = v.slices[s].nodes[r];
+			size_t j;
+
+			for (j = 0; j < n_live; j++)
+				if (strcmp(live[j].id, id) == 0)
+					break;
+			if (j < n_live && res[j] == 0)
+				continue;
+			ZL_LOG_ERR(CLIENT_LOG,
+				   "volume left in state deleting: vol=%s node=%s is %s; run the "
+				   "delete again when the node is back",
+				   v.id, id, j < n_live ? "failing" : "down");
+			rc = -ZL_ERR_UNAVAIL;
+			break;
+		}
+	}
+	if (rc)
+		goto out_res;
+	rc = zl_meta_volume_delete(c->etcd, c->prefix, &v);
+	if (rc)
+		ZL_LOG_ERR(CLIENT_LOG, "cannot delete volume record: vol=%s err=%s detail=%s", v.id,
+			   zl_strerror(rc), zl_etcd_last_error());
+	else
+		ZL_LOG_INFO(CLIENT_LOG, "volume deleted: vol=%s name=%s", v.id, v.name);
+out_res:
+	free(res);
+out_nodes:
+	free(live);
+out_vol:
+	zl_volume_fini(&v);
+	return rc;
+}

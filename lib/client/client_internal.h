@@ -1,0 +1,292 @@
+/* Internals of the volume client (lib/client). Not for other folders.
+ *
+ * Objects (all on one loop thread, no locks):
+ *   zl_client     transport, etcd handle, node table, open and closing volumes
+ *   client_node   one storage node: address, backoff, conns_per_node
+ *                 connections, a wait queue of sub-requests; lives until the
+ *                 client is destroyed (volumes keep plain pointers to nodes)
+ *   client_conn   one transport connection of a node and its HELLO state
+ *   zl_vol        a volume record copy, per-slice node pointers, and the
+ *                 preallocated user-I/O (client_io) and sub-request
+ *                 (client_sub) pools
+ *   client_io     one user I/O; split at chunk boundaries and ZL_WIRE_MAX_IO
+ *                 into sub-requests, completed when all are done
+ *   client_sub    one wire request with its own target and retry state
+ */
+#ifndef ZL_CLIENT_INTERNAL_H
+#define ZL_CLIENT_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/common.h"
+#include "../wire/wire.h"
+#include "client.h"
+
+#define CLIENT_LOG	      "client"
+#define CLIENT_MAX_ATTEMPTS   16
+#define CLIENT_MAX_IO_MS      30000u
+#define CLIENT_SUBS_PER_IO    4
+#define CLIENT_CONNECT_MAX_MS 1000u
+
+/* ---- intrusive doubly linked list ---- */
+
+struct client_list {
+	struct client_list *next, *prev;
+};
+
+static inline void client_list_init(struct client_list *h)
+{
+	h->next = h->prev = h;
+}
+
+static inline bool client_list_empty(const struct client_list *h)
+{
+	return h->next == h;
+}
+
+static inline void client_list_add_tail(struct client_list *h, struct client_list *n)
+{
+	n->prev = h->prev;
+	n->next = h;
+	h->prev->next = n;
+	h->prev = n;
+}
+
+static inline void client_list_del(struct client_list *n)
+{
+	n->prev->next = n->next;
+	n->next->prev = n->prev;
+	n->next = n->prev = n;
+}
+
+/* True when n is linked (after client_list_init/del it points to itself). */
+static inline bool client_list_linked(const struct client_list *n)
+{
+	return n->next != n;
+}
+
+static inline struct client_list *client_list_pop(struct client_list *h)
+{
+	struct client_list *n = h->next;
+
+	if (n == h)
+		return NULL;
+	client_list_del(n);
+	return n;
+}
+
+/* ---- pure helpers (unit-tested without a network) ---- */
+
+/* One piece of a split I/O. */
+struct zl_client_extent {
+	uint64_t chunk;	 /* chunk index */
+	uint32_t offset; /* byte offset inside the chunk */
+	uint32_t length; /* bytes */
+	uint64_t pos;	 /* offset of this piece inside the user I/O (buffer) */
+};
+
+/* Checks [off, off+len) against a volume of `size` bytes. Returns 0 or
+ * -ZL_ERR_RANGE (beyond the end or overflowing). */
+int zl_client_range_check(uint64_t size, uint64_t off, uint64_t len);
+
+/* The piece of the I/O [off, off+len) that starts `done` bytes into it: it
+ * ends at the next chunk boundary, after max_io bytes or at the end of the
+ * I/O, whichever comes first. chunk_size is a power of two. Returns 1 and
+ * fills *ext, or 0 when done >= len. */
+int zl_client_split_next(uint64_t off, uint64_t len, uint64_t done, uint32_t chunk_size,
+			 uint32_t max_io, struct zl_client_extent *ext);
+
+/* Number of pieces zl_client_split_next produces for the I/O. */
+uint64_t zl_client_split_count(uint64_t off, uint64_t len, uint32_t chunk_size, uint32_t max_io);
+
+/* Replica index (into s->nodes) a request should go to.
+ * Writes (is_read false): the primary (first in-sync replica), whatever the
+ * masks say. Reads: in preference order, the first in-sync replica whose bit
+ * is in neither tried_mask nor avoid_mask (nodes known to be down), else the
+ * first in-sync one not in tried_mask. Returns -1 when there is none. */
+int zl_client_pick_target(const struct zl_slice *s, bool is_read, uint32_t tried_mask,
+			  uint32_t avoid_mask);
+
+/* What to do with a finished request. */
+enum zl_client_action {
+	ZL_CLIENT_ACT_DONE,	/* success */
+	ZL_CLIENT_ACT_FAIL,	/* give the error to the user */
+	ZL_CLIENT_ACT_FAILOVER, /* read: try the next in-sync replica */
+	ZL_CLIENT_ACT_PROMOTE,	/* write: drop the primary from the slice, retry */
+	ZL_CLIENT_ACT_RELOAD,	/* reload volume record and nodes, retry */
+	ZL_CLIENT_ACT_RETRY,	/* same target again after a backoff */
+};
+
+/* Classifies the outcome of a request of wire opcode `op`: err is 0 or
+ * negative; `transport` tells a transport failure (no reply) from an error
+ * status in a reply. Follows "Client retry rules" in docs/PROTOCOL-NOTES.md. */
+enum zl_client_action zl_client_classify(int op, int err, bool transport);
+
+/* Backoff before attempt number `attempt` (1-based) of a request. */
+uint32_t zl_client_backoff_ms(uint32_t attempt);
+
+/* True for opcodes that must go to the primary. */
+static inline bool zl_client_op_is_write(int op)
+{
+	return op != ZL_OP_READ;
+}
+
+/* ---- runtime objects ---- */
+
+enum client_conn_state {
+	CONN_IDLE,    /* no transport connection */
+	CONN_HELLO,   /* connected, HELLO sent, waiting for the reply */
+	CONN_READY,   /* HELLO checked: requests may go */
+	CONN_CLOSING, /* close requested, waiting for the close callback */
+};
+
+struct client_node;
+
+struct client_conn {
+	struct client_node *node;
+	struct zl_xport_conn *xc; /* our reference, NULL when IDLE */
+	enum client_conn_state state;
+	bool hello_pending; /* HELLO request callback not yet run */
+	struct zl_wire_hdr hello_hdr;
+	uint8_t hello_out[ZL_WIRE_HELLO_SIZE];
+	uint8_t hello_in[ZL_WIRE_HELLO_SIZE];
+};
+
+struct client_node {
+	struct zl_client *c;
+	char id[ZL_NODE_ID_MAX];
+	char addr[64];
+	uint16_t port;
+	bool gone;		/* no record in etcd: treated as down */
+	uint64_t down_until_ns; /* after a failed connect: fail fast until then */
+	uint32_t backoff_ms;
+	uint32_t rr;		   /* round robin over conns */
+	struct client_list waitq;  /* subs waiting for a ready connection or a slot */
+	struct client_conn *conns; /* c->conns_per_node */
+	struct zl_ratelimit rl;
+};
+
+struct zl_client {
+	struct zl_loop *loop;
+	struct zl_etcd *etcd;
+	struct zl_xport *xport;
+	char prefix[128];
+	char id[ZL_WIRE_NAME_LEN];
+	uint32_t timeout_ms;
+	uint32_t max_io;
+	uint32_t conns_per_node;
+	uint64_t epoch;
+	struct client_node **nodes;
+	size_t n_nodes, cap_nodes;
+	uint64_t nodes_loaded_ns;   /* last node list refresh */
+	uint64_t etcd_fail_ns;	    /* last failed etcd call: avoid hammering a dead etcd */
+	struct client_list vols;    /* open volumes */
+	struct client_list zombies; /* closed volumes with requests still in the transport */
+	bool destroying;
+};
+
+enum client_sub_state {
+	SUB_FREE,  /* in vol->free_subs */
+	SUB_WAIT,  /* in node->waitq */
+	SUB_SENT,  /* handed to the transport, callback pending */
+	SUB_TIMER, /* waiting on sub->timer (backoff or deferred result) */
+	SUB_IDLE,  /* being handled (transient) */
+};
+
+enum client_sub_pending {
+	PEND_SEND,   /* (re)send */
+	PEND_RESULT, /* handle pending_err like a reply */
+};
+
+struct client_io;
+
+struct client_sub {
+	struct client_list link; /* free list or node wait queue */
+	struct zl_vol *vol;
+	struct client_io *io; /* NULL: orphan of a closed volume */
+	enum client_sub_state state;
+	uint8_t op;
+	uint8_t flags;
+	int8_t target;		/* replica index in the slice row */
+	uint8_t tried;		/* replicas tried for this read (bit mask) */
+	bool need_reload;	/* reload placement before the next send */
+	uint8_t pending;	/* what the timer does: enum client_sub_pending */
+	bool pending_transport; /* pending_err came without a reply */
+	int pending_err;
+	uint32_t slice;
+	uint32_t attempts;
+	uint64_t chunk;
+	uint32_t offset, length;
+	char *buf;	     /* data for WRITE, destination for READ */
+	uint64_t sent_ver;   /* slice version carried by the request */
+	uint64_t reload_seq; /* vol->reload_seq when sent */
+	uint64_t deadline_ns;
+	struct client_node *node; /* where it went */
+	struct zl_wire_hdr hdr;
+	struct zl_timer timer;
+};
+
+struct client_io {
+	struct client_list link; /* free list or vol->split_wait */
+	struct zl_vol *vol;
+	bool active;
+	uint8_t op;
+	bool fua;
+	int status; /* first error */
+	char *buf;
+	uint64_t off, len;
+	uint64_t split_done;  /* bytes (or, for FLUSH, slices) already split */
+	uint32_t outstanding; /* subs not yet done */
+	zl_io_cb cb;
+	void *arg;
+	struct zl_defer defer; /* completion of an I/O that needed no request */
+};
+
+struct zl_vol {
+	struct client_list link; /* c->vols or c->zombies */
+	struct zl_client *c;
+	struct zl_volume meta;
+	struct client_node **slice_nodes; /* [n_slices * ZL_MAX_REPLICAS] */
+	uint64_t reload_seq;		  /* bumps on every installed record */
+	bool closing;
+	bool reload_soon;
+	struct zl_defer reload_defer;
+	uint32_t inflight_reqs; /* subs inside the transport */
+	struct client_io *ios;
+	struct client_sub *subs;
+	uint32_t n_ios, n_subs;
+	struct client_list free_ios, free_subs, split_wait;
+	struct zl_vol_stats stats;
+	struct zl_ratelimit rl; /* failover warnings */
+};
+
+/* client_node.c */
+int client_nodes_refresh(struct zl_client *c);
+struct client_node *client_node_find(struct zl_client *c, const char *id);
+struct client_node *client_node_get_or_add(struct zl_client *c, const char *id);
+bool client_node_is_down(const struct client_node *n, uint64_t now_ns);
+/* Sends (or queues) s on node n; 0, or -ZL_ERR_CONN when the node is down. */
+int client_node_submit(struct client_node *n, struct client_sub *s);
+/* Sends queued subs; fails them when no connection can carry them. */
+void client_node_kick(struct client_node *n);
+void client_node_close_conns(struct client_node *n);
+void client_node_free(struct client_node *n);
+bool client_node_idle(const struct client_node *n);
+
+/* client_io.c */
+void client_sub_reply_cb(void *arg, int status, const struct zl_wire_hdr *rep);
+/* Delivers err (a transport-level failure) to s from the loop, never inside
+ * the caller. */
+void client_sub_fail_async(struct client_sub *s, int err);
+void client_vol_free(struct zl_vol *v);
+
+/* client.c */
+/* Runs one control request (opcode op, after a HELLO) against each node on a
+ * dedicated connection, in parallel; results[i] gets 0 or an error, rtt_ns
+ * (optional) the round trip of the request. Blocking. */
+int client_ctl_run(struct zl_client *c, const struct zl_node_info *nodes, size_t n, int op,
+		   uint64_t vol_id, int *results, uint64_t *rtt_ns);
+
+#endif

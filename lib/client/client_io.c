@@ -1,0 +1,833 @@
+/* Volume handles and the I/O engine of the volume client.
+ *
+ * A user I/O (client_io) is split into sub-requests (client_sub) from the
+ * volume's preallocated pools; when the sub pool runs dry the I/O waits in
+ * vol->split_wait and goes on as subs come back. Every sub carries its own
+ * target and retry state:
+ *
+ *   start -> send -> SENT --reply--> result: DONE | FAIL       -> done
+ *                                            FAILOVER           -> next replica
+ *                                            PROMOTE            -> slice_drop, retry
+ *                                            RELOAD | RETRY     -> TIMER -> send
+ *
+ * Results, retries and completions always run from loop callbacks (reply,
+ * timer, defer), never inside a submit call. The user callback runs when
+ * every sub of the I/O is done, with the first error. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_internal.h"
+
+#define ETCD_QUIET_NS  (200ull * 1000000ull) /* after a failed etcd call */
+#define NODES_FRESH_NS (50ull * 1000000ull)  /* node list younger than this is reused */
+
+static void sub_send(struct client_sub *s);
+static void sub_done(struct client_sub *s, int err);
+
+/* ---- placement ---- */
+
+/* Points vol->slice_nodes at the node objects of v->meta's placement, asking
+ * etcd for the node list when a replica node is unknown. */
+static int vol_bind_nodes(struct zl_vol *v)
+{
+	struct zl_client *c = v->c;
+	const struct zl_volume *m = &v->meta;
+	bool missing = false;
+	int rc = 0;
+
+	for (uint32_t s = 0; s < m->n_slices && !missing; s++)
+		for (unsigned r = 0; r < m->slices[s].n && r < ZL_MAX_REPLICAS; r++)
+			if (!client_node_find(c, m->slices[s].nodes[r]))
+				missing = true;
+	if (missing)
+		client_nodes_refresh(c);
+	for (uint32_t s = 0; s < m->n_slices; s++) {
+		for (unsigned r = 0; r < ZL_MAX_REPLICAS; r++) {
+			struct client_node *n = NULL;
+
+			if (r < m->slices[s].n) {
+				n = client_node_get_or_add(c, m->slices[s].nodes[r]);
+				if (!n)
+					rc = -ENOMEM;
+			}
+			v->slice_nodes[s * ZL_MAX_REPLICAS + r] = n;
+		}
+	}
+	return rc;
+}
+
+/* Replaces the volume record with fresh (consumed). */
+static int vol_install(struct zl_vol *v, struct zl_volume *fresh)
+{
+	if (fresh->num != v->meta.num || fresh->chunk_size != v->meta.chunk_size ||
+	    fresh->n_slices != v->meta.n_slices || !fresh->slices) {
+		ZL_LOG_ERR(CLIENT_LOG,
+			   "volume record changed shape under an open volume, keeping the old "
+			   "one: vol=%s chunk_size=%u->%u slices=%u->%u; reopen the volume",
+			   v->meta.id, v->meta.chunk_size, fresh->chunk_size, v->meta.n_slices,
+			   fresh->n_slices);
+		zl_volume_fini(fresh);
+		return -ZL_ERR_PROTO;
+	}
+	zl_volume_fini(&v->meta);
+	v->meta = *fresh;
+	memset(fresh, 0, sizeof(*fresh));
+	v->reload_seq++;
+	return vol_bind_nodes(v);
+}
+
+static bool etcd_quiet(struct zl_client *c)
+{
+	return c->etcd_fail_ns && zl_now_ns() - c->etcd_fail_ns < ETCD_QUIET_NS;
+}
+
+/* Reloads the volume record and the node list from etcd. */
+static int vol_reload(struct zl_vol *v)
+{
+	struct zl_client *c = v->c;
+	struct zl_volume fresh;
+	int rc;
+
+	if (etcd_quiet(c))
+		return -ZL_ERR_ETCD;
+	memset(&fresh, 0, sizeof(fresh));
+	rc = zl_meta_volume_get(c->etcd, c->prefix, v->meta.id, &fresh);
+	if (rc) {
+		if (rc != -ZL_ERR_NOT_FOUND)
+			c->etcd_fail_ns = zl_now_ns();
+		ZL_LOG_WARN(CLIENT_LOG, "cannot reload volume record: vol=%s err=%s detail=%s",
+			    v->meta.id, zl_strerror(rc), zl_etcd_last_error());
+		return rc;
+	}
+	/* A burst of reloads (many slices changed at once) lists nodes once. */
+	if (zl_now_ns() - c->nodes_loaded_ns >= NODES_FRESH_NS && client_nodes_refresh(c))
+		c->etcd_fail_ns = zl_now_ns();
+	v->stats.placement_reloads++;
+	return vol_install(v, &fresh);
+}
+
+static void vol_reload_defer_cb(void *arg)
+{
+	struct zl_vol *v = arg;
+
+	v->reload_soon = false;
+	vol_reload(v);
+}
+
+static void vol_reload_soon(struct zl_vol *v)
+{
+	if (v->reload_soon)
+		return;
+	v->reload_soon = true;
+	zl_loop_defer(v->c->loop, &v->reload_defer, vol_reload_defer_cb, v);
+}
+
+/* ---- user I/O ---- */
+
+static uint64_t io_total(const struct client_io *io)
+{
+	return io->op == ZL_OP_FLUSH ? io->vol->meta.n_slices : io->len;
+}
+
+static void io_maybe_complete(struct client_io *io)
+{
+	struct zl_vol *v = io->vol;
+	zl_io_cb cb;
+	void *arg;
+	int status;
+
+	if (io->outstanding || (!io->status && io->split_done < io_total(io)))
+		return;
+	if (client_list_linked(&io->link))
+		client_list_del(&io->link);
+	status = io->status;
+	if (io->op == ZL_OP_READ) {
+		v->stats.reads++;
+		if (!status)
+			v->stats.read_bytes += io->len;
+	} else if (io->op == ZL_OP_WRITE) {
+		v->stats.writes++;
+		if (!status)
+			v->stats.write_bytes += io->len;
+	}
+	cb = io->cb;
+	arg = io->arg;
+	io->active = false;
+	io->cb = NULL;
+	client_list_add_tail(&v->free_ios, &io->link);
+	/* Last: the callback may submit, or close the volume. */
+	cb(arg, status);
+}
+
+static void io_defer_cb(void *arg)
+{
+	io_maybe_complete(arg);
+}
+
+/* FLUSH goes once to every node that is primary of some slice: slice s gets
+ * a sub only if no earlier slice has the same primary node. */
+static bool flush_slice_is_first(const struct zl_vol *v, uint32_t s)
+{
+	const struct zl_slice *sl = v->meta.slices;
+	int p = zl_slice_primary(&sl[s]);
+	const struct client_node *pn = p >= 0 ? v->slice_nodes[s * ZL_MAX_REPLICAS + p] : NULL;
+
+	for (uint32_t i = 0; i < s; i++) {
+		int q = zl_slice_primary(&sl[i]);
+
+		if (p < 0 && q < 0)
+			return false;
+		if (p >= 0 && q >= 0 && v->slice_nodes[i * ZL_MAX_REPLICAS + q] == pn)
+			return false;
+	}
+	return true;
+}
+
+static void sub_start(struct client_sub *s)
+{
+	s->attempts = 0;
+	s->tried = 0;
+	s->need_reload = false;
+	s->pending_err = 0;
+	s->deadline_ns = zl_now_ns() + (uint64_t)CLIENT_MAX_IO_MS * 1000000ull;
+	sub_send(s);
+}
+
+/* Cuts as many subs out of io as the pool allows. Leaves io in split_wait
+ * when the pool ran dry, removes it when splitting is over. */
+static void io_split(struct client_io *io)
+{
+	struct zl_vol *v = io->vol;
+	uint64_t total = io_total(io);
+
+	while (!io->status && io->split_done < total) {
+		struct zl_client_extent e = {0};
+		struct client_list *l;
+		struct client_sub *s;
+
+		if (io->op == ZL_OP_FLUSH && !flush_slice_is_first(v, (uint32_t)io->split_done)) {
+			io->split_done++;
+			continue;
+		}
+		l = client_list_pop(&v->free_subs);
+		if (!l) {
+			if (!client_list_linked(&io->link))
+				client_list_add_tail(&v->split_wait, &io->link);
+			return;
+		}
+		s = ZL_CONTAINER_OF(l, struct client_sub, link);
+		s->io = io;
+		s->op = io->op;
+		s->flags = io->fua ? ZL_WF_FUA : 0;
+		s->state = SUB_IDLE;
+		if (io->op == ZL_OP_FLUSH) {
+			s->chunk = io->split_done;
+			s->slice = (uint32_t)io->split_done;
+			s->offset = 0;
+			s->length = 0;
+			s->buf = NULL;
+			io->split_done++;
+		} else {
+			zl_client_split_next(io->off, io->len, io->split_done, v->meta.chunk_size,
+					     ZL_WIRE_MAX_IO, &e);
+			s->chunk = e.chunk;
+			s->slice = zl_volume_slice_of(&v->meta, e.chunk);
+			s->offset = e.offset;
+			s->length = e.length;
+			s->buf = io->buf ? io->buf + e.pos : NULL;
+			io->split_done += e.length;
+		}
+		io->outstanding++;
+		sub_start(s);
+	}
+	if (client_list_linked(&io->link))
+		client_list_del(&io->link);
+}
+
+static void vol_split_resume(struct zl_vol *v)
+{
+	while (!client_list_empty(&v->split_wait) && !client_list_empty(&v->free_subs)) {
+		struct client_io *io = ZL_CONTAINER_OF(v->split_wait.next, struct client_io, link);
+
+		io_split(io);
+		if (client_list_linked(&io->link))
+			break;
+	}
+}
+
+static int vol_submit(struct zl_vol *v, uint8_t op, void *buf, uint64_t off, uint64_t len, bool fua,
+		      zl_io_cb cb, void *arg)
+{
+	struct client_list *l;
+	struct client_io *io;
+	int rc;
+
+	if (!v || !cb || v->closing)
+		return -ZL_ERR_INVAL;
+	if (op != ZL_OP_FLUSH) {
+		rc = zl_client_range_check(v->meta.size, off, len);
+		if (rc)
+			return rc;
+		if ((op == ZL_OP_READ || op == ZL_OP_WRITE) && len && !buf)
+			return -ZL_ERR_INVAL;
+	}
+	l = client_list_pop(&v->free_ios);
+	if (!l)
+		return -ZL_ERR_BUSY;
+	io = ZL_CONTAINER_OF(l, struct client_io, link);
+	io->active = true;
+	io->op = op;
+	io->fua = fua;
+	io->status = 0;
+	io->buf = buf;
+	io->off = off;
+	io->len = len;
+	io->split_done = 0;
+	io->outstanding = 0;
+	io->cb = cb;
+	io->arg = arg;
+	if (io_total(io) == 0) {
+		zl_loop_defer(v->c->loop, &io->defer, io_defer_cb, io);
+		return 0;
+	}
+	if (!client_list_empty(&v->split_wait))
+		client_list_add_tail(&v->split_wait, &io->link); /* keep FIFO order */
+	else
+		io_split(io);
+	return 0;
+}
+
+/* ---- sub-requests ---- */
+
+static void sub_timer_cb(void *arg);
+
+static void sub_arm(struct client_sub *s, uint8_t what, uint32_t delay_ms)
+{
+	s->pending = what;
+	s->state = SUB_TIMER;
+	zl_timer_start(s->vol->c->loop, &s->timer, delay_ms, 0, sub_timer_cb, s);
+}
+
+void client_sub_fail_async(struct client_sub *s, int err)
+{
+	s->pending_err = err;
+	s->pending_transport = true;
+	sub_arm(s, PEND_RESULT, 0);
+}
+
+static void sub_send(struct client_sub *s)
+{
+	struct zl_vol *v = s->vol;
+	struct zl_client *c = v->c;
+	const struct zl_slice *sl = &v->meta.slices[s->slice];
+	struct client_node *n;
+	uint64_t now = zl_now_ns();
+	uint32_t avoid = 0;
+	bool rd = s->op == ZL_OP_READ;
+	int idx, rc;
+
+	s->reload_seq = v->reload_seq;
+	s->sent_ver = sl->version;
+	if (rd) {
+		for (unsigned i = 0; i < sl->n && i < ZL_MAX_REPLICAS; i++) {
+			n = v->slice_nodes[s->slice * ZL_MAX_REPLICAS + i];
+			if (!n || client_node_is_down(n, now))
+				avoid |= 1u << i;
+		}
+	}
+	idx = zl_client_pick_target(sl, rd, s->tried, avoid);
+	if (idx < 0) {
+		/* No in-sync replica left to try: reload and start over. */
+		s->pending_err = -ZL_ERR_UNAVAIL;
+		s->pending_transport = false;
+		sub_arm(s, PEND_RESULT, 0);
+		return;
+	}
+	n = v->slice_nodes[s->slice * ZL_MAX_REPLICAS + idx];
+	s->target = (int8_t)idx;
+	s->node = n;
+	memset(&s->hdr, 0, sizeof(s->hdr));
+	s->hdr.opcode = s->op;
+	s->hdr.flags = s->flags;
+	s->hdr.vol_id = v->meta.num;
+	s->hdr.chunk = s->chunk;
+	s->hdr.offset = s->offset;
+	s->hdr.length = s->length;
+	s->hdr.slice_ver = sl->version;
+	s->hdr.epoch = c->epoch;
+	rc = n ? client_node_submit(n, s) : -ZL_ERR_CONN;
+	if (rc)
+		client_sub_fail_async(s, rc);
+}
+
+static void sub_free(struct client_sub *s)
+{
+	s->io = NULL;
+	s->node = NULL;
+	s->state = SUB_FREE;
+	client_list_add_tail(&s->vol->free_subs, &s->link);
+}
+
+static void sub_done(struct client_sub *s, int err)
+{
+	struct client_io *io = s->io;
+	struct zl_vol *v = s->vol;
+
+	if (err && !io->status)
+		io->status = err;
+	sub_free(s);
+	io->outstanding--;
+	vol_split_resume(v);
+	io_maybe_complete(io); /* last: may run the user callback */
+}
+
+static const char *sub_node_id(const struct client_sub *s)
+{
+	return s->node ? s->node->id : "?";
+}
+
+/* Schedules another attempt; gives up with -ZL_ERR_UNAVAIL when the attempt
+ * or time budget is spent. */
+static void sub_retry(struct client_sub *s, bool reload, bool now, int why)
+{
+	struct zl_vol *v = s->vol;
+	uint64_t t = zl_now_ns();
+	uint32_t delay;
+
+	s->attempts++;
+	v->stats.retries++;
+	if (s->attempts >= CLIENT_MAX_ATTEMPTS || t >= s->deadline_ns) {
+		ZL_LOG_ERR(CLIENT_LOG,
+			   "giving up on request: vol=%s op=%s chunk=%llu slice=%u node=%s "
+			   "attempts=%u last_err=%s; no replica of the slice could serve it",
+			   v->meta.id, zl_wire_op_name(s->op), (unsigned long long)s->chunk,
+			   s->slice, sub_node_id(s), s->attempts, zl_strerror(why));
+		sub_done(s, -ZL_ERR_UNAVAIL);
+		return;
+	}
+	s->need_reload |= reload;
+	delay = now ? 0 : zl_client_backoff_ms(s->attempts);
+	if (delay && t + (uint64_t)delay * 1000000ull > s->deadline_ns)
+		delay = (uint32_t)((s->deadline_ns - t) / 1000000ull) + 1;
+	sub_arm(s, PEND_SEND, delay);
+}
+
+/* A write-class request got no answer from the slice's primary: drop it from
+ * the in-sync set (promoting the next replica) and retry there. */
+static void sub_promote(struct client_sub *s, int err)
+{
+	struct zl_vol *v = s->vol;
+	struct zl_client *c = v->c;
+	const struct zl_slice *sl = &v->meta.slices[s->slice];
+	char node_id[ZL_NODE_ID_MAX];
+	struct zl_volume fresh;
+	int rc, np;
+
+	if (sl->version != s->sent_ver || s->target < 0 || s->target >= sl->n ||
+	    zl_slice_primary(sl) != s->target) {
+		/* The row changed since we sent: someone already acted. */
+		sub_retry(s, false, true, err);
+		return;
+	}
+	if (etcd_quiet(c)) {
+		sub_retry(s, false, false, err);
+		return;
+	}
+	snprintf(node_id, sizeof(node_id), "%s", sl->nodes[s->target]);
+	memset(&fresh, 0, sizeof(fresh));
+	rc = zl_meta_slice_drop(c->etcd, c->prefix, v->meta.id, s->slice, node_id, s->sent_ver,
+				&fresh);
+	if (rc) {
+		if (rc == -ZL_ERR_ETCD || rc == -ZL_ERR_TIMEOUT)
+			c->etcd_fail_ns = zl_now_ns();
+		ZL_LOG_WARN(CLIENT_LOG,
+			    "cannot promote a new primary: vol=%s slice=%u node=%s version=%llu "
+			    "io_err=%s err=%s",
+			    v->meta.id, s->slice, node_id, (unsigned long long)s->sent_ver,
+			    zl_strerror(err), zl_strerror(rc));
+		sub_retry(s, true, false, err);
+		return;
+	}
+	v->stats.promotions++;
+	rc = vol_install(v, &fresh);
+	sl = &v->meta.slices[s->slice];
+	np = zl_slice_primary(sl);
+	ZL_LOG_WARN(CLIENT_LOG,
+		    "promoted new primary: vol=%s slice=%u dropped=%s new_primary=%s version=%llu "
+		    "cause=%s",
+		    v->meta.id, s->slice, node_id, np >= 0 ? sl->nodes[np] : "none",
+		    (unsigned long long)sl->version, zl_strerror(err));
+	sub_retry(s, rc != 0, true, err);
+}
+
+static void sub_result(struct client_sub *s, int err, uint64_t rep_ver, bool transport)
+{
+	struct zl_vol *v = s->vol;
+	const struct zl_slice *sl;
+	int next;
+
+	switch (zl_client_classify(s->op, err, transport)) {
+	case ZL_CLIENT_ACT_DONE:
+		if (rep_ver > s->sent_ver)
+			vol_reload_soon(v);
+		sub_done(s, 0);
+		return;
+	case ZL_CLIENT_ACT_FAIL:
+		if (zl_ratelimit_ok(&v->rl, 10))
+			ZL_LOG_ERR(CLIENT_LOG,
+				   "request failed: vol=%s op=%s chunk=%llu node=%s err=%s",
+				   v->meta.id, zl_wire_op_name(s->op), (unsigned long long)s->chunk,
+				   sub_node_id(s), zl_strerror(err));
+		sub_done(s, err);
+		return;
+	case ZL_CLIENT_ACT_FAILOVER:
+		v->stats.failovers++;
+		if (s->target >= 0)
+			s->tried |= (uint8_t)(1u << s->target);
+		sl = &v->meta.slices[s->slice];
+		next = zl_client_pick_target(sl, true, s->tried, 0);
+		if (zl_ratelimit_ok(&v->rl, 10))
+			ZL_LOG_WARN(
+			    CLIENT_LOG,
+			    "read failover: vol=%s slice=%u chunk=%llu node=%s err=%s next=%s",
+			    v->meta.id, s->slice, (unsigned long long)s->chunk, sub_node_id(s),
+			    zl_strerror(err), next >= 0 ? sl->nodes[next] : "(reload)");
+		if (next >= 0) {
+			sub_retry(s, false, true, err);
+		} else {
+			s->tried = 0;
+			sub_retry(s, true, false, err);
+		}
+		return;
+	case ZL_CLIENT_ACT_PROMOTE:
+		sub_promote(s, err);
+		return;
+	case ZL_CLIENT_ACT_RELOAD:
+		s->tried = 0;
+		/* Retry at once the first time, or when someone reloaded since we
+		 * sent; back off when the placement does not move. */
+		sub_retry(s, true, s->attempts == 0 || s->reload_seq != v->reload_seq, err);
+		return;
+	case ZL_CLIENT_ACT_RETRY:
+		sub_retry(s, false, false, err);
+		return;
+	}
+}
+
+static void sub_timer_cb(void *arg)
+{
+	struct client_sub *s = arg;
+	struct zl_vol *v = s->vol;
+	int err = s->pending_err;
+	int rc;
+
+	s->state = SUB_IDLE;
+	s->pending_err = 0;
+	if (s->pending == PEND_RESULT) {
+		sub_result(s, err, 0, s->pending_transport);
+		return;
+	}
+	if (s->need_reload) {
+		s->need_reload = false;
+		/* Another sub may have reloaded since we sent: then use that. */
+		if (s->reload_seq == v->reload_seq) {
+			rc = vol_reload(v);
+			if (rc == -ZL_ERR_NOT_FOUND) {
+				ZL_LOG_ERR(CLIENT_LOG, "volume deleted under I/O: vol=%s",
+					   v->meta.id);
+				sub_done(s, -ZL_ERR_NOT_FOUND);
+				return;
+			}
+		}
+	}
+	sub_send(s);
+}
+
+void client_sub_reply_cb(void *arg, int status, const struct zl_wire_hdr *rep)
+{
+	struct client_sub *s = arg;
+	struct zl_vol *v = s->vol;
+	struct client_node *n = s->node;
+	int err = status;
+	uint64_t rep_ver = 0;
+
+	v->inflight_reqs--;
+	s->state = SUB_IDLE;
+	if (!s->io) {
+		/* Orphan of a closed volume. */
+		s->state = SUB_FREE;
+		if (v->closing && v->inflight_reqs == 0 && !v->c->destroying) {
+			client_list_del(&v->link);
+			client_vol_free(v);
+		}
+		goto out_kick;
+	}
+	if (!status) {
+		err = zl_wire_status_to_err(rep->status);
+		rep_ver = rep->slice_ver;
+		if (!err && s->op == ZL_OP_READ && rep->payload_len != s->length)
+			err = -ZL_ERR_PROTO;
+	}
+	sub_result(s, err, rep_ver, status != 0);
+out_kick:
+	if (n)
+		client_node_kick(n);
+}
+
+/* ---- volume handles ---- */
+
+int zl_vol_open(struct zl_client *c, const char *name_or_id, struct zl_vol **out)
+{
+	struct zl_vol *v;
+	uint32_t n_subs;
+	int rc;
+
+	if (!c || !name_or_id || !out)
+		return -ZL_ERR_INVAL;
+	v = calloc(1, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	v->c = c;
+	client_list_init(&v->link);
+	client_list_init(&v->free_ios);
+	client_list_init(&v->free_subs);
+	client_list_init(&v->split_wait);
+	rc = zl_meta_volume_lookup(c->etcd, c->prefix, name_or_id, &v->meta);
+	if (rc) {
+		if (rc != -ZL_ERR_NOT_FOUND)
+			ZL_LOG_ERR(CLIENT_LOG, "cannot look up volume: vol=%s err=%s detail=%s",
+				   name_or_id, zl_strerror(rc), zl_etcd_last_error());
+		goto out_free;
+	}
+	if (strcmp(v->meta.state, "deleting") == 0) {
+		ZL_LOG_ERR(CLIENT_LOG, "volume is being deleted, not opening it: vol=%s",
+			   v->meta.id);
+		rc = -ZL_ERR_NOT_FOUND;
+		goto out_meta;
+	}
+	if (!v->meta.n_slices || !v->meta.slices || !v->meta.chunk_size ||
+	    (v->meta.chunk_size & (v->meta.chunk_size - 1))) {
+		ZL_LOG_ERR(CLIENT_LOG, "volume record is malformed: vol=%s slices=%u chunk_size=%u",
+			   v->meta.id, v->meta.n_slices, v->meta.chunk_size);
+		rc = -ZL_ERR_INVAL;
+		goto out_meta;
+	}
+	v->slice_nodes =
+	    calloc((size_t)v->meta.n_slices * ZL_MAX_REPLICAS, sizeof(*v->slice_nodes));
+	v->n_ios = c->max_io;
+	n_subs = c->max_io * CLIENT_SUBS_PER_IO;
+	v->n_subs = n_subs;
+	v->ios = calloc(v->n_ios, sizeof(*v->ios));
+	v->subs = calloc(v->n_subs, sizeof(*v->subs));
+	if (!v->slice_nodes || !v->ios || !v->subs) {
+		rc = -ENOMEM;
+		goto out_arrays;
+	}
+	for (uint32_t i = 0; i < v->n_ios; i++) {
+		v->ios[i].vol = v;
+		client_list_add_tail(&v->free_ios, &v->ios[i].link);
+	}
+	for (uint32_t i = 0; i < v->n_subs; i++) {
+		v->subs[i].vol = v;
+		v->subs[i].state = SUB_FREE;
+		client_list_add_tail(&v->free_subs, &v->subs[i].link);
+	}
+	rc = client_nodes_refresh(c);
+	if (rc)
+		goto out_arrays;
+	rc = vol_bind_nodes(v);
+	if (rc)
+		goto out_arrays;
+	client_list_add_tail(&c->vols, &v->link);
+	ZL_LOG_INFO(CLIENT_LOG, "volume opened: vol=%s name=%s size=%llu chunk_size=%u slices=%u",
+		    v->meta.id, v->meta.name, (unsigned long long)v->meta.size, v->meta.chunk_size,
+		    v->meta.n_slices);
+	*out = v;
+	return 0;
+
+out_arrays:
+	free(v->subs);
+	free(v->ios);
+	free(v->slice_nodes);
+out_meta:
+	zl_volume_fini(&v->meta);
+out_free:
+	free(v);
+	return rc;
+}
+
+void client_vol_free(struct zl_vol *v)
+{
+	if (!v)
+		return;
+	zl_volume_fini(&v->meta);
+	free(v->subs);
+	free(v->ios);
+	free(v->slice_nodes);
+	free(v);
+}
+
+void zl_vol_close(struct zl_vol *v)
+{
+	struct zl_client *c;
+
+	if (!v || v->closing)
+		return;
+	c = v->c;
+	v->closing = true;
+	zl_loop_defer_cancel(c->loop, &v->reload_defer);
+	for (uint32_t i = 0; i < v->n_subs; i++) {
+		struct client_sub *s = &v->subs[i];
+
+		switch (s->state) {
+		case SUB_WAIT:
+			client_list_del(&s->link);
+			s->state = SUB_FREE;
+			break;
+		case SUB_TIMER:
+			zl_timer_stop(c->loop, &s->timer);
+			s->state = SUB_FREE;
+			break;
+		case SUB_SENT:
+			s->io = NULL; /* its reply frees it */
+			break;
+		default:
+			break;
+		}
+	}
+	client_list_del(&v->link);
+	if (v->inflight_reqs)
+		client_list_add_tail(&c->zombies, &v->link);
+	/* User callbacks last: they must not find half-closed state. */
+	for (uint32_t i = 0; i < v->n_ios; i++) {
+		struct client_io *io = &v->ios[i];
+
+		if (!io->active)
+			continue;
+		zl_loop_defer_cancel(c->loop, &io->defer);
+		io->active = false;
+		io->cb(io->arg, -ZL_ERR_CONN);
+	}
+	ZL_LOG_INFO(CLIENT_LOG, "volume closed: vol=%s", v->meta.id);
+	if (!v->inflight_reqs)
+		client_vol_free(v);
+}
+
+uint64_t zl_vol_size(const struct zl_vol *v)
+{
+	return v->meta.size;
+}
+
+const struct zl_volume *zl_vol_meta(const struct zl_vol *v)
+{
+	return &v->meta;
+}
+
+int zl_vol_aio_read(struct zl_vol *v, void *buf, uint64_t off, uint64_t len, zl_io_cb cb, void *arg)
+{
+	return vol_submit(v, ZL_OP_READ, buf, off, len, false, cb, arg);
+}
+
+int zl_vol_aio_write(struct zl_vol *v, const void *buf, uint64_t off, uint64_t len, int fua,
+		     zl_io_cb cb, void *arg)
+{
+	/* The buffer is only read from; the cast spares a second field. */
+	return vol_submit(v, ZL_OP_WRITE, (void *)(uintptr_t)buf, off, len, fua != 0, cb, arg);
+}
+
+int zl_vol_aio_flush(struct zl_vol *v, zl_io_cb cb, void *arg)
+{
+	return vol_submit(v, ZL_OP_FLUSH, NULL, 0, 0, false, cb, arg);
+}
+
+int zl_vol_aio_discard(struct zl_vol *v, uint64_t off, uint64_t len, zl_io_cb cb, void *arg)
+{
+	return vol_submit(v, ZL_OP_DISCARD, NULL, off, len, false, cb, arg);
+}
+
+int zl_vol_aio_write_zeroes(struct zl_vol *v, uint64_t off, uint64_t len, zl_io_cb cb, void *arg)
+{
+	return vol_submit(v, ZL_OP_WRITE_ZEROES, NULL, off, len, false, cb, arg);
+}
+
+/* ---- blocking wrappers ---- */
+
+struct vol_wait {
+	bool done;
+	int status;
+};
+
+static void vol_wait_cb(void *arg, int status)
+{
+	struct vol_wait *w = arg;
+
+	w->status = status;
+	w->done = true;
+}
+
+/* Submits (waiting out -ZL_ERR_BUSY) and runs the loop until completion. The
+ * I/O itself is bounded (attempts, deadline), so the loop ends. */
+static int vol_run(struct zl_vol *v, uint8_t op, void *buf, uint64_t off, uint64_t len)
+{
+	struct vol_wait w = {0};
+	int rc;
+
+	if (!v)
+		return -ZL_ERR_INVAL;
+	for (;;) {
+		rc = vol_submit(v, op, buf, off, len, false, vol_wait_cb, &w);
+		if (rc != -ZL_ERR_BUSY)
+			break;
+		zl_loop_run_once(v->c->loop, 100);
+	}
+	if (rc)
+		return rc;
+	while (!w.done)
+		zl_loop_run_once(v->c->loop, 100);
+	return w.status;
+}
+
+int zl_vol_read(struct zl_vol *v, void *buf, uint64_t off, uint64_t len)
+{
+	return vol_run(v, ZL_OP_READ, buf, off, len);
+}
+
+int zl_vol_write(struct zl_vol *v, const void *buf, uint64_t off, uint64_t len)
+{
+	return vol_run(v, ZL_OP_WRITE, (void *)(uintptr_t)buf, off, len);
+}
+
+int zl_vol_flush(struct zl_vol *v)
+{
+	return vol_run(v, ZL_OP_FLUSH, NULL, 0, 0);
+}
+
+int zl_vol_discard(struct zl_vol *v, uint64_t off, uint64_t len)
+{
+	return vol_run(v, ZL_OP_DISCARD, NULL, off, len);
+}
+
+int zl_vol_write_zeroes(struct zl_vol *v, uint64_t off, uint64_t len)
+{
+	return vol_run(v, ZL_OP_WRITE_ZEROES, NULL, off, len);
+}
+
+/* ---- buffers and stats ---- */
+
+void *zl_vol_buf_alloc(struct zl_vol *v, size_t len)
+{
+	return zl_xport_buf_alloc(v->c->xport, len);
+}
+
+void zl_vol_buf_free(struct zl_vol *v, void *buf)
+{
+	if (buf)
+		zl_xport_buf_free(v->c->xport, buf);
+}
+
+void zl_vol_get_stats(const struct zl_vol *v, struct zl_vol_stats *out)
+{
+	*out = v->stats;
+}

@@ -1,0 +1,370 @@
+/* Storage node table and per-node connections of the volume client.
+ *
+ * A node's connections are opened on demand: connect (blocking, bounded),
+ * then HELLO with our id; the reply must carry the node id we meant, else the
+ * connection is closed (the address now belongs to another node). Requests
+ * wait in the node's queue until a connection is READY. A failed connect or
+ * HELLO puts the node in backoff, during which requests fail fast so reads
+ * move to another replica and writes promote. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_internal.h"
+
+#define NODE_BACKOFF_MIN_MS 50u
+#define NODE_BACKOFF_MAX_MS 5000u
+
+bool client_node_is_down(const struct client_node *n, uint64_t now_ns)
+{
+	return n->gone || now_ns < n->down_until_ns;
+}
+
+static void node_mark_down(struct client_node *n, int err, const char *what)
+{
+	struct zl_client *c = n->c;
+
+	n->backoff_ms =
+	    n->backoff_ms ? ZL_MIN(n->backoff_ms * 2, NODE_BACKOFF_MAX_MS) : NODE_BACKOFF_MIN_MS;
+	n->down_until_ns = zl_now_ns() + (uint64_t)n->backoff_ms * 1000000ull;
+	if (zl_ratelimit_ok(&n->rl, 2))
+		ZL_LOG_WARN(CLIENT_LOG,
+			    "storage node unreachable: node=%s addr=%s:%u what=%s err=%s "
+			    "retry_in_ms=%u client=%s",
+			    n->id, n->addr, n->port, what, zl_strerror(err), n->backoff_ms, c->id);
+}
+
+struct client_node *client_node_find(struct zl_client *c, const char *id)
+{
+	for (size_t i = 0; i < c->n_nodes; i++)
+		if (strcmp(c->nodes[i]->id, id) == 0)
+			return c->nodes[i];
+	return NULL;
+}
+
+static struct client_node *node_add(struct zl_client *c, const char *id)
+{
+	struct client_node *n;
+
+	if (c->n_nodes == c->cap_nodes) {
+		size_t cap = c->cap_nodes ? c->cap_nodes * 2 : 16;
+		struct client_node **t = realloc(c->nodes, cap * sizeof(*t));
+
+		if (!t)
+			return NULL;
+		c->nodes = t;
+		c->cap_nodes = cap;
+	}
+	n = calloc(1, sizeof(*n));
+	if (!n)
+		return NULL;
+	n->conns = calloc(c->conns_per_node, sizeof(*n->conns));
+	if (!n->conns) {
+		free(n);
+		return NULL;
+	}
+	n->c = c;
+	snprintf(n->id, sizeof(n->id), "%s", id);
+	n->gone = true;
+	client_list_init(&n->waitq);
+	for (uint32_t i = 0; i < c->conns_per_node; i++)
+		n->conns[i].node = n;
+	c->nodes[c->n_nodes++] = n;
+	return n;
+}
+
+struct client_node *client_node_get_or_add(struct zl_client *c, const char *id)
+{
+	struct client_node *n = client_node_find(c, id);
+
+	return n ? n : node_add(c, id);
+}
+
+void client_node_close_conns(struct client_node *n)
+{
+	for (uint32_t i = 0; i < n->c->conns_per_node; i++) {
+		struct client_conn *cc = &n->conns[i];
+
+		if (cc->xc && (cc->state == CONN_HELLO || cc->state == CONN_READY)) {
+			cc->state = CONN_CLOSING;
+			zl_xport_conn_close(cc->xc);
+		}
+	}
+}
+
+bool client_node_idle(const struct client_node *n)
+{
+	for (uint32_t i = 0; i < n->c->conns_per_node; i++)
+		if (n->conns[i].xc || n->conns[i].hello_pending)
+			return false;
+	return true;
+}
+
+void client_node_free(struct client_node *n)
+{
+	if (!n)
+		return;
+	free(n->conns);
+	free(n);
+}
+
+int client_nodes_refresh(struct zl_client *c)
+{
+	struct zl_node_info *list = NULL;
+	size_t cnt = 0;
+	int rc;
+
+	rc = zl_meta_node_list(c->etcd, c->prefix, &list, &cnt);
+	if (rc) {
+		ZL_LOG_WARN(CLIENT_LOG, "cannot list storage nodes from etcd: err=%s detail=%s",
+			    zl_strerror(rc), zl_etcd_last_error());
+		return rc;
+	}
+	/* Known nodes without a record are gone: fail what waits for them. */
+	for (size_t i = 0; i < c->n_nodes; i++) {
+		bool listed = false;
+		struct client_node *n = c->nodes[i];
+
+		for (size_t j = 0; j < cnt; j++)
+			if (strcmp(list[j].id, n->id) == 0)
+				listed = true;
+		if (!listed && !n->gone) {
+			ZL_LOG_WARN(
+			    CLIENT_LOG,
+			    "storage node left etcd, treating it as down: node=%s addr=%s:%u",
+			    n->id, n->addr, n->port);
+			n->gone = true;
+			client_node_close_conns(n);
+			client_node_kick(n);
+		}
+	}
+	for (size_t j = 0; j < cnt; j++) {
+		struct client_node *n = client_node_get_or_add(c, list[j].id);
+
+		if (!n) {
+			rc = -ENOMEM;
+			break;
+		}
+		if (strcmp(n->addr, list[j].addr) != 0 || n->port != list[j].port) {
+			if (n->addr[0])
+				ZL_LOG_INFO(CLIENT_LOG,
+					    "storage node moved: node=%s old=%s:%u new=%s:%u",
+					    n->id, n->addr, n->port, list[j].addr, list[j].port);
+			client_node_close_conns(n);
+			snprintf(n->addr, sizeof(n->addr), "%s", list[j].addr);
+			n->port = list[j].port;
+			n->down_until_ns = 0;
+			n->backoff_ms = 0;
+		}
+		if (n->gone) {
+			n->gone = false;
+			n->down_until_ns = 0;
+			n->backoff_ms = 0;
+		}
+	}
+	free(list);
+	c->nodes_loaded_ns = zl_now_ns();
+	return rc;
+}
+
+static void conn_close_cb(void *arg, struct zl_xport_conn *xc, int reason)
+{
+	struct client_conn *cc = arg;
+	struct client_node *n = cc->node;
+
+	if (cc->xc == xc) {
+		cc->xc = NULL;
+		cc->state = CONN_IDLE;
+	}
+	ZL_LOG_DEBUG(CLIENT_LOG, "connection closed: node=%s addr=%s:%u reason=%s", n->id, n->addr,
+		     n->port, zl_strerror(reason));
+	zl_xport_conn_put(xc);
+	client_node_kick(n);
+}
+
+static void conn_hello_cb(void *arg, int status, const struct zl_wire_hdr *rep)
+{
+	struct client_conn *cc = arg;
+	struct client_node *n = cc->node;
+	struct zl_wire_hello hl;
+	int err = status;
+	const char *what = "HELLO";
+
+	cc->hello_pending = false;
+	if (cc->state != CONN_HELLO)
+		goto out_kick;
+	if (!err && rep->status)
+		err = zl_wire_status_to_err(rep->status);
+	if (!err && zl_wire_hello_decode(cc->hello_in, rep->payload_len, &hl))
+		err = -ZL_ERR_PROTO;
+	if (!err && strcmp(hl.node_id, n->id) != 0) {
+		ZL_LOG_WARN(
+		    CLIENT_LOG,
+		    "address answers as another node, closing: addr=%s:%u expected=%s got=%s",
+		    n->addr, n->port, n->id, hl.node_id);
+		err = -ZL_ERR_CONN;
+		what = "HELLO node id";
+	}
+	if (err) {
+		node_mark_down(n, err, what);
+		cc->state = CONN_CLOSING;
+		zl_xport_conn_close(cc->xc);
+		goto out_kick;
+	}
+	cc->state = CONN_READY;
+	n->backoff_ms = 0;
+	n->down_until_ns = 0;
+	ZL_LOG_DEBUG(CLIENT_LOG, "connected: node=%s addr=%s:%u", n->id, n->addr, n->port);
+out_kick:
+	client_node_kick(n);
+}
+
+/* Connects an idle slot and sends HELLO. 0 or an error (node marked down). */
+static int conn_open(struct client_conn *cc)
+{
+	struct client_node *n = cc->node;
+	struct zl_client *c = n->c;
+	struct zl_wire_hello hl;
+	int tmo = (int)ZL_MIN(c->timeout_ms, CLIENT_CONNECT_MAX_MS);
+	int rc;
+
+	rc = zl_xport_connect(c->xport, n->addr, n->port, tmo, conn_close_cb, cc, &cc->xc);
+	if (rc) {
+		cc->xc = NULL;
+		node_mark_down(n, rc, "connect");
+		return rc;
+	}
+	memset(&hl, 0, sizeof(hl));
+	hl.proto_version = ZL_WIRE_VERSION;
+	hl.caps = zl_xport_kind(c->xport) == ZL_XPORT_RDMA ? 2u : 1u;
+	snprintf(hl.node_id, sizeof(hl.node_id), "%s", c->id);
+	zl_wire_hello_encode(&hl, cc->hello_out);
+	memset(&cc->hello_hdr, 0, sizeof(cc->hello_hdr));
+	cc->hello_hdr.opcode = ZL_OP_HELLO;
+	cc->hello_hdr.epoch = c->epoch;
+	rc = zl_xport_request(cc->xc, &cc->hello_hdr, cc->hello_out, ZL_WIRE_HELLO_SIZE,
+			      cc->hello_in, ZL_WIRE_HELLO_SIZE, conn_hello_cb, cc);
+	if (rc) {
+		node_mark_down(n, rc, "HELLO send");
+		cc->state = CONN_CLOSING;
+		zl_xport_conn_close(cc->xc);
+		return rc;
+	}
+	cc->hello_pending = true;
+	cc->state = CONN_HELLO;
+	return 0;
+}
+
+/* Hands s to a READY connection, round robin. 0, or -ZL_ERR_BUSY when every
+ * ready connection is full, -ZL_ERR_CONN when none is ready. */
+static int node_try_send(struct client_node *n, struct client_sub *s)
+{
+	struct zl_client *c = n->c;
+	int result = -ZL_ERR_CONN;
+	const void *out = NULL;
+	uint32_t out_len = 0;
+	void *in = NULL;
+	uint32_t in_cap = 0;
+
+	if (s->op == ZL_OP_WRITE) {
+		out = s->buf;
+		out_len = s->length;
+	} else if (s->op == ZL_OP_READ) {
+		in = s->buf;
+		in_cap = s->length;
+	}
+	for (uint32_t i = 0; i < c->conns_per_node; i++) {
+		uint32_t k = (n->rr + i) % c->conns_per_node;
+		struct client_conn *cc = &n->conns[k];
+		int rc;
+
+		if (cc->state != CONN_READY)
+			continue;
+		rc = zl_xport_request(cc->xc, &s->hdr, out, out_len, in, in_cap,
+				      client_sub_reply_cb, s);
+		if (rc == 0) {
+			n->rr = k + 1;
+			s->state = SUB_SENT;
+			s->vol->inflight_reqs++;
+			return 0;
+		}
+		if (rc == -ZL_ERR_BUSY)
+			result = -ZL_ERR_BUSY;
+	}
+	return result;
+}
+
+static bool node_has_live_conn(const struct client_node *n)
+{
+	for (uint32_t i = 0; i < n->c->conns_per_node; i++)
+		if (n->conns[i].state == CONN_HELLO || n->conns[i].state == CONN_READY)
+			return true;
+	return false;
+}
+
+/* Opens every idle slot (conns_per_node is the parallelism we want), unless
+ * the node failed recently. */
+static void node_open_idle(struct client_node *n)
+{
+	struct zl_client *c = n->c;
+
+	if (n->gone || c->destroying || client_node_is_down(n, zl_now_ns()))
+		return;
+	for (uint32_t i = 0; i < c->conns_per_node; i++) {
+		struct client_conn *cc = &n->conns[i];
+
+		if (cc->state == CONN_IDLE && !cc->hello_pending && !cc->xc) {
+			if (conn_open(cc))
+				break;
+		}
+	}
+}
+
+int client_node_submit(struct client_node *n, struct client_sub *s)
+{
+	struct zl_client *c = n->c;
+
+	if (n->gone || c->destroying)
+		return -ZL_ERR_CONN;
+	if (client_list_empty(&n->waitq) && node_try_send(n, s) == 0)
+		return 0;
+	node_open_idle(n);
+	if (!node_has_live_conn(n))
+		return -ZL_ERR_CONN;
+	s->state = SUB_WAIT;
+	client_list_add_tail(&n->waitq, &s->link);
+	return 0;
+}
+
+void client_node_kick(struct client_node *n)
+{
+	struct client_list *l;
+
+	/* Queued requests whose connections all closed (peer restart, address
+	 * change) get fresh ones first; they fail only if the node is down. */
+	if (!client_list_empty(&n->waitq) && !node_has_live_conn(n))
+		node_open_idle(n);
+	while (!client_list_empty(&n->waitq)) {
+		struct client_sub *s = ZL_CONTAINER_OF(n->waitq.next, struct client_sub, link);
+
+		if (n->gone || !node_has_live_conn(n))
+			break;
+		client_list_del(&s->link);
+		if (node_try_send(n, s) == 0)
+			continue;
+		/* No slot now: back to the head; a reply or HELLO kicks again. */
+		s->link.next = n->waitq.next;
+		s->link.prev = &n->waitq;
+		n->waitq.next->prev = &s->link;
+		n->waitq.next = &s->link;
+		return;
+	}
+	if (n->gone || !node_has_live_conn(n)) {
+		while ((l = client_list_pop(&n->waitq))) {
+			struct client_sub *s = ZL_CONTAINER_OF(l, struct client_sub, link);
+
+			client_sub_fail_async(s, -ZL_ERR_CONN);
+		}
+	}
+}

@@ -1,0 +1,1297 @@
+/* TCP transport. A frame is the 80-byte wire header followed by payload_len
+ * bytes of payload. One nonblocking socket per connection, driven by the
+ * loop's epoll (level-triggered).
+ *
+ * Receive: headers and small payloads are read through a 64 KiB read-ahead
+ * buffer; a payload that is not already buffered is read with readv straight
+ * into its destination (the request's `in` buffer for replies, the server's
+ * fetch buffer for requests) with the read-ahead buffer as the second iovec,
+ * so big payloads are never copied in user space.
+ *
+ * Send: a per-connection FIFO of frames; each frame lives in a preallocated
+ * slot (client request slot or server reply slot) that also holds its progress,
+ * so partial writes need no allocation. EPOLLOUT is armed only while the queue
+ * is not empty.
+ *
+ * Client request slots: max_inflight per connection, req_id = generation << 32
+ * | slot, so a reply for a slot that has since been reused is detected. The
+ * in-flight list is in issue order; with one timeout per transport its head
+ * has the earliest deadline, so the periodic tick looks at one request per
+ * connection.
+ */
+#include "transport_internal.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define TCP_RBUF_SIZE (64u << 10)
+#define TCP_IOV_MAX   64
+#define TCP_TICK_MS   100
+#define TCP_BACKLOG   1024
+/* Socket reads per wakeup before yielding to other fds (level-triggered
+ * epoll brings us back). */
+#define TCP_READ_BUDGET	  32
+#define TCP_ACCEPT_BUDGET 64
+#define TCP_WARN_PER_SEC  10
+
+enum tcp_rx_state {
+	TCP_RX_HDR,  /* collecting the next header */
+	TCP_RX_DATA, /* payload lands in rx_dst (reply in-buffer or fetch buffer) */
+	TCP_RX_SKIP, /* payload is dropped (discarded, or a reply nobody can take) */
+};
+
+enum tcp_req_state {
+	TCP_REQ_FREE,	 /* on the free list */
+	TCP_REQ_SENDING, /* queued, frame not fully written */
+	TCP_REQ_WAIT,	 /* written, waiting for the reply */
+	TCP_REQ_REPLIED, /* reply arrived while the frame was still being written */
+};
+
+enum tcp_send_kind { TCP_SEND_REQ, TCP_SEND_REPLY };
+
+enum tcp_pl_state {
+	TCP_PL_NONE,	  /* no payload pending */
+	TCP_PL_UNDECIDED, /* inside on_request, neither fetched nor discarded */
+	TCP_PL_FETCH,	  /* being read into the server's buffer */
+	TCP_PL_DISCARD,	  /* being skipped */
+};
+
+struct tcp_send {
+	struct tcp_send *next;
+	const uint8_t *data;
+	uint32_t len;
+	uint32_t sent; /* bytes of header + data written so far */
+	enum tcp_send_kind kind;
+	uint8_t hdr[ZL_WIRE_HDR_SIZE];
+};
+
+struct tcp_req {
+	struct tcp_send send;
+	struct tcp_req *prev, *next; /* in-flight list, or free list (next) */
+	struct tcp_req *done_next;
+	enum tcp_req_state state;
+	uint32_t slot, gen;
+	uint8_t opcode;
+	int fail; /* status when failed by close (-ZL_ERR_TIMEOUT if expired) */
+	uint64_t deadline_ns;
+	void *in;
+	uint32_t in_cap;
+	zl_xport_reply_cb cb;
+	void *arg;
+	/* Early reply (TCP_REQ_REPLIED), delivered when the send completes. */
+	int rep_status;
+	bool rep_valid;
+	struct zl_wire_hdr rep;
+};
+
+struct tcp_rep {
+	struct tcp_send send;
+	struct tcp_rep *next; /* free list or done list */
+	zl_xport_done_cb cb;
+	void *arg;
+};
+
+struct tcp_payload {
+	struct zl_xport_payload base;
+	enum tcp_pl_state state;
+	void *buf;
+	zl_xport_done_cb cb;
+	void *arg;
+};
+
+struct tcp_conn {
+	struct zl_xport_conn base;
+	struct zl_loop *loop;
+	int fd;
+	struct zl_loop_handle h;
+	bool in_loop;
+	bool rx_paused; /* server: every reply slot is spoken for */
+	int close_reason;
+	struct zl_defer close_d; /* runs the close work */
+	struct zl_defer work_d;	 /* deferred completions, rx resume */
+	const struct zl_xport_server_ops *sops;
+	void *sarg;
+	zl_xport_close_cb on_close;
+	void *close_arg;
+
+	/* receive */
+	uint8_t *rbuf;
+	uint32_t rpos, rlen; /* unread bytes are rbuf[rpos..rlen) */
+	enum tcp_rx_state rx;
+	struct zl_wire_hdr rhdr;
+	uint8_t *rx_dst;
+	uint32_t rx_len, rx_done;
+	struct tcp_req *rx_req; /* client: request whose reply payload arrives */
+	int rx_skip_status;
+	struct tcp_payload pl;
+
+	/* send */
+	struct tcp_send *sq_head, *sq_tail;
+
+	/* client */
+	struct tcp_req *reqs;
+	uint32_t n_reqs;
+	struct tcp_req *req_free;
+	struct tcp_req *fl_head, *fl_tail; /* in flight, issue order */
+	struct tcp_req *req_done;	   /* early replies whose send completed */
+
+	/* server */
+	struct tcp_rep *reps;
+	uint32_t n_reps, n_rep_free;
+	struct tcp_rep *rep_free;
+	struct tcp_rep *rep_done_head, *rep_done_tail;
+	uint32_t srv_pending; /* requests delivered, not yet replied */
+};
+
+struct tcp_listener {
+	struct zl_xport_listener base;
+	int fd;
+	struct zl_loop_handle h;
+	const struct zl_xport_server_ops *ops;
+	void *arg;
+};
+
+struct tcp_xport {
+	struct zl_timer tick;
+	uint32_t n_clients; /* client connections linked in x->conns */
+};
+
+static struct tcp_conn *tcp_conn_of(struct zl_xport_conn *c)
+{
+	return ZL_CONTAINER_OF(c, struct tcp_conn, base);
+}
+
+static void tcp_conn_close(struct zl_xport_conn *bc, int reason);
+static void tcp_rx(struct tcp_conn *c);
+static void tcp_work(void *arg);
+static void tcp_tick(void *arg);
+
+/* ---- helpers ---- */
+
+static bool tcp_warn_ok(struct tcp_conn *c)
+{
+	return zl_ratelimit_ok(&c->base.x->warn_rl, TCP_WARN_PER_SEC);
+}
+
+static void tcp_set_events(struct tcp_conn *c)
+{
+	uint32_t ev = (c->rx_paused ? 0 : EPOLLIN) | (c->sq_head ? EPOLLOUT : 0);
+	int rc;
+
+	if (c->base.closing || !c->in_loop)
+		return;
+	rc = zl_loop_mod(c->loop, &c->h, ev);
+	if (rc) {
+		if (tcp_warn_ok(c))
+			ZL_LOG_WARN("xport", "epoll_ctl failed peer=%s err=%s; closing connection",
+				    c->base.peer, zl_strerror(rc));
+		tcp_conn_close(&c->base, -ZL_ERR_CONN);
+	}
+}
+
+static void tcp_proto_fail(struct tcp_conn *c, const char *why)
+{
+	if (tcp_warn_ok(c))
+		ZL_LOG_WARN("xport",
+			    "invalid frame peer=%s side=%s reason=\"%s\"; closing connection",
+			    c->base.peer, c->base.server ? "server" : "client", why);
+	tcp_conn_close(&c->base, -ZL_ERR_PROTO);
+}
+
+static void tcp_format_peer(const struct sockaddr_storage *ss, char *out, size_t len)
+{
+	char ip[INET6_ADDRSTRLEN] = "?";
+
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+
+		inet_ntop(AF_INET, &a->sin_addr, ip, sizeof(ip));
+		snprintf(out, len, "%s:%u", ip, ntohs(a->sin_port));
+	} else if (ss->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+
+		inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof(ip));
+		snprintf(out, len, "[%s]:%u", ip, ntohs(a->sin6_port));
+	} else {
+		snprintf(out, len, "?");
+	}
+}
+
+static int tcp_gai_err(int gai)
+{
+	switch (gai) {
+	case EAI_MEMORY:
+		return -ENOMEM;
+	case EAI_NONAME:
+	case EAI_AGAIN:
+	case EAI_FAIL:
+	case EAI_NODATA:
+		return -EHOSTUNREACH;
+	case EAI_SYSTEM:
+		return errno ? -errno : -EIO;
+	default:
+		return -EINVAL;
+	}
+}
+
+/* ---- request slots ---- */
+
+static void tcp_fl_unlink(struct tcp_conn *c, struct tcp_req *r)
+{
+	if (r->prev)
+		r->prev->next = r->next;
+	else
+		c->fl_head = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	else
+		c->fl_tail = r->prev;
+	r->prev = r->next = NULL;
+}
+
+/* Returns a finished request's slot; the generation makes its req_id stale. */
+static void tcp_req_release(struct tcp_conn *c, struct tcp_req *r)
+{
+	tcp_fl_unlink(c, r);
+	r->state = TCP_REQ_FREE;
+	r->gen++;
+	r->cb = NULL;
+	r->in = NULL;
+	r->next = c->req_free;
+	c->req_free = r;
+	c->base.inflight--;
+}
+
+/* Completes a request: the slot is free again before the callback runs, so
+ * the callback may issue the next request right away. */
+static void tcp_req_finish(struct tcp_conn *c, struct tcp_req *r, int status,
+			   const struct zl_wire_hdr *rep)
+{
+	zl_xport_reply_cb cb = r->cb;
+	void *arg = r->arg;
+
+	tcp_req_release(c, r);
+	cb(arg, status, rep);
+}
+
+/* A reply (or a transport error for this request) arrived. */
+static void tcp_req_replied(struct tcp_conn *c, struct tcp_req *r, int status,
+			    const struct zl_wire_hdr *rep)
+{
+	if (r->state == TCP_REQ_SENDING) {
+		/* The out buffer is still being written: hold the reply. */
+		r->state = TCP_REQ_REPLIED;
+		r->rep_status = status;
+		r->rep_valid = rep != NULL;
+		if (rep)
+			r->rep = *rep;
+		return;
+	}
+	tcp_req_finish(c, r, status, rep);
+}
+
+static void tcp_reply_slot_put(struct tcp_conn *c, struct tcp_rep *rp)
+{
+	rp->cb = NULL;
+	rp->next = c->rep_free;
+	c->rep_free = rp;
+	c->n_rep_free++;
+	if (c->rx_paused && !c->base.closing)
+		zl_loop_defer(c->loop, &c->work_d, tcp_work, c);
+}
+
+/* ---- send path ---- */
+
+static void tcp_send_done(struct tcp_conn *c, struct tcp_send *s)
+{
+	if (s->kind == TCP_SEND_REQ) {
+		struct tcp_req *r = ZL_CONTAINER_OF(s, struct tcp_req, send);
+
+		if (r->state == TCP_REQ_SENDING) {
+			r->state = TCP_REQ_WAIT;
+		} else if (r->state == TCP_REQ_REPLIED) {
+			r->done_next = c->req_done;
+			c->req_done = r;
+			zl_loop_defer(c->loop, &c->work_d, tcp_work, c);
+		}
+		return;
+	}
+	struct tcp_rep *rp = ZL_CONTAINER_OF(s, struct tcp_rep, send);
+
+	if (!rp->cb) {
+		tcp_reply_slot_put(c, rp);
+		return;
+	}
+	rp->next = NULL;
+	if (c->rep_done_tail)
+		c->rep_done_tail->next = rp;
+	else
+		c->rep_done_head = rp;
+	c->rep_done_tail = rp;
+	zl_loop_defer(c->loop, &c->work_d, tcp_work, c);
+}
+
+static void tcp_send_advance(struct tcp_conn *c, size_t w)
+{
+	while (w > 0) {
+		struct tcp_send *s = c->sq_head;
+		size_t rem = ZL_WIRE_HDR_SIZE + (size_t)s->len - s->sent;
+
+		if (w < rem) {
+			s->sent += (uint32_t)w;
+			return;
+		}
+		w -= rem;
+		s->sent += (uint32_t)rem;
+		c->sq_head = s->next;
+		if (!c->sq_head)
+			c->sq_tail = NULL;
+		s->next = NULL;
+		tcp_send_done(c, s);
+	}
+}
+
+/* Writes as much of the queue as the socket takes. Never runs user callbacks
+ * (completions are deferred), so it is safe inside request/reply. */
+static void tcp_flush(struct tcp_conn *c)
+{
+	while (c->sq_head && !c->base.closing) {
+		struct iovec iov[TCP_IOV_MAX];
+		struct msghdr msg = {.msg_iov = iov};
+		int n = 0;
+		ssize_t w;
+
+		for (struct tcp_send *s = c->sq_head; s && n <= TCP_IOV_MAX - 2; s = s->next) {
+			if (s->sent < ZL_WIRE_HDR_SIZE) {
+				iov[n].iov_base = s->hdr + s->sent;
+				iov[n++].iov_len = ZL_WIRE_HDR_SIZE - s->sent;
+			}
+			if (s->len) {
+				uint32_t off =
+				    s->sent > ZL_WIRE_HDR_SIZE ? s->sent - ZL_WIRE_HDR_SIZE : 0;
+
+				iov[n].iov_base = (void *)(s->data + off);
+				iov[n++].iov_len = s->len - off;
+			}
+		}
+		msg.msg_iovlen = (size_t)n;
+		w = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				break;
+			if (tcp_warn_ok(c))
+				ZL_LOG_WARN("xport",
+					    "send failed peer=%s err=%s; closing connection",
+					    c->base.peer, zl_strerror(-errno));
+			tcp_conn_close(&c->base, -ZL_ERR_CONN);
+			return;
+		}
+		tcp_send_advance(c, (size_t)w);
+	}
+	tcp_set_events(c);
+}
+
+static void tcp_send_queue(struct tcp_conn *c, struct tcp_send *s)
+{
+	bool was_empty = !c->sq_head;
+
+	s->next = NULL;
+	s->sent = 0;
+	if (c->sq_tail)
+		c->sq_tail->next = s;
+	else
+		c->sq_head = s;
+	c->sq_tail = s;
+	/* Only an empty queue is written right away; otherwise EPOLLOUT is
+	 * armed already and keeps the order. */
+	if (was_empty)
+		tcp_flush(c);
+}
+
+/* ---- receive path ---- */
+
+/* Reads once from the socket. Returns >0 bytes, 0 on EAGAIN, -1 when the
+ * connection was closed. */
+static ssize_t tcp_read(struct tcp_conn *c)
+{
+	ssize_t n;
+
+	if (c->rpos == c->rlen) {
+		c->rpos = c->rlen = 0;
+	} else if (c->rpos && c->rx == TCP_RX_HDR) {
+		memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
+		c->rlen -= c->rpos;
+		c->rpos = 0;
+	}
+	for (;;) {
+		if (c->rx == TCP_RX_DATA) {
+			/* rbuf is empty here: the payload goes straight to its
+			 * destination, the read-ahead catches the next header. */
+			struct iovec iov[2] = {
+			    {c->rx_dst + c->rx_done, c->rx_len - c->rx_done},
+			    {c->rbuf, TCP_RBUF_SIZE},
+			};
+
+			n = readv(c->fd, iov, 2);
+			if (n > 0) {
+				size_t take = ZL_MIN((size_t)n, (size_t)(c->rx_len - c->rx_done));
+
+				c->rx_done += (uint32_t)take;
+				c->rlen = (uint32_t)((size_t)n - take);
+			}
+		} else {
+			n = read(c->fd, c->rbuf + c->rlen, TCP_RBUF_SIZE - c->rlen);
+			if (n > 0)
+				c->rlen += (uint32_t)n;
+		}
+		if (n > 0)
+			return n;
+		if (n == 0) {
+			ZL_LOG_DEBUG("xport", "peer closed the connection peer=%s", c->base.peer);
+			tcp_conn_close(&c->base, -ZL_ERR_CONN);
+			return -1;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return 0;
+		if (tcp_warn_ok(c))
+			ZL_LOG_WARN("xport", "receive failed peer=%s err=%s; closing connection",
+				    c->base.peer, zl_strerror(-errno));
+		tcp_conn_close(&c->base, -ZL_ERR_CONN);
+		return -1;
+	}
+}
+
+static void tcp_rx_start_payload(struct tcp_conn *c, enum tcp_rx_state st, void *dst)
+{
+	c->rx = st;
+	c->rx_dst = dst;
+	c->rx_len = c->rhdr.payload_len;
+	c->rx_done = 0;
+}
+
+/* Client: a reply header arrived. */
+static void tcp_rx_reply(struct tcp_conn *c)
+{
+	const struct zl_wire_hdr *h = &c->rhdr;
+	uint64_t slot = h->req_id & 0xffffffffu;
+	struct tcp_req *r;
+
+	if (!(h->flags & ZL_WF_REPLY)) {
+		tcp_proto_fail(c, "request on a client connection");
+		return;
+	}
+	if (h->flags & ZL_WF_RDMA) {
+		tcp_proto_fail(c, "RDMA descriptor on a TCP connection");
+		return;
+	}
+	r = slot < c->n_reqs ? &c->reqs[slot] : NULL;
+	if (!r || r->state == TCP_REQ_FREE || r->gen != (uint32_t)(h->req_id >> 32)) {
+		tcp_proto_fail(c, "reply to an unknown or stale request id");
+		return;
+	}
+	if (r->state == TCP_REQ_REPLIED) {
+		tcp_proto_fail(c, "duplicate reply");
+		return;
+	}
+	if (h->opcode != r->opcode) {
+		tcp_proto_fail(c, "reply opcode differs from the request");
+		return;
+	}
+	if (!h->payload_len) {
+		tcp_req_replied(c, r, 0, h);
+		return;
+	}
+	c->rx_req = r;
+	if (!r->in || h->payload_len > r->in_cap) {
+		if (tcp_warn_ok(c))
+			ZL_LOG_WARN("xport",
+				    "reply payload does not fit peer=%s op=%s payload_len=%u "
+				    "in_cap=%u; failing the request",
+				    c->base.peer, zl_wire_op_name(h->opcode), h->payload_len,
+				    r->in_cap);
+		c->rx_skip_status = -ZL_ERR_PROTO;
+		tcp_rx_start_payload(c, TCP_RX_SKIP, NULL);
+		return;
+	}
+	tcp_rx_start_payload(c, TCP_RX_DATA, r->in);
+}
+
+/* Server: a request header arrived. */
+static void tcp_rx_request(struct tcp_conn *c)
+{
+	const struct zl_wire_hdr *h = &c->rhdr;
+	struct tcp_payload *pl = &c->pl;
+
+	if (h->flags & ZL_WF_REPLY) {
+		tcp_proto_fail(c, "reply on a server connection");
+		return;
+	}
+	if (h->flags & ZL_WF_RDMA) {
+		tcp_proto_fail(c, "RDMA descriptor on a TCP connection");
+		return;
+	}
+	c->srv_pending++;
+	pl->state = h->payload_len ? TCP_PL_UNDECIDED : TCP_PL_NONE;
+	c->sops->on_request(c->sarg, &c->base, h, h->payload_len ? &pl->base : NULL);
+	if (c->base.closing || !h->payload_len)
+		return;
+	switch (pl->state) {
+	case TCP_PL_FETCH:
+		tcp_rx_start_payload(c, TCP_RX_DATA, pl->buf);
+		break;
+	case TCP_PL_UNDECIDED:
+		if (tcp_warn_ok(c))
+			ZL_LOG_WARN("xport",
+				    "on_request neither fetched nor discarded the payload "
+				    "peer=%s op=%s; discarding it (server bug)",
+				    c->base.peer, zl_wire_op_name(h->opcode));
+		pl->state = TCP_PL_DISCARD;
+		/* fall through */
+	default:
+		tcp_rx_start_payload(c, TCP_RX_SKIP, NULL);
+		break;
+	}
+}
+
+/* The whole payload is in (or skipped). */
+static void tcp_rx_payload_done(struct tcp_conn *c)
+{
+	int status = 0;
+
+	c->rx = TCP_RX_HDR;
+	if (c->rx_dst && zl_crc32c(c->rx_dst, c->rx_len) != c->rhdr.payload_crc) {
+		status = -ZL_ERR_CORRUPT;
+		if (tcp_warn_ok(c))
+			ZL_LOG_WARN("xport",
+				    "payload CRC mismatch peer=%s op=%s len=%u req_id=%llu",
+				    c->base.peer, zl_wire_op_name(c->rhdr.opcode), c->rx_len,
+				    (unsigned long long)c->rhdr.req_id);
+	}
+	if (c->base.server) {
+		struct tcp_payload *pl = &c->pl;
+		bool fetched = pl->state == TCP_PL_FETCH;
+
+		pl->state = TCP_PL_NONE;
+		if (fetched)
+			pl->cb(pl->arg, status);
+		return;
+	}
+	struct tcp_req *r = c->rx_req;
+
+	c->rx_req = NULL;
+	if (!c->rx_dst)
+		status = c->rx_skip_status;
+	tcp_req_replied(c, r, status, status ? NULL : &c->rhdr);
+}
+
+/* Consumes buffered bytes and reads from the socket until it would block,
+ * the read budget is spent, the server must pause, or the connection closed.
+ * The caller holds a reference. */
+static void tcp_rx(struct tcp_conn *c)
+{
+	int budget = TCP_READ_BUDGET;
+
+	for (;;) {
+		uint32_t avail;
+
+		if (c->base.closing || c->rx_paused)
+			return;
+		avail = c->rlen - c->rpos;
+		if (c->rx == TCP_RX_HDR) {
+			if (c->base.server && c->n_rep_free <= c->srv_pending) {
+				/* Back-pressure: every reply slot is spoken for. */
+				c->rx_paused = true;
+				tcp_set_events(c);
+				return;
+			}
+			if (avail >= ZL_WIRE_HDR_SIZE) {
+				const char *why = "?";
+
+				if (zl_wire_decode(c->rbuf + c->rpos, ZL_WIRE_HDR_SIZE, &c->rhdr,
+						   &why)) {
+					tcp_proto_fail(c, why);
+					return;
+				}
+				c->rpos += ZL_WIRE_HDR_SIZE;
+				if (c->base.server)
+					tcp_rx_request(c);
+				else
+					tcp_rx_reply(c);
+				continue;
+			}
+		} else {
+			uint32_t take = ZL_MIN(avail, c->rx_len - c->rx_done);
+
+			if (take && c->rx == TCP_RX_DATA)
+				memcpy(c->rx_dst + c->rx_done, c->rbuf + c->rpos, take);
+			c->rpos += take;
+			c->rx_done += take;
+			if (c->rx_done == c->rx_len) {
+				tcp_rx_payload_done(c);
+				continue;
+			}
+		}
+		if (budget-- == 0)
+			return;
+		if (tcp_read(c) <= 0)
+			return;
+	}
+}
+
+static void tcp_conn_io(void *arg, uint32_t events)
+{
+	struct tcp_conn *c = arg;
+
+	zl_xport_conn_get(&c->base);
+	if (events & EPOLLOUT)
+		tcp_flush(c);
+	if (!c->base.closing && (events & (EPOLLIN | EPOLLERR | EPOLLHUP))) {
+		if (!c->rx_paused)
+			tcp_rx(c);
+		else if (events & (EPOLLERR | EPOLLHUP))
+			tcp_conn_close(&c->base, -ZL_ERR_CONN);
+	}
+	zl_xport_conn_put(&c->base);
+}
+
+/* Deferred work: completions that must not run inside request/reply, and
+ * resuming a server connection that paused for reply slots. */
+static void tcp_work(void *arg)
+{
+	struct tcp_conn *c = arg;
+
+	if (c->base.closing)
+		return; /* the close work takes over */
+	zl_xport_conn_get(&c->base);
+	while (c->req_done && !c->base.closing) {
+		struct tcp_req *r = c->req_done;
+
+		c->req_done = r->done_next;
+		tcp_req_finish(c, r, r->rep_status, r->rep_valid ? &r->rep : NULL);
+	}
+	while (c->rep_done_head && !c->base.closing) {
+		struct tcp_rep *rp = c->rep_done_head;
+		zl_xport_done_cb cb = rp->cb;
+		void *cb_arg = rp->arg;
+
+		c->rep_done_head = rp->next;
+		if (!c->rep_done_head)
+			c->rep_done_tail = NULL;
+		tcp_reply_slot_put(c, rp);
+		cb(cb_arg, 0);
+	}
+	if (!c->base.closing && c->rx_paused && c->n_rep_free > c->srv_pending) {
+		c->rx_paused = false;
+		tcp_set_events(c);
+		tcp_rx(c);
+	}
+	zl_xport_conn_put(&c->base);
+}
+
+/* ---- connection life cycle ---- */
+
+static int tcp_conn_new(struct zl_xport *x, int fd, bool server, struct tcp_conn **out)
+{
+	uint32_t n = x->opts.max_inflight;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	struct tcp_conn *c;
+	int one = 1;
+
+	if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0)
+		return -errno;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	xport_conn_init(x, &c->base, server);
+	c->loop = x->loop;
+	c->fd = fd;
+	c->h.fd = -1;
+	c->pl.base.conn = &c->base;
+	c->rbuf = malloc(TCP_RBUF_SIZE);
+	if (!c->rbuf)
+		goto out_free;
+	if (server) {
+		c->reps = calloc(n, sizeof(*c->reps));
+		if (!c->reps)
+			goto out_free;
+		c->n_reps = n;
+		for (uint32_t i = n; i-- > 0;) {
+			c->reps[i].send.kind = TCP_SEND_REPLY;
+			c->reps[i].next = c->rep_free;
+			c->rep_free = &c->reps[i];
+		}
+		c->n_rep_free = n;
+	} else {
+		c->reqs = calloc(n, sizeof(*c->reqs));
+		if (!c->reqs)
+			goto out_free;
+		c->n_reqs = n;
+		for (uint32_t i = n; i-- > 0;) {
+			c->reqs[i].send.kind = TCP_SEND_REQ;
+			c->reqs[i].slot = i;
+			c->reqs[i].next = c->req_free;
+			c->req_free = &c->reqs[i];
+		}
+	}
+	if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0)
+		tcp_format_peer(&ss, c->base.peer, sizeof(c->base.peer));
+	*out = c;
+	return 0;
+
+out_free:
+	free(c->reqs);
+	free(c->reps);
+	free(c->rbuf);
+	free(c);
+	return -ENOMEM;
+}
+
+/* Links a new connection into the transport and the loop. */
+static int tcp_conn_start(struct tcp_conn *c)
+{
+	struct tcp_xport *tx = c->base.x->impl;
+	int rc;
+
+	rc = zl_loop_add(c->loop, &c->h, c->fd, EPOLLIN, tcp_conn_io, c);
+	if (rc)
+		return rc;
+	c->in_loop = true;
+	xport_conn_link(&c->base);
+	if (!c->base.server && tx->n_clients++ == 0)
+		zl_timer_start(c->loop, &tx->tick, TCP_TICK_MS, TCP_TICK_MS, tcp_tick, c->base.x);
+	return 0;
+}
+
+static void tcp_close_work(void *arg)
+{
+	struct tcp_conn *c = arg;
+	struct zl_xport *x = c->base.x;
+	struct tcp_xport *tx = x->impl;
+
+	/* Early replies whose frame did go out: they are real answers. */
+	while (c->req_done) {
+		struct tcp_req *r = c->req_done;
+
+		c->req_done = r->done_next;
+		tcp_req_finish(c, r, r->rep_status, r->rep_valid ? &r->rep : NULL);
+	}
+	while (c->rep_done_head) {
+		struct tcp_rep *rp = c->rep_done_head;
+		zl_xport_done_cb cb = rp->cb;
+		void *cb_arg = rp->arg;
+
+		c->rep_done_head = rp->next;
+		tcp_reply_slot_put(c, rp);
+		cb(cb_arg, 0);
+	}
+	c->rep_done_tail = NULL;
+	/* Replies that never made it out. */
+	while (c->sq_head) {
+		struct tcp_send *s = c->sq_head;
+
+		c->sq_head = s->next;
+		s->next = NULL;
+		if (s->kind == TCP_SEND_REPLY) {
+			struct tcp_rep *rp = ZL_CONTAINER_OF(s, struct tcp_rep, send);
+			zl_xport_done_cb cb = rp->cb;
+			void *cb_arg = rp->arg;
+
+			tcp_reply_slot_put(c, rp);
+			if (cb)
+				cb(cb_arg, -ZL_ERR_CONN);
+		}
+	}
+	c->sq_tail = NULL;
+	if (c->pl.state == TCP_PL_FETCH) {
+		c->pl.state = TCP_PL_NONE;
+		c->pl.cb(c->pl.arg, -ZL_ERR_CONN);
+	}
+	c->pl.state = TCP_PL_NONE;
+	c->rx_req = NULL;
+	/* Every request still in flight fails, oldest first. */
+	while (c->fl_head) {
+		struct tcp_req *r = c->fl_head;
+
+		if (r->state == TCP_REQ_REPLIED)
+			tcp_req_finish(c, r, r->rep_status, r->rep_valid ? &r->rep : NULL);
+		else
+			tcp_req_finish(c, r, r->fail ? r->fail : -ZL_ERR_CONN, NULL);
+	}
+	c->base.closed = true;
+	if (c->base.server) {
+		if (c->sops->on_close)
+			c->sops->on_close(c->sarg, &c->base, c->close_reason);
+	} else if (c->on_close) {
+		c->on_close(c->close_arg, &c->base, c->close_reason);
+	}
+	xport_conn_unlink(&c->base);
+	if (!c->base.server && --tx->n_clients == 0)
+		zl_timer_stop(c->loop, &tx->tick);
+	zl_xport_conn_put(&c->base);
+}
+
+static void tcp_conn_close(struct zl_xport_conn *bc, int reason)
+{
+	struct tcp_conn *c = tcp_conn_of(bc);
+
+	if (bc->closing)
+		return;
+	bc->closing = true;
+	c->close_reason = reason;
+	if (c->in_loop) {
+		zl_loop_del(c->loop, &c->h);
+		c->in_loop = false;
+	}
+	if (c->fd >= 0) {
+		close(c->fd);
+		c->fd = -1;
+	}
+	zl_loop_defer_cancel(c->loop, &c->work_d);
+	zl_loop_defer(c->loop, &c->close_d, tcp_close_work, c);
+	ZL_LOG_DEBUG("xport", "connection closing peer=%s side=%s reason=%s inflight=%u", bc->peer,
+		     bc->server ? "server" : "client", reason ? zl_errname(reason) : "local",
+		     bc->inflight);
+}
+
+static void tcp_conn_close_now(struct zl_xport_conn *bc)
+{
+	struct tcp_conn *c = tcp_conn_of(bc);
+
+	tcp_conn_close(bc, -ZL_ERR_CONN);
+	zl_loop_defer_cancel(c->loop, &c->close_d);
+	tcp_close_work(c);
+}
+
+static void tcp_conn_free(struct zl_xport_conn *bc)
+{
+	struct tcp_conn *c = tcp_conn_of(bc);
+
+	/* Only reachable after the close work dropped the transport's ref. */
+	if (c->fd >= 0)
+		close(c->fd);
+	free(c->reqs);
+	free(c->reps);
+	free(c->rbuf);
+	free(c);
+}
+
+/* ---- timeouts ---- */
+
+static void tcp_tick(void *arg)
+{
+	struct zl_xport *x = arg;
+	uint64_t now = zl_now_ns();
+
+	for (struct zl_xport_conn *bc = x->conns, *next; bc; bc = next) {
+		struct tcp_conn *c = tcp_conn_of(bc);
+		struct tcp_req *r;
+
+		next = bc->next;
+		if (bc->server || bc->closing || !c->fl_head || c->fl_head->deadline_ns > now)
+			continue;
+		for (r = c->fl_head; r && r->deadline_ns <= now; r = r->next)
+			r->fail = -ZL_ERR_TIMEOUT;
+		if (tcp_warn_ok(c))
+			ZL_LOG_WARN("xport",
+				    "request timed out peer=%s op=%s req_id=%llu "
+				    "timeout_ms=%u inflight=%u; closing connection",
+				    bc->peer, zl_wire_op_name(c->fl_head->opcode),
+				    (unsigned long long)(((uint64_t)c->fl_head->gen << 32) |
+							 c->fl_head->slot),
+				    x->opts.timeout_ms, bc->inflight);
+		tcp_conn_close(bc, -ZL_ERR_TIMEOUT);
+	}
+}
+
+/* ---- client ---- */
+
+static int tcp_connect_one(const struct addrinfo *ai, uint64_t deadline_ms, int *out_fd)
+{
+	int fd, rc, err = 0;
+	socklen_t el = sizeof(err);
+
+	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+		goto out_ok;
+	if (errno != EINPROGRESS) {
+		rc = -errno;
+		goto out_close;
+	}
+	for (;;) {
+		struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+		uint64_t now = zl_now_ms();
+		int n;
+
+		if (now >= deadline_ms) {
+			rc = -ETIMEDOUT;
+			goto out_close;
+		}
+		n = poll(&pfd, 1, (int)ZL_MIN(deadline_ms - now, (uint64_t)INT32_MAX));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			rc = -errno;
+			goto out_close;
+		}
+		if (n > 0)
+			break;
+	}
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0) {
+		rc = -errno;
+		goto out_close;
+	}
+	if (err) {
+		rc = -err;
+		goto out_close;
+	}
+out_ok:
+	*out_fd = fd;
+	return 0;
+
+out_close:
+	close(fd);
+	return rc;
+}
+
+static int tcp_connect(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
+		       zl_xport_close_cb on_close, void *arg, struct zl_xport_conn **out)
+{
+	struct addrinfo hints = {
+	    .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+	uint64_t deadline_ms = zl_now_ms() + (uint64_t)timeout_ms;
+	struct addrinfo *res, *ai;
+	struct tcp_conn *c;
+	char portstr[8];
+	int fd = -1, rc, gai;
+
+	snprintf(portstr, sizeof(portstr), "%u", port);
+	gai = getaddrinfo(host, portstr, &hints, &res);
+	if (gai) {
+		rc = tcp_gai_err(gai);
+		ZL_LOG_WARN("xport", "cannot resolve host=%s err=\"%s\"; check the address", host,
+			    gai_strerror(gai));
+		return rc;
+	}
+	rc = -EHOSTUNREACH;
+	for (ai = res; ai; ai = ai->ai_next) {
+		rc = tcp_connect_one(ai, deadline_ms, &fd);
+		if (!rc || rc == -ETIMEDOUT)
+			break;
+	}
+	freeaddrinfo(res);
+	if (rc) {
+		ZL_LOG_DEBUG("xport", "connect failed host=%s port=%u err=%s", host, port,
+			     zl_errname(rc));
+		return rc;
+	}
+	rc = tcp_conn_new(x, fd, false, &c);
+	if (rc)
+		goto out_close;
+	c->on_close = on_close;
+	c->close_arg = arg;
+	rc = tcp_conn_start(c);
+	if (rc)
+		goto out_conn;
+	c->base.refs++; /* the caller's */
+	ZL_LOG_DEBUG("xport", "connected peer=%s", c->base.peer);
+	*out = &c->base;
+	return 0;
+
+out_conn:
+	tcp_conn_free(&c->base); /* closes fd */
+	return rc;
+out_close:
+	close(fd);
+	return rc;
+}
+
+static int tcp_request(struct zl_xport_conn *bc, struct zl_wire_hdr *hdr, const void *out,
+		       uint32_t out_len, void *in, uint32_t in_cap, zl_xport_reply_cb cb, void *arg)
+{
+	struct tcp_conn *c = tcp_conn_of(bc);
+	struct tcp_req *r = c->req_free;
+	const char *why = "?";
+	int rc;
+
+	if (hdr->flags & (ZL_WF_REPLY | ZL_WF_RDMA))
+		return -ZL_ERR_INVAL;
+	if (!r)
+		return -ZL_ERR_BUSY;
+	hdr->version = ZL_WIRE_VERSION;
+	hdr->status = 0;
+	hdr->req_id = ((uint64_t)r->gen << 32) | r->slot;
+	hdr->payload_len = out_len;
+	hdr->payload_crc = out_len ? zl_crc32c(out, out_len) : 0;
+	rc = zl_wire_check(hdr, 0, &why);
+	if (rc) {
+		if (tcp_warn_ok(c))
+			ZL_LOG_WARN("xport",
+				    "refusing to send an invalid request op=%s reason=\"%s\"",
+				    zl_wire_op_name(hdr->opcode), why);
+		return rc;
+	}
+	c->req_free = r->next;
+	r->next = NULL;
+	r->state = TCP_REQ_SENDING;
+	r->opcode = hdr->opcode;
+	r->fail = 0;
+	r->deadline_ns = zl_now_ns() + (uint64_t)bc->x->opts.timeout_ms * 1000000ull;
+	r->in = in;
+	r->in_cap = in_cap;
+	r->cb = cb;
+	r->arg = arg;
+	r->rep_valid = false;
+	r->prev = c->fl_tail;
+	if (c->fl_tail)
+		c->fl_tail->next = r;
+	else
+		c->fl_head = r;
+	c->fl_tail = r;
+	bc->inflight++;
+	zl_wire_encode(hdr, r->send.hdr);
+	r->send.data = out;
+	r->send.len = out_len;
+	tcp_send_queue(c, &r->send);
+	return 0;
+}
+
+/* ---- server ---- */
+
+static int tcp_fetch(struct zl_xport_payload *p, void *buf, uint32_t len, zl_xport_done_cb cb,
+		     void *arg)
+{
+	struct tcp_conn *c = tcp_conn_of(p->conn);
+	struct tcp_payload *pl = &c->pl;
+
+	if (pl->state != TCP_PL_UNDECIDED)
+		return -ZL_ERR_INVAL; /* outside on_request, or twice */
+	if (len < c->rhdr.payload_len)
+		return -ZL_ERR_INVAL;
+	pl->state = TCP_PL_FETCH;
+	pl->buf = buf;
+	pl->cb = cb;
+	pl->arg = arg;
+	return 0;
+}
+
+static void tcp_discard(struct zl_xport_payload *p)
+{
+	struct tcp_conn *c = tcp_conn_of(p->conn);
+
+	if (c->pl.state == TCP_PL_UNDECIDED)
+		c->pl.state = TCP_PL_DISCARD;
+}
+
+static int tcp_reply(struct zl_xport_conn *bc, struct zl_wire_hdr *rep, const void *data,
+		     uint32_t len, zl_xport_done_cb sent_cb, void *arg)
+{
+	struct tcp_conn *c = tcp_conn_of(bc);
+	struct tcp_rep *rp = c->rep_free;
+	const char *why = "?";
+	int rc;
+
+	if (!(rep->flags & ZL_WF_REPLY) || (rep->flags & ZL_WF_RDMA))
+		return -ZL_ERR_INVAL;
+	if (!rp) {
+		if (tcp_warn_ok(c))
+			ZL_LOG_ERR("xport",
+				   "reply without a free slot peer=%s (more replies than "
+				   "requests: server bug)",
+				   bc->peer);
+		return -ZL_ERR_BUSY;
+	}
+	rep->version = ZL_WIRE_VERSION;
+	rep->payload_len = len;
+	rep->payload_crc = len ? zl_crc32c(data, len) : 0;
+	rc = zl_wire_check(rep, 0, &why);
+	if (rc) {
+		if (tcp_warn_ok(c))
+			ZL_LOG_WARN("xport",
+				    "refusing to send an invalid reply op=%s reason=\"%s\"",
+				    zl_wire_op_name(rep->opcode), why);
+		return rc;
+	}
+	c->rep_free = rp->next;
+	c->n_rep_free--;
+	if (c->srv_pending)
+		c->srv_pending--;
+	rp->cb = sent_cb;
+	rp->arg = arg;
+	zl_wire_encode(rep, rp->send.hdr);
+	rp->send.data = data;
+	rp->send.len = len;
+	tcp_send_queue(c, &rp->send);
+	return 0;
+}
+
+static void tcp_accept_cb(void *arg, uint32_t events)
+{
+	struct tcp_listener *l = arg;
+	struct zl_xport *x = l->base.x;
+
+	for (int i = 0; i < TCP_ACCEPT_BUDGET; i++) {
+		struct tcp_conn *c;
+		int fd, rc;
+
+		fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK &&
+			    zl_ratelimit_ok(&x->warn_rl, TCP_WARN_PER_SEC))
+				ZL_LOG_WARN("xport",
+					    "accept failed port=%u err=%s; raise the fd "
+					    "limit if EMFILE",
+					    l->base.port, zl_strerror(-errno));
+			return;
+		}
+		rc = tcp_conn_new(x, fd, true, &c);
+		if (rc) {
+			ZL_LOG_WARN("xport", "dropping accepted connection port=%u err=%s",
+				    l->base.port, zl_strerror(rc));
+			close(fd);
+			continue;
+		}
+		c->sops = l->ops;
+		c->sarg = l->arg;
+		rc = tcp_conn_start(c);
+		if (rc) {
+			ZL_LOG_WARN("xport", "dropping accepted connection port=%u err=%s",
+				    l->base.port, zl_strerror(rc));
+			tcp_conn_free(&c->base);
+			continue;
+		}
+		ZL_LOG_DEBUG("xport", "accepted peer=%s port=%u", c->base.peer, l->base.port);
+		if (l->ops->on_conn)
+			l->ops->on_conn(l->arg, &c->base);
+	}
+}
+
+static int tcp_listen(struct zl_xport *x, const char *host, uint16_t port,
+		      const struct zl_xport_server_ops *ops, void *arg,
+		      struct zl_xport_listener **out)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC,
+				 .ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	struct tcp_listener *l;
+	struct addrinfo *res;
+	char portstr[8];
+	int one = 1, rc, gai;
+
+	snprintf(portstr, sizeof(portstr), "%u", port);
+	gai = getaddrinfo(host, portstr, &hints, &res);
+	if (gai) {
+		ZL_LOG_ERR("xport", "cannot resolve listen address host=%s err=\"%s\"", host,
+			   gai_strerror(gai));
+		return tcp_gai_err(gai);
+	}
+	l = calloc(1, sizeof(*l));
+	if (!l) {
+		rc = -ENOMEM;
+		goto out_res;
+	}
+	l->ops = ops;
+	l->arg = arg;
+	l->fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (l->fd < 0) {
+		rc = -errno;
+		goto out_free;
+	}
+	if (setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	    bind(l->fd, res->ai_addr, res->ai_addrlen) < 0 || listen(l->fd, TCP_BACKLOG) < 0 ||
+	    getsockname(l->fd, (struct sockaddr *)&ss, &sl) < 0) {
+		rc = -errno;
+		ZL_LOG_ERR("xport", "cannot listen host=%s port=%u err=%s; is the port in use?",
+			   host, port, zl_strerror(rc));
+		goto out_close;
+	}
+	l->base.port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+						: ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	rc = zl_loop_add(x->loop, &l->h, l->fd, EPOLLIN, tcp_accept_cb, l);
+	if (rc)
+		goto out_close;
+	xport_listener_link(x, &l->base);
+	freeaddrinfo(res);
+	ZL_LOG_DEBUG("xport", "listening host=%s port=%u", host, l->base.port);
+	*out = &l->base;
+	return 0;
+
+out_close:
+	close(l->fd);
+out_free:
+	free(l);
+out_res:
+	freeaddrinfo(res);
+	return rc;
+}
+
+static void tcp_listener_close(struct zl_xport_listener *bl)
+{
+	struct tcp_listener *l = ZL_CONTAINER_OF(bl, struct tcp_listener, base);
+
+	zl_loop_del(bl->x->loop, &l->h);
+	close(l->fd);
+	xport_listener_unlink(bl);
+	free(l);
+}
+
+/* ---- transport ---- */
+
+static int tcp_init(struct zl_xport *x)
+{
+	struct tcp_xport *tx = calloc(1, sizeof(*tx));
+
+	if (!tx)
+		return -ENOMEM;
+	x->impl = tx;
+	return 0;
+}
+
+static void tcp_fini(struct zl_xport *x)
+{
+	struct tcp_xport *tx = x->impl;
+
+	if (!tx)
+		return;
+	zl_timer_stop(x->loop, &tx->tick);
+	free(tx);
+	x->impl = NULL;
+}
+
+const struct xport_ops xport_tcp_ops = {
+    .kind = ZL_XPORT_TCP,
+    .init = tcp_init,
+    .fini = tcp_fini,
+    .connect = tcp_connect,
+    .listen = tcp_listen,
+    .listener_close = tcp_listener_close,
+    .conn_close = tcp_conn_close,
+    .conn_close_now = tcp_conn_close_now,
+    .conn_free = tcp_conn_free,
+    .request = tcp_request,
+    .fetch = tcp_fetch,
+    .discard = tcp_discard,
+    .reply = tcp_reply,
+    .mem_register = NULL,
+};

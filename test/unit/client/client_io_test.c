@@ -1,0 +1,769 @@
+/* Volume client against fake storage nodes served by the real TCP transport
+ * on the test's own loop, with a real etcd (ZL_TEST_ETCD). The fake follows
+ * docs/PROTOCOL-NOTES.md: slice versions (reloading its cached record when a
+ * request carries a newer one), primary-only writes replicated to the in-sync
+ * replicas, in-sync-only reads; switches make a node close connections on
+ * WRITE or answer CORRUPT to READ. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* cmocka needs the headers above first */
+#include <cmocka.h>
+
+#include "lib/client/client_internal.h"
+#include "lib/common/common.h"
+#include "lib/meta/meta.h"
+
+#define CS	(64u * 1024u)
+#define NCHUNK	16u
+#define VSIZE	((uint64_t)CS * NCHUNK)
+#define NSLICES 4u
+#define NNODES	3
+
+struct env;
+
+struct fake_node {
+	struct env *env;
+	char id[32];
+	struct zl_xport *x;
+	struct zl_xport_listener *l;
+	uint16_t port;
+	uint8_t *data;
+	uint8_t hello[ZL_WIRE_HELLO_SIZE];
+	bool close_on_write;
+	bool corrupt_reads;
+	int hellos, reads, writes, flushes, deletes, pings, stales, corrupts, closes, wrong_role;
+};
+
+struct env {
+	struct zl_loop *loop;
+	struct zl_etcd *etcd;
+	char prefix[64];
+	char vol_id[ZL_VOL_ID_LEN + 1];
+	char vol_name[64];
+	struct zl_volume meta; /* the fake storage's cached record */
+	struct fake_node nodes[NNODES];
+	struct zl_client *cli;
+	struct zl_vol *vol;
+};
+
+struct fake_write {
+	struct fake_node *fn;
+	struct zl_xport_conn *conn;
+	struct zl_wire_hdr hdr;
+	uint8_t *buf;
+};
+
+static int test_seq;
+
+static struct fake_node *fake_by_id(struct env *e, const char *id)
+{
+	for (int i = 0; i < NNODES; i++)
+		if (strcmp(e->nodes[i].id, id) == 0)
+			return &e->nodes[i];
+	return NULL;
+}
+
+/* Storage-side version check of PROTOCOL-NOTES: reload on a newer version,
+ * STALE on any mismatch. Returns the slice or NULL with *status set. */
+static const struct zl_slice *fake_slice(struct fake_node *fn, const struct zl_wire_hdr *h,
+					 int *status)
+{
+	struct env *e = fn->env;
+	const struct zl_slice *s;
+
+	if (h->vol_id != e->meta.num) {
+		*status = -ZL_ERR_NOT_FOUND;
+		return NULL;
+	}
+	if (h->chunk >= NCHUNK || (uint64_t)h->offset + h->length > CS) {
+		*status = -ZL_ERR_RANGE;
+		return NULL;
+	}
+	s = &e->meta.slices[h->chunk % e->meta.n_slices];
+	if (h->slice_ver > s->version) {
+		struct zl_volume fresh;
+
+		assert_int_equal(zl_meta_volume_get(e->etcd, e->prefix, e->vol_id, &fresh), 0);
+		zl_volume_fini(&e->meta);
+		e->meta = fresh;
+		s = &e->meta.slices[h->chunk % e->meta.n_slices];
+	}
+	if (h->slice_ver != s->version) {
+		fn->stales++;
+		*status = -ZL_ERR_STALE;
+		return NULL;
+	}
+	*status = 0;
+	return s;
+}
+
+static void fake_reply(struct zl_xport_conn *c, const struct zl_wire_hdr *h, int status,
+		       uint64_t ver, const void *data, uint32_t len)
+{
+	struct zl_wire_hdr rep;
+
+	zl_wire_reply_init(h, &rep, status);
+	rep.slice_ver = ver;
+	zl_xport_reply(c, &rep, data, len, NULL, NULL);
+}
+
+/* The primary's write: applied to every in-sync replica of the slice. */
+static void fake_apply(struct env *e, const struct zl_wire_hdr *h, int op, const uint8_t *buf)
+{
+	const struct zl_slice *s = &e->meta.slices[h->chunk % e->meta.n_slices];
+	uint64_t off = h->chunk * CS + h->offset;
+
+	for (unsigned r = 0; r < s->n; r++) {
+		struct fake_node *fn = fake_by_id(e, s->nodes[r]);
+
+		if (!s->in_sync[r] || !fn)
+			continue;
+		if (op == ZL_OP_WRITE)
+			memcpy(fn->data + off, buf, h->length);
+		else
+			memset(fn->data + off, 0, h->length);
+	}
+}
+
+static void fake_write_done(void *arg, int status)
+{
+	struct fake_write *w = arg;
+	struct env *e = w->fn->env;
+	const struct zl_slice *s = &e->meta.slices[w->hdr.chunk % e->meta.n_slices];
+
+	if (!status)
+		fake_apply(e, &w->hdr, ZL_OP_WRITE, w->buf);
+	fake_reply(w->conn, &w->hdr, status, s->version, NULL, 0);
+	zl_xport_conn_put(w->conn);
+	free(w->buf);
+	free(w);
+}
+
+static void fake_on_request(void *arg, struct zl_xport_conn *c, const struct zl_wire_hdr *h,
+			    struct zl_xport_payload *p)
+{
+	struct fake_node *fn = arg;
+	const struct zl_slice *s;
+	struct fake_write *w;
+	int status, idx;
+
+	switch (h->opcode) {
+	case ZL_OP_HELLO:
+		fn->hellos++;
+		if (p)
+			zl_xport_discard(p);
+		fake_reply(c, h, 0, 0, fn->hello, ZL_WIRE_HELLO_SIZE);
+		return;
+	case ZL_OP_PING:
+		fn->pings++;
+		fake_reply(c, h, 0, 0, NULL, 0);
+		return;
+	case ZL_OP_FLUSH:
+		fn->flushes++;
+		fake_reply(c, h, 0, 0, NULL, 0);
+		return;
+	case ZL_OP_VOLUME_DELETE:
+		fn->deletes++;
+		fake_reply(c, h, 0, 0, NULL, 0);
+		return;
+	case ZL_OP_READ:
+		s = fake_slice(fn, h, &status);
+		if (!s) {
+			fake_reply(c, h, status, 0, NULL, 0);
+			return;
+		}
+		idx = zl_slice_index_of(s, fn->id);
+		if (idx < 0 || !s->in_sync[idx]) {
+			fn->wrong_role++;
+			fake_reply(c, h, -ZL_ERR_NOT_INSYNC, s->version, NULL, 0);
+			return;
+		}
+		if (fn->corrupt_reads) {
+			fn->corrupts++;
+			fake_reply(c, h, -ZL_ERR_CORRUPT, s->version, NULL, 0);
+			return;
+		}
+		fn->reads++;
+		fake_reply(c, h, 0, s->version, fn->data + h->chunk * CS + h->offset, h->length);
+		return;
+	case ZL_OP_WRITE:
+	case ZL_OP_DISCARD:
+	case ZL_OP_WRITE_ZEROES:
+		if (fn->close_on_write) {
+			fn->closes++;
+			if (p)
+				zl_xport_discard(p);
+			zl_xport_conn_close(c);
+			return;
+		}
+		s = fake_slice(fn, h, &status);
+		if (s && zl_slice_primary(s) != zl_slice_index_of(s, fn->id)) {
+			fn->wrong_role++;
+			status = -ZL_ERR_NOT_PRIMARY;
+		}
+		if (status) {
+			if (p)
+				zl_xport_discard(p);
+			fake_reply(c, h, status, s ? s->version : 0, NULL, 0);
+			return;
+		}
+		fn->writes++;
+		if (h->opcode != ZL_OP_WRITE) {
+			fake_apply(fn->env, h, h->opcode, NULL);
+			fake_reply(c, h, 0, s->version, NULL, 0);
+			return;
+		}
+		w = calloc(1, sizeof(*w));
+		assert_non_null(w);
+		w->buf = malloc(h->length);
+		assert_non_null(w->buf);
+		w->fn = fn;
+		w->conn = c;
+		w->hdr = *h;
+		zl_xport_conn_get(c);
+		assert_int_equal(zl_xport_fetch(p, w->buf, h->length, fake_write_done, w), 0);
+		return;
+	default:
+		if (p)
+			zl_xport_discard(p);
+		fake_reply(c, h, -ZL_ERR_PROTO, 0, NULL, 0);
+	}
+}
+
+static void fake_on_conn(void *arg, struct zl_xport_conn *c)
+{
+	(void)arg;
+	(void)c;
+}
+
+static void fake_on_close(void *arg, struct zl_xport_conn *c, int reason)
+{
+	(void)arg;
+	(void)c;
+	(void)reason;
+}
+
+static const struct zl_xport_server_ops fake_ops = {
+    .on_conn = fake_on_conn,
+    .on_request = fake_on_request,
+    .on_close = fake_on_close,
+};
+
+static void fake_register(struct env *e, int i)
+{
+	struct fake_node *fn = &e->nodes[i];
+	struct zl_node_info ni;
+
+	memset(&ni, 0, sizeof(ni));
+	snprintf(ni.id, sizeof(ni.id), "%s", fn->id);
+	snprintf(ni.addr, sizeof(ni.addr), "127.0.0.1");
+	ni.port = fn->port;
+	snprintf(ni.transports, sizeof(ni.transports), "tcp");
+	ni.capacity = 1ull << 30;
+	ni.free = 1ull << 30;
+	ni.start_time = zl_wall_sec();
+	snprintf(ni.version, sizeof(ni.version), "test");
+	assert_int_equal(zl_meta_node_put(e->etcd, e->prefix, &ni, 0), 0);
+}
+
+static void fake_start(struct env *e, int i)
+{
+	struct fake_node *fn = &e->nodes[i];
+	struct zl_xport_opts xo = {.kind = ZL_XPORT_TCP};
+	struct zl_wire_hello hl = {.proto_version = ZL_WIRE_VERSION, .caps = 1};
+
+	fn->env = e;
+	snprintf(fn->id, sizeof(fn->id), "fake-%d", i);
+	fn->data = calloc(1, VSIZE);
+	assert_non_null(fn->data);
+	snprintf(hl.node_id, sizeof(hl.node_id), "%s", fn->id);
+	zl_wire_hello_encode(&hl, fn->hello);
+	assert_int_equal(zl_xport_create(e->loop, &xo, &fn->x), 0);
+	assert_int_equal(zl_xport_listen(fn->x, "127.0.0.1", 0, &fake_ops, fn, &fn->l), 0);
+	fn->port = zl_xport_listener_port(fn->l);
+	fake_register(e, i);
+}
+
+/* Slice s on fake-(s%3) (primary) and fake-((s+1)%3), version 1. */
+static void put_volume(struct env *e)
+{
+	struct zl_volume v;
+	char key[256];
+	char *json;
+	uint64_t num = 0x1000 + (uint64_t)test_seq;
+
+	memset(&v, 0, sizeof(v));
+	zl_vol_id_format(num, v.id);
+	v.num = num;
+	snprintf(v.name, sizeof(v.name), "%s", e->vol_name);
+	v.size = VSIZE;
+	v.chunk_size = CS;
+	v.replicas = 2;
+	v.n_slices = NSLICES;
+	snprintf(v.state, sizeof(v.state), "ready");
+	snprintf(v.params, sizeof(v.params), "{}");
+	v.created = zl_wall_sec();
+	v.slices = calloc(NSLICES, sizeof(*v.slices));
+	assert_non_null(v.slices);
+	for (unsigned s = 0; s < NSLICES; s++) {
+		v.slices[s].version = 1;
+		v.slices[s].n = 2;
+		snprintf(v.slices[s].nodes[0], ZL_NODE_ID_MAX, "fake-%u", s % NNODES);
+		snprintf(v.slices[s].nodes[1], ZL_NODE_ID_MAX, "fake-%u", (s + 1) % NNODES);
+		v.slices[s].in_sync[0] = true;
+		v.slices[s].in_sync[1] = true;
+	}
+	json = zl_meta_volume_to_json(&v);
+	assert_non_null(json);
+	assert_int_equal(zl_meta_key(key, sizeof(key), e->prefix, "volumes", v.id), 0);
+	assert_int_equal(zl_etcd_put(e->etcd, key, json, strlen(json), 0, NULL), 0);
+	free(json);
+	assert_int_equal(zl_meta_key(key, sizeof(key), e->prefix, "names", v.name), 0);
+	assert_int_equal(zl_etcd_put(e->etcd, key, v.id, strlen(v.id), 0, NULL), 0);
+	snprintf(e->vol_id, sizeof(e->vol_id), "%s", v.id);
+	zl_volume_fini(&v);
+	assert_int_equal(zl_meta_volume_get(e->etcd, e->prefix, e->vol_id, &e->meta), 0);
+}
+
+static int env_setup(void **state)
+{
+	const char *url = getenv("ZL_TEST_ETCD");
+	struct zl_etcd_opts eo = {0};
+	struct zl_client_opts co = {0};
+	struct env *e;
+
+	if (!url) {
+		fprintf(stderr, "ZL_TEST_ETCD is not set: run through test/lib/with-etcd.sh\n");
+		return -1;
+	}
+	e = calloc(1, sizeof(*e));
+	assert_non_null(e);
+	test_seq++;
+	snprintf(e->prefix, sizeof(e->prefix), "/zlt-client-%d-%d/", (int)getpid(), test_seq);
+	snprintf(e->vol_name, sizeof(e->vol_name), "testvol-%d", test_seq);
+	assert_int_equal(zl_loop_create(&e->loop), 0);
+	eo.endpoints = url;
+	assert_int_equal(zl_etcd_create(&eo, &e->etcd), 0);
+	for (int i = 0; i < NNODES; i++)
+		fake_start(e, i);
+	put_volume(e);
+	co.prefix = e->prefix;
+	co.client_id = "unit-client";
+	co.transport = ZL_XPORT_SEL_AUTO;
+	co.timeout_ms = 2000;
+	assert_int_equal(zl_client_create(e->loop, e->etcd, &co, &e->cli), 0);
+	assert_int_equal(zl_vol_open(e->cli, e->vol_name, &e->vol), 0);
+	*state = e;
+	return 0;
+}
+
+static int env_teardown(void **state)
+{
+	struct env *e = *state;
+
+	if (!e)
+		return 0;
+	zl_vol_close(e->vol);
+	zl_client_destroy(e->cli);
+	for (int i = 0; i < NNODES; i++) {
+		zl_xport_destroy(e->nodes[i].x);
+		free(e->nodes[i].data);
+	}
+	zl_volume_fini(&e->meta);
+	zl_etcd_delete_prefix(e->etcd, e->prefix, NULL);
+	zl_etcd_destroy(e->etcd);
+	zl_loop_destroy(e->loop);
+	free(e);
+	return 0;
+}
+
+static void fill_pattern(uint8_t *b, size_t len, uint32_t seed)
+{
+	for (size_t i = 0; i < len; i++)
+		b[i] = (uint8_t)((i * 131u + seed * 7u + (i >> 9)) ^ seed);
+}
+
+struct done {
+	int calls;
+	int status;
+};
+
+static void done_cb(void *arg, int status)
+{
+	struct done *d = arg;
+
+	d->calls++;
+	d->status = status;
+}
+
+static void run_until(struct env *e, const int *counter, int want)
+{
+	uint64_t deadline = zl_now_ms() + 40000;
+
+	while (*counter < want && zl_now_ms() < deadline)
+		zl_loop_run_once(e->loop, 50);
+	assert_int_equal(*counter, want);
+}
+
+static void test_roundtrip(void **state)
+{
+	struct env *e = *state;
+	const uint64_t off = 1000, len = 3 * CS + 4321; /* unaligned, four chunks */
+	uint8_t *wbuf = malloc(len), *rbuf = malloc(len), *zero = calloc(1, CS);
+	struct zl_vol *other = NULL;
+	struct zl_vol_stats st;
+	struct done d = {0};
+
+	assert_non_null(wbuf);
+	assert_non_null(rbuf);
+	assert_non_null(zero);
+	assert_int_equal(zl_vol_size(e->vol), VSIZE);
+	assert_string_equal(zl_vol_meta(e->vol)->id, e->vol_id);
+	fill_pattern(wbuf, len, 1);
+	assert_int_equal(zl_vol_write(e->vol, wbuf, off, len), 0);
+	memset(rbuf, 0, len);
+	assert_int_equal(zl_vol_read(e->vol, rbuf, off, len), 0);
+	assert_memory_equal(rbuf, wbuf, len);
+	/* both replicas of every touched slice hold the data, others nothing */
+	for (uint64_t ch = off / CS; ch <= (off + len - 1) / CS; ch++) {
+		unsigned s = (unsigned)(ch % NSLICES);
+		uint64_t lo = ZL_MAX(off, ch * CS), hi = ZL_MIN(off + len, (ch + 1) * CS);
+
+		assert_memory_equal(e->nodes[s % NNODES].data + lo, wbuf + (lo - off), hi - lo);
+		assert_memory_equal(e->nodes[(s + 1) % NNODES].data + lo, wbuf + (lo - off),
+				    hi - lo);
+	}
+	/* a read across the tail of a chunk */
+	assert_int_equal(zl_vol_read(e->vol, rbuf, CS - 10, 20), 0);
+	assert_memory_equal(rbuf, wbuf + (CS - 10 - off), 20);
+
+	/* range and argument checks at submit */
+	assert_int_equal(zl_vol_aio_read(e->vol, rbuf, VSIZE - 10, 11, done_cb, &d), -ZL_ERR_RANGE);
+	assert_int_equal(zl_vol_aio_write(e->vol, wbuf, VSIZE + 1, 0, 0, done_cb, &d),
+			 -ZL_ERR_RANGE);
+	assert_int_equal(zl_vol_aio_read(e->vol, NULL, 0, 10, done_cb, &d), -ZL_ERR_INVAL);
+	assert_int_equal(zl_vol_read(e->vol, rbuf, VSIZE, 1), -ZL_ERR_RANGE);
+	/* zero length completes, never inside the call */
+	assert_int_equal(zl_vol_aio_read(e->vol, rbuf, VSIZE, 0, done_cb, &d), 0);
+	assert_int_equal(d.calls, 0);
+	run_until(e, &d.calls, 1);
+	assert_int_equal(d.status, 0);
+
+	/* write zeroes and discard read back as zeroes */
+	assert_int_equal(zl_vol_write_zeroes(e->vol, off, CS), 0);
+	assert_int_equal(zl_vol_read(e->vol, rbuf, off, CS), 0);
+	assert_memory_equal(rbuf, zero, CS);
+	assert_int_equal(zl_vol_discard(e->vol, off + CS, CS), 0);
+	assert_int_equal(zl_vol_read(e->vol, rbuf, off + CS, CS), 0);
+	assert_memory_equal(rbuf, zero, CS);
+	assert_int_equal(zl_vol_read(e->vol, rbuf, off + 2 * CS, len - 2 * CS), 0);
+	assert_memory_equal(rbuf, wbuf + 2 * CS, len - 2 * CS);
+
+	/* FLUSH reaches each primary once: slices 0..3 -> fake-0,1,2,0 */
+	assert_int_equal(zl_vol_flush(e->vol), 0);
+	for (int i = 0; i < NNODES; i++)
+		assert_int_equal(e->nodes[i].flushes, 1);
+	for (int i = 0; i < NNODES; i++) {
+		assert_int_equal(e->nodes[i].wrong_role, 0);
+		assert_int_equal(e->nodes[i].stales, 0);
+	}
+
+	zl_vol_get_stats(e->vol, &st);
+	assert_int_equal(st.writes, 1);
+	assert_int_equal(st.write_bytes, len);
+	assert_true(st.reads >= 5);
+	assert_int_equal(st.retries, 0);
+	assert_int_equal(st.promotions, 0);
+
+	/* open by id too; unknown volumes are NOT_FOUND */
+	assert_int_equal(zl_vol_open(e->cli, e->vol_id, &other), 0);
+	assert_int_equal(zl_vol_read(other, rbuf, off + 2 * CS, 100), 0);
+	assert_memory_equal(rbuf, wbuf + 2 * CS, 100);
+	zl_vol_close(other);
+	assert_int_equal(zl_vol_open(e->cli, "no-such-volume", &other), -ZL_ERR_NOT_FOUND);
+
+	/* ping */
+	{
+		struct zl_node_info ni;
+		uint64_t rtt = 0;
+
+		assert_int_equal(zl_meta_node_get(e->etcd, e->prefix, "fake-1", &ni), 0);
+		assert_int_equal(zl_client_ping_node(e->cli, &ni, &rtt), 0);
+		assert_int_equal(e->nodes[1].pings, 1);
+		/* an address that answers as another node */
+		snprintf(ni.id, sizeof(ni.id), "fake-2");
+		assert_int_not_equal(zl_client_ping_node(e->cli, &ni, NULL), 0);
+	}
+	free(wbuf);
+	free(rbuf);
+	free(zero);
+}
+
+#define NPAR 64
+
+static void test_parallel(void **state)
+{
+	struct env *e = *state;
+	const uint64_t stride = VSIZE / NPAR, len = stride - 777;
+	uint8_t *wbuf[NPAR], *rbuf[NPAR];
+	struct done d = {0};
+	int calls = 0;
+
+	for (int i = 0; i < NPAR; i++) {
+		wbuf[i] = zl_vol_buf_alloc(e->vol, len);
+		rbuf[i] = malloc(len);
+		assert_non_null(wbuf[i]);
+		assert_non_null(rbuf[i]);
+		fill_pattern(wbuf[i], len, (uint32_t)i + 100);
+	}
+	for (int i = 0; i < NPAR; i++)
+		assert_int_equal(
+		    zl_vol_aio_write(e->vol, wbuf[i], i * stride + 333, len, i & 1, done_cb, &d),
+		    0);
+	run_until(e, &d.calls, NPAR);
+	assert_int_equal(d.status, 0);
+	d.calls = 0;
+	for (int i = 0; i < NPAR; i++)
+		assert_int_equal(
+		    zl_vol_aio_read(e->vol, rbuf[i], i * stride + 333, len, done_cb, &d), 0);
+	run_until(e, &d.calls, NPAR);
+	assert_int_equal(d.status, 0);
+	for (int i = 0; i < NPAR; i++) {
+		assert_memory_equal(rbuf[i], wbuf[i], len);
+		zl_vol_buf_free(e->vol, wbuf[i]);
+		free(rbuf[i]);
+	}
+	(void)calls;
+}
+
+/* A client with few I/O slots: BUSY when they are all taken, and a big I/O
+ * that needs more sub-requests than the pool holds still completes. */
+static void test_busy_and_pool(void **state)
+{
+	struct env *e = *state;
+	struct zl_client_opts co = {
+	    .prefix = e->prefix, .client_id = "small", .max_io = 2, .conns_per_node = 1};
+	struct zl_client *cli;
+	struct zl_vol *v;
+	uint8_t *buf = malloc(VSIZE), *rbuf = malloc(VSIZE);
+	struct done d = {0};
+
+	assert_non_null(buf);
+	assert_non_null(rbuf);
+	fill_pattern(buf, VSIZE, 9);
+	assert_int_equal(zl_client_create(e->loop, e->etcd, &co, &cli), 0);
+	assert_int_equal(zl_vol_open(cli, e->vol_id, &v), 0);
+	/* 16 chunks = 16 subs > 2 * CLIENT_SUBS_PER_IO */
+	assert_int_equal(zl_vol_aio_write(v, buf, 0, VSIZE, 0, done_cb, &d), 0);
+	assert_int_equal(zl_vol_aio_read(v, rbuf, 0, 10, done_cb, &d), 0);
+	assert_int_equal(zl_vol_aio_read(v, rbuf, 0, 10, done_cb, &d), -ZL_ERR_BUSY);
+	run_until(e, &d.calls, 2);
+	assert_int_equal(d.status, 0);
+	assert_int_equal(zl_vol_read(v, rbuf, 0, VSIZE), 0);
+	assert_memory_equal(rbuf, buf, VSIZE);
+	/* closing with I/O in flight fails it with CONN */
+	d.calls = 0;
+	assert_int_equal(zl_vol_aio_read(v, rbuf, 0, VSIZE, done_cb, &d), 0);
+	zl_vol_close(v);
+	assert_int_equal(d.calls, 1);
+	assert_int_equal(d.status, -ZL_ERR_CONN);
+	zl_client_destroy(cli);
+	free(buf);
+	free(rbuf);
+}
+
+/* The storage learned a newer slice version first: the client's request is
+ * STALE, it reloads the record and retries. */
+static void test_stale_reload(void **state)
+{
+	struct env *e = *state;
+	struct zl_volume v;
+	struct zl_vol_stats st;
+	uint8_t wbuf[5000], rbuf[5000];
+	int stales = 0;
+
+	assert_int_equal(zl_meta_volume_get(e->etcd, e->prefix, e->vol_id, &v), 0);
+	for (unsigned s = 0; s < v.n_slices; s++)
+		v.slices[s].version++;
+	assert_int_equal(zl_meta_volume_update(e->etcd, e->prefix, &v), 0);
+	zl_volume_fini(&v);
+	zl_volume_fini(&e->meta);
+	assert_int_equal(zl_meta_volume_get(e->etcd, e->prefix, e->vol_id, &e->meta), 0);
+
+	fill_pattern(wbuf, sizeof(wbuf), 3);
+	assert_int_equal(zl_vol_write(e->vol, wbuf, 2 * CS - 100, sizeof(wbuf)), 0);
+	assert_int_equal(zl_vol_read(e->vol, rbuf, 2 * CS - 100, sizeof(rbuf)), 0);
+	assert_memory_equal(rbuf, wbuf, sizeof(wbuf));
+	for (int i = 0; i < NNODES; i++)
+		stales += e->nodes[i].stales;
+	assert_true(stales >= 1);
+	zl_vol_get_stats(e->vol, &st);
+	assert_true(st.placement_reloads >= 1);
+	assert_true(st.retries >= 1);
+	assert_int_equal(zl_vol_meta(e->vol)->slices[1].version, 2);
+}
+
+/* The primary of slice 0 drops every connection that carries a WRITE: the
+ * client promotes the next replica in etcd and the write lands there. */
+static void test_promotion(void **state)
+{
+	struct env *e = *state;
+	struct zl_volume v;
+	struct zl_vol_stats st;
+	uint8_t wbuf[3000], rbuf[3000];
+	int w1;
+
+	e->nodes[0].close_on_write = true;
+	w1 = e->nodes[1].writes;
+	fill_pattern(wbuf, sizeof(wbuf), 4);
+	/* chunk 4 is in slice 0: fake-0 primary, fake-1 backup */
+	assert_int_equal(zl_vol_write(e->vol, wbuf, 4 * CS + 10, sizeof(wbuf)), 0);
+	assert_true(e->nodes[0].closes >= 1);
+	assert_int_equal(e->nodes[1].writes, w1 + 1);
+	assert_memory_equal(e->nodes[1].data + 4 * CS + 10, wbuf, sizeof(wbuf));
+
+	assert_int_equal(zl_meta_volume_get(e->etcd, e->prefix, e->vol_id, &v), 0);
+	assert_int_equal(v.slices[0].version, 2);
+	assert_false(v.slices[0].in_sync[0]);
+	assert_true(v.slices[0].in_sync[1]);
+	assert_int_equal(zl_slice_primary(&v.slices[0]), 1);
+	/* other slices untouched */
+	assert_int_equal(v.slices[1].version, 1);
+	zl_volume_fini(&v);
+
+	zl_vol_get_stats(e->vol, &st);
+	assert_int_equal(st.promotions, 1);
+	/* reads now go to the new primary */
+	assert_int_equal(zl_vol_read(e->vol, rbuf, 4 * CS + 10, sizeof(rbuf)), 0);
+	assert_memory_equal(rbuf, wbuf, sizeof(rbuf));
+	assert_int_equal(e->nodes[0].wrong_role, 0);
+}
+
+/* The primary of slice 0 finds corruption: the read is served by the backup. */
+static void test_corrupt_failover(void **state)
+{
+	struct env *e = *state;
+	struct zl_vol_stats st;
+	uint8_t wbuf[8192], rbuf[8192];
+
+	fill_pattern(wbuf, sizeof(wbuf), 5);
+	assert_int_equal(zl_vol_write(e->vol, wbuf, 8 * CS + 4096, sizeof(wbuf)), 0);
+	e->nodes[0].corrupt_reads = true;
+	memset(rbuf, 0, sizeof(rbuf));
+	assert_int_equal(zl_vol_read(e->vol, rbuf, 8 * CS + 4096, sizeof(rbuf)), 0);
+	assert_memory_equal(rbuf, wbuf, sizeof(rbuf));
+	assert_true(e->nodes[0].corrupts >= 1);
+	assert_true(e->nodes[1].reads >= 1);
+	zl_vol_get_stats(e->vol, &st);
+	assert_true(st.failovers >= 1);
+	assert_int_equal(st.promotions, 0);
+}
+
+/* A storage node dies (listener and connections gone): reads of its slices
+ * move to the other in-sync replica, a write promotes that replica. */
+static void test_node_down(void **state)
+{
+	struct env *e = *state;
+	struct zl_vol_stats st;
+	uint8_t wbuf[6000], rbuf[6000];
+
+	fill_pattern(wbuf, sizeof(wbuf), 6);
+	/* chunk 0: slice 0 = fake-0 (primary), fake-1 */
+	assert_int_equal(zl_vol_write(e->vol, wbuf, 100, sizeof(wbuf)), 0);
+	zl_xport_destroy(e->nodes[0].x);
+	e->nodes[0].x = NULL;
+	memset(rbuf, 0, sizeof(rbuf));
+	assert_int_equal(zl_vol_read(e->vol, rbuf, 100, sizeof(rbuf)), 0);
+	assert_memory_equal(rbuf, wbuf, sizeof(rbuf));
+	zl_vol_get_stats(e->vol, &st);
+	assert_true(st.failovers >= 1);
+	assert_int_equal(st.promotions, 0);
+
+	fill_pattern(wbuf, sizeof(wbuf), 7);
+	assert_int_equal(zl_vol_write(e->vol, wbuf, 100, sizeof(wbuf)), 0);
+	zl_vol_get_stats(e->vol, &st);
+	assert_int_equal(st.promotions, 1);
+	assert_memory_equal(e->nodes[1].data + 100, wbuf, sizeof(wbuf));
+	assert_int_equal(zl_slice_primary(&zl_vol_meta(e->vol)->slices[0]), 1);
+	assert_int_equal(zl_vol_read(e->vol, rbuf, 100, sizeof(rbuf)), 0);
+	assert_memory_equal(rbuf, wbuf, sizeof(rbuf));
+	/* slices without fake-0 never noticed */
+	assert_int_equal(zl_vol_meta(e->vol)->slices[1].version, 1);
+	/* FLUSH to the dead primary of slice 3 promotes there too, then succeeds */
+	assert_int_equal(zl_vol_flush(e->vol), 0);
+	assert_int_equal(zl_slice_primary(&zl_vol_meta(e->vol)->slices[3]), 1);
+	assert_true(e->nodes[1].flushes >= 1);
+}
+
+/* Every replica of slice 0 reports corruption: the read gives up, bounded by
+ * the attempt budget, with -ZL_ERR_UNAVAIL; other slices keep working. */
+static void test_bounded_failure(void **state)
+{
+	struct env *e = *state;
+	uint8_t buf[4096];
+	struct done d = {0};
+	uint64_t t0 = zl_now_ms();
+
+	e->nodes[0].corrupt_reads = true;
+	e->nodes[1].corrupt_reads = true;
+	assert_int_equal(zl_vol_aio_read(e->vol, buf, 4 * CS, sizeof(buf), done_cb, &d), 0);
+	/* slice 2 (fake-2, fake-0) is served meanwhile by fake-2 */
+	assert_int_equal(zl_vol_read(e->vol, buf, 2 * CS, sizeof(buf)), 0);
+	assert_int_equal(d.calls, 0);
+	run_until(e, &d.calls, 1);
+	assert_int_equal(d.status, -ZL_ERR_UNAVAIL);
+	assert_true(zl_now_ms() - t0 < CLIENT_MAX_IO_MS);
+	assert_true(e->nodes[0].corrupts + e->nodes[1].corrupts >= 8);
+}
+
+static void test_volume_delete(void **state)
+{
+	struct env *e = *state;
+	struct zl_volume v;
+	char key[256];
+
+	/* a placement node without a record: UNAVAIL, record stays "deleting" */
+	assert_int_equal(zl_meta_key(key, sizeof(key), e->prefix, "nodes", "fake-2"), 0);
+	assert_int_equal(zl_etcd_delete(e->etcd, key, NULL, NULL), 0);
+	assert_int_equal(zl_client_volume_delete(e->cli, e->vol_name), -ZL_ERR_UNAVAIL);
+	assert_int_equal(zl_meta_volume_get(e->etcd, e->prefix, e->vol_id, &v), 0);
+	assert_string_equal(v.state, "deleting");
+	zl_volume_fini(&v);
+	assert_int_equal(e->nodes[0].deletes, 1);
+	assert_int_equal(e->nodes[1].deletes, 1);
+	assert_int_equal(e->nodes[2].deletes, 0);
+
+	/* the node is back: the retry finishes */
+	fake_register(e, 2);
+	assert_int_equal(zl_client_volume_delete(e->cli, e->vol_id), 0);
+	for (int i = 0; i < NNODES; i++)
+		assert_true(e->nodes[i].deletes >= 1);
+	assert_int_equal(zl_meta_volume_lookup(e->etcd, e->prefix, e->vol_id, &v),
+			 -ZL_ERR_NOT_FOUND);
+	assert_int_equal(zl_client_volume_delete(e->cli, e->vol_id), -ZL_ERR_NOT_FOUND);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(test_roundtrip, env_setup, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_parallel, env_setup, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_busy_and_pool, env_setup, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_stale_reload, env_setup, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_promotion, env_setup, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_corrupt_failover, env_setup, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_node_down, env_setup, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_bounded_failure, env_setup, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_volume_delete, env_setup, env_teardown),
+	};
+
+	zl_log_init("client_io_test");
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

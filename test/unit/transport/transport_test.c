@@ -1,0 +1,1421 @@
+/* Transport conformance suite. Every test takes the transport kind from its
+ * prestate, so the same tests run unchanged against RDMA once it exists (the
+ * RDMA group skips while zl_xport_create says -EPROTONOSUPPORT or -ENODEV).
+ *
+ * Client and server transports share one loop on this thread; raw sockets
+ * play misbehaving peers. Nothing here depends on timing except the request
+ * timeout test, and every wait is bounded.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* cmocka needs setjmp.h, stdarg.h and stddef.h first. */
+#include <cmocka.h>
+
+#include "lib/common/common.h"
+#include "lib/common/loop.h"
+#include "lib/transport/transport.h"
+#include "lib/wire/wire.h"
+
+#define VOL	0xabcdef0123456789ull
+#define SRV_MAX 4096
+#define WAIT_MS 10000 /* safety bound of every wait; never reached when passing */
+
+static const enum zl_xport_kind kind_tcp = ZL_XPORT_TCP;
+static const enum zl_xport_kind kind_rdma = ZL_XPORT_RDMA;
+
+/* Set while a test is inside a transport call: no callback may run then. */
+static bool in_call;
+
+/* ---- data pattern ---- */
+
+static void fill(uint8_t *p, size_t n, uint64_t seed)
+{
+	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+
+	for (size_t i = 0; i < n; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		p[i] = (uint8_t)x;
+	}
+}
+
+static bool check(const uint8_t *p, size_t n, uint64_t seed)
+{
+	uint8_t *want = malloc(n ? n : 1);
+	bool ok;
+
+	assert_non_null(want);
+	fill(want, n, seed);
+	ok = memcmp(p, want, n) == 0;
+	free(want);
+	return ok;
+}
+
+/* ---- test server ---- */
+
+enum srv_mode {
+	SRV_ANSWER, /* reply as soon as the request (and its payload) is in */
+	SRV_HOLD,   /* keep requests until the test releases them */
+};
+
+struct srv;
+
+struct sreq {
+	struct srv *s;
+	struct zl_xport_conn *c;
+	struct zl_wire_hdr h;
+	uint8_t *buf;  /* fetched payload */
+	uint8_t *data; /* READ reply data, freed by sent_cb */
+	int fetch_status;
+};
+
+struct srv {
+	struct zl_xport *x;
+	enum srv_mode mode;
+	bool discard;	   /* discard payloads instead of fetching them */
+	bool ignore;	   /* neither fetch nor discard (the transport must cope) */
+	uint32_t close_at; /* close the connection on this request (1-based) */
+	struct sreq reqs[SRV_MAX];
+	struct sreq *held[SRV_MAX];
+	uint32_t n_req, n_got, n_held, n_answered, n_sent_cb, n_conn, n_close;
+	uint32_t n_fetch_corrupt;
+	int last_close_reason;
+	struct zl_xport_conn *last_conn;
+};
+
+static void srv_sent(void *arg, int status)
+{
+	struct sreq *r = arg;
+
+	assert_false(in_call);
+	assert_true(status == 0 || status == -ZL_ERR_CONN);
+	zl_xport_buf_free(r->s->x, r->data);
+	r->data = NULL;
+	r->s->n_sent_cb++;
+}
+
+static void srv_answer(struct sreq *r)
+{
+	struct srv *s = r->s;
+	struct zl_wire_hdr rep;
+	int status = 0, rc;
+
+	/* A WRITE succeeds only when its payload arrived intact. */
+	if (r->h.opcode == ZL_OP_WRITE &&
+	    (!r->buf || r->fetch_status || !check(r->buf, r->h.length, r->h.aux)))
+		status = -ZL_ERR_IO;
+	zl_wire_reply_init(&r->h, &rep, status);
+	switch (r->h.opcode) {
+	case ZL_OP_PING:
+		rep.aux = r->h.aux * 3 + 1;
+		break;
+	case ZL_OP_WRITE:
+		rep.aux = r->buf ? zl_crc32c(r->buf, r->h.length) : 0;
+		break;
+	default:
+		break;
+	}
+	in_call = true;
+	if (r->h.opcode == ZL_OP_READ && !status) {
+		r->data = zl_xport_buf_alloc(s->x, r->h.length);
+		assert_non_null(r->data);
+		fill(r->data, r->h.length, r->h.aux);
+		rc = zl_xport_reply(r->c, &rep, r->data, r->h.length, srv_sent, r);
+		if (rc) {
+			zl_xport_buf_free(s->x, r->data);
+			r->data = NULL;
+		}
+	} else {
+		rc = zl_xport_reply(r->c, &rep, NULL, 0, NULL, NULL);
+	}
+	in_call = false;
+	assert_true(rc == 0 || rc == -ZL_ERR_CONN);
+	if (rc == 0)
+		s->n_answered++;
+	zl_xport_buf_free(s->x, r->buf);
+	r->buf = NULL;
+	zl_xport_conn_put(r->c);
+	r->c = NULL;
+}
+
+static void srv_got(struct sreq *r)
+{
+	struct srv *s = r->s;
+
+	s->n_got++;
+	if (s->close_at && s->n_got == s->close_at) {
+		in_call = true;
+		zl_xport_conn_close(r->c);
+		zl_xport_conn_close(r->c); /* idempotent */
+		in_call = false;
+	}
+	if (s->mode == SRV_HOLD)
+		s->held[s->n_held++] = r;
+	else
+		srv_answer(r);
+}
+
+static void srv_fetched(void *arg, int status)
+{
+	struct sreq *r = arg;
+
+	assert_false(in_call);
+	r->fetch_status = status;
+	if (status == -ZL_ERR_CORRUPT)
+		r->s->n_fetch_corrupt++;
+	srv_got(r);
+}
+
+static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_wire_hdr *h,
+			   struct zl_xport_payload *p)
+{
+	struct srv *s = arg;
+	struct sreq *r = &s->reqs[s->n_req++ % SRV_MAX];
+	int rc;
+
+	assert_false(in_call);
+	assert_null(r->c);
+	memset(r, 0, sizeof(*r));
+	r->s = s;
+	r->c = c;
+	r->h = *h;
+	zl_xport_conn_get(c);
+	if (h->payload_len) {
+		assert_non_null(p);
+		if (s->discard || s->ignore) {
+			if (s->discard)
+				zl_xport_discard(p);
+			srv_got(r);
+			return;
+		}
+		r->buf = zl_xport_buf_alloc(s->x, h->payload_len);
+		assert_non_null(r->buf);
+		in_call = true;
+		rc = zl_xport_fetch(p, r->buf, h->payload_len, srv_fetched, r);
+		in_call = false;
+		assert_int_equal(rc, 0);
+		return;
+	}
+	assert_null(p);
+	srv_got(r);
+}
+
+static void srv_on_conn(void *arg, struct zl_xport_conn *c)
+{
+	struct srv *s = arg;
+
+	assert_false(in_call);
+	assert_int_equal(zl_xport_conn_kind(c), zl_xport_kind(s->x));
+	if (s->last_conn)
+		zl_xport_conn_put(s->last_conn);
+	zl_xport_conn_get(c);
+	s->last_conn = c;
+	s->n_conn++;
+}
+
+static void srv_on_close(void *arg, struct zl_xport_conn *c, int reason)
+{
+	struct srv *s = arg;
+
+	assert_false(in_call);
+	assert_false(zl_xport_conn_alive(c));
+	s->n_close++;
+	s->last_close_reason = reason;
+}
+
+static const struct zl_xport_server_ops srv_ops = {
+    .on_conn = srv_on_conn,
+    .on_request = srv_on_request,
+    .on_close = srv_on_close,
+};
+
+/* Releases held requests in the order given by idx (or FIFO when NULL). */
+static void srv_release(struct srv *s, const uint32_t *idx)
+{
+	uint32_t n = s->n_held;
+
+	s->n_held = 0;
+	for (uint32_t i = 0; i < n; i++)
+		srv_answer(s->held[idx ? idx[i] : i]);
+}
+
+/* ---- environment ---- */
+
+struct env {
+	enum zl_xport_kind kind;
+	const char *host;
+	struct zl_loop *loop;
+	struct zl_xport *sx, *cx;
+	struct zl_xport_listener *l;
+	uint16_t port;
+	struct srv *srv;
+};
+
+static struct env *env_start(void **state, const struct zl_xport_opts *copts,
+			     const struct zl_xport_opts *sopts)
+{
+	enum zl_xport_kind kind = *(const enum zl_xport_kind *)*state;
+	struct zl_xport_opts co = {.kind = kind}, so = {.kind = kind};
+	struct env *e = calloc(1, sizeof(*e));
+	int rc;
+
+	assert_non_null(e);
+	if (copts)
+		co = *copts;
+	if (sopts)
+		so = *sopts;
+	co.kind = so.kind = kind;
+	e->kind = kind;
+	e->host = getenv("ZL_TEST_XPORT_HOST") ? getenv("ZL_TEST_XPORT_HOST") : "127.0.0.1";
+	assert_int_equal(zl_loop_create(&e->loop), 0);
+	rc = zl_xport_create(e->loop, &so, &e->sx);
+	if (rc == -EPROTONOSUPPORT || rc == -ENODEV) {
+		zl_loop_destroy(e->loop);
+		free(e);
+		skip();
+	}
+	assert_int_equal(rc, 0);
+	assert_int_equal(zl_xport_create(e->loop, &co, &e->cx), 0);
+	assert_int_equal(zl_xport_kind(e->cx), kind);
+	assert_ptr_equal(zl_xport_loop(e->cx), e->loop);
+	e->srv = calloc(1, sizeof(*e->srv));
+	assert_non_null(e->srv);
+	e->srv->x = e->sx;
+	assert_int_equal(zl_xport_listen(e->sx, e->host, 0, &srv_ops, e->srv, &e->l), 0);
+	e->port = zl_xport_listener_port(e->l);
+	assert_true(e->port > 0);
+	*state = e;
+	return e;
+}
+
+static int env_teardown(void **state)
+{
+	struct env *e = *state;
+
+	/* The prestate is the kind constant until env_start replaced it. */
+	if (e == (void *)&kind_tcp || e == (void *)&kind_rdma)
+		return 0;
+	for (uint32_t i = 0; i < SRV_MAX; i++) {
+		struct sreq *r = &e->srv->reqs[i];
+
+		if (r->c)
+			zl_xport_conn_put(r->c);
+		r->c = NULL;
+	}
+	if (e->srv->last_conn)
+		zl_xport_conn_put(e->srv->last_conn);
+	zl_xport_destroy(e->cx);
+	zl_xport_destroy(e->sx);
+	zl_loop_destroy(e->loop);
+	free(e->srv);
+	free(e);
+	return 0;
+}
+
+static void run_until(struct env *e, const uint32_t *cnt, uint32_t target)
+{
+	uint64_t start = zl_now_ms();
+
+	while (*cnt < target) {
+		if (zl_now_ms() - start > WAIT_MS)
+			fail_msg("waited %d ms: counter at %u, want %u", WAIT_MS, *cnt, target);
+		assert_true(zl_loop_run_once(e->loop, 50) >= 0);
+	}
+}
+
+/* Runs the loop for a few idle iterations (lets anything pending happen). */
+static void run_idle(struct env *e, int rounds)
+{
+	for (int i = 0; i < rounds; i++)
+		zl_loop_run_once(e->loop, 10);
+}
+
+/* ---- client helpers ---- */
+
+struct creq {
+	uint32_t *done;
+	int status;
+	int calls;
+	bool has_rep;
+	struct zl_wire_hdr rep;
+	struct zl_wire_hdr req;
+	uint8_t *in;
+	uint32_t len;
+	uint64_t seed;
+	/* Overwritten by the callback: the out buffer is the caller's again. */
+	uint8_t *scribble;
+};
+
+static void on_reply(void *arg, int status, const struct zl_wire_hdr *rep)
+{
+	struct creq *q = arg;
+
+	assert_false(in_call);
+	q->calls++;
+	assert_int_equal(q->calls, 1);
+	q->status = status;
+	q->has_rep = rep != NULL;
+	if (rep)
+		q->rep = *rep;
+	if (status)
+		assert_null(rep);
+	if (q->scribble)
+		memset(q->scribble, 0xee, q->len);
+	(*q->done)++;
+}
+
+struct cconn {
+	uint32_t closes;
+	int reason;
+};
+
+static void on_cclose(void *arg, struct zl_xport_conn *c, int reason)
+{
+	struct cconn *cc = arg;
+
+	assert_false(in_call);
+	assert_false(zl_xport_conn_alive(c));
+	assert_int_equal(zl_xport_conn_inflight(c), 0);
+	cc->closes++;
+	cc->reason = reason;
+}
+
+static struct zl_xport_conn *cconnect(struct env *e, struct cconn *cc)
+{
+	struct zl_xport_conn *c = NULL;
+
+	assert_int_equal(zl_xport_connect(e->cx, e->host, e->port, 2000, on_cclose, cc, &c), 0);
+	assert_non_null(c);
+	assert_true(zl_xport_conn_alive(c));
+	assert_int_equal(zl_xport_conn_kind(c), e->kind);
+	return c;
+}
+
+/* Closes a client connection whose close callback points at the test's
+ * stack, waits for the callback and drops the caller's reference. */
+static void cdone(struct env *e, struct zl_xport_conn *c, struct cconn *cc)
+{
+	zl_xport_conn_close(c);
+	run_until(e, &cc->closes, 1);
+	assert_int_equal(cc->closes, 1);
+	zl_xport_conn_put(c);
+}
+
+static int send_ping(struct zl_xport_conn *c, struct creq *q, uint64_t aux)
+{
+	int rc;
+
+	memset(&q->req, 0, sizeof(q->req));
+	q->req.opcode = ZL_OP_PING;
+	q->req.aux = aux;
+	in_call = true;
+	rc = zl_xport_request(c, &q->req, NULL, 0, NULL, 0, on_reply, q);
+	in_call = false;
+	return rc;
+}
+
+static int send_read(struct zl_xport_conn *c, struct creq *q, uint8_t *in, uint32_t len,
+		     uint64_t seed)
+{
+	int rc;
+
+	memset(&q->req, 0, sizeof(q->req));
+	q->req.opcode = ZL_OP_READ;
+	q->req.vol_id = VOL;
+	q->req.length = len;
+	q->req.aux = seed;
+	q->in = in;
+	q->len = len;
+	q->seed = seed;
+	memset(in, 0, len);
+	in_call = true;
+	rc = zl_xport_request(c, &q->req, NULL, 0, in, len, on_reply, q);
+	in_call = false;
+	return rc;
+}
+
+static int send_write(struct zl_xport_conn *c, struct creq *q, uint8_t *out, uint32_t len,
+		      uint64_t seed)
+{
+	int rc;
+
+	memset(&q->req, 0, sizeof(q->req));
+	q->req.opcode = ZL_OP_WRITE;
+	q->req.vol_id = VOL;
+	q->req.length = len;
+	q->req.aux = seed;
+	q->len = len;
+	q->seed = seed;
+	fill(out, len, seed);
+	in_call = true;
+	rc = zl_xport_request(c, &q->req, out, len, NULL, 0, on_reply, q);
+	in_call = false;
+	return rc;
+}
+
+/* ---- tests ---- */
+
+static void test_ping_pong(void **state)
+{
+	struct env *e = env_start(state, NULL, NULL);
+	struct cconn cc = {0};
+	struct zl_xport_conn *c = cconnect(e, &cc);
+	uint32_t done = 0;
+	char want[32];
+
+	snprintf(want, sizeof(want), ":%u", e->port);
+	assert_non_null(strstr(zl_xport_conn_peer(c), want));
+	for (uint32_t i = 0; i < 200; i++) {
+		struct creq q = {.done = &done};
+
+		assert_int_equal(send_ping(c, &q, i), 0);
+		assert_int_equal(q.calls, 0); /* never inside the call */
+		assert_true(q.req.req_id != 0 || i == 0);
+		assert_int_equal(zl_xport_conn_inflight(c), 1);
+		run_until(e, &done, i + 1);
+		assert_int_equal(q.status, 0);
+		assert_true(q.has_rep);
+		assert_int_equal(q.rep.req_id, q.req.req_id);
+		assert_int_equal(q.rep.opcode, ZL_OP_PING);
+		assert_true(q.rep.flags & ZL_WF_REPLY);
+		assert_int_equal(q.rep.aux, i * 3 + 1);
+		assert_int_equal(zl_xport_conn_inflight(c), 0);
+	}
+	assert_int_equal(e->srv->n_conn, 1);
+	zl_xport_conn_set_ctx(c, &cc);
+	assert_ptr_equal(zl_xport_conn_ctx(c), &cc);
+	zl_xport_conn_close(c);
+	assert_int_equal(cc.closes, 0); /* deferred */
+	run_until(e, &cc.closes, 1);
+	assert_int_equal(cc.reason, 0);
+	run_until(e, &e->srv->n_close, 1);
+	assert_int_equal(e->srv->last_close_reason, -ZL_ERR_CONN);
+	zl_xport_conn_put(c);
+	assert_int_equal(cc.closes, 1);
+}
+
+static void test_pipelined_out_of_order(void **state)
+{
+	enum { N = 1000 };
+	struct zl_xport_opts o = {.max_inflight = 1024};
+	struct env *e = env_start(state, &o, &o);
+	struct cconn cc = {0};
+	struct zl_xport_conn *c = cconnect(e, &cc);
+	struct creq *q = calloc(N, sizeof(*q));
+	uint8_t *in = malloc((size_t)N * 1024);
+	uint32_t *order = calloc(N, sizeof(*order));
+	uint32_t done = 0;
+
+	assert_non_null(q);
+	assert_non_null(in);
+	assert_non_null(order);
+	e->srv->mode = SRV_HOLD;
+	for (uint32_t i = 0; i < N; i++) {
+		q[i].done = &done;
+		if (i % 10 == 3)
+			assert_int_equal(
+			    send_read(c, &q[i], in + (size_t)i * 1024, 1 + i % 1000, 1000 + i), 0);
+		else
+			assert_int_equal(send_ping(c, &q[i], i), 0);
+	}
+	assert_int_equal(zl_xport_conn_inflight(c), N);
+	run_until(e, &e->srv->n_held, N);
+	/* 7 is coprime with 1000: a full permutation, far from FIFO. */
+	for (uint32_t i = 0; i < N; i++)
+		order[i] = (i * 7 + 500) % N;
+	srv_release(e->srv, order);
+	run_until(e, &done, N);
+	for (uint32_t i = 0; i < N; i++) {
+		assert_int_equal(q[i].calls, 1);
+		assert_int_equal(q[i].status, 0);
+		assert_int_equal(q[i].rep.req_id, q[i].req.req_id);
+		if (i % 10 == 3) {
+			assert_int_equal(q[i].rep.opcode, ZL_OP_READ);
+			assert_true(check(q[i].in, q[i].len, q[i].seed));
+		} else {
+			assert_int_equal(q[i].rep.aux, (uint64_t)i * 3 + 1);
+		}
+	}
+	assert_int_equal(zl_xport_conn_inflight(c), 0);
+	run_until(e, &e->srv->n_sent_cb, N / 10);
+	cdone(e, c, &cc);
+	free(q);
+	free(in);
+	free(order);
+}
+
+static void test_large_and_unaligned(void **state)
+{
+	static const uint32_t sizes[] = {1, 4097, 12345, 65536 + 17, 1u << 20, ZL_WIRE_MAX_IO};
+	enum { NS = sizeof(sizes) / sizeof(sizes[0]) };
+	struct env *e = env_start(state, NULL, NULL);
+	struct cconn cc = {0};
+	struct zl_xport_conn *c = cconnect(e, &cc);
+	struct creq wq[NS], rq[NS];
+	uint8_t *wbuf[NS], *rbuf[NS];
+	uint32_t done = 0;
+
+	memset(wq, 0, sizeof(wq));
+	memset(rq, 0, sizeof(rq));
+	/* Pool memory for half, caller memory (malloc, unaligned) for the rest. */
+	for (int i = 0; i < NS; i++) {
+		bool pool = i % 2 == 0;
+
+		wbuf[i] = pool ? zl_xport_buf_alloc(e->cx, sizes[i]) : malloc(sizes[i] + 1);
+		rbuf[i] = pool ? zl_xport_buf_alloc(e->cx, sizes[i]) : malloc(sizes[i] + 1);
+		assert_non_null(wbuf[i]);
+		assert_non_null(rbuf[i]);
+		if (!pool) {
+			wbuf[i]++;
+			rbuf[i]++;
+		}
+	}
+	/* One at a time, then all pipelined together. */
+	for (int i = 0; i < NS; i++) {
+		wq[i].done = rq[i].done = &done;
+		assert_int_equal(send_write(c, &wq[i], wbuf[i], sizes[i], 7 + i), 0);
+		run_until(e, &done, done + 1);
+		assert_int_equal(wq[i].status, 0);
+		assert_int_equal(wq[i].rep.status, 0);
+		assert_int_equal(wq[i].rep.aux, zl_crc32c(wbuf[i], sizes[i]));
+		assert_int_equal(send_read(c, &rq[i], rbuf[i], sizes[i], 99 + i), 0);
+		run_until(e, &done, done + 1);
+		assert_int_equal(rq[i].status, 0);
+		assert_int_equal(rq[i].rep.payload_len, sizes[i]);
+		assert_true(check(rbuf[i], sizes[i], 99 + i));
+	}
+	memset(wq, 0, sizeof(wq));
+	memset(rq, 0, sizeof(rq));
+	done = 0;
+	for (int i = 0; i < NS; i++) {
+		wq[i].done = rq[i].done = &done;
+		assert_int_equal(send_write(c, &wq[i], wbuf[i], sizes[i], 300 + i), 0);
+		assert_int_equal(send_read(c, &rq[i], rbuf[i], sizes[i], 400 + i), 0);
+	}
+	run_until(e, &done, 2 * NS);
+	for (int i = 0; i < NS; i++) {
+		assert_int_equal(wq[i].status, 0);
+		assert_int_equal(wq[i].rep.status, 0);
+		assert_int_equal(rq[i].status, 0);
+		assert_true(check(rbuf[i], sizes[i], 400 + i));
+	}
+	/* A READ reply larger than in_cap fails that request (-ZL_ERR_PROTO)
+	 * and the connection keeps working. */
+	{
+		struct creq q = {.done = &done}, p = {.done = &done};
+
+		memset(&q.req, 0, sizeof(q.req));
+		q.req.opcode = ZL_OP_READ;
+		q.req.vol_id = VOL;
+		q.req.length = 8192;
+		in_call = true;
+		assert_int_equal(zl_xport_request(c, &q.req, NULL, 0, rbuf[1], 4096, on_reply, &q),
+				 0);
+		in_call = false;
+		assert_int_equal(send_ping(c, &p, 5), 0);
+		run_until(e, &done, 2 * NS + 2);
+		assert_int_equal(q.status, -ZL_ERR_PROTO);
+		assert_int_equal(p.status, 0);
+		assert_int_equal(p.rep.aux, 16);
+	}
+	assert_true(zl_xport_conn_alive(c));
+	for (int i = 0; i < NS; i++) {
+		if (i % 2 == 0) {
+			zl_xport_buf_free(e->cx, wbuf[i]);
+			zl_xport_buf_free(e->cx, rbuf[i]);
+		} else {
+			free(wbuf[i] - 1);
+			free(rbuf[i] - 1);
+		}
+	}
+	cdone(e, c, &cc);
+}
+
+/* The server drops payloads it does not want and may answer before the
+ * client finished sending: the out buffer stays owned by the transport until
+ * the frame is out, and the connection stays in sync. */
+static void test_discard_and_early_reply(void **state)
+{
+	struct env *e = env_start(state, NULL, NULL);
+	struct cconn cc = {0};
+	struct zl_xport_conn *c = cconnect(e, &cc);
+	uint8_t *buf = zl_xport_buf_alloc(e->cx, ZL_WIRE_MAX_IO);
+	struct creq q[4] = {0};
+	uint32_t done = 0;
+
+	e->srv->discard = true;
+	for (int i = 0; i < 3; i++) {
+		q[i].done = &done;
+		assert_int_equal(send_write(c, &q[i], buf, ZL_WIRE_MAX_IO - (uint32_t)i, i), 0);
+	}
+	q[3].done = &done;
+	assert_int_equal(send_ping(c, &q[3], 1), 0);
+	run_until(e, &done, 4);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(q[i].status, 0);
+		assert_int_equal(q[i].rep.status, ZL_ERR_IO);
+	}
+	assert_int_equal(q[3].status, 0);
+	assert_int_equal(q[3].rep.aux, 4);
+
+	/* A server that forgets the payload: dropped for it, stream stays in sync. */
+	e->srv->discard = false;
+	e->srv->ignore = true;
+	memset(q, 0, sizeof(q));
+	done = 0;
+	q[0].done = q[1].done = &done;
+	assert_int_equal(send_write(c, &q[0], buf, 12345, 1), 0);
+	assert_int_equal(send_ping(c, &q[1], 2), 0);
+	run_until(e, &done, 2);
+	assert_int_equal(q[0].status, 0);
+	assert_int_equal(q[0].rep.status, ZL_ERR_IO);
+	assert_int_equal(q[1].status, 0);
+	assert_int_equal(q[1].rep.aux, 7);
+	zl_xport_buf_free(e->cx, buf);
+	cdone(e, c, &cc);
+}
+
+static void test_parallel_connections(void **state)
+{
+	enum { NC = 16, NR = 24 };
+	struct env *e = env_start(state, NULL, NULL);
+	struct cconn cc[NC];
+	struct zl_xport_conn *c[NC];
+	struct creq *q = calloc(NC * NR, sizeof(*q));
+	uint8_t *bufs = malloc((size_t)NC * NR * 20000);
+	uint32_t done = 0;
+
+	assert_non_null(q);
+	assert_non_null(bufs);
+	memset(cc, 0, sizeof(cc));
+	for (int i = 0; i < NC; i++)
+		c[i] = cconnect(e, &cc[i]);
+	for (int r = 0; r < NR; r++) {
+		for (int i = 0; i < NC; i++) {
+			struct creq *x = &q[i * NR + r];
+			uint8_t *b = bufs + (size_t)(i * NR + r) * 20000;
+			uint32_t len = 1000 + (uint32_t)(i * 997 + r * 331) % 19000;
+
+			x->done = &done;
+			if (r % 2)
+				assert_int_equal(send_write(c[i], x, b, len, i * 1000 + r), 0);
+			else
+				assert_int_equal(send_read(c[i], x, b, len, i * 1000 + r), 0);
+		}
+	}
+	run_until(e, &done, NC * NR);
+	for (int i = 0; i < NC * NR; i++) {
+		assert_int_equal(q[i].status, 0);
+		assert_int_equal(q[i].rep.status, 0);
+		if (q[i].req.opcode == ZL_OP_READ)
+			assert_true(check(q[i].in, q[i].len, q[i].seed));
+	}
+	assert_int_equal(e->srv->n_conn, NC);
+	for (int i = 0; i < NC; i++) {
+		assert_int_equal(zl_xport_conn_inflight(c[i]), 0);
+		cdone(e, c[i], &cc[i]);
+	}
+	free(q);
+	free(bufs);
+}
+
+/* The server closes the connection while requests are in flight. */
+static void test_peer_close(void **state)
+{
+	enum { N = 8 };
+	struct env *e = env_start(state, NULL, NULL);
+	struct cconn cc = {0};
+	struct zl_xport_conn *c = cconnect(e, &cc);
+	struct creq q[N] = {0}, late = {0};
+	struct zl_wire_hdr rep;
+	uint32_t done = 0;
+
+	e->srv->mode = SRV_HOLD;
+	e->srv->close_at = 5;
+	for (int i = 0; i < N; i++) {
+		q[i].done = &done;
+		assert_int_equal(send_ping(c, &q[i], i), 0);
+	}
+	run_until(e, &cc.closes, 1);
+	assert_int_equal(done, N);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(q[i].status, -ZL_ERR_CONN);
+	assert_int_equal(cc.reason, -ZL_ERR_CONN);
+	assert_false(zl_xport_conn_alive(c));
+	assert_int_equal(zl_xport_conn_inflight(c), 0);
+	late.done = &done;
+	assert_int_equal(send_ping(c, &late, 1), -ZL_ERR_CONN);
+	run_idle(e, 3);
+	assert_int_equal(late.calls, 0);
+	assert_int_equal(cc.closes, 1);
+
+	/* Server side: closed locally (reason 0); replying now fails. */
+	run_until(e, &e->srv->n_close, 1);
+	assert_int_equal(e->srv->last_close_reason, 0);
+	assert_true(e->srv->n_held >= 5);
+	zl_wire_reply_init(&e->srv->held[0]->h, &rep, 0);
+	assert_int_equal(zl_xport_reply(e->srv->held[0]->c, &rep, NULL, 0, NULL, NULL),
+			 -ZL_ERR_CONN);
+	srv_release(e->srv, NULL);
+	assert_int_equal(e->srv->n_answered, 0);
+	zl_xport_conn_put(c);
+}
+
+static int raw_listen(uint16_t *port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t al = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(fd, 4), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &al), 0);
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+static int raw_connect(uint16_t port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+				.sin_port = htons(port)};
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	assert_true(fd >= 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	return fd;
+}
+
+static void read_full(int fd, void *buf, size_t n)
+{
+	size_t got = 0;
+
+	while (got < n) {
+		ssize_t r = read(fd, (uint8_t *)buf + got, n - got);
+
+		assert_true(r > 0);
+		got += (size_t)r;
+	}
+}
+
+static void write_full(int fd, const void *buf, size_t n)
+{
+	assert_int_equal(write(fd, buf, n), (ssize_t)n);
+}
+
+/* The peer dies (RST) with requests in flight. */
+static void test_peer_reset(void **state)
+{
+	struct env *e = env_start(state, NULL, NULL);
+	struct cconn cc = {0};
+	struct creq q[3] = {0};
+	struct zl_xport_conn *c = NULL;
+	struct linger lg = {.l_onoff = 1, .l_linger = 0};
+	uint8_t hdr[ZL_WIRE_HDR_SIZE];
+	uint32_t done = 0;
+	uint16_t port;
+	int lfd, fd;
+
+	if (e->kind != ZL_XPORT_TCP)
+		skip(); /* raw TCP peer */
+	lfd = raw_listen(&port);
+	assert_int_equal(zl_xport_connect(e->cx, "127.0.0.1", port, 2000, on_cclose, &cc, &c), 0);
+	fd = accept(lfd, NULL, NULL);
+	assert_true(fd >= 0);
+	for (int i = 0; i < 3; i++) {
+		q[i].done = &done;
+		assert_int_equal(send_ping(c, &q[i], i), 0);
+	}
+	read_full(fd, hdr, sizeof(hdr));
+	assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
+	close(fd);
+	run_until(e, &cc.closes, 1);
+	assert_int_equal(done, 3);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(q[i].status, -ZL_ERR_CONN);
+	assert_int_equal(cc.reason, -ZL_ERR_CONN);
+	close(lfd);
+	zl_xport_conn_put(c);
+}
+
+/* A raw server answers a 4 MiB WRITE before reading its payload. The reply
+ * callback hands the out buffer back to the caller (who scribbles on it), so
+ * the transport must not write from it afterwards: the payload the server
+ * reads must still be intact. */
+static void test_early_reply(void **state)
+{
+	struct env *e = env_start(state, NULL, NULL);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t al = sizeof(a);
+	struct cconn cc = {0};
+	struct zl_xport_conn *c = NULL;
+	struct creq q = {0};
+	struct zl_wire_hdr req, rep;
+	uint8_t hdr[ZL_WIRE_HDR_SIZE];
+	uint8_t *out, *got;
+	uint32_t done = 0, len = ZL_WIRE_MAX_IO;
+	size_t have = 0;
+	uint64_t start;
+	int small = 4096, lfd, fd;
+
+	if (e->kind != ZL_XPORT_TCP)
+		skip(); /* raw TCP peer */
+	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(lfd >= 0);
+	/* A tiny receive window keeps most of the payload in the client. */
+	assert_int_equal(setsockopt(lfd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(lfd, 4), 0);
+	assert_int_equal(getsockname(lfd, (struct sockaddr *)&a, &al), 0);
+	assert_int_equal(
+	    zl_xport_connect(e->cx, "127.0.0.1", ntohs(a.sin_port), 2000, on_cclose, &cc, &c), 0);
+	fd = accept(lfd, NULL, NULL);
+	assert_true(fd >= 0);
+	out = zl_xport_buf_alloc(e->cx, len);
+	got = malloc(len);
+	assert_non_null(out);
+	assert_non_null(got);
+	q.done = &done;
+	q.scribble = out;
+	assert_int_equal(send_write(c, &q, out, len, 11), 0);
+	read_full(fd, hdr, sizeof(hdr));
+	assert_int_equal(zl_wire_decode(hdr, sizeof(hdr), &req, NULL), 0);
+	assert_int_equal(req.payload_len, len);
+	zl_wire_reply_init(&req, &rep, -ZL_ERR_IO);
+	zl_wire_encode(&rep, hdr);
+	write_full(fd, hdr, sizeof(hdr));
+	run_idle(e, 5);
+	/* Drain the payload while the loop keeps sending. */
+	start = zl_now_ms();
+	while (have < len) {
+		ssize_t n = recv(fd, got + have, len - have, MSG_DONTWAIT);
+
+		if (n > 0)
+			have += (size_t)n;
+		else
+			assert_true(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+		zl_loop_run_once(e->loop, 1);
+		assert_true(zl_now_ms() - start < WAIT_MS);
+	}
+	run_until(e, &done, 1);
+	assert_int_equal(q.status, 0);
+	assert_int_equal(q.rep.status, ZL_ERR_IO);
+	assert_true(check(got, len, 11));
+	assert_int_equal(zl_crc32c(got, len), req.payload_crc);
+	assert_true(zl_xport_conn_alive(c));
+	cdone(e, c, &cc);
+	zl_xport_buf_free(e->cx, out);
+	free(got);
+	close(fd);
+	close(lfd);
+}
+
+/* The server closes a connection while big replies are still queued: every
+ * sent_cb runs (0 or -ZL_ERR_CONN), and the client sees complete data or
+ * -ZL_ERR_CONN, never a torn reply. */
+static void test_server_close_with_queued_replies(void **state)
+{
+	enum { N = 3 };
+	struct env *e = env_start(state, NULL, NULL);
+	struct cconn cc = {0};
+	struct zl_xport_conn *c = cconnect(e, &cc);
+	struct creq q[N] = {0};
+	uint8_t *in[N];
+	uint32_t done = 0;
+
+	e->srv->mode = SRV_HOLD;
+	for (int i = 0; i < N; i++) {
+		in[i] = zl_xport_buf_alloc(e->cx, ZL_WIRE_MAX_IO);
+		assert_non_null(in[i]);
+		q[i].done = &done;
+		assert_int_equal(send_read(c, &q[i], in[i], ZL_WIRE_MAX_IO, 70 + i), 0);
+	}
+	run_until(e, &e->srv->n_held, N);
+	srv_release(e->srv, NULL);
+	assert_int_equal(e->srv->n_answered, N);
+	in_call = true;
+	zl_xport_conn_close(e->srv->last_conn);
+	in_call = false;
+	assert_int_equal(e->srv->n_sent_cb, 0); /* deferred */
+	run_until(e, &e->srv->n_sent_cb, N);
+	run_until(e, &cc.closes, 1);
+	assert_int_equal(done, N);
+	for (int i = 0; i < N; i++) {
+		assert_true(q[i].status == 0 || q[i].status == -ZL_ERR_CONN);
+		if (q[i].status == 0)
+			assert_true(check(in[i], ZL_WIRE_MAX_IO, 70 + i));
+		zl_xport_buf_free(e->cx, in[i]);
+	}
+	assert_int_equal(q[N - 1].status, -ZL_ERR_CONN);
+	zl_xport_conn_put(c);
+}
+
+static void test_timeout(void **state)
+{
+	struct zl_xport_opts co = {.timeout_ms = 300};
+	struct env *e = env_start(state, &co, NULL);
+	struct cconn cc = {0};
+	struct zl_xport_conn *c = cconnect(e, &cc);
+	struct creq q[3] = {0};
+	uint32_t done = 0;
+
+	e->srv->mode = SRV_HOLD; /* never answers */
+	for (int i = 0; i < 3; i++) {
+		q[i].done = &done;
+		assert_int_equal(send_ping(c, &q[i], i), 0);
+	}
+	run_until(e, &cc.closes, 1);
+	assert_int_equal(done, 3);
+	assert_int_equal(q[0].status, -ZL_ERR_TIMEOUT);
+	for (int i = 1; i < 3; i++)
+		assert_true(q[i].status == -ZL_ERR_TIMEOUT || q[i].status == -ZL_ERR_CONN);
+	assert_int_equal(cc.reason, -ZL_ERR_TIMEOUT);
+	assert_false(zl_xport_conn_alive(c));
+	/* The server notices the client going away. */
+	run_until(e, &e->srv->n_close, 1);
+	srv_release(e->srv, NULL);
+	assert_int_equal(e->srv->n_answered, 0);
+	zl_xport_conn_put(c);
+}
+
+static void test_busy(void **state)
+{
+	struct zl_xport_opts co = {.max_inflight = 4};
+	struct env *e = env_start(state, &co, NULL);
+	struct cconn cc = {0};
+	struct zl_xport_conn *c = cconnect(e, &cc);
+	struct creq q[6] = {0};
+	uint32_t done = 0;
+
+	e->srv->mode = SRV_HOLD;
+	for (int i = 0; i < 6; i++)
+		q[i].done = &done;
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(send_ping(c, &q[i], i), 0);
+	assert_int_equal(send_ping(c, &q[4], 4), -ZL_ERR_BUSY);
+	assert_int_equal(zl_xport_conn_inflight(c), 4);
+	run_until(e, &e->srv->n_held, 4);
+	assert_int_equal(send_ping(c, &q[4], 4), -ZL_ERR_BUSY);
+	srv_release(e->srv, NULL);
+	run_until(e, &done, 4);
+	assert_int_equal(send_ping(c, &q[4], 40), 0);
+	assert_int_equal(send_ping(c, &q[5], 50), 0);
+	run_until(e, &e->srv->n_held, 2);
+	srv_release(e->srv, NULL);
+	run_until(e, &done, 6);
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(q[i].status, 0);
+	assert_int_equal(q[4].rep.aux, 121);
+	assert_int_equal(q[5].rep.aux, 151);
+	assert_int_equal(q[4].calls, 1);
+	cdone(e, c, &cc);
+}
+
+/* A server never has more unanswered requests per connection than its
+ * max_inflight: it stops reading until it has replied. */
+static void test_server_backpressure(void **state)
+{
+	enum { N = 10 };
+	struct zl_xport_opts so = {.max_inflight = 2};
+	struct env *e = env_start(state, NULL, &so);
+	struct cconn cc = {0};
+	struct zl_xport_conn *c = cconnect(e, &cc);
+	struct creq q[N] = {0};
+	uint32_t done = 0;
+
+	e->srv->mode = SRV_HOLD;
+	for (int i = 0; i < N; i++) {
+		q[i].done = &done;
+		assert_int_equal(send_ping(c, &q[i], i), 0);
+	}
+	while (done < N) {
+		uint32_t before = done;
+
+		run_until(e, &e->srv->n_held, ZL_MIN(2u, N - done));
+		run_idle(e, 3);
+		assert_true(e->srv->n_held <= 2);
+		srv_release(e->srv, NULL);
+		run_until(e, &done, before + 1);
+	}
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(q[i].status, 0);
+		assert_int_equal(q[i].rep.aux, (uint64_t)i * 3 + 1);
+	}
+	cdone(e, c, &cc);
+}
+
+/* Garbage from a raw socket: the server closes that connection and keeps
+ * serving others. */
+static void test_bad_frames(void **state)
+{
+	struct env *e = env_start(state, NULL, NULL);
+	struct zl_wire_hdr h = {.opcode = ZL_OP_PING}, rep;
+	uint8_t good[ZL_WIRE_HDR_SIZE], bad[ZL_WIRE_HDR_SIZE];
+	uint32_t closes = 0;
+
+	if (e->kind != ZL_XPORT_TCP)
+		skip(); /* raw TCP peer */
+	zl_wire_encode(&h, good);
+	for (int v = 0; v < 6; v++) {
+		int fd = raw_connect(e->port);
+		int want = -ZL_ERR_PROTO;
+		uint8_t b;
+
+		memcpy(bad, good, sizeof(bad));
+		switch (v) {
+		case 0:
+			memset(bad, 0xaa, sizeof(bad));
+			break;
+		case 1: /* header CRC */
+			bad[20] ^= 1;
+			break;
+		case 2: /* a reply sent to a server */
+			zl_wire_reply_init(&h, &rep, 0);
+			zl_wire_encode(&rep, bad);
+			break;
+		case 3: /* unknown opcode with a valid CRC */
+			h.opcode = 99;
+			zl_wire_encode(&h, bad);
+			h.opcode = ZL_OP_PING;
+			break;
+		case 4: /* a valid PING first, then garbage */
+			write_full(fd, good, sizeof(good));
+			memset(bad, 0, sizeof(bad));
+			break;
+		case 5: /* truncated header, then EOF */
+			write_full(fd, good, 40);
+			shutdown(fd, SHUT_WR);
+			want = -ZL_ERR_CONN;
+			break;
+		}
+		if (v != 5)
+			write_full(fd, bad, sizeof(bad));
+		run_until(e, &e->srv->n_close, ++closes);
+		assert_int_equal(e->srv->last_close_reason, want);
+		if (v == 4) {
+			/* the valid PING was answered before the garbage */
+			read_full(fd, bad, sizeof(bad));
+			assert_int_equal(zl_wire_decode(bad, sizeof(bad), &rep, NULL), 0);
+			assert_int_equal(rep.aux, 1);
+		}
+		assert_true(read(fd, &b, 1) <= 0); /* EOF or RST */
+		close(fd);
+	}
+	/* A payload with a wrong CRC: fetch reports -ZL_ERR_CORRUPT, the framing
+	 * is intact so the connection survives. */
+	{
+		int fd = raw_connect(e->port);
+		struct zl_wire_hdr w = {.opcode = ZL_OP_WRITE,
+					.vol_id = VOL,
+					.length = 100,
+					.payload_len = 100,
+					.aux = 1};
+		uint8_t data[100];
+
+		fill(data, sizeof(data), 1);
+		w.payload_crc = zl_crc32c(data, sizeof(data)) ^ 1;
+		zl_wire_encode(&w, bad);
+		write_full(fd, bad, sizeof(bad));
+		write_full(fd, data, sizeof(data));
+		run_until(e, &e->srv->n_fetch_corrupt, 1);
+		read_full(fd, bad, sizeof(bad));
+		assert_int_equal(zl_wire_decode(bad, sizeof(bad), &rep, NULL), 0);
+		assert_int_equal(rep.status, ZL_ERR_IO);
+		assert_int_equal(e->srv->n_close, closes);
+		close(fd);
+		run_until(e, &e->srv->n_close, ++closes);
+	}
+	/* The server still works. */
+	{
+		struct cconn cc = {0};
+		struct zl_xport_conn *c = cconnect(e, &cc);
+		struct creq q = {0};
+		uint32_t done = 0;
+
+		q.done = &done;
+		assert_int_equal(send_ping(c, &q, 2), 0);
+		run_until(e, &done, 1);
+		assert_int_equal(q.status, 0);
+		assert_int_equal(q.rep.aux, 7);
+		cdone(e, c, &cc);
+	}
+}
+
+/* A raw server answers with a wrong payload CRC, then with a reply to an
+ * unknown request id. */
+static void test_reply_corrupt(void **state)
+{
+	struct env *e = env_start(state, NULL, NULL);
+	struct cconn cc = {0};
+	struct zl_xport_conn *c = NULL;
+	struct zl_wire_hdr req, rep;
+	struct creq q = {0}, p = {0}, s = {0};
+	uint8_t hdr[ZL_WIRE_HDR_SIZE], data[4096], in[4096];
+	uint32_t done = 0;
+	uint16_t port;
+	int lfd, fd;
+
+	if (e->kind != ZL_XPORT_TCP)
+		skip(); /* raw TCP peer */
+	lfd = raw_listen(&port);
+	assert_int_equal(zl_xport_connect(e->cx, "127.0.0.1", port, 2000, on_cclose, &cc, &c), 0);
+	fd = accept(lfd, NULL, NULL);
+	assert_true(fd >= 0);
+	q.done = p.done = s.done = &done;
+
+	assert_int_equal(send_read(c, &q, in, sizeof(in), 5), 0);
+	read_full(fd, hdr, sizeof(hdr));
+	assert_int_equal(zl_wire_decode(hdr, sizeof(hdr), &req, NULL), 0);
+	assert_int_equal(req.opcode, ZL_OP_READ);
+	assert_int_equal(req.req_id, q.req.req_id);
+	zl_wire_reply_init(&req, &rep, 0);
+	fill(data, sizeof(data), 5);
+	rep.payload_len = sizeof(data);
+	rep.payload_crc = zl_crc32c(data, sizeof(data)) ^ 0x80;
+	zl_wire_encode(&rep, hdr);
+	write_full(fd, hdr, sizeof(hdr));
+	write_full(fd, data, sizeof(data));
+	run_until(e, &done, 1);
+	assert_int_equal(q.status, -ZL_ERR_CORRUPT);
+	assert_false(q.has_rep);
+	assert_true(zl_xport_conn_alive(c));
+
+	/* Next request works on the same connection. */
+	assert_int_equal(send_ping(c, &p, 3), 0);
+	read_full(fd, hdr, sizeof(hdr));
+	assert_int_equal(zl_wire_decode(hdr, sizeof(hdr), &req, NULL), 0);
+	zl_wire_reply_init(&req, &rep, 0);
+	rep.aux = 42;
+	zl_wire_encode(&rep, hdr);
+	write_full(fd, hdr, sizeof(hdr));
+	run_until(e, &done, 2);
+	assert_int_equal(p.status, 0);
+	assert_int_equal(p.rep.aux, 42);
+
+	/* A stale req_id (the PING's, already answered) is a protocol error. */
+	assert_int_equal(send_ping(c, &s, 4), 0);
+	read_full(fd, hdr, sizeof(hdr));
+	zl_wire_encode(&rep, hdr);
+	write_full(fd, hdr, sizeof(hdr));
+	run_until(e, &cc.closes, 1);
+	assert_int_equal(cc.reason, -ZL_ERR_PROTO);
+	assert_int_equal(s.status, -ZL_ERR_CONN);
+	assert_int_equal(done, 3);
+	close(fd);
+	close(lfd);
+	zl_xport_conn_put(c);
+}
+
+static void test_local_close_and_destroy(void **state)
+{
+	struct env *e = env_start(state, NULL, NULL);
+	struct cconn cc = {0}, cc2 = {0};
+	struct zl_xport_conn *c = cconnect(e, &cc);
+	struct zl_xport_conn *c2 = cconnect(e, &cc2);
+	struct creq q[4] = {0};
+	uint32_t done = 0;
+
+	e->srv->mode = SRV_HOLD;
+	for (int i = 0; i < 4; i++)
+		q[i].done = &done;
+	assert_int_equal(send_ping(c, &q[0], 0), 0);
+	assert_int_equal(send_ping(c, &q[1], 1), 0);
+	run_until(e, &e->srv->n_held, 2);
+	zl_xport_conn_get(c);
+	in_call = true;
+	zl_xport_conn_close(c);
+	zl_xport_conn_close(c);
+	in_call = false;
+	assert_false(zl_xport_conn_alive(c));
+	assert_int_equal(done, 0);
+	assert_int_equal(send_ping(c, &q[2], 2), -ZL_ERR_CONN);
+	run_until(e, &cc.closes, 1);
+	assert_int_equal(done, 2);
+	assert_int_equal(q[0].status, -ZL_ERR_CONN);
+	assert_int_equal(q[1].status, -ZL_ERR_CONN);
+	assert_int_equal(cc.reason, 0);
+	zl_xport_conn_put(c);
+	zl_xport_conn_put(c); /* last reference: freed */
+
+	/* Destroying the client transport fails what is still in flight. */
+	assert_int_equal(send_ping(c2, &q[3], 3), 0);
+	run_until(e, &e->srv->n_held, 3);
+	zl_xport_destroy(e->cx);
+	e->cx = NULL;
+	assert_int_equal(done, 3);
+	assert_int_equal(q[3].status, -ZL_ERR_CONN);
+	assert_int_equal(cc2.closes, 1);
+	zl_xport_conn_put(c2); /* the caller's reference outlives the transport */
+	srv_release(e->srv, NULL);
+}
+
+static void test_connect_errors(void **state)
+{
+	struct env *e = env_start(state, NULL, NULL);
+	struct zl_xport_listener *l2 = NULL;
+	struct zl_xport_conn *c = NULL;
+	uint16_t port;
+	int fd;
+
+	if (e->kind != ZL_XPORT_TCP)
+		skip();
+	/* A port nobody listens on. */
+	fd = raw_listen(&port);
+	close(fd);
+	assert_int_equal(zl_xport_connect(e->cx, "127.0.0.1", port, 2000, NULL, NULL, &c),
+			 -ECONNREFUSED);
+	assert_null(c);
+	/* The listener's port is taken. */
+	assert_int_equal(zl_xport_listen(e->sx, "127.0.0.1", e->port, &srv_ops, e->srv, &l2),
+			 -EADDRINUSE);
+	/* Closing the listener refuses new connections, the transport stays. */
+	zl_xport_listener_close(e->l);
+	e->l = NULL;
+	assert_int_equal(zl_xport_connect(e->cx, "127.0.0.1", e->port, 2000, NULL, NULL, &c),
+			 -ECONNREFUSED);
+}
+
+static void test_pool(void **state)
+{
+	static const size_t sizes[] = {0,     1,	4096,	  4097,
+				       65535, 1u << 20, 4u << 20, (4u << 20) + 4096};
+	struct zl_xport_opts o = {.pool_bytes = 1 << 20};
+	struct env *e = env_start(state, &o, NULL);
+	void *b[64], *p;
+	uint8_t stack;
+
+	for (size_t i = 0; i < ZL_ARRAY_SIZE(sizes); i++) {
+		b[i] = zl_xport_buf_alloc(e->cx, sizes[i]);
+		assert_non_null(b[i]);
+		assert_int_equal((uintptr_t)b[i] % 4096, 0);
+		assert_true(zl_xport_buf_owned(e->cx, b[i], sizes[i] ? sizes[i] : 1));
+		memset(b[i], (int)i, sizes[i]);
+		for (size_t j = 0; j < i; j++)
+			assert_ptr_not_equal(b[i], b[j]);
+	}
+	for (size_t i = 0; i < ZL_ARRAY_SIZE(sizes); i++)
+		for (size_t k = 0; k < sizes[i]; k += 4093)
+			assert_int_equal(((uint8_t *)b[i])[k], (uint8_t)i);
+	assert_null(zl_xport_buf_alloc(e->cx, (4u << 20) + 4097));
+	assert_false(zl_xport_buf_owned(e->cx, &stack, 1));
+	assert_false(zl_xport_buf_owned(e->cx, NULL, 1));
+	assert_false(zl_xport_buf_owned(e->sx, b[2], 4096)); /* other pool */
+	/* Freed buffers are reused by their class. */
+	p = b[5];
+	zl_xport_buf_free(e->cx, b[5]);
+	b[5] = zl_xport_buf_alloc(e->cx, (1u << 20) - 5);
+	assert_ptr_equal(b[5], p);
+	/* Bad frees are refused, not corrupting the pool. */
+	zl_xport_buf_free(e->cx, NULL);
+	zl_xport_buf_free(e->cx, (uint8_t *)b[3] + 1);
+	zl_xport_buf_free(e->cx, &stack);
+	zl_xport_buf_free(e->cx, b[4]);
+	zl_xport_buf_free(e->cx, b[4]); /* double free: ignored */
+	assert_ptr_equal(zl_xport_buf_alloc(e->cx, 65536), b[4]);
+	assert_ptr_not_equal(zl_xport_buf_alloc(e->cx, 65536), b[4]);
+	for (size_t i = 0; i < ZL_ARRAY_SIZE(sizes); i++)
+		zl_xport_buf_free(e->cx, b[i]);
+	/* Growth far beyond the initial size. */
+	for (int i = 0; i < 40; i++) {
+		b[i] = zl_xport_buf_alloc(e->cx, 1u << 20);
+		assert_non_null(b[i]);
+		assert_true(zl_xport_buf_owned(e->cx, b[i], 1u << 20));
+		memset(b[i], 0x5a, 1u << 20);
+	}
+	for (int i = 0; i < 40; i++)
+		zl_xport_buf_free(e->cx, b[i]);
+}
+
+static void test_names_and_create(void **state)
+{
+	struct zl_xport_opts o = {.kind = ZL_XPORT_RDMA};
+	enum zl_xport_select sel = ZL_XPORT_SEL_TCP;
+	struct zl_xport *x = NULL;
+	struct zl_loop *loop;
+	int rc;
+
+	(void)state;
+	assert_int_equal(zl_xport_select_parse("auto", &sel), 0);
+	assert_int_equal(sel, ZL_XPORT_SEL_AUTO);
+	assert_int_equal(zl_xport_select_parse("tcp", &sel), 0);
+	assert_int_equal(sel, ZL_XPORT_SEL_TCP);
+	assert_int_equal(zl_xport_select_parse("rdma", &sel), 0);
+	assert_int_equal(sel, ZL_XPORT_SEL_RDMA);
+	assert_int_equal(zl_xport_select_parse("RDMA", &sel), 0);
+	assert_int_equal(zl_xport_select_parse("", &sel), -ZL_ERR_INVAL);
+	assert_int_equal(zl_xport_select_parse("tcpx", &sel), -ZL_ERR_INVAL);
+	assert_int_equal(zl_xport_select_parse(NULL, &sel), -ZL_ERR_INVAL);
+	assert_string_equal(zl_xport_kind_name(ZL_XPORT_TCP), "tcp");
+	assert_string_equal(zl_xport_kind_name(ZL_XPORT_RDMA), "rdma");
+	assert_string_equal(zl_xport_kind_name((enum zl_xport_kind)7), "unknown");
+
+	assert_int_equal(zl_loop_create(&loop), 0);
+	/* RDMA is not built in yet (later: 0 or -ENODEV without a device). */
+	rc = zl_xport_create(loop, &o, &x);
+	assert_int_equal(rc, -EPROTONOSUPPORT);
+	assert_null(x);
+	o.kind = (enum zl_xport_kind)9;
+	assert_int_equal(zl_xport_create(loop, &o, &x), -ZL_ERR_INVAL);
+	o.kind = ZL_XPORT_TCP;
+	o.max_inflight = 1u << 20;
+	assert_int_equal(zl_xport_create(loop, &o, &x), -ZL_ERR_INVAL);
+	zl_xport_destroy(NULL);
+	zl_loop_destroy(loop);
+}
+
+#define KIND_TESTS(kind)                                                                           \
+	cmocka_unit_test_prestate_setup_teardown(test_ping_pong, NULL, env_teardown, kind),        \
+	    cmocka_unit_test_prestate_setup_teardown(test_pipelined_out_of_order, NULL,            \
+						     env_teardown, kind),                          \
+	    cmocka_unit_test_prestate_setup_teardown(test_large_and_unaligned, NULL, env_teardown, \
+						     kind),                                        \
+	    cmocka_unit_test_prestate_setup_teardown(test_discard_and_early_reply, NULL,           \
+						     env_teardown, kind),                          \
+	    cmocka_unit_test_prestate_setup_teardown(test_parallel_connections, NULL,              \
+						     env_teardown, kind),                          \
+	    cmocka_unit_test_prestate_setup_teardown(test_peer_close, NULL, env_teardown, kind),   \
+	    cmocka_unit_test_prestate_setup_teardown(test_peer_reset, NULL, env_teardown, kind),   \
+	    cmocka_unit_test_prestate_setup_teardown(test_early_reply, NULL, env_teardown, kind),  \
+	    cmocka_unit_test_prestate_setup_teardown(test_server_close_with_queued_replies, NULL,  \
+						     env_teardown, kind),                          \
+	    cmocka_unit_test_prestate_setup_teardown(test_timeout, NULL, env_teardown, kind),      \
+	    cmocka_unit_test_prestate_setup_teardown(test_busy, NULL, env_teardown, kind),         \
+	    cmocka_unit_test_prestate_setup_teardown(test_server_backpressure, NULL, env_teardown, \
+						     kind),                                        \
+	    cmocka_unit_test_prestate_setup_teardown(test_bad_frames, NULL, env_teardown, kind),   \
+	    cmocka_unit_test_prestate_setup_teardown(test_reply_corrupt, NULL, env_teardown,       \
+						     kind),                                        \
+	    cmocka_unit_test_prestate_setup_teardown(test_local_close_and_destroy, NULL,           \
+						     env_teardown, kind),                          \
+	    cmocka_unit_test_prestate_setup_teardown(test_connect_errors, NULL, env_teardown,      \
+						     kind),                                        \
+	    cmocka_unit_test_prestate_setup_teardown(test_pool, NULL, env_teardown, kind)
+
+int main(void)
+{
+	const struct CMUnitTest common[] = {
+	    cmocka_unit_test(test_names_and_create),
+	};
+	const struct CMUnitTest tcp[] = {KIND_TESTS((void *)&kind_tcp)};
+	const struct CMUnitTest rdma[] = {KIND_TESTS((void *)&kind_rdma)};
+	int failed = 0;
+
+	zl_log_init("transport_test");
+	failed += cmocka_run_group_tests_name("transport_common", common, NULL, NULL);
+	failed += cmocka_run_group_tests_name("transport_tcp", tcp, NULL, NULL);
+	failed += cmocka_run_group_tests_name("transport_rdma", rdma, NULL, NULL);
+	return failed;
+}

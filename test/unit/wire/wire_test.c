@@ -1,0 +1,533 @@
+/* lib/wire: header layout, round trips of every opcode, and every rejection
+ * rule of the decoder. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* cmocka needs setjmp.h, stdarg.h and stddef.h first. */
+#include <cmocka.h>
+
+#include "lib/common/common.h"
+#include "lib/wire/wire.h"
+
+#define VOL 0x1122334455667788ull
+
+/* A valid request of the given opcode (inline TCP form). */
+static struct zl_wire_hdr valid_req(unsigned op)
+{
+	struct zl_wire_hdr h = {
+	    .version = ZL_WIRE_VERSION,
+	    .opcode = (uint8_t)op,
+	    .req_id = 0x0000000700000003ull,
+	    .vol_id = VOL,
+	    .chunk = 42,
+	    .slice_ver = 9,
+	    .epoch = 5,
+	};
+
+	switch (op) {
+	case ZL_OP_HELLO:
+		h.payload_len = ZL_WIRE_HELLO_SIZE;
+		h.payload_crc = 0xdeadbeef;
+		break;
+	case ZL_OP_READ:
+		h.offset = 8192;
+		h.length = 65536;
+		break;
+	case ZL_OP_WRITE:
+		h.offset = 4096;
+		h.length = 12345;
+		h.payload_len = 12345;
+		h.payload_crc = 0x12345678;
+		h.flags = ZL_WF_FUA;
+		break;
+	case ZL_OP_REPL_WRITE:
+		h.offset = 0;
+		h.length = 4096;
+		h.payload_len = 4096;
+		h.aux = ZL_OP_WRITE;
+		break;
+	case ZL_OP_DISCARD:
+	case ZL_OP_WRITE_ZEROES:
+		h.offset = 1 << 20;
+		h.length = 1 << 20;
+		break;
+	case ZL_OP_CHUNK_INFO:
+	case ZL_OP_CHUNK_DELETE:
+	case ZL_OP_FLUSH:
+	case ZL_OP_VOLUME_DELETE:
+		break;
+	case ZL_OP_SYNC:
+	case ZL_OP_PING:
+		h.aux = 77;
+		break;
+	}
+	return h;
+}
+
+static void recrc(uint8_t *b)
+{
+	uint32_t crc = zl_crc32c(b, 76);
+
+	for (int i = 0; i < 4; i++)
+		b[76 + i] = (uint8_t)(crc >> (8 * i));
+}
+
+static void assert_hdr_equal(const struct zl_wire_hdr *a, const struct zl_wire_hdr *b)
+{
+	assert_int_equal(a->version, b->version);
+	assert_int_equal(a->opcode, b->opcode);
+	assert_int_equal(a->flags, b->flags);
+	assert_int_equal(a->status, b->status);
+	assert_int_equal(a->payload_len, b->payload_len);
+	assert_int_equal(a->req_id, b->req_id);
+	assert_int_equal(a->vol_id, b->vol_id);
+	assert_int_equal(a->chunk, b->chunk);
+	assert_int_equal(a->offset, b->offset);
+	assert_int_equal(a->length, b->length);
+	assert_int_equal(a->slice_ver, b->slice_ver);
+	assert_int_equal(a->epoch, b->epoch);
+	assert_int_equal(a->aux, b->aux);
+	assert_int_equal(a->payload_crc, b->payload_crc);
+}
+
+/* Encodes h, decodes, expects rc; on success the fields round-trip and a
+ * re-encode gives the same bytes. */
+static int roundtrip(const struct zl_wire_hdr *h)
+{
+	uint8_t b[ZL_WIRE_HDR_SIZE], b2[ZL_WIRE_HDR_SIZE];
+	struct zl_wire_hdr d;
+	const char *why = NULL;
+	int rc;
+
+	zl_wire_encode(h, b);
+	rc = zl_wire_decode(b, sizeof(b), &d, &why);
+	if (rc) {
+		assert_non_null(why);
+		return rc;
+	}
+	assert_hdr_equal(h, &d);
+	zl_wire_encode(&d, b2);
+	assert_memory_equal(b, b2, sizeof(b));
+	return 0;
+}
+
+static int decode_rc(const uint8_t *b, const char **why)
+{
+	struct zl_wire_hdr d;
+
+	*why = NULL;
+	return zl_wire_decode(b, ZL_WIRE_HDR_SIZE, &d, why);
+}
+
+static void test_layout(void **state)
+{
+	struct zl_wire_hdr h = valid_req(ZL_OP_WRITE);
+	uint8_t b[ZL_WIRE_HDR_SIZE];
+
+	(void)state;
+	h.vol_id = 0x0102030405060708ull;
+	zl_wire_encode(&h, b);
+	assert_memory_equal(b, "ZLWP", 4);
+	assert_int_equal(b[4], ZL_WIRE_VERSION);
+	assert_int_equal(b[5], ZL_OP_WRITE);
+	assert_int_equal(b[6], ZL_WF_FUA);
+	assert_int_equal(b[7], 0);
+	/* payload_len 12345 = 0x3039 little-endian at 12 */
+	assert_int_equal(b[12], 0x39);
+	assert_int_equal(b[13], 0x30);
+	assert_int_equal(b[14], 0);
+	/* req_id at 16 */
+	assert_int_equal(b[16], 0x03);
+	assert_int_equal(b[20], 0x07);
+	/* vol_id at 24, little-endian */
+	assert_int_equal(b[24], 0x08);
+	assert_int_equal(b[31], 0x01);
+	/* chunk 42 at 32, offset 4096 at 40 */
+	assert_int_equal(b[32], 42);
+	assert_int_equal(b[41], 0x10);
+	/* payload_crc at 72 */
+	assert_int_equal(b[72], 0x78);
+	assert_int_equal(b[75], 0x12);
+	/* hdr_crc at 76 covers 0..75 */
+	{
+		uint32_t crc = zl_crc32c(b, 76);
+
+		assert_int_equal(b[76], crc & 0xff);
+		assert_int_equal(b[79], crc >> 24);
+	}
+}
+
+static void test_roundtrip_every_opcode(void **state)
+{
+	(void)state;
+	for (unsigned op = ZL_OP_HELLO; op <= ZL_OP_MAX_; op++) {
+		struct zl_wire_hdr h = valid_req(op), rep;
+
+		assert_int_equal(roundtrip(&h), 0);
+
+		/* Error reply: no payload. */
+		zl_wire_reply_init(&h, &rep, -ZL_ERR_STALE);
+		assert_int_equal(rep.flags, ZL_WF_REPLY);
+		assert_int_equal(rep.status, ZL_ERR_STALE);
+		assert_int_equal(rep.req_id, h.req_id);
+		assert_int_equal(rep.opcode, op);
+		assert_int_equal(roundtrip(&rep), 0);
+
+		/* Success reply: payload only for READ (data) and HELLO. */
+		zl_wire_reply_init(&h, &rep, 0);
+		rep.aux = 0xabcdef;
+		if (op == ZL_OP_READ)
+			rep.payload_len = rep.length;
+		if (op == ZL_OP_HELLO)
+			rep.payload_len = ZL_WIRE_HELLO_SIZE;
+		assert_int_equal(roundtrip(&rep), 0);
+	}
+	/* RDMA forms: descriptor payloads. */
+	{
+		struct zl_wire_hdr h = valid_req(ZL_OP_WRITE);
+
+		h.flags |= ZL_WF_RDMA;
+		h.payload_len = ZL_WIRE_RDMA_DESC_SIZE;
+		assert_int_equal(roundtrip(&h), 0);
+		h = valid_req(ZL_OP_READ);
+		h.flags = ZL_WF_RDMA;
+		h.payload_len = ZL_WIRE_RDMA_DESC_SIZE;
+		assert_int_equal(roundtrip(&h), 0);
+	}
+	/* REPL_WRITE of zeroing opcodes carries no payload. */
+	{
+		struct zl_wire_hdr h = valid_req(ZL_OP_REPL_WRITE);
+
+		h.aux = ZL_OP_DISCARD;
+		h.payload_len = 0;
+		assert_int_equal(roundtrip(&h), 0);
+		h.aux = ZL_OP_WRITE_ZEROES;
+		assert_int_equal(roundtrip(&h), 0);
+	}
+	/* Extremes: the largest I/O at the end of the largest chunk. */
+	{
+		struct zl_wire_hdr h = valid_req(ZL_OP_WRITE);
+
+		h.length = h.payload_len = ZL_WIRE_MAX_IO;
+		h.offset = ZL_WIRE_MAX_CHUNK - ZL_WIRE_MAX_IO;
+		h.req_id = UINT64_MAX;
+		h.chunk = UINT64_MAX;
+		h.epoch = UINT64_MAX;
+		assert_int_equal(roundtrip(&h), 0);
+	}
+}
+
+static void test_reject_framing(void **state)
+{
+	struct zl_wire_hdr h = valid_req(ZL_OP_READ), d;
+	uint8_t b[ZL_WIRE_HDR_SIZE], t[ZL_WIRE_HDR_SIZE];
+	const char *why;
+
+	(void)state;
+	zl_wire_encode(&h, b);
+	assert_int_equal(decode_rc(b, &why), 0);
+
+	/* truncated */
+	for (size_t len = 0; len < ZL_WIRE_HDR_SIZE; len += 13) {
+		why = NULL;
+		assert_int_equal(zl_wire_decode(b, len, &d, &why), -ZL_ERR_PROTO);
+		assert_non_null(strstr(why, "truncated"));
+	}
+	assert_int_equal(zl_wire_decode(b, ZL_WIRE_HDR_SIZE - 1, &d, NULL), -ZL_ERR_PROTO);
+
+	/* bad magic (with a correct CRC, so the magic check is what fires) */
+	memcpy(t, b, sizeof(t));
+	t[0] ^= 0x20;
+	recrc(t);
+	assert_int_equal(decode_rc(t, &why), -ZL_ERR_PROTO);
+	assert_non_null(strstr(why, "magic"));
+
+	/* header CRC: any flipped bit anywhere in 0..79 */
+	for (int i = 4; i < ZL_WIRE_HDR_SIZE; i++) {
+		memcpy(t, b, sizeof(t));
+		t[i] ^= (uint8_t)(1u << (i % 8));
+		assert_int_equal(decode_rc(t, &why), -ZL_ERR_PROTO);
+		assert_non_null(strstr(why, "CRC"));
+	}
+
+	/* version */
+	memcpy(t, b, sizeof(t));
+	t[4] = ZL_WIRE_VERSION + 1;
+	recrc(t);
+	assert_int_equal(decode_rc(t, &why), -ZL_ERR_VERSION);
+	t[4] = 0;
+	recrc(t);
+	assert_int_equal(decode_rc(t, &why), -ZL_ERR_VERSION);
+
+	/* reserved bytes */
+	memcpy(t, b, sizeof(t));
+	t[7] = 1;
+	recrc(t);
+	assert_int_equal(decode_rc(t, &why), -ZL_ERR_PROTO);
+	assert_non_null(strstr(why, "reserved"));
+	memcpy(t, b, sizeof(t));
+	t[11] = 0x80;
+	recrc(t);
+	assert_int_equal(decode_rc(t, &why), -ZL_ERR_PROTO);
+	assert_non_null(strstr(why, "reserved"));
+}
+
+static void expect_reject(const struct zl_wire_hdr *h, int rc, const char *why_part)
+{
+	uint8_t b[ZL_WIRE_HDR_SIZE];
+	const char *why;
+
+	zl_wire_encode(h, b);
+	assert_int_equal(decode_rc(b, &why), rc);
+	assert_non_null(why);
+	if (why_part && !strstr(why, why_part))
+		fail_msg("reason \"%s\" does not mention \"%s\"", why, why_part);
+}
+
+static void test_reject_fields(void **state)
+{
+	struct zl_wire_hdr h;
+
+	(void)state;
+	/* unknown opcodes */
+	h = valid_req(ZL_OP_PING);
+	h.opcode = 0;
+	expect_reject(&h, -ZL_ERR_PROTO, "opcode");
+	h.opcode = ZL_OP_MAX_ + 1;
+	expect_reject(&h, -ZL_ERR_PROTO, "opcode");
+	h.opcode = 255;
+	expect_reject(&h, -ZL_ERR_PROTO, "opcode");
+
+	/* unknown flags */
+	for (unsigned bit = 3; bit < 8; bit++) {
+		h = valid_req(ZL_OP_READ);
+		h.flags = (uint8_t)(1u << bit);
+		expect_reject(&h, -ZL_ERR_PROTO, "flag");
+	}
+
+	/* status on a request */
+	h = valid_req(ZL_OP_READ);
+	h.status = ZL_ERR_IO;
+	expect_reject(&h, -ZL_ERR_PROTO, "status");
+
+	/* FUA only on writes */
+	h = valid_req(ZL_OP_READ);
+	h.flags = ZL_WF_FUA;
+	expect_reject(&h, -ZL_ERR_PROTO, "FUA");
+
+	/* oversized payload */
+	h = valid_req(ZL_OP_WRITE);
+	h.payload_len = ZL_WIRE_MAX_IO + 1;
+	h.length = ZL_WIRE_MAX_IO + 1;
+	expect_reject(&h, -ZL_ERR_PROTO, "too large");
+	h = valid_req(ZL_OP_PING);
+	h.payload_len = UINT32_MAX;
+	expect_reject(&h, -ZL_ERR_PROTO, "too large");
+
+	/* oversized length */
+	h = valid_req(ZL_OP_READ);
+	h.length = ZL_WIRE_MAX_IO + 1;
+	expect_reject(&h, -ZL_ERR_RANGE, "READ length");
+	h.length = 0;
+	expect_reject(&h, -ZL_ERR_RANGE, "READ length");
+	h = valid_req(ZL_OP_DISCARD);
+	h.length = 0;
+	expect_reject(&h, -ZL_ERR_RANGE, "zero length");
+
+	/* offset + length beyond the largest chunk (no u32 wrap) */
+	h = valid_req(ZL_OP_READ);
+	h.offset = ZL_WIRE_MAX_CHUNK - 4096;
+	h.length = 8192;
+	expect_reject(&h, -ZL_ERR_RANGE, "beyond");
+	h.offset = UINT32_MAX;
+	h.length = 4096;
+	expect_reject(&h, -ZL_ERR_RANGE, "beyond");
+	h = valid_req(ZL_OP_WRITE_ZEROES);
+	h.offset = 0;
+	h.length = ZL_WIRE_MAX_CHUNK + 1;
+	expect_reject(&h, -ZL_ERR_RANGE, "beyond");
+
+	/* WRITE payload_len != length */
+	h = valid_req(ZL_OP_WRITE);
+	h.payload_len = h.length - 1;
+	expect_reject(&h, -ZL_ERR_PROTO, "payload_len != length");
+	h = valid_req(ZL_OP_REPL_WRITE);
+	h.payload_len = 0;
+	expect_reject(&h, -ZL_ERR_PROTO, "payload_len != length");
+	h = valid_req(ZL_OP_WRITE);
+	h.flags |= ZL_WF_RDMA; /* descriptor must be 16 bytes */
+	expect_reject(&h, -ZL_ERR_PROTO, "payload_len != length");
+
+	/* REPL_WRITE of an opcode that is not a write */
+	h = valid_req(ZL_OP_REPL_WRITE);
+	h.aux = ZL_OP_READ;
+	expect_reject(&h, -ZL_ERR_PROTO, "REPL_WRITE");
+	h = valid_req(ZL_OP_REPL_WRITE);
+	h.aux = ZL_OP_DISCARD; /* zeroing carries no payload */
+	expect_reject(&h, -ZL_ERR_PROTO, NULL);
+
+	/* payloads where none belongs */
+	h = valid_req(ZL_OP_READ);
+	h.payload_len = 1;
+	expect_reject(&h, -ZL_ERR_PROTO, "READ request payload");
+	h = valid_req(ZL_OP_PING);
+	h.payload_len = 8;
+	expect_reject(&h, -ZL_ERR_PROTO, "control");
+	h = valid_req(ZL_OP_PING);
+	h.length = 8;
+	expect_reject(&h, -ZL_ERR_PROTO, "control");
+	h = valid_req(ZL_OP_DISCARD);
+	h.payload_len = 4096;
+	expect_reject(&h, -ZL_ERR_PROTO, "payload");
+	h = valid_req(ZL_OP_FLUSH);
+	h.offset = 4096;
+	expect_reject(&h, -ZL_ERR_PROTO, "range");
+	h = valid_req(ZL_OP_CHUNK_INFO);
+	h.length = 4096;
+	expect_reject(&h, -ZL_ERR_PROTO, "range");
+
+	/* HELLO size */
+	h = valid_req(ZL_OP_HELLO);
+	h.payload_len = ZL_WIRE_HELLO_SIZE - 1;
+	expect_reject(&h, -ZL_ERR_PROTO, "HELLO");
+
+	/* zero volume id on volume opcodes */
+	h = valid_req(ZL_OP_WRITE);
+	h.vol_id = 0;
+	expect_reject(&h, -ZL_ERR_PROTO, "volume id");
+	h = valid_req(ZL_OP_FLUSH);
+	h.vol_id = 0;
+	expect_reject(&h, -ZL_ERR_PROTO, "volume id");
+	h = valid_req(ZL_OP_CHUNK_DELETE);
+	h.vol_id = 0;
+	expect_reject(&h, -ZL_ERR_PROTO, "volume id");
+}
+
+static void test_reject_replies(void **state)
+{
+	struct zl_wire_hdr req = valid_req(ZL_OP_READ), rep;
+
+	(void)state;
+	zl_wire_reply_init(&req, &rep, 0);
+	rep.payload_len = rep.length - 1;
+	expect_reject(&rep, -ZL_ERR_PROTO, "READ reply");
+
+	req = valid_req(ZL_OP_PING);
+	zl_wire_reply_init(&req, &rep, 0);
+	rep.payload_len = 4;
+	expect_reject(&rep, -ZL_ERR_PROTO, "unexpected payload");
+
+	/* an error reply never carries data, even for READ */
+	req = valid_req(ZL_OP_READ);
+	zl_wire_reply_init(&req, &rep, -ZL_ERR_IO);
+	rep.payload_len = rep.length;
+	expect_reject(&rep, -ZL_ERR_PROTO, "unexpected payload");
+
+	req = valid_req(ZL_OP_HELLO);
+	zl_wire_reply_init(&req, &rep, 0);
+	rep.payload_len = 0;
+	expect_reject(&rep, -ZL_ERR_PROTO, "HELLO");
+}
+
+static void test_check_chunk_size(void **state)
+{
+	struct zl_wire_hdr h = valid_req(ZL_OP_READ);
+	const char *why = NULL;
+
+	(void)state;
+	h.offset = (1u << 20) - 8192;
+	h.length = 8192;
+	assert_int_equal(zl_wire_check(&h, 1u << 20, &why), 0);
+	h.length = 8193;
+	assert_int_equal(zl_wire_check(&h, 1u << 20, &why), -ZL_ERR_RANGE);
+	assert_non_null(why);
+	/* without a chunk size only the global maximum applies */
+	assert_int_equal(zl_wire_check(&h, 0, NULL), 0);
+}
+
+static void test_hello(void **state)
+{
+	struct zl_wire_hello hl = {.proto_version = 1, .caps = 3}, d;
+	uint8_t b[ZL_WIRE_HELLO_SIZE];
+
+	(void)state;
+	strcpy(hl.node_id, "storage-0.zipline");
+	strcpy(hl.token, "tok");
+	zl_wire_hello_encode(&hl, b);
+	assert_int_equal(zl_wire_hello_decode(b, sizeof(b), &d), 0);
+	assert_int_equal(d.proto_version, 1);
+	assert_int_equal(d.caps, 3);
+	assert_string_equal(d.node_id, "storage-0.zipline");
+	assert_string_equal(d.token, "tok");
+
+	assert_int_equal(zl_wire_hello_decode(b, sizeof(b) - 1, &d), -ZL_ERR_PROTO);
+	assert_int_equal(zl_wire_hello_decode(b, 0, &d), -ZL_ERR_PROTO);
+	/* unterminated strings */
+	memset(b + 8, 'a', ZL_WIRE_NAME_LEN);
+	assert_int_equal(zl_wire_hello_decode(b, sizeof(b), &d), -ZL_ERR_PROTO);
+	zl_wire_hello_encode(&hl, b);
+	memset(b + 8 + ZL_WIRE_NAME_LEN, 'b', 128);
+	assert_int_equal(zl_wire_hello_decode(b, sizeof(b), &d), -ZL_ERR_PROTO);
+
+	/* over-long node id is truncated on encode, never unterminated */
+	memset(hl.node_id, 'x', sizeof(hl.node_id));
+	zl_wire_hello_encode(&hl, b);
+	assert_int_equal(zl_wire_hello_decode(b, sizeof(b), &d), 0);
+	assert_int_equal(strlen(d.node_id), ZL_WIRE_NAME_LEN - 1);
+}
+
+static void test_rdma_desc(void **state)
+{
+	struct zl_wire_rdma_desc in = {.addr = 0x7f0012345000ull, .rkey = 0xabcd1234, .len = 4096};
+	struct zl_wire_rdma_desc out;
+	uint8_t b[ZL_WIRE_RDMA_DESC_SIZE];
+
+	(void)state;
+	zl_wire_rdma_desc_encode(&in, b);
+	assert_int_equal(zl_wire_rdma_desc_decode(b, sizeof(b), &out), 0);
+	assert_int_equal(out.addr, in.addr);
+	assert_int_equal(out.rkey, in.rkey);
+	assert_int_equal(out.len, in.len);
+	assert_int_equal(zl_wire_rdma_desc_decode(b, sizeof(b) + 1, &out), -ZL_ERR_PROTO);
+	assert_int_equal(zl_wire_rdma_desc_decode(b, sizeof(b) - 1, &out), -ZL_ERR_PROTO);
+	in.len = 0;
+	zl_wire_rdma_desc_encode(&in, b);
+	assert_int_equal(zl_wire_rdma_desc_decode(b, sizeof(b), &out), -ZL_ERR_PROTO);
+	in.len = ZL_WIRE_MAX_IO + 1;
+	zl_wire_rdma_desc_encode(&in, b);
+	assert_int_equal(zl_wire_rdma_desc_decode(b, sizeof(b), &out), -ZL_ERR_PROTO);
+}
+
+static void test_names_and_status(void **state)
+{
+	(void)state;
+	assert_string_equal(zl_wire_op_name(ZL_OP_READ), "READ");
+	assert_string_equal(zl_wire_op_name(ZL_OP_PING), "PING");
+	assert_string_equal(zl_wire_op_name(0), "?");
+	assert_string_equal(zl_wire_op_name(ZL_OP_MAX_ + 1), "?");
+	assert_string_equal(zl_wire_op_name(-1), "?");
+	assert_int_equal(zl_wire_status_from_err(-ZL_ERR_STALE), ZL_ERR_STALE);
+	assert_int_equal(zl_wire_status_to_err(ZL_ERR_STALE), -ZL_ERR_STALE);
+	assert_int_equal(zl_wire_status_from_err(0), 0);
+	assert_int_equal(zl_wire_status_from_err(-0x12345), 0xffff);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_layout),
+	    cmocka_unit_test(test_roundtrip_every_opcode),
+	    cmocka_unit_test(test_reject_framing),
+	    cmocka_unit_test(test_reject_fields),
+	    cmocka_unit_test(test_reject_replies),
+	    cmocka_unit_test(test_check_chunk_size),
+	    cmocka_unit_test(test_hello),
+	    cmocka_unit_test(test_rdma_desc),
+	    cmocka_unit_test(test_names_and_status),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
