@@ -1,11 +1,16 @@
 /* Chunk store: one sparse file per (volume, chunk) replica under
  * <data-dir>/chunks/<vol-id>/<chunk as %016llx>.zlc, laid out as
  *   4 KiB header page | CRC32C table (one u32 per 4 KiB block, padded to
- *   4 KiB) | data (chunk_size bytes, sparse).
+ *   4 KiB) | data (chunk_size bytes, sparse) | previous-CRC table (same size
+ *   as the CRC table: the CRC each block had before its last write).
  * Data and CRC pages are written with O_DIRECT + RWF_DSYNC through one
- * io_uring whose eventfd is registered on a struct zl_loop; a write completes
- * only once its data and a CRC page write that started after its CRC update
- * are on stable storage (group commit). Reads verify every block.
+ * io_uring whose eventfd is registered on a struct zl_loop. A write first
+ * makes its blocks' new CRCs durable (group commit: one CRC page write serves
+ * every write that updated the page before it started), then its data, and
+ * completes when the data is on stable storage. A block is valid when it
+ * matches its CRC, or its previous CRC (a crash hit between the two writes),
+ * or is all zeros with a zero entry (never written / discarded). Reads verify
+ * every block.
  *
  * Threading: everything (calls and callbacks) on the loop's thread. Callbacks
  * never run inside the call that started the operation. Operation contexts
@@ -27,25 +32,25 @@ typedef void *(*zl_chunk_buf_alloc_fn)(void *arg, size_t len);
 typedef void (*zl_chunk_buf_free_fn)(void *arg, void *buf);
 
 struct zl_chunk_store_opts {
-	const char *data_dir;        /* chunk files live in <data_dir>/chunks */
+	const char *data_dir; /* chunk files live in <data_dir>/chunks */
 	struct zl_loop *loop;
-	uint32_t max_open;           /* open chunk files kept (LRU), default 1024 */
-	uint32_t ring_entries;       /* io_uring SQ size, default 512 */
+	uint32_t max_open;		 /* open chunk files kept (LRU), default 1024 */
+	uint32_t ring_entries;		 /* io_uring SQ size, default 512 */
 	zl_chunk_buf_alloc_fn buf_alloc; /* required */
-	zl_chunk_buf_free_fn buf_free;   /* required */
+	zl_chunk_buf_free_fn buf_free;	 /* required */
 	void *buf_arg;
 };
 
 struct zl_chunk_store_stats {
 	uint64_t reads, writes, zeroes;
-	uint64_t crc_page_writes;    /* CRC write rounds (group commits) */
-	uint64_t corruptions;        /* blocks that failed verification */
+	uint64_t crc_page_writes; /* CRC write rounds (group commits) */
+	uint64_t corruptions;	  /* blocks that failed verification */
 	uint64_t last_corrupt_vol;
 	uint64_t last_corrupt_chunk;
 	uint32_t last_corrupt_block;
 	uint32_t open_chunks;
-	uint32_t inflight;           /* operations not yet completed */
-	bool direct_io;              /* false after an O_DIRECT fallback */
+	uint32_t inflight; /* operations not yet completed */
+	bool direct_io;	   /* false after an O_DIRECT fallback */
 };
 
 /* Completion: 0 or a negative error (-ZL_ERR_CORRUPT, -ZL_ERR_NOSPC,

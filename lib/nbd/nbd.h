@@ -19,86 +19,86 @@
 
 /* ---- protocol constants (all integers on the wire are big-endian) ---- */
 
-#define ZL_NBD_MAGIC            0x4e42444d41474943ull /* "NBDMAGIC" */
-#define ZL_NBD_IHAVEOPT         0x49484156454f5054ull /* "IHAVEOPT" */
-#define ZL_NBD_OPT_REPLY_MAGIC  0x0003e889045565a9ull
-#define ZL_NBD_REQUEST_MAGIC    0x25609513u
+#define ZL_NBD_MAGIC		  0x4e42444d41474943ull /* "NBDMAGIC" */
+#define ZL_NBD_IHAVEOPT		  0x49484156454f5054ull /* "IHAVEOPT" */
+#define ZL_NBD_OPT_REPLY_MAGIC	  0x0003e889045565a9ull
+#define ZL_NBD_REQUEST_MAGIC	  0x25609513u
 #define ZL_NBD_SIMPLE_REPLY_MAGIC 0x67446698u
 
 /* Handshake flags (server) and client flags. */
 #define ZL_NBD_FLAG_FIXED_NEWSTYLE   (1u << 0)
-#define ZL_NBD_FLAG_NO_ZEROES        (1u << 1)
+#define ZL_NBD_FLAG_NO_ZEROES	     (1u << 1)
 #define ZL_NBD_FLAG_C_FIXED_NEWSTYLE (1u << 0)
-#define ZL_NBD_FLAG_C_NO_ZEROES      (1u << 1)
+#define ZL_NBD_FLAG_C_NO_ZEROES	     (1u << 1)
 
 /* Options. */
-#define ZL_NBD_OPT_EXPORT_NAME       1u
-#define ZL_NBD_OPT_ABORT             2u
-#define ZL_NBD_OPT_LIST              3u
-#define ZL_NBD_OPT_STARTTLS          5u
-#define ZL_NBD_OPT_INFO              6u
-#define ZL_NBD_OPT_GO                7u
-#define ZL_NBD_OPT_STRUCTURED_REPLY  8u
+#define ZL_NBD_OPT_EXPORT_NAME	    1u
+#define ZL_NBD_OPT_ABORT	    2u
+#define ZL_NBD_OPT_LIST		    3u
+#define ZL_NBD_OPT_STARTTLS	    5u
+#define ZL_NBD_OPT_INFO		    6u
+#define ZL_NBD_OPT_GO		    7u
+#define ZL_NBD_OPT_STRUCTURED_REPLY 8u
 
 /* Option reply types. */
-#define ZL_NBD_REP_ACK               1u
-#define ZL_NBD_REP_SERVER            2u
-#define ZL_NBD_REP_INFO              3u
-#define ZL_NBD_REP_ERR_BASE          (1u << 31)
-#define ZL_NBD_REP_ERR_UNSUP         (ZL_NBD_REP_ERR_BASE + 1)
-#define ZL_NBD_REP_ERR_POLICY        (ZL_NBD_REP_ERR_BASE + 2)
-#define ZL_NBD_REP_ERR_INVALID       (ZL_NBD_REP_ERR_BASE + 3)
-#define ZL_NBD_REP_ERR_UNKNOWN       (ZL_NBD_REP_ERR_BASE + 6)
-#define ZL_NBD_REP_ERR_TOO_BIG       (ZL_NBD_REP_ERR_BASE + 9)
+#define ZL_NBD_REP_ACK	       1u
+#define ZL_NBD_REP_SERVER      2u
+#define ZL_NBD_REP_INFO	       3u
+#define ZL_NBD_REP_ERR_BASE    (1u << 31)
+#define ZL_NBD_REP_ERR_UNSUP   (ZL_NBD_REP_ERR_BASE + 1)
+#define ZL_NBD_REP_ERR_POLICY  (ZL_NBD_REP_ERR_BASE + 2)
+#define ZL_NBD_REP_ERR_INVALID (ZL_NBD_REP_ERR_BASE + 3)
+#define ZL_NBD_REP_ERR_UNKNOWN (ZL_NBD_REP_ERR_BASE + 6)
+#define ZL_NBD_REP_ERR_TOO_BIG (ZL_NBD_REP_ERR_BASE + 9)
 
 /* NBD_REP_INFO payload types. */
-#define ZL_NBD_INFO_EXPORT      0u
-#define ZL_NBD_INFO_NAME        1u
+#define ZL_NBD_INFO_EXPORT	0u
+#define ZL_NBD_INFO_NAME	1u
 #define ZL_NBD_INFO_DESCRIPTION 2u
-#define ZL_NBD_INFO_BLOCK_SIZE  3u
+#define ZL_NBD_INFO_BLOCK_SIZE	3u
 
 /* Transmission flags. */
-#define ZL_NBD_TFLAG_HAS_FLAGS         (1u << 0)
-#define ZL_NBD_TFLAG_READ_ONLY         (1u << 1)
-#define ZL_NBD_TFLAG_SEND_FLUSH        (1u << 2)
-#define ZL_NBD_TFLAG_SEND_FUA          (1u << 3)
-#define ZL_NBD_TFLAG_SEND_TRIM         (1u << 5)
+#define ZL_NBD_TFLAG_HAS_FLAGS	       (1u << 0)
+#define ZL_NBD_TFLAG_READ_ONLY	       (1u << 1)
+#define ZL_NBD_TFLAG_SEND_FLUSH	       (1u << 2)
+#define ZL_NBD_TFLAG_SEND_FUA	       (1u << 3)
+#define ZL_NBD_TFLAG_SEND_TRIM	       (1u << 5)
 #define ZL_NBD_TFLAG_SEND_WRITE_ZEROES (1u << 6)
 #define ZL_NBD_TFLAG_CAN_MULTI_CONN    (1u << 8)
 
 /* Commands and command flags. */
-#define ZL_NBD_CMD_READ         0u
-#define ZL_NBD_CMD_WRITE        1u
-#define ZL_NBD_CMD_DISC         2u
-#define ZL_NBD_CMD_FLUSH        3u
-#define ZL_NBD_CMD_TRIM         4u
+#define ZL_NBD_CMD_READ		0u
+#define ZL_NBD_CMD_WRITE	1u
+#define ZL_NBD_CMD_DISC		2u
+#define ZL_NBD_CMD_FLUSH	3u
+#define ZL_NBD_CMD_TRIM		4u
 #define ZL_NBD_CMD_WRITE_ZEROES 6u
-#define ZL_NBD_CMD_FLAG_FUA     (1u << 0)
+#define ZL_NBD_CMD_FLAG_FUA	(1u << 0)
 #define ZL_NBD_CMD_FLAG_NO_HOLE (1u << 1)
 
 /* Error values carried in simple replies (fixed by the protocol, not the
  * host's errno numbering). */
-#define ZL_NBD_EPERM     1u
-#define ZL_NBD_EIO       5u
-#define ZL_NBD_ENOMEM    12u
-#define ZL_NBD_EINVAL    22u
-#define ZL_NBD_ENOSPC    28u
+#define ZL_NBD_EPERM	 1u
+#define ZL_NBD_EIO	 5u
+#define ZL_NBD_ENOMEM	 12u
+#define ZL_NBD_EINVAL	 22u
+#define ZL_NBD_ENOSPC	 28u
 #define ZL_NBD_EOVERFLOW 75u
-#define ZL_NBD_ENOTSUP   95u
+#define ZL_NBD_ENOTSUP	 95u
 #define ZL_NBD_ESHUTDOWN 108u
 
 /* Sizes. */
-#define ZL_NBD_GREETING_LEN     18u  /* NBDMAGIC, IHAVEOPT, u16 flags */
-#define ZL_NBD_OPT_HDR_LEN      16u  /* IHAVEOPT, u32 option, u32 length */
+#define ZL_NBD_GREETING_LEN	 18u /* NBDMAGIC, IHAVEOPT, u16 flags */
+#define ZL_NBD_OPT_HDR_LEN	 16u /* IHAVEOPT, u32 option, u32 length */
 #define ZL_NBD_OPT_REPLY_HDR_LEN 20u /* magic, u32 option, u32 type, u32 length */
-#define ZL_NBD_REQ_LEN          28u
-#define ZL_NBD_REPLY_LEN        16u
-#define ZL_NBD_MAX_NAME         4096u
-#define ZL_NBD_MAX_OPT_LEN      (ZL_NBD_MAX_NAME + 1024u) /* longer options close the session */
-#define ZL_NBD_MAX_IO           (4u << 20) /* advertised maximum block size */
-#define ZL_NBD_PREF_BLOCK       4096u
+#define ZL_NBD_REQ_LEN		 28u
+#define ZL_NBD_REPLY_LEN	 16u
+#define ZL_NBD_MAX_NAME		 4096u
+#define ZL_NBD_MAX_OPT_LEN	 (ZL_NBD_MAX_NAME + 1024u) /* longer options close the session */
+#define ZL_NBD_MAX_IO		 (4u << 20)		   /* advertised maximum block size */
+#define ZL_NBD_PREF_BLOCK	 4096u
 /* Largest reply zl_nbd_opt_reply() produces (NBD_OPT_LIST with a full name). */
-#define ZL_NBD_OPT_OUT_MAX      (ZL_NBD_MAX_NAME + 256u)
+#define ZL_NBD_OPT_OUT_MAX (ZL_NBD_MAX_NAME + 256u)
 
 /* ---- codec ---- */
 
@@ -117,16 +117,16 @@ struct zl_nbd_req {
 
 /* What the export looks like to the handshake. */
 struct zl_nbd_export {
-	const char *name;   /* "" accepts any name; otherwise the name must match */
+	const char *name; /* "" accepts any name; otherwise the name must match */
 	uint64_t size;
-	uint16_t tflags;    /* transmission flags */
+	uint16_t tflags; /* transmission flags */
 };
 
 /* Session action after an option. */
 enum zl_nbd_opt_action {
 	ZL_NBD_ACT_CONTINUE = 0, /* send the reply, read the next option */
-	ZL_NBD_ACT_TRANSMIT,     /* send the reply, then enter transmission */
-	ZL_NBD_ACT_CLOSE,        /* send the reply (if any), then close */
+	ZL_NBD_ACT_TRANSMIT,	 /* send the reply, then enter transmission */
+	ZL_NBD_ACT_CLOSE,	 /* send the reply (if any), then close */
 };
 
 /* Writes the 18-byte server greeting. */
@@ -206,11 +206,11 @@ struct zl_nbd_server_opts {
 	/* "unix:/path/to.sock" (a stale socket file is removed) or "HOST:PORT"
 	 * ("[::1]:10809", "0.0.0.0:10809"). Required. */
 	const char *listen;
-	const char *export_name;  /* NULL or "": any name is accepted */
-	uint32_t max_inflight;    /* requests in flight per connection, default 32 */
-	uint32_t slot_buf;        /* preallocated buffer per request slot, default 256 KiB;
-				   * larger requests (up to 4 MiB) borrow a pool buffer */
-	uint32_t max_conns;       /* simultaneous connections, default 64 */
+	const char *export_name; /* NULL or "": any name is accepted */
+	uint32_t max_inflight;	 /* requests in flight per connection, default 32 */
+	uint32_t slot_buf;	 /* preallocated buffer per request slot, default 256 KiB;
+				  * larger requests (up to 4 MiB) borrow a pool buffer */
+	uint32_t max_conns;	 /* simultaneous connections, default 64 */
 };
 
 struct zl_nbd_server_stats {

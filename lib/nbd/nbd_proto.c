@@ -159,7 +159,7 @@ int zl_nbd_opt_reply(const struct zl_nbd_export *exp, uint32_t client_flags,
 		     const struct zl_nbd_opt_hdr *hdr, const uint8_t *data, uint8_t *out,
 		     size_t out_cap, size_t *out_len, enum zl_nbd_opt_action *action)
 {
-	struct nbd_rep_buf b = { .p = out, .cap = out_cap };
+	struct nbd_rep_buf b = {.p = out, .cap = out_cap};
 	const char *name;
 	uint32_t name_len;
 	uint8_t *d;

@@ -30,7 +30,7 @@ cl_start_etcd() {
 		--initial-cluster "zl-etcd=http://127.0.0.1:$pport" \
 		--logger zap --log-level warn >>"$CL_DIR/etcd/etcd.log" 2>&1 &
 	echo $! >"$CL_DIR/etcd/pid"
-	CL_ETCD="http://127.0.0.1:$cport"
+	export CL_ETCD="http://127.0.0.1:$cport"
 	echo "$CL_ETCD" >"$CL_DIR/etcd.endpoints"
 	if ! cl_wait_etcd "$CL_ETCD"; then
 		cl_log "etcd did not start on $CL_ETCD; log follows"

@@ -1,0 +1,158 @@
+/* zl status, zl node ls. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "lib/client/client.h"
+#include "lib/etcd/etcd.h"
+#include "lib/meta/meta.h"
+
+/* Parses a command without flags of its own (just --help). 0, -1 (help
+ * printed) or an exit code. */
+static int cli_no_flags(const char *cmd, const char *usage, int argc, char **argv)
+{
+	static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {0}};
+	int c;
+
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		if (c == 'h') {
+			printf("usage: %s\n", usage);
+			return -1;
+		}
+		return zl_cli_opt_error(cmd, c, optopt, argv, optind);
+	}
+	if (optind < argc) {
+		zl_cli_err("unexpected argument '%s' for '%s' (usage: %s)", argv[optind], cmd,
+			   usage);
+		return ZL_CLI_EXIT_USAGE;
+	}
+	return 0;
+}
+
+static void cli_node_row(const struct zl_node_info *n, const char *ping)
+{
+	char cap[32], fr[32], up[32], addr[96];
+
+	zl_format_size(n->capacity, cap, sizeof(cap));
+	zl_format_size(n->free, fr, sizeof(fr));
+	zl_cli_fmt_duration(n->start_time ? zl_wall_sec() - n->start_time : -1, up, sizeof(up));
+	snprintf(addr, sizeof(addr), "%s:%u", n->addr, n->port);
+	printf("  %-16s %-22s %-10s %12s %12s %9s %10s\n", n->id, addr, n->transports, cap, fr, up,
+	       ping);
+}
+
+int zl_cli_status(struct zl_cli *cli, int argc, char **argv)
+{
+	struct zl_node_info *nodes = NULL;
+	struct zl_volume *vols = NULL;
+	size_t n_nodes = 0, n_vols = 0, i;
+	uint64_t t0, total = 0;
+	char sz[32], ping[32];
+	int rc, exit_code = 0, down = 0;
+	bool have_client;
+
+	rc = cli_no_flags("status", "zl status", argc, argv);
+	if (rc)
+		return rc < 0 ? 0 : rc;
+	t0 = zl_now_ns();
+	rc = zl_cli_etcd(cli);
+	if (rc)
+		return rc;
+	printf("etcd      %s  OK (%.1f ms)\n", zl_etcd_endpoint(cli->etcd),
+	       (double)(zl_now_ns() - t0) / 1e6);
+	rc = zl_meta_node_list(cli->etcd, cli->prefix, &nodes, &n_nodes);
+	if (rc) {
+		zl_cli_etcd_err(cli, "cannot list storage nodes", rc);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
+	/* Pings go through the volume client (the data path's transport). */
+	have_client = zl_cli_client(cli) == 0;
+	printf("nodes     %zu registered\n", n_nodes);
+	if (n_nodes)
+		printf("  %-16s %-22s %-10s %12s %12s %9s %10s\n", "ID", "ADDRESS", "TRANSPORTS",
+		       "CAPACITY", "FREE", "UPTIME", "PING");
+	for (i = 0; i < n_nodes; i++) {
+		uint64_t rtt = 0;
+
+		if (!have_client) {
+			snprintf(ping, sizeof(ping), "-");
+		} else if ((rc = zl_client_ping_node(cli->client, &nodes[i], &rtt)) == 0) {
+			snprintf(ping, sizeof(ping), "%llu us", (unsigned long long)rtt);
+		} else {
+			snprintf(ping, sizeof(ping), "FAIL");
+			down++;
+			zl_cli_err("storage node '%s' at %s:%u does not answer: %s (check that its "
+				   "zipline-storage runs and the port is reachable)",
+				   nodes[i].id, nodes[i].addr, nodes[i].port, zl_strerror(rc));
+		}
+		cli_node_row(&nodes[i], ping);
+	}
+	rc = zl_meta_volume_list(cli->etcd, cli->prefix, &vols, &n_vols);
+	if (rc) {
+		zl_cli_etcd_err(cli, "cannot list volumes", rc);
+		exit_code = ZL_CLI_EXIT_RUNTIME;
+	} else {
+		for (i = 0; i < n_vols; i++)
+			total += vols[i].size;
+		printf("volumes   %zu, %s provisioned\n", n_vols,
+		       zl_format_size(total, sz, sizeof(sz)));
+		zl_meta_volume_list_free(vols, n_vols);
+	}
+	free(nodes);
+	if (down)
+		exit_code = ZL_CLI_EXIT_RUNTIME;
+	return exit_code;
+}
+
+int zl_cli_node(struct zl_cli *cli, int argc, char **argv)
+{
+	struct zl_node_info *nodes = NULL;
+	size_t n = 0, i;
+	int rc;
+
+	if (argc < 2 || (strcmp(argv[1], "ls") && strcmp(argv[1], "list"))) {
+		if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+			printf("usage: zl node ls\n");
+			return 0;
+		}
+		zl_cli_err("%s (usage: zl node ls)",
+			   argc < 2 ? "missing node subcommand" : "unknown node subcommand");
+		return ZL_CLI_EXIT_USAGE;
+	}
+	rc = cli_no_flags("node ls", "zl node ls", argc - 1, argv + 1);
+	if (rc)
+		return rc < 0 ? 0 : rc;
+	rc = zl_cli_etcd(cli);
+	if (rc)
+		return rc;
+	rc = zl_meta_node_list(cli->etcd, cli->prefix, &nodes, &n);
+	if (rc) {
+		zl_cli_etcd_err(cli, "cannot list storage nodes", rc);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
+	printf("%-16s %-22s %-10s %-20s %12s %12s %9s %s\n", "ID", "ADDRESS", "TRANSPORTS",
+	       "DOMAIN", "CAPACITY", "FREE", "UPTIME", "VERSION");
+	for (i = 0; i < n; i++) {
+		char cap[32], fr[32], up[32], addr[96];
+		const struct zl_node_info *ni = &nodes[i];
+
+		zl_format_size(ni->capacity, cap, sizeof(cap));
+		zl_format_size(ni->free, fr, sizeof(fr));
+		zl_cli_fmt_duration(ni->start_time ? zl_wall_sec() - ni->start_time : -1, up,
+				    sizeof(up));
+		snprintf(addr, sizeof(addr), "%s:%u", ni->addr, ni->port);
+		printf("%-16s %-22s %-10s %-20s %12s %12s %9s %s\n", ni->id, addr, ni->transports,
+		       ni->domain[0] ? ni->domain : "-", cap, fr, up, ni->version);
+	}
+	if (!n)
+		fprintf(stderr,
+			"zl: no storage nodes registered under %s (start zipline-storage "
+			"daemons, or 'make run' for a local cluster)\n",
+			cli->prefix);
+	free(nodes);
+	return 0;
+}

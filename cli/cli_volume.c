@@ -1,0 +1,342 @@
+/* zl volume create|ls|inspect|rm (+ dispatch of import/export/serve). */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "lib/client/client.h"
+#include "lib/etcd/etcd.h"
+#include "lib/meta/meta.h"
+
+static const char cli_volume_usage[] =
+    "usage: zl volume create NAME --size SIZE [--replicas N] [--chunk-size SIZE]\n"
+    "       zl volume ls\n"
+    "       zl volume inspect NAME\n"
+    "       zl volume rm NAME\n"
+    "       zl volume import NAME FILE\n"
+    "       zl volume export NAME FILE\n"
+    "       zl volume serve NAME --nbd unix:PATH|HOST:PORT\n";
+
+/* Parses "CMD NAME" with only --help; returns 0, -1 (help) or exit code. */
+static int cli_vol_name_only(const char *cmd, int argc, char **argv, const char **name)
+{
+	static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {0}};
+	int c;
+
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		if (c == 'h') {
+			printf("usage: zl %s NAME\n", cmd);
+			return -1;
+		}
+		return zl_cli_opt_error(cmd, c, optopt, argv, optind);
+	}
+	if (argc - optind != 1) {
+		zl_cli_err("%s (usage: zl %s NAME)",
+			   argc - optind < 1 ? "missing volume name" : "too many arguments", cmd);
+		return ZL_CLI_EXIT_USAGE;
+	}
+	*name = argv[optind];
+	return 0;
+}
+
+static int cli_volume_create(struct zl_cli *cli, int argc, char **argv)
+{
+	static const struct option opts[] = {
+	    {"size", required_argument, NULL, 's'},
+	    {"replicas", required_argument, NULL, 'r'},
+	    {"chunk-size", required_argument, NULL, 'c'},
+	    {"help", no_argument, NULL, 'h'},
+	    {0},
+	};
+	struct zl_volume_spec spec = {0};
+	struct zl_volume vol = {0};
+	const char *size_s = NULL;
+	char sz[32], csz[32];
+	uint64_t v;
+	bool created = false;
+	int c, rc;
+
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":s:r:c:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			size_s = optarg;
+			break;
+		case 'r':
+			if (zl_cli_parse_u32(optarg, 1, ZL_MAX_REPLICAS, &spec.replicas)) {
+				zl_cli_err("bad --replicas '%s': use 1, 2 or 3", optarg);
+				return ZL_CLI_EXIT_USAGE;
+			}
+			break;
+		case 'c':
+			if (zl_cli_parse_size(optarg, false, &v) || v < (64u << 10) ||
+			    v > (64u << 20) || (v & (v - 1))) {
+				zl_cli_err(
+				    "bad --chunk-size '%s': use a power of two from 64K to 64M "
+				    "(default 4M)",
+				    optarg);
+				return ZL_CLI_EXIT_USAGE;
+			}
+			spec.chunk_size = (uint32_t)v;
+			break;
+		case 'h':
+			printf("usage: zl volume create NAME --size SIZE [--replicas N] "
+			       "[--chunk-size SIZE]\n");
+			return 0;
+		default:
+			return zl_cli_opt_error("volume create", c, optopt, argv, optind);
+		}
+	}
+	if (argc - optind != 1) {
+		zl_cli_err("%s (usage: zl volume create NAME --size SIZE)",
+			   argc - optind < 1 ? "missing volume name" : "too many arguments");
+		return ZL_CLI_EXIT_USAGE;
+	}
+	spec.name = argv[optind];
+	if (zl_volume_name_check(spec.name)) {
+		zl_cli_err("bad volume name '%s': use 1-253 characters of A-Z a-z 0-9 . _ -",
+			   spec.name);
+		return ZL_CLI_EXIT_USAGE;
+	}
+	if (!size_s) {
+		zl_cli_err("missing --size for volume '%s' (e.g. --size 10G)", spec.name);
+		return ZL_CLI_EXIT_USAGE;
+	}
+	if (zl_cli_parse_size(size_s, false, &spec.size)) {
+		zl_cli_err("bad --size '%s': use a number above 0 with K/M/G/T", size_s);
+		return ZL_CLI_EXIT_USAGE;
+	}
+	rc = zl_cli_etcd(cli);
+	if (rc)
+		return rc;
+	rc = zl_meta_volume_create(cli->etcd, cli->prefix, &spec, &vol, &created);
+	if (rc == -ZL_ERR_NODES) {
+		struct zl_node_info *nodes = NULL;
+		size_t n = 0;
+
+		zl_meta_node_list(cli->etcd, cli->prefix, &nodes, &n);
+		free(nodes);
+		zl_cli_err("cannot create volume '%s': %u replicas need %u storage nodes, %zu live "
+			   "(start more zipline-storage daemons or lower --replicas)",
+			   spec.name, spec.replicas ? spec.replicas : 3,
+			   spec.replicas ? spec.replicas : 3, n);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
+	if (rc == -ZL_ERR_EXISTS) {
+		zl_cli_err("volume '%s' already exists with different parameters (see 'zl volume "
+			   "inspect %s')",
+			   spec.name, spec.name);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
+	if (rc == -ZL_ERR_INVAL) {
+		zl_cli_err("cannot create volume '%s': invalid size, chunk size or replicas",
+			   spec.name);
+		return ZL_CLI_EXIT_USAGE;
+	}
+	if (rc) {
+		char what[300];
+
+		snprintf(what, sizeof(what), "cannot create volume '%s'", spec.name);
+		zl_cli_etcd_err(cli, what, rc);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
+	printf("%s volume '%s' %s: %s, %u replicas, chunk %s, %u slices\n",
+	       created ? "created" : "already have", vol.name, vol.id,
+	       zl_format_size(vol.size, sz, sizeof(sz)), vol.replicas,
+	       zl_format_size(vol.chunk_size, csz, sizeof(csz)), vol.n_slices);
+	zl_volume_fini(&vol);
+	return 0;
+}
+
+static void cli_fmt_time(int64_t t, char *buf, size_t len)
+{
+	time_t tt = (time_t)t;
+	struct tm tm;
+
+	if (!t || !gmtime_r(&tt, &tm)) {
+		snprintf(buf, len, "-");
+		return;
+	}
+	strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+static int cli_volume_ls(struct zl_cli *cli, int argc, char **argv)
+{
+	static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {0}};
+	struct zl_volume *vols = NULL;
+	size_t n = 0, i;
+	int c, rc;
+
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		if (c == 'h') {
+			printf("usage: zl volume ls\n");
+			return 0;
+		}
+		return zl_cli_opt_error("volume ls", c, optopt, argv, optind);
+	}
+	if (optind < argc) {
+		zl_cli_err("unexpected argument '%s' (usage: zl volume ls)", argv[optind]);
+		return ZL_CLI_EXIT_USAGE;
+	}
+	rc = zl_cli_etcd(cli);
+	if (rc)
+		return rc;
+	rc = zl_meta_volume_list(cli->etcd, cli->prefix, &vols, &n);
+	if (rc) {
+		zl_cli_etcd_err(cli, "cannot list volumes", rc);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
+	printf("%-24s %-20s %12s %8s %10s %-9s %s\n", "NAME", "ID", "SIZE", "REPLICAS", "CHUNK",
+	       "STATE", "CREATED");
+	for (i = 0; i < n; i++) {
+		char sz[32], csz[32], ts[32];
+
+		cli_fmt_time(vols[i].created, ts, sizeof(ts));
+		printf("%-24s %-20s %12s %8u %10s %-9s %s\n", vols[i].name, vols[i].id,
+		       zl_format_size(vols[i].size, sz, sizeof(sz)), vols[i].replicas,
+		       zl_format_size(vols[i].chunk_size, csz, sizeof(csz)), vols[i].state, ts);
+	}
+	zl_meta_volume_list_free(vols, n);
+	return 0;
+}
+
+static int cli_volume_inspect(struct zl_cli *cli, int argc, char **argv)
+{
+	struct zl_volume v = {0};
+	const char *name = NULL;
+	char sz[32], csz[32], ts[32];
+	uint32_t i, degraded = 0;
+	int rc;
+
+	rc = cli_vol_name_only("volume inspect", argc, argv, &name);
+	if (rc)
+		return rc < 0 ? 0 : rc;
+	rc = zl_cli_etcd(cli);
+	if (rc)
+		return rc;
+	rc = zl_meta_volume_lookup(cli->etcd, cli->prefix, name, &v);
+	if (rc == -ZL_ERR_NOT_FOUND) {
+		zl_cli_err("volume '%s' not found (see 'zl volume ls')", name);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
+	if (rc) {
+		zl_cli_etcd_err(cli, "cannot read the volume record", rc);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
+	cli_fmt_time(v.created, ts, sizeof(ts));
+	printf("name        %s\n", v.name);
+	printf("id          %s\n", v.id);
+	printf("size        %s (%llu bytes)\n", zl_format_size(v.size, sz, sizeof(sz)),
+	       (unsigned long long)v.size);
+	printf("chunk size  %s\n", zl_format_size(v.chunk_size, csz, sizeof(csz)));
+	printf("replicas    %u\n", v.replicas);
+	printf("slices      %u\n", v.n_slices);
+	printf("state       %s\n", v.state);
+	printf("created     %s\n", ts);
+	printf("params      %s\n", v.params[0] ? v.params : "{}");
+	printf("\nplacement (* primary, ! not in sync)\n");
+	printf("  %5s %8s  %s\n", "SLICE", "VERSION", "REPLICAS");
+	for (i = 0; i < v.n_slices; i++) {
+		const struct zl_slice *s = &v.slices[i];
+		int prim = zl_slice_primary(s);
+		char row[ZL_MAX_REPLICAS * (ZL_NODE_ID_MAX + 4)] = "";
+		size_t off = 0;
+		bool deg = false;
+
+		for (uint8_t k = 0; k < s->n && k < ZL_MAX_REPLICAS; k++) {
+			off += (size_t)snprintf(
+			    row + off, sizeof(row) - off, "%s%s%s%s", k ? "  " : "", s->nodes[k],
+			    (int)k == prim ? "*" : "", s->in_sync[k] ? "" : "!");
+			if (!s->in_sync[k])
+				deg = true;
+			if (off >= sizeof(row))
+				break;
+		}
+		if (prim < 0) {
+			snprintf(row + ZL_MIN(off, sizeof(row) - 1),
+				 sizeof(row) - ZL_MIN(off, sizeof(row) - 1),
+				 "  (no in-sync replica)");
+			deg = true;
+		}
+		degraded += deg;
+		printf("  %5u %8llu  %s\n", i, (unsigned long long)s->version, row);
+	}
+	if (degraded)
+		printf("\n%u of %u slices are degraded (a replica is out of sync)\n", degraded,
+		       v.n_slices);
+	zl_volume_fini(&v);
+	return 0;
+}
+
+static int cli_volume_rm(struct zl_cli *cli, int argc, char **argv)
+{
+	const char *name = NULL;
+	int rc;
+
+	rc = cli_vol_name_only("volume rm", argc, argv, &name);
+	if (rc)
+		return rc < 0 ? 0 : rc;
+	rc = zl_cli_client(cli);
+	if (rc)
+		return rc;
+	rc = zl_client_volume_delete(cli->client, name);
+	if (rc == -ZL_ERR_NOT_FOUND) {
+		zl_cli_err("volume '%s' not found (see 'zl volume ls')", name);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
+	if (rc == -ZL_ERR_UNAVAIL) {
+		zl_cli_err("cannot delete volume '%s': a storage node holding its data is down "
+			   "(bring it back, see 'zl status', then retry 'zl volume rm %s')",
+			   name, name);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
+	if (rc) {
+		char what[300];
+
+		snprintf(what, sizeof(what), "cannot delete volume '%s'", name);
+		zl_cli_etcd_err(cli, what, rc);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
+	printf("deleted volume '%s'\n", name);
+	return 0;
+}
+
+int zl_cli_volume(struct zl_cli *cli, int argc, char **argv)
+{
+	const char *sub = argc >= 2 ? argv[1] : NULL;
+
+	if (!sub) {
+		fputs(cli_volume_usage, stderr);
+		zl_cli_err("missing volume subcommand (see 'zl volume --help')");
+		return ZL_CLI_EXIT_USAGE;
+	}
+	if (!strcmp(sub, "--help") || !strcmp(sub, "-h") || !strcmp(sub, "help")) {
+		fputs(cli_volume_usage, stdout);
+		return 0;
+	}
+	argc--;
+	argv++;
+	if (!strcmp(sub, "create"))
+		return cli_volume_create(cli, argc, argv);
+	if (!strcmp(sub, "ls") || !strcmp(sub, "list"))
+		return cli_volume_ls(cli, argc, argv);
+	if (!strcmp(sub, "inspect") || !strcmp(sub, "show"))
+		return cli_volume_inspect(cli, argc, argv);
+	if (!strcmp(sub, "rm") || !strcmp(sub, "delete"))
+		return cli_volume_rm(cli, argc, argv);
+	if (!strcmp(sub, "import"))
+		return zl_cli_volume_import(cli, argc, argv);
+	if (!strcmp(sub, "export"))
+		return zl_cli_volume_export(cli, argc, argv);
+	if (!strcmp(sub, "serve"))
+		return zl_cli_volume_serve(cli, argc, argv);
+	zl_cli_err("unknown volume subcommand '%s' (see 'zl volume --help')", sub);
+	return ZL_CLI_EXIT_USAGE;
+}

@@ -1,0 +1,292 @@
+/* zipline-storage: flags, wiring, signals. */
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "storage.h"
+
+#define DRAIN_MS 10000
+
+static const char usage[] =
+    "usage: zipline-storage --data-dir DIR [options]\n"
+    "  --data-dir DIR       chunk replicas, node-id and LOCK live here (required)\n"
+    "  --listen HOST:PORT   address to serve on (default 0.0.0.0:7100)\n"
+    "  --advertise ADDR     address registered in etcd (default: listen host, or\n"
+    "                       127.0.0.1 when listening on 0.0.0.0)\n"
+    "  --node-id ID         node id (default: DATA/node-id, else the hostname)\n"
+    "  --label K=V          failure-domain label, repeatable (zone=a --label rack=r1)\n"
+    "  --etcd URLS          etcd endpoints (default $ZIPLINE_ETCD or http://127.0.0.1:2379)\n"
+    "  --etcd-prefix P      key prefix (default /zipline/)\n"
+    "  --etcd-wait SEC      how long to wait for etcd at start (default 60)\n"
+    "  --capacity SIZE      capacity to advertise (default: the filesystem size)\n"
+    "  --log-level LEVEL    err|warn|info|debug (default info)\n"
+    "  --help, --version\n";
+
+struct storage_main {
+	struct zl_storage st;
+	struct zl_loop_handle sig_h;
+	int sig_fd;
+	struct zl_timer drain_t;
+	uint64_t drain_deadline;
+};
+
+static int bad_flag(const char *msg, const char *arg)
+{
+	fprintf(stderr, "zipline-storage: %s%s%s (see --help)\n", msg, arg ? ": " : "",
+		arg ? arg : "");
+	return 2;
+}
+
+/* Parses flags into cfg. Returns -1 to go on, else the exit code. */
+static int parse_flags(int argc, char **argv, struct zl_storage_cfg *cfg, const char **node_flag)
+{
+	enum { O_LISTEN = 256, O_ADV, O_NODE, O_LABEL, O_ETCD, O_PREFIX, O_WAIT, O_CAP, O_LOG };
+	static const struct option opts[] = {
+	    {"data-dir", required_argument, NULL, 'd'},
+	    {"listen", required_argument, NULL, O_LISTEN},
+	    {"advertise", required_argument, NULL, O_ADV},
+	    {"node-id", required_argument, NULL, O_NODE},
+	    {"label", required_argument, NULL, O_LABEL},
+	    {"etcd", required_argument, NULL, O_ETCD},
+	    {"etcd-prefix", required_argument, NULL, O_PREFIX},
+	    {"etcd-wait", required_argument, NULL, O_WAIT},
+	    {"capacity", required_argument, NULL, O_CAP},
+	    {"log-level", required_argument, NULL, O_LOG},
+	    {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},
+	    {NULL, 0, NULL, 0},
+	};
+	const char *listen = "0.0.0.0:7100", *adv = NULL;
+	char *colon, *end;
+	long v;
+	int c;
+
+	cfg->etcd = getenv("ZIPLINE_ETCD");
+	if (!cfg->etcd || !*cfg->etcd)
+		cfg->etcd = "http://127.0.0.1:2379";
+	cfg->prefix = ZL_META_DEFAULT_PREFIX;
+	cfg->etcd_wait_sec = 60;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case 'd':
+			cfg->data_dir = optarg;
+			break;
+		case O_LISTEN:
+			listen = optarg;
+			break;
+		case O_ADV:
+			adv = optarg;
+			break;
+		case O_NODE:
+			*node_flag = optarg;
+			break;
+		case O_LABEL:
+			if (!strchr(optarg, '=') || optarg[0] == '=' || strchr(optarg, ','))
+				return bad_flag("--label wants K=V without commas", optarg);
+			if (strlen(cfg->domain) + strlen(optarg) + 2 > sizeof(cfg->domain))
+				return bad_flag("labels too long", optarg);
+			if (cfg->domain[0])
+				strcat(cfg->domain, ",");
+			strcat(cfg->domain, optarg);
+			break;
+		case O_ETCD:
+			/* An empty value (an unset variable in a script) means "not
+			 * given": $ZIPLINE_ETCD or the default applies. */
+			if (*optarg)
+				cfg->etcd = optarg;
+			break;
+		case O_PREFIX:
+			if (!*optarg || optarg[strlen(optarg) - 1] != '/')
+				return bad_flag("--etcd-prefix must end with '/'", optarg);
+			cfg->prefix = optarg;
+			break;
+		case O_WAIT:
+			v = strtol(optarg, &end, 10);
+			if (*end || v < 0 || v > 86400)
+				return bad_flag("--etcd-wait wants seconds (0..86400)", optarg);
+			cfg->etcd_wait_sec = (int)v;
+			break;
+		case O_CAP:
+			if (zl_parse_size(optarg, &cfg->capacity) || !cfg->capacity)
+				return bad_flag("--capacity wants a size like 100G", optarg);
+			break;
+		case O_LOG:
+			if (zl_log_set_level(optarg))
+				return bad_flag("--log-level wants err|warn|info|debug", optarg);
+			break;
+		case 'h':
+			fputs(usage, stdout);
+			return 0;
+		case 'V':
+			printf("zipline-storage %s\n", ZL_VERSION_STRING);
+			return 0;
+		default:
+			return bad_flag("unknown flag or missing value", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		return bad_flag("unexpected argument", argv[optind]);
+	if (!cfg->data_dir)
+		return bad_flag("--data-dir is required", NULL);
+	colon = strrchr(listen, ':');
+	if (!colon || colon == listen || (size_t)(colon - listen) >= sizeof(cfg->listen_host))
+		return bad_flag("--listen wants HOST:PORT", listen);
+	v = strtol(colon + 1, &end, 10);
+	if (*end || !colon[1] || v < 0 || v > 65535)
+		return bad_flag("--listen port must be 0..65535", listen);
+	memcpy(cfg->listen_host, listen, (size_t)(colon - listen));
+	cfg->listen_port = (uint16_t)v;
+	if (!adv)
+		adv = strcmp(cfg->listen_host, "0.0.0.0") ? cfg->listen_host : "127.0.0.1";
+	if (strlen(adv) >= sizeof(cfg->advertise))
+		return bad_flag("--advertise too long", adv);
+	snprintf(cfg->advertise, sizeof(cfg->advertise), "%s", adv);
+	return -1;
+}
+
+static void drain_tick(void *arg)
+{
+	struct storage_main *m = arg;
+
+	if (m->st.inflight && zl_now_ms() < m->drain_deadline)
+		return;
+	if (m->st.inflight)
+		ZL_LOG_WARN("storage", "shutdown: %u requests still in flight after %d ms",
+			    m->st.inflight, DRAIN_MS);
+	zl_timer_stop(m->st.loop, &m->drain_t);
+	zl_loop_stop(m->st.loop);
+}
+
+static void on_signal(void *arg, uint32_t events)
+{
+	struct storage_main *m = arg;
+	struct signalfd_siginfo si;
+
+	if (read(m->sig_fd, &si, sizeof(si)) != (ssize_t)sizeof(si) || m->st.draining)
+		return;
+	ZL_LOG_INFO("storage", "signal %u: stopping (in-flight requests=%u)", si.ssi_signo,
+		    m->st.inflight);
+	zl_storage_server_stop_accepting(&m->st);
+	m->drain_deadline = zl_now_ms() + DRAIN_MS;
+	zl_timer_start(m->st.loop, &m->drain_t, 0, 50, drain_tick, m);
+}
+
+static void *pool_alloc(void *arg, size_t len)
+{
+	return zl_xport_buf_alloc(arg, len);
+}
+
+static void pool_free(void *arg, void *buf)
+{
+	zl_xport_buf_free(arg, buf);
+}
+
+int main(int argc, char **argv)
+{
+	static struct storage_main m = {.sig_fd = -1};
+	struct zl_storage *st = &m.st;
+	struct zl_storage_node *node = NULL;
+	/* Forwarded writes time out well before a client gives up on the primary
+	 * (its default is 10 s), so a hung backup is dropped in time. */
+	struct zl_xport_opts xo = {.kind = ZL_XPORT_TCP, .timeout_ms = 4000};
+	struct zl_etcd_opts eo = {0};
+	const char *node_flag = NULL;
+	int rc, lock_fd, ret = 1;
+	sigset_t sigs;
+
+	zl_log_init("zipline-storage");
+	rc = parse_flags(argc, argv, &st->cfg, &node_flag);
+	if (rc >= 0)
+		return rc;
+	lock_fd = zl_storage_datadir_lock(st->cfg.data_dir);
+	if (lock_fd < 0)
+		return 2;
+	if (zl_storage_node_id_resolve(st->cfg.data_dir, node_flag, st->cfg.node_id))
+		return 2;
+	eo.endpoints = st->cfg.etcd;
+	if (zl_etcd_create(&eo, &st->etcd))
+		return bad_flag("bad --etcd endpoint list", st->cfg.etcd);
+	if (zl_storage_etcd_wait(st->etcd, st->cfg.etcd, st->cfg.etcd_wait_sec))
+		goto out_etcd;
+
+	/* From here signals arrive through the loop (threads inherit the mask). */
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	m.sig_fd = signalfd(-1, &sigs, SFD_NONBLOCK | SFD_CLOEXEC);
+	rc = m.sig_fd < 0 ? -errno : zl_loop_create(&st->loop);
+	if (rc)
+		goto out_fail;
+	rc = zl_loop_add(st->loop, &m.sig_h, m.sig_fd, EPOLLIN, on_signal, &m);
+	if (!rc)
+		rc = zl_xport_create(st->loop, &xo, &st->xport);
+	if (rc)
+		goto out_fail;
+	{
+		struct zl_chunk_store_opts co = {.data_dir = st->cfg.data_dir,
+						 .loop = st->loop,
+						 .buf_alloc = pool_alloc,
+						 .buf_free = pool_free,
+						 .buf_arg = st->xport};
+
+		rc = zl_chunk_store_create(&co, &st->chunks);
+	}
+	if (!rc)
+		rc = zl_storage_vols_create(st->loop, st->etcd, st->cfg.prefix, &st->vols);
+	if (!rc)
+		rc = zl_storage_peers_create(st, &st->peers);
+	if (rc)
+		goto out_fail;
+	zl_storage_gc(st);
+	rc = zl_storage_server_start(st);
+	if (rc) {
+		fprintf(stderr,
+			"zipline-storage: cannot listen on %s:%u: %s (is the port in use? "
+			"see --listen)\n",
+			st->cfg.listen_host, st->cfg.listen_port, zl_strerror(rc));
+		ret = 2;
+		goto out_stop;
+	}
+	rc = zl_storage_node_start(&st->cfg, zl_xport_listener_port(st->listener), &node);
+	if (rc)
+		goto out_fail;
+	ZL_LOG_INFO("storage", "zipline-storage %s serving node=%s listen=%s:%u data=%s",
+		    ZL_VERSION_STRING, st->cfg.node_id, st->cfg.listen_host,
+		    zl_xport_listener_port(st->listener), st->cfg.data_dir);
+	rc = zl_loop_run(st->loop);
+	ret = rc ? 1 : 0;
+	goto out_stop;
+
+out_fail:
+	ZL_LOG_ERR("storage", "start-up failed: %s", zl_strerror(rc));
+out_stop:
+	zl_storage_server_stop_accepting(st);
+	zl_storage_node_stop(node);
+	zl_storage_peers_destroy(st->peers);
+	zl_chunk_store_destroy(st->chunks); /* drains disk I/O still in flight */
+	zl_xport_destroy(st->xport);
+	zl_storage_server_fini(st);
+	zl_storage_vols_destroy(st->vols);
+	if (st->loop) {
+		if (m.sig_fd >= 0)
+			zl_loop_del(st->loop, &m.sig_h);
+		zl_loop_destroy(st->loop);
+	}
+	if (m.sig_fd >= 0)
+		close(m.sig_fd);
+	if (!ret)
+		ZL_LOG_INFO("storage", "stopped cleanly");
+out_etcd:
+	zl_etcd_destroy(st->etcd);
+	close(lock_fd);
+	return ret;
+}

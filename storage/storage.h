@@ -1,0 +1,130 @@
+/* zipline-storage internals shared by its files (main, server, repl, vol,
+ * node). Nothing outside storage/ includes this header.
+ *
+ * Threads: the loop thread owns everything below except struct
+ * zl_storage_node, which runs the heartbeat on its own thread with its own
+ * etcd handle. */
+#ifndef ZL_STORAGE_H
+#define ZL_STORAGE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "lib/common/common.h"
+#include "lib/common/loop.h"
+#include "lib/etcd/etcd.h"
+#include "lib/meta/meta.h"
+#include "lib/transport/transport.h"
+#include "lib/wire/wire.h"
+#include "storage_chunk.h"
+
+struct zl_storage_cfg {
+	const char *data_dir;
+	char listen_host[64];
+	uint16_t listen_port;
+	char advertise[64];
+	char node_id[ZL_NODE_ID_MAX];
+	char domain[128]; /* labels joined by "," */
+	const char *etcd;
+	const char *prefix;
+	uint64_t capacity; /* 0: filesystem size */
+	int etcd_wait_sec;
+};
+
+struct zl_storage_vols;
+struct zl_storage_peers;
+struct zl_storage_node;
+struct storage_req;
+
+struct zl_storage {
+	struct zl_storage_cfg cfg;
+	struct zl_loop *loop;
+	struct zl_xport *xport;
+	struct zl_xport_listener *listener;
+	struct zl_etcd *etcd; /* loop thread's handle */
+	struct zl_chunk_store *chunks;
+	struct zl_storage_vols *vols;
+	struct zl_storage_peers *peers;
+	/* Request contexts: preallocated slabs and a free list. */
+	struct storage_req *free_reqs;
+	void **req_slabs;
+	uint32_t n_req_slabs;
+	uint32_t inflight; /* requests not yet answered */
+	bool draining;
+};
+
+/* ---- volume cache (storage_vol.c), loop thread only ---- */
+
+struct zl_storage_vol {
+	struct zl_storage_vol *next;
+	uint64_t num;
+	struct zl_volume v;
+	uint64_t max_epoch; /* highest attach epoch seen (memory only) */
+};
+
+/* Returns 0 or -errno. loop, etcd and prefix are borrowed. Starts a watch on
+ * <prefix>volumes/ that refreshes (or drops) cached records. */
+int zl_storage_vols_create(struct zl_loop *loop, struct zl_etcd *etcd, const char *prefix,
+			   struct zl_storage_vols **out);
+void zl_storage_vols_destroy(struct zl_storage_vols *vc);
+/* Cached record of volume num, loaded from etcd on a miss (blocking).
+ * 0, -ZL_ERR_NOT_FOUND, or an etcd error. *out stays valid until the next
+ * call that reloads or forgets this volume. */
+int zl_storage_vol_get(struct zl_storage_vols *vc, uint64_t num, struct zl_storage_vol **out);
+/* Reloads volume num from etcd (blocking); on -ZL_ERR_NOT_FOUND the entry is
+ * dropped. 0 with the fresh entry in *out (optional), or an error. */
+int zl_storage_vol_reload(struct zl_storage_vols *vc, uint64_t num, struct zl_storage_vol **out);
+/* Replaces the cached record by *fresh (moved: fresh is zeroed) when it is
+ * newer (mod_rev). */
+void zl_storage_vol_update(struct zl_storage_vols *vc, struct zl_volume *fresh);
+void zl_storage_vol_forget(struct zl_storage_vols *vc, uint64_t num);
+
+/* ---- peers for replication (storage_repl.c), loop thread only ---- */
+
+/* Returns 0 or -ENOMEM. */
+int zl_storage_peers_create(struct zl_storage *st, struct zl_storage_peers **out);
+/* Closes every peer connection (in-flight requests fail). Accepts NULL. */
+void zl_storage_peers_destroy(struct zl_storage_peers *p);
+/* Sends a request to node_id, connecting (blocking, bounded) when needed.
+ * Returns 0 (cb runs once, never inside this call) or -ZL_ERR_CONN /
+ * -ZL_ERR_BUSY / -ZL_ERR_NOT_FOUND (node not registered) with no callback. */
+int zl_storage_peer_send(struct zl_storage_peers *p, const char *node_id, struct zl_wire_hdr *hdr,
+			 const void *out, uint32_t out_len, zl_xport_reply_cb cb, void *arg);
+
+/* ---- request handling (storage_server.c) ---- */
+
+/* Listens on cfg.listen_host:listen_port. Returns 0 or -errno. */
+int zl_storage_server_start(struct zl_storage *st);
+/* Stops accepting new connections; in-flight requests go on. */
+void zl_storage_server_stop_accepting(struct zl_storage *st);
+/* Frees the request slabs (after the loop stopped). */
+void zl_storage_server_fini(struct zl_storage *st);
+/* Removes chunk directories of volumes that no longer exist in etcd. */
+void zl_storage_gc(struct zl_storage *st);
+
+/* ---- registration and heartbeat (storage_node.c) ---- */
+
+/* Grants a lease, puts nodes/<id> and starts the heartbeat thread with its
+ * own etcd handle. Returns 0 or an etcd error. */
+int zl_storage_node_start(const struct zl_storage_cfg *cfg, uint16_t port,
+			  struct zl_storage_node **out);
+/* Stops the heartbeat and revokes the lease (the record disappears). Accepts
+ * NULL. */
+void zl_storage_node_stop(struct zl_storage_node *n);
+/* Capacity and free bytes of the filesystem holding dir. 0 or -errno. */
+int zl_storage_fs_space(const char *dir, uint64_t *capacity, uint64_t *free_bytes);
+
+/* ---- start-up checks (storage_cfg.c); each prints one line on stderr ---- */
+
+/* Checks that the data dir exists, is a writable directory, and takes
+ * DATA/LOCK (flock) for the life of the process. Returns the lock fd, or -2
+ * (config error: exit 2). */
+int zl_storage_datadir_lock(const char *dir);
+/* Resolves the node id: DATA/node-id when present (must equal `flag` when
+ * that is set), else flag, else the hostname; persists it. 0 or -2. */
+int zl_storage_node_id_resolve(const char *dir, const char *flag, char out[ZL_NODE_ID_MAX]);
+/* Waits until etcd answers, retrying with exponential backoff (cap 5 s) for
+ * up to wait_sec. 0 or -1 (gave up). */
+int zl_storage_etcd_wait(struct zl_etcd *e, const char *urls, int wait_sec);
+
+#endif
