@@ -66,8 +66,8 @@ zl_run() {
 		/usr/bin/python3 - "$CL_DIR/zl.json" "$label" "$name" >>"$RES" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
-print("\t".join([sys.argv[2], sys.argv[3], "%.0f" % d["iops"], "%.1f" % d["mib_per_sec"],
-                 "%.0f" % d["lat_avg_us"], "%.0f" % d["lat_p99_us"]]))
+print("\t".join([sys.argv[2], sys.argv[3], "%.0f" % d["iops"], "%.1f" % d["mib_s"],
+                 "%.0f" % d["lat_us"]["avg"], "%.0f" % d["lat_us"]["p99"]]))
 PY
 	done
 }
