@@ -6,19 +6,10 @@
 # leaves no chunk file on any daemon.
 # Usage: cluster_e2e.sh BUILD_DIR
 set -euo pipefail
-BUILD=$(cd "$1" && pwd)
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
-export CL_BIN=$BUILD/bin
-export CL_DIR=$(mktemp -d "$BUILD/e2e-cluster.XXXXXX")
 source "$SRC/test/lib/cluster.sh"
-trap 'cl_stop_all; [ "${KEEP:-0}" = 1 ] || rm -rf "$CL_DIR"' EXIT
 fail() { echo "cluster_e2e: FAIL: $*" >&2; for f in "$CL_DIR"/storage-*/log; do echo "--- $f" >&2; tail -25 "$f" >&2; done; exit 1; }
-
-cl_start_etcd
-export ZIPLINE_ETCD=$CL_ETCD CL_ETCD
-for i in 1 2 3; do cl_start_storage "$i"; done
-cl_wait_nodes 3 || fail "storage daemons did not register"
-ZL="$CL_BIN/zl"
+cl_e2e_begin e2e-cluster "$1" 3 || fail "cluster did not start"
 
 "$ZL" volume create e2e --size 512M --replicas 3 || fail "volume create"
 # Idempotent create: same name and size is the same volume; another size is refused.

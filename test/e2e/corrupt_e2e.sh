@@ -5,19 +5,10 @@
 # Each node's replica is damaged in turn (and repaired after), so the primary
 # of the slice is certainly among them.
 set -euo pipefail
-BUILD=$(cd "$1" && pwd)
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
-export CL_BIN=$BUILD/bin
-export CL_DIR=$(mktemp -d "$BUILD/e2e-corrupt.XXXXXX")
 source "$SRC/test/lib/cluster.sh"
-trap 'cl_stop_all; [ "${KEEP:-0}" = 1 ] || rm -rf "$CL_DIR"' EXIT
 fail() { echo "corrupt_e2e: FAIL: $*" >&2; for f in "$CL_DIR"/storage-*/log; do echo "--- $f" >&2; tail -15 "$f" >&2; done; exit 1; }
-
-cl_start_etcd
-export ZIPLINE_ETCD=$CL_ETCD CL_ETCD
-for i in 1 2 3; do cl_start_storage "$i"; done
-cl_wait_nodes 3 || fail "storage daemons did not register"
-ZL="$CL_BIN/zl"
+cl_e2e_begin e2e-corrupt "$1" 3 || fail "cluster did not start"
 
 "$ZL" volume create cvol --size 16M --replicas 3 --chunk-size 4M || fail "create"
 head -c 16M /dev/urandom >"$CL_DIR/in"
@@ -32,15 +23,7 @@ for i in 1 2 3; do
 	# Data starts after the 4 KiB header and the 4 KiB CRC table (4 MiB chunk):
 	# flip one byte of block 3.
 	off=$((8192 + 3 * 4096 + 123))
-	/usr/bin/python3 - "$f" "$off" <<'PY'
-import os, sys
-path, off = sys.argv[1], int(sys.argv[2])
-fd = os.open(path, os.O_RDWR)
-b = os.pread(fd, 1, off)
-os.pwrite(fd, bytes([b[0] ^ 0xff]), off)
-os.fsync(fd)
-os.close(fd)
-PY
+	cl_flip_byte "$f" "$off"
 	"$ZL" volume export cvol "$CL_DIR/out" || fail "export with a damaged replica on node-$i"
 	cmp "$CL_DIR/in" "$CL_DIR/out" || fail "wrong data read with a damaged replica on node-$i"
 	if grep -i "corrupt" "$CL_DIR/storage-$i/log" | grep -q "$vid" ; then
@@ -51,15 +34,7 @@ PY
 		echo "corrupt_e2e: node-$i logged: $line"
 	fi
 	# Repair the byte so the next round damages exactly one replica again.
-	/usr/bin/python3 - "$f" "$off" <<'PY'
-import os, sys
-path, off = sys.argv[1], int(sys.argv[2])
-fd = os.open(path, os.O_RDWR)
-b = os.pread(fd, 1, off)
-os.pwrite(fd, bytes([b[0] ^ 0xff]), off)
-os.fsync(fd)
-os.close(fd)
-PY
+	cl_flip_byte "$f" "$off"
 done
 [ "$detected" -ge 1 ] || fail "no daemon logged the corruption"
 echo "corrupt_e2e: PASS ($detected node(s) detected and logged the damaged block)"

@@ -4,19 +4,10 @@
 # nbd engine with verify=crc32c finds no error; once for a unix socket and a
 # 3-replica volume, once for TCP and a 1-replica volume.
 set -euo pipefail
-BUILD=$(cd "$1" && pwd)
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
-export CL_BIN=$BUILD/bin
-export CL_DIR=$(mktemp -d "$BUILD/e2e-nbd.XXXXXX")
 source "$SRC/test/lib/cluster.sh"
-trap 'cl_stop_all; [ "${KEEP:-0}" = 1 ] || rm -rf "$CL_DIR"' EXIT
 fail() { echo "nbd_e2e: FAIL: $*" >&2; tail -20 "$CL_DIR"/serve-*/log >&2 || true; exit 1; }
-ZL="$CL_BIN/zl"
-
-cl_start_etcd
-export ZIPLINE_ETCD=$CL_ETCD CL_ETCD
-for i in 1 2 3; do cl_start_storage "$i"; done
-cl_wait_nodes 3 || fail "storage daemons did not register"
+cl_e2e_begin e2e-nbd "$1" 3 || fail "cluster did not start"
 
 serve() { # serve NAME VOLUME SPEC
 	mkdir -p "$CL_DIR/serve-$1"

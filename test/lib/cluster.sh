@@ -91,3 +91,34 @@ cl_stop_all() {
 	done
 	cl_stop etcd
 }
+
+# cl_e2e_begin NAME BUILD_DIR [NODES]: the common start of an e2e script:
+# private state dir under BUILD_DIR (removed on exit unless KEEP=1), etcd and
+# NODES (default 3) storage daemons, ZIPLINE_ETCD exported, $ZL set.
+# Defines a default fail() unless the script defines its own later.
+cl_e2e_begin() {
+	local name=$1 nodes=${3:-3}
+	BUILD=$(cd "$2" && pwd)
+	export CL_BIN=$BUILD/bin
+	CL_DIR=$(mktemp -d "$BUILD/$name.XXXXXX")
+	export CL_DIR
+	ZL="$CL_BIN/zl"
+	trap 'cl_stop_all; [ "${KEEP:-0}" = 1 ] || rm -rf "$CL_DIR"' EXIT
+	cl_start_etcd || return 1
+	export ZIPLINE_ETCD=$CL_ETCD
+	for i in $(seq 1 "$nodes"); do cl_start_storage "$i"; done
+	cl_wait_nodes "$nodes"
+}
+
+# cl_flip_byte FILE OFFSET: inverts one byte in place (and fsyncs).
+cl_flip_byte() {
+	/usr/bin/python3 - "$1" "$2" <<'PY'
+import os, sys
+path, off = sys.argv[1], int(sys.argv[2])
+fd = os.open(path, os.O_RDWR)
+b = os.pread(fd, 1, off)
+os.pwrite(fd, bytes([b[0] ^ 0xff]), off)
+os.fsync(fd)
+os.close(fd)
+PY
+}
