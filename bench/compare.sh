@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Same fio jobs against: a local file on the same disk (libaio, O_DIRECT),
+# Same fio jobs against: a local file on the same disk (libaio, O_DIRECT, and
+# again with O_DSYNC, the durability every Zipline write has),
 # nbdkit's memory plugin over a unix socket (what the NBD protocol alone
 # costs), and Zipline volumes with 1 and 3 replicas through `zl volume serve
 # --nbd`; plus `zl bench` (the client library directly) for the same jobs.
@@ -74,6 +75,9 @@ PY
 
 # 1. Local file, same disk.
 fio_run "local file (libaio, O_DIRECT)" --ioengine=libaio --direct=1 --filename="$CL_DIR/local.img"
+# The same file with O_DSYNC: the durability Zipline gives every acknowledged
+# write (each replica writes with RWF_DSYNC), for a fair comparison.
+fio_run "local file (libaio, O_DIRECT+O_DSYNC)" --ioengine=libaio --direct=1 --sync=dsync --filename="$CL_DIR/local.img"
 rm -f "$CL_DIR/local.img"
 
 # 2. nbdkit memory plugin over a unix socket.
