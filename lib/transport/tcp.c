@@ -138,6 +138,10 @@ struct tcp_conn {
 
 	/* send */
 	struct tcp_send *sq_head, *sq_tail;
+	/* Frames queued during one loop iteration go out in one sendmsg at its
+	 * end (a software cork): fewer syscalls and segments under load, no
+	 * added latency when idle. */
+	struct zl_defer flush_d;
 
 	/* client */
 	struct tcp_req *reqs;
@@ -404,6 +408,13 @@ static void tcp_flush(struct tcp_conn *c)
 	tcp_set_events(c);
 }
 
+static void tcp_flush_deferred(void *arg)
+{
+	struct tcp_conn *c = arg;
+
+	tcp_flush(c);
+}
+
 static void tcp_send_queue(struct tcp_conn *c, struct tcp_send *s)
 {
 	bool was_empty = !c->sq_head;
@@ -415,10 +426,10 @@ static void tcp_send_queue(struct tcp_conn *c, struct tcp_send *s)
 	else
 		c->sq_head = s;
 	c->sq_tail = s;
-	/* Only an empty queue is written right away; otherwise EPOLLOUT is
-	 * armed already and keeps the order. */
+	/* Only an empty queue needs a flush; otherwise one is pending already
+	 * (deferred or EPOLLOUT), which keeps the order. */
 	if (was_empty)
-		tcp_flush(c);
+		zl_loop_defer(c->loop, &c->flush_d, tcp_flush_deferred, c);
 }
 
 /* ---- receive path ---- */
@@ -852,6 +863,14 @@ static void tcp_conn_close(struct zl_xport_conn *bc, int reason)
 
 	if (bc->closing)
 		return;
+	/* Frames still corked in this iteration (e.g. the replies to requests
+	 * that preceded a bad frame) go out first, best effort. */
+	if (c->sq_head && c->fd >= 0 && reason != -ZL_ERR_CONN) {
+		zl_loop_defer_cancel(c->loop, &c->flush_d);
+		tcp_flush(c);
+		if (bc->closing)
+			return;
+	}
 	bc->closing = true;
 	c->close_reason = reason;
 	if (c->in_loop) {
@@ -863,6 +882,7 @@ static void tcp_conn_close(struct zl_xport_conn *bc, int reason)
 		c->fd = -1;
 	}
 	zl_loop_defer_cancel(c->loop, &c->work_d);
+	zl_loop_defer_cancel(c->loop, &c->flush_d);
 	zl_loop_defer(c->loop, &c->close_d, tcp_close_work, c);
 	ZL_LOG_DEBUG("xport", "connection closing peer=%s side=%s reason=%s inflight=%u", bc->peer,
 		     bc->server ? "server" : "client", reason ? zl_errname(reason) : "local",
