@@ -130,6 +130,10 @@ int zl_cli_volume_serve(struct zl_cli *cli, int argc, char **argv)
 			zl_cli_err("cannot listen on --nbd %s: address in use (another server runs "
 				   "there; pick another socket or port)",
 				   no.listen);
+		else if (rc == -EEXIST)
+			zl_cli_err("cannot listen on --nbd %s: the path exists and is not a socket "
+				   "(remove it or pick another path)",
+				   no.listen);
 		else if (rc == -ZL_ERR_INVAL)
 			zl_cli_err("bad --nbd '%s': use unix:PATH or HOST:PORT", no.listen);
 		else

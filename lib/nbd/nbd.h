@@ -221,7 +221,8 @@ struct zl_nbd_server_stats {
 
 /* Listens and serves on loop. backend is copied; its ctx must outlive the
  * server. Returns 0, -ZL_ERR_INVAL (bad listen address), -EADDRINUSE (a live
- * server owns the unix socket / port), or another -errno. */
+ * server owns the unix socket / port), -EEXIST (the unix path exists and is
+ * not a socket), or another -errno. */
 int zl_nbd_server_create(struct zl_loop *loop, const struct zl_nbd_backend *backend,
 			 const struct zl_nbd_server_opts *opts, struct zl_nbd_server **out);
 /* Stops accepting and closes every connection once its in-flight I/O has

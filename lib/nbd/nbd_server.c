@@ -901,6 +901,9 @@ static int nbd_listen_unix(struct zl_nbd_server *srv, const char *path)
 		if (probe >= 0)
 			close(probe);
 		unlink(path);
+	} else if (lstat(path, &st) == 0) {
+		close(fd);
+		return -EEXIST; /* never remove something that is not a socket */
 	}
 	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 128)) {
 		rc = -errno;

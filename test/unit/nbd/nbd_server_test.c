@@ -487,13 +487,49 @@ static void test_handshake_and_io(void **state)
 /* Many pipelined requests with 2 slots per connection and a backend that
  * takes 3 at a time: the server must pause reading, retry BUSY and answer
  * each exactly once, possibly out of order, over two connections. */
+struct pipe_writer {
+	int fd, c, n, bs;
+	int failed;
+};
+
+/* Sends all requests of one connection; replies are read concurrently by
+ * the test thread, as a real client does (not reading replies while the
+ * server throttles reading would deadlock any client). */
+static void *pipe_writer_thread(void *arg)
+{
+	struct pipe_writer *w = arg;
+	uint8_t *buf = malloc((size_t)w->bs), b[28];
+
+	for (int i = 0; i < w->n && buf; i++) {
+		uint64_t off = ((uint64_t)w->c * (uint64_t)w->n + (uint64_t)i) * (uint64_t)w->bs;
+
+		memset(buf, (uint8_t)(i + w->c), (size_t)w->bs);
+		put32(b, ZL_NBD_REQUEST_MAGIC);
+		put16(b + 4, 0);
+		put16(b + 6, ZL_NBD_CMD_WRITE);
+		put64(b + 8, (uint64_t)i);
+		put64(b + 16, off);
+		put32(b + 24, (uint32_t)w->bs);
+		if (send(w->fd, b, sizeof(b), MSG_NOSIGNAL) != (ssize_t)sizeof(b) ||
+		    send(w->fd, buf, (size_t)w->bs, MSG_NOSIGNAL) != (ssize_t)w->bs) {
+			w->failed = 1;
+			break;
+		}
+	}
+	if (!buf)
+		w->failed = 1;
+	free(buf);
+	return NULL;
+}
+
 static void test_pipelined_backpressure(void **state)
 {
 	enum { N = 400, BS = 4096 };
 	struct fixture f;
+	struct pipe_writer w[2];
+	pthread_t thr[2];
 	uint64_t size, cookie;
 	static uint8_t seen[2][N];
-	uint8_t *buf = malloc(BS);
 	int fds[2], c, i, k;
 
 	(void)state;
@@ -506,11 +542,8 @@ static void test_pipelined_backpressure(void **state)
 	}
 	memset(seen, 0, sizeof(seen));
 	for (c = 0; c < 2; c++) {
-		for (i = 0; i < N; i++) {
-			memset(buf, (uint8_t)(i + c), BS);
-			send_req(fds[c], 0, ZL_NBD_CMD_WRITE, (uint64_t)i,
-				 ((uint64_t)c * N + (uint64_t)i) * BS, BS, buf);
-		}
+		w[c] = (struct pipe_writer){.fd = fds[c], .c = c, .n = N, .bs = BS};
+		assert_int_equal(pthread_create(&thr[c], NULL, pipe_writer_thread, &w[c]), 0);
 	}
 	for (c = 0; c < 2; c++) {
 		for (k = 0; k < N; k++) {
@@ -520,6 +553,10 @@ static void test_pipelined_backpressure(void **state)
 			seen[c][cookie] = 1;
 		}
 	}
+	for (c = 0; c < 2; c++) {
+		pthread_join(thr[c], NULL);
+		assert_int_equal(w[c].failed, 0);
+	}
 	for (c = 0; c < 2; c++)
 		for (i = 0; i < N; i++)
 			assert_int_equal(f.mem.data[((size_t)c * N + (size_t)i) * BS + 7],
@@ -528,7 +565,6 @@ static void test_pipelined_backpressure(void **state)
 	close(fds[0]);
 	close(fds[1]);
 	fx_stop(&f);
-	free(buf);
 }
 
 /* Garbage instead of the client flags, and a bad request magic: the server
@@ -605,6 +641,36 @@ static void test_tcp_and_conn_limit(void **state)
 	for (i = 0; i < 3; i++)
 		close(fds[i]);
 	fx_stop(&f);
+}
+
+/* A unix path that is not a socket is never removed; bad addresses fail. */
+static void test_listen_errors(void **state)
+{
+	struct zl_loop *loop;
+	struct mem_be m = {0};
+	struct zl_nbd_backend be = {.ops = &mem_ops, .ctx = &m, .size = 4096};
+	struct zl_nbd_server_opts o = {0};
+	struct zl_nbd_server *srv = NULL;
+	char path[64], spec[80];
+	FILE *fp;
+
+	(void)state;
+	assert_int_equal(zl_loop_create(&loop), 0);
+	snprintf(path, sizeof(path), "/tmp/zl-nbd-file-%d", (int)getpid());
+	fp = fopen(path, "w");
+	assert_non_null(fp);
+	fclose(fp);
+	snprintf(spec, sizeof(spec), "unix:%s", path);
+	o.listen = spec;
+	assert_int_equal(zl_nbd_server_create(loop, &be, &o, &srv), -EEXIST);
+	assert_int_equal(access(path, F_OK), 0);
+	unlink(path);
+	o.listen = "no-port-here";
+	assert_int_equal(zl_nbd_server_create(loop, &be, &o, &srv), -ZL_ERR_INVAL);
+	o.listen = "unix:";
+	assert_int_equal(zl_nbd_server_create(loop, &be, &o, &srv), -ZL_ERR_INVAL);
+	assert_null(srv);
+	zl_loop_destroy(loop);
 }
 
 static int run_tool(char *const argv[], const char *out_path)
@@ -692,6 +758,7 @@ int main(void)
 	    cmocka_unit_test(test_pipelined_backpressure),
 	    cmocka_unit_test(test_protocol_violations),
 	    cmocka_unit_test(test_tcp_and_conn_limit),
+	    cmocka_unit_test(test_listen_errors),
 	    cmocka_unit_test(test_libnbd_tools),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,194 @@
+/* zipline-controller lifetime: etcd handles, the background thread, the
+ * method table and the gRPC server. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctrl.h"
+
+#define M(svc, name, req, resp, fn, flags)                                                      \
+	{"/csi.v1." svc "/" name, &csi__v1__##req##__descriptor, &csi__v1__##resp##__descriptor, \
+	 fn, flags}
+
+/* Identity answers on the completion-queue thread (never blocks: Probe reads
+ * the background thread's last etcd check); everything else on workers.
+ * Snapshots, ModifyVolume and the Node service are not registered, so gRPC
+ * answers UNIMPLEMENTED for them. */
+static const struct zl_grpc_method ctrl_methods[] = {
+    M("Identity", "GetPluginInfo", get_plugin_info_request, get_plugin_info_response,
+      ctrl_plugin_info, ZL_GRPC_METHOD_INLINE),
+    M("Identity", "GetPluginCapabilities", get_plugin_capabilities_request,
+      get_plugin_capabilities_response, ctrl_plugin_caps, ZL_GRPC_METHOD_INLINE),
+    M("Identity", "Probe", probe_request, probe_response, ctrl_probe, ZL_GRPC_METHOD_INLINE),
+    M("Controller", "CreateVolume", create_volume_request, create_volume_response,
+      ctrl_create_volume, 0),
+    M("Controller", "DeleteVolume", delete_volume_request, delete_volume_response,
+      ctrl_delete_volume, 0),
+    M("Controller", "ControllerPublishVolume", controller_publish_volume_request,
+      controller_publish_volume_response, ctrl_publish, 0),
+    M("Controller", "ControllerUnpublishVolume", controller_unpublish_volume_request,
+      controller_unpublish_volume_response, ctrl_unpublish, 0),
+    M("Controller", "ValidateVolumeCapabilities", validate_volume_capabilities_request,
+      validate_volume_capabilities_response, ctrl_validate_caps, 0),
+    M("Controller", "ListVolumes", list_volumes_request, list_volumes_response,
+      ctrl_list_volumes, 0),
+    M("Controller", "GetCapacity", get_capacity_request, get_capacity_response,
+      ctrl_get_capacity, 0),
+    M("Controller", "ControllerGetCapabilities", controller_get_capabilities_request,
+      controller_get_capabilities_response, ctrl_get_caps, 0),
+    M("Controller", "ControllerExpandVolume", controller_expand_volume_request,
+      controller_expand_volume_response, ctrl_expand_volume, 0),
+    M("Controller", "ControllerGetVolume", controller_get_volume_request,
+      controller_get_volume_response, ctrl_get_volume, 0),
+};
+
+/* Reads the password file (first line, no newline) into a malloc'd string. */
+static int ctrl_read_password(const char *path, char **out)
+{
+	char buf[512];
+	FILE *f;
+	size_t n;
+
+	f = fopen(path, "r");
+	if (!f) {
+		ZL_LOG_ERR(CTRL_LOG, "cannot read --etcd-password-file path=%s: %s", path,
+			   strerror(errno));
+		return -errno;
+	}
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	buf[strcspn(buf, "\r\n")] = '\0';
+	*out = strdup(buf);
+	explicit_bzero(buf, sizeof(buf));
+	return *out ? 0 : -ENOMEM;
+}
+
+static int ctrl_etcd_open(const struct ctrl_cfg *cfg, const char *password, struct zl_etcd **out)
+{
+	struct zl_etcd_opts o = {
+	    .endpoints = cfg->etcd_urls,
+	    .timeout_ms = 5000,
+	    .cacert = cfg->cacert,
+	    .cert = cfg->cert,
+	    .key = cfg->key,
+	    .user = cfg->user,
+	    .password = password,
+	};
+
+	return zl_etcd_create(&o, out);
+}
+
+int ctrl_start(struct ctrl *c, const struct ctrl_cfg *cfg)
+{
+	struct zl_grpc_server_cfg gc = {0};
+	char host[64] = "controller";
+	char *password = NULL;
+	int rc;
+
+	memset(c, 0, sizeof(*c));
+	pthread_mutex_init(&c->bg_lock, NULL);
+	pthread_condattr_t ca;
+
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&c->bg_cond, &ca);
+	pthread_condattr_destroy(&ca);
+	pthread_mutex_init(&c->leader_lock, NULL);
+	pthread_mutex_init(&c->ops_lock, NULL);
+	snprintf(c->prefix, sizeof(c->prefix), "%s", cfg->prefix);
+	c->election = cfg->leader_election;
+	if (cfg->leader_id) {
+		snprintf(c->leader_id, sizeof(c->leader_id), "%s", cfg->leader_id);
+	} else {
+		if (gethostname(host, sizeof(host)))
+			snprintf(host, sizeof(host), "controller");
+		host[sizeof(host) - 1] = '\0';
+		snprintf(c->leader_id, sizeof(c->leader_id), "%s-%ld", host, (long)getpid());
+	}
+	if (!c->election)
+		c->is_leader = true;
+
+	if (cfg->password_file) {
+		rc = ctrl_read_password(cfg->password_file, &password);
+		if (rc)
+			return rc;
+	}
+	rc = ctrl_etcd_open(cfg, password, &c->etcd);
+	if (!rc)
+		rc = ctrl_etcd_open(cfg, password, &c->etcd_bg);
+	if (password) {
+		explicit_bzero(password, strlen(password));
+		free(password);
+	}
+	if (rc) {
+		ZL_LOG_ERR(CTRL_LOG, "bad etcd configuration endpoints=%s: %s", cfg->etcd_urls,
+			   zl_strerror(rc));
+		return rc;
+	}
+	if (zl_etcd_ping(c->etcd_bg))
+		ZL_LOG_WARN(CTRL_LOG,
+			    "etcd not reachable yet endpoints=%s detail=\"%s\": Probe answers "
+			    "not ready until it is",
+			    cfg->etcd_urls, zl_etcd_last_error());
+	else
+		atomic_store(&c->etcd_ok_ms, zl_now_ms());
+
+	rc = pthread_create(&c->bg_thread, NULL, ctrl_bg_main, c);
+	if (rc) {
+		ZL_LOG_ERR(CTRL_LOG, "cannot start the background thread: %s", strerror(rc));
+		return -rc;
+	}
+	c->bg_started = true;
+
+	gc.endpoint = cfg->endpoint;
+	gc.methods = ctrl_methods;
+	gc.n_methods = ZL_ARRAY_SIZE(ctrl_methods);
+	gc.workers = cfg->workers;
+	gc.ctx = c;
+	gc.name = "zipline-controller";
+	rc = zl_grpc_server_create(&gc, &c->srv);
+	if (rc) {
+		ZL_LOG_ERR(CTRL_LOG, "cannot serve CSI on endpoint=%s: %s", cfg->endpoint,
+			   zl_strerror(rc));
+		return rc;
+	}
+	ZL_LOG_INFO(CTRL_LOG,
+		    "serving endpoint=%s etcd=%s prefix=%s leader_election=%s leader_id=%s "
+		    "version=%s",
+		    cfg->endpoint, cfg->etcd_urls, c->prefix, c->election ? "on" : "off",
+		    c->leader_id, ZL_VERSION_STRING);
+	return 0;
+}
+
+void ctrl_stop(struct ctrl *c, unsigned int grace_ms)
+{
+	if (c->srv) {
+		zl_grpc_server_shutdown(c->srv, grace_ms);
+		zl_grpc_server_destroy(c->srv);
+		c->srv = NULL;
+	}
+	if (c->bg_started) {
+		pthread_mutex_lock(&c->bg_lock);
+		c->stop = true;
+		pthread_cond_broadcast(&c->bg_cond);
+		pthread_mutex_unlock(&c->bg_lock);
+		pthread_join(c->bg_thread, NULL);
+		c->bg_started = false;
+	}
+	/* After the server: no RPC can act as leader once the key is gone. */
+	if (c->etcd_bg)
+		ctrl_leader_release(c);
+	zl_etcd_destroy(c->etcd_bg);
+	zl_etcd_destroy(c->etcd);
+	c->etcd_bg = c->etcd = NULL;
+	while (c->ops) {
+		struct ctrl_op *op = c->ops;
+
+		c->ops = op->next;
+		free(op);
+	}
+}

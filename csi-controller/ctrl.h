@@ -1,0 +1,209 @@
+/* zipline-controller internals: the CSI Identity and Controller services on
+ * lib/grpc, volume records in etcd through lib/meta, leader election on an
+ * etcd lease. Shared by the files of csi-controller/ only. */
+#ifndef ZL_CTRL_H
+#define ZL_CTRL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "csi.pb-c.h"
+#include "lib/common/common.h"
+#include "lib/etcd/etcd.h"
+#include "lib/grpc/grpc_server.h"
+#include "lib/meta/meta.h"
+
+#define CTRL_LOG "ctrl"
+#define CTRL_DRIVER_NAME "zipline.csi.io"
+#define CTRL_TOPOLOGY_KEY "topology.zipline.io/node"
+/* Lease of leader/controller: a dead leader is replaced within this time. */
+#define CTRL_LEADER_TTL_S 10
+/* Volume size when CreateVolume gives no capacity_range. */
+#define CTRL_DEFAULT_SIZE (1ull << 30)
+/* Largest volume this controller creates or grows to (1 PiB). */
+#define CTRL_MAX_SIZE (1ull << 50)
+/* CSI: strings are at most 128 bytes; node ids are used in the attach token. */
+#define CTRL_NODE_ID_MAX 128
+#define CTRL_ID_MAX 128
+
+struct ctrl_cfg {
+	const char *endpoint;
+	const char *etcd_urls;
+	const char *prefix;
+	const char *cacert, *cert, *key;
+	const char *user;
+	const char *password_file;
+	bool leader_election;
+	const char *leader_id; /* NULL = hostname-pid */
+	unsigned int workers;
+	const char *log_level;
+};
+
+/* One in-process operation lock per volume id or name (see ctrl_oplock.c). */
+struct ctrl_op {
+	struct ctrl_op *next;
+	char key[300];
+};
+
+struct ctrl {
+	char prefix[128];
+	struct zl_etcd *etcd;	 /* the RPCs' handle (thread-safe, serialized inside) */
+	struct zl_etcd *etcd_bg; /* the background thread's own: keepalives never queue behind RPCs */
+	struct zl_grpc_server *srv;
+
+	/* Background thread: etcd health for Probe, leader election and lease
+	 * keepalive. stop/stop_cond are protected by bg_lock. */
+	pthread_t bg_thread;
+	bool bg_started;
+	pthread_mutex_t bg_lock;
+	pthread_cond_t bg_cond;
+	bool stop;
+
+	/* Last time (zl_now_ms) the background thread reached etcd; 0 = never. */
+	atomic_uint_fast64_t etcd_ok_ms;
+
+	/* Leader state. leader_lock protects is_leader, holder and lease. */
+	bool election;
+	char leader_id[CTRL_ID_MAX];
+	pthread_mutex_t leader_lock;
+	bool is_leader;
+	char holder[CTRL_ID_MAX]; /* current holder as last seen ("" = none) */
+	int64_t lease;
+	uint64_t lease_ok_ms; /* last successful grant/keepalive */
+
+	/* Operations in progress: ops_lock protects the list. */
+	pthread_mutex_t ops_lock;
+	struct ctrl_op *ops;
+};
+
+/* ---- ctrl_cfg.c ---- */
+/* Parses argv into cfg (defaults from CSI_ENDPOINT / ZIPLINE_ETCD). Returns 0,
+ * 1 when --help/--version was handled (exit 0), or 2 after printing one line
+ * about a bad flag (exit 2). */
+int ctrl_cfg_parse(int argc, char **argv, struct ctrl_cfg *cfg);
+
+/* ---- ctrl.c: lifetime ---- */
+/* Connects to etcd, starts the background thread and the gRPC server.
+ * 0 or a negative error (logged). */
+int ctrl_start(struct ctrl *c, const struct ctrl_cfg *cfg);
+/* Stops serving (grace_ms for running calls), gives up leadership, frees.
+ * Safe on a half-started ctrl. */
+void ctrl_stop(struct ctrl *c, unsigned int grace_ms);
+
+/* ---- ctrl_leader.c ---- */
+/* Background thread body: etcd health checks and leader election. */
+void *ctrl_bg_main(void *arg);
+/* 0 when this replica is the leader (or election is off); otherwise records
+ * UNAVAILABLE "not the leader (leader is X)" on call and returns its code. */
+int ctrl_require_leader(struct ctrl *c, struct zl_grpc_call *call);
+/* Releases the leader key (revokes the lease). */
+void ctrl_leader_release(struct ctrl *c);
+
+/* ---- ctrl_oplock.c ---- */
+/* Takes the operation lock of (kind, id): 0, or -ZL_ERR_BUSY when another
+ * operation holds it. */
+int ctrl_op_begin(struct ctrl *c, const char *kind, const char *id);
+void ctrl_op_end(struct ctrl *c, const char *kind, const char *id);
+
+/* ---- ctrl_caps.c ---- */
+/* Checks one capability; NULL when supported, otherwise a static reason.
+ * *field gets the sub-field at fault ("access_mode", "access_type",
+ * "mount.fs_type"). */
+const char *ctrl_cap_check(const Csi__V1__VolumeCapability *cap, const char **field);
+/* INVALID_ARGUMENT (message naming field[i]) for the first unsupported or
+ * malformed capability of caps; ZL_GRPC_OK when all are supported. required:
+ * an empty list is an error too. */
+int ctrl_caps_validate(struct zl_grpc_call *call, const char *field,
+		       Csi__V1__VolumeCapability *const *caps, size_t n, bool required);
+
+/* ---- ctrl_params.c ---- */
+struct ctrl_params {
+	uint32_t replicas;   /* 0 = not given */
+	uint32_t chunk_size; /* 0 = not given */
+	char transport[8];   /* "" = not given */
+};
+/* Every generated map entry of csi.proto has this layout. */
+struct ctrl_kv {
+	ProtobufCMessage base;
+	char *key;
+	char *value;
+};
+#define CTRL_KV(entries) ((const struct ctrl_kv *const *)(entries))
+/* Parses StorageClass parameters. ZL_GRPC_OK, or INVALID_ARGUMENT naming the
+ * key at fault (message recorded on call). */
+int ctrl_params_parse(struct zl_grpc_call *call, const struct ctrl_kv *const *kv, size_t n,
+		      struct ctrl_params *out);
+/* Transport recorded in the volume record's params ("auto" when absent). */
+void ctrl_params_transport(const struct zl_volume *v, char *out, size_t len);
+
+/* ---- ctrl_volume.c / ctrl_publish.c / ctrl_identity.c: handlers ---- */
+int ctrl_create_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
+		       ProtobufCMessage *resp);
+int ctrl_delete_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
+		       ProtobufCMessage *resp);
+int ctrl_validate_caps(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
+		       ProtobufCMessage *resp);
+int ctrl_list_volumes(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
+		      ProtobufCMessage *resp);
+int ctrl_get_capacity(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
+		      ProtobufCMessage *resp);
+int ctrl_get_caps(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
+		  ProtobufCMessage *resp);
+int ctrl_expand_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
+		       ProtobufCMessage *resp);
+int ctrl_get_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
+		    ProtobufCMessage *resp);
+int ctrl_publish(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
+		 ProtobufCMessage *resp);
+int ctrl_unpublish(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
+		   ProtobufCMessage *resp);
+int ctrl_plugin_info(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
+		     ProtobufCMessage *resp);
+int ctrl_plugin_caps(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
+		     ProtobufCMessage *resp);
+int ctrl_probe(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
+	       ProtobufCMessage *resp);
+
+/* ---- ctrl_publish.c: attachments ---- */
+struct ctrl_attach {
+	char node[CTRL_NODE_ID_MAX + 1];
+	uint64_t epoch;
+	bool readonly;
+	int64_t time;
+	int64_t mod_rev;
+};
+/* Reads attachments/<vol_id>: 0, -ZL_ERR_NOT_FOUND, or an etcd error. */
+int ctrl_attach_get(struct ctrl *c, const char *vol_id, struct ctrl_attach *out);
+/* 0 when s is a valid CSI node id for Zipline. */
+int ctrl_node_id_check(const char *s);
+
+/* ---- ctrl_secret.c: per-volume secret and attach token ---- */
+#define CTRL_SECRET_HEX 64
+#define CTRL_TOKEN_HEX 64
+/* Creates secrets/<vol_id> (32 random bytes as 64 hex) unless it exists.
+ * 0 or an etcd error. */
+int ctrl_secret_ensure(struct ctrl *c, const char *vol_id);
+/* Reads the secret as 64 hex chars + NUL: 0, -ZL_ERR_NOT_FOUND or an error. */
+int ctrl_secret_get(struct ctrl *c, const char *vol_id, char out[CTRL_SECRET_HEX + 1]);
+/* Deletes secrets/<vol_id> (absent is fine). */
+int ctrl_secret_delete(struct ctrl *c, const char *vol_id);
+/* token = hex HMAC-SHA256 keyed with the secret's 32 raw bytes over
+ * "<vol-id>|<node-id>|<epoch>". 0 or -ZL_ERR_INVAL (malformed secret). */
+int ctrl_token(const char *secret_hex, const char *vol_id, const char *node_id, uint64_t epoch,
+	       char out[CTRL_TOKEN_HEX + 1]);
+
+/* ---- ctrl_volume.c helpers shared with ctrl_publish.c ---- */
+/* Fills a CSI Volume from a record (volume_context per the contract). */
+Csi__V1__Volume *ctrl_volume_msg(struct zl_grpc_call *call, const struct zl_volume *v);
+/* Condition of a volume from its placement and the live nodes. */
+Csi__V1__VolumeCondition *ctrl_volume_condition(struct zl_grpc_call *call,
+						const struct zl_volume *v,
+						const struct zl_node_info *live, size_t n_live);
+/* Reads a volume by CSI volume id: ZL_GRPC_OK, or NOT_FOUND / another code
+ * recorded on call (field names the request field for the message). */
+int ctrl_volume_load(struct ctrl *c, struct zl_grpc_call *call, const char *vol_id,
+		     struct zl_volume *out);
+
+#endif

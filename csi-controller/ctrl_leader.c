@@ -1,0 +1,252 @@
+/* Background thread: etcd health for Probe, and leader election.
+ *
+ * Election: the replica that creates <prefix>leader/controller (transaction
+ * "create_revision == 0") on its own lease (TTL CTRL_LEADER_TTL_S) is the
+ * leader and renews the lease every few seconds. Others retry every second,
+ * so they take over within a second of the key disappearing (lease revoked
+ * on shutdown, or expired after a crash). A leader that could not renew for
+ * CTRL_LEADER_TTL_S - 2 seconds steps down on its own before the lease can
+ * expire, so two replicas never both believe they lead. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "ctrl.h"
+
+#define BG_PERIOD_MS	 1000
+#define LEASE_RENEW_MS	 3000
+#define LEASE_STEPDOWN_MS ((CTRL_LEADER_TTL_S - 2) * 1000)
+
+static void leader_key(const struct ctrl *c, char *out, size_t len)
+{
+	snprintf(out, len, "%sleader/controller", c->prefix);
+}
+
+static void leader_set(struct ctrl *c, bool leader, const char *holder, const char *why)
+{
+	pthread_mutex_lock(&c->leader_lock);
+	if (leader != c->is_leader) {
+		if (leader)
+			ZL_LOG_INFO(CTRL_LOG, "became leader id=%s lease=%" PRId64, c->leader_id,
+				    c->lease);
+		else
+			ZL_LOG_WARN(CTRL_LOG, "lost leadership id=%s reason=\"%s\"", c->leader_id,
+				    why);
+	}
+	if (!leader && holder && strcmp(holder, c->holder) && strcmp(holder, c->leader_id))
+		ZL_LOG_INFO(CTRL_LOG, "leader is id=%s", holder[0] ? holder : "(none)");
+	c->is_leader = leader;
+	if (holder)
+		snprintf(c->holder, sizeof(c->holder), "%s", holder);
+	if (leader)
+		c->lease_ok_ms = zl_now_ms();
+	pthread_mutex_unlock(&c->leader_lock);
+}
+
+/* Makes sure we hold a live lease; 0 or an error. */
+static int leader_lease(struct ctrl *c)
+{
+	int64_t ttl = 0, lease;
+	int rc;
+
+	if (c->lease) {
+		rc = zl_etcd_lease_keepalive(c->etcd_bg, c->lease, &ttl);
+		if (rc == 0 && ttl > 0) {
+			pthread_mutex_lock(&c->leader_lock);
+			c->lease_ok_ms = zl_now_ms();
+			pthread_mutex_unlock(&c->leader_lock);
+			return 0;
+		}
+		if (rc && rc != -ZL_ERR_NOT_FOUND)
+			return rc;
+		c->lease = 0; /* expired: take a new one */
+	}
+	rc = zl_etcd_lease_grant(c->etcd_bg, CTRL_LEADER_TTL_S, &lease);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&c->leader_lock);
+	c->lease = lease;
+	c->lease_ok_ms = zl_now_ms();
+	pthread_mutex_unlock(&c->leader_lock);
+	return 0;
+}
+
+/* One campaign round of a follower. */
+static int leader_campaign(struct ctrl *c)
+{
+	struct zl_etcd_txn_result res = {0};
+	char key[160], holder[CTRL_ID_MAX] = "";
+	const struct zl_etcd_kv *kv = NULL;
+	bool ok = false;
+	int rc;
+
+	rc = leader_lease(c);
+	if (rc)
+		return rc;
+	leader_key(c, key, sizeof(key));
+	const struct zl_etcd_cmp cmp = {
+	    .key = key, .target = ZL_ETCD_CMP_CREATE, .result = ZL_ETCD_EQUAL, .rev = 0};
+	const struct zl_etcd_op put = {.kind = ZL_ETCD_OP_PUT,
+				       .key = key,
+				       .value = c->leader_id,
+				       .value_len = strlen(c->leader_id),
+				       .lease = c->lease};
+	const struct zl_etcd_op get = {.kind = ZL_ETCD_OP_GET, .key = key};
+	rc = zl_etcd_txn(c->etcd_bg, &cmp, 1, &put, 1, &get, 1, &ok, &res);
+	if (rc)
+		return rc;
+	if (ok) {
+		zl_etcd_txn_result_fini(&res);
+		leader_set(c, true, c->leader_id, NULL);
+		return 0;
+	}
+	if (res.n_gets && res.gets[0].n)
+		kv = &res.gets[0].kvs[0];
+	if (kv) {
+		snprintf(holder, sizeof(holder), "%.*s", (int)ZL_MIN(kv->value_len, sizeof(holder) - 1),
+			 kv->value);
+		/* Our own identity on an older lease (restarted with the same
+		 * --leader-id): move the key onto our lease at once. */
+		if (!strcmp(holder, c->leader_id) && kv->lease != c->lease) {
+			const struct zl_etcd_cmp same = {.key = key,
+							 .target = ZL_ETCD_CMP_MOD,
+							 .result = ZL_ETCD_EQUAL,
+							 .rev = kv->mod_rev};
+			ok = false;
+			rc = zl_etcd_txn(c->etcd_bg, &same, 1, &put, 1, NULL, 0, &ok, NULL);
+			if (!rc && ok) {
+				zl_etcd_txn_result_fini(&res);
+				leader_set(c, true, c->leader_id, NULL);
+				return 0;
+			}
+		}
+	}
+	zl_etcd_txn_result_fini(&res);
+	leader_set(c, false, holder, "another replica holds the key");
+	return 0;
+}
+
+/* One round of the leader: renew, and check that the key is still ours. */
+static int leader_hold(struct ctrl *c)
+{
+	struct zl_etcd_kv kv;
+	char key[160];
+	uint64_t ok_ms;
+	int rc;
+
+	pthread_mutex_lock(&c->leader_lock);
+	ok_ms = c->lease_ok_ms;
+	pthread_mutex_unlock(&c->leader_lock);
+	if (zl_now_ms() - ok_ms >= LEASE_RENEW_MS) {
+		int64_t ttl = 0;
+
+		rc = zl_etcd_lease_keepalive(c->etcd_bg, c->lease, &ttl);
+		if (rc == -ZL_ERR_NOT_FOUND || (!rc && ttl <= 0)) {
+			c->lease = 0;
+			leader_set(c, false, "", "the leader lease expired");
+			return 0;
+		}
+		if (rc) {
+			if (zl_now_ms() - ok_ms > LEASE_STEPDOWN_MS)
+				leader_set(c, false, "", "cannot renew the leader lease");
+			return rc;
+		}
+		pthread_mutex_lock(&c->leader_lock);
+		c->lease_ok_ms = zl_now_ms();
+		pthread_mutex_unlock(&c->leader_lock);
+	}
+	leader_key(c, key, sizeof(key));
+	rc = zl_etcd_get(c->etcd_bg, key, &kv);
+	if (rc == -ZL_ERR_NOT_FOUND) {
+		leader_set(c, false, "", "the leader key disappeared");
+		return 0;
+	}
+	if (rc)
+		return rc;
+	if (kv.lease != c->lease || kv.value_len != strlen(c->leader_id) ||
+	    memcmp(kv.value, c->leader_id, kv.value_len))
+		leader_set(c, false, "", "the leader key belongs to someone else");
+	zl_etcd_kv_fini(&kv);
+	return 0;
+}
+
+static void bg_round(struct ctrl *c)
+{
+	bool leader;
+	int rc;
+
+	if (!c->election) {
+		rc = zl_etcd_ping(c->etcd_bg);
+	} else {
+		pthread_mutex_lock(&c->leader_lock);
+		leader = c->is_leader;
+		pthread_mutex_unlock(&c->leader_lock);
+		rc = leader ? leader_hold(c) : leader_campaign(c);
+	}
+	if (rc) {
+		static struct zl_ratelimit rl;
+
+		if (zl_ratelimit_ok(&rl, 1))
+			ZL_LOG_WARN(CTRL_LOG, "etcd unreachable err=%s detail=\"%s\"",
+				    zl_errname(rc), zl_etcd_last_error());
+		return;
+	}
+	atomic_store(&c->etcd_ok_ms, zl_now_ms());
+}
+
+void *ctrl_bg_main(void *arg)
+{
+	struct ctrl *c = arg;
+	struct timespec ts;
+
+	for (;;) {
+		bg_round(c);
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_sec += BG_PERIOD_MS / 1000;
+		pthread_mutex_lock(&c->bg_lock);
+		while (!c->stop && pthread_cond_timedwait(&c->bg_cond, &c->bg_lock, &ts) != ETIMEDOUT)
+			;
+		if (c->stop) {
+			pthread_mutex_unlock(&c->bg_lock);
+			break;
+		}
+		pthread_mutex_unlock(&c->bg_lock);
+	}
+	return NULL;
+}
+
+int ctrl_require_leader(struct ctrl *c, struct zl_grpc_call *call)
+{
+	char holder[CTRL_ID_MAX];
+	bool leader;
+
+	if (!c->election)
+		return ZL_GRPC_OK;
+	pthread_mutex_lock(&c->leader_lock);
+	/* Renewal overdue: the lease may expire any moment, act as a follower. */
+	leader = c->is_leader && zl_now_ms() - c->lease_ok_ms <= LEASE_STEPDOWN_MS;
+	snprintf(holder, sizeof(holder), "%s", c->holder);
+	pthread_mutex_unlock(&c->leader_lock);
+	if (leader)
+		return ZL_GRPC_OK;
+	return zl_grpc_fail(call, ZL_GRPC_UNAVAILABLE,
+			    "not the leader (leader is %s): this replica id=%s serves Identity only; "
+			    "send Controller calls to the leader",
+			    holder[0] && strcmp(holder, c->leader_id) ? holder : "not elected yet",
+			    c->leader_id);
+}
+
+void ctrl_leader_release(struct ctrl *c)
+{
+	int64_t lease;
+
+	pthread_mutex_lock(&c->leader_lock);
+	lease = c->lease;
+	c->lease = 0;
+	c->is_leader = false;
+	pthread_mutex_unlock(&c->leader_lock);
+	if (lease && zl_etcd_lease_revoke(c->etcd_bg, lease) == 0)
+		ZL_LOG_INFO(CTRL_LOG, "released leadership id=%s", c->leader_id);
+}

@@ -1,0 +1,65 @@
+/* StorageClass parameters of CreateVolume / GetCapacity. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "ctrl.h"
+#include "lib/wire/wire.h"
+
+#define CSI_RESERVED_PREFIX "csi.storage.k8s.io/"
+
+int ctrl_params_parse(struct zl_grpc_call *call, const struct ctrl_kv *const *kv, size_t n,
+		      struct ctrl_params *out)
+{
+	memset(out, 0, sizeof(*out));
+	for (size_t i = 0; i < n; i++) {
+		const char *k = kv[i]->key, *v = kv[i]->value;
+
+		if (!strncmp(k, CSI_RESERVED_PREFIX, strlen(CSI_RESERVED_PREFIX))) {
+			continue; /* the CO's own keys (fstype, secrets, pvc names) */
+		} else if (!strcmp(k, "replicas")) {
+			char *end;
+			long r = strtol(v, &end, 10);
+
+			if (!*v || *end || r < 1 || r > ZL_MAX_REPLICAS)
+				return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
+						    "parameters[replicas]=\"%s\" must be 1..%d", v,
+						    ZL_MAX_REPLICAS);
+			out->replicas = (uint32_t)r;
+		} else if (!strcmp(k, "chunkSize")) {
+			uint64_t cs = 0;
+
+			if (zl_parse_size(v, &cs) || cs < ZL_WIRE_MIN_CHUNK ||
+			    cs > ZL_WIRE_MAX_CHUNK || (cs & (cs - 1)))
+				return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
+						    "parameters[chunkSize]=\"%s\" must be a power of "
+						    "two from %uK to %uM (e.g. 4M)",
+						    v, ZL_WIRE_MIN_CHUNK >> 10,
+						    ZL_WIRE_MAX_CHUNK >> 20);
+			out->chunk_size = (uint32_t)cs;
+		} else if (!strcmp(k, "transport")) {
+			if (strcmp(v, "auto") && strcmp(v, "rdma") && strcmp(v, "tcp"))
+				return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
+						    "parameters[transport]=\"%s\" must be auto, "
+						    "rdma or tcp",
+						    v);
+			snprintf(out->transport, sizeof(out->transport), "%s", v);
+		} else {
+			return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
+					    "parameters[%s] is not a Zipline parameter (known: "
+					    "replicas, chunkSize, transport, " CSI_RESERVED_PREFIX "*)",
+					    k);
+		}
+	}
+	return ZL_GRPC_OK;
+}
+
+void ctrl_params_transport(const struct zl_volume *v, char *out, size_t len)
+{
+	json_t *p = json_loads(v->params, 0, NULL);
+	const char *t = p ? json_string_value(json_object_get(p, "transport")) : NULL;
+
+	snprintf(out, len, "%s", t ? t : "auto");
+	json_decref(p);
+}

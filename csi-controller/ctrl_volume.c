@@ -1,0 +1,563 @@
+/* CSI Controller: CreateVolume, DeleteVolume, ControllerExpandVolume and the
+ * volume helpers shared with the read-only RPCs (ctrl_query.c) and publish. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "ctrl.h"
+#include "lib/client/client.h"
+
+/* Compare-and-swap rounds of ControllerExpandVolume against concurrent
+ * record updates (slice drops by storage daemons). */
+#define EXPAND_TRIES 8
+
+static Csi__V1__Volume__VolumeContextEntry *ctx_entry(struct zl_grpc_call *call, const char *k,
+						      const char *v)
+{
+	Csi__V1__Volume__VolumeContextEntry *e =
+	    zl_grpc_call_new_msg(call, &csi__v1__volume__volume_context_entry__descriptor);
+
+	if (!e)
+		return NULL;
+	e->key = (char *)k;
+	e->value = zl_grpc_call_strdup(call, v);
+	return e->value ? e : NULL;
+}
+
+Csi__V1__Volume *ctrl_volume_msg(struct zl_grpc_call *call, const struct zl_volume *v)
+{
+	Csi__V1__Volume *m = zl_grpc_call_new_msg(call, &csi__v1__volume__descriptor);
+	char buf[32], transport[16];
+
+	if (!m)
+		return NULL;
+	m->capacity_bytes = (int64_t)v->size;
+	m->volume_id = zl_grpc_call_strdup(call, v->id);
+	m->volume_context = zl_grpc_call_alloc(call, 3 * sizeof(*m->volume_context));
+	if (!m->volume_id || !m->volume_context)
+		return NULL;
+	snprintf(buf, sizeof(buf), "%u", v->replicas);
+	m->volume_context[0] = ctx_entry(call, "replicas", buf);
+	snprintf(buf, sizeof(buf), "%u", v->chunk_size);
+	m->volume_context[1] = ctx_entry(call, "chunkSize", buf);
+	ctrl_params_transport(v, transport, sizeof(transport));
+	m->volume_context[2] = ctx_entry(call, "transport", transport);
+	if (!m->volume_context[0] || !m->volume_context[1] || !m->volume_context[2])
+		return NULL;
+	m->n_volume_context = 3;
+	return m;
+}
+
+Csi__V1__VolumeCondition *ctrl_volume_condition(struct zl_grpc_call *call,
+						const struct zl_volume *v,
+						const struct zl_node_info *live, size_t n_live)
+{
+	Csi__V1__VolumeCondition *cond =
+	    zl_grpc_call_new_msg(call, &csi__v1__volume_condition__descriptor);
+	uint32_t degraded = 0, lost = UINT32_MAX;
+	char msg[256];
+
+	if (!cond)
+		return NULL;
+	for (uint32_t s = 0; s < v->n_slices; s++) {
+		const struct zl_slice *sl = &v->slices[s];
+		unsigned int up = 0;
+
+		for (unsigned int r = 0; r < sl->n && r < ZL_MAX_REPLICAS; r++) {
+			if (!sl->in_sync[r])
+				continue;
+			for (size_t j = 0; j < n_live; j++)
+				if (!strcmp(live[j].id, sl->nodes[r])) {
+					up++;
+					break;
+				}
+		}
+		if (!up && lost == UINT32_MAX)
+			lost = s;
+		if (up < v->replicas)
+			degraded++;
+	}
+	if (strcmp(v->state, "ready")) {
+		cond->abnormal = 1;
+		snprintf(msg, sizeof(msg), "volume is in state %s", v->state);
+	} else if (lost != UINT32_MAX) {
+		cond->abnormal = 1;
+		snprintf(msg, sizeof(msg),
+			 "slice %u has no live in-sync replica: its data is unavailable until a "
+			 "storage node of its placement comes back",
+			 lost);
+	} else if (degraded) {
+		snprintf(msg, sizeof(msg), "degraded: %u of %u slices have fewer than %u live "
+			 "in-sync replicas", degraded, v->n_slices, v->replicas);
+	} else {
+		snprintf(msg, sizeof(msg), "healthy: every slice has %u live in-sync replicas",
+			 v->replicas);
+	}
+	cond->message = zl_grpc_call_strdup(call, msg);
+	return cond->message ? cond : NULL;
+}
+
+int ctrl_volume_load(struct ctrl *c, struct zl_grpc_call *call, const char *vol_id,
+		     struct zl_volume *out)
+{
+	uint64_t num;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	if (zl_vol_id_parse(vol_id, &num))
+		return zl_grpc_fail(call, ZL_GRPC_NOT_FOUND,
+				    "volume_id %s not found (Zipline ids are vol- and 16 hex digits)",
+				    vol_id);
+	rc = zl_meta_volume_get(c->etcd, c->prefix, vol_id, out);
+	if (rc == -ZL_ERR_NOT_FOUND)
+		return zl_grpc_fail(call, ZL_GRPC_NOT_FOUND, "volume_id %s not found", vol_id);
+	if (rc)
+		return zl_grpc_fail_err(call, rc, "cannot read volume %s from etcd (%s)", vol_id,
+					zl_etcd_last_error());
+	return ZL_GRPC_OK;
+}
+
+/* ------------------------------------------------------------ CreateVolume */
+
+/* Size from capacity_range: ZL_GRPC_OK with *size, or an error recorded. */
+static int create_size(struct zl_grpc_call *call, const Csi__V1__CapacityRange *cr,
+		       uint64_t *size)
+{
+	int64_t req = cr ? cr->required_bytes : 0, lim = cr ? cr->limit_bytes : 0;
+	uint64_t s;
+
+	if (req < 0 || lim < 0)
+		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
+				    "capacity_range: required_bytes=%" PRId64 " and limit_bytes=%" PRId64
+				    " must not be negative",
+				    req, lim);
+	if (lim && req > lim)
+		return zl_grpc_fail(call, ZL_GRPC_OUT_OF_RANGE,
+				    "capacity_range: limit_bytes=%" PRId64
+				    " is below required_bytes=%" PRId64,
+				    lim, req);
+	if (req) {
+		s = ZL_ALIGN_UP((uint64_t)req, ZL_BLOCK_SIZE);
+	} else {
+		s = CTRL_DEFAULT_SIZE;
+		if (lim && s > (uint64_t)lim)
+			s = ZL_ALIGN_DOWN((uint64_t)lim, ZL_BLOCK_SIZE);
+	}
+	if (!s || (lim && s > (uint64_t)lim))
+		return zl_grpc_fail(call, ZL_GRPC_OUT_OF_RANGE,
+				    "capacity_range: sizes are multiples of 4096 bytes and none "
+				    "fits required_bytes=%" PRId64 " limit_bytes=%" PRId64,
+				    req, lim);
+	if (s > CTRL_MAX_SIZE)
+		return zl_grpc_fail(call, ZL_GRPC_OUT_OF_RANGE,
+				    "capacity_range: required_bytes=%" PRId64
+				    " is above the largest volume (%llu bytes)",
+				    req, CTRL_MAX_SIZE);
+	*size = s;
+	return ZL_GRPC_OK;
+}
+
+static bool topo_has_key(const Csi__V1__Topology *t, const char **value)
+{
+	for (size_t i = 0; t && i < t->n_segments; i++) {
+		if (!strcmp(t->segments[i]->key, CTRL_TOPOLOGY_KEY)) {
+			*value = t->segments[i]->value;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* accessible_topology of a new volume: network storage is reachable from
+ * every node, so every requested segment with our key is accessible,
+ * preferred ones first; none when the CO gave no requirement. */
+static int create_topology(struct zl_grpc_call *call, const Csi__V1__TopologyRequirement *tr,
+			   Csi__V1__Volume *m)
+{
+	Csi__V1__Topology *const *lists[2];
+	size_t counts[2], max;
+	const char *val;
+
+	if (!tr)
+		return ZL_GRPC_OK;
+	lists[0] = tr->preferred;
+	counts[0] = tr->n_preferred;
+	lists[1] = tr->requisite;
+	counts[1] = tr->n_requisite;
+	max = counts[0] + counts[1];
+	if (!max)
+		return ZL_GRPC_OK;
+	m->accessible_topology = zl_grpc_call_alloc(call, max * sizeof(*m->accessible_topology));
+	if (!m->accessible_topology)
+		return -ENOMEM;
+	for (int l = 0; l < 2; l++) {
+		for (size_t i = 0; i < counts[l]; i++) {
+			Csi__V1__Topology *t;
+			bool dup = false;
+
+			if (!topo_has_key(lists[l][i], &val))
+				continue;
+			if (ctrl_node_id_check(val))
+				return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
+						    "accessibility_requirements: %s=\"%s\" is not "
+						    "a valid node id",
+						    CTRL_TOPOLOGY_KEY, val);
+			for (size_t j = 0; j < m->n_accessible_topology && !dup; j++) {
+				const char *have = NULL;
+
+				topo_has_key(m->accessible_topology[j], &have);
+				dup = have && !strcmp(have, val);
+			}
+			if (dup)
+				continue;
+			t = zl_grpc_call_new_msg(call, &csi__v1__topology__descriptor);
+			if (!t)
+				return -ENOMEM;
+			t->segments = zl_grpc_call_alloc(call, sizeof(*t->segments));
+			if (!t->segments)
+				return -ENOMEM;
+			t->segments[0] =
+			    zl_grpc_call_new_msg(call, &csi__v1__topology__segments_entry__descriptor);
+			if (!t->segments[0])
+				return -ENOMEM;
+			t->segments[0]->key = CTRL_TOPOLOGY_KEY;
+			t->segments[0]->value = zl_grpc_call_strdup(call, val);
+			if (!t->segments[0]->value)
+				return -ENOMEM;
+			t->n_segments = 1;
+			m->accessible_topology[m->n_accessible_topology++] = t;
+		}
+	}
+	return ZL_GRPC_OK;
+}
+
+static int create_locked(struct ctrl *c, struct zl_grpc_call *call,
+			 const Csi__V1__CreateVolumeRequest *r, const struct zl_volume_spec *spec,
+			 const char *transport, Csi__V1__CreateVolumeResponse *out)
+{
+	struct zl_volume v = {0};
+	char have[16];
+	bool created = false;
+	int rc;
+
+	rc = zl_meta_volume_create(c->etcd, c->prefix, spec, &v, &created);
+	if (rc == -ZL_ERR_EXISTS)
+		return zl_grpc_fail(call, ZL_GRPC_ALREADY_EXISTS,
+				    "name %s: a volume of that name exists with another size, "
+				    "chunkSize or replicas",
+				    r->name);
+	if (rc == -ZL_ERR_NODES)
+		return zl_grpc_fail(call, ZL_GRPC_RESOURCE_EXHAUSTED,
+				    "name %s: fewer live storage nodes than replicas=%u; start "
+				    "more storage nodes or lower the replicas parameter",
+				    r->name, spec->replicas ? spec->replicas : 3);
+	if (rc == -ZL_ERR_INVAL)
+		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
+				    "name %s: volume spec refused (see the controller log)", r->name);
+	if (rc)
+		return zl_grpc_fail_err(call, rc, "name %s: cannot create the volume record (%s)",
+					r->name, zl_etcd_last_error());
+	if (!created) {
+		if (strcmp(v.state, "ready")) {
+			rc = zl_grpc_fail(call, ZL_GRPC_ABORTED,
+					  "name %s: volume %s is in state %s (being deleted); "
+					  "retry once the deletion finished",
+					  r->name, v.id, v.state);
+			goto out;
+		}
+		ctrl_params_transport(&v, have, sizeof(have));
+		if (strcmp(have, transport)) {
+			rc = zl_grpc_fail(call, ZL_GRPC_ALREADY_EXISTS,
+					  "name %s: volume %s exists with transport=%s, not %s",
+					  r->name, v.id, have, transport);
+			goto out;
+		}
+	}
+	rc = ctrl_secret_ensure(c, v.id);
+	if (rc) {
+		rc = zl_grpc_fail_err(call, rc, "volume %s: cannot store its secret in etcd (%s)",
+				      v.id, zl_etcd_last_error());
+		goto out;
+	}
+	out->volume = ctrl_volume_msg(call, &v);
+	if (!out->volume) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = create_topology(call, r->accessibility_requirements, out->volume);
+	if (rc == ZL_GRPC_OK)
+		ZL_LOG_INFO(CTRL_LOG, "CreateVolume name=%s id=%s size=%" PRIu64 " created=%d",
+			    r->name, v.id, v.size, created);
+out:
+	zl_volume_fini(&v);
+	return rc;
+}
+
+int ctrl_create_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
+		       ProtobufCMessage *resp)
+{
+	struct ctrl *c = ctx;
+	const Csi__V1__CreateVolumeRequest *r = (const Csi__V1__CreateVolumeRequest *)req;
+	struct ctrl_params p;
+	struct zl_volume_spec spec = {0};
+	const char *transport;
+	char params[64];
+	uint64_t size = 0;
+	int rc;
+
+	rc = ctrl_require_leader(c, call);
+	if (rc)
+		return rc;
+	if (!r->name[0])
+		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "name is required");
+	if (zl_volume_name_check(r->name))
+		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
+				    "name \"%.128s\" must be 1..253 characters of A-Za-z0-9._-",
+				    r->name);
+	rc = ctrl_caps_validate(call, "volume_capabilities", r->volume_capabilities,
+				r->n_volume_capabilities, true);
+	if (rc)
+		return rc;
+	if (r->volume_content_source)
+		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
+				    "volume_content_source: creating from a snapshot or a volume "
+				    "is not supported");
+	if (r->n_mutable_parameters)
+		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
+				    "mutable_parameters: not supported (no MODIFY_VOLUME)");
+	rc = ctrl_params_parse(call, CTRL_KV(r->parameters), r->n_parameters, &p);
+	if (rc)
+		return rc;
+	rc = create_size(call, r->capacity_range, &size);
+	if (rc)
+		return rc;
+	transport = p.transport[0] ? p.transport : "auto";
+	snprintf(params, sizeof(params), "{\"transport\":\"%s\"}", transport);
+	spec.name = r->name;
+	spec.size = size;
+	spec.chunk_size = p.chunk_size;
+	spec.replicas = p.replicas;
+	spec.params = params;
+
+	rc = ctrl_op_begin(c, "name", r->name);
+	if (rc == -ZL_ERR_BUSY)
+		return zl_grpc_fail(call, ZL_GRPC_ABORTED,
+				    "name %s: another CreateVolume of this name is in progress",
+				    r->name);
+	if (rc)
+		return rc;
+	rc = create_locked(c, call, r, &spec, transport, (Csi__V1__CreateVolumeResponse *)resp);
+	ctrl_op_end(c, "name", r->name);
+	return rc;
+}
+
+/* ------------------------------------------------------------ DeleteVolume */
+
+/* Removes every chunk on every storage daemon and the record, through a
+ * volume client on a private loop run by this worker thread. */
+static int delete_chunks(struct ctrl *c, struct zl_grpc_call *call, const char *vol_id)
+{
+	struct zl_client_opts o = {.prefix = c->prefix, .client_id = "zipline-controller"};
+	struct zl_client *cl = NULL;
+	struct zl_loop *loop = NULL;
+	int rc;
+
+	rc = zl_loop_create(&loop);
+	if (rc)
+		return zl_grpc_fail_err(call, rc, "volume %s: cannot create an event loop", vol_id);
+	rc = zl_client_create(loop, c->etcd, &o, &cl);
+	if (rc) {
+		rc = zl_grpc_fail_err(call, rc, "volume %s: cannot create a storage client",
+				      vol_id);
+		goto out_loop;
+	}
+	rc = zl_client_volume_delete(cl, vol_id);
+	if (rc == -ZL_ERR_NOT_FOUND)
+		rc = 0;
+	if (rc == -ZL_ERR_UNAVAIL)
+		rc = zl_grpc_fail(call, ZL_GRPC_UNAVAILABLE,
+				  "volume %s: a storage node of its placement is down or failing, "
+				  "so its chunks there cannot be removed; the volume stays in "
+				  "state deleting: retry when the node is back",
+				  vol_id);
+	else if (rc)
+		rc = zl_grpc_fail_err(call, rc, "volume %s: deleting its chunks failed", vol_id);
+	zl_client_destroy(cl);
+out_loop:
+	zl_loop_destroy(loop);
+	return rc;
+}
+
+static int delete_locked(struct ctrl *c, struct zl_grpc_call *call, const char *vol_id)
+{
+	struct ctrl_attach a;
+	struct zl_volume v;
+	int rc;
+
+	rc = zl_meta_volume_get(c->etcd, c->prefix, vol_id, &v);
+	if (rc == -ZL_ERR_NOT_FOUND)
+		goto out_secret; /* gone already: finish an interrupted delete */
+	if (rc)
+		return zl_grpc_fail_err(call, rc, "volume %s: cannot read its record (%s)", vol_id,
+					zl_etcd_last_error());
+	zl_volume_fini(&v);
+	rc = ctrl_attach_get(c, vol_id, &a);
+	if (rc == 0)
+		return zl_grpc_fail(call, ZL_GRPC_FAILED_PRECONDITION,
+				    "volume %s is published to node %s: ControllerUnpublishVolume "
+				    "it first",
+				    vol_id, a.node);
+	if (rc != -ZL_ERR_NOT_FOUND)
+		return zl_grpc_fail_err(call, rc, "volume %s: cannot read its attachment (%s)",
+					vol_id, zl_etcd_last_error());
+	rc = delete_chunks(c, call, vol_id);
+	if (rc)
+		return rc;
+out_secret:
+	rc = ctrl_secret_delete(c, vol_id);
+	if (rc)
+		return zl_grpc_fail_err(call, rc, "volume %s: cannot delete its secret (%s)",
+					vol_id, zl_etcd_last_error());
+	ZL_LOG_INFO(CTRL_LOG, "DeleteVolume id=%s done", vol_id);
+	return ZL_GRPC_OK;
+}
+
+int ctrl_delete_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
+		       ProtobufCMessage *resp)
+{
+	struct ctrl *c = ctx;
+	const Csi__V1__DeleteVolumeRequest *r = (const Csi__V1__DeleteVolumeRequest *)req;
+	uint64_t num;
+	int rc;
+
+	rc = ctrl_require_leader(c, call);
+	if (rc)
+		return rc;
+	if (!r->volume_id[0])
+		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "volume_id is required");
+	if (zl_vol_id_parse(r->volume_id, &num))
+		return ZL_GRPC_OK; /* cannot be one of ours: nothing to delete */
+	rc = ctrl_op_begin(c, "vol", r->volume_id);
+	if (rc == -ZL_ERR_BUSY)
+		return zl_grpc_fail(call, ZL_GRPC_ABORTED,
+				    "volume %s: another operation on it is in progress",
+				    r->volume_id);
+	if (rc)
+		return rc;
+	rc = delete_locked(c, call, r->volume_id);
+	ctrl_op_end(c, "vol", r->volume_id);
+	return rc;
+}
+
+/* --------------------------------------------------- ControllerExpandVolume */
+
+static int expand_locked(struct ctrl *c, struct zl_grpc_call *call,
+			 const Csi__V1__ControllerExpandVolumeRequest *r, uint64_t want,
+			 Csi__V1__ControllerExpandVolumeResponse *out)
+{
+	struct zl_volume v;
+	uint64_t old;
+	int rc;
+
+	for (int tries = 0;; tries++) {
+		rc = ctrl_volume_load(c, call, r->volume_id, &v);
+		if (rc)
+			return rc;
+		old = v.size;
+		if (want < v.size) {
+			rc = zl_grpc_fail(call, ZL_GRPC_OUT_OF_RANGE,
+					  "capacity_range.required_bytes=%" PRId64
+					  " is below the current size %" PRIu64
+					  " of volume %s: volumes cannot shrink",
+					  r->capacity_range->required_bytes, v.size, v.id);
+			goto out;
+		}
+		if (want == v.size)
+			break;
+		if (strcmp(v.state, "ready")) {
+			rc = zl_grpc_fail(call, ZL_GRPC_FAILED_PRECONDITION,
+					  "volume %s is in state %s", v.id, v.state);
+			goto out;
+		}
+		v.size = want;
+		rc = zl_meta_volume_update(c->etcd, c->prefix, &v);
+		if (!rc)
+			break;
+		zl_volume_fini(&v);
+		if (rc != -ZL_ERR_CONFLICT || tries + 1 >= EXPAND_TRIES)
+			return zl_grpc_fail_err(call, rc, "volume %s: cannot write the new size (%s)",
+						r->volume_id, zl_etcd_last_error());
+	}
+	if (old != v.size)
+		ZL_LOG_INFO(CTRL_LOG, "ControllerExpandVolume id=%s size=%" PRIu64 "->%" PRIu64,
+			    v.id, old, v.size);
+	out->capacity_bytes = (int64_t)v.size;
+	/* Block volumes have nothing to grow on the node; a filesystem does. */
+	out->node_expansion_required =
+	    !(r->volume_capability &&
+	      r->volume_capability->access_type_case == CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK);
+	rc = ZL_GRPC_OK;
+out:
+	zl_volume_fini(&v);
+	return rc;
+}
+
+int ctrl_expand_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
+		       ProtobufCMessage *resp)
+{
+	struct ctrl *c = ctx;
+	const Csi__V1__ControllerExpandVolumeRequest *r =
+	    (const Csi__V1__ControllerExpandVolumeRequest *)req;
+	const Csi__V1__CapacityRange *cr = r->capacity_range;
+	uint64_t want;
+	int rc;
+
+	rc = ctrl_require_leader(c, call);
+	if (rc)
+		return rc;
+	if (!r->volume_id[0])
+		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "volume_id is required");
+	if (!cr || (!cr->required_bytes && !cr->limit_bytes))
+		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
+				    "capacity_range is required (required_bytes or limit_bytes)");
+	if (cr->required_bytes < 0 || cr->limit_bytes < 0)
+		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
+				    "capacity_range: required_bytes and limit_bytes must not be "
+				    "negative");
+	if (cr->limit_bytes && cr->required_bytes > cr->limit_bytes)
+		return zl_grpc_fail(call, ZL_GRPC_OUT_OF_RANGE,
+				    "capacity_range: limit_bytes=%" PRId64
+				    " is below required_bytes=%" PRId64,
+				    cr->limit_bytes, cr->required_bytes);
+	if (r->volume_capability) {
+		rc = ctrl_caps_validate(call, "volume_capability", &r->volume_capability, 1, true);
+		if (rc)
+			return rc;
+	}
+	want = ZL_ALIGN_UP((uint64_t)(cr->required_bytes ? cr->required_bytes : cr->limit_bytes),
+			   ZL_BLOCK_SIZE);
+	if (cr->limit_bytes && want > (uint64_t)cr->limit_bytes)
+		return zl_grpc_fail(call, ZL_GRPC_OUT_OF_RANGE,
+				    "capacity_range: no multiple of 4096 bytes fits below "
+				    "limit_bytes=%" PRId64,
+				    cr->limit_bytes);
+	if (want > CTRL_MAX_SIZE)
+		return zl_grpc_fail(call, ZL_GRPC_OUT_OF_RANGE,
+				    "capacity_range.required_bytes is above the largest volume "
+				    "(%llu bytes)",
+				    CTRL_MAX_SIZE);
+	rc = ctrl_op_begin(c, "vol", r->volume_id);
+	if (rc == -ZL_ERR_BUSY)
+		return zl_grpc_fail(call, ZL_GRPC_ABORTED,
+				    "volume %s: another operation on it is in progress",
+				    r->volume_id);
+	if (rc)
+		return rc;
+	rc = expand_locked(c, call, r, want, (Csi__V1__ControllerExpandVolumeResponse *)resp);
+	ctrl_op_end(c, "vol", r->volume_id);
+	return rc;
+}

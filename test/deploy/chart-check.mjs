@@ -1,0 +1,214 @@
+// Checks what a rendered Zipline chart must contain, beyond schema validity.
+//
+//   node chart-check.mjs TOOLS_DIR RENDERED.yaml SHAPE [BUILD_DIR]
+//
+// SHAPE: default | tcp-only | shared-hca | sriov-multus | external-etcd | local-pv.
+// With BUILD_DIR, every flag the chart passes to a Zipline daemon must appear
+// in that daemon's own `--help` (BUILD_DIR/bin/<daemon>), unless it is listed
+// in pending-flags.txt beside this script, a flag the daemon is known not to
+// accept yet; a listed flag the daemon has since learnt is an error too, so
+// the list only shrinks. Daemons not built are reported and skipped.
+import { createRequire } from "node:module";
+import { readFileSync, existsSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import path from "node:path";
+
+const [toolsDir, file, shape, buildDir] = process.argv.slice(2);
+if (!toolsDir || !file || !shape) {
+	console.error("usage: node chart-check.mjs TOOLS_DIR RENDERED.yaml SHAPE [BUILD_DIR]");
+	process.exit(2);
+}
+const require = createRequire(path.join(path.resolve(toolsDir), "node_modules", "x.js"));
+const YAML = require("yaml");
+const objs = YAML.parseAllDocuments(readFileSync(file, "utf8")).map((d) => d.toJS()).filter(Boolean);
+
+let failed = 0, passed = 0;
+function check(what, cond, detail = "") {
+	if (cond) {
+		passed++;
+	} else {
+		failed++;
+		console.error(`FAIL ${shape}: ${what}${detail ? ": " + detail : ""}`);
+	}
+}
+const find = (kind, pred = () => true) => objs.filter((o) => o.kind === kind && pred(o));
+const one = (kind, pred) => find(kind, pred)[0];
+const comp = (c) => (o) => o.metadata?.labels?.["app.kubernetes.io/component"] === c;
+const container = (w, name) => w?.spec?.template?.spec?.containers?.find((c) => c.name === name);
+const args = (c) => c?.args ?? [];
+const hasArg = (c, a) => args(c).some((x) => x === a || x.startsWith(a + "="));
+
+// CSIDriver and StorageClasses
+const drv = one("CSIDriver");
+check("CSIDriver zipline.csi.io", drv?.metadata?.name === "zipline.csi.io");
+check("CSIDriver attachRequired", drv?.spec?.attachRequired === true);
+check("CSIDriver fsGroupPolicy File", drv?.spec?.fsGroupPolicy === "File");
+check("CSIDriver Persistent only", JSON.stringify(drv?.spec?.volumeLifecycleModes) === '["Persistent"]');
+const classes = find("StorageClass");
+check("at least one StorageClass", classes.length > 0);
+for (const sc of classes) {
+	check(`StorageClass ${sc.metadata.name} provisioner`, sc.provisioner === "zipline.csi.io");
+	check(`StorageClass ${sc.metadata.name} expandable`, sc.allowVolumeExpansion === true);
+	check(`StorageClass ${sc.metadata.name} WaitForFirstConsumer`, sc.volumeBindingMode === "WaitForFirstConsumer");
+	for (const k of ["replicas", "chunkSize", "csi.storage.k8s.io/fstype"])
+		check(`StorageClass ${sc.metadata.name} parameter ${k}`, typeof sc.parameters?.[k] === "string");
+}
+
+// Controller
+const ctl = one("Deployment", comp("controller"));
+check("controller Deployment", !!ctl);
+check("controller 2 replicas", ctl?.spec?.replicas === 2);
+const zc = container(ctl, "zipline-controller");
+check("zipline-controller --leader-election", hasArg(zc, "--leader-election"));
+for (const s of ["csi-provisioner", "csi-attacher", "csi-resizer", "liveness-probe"]) {
+	const c = container(ctl, s);
+	check(`controller sidecar ${s}`, !!c);
+	if (s !== "liveness-probe")
+		check(`${s} leader election`, hasArg(c, "--leader-election") && !args(c).includes("--leader-election=false"));
+}
+check("controller runs as non-root", ctl?.spec?.template?.spec?.securityContext?.runAsNonRoot === true);
+const sa = ctl?.spec?.template?.spec?.serviceAccountName;
+const bound = find("ClusterRoleBinding", (b) => b.subjects?.some((s) => s.name === sa)).map((b) => b.roleRef.name);
+for (const r of ["provisioner", "attacher", "resizer"])
+	check(`ClusterRole for external-${r} bound to ${sa}`, bound.some((n) => n.endsWith(`external-${r}`)) &&
+	      find("ClusterRole", (c) => c.metadata.name.endsWith(`external-${r}`)).length === 1);
+const leaseRole = one("Role", (r) => r.rules?.some((x) => x.resources?.includes("leases")));
+check("Role for leases", !!leaseRole);
+check("RoleBinding for leases", !!one("RoleBinding", (b) => b.roleRef.name === leaseRole?.metadata?.name &&
+	b.subjects?.some((s) => s.name === sa)));
+
+// Node plugin
+const node = one("DaemonSet", comp("node"));
+check("node DaemonSet", !!node);
+const nps = node?.spec?.template?.spec;
+const zn = container(node, "zipline-node");
+check("zipline-node privileged", zn?.securityContext?.privileged === true);
+const kubeletArg = args(zn).find((a) => a.startsWith("--kubelet-dir="))?.split("=")[1];
+check("zipline-node --kubelet-dir", !!kubeletArg);
+const kmount = zn?.volumeMounts?.find((m) => m.mountPath === kubeletArg);
+check("kubelet dir mounted Bidirectional", kmount?.mountPropagation === "Bidirectional");
+const kvol = nps?.volumes?.find((v) => v.name === kmount?.name);
+check("kubelet dir is the host's", kvol?.hostPath?.path === kubeletArg);
+for (const p of ["/dev", "/sys"])
+	check(`node mounts host ${p}`, zn?.volumeMounts?.some((m) => m.mountPath === p &&
+		nps.volumes.find((v) => v.name === m.name)?.hostPath?.path === p));
+const reg = container(node, "node-driver-registrar");
+check("node-driver-registrar", !!reg);
+check("registrar registration path under kubeletDir",
+	args(reg).includes(`--kubelet-registration-path=${kubeletArg}/plugins/zipline.csi.io/csi.sock`));
+check("registration dir", nps?.volumes?.some((v) => v.hostPath?.path === `${kubeletArg}/plugins_registry`));
+check("node system-node-critical", nps?.priorityClassName === "system-node-critical");
+check("node tolerations", (nps?.tolerations ?? []).length > 0);
+check("node updateStrategy OnDelete", node?.spec?.updateStrategy?.type === "OnDelete");
+check("node id from spec.nodeName", zn?.env?.some((e) => e.name === "NODE_NAME" &&
+	e.valueFrom?.fieldRef?.fieldPath === "spec.nodeName") && args(zn).includes("--node-id=$(NODE_NAME)"));
+
+// Storage
+const stw = objs.find((o) => (o.kind === "DaemonSet" || o.kind === "StatefulSet") && comp("storage")(o));
+check("storage workload", !!stw);
+const zs = container(stw, "zipline-storage");
+const sps = stw?.spec?.template?.spec;
+check("storage IPC_LOCK", zs?.securityContext?.capabilities?.add?.includes("IPC_LOCK"));
+check("storage readiness on its data port", zs?.readinessProbe?.tcpSocket?.port === "data");
+check("storage on labelled nodes", Object.keys(sps?.nodeSelector ?? {}).length > 0);
+const limits = zs?.resources?.limits ?? {};
+const rdmaLimits = Object.keys(limits).filter((k) => k.includes("/"));
+const multus = sps && stw.spec.template.metadata?.annotations?.["k8s.v1.cni.cncf.io/networks"];
+if (stw?.kind === "StatefulSet")
+	check("StatefulSet data on a PVC", stw.spec.volumeClaimTemplates?.[0]?.metadata?.name === "data");
+else
+	check("DaemonSet data on hostPath", sps?.volumes?.some((v) => v.name === "data" && v.hostPath));
+switch (shape) {
+case "tcp-only":
+	check("tcp-only: no RDMA resources", rdmaLimits.length === 0, rdmaLimits.join(","));
+	check("tcp-only: no Multus", !multus);
+	check("tcp-only: storage --transport=tcp", args(zs).includes("--transport=tcp"));
+	check("tcp-only: node --transport=tcp", args(zn).includes("--transport=tcp"));
+	break;
+case "shared-hca":
+	check("shared-hca: HCA resource", limits["rdma/rdma_shared_device_a"] === 1);
+	check("shared-hca: no Multus", !multus);
+	break;
+case "sriov-multus":
+	check("sriov: VF resource", limits["nvidia.com/sriov_rdma_vf"] === 1 &&
+	      zs?.resources?.requests?.["nvidia.com/sriov_rdma_vf"] === 1);
+	check("sriov: Multus annotation", multus === "sriov-rdma");
+	check("sriov: advertises the VF interface", zs?.env?.some((e) => e.name === "ADVERTISE_IFACE" && e.value === "net1"));
+	check("sriov: no hostNetwork", sps?.hostNetwork !== true);
+	break;
+case "local-pv":
+	check("local-pv: StatefulSet", stw?.kind === "StatefulSet");
+	check("local-pv: one per node", !!sps?.affinity?.podAntiAffinity?.requiredDuringSchedulingIgnoredDuringExecution);
+	break;
+}
+
+// etcd
+const etcdSts = one("StatefulSet", comp("etcd"));
+const zipArgs = [zc, zn, zs].map(args);
+if (shape === "external-etcd") {
+	check("external etcd: no bundled etcd", !etcdSts);
+	for (const [i, a] of zipArgs.entries()) {
+		for (const f of ["--etcd-cacert", "--etcd-cert", "--etcd-key", "--etcd-user", "--etcd-password-file"])
+			check(`external etcd: ${["controller", "node", "storage"][i]} ${f}`, a.some((x) => x.startsWith(f + "=")));
+	}
+	const env = zc?.env?.find((e) => e.name === "ZIPLINE_ETCD")?.value ?? "";
+	check("external etcd: endpoints", env.startsWith("https://"), env);
+} else {
+	check("bundled etcd StatefulSet", !!etcdSts);
+	const n = etcdSts?.spec?.replicas;
+	const env = zc?.env?.find((e) => e.name === "ZIPLINE_ETCD")?.value ?? "";
+	check("bundled etcd: every member in ZIPLINE_ETCD", env.split(",").length === n, env);
+}
+for (const [i, a] of zipArgs.entries())
+	check(`${["controller", "node", "storage"][i]} gets --etcd and --etcd-prefix`,
+	      a.includes("--etcd=$(ZIPLINE_ETCD)") && a.some((x) => x.startsWith("--etcd-prefix=")));
+
+// helm test hook
+const hooks = objs.filter((o) => o.metadata?.annotations?.["helm.sh/hook"] === "test");
+check("helm test PVC", hooks.some((o) => o.kind === "PersistentVolumeClaim"));
+check("helm test write and read pods", hooks.filter((o) => o.kind === "Pod").length === 2);
+
+// Flags against the daemons' own --help.
+if (buildDir) {
+	const pendingFile = path.join(path.dirname(new URL(import.meta.url).pathname), "pending-flags.txt");
+	const pending = new Set(readFileSync(pendingFile, "utf8").split("\n")
+		.map((l) => l.replace(/#.*/, "").trim()).filter(Boolean));
+	const usedPending = new Set();
+	const helpCache = new Map();
+	for (const w of objs.filter((o) => o.spec?.template?.spec?.containers)) {
+		for (const c of w.spec.template.spec.containers) {
+			const cmd = c.command ?? [];
+			const bin = cmd[0]?.startsWith("zipline-") ? cmd[0] : cmd.find((x) => /^zipline-[a-z]+$/.test(x));
+			if (!bin)
+				continue;
+			const exe = path.join(buildDir, "bin", bin);
+			if (!existsSync(exe)) {
+				console.log(`skip ${shape}: ${bin} not built, its flags are not checked`);
+				continue;
+			}
+			if (!helpCache.has(bin)) {
+				const out = execFileSync(exe, ["--help"], { encoding: "utf8" });
+				helpCache.set(bin, new Set(out.match(/--[a-z][a-z0-9-]*/g)));
+			}
+			const known = helpCache.get(bin);
+			const script = cmd.join(" ");
+			const flags = [...args(c), ...(script.match(/--[a-z][a-z0-9-]*=?/g) ?? [])]
+				.filter((a) => a.startsWith("--")).map((a) => a.split("=")[0]);
+			for (const f of new Set(flags)) {
+				const key = `${bin} ${f}`;
+				if (known.has(f)) {
+					check(`${key} accepted`, !pending.has(key),
+					      "the daemon accepts it now: remove it from test/deploy/pending-flags.txt");
+				} else if (pending.has(key)) {
+					usedPending.add(key);
+					console.log(`pending ${shape}: ${key} (not in ${bin} --help yet)`);
+				} else {
+					check(`${key} is a flag of ${bin}`, false, `not in ${exe} --help`);
+				}
+			}
+		}
+	}
+}
+
+console.log(`chart-check ${shape}: ${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);
