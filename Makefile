@@ -30,11 +30,13 @@ wipe:
 status:
 	@scripts/local-cluster.sh status
 
-# Everything: unit + e2e with the normal build, then unit tests again under
-# ASan+UBSan (clang) and a bounded run of every fuzz target.
+# Everything: unit + e2e + chart checks with the normal build, then unit
+# tests again under ASan+UBSan (clang) with a bounded run of every fuzz
+# target, then the container image built from the Dockerfile (minutes).
 test: build
-	ctest --test-dir $(BUILD) --output-on-failure -L 'unit|e2e'
+	ctest --test-dir $(BUILD) --output-on-failure -L 'unit|e2e|deploy'
 	$(MAKE) test-san
+	ctest --test-dir $(BUILD) --output-on-failure -L image
 
 test-unit: build
 	ctest --test-dir $(BUILD) --output-on-failure -L unit
