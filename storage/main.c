@@ -24,6 +24,12 @@ static const char usage[] =
     "  --etcd URLS          etcd endpoints (default $ZIPLINE_ETCD or http://127.0.0.1:2379)\n"
     "  --etcd-prefix P      key prefix (default /zipline/)\n"
     "  --etcd-wait SEC      how long to wait for etcd at start (default 60)\n"
+    "  --etcd-cacert FILE   CA bundle for https etcd endpoints\n"
+    "  --etcd-cert FILE     client certificate for etcd (with --etcd-key)\n"
+    "  --etcd-key FILE      client key for etcd\n"
+    "  --etcd-user USER     etcd user (with --etcd-password-file)\n"
+    "  --etcd-password-file FILE  file holding the etcd password\n"
+    "  --transport MODE     auto|tcp|rdma: transports to serve (default auto)\n"
     "  --capacity SIZE      capacity to advertise (default: the filesystem size)\n"
     "  --log-level LEVEL    err|warn|info|debug (default info)\n"
     "  --help, --version\n";
@@ -43,10 +49,29 @@ static int bad_flag(const char *msg, const char *arg)
 	return 2;
 }
 
+/* Reads the first line of path into buf. 0 or -1. */
+static int read_password(const char *path, char *buf, size_t len)
+{
+	FILE *f = fopen(path, "r");
+	size_t n;
+
+	if (!f)
+		return -1;
+	if (!fgets(buf, (int)len, f)) {
+		fclose(f);
+		return -1;
+	}
+	fclose(f);
+	n = strcspn(buf, "\r\n");
+	buf[n] = 0;
+	return n ? 0 : -1;
+}
+
 /* Parses flags into cfg. Returns -1 to go on, else the exit code. */
 static int parse_flags(int argc, char **argv, struct zl_storage_cfg *cfg, const char **node_flag)
 {
-	enum { O_LISTEN = 256, O_ADV, O_NODE, O_LABEL, O_ETCD, O_PREFIX, O_WAIT, O_CAP, O_LOG };
+	enum { O_LISTEN = 256, O_ADV, O_NODE, O_LABEL, O_ETCD, O_PREFIX, O_WAIT, O_CAP, O_LOG,
+	       O_CACERT, O_CERT, O_KEY, O_USER, O_PWFILE, O_XPORT };
 	static const struct option opts[] = {
 	    {"data-dir", required_argument, NULL, 'd'},
 	    {"listen", required_argument, NULL, O_LISTEN},
@@ -58,6 +83,12 @@ static int parse_flags(int argc, char **argv, struct zl_storage_cfg *cfg, const 
 	    {"etcd-wait", required_argument, NULL, O_WAIT},
 	    {"capacity", required_argument, NULL, O_CAP},
 	    {"log-level", required_argument, NULL, O_LOG},
+	    {"etcd-cacert", required_argument, NULL, O_CACERT},
+	    {"etcd-cert", required_argument, NULL, O_CERT},
+	    {"etcd-key", required_argument, NULL, O_KEY},
+	    {"etcd-user", required_argument, NULL, O_USER},
+	    {"etcd-password-file", required_argument, NULL, O_PWFILE},
+	    {"transport", required_argument, NULL, O_XPORT},
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},
 	    {NULL, 0, NULL, 0},
@@ -121,6 +152,34 @@ static int parse_flags(int argc, char **argv, struct zl_storage_cfg *cfg, const 
 			if (zl_log_set_level(optarg))
 				return bad_flag("--log-level wants err|warn|info|debug", optarg);
 			break;
+		case O_CACERT:
+		case O_CERT:
+		case O_KEY:
+			if (access(optarg, R_OK))
+				return bad_flag("cannot read etcd TLS file (check the path and permissions)",
+						optarg);
+			if (c == O_CACERT)
+				cfg->etcd_cacert = optarg;
+			else if (c == O_CERT)
+				cfg->etcd_cert = optarg;
+			else
+				cfg->etcd_key = optarg;
+			break;
+		case O_USER:
+			cfg->etcd_user = optarg;
+			break;
+		case O_PWFILE:
+			if (read_password(optarg, cfg->etcd_password, sizeof(cfg->etcd_password)))
+				return bad_flag("cannot read --etcd-password-file", optarg);
+			break;
+		case O_XPORT: {
+			enum zl_xport_select sel;
+
+			if (zl_xport_select_parse(optarg, &sel))
+				return bad_flag("--transport wants auto|tcp|rdma", optarg);
+			cfg->transport = optarg;
+			break;
+		}
 		case 'h':
 			fputs(usage, stdout);
 			return 0;
@@ -135,6 +194,12 @@ static int parse_flags(int argc, char **argv, struct zl_storage_cfg *cfg, const 
 		return bad_flag("unexpected argument", argv[optind]);
 	if (!cfg->data_dir)
 		return bad_flag("--data-dir is required", NULL);
+	if (!cfg->etcd_user != !cfg->etcd_password[0])
+		return bad_flag("--etcd-user and --etcd-password-file go together", NULL);
+	if ((cfg->etcd_cert == NULL) != (cfg->etcd_key == NULL))
+		return bad_flag("--etcd-cert and --etcd-key go together", NULL);
+	if (!cfg->transport)
+		cfg->transport = "auto";
 	colon = strrchr(listen, ':');
 	if (!colon || colon == listen || (size_t)(colon - listen) >= sizeof(cfg->listen_host))
 		return bad_flag("--listen wants HOST:PORT", listen);
@@ -210,7 +275,7 @@ int main(int argc, char **argv)
 		return 2;
 	if (zl_storage_node_id_resolve(st->cfg.data_dir, node_flag, st->cfg.node_id))
 		return 2;
-	eo.endpoints = st->cfg.etcd;
+	zl_storage_cfg_etcd_opts(&st->cfg, &eo);
 	if (zl_etcd_create(&eo, &st->etcd))
 		return bad_flag("bad --etcd endpoint list", st->cfg.etcd);
 	if (zl_storage_etcd_wait(st->etcd, st->cfg.etcd, st->cfg.etcd_wait_sec))

@@ -26,6 +26,12 @@ struct zl_storage_cfg {
 	char node_id[ZL_NODE_ID_MAX];
 	char domain[128]; /* labels joined by "," */
 	const char *etcd;
+	const char *etcd_cacert; /* TLS and auth for etcd, all optional */
+	const char *etcd_cert;
+	const char *etcd_key;
+	const char *etcd_user;
+	char etcd_password[256]; /* read from --etcd-password-file */
+	const char *transport;	 /* auto|tcp|rdma */
 	const char *prefix;
 	uint64_t capacity; /* 0: filesystem size */
 	int etcd_wait_sec;
@@ -123,6 +129,9 @@ int zl_storage_datadir_lock(const char *dir);
 /* Resolves the node id: DATA/node-id when present (must equal `flag` when
  * that is set), else flag, else the hostname; persists it. 0 or -2. */
 int zl_storage_node_id_resolve(const char *dir, const char *flag, char out[ZL_NODE_ID_MAX]);
+/* Fills eo (endpoints, TLS files, user/password) from cfg. */
+void zl_storage_cfg_etcd_opts(const struct zl_storage_cfg *cfg, struct zl_etcd_opts *eo);
+
 /* Waits until etcd answers, retrying with exponential backoff (cap 5 s) for
  * up to wait_sec. 0 or -1 (gave up). */
 int zl_storage_etcd_wait(struct zl_etcd *e, const char *urls, int wait_sec);

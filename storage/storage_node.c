@@ -127,7 +127,7 @@ static void *node_thread(void *arg)
 int zl_storage_node_start(const struct zl_storage_cfg *cfg, uint16_t port,
 			  struct zl_storage_node **out)
 {
-	struct zl_etcd_opts eo = {.endpoints = cfg->etcd};
+	struct zl_etcd_opts eo;
 	struct zl_storage_node *n = calloc(1, sizeof(*n));
 	pthread_condattr_t ca;
 	uint64_t cap = 0;
@@ -141,6 +141,7 @@ int zl_storage_node_start(const struct zl_storage_cfg *cfg, uint16_t port,
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&n->cv, &ca);
 	pthread_condattr_destroy(&ca);
+	zl_storage_cfg_etcd_opts(cfg, &eo);
 	rc = zl_etcd_create(&eo, &n->etcd);
 	if (rc)
 		goto out_free;
