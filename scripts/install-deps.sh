@@ -8,9 +8,11 @@ PKGS=(
   libcmocka-dev libssl-dev
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev protobuf-compiler libprotobuf-dev
   python3-grpcio python3-protobuf python3-grpc-tools
+  libfuse3-dev fuse3
   etcd-server etcd-client
   fio libnbd-bin libnbd-dev nbdkit
   e2fsprogs xfsprogs util-linux procps psmisc
+  rdma-core libibverbs-dev librdmacm-dev ibverbs-providers ibverbs-utils rdmacm-utils perftest
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -12,6 +12,7 @@ source "$SRC/test/lib/cluster.sh"
 ETCD_PORT=${ZIPLINE_LOCAL_ETCD_PORT:-23790}
 ETCD_PEER_PORT=$((ETCD_PORT + 10))
 ZL="$CL_BIN/zl"
+NODE_ID=local-node
 
 alive() { local p; p=$(cl_pid "$1") && [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
 
@@ -43,6 +44,39 @@ start() {
 		for i in 1 2 3; do echo "--- storage-$i log:" >&2; tail -5 "$CL_DIR/storage-$i/log" >&2; done
 		exit 1
 	fi
+	if have_csi; then
+		if alive controller && alive node; then
+			cl_log "zipline-controller and zipline-node already running"
+		else
+			cl_stop node; cl_stop controller
+			setsid bash -c "source '$SRC/test/lib/cluster.sh'; cl_start_csi $NODE_ID" </dev/null
+		fi
+		echo "CSI controller: unix://$CL_DIR/csi/controller.sock (log $CL_DIR/controller/log)"
+		echo "CSI node:       unix://$CL_DIR/csi/node.sock (node id $NODE_ID, log $CL_DIR/node/log)"
+	fi
+}
+
+have_csi() { [ -x "$CL_BIN/zipline-controller" ] && [ -x "$CL_BIN/zipline-node" ]; }
+
+csi_demo() {
+	have_csi || return 0
+	/usr/bin/python3 "$SRC/scripts/csi-demo.py" "$CL_DIR/csi" "$NODE_ID"
+	echo
+	df -h "$CL_DIR/csi/mnt/csi-demo"
+	echo
+}
+
+stop() {
+	if have_csi && alive node && alive controller; then
+		/usr/bin/python3 "$SRC/scripts/csi-demo.py" "$CL_DIR/csi" "$NODE_ID" --teardown ||
+			cl_log "CSI teardown failed; unmounting what is left"
+	fi
+	# Leftovers of a crashed node plugin: unmount, never fail the stop.
+	for m in "$CL_DIR/csi/mnt/csi-demo" "$CL_DIR/csi/staging/csi-demo"; do
+		mountpoint -q "$m" 2>/dev/null && umount "$m"
+	done
+	cl_stop_all
+	echo "local cluster stopped (data kept in $CL_DIR; 'make wipe' removes it)"
 }
 
 demo() {
@@ -58,7 +92,8 @@ demo() {
 		exit 1
 	fi
 	rm -f "$CL_DIR/demo.in" "$CL_DIR/demo.out"
-	"$ZL" volume inspect demo | head -12
+	csi_demo
+	"$ZL" volume inspect demo | head -18
 	echo
 	"$ZL" status
 	echo
@@ -69,8 +104,8 @@ demo() {
 case "${1:-}" in
 start) start ;;
 demo) demo ;;
-stop) cl_stop_all; echo "local cluster stopped (data kept in $CL_DIR; 'make wipe' removes it)" ;;
+stop) stop ;;
 status) export ZIPLINE_ETCD=$(cat "$CL_DIR/etcd.endpoints"); "$ZL" status ;;
-wipe) cl_stop_all; rm -rf "$CL_DIR"; echo "removed $CL_DIR" ;;
+wipe) stop; rm -rf "$CL_DIR"; echo "removed $CL_DIR" ;;
 *) echo "usage: $0 start|stop|demo|status|wipe" >&2; exit 2 ;;
 esac

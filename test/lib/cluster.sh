@@ -84,9 +84,29 @@ cl_stop() {
 	rm -f "$CL_DIR/$name/pid"
 }
 
+# cl_start_csi NODE_ID: zipline-controller and zipline-node on unix sockets
+# $CL_DIR/csi/controller.sock and $CL_DIR/csi/node.sock.
+cl_start_csi() {
+	local node_id=$1
+	mkdir -p "$CL_DIR/csi" "$CL_DIR/controller" "$CL_DIR/node"
+	"$CL_BIN/zipline-controller" --endpoint "unix://$CL_DIR/csi/controller.sock" \
+		--etcd "$CL_ETCD" >>"$CL_DIR/controller/log" 2>&1 &
+	echo $! >"$CL_DIR/controller/pid"
+	"$CL_BIN/zipline-node" --endpoint "unix://$CL_DIR/csi/node.sock" --node-id "$node_id" \
+		--etcd "$CL_ETCD" --state-dir "$CL_DIR/csi/node-state" --kubelet-dir "$CL_DIR/csi" \
+		>>"$CL_DIR/node/log" 2>&1 &
+	echo $! >"$CL_DIR/node/pid"
+	for _ in $(seq 1 100); do
+		[ -S "$CL_DIR/csi/controller.sock" ] && [ -S "$CL_DIR/csi/node.sock" ] && return 0
+		sleep 0.1
+	done
+	cl_log "CSI sockets did not appear; see $CL_DIR/controller/log and $CL_DIR/node/log"
+	return 1
+}
+
 cl_stop_all() {
 	local d
-	for d in "$CL_DIR"/serve-* "$CL_DIR"/storage-*; do
+	for d in "$CL_DIR"/serve-* "$CL_DIR"/node "$CL_DIR"/controller "$CL_DIR"/storage-*; do
 		[ -d "$d" ] && cl_stop "$(basename "$d")"
 	done
 	cl_stop etcd
