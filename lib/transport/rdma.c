@@ -52,7 +52,6 @@
 #define RDMA_POLL_BATCH	  32
 #define RDMA_CQ_ACK_EVERY 64u
 #define RDMA_TICK_MS	  100
-#define RDMA_BACKLOG	  1024
 #define RDMA_SLAB_CHUNK	  (1u << 20)
 #define RDMA_SRQ_MAX	  16384u
 #define RDMA_RD_ATOM_MAX  16u
@@ -200,7 +199,8 @@ struct rdma_sreq {
 	/* reply */
 	const uint8_t *rdata;
 	uint32_t rlen;
-	bool rwrite; /* RDMA WRITE of rdata before the SEND */
+	bool rwrite;	 /* RDMA WRITE of rdata before the SEND */
+	bool reply_busy; /* reply queued or its completion pending */
 	uint8_t *reply_bounce;
 	zl_xport_done_cb sent_cb;
 	void *sent_arg;
@@ -224,7 +224,7 @@ struct rdma_conn {
 	bool busy;
 	uint32_t idle;
 	int close_reason;
-	struct zl_defer close_d, work_d;
+	struct zl_defer close_d, work_d, conn_d; /* close work, fetch reports, on_conn */
 	const struct zl_xport_server_ops *sops;
 	void *sarg;
 	bool announced;
@@ -280,6 +280,7 @@ static void rdma_conn_close(struct zl_xport_conn *bc, int reason);
 static void rdma_bl_run(struct rdma_conn *c);
 static int rdma_conn_poll(struct rdma_conn *c);
 static void rdma_work(void *arg);
+static void rdma_tick(void *arg);
 
 static struct rdma_conn *rdma_conn_of(struct zl_xport_conn *c)
 {
@@ -741,3 +742,1677 @@ static void rdma_cc_cb(void *arg, uint32_t events)
 		zl_xport_conn_put(&c->base);
 	}
 }
+
+/* ---- send queue ---- */
+
+static uint32_t rdma_sq_room(const struct rdma_conn *c)
+{
+	return c->sq_depth - (uint32_t)(c->sq_posted - c->sq_done);
+}
+
+/* Posts a chain of n work requests; only the last may be signalled and
+ * carries (kind, ptr). Returns 0, -EAGAIN (no room: retry from the backlog)
+ * or -ZL_ERR_CONN (the connection is closing now). */
+static int rdma_post(struct rdma_conn *c, struct ibv_send_wr *wrs, uint32_t n,
+		     enum rdma_wr_kind kind, void *ptr, bool need_signal)
+{
+	struct ibv_send_wr *w, *bad = NULL;
+	uint64_t seq = c->sq_posted, sig_seq = 0;
+	bool sig = false;
+	int rc;
+
+	if (c->base.closing)
+		return -ZL_ERR_CONN;
+	if (rdma_sq_room(c) < n)
+		return -EAGAIN;
+	for (w = wrs; w; w = w->next, seq++) {
+		struct rdma_wr_ctx *e = &c->ring[seq & c->ring_mask];
+
+		w->wr_id = seq;
+		e->kind = RDMA_WR_NONE;
+		e->ptr = NULL;
+		if (w->next)
+			continue;
+		/* The last one: signalled when someone waits for it, and often
+		 * enough that the send queue drains. */
+		sig = need_signal || seq - c->last_sig >= RDMA_SIGNAL_EVERY ||
+		      rdma_sq_room(c) - n < RDMA_SIGNAL_EVERY;
+		if (sig) {
+			w->send_flags |= IBV_SEND_SIGNALED;
+			sig_seq = seq;
+		}
+		e->kind = (uint8_t)kind;
+		e->ptr = ptr;
+	}
+	if (ibv_post_send(c->id->qp, wrs, &bad)) {
+		rc = errno ? -errno : -EIO;
+		if (rdma_warn_ok(c->base.x))
+			ZL_LOG_WARN("xport",
+				    "RDMA post_send failed transport=rdma peer=%s err=%s; closing "
+				    "connection",
+				    c->base.peer, zl_strerror(rc));
+		rdma_conn_close(&c->base, -ZL_ERR_CONN);
+		return -ZL_ERR_CONN;
+	}
+	if (sig)
+		c->last_sig = sig_seq;
+	c->sq_posted += n;
+	rdma_busy_add(c);
+	return 0;
+}
+
+static void rdma_bl_push(struct rdma_conn *c, struct rdma_bl *b, enum rdma_bl_kind kind)
+{
+	b->kind = (uint8_t)kind;
+	b->next = NULL;
+	b->queued = true;
+	if (c->bl_tail)
+		c->bl_tail->next = b;
+	else
+		c->bl_head = b;
+	c->bl_tail = b;
+}
+
+static int rdma_recv_post(struct rdma_conn *c, uint32_t idx)
+{
+	uint8_t *buf = rdma_slab_at(&c->slab, c->n_reqs + idx);
+	struct ibv_mr *mr = rdma_mr_of(c->xd, buf, RDMA_MSG_SIZE);
+	struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = RDMA_MSG_SIZE};
+	struct ibv_recv_wr wr = {.wr_id = RDMA_RECV_BIT | idx, .sg_list = &sge, .num_sge = 1}, *bad;
+
+	if (!mr)
+		return -EFAULT;
+	sge.lkey = mr->lkey;
+	return ibv_post_recv(c->id->qp, &wr, &bad) ? -EIO : 0;
+}
+
+/* ---- client requests ---- */
+
+static void rdma_fl_unlink(struct rdma_conn *c, struct rdma_req *r)
+{
+	if (r->prev)
+		r->prev->next = r->next;
+	else
+		c->fl_head = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	else
+		c->fl_tail = r->prev;
+	r->prev = r->next = NULL;
+}
+
+static void rdma_req_finish(struct rdma_conn *c, struct rdma_req *r, int status,
+			    const struct zl_wire_hdr *rep)
+{
+	zl_xport_reply_cb cb = r->cb;
+	void *arg = r->arg;
+
+	rdma_fl_unlink(c, r);
+	if (r->bounce_in)
+		zl_xport_buf_free(c->base.x, r->bounce_in);
+	if (r->bounce_out)
+		zl_xport_buf_free(c->base.x, r->bounce_out);
+	r->bounce_in = r->bounce_out = NULL;
+	r->state = RDMA_REQ_FREE;
+	r->gen++;
+	r->cb = NULL;
+	r->in = NULL;
+	r->next = c->req_free;
+	c->req_free = r;
+	c->base.inflight--;
+	cb(arg, status, rep);
+}
+
+static int rdma_req_post(struct rdma_conn *c, struct rdma_req *r)
+{
+	struct ibv_mr *mr = rdma_mr_of(c->xd, r->msg, r->msg_len);
+	struct ibv_sge sge = {.addr = (uintptr_t)r->msg, .length = r->msg_len};
+	struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND};
+	int rc;
+
+	if (!c->credits)
+		return -EAGAIN;
+	sge.lkey = mr->lkey;
+	if (r->msg_len <= c->max_inline)
+		wr.send_flags = IBV_SEND_INLINE;
+	rc = rdma_post(c, &wr, 1, RDMA_WR_NONE, NULL, false);
+	if (rc)
+		return rc;
+	c->credits--;
+	r->state = RDMA_REQ_SENT;
+	return 0;
+}
+
+static void rdma_cli_recv(struct rdma_conn *c, uint32_t idx, uint32_t len)
+{
+	const uint8_t *buf = rdma_slab_at(&c->slab, c->n_reqs + idx);
+	struct zl_wire_hdr h;
+	const char *why = "?";
+	struct rdma_req *r;
+	uint64_t slot;
+	int status = 0;
+
+	if (zl_wire_decode(buf, len, &h, &why)) {
+		rdma_proto_fail(c, why);
+		return;
+	}
+	if (!(h.flags & ZL_WF_REPLY)) {
+		rdma_proto_fail(c, "request on a client connection");
+		return;
+	}
+	slot = h.req_id & 0xffffffffu;
+	r = slot < c->n_reqs ? &c->reqs[slot] : NULL;
+	if (!r || r->state != RDMA_REQ_SENT || r->gen != (uint32_t)(h.req_id >> 32)) {
+		rdma_proto_fail(c, "reply to an unknown or stale request id");
+		return;
+	}
+	if (h.opcode != r->opcode) {
+		rdma_proto_fail(c, "reply opcode differs from the request");
+		return;
+	}
+	if (h.flags & ZL_WF_RDMA) {
+		const uint8_t *src = r->bounce_in ? r->bounce_in : r->in;
+
+		if (!r->has_in_desc) {
+			rdma_proto_fail(c, "RDMA reply to a request without a descriptor");
+			return;
+		}
+		if (h.length > r->in_len) {
+			status = -ZL_ERR_PROTO;
+		} else if (zl_crc32c(src, h.length) != h.payload_crc) {
+			status = -ZL_ERR_CORRUPT;
+		} else if (r->bounce_in) {
+			memcpy(r->in, r->bounce_in, h.length);
+		}
+		h.flags &= (uint8_t)~ZL_WF_RDMA;
+		h.payload_len = h.length;
+	} else if (h.payload_len) {
+		if (len < ZL_WIRE_HDR_SIZE + h.payload_len) {
+			rdma_proto_fail(c, "message shorter than its payload");
+			return;
+		}
+		if (!r->in || h.payload_len > r->in_cap)
+			status = -ZL_ERR_PROTO;
+		else if (zl_crc32c(buf + ZL_WIRE_HDR_SIZE, h.payload_len) != h.payload_crc)
+			status = -ZL_ERR_CORRUPT;
+		else
+			memcpy(r->in, buf + ZL_WIRE_HDR_SIZE, h.payload_len);
+	}
+	if (status && rdma_warn_ok(c->base.x))
+		ZL_LOG_WARN("xport",
+			    "bad reply data transport=rdma peer=%s op=%s length=%u in_cap=%u err=%s; "
+			    "failing the request",
+			    c->base.peer, zl_wire_op_name(h.opcode), h.length, r->in_cap,
+			    zl_errname(status));
+	c->credits++;
+	if (rdma_recv_post(c, idx))
+		rdma_conn_close(&c->base, -ZL_ERR_CONN);
+	rdma_req_finish(c, r, status, status ? NULL : &h);
+}
+
+static int rdma_request(struct zl_xport_conn *bc, struct zl_wire_hdr *hdr, const void *out,
+			uint32_t out_len, void *in, uint32_t in_cap, zl_xport_reply_cb cb, void *arg)
+{
+	struct rdma_conn *c = rdma_conn_of(bc);
+	struct zl_xport *x = bc->x;
+	struct rdma_req *r = c->req_free;
+	struct zl_wire_hdr h;
+	struct zl_wire_rdma_desc d = {0};
+	const char *why = "?";
+	bool desc = false;
+	int rc;
+
+	if (hdr->flags & (ZL_WF_REPLY | ZL_WF_RDMA))
+		return -ZL_ERR_INVAL;
+	if (!r)
+		return -ZL_ERR_BUSY;
+	hdr->version = ZL_WIRE_VERSION;
+	hdr->status = 0;
+	hdr->req_id = ((uint64_t)r->gen << 32) | r->slot;
+	hdr->payload_len = out_len;
+	hdr->payload_crc = out_len ? zl_crc32c(out, out_len) : 0;
+	rc = zl_wire_check(hdr, 0, &why);
+	if (rc) {
+		if (rdma_warn_ok(x))
+			ZL_LOG_WARN("xport",
+				    "refusing to send an invalid request op=%s reason=\"%s\"",
+				    zl_wire_op_name(hdr->opcode), why);
+		return rc;
+	}
+	h = *hdr;
+	r->has_in_desc = false;
+	r->in_len = 0;
+	if (hdr->opcode == ZL_OP_READ && in_cap) {
+		/* The server RDMA-WRITEs the data straight into `in`. */
+		uint32_t n = ZL_MIN(in_cap, ZL_MIN(hdr->length, ZL_WIRE_MAX_IO));
+		uint8_t *dst = in;
+
+		if (!zl_xport_buf_owned(x, in, n)) {
+			r->bounce_in = zl_xport_buf_alloc(x, n);
+			if (!r->bounce_in)
+				return -ENOMEM;
+			dst = r->bounce_in;
+		}
+		d.addr = (uintptr_t)dst;
+		d.rkey = rdma_mr_of(c->xd, dst, n)->rkey;
+		d.len = n;
+		desc = true;
+		r->has_in_desc = true;
+		r->in_len = n;
+		h.payload_crc = 0;
+	} else if (out_len > RDMA_INLINE_MAX) {
+		/* The server RDMA-READs the data out of `out`. */
+		const uint8_t *src = out;
+
+		if (!zl_xport_buf_owned(x, out, out_len)) {
+			r->bounce_out = zl_xport_buf_alloc(x, out_len);
+			if (!r->bounce_out)
+				return -ENOMEM;
+			memcpy(r->bounce_out, out, out_len);
+			src = r->bounce_out;
+		}
+		d.addr = (uintptr_t)src;
+		d.rkey = rdma_mr_of(c->xd, src, out_len)->rkey;
+		d.len = out_len;
+		desc = true;
+	}
+	r->msg = rdma_slab_at(&c->slab, r->slot);
+	if (desc) {
+		h.flags |= ZL_WF_RDMA;
+		h.payload_len = ZL_WIRE_RDMA_DESC_SIZE;
+		zl_wire_encode(&h, r->msg);
+		zl_wire_rdma_desc_encode(&d, r->msg + ZL_WIRE_HDR_SIZE);
+		r->msg_len = ZL_WIRE_HDR_SIZE + ZL_WIRE_RDMA_DESC_SIZE;
+	} else {
+		zl_wire_encode(&h, r->msg);
+		if (out_len)
+			memcpy(r->msg + ZL_WIRE_HDR_SIZE, out, out_len);
+		r->msg_len = ZL_WIRE_HDR_SIZE + out_len;
+	}
+	c->req_free = r->next;
+	r->next = NULL;
+	r->state = RDMA_REQ_QUEUED;
+	r->opcode = hdr->opcode;
+	r->fail = 0;
+	r->deadline_ns = zl_now_ns() + (uint64_t)x->opts.timeout_ms * 1000000ull;
+	r->in = in;
+	r->in_cap = in_cap;
+	r->cb = cb;
+	r->arg = arg;
+	r->prev = c->fl_tail;
+	if (c->fl_tail)
+		c->fl_tail->next = r;
+	else
+		c->fl_head = r;
+	c->fl_tail = r;
+	bc->inflight++;
+	rdma_bl_push(c, &r->bl, RDMA_BL_REQ);
+	rdma_bl_run(c);
+	return 0;
+}
+
+/* ---- server requests ---- */
+
+/* A server slot is free again once its reply is out (or needs no
+ * completion) and its payload is done with. */
+static void rdma_sreq_maybe_put(struct rdma_conn *c, struct rdma_sreq *s)
+{
+	if (s->state != RDMA_SREQ_SENDING || s->reply_busy || s->pl_state != RDMA_PL_NONE)
+		return;
+	s->state = RDMA_SREQ_FREE;
+	s->next = c->sreq_free;
+	c->sreq_free = s;
+}
+
+static void rdma_announce(struct rdma_conn *c)
+{
+	if (c->announced)
+		return;
+	c->announced = true;
+	if (c->sops->on_conn)
+		c->sops->on_conn(c->sarg, &c->base);
+}
+
+static void rdma_announce_cb(void *arg)
+{
+	struct rdma_conn *c = arg;
+
+	if (!c->base.closing)
+		rdma_announce(c);
+}
+
+static void rdma_srv_recv(struct rdma_conn *c, const uint8_t *buf, uint32_t len)
+{
+	struct zl_wire_hdr h;
+	struct zl_wire_rdma_desc d = {0};
+	const char *why = "?";
+	struct rdma_sreq *s;
+	bool has_desc;
+	uint64_t slot;
+
+	rdma_announce(c);
+	if (c->base.closing)
+		return;
+	if (zl_wire_decode(buf, len, &h, &why)) {
+		rdma_proto_fail(c, why);
+		return;
+	}
+	if (h.flags & ZL_WF_REPLY) {
+		rdma_proto_fail(c, "reply on a server connection");
+		return;
+	}
+	slot = h.req_id & 0xffffffffu;
+	if (slot >= c->peer_slots || c->by_slot[slot]) {
+		rdma_proto_fail(c, "request id out of range or still in use");
+		return;
+	}
+	if (c->srv_pending >= c->granted || !c->sreq_free) {
+		rdma_proto_fail(c, "more requests than credits");
+		return;
+	}
+	has_desc = h.flags & ZL_WF_RDMA;
+	if (has_desc) {
+		if (len < ZL_WIRE_HDR_SIZE + ZL_WIRE_RDMA_DESC_SIZE ||
+		    zl_wire_rdma_desc_decode(buf + ZL_WIRE_HDR_SIZE, ZL_WIRE_RDMA_DESC_SIZE, &d)) {
+			rdma_proto_fail(c, "bad RDMA descriptor");
+			return;
+		}
+		if (h.opcode != ZL_OP_READ && d.len != h.length) {
+			rdma_proto_fail(c, "RDMA descriptor length differs from the request");
+			return;
+		}
+	} else if (len < ZL_WIRE_HDR_SIZE + h.payload_len) {
+		rdma_proto_fail(c, "message shorter than its payload");
+		return;
+	}
+	s = c->sreq_free;
+	c->sreq_free = s->next;
+	s->next = NULL;
+	s->state = RDMA_SREQ_ACTIVE;
+	s->req_id = h.req_id;
+	s->peer_slot = (uint32_t)slot;
+	s->opcode = h.opcode;
+	s->has_desc = has_desc;
+	s->desc = d;
+	s->data_crc = h.payload_crc;
+	s->sent_cb = NULL;
+	s->reply_bounce = s->fetch_bounce = NULL;
+	s->rwrite = false;
+	s->reply_busy = false;
+	s->msg_len = 0;
+	c->by_slot[slot] = s;
+	c->srv_pending++;
+	/* The server sees the header TCP would have delivered. */
+	if (has_desc && h.opcode == ZL_OP_READ) {
+		h.payload_len = 0;
+		h.payload_crc = 0;
+	} else if (has_desc) {
+		h.payload_len = h.length;
+	}
+	h.flags &= (uint8_t)~ZL_WF_RDMA;
+	s->data_len = h.payload_len;
+	s->pl_state = h.payload_len ? RDMA_PL_UNDECIDED : RDMA_PL_NONE;
+	c->cur_inline = has_desc ? NULL : buf + ZL_WIRE_HDR_SIZE;
+	c->sops->on_request(c->sarg, &c->base, &h, h.payload_len ? &s->pl : NULL);
+	c->cur_inline = NULL;
+	if (s->pl_state == RDMA_PL_UNDECIDED) {
+		if (!c->base.closing && rdma_warn_ok(c->base.x))
+			ZL_LOG_WARN("xport",
+				    "on_request neither fetched nor discarded the payload "
+				    "transport=rdma peer=%s op=%s; discarding it (server bug)",
+				    c->base.peer, zl_wire_op_name(h.opcode));
+		s->pl_state = RDMA_PL_NONE;
+		rdma_sreq_maybe_put(c, s);
+	}
+}
+
+static int rdma_fetch_post(struct rdma_conn *c, struct rdma_sreq *s)
+{
+	uint8_t *dst = s->fetch_bounce ? s->fetch_bounce : s->fetch_buf;
+	struct ibv_mr *mr = rdma_mr_of(c->xd, dst, s->data_len);
+	struct ibv_sge sge = {.addr = (uintptr_t)dst, .length = s->data_len, .lkey = mr->lkey};
+	struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_READ};
+
+	wr.wr.rdma.remote_addr = s->desc.addr;
+	wr.wr.rdma.rkey = s->desc.rkey;
+	return rdma_post(c, &wr, 1, RDMA_WR_FETCH, s, true);
+}
+
+static void rdma_fetch_done(struct rdma_conn *c, struct rdma_sreq *s)
+{
+	zl_xport_done_cb cb = s->fetch_cb;
+	void *arg = s->fetch_arg;
+	int status = 0;
+
+	if (s->fetch_bounce) {
+		memcpy(s->fetch_buf, s->fetch_bounce, s->data_len);
+		zl_xport_buf_free(c->base.x, s->fetch_bounce);
+		s->fetch_bounce = NULL;
+	}
+	if (zl_crc32c(s->fetch_buf, s->data_len) != s->data_crc) {
+		status = -ZL_ERR_CORRUPT;
+		if (rdma_warn_ok(c->base.x))
+			ZL_LOG_WARN("xport",
+				    "payload CRC mismatch transport=rdma peer=%s op=%s len=%u "
+				    "req_id=%llu",
+				    c->base.peer, zl_wire_op_name(s->opcode), s->data_len,
+				    (unsigned long long)s->req_id);
+	}
+	s->pl_state = RDMA_PL_NONE;
+	rdma_sreq_maybe_put(c, s);
+	cb(arg, status);
+}
+
+static int rdma_fetch(struct zl_xport_payload *p, void *buf, uint32_t len, zl_xport_done_cb cb,
+		      void *arg)
+{
+	struct rdma_sreq *s = ZL_CONTAINER_OF(p, struct rdma_sreq, pl);
+	struct rdma_conn *c = s->c;
+	struct zl_xport *x = c->base.x;
+
+	if (s->pl_state != RDMA_PL_UNDECIDED || len < s->data_len)
+		return -ZL_ERR_INVAL; /* outside on_request, twice, or too small */
+	s->fetch_buf = buf;
+	s->fetch_cb = cb;
+	s->fetch_arg = arg;
+	if (!s->has_desc) {
+		/* Inline: the data is in the receive buffer right now. */
+		memcpy(buf, c->cur_inline, s->data_len);
+		s->fetch_status = 0;
+		if (zl_crc32c(buf, s->data_len) != s->data_crc) {
+			s->fetch_status = -ZL_ERR_CORRUPT;
+			if (rdma_warn_ok(x))
+				ZL_LOG_WARN("xport",
+					    "payload CRC mismatch transport=rdma peer=%s op=%s "
+					    "len=%u",
+					    c->base.peer, zl_wire_op_name(s->opcode), s->data_len);
+		}
+		s->pl_state = RDMA_PL_DONE;
+		s->next = NULL;
+		if (c->done_tail)
+			c->done_tail->next = s;
+		else
+			c->done_head = s;
+		c->done_tail = s;
+		zl_loop_defer(c->loop, &c->work_d, rdma_work, c);
+		return 0;
+	}
+	if (!zl_xport_buf_owned(x, buf, s->data_len)) {
+		s->fetch_bounce = zl_xport_buf_alloc(x, s->data_len);
+		if (!s->fetch_bounce)
+			return -ENOMEM;
+	}
+	s->pl_state = RDMA_PL_FETCHING;
+	rdma_bl_push(c, &s->bl_fetch, RDMA_BL_FETCH);
+	rdma_bl_run(c);
+	return 0;
+}
+
+static void rdma_discard(struct zl_xport_payload *p)
+{
+	struct rdma_sreq *s = ZL_CONTAINER_OF(p, struct rdma_sreq, pl);
+
+	if (s->pl_state == RDMA_PL_UNDECIDED)
+		s->pl_state = RDMA_PL_NONE;
+}
+
+static int rdma_reply_post(struct rdma_conn *c, struct rdma_sreq *s)
+{
+	struct ibv_send_wr w[2];
+	struct ibv_sge sg[2];
+	struct ibv_mr *mr;
+	uint32_t n = 0;
+	bool inl = s->msg_len <= c->max_inline, need;
+	int rc;
+
+	memset(w, 0, sizeof(w));
+	if (s->rwrite) {
+		const uint8_t *src = s->reply_bounce ? s->reply_bounce : s->rdata;
+
+		mr = rdma_mr_of(c->xd, src, s->rlen);
+		sg[0] = (struct ibv_sge){.addr = (uintptr_t)src, .length = s->rlen, .lkey = mr->lkey};
+		w[0].sg_list = &sg[0];
+		w[0].num_sge = 1;
+		w[0].opcode = IBV_WR_RDMA_WRITE;
+		w[0].wr.rdma.remote_addr = s->desc.addr;
+		w[0].wr.rdma.rkey = s->desc.rkey;
+		w[0].next = &w[1];
+		n++;
+	}
+	mr = rdma_mr_of(c->xd, s->msg, s->msg_len);
+	sg[n] = (struct ibv_sge){.addr = (uintptr_t)s->msg, .length = s->msg_len, .lkey = mr->lkey};
+	w[n].sg_list = &sg[n];
+	w[n].num_sge = 1;
+	w[n].opcode = IBV_WR_SEND;
+	w[n].send_flags = inl ? IBV_SEND_INLINE : 0;
+	n++;
+	/* The SEND's completion implies the WRITE's (same QP, in order). */
+	need = s->sent_cb || s->reply_bounce || !inl;
+	rc = rdma_post(c, w, n, need ? RDMA_WR_REPLY : RDMA_WR_NONE, s, need);
+	if (rc)
+		return rc;
+	if (!need) {
+		s->reply_busy = false;
+		rdma_sreq_maybe_put(c, s);
+	}
+	return 0;
+}
+
+static void rdma_reply_done(struct rdma_conn *c, struct rdma_sreq *s, int status)
+{
+	zl_xport_done_cb cb = s->sent_cb;
+	void *arg = s->sent_arg;
+
+	if (s->reply_bounce)
+		zl_xport_buf_free(c->base.x, s->reply_bounce);
+	s->reply_bounce = NULL;
+	s->sent_cb = NULL;
+	s->reply_busy = false;
+	rdma_sreq_maybe_put(c, s);
+	if (cb)
+		cb(arg, status);
+}
+
+static int rdma_reply(struct zl_xport_conn *bc, struct zl_wire_hdr *rep, const void *data,
+		      uint32_t len, zl_xport_done_cb sent_cb, void *arg)
+{
+	struct rdma_conn *c = rdma_conn_of(bc);
+	struct zl_xport *x = bc->x;
+	uint64_t slot = rep->req_id & 0xffffffffu;
+	struct rdma_sreq *s = slot < c->peer_slots ? c->by_slot[slot] : NULL;
+	struct zl_wire_hdr h;
+	const char *why = "?";
+	bool inline_data = len > 0;
+	int rc;
+
+	if (!(rep->flags & ZL_WF_REPLY) || (rep->flags & ZL_WF_RDMA))
+		return -ZL_ERR_INVAL;
+	if (!s || s->req_id != rep->req_id || s->state != RDMA_SREQ_ACTIVE) {
+		if (rdma_warn_ok(x))
+			ZL_LOG_ERR("xport",
+				   "reply to a request that is not pending transport=rdma peer=%s "
+				   "req_id=%llu (server bug)",
+				   bc->peer, (unsigned long long)rep->req_id);
+		return -ZL_ERR_INVAL;
+	}
+	rep->version = ZL_WIRE_VERSION;
+	rep->payload_len = len;
+	rep->payload_crc = len ? zl_crc32c(data, len) : 0;
+	rc = zl_wire_check(rep, 0, &why);
+	if (rc) {
+		if (rdma_warn_ok(x))
+			ZL_LOG_WARN("xport", "refusing to send an invalid reply op=%s reason=\"%s\"",
+				    zl_wire_op_name(rep->opcode), why);
+		return rc;
+	}
+	h = *rep;
+	s->rwrite = false;
+	s->reply_bounce = NULL;
+	if (len && s->has_desc && s->opcode == ZL_OP_READ) {
+		/* Data goes by RDMA WRITE into the client's buffer. */
+		inline_data = false;
+		h.flags |= ZL_WF_RDMA;
+		h.payload_len = 0;
+		if (len <= s->desc.len) {
+			s->rwrite = true;
+			if (!zl_xport_buf_owned(x, data, len)) {
+				s->reply_bounce = zl_xport_buf_alloc(x, len);
+				if (!s->reply_bounce)
+					return -ENOMEM;
+				memcpy(s->reply_bounce, data, len);
+			}
+		} else if (rdma_warn_ok(x)) {
+			/* The client fails the request (-ZL_ERR_PROTO). */
+			ZL_LOG_WARN("xport",
+				    "reply data larger than the client's buffer transport=rdma "
+				    "peer=%s len=%u buffer=%u; data not sent",
+				    bc->peer, len, s->desc.len);
+		}
+	} else if (len > RDMA_INLINE_MAX) {
+		if (rdma_warn_ok(x))
+			ZL_LOG_ERR("xport",
+				   "reply data without a client descriptor is too large "
+				   "transport=rdma op=%s len=%u max=%u",
+				   zl_wire_op_name(rep->opcode), len, RDMA_INLINE_MAX);
+		return -ZL_ERR_INVAL;
+	}
+	zl_wire_encode(&h, s->msg);
+	if (inline_data)
+		memcpy(s->msg + ZL_WIRE_HDR_SIZE, data, len);
+	s->msg_len = ZL_WIRE_HDR_SIZE + (inline_data ? len : 0);
+	s->rdata = data;
+	s->rlen = len;
+	s->sent_cb = sent_cb;
+	s->sent_arg = arg;
+	c->by_slot[s->peer_slot] = NULL;
+	c->srv_pending--;
+	s->state = RDMA_SREQ_SENDING;
+	s->reply_busy = true;
+	rdma_bl_push(c, &s->bl_reply, RDMA_BL_REPLY);
+	rdma_bl_run(c);
+	return 0;
+}
+
+static void rdma_bl_run(struct rdma_conn *c)
+{
+	while (c->bl_head && !c->base.closing) {
+		struct rdma_bl *b = c->bl_head;
+		int rc;
+
+		switch (b->kind) {
+		case RDMA_BL_REQ:
+			rc = rdma_req_post(c, ZL_CONTAINER_OF(b, struct rdma_req, bl));
+			break;
+		case RDMA_BL_FETCH:
+			rc = rdma_fetch_post(c, ZL_CONTAINER_OF(b, struct rdma_sreq, bl_fetch));
+			break;
+		default:
+			/* rdma_reply_post may put the slot: unlink first. */
+			c->bl_head = b->next;
+			if (!c->bl_head)
+				c->bl_tail = NULL;
+			rc = rdma_reply_post(c, ZL_CONTAINER_OF(b, struct rdma_sreq, bl_reply));
+			if (rc == -EAGAIN) {
+				b->next = c->bl_head;
+				c->bl_head = b;
+				if (!c->bl_tail)
+					c->bl_tail = b;
+				return;
+			}
+			b->queued = false;
+			if (rc)
+				return;
+			continue;
+		}
+		if (rc == -EAGAIN)
+			return;
+		c->bl_head = b->next;
+		if (!c->bl_head)
+			c->bl_tail = NULL;
+		b->queued = false;
+		if (rc)
+			return;
+	}
+}
+
+/* ---- completions ---- */
+
+static void rdma_wc(struct rdma_conn *c, const struct ibv_wc *wc)
+{
+	bool ok = wc->status == IBV_WC_SUCCESS;
+
+	if (wc->wr_id & RDMA_RECV_BIT) {
+		uint32_t idx = (uint32_t)(wc->wr_id & 0xffffffffu);
+
+		if (c->base.server) {
+			if (ok && !c->base.closing)
+				rdma_srv_recv(c, rdma_slab_at(&c->xd->srq_slab, idx), wc->byte_len);
+			/* Shared receives always go back to the SRQ. */
+			if (rdma_srq_post(c->xd, idx))
+				ZL_LOG_ERR("xport", "cannot re-post a shared receive buffer idx=%u",
+					   idx);
+		} else if (ok && !c->base.closing) {
+			rdma_cli_recv(c, idx, wc->byte_len);
+		}
+	} else if (ok) {
+		struct rdma_wr_ctx *e = &c->ring[wc->wr_id & c->ring_mask];
+		uint8_t kind = e->kind;
+		void *ptr = e->ptr;
+
+		c->sq_done = wc->wr_id + 1;
+		e->kind = RDMA_WR_NONE;
+		if (c->base.closing)
+			return; /* the close work reports everything */
+		if (kind == RDMA_WR_FETCH)
+			rdma_fetch_done(c, ptr);
+		else if (kind == RDMA_WR_REPLY)
+			rdma_reply_done(c, ptr, 0);
+	}
+	if (!ok && !c->base.closing) {
+		if (wc->status != IBV_WC_WR_FLUSH_ERR && rdma_warn_ok(c->base.x))
+			ZL_LOG_WARN("xport",
+				    "RDMA work request failed transport=rdma peer=%s status=\"%s\" "
+				    "opcode=%d; closing connection",
+				    c->base.peer, ibv_wc_status_str(wc->status), (int)wc->opcode);
+		rdma_conn_close(&c->base, -ZL_ERR_CONN);
+	}
+}
+
+/* Polls one batch of completions; returns how many. The caller holds a
+ * reference. */
+static int rdma_conn_poll(struct rdma_conn *c)
+{
+	struct ibv_wc wc[RDMA_POLL_BATCH];
+	int n;
+
+	if (c->base.closing || !c->cq)
+		return 0;
+	n = ibv_poll_cq(c->cq, RDMA_POLL_BATCH, wc);
+	if (n < 0) {
+		rdma_conn_close(&c->base, -ZL_ERR_CONN);
+		return 0;
+	}
+	for (int i = 0; i < n; i++)
+		rdma_wc(c, &wc[i]);
+	if (n > 0 && !c->base.closing)
+		rdma_bl_run(c);
+	return n;
+}
+
+/* Deferred work: inline fetches report here, never inside zl_xport_fetch. */
+static void rdma_work(void *arg)
+{
+	struct rdma_conn *c = arg;
+
+	zl_xport_conn_get(&c->base);
+	while (c->done_head && !c->base.closing) {
+		struct rdma_sreq *s = c->done_head;
+		zl_xport_done_cb cb = s->fetch_cb;
+		void *cb_arg = s->fetch_arg;
+		int status = s->fetch_status;
+
+		c->done_head = s->next;
+		if (!c->done_head)
+			c->done_tail = NULL;
+		s->pl_state = RDMA_PL_NONE;
+		rdma_sreq_maybe_put(c, s);
+		cb(cb_arg, status);
+	}
+	zl_xport_conn_put(&c->base);
+}
+
+/* ---- connection life cycle ---- */
+
+static uint32_t rdma_pow2(uint32_t v)
+{
+	uint32_t p = 1;
+
+	while (p < v)
+		p <<= 1;
+	return p;
+}
+
+/* Releases the verbs and CM resources; safe to run twice. */
+static void rdma_conn_teardown(struct rdma_conn *c)
+{
+	if (c->ch_in_loop) {
+		zl_loop_del(c->loop, &c->ch_h);
+		c->ch_in_loop = false;
+	}
+	if (c->id && c->id->qp)
+		rdma_destroy_qp(c->id);
+	if (c->cq) {
+		struct ibv_wc wc[RDMA_POLL_BATCH];
+		int n;
+
+		/* Receives this QP took from the SRQ go back to it. */
+		while ((n = ibv_poll_cq(c->cq, RDMA_POLL_BATCH, wc)) > 0) {
+			for (int i = 0; i < n; i++)
+				if (c->base.server && (wc[i].wr_id & RDMA_RECV_BIT))
+					rdma_srq_post(c->xd,
+						      (uint32_t)(wc[i].wr_id & 0xffffffffu));
+		}
+		if (c->cq_unacked)
+			ibv_ack_cq_events(c->cq, c->cq_unacked);
+		c->cq_unacked = 0;
+		if (ibv_destroy_cq(c->cq))
+			ZL_LOG_ERR("xport", "cannot destroy a completion queue peer=%s err=%s",
+				   c->base.peer, zl_strerror(-errno));
+		c->cq = NULL;
+	}
+	if (c->base.server && c->granted && c->xd) {
+		c->xd->srq_reserved -= c->granted;
+		c->granted = 0;
+	}
+	if (c->id) {
+		rdma_destroy_id(c->id);
+		c->id = NULL;
+	}
+	if (c->ch) {
+		rdma_destroy_event_channel(c->ch);
+		c->ch = NULL;
+	}
+}
+
+static void rdma_conn_free(struct zl_xport_conn *bc)
+{
+	struct rdma_conn *c = rdma_conn_of(bc);
+
+	/* Only reachable after the close work (which freed the pool memory)
+	 * or from a failed setup. */
+	rdma_conn_teardown(c);
+	free(c->ring);
+	free(c->reqs);
+	free(c->sreqs);
+	free(c->by_slot);
+	free(c);
+}
+
+/* Builds a connection on id: CQ, QP, slots, message buffers, receives.
+ * n: client request slots, or server credits. */
+static int rdma_conn_new(struct rdma_xport *tx, struct rdma_xdev *xd, struct rdma_cm_id *id,
+			 bool server, uint32_t n, uint32_t peer_slots, struct rdma_conn **out)
+{
+	struct zl_xport *x = tx->x;
+	const struct ibv_device_attr *a = &xd->dev->attr;
+	struct ibv_qp_init_attr qa = {0};
+	struct rdma_conn *c;
+	uint32_t cqe, nmsg;
+	int rc = -ENOMEM;
+
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	xport_conn_init(x, &c->base, server);
+	c->tx = tx;
+	c->loop = x->loop;
+	c->xd = xd;
+	if (server) {
+		c->granted = n;
+		c->n_sreqs = 2 * n;
+		c->sq_depth = ZL_MIN(2 * n + 2 * RDMA_SIGNAL_EVERY, (uint32_t)a->max_qp_wr);
+		cqe = c->sq_depth + 2 * n + 64;
+		nmsg = c->n_sreqs;
+	} else {
+		c->n_reqs = n;
+		c->sq_depth = ZL_MIN(n + 2 * RDMA_SIGNAL_EVERY, (uint32_t)a->max_qp_wr);
+		cqe = c->sq_depth + n;
+		nmsg = 2 * n;
+	}
+	cqe = ZL_MIN(cqe, (uint32_t)a->max_cqe);
+	c->ring_mask = rdma_pow2(c->sq_depth) - 1;
+	c->ring = calloc(c->ring_mask + 1, sizeof(*c->ring));
+	if (!c->ring)
+		goto out_free;
+	rc = rdma_slab_grow(x, &c->slab, nmsg);
+	if (rc)
+		goto out_free;
+	c->cq = ibv_create_cq(id->verbs, (int)cqe, c, xd->cc, 0);
+	if (!c->cq) {
+		rc = errno ? -errno : -ENOMEM;
+		goto out_free;
+	}
+	if (ibv_req_notify_cq(c->cq, 0)) {
+		rc = -EIO;
+		goto out_free;
+	}
+	qa.send_cq = qa.recv_cq = c->cq;
+	qa.srq = server ? xd->srq : NULL;
+	qa.qp_type = IBV_QPT_RC;
+	qa.cap.max_send_wr = c->sq_depth;
+	qa.cap.max_recv_wr = server ? 0 : n;
+	qa.cap.max_send_sge = 1;
+	qa.cap.max_recv_sge = 1;
+	qa.cap.max_inline_data = RDMA_INLINE_HDR;
+	if (rdma_create_qp(id, xd->dev->pd, &qa)) {
+		/* Devices without inline sends. */
+		qa.cap.max_inline_data = 0;
+		if (rdma_create_qp(id, xd->dev->pd, &qa)) {
+			rc = errno ? -errno : -ENOMEM;
+			goto out_free;
+		}
+	}
+	c->id = id;
+	id->context = c;
+	c->max_inline = qa.cap.max_inline_data;
+	if (server) {
+		c->sreqs = calloc(c->n_sreqs, sizeof(*c->sreqs));
+		c->by_slot = calloc(peer_slots, sizeof(*c->by_slot));
+		if (!c->sreqs || !c->by_slot)
+			goto out_nomem;
+		c->peer_slots = peer_slots;
+		for (uint32_t i = c->n_sreqs; i-- > 0;) {
+			struct rdma_sreq *s = &c->sreqs[i];
+
+			s->c = c;
+			s->pl.conn = &c->base;
+			s->msg = rdma_slab_at(&c->slab, i);
+			s->next = c->sreq_free;
+			c->sreq_free = s;
+		}
+	} else {
+		c->reqs = calloc(n, sizeof(*c->reqs));
+		if (!c->reqs)
+			goto out_nomem;
+		for (uint32_t i = n; i-- > 0;) {
+			c->reqs[i].slot = i;
+			c->reqs[i].next = c->req_free;
+			c->req_free = &c->reqs[i];
+		}
+		for (uint32_t i = 0; i < n; i++) {
+			rc = rdma_recv_post(c, i);
+			if (rc)
+				goto out_qp;
+		}
+	}
+	*out = c;
+	return 0;
+
+out_nomem:
+	rc = -ENOMEM;
+out_qp:
+	rdma_destroy_qp(id);
+	c->id = NULL;
+out_free:
+	if (c->cq)
+		ibv_destroy_cq(c->cq);
+	c->cq = NULL;
+	rdma_slab_fini(x, &c->slab);
+	c->granted = 0;
+	rdma_conn_free(&c->base);
+	return rc;
+}
+
+static void rdma_close_work(void *arg)
+{
+	struct rdma_conn *c = arg;
+	struct zl_xport *x = c->base.x;
+	struct rdma_xport *tx = c->tx;
+
+	/* No DMA into or out of any buffer after this. */
+	rdma_conn_teardown(c);
+	for (struct rdma_bl *b = c->bl_head; b; b = b->next)
+		b->queued = false;
+	c->bl_head = c->bl_tail = NULL;
+	c->done_head = c->done_tail = NULL;
+	for (uint32_t i = 0; i < c->n_sreqs; i++) {
+		struct rdma_sreq *s = &c->sreqs[i];
+
+		if (s->pl_state == RDMA_PL_FETCHING || s->pl_state == RDMA_PL_DONE) {
+			int st = s->pl_state == RDMA_PL_DONE ? s->fetch_status : -ZL_ERR_CONN;
+
+			if (s->fetch_bounce)
+				zl_xport_buf_free(x, s->fetch_bounce);
+			s->fetch_bounce = NULL;
+			s->pl_state = RDMA_PL_NONE;
+			s->fetch_cb(s->fetch_arg, st);
+		}
+		s->pl_state = RDMA_PL_NONE;
+		if (s->state == RDMA_SREQ_SENDING && s->reply_busy) {
+			zl_xport_done_cb cb = s->sent_cb;
+
+			if (s->reply_bounce)
+				zl_xport_buf_free(x, s->reply_bounce);
+			s->reply_bounce = NULL;
+			s->sent_cb = NULL;
+			s->reply_busy = false;
+			if (cb)
+				cb(s->sent_arg, -ZL_ERR_CONN);
+		}
+	}
+	/* Every request still in flight fails, oldest first. */
+	while (c->fl_head) {
+		struct rdma_req *r = c->fl_head;
+
+		rdma_req_finish(c, r, r->fail ? r->fail : -ZL_ERR_CONN, NULL);
+	}
+	rdma_slab_fini(x, &c->slab);
+	c->base.closed = true;
+	if (c->base.server) {
+		rdma_announce(c);
+		if (c->sops->on_close)
+			c->sops->on_close(c->sarg, &c->base, c->close_reason);
+	} else if (c->on_close) {
+		c->on_close(c->close_arg, &c->base, c->close_reason);
+	}
+	xport_conn_unlink(&c->base);
+	if (!c->base.server && --tx->n_clients == 0)
+		zl_timer_stop(c->loop, &tx->tick);
+	zl_xport_conn_put(&c->base);
+}
+
+static void rdma_conn_close(struct zl_xport_conn *bc, int reason)
+{
+	struct rdma_conn *c = rdma_conn_of(bc);
+
+	if (bc->closing)
+		return;
+	bc->closing = true;
+	c->close_reason = reason;
+	/* The QP goes to the error state now: the peer can no longer read or
+	 * write our buffers, which callers get back in the close work. */
+	if (c->id && c->id->qp)
+		rdma_disconnect(c->id);
+	rdma_busy_del(c);
+	if (c->ch_in_loop) {
+		zl_loop_del(c->loop, &c->ch_h);
+		c->ch_in_loop = false;
+	}
+	zl_loop_defer_cancel(c->loop, &c->work_d);
+	zl_loop_defer_cancel(c->loop, &c->conn_d);
+	zl_loop_defer(c->loop, &c->close_d, rdma_close_work, c);
+	ZL_LOG_DEBUG("xport",
+		     "connection closing transport=rdma peer=%s side=%s reason=%s inflight=%u",
+		     bc->peer, bc->server ? "server" : "client",
+		     reason ? zl_errname(reason) : "local", bc->inflight);
+}
+
+static void rdma_conn_close_now(struct zl_xport_conn *bc)
+{
+	struct rdma_conn *c = rdma_conn_of(bc);
+
+	rdma_conn_close(bc, -ZL_ERR_CONN);
+	zl_loop_defer_cancel(c->loop, &c->close_d);
+	rdma_close_work(c);
+}
+
+/* CM events of an established connection. */
+static void rdma_conn_cm_cb(void *arg, uint32_t events)
+{
+	struct rdma_conn *c = arg;
+	struct rdma_cm_event *ev;
+
+	(void)events;
+	zl_xport_conn_get(&c->base);
+	while (!c->base.closing && c->ch && rdma_get_cm_event(c->ch, &ev) == 0) {
+		enum rdma_cm_event_type type = ev->event;
+		int status = ev->status;
+
+		rdma_ack_cm_event(ev);
+		switch (type) {
+		case RDMA_CM_EVENT_ESTABLISHED:
+		case RDMA_CM_EVENT_TIMEWAIT_EXIT:
+			break;
+		default:
+			ZL_LOG_DEBUG("xport", "cm event transport=rdma peer=%s event=%s status=%d",
+				     c->base.peer, rdma_event_str(type), status);
+			rdma_conn_close(&c->base, -ZL_ERR_CONN);
+			break;
+		}
+	}
+	zl_xport_conn_put(&c->base);
+}
+
+/* Registers the connection's own CM channel on the loop and links it. */
+static int rdma_conn_start(struct rdma_conn *c, struct rdma_event_channel *ch)
+{
+	struct rdma_xport *tx = c->tx;
+	int rc;
+
+	c->ch = ch;
+	rc = rdma_set_nonblock(ch->fd);
+	if (rc)
+		return rc;
+	rc = zl_loop_add(c->loop, &c->ch_h, ch->fd, EPOLLIN, rdma_conn_cm_cb, c);
+	if (rc)
+		return rc;
+	c->ch_in_loop = true;
+	rdma_format_peer(rdma_get_peer_addr(c->id), c->base.peer, sizeof(c->base.peer));
+	xport_conn_link(&c->base);
+	if (!c->base.server && tx->n_clients++ == 0)
+		zl_timer_start(c->loop, &tx->tick, RDMA_TICK_MS, RDMA_TICK_MS, rdma_tick,
+			       c->base.x);
+	return 0;
+}
+
+/* ---- connection setup ---- */
+
+static int rdma_cm_err(enum rdma_cm_event_type type, int status)
+{
+	switch (type) {
+	case RDMA_CM_EVENT_ADDR_ERROR:
+	case RDMA_CM_EVENT_ROUTE_ERROR:
+		return -EHOSTUNREACH;
+	case RDMA_CM_EVENT_REJECTED:
+	case RDMA_CM_EVENT_CONNECT_ERROR:
+		return -ECONNREFUSED;
+	case RDMA_CM_EVENT_UNREACHABLE:
+		return status == -ETIMEDOUT ? -ETIMEDOUT : -EHOSTUNREACH;
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+		return -ENODEV;
+	default:
+		return -EPROTO;
+	}
+}
+
+static void rdma_lis_cb(void *arg, uint32_t events);
+
+/* Waits for the event `want` on ch until deadline_ms. While it waits, the
+ * listeners of `loop` accept connections (a client and a server on the same
+ * thread would deadlock otherwise); their callbacks stay deferred. hs gets the
+ * peer's handshake when wanted. */
+static int rdma_cm_wait(struct rdma_event_channel *ch, struct zl_loop *loop, uint64_t deadline_ms,
+			enum rdma_cm_event_type want, struct rdma_hs *hs)
+{
+	for (;;) {
+		struct pollfd pfd[1 + RDMA_SPIN_LISTENERS];
+		struct rdma_listener *ls[RDMA_SPIN_LISTENERS];
+		struct rdma_cm_event *ev;
+		uint64_t now;
+		int nl = 0, n;
+
+		if (rdma_get_cm_event(ch, &ev) == 0) {
+			enum rdma_cm_event_type type = ev->event;
+			int status = ev->status, rc = 0;
+
+			if (type == want && hs)
+				rc = rdma_hs_decode(ev->param.conn.private_data,
+						    ev->param.conn.private_data_len, hs);
+			rdma_ack_cm_event(ev);
+			if (type == want)
+				return rc;
+			ZL_LOG_DEBUG("xport", "rdma connect event=%s status=%d (waiting for %s)",
+				     rdma_event_str(type), status, rdma_event_str(want));
+			return rdma_cm_err(type, status);
+		}
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return -errno;
+		pfd[0] = (struct pollfd){.fd = ch->fd, .events = POLLIN};
+		if (loop) {
+			pthread_mutex_lock(&rdma_lis_lock);
+			for (struct rdma_listener *l = rdma_lis_all; l && nl < RDMA_SPIN_LISTENERS;
+			     l = l->all_next) {
+				if (l->tx->x->loop != loop)
+					continue;
+				ls[nl] = l;
+				pfd[1 + nl] = (struct pollfd){.fd = l->ch->fd, .events = POLLIN};
+				nl++;
+			}
+			pthread_mutex_unlock(&rdma_lis_lock);
+		}
+		now = zl_now_ms();
+		if (now >= deadline_ms)
+			return -ETIMEDOUT;
+		n = poll(pfd, (nfds_t)(1 + nl), (int)ZL_MIN(deadline_ms - now, 1000u));
+		if (n < 0 && errno != EINTR)
+			return -errno;
+		for (int i = 0; n > 0 && i < nl; i++)
+			if (pfd[1 + i].revents)
+				rdma_lis_cb(ls[i], EPOLLIN);
+	}
+}
+
+static int rdma_resolve(const char *host, uint16_t port, int passive, struct addrinfo **res)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC,
+				 .ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_NUMERICSERV | passive};
+	char portstr[8];
+	int gai;
+
+	snprintf(portstr, sizeof(portstr), "%u", port);
+	gai = getaddrinfo(host, portstr, &hints, res);
+	if (gai) {
+		ZL_LOG_WARN("xport", "cannot resolve host=%s err=\"%s\"; check the address", host,
+			    gai_strerror(gai));
+		return gai == EAI_MEMORY ? -ENOMEM : -EHOSTUNREACH;
+	}
+	return 0;
+}
+
+/* Resolves address and route of host:port on a fresh id of ch. */
+static int rdma_resolve_id(struct rdma_event_channel *ch, struct zl_loop *loop, const char *host,
+			   uint16_t port, uint64_t deadline_ms, struct rdma_cm_id **out)
+{
+	struct rdma_cm_id *id = NULL;
+	struct addrinfo *res;
+	int tmo, rc;
+
+	rc = rdma_resolve(host, port, 0, &res);
+	if (rc)
+		return rc;
+	if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP)) {
+		rc = -errno;
+		goto out_res;
+	}
+	tmo = (int)ZL_MAX(1, (int64_t)deadline_ms - (int64_t)zl_now_ms());
+	if (rdma_resolve_addr(id, NULL, res->ai_addr, tmo)) {
+		rc = errno == ENODEV ? -EHOSTUNREACH : -errno;
+		goto out_id;
+	}
+	rc = rdma_cm_wait(ch, loop, deadline_ms, RDMA_CM_EVENT_ADDR_RESOLVED, NULL);
+	if (rc)
+		goto out_id;
+	tmo = (int)ZL_MAX(1, (int64_t)deadline_ms - (int64_t)zl_now_ms());
+	if (rdma_resolve_route(id, tmo)) {
+		rc = -errno;
+		goto out_id;
+	}
+	rc = rdma_cm_wait(ch, loop, deadline_ms, RDMA_CM_EVENT_ROUTE_RESOLVED, NULL);
+	if (rc)
+		goto out_id;
+	if (!id->verbs) {
+		rc = -EHOSTUNREACH;
+		goto out_id;
+	}
+	freeaddrinfo(res);
+	*out = id;
+	return 0;
+
+out_id:
+	rdma_destroy_id(id);
+out_res:
+	freeaddrinfo(res);
+	return rc;
+}
+
+static int rdma_xport_connect(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
+			zl_xport_close_cb on_close, void *arg, struct zl_xport_conn **out)
+{
+	struct rdma_xport *tx = x->impl;
+	uint64_t deadline_ms = zl_now_ms() + (uint64_t)timeout_ms;
+	struct rdma_conn_param cp = {0};
+	struct rdma_event_channel *ch;
+	struct rdma_hs hs = {.magic = RDMA_HS_MAGIC, .version = RDMA_HS_VERSION};
+	uint8_t pd[RDMA_HS_SIZE];
+	struct rdma_cm_id *id = NULL;
+	struct rdma_xdev *xd;
+	struct rdma_conn *c = NULL;
+	int rc;
+
+	ch = rdma_create_event_channel();
+	if (!ch)
+		return errno ? -errno : -ENODEV;
+	rc = rdma_set_nonblock(ch->fd);
+	if (rc)
+		goto out_ch;
+	rc = rdma_resolve_id(ch, x->loop, host, port, deadline_ms, &id);
+	if (rc)
+		goto out_ch;
+	rc = rdma_xdev_get(tx, id->verbs, &xd);
+	if (rc)
+		goto out_id;
+	rc = rdma_conn_new(tx, xd, id, false, x->opts.max_inflight, 0, &c);
+	if (rc)
+		goto out_id;
+	hs.count = c->n_reqs;
+	hs.max_msg = RDMA_MSG_SIZE;
+	rdma_hs_encode(&hs, pd);
+	cp.private_data = pd;
+	cp.private_data_len = sizeof(pd);
+	cp.responder_resources = (uint8_t)ZL_MIN(RDMA_RD_ATOM_MAX, (uint32_t)xd->dev->attr.max_qp_rd_atom);
+	cp.initiator_depth = (uint8_t)ZL_MIN(RDMA_RD_ATOM_MAX, (uint32_t)xd->dev->attr.max_qp_init_rd_atom);
+	cp.retry_count = 7;
+	cp.rnr_retry_count = 7;
+	if (rdma_connect(id, &cp)) {
+		rc = -errno;
+		goto out_conn;
+	}
+	rc = rdma_cm_wait(ch, x->loop, deadline_ms, RDMA_CM_EVENT_ESTABLISHED, &hs);
+	if (rc)
+		goto out_conn;
+	c->credits = ZL_MIN(hs.count, c->n_reqs);
+	c->on_close = on_close;
+	c->close_arg = arg;
+	rc = rdma_conn_start(c, ch);
+	if (rc) {
+		c->ch = NULL; /* freed below */
+		goto out_conn;
+	}
+	c->base.refs++; /* the caller's */
+	ZL_LOG_DEBUG("xport", "connected transport=rdma peer=%s dev=%s credits=%u", c->base.peer,
+		     ibv_get_device_name(id->verbs->device), c->credits);
+	*out = &c->base;
+	return 0;
+
+out_conn:
+	rdma_slab_fini(x, &c->slab);
+	rdma_conn_free(&c->base); /* destroys QP, CQ and id */
+	id = NULL;
+out_id:
+	if (id)
+		rdma_destroy_id(id);
+out_ch:
+	rdma_destroy_event_channel(ch);
+	ZL_LOG_DEBUG("xport", "rdma connect failed host=%s port=%u err=%s", host, port,
+		     zl_errname(rc));
+	return rc;
+}
+
+/* ---- server ---- */
+
+static void rdma_refuse(struct rdma_cm_id *id, const char *why, int rc)
+{
+	ZL_LOG_WARN("xport", "rejecting rdma connection reason=\"%s\" err=%s", why,
+		    zl_strerror(rc));
+	rdma_reject(id, NULL, 0);
+	rdma_destroy_id(id);
+}
+
+static void rdma_accept_one(struct rdma_listener *l, struct rdma_cm_id *id,
+			    const struct rdma_hs *hs, uint8_t ird, uint8_t ord)
+{
+	struct rdma_xport *tx = l->tx;
+	struct zl_xport *x = tx->x;
+	struct rdma_conn_param cp = {0};
+	struct rdma_hs ahs = {.magic = RDMA_HS_MAGIC, .version = RDMA_HS_VERSION};
+	struct rdma_event_channel *ch;
+	uint8_t pd[RDMA_HS_SIZE];
+	struct rdma_xdev *xd;
+	struct rdma_conn *c;
+	uint32_t credits;
+	int rc;
+
+	rc = rdma_xdev_get(tx, id->verbs, &xd);
+	if (rc) {
+		rdma_refuse(id, "device setup failed", rc);
+		return;
+	}
+	rc = rdma_srq_fill(x, xd, xd->srq_reserved);
+	if (rc) {
+		rdma_refuse(id, "shared receive queue setup failed", rc);
+		return;
+	}
+	credits = ZL_MIN(hs->count, x->opts.max_inflight);
+	credits = ZL_MIN(credits, xd->srq_depth - xd->srq_reserved);
+	if (!credits) {
+		rdma_refuse(id, "shared receive queue full (too many connections)", -ZL_ERR_BUSY);
+		return;
+	}
+	rc = rdma_srq_fill(x, xd, xd->srq_reserved + credits);
+	if (rc) {
+		rdma_refuse(id, "cannot post shared receives", rc);
+		return;
+	}
+	rc = rdma_conn_new(tx, xd, id, true, credits, hs->count, &c);
+	if (rc) {
+		rdma_refuse(id, "connection setup failed", rc);
+		return;
+	}
+	xd->srq_reserved += credits;
+	c->sops = l->ops;
+	c->sarg = l->arg;
+	ch = rdma_create_event_channel();
+	if (!ch || rdma_migrate_id(id, ch)) {
+		rc = errno ? -errno : -ENOMEM;
+		if (ch)
+			rdma_destroy_event_channel(ch);
+		goto out_reject;
+	}
+	rc = rdma_conn_start(c, ch);
+	if (rc)
+		goto out_reject;
+	ahs.count = credits;
+	ahs.max_msg = RDMA_MSG_SIZE;
+	rdma_hs_encode(&ahs, pd);
+	cp.private_data = pd;
+	cp.private_data_len = sizeof(pd);
+	cp.responder_resources = (uint8_t)ZL_MIN((int)ird, xd->dev->attr.max_qp_rd_atom);
+	cp.initiator_depth = (uint8_t)ZL_MIN((int)ord, xd->dev->attr.max_qp_init_rd_atom);
+	cp.rnr_retry_count = 7;
+	if (rdma_accept(id, &cp)) {
+		rc = -errno;
+		ZL_LOG_WARN("xport", "rdma accept failed peer=%s err=%s", c->base.peer,
+			    zl_strerror(rc));
+		rdma_conn_close(&c->base, -ZL_ERR_CONN);
+		return;
+	}
+	ZL_LOG_DEBUG("xport", "accepted transport=rdma peer=%s port=%u dev=%s credits=%u",
+		     c->base.peer, l->base.port, ibv_get_device_name(id->verbs->device), credits);
+	zl_loop_defer(c->loop, &c->conn_d, rdma_announce_cb, c);
+	return;
+
+out_reject:
+	ZL_LOG_WARN("xport", "dropping rdma connection err=%s", zl_strerror(rc));
+	rdma_reject(id, NULL, 0);
+	rdma_slab_fini(x, &c->slab);
+	rdma_conn_free(&c->base); /* QP, CQ, id, channel, SRQ share */
+}
+
+static void rdma_lis_cb(void *arg, uint32_t events)
+{
+	struct rdma_listener *l = arg;
+	struct rdma_cm_event *ev;
+
+	(void)events;
+	while (l->ch && rdma_get_cm_event(l->ch, &ev) == 0) {
+		if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+			struct rdma_cm_id *id = ev->id;
+			uint8_t ird = ev->param.conn.initiator_depth;
+			uint8_t ord = ev->param.conn.responder_resources;
+			struct rdma_hs hs;
+			int rc = rdma_hs_decode(ev->param.conn.private_data,
+						ev->param.conn.private_data_len, &hs);
+
+			rdma_ack_cm_event(ev);
+			if (rc)
+				rdma_refuse(id, "bad handshake (not a Zipline peer or other version)",
+					    rc);
+			else
+				rdma_accept_one(l, id, &hs, ird, ord);
+			continue;
+		}
+		ZL_LOG_DEBUG("xport", "listener cm event=%s port=%u", rdma_event_str(ev->event),
+			     l->base.port);
+		rdma_ack_cm_event(ev);
+	}
+}
+
+static int rdma_xport_listen(struct zl_xport *x, const char *host, uint16_t port,
+		       const struct zl_xport_server_ops *ops, void *arg,
+		       struct zl_xport_listener **out)
+{
+	struct rdma_listener *l;
+	struct addrinfo *res;
+	int rc;
+
+	rc = rdma_resolve(host, port, AI_PASSIVE, &res);
+	if (rc)
+		return rc;
+	l = calloc(1, sizeof(*l));
+	if (!l) {
+		rc = -ENOMEM;
+		goto out_res;
+	}
+	l->tx = x->impl;
+	l->ops = ops;
+	l->arg = arg;
+	snprintf(l->host, sizeof(l->host), "%s", host);
+	l->ch = rdma_create_event_channel();
+	if (!l->ch) {
+		rc = errno ? -errno : -ENODEV;
+		goto out_free;
+	}
+	rc = rdma_set_nonblock(l->ch->fd);
+	if (rc)
+		goto out_ch;
+	if (rdma_create_id(l->ch, &l->id, l, RDMA_PS_TCP)) {
+		rc = -errno;
+		goto out_ch;
+	}
+	if (rdma_bind_addr(l->id, res->ai_addr) || rdma_listen(l->id, 1024)) {
+		rc = -errno;
+		ZL_LOG_ERR("xport",
+			   "cannot listen transport=rdma host=%s port=%u err=%s; is the port in "
+			   "use, is the address on an RDMA device?",
+			   host, port, zl_strerror(rc));
+		goto out_id;
+	}
+	if (!l->id->verbs && strcmp(host, "0.0.0.0") && strcmp(host, "::"))
+		ZL_LOG_WARN("xport",
+			    "listening on an address without an RDMA device host=%s; no RDMA "
+			    "client will reach it",
+			    host);
+	l->base.port = ntohs(rdma_get_src_port(l->id));
+	rc = zl_loop_add(x->loop, &l->h, l->ch->fd, EPOLLIN, rdma_lis_cb, l);
+	if (rc)
+		goto out_id;
+	pthread_mutex_lock(&rdma_lis_lock);
+	l->all_next = rdma_lis_all;
+	rdma_lis_all = l;
+	pthread_mutex_unlock(&rdma_lis_lock);
+	xport_listener_link(x, &l->base);
+	freeaddrinfo(res);
+	ZL_LOG_DEBUG("xport", "listening transport=rdma host=%s port=%u", host, l->base.port);
+	*out = &l->base;
+	return 0;
+
+out_id:
+	rdma_destroy_id(l->id);
+out_ch:
+	rdma_destroy_event_channel(l->ch);
+out_free:
+	free(l);
+out_res:
+	freeaddrinfo(res);
+	return rc;
+}
+
+static void rdma_listener_close(struct zl_xport_listener *bl)
+{
+	struct rdma_listener *l = ZL_CONTAINER_OF(bl, struct rdma_listener, base);
+
+	pthread_mutex_lock(&rdma_lis_lock);
+	for (struct rdma_listener **pp = &rdma_lis_all; *pp; pp = &(*pp)->all_next) {
+		if (*pp == l) {
+			*pp = l->all_next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&rdma_lis_lock);
+	zl_loop_del(bl->x->loop, &l->h);
+	rdma_destroy_id(l->id);
+	rdma_destroy_event_channel(l->ch);
+	xport_listener_unlink(bl);
+	free(l);
+}
+
+/* ---- timeouts ---- */
+
+static void rdma_tick(void *arg)
+{
+	struct zl_xport *x = arg;
+	uint64_t now = zl_now_ns();
+
+	for (struct zl_xport_conn *bc = x->conns, *next; bc; bc = next) {
+		struct rdma_conn *c = rdma_conn_of(bc);
+		struct rdma_req *r;
+
+		next = bc->next;
+		if (bc->server || bc->closing || !c->fl_head || c->fl_head->deadline_ns > now)
+			continue;
+		for (r = c->fl_head; r && r->deadline_ns <= now; r = r->next)
+			r->fail = -ZL_ERR_TIMEOUT;
+		if (rdma_warn_ok(x))
+			ZL_LOG_WARN("xport",
+				    "request timed out transport=rdma peer=%s op=%s timeout_ms=%u "
+				    "inflight=%u; closing connection",
+				    bc->peer, zl_wire_op_name(c->fl_head->opcode), x->opts.timeout_ms,
+				    bc->inflight);
+		rdma_conn_close(bc, -ZL_ERR_TIMEOUT);
+	}
+}
+
+/* ---- transport ---- */
+
+/* CAP_IPC_LOCK lifts the memlock limit for verbs registrations. */
+static bool rdma_has_ipc_lock(void)
+{
+	char line[256];
+	bool has = false;
+	FILE *f = fopen("/proc/self/status", "r");
+
+	if (!f)
+		return false;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long long caps;
+
+		if (sscanf(line, "CapEff: %llx", &caps) == 1) {
+			has = caps & (1ull << 14);
+			break;
+		}
+	}
+	fclose(f);
+	return has;
+}
+
+static int rdma_init(struct zl_xport *x)
+{
+	struct rdma_xport *tx;
+	struct ibv_device **list;
+	struct ibv_context **ctxs;
+	struct rlimit rl;
+	int n = 0;
+
+	list = ibv_get_device_list(&n);
+	if (list)
+		ibv_free_device_list(list);
+	if (!list || n == 0) {
+		ZL_LOG_WARN("xport",
+			    "no RDMA device found; load the driver (e.g. rdma_rxe for "
+			    "Soft-RoCE) or use transport tcp");
+		return -ENODEV;
+	}
+	if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur < x->opts.pool_bytes && !rdma_has_ipc_lock()) {
+		ZL_LOG_ERR("xport",
+			   "memlock limit too low for the RDMA buffer pool memlock=%llu "
+			   "pool_bytes=%llu; raise it (ulimit -l unlimited, LimitMEMLOCK=infinity, "
+			   "or the IPC_LOCK capability in a pod) or lower pool_bytes",
+			   (unsigned long long)rl.rlim_cur, (unsigned long long)x->opts.pool_bytes);
+		return -ENOMEM;
+	}
+	tx = calloc(1, sizeof(*tx));
+	if (!tx)
+		return -ENOMEM;
+	tx->x = x;
+	x->impl = tx;
+	zl_loop_add_poller(x->loop, &tx->poller, rdma_poller, tx);
+	/* Open every device rdma_cm knows now, so that the pool (registered
+	 * right after this, region by region) is pinned at start and the first
+	 * connection does not pay for it. */
+	ctxs = rdma_get_devices(&n);
+	for (int i = 0; ctxs && i < n; i++) {
+		struct rdma_xdev *xd;
+		int rc = rdma_xdev_get(tx, ctxs[i], &xd);
+
+		if (rc)
+			ZL_LOG_WARN("xport", "cannot use RDMA device dev=%s err=%s; skipping it",
+				    ibv_get_device_name(ctxs[i]->device), zl_strerror(rc));
+	}
+	if (ctxs)
+		rdma_free_devices(ctxs);
+	return 0;
+}
+
+static void rdma_fini(struct zl_xport *x)
+{
+	struct rdma_xport *tx = x->impl;
+
+	if (!tx)
+		return;
+	zl_timer_stop(x->loop, &tx->tick);
+	zl_loop_del_poller(x->loop, &tx->poller);
+	while (tx->xdevs) {
+		struct rdma_xdev *xd = tx->xdevs;
+
+		tx->xdevs = xd->next;
+		rdma_xdev_free(x, xd);
+	}
+	free(tx);
+	x->impl = NULL;
+}
+
+bool xport_rdma_reaches(const char *host, uint16_t port, int timeout_ms)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *id = NULL;
+	bool ok;
+
+	if (!ch)
+		return false;
+	ok = !rdma_set_nonblock(ch->fd) &&
+	     !rdma_resolve_id(ch, NULL, host, port ? port : 1,
+			      zl_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 1000), &id);
+	if (id)
+		rdma_destroy_id(id);
+	rdma_destroy_event_channel(ch);
+	return ok;
+}
+
+const struct xport_ops xport_rdma_ops = {
+    .kind = ZL_XPORT_RDMA,
+    .init = rdma_init,
+    .fini = rdma_fini,
+    .connect = rdma_xport_connect,
+    .listen = rdma_xport_listen,
+    .listener_close = rdma_listener_close,
+    .conn_close = rdma_conn_close,
+    .conn_close_now = rdma_conn_close_now,
+    .conn_free = rdma_conn_free,
+    .request = rdma_request,
+    .fetch = rdma_fetch,
+    .discard = rdma_discard,
+    .reply = rdma_reply,
+    .mem_register = rdma_mem_register,
+};

@@ -41,6 +41,12 @@ enum zl_xport_select { ZL_XPORT_SEL_AUTO = 0, ZL_XPORT_SEL_TCP, ZL_XPORT_SEL_RDM
 /* Parses "auto"|"tcp"|"rdma"; 0 or -ZL_ERR_INVAL. */
 int zl_xport_select_parse(const char *s, enum zl_xport_select *out);
 const char *zl_xport_kind_name(enum zl_xport_kind k);
+/* Resolves a selection for a peer: tcp and rdma as given; auto is RDMA when
+ * rdma_cm resolves an address and route to host over an RDMA device within
+ * timeout_ms (blocking), else TCP (also when built without RDMA). port may be
+ * 0. Returns 0 or -ZL_ERR_INVAL. */
+int zl_xport_select_kind(enum zl_xport_select sel, const char *host, uint16_t port, int timeout_ms,
+			 enum zl_xport_kind *out);
 
 struct zl_xport;
 struct zl_xport_conn;

@@ -2,6 +2,9 @@
  * common to every implementation, then dispatch through struct xport_ops.
  */
 #include "transport_internal.h"
+#ifdef ZL_HAVE_RDMA
+#include "rdma_internal.h"
+#endif
 
 #include <errno.h>
 #include <stdio.h>
@@ -42,13 +45,41 @@ const char *zl_xport_kind_name(enum zl_xport_kind k)
 	return "unknown";
 }
 
+int zl_xport_select_kind(enum zl_xport_select sel, const char *host, uint16_t port, int timeout_ms,
+			 enum zl_xport_kind *out)
+{
+	if (!out)
+		return -ZL_ERR_INVAL;
+	switch (sel) {
+	case ZL_XPORT_SEL_TCP:
+		*out = ZL_XPORT_TCP;
+		return 0;
+	case ZL_XPORT_SEL_RDMA:
+		*out = ZL_XPORT_RDMA;
+		return 0;
+	case ZL_XPORT_SEL_AUTO:
+#ifdef ZL_HAVE_RDMA
+		*out = host && xport_rdma_reaches(host, port, timeout_ms) ? ZL_XPORT_RDMA
+									  : ZL_XPORT_TCP;
+#else
+		*out = ZL_XPORT_TCP;
+#endif
+		return 0;
+	}
+	return -ZL_ERR_INVAL;
+}
+
 static const struct xport_ops *xport_ops_for(enum zl_xport_kind kind)
 {
 	switch (kind) {
 	case ZL_XPORT_TCP:
 		return &xport_tcp_ops;
 	case ZL_XPORT_RDMA:
-		return NULL; /* added by the RDMA implementation */
+#ifdef ZL_HAVE_RDMA
+		return &xport_rdma_ops;
+#else
+		return NULL; /* built without rdma-core */
+#endif
 	}
 	return NULL;
 }
