@@ -1,0 +1,94 @@
+/* The attach process: one per attached volume, serving the volume as the
+ * regular file <dir>/fuse/disk through a FUSE low-level session that runs on
+ * the same zl_loop as the volume client. Private to csi-node/. */
+#ifndef ZL_CSI_ATTACH_H
+#define ZL_CSI_ATTACH_H
+
+#define FUSE_USE_VERSION 34
+#include <fuse_lowlevel.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "lib/client/client.h"
+#include "lib/common/common.h"
+#include "lib/common/loop.h"
+
+#define ATTACH_LOG "attach"
+/* Requests served at once; each slot owns one receive buffer, which also
+ * holds the write payload until the volume acknowledges it and serves as the
+ * read destination, so no buffer is allocated per I/O. */
+#define ATTACH_SLOTS 32
+/* libfuse reads whole requests of up to FUSE_MAX_MAX_PAGES (256) pages plus
+ * a header page into the buffer. */
+#define ATTACH_BUF_SIZE	 ((256u + 1u) * 4096u)
+#define ATTACH_MAX_WRITE (1u << 20)
+#define ATTACH_INO_DISK	 2
+
+struct attach;
+
+/* A volume handle and the FUSE requests it still owes a reply. A resize
+ * opens a new handle; the old one is closed when its last request ends. */
+struct attach_volh {
+	struct zl_vol *vol;
+	unsigned int inflight;
+};
+
+struct attach_slot {
+	struct attach *a;
+	struct attach_slot *next_free;
+	struct fuse_buf buf;
+	fuse_req_t req;
+	struct attach_volh *volh;
+	uint64_t len;
+	int op; /* ATTACH_OP_* of the request in flight */
+	bool taken;
+};
+
+struct attach {
+	struct zl_loop *loop;
+	struct zl_etcd *etcd;
+	struct zl_client *client;
+	struct attach_volh vh[2]; /* current and draining */
+	struct attach_volh *cur;
+	uint64_t size;
+	const char *vol_id;
+	const char *prefix;
+	char dir[1024];
+	char mnt[1100];
+
+	struct fuse_session *se;
+	struct zl_loop_handle fuse_h;
+	bool fuse_polling;
+	bool fuse_mounted;
+	bool fuse_inited; /* the kernel's INIT was answered */
+	struct attach_slot slots[ATTACH_SLOTS];
+	struct attach_slot *free_slots;
+	struct attach_slot *cur_slot; /* the slot whose request is being processed */
+	unsigned int busy_slots;
+	struct zl_defer close_defer;
+
+	int ctl_fd;
+	struct zl_loop_handle ctl_h;
+	int sig_fd;
+	struct zl_loop_handle sig_h;
+	struct zl_timer stop_timer;
+	uint64_t stop_deadline_ns;
+	bool stopping;
+	bool flushing;
+
+	uint64_t io_errors;
+	struct zl_ratelimit err_rl;
+};
+
+/* Creates the FUSE session, mounts it on a->mnt and starts serving it on
+ * a->loop. 0 or a negative errno (the log says what failed). */
+int attach_fuse_start(struct attach *a);
+/* Unmounts and destroys the session. Safe to call twice. */
+void attach_fuse_stop(struct attach *a);
+/* The volume grew to a->size: drop the kernel's cached attributes. */
+void attach_fuse_resized(struct attach *a);
+/* Closes handles that no request uses any more (deferred from completions). */
+void attach_volh_gc(struct attach *a);
+
+#endif

@@ -1,0 +1,425 @@
+/* `zipline-node attach`: the process that serves one attached volume. It is
+ * started by zipline-node (posix_spawn + setsid) and outlives it, so that a
+ * crash or an upgrade of the node service leaves mounted volumes working.
+ *
+ * Life cycle: open etcd, the volume client and the volume; mount the FUSE
+ * session on <dir>/fuse; listen on <dir>/ctl.sock; report READY on the ready
+ * fd; serve until SIGTERM (drain, flush, unmount) or until the FUSE
+ * connection ends. SIGHUP or "resize" on the control socket re-reads the
+ * volume record after an expansion. */
+#include "attach.h"
+#include "node.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define ATTACH_DRAIN_MS 30000
+
+struct attach_args {
+	const char *vol_id;
+	const char *dir;
+	const char *etcd;
+	const char *prefix;
+	const char *transport;
+	const char *log_level;
+	uint64_t epoch;
+	int ready_fd;
+};
+
+static void attach_ready(int *fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Tells zipline-node how the start went (one line), then closes the fd. */
+static void attach_ready(int *fd, const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+	int len;
+
+	if (*fd < 0)
+		return;
+	va_start(ap, fmt);
+	len = vsnprintf(line, sizeof(line) - 1, fmt, ap);
+	va_end(ap);
+	if (len < 0)
+		len = 0;
+	len = ZL_MIN(len, (int)sizeof(line) - 2);
+	line[len++] = '\n';
+	if (write(*fd, line, (size_t)len) < 0)
+		ZL_LOG_WARN(ATTACH_LOG, "cannot report to zipline-node: err=%s", strerror(errno));
+	close(*fd);
+	*fd = -1;
+}
+
+static int attach_parse(int argc, char **argv, struct attach_args *o)
+{
+	static const struct option opts[] = {
+	    {"volume-id", required_argument, NULL, 'v'},
+	    {"dir", required_argument, NULL, 'd'},
+	    {"etcd", required_argument, NULL, 'e'},
+	    {"etcd-prefix", required_argument, NULL, 'p'},
+	    {"transport", required_argument, NULL, 't'},
+	    {"epoch", required_argument, NULL, 'E'},
+	    {"ready-fd", required_argument, NULL, 'r'},
+	    {"log-level", required_argument, NULL, 'l'},
+	    {NULL, 0, NULL, 0},
+	};
+	int c;
+
+	memset(o, 0, sizeof(*o));
+	o->ready_fd = -1;
+	o->prefix = ZL_META_DEFAULT_PREFIX;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case 'v':
+			o->vol_id = optarg;
+			break;
+		case 'd':
+			o->dir = optarg;
+			break;
+		case 'e':
+			o->etcd = optarg;
+			break;
+		case 'p':
+			o->prefix = optarg;
+			break;
+		case 't':
+			o->transport = optarg;
+			break;
+		case 'l':
+			o->log_level = optarg;
+			break;
+		case 'E':
+			o->epoch = strtoull(optarg, NULL, 10);
+			break;
+		case 'r':
+			o->ready_fd = atoi(optarg);
+			break;
+		default:
+			return -ZL_ERR_INVAL;
+		}
+	}
+	if (!o->vol_id || !o->dir || !o->etcd) {
+		fprintf(stderr, "zipline-node attach: --volume-id, --dir and --etcd are required "
+				"(this mode is started by zipline-node itself)\n");
+		return -ZL_ERR_INVAL;
+	}
+	return 0;
+}
+
+/* Re-reads the volume record; a grown volume gets a new handle and the FUSE
+ * file grows. Returns 0 or an error with msg filled. */
+static int attach_resize(struct attach *a, char *msg, size_t len)
+{
+	struct zl_volume v;
+	struct attach_volh *next = a->cur == &a->vh[0] ? &a->vh[1] : &a->vh[0];
+	struct zl_vol *nv;
+	uint64_t old = a->size;
+	int rc;
+
+	memset(&v, 0, sizeof(v));
+	rc = zl_meta_volume_get(a->etcd, a->prefix, a->vol_id, &v);
+	if (rc) {
+		snprintf(msg, len, "cannot read the volume record: %s", zl_strerror(rc));
+		return rc;
+	}
+	if (v.size == a->size) {
+		zl_volume_fini(&v);
+		return 0;
+	}
+	if (v.size < a->size) {
+		snprintf(msg, len, "volume record says %llu bytes, less than the %llu served",
+			 (unsigned long long)v.size, (unsigned long long)a->size);
+		zl_volume_fini(&v);
+		return -ZL_ERR_INVAL;
+	}
+	zl_volume_fini(&v);
+	if (next->vol) {
+		snprintf(msg, len, "the previous resize is still draining, retry");
+		return -ZL_ERR_BUSY;
+	}
+	rc = zl_vol_open(a->client, a->vol_id, &nv);
+	if (rc) {
+		snprintf(msg, len, "cannot reopen the volume: %s", zl_strerror(rc));
+		return rc;
+	}
+	next->vol = nv;
+	next->inflight = 0;
+	a->cur = next;
+	a->size = zl_vol_size(nv);
+	attach_volh_gc(a);
+	attach_fuse_resized(a);
+	ZL_LOG_INFO(ATTACH_LOG, "volume grew: vol=%s size=%llu->%llu", a->vol_id,
+		    (unsigned long long)old, (unsigned long long)a->size);
+	return 0;
+}
+
+static void attach_ctl_cb(void *arg, uint32_t events)
+{
+	struct attach *a = arg;
+	struct timeval tv = {.tv_sec = 2};
+	char req[64], reply[320], msg[256] = "";
+	ssize_t n;
+	int fd, rc;
+
+	fd = accept4(a->ctl_fd, NULL, NULL, SOCK_CLOEXEC);
+	if (fd < 0)
+		return;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	n = read(fd, req, sizeof(req) - 1);
+	if (n <= 0)
+		goto out_close;
+	req[n] = '\0';
+	req[strcspn(req, "\r\n")] = '\0';
+	if (strcmp(req, "resize") == 0) {
+		rc = attach_resize(a, msg, sizeof(msg));
+		if (rc)
+			snprintf(reply, sizeof(reply), "err %s\n", msg);
+		else
+			snprintf(reply, sizeof(reply), "ok size=%llu\n",
+				 (unsigned long long)a->size);
+	} else if (strcmp(req, "status") == 0) {
+		snprintf(reply, sizeof(reply), "ok size=%llu errors=%llu busy=%u\n",
+			 (unsigned long long)a->size, (unsigned long long)a->io_errors,
+			 a->busy_slots);
+	} else {
+		snprintf(reply, sizeof(reply), "err unknown command '%.40s' (resize|status)\n",
+			 req);
+	}
+	if (write(fd, reply, strlen(reply)) < 0)
+		ZL_LOG_WARN(ATTACH_LOG, "control reply failed: vol=%s err=%s", a->vol_id,
+			    strerror(errno));
+out_close:
+	close(fd);
+}
+
+static int attach_ctl_listen(struct attach *a)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd, rc;
+
+	if ((size_t)snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/ctl.sock", a->dir) >=
+	    sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	unlink(sa.sun_path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 8) < 0) {
+		rc = -errno;
+		close(fd);
+		return rc;
+	}
+	a->ctl_fd = fd;
+	return zl_loop_add(a->loop, &a->ctl_h, fd, EPOLLIN, attach_ctl_cb, a);
+}
+
+static void attach_flushed(void *arg, int status)
+{
+	struct attach *a = arg;
+
+	if (status)
+		ZL_LOG_ERR(ATTACH_LOG, "final flush failed: vol=%s err=%s", a->vol_id,
+			   zl_strerror(status));
+	zl_loop_stop(a->loop);
+}
+
+/* Stopping: wait for the requests in flight, then flush, then stop. */
+static void attach_stop_tick(void *arg)
+{
+	struct attach *a = arg;
+
+	if (a->flushing)
+		return;
+	if (a->busy_slots && zl_now_ns() < a->stop_deadline_ns) {
+		zl_timer_start(a->loop, &a->stop_timer, 20, 0, attach_stop_tick, a);
+		return;
+	}
+	if (a->busy_slots)
+		ZL_LOG_WARN(ATTACH_LOG, "stopping with requests in flight: vol=%s busy=%u",
+			    a->vol_id, a->busy_slots);
+	a->flushing = true;
+	if (zl_vol_aio_flush(a->cur->vol, attach_flushed, a) != 0)
+		zl_loop_stop(a->loop);
+}
+
+static void attach_sig_cb(void *arg, uint32_t events)
+{
+	struct attach *a = arg;
+	struct signalfd_siginfo si;
+	char msg[256] = "";
+
+	while (read(a->sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+		if (si.ssi_signo == SIGHUP) {
+			if (attach_resize(a, msg, sizeof(msg)))
+				ZL_LOG_ERR(ATTACH_LOG, "resize on SIGHUP failed: vol=%s err=%s",
+					   a->vol_id, msg);
+			continue;
+		}
+		if (si.ssi_signo == SIGPIPE || a->stopping)
+			continue;
+		ZL_LOG_INFO(ATTACH_LOG, "stopping: vol=%s signal=%u busy=%u", a->vol_id,
+			    si.ssi_signo, a->busy_slots);
+		a->stopping = true;
+		if (a->se)
+			zl_loop_mod(a->loop, &a->fuse_h, 0);
+		a->stop_deadline_ns = zl_now_ns() + (uint64_t)ATTACH_DRAIN_MS * 1000000u;
+		attach_stop_tick(a);
+	}
+}
+
+static int attach_signals(struct attach *a)
+{
+	sigset_t set;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	sigaddset(&set, SIGPIPE);
+	if (sigprocmask(SIG_BLOCK, &set, NULL) < 0)
+		return -errno;
+	a->sig_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+	if (a->sig_fd < 0)
+		return -errno;
+	return zl_loop_add(a->loop, &a->sig_h, a->sig_fd, EPOLLIN, attach_sig_cb, a);
+}
+
+static int attach_open(struct attach *a, const struct attach_args *o, int *ready)
+{
+	struct zl_etcd_opts eo = {.endpoints = o->etcd, .timeout_ms = 5000};
+	struct zl_client_opts co = {.prefix = o->prefix, .epoch = o->epoch};
+	char cid[64];
+	int rc;
+
+	if (o->transport && zl_xport_select_parse(o->transport, &co.transport)) {
+		attach_ready(ready, "ERR bad --transport '%s' (auto|tcp|rdma)", o->transport);
+		return -ZL_ERR_INVAL;
+	}
+	snprintf(cid, sizeof(cid), "attach-%s", o->vol_id);
+	co.client_id = cid;
+	rc = zl_loop_create(&a->loop);
+	if (rc == 0)
+		rc = zl_etcd_create(&eo, &a->etcd);
+	if (rc) {
+		attach_ready(ready, "ERR cannot set up etcd client for %s: %s", o->etcd,
+			     zl_strerror(rc));
+		return rc;
+	}
+	rc = zl_client_create(a->loop, a->etcd, &co, &a->client);
+	if (rc) {
+		attach_ready(ready, "ERR cannot start the volume client: %s", zl_strerror(rc));
+		return rc;
+	}
+	rc = zl_vol_open(a->client, o->vol_id, &a->vh[0].vol);
+	if (rc) {
+		attach_ready(ready, "ERR cannot open volume %s: %s (detail: %s)", o->vol_id,
+			     zl_strerror(rc), zl_etcd_last_error());
+		return rc;
+	}
+	a->cur = &a->vh[0];
+	a->size = zl_vol_size(a->vh[0].vol);
+	return 0;
+}
+
+int attach_main(int argc, char **argv)
+{
+	struct attach_args o;
+	struct attach *a;
+	int ready, rc;
+
+	zl_log_init("zipline-node-attach");
+	if (attach_parse(argc, argv, &o))
+		return 2;
+	if (o.log_level && zl_log_set_level(o.log_level))
+		fprintf(stderr, "zipline-node attach: bad --log-level '%s'\n", o.log_level);
+	ready = o.ready_fd;
+	/* The attach token comes through the environment, never argv (argv is
+	 * world-readable in /proc). lib/client does not send tokens yet. */
+	if (getenv("ZL_ATTACH_TOKEN"))
+		unsetenv("ZL_ATTACH_TOKEN");
+	a = calloc(1, sizeof(*a));
+	if (!a) {
+		attach_ready(&ready, "ERR out of memory");
+		return 1;
+	}
+	a->fuse_h.fd = a->ctl_h.fd = a->sig_h.fd = -1;
+	a->ctl_fd = a->sig_fd = -1;
+	a->vol_id = o.vol_id;
+	a->prefix = o.prefix;
+	snprintf(a->dir, sizeof(a->dir), "%s", o.dir);
+	snprintf(a->mnt, sizeof(a->mnt), "%s/fuse", o.dir);
+	rc = attach_open(a, &o, &ready);
+	if (rc)
+		goto out;
+	rc = attach_signals(a);
+	if (rc) {
+		attach_ready(&ready, "ERR cannot set up signals: %s", strerror(-rc));
+		goto out;
+	}
+	if (mkdir(a->mnt, 0700) < 0 && errno != EEXIST) {
+		rc = -errno;
+		attach_ready(&ready, "ERR cannot create %s: %s", a->mnt, strerror(errno));
+		goto out;
+	}
+	rc = attach_fuse_start(a);
+	if (rc) {
+		attach_ready(&ready, "ERR cannot serve FUSE on %s: %s (see attach.log)", a->mnt,
+			     strerror(-rc));
+		goto out;
+	}
+	rc = attach_ctl_listen(a);
+	if (rc) {
+		attach_ready(&ready, "ERR cannot listen on %s/ctl.sock: %s", a->dir, strerror(-rc));
+		goto out;
+	}
+	/* Ready means the kernel finished INIT: opening the file works now. */
+	for (uint64_t end = zl_now_ms() + 10000; !a->fuse_inited && a->fuse_mounted;) {
+		if (zl_now_ms() > end || zl_loop_run_once(a->loop, 100) < 0)
+			break;
+	}
+	if (!a->fuse_inited) {
+		attach_ready(&ready,
+			     "ERR the kernel did not finish FUSE INIT on %s (see attach.log)",
+			     a->mnt);
+		rc = -EIO;
+		goto out;
+	}
+	ZL_LOG_INFO(ATTACH_LOG, "serving: vol=%s size=%llu epoch=%llu file=%s/disk pid=%d",
+		    a->vol_id, (unsigned long long)a->size, (unsigned long long)o.epoch, a->mnt,
+		    (int)getpid());
+	attach_ready(&ready, "READY size=%llu", (unsigned long long)a->size);
+	rc = zl_loop_run(a->loop);
+	ZL_LOG_INFO(ATTACH_LOG, "stopped: vol=%s errors=%llu", a->vol_id,
+		    (unsigned long long)a->io_errors);
+out:
+	attach_fuse_stop(a);
+	if (a->ctl_fd >= 0) {
+		char path[1100];
+
+		snprintf(path, sizeof(path), "%s/ctl.sock", a->dir);
+		unlink(path);
+		close(a->ctl_fd);
+	}
+	for (size_t i = 0; i < ZL_ARRAY_SIZE(a->vh); i++)
+		zl_vol_close(a->vh[i].vol);
+	zl_client_destroy(a->client);
+	zl_etcd_destroy(a->etcd);
+	if (a->sig_fd >= 0)
+		close(a->sig_fd);
+	zl_loop_destroy(a->loop);
+	free(a);
+	return rc ? 1 : 0;
+}

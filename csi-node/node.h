@@ -1,0 +1,198 @@
+/* zipline-node internals: the CSI Node service and the per-volume attach
+ * process. Nothing here is a public interface; only csi-node/ includes it.
+ *
+ * Layout of the state directory (--state-dir, default /var/lib/zipline/node):
+ *   <vol-id>/state.json   what is staged/published here (node_state.c)
+ *   <vol-id>/fuse/disk    the volume as one regular file (attach process)
+ *   <vol-id>/ctl.sock     the attach process's control socket
+ *   <vol-id>/attach.log   its stdout/stderr
+ * state.json is the only truth: every RPC reads it under the volume's
+ * operation lock, so a restarted zipline-node simply reads it again. */
+#ifndef ZL_CSI_NODE_H
+#define ZL_CSI_NODE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "lib/common/common.h"
+#include "lib/etcd/etcd.h"
+#include "lib/grpc/grpc_server.h"
+
+#define NODE_LOG	  "csi-node"
+#define NODE_DRIVER_NAME  "zipline.csi.io"
+#define NODE_TOPOLOGY_KEY "topology.zipline.io/node"
+#define NODE_PATH_MAX	  1024
+#define NODE_MAX_TARGETS  16
+#define NODE_MAX_FLAGS	  16
+
+enum node_frontend { NODE_FRONTEND_FUSE = 0, NODE_FRONTEND_NBD };
+
+struct node_cfg {
+	const char *endpoint;
+	const char *node_id;
+	const char *etcd_urls;
+	const char *etcd_prefix;
+	const char *state_dir;
+	const char *kubelet_dir;
+	const char *transport; /* passed on to attach processes */
+	const char *log_level;
+	enum node_frontend frontend;
+	unsigned int workers;
+};
+
+/* Volume ids with an operation running. Locking rule: `lock` guards
+ * `busy`; an RPC holds its volume's entry for its whole duration. */
+struct node_oplocks {
+	pthread_mutex_t lock;
+	char busy[64][ZL_VOL_ID_LEN + 1];
+};
+
+struct node {
+	struct node_cfg cfg;
+	char self_exe[NODE_PATH_MAX]; /* /proc/self/exe, for attach processes */
+	struct zl_etcd *etcd;
+	struct node_oplocks ops;
+};
+
+/* ---- state.json (node_state.c) ---- */
+
+struct node_target {
+	char path[NODE_PATH_MAX];
+	bool readonly;
+};
+
+struct node_vol_state {
+	char volume_id[ZL_VOL_ID_LEN + 1];
+	char staging[NODE_PATH_MAX]; /* staging_target_path */
+	bool block;		     /* access type block (else mount) */
+	char fs_type[16];	     /* mount mode */
+	char mount_flags[512];	     /* comma-joined */
+	bool stage_ro;
+	pid_t pid;     /* attach process */
+	char loop[64]; /* /dev/loopN, "" until set up */
+	uint64_t epoch;
+	uint64_t size;
+	char prefix[128];
+	bool staged; /* stage finished (mounted / device ready) */
+	size_t n_targets;
+	struct node_target targets[NODE_MAX_TARGETS];
+};
+
+/* Paths inside the state directory; return 0 or -ENAMETOOLONG. */
+int node_vol_dir(const struct node *n, const char *vol_id, char *out, size_t len);
+int node_vol_file(const struct node *n, const char *vol_id, const char *name, char *out,
+		  size_t len);
+/* Loads <vol>/state.json: 0, -ENOENT (not staged here) or -ZL_ERR_INVAL. */
+int node_state_load(const struct node *n, const char *vol_id, struct node_vol_state *st);
+/* Writes state.json atomically (temp file + rename + fsync). 0 or -errno. */
+int node_state_save(const struct node *n, const struct node_vol_state *st);
+/* Removes the volume's state directory and everything in it. */
+int node_state_remove(const struct node *n, const char *vol_id);
+/* JSON codec, pure (unit-tested). */
+char *node_state_to_json(const struct node_vol_state *st);
+int node_state_from_json(const char *json, struct node_vol_state *st);
+
+/* Per-volume operation lock: 0 or -ZL_ERR_BUSY (another operation runs). */
+int node_op_begin(struct node *n, const char *vol_id);
+void node_op_end(struct node *n, const char *vol_id);
+
+/* Start-up: adopts live attach processes, cleans up dead unstaged ones. */
+void node_state_adopt_all(struct node *n);
+
+/* ---- helpers (node_exec.c) ---- */
+
+/* Runs argv[0] (absolute path or found in PATH) without a shell, waits up to
+ * timeout_ms (then SIGKILL). Returns the exit status (0..255), or a negative
+ * errno when it could not run. Its stdout+stderr (trimmed, at most outlen-1
+ * bytes) land in out when out != NULL. */
+int node_run(const char *const argv[], int timeout_ms, char *out, size_t outlen);
+/* Is path a mount point (an entry in /proc/self/mountinfo)? 1, 0 or -errno.
+ * src (optional) receives the mount source. */
+int node_mountinfo_find(const char *path, char *src, size_t srclen);
+/* Decodes the octal escapes of a mountinfo field in place. */
+void node_mountinfo_unescape(char *s);
+/* mkdir -p (mode 0750). 0 or -errno. */
+int node_mkdir_p(const char *path);
+/* Unmounts path if it is mounted (repeatedly, for stacked mounts); 0 or a
+ * negative errno with the umount error in msg. */
+int node_umount_all(const char *path, char *msg, size_t msglen);
+
+/* ---- attach processes (node_attach.c) ---- */
+
+struct node_attach_req {
+	const char *volume_id;
+	const char *prefix;
+	uint64_t epoch;
+	const char *token;
+};
+
+/* Starts the attach process for a volume and waits until its FUSE file is
+ * served. Returns 0 with *pid set, or a negative error with msg filled. */
+int node_attach_start(struct node *n, const struct node_attach_req *req, pid_t *pid, char *msg,
+		      size_t msglen);
+/* Is pid a live attach process of vol_id? (Reaps it when it is a zombie
+ * child of ours.) */
+bool node_attach_alive(pid_t pid, const char *vol_id);
+/* SIGTERM, then waits up to timeout_ms (SIGKILL after). 0 or -ETIMEDOUT. */
+int node_attach_stop(pid_t pid, const char *vol_id, int timeout_ms);
+/* One request line to the attach process's control socket, one reply line
+ * back. Returns 0 or a negative errno. */
+int node_attach_ctl(const struct node *n, const char *vol_id, const char *cmd, char *reply,
+		    size_t replylen);
+/* losetup on the FUSE file; *loop gets /dev/loopN. */
+int node_loop_setup(const struct node *n, const char *vol_id, char *loop, size_t looplen, char *msg,
+		    size_t msglen);
+/* Full teardown after the mounts are gone: losetup -d, stop the attach
+ * process, unmount the FUSE dir, remove the state dir. */
+int node_detach(struct node *n, struct node_vol_state *st, char *msg, size_t msglen);
+/* Size of a block device in bytes (BLKGETSIZE64). 0 or -errno. */
+int node_blkdev_size(const char *dev, uint64_t *size);
+
+/* ---- RPC handlers ---- */
+
+int node_stage(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
+	       ProtobufCMessage *resp);
+int node_unstage(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
+		 ProtobufCMessage *resp);
+int node_publish(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
+		 ProtobufCMessage *resp);
+int node_unpublish(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
+		   ProtobufCMessage *resp);
+int node_get_stats(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
+		   ProtobufCMessage *resp);
+int node_expand(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
+		ProtobufCMessage *resp);
+/* The full method table (Identity + Node). */
+extern const struct zl_grpc_method node_methods[];
+extern const size_t node_n_methods;
+
+/* A VolumeCapability reduced to what the node acts on. */
+struct node_cap {
+	bool block;
+	bool ro_mode; /* a reader-only access mode */
+	char fs_type[16];
+	char flags[512]; /* mount_flags joined with ',' */
+};
+
+/* Parses and checks a capability (NULL allowed only when !required).
+ * Returns 0, or ZL_GRPC_INVALID_ARGUMENT with msg filled. */
+struct Csi__V1__VolumeCapability;
+int node_cap_parse(const struct Csi__V1__VolumeCapability *c, struct node_cap *out, char *msg,
+		   size_t msglen);
+/* Value of key in a protobuf-c string map (any *Entry type), or NULL. */
+const char *node_map_get(void *const *entries, size_t n, const char *key);
+
+/* Checks a volume id for the RPCs: 0 or -ZL_ERR_INVAL. */
+int node_check_vol_id(const char *id);
+/* Volume known in etcd? 0, -ZL_ERR_NOT_FOUND or an etcd error. */
+int node_volume_exists(struct node *n, const char *prefix, const char *vol_id, uint64_t *size);
+
+/* ---- the attach process (attach_main.c, attach_fuse.c) ---- */
+
+/* `zipline-node attach ...`: serves one volume until SIGTERM. */
+int attach_main(int argc, char **argv);
+
+#endif

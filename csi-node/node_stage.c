@@ -1,0 +1,334 @@
+/* NodeStageVolume / NodeUnstageVolume: attach the volume through its own
+ * attach process (FUSE file + loop device), format it when blank, mount it
+ * on the staging path; and the reverse. */
+#include "node.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "csi.pb-c.h"
+
+#define NODE_MKFS_TIMEOUT_MS  (10 * 60 * 1000)
+#define NODE_MOUNT_TIMEOUT_MS (2 * 60 * 1000)
+
+static bool node_stage_same(const struct node_vol_state *st, const char *staging,
+			    const struct node_cap *cap)
+{
+	if (st->block != cap->block)
+		return false;
+	if (cap->block)
+		return true;
+	return strcmp(st->fs_type, cap->fs_type) == 0 && strcmp(st->mount_flags, cap->flags) == 0 &&
+	       st->stage_ro == cap->ro_mode;
+}
+
+/* Formats the device if it holds nothing blkid recognises. */
+static int node_format(struct zl_grpc_call *call, const struct node_vol_state *st)
+{
+	const char *blkid[] = {"blkid", "-p", "-s", "TYPE", "-o", "value", st->loop, NULL};
+	const char *ext4[] = {"mkfs.ext4", "-F",      "-q",	"-E", "nodiscard",
+			      "-L",	   "zipline", st->loop, NULL};
+	const char *xfs[] = {"mkfs.xfs", "-f", "-q", "-K", st->loop, NULL};
+	char out[1024];
+	int rc;
+
+	rc = node_run(blkid, 60000, out, sizeof(out));
+	if (rc == 0 && out[0]) {
+		if (strcmp(out, st->fs_type) == 0)
+			return ZL_GRPC_OK;
+		return zl_grpc_fail(call, ZL_GRPC_FAILED_PRECONDITION,
+				    "volume %s already holds a %s filesystem but %s was asked for; "
+				    "it is never reformatted: use fsType %s",
+				    st->volume_id, out, st->fs_type, out);
+	}
+	if (rc != 2)
+		return zl_grpc_fail(call, ZL_GRPC_INTERNAL,
+				    "blkid on %s (volume %s) failed with status %d: %s", st->loop,
+				    st->volume_id, rc, out);
+	ZL_LOG_INFO(NODE_LOG, "formatting blank volume: vol=%s dev=%s fs=%s", st->volume_id,
+		    st->loop, st->fs_type);
+	rc = node_run(strcmp(st->fs_type, "xfs") == 0 ? xfs : ext4, NODE_MKFS_TIMEOUT_MS, out,
+		      sizeof(out));
+	if (rc)
+		return zl_grpc_fail(call, ZL_GRPC_INTERNAL, "mkfs.%s on %s (volume %s) failed: %s",
+				    st->fs_type, st->loop, st->volume_id, out);
+	return ZL_GRPC_OK;
+}
+
+static int node_mount_staging(struct zl_grpc_call *call, const struct node_vol_state *st)
+{
+	char opts[600], src[128] = "", out[1024];
+	const char *argv[] = {"mount", "-t", st->fs_type, "-o", opts, st->loop, st->staging, NULL};
+	int rc;
+
+	rc = node_mkdir_p(st->staging);
+	if (rc)
+		return zl_grpc_fail_err(call, rc, "cannot create staging path %s", st->staging);
+	rc = node_mountinfo_find(st->staging, src, sizeof(src));
+	if (rc > 0) {
+		if (strcmp(src, st->loop) == 0)
+			return ZL_GRPC_OK;
+		return zl_grpc_fail(call, ZL_GRPC_ALREADY_EXISTS,
+				    "staging path %s already has %s mounted, not volume %s",
+				    st->staging, src, st->volume_id);
+	}
+	rc = node_format(call, st);
+	if (rc)
+		return rc;
+	snprintf(opts, sizeof(opts), "%s%s%s", st->stage_ro ? "ro" : "rw",
+		 st->mount_flags[0] ? "," : "", st->mount_flags);
+	rc = node_run(argv, NODE_MOUNT_TIMEOUT_MS, out, sizeof(out));
+	if (rc)
+		return zl_grpc_fail(call, ZL_GRPC_INTERNAL,
+				    "mounting %s (%s, volume %s) on %s with -o %s failed: %s",
+				    st->loop, st->fs_type, st->volume_id, st->staging, opts, out);
+	return ZL_GRPC_OK;
+}
+
+/* Undoes a stage whose attach process died: lazily unmounts what is left. */
+static int node_stage_reset(struct node *n, struct node_vol_state *st, char *msg, size_t len)
+{
+	if (!st->block && node_mountinfo_find(st->staging, NULL, 0) > 0) {
+		const char *argv[] = {"umount", "-l", st->staging, NULL};
+		char out[512];
+
+		if (node_run(argv, 60000, out, sizeof(out)) != 0) {
+			snprintf(msg, len, "umount -l %.300s failed: %.300s", st->staging, out);
+			return -EBUSY;
+		}
+	}
+	return node_detach(n, st, msg, len);
+}
+
+static int node_stage_locked(struct node *n, struct zl_grpc_call *call,
+			     const Csi__V1__NodeStageVolumeRequest *r, const struct node_cap *cap)
+{
+	struct node_vol_state st;
+	struct node_attach_req ar;
+	const char *v;
+	char msg[768] = "";
+	bool started = false;
+	int rc;
+
+	rc = node_state_load(n, r->volume_id, &st);
+	if (rc == 0 && strcmp(st.staging, r->staging_target_path) != 0)
+		return zl_grpc_fail(call, ZL_GRPC_FAILED_PRECONDITION,
+				    "volume %s is already staged on this node at %s, not %s",
+				    r->volume_id, st.staging, r->staging_target_path);
+	if (rc == 0 && !node_stage_same(&st, r->staging_target_path, cap))
+		return zl_grpc_fail(
+		    call, ZL_GRPC_ALREADY_EXISTS,
+		    "volume %s is staged at %s with another capability (%s %s -o %s)", r->volume_id,
+		    st.staging, st.block ? "block" : "mount", st.fs_type,
+		    st.mount_flags[0] ? st.mount_flags : "defaults");
+	if (rc == 0 && !node_attach_alive(st.pid, st.volume_id)) {
+		ZL_LOG_WARN(NODE_LOG, "attach process gone, staging again: vol=%s pid=%d",
+			    st.volume_id, (int)st.pid);
+		if (node_stage_reset(n, &st, msg, sizeof(msg)))
+			return zl_grpc_fail(call, ZL_GRPC_INTERNAL,
+					    "cannot clean up the dead attachment of %s: %s",
+					    r->volume_id, msg);
+		rc = -ENOENT;
+	}
+	if (rc == 0 && st.staged) {
+		/* Idempotent; a staging mount lost since (unmounted by hand) comes back. */
+		if (!st.block && node_mountinfo_find(st.staging, NULL, 0) <= 0)
+			return node_mount_staging(call, &st);
+		return ZL_GRPC_OK;
+	}
+	if (rc && rc != -ENOENT)
+		return zl_grpc_fail_err(call, rc, "cannot read the node state of volume %s",
+					r->volume_id);
+	if (rc == -ENOENT) {
+		memset(&st, 0, sizeof(st));
+		snprintf(st.volume_id, sizeof(st.volume_id), "%s", r->volume_id);
+		snprintf(st.staging, sizeof(st.staging), "%s", r->staging_target_path);
+		st.block = cap->block;
+		snprintf(st.fs_type, sizeof(st.fs_type), "%s", cap->fs_type);
+		snprintf(st.mount_flags, sizeof(st.mount_flags), "%s", cap->flags);
+		st.stage_ro = cap->ro_mode;
+	}
+	v = node_map_get((void *const *)r->publish_context, r->n_publish_context, "etcdPrefix");
+	snprintf(st.prefix, sizeof(st.prefix), "%s", v && v[0] ? v : n->cfg.etcd_prefix);
+	v = node_map_get((void *const *)r->publish_context, r->n_publish_context, "epoch");
+	st.epoch = v ? strtoull(v, NULL, 10) : 0;
+
+	rc = node_volume_exists(n, st.prefix, st.volume_id, &st.size);
+	if (rc == -ZL_ERR_NOT_FOUND)
+		return zl_grpc_fail(call, ZL_GRPC_NOT_FOUND, "volume %s does not exist",
+				    st.volume_id);
+	if (rc)
+		return zl_grpc_fail_err(call, rc, "cannot look up volume %s in etcd (%s)",
+					st.volume_id, zl_etcd_last_error());
+
+	if (!node_attach_alive(st.pid, st.volume_id)) {
+		ar = (struct node_attach_req){
+		    .volume_id = st.volume_id,
+		    .prefix = st.prefix,
+		    .epoch = st.epoch,
+		    .token = node_map_get((void *const *)r->publish_context, r->n_publish_context,
+					  "token"),
+		};
+		rc = node_attach_start(n, &ar, &st.pid, msg, sizeof(msg));
+		if (rc)
+			return zl_grpc_fail(call, zl_grpc_code_from_err(rc), "%s", msg);
+		started = true;
+		st.loop[0] = '\0';
+	}
+	rc = node_state_save(n, &st);
+	if (rc) {
+		rc = zl_grpc_fail_err(call, rc, "cannot record the attachment of %s in %s",
+				      st.volume_id, n->cfg.state_dir);
+		goto out_undo;
+	}
+	rc = node_loop_setup(n, st.volume_id, st.loop, sizeof(st.loop), msg, sizeof(msg));
+	if (rc) {
+		rc = zl_grpc_fail(call, ZL_GRPC_INTERNAL, "volume %s: %s", st.volume_id, msg);
+		goto out_undo;
+	}
+	rc = node_state_save(n, &st);
+	if (rc == 0 && !st.block)
+		rc = node_mount_staging(call, &st);
+	else if (rc)
+		rc =
+		    zl_grpc_fail_err(call, rc, "cannot record the loop device of %s", st.volume_id);
+	if (rc)
+		goto out_undo;
+	st.staged = true;
+	rc = node_state_save(n, &st);
+	if (rc) {
+		rc = zl_grpc_fail_err(call, rc, "cannot record the stage of %s", st.volume_id);
+		goto out_undo;
+	}
+	ZL_LOG_INFO(NODE_LOG, "staged: vol=%s mode=%s dev=%s staging=%s pid=%d epoch=%llu",
+		    st.volume_id, st.block ? "block" : st.fs_type, st.loop, st.staging, (int)st.pid,
+		    (unsigned long long)st.epoch);
+	return ZL_GRPC_OK;
+out_undo:
+	/* Leave nothing behind that no state describes: a retry starts clean. */
+	if (started) {
+		char umsg[512];
+
+		if (node_mountinfo_find(st.staging, NULL, 0) <= 0 &&
+		    node_detach(n, &st, umsg, sizeof(umsg)))
+			ZL_LOG_ERR(NODE_LOG, "cleanup after failed stage failed: vol=%s err=%s",
+				   st.volume_id, umsg);
+	}
+	return rc;
+}
+
+int node_stage(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
+	       ProtobufCMessage *resp)
+{
+	const Csi__V1__NodeStageVolumeRequest *r = (const Csi__V1__NodeStageVolumeRequest *)req;
+	struct node *n = ctx;
+	struct node_cap cap;
+	char msg[256];
+	int rc;
+
+	if (!r->volume_id[0])
+		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "volume_id is required");
+	if (!r->staging_target_path[0])
+		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
+				    "staging_target_path is required");
+	if (r->staging_target_path[0] != '/' || strlen(r->staging_target_path) >= NODE_PATH_MAX)
+		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
+				    "staging_target_path must be an absolute path shorter than %d",
+				    NODE_PATH_MAX);
+	rc = node_cap_parse(r->volume_capability, &cap, msg, sizeof(msg));
+	if (rc)
+		return zl_grpc_fail(call, rc, "%s", msg);
+	if (node_check_vol_id(r->volume_id))
+		return zl_grpc_fail(call, ZL_GRPC_NOT_FOUND,
+				    "volume %.64s does not exist (Zipline ids are vol-<16 hex>)",
+				    r->volume_id);
+	if (node_op_begin(n, r->volume_id))
+		return zl_grpc_fail(call, ZL_GRPC_ABORTED,
+				    "an operation on volume %s is already in progress",
+				    r->volume_id);
+	rc = node_stage_locked(n, call, r, &cap);
+	node_op_end(n, r->volume_id);
+	return rc;
+}
+
+/* Drops targets whose mounts are gone (unpublished by hand, or lost). */
+static void node_prune_targets(struct node_vol_state *st)
+{
+	size_t j = 0;
+
+	for (size_t i = 0; i < st->n_targets; i++)
+		if (node_mountinfo_find(st->targets[i].path, NULL, 0) > 0)
+			st->targets[j++] = st->targets[i];
+	st->n_targets = j;
+}
+
+static int node_unstage_locked(struct node *n, struct zl_grpc_call *call,
+			       const Csi__V1__NodeUnstageVolumeRequest *r)
+{
+	struct node_vol_state st;
+	char msg[768] = "";
+	int rc;
+
+	rc = node_state_load(n, r->volume_id, &st);
+	if (rc == -ENOENT) {
+		rc = node_volume_exists(n, n->cfg.etcd_prefix, r->volume_id, NULL);
+		if (rc == -ZL_ERR_NOT_FOUND)
+			return zl_grpc_fail(call, ZL_GRPC_NOT_FOUND, "volume %s does not exist",
+					    r->volume_id);
+		return ZL_GRPC_OK; /* not staged here: nothing to do */
+	}
+	if (rc)
+		return zl_grpc_fail_err(call, rc, "cannot read the node state of volume %s",
+					r->volume_id);
+	if (strcmp(st.staging, r->staging_target_path) != 0)
+		return zl_grpc_fail(call, ZL_GRPC_FAILED_PRECONDITION,
+				    "volume %s is staged at %s, not at %s", r->volume_id,
+				    st.staging, r->staging_target_path);
+	node_prune_targets(&st);
+	if (st.n_targets)
+		return zl_grpc_fail(
+		    call, ZL_GRPC_FAILED_PRECONDITION,
+		    "volume %s is still published at %s%s: call NodeUnpublishVolume "
+		    "first",
+		    r->volume_id, st.targets[0].path, st.n_targets > 1 ? " and more" : "");
+	if (!st.block) {
+		rc = node_umount_all(st.staging, msg, sizeof(msg));
+		if (rc)
+			return zl_grpc_fail(call, ZL_GRPC_INTERNAL, "volume %s: %s", r->volume_id,
+					    msg);
+	}
+	st.staged = false;
+	node_state_save(n, &st);
+	rc = node_detach(n, &st, msg, sizeof(msg));
+	if (rc)
+		return zl_grpc_fail(call, ZL_GRPC_INTERNAL, "detaching volume %s: %s", r->volume_id,
+				    msg);
+	ZL_LOG_INFO(NODE_LOG, "unstaged: vol=%s staging=%s", r->volume_id, r->staging_target_path);
+	return ZL_GRPC_OK;
+}
+
+int node_unstage(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
+		 ProtobufCMessage *resp)
+{
+	const Csi__V1__NodeUnstageVolumeRequest *r = (const Csi__V1__NodeUnstageVolumeRequest *)req;
+	struct node *n = ctx;
+	int rc;
+
+	if (!r->volume_id[0])
+		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "volume_id is required");
+	if (!r->staging_target_path[0])
+		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
+				    "staging_target_path is required");
+	if (node_check_vol_id(r->volume_id))
+		return zl_grpc_fail(call, ZL_GRPC_NOT_FOUND, "volume %.64s does not exist",
+				    r->volume_id);
+	if (node_op_begin(n, r->volume_id))
+		return zl_grpc_fail(call, ZL_GRPC_ABORTED,
+				    "an operation on volume %s is already in progress",
+				    r->volume_id);
+	rc = node_unstage_locked(n, call, r);
+	node_op_end(n, r->volume_id);
+	return rc;
+}
