@@ -48,6 +48,7 @@ struct attach_slot {
 struct attach {
 	struct zl_loop *loop;
 	struct zl_etcd *etcd;
+	char etcd_pw[256]; /* etcd password read from its file, if any */
 	struct zl_client *client;
 	struct attach_volh vh[2]; /* current and draining */
 	struct attach_volh *cur;

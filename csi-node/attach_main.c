@@ -310,6 +310,11 @@ static int attach_open(struct attach *a, const struct attach_args *o, int *ready
 	}
 	snprintf(cid, sizeof(cid), "attach-%s", o->vol_id);
 	co.client_id = cid;
+	rc = node_etcd_opts(&eo, a->etcd_pw, sizeof(a->etcd_pw));
+	if (rc) {
+		attach_ready(ready, "ERR bad etcd TLS/auth settings (see the node's flags)");
+		return rc;
+	}
 	rc = zl_loop_create(&a->loop);
 	if (rc == 0)
 		rc = zl_etcd_create(&eo, &a->etcd);

@@ -20,6 +20,11 @@ static void node_usage(FILE *f)
 	      "  --node-id ID         this node's id (env NODE_NAME; required)\n"
 	      "  --etcd URLS          etcd endpoints (env ZIPLINE_ETCD; required)\n"
 	      "  --etcd-prefix P      key prefix (default /zipline/)\n"
+	      "  --etcd-cacert FILE   CA bundle for https etcd endpoints\n"
+	      "  --etcd-cert FILE     client certificate for etcd (with --etcd-key)\n"
+	      "  --etcd-key FILE      client key for etcd\n"
+	      "  --etcd-user USER     etcd user (with --etcd-password-file)\n"
+	      "  --etcd-password-file FILE  file holding the etcd password\n"
 	      "  --state-dir DIR      attachment state (default /var/lib/zipline/node)\n"
 	      "  --kubelet-dir DIR    kubelet root (default /var/lib/kubelet)\n"
 	      "  --frontend F         auto|fuse|nbd (default auto = fuse)\n"
@@ -37,6 +42,11 @@ static int node_parse(int argc, char **argv, struct node_cfg *c)
 	    {"node-id", required_argument, NULL, 'n'},
 	    {"etcd", required_argument, NULL, 'e'},
 	    {"etcd-prefix", required_argument, NULL, 'p'},
+	    {"etcd-cacert", required_argument, NULL, 'C'},
+	    {"etcd-cert", required_argument, NULL, 'c'},
+	    {"etcd-key", required_argument, NULL, 'K'},
+	    {"etcd-user", required_argument, NULL, 'u'},
+	    {"etcd-password-file", required_argument, NULL, 'P'},
 	    {"state-dir", required_argument, NULL, 's'},
 	    {"kubelet-dir", required_argument, NULL, 'k'},
 	    {"frontend", required_argument, NULL, 'f'},
@@ -72,6 +82,19 @@ static int node_parse(int argc, char **argv, struct node_cfg *c)
 		case 'p':
 			c->etcd_prefix = optarg;
 			break;
+		case 'C':
+		case 'c':
+		case 'K':
+		case 'u':
+		case 'P': {
+			int idx = 0;
+
+			while (opts[idx].val != o)
+				idx++;
+			if (node_etcd_flag(opts[idx].name, optarg))
+				return 2;
+			break;
+		}
 		case 's':
 			c->state_dir = optarg;
 			break;
@@ -147,6 +170,7 @@ static int node_parse(int argc, char **argv, struct node_cfg *c)
 int main(int argc, char **argv)
 {
 	struct zl_etcd_opts eo = {.timeout_ms = 5000};
+	static char etcd_pw[256];
 	struct zl_grpc_server_cfg gc = {0};
 	struct zl_grpc_server *srv = NULL;
 	static struct node n;
@@ -181,6 +205,8 @@ int main(int argc, char **argv)
 		ZL_LOG_INFO(NODE_LOG, "kubelet directory missing (fine outside Kubernetes): dir=%s",
 			    n.cfg.kubelet_dir);
 	eo.endpoints = n.cfg.etcd_urls;
+	if (node_etcd_opts(&eo, etcd_pw, sizeof(etcd_pw)))
+		return 2;
 	rc = zl_etcd_create(&eo, &n.etcd);
 	if (rc) {
 		fprintf(stderr, "zipline-node: bad --etcd '%s': %s (use http://HOST:PORT[,...])\n",

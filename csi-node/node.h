@@ -195,4 +195,12 @@ int node_volume_exists(struct node *n, const char *prefix, const char *vol_id, u
 /* `zipline-node attach ...`: serves one volume until SIGTERM. */
 int attach_main(int argc, char **argv);
 
+/* Records an etcd TLS/auth flag (etcd-cacert, etcd-cert, etcd-key,
+ * etcd-user, etcd-password-file) in the environment for this process and its
+ * attach processes. 0, or 2 (exit code) after printing why. */
+int node_etcd_flag(const char *flag, const char *value);
+/* Fills the TLS/auth fields of eo from that environment; pw holds the
+ * password read from its file. 0 or -ZL_ERR_INVAL after printing why. */
+int node_etcd_opts(struct zl_etcd_opts *eo, char *pw, size_t pw_len);
+
 #endif
