@@ -104,9 +104,19 @@ int zl_cli_client(struct zl_cli *cli)
 	rc = zl_cli_etcd(cli);
 	if (rc)
 		return rc;
-	if (cli->g.transport && zl_xport_select_parse(cli->g.transport, &o.transport)) {
-		zl_cli_err("bad --transport '%s': use auto, tcp or rdma", cli->g.transport);
-		return ZL_CLI_EXIT_USAGE;
+	{
+		/* --transport, else $ZIPLINE_TRANSPORT, else auto. */
+		const char *t = cli->g.transport;
+		const char *what = "--transport";
+
+		if (!t && getenv("ZIPLINE_TRANSPORT") && *getenv("ZIPLINE_TRANSPORT")) {
+			t = getenv("ZIPLINE_TRANSPORT");
+			what = "$ZIPLINE_TRANSPORT";
+		}
+		if (t && zl_xport_select_parse(t, &o.transport)) {
+			zl_cli_err("bad %s '%s': use auto, tcp or rdma", what, t);
+			return ZL_CLI_EXIT_USAGE;
+		}
 	}
 	rc = zl_loop_create(&cli->loop);
 	if (rc) {

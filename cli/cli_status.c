@@ -33,7 +33,7 @@ static int cli_no_flags(const char *cmd, const char *usage, int argc, char **arg
 	return 0;
 }
 
-static void cli_node_row(const struct zl_node_info *n, const char *ping)
+static void cli_node_row(const struct zl_node_info *n, const char *ping, const char *via)
 {
 	char cap[32], fr[32], up[32], addr[96];
 
@@ -41,8 +41,8 @@ static void cli_node_row(const struct zl_node_info *n, const char *ping)
 	zl_format_size(n->free, fr, sizeof(fr));
 	zl_cli_fmt_duration(n->start_time ? zl_wall_sec() - n->start_time : -1, up, sizeof(up));
 	snprintf(addr, sizeof(addr), "%s:%u", n->addr, n->port);
-	printf("  %-16s %-22s %-10s %12s %12s %9s %10s\n", n->id, addr, n->transports, cap, fr, up,
-	       ping);
+	printf("  %-16s %-22s %-10s %12s %12s %9s %10s %s\n", n->id, addr, n->transports, cap, fr,
+	       up, ping, via);
 }
 
 int zl_cli_status(struct zl_cli *cli, int argc, char **argv)
@@ -73,14 +73,16 @@ int zl_cli_status(struct zl_cli *cli, int argc, char **argv)
 	have_client = zl_cli_client(cli) == 0;
 	printf("nodes     %zu registered\n", n_nodes);
 	if (n_nodes)
-		printf("  %-16s %-22s %-10s %12s %12s %9s %10s\n", "ID", "ADDRESS", "TRANSPORTS",
-		       "CAPACITY", "FREE", "UPTIME", "PING");
+		printf("  %-16s %-22s %-10s %12s %12s %9s %10s %s\n", "ID", "ADDRESS", "TRANSPORTS",
+		       "CAPACITY", "FREE", "UPTIME", "PING", "VIA");
 	for (i = 0; i < n_nodes; i++) {
+		enum zl_xport_kind via = 0;
 		uint64_t rtt = 0;
 
 		if (!have_client) {
 			snprintf(ping, sizeof(ping), "-");
-		} else if ((rc = zl_client_ping_node(cli->client, &nodes[i], &rtt)) == 0) {
+		} else if ((rc = zl_client_ping_node_kind(cli->client, &nodes[i], &rtt, &via)) ==
+			   0) {
 			snprintf(ping, sizeof(ping), "%llu us", (unsigned long long)rtt);
 		} else {
 			snprintf(ping, sizeof(ping), "FAIL");
@@ -89,7 +91,7 @@ int zl_cli_status(struct zl_cli *cli, int argc, char **argv)
 				   "zipline-storage runs and the port is reachable)",
 				   nodes[i].id, nodes[i].addr, nodes[i].port, zl_strerror(rc));
 		}
-		cli_node_row(&nodes[i], ping);
+		cli_node_row(&nodes[i], ping, via ? zl_xport_kind_name(via) : "-");
 	}
 	rc = zl_meta_volume_list(cli->etcd, cli->prefix, &vols, &n_vols);
 	if (rc) {

@@ -55,6 +55,7 @@ static int cli_volume_create(struct zl_cli *cli, int argc, char **argv)
 	struct zl_volume_spec spec = {0};
 	struct zl_volume vol = {0};
 	const char *size_s = NULL;
+	char params[64];
 	char sz[32], csz[32];
 	uint64_t v;
 	bool created = false;
@@ -86,7 +87,9 @@ static int cli_volume_create(struct zl_cli *cli, int argc, char **argv)
 			break;
 		case 'h':
 			printf("usage: zl volume create NAME --size SIZE [--replicas N] "
-			       "[--chunk-size SIZE]\n");
+			       "[--chunk-size SIZE] [--transport auto|tcp|rdma]\n"
+			       "  --transport is stored as the volume's transport parameter:\n"
+			       "  clients with transport auto use it for this volume\n");
 			return 0;
 		default:
 			return zl_cli_opt_error("volume create", c, optopt, argv, optind);
@@ -110,6 +113,21 @@ static int cli_volume_create(struct zl_cli *cli, int argc, char **argv)
 	if (zl_cli_parse_size(size_s, false, &spec.size)) {
 		zl_cli_err("bad --size '%s': use a number above 0 with K/M/G/T", size_s);
 		return ZL_CLI_EXIT_USAGE;
+	}
+	/* The global --transport (main checked the value) names the volume's
+	 * transport parameter here: this command does no I/O of its own. */
+	if (cli->g.transport) {
+		enum zl_xport_select sel;
+
+		if (zl_xport_select_parse(cli->g.transport, &sel)) {
+			zl_cli_err("bad --transport '%s': use auto, tcp or rdma", cli->g.transport);
+			return ZL_CLI_EXIT_USAGE;
+		}
+		snprintf(params, sizeof(params), "{\"transport\":\"%s\"}",
+			 sel == ZL_XPORT_SEL_TCP    ? "tcp"
+			 : sel == ZL_XPORT_SEL_RDMA ? "rdma"
+						    : "auto");
+		spec.params = params;
 	}
 	rc = zl_cli_etcd(cli);
 	if (rc)

@@ -243,6 +243,65 @@ static void on_signal(void *arg, uint32_t events)
 	zl_timer_start(m->st.loop, &m->drain_t, 0, 50, drain_tick, m);
 }
 
+/* Creates the transports --transport asks for: TCP always; RDMA too with
+ * "rdma" (required) or "auto" (when an RDMA device serves the listen
+ * address; any device for a wildcard address). Returns 0, or -ENODEV after
+ * printing why RDMA is not possible when it was required, or another error. */
+static int storage_xports(struct zl_storage *st)
+{
+	/* Forwarded writes time out well before a client gives up on the
+	 * primary (its default is 10 s), so a hung backup is dropped in time. */
+	struct zl_xport_opts xo = {.kind = ZL_XPORT_TCP, .timeout_ms = 4000};
+	const char *host = st->cfg.listen_host;
+	bool wildcard = !strcmp(host, "0.0.0.0") || !strcmp(host, "::");
+	enum zl_xport_kind kind = ZL_XPORT_TCP;
+	const char *why = NULL;
+	int rc;
+
+	if (zl_xport_select_parse(st->cfg.transport, &st->sel))
+		return -ZL_ERR_INVAL;
+	rc = zl_xport_create(st->loop, &xo, &st->xport_tcp);
+	if (rc)
+		return rc;
+	st->xport = st->xport_tcp;
+	if (st->sel == ZL_XPORT_SEL_TCP)
+		return 0;
+	if (!wildcard) {
+		/* "auto" for our own address: does rdma_cm find a device that
+		 * owns it? */
+		zl_xport_select_kind(ZL_XPORT_SEL_AUTO, host, st->cfg.listen_port, 2000, &kind);
+		if (kind != ZL_XPORT_RDMA)
+			why = "no RDMA device has this address";
+	}
+	if (!why) {
+		xo.kind = ZL_XPORT_RDMA;
+		rc = zl_xport_create(st->loop, &xo, &st->xport_rdma);
+		if (rc == -EPROTONOSUPPORT)
+			why = "this build has no RDMA support (rdma-core was missing)";
+		else if (rc == -ENODEV)
+			why = "no RDMA device found";
+		else if (rc)
+			return rc;
+	}
+	if (why) {
+		st->xport_rdma = NULL;
+		if (st->sel == ZL_XPORT_SEL_RDMA) {
+			fprintf(stderr,
+				"zipline-storage: --transport rdma but RDMA is not available for "
+				"--listen %s: %s (load the driver, e.g. rdma_rxe for Soft-RoCE, "
+				"listen on the device's address, or use --transport auto|tcp)\n",
+				host, why);
+			return -ENODEV;
+		}
+		ZL_LOG_INFO("storage",
+			    "serving TCP only: RDMA not available listen=%s reason=\"%s\"", host,
+			    why);
+		return 0;
+	}
+	st->xport = st->xport_rdma;
+	return 0;
+}
+
 static void *pool_alloc(void *arg, size_t len)
 {
 	return zl_xport_buf_alloc(arg, len);
@@ -258,9 +317,6 @@ int main(int argc, char **argv)
 	static struct storage_main m = {.sig_fd = -1};
 	struct zl_storage *st = &m.st;
 	struct zl_storage_node *node = NULL;
-	/* Forwarded writes time out well before a client gives up on the primary
-	 * (its default is 10 s), so a hung backup is dropped in time. */
-	struct zl_xport_opts xo = {.kind = ZL_XPORT_TCP, .timeout_ms = 4000};
 	struct zl_etcd_opts eo = {0};
 	const char *node_flag = NULL;
 	int rc, lock_fd, ret = 1;
@@ -292,8 +348,11 @@ int main(int argc, char **argv)
 	if (rc)
 		goto out_fail;
 	rc = zl_loop_add(st->loop, &m.sig_h, m.sig_fd, EPOLLIN, on_signal, &m);
-	if (!rc)
-		rc = zl_xport_create(st->loop, &xo, &st->xport);
+	if (!rc) {
+		rc = storage_xports(st);
+		if (rc == -ENODEV)
+			goto out_stop; /* said why on stderr; exit 1 */
+	}
 	if (rc)
 		goto out_fail;
 	{
@@ -315,18 +374,23 @@ int main(int argc, char **argv)
 	rc = zl_storage_server_start(st);
 	if (rc) {
 		fprintf(stderr,
-			"zipline-storage: cannot listen on %s:%u: %s (is the port in use? "
+			"zipline-storage: cannot listen on %s:%u%s: %s (is the port in use? "
 			"see --listen)\n",
-			st->cfg.listen_host, st->cfg.listen_port, zl_strerror(rc));
+			st->cfg.listen_host, st->cfg.listen_port, st->listener ? " over RDMA" : "",
+			zl_strerror(rc));
 		ret = 2;
 		goto out_stop;
 	}
-	rc = zl_storage_node_start(&st->cfg, zl_xport_listener_port(st->listener), &node);
+	rc = zl_storage_node_start(
+	    &st->cfg, zl_xport_listener_port(st->listener),
+	    st->listener_rdma ? zl_xport_listener_port(st->listener_rdma) : 0, &node);
 	if (rc)
 		goto out_fail;
-	ZL_LOG_INFO("storage", "zipline-storage %s serving node=%s listen=%s:%u data=%s",
+	ZL_LOG_INFO("storage",
+		    "zipline-storage %s serving node=%s listen=%s:%u transports=%s data=%s",
 		    ZL_VERSION_STRING, st->cfg.node_id, st->cfg.listen_host,
-		    zl_xport_listener_port(st->listener), st->cfg.data_dir);
+		    zl_xport_listener_port(st->listener), st->listener_rdma ? "tcp,rdma" : "tcp",
+		    st->cfg.data_dir);
 	rc = zl_loop_run(st->loop);
 	ret = rc ? 1 : 0;
 	goto out_stop;
@@ -338,7 +402,15 @@ out_stop:
 	zl_storage_node_stop(node);
 	zl_storage_peers_destroy(st->peers);
 	zl_chunk_store_destroy(st->chunks); /* drains disk I/O still in flight */
-	zl_xport_destroy(st->xport);
+	/* The pool transport goes last: closing the other one's connections
+	 * frees request buffers into it. */
+	if (st->xport == st->xport_rdma) {
+		zl_xport_destroy(st->xport_tcp);
+		zl_xport_destroy(st->xport_rdma);
+	} else {
+		zl_xport_destroy(st->xport_rdma);
+		zl_xport_destroy(st->xport_tcp);
+	}
 	zl_storage_server_fini(st);
 	zl_storage_vols_destroy(st->vols);
 	if (st->loop) {

@@ -45,8 +45,15 @@ struct storage_req;
 struct zl_storage {
 	struct zl_storage_cfg cfg;
 	struct zl_loop *loop;
+	/* Buffer pool of the chunk store and request buffers: the RDMA
+	 * transport when there is one (registered memory; TCP takes any),
+	 * else the TCP one. Not owned: it is xport_tcp or xport_rdma. */
 	struct zl_xport *xport;
-	struct zl_xport_listener *listener;
+	struct zl_xport *xport_tcp;  /* always */
+	struct zl_xport *xport_rdma; /* NULL when not serving RDMA */
+	enum zl_xport_select sel;    /* --transport */
+	struct zl_xport_listener *listener;	 /* TCP */
+	struct zl_xport_listener *listener_rdma; /* NULL without RDMA */
 	struct zl_etcd *etcd; /* loop thread's handle */
 	struct zl_chunk_store *chunks;
 	struct zl_storage_vols *vols;
@@ -99,7 +106,10 @@ int zl_storage_peer_send(struct zl_storage_peers *p, const char *node_id, struct
 
 /* ---- request handling (storage_server.c) ---- */
 
-/* Listens on cfg.listen_host:listen_port. Returns 0 or -errno. */
+/* Listens on cfg.listen_host:listen_port over TCP, and over RDMA (same port
+ * number: rdma_cm has its own port space) when st->xport_rdma is set.
+ * Returns 0 or -errno: st->listener is NULL when TCP failed, set when RDMA
+ * failed (zl_storage_server_stop_accepting closes it). */
 int zl_storage_server_start(struct zl_storage *st);
 /* Stops accepting new connections; in-flight requests go on. */
 void zl_storage_server_stop_accepting(struct zl_storage *st);
@@ -110,9 +120,10 @@ void zl_storage_gc(struct zl_storage *st);
 
 /* ---- registration and heartbeat (storage_node.c) ---- */
 
-/* Grants a lease, puts nodes/<id> and starts the heartbeat thread with its
- * own etcd handle. Returns 0 or an etcd error. */
-int zl_storage_node_start(const struct zl_storage_cfg *cfg, uint16_t port,
+/* Grants a lease, puts nodes/<id> (TCP port, rdma_port and transports
+ * "tcp" or "tcp,rdma" when rdma_port != 0) and starts the heartbeat thread
+ * with its own etcd handle. Returns 0 or an etcd error. */
+int zl_storage_node_start(const struct zl_storage_cfg *cfg, uint16_t port, uint16_t rdma_port,
 			  struct zl_storage_node **out);
 /* Stops the heartbeat and revokes the lease (the record disappears). Accepts
  * NULL. */

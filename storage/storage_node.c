@@ -124,7 +124,7 @@ static void *node_thread(void *arg)
 	return NULL;
 }
 
-int zl_storage_node_start(const struct zl_storage_cfg *cfg, uint16_t port,
+int zl_storage_node_start(const struct zl_storage_cfg *cfg, uint16_t port, uint16_t rdma_port,
 			  struct zl_storage_node **out)
 {
 	struct zl_etcd_opts eo;
@@ -148,7 +148,9 @@ int zl_storage_node_start(const struct zl_storage_cfg *cfg, uint16_t port,
 	snprintf(n->info.id, sizeof(n->info.id), "%s", cfg->node_id);
 	snprintf(n->info.addr, sizeof(n->info.addr), "%s", cfg->advertise);
 	n->info.port = port;
-	snprintf(n->info.transports, sizeof(n->info.transports), "tcp");
+	n->info.rdma_port = rdma_port;
+	snprintf(n->info.transports, sizeof(n->info.transports), "%s",
+		 rdma_port ? "tcp,rdma" : "tcp");
 	snprintf(n->info.domain, sizeof(n->info.domain), "%s", cfg->domain);
 	zl_storage_fs_space(cfg->data_dir, &cap, NULL);
 	n->info.capacity = cfg->capacity ? cfg->capacity : cap;
@@ -163,10 +165,11 @@ int zl_storage_node_start(const struct zl_storage_cfg *cfg, uint16_t port,
 		goto out_free;
 	}
 	n->thread_started = true;
-	ZL_LOG_INFO(
-	    "storage",
-	    "registered node=%s addr=%s:%u domain=\"%s\" capacity=%" PRIu64 " lease=%" PRIx64,
-	    cfg->node_id, cfg->advertise, port, cfg->domain, n->info.capacity, (uint64_t)n->lease);
+	ZL_LOG_INFO("storage",
+		    "registered node=%s addr=%s:%u rdma_port=%u transports=%s domain=\"%s\" "
+		    "capacity=%" PRIu64 " lease=%" PRIx64,
+		    cfg->node_id, cfg->advertise, port, rdma_port, n->info.transports, cfg->domain,
+		    n->info.capacity, (uint64_t)n->lease);
 	*out = n;
 	return 0;
 

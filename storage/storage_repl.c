@@ -120,11 +120,42 @@ static void peer_hello_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 	}
 }
 
+/* The transport to reach peer ni, chosen like the volume client does:
+ * --transport tcp: TCP; rdma: RDMA (the peer must serve it); auto: RDMA when
+ * the peer serves it and an RDMA device reaches its address, else TCP.
+ * Returns 0 with *x and *port set, or -ZL_ERR_CONN. */
+static int peer_pick(struct zl_storage *st, const struct zl_node_info *ni, struct zl_xport **x,
+		     uint16_t *port)
+{
+	bool has_rdma = ni->rdma_port && strstr(ni->transports, "rdma");
+	enum zl_xport_kind kind = ZL_XPORT_TCP;
+
+	if (st->sel != ZL_XPORT_SEL_TCP && has_rdma && st->xport_rdma)
+		zl_xport_select_kind(st->sel, ni->addr, ni->rdma_port, PEER_CONNECT_MS, &kind);
+	if (st->sel == ZL_XPORT_SEL_RDMA && kind != ZL_XPORT_RDMA) {
+		ZL_LOG_WARN("storage",
+			    "peer does not serve RDMA but --transport is rdma: node=%s addr=%s "
+			    "transports=%s; start it with RDMA or use --transport auto",
+			    ni->id, ni->addr, ni->transports);
+		return -ZL_ERR_CONN;
+	}
+	if (kind == ZL_XPORT_RDMA) {
+		*x = st->xport_rdma;
+		*port = ni->rdma_port;
+	} else {
+		*x = st->xport_tcp;
+		*port = ni->port;
+	}
+	return 0;
+}
+
 static int peer_connect(struct zl_storage_peers *p, struct storage_peer *pe)
 {
 	struct zl_storage *st = p->st;
 	struct zl_node_info ni;
 	struct zl_wire_hello hl;
+	struct zl_xport *x = NULL;
+	uint16_t port = 0;
 	int rc;
 
 	if (zl_now_ms() < pe->fail_until_ms)
@@ -136,11 +167,16 @@ static int peer_connect(struct zl_storage_peers *p, struct storage_peer *pe)
 		pe->fail_until_ms = zl_now_ms() + PEER_BACKOFF_MS;
 		return rc == -ZL_ERR_NOT_FOUND ? rc : -ZL_ERR_CONN;
 	}
-	rc = zl_xport_connect(st->xport, ni.addr, ni.port, PEER_CONNECT_MS, peer_on_close, p,
-			      &pe->conn);
+	rc = peer_pick(st, &ni, &x, &port);
 	if (rc) {
-		ZL_LOG_WARN("storage", "connect to peer failed: node=%s addr=%s:%u err=%s", pe->id,
-			    ni.addr, ni.port, zl_errname(rc));
+		pe->fail_until_ms = zl_now_ms() + PEER_BACKOFF_MS;
+		return rc;
+	}
+	rc = zl_xport_connect(x, ni.addr, port, PEER_CONNECT_MS, peer_on_close, p, &pe->conn);
+	if (rc) {
+		ZL_LOG_WARN(
+		    "storage", "connect to peer failed: node=%s addr=%s:%u transport=%s err=%s",
+		    pe->id, ni.addr, port, zl_xport_kind_name(zl_xport_kind(x)), zl_errname(rc));
 		pe->conn = NULL;
 		pe->fail_until_ms = zl_now_ms() + PEER_BACKOFF_MS;
 		return -ZL_ERR_CONN;
@@ -148,7 +184,7 @@ static int peer_connect(struct zl_storage_peers *p, struct storage_peer *pe)
 	zl_xport_conn_set_ctx(pe->conn, pe);
 	memset(&hl, 0, sizeof(hl));
 	hl.proto_version = ZL_WIRE_VERSION;
-	hl.caps = 1;
+	hl.caps = zl_xport_kind(x) == ZL_XPORT_RDMA ? 2u : 1u;
 	snprintf(hl.node_id, sizeof(hl.node_id), "%s", st->cfg.node_id);
 	zl_wire_hello_encode(&hl, pe->hello_out);
 	memset(&pe->hello_hdr, 0, sizeof(pe->hello_hdr));
@@ -161,7 +197,8 @@ static int peer_connect(struct zl_storage_peers *p, struct storage_peer *pe)
 		return -ZL_ERR_CONN;
 	}
 	pe->hello_pending = true;
-	ZL_LOG_INFO("storage", "connected to peer node=%s addr=%s:%u", pe->id, ni.addr, ni.port);
+	ZL_LOG_INFO("storage", "connected to peer node=%s addr=%s:%u transport=%s", pe->id, ni.addr,
+		    port, zl_xport_kind_name(zl_xport_kind(x)));
 	return 0;
 }
 

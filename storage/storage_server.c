@@ -511,7 +511,8 @@ static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_w
 static void srv_on_conn(void *arg, struct zl_xport_conn *c)
 {
 	(void)arg;
-	ZL_LOG_DEBUG("storage", "connection from %s", zl_xport_conn_peer(c));
+	ZL_LOG_INFO("storage", "connection accepted: peer=%s transport=%s", zl_xport_conn_peer(c),
+		    zl_xport_kind_name(zl_xport_conn_kind(c)));
 }
 
 static void srv_on_close(void *arg, struct zl_xport_conn *c, int reason)
@@ -529,8 +530,28 @@ static const struct zl_xport_server_ops srv_ops = {
 
 int zl_storage_server_start(struct zl_storage *st)
 {
-	return zl_xport_listen(st->xport, st->cfg.listen_host, st->cfg.listen_port, &srv_ops, st,
-			       &st->listener);
+	int rc;
+
+	rc = zl_xport_listen(st->xport_tcp, st->cfg.listen_host, st->cfg.listen_port, &srv_ops, st,
+			     &st->listener);
+	if (rc) {
+		st->listener = NULL;
+		return rc;
+	}
+	if (!st->xport_rdma)
+		return 0;
+	/* rdma_cm ports are a space of their own: take the TCP port number
+	 * (the one the kernel picked when --listen said port 0). */
+	rc =
+	    zl_xport_listen(st->xport_rdma, st->cfg.listen_host,
+			    zl_xport_listener_port(st->listener), &srv_ops, st, &st->listener_rdma);
+	if (rc) {
+		/* The TCP listener stays (the caller tells the two failures
+		 * apart by it); zl_storage_server_stop_accepting closes it. */
+		st->listener_rdma = NULL;
+		return rc;
+	}
+	return 0;
 }
 
 void zl_storage_server_stop_accepting(struct zl_storage *st)
@@ -539,6 +560,10 @@ void zl_storage_server_stop_accepting(struct zl_storage *st)
 	if (st->listener) {
 		zl_xport_listener_close(st->listener);
 		st->listener = NULL;
+	}
+	if (st->listener_rdma) {
+		zl_xport_listener_close(st->listener_rdma);
+		st->listener_rdma = NULL;
 	}
 }
 

@@ -19,7 +19,7 @@ int zl_client_create(struct zl_loop *loop, struct zl_etcd *etcd, const struct zl
 		     struct zl_client **out)
 {
 	struct zl_client_opts o = {0};
-	struct zl_xport_opts xo = {0};
+	struct zl_xport *x;
 	struct zl_client *c;
 	const char *prefix;
 	char host[64] = "client";
@@ -63,23 +63,21 @@ int zl_client_create(struct zl_loop *loop, struct zl_etcd *etcd, const struct zl
 	c->conns_per_node =
 	    o.conns_per_node ? ZL_MIN(o.conns_per_node, CLIENT_MAX_CONNS) : CLIENT_DEFAULT_CONNS;
 	c->epoch = o.epoch;
+	c->sel = o.transport;
 	switch (o.transport) {
-	case ZL_XPORT_SEL_AUTO: /* RDMA detection comes with the RDMA transport */
-	case ZL_XPORT_SEL_TCP:
-		xo.kind = ZL_XPORT_TCP;
+	case ZL_XPORT_SEL_AUTO:
+		/* Transports are created when a node first needs one. */
 		break;
+	case ZL_XPORT_SEL_TCP:
 	case ZL_XPORT_SEL_RDMA:
-		xo.kind = ZL_XPORT_RDMA;
+		/* Fail now, not at the first I/O, when the kind cannot work. */
+		rc = client_xport_get(
+		    c, o.transport == ZL_XPORT_SEL_TCP ? ZL_XPORT_TCP : ZL_XPORT_RDMA, &x);
+		if (rc)
+			goto out_free;
 		break;
 	default:
 		rc = -ZL_ERR_INVAL;
-		goto out_free;
-	}
-	xo.timeout_ms = c->timeout_ms;
-	rc = zl_xport_create(loop, &xo, &c->xport);
-	if (rc) {
-		ZL_LOG_ERR(CLIENT_LOG, "cannot create transport: kind=%s err=%s",
-			   zl_xport_kind_name(xo.kind), zl_strerror(rc));
 		goto out_free;
 	}
 	*out = c;
@@ -120,7 +118,8 @@ void zl_client_destroy(struct zl_client *c)
 	deadline = zl_now_ms() + CLIENT_DRAIN_MS;
 	while (client_busy(c) && zl_now_ms() < deadline)
 		zl_loop_run_once(c->loop, 10);
-	zl_xport_destroy(c->xport);
+	zl_xport_destroy(c->xports[ZL_XPORT_RDMA]);
+	zl_xport_destroy(c->xports[ZL_XPORT_TCP]);
 	while ((l = client_list_pop(&c->zombies)))
 		client_vol_free(ZL_CONTAINER_OF(l, struct zl_vol, link));
 	for (size_t i = 0; i < c->n_nodes; i++)
@@ -131,7 +130,13 @@ void zl_client_destroy(struct zl_client *c)
 
 struct zl_xport *zl_client_xport(struct zl_client *c)
 {
-	return c->xport;
+	struct zl_xport *x = NULL;
+
+	if (c->xports[ZL_XPORT_RDMA])
+		return c->xports[ZL_XPORT_RDMA];
+	if (client_xport_get(c, ZL_XPORT_TCP, &x))
+		return NULL;
+	return x;
 }
 
 /* ---- control requests on dedicated connections ---- */
@@ -145,6 +150,7 @@ struct ctl_slot {
 	uint32_t hello_len;
 	int hello_status, status;
 	bool hello_done, done;
+	enum zl_xport_kind kind; /* transport used, 0 before the connect */
 	uint64_t t0, t1;
 	size_t *pending;
 };
@@ -183,18 +189,27 @@ static void ctl_op_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 
 static int ctl_start(struct zl_client *c, struct ctl_slot *sl, int op, uint64_t vol_id)
 {
+	const struct zl_node_info *ni = sl->node;
 	struct zl_wire_hello hl = {0};
 	int tmo = (int)ZL_MIN(c->timeout_ms, CLIENT_CONNECT_MAX_MS);
+	enum zl_xport_kind kind;
+	struct zl_xport *x;
 	int rc;
 
-	rc = zl_xport_connect(c->xport, sl->node->addr, sl->node->port, tmo, ctl_close_cb, NULL,
-			      &sl->xc);
+	rc = client_pick_kind(c, c->sel, ni->id, ni->addr, ni->rdma_port, ni->transports, &kind);
+	if (!rc)
+		rc = client_xport_get(c, kind, &x);
+	if (rc)
+		return rc;
+	rc = zl_xport_connect(x, ni->addr, kind == ZL_XPORT_RDMA ? ni->rdma_port : ni->port, tmo,
+			      ctl_close_cb, NULL, &sl->xc);
 	if (rc) {
 		sl->xc = NULL;
 		return rc;
 	}
+	sl->kind = kind;
 	hl.proto_version = ZL_WIRE_VERSION;
-	hl.caps = zl_xport_kind(c->xport) == ZL_XPORT_RDMA ? 2u : 1u;
+	hl.caps = kind == ZL_XPORT_RDMA ? 2u : 1u;
 	snprintf(hl.node_id, sizeof(hl.node_id), "%s", c->id);
 	zl_wire_hello_encode(&hl, sl->hello_out);
 	sl->hello_hdr.opcode = ZL_OP_HELLO;
@@ -235,7 +250,7 @@ static int ctl_result(const struct ctl_slot *sl)
 }
 
 int client_ctl_run(struct zl_client *c, const struct zl_node_info *nodes, size_t n, int op,
-		   uint64_t vol_id, int *results, uint64_t *rtt_ns)
+		   uint64_t vol_id, int *results, uint64_t *rtt_ns, enum zl_xport_kind *kinds)
 {
 	struct ctl_batch *b;
 	uint64_t deadline;
@@ -264,6 +279,8 @@ int client_ctl_run(struct zl_client *c, const struct zl_node_info *nodes, size_t
 			results[i] = ctl_result(&b->slots[i]);
 		if (rtt_ns)
 			rtt_ns[i] = b->slots[i].done ? b->slots[i].t1 - b->slots[i].t0 : 0;
+		if (kinds)
+			kinds[i] = b->slots[i].kind;
 		if (b->slots[i].xc)
 			zl_xport_conn_put(b->slots[i].xc);
 	}
@@ -279,12 +296,21 @@ int client_ctl_run(struct zl_client *c, const struct zl_node_info *nodes, size_t
 
 int zl_client_ping_node(struct zl_client *c, const struct zl_node_info *n, uint64_t *rtt_us)
 {
+	return zl_client_ping_node_kind(c, n, rtt_us, NULL);
+}
+
+int zl_client_ping_node_kind(struct zl_client *c, const struct zl_node_info *n, uint64_t *rtt_us,
+			     enum zl_xport_kind *kind)
+{
+	enum zl_xport_kind k = 0;
 	uint64_t rtt = 0;
 	int res = 0, rc;
 
 	if (!c || !n)
 		return -ZL_ERR_INVAL;
-	rc = client_ctl_run(c, n, 1, ZL_OP_PING, 0, &res, &rtt);
+	rc = client_ctl_run(c, n, 1, ZL_OP_PING, 0, &res, &rtt, &k);
+	if (kind)
+		*kind = k;
 	if (rc)
 		return rc;
 	if (res)
@@ -346,7 +372,7 @@ int zl_client_volume_delete(struct zl_client *c, const char *name_or_id)
 		rc = -ENOMEM;
 		goto out_nodes;
 	}
-	rc = client_ctl_run(c, live, n_live, ZL_OP_VOLUME_DELETE, v.num, res, NULL);
+	rc = client_ctl_run(c, live, n_live, ZL_OP_VOLUME_DELETE, v.num, res, NULL, NULL);
 	if (rc)
 		goto out_res;
 	for (size_t i = 0; i < n_live; i++) {

@@ -41,6 +41,8 @@ int zl_client_create(struct zl_loop *loop, struct zl_etcd *etcd, const struct zl
 		     struct zl_client **out);
 /* Fails in-flight I/O with -ZL_ERR_CONN, closes connections. Accepts NULL. */
 void zl_client_destroy(struct zl_client *c);
+/* A transport of the client (RDMA when one is in use, else TCP, created on
+ * demand); NULL when it cannot be created. Volumes may use both kinds. */
 struct zl_xport *zl_client_xport(struct zl_client *c);
 
 /* Opens by name or id. -ZL_ERR_NOT_FOUND for an unknown volume. */
@@ -73,7 +75,9 @@ int zl_vol_flush(struct zl_vol *v);
 int zl_vol_discard(struct zl_vol *v, uint64_t off, uint64_t len);
 int zl_vol_write_zeroes(struct zl_vol *v, uint64_t off, uint64_t len);
 
-/* Transport pool buffers (registered on RDMA). */
+/* Transport pool buffers: registered memory of the RDMA transport when the
+ * volume reaches any replica over RDMA (TCP takes any memory), else the TCP
+ * pool. Free them with zl_vol_buf_free of the same volume. */
 void *zl_vol_buf_alloc(struct zl_vol *v, size_t len);
 void zl_vol_buf_free(struct zl_vol *v, void *buf);
 
@@ -92,5 +96,10 @@ int zl_client_volume_delete(struct zl_client *c, const char *name_or_id);
 
 /* PINGs a storage node; 0 or error. Blocking. rtt_us optional. */
 int zl_client_ping_node(struct zl_client *c, const struct zl_node_info *n, uint64_t *rtt_us);
+/* The same, also telling which transport carried the ping (*kind, optional:
+ * ZL_XPORT_TCP or ZL_XPORT_RDMA as picked by the client's transport
+ * selection; 0 when no connection was made). */
+int zl_client_ping_node_kind(struct zl_client *c, const struct zl_node_info *n, uint64_t *rtt_us,
+			     enum zl_xport_kind *kind);
 
 #endif

@@ -154,11 +154,18 @@ struct client_conn {
 	uint8_t hello_in[ZL_WIRE_HELLO_SIZE];
 };
 
+/* A node is known once per transport selection in use (the client's, and a
+ * volume's "transport" parameter may differ): the table is keyed by (id,
+ * sel), and all entries of an id follow the same etcd record. */
 struct client_node {
 	struct zl_client *c;
 	char id[ZL_NODE_ID_MAX];
 	char addr[64];
 	uint16_t port;
+	uint16_t rdma_port;	  /* 0: the node serves no RDMA */
+	char transports[32];	  /* as advertised, "tcp" or "tcp,rdma" */
+	enum zl_xport_select sel; /* how this entry picks its transport */
+	enum zl_xport_kind kind;  /* picked at first connect; 0 = not yet */
 	bool gone;		/* no record in etcd: treated as down */
 	uint64_t down_until_ns; /* after a failed connect: fail fast until then */
 	uint32_t backoff_ms;
@@ -171,7 +178,11 @@ struct client_node {
 struct zl_client {
 	struct zl_loop *loop;
 	struct zl_etcd *etcd;
-	struct zl_xport *xport;
+	/* One transport per kind in use, created on first use: [ZL_XPORT_TCP],
+	 * [ZL_XPORT_RDMA]; index 0 unused. */
+	struct zl_xport *xports[3];
+	bool rdma_unusable;	  /* creating the RDMA transport failed */
+	enum zl_xport_select sel; /* opts.transport */
 	char prefix[128];
 	char id[ZL_WIRE_NAME_LEN];
 	uint32_t timeout_ms;
@@ -248,6 +259,8 @@ struct zl_vol {
 	struct client_list link; /* c->vols or c->zombies */
 	struct zl_client *c;
 	struct zl_volume meta;
+	enum zl_xport_select sel; /* client's, or the volume's "transport" param */
+	struct zl_xport *buf_x;	  /* pool of zl_vol_buf_alloc, chosen on first use */
 	struct client_node **slice_nodes; /* [n_slices * ZL_MAX_REPLICAS] */
 	uint64_t reload_seq;		  /* bumps on every installed record */
 	bool closing;
@@ -264,8 +277,24 @@ struct zl_vol {
 
 /* client_node.c */
 int client_nodes_refresh(struct zl_client *c);
+/* Any entry of node id (whatever its selection), or NULL. */
 struct client_node *client_node_find(struct zl_client *c, const char *id);
-struct client_node *client_node_get_or_add(struct zl_client *c, const char *id);
+/* The entry of (id, sel), added (with the address of another entry of id,
+ * when there is one) if missing. NULL on -ENOMEM. */
+struct client_node *client_node_get_or_add(struct zl_client *c, const char *id,
+					   enum zl_xport_select sel);
+/* Transport for a node record under selection sel: tcp; rdma (the node must
+ * advertise it); auto = RDMA when the node advertises rdma, an RDMA device
+ * reaches addr and the RDMA transport can be created, else TCP. Returns 0
+ * with *kind set, or -ZL_ERR_CONN (rdma asked, node or host cannot do it).
+ * Blocking (address/route probe, at most ~1 s). */
+int client_pick_kind(struct zl_client *c, enum zl_xport_select sel, const char *id,
+		     const char *addr, uint16_t rdma_port, const char *transports,
+		     enum zl_xport_kind *kind);
+/* The client's transport of that kind, created on first use. 0 or error. */
+int client_xport_get(struct zl_client *c, enum zl_xport_kind kind, struct zl_xport **out);
+/* Picks n's transport (once) and returns it with the port to connect to. */
+int client_node_xport(struct client_node *n, struct zl_xport **x, uint16_t *port);
 bool client_node_is_down(const struct client_node *n, uint64_t now_ns);
 /* Sends (or queues) s on node n; 0, or -ZL_ERR_CONN when the node is down. */
 int client_node_submit(struct client_node *n, struct client_sub *s);
@@ -284,9 +313,10 @@ void client_vol_free(struct zl_vol *v);
 
 /* client.c */
 /* Runs one control request (opcode op, after a HELLO) against each node on a
- * dedicated connection, in parallel; results[i] gets 0 or an error, rtt_ns
- * (optional) the round trip of the request. Blocking. */
+ * dedicated connection (transport picked by the client's selection), in
+ * parallel; results[i] gets 0 or an error, rtt_ns (optional) the round trip
+ * of the request, kinds (optional) the transport used (0: none). Blocking. */
 int client_ctl_run(struct zl_client *c, const struct zl_node_info *nodes, size_t n, int op,
-		   uint64_t vol_id, int *results, uint64_t *rtt_ns);
+		   uint64_t vol_id, int *results, uint64_t *rtt_ns, enum zl_xport_kind *kinds);
 
 #endif

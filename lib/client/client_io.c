@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "client_internal.h"
 
 #define ETCD_QUIET_NS  (200ull * 1000000ull) /* after a failed etcd call */
@@ -48,7 +50,7 @@ static int vol_bind_nodes(struct zl_vol *v)
 			struct client_node *n = NULL;
 
 			if (r < m->slices[s].n) {
-				n = client_node_get_or_add(c, m->slices[s].nodes[r]);
+				n = client_node_get_or_add(c, m->slices[s].nodes[r], v->sel);
 				if (!n)
 					rc = -ENOMEM;
 			}
@@ -578,6 +580,29 @@ out_kick:
 
 /* ---- volume handles ---- */
 
+/* The transport selection of a volume: the client's when it names one
+ * (tcp/rdma), else the volume's "transport" parameter when it has one, else
+ * auto. */
+static enum zl_xport_select vol_pick_sel(const struct zl_client *c, const struct zl_volume *m)
+{
+	enum zl_xport_select sel = ZL_XPORT_SEL_AUTO;
+	json_t *o, *t;
+
+	if (c->sel != ZL_XPORT_SEL_AUTO)
+		return c->sel;
+	o = json_loads(m->params[0] ? m->params : "{}", 0, NULL);
+	t = o ? json_object_get(o, "transport") : NULL;
+	if (json_is_string(t) && zl_xport_select_parse(json_string_value(t), &sel)) {
+		ZL_LOG_WARN(CLIENT_LOG,
+			    "volume parameter transport is not auto|tcp|rdma, using auto: vol=%s "
+			    "transport=%s",
+			    m->id, json_string_value(t));
+		sel = ZL_XPORT_SEL_AUTO;
+	}
+	json_decref(o);
+	return sel;
+}
+
 int zl_vol_open(struct zl_client *c, const char *name_or_id, struct zl_vol **out)
 {
 	struct zl_vol *v;
@@ -634,6 +659,7 @@ int zl_vol_open(struct zl_client *c, const char *name_or_id, struct zl_vol **out
 		v->subs[i].state = SUB_FREE;
 		client_list_add_tail(&v->free_subs, &v->subs[i].link);
 	}
+	v->sel = vol_pick_sel(c, &v->meta);
 	rc = client_nodes_refresh(c);
 	if (rc)
 		goto out_arrays;
@@ -641,9 +667,13 @@ int zl_vol_open(struct zl_client *c, const char *name_or_id, struct zl_vol **out
 	if (rc)
 		goto out_arrays;
 	client_list_add_tail(&c->vols, &v->link);
-	ZL_LOG_INFO(CLIENT_LOG, "volume opened: vol=%s name=%s size=%llu chunk_size=%u slices=%u",
+	ZL_LOG_INFO(CLIENT_LOG,
+		    "volume opened: vol=%s name=%s size=%llu chunk_size=%u slices=%u transport=%s",
 		    v->meta.id, v->meta.name, (unsigned long long)v->meta.size, v->meta.chunk_size,
-		    v->meta.n_slices);
+		    v->meta.n_slices,
+		    v->sel == ZL_XPORT_SEL_TCP	  ? "tcp"
+		    : v->sel == ZL_XPORT_SEL_RDMA ? "rdma"
+						  : "auto");
 	*out = v;
 	return 0;
 
@@ -816,15 +846,57 @@ int zl_vol_write_zeroes(struct zl_vol *v, uint64_t off, uint64_t len)
 
 /* ---- buffers and stats ---- */
 
+/* The pool for the volume's buffers: RDMA's when any replica node is reached
+ * over RDMA (a volume spanning both kinds included: TCP takes any memory),
+ * else TCP's. Picks the nodes' transports (blocking probe) on first use. */
+static struct zl_xport *vol_buf_xport(struct zl_vol *v)
+{
+	struct zl_client *c = v->c;
+	enum zl_xport_kind kind = ZL_XPORT_TCP;
+	size_t n = (size_t)v->meta.n_slices * ZL_MAX_REPLICAS;
+	struct zl_xport *x = NULL;
+
+	if (v->buf_x)
+		return v->buf_x;
+	for (size_t i = 0; i < n && kind != ZL_XPORT_RDMA; i++) {
+		struct client_node *nd = v->slice_nodes[i];
+		uint16_t port;
+
+		if (nd && !nd->gone && client_node_xport(nd, &x, &port) == 0)
+			kind = nd->kind;
+	}
+	if (client_xport_get(c, kind, &x))
+		return NULL;
+	v->buf_x = x;
+	return x;
+}
+
 void *zl_vol_buf_alloc(struct zl_vol *v, size_t len)
 {
-	return zl_xport_buf_alloc(v->c->xport, len);
+	struct zl_xport *x = vol_buf_xport(v);
+
+	return x ? zl_xport_buf_alloc(x, len) : NULL;
 }
 
 void zl_vol_buf_free(struct zl_vol *v, void *buf)
 {
-	if (buf)
-		zl_xport_buf_free(v->c->xport, buf);
+	struct zl_client *c;
+
+	if (!buf)
+		return;
+	c = v->c;
+	if (v->buf_x && zl_xport_buf_owned(v->buf_x, buf, 1)) {
+		zl_xport_buf_free(v->buf_x, buf);
+		return;
+	}
+	for (int k = ZL_XPORT_TCP; k <= ZL_XPORT_RDMA; k++) {
+		if (c->xports[k] && zl_xport_buf_owned(c->xports[k], buf, 1)) {
+			zl_xport_buf_free(c->xports[k], buf);
+			return;
+		}
+	}
+	ZL_LOG_ERR(CLIENT_LOG, "zl_vol_buf_free of a buffer no pool owns: vol=%s buf=%p",
+		   v->meta.id, buf);
 }
 
 void zl_vol_get_stats(const struct zl_vol *v, struct zl_vol_stats *out)

@@ -43,8 +43,9 @@ struct client_node *client_node_find(struct zl_client *c, const char *id)
 	return NULL;
 }
 
-static struct client_node *node_add(struct zl_client *c, const char *id)
+static struct client_node *node_add(struct zl_client *c, const char *id, enum zl_xport_select sel)
 {
+	struct client_node *twin = client_node_find(c, id);
 	struct client_node *n;
 
 	if (c->n_nodes == c->cap_nodes) {
@@ -66,7 +67,16 @@ static struct client_node *node_add(struct zl_client *c, const char *id)
 	}
 	n->c = c;
 	snprintf(n->id, sizeof(n->id), "%s", id);
+	n->sel = sel;
 	n->gone = true;
+	if (twin) {
+		/* Same node, another transport selection: same record. */
+		memcpy(n->addr, twin->addr, sizeof(n->addr));
+		memcpy(n->transports, twin->transports, sizeof(n->transports));
+		n->port = twin->port;
+		n->rdma_port = twin->rdma_port;
+		n->gone = twin->gone;
+	}
 	client_list_init(&n->waitq);
 	for (uint32_t i = 0; i < c->conns_per_node; i++)
 		n->conns[i].node = n;
@@ -74,11 +84,92 @@ static struct client_node *node_add(struct zl_client *c, const char *id)
 	return n;
 }
 
-struct client_node *client_node_get_or_add(struct zl_client *c, const char *id)
+struct client_node *client_node_get_or_add(struct zl_client *c, const char *id,
+					   enum zl_xport_select sel)
 {
-	struct client_node *n = client_node_find(c, id);
+	for (size_t i = 0; i < c->n_nodes; i++)
+		if (c->nodes[i]->sel == sel && strcmp(c->nodes[i]->id, id) == 0)
+			return c->nodes[i];
+	return node_add(c, id, sel);
+}
 
-	return n ? n : node_add(c, id);
+int client_xport_get(struct zl_client *c, enum zl_xport_kind kind, struct zl_xport **out)
+{
+	struct zl_xport_opts xo = {.kind = kind, .timeout_ms = c->timeout_ms};
+	int rc;
+
+	if (kind != ZL_XPORT_TCP && kind != ZL_XPORT_RDMA)
+		return -ZL_ERR_INVAL;
+	if (!c->xports[kind]) {
+		if (kind == ZL_XPORT_RDMA && c->rdma_unusable)
+			return -ENODEV;
+		rc = zl_xport_create(c->loop, &xo, &c->xports[kind]);
+		if (rc) {
+			c->xports[kind] = NULL;
+			if (kind == ZL_XPORT_RDMA)
+				c->rdma_unusable = true;
+			ZL_LOG_ERR(CLIENT_LOG, "cannot create transport: kind=%s err=%s client=%s",
+				   zl_xport_kind_name(kind), zl_strerror(rc), c->id);
+			return rc;
+		}
+	}
+	*out = c->xports[kind];
+	return 0;
+}
+
+int client_pick_kind(struct zl_client *c, enum zl_xport_select sel, const char *id,
+		     const char *addr, uint16_t rdma_port, const char *transports,
+		     enum zl_xport_kind *kind)
+{
+	bool has_rdma = rdma_port && strstr(transports, "rdma");
+	struct zl_xport *x;
+
+	*kind = ZL_XPORT_TCP;
+	switch (sel) {
+	case ZL_XPORT_SEL_TCP:
+		return 0;
+	case ZL_XPORT_SEL_RDMA:
+		if (!has_rdma) {
+			ZL_LOG_ERR(CLIENT_LOG,
+				   "transport rdma asked but the storage node serves no RDMA: "
+				   "node=%s addr=%s transports=%s (start it with --transport "
+				   "auto|rdma on an RDMA device, or use transport auto|tcp)",
+				   id, addr, transports);
+			return -ZL_ERR_CONN;
+		}
+		if (client_xport_get(c, ZL_XPORT_RDMA, &x))
+			return -ZL_ERR_CONN;
+		*kind = ZL_XPORT_RDMA;
+		return 0;
+	case ZL_XPORT_SEL_AUTO:
+		if (!has_rdma || c->rdma_unusable)
+			return 0;
+		zl_xport_select_kind(ZL_XPORT_SEL_AUTO, addr, rdma_port,
+				     (int)ZL_MIN(c->timeout_ms, CLIENT_CONNECT_MAX_MS), kind);
+		if (*kind == ZL_XPORT_RDMA && client_xport_get(c, ZL_XPORT_RDMA, &x))
+			*kind = ZL_XPORT_TCP;
+		return 0;
+	}
+	return -ZL_ERR_INVAL;
+}
+
+int client_node_xport(struct client_node *n, struct zl_xport **x, uint16_t *port)
+{
+	int rc;
+
+	if (!n->kind) {
+		rc = client_pick_kind(n->c, n->sel, n->id, n->addr, n->rdma_port, n->transports,
+				      &n->kind);
+		if (rc) {
+			n->kind = 0;
+			return rc;
+		}
+	}
+	rc = client_xport_get(n->c, n->kind, x);
+	if (rc)
+		return rc;
+	*port = n->kind == ZL_XPORT_RDMA ? n->rdma_port : n->port;
+	return 0;
 }
 
 void client_node_close_conns(struct client_node *n)
@@ -140,27 +231,42 @@ int client_nodes_refresh(struct zl_client *c)
 		}
 	}
 	for (size_t j = 0; j < cnt; j++) {
-		struct client_node *n = client_node_get_or_add(c, list[j].id);
+		const struct zl_node_info *ni = &list[j];
 
-		if (!n) {
+		/* Every listed node has an entry under the client's selection. */
+		if (!client_node_get_or_add(c, ni->id, c->sel)) {
 			rc = -ENOMEM;
 			break;
 		}
-		if (strcmp(n->addr, list[j].addr) != 0 || n->port != list[j].port) {
-			if (n->addr[0])
-				ZL_LOG_INFO(CLIENT_LOG,
-					    "storage node moved: node=%s old=%s:%u new=%s:%u",
-					    n->id, n->addr, n->port, list[j].addr, list[j].port);
-			client_node_close_conns(n);
-			snprintf(n->addr, sizeof(n->addr), "%s", list[j].addr);
-			n->port = list[j].port;
-			n->down_until_ns = 0;
-			n->backoff_ms = 0;
-		}
-		if (n->gone) {
-			n->gone = false;
-			n->down_until_ns = 0;
-			n->backoff_ms = 0;
+		for (size_t i = 0; i < c->n_nodes; i++) {
+			struct client_node *n = c->nodes[i];
+
+			if (strcmp(n->id, ni->id) != 0)
+				continue;
+			if (strcmp(n->addr, ni->addr) != 0 || n->port != ni->port ||
+			    n->rdma_port != ni->rdma_port ||
+			    strcmp(n->transports, ni->transports) != 0) {
+				if (n->addr[0])
+					ZL_LOG_INFO(CLIENT_LOG,
+						    "storage node moved: node=%s old=%s:%u/%s "
+						    "new=%s:%u/%s",
+						    n->id, n->addr, n->port, n->transports,
+						    ni->addr, ni->port, ni->transports);
+				client_node_close_conns(n);
+				snprintf(n->addr, sizeof(n->addr), "%s", ni->addr);
+				snprintf(n->transports, sizeof(n->transports), "%s",
+					 ni->transports);
+				n->port = ni->port;
+				n->rdma_port = ni->rdma_port;
+				n->kind = 0; /* pick again at the next connect */
+				n->down_until_ns = 0;
+				n->backoff_ms = 0;
+			}
+			if (n->gone) {
+				n->gone = false;
+				n->down_until_ns = 0;
+				n->backoff_ms = 0;
+			}
 		}
 	}
 	free(list);
@@ -215,7 +321,9 @@ static void conn_hello_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 	cc->state = CONN_READY;
 	n->backoff_ms = 0;
 	n->down_until_ns = 0;
-	ZL_LOG_DEBUG(CLIENT_LOG, "connected: node=%s addr=%s:%u", n->id, n->addr, n->port);
+	ZL_LOG_INFO(CLIENT_LOG, "connected: node=%s addr=%s:%u transport=%s client=%s", n->id,
+		    n->addr, n->kind == ZL_XPORT_RDMA ? n->rdma_port : n->port,
+		    zl_xport_kind_name(zl_xport_conn_kind(cc->xc)), n->c->id);
 out_kick:
 	client_node_kick(n);
 }
@@ -227,9 +335,17 @@ static int conn_open(struct client_conn *cc)
 	struct zl_client *c = n->c;
 	struct zl_wire_hello hl;
 	int tmo = (int)ZL_MIN(c->timeout_ms, CLIENT_CONNECT_MAX_MS);
+	struct zl_xport *x = NULL;
+	uint16_t port = 0;
 	int rc;
 
-	rc = zl_xport_connect(c->xport, n->addr, n->port, tmo, conn_close_cb, cc, &cc->xc);
+	rc = client_node_xport(n, &x, &port);
+	if (rc) {
+		cc->xc = NULL;
+		node_mark_down(n, rc, "transport");
+		return rc;
+	}
+	rc = zl_xport_connect(x, n->addr, port, tmo, conn_close_cb, cc, &cc->xc);
 	if (rc) {
 		cc->xc = NULL;
 		node_mark_down(n, rc, "connect");
@@ -237,7 +353,7 @@ static int conn_open(struct client_conn *cc)
 	}
 	memset(&hl, 0, sizeof(hl));
 	hl.proto_version = ZL_WIRE_VERSION;
-	hl.caps = zl_xport_kind(c->xport) == ZL_XPORT_RDMA ? 2u : 1u;
+	hl.caps = zl_xport_kind(x) == ZL_XPORT_RDMA ? 2u : 1u;
 	snprintf(hl.node_id, sizeof(hl.node_id), "%s", c->id);
 	zl_wire_hello_encode(&hl, cc->hello_out);
 	memset(&cc->hello_hdr, 0, sizeof(cc->hello_hdr));

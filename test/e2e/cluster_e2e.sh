@@ -5,11 +5,35 @@
 # registers again and refuses to serve its stale replicas; `zl volume rm`
 # leaves no chunk file on any daemon.
 # Usage: cluster_e2e.sh BUILD_DIR
+#
+# Environment (all optional; unset = loopback TCP, the host test):
+#   ZL_E2E_STORAGE_IPS  three addresses, space separated: daemon I listens on
+#                       the I-th (test/rdma/cluster_rdma.sh: the guest's rxe0)
+#   ZL_E2E_TRANSPORT    --transport of the daemons, and of zl / e2e_io (through
+#                       ZIPLINE_TRANSPORT); "rdma" also checks that the data
+#                       path really ran over RDMA (logs and zl status)
+#   ZL_E2E_BYTES        verified random writes (default 256M)
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
 fail() { echo "cluster_e2e: FAIL: $*" >&2; for f in "$CL_DIR"/storage-*/log; do echo "--- $f" >&2; tail -25 "$f" >&2; done; exit 1; }
-cl_e2e_begin e2e-cluster "$1" 3 || fail "cluster did not start"
+read -r -a ips <<<"${ZL_E2E_STORAGE_IPS:-127.0.0.1 127.0.0.1 127.0.0.1}"
+[ "${#ips[@]}" -eq 3 ] || { echo "cluster_e2e: ZL_E2E_STORAGE_IPS wants 3 addresses" >&2; exit 1; }
+xport=${ZL_E2E_TRANSPORT:-}
+[ -z "$xport" ] || export ZIPLINE_TRANSPORT=$xport
+# Extra flags of daemon I (none on the host: cl_start_storage's defaults).
+node_flags() {
+	local i=$1 port=$2
+	[ -z "${ZL_E2E_STORAGE_IPS:-}" ] || printf -- '--listen %s:%s ' "${ips[$((i - 1))]}" "$port"
+	[ -z "$xport" ] || printf -- '--transport %s ' "$xport"
+}
+cl_e2e_begin e2e-cluster "$1" 0 || fail "cluster did not start"
+for i in 1 2 3; do
+	port=$(cl_free_port)
+	# shellcheck disable=SC2046 # node_flags prints separate words
+	cl_start_storage "$i" "$port" $(node_flags "$i" "$port")
+done
+cl_wait_nodes 3 || fail "cluster did not start"
 
 "$ZL" volume create e2e --size 512M --replicas 3 || fail "volume create"
 # Idempotent create: same name and size is the same volume; another size is refused.
@@ -20,14 +44,35 @@ grep -qi "exists" "$CL_DIR/err" || fail "different-size create did not say 'alre
 
 pid1=$(cl_pid storage-1)
 port1=$(cat "$CL_DIR/storage-1/port")
-"$BUILD/bin/e2e_io" --etcd "$CL_ETCD" --volume e2e --bytes 256M \
+"$BUILD/bin/e2e_io" --etcd "$CL_ETCD" --volume e2e --bytes "${ZL_E2E_BYTES:-256M}" \
 	--kill-cmd "kill -9 $pid1" --killed-node node-1 \
-	--restart-cmd "bash -c 'source $SRC/test/lib/cluster.sh; cl_start_storage 1 $port1'" \
-	--wait-cmd "bash -c 'for i in \$(seq 1 100); do $ZL node ls 2>/dev/null | grep -q node-1 && exec 3<>/dev/tcp/127.0.0.1/$port1 && exit 0; sleep 0.2; done; exit 1'" \
+	--restart-cmd "bash -c 'source $SRC/test/lib/cluster.sh; cl_start_storage 1 $port1 $(node_flags 1 "$port1")'" \
+	--wait-cmd "bash -c 'for i in \$(seq 1 100); do $ZL node ls 2>/dev/null | grep -q node-1 && exec 3<>/dev/tcp/${ips[0]}/$port1 && exit 0; sleep 0.2; done; exit 1'" \
 	|| fail "e2e_io"
 
 # The killed daemon came back and registered again.
 "$ZL" node ls | grep -q node-1 || fail "node-1 not registered after restart"
+
+if [ "$xport" = rdma ]; then
+	# The data path really was RDMA: every daemon accepted RDMA connections
+	# (clients and forwarding primaries), forwarding used RDMA, and zl status
+	# pings every node over RDMA.
+	for i in 1 2 3; do
+		grep -q "connection accepted: .*transport=rdma" "$CL_DIR/storage-$i/log" ||
+			fail "node-$i accepted no RDMA connection"
+		grep -q "serving .*transports=tcp,rdma" "$CL_DIR/storage-$i/log" ||
+			fail "node-$i does not serve tcp,rdma"
+	done
+	grep -qh "connected to peer .*transport=rdma" "$CL_DIR"/storage-*/log ||
+		fail "no replication connection over RDMA"
+	if grep -h "connected to peer .*transport=tcp" "$CL_DIR"/storage-*/log; then
+		fail "replication went over TCP"
+	fi
+	"$ZL" status >"$CL_DIR/status" || fail "zl status: $(cat "$CL_DIR/status")"
+	cat "$CL_DIR/status"
+	[ "$(grep -c 'tcp,rdma .* us rdma$' "$CL_DIR/status")" -eq 3 ] ||
+		fail "zl status does not show 3 nodes with tcp,rdma pinged over rdma"
+fi
 
 # zl volume rm leaves no chunk file anywhere.
 n=$(find "$CL_DIR"/storage-*/data -name '*.zlc' | wc -l)

@@ -344,6 +344,13 @@ int main(int argc, char **argv)
 	int c, rc = 1;
 
 	zl_log_init("e2e_io");
+	/* The RDMA run of cluster_e2e.sh (test/rdma) sets ZIPLINE_TRANSPORT;
+	 * unset means TCP, as before. */
+	if (getenv("ZIPLINE_TRANSPORT") && *getenv("ZIPLINE_TRANSPORT") &&
+	    zl_xport_select_parse(getenv("ZIPLINE_TRANSPORT"), &co.transport)) {
+		fprintf(stderr, "e2e_io: bad ZIPLINE_TRANSPORT (auto|tcp|rdma)\n");
+		return 2;
+	}
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
 		case 'e': etcd_url = optarg; break;
