@@ -4,7 +4,7 @@ BUILD_SAN  ?= build-asan
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps build build-san run stop wipe status test test-unit test-e2e test-san test-fuzz bench clean
+.PHONY: all deps build build-san run stop wipe status test test-unit test-e2e test-san test-rdma test-fuzz bench clean
 
 all: build
 
@@ -32,11 +32,18 @@ status:
 
 # Everything: unit + e2e + chart checks with the normal build, then unit
 # tests again under ASan+UBSan (clang) with a bounded run of every fuzz
-# target, then the container image built from the Dockerfile (minutes).
+# target, then the RDMA tests inside the Soft-RoCE VM (../shared/rdma-vm:
+# the transport conformance suite and the storage e2e over RDMA; a VM that
+# cannot start fails loudly), then the container image built from the
+# Dockerfile (minutes).
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -L 'unit|e2e|deploy'
 	$(MAKE) test-san
+	ctest --test-dir $(BUILD) --output-on-failure -L rdma
 	ctest --test-dir $(BUILD) --output-on-failure -L image
+
+test-rdma: build
+	ctest --test-dir $(BUILD) --output-on-failure -L rdma
 
 test-unit: build
 	ctest --test-dir $(BUILD) --output-on-failure -L unit
