@@ -182,6 +182,15 @@ struct node_cap {
 struct Csi__V1__VolumeCapability;
 int node_cap_parse(const struct Csi__V1__VolumeCapability *c, struct node_cap *out, char *msg,
 		   size_t msglen);
+
+/* The argument checks NodeStage and NodePublish share, in the spec's order:
+ * volume_id present, `field` (the path argument) present, absolute and short
+ * enough, the capability valid, the volume id well formed. Returns
+ * ZL_GRPC_OK with *cap filled, or the failed status (INVALID_ARGUMENT,
+ * NOT_FOUND) with its message recorded on the call. */
+int node_check_stage_args(struct zl_grpc_call *call, const char *volume_id, const char *field,
+			  const char *path, const struct Csi__V1__VolumeCapability *vc,
+			  struct node_cap *cap);
 /* Value of key in a protobuf-c string map (any *Entry type), or NULL. */
 const char *node_map_get(void *const *entries, size_t n, const char *key);
 

@@ -153,7 +153,6 @@ int node_publish(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *r
 	const Csi__V1__NodePublishVolumeRequest *r = (const Csi__V1__NodePublishVolumeRequest *)req;
 	struct node *n = ctx;
 	struct node_cap cap;
-	char msg[256];
 	int rc;
 
 	if (!r->volume_id[0])
@@ -163,16 +162,10 @@ int node_publish(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *r
 	if (!r->staging_target_path[0])
 		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
 				    "staging_target_path is required (this plugin stages volumes)");
-	if (r->target_path[0] != '/' || strlen(r->target_path) >= NODE_PATH_MAX)
-		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
-				    "target_path must be an absolute path shorter than %d",
-				    NODE_PATH_MAX);
-	rc = node_cap_parse(r->volume_capability, &cap, msg, sizeof(msg));
+	rc = node_check_stage_args(call, r->volume_id, "target_path", r->target_path,
+				   r->volume_capability, &cap);
 	if (rc)
-		return zl_grpc_fail(call, rc, "%s", msg);
-	if (node_check_vol_id(r->volume_id))
-		return zl_grpc_fail(call, ZL_GRPC_NOT_FOUND, "volume %.64s does not exist",
-				    r->volume_id);
+		return rc;
 	if (node_op_begin(n, r->volume_id))
 		return zl_grpc_fail(call, ZL_GRPC_ABORTED,
 				    "an operation on volume %s is already in progress",

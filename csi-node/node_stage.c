@@ -219,31 +219,43 @@ out_undo:
 	return rc;
 }
 
+int node_check_stage_args(struct zl_grpc_call *call, const char *volume_id, const char *field,
+			  const char *path, const struct Csi__V1__VolumeCapability *vc,
+			  struct node_cap *cap)
+{
+	char msg[256];
+	int rc;
+
+	if (!volume_id[0])
+		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "volume_id is required");
+	if (!path[0])
+		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "%s is required", field);
+	if (path[0] != '/' || strlen(path) >= NODE_PATH_MAX)
+		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
+				    "%s must be an absolute path shorter than %d", field,
+				    NODE_PATH_MAX);
+	rc = node_cap_parse(vc, cap, msg, sizeof(msg));
+	if (rc)
+		return zl_grpc_fail(call, rc, "%s", msg);
+	if (node_check_vol_id(volume_id))
+		return zl_grpc_fail(call, ZL_GRPC_NOT_FOUND,
+				    "volume %.64s does not exist (Zipline ids are vol-<16 hex>)",
+				    volume_id);
+	return ZL_GRPC_OK;
+}
+
 int node_stage(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
 	       ProtobufCMessage *resp)
 {
 	const Csi__V1__NodeStageVolumeRequest *r = (const Csi__V1__NodeStageVolumeRequest *)req;
 	struct node *n = ctx;
 	struct node_cap cap;
-	char msg[256];
 	int rc;
 
-	if (!r->volume_id[0])
-		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "volume_id is required");
-	if (!r->staging_target_path[0])
-		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
-				    "staging_target_path is required");
-	if (r->staging_target_path[0] != '/' || strlen(r->staging_target_path) >= NODE_PATH_MAX)
-		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
-				    "staging_target_path must be an absolute path shorter than %d",
-				    NODE_PATH_MAX);
-	rc = node_cap_parse(r->volume_capability, &cap, msg, sizeof(msg));
+	rc = node_check_stage_args(call, r->volume_id, "staging_target_path",
+				   r->staging_target_path, r->volume_capability, &cap);
 	if (rc)
-		return zl_grpc_fail(call, rc, "%s", msg);
-	if (node_check_vol_id(r->volume_id))
-		return zl_grpc_fail(call, ZL_GRPC_NOT_FOUND,
-				    "volume %.64s does not exist (Zipline ids are vol-<16 hex>)",
-				    r->volume_id);
+		return rc;
 	if (node_op_begin(n, r->volume_id))
 		return zl_grpc_fail(call, ZL_GRPC_ABORTED,
 				    "an operation on volume %s is already in progress",
