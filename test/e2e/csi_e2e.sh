@@ -13,8 +13,9 @@ export CSI_WORK=$CL_DIR/csi
 source "$SRC/test/lib/cluster.sh"
 
 if [ "$(id -u)" != 0 ] || [ ! -c /dev/fuse ] || ! command -v losetup >/dev/null; then
-	echo "csi_e2e: needs root, /dev/fuse and losetup (real mounts); skipping" >&2
-	exit 77
+	echo "csi_e2e: FAILED: cannot run: needs root, /dev/fuse and losetup (real mounts)." >&2
+	echo "csi_e2e: run make test as root on a machine with FUSE and loop devices; this is a failure, not a skip" >&2
+	exit 1
 fi
 for b in zipline-storage zipline-controller zipline-node zl; do
 	[ -x "$CL_BIN/$b" ] || { echo "csi_e2e: $CL_BIN/$b is missing: build everything first" >&2; exit 1; }

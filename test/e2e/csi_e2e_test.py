@@ -562,11 +562,35 @@ def test_kill9(node, vol, staging, target, sums):
     with open(src, "wb") as f:
         f.write(os.urandom(64 * MiB))
     dst = os.path.join(target, "load.bin")
-    dd = subprocess.Popen(["dd", "if=" + src, "of=" + dst, "bs=256k", "oflag=direct",
-                           "conv=fsync", "status=none"], stderr=subprocess.PIPE)
-    time.sleep(0.5)
+    # dd reads the data from a pipe that a feeder thread fills: half before
+    # the kill, the rest only after it, so the load is running at the kill
+    # however fast the machine is.
+    dd = subprocess.Popen(["dd", "of=" + dst, "bs=256k", "iflag=fullblock", "oflag=direct",
+                           "conv=fsync", "status=none"],
+                          stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    killed = threading.Event()
+    half = threading.Event()
+
+    def feed():
+        try:
+            with open(src, "rb") as f:
+                data = f.read()
+            dd.stdin.write(data[:len(data) // 2])
+            dd.stdin.flush()
+            half.set()
+            killed.wait(120)
+            dd.stdin.write(data[len(data) // 2:])
+        finally:
+            half.set()
+            dd.stdin.close()
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    half.wait(120)
+    time.sleep(0.2)
     pids = node.attach_pids()
     if dd.poll() is not None or len(pids) != 1:
+        killed.set()
         fail("the write load was not running at the kill (dd rc %s, attach pids %s)"
              % (dd.returncode, pids))
     node.kill9()
@@ -575,7 +599,9 @@ def test_kill9(node, vol, staging, target, sums):
     time.sleep(1.0)
     for p in pids:
         os.kill(p, 0)  # raises if the attach process died with the service
+    killed.set()
     rc = dd.wait(300)
+    feeder.join(60)
     if rc != 0:
         fail("dd into the mount failed after the kill: %s" % dd.stderr.read().decode())
     with open(src, "rb") as a, open(dst, "rb") as b:

@@ -26,7 +26,8 @@ class GrpcServerTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         if not ENDPOINT:
-            raise unittest.SkipTest("ZL_TEST_CSI_ENDPOINT not set")
+            raise RuntimeError("ZL_TEST_CSI_ENDPOINT not set: run this through grpc_server_test, "
+                               "which starts the server and sets it")
         cls.c = CsiClient(ENDPOINT)
         cls.c.wait_ready(10)
         cls.pb = cls.c.pb
