@@ -105,7 +105,10 @@ int zl_slice_index_of(const struct zl_slice *s, const char *node_id);
 /* Puts the node record on the lease. 0 or an etcd error. */
 int zl_meta_node_put(struct zl_etcd *e, const char *prefix, const struct zl_node_info *n,
 		     int64_t lease);
-/* All registered (live) nodes, sorted by id. *out malloc'd. */
+/* All registered (live) nodes, sorted by id. *out malloc'd (NULL when
+ * none). Read in pages, so no etcd reply holds the whole keyspace; a
+ * malformed record, or one under another id's key, is skipped with a log
+ * line. 0, -ENOMEM or an etcd error. */
 int zl_meta_node_list(struct zl_etcd *e, const char *prefix, struct zl_node_info **out,
 		      size_t *n);
 int zl_meta_node_get(struct zl_etcd *e, const char *prefix, const char *id,
@@ -135,7 +138,8 @@ int zl_meta_volume_lookup(struct zl_etcd *e, const char *prefix, const char *nam
 			  struct zl_volume *out);
 int zl_meta_volume_get(struct zl_etcd *e, const char *prefix, const char *id,
 		       struct zl_volume *out);
-/* All volumes sorted by name; *out malloc'd array, free each with zl_volume_fini. */
+/* All volumes sorted by name, read and checked like zl_meta_node_list; *out
+ * malloc'd array (NULL when none), free it with zl_meta_volume_list_free. */
 int zl_meta_volume_list(struct zl_etcd *e, const char *prefix, struct zl_volume **out, size_t *n);
 void zl_meta_volume_list_free(struct zl_volume *vols, size_t n);
 /* Writes v back if its record still has v->mod_rev; updates v->mod_rev.
