@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "lib/common/common.h"
 #include "lib/common/loop.h"
@@ -12,8 +13,11 @@
 #define ZL_CLI_EXIT_RUNTIME 1
 #define ZL_CLI_EXIT_USAGE   2
 
-#define ZL_CLI_DEFAULT_ETCD	 "http://127.0.0.1:2379"
-#define ZL_CLI_DEFAULT_LOCAL_DIR "/tmp/zipline-local"
+#define ZL_CLI_DEFAULT_ETCD "http://127.0.0.1:2379"
+/* The local cluster of scripts/local-cluster.sh (`make run`): persistent
+ * state (etcd and chunk data survive `make stop`), root-owned, never in a
+ * world-writable place. */
+#define ZL_CLI_DEFAULT_LOCAL_DIR "/var/lib/zipline-local"
 
 /* Where the etcd endpoints came from (for error messages). */
 enum zl_cli_etcd_src { ZL_CLI_ETCD_FLAG, ZL_CLI_ETCD_ENV, ZL_CLI_ETCD_LOCAL, ZL_CLI_ETCD_DEFAULT };
@@ -34,12 +38,27 @@ struct zl_cli_globals {
 int zl_cli_globals_parse(int *argc, char **argv, struct zl_cli_globals *g, char *err,
 			 size_t err_len);
 
+/* Reads the first line of <dir>/etcd.endpoints into out if nobody but root
+ * or uid can have written it: the file (a regular file, not a symbolic link),
+ * dir and every directory above dir are owned by root or uid and are not
+ * writable by group or others (directories above dir may be, with the sticky
+ * bit, like /tmp). Returns 0 (out filled, "" for an empty file), -ENOENT (no
+ * such directory or file), -EACCES (not trusted) or another negative errno
+ * (cannot be read); on -EACCES and other errors a one-line reason naming the
+ * path and the fix is written to err. */
+int zl_cli_local_read(const char *dir, uid_t uid, char *out, size_t out_len, char *err,
+		      size_t err_len);
+
 /* Chooses the etcd endpoints: flag, else env (ZIPLINE_ETCD), else the first
- * line of <local_dir>/etcd.endpoints (local_dir NULL = ZIPLINE_LOCAL_DIR or
- * /tmp/zipline-local), else the default. Writes them to out. Returns the
- * source. */
-enum zl_cli_etcd_src zl_cli_etcd_discover(const char *flag, const char *env, const char *local_dir,
-					  char *out, size_t out_len);
+ * line of <local_dir>/etcd.endpoints (local_dir NULL = $ZIPLINE_LOCAL_DIR or
+ * ZL_CLI_DEFAULT_LOCAL_DIR) read with zl_cli_local_read for the real uid,
+ * else ZL_CLI_DEFAULT_ETCD when there is no such file. Writes the endpoints
+ * to out and where they came from to *src. Returns 0, or the error of
+ * zl_cli_local_read (the file exists but is not trusted or cannot be read)
+ * with a one-line message in err that says what is wrong and to pass --etcd;
+ * it never falls back to another etcd then. */
+int zl_cli_etcd_discover(const char *flag, const char *env, const char *local_dir, char *out,
+			 size_t out_len, enum zl_cli_etcd_src *src, char *err, size_t err_len);
 
 /* Parses a size flag value: 0 or -ZL_ERR_INVAL (also for zero when
  * !allow_zero). */

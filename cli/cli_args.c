@@ -1,6 +1,5 @@
-/* zl argument helpers: global flags, etcd discovery, value parsing, latency
- * histogram. No I/O besides reading the local cluster's endpoints file, so
- * they are unit-tested (test/unit/cli). */
+/* zl argument helpers: global flags, value parsing, latency histogram. No
+ * I/O, so they are unit-tested (test/unit/cli). */
 #include "cli.h"
 
 #include <ctype.h>
@@ -83,55 +82,6 @@ int zl_cli_globals_parse(int *argc, char **argv, struct zl_cli_globals *g, char 
 	argv[out] = NULL;
 	*argc = out;
 	return 0;
-}
-
-/* Copies the first line of s, trimmed, into out. */
-static void cli_first_line(const char *s, char *out, size_t len)
-{
-	size_t n;
-
-	while (isspace((unsigned char)*s))
-		s++;
-	n = strcspn(s, "\r\n");
-	while (n && isspace((unsigned char)s[n - 1]))
-		n--;
-	if (n >= len)
-		n = len - 1;
-	memcpy(out, s, n);
-	out[n] = 0;
-}
-
-enum zl_cli_etcd_src zl_cli_etcd_discover(const char *flag, const char *env, const char *local_dir,
-					  char *out, size_t out_len)
-{
-	char path[4096], buf[1024];
-	FILE *f;
-	size_t n;
-
-	if (flag && *flag) {
-		snprintf(out, out_len, "%s", flag);
-		return ZL_CLI_ETCD_FLAG;
-	}
-	if (env && *env) {
-		snprintf(out, out_len, "%s", env);
-		return ZL_CLI_ETCD_ENV;
-	}
-	if (!local_dir || !*local_dir)
-		local_dir = getenv("ZIPLINE_LOCAL_DIR");
-	if (!local_dir || !*local_dir)
-		local_dir = ZL_CLI_DEFAULT_LOCAL_DIR;
-	snprintf(path, sizeof(path), "%s/etcd.endpoints", local_dir);
-	f = fopen(path, "r");
-	if (f) {
-		n = fread(buf, 1, sizeof(buf) - 1, f);
-		fclose(f);
-		buf[n] = 0;
-		cli_first_line(buf, out, out_len);
-		if (out[0])
-			return ZL_CLI_ETCD_LOCAL;
-	}
-	snprintf(out, out_len, "%s", ZL_CLI_DEFAULT_ETCD);
-	return ZL_CLI_ETCD_DEFAULT;
 }
 
 int zl_cli_parse_size(const char *s, bool allow_zero, uint64_t *out)

@@ -70,12 +70,17 @@ void zl_cli_etcd_err(struct zl_cli *cli, const char *what, int rc)
 int zl_cli_etcd(struct zl_cli *cli)
 {
 	struct zl_etcd_opts o = {0};
+	char err[4400];
 	int rc;
 
 	if (cli->etcd)
 		return 0;
-	cli->etcd_src = zl_cli_etcd_discover(cli->g.etcd, getenv("ZIPLINE_ETCD"), NULL,
-					     cli->etcd_urls, sizeof(cli->etcd_urls));
+	rc = zl_cli_etcd_discover(cli->g.etcd, getenv("ZIPLINE_ETCD"), NULL, cli->etcd_urls,
+				  sizeof(cli->etcd_urls), &cli->etcd_src, err, sizeof(err));
+	if (rc) {
+		zl_cli_err("%s", err);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
 	o.endpoints = cli->etcd_urls;
 	o.timeout_ms = 5000;
 	rc = zl_etcd_create(&o, &cli->etcd);

@@ -179,7 +179,7 @@ static struct zl_storage_vol **vols_slot(struct zl_storage_vols *vc, uint64_t nu
 /* Loads volume num from etcd into a new record. */
 static int vols_load(struct zl_storage_vols *vc, uint64_t num, struct zl_volume *v)
 {
-	char id[ZL_VOL_ID_LEN + 1];
+	char id[ZL_VOL_ID_LEN + 1], why[256] = "";
 	int rc;
 
 	zl_vol_id_format(num, id);
@@ -187,10 +187,8 @@ static int vols_load(struct zl_storage_vols *vc, uint64_t num, struct zl_volume 
 	if (rc && rc != -ZL_ERR_NOT_FOUND)
 		ZL_LOG_WARN("storage", "loading volume record failed: vol=%s err=%s (%s)", id,
 			    zl_errname(rc), zl_etcd_last_error());
-	if (!rc && (v->num != num || !v->n_slices || !v->slices || !v->size ||
-		    v->chunk_size < ZL_WIRE_MIN_CHUNK || v->chunk_size > ZL_WIRE_MAX_CHUNK ||
-		    (v->chunk_size & (v->chunk_size - 1)))) {
-		ZL_LOG_ERR("storage", "volume record in etcd is inconsistent: vol=%s", id);
+	if (!rc && (v->num != num || zl_meta_volume_check(v, why, sizeof(why)))) {
+		ZL_LOG_ERR("storage", "volume record in etcd is inconsistent: vol=%s %s", id, why);
 		zl_volume_fini(v);
 		rc = -ZL_ERR_NOT_FOUND;
 	}

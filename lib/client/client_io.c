@@ -606,6 +606,7 @@ static enum zl_xport_select vol_pick_sel(const struct zl_client *c, const struct
 int zl_vol_open(struct zl_client *c, const char *name_or_id, struct zl_vol **out)
 {
 	struct zl_vol *v;
+	char why[256];
 	uint32_t n_subs;
 	int rc;
 
@@ -632,10 +633,8 @@ int zl_vol_open(struct zl_client *c, const char *name_or_id, struct zl_vol **out
 		rc = -ZL_ERR_NOT_FOUND;
 		goto out_meta;
 	}
-	if (!v->meta.n_slices || !v->meta.slices || !v->meta.chunk_size ||
-	    (v->meta.chunk_size & (v->meta.chunk_size - 1))) {
-		ZL_LOG_ERR(CLIENT_LOG, "volume record is malformed: vol=%s slices=%u chunk_size=%u",
-			   v->meta.id, v->meta.n_slices, v->meta.chunk_size);
+	if (zl_meta_volume_check(&v->meta, why, sizeof(why))) {
+		ZL_LOG_ERR(CLIENT_LOG, "volume record is malformed: vol=%s %s", v->meta.id, why);
 		rc = -ZL_ERR_INVAL;
 		goto out_meta;
 	}

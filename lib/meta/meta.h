@@ -71,6 +71,21 @@ char *zl_meta_volume_to_json(const struct zl_volume *v);
 /* Fills *v (v->slices malloc'd; free with zl_volume_fini). 0 or -ZL_ERR_INVAL. */
 int zl_meta_volume_from_json(const char *json, size_t len, struct zl_volume *v);
 
+/* ---- record checks ---- */
+/* The sanity check of a volume record, the only one in the tree: id and
+ * number agree, name, size (a positive multiple of 4096), chunk size (see
+ * zl_meta_chunk_size_ok), replicas (1..ZL_MAX_REPLICAS), slice count
+ * (1..65536), state, params (a JSON object) and the placement table (n_slices
+ * rows, each with a version >= 1 and exactly `replicas` distinct valid node
+ * ids; any in_sync subset is valid). Every record lib/meta decodes or writes
+ * passes it; a module that holds a record of its own calls it rather than
+ * checking fields itself. On failure writes a one-line reason into why
+ * (optional; why_len bytes, e.g. "chunk_size=3000 is not a power of two in
+ * [65536, 67108864]"). Returns 0 or -ZL_ERR_INVAL. */
+int zl_meta_volume_check(const struct zl_volume *v, char *why, size_t why_len);
+/* True when chunk_size is a power of two in [ZL_WIRE_MIN_CHUNK, ZL_WIRE_MAX_CHUNK]. */
+bool zl_meta_chunk_size_ok(uint64_t chunk_size);
+
 void zl_volume_fini(struct zl_volume *v);
 void zl_volume_free(struct zl_volume *v);
 /* Deep copy; 0 or -ENOMEM. */
@@ -90,7 +105,10 @@ int zl_slice_index_of(const struct zl_slice *s, const char *node_id);
 /* Puts the node record on the lease. 0 or an etcd error. */
 int zl_meta_node_put(struct zl_etcd *e, const char *prefix, const struct zl_node_info *n,
 		     int64_t lease);
-/* All registered (live) nodes, sorted by id. *out malloc'd. */
+/* All registered (live) nodes, sorted by id. *out malloc'd (NULL when
+ * none). Read in pages, so no etcd reply holds the whole keyspace; a
+ * malformed record, or one under another id's key, is skipped with a log
+ * line. 0, -ENOMEM or an etcd error. */
 int zl_meta_node_list(struct zl_etcd *e, const char *prefix, struct zl_node_info **out,
 		      size_t *n);
 int zl_meta_node_get(struct zl_etcd *e, const char *prefix, const char *id,
@@ -120,7 +138,8 @@ int zl_meta_volume_lookup(struct zl_etcd *e, const char *prefix, const char *nam
 			  struct zl_volume *out);
 int zl_meta_volume_get(struct zl_etcd *e, const char *prefix, const char *id,
 		       struct zl_volume *out);
-/* All volumes sorted by name; *out malloc'd array, free each with zl_volume_fini. */
+/* All volumes sorted by name, read and checked like zl_meta_node_list; *out
+ * malloc'd array (NULL when none), free it with zl_meta_volume_list_free. */
 int zl_meta_volume_list(struct zl_etcd *e, const char *prefix, struct zl_volume **out, size_t *n);
 void zl_meta_volume_list_free(struct zl_volume *vols, size_t n);
 /* Writes v back if its record still has v->mod_rev; updates v->mod_rev.

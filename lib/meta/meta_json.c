@@ -4,6 +4,7 @@
  * (they are fuzzed, test/fuzz/fuzz_meta_json.c). Unknown fields are ignored
  * so that newer writers can add some. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,120 +85,77 @@ int zl_slice_index_of(const struct zl_slice *s, const char *node_id)
 	return -1;
 }
 
-/* ---- record checks ---- */
-
-static bool meta_buf_ok(const char *buf, size_t size, bool allow_empty)
-{
-	size_t n = strnlen(buf, size);
-
-	return n < size && (allow_empty || n > 0);
-}
-
-int meta_node_check(const struct zl_node_info *n)
-{
-	if (!meta_buf_ok(n->id, sizeof(n->id), false) || zl_node_id_check(n->id))
-		return -ZL_ERR_INVAL;
-	if (!meta_buf_ok(n->addr, sizeof(n->addr), false) || n->port == 0)
-		return -ZL_ERR_INVAL;
-	if (!meta_buf_ok(n->transports, sizeof(n->transports), false))
-		return -ZL_ERR_INVAL;
-	if (!meta_buf_ok(n->domain, sizeof(n->domain), true))
-		return -ZL_ERR_INVAL;
-	if (!meta_buf_ok(n->version, sizeof(n->version), true))
-		return -ZL_ERR_INVAL;
-	if (n->capacity > INT64_MAX || n->free > INT64_MAX)
-		return -ZL_ERR_INVAL;
-	return 0;
-}
-
-/* params must be a JSON object whose compact text fits v->params. */
-static int meta_params_check(const char *text, size_t size)
-{
-	json_t *o;
-	int ret = 0;
-
-	if (!meta_buf_ok(text, size, false))
-		return -ZL_ERR_INVAL;
-	o = json_loads(text, JSON_REJECT_DUPLICATES, NULL);
-	if (!o || !json_is_object(o))
-		ret = -ZL_ERR_INVAL;
-	json_decref(o);
-	return ret;
-}
-
-static int meta_slice_check(const struct zl_slice *s, uint32_t replicas)
-{
-	if (s->version == 0 || s->version > INT64_MAX || s->n != replicas)
-		return -ZL_ERR_INVAL;
-	for (uint32_t i = 0; i < replicas; i++) {
-		if (!meta_buf_ok(s->nodes[i], sizeof(s->nodes[i]), false) ||
-		    zl_node_id_check(s->nodes[i]))
-			return -ZL_ERR_INVAL;
-		for (uint32_t j = 0; j < i; j++) {
-			if (!strcmp(s->nodes[i], s->nodes[j]))
-				return -ZL_ERR_INVAL;
-		}
-	}
-	return 0;
-}
-
-int meta_volume_check(const struct zl_volume *v)
-{
-	uint64_t num;
-
-	if (!meta_buf_ok(v->id, sizeof(v->id), false) || zl_vol_id_parse(v->id, &num) ||
-	    num != v->num)
-		return -ZL_ERR_INVAL;
-	if (!meta_buf_ok(v->name, sizeof(v->name), false) || zl_volume_name_check(v->name))
-		return -ZL_ERR_INVAL;
-	if (v->size == 0 || v->size > INT64_MAX || v->size % ZL_BLOCK_SIZE)
-		return -ZL_ERR_INVAL;
-	if (v->chunk_size < ZL_WIRE_MIN_CHUNK || v->chunk_size > ZL_WIRE_MAX_CHUNK ||
-	    (v->chunk_size & (v->chunk_size - 1)))
-		return -ZL_ERR_INVAL;
-	if (v->replicas < 1 || v->replicas > ZL_MAX_REPLICAS)
-		return -ZL_ERR_INVAL;
-	if (v->n_slices < 1 || v->n_slices > ZL_META_MAX_SLICES || !v->slices)
-		return -ZL_ERR_INVAL;
-	if (!meta_buf_ok(v->state, sizeof(v->state), false))
-		return -ZL_ERR_INVAL;
-	if (meta_params_check(v->params, sizeof(v->params)))
-		return -ZL_ERR_INVAL;
-	for (uint32_t s = 0; s < v->n_slices; s++) {
-		if (meta_slice_check(&v->slices[s], v->replicas))
-			return -ZL_ERR_INVAL;
-	}
-	return 0;
-}
-
 /* ---- decoding helpers ---- */
 
-static int meta_get_str(json_t *o, const char *field, char *buf, size_t size, bool allow_empty)
+/* One field of a record: a string copied into a char buffer of `size` bytes,
+ * or an integer in [min, max] stored into an unsigned 16/32-bit or a 64-bit
+ * member of `size` bytes. */
+struct meta_field {
+	const char *name;
+	size_t off, size;
+	bool is_str, allow_empty;
+	int64_t min, max;
+};
+
+#define META_STR(type, member, name, allow_empty)                                                  \
+	{                                                                                          \
+		name, offsetof(type, member), sizeof(((type *)0)->member), true, allow_empty, 0, 0 \
+	}
+#define META_INT(type, member, name, min, max)                                                     \
+	{                                                                                          \
+		name, offsetof(type, member), sizeof(((type *)0)->member), false, false, min, max  \
+	}
+
+static int meta_get_field(json_t *o, const struct meta_field *f, void *rec)
 {
-	json_t *j = json_object_get(o, field);
+	json_t *j = json_object_get(o, f->name);
+	char *p = (char *)rec + f->off;
+	json_int_t x;
 	size_t n;
 
-	if (!json_is_string(j))
-		return -ZL_ERR_INVAL;
-	n = json_string_length(j);
-	/* The parser rejects \u0000, so the length is also the C string length. */
-	if (n >= size || (!allow_empty && n == 0) || strlen(json_string_value(j)) != n)
-		return -ZL_ERR_INVAL;
-	memcpy(buf, json_string_value(j), n + 1);
-	return 0;
-}
-
-static int meta_get_int(json_t *o, const char *field, int64_t min, int64_t max, int64_t *out)
-{
-	json_t *j = json_object_get(o, field);
-	json_int_t x;
-
+	if (f->is_str) {
+		if (!json_is_string(j))
+			return -ZL_ERR_INVAL;
+		n = json_string_length(j);
+		/* The parser rejects \u0000, so the length is also the C string length. */
+		if (n >= f->size || (!f->allow_empty && n == 0) ||
+		    strlen(json_string_value(j)) != n)
+			return -ZL_ERR_INVAL;
+		memcpy(p, json_string_value(j), n + 1);
+		return 0;
+	}
 	if (!json_is_integer(j))
 		return -ZL_ERR_INVAL;
 	x = json_integer_value(j);
-	if (x < min || x > max)
+	if (x < f->min || x > f->max)
 		return -ZL_ERR_INVAL;
-	*out = (int64_t)x;
+	if (f->size == sizeof(uint16_t)) {
+		uint16_t v = (uint16_t)x;
+
+		memcpy(p, &v, sizeof(v));
+	} else if (f->size == sizeof(uint32_t)) {
+		uint32_t v = (uint32_t)x;
+
+		memcpy(p, &v, sizeof(v));
+	} else {
+		int64_t v = (int64_t)x; /* uint64_t members have min >= 0: same bits */
+
+		memcpy(p, &v, sizeof(v));
+	}
+	return 0;
+}
+
+/* Decodes every field of the table into rec. 0 or -ZL_ERR_INVAL with the
+ * field named in why. */
+static int meta_get_fields(json_t *o, const struct meta_field *f, size_t n, void *rec, char *why,
+			   size_t why_len)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (meta_get_field(o, &f[i], rec))
+			return meta_fail(why, why_len,
+					 "field %s is missing, of the wrong type or out of range",
+					 f[i].name);
+	}
 	return 0;
 }
 
@@ -231,41 +189,42 @@ char *zl_meta_node_to_json(const struct zl_node_info *n)
 	return s;
 }
 
-int zl_meta_node_from_json(const char *json, size_t len, struct zl_node_info *n)
+static const struct meta_field meta_node_fields[] = {
+    META_STR(struct zl_node_info, id, "id", false),
+    META_STR(struct zl_node_info, addr, "addr", false),
+    META_STR(struct zl_node_info, transports, "transports", false),
+    META_STR(struct zl_node_info, domain, "domain", true),
+    META_STR(struct zl_node_info, version, "version", true),
+    META_INT(struct zl_node_info, port, "port", 1, UINT16_MAX),
+    META_INT(struct zl_node_info, rdma_port, "rdma_port", 0, UINT16_MAX),
+    META_INT(struct zl_node_info, capacity, "capacity", 0, INT64_MAX),
+    META_INT(struct zl_node_info, free, "free", 0, INT64_MAX),
+    META_INT(struct zl_node_info, start_time, "start_time", INT64_MIN, INT64_MAX),
+};
+
+int meta_node_from_json(const char *json, size_t len, struct zl_node_info *n, char *why,
+			size_t why_len)
 {
 	json_t *o = meta_parse(json, len);
-	int64_t x;
-	int ret = -ZL_ERR_INVAL;
+	int ret;
 
 	memset(n, 0, sizeof(*n));
 	if (!o || !json_is_object(o))
-		goto out;
-	if (meta_get_str(o, "id", n->id, sizeof(n->id), false) ||
-	    meta_get_str(o, "addr", n->addr, sizeof(n->addr), false) ||
-	    meta_get_str(o, "transports", n->transports, sizeof(n->transports), false) ||
-	    meta_get_str(o, "domain", n->domain, sizeof(n->domain), true) ||
-	    meta_get_str(o, "version", n->version, sizeof(n->version), true))
-		goto out;
-	if (meta_get_int(o, "port", 1, UINT16_MAX, &x))
-		goto out;
-	n->port = (uint16_t)x;
-	if (meta_get_int(o, "rdma_port", 0, UINT16_MAX, &x))
-		goto out;
-	n->rdma_port = (uint16_t)x;
-	if (meta_get_int(o, "capacity", 0, INT64_MAX, &x))
-		goto out;
-	n->capacity = (uint64_t)x;
-	if (meta_get_int(o, "free", 0, INT64_MAX, &x))
-		goto out;
-	n->free = (uint64_t)x;
-	if (meta_get_int(o, "start_time", INT64_MIN, INT64_MAX, &n->start_time))
-		goto out;
-	ret = meta_node_check(n);
-out:
+		ret = meta_fail(why, why_len, "not a JSON object");
+	else
+		ret = meta_get_fields(o, meta_node_fields, ZL_ARRAY_SIZE(meta_node_fields), n, why,
+				      why_len);
+	if (!ret && meta_node_check(n))
+		ret = meta_fail(why, why_len, "id, addr or port is not valid");
 	json_decref(o);
 	if (ret)
 		memset(n, 0, sizeof(*n));
 	return ret;
+}
+
+int zl_meta_node_from_json(const char *json, size_t len, struct zl_node_info *n)
+{
+	return meta_node_from_json(json, len, n, NULL, 0);
 }
 
 /* ---- volume record ---- */
@@ -306,7 +265,7 @@ char *zl_meta_volume_to_json(const struct zl_volume *v)
 	char *s = NULL;
 
 	/* A record that cannot be decoded again is not written either. */
-	if (meta_volume_check(v))
+	if (zl_meta_volume_check(v, NULL, 0))
 		return NULL;
 	params = json_loads(v->params, JSON_REJECT_DUPLICATES, NULL);
 	placement = json_array();
@@ -331,17 +290,17 @@ out:
 	return s;
 }
 
+/* Copies one placement row (its shape: a version, `replicas` node ids,
+ * in_sync a subset of them); zl_meta_volume_check judges the values. */
 static int meta_slice_from_json(json_t *row, uint32_t replicas, struct zl_slice *s)
 {
+	static const struct meta_field version =
+	    META_INT(struct zl_slice, version, "v", 1, INT64_MAX);
 	json_t *nodes, *in_sync, *j;
-	int64_t ver;
 	size_t i;
 
-	if (!json_is_object(row))
+	if (!json_is_object(row) || meta_get_field(row, &version, s))
 		return -ZL_ERR_INVAL;
-	if (meta_get_int(row, "v", 1, INT64_MAX, &ver))
-		return -ZL_ERR_INVAL;
-	s->version = (uint64_t)ver;
 	nodes = json_object_get(row, "nodes");
 	in_sync = json_object_get(row, "in_sync");
 	if (!json_is_array(nodes) || json_array_size(nodes) != replicas ||
@@ -366,55 +325,72 @@ static int meta_slice_from_json(json_t *row, uint32_t replicas, struct zl_slice 
 			return -ZL_ERR_INVAL;
 		s->in_sync[k] = true;
 	}
-	return meta_slice_check(s, replicas);
+	return 0;
 }
 
-int zl_meta_volume_from_json(const char *json, size_t len, struct zl_volume *v)
+/* Integers get the range of their C type here; meta_volume_shape_check and
+ * zl_meta_volume_check decide what a valid value is. */
+static const struct meta_field meta_volume_fields[] = {
+    META_STR(struct zl_volume, id, "id", false),
+    META_STR(struct zl_volume, name, "name", false),
+    META_STR(struct zl_volume, state, "state", false),
+    META_INT(struct zl_volume, size, "size", 0, INT64_MAX),
+    META_INT(struct zl_volume, chunk_size, "chunk_size", 0, UINT32_MAX),
+    META_INT(struct zl_volume, replicas, "replicas", 0, UINT32_MAX),
+    META_INT(struct zl_volume, n_slices, "slices", 0, UINT32_MAX),
+    META_INT(struct zl_volume, created, "created", INT64_MIN, INT64_MAX),
+};
+
+int meta_volume_from_json(const char *json, size_t len, struct zl_volume *v, char *why,
+			  size_t why_len)
 {
 	json_t *o = meta_parse(json, len);
 	json_t *params, *placement, *row;
 	char *params_text = NULL;
-	int64_t x;
 	size_t i;
 	int ret = -ZL_ERR_INVAL;
 
+	if (why && why_len)
+		why[0] = '\0';
 	memset(v, 0, sizeof(*v));
-	if (!o || !json_is_object(o))
+	if (!o || !json_is_object(o)) {
+		ret = meta_fail(why, why_len, "not a JSON object");
 		goto out;
-	if (meta_get_str(o, "id", v->id, sizeof(v->id), false) || zl_vol_id_parse(v->id, &v->num) ||
-	    meta_get_str(o, "name", v->name, sizeof(v->name), false) ||
-	    meta_get_str(o, "state", v->state, sizeof(v->state), false))
+	}
+	ret = meta_get_fields(o, meta_volume_fields, ZL_ARRAY_SIZE(meta_volume_fields), v, why,
+			      why_len);
+	if (ret)
 		goto out;
-	if (meta_get_int(o, "size", 1, INT64_MAX, &x))
+	if (zl_vol_id_parse(v->id, &v->num)) {
+		ret = meta_fail(why, why_len, "id %s is not vol- and 16 hex digits", v->id);
 		goto out;
-	v->size = (uint64_t)x;
-	if (meta_get_int(o, "chunk_size", ZL_WIRE_MIN_CHUNK, ZL_WIRE_MAX_CHUNK, &x))
+	}
+	/* Before the placement table is sized by them. */
+	ret = meta_volume_shape_check(v, why, why_len);
+	if (ret)
 		goto out;
-	v->chunk_size = (uint32_t)x;
-	if (meta_get_int(o, "replicas", 1, ZL_MAX_REPLICAS, &x))
-		goto out;
-	v->replicas = (uint32_t)x;
-	if (meta_get_int(o, "slices", 1, ZL_META_MAX_SLICES, &x))
-		goto out;
-	v->n_slices = (uint32_t)x;
-	if (meta_get_int(o, "created", INT64_MIN, INT64_MAX, &v->created))
-		goto out;
-
 	params = json_object_get(o, "params");
-	if (!json_is_object(params))
+	if (!json_is_object(params)) {
+		ret = meta_fail(why, why_len, "field params is not a JSON object");
 		goto out;
+	}
 	params_text = json_dumps(params, JSON_COMPACT | JSON_SORT_KEYS);
 	if (!params_text) {
 		ret = -ENOMEM;
 		goto out;
 	}
-	if (strlen(params_text) >= sizeof(v->params))
+	if (strlen(params_text) >= sizeof(v->params)) {
+		ret = meta_fail(why, why_len, "params is longer than %zu bytes",
+				sizeof(v->params) - 1);
 		goto out;
+	}
 	strcpy(v->params, params_text);
 
 	placement = json_object_get(o, "placement");
-	if (!json_is_array(placement) || json_array_size(placement) != v->n_slices)
+	if (!json_is_array(placement) || json_array_size(placement) != v->n_slices) {
+		ret = meta_fail(why, why_len, "placement is not an array of %u rows", v->n_slices);
 		goto out;
+	}
 	v->slices = calloc(v->n_slices, sizeof(*v->slices));
 	if (!v->slices) {
 		ret = -ENOMEM;
@@ -422,10 +398,15 @@ int zl_meta_volume_from_json(const char *json, size_t len, struct zl_volume *v)
 	}
 	json_array_foreach(placement, i, row)
 	{
-		if (meta_slice_from_json(row, v->replicas, &v->slices[i]))
+		if (meta_slice_from_json(row, v->replicas, &v->slices[i])) {
+			ret = meta_fail(why, why_len,
+					"placement row %zu is not {v, nodes[%u], in_sync "
+					"a subset of nodes}",
+					i, v->replicas);
 			goto out;
+		}
 	}
-	ret = meta_volume_check(v);
+	ret = zl_meta_volume_check(v, why, why_len);
 out:
 	free(params_text);
 	json_decref(o);
@@ -434,4 +415,9 @@ out:
 		memset(v, 0, sizeof(*v));
 	}
 	return ret;
+}
+
+int zl_meta_volume_from_json(const char *json, size_t len, struct zl_volume *v)
+{
+	return meta_volume_from_json(json, len, v, NULL, 0);
 }

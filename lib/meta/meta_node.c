@@ -1,6 +1,7 @@
 /* Storage node records: <prefix>nodes/<id>, each on its node's lease, so a
  * node that stops heartbeating disappears from the list by itself. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +36,11 @@ int zl_meta_node_put(struct zl_etcd *e, const char *prefix, const struct zl_node
 	return ret;
 }
 
+static int meta_node_decode(const struct zl_etcd_kv *kv, void *rec, char *why, size_t why_len)
+{
+	return meta_node_from_json(kv->value, kv->value_len, rec, why, why_len);
+}
+
 static int meta_node_cmp(const void *a, const void *b)
 {
 	const struct zl_node_info *x = a, *y = b;
@@ -42,69 +48,29 @@ static int meta_node_cmp(const void *a, const void *b)
 	return strcmp(x->id, y->id);
 }
 
+static const struct meta_record_ops meta_node_ops = {
+    .kind = "nodes",
+    .what = "node",
+    .hint = "delete it or re-register that node",
+    .size = sizeof(struct zl_node_info),
+    .id_off = offsetof(struct zl_node_info, id),
+    .decode = meta_node_decode,
+    .cmp = meta_node_cmp,
+};
+
 int zl_meta_node_list(struct zl_etcd *e, const char *prefix, struct zl_node_info **out, size_t *n)
 {
-	struct zl_etcd_range r;
-	struct zl_node_info *nodes = NULL;
-	char key[ZL_META_KEY_MAX];
-	size_t cnt = 0;
-	int ret;
+	void *recs;
+	int ret = meta_record_list(e, prefix, &meta_node_ops, &recs, n);
 
-	*out = NULL;
-	*n = 0;
-	ret = zl_meta_key(key, sizeof(key), prefix, "nodes", NULL);
-	if (ret)
-		return ret;
-	ret = zl_etcd_range_prefix(e, key, NULL, 0, &r);
-	if (ret)
-		return ret;
-	if (r.n) {
-		nodes = calloc(r.n, sizeof(*nodes));
-		if (!nodes) {
-			ret = -ENOMEM;
-			goto out_range;
-		}
-	}
-	for (size_t i = 0; i < r.n; i++) {
-		if (zl_meta_node_from_json(r.kvs[i].value, r.kvs[i].value_len, &nodes[cnt])) {
-			/* One bad record must not hide every other node. */
-			ZL_LOG_ERR("meta",
-				   "skipping malformed node record key=%s: delete or "
-				   "re-register that node",
-				   r.kvs[i].key);
-			continue;
-		}
-		cnt++;
-	}
-	if (cnt > 1)
-		qsort(nodes, cnt, sizeof(*nodes), meta_node_cmp);
-	*out = nodes;
-	*n = cnt;
-out_range:
-	zl_etcd_range_fini(&r);
+	*out = recs;
 	return ret;
 }
 
 int zl_meta_node_get(struct zl_etcd *e, const char *prefix, const char *id,
 		     struct zl_node_info *out)
 {
-	struct zl_etcd_kv kv;
-	char key[ZL_META_KEY_MAX];
-	int ret;
-
 	if (!id || zl_node_id_check(id))
 		return -ZL_ERR_INVAL;
-	ret = zl_meta_key(key, sizeof(key), prefix, "nodes", id);
-	if (ret)
-		return ret;
-	ret = zl_etcd_get(e, key, &kv);
-	if (ret)
-		return ret;
-	ret = zl_meta_node_from_json(kv.value, kv.value_len, out);
-	if (ret)
-		ZL_LOG_ERR("meta", "malformed node record key=%s: re-register the node", key);
-	else if (strcmp(out->id, id))
-		ret = -ZL_ERR_INVAL;
-	zl_etcd_kv_fini(&kv);
-	return ret;
+	return meta_record_get(e, prefix, &meta_node_ops, id, out);
 }

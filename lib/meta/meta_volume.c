@@ -4,6 +4,7 @@
  * absent. Every later change compares the record's mod_revision. */
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,37 +21,46 @@
 /* Compare-and-swap rounds of zl_meta_slice_drop. */
 #define META_DROP_TRIES 16
 
+static int meta_volume_decode(const struct zl_etcd_kv *kv, void *rec, char *why, size_t why_len)
+{
+	struct zl_volume *v = rec;
+	int ret = meta_volume_from_json(kv->value, kv->value_len, v, why, why_len);
+
+	if (!ret)
+		v->mod_rev = kv->mod_rev;
+	return ret;
+}
+
+static void meta_volume_fini_rec(void *rec)
+{
+	zl_volume_fini(rec);
+}
+
+static int meta_volume_cmp_name(const void *a, const void *b)
+{
+	const struct zl_volume *x = a, *y = b;
+
+	return strcmp(x->name, y->name);
+}
+
+static const struct meta_record_ops meta_volume_ops = {
+    .kind = "volumes",
+    .what = "volume",
+    .hint = "fix or delete it with etcdctl",
+    .size = sizeof(struct zl_volume),
+    .id_off = offsetof(struct zl_volume, id),
+    .decode = meta_volume_decode,
+    .fini = meta_volume_fini_rec,
+    .cmp = meta_volume_cmp_name,
+};
+
 int zl_meta_volume_get(struct zl_etcd *e, const char *prefix, const char *id, struct zl_volume *out)
 {
-	struct zl_etcd_kv kv;
-	char key[ZL_META_KEY_MAX];
 	uint64_t num;
-	int ret;
 
 	if (!id || zl_vol_id_parse(id, &num))
 		return -ZL_ERR_INVAL;
-	ret = zl_meta_key(key, sizeof(key), prefix, "volumes", id);
-	if (ret)
-		return ret;
-	ret = zl_etcd_get(e, key, &kv);
-	if (ret)
-		return ret;
-	ret = zl_meta_volume_from_json(kv.value, kv.value_len, out);
-	if (ret) {
-		ZL_LOG_ERR("meta",
-			   "malformed volume record key=%s err=%s: inspect it with etcdctl "
-			   "get %s",
-			   key, zl_errname(ret), key);
-	} else if (strcmp(out->id, id)) {
-		ZL_LOG_ERR("meta", "volume record key=%s holds id=%s: inspect it with etcdctl", key,
-			   out->id);
-		zl_volume_fini(out);
-		ret = -ZL_ERR_INVAL;
-	} else {
-		out->mod_rev = kv.mod_rev;
-	}
-	zl_etcd_kv_fini(&kv);
-	return ret;
+	return meta_record_get(e, prefix, &meta_volume_ops, id, out);
 }
 
 /* Reads names/<name> and the volume it names. -ZL_ERR_NOT_FOUND when the name
@@ -104,60 +114,12 @@ int zl_meta_volume_lookup(struct zl_etcd *e, const char *prefix, const char *nam
 	return meta_volume_by_name(e, prefix, name_or_id, out);
 }
 
-static int meta_volume_cmp_name(const void *a, const void *b)
-{
-	const struct zl_volume *x = a, *y = b;
-
-	return strcmp(x->name, y->name);
-}
-
 int zl_meta_volume_list(struct zl_etcd *e, const char *prefix, struct zl_volume **out, size_t *n)
 {
-	struct zl_etcd_range r;
-	struct zl_volume *vols = NULL;
-	char key[ZL_META_KEY_MAX];
-	size_t cnt = 0;
-	int ret;
+	void *recs;
+	int ret = meta_record_list(e, prefix, &meta_volume_ops, &recs, n);
 
-	*out = NULL;
-	*n = 0;
-	ret = zl_meta_key(key, sizeof(key), prefix, "volumes", NULL);
-	if (ret)
-		return ret;
-	ret = zl_etcd_range_prefix(e, key, NULL, 0, &r);
-	if (ret)
-		return ret;
-	if (r.n) {
-		vols = calloc(r.n, sizeof(*vols));
-		if (!vols) {
-			ret = -ENOMEM;
-			goto out_range;
-		}
-	}
-	for (size_t i = 0; i < r.n; i++) {
-		ret = zl_meta_volume_from_json(r.kvs[i].value, r.kvs[i].value_len, &vols[cnt]);
-		if (ret == -ENOMEM) {
-			zl_meta_volume_list_free(vols, cnt);
-			vols = NULL;
-			goto out_range;
-		}
-		if (ret) {
-			/* One bad record must not hide every other volume. */
-			ZL_LOG_ERR("meta",
-				   "skipping malformed volume record key=%s: inspect it "
-				   "with etcdctl get %s",
-				   r.kvs[i].key, r.kvs[i].key);
-			ret = 0;
-			continue;
-		}
-		vols[cnt++].mod_rev = r.kvs[i].mod_rev;
-	}
-	if (cnt > 1)
-		qsort(vols, cnt, sizeof(*vols), meta_volume_cmp_name);
-	*out = vols;
-	*n = cnt;
-out_range:
-	zl_etcd_range_fini(&r);
+	*out = recs;
 	return ret;
 }
 
@@ -173,6 +135,7 @@ void zl_meta_volume_list_free(struct zl_volume *vols, size_t n)
 /* Fills the spec-derived fields of v (no id, no placement). */
 static int meta_spec_apply(const struct zl_volume_spec *spec, struct zl_volume *v)
 {
+	char why[160];
 	uint64_t chunks;
 	json_t *params;
 	char *text;
@@ -185,20 +148,20 @@ static int meta_spec_apply(const struct zl_volume_spec *spec, struct zl_volume *
 		return -ZL_ERR_INVAL;
 	v->size = ZL_ALIGN_UP(spec->size, ZL_BLOCK_SIZE);
 	v->chunk_size = spec->chunk_size ? spec->chunk_size : ZL_DEFAULT_CHUNK_SIZE;
-	if (v->chunk_size < ZL_WIRE_MIN_CHUNK || v->chunk_size > ZL_WIRE_MAX_CHUNK ||
-	    (v->chunk_size & (v->chunk_size - 1)))
-		return -ZL_ERR_INVAL;
 	v->replicas = spec->replicas ? spec->replicas : 3;
-	if (v->replicas > ZL_MAX_REPLICAS)
+	v->n_slices = spec->n_slices ? spec->n_slices : 1;
+	if (meta_volume_shape_check(v, why, sizeof(why))) {
+		ZL_LOG_INFO("meta", "volume spec name=%s refused: %s", v->name, why);
 		return -ZL_ERR_INVAL;
+	}
 	chunks = (v->size + v->chunk_size - 1) / v->chunk_size;
-	if (spec->n_slices) {
-		/* More slices than chunks would leave slices that never hold data. */
-		if (spec->n_slices > chunks || spec->n_slices > ZL_META_MAX_SLICES)
-			return -ZL_ERR_INVAL;
-		v->n_slices = spec->n_slices;
-	} else {
+	if (!spec->n_slices) {
 		v->n_slices = (uint32_t)ZL_MIN(chunks, (uint64_t)ZL_DEFAULT_SLICES);
+	} else if (spec->n_slices > chunks) {
+		/* More slices than chunks would leave slices that never hold data. */
+		ZL_LOG_INFO("meta", "volume spec name=%s refused: slices=%u > chunks=%" PRIu64,
+			    v->name, spec->n_slices, chunks);
+		return -ZL_ERR_INVAL;
 	}
 
 	params = json_loads(spec->params ? spec->params : "{}", JSON_REJECT_DUPLICATES, NULL);
@@ -390,15 +353,17 @@ out_fini:
 int zl_meta_volume_update(struct zl_etcd *e, const char *prefix, struct zl_volume *v)
 {
 	struct zl_etcd_txn_result res = {0};
+	char why[256] = "it was not read from etcd";
 	char key[ZL_META_KEY_MAX];
 	bool ok = false;
 	char *json;
 	int ret;
 
-	if (v->mod_rev <= 0 || meta_volume_check(v)) {
+	if (v->mod_rev <= 0 || zl_meta_volume_check(v, why, sizeof(why))) {
 		ZL_LOG_ERR("meta",
-			   "refusing to write invalid volume record id=%.24s mod_rev=%" PRId64,
-			   v->id, v->mod_rev);
+			   "refusing to write invalid volume record id=%.24s mod_rev=%" PRId64
+			   ": %s",
+			   v->id, v->mod_rev, why);
 		return -ZL_ERR_INVAL;
 	}
 	ret = zl_meta_key(key, sizeof(key), prefix, "volumes", v->id);

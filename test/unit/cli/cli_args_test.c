@@ -5,8 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 /* cmocka needs the headers above first. */
 #include <cmocka.h>
@@ -72,44 +70,6 @@ static void test_globals_help_and_errors(void **state)
 	assert_true(g.version);
 	assert_int_equal(argc, 2);
 	assert_string_equal(a5[1], "--etcdx");
-}
-
-static void test_etcd_discover(void **state)
-{
-	char dir[] = "/tmp/zl-cli-test-XXXXXX", path[128], out[256];
-	FILE *f;
-
-	(void)state;
-	assert_non_null(mkdtemp(dir));
-	assert_int_equal(zl_cli_etcd_discover("http://f:1", "http://e:2", dir, out, sizeof(out)),
-			 ZL_CLI_ETCD_FLAG);
-	assert_string_equal(out, "http://f:1");
-	assert_int_equal(zl_cli_etcd_discover(NULL, "http://e:2", dir, out, sizeof(out)),
-			 ZL_CLI_ETCD_ENV);
-	assert_string_equal(out, "http://e:2");
-	/* No local file: the default. */
-	assert_int_equal(zl_cli_etcd_discover(NULL, "", dir, out, sizeof(out)),
-			 ZL_CLI_ETCD_DEFAULT);
-	assert_string_equal(out, ZL_CLI_DEFAULT_ETCD);
-	snprintf(path, sizeof(path), "%s/etcd.endpoints", dir);
-	f = fopen(path, "w");
-	fputs("  http://127.0.0.1:23790 \nignored\n", f);
-	fclose(f);
-	assert_int_equal(zl_cli_etcd_discover(NULL, NULL, dir, out, sizeof(out)),
-			 ZL_CLI_ETCD_LOCAL);
-	assert_string_equal(out, "http://127.0.0.1:23790");
-	/* ZIPLINE_LOCAL_DIR is honoured when no dir is passed. */
-	setenv("ZIPLINE_LOCAL_DIR", dir, 1);
-	assert_int_equal(zl_cli_etcd_discover(NULL, NULL, NULL, out, sizeof(out)),
-			 ZL_CLI_ETCD_LOCAL);
-	unsetenv("ZIPLINE_LOCAL_DIR");
-	/* An empty file falls through to the default. */
-	f = fopen(path, "w");
-	fclose(f);
-	assert_int_equal(zl_cli_etcd_discover(NULL, NULL, dir, out, sizeof(out)),
-			 ZL_CLI_ETCD_DEFAULT);
-	unlink(path);
-	rmdir(dir);
 }
 
 static void test_values(void **state)
@@ -183,7 +143,6 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_globals_anywhere),
 	    cmocka_unit_test(test_globals_help_and_errors),
-	    cmocka_unit_test(test_etcd_discover),
 	    cmocka_unit_test(test_values),
 	    cmocka_unit_test(test_hist),
 	};

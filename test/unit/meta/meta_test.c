@@ -423,6 +423,110 @@ static void test_lookup_list(void **state)
 	zl_meta_volume_list_free(list, n);
 }
 
+/* Writes value under <prefix><kind>/<id> as is (what a buggy or hostile
+ * writer could leave in etcd). */
+static void put_raw(struct fixture *f, const char *kind, const char *id, const char *value)
+{
+	char key[512];
+
+	key_of(f, key, kind, id);
+	assert_int_equal(zl_etcd_put(f->e, key, value, strlen(value), 0, NULL), 0);
+}
+
+/* More records than one page (256) of the lister, written in reverse, with
+ * malformed records and records under another id's key among them: every
+ * good record comes back once, sorted; the bad ones are skipped, and a get
+ * of a record under the wrong key is refused. */
+#define LIST_NODES 600
+#define LIST_VOLS  300
+static void test_list_pages(void **state)
+{
+	struct fixture *f = *state;
+	struct zl_node_info n, *nodes;
+	struct zl_volume v, *vols;
+	char id[64], *json;
+	size_t cnt;
+
+	for (int i = LIST_NODES - 1; i >= 0; i--) {
+		make_node(&n, i, NULL, GIB);
+		snprintf(n.id, sizeof(n.id), "node-%04d", i);
+		assert_int_equal(zl_meta_node_put(f->e, f->prefix, &n, 0), 0);
+	}
+	put_raw(f, "nodes", "node-0300x", "{\"id\":\"node-0300x\"}"); /* fields missing */
+	put_raw(f, "nodes", "node-0301x", "not json");
+	make_node(&n, 7, NULL, GIB);
+	strcpy(n.id, "node-elsewhere");
+	json = zl_meta_node_to_json(&n);
+	assert_non_null(json);
+	put_raw(f, "nodes", "node-0302x", json); /* valid, but not its key's id */
+	free(json);
+
+	assert_int_equal(zl_meta_node_list(f->e, f->prefix, &nodes, &cnt), 0);
+	assert_int_equal(cnt, LIST_NODES);
+	for (size_t i = 0; i < cnt; i++) {
+		snprintf(id, sizeof(id), "node-%04zu", i);
+		assert_string_equal(nodes[i].id, id);
+		assert_true(nodes[i].start_time == 1700000000 + (int64_t)i);
+	}
+	free(nodes);
+	assert_int_equal(zl_meta_node_get(f->e, f->prefix, "node-0302x", &n), -ZL_ERR_INVAL);
+	assert_int_equal(zl_meta_node_get(f->e, f->prefix, "node-0301x", &n), -ZL_ERR_INVAL);
+	assert_int_equal(zl_meta_node_get(f->e, f->prefix, "node-0599", &n), 0);
+	assert_string_equal(n.id, "node-0599");
+
+	/* Volumes: names sort the other way round from ids. */
+	memset(&v, 0, sizeof(v));
+	v.size = GIB;
+	v.chunk_size = ZL_DEFAULT_CHUNK_SIZE;
+	v.replicas = 1;
+	v.n_slices = 1;
+	strcpy(v.state, "ready");
+	strcpy(v.params, "{}");
+	v.slices = calloc(1, sizeof(*v.slices));
+	assert_non_null(v.slices);
+	v.slices[0].version = 1;
+	v.slices[0].n = 1;
+	strcpy(v.slices[0].nodes[0], "node-0000");
+	for (int i = 0; i < LIST_VOLS; i++) {
+		v.num = 0x1000 + (uint64_t)i;
+		zl_vol_id_format(v.num, v.id);
+		snprintf(v.name, sizeof(v.name), "vol-name-%04d", LIST_VOLS - 1 - i);
+		json = zl_meta_volume_to_json(&v);
+		assert_non_null(json);
+		put_raw(f, "volumes", v.id, json);
+		free(json);
+	}
+	/* A valid record under another id's key, and one with fields missing. */
+	json = zl_meta_volume_to_json(&v);
+	assert_non_null(json);
+	zl_vol_id_format(0x2000, id);
+	put_raw(f, "volumes", id, json);
+	free(json);
+	zl_vol_id_format(0x2001, id);
+	put_raw(f, "volumes", id, "{\"id\":\"vol-0000000000002001\",\"replicas\":2}");
+	zl_volume_fini(&v);
+
+	assert_int_equal(zl_meta_volume_list(f->e, f->prefix, &vols, &cnt), 0);
+	assert_int_equal(cnt, LIST_VOLS);
+	for (size_t i = 0; i < cnt; i++) {
+		snprintf(id, sizeof(id), "vol-name-%04zu", i);
+		assert_string_equal(vols[i].name, id);
+		assert_true(vols[i].num == 0x1000 + (LIST_VOLS - 1 - i));
+		assert_true(vols[i].mod_rev > 0);
+		assert_int_equal(zl_meta_volume_check(&vols[i], NULL, 0), 0);
+	}
+	zl_meta_volume_list_free(vols, cnt);
+	zl_vol_id_format(0x2000, id);
+	assert_int_equal(zl_meta_volume_get(f->e, f->prefix, id, &v), -ZL_ERR_INVAL);
+	assert_null(v.slices);
+
+	/* An empty kind lists nothing, without an array. */
+	assert_int_equal(zl_etcd_delete_prefix(f->e, f->prefix, NULL), 0);
+	assert_int_equal(zl_meta_volume_list(f->e, f->prefix, &vols, &cnt), 0);
+	assert_int_equal(cnt, 0);
+	assert_null(vols);
+}
+
 static void test_update_conflict(void **state)
 {
 	struct fixture *f = *state;
@@ -611,6 +715,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_create_errors, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_create_race, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_lookup_list, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_list_pages, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_update_conflict, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_slice_drop, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_slice_drop_concurrent, setup, teardown),

@@ -1,0 +1,234 @@
+/* zl_meta_volume_check: the one sanity check of a volume record. Each case
+ * breaks one field of a valid record and expects -ZL_ERR_INVAL with a reason
+ * that names what is wrong; the encoder and decoder must agree with it. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "lib/common/common.h"
+#include "lib/meta/meta.h"
+#include "lib/wire/wire.h"
+
+static void make_volume(struct zl_volume *v, uint32_t n_slices, uint32_t replicas)
+{
+	static const char *ids[4] = {"n0", "n1", "n2", "n3"};
+	static const struct zl_volume base = {
+	    .id = "vol-0123456789abcdef",
+	    .num = 0x0123456789abcdefull,
+	    .name = "pvc-check",
+	    .size = 1ull << 30,
+	    .chunk_size = 4u << 20,
+	    .state = "ready",
+	    .params = "{}",
+	};
+
+	*v = base;
+	v->replicas = replicas;
+	v->n_slices = n_slices;
+	v->slices = calloc(n_slices, sizeof(*v->slices));
+	assert_non_null(v->slices);
+	for (uint32_t s = 0; s < n_slices; s++) {
+		v->slices[s].version = 1;
+		v->slices[s].n = (uint8_t)replicas;
+		for (uint32_t r = 0; r < replicas; r++) {
+			strcpy(v->slices[s].nodes[r], ids[(s + r) % 4]);
+			v->slices[s].in_sync[r] = true;
+		}
+	}
+}
+
+/* Asserts that v fails the check with a reason containing want, and that
+ * the encoder refuses it too. */
+static void assert_refused(const struct zl_volume *v, const char *want)
+{
+	char why[256];
+
+	memset(why, 'x', sizeof(why));
+	assert_int_equal(zl_meta_volume_check(v, why, sizeof(why)), -ZL_ERR_INVAL);
+	if (!strstr(why, want))
+		fail_msg("reason \"%s\" does not mention \"%s\"", why, want);
+	assert_int_equal(zl_meta_volume_check(v, NULL, 0), -ZL_ERR_INVAL);
+	assert_null(zl_meta_volume_to_json(v));
+}
+
+static void test_valid(void **state)
+{
+	struct zl_volume v;
+	char why[64] = "stale";
+	char *json;
+	struct zl_volume back;
+
+	(void)state;
+	for (uint32_t r = 1; r <= ZL_MAX_REPLICAS; r++) {
+		make_volume(&v, 8, r);
+		assert_int_equal(zl_meta_volume_check(&v, why, sizeof(why)), 0);
+		assert_string_equal(why, "");
+		/* What the check accepts, the codec round-trips. */
+		json = zl_meta_volume_to_json(&v);
+		assert_non_null(json);
+		assert_int_equal(zl_meta_volume_from_json(json, strlen(json), &back), 0);
+		assert_int_equal(zl_meta_volume_check(&back, NULL, 0), 0);
+		free(json);
+		zl_volume_fini(&back);
+		zl_volume_fini(&v);
+	}
+	/* A slice that lost every in-sync replica is still a valid record. */
+	make_volume(&v, 2, 3);
+	memset(v.slices[1].in_sync, 0, sizeof(v.slices[1].in_sync));
+	assert_int_equal(zl_meta_volume_check(&v, why, sizeof(why)), 0);
+	/* Bounds: smallest and largest chunk, smallest size. */
+	v.chunk_size = ZL_WIRE_MIN_CHUNK;
+	v.size = ZL_BLOCK_SIZE;
+	assert_int_equal(zl_meta_volume_check(&v, NULL, 0), 0);
+	v.chunk_size = ZL_WIRE_MAX_CHUNK;
+	assert_int_equal(zl_meta_volume_check(&v, NULL, 0), 0);
+	zl_volume_fini(&v);
+	/* A tiny reason buffer is cut, not overrun. */
+	make_volume(&v, 2, 3);
+	v.chunk_size = 3000;
+	why[5] = 'z';
+	assert_int_equal(zl_meta_volume_check(&v, why, 5), -ZL_ERR_INVAL);
+	assert_int_equal(strlen(why), 4);
+	assert_int_equal(why[5], 'z');
+	zl_volume_fini(&v);
+	assert_int_equal(zl_meta_volume_check(NULL, why, sizeof(why)), -ZL_ERR_INVAL);
+}
+
+static void test_scalars(void **state)
+{
+	struct zl_volume v;
+
+	(void)state;
+	make_volume(&v, 4, 3);
+
+	v.num++;
+	assert_refused(&v, "does not match number");
+	v.num--;
+	strcpy(v.id, "vol-12");
+	assert_refused(&v, "id is not");
+	zl_vol_id_format(v.num, v.id);
+
+	strcpy(v.name, "a/b");
+	assert_refused(&v, "name");
+	v.name[0] = '\0';
+	assert_refused(&v, "name");
+	memset(v.name, 'n', sizeof(v.name)); /* no NUL inside the buffer */
+	assert_refused(&v, "name");
+	strcpy(v.name, "pvc-check");
+
+	v.size = 0;
+	assert_refused(&v, "size=0");
+	v.size = 4097;
+	assert_refused(&v, "size=4097");
+	v.size = (uint64_t)INT64_MAX + 1;
+	assert_refused(&v, "size=");
+	v.size = 1ull << 30;
+
+	v.chunk_size = 3u << 20;
+	assert_refused(&v, "chunk_size=3145728 is not a power of two");
+	v.chunk_size = ZL_WIRE_MIN_CHUNK / 2;
+	assert_refused(&v, "chunk_size=");
+	v.chunk_size = ZL_WIRE_MAX_CHUNK * 2;
+	assert_refused(&v, "chunk_size=");
+	v.chunk_size = 0;
+	assert_refused(&v, "chunk_size=0");
+	v.chunk_size = 4u << 20;
+
+	v.replicas = 0;
+	assert_refused(&v, "replicas=0");
+	v.replicas = ZL_MAX_REPLICAS + 1;
+	assert_refused(&v, "replicas=4");
+	v.replicas = 3;
+
+	v.n_slices = 0;
+	assert_refused(&v, "slices=0");
+	v.n_slices = 65537;
+	assert_refused(&v, "slices=65537");
+	v.n_slices = 4;
+
+	v.state[0] = '\0';
+	assert_refused(&v, "state");
+	memset(v.state, 's', sizeof(v.state));
+	assert_refused(&v, "state");
+	strcpy(v.state, "ready");
+
+	strcpy(v.params, "[1]");
+	assert_refused(&v, "params");
+	strcpy(v.params, "{\"a\":1,\"a\":2}");
+	assert_refused(&v, "params");
+	strcpy(v.params, "{}");
+
+	assert_int_equal(zl_meta_volume_check(&v, NULL, 0), 0);
+	zl_volume_fini(&v);
+}
+
+static void test_placement(void **state)
+{
+	struct zl_volume v;
+
+	(void)state;
+	make_volume(&v, 4, 3);
+
+	free(v.slices);
+	v.slices = NULL;
+	assert_refused(&v, "no placement table");
+	zl_volume_fini(&v);
+
+	make_volume(&v, 4, 3);
+	v.slices[2].version = 0;
+	assert_refused(&v, "slice 2 has version 0");
+	v.slices[2].version = (uint64_t)INT64_MAX + 1;
+	assert_refused(&v, "slice 2 has version");
+	v.slices[2].version = 7;
+
+	v.slices[1].n = 2;
+	assert_refused(&v, "slice 1 lists 2 nodes, replicas=3");
+	v.slices[1].n = 3;
+
+	strcpy(v.slices[3].nodes[1], v.slices[3].nodes[2]);
+	assert_refused(&v, "slice 3 lists node");
+	strcpy(v.slices[3].nodes[1], "bad id");
+	assert_refused(&v, "slice 3 replica 1 has an invalid node id");
+	v.slices[3].nodes[1][0] = '\0';
+	assert_refused(&v, "slice 3 replica 1");
+	memset(v.slices[3].nodes[1], 'x', sizeof(v.slices[3].nodes[1]));
+	assert_refused(&v, "slice 3 replica 1");
+	strcpy(v.slices[3].nodes[1], "n9");
+	assert_int_equal(zl_meta_volume_check(&v, NULL, 0), 0);
+
+	/* Rows must agree with replicas: the same table read as 2 replicas. */
+	v.replicas = 2;
+	assert_refused(&v, "slice 0 lists 3 nodes, replicas=2");
+	zl_volume_fini(&v);
+}
+
+static void test_chunk_size_ok(void **state)
+{
+	(void)state;
+	assert_true(zl_meta_chunk_size_ok(ZL_WIRE_MIN_CHUNK));
+	assert_true(zl_meta_chunk_size_ok(ZL_WIRE_MAX_CHUNK));
+	assert_true(zl_meta_chunk_size_ok(1u << 20));
+	assert_false(zl_meta_chunk_size_ok(0));
+	assert_false(zl_meta_chunk_size_ok(ZL_WIRE_MIN_CHUNK / 2));
+	assert_false(zl_meta_chunk_size_ok((uint64_t)ZL_WIRE_MAX_CHUNK * 2));
+	assert_false(zl_meta_chunk_size_ok((1u << 20) + 4096));
+	assert_false(zl_meta_chunk_size_ok(1ull << 40));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_valid),
+	    cmocka_unit_test(test_scalars),
+	    cmocka_unit_test(test_placement),
+	    cmocka_unit_test(test_chunk_size_ok),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
