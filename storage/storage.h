@@ -12,6 +12,7 @@
 
 #include "lib/common/common.h"
 #include "lib/common/loop.h"
+#include "lib/common/slab.h"
 #include "lib/etcd/etcd.h"
 #include "lib/meta/meta.h"
 #include "lib/transport/transport.h"
@@ -40,7 +41,6 @@ struct zl_storage_cfg {
 struct zl_storage_vols;
 struct zl_storage_peers;
 struct zl_storage_node;
-struct storage_req;
 
 struct zl_storage {
 	struct zl_storage_cfg cfg;
@@ -58,10 +58,7 @@ struct zl_storage {
 	struct zl_chunk_store *chunks;
 	struct zl_storage_vols *vols;
 	struct zl_storage_peers *peers;
-	/* Request contexts: preallocated slabs and a free list. */
-	struct storage_req *free_reqs;
-	void **req_slabs;
-	uint32_t n_req_slabs;
+	struct zl_slab reqs; /* request contexts (storage_server.c) */
 	uint32_t inflight; /* requests not yet answered */
 	bool draining;
 };

@@ -29,7 +29,6 @@ struct storage_bk {
 };
 
 struct storage_req {
-	struct storage_req *next; /* free list */
 	struct zl_storage *st;
 	struct zl_xport_conn *conn; /* referenced */
 	struct zl_wire_hdr req;
@@ -50,28 +49,10 @@ struct storage_req {
 static struct storage_req *req_alloc(struct zl_storage *st, struct zl_xport_conn *c,
 				     const struct zl_wire_hdr *h)
 {
-	struct storage_req *r;
+	struct storage_req *r = zl_slab_alloc(&st->reqs);
 
-	if (!st->free_reqs) {
-		struct storage_req *slab = calloc(REQ_SLAB, sizeof(*slab));
-		void **slabs;
-
-		if (!slab)
-			return NULL;
-		slabs = realloc(st->req_slabs, (st->n_req_slabs + 1) * sizeof(*slabs));
-		if (!slabs) {
-			free(slab);
-			return NULL;
-		}
-		st->req_slabs = slabs;
-		st->req_slabs[st->n_req_slabs++] = slab;
-		for (uint32_t i = 0; i < REQ_SLAB; i++) {
-			slab[i].next = st->free_reqs;
-			st->free_reqs = &slab[i];
-		}
-	}
-	r = st->free_reqs;
-	st->free_reqs = r->next;
+	if (!r)
+		return NULL;
 	memset(r, 0, offsetof(struct storage_req, small));
 	r->st = st;
 	r->conn = c;
@@ -89,19 +70,13 @@ static void req_free(struct storage_req *r)
 	if (r->buf)
 		zl_xport_buf_free(st->xport, r->buf);
 	zl_xport_conn_put(r->conn);
-	r->next = st->free_reqs;
-	st->free_reqs = r;
+	zl_slab_free(&st->reqs, r);
 	st->inflight--;
 }
 
 void zl_storage_server_fini(struct zl_storage *st)
 {
-	for (uint32_t i = 0; i < st->n_req_slabs; i++)
-		free(st->req_slabs[i]);
-	free(st->req_slabs);
-	st->req_slabs = NULL;
-	st->n_req_slabs = 0;
-	st->free_reqs = NULL;
+	zl_slab_fini(&st->reqs);
 }
 
 /* ---- replies ---- */
@@ -532,6 +507,7 @@ int zl_storage_server_start(struct zl_storage *st)
 {
 	int rc;
 
+	zl_slab_init(&st->reqs, sizeof(struct storage_req), REQ_SLAB);
 	rc = zl_xport_listen(st->xport_tcp, st->cfg.listen_host, st->cfg.listen_port, &srv_ops, st,
 			     &st->listener);
 	if (rc) {
