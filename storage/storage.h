@@ -16,6 +16,7 @@
 #include "lib/etcd/etcd.h"
 #include "lib/meta/meta.h"
 #include "lib/transport/transport.h"
+#include "lib/transport/xport_peer.h"
 #include "lib/wire/wire.h"
 #include "storage_chunk.h"
 

@@ -144,10 +144,8 @@ struct zl_xport *zl_client_xport(struct zl_client *c)
 struct ctl_slot {
 	const struct zl_node_info *node;
 	struct zl_xport_conn *xc;
-	struct zl_wire_hdr hello_hdr, hdr;
-	uint8_t hello_out[ZL_WIRE_HELLO_SIZE];
-	uint8_t hello_in[ZL_WIRE_HELLO_SIZE];
-	uint32_t hello_len;
+	struct zl_xport_hello hello;
+	struct zl_wire_hdr hello_rep, hdr;
 	int hello_status, status;
 	bool hello_done, done;
 	enum zl_xport_kind kind; /* transport used, 0 before the connect */
@@ -171,8 +169,9 @@ static void ctl_hello_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 {
 	struct ctl_slot *sl = arg;
 
-	sl->hello_status = status ? status : zl_wire_status_to_err(rep->status);
-	sl->hello_len = status ? 0 : rep->payload_len;
+	sl->hello_status = status;
+	if (rep)
+		sl->hello_rep = *rep;
 	sl->hello_done = true;
 	(*sl->pending)--;
 }
@@ -190,7 +189,6 @@ static void ctl_op_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 static int ctl_start(struct zl_client *c, struct ctl_slot *sl, int op, uint64_t vol_id)
 {
 	const struct zl_node_info *ni = sl->node;
-	struct zl_wire_hello hl = {0};
 	int tmo = (int)ZL_MIN(c->timeout_ms, CLIENT_CONNECT_MAX_MS);
 	enum zl_xport_kind kind;
 	struct zl_xport *x;
@@ -208,14 +206,7 @@ static int ctl_start(struct zl_client *c, struct ctl_slot *sl, int op, uint64_t 
 		return rc;
 	}
 	sl->kind = kind;
-	hl.proto_version = ZL_WIRE_VERSION;
-	hl.caps = kind == ZL_XPORT_RDMA ? 2u : 1u;
-	snprintf(hl.node_id, sizeof(hl.node_id), "%s", c->id);
-	zl_wire_hello_encode(&hl, sl->hello_out);
-	sl->hello_hdr.opcode = ZL_OP_HELLO;
-	sl->hello_hdr.epoch = c->epoch;
-	rc = zl_xport_request(sl->xc, &sl->hello_hdr, sl->hello_out, ZL_WIRE_HELLO_SIZE,
-			      sl->hello_in, ZL_WIRE_HELLO_SIZE, ctl_hello_cb, sl);
+	rc = zl_xport_hello_send(sl->xc, &sl->hello, c->id, c->epoch, NULL, ctl_hello_cb, sl);
 	if (rc)
 		return rc;
 	(*sl->pending)++;
@@ -230,23 +221,17 @@ static int ctl_start(struct zl_client *c, struct ctl_slot *sl, int op, uint64_t 
 	return 0;
 }
 
-/* Outcome of one slot: the request's status, unless the HELLO showed that
- * the address belongs to another node. */
+/* Outcome of one slot: the request's status, unless the HELLO failed (for
+ * instance the address belongs to another node). */
 static int ctl_result(const struct ctl_slot *sl)
 {
-	struct zl_wire_hello hl;
+	int rc;
 
-	if (!sl->done)
+	if (!sl->done || !sl->hello_done)
 		return -ZL_ERR_TIMEOUT;
-	if (sl->hello_done && !sl->hello_status &&
-	    zl_wire_hello_decode(sl->hello_in, sl->hello_len, &hl) == 0 &&
-	    strcmp(hl.node_id, sl->node->id) != 0) {
-		ZL_LOG_WARN(CLIENT_LOG,
-			    "address answers as another node: addr=%s:%u expected=%s got=%s",
-			    sl->node->addr, sl->node->port, sl->node->id, hl.node_id);
-		return -ZL_ERR_CONN;
-	}
-	return sl->status;
+	rc = zl_xport_hello_check(&sl->hello, sl->hello_status,
+				  sl->hello_status ? NULL : &sl->hello_rep, sl->node->id, NULL);
+	return rc ? rc : sl->status;
 }
 
 int client_ctl_run(struct zl_client *c, const struct zl_node_info *nodes, size_t n, int op,
