@@ -7,8 +7,10 @@
 #ifndef ZL_STORAGE_H
 #define ZL_STORAGE_H
 
+#include <net/if.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "lib/common/common.h"
 #include "lib/common/loop.h"
@@ -140,6 +142,22 @@ int zl_storage_datadir_lock(const char *dir);
 int zl_storage_node_id_resolve(const char *dir, const char *flag, char out[ZL_NODE_ID_MAX]);
 /* Fills eo (endpoints, TLS files, user/password) from cfg. */
 void zl_storage_cfg_etcd_opts(const struct zl_storage_cfg *cfg, struct zl_etcd_opts *eo);
+
+/* ---- advertised address (storage_addr.c) ---- */
+
+/* True for 0.0.0.0, :: and [::]. */
+bool zl_storage_host_is_wildcard(const char *host);
+/* Interface of the default route (lowest metric, up, not rejecting, not lo)
+ * in a /proc/net/route (ipv6 false) or /proc/net/ipv6_route text. 0 or
+ * -ENOENT. */
+int zl_storage_route_default_if(FILE *f, bool ipv6, char ifname[IF_NAMESIZE]);
+/* The address to register when --advertise is not given: listen_host unless
+ * it is a wildcard; then the address of the default route's interface
+ * (IPv4 from route_path; for :: also IPv6 from route6_path). Returns 0, or
+ * -ENOENT after printing on stderr why and that --advertise is needed,
+ * -ENAMETOOLONG. */
+int zl_storage_advertise_pick(const char *listen_host, const char *route_path,
+			      const char *route6_path, char *out, size_t len);
 
 /* Waits until etcd answers, retrying with exponential backoff (cap 5 s) for
  * up to wait_sec. 0 or -1 (gave up). */
