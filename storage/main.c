@@ -373,9 +373,10 @@ int main(int argc, char **argv)
 		rc = zl_storage_vols_create(st->loop, st->etcd, st->cfg.prefix, &st->vols);
 	if (!rc)
 		rc = zl_storage_peers_create(st, &st->peers);
+	if (!rc)
+		rc = zl_storage_tombs_start(st, &st->tombs);
 	if (rc)
 		goto out_fail;
-	zl_storage_gc(st);
 	rc = zl_storage_server_start(st);
 	if (rc) {
 		fprintf(stderr,
@@ -406,6 +407,7 @@ out_fail:
 out_stop:
 	zl_storage_server_stop_accepting(st);
 	zl_storage_node_stop(node);
+	zl_storage_tombs_stop(st->tombs);
 	zl_storage_peers_destroy(st->peers);
 	zl_chunk_store_destroy(st->chunks); /* drains disk I/O still in flight */
 	/* The pool transport goes last: closing the other one's connections

@@ -44,6 +44,7 @@ struct zl_storage_cfg {
 struct zl_storage_vols;
 struct zl_storage_peers;
 struct zl_storage_node;
+struct zl_storage_tombs;
 
 struct zl_storage {
 	struct zl_storage_cfg cfg;
@@ -61,6 +62,7 @@ struct zl_storage {
 	struct zl_chunk_store *chunks;
 	struct zl_storage_vols *vols;
 	struct zl_storage_peers *peers;
+	struct zl_storage_tombs *tombs;
 	struct zl_slab reqs; /* request contexts (storage_server.c) */
 	uint32_t inflight; /* requests not yet answered */
 	bool draining;
@@ -115,8 +117,15 @@ int zl_storage_server_start(struct zl_storage *st);
 void zl_storage_server_stop_accepting(struct zl_storage *st);
 /* Frees the request slabs (after the loop stopped). */
 void zl_storage_server_fini(struct zl_storage *st);
-/* Removes chunk directories of volumes that no longer exist in etcd. */
-void zl_storage_gc(struct zl_storage *st);
+
+/* ---- tombstones of deleted volumes (storage_tomb.c), loop thread ---- */
+
+/* Removes the replicas named by this node's tombstones now (blocking etcd
+ * and unlinks), then watches for new ones. Returns 0 (a failed listing or
+ * watch is logged, not fatal) or -errno. */
+int zl_storage_tombs_start(struct zl_storage *st, struct zl_storage_tombs **out);
+/* Stops the watch. Accepts NULL. */
+void zl_storage_tombs_stop(struct zl_storage_tombs *t);
 
 /* ---- registration and heartbeat (storage_node.c) ---- */
 
