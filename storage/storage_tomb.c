@@ -12,17 +12,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
+#include "lib/common/notify.h"
 #include "storage.h"
 
 struct zl_storage_tombs {
 	struct zl_storage *st;
 	struct zl_etcd_watch *watch;
-	int efd;
-	struct zl_loop_handle efd_h;
-	bool efd_added;
+	struct zl_notify wake; /* watch thread -> loop thread */
 };
 
 /* Removes the replicas of every volume a tombstone of ours names. 0 or the
@@ -77,25 +74,16 @@ static int tombs_process(struct zl_storage *st, int64_t *rev)
 static void tombs_watch_cb(void *arg, enum zl_etcd_event_type type, const struct zl_etcd_kv *kv)
 {
 	struct zl_storage_tombs *t = arg;
-	uint64_t one = 1;
 
 	(void)kv;
-	if (type != ZL_ETCD_EV_PUT)
-		return;
-	if (write(t->efd, &one, sizeof(one)) < 0) {
-		/* counter saturated: a wake-up is pending anyway */
-	}
+	if (type == ZL_ETCD_EV_PUT)
+		zl_notify_post(&t->wake);
 }
 
-static void tombs_efd_cb(void *arg, uint32_t events)
+static void tombs_wake_cb(void *arg)
 {
 	struct zl_storage_tombs *t = arg;
-	uint64_t v;
 
-	(void)events;
-	if (read(t->efd, &v, sizeof(v)) < 0) {
-		/* EAGAIN: already drained */
-	}
 	if (!t->st->draining)
 		tombs_process(t->st, NULL);
 }
@@ -110,15 +98,9 @@ int zl_storage_tombs_start(struct zl_storage *st, struct zl_storage_tombs **out)
 	if (!t)
 		return -ENOMEM;
 	t->st = st;
-	t->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (t->efd < 0) {
-		rc = -errno;
-		goto out_free;
-	}
-	rc = zl_loop_add(st->loop, &t->efd_h, t->efd, EPOLLIN, tombs_efd_cb, t);
+	rc = zl_notify_init(&t->wake, st->loop, tombs_wake_cb, t);
 	if (rc)
 		goto out_free;
-	t->efd_added = true;
 	rc = zl_meta_tombstone_key(key, sizeof(key), st->cfg.prefix, st->cfg.node_id);
 	if (rc)
 		goto out_free;
@@ -148,9 +130,6 @@ void zl_storage_tombs_stop(struct zl_storage_tombs *t)
 	if (!t)
 		return;
 	zl_etcd_watch_cancel(t->watch);
-	if (t->efd_added)
-		zl_loop_del(t->st->loop, &t->efd_h);
-	if (t->efd >= 0)
-		close(t->efd);
+	zl_notify_fini(&t->wake);
 	free(t);
 }
