@@ -125,7 +125,7 @@ int zl_storage_advertise_pick(const char *listen_host, const char *route_path,
 		"address to register for this node: pass --advertise ADDR (the address other "
 		"nodes and clients reach it at)\n",
 		listen_host,
-		ifname[0] ? "the default route's interface has no address" :
-			    "there is no default route");
+		ifname[0] ? "the default route's interface has no address"
+			  : "there is no default route");
 	return -ENOENT;
 }

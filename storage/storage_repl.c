@@ -144,8 +144,7 @@ static int peer_connect(struct zl_storage_peers *p, struct storage_peer *pe)
 		return -ZL_ERR_CONN;
 	}
 	zl_xport_conn_set_ctx(pe->conn, pe);
-	rc = zl_xport_hello_send(pe->conn, &pe->hello, st->cfg.node_id, 0, NULL, peer_hello_cb,
-				 pe);
+	rc = zl_xport_hello_send(pe->conn, &pe->hello, st->cfg.node_id, 0, NULL, peer_hello_cb, pe);
 	if (rc) {
 		peer_drop_conn(pe);
 		pe->fail_until_ms = zl_now_ms() + PEER_BACKOFF_MS;

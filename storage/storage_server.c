@@ -301,10 +301,9 @@ static void srv_fetch_done(void *arg, int status)
 			     zl_xport_conn_peer(r->conn));
 		/* The transports we really serve: TCP always, RDMA while its
 		 * listener is up. */
-		zl_xport_hello_encode(r->small, r->st->cfg.node_id,
-				      ZL_WIRE_CAP_TCP |
-					  (r->st->listener_rdma ? ZL_WIRE_CAP_RDMA : 0),
-				      NULL);
+		zl_xport_hello_encode(
+		    r->small, r->st->cfg.node_id,
+		    ZL_WIRE_CAP_TCP | (r->st->listener_rdma ? ZL_WIRE_CAP_RDMA : 0), NULL);
 		zl_wire_reply_init(&r->req, &rep, 0);
 		rep.payload_len = ZL_WIRE_HELLO_SIZE;
 		if (zl_xport_reply(r->conn, &rep, r->small, ZL_WIRE_HELLO_SIZE, req_sent_cb, r))

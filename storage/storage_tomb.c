@@ -56,8 +56,8 @@ static int tombs_process(struct zl_storage *st, int64_t *rev)
 		zl_storage_vol_forget(st->vols, vols[i]);
 		rc = zl_chunk_volume_delete(st->chunks, vols[i], &removed);
 		if (rc) {
-			ZL_LOG_WARN("storage", "removing replicas of deleted vol=%s failed: %s", vid,
-				    zl_strerror(rc));
+			ZL_LOG_WARN("storage", "removing replicas of deleted vol=%s failed: %s",
+				    vid, zl_strerror(rc));
 			continue;
 		}
 		ZL_LOG_INFO("storage", "removed replicas of deleted volume: vol=%s files=%" PRIu64,

@@ -422,8 +422,9 @@ int zl_client_volume_remove(struct zl_client *c, const char *name_or_id, bool fo
 				       sizeof(info->attached_node));
 	if (rc) {
 		if (rc != -ZL_ERR_BUSY)
-			ZL_LOG_ERR(CLIENT_LOG, "cannot remove volume record: vol=%s err=%s detail=%s",
-				   v.id, zl_strerror(rc), zl_etcd_last_error());
+			ZL_LOG_ERR(CLIENT_LOG,
+				   "cannot remove volume record: vol=%s err=%s detail=%s", v.id,
+				   zl_strerror(rc), zl_etcd_last_error());
 		goto out_vol;
 	}
 	volume_drop_replicas(c, &v, info);

@@ -83,7 +83,7 @@ int zl_meta_volume_remove(struct zl_etcd *e, const char *prefix, const struct zl
 			  bool force)
 {
 	char vkey[ZL_META_KEY_MAX], nkey[ZL_META_KEY_MAX], akey[ZL_META_KEY_MAX];
-	char (*tkeys)[ZL_META_KEY_MAX] = NULL;
+	char(*tkeys)[ZL_META_KEY_MAX] = NULL;
 	const char *nodes[META_TOMB_MAX_NODES];
 	struct zl_etcd_op ops[3 + META_TOMB_MAX_NODES];
 	struct zl_etcd_cmp cmps[3];
@@ -119,18 +119,16 @@ int zl_meta_volume_remove(struct zl_etcd *e, const char *prefix, const struct zl
 	ops[n_ops++] = (struct zl_etcd_op){.kind = ZL_ETCD_OP_DELETE, .key = vkey};
 	ops[n_ops++] = (struct zl_etcd_op){.kind = ZL_ETCD_OP_DELETE, .key = akey};
 	if (!force) /* no attachment appeared since the caller looked */
-		cmps[n_cmps++] = (struct zl_etcd_cmp){.key = akey,
-						      .target = ZL_ETCD_CMP_CREATE,
-						      .result = ZL_ETCD_EQUAL,
-						      .rev = 0};
+		cmps[n_cmps++] = (struct zl_etcd_cmp){
+		    .key = akey, .target = ZL_ETCD_CMP_CREATE, .result = ZL_ETCD_EQUAL, .rev = 0};
 	/* The name goes only if it still names this volume: a late delete must
 	 * not take the name from a newer volume that reused it. */
 	ret = zl_etcd_get(e, nkey, &name_kv);
 	if (ret && ret != -ZL_ERR_NOT_FOUND)
 		goto out_free;
 	if (!ret) {
-		if (name_kv.value_len == strlen(v->id) && !memcmp(name_kv.value, v->id,
-								   name_kv.value_len)) {
+		if (name_kv.value_len == strlen(v->id) &&
+		    !memcmp(name_kv.value, v->id, name_kv.value_len)) {
 			cmps[n_cmps++] = (struct zl_etcd_cmp){.key = nkey,
 							      .target = ZL_ETCD_CMP_MOD,
 							      .result = ZL_ETCD_EQUAL,
@@ -161,8 +159,8 @@ int zl_meta_volume_remove(struct zl_etcd *e, const char *prefix, const struct zl
 			  : -ZL_ERR_CONFLICT;
 		goto out_free;
 	}
-	ZL_LOG_INFO("meta", "volume removed id=%s name=%s tombstones=%zu force=%d", v->id,
-		    v->name, n_nodes, force);
+	ZL_LOG_INFO("meta", "volume removed id=%s name=%s tombstones=%zu force=%d", v->id, v->name,
+		    n_nodes, force);
 out_free:
 	free(json);
 	free(tkeys);

@@ -81,8 +81,7 @@ void zl_xport_hello_encode(uint8_t out[ZL_WIRE_HELLO_SIZE], const char *self_id,
 int zl_xport_hello_send(struct zl_xport_conn *c, struct zl_xport_hello *h, const char *self_id,
 			uint64_t epoch, const char *token, zl_xport_reply_cb cb, void *arg)
 {
-	uint32_t caps =
-	    zl_xport_conn_kind(c) == ZL_XPORT_RDMA ? ZL_WIRE_CAP_RDMA : ZL_WIRE_CAP_TCP;
+	uint32_t caps = zl_xport_conn_kind(c) == ZL_XPORT_RDMA ? ZL_WIRE_CAP_RDMA : ZL_WIRE_CAP_TCP;
 
 	snprintf(h->peer, sizeof(h->peer), "%s", zl_xport_conn_peer(c));
 	zl_xport_hello_encode(h->out, self_id, caps, token);

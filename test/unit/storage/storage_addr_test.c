@@ -1,16 +1,16 @@
 /* Default-route parsing and the advertised-address choice of
  * storage/storage_addr.c. The real-interface path (a namespace with a veth
  * and a default route) runs in test/e2e/storage_e2e.sh. */
+#include <cmocka.h>
 #include <errno.h>
-#include <stdlib.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <cmocka.h>
 
 #include "storage/storage.h"
 
@@ -89,9 +89,9 @@ static void test_advertise_pick(void **state)
 	snprintf(tmp_dir, sizeof(tmp_dir), "/tmp/zl-addr-test.XXXXXX");
 	assert_non_null(mkdtemp(tmp_dir));
 	/* a concrete listen address is advertised as is */
-	assert_int_equal(zl_storage_advertise_pick("10.1.2.3", "/nonexistent", "/nonexistent",
-						   out, sizeof(out)),
-			 0);
+	assert_int_equal(
+	    zl_storage_advertise_pick("10.1.2.3", "/nonexistent", "/nonexistent", out, sizeof(out)),
+	    0);
 	assert_string_equal(out, "10.1.2.3");
 	assert_int_equal(zl_storage_advertise_pick("10.1.2.3", NULL, NULL, out, 4), -ENAMETOOLONG);
 	/* wildcard without a default route: refused, never 127.0.0.1 */

@@ -2,13 +2,13 @@
  * (used by the volume client and storage replication): what a reply must
  * hold to be accepted, and which transport each selection picks. The send
  * path runs against a real daemon in test/e2e/storage_e2e.sh. */
+#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <cmocka.h>
 
 #include "lib/common/common.h"
 #include "lib/transport/xport_peer.h"
@@ -99,14 +99,12 @@ static void test_pick(void **state)
 
 	(void)state;
 	/* tcp: always TCP, whatever the node serves */
-	assert_int_equal(zl_xport_pick(ZL_XPORT_SEL_TCP, "n", "127.0.0.1", 7100, "tcp,rdma", true,
-				       100, &k),
-			 0);
+	assert_int_equal(
+	    zl_xport_pick(ZL_XPORT_SEL_TCP, "n", "127.0.0.1", 7100, "tcp,rdma", true, 100, &k), 0);
 	assert_int_equal(k, ZL_XPORT_TCP);
 	/* rdma: the node must serve it (port and list) and we must have it */
-	assert_int_equal(zl_xport_pick(ZL_XPORT_SEL_RDMA, "n", "127.0.0.1", 7100, "tcp,rdma", true,
-				       100, &k),
-			 0);
+	assert_int_equal(
+	    zl_xport_pick(ZL_XPORT_SEL_RDMA, "n", "127.0.0.1", 7100, "tcp,rdma", true, 100, &k), 0);
 	assert_int_equal(k, ZL_XPORT_RDMA);
 	assert_int_equal(
 	    zl_xport_pick(ZL_XPORT_SEL_RDMA, "n", "127.0.0.1", 7100, "tcp", true, 100, &k),
@@ -114,9 +112,9 @@ static void test_pick(void **state)
 	assert_int_equal(
 	    zl_xport_pick(ZL_XPORT_SEL_RDMA, "n", "127.0.0.1", 0, "tcp,rdma", true, 100, &k),
 	    -ZL_ERR_CONN);
-	assert_int_equal(zl_xport_pick(ZL_XPORT_SEL_RDMA, "n", "127.0.0.1", 7100, "tcp,rdma",
-				       false, 100, &k),
-			 -ZL_ERR_CONN);
+	assert_int_equal(
+	    zl_xport_pick(ZL_XPORT_SEL_RDMA, "n", "127.0.0.1", 7100, "tcp,rdma", false, 100, &k),
+	    -ZL_ERR_CONN);
 	/* "rdmax" is not "rdma" */
 	assert_int_equal(
 	    zl_xport_pick(ZL_XPORT_SEL_RDMA, "n", "127.0.0.1", 7100, "tcp,rdmax", true, 100, &k),
@@ -127,9 +125,9 @@ static void test_pick(void **state)
 	    zl_xport_pick(ZL_XPORT_SEL_AUTO, "n", "127.0.0.1", 7100, "tcp", true, 100, &k), 0);
 	assert_int_equal(k, ZL_XPORT_TCP);
 	k = 0;
-	assert_int_equal(zl_xport_pick(ZL_XPORT_SEL_AUTO, "n", "127.0.0.1", 7100, "tcp,rdma",
-				       false, 100, &k),
-			 0);
+	assert_int_equal(
+	    zl_xport_pick(ZL_XPORT_SEL_AUTO, "n", "127.0.0.1", 7100, "tcp,rdma", false, 100, &k),
+	    0);
 	assert_int_equal(k, ZL_XPORT_TCP);
 	assert_int_equal(zl_xport_pick(ZL_XPORT_SEL_TCP, "n", NULL, 0, "tcp", true, 100, &k),
 			 -ZL_ERR_INVAL);
