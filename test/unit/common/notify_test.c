@@ -1,13 +1,14 @@
 /* zl_notify: a post from another thread runs the callback on the loop
  * thread; posts before a run coalesce; fini is safe twice and on a zeroed
  * struct. */
-#include <cmocka.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+
+#include <cmocka.h>
 
 #include "lib/common/common.h"
 #include "lib/common/notify.h"

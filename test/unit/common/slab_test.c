@@ -1,11 +1,12 @@
 /* zl_slab: objects come from slabs, are recycled LIFO, stay aligned and
  * distinct, and fini frees everything (ASan checks the leaks). */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+
+#include <cmocka.h>
 
 #include "lib/common/slab.h"
 

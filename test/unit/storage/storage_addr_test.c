@@ -1,7 +1,6 @@
 /* Default-route parsing and the advertised-address choice of
  * storage/storage_addr.c. The real-interface path (a namespace with a veth
  * and a default route) runs in test/e2e/storage_e2e.sh. */
-#include <cmocka.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <cmocka.h>
 
 #include "storage/storage.h"
 

@@ -2,13 +2,14 @@
  * (used by the volume client and storage replication): what a reply must
  * hold to be accepted, and which transport each selection picks. The send
  * path runs against a real daemon in test/e2e/storage_e2e.sh. */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+
+#include <cmocka.h>
 
 #include "lib/common/common.h"
 #include "lib/transport/xport_peer.h"
