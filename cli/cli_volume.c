@@ -14,7 +14,7 @@ static const char cli_volume_usage[] =
     "usage: zl volume create NAME --size SIZE [--replicas N] [--chunk-size SIZE]\n"
     "       zl volume ls\n"
     "       zl volume inspect NAME\n"
-    "       zl volume rm NAME\n"
+    "       zl volume rm NAME [--force]\n"
     "       zl volume import NAME FILE\n"
     "       zl volume export NAME FILE\n"
     "       zl volume serve NAME --nbd unix:PATH|HOST:PORT\n";
@@ -295,24 +295,49 @@ static int cli_volume_inspect(struct zl_cli *cli, int argc, char **argv)
 
 static int cli_volume_rm(struct zl_cli *cli, int argc, char **argv)
 {
+	static const struct option opts[] = {
+	    {"force", no_argument, NULL, 'f'}, {"help", no_argument, NULL, 'h'}, {0}};
+	struct zl_client_delete_info info;
 	const char *name = NULL;
-	int rc;
+	bool force = false;
+	int c, rc;
 
-	rc = cli_vol_name_only("volume rm", argc, argv, &name);
-	if (rc)
-		return rc < 0 ? 0 : rc;
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":fh", opts, NULL)) != -1) {
+		switch (c) {
+		case 'f':
+			force = true;
+			break;
+		case 'h':
+			printf("usage: zl volume rm NAME [--force]\n"
+			       "  removes the volume and its data; storage nodes that are down\n"
+			       "  remove their replicas when they are back\n"
+			       "  --force  also when the volume is attached (its attachment is\n"
+			       "           removed; the node using it gets I/O errors)\n");
+			return 0;
+		default:
+			return zl_cli_opt_error("volume rm", c, optopt, argv, optind);
+		}
+	}
+	if (argc - optind != 1) {
+		zl_cli_err("%s (usage: zl volume rm NAME [--force])",
+			   argc - optind < 1 ? "missing volume name" : "too many arguments");
+		return ZL_CLI_EXIT_USAGE;
+	}
+	name = argv[optind];
 	rc = zl_cli_client(cli);
 	if (rc)
 		return rc;
-	rc = zl_client_volume_delete(cli->client, name);
+	rc = zl_client_volume_remove(cli->client, name, force, &info);
 	if (rc == -ZL_ERR_NOT_FOUND) {
 		zl_cli_err("volume '%s' not found (see 'zl volume ls')", name);
 		return ZL_CLI_EXIT_RUNTIME;
 	}
-	if (rc == -ZL_ERR_UNAVAIL) {
-		zl_cli_err("cannot delete volume '%s': a storage node holding its data is down "
-			   "(bring it back, see 'zl status', then retry 'zl volume rm %s')",
-			   name, name);
+	if (rc == -ZL_ERR_BUSY) {
+		zl_cli_err("volume '%s' is attached to node %s: detach it first (delete the pod "
+			   "using it), or pass --force to remove it anyway",
+			   name, info.attached_node);
 		return ZL_CLI_EXIT_RUNTIME;
 	}
 	if (rc) {
@@ -322,7 +347,13 @@ static int cli_volume_rm(struct zl_cli *cli, int argc, char **argv)
 		zl_cli_etcd_err(cli, what, rc);
 		return ZL_CLI_EXIT_RUNTIME;
 	}
-	printf("deleted volume '%s'\n", name);
+	if (info.nodes_pending)
+		printf("deleted volume '%s' (%u storage node%s down or failing, e.g. %s: %s its "
+		       "replicas when back)\n",
+		       name, info.nodes_pending, info.nodes_pending == 1 ? "" : "s",
+		       info.pending_node, info.nodes_pending == 1 ? "it removes" : "they remove");
+	else
+		printf("deleted volume '%s'\n", name);
 	return 0;
 }
 

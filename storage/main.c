@@ -17,8 +17,9 @@ static const char usage[] =
     "usage: zipline-storage --data-dir DIR [options]\n"
     "  --data-dir DIR       chunk replicas, node-id and LOCK live here (required)\n"
     "  --listen HOST:PORT   address to serve on (default 0.0.0.0:7100)\n"
-    "  --advertise ADDR     address registered in etcd (default: listen host, or\n"
-    "                       127.0.0.1 when listening on 0.0.0.0)\n"
+    "  --advertise ADDR     address registered in etcd (default: the listen host;\n"
+    "                       for 0.0.0.0 or ::, the address of the interface of the\n"
+    "                       default route; no default route: start-up fails)\n"
     "  --node-id ID         node id (default: DATA/node-id, else the hostname)\n"
     "  --label K=V          failure-domain label, repeatable (zone=a --label rack=r1)\n"
     "  --etcd URLS          etcd endpoints (default $ZIPLINE_ETCD or http://127.0.0.1:2379)\n"
@@ -209,7 +210,11 @@ static int parse_flags(int argc, char **argv, struct zl_storage_cfg *cfg, const 
 	memcpy(cfg->listen_host, listen, (size_t)(colon - listen));
 	cfg->listen_port = (uint16_t)v;
 	if (!adv)
-		adv = strcmp(cfg->listen_host, "0.0.0.0") ? cfg->listen_host : "127.0.0.1";
+		return zl_storage_advertise_pick(cfg->listen_host, "/proc/net/route",
+						 "/proc/net/ipv6_route", cfg->advertise,
+						 sizeof(cfg->advertise))
+			   ? 2
+			   : -1;
 	if (strlen(adv) >= sizeof(cfg->advertise))
 		return bad_flag("--advertise too long", adv);
 	snprintf(cfg->advertise, sizeof(cfg->advertise), "%s", adv);
@@ -253,7 +258,7 @@ static int storage_xports(struct zl_storage *st)
 	 * primary (its default is 10 s), so a hung backup is dropped in time. */
 	struct zl_xport_opts xo = {.kind = ZL_XPORT_TCP, .timeout_ms = 4000};
 	const char *host = st->cfg.listen_host;
-	bool wildcard = !strcmp(host, "0.0.0.0") || !strcmp(host, "::");
+	bool wildcard = zl_storage_host_is_wildcard(host);
 	enum zl_xport_kind kind = ZL_XPORT_TCP;
 	const char *why = NULL;
 	int rc;
@@ -368,9 +373,10 @@ int main(int argc, char **argv)
 		rc = zl_storage_vols_create(st->loop, st->etcd, st->cfg.prefix, &st->vols);
 	if (!rc)
 		rc = zl_storage_peers_create(st, &st->peers);
+	if (!rc)
+		rc = zl_storage_tombs_start(st, &st->tombs);
 	if (rc)
 		goto out_fail;
-	zl_storage_gc(st);
 	rc = zl_storage_server_start(st);
 	if (rc) {
 		fprintf(stderr,
@@ -387,9 +393,10 @@ int main(int argc, char **argv)
 	if (rc)
 		goto out_fail;
 	ZL_LOG_INFO("storage",
-		    "zipline-storage %s serving node=%s listen=%s:%u transports=%s data=%s",
+		    "zipline-storage %s serving node=%s listen=%s:%u advertise=%s transports=%s "
+		    "data=%s",
 		    ZL_VERSION_STRING, st->cfg.node_id, st->cfg.listen_host,
-		    zl_xport_listener_port(st->listener), st->listener_rdma ? "tcp,rdma" : "tcp",
+		    zl_xport_listener_port(st->listener), st->cfg.advertise, st->listener_rdma ? "tcp,rdma" : "tcp",
 		    st->cfg.data_dir);
 	rc = zl_loop_run(st->loop);
 	ret = rc ? 1 : 0;
@@ -400,6 +407,7 @@ out_fail:
 out_stop:
 	zl_storage_server_stop_accepting(st);
 	zl_storage_node_stop(node);
+	zl_storage_tombs_stop(st->tombs);
 	zl_storage_peers_destroy(st->peers);
 	zl_chunk_store_destroy(st->chunks); /* drains disk I/O still in flight */
 	/* The pool transport goes last: closing the other one's connections

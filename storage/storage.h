@@ -7,14 +7,18 @@
 #ifndef ZL_STORAGE_H
 #define ZL_STORAGE_H
 
+#include <net/if.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "lib/common/common.h"
 #include "lib/common/loop.h"
+#include "lib/common/slab.h"
 #include "lib/etcd/etcd.h"
 #include "lib/meta/meta.h"
 #include "lib/transport/transport.h"
+#include "lib/transport/xport_peer.h"
 #include "lib/wire/wire.h"
 #include "storage_chunk.h"
 
@@ -40,7 +44,7 @@ struct zl_storage_cfg {
 struct zl_storage_vols;
 struct zl_storage_peers;
 struct zl_storage_node;
-struct storage_req;
+struct zl_storage_tombs;
 
 struct zl_storage {
 	struct zl_storage_cfg cfg;
@@ -58,10 +62,8 @@ struct zl_storage {
 	struct zl_chunk_store *chunks;
 	struct zl_storage_vols *vols;
 	struct zl_storage_peers *peers;
-	/* Request contexts: preallocated slabs and a free list. */
-	struct storage_req *free_reqs;
-	void **req_slabs;
-	uint32_t n_req_slabs;
+	struct zl_storage_tombs *tombs;
+	struct zl_slab reqs; /* request contexts (storage_server.c) */
 	uint32_t inflight; /* requests not yet answered */
 	bool draining;
 };
@@ -115,8 +117,15 @@ int zl_storage_server_start(struct zl_storage *st);
 void zl_storage_server_stop_accepting(struct zl_storage *st);
 /* Frees the request slabs (after the loop stopped). */
 void zl_storage_server_fini(struct zl_storage *st);
-/* Removes chunk directories of volumes that no longer exist in etcd. */
-void zl_storage_gc(struct zl_storage *st);
+
+/* ---- tombstones of deleted volumes (storage_tomb.c), loop thread ---- */
+
+/* Removes the replicas named by this node's tombstones now (blocking etcd
+ * and unlinks), then watches for new ones. Returns 0 (a failed listing or
+ * watch is logged, not fatal) or -errno. */
+int zl_storage_tombs_start(struct zl_storage *st, struct zl_storage_tombs **out);
+/* Stops the watch. Accepts NULL. */
+void zl_storage_tombs_stop(struct zl_storage_tombs *t);
 
 /* ---- registration and heartbeat (storage_node.c) ---- */
 
@@ -142,6 +151,22 @@ int zl_storage_datadir_lock(const char *dir);
 int zl_storage_node_id_resolve(const char *dir, const char *flag, char out[ZL_NODE_ID_MAX]);
 /* Fills eo (endpoints, TLS files, user/password) from cfg. */
 void zl_storage_cfg_etcd_opts(const struct zl_storage_cfg *cfg, struct zl_etcd_opts *eo);
+
+/* ---- advertised address (storage_addr.c) ---- */
+
+/* True for 0.0.0.0, :: and [::]. */
+bool zl_storage_host_is_wildcard(const char *host);
+/* Interface of the default route (lowest metric, up, not rejecting, not lo)
+ * in a /proc/net/route (ipv6 false) or /proc/net/ipv6_route text. 0 or
+ * -ENOENT. */
+int zl_storage_route_default_if(FILE *f, bool ipv6, char ifname[IF_NAMESIZE]);
+/* The address to register when --advertise is not given: listen_host unless
+ * it is a wildcard; then the address of the default route's interface
+ * (IPv4 from route_path; for :: also IPv6 from route6_path). Returns 0, or
+ * -ENOENT after printing on stderr why and that --advertise is needed,
+ * -ENAMETOOLONG. */
+int zl_storage_advertise_pick(const char *listen_host, const char *route_path,
+			      const char *route6_path, char *out, size_t len);
 
 /* Waits until etcd answers, retrying with exponential backoff (cap 5 s) for
  * up to wait_sec. 0 or -1 (gave up). */

@@ -33,7 +33,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "lib/common/byteorder.h"
 #include "lib/common/common.h"
+#include "lib/common/slab.h"
 #include "lib/wire/wire.h"
 
 #define BLK		  ZL_BLOCK_SIZE
@@ -110,10 +112,7 @@ struct zl_chunk_store {
 	struct chunk *buckets[STORE_BUCKETS];
 	struct chunk *lru_head, *lru_tail;
 	uint32_t n_open, max_open;
-	struct chunk_op *free_ops;
-	void **slabs;
-	uint32_t n_slabs;
-	uint32_t inflight;
+	struct zl_slab ops; /* operation contexts; in_use = operations in flight */
 	zl_chunk_buf_alloc_fn buf_alloc;
 	zl_chunk_buf_free_fn buf_free;
 	void *buf_arg;
@@ -128,28 +127,6 @@ static void op_write_data(struct chunk_op *op);
 static void op_zero_data(struct chunk_op *op);
 
 /* ---- small helpers ---- */
-
-static void put_le32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_le64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_le32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get_le64(const uint8_t *p)
-{
-	return (uint64_t)get_le32(p) | (uint64_t)get_le32(p + 4) << 32;
-}
 
 static bool chunk_size_ok(uint32_t cs)
 {
@@ -230,41 +207,18 @@ static int store_map_err(struct zl_chunk_store *s, struct chunk_op *op, int err)
 
 static struct chunk_op *op_alloc(struct zl_chunk_store *s)
 {
-	struct chunk_op *op;
+	struct chunk_op *op = zl_slab_alloc(&s->ops);
 
-	if (!s->free_ops) {
-		struct chunk_op *slab = calloc(STORE_OP_SLAB, sizeof(*slab));
-		void **slabs;
-
-		if (!slab)
-			return NULL;
-		slabs = realloc(s->slabs, (s->n_slabs + 1) * sizeof(*slabs));
-		if (!slabs) {
-			free(slab);
-			return NULL;
-		}
-		s->slabs = slabs;
-		s->slabs[s->n_slabs++] = slab;
-		for (uint32_t i = 0; i < STORE_OP_SLAB; i++) {
-			slab[i].next = s->free_ops;
-			s->free_ops = &slab[i];
-		}
-	}
-	op = s->free_ops;
-	s->free_ops = op->next;
+	if (!op)
+		return NULL;
 	memset(op, 0, sizeof(*op));
 	op->s = s;
-	s->inflight++;
 	return op;
 }
 
 static void op_free(struct chunk_op *op)
 {
-	struct zl_chunk_store *s = op->s;
-
-	op->next = s->free_ops;
-	s->free_ops = op;
-	s->inflight--;
+	zl_slab_free(&op->s->ops, op);
 }
 
 /* ---- io_uring ---- */
@@ -436,10 +390,10 @@ static void chunk_hdr_encode(uint8_t *p, uint64_t vol, uint64_t idx, uint32_t cs
 {
 	memset(p, 0, CHUNK_HDR_SIZE);
 	memcpy(p, CHUNK_MAGIC, 8);
-	put_le64(p + 8, vol);
-	put_le64(p + 16, idx);
-	put_le32(p + 24, cs);
-	put_le32(p + CHUNK_HDR_CRC_OFF, zl_crc32c(p, CHUNK_HDR_CRC_OFF));
+	zl_put_le64(p + 8, vol);
+	zl_put_le64(p + 16, idx);
+	zl_put_le32(p + 24, cs);
+	zl_put_le32(p + CHUNK_HDR_CRC_OFF, zl_crc32c(p, CHUNK_HDR_CRC_OFF));
 }
 
 static int fsync_dir(const char *path)
@@ -535,11 +489,11 @@ static int chunk_load(struct zl_chunk_store *s, struct chunk *c)
 	}
 	if (memcmp(hdr, CHUNK_MAGIC, 8))
 		why = "bad magic";
-	else if (get_le32(hdr + CHUNK_HDR_CRC_OFF) != zl_crc32c(hdr, CHUNK_HDR_CRC_OFF))
+	else if (zl_get_le32(hdr + CHUNK_HDR_CRC_OFF) != zl_crc32c(hdr, CHUNK_HDR_CRC_OFF))
 		why = "header CRC mismatch";
-	else if (get_le64(hdr + 8) != c->vol || get_le64(hdr + 16) != c->idx)
+	else if (zl_get_le64(hdr + 8) != c->vol || zl_get_le64(hdr + 16) != c->idx)
 		why = "header names another chunk";
-	else if (get_le32(hdr + 24) != c->chunk_size)
+	else if (zl_get_le32(hdr + 24) != c->chunk_size)
 		why = "chunk size differs from the volume's";
 	else if ((uint64_t)stb.st_size < c->prev_off + tbl)
 		why = "file shorter than the chunk";
@@ -1303,6 +1257,7 @@ int zl_chunk_store_create(const struct zl_chunk_store_opts *opts, struct zl_chun
 		return -ENOMEM;
 	s->efd = -1;
 	s->loop = opts->loop;
+	zl_slab_init(&s->ops, sizeof(struct chunk_op), STORE_OP_SLAB);
 	s->max_open = opts->max_open ? opts->max_open : 1024;
 	s->buf_alloc = opts->buf_alloc;
 	s->buf_free = opts->buf_free;
@@ -1357,14 +1312,14 @@ out_free:
 
 uint32_t zl_chunk_store_inflight(const struct zl_chunk_store *s)
 {
-	return s->inflight;
+	return s->ops.in_use;
 }
 
 void zl_chunk_store_stats(const struct zl_chunk_store *s, struct zl_chunk_store_stats *st)
 {
 	*st = s->st;
 	st->open_chunks = s->n_open;
-	st->inflight = s->inflight;
+	st->inflight = s->ops.in_use;
 }
 
 void zl_chunk_store_destroy(struct zl_chunk_store *s)
@@ -1375,12 +1330,12 @@ void zl_chunk_store_destroy(struct zl_chunk_store *s)
 		return;
 	if (s->efd_added) {
 		deadline = zl_now_ms() + STORE_DRAIN_MS;
-		while (s->inflight && zl_now_ms() < deadline)
+		while (s->ops.in_use && zl_now_ms() < deadline)
 			zl_loop_run_once(s->loop, 100);
-		if (s->inflight)
+		if (s->ops.in_use)
 			ZL_LOG_WARN("storage",
 				    "closing the chunk store with %u operations in flight",
-				    s->inflight);
+				    s->ops.in_use);
 		/* CRC writes may still be in flight without an op waiting. */
 		for (uint32_t i = 0; i < STORE_BUCKETS; i++)
 			for (struct chunk *c = s->buckets[i]; c; c = c->hnext)
@@ -1401,9 +1356,7 @@ void zl_chunk_store_destroy(struct zl_chunk_store *s)
 		io_uring_queue_exit(&s->ring);
 	if (s->efd >= 0)
 		close(s->efd);
-	for (uint32_t i = 0; i < s->n_slabs; i++)
-		free(s->slabs[i]);
-	free(s->slabs);
+	zl_slab_fini(&s->ops);
 	free(s->dir);
 	free(s);
 }

@@ -110,8 +110,9 @@ int zl_chunk_delete(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk);
  * the number of chunk files removed. 0 or -errno. */
 int zl_chunk_volume_delete(struct zl_chunk_store *s, uint64_t vol, uint64_t *removed);
 
-/* Calls fn for every volume that has a directory under chunks/ (for garbage
- * collection at start). Stops and returns fn's value when nonzero. */
+/* Calls fn for every volume that has a directory under chunks/ (what this
+ * node holds; removal goes through tombstones, never by this list). Stops
+ * and returns fn's value when nonzero. */
 int zl_chunk_volume_foreach(struct zl_chunk_store *s, int (*fn)(void *arg, uint64_t vol),
 			    void *arg);
 

@@ -23,9 +23,7 @@ struct storage_peer {
 	char id[ZL_NODE_ID_MAX];
 	struct zl_xport_conn *conn;
 	uint64_t fail_until_ms;
-	struct zl_wire_hdr hello_hdr;
-	uint8_t hello_out[ZL_WIRE_HELLO_SIZE];
-	uint8_t hello_in[ZL_WIRE_HELLO_SIZE];
+	struct zl_xport_hello hello;
 	bool hello_pending;
 };
 
@@ -93,25 +91,14 @@ static void peer_on_close(void *arg, struct zl_xport_conn *c, int reason)
 static void peer_hello_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 {
 	struct storage_peer *pe = arg;
-	struct zl_wire_hello hl;
-	int err = status;
+	int err;
 
 	pe->hello_pending = false;
 	if (!pe->owner) {
 		free(pe);
 		return;
 	}
-	if (!err && rep->status)
-		err = zl_wire_status_to_err(rep->status);
-	if (!err && zl_wire_hello_decode(pe->hello_in, rep->payload_len, &hl))
-		err = -ZL_ERR_PROTO;
-	if (!err && strcmp(hl.node_id, pe->id)) {
-		ZL_LOG_WARN("storage",
-			    "peer at the address of node=%s answers as node=%s: closing "
-			    "(its address was reused; nodes/ in etcd is stale)",
-			    pe->id, hl.node_id);
-		err = -ZL_ERR_PROTO;
-	}
+	err = zl_xport_hello_check(&pe->hello, status, rep, pe->id, NULL);
 	if (err && pe->conn) {
 		ZL_LOG_WARN("storage", "HELLO to peer failed: node=%s err=%s", pe->id,
 			    zl_errname(err));
@@ -120,42 +107,13 @@ static void peer_hello_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 	}
 }
 
-/* The transport to reach peer ni, chosen like the volume client does:
- * --transport tcp: TCP; rdma: RDMA (the peer must serve it); auto: RDMA when
- * the peer serves it and an RDMA device reaches its address, else TCP.
- * Returns 0 with *x and *port set, or -ZL_ERR_CONN. */
-static int peer_pick(struct zl_storage *st, const struct zl_node_info *ni, struct zl_xport **x,
-		     uint16_t *port)
-{
-	bool has_rdma = ni->rdma_port && strstr(ni->transports, "rdma");
-	enum zl_xport_kind kind = ZL_XPORT_TCP;
-
-	if (st->sel != ZL_XPORT_SEL_TCP && has_rdma && st->xport_rdma)
-		zl_xport_select_kind(st->sel, ni->addr, ni->rdma_port, PEER_CONNECT_MS, &kind);
-	if (st->sel == ZL_XPORT_SEL_RDMA && kind != ZL_XPORT_RDMA) {
-		ZL_LOG_WARN("storage",
-			    "peer does not serve RDMA but --transport is rdma: node=%s addr=%s "
-			    "transports=%s; start it with RDMA or use --transport auto",
-			    ni->id, ni->addr, ni->transports);
-		return -ZL_ERR_CONN;
-	}
-	if (kind == ZL_XPORT_RDMA) {
-		*x = st->xport_rdma;
-		*port = ni->rdma_port;
-	} else {
-		*x = st->xport_tcp;
-		*port = ni->port;
-	}
-	return 0;
-}
-
 static int peer_connect(struct zl_storage_peers *p, struct storage_peer *pe)
 {
 	struct zl_storage *st = p->st;
 	struct zl_node_info ni;
-	struct zl_wire_hello hl;
-	struct zl_xport *x = NULL;
-	uint16_t port = 0;
+	enum zl_xport_kind kind;
+	struct zl_xport *x;
+	uint16_t port;
 	int rc;
 
 	if (zl_now_ms() < pe->fail_until_ms)
@@ -167,11 +125,15 @@ static int peer_connect(struct zl_storage_peers *p, struct storage_peer *pe)
 		pe->fail_until_ms = zl_now_ms() + PEER_BACKOFF_MS;
 		return rc == -ZL_ERR_NOT_FOUND ? rc : -ZL_ERR_CONN;
 	}
-	rc = peer_pick(st, &ni, &x, &port);
+	/* Chosen like the volume client does; --transport is the selection. */
+	rc = zl_xport_pick(st->sel, ni.id, ni.addr, ni.rdma_port, ni.transports,
+			   st->xport_rdma != NULL, PEER_CONNECT_MS, &kind);
 	if (rc) {
 		pe->fail_until_ms = zl_now_ms() + PEER_BACKOFF_MS;
-		return rc;
+		return -ZL_ERR_CONN;
 	}
+	x = kind == ZL_XPORT_RDMA ? st->xport_rdma : st->xport_tcp;
+	port = kind == ZL_XPORT_RDMA ? ni.rdma_port : ni.port;
 	rc = zl_xport_connect(x, ni.addr, port, PEER_CONNECT_MS, peer_on_close, p, &pe->conn);
 	if (rc) {
 		ZL_LOG_WARN(
@@ -182,15 +144,7 @@ static int peer_connect(struct zl_storage_peers *p, struct storage_peer *pe)
 		return -ZL_ERR_CONN;
 	}
 	zl_xport_conn_set_ctx(pe->conn, pe);
-	memset(&hl, 0, sizeof(hl));
-	hl.proto_version = ZL_WIRE_VERSION;
-	hl.caps = zl_xport_kind(x) == ZL_XPORT_RDMA ? 2u : 1u;
-	snprintf(hl.node_id, sizeof(hl.node_id), "%s", st->cfg.node_id);
-	zl_wire_hello_encode(&hl, pe->hello_out);
-	memset(&pe->hello_hdr, 0, sizeof(pe->hello_hdr));
-	pe->hello_hdr.opcode = ZL_OP_HELLO;
-	rc = zl_xport_request(pe->conn, &pe->hello_hdr, pe->hello_out, ZL_WIRE_HELLO_SIZE,
-			      pe->hello_in, ZL_WIRE_HELLO_SIZE, peer_hello_cb, pe);
+	rc = zl_xport_hello_send(pe->conn, &pe->hello, st->cfg.node_id, 0, NULL, peer_hello_cb, pe);
 	if (rc) {
 		peer_drop_conn(pe);
 		pe->fail_until_ms = zl_now_ms() + PEER_BACKOFF_MS;

@@ -29,7 +29,6 @@ struct storage_bk {
 };
 
 struct storage_req {
-	struct storage_req *next; /* free list */
 	struct zl_storage *st;
 	struct zl_xport_conn *conn; /* referenced */
 	struct zl_wire_hdr req;
@@ -50,28 +49,10 @@ struct storage_req {
 static struct storage_req *req_alloc(struct zl_storage *st, struct zl_xport_conn *c,
 				     const struct zl_wire_hdr *h)
 {
-	struct storage_req *r;
+	struct storage_req *r = zl_slab_alloc(&st->reqs);
 
-	if (!st->free_reqs) {
-		struct storage_req *slab = calloc(REQ_SLAB, sizeof(*slab));
-		void **slabs;
-
-		if (!slab)
-			return NULL;
-		slabs = realloc(st->req_slabs, (st->n_req_slabs + 1) * sizeof(*slabs));
-		if (!slabs) {
-			free(slab);
-			return NULL;
-		}
-		st->req_slabs = slabs;
-		st->req_slabs[st->n_req_slabs++] = slab;
-		for (uint32_t i = 0; i < REQ_SLAB; i++) {
-			slab[i].next = st->free_reqs;
-			st->free_reqs = &slab[i];
-		}
-	}
-	r = st->free_reqs;
-	st->free_reqs = r->next;
+	if (!r)
+		return NULL;
 	memset(r, 0, offsetof(struct storage_req, small));
 	r->st = st;
 	r->conn = c;
@@ -89,19 +70,13 @@ static void req_free(struct storage_req *r)
 	if (r->buf)
 		zl_xport_buf_free(st->xport, r->buf);
 	zl_xport_conn_put(r->conn);
-	r->next = st->free_reqs;
-	st->free_reqs = r;
+	zl_slab_free(&st->reqs, r);
 	st->inflight--;
 }
 
 void zl_storage_server_fini(struct zl_storage *st)
 {
-	for (uint32_t i = 0; i < st->n_req_slabs; i++)
-		free(st->req_slabs[i]);
-	free(st->req_slabs);
-	st->req_slabs = NULL;
-	st->n_req_slabs = 0;
-	st->free_reqs = NULL;
+	zl_slab_fini(&st->reqs);
 }
 
 /* ---- replies ---- */
@@ -324,11 +299,11 @@ static void srv_fetch_done(void *arg, int status)
 		}
 		ZL_LOG_DEBUG("storage", "HELLO from id=%s peer=%s", hl.node_id,
 			     zl_xport_conn_peer(r->conn));
-		memset(&hl, 0, sizeof(hl));
-		hl.proto_version = ZL_WIRE_VERSION;
-		hl.caps = 1;
-		snprintf(hl.node_id, sizeof(hl.node_id), "%s", r->st->cfg.node_id);
-		zl_wire_hello_encode(&hl, r->small);
+		/* The transports we really serve: TCP always, RDMA while its
+		 * listener is up. */
+		zl_xport_hello_encode(
+		    r->small, r->st->cfg.node_id,
+		    ZL_WIRE_CAP_TCP | (r->st->listener_rdma ? ZL_WIRE_CAP_RDMA : 0), NULL);
 		zl_wire_reply_init(&r->req, &rep, 0);
 		rep.payload_len = ZL_WIRE_HELLO_SIZE;
 		if (zl_xport_reply(r->conn, &rep, r->small, ZL_WIRE_HELLO_SIZE, req_sent_cb, r))
@@ -532,6 +507,7 @@ int zl_storage_server_start(struct zl_storage *st)
 {
 	int rc;
 
+	zl_slab_init(&st->reqs, sizeof(struct storage_req), REQ_SLAB);
 	rc = zl_xport_listen(st->xport_tcp, st->cfg.listen_host, st->cfg.listen_port, &srv_ops, st,
 			     &st->listener);
 	if (rc) {
@@ -565,65 +541,4 @@ void zl_storage_server_stop_accepting(struct zl_storage *st)
 		zl_xport_listener_close(st->listener_rdma);
 		st->listener_rdma = NULL;
 	}
-}
-
-/* ---- garbage collection of deleted volumes ---- */
-
-struct gc_ctx {
-	struct zl_storage *st;
-	struct zl_volume *vols;
-	size_t n;
-};
-
-static int gc_one(void *arg, uint64_t vol)
-{
-	struct gc_ctx *g = arg;
-	char vid[ZL_VOL_ID_LEN + 1];
-	uint64_t removed = 0;
-	int rc;
-
-	for (size_t i = 0; i < g->n; i++)
-		if (g->vols[i].num == vol)
-			return 0;
-	zl_vol_id_format(vol, vid);
-	/* Confirm with a direct get: the list is a snapshot. */
-	{
-		struct zl_volume v;
-
-		memset(&v, 0, sizeof(v));
-		rc = zl_meta_volume_get(g->st->etcd, g->st->cfg.prefix, vid, &v);
-		zl_volume_fini(&v);
-		if (rc != -ZL_ERR_NOT_FOUND)
-			return 0;
-	}
-	rc = zl_chunk_volume_delete(g->st->chunks, vol, &removed);
-	if (rc)
-		ZL_LOG_WARN("storage", "garbage collection of vol=%s failed: %s", vid,
-			    zl_strerror(rc));
-	else
-		ZL_LOG_INFO("storage",
-			    "removed chunk replicas of a volume that no longer exists: vol=%s "
-			    "files=%" PRIu64,
-			    vid, removed);
-	return 0;
-}
-
-void zl_storage_gc(struct zl_storage *st)
-{
-	struct gc_ctx g = {.st = st};
-	int rc = zl_meta_volume_list(st->etcd, st->cfg.prefix, &g.vols, &g.n);
-
-	if (rc) {
-		ZL_LOG_WARN("storage", "skipping garbage collection: listing volumes failed: %s",
-			    zl_errname(rc));
-		return;
-	}
-	/* No volume at all under the prefix more likely means a wrong
-	 * --etcd-prefix than that every volume was deleted: keep the data. */
-	if (g.n == 0)
-		ZL_LOG_INFO("storage", "no volumes under prefix=%s: skipping garbage collection",
-			    st->cfg.prefix);
-	else
-		zl_chunk_volume_foreach(st->chunks, gc_one, &g);
-	zl_meta_volume_list_free(g.vols, g.n);
 }

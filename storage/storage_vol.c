@@ -3,16 +3,15 @@
  * reloads block on etcd (rare: on first use and when a client shows a newer
  * slice version). An etcd watch on volumes/ keeps cached records fresh
  * between requests: the watch thread parses the record and queues it; the
- * loop thread applies the queue when the eventfd fires. */
+ * loop thread applies the queue when woken (lib/common/notify.h). */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
+#include "lib/common/notify.h"
 #include "storage.h"
 
 #define VOLS_BUCKETS 256u
@@ -31,9 +30,7 @@ struct zl_storage_vols {
 	struct zl_loop *loop;
 	struct zl_storage_vol *buckets[VOLS_BUCKETS];
 	struct zl_etcd_watch *watch;
-	int efd;
-	struct zl_loop_handle efd_h;
-	bool efd_added;
+	struct zl_notify wake; /* watch thread -> loop thread */
 	/* mu protects the event queue, filled by the watch thread. */
 	pthread_mutex_t mu;
 	struct vols_event *ev_head, **ev_tail;
@@ -44,7 +41,7 @@ static void vols_watch_cb(void *arg, enum zl_etcd_event_type type, const struct 
 	struct zl_storage_vols *vc = arg;
 	const char *id = strrchr(kv->key, '/');
 	struct vols_event *ev;
-	uint64_t one = 1, num;
+	uint64_t num;
 
 	if (!id || zl_vol_id_parse(id + 1, &num))
 		return;
@@ -66,20 +63,14 @@ static void vols_watch_cb(void *arg, enum zl_etcd_event_type type, const struct 
 	*vc->ev_tail = ev;
 	vc->ev_tail = &ev->next;
 	pthread_mutex_unlock(&vc->mu);
-	if (write(vc->efd, &one, sizeof(one)) < 0) {
-		/* counter saturated: a wake-up is pending anyway */
-	}
+	zl_notify_post(&vc->wake);
 }
 
-static void vols_efd_cb(void *arg, uint32_t events)
+static void vols_wake_cb(void *arg)
 {
 	struct zl_storage_vols *vc = arg;
 	struct vols_event *ev;
-	uint64_t v;
 
-	if (read(vc->efd, &v, sizeof(v)) < 0) {
-		/* EAGAIN: already drained */
-	}
 	pthread_mutex_lock(&vc->mu);
 	ev = vc->ev_head;
 	vc->ev_head = NULL;
@@ -110,18 +101,11 @@ int zl_storage_vols_create(struct zl_loop *loop, struct zl_etcd *etcd, const cha
 	vc->etcd = etcd;
 	vc->prefix = prefix;
 	vc->loop = loop;
-	vc->efd = -1;
 	pthread_mutex_init(&vc->mu, NULL);
 	vc->ev_tail = &vc->ev_head;
-	vc->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (vc->efd < 0) {
-		rc = -errno;
-		goto out_free;
-	}
-	rc = zl_loop_add(loop, &vc->efd_h, vc->efd, EPOLLIN, vols_efd_cb, vc);
+	rc = zl_notify_init(&vc->wake, loop, vols_wake_cb, vc);
 	if (rc)
 		goto out_free;
-	vc->efd_added = true;
 	snprintf(key, sizeof(key), "%svolumes/", prefix);
 	rc = zl_etcd_watch_prefix(etcd, key, 0, vols_watch_cb, vc, &vc->watch);
 	if (rc) {
@@ -143,10 +127,7 @@ void zl_storage_vols_destroy(struct zl_storage_vols *vc)
 	if (!vc)
 		return;
 	zl_etcd_watch_cancel(vc->watch);
-	if (vc->efd_added)
-		zl_loop_del(vc->loop, &vc->efd_h);
-	if (vc->efd >= 0)
-		close(vc->efd);
+	zl_notify_fini(&vc->wake);
 	while (vc->ev_head) {
 		struct vols_event *ev = vc->ev_head;
 

@@ -144,10 +144,8 @@ struct zl_xport *zl_client_xport(struct zl_client *c)
 struct ctl_slot {
 	const struct zl_node_info *node;
 	struct zl_xport_conn *xc;
-	struct zl_wire_hdr hello_hdr, hdr;
-	uint8_t hello_out[ZL_WIRE_HELLO_SIZE];
-	uint8_t hello_in[ZL_WIRE_HELLO_SIZE];
-	uint32_t hello_len;
+	struct zl_xport_hello hello;
+	struct zl_wire_hdr hello_rep, hdr;
 	int hello_status, status;
 	bool hello_done, done;
 	enum zl_xport_kind kind; /* transport used, 0 before the connect */
@@ -171,8 +169,9 @@ static void ctl_hello_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 {
 	struct ctl_slot *sl = arg;
 
-	sl->hello_status = status ? status : zl_wire_status_to_err(rep->status);
-	sl->hello_len = status ? 0 : rep->payload_len;
+	sl->hello_status = status;
+	if (rep)
+		sl->hello_rep = *rep;
 	sl->hello_done = true;
 	(*sl->pending)--;
 }
@@ -190,7 +189,6 @@ static void ctl_op_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 static int ctl_start(struct zl_client *c, struct ctl_slot *sl, int op, uint64_t vol_id)
 {
 	const struct zl_node_info *ni = sl->node;
-	struct zl_wire_hello hl = {0};
 	int tmo = (int)ZL_MIN(c->timeout_ms, CLIENT_CONNECT_MAX_MS);
 	enum zl_xport_kind kind;
 	struct zl_xport *x;
@@ -208,14 +206,7 @@ static int ctl_start(struct zl_client *c, struct ctl_slot *sl, int op, uint64_t 
 		return rc;
 	}
 	sl->kind = kind;
-	hl.proto_version = ZL_WIRE_VERSION;
-	hl.caps = kind == ZL_XPORT_RDMA ? 2u : 1u;
-	snprintf(hl.node_id, sizeof(hl.node_id), "%s", c->id);
-	zl_wire_hello_encode(&hl, sl->hello_out);
-	sl->hello_hdr.opcode = ZL_OP_HELLO;
-	sl->hello_hdr.epoch = c->epoch;
-	rc = zl_xport_request(sl->xc, &sl->hello_hdr, sl->hello_out, ZL_WIRE_HELLO_SIZE,
-			      sl->hello_in, ZL_WIRE_HELLO_SIZE, ctl_hello_cb, sl);
+	rc = zl_xport_hello_send(sl->xc, &sl->hello, c->id, c->epoch, NULL, ctl_hello_cb, sl);
 	if (rc)
 		return rc;
 	(*sl->pending)++;
@@ -230,23 +221,17 @@ static int ctl_start(struct zl_client *c, struct ctl_slot *sl, int op, uint64_t 
 	return 0;
 }
 
-/* Outcome of one slot: the request's status, unless the HELLO showed that
- * the address belongs to another node. */
+/* Outcome of one slot: the request's status, unless the HELLO failed (for
+ * instance the address belongs to another node). */
 static int ctl_result(const struct ctl_slot *sl)
 {
-	struct zl_wire_hello hl;
+	int rc;
 
-	if (!sl->done)
+	if (!sl->done || !sl->hello_done)
 		return -ZL_ERR_TIMEOUT;
-	if (sl->hello_done && !sl->hello_status &&
-	    zl_wire_hello_decode(sl->hello_in, sl->hello_len, &hl) == 0 &&
-	    strcmp(hl.node_id, sl->node->id) != 0) {
-		ZL_LOG_WARN(CLIENT_LOG,
-			    "address answers as another node: addr=%s:%u expected=%s got=%s",
-			    sl->node->addr, sl->node->port, sl->node->id, hl.node_id);
-		return -ZL_ERR_CONN;
-	}
-	return sl->status;
+	rc = zl_xport_hello_check(&sl->hello, sl->hello_status,
+				  sl->hello_status ? NULL : &sl->hello_rep, sl->node->id, NULL);
+	return rc ? rc : sl->status;
 }
 
 int client_ctl_run(struct zl_client *c, const struct zl_node_info *nodes, size_t n, int op,
@@ -341,80 +326,117 @@ static int volume_mark_deleting(struct zl_client *c, struct zl_volume *v)
 	return rc;
 }
 
-int zl_client_volume_delete(struct zl_client *c, const char *name_or_id)
+/* Asks every live node to drop its replicas of v (VOLUME_DELETE) and clears
+ * the tombstone of each placement node that did; the others keep theirs and
+ * remove the replicas when they are back. Counts into info. */
+static void volume_drop_replicas(struct zl_client *c, const struct zl_volume *v,
+				 struct zl_client_delete_info *info)
 {
-	struct zl_volume v;
 	struct zl_node_info *live = NULL;
-	size_t n_live = 0;
+	const char **ids = NULL;
+	size_t n_live = 0, n_ids = 0;
 	int *res = NULL;
 	int rc;
 
-	if (!c || !name_or_id)
-		return -ZL_ERR_INVAL;
-	memset(&v, 0, sizeof(v));
-	rc = zl_meta_volume_lookup(c->etcd, c->prefix, name_or_id, &v);
-	if (rc)
-		return rc;
-	rc = volume_mark_deleting(c, &v);
-	if (rc) {
-		ZL_LOG_ERR(CLIENT_LOG, "cannot mark volume deleting: vol=%s err=%s detail=%s", v.id,
-			   zl_strerror(rc), zl_etcd_last_error());
-		goto out_vol;
-	}
 	rc = zl_meta_node_list(c->etcd, c->prefix, &live, &n_live);
-	if (rc) {
-		ZL_LOG_ERR(CLIENT_LOG, "cannot list storage nodes: vol=%s err=%s detail=%s", v.id,
-			   zl_strerror(rc), zl_etcd_last_error());
-		goto out_vol;
-	}
-	res = calloc(n_live ? n_live : 1, sizeof(*res));
-	if (!res) {
-		rc = -ENOMEM;
-		goto out_nodes;
-	}
-	rc = client_ctl_run(c, live, n_live, ZL_OP_VOLUME_DELETE, v.num, res, NULL, NULL);
 	if (rc)
-		goto out_res;
-	for (size_t i = 0; i < n_live; i++) {
-		if (res[i] == -ZL_ERR_NOT_FOUND)
-			res[i] = 0; /* nothing of this volume there */
-		if (res[i])
-			ZL_LOG_WARN(CLIENT_LOG,
-				    "VOLUME_DELETE failed: vol=%s node=%s addr=%s:%u err=%s", v.id,
-				    live[i].id, live[i].addr, live[i].port, zl_strerror(res[i]));
-	}
-	/* Every node of the placement must have dropped its replicas. */
-	for (uint32_t s = 0; s < v.n_slices && !rc; s++) {
-		for (unsigned r = 0; r < v.slices[s].n && r < ZL_MAX_REPLICAS; r++) {
-			const char *id = v.slices[s].nodes[r];
-			size_t j;
+		ZL_LOG_WARN(CLIENT_LOG,
+			    "cannot list storage nodes, replicas go through tombstones: vol=%s "
+			    "err=%s detail=%s",
+			    v->id, zl_strerror(rc), zl_etcd_last_error());
+	res = calloc(n_live ? n_live : 1, sizeof(*res));
+	ids = calloc((size_t)v->n_slices * ZL_MAX_REPLICAS + 1, sizeof(*ids));
+	if (!rc && res)
+		rc = client_ctl_run(c, live, n_live, ZL_OP_VOLUME_DELETE, v->num, res, NULL, NULL);
+	/* The distinct nodes of the placement: the ones with a tombstone. */
+	for (uint32_t s = 0; ids && s < v->n_slices; s++) {
+		for (unsigned r = 0; r < v->slices[s].n && r < ZL_MAX_REPLICAS; r++) {
+			size_t k;
 
-			for (j = 0; j < n_live; j++)
-				if (strcmp(live[j].id, id) == 0)
-					break;
-			if (j < n_live && res[j] == 0)
-				continue;
-			ZL_LOG_ERR(CLIENT_LOG,
-				   "volume left in state deleting: vol=%s node=%s is %s; run the "
-				   "delete again when the node is back",
-				   v.id, id, j < n_live ? "failing" : "down");
-			rc = -ZL_ERR_UNAVAIL;
-			break;
+			for (k = 0; k < n_ids && strcmp(ids[k], v->slices[s].nodes[r]); k++)
+				;
+			if (k == n_ids)
+				ids[n_ids++] = v->slices[s].nodes[r];
 		}
 	}
-	if (rc)
-		goto out_res;
-	rc = zl_meta_volume_delete(c->etcd, c->prefix, &v);
-	if (rc)
-		ZL_LOG_ERR(CLIENT_LOG, "cannot delete volume record: vol=%s err=%s detail=%s", v.id,
-			   zl_strerror(rc), zl_etcd_last_error());
-	else
-		ZL_LOG_INFO(CLIENT_LOG, "volume deleted: vol=%s name=%s", v.id, v.name);
-out_res:
+	for (size_t k = 0; k < n_ids; k++) {
+		size_t j;
+
+		for (j = 0; j < n_live && strcmp(live[j].id, ids[k]); j++)
+			;
+		if (!rc && res && j < n_live && (res[j] == 0 || res[j] == -ZL_ERR_NOT_FOUND) &&
+		    zl_meta_tombstone_clear(c->etcd, c->prefix, ids[k], v->id) == 0) {
+			info->nodes_done++;
+			continue;
+		}
+		if (!rc && res && j < n_live)
+			ZL_LOG_WARN(CLIENT_LOG,
+				    "VOLUME_DELETE failed, the node removes the replicas later: "
+				    "vol=%s node=%s err=%s",
+				    v->id, ids[k], zl_strerror(res[j]));
+		if (info->nodes_pending == 0)
+			snprintf(info->pending_node, sizeof(info->pending_node), "%s", ids[k]);
+		info->nodes_pending++;
+	}
+	free(ids);
 	free(res);
-out_nodes:
 	free(live);
+}
+
+int zl_client_volume_remove(struct zl_client *c, const char *name_or_id, bool force,
+			    struct zl_client_delete_info *info)
+{
+	struct zl_client_delete_info local;
+	struct zl_volume v;
+	int rc = -ZL_ERR_CONFLICT;
+
+	if (!c || !name_or_id)
+		return -ZL_ERR_INVAL;
+	if (!info)
+		info = &local;
+	memset(info, 0, sizeof(*info));
+	memset(&v, 0, sizeof(v));
+	for (int tries = 0; tries < 8 && rc == -ZL_ERR_CONFLICT; tries++) {
+		zl_volume_fini(&v);
+		memset(&v, 0, sizeof(v));
+		rc = zl_meta_volume_lookup(c->etcd, c->prefix, name_or_id, &v);
+		if (rc)
+			return rc;
+		if (!force) {
+			rc = zl_meta_attachment_get(c->etcd, c->prefix, v.id, info->attached_node,
+						    sizeof(info->attached_node));
+			if (rc == 0) {
+				rc = -ZL_ERR_BUSY;
+				break;
+			}
+			if (rc != -ZL_ERR_NOT_FOUND)
+				break;
+		}
+		/* "deleting" first: readers see the volume going away. */
+		rc = volume_mark_deleting(c, &v);
+		if (!rc)
+			rc = zl_meta_volume_remove(c->etcd, c->prefix, &v, force);
+	}
+	if (rc == -ZL_ERR_BUSY && !info->attached_node[0])
+		zl_meta_attachment_get(c->etcd, c->prefix, v.id, info->attached_node,
+				       sizeof(info->attached_node));
+	if (rc) {
+		if (rc != -ZL_ERR_BUSY)
+			ZL_LOG_ERR(CLIENT_LOG,
+				   "cannot remove volume record: vol=%s err=%s detail=%s", v.id,
+				   zl_strerror(rc), zl_etcd_last_error());
+		goto out_vol;
+	}
+	volume_drop_replicas(c, &v, info);
+	ZL_LOG_INFO(CLIENT_LOG,
+		    "volume deleted: vol=%s name=%s nodes_done=%u nodes_pending=%u force=%d", v.id,
+		    v.name, info->nodes_done, info->nodes_pending, force);
 out_vol:
 	zl_volume_fini(&v);
 	return rc;
+}
+
+int zl_client_volume_delete(struct zl_client *c, const char *name_or_id)
+{
+	return zl_client_volume_remove(c, name_or_id, false, NULL);
 }

@@ -15,6 +15,7 @@
 #ifndef ZL_CLIENT_H
 #define ZL_CLIENT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
 
@@ -88,10 +89,26 @@ struct zl_vol_stats {
 };
 void zl_vol_get_stats(const struct zl_vol *v, struct zl_vol_stats *out);
 
-/* Sends VOLUME_DELETE to every live storage node, then deletes the record
- * (state "deleting" first, so an interrupted delete can be resumed). Returns
- * 0, -ZL_ERR_NOT_FOUND, -ZL_ERR_UNAVAIL (a placement node is down: retry when
- * it is back). Blocking. */
+/* What zl_client_volume_remove did. */
+struct zl_client_delete_info {
+	char attached_node[ZL_NODE_ID_MAX]; /* -ZL_ERR_BUSY: where it is attached */
+	uint32_t nodes_done;		    /* placement nodes whose replicas are gone */
+	uint32_t nodes_pending;		    /* down or failing: they remove them when back */
+	char pending_node[ZL_NODE_ID_MAX];  /* the first of those */
+};
+
+/* Deletes a volume (by id or name) even while storage nodes are down: the
+ * record is marked "deleting", then removed in one etcd transaction that
+ * leaves a tombstone for every node of its placement (lib/meta); live nodes
+ * drop their replicas now (VOLUME_DELETE), the others when they come back
+ * (they process their tombstones at start-up and through a watch). A volume
+ * with an attachment record is refused unless force (which also removes the
+ * attachment). Blocking. info (optional) tells what happened. Returns 0,
+ * -ZL_ERR_NOT_FOUND, -ZL_ERR_BUSY (attached; see info->attached_node),
+ * -ZL_ERR_CONFLICT (kept changing), or an etcd error. */
+int zl_client_volume_remove(struct zl_client *c, const char *name_or_id, bool force,
+			    struct zl_client_delete_info *info);
+/* zl_client_volume_remove without force and info. */
 int zl_client_volume_delete(struct zl_client *c, const char *name_or_id);
 
 /* PINGs a storage node; 0 or error. Blocking. rtt_us optional. */

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "../common/common.h"
+#include "../transport/xport_peer.h"
 #include "../wire/wire.h"
 #include "client.h"
 
@@ -149,9 +150,7 @@ struct client_conn {
 	struct zl_xport_conn *xc; /* our reference, NULL when IDLE */
 	enum client_conn_state state;
 	bool hello_pending; /* HELLO request callback not yet run */
-	struct zl_wire_hdr hello_hdr;
-	uint8_t hello_out[ZL_WIRE_HELLO_SIZE];
-	uint8_t hello_in[ZL_WIRE_HELLO_SIZE];
+	struct zl_xport_hello hello;
 };
 
 /* A node is known once per transport selection in use (the client's, and a
@@ -283,11 +282,10 @@ struct client_node *client_node_find(struct zl_client *c, const char *id);
  * when there is one) if missing. NULL on -ENOMEM. */
 struct client_node *client_node_get_or_add(struct zl_client *c, const char *id,
 					   enum zl_xport_select sel);
-/* Transport for a node record under selection sel: tcp; rdma (the node must
- * advertise it); auto = RDMA when the node advertises rdma, an RDMA device
- * reaches addr and the RDMA transport can be created, else TCP. Returns 0
- * with *kind set, or -ZL_ERR_CONN (rdma asked, node or host cannot do it).
- * Blocking (address/route probe, at most ~1 s). */
+/* Transport for a node record under selection sel (zl_xport_pick, with the
+ * client's RDMA transport created on demand; auto falls back to TCP when it
+ * cannot be). Returns 0 with *kind set, or -ZL_ERR_CONN (rdma asked, node or
+ * host cannot do it). Blocking (address/route probe, at most ~1 s). */
 int client_pick_kind(struct zl_client *c, enum zl_xport_select sel, const char *id,
 		     const char *addr, uint16_t rdma_port, const char *transports,
 		     enum zl_xport_kind *kind);

@@ -121,36 +121,19 @@ int client_pick_kind(struct zl_client *c, enum zl_xport_select sel, const char *
 		     const char *addr, uint16_t rdma_port, const char *transports,
 		     enum zl_xport_kind *kind)
 {
-	bool has_rdma = rdma_port && strstr(transports, "rdma");
+	int tmo = (int)ZL_MIN(c->timeout_ms, CLIENT_CONNECT_MAX_MS);
 	struct zl_xport *x;
+	bool rdma_ok;
+	int rc;
 
-	*kind = ZL_XPORT_TCP;
-	switch (sel) {
-	case ZL_XPORT_SEL_TCP:
-		return 0;
-	case ZL_XPORT_SEL_RDMA:
-		if (!has_rdma) {
-			ZL_LOG_ERR(CLIENT_LOG,
-				   "transport rdma asked but the storage node serves no RDMA: "
-				   "node=%s addr=%s transports=%s (start it with --transport "
-				   "auto|rdma on an RDMA device, or use transport auto|tcp)",
-				   id, addr, transports);
-			return -ZL_ERR_CONN;
-		}
-		if (client_xport_get(c, ZL_XPORT_RDMA, &x))
-			return -ZL_ERR_CONN;
-		*kind = ZL_XPORT_RDMA;
-		return 0;
-	case ZL_XPORT_SEL_AUTO:
-		if (!has_rdma || c->rdma_unusable)
-			return 0;
-		zl_xport_select_kind(ZL_XPORT_SEL_AUTO, addr, rdma_port,
-				     (int)ZL_MIN(c->timeout_ms, CLIENT_CONNECT_MAX_MS), kind);
-		if (*kind == ZL_XPORT_RDMA && client_xport_get(c, ZL_XPORT_RDMA, &x))
-			*kind = ZL_XPORT_TCP;
-		return 0;
-	}
-	return -ZL_ERR_INVAL;
+	/* rdma must work now; auto creates the transport only once a node
+	 * needs it (and falls back to TCP when it cannot). */
+	rdma_ok = sel == ZL_XPORT_SEL_RDMA ? client_xport_get(c, ZL_XPORT_RDMA, &x) == 0
+					   : !c->rdma_unusable;
+	rc = zl_xport_pick(sel, id, addr, rdma_port, transports, rdma_ok, tmo, kind);
+	if (!rc && *kind == ZL_XPORT_RDMA && client_xport_get(c, ZL_XPORT_RDMA, &x))
+		*kind = ZL_XPORT_TCP;
+	return rc;
 }
 
 int client_node_xport(struct client_node *n, struct zl_xport **x, uint16_t *port)
@@ -293,27 +276,14 @@ static void conn_hello_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 {
 	struct client_conn *cc = arg;
 	struct client_node *n = cc->node;
-	struct zl_wire_hello hl;
-	int err = status;
-	const char *what = "HELLO";
+	int err;
 
 	cc->hello_pending = false;
 	if (cc->state != CONN_HELLO)
 		goto out_kick;
-	if (!err && rep->status)
-		err = zl_wire_status_to_err(rep->status);
-	if (!err && zl_wire_hello_decode(cc->hello_in, rep->payload_len, &hl))
-		err = -ZL_ERR_PROTO;
-	if (!err && strcmp(hl.node_id, n->id) != 0) {
-		ZL_LOG_WARN(
-		    CLIENT_LOG,
-		    "address answers as another node, closing: addr=%s:%u expected=%s got=%s",
-		    n->addr, n->port, n->id, hl.node_id);
-		err = -ZL_ERR_CONN;
-		what = "HELLO node id";
-	}
+	err = zl_xport_hello_check(&cc->hello, status, rep, n->id, NULL);
 	if (err) {
-		node_mark_down(n, err, what);
+		node_mark_down(n, err, "HELLO");
 		cc->state = CONN_CLOSING;
 		zl_xport_conn_close(cc->xc);
 		goto out_kick;
@@ -333,7 +303,6 @@ static int conn_open(struct client_conn *cc)
 {
 	struct client_node *n = cc->node;
 	struct zl_client *c = n->c;
-	struct zl_wire_hello hl;
 	int tmo = (int)ZL_MIN(c->timeout_ms, CLIENT_CONNECT_MAX_MS);
 	struct zl_xport *x = NULL;
 	uint16_t port = 0;
@@ -351,16 +320,7 @@ static int conn_open(struct client_conn *cc)
 		node_mark_down(n, rc, "connect");
 		return rc;
 	}
-	memset(&hl, 0, sizeof(hl));
-	hl.proto_version = ZL_WIRE_VERSION;
-	hl.caps = zl_xport_kind(x) == ZL_XPORT_RDMA ? 2u : 1u;
-	snprintf(hl.node_id, sizeof(hl.node_id), "%s", c->id);
-	zl_wire_hello_encode(&hl, cc->hello_out);
-	memset(&cc->hello_hdr, 0, sizeof(cc->hello_hdr));
-	cc->hello_hdr.opcode = ZL_OP_HELLO;
-	cc->hello_hdr.epoch = c->epoch;
-	rc = zl_xport_request(cc->xc, &cc->hello_hdr, cc->hello_out, ZL_WIRE_HELLO_SIZE,
-			      cc->hello_in, ZL_WIRE_HELLO_SIZE, conn_hello_cb, cc);
+	rc = zl_xport_hello_send(cc->xc, &cc->hello, c->id, c->epoch, NULL, conn_hello_cb, cc);
 	if (rc) {
 		node_mark_down(n, rc, "HELLO send");
 		cc->state = CONN_CLOSING;

@@ -157,4 +157,31 @@ int zl_meta_volume_delete(struct zl_etcd *e, const char *prefix, const struct zl
 int zl_meta_slice_drop(struct zl_etcd *e, const char *prefix, const char *vol_id, uint32_t slice,
 		       const char *node_id, uint64_t seen_version, struct zl_volume *out);
 
+/* ---- volume removal with nodes down (meta_delete.c) ----
+ * <prefix>deletes/<node-id>/<vol-id>: tombstone telling that node to remove
+ * its replicas of the volume (then it clears the key). */
+
+/* Reads <prefix>attachments/<vol_id>: 0 when the volume is attached (node,
+ * optional, gets the node id), -ZL_ERR_NOT_FOUND, or an etcd error. */
+int zl_meta_attachment_get(struct zl_etcd *e, const char *prefix, const char *vol_id, char *node,
+			   size_t node_len);
+/* In one transaction: deletes volumes/<id>, names/<name> (when it still names
+ * this volume) and attachments/<id>, and puts a tombstone for every node of
+ * v's placement. v must be the current record (v->mod_rev compared). Without
+ * force the transaction also requires that no attachment exists. Returns 0,
+ * -ZL_ERR_BUSY (attached), -ZL_ERR_CONFLICT (record changed: re-read and
+ * retry), -ZL_ERR_INVAL, or an etcd error. */
+int zl_meta_volume_remove(struct zl_etcd *e, const char *prefix, const struct zl_volume *v,
+			  bool force);
+/* Volume numbers of node_id's tombstones (*vols malloc'd, may be NULL when
+ * *n is 0); *revision (optional) gets the etcd revision of the read, to
+ * start a watch after it. 0 or an etcd error. */
+int zl_meta_tombstone_list(struct zl_etcd *e, const char *prefix, const char *node_id,
+			   uint64_t **vols, size_t *n, int64_t *revision);
+/* Deletes node_id's tombstone of vol_id (0 also when it is absent). */
+int zl_meta_tombstone_clear(struct zl_etcd *e, const char *prefix, const char *node_id,
+			    const char *vol_id);
+/* "<prefix>deletes/<node-id>/" into out (to watch it). 0 or -ZL_ERR_INVAL. */
+int zl_meta_tombstone_key(char *out, size_t len, const char *prefix, const char *node_id);
+
 #endif

@@ -2,69 +2,29 @@
 
 #include <string.h>
 
+#include "../common/byteorder.h"
 #include "../common/common.h"
-
-static void put16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] | (p[1] << 8));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	uint32_t v = 0;
-
-	for (int i = 3; i >= 0; i--)
-		v = (v << 8) | p[i];
-	return v;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	uint64_t v = 0;
-
-	for (int i = 7; i >= 0; i--)
-		v = (v << 8) | p[i];
-	return v;
-}
 
 void zl_wire_encode(const struct zl_wire_hdr *h, uint8_t out[ZL_WIRE_HDR_SIZE])
 {
-	put32(out + 0, ZL_WIRE_MAGIC);
+	zl_put_le32(out + 0, ZL_WIRE_MAGIC);
 	out[4] = h->version ? h->version : ZL_WIRE_VERSION;
 	out[5] = h->opcode;
 	out[6] = h->flags;
 	out[7] = 0;
-	put16(out + 8, h->status);
-	put16(out + 10, 0);
-	put32(out + 12, h->payload_len);
-	put64(out + 16, h->req_id);
-	put64(out + 24, h->vol_id);
-	put64(out + 32, h->chunk);
-	put32(out + 40, h->offset);
-	put32(out + 44, h->length);
-	put64(out + 48, h->slice_ver);
-	put64(out + 56, h->epoch);
-	put64(out + 64, h->aux);
-	put32(out + 72, h->payload_crc);
-	put32(out + 76, zl_crc32c(out, 76));
+	zl_put_le16(out + 8, h->status);
+	zl_put_le16(out + 10, 0);
+	zl_put_le32(out + 12, h->payload_len);
+	zl_put_le64(out + 16, h->req_id);
+	zl_put_le64(out + 24, h->vol_id);
+	zl_put_le64(out + 32, h->chunk);
+	zl_put_le32(out + 40, h->offset);
+	zl_put_le32(out + 44, h->length);
+	zl_put_le64(out + 48, h->slice_ver);
+	zl_put_le64(out + 56, h->epoch);
+	zl_put_le64(out + 64, h->aux);
+	zl_put_le32(out + 72, h->payload_crc);
+	zl_put_le32(out + 76, zl_crc32c(out, 76));
 }
 
 static int fail(const char **why, const char *reason, int code)
@@ -181,29 +141,29 @@ int zl_wire_decode(const uint8_t *buf, size_t len, struct zl_wire_hdr *h, const 
 {
 	if (len < ZL_WIRE_HDR_SIZE)
 		return fail(why, "truncated header", -ZL_ERR_PROTO);
-	if (get32(buf) != ZL_WIRE_MAGIC)
+	if (zl_get_le32(buf) != ZL_WIRE_MAGIC)
 		return fail(why, "bad magic", -ZL_ERR_PROTO);
-	if (get32(buf + 76) != zl_crc32c(buf, 76))
+	if (zl_get_le32(buf + 76) != zl_crc32c(buf, 76))
 		return fail(why, "header CRC mismatch", -ZL_ERR_PROTO);
 	if (buf[4] != ZL_WIRE_VERSION)
 		return fail(why, "unsupported version", -ZL_ERR_VERSION);
-	if (buf[7] || get16(buf + 10))
+	if (buf[7] || zl_get_le16(buf + 10))
 		return fail(why, "reserved bytes set", -ZL_ERR_PROTO);
 	memset(h, 0, sizeof(*h));
 	h->version = buf[4];
 	h->opcode = buf[5];
 	h->flags = buf[6];
-	h->status = get16(buf + 8);
-	h->payload_len = get32(buf + 12);
-	h->req_id = get64(buf + 16);
-	h->vol_id = get64(buf + 24);
-	h->chunk = get64(buf + 32);
-	h->offset = get32(buf + 40);
-	h->length = get32(buf + 44);
-	h->slice_ver = get64(buf + 48);
-	h->epoch = get64(buf + 56);
-	h->aux = get64(buf + 64);
-	h->payload_crc = get32(buf + 72);
+	h->status = zl_get_le16(buf + 8);
+	h->payload_len = zl_get_le32(buf + 12);
+	h->req_id = zl_get_le64(buf + 16);
+	h->vol_id = zl_get_le64(buf + 24);
+	h->chunk = zl_get_le64(buf + 32);
+	h->offset = zl_get_le32(buf + 40);
+	h->length = zl_get_le32(buf + 44);
+	h->slice_ver = zl_get_le64(buf + 48);
+	h->epoch = zl_get_le64(buf + 56);
+	h->aux = zl_get_le64(buf + 64);
+	h->payload_crc = zl_get_le32(buf + 72);
 	if (h->payload_len > ZL_WIRE_MAX_IO)
 		return fail(why, "payload too large", -ZL_ERR_PROTO);
 	return zl_wire_check(h, 0, why);
@@ -228,8 +188,8 @@ void zl_wire_reply_init(const struct zl_wire_hdr *req, struct zl_wire_hdr *rep, 
 void zl_wire_hello_encode(const struct zl_wire_hello *hl, uint8_t out[ZL_WIRE_HELLO_SIZE])
 {
 	memset(out, 0, ZL_WIRE_HELLO_SIZE);
-	put32(out, hl->proto_version);
-	put32(out + 4, hl->caps);
+	zl_put_le32(out, hl->proto_version);
+	zl_put_le32(out + 4, hl->caps);
 	memcpy(out + 8, hl->node_id, strnlen(hl->node_id, ZL_WIRE_NAME_LEN - 1));
 	memcpy(out + 8 + ZL_WIRE_NAME_LEN, hl->token, strnlen(hl->token, sizeof(hl->token) - 1));
 }
@@ -239,8 +199,8 @@ int zl_wire_hello_decode(const uint8_t *buf, size_t len, struct zl_wire_hello *h
 	if (len != ZL_WIRE_HELLO_SIZE)
 		return -ZL_ERR_PROTO;
 	memset(hl, 0, sizeof(*hl));
-	hl->proto_version = get32(buf);
-	hl->caps = get32(buf + 4);
+	hl->proto_version = zl_get_le32(buf);
+	hl->caps = zl_get_le32(buf + 4);
 	memcpy(hl->node_id, buf + 8, ZL_WIRE_NAME_LEN);
 	memcpy(hl->token, buf + 8 + ZL_WIRE_NAME_LEN, sizeof(hl->token));
 	if (hl->node_id[ZL_WIRE_NAME_LEN - 1] || hl->token[sizeof(hl->token) - 1])
@@ -250,18 +210,18 @@ int zl_wire_hello_decode(const uint8_t *buf, size_t len, struct zl_wire_hello *h
 
 void zl_wire_rdma_desc_encode(const struct zl_wire_rdma_desc *d, uint8_t out[ZL_WIRE_RDMA_DESC_SIZE])
 {
-	put64(out, d->addr);
-	put32(out + 8, d->rkey);
-	put32(out + 12, d->len);
+	zl_put_le64(out, d->addr);
+	zl_put_le32(out + 8, d->rkey);
+	zl_put_le32(out + 12, d->len);
 }
 
 int zl_wire_rdma_desc_decode(const uint8_t *buf, size_t len, struct zl_wire_rdma_desc *d)
 {
 	if (len != ZL_WIRE_RDMA_DESC_SIZE)
 		return -ZL_ERR_PROTO;
-	d->addr = get64(buf);
-	d->rkey = get32(buf + 8);
-	d->len = get32(buf + 12);
+	d->addr = zl_get_le64(buf);
+	d->rkey = zl_get_le32(buf + 8);
+	d->len = zl_get_le32(buf + 12);
 	if (d->len == 0 || d->len > ZL_WIRE_MAX_IO)
 		return -ZL_ERR_PROTO;
 	return 0;

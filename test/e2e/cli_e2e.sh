@@ -44,6 +44,9 @@ expect_fail "bad chunk size" "chunk" "$ZL" volume create v1 --size 1G --replicas
 expect_fail "bad volume name" "name" "$ZL" volume create 'bad/name' --size 1G --replicas 1
 expect_fail "inspect unknown" "not found" "$ZL" volume inspect nosuch
 expect_fail "rm unknown" "not found" "$ZL" volume rm nosuch
+expect_fail "rm unknown with --force" "not found" "$ZL" volume rm nosuch --force
+expect_fail "rm without name" "missing volume name" "$ZL" volume rm
+expect_fail "rm bad flag" "unknown|unrecognized|invalid|usage" "$ZL" volume rm nosuch --forse
 expect_fail "export unknown" "not found" "$ZL" volume export nosuch /dev/null
 expect_fail "bench unknown" "not found" "$ZL" bench nosuch --rw randread --seconds 1
 "$ZL" volume create small --size 1M --replicas 2 >/dev/null || { echo "cli_e2e: FAIL: create small"; failures=$((failures+1)); }

@@ -723,31 +723,82 @@ static void test_bounded_failure(void **state)
 	assert_true(e->nodes[0].corrupts + e->nodes[1].corrupts >= 8);
 }
 
+/* True when node's tombstones name the test volume. */
+static bool has_tombstone(struct env *e, const char *node)
+{
+	uint64_t *vols = NULL;
+	size_t n = 0;
+	bool found = false;
+
+	assert_int_equal(zl_meta_tombstone_list(e->etcd, e->prefix, node, &vols, &n, NULL), 0);
+	for (size_t i = 0; i < n; i++)
+		found |= vols[i] == e->meta.num;
+	free(vols);
+	return found;
+}
+
 static void test_volume_delete(void **state)
 {
 	struct env *e = *state;
+	struct zl_client_delete_info info;
 	struct zl_volume v;
 	char key[256];
 
-	/* a placement node without a record: UNAVAIL, record stays "deleting" */
+	/* a placement node without a record (down): the delete succeeds, the
+	 * live nodes drop their replicas now, the down one keeps a tombstone */
 	assert_int_equal(zl_meta_key(key, sizeof(key), e->prefix, "nodes", "fake-2"), 0);
 	assert_int_equal(zl_etcd_delete(e->etcd, key, NULL, NULL), 0);
-	assert_int_equal(zl_client_volume_delete(e->cli, e->vol_name), -ZL_ERR_UNAVAIL);
-	assert_int_equal(zl_meta_volume_get(e->etcd, e->prefix, e->vol_id, &v), 0);
-	assert_string_equal(v.state, "deleting");
-	zl_volume_fini(&v);
+	assert_int_equal(zl_client_volume_remove(e->cli, e->vol_name, false, &info), 0);
+	assert_int_equal(info.nodes_done, 2);
+	assert_int_equal(info.nodes_pending, 1);
+	assert_string_equal(info.pending_node, "fake-2");
+	assert_int_equal(zl_meta_volume_lookup(e->etcd, e->prefix, e->vol_id, &v),
+			 -ZL_ERR_NOT_FOUND);
+	assert_int_equal(zl_meta_volume_lookup(e->etcd, e->prefix, e->vol_name, &v),
+			 -ZL_ERR_NOT_FOUND);
 	assert_int_equal(e->nodes[0].deletes, 1);
 	assert_int_equal(e->nodes[1].deletes, 1);
 	assert_int_equal(e->nodes[2].deletes, 0);
+	assert_false(has_tombstone(e, "fake-0"));
+	assert_false(has_tombstone(e, "fake-1"));
+	assert_true(has_tombstone(e, "fake-2"));
+	assert_int_equal(zl_client_volume_delete(e->cli, e->vol_id), -ZL_ERR_NOT_FOUND);
+	assert_int_equal(zl_meta_tombstone_clear(e->etcd, e->prefix, "fake-2", e->vol_id), 0);
+	assert_false(has_tombstone(e, "fake-2"));
+}
 
-	/* the node is back: the retry finishes */
-	fake_register(e, 2);
-	assert_int_equal(zl_client_volume_delete(e->cli, e->vol_id), 0);
+/* An attached volume is refused (record, name and data intact) unless
+ * forced; the forced delete removes the attachment too. */
+static void test_volume_delete_attached(void **state)
+{
+	struct env *e = *state;
+	struct zl_client_delete_info info;
+	static const char att[] = "{\"node\":\"k8s-node-7\",\"epoch\":5,\"readonly\":false,"
+				  "\"time\":1}";
+	struct zl_volume v;
+	char key[256];
+
+	assert_int_equal(zl_meta_key(key, sizeof(key), e->prefix, "attachments", e->vol_id), 0);
+	assert_int_equal(zl_etcd_put(e->etcd, key, att, strlen(att), 0, NULL), 0);
+	assert_int_equal(zl_client_volume_remove(e->cli, e->vol_name, false, &info), -ZL_ERR_BUSY);
+	assert_string_equal(info.attached_node, "k8s-node-7");
+	assert_int_equal(zl_client_volume_delete(e->cli, e->vol_name), -ZL_ERR_BUSY);
+	assert_int_equal(zl_meta_volume_lookup(e->etcd, e->prefix, e->vol_name, &v), 0);
+	assert_string_equal(v.state, "ready");
+	zl_volume_fini(&v);
 	for (int i = 0; i < NNODES; i++)
-		assert_true(e->nodes[i].deletes >= 1);
+		assert_int_equal(e->nodes[i].deletes, 0);
+	assert_int_equal(zl_meta_attachment_get(e->etcd, e->prefix, e->vol_id, NULL, 0), 0);
+
+	assert_int_equal(zl_client_volume_remove(e->cli, e->vol_name, true, &info), 0);
+	assert_int_equal(info.nodes_done, NNODES);
+	assert_int_equal(info.nodes_pending, 0);
+	for (int i = 0; i < NNODES; i++)
+		assert_int_equal(e->nodes[i].deletes, 1);
+	assert_int_equal(zl_meta_attachment_get(e->etcd, e->prefix, e->vol_id, NULL, 0),
+			 -ZL_ERR_NOT_FOUND);
 	assert_int_equal(zl_meta_volume_lookup(e->etcd, e->prefix, e->vol_id, &v),
 			 -ZL_ERR_NOT_FOUND);
-	assert_int_equal(zl_client_volume_delete(e->cli, e->vol_id), -ZL_ERR_NOT_FOUND);
 }
 
 int main(void)
@@ -762,6 +813,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_node_down, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_bounded_failure, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_volume_delete, env_setup, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_volume_delete_attached, env_setup, env_teardown),
 	};
 
 	zl_log_init("client_io_test");

@@ -1,0 +1,143 @@
+/* Transport choice and HELLO for connections to storage nodes (see
+ * xport_peer.h). */
+#include "xport_peer.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "../common/common.h"
+
+#define PEER_LOG "xport"
+
+/* True when the comma-separated list names `want`. */
+static bool peer_list_has(const char *list, const char *want)
+{
+	size_t n = strlen(want);
+
+	for (const char *p = list; p && *p;) {
+		const char *end = strchr(p, ',');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+
+		if (len == n && !strncmp(p, want, n))
+			return true;
+		p = end ? end + 1 : NULL;
+	}
+	return false;
+}
+
+int zl_xport_pick(enum zl_xport_select sel, const char *node_id, const char *addr,
+		  uint16_t rdma_port, const char *transports, bool rdma_ok, int timeout_ms,
+		  enum zl_xport_kind *out)
+{
+	bool serves_rdma = rdma_port && transports && peer_list_has(transports, "rdma");
+
+	if (!out || !addr)
+		return -ZL_ERR_INVAL;
+	*out = ZL_XPORT_TCP;
+	switch (sel) {
+	case ZL_XPORT_SEL_TCP:
+		return 0;
+	case ZL_XPORT_SEL_RDMA:
+		if (!serves_rdma) {
+			ZL_LOG_ERR(PEER_LOG,
+				   "transport rdma asked but the storage node serves no RDMA: "
+				   "node=%s addr=%s transports=%s (start it with --transport "
+				   "auto|rdma on an RDMA device, or use transport auto|tcp)",
+				   node_id, addr, transports ? transports : "");
+			return -ZL_ERR_CONN;
+		}
+		if (!rdma_ok) {
+			ZL_LOG_ERR(PEER_LOG,
+				   "transport rdma asked but this host has no usable RDMA "
+				   "transport: node=%s addr=%s (load the RDMA driver, or use "
+				   "transport auto|tcp)",
+				   node_id, addr);
+			return -ZL_ERR_CONN;
+		}
+		*out = ZL_XPORT_RDMA;
+		return 0;
+	case ZL_XPORT_SEL_AUTO:
+		if (!serves_rdma || !rdma_ok)
+			return 0;
+		return zl_xport_select_kind(ZL_XPORT_SEL_AUTO, addr, rdma_port, timeout_ms, out);
+	}
+	return -ZL_ERR_INVAL;
+}
+
+void zl_xport_hello_encode(uint8_t out[ZL_WIRE_HELLO_SIZE], const char *self_id, uint32_t caps,
+			   const char *token)
+{
+	struct zl_wire_hello hl;
+
+	memset(&hl, 0, sizeof(hl));
+	hl.proto_version = ZL_WIRE_VERSION;
+	hl.caps = caps;
+	snprintf(hl.node_id, sizeof(hl.node_id), "%s", self_id ? self_id : "");
+	if (token)
+		snprintf(hl.token, sizeof(hl.token), "%s", token);
+	zl_wire_hello_encode(&hl, out);
+}
+
+int zl_xport_hello_send(struct zl_xport_conn *c, struct zl_xport_hello *h, const char *self_id,
+			uint64_t epoch, const char *token, zl_xport_reply_cb cb, void *arg)
+{
+	uint32_t caps = zl_xport_conn_kind(c) == ZL_XPORT_RDMA ? ZL_WIRE_CAP_RDMA : ZL_WIRE_CAP_TCP;
+
+	snprintf(h->peer, sizeof(h->peer), "%s", zl_xport_conn_peer(c));
+	zl_xport_hello_encode(h->out, self_id, caps, token);
+	memset(&h->hdr, 0, sizeof(h->hdr));
+	h->hdr.opcode = ZL_OP_HELLO;
+	h->hdr.epoch = epoch;
+	return zl_xport_request(c, &h->hdr, h->out, ZL_WIRE_HELLO_SIZE, h->in, ZL_WIRE_HELLO_SIZE,
+				cb, arg);
+}
+
+int zl_xport_hello_check(const struct zl_xport_hello *h, int status, const struct zl_wire_hdr *rep,
+			 const char *expect_id, struct zl_wire_hello *out)
+{
+	struct zl_wire_hello hl;
+	const char *what;
+	int err;
+
+	if (status || !rep)
+		return status ? status : -ZL_ERR_CONN; /* the caller reports the transport */
+	if (rep->status) {
+		err = zl_wire_status_to_err(rep->status);
+		what = "refused";
+	} else if (zl_wire_hello_decode(h->in, rep->payload_len, &hl)) {
+		err = -ZL_ERR_PROTO;
+		what = "malformed reply";
+	} else if (hl.proto_version != ZL_WIRE_VERSION) {
+		err = -ZL_ERR_VERSION;
+		what = "other protocol version";
+	} else if (!(hl.caps & ZL_WIRE_CAP_TCP) || (hl.caps & ~ZL_WIRE_CAP_ALL_)) {
+		err = -ZL_ERR_PROTO;
+		what = "bad transport list";
+	} else if (expect_id && strcmp(hl.node_id, expect_id) != 0) {
+		ZL_LOG_WARN(PEER_LOG,
+			    "address answers as another node, closing: addr=%s expected=%s got=%s "
+			    "(the address was reused; nodes/ in etcd is stale)",
+			    h->peer, expect_id, hl.node_id);
+		return -ZL_ERR_CONN;
+	} else {
+		if (out)
+			*out = hl;
+		return 0;
+	}
+	ZL_LOG_WARN(PEER_LOG, "HELLO failed: addr=%s node=%s what=\"%s\" err=%s", h->peer,
+		    expect_id ? expect_id : "-", what, zl_strerror(err));
+	return err;
+}
+
+const char *zl_xport_caps_name(uint32_t caps)
+{
+	switch (caps & ZL_WIRE_CAP_ALL_) {
+	case ZL_WIRE_CAP_TCP:
+		return "tcp";
+	case ZL_WIRE_CAP_RDMA:
+		return "rdma";
+	case ZL_WIRE_CAP_ALL_:
+		return "tcp,rdma";
+	}
+	return "none";
+}

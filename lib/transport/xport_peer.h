@@ -1,0 +1,67 @@
+/* Reaching a storage node: which transport to use for it, and the HELLO
+ * exchange that opens every connection (docs/PROTOCOL-NOTES.md,
+ * "Connection"). One implementation shared by the volume client (lib/client)
+ * and the storage daemon's replication (storage/). Loop thread only, like
+ * the rest of the transport. */
+#ifndef ZL_XPORT_PEER_H
+#define ZL_XPORT_PEER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "transport.h"
+
+/* Bits of struct zl_wire_hello.caps: the transports the sender serves (a
+ * server) or is using (a client). Every server serves TCP. */
+#define ZL_WIRE_CAP_TCP	 (1u << 0)
+#define ZL_WIRE_CAP_RDMA (1u << 1)
+#define ZL_WIRE_CAP_ALL_ (ZL_WIRE_CAP_TCP | ZL_WIRE_CAP_RDMA)
+
+/* Chooses the transport to a storage node from its etcd record (rdma_port,
+ * transports "tcp" or "tcp,rdma") under selection sel. rdma_ok says this
+ * process has (or can create) an RDMA transport.
+ *   tcp:  TCP.
+ *   rdma: RDMA when the node serves it and rdma_ok, else -ZL_ERR_CONN with
+ *         one logged line saying what to change.
+ *   auto: RDMA when the node serves it, rdma_ok, and rdma_cm resolves a route
+ *         to addr over an RDMA device within timeout_ms (blocking), else TCP.
+ * Returns 0 with *out set, -ZL_ERR_CONN, or -ZL_ERR_INVAL (bad arguments). */
+int zl_xport_pick(enum zl_xport_select sel, const char *node_id, const char *addr,
+		  uint16_t rdma_port, const char *transports, bool rdma_ok, int timeout_ms,
+		  enum zl_xport_kind *out);
+
+/* Buffers of one HELLO exchange; they must stay valid (inside the caller's
+ * connection state) until the reply callback has run. */
+struct zl_xport_hello {
+	struct zl_wire_hdr hdr;
+	uint8_t out[ZL_WIRE_HELLO_SIZE];
+	uint8_t in[ZL_WIRE_HELLO_SIZE];
+	char peer[64]; /* address, for the messages of zl_xport_hello_check */
+};
+
+/* Fills and encodes a HELLO payload: protocol version, self_id (truncated to
+ * the wire field), caps, token (NULL or "" = none). */
+void zl_xport_hello_encode(uint8_t out[ZL_WIRE_HELLO_SIZE], const char *self_id, uint32_t caps,
+			   const char *token);
+
+/* Sends HELLO on c (our id, the caps of c's transport, epoch, token) with the
+ * buffers in h. Returns what zl_xport_request returns: 0 (cb runs exactly
+ * once; check its outcome with zl_xport_hello_check), -ZL_ERR_BUSY,
+ * -ZL_ERR_CONN. */
+int zl_xport_hello_send(struct zl_xport_conn *c, struct zl_xport_hello *h, const char *self_id,
+			uint64_t epoch, const char *token, zl_xport_reply_cb cb, void *arg);
+
+/* Checks the outcome of a HELLO (status and rep as given to the reply
+ * callback, payload in h->in): a reply came, its status is 0, the payload
+ * decodes, the protocol version is ours, caps name TCP and nothing unknown,
+ * and the node id is expect_id (an address can be reused by another node
+ * after a restart). Logs one warning naming what failed. Returns 0 (*out,
+ * optional, gets the peer's HELLO), the transport error, the reply's error,
+ * -ZL_ERR_PROTO, -ZL_ERR_VERSION, or -ZL_ERR_CONN (another node answered). */
+int zl_xport_hello_check(const struct zl_xport_hello *h, int status, const struct zl_wire_hdr *rep,
+			 const char *expect_id, struct zl_wire_hello *out);
+
+/* "tcp", "rdma", "tcp,rdma" for HELLO caps (unknown bits ignored). */
+const char *zl_xport_caps_name(uint32_t caps);
+
+#endif
