@@ -1,7 +1,8 @@
 /* Per-volume secret (<prefix>secrets/<vol-id>, 64 hex chars) and the attach
  * token of ControllerPublish: hex HMAC-SHA256, keyed with the secret's 32 raw
- * bytes, over "<vol-id>|<node-id>|<epoch>". Storage daemons recompute it to
- * check a client's HELLO. The secret is never logged. */
+ * bytes, over "<vol-id>|<node-id>|<epoch>". Storage daemons are to recompute
+ * it to check a client's HELLO; they do not yet (issue 11). The secret is
+ * never logged. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>

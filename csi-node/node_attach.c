@@ -85,7 +85,7 @@ int node_attach_start(struct node *n, const struct node_attach_req *req, pid_t *
 		snprintf(msg, msglen, "cannot create state directory %s: %s", dir, strerror(-rc));
 		return rc;
 	}
-	chmod(dir, 0700); /* state.json holds the attach token */
+	chmod(dir, 0700); /* the volume's FUSE file and ctl.sock live here */
 	logfd = node_open_log(n, req->volume_id);
 	if (logfd < 0) {
 		rc = -errno;

@@ -1,4 +1,4 @@
-/* The etcd keyspace of DESIGN.md: storage nodes, volumes (with their
+/* The etcd keyspace (docs/ARCHITECTURE.md): storage nodes, volumes (with their
  * placement table), names, attachments. Values are JSON (jansson). Every
  * read-modify-write is a transaction comparing mod_revision.
  *
@@ -6,7 +6,7 @@
  *   <prefix>nodes/<node-id>        struct zl_node_info, on the node's lease
  *   <prefix>volumes/<vol-id>       struct zl_volume
  *   <prefix>names/<name>           "<vol-id>"
- *   <prefix>attachments/<vol-id>   (CSI issue)
+ *   <prefix>attachments/<vol-id>   written by zipline-controller (ControllerPublish)
  */
 #ifndef ZL_META_H
 #define ZL_META_H
