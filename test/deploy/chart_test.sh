@@ -115,6 +115,17 @@ if [ "$shape" = selftest ]; then
 		fi
 	done
 
+	# The longest release name Helm allows (53) still gives valid names.
+	long_release="$(printf 'r%.0s' $(seq 53))"
+	for f in "" "$chart/examples/local-pv.yaml"; do
+		"$helm" template "$long_release" "$chart" --namespace zipline ${f:+-f "$f"} > "$work/long.yaml" || rc=1
+		if node "$here/k8s-api-rules.mjs" "$tools" "$work/long.yaml" > "$work/out" 2>&1; then
+			echo "ok selftest: 53-character release name${f:+ with $(basename "$f")}: $(tail -1 "$work/out")"
+		else
+			echo "FAIL selftest: 53-character release name${f:+ with $(basename "$f")}:" >&2; cat "$work/out" >&2; rc=1
+		fi
+	done
+
 	"$helm" template t "$chart" > "$work/good.yaml"
 	# Schema: misspelt field, wrong type, bad enum.
 	run mutate typo 's/mountPropagation: Bidirectional/mountPropogation: Bidirectional/'

@@ -11,8 +11,9 @@
 //                       controller-revision-hash label (<= 52); RBAC objects a
 //                       path segment; CSIDriver <= 63 (ValidateObjectMeta)
 //   labels, selectors   qualified-name keys, values <= 63 of [A-Za-z0-9-_.]
-//   nodeSelector        (ValidateLabels); annotations: qualified-name keys,
-//                       <= 256 KiB in total (ValidateAnnotations)
+//   nodeSelector        (ValidateLabels); annotations: qualified-name keys
+//                       (compared lower-case), keys and values <= 256 KiB in
+//                       total (ValidateAnnotations)
 //   pod templates       container names DNS-1123 labels, unique; volume names
 //                       likewise; every volumeMount/volumeDevice names a volume
 //                       (or a volumeClaimTemplate); mountPaths unique; hostPath
@@ -21,8 +22,9 @@
 //                       double '-'), unique; port numbers 1-65535; with
 //                       hostNetwork a hostPort equals its containerPort; probe
 //                       ports that are names name a port of that container; env
-//                       names (IsEnvVarName); fieldRef paths the kubelet can
-//                       fill; $(VAR) in command/args defined in env (else the
+//                       names (IsEnvVarName as before Kubernetes 1.32 relaxed
+//                       it: the chart supports 1.27); fieldRef paths the
+//                       kubelet fills; $(VAR) in command/args defined in env (else the
 //                       kubelet passes it literally); workload restartPolicy
 //                       Always; the selector matches the template's labels
 //   Services            port names DNS-1123 labels, unique, required with
@@ -124,9 +126,10 @@ function checkAnnotations(label, where, ann) {
 		return;
 	let size = 0;
 	for (const [k, v] of Object.entries(ann)) {
-		const kp = qualifiedNameProblem(k);
-		if (kp || k.split("/")[0] !== k.split("/")[0].toLowerCase())
-			report(label, `${where} key "${k}"`, kp || "prefix must be lowercase");
+		// The API server validates annotation keys lower-cased.
+		const kp = qualifiedNameProblem(k.toLowerCase());
+		if (kp)
+			report(label, `${where} key "${k}"`, kp);
 		if (typeof v !== "string")
 			report(label, `${where}["${k}"]`, "must be a string");
 		size += k.length + String(v).length;
