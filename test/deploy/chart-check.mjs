@@ -2,7 +2,9 @@
 //
 //   node chart-check.mjs TOOLS_DIR RENDERED.yaml SHAPE [BUILD_DIR]
 //
-// SHAPE: default | tcp-only | shared-hca | sriov-multus | external-etcd | local-pv.
+// SHAPE: default or the name of a values file in deploy/helm/zipline/examples/
+// (tcp-only, shared-hca, sriov-multus, external-etcd, local-pv, single-node);
+// its storage.nodes (or storage.replicas) is read from that file.
 // With BUILD_DIR, every flag the chart passes to a Zipline daemon must appear
 // in that daemon's own `--help` (BUILD_DIR/bin/<daemon>), unless it is listed
 // in pending-flags.txt beside this script, a flag the daemon is known not to
@@ -92,6 +94,13 @@ check("kubelet dir is the host's", kvol?.hostPath?.path === kubeletArg);
 for (const p of ["/dev", "/sys"])
 	check(`node mounts host ${p}`, zn?.volumeMounts?.some((m) => m.mountPath === p &&
 		nps.volumes.find((v) => v.name === m.name)?.hostPath?.path === p));
+// Only what every kubelet host has may be `type: Directory`; anything else
+// (/lib/modules, /run/udev) missing on a host would keep the plugin from starting.
+const mustExist = new Set([kubeletArg, `${kubeletArg}/plugins_registry`, "/dev", "/sys"]);
+for (const v of nps?.volumes ?? [])
+	if (v.hostPath?.type === "Directory")
+		check(`node hostPath ${v.hostPath.path} may be absent on a host`, mustExist.has(v.hostPath.path),
+		      "type Directory fails the pod where it is missing: use DirectoryOrCreate");
 const reg = container(node, "node-driver-registrar");
 check("node-driver-registrar", !!reg);
 check("registrar registration path under kubeletDir",
@@ -163,10 +172,63 @@ for (const [i, a] of zipArgs.entries())
 	check(`${["controller", "node", "storage"][i]} gets --etcd and --etcd-prefix`,
 	      a.includes("--etcd=$(ZIPLINE_ETCD)") && a.some((x) => x.startsWith("--etcd-prefix=")));
 
-// helm test hook
+// No PVC the chart's own components need may be bound by a Zipline class:
+// Zipline needs etcd and its storage daemons, so a claim of theirs served by
+// Zipline never binds (first install deadlocks). A claim without
+// storageClassName gets the default class; one naming a class gets that one.
 const hooks = objs.filter((o) => o.metadata?.annotations?.["helm.sh/hook"] === "test");
+const driver = drv?.metadata?.name;
+const ziplineClasses = classes.filter((c) => c.provisioner === driver);
+const ziplineDefault = ziplineClasses.find((c) =>
+	c.metadata?.annotations?.["storageclass.kubernetes.io/is-default-class"] === "true");
+const claims = [
+	...find("PersistentVolumeClaim", (o) => !hooks.includes(o)).map((o) => [`PVC ${o.metadata.name}`, o.spec]),
+	...objs.flatMap((o) => (o.spec?.volumeClaimTemplates ?? []).map((t) =>
+		[`${o.kind} ${o.metadata.name} volumeClaimTemplate ${t.metadata?.name}`, t.spec])),
+];
+for (const [what, spec] of claims) {
+	const cls = spec?.storageClassName;
+	if (cls === undefined || cls === null)
+		check(`${what} not bound by a Zipline class`, !ziplineDefault,
+		      `it has no storageClassName, so it gets the default class, and Zipline class "${ziplineDefault?.metadata?.name}" is the default`);
+	else
+		check(`${what} not bound by a Zipline class`, !ziplineClasses.some((c) => c.metadata.name === cls),
+		      `storageClassName "${cls}" is a Zipline class`);
+}
+
+// Storage nodes as the operator declares them (values.yaml, then the
+// example's values): no default class and not the helm test class may need
+// more replicas than there are storage nodes.
+const chartDir = path.resolve(path.dirname(new URL(import.meta.url).pathname), "../../deploy/helm/zipline");
+const valueFiles = [path.join(chartDir, "values.yaml")];
+if (existsSync(path.join(chartDir, "examples", `${shape}.yaml`)))
+	valueFiles.push(path.join(chartDir, "examples", `${shape}.yaml`));
+const st = {};
+for (const f of valueFiles)
+	Object.assign(st, YAML.parse(readFileSync(f, "utf8"))?.storage ?? {});
+const storageNodes = st.kind === "StatefulSet" ? st.replicas : st.nodes;
+check("storage node count declared", Number.isInteger(storageNodes), `storage.nodes=${st.nodes}, storage.replicas=${st.replicas}`);
+const replicasOf = (name) => Number(classes.find((c) => c.metadata.name === name)?.parameters?.replicas);
+for (const sc of classes.filter((c) => c.metadata?.annotations?.["storageclass.kubernetes.io/is-default-class"] === "true"))
+	check(`default class ${sc.metadata.name} fits on ${storageNodes} storage nodes`, Number(sc.parameters?.replicas) <= storageNodes,
+	      `replicas=${sc.parameters?.replicas}`);
+
+// helm test hook
 check("helm test PVC", hooks.some((o) => o.kind === "PersistentVolumeClaim"));
 check("helm test write and read pods", hooks.filter((o) => o.kind === "Pod").length === 2);
+const testPVC = hooks.find((o) => o.kind === "PersistentVolumeClaim");
+const testClass = testPVC?.spec?.storageClassName;
+check(`helm test class ${testClass} is a Zipline class of the chart`, ziplineClasses.some((c) => c.metadata.name === testClass));
+check(`helm test class ${testClass} fits on ${storageNodes} storage nodes`, replicasOf(testClass) <= storageNodes,
+      `replicas=${replicasOf(testClass)}`);
+// `helm test --logs` reads the pods' logs after the run: a pod deleted on
+// success has none, and helm exits 1.
+for (const pod of hooks.filter((o) => o.kind === "Pod")) {
+	const policy = (pod.metadata.annotations["helm.sh/hook-delete-policy"] ?? "").split(",").map((x) => x.trim());
+	check(`helm test pod ${pod.metadata.name} kept for --logs`, !policy.includes("hook-succeeded") && !policy.includes("hook-failed"),
+	      `hook-delete-policy ${policy.join(",")}`);
+	check(`helm test pod ${pod.metadata.name} replaced by the next run`, policy.includes("before-hook-creation"));
+}
 
 // Flags against the daemons' own --help.
 if (buildDir) {

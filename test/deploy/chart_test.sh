@@ -2,11 +2,15 @@
 # Lints, renders and validates the Helm chart for one cluster shape.
 #   usage: chart_test.sh SHAPE [BUILD_DIR]
 #   SHAPE: default | selftest | a values file name in deploy/helm/zipline/examples/
-#          (tcp-only, shared-hca, sriov-multus, external-etcd, local-pv)
+#          (tcp-only, shared-hca, sriov-multus, external-etcd, local-pv, single-node)
 # Steps: helm lint --strict; helm template; every rendered object against the
-# Kubernetes API schema (k8s-validate.mjs, unknown fields rejected); the
-# chart's own contract (chart-check.mjs, flags against BUILD_DIR/bin/*).
-# `selftest` feeds known-bad input to each checker and expects it rejected.
+# Kubernetes API schema (k8s-validate.mjs, unknown fields rejected) and the
+# API server's rules beyond it (k8s-api-rules.mjs: names, labels, port names,
+# volume references, probe ports...); the chart's own contract (chart-check.mjs,
+# flags against BUILD_DIR/bin/*); the install NOTES render.
+# `selftest` feeds known-bad input to each checker and to the chart's own
+# refusals, and expects each rejected for the reason it was made bad.
+# helm is the one on PATH when it is Helm 3, else the fallback (get-tools.sh).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 src="$(cd "$here/../.." && pwd)"
@@ -14,9 +18,10 @@ chart="$src/deploy/helm/zipline"
 shape="${1:?usage: chart_test.sh SHAPE [BUILD_DIR]}"
 build="${2:-}"
 tools="$("$here/get-tools.sh")"
-helm="$tools/bin/helm"
+helm="$("$here/get-tools.sh" --which helm)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
+echo "chart_test: helm $helm ($("$helm" version --short))"
 
 values=()
 if [ "$shape" != default ] && [ "$shape" != selftest ]; then
@@ -25,35 +30,159 @@ if [ "$shape" != default ] && [ "$shape" != selftest ]; then
 	values=(-f "$f")
 fi
 
-expect_fail() { # expect_fail WHAT COMMAND...: the command must fail
-	local what="$1"; shift
+# render_notes OUT HELM_ARGS...: NOTES.txt as `helm install` would print it.
+# helm template leaves NOTES out, so a copy of the chart renders it into a
+# ConfigMap with tpl (same values, same helpers).
+render_notes() {
+	local out="$1"; shift
+	rm -rf "$work/notes-chart"
+	cp -r "$chart" "$work/notes-chart"
+	mv "$work/notes-chart/templates/NOTES.txt" "$work/notes-chart/NOTES.txt"
+	printf '%s\n' 'apiVersion: v1' 'kind: ConfigMap' 'metadata: {name: notes}' 'data:' \
+		'  notes: {{ tpl (.Files.Get "NOTES.txt") . | quote }}' > "$work/notes-chart/templates/zz-notes.yaml"
+	"$helm" template zipline "$work/notes-chart" --namespace zipline "$@" \
+		--show-only templates/zz-notes.yaml > "$work/notes.yaml"
+	node -e 'const Y = require(process.argv[1]); const fs = require("fs");
+		fs.writeFileSync(process.argv[3], Y.parse(fs.readFileSync(process.argv[2], "utf8")).data.notes)' \
+		"$tools/node_modules/yaml" "$work/notes.yaml" "$out"
+}
+
+# expect_fail WHAT PATTERN COMMAND...: the command must fail, and its output
+# must match PATTERN (grep -E), so that it failed for the reason intended.
+expect_fail() {
+	local what="$1" pattern="$2"; shift 2
 	if "$@" >"$work/out" 2>&1; then
 		echo "FAIL selftest: $what was accepted" >&2
 		cat "$work/out" >&2
 		return 1
 	fi
-	echo "ok selftest: $what rejected: $(grep -m1 -iE 'error|fail|unknown|must|invalid|not allowed' "$work/out" || head -1 "$work/out")"
+	if ! grep -qE -- "$pattern" "$work/out"; then
+		echo "FAIL selftest: $what was rejected, but not with /$pattern/:" >&2
+		cat "$work/out" >&2
+		return 1
+	fi
+	echo "ok selftest: $what rejected: $(grep -m1 -E -- "$pattern" "$work/out" | cut -c1-220)"
+}
+
+# mutate NAME SED_SCRIPT: $work/NAME.yaml = good.yaml edited; the edit must change it.
+mutate() {
+	sed "$2" "$work/good.yaml" > "$work/$1.yaml"
+	if cmp -s "$work/good.yaml" "$work/$1.yaml"; then
+		echo "FAIL selftest: edit '$1' matched nothing in the rendered chart" >&2
+		return 1
+	fi
 }
 
 if [ "$shape" = selftest ]; then
 	rc=0
-	expect_fail "values: unknown rdma.mode" "$helm" template t "$chart" --set rdma.mode=infiniband || rc=1
-	expect_fail "values: misspelt key" "$helm" template t "$chart" --set node.updateStrategie.type=OnDelete || rc=1
-	expect_fail "values: external etcd without endpoints" "$helm" template t "$chart" --set etcd.mode=external || rc=1
-	expect_fail "values: sriov with storage hostNetwork" "$helm" template t "$chart" \
-		--set rdma.mode=sriov --set storage.hostNetwork=true || rc=1
-	"$helm" template t "$chart" > "$work/good.yaml"
-	# Misspelt field, wrong type, bad enum: each must be caught by the validator.
-	sed 's/mountPropagation: Bidirectional/mountPropogation: Bidirectional/' "$work/good.yaml" > "$work/typo.yaml"
-	sed 's/privileged: true/privileged: "yes"/' "$work/good.yaml" > "$work/type.yaml"
-	sed 's/type: DirectoryOrCreate/type: DirOrCreate/' "$work/good.yaml" > "$work/enum.yaml"
-	for bad in typo type enum; do
-		cmp -s "$work/good.yaml" "$work/$bad.yaml" && { echo "FAIL selftest: $bad edit matched nothing" >&2; rc=1; }
-		expect_fail "manifest: $bad" node "$here/k8s-validate.mjs" "$tools" "$work/$bad.yaml" || rc=1
+	run() { "$@" || rc=1; }
+	run expect_fail "values: unknown rdma.mode" "rdma.mode" "$helm" template t "$chart" --set rdma.mode=infiniband
+	run expect_fail "values: misspelt key" "updateStrategie" "$helm" template t "$chart" --set node.updateStrategie.type=OnDelete
+	run expect_fail "values: external etcd without endpoints" "endpoints" "$helm" template t "$chart" --set etcd.mode=external
+	run expect_fail "values: sriov with storage hostNetwork" "hostNetwork cannot" "$helm" template t "$chart" \
+		--set rdma.mode=sriov --set storage.hostNetwork=true
+	# The chart's refusals: a Zipline default class while bundled etcd's PVCs
+	# use the default class (first-install deadlock), a default class or no
+	# class at all that fits on the storage nodes.
+	cat > "$work/zdefault.yaml" <<-'EOF'
+	storageClasses:
+	  - {name: zipline, default: true, replicas: 3, chunkSize: 4M, fsType: ext4, reclaimPolicy: Delete,
+	     allowVolumeExpansion: true, volumeBindingMode: WaitForFirstConsumer}
+	  - {name: zipline-r1, default: false, replicas: 1, chunkSize: 4M, fsType: ext4, reclaimPolicy: Delete,
+	     allowVolumeExpansion: true, volumeBindingMode: WaitForFirstConsumer}
+	EOF
+	run expect_fail "values: tcp-only with a Zipline default class, etcd on the default class" \
+		"etcd would wait for Zipline" "$helm" template t "$chart" -f "$chart/examples/tcp-only.yaml" -f "$work/zdefault.yaml"
+	run expect_fail "values: etcd PVCs on a Zipline class" "is a Zipline class" \
+		"$helm" template t "$chart" --set etcd.bundled.persistence.storageClassName=zipline
+	run expect_fail "values: default class replicas=3 on storage.nodes=2" "default class with replicas=3, but storage.nodes=2" \
+		"$helm" template t "$chart" -f "$work/zdefault.yaml" --set etcd.bundled.persistence.storageClassName=local-path \
+		--set storage.nodes=2
+	run expect_fail "values: no class fits on storage.nodes=1" "no StorageClass in storageClasses has replicas <= storage.nodes=1" \
+		"$helm" template t "$chart" --set storage.nodes=1
+	run expect_fail "values: tests.storageClassName too big for storage.nodes=2" "helm test could not provision" \
+		"$helm" template t "$chart" --set storage.nodes=2 --set tests.storageClassName=zipline
+	# ... and what they allow: helm test takes the first class that fits.
+	sed 's/default: true/default: false/' "$work/zdefault.yaml" > "$work/zfit.yaml"
+	for n in 1:zipline-r1 3:zipline; do
+		got="$("$helm" template t "$chart" -f "$work/zfit.yaml" --set storage.nodes="${n%%:*}" \
+			--show-only templates/tests/test-volume.yaml | sed -n 's/^  storageClassName: //p')" || rc=1
+		if [ "$got" = "${n#*:}" ]; then
+			echo "ok selftest: storage.nodes=${n%%:*}: helm test uses class $got"
+		else
+			echo "FAIL selftest: storage.nodes=${n%%:*}: helm test uses class '$got', not ${n#*:}" >&2
+			rc=1
+		fi
 	done
-	# The contract check must notice a node plugin that lost Bidirectional.
-	sed 's/mountPropagation: Bidirectional/mountPropagation: HostToContainer/' "$work/good.yaml" > "$work/prop.yaml"
-	expect_fail "contract: no Bidirectional" node "$here/chart-check.mjs" "$tools" "$work/prop.yaml" default || rc=1
+
+	# The longest release name Helm allows (53) still gives valid names.
+	long_release="$(printf 'r%.0s' $(seq 53))"
+	for f in "" "$chart/examples/local-pv.yaml"; do
+		"$helm" template "$long_release" "$chart" --namespace zipline ${f:+-f "$f"} > "$work/long.yaml" || rc=1
+		if node "$here/k8s-api-rules.mjs" "$tools" "$work/long.yaml" > "$work/out" 2>&1; then
+			echo "ok selftest: 53-character release name${f:+ with $(basename "$f")}: $(tail -1 "$work/out")"
+		else
+			echo "FAIL selftest: 53-character release name${f:+ with $(basename "$f")}:" >&2; cat "$work/out" >&2; rc=1
+		fi
+	done
+
+	"$helm" template t "$chart" > "$work/good.yaml"
+	# Schema: misspelt field, wrong type, bad enum.
+	run mutate typo 's/mountPropagation: Bidirectional/mountPropogation: Bidirectional/'
+	run mutate type 's/privileged: true/privileged: "yes"/'
+	run mutate enum 's/type: DirectoryOrCreate/type: DirOrCreate/'
+	run expect_fail "schema: typo" 'unknown field "mountPropogation"' node "$here/k8s-validate.mjs" "$tools" "$work/typo.yaml"
+	run expect_fail "schema: type" "privileged: type" node "$here/k8s-validate.mjs" "$tools" "$work/type.yaml"
+	run expect_fail "schema: enum" "enum" node "$here/k8s-validate.mjs" "$tools" "$work/enum.yaml"
+	# API server rules beyond the schema, each on one edit of the chart.
+	long="$(printf 'x%.0s' $(seq 64))"
+	big="$(head -c 270000 /dev/zero | tr '\0' a)"
+	printf 'controller:\n  podAnnotations:\n    example.com/big: "%s"\n' "$big" > "$work/big.yaml"
+	"$helm" template t "$chart" -f "$work/big.yaml" > "$work/annot.yaml"
+	run mutate portname 's/name: http-provision/name: provisioner-http/'
+	run mutate mount '0,/- name: lib-modules/s//- name: lib-modulez/'
+	run mutate hostpath 's/type: DirectoryOrCreate/type: DirOrCreate/'
+	run mutate labelvalue "s/app.kubernetes.io\\/part-of: zipline/app.kubernetes.io\\/part-of: $long/"
+	run mutate labelkey 's/app.kubernetes.io\/part-of: zipline/app.kubernetes.io\/part_of-: zipline/'
+	run mutate probeport 's/port: healthz/port: healthy/'
+	run mutate targetport 's/targetPort: client/targetPort: clients/'
+	run mutate envname 's/- name: POD_NAMESPACE/- name: POD NAMESPACE/'
+	run mutate container 's/- name: csi-attacher/- name: csi_attacher/'
+	run mutate svcname 's/name: t-zipline-etcd-peer$/name: 0t-zipline-etcd-peer/'
+	run mutate envref '0,/--node-id=$(NODE_NAME)/s//--node-id=$(NODE_NAM)/'
+	run mutate selector 's/^        app.kubernetes.io\/component: etcd$/        app.kubernetes.io\/component: etcd2/'
+	api() { node "$here/k8s-api-rules.mjs" "$tools" "$work/$1.yaml"; }
+	run expect_fail "api: port name of 16" 'ports\[0\]\.name "provisioner-http": must be no more than 15' api portname
+	run expect_fail "api: volumeMount without volume" 'volumeMounts "lib-modulez": names no volume' api mount
+	run expect_fail "api: hostPath type" 'hostPath.type: "DirOrCreate" is not one of' api hostpath
+	run expect_fail "api: label value of 64" 'part-of"\] value .*no more than 63' api labelvalue
+	run expect_fail "api: label key" 'key "app.kubernetes.io/part_of-": name part' api labelkey
+	run expect_fail "api: probe port names no port" 'livenessProbe.httpGet.port "healthy": names no port' api probeport
+	run expect_fail "api: Service targetPort names no port" 'targetPort "clients": names no container port' api targetport
+	run expect_fail "api: env var name" 'env "POD NAMESPACE": must be a valid environment variable name' api envname
+	run expect_fail "api: container name" 'containers "csi_attacher": container name must be a DNS-1123 label' api container
+	run expect_fail "api: Service name" 'Service/0t-zipline-etcd-peer: metadata.name: .*DNS-1035' api svcname
+	run expect_fail "api: \$(VAR) not in env" '\$\(NODE_NAM\) is not an env var' api envref
+	run expect_fail "api: selector does not match the template" 'spec.selector: does not match' api selector
+	run expect_fail "api: annotations over 256 KiB" 'may not be more than 262144 bytes' api annot
+	# Chart contract: Bidirectional, PVCs on Zipline, helm test pods, hostPath types.
+	run mutate prop 's/mountPropagation: Bidirectional/mountPropagation: HostToContainer/'
+	run mutate hookpolicy 's/helm.sh\/hook-delete-policy: before-hook-creation$/helm.sh\/hook-delete-policy: before-hook-creation,hook-succeeded/'
+	run mutate libmodules '/path: \/lib\/modules/{n;s/type: DirectoryOrCreate/type: Directory/}'
+	contract() { node "$here/chart-check.mjs" "$tools" "$work/$1.yaml" "${2:-default}"; }
+	run expect_fail "contract: no Bidirectional" "kubelet dir mounted Bidirectional" contract prop
+	run expect_fail "contract: helm test pods deleted on success" "kept for --logs" contract hookpolicy
+	run expect_fail "contract: /lib/modules must exist" "hostPath /lib/modules may be absent" contract libmodules
+	# tcp-only with Zipline as default class: allowed once etcd names its own
+	# class; the checker must catch etcd's claim losing that class.
+	"$helm" template t "$chart" -f "$chart/examples/tcp-only.yaml" -f "$work/zdefault.yaml" \
+		--set etcd.bundled.persistence.storageClassName=local-path > "$work/good.yaml"
+	run contract good tcp-only > /dev/null
+	run mutate etcdclass '/storageClassName: "local-path"/d'
+	run expect_fail "contract: etcd PVC on a Zipline default class" \
+		'volumeClaimTemplate data not bound by a Zipline class: .*"zipline" is the default' contract etcdclass tcp-only
+	run mutate etcdzipline 's/storageClassName: "local-path"/storageClassName: "zipline"/'
+	run expect_fail "contract: etcd PVC naming a Zipline class" 'storageClassName "zipline" is a Zipline class' contract etcdzipline tcp-only
 	[ "$rc" -eq 0 ] && echo "chart_test selftest: passed"
 	exit "$rc"
 fi
@@ -64,5 +193,22 @@ echo "== helm template ($shape)"
 "$helm" template zipline "$chart" --namespace zipline "${values[@]}" > "$work/rendered.yaml"
 echo "== Kubernetes API schema ($shape)"
 node "$here/k8s-validate.mjs" "$tools" "$work/rendered.yaml"
+echo "== Kubernetes API server rules ($shape)"
+node "$here/k8s-api-rules.mjs" "$tools" "$work/rendered.yaml"
 echo "== chart contract ($shape)"
 node "$here/chart-check.mjs" "$tools" "$work/rendered.yaml" "$shape" ${build:+"$build"}
+echo "== NOTES ($shape)"
+render_notes "$work/NOTES.txt" "${values[@]}"
+class="$(sed -n 's/^  storageClassName: //p' "$work/rendered.yaml" | tail -1)"
+for want in "helm test zipline -n zipline --logs" "\"$class\" (replicas" "delete pod zipline-test-write zipline-test-read"; do
+	if ! grep -qF -- "$want" "$work/NOTES.txt"; then
+		echo "FAIL $shape: NOTES lack '$want':" >&2
+		cat "$work/NOTES.txt" >&2
+		exit 1
+	fi
+done
+if grep -q 'type: OnDelete' "$work/rendered.yaml" && ! grep -q 'wait pod --for=condition=Ready' "$work/NOTES.txt"; then
+	echo "FAIL $shape: node plugin is OnDelete (helm --wait skips it) and NOTES do not say how to wait for it" >&2
+	exit 1
+fi
+echo "NOTES ($shape): render, name the helm test class \"$class\" and how to wait for the node plugin"

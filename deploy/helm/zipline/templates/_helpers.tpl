@@ -124,3 +124,65 @@ readOnlyRootFilesystem: true
 capabilities:
   drop: [ALL]
 {{- end -}}
+
+{{/* How many storage nodes the operator says there are: storage.replicas
+     for the StatefulSet, else storage.nodes (the nodes carrying the
+     storage.nodeSelector label). A class cannot place more replicas. */}}
+{{- define "zipline.storageNodes" -}}
+{{- if eq .Values.storage.kind "StatefulSet" -}}
+{{- int .Values.storage.replicas -}}
+{{- else -}}
+{{- int .Values.storage.nodes -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "zipline.storageNodesKey" -}}
+{{- ternary "storage.replicas" "storage.nodes" (eq .Values.storage.kind "StatefulSet") -}}
+{{- end -}}
+
+{{/* Name of the StorageClass `helm test` provisions from: tests.storageClassName,
+     else the first class whose replicas fit on the storage nodes. Fails the
+     install when no class of the chart can provision. */}}
+{{- define "zipline.testClass" -}}
+{{- $nodes := include "zipline.storageNodes" . | int -}}
+{{- $key := include "zipline.storageNodesKey" . -}}
+{{- $pick := "" -}}
+{{- range .Values.storageClasses -}}
+{{- if and (not $pick) (le (int .replicas) $nodes) -}}
+{{- $pick = .name -}}
+{{- end -}}
+{{- if and $.Values.tests.storageClassName (eq .name $.Values.tests.storageClassName) (gt (int .replicas) $nodes) -}}
+{{- fail (printf "tests.storageClassName %q has replicas=%d but %s=%d: helm test could not provision; name a class with replicas <= %d" .name (int .replicas) $key $nodes $nodes) -}}
+{{- end -}}
+{{- end -}}
+{{- if .Values.tests.storageClassName -}}
+{{- .Values.tests.storageClassName -}}
+{{- else if $pick -}}
+{{- $pick -}}
+{{- else -}}
+{{- fail (printf "no StorageClass in storageClasses has replicas <= %s=%d, so no volume could be provisioned: add a class with replicas: %d (see examples/single-node.yaml) or label more storage nodes and raise %s" $key $nodes $nodes $key) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Refuses values that install a cluster which cannot work; included by
+     storageclass.yaml. */}}
+{{- define "zipline.checkValues" -}}
+{{- $nodes := include "zipline.storageNodes" . | int -}}
+{{- $key := include "zipline.storageNodesKey" . -}}
+{{- $etcd := .Values.etcd -}}
+{{- $etcdPVC := and (eq $etcd.mode "bundled") $etcd.bundled.persistence.enabled -}}
+{{- range .Values.storageClasses -}}
+{{- if and .default (gt (int .replicas) $nodes) -}}
+{{- fail (printf "StorageClass %q is the default class with replicas=%d, but %s=%d storage nodes: its volumes could not be provisioned. Set its replicas to %d or less, or label more storage nodes and raise %s" .name (int .replicas) $key $nodes $nodes $key) -}}
+{{- end -}}
+{{- if and $etcdPVC .default (not $etcd.bundled.persistence.storageClassName) -}}
+{{- fail (printf "StorageClass %q would be the cluster's default class while the bundled etcd's PVCs use the default class: etcd would wait for Zipline, which waits for etcd. Set etcd.bundled.persistence.storageClassName to a class not served by Zipline (e.g. local-path, standard), or default: false" .name) -}}
+{{- end -}}
+{{- if and $etcdPVC (eq .name $etcd.bundled.persistence.storageClassName) -}}
+{{- fail (printf "etcd.bundled.persistence.storageClassName %q is a Zipline class: etcd would wait for Zipline, which waits for etcd. Name a class not served by Zipline" .name) -}}
+{{- end -}}
+{{- if and (eq $.Values.storage.kind "StatefulSet") (eq .name $.Values.storage.dataDir.storageClassName) -}}
+{{- fail (printf "storage.dataDir.storageClassName %q is a Zipline class: the storage daemons cannot keep their data on Zipline. Name a local-PV class" .name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
