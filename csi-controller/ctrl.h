@@ -50,7 +50,7 @@ struct ctrl_cfg {
 
 /* One held operation lock (see ctrl_oplock.c). */
 struct ctrl_oplock {
-	char key[320];
+	char key[512];
 	int64_t rev; /* mod_revision of our lock key */
 };
 

@@ -286,8 +286,7 @@ static const int ctrl_rpc_caps[] = {
     CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__PUBLISH_READONLY,
 };
 
-/* Served by followers too: it is static, and sidecars ask it at start-up
- * before their own leader election. */
+/* Static: the sidecars ask it at start-up, before their own leader election. */
 int ctrl_get_caps(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
 		  ProtobufCMessage *resp)
 {
