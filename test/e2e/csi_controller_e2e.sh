@@ -48,21 +48,30 @@ for b in zipline-controller zipline-node zipline-storage zl; do
 	[ -x "$CL_BIN/$b" ] || fail "no $CL_BIN/$b: build it first"
 done
 
-cl_start_etcd
+# Two zipline-node services: only their registration (csinodes/<id>) is used
+# here; nothing is mounted, so this needs neither root nor /dev/fuse. node-b
+# starts before etcd answers, so it registers through its retry thread.
+znode_start() {
+	local d="$CL_DIR/znode-$1"
+	mkdir -p "$d"
+	"$CL_BIN/zipline-node" --endpoint "unix://$d/node.sock" --node-id "node-$1" \
+		--etcd "$2" --state-dir "$d/state" --kubelet-dir "$d" \
+		--log-level info >>"$d/log" 2>&1 &
+	echo $! >"$d/pid"
+}
+port=$(cl_free_port)
+znode_start b "http://127.0.0.1:$port"
+for _ in $(seq 1 100); do
+	grep -q "cannot register node=node-b" "$CL_DIR/znode-b/log" 2>/dev/null && break
+	sleep 0.1
+done
+grep -q "cannot register node=node-b" "$CL_DIR/znode-b/log" ||
+	fail "zipline-node did not report that etcd is unreachable"
+cl_start_etcd "$port"
 export ZIPLINE_ETCD=$CL_ETCD CL_ETCD
 for i in 1 2 3; do cl_start_storage "$i"; done
 cl_wait_nodes 3 || fail "storage daemons did not register"
-
-# Two zipline-node services: only their registration (csinodes/<id>) is used
-# here; nothing is mounted, so this needs neither root nor /dev/fuse.
-for n in a b; do
-	d="$CL_DIR/znode-$n"
-	mkdir -p "$d"
-	"$CL_BIN/zipline-node" --endpoint "unix://$d/node.sock" --node-id "node-$n" \
-		--etcd "$CL_ETCD" --state-dir "$d/state" --kubelet-dir "$d" \
-		--log-level info >>"$d/log" 2>&1 &
-	echo $! >"$d/pid"
-done
+znode_start a "$CL_ETCD"
 
 # The test starts the controllers ctrl-a, ctrl-b (and ctrl-c) itself and
 # records their PIDs under $CL_DIR so that the trap above stops them

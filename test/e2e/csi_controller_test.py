@@ -662,7 +662,8 @@ def test_delete(t, vid):
 
 
 def test_nodes():
-    """zipline-node registered node-a and node-b (csinodes/<id>, no lease)."""
+    """zipline-node registered node-a and node-b (csinodes/<id>, no lease);
+    node-b was started before etcd and registered once etcd answered."""
     for n in ("node-a", "node-b"):
         wait_until(lambda: etcd_get(PREFIX + "csinodes/" + n) is not None, 15,
                    "zipline-node registering %s" % n)
@@ -670,7 +671,11 @@ def test_nodes():
         body = json.loads(kv["value"])
         check(body["node"] == n and body["version"] and body["time"] > 0 and kv["lease"] == 0,
               "registration of %s: %s" % (n, kv))
-    log("zipline-node registrations: ok")
+    with open(os.path.join(CL_DIR, "znode-b", "log"), errors="replace") as f:
+        text = f.read()
+    check(text.index("cannot register node=node-b") < text.index("registered node=node-b"),
+          "node-b (started before etcd) did not register through its retry")
+    log("zipline-node registrations: ok (node-b after etcd came up)")
 
 
 def test_publish_race(t):
