@@ -789,7 +789,9 @@ def wait_gc(name, what):
     t0 = time.monotonic()
     t1 = wait_until(lambda: etcd_get(PREFIX + "secrets/" + vid) is None, 15 * GC_INTERVAL + 10,
                     "garbage collection of the orphaned secret of %s (%s)" % (vid, what))
-    check(("volume=" + vid) in ctrl_log(name), "%s did not log collecting %s" % (name, vid))
+    # The log line follows the etcd delete: give it a moment.
+    wait_until(lambda: ("volume=" + vid) in ctrl_log(name), 5,
+               "%s logging that it collected %s" % (name, vid))
     return vid, t1 - t0
 
 
