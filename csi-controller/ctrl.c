@@ -9,40 +9,33 @@
 
 #include "ctrl.h"
 
-#define M(svc, name, req, resp, fn, flags)                                                      \
-	{"/csi.v1." svc "/" name, &csi__v1__##req##__descriptor, &csi__v1__##resp##__descriptor, \
-	 fn, flags}
+/* msg: the snake-case stem of the request and response messages. */
+#define M(svc, name, msg, fn, flags)                                                   \
+	{"/csi.v1." svc "/" name, &csi__v1__##msg##_request__descriptor,                \
+	 &csi__v1__##msg##_response__descriptor, fn, flags}
 
 /* Identity answers on the completion-queue thread (never blocks: Probe reads
  * the background thread's last etcd check); everything else on workers.
  * Snapshots, ModifyVolume and the Node service are not registered, so gRPC
  * answers UNIMPLEMENTED for them. */
 static const struct zl_grpc_method ctrl_methods[] = {
-    M("Identity", "GetPluginInfo", get_plugin_info_request, get_plugin_info_response,
-      ctrl_plugin_info, ZL_GRPC_METHOD_INLINE),
-    M("Identity", "GetPluginCapabilities", get_plugin_capabilities_request,
-      get_plugin_capabilities_response, ctrl_plugin_caps, ZL_GRPC_METHOD_INLINE),
-    M("Identity", "Probe", probe_request, probe_response, ctrl_probe, ZL_GRPC_METHOD_INLINE),
-    M("Controller", "CreateVolume", create_volume_request, create_volume_response,
-      ctrl_create_volume, 0),
-    M("Controller", "DeleteVolume", delete_volume_request, delete_volume_response,
-      ctrl_delete_volume, 0),
-    M("Controller", "ControllerPublishVolume", controller_publish_volume_request,
-      controller_publish_volume_response, ctrl_publish, 0),
-    M("Controller", "ControllerUnpublishVolume", controller_unpublish_volume_request,
-      controller_unpublish_volume_response, ctrl_unpublish, 0),
-    M("Controller", "ValidateVolumeCapabilities", validate_volume_capabilities_request,
-      validate_volume_capabilities_response, ctrl_validate_caps, 0),
-    M("Controller", "ListVolumes", list_volumes_request, list_volumes_response,
-      ctrl_list_volumes, 0),
-    M("Controller", "GetCapacity", get_capacity_request, get_capacity_response,
-      ctrl_get_capacity, 0),
-    M("Controller", "ControllerGetCapabilities", controller_get_capabilities_request,
-      controller_get_capabilities_response, ctrl_get_caps, 0),
-    M("Controller", "ControllerExpandVolume", controller_expand_volume_request,
-      controller_expand_volume_response, ctrl_expand_volume, 0),
-    M("Controller", "ControllerGetVolume", controller_get_volume_request,
-      controller_get_volume_response, ctrl_get_volume, 0),
+    M("Identity", "GetPluginInfo", get_plugin_info, ctrl_plugin_info, ZL_GRPC_METHOD_INLINE),
+    M("Identity", "GetPluginCapabilities", get_plugin_capabilities, ctrl_plugin_caps,
+      ZL_GRPC_METHOD_INLINE),
+    M("Identity", "Probe", probe, ctrl_probe, ZL_GRPC_METHOD_INLINE),
+    M("Controller", "CreateVolume", create_volume, ctrl_create_volume, 0),
+    M("Controller", "DeleteVolume", delete_volume, ctrl_delete_volume, 0),
+    M("Controller", "ControllerPublishVolume", controller_publish_volume, ctrl_publish, 0),
+    M("Controller", "ControllerUnpublishVolume", controller_unpublish_volume, ctrl_unpublish,
+      0),
+    M("Controller", "ValidateVolumeCapabilities", validate_volume_capabilities,
+      ctrl_validate_caps, 0),
+    M("Controller", "ListVolumes", list_volumes, ctrl_list_volumes, 0),
+    M("Controller", "GetCapacity", get_capacity, ctrl_get_capacity, 0),
+    M("Controller", "ControllerGetCapabilities", controller_get_capabilities, ctrl_get_caps,
+      0),
+    M("Controller", "ControllerExpandVolume", controller_expand_volume, ctrl_expand_volume, 0),
+    M("Controller", "ControllerGetVolume", controller_get_volume, ctrl_get_volume, 0),
 };
 
 /* Reads the password file (first line, no newline) into a malloc'd string. */
@@ -98,9 +91,9 @@ int ctrl_start(struct ctrl *c, const struct ctrl_cfg *cfg)
 	pthread_cond_init(&c->bg_cond, &ca);
 	pthread_condattr_destroy(&ca);
 	pthread_mutex_init(&c->leader_lock, NULL);
-	pthread_mutex_init(&c->ops_lock, NULL);
 	snprintf(c->prefix, sizeof(c->prefix), "%s", cfg->prefix);
 	c->election = cfg->leader_election;
+	c->gc_interval_s = cfg->gc_interval_s ? cfg->gc_interval_s : CTRL_GC_INTERVAL_S;
 	if (cfg->leader_id) {
 		snprintf(c->leader_id, sizeof(c->leader_id), "%s", cfg->leader_id);
 	} else {
@@ -157,10 +150,10 @@ int ctrl_start(struct ctrl *c, const struct ctrl_cfg *cfg)
 		return rc;
 	}
 	ZL_LOG_INFO(CTRL_LOG,
-		    "serving endpoint=%s etcd=%s prefix=%s leader_election=%s leader_id=%s "
-		    "version=%s",
+		    "serving every CSI call endpoint=%s etcd=%s prefix=%s leader_election=%s "
+		    "replica_id=%s gc_interval_s=%u version=%s",
 		    cfg->endpoint, cfg->etcd_urls, c->prefix, c->election ? "on" : "off",
-		    c->leader_id, ZL_VERSION_STRING);
+		    c->leader_id, c->gc_interval_s, ZL_VERSION_STRING);
 	return 0;
 }
 
@@ -179,16 +172,21 @@ void ctrl_stop(struct ctrl *c, unsigned int grace_ms)
 		pthread_join(c->bg_thread, NULL);
 		c->bg_started = false;
 	}
-	/* After the server: no RPC can act as leader once the key is gone. */
+	/* After the server: no RPC holds an operation lock any more. */
 	if (c->etcd_bg)
 		ctrl_leader_release(c);
 	zl_etcd_destroy(c->etcd_bg);
 	zl_etcd_destroy(c->etcd);
 	c->etcd_bg = c->etcd = NULL;
-	while (c->ops) {
-		struct ctrl_op *op = c->ops;
+}
 
-		c->ops = op->next;
-		free(op);
-	}
+int ctrl_record_get(struct ctrl *c, const char *kind, const char *id, struct zl_etcd_kv *kv)
+{
+	char key[256];
+	int rc;
+
+	rc = zl_meta_key(key, sizeof(key), c->prefix, kind, id);
+	if (rc)
+		return rc;
+	return zl_etcd_get(c->etcd, key, kv);
 }

@@ -1,6 +1,8 @@
 /* zipline-controller internals: the CSI Identity and Controller services on
- * lib/grpc, volume records in etcd through lib/meta, leader election on an
- * etcd lease. Shared by the files of csi-controller/ only. */
+ * lib/grpc, volume records in etcd through lib/meta. Every replica serves
+ * every CSI call (operation locks and records in etcd make that safe); an
+ * election on an etcd lease picks the one replica that runs the background
+ * jobs that must run once. Shared by the files of csi-controller/ only. */
 #ifndef ZL_CTRL_H
 #define ZL_CTRL_H
 
@@ -18,8 +20,12 @@
 #define CTRL_LOG "ctrl"
 #define CTRL_DRIVER_NAME "zipline.csi.io"
 #define CTRL_TOPOLOGY_KEY "topology.zipline.io/node"
-/* Lease of leader/controller: a dead leader is replaced within this time. */
+/* TTL of a replica's etcd lease, which holds its operation locks and, on the
+ * leader, the leader key: a dead replica's locks are freed and a dead leader
+ * is replaced within this time. */
 #define CTRL_LEADER_TTL_S 10
+/* Period of the leader's garbage collection when --gc-interval is not given. */
+#define CTRL_GC_INTERVAL_S 60
 /* Volume size when CreateVolume gives no capacity_range. */
 #define CTRL_DEFAULT_SIZE (1ull << 30)
 /* Largest volume this controller creates or grows to (1 PiB). */
@@ -37,14 +43,15 @@ struct ctrl_cfg {
 	const char *password_file;
 	bool leader_election;
 	const char *leader_id; /* NULL = hostname-pid */
+	unsigned int gc_interval_s;
 	unsigned int workers;
 	const char *log_level;
 };
 
-/* One in-process operation lock per volume id or name (see ctrl_oplock.c). */
-struct ctrl_op {
-	struct ctrl_op *next;
-	char key[300];
+/* One held operation lock (see ctrl_oplock.c). */
+struct ctrl_oplock {
+	char key[512];
+	int64_t rev; /* mod_revision of our lock key */
 };
 
 struct ctrl {
@@ -53,8 +60,8 @@ struct ctrl {
 	struct zl_etcd *etcd_bg; /* the background thread's own: keepalives never queue behind RPCs */
 	struct zl_grpc_server *srv;
 
-	/* Background thread: etcd health for Probe, leader election and lease
-	 * keepalive. stop/stop_cond are protected by bg_lock. */
+	/* Background thread: etcd health for Probe, the replica lease, leader
+	 * election and the leader's jobs. stop/stop_cond are protected by bg_lock. */
 	pthread_t bg_thread;
 	bool bg_started;
 	pthread_mutex_t bg_lock;
@@ -64,18 +71,20 @@ struct ctrl {
 	/* Last time (zl_now_ms) the background thread reached etcd; 0 = never. */
 	atomic_uint_fast64_t etcd_ok_ms;
 
-	/* Leader state. leader_lock protects is_leader, holder and lease. */
+	/* Replica lease and leader state. leader_lock protects is_leader,
+	 * holder, lease and lease_ok_ms; only the background thread changes
+	 * them (and ctrl_stop, after the thread ended). */
 	bool election;
-	char leader_id[CTRL_ID_MAX];
+	char leader_id[CTRL_ID_MAX]; /* this replica's identity */
 	pthread_mutex_t leader_lock;
 	bool is_leader;
 	char holder[CTRL_ID_MAX]; /* current holder as last seen ("" = none) */
 	int64_t lease;
 	uint64_t lease_ok_ms; /* last successful grant/keepalive */
 
-	/* Operations in progress: ops_lock protects the list. */
-	pthread_mutex_t ops_lock;
-	struct ctrl_op *ops;
+	/* Leader jobs, background thread only. */
+	unsigned int gc_interval_s;
+	uint64_t gc_last_ms;
 };
 
 /* ---- ctrl_cfg.c ---- */
@@ -93,21 +102,42 @@ int ctrl_start(struct ctrl *c, const struct ctrl_cfg *cfg);
 void ctrl_stop(struct ctrl *c, unsigned int grace_ms);
 
 /* ---- ctrl_leader.c ---- */
-/* Background thread body: etcd health checks and leader election. */
+/* Background thread body: etcd health checks, the replica lease, leader
+ * election and, on the leader, its jobs. */
 void *ctrl_bg_main(void *arg);
-/* 0 when this replica is the leader (or election is off); otherwise records
- * UNAVAILABLE "not the leader (leader is X)" on call and returns its code. */
-int ctrl_require_leader(struct ctrl *c, struct zl_grpc_call *call);
-/* Releases the leader key (revokes the lease). */
+/* This replica's live lease (renewed recently enough that it cannot have
+ * expired), or 0 when it has none. */
+int64_t ctrl_lease(struct ctrl *c);
+/* True while this replica is the elected leader (always with election off):
+ * the one that runs the jobs that must run once. Never gates a CSI call. */
+bool ctrl_leader_is(struct ctrl *c);
+/* Revokes the replica lease: the leader key and any operation lock go. */
 void ctrl_leader_release(struct ctrl *c);
 
+/* ---- ctrl_gc.c: the leader's garbage collection ---- */
+/* One pass: deletes secrets/<id> whose volume record is gone (left by `zl
+ * volume rm` or an abandoned DeleteVolume). 0 or an etcd error. */
+int ctrl_gc_run(struct ctrl *c);
+
 /* ---- ctrl_oplock.c ---- */
-/* Takes the operation lock of (kind, id): 0, or -ZL_ERR_BUSY when another
- * operation holds it. */
-int ctrl_op_begin(struct ctrl *c, const char *kind, const char *id);
-void ctrl_op_end(struct ctrl *c, const char *kind, const char *id);
+/* Takes the operation lock of (kind, id), shared by every replica: ZL_GRPC_OK
+ * with *lk filled, or ABORTED (another operation holds it) / UNAVAILABLE (no
+ * lease, etcd unreachable) recorded on call. */
+int ctrl_op_begin(struct ctrl *c, struct zl_grpc_call *call, const char *kind, const char *id,
+		  struct ctrl_oplock *lk);
+/* Releases a lock taken by ctrl_op_begin (if it is still ours). */
+void ctrl_op_end(struct ctrl *c, struct ctrl_oplock *lk);
+
+/* ---- ctrl.c: records ---- */
+/* Reads <prefix><kind>/<id> with the RPCs' etcd handle: 0 with *kv filled
+ * (free with zl_etcd_kv_fini), -ZL_ERR_NOT_FOUND, -ZL_ERR_INVAL (key too
+ * long) or an etcd error. */
+int ctrl_record_get(struct ctrl *c, const char *kind, const char *id, struct zl_etcd_kv *kv);
 
 /* ---- ctrl_caps.c ---- */
+/* INVALID_ARGUMENT "<field> is required" (recorded on call) when value is
+ * empty, ZL_GRPC_OK otherwise. */
+int ctrl_arg_required(struct zl_grpc_call *call, const char *field, const char *value);
 /* Checks one capability; NULL when supported, otherwise a static reason.
  * *field gets the sub-field at fault ("access_mode", "access_type",
  * "mount.fs_type"). */

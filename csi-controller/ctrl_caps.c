@@ -5,6 +5,13 @@
 
 #include "ctrl.h"
 
+int ctrl_arg_required(struct zl_grpc_call *call, const char *field, const char *value)
+{
+	if (value && value[0])
+		return ZL_GRPC_OK;
+	return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "%s is required", field);
+}
+
 const char *ctrl_cap_check(const Csi__V1__VolumeCapability *cap, const char **field)
 {
 	const char *fs;

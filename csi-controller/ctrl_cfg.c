@@ -18,9 +18,12 @@ static const char ctrl_usage[] =
     "  --etcd-key FILE          TLS client key for etcd\n"
     "  --etcd-user USER         etcd user (with --etcd-password-file)\n"
     "  --etcd-password-file F   file holding the etcd password\n"
-    "  --leader-election[=on|off]  elect one active replica through etcd (default on)\n"
+    "  --leader-election[=on|off]  elect, through etcd, the replica that runs the jobs\n"
+    "                           that must run once (default on; every replica serves\n"
+    "                           every CSI call either way; off = this one runs them)\n"
     "  --no-leader-election     same as --leader-election=off\n"
-    "  --leader-id ID           identity in the election (default hostname-pid)\n"
+    "  --leader-id ID           replica identity (default hostname-pid)\n"
+    "  --gc-interval SECONDS    period of the leader's garbage collection (default 60)\n"
     "  --workers N              gRPC worker threads (default 4)\n"
     "  --log-level L            err|warn|info|debug (env ZL_LOG_LEVEL)\n"
     "  --version                print the version and exit\n"
@@ -38,6 +41,7 @@ enum {
 	OPT_LEADER,
 	OPT_NO_LEADER,
 	OPT_LEADER_ID,
+	OPT_GC_INTERVAL,
 	OPT_WORKERS,
 	OPT_LOG_LEVEL,
 	OPT_VERSION,
@@ -56,6 +60,7 @@ static const struct option ctrl_opts[] = {
     {"leader-election", optional_argument, NULL, OPT_LEADER},
     {"no-leader-election", no_argument, NULL, OPT_NO_LEADER},
     {"leader-id", required_argument, NULL, OPT_LEADER_ID},
+    {"gc-interval", required_argument, NULL, OPT_GC_INTERVAL},
     {"workers", required_argument, NULL, OPT_WORKERS},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
     {"version", no_argument, NULL, OPT_VERSION},
@@ -97,6 +102,7 @@ int ctrl_cfg_parse(int argc, char **argv, struct ctrl_cfg *cfg)
 	cfg->etcd_urls = getenv("ZIPLINE_ETCD");
 	cfg->prefix = ZL_META_DEFAULT_PREFIX;
 	cfg->leader_election = true;
+	cfg->gc_interval_s = CTRL_GC_INTERVAL_S;
 	opterr = 0;
 	optind = 1;
 	while ((o = getopt_long(argc, argv, ":", ctrl_opts, NULL)) != -1) {
@@ -115,6 +121,13 @@ int ctrl_cfg_parse(int argc, char **argv, struct ctrl_cfg *cfg)
 			break;
 		case OPT_NO_LEADER: cfg->leader_election = false; break;
 		case OPT_LEADER_ID: cfg->leader_id = optarg; break;
+		case OPT_GC_INTERVAL:
+			n = strtol(optarg, &end, 10);
+			if (!*optarg || *end || n < 1 || n > 86400)
+				return cfg_bad("--gc-interval takes seconds 1..86400, not '%s'",
+					       optarg);
+			cfg->gc_interval_s = (unsigned int)n;
+			break;
 		case OPT_WORKERS:
 			n = strtol(optarg, &end, 10);
 			if (!*optarg || *end || n < 1 || n > 64)

@@ -1,10 +1,18 @@
-/* Background thread: etcd health for Probe, and leader election.
+/* Background thread: etcd health for Probe, the replica lease, leader
+ * election and the leader's jobs.
  *
- * Election: the replica that creates <prefix>leader/controller (transaction
- * "create_revision == 0") on its own lease (TTL CTRL_LEADER_TTL_S) is the
- * leader and renews the lease every few seconds. Others retry every second,
- * so they take over within a second of the key disappearing (lease revoked
- * on shutdown, or expired after a crash). A leader that could not renew for
+ * Every replica serves every CSI call; the election decides only which one
+ * runs the jobs that must run once (garbage collection today, the cluster
+ * manager later). It never gates a CSI call: the CSI sidecars elect their
+ * own leaders on Kubernetes leases, independently, and may land on any
+ * replica.
+ *
+ * Each replica holds one etcd lease (TTL CTRL_LEADER_TTL_S), renewed every
+ * few seconds; its operation locks live on it. Election: the replica that
+ * creates <prefix>leader/controller (transaction "create_revision == 0") on
+ * its lease is the leader. Others retry every second, so they take over
+ * within a second of the key disappearing (lease revoked on shutdown, or
+ * expired after a crash). A leader that could not renew for
  * CTRL_LEADER_TTL_S - 2 seconds steps down on its own before the lease can
  * expire, so two replicas never both believe they lead. */
 #include <errno.h>
@@ -45,23 +53,42 @@ static void leader_set(struct ctrl *c, bool leader, const char *holder, const ch
 	pthread_mutex_unlock(&c->leader_lock);
 }
 
-/* Makes sure we hold a live lease; 0 or an error. */
-static int leader_lease(struct ctrl *c)
+/* The replica lease: granted at start, renewed every LEASE_RENEW_MS, granted
+ * anew once it expired. Holds the operation locks (every replica) and the
+ * leader key (the leader). 0 or an etcd error. */
+static int lease_keep(struct ctrl *c)
 {
 	int64_t ttl = 0, lease;
+	uint64_t ok_ms;
 	int rc;
 
-	if (c->lease) {
-		rc = zl_etcd_lease_keepalive(c->etcd_bg, c->lease, &ttl);
+	pthread_mutex_lock(&c->leader_lock);
+	lease = c->lease;
+	ok_ms = c->lease_ok_ms;
+	pthread_mutex_unlock(&c->leader_lock);
+	if (lease && zl_now_ms() - ok_ms < LEASE_RENEW_MS)
+		return 0;
+	if (lease) {
+		rc = zl_etcd_lease_keepalive(c->etcd_bg, lease, &ttl);
 		if (rc == 0 && ttl > 0) {
 			pthread_mutex_lock(&c->leader_lock);
 			c->lease_ok_ms = zl_now_ms();
 			pthread_mutex_unlock(&c->leader_lock);
 			return 0;
 		}
-		if (rc && rc != -ZL_ERR_NOT_FOUND)
+		if (rc && rc != -ZL_ERR_NOT_FOUND) {
+			if (c->election && zl_now_ms() - ok_ms > LEASE_STEPDOWN_MS)
+				leader_set(c, false, "", "cannot renew the lease");
 			return rc;
-		c->lease = 0; /* expired: take a new one */
+		}
+		/* Expired: the locks and the leader key on it are gone. */
+		ZL_LOG_WARN(CTRL_LOG, "lease expired id=%s lease=%" PRId64 ": taking a new one",
+			    c->leader_id, lease);
+		if (c->election)
+			leader_set(c, false, "", "the lease expired");
+		pthread_mutex_lock(&c->leader_lock);
+		c->lease = 0;
+		pthread_mutex_unlock(&c->leader_lock);
 	}
 	rc = zl_etcd_lease_grant(c->etcd_bg, CTRL_LEADER_TTL_S, &lease);
 	if (rc)
@@ -73,6 +100,17 @@ static int leader_lease(struct ctrl *c)
 	return 0;
 }
 
+int64_t ctrl_lease(struct ctrl *c)
+{
+	int64_t lease;
+
+	pthread_mutex_lock(&c->leader_lock);
+	/* Renewal overdue: it may expire any moment, do not lock on it. */
+	lease = zl_now_ms() - c->lease_ok_ms <= LEASE_STEPDOWN_MS ? c->lease : 0;
+	pthread_mutex_unlock(&c->leader_lock);
+	return lease;
+}
+
 /* One campaign round of a follower. */
 static int leader_campaign(struct ctrl *c)
 {
@@ -82,9 +120,6 @@ static int leader_campaign(struct ctrl *c)
 	bool ok = false;
 	int rc;
 
-	rc = leader_lease(c);
-	if (rc)
-		return rc;
 	leader_key(c, key, sizeof(key));
 	const struct zl_etcd_cmp cmp = {
 	    .key = key, .target = ZL_ETCD_CMP_CREATE, .result = ZL_ETCD_EQUAL, .rev = 0};
@@ -128,35 +163,13 @@ static int leader_campaign(struct ctrl *c)
 	return 0;
 }
 
-/* One round of the leader: renew, and check that the key is still ours. */
+/* One round of the leader: check that the key is still ours. */
 static int leader_hold(struct ctrl *c)
 {
 	struct zl_etcd_kv kv;
 	char key[160];
-	uint64_t ok_ms;
 	int rc;
 
-	pthread_mutex_lock(&c->leader_lock);
-	ok_ms = c->lease_ok_ms;
-	pthread_mutex_unlock(&c->leader_lock);
-	if (zl_now_ms() - ok_ms >= LEASE_RENEW_MS) {
-		int64_t ttl = 0;
-
-		rc = zl_etcd_lease_keepalive(c->etcd_bg, c->lease, &ttl);
-		if (rc == -ZL_ERR_NOT_FOUND || (!rc && ttl <= 0)) {
-			c->lease = 0;
-			leader_set(c, false, "", "the leader lease expired");
-			return 0;
-		}
-		if (rc) {
-			if (zl_now_ms() - ok_ms > LEASE_STEPDOWN_MS)
-				leader_set(c, false, "", "cannot renew the leader lease");
-			return rc;
-		}
-		pthread_mutex_lock(&c->leader_lock);
-		c->lease_ok_ms = zl_now_ms();
-		pthread_mutex_unlock(&c->leader_lock);
-	}
 	leader_key(c, key, sizeof(key));
 	rc = zl_etcd_get(c->etcd_bg, key, &kv);
 	if (rc == -ZL_ERR_NOT_FOUND) {
@@ -172,18 +185,34 @@ static int leader_hold(struct ctrl *c)
 	return 0;
 }
 
+/* The jobs that must run on one replica only. */
+static void leader_jobs(struct ctrl *c)
+{
+	uint64_t now = zl_now_ms();
+	int rc;
+
+	if (c->gc_last_ms && now - c->gc_last_ms < (uint64_t)c->gc_interval_s * 1000)
+		return;
+	c->gc_last_ms = now;
+	rc = ctrl_gc_run(c);
+	if (rc)
+		ZL_LOG_WARN(CTRL_LOG, "garbage collection failed err=%s detail=\"%s\": next try in "
+			    "%u s", zl_errname(rc), zl_etcd_last_error(), c->gc_interval_s);
+}
+
 static void bg_round(struct ctrl *c)
 {
 	bool leader;
 	int rc;
 
-	if (!c->election) {
-		rc = zl_etcd_ping(c->etcd_bg);
-	} else {
+	rc = lease_keep(c);
+	if (!rc && c->election) {
 		pthread_mutex_lock(&c->leader_lock);
 		leader = c->is_leader;
 		pthread_mutex_unlock(&c->leader_lock);
 		rc = leader ? leader_hold(c) : leader_campaign(c);
+	} else if (!rc) {
+		rc = zl_etcd_ping(c->etcd_bg);
 	}
 	if (rc) {
 		static struct zl_ratelimit rl;
@@ -194,6 +223,8 @@ static void bg_round(struct ctrl *c)
 		return;
 	}
 	atomic_store(&c->etcd_ok_ms, zl_now_ms());
+	if (ctrl_leader_is(c))
+		leader_jobs(c);
 }
 
 void *ctrl_bg_main(void *arg)
@@ -217,25 +248,15 @@ void *ctrl_bg_main(void *arg)
 	return NULL;
 }
 
-int ctrl_require_leader(struct ctrl *c, struct zl_grpc_call *call)
+bool ctrl_leader_is(struct ctrl *c)
 {
-	char holder[CTRL_ID_MAX];
 	bool leader;
 
-	if (!c->election)
-		return ZL_GRPC_OK;
 	pthread_mutex_lock(&c->leader_lock);
 	/* Renewal overdue: the lease may expire any moment, act as a follower. */
 	leader = c->is_leader && zl_now_ms() - c->lease_ok_ms <= LEASE_STEPDOWN_MS;
-	snprintf(holder, sizeof(holder), "%s", c->holder);
 	pthread_mutex_unlock(&c->leader_lock);
-	if (leader)
-		return ZL_GRPC_OK;
-	return zl_grpc_fail(call, ZL_GRPC_UNAVAILABLE,
-			    "not the leader (leader is %s): this replica id=%s serves Identity only; "
-			    "send Controller calls to the leader",
-			    holder[0] && strcmp(holder, c->leader_id) ? holder : "not elected yet",
-			    c->leader_id);
+	return leader;
 }
 
 void ctrl_leader_release(struct ctrl *c)

@@ -67,13 +67,9 @@ out:
 int ctrl_attach_get(struct ctrl *c, const char *vol_id, struct ctrl_attach *out)
 {
 	struct zl_etcd_kv kv;
-	char key[256];
 	int rc;
 
-	rc = attach_key(c, vol_id, key, sizeof(key));
-	if (rc)
-		return rc;
-	rc = zl_etcd_get(c->etcd, key, &kv);
+	rc = ctrl_record_get(c, "attachments", vol_id, &kv);
 	if (rc)
 		return rc;
 	rc = attach_parse(&kv, out);
@@ -207,6 +203,31 @@ static int publish_answer(struct ctrl *c, struct zl_grpc_call *call, const char 
 	return ZL_GRPC_OK;
 }
 
+/* NOT_FOUND unless a zipline-node registered node_id (csinodes/<id>, written
+ * by zipline-node at start: csi-node/node_register.c). */
+static int publish_node_check(struct ctrl *c, struct zl_grpc_call *call, const char *node_id)
+{
+	struct zl_etcd_kv kv;
+	int rc;
+
+	if (ctrl_node_id_check(node_id))
+		return zl_grpc_fail(call, ZL_GRPC_NOT_FOUND,
+				    "node_id \"%.128s\" is not a Zipline node id (1..%d characters "
+				    "of A-Za-z0-9._-, as NodeGetInfo of zipline-node reports)",
+				    node_id, CTRL_NODE_ID_MAX);
+	rc = ctrl_record_get(c, "csinodes", node_id, &kv);
+	if (rc == -ZL_ERR_NOT_FOUND)
+		return zl_grpc_fail(call, ZL_GRPC_NOT_FOUND,
+				    "node_id %s: no zipline-node has registered this node (no key "
+				    "%scsinodes/%s); start zipline-node there with --node-id %s",
+				    node_id, c->prefix, node_id, node_id);
+	if (rc)
+		return zl_grpc_fail_err(call, rc, "node_id %s: cannot read its registration (%s)",
+					node_id, zl_etcd_last_error());
+	zl_etcd_kv_fini(&kv);
+	return ZL_GRPC_OK;
+}
+
 static int publish_locked(struct ctrl *c, struct zl_grpc_call *call,
 			  const Csi__V1__ControllerPublishVolumeRequest *r,
 			  Csi__V1__ControllerPublishVolumeResponse *out)
@@ -276,34 +297,25 @@ int ctrl_publish(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *r
 	struct ctrl *c = ctx;
 	const Csi__V1__ControllerPublishVolumeRequest *r =
 	    (const Csi__V1__ControllerPublishVolumeRequest *)req;
+	struct ctrl_oplock lk;
 	int rc;
 
-	rc = ctrl_require_leader(c, call);
+	rc = ctrl_arg_required(call, "volume_id", r->volume_id);
+	if (!rc)
+		rc = ctrl_arg_required(call, "node_id", r->node_id);
 	if (rc)
 		return rc;
-	if (!r->volume_id[0])
-		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "volume_id is required");
-	if (!r->node_id[0])
-		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "node_id is required");
 	if (!r->volume_capability)
 		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "volume_capability is required");
 	rc = ctrl_caps_validate(call, "volume_capability", &r->volume_capability, 1, true);
-	if (rc)
-		return rc;
-	if (ctrl_node_id_check(r->node_id))
-		return zl_grpc_fail(call, ZL_GRPC_NOT_FOUND,
-				    "node_id \"%.128s\" is not a Zipline node id (1..%d characters "
-				    "of A-Za-z0-9._-, as NodeGetInfo of zipline-node reports)",
-				    r->node_id, CTRL_NODE_ID_MAX);
-	rc = ctrl_op_begin(c, "vol", r->volume_id);
-	if (rc == -ZL_ERR_BUSY)
-		return zl_grpc_fail(call, ZL_GRPC_ABORTED,
-				    "volume %s: another operation on it is in progress",
-				    r->volume_id);
+	if (!rc)
+		rc = publish_node_check(c, call, r->node_id);
+	if (!rc)
+		rc = ctrl_op_begin(c, call, "vol", r->volume_id, &lk);
 	if (rc)
 		return rc;
 	rc = publish_locked(c, call, r, (Csi__V1__ControllerPublishVolumeResponse *)resp);
-	ctrl_op_end(c, "vol", r->volume_id);
+	ctrl_op_end(c, &lk);
 	return rc;
 }
 
@@ -369,24 +381,17 @@ int ctrl_unpublish(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage 
 	struct ctrl *c = ctx;
 	const Csi__V1__ControllerUnpublishVolumeRequest *r =
 	    (const Csi__V1__ControllerUnpublishVolumeRequest *)req;
+	struct ctrl_oplock lk;
 	uint64_t num;
 	int rc;
 
-	rc = ctrl_require_leader(c, call);
-	if (rc)
-		return rc;
-	if (!r->volume_id[0])
-		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "volume_id is required");
-	if (zl_vol_id_parse(r->volume_id, &num))
-		return ZL_GRPC_OK; /* cannot be one of ours: not published */
-	rc = ctrl_op_begin(c, "vol", r->volume_id);
-	if (rc == -ZL_ERR_BUSY)
-		return zl_grpc_fail(call, ZL_GRPC_ABORTED,
-				    "volume %s: another operation on it is in progress",
-				    r->volume_id);
+	rc = ctrl_arg_required(call, "volume_id", r->volume_id);
+	if (rc || zl_vol_id_parse(r->volume_id, &num))
+		return rc; /* not one of ours: not published */
+	rc = ctrl_op_begin(c, call, "vol", r->volume_id, &lk);
 	if (rc)
 		return rc;
 	rc = unpublish_locked(c, call, r);
-	ctrl_op_end(c, "vol", r->volume_id);
+	ctrl_op_end(c, &lk);
 	return rc;
 }

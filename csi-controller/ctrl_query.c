@@ -26,11 +26,9 @@ int ctrl_validate_caps(void *ctx, struct zl_grpc_call *call, const ProtobufCMess
 	char msg[ZL_GRPC_MSG_MAX] = "", val[32];
 	int rc;
 
-	rc = ctrl_require_leader(c, call);
+	rc = ctrl_arg_required(call, "volume_id", r->volume_id);
 	if (rc)
 		return rc;
-	if (!r->volume_id[0])
-		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "volume_id is required");
 	if (!r->n_volume_capabilities)
 		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
 				    "volume_capabilities is required");
@@ -159,9 +157,6 @@ int ctrl_list_volumes(void *ctx, struct zl_grpc_call *call, const ProtobufCMessa
 	uint64_t num;
 	int rc;
 
-	rc = ctrl_require_leader(c, call);
-	if (rc)
-		return rc;
 	if (r->max_entries < 0)
 		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
 				    "max_entries=%d must not be negative", r->max_entries);
@@ -249,9 +244,6 @@ int ctrl_get_capacity(void *ctx, struct zl_grpc_call *call, const ProtobufCMessa
 	uint64_t sum = 0, replicas, avail;
 	int rc;
 
-	rc = ctrl_require_leader(c, call);
-	if (rc)
-		return rc;
 	rc = ctrl_caps_validate(call, "volume_capabilities", r->volume_capabilities,
 				r->n_volume_capabilities, false);
 	if (rc)
@@ -294,8 +286,7 @@ static const int ctrl_rpc_caps[] = {
     CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__PUBLISH_READONLY,
 };
 
-/* Served by followers too: it is static, and sidecars ask it at start-up
- * before their own leader election. */
+/* Static: the sidecars ask it at start-up, before their own leader election. */
 int ctrl_get_caps(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
 		  ProtobufCMessage *resp)
 {
@@ -340,11 +331,9 @@ int ctrl_get_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage
 	size_t n_live = 0;
 	int rc;
 
-	rc = ctrl_require_leader(c, call);
+	rc = ctrl_arg_required(call, "volume_id", r->volume_id);
 	if (rc)
 		return rc;
-	if (!r->volume_id[0])
-		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "volume_id is required");
 	rc = ctrl_volume_load(c, call, r->volume_id, &v);
 	if (rc)
 		return rc;

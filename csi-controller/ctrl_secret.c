@@ -69,18 +69,14 @@ int ctrl_secret_ensure(struct ctrl *c, const char *vol_id)
 int ctrl_secret_get(struct ctrl *c, const char *vol_id, char out[CTRL_SECRET_HEX + 1])
 {
 	struct zl_etcd_kv kv;
-	char key[256];
 	int rc;
 
-	rc = secret_key(c, vol_id, key, sizeof(key));
-	if (rc)
-		return rc;
-	rc = zl_etcd_get(c->etcd, key, &kv);
+	rc = ctrl_record_get(c, "secrets", vol_id, &kv);
 	if (rc)
 		return rc;
 	if (kv.value_len != CTRL_SECRET_HEX) {
 		ZL_LOG_ERR(CTRL_LOG, "malformed volume secret key=%s len=%zu: delete it and "
-			   "re-create the volume", key, kv.value_len);
+			   "re-create the volume", kv.key, kv.value_len);
 		rc = -ZL_ERR_INVAL;
 	} else {
 		memcpy(out, kv.value, CTRL_SECRET_HEX);

@@ -306,14 +306,13 @@ int ctrl_create_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMess
 	struct zl_volume_spec spec = {0};
 	const char *transport;
 	char params[64];
+	struct ctrl_oplock lk;
 	uint64_t size = 0;
 	int rc;
 
-	rc = ctrl_require_leader(c, call);
+	rc = ctrl_arg_required(call, "name", r->name);
 	if (rc)
 		return rc;
-	if (!r->name[0])
-		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "name is required");
 	if (zl_volume_name_check(r->name))
 		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
 				    "name \"%.128s\" must be 1..253 characters of A-Za-z0-9._-",
@@ -343,15 +342,11 @@ int ctrl_create_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMess
 	spec.replicas = p.replicas;
 	spec.params = params;
 
-	rc = ctrl_op_begin(c, "name", r->name);
-	if (rc == -ZL_ERR_BUSY)
-		return zl_grpc_fail(call, ZL_GRPC_ABORTED,
-				    "name %s: another CreateVolume of this name is in progress",
-				    r->name);
+	rc = ctrl_op_begin(c, call, "name", r->name, &lk);
 	if (rc)
 		return rc;
 	rc = create_locked(c, call, r, &spec, transport, (Csi__V1__CreateVolumeResponse *)resp);
-	ctrl_op_end(c, "name", r->name);
+	ctrl_op_end(c, &lk);
 	return rc;
 }
 
@@ -392,32 +387,90 @@ out_loop:
 	return rc;
 }
 
-static int delete_locked(struct ctrl *c, struct zl_grpc_call *call, const char *vol_id)
+/* Marks the volume "deleting" if it is not published, in one transaction
+ * (record unchanged, no attachment record), so that a
+ * ControllerPublishVolume on another replica either lands first (and this
+ * answers FAILED_PRECONDITION) or sees the state and answers NOT_FOUND.
+ * ZL_GRPC_OK (also when the record is gone: *gone set) or the code recorded
+ * on call. */
+static int delete_mark(struct ctrl *c, struct zl_grpc_call *call, const char *vol_id, bool *gone)
 {
+	char vkey[256], akey[256];
 	struct ctrl_attach a;
 	struct zl_volume v;
 	int rc;
 
-	rc = zl_meta_volume_get(c->etcd, c->prefix, vol_id, &v);
-	if (rc == -ZL_ERR_NOT_FOUND)
-		goto out_secret; /* gone already: finish an interrupted delete */
-	if (rc)
-		return zl_grpc_fail_err(call, rc, "volume %s: cannot read its record (%s)", vol_id,
-					zl_etcd_last_error());
-	zl_volume_fini(&v);
-	rc = ctrl_attach_get(c, vol_id, &a);
-	if (rc == 0)
-		return zl_grpc_fail(call, ZL_GRPC_FAILED_PRECONDITION,
-				    "volume %s is published to node %s: ControllerUnpublishVolume "
-				    "it first",
-				    vol_id, a.node);
-	if (rc != -ZL_ERR_NOT_FOUND)
-		return zl_grpc_fail_err(call, rc, "volume %s: cannot read its attachment (%s)",
-					vol_id, zl_etcd_last_error());
-	rc = delete_chunks(c, call, vol_id);
+	*gone = false;
+	zl_meta_key(vkey, sizeof(vkey), c->prefix, "volumes", vol_id);
+	zl_meta_key(akey, sizeof(akey), c->prefix, "attachments", vol_id);
+	for (int tries = 0; tries < EXPAND_TRIES; tries++) {
+		bool ok = false;
+		char *json;
+
+		rc = zl_meta_volume_get(c->etcd, c->prefix, vol_id, &v);
+		if (rc == -ZL_ERR_NOT_FOUND) {
+			*gone = true;
+			return ZL_GRPC_OK;
+		}
+		if (rc)
+			return zl_grpc_fail_err(call, rc, "volume %s: cannot read its record (%s)",
+						vol_id, zl_etcd_last_error());
+		rc = ctrl_attach_get(c, vol_id, &a);
+		if (rc == 0) {
+			zl_volume_fini(&v);
+			return zl_grpc_fail(call, ZL_GRPC_FAILED_PRECONDITION,
+					    "volume %s is published to node %s: "
+					    "ControllerUnpublishVolume it first",
+					    vol_id, a.node);
+		}
+		if (rc != -ZL_ERR_NOT_FOUND) {
+			zl_volume_fini(&v);
+			return zl_grpc_fail_err(call, rc,
+						"volume %s: cannot read its attachment (%s)", vol_id,
+						zl_etcd_last_error());
+		}
+		if (!strcmp(v.state, "deleting")) {
+			zl_volume_fini(&v);
+			return ZL_GRPC_OK; /* an interrupted delete: go on */
+		}
+		snprintf(v.state, sizeof(v.state), "deleting");
+		json = zl_meta_volume_to_json(&v);
+		const struct zl_etcd_cmp cmps[2] = {
+		    {.key = vkey, .target = ZL_ETCD_CMP_MOD, .result = ZL_ETCD_EQUAL, .rev = v.mod_rev},
+		    {.key = akey, .target = ZL_ETCD_CMP_CREATE, .result = ZL_ETCD_EQUAL, .rev = 0},
+		};
+		zl_volume_fini(&v);
+		if (!json)
+			return -ENOMEM;
+		const struct zl_etcd_op put = {
+		    .kind = ZL_ETCD_OP_PUT, .key = vkey, .value = json, .value_len = strlen(json)};
+		rc = zl_etcd_txn(c->etcd, cmps, 2, &put, 1, NULL, 0, &ok, NULL);
+		free(json);
+		if (rc)
+			return zl_grpc_fail_err(call, rc, "volume %s: cannot mark it deleting (%s)",
+						vol_id, zl_etcd_last_error());
+		if (ok)
+			return ZL_GRPC_OK;
+	}
+	return zl_grpc_fail(call, ZL_GRPC_ABORTED,
+			    "volume %s: its record kept changing while marking it deleting; retry",
+			    vol_id);
+}
+
+static int delete_locked(struct ctrl *c, struct zl_grpc_call *call, const char *vol_id)
+{
+	bool gone;
+	int rc;
+
+	rc = delete_mark(c, call, vol_id, &gone);
 	if (rc)
 		return rc;
-out_secret:
+	if (!gone) {
+		rc = delete_chunks(c, call, vol_id);
+		if (rc)
+			return rc;
+	}
+	/* Also when the record is gone already: finish an interrupted delete. */
 	rc = ctrl_secret_delete(c, vol_id);
 	if (rc)
 		return zl_grpc_fail_err(call, rc, "volume %s: cannot delete its secret (%s)",
@@ -431,25 +484,18 @@ int ctrl_delete_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMess
 {
 	struct ctrl *c = ctx;
 	const Csi__V1__DeleteVolumeRequest *r = (const Csi__V1__DeleteVolumeRequest *)req;
+	struct ctrl_oplock lk;
 	uint64_t num;
 	int rc;
 
-	rc = ctrl_require_leader(c, call);
-	if (rc)
-		return rc;
-	if (!r->volume_id[0])
-		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "volume_id is required");
-	if (zl_vol_id_parse(r->volume_id, &num))
-		return ZL_GRPC_OK; /* cannot be one of ours: nothing to delete */
-	rc = ctrl_op_begin(c, "vol", r->volume_id);
-	if (rc == -ZL_ERR_BUSY)
-		return zl_grpc_fail(call, ZL_GRPC_ABORTED,
-				    "volume %s: another operation on it is in progress",
-				    r->volume_id);
+	rc = ctrl_arg_required(call, "volume_id", r->volume_id);
+	if (rc || zl_vol_id_parse(r->volume_id, &num))
+		return rc; /* not one of ours: nothing to delete */
+	rc = ctrl_op_begin(c, call, "vol", r->volume_id, &lk);
 	if (rc)
 		return rc;
 	rc = delete_locked(c, call, r->volume_id);
-	ctrl_op_end(c, "vol", r->volume_id);
+	ctrl_op_end(c, &lk);
 	return rc;
 }
 
@@ -513,14 +559,13 @@ int ctrl_expand_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMess
 	const Csi__V1__ControllerExpandVolumeRequest *r =
 	    (const Csi__V1__ControllerExpandVolumeRequest *)req;
 	const Csi__V1__CapacityRange *cr = r->capacity_range;
+	struct ctrl_oplock lk;
 	uint64_t want;
 	int rc;
 
-	rc = ctrl_require_leader(c, call);
+	rc = ctrl_arg_required(call, "volume_id", r->volume_id);
 	if (rc)
 		return rc;
-	if (!r->volume_id[0])
-		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "volume_id is required");
 	if (!cr || (!cr->required_bytes && !cr->limit_bytes))
 		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
 				    "capacity_range is required (required_bytes or limit_bytes)");
@@ -550,14 +595,10 @@ int ctrl_expand_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMess
 				    "capacity_range.required_bytes is above the largest volume "
 				    "(%llu bytes)",
 				    CTRL_MAX_SIZE);
-	rc = ctrl_op_begin(c, "vol", r->volume_id);
-	if (rc == -ZL_ERR_BUSY)
-		return zl_grpc_fail(call, ZL_GRPC_ABORTED,
-				    "volume %s: another operation on it is in progress",
-				    r->volume_id);
+	rc = ctrl_op_begin(c, call, "vol", r->volume_id, &lk);
 	if (rc)
 		return rc;
 	rc = expand_locked(c, call, r, want, (Csi__V1__ControllerExpandVolumeResponse *)resp);
-	ctrl_op_end(c, "vol", r->volume_id);
+	ctrl_op_end(c, &lk);
 	return rc;
 }

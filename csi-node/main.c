@@ -214,6 +214,10 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	node_state_adopt_all(&n);
+	if (node_register_start(&n)) {
+		zl_etcd_destroy(n.etcd);
+		return 1;
+	}
 
 	/* gRPC's threads inherit this mask; we take the signals with sigwait. */
 	sigemptyset(&sigs);
@@ -231,6 +235,7 @@ int main(int argc, char **argv)
 	if (rc) {
 		fprintf(stderr, "zipline-node: cannot serve CSI on %s: %s\n", n.cfg.endpoint,
 			zl_strerror(rc));
+		node_register_stop();
 		zl_etcd_destroy(n.etcd);
 		return 1;
 	}
@@ -244,6 +249,7 @@ int main(int argc, char **argv)
 	ZL_LOG_INFO(NODE_LOG, "shutting down on signal %d; attached volumes stay served", sig);
 	zl_grpc_server_shutdown(srv, 10000);
 	zl_grpc_server_destroy(srv);
+	node_register_stop();
 	zl_etcd_destroy(n.etcd);
 	return 0;
 }

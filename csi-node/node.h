@@ -204,6 +204,15 @@ int node_volume_exists(struct node *n, const char *prefix, const char *vol_id, u
 /* `zipline-node attach ...`: serves one volume until SIGTERM. */
 int attach_main(int argc, char **argv);
 
+/* ---- registration for the controller (node_register.c) ---- */
+
+/* Writes <prefix>csinodes/<node-id> (no lease); when etcd does not answer,
+ * starts a thread that retries until it does. 0, or -ZL_ERR_INVAL (key too
+ * long, printed) / a thread error. */
+int node_register_start(struct node *n);
+/* Stops the retry thread, if any. */
+void node_register_stop(void);
+
 /* Records an etcd TLS/auth flag (etcd-cacert, etcd-cert, etcd-key,
  * etcd-user, etcd-password-file) in the environment for this process and its
  * attach processes. 0, or 2 (exit code) after printing why. */

@@ -1,10 +1,19 @@
 """zipline-controller end to end, run by csi_controller_e2e.sh (which starts
-etcd, three storage daemons and the controller ctrl-a). An independent CSI
-client (python3-grpcio) checks every spec error code of the controller
-RPCs, idempotency, concurrency, paging, chunk removal on DeleteVolume,
-publish fencing, expansion and leader election.
+etcd, three storage daemons and two zipline-node services registering the
+node ids node-a and node-b). This script starts TWO controller replicas,
+ctrl-a (the elected leader) and ctrl-b, and sends every controller call to
+one of them chosen at random (seeded; the seed is printed, ZL_TEST_SEED
+replays the routing). A call may fail only with a retriable code (ABORTED,
+UNAVAILABLE), which is retried as a CSI sidecar would; anything else is a
+failure. An independent CSI client (python3-grpcio) checks every spec error
+code of the controller RPCs, idempotency across replicas, concurrent calls
+on both replicas at once (one volume per name, one attachment per volume),
+the operation locks shared through etcd, paging, chunk removal on
+DeleteVolume, publish fencing, NOT_FOUND for unregistered nodes, expansion,
+and that the leader election only picks the replica that runs the garbage
+collection, never the one that may serve a call.
 
-Environment: CL_DIR, CL_BIN, CL_ETCD, ZL_SOURCE_DIR."""
+Environment: CL_DIR, CL_BIN, CL_ETCD, ZL_SOURCE_DIR; ZL_TEST_SEED (optional)."""
 
 import base64
 import concurrent.futures
@@ -13,9 +22,11 @@ import hashlib
 import hmac
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -29,8 +40,14 @@ ETCD = os.environ["CL_ETCD"]
 PREFIX = "/zipline/"
 MiB = 1 << 20
 TOPO = "topology.zipline.io/node"
+GC_INTERVAL = 1  # --gc-interval of the replicas (seconds)
 
 CHECKS = 0
+SEED = int(os.environ.get("ZL_TEST_SEED") or int.from_bytes(os.urandom(4), "big"))
+RNG = random.Random(SEED)
+RNG_LOCK = threading.Lock()
+STATS = {"calls": {}, "retries": {}}
+STATS_LOCK = threading.Lock()
 
 
 def log(msg):
@@ -50,21 +67,28 @@ def sock_of(name):
 
 # ------------------------------------------------------------------ etcd
 
-def etcd_range(key, prefix=False):
-    body = {"key": base64.b64encode(key.encode()).decode()}
-    if prefix:
-        end = key[:-1] + chr(ord(key[-1]) + 1)
-        body["range_end"] = base64.b64encode(end.encode()).decode()
-    req = urllib.request.Request(ETCD + "/v3/kv/range", data=json.dumps(body).encode(),
-                                 method="POST")
+def _etcd_post(path, body):
+    req = urllib.request.Request(ETCD + path, data=json.dumps(body).encode(), method="POST")
     with urllib.request.urlopen(req, timeout=5) as r:
-        out = json.load(r)
+        return json.load(r)
+
+
+def _b64(s):
+    return base64.b64encode(s.encode()).decode()
+
+
+def etcd_range(key, prefix=False):
+    body = {"key": _b64(key)}
+    if prefix:
+        body["range_end"] = _b64(key[:-1] + chr(ord(key[-1]) + 1))
+    out = _etcd_post("/v3/kv/range", body)
     kvs = []
     for kv in out.get("kvs", []):
         kvs.append({"key": base64.b64decode(kv["key"]).decode(),
                     "value": base64.b64decode(kv.get("value", "")).decode(),
                     "create_revision": int(kv.get("create_revision", 0)),
-                    "mod_revision": int(kv.get("mod_revision", 0))})
+                    "mod_revision": int(kv.get("mod_revision", 0)),
+                    "lease": int(kv.get("lease", 0))})
     return kvs
 
 
@@ -73,29 +97,120 @@ def etcd_get(key):
     return kvs[0] if kvs else None
 
 
+def etcd_put(key, value, lease=0):
+    body = {"key": _b64(key), "value": _b64(value)}
+    if lease:
+        body["lease"] = str(lease)
+    _etcd_post("/v3/kv/put", body)
+
+
+def etcd_lease(ttl):
+    return int(_etcd_post("/v3/lease/grant", {"TTL": ttl})["ID"])
+
+
+def etcd_revoke(lease):
+    _etcd_post("/v3/lease/revoke", {"ID": str(lease)})
+
+
+def wait_until(cond, timeout, what):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return time.monotonic()
+        time.sleep(0.1)
+    raise AssertionError("%s: not after %ss" % (what, timeout))
+
+
 # --------------------------------------------------------------- helpers
 
+RETRIABLE = ("ABORTED", "UNAVAILABLE")
+
+
+class Method:
+    """One CSI method, sent to a replica picked at random (seeded) among
+    the live ones of its Router. Retriable failures (ABORTED, UNAVAILABLE)
+    are retried with a growing delay, as the CSI sidecars do, unless the
+    caller expects exactly that code; any other failure is raised."""
+
+    def __init__(self, router, service, name):
+        self.router, self.service, self.name = router, service, name
+
+    def __call__(self, req, timeout=30, _expect=None, _retry=True):
+        import grpc
+
+        delay, end = 0.05, time.monotonic() + 90
+        while True:
+            t = self.router.pick()
+            with STATS_LOCK:
+                STATS["calls"][t.name] = STATS["calls"].get(t.name, 0) + 1
+            try:
+                return getattr(getattr(t, self.service), self.name)(req, timeout=timeout)
+            except grpc.RpcError as e:
+                if (not _retry or e.code().name not in RETRIABLE or e.code() == _expect or
+                        time.monotonic() > end):
+                    raise
+                with STATS_LOCK:
+                    key = "%s %s" % (self.name, e.code().name)
+                    STATS["retries"][key] = STATS["retries"].get(key, 0) + 1
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+
+class Router:
+    """Calls on a set of replicas: router.ctl.CreateVolume(req) goes to a
+    random live replica of the set."""
+
+    def __init__(self, replicas):
+        self.replicas = replicas
+        r0 = replicas[0]
+        self.pb, self.grpc, self.name = r0.pb, r0.grpc, "+".join(r.name for r in replicas)
+        self.ctl = _Service(self, "controller")
+        self.idn = _Service(self, "identity")
+
+    def pick(self):
+        live = [r for r in self.replicas if r.alive]
+        check(live, "no live replica among %s" % self.name)
+        with RNG_LOCK:
+            return live[RNG.randrange(len(live))] if len(live) > 1 else live[0]
+
+    def on(self, name):
+        return Router([r for r in self.replicas if r.name == name])
+
+
+class _Service:
+    def __init__(self, router, service):
+        self.router, self.service = router, service
+
+    def __getattr__(self, name):
+        return Method(self.router, self.service, name)
+
+
 class Ctl:
-    def __init__(self, name):
+    """One zipline-controller replica (its gRPC stubs)."""
+
+    def __init__(self, name, proc=None):
         self.name = name
+        self.proc = proc
+        self.alive = True
         wait_for_socket(sock_of(name), 15)
         self.c = CsiClient("unix://" + sock_of(name))
         self.c.wait_ready(10)
         self.pb = self.c.pb
         self.grpc = self.c.grpc
-        self.ctl = self.c.controller
-        self.idn = self.c.identity
+        self.controller = self.c.controller
+        self.identity = self.c.identity
 
 
 def expect_code(fn, req, code, *words):
-    """Calls fn(req); it must fail with code and a message naming words."""
+    """Calls fn(req) (a Method); it must fail with code and a message naming
+    words. Retriable codes other than code are retried first."""
     import grpc
 
     try:
-        fn(req, timeout=30)
+        fn(req, timeout=30, _expect=code)
     except grpc.RpcError as e:
         check(e.code() == code, "%s: want %s, got %s (%s)" % (
-            fn._method.decode() if hasattr(fn, "_method") else fn, code, e.code(), e.details()))
+            fn.name, code, e.code(), e.details()))
         for w in words:
             check(w in (e.details() or ""),
                   "error message %r does not name %r" % (e.details(), w))
@@ -124,43 +239,40 @@ def topo(pb, node):
     return pb.Topology(segments={TOPO: node})
 
 
-def wait_leader(t, timeout):
-    """Polls ListVolumes until t answers as the leader."""
-    end = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < end:
-        try:
-            t.ctl.ListVolumes(t.pb.ListVolumesRequest(), timeout=5)
-            return time.monotonic()
-        except t.grpc.RpcError as e:
-            last = e
-            if e.code() != t.grpc.StatusCode.UNAVAILABLE:
-                raise
-        time.sleep(0.2)
-    raise AssertionError("%s did not become leader in %ss: %s" % (t.name, timeout,
-                                                                   last and last.details()))
-
-
 def start_ctrl(name, *extra):
     d = os.path.join(CL_DIR, name)
     os.makedirs(d, exist_ok=True)
     logf = open(os.path.join(d, "log"), "ab")
     p = subprocess.Popen([os.path.join(CL_BIN, "zipline-controller"),
                           "--endpoint", "unix://" + sock_of(name), "--etcd", ETCD,
-                          "--leader-id", name, "--log-level", "info"] + list(extra),
+                          "--leader-id", name, "--log-level", "info",
+                          "--gc-interval", str(GC_INTERVAL)] + list(extra),
                          stdout=logf, stderr=logf)
+    logf.close()
     with open(os.path.join(d, "pid"), "w") as f:
         f.write(str(p.pid))
-    return p
+    return Ctl(name, p)
 
 
-def stop_ctrl(name, p):
+def stop_ctrl(t):
     """SIGTERM: graceful shutdown with status 0 and the socket removed."""
-    p.send_signal(signal.SIGTERM)
-    rc = p.wait(timeout=20)
-    check(rc == 0, "%s exited with %s on SIGTERM" % (name, rc))
-    check(not os.path.exists(sock_of(name)), "%s left its socket behind" % name)
-    os.unlink(os.path.join(CL_DIR, name, "pid"))
+    t.alive = False
+    t.c.close()
+    t.proc.send_signal(signal.SIGTERM)
+    rc = t.proc.wait(timeout=20)
+    check(rc == 0, "%s exited with %s on SIGTERM" % (t.name, rc))
+    check(not os.path.exists(sock_of(t.name)), "%s left its socket behind" % t.name)
+    os.unlink(os.path.join(CL_DIR, t.name, "pid"))
+
+
+def ctrl_log(name):
+    with open(os.path.join(CL_DIR, name, "log"), errors="replace") as f:
+        return f.read()
+
+
+def leader():
+    kv = etcd_get(PREFIX + "leader/controller")
+    return kv["value"] if kv else None
 
 
 def chunk_files():
@@ -299,31 +411,49 @@ def test_create(t):
     return v.volume_id
 
 
+def at_once(calls):
+    """Runs the (method, request) pairs at the same moment (a barrier), each
+    once, without retry; returns ("ok", response) or (code name, details)."""
+    barrier = threading.Barrier(len(calls))
+
+    def one(mr):
+        m, req = mr
+        barrier.wait(10)
+        try:
+            return ("ok", m(req, timeout=60, _retry=False))
+        except m.router.grpc.RpcError as e:
+            return (e.code().name, e.details())
+
+    with concurrent.futures.ThreadPoolExecutor(len(calls)) as ex:
+        return list(ex.map(one, calls))
+
+
 def test_create_race(t):
-    pb, C = t.pb, t.grpc.StatusCode
-    for round_ in range(3):
+    """CreateVolume of one name sent to both replicas at once: one volume."""
+    pb = t.pb
+    a, b = t.on("ctrl-a"), t.on("ctrl-b")
+    aborted = 0
+    for round_ in range(4):
         name = "pvc-race-%d" % round_
         req = pb.CreateVolumeRequest(name=name, capacity_range=pb.CapacityRange(
             required_bytes=8 * MiB), volume_capabilities=[cap(pb)])
-
-        def one(_):
-            try:
-                return ("ok", t.ctl.CreateVolume(req, timeout=60).volume.volume_id)
-            except t.grpc.RpcError as e:
-                return (e.code(), e.details())
-
-        with concurrent.futures.ThreadPoolExecutor(4) as ex:
-            res = list(ex.map(one, range(4)))
-        ids = {x[1] for x in res if x[0] == "ok"}
+        res = at_once([(a.ctl.CreateVolume, req), (b.ctl.CreateVolume, req),
+                       (a.ctl.CreateVolume, req), (b.ctl.CreateVolume, req)])
+        ids = {x[1].volume.volume_id for x in res if x[0] == "ok"}
         for x in res:
-            check(x[0] in ("ok", C.ABORTED), "concurrent CreateVolume: %s" % (x,))
+            check(x[0] in ("ok",) + RETRIABLE, "concurrent CreateVolume: %s" % (x,))
+        aborted += sum(1 for x in res if x[0] != "ok")
+        # The refused ones retry as the provisioner would, on either replica.
+        for x in res:
+            if x[0] != "ok":
+                ids.add(t.ctl.CreateVolume(req).volume.volume_id)
         check(len(ids) == 1, "concurrent CreateVolume of one name gave ids %s (%s)" % (ids, res))
-        again = t.ctl.CreateVolume(req, timeout=60).volume.volume_id
-        check({again} == ids, "retry after the race gave %s, race gave %s" % (again, ids))
         vols = [json.loads(kv["value"]) for kv in etcd_range(PREFIX + "volumes/", prefix=True)]
         check(sum(1 for x in vols if x["name"] == name) == 1,
               "%s exists %d times" % (name, sum(1 for x in vols if x["name"] == name)))
-    log("concurrent CreateVolume: ok")
+        check(etcd_get(PREFIX + "names/" + name)["value"] in ids, "name record of %s" % name)
+    log("concurrent CreateVolume on both replicas: ok (%d refused with a retriable code, "
+        "then retried)" % aborted)
 
 
 def test_validate(t, vid):
@@ -415,6 +545,8 @@ def test_publish(t, vid):
                       volume_capability=cap(pb)), C.NOT_FOUND, "vol-00000000000000ff")
     expect_code(P, mk(volume_id=vid, node_id="bad|node", volume_capability=cap(pb)),
                 C.NOT_FOUND, "node_id")
+    expect_code(P, mk(volume_id=vid, node_id="node-zz", volume_capability=cap(pb)),
+                C.NOT_FOUND, "node-zz", "zipline-node")
     check(etcd_get(PREFIX + "attachments/" + vid) is None, "refused publish left a record")
 
     a = twice(P, mk(volume_id=vid, node_id="node-a", volume_capability=cap(pb)))
@@ -529,64 +661,229 @@ def test_delete(t, vid):
     log("DeleteVolume: ok (%d chunk files removed)" % len(before))
 
 
+def test_nodes():
+    """zipline-node registered node-a and node-b (csinodes/<id>, no lease);
+    node-b was started before etcd and registered once etcd answered."""
+    for n in ("node-a", "node-b"):
+        wait_until(lambda: etcd_get(PREFIX + "csinodes/" + n) is not None, 15,
+                   "zipline-node registering %s" % n)
+        kv = etcd_get(PREFIX + "csinodes/" + n)
+        body = json.loads(kv["value"])
+        check(body["node"] == n and body["version"] and body["time"] > 0 and kv["lease"] == 0,
+              "registration of %s: %s" % (n, kv))
+    with open(os.path.join(CL_DIR, "znode-b", "log"), errors="replace") as f:
+        text = f.read()
+    check(text.index("cannot register node=node-b") < text.index("registered node=node-b"),
+          "node-b (started before etcd) did not register through its retry")
+    log("zipline-node registrations: ok (node-b after etcd came up)")
+
+
+def test_publish_race(t):
+    """Publish one volume to node-a on one replica and to node-b on the other
+    at once: exactly one attachment; the other node gets FAILED_PRECONDITION
+    (after retrying ABORTED, as the attacher would)."""
+    pb, C = t.pb, t.grpc.StatusCode
+    vid = t.ctl.CreateVolume(pb.CreateVolumeRequest(
+        name="pvc-pubrace", capacity_range=pb.CapacityRange(required_bytes=MiB),
+        volume_capabilities=[cap(pb)])).volume.volume_id
+    mk = pb.ControllerPublishVolumeRequest
+    for round_ in range(5):
+        first, second = ("ctrl-a", "ctrl-b") if round_ % 2 == 0 else ("ctrl-b", "ctrl-a")
+        reqs = {n: mk(volume_id=vid, node_id=n, volume_capability=cap(pb))
+                for n in ("node-a", "node-b")}
+        res = at_once([(t.on(first).ctl.ControllerPublishVolume, reqs["node-a"]),
+                       (t.on(second).ctl.ControllerPublishVolume, reqs["node-b"])])
+        final = {}
+        for node, x in zip(("node-a", "node-b"), res):
+            check(x[0] in ("ok", "FAILED_PRECONDITION") + RETRIABLE,
+                  "concurrent publish to %s: %s" % (node, x))
+            if x[0] in RETRIABLE:
+                try:
+                    x = ("ok", t.ctl.ControllerPublishVolume(reqs[node]))
+                except t.grpc.RpcError as e:
+                    x = (e.code().name, e.details())
+            final[node] = x
+        won = [n for n in final if final[n][0] == "ok"]
+        check(len(won) == 1, "round %d: publish winners %s (%s)" % (round_, won, final))
+        lost = "node-b" if won[0] == "node-a" else "node-a"
+        check(final[lost][0] == "FAILED_PRECONDITION" and won[0] in final[lost][1],
+              "loser %s: %s" % (lost, final[lost]))
+        rec = json.loads(etcd_get(PREFIX + "attachments/" + vid)["value"])
+        check(rec["node"] == won[0], "attachment %s, winner %s" % (rec, won[0]))
+        expect_code(t.ctl.ControllerPublishVolume, reqs[lost], C.FAILED_PRECONDITION, won[0])
+        t.ctl.ControllerUnpublishVolume(pb.ControllerUnpublishVolumeRequest(
+            volume_id=vid, node_id=won[0]))
+        check(etcd_get(PREFIX + "attachments/" + vid) is None, "unpublish left the record")
+    log("concurrent ControllerPublishVolume on both replicas: ok")
+    return vid
+
+
+def test_delete_publish_race(t, vid):
+    """DeleteVolume on one replica and ControllerPublishVolume on the other
+    at once: either the publish wins (the delete answers FAILED_PRECONDITION)
+    or the delete does (the publish answers NOT_FOUND); never an attachment
+    of a deleted volume."""
+    pb = t.pb
+    outcomes = []
+    for round_ in range(3):
+        if round_:
+            vid = t.ctl.CreateVolume(pb.CreateVolumeRequest(
+                name="pvc-delrace-%d" % round_, capacity_range=pb.CapacityRange(
+                    required_bytes=MiB), volume_capabilities=[cap(pb)])).volume.volume_id
+        d_on, p_on = ("ctrl-a", "ctrl-b") if round_ % 2 == 0 else ("ctrl-b", "ctrl-a")
+        dreq = pb.DeleteVolumeRequest(volume_id=vid)
+        preq = pb.ControllerPublishVolumeRequest(volume_id=vid, node_id="node-a",
+                                                 volume_capability=cap(pb))
+        res = at_once([(t.on(d_on).ctl.DeleteVolume, dreq),
+                       (t.on(p_on).ctl.ControllerPublishVolume, preq)])
+        for i, (m, req) in enumerate(((t.ctl.DeleteVolume, dreq),
+                                      (t.ctl.ControllerPublishVolume, preq))):
+            if res[i][0] in RETRIABLE:
+                try:
+                    res[i] = ("ok", m(req))
+                except t.grpc.RpcError as e:
+                    res[i] = (e.code().name, e.details())
+        d, p = res[0][0], res[1][0]
+        vol, att = etcd_get(PREFIX + "volumes/" + vid), etcd_get(PREFIX + "attachments/" + vid)
+        if p == "ok":
+            check(d == "FAILED_PRECONDITION" and vol and att,
+                  "publish won but delete %s, volume %s, attachment %s" % (res[0], vol, att))
+            t.ctl.ControllerUnpublishVolume(pb.ControllerUnpublishVolumeRequest(volume_id=vid))
+            t.ctl.DeleteVolume(dreq)
+        else:
+            check(d == "ok" and p == "NOT_FOUND", "delete/publish race: %s" % res)
+        check(etcd_get(PREFIX + "volumes/" + vid) is None and
+              etcd_get(PREFIX + "attachments/" + vid) is None and
+              etcd_get(PREFIX + "secrets/" + vid) is None, "volume %s left records" % vid)
+        outcomes.append("publish" if p == "ok" else "delete")
+    log("concurrent DeleteVolume/ControllerPublishVolume on both replicas: ok (won: %s)"
+        % ",".join(outcomes))
+
+
+def test_oplock(t):
+    """The operation locks are shared through etcd: a lock held elsewhere
+    (here a key on a lease of this test, as a third replica would hold it)
+    makes both replicas answer ABORTED naming the holder; once that lease
+    is gone both serve the call."""
+    pb, C = t.pb, t.grpc.StatusCode
+    lease = etcd_lease(30)
+    etcd_put(PREFIX + "locks/name/pvc-locked", "ctrl-zz", lease)
+    req = pb.CreateVolumeRequest(name="pvc-locked", volume_capabilities=[cap(pb)],
+                                 capacity_range=pb.CapacityRange(required_bytes=MiB))
+    for name in ("ctrl-a", "ctrl-b"):
+        expect_code(t.on(name).ctl.CreateVolume, req, C.ABORTED, "pvc-locked", "ctrl-zz")
+    check(etcd_get(PREFIX + "names/pvc-locked") is None, "CreateVolume ran under a held lock")
+    etcd_revoke(lease)
+    v = t.ctl.CreateVolume(req).volume
+    check(etcd_get(PREFIX + "names/pvc-locked")["value"] == v.volume_id, "after the lock")
+    left = etcd_range(PREFIX + "locks/", prefix=True)
+    check(not left, "operation locks left after the calls: %s" % left)
+    log("operation locks shared through etcd: ok")
+
+
+def wait_gc(name, what):
+    """Plants the secret of a volume that does not exist; the leader's
+    garbage collection must remove it, and the log of `name` say so."""
+    vid = "vol-%016x" % RNG.getrandbits(64)
+    etcd_put(PREFIX + "secrets/" + vid, "ab" * 32)
+    t0 = time.monotonic()
+    t1 = wait_until(lambda: etcd_get(PREFIX + "secrets/" + vid) is None, 15 * GC_INTERVAL + 10,
+                    "garbage collection of the orphaned secret of %s (%s)" % (vid, what))
+    # The log line follows the etcd delete: give it a moment.
+    wait_until(lambda: ("volume=" + vid) in ctrl_log(name), 5,
+               "%s logging that it collected %s" % (name, vid))
+    return vid, t1 - t0
+
+
+def test_gc(t):
+    """Garbage collection runs on the leader only and spares live volumes."""
+    lead = leader()
+    other = "ctrl-b" if lead == "ctrl-a" else "ctrl-a"
+    keep = [kv["key"] for kv in etcd_range(PREFIX + "secrets/", prefix=True)]
+    vid, dt = wait_gc(lead, "leader " + lead)
+    check(("volume=" + vid) not in ctrl_log(other), "follower %s collected garbage" % other)
+    now = [kv["key"] for kv in etcd_range(PREFIX + "secrets/", prefix=True)]
+    check(sorted(now) == sorted(keep), "gc touched live secrets: %s vs %s" % (now, keep))
+    for kv in etcd_range(PREFIX + "secrets/", prefix=True):
+        check(etcd_get(PREFIX + "volumes/" + kv["key"].rsplit("/", 1)[1]) is not None,
+              "secret without volume left: %s" % kv["key"])
+    log("garbage collection on the leader %s only: ok (%.1fs)" % (lead, dt))
+
+
 def test_no_nodes():
     """A controller on a prefix with no storage node: RESOURCE_EXHAUSTED."""
-    p = start_ctrl("ctrl-c", "--etcd-prefix", "/zipline-empty/", "--no-leader-election")
-    t = Ctl("ctrl-c")
+    c = start_ctrl("ctrl-c", "--etcd-prefix", "/zipline-empty/", "--no-leader-election")
+    t = Router([c])
     C = t.grpc.StatusCode
     expect_code(t.ctl.CreateVolume, t.pb.CreateVolumeRequest(
         name="pvc-x", volume_capabilities=[cap(t.pb)]), C.RESOURCE_EXHAUSTED, "storage nodes")
-    check(t.ctl.GetCapacity(t.pb.GetCapacityRequest(), timeout=30).available_capacity == 0,
+    check(t.ctl.GetCapacity(t.pb.GetCapacityRequest()).available_capacity == 0,
           "capacity without storage nodes")
-    stop_ctrl("ctrl-c", p)
+    stop_ctrl(c)
     log("no storage nodes -> RESOURCE_EXHAUSTED: ok")
 
 
-def test_leader(a):
-    p = start_ctrl("ctrl-b")
-    b = Ctl("ctrl-b")
-    C = b.grpc.StatusCode
-    check(b.idn.Probe(b.pb.ProbeRequest(), timeout=10).ready.value, "follower Probe not ready")
-    check(b.idn.GetPluginInfo(b.pb.GetPluginInfoRequest(), timeout=10).name == "zipline.csi.io",
-          "follower GetPluginInfo")
-    b.ctl.ControllerGetCapabilities(b.pb.ControllerGetCapabilitiesRequest(), timeout=10)
-    time.sleep(2)
-    req = b.pb.CreateVolumeRequest(name="pvc-leader", volume_capabilities=[cap(b.pb)],
-                                   capacity_range=b.pb.CapacityRange(required_bytes=MiB))
-    expect_code(b.ctl.CreateVolume, req, C.UNAVAILABLE, "not the leader", "ctrl-a")
-    expect_code(b.ctl.ListVolumes, b.pb.ListVolumesRequest(), C.UNAVAILABLE, "ctrl-a")
-    a.ctl.ListVolumes(a.pb.ListVolumesRequest(), timeout=10)  # a still leads
-    with open(os.path.join(CL_DIR, "ctrl-a", "pid")) as f:
-        apid = int(f.read())
-    os.kill(apid, signal.SIGKILL)
+def test_leader(t, a, b):
+    """The follower serves calls, before and during the failover; the
+    election moves only the garbage collection."""
+    pb = t.pb
+    check(leader() == "ctrl-a", "leader key %s, want ctrl-a" % leader())
+    req = pb.CreateVolumeRequest(name="pvc-follower", volume_capabilities=[cap(pb)],
+                                 capacity_range=pb.CapacityRange(required_bytes=MiB))
+    v = t.on("ctrl-b").ctl.CreateVolume(req, _retry=False).volume
+    check(v.volume_id.startswith("vol-"), "follower CreateVolume")
+    a.proc.send_signal(signal.SIGKILL)
+    a.proc.wait(10)
+    a.alive = False
+    os.unlink(os.path.join(CL_DIR, "ctrl-a", "pid"))
     t0 = time.monotonic()
-    t1 = wait_leader(b, 25)
-    log("ctrl-b took over %.1fs after ctrl-a was killed" % (t1 - t0))
-    v = b.ctl.CreateVolume(req, timeout=30).volume
-    check(v.volume_id.startswith("vol-"), "new leader CreateVolume")
-    check(etcd_get(PREFIX + "leader/controller")["value"] == "ctrl-b", "leader key")
-    stop_ctrl("ctrl-b", p)
-    check(etcd_get(PREFIX + "leader/controller") is None,
-          "leader key left after graceful shutdown")
-    log("leader election: ok")
+    # No gap: ctrl-b answers at once, while ctrl-a's lease is still alive.
+    req2 = pb.CreateVolumeRequest(name="pvc-failover", volume_capabilities=[cap(pb)],
+                                  capacity_range=pb.CapacityRange(required_bytes=MiB))
+    v2 = t.ctl.CreateVolume(req2, _retry=False).volume
+    t.ctl.DeleteVolume(pb.DeleteVolumeRequest(volume_id=v.volume_id), _retry=False)
+    dt_call = time.monotonic() - t0
+    check(leader() == "ctrl-a", "the leader key moved before ctrl-a's lease expired")
+    t1 = wait_until(lambda: leader() == "ctrl-b", 25, "ctrl-b taking over the leader key")
+    log("calls served by ctrl-b %.1fs after ctrl-a was killed; it took the leader key after "
+        "%.1fs" % (dt_call, t1 - t0))
+    wait_gc("ctrl-b", "new leader ctrl-b")
+    t.ctl.DeleteVolume(pb.DeleteVolumeRequest(volume_id=v2.volume_id))
+    stop_ctrl(b)
+    check(leader() is None, "leader key left after graceful shutdown")
+    left = etcd_range(PREFIX + "locks/", prefix=True)
+    check(not left, "operation locks left: %s" % left)
+    log("leader election (jobs only, never a gate): ok")
 
 
 def main():
-    a = Ctl("ctrl-a")
-    wait_leader(a, 15)
-    test_identity(a)
-    test_create_errors(a)
-    vid = test_create(a)
-    test_create_race(a)
-    test_validate(a, vid)
-    test_list(a)
-    test_capacity(a)
-    test_publish(a, vid)
-    test_expand_getvolume(a, vid)
-    test_delete(a, vid)
+    log("seed=%d (ZL_TEST_SEED=%d replays the routing)" % (SEED, SEED))
+    a = start_ctrl("ctrl-a")
+    wait_until(lambda: leader() == "ctrl-a", 15, "ctrl-a becoming leader")
+    b = start_ctrl("ctrl-b")
+    t = Router([a, b])
+    test_nodes()
+    test_identity(t)
+    test_create_errors(t)
+    vid = test_create(t)
+    test_create_race(t)
+    test_oplock(t)
+    test_validate(t, vid)
+    test_list(t)
+    test_capacity(t)
+    test_publish(t, vid)
+    test_delete_publish_race(t, test_publish_race(t))
+    test_expand_getvolume(t, vid)
+    test_delete(t, vid)
+    test_gc(t)
     test_no_nodes()
-    test_leader(a)
-    log("PASS (%d checks)" % CHECKS)
+    calls = dict(STATS["calls"])
+    test_leader(t, a, b)
+    check(calls.get("ctrl-a", 0) >= 50 and calls.get("ctrl-b", 0) >= 50,
+          "calls per replica %s: both must serve" % calls)
+    log("calls per replica before the failover %s; retried %s" % (
+        calls, STATS["retries"] or "none"))
+    log("PASS (%d checks, seed=%d)" % (CHECKS, SEED))
 
 
 if __name__ == "__main__":

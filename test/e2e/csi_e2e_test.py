@@ -476,6 +476,25 @@ def test_identity(nodes):
     log("identity, node info and capabilities: ok")
 
 
+def test_registration(nodes):
+    """ControllerPublishVolume accepts the node ids the zipline-node services
+    registered at start (the ids NodeGetInfo reports) and answers NOT_FOUND
+    for an id no zipline-node registered."""
+    vol = create_volume("pvc-registration", 16 * MiB, mount_cap()).volume_id
+    details = expect_code(grpc.StatusCode.NOT_FOUND, ctrl.controller.ControllerPublishVolume,
+                          pb.ControllerPublishVolumeRequest(volume_id=vol, node_id="csi-node-9",
+                                                            volume_capability=mount_cap()),
+                          "ControllerPublish to an unregistered node")
+    if "csi-node-9" not in details:
+        fail("NOT_FOUND message does not name the node: %s" % details)
+    for n in nodes:
+        info = n.n.NodeGetInfo(pb.NodeGetInfoRequest(), timeout=T)
+        ctrl_publish(vol, n, mount_cap())
+        ctrl_unpublish(vol, n)
+        log("  ControllerPublish to NodeGetInfo's id %-19s -> OK" % info.node_id)
+    ctrl.controller.DeleteVolume(pb.DeleteVolumeRequest(volume_id=vol), timeout=T)
+
+
 def can_resize_ext4_online():
     """resize2fs on a mounted ext4 needs CAP_SYS_RESOURCE (a privileged CSI
     pod has it; some CI sandboxes drop it)."""
@@ -722,6 +741,7 @@ def main():
     n1, n2 = Node(1).start(), Node(2).start()
     try:
         test_identity([n1, n2])
+        test_registration([n1, n2])
         test_filesystem(n1, n2, "ext4", 256 * MiB,
                         512 * MiB if can_resize_ext4_online() else 0, kill9=True)
         test_filesystem(n1, n2, "xfs", 320 * MiB, 640 * MiB, kill9=False)
