@@ -51,12 +51,10 @@
 #define RDMA_IDLE_SPINS	  64u
 #define RDMA_POLL_BATCH	  32
 #define RDMA_CQ_ACK_EVERY 64u
-#define RDMA_TICK_MS	  100
 #define RDMA_SLAB_CHUNK	  (1u << 20)
 #define RDMA_SRQ_MAX	  16384u
 #define RDMA_RD_ATOM_MAX  16u
 #define RDMA_INLINE_HDR	  128u /* request max_inline_data: a header-only message */
-#define RDMA_WARN_PER_SEC 10
 #define RDMA_SPIN_LISTENERS 32
 
 /* ---- process-wide device cache ---- */
@@ -117,10 +115,8 @@ struct rdma_xdev {
 struct rdma_xport {
 	struct zl_xport *x;
 	struct rdma_xdev *xdevs;
-	struct zl_timer tick;
-	uint32_t n_clients;
 	struct zl_poller poller;
-	struct rdma_conn *busy; /* connections being polled */
+	struct xport_list busy; /* connections being polled */
 };
 
 /* What completes with a send work request. */
@@ -141,25 +137,18 @@ struct rdma_bl {
 };
 
 enum rdma_req_state {
-	RDMA_REQ_FREE,	 /* on the free list */
 	RDMA_REQ_QUEUED, /* waiting for a credit or send-queue room */
 	RDMA_REQ_SENT,	 /* SEND posted, waiting for the reply */
 };
 
+/* Client request slot: the common slot plus the message and descriptor. */
 struct rdma_req {
+	struct xport_req base;
 	struct rdma_bl bl;
-	struct rdma_req *prev, *next; /* in-flight list (issue order) / free list */
 	enum rdma_req_state state;
-	uint32_t slot, gen;
-	uint8_t opcode;
 	bool has_in_desc;
-	int fail;
-	uint64_t deadline_ns;
-	void *in;
-	uint32_t in_cap, in_len; /* in_len: bytes the descriptor offers */
+	uint32_t in_len; /* bytes the descriptor offers */
 	uint8_t *bounce_in, *bounce_out;
-	zl_xport_reply_cb cb;
-	void *arg;
 	uint8_t *msg;
 	uint32_t msg_len;
 };
@@ -220,16 +209,11 @@ struct rdma_conn {
 	struct ibv_cq *cq;
 	uint32_t cq_unacked;
 	uint32_t max_inline;
-	struct rdma_conn *busy_prev, *busy_next;
+	struct xport_link busy_link; /* tx->busy */
 	bool busy;
 	uint32_t idle;
-	int close_reason;
 	struct zl_defer close_d, work_d, conn_d; /* close work, fetch reports, on_conn */
-	const struct zl_xport_server_ops *sops;
-	void *sarg;
 	bool announced;
-	zl_xport_close_cb on_close;
-	void *close_arg;
 
 	/* send queue */
 	uint32_t sq_depth, ring_mask;
@@ -240,10 +224,7 @@ struct rdma_conn {
 	struct rdma_slab slab; /* send messages, then (client) receive buffers */
 
 	/* client */
-	struct rdma_req *reqs;
 	uint32_t n_reqs, credits;
-	struct rdma_req *req_free;
-	struct rdma_req *fl_head, *fl_tail;
 
 	/* server */
 	struct rdma_sreq *sreqs;
@@ -280,16 +261,20 @@ static void rdma_conn_close(struct zl_xport_conn *bc, int reason);
 static void rdma_bl_run(struct rdma_conn *c);
 static int rdma_conn_poll(struct rdma_conn *c);
 static void rdma_work(void *arg);
-static void rdma_tick(void *arg);
 
 static struct rdma_conn *rdma_conn_of(struct zl_xport_conn *c)
 {
 	return ZL_CONTAINER_OF(c, struct rdma_conn, base);
 }
 
+static struct rdma_req *rdma_req_of(struct xport_req *r)
+{
+	return ZL_CONTAINER_OF(r, struct rdma_req, base);
+}
+
 static bool rdma_warn_ok(struct zl_xport *x)
 {
-	return zl_ratelimit_ok(&x->warn_rl, RDMA_WARN_PER_SEC);
+	return xport_warn_ok(x);
 }
 
 static void rdma_proto_fail(struct rdma_conn *c, const char *why)
@@ -337,25 +322,6 @@ static int rdma_hs_decode(const void *buf, size_t len, struct rdma_hs *h)
 	if (h->count == 0 || h->count > XPORT_MAX_MAX_INFLIGHT || h->max_msg < RDMA_MSG_SIZE)
 		return -ZL_ERR_PROTO;
 	return 0;
-}
-
-static void rdma_format_peer(struct sockaddr *sa, char *out, size_t len)
-{
-	char ip[INET6_ADDRSTRLEN] = "?";
-
-	if (sa && sa->sa_family == AF_INET) {
-		struct sockaddr_in *a = (struct sockaddr_in *)sa;
-
-		inet_ntop(AF_INET, &a->sin_addr, ip, sizeof(ip));
-		snprintf(out, len, "%s:%u", ip, ntohs(a->sin_port));
-	} else if (sa && sa->sa_family == AF_INET6) {
-		struct sockaddr_in6 *a = (struct sockaddr_in6 *)sa;
-
-		inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof(ip));
-		snprintf(out, len, "[%s]:%u", ip, ntohs(a->sin6_port));
-	} else {
-		snprintf(out, len, "?");
-	}
 }
 
 static int rdma_set_nonblock(int fd)
@@ -655,30 +621,18 @@ static int rdma_srq_fill(struct zl_xport *x, struct rdma_xdev *xd, uint32_t want
 
 static void rdma_busy_add(struct rdma_conn *c)
 {
-	struct rdma_xport *tx = c->tx;
-
 	c->idle = 0;
 	if (c->busy || c->base.closing)
 		return;
 	c->busy = true;
-	c->busy_prev = NULL;
-	c->busy_next = tx->busy;
-	if (tx->busy)
-		tx->busy->busy_prev = c;
-	tx->busy = c;
+	xport_list_push(&c->tx->busy, &c->busy_link);
 }
 
 static void rdma_busy_del(struct rdma_conn *c)
 {
 	if (!c->busy)
 		return;
-	if (c->busy_prev)
-		c->busy_prev->busy_next = c->busy_next;
-	else
-		c->tx->busy = c->busy_next;
-	if (c->busy_next)
-		c->busy_next->busy_prev = c->busy_prev;
-	c->busy_prev = c->busy_next = NULL;
+	xport_list_del(&c->tx->busy, &c->busy_link);
 	c->busy = false;
 }
 
@@ -690,12 +644,13 @@ static int rdma_poller(void *arg)
 	struct rdma_xport *tx = arg;
 	int work = 0;
 
-	for (struct rdma_conn *c = tx->busy, *next; c; c = next) {
+	for (struct xport_link *l = tx->busy.head, *next; l; l = next) {
+		struct rdma_conn *c = ZL_CONTAINER_OF(l, struct rdma_conn, busy_link);
 		int n;
 
 		/* Connections are freed only by deferred close work, never
 		 * while this runs, so next stays valid. */
-		next = c->busy_next;
+		next = l->next;
 		zl_xport_conn_get(&c->base);
 		n = rdma_conn_poll(c);
 		if (n > 0) {
@@ -716,7 +671,7 @@ static int rdma_poller(void *arg)
 			rdma_busy_del(c);
 		zl_xport_conn_put(&c->base);
 	}
-	return work + (tx->busy ? 1 : 0);
+	return work + (tx->busy.head ? 1 : 0);
 }
 
 /* Completion channel: a sleeping CQ got a completion. */
@@ -828,39 +783,16 @@ static int rdma_recv_post(struct rdma_conn *c, uint32_t idx)
 
 /* ---- client requests ---- */
 
-static void rdma_fl_unlink(struct rdma_conn *c, struct rdma_req *r)
+/* Request layer hook: the bounce buffers go before the callback runs. */
+static void rdma_req_release(struct zl_xport_conn *bc, struct xport_req *br)
 {
-	if (r->prev)
-		r->prev->next = r->next;
-	else
-		c->fl_head = r->next;
-	if (r->next)
-		r->next->prev = r->prev;
-	else
-		c->fl_tail = r->prev;
-	r->prev = r->next = NULL;
-}
+	struct rdma_req *r = rdma_req_of(br);
 
-static void rdma_req_finish(struct rdma_conn *c, struct rdma_req *r, int status,
-			    const struct zl_wire_hdr *rep)
-{
-	zl_xport_reply_cb cb = r->cb;
-	void *arg = r->arg;
-
-	rdma_fl_unlink(c, r);
 	if (r->bounce_in)
-		zl_xport_buf_free(c->base.x, r->bounce_in);
+		zl_xport_buf_free(bc->x, r->bounce_in);
 	if (r->bounce_out)
-		zl_xport_buf_free(c->base.x, r->bounce_out);
+		zl_xport_buf_free(bc->x, r->bounce_out);
 	r->bounce_in = r->bounce_out = NULL;
-	r->state = RDMA_REQ_FREE;
-	r->gen++;
-	r->cb = NULL;
-	r->in = NULL;
-	r->next = c->req_free;
-	c->req_free = r;
-	c->base.inflight--;
-	cb(arg, status, rep);
 }
 
 static int rdma_req_post(struct rdma_conn *c, struct rdma_req *r)
@@ -888,8 +820,8 @@ static void rdma_cli_recv(struct rdma_conn *c, uint32_t idx, uint32_t len)
 	const uint8_t *buf = rdma_slab_at(&c->slab, c->n_reqs + idx);
 	struct zl_wire_hdr h;
 	const char *why = "?";
+	struct xport_req *br;
 	struct rdma_req *r;
-	uint64_t slot;
 	int status = 0;
 
 	if (zl_wire_decode(buf, len, &h, &why)) {
@@ -900,18 +832,18 @@ static void rdma_cli_recv(struct rdma_conn *c, uint32_t idx, uint32_t len)
 		rdma_proto_fail(c, "request on a client connection");
 		return;
 	}
-	slot = h.req_id & 0xffffffffu;
-	r = slot < c->n_reqs ? &c->reqs[slot] : NULL;
-	if (!r || r->state != RDMA_REQ_SENT || r->gen != (uint32_t)(h.req_id >> 32)) {
-		rdma_proto_fail(c, "reply to an unknown or stale request id");
+	br = xport_req_lookup(&c->base, &h, &why);
+	if (!br) {
+		rdma_proto_fail(c, why);
 		return;
 	}
-	if (h.opcode != r->opcode) {
-		rdma_proto_fail(c, "reply opcode differs from the request");
+	r = rdma_req_of(br);
+	if (r->state != RDMA_REQ_SENT) {
+		rdma_proto_fail(c, "reply to a request that was not sent yet");
 		return;
 	}
 	if (h.flags & ZL_WF_RDMA) {
-		const uint8_t *src = r->bounce_in ? r->bounce_in : r->in;
+		const uint8_t *src = r->bounce_in ? r->bounce_in : br->in;
 
 		if (!r->has_in_desc) {
 			rdma_proto_fail(c, "RDMA reply to a request without a descriptor");
@@ -922,7 +854,7 @@ static void rdma_cli_recv(struct rdma_conn *c, uint32_t idx, uint32_t len)
 		} else if (zl_crc32c(src, h.length) != h.payload_crc) {
 			status = -ZL_ERR_CORRUPT;
 		} else if (r->bounce_in) {
-			memcpy(r->in, r->bounce_in, h.length);
+			memcpy(br->in, r->bounce_in, h.length);
 		}
 		h.flags &= (uint8_t)~ZL_WF_RDMA;
 		h.payload_len = h.length;
@@ -931,63 +863,43 @@ static void rdma_cli_recv(struct rdma_conn *c, uint32_t idx, uint32_t len)
 			rdma_proto_fail(c, "message shorter than its payload");
 			return;
 		}
-		if (!r->in || h.payload_len > r->in_cap)
+		if (!br->in || h.payload_len > br->in_cap)
 			status = -ZL_ERR_PROTO;
 		else if (zl_crc32c(buf + ZL_WIRE_HDR_SIZE, h.payload_len) != h.payload_crc)
 			status = -ZL_ERR_CORRUPT;
 		else
-			memcpy(r->in, buf + ZL_WIRE_HDR_SIZE, h.payload_len);
+			memcpy(br->in, buf + ZL_WIRE_HDR_SIZE, h.payload_len);
 	}
 	if (status && rdma_warn_ok(c->base.x))
 		ZL_LOG_WARN("xport",
 			    "bad reply data transport=rdma peer=%s op=%s length=%u in_cap=%u err=%s; "
 			    "failing the request",
-			    c->base.peer, zl_wire_op_name(h.opcode), h.length, r->in_cap,
+			    c->base.peer, zl_wire_op_name(h.opcode), h.length, br->in_cap,
 			    zl_errname(status));
 	c->credits++;
 	if (rdma_recv_post(c, idx))
 		rdma_conn_close(&c->base, -ZL_ERR_CONN);
-	rdma_req_finish(c, r, status, status ? NULL : &h);
+	xport_req_finish(&c->base, br, status, status ? NULL : &h);
 }
 
-static int rdma_request(struct zl_xport_conn *bc, struct zl_wire_hdr *hdr, const void *out,
-			uint32_t out_len, void *in, uint32_t in_cap, zl_xport_reply_cb cb, void *arg)
+static int rdma_request(struct zl_xport_conn *bc, struct xport_req *br,
+			const struct zl_wire_hdr *hdr, const void *out, uint32_t out_len)
 {
 	struct rdma_conn *c = rdma_conn_of(bc);
 	struct zl_xport *x = bc->x;
-	struct rdma_req *r = c->req_free;
-	struct zl_wire_hdr h;
+	struct rdma_req *r = rdma_req_of(br);
+	struct zl_wire_hdr h = *hdr;
 	struct zl_wire_rdma_desc d = {0};
-	const char *why = "?";
 	bool desc = false;
-	int rc;
 
-	if (hdr->flags & (ZL_WF_REPLY | ZL_WF_RDMA))
-		return -ZL_ERR_INVAL;
-	if (!r)
-		return -ZL_ERR_BUSY;
-	hdr->version = ZL_WIRE_VERSION;
-	hdr->status = 0;
-	hdr->req_id = ((uint64_t)r->gen << 32) | r->slot;
-	hdr->payload_len = out_len;
-	hdr->payload_crc = out_len ? zl_crc32c(out, out_len) : 0;
-	rc = zl_wire_check(hdr, 0, &why);
-	if (rc) {
-		if (rdma_warn_ok(x))
-			ZL_LOG_WARN("xport",
-				    "refusing to send an invalid request op=%s reason=\"%s\"",
-				    zl_wire_op_name(hdr->opcode), why);
-		return rc;
-	}
-	h = *hdr;
 	r->has_in_desc = false;
 	r->in_len = 0;
-	if (hdr->opcode == ZL_OP_READ && in_cap) {
+	if (hdr->opcode == ZL_OP_READ && br->in_cap) {
 		/* The server RDMA-WRITEs the data straight into `in`. */
-		uint32_t n = ZL_MIN(in_cap, ZL_MIN(hdr->length, ZL_WIRE_MAX_IO));
-		uint8_t *dst = in;
+		uint32_t n = ZL_MIN(br->in_cap, ZL_MIN(hdr->length, ZL_WIRE_MAX_IO));
+		uint8_t *dst = br->in;
 
-		if (!zl_xport_buf_owned(x, in, n)) {
+		if (!zl_xport_buf_owned(x, dst, n)) {
 			r->bounce_in = zl_xport_buf_alloc(x, n);
 			if (!r->bounce_in)
 				return -ENOMEM;
@@ -1016,7 +928,7 @@ static int rdma_request(struct zl_xport_conn *bc, struct zl_wire_hdr *hdr, const
 		d.len = out_len;
 		desc = true;
 	}
-	r->msg = rdma_slab_at(&c->slab, r->slot);
+	r->msg = rdma_slab_at(&c->slab, br->slot);
 	if (desc) {
 		h.flags |= ZL_WF_RDMA;
 		h.payload_len = ZL_WIRE_RDMA_DESC_SIZE;
@@ -1029,23 +941,7 @@ static int rdma_request(struct zl_xport_conn *bc, struct zl_wire_hdr *hdr, const
 			memcpy(r->msg + ZL_WIRE_HDR_SIZE, out, out_len);
 		r->msg_len = ZL_WIRE_HDR_SIZE + out_len;
 	}
-	c->req_free = r->next;
-	r->next = NULL;
 	r->state = RDMA_REQ_QUEUED;
-	r->opcode = hdr->opcode;
-	r->fail = 0;
-	r->deadline_ns = zl_now_ns() + (uint64_t)x->opts.timeout_ms * 1000000ull;
-	r->in = in;
-	r->in_cap = in_cap;
-	r->cb = cb;
-	r->arg = arg;
-	r->prev = c->fl_tail;
-	if (c->fl_tail)
-		c->fl_tail->next = r;
-	else
-		c->fl_head = r;
-	c->fl_tail = r;
-	bc->inflight++;
 	rdma_bl_push(c, &r->bl, RDMA_BL_REQ);
 	rdma_bl_run(c);
 	return 0;
@@ -1069,8 +965,8 @@ static void rdma_announce(struct rdma_conn *c)
 	if (c->announced)
 		return;
 	c->announced = true;
-	if (c->sops->on_conn)
-		c->sops->on_conn(c->sarg, &c->base);
+	if (c->base.sops->on_conn)
+		c->base.sops->on_conn(c->base.sarg, &c->base);
 }
 
 static void rdma_announce_cb(void *arg)
@@ -1153,7 +1049,7 @@ static void rdma_srv_recv(struct rdma_conn *c, const uint8_t *buf, uint32_t len)
 	s->data_len = h.payload_len;
 	s->pl_state = h.payload_len ? RDMA_PL_UNDECIDED : RDMA_PL_NONE;
 	c->cur_inline = has_desc ? NULL : buf + ZL_WIRE_HDR_SIZE;
-	c->sops->on_request(c->sarg, &c->base, &h, h.payload_len ? &s->pl : NULL);
+	c->base.sops->on_request(c->base.sarg, &c->base, &h, h.payload_len ? &s->pl : NULL);
 	c->cur_inline = NULL;
 	if (s->pl_state == RDMA_PL_UNDECIDED) {
 		if (!c->base.closing && rdma_warn_ok(c->base.x))
@@ -1313,7 +1209,7 @@ static void rdma_reply_done(struct rdma_conn *c, struct rdma_sreq *s, int status
 		cb(arg, status);
 }
 
-static int rdma_reply(struct zl_xport_conn *bc, struct zl_wire_hdr *rep, const void *data,
+static int rdma_reply(struct zl_xport_conn *bc, const struct zl_wire_hdr *rep, const void *data,
 		      uint32_t len, zl_xport_done_cb sent_cb, void *arg)
 {
 	struct rdma_conn *c = rdma_conn_of(bc);
@@ -1321,12 +1217,8 @@ static int rdma_reply(struct zl_xport_conn *bc, struct zl_wire_hdr *rep, const v
 	uint64_t slot = rep->req_id & 0xffffffffu;
 	struct rdma_sreq *s = slot < c->peer_slots ? c->by_slot[slot] : NULL;
 	struct zl_wire_hdr h;
-	const char *why = "?";
 	bool inline_data = len > 0;
-	int rc;
 
-	if (!(rep->flags & ZL_WF_REPLY) || (rep->flags & ZL_WF_RDMA))
-		return -ZL_ERR_INVAL;
 	if (!s || s->req_id != rep->req_id || s->state != RDMA_SREQ_ACTIVE) {
 		if (rdma_warn_ok(x))
 			ZL_LOG_ERR("xport",
@@ -1334,16 +1226,6 @@ static int rdma_reply(struct zl_xport_conn *bc, struct zl_wire_hdr *rep, const v
 				   "req_id=%llu (server bug)",
 				   bc->peer, (unsigned long long)rep->req_id);
 		return -ZL_ERR_INVAL;
-	}
-	rep->version = ZL_WIRE_VERSION;
-	rep->payload_len = len;
-	rep->payload_crc = len ? zl_crc32c(data, len) : 0;
-	rc = zl_wire_check(rep, 0, &why);
-	if (rc) {
-		if (rdma_warn_ok(x))
-			ZL_LOG_WARN("xport", "refusing to send an invalid reply op=%s reason=\"%s\"",
-				    zl_wire_op_name(rep->opcode), why);
-		return rc;
 	}
 	h = *rep;
 	s->rwrite = false;
@@ -1582,7 +1464,7 @@ static void rdma_conn_free(struct zl_xport_conn *bc)
 	 * or from a failed setup. */
 	rdma_conn_teardown(c);
 	free(c->ring);
-	free(c->reqs);
+	xport_conn_fini(bc);
 	free(c->sreqs);
 	free(c->by_slot);
 	free(c);
@@ -1671,14 +1553,9 @@ static int rdma_conn_new(struct rdma_xport *tx, struct rdma_xdev *xd, struct rdm
 			c->sreq_free = s;
 		}
 	} else {
-		c->reqs = calloc(n, sizeof(*c->reqs));
-		if (!c->reqs)
+		if (xport_reqs_init(&c->base, n, sizeof(struct rdma_req),
+				    offsetof(struct rdma_req, base)))
 			goto out_nomem;
-		for (uint32_t i = n; i-- > 0;) {
-			c->reqs[i].slot = i;
-			c->reqs[i].next = c->req_free;
-			c->req_free = &c->reqs[i];
-		}
 		for (uint32_t i = 0; i < n; i++) {
 			rc = rdma_recv_post(c, i);
 			if (rc)
@@ -1707,7 +1584,6 @@ static void rdma_close_work(void *arg)
 {
 	struct rdma_conn *c = arg;
 	struct zl_xport *x = c->base.x;
-	struct rdma_xport *tx = c->tx;
 
 	/* No DMA into or out of any buffer after this. */
 	rdma_conn_teardown(c);
@@ -1740,25 +1616,11 @@ static void rdma_close_work(void *arg)
 				cb(s->sent_arg, -ZL_ERR_CONN);
 		}
 	}
-	/* Every request still in flight fails, oldest first. */
-	while (c->fl_head) {
-		struct rdma_req *r = c->fl_head;
-
-		rdma_req_finish(c, r, r->fail ? r->fail : -ZL_ERR_CONN, NULL);
-	}
+	xport_reqs_fail_all(&c->base);
 	rdma_slab_fini(x, &c->slab);
-	c->base.closed = true;
-	if (c->base.server) {
+	if (c->base.server)
 		rdma_announce(c);
-		if (c->sops->on_close)
-			c->sops->on_close(c->sarg, &c->base, c->close_reason);
-	} else if (c->on_close) {
-		c->on_close(c->close_arg, &c->base, c->close_reason);
-	}
-	xport_conn_unlink(&c->base);
-	if (!c->base.server && --tx->n_clients == 0)
-		zl_timer_stop(c->loop, &tx->tick);
-	zl_xport_conn_put(&c->base);
+	xport_conn_closed(&c->base);
 }
 
 static void rdma_conn_close(struct zl_xport_conn *bc, int reason)
@@ -1768,7 +1630,7 @@ static void rdma_conn_close(struct zl_xport_conn *bc, int reason)
 	if (bc->closing)
 		return;
 	bc->closing = true;
-	c->close_reason = reason;
+	bc->close_reason = reason;
 	/* The QP goes to the error state now: the peer can no longer read or
 	 * write our buffers, which callers get back in the close work. */
 	if (c->id && c->id->qp)
@@ -1826,7 +1688,6 @@ static void rdma_conn_cm_cb(void *arg, uint32_t events)
 /* Registers the connection's own CM channel on the loop and links it. */
 static int rdma_conn_start(struct rdma_conn *c, struct rdma_event_channel *ch)
 {
-	struct rdma_xport *tx = c->tx;
 	int rc;
 
 	c->ch = ch;
@@ -1837,11 +1698,8 @@ static int rdma_conn_start(struct rdma_conn *c, struct rdma_event_channel *ch)
 	if (rc)
 		return rc;
 	c->ch_in_loop = true;
-	rdma_format_peer(rdma_get_peer_addr(c->id), c->base.peer, sizeof(c->base.peer));
+	xport_format_peer(rdma_get_peer_addr(c->id), c->base.peer, sizeof(c->base.peer));
 	xport_conn_link(&c->base);
-	if (!c->base.server && tx->n_clients++ == 0)
-		zl_timer_start(c->loop, &tx->tick, RDMA_TICK_MS, RDMA_TICK_MS, rdma_tick,
-			       c->base.x);
 	return 0;
 }
 
@@ -2032,8 +1890,8 @@ static int rdma_xport_connect(struct zl_xport *x, const char *host, uint16_t por
 	if (rc)
 		goto out_conn;
 	c->credits = ZL_MIN(hs.count, c->n_reqs);
-	c->on_close = on_close;
-	c->close_arg = arg;
+	c->base.on_close = on_close;
+	c->base.close_arg = arg;
 	rc = rdma_conn_start(c, ch);
 	if (rc) {
 		c->ch = NULL; /* freed below */
@@ -2110,8 +1968,8 @@ static void rdma_accept_one(struct rdma_listener *l, struct rdma_cm_id *id,
 		return;
 	}
 	xd->srq_reserved += credits;
-	c->sops = l->ops;
-	c->sarg = l->arg;
+	c->base.sops = l->ops;
+	c->base.sarg = l->arg;
 	ch = rdma_create_event_channel();
 	if (!ch || rdma_migrate_id(id, ch)) {
 		rc = errno ? -errno : -ENOMEM;
@@ -2267,32 +2125,6 @@ static void rdma_listener_close(struct zl_xport_listener *bl)
 	free(l);
 }
 
-/* ---- timeouts ---- */
-
-static void rdma_tick(void *arg)
-{
-	struct zl_xport *x = arg;
-	uint64_t now = zl_now_ns();
-
-	for (struct zl_xport_conn *bc = x->conns, *next; bc; bc = next) {
-		struct rdma_conn *c = rdma_conn_of(bc);
-		struct rdma_req *r;
-
-		next = bc->next;
-		if (bc->server || bc->closing || !c->fl_head || c->fl_head->deadline_ns > now)
-			continue;
-		for (r = c->fl_head; r && r->deadline_ns <= now; r = r->next)
-			r->fail = -ZL_ERR_TIMEOUT;
-		if (rdma_warn_ok(x))
-			ZL_LOG_WARN("xport",
-				    "request timed out transport=rdma peer=%s op=%s timeout_ms=%u "
-				    "inflight=%u; closing connection",
-				    bc->peer, zl_wire_op_name(c->fl_head->opcode), x->opts.timeout_ms,
-				    bc->inflight);
-		rdma_conn_close(bc, -ZL_ERR_TIMEOUT);
-	}
-}
-
 /* ---- transport ---- */
 
 /* CAP_IPC_LOCK lifts the memlock limit for verbs registrations. */
@@ -2371,7 +2203,6 @@ static void rdma_fini(struct zl_xport *x)
 
 	if (!tx)
 		return;
-	zl_timer_stop(x->loop, &tx->tick);
 	zl_loop_del_poller(x->loop, &tx->poller);
 	while (tx->xdevs) {
 		struct rdma_xdev *xd = tx->xdevs;
@@ -2411,6 +2242,7 @@ const struct xport_ops xport_rdma_ops = {
     .conn_close_now = rdma_conn_close_now,
     .conn_free = rdma_conn_free,
     .request = rdma_request,
+    .req_release = rdma_req_release,
     .fetch = rdma_fetch,
     .discard = rdma_discard,
     .reply = rdma_reply,
