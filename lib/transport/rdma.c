@@ -243,8 +243,6 @@ struct rdma_listener {
 	struct rdma_event_channel *ch;
 	struct rdma_cm_id *id;
 	struct zl_loop_handle h;
-	const struct zl_xport_server_ops *ops;
-	void *arg;
 	char host[64];
 };
 
@@ -1780,24 +1778,6 @@ static int rdma_cm_wait(struct rdma_event_channel *ch, struct zl_loop *loop, uin
 	}
 }
 
-static int rdma_resolve(const char *host, uint16_t port, int passive, struct addrinfo **res)
-{
-	struct addrinfo hints = {.ai_family = AF_UNSPEC,
-				 .ai_socktype = SOCK_STREAM,
-				 .ai_flags = AI_NUMERICSERV | passive};
-	char portstr[8];
-	int gai;
-
-	snprintf(portstr, sizeof(portstr), "%u", port);
-	gai = getaddrinfo(host, portstr, &hints, res);
-	if (gai) {
-		ZL_LOG_WARN("xport", "cannot resolve host=%s err=\"%s\"; check the address", host,
-			    gai_strerror(gai));
-		return gai == EAI_MEMORY ? -ENOMEM : -EHOSTUNREACH;
-	}
-	return 0;
-}
-
 /* Resolves address and route of host:port on a fresh id of ch. */
 static int rdma_resolve_id(struct rdma_event_channel *ch, struct zl_loop *loop, const char *host,
 			   uint16_t port, uint64_t deadline_ms, struct rdma_cm_id **out)
@@ -1806,7 +1786,7 @@ static int rdma_resolve_id(struct rdma_event_channel *ch, struct zl_loop *loop, 
 	struct addrinfo *res;
 	int tmo, rc;
 
-	rc = rdma_resolve(host, port, 0, &res);
+	rc = xport_resolve(host, port, false, &res);
 	if (rc)
 		return rc;
 	if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP)) {
@@ -1968,8 +1948,8 @@ static void rdma_accept_one(struct rdma_listener *l, struct rdma_cm_id *id,
 		return;
 	}
 	xd->srq_reserved += credits;
-	c->base.sops = l->ops;
-	c->base.sarg = l->arg;
+	c->base.sops = l->base.sops;
+	c->base.sarg = l->base.sarg;
 	ch = rdma_create_event_channel();
 	if (!ch || rdma_migrate_id(id, ch)) {
 		rc = errno ? -errno : -ENOMEM;
@@ -2036,25 +2016,16 @@ static void rdma_lis_cb(void *arg, uint32_t events)
 	}
 }
 
-static int rdma_xport_listen(struct zl_xport *x, const char *host, uint16_t port,
-		       const struct zl_xport_server_ops *ops, void *arg,
-		       struct zl_xport_listener **out)
+static int rdma_xport_listen(struct zl_xport *x, const char *host, const struct addrinfo *ai,
+			     struct zl_xport_listener **out)
 {
 	struct rdma_listener *l;
-	struct addrinfo *res;
 	int rc;
 
-	rc = rdma_resolve(host, port, AI_PASSIVE, &res);
-	if (rc)
-		return rc;
 	l = calloc(1, sizeof(*l));
-	if (!l) {
-		rc = -ENOMEM;
-		goto out_res;
-	}
+	if (!l)
+		return -ENOMEM;
 	l->tx = x->impl;
-	l->ops = ops;
-	l->arg = arg;
 	snprintf(l->host, sizeof(l->host), "%s", host);
 	l->ch = rdma_create_event_channel();
 	if (!l->ch) {
@@ -2068,12 +2039,8 @@ static int rdma_xport_listen(struct zl_xport *x, const char *host, uint16_t port
 		rc = -errno;
 		goto out_ch;
 	}
-	if (rdma_bind_addr(l->id, res->ai_addr) || rdma_listen(l->id, 1024)) {
+	if (rdma_bind_addr(l->id, ai->ai_addr) || rdma_listen(l->id, 1024)) {
 		rc = -errno;
-		ZL_LOG_ERR("xport",
-			   "cannot listen transport=rdma host=%s port=%u err=%s; is the port in "
-			   "use, is the address on an RDMA device?",
-			   host, port, zl_strerror(rc));
 		goto out_id;
 	}
 	if (!l->id->verbs && strcmp(host, "0.0.0.0") && strcmp(host, "::"))
@@ -2089,9 +2056,6 @@ static int rdma_xport_listen(struct zl_xport *x, const char *host, uint16_t port
 	l->all_next = rdma_lis_all;
 	rdma_lis_all = l;
 	pthread_mutex_unlock(&rdma_lis_lock);
-	xport_listener_link(x, &l->base);
-	freeaddrinfo(res);
-	ZL_LOG_DEBUG("xport", "listening transport=rdma host=%s port=%u", host, l->base.port);
 	*out = &l->base;
 	return 0;
 
@@ -2101,8 +2065,6 @@ out_ch:
 	rdma_destroy_event_channel(l->ch);
 out_free:
 	free(l);
-out_res:
-	freeaddrinfo(res);
 	return rc;
 }
 
@@ -2121,7 +2083,6 @@ static void rdma_listener_close(struct zl_xport_listener *bl)
 	zl_loop_del(bl->x->loop, &l->h);
 	rdma_destroy_id(l->id);
 	rdma_destroy_event_channel(l->ch);
-	xport_listener_unlink(bl);
 	free(l);
 }
 

@@ -138,8 +138,6 @@ struct tcp_listener {
 	struct zl_xport_listener base;
 	int fd;
 	struct zl_loop_handle h;
-	const struct zl_xport_server_ops *ops;
-	void *arg;
 };
 
 static struct tcp_conn *tcp_conn_of(struct zl_xport_conn *c)
@@ -186,23 +184,6 @@ static void tcp_proto_fail(struct tcp_conn *c, const char *why)
 			    "invalid frame peer=%s side=%s reason=\"%s\"; closing connection",
 			    c->base.peer, c->base.server ? "server" : "client", why);
 	tcp_conn_close(&c->base, -ZL_ERR_PROTO);
-}
-
-static int tcp_gai_err(int gai)
-{
-	switch (gai) {
-	case EAI_MEMORY:
-		return -ENOMEM;
-	case EAI_NONAME:
-	case EAI_AGAIN:
-	case EAI_FAIL:
-	case EAI_NODATA:
-		return -EHOSTUNREACH;
-	case EAI_SYSTEM:
-		return errno ? -errno : -EIO;
-	default:
-		return -EINVAL;
-	}
 }
 
 /* ---- request and reply slots ---- */
@@ -851,22 +832,14 @@ out_close:
 static int tcp_connect(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
 		       zl_xport_close_cb on_close, void *arg, struct zl_xport_conn **out)
 {
-	struct addrinfo hints = {
-	    .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
 	uint64_t deadline_ms = zl_now_ms() + (uint64_t)timeout_ms;
 	struct addrinfo *res, *ai;
 	struct tcp_conn *c;
-	char portstr[8];
-	int fd = -1, rc, gai;
+	int fd = -1, rc;
 
-	snprintf(portstr, sizeof(portstr), "%u", port);
-	gai = getaddrinfo(host, portstr, &hints, &res);
-	if (gai) {
-		rc = tcp_gai_err(gai);
-		ZL_LOG_WARN("xport", "cannot resolve host=%s err=\"%s\"; check the address", host,
-			    gai_strerror(gai));
+	rc = xport_resolve(host, port, false, &res);
+	if (rc)
 		return rc;
-	}
 	rc = -EHOSTUNREACH;
 	for (ai = res; ai; ai = ai->ai_next) {
 		rc = tcp_connect_one(ai, deadline_ms, &fd);
@@ -995,8 +968,8 @@ static void tcp_accept_cb(void *arg, uint32_t events)
 			close(fd);
 			continue;
 		}
-		c->base.sops = l->ops;
-		c->base.sarg = l->arg;
+		c->base.sops = l->base.sops;
+		c->base.sarg = l->base.sarg;
 		rc = tcp_conn_start(c);
 		if (rc) {
 			ZL_LOG_WARN("xport", "dropping accepted connection port=%u err=%s",
@@ -1005,50 +978,32 @@ static void tcp_accept_cb(void *arg, uint32_t events)
 			continue;
 		}
 		ZL_LOG_DEBUG("xport", "accepted peer=%s port=%u", c->base.peer, l->base.port);
-		if (l->ops->on_conn)
-			l->ops->on_conn(l->arg, &c->base);
+		if (l->base.sops->on_conn)
+			l->base.sops->on_conn(l->base.sarg, &c->base);
 	}
 }
 
-static int tcp_listen(struct zl_xport *x, const char *host, uint16_t port,
-		      const struct zl_xport_server_ops *ops, void *arg,
+static int tcp_listen(struct zl_xport *x, const char *host, const struct addrinfo *ai,
 		      struct zl_xport_listener **out)
 {
-	struct addrinfo hints = {.ai_family = AF_UNSPEC,
-				 .ai_socktype = SOCK_STREAM,
-				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
 	struct tcp_listener *l;
-	struct addrinfo *res;
-	char portstr[8];
-	int one = 1, rc, gai;
+	int one = 1, rc;
 
-	snprintf(portstr, sizeof(portstr), "%u", port);
-	gai = getaddrinfo(host, portstr, &hints, &res);
-	if (gai) {
-		ZL_LOG_ERR("xport", "cannot resolve listen address host=%s err=\"%s\"", host,
-			   gai_strerror(gai));
-		return tcp_gai_err(gai);
-	}
+	(void)host;
 	l = calloc(1, sizeof(*l));
-	if (!l) {
-		rc = -ENOMEM;
-		goto out_res;
-	}
-	l->ops = ops;
-	l->arg = arg;
-	l->fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (!l)
+		return -ENOMEM;
+	l->fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (l->fd < 0) {
 		rc = -errno;
 		goto out_free;
 	}
 	if (setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
-	    bind(l->fd, res->ai_addr, res->ai_addrlen) < 0 || listen(l->fd, TCP_BACKLOG) < 0 ||
+	    bind(l->fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(l->fd, TCP_BACKLOG) < 0 ||
 	    getsockname(l->fd, (struct sockaddr *)&ss, &sl) < 0) {
 		rc = -errno;
-		ZL_LOG_ERR("xport", "cannot listen host=%s port=%u err=%s; is the port in use?",
-			   host, port, zl_strerror(rc));
 		goto out_close;
 	}
 	l->base.port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
@@ -1056,9 +1011,6 @@ static int tcp_listen(struct zl_xport *x, const char *host, uint16_t port,
 	rc = zl_loop_add(x->loop, &l->h, l->fd, EPOLLIN, tcp_accept_cb, l);
 	if (rc)
 		goto out_close;
-	xport_listener_link(x, &l->base);
-	freeaddrinfo(res);
-	ZL_LOG_DEBUG("xport", "listening host=%s port=%u", host, l->base.port);
 	*out = &l->base;
 	return 0;
 
@@ -1066,8 +1018,6 @@ out_close:
 	close(l->fd);
 out_free:
 	free(l);
-out_res:
-	freeaddrinfo(res);
 	return rc;
 }
 
@@ -1077,7 +1027,6 @@ static void tcp_listener_close(struct zl_xport_listener *bl)
 
 	zl_loop_del(bl->x->loop, &l->h);
 	close(l->fd);
-	xport_listener_unlink(bl);
 	free(l);
 }
 

@@ -142,6 +142,7 @@ size_t xport_pool_class_size(size_t len);
 /* ---- common objects ---- */
 
 struct xport_ops;
+struct addrinfo;
 
 struct zl_xport {
 	const struct xport_ops *ops;
@@ -217,6 +218,9 @@ struct zl_xport_listener {
 	struct zl_xport *x;
 	struct xport_link link; /* x->listeners */
 	uint16_t port;
+	/* Handed to every connection it accepts. */
+	const struct zl_xport_server_ops *sops;
+	void *sarg;
 };
 
 struct zl_xport_payload {
@@ -230,9 +234,11 @@ struct xport_ops {
 	void (*fini)(struct zl_xport *x);
 	int (*connect)(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
 		       zl_xport_close_cb on_close, void *arg, struct zl_xport_conn **out);
-	int (*listen)(struct zl_xport *x, const char *host, uint16_t port,
-		      const struct zl_xport_server_ops *ops, void *arg,
+	/* Listens on ai (host as given, for messages); sets (*out)->port.
+	 * xport.c links the listener and sets its server ops. */
+	int (*listen)(struct zl_xport *x, const char *host, const struct addrinfo *ai,
 		      struct zl_xport_listener **out);
+	/* Frees a listener (xport.c unlinked it already). */
 	void (*listener_close)(struct zl_xport_listener *l);
 	/* Starts closing (idempotent); callbacks run deferred. reason: 0 for a
 	 * local close, else the negative cause handed to the close callback. */
@@ -270,8 +276,12 @@ struct sockaddr;
 bool xport_warn_ok(struct zl_xport *x);
 /* "1.2.3.4:5" or "[::1]:5" of sa, "?" for NULL or another family. */
 void xport_format_peer(const struct sockaddr *sa, char *out, size_t len);
+/* getaddrinfo of host:port for a stream socket (passive: to listen on).
+ * Returns 0 (free *res with freeaddrinfo), -EHOSTUNREACH for a name that does
+ * not resolve, -ENOMEM, -EINVAL, or the errno of a system failure. */
+int xport_resolve(const char *host, uint16_t port, bool passive, struct addrinfo **res);
 
-/* Connection and listener bookkeeping in x. Linking the first client
+/* Connection bookkeeping in x. Linking the first client
  * connection starts the timeout tick, unlinking the last stops it. */
 void xport_conn_init(struct zl_xport *x, struct zl_xport_conn *c, bool server);
 void xport_conn_link(struct zl_xport_conn *c);
@@ -281,8 +291,6 @@ void xport_conn_unlink(struct zl_xport_conn *c);
 void xport_conn_closed(struct zl_xport_conn *c);
 /* Frees what xport_conn_init and xport_reqs_init allocated. */
 void xport_conn_fini(struct zl_xport_conn *c);
-void xport_listener_link(struct zl_xport *x, struct zl_xport_listener *l);
-void xport_listener_unlink(struct zl_xport_listener *l);
 
 /* Client request slots. xport_reqs_init allocates n zeroed slots of `size`
  * bytes with their struct xport_req at offset `off`. Returns 0 or -ENOMEM. */

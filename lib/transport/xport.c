@@ -10,6 +10,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +89,8 @@ static const struct xport_ops *xport_ops_for(enum zl_xport_kind kind)
 	return NULL;
 }
 
+static void xport_listener_close(struct zl_xport_listener *l);
+
 int zl_xport_create(struct zl_loop *loop, const struct zl_xport_opts *opts, struct zl_xport **out)
 {
 	struct zl_xport *x;
@@ -141,7 +144,7 @@ void zl_xport_destroy(struct zl_xport *x)
 		return;
 	x->destroying = true;
 	while (x->listeners.head)
-		x->ops->listener_close(
+		xport_listener_close(
 		    ZL_CONTAINER_OF(x->listeners.head, struct zl_xport_listener, link));
 	/* Close work unlinks each connection; callbacks may close others. */
 	while (x->conns.head)
@@ -204,6 +207,35 @@ void xport_format_peer(const struct sockaddr *sa, char *out, size_t len)
 	}
 }
 
+int xport_resolve(const char *host, uint16_t port, bool passive, struct addrinfo **res)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC,
+				 .ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0)};
+	char portstr[8];
+	int gai;
+
+	snprintf(portstr, sizeof(portstr), "%u", port);
+	gai = getaddrinfo(host, portstr, &hints, res);
+	if (!gai)
+		return 0;
+	ZL_LOG_WARN("xport", "cannot resolve %s host=%s err=\"%s\"; check the address",
+		    passive ? "the listen address" : "the peer", host, gai_strerror(gai));
+	switch (gai) {
+	case EAI_MEMORY:
+		return -ENOMEM;
+	case EAI_NONAME:
+	case EAI_AGAIN:
+	case EAI_FAIL:
+	case EAI_NODATA:
+		return -EHOSTUNREACH;
+	case EAI_SYSTEM:
+		return errno ? -errno : -EIO;
+	default:
+		return -EINVAL;
+	}
+}
+
 static void xport_tick(void *arg);
 
 void xport_conn_init(struct zl_xport *x, struct zl_xport_conn *c, bool server)
@@ -255,16 +287,10 @@ void xport_conn_closed(struct zl_xport_conn *c)
 	zl_xport_conn_put(c);
 }
 
-void xport_listener_link(struct zl_xport *x, struct zl_xport_listener *l)
-{
-	l->x = x;
-	l->ops = x->ops;
-	xport_list_push(&x->listeners, &l->link);
-}
-
-void xport_listener_unlink(struct zl_xport_listener *l)
+static void xport_listener_close(struct zl_xport_listener *l)
 {
 	xport_list_del(&l->x->listeners, &l->link);
+	l->ops->listener_close(l);
 }
 
 /* ---- request slots ---- */
@@ -547,11 +573,36 @@ int zl_xport_listen(struct zl_xport *x, const char *host, uint16_t port,
 		    const struct zl_xport_server_ops *ops, void *arg,
 		    struct zl_xport_listener **out)
 {
+	struct addrinfo *res;
+	int rc;
+
 	if (!x || !ops || !ops->on_request || !out)
 		return -ZL_ERR_INVAL;
 	if (x->destroying)
 		return -ESHUTDOWN;
-	return x->ops->listen(x, host ? host : "0.0.0.0", port, ops, arg, out);
+	if (!host)
+		host = "0.0.0.0";
+	rc = xport_resolve(host, port, true, &res);
+	if (rc)
+		return rc;
+	rc = x->ops->listen(x, host, res, out);
+	freeaddrinfo(res);
+	if (rc) {
+		ZL_LOG_ERR("xport", "cannot listen transport=%s host=%s port=%u err=%s; %s",
+			   zl_xport_kind_name(x->ops->kind), host, port, zl_strerror(rc),
+			   x->ops->kind == ZL_XPORT_RDMA
+			       ? "is the port in use, is the address on an RDMA device?"
+			       : "is the port in use?");
+		return rc;
+	}
+	(*out)->x = x;
+	(*out)->ops = x->ops;
+	(*out)->sops = ops;
+	(*out)->sarg = arg;
+	xport_list_push(&x->listeners, &(*out)->link);
+	ZL_LOG_DEBUG("xport", "listening transport=%s host=%s port=%u",
+		     zl_xport_kind_name(x->ops->kind), host, (*out)->port);
+	return 0;
 }
 
 uint16_t zl_xport_listener_port(const struct zl_xport_listener *l)
@@ -562,7 +613,7 @@ uint16_t zl_xport_listener_port(const struct zl_xport_listener *l)
 void zl_xport_listener_close(struct zl_xport_listener *l)
 {
 	if (l)
-		l->ops->listener_close(l);
+		xport_listener_close(l);
 }
 
 int zl_xport_fetch(struct zl_xport_payload *p, void *buf, uint32_t len, zl_xport_done_cb cb,
