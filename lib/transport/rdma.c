@@ -46,15 +46,15 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
-#define RDMA_RECV_BIT	  (1ull << 63)
-#define RDMA_SIGNAL_EVERY 16u
-#define RDMA_IDLE_SPINS	  64u
-#define RDMA_POLL_BATCH	  32
-#define RDMA_CQ_ACK_EVERY 64u
-#define RDMA_SLAB_CHUNK	  (1u << 20)
-#define RDMA_SRQ_MAX	  16384u
-#define RDMA_RD_ATOM_MAX  16u
-#define RDMA_INLINE_HDR	  128u /* request max_inline_data: a header-only message */
+#define RDMA_RECV_BIT	    (1ull << 63)
+#define RDMA_SIGNAL_EVERY   16u
+#define RDMA_IDLE_SPINS	    64u
+#define RDMA_POLL_BATCH	    32
+#define RDMA_CQ_ACK_EVERY   64u
+#define RDMA_SLAB_CHUNK	    (1u << 20)
+#define RDMA_SRQ_MAX	    16384u
+#define RDMA_RD_ATOM_MAX    16u
+#define RDMA_INLINE_HDR	    128u /* request max_inline_data: a header-only message */
 #define RDMA_SPIN_LISTENERS 32
 
 /* ---- process-wide device cache ---- */
@@ -270,14 +270,9 @@ static struct rdma_req *rdma_req_of(struct xport_req *r)
 	return ZL_CONTAINER_OF(r, struct rdma_req, base);
 }
 
-static bool rdma_warn_ok(struct zl_xport *x)
-{
-	return xport_warn_ok(x);
-}
-
 static void rdma_proto_fail(struct rdma_conn *c, const char *why)
 {
-	if (rdma_warn_ok(c->base.x))
+	if (xport_warn_ok(c->base.x))
 		ZL_LOG_WARN("xport",
 			    "invalid message transport=rdma peer=%s side=%s reason=\"%s\"; "
 			    "closing connection",
@@ -464,7 +459,8 @@ static struct ibv_mr *rdma_mr_of(const struct rdma_xdev *xd, const void *p, size
 
 static uint8_t *rdma_slab_at(const struct rdma_slab *s, uint32_t i)
 {
-	return s->chunks[i / RDMA_SLAB_PER_CHUNK] + (size_t)(i % RDMA_SLAB_PER_CHUNK) * RDMA_MSG_SIZE;
+	return s->chunks[i / RDMA_SLAB_PER_CHUNK] +
+	       (size_t)(i % RDMA_SLAB_PER_CHUNK) * RDMA_MSG_SIZE;
 }
 
 /* Makes at least n buffers available. */
@@ -739,7 +735,7 @@ static int rdma_post(struct rdma_conn *c, struct ibv_send_wr *wrs, uint32_t n,
 	}
 	if (ibv_post_send(c->id->qp, wrs, &bad)) {
 		rc = errno ? -errno : -EIO;
-		if (rdma_warn_ok(c->base.x))
+		if (xport_warn_ok(c->base.x))
 			ZL_LOG_WARN("xport",
 				    "RDMA post_send failed transport=rdma peer=%s err=%s; closing "
 				    "connection",
@@ -868,12 +864,13 @@ static void rdma_cli_recv(struct rdma_conn *c, uint32_t idx, uint32_t len)
 		else
 			memcpy(br->in, buf + ZL_WIRE_HDR_SIZE, h.payload_len);
 	}
-	if (status && rdma_warn_ok(c->base.x))
-		ZL_LOG_WARN("xport",
-			    "bad reply data transport=rdma peer=%s op=%s length=%u in_cap=%u err=%s; "
-			    "failing the request",
-			    c->base.peer, zl_wire_op_name(h.opcode), h.length, br->in_cap,
-			    zl_errname(status));
+	if (status && xport_warn_ok(c->base.x))
+		ZL_LOG_WARN(
+		    "xport",
+		    "bad reply data transport=rdma peer=%s op=%s length=%u in_cap=%u err=%s; "
+		    "failing the request",
+		    c->base.peer, zl_wire_op_name(h.opcode), h.length, br->in_cap,
+		    zl_errname(status));
 	c->credits++;
 	if (rdma_recv_post(c, idx))
 		rdma_conn_close(&c->base, -ZL_ERR_CONN);
@@ -1050,7 +1047,7 @@ static void rdma_srv_recv(struct rdma_conn *c, const uint8_t *buf, uint32_t len)
 	c->base.sops->on_request(c->base.sarg, &c->base, &h, h.payload_len ? &s->pl : NULL);
 	c->cur_inline = NULL;
 	if (s->pl_state == RDMA_PL_UNDECIDED) {
-		if (!c->base.closing && rdma_warn_ok(c->base.x))
+		if (!c->base.closing && xport_warn_ok(c->base.x))
 			ZL_LOG_WARN("xport",
 				    "on_request neither fetched nor discarded the payload "
 				    "transport=rdma peer=%s op=%s; discarding it (server bug)",
@@ -1085,7 +1082,7 @@ static void rdma_fetch_done(struct rdma_conn *c, struct rdma_sreq *s)
 	}
 	if (zl_crc32c(s->fetch_buf, s->data_len) != s->data_crc) {
 		status = -ZL_ERR_CORRUPT;
-		if (rdma_warn_ok(c->base.x))
+		if (xport_warn_ok(c->base.x))
 			ZL_LOG_WARN("xport",
 				    "payload CRC mismatch transport=rdma peer=%s op=%s len=%u "
 				    "req_id=%llu",
@@ -1115,7 +1112,7 @@ static int rdma_fetch(struct zl_xport_payload *p, void *buf, uint32_t len, zl_xp
 		s->fetch_status = 0;
 		if (zl_crc32c(buf, s->data_len) != s->data_crc) {
 			s->fetch_status = -ZL_ERR_CORRUPT;
-			if (rdma_warn_ok(x))
+			if (xport_warn_ok(x))
 				ZL_LOG_WARN("xport",
 					    "payload CRC mismatch transport=rdma peer=%s op=%s "
 					    "len=%u",
@@ -1164,7 +1161,8 @@ static int rdma_reply_post(struct rdma_conn *c, struct rdma_sreq *s)
 		const uint8_t *src = s->reply_bounce ? s->reply_bounce : s->rdata;
 
 		mr = rdma_mr_of(c->xd, src, s->rlen);
-		sg[0] = (struct ibv_sge){.addr = (uintptr_t)src, .length = s->rlen, .lkey = mr->lkey};
+		sg[0] =
+		    (struct ibv_sge){.addr = (uintptr_t)src, .length = s->rlen, .lkey = mr->lkey};
 		w[0].sg_list = &sg[0];
 		w[0].num_sge = 1;
 		w[0].opcode = IBV_WR_RDMA_WRITE;
@@ -1218,7 +1216,7 @@ static int rdma_reply(struct zl_xport_conn *bc, const struct zl_wire_hdr *rep, c
 	bool inline_data = len > 0;
 
 	if (!s || s->req_id != rep->req_id || s->state != RDMA_SREQ_ACTIVE) {
-		if (rdma_warn_ok(x))
+		if (xport_warn_ok(x))
 			ZL_LOG_ERR("xport",
 				   "reply to a request that is not pending transport=rdma peer=%s "
 				   "req_id=%llu (server bug)",
@@ -1241,7 +1239,7 @@ static int rdma_reply(struct zl_xport_conn *bc, const struct zl_wire_hdr *rep, c
 					return -ENOMEM;
 				memcpy(s->reply_bounce, data, len);
 			}
-		} else if (rdma_warn_ok(x)) {
+		} else if (xport_warn_ok(x)) {
 			/* The client fails the request (-ZL_ERR_PROTO). */
 			ZL_LOG_WARN("xport",
 				    "reply data larger than the client's buffer transport=rdma "
@@ -1249,7 +1247,7 @@ static int rdma_reply(struct zl_xport_conn *bc, const struct zl_wire_hdr *rep, c
 				    bc->peer, len, s->desc.len);
 		}
 	} else if (len > RDMA_INLINE_MAX) {
-		if (rdma_warn_ok(x))
+		if (xport_warn_ok(x))
 			ZL_LOG_ERR("xport",
 				   "reply data without a client descriptor is too large "
 				   "transport=rdma op=%s len=%u max=%u",
@@ -1349,7 +1347,7 @@ static void rdma_wc(struct rdma_conn *c, const struct ibv_wc *wc)
 			rdma_reply_done(c, ptr, 0);
 	}
 	if (!ok && !c->base.closing) {
-		if (wc->status != IBV_WC_WR_FLUSH_ERR && rdma_warn_ok(c->base.x))
+		if (wc->status != IBV_WC_WR_FLUSH_ERR && xport_warn_ok(c->base.x))
 			ZL_LOG_WARN("xport",
 				    "RDMA work request failed transport=rdma peer=%s status=\"%s\" "
 				    "opcode=%d; closing connection",
@@ -1429,8 +1427,7 @@ static void rdma_conn_teardown(struct rdma_conn *c)
 		while ((n = ibv_poll_cq(c->cq, RDMA_POLL_BATCH, wc)) > 0) {
 			for (int i = 0; i < n; i++)
 				if (c->base.server && (wc[i].wr_id & RDMA_RECV_BIT))
-					rdma_srq_post(c->xd,
-						      (uint32_t)(wc[i].wr_id & 0xffffffffu));
+					rdma_srq_post(c->xd, (uint32_t)(wc[i].wr_id & 0xffffffffu));
 		}
 		if (c->cq_unacked)
 			ibv_ack_cq_events(c->cq, c->cq_unacked);
@@ -1825,7 +1822,7 @@ out_res:
 }
 
 static int rdma_xport_connect(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
-			zl_xport_close_cb on_close, void *arg, struct zl_xport_conn **out)
+			      zl_xport_close_cb on_close, void *arg, struct zl_xport_conn **out)
 {
 	struct rdma_xport *tx = x->impl;
 	uint64_t deadline_ms = zl_now_ms() + (uint64_t)timeout_ms;
@@ -1858,8 +1855,10 @@ static int rdma_xport_connect(struct zl_xport *x, const char *host, uint16_t por
 	rdma_hs_encode(&hs, pd);
 	cp.private_data = pd;
 	cp.private_data_len = sizeof(pd);
-	cp.responder_resources = (uint8_t)ZL_MIN(RDMA_RD_ATOM_MAX, (uint32_t)xd->dev->attr.max_qp_rd_atom);
-	cp.initiator_depth = (uint8_t)ZL_MIN(RDMA_RD_ATOM_MAX, (uint32_t)xd->dev->attr.max_qp_init_rd_atom);
+	cp.responder_resources =
+	    (uint8_t)ZL_MIN(RDMA_RD_ATOM_MAX, (uint32_t)xd->dev->attr.max_qp_rd_atom);
+	cp.initiator_depth =
+	    (uint8_t)ZL_MIN(RDMA_RD_ATOM_MAX, (uint32_t)xd->dev->attr.max_qp_init_rd_atom);
 	cp.retry_count = 7;
 	cp.rnr_retry_count = 7;
 	if (rdma_connect(id, &cp)) {
@@ -2004,8 +2003,8 @@ static void rdma_lis_cb(void *arg, uint32_t events)
 
 			rdma_ack_cm_event(ev);
 			if (rc)
-				rdma_refuse(id, "bad handshake (not a Zipline peer or other version)",
-					    rc);
+				rdma_refuse(
+				    id, "bad handshake (not a Zipline peer or other version)", rc);
 			else
 				rdma_accept_one(l, id, &hs, ird, ord);
 			continue;
@@ -2121,9 +2120,8 @@ static int rdma_init(struct zl_xport *x)
 	if (list)
 		ibv_free_device_list(list);
 	if (!list || n == 0) {
-		ZL_LOG_WARN("xport",
-			    "no RDMA device found; load the driver (e.g. rdma_rxe for "
-			    "Soft-RoCE) or use transport tcp");
+		ZL_LOG_WARN("xport", "no RDMA device found; load the driver (e.g. rdma_rxe for "
+				     "Soft-RoCE) or use transport tcp");
 		return -ENODEV;
 	}
 	if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&

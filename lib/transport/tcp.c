@@ -101,7 +101,7 @@ struct tcp_conn {
 	int fd;
 	struct zl_loop_handle h;
 	bool in_loop;
-	bool rx_paused; /* server: every reply slot is spoken for */
+	bool rx_paused;		 /* server: every reply slot is spoken for */
 	struct zl_defer close_d; /* runs the close work */
 	struct zl_defer work_d;	 /* deferred completions, rx resume */
 
@@ -953,8 +953,7 @@ static void tcp_accept_cb(void *arg, uint32_t events)
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
-			if (errno != EAGAIN && errno != EWOULDBLOCK &&
-			    xport_warn_ok(x))
+			if (errno != EAGAIN && errno != EWOULDBLOCK && xport_warn_ok(x))
 				ZL_LOG_WARN("xport",
 					    "accept failed port=%u err=%s; raise the fd "
 					    "limit if EMFILE",

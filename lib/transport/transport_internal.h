@@ -201,7 +201,7 @@ struct zl_xport_conn {
 	bool closing; /* close started: no new requests, fd gone */
 	bool closed;  /* close callback has run */
 	bool server;
-	uint32_t inflight;     /* requests in reqs.flight */
+	uint32_t inflight;	/* requests in reqs.flight */
 	struct xport_reqs reqs; /* client side */
 	int close_reason;	/* handed to the close callback */
 	/* Close callback: the listener's (server) or the connector's (client). */
