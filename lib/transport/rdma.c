@@ -212,7 +212,7 @@ struct rdma_conn {
 	struct xport_link busy_link; /* tx->busy */
 	bool busy;
 	uint32_t idle;
-	struct zl_defer close_d, work_d, conn_d; /* close work, fetch reports, on_conn */
+	struct zl_defer work_d, conn_d; /* fetch reports, on_conn */
 	bool announced;
 
 	/* send queue */
@@ -1575,10 +1575,10 @@ out_free:
 	return rc;
 }
 
-static void rdma_close_work(void *arg)
+static void rdma_close_work(struct zl_xport_conn *bc)
 {
-	struct rdma_conn *c = arg;
-	struct zl_xport *x = c->base.x;
+	struct rdma_conn *c = rdma_conn_of(bc);
+	struct zl_xport *x = bc->x;
 
 	/* No DMA into or out of any buffer after this. */
 	rdma_conn_teardown(c);
@@ -1611,11 +1611,9 @@ static void rdma_close_work(void *arg)
 				cb(s->sent_arg, -ZL_ERR_CONN);
 		}
 	}
-	xport_reqs_fail_all(&c->base);
 	rdma_slab_fini(x, &c->slab);
-	if (c->base.server)
+	if (bc->server)
 		rdma_announce(c);
-	xport_conn_closed(&c->base);
 }
 
 static void rdma_conn_close(struct zl_xport_conn *bc, int reason)
@@ -1624,8 +1622,7 @@ static void rdma_conn_close(struct zl_xport_conn *bc, int reason)
 
 	if (bc->closing)
 		return;
-	bc->closing = true;
-	bc->close_reason = reason;
+	xport_conn_closing(bc, reason);
 	/* The QP goes to the error state now: the peer can no longer read or
 	 * write our buffers, which callers get back in the close work. */
 	if (c->id && c->id->qp)
@@ -1637,20 +1634,6 @@ static void rdma_conn_close(struct zl_xport_conn *bc, int reason)
 	}
 	zl_loop_defer_cancel(c->loop, &c->work_d);
 	zl_loop_defer_cancel(c->loop, &c->conn_d);
-	zl_loop_defer(c->loop, &c->close_d, rdma_close_work, c);
-	ZL_LOG_DEBUG("xport",
-		     "connection closing transport=rdma peer=%s side=%s reason=%s inflight=%u",
-		     bc->peer, bc->server ? "server" : "client",
-		     reason ? zl_errname(reason) : "local", bc->inflight);
-}
-
-static void rdma_conn_close_now(struct zl_xport_conn *bc)
-{
-	struct rdma_conn *c = rdma_conn_of(bc);
-
-	rdma_conn_close(bc, -ZL_ERR_CONN);
-	zl_loop_defer_cancel(c->loop, &c->close_d);
-	rdma_close_work(c);
 }
 
 /* CM events of an established connection. */
@@ -2198,7 +2181,7 @@ const struct xport_ops xport_rdma_ops = {
     .listen = rdma_xport_listen,
     .listener_close = rdma_listener_close,
     .conn_close = rdma_conn_close,
-    .conn_close_now = rdma_conn_close_now,
+    .close_work = rdma_close_work,
     .conn_free = rdma_conn_free,
     .request = rdma_request,
     .req_release = rdma_req_release,

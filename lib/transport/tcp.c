@@ -101,9 +101,8 @@ struct tcp_conn {
 	int fd;
 	struct zl_loop_handle h;
 	bool in_loop;
-	bool rx_paused;		 /* server: every reply slot is spoken for */
-	struct zl_defer close_d; /* runs the close work */
-	struct zl_defer work_d;	 /* deferred completions, rx resume */
+	bool rx_paused;		/* server: every reply slot is spoken for */
+	struct zl_defer work_d; /* deferred completions, rx resume */
 
 	/* receive */
 	uint8_t *rbuf;
@@ -675,9 +674,9 @@ static int tcp_conn_start(struct tcp_conn *c)
 	return 0;
 }
 
-static void tcp_close_work(void *arg)
+static void tcp_close_work(struct zl_xport_conn *bc)
 {
-	struct tcp_conn *c = arg;
+	struct tcp_conn *c = tcp_conn_of(bc);
 
 	/* Early replies whose frame did go out: they are real answers. */
 	while (c->req_done) {
@@ -719,8 +718,6 @@ static void tcp_close_work(void *arg)
 	}
 	c->pl.state = TCP_PL_NONE;
 	c->rx_req = NULL;
-	xport_reqs_fail_all(&c->base);
-	xport_conn_closed(&c->base);
 }
 
 static void tcp_conn_close(struct zl_xport_conn *bc, int reason)
@@ -737,8 +734,7 @@ static void tcp_conn_close(struct zl_xport_conn *bc, int reason)
 		if (bc->closing)
 			return;
 	}
-	bc->closing = true;
-	bc->close_reason = reason;
+	xport_conn_closing(bc, reason);
 	if (c->in_loop) {
 		zl_loop_del(c->loop, &c->h);
 		c->in_loop = false;
@@ -749,19 +745,6 @@ static void tcp_conn_close(struct zl_xport_conn *bc, int reason)
 	}
 	zl_loop_defer_cancel(c->loop, &c->work_d);
 	zl_loop_defer_cancel(c->loop, &c->flush_d);
-	zl_loop_defer(c->loop, &c->close_d, tcp_close_work, c);
-	ZL_LOG_DEBUG("xport", "connection closing peer=%s side=%s reason=%s inflight=%u", bc->peer,
-		     bc->server ? "server" : "client", reason ? zl_errname(reason) : "local",
-		     bc->inflight);
-}
-
-static void tcp_conn_close_now(struct zl_xport_conn *bc)
-{
-	struct tcp_conn *c = tcp_conn_of(bc);
-
-	tcp_conn_close(bc, -ZL_ERR_CONN);
-	zl_loop_defer_cancel(c->loop, &c->close_d);
-	tcp_close_work(c);
 }
 
 static void tcp_conn_free(struct zl_xport_conn *bc)
@@ -1037,7 +1020,7 @@ const struct xport_ops xport_tcp_ops = {
     .listen = tcp_listen,
     .listener_close = tcp_listener_close,
     .conn_close = tcp_conn_close,
-    .conn_close_now = tcp_conn_close_now,
+    .close_work = tcp_close_work,
     .conn_free = tcp_conn_free,
     .request = tcp_request,
     .req_release = NULL,

@@ -201,9 +201,10 @@ struct zl_xport_conn {
 	bool closing; /* close started: no new requests, fd gone */
 	bool closed;  /* close callback has run */
 	bool server;
-	uint32_t inflight;	/* requests in reqs.flight */
-	struct xport_reqs reqs; /* client side */
-	int close_reason;	/* handed to the close callback */
+	uint32_t inflight;	 /* requests in reqs.flight */
+	struct xport_reqs reqs;	 /* client side */
+	int close_reason;	 /* handed to the close callback */
+	struct zl_defer close_d; /* runs the close work */
 	/* Close callback: the listener's (server) or the connector's (client). */
 	const struct zl_xport_server_ops *sops;
 	void *sarg;
@@ -243,8 +244,11 @@ struct xport_ops {
 	/* Starts closing (idempotent); callbacks run deferred. reason: 0 for a
 	 * local close, else the negative cause handed to the close callback. */
 	void (*conn_close)(struct zl_xport_conn *c, int reason);
-	/* Destroy path: closes and runs the close work right now. */
-	void (*conn_close_now)(struct zl_xport_conn *c);
+	/* The implementation's part of the close work (deferred by
+	 * xport_conn_closing): releases its resources and ends its pending
+	 * server-side operations. The request layer then fails the client
+	 * requests still in flight and runs the close callback. */
+	void (*close_work)(struct zl_xport_conn *c);
 	/* Last reference gone: frees the connection memory. */
 	void (*conn_free)(struct zl_xport_conn *c);
 	/* Sends the request of slot r (already in flight: req_id, in, cb set);
@@ -286,9 +290,10 @@ int xport_resolve(const char *host, uint16_t port, bool passive, struct addrinfo
 void xport_conn_init(struct zl_xport *x, struct zl_xport_conn *c, bool server);
 void xport_conn_link(struct zl_xport_conn *c);
 void xport_conn_unlink(struct zl_xport_conn *c);
-/* End of the close work: marks c closed, runs its close callback, unlinks it
- * and drops the transport's reference (c may be freed on return). */
-void xport_conn_closed(struct zl_xport_conn *c);
+/* Start of conn_close: marks c closing for reason and defers the close work
+ * (ops->close_work, then the in-flight requests fail, then the close
+ * callback, then the transport's reference goes). */
+void xport_conn_closing(struct zl_xport_conn *c, int reason);
 /* Frees what xport_conn_init and xport_reqs_init allocated. */
 void xport_conn_fini(struct zl_xport_conn *c);
 

@@ -90,6 +90,7 @@ static const struct xport_ops *xport_ops_for(enum zl_xport_kind kind)
 }
 
 static void xport_listener_close(struct zl_xport_listener *l);
+static void xport_close_work(void *arg);
 
 int zl_xport_create(struct zl_loop *loop, const struct zl_xport_opts *opts, struct zl_xport **out)
 {
@@ -147,8 +148,14 @@ void zl_xport_destroy(struct zl_xport *x)
 		xport_listener_close(
 		    ZL_CONTAINER_OF(x->listeners.head, struct zl_xport_listener, link));
 	/* Close work unlinks each connection; callbacks may close others. */
-	while (x->conns.head)
-		x->ops->conn_close_now(ZL_CONTAINER_OF(x->conns.head, struct zl_xport_conn, link));
+	while (x->conns.head) {
+		struct zl_xport_conn *c =
+		    ZL_CONTAINER_OF(x->conns.head, struct zl_xport_conn, link);
+
+		x->ops->conn_close(c, -ZL_ERR_CONN);
+		zl_loop_defer_cancel(x->loop, &c->close_d);
+		xport_close_work(c);
+	}
 	zl_timer_stop(x->loop, &x->tick);
 	if (x->ops->fini)
 		x->ops->fini(x);
@@ -256,6 +263,17 @@ void xport_conn_fini(struct zl_xport_conn *c)
 	c->reqs.free = NULL;
 }
 
+void xport_conn_closing(struct zl_xport_conn *c, int reason)
+{
+	c->closing = true;
+	c->close_reason = reason;
+	zl_loop_defer(c->x->loop, &c->close_d, xport_close_work, c);
+	ZL_LOG_DEBUG("xport",
+		     "connection closing transport=%s peer=%s side=%s reason=%s inflight=%u",
+		     zl_xport_kind_name(c->kind), c->peer, c->server ? "server" : "client",
+		     reason ? zl_errname(reason) : "local", c->inflight);
+}
+
 void xport_conn_link(struct zl_xport_conn *c)
 {
 	struct zl_xport *x = c->x;
@@ -274,8 +292,14 @@ void xport_conn_unlink(struct zl_xport_conn *c)
 		zl_timer_stop(x->loop, &x->tick);
 }
 
-void xport_conn_closed(struct zl_xport_conn *c)
+/* The close work, deferred by xport_conn_closing (or run right away by
+ * zl_xport_destroy). c may be freed on return. */
+static void xport_close_work(void *arg)
 {
+	struct zl_xport_conn *c = arg;
+
+	c->ops->close_work(c);
+	xport_reqs_fail_all(c);
 	c->closed = true;
 	if (c->server) {
 		if (c->sops->on_close)
