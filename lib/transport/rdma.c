@@ -1805,7 +1805,7 @@ out_res:
 }
 
 static int rdma_xport_connect(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
-			      zl_xport_close_cb on_close, void *arg, struct zl_xport_conn **out)
+			      struct zl_xport_conn **out)
 {
 	struct rdma_xport *tx = x->impl;
 	uint64_t deadline_ms = zl_now_ms() + (uint64_t)timeout_ms;
@@ -1852,14 +1852,11 @@ static int rdma_xport_connect(struct zl_xport *x, const char *host, uint16_t por
 	if (rc)
 		goto out_conn;
 	c->credits = ZL_MIN(hs.count, c->n_reqs);
-	c->base.on_close = on_close;
-	c->base.close_arg = arg;
 	rc = rdma_conn_start(c, ch);
 	if (rc) {
 		c->ch = NULL; /* freed below */
 		goto out_conn;
 	}
-	c->base.refs++; /* the caller's */
 	ZL_LOG_DEBUG("xport", "connected transport=rdma peer=%s dev=%s credits=%u", c->base.peer,
 		     ibv_get_device_name(id->verbs->device), c->credits);
 	*out = &c->base;

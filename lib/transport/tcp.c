@@ -813,7 +813,7 @@ out_close:
 }
 
 static int tcp_connect(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
-		       zl_xport_close_cb on_close, void *arg, struct zl_xport_conn **out)
+		       struct zl_xport_conn **out)
 {
 	uint64_t deadline_ms = zl_now_ms() + (uint64_t)timeout_ms;
 	struct addrinfo *res, *ai;
@@ -838,12 +838,9 @@ static int tcp_connect(struct zl_xport *x, const char *host, uint16_t port, int 
 	rc = tcp_conn_new(x, fd, false, &c);
 	if (rc)
 		goto out_close;
-	c->base.on_close = on_close;
-	c->base.close_arg = arg;
 	rc = tcp_conn_start(c);
 	if (rc)
 		goto out_conn;
-	c->base.refs++; /* the caller's */
 	ZL_LOG_DEBUG("xport", "connected peer=%s", c->base.peer);
 	*out = &c->base;
 	return 0;

@@ -233,8 +233,10 @@ struct xport_ops {
 	enum zl_xport_kind kind;
 	int (*init)(struct zl_xport *x);
 	void (*fini)(struct zl_xport *x);
+	/* Connects and links a client connection; xport.c then sets its close
+	 * callback and takes the caller's reference. */
 	int (*connect)(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
-		       zl_xport_close_cb on_close, void *arg, struct zl_xport_conn **out);
+		       struct zl_xport_conn **out);
 	/* Listens on ai (host as given, for messages); sets (*out)->port.
 	 * xport.c links the listener and sets its server ops. */
 	int (*listen)(struct zl_xport *x, const char *host, const struct addrinfo *ai,

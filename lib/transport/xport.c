@@ -554,13 +554,21 @@ uint32_t zl_xport_conn_inflight(const struct zl_xport_conn *c)
 int zl_xport_connect(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
 		     zl_xport_close_cb on_close, void *arg, struct zl_xport_conn **out)
 {
+	int rc;
+
 	if (!x || !host || !out || !port)
 		return -ZL_ERR_INVAL;
 	if (x->destroying)
 		return -ESHUTDOWN;
 	if (timeout_ms <= 0)
 		timeout_ms = (int)ZL_MIN(x->opts.timeout_ms, (uint32_t)INT32_MAX);
-	return x->ops->connect(x, host, port, timeout_ms, on_close, arg, out);
+	rc = x->ops->connect(x, host, port, timeout_ms, out);
+	if (rc)
+		return rc;
+	(*out)->on_close = on_close;
+	(*out)->close_arg = arg;
+	(*out)->refs++; /* the caller's */
+	return 0;
 }
 
 int zl_xport_request(struct zl_xport_conn *c, struct zl_wire_hdr *hdr, const void *out,
