@@ -46,17 +46,15 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
-#define RDMA_RECV_BIT	  (1ull << 63)
-#define RDMA_SIGNAL_EVERY 16u
-#define RDMA_IDLE_SPINS	  64u
-#define RDMA_POLL_BATCH	  32
-#define RDMA_CQ_ACK_EVERY 64u
-#define RDMA_TICK_MS	  100
-#define RDMA_SLAB_CHUNK	  (1u << 20)
-#define RDMA_SRQ_MAX	  16384u
-#define RDMA_RD_ATOM_MAX  16u
-#define RDMA_INLINE_HDR	  128u /* request max_inline_data: a header-only message */
-#define RDMA_WARN_PER_SEC 10
+#define RDMA_RECV_BIT	    (1ull << 63)
+#define RDMA_SIGNAL_EVERY   16u
+#define RDMA_IDLE_SPINS	    64u
+#define RDMA_POLL_BATCH	    32
+#define RDMA_CQ_ACK_EVERY   64u
+#define RDMA_SLAB_CHUNK	    (1u << 20)
+#define RDMA_SRQ_MAX	    16384u
+#define RDMA_RD_ATOM_MAX    16u
+#define RDMA_INLINE_HDR	    128u /* request max_inline_data: a header-only message */
 #define RDMA_SPIN_LISTENERS 32
 
 /* ---- process-wide device cache ---- */
@@ -117,10 +115,8 @@ struct rdma_xdev {
 struct rdma_xport {
 	struct zl_xport *x;
 	struct rdma_xdev *xdevs;
-	struct zl_timer tick;
-	uint32_t n_clients;
 	struct zl_poller poller;
-	struct rdma_conn *busy; /* connections being polled */
+	struct xport_list busy; /* connections being polled */
 };
 
 /* What completes with a send work request. */
@@ -141,25 +137,18 @@ struct rdma_bl {
 };
 
 enum rdma_req_state {
-	RDMA_REQ_FREE,	 /* on the free list */
 	RDMA_REQ_QUEUED, /* waiting for a credit or send-queue room */
 	RDMA_REQ_SENT,	 /* SEND posted, waiting for the reply */
 };
 
+/* Client request slot: the common slot plus the message and descriptor. */
 struct rdma_req {
+	struct xport_req base;
 	struct rdma_bl bl;
-	struct rdma_req *prev, *next; /* in-flight list (issue order) / free list */
 	enum rdma_req_state state;
-	uint32_t slot, gen;
-	uint8_t opcode;
 	bool has_in_desc;
-	int fail;
-	uint64_t deadline_ns;
-	void *in;
-	uint32_t in_cap, in_len; /* in_len: bytes the descriptor offers */
+	uint32_t in_len; /* bytes the descriptor offers */
 	uint8_t *bounce_in, *bounce_out;
-	zl_xport_reply_cb cb;
-	void *arg;
 	uint8_t *msg;
 	uint32_t msg_len;
 };
@@ -220,16 +209,11 @@ struct rdma_conn {
 	struct ibv_cq *cq;
 	uint32_t cq_unacked;
 	uint32_t max_inline;
-	struct rdma_conn *busy_prev, *busy_next;
+	struct xport_link busy_link; /* tx->busy */
 	bool busy;
 	uint32_t idle;
-	int close_reason;
-	struct zl_defer close_d, work_d, conn_d; /* close work, fetch reports, on_conn */
-	const struct zl_xport_server_ops *sops;
-	void *sarg;
+	struct zl_defer work_d, conn_d; /* fetch reports, on_conn */
 	bool announced;
-	zl_xport_close_cb on_close;
-	void *close_arg;
 
 	/* send queue */
 	uint32_t sq_depth, ring_mask;
@@ -240,10 +224,7 @@ struct rdma_conn {
 	struct rdma_slab slab; /* send messages, then (client) receive buffers */
 
 	/* client */
-	struct rdma_req *reqs;
 	uint32_t n_reqs, credits;
-	struct rdma_req *req_free;
-	struct rdma_req *fl_head, *fl_tail;
 
 	/* server */
 	struct rdma_sreq *sreqs;
@@ -262,8 +243,6 @@ struct rdma_listener {
 	struct rdma_event_channel *ch;
 	struct rdma_cm_id *id;
 	struct zl_loop_handle h;
-	const struct zl_xport_server_ops *ops;
-	void *arg;
 	char host[64];
 };
 
@@ -280,21 +259,20 @@ static void rdma_conn_close(struct zl_xport_conn *bc, int reason);
 static void rdma_bl_run(struct rdma_conn *c);
 static int rdma_conn_poll(struct rdma_conn *c);
 static void rdma_work(void *arg);
-static void rdma_tick(void *arg);
 
 static struct rdma_conn *rdma_conn_of(struct zl_xport_conn *c)
 {
 	return ZL_CONTAINER_OF(c, struct rdma_conn, base);
 }
 
-static bool rdma_warn_ok(struct zl_xport *x)
+static struct rdma_req *rdma_req_of(struct xport_req *r)
 {
-	return zl_ratelimit_ok(&x->warn_rl, RDMA_WARN_PER_SEC);
+	return ZL_CONTAINER_OF(r, struct rdma_req, base);
 }
 
 static void rdma_proto_fail(struct rdma_conn *c, const char *why)
 {
-	if (rdma_warn_ok(c->base.x))
+	if (xport_warn_ok(c->base.x))
 		ZL_LOG_WARN("xport",
 			    "invalid message transport=rdma peer=%s side=%s reason=\"%s\"; "
 			    "closing connection",
@@ -337,25 +315,6 @@ static int rdma_hs_decode(const void *buf, size_t len, struct rdma_hs *h)
 	if (h->count == 0 || h->count > XPORT_MAX_MAX_INFLIGHT || h->max_msg < RDMA_MSG_SIZE)
 		return -ZL_ERR_PROTO;
 	return 0;
-}
-
-static void rdma_format_peer(struct sockaddr *sa, char *out, size_t len)
-{
-	char ip[INET6_ADDRSTRLEN] = "?";
-
-	if (sa && sa->sa_family == AF_INET) {
-		struct sockaddr_in *a = (struct sockaddr_in *)sa;
-
-		inet_ntop(AF_INET, &a->sin_addr, ip, sizeof(ip));
-		snprintf(out, len, "%s:%u", ip, ntohs(a->sin_port));
-	} else if (sa && sa->sa_family == AF_INET6) {
-		struct sockaddr_in6 *a = (struct sockaddr_in6 *)sa;
-
-		inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof(ip));
-		snprintf(out, len, "[%s]:%u", ip, ntohs(a->sin6_port));
-	} else {
-		snprintf(out, len, "?");
-	}
 }
 
 static int rdma_set_nonblock(int fd)
@@ -500,7 +459,8 @@ static struct ibv_mr *rdma_mr_of(const struct rdma_xdev *xd, const void *p, size
 
 static uint8_t *rdma_slab_at(const struct rdma_slab *s, uint32_t i)
 {
-	return s->chunks[i / RDMA_SLAB_PER_CHUNK] + (size_t)(i % RDMA_SLAB_PER_CHUNK) * RDMA_MSG_SIZE;
+	return s->chunks[i / RDMA_SLAB_PER_CHUNK] +
+	       (size_t)(i % RDMA_SLAB_PER_CHUNK) * RDMA_MSG_SIZE;
 }
 
 /* Makes at least n buffers available. */
@@ -655,30 +615,18 @@ static int rdma_srq_fill(struct zl_xport *x, struct rdma_xdev *xd, uint32_t want
 
 static void rdma_busy_add(struct rdma_conn *c)
 {
-	struct rdma_xport *tx = c->tx;
-
 	c->idle = 0;
 	if (c->busy || c->base.closing)
 		return;
 	c->busy = true;
-	c->busy_prev = NULL;
-	c->busy_next = tx->busy;
-	if (tx->busy)
-		tx->busy->busy_prev = c;
-	tx->busy = c;
+	xport_list_push(&c->tx->busy, &c->busy_link);
 }
 
 static void rdma_busy_del(struct rdma_conn *c)
 {
 	if (!c->busy)
 		return;
-	if (c->busy_prev)
-		c->busy_prev->busy_next = c->busy_next;
-	else
-		c->tx->busy = c->busy_next;
-	if (c->busy_next)
-		c->busy_next->busy_prev = c->busy_prev;
-	c->busy_prev = c->busy_next = NULL;
+	xport_list_del(&c->tx->busy, &c->busy_link);
 	c->busy = false;
 }
 
@@ -690,12 +638,13 @@ static int rdma_poller(void *arg)
 	struct rdma_xport *tx = arg;
 	int work = 0;
 
-	for (struct rdma_conn *c = tx->busy, *next; c; c = next) {
+	for (struct xport_link *l = tx->busy.head, *next; l; l = next) {
+		struct rdma_conn *c = ZL_CONTAINER_OF(l, struct rdma_conn, busy_link);
 		int n;
 
 		/* Connections are freed only by deferred close work, never
 		 * while this runs, so next stays valid. */
-		next = c->busy_next;
+		next = l->next;
 		zl_xport_conn_get(&c->base);
 		n = rdma_conn_poll(c);
 		if (n > 0) {
@@ -716,7 +665,7 @@ static int rdma_poller(void *arg)
 			rdma_busy_del(c);
 		zl_xport_conn_put(&c->base);
 	}
-	return work + (tx->busy ? 1 : 0);
+	return work + (tx->busy.head ? 1 : 0);
 }
 
 /* Completion channel: a sleeping CQ got a completion. */
@@ -786,7 +735,7 @@ static int rdma_post(struct rdma_conn *c, struct ibv_send_wr *wrs, uint32_t n,
 	}
 	if (ibv_post_send(c->id->qp, wrs, &bad)) {
 		rc = errno ? -errno : -EIO;
-		if (rdma_warn_ok(c->base.x))
+		if (xport_warn_ok(c->base.x))
 			ZL_LOG_WARN("xport",
 				    "RDMA post_send failed transport=rdma peer=%s err=%s; closing "
 				    "connection",
@@ -828,39 +777,16 @@ static int rdma_recv_post(struct rdma_conn *c, uint32_t idx)
 
 /* ---- client requests ---- */
 
-static void rdma_fl_unlink(struct rdma_conn *c, struct rdma_req *r)
+/* Request layer hook: the bounce buffers go before the callback runs. */
+static void rdma_req_release(struct zl_xport_conn *bc, struct xport_req *br)
 {
-	if (r->prev)
-		r->prev->next = r->next;
-	else
-		c->fl_head = r->next;
-	if (r->next)
-		r->next->prev = r->prev;
-	else
-		c->fl_tail = r->prev;
-	r->prev = r->next = NULL;
-}
+	struct rdma_req *r = rdma_req_of(br);
 
-static void rdma_req_finish(struct rdma_conn *c, struct rdma_req *r, int status,
-			    const struct zl_wire_hdr *rep)
-{
-	zl_xport_reply_cb cb = r->cb;
-	void *arg = r->arg;
-
-	rdma_fl_unlink(c, r);
 	if (r->bounce_in)
-		zl_xport_buf_free(c->base.x, r->bounce_in);
+		zl_xport_buf_free(bc->x, r->bounce_in);
 	if (r->bounce_out)
-		zl_xport_buf_free(c->base.x, r->bounce_out);
+		zl_xport_buf_free(bc->x, r->bounce_out);
 	r->bounce_in = r->bounce_out = NULL;
-	r->state = RDMA_REQ_FREE;
-	r->gen++;
-	r->cb = NULL;
-	r->in = NULL;
-	r->next = c->req_free;
-	c->req_free = r;
-	c->base.inflight--;
-	cb(arg, status, rep);
 }
 
 static int rdma_req_post(struct rdma_conn *c, struct rdma_req *r)
@@ -888,8 +814,8 @@ static void rdma_cli_recv(struct rdma_conn *c, uint32_t idx, uint32_t len)
 	const uint8_t *buf = rdma_slab_at(&c->slab, c->n_reqs + idx);
 	struct zl_wire_hdr h;
 	const char *why = "?";
+	struct xport_req *br;
 	struct rdma_req *r;
-	uint64_t slot;
 	int status = 0;
 
 	if (zl_wire_decode(buf, len, &h, &why)) {
@@ -900,18 +826,18 @@ static void rdma_cli_recv(struct rdma_conn *c, uint32_t idx, uint32_t len)
 		rdma_proto_fail(c, "request on a client connection");
 		return;
 	}
-	slot = h.req_id & 0xffffffffu;
-	r = slot < c->n_reqs ? &c->reqs[slot] : NULL;
-	if (!r || r->state != RDMA_REQ_SENT || r->gen != (uint32_t)(h.req_id >> 32)) {
-		rdma_proto_fail(c, "reply to an unknown or stale request id");
+	br = xport_req_lookup(&c->base, &h, &why);
+	if (!br) {
+		rdma_proto_fail(c, why);
 		return;
 	}
-	if (h.opcode != r->opcode) {
-		rdma_proto_fail(c, "reply opcode differs from the request");
+	r = rdma_req_of(br);
+	if (r->state != RDMA_REQ_SENT) {
+		rdma_proto_fail(c, "reply to a request that was not sent yet");
 		return;
 	}
 	if (h.flags & ZL_WF_RDMA) {
-		const uint8_t *src = r->bounce_in ? r->bounce_in : r->in;
+		const uint8_t *src = r->bounce_in ? r->bounce_in : br->in;
 
 		if (!r->has_in_desc) {
 			rdma_proto_fail(c, "RDMA reply to a request without a descriptor");
@@ -922,7 +848,7 @@ static void rdma_cli_recv(struct rdma_conn *c, uint32_t idx, uint32_t len)
 		} else if (zl_crc32c(src, h.length) != h.payload_crc) {
 			status = -ZL_ERR_CORRUPT;
 		} else if (r->bounce_in) {
-			memcpy(r->in, r->bounce_in, h.length);
+			memcpy(br->in, r->bounce_in, h.length);
 		}
 		h.flags &= (uint8_t)~ZL_WF_RDMA;
 		h.payload_len = h.length;
@@ -931,63 +857,44 @@ static void rdma_cli_recv(struct rdma_conn *c, uint32_t idx, uint32_t len)
 			rdma_proto_fail(c, "message shorter than its payload");
 			return;
 		}
-		if (!r->in || h.payload_len > r->in_cap)
+		if (!br->in || h.payload_len > br->in_cap)
 			status = -ZL_ERR_PROTO;
 		else if (zl_crc32c(buf + ZL_WIRE_HDR_SIZE, h.payload_len) != h.payload_crc)
 			status = -ZL_ERR_CORRUPT;
 		else
-			memcpy(r->in, buf + ZL_WIRE_HDR_SIZE, h.payload_len);
+			memcpy(br->in, buf + ZL_WIRE_HDR_SIZE, h.payload_len);
 	}
-	if (status && rdma_warn_ok(c->base.x))
-		ZL_LOG_WARN("xport",
-			    "bad reply data transport=rdma peer=%s op=%s length=%u in_cap=%u err=%s; "
-			    "failing the request",
-			    c->base.peer, zl_wire_op_name(h.opcode), h.length, r->in_cap,
-			    zl_errname(status));
+	if (status && xport_warn_ok(c->base.x))
+		ZL_LOG_WARN(
+		    "xport",
+		    "bad reply data transport=rdma peer=%s op=%s length=%u in_cap=%u err=%s; "
+		    "failing the request",
+		    c->base.peer, zl_wire_op_name(h.opcode), h.length, br->in_cap,
+		    zl_errname(status));
 	c->credits++;
 	if (rdma_recv_post(c, idx))
 		rdma_conn_close(&c->base, -ZL_ERR_CONN);
-	rdma_req_finish(c, r, status, status ? NULL : &h);
+	xport_req_finish(&c->base, br, status, status ? NULL : &h);
 }
 
-static int rdma_request(struct zl_xport_conn *bc, struct zl_wire_hdr *hdr, const void *out,
-			uint32_t out_len, void *in, uint32_t in_cap, zl_xport_reply_cb cb, void *arg)
+static int rdma_request(struct zl_xport_conn *bc, struct xport_req *br,
+			const struct zl_wire_hdr *hdr, const void *out, uint32_t out_len)
 {
 	struct rdma_conn *c = rdma_conn_of(bc);
 	struct zl_xport *x = bc->x;
-	struct rdma_req *r = c->req_free;
-	struct zl_wire_hdr h;
+	struct rdma_req *r = rdma_req_of(br);
+	struct zl_wire_hdr h = *hdr;
 	struct zl_wire_rdma_desc d = {0};
-	const char *why = "?";
 	bool desc = false;
-	int rc;
 
-	if (hdr->flags & (ZL_WF_REPLY | ZL_WF_RDMA))
-		return -ZL_ERR_INVAL;
-	if (!r)
-		return -ZL_ERR_BUSY;
-	hdr->version = ZL_WIRE_VERSION;
-	hdr->status = 0;
-	hdr->req_id = ((uint64_t)r->gen << 32) | r->slot;
-	hdr->payload_len = out_len;
-	hdr->payload_crc = out_len ? zl_crc32c(out, out_len) : 0;
-	rc = zl_wire_check(hdr, 0, &why);
-	if (rc) {
-		if (rdma_warn_ok(x))
-			ZL_LOG_WARN("xport",
-				    "refusing to send an invalid request op=%s reason=\"%s\"",
-				    zl_wire_op_name(hdr->opcode), why);
-		return rc;
-	}
-	h = *hdr;
 	r->has_in_desc = false;
 	r->in_len = 0;
-	if (hdr->opcode == ZL_OP_READ && in_cap) {
+	if (hdr->opcode == ZL_OP_READ && br->in_cap) {
 		/* The server RDMA-WRITEs the data straight into `in`. */
-		uint32_t n = ZL_MIN(in_cap, ZL_MIN(hdr->length, ZL_WIRE_MAX_IO));
-		uint8_t *dst = in;
+		uint32_t n = ZL_MIN(br->in_cap, ZL_MIN(hdr->length, ZL_WIRE_MAX_IO));
+		uint8_t *dst = br->in;
 
-		if (!zl_xport_buf_owned(x, in, n)) {
+		if (!zl_xport_buf_owned(x, dst, n)) {
 			r->bounce_in = zl_xport_buf_alloc(x, n);
 			if (!r->bounce_in)
 				return -ENOMEM;
@@ -1016,7 +923,7 @@ static int rdma_request(struct zl_xport_conn *bc, struct zl_wire_hdr *hdr, const
 		d.len = out_len;
 		desc = true;
 	}
-	r->msg = rdma_slab_at(&c->slab, r->slot);
+	r->msg = rdma_slab_at(&c->slab, br->slot);
 	if (desc) {
 		h.flags |= ZL_WF_RDMA;
 		h.payload_len = ZL_WIRE_RDMA_DESC_SIZE;
@@ -1029,23 +936,7 @@ static int rdma_request(struct zl_xport_conn *bc, struct zl_wire_hdr *hdr, const
 			memcpy(r->msg + ZL_WIRE_HDR_SIZE, out, out_len);
 		r->msg_len = ZL_WIRE_HDR_SIZE + out_len;
 	}
-	c->req_free = r->next;
-	r->next = NULL;
 	r->state = RDMA_REQ_QUEUED;
-	r->opcode = hdr->opcode;
-	r->fail = 0;
-	r->deadline_ns = zl_now_ns() + (uint64_t)x->opts.timeout_ms * 1000000ull;
-	r->in = in;
-	r->in_cap = in_cap;
-	r->cb = cb;
-	r->arg = arg;
-	r->prev = c->fl_tail;
-	if (c->fl_tail)
-		c->fl_tail->next = r;
-	else
-		c->fl_head = r;
-	c->fl_tail = r;
-	bc->inflight++;
 	rdma_bl_push(c, &r->bl, RDMA_BL_REQ);
 	rdma_bl_run(c);
 	return 0;
@@ -1069,8 +960,8 @@ static void rdma_announce(struct rdma_conn *c)
 	if (c->announced)
 		return;
 	c->announced = true;
-	if (c->sops->on_conn)
-		c->sops->on_conn(c->sarg, &c->base);
+	if (c->base.sops->on_conn)
+		c->base.sops->on_conn(c->base.sarg, &c->base);
 }
 
 static void rdma_announce_cb(void *arg)
@@ -1153,10 +1044,10 @@ static void rdma_srv_recv(struct rdma_conn *c, const uint8_t *buf, uint32_t len)
 	s->data_len = h.payload_len;
 	s->pl_state = h.payload_len ? RDMA_PL_UNDECIDED : RDMA_PL_NONE;
 	c->cur_inline = has_desc ? NULL : buf + ZL_WIRE_HDR_SIZE;
-	c->sops->on_request(c->sarg, &c->base, &h, h.payload_len ? &s->pl : NULL);
+	c->base.sops->on_request(c->base.sarg, &c->base, &h, h.payload_len ? &s->pl : NULL);
 	c->cur_inline = NULL;
 	if (s->pl_state == RDMA_PL_UNDECIDED) {
-		if (!c->base.closing && rdma_warn_ok(c->base.x))
+		if (!c->base.closing && xport_warn_ok(c->base.x))
 			ZL_LOG_WARN("xport",
 				    "on_request neither fetched nor discarded the payload "
 				    "transport=rdma peer=%s op=%s; discarding it (server bug)",
@@ -1191,7 +1082,7 @@ static void rdma_fetch_done(struct rdma_conn *c, struct rdma_sreq *s)
 	}
 	if (zl_crc32c(s->fetch_buf, s->data_len) != s->data_crc) {
 		status = -ZL_ERR_CORRUPT;
-		if (rdma_warn_ok(c->base.x))
+		if (xport_warn_ok(c->base.x))
 			ZL_LOG_WARN("xport",
 				    "payload CRC mismatch transport=rdma peer=%s op=%s len=%u "
 				    "req_id=%llu",
@@ -1221,7 +1112,7 @@ static int rdma_fetch(struct zl_xport_payload *p, void *buf, uint32_t len, zl_xp
 		s->fetch_status = 0;
 		if (zl_crc32c(buf, s->data_len) != s->data_crc) {
 			s->fetch_status = -ZL_ERR_CORRUPT;
-			if (rdma_warn_ok(x))
+			if (xport_warn_ok(x))
 				ZL_LOG_WARN("xport",
 					    "payload CRC mismatch transport=rdma peer=%s op=%s "
 					    "len=%u",
@@ -1270,7 +1161,8 @@ static int rdma_reply_post(struct rdma_conn *c, struct rdma_sreq *s)
 		const uint8_t *src = s->reply_bounce ? s->reply_bounce : s->rdata;
 
 		mr = rdma_mr_of(c->xd, src, s->rlen);
-		sg[0] = (struct ibv_sge){.addr = (uintptr_t)src, .length = s->rlen, .lkey = mr->lkey};
+		sg[0] =
+		    (struct ibv_sge){.addr = (uintptr_t)src, .length = s->rlen, .lkey = mr->lkey};
 		w[0].sg_list = &sg[0];
 		w[0].num_sge = 1;
 		w[0].opcode = IBV_WR_RDMA_WRITE;
@@ -1313,7 +1205,7 @@ static void rdma_reply_done(struct rdma_conn *c, struct rdma_sreq *s, int status
 		cb(arg, status);
 }
 
-static int rdma_reply(struct zl_xport_conn *bc, struct zl_wire_hdr *rep, const void *data,
+static int rdma_reply(struct zl_xport_conn *bc, const struct zl_wire_hdr *rep, const void *data,
 		      uint32_t len, zl_xport_done_cb sent_cb, void *arg)
 {
 	struct rdma_conn *c = rdma_conn_of(bc);
@@ -1321,29 +1213,15 @@ static int rdma_reply(struct zl_xport_conn *bc, struct zl_wire_hdr *rep, const v
 	uint64_t slot = rep->req_id & 0xffffffffu;
 	struct rdma_sreq *s = slot < c->peer_slots ? c->by_slot[slot] : NULL;
 	struct zl_wire_hdr h;
-	const char *why = "?";
 	bool inline_data = len > 0;
-	int rc;
 
-	if (!(rep->flags & ZL_WF_REPLY) || (rep->flags & ZL_WF_RDMA))
-		return -ZL_ERR_INVAL;
 	if (!s || s->req_id != rep->req_id || s->state != RDMA_SREQ_ACTIVE) {
-		if (rdma_warn_ok(x))
+		if (xport_warn_ok(x))
 			ZL_LOG_ERR("xport",
 				   "reply to a request that is not pending transport=rdma peer=%s "
 				   "req_id=%llu (server bug)",
 				   bc->peer, (unsigned long long)rep->req_id);
 		return -ZL_ERR_INVAL;
-	}
-	rep->version = ZL_WIRE_VERSION;
-	rep->payload_len = len;
-	rep->payload_crc = len ? zl_crc32c(data, len) : 0;
-	rc = zl_wire_check(rep, 0, &why);
-	if (rc) {
-		if (rdma_warn_ok(x))
-			ZL_LOG_WARN("xport", "refusing to send an invalid reply op=%s reason=\"%s\"",
-				    zl_wire_op_name(rep->opcode), why);
-		return rc;
 	}
 	h = *rep;
 	s->rwrite = false;
@@ -1361,7 +1239,7 @@ static int rdma_reply(struct zl_xport_conn *bc, struct zl_wire_hdr *rep, const v
 					return -ENOMEM;
 				memcpy(s->reply_bounce, data, len);
 			}
-		} else if (rdma_warn_ok(x)) {
+		} else if (xport_warn_ok(x)) {
 			/* The client fails the request (-ZL_ERR_PROTO). */
 			ZL_LOG_WARN("xport",
 				    "reply data larger than the client's buffer transport=rdma "
@@ -1369,7 +1247,7 @@ static int rdma_reply(struct zl_xport_conn *bc, struct zl_wire_hdr *rep, const v
 				    bc->peer, len, s->desc.len);
 		}
 	} else if (len > RDMA_INLINE_MAX) {
-		if (rdma_warn_ok(x))
+		if (xport_warn_ok(x))
 			ZL_LOG_ERR("xport",
 				   "reply data without a client descriptor is too large "
 				   "transport=rdma op=%s len=%u max=%u",
@@ -1469,7 +1347,7 @@ static void rdma_wc(struct rdma_conn *c, const struct ibv_wc *wc)
 			rdma_reply_done(c, ptr, 0);
 	}
 	if (!ok && !c->base.closing) {
-		if (wc->status != IBV_WC_WR_FLUSH_ERR && rdma_warn_ok(c->base.x))
+		if (wc->status != IBV_WC_WR_FLUSH_ERR && xport_warn_ok(c->base.x))
 			ZL_LOG_WARN("xport",
 				    "RDMA work request failed transport=rdma peer=%s status=\"%s\" "
 				    "opcode=%d; closing connection",
@@ -1549,8 +1427,7 @@ static void rdma_conn_teardown(struct rdma_conn *c)
 		while ((n = ibv_poll_cq(c->cq, RDMA_POLL_BATCH, wc)) > 0) {
 			for (int i = 0; i < n; i++)
 				if (c->base.server && (wc[i].wr_id & RDMA_RECV_BIT))
-					rdma_srq_post(c->xd,
-						      (uint32_t)(wc[i].wr_id & 0xffffffffu));
+					rdma_srq_post(c->xd, (uint32_t)(wc[i].wr_id & 0xffffffffu));
 		}
 		if (c->cq_unacked)
 			ibv_ack_cq_events(c->cq, c->cq_unacked);
@@ -1582,7 +1459,7 @@ static void rdma_conn_free(struct zl_xport_conn *bc)
 	 * or from a failed setup. */
 	rdma_conn_teardown(c);
 	free(c->ring);
-	free(c->reqs);
+	xport_conn_fini(bc);
 	free(c->sreqs);
 	free(c->by_slot);
 	free(c);
@@ -1671,14 +1548,9 @@ static int rdma_conn_new(struct rdma_xport *tx, struct rdma_xdev *xd, struct rdm
 			c->sreq_free = s;
 		}
 	} else {
-		c->reqs = calloc(n, sizeof(*c->reqs));
-		if (!c->reqs)
+		if (xport_reqs_init(&c->base, n, sizeof(struct rdma_req),
+				    offsetof(struct rdma_req, base)))
 			goto out_nomem;
-		for (uint32_t i = n; i-- > 0;) {
-			c->reqs[i].slot = i;
-			c->reqs[i].next = c->req_free;
-			c->req_free = &c->reqs[i];
-		}
 		for (uint32_t i = 0; i < n; i++) {
 			rc = rdma_recv_post(c, i);
 			if (rc)
@@ -1703,11 +1575,10 @@ out_free:
 	return rc;
 }
 
-static void rdma_close_work(void *arg)
+static void rdma_close_work(struct zl_xport_conn *bc)
 {
-	struct rdma_conn *c = arg;
-	struct zl_xport *x = c->base.x;
-	struct rdma_xport *tx = c->tx;
+	struct rdma_conn *c = rdma_conn_of(bc);
+	struct zl_xport *x = bc->x;
 
 	/* No DMA into or out of any buffer after this. */
 	rdma_conn_teardown(c);
@@ -1740,25 +1611,9 @@ static void rdma_close_work(void *arg)
 				cb(s->sent_arg, -ZL_ERR_CONN);
 		}
 	}
-	/* Every request still in flight fails, oldest first. */
-	while (c->fl_head) {
-		struct rdma_req *r = c->fl_head;
-
-		rdma_req_finish(c, r, r->fail ? r->fail : -ZL_ERR_CONN, NULL);
-	}
 	rdma_slab_fini(x, &c->slab);
-	c->base.closed = true;
-	if (c->base.server) {
+	if (bc->server)
 		rdma_announce(c);
-		if (c->sops->on_close)
-			c->sops->on_close(c->sarg, &c->base, c->close_reason);
-	} else if (c->on_close) {
-		c->on_close(c->close_arg, &c->base, c->close_reason);
-	}
-	xport_conn_unlink(&c->base);
-	if (!c->base.server && --tx->n_clients == 0)
-		zl_timer_stop(c->loop, &tx->tick);
-	zl_xport_conn_put(&c->base);
 }
 
 static void rdma_conn_close(struct zl_xport_conn *bc, int reason)
@@ -1767,8 +1622,7 @@ static void rdma_conn_close(struct zl_xport_conn *bc, int reason)
 
 	if (bc->closing)
 		return;
-	bc->closing = true;
-	c->close_reason = reason;
+	xport_conn_closing(bc, reason);
 	/* The QP goes to the error state now: the peer can no longer read or
 	 * write our buffers, which callers get back in the close work. */
 	if (c->id && c->id->qp)
@@ -1780,20 +1634,6 @@ static void rdma_conn_close(struct zl_xport_conn *bc, int reason)
 	}
 	zl_loop_defer_cancel(c->loop, &c->work_d);
 	zl_loop_defer_cancel(c->loop, &c->conn_d);
-	zl_loop_defer(c->loop, &c->close_d, rdma_close_work, c);
-	ZL_LOG_DEBUG("xport",
-		     "connection closing transport=rdma peer=%s side=%s reason=%s inflight=%u",
-		     bc->peer, bc->server ? "server" : "client",
-		     reason ? zl_errname(reason) : "local", bc->inflight);
-}
-
-static void rdma_conn_close_now(struct zl_xport_conn *bc)
-{
-	struct rdma_conn *c = rdma_conn_of(bc);
-
-	rdma_conn_close(bc, -ZL_ERR_CONN);
-	zl_loop_defer_cancel(c->loop, &c->close_d);
-	rdma_close_work(c);
 }
 
 /* CM events of an established connection. */
@@ -1826,7 +1666,6 @@ static void rdma_conn_cm_cb(void *arg, uint32_t events)
 /* Registers the connection's own CM channel on the loop and links it. */
 static int rdma_conn_start(struct rdma_conn *c, struct rdma_event_channel *ch)
 {
-	struct rdma_xport *tx = c->tx;
 	int rc;
 
 	c->ch = ch;
@@ -1837,11 +1676,8 @@ static int rdma_conn_start(struct rdma_conn *c, struct rdma_event_channel *ch)
 	if (rc)
 		return rc;
 	c->ch_in_loop = true;
-	rdma_format_peer(rdma_get_peer_addr(c->id), c->base.peer, sizeof(c->base.peer));
+	xport_format_peer(rdma_get_peer_addr(c->id), c->base.peer, sizeof(c->base.peer));
 	xport_conn_link(&c->base);
-	if (!c->base.server && tx->n_clients++ == 0)
-		zl_timer_start(c->loop, &tx->tick, RDMA_TICK_MS, RDMA_TICK_MS, rdma_tick,
-			       c->base.x);
 	return 0;
 }
 
@@ -1922,24 +1758,6 @@ static int rdma_cm_wait(struct rdma_event_channel *ch, struct zl_loop *loop, uin
 	}
 }
 
-static int rdma_resolve(const char *host, uint16_t port, int passive, struct addrinfo **res)
-{
-	struct addrinfo hints = {.ai_family = AF_UNSPEC,
-				 .ai_socktype = SOCK_STREAM,
-				 .ai_flags = AI_NUMERICSERV | passive};
-	char portstr[8];
-	int gai;
-
-	snprintf(portstr, sizeof(portstr), "%u", port);
-	gai = getaddrinfo(host, portstr, &hints, res);
-	if (gai) {
-		ZL_LOG_WARN("xport", "cannot resolve host=%s err=\"%s\"; check the address", host,
-			    gai_strerror(gai));
-		return gai == EAI_MEMORY ? -ENOMEM : -EHOSTUNREACH;
-	}
-	return 0;
-}
-
 /* Resolves address and route of host:port on a fresh id of ch. */
 static int rdma_resolve_id(struct rdma_event_channel *ch, struct zl_loop *loop, const char *host,
 			   uint16_t port, uint64_t deadline_ms, struct rdma_cm_id **out)
@@ -1948,7 +1766,7 @@ static int rdma_resolve_id(struct rdma_event_channel *ch, struct zl_loop *loop, 
 	struct addrinfo *res;
 	int tmo, rc;
 
-	rc = rdma_resolve(host, port, 0, &res);
+	rc = xport_resolve(host, port, false, &res);
 	if (rc)
 		return rc;
 	if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP)) {
@@ -1987,7 +1805,7 @@ out_res:
 }
 
 static int rdma_xport_connect(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
-			zl_xport_close_cb on_close, void *arg, struct zl_xport_conn **out)
+			      struct zl_xport_conn **out)
 {
 	struct rdma_xport *tx = x->impl;
 	uint64_t deadline_ms = zl_now_ms() + (uint64_t)timeout_ms;
@@ -2020,8 +1838,10 @@ static int rdma_xport_connect(struct zl_xport *x, const char *host, uint16_t por
 	rdma_hs_encode(&hs, pd);
 	cp.private_data = pd;
 	cp.private_data_len = sizeof(pd);
-	cp.responder_resources = (uint8_t)ZL_MIN(RDMA_RD_ATOM_MAX, (uint32_t)xd->dev->attr.max_qp_rd_atom);
-	cp.initiator_depth = (uint8_t)ZL_MIN(RDMA_RD_ATOM_MAX, (uint32_t)xd->dev->attr.max_qp_init_rd_atom);
+	cp.responder_resources =
+	    (uint8_t)ZL_MIN(RDMA_RD_ATOM_MAX, (uint32_t)xd->dev->attr.max_qp_rd_atom);
+	cp.initiator_depth =
+	    (uint8_t)ZL_MIN(RDMA_RD_ATOM_MAX, (uint32_t)xd->dev->attr.max_qp_init_rd_atom);
 	cp.retry_count = 7;
 	cp.rnr_retry_count = 7;
 	if (rdma_connect(id, &cp)) {
@@ -2032,14 +1852,11 @@ static int rdma_xport_connect(struct zl_xport *x, const char *host, uint16_t por
 	if (rc)
 		goto out_conn;
 	c->credits = ZL_MIN(hs.count, c->n_reqs);
-	c->on_close = on_close;
-	c->close_arg = arg;
 	rc = rdma_conn_start(c, ch);
 	if (rc) {
 		c->ch = NULL; /* freed below */
 		goto out_conn;
 	}
-	c->base.refs++; /* the caller's */
 	ZL_LOG_DEBUG("xport", "connected transport=rdma peer=%s dev=%s credits=%u", c->base.peer,
 		     ibv_get_device_name(id->verbs->device), c->credits);
 	*out = &c->base;
@@ -2110,8 +1927,8 @@ static void rdma_accept_one(struct rdma_listener *l, struct rdma_cm_id *id,
 		return;
 	}
 	xd->srq_reserved += credits;
-	c->sops = l->ops;
-	c->sarg = l->arg;
+	c->base.sops = l->base.sops;
+	c->base.sarg = l->base.sarg;
 	ch = rdma_create_event_channel();
 	if (!ch || rdma_migrate_id(id, ch)) {
 		rc = errno ? -errno : -ENOMEM;
@@ -2166,8 +1983,8 @@ static void rdma_lis_cb(void *arg, uint32_t events)
 
 			rdma_ack_cm_event(ev);
 			if (rc)
-				rdma_refuse(id, "bad handshake (not a Zipline peer or other version)",
-					    rc);
+				rdma_refuse(
+				    id, "bad handshake (not a Zipline peer or other version)", rc);
 			else
 				rdma_accept_one(l, id, &hs, ird, ord);
 			continue;
@@ -2178,25 +1995,16 @@ static void rdma_lis_cb(void *arg, uint32_t events)
 	}
 }
 
-static int rdma_xport_listen(struct zl_xport *x, const char *host, uint16_t port,
-		       const struct zl_xport_server_ops *ops, void *arg,
-		       struct zl_xport_listener **out)
+static int rdma_xport_listen(struct zl_xport *x, const char *host, const struct addrinfo *ai,
+			     struct zl_xport_listener **out)
 {
 	struct rdma_listener *l;
-	struct addrinfo *res;
 	int rc;
 
-	rc = rdma_resolve(host, port, AI_PASSIVE, &res);
-	if (rc)
-		return rc;
 	l = calloc(1, sizeof(*l));
-	if (!l) {
-		rc = -ENOMEM;
-		goto out_res;
-	}
+	if (!l)
+		return -ENOMEM;
 	l->tx = x->impl;
-	l->ops = ops;
-	l->arg = arg;
 	snprintf(l->host, sizeof(l->host), "%s", host);
 	l->ch = rdma_create_event_channel();
 	if (!l->ch) {
@@ -2210,12 +2018,8 @@ static int rdma_xport_listen(struct zl_xport *x, const char *host, uint16_t port
 		rc = -errno;
 		goto out_ch;
 	}
-	if (rdma_bind_addr(l->id, res->ai_addr) || rdma_listen(l->id, 1024)) {
+	if (rdma_bind_addr(l->id, ai->ai_addr) || rdma_listen(l->id, 1024)) {
 		rc = -errno;
-		ZL_LOG_ERR("xport",
-			   "cannot listen transport=rdma host=%s port=%u err=%s; is the port in "
-			   "use, is the address on an RDMA device?",
-			   host, port, zl_strerror(rc));
 		goto out_id;
 	}
 	if (!l->id->verbs && strcmp(host, "0.0.0.0") && strcmp(host, "::"))
@@ -2231,9 +2035,6 @@ static int rdma_xport_listen(struct zl_xport *x, const char *host, uint16_t port
 	l->all_next = rdma_lis_all;
 	rdma_lis_all = l;
 	pthread_mutex_unlock(&rdma_lis_lock);
-	xport_listener_link(x, &l->base);
-	freeaddrinfo(res);
-	ZL_LOG_DEBUG("xport", "listening transport=rdma host=%s port=%u", host, l->base.port);
 	*out = &l->base;
 	return 0;
 
@@ -2243,8 +2044,6 @@ out_ch:
 	rdma_destroy_event_channel(l->ch);
 out_free:
 	free(l);
-out_res:
-	freeaddrinfo(res);
 	return rc;
 }
 
@@ -2263,34 +2062,7 @@ static void rdma_listener_close(struct zl_xport_listener *bl)
 	zl_loop_del(bl->x->loop, &l->h);
 	rdma_destroy_id(l->id);
 	rdma_destroy_event_channel(l->ch);
-	xport_listener_unlink(bl);
 	free(l);
-}
-
-/* ---- timeouts ---- */
-
-static void rdma_tick(void *arg)
-{
-	struct zl_xport *x = arg;
-	uint64_t now = zl_now_ns();
-
-	for (struct zl_xport_conn *bc = x->conns, *next; bc; bc = next) {
-		struct rdma_conn *c = rdma_conn_of(bc);
-		struct rdma_req *r;
-
-		next = bc->next;
-		if (bc->server || bc->closing || !c->fl_head || c->fl_head->deadline_ns > now)
-			continue;
-		for (r = c->fl_head; r && r->deadline_ns <= now; r = r->next)
-			r->fail = -ZL_ERR_TIMEOUT;
-		if (rdma_warn_ok(x))
-			ZL_LOG_WARN("xport",
-				    "request timed out transport=rdma peer=%s op=%s timeout_ms=%u "
-				    "inflight=%u; closing connection",
-				    bc->peer, zl_wire_op_name(c->fl_head->opcode), x->opts.timeout_ms,
-				    bc->inflight);
-		rdma_conn_close(bc, -ZL_ERR_TIMEOUT);
-	}
 }
 
 /* ---- transport ---- */
@@ -2328,9 +2100,8 @@ static int rdma_init(struct zl_xport *x)
 	if (list)
 		ibv_free_device_list(list);
 	if (!list || n == 0) {
-		ZL_LOG_WARN("xport",
-			    "no RDMA device found; load the driver (e.g. rdma_rxe for "
-			    "Soft-RoCE) or use transport tcp");
+		ZL_LOG_WARN("xport", "no RDMA device found; load the driver (e.g. rdma_rxe for "
+				     "Soft-RoCE) or use transport tcp");
 		return -ENODEV;
 	}
 	if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
@@ -2371,7 +2142,6 @@ static void rdma_fini(struct zl_xport *x)
 
 	if (!tx)
 		return;
-	zl_timer_stop(x->loop, &tx->tick);
 	zl_loop_del_poller(x->loop, &tx->poller);
 	while (tx->xdevs) {
 		struct rdma_xdev *xd = tx->xdevs;
@@ -2408,9 +2178,10 @@ const struct xport_ops xport_rdma_ops = {
     .listen = rdma_xport_listen,
     .listener_close = rdma_listener_close,
     .conn_close = rdma_conn_close,
-    .conn_close_now = rdma_conn_close_now,
+    .close_work = rdma_close_work,
     .conn_free = rdma_conn_free,
     .request = rdma_request,
+    .req_release = rdma_req_release,
     .fetch = rdma_fetch,
     .discard = rdma_discard,
     .reply = rdma_reply,

@@ -13,11 +13,11 @@
  * so partial writes need no allocation. EPOLLOUT is armed only while the queue
  * is not empty.
  *
- * Client request slots: max_inflight per connection, req_id = generation << 32
- * | slot, so a reply for a slot that has since been reused is detected. The
- * in-flight list is in issue order; with one timeout per transport its head
- * has the earliest deadline, so the periodic tick looks at one request per
- * connection.
+ * Client request slots, req_ids, the in-flight list and timeouts are the
+ * common request layer's (xport.c); a struct tcp_req adds the frame being
+ * sent. A reply that arrives while its request's frame is still being
+ * written is held until the write completes (the caller's out buffer is in
+ * use until then).
  */
 #include "transport_internal.h"
 
@@ -37,13 +37,11 @@
 
 #define TCP_RBUF_SIZE (64u << 10)
 #define TCP_IOV_MAX   64
-#define TCP_TICK_MS   100
 #define TCP_BACKLOG   1024
 /* Socket reads per wakeup before yielding to other fds (level-triggered
  * epoll brings us back). */
 #define TCP_READ_BUDGET	  32
 #define TCP_ACCEPT_BUDGET 64
-#define TCP_WARN_PER_SEC  10
 
 enum tcp_rx_state {
 	TCP_RX_HDR,  /* collecting the next header */
@@ -52,10 +50,9 @@ enum tcp_rx_state {
 };
 
 enum tcp_req_state {
-	TCP_REQ_FREE,	 /* on the free list */
 	TCP_REQ_SENDING, /* queued, frame not fully written */
 	TCP_REQ_WAIT,	 /* written, waiting for the reply */
-	TCP_REQ_REPLIED, /* reply arrived while the frame was still being written */
+	TCP_REQ_REPLIED, /* reply arrived (and is held) while the frame was being written */
 };
 
 enum tcp_send_kind { TCP_SEND_REQ, TCP_SEND_REPLY };
@@ -77,22 +74,10 @@ struct tcp_send {
 };
 
 struct tcp_req {
+	struct xport_req base;
 	struct tcp_send send;
-	struct tcp_req *prev, *next; /* in-flight list, or free list (next) */
-	struct tcp_req *done_next;
+	struct tcp_req *done_next; /* held replies whose frame went out */
 	enum tcp_req_state state;
-	uint32_t slot, gen;
-	uint8_t opcode;
-	int fail; /* status when failed by close (-ZL_ERR_TIMEOUT if expired) */
-	uint64_t deadline_ns;
-	void *in;
-	uint32_t in_cap;
-	zl_xport_reply_cb cb;
-	void *arg;
-	/* Early reply (TCP_REQ_REPLIED), delivered when the send completes. */
-	int rep_status;
-	bool rep_valid;
-	struct zl_wire_hdr rep;
 };
 
 struct tcp_rep {
@@ -116,14 +101,8 @@ struct tcp_conn {
 	int fd;
 	struct zl_loop_handle h;
 	bool in_loop;
-	bool rx_paused; /* server: every reply slot is spoken for */
-	int close_reason;
-	struct zl_defer close_d; /* runs the close work */
-	struct zl_defer work_d;	 /* deferred completions, rx resume */
-	const struct zl_xport_server_ops *sops;
-	void *sarg;
-	zl_xport_close_cb on_close;
-	void *close_arg;
+	bool rx_paused;		/* server: every reply slot is spoken for */
+	struct zl_defer work_d; /* deferred completions, rx resume */
 
 	/* receive */
 	uint8_t *rbuf;
@@ -144,11 +123,7 @@ struct tcp_conn {
 	struct zl_defer flush_d;
 
 	/* client */
-	struct tcp_req *reqs;
-	uint32_t n_reqs;
-	struct tcp_req *req_free;
-	struct tcp_req *fl_head, *fl_tail; /* in flight, issue order */
-	struct tcp_req *req_done;	   /* early replies whose send completed */
+	struct tcp_req *req_done; /* held replies whose send completed */
 
 	/* server */
 	struct tcp_rep *reps;
@@ -162,13 +137,6 @@ struct tcp_listener {
 	struct zl_xport_listener base;
 	int fd;
 	struct zl_loop_handle h;
-	const struct zl_xport_server_ops *ops;
-	void *arg;
-};
-
-struct tcp_xport {
-	struct zl_timer tick;
-	uint32_t n_clients; /* client connections linked in x->conns */
 };
 
 static struct tcp_conn *tcp_conn_of(struct zl_xport_conn *c)
@@ -176,16 +144,20 @@ static struct tcp_conn *tcp_conn_of(struct zl_xport_conn *c)
 	return ZL_CONTAINER_OF(c, struct tcp_conn, base);
 }
 
+static struct tcp_req *tcp_req_of(struct xport_req *r)
+{
+	return ZL_CONTAINER_OF(r, struct tcp_req, base);
+}
+
 static void tcp_conn_close(struct zl_xport_conn *bc, int reason);
 static void tcp_rx(struct tcp_conn *c);
 static void tcp_work(void *arg);
-static void tcp_tick(void *arg);
 
 /* ---- helpers ---- */
 
 static bool tcp_warn_ok(struct tcp_conn *c)
 {
-	return zl_ratelimit_ok(&c->base.x->warn_rl, TCP_WARN_PER_SEC);
+	return xport_warn_ok(c->base.x);
 }
 
 static void tcp_set_events(struct tcp_conn *c)
@@ -213,81 +185,7 @@ static void tcp_proto_fail(struct tcp_conn *c, const char *why)
 	tcp_conn_close(&c->base, -ZL_ERR_PROTO);
 }
 
-static void tcp_format_peer(const struct sockaddr_storage *ss, char *out, size_t len)
-{
-	char ip[INET6_ADDRSTRLEN] = "?";
-
-	if (ss->ss_family == AF_INET) {
-		const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
-
-		inet_ntop(AF_INET, &a->sin_addr, ip, sizeof(ip));
-		snprintf(out, len, "%s:%u", ip, ntohs(a->sin_port));
-	} else if (ss->ss_family == AF_INET6) {
-		const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
-
-		inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof(ip));
-		snprintf(out, len, "[%s]:%u", ip, ntohs(a->sin6_port));
-	} else {
-		snprintf(out, len, "?");
-	}
-}
-
-static int tcp_gai_err(int gai)
-{
-	switch (gai) {
-	case EAI_MEMORY:
-		return -ENOMEM;
-	case EAI_NONAME:
-	case EAI_AGAIN:
-	case EAI_FAIL:
-	case EAI_NODATA:
-		return -EHOSTUNREACH;
-	case EAI_SYSTEM:
-		return errno ? -errno : -EIO;
-	default:
-		return -EINVAL;
-	}
-}
-
-/* ---- request slots ---- */
-
-static void tcp_fl_unlink(struct tcp_conn *c, struct tcp_req *r)
-{
-	if (r->prev)
-		r->prev->next = r->next;
-	else
-		c->fl_head = r->next;
-	if (r->next)
-		r->next->prev = r->prev;
-	else
-		c->fl_tail = r->prev;
-	r->prev = r->next = NULL;
-}
-
-/* Returns a finished request's slot; the generation makes its req_id stale. */
-static void tcp_req_release(struct tcp_conn *c, struct tcp_req *r)
-{
-	tcp_fl_unlink(c, r);
-	r->state = TCP_REQ_FREE;
-	r->gen++;
-	r->cb = NULL;
-	r->in = NULL;
-	r->next = c->req_free;
-	c->req_free = r;
-	c->base.inflight--;
-}
-
-/* Completes a request: the slot is free again before the callback runs, so
- * the callback may issue the next request right away. */
-static void tcp_req_finish(struct tcp_conn *c, struct tcp_req *r, int status,
-			   const struct zl_wire_hdr *rep)
-{
-	zl_xport_reply_cb cb = r->cb;
-	void *arg = r->arg;
-
-	tcp_req_release(c, r);
-	cb(arg, status, rep);
-}
+/* ---- request and reply slots ---- */
 
 /* A reply (or a transport error for this request) arrived. */
 static void tcp_req_replied(struct tcp_conn *c, struct tcp_req *r, int status,
@@ -296,13 +194,10 @@ static void tcp_req_replied(struct tcp_conn *c, struct tcp_req *r, int status,
 	if (r->state == TCP_REQ_SENDING) {
 		/* The out buffer is still being written: hold the reply. */
 		r->state = TCP_REQ_REPLIED;
-		r->rep_status = status;
-		r->rep_valid = rep != NULL;
-		if (rep)
-			r->rep = *rep;
+		xport_req_hold(&r->base, status, rep);
 		return;
 	}
-	tcp_req_finish(c, r, status, rep);
+	xport_req_finish(&c->base, &r->base, status, rep);
 }
 
 static void tcp_reply_slot_put(struct tcp_conn *c, struct tcp_rep *rp)
@@ -499,8 +394,9 @@ static void tcp_rx_start_payload(struct tcp_conn *c, enum tcp_rx_state st, void 
 static void tcp_rx_reply(struct tcp_conn *c)
 {
 	const struct zl_wire_hdr *h = &c->rhdr;
-	uint64_t slot = h->req_id & 0xffffffffu;
+	struct xport_req *br;
 	struct tcp_req *r;
+	const char *why;
 
 	if (!(h->flags & ZL_WF_REPLY)) {
 		tcp_proto_fail(c, "request on a client connection");
@@ -510,17 +406,14 @@ static void tcp_rx_reply(struct tcp_conn *c)
 		tcp_proto_fail(c, "RDMA descriptor on a TCP connection");
 		return;
 	}
-	r = slot < c->n_reqs ? &c->reqs[slot] : NULL;
-	if (!r || r->state == TCP_REQ_FREE || r->gen != (uint32_t)(h->req_id >> 32)) {
-		tcp_proto_fail(c, "reply to an unknown or stale request id");
+	br = xport_req_lookup(&c->base, h, &why);
+	if (!br) {
+		tcp_proto_fail(c, why);
 		return;
 	}
+	r = tcp_req_of(br);
 	if (r->state == TCP_REQ_REPLIED) {
 		tcp_proto_fail(c, "duplicate reply");
-		return;
-	}
-	if (h->opcode != r->opcode) {
-		tcp_proto_fail(c, "reply opcode differs from the request");
 		return;
 	}
 	if (!h->payload_len) {
@@ -528,18 +421,18 @@ static void tcp_rx_reply(struct tcp_conn *c)
 		return;
 	}
 	c->rx_req = r;
-	if (!r->in || h->payload_len > r->in_cap) {
+	if (!r->base.in || h->payload_len > r->base.in_cap) {
 		if (tcp_warn_ok(c))
 			ZL_LOG_WARN("xport",
 				    "reply payload does not fit peer=%s op=%s payload_len=%u "
 				    "in_cap=%u; failing the request",
 				    c->base.peer, zl_wire_op_name(h->opcode), h->payload_len,
-				    r->in_cap);
+				    r->base.in_cap);
 		c->rx_skip_status = -ZL_ERR_PROTO;
 		tcp_rx_start_payload(c, TCP_RX_SKIP, NULL);
 		return;
 	}
-	tcp_rx_start_payload(c, TCP_RX_DATA, r->in);
+	tcp_rx_start_payload(c, TCP_RX_DATA, r->base.in);
 }
 
 /* Server: a request header arrived. */
@@ -558,7 +451,7 @@ static void tcp_rx_request(struct tcp_conn *c)
 	}
 	c->srv_pending++;
 	pl->state = h->payload_len ? TCP_PL_UNDECIDED : TCP_PL_NONE;
-	c->sops->on_request(c->sarg, &c->base, h, h->payload_len ? &pl->base : NULL);
+	c->base.sops->on_request(c->base.sarg, &c->base, h, h->payload_len ? &pl->base : NULL);
 	if (c->base.closing || !h->payload_len)
 		return;
 	switch (pl->state) {
@@ -693,7 +586,7 @@ static void tcp_work(void *arg)
 		struct tcp_req *r = c->req_done;
 
 		c->req_done = r->done_next;
-		tcp_req_finish(c, r, r->rep_status, r->rep_valid ? &r->rep : NULL);
+		xport_req_finish_held(&c->base, &r->base);
 	}
 	while (c->rep_done_head && !c->base.closing) {
 		struct tcp_rep *rp = c->rep_done_head;
@@ -749,24 +642,19 @@ static int tcp_conn_new(struct zl_xport *x, int fd, bool server, struct tcp_conn
 		}
 		c->n_rep_free = n;
 	} else {
-		c->reqs = calloc(n, sizeof(*c->reqs));
-		if (!c->reqs)
+		if (xport_reqs_init(&c->base, n, sizeof(struct tcp_req),
+				    offsetof(struct tcp_req, base)))
 			goto out_free;
-		c->n_reqs = n;
-		for (uint32_t i = n; i-- > 0;) {
-			c->reqs[i].send.kind = TCP_SEND_REQ;
-			c->reqs[i].slot = i;
-			c->reqs[i].next = c->req_free;
-			c->req_free = &c->reqs[i];
-		}
+		for (uint32_t i = 0; i < n; i++)
+			tcp_req_of(xport_req_at(&c->base, i))->send.kind = TCP_SEND_REQ;
 	}
 	if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0)
-		tcp_format_peer(&ss, c->base.peer, sizeof(c->base.peer));
+		xport_format_peer((struct sockaddr *)&ss, c->base.peer, sizeof(c->base.peer));
 	*out = c;
 	return 0;
 
 out_free:
-	free(c->reqs);
+	xport_conn_fini(&c->base);
 	free(c->reps);
 	free(c->rbuf);
 	free(c);
@@ -776,7 +664,6 @@ out_free:
 /* Links a new connection into the transport and the loop. */
 static int tcp_conn_start(struct tcp_conn *c)
 {
-	struct tcp_xport *tx = c->base.x->impl;
 	int rc;
 
 	rc = zl_loop_add(c->loop, &c->h, c->fd, EPOLLIN, tcp_conn_io, c);
@@ -784,23 +671,19 @@ static int tcp_conn_start(struct tcp_conn *c)
 		return rc;
 	c->in_loop = true;
 	xport_conn_link(&c->base);
-	if (!c->base.server && tx->n_clients++ == 0)
-		zl_timer_start(c->loop, &tx->tick, TCP_TICK_MS, TCP_TICK_MS, tcp_tick, c->base.x);
 	return 0;
 }
 
-static void tcp_close_work(void *arg)
+static void tcp_close_work(struct zl_xport_conn *bc)
 {
-	struct tcp_conn *c = arg;
-	struct zl_xport *x = c->base.x;
-	struct tcp_xport *tx = x->impl;
+	struct tcp_conn *c = tcp_conn_of(bc);
 
 	/* Early replies whose frame did go out: they are real answers. */
 	while (c->req_done) {
 		struct tcp_req *r = c->req_done;
 
 		c->req_done = r->done_next;
-		tcp_req_finish(c, r, r->rep_status, r->rep_valid ? &r->rep : NULL);
+		xport_req_finish_held(&c->base, &r->base);
 	}
 	while (c->rep_done_head) {
 		struct tcp_rep *rp = c->rep_done_head;
@@ -835,26 +718,6 @@ static void tcp_close_work(void *arg)
 	}
 	c->pl.state = TCP_PL_NONE;
 	c->rx_req = NULL;
-	/* Every request still in flight fails, oldest first. */
-	while (c->fl_head) {
-		struct tcp_req *r = c->fl_head;
-
-		if (r->state == TCP_REQ_REPLIED)
-			tcp_req_finish(c, r, r->rep_status, r->rep_valid ? &r->rep : NULL);
-		else
-			tcp_req_finish(c, r, r->fail ? r->fail : -ZL_ERR_CONN, NULL);
-	}
-	c->base.closed = true;
-	if (c->base.server) {
-		if (c->sops->on_close)
-			c->sops->on_close(c->sarg, &c->base, c->close_reason);
-	} else if (c->on_close) {
-		c->on_close(c->close_arg, &c->base, c->close_reason);
-	}
-	xport_conn_unlink(&c->base);
-	if (!c->base.server && --tx->n_clients == 0)
-		zl_timer_stop(c->loop, &tx->tick);
-	zl_xport_conn_put(&c->base);
 }
 
 static void tcp_conn_close(struct zl_xport_conn *bc, int reason)
@@ -871,8 +734,7 @@ static void tcp_conn_close(struct zl_xport_conn *bc, int reason)
 		if (bc->closing)
 			return;
 	}
-	bc->closing = true;
-	c->close_reason = reason;
+	xport_conn_closing(bc, reason);
 	if (c->in_loop) {
 		zl_loop_del(c->loop, &c->h);
 		c->in_loop = false;
@@ -883,19 +745,6 @@ static void tcp_conn_close(struct zl_xport_conn *bc, int reason)
 	}
 	zl_loop_defer_cancel(c->loop, &c->work_d);
 	zl_loop_defer_cancel(c->loop, &c->flush_d);
-	zl_loop_defer(c->loop, &c->close_d, tcp_close_work, c);
-	ZL_LOG_DEBUG("xport", "connection closing peer=%s side=%s reason=%s inflight=%u", bc->peer,
-		     bc->server ? "server" : "client", reason ? zl_errname(reason) : "local",
-		     bc->inflight);
-}
-
-static void tcp_conn_close_now(struct zl_xport_conn *bc)
-{
-	struct tcp_conn *c = tcp_conn_of(bc);
-
-	tcp_conn_close(bc, -ZL_ERR_CONN);
-	zl_loop_defer_cancel(c->loop, &c->close_d);
-	tcp_close_work(c);
 }
 
 static void tcp_conn_free(struct zl_xport_conn *bc)
@@ -905,38 +754,10 @@ static void tcp_conn_free(struct zl_xport_conn *bc)
 	/* Only reachable after the close work dropped the transport's ref. */
 	if (c->fd >= 0)
 		close(c->fd);
-	free(c->reqs);
+	xport_conn_fini(bc);
 	free(c->reps);
 	free(c->rbuf);
 	free(c);
-}
-
-/* ---- timeouts ---- */
-
-static void tcp_tick(void *arg)
-{
-	struct zl_xport *x = arg;
-	uint64_t now = zl_now_ns();
-
-	for (struct zl_xport_conn *bc = x->conns, *next; bc; bc = next) {
-		struct tcp_conn *c = tcp_conn_of(bc);
-		struct tcp_req *r;
-
-		next = bc->next;
-		if (bc->server || bc->closing || !c->fl_head || c->fl_head->deadline_ns > now)
-			continue;
-		for (r = c->fl_head; r && r->deadline_ns <= now; r = r->next)
-			r->fail = -ZL_ERR_TIMEOUT;
-		if (tcp_warn_ok(c))
-			ZL_LOG_WARN("xport",
-				    "request timed out peer=%s op=%s req_id=%llu "
-				    "timeout_ms=%u inflight=%u; closing connection",
-				    bc->peer, zl_wire_op_name(c->fl_head->opcode),
-				    (unsigned long long)(((uint64_t)c->fl_head->gen << 32) |
-							 c->fl_head->slot),
-				    x->opts.timeout_ms, bc->inflight);
-		tcp_conn_close(bc, -ZL_ERR_TIMEOUT);
-	}
 }
 
 /* ---- client ---- */
@@ -992,24 +813,16 @@ out_close:
 }
 
 static int tcp_connect(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
-		       zl_xport_close_cb on_close, void *arg, struct zl_xport_conn **out)
+		       struct zl_xport_conn **out)
 {
-	struct addrinfo hints = {
-	    .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
 	uint64_t deadline_ms = zl_now_ms() + (uint64_t)timeout_ms;
 	struct addrinfo *res, *ai;
 	struct tcp_conn *c;
-	char portstr[8];
-	int fd = -1, rc, gai;
+	int fd = -1, rc;
 
-	snprintf(portstr, sizeof(portstr), "%u", port);
-	gai = getaddrinfo(host, portstr, &hints, &res);
-	if (gai) {
-		rc = tcp_gai_err(gai);
-		ZL_LOG_WARN("xport", "cannot resolve host=%s err=\"%s\"; check the address", host,
-			    gai_strerror(gai));
+	rc = xport_resolve(host, port, false, &res);
+	if (rc)
 		return rc;
-	}
 	rc = -EHOSTUNREACH;
 	for (ai = res; ai; ai = ai->ai_next) {
 		rc = tcp_connect_one(ai, deadline_ms, &fd);
@@ -1025,12 +838,9 @@ static int tcp_connect(struct zl_xport *x, const char *host, uint16_t port, int 
 	rc = tcp_conn_new(x, fd, false, &c);
 	if (rc)
 		goto out_close;
-	c->on_close = on_close;
-	c->close_arg = arg;
 	rc = tcp_conn_start(c);
 	if (rc)
 		goto out_conn;
-	c->base.refs++; /* the caller's */
 	ZL_LOG_DEBUG("xport", "connected peer=%s", c->base.peer);
 	*out = &c->base;
 	return 0;
@@ -1043,53 +853,16 @@ out_close:
 	return rc;
 }
 
-static int tcp_request(struct zl_xport_conn *bc, struct zl_wire_hdr *hdr, const void *out,
-		       uint32_t out_len, void *in, uint32_t in_cap, zl_xport_reply_cb cb, void *arg)
+static int tcp_request(struct zl_xport_conn *bc, struct xport_req *br,
+		       const struct zl_wire_hdr *hdr, const void *out, uint32_t out_len)
 {
-	struct tcp_conn *c = tcp_conn_of(bc);
-	struct tcp_req *r = c->req_free;
-	const char *why = "?";
-	int rc;
+	struct tcp_req *r = tcp_req_of(br);
 
-	if (hdr->flags & (ZL_WF_REPLY | ZL_WF_RDMA))
-		return -ZL_ERR_INVAL;
-	if (!r)
-		return -ZL_ERR_BUSY;
-	hdr->version = ZL_WIRE_VERSION;
-	hdr->status = 0;
-	hdr->req_id = ((uint64_t)r->gen << 32) | r->slot;
-	hdr->payload_len = out_len;
-	hdr->payload_crc = out_len ? zl_crc32c(out, out_len) : 0;
-	rc = zl_wire_check(hdr, 0, &why);
-	if (rc) {
-		if (tcp_warn_ok(c))
-			ZL_LOG_WARN("xport",
-				    "refusing to send an invalid request op=%s reason=\"%s\"",
-				    zl_wire_op_name(hdr->opcode), why);
-		return rc;
-	}
-	c->req_free = r->next;
-	r->next = NULL;
 	r->state = TCP_REQ_SENDING;
-	r->opcode = hdr->opcode;
-	r->fail = 0;
-	r->deadline_ns = zl_now_ns() + (uint64_t)bc->x->opts.timeout_ms * 1000000ull;
-	r->in = in;
-	r->in_cap = in_cap;
-	r->cb = cb;
-	r->arg = arg;
-	r->rep_valid = false;
-	r->prev = c->fl_tail;
-	if (c->fl_tail)
-		c->fl_tail->next = r;
-	else
-		c->fl_head = r;
-	c->fl_tail = r;
-	bc->inflight++;
 	zl_wire_encode(hdr, r->send.hdr);
 	r->send.data = out;
 	r->send.len = out_len;
-	tcp_send_queue(c, &r->send);
+	tcp_send_queue(tcp_conn_of(bc), &r->send);
 	return 0;
 }
 
@@ -1120,16 +893,12 @@ static void tcp_discard(struct zl_xport_payload *p)
 		c->pl.state = TCP_PL_DISCARD;
 }
 
-static int tcp_reply(struct zl_xport_conn *bc, struct zl_wire_hdr *rep, const void *data,
+static int tcp_reply(struct zl_xport_conn *bc, const struct zl_wire_hdr *rep, const void *data,
 		     uint32_t len, zl_xport_done_cb sent_cb, void *arg)
 {
 	struct tcp_conn *c = tcp_conn_of(bc);
 	struct tcp_rep *rp = c->rep_free;
-	const char *why = "?";
-	int rc;
 
-	if (!(rep->flags & ZL_WF_REPLY) || (rep->flags & ZL_WF_RDMA))
-		return -ZL_ERR_INVAL;
 	if (!rp) {
 		if (tcp_warn_ok(c))
 			ZL_LOG_ERR("xport",
@@ -1137,17 +906,6 @@ static int tcp_reply(struct zl_xport_conn *bc, struct zl_wire_hdr *rep, const vo
 				   "requests: server bug)",
 				   bc->peer);
 		return -ZL_ERR_BUSY;
-	}
-	rep->version = ZL_WIRE_VERSION;
-	rep->payload_len = len;
-	rep->payload_crc = len ? zl_crc32c(data, len) : 0;
-	rc = zl_wire_check(rep, 0, &why);
-	if (rc) {
-		if (tcp_warn_ok(c))
-			ZL_LOG_WARN("xport",
-				    "refusing to send an invalid reply op=%s reason=\"%s\"",
-				    zl_wire_op_name(rep->opcode), why);
-		return rc;
 	}
 	c->rep_free = rp->next;
 	c->n_rep_free--;
@@ -1175,8 +933,7 @@ static void tcp_accept_cb(void *arg, uint32_t events)
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
-			if (errno != EAGAIN && errno != EWOULDBLOCK &&
-			    zl_ratelimit_ok(&x->warn_rl, TCP_WARN_PER_SEC))
+			if (errno != EAGAIN && errno != EWOULDBLOCK && xport_warn_ok(x))
 				ZL_LOG_WARN("xport",
 					    "accept failed port=%u err=%s; raise the fd "
 					    "limit if EMFILE",
@@ -1190,8 +947,8 @@ static void tcp_accept_cb(void *arg, uint32_t events)
 			close(fd);
 			continue;
 		}
-		c->sops = l->ops;
-		c->sarg = l->arg;
+		c->base.sops = l->base.sops;
+		c->base.sarg = l->base.sarg;
 		rc = tcp_conn_start(c);
 		if (rc) {
 			ZL_LOG_WARN("xport", "dropping accepted connection port=%u err=%s",
@@ -1200,50 +957,32 @@ static void tcp_accept_cb(void *arg, uint32_t events)
 			continue;
 		}
 		ZL_LOG_DEBUG("xport", "accepted peer=%s port=%u", c->base.peer, l->base.port);
-		if (l->ops->on_conn)
-			l->ops->on_conn(l->arg, &c->base);
+		if (l->base.sops->on_conn)
+			l->base.sops->on_conn(l->base.sarg, &c->base);
 	}
 }
 
-static int tcp_listen(struct zl_xport *x, const char *host, uint16_t port,
-		      const struct zl_xport_server_ops *ops, void *arg,
+static int tcp_listen(struct zl_xport *x, const char *host, const struct addrinfo *ai,
 		      struct zl_xport_listener **out)
 {
-	struct addrinfo hints = {.ai_family = AF_UNSPEC,
-				 .ai_socktype = SOCK_STREAM,
-				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
 	struct tcp_listener *l;
-	struct addrinfo *res;
-	char portstr[8];
-	int one = 1, rc, gai;
+	int one = 1, rc;
 
-	snprintf(portstr, sizeof(portstr), "%u", port);
-	gai = getaddrinfo(host, portstr, &hints, &res);
-	if (gai) {
-		ZL_LOG_ERR("xport", "cannot resolve listen address host=%s err=\"%s\"", host,
-			   gai_strerror(gai));
-		return tcp_gai_err(gai);
-	}
+	(void)host;
 	l = calloc(1, sizeof(*l));
-	if (!l) {
-		rc = -ENOMEM;
-		goto out_res;
-	}
-	l->ops = ops;
-	l->arg = arg;
-	l->fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (!l)
+		return -ENOMEM;
+	l->fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (l->fd < 0) {
 		rc = -errno;
 		goto out_free;
 	}
 	if (setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
-	    bind(l->fd, res->ai_addr, res->ai_addrlen) < 0 || listen(l->fd, TCP_BACKLOG) < 0 ||
+	    bind(l->fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(l->fd, TCP_BACKLOG) < 0 ||
 	    getsockname(l->fd, (struct sockaddr *)&ss, &sl) < 0) {
 		rc = -errno;
-		ZL_LOG_ERR("xport", "cannot listen host=%s port=%u err=%s; is the port in use?",
-			   host, port, zl_strerror(rc));
 		goto out_close;
 	}
 	l->base.port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
@@ -1251,9 +990,6 @@ static int tcp_listen(struct zl_xport *x, const char *host, uint16_t port,
 	rc = zl_loop_add(x->loop, &l->h, l->fd, EPOLLIN, tcp_accept_cb, l);
 	if (rc)
 		goto out_close;
-	xport_listener_link(x, &l->base);
-	freeaddrinfo(res);
-	ZL_LOG_DEBUG("xport", "listening host=%s port=%u", host, l->base.port);
 	*out = &l->base;
 	return 0;
 
@@ -1261,8 +997,6 @@ out_close:
 	close(l->fd);
 out_free:
 	free(l);
-out_res:
-	freeaddrinfo(res);
 	return rc;
 }
 
@@ -1272,44 +1006,21 @@ static void tcp_listener_close(struct zl_xport_listener *bl)
 
 	zl_loop_del(bl->x->loop, &l->h);
 	close(l->fd);
-	xport_listener_unlink(bl);
 	free(l);
 }
 
 /* ---- transport ---- */
 
-static int tcp_init(struct zl_xport *x)
-{
-	struct tcp_xport *tx = calloc(1, sizeof(*tx));
-
-	if (!tx)
-		return -ENOMEM;
-	x->impl = tx;
-	return 0;
-}
-
-static void tcp_fini(struct zl_xport *x)
-{
-	struct tcp_xport *tx = x->impl;
-
-	if (!tx)
-		return;
-	zl_timer_stop(x->loop, &tx->tick);
-	free(tx);
-	x->impl = NULL;
-}
-
 const struct xport_ops xport_tcp_ops = {
     .kind = ZL_XPORT_TCP,
-    .init = tcp_init,
-    .fini = tcp_fini,
     .connect = tcp_connect,
     .listen = tcp_listen,
     .listener_close = tcp_listener_close,
     .conn_close = tcp_conn_close,
-    .conn_close_now = tcp_conn_close_now,
+    .close_work = tcp_close_work,
     .conn_free = tcp_conn_free,
     .request = tcp_request,
+    .req_release = NULL,
     .fetch = tcp_fetch,
     .discard = tcp_discard,
     .reply = tcp_reply,

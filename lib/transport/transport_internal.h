@@ -1,12 +1,18 @@
-/* Transport internals shared by the common dispatch (xport.c), the buffer
- * pool (pool.c) and the implementations (tcp.c, later rdma.c). Nothing
- * outside lib/transport includes this file.
+/* Transport internals shared by the common layer (xport.c), the buffer pool
+ * (pool.c) and the implementations (tcp.c, rdma.c). Nothing outside
+ * lib/transport includes this file.
  *
- * Every public object starts with a common part (struct zl_xport_conn,
- * struct zl_xport_listener, struct zl_xport_payload) that the implementation
- * embeds as the first member of its own struct; xport.c reaches the
- * implementation only through struct xport_ops, so adding RDMA changes no
- * caller.
+ * Every public object has a common part (struct zl_xport_conn, struct
+ * zl_xport_listener, struct zl_xport_payload) that the implementation embeds
+ * in its own struct; xport.c reaches the implementation only through struct
+ * xport_ops.
+ *
+ * Client requests live in the common request layer (xport.c): per
+ * connection, max_inflight preallocated slots (struct xport_req, embedded in
+ * the implementation's slot struct), req_id = generation << 32 | slot so that
+ * a reply to a slot that has since been reused is detected, the in-flight
+ * list in issue order, one timeout tick per transport, and the completion
+ * callback. An implementation only moves the bytes.
  */
 #ifndef ZL_TRANSPORT_INTERNAL_H
 #define ZL_TRANSPORT_INTERNAL_H
@@ -22,6 +28,65 @@
 #define XPORT_MAX_MAX_INFLIGHT 65536u
 #define XPORT_DEF_TIMEOUT_MS   10000u
 #define XPORT_DEF_POOL_BYTES   (64ull << 20)
+/* Period of the request timeout check. */
+#define XPORT_TICK_MS 100u
+/* Per-I/O warnings per second and transport. */
+#define XPORT_WARN_PER_SEC 10u
+
+/* ---- intrusive lists ---- */
+
+/* Doubly linked, NULL-terminated: "for (n = l->head; n; n = n->next)" walks
+ * it, and a node may unlink itself (or others) during the walk when the walk
+ * saved n->next first. */
+struct xport_link {
+	struct xport_link *prev, *next;
+};
+
+struct xport_list {
+	struct xport_link *head, *tail;
+};
+
+/* Links n after `after` (NULL: at the head). */
+static inline void xport_list_insert(struct xport_list *l, struct xport_link *after,
+				     struct xport_link *n)
+{
+	n->prev = after;
+	n->next = after ? after->next : l->head;
+	if (n->next)
+		n->next->prev = n;
+	else
+		l->tail = n;
+	if (after)
+		after->next = n;
+	else
+		l->head = n;
+}
+
+static inline void xport_list_push(struct xport_list *l, struct xport_link *n)
+{
+	xport_list_insert(l, NULL, n);
+}
+
+static inline void xport_list_append(struct xport_list *l, struct xport_link *n)
+{
+	xport_list_insert(l, l->tail, n);
+}
+
+/* Unlinks n; a node that is not on l is left alone. */
+static inline void xport_list_del(struct xport_list *l, struct xport_link *n)
+{
+	if (!n->prev && l->head != n)
+		return;
+	if (n->prev)
+		n->prev->next = n->next;
+	else
+		l->head = n->next;
+	if (n->next)
+		n->next->prev = n->prev;
+	else
+		l->tail = n->prev;
+	n->prev = n->next = NULL;
+}
 
 /* ---- buffer pool (pool.c) ---- */
 
@@ -77,30 +142,74 @@ size_t xport_pool_class_size(size_t len);
 /* ---- common objects ---- */
 
 struct xport_ops;
+struct addrinfo;
 
 struct zl_xport {
 	const struct xport_ops *ops;
 	struct zl_loop *loop;
 	struct zl_xport_opts opts;
 	struct xport_pool pool;
-	/* Live connections (linked until their close work has run). */
-	struct zl_xport_conn *conns;
-	struct zl_xport_listener *listeners;
-	void *impl; /* implementation state */
+	/* Live connections (linked until their close work has run), newest
+	 * first; listeners likewise. */
+	struct xport_list conns;
+	struct xport_list listeners;
+	/* Request timeouts: runs every XPORT_TICK_MS while n_clients > 0. */
+	struct zl_timer tick;
+	uint32_t n_clients; /* client connections in conns */
+	void *impl;	    /* implementation state */
 	bool destroying;
 	struct zl_ratelimit warn_rl; /* per-I/O warnings of this transport */
+};
+
+/* A client request slot, from zl_xport_request to its reply callback. The
+ * implementation embeds it in its own slot struct (xport_reqs_init). */
+struct xport_req {
+	struct xport_link link; /* in-flight list, or free list (next only) */
+	uint32_t slot, gen;	/* req_id = gen << 32 | slot */
+	bool busy;		/* in flight (not on the free list) */
+	uint8_t opcode;
+	int fail; /* status if the connection closes: -ZL_ERR_TIMEOUT once expired */
+	uint64_t deadline_ns;
+	void *in; /* where the reply's data lands, in_cap bytes at most */
+	uint32_t in_cap;
+	zl_xport_reply_cb cb;
+	void *arg;
+	/* A reply that arrived before the request's own send completed (TCP
+	 * is still writing the out buffer), delivered by xport_req_finish_held. */
+	bool held;
+	bool held_rep_valid;
+	int held_status;
+	struct zl_wire_hdr held_rep;
+};
+
+/* The request slots of a client connection: one allocation when the
+ * connection is built, none per I/O. */
+struct xport_reqs {
+	uint8_t *mem; /* n slots of `size` bytes, each with a struct xport_req at `off` */
+	size_t size, off;
+	uint32_t n;
+	struct xport_link *free;  /* free slots, singly linked through link.next */
+	struct xport_list flight; /* in flight, issue order: the head expires first */
 };
 
 struct zl_xport_conn {
 	const struct xport_ops *ops;
 	struct zl_xport *x;
-	struct zl_xport_conn *prev, *next; /* x->conns */
+	struct xport_link link; /* x->conns */
 	uint32_t refs;
 	enum zl_xport_kind kind;
 	bool closing; /* close started: no new requests, fd gone */
 	bool closed;  /* close callback has run */
 	bool server;
-	uint32_t inflight;
+	uint32_t inflight;	 /* requests in reqs.flight */
+	struct xport_reqs reqs;	 /* client side */
+	int close_reason;	 /* handed to the close callback */
+	struct zl_defer close_d; /* runs the close work */
+	/* Close callback: the listener's (server) or the connector's (client). */
+	const struct zl_xport_server_ops *sops;
+	void *sarg;
+	zl_xport_close_cb on_close;
+	void *close_arg;
 	void *ctx;
 	char peer[64];
 };
@@ -108,8 +217,11 @@ struct zl_xport_conn {
 struct zl_xport_listener {
 	const struct xport_ops *ops;
 	struct zl_xport *x;
-	struct zl_xport_listener *prev, *next; /* x->listeners */
+	struct xport_link link; /* x->listeners */
 	uint16_t port;
+	/* Handed to every connection it accepts. */
+	const struct zl_xport_server_ops *sops;
+	void *sarg;
 };
 
 struct zl_xport_payload {
@@ -121,26 +233,40 @@ struct xport_ops {
 	enum zl_xport_kind kind;
 	int (*init)(struct zl_xport *x);
 	void (*fini)(struct zl_xport *x);
+	/* Connects and links a client connection; xport.c then sets its close
+	 * callback and takes the caller's reference. */
 	int (*connect)(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
-		       zl_xport_close_cb on_close, void *arg, struct zl_xport_conn **out);
-	int (*listen)(struct zl_xport *x, const char *host, uint16_t port,
-		      const struct zl_xport_server_ops *ops, void *arg,
+		       struct zl_xport_conn **out);
+	/* Listens on ai (host as given, for messages); sets (*out)->port.
+	 * xport.c links the listener and sets its server ops. */
+	int (*listen)(struct zl_xport *x, const char *host, const struct addrinfo *ai,
 		      struct zl_xport_listener **out);
+	/* Frees a listener (xport.c unlinked it already). */
 	void (*listener_close)(struct zl_xport_listener *l);
 	/* Starts closing (idempotent); callbacks run deferred. reason: 0 for a
 	 * local close, else the negative cause handed to the close callback. */
 	void (*conn_close)(struct zl_xport_conn *c, int reason);
-	/* Destroy path: closes and runs the close work right now. */
-	void (*conn_close_now)(struct zl_xport_conn *c);
+	/* The implementation's part of the close work (deferred by
+	 * xport_conn_closing): releases its resources and ends its pending
+	 * server-side operations. The request layer then fails the client
+	 * requests still in flight and runs the close callback. */
+	void (*close_work)(struct zl_xport_conn *c);
 	/* Last reference gone: frees the connection memory. */
 	void (*conn_free)(struct zl_xport_conn *c);
-	int (*request)(struct zl_xport_conn *c, struct zl_wire_hdr *hdr, const void *out,
-		       uint32_t out_len, void *in, uint32_t in_cap, zl_xport_reply_cb cb,
-		       void *arg);
+	/* Sends the request of slot r (already in flight: req_id, in, cb set);
+	 * hdr is checked and complete. Returns 0, or a negative error when
+	 * nothing was sent (the slot is returned without a callback). Must not
+	 * run callbacks. */
+	int (*request)(struct zl_xport_conn *c, struct xport_req *r, const struct zl_wire_hdr *hdr,
+		       const void *out, uint32_t out_len);
+	/* Optional: frees what the implementation holds for slot r, right
+	 * before its callback runs. */
+	void (*req_release)(struct zl_xport_conn *c, struct xport_req *r);
 	int (*fetch)(struct zl_xport_payload *p, void *buf, uint32_t len, zl_xport_done_cb cb,
 		     void *arg);
 	void (*discard)(struct zl_xport_payload *p);
-	int (*reply)(struct zl_xport_conn *c, struct zl_wire_hdr *rep, const void *data,
+	/* rep is checked and complete (payload_len = len, payload_crc set). */
+	int (*reply)(struct zl_xport_conn *c, const struct zl_wire_hdr *rep, const void *data,
 		     uint32_t len, zl_xport_done_cb sent_cb, void *arg);
 	/* Optional: registers a new pool region with the device. */
 	xport_pool_region_fn mem_register;
@@ -148,11 +274,49 @@ struct xport_ops {
 
 extern const struct xport_ops xport_tcp_ops;
 
-/* Connection and listener bookkeeping in x (xport.c). */
+/* ---- common layer (xport.c) ---- */
+
+struct sockaddr;
+
+/* True while per-I/O warnings of x are not rate-limited. */
+bool xport_warn_ok(struct zl_xport *x);
+/* "1.2.3.4:5" or "[::1]:5" of sa, "?" for NULL or another family. */
+void xport_format_peer(const struct sockaddr *sa, char *out, size_t len);
+/* getaddrinfo of host:port for a stream socket (passive: to listen on).
+ * Returns 0 (free *res with freeaddrinfo), -EHOSTUNREACH for a name that does
+ * not resolve, -ENOMEM, -EINVAL, or the errno of a system failure. */
+int xport_resolve(const char *host, uint16_t port, bool passive, struct addrinfo **res);
+
+/* Connection bookkeeping in x. Linking the first client
+ * connection starts the timeout tick, unlinking the last stops it. */
 void xport_conn_init(struct zl_xport *x, struct zl_xport_conn *c, bool server);
 void xport_conn_link(struct zl_xport_conn *c);
 void xport_conn_unlink(struct zl_xport_conn *c);
-void xport_listener_link(struct zl_xport *x, struct zl_xport_listener *l);
-void xport_listener_unlink(struct zl_xport_listener *l);
+/* Start of conn_close: marks c closing for reason and defers the close work
+ * (ops->close_work, then the in-flight requests fail, then the close
+ * callback, then the transport's reference goes). */
+void xport_conn_closing(struct zl_xport_conn *c, int reason);
+/* Frees what xport_conn_init and xport_reqs_init allocated. */
+void xport_conn_fini(struct zl_xport_conn *c);
+
+/* Client request slots. xport_reqs_init allocates n zeroed slots of `size`
+ * bytes with their struct xport_req at offset `off`. Returns 0 or -ENOMEM. */
+int xport_reqs_init(struct zl_xport_conn *c, uint32_t n, size_t size, size_t off);
+struct xport_req *xport_req_at(struct zl_xport_conn *c, uint32_t slot);
+/* The in-flight request a reply header answers, or NULL with *why set
+ * (unknown or stale req_id, other opcode). */
+struct xport_req *xport_req_lookup(struct zl_xport_conn *c, const struct zl_wire_hdr *rep,
+				   const char **why);
+/* Completes r: the slot is free again (its req_id stale) before cb runs, so
+ * the callback may issue the next request right away. */
+void xport_req_finish(struct zl_xport_conn *c, struct xport_req *r, int status,
+		      const struct zl_wire_hdr *rep);
+/* Keeps a reply (status, rep or NULL) for later delivery. */
+void xport_req_hold(struct xport_req *r, int status, const struct zl_wire_hdr *rep);
+/* Completes r with the reply xport_req_hold kept. */
+void xport_req_finish_held(struct zl_xport_conn *c, struct xport_req *r);
+/* Close work: every request still in flight completes, oldest first, with
+ * its held reply, or -ZL_ERR_TIMEOUT if it expired, else -ZL_ERR_CONN. */
+void xport_reqs_fail_all(struct zl_xport_conn *c);
 
 #endif

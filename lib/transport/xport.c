@@ -1,12 +1,17 @@
-/* Transport front end: argument checks, reference counting and bookkeeping
- * common to every implementation, then dispatch through struct xport_ops.
+/* Transport front end and common layer: argument checks, reference
+ * counting, connection bookkeeping and the client request layer (slots,
+ * req_ids, in-flight list, timeouts, completion) shared by every
+ * implementation, which it reaches through struct xport_ops.
  */
 #include "transport_internal.h"
 #ifdef ZL_HAVE_RDMA
 #include "rdma_internal.h"
 #endif
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +89,9 @@ static const struct xport_ops *xport_ops_for(enum zl_xport_kind kind)
 	return NULL;
 }
 
+static void xport_listener_close(struct zl_xport_listener *l);
+static void xport_close_work(void *arg);
+
 int zl_xport_create(struct zl_loop *loop, const struct zl_xport_opts *opts, struct zl_xport **out)
 {
 	struct zl_xport *x;
@@ -109,7 +117,7 @@ int zl_xport_create(struct zl_loop *loop, const struct zl_xport_opts *opts, stru
 		x->opts.timeout_ms = XPORT_DEF_TIMEOUT_MS;
 	if (!x->opts.pool_bytes)
 		x->opts.pool_bytes = XPORT_DEF_POOL_BYTES;
-	rc = x->ops->init(x);
+	rc = x->ops->init ? x->ops->init(x) : 0;
 	if (rc)
 		goto out_free;
 	rc = xport_pool_init(&x->pool, x->opts.pool_bytes, x->ops->mem_register, x);
@@ -124,7 +132,8 @@ int zl_xport_create(struct zl_loop *loop, const struct zl_xport_opts *opts, stru
 	return 0;
 
 out_fini:
-	x->ops->fini(x);
+	if (x->ops->fini)
+		x->ops->fini(x);
 out_free:
 	free(x);
 	return rc;
@@ -135,12 +144,21 @@ void zl_xport_destroy(struct zl_xport *x)
 	if (!x)
 		return;
 	x->destroying = true;
-	while (x->listeners)
-		x->ops->listener_close(x->listeners);
+	while (x->listeners.head)
+		xport_listener_close(
+		    ZL_CONTAINER_OF(x->listeners.head, struct zl_xport_listener, link));
 	/* Close work unlinks each connection; callbacks may close others. */
-	while (x->conns)
-		x->ops->conn_close_now(x->conns);
-	x->ops->fini(x);
+	while (x->conns.head) {
+		struct zl_xport_conn *c =
+		    ZL_CONTAINER_OF(x->conns.head, struct zl_xport_conn, link);
+
+		x->ops->conn_close(c, -ZL_ERR_CONN);
+		zl_loop_defer_cancel(x->loop, &c->close_d);
+		xport_close_work(c);
+	}
+	zl_timer_stop(x->loop, &x->tick);
+	if (x->ops->fini)
+		x->ops->fini(x);
 	xport_pool_fini(&x->pool);
 	free(x);
 }
@@ -172,6 +190,61 @@ bool zl_xport_buf_owned(const struct zl_xport *x, const void *buf, size_t len)
 
 /* ---- bookkeeping used by the implementations ---- */
 
+bool xport_warn_ok(struct zl_xport *x)
+{
+	return zl_ratelimit_ok(&x->warn_rl, XPORT_WARN_PER_SEC);
+}
+
+void xport_format_peer(const struct sockaddr *sa, char *out, size_t len)
+{
+	char ip[INET6_ADDRSTRLEN] = "?";
+
+	if (sa && sa->sa_family == AF_INET) {
+		const struct sockaddr_in *a = (const struct sockaddr_in *)sa;
+
+		inet_ntop(AF_INET, &a->sin_addr, ip, sizeof(ip));
+		snprintf(out, len, "%s:%u", ip, ntohs(a->sin_port));
+	} else if (sa && sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)sa;
+
+		inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof(ip));
+		snprintf(out, len, "[%s]:%u", ip, ntohs(a->sin6_port));
+	} else {
+		snprintf(out, len, "?");
+	}
+}
+
+int xport_resolve(const char *host, uint16_t port, bool passive, struct addrinfo **res)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC,
+				 .ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0)};
+	char portstr[8];
+	int gai;
+
+	snprintf(portstr, sizeof(portstr), "%u", port);
+	gai = getaddrinfo(host, portstr, &hints, res);
+	if (!gai)
+		return 0;
+	ZL_LOG_WARN("xport", "cannot resolve %s host=%s err=\"%s\"; check the address",
+		    passive ? "the listen address" : "the peer", host, gai_strerror(gai));
+	switch (gai) {
+	case EAI_MEMORY:
+		return -ENOMEM;
+	case EAI_NONAME:
+	case EAI_AGAIN:
+	case EAI_FAIL:
+	case EAI_NODATA:
+		return -EHOSTUNREACH;
+	case EAI_SYSTEM:
+		return errno ? -errno : -EIO;
+	default:
+		return -EINVAL;
+	}
+}
+
+static void xport_tick(void *arg);
+
 void xport_conn_init(struct zl_xport *x, struct zl_xport_conn *c, bool server)
 {
 	c->ops = x->ops;
@@ -182,48 +255,242 @@ void xport_conn_init(struct zl_xport *x, struct zl_xport_conn *c, bool server)
 	snprintf(c->peer, sizeof(c->peer), "?");
 }
 
+void xport_conn_fini(struct zl_xport_conn *c)
+{
+	free(c->reqs.mem);
+	c->reqs.mem = NULL;
+	c->reqs.n = 0;
+	c->reqs.free = NULL;
+}
+
+void xport_conn_closing(struct zl_xport_conn *c, int reason)
+{
+	c->closing = true;
+	c->close_reason = reason;
+	zl_loop_defer(c->x->loop, &c->close_d, xport_close_work, c);
+	ZL_LOG_DEBUG("xport",
+		     "connection closing transport=%s peer=%s side=%s reason=%s inflight=%u",
+		     zl_xport_kind_name(c->kind), c->peer, c->server ? "server" : "client",
+		     reason ? zl_errname(reason) : "local", c->inflight);
+}
+
 void xport_conn_link(struct zl_xport_conn *c)
 {
 	struct zl_xport *x = c->x;
 
-	c->prev = NULL;
-	c->next = x->conns;
-	if (x->conns)
-		x->conns->prev = c;
-	x->conns = c;
+	xport_list_push(&x->conns, &c->link);
+	if (!c->server && x->n_clients++ == 0)
+		zl_timer_start(x->loop, &x->tick, XPORT_TICK_MS, XPORT_TICK_MS, xport_tick, x);
 }
 
 void xport_conn_unlink(struct zl_xport_conn *c)
 {
-	if (c->prev)
-		c->prev->next = c->next;
-	else if (c->x->conns == c)
-		c->x->conns = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
-	c->prev = c->next = NULL;
+	struct zl_xport *x = c->x;
+
+	xport_list_del(&x->conns, &c->link);
+	if (!c->server && --x->n_clients == 0)
+		zl_timer_stop(x->loop, &x->tick);
 }
 
-void xport_listener_link(struct zl_xport *x, struct zl_xport_listener *l)
+/* The close work, deferred by xport_conn_closing (or run right away by
+ * zl_xport_destroy). c may be freed on return. */
+static void xport_close_work(void *arg)
 {
-	l->x = x;
-	l->ops = x->ops;
-	l->prev = NULL;
-	l->next = x->listeners;
-	if (x->listeners)
-		x->listeners->prev = l;
-	x->listeners = l;
+	struct zl_xport_conn *c = arg;
+
+	c->ops->close_work(c);
+	xport_reqs_fail_all(c);
+	c->closed = true;
+	if (c->server) {
+		if (c->sops->on_close)
+			c->sops->on_close(c->sarg, c, c->close_reason);
+	} else if (c->on_close) {
+		c->on_close(c->close_arg, c, c->close_reason);
+	}
+	xport_conn_unlink(c);
+	zl_xport_conn_put(c);
 }
 
-void xport_listener_unlink(struct zl_xport_listener *l)
+static void xport_listener_close(struct zl_xport_listener *l)
 {
-	if (l->prev)
-		l->prev->next = l->next;
-	else if (l->x->listeners == l)
-		l->x->listeners = l->next;
-	if (l->next)
-		l->next->prev = l->prev;
-	l->prev = l->next = NULL;
+	xport_list_del(&l->x->listeners, &l->link);
+	l->ops->listener_close(l);
+}
+
+/* ---- request slots ---- */
+
+static struct xport_req *xport_req_of(struct xport_link *n)
+{
+	return ZL_CONTAINER_OF(n, struct xport_req, link);
+}
+
+int xport_reqs_init(struct zl_xport_conn *c, uint32_t n, size_t size, size_t off)
+{
+	struct xport_reqs *q = &c->reqs;
+
+	q->mem = calloc(n, size);
+	if (!q->mem)
+		return -ENOMEM;
+	q->size = size;
+	q->off = off;
+	q->n = n;
+	for (uint32_t i = n; i-- > 0;) {
+		struct xport_req *r = xport_req_at(c, i);
+
+		r->slot = i;
+		r->link.next = q->free;
+		q->free = &r->link;
+	}
+	return 0;
+}
+
+struct xport_req *xport_req_at(struct zl_xport_conn *c, uint32_t slot)
+{
+	return (struct xport_req *)(c->reqs.mem + (size_t)slot * c->reqs.size + c->reqs.off);
+}
+
+static uint64_t xport_req_id(const struct xport_req *r)
+{
+	return ((uint64_t)r->gen << 32) | r->slot;
+}
+
+struct xport_req *xport_req_lookup(struct zl_xport_conn *c, const struct zl_wire_hdr *rep,
+				   const char **why)
+{
+	uint64_t slot = rep->req_id & 0xffffffffu;
+	struct xport_req *r = slot < c->reqs.n ? xport_req_at(c, (uint32_t)slot) : NULL;
+
+	if (!r || !r->busy || r->gen != (uint32_t)(rep->req_id >> 32)) {
+		*why = "reply to an unknown or stale request id";
+		return NULL;
+	}
+	if (rep->opcode != r->opcode) {
+		*why = "reply opcode differs from the request";
+		return NULL;
+	}
+	return r;
+}
+
+/* Takes the next free slot (the caller checked there is one) into flight. */
+static struct xport_req *xport_req_start(struct zl_xport_conn *c, uint8_t opcode, void *in,
+					 uint32_t in_cap, zl_xport_reply_cb cb, void *arg)
+{
+	struct xport_req *r = xport_req_of(c->reqs.free);
+
+	c->reqs.free = r->link.next;
+	r->busy = true;
+	r->opcode = opcode;
+	r->fail = 0;
+	r->deadline_ns = zl_now_ns() + (uint64_t)c->x->opts.timeout_ms * 1000000ull;
+	r->in = in;
+	r->in_cap = in_cap;
+	r->cb = cb;
+	r->arg = arg;
+	r->held = false;
+	xport_list_append(&c->reqs.flight, &r->link);
+	c->inflight++;
+	return r;
+}
+
+/* Takes r out of flight onto the free list; `reuse` makes its req_id stale. */
+static void xport_req_release(struct zl_xport_conn *c, struct xport_req *r, bool reuse)
+{
+	xport_list_del(&c->reqs.flight, &r->link);
+	if (c->ops->req_release)
+		c->ops->req_release(c, r);
+	r->busy = false;
+	if (reuse)
+		r->gen++;
+	r->cb = NULL;
+	r->in = NULL;
+	r->link.next = c->reqs.free;
+	c->reqs.free = &r->link;
+	c->inflight--;
+}
+
+void xport_req_finish(struct zl_xport_conn *c, struct xport_req *r, int status,
+		      const struct zl_wire_hdr *rep)
+{
+	zl_xport_reply_cb cb = r->cb;
+	void *arg = r->arg;
+
+	xport_req_release(c, r, true);
+	cb(arg, status, rep);
+}
+
+void xport_req_hold(struct xport_req *r, int status, const struct zl_wire_hdr *rep)
+{
+	r->held = true;
+	r->held_status = status;
+	r->held_rep_valid = rep != NULL;
+	if (rep)
+		r->held_rep = *rep;
+}
+
+void xport_req_finish_held(struct zl_xport_conn *c, struct xport_req *r)
+{
+	xport_req_finish(c, r, r->held_status, r->held_rep_valid ? &r->held_rep : NULL);
+}
+
+void xport_reqs_fail_all(struct zl_xport_conn *c)
+{
+	while (c->reqs.flight.head) {
+		struct xport_req *r = xport_req_of(c->reqs.flight.head);
+
+		if (r->held)
+			xport_req_finish_held(c, r);
+		else
+			xport_req_finish(c, r, r->fail ? r->fail : -ZL_ERR_CONN, NULL);
+	}
+}
+
+/* Fails every client connection whose oldest request is past its deadline:
+ * with one timeout per transport the in-flight list is in deadline order, so
+ * one look per connection suffices. */
+static void xport_tick(void *arg)
+{
+	struct zl_xport *x = arg;
+	uint64_t now = zl_now_ns();
+
+	for (struct xport_link *n = x->conns.head, *next; n; n = next) {
+		struct zl_xport_conn *c = ZL_CONTAINER_OF(n, struct zl_xport_conn, link);
+		struct xport_link *f = c->reqs.flight.head;
+		struct xport_req *oldest;
+
+		next = n->next; /* closing defers the unlink */
+		if (c->server || c->closing || !f || xport_req_of(f)->deadline_ns > now)
+			continue;
+		oldest = xport_req_of(f);
+		for (; f && xport_req_of(f)->deadline_ns <= now; f = f->next)
+			xport_req_of(f)->fail = -ZL_ERR_TIMEOUT;
+		if (xport_warn_ok(x))
+			ZL_LOG_WARN("xport",
+				    "request timed out transport=%s peer=%s op=%s req_id=%llu "
+				    "timeout_ms=%u inflight=%u; closing connection",
+				    zl_xport_kind_name(c->kind), c->peer,
+				    zl_wire_op_name(oldest->opcode),
+				    (unsigned long long)xport_req_id(oldest), x->opts.timeout_ms,
+				    c->inflight);
+		c->ops->conn_close(c, -ZL_ERR_TIMEOUT);
+	}
+}
+
+/* Fills in version, payload_len and payload_crc of a message about to be
+ * sent and checks it. Returns 0 or the zl_wire_check error. */
+static int xport_hdr_seal(struct zl_xport_conn *c, struct zl_wire_hdr *h, const void *data,
+			  uint32_t len, const char *what)
+{
+	const char *why = "?";
+	int rc;
+
+	h->version = ZL_WIRE_VERSION;
+	h->payload_len = len;
+	h->payload_crc = len ? zl_crc32c(data, len) : 0;
+	rc = zl_wire_check(h, 0, &why);
+	if (rc && xport_warn_ok(c->x))
+		ZL_LOG_WARN("xport", "refusing to send an invalid %s op=%s reason=\"%s\"", what,
+			    zl_wire_op_name(h->opcode), why);
+	return rc;
 }
 
 /* ---- connections ---- */
@@ -287,25 +554,49 @@ uint32_t zl_xport_conn_inflight(const struct zl_xport_conn *c)
 int zl_xport_connect(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
 		     zl_xport_close_cb on_close, void *arg, struct zl_xport_conn **out)
 {
+	int rc;
+
 	if (!x || !host || !out || !port)
 		return -ZL_ERR_INVAL;
 	if (x->destroying)
 		return -ESHUTDOWN;
 	if (timeout_ms <= 0)
 		timeout_ms = (int)ZL_MIN(x->opts.timeout_ms, (uint32_t)INT32_MAX);
-	return x->ops->connect(x, host, port, timeout_ms, on_close, arg, out);
+	rc = x->ops->connect(x, host, port, timeout_ms, out);
+	if (rc)
+		return rc;
+	(*out)->on_close = on_close;
+	(*out)->close_arg = arg;
+	(*out)->refs++; /* the caller's */
+	return 0;
 }
 
 int zl_xport_request(struct zl_xport_conn *c, struct zl_wire_hdr *hdr, const void *out,
 		     uint32_t out_len, void *in, uint32_t in_cap, zl_xport_reply_cb cb, void *arg)
 {
+	struct xport_req *r;
+	int rc;
+
 	if (!c || !hdr || !cb || (out_len && !out) || (in_cap && !in))
 		return -ZL_ERR_INVAL;
 	if (c->server)
 		return -ZL_ERR_INVAL;
 	if (c->closing)
 		return -ZL_ERR_CONN;
-	return c->ops->request(c, hdr, out, out_len, in, in_cap, cb, arg);
+	if (hdr->flags & (ZL_WF_REPLY | ZL_WF_RDMA))
+		return -ZL_ERR_INVAL;
+	if (!c->reqs.free)
+		return -ZL_ERR_BUSY;
+	hdr->status = 0;
+	hdr->req_id = xport_req_id(xport_req_of(c->reqs.free));
+	rc = xport_hdr_seal(c, hdr, out, out_len, "request");
+	if (rc)
+		return rc;
+	r = xport_req_start(c, hdr->opcode, in, in_cap, cb, arg);
+	rc = c->ops->request(c, r, hdr, out, out_len);
+	if (rc)
+		xport_req_release(c, r, false); /* the next request takes this req_id */
+	return rc;
 }
 
 /* ---- server side ---- */
@@ -314,11 +605,36 @@ int zl_xport_listen(struct zl_xport *x, const char *host, uint16_t port,
 		    const struct zl_xport_server_ops *ops, void *arg,
 		    struct zl_xport_listener **out)
 {
+	struct addrinfo *res;
+	int rc;
+
 	if (!x || !ops || !ops->on_request || !out)
 		return -ZL_ERR_INVAL;
 	if (x->destroying)
 		return -ESHUTDOWN;
-	return x->ops->listen(x, host ? host : "0.0.0.0", port, ops, arg, out);
+	if (!host)
+		host = "0.0.0.0";
+	rc = xport_resolve(host, port, true, &res);
+	if (rc)
+		return rc;
+	rc = x->ops->listen(x, host, res, out);
+	freeaddrinfo(res);
+	if (rc) {
+		ZL_LOG_ERR("xport", "cannot listen transport=%s host=%s port=%u err=%s; %s",
+			   zl_xport_kind_name(x->ops->kind), host, port, zl_strerror(rc),
+			   x->ops->kind == ZL_XPORT_RDMA
+			       ? "is the port in use, is the address on an RDMA device?"
+			       : "is the port in use?");
+		return rc;
+	}
+	(*out)->x = x;
+	(*out)->ops = x->ops;
+	(*out)->sops = ops;
+	(*out)->sarg = arg;
+	xport_list_push(&x->listeners, &(*out)->link);
+	ZL_LOG_DEBUG("xport", "listening transport=%s host=%s port=%u",
+		     zl_xport_kind_name(x->ops->kind), host, (*out)->port);
+	return 0;
 }
 
 uint16_t zl_xport_listener_port(const struct zl_xport_listener *l)
@@ -329,7 +645,7 @@ uint16_t zl_xport_listener_port(const struct zl_xport_listener *l)
 void zl_xport_listener_close(struct zl_xport_listener *l)
 {
 	if (l)
-		l->ops->listener_close(l);
+		xport_listener_close(l);
 }
 
 int zl_xport_fetch(struct zl_xport_payload *p, void *buf, uint32_t len, zl_xport_done_cb cb,
@@ -351,11 +667,18 @@ void zl_xport_discard(struct zl_xport_payload *p)
 int zl_xport_reply(struct zl_xport_conn *c, struct zl_wire_hdr *rep, const void *data, uint32_t len,
 		   zl_xport_done_cb sent_cb, void *arg)
 {
+	int rc;
+
 	if (!c || !rep || (len && !data))
 		return -ZL_ERR_INVAL;
 	if (c->closing)
 		return -ZL_ERR_CONN;
 	if (!c->server)
 		return -ZL_ERR_INVAL;
+	if (!(rep->flags & ZL_WF_REPLY) || (rep->flags & ZL_WF_RDMA))
+		return -ZL_ERR_INVAL;
+	rc = xport_hdr_seal(c, rep, data, len, "reply");
+	if (rc)
+		return rc;
 	return c->ops->reply(c, rep, data, len, sent_cb, arg);
 }

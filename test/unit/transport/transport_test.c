@@ -446,56 +446,58 @@ static void cdone(struct env *e, struct zl_xport_conn *c, struct cconn *cc)
 	zl_xport_conn_put(c);
 }
 
-static int send_ping(struct zl_xport_conn *c, struct creq *q, uint64_t aux)
+/* Issues q->req; the callback must not run inside the call. */
+static int issue(struct zl_xport_conn *c, struct creq *q, const void *out, uint32_t out_len,
+		 void *in, uint32_t in_cap)
 {
 	int rc;
 
+	in_call = true;
+	rc = zl_xport_request(c, &q->req, out, out_len, in, in_cap, on_reply, q);
+	in_call = false;
+	return rc;
+}
+
+static int send_ping(struct zl_xport_conn *c, struct creq *q, uint64_t aux)
+{
 	memset(&q->req, 0, sizeof(q->req));
 	q->req.opcode = ZL_OP_PING;
 	q->req.aux = aux;
-	in_call = true;
-	rc = zl_xport_request(c, &q->req, NULL, 0, NULL, 0, on_reply, q);
-	in_call = false;
-	return rc;
+	return issue(c, q, NULL, 0, NULL, 0);
+}
+
+/* READ into buf (zeroed first), or WRITE of buf filled from seed. */
+static int send_io(struct zl_xport_conn *c, struct creq *q, uint8_t op, uint8_t *buf, uint32_t len,
+		   uint64_t seed)
+{
+	bool rd = op == ZL_OP_READ;
+
+	memset(&q->req, 0, sizeof(q->req));
+	q->req.opcode = op;
+	q->req.vol_id = VOL;
+	q->req.length = len;
+	q->req.aux = seed;
+	q->len = len;
+	q->seed = seed;
+	if (!rd) {
+		fill(buf, len, seed);
+		return issue(c, q, buf, len, NULL, 0);
+	}
+	q->in = buf;
+	memset(buf, 0, len);
+	return issue(c, q, NULL, 0, buf, len);
 }
 
 static int send_read(struct zl_xport_conn *c, struct creq *q, uint8_t *in, uint32_t len,
 		     uint64_t seed)
 {
-	int rc;
-
-	memset(&q->req, 0, sizeof(q->req));
-	q->req.opcode = ZL_OP_READ;
-	q->req.vol_id = VOL;
-	q->req.length = len;
-	q->req.aux = seed;
-	q->in = in;
-	q->len = len;
-	q->seed = seed;
-	memset(in, 0, len);
-	in_call = true;
-	rc = zl_xport_request(c, &q->req, NULL, 0, in, len, on_reply, q);
-	in_call = false;
-	return rc;
+	return send_io(c, q, ZL_OP_READ, in, len, seed);
 }
 
 static int send_write(struct zl_xport_conn *c, struct creq *q, uint8_t *out, uint32_t len,
 		      uint64_t seed)
 {
-	int rc;
-
-	memset(&q->req, 0, sizeof(q->req));
-	q->req.opcode = ZL_OP_WRITE;
-	q->req.vol_id = VOL;
-	q->req.length = len;
-	q->req.aux = seed;
-	q->len = len;
-	q->seed = seed;
-	fill(out, len, seed);
-	in_call = true;
-	rc = zl_xport_request(c, &q->req, out, len, NULL, 0, on_reply, q);
-	in_call = false;
-	return rc;
+	return send_io(c, q, ZL_OP_WRITE, out, len, seed);
 }
 
 /* ---- tests ---- */
