@@ -72,7 +72,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends gcc g++ make cmake git ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 EOF
-timed fresh-image podman build -q --pull=never --network host -t "$image" "$work/ctx" >/dev/null
+timed fresh-image podman build -q --pull=never --network host -t "$image" "$work/ctx"
 
 # 3. The committed HEAD as a bundle: `git clone` runs inside the container.
 git -C "$src" bundle create -q "$work/zipline.bundle" HEAD
