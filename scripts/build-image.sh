@@ -19,9 +19,6 @@
 #   ZL_IMAGE_CACHE     tarball cache and lock directory
 #   ZL_IMAGE_NETWORK   network of RUN steps (default host; empty: podman's bridge)
 #   ZL_IMAGE_REBASE=1  drop the cached base images and debootstrap again
-#   ZL_IMAGE_STORAGE   podman storage driver to configure (default: podman's own
-#                      choice; test/clean-machine.sh sets vfs inside a container
-#                      when native overlay cannot be mounted there)
 #
 # Needs root. Exit status: 0 built, 1 a step failed (the message says which),
 # 2 bad usage.
@@ -32,7 +29,6 @@ SUITE_VERSION=12
 CACHE=${ZL_IMAGE_CACHE:-/var/cache/zipline-image}
 NETWORK=${ZL_IMAGE_NETWORK-host}
 REBASE=${ZL_IMAGE_REBASE:-0}
-STORAGE=${ZL_IMAGE_STORAGE:-}
 # Sorts after the distribution's shortnames.conf, so our alias wins.
 CONF=zz-zipline-image.conf
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -134,15 +130,6 @@ podman_configure() {
 		[aliases]
 		"debian" = "localhost/debian"
 	EOF
-	if [ -n "$STORAGE" ]; then
-		file_put /etc/containers/storage.conf <<-EOF
-			# Written by Zipline's scripts/build-image.sh (ZL_IMAGE_STORAGE).
-			[storage]
-			driver = "$STORAGE"
-			runroot = "/run/containers/storage"
-			graphroot = "/var/lib/containers/storage"
-		EOF
-	fi
 }
 
 # ------------------------------------------------------------ base images

@@ -104,7 +104,7 @@ if [ "$keep" = 1 ]; then cp "$work/log" "/tmp/$name.log"; say "log: /tmp/$name.l
 
 echo "================ clean-machine summary (commit $head) ================"
 printf '%s\n' "${summary[@]}"
-grep -E '^stage [a-z-]+: [0-9]+ s' "$work/log" || true
+grep -E '^stage [a-z0-9-]+: [0-9]+ s' "$work/log" || true
 echo "total: $(($(date +%s) - t_all)) s"
 if [ "$rc" -ne 0 ]; then
 	say "FAILED: make test in the fresh container exited $rc (log above)"
