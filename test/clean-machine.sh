@@ -8,9 +8,12 @@
 #
 # The container is privileged (loop devices, FUSE, mounts, qemu for the VM
 # tests, podman inside it for the image test) and uses the host's network
-# for the Debian mirror and the npm registry. Nothing is shared with the
-# host besides the kernel: packages, base images, tool caches and the build
-# all start empty, so the times are cold times.
+# for the Debian mirror and the npm registry. From the host it gets only the
+# kernel and the machine's TLS trust setup (local CA certificates in
+# /usr/local/share/ca-certificates, /etc/npmrc and the *_CA_* / SSL_CERT_*
+# variables), which a TLS-intercepting proxy on the way to the registries
+# needs; packages, base images, tool caches and the build all start empty,
+# so the times are cold times.
 #
 # Environment:
 #   TEST_STAGES         stages of `make test` to run (default: all of them,
@@ -78,10 +81,23 @@ timed fresh-image podman build -q --pull=never --network host -t "$image" "$work
 git -C "$src" bundle create -q "$work/zipline.bundle" HEAD
 say "testing commit $head (TEST_STAGES=${stages:-all})"
 
+# The machine's TLS trust setup (see the top of this file).
+trust=()
+if compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
+	trust+=(-v /usr/local/share/ca-certificates:/usr/local/share/ca-certificates:ro)
+fi
+if [ -f /etc/npmrc ]; then trust+=(-v /etc/npmrc:/etc/npmrc:ro); fi
+for v in NODE_EXTRA_CA_CERTS SSL_CERT_FILE SSL_CERT_DIR REQUESTS_CA_BUNDLE; do
+	if [ -n "${!v:-}" ]; then trust+=(-e "$v=${!v}"); fi
+done
+
 # What runs in the container. The elapsed time since t0 on the host (one
 # clock) measures the container start.
 cat >"$work/inside.sh" <<'EOF'
 set -euo pipefail
+if compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
+	update-ca-certificates >/dev/null
+fi
 echo "stage container-start: $(($(date +%s) - T0)) s"
 rm -rf /root/zipline
 git -c advice.detachedHead=false clone -q /in/zipline.bundle /root/zipline
@@ -98,7 +114,7 @@ EOF
 rc=0
 podman run --name "$name" --privileged --network host --hostname zipline-clean \
 	-v /dev:/dev -v /var/lib/containers \
-	-v "$work:/in:ro" -e T0="$(date +%s)" -e TEST_STAGES="$stages" \
+	"${trust[@]}" -v "$work:/in:ro" -e T0="$(date +%s)" -e TEST_STAGES="$stages" \
 	"$image" bash /in/inside.sh 2>&1 | tee "$work/log" || rc=$?
 if [ "$keep" = 1 ]; then cp "$work/log" "/tmp/$name.log"; say "log: /tmp/$name.log"; fi
 
