@@ -1,7 +1,7 @@
 # One image with every Zipline binary: zipline-storage, zipline-controller,
 # zipline-node and zl. Build:
-#   podman build -t zipline:dev .      (or docker build; offline: see
-#   test/deploy/image_test.sh, which uses shared/container-build/build-image.sh)
+#   podman build -t zipline:dev .      (or docker build; offline, with local
+#   Debian base images made by debootstrap: scripts/build-image.sh)
 # The image runs as the unprivileged user `zipline` (uid 10001) by default;
 # the Helm chart runs the node plugin and the storage daemon as root, because
 # they mount filesystems, open /dev and write hostPath data directories.
@@ -23,14 +23,10 @@ RUN apt-get update \
 
 WORKDIR /src
 COPY . .
-# Build the daemons and the CLI only (no unit tests, no fuzzers). storage/
-# and cli/ must exist; the CSI daemons are built when their folders exist.
-# Then list the Debian packages of every shared library the binaries link:
+# Build the daemons and the CLI only (no unit tests, no fuzzers). Then list the Debian packages of every shared library the binaries link:
 # the runtime stage installs exactly these.
 RUN set -eu; \
-    targets="zipline-storage zl"; \
-    if [ -f csi-controller/CMakeLists.txt ]; then targets="$targets zipline-controller"; fi; \
-    if [ -f csi-node/CMakeLists.txt ]; then targets="$targets zipline-node"; fi; \
+    targets="zipline-storage zl zipline-controller zipline-node"; \
     cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE"; \
     cmake --build /build -j"$(nproc)" --target $targets; \
     mkdir -p /out/bin; \

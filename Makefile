@@ -4,18 +4,29 @@ BUILD_SAN  ?= build-asan
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps build build-san run stop wipe status test test-unit test-e2e test-san test-rdma test-fuzz bench clean
+.PHONY: all deps build build-san run stop wipe status test test-unit test-e2e test-deploy test-san \
+	test-vm test-rdma test-image test-clean bench clean
 
 all: build
 
 deps:
-	@scripts/install-deps.sh
+	$(call stage,deps,scripts/install-deps.sh)
+
+# $(call stage,NAME,COMMAND): runs COMMAND and then prints
+# "stage NAME: SECONDS s" (and its exit status when it failed), so that a
+# log of `make test` shows where the time goes. Fails when COMMAND fails.
+stage = $(info == stage $(1): $(2))@t0=$$(date +%s); rc=0; $(2) || rc=$$?; \
+	echo "stage $(1): $$(($$(date +%s) - t0)) s$$([ $$rc -eq 0 ] || echo " (FAILED, exit $$rc)")"; \
+	exit $$rc
+
+# ctest that fails when the label selects no test (a stage that ran nothing).
+CTEST = ctest --test-dir $(BUILD) --output-on-failure --no-tests=error
 
 $(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) -DZL_WERROR=ON $(CMAKE_ARGS)
+	$(call stage,configure,cmake -S . -B $(BUILD) -DZL_WERROR=ON $(CMAKE_ARGS))
 
 build: deps $(BUILD)/CMakeCache.txt
-	cmake --build $(BUILD) -j$(JOBS)
+	$(call stage,build,cmake --build $(BUILD) -j$(JOBS))
 
 run: build
 	scripts/local-cluster.sh start
@@ -30,33 +41,52 @@ wipe:
 status:
 	@scripts/local-cluster.sh status
 
-# Everything: unit + e2e + chart checks with the normal build, then unit
-# tests again under ASan+UBSan (clang) with a bounded run of every fuzz
-# target, then the RDMA tests inside the Soft-RoCE VM (../shared/rdma-vm:
-# the transport conformance suite and the storage e2e over RDMA; a VM that
-# cannot start fails loudly), then the container image built from the
-# Dockerfile (minutes).
-test: build
-	ctest --test-dir $(BUILD) --output-on-failure -L 'unit|e2e|deploy'
-	$(MAKE) test-san
-	ctest --test-dir $(BUILD) --output-on-failure -L rdma
-	ctest --test-dir $(BUILD) --output-on-failure -L image
-
-test-rdma: build
-	ctest --test-dir $(BUILD) --output-on-failure -L rdma
+# Everything, one stage after the other, each printing its time:
+#   unit, e2e, deploy  the normal build's unit tests, end-to-end tests and
+#                      Helm chart checks;
+#   san                unit tests again under ASan+UBSan (clang) with a
+#                      bounded run of every fuzz target;
+#   vm                 the tests that run inside the Soft-RoCE VM (labels
+#                      rdma and vm; a VM that cannot start fails loudly);
+#   image              the container image built from the Dockerfile with
+#                      scripts/build-image.sh (minutes).
+# TEST_STAGES selects stages, e.g. `make test TEST_STAGES="unit e2e"`.
+TEST_STAGES ?= unit e2e deploy san vm image
+# The stages run in the order given, never in parallel (cmake and ctest
+# get their own -j).
+.NOTPARALLEL:
+test: build $(addprefix test-,$(TEST_STAGES))
 
 test-unit: build
-	ctest --test-dir $(BUILD) --output-on-failure -L unit
+	$(call stage,unit,$(CTEST) -L unit)
 
 test-e2e: build
-	ctest --test-dir $(BUILD) --output-on-failure -L e2e
+	$(call stage,e2e,$(CTEST) -L e2e)
+
+test-deploy: build
+	$(call stage,deploy,$(CTEST) -L deploy)
+
+test-vm: build
+	$(call stage,vm,$(CTEST) -L 'rdma|vm')
+
+test-rdma: test-vm
+
+test-image: build
+	$(call stage,image,$(CTEST) -L image)
 
 build-san: deps
-	cmake -S . -B $(BUILD_SAN) -DCMAKE_C_COMPILER=clang -DZL_WERROR=ON -DZL_SANITIZE=ON -DZL_FUZZ=ON $(CMAKE_ARGS)
-	cmake --build $(BUILD_SAN) -j$(JOBS)
+	$(call stage,configure-san,cmake -S . -B $(BUILD_SAN) -DCMAKE_C_COMPILER=clang -DZL_WERROR=ON -DZL_SANITIZE=ON -DZL_FUZZ=ON $(CMAKE_ARGS))
+	$(call stage,build-san,cmake --build $(BUILD_SAN) -j$(JOBS))
 
 test-san: build-san
-	ASAN_OPTIONS=detect_leaks=1 ctest --test-dir $(BUILD_SAN) --output-on-failure -L 'unit|fuzz'
+	$(call stage,san,ASAN_OPTIONS=detect_leaks=1 ctest --test-dir $(BUILD_SAN) --output-on-failure --no-tests=error -L 'unit|fuzz')
+
+# `make test` as a new user runs it: a fresh bookworm container with only
+# gcc, g++, make, cmake and git, a `git clone` of this tree's committed HEAD,
+# then `make test` in it as root. Prints the time of every stage.
+# TEST_STAGES is passed on.
+test-clean:
+	TEST_STAGES="$(TEST_STAGES)" test/clean-machine.sh
 
 bench: build
 	bench/compare.sh

@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
-# Installs every Debian package Zipline needs to build, test and run locally.
+# Installs every Debian package Zipline needs to build, test (`make test`)
+# and run locally, on Debian bookworm. A fresh machine needs only this
+# script's own prerequisites: bash, dpkg and apt, as root.
 # Idempotent: only calls apt when something is missing.
+# Not listed: podman and debootstrap (scripts/build-image.sh installs them
+# for the image test) and qemu (the VM test harness installs it).
 set -euo pipefail
 PKGS=(
   build-essential cmake pkg-config clang llvm libclang-rt-14-dev
   libcurl4-openssl-dev libjansson-dev liburing-dev libisal-dev
   libcmocka-dev libssl-dev
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev protobuf-compiler libprotobuf-dev
-  python3-grpcio python3-protobuf python3-grpc-tools
+  python3 python3-grpcio python3-protobuf python3-grpc-tools python3-pkg-resources
   libfuse3-dev fuse3
   etcd-server etcd-client
   fio libnbd-bin libnbd-dev nbdkit
-  e2fsprogs xfsprogs util-linux procps psmisc
+  e2fsprogs xfsprogs util-linux mount procps psmisc kmod iproute2
+  curl ca-certificates git
+  nodejs npm unzip
   rdma-core libibverbs-dev librdmacm-dev ibverbs-providers ibverbs-utils rdmacm-utils perftest
 )
 missing=()
