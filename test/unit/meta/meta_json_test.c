@@ -382,8 +382,12 @@ static void mut_in_sync_dup(json_t *o)
 
 static void mut_in_sync_empty(json_t *o)
 {
+	json_t *states = json_object_get(row(o, 0), "states");
+
 	/* Valid: a slice may have lost every in-sync replica. */
 	json_array_clear(json_object_get(row(o, 0), "in_sync"));
+	for (size_t i = 0; i < json_array_size(states); i++)
+		json_array_set_new(states, i, json_string("out"));
 }
 
 static void mut_short_row(json_t *o)

@@ -589,15 +589,29 @@ static void test_slice_drop(void **state)
 	assert_memory_equal(&out.slices[6], &v.slices[6], sizeof(v.slices[6]));
 	zl_volume_fini(&out);
 
-	/* Dropping it again (a second failed write at the old version) is a no-op. */
-	assert_int_equal(zl_meta_slice_drop(f->e, f->prefix, v.id, 5, n1, 1, &out), 0);
+	/* Dropping at the old version (a second failed write sent before the
+	 * first drop) changes nothing: the row moved on, the caller must reload. */
+	assert_int_equal(zl_meta_slice_drop(f->e, f->prefix, v.id, 5, n1, 1, &out),
+			 -ZL_ERR_STALE);
+	assert_int_equal(zl_meta_slice_drop(f->e, f->prefix, v.id, 5, n0, 1, &out),
+			 -ZL_ERR_STALE);
+	assert_int_equal(zl_meta_volume_get(f->e, f->prefix, v.id, &out), 0);
 	assert_true(out.slices[5].version == 2);
+	assert_true(out.slices[5].in_sync[0]);
+	zl_volume_fini(&out);
+	/* At the current version, dropping one already out is a no-op. */
+	assert_int_equal(zl_meta_slice_drop(f->e, f->prefix, v.id, 5, n1, 2, &out), 0);
+	assert_true(out.slices[5].version == 2);
+	assert_int_equal(zl_slice_member_state(&out.slices[5], 1), ZL_MEMBER_OUT);
+	assert_int_equal(out.slices[5].term, 1); /* the primary did not change */
 	zl_volume_fini(&out);
 
-	/* The primary goes; the next in-sync replica becomes primary. */
+	/* The primary goes; the next in-sync replica becomes primary, in a new
+	 * term. */
 	assert_int_equal(zl_meta_slice_drop(f->e, f->prefix, v.id, 5, n0, 2, NULL), 0);
 	assert_int_equal(zl_meta_volume_get(f->e, f->prefix, v.id, &out), 0);
 	assert_true(out.slices[5].version == 3);
+	assert_int_equal(out.slices[5].term, 2);
 	assert_int_equal(zl_slice_primary(&out.slices[5]), 2);
 	zl_volume_fini(&out);
 
@@ -637,7 +651,9 @@ static void *drop_thread(void *p)
 	return NULL;
 }
 
-/* Two replicas dropped at once from the same slice: the CAS loop keeps both. */
+/* Two replicas dropped at once from the same slice, both at the version the
+ * droppers saw: exactly one drop happens, the other is told the row moved on
+ * (it reloads and decides again). */
 static void test_slice_drop_concurrent(void **state)
 {
 	struct fixture *f = *state;
@@ -658,13 +674,14 @@ static void test_slice_drop_concurrent(void **state)
 	for (int i = 0; i < 2; i++)
 		pthread_join(t[i], NULL);
 	pthread_barrier_destroy(&g_barrier);
-	assert_int_equal(a[0].ret, 0);
-	assert_int_equal(a[1].ret, 0);
+	assert_true((a[0].ret == 0 && a[1].ret == -ZL_ERR_STALE) ||
+		    (a[1].ret == 0 && a[0].ret == -ZL_ERR_STALE));
 	assert_int_equal(zl_meta_volume_get(f->e, f->prefix, v.id, &out), 0);
-	assert_true(out.slices[0].version == 3);
+	assert_true(out.slices[0].version == 2);
 	assert_true(out.slices[0].in_sync[0]);
-	assert_false(out.slices[0].in_sync[1]);
-	assert_false(out.slices[0].in_sync[2]);
+	/* The winner's node is out, the loser's stays in sync. */
+	assert_int_equal(out.slices[0].in_sync[1], a[0].ret != 0);
+	assert_int_equal(out.slices[0].in_sync[2], a[1].ret != 0);
 	zl_volume_fini(&out);
 	zl_volume_fini(&v);
 }
