@@ -42,31 +42,21 @@ char *zl_meta_cluster_to_json(const struct zl_cluster_info *c)
 	return s;
 }
 
+static const struct meta_field meta_cluster_fields[] = {
+    META_STR(struct zl_cluster_info, id, "cluster_id", false),
+    META_INT(struct zl_cluster_info, created, "created", INT64_MIN, INT64_MAX),
+};
+
+static int meta_cluster_check_rec(const void *rec, char *why, size_t why_len)
+{
+	return meta_cluster_check(rec, why, why_len);
+}
+
 static int meta_cluster_from_json(const char *json, size_t len, struct zl_cluster_info *c,
 				  char *why, size_t why_len)
 {
-	json_t *o = meta_parse(json, len), *id, *created;
-	int ret;
-
-	memset(c, 0, sizeof(*c));
-	id = json_object_get(o, "cluster_id");
-	created = json_object_get(o, "created");
-	if (!json_is_object(o))
-		ret = meta_fail(why, why_len, "not a JSON object");
-	else if (!json_is_string(id) || json_string_length(id) != ZL_META_ID_LEN)
-		ret = meta_fail(why, why_len, "cluster_id is not a string of %d hex digits",
-				ZL_META_ID_LEN);
-	else if (!json_is_integer(created))
-		ret = meta_fail(why, why_len, "created is missing or not an integer");
-	else {
-		memcpy(c->id, json_string_value(id), ZL_META_ID_LEN + 1);
-		c->created = (int64_t)json_integer_value(created);
-		ret = meta_cluster_check(c, why, why_len);
-	}
-	json_decref(o);
-	if (ret)
-		memset(c, 0, sizeof(*c));
-	return ret;
+	return meta_decode_flat(json, len, meta_cluster_fields, ZL_ARRAY_SIZE(meta_cluster_fields),
+				c, sizeof(*c), meta_cluster_check_rec, why, why_len);
 }
 
 int zl_meta_cluster_from_json(const char *json, size_t len, struct zl_cluster_info *c)

@@ -70,6 +70,13 @@ int meta_get_field(json_t *o, const struct meta_field *f, void *rec);
  * field named in why. */
 int meta_get_fields(json_t *o, const struct meta_field *f, size_t n, void *rec, char *why,
 		    size_t why_len);
+/* Checks a decoded record: 0 or -ZL_ERR_INVAL with the reason in why. */
+typedef int (*meta_check_fn)(const void *rec, char *why, size_t why_len);
+/* Decodes a record that is one JSON object of the n fields f into rec (size
+ * bytes, zeroed first) and checks it: 0, or -ZL_ERR_INVAL with the reason in
+ * why and rec zeroed. */
+int meta_decode_flat(const char *json, size_t len, const struct meta_field *f, size_t n,
+		     void *rec, size_t size, meta_check_fn check, char *why, size_t why_len);
 /* prefix NULL means ZL_META_DEFAULT_PREFIX. */
 const char *meta_prefix(const char *prefix);
 

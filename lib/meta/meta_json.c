@@ -186,24 +186,35 @@ static const struct meta_field meta_node_fields[] = {
     META_STR_NEW(struct zl_node_info, incarnation, "incarnation"),
 };
 
-int meta_node_from_json(const char *json, size_t len, struct zl_node_info *n, char *why,
-			size_t why_len)
+int meta_decode_flat(const char *json, size_t len, const struct meta_field *f, size_t n,
+		     void *rec, size_t size, meta_check_fn check, char *why, size_t why_len)
 {
 	json_t *o = meta_parse(json, len);
 	int ret;
 
-	memset(n, 0, sizeof(*n));
+	memset(rec, 0, size);
 	if (!o || !json_is_object(o))
 		ret = meta_fail(why, why_len, "not a JSON object");
 	else
-		ret = meta_get_fields(o, meta_node_fields, ZL_ARRAY_SIZE(meta_node_fields), n, why,
-				      why_len);
+		ret = meta_get_fields(o, f, n, rec, why, why_len);
 	if (!ret)
-		ret = meta_node_check(n, why, why_len);
+		ret = check(rec, why, why_len);
 	json_decref(o);
 	if (ret)
-		memset(n, 0, sizeof(*n));
+		memset(rec, 0, size);
 	return ret;
+}
+
+static int meta_node_check_rec(const void *rec, char *why, size_t why_len)
+{
+	return meta_node_check(rec, why, why_len);
+}
+
+int meta_node_from_json(const char *json, size_t len, struct zl_node_info *n, char *why,
+			size_t why_len)
+{
+	return meta_decode_flat(json, len, meta_node_fields, ZL_ARRAY_SIZE(meta_node_fields), n,
+				sizeof(*n), meta_node_check_rec, why, why_len);
 }
 
 int zl_meta_node_from_json(const char *json, size_t len, struct zl_node_info *n)

@@ -73,24 +73,16 @@ static const struct meta_field meta_report_fields[] = {
     META_INT(struct zl_report, time, "time", 0, INT64_MAX),
 };
 
+static int meta_report_value_check_rec(const void *rec, char *why, size_t why_len)
+{
+	return meta_report_value_check(rec, why, why_len);
+}
+
 static int meta_report_from_json(const char *json, size_t len, struct zl_report *r, char *why,
 				 size_t why_len)
 {
-	json_t *o = meta_parse(json, len);
-	int ret;
-
-	memset(r, 0, sizeof(*r));
-	if (!o || !json_is_object(o))
-		ret = meta_fail(why, why_len, "not a JSON object");
-	else
-		ret = meta_get_fields(o, meta_report_fields, ZL_ARRAY_SIZE(meta_report_fields), r,
-				      why, why_len);
-	if (!ret)
-		ret = meta_report_value_check(r, why, why_len);
-	json_decref(o);
-	if (ret)
-		memset(r, 0, sizeof(*r));
-	return ret;
+	return meta_decode_flat(json, len, meta_report_fields, ZL_ARRAY_SIZE(meta_report_fields), r,
+				sizeof(*r), meta_report_value_check_rec, why, why_len);
 }
 
 int zl_meta_report_from_json(const char *json, size_t len, struct zl_report *r)
