@@ -30,16 +30,11 @@ static int meta_cluster_check(const struct zl_cluster_info *c, char *why, size_t
 char *zl_meta_cluster_to_json(const struct zl_cluster_info *c)
 {
 	json_t *o;
-	char *s;
 
 	if (meta_cluster_check(c, NULL, 0))
 		return NULL;
 	o = json_pack("{s:s, s:I}", "cluster_id", c->id, "created", (json_int_t)c->created);
-	if (!o)
-		return NULL;
-	s = json_dumps(o, JSON_COMPACT);
-	json_decref(o);
-	return s;
+	return meta_dump(o);
 }
 
 static const struct meta_field meta_cluster_fields[] = {

@@ -27,6 +27,9 @@ bool meta_opt_id_ok(const char *buf, size_t size);
 /* The enum value of a member state name ("in_sync", "recovering", "out"),
  * or -1. */
 int meta_member_state_parse(const char *name);
+/* The compact text of o (malloc'd; NULL when o is NULL or on ENOMEM);
+ * releases o. */
+char *meta_dump(json_t *o);
 /* Parses a JSON text with the decoders' rules (no duplicate keys, nothing
  * after the value); NULL when it is not JSON. */
 json_t *meta_parse(const char *json, size_t len);
@@ -51,18 +54,27 @@ struct meta_field {
 	bool optional; /* absent: the member keeps its value (zero or a default) */
 };
 
-#define META_FIELD(type, member, field_name)                                                        \
+#define META_FIELD(type, member, field_name)                                                       \
 	.name = field_name, .off = offsetof(type, member), .size = sizeof(((type *)0)->member)
 #define META_STR(type, member, name, empty_ok)                                                     \
-	{META_FIELD(type, member, name), .is_str = true, .allow_empty = empty_ok}
+	{                                                                                          \
+		META_FIELD(type, member, name), .is_str = true, .allow_empty = empty_ok            \
+	}
 #define META_INT(type, member, name, lo, hi)                                                       \
-	{META_FIELD(type, member, name), .min = lo, .max = hi}
+	{                                                                                          \
+		META_FIELD(type, member, name), .min = lo, .max = hi                               \
+	}
 /* A string that records of 0.1 lack: absent reads as "". */
 #define META_STR_NEW(type, member, name)                                                           \
-	{META_FIELD(type, member, name), .is_str = true, .allow_empty = true, .optional = true}
+	{                                                                                          \
+		META_FIELD(type, member, name), .is_str = true, .allow_empty = true,               \
+						.optional = true                                   \
+	}
 /* An integer that records of 0.1 lack: absent keeps what the decoder set. */
 #define META_INT_NEW(type, member, name, lo, hi)                                                   \
-	{META_FIELD(type, member, name), .min = lo, .max = hi, .optional = true}
+	{                                                                                          \
+		META_FIELD(type, member, name), .min = lo, .max = hi, .optional = true             \
+	}
 
 /* Decodes field f of object o into rec: 0 or -ZL_ERR_INVAL. */
 int meta_get_field(json_t *o, const struct meta_field *f, void *rec);
@@ -75,8 +87,8 @@ typedef int (*meta_check_fn)(const void *rec, char *why, size_t why_len);
 /* Decodes a record that is one JSON object of the n fields f into rec (size
  * bytes, zeroed first) and checks it: 0, or -ZL_ERR_INVAL with the reason in
  * why and rec zeroed. */
-int meta_decode_flat(const char *json, size_t len, const struct meta_field *f, size_t n,
-		     void *rec, size_t size, meta_check_fn check, char *why, size_t why_len);
+int meta_decode_flat(const char *json, size_t len, const struct meta_field *f, size_t n, void *rec,
+		     size_t size, meta_check_fn check, char *why, size_t why_len);
 /* prefix NULL means ZL_META_DEFAULT_PREFIX. */
 const char *meta_prefix(const char *prefix);
 

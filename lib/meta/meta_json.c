@@ -129,7 +129,7 @@ int meta_get_field(json_t *o, const struct meta_field *f, void *rec)
 }
 
 int meta_get_fields(json_t *o, const struct meta_field *f, size_t n, void *rec, char *why,
-			   size_t why_len)
+		    size_t why_len)
 {
 	for (size_t i = 0; i < n; i++) {
 		if (meta_get_field(o, &f[i], rec))
@@ -138,6 +138,14 @@ int meta_get_fields(json_t *o, const struct meta_field *f, size_t n, void *rec, 
 					 f[i].name);
 	}
 	return 0;
+}
+
+char *meta_dump(json_t *o)
+{
+	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+
+	json_decref(o);
+	return s;
 }
 
 json_t *meta_parse(const char *json, size_t len)
@@ -154,7 +162,6 @@ json_t *meta_parse(const char *json, size_t len)
 char *zl_meta_node_to_json(const struct zl_node_info *n)
 {
 	json_t *o;
-	char *s;
 
 	if (meta_node_check(n, NULL, 0))
 		return NULL;
@@ -162,13 +169,9 @@ char *zl_meta_node_to_json(const struct zl_node_info *n)
 		      "addr", n->addr, "port", (int)n->port, "rdma_port", (int)n->rdma_port,
 		      "transports", n->transports, "domain", n->domain, "capacity",
 		      (json_int_t)n->capacity, "free", (json_int_t)n->free, "start_time",
-		      (json_int_t)n->start_time, "version", n->version, "cluster_id",
-		      n->cluster_id, "incarnation", n->incarnation);
-	if (!o)
-		return NULL;
-	s = json_dumps(o, JSON_COMPACT);
-	json_decref(o);
-	return s;
+		      (json_int_t)n->start_time, "version", n->version, "cluster_id", n->cluster_id,
+		      "incarnation", n->incarnation);
+	return meta_dump(o);
 }
 
 static const struct meta_field meta_node_fields[] = {
@@ -186,8 +189,8 @@ static const struct meta_field meta_node_fields[] = {
     META_STR_NEW(struct zl_node_info, incarnation, "incarnation"),
 };
 
-int meta_decode_flat(const char *json, size_t len, const struct meta_field *f, size_t n,
-		     void *rec, size_t size, meta_check_fn check, char *why, size_t why_len)
+int meta_decode_flat(const char *json, size_t len, const struct meta_field *f, size_t n, void *rec,
+		     size_t size, meta_check_fn check, char *why, size_t why_len)
 {
 	json_t *o = meta_parse(json, len);
 	int ret;
@@ -229,7 +232,7 @@ int zl_meta_node_from_json(const char *json, size_t len, struct zl_node_info *n)
  * an upgrade), states and incarnations one per node, in the order of nodes. */
 enum { META_ROW_NODES, META_ROW_IN_SYNC, META_ROW_STATES, META_ROW_INCS, META_ROW_ARRAYS };
 static const char *const meta_row_keys[META_ROW_ARRAYS] = {"nodes", "in_sync", "states",
-							     "incarnations"};
+							   "incarnations"};
 
 static json_t *meta_slice_to_json(const struct zl_slice *s)
 {
@@ -244,8 +247,7 @@ static json_t *meta_slice_to_json(const struct zl_slice *s)
 		failed |= json_array_append_new(arr[META_ROW_NODES], json_string(s->nodes[i])) ||
 			  json_array_append_new(arr[META_ROW_STATES],
 						json_string(zl_member_state_name(st))) ||
-			  json_array_append_new(arr[META_ROW_INCS],
-						json_string(s->incarnation[i]));
+			  json_array_append_new(arr[META_ROW_INCS], json_string(s->incarnation[i]));
 		if (st == ZL_MEMBER_IN_SYNC)
 			failed |= json_array_append_new(arr[META_ROW_IN_SYNC],
 							json_string(s->nodes[i])) != 0;
@@ -284,9 +286,9 @@ char *zl_meta_volume_to_json(const struct zl_volume *v)
 	o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:s, s:I, s:O, s:O}", "id", v->id,
 		      "name", v->name, "size", (json_int_t)v->size, "chunk_size",
 		      (json_int_t)v->chunk_size, "replicas", (json_int_t)v->replicas, "min_size",
-		      (json_int_t)zl_volume_min_size(v), "slices", (json_int_t)v->n_slices,
-		      "state", v->state, "created", (json_int_t)v->created, "params", params,
-		      "placement", placement);
+		      (json_int_t)zl_volume_min_size(v), "slices", (json_int_t)v->n_slices, "state",
+		      v->state, "created", (json_int_t)v->created, "params", params, "placement",
+		      placement);
 	if (!o)
 		goto out;
 	s = json_dumps(o, JSON_COMPACT);
@@ -333,8 +335,8 @@ static int meta_slice_from_json(json_t *row, size_t idx, uint32_t replicas, stru
 	if (!json_is_object(row))
 		return meta_fail(why, why_len, "placement row %zu is not an object", idx);
 	if (meta_get_field(row, &version, s))
-		return meta_fail(why, why_len, "placement row %zu: v is missing or not in [1, 2^63)",
-				 idx);
+		return meta_fail(why, why_len,
+				 "placement row %zu: v is missing or not in [1, 2^63)", idx);
 	for (int k = 0; k < META_ROW_ARRAYS; k++)
 		arr[k] = json_object_get(row, meta_row_keys[k]);
 	n_new = !!json_object_get(row, "term") + !!arr[META_ROW_STATES] + !!arr[META_ROW_INCS];
@@ -349,8 +351,7 @@ static int meta_slice_from_json(json_t *row, size_t idx, uint32_t replicas, stru
 				 "characters",
 				 idx, replicas, ZL_NODE_ID_MAX - 1);
 	s->n = (uint8_t)replicas;
-	json_array_foreach(arr[META_ROW_NODES], i, j)
-		strcpy(s->nodes[i], json_string_value(j));
+	json_array_foreach(arr[META_ROW_NODES], i, j) strcpy(s->nodes[i], json_string_value(j));
 
 	if (!json_is_array(arr[META_ROW_IN_SYNC]) ||
 	    json_array_size(arr[META_ROW_IN_SYNC]) > replicas)
@@ -401,7 +402,7 @@ static int meta_slice_from_json(json_t *row, size_t idx, uint32_t replicas, stru
 				 "%d characters",
 				 idx, replicas, ZL_META_ID_LEN);
 	json_array_foreach(arr[META_ROW_INCS], i, j)
-		strcpy(s->incarnation[i], json_string_value(j));
+	    strcpy(s->incarnation[i], json_string_value(j));
 	return 0;
 }
 

@@ -53,17 +53,12 @@ int zl_meta_report_check(const struct zl_report *r, char *why, size_t why_len)
 char *zl_meta_report_to_json(const struct zl_report *r)
 {
 	json_t *o;
-	char *s;
 
 	if (zl_meta_report_check(r, NULL, 0))
 		return NULL;
 	o = json_pack("{s:s, s:s, s:I, s:I}", "peer", r->peer, "error", r->error, "slice_ver",
 		      (json_int_t)r->slice_ver, "time", (json_int_t)r->time);
-	if (!o)
-		return NULL;
-	s = json_dumps(o, JSON_COMPACT);
-	json_decref(o);
-	return s;
+	return meta_dump(o);
 }
 
 static const struct meta_field meta_report_fields[] = {

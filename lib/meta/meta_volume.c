@@ -292,7 +292,8 @@ int zl_meta_volume_create(struct zl_etcd *e, const char *prefix, const struct zl
 
 		ret = meta_volume_by_name(e, prefix, v.name, &existing);
 		if (ret == 0) {
-			ret = meta_volume_existing(&existing, &v, spec->min_size != 0, out, created);
+			ret =
+			    meta_volume_existing(&existing, &v, spec->min_size != 0, out, created);
 			zl_volume_fini(&v);
 			return ret;
 		}

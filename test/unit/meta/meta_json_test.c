@@ -929,8 +929,8 @@ static void test_report_json(void **state)
 	    "{\"peer\":\"p\",\"error\":\"E\",\"slice_ver\":0,\"time\":1}",
 	    "{\"peer\":\"p\",\"error\":\"E\",\"slice_ver\":1,\"time\":-1}",
 	    "{\"peer\":\"p\",\"error\":\"E\",\"slice_ver\":1.5,\"time\":1}",
-	    "{\"peer\":\"p\",\"error\":\"EEEEEEEEEEEEEEEEEEEEEEEEEEEEEEEEEEEE\",\"slice_ver\":1,"
-	    "\"time\":1}",
+	    ("{\"peer\":\"p\",\"error\":\"EEEEEEEEEEEEEEEEEEEEEEEEEEEEEEEEEEEE\",\"slice_ver\":1,"
+	     "\"time\":1}"),
 	    "{\"peer\":\"p\",\"peer\":\"q\",\"error\":\"E\",\"slice_ver\":1,\"time\":1}",
 	};
 	for (size_t i = 0; i < ZL_ARRAY_SIZE(bad); i++)

@@ -65,9 +65,8 @@ static void test_cluster_identity(void **state)
 	/* A malformed record is reported, never replaced. */
 	snprintf(prefix, sizeof(prefix), "%sbroken/", f->prefix);
 	snprintf(key, sizeof(key), "%scluster", prefix);
-	assert_int_equal(zl_etcd_put(f->e, key, "{\"cluster_id\":\"xyz\",\"created\":1}", 32, 0,
-				     NULL),
-			 0);
+	assert_int_equal(
+	    zl_etcd_put(f->e, key, "{\"cluster_id\":\"xyz\",\"created\":1}", 32, 0, NULL), 0);
 	assert_int_equal(zl_meta_cluster_ensure(f->e, prefix, &b, &created), -ZL_ERR_INVAL);
 	assert_false(created);
 	assert_int_equal(zl_meta_cluster_get(f->e, prefix, &b), -ZL_ERR_INVAL);
@@ -327,17 +326,14 @@ static void test_slice_set(void **state)
 	assert_int_equal(zl_meta_volume_get(f->e, f->prefix, v.id, &cur), 0);
 	row = cur.slices[1];
 	zl_slice_member_set(&row, 2, ZL_MEMBER_OUT);
-	assert_int_equal(zl_meta_slice_set(f->e, f->prefix, v.id, 1, 1, &row, NULL),
-			 -ZL_ERR_STALE);
-	assert_int_equal(zl_meta_slice_set(f->e, f->prefix, v.id, 1, 3, &row, NULL),
-			 -ZL_ERR_STALE);
+	assert_int_equal(zl_meta_slice_set(f->e, f->prefix, v.id, 1, 1, &row, NULL), -ZL_ERR_STALE);
+	assert_int_equal(zl_meta_slice_set(f->e, f->prefix, v.id, 1, 3, &row, NULL), -ZL_ERR_STALE);
 	assert_row_unchanged(f, &cur, 1);
 
 	/* A new primary needs a new term: stated... */
 	row = cur.slices[1];
 	zl_slice_member_set(&row, 0, ZL_MEMBER_OUT);
-	assert_int_equal(zl_meta_slice_set(f->e, f->prefix, v.id, 1, 2, &row, NULL),
-			 -ZL_ERR_INVAL);
+	assert_int_equal(zl_meta_slice_set(f->e, f->prefix, v.id, 1, 2, &row, NULL), -ZL_ERR_INVAL);
 	assert_row_unchanged(f, &cur, 1);
 	row.term = 5;
 	assert_int_equal(zl_meta_slice_set(f->e, f->prefix, v.id, 1, 2, &row, &out), 0);
@@ -355,8 +351,7 @@ static void test_slice_set(void **state)
 	/* The same node with another incarnation is another primary. */
 	row = cur.slices[2];
 	zl_meta_id_generate(row.incarnation[0]);
-	assert_int_equal(zl_meta_slice_set(f->e, f->prefix, v.id, 2, 1, &row, NULL),
-			 -ZL_ERR_INVAL);
+	assert_int_equal(zl_meta_slice_set(f->e, f->prefix, v.id, 2, 1, &row, NULL), -ZL_ERR_INVAL);
 	row.term = 0;
 	assert_int_equal(zl_meta_slice_set(f->e, f->prefix, v.id, 2, 1, &row, &out), 0);
 	assert_int_equal(out.slices[2].term, 2);
@@ -367,8 +362,7 @@ static void test_slice_set(void **state)
 	assert_int_equal(zl_meta_volume_get(f->e, f->prefix, v.id, &cur), 0);
 	row = cur.slices[1];
 	row.term = 4;
-	assert_int_equal(zl_meta_slice_set(f->e, f->prefix, v.id, 1, 3, &row, NULL),
-			 -ZL_ERR_INVAL);
+	assert_int_equal(zl_meta_slice_set(f->e, f->prefix, v.id, 1, 3, &row, NULL), -ZL_ERR_INVAL);
 	assert_row_unchanged(f, &cur, 1);
 
 	/* No in-sync member: refused. */
@@ -380,37 +374,29 @@ static void test_slice_set(void **state)
 	/* Invalid rows: a node twice, a bad node id, another replica count. */
 	row = cur.slices[3];
 	strcpy(row.nodes[2], row.nodes[1]);
-	assert_int_equal(zl_meta_slice_set(f->e, f->prefix, v.id, 3, 1, &row, NULL),
-			 -ZL_ERR_INVAL);
+	assert_int_equal(zl_meta_slice_set(f->e, f->prefix, v.id, 3, 1, &row, NULL), -ZL_ERR_INVAL);
 	row = cur.slices[3];
 	strcpy(row.nodes[2], "bad id");
-	assert_int_equal(zl_meta_slice_set(f->e, f->prefix, v.id, 3, 1, &row, NULL),
-			 -ZL_ERR_INVAL);
+	assert_int_equal(zl_meta_slice_set(f->e, f->prefix, v.id, 3, 1, &row, NULL), -ZL_ERR_INVAL);
 	row = cur.slices[3];
 	row.n = 2;
-	assert_int_equal(zl_meta_slice_set(f->e, f->prefix, v.id, 3, 1, &row, NULL),
-			 -ZL_ERR_INVAL);
+	assert_int_equal(zl_meta_slice_set(f->e, f->prefix, v.id, 3, 1, &row, NULL), -ZL_ERR_INVAL);
 	row.n = 4;
-	assert_int_equal(zl_meta_slice_set(f->e, f->prefix, v.id, 3, 1, &row, NULL),
-			 -ZL_ERR_INVAL);
+	assert_int_equal(zl_meta_slice_set(f->e, f->prefix, v.id, 3, 1, &row, NULL), -ZL_ERR_INVAL);
 	row = cur.slices[3];
 	strcpy(row.incarnation[1], "xyz");
-	assert_int_equal(zl_meta_slice_set(f->e, f->prefix, v.id, 3, 1, &row, NULL),
-			 -ZL_ERR_INVAL);
+	assert_int_equal(zl_meta_slice_set(f->e, f->prefix, v.id, 3, 1, &row, NULL), -ZL_ERR_INVAL);
 	assert_row_unchanged(f, &cur, 3);
 	/* Bad arguments. */
 	row = cur.slices[3];
-	assert_int_equal(zl_meta_slice_set(f->e, f->prefix, v.id, 4, 1, &row, NULL),
-			 -ZL_ERR_INVAL);
-	assert_int_equal(zl_meta_slice_set(f->e, f->prefix, "vol-00000000000000ff", 0, 1, &row,
-					   NULL),
-			 -ZL_ERR_NOT_FOUND);
+	assert_int_equal(zl_meta_slice_set(f->e, f->prefix, v.id, 4, 1, &row, NULL), -ZL_ERR_INVAL);
+	assert_int_equal(
+	    zl_meta_slice_set(f->e, f->prefix, "vol-00000000000000ff", 0, 1, &row, NULL),
+	    -ZL_ERR_NOT_FOUND);
 	assert_int_equal(zl_meta_slice_set(f->e, f->prefix, "pvc-set", 0, 1, &row, NULL),
 			 -ZL_ERR_INVAL);
-	assert_int_equal(zl_meta_slice_set(f->e, f->prefix, NULL, 0, 1, &row, NULL),
-			 -ZL_ERR_INVAL);
-	assert_int_equal(zl_meta_slice_set(f->e, f->prefix, v.id, 0, 1, NULL, NULL),
-			 -ZL_ERR_INVAL);
+	assert_int_equal(zl_meta_slice_set(f->e, f->prefix, NULL, 0, 1, &row, NULL), -ZL_ERR_INVAL);
+	assert_int_equal(zl_meta_slice_set(f->e, f->prefix, v.id, 0, 1, NULL, NULL), -ZL_ERR_INVAL);
 
 	/* Backfill: a lost member's slot goes to another node, as recovering
 	 * with its incarnation. */
@@ -549,17 +535,16 @@ static void test_drop_stale(void **state)
 
 	register_nodes(f, 3);
 	create3(f, "pvc-stale", &v);
-	assert_int_equal(zl_meta_slice_drop(f->e, f->prefix, v.id, 0, v.slices[0].nodes[1], 2,
-					    &out),
-			 -ZL_ERR_STALE);
+	assert_int_equal(
+	    zl_meta_slice_drop(f->e, f->prefix, v.id, 0, v.slices[0].nodes[1], 2, &out),
+	    -ZL_ERR_STALE);
 	assert_row_unchanged(f, &v, 0);
-	assert_int_equal(zl_meta_slice_drop(f->e, f->prefix, v.id, 0, v.slices[0].nodes[1], 1,
-					    &out),
-			 0);
+	assert_int_equal(
+	    zl_meta_slice_drop(f->e, f->prefix, v.id, 0, v.slices[0].nodes[1], 1, &out), 0);
 	zl_volume_fini(&out);
-	assert_int_equal(zl_meta_slice_drop(f->e, f->prefix, v.id, 0, v.slices[0].nodes[2], 1,
-					    &out),
-			 -ZL_ERR_STALE);
+	assert_int_equal(
+	    zl_meta_slice_drop(f->e, f->prefix, v.id, 0, v.slices[0].nodes[2], 1, &out),
+	    -ZL_ERR_STALE);
 	assert_int_equal(zl_meta_volume_get(f->e, f->prefix, v.id, &out), 0);
 	assert_true(out.slices[0].version == 2);
 	assert_true(out.slices[0].in_sync[2]);
