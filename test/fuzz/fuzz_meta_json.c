@@ -1,4 +1,5 @@
-/* libFuzzer target: the etcd record decoders of lib/meta. Anything accepted
+/* libFuzzer target: the etcd record decoders of lib/meta (node, volume,
+ * cluster identity, failure report). Anything accepted
  * must encode again and decode to the same text (a record the decoder takes
  * but the encoder refuses would be stuck in etcd). */
 #include <stdint.h>
@@ -19,8 +20,7 @@ static void fuzz_node(const char *json, size_t size)
 	again = zl_meta_node_to_json(&n);
 	if (!again)
 		abort();
-	if (zl_meta_node_from_json(again, strlen(again), &m) || strcmp(n.id, m.id) ||
-	    n.port != m.port || n.free != m.free)
+	if (zl_meta_node_from_json(again, strlen(again), &m) || memcmp(&n, &m, sizeof(n)))
 		abort();
 	free(again);
 }
@@ -46,9 +46,43 @@ static void fuzz_volume(const char *json, size_t size)
 	zl_volume_fini(&v);
 }
 
+static void fuzz_cluster(const char *json, size_t size)
+{
+	struct zl_cluster_info c, d;
+	char *again;
+
+	if (zl_meta_cluster_from_json(json, size, &c))
+		return;
+	again = zl_meta_cluster_to_json(&c);
+	if (!again || zl_meta_cluster_from_json(again, strlen(again), &d) ||
+	    memcmp(&c, &d, sizeof(c)))
+		abort();
+	free(again);
+}
+
+static void fuzz_report(const char *json, size_t size)
+{
+	struct zl_report r, q;
+	char *again;
+
+	if (zl_meta_report_from_json(json, size, &r))
+		return;
+	/* The value does not hold the key's part; any valid one will do. */
+	strcpy(r.vol_id, "vol-0123456789abcdef");
+	strcpy(r.reporter, "client-0");
+	again = zl_meta_report_to_json(&r);
+	if (!again || zl_meta_report_from_json(again, strlen(again), &q) ||
+	    strcmp(r.peer, q.peer) || strcmp(r.error, q.error) || r.slice_ver != q.slice_ver ||
+	    r.time != q.time)
+		abort();
+	free(again);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	fuzz_node((const char *)data, size);
 	fuzz_volume((const char *)data, size);
+	fuzz_cluster((const char *)data, size);
+	fuzz_report((const char *)data, size);
 	return 0;
 }
