@@ -107,10 +107,14 @@ struct zl_volume {
 int zl_meta_key(char *out, size_t len, const char *prefix, const char *kind, const char *id);
 
 /* ---- JSON codecs (also fuzzed) ---- */
-/* Returns malloc'd JSON text or NULL on ENOMEM. */
+/* Returns malloc'd JSON text, or NULL for an invalid record or on ENOMEM. */
 char *zl_meta_node_to_json(const struct zl_node_info *n);
-/* Returns 0 or -ZL_ERR_INVAL (malformed or missing fields). */
+/* Returns 0 or -ZL_ERR_INVAL (malformed or missing fields; cluster_id and
+ * incarnation may be absent, as in 0.1 records). */
 int zl_meta_node_from_json(const char *json, size_t len, struct zl_node_info *n);
+/* Returns malloc'd JSON text, or NULL when v fails zl_meta_volume_check or
+ * on ENOMEM. Writes min_size and each row's term, states and incarnations
+ * (with 0.1's nodes and in_sync). */
 char *zl_meta_volume_to_json(const struct zl_volume *v);
 /* Fills *v (v->slices malloc'd; free with zl_volume_fini). 0 or -ZL_ERR_INVAL. */
 int zl_meta_volume_from_json(const char *json, size_t len, struct zl_volume *v);
@@ -119,9 +123,11 @@ int zl_meta_volume_from_json(const char *json, size_t len, struct zl_volume *v);
 /* The sanity check of a volume record, the only one in the tree: id and
  * number agree, name, size (a positive multiple of 4096), chunk size (see
  * zl_meta_chunk_size_ok), replicas (1..ZL_MAX_REPLICAS), slice count
- * (1..65536), state, params (a JSON object) and the placement table (n_slices
- * rows, each with a version >= 1 and exactly `replicas` distinct valid node
- * ids; any in_sync subset is valid). Every record lib/meta decodes or writes
+ * (1..65536), min_size (0 = default, else 1..replicas), state, params (a JSON
+ * object) and the placement table (n_slices rows, each with a version >= 1
+ * and exactly `replicas` distinct valid node ids, member states of enum
+ * zl_member_state, incarnations "" or zl_meta_id_check; any in_sync subset is
+ * valid, any term too). Every record lib/meta decodes or writes
  * passes it; a module that holds a record of its own calls it rather than
  * checking fields itself. On failure writes a one-line reason into why
  * (optional; why_len bytes, e.g. "chunk_size=3000 is not a power of two in
@@ -314,7 +320,9 @@ int zl_meta_cluster_get(struct zl_etcd *e, const char *prefix, struct zl_cluster
  * on its own short lease, instead of changing the row; the manager reads the
  * reports (plus node leases) and decides. One report per (slice, reporter,
  * peer): a newer one replaces it. The value is {"peer", "error",
- * "slice_ver", "time"}; the other fields come from the key. */
+ * "slice_ver", "time"}; the other fields come from the key. A manager that
+ * watches them: zl_etcd_watch_prefix on zl_meta_key(.., "reports", NULL),
+ * zl_meta_report_from_kv on puts, zl_meta_report_parse_key on deletes. */
 struct zl_report {
 	char vol_id[24];                      /* "vol-" + 16 hex */
 	uint32_t slice;
@@ -335,6 +343,14 @@ int zl_meta_report_from_json(const char *json, size_t len, struct zl_report *r);
 /* Checks every field but lease and mod_rev; 0 or -ZL_ERR_INVAL with a
  * one-line reason in why (optional). */
 int zl_meta_report_check(const struct zl_report *r, char *why, size_t why_len);
+/* Fills vol_id, slice, reporter and peer of *r (the rest zeroed) from a
+ * report key "...reports/<vol>/<slice>/<reporter>/<peer>" — what a watch on
+ * <prefix>reports/ sees, also for a delete. 0 or -ZL_ERR_INVAL (fuzzed). */
+int zl_meta_report_parse_key(const char *key, struct zl_report *r);
+/* Decodes a stored report (key and value, e.g. of a watch event): every
+ * field, lease and mod_rev from kv. 0 or -ZL_ERR_INVAL (malformed, or the
+ * value names another peer than the key). */
+int zl_meta_report_from_kv(const struct zl_etcd_kv *kv, struct zl_report *r);
 /* Puts the report on lease (> 0: a report must go away with its writer).
  * 0, -ZL_ERR_INVAL (invalid report or no lease; logged) or an etcd error. */
 int zl_meta_report_put(struct zl_etcd *e, const char *prefix, const struct zl_report *r,

@@ -119,16 +119,18 @@ int zl_meta_report_put(struct zl_etcd *e, const char *prefix, const struct zl_re
 	return ret;
 }
 
-/* Splits "...reports/<vol>/<slice>/<reporter>/<peer>" into r (the peer is
- * checked against the value by the lister). 0 or -ZL_ERR_INVAL. */
+/* Splits "...reports/<vol>/<slice>/<reporter>/<peer>" into the key fields
+ * of r (the rest zeroed) and checks them. 0 or -ZL_ERR_INVAL. */
 static int meta_report_parse_key(const char *key, struct zl_report *r, char *why, size_t why_len)
 {
+	static const char shape[] = "key is not ...reports/<vol>/<slice>/<reporter>/<peer>";
 	const char *end = key + strlen(key), *part[5];
+	char slice[8], *stop;
 	size_t len[5];
-	char slice[8];
-	char *stop;
 	unsigned long n;
+	uint64_t num;
 
+	memset(r, 0, sizeof(*r));
 	/* The last five components, from the end: reports, vol, slice,
 	 * reporter, peer. */
 	for (int i = 4; i >= 0; i--) {
@@ -136,49 +138,77 @@ static int meta_report_parse_key(const char *key, struct zl_report *r, char *why
 
 		while (p > key && p[-1] != '/')
 			p--;
-		if (p == key && i > 0)
-			return meta_fail(why, why_len,
-					 "key is not reports/<vol>/<slice>/<reporter>/<peer>");
 		part[i] = p;
 		len[i] = (size_t)(end - p);
-		end = p - 1;
+		if (i > 0) {
+			if (p == key)
+				return meta_fail(why, why_len, "%s", shape);
+			end = p - 1;
+		}
 	}
 	if (len[0] != 7 || memcmp(part[0], "reports", 7))
-		return meta_fail(why, why_len,
-				 "key is not reports/<vol>/<slice>/<reporter>/<peer>");
-	if (len[1] >= sizeof(r->vol_id) || len[2] >= sizeof(slice) || len[3] >= sizeof(r->reporter))
-		return meta_fail(why, why_len, "a key component is too long");
+		return meta_fail(why, why_len, "%s", shape);
+	if (len[1] >= sizeof(r->vol_id) || len[2] >= sizeof(slice) ||
+	    len[3] >= sizeof(r->reporter) || len[4] >= sizeof(r->peer))
+		return meta_fail(why, why_len, "a component of the key is too long");
 	memcpy(r->vol_id, part[1], len[1]);
-	r->vol_id[len[1]] = '\0';
 	memcpy(slice, part[2], len[2]);
 	slice[len[2]] = '\0';
 	memcpy(r->reporter, part[3], len[3]);
-	r->reporter[len[3]] = '\0';
-	/* Decimal, no sign, no leading zero: one key per slice. */
+	memcpy(r->peer, part[4], len[4]);
+	/* Digits only (strtoul alone would take spaces and signs), no leading
+	 * zero: one key per slice. */
 	errno = 0;
 	n = strtoul(slice, &stop, 10);
-	if (!slice[0] || *stop || errno || (slice[0] == '0' && slice[1]) || slice[0] == '-' ||
-	    slice[0] == '+' || n >= ZL_META_MAX_SLICES)
+	if (!slice[0] || strspn(slice, "0123456789") != len[2] || *stop || errno ||
+	    (slice[0] == '0' && slice[1]) || n >= ZL_META_MAX_SLICES)
 		return meta_fail(why, why_len, "slice %s in the key is not a slice number", slice);
 	r->slice = (uint32_t)n;
+	if (zl_vol_id_parse(r->vol_id, &num))
+		return meta_fail(why, why_len, "vol_id is not vol- and 16 hex digits");
+	if (zl_node_id_check(r->reporter) || zl_node_id_check(r->peer))
+		return meta_fail(why, why_len,
+				 "reporter or peer is not 1..%d characters of [A-Za-z0-9._-]",
+				 ZL_NODE_ID_MAX - 1);
 	return 0;
+}
+
+int zl_meta_report_parse_key(const char *key, struct zl_report *r)
+{
+	int ret = key ? meta_report_parse_key(key, r, NULL, 0) : -ZL_ERR_INVAL;
+
+	if (ret)
+		memset(r, 0, sizeof(*r));
+	return ret;
 }
 
 static int meta_report_decode(const struct zl_etcd_kv *kv, void *rec, char *why, size_t why_len)
 {
-	struct zl_report *r = rec, key_part = {0};
-	int ret = meta_report_from_json(kv->value, kv->value_len, r, why, why_len);
+	struct zl_report *r = rec, key_part;
+	int ret = meta_report_parse_key(kv->key, &key_part, why, why_len);
 
 	if (!ret)
-		ret = meta_report_parse_key(kv->key, &key_part, why, why_len);
+		ret = meta_report_from_json(kv->value, kv->value_len, r, why, why_len);
 	if (ret)
 		return ret;
+	if (strcmp(r->peer, key_part.peer))
+		return meta_fail(why, why_len, "the value names peer %s, the key %s", r->peer,
+				 key_part.peer);
 	memcpy(r->vol_id, key_part.vol_id, sizeof(r->vol_id));
 	r->slice = key_part.slice;
 	memcpy(r->reporter, key_part.reporter, sizeof(r->reporter));
 	r->lease = kv->lease;
 	r->mod_rev = kv->mod_rev;
 	return zl_meta_report_check(r, why, why_len);
+}
+
+int zl_meta_report_from_kv(const struct zl_etcd_kv *kv, struct zl_report *r)
+{
+	int ret = kv && kv->key ? meta_report_decode(kv, r, NULL, 0) : -ZL_ERR_INVAL;
+
+	if (ret)
+		memset(r, 0, sizeof(*r));
+	return ret;
 }
 
 static int meta_report_cmp(const void *a, const void *b)

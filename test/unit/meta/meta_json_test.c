@@ -964,6 +964,77 @@ static void test_report_json(void **state)
 	assert_int_equal(zl_meta_report_check(NULL, why, sizeof(why)), -ZL_ERR_INVAL);
 }
 
+static void test_report_key(void **state)
+{
+	static const char *bad[] = {
+	    "",
+	    "reports",
+	    "/z/reports/vol-00c0ffee12345678/3/client-a",
+	    "/z/reports/vol-00c0ffee12345678/3/client-a/",
+	    "/z/reports/vol-00c0ffee12345678/03/client-a/storage-1",
+	    "/z/reports/vol-00c0ffee12345678/+3/client-a/storage-1",
+	    "/z/reports/vol-00c0ffee12345678/-3/client-a/storage-1",
+	    "/z/reports/vol-00c0ffee12345678/3x/client-a/storage-1",
+	    "/z/reports/vol-00c0ffee12345678/ 3/client-a/storage-1",
+	    "/z/reports/vol-00c0ffee12345678/\v2/client-a/storage-1",
+	    "/z/reports/vol-00c0ffee12345678/65536/client-a/storage-1",
+	    "/z/reports/vol-00c0ffee12345678/99999999999/client-a/storage-1",
+	    "/z/reports/vol-00c0ffee1234567/3/client-a/storage-1",
+	    "/z/reports/vol-00c0ffee12345678/3/client a/storage-1",
+	    "/z/reports/vol-00c0ffee12345678//client-a/storage-1",
+	    "/z/report/vol-00c0ffee12345678/3/client-a/storage-1",
+	    "/z/reports/x/vol-00c0ffee12345678/3/client-a/storage-1",
+	    "/z/reports/vol-00c0ffee12345678/3/client-a/storage-1/x",
+	};
+	struct zl_report r, want;
+	struct zl_etcd_kv kv = {0};
+	char key[128], *json;
+
+	(void)state;
+	make_report(&want);
+	assert_int_equal(zl_meta_report_parse_key("/z/reports/vol-00c0ffee12345678/3/client-a/"
+						  "storage-1",
+						  &r),
+			 0);
+	assert_string_equal(r.vol_id, want.vol_id);
+	assert_int_equal(r.slice, 3);
+	assert_string_equal(r.reporter, "client-a");
+	assert_string_equal(r.peer, "storage-1");
+	assert_true(r.slice_ver == 0);
+	/* An empty prefix works too. */
+	assert_int_equal(zl_meta_report_parse_key("reports/vol-00c0ffee12345678/0/a/b", &r), 0);
+	assert_int_equal(r.slice, 0);
+	for (size_t i = 0; i < ZL_ARRAY_SIZE(bad); i++) {
+		if (zl_meta_report_parse_key(bad[i], &r) != -ZL_ERR_INVAL)
+			fail_msg("key \"%s\" was accepted", bad[i]);
+		assert_string_equal(r.vol_id, "");
+	}
+	assert_int_equal(zl_meta_report_parse_key(NULL, &r), -ZL_ERR_INVAL);
+
+	/* A whole stored report, as a watch event hands it over. */
+	json = zl_meta_report_to_json(&want);
+	assert_non_null(json);
+	snprintf(key, sizeof(key), "/z/reports/%s/3/client-a/storage-1", want.vol_id);
+	kv.key = key;
+	kv.value = json;
+	kv.value_len = strlen(json);
+	kv.lease = 42;
+	kv.mod_rev = 7;
+	assert_int_equal(zl_meta_report_from_kv(&kv, &r), 0);
+	want.lease = 42;
+	want.mod_rev = 7;
+	assert_memory_equal(&r, &want, sizeof(r));
+	/* The key names another peer than the value. */
+	snprintf(key, sizeof(key), "/z/reports/%s/3/client-a/storage-2", want.vol_id);
+	assert_int_equal(zl_meta_report_from_kv(&kv, &r), -ZL_ERR_INVAL);
+	assert_string_equal(r.peer, "");
+	free(json);
+	kv.value = "{}";
+	kv.value_len = 2;
+	assert_int_equal(zl_meta_report_from_kv(&kv, &r), -ZL_ERR_INVAL);
+	assert_int_equal(zl_meta_report_from_kv(NULL, &r), -ZL_ERR_INVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -979,6 +1050,7 @@ int main(void)
 	    cmocka_unit_test(test_volume_reasons),
 	    cmocka_unit_test(test_cluster_json),
 	    cmocka_unit_test(test_report_json),
+	    cmocka_unit_test(test_report_key),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -621,6 +621,13 @@ static void test_reports(void **state)
 	struct zl_etcd_kv kv;
 	assert_int_equal(zl_etcd_get(f->e, key, &kv), 0);
 	assert_true(kv.lease == other);
+	/* What a watch on reports/ hands over decodes whole. */
+	assert_int_equal(zl_meta_report_from_kv(&kv, &r), 0);
+	assert_string_equal(r.vol_id, VOL_A);
+	assert_int_equal(r.slice, 2);
+	assert_string_equal(r.reporter, "node-0");
+	assert_string_equal(r.peer, "node-1");
+	assert_true(r.slice_ver == 8 && r.lease == other && r.mod_rev == kv.mod_rev);
 	assert_non_null(strstr(kv.value, "\"peer\":\"node-1\",\"error\":\"ZL_ERR_CONN\","
 					 "\"slice_ver\":8,\"time\":"));
 	zl_etcd_kv_fini(&kv);
