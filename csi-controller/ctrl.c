@@ -113,6 +113,8 @@ int ctrl_start(struct ctrl *c, const struct ctrl_cfg *cfg)
 	rc = ctrl_etcd_open(cfg, password, &c->etcd);
 	if (!rc)
 		rc = ctrl_etcd_open(cfg, password, &c->etcd_bg);
+	if (!rc && cfg->manager)
+		rc = ctrl_etcd_open(cfg, password, &c->etcd_mgr);
 	if (password) {
 		explicit_bzero(password, strlen(password));
 		free(password);
@@ -136,6 +138,11 @@ int ctrl_start(struct ctrl *c, const struct ctrl_cfg *cfg)
 		return -rc;
 	}
 	c->bg_started = true;
+	if (cfg->manager) {
+		rc = ctrl_manager_start(c, c->etcd_mgr, cfg->manager_grace_s, cfg->down_out_s);
+		if (rc)
+			return rc;
+	}
 
 	gc.endpoint = cfg->endpoint;
 	gc.methods = ctrl_methods;
@@ -151,9 +158,10 @@ int ctrl_start(struct ctrl *c, const struct ctrl_cfg *cfg)
 	}
 	ZL_LOG_INFO(CTRL_LOG,
 		    "serving every CSI call endpoint=%s etcd=%s prefix=%s leader_election=%s "
-		    "replica_id=%s gc_interval_s=%u version=%s",
+		    "replica_id=%s gc_interval_s=%u manager=%s version=%s",
 		    cfg->endpoint, cfg->etcd_urls, c->prefix, c->election ? "on" : "off",
-		    c->leader_id, c->gc_interval_s, ZL_VERSION_STRING);
+		    c->leader_id, c->gc_interval_s, cfg->manager ? "on" : "off",
+		    ZL_VERSION_STRING);
 	return 0;
 }
 
@@ -164,6 +172,8 @@ void ctrl_stop(struct ctrl *c, unsigned int grace_ms)
 		zl_grpc_server_destroy(c->srv);
 		c->srv = NULL;
 	}
+	/* Before the lease goes: the manager must not outlive leadership. */
+	ctrl_manager_stop(c);
 	if (c->bg_started) {
 		pthread_mutex_lock(&c->bg_lock);
 		c->stop = true;
@@ -175,9 +185,10 @@ void ctrl_stop(struct ctrl *c, unsigned int grace_ms)
 	/* After the server: no RPC holds an operation lock any more. */
 	if (c->etcd_bg)
 		ctrl_leader_release(c);
+	zl_etcd_destroy(c->etcd_mgr);
 	zl_etcd_destroy(c->etcd_bg);
 	zl_etcd_destroy(c->etcd);
-	c->etcd_bg = c->etcd = NULL;
+	c->etcd_mgr = c->etcd_bg = c->etcd = NULL;
 }
 
 int ctrl_record_get(struct ctrl *c, const char *kind, const char *id, struct zl_etcd_kv *kv)

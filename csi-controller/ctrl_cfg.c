@@ -24,6 +24,13 @@ static const char ctrl_usage[] =
     "  --no-leader-election     same as --leader-election=off\n"
     "  --leader-id ID           replica identity (default hostname-pid)\n"
     "  --gc-interval SECONDS    period of the leader's garbage collection (default 60)\n"
+    "  --manager=on|off         decide slice membership (rules M1-M7 of\n"
+    "                           docs/REPLICATION.md) while this replica is the\n"
+    "                           leader (default off)\n"
+    "  --manager-grace SECS     a node record gone this long: its members go out\n"
+    "                           (default 2)\n"
+    "  --down-out-interval SECS a node record gone this long: its members are\n"
+    "                           replaced on other nodes (default 600)\n"
     "  --workers N              gRPC worker threads (default 4)\n"
     "  --log-level L            err|warn|info|debug (env ZL_LOG_LEVEL)\n"
     "  --version                print the version and exit\n"
@@ -42,6 +49,9 @@ enum {
 	OPT_NO_LEADER,
 	OPT_LEADER_ID,
 	OPT_GC_INTERVAL,
+	OPT_MANAGER,
+	OPT_MANAGER_GRACE,
+	OPT_DOWN_OUT,
 	OPT_WORKERS,
 	OPT_LOG_LEVEL,
 	OPT_VERSION,
@@ -61,6 +71,9 @@ static const struct option ctrl_opts[] = {
     {"no-leader-election", no_argument, NULL, OPT_NO_LEADER},
     {"leader-id", required_argument, NULL, OPT_LEADER_ID},
     {"gc-interval", required_argument, NULL, OPT_GC_INTERVAL},
+    {"manager", optional_argument, NULL, OPT_MANAGER},
+    {"manager-grace", required_argument, NULL, OPT_MANAGER_GRACE},
+    {"down-out-interval", required_argument, NULL, OPT_DOWN_OUT},
     {"workers", required_argument, NULL, OPT_WORKERS},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
     {"version", no_argument, NULL, OPT_VERSION},
@@ -103,6 +116,8 @@ int ctrl_cfg_parse(int argc, char **argv, struct ctrl_cfg *cfg)
 	cfg->prefix = ZL_META_DEFAULT_PREFIX;
 	cfg->leader_election = true;
 	cfg->gc_interval_s = CTRL_GC_INTERVAL_S;
+	cfg->manager_grace_s = CTRL_MANAGER_GRACE_S;
+	cfg->down_out_s = CTRL_DOWN_OUT_INTERVAL_S;
 	opterr = 0;
 	optind = 1;
 	while ((o = getopt_long(argc, argv, ":", ctrl_opts, NULL)) != -1) {
@@ -127,6 +142,24 @@ int ctrl_cfg_parse(int argc, char **argv, struct ctrl_cfg *cfg)
 				return cfg_bad("--gc-interval takes seconds 1..86400, not '%s'",
 					       optarg);
 			cfg->gc_interval_s = (unsigned int)n;
+			break;
+		case OPT_MANAGER:
+			if (cfg_bool(optarg, &cfg->manager))
+				return cfg_bad("--manager takes on or off, not '%s'", optarg);
+			break;
+		case OPT_MANAGER_GRACE:
+			n = strtol(optarg, &end, 10);
+			if (!*optarg || *end || n < 0 || n > 86400)
+				return cfg_bad("--manager-grace takes seconds 0..86400, not '%s'",
+					       optarg);
+			cfg->manager_grace_s = (unsigned int)n;
+			break;
+		case OPT_DOWN_OUT:
+			n = strtol(optarg, &end, 10);
+			if (!*optarg || *end || n < 1 || n > 30 * 86400)
+				return cfg_bad("--down-out-interval takes seconds 1..2592000, not "
+					       "'%s'", optarg);
+			cfg->down_out_s = (unsigned int)n;
 			break;
 		case OPT_WORKERS:
 			n = strtol(optarg, &end, 10);

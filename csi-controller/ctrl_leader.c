@@ -2,8 +2,9 @@
  * election and the leader's jobs.
  *
  * Every replica serves every CSI call; the election decides only which one
- * runs the jobs that must run once (garbage collection today, the cluster
- * manager later). It never gates a CSI call: the CSI sidecars elect their
+ * runs the jobs that must run once: garbage collection, and the membership
+ * manager (ctrl_manager.c, its own thread, which checks ctrl_leader_is
+ * before every write). It never gates a CSI call: the CSI sidecars elect their
  * own leaders on Kubernetes leases, independently, and may land on any
  * replica.
  *
@@ -34,8 +35,11 @@ static void leader_key(const struct ctrl *c, char *out, size_t len)
 
 static void leader_set(struct ctrl *c, bool leader, const char *holder, const char *why)
 {
+	bool changed;
+
 	pthread_mutex_lock(&c->leader_lock);
-	if (leader != c->is_leader) {
+	changed = leader != c->is_leader;
+	if (changed) {
 		if (leader)
 			ZL_LOG_INFO(CTRL_LOG, "became leader id=%s lease=%" PRId64, c->leader_id,
 				    c->lease);
@@ -51,6 +55,9 @@ static void leader_set(struct ctrl *c, bool leader, const char *holder, const ch
 	if (leader)
 		c->lease_ok_ms = zl_now_ms();
 	pthread_mutex_unlock(&c->leader_lock);
+	/* The manager (a job of the leader on its own thread) acts at once. */
+	if (changed)
+		ctrl_manager_kick(c);
 }
 
 /* The replica lease: granted at start, renewed every LEASE_RENEW_MS, granted
