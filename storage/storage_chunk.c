@@ -42,22 +42,22 @@
 #include "lib/common/slab.h"
 #include "lib/wire/wire.h"
 
-#define BLK		    ZL_BLOCK_SIZE
-#define CHUNK_MAGIC	    "ZLCHUNK2"
-#define CHUNK_MAGIC_V1	    "ZLCHUNK1"
-#define CHUNK_HDR_SIZE	    BLK
-#define CHUNK_HDR_CRC_OFF   60 /* v2: CRC32C of bytes [0, 60) */
-#define CHUNK_HDR_V1_CRC    28 /* v1: CRC32C of bytes [0, 28) */
-#define MP_MAGIC	    "ZLMP"
-#define MP_HDR		    32 /* metadata page header; entries follow */
-#define MP_CRC_OFF	    28
-#define MP_MAX_PAGES	    64 /* dirty masks are u64: 64 MiB chunks need 33 */
-#define STORE_FORMAT_FILE   "FORMAT"
-#define STORE_FORMAT_TEXT   "zipline chunk format 2\n"
-#define STORE_BUCKETS	    4096u
-#define STORE_OP_SLAB	    256u
-#define STORE_DRAIN_MS	    30000u
-#define TAG_META	    1ull
+#define BLK		  ZL_BLOCK_SIZE
+#define CHUNK_MAGIC	  "ZLCHUNK2"
+#define CHUNK_MAGIC_V1	  "ZLCHUNK1"
+#define CHUNK_HDR_SIZE	  BLK
+#define CHUNK_HDR_CRC_OFF 60 /* v2: CRC32C of bytes [0, 60) */
+#define CHUNK_HDR_V1_CRC  28 /* v1: CRC32C of bytes [0, 28) */
+#define MP_MAGIC	  "ZLMP"
+#define MP_HDR		  32 /* metadata page header; entries follow */
+#define MP_CRC_OFF	  28
+#define MP_MAX_PAGES	  64 /* dirty masks are u64: 64 MiB chunks need 33 */
+#define STORE_FORMAT_FILE "FORMAT"
+#define STORE_FORMAT_TEXT "zipline chunk format 2\n"
+#define STORE_BUCKETS	  4096u
+#define STORE_OP_SLAB	  256u
+#define STORE_DRAIN_MS	  30000u
+#define TAG_META	  1ull
 
 _Static_assert((ZL_WIRE_MAX_CHUNK / BLK + ZL_CHUNK_META_ENTRIES - 1) / ZL_CHUNK_META_ENTRIES <=
 		   MP_MAX_PAGES,
@@ -651,7 +651,8 @@ static int chunk_convert_v1(struct zl_chunk_store *s, const char *path)
 		}
 		for (uint32_t o = 0; !rc && o < len; o += BLK)
 			if (!block_is_zero(buf + o))
-				rc = pwrite_all(out, buf + o, BLK, zl_chunk_data_off(g.cs) + at + o);
+				rc =
+				    pwrite_all(out, buf + o, BLK, zl_chunk_data_off(g.cs) + at + o);
 	}
 	if (rc)
 		goto out_unlink;
@@ -808,7 +809,9 @@ static int chunk_load(struct zl_chunk_store *s, struct chunk *c)
 				    "vol=%s chunk=%" PRIu64 " metadata page=%u: slot %c is torn "
 				    "or damaged, slot %c is current",
 				    vid, c->idx, p, !va && !block_is_zero(a) ? 'A' : 'B',
-				    cur == a ? 'A' : cur == b ? 'B' : '-');
+				    cur == a   ? 'A'
+				    : cur == b ? 'B'
+					       : '-');
 		/* Next write goes to the other slot; never-written pages use A. */
 		c->page_slot[p] = cur == a ? 0 : 1;
 		if (!cur)
@@ -985,7 +988,8 @@ static void chunk_meta_kick(struct zl_chunk_store *s, struct chunk *c)
 		uint8_t *img = c->img + (size_t)p * BLK;
 
 		meta_page_encode(c, p, seq, img);
-		io_uring_prep_write(sqe, c->fd, img, BLK, zl_chunk_slot_off(p, c->page_slot[p] ^ 1));
+		io_uring_prep_write(sqe, c->fd, img, BLK,
+				    zl_chunk_slot_off(p, c->page_slot[p] ^ 1));
 		sqe->rw_flags = RWF_DSYNC;
 		io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | TAG_META);
 	}

@@ -74,7 +74,7 @@ struct zl_chunk_store_stats {
 	uint64_t meta_page_writes; /* metadata pages written by those rounds */
 	uint64_t zero_syncs;	   /* fdatasyncs completed after hole punches */
 	uint64_t converted;	   /* v1 files converted to v2 */
-	uint64_t corruptions;	  /* blocks that failed verification */
+	uint64_t corruptions;	   /* blocks that failed verification */
 	uint64_t last_corrupt_vol;
 	uint64_t last_corrupt_chunk;
 	uint32_t last_corrupt_block;

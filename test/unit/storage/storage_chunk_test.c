@@ -313,7 +313,8 @@ static void test_overlap_serialized(void **state)
 		fill(src[i], lens[i], (unsigned)i + 17);
 		memcpy(model + offs[i], src[i], lens[i]);
 		assert_int_equal(
-		    zl_chunk_write(e->s, VOL, 9, CS, offs[i], lens[i], src[i], 0, done_cb, &d[i]), 0);
+		    zl_chunk_write(e->s, VOL, 9, CS, offs[i], lens[i], src[i], 0, done_cb, &d[i]),
+		    0);
 	}
 	wait_all(e, d, N);
 	for (int i = 0; i < N; i++) {
@@ -911,7 +912,8 @@ static void test_foreach_and_args(void **state)
 	assert_int_equal(n, 1);
 	assert_int_equal(zl_chunk_write(e->s, VOL, 1, CS, CS - 1, 2, buf, 0, done_cb, &d),
 			 -ZL_ERR_RANGE);
-	assert_int_equal(zl_chunk_write(e->s, VOL, 1, CS, 0, 0, buf, 0, done_cb, &d), -ZL_ERR_RANGE);
+	assert_int_equal(zl_chunk_write(e->s, VOL, 1, CS, 0, 0, buf, 0, done_cb, &d),
+			 -ZL_ERR_RANGE);
 	assert_int_equal(zl_chunk_write(e->s, VOL, 1, 12345, 0, 1, buf, 0, done_cb, &d),
 			 -ZL_ERR_INVAL);
 	/* Same chunk, other chunk size: refused rather than misread. */
