@@ -4,12 +4,14 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -707,6 +709,201 @@ static void test_versions(void **state)
 	assert_int_equal(zl_chunk_version(e->s, VOL, 30, CS, &ver), -ZL_ERR_INVAL);
 }
 
+/* ---- kill -9 under load ----
+ * A child process runs a store with writes and zeroings of distinct blocks
+ * in flight (one per block at a time) and reports every submission and
+ * every acknowledgement on a pipe; the parent kills it with SIGKILL at a
+ * random moment, reopens the file and checks every block: it must verify
+ * and hold the last acknowledged operation's result or that of the one
+ * still in flight. */
+
+#define KILL_BLOCKS 64
+#define KILL_DEPTH  12
+
+struct kill_rec {
+	uint32_t kind; /* KILL_SUB_WRITE, KILL_SUB_ZERO, KILL_ACK */
+	uint32_t block;
+	uint64_t seed;
+};
+
+enum { KILL_SUB_WRITE = 1, KILL_SUB_ZERO, KILL_ACK };
+
+struct kill_child {
+	int wfd;
+	uint32_t inflight;
+	bool busy[KILL_BLOCKS];
+};
+
+struct kill_slot {
+	struct kill_child *k;
+	uint32_t block;
+	uint64_t seed;
+	uint8_t *buf;
+};
+
+static void kill_pattern(uint8_t *p, uint32_t block, uint64_t seed)
+{
+	fill(p, 4096, (unsigned)seed);
+	memcpy(p, &seed, 8);
+	memcpy(p + 8, &block, 4);
+}
+
+static void kill_send(int fd, uint32_t kind, uint32_t block, uint64_t seed)
+{
+	struct kill_rec r = {kind, block, seed};
+
+	if (write(fd, &r, sizeof(r)) != (ssize_t)sizeof(r))
+		_exit(3);
+}
+
+static void kill_done(void *arg, int status)
+{
+	struct kill_slot *sl = arg;
+
+	if (status)
+		_exit(4);
+	kill_send(sl->k->wfd, KILL_ACK, sl->block, sl->seed);
+	sl->k->busy[sl->block] = false;
+	sl->k->inflight--;
+	sl->block = UINT32_MAX;
+}
+
+/* The child: never returns. */
+static void kill_child_run(const char *dir, int wfd, uint64_t seed0)
+{
+	struct kill_child k = {.wfd = wfd};
+	struct kill_slot slots[KILL_DEPTH];
+	struct zl_chunk_store *s;
+	struct zl_loop *loop;
+	unsigned r = (unsigned)seed0;
+	uint64_t seed = seed0;
+
+	if (zl_loop_create(&loop))
+		_exit(2);
+	{
+		struct zl_chunk_store_opts o = {
+		    .data_dir = dir, .loop = loop, .buf_alloc = t_alloc, .buf_free = t_free};
+
+		if (zl_chunk_store_create(&o, &s))
+			_exit(2);
+	}
+	for (int i = 0; i < KILL_DEPTH; i++) {
+		slots[i].k = &k;
+		slots[i].block = UINT32_MAX;
+		slots[i].buf = t_alloc(NULL, 4096);
+	}
+	for (;;) { /* ends by SIGKILL */
+		for (int i = 0; i < KILL_DEPTH; i++) {
+			struct kill_slot *sl = &slots[i];
+			uint32_t b;
+			int rc;
+
+			if (sl->block != UINT32_MAX)
+				continue;
+			r = r * 1103515245 + 12345;
+			b = (r >> 8) % KILL_BLOCKS;
+			if (k.busy[b])
+				continue;
+			sl->block = b;
+			sl->seed = ++seed;
+			k.busy[b] = true;
+			k.inflight++;
+			if ((r >> 4) % 7 == 0) {
+				kill_send(wfd, KILL_SUB_ZERO, b, sl->seed);
+				rc = zl_chunk_zero(s, VOL, 50, CS, b * 4096, 4096, sl->seed,
+						   kill_done, sl);
+			} else {
+				kill_pattern(sl->buf, b, sl->seed);
+				kill_send(wfd, KILL_SUB_WRITE, b, sl->seed);
+				rc = zl_chunk_write(s, VOL, 50, CS, b * 4096, 4096, sl->buf,
+						    sl->seed, kill_done, sl);
+			}
+			if (rc)
+				_exit(5);
+		}
+		zl_loop_run_once(loop, 10);
+	}
+}
+
+/* What one operation leaves in a block: kind 0 (never written) or
+ * KILL_SUB_ZERO read as zeros. */
+static bool kill_matches(const uint8_t *p, uint32_t kind, uint32_t block, uint64_t seed)
+{
+	uint8_t want[4096];
+
+	if (kind == KILL_SUB_WRITE)
+		kill_pattern(want, block, seed);
+	else
+		memset(want, 0, sizeof(want));
+	return !memcmp(p, want, 4096);
+}
+
+static void test_kill9_under_load(void **state)
+{
+	struct env *e = *state;
+	/* Per block: the state verified after the last round, the last
+	 * acknowledged operation and the one in flight of this round. */
+	struct kill_rec base[KILL_BLOCKS] = {0}, acked[KILL_BLOCKS], pend[KILL_BLOCKS];
+	uint64_t acks_total = 0, pending_seen = 0, ver;
+
+	for (int round = 0; round < 4; round++) {
+		uint64_t acks = 0, want_acks = 150 + (uint64_t)(rand() % 300);
+		struct kill_rec rec;
+		uint8_t back[4096];
+		int pfd[2], st;
+		pid_t pid;
+
+		memcpy(acked, base, sizeof(acked));
+		memset(pend, 0, sizeof(pend));
+		zl_chunk_store_destroy(e->s);
+		assert_int_equal(pipe(pfd), 0);
+		pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0) {
+			close(pfd[0]);
+			kill_child_run(e->dir, pfd[1], (uint64_t)(round + 1) * 1000000);
+		}
+		close(pfd[1]);
+		/* Read until enough acknowledgements, then kill; the records
+		 * written before the kill stay readable until EOF. */
+		while (read(pfd[0], &rec, sizeof(rec)) == (ssize_t)sizeof(rec)) {
+			assert_true(rec.block < KILL_BLOCKS);
+			if (rec.kind == KILL_ACK) {
+				acked[rec.block] = pend[rec.block];
+				pend[rec.block].kind = 0;
+				if (++acks == want_acks)
+					assert_int_equal(kill(pid, SIGKILL), 0);
+			} else {
+				pend[rec.block] = rec;
+			}
+		}
+		close(pfd[0]);
+		assert_int_equal(waitpid(pid, &st, 0), pid);
+		assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+		acks_total += acks;
+		env_open(e);
+		for (uint32_t b = 0; b < KILL_BLOCKS; b++) {
+			bool is_acked, is_pend = false;
+
+			assert_int_equal(do_read(e, 50, b * 4096, 4096, back), 0);
+			is_acked = kill_matches(back, acked[b].kind, b, acked[b].seed);
+			if (pend[b].kind)
+				is_pend = kill_matches(back, pend[b].kind, b, pend[b].seed);
+			assert_true(is_acked || is_pend);
+			pending_seen += pend[b].kind != 0;
+			base[b] = is_acked ? acked[b] : pend[b];
+		}
+		/* The chunk's version covers at least every acknowledged one. */
+		assert_int_equal(zl_chunk_version(e->s, VOL, 50, CS, &ver), 0);
+		for (uint32_t b = 0; b < KILL_BLOCKS; b++)
+			assert_true(ver >= acked[b].seed);
+	}
+	print_message("kill -9 under load: 4 kills, %" PRIu64 " acknowledged operations "
+		      "verified, %" PRIu64 " operations in flight at the kills\n",
+		      acks_total, pending_seen);
+	assert_true(pending_seen > 0); /* the kills really hit operations in flight */
+}
+
 /* ---- v1 files (0.1): header | CRC table | data | previous-CRC table ---- */
 
 static void v1_file_make(struct env *e, uint64_t chunk, uint8_t *model1)
@@ -939,6 +1136,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_crash_first_write_torn, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_crash_zero_steps, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_versions, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_kill9_under_load, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_v1_convert, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_foreach_and_args, setup, teardown),
