@@ -377,6 +377,9 @@ static void test_group_commit(void **state)
 	assert_int_equal(st.writes, N);
 	assert_true(st.meta_rounds >= 1);
 	assert_true(st.meta_rounds < N / 2);
+	assert_int_equal(st.meta_page_writes, st.meta_rounds); /* one page per round */
+	print_message("group commit: %d concurrent 4 KiB writes, %" PRIu64 " metadata rounds\n", N,
+		      st.meta_rounds);
 	assert_int_equal(st.inflight, 0);
 	/* Durable CRCs: a fresh store verifies every block. */
 	zl_chunk_store_destroy(e->s);
