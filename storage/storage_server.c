@@ -189,8 +189,10 @@ static void srv_write_finish(struct storage_req *r)
 		if (!r->bk[i].status)
 			continue;
 		memset(&fresh, 0, sizeof(fresh));
+		/* ver: the row version after the drops so far (a second failed
+		 * backup is dropped from the row the first drop wrote). */
 		rc = zl_meta_slice_drop(st->etcd, st->cfg.prefix, vid, r->slice, r->bk[i].node,
-					r->seen_ver, &fresh);
+					ver, &fresh);
 		if (rc) {
 			ZL_LOG_ERR(
 			    "storage",
