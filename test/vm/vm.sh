@@ -436,7 +436,12 @@ vm_boot() {
 	cat_out=$!
 	cat "$sd/err.pipe" >&2 &
 	cat_err=$!
-	timeout -k 10 "$vm_timeout" "${vm_qemu[@]}" </dev/null &
+	if ((vm_shell)); then
+		# qemu reads the terminal: it must stay in the foreground group.
+		timeout --foreground -k 10 "$vm_timeout" "${vm_qemu[@]}" 0<&0 &
+	else
+		timeout -k 10 "$vm_timeout" "${vm_qemu[@]}" </dev/null &
+	fi
 	echo $! >"$sd/timeout.pid"
 	# (timeout re-raises qemu's SIGKILL after a power cut: no "Killed" line)
 	{ wait $! || rc=$?; } 2>/dev/null
@@ -468,9 +473,11 @@ vm_boot() {
 	return "$code"
 }
 
+vm_shell=0
 vm_cmd_run() { # run and shell
 	local shell=$1 sd rc
 	shift
+	vm_shell=$shell
 	vm_parse "$@"
 	if ((shell)); then
 		[[ -t 0 && -t 1 ]] || vm_fail "vm.sh shell needs a terminal"
