@@ -26,6 +26,7 @@ note() {
 }
 power_off() {
 	sync
+	[[ ${ZVM_VERBOSE:-0} == 1 ]] || echo 0 >/proc/sys/kernel/printk # no "Power down"
 	/run/zvm-bin/busybox poweroff -f # copied by init.sh: in memory, not over 9p
 	exit 1 # PID 1 exiting panics the kernel; qemu (-no-reboot) stops then
 }
@@ -74,7 +75,8 @@ poll() {
 sysfs_find() {
 	local f v
 	for f in $1; do
-		read -r v <"$f" 2>/dev/null || continue
+		# (some sysfs files, e.g. virtio-blk's serial, end without a newline)
+		read -r v <"$f" 2>/dev/null || [[ -n ${v:-} ]] || continue
 		[[ $v == "$2" ]] || continue
 		f=${f%/*}
 		found=${f##*/}
@@ -175,7 +177,6 @@ else
 fi
 echo "$rc" >"$RUN/status.new" && mv "$RUN/status.new" "$RUN/status" ||
 	fail "cannot record the exit status"
-[[ $ZVM_VERBOSE == 1 ]] || echo 0 >/proc/sys/kernel/printk # no "Power down"
 trap - EXIT
 for ((i = ${#ZVM_SHARES[@]} - 1; i >= 0; i--)); do
 	umount "${ZVM_SHARES[i]}" 2>/dev/null
