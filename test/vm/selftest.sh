@@ -13,7 +13,7 @@
 #      shared tree (vm_blkio write); once it is writing, the host SIGKILLs
 #      qemu (vm.sh kill) at a random moment; a second guest on the same
 #      image checks that every acknowledged write reads back (vm_blkio
-#      verify).
+#      verify), and the same check on a damaged copy on the host fails.
 #
 # Usage: test/vm/selftest.sh BUILD_DIR   (BUILD_DIR/bin/vm_blkio must exist)
 # A harness that cannot boot fails this test (never a skip).
@@ -110,4 +110,17 @@ boot r2 bash "$vm" run --share "$build" --disk "$img" -- \
 ((rc == 0)) || fail "after the power cut, acknowledged writes did not read back (verify exited $rc)"
 grep -q " 0 wrong" "$work/r2.out" || fail "verify printed no result line"
 step "   ok: every acknowledged write survived (check boot $secs s)"
+# The check itself can fail: on the host, a copy of the image with one
+# acknowledged block rolled back to zeros must be caught (not the block of
+# the unacknowledged write in flight, which verify skips).
+victim=$((($(wc -l <"$log") + 100) % nblocks))
+if ! cp "$img" "$work/bad.img" ||
+	! dd if=/dev/zero of="$work/bad.img" bs=4096 seek="$victim" count=1 conv=notrunc status=none; then
+	fail "cannot make the damaged copy"
+fi
+"$blkio" verify "$work/bad.img" "$log" "$seed" "$nblocks" >"$work/bad.out" 2>&1
+rc=$?
+((rc == 1)) && grep -q " 1 wrong" "$work/bad.out" ||
+	fail "vm_blkio verify missed a lost block (exit $rc): $(cat "$work/bad.out")"
+step "   ok: the check catches a lost acknowledged block"
 step "PASS in $((SECONDS - t_start)) s"

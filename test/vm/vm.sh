@@ -270,6 +270,9 @@ vm_initramfs() {
 vm_prepare() {
 	[[ $(id -u) == 0 ]] || vm_fail "vm.sh must run as root (apt-get; qemu shares the whole host root)"
 	[[ $(uname -m) == x86_64 ]] || vm_fail "vm.sh supports x86_64 hosts only"
+	case $vm_cache/ in
+	/tmp/* | /var/tmp/*) vm_fail "ZL_VM_CACHE=$vm_cache: the guest mounts fresh /tmp and /var/tmp, so the cache must live elsewhere" ;;
+	esac
 	mkdir -p "$vm_cache" || vm_fail "cannot create $vm_cache"
 	exec {vm_lock}>"$vm_cache/lock" || vm_fail "cannot open $vm_cache/lock"
 	flock -w 1800 "$vm_lock" || vm_fail "waited 30 min for $vm_cache/lock"
