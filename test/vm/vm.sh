@@ -577,9 +577,10 @@ vm_cmd_kill() {
 	local name=${1:-} sd pid i
 	[[ -n $name ]] || vm_fail "usage: vm.sh kill N"
 	sd=$vm_state_root/$name
-	[[ -s $sd/qemu.pid ]] || vm_fail "no guest named $name"
-	if vm_result "$sd"; then
-		vm_say "guest $name had already stopped ($vm_res_why, status $vm_res_code): no power cut happened"
+	[[ -d $sd ]] || vm_fail "no guest named $name"
+	# (qemu removes its pid file when it exits)
+	if vm_result "$sd" || [[ ! -s $sd/qemu.pid ]]; then
+		vm_say "guest $name had already stopped (${vm_res_why:-no qemu}, status ${vm_res_code:-none}): no power cut happened"
 		rm -rf "$sd"
 		exit 1
 	fi
