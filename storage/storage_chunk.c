@@ -1,22 +1,26 @@
-/* Chunk store: chunk replica files, their CRC tables and the io_uring that
- * moves their data. See storage_chunk.h for the file layout.
+/* Chunk store: chunk replica files, their metadata pages and the io_uring
+ * that moves their data. See storage_chunk.h for the file layout.
  *
  * Operation state machine (struct chunk_op.stage):
  *   OP_ST_WAIT    queued behind an overlapping operation of the same chunk
  *   OP_ST_EDGE    reading the partial edge blocks of an unaligned write/zero
- *   OP_ST_COMMIT  new CRCs set in memory, waiting for a CRC page write that
+ *   OP_ST_COMMIT  new CRCs set in memory, waiting for a metadata round that
  *                 started after that (group commit); then the data goes out
  *   OP_ST_DATA    data write / read / punch / fsync in flight
+ *   OP_ST_SYNC    zeroing: fdatasync after the hole punch (a punch is not
+ *                 covered by RWF_DSYNC)
  *   OP_ST_DONE    finished, callback pending
  * An operation keeps its block range in the chunk's active list from start to
  * finish, so an overlapping operation (at least one of them modifying) waits
  * until the earlier one is durable.
  *
- * Crash safety: the CRC of a block is made durable *before* its new data, and
- * the CRC it replaces is kept in a second table ("previous CRCs", after the
- * data area). A block is valid when it matches its CRC or its previous CRC,
- * so a crash or kill -9 between the CRC write and the data write leaves the
- * old (acknowledged) contents readable instead of reporting corruption.
+ * Crash safety: the {crc, prev_crc} pair of a block is made durable *before*
+ * its new data, in a metadata page written to the slot that is not current
+ * (A/B, the newer valid sequence wins on open). A torn or lost metadata
+ * write leaves the other slot current, which matches the data that was not
+ * yet overwritten; a crash during the data write leaves blocks that match
+ * crc or prev_crc. Both are valid, so an acknowledged block never becomes
+ * unreadable.
  */
 #include "storage_chunk.h"
 
@@ -39,16 +43,29 @@
 #include "lib/wire/wire.h"
 
 #define BLK		  ZL_BLOCK_SIZE
-#define CHUNK_MAGIC	  "ZLCHUNK1"
+#define CHUNK_MAGIC	  "ZLCHUNK2"
+#define CHUNK_MAGIC_V1	  "ZLCHUNK1"
 #define CHUNK_HDR_SIZE	  BLK
-#define CHUNK_HDR_CRC_OFF 28
+#define CHUNK_HDR_CRC_OFF 60 /* v2: CRC32C of bytes [0, 60) */
+#define CHUNK_HDR_V1_CRC  28 /* v1: CRC32C of bytes [0, 28) */
+#define MP_MAGIC	  "ZLMP"
+#define MP_HDR		  32 /* metadata page header; entries follow */
+#define MP_CRC_OFF	  28
+#define MP_MAX_PAGES	  64 /* dirty masks are u64: 64 MiB chunks need 33 */
+#define STORE_FORMAT_FILE "FORMAT"
+#define STORE_FORMAT_TEXT "zipline chunk format 2\n"
 #define STORE_BUCKETS	  4096u
 #define STORE_OP_SLAB	  256u
 #define STORE_DRAIN_MS	  30000u
-#define TAG_CRC		  1ull
+#define TAG_META	  1ull
+
+_Static_assert((ZL_WIRE_MAX_CHUNK / BLK + ZL_CHUNK_META_ENTRIES - 1) / ZL_CHUNK_META_ENTRIES <=
+		   MP_MAX_PAGES,
+	       "metadata pages of the largest chunk must fit the u64 dirty masks");
+_Static_assert(MP_HDR + ZL_CHUNK_META_ENTRIES * 8 <= BLK, "metadata entries fit one page");
 
 enum op_kind { OP_READ, OP_WRITE, OP_ZERO, OP_FLUSH };
-enum op_stage { OP_ST_WAIT, OP_ST_EDGE, OP_ST_DATA, OP_ST_COMMIT, OP_ST_DONE };
+enum op_stage { OP_ST_WAIT, OP_ST_EDGE, OP_ST_DATA, OP_ST_SYNC, OP_ST_COMMIT, OP_ST_DONE };
 
 struct chunk;
 
@@ -66,7 +83,8 @@ struct chunk_op {
 	uint32_t pending;     /* SQEs in flight */
 	uint64_t expect, got; /* bytes requested / transferred by those SQEs */
 	int err;
-	uint64_t need_round; /* CRC round that makes this op durable */
+	uint64_t version;    /* WRITE/ZERO: data version given by the caller */
+	uint64_t need_round; /* metadata round that makes this op durable */
 	zl_chunk_cb cb;
 	void *arg;
 	struct zl_defer defer;
@@ -80,21 +98,23 @@ struct chunk {
 	struct chunk *hnext; /* hash chain */
 	struct chunk *lru_prev, *lru_next;
 	uint64_t vol, idx;
-	uint32_t chunk_size, n_blocks, crc_pages;
+	uint32_t chunk_size, n_blocks, meta_pages;
 	uint64_t data_off;
 	int fd;
-	uint32_t refs; /* ops holding it + CRC write in flight */
+	uint32_t refs; /* ops holding it + metadata round in flight */
 	bool in_lru, deleted;
-	uint32_t *crc;	   /* CRC table (crc_pages * BLK bytes) */
-	uint8_t *crc_snap; /* copy being written */
-	uint32_t *prev;	   /* previous CRC of every block (same size) */
-	uint8_t *prev_snap;
-	uint64_t prev_off; /* file offset of the previous-CRC table */
-	uint32_t crc_sqes; /* SQEs of the CRC round in flight */
-	int crc_err;
-	uint32_t dirty_mask; /* CRC pages changed since the last snapshot */
-	bool crc_inflight;
-	uint32_t crc_p0, crc_p1; /* pages of the write in flight */
+	uint32_t *crc;	    /* n_blocks: the CRC each block must match */
+	uint32_t *prev;	    /* n_blocks: its CRC before the last change */
+	uint64_t *page_ver; /* meta_pages: version recorded in each page */
+	uint8_t *page_slot; /* meta_pages: current slot (0 = A, 1 = B) */
+	uint8_t *img;	    /* meta_pages * BLK: page images of the round in flight */
+	uint64_t seq;	    /* highest metadata sequence written or found */
+	uint64_t version;   /* highest data version applied (durable) */
+	uint32_t meta_sqes; /* SQEs of the metadata round in flight */
+	int meta_err;
+	uint64_t dirty_mask; /* pages changed since the last round started */
+	uint64_t round_mask; /* pages of the round in flight */
+	bool meta_inflight;
 	uint64_t round_started, round_done;
 	struct op_list active, waiting;
 };
@@ -316,18 +336,16 @@ static void lru_add(struct zl_chunk_store *s, struct chunk *c)
 
 static void chunk_free(struct zl_chunk_store *s, struct chunk *c)
 {
+	(void)s;
 	if (!c)
 		return;
 	if (c->fd >= 0)
 		close(c->fd);
-	if (c->crc)
-		s->buf_free(s->buf_arg, c->crc);
-	if (c->crc_snap)
-		s->buf_free(s->buf_arg, c->crc_snap);
-	if (c->prev)
-		s->buf_free(s->buf_arg, c->prev);
-	if (c->prev_snap)
-		s->buf_free(s->buf_arg, c->prev_snap);
+	free(c->crc);
+	free(c->prev);
+	free(c->page_ver);
+	free(c->page_slot);
+	free(c->img);
 	free(c);
 }
 
@@ -386,6 +404,13 @@ static int chunk_open_fd(struct zl_chunk_store *s, const char *path, int flags)
 	return fd < 0 ? -errno : fd;
 }
 
+static void *blk_alloc(size_t len)
+{
+	void *p = NULL;
+
+	return posix_memalign(&p, BLK, ZL_ALIGN_UP(len, BLK)) ? NULL : p;
+}
+
 static void chunk_hdr_encode(uint8_t *p, uint64_t vol, uint64_t idx, uint32_t cs)
 {
 	memset(p, 0, CHUNK_HDR_SIZE);
@@ -393,7 +418,44 @@ static void chunk_hdr_encode(uint8_t *p, uint64_t vol, uint64_t idx, uint32_t cs
 	zl_put_le64(p + 8, vol);
 	zl_put_le64(p + 16, idx);
 	zl_put_le32(p + 24, cs);
+	zl_put_le32(p + 28, zl_chunk_meta_pages(cs));
+	zl_put_le32(p + 32, ZL_CHUNK_META_ENTRIES);
+	zl_put_le64(p + 40, zl_chunk_data_off(cs));
 	zl_put_le32(p + CHUNK_HDR_CRC_OFF, zl_crc32c(p, CHUNK_HDR_CRC_OFF));
+}
+
+static uint32_t meta_page_crc(const uint8_t *p)
+{
+	return zl_crc32c_update(zl_crc32c(p, MP_CRC_OFF), p + MP_HDR, BLK - MP_HDR);
+}
+
+/* Page image of metadata page pg as the in-memory tables say now. */
+static void meta_page_encode(const struct chunk *c, uint32_t pg, uint64_t seq, uint8_t *p)
+{
+	uint32_t b0 = pg * ZL_CHUNK_META_ENTRIES;
+	uint32_t n = ZL_MIN(ZL_CHUNK_META_ENTRIES, c->n_blocks - b0);
+
+	memset(p, 0, BLK);
+	memcpy(p, MP_MAGIC, 4);
+	zl_put_le32(p + 4, pg);
+	zl_put_le64(p + 8, seq);
+	zl_put_le64(p + 16, c->page_ver[pg]);
+	zl_put_le32(p + 24, n);
+	for (uint32_t i = 0; i < n; i++) {
+		zl_put_le32(p + MP_HDR + 8 * i, c->crc[b0 + i]);
+		zl_put_le32(p + MP_HDR + 8 * i + 4, c->prev[b0 + i]);
+	}
+	zl_put_le32(p + MP_CRC_OFF, meta_page_crc(p));
+}
+
+/* A slot is valid when it names page pg, covers the right number of blocks
+ * and its page CRC matches (a torn or lost write never does). */
+static bool meta_slot_valid(const struct chunk *c, uint32_t pg, const uint8_t *p)
+{
+	uint32_t n = ZL_MIN(ZL_CHUNK_META_ENTRIES, c->n_blocks - pg * ZL_CHUNK_META_ENTRIES);
+
+	return !memcmp(p, MP_MAGIC, 4) && zl_get_le32(p + 4) == pg && zl_get_le32(p + 24) == n &&
+	       zl_get_le32(p + MP_CRC_OFF) == meta_page_crc(p);
 }
 
 static int fsync_dir(const char *path)
@@ -409,7 +471,16 @@ static int fsync_dir(const char *path)
 	return rc;
 }
 
-/* Creates the file of a new chunk replica: header + sparse CRC table and
+static int pwrite_all(int fd, const void *p, size_t len, uint64_t off)
+{
+	ssize_t n = pwrite(fd, p, len, (off_t)off);
+
+	if (n == (ssize_t)len)
+		return 0;
+	return n < 0 ? -errno : -EIO;
+}
+
+/* Creates the file of a new chunk replica: header + sparse metadata and
  * data, made durable (file and directory entry) before the first write. */
 static int chunk_create_file(struct zl_chunk_store *s, struct chunk *c, const char *path)
 {
@@ -432,20 +503,19 @@ static int chunk_create_file(struct zl_chunk_store *s, struct chunk *c, const ch
 	fd = chunk_open_fd(s, tmp, O_RDWR | O_CREAT | O_TRUNC);
 	if (fd < 0)
 		return fd;
-	hdr = s->buf_alloc(s->buf_arg, CHUNK_HDR_SIZE);
+	hdr = blk_alloc(CHUNK_HDR_SIZE);
 	if (!hdr) {
 		rc = -ENOMEM;
 		goto out_close;
 	}
 	chunk_hdr_encode(hdr, c->vol, c->idx, c->chunk_size);
-	if (ftruncate(fd, (off_t)(c->prev_off + (uint64_t)c->crc_pages * BLK)) < 0) {
+	if (ftruncate(fd, (off_t)(c->data_off + c->chunk_size)) < 0) {
 		rc = -errno;
 		goto out_free;
 	}
-	if (pwrite(fd, hdr, CHUNK_HDR_SIZE, 0) != (ssize_t)CHUNK_HDR_SIZE) {
-		rc = errno ? -errno : -EIO;
+	rc = pwrite_all(fd, hdr, CHUNK_HDR_SIZE, 0);
+	if (rc)
 		goto out_free;
-	}
 	if (fsync(fd) < 0 || rename(tmp, path) < 0) {
 		rc = -errno;
 		goto out_free;
@@ -453,38 +523,257 @@ static int chunk_create_file(struct zl_chunk_store *s, struct chunk *c, const ch
 	rc = fsync_dir(dir);
 	if (rc)
 		goto out_free;
-	s->buf_free(s->buf_arg, hdr);
+	free(hdr);
 	return fd;
 
 out_free:
-	s->buf_free(s->buf_arg, hdr);
+	free(hdr);
 out_close:
 	close(fd);
 	unlink(tmp);
 	return rc;
 }
 
-/* Reads and checks the header and loads the CRC table of an existing file. */
+/* ---- v1 files ("ZLCHUNK1", written by 0.1): converted to v2 ----
+ * v1: header | CRC table (u32 per block, padded to 4 KiB) | data |
+ * previous-CRC table. Its validity rule (crc, prev or zero) is the v2 rule,
+ * so the pairs are copied as they are and a block damaged before the
+ * conversion is still reported. The v2 file is built next to the old one,
+ * made durable, then renamed over it: a crash leaves either file whole. */
+
+struct v1_geo {
+	uint32_t cs, n_blocks, tbl_pages;
+	uint64_t data_off, prev_off;
+};
+
+static int v1_geo_read(int fd, uint8_t *hdr, struct v1_geo *g, const char **why)
+{
+	struct stat stb;
+
+	if (pread(fd, hdr, CHUNK_HDR_SIZE, 0) != (ssize_t)CHUNK_HDR_SIZE || fstat(fd, &stb) < 0)
+		return errno ? -errno : -EIO;
+	*why = NULL;
+	if (memcmp(hdr, CHUNK_MAGIC_V1, 8))
+		return 1; /* not a v1 file */
+	g->cs = zl_get_le32(hdr + 24);
+	if (zl_get_le32(hdr + CHUNK_HDR_V1_CRC) != zl_crc32c(hdr, CHUNK_HDR_V1_CRC))
+		*why = "v1 header CRC mismatch";
+	else if (!chunk_size_ok(g->cs))
+		*why = "v1 header has an invalid chunk size";
+	if (*why)
+		return -ZL_ERR_CORRUPT;
+	g->n_blocks = g->cs / BLK;
+	g->tbl_pages = (uint32_t)(ZL_ALIGN_UP((uint64_t)g->n_blocks * 4, BLK) / BLK);
+	g->data_off = CHUNK_HDR_SIZE + (uint64_t)g->tbl_pages * BLK;
+	g->prev_off = g->data_off + g->cs;
+	if ((uint64_t)stb.st_size < g->prev_off + (uint64_t)g->tbl_pages * BLK) {
+		*why = "v1 file shorter than its chunk";
+		return -ZL_ERR_CORRUPT;
+	}
+	return 0;
+}
+
+/* Converts the v1 file at path in place (crash-safely). Returns 0, 1 when
+ * the file is not v1 (nothing done), -ZL_ERR_CORRUPT (damaged v1 header,
+ * file left alone and logged) or -errno. Blocking. */
+static int chunk_convert_v1(struct zl_chunk_store *s, const char *path)
+{
+	char tmp[PATH_MAX + 16], dir[PATH_MAX];
+	uint8_t *hdr = NULL, *tbl = NULL, *pg = NULL, *buf = NULL;
+	struct chunk geo = {0};
+	const char *why = NULL, *slash;
+	struct v1_geo g;
+	int fd, out = -1, rc;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	hdr = blk_alloc(CHUNK_HDR_SIZE);
+	buf = blk_alloc(1u << 20);
+	pg = blk_alloc(BLK);
+	if (!hdr || !buf || !pg) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = v1_geo_read(fd, hdr, &g, &why);
+	if (rc) {
+		if (why)
+			ZL_LOG_ERR("storage",
+				   "cannot convert v1 chunk file %s: %s (remove the replica file "
+				   "so repair rebuilds it)",
+				   path, why);
+		goto out;
+	}
+	/* Both v1 tables, little-endian u32 per block. */
+	tbl = malloc((size_t)g.tbl_pages * BLK * 2);
+	geo.n_blocks = g.n_blocks;
+	geo.crc = calloc(g.n_blocks, sizeof(uint32_t));
+	geo.prev = calloc(g.n_blocks, sizeof(uint32_t));
+	geo.page_ver = calloc(zl_chunk_meta_pages(g.cs), sizeof(uint64_t));
+	if (!tbl || !geo.crc || !geo.prev || !geo.page_ver) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	if (pread(fd, tbl, (size_t)g.tbl_pages * BLK, CHUNK_HDR_SIZE) !=
+		(ssize_t)g.tbl_pages * BLK ||
+	    pread(fd, tbl + (size_t)g.tbl_pages * BLK, (size_t)g.tbl_pages * BLK,
+		  (off_t)g.prev_off) != (ssize_t)g.tbl_pages * BLK) {
+		rc = errno ? -errno : -EIO;
+		goto out;
+	}
+	for (uint32_t b = 0; b < g.n_blocks; b++) {
+		geo.crc[b] = zl_get_le32(tbl + 4 * b);
+		geo.prev[b] = zl_get_le32(tbl + (size_t)g.tbl_pages * BLK + 4 * b);
+	}
+	snprintf(tmp, sizeof(tmp), "%s.v2.tmp", path);
+	out = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (out < 0) {
+		rc = -errno;
+		goto out;
+	}
+	if (ftruncate(out, (off_t)(zl_chunk_data_off(g.cs) + g.cs)) < 0) {
+		rc = -errno;
+		goto out_unlink;
+	}
+	chunk_hdr_encode(hdr, zl_get_le64(hdr + 8), zl_get_le64(hdr + 16), g.cs);
+	rc = pwrite_all(out, hdr, CHUNK_HDR_SIZE, 0);
+	for (uint32_t p = 0; !rc && p < zl_chunk_meta_pages(g.cs); p++) {
+		meta_page_encode(&geo, p, 1, pg);
+		rc = pwrite_all(out, pg, BLK, zl_chunk_slot_off(p, 0));
+	}
+	/* Data: copy what is not zero, so the new file stays as sparse. */
+	for (uint32_t at = 0; !rc && at < g.cs; at += 1u << 20) {
+		uint32_t len = ZL_MIN(1u << 20, g.cs - at);
+
+		if (pread(fd, buf, len, (off_t)(g.data_off + at)) != (ssize_t)len) {
+			rc = errno ? -errno : -EIO;
+			break;
+		}
+		for (uint32_t o = 0; !rc && o < len; o += BLK)
+			if (!block_is_zero(buf + o))
+				rc =
+				    pwrite_all(out, buf + o, BLK, zl_chunk_data_off(g.cs) + at + o);
+	}
+	if (rc)
+		goto out_unlink;
+	if (fsync(out) < 0 || rename(tmp, path) < 0) {
+		rc = -errno;
+		goto out_unlink;
+	}
+	slash = strrchr(path, '/');
+	snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+	rc = fsync_dir(dir);
+	if (!rc) {
+		s->st.converted++;
+		ZL_LOG_INFO("storage", "converted chunk file to format v2: %s", path);
+	}
+	goto out;
+
+out_unlink:
+	unlink(tmp);
+out:
+	if (out >= 0)
+		close(out);
+	close(fd);
+	free(geo.crc);
+	free(geo.prev);
+	free(geo.page_ver);
+	free(tbl);
+	free(pg);
+	free(buf);
+	free(hdr);
+	return rc;
+}
+
+/* Converts every v1 file under chunks/ once (start-up), then writes the
+ * FORMAT marker so later starts skip the scan. A damaged v1 file is left
+ * (and logged); its reads fail as corrupt. Returns 0 or -errno. */
+static int store_convert_all(struct zl_chunk_store *s)
+{
+	char path[PATH_MAX], tmp[PATH_MAX + 8];
+	struct dirent *de, *fe;
+	DIR *d, *vd;
+	int rc = 0, fd;
+
+	snprintf(path, sizeof(path), "%s/" STORE_FORMAT_FILE, s->dir);
+	if (access(path, F_OK) == 0)
+		return 0;
+	d = opendir(s->dir);
+	if (!d)
+		return -errno;
+	while (!rc && (de = readdir(d))) {
+		uint64_t vol;
+
+		if (zl_vol_id_parse(de->d_name, &vol))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", s->dir, de->d_name);
+		vd = opendir(path);
+		if (!vd)
+			continue;
+		while (!rc && (fe = readdir(vd))) {
+			size_t n = strlen(fe->d_name);
+			int r;
+
+			if (n < 5 || strcmp(fe->d_name + n - 4, ".zlc"))
+				continue;
+			snprintf(path, sizeof(path), "%s/%s/%s", s->dir, de->d_name, fe->d_name);
+			r = chunk_convert_v1(s, path);
+			if (r < 0 && r != -ZL_ERR_CORRUPT)
+				rc = r;
+		}
+		closedir(vd);
+	}
+	closedir(d);
+	if (rc) {
+		ZL_LOG_ERR("storage",
+			   "converting v1 chunk files under %s failed: %s (free space or fix the "
+			   "disk; unconverted files are converted when first opened)",
+			   s->dir, zl_errname(rc));
+		return rc;
+	}
+	snprintf(path, sizeof(path), "%s/" STORE_FORMAT_FILE, s->dir);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -errno;
+	rc = pwrite_all(fd, STORE_FORMAT_TEXT, strlen(STORE_FORMAT_TEXT), 0);
+	if (!rc && (fsync(fd) < 0 || rename(tmp, path) < 0))
+		rc = -errno;
+	close(fd);
+	if (!rc)
+		rc = fsync_dir(s->dir);
+	return rc;
+}
+
+/* Reads and checks the header and loads the metadata pages of an existing
+ * file: per page the valid slot with the higher sequence is current; a page
+ * with no valid slot was never written (or both copies are damaged: then the
+ * blocks it covers fail verification). Returns 0, 1 for a v1 file,
+ * -ZL_ERR_CORRUPT or -errno. */
 static int chunk_load(struct zl_chunk_store *s, struct chunk *c)
 {
 	char vid[ZL_VOL_ID_LEN + 1];
-	uint8_t *hdr = s->buf_alloc(s->buf_arg, CHUNK_HDR_SIZE);
-	size_t tbl = (size_t)c->crc_pages * BLK;
+	size_t meta = (size_t)c->meta_pages * 2 * BLK;
+	uint8_t *hdr = blk_alloc(CHUNK_HDR_SIZE), *mp = blk_alloc(meta);
 	struct stat stb;
 	const char *why = NULL;
 	int rc = 0;
 
-	if (!hdr)
-		return -ENOMEM;
+	if (!hdr || !mp) {
+		rc = -ENOMEM;
+		goto out;
+	}
 	zl_vol_id_format(c->vol, vid);
 	if (fstat(c->fd, &stb) < 0) {
 		rc = -errno;
 		goto out;
 	}
-	if (pread(c->fd, hdr, CHUNK_HDR_SIZE, 0) != (ssize_t)CHUNK_HDR_SIZE ||
-	    pread(c->fd, c->crc, tbl, CHUNK_HDR_SIZE) != (ssize_t)tbl ||
-	    pread(c->fd, c->prev, tbl, (off_t)c->prev_off) != (ssize_t)tbl) {
+	if (pread(c->fd, hdr, CHUNK_HDR_SIZE, 0) != (ssize_t)CHUNK_HDR_SIZE) {
 		rc = errno ? -errno : -EIO;
+		goto out;
+	}
+	if (!memcmp(hdr, CHUNK_MAGIC_V1, 8)) {
+		rc = 1;
 		goto out;
 	}
 	if (memcmp(hdr, CHUNK_MAGIC, 8))
@@ -495,8 +784,46 @@ static int chunk_load(struct zl_chunk_store *s, struct chunk *c)
 		why = "header names another chunk";
 	else if (zl_get_le32(hdr + 24) != c->chunk_size)
 		why = "chunk size differs from the volume's";
-	else if ((uint64_t)stb.st_size < c->prev_off + tbl)
+	else if (zl_get_le32(hdr + 28) != c->meta_pages ||
+		 zl_get_le32(hdr + 32) != ZL_CHUNK_META_ENTRIES ||
+		 zl_get_le64(hdr + 40) != c->data_off)
+		why = "header layout differs from format v2";
+	else if ((uint64_t)stb.st_size < c->data_off + c->chunk_size)
 		why = "file shorter than the chunk";
+	if (!why && pread(c->fd, mp, meta, CHUNK_HDR_SIZE) != (ssize_t)meta) {
+		rc = errno ? -errno : -EIO;
+		goto out;
+	}
+	for (uint32_t p = 0; !why && p < c->meta_pages; p++) {
+		const uint8_t *a = mp + (size_t)p * 2 * BLK, *b = a + BLK, *cur = NULL;
+		bool va = meta_slot_valid(c, p, a), vb = meta_slot_valid(c, p, b);
+		uint32_t b0 = p * ZL_CHUNK_META_ENTRIES;
+		uint32_t n = ZL_MIN(ZL_CHUNK_META_ENTRIES, c->n_blocks - b0);
+
+		if (va && (!vb || zl_get_le64(a + 8) >= zl_get_le64(b + 8)))
+			cur = a;
+		else if (vb)
+			cur = b;
+		if ((!va && !block_is_zero(a)) || (!vb && !block_is_zero(b)))
+			ZL_LOG_WARN("storage",
+				    "vol=%s chunk=%" PRIu64 " metadata page=%u: slot %c is torn "
+				    "or damaged, slot %c is current",
+				    vid, c->idx, p, !va && !block_is_zero(a) ? 'A' : 'B',
+				    cur == a   ? 'A'
+				    : cur == b ? 'B'
+					       : '-');
+		/* Next write goes to the other slot; never-written pages use A. */
+		c->page_slot[p] = cur == a ? 0 : 1;
+		if (!cur)
+			continue;
+		c->seq = ZL_MAX(c->seq, zl_get_le64(cur + 8));
+		c->page_ver[p] = zl_get_le64(cur + 16);
+		c->version = ZL_MAX(c->version, c->page_ver[p]);
+		for (uint32_t i = 0; i < n; i++) {
+			c->crc[b0 + i] = zl_get_le32(cur + MP_HDR + 8 * i);
+			c->prev[b0 + i] = zl_get_le32(cur + MP_HDR + 8 * i + 4);
+		}
+	}
 	if (why) {
 		ZL_LOG_ERR("storage",
 			   "corruption vol=%s chunk=%" PRIu64 " block=header: %s (remove the "
@@ -505,7 +832,8 @@ static int chunk_load(struct zl_chunk_store *s, struct chunk *c)
 		rc = -ZL_ERR_CORRUPT;
 	}
 out:
-	s->buf_free(s->buf_arg, hdr);
+	free(mp);
+	free(hdr);
 	return rc;
 }
 
@@ -545,24 +873,37 @@ static int chunk_get(struct zl_chunk_store *s, uint64_t vol, uint64_t idx, uint3
 	c->idx = idx;
 	c->chunk_size = cs;
 	c->n_blocks = cs / BLK;
-	c->crc_pages = (uint32_t)ZL_ALIGN_UP((uint64_t)c->n_blocks * 4, BLK) / BLK;
-	c->data_off = CHUNK_HDR_SIZE + (uint64_t)c->crc_pages * BLK;
-	c->crc = s->buf_alloc(s->buf_arg, (size_t)c->crc_pages * BLK);
-	c->crc_snap = s->buf_alloc(s->buf_arg, (size_t)c->crc_pages * BLK);
-	c->prev = s->buf_alloc(s->buf_arg, (size_t)c->crc_pages * BLK);
-	c->prev_snap = s->buf_alloc(s->buf_arg, (size_t)c->crc_pages * BLK);
-	c->prev_off = c->data_off + cs;
-	if (!c->crc || !c->crc_snap || !c->prev || !c->prev_snap) {
+	c->meta_pages = zl_chunk_meta_pages(cs);
+	c->data_off = zl_chunk_data_off(cs);
+	c->crc = calloc(c->n_blocks, sizeof(uint32_t));
+	c->prev = calloc(c->n_blocks, sizeof(uint32_t));
+	c->page_ver = calloc(c->meta_pages, sizeof(uint64_t));
+	c->page_slot = calloc(c->meta_pages, 1);
+	c->img = blk_alloc((size_t)c->meta_pages * BLK);
+	if (!c->crc || !c->prev || !c->page_ver || !c->page_slot || !c->img) {
 		rc = -ENOMEM;
 		goto out_free;
 	}
 	if (c->fd >= 0) {
 		rc = chunk_load(s, c);
+		if (rc == 1) {
+			/* A v1 file the start-up conversion did not see. */
+			ZL_LOG_WARN("storage", "converting v1 chunk file on open: %s", path);
+			close(c->fd);
+			c->fd = -1;
+			rc = chunk_convert_v1(s, path);
+			if (!rc) {
+				c->fd = chunk_open_fd(s, path, O_RDWR);
+				rc = c->fd < 0 ? c->fd : chunk_load(s, c);
+			}
+			if (rc == 1)
+				rc = -ZL_ERR_CORRUPT;
+		}
 		if (rc)
 			goto out_free;
 	} else {
-		memset(c->crc, 0, (size_t)c->crc_pages * BLK);
-		memset(c->prev, 0, (size_t)c->crc_pages * BLK);
+		for (uint32_t p = 0; p < c->meta_pages; p++)
+			c->page_slot[p] = 1; /* first write goes to slot A */
 		c->fd = chunk_create_file(s, c, path);
 		if (c->fd < 0) {
 			rc = c->fd;
@@ -584,7 +925,7 @@ out_free:
 	return rc;
 }
 
-/* ---- CRC table: verification and group commit ---- */
+/* ---- metadata: verification and group commit ---- */
 
 static int chunk_verify(struct zl_chunk_store *s, struct chunk *c, uint32_t b, const uint8_t *p)
 {
@@ -606,11 +947,14 @@ static int chunk_verify(struct zl_chunk_store *s, struct chunk *c, uint32_t b, c
 	return -ZL_ERR_CORRUPT;
 }
 
-static void chunk_set_crc(struct chunk *c, uint32_t b, uint32_t crc)
+static void chunk_set_crc(struct chunk *c, uint32_t b, uint32_t crc, uint64_t version)
 {
+	uint32_t pg = b / ZL_CHUNK_META_ENTRIES;
+
 	c->prev[b] = c->crc[b];
 	c->crc[b] = crc;
-	c->dirty_mask |= 1u << (b * 4 / BLK);
+	c->page_ver[pg] = ZL_MAX(c->page_ver[pg], version);
+	c->dirty_mask |= 1ull << pg;
 }
 
 /* The op's data did not reach the disk: its blocks hold their previous
@@ -619,68 +963,67 @@ static void chunk_crc_rollback(struct chunk *c, uint32_t b0, uint32_t b1)
 {
 	for (uint32_t b = b0; b < b1; b++) {
 		c->crc[b] = c->prev[b];
-		c->dirty_mask |= 1u << (b * 4 / BLK);
+		c->dirty_mask |= 1ull << (b / ZL_CHUNK_META_ENTRIES);
 	}
 }
 
-/* Starts a CRC page write of everything dirty unless one is in flight. */
-static void chunk_crc_kick(struct zl_chunk_store *s, struct chunk *c)
+/* Starts a metadata round: every dirty page, each into its slot that is not
+ * current, all with the next sequence, unless a round is in flight. */
+static void chunk_meta_kick(struct zl_chunk_store *s, struct chunk *c)
 {
-	struct io_uring_sqe *sqe, *sqe2;
-	uint32_t p0, p1, len;
-	size_t at;
+	uint32_t n = (uint32_t)__builtin_popcountll(c->dirty_mask);
+	uint64_t seq = c->seq + 1;
 
-	if (c->crc_inflight || !c->dirty_mask)
+	if (c->meta_inflight || !c->dirty_mask)
 		return;
-	p0 = (uint32_t)__builtin_ctz(c->dirty_mask);
-	p1 = 31u - (uint32_t)__builtin_clz(c->dirty_mask);
-	len = (p1 - p0 + 1) * BLK;
-	at = (size_t)p0 * BLK;
-	sqe = store_sqe(s);
-	sqe2 = sqe ? store_sqe(s) : NULL;
-	if (!sqe2) {
-		if (sqe) { /* turn the one we got into an ignored no-op */
-			io_uring_prep_nop(sqe);
-			io_uring_sqe_set_data64(sqe, 0);
-		}
-		return; /* retried on the next completion of this chunk */
+	if (io_uring_sq_space_left(&s->ring) < n) {
+		io_uring_submit(&s->ring);
+		s->to_submit = 0;
+		if (io_uring_sq_space_left(&s->ring) < n)
+			return; /* retried on the next completion of this chunk */
 	}
-	memcpy(c->crc_snap + at, (uint8_t *)c->crc + at, len);
-	memcpy(c->prev_snap + at, (uint8_t *)c->prev + at, len);
-	io_uring_prep_write(sqe, c->fd, c->crc_snap + at, len, CHUNK_HDR_SIZE + at);
-	sqe->rw_flags = RWF_DSYNC;
-	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | TAG_CRC);
-	io_uring_prep_write(sqe2, c->fd, c->prev_snap + at, len, c->prev_off + at);
-	sqe2->rw_flags = RWF_DSYNC;
-	io_uring_sqe_set_data64(sqe2, (uint64_t)(uintptr_t)c | TAG_CRC);
-	c->crc_sqes = 2;
-	c->crc_err = 0;
+	for (uint64_t m = c->dirty_mask; m; m &= m - 1) {
+		uint32_t p = (uint32_t)__builtin_ctzll(m);
+		struct io_uring_sqe *sqe = store_sqe(s);
+		uint8_t *img = c->img + (size_t)p * BLK;
+
+		meta_page_encode(c, p, seq, img);
+		io_uring_prep_write(sqe, c->fd, img, BLK,
+				    zl_chunk_slot_off(p, c->page_slot[p] ^ 1));
+		sqe->rw_flags = RWF_DSYNC;
+		io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | TAG_META);
+	}
+	c->seq = seq;
+	c->meta_sqes = n;
+	c->meta_err = 0;
+	c->round_mask = c->dirty_mask;
 	c->dirty_mask = 0;
-	c->crc_inflight = true;
-	c->crc_p0 = p0;
-	c->crc_p1 = p1;
+	c->meta_inflight = true;
 	c->round_started++;
 	c->refs++;
-	s->st.crc_page_writes++;
+	s->st.meta_rounds++;
+	s->st.meta_page_writes += n;
 }
 
-static void chunk_crc_done(struct zl_chunk_store *s, struct chunk *c, int res)
+static void chunk_meta_done(struct zl_chunk_store *s, struct chunk *c, int res)
 {
 	uint64_t round = c->round_started;
-	uint32_t want = (c->crc_p1 - c->crc_p0 + 1) * BLK;
 	struct chunk_op *op, *next;
 	int err;
 
-	if ((res < 0 || (uint32_t)res != want) && !c->crc_err)
-		c->crc_err = res < 0 ? res : -EIO;
-	if (--c->crc_sqes)
+	if (res != (int)BLK && !c->meta_err)
+		c->meta_err = res < 0 ? res : -EIO;
+	if (--c->meta_sqes)
 		return;
-	err = c->crc_err;
-	c->crc_inflight = false;
+	err = c->meta_err;
+	c->meta_inflight = false;
 	if (err) {
-		/* The table in memory stays authoritative: rewrite those pages. */
-		for (uint32_t p = c->crc_p0; p <= c->crc_p1; p++)
-			c->dirty_mask |= 1u << p;
+		/* The tables in memory stay authoritative: rewrite those pages
+		 * (into the same slots: the current ones stay untouched). */
+		c->dirty_mask |= c->round_mask;
+	} else {
+		for (uint64_t m = c->round_mask; m; m &= m - 1)
+			c->page_slot[__builtin_ctzll(m)] ^= 1;
 	}
 	c->round_done = round;
 	c->refs++; /* finishing ops below may drop the last other reference */
@@ -704,9 +1047,9 @@ static void chunk_crc_done(struct zl_chunk_store *s, struct chunk *c, int res)
 		if (op->stage == OP_ST_COMMIT)
 			err = 0;
 	if (!err)
-		chunk_crc_kick(s, c);
+		chunk_meta_kick(s, c);
 	chunk_put(s, c); /* the extra one */
-	chunk_put(s, c); /* the write's */
+	chunk_put(s, c); /* the round's */
 }
 
 /* ---- operations ---- */
@@ -740,6 +1083,8 @@ static void op_finish(struct chunk_op *op)
 	int err = op->err;
 
 	if (c) {
+		if (!err && (op->kind == OP_WRITE || op->kind == OP_ZERO))
+			c->version = ZL_MAX(c->version, op->version);
 		list_del(&c->active, op);
 		/* Start waiting ops that no longer overlap anything ahead of them. */
 		for (struct chunk_op *w = c->waiting.first, *wn; w; w = wn) {
@@ -844,7 +1189,8 @@ static void op_commit_prepare(struct chunk_op *op)
 		if (op->own_buf)
 			memcpy(op->buf + (op->off - op->b0 * BLK), op->data, op->len);
 		for (uint32_t b = op->b0; b < op->b1; b++)
-			chunk_set_crc(c, b, zl_crc32c(op->buf + (size_t)(b - op->b0) * BLK, BLK));
+			chunk_set_crc(c, b, zl_crc32c(op->buf + (size_t)(b - op->b0) * BLK, BLK),
+				      op->version);
 	} else {
 		uint32_t e0 = op->off, e1 = op->off + op->len;
 		struct zero_geo g;
@@ -854,18 +1200,18 @@ static void op_commit_prepare(struct chunk_op *op)
 			uint32_t end = ZL_MIN(e1, (g.hb + 1) * BLK);
 
 			memset(op->buf + (e0 - g.hb * BLK), 0, end - e0);
-			chunk_set_crc(c, g.hb, zl_crc32c(op->buf, BLK));
+			chunk_set_crc(c, g.hb, zl_crc32c(op->buf, BLK), op->version);
 		}
 		if (g.tail) {
 			memset(op->buf + BLK, 0, e1 - g.tb * BLK);
-			chunk_set_crc(c, g.tb, zl_crc32c(op->buf + BLK, BLK));
+			chunk_set_crc(c, g.tb, zl_crc32c(op->buf + BLK, BLK), op->version);
 		}
 		for (uint32_t b = g.fb0; b < g.fb1; b++)
-			chunk_set_crc(c, b, 0);
+			chunk_set_crc(c, b, 0, op->version);
 	}
 	op->stage = OP_ST_COMMIT;
 	op->need_round = c->round_started + 1;
-	chunk_crc_kick(op->s, c);
+	chunk_meta_kick(op->s, c);
 }
 
 /* Starts (or restarts after waiting) an operation on its chunk. */
@@ -968,6 +1314,26 @@ static void op_stage_done(struct chunk_op *op)
 	if (op->kind == OP_READ) {
 		for (uint32_t b = op->b0; b < op->b1 && !op->err; b++)
 			op->err = chunk_verify(s, c, b, op->buf + (size_t)(b - op->b0) * BLK);
+	} else if (op->kind == OP_ZERO && op->stage == OP_ST_SYNC) {
+		s->st.zero_syncs++;
+	} else if (op->kind == OP_ZERO) {
+		struct zero_geo g;
+
+		op_zero_geo(op, &g);
+		if (g.fb1 > g.fb0) {
+			/* The punch is durable only after an fdatasync; done
+			 * before the zeroing is acknowledged. */
+			struct io_uring_sqe *sqe = store_sqe(s);
+
+			op->stage = OP_ST_SYNC;
+			if (sqe) {
+				io_uring_prep_fsync(sqe, c->fd, IORING_FSYNC_DATASYNC);
+				io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)op);
+				op->pending++;
+				return;
+			}
+			op->err = store_map_err(s, op, -ZL_ERR_BUSY);
+		}
 	}
 	op_finish(op);
 }
@@ -978,8 +1344,8 @@ static void store_cqe(struct zl_chunk_store *s, uint64_t ud, int res)
 
 	if (!ud)
 		return; /* no-op filler */
-	if (ud & TAG_CRC) {
-		chunk_crc_done(s, (struct chunk *)(uintptr_t)(ud & ~TAG_CRC), res);
+	if (ud & TAG_META) {
+		chunk_meta_done(s, (struct chunk *)(uintptr_t)(ud & ~TAG_META), res);
 		return;
 	}
 	op = (struct chunk_op *)(uintptr_t)ud;
@@ -1014,7 +1380,7 @@ static void store_efd_cb(void *arg, uint32_t events)
 /* Common part of read/write/zero: checks, chunk lookup, context, queueing. */
 static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vol, uint64_t idx,
 			uint32_t cs, uint32_t off, uint32_t len, const void *data, void *buf,
-			zl_chunk_cb cb, void *arg)
+			uint64_t version, zl_chunk_cb cb, void *arg)
 {
 	struct chunk_op *op;
 	struct chunk *c = NULL;
@@ -1041,6 +1407,7 @@ static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vo
 	op->b0 = off / BLK;
 	op->b1 = (uint32_t)(((uint64_t)off + len + BLK - 1) / BLK);
 	op->data = data;
+	op->version = version;
 	op->cb = cb;
 	op->arg = arg;
 	op->ch = c;
@@ -1086,21 +1453,43 @@ wait:
 }
 
 int zl_chunk_write(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
-		   uint32_t off, uint32_t len, const void *data, zl_chunk_cb cb, void *arg)
+		   uint32_t off, uint32_t len, const void *data, uint64_t version, zl_chunk_cb cb,
+		   void *arg)
 {
-	return store_submit(s, OP_WRITE, vol, chunk, chunk_size, off, len, data, NULL, cb, arg);
+	return store_submit(s, OP_WRITE, vol, chunk, chunk_size, off, len, data, NULL, version, cb,
+			    arg);
 }
 
 int zl_chunk_zero(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
-		  uint32_t off, uint32_t len, zl_chunk_cb cb, void *arg)
+		  uint32_t off, uint32_t len, uint64_t version, zl_chunk_cb cb, void *arg)
 {
-	return store_submit(s, OP_ZERO, vol, chunk, chunk_size, off, len, NULL, NULL, cb, arg);
+	return store_submit(s, OP_ZERO, vol, chunk, chunk_size, off, len, NULL, NULL, version, cb,
+			    arg);
 }
 
 int zl_chunk_read(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
 		  uint32_t off, uint32_t len, void *buf, zl_chunk_cb cb, void *arg)
 {
-	return store_submit(s, OP_READ, vol, chunk, chunk_size, off, len, NULL, buf, cb, arg);
+	return store_submit(s, OP_READ, vol, chunk, chunk_size, off, len, NULL, buf, 0, cb, arg);
+}
+
+int zl_chunk_version(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
+		     uint64_t *version)
+{
+	struct chunk *c = NULL;
+	int rc;
+
+	*version = 0;
+	if (!vol || !chunk_size_ok(chunk_size))
+		return -ZL_ERR_INVAL;
+	rc = chunk_get(s, vol, chunk, chunk_size, false, &c);
+	if (rc == -ENOENT)
+		return 0;
+	if (rc)
+		return rc;
+	*version = c->version;
+	chunk_put(s, c);
+	return 0;
 }
 
 int zl_chunk_flush(struct zl_chunk_store *s, uint64_t vol, zl_chunk_cb cb, void *arg)
@@ -1289,6 +1678,8 @@ int zl_chunk_store_create(const struct zl_chunk_store_opts *opts, struct zl_chun
 		goto out_free;
 	}
 	s->ring_ok = true;
+	/* Logged; files left over are converted when first opened. */
+	(void)store_convert_all(s);
 	s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (s->efd < 0) {
 		rc = -errno;
@@ -1336,10 +1727,10 @@ void zl_chunk_store_destroy(struct zl_chunk_store *s)
 			ZL_LOG_WARN("storage",
 				    "closing the chunk store with %u operations in flight",
 				    s->ops.in_use);
-		/* CRC writes may still be in flight without an op waiting. */
+		/* Metadata rounds may still be in flight without an op waiting. */
 		for (uint32_t i = 0; i < STORE_BUCKETS; i++)
 			for (struct chunk *c = s->buckets[i]; c; c = c->hnext)
-				while (c->crc_inflight && zl_now_ms() < deadline)
+				while (c->meta_inflight && zl_now_ms() < deadline)
 					zl_loop_run_once(s->loop, 100);
 		zl_loop_del_poller(s->loop, &s->poller);
 		zl_loop_del(s->loop, &s->efd_h);

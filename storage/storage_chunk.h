@@ -1,21 +1,48 @@
 /* Chunk store: one sparse file per (volume, chunk) replica under
- * <data-dir>/chunks/<vol-id>/<chunk as %016llx>.zlc, laid out as
- *   4 KiB header page | CRC32C table (one u32 per 4 KiB block, padded to
- *   4 KiB) | data (chunk_size bytes, sparse) | previous-CRC table (same size
- *   as the CRC table: the CRC each block had before its last write).
- * Data and CRC pages are written with O_DIRECT + RWF_DSYNC through one
- * io_uring whose eventfd is registered on a struct zl_loop. A write first
- * makes its blocks' new CRCs durable (group commit: one CRC page write serves
- * every write that updated the page before it started), then its data, and
- * completes when the data is on stable storage. A block is valid when it
- * matches its CRC, or its previous CRC (a crash hit between the two writes),
- * or is all zeros with a zero entry (never written / discarded). Reads verify
- * every block.
+ * <data-dir>/chunks/<vol-id>/<chunk as %016llx>.zlc, format v2:
+ *
+ *   page 0           header: "ZLCHUNK2", vol u64 @8, chunk u64 @16,
+ *                    chunk_size u32 @24, metadata pages u32 @28, entries
+ *                    per page u32 @32, data offset u64 @40, CRC32C of
+ *                    bytes [0,60) u32 @60 (all little-endian)
+ *   pages 1..2M      metadata page p in two slots: A at 1+2p, B at 2+2p
+ *   data             chunk_size bytes at zl_chunk_data_off(), sparse
+ *
+ * A metadata page covers ZL_CHUNK_META_ENTRIES (508) consecutive blocks:
+ * "ZLMP" @0, page index u32 @4, sequence u64 @8, chunk version u64 @16 (the
+ * highest data version applied to its blocks), entries u32 @24, page CRC32C
+ * u32 @28 (over [0,28) and [32,4096)), then per block {crc u32, prev_crc u32}.
+ * The current slot of a page is its valid slot (magic, index, entries and
+ * page CRC right) with the higher sequence; a page with no valid slot was
+ * never written. A block is valid when its data matches crc, or prev_crc (a
+ * crash hit between a metadata write and its data), or is all zeros with a
+ * zero entry (never written / discarded). Reads verify every block.
+ *
+ * A write makes its new {crc, prev = the old crc} pairs and version durable
+ * first: each touched page is rebuilt into the slot that is NOT current with
+ * the chunk's next sequence (O_DIRECT + RWF_DSYNC through io_uring; a write
+ * spanning several pages has all of them durable before any data; group
+ * commit: one round serves every write that updated a page before it
+ * started), then its data (RWF_DSYNC), and completes when the data is on
+ * stable storage. A torn or lost metadata write leaves the old slot current;
+ * it matches the old data, which was not yet overwritten. A zeroing writes
+ * its pages (entries 0, prev = old crc), punches the whole blocks out
+ * (PUNCH_HOLE|KEEP_SIZE), rewrites partial edge blocks, and completes only
+ * after an fdatasync of the file (a punch is not covered by RWF_DSYNC).
+ * A data block torn below 4 KiB by a crash of an unacknowledged write reads
+ * as ZL_ERR_CORRUPT on that replica (detected, never silently wrong).
+ *
+ * Format v1 files ("ZLCHUNK1" of 0.1: header | CRC table | data |
+ * previous-CRC table) are converted at store creation (once: a FORMAT marker
+ * file under chunks/ records it) or, if one appears later, when first opened:
+ * the v2 file is written next to it, fsynced, renamed over it and the
+ * directory fsynced, so a crash leaves either whole file.
  *
  * Threading: everything (calls and callbacks) on the loop's thread. Callbacks
  * never run inside the call that started the operation. Operation contexts
- * are preallocated in slabs and recycled; disk buffers come from the caller's
- * allocator (the transport pool in the daemon). */
+ * are preallocated in slabs and recycled; data bounce buffers come from the
+ * caller's allocator (the transport pool in the daemon); the metadata tables
+ * of an open chunk are allocated at open, outside that pool. */
 #ifndef ZL_STORAGE_CHUNK_H
 #define ZL_STORAGE_CHUNK_H
 
@@ -43,8 +70,11 @@ struct zl_chunk_store_opts {
 
 struct zl_chunk_store_stats {
 	uint64_t reads, writes, zeroes;
-	uint64_t crc_page_writes; /* CRC write rounds (group commits) */
-	uint64_t corruptions;	  /* blocks that failed verification */
+	uint64_t meta_rounds;	   /* metadata write rounds (group commits) */
+	uint64_t meta_page_writes; /* metadata pages written by those rounds */
+	uint64_t zero_syncs;	   /* fdatasyncs completed after hole punches */
+	uint64_t converted;	   /* v1 files converted to v2 */
+	uint64_t corruptions;	   /* blocks that failed verification */
 	uint64_t last_corrupt_vol;
 	uint64_t last_corrupt_chunk;
 	uint32_t last_corrupt_block;
@@ -69,6 +99,27 @@ void zl_chunk_store_destroy(struct zl_chunk_store *s);
 uint32_t zl_chunk_store_inflight(const struct zl_chunk_store *s);
 void zl_chunk_store_stats(const struct zl_chunk_store *s, struct zl_chunk_store_stats *st);
 
+/* Blocks described by one metadata page. */
+#define ZL_CHUNK_META_ENTRIES 508u
+
+/* Metadata pages of a chunk of chunk_size bytes. */
+static inline uint32_t zl_chunk_meta_pages(uint32_t chunk_size)
+{
+	return (chunk_size / 4096 + ZL_CHUNK_META_ENTRIES - 1) / ZL_CHUNK_META_ENTRIES;
+}
+
+/* File offset of slot (0 = A, 1 = B) of metadata page `page`. */
+static inline uint64_t zl_chunk_slot_off(uint32_t page, unsigned slot)
+{
+	return 4096ull * (1 + 2ull * page + slot);
+}
+
+/* File offset of the data area (block b is at data_off + b * 4096). */
+static inline uint64_t zl_chunk_data_off(uint32_t chunk_size)
+{
+	return zl_chunk_slot_off(zl_chunk_meta_pages(chunk_size), 0);
+}
+
 /* Size of the aligned read buffer zl_chunk_read needs for (off, len). */
 static inline uint32_t zl_chunk_read_span(uint32_t off, uint32_t len)
 {
@@ -80,16 +131,32 @@ static inline uint32_t zl_chunk_read_span(uint32_t off, uint32_t len)
 /* Writes len bytes of data at off of chunk `chunk` of volume vol (chunk size
  * chunk_size: a power of two >= 64 KiB). Creates the chunk file on first
  * write. data must stay valid until cb; a 4 KiB aligned data buffer with an
- * aligned range is written without a copy. Returns 0 (cb runs once) or
- * -ZL_ERR_RANGE / -ZL_ERR_INVAL / -ZL_ERR_NOSPC / -errno (cb does not run). */
+ * aligned range is written without a copy. version (the data version the
+ * slice's primary assigned; 0 when none) is stored with the blocks'
+ * metadata; the chunk's version becomes the highest seen once cb reports
+ * success. Returns 0 (cb runs once) or -ZL_ERR_RANGE / -ZL_ERR_INVAL /
+ * -ZL_ERR_NOSPC / -errno (cb does not run). */
 int zl_chunk_write(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
-		   uint32_t off, uint32_t len, const void *data, zl_chunk_cb cb, void *arg);
+		   uint32_t off, uint32_t len, const void *data, uint64_t version, zl_chunk_cb cb,
+		   void *arg);
 
 /* Zeroes [off, off+len): whole blocks are punched out (sparse again, CRC
- * entries 0), partial edge blocks rewritten with zeros. DISCARD and
- * WRITE_ZEROES both read back as zeros. Returns as zl_chunk_write. */
+ * entries 0), partial edge blocks rewritten with zeros; cb runs after the
+ * file's fdatasync, so acknowledged zeroes survive power loss. DISCARD and
+ * WRITE_ZEROES both read back as zeros. A missing chunk stays missing (its
+ * version is not recorded). version as zl_chunk_write. Returns as
+ * zl_chunk_write. */
 int zl_chunk_zero(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
-		  uint32_t off, uint32_t len, zl_chunk_cb cb, void *arg);
+		  uint32_t off, uint32_t len, uint64_t version, zl_chunk_cb cb, void *arg);
+
+/* The chunk's version: the highest data version of its successful writes
+ * and zeroings (the maximum over its metadata pages when opened). From
+ * memory for an open chunk; a closed one is opened (reads its metadata
+ * pages, blocking: call it at start-up or off the I/O path for many chunks).
+ * 0 for a missing chunk. Returns 0, -ZL_ERR_INVAL (bad size or size differs
+ * from the open chunk's), -ZL_ERR_CORRUPT (damaged header) or -errno. */
+int zl_chunk_version(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
+		     uint64_t *version);
 
 /* Reads [off, off+len) into buf, a 4 KiB aligned buffer of at least
  * zl_chunk_read_span(off, len) bytes; on success the data starts at

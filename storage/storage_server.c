@@ -189,8 +189,10 @@ static void srv_write_finish(struct storage_req *r)
 		if (!r->bk[i].status)
 			continue;
 		memset(&fresh, 0, sizeof(fresh));
+		/* ver: the row version after the drops so far (a second failed
+		 * backup is dropped from the row the first drop wrote). */
 		rc = zl_meta_slice_drop(st->etcd, st->cfg.prefix, vid, r->slice, r->bk[i].node,
-					r->seen_ver, &fresh);
+					ver, &fresh);
 		if (rc) {
 			ZL_LOG_ERR(
 			    "storage",
@@ -243,12 +245,13 @@ static void srv_exec(struct storage_req *r)
 	const struct zl_wire_hdr *h = &r->req;
 	int rc;
 
+	/* Data version 0 until the primary assigns versions (REPLICATION.md §1). */
 	if (r->op == ZL_OP_WRITE)
 		rc = zl_chunk_write(st->chunks, h->vol_id, h->chunk, r->chunk_size, h->offset,
-				    h->length, r->buf, srv_local_done, r);
+				    h->length, r->buf, 0, srv_local_done, r);
 	else
 		rc = zl_chunk_zero(st->chunks, h->vol_id, h->chunk, r->chunk_size, h->offset,
-				   h->length, srv_local_done, r);
+				   h->length, 0, srv_local_done, r);
 	if (rc) {
 		req_reply_free(r, rc, r->seen_ver);
 		return;

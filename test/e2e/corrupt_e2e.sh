@@ -20,9 +20,8 @@ detected=0
 for i in 1 2 3; do
 	f="$CL_DIR/storage-$i/data/chunks/$vid/0000000000000000.zlc"
 	[ -f "$f" ] || fail "replica of chunk 0 missing on node-$i ($f)"
-	# Data starts after the 4 KiB header and the 4 KiB CRC table (4 MiB chunk):
-	# flip one byte of block 3.
-	off=$((8192 + 3 * 4096 + 123))
+	# Flip one byte of data block 3 (the data offset comes from the header).
+	off=$(cl_chunk_block_off "$f" 3 123) || fail "cannot locate block 3 in $f"
 	cl_flip_byte "$f" "$off"
 	"$ZL" volume export cvol "$CL_DIR/out" || fail "export with a damaged replica on node-$i"
 	cmp "$CL_DIR/in" "$CL_DIR/out" || fail "wrong data read with a damaged replica on node-$i"

@@ -7,15 +7,16 @@
 # that the connections were RDMA.
 #
 # Usage: test/rdma/cluster_rdma.sh BUILD_DIR
-# Environment: ZL_E2E_BYTES (default 256M), ZL_RDMA_VM_MEM (guest memory,
-# default 4G: replicas live on the guest's tmpfs), plus run-in-vm.sh's.
-# A guest that cannot start fails the test loudly (run-in-vm.sh).
+# Environment: ZL_E2E_BYTES (default 256M), ZL_VM_MEM (guest memory,
+# default 4G here: replicas live on the guest's tmpfs), plus run-in-vm.sh's.
+# A guest that cannot start fails the test loudly (test/vm/vm.sh).
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 build=$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)
 
-if [[ ${RDMA_VM:-0} != 1 ]]; then
-	exec "$here/run-in-vm.sh" -m "${ZL_RDMA_VM_MEM:-4G}" \
+if [[ ${ZL_VM:-0} != 1 ]]; then
+	export ZL_BUILD_DIR=$build
+	exec "$here/run-in-vm.sh" -m "${ZL_VM_MEM:-4G}" \
 		--ip 10.77.0.1/24 --ip 10.77.0.2/24 --ip 10.77.0.3/24 -- \
 		bash "$here/cluster_rdma.sh" "$build"
 fi

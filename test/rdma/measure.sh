@@ -21,8 +21,9 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 build=$(cd "${1:?usage: $0 BUILD_DIR [seconds]}" && pwd)
 secs=${2:-10}
 
-if [[ ${RDMA_VM:-0} != 1 ]]; then
-	exec "$here/run-in-vm.sh" -m "${ZL_RDMA_VM_MEM:-3G}" --ip 10.77.0.1/24 -- \
+if [[ ${ZL_VM:-0} != 1 ]]; then
+	export ZL_BUILD_DIR=$build
+	exec "$here/run-in-vm.sh" -m "${ZL_VM_MEM:-3G}" --ip 10.77.0.1/24 -- \
 		bash "$here/measure.sh" "$build" "$secs"
 fi
 
@@ -32,7 +33,7 @@ rm -rf "$out"
 mkdir -p "$out"
 work=$(mktemp -d /tmp/zl-measure.XXXXXX)
 ZL=$build/bin/zl
-ip=${RXE_IP:?not in the rdma-vm guest}
+ip=${RXE_IP:?not in the test VM (test/vm/vm.sh --rxe)}
 ulimit -l unlimited
 hz=$(getconf CLK_TCK)
 pids=()

@@ -2,7 +2,7 @@
  * the same kind on one loop (one thread), QD1 round trips of PING, 4 KiB
  * WRITE, 4 KiB READ and 1 MiB READ, then 4 KiB READs at QD32. Prints one line
  * per case with min/p50/p99 in microseconds. Meant for comparing TCP and RDMA
- * inside the same rdma-vm guest (test/rdma/bench.sh), not as a benchmark.
+ * inside the same test VM guest (test/rdma/bench.sh), not as a benchmark.
  *
  * Usage: xport_lat tcp|rdma HOST [iterations]
  */

@@ -4,12 +4,14 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -111,10 +113,12 @@ static void wait_all(struct env *e, struct done *d, int n)
 		assert_int_equal(d[i].calls, 1);
 }
 
-static int do_write(struct env *e, uint64_t chunk, uint32_t off, uint32_t len, const void *p)
+/* Write / zero / read of a chunk of size cs with data version ver. */
+static int io_write(struct env *e, uint32_t cs, uint64_t chunk, uint32_t off, uint32_t len,
+		    const void *p, uint64_t ver)
 {
 	struct done d = {0};
-	int rc = zl_chunk_write(e->s, VOL, chunk, CS, off, len, p, done_cb, &d);
+	int rc = zl_chunk_write(e->s, VOL, chunk, cs, off, len, p, ver, done_cb, &d);
 
 	if (rc)
 		return rc;
@@ -123,10 +127,11 @@ static int do_write(struct env *e, uint64_t chunk, uint32_t off, uint32_t len, c
 	return d.status;
 }
 
-static int do_zero(struct env *e, uint64_t chunk, uint32_t off, uint32_t len)
+static int io_zero(struct env *e, uint32_t cs, uint64_t chunk, uint32_t off, uint32_t len,
+		   uint64_t ver)
 {
 	struct done d = {0};
-	int rc = zl_chunk_zero(e->s, VOL, chunk, CS, off, len, done_cb, &d);
+	int rc = zl_chunk_zero(e->s, VOL, chunk, cs, off, len, ver, done_cb, &d);
 
 	if (rc)
 		return rc;
@@ -135,14 +140,15 @@ static int do_zero(struct env *e, uint64_t chunk, uint32_t off, uint32_t len)
 }
 
 /* Reads into out (unaligned caller memory) through an aligned buffer. */
-static int do_read(struct env *e, uint64_t chunk, uint32_t off, uint32_t len, void *out)
+static int io_read(struct env *e, uint32_t cs, uint64_t chunk, uint32_t off, uint32_t len,
+		   void *out)
 {
 	struct done d = {0};
 	uint8_t *buf = t_alloc(NULL, zl_chunk_read_span(off, len));
 	int rc;
 
 	memset(buf, 0xee, zl_chunk_read_span(off, len));
-	rc = zl_chunk_read(e->s, VOL, chunk, CS, off, len, buf, done_cb, &d);
+	rc = zl_chunk_read(e->s, VOL, chunk, cs, off, len, buf, done_cb, &d);
 	if (!rc) {
 		wait_all(e, &d, 1);
 		rc = d.status;
@@ -151,6 +157,21 @@ static int do_read(struct env *e, uint64_t chunk, uint32_t off, uint32_t len, vo
 		memcpy(out, buf + off % 4096, len);
 	free(buf);
 	return rc;
+}
+
+static int do_write(struct env *e, uint64_t chunk, uint32_t off, uint32_t len, const void *p)
+{
+	return io_write(e, CS, chunk, off, len, p, 0);
+}
+
+static int do_zero(struct env *e, uint64_t chunk, uint32_t off, uint32_t len)
+{
+	return io_zero(e, CS, chunk, off, len, 0);
+}
+
+static int do_read(struct env *e, uint64_t chunk, uint32_t off, uint32_t len, void *out)
+{
+	return io_read(e, CS, chunk, off, len, out);
 }
 
 static void fill(uint8_t *p, size_t len, unsigned seed)
@@ -294,7 +315,8 @@ static void test_overlap_serialized(void **state)
 		fill(src[i], lens[i], (unsigned)i + 17);
 		memcpy(model + offs[i], src[i], lens[i]);
 		assert_int_equal(
-		    zl_chunk_write(e->s, VOL, 9, CS, offs[i], lens[i], src[i], done_cb, &d[i]), 0);
+		    zl_chunk_write(e->s, VOL, 9, CS, offs[i], lens[i], src[i], 0, done_cb, &d[i]),
+		    0);
 	}
 	wait_all(e, d, N);
 	for (int i = 0; i < N; i++) {
@@ -311,7 +333,7 @@ static void test_overlap_serialized(void **state)
 			rb[i] = t_alloc(NULL, 3 * 4096);
 			if (i % 3 == 0)
 				assert_int_equal(zl_chunk_zero(e->s, VOL, 9, CS, (uint32_t)i * 1000,
-							       3000, done_cb, &w[i]),
+							       3000, 0, done_cb, &w[i]),
 						 0);
 			else
 				assert_int_equal(zl_chunk_read(e->s, VOL, 9, CS, (uint32_t)i * 1000,
@@ -345,7 +367,7 @@ static void test_group_commit(void **state)
 
 		memcpy(model + off, src + (size_t)i * 4096, 4096);
 		assert_int_equal(zl_chunk_write(e->s, VOL, 11, CS, off, 4096,
-						src + (size_t)i * 4096, done_cb, &d[i]),
+						src + (size_t)i * 4096, 0, done_cb, &d[i]),
 				 0);
 	}
 	wait_all(e, d, N);
@@ -353,8 +375,11 @@ static void test_group_commit(void **state)
 		assert_int_equal(d[i].status, 0);
 	zl_chunk_store_stats(e->s, &st);
 	assert_int_equal(st.writes, N);
-	assert_true(st.crc_page_writes >= 1);
-	assert_true(st.crc_page_writes < N / 2);
+	assert_true(st.meta_rounds >= 1);
+	assert_true(st.meta_rounds < N / 2);
+	assert_int_equal(st.meta_page_writes, st.meta_rounds); /* one page per round */
+	print_message("group commit: %d concurrent 4 KiB writes, %" PRIu64 " metadata rounds\n", N,
+		      st.meta_rounds);
 	assert_int_equal(st.inflight, 0);
 	/* Durable CRCs: a fresh store verifies every block. */
 	zl_chunk_store_destroy(e->s);
@@ -398,51 +423,598 @@ static void file_rw(struct env *e, uint64_t chunk, uint64_t off, void *buf, size
 	close(fd);
 }
 
-/* CRCs go to disk before data, the replaced CRC is kept: a crash between the
- * two leaves the old contents readable. CS = 1 MiB: CRC table at 4 KiB,
- * data at 8 KiB, previous-CRC table at 8 KiB + 1 MiB. */
-static void test_crash_between_crc_and_data(void **state)
+/* ---- crash simulation ----
+ * A crash leaves the file with any prefix of the write sequence on disk:
+ * metadata pages (each one whole, lost or torn), then data blocks (any
+ * subset once every metadata page of the write is durable). The images are
+ * the real files the store wrote before (f0) and after (f2) one operation;
+ * a crash state takes each region from one or the other. */
+
+#define CS4 (4u << 20) /* 1024 blocks: three metadata pages */
+
+static void chunk_file(struct env *e, uint64_t chunk, char *path, size_t len)
+{
+	snprintf(path, len, "%s/chunks/vol-%016" PRIx64 "/%016" PRIx64 ".zlc", e->dir,
+		 (uint64_t)VOL, chunk);
+}
+
+static uint8_t *img_load(struct env *e, uint64_t chunk, size_t len)
+{
+	char path[700];
+	uint8_t *p = calloc(1, len);
+	int fd;
+
+	chunk_file(e, chunk, path, sizeof(path));
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, p, len, 0), (ssize_t)len);
+	close(fd);
+	return p;
+}
+
+static void img_store(struct env *e, uint64_t chunk, const uint8_t *p, size_t len)
+{
+	char path[700];
+	int fd;
+
+	chunk_file(e, chunk, path, sizeof(path));
+	fd = open(path, O_RDWR | O_TRUNC);
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, p, len, 0), (ssize_t)len);
+	assert_int_equal(fsync(fd), 0);
+	close(fd);
+}
+
+/* Every block of [b0, b1) reads back (no corruption) as its f0 or f2 data;
+ * returns how many read as f2 where the two differ. */
+static uint32_t check_old_or_new(struct env *e, uint32_t cs, uint64_t chunk, const uint8_t *f0,
+				 const uint8_t *f2, uint32_t b0, uint32_t b1)
+{
+	uint64_t d = zl_chunk_data_off(cs);
+	uint8_t back[4096];
+	uint32_t n_new = 0;
+
+	for (uint32_t b = b0; b < b1; b++) {
+		const uint8_t *o = f0 + d + (uint64_t)b * 4096, *n = f2 + d + (uint64_t)b * 4096;
+
+		assert_int_equal(io_read(e, cs, chunk, b * 4096, 4096, back), 0);
+		if (memcmp(o, n, 4096) && !memcmp(back, n, 4096))
+			n_new++;
+		else
+			assert_memory_equal(back, o, 4096);
+	}
+	return n_new;
+}
+
+/* A write spanning two metadata pages, stopped after every step. */
+static void test_crash_write_steps(void **state)
 {
 	struct env *e = *state;
-	const uint64_t tbl = 4096, prev_tbl = 8192 + CS, data = 8192;
-	uint8_t *x = t_alloc(NULL, 4096), *y = t_alloc(NULL, 4096), back[4096];
-	uint32_t cur_e, prev_e, cx, cy;
+	const uint32_t mp = zl_chunk_meta_pages(CS4);
+	const uint64_t d = zl_chunk_data_off(CS4), flen = d + CS4;
+	/* Old data on blocks [496, 529); the new write covers 500..520 with
+	 * unaligned edges and crosses the page boundary at block 508. */
+	const uint32_t wb0 = 496, wb1 = 529, off = 500 * 4096 + 100, len = 20 * 4096;
+	uint8_t *src = malloc((size_t)(wb1 - wb0) * 4096), *f0, *f2, *img;
+	struct zl_chunk_store_stats st0, st1;
+	int changed_slot[3] = {-1, -1, -1};
+	uint64_t ver;
 
-	fill(x, 4096, 1);
-	fill(y, 4096, 2);
-	cx = zl_crc32c(x, 4096);
-	cy = zl_crc32c(y, 4096);
-	assert_int_equal(do_write(e, 12, 5 * 4096, 4096, x), 0);
-	assert_int_equal(do_write(e, 12, 5 * 4096, 4096, y), 0);
+	assert_int_equal(mp, 3);
+	assert_int_equal(d, 7 * 4096);
+	fill(src, (size_t)(wb1 - wb0) * 4096, 1);
+	assert_int_equal(io_write(e, CS4, 20, wb0 * 4096, (wb1 - wb0) * 4096, src, 1), 0);
+	fill(src, (size_t)(wb1 - wb0) * 4096, 2);
+	assert_int_equal(io_write(e, CS4, 20, wb0 * 4096, (wb1 - wb0) * 4096, src, 2), 0);
 	zl_chunk_store_destroy(e->s);
-	file_rw(e, 12, tbl + 5 * 4, &cur_e, 4, false);
-	file_rw(e, 12, prev_tbl + 5 * 4, &prev_e, 4, false);
-	assert_int_equal(cur_e, cy); /* little-endian host */
-	assert_int_equal(prev_e, cx);
+	f0 = img_load(e, 20, flen);
+	env_open(e);
+	zl_chunk_store_stats(e->s, &st0);
+	fill(src, len, 3);
+	assert_int_equal(io_write(e, CS4, 20, off, len, src, 3), 0);
+	zl_chunk_store_stats(e->s, &st1);
+	/* One round, both pages, before any data. */
+	assert_int_equal(st1.meta_rounds - st0.meta_rounds, 1);
+	assert_int_equal(st1.meta_page_writes - st0.meta_page_writes, 2);
+	assert_int_equal(zl_chunk_version(e->s, VOL, 20, CS4, &ver), 0);
+	assert_int_equal(ver, 3);
+	zl_chunk_store_destroy(e->s);
+	f2 = img_load(e, 20, flen);
 
-	/* State after a crash between the CRC round of y and its data: data x. */
-	file_rw(e, 12, data + 5 * 4096, x, 4096, true);
+	/* Exactly one slot of pages 0 and 1 changed; the current one of f0 and
+	 * page 2 are untouched. */
+	for (uint32_t p = 0; p < mp; p++)
+		for (unsigned sl = 0; sl < 2; sl++) {
+			uint64_t so = zl_chunk_slot_off(p, sl);
+
+			if (memcmp(f0 + so, f2 + so, 4096)) {
+				assert_true(p < 2);
+				assert_int_equal(changed_slot[p], -1);
+				changed_slot[p] = (int)sl;
+			}
+		}
+	assert_true(changed_slot[0] >= 0 && changed_slot[1] >= 0 && changed_slot[2] == -1);
+
+	img = malloc(flen);
+	/* meta: bit p set = page p landed; 4 = page 0 torn; data: 0 none,
+	 * 1 first half of the blocks, 2 every other block, 3 all. */
+	for (unsigned meta = 0; meta < 8; meta++) {
+		for (unsigned data = 0; data < 4; data++) {
+			bool all_meta = (meta & 3) == 3 && !(meta & 4);
+			uint32_t n_new;
+
+			if ((meta & 4) && (meta & 1))
+				continue; /* torn and landed: not both */
+			if (data && !all_meta)
+				continue; /* data goes out only after every page */
+			memcpy(img, f0, flen);
+			for (uint32_t p = 0; p < 2; p++) {
+				uint64_t so = zl_chunk_slot_off(p, (unsigned)changed_slot[p]);
+
+				if (meta & (1u << p))
+					memcpy(img + so, f2 + so, 4096);
+			}
+			if (meta & 4) { /* half of the new page 0 */
+				uint64_t so = zl_chunk_slot_off(0, (unsigned)changed_slot[0]);
+
+				memcpy(img + so, f2 + so, 2048);
+			}
+			for (uint32_t b = 500; b <= 520 && data; b++) {
+				uint64_t bo = d + (uint64_t)b * 4096;
+
+				if (data == 3 || (data == 1 && b < 510) || (data == 2 && b % 2))
+					memcpy(img + bo, f2 + bo, 4096);
+			}
+			img_store(e, 20, img, flen);
+			env_open(e);
+			n_new = check_old_or_new(e, CS4, 20, f0, f2, wb0, wb1);
+			if (!data)
+				assert_int_equal(n_new, 0);
+			if (data == 3)
+				assert_int_equal(n_new, 21);
+			/* Blocks never touched stay zero, the rest of the chunk
+			 * verifies too. */
+			assert_int_equal(check_old_or_new(e, CS4, 20, f0, f2, 0, 16), 0);
+			assert_int_equal(check_old_or_new(e, CS4, 20, f0, f2, 1000, 1024), 0);
+			/* Writable again after the crash: the next write must go to
+			 * a slot that does not destroy the current one. */
+			assert_int_equal(io_write(e, CS4, 20, 505 * 4096, 4096, src, 4), 0);
+			zl_chunk_store_destroy(e->s);
+			env_open(e);
+			assert_int_equal(io_read(e, CS4, 20, 505 * 4096, 4096, img), 0);
+			assert_memory_equal(img, src, 4096);
+			zl_chunk_store_destroy(e->s);
+		}
+	}
 	env_open(e);
-	assert_int_equal(do_read(e, 12, 5 * 4096, 4096, back), 0);
-	assert_memory_equal(back, x, 4096);
-	/* A first write that crashed the same way: the hole reads as zeros. */
+	free(img);
+	free(f0);
+	free(f2);
+	free(src);
+}
+
+/* The first write of a page torn: no valid slot, the blocks read as zeros. */
+static void test_crash_first_write_torn(void **state)
+{
+	struct env *e = *state;
+	const uint64_t d = zl_chunk_data_off(CS), flen = d + CS;
+	uint8_t *src = t_alloc(NULL, 8192), *f0, *f2, back[4096];
+
+	assert_int_equal(do_write(e, 21, 200 * 4096, 3, "abc"), 0); /* file exists */
 	zl_chunk_store_destroy(e->s);
-	cur_e = cy;
-	prev_e = 0;
-	file_rw(e, 12, tbl + 9 * 4, &cur_e, 4, true);
-	file_rw(e, 12, prev_tbl + 9 * 4, &prev_e, 4, true);
+	f0 = img_load(e, 21, flen);
 	env_open(e);
-	assert_int_equal(do_read(e, 12, 9 * 4096, 4096, back), 0);
-	for (size_t i = 0; i < sizeof(back); i++)
-		assert_int_equal(back[i], 0);
-	/* Neither the CRC nor the previous one: corruption. */
+	fill(src, 8192, 9);
+	assert_int_equal(do_write(e, 21, 0, 8192, src), 0);
 	zl_chunk_store_destroy(e->s);
-	back[0] ^= 1;
-	file_rw(e, 12, data + 9 * 4096, back, 4096, true);
+	f2 = img_load(e, 21, flen);
+	/* f0's current slot is A (first round); the second round went to B. */
+	assert_memory_equal(f0 + zl_chunk_slot_off(0, 0), f2 + zl_chunk_slot_off(0, 0), 4096);
+	memcpy(f2 + zl_chunk_slot_off(0, 1) + 1024, f0 + zl_chunk_slot_off(0, 1) + 1024, 3072);
+	memcpy(f2 + d, f0 + d, 8192); /* data not written yet */
+	img_store(e, 21, f2, flen);
 	env_open(e);
-	assert_int_equal(do_read(e, 12, 9 * 4096, 10, back), -ZL_ERR_CORRUPT);
-	free(x);
-	free(y);
+	for (uint32_t b = 0; b < 2; b++) {
+		assert_int_equal(do_read(e, 21, b * 4096, 4096, back), 0);
+		for (size_t i = 0; i < sizeof(back); i++)
+			assert_int_equal(back[i], 0);
+	}
+	assert_int_equal(do_read(e, 21, 200 * 4096, 3, back), 0);
+	assert_memory_equal(back, "abc", 3);
+	free(f0);
+	free(f2);
+	free(src);
+}
+
+/* DISCARD / WRITE_ZEROES: pages, then punch and edge writes, then fsync. */
+static void test_crash_zero_steps(void **state)
+{
+	struct env *e = *state;
+	const uint64_t d = zl_chunk_data_off(CS), flen = d + CS;
+	/* Old data on blocks [10, 31); zeroed: 12.5 .. 27.5 (edges 12 and 27,
+	 * whole blocks [13, 27)). */
+	const uint32_t off = 12 * 4096 + 2048, len = 15 * 4096;
+	uint8_t *src = malloc(21 * 4096), *f0, *f2, *img = malloc(flen);
+	struct zl_chunk_store_stats st0, st1;
+	uint64_t ver;
+
+	fill(src, 21 * 4096, 4);
+	assert_int_equal(io_write(e, CS, 22, 10 * 4096, 21 * 4096, src, 5), 0);
+	zl_chunk_store_destroy(e->s);
+	f0 = img_load(e, 22, flen);
+	env_open(e);
+	zl_chunk_store_stats(e->s, &st0);
+	assert_int_equal(io_zero(e, CS, 22, off, len, 6), 0);
+	zl_chunk_store_stats(e->s, &st1);
+	/* The punch was followed by a completed fdatasync before the ack. */
+	assert_int_equal(st1.zero_syncs - st0.zero_syncs, 1);
+	assert_int_equal(zl_chunk_version(e->s, VOL, 22, CS, &ver), 0);
+	assert_int_equal(ver, 6);
+	/* Zeroing inside one block punches nothing: no fsync needed (its
+	 * rewrite is RWF_DSYNC). */
+	assert_int_equal(io_write(e, CS, 23, 0, 4096, src, 1), 0);
+	assert_int_equal(io_zero(e, CS, 23, 10, 100, 2), 0);
+	zl_chunk_store_stats(e->s, &st0);
+	assert_int_equal(st0.zero_syncs, st1.zero_syncs);
+	zl_chunk_store_destroy(e->s);
+	f2 = img_load(e, 22, flen);
+	for (uint32_t b = 13; b < 27; b++) /* really punched (reads zero) */
+		for (size_t i = 0; i < 4096; i++)
+			assert_int_equal(f2[d + b * 4096ull + i], 0);
+
+	/* steps: 0 pages only, 1 pages + punch, 2 pages + edges, 3 all. */
+	for (unsigned step = 0; step < 4; step++) {
+		memcpy(img, f0, flen);
+		memcpy(img + 4096, f2 + 4096, 2 * 4096); /* both slots of page 0 */
+		if (step & 1)
+			memset(img + d + 13 * 4096ull, 0, 14 * 4096);
+		if (step & 2) {
+			memcpy(img + d + 12 * 4096ull, f2 + d + 12 * 4096ull, 4096);
+			memcpy(img + d + 27 * 4096ull, f2 + d + 27 * 4096ull, 4096);
+		}
+		img_store(e, 22, img, flen);
+		env_open(e);
+		assert_int_equal(check_old_or_new(e, CS, 22, f0, f2, 0, 40),
+				 (step & 1 ? 14u : 0u) + (step & 2 ? 2u : 0u));
+		zl_chunk_store_destroy(e->s);
+	}
+	env_open(e);
+	free(img);
+	free(f0);
+	free(f2);
+	free(src);
+}
+
+/* Chunk versions: the highest of the writes, kept across reopen, per page. */
+static void test_versions(void **state)
+{
+	struct env *e = *state;
+	uint8_t buf[4096];
+	uint64_t ver = 99;
+
+	memset(buf, 7, sizeof(buf));
+	assert_int_equal(zl_chunk_version(e->s, VOL, 30, CS4, &ver), 0);
+	assert_int_equal(ver, 0); /* missing chunk */
+	assert_int_equal(io_write(e, CS4, 30, 0, 100, buf, 5), 0);
+	assert_int_equal(zl_chunk_version(e->s, VOL, 30, CS4, &ver), 0);
+	assert_int_equal(ver, 5);
+	assert_int_equal(io_write(e, CS4, 30, 4096, 100, buf, 3), 0); /* older: max stays */
+	assert_int_equal(zl_chunk_version(e->s, VOL, 30, CS4, &ver), 0);
+	assert_int_equal(ver, 5);
+	assert_int_equal(io_write(e, CS4, 30, 1000 * 4096, 4096, buf, 9), 0); /* page 1 */
+	assert_int_equal(io_zero(e, CS4, 30, 600 * 4096, 8192, 7), 0);
+	zl_chunk_store_destroy(e->s);
+	env_open(e);
+	assert_int_equal(zl_chunk_version(e->s, VOL, 30, CS4, &ver), 0);
+	assert_int_equal(ver, 9);
+	assert_int_equal(io_read(e, CS4, 30, 1000 * 4096, 4096, buf), 0);
+	assert_int_equal(buf[100], 7);
+	assert_int_equal(zl_chunk_version(e->s, VOL, 30, CS, &ver), -ZL_ERR_INVAL);
+}
+
+/* ---- kill -9 under load ----
+ * A child process runs a store with writes and zeroings of distinct blocks
+ * in flight (one per block at a time) and reports every submission and
+ * every acknowledgement on a pipe; the parent kills it with SIGKILL at a
+ * random moment, reopens the file and checks every block: it must verify
+ * and hold the last acknowledged operation's result or that of the one
+ * still in flight. */
+
+#define KILL_BLOCKS 64
+#define KILL_DEPTH  12
+
+struct kill_rec {
+	uint32_t kind; /* KILL_SUB_WRITE, KILL_SUB_ZERO, KILL_ACK */
+	uint32_t block;
+	uint64_t seed;
+};
+
+enum { KILL_SUB_WRITE = 1, KILL_SUB_ZERO, KILL_ACK };
+
+struct kill_child {
+	int wfd;
+	uint32_t inflight;
+	bool busy[KILL_BLOCKS];
+};
+
+struct kill_slot {
+	struct kill_child *k;
+	uint32_t block;
+	uint64_t seed;
+	uint8_t *buf;
+};
+
+static void kill_pattern(uint8_t *p, uint32_t block, uint64_t seed)
+{
+	fill(p, 4096, (unsigned)seed);
+	memcpy(p, &seed, 8);
+	memcpy(p + 8, &block, 4);
+}
+
+static void kill_send(int fd, uint32_t kind, uint32_t block, uint64_t seed)
+{
+	struct kill_rec r = {kind, block, seed};
+
+	if (write(fd, &r, sizeof(r)) != (ssize_t)sizeof(r))
+		_exit(3);
+}
+
+static void kill_done(void *arg, int status)
+{
+	struct kill_slot *sl = arg;
+
+	if (status)
+		_exit(4);
+	kill_send(sl->k->wfd, KILL_ACK, sl->block, sl->seed);
+	sl->k->busy[sl->block] = false;
+	sl->k->inflight--;
+	sl->block = UINT32_MAX;
+}
+
+/* The child: never returns. */
+static void kill_child_run(const char *dir, int wfd, uint64_t seed0)
+{
+	struct kill_child k = {.wfd = wfd};
+	struct kill_slot slots[KILL_DEPTH];
+	struct zl_chunk_store *s;
+	struct zl_loop *loop;
+	unsigned r = (unsigned)seed0;
+	uint64_t seed = seed0;
+
+	if (zl_loop_create(&loop))
+		_exit(2);
+	{
+		struct zl_chunk_store_opts o = {
+		    .data_dir = dir, .loop = loop, .buf_alloc = t_alloc, .buf_free = t_free};
+
+		if (zl_chunk_store_create(&o, &s))
+			_exit(2);
+	}
+	for (int i = 0; i < KILL_DEPTH; i++) {
+		slots[i].k = &k;
+		slots[i].block = UINT32_MAX;
+		slots[i].buf = t_alloc(NULL, 4096);
+	}
+	for (;;) { /* ends by SIGKILL */
+		for (int i = 0; i < KILL_DEPTH; i++) {
+			struct kill_slot *sl = &slots[i];
+			uint32_t b;
+			int rc;
+
+			if (sl->block != UINT32_MAX)
+				continue;
+			r = r * 1103515245 + 12345;
+			b = (r >> 8) % KILL_BLOCKS;
+			if (k.busy[b])
+				continue;
+			sl->block = b;
+			sl->seed = ++seed;
+			k.busy[b] = true;
+			k.inflight++;
+			if ((r >> 4) % 7 == 0) {
+				kill_send(wfd, KILL_SUB_ZERO, b, sl->seed);
+				rc = zl_chunk_zero(s, VOL, 50, CS, b * 4096, 4096, sl->seed,
+						   kill_done, sl);
+			} else {
+				kill_pattern(sl->buf, b, sl->seed);
+				kill_send(wfd, KILL_SUB_WRITE, b, sl->seed);
+				rc = zl_chunk_write(s, VOL, 50, CS, b * 4096, 4096, sl->buf,
+						    sl->seed, kill_done, sl);
+			}
+			if (rc)
+				_exit(5);
+		}
+		zl_loop_run_once(loop, 10);
+	}
+}
+
+/* What one operation leaves in a block: kind 0 (never written) or
+ * KILL_SUB_ZERO read as zeros. */
+static bool kill_matches(const uint8_t *p, uint32_t kind, uint32_t block, uint64_t seed)
+{
+	uint8_t want[4096];
+
+	if (kind == KILL_SUB_WRITE)
+		kill_pattern(want, block, seed);
+	else
+		memset(want, 0, sizeof(want));
+	return !memcmp(p, want, 4096);
+}
+
+static void test_kill9_under_load(void **state)
+{
+	struct env *e = *state;
+	/* Per block: the state verified after the last round, the last
+	 * acknowledged operation and the one in flight of this round. */
+	struct kill_rec base[KILL_BLOCKS] = {0}, acked[KILL_BLOCKS], pend[KILL_BLOCKS];
+	uint64_t acks_total = 0, pending_seen = 0, ver;
+
+	for (int round = 0; round < 4; round++) {
+		uint64_t acks = 0, want_acks = 150 + (uint64_t)(rand() % 300);
+		struct kill_rec rec;
+		uint8_t back[4096];
+		int pfd[2], st;
+		pid_t pid;
+
+		memcpy(acked, base, sizeof(acked));
+		memset(pend, 0, sizeof(pend));
+		zl_chunk_store_destroy(e->s);
+		assert_int_equal(pipe(pfd), 0);
+		pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0) {
+			close(pfd[0]);
+			kill_child_run(e->dir, pfd[1], (uint64_t)(round + 1) * 1000000);
+		}
+		close(pfd[1]);
+		/* Read until enough acknowledgements, then kill; the records
+		 * written before the kill stay readable until EOF. */
+		while (read(pfd[0], &rec, sizeof(rec)) == (ssize_t)sizeof(rec)) {
+			assert_true(rec.block < KILL_BLOCKS);
+			if (rec.kind == KILL_ACK) {
+				acked[rec.block] = pend[rec.block];
+				pend[rec.block].kind = 0;
+				if (++acks == want_acks)
+					assert_int_equal(kill(pid, SIGKILL), 0);
+			} else {
+				pend[rec.block] = rec;
+			}
+		}
+		close(pfd[0]);
+		assert_int_equal(waitpid(pid, &st, 0), pid);
+		assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+		acks_total += acks;
+		env_open(e);
+		for (uint32_t b = 0; b < KILL_BLOCKS; b++) {
+			bool is_acked, is_pend = false;
+
+			assert_int_equal(do_read(e, 50, b * 4096, 4096, back), 0);
+			is_acked = kill_matches(back, acked[b].kind, b, acked[b].seed);
+			if (pend[b].kind)
+				is_pend = kill_matches(back, pend[b].kind, b, pend[b].seed);
+			assert_true(is_acked || is_pend);
+			pending_seen += pend[b].kind != 0;
+			base[b] = is_acked ? acked[b] : pend[b];
+		}
+		/* The chunk's version covers at least every acknowledged one. */
+		assert_int_equal(zl_chunk_version(e->s, VOL, 50, CS, &ver), 0);
+		for (uint32_t b = 0; b < KILL_BLOCKS; b++)
+			assert_true(ver >= acked[b].seed);
+	}
+	print_message("kill -9 under load: 4 kills, %" PRIu64 " acknowledged operations "
+		      "verified, %" PRIu64 " operations in flight at the kills\n",
+		      acks_total, pending_seen);
+	assert_true(pending_seen > 0); /* the kills really hit operations in flight */
+}
+
+/* ---- v1 files (0.1): header | CRC table | data | previous-CRC table ---- */
+
+static void v1_file_make(struct env *e, uint64_t chunk, uint8_t *model1)
+{
+	const uint64_t data = 8192, prev_tbl = 8192 + CS;
+	uint8_t hdr[4096] = {0}, tbl[4096] = {0}, ptbl[4096] = {0};
+	char path[700], dir[700];
+	int fd;
+
+	snprintf(dir, sizeof(dir), "%s/chunks/vol-%016" PRIx64, e->dir, (uint64_t)VOL);
+	mkdir(dir, 0755);
+	chunk_file(e, chunk, path, sizeof(path));
+	memset(model1, 0, CS);
+	memcpy(hdr, "ZLCHUNK1", 8);
+	memcpy(hdr + 8, &(uint64_t){VOL}, 8); /* little-endian host */
+	memcpy(hdr + 16, &chunk, 8);
+	memcpy(hdr + 24, &(uint32_t){CS}, 4);
+	memcpy(hdr + 28, &(uint32_t){zl_crc32c(hdr, 28)}, 4);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)(prev_tbl + 4096)), 0);
+	for (uint32_t b = 0; b < 256; b++) {
+		uint8_t *p = model1 + (size_t)b * 4096;
+		uint32_t c;
+
+		if (b % 5 == 4) /* holes: entry 0 */
+			continue;
+		fill(p, 4096, b + 100);
+		c = zl_crc32c(p, 4096);
+		if (b == 33) { /* crashed v1 write: entry = new CRC, data old */
+			memcpy(ptbl + 4 * b, &c, 4);
+			c ^= 0x5a5a;
+		}
+		memcpy(tbl + 4 * b, &c, 4);
+		assert_int_equal(pwrite(fd, p, 4096, (off_t)(data + b * 4096ull)), 4096);
+	}
+	/* Block 77: damaged before the conversion. */
+	model1[77 * 4096 + 5] ^= 1;
+	assert_int_equal(pwrite(fd, model1 + 77 * 4096, 4096, (off_t)(data + 77 * 4096ull)), 4096);
+	assert_int_equal(pwrite(fd, hdr, 4096, 0), 4096);
+	assert_int_equal(pwrite(fd, tbl, 4096, 4096), 4096);
+	assert_int_equal(pwrite(fd, ptbl, 4096, (off_t)prev_tbl), 4096);
+	assert_int_equal(fsync(fd), 0);
+	close(fd);
+}
+
+static void v1_check(struct env *e, uint64_t chunk, const uint8_t *model1)
+{
+	uint8_t back[4096], hdr[8];
+
+	for (uint32_t b = 0; b < 256; b++) {
+		int rc = do_read(e, chunk, b * 4096, 4096, back);
+
+		if (b == 77) {
+			assert_int_equal(rc, -ZL_ERR_CORRUPT);
+			continue;
+		}
+		assert_int_equal(rc, 0);
+		assert_memory_equal(back, model1 + (size_t)b * 4096, 4096);
+	}
+	file_rw(e, chunk, 0, hdr, 8, false);
+	assert_memory_equal(hdr, "ZLCHUNK2", 8);
+}
+
+static void test_v1_convert(void **state)
+{
+	struct env *e = *state;
+	struct zl_chunk_store_stats st;
+	uint8_t *model1 = malloc(CS);
+	char path[700];
+	struct stat stb;
+	uint64_t alloc;
+
+	/* At start-up (the FORMAT marker is gone: a data dir of 0.1). */
+	zl_chunk_store_destroy(e->s);
+	snprintf(path, sizeof(path), "%s/chunks/FORMAT", e->dir);
+	assert_int_equal(unlink(path), 0);
+	v1_file_make(e, 40, model1);
+	env_open(e);
+	zl_chunk_store_stats(e->s, &st);
+	assert_int_equal(st.converted, 1);
+	assert_int_equal(stat(path, &stb), 0);
+	v1_check(e, 40, model1);
+	assert_int_equal(zl_chunk_info(e->s, VOL, 40, &alloc), 0);
+	assert_true(alloc < CS); /* holes stayed holes */
+	/* Still a working v2 chunk. */
+	assert_int_equal(do_write(e, 40, 77 * 4096, 4096, model1), 0);
+	memcpy(model1 + 77 * 4096, model1, 4096);
+	zl_chunk_store_destroy(e->s);
+	env_open(e);
+	zl_chunk_store_stats(e->s, &st);
+	assert_int_equal(st.converted, 0); /* marker present: no second scan */
+	for (uint32_t b = 0; b < 256; b += 7) {
+		uint8_t back[4096];
+
+		assert_int_equal(do_read(e, 40, b * 4096, 4096, back), 0);
+		assert_memory_equal(back, model1 + (size_t)b * 4096, 4096);
+	}
+
+	/* A v1 file that shows up later is converted when first opened. */
+	v1_file_make(e, 41, model1);
+	v1_check(e, 41, model1);
+	zl_chunk_store_stats(e->s, &st);
+	assert_int_equal(st.converted, 1);
+	snprintf(path, sizeof(path), "%s/chunks/vol-%016" PRIx64 "/%016" PRIx64 ".zlc.v2.tmp",
+		 e->dir, (uint64_t)VOL, (uint64_t)41);
+	assert_int_equal(stat(path, &stb), -1);
+	free(model1);
 }
 
 static void test_corruption(void **state)
@@ -450,8 +1022,8 @@ static void test_corruption(void **state)
 	struct env *e = *state;
 	struct zl_chunk_store_stats st;
 	uint8_t *src = malloc(65536), back[4096];
-	/* CS = 1 MiB: 256 blocks, CRC table one page; data at 8 KiB. */
-	const uint64_t data_off = 8192;
+	/* CS = 1 MiB: 256 blocks, one metadata page (two slots); data at 12 KiB. */
+	const uint64_t data_off = zl_chunk_data_off(CS);
 
 	fill(src, 65536, 3);
 	assert_int_equal(do_write(e, 5, 0, 65536, src), 0);
@@ -538,10 +1110,11 @@ static void test_foreach_and_args(void **state)
 	assert_int_equal(do_write(e, 1, 0, 1, "x"), 0);
 	assert_int_equal(zl_chunk_volume_foreach(e->s, count_vol, &n), 0);
 	assert_int_equal(n, 1);
-	assert_int_equal(zl_chunk_write(e->s, VOL, 1, CS, CS - 1, 2, buf, done_cb, &d),
+	assert_int_equal(zl_chunk_write(e->s, VOL, 1, CS, CS - 1, 2, buf, 0, done_cb, &d),
 			 -ZL_ERR_RANGE);
-	assert_int_equal(zl_chunk_write(e->s, VOL, 1, CS, 0, 0, buf, done_cb, &d), -ZL_ERR_RANGE);
-	assert_int_equal(zl_chunk_write(e->s, VOL, 1, 12345, 0, 1, buf, done_cb, &d),
+	assert_int_equal(zl_chunk_write(e->s, VOL, 1, CS, 0, 0, buf, 0, done_cb, &d),
+			 -ZL_ERR_RANGE);
+	assert_int_equal(zl_chunk_write(e->s, VOL, 1, 12345, 0, 1, buf, 0, done_cb, &d),
 			 -ZL_ERR_INVAL);
 	/* Same chunk, other chunk size: refused rather than misread. */
 	assert_int_equal(zl_chunk_read(e->s, VOL, 1, CS * 2, 0, 1, buf, done_cb, &d),
@@ -562,7 +1135,12 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_overlap_serialized, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_group_commit, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_corruption, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_crash_between_crc_and_data, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_crash_write_steps, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_crash_first_write_torn, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_crash_zero_steps, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_versions, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_kill9_under_load, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_v1_convert, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_foreach_and_args, setup, teardown),
 	};

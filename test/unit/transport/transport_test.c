@@ -39,7 +39,7 @@
 static const enum zl_xport_kind kind_tcp = ZL_XPORT_TCP;
 static const enum zl_xport_kind kind_rdma = ZL_XPORT_RDMA;
 
-/* ZL_TEST_XPORT_REQUIRE=rdma (set by the rdma-vm run): the kind must work,
+/* ZL_TEST_XPORT_REQUIRE=rdma (set by test/rdma/run-in-vm.sh): the kind must work,
  * a missing device or build is a failure, not a skip. */
 static bool kind_required(enum zl_xport_kind k)
 {
@@ -48,7 +48,7 @@ static bool kind_required(enum zl_xport_kind k)
 	return r && strstr(r, zl_xport_kind_name(k));
 }
 
-/* RDMA needs an address on an RDMA device (RXE_IP inside rdma-vm). */
+/* RDMA needs an address on an RDMA device (RXE_IP inside the test VM, test/vm/vm.sh). */
 static const char *kind_host(enum zl_xport_kind k)
 {
 	const char *h = k == ZL_XPORT_RDMA ? getenv("ZL_TEST_RDMA_HOST") : NULL;
