@@ -64,7 +64,7 @@ static int ctrl_etcd_open(const struct ctrl_cfg *cfg, const char *password, stru
 {
 	struct zl_etcd_opts o = {
 	    .endpoints = cfg->etcd_urls,
-	    .timeout_ms = 5000,
+	    .timeout_ms = CTRL_ETCD_TIMEOUT_MS,
 	    .cacert = cfg->cacert,
 	    .cert = cfg->cert,
 	    .key = cfg->key,

@@ -24,6 +24,8 @@
  * leader, the leader key: a dead replica's locks are freed and a dead leader
  * is replaced within this time. */
 #define CTRL_LEADER_TTL_S 10
+/* Per-call timeout of the controller's etcd handles. */
+#define CTRL_ETCD_TIMEOUT_MS 5000
 /* Manager defaults (docs/REPLICATION.md §2): how long a node record may be
  * gone before its members are OUT, and before they are replaced. */
 #define CTRL_MANAGER_GRACE_S 2
@@ -123,6 +125,11 @@ int64_t ctrl_lease(struct ctrl *c);
 /* True while this replica is the elected leader (always with election off):
  * the one that runs the jobs that must run once. Never gates a CSI call. */
 bool ctrl_leader_is(struct ctrl *c);
+/* True while this replica leads and its lease was renewed so recently that
+ * a write sent now reaches etcd (within CTRL_ETCD_TIMEOUT_MS) before the
+ * lease, and with it the leader key, could have expired: what the manager
+ * checks before every write. */
+bool ctrl_leader_may_write(struct ctrl *c);
 /* Revokes the replica lease: the leader key and any operation lock go. */
 void ctrl_leader_release(struct ctrl *c);
 

@@ -266,6 +266,21 @@ bool ctrl_leader_is(struct ctrl *c)
 	return leader;
 }
 
+/* Lease age up to which a write sent now lands before the lease can expire
+ * (one second of margin for the keepalive's own round trip). */
+#define LEASE_WRITE_MS (CTRL_LEADER_TTL_S * 1000 - CTRL_ETCD_TIMEOUT_MS - 1000)
+_Static_assert(LEASE_WRITE_MS > LEASE_RENEW_MS, "renewals must keep the leader writing");
+
+bool ctrl_leader_may_write(struct ctrl *c)
+{
+	bool ok;
+
+	pthread_mutex_lock(&c->leader_lock);
+	ok = c->is_leader && zl_now_ms() - c->lease_ok_ms <= LEASE_WRITE_MS;
+	pthread_mutex_unlock(&c->leader_lock);
+	return ok;
+}
+
 void ctrl_leader_release(struct ctrl *c)
 {
 	int64_t lease;

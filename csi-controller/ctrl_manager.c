@@ -13,9 +13,9 @@
  *
  * Every row change is one zl_meta_slice_set at the slice version the
  * decision was made on; -ZL_ERR_STALE reloads the volume and decides again.
- * Leadership is checked before every write (ctrl_leader_is: a leader whose
- * lease renewal is overdue already counts as a follower), and a pass stops
- * at the first write it may no longer make. */
+ * Leadership is checked before every write (ctrl_leader_may_write: the
+ * lease was renewed so recently that the write lands before it could
+ * expire), and a pass stops at the first write it may no longer make. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -270,7 +270,7 @@ static int mgr_report_drop(struct ctrl_mgr *m, struct zl_report *r, const char *
 {
 	int rc;
 
-	if (!ctrl_leader_is(m->c))
+	if (!ctrl_leader_may_write(m->c))
 		return -ECANCELED;
 	rc = zl_meta_report_delete(m->etcd, m->c->prefix, r);
 	r->mod_rev = -1;
@@ -542,7 +542,7 @@ static int mgr_row(struct ctrl_mgr *m, struct zl_volume *v, uint32_t slice,
 			return 0;
 		mgr_keep_primary(cur, &d.row);
 		d.row.term = 0; /* the current one, plus one when the primary changes */
-		if (!ctrl_leader_is(m->c))
+		if (!ctrl_leader_may_write(m->c))
 			return -ECANCELED;
 		rc = zl_meta_slice_set(m->etcd, m->c->prefix, v->id, slice, cur->version, &d.row,
 				       &fresh);
