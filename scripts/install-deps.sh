@@ -17,13 +17,19 @@ PKGS=(
   fio libnbd-bin libnbd-dev nbdkit
   e2fsprogs xfsprogs util-linux mount procps psmisc kmod iproute2
   curl ca-certificates git
-  nodejs npm unzip
+  unzip
   rdma-core libibverbs-dev librdmacm-dev ibverbs-providers ibverbs-utils rdmacm-utils perftest
 )
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
+# node and npm (chart checks): any working install will do — a machine may
+# carry another build of nodejs (one that bundles npm and conflicts with
+# Debian's npm package); only where none works install Debian's.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+fi
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
