@@ -7,6 +7,14 @@
  *   <prefix>volumes/<vol-id>       struct zl_volume
  *   <prefix>names/<name>           "<vol-id>"
  *   <prefix>attachments/<vol-id>   written by zipline-controller (ControllerPublish)
+ *   <prefix>cluster                {"cluster_id", "created"}: written once
+ *   <prefix>reports/<vol-id>/<slice>/<reporter-id>/<peer-id>
+ *                                  struct zl_report, on the reporter's lease
+ *
+ * Records written by 0.1 (no cluster_id/incarnation in node records, no
+ * term/states/incarnations/min_size in volume records) decode with the
+ * defaults named at each field; what this version writes stays readable by
+ * 0.1 (it only adds fields, which 0.1 ignores).
  */
 #ifndef ZL_META_H
 #define ZL_META_H
@@ -22,6 +30,12 @@
 #define ZL_NODE_ID_MAX 64
 #define ZL_DEFAULT_CHUNK_SIZE (4u << 20)
 #define ZL_DEFAULT_SLICES 64
+/* Cluster and incarnation ids: ZL_META_ID_LEN lowercase hex digits (128
+ * random bits, see zl_meta_id_generate); "" where unknown (0.1 records). */
+#define ZL_META_ID_LEN 32
+#define ZL_META_ID_SIZE (ZL_META_ID_LEN + 1)
+/* Room for an error name in a failure report ("ZL_ERR_TIMEOUT"). */
+#define ZL_META_ERROR_NAME_MAX 32
 
 struct zl_node_info {
 	char id[ZL_NODE_ID_MAX];
@@ -34,13 +48,39 @@ struct zl_node_info {
 	uint64_t free;          /* bytes */
 	int64_t start_time;     /* unix seconds */
 	char version[32];
+	/* Identity of the data directory (docs/REPLICATION.md §6); "" in
+	 * records of 0.1 or of a daemon that does not know them yet. */
+	char cluster_id[ZL_META_ID_SIZE];
+	char incarnation[ZL_META_ID_SIZE];
 };
 
+/* What a member of a slice is doing (docs/REPLICATION.md §1-4). */
+enum zl_member_state {
+	ZL_MEMBER_OUT = 0,        /* holds nothing anyone may read; gets no writes */
+	ZL_MEMBER_RECOVERING = 1, /* gets every new write and is being copied to;
+				   * does not count for acknowledgements */
+	ZL_MEMBER_IN_SYNC = 2,    /* holds every acknowledged write */
+};
+
+/* One placement row. in_sync[] is the 0.1 field and stays the word on who
+ * is in sync: member i is ZL_MEMBER_IN_SYNC exactly when in_sync[i];
+ * state[i] tells a member that is not in sync RECOVERING from OUT (any other
+ * value reads as OUT). Read and write members with zl_slice_member_state /
+ * zl_slice_member_set, which keep the two consistent; code that only knows
+ * in_sync[] keeps working. */
 struct zl_slice {
 	uint64_t version;                          /* grows whenever the row changes */
 	uint8_t n;                                 /* replicas in nodes[] */
 	char nodes[ZL_MAX_REPLICAS][ZL_NODE_ID_MAX]; /* preference order */
 	bool in_sync[ZL_MAX_REPLICAS];
+	/* Bumped (by the manager) whenever the row's primary changes: the high
+	 * half of every data version the primary assigns. 0 = not set, written
+	 * as 1; 0.1 records decode as 1. */
+	uint32_t term;
+	uint8_t state[ZL_MAX_REPLICAS];            /* enum zl_member_state */
+	/* The incarnation of each member's data directory when it was placed
+	 * or last changed; "" = unknown (0.1 records, nodes without one). */
+	char incarnation[ZL_MAX_REPLICAS][ZL_META_ID_SIZE];
 };
 
 struct zl_volume {
@@ -56,6 +96,10 @@ struct zl_volume {
 	char params[512];        /* JSON object text of extra parameters, "{}" default */
 	struct zl_slice *slices; /* n_slices rows */
 	int64_t mod_rev;         /* etcd mod_revision of the record (0 = not stored) */
+	/* Copies that must hold a write before it is acknowledged, 1..replicas;
+	 * 0 = the default (zl_meta_min_size_default), which is also what a 0.1
+	 * record without it decodes to. Read it with zl_volume_min_size. */
+	uint32_t min_size;
 };
 
 /* Key helpers: write "<prefix>nodes/<id>" etc. into out; return 0 or -ZL_ERR_INVAL
@@ -63,10 +107,14 @@ struct zl_volume {
 int zl_meta_key(char *out, size_t len, const char *prefix, const char *kind, const char *id);
 
 /* ---- JSON codecs (also fuzzed) ---- */
-/* Returns malloc'd JSON text or NULL on ENOMEM. */
+/* Returns malloc'd JSON text, or NULL for an invalid record or on ENOMEM. */
 char *zl_meta_node_to_json(const struct zl_node_info *n);
-/* Returns 0 or -ZL_ERR_INVAL (malformed or missing fields). */
+/* Returns 0 or -ZL_ERR_INVAL (malformed or missing fields; cluster_id and
+ * incarnation may be absent, as in 0.1 records). */
 int zl_meta_node_from_json(const char *json, size_t len, struct zl_node_info *n);
+/* Returns malloc'd JSON text, or NULL when v fails zl_meta_volume_check or
+ * on ENOMEM. Writes min_size and each row's term, states and incarnations
+ * (with 0.1's nodes and in_sync). */
 char *zl_meta_volume_to_json(const struct zl_volume *v);
 /* Fills *v (v->slices malloc'd; free with zl_volume_fini). 0 or -ZL_ERR_INVAL. */
 int zl_meta_volume_from_json(const char *json, size_t len, struct zl_volume *v);
@@ -75,9 +123,11 @@ int zl_meta_volume_from_json(const char *json, size_t len, struct zl_volume *v);
 /* The sanity check of a volume record, the only one in the tree: id and
  * number agree, name, size (a positive multiple of 4096), chunk size (see
  * zl_meta_chunk_size_ok), replicas (1..ZL_MAX_REPLICAS), slice count
- * (1..65536), state, params (a JSON object) and the placement table (n_slices
- * rows, each with a version >= 1 and exactly `replicas` distinct valid node
- * ids; any in_sync subset is valid). Every record lib/meta decodes or writes
+ * (1..65536), min_size (0 = default, else 1..replicas), state, params (a JSON
+ * object) and the placement table (n_slices rows, each with a version >= 1
+ * and exactly `replicas` distinct valid node ids, member states of enum
+ * zl_member_state, incarnations "" or zl_meta_id_check; any in_sync subset is
+ * valid, any term too). Every record lib/meta decodes or writes
  * passes it; a module that holds a record of its own calls it rather than
  * checking fields itself. On failure writes a one-line reason into why
  * (optional; why_len bytes, e.g. "chunk_size=3000 is not a power of two in
@@ -99,6 +149,27 @@ static inline uint32_t zl_volume_slice_of(const struct zl_volume *v, uint64_t ch
 }
 int zl_slice_primary(const struct zl_slice *s);
 int zl_slice_index_of(const struct zl_slice *s, const char *node_id);
+/* The state of member i (0 <= i < s->n): IN_SYNC when s->in_sync[i], else
+ * RECOVERING or OUT from s->state[i]. */
+enum zl_member_state zl_slice_member_state(const struct zl_slice *s, int i);
+/* Sets member i's state (in_sync[i] and state[i] together). */
+void zl_slice_member_set(struct zl_slice *s, int i, enum zl_member_state st);
+/* Members of s in state st. */
+int zl_slice_member_count(const struct zl_slice *s, enum zl_member_state st);
+/* "in_sync", "recovering", "out" (the JSON names); "?" for other values. */
+const char *zl_member_state_name(enum zl_member_state st);
+/* The default min_size: 2 for 3 replicas, 1 for 1 and 2 (docs/REPLICATION.md
+ * §2). */
+uint32_t zl_meta_min_size_default(uint32_t replicas);
+/* v->min_size, or the default when it is 0. */
+uint32_t zl_volume_min_size(const struct zl_volume *v);
+
+/* ---- ids ---- */
+
+/* 0 when s is ZL_META_ID_LEN lowercase hex digits, else -ZL_ERR_INVAL. */
+int zl_meta_id_check(const char *s);
+/* Writes a fresh random id (ZL_META_ID_LEN hex digits and a NUL) into out. */
+void zl_meta_id_generate(char out[ZL_META_ID_SIZE]);
 
 /* ---- nodes ---- */
 
@@ -123,12 +194,15 @@ struct zl_volume_spec {
 	uint32_t replicas;      /* 0 = default 3; 1..3 */
 	uint32_t n_slices;      /* 0 = default: min(64, chunks) */
 	const char *params;     /* JSON object text, NULL = "{}" */
+	uint32_t min_size;      /* 0 = default (zl_meta_min_size_default); 1..replicas */
 };
 
 /* Creates the volume atomically by name: places slices over the live nodes
  * (lib/placement), writes volumes/<id> and names/<name> in one transaction
- * that requires names/<name> to be absent. If the name exists with the same
- * size, chunk size and replicas, returns 0 with the existing volume
+ * that requires names/<name> to be absent. Every row starts at version 1,
+ * term 1, all members in sync with the incarnation their node record names.
+ * If the name exists with the same size, chunk size and replicas (and
+ * min_size, when the spec gives one), returns 0 with the existing volume
  * (*created = false); with other parameters -ZL_ERR_EXISTS. -ZL_ERR_NODES
  * when fewer live nodes than replicas, -ZL_ERR_INVAL for a bad spec. */
 int zl_meta_volume_create(struct zl_etcd *e, const char *prefix, const struct zl_volume_spec *spec,
@@ -148,12 +222,32 @@ int zl_meta_volume_update(struct zl_etcd *e, const char *prefix, struct zl_volum
 /* Deletes volumes/<id>, names/<name> and attachments/<id> in one transaction. */
 int zl_meta_volume_delete(struct zl_etcd *e, const char *prefix, const struct zl_volume *v);
 
-/* Drops node_id from the in-sync set of slice `slice` of volume vol_id,
- * bumping the slice version, as a compare-and-swap loop (re-reads on
- * conflict, bounded retries). If the slice version is already beyond
- * `seen_version` and node_id is already out of sync, succeeds without change.
- * Refuses (-ZL_ERR_UNAVAIL) to drop the last in-sync replica. On success *out
- * (optional) gets the fresh volume record. */
+/* ---- slice rows: compare-and-swap on the slice version ----
+ *
+ * Both functions below read the volume record, require slice `slice` to be
+ * at version seen_version, and write the changed row back with the version
+ * bumped to seen_version + 1 in one etcd transaction that compares the
+ * record's mod_revision (so the slice version is compared too: a record
+ * whose slice moved on has another mod_revision). When the record changed
+ * only in other slices, they re-read and try again (bounded). Of two calls
+ * with the same seen_version at most one succeeds; the other gets
+ * -ZL_ERR_STALE. Every written row keeps these rules (else -ZL_ERR_INVAL,
+ * logged): the term never goes back, and it grows whenever the primary (the
+ * first in-sync member: node id and incarnation) changes, so data versions
+ * of a new primary beat every older one. */
+
+/* Drops node_id from the in-sync set of slice `slice` of volume vol_id (its
+ * state becomes ZL_MEMBER_OUT), bumping the slice version and, when node_id
+ * was the primary, the term. Succeeds without change when node_id is already
+ * not in sync at seen_version. Returns 0, -ZL_ERR_STALE when the slice is no
+ * longer (or not) at seen_version — nobody is dropped then: the caller acted
+ * on an old row and must reload it and decide again —, -ZL_ERR_UNAVAIL when
+ * node_id is the last in-sync member (it is never dropped),
+ * -ZL_ERR_INVAL (bad vol_id, node_id or slice), -ZL_ERR_NOT_FOUND,
+ * -ZL_ERR_CONFLICT (the record kept changing under us; retry) or an etcd
+ * error. On success *out (optional) gets the fresh volume record. To be
+ * replaced by failure reports (zl_meta_report_put) and the manager's
+ * zl_meta_slice_set. */
 int zl_meta_slice_drop(struct zl_etcd *e, const char *prefix, const char *vol_id, uint32_t slice,
 		       const char *node_id, uint64_t seen_version, struct zl_volume *out);
 
@@ -183,5 +277,92 @@ int zl_meta_tombstone_clear(struct zl_etcd *e, const char *prefix, const char *n
 			    const char *vol_id);
 /* "<prefix>deletes/<node-id>/" into out (to watch it). 0 or -ZL_ERR_INVAL. */
 int zl_meta_tombstone_key(char *out, size_t len, const char *prefix, const char *node_id);
+/* The manager's write of a whole row: replaces slice `slice` of vol_id with
+ * *new_row (its version is ignored: the row is written at seen_version + 1;
+ * a term of 0 means "the current term, plus one if the primary changes").
+ * new_row must have `replicas`
+ * distinct members, at least one of them in sync, and obey the term rule
+ * above. Returns 0 (*out, optional, gets the fresh record), -ZL_ERR_STALE
+ * (slice not at seen_version: nothing written), -ZL_ERR_UNAVAIL (no member
+ * in sync), -ZL_ERR_INVAL (bad arguments, an invalid row or a term that goes
+ * back or stays while the primary changes; the reason is logged),
+ * -ZL_ERR_NOT_FOUND, -ZL_ERR_CONFLICT or an etcd error. */
+int zl_meta_slice_set(struct zl_etcd *e, const char *prefix, const char *vol_id, uint32_t slice,
+		      uint64_t seen_version, const struct zl_slice *new_row, struct zl_volume *out);
+
+/* ---- cluster identity: <prefix>cluster ---- */
+
+struct zl_cluster_info {
+	char id[ZL_META_ID_SIZE]; /* ZL_META_ID_LEN hex digits */
+	int64_t created;          /* unix seconds */
+};
+
+/* JSON codec of the cluster record {"cluster_id", "created"} (fuzzed).
+ * to_json: malloc'd text, NULL for an invalid record or ENOMEM. from_json: 0
+ * or -ZL_ERR_INVAL (malformed, a bad id or a negative time). */
+char *zl_meta_cluster_to_json(const struct zl_cluster_info *c);
+int zl_meta_cluster_from_json(const char *json, size_t len, struct zl_cluster_info *c);
+/* Returns the cluster's identity, creating it (a fresh id, created = now)
+ * when absent, in one transaction that puts the record only if the key was
+ * never created (create_revision == 0), so concurrent callers all get the
+ * same id. *created (optional) tells whether this call created it. 0,
+ * -ZL_ERR_INVAL (a malformed record is there: logged with what to do), or
+ * an etcd error. */
+int zl_meta_cluster_ensure(struct zl_etcd *e, const char *prefix, struct zl_cluster_info *out,
+			   bool *created);
+/* Reads the cluster record: 0, -ZL_ERR_NOT_FOUND, -ZL_ERR_INVAL (malformed,
+ * logged) or an etcd error. */
+int zl_meta_cluster_get(struct zl_etcd *e, const char *prefix, struct zl_cluster_info *out);
+
+/* ---- failure reports: <prefix>reports/<vol>/<slice>/<reporter>/<peer> ----
+ *
+ * A client or primary that failed to reach a peer of a slice says so here,
+ * on its own short lease, instead of changing the row; the manager reads the
+ * reports (plus node leases) and decides. One report per (slice, reporter,
+ * peer): a newer one replaces it. The value is {"peer", "error",
+ * "slice_ver", "time"}; the other fields come from the key. */
+struct zl_report {
+	char vol_id[24];                      /* "vol-" + 16 hex */
+	uint32_t slice;
+	char reporter[ZL_NODE_ID_MAX];        /* node or client id (zl_node_id_check) */
+	char peer[ZL_NODE_ID_MAX];            /* the member that failed */
+	char error[ZL_META_ERROR_NAME_MAX];   /* zl_errname() of what the reporter saw */
+	uint64_t slice_ver;                   /* row version the reporter acted on, >= 1 */
+	int64_t time;                         /* unix seconds, >= 0 */
+	int64_t lease;                        /* set by zl_meta_report_list */
+	int64_t mod_rev;                      /* set by zl_meta_report_list */
+};
+
+/* JSON codec of a report's value (fuzzed): to_json writes peer, error,
+ * slice_ver and time (NULL for an invalid report or ENOMEM); from_json fills
+ * those four and zeroes the rest: 0 or -ZL_ERR_INVAL. */
+char *zl_meta_report_to_json(const struct zl_report *r);
+int zl_meta_report_from_json(const char *json, size_t len, struct zl_report *r);
+/* Checks every field but lease and mod_rev; 0 or -ZL_ERR_INVAL with a
+ * one-line reason in why (optional). */
+int zl_meta_report_check(const struct zl_report *r, char *why, size_t why_len);
+/* Fills vol_id, slice, reporter and peer of *r (the rest zeroed) from a
+ * report key "...reports/<vol>/<slice>/<reporter>/<peer>" — what a watch on
+ * <prefix>reports/ sees, also for a delete. 0 or -ZL_ERR_INVAL (fuzzed). */
+int zl_meta_report_parse_key(const char *key, struct zl_report *r);
+/* Decodes a stored report (key and value, e.g. of a watch event): every
+ * field, lease and mod_rev from kv. 0 or -ZL_ERR_INVAL (malformed, or the
+ * value names another peer than the key). */
+int zl_meta_report_from_kv(const struct zl_etcd_kv *kv, struct zl_report *r);
+/* Puts the report on lease (> 0: a report must go away with its writer).
+ * 0, -ZL_ERR_INVAL (invalid report or no lease; logged) or an etcd error. */
+int zl_meta_report_put(struct zl_etcd *e, const char *prefix, const struct zl_report *r,
+		       int64_t lease);
+/* The reports of volume vol_id, or of every volume when vol_id is NULL,
+ * sorted by volume, slice, reporter and peer, read in pages; malformed ones
+ * are skipped with a log line. *out malloc'd (NULL when none). 0,
+ * -ZL_ERR_INVAL (bad vol_id), -ENOMEM or an etcd error. */
+int zl_meta_report_list(struct zl_etcd *e, const char *prefix, const char *vol_id,
+			struct zl_report **out, size_t *n);
+/* Deletes the report of (vol_id, slice, reporter, peer). With r->mod_rev > 0
+ * only if it is still that revision (a report re-put since it was read
+ * stays): -ZL_ERR_CONFLICT then. Deleting an absent report succeeds. 0,
+ * -ZL_ERR_INVAL or an etcd error. */
+int zl_meta_report_delete(struct zl_etcd *e, const char *prefix, const struct zl_report *r);
 
 #endif

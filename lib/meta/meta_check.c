@@ -25,28 +25,49 @@ int meta_fail(char *why, size_t why_len, const char *fmt, ...)
 	return -ZL_ERR_INVAL;
 }
 
-/* buf holds a NUL within size bytes (and is not empty unless allowed). */
-static bool meta_buf_ok(const char *buf, size_t size, bool allow_empty)
+bool meta_buf_ok(const char *buf, size_t size, bool allow_empty)
 {
 	size_t n = strnlen(buf, size);
 
 	return n < size && (allow_empty || n > 0);
 }
 
-int meta_node_check(const struct zl_node_info *n)
+int zl_meta_id_check(const char *s)
+{
+	if (!s)
+		return -ZL_ERR_INVAL;
+	for (int i = 0; i < ZL_META_ID_LEN; i++) {
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return -ZL_ERR_INVAL;
+	}
+	return s[ZL_META_ID_LEN] ? -ZL_ERR_INVAL : 0;
+}
+
+bool meta_opt_id_ok(const char *buf, size_t size)
+{
+	return meta_buf_ok(buf, size, true) && (!buf[0] || !zl_meta_id_check(buf));
+}
+
+int meta_node_check(const struct zl_node_info *n, char *why, size_t why_len)
 {
 	if (!meta_buf_ok(n->id, sizeof(n->id), false) || zl_node_id_check(n->id))
-		return -ZL_ERR_INVAL;
+		return meta_fail(why, why_len, "id is not 1..%d characters of [A-Za-z0-9._-]",
+				 ZL_NODE_ID_MAX - 1);
 	if (!meta_buf_ok(n->addr, sizeof(n->addr), false) || n->port == 0)
-		return -ZL_ERR_INVAL;
+		return meta_fail(why, why_len, "addr is empty or too long, or port is 0");
 	if (!meta_buf_ok(n->transports, sizeof(n->transports), false))
-		return -ZL_ERR_INVAL;
-	if (!meta_buf_ok(n->domain, sizeof(n->domain), true))
-		return -ZL_ERR_INVAL;
-	if (!meta_buf_ok(n->version, sizeof(n->version), true))
-		return -ZL_ERR_INVAL;
+		return meta_fail(why, why_len, "transports is empty or too long");
+	if (!meta_buf_ok(n->domain, sizeof(n->domain), true) ||
+	    !meta_buf_ok(n->version, sizeof(n->version), true))
+		return meta_fail(why, why_len, "domain or version is too long");
 	if (n->capacity > INT64_MAX || n->free > INT64_MAX)
-		return -ZL_ERR_INVAL;
+		return meta_fail(why, why_len, "capacity or free is beyond 2^63");
+	if (!meta_opt_id_ok(n->cluster_id, sizeof(n->cluster_id)) ||
+	    !meta_opt_id_ok(n->incarnation, sizeof(n->incarnation)))
+		return meta_fail(why, why_len,
+				 "cluster_id or incarnation is neither empty nor %d lowercase hex "
+				 "digits",
+				 ZL_META_ID_LEN);
 	return 0;
 }
 
@@ -70,6 +91,9 @@ int meta_volume_shape_check(const struct zl_volume *v, char *why, size_t why_len
 	if (v->n_slices < 1 || v->n_slices > ZL_META_MAX_SLICES)
 		return meta_fail(why, why_len, "slices=%u is not in [1, %u]", v->n_slices,
 				 ZL_META_MAX_SLICES);
+	if (v->min_size > v->replicas) /* 0 is the default */
+		return meta_fail(why, why_len, "min_size=%u is not in [1, replicas=%u]",
+				 v->min_size, v->replicas);
 	return 0;
 }
 
@@ -89,7 +113,9 @@ static int meta_params_check(const char *text, size_t size)
 }
 
 /* One placement row: a version, exactly `replicas` distinct valid node ids
- * (in_sync only says which of them are current, any subset is valid). */
+ * (in_sync only says which of them are current, any subset is valid), member
+ * states of the enum and incarnations that are empty or ids. Any term is
+ * valid (0 reads as 1). */
 static int meta_slice_check(const struct zl_slice *s, uint32_t idx, uint32_t replicas, char *why,
 			    size_t why_len)
 {
@@ -108,6 +134,14 @@ static int meta_slice_check(const struct zl_slice *s, uint32_t idx, uint32_t rep
 				return meta_fail(why, why_len, "slice %u lists node %s twice", idx,
 						 s->nodes[i]);
 		}
+		if (s->state[i] > ZL_MEMBER_IN_SYNC)
+			return meta_fail(why, why_len, "slice %u member %s has state %u", idx,
+					 s->nodes[i], s->state[i]);
+		if (!meta_opt_id_ok(s->incarnation[i], sizeof(s->incarnation[i])))
+			return meta_fail(why, why_len,
+					 "slice %u member %s has an incarnation that is neither "
+					 "empty nor %d lowercase hex digits",
+					 idx, s->nodes[i], ZL_META_ID_LEN);
 	}
 	return 0;
 }

@@ -2,6 +2,10 @@
 #ifndef ZL_META_INTERNAL_H
 #define ZL_META_INTERNAL_H
 
+#include <stddef.h>
+
+#include <jansson.h>
+
 #include "meta.h"
 
 /* Upper bound of slices per volume: keeps a record (and a hostile one) small. */
@@ -13,8 +17,22 @@
  * -ZL_ERR_INVAL. */
 int meta_fail(char *why, size_t why_len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Checks every field of a node record; 0 or -ZL_ERR_INVAL. */
-int meta_node_check(const struct zl_node_info *n);
+/* Checks every field of a node record; 0 or -ZL_ERR_INVAL with the reason
+ * in why (optional). */
+int meta_node_check(const struct zl_node_info *n, char *why, size_t why_len);
+/* buf holds a NUL within size bytes (and is not empty unless allowed). */
+bool meta_buf_ok(const char *buf, size_t size, bool allow_empty);
+/* An id field that may be empty: "" or zl_meta_id_check. */
+bool meta_opt_id_ok(const char *buf, size_t size);
+/* The enum value of a member state name ("in_sync", "recovering", "out"),
+ * or -1. */
+int meta_member_state_parse(const char *name);
+/* The compact text of o (malloc'd; NULL when o is NULL or on ENOMEM);
+ * releases o. */
+char *meta_dump(json_t *o);
+/* Parses a JSON text with the decoders' rules (no duplicate keys, nothing
+ * after the value); NULL when it is not JSON. */
+json_t *meta_parse(const char *json, size_t len);
 /* The scalar part of zl_meta_volume_check (size, chunk size, replicas, slice
  * count): what a decoder must know before it sizes the placement table, and
  * what a creation spec must satisfy. 0 or -ZL_ERR_INVAL with why filled. */
@@ -25,6 +43,52 @@ int meta_node_from_json(const char *json, size_t len, struct zl_node_info *n, ch
 /* zl_meta_volume_from_json with the reason of a refusal in why (optional). */
 int meta_volume_from_json(const char *json, size_t len, struct zl_volume *v, char *why,
 			  size_t why_len);
+/* One field of a record: a string copied into a char buffer of `size` bytes,
+ * or an integer in [min, max] stored into an unsigned 16/32-bit or a 64-bit
+ * member of `size` bytes. */
+struct meta_field {
+	const char *name;
+	size_t off, size;
+	bool is_str, allow_empty;
+	int64_t min, max;
+	bool optional; /* absent: the member keeps its value (zero or a default) */
+};
+
+#define META_FIELD(type, member, field_name)                                                       \
+	.name = field_name, .off = offsetof(type, member), .size = sizeof(((type *)0)->member)
+#define META_STR(type, member, name, empty_ok)                                                     \
+	{                                                                                          \
+		META_FIELD(type, member, name), .is_str = true, .allow_empty = empty_ok            \
+	}
+#define META_INT(type, member, name, lo, hi)                                                       \
+	{                                                                                          \
+		META_FIELD(type, member, name), .min = lo, .max = hi                               \
+	}
+/* A string that records of 0.1 lack: absent reads as "". */
+#define META_STR_NEW(type, member, name)                                                           \
+	{                                                                                          \
+		META_FIELD(type, member, name), .is_str = true, .allow_empty = true,               \
+						.optional = true                                   \
+	}
+/* An integer that records of 0.1 lack: absent keeps what the decoder set. */
+#define META_INT_NEW(type, member, name, lo, hi)                                                   \
+	{                                                                                          \
+		META_FIELD(type, member, name), .min = lo, .max = hi, .optional = true             \
+	}
+
+/* Decodes field f of object o into rec: 0 or -ZL_ERR_INVAL. */
+int meta_get_field(json_t *o, const struct meta_field *f, void *rec);
+/* Decodes every field of the table into rec. 0 or -ZL_ERR_INVAL with the
+ * field named in why. */
+int meta_get_fields(json_t *o, const struct meta_field *f, size_t n, void *rec, char *why,
+		    size_t why_len);
+/* Checks a decoded record: 0 or -ZL_ERR_INVAL with the reason in why. */
+typedef int (*meta_check_fn)(const void *rec, char *why, size_t why_len);
+/* Decodes a record that is one JSON object of the n fields f into rec (size
+ * bytes, zeroed first) and checks it: 0, or -ZL_ERR_INVAL with the reason in
+ * why and rec zeroed. */
+int meta_decode_flat(const char *json, size_t len, const struct meta_field *f, size_t n, void *rec,
+		     size_t size, meta_check_fn check, char *why, size_t why_len);
 /* prefix NULL means ZL_META_DEFAULT_PREFIX. */
 const char *meta_prefix(const char *prefix);
 

@@ -87,32 +87,15 @@ int zl_slice_index_of(const struct zl_slice *s, const char *node_id)
 
 /* ---- decoding helpers ---- */
 
-/* One field of a record: a string copied into a char buffer of `size` bytes,
- * or an integer in [min, max] stored into an unsigned 16/32-bit or a 64-bit
- * member of `size` bytes. */
-struct meta_field {
-	const char *name;
-	size_t off, size;
-	bool is_str, allow_empty;
-	int64_t min, max;
-};
-
-#define META_STR(type, member, name, allow_empty)                                                  \
-	{                                                                                          \
-		name, offsetof(type, member), sizeof(((type *)0)->member), true, allow_empty, 0, 0 \
-	}
-#define META_INT(type, member, name, min, max)                                                     \
-	{                                                                                          \
-		name, offsetof(type, member), sizeof(((type *)0)->member), false, false, min, max  \
-	}
-
-static int meta_get_field(json_t *o, const struct meta_field *f, void *rec)
+int meta_get_field(json_t *o, const struct meta_field *f, void *rec)
 {
 	json_t *j = json_object_get(o, f->name);
 	char *p = (char *)rec + f->off;
 	json_int_t x;
 	size_t n;
 
+	if (!j && f->optional)
+		return 0;
 	if (f->is_str) {
 		if (!json_is_string(j))
 			return -ZL_ERR_INVAL;
@@ -145,10 +128,8 @@ static int meta_get_field(json_t *o, const struct meta_field *f, void *rec)
 	return 0;
 }
 
-/* Decodes every field of the table into rec. 0 or -ZL_ERR_INVAL with the
- * field named in why. */
-static int meta_get_fields(json_t *o, const struct meta_field *f, size_t n, void *rec, char *why,
-			   size_t why_len)
+int meta_get_fields(json_t *o, const struct meta_field *f, size_t n, void *rec, char *why,
+		    size_t why_len)
 {
 	for (size_t i = 0; i < n; i++) {
 		if (meta_get_field(o, &f[i], rec))
@@ -159,7 +140,15 @@ static int meta_get_fields(json_t *o, const struct meta_field *f, size_t n, void
 	return 0;
 }
 
-static json_t *meta_parse(const char *json, size_t len)
+char *meta_dump(json_t *o)
+{
+	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+
+	json_decref(o);
+	return s;
+}
+
+json_t *meta_parse(const char *json, size_t len)
 {
 	if (!json)
 		return NULL;
@@ -173,20 +162,16 @@ static json_t *meta_parse(const char *json, size_t len)
 char *zl_meta_node_to_json(const struct zl_node_info *n)
 {
 	json_t *o;
-	char *s;
 
-	if (n->capacity > INT64_MAX || n->free > INT64_MAX)
+	if (meta_node_check(n, NULL, 0))
 		return NULL;
-	o = json_pack("{s:s, s:s, s:i, s:i, s:s, s:s, s:I, s:I, s:I, s:s}", "id", n->id, "addr",
-		      n->addr, "port", (int)n->port, "rdma_port", (int)n->rdma_port, "transports",
-		      n->transports, "domain", n->domain, "capacity", (json_int_t)n->capacity,
-		      "free", (json_int_t)n->free, "start_time", (json_int_t)n->start_time,
-		      "version", n->version);
-	if (!o)
-		return NULL;
-	s = json_dumps(o, JSON_COMPACT);
-	json_decref(o);
-	return s;
+	o = json_pack("{s:s, s:s, s:i, s:i, s:s, s:s, s:I, s:I, s:I, s:s, s:s, s:s}", "id", n->id,
+		      "addr", n->addr, "port", (int)n->port, "rdma_port", (int)n->rdma_port,
+		      "transports", n->transports, "domain", n->domain, "capacity",
+		      (json_int_t)n->capacity, "free", (json_int_t)n->free, "start_time",
+		      (json_int_t)n->start_time, "version", n->version, "cluster_id", n->cluster_id,
+		      "incarnation", n->incarnation);
+	return meta_dump(o);
 }
 
 static const struct meta_field meta_node_fields[] = {
@@ -200,26 +185,39 @@ static const struct meta_field meta_node_fields[] = {
     META_INT(struct zl_node_info, capacity, "capacity", 0, INT64_MAX),
     META_INT(struct zl_node_info, free, "free", 0, INT64_MAX),
     META_INT(struct zl_node_info, start_time, "start_time", INT64_MIN, INT64_MAX),
+    META_STR_NEW(struct zl_node_info, cluster_id, "cluster_id"),
+    META_STR_NEW(struct zl_node_info, incarnation, "incarnation"),
 };
 
-int meta_node_from_json(const char *json, size_t len, struct zl_node_info *n, char *why,
-			size_t why_len)
+int meta_decode_flat(const char *json, size_t len, const struct meta_field *f, size_t n, void *rec,
+		     size_t size, meta_check_fn check, char *why, size_t why_len)
 {
 	json_t *o = meta_parse(json, len);
 	int ret;
 
-	memset(n, 0, sizeof(*n));
+	memset(rec, 0, size);
 	if (!o || !json_is_object(o))
 		ret = meta_fail(why, why_len, "not a JSON object");
 	else
-		ret = meta_get_fields(o, meta_node_fields, ZL_ARRAY_SIZE(meta_node_fields), n, why,
-				      why_len);
-	if (!ret && meta_node_check(n))
-		ret = meta_fail(why, why_len, "id, addr or port is not valid");
+		ret = meta_get_fields(o, f, n, rec, why, why_len);
+	if (!ret)
+		ret = check(rec, why, why_len);
 	json_decref(o);
 	if (ret)
-		memset(n, 0, sizeof(*n));
+		memset(rec, 0, size);
 	return ret;
+}
+
+static int meta_node_check_rec(const void *rec, char *why, size_t why_len)
+{
+	return meta_node_check(rec, why, why_len);
+}
+
+int meta_node_from_json(const char *json, size_t len, struct zl_node_info *n, char *why,
+			size_t why_len)
+{
+	return meta_decode_flat(json, len, meta_node_fields, ZL_ARRAY_SIZE(meta_node_fields), n,
+				sizeof(*n), meta_node_check_rec, why, why_len);
 }
 
 int zl_meta_node_from_json(const char *json, size_t len, struct zl_node_info *n)
@@ -229,34 +227,44 @@ int zl_meta_node_from_json(const char *json, size_t len, struct zl_node_info *n)
 
 /* ---- volume record ---- */
 
+/* A row as {"v", "term", "nodes", "in_sync", "states", "incarnations"}:
+ * nodes and in_sync as 0.1 wrote them (so 0.1 readers keep working during
+ * an upgrade), states and incarnations one per node, in the order of nodes. */
+enum { META_ROW_NODES, META_ROW_IN_SYNC, META_ROW_STATES, META_ROW_INCS, META_ROW_ARRAYS };
+static const char *const meta_row_keys[META_ROW_ARRAYS] = {"nodes", "in_sync", "states",
+							   "incarnations"};
+
 static json_t *meta_slice_to_json(const struct zl_slice *s)
 {
-	json_t *o, *nodes, *in_sync;
+	json_t *o = json_object(), *arr[META_ROW_ARRAYS];
+	bool failed = !o;
 
-	o = json_object();
-	nodes = json_array();
-	in_sync = json_array();
-	if (!o || !nodes || !in_sync)
-		goto out_err;
-	for (int i = 0; i < s->n; i++) {
-		if (json_array_append_new(nodes, json_string(s->nodes[i])))
-			goto out_err;
-		if (s->in_sync[i] && json_array_append_new(in_sync, json_string(s->nodes[i])))
-			goto out_err;
+	for (int k = 0; k < META_ROW_ARRAYS; k++)
+		failed |= !(arr[k] = json_array());
+	for (int i = 0; i < s->n && !failed; i++) {
+		enum zl_member_state st = zl_slice_member_state(s, i);
+
+		failed |= json_array_append_new(arr[META_ROW_NODES], json_string(s->nodes[i])) ||
+			  json_array_append_new(arr[META_ROW_STATES],
+						json_string(zl_member_state_name(st))) ||
+			  json_array_append_new(arr[META_ROW_INCS], json_string(s->incarnation[i]));
+		if (st == ZL_MEMBER_IN_SYNC)
+			failed |= json_array_append_new(arr[META_ROW_IN_SYNC],
+							json_string(s->nodes[i])) != 0;
 	}
-	if (json_object_set_new(o, "v", json_integer((json_int_t)s->version)))
-		goto out_err;
-	if (json_object_set(o, "nodes", nodes) || json_object_set(o, "in_sync", in_sync))
-		goto out_err;
-	json_decref(nodes);
-	json_decref(in_sync);
+	failed = failed || json_object_set_new(o, "v", json_integer((json_int_t)s->version)) ||
+		 json_object_set_new(o, "term", json_integer(s->term ? s->term : 1));
+	for (int k = 0; k < META_ROW_ARRAYS; k++) {
+		if (failed)
+			json_decref(arr[k]); /* not handed over */
+		else if (json_object_set_new(o, meta_row_keys[k], arr[k]))
+			failed = true; /* set_new released it */
+	}
+	if (failed) {
+		json_decref(o);
+		return NULL;
+	}
 	return o;
-
-out_err:
-	json_decref(in_sync);
-	json_decref(nodes);
-	json_decref(o);
-	return NULL;
 }
 
 char *zl_meta_volume_to_json(const struct zl_volume *v)
@@ -275,11 +283,12 @@ char *zl_meta_volume_to_json(const struct zl_volume *v)
 		if (json_array_append_new(placement, meta_slice_to_json(&v->slices[i])))
 			goto out;
 	}
-	o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:s, s:I, s:O, s:O}", "id", v->id, "name",
-		      v->name, "size", (json_int_t)v->size, "chunk_size", (json_int_t)v->chunk_size,
-		      "replicas", (json_int_t)v->replicas, "slices", (json_int_t)v->n_slices,
-		      "state", v->state, "created", (json_int_t)v->created, "params", params,
-		      "placement", placement);
+	o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:s, s:I, s:O, s:O}", "id", v->id,
+		      "name", v->name, "size", (json_int_t)v->size, "chunk_size",
+		      (json_int_t)v->chunk_size, "replicas", (json_int_t)v->replicas, "min_size",
+		      (json_int_t)zl_volume_min_size(v), "slices", (json_int_t)v->n_slices, "state",
+		      v->state, "created", (json_int_t)v->created, "params", params, "placement",
+		      placement);
 	if (!o)
 		goto out;
 	s = json_dumps(o, JSON_COMPACT);
@@ -290,41 +299,110 @@ out:
 	return s;
 }
 
-/* Copies one placement row (its shape: a version, `replicas` node ids,
- * in_sync a subset of them); zl_meta_volume_check judges the values. */
-static int meta_slice_from_json(json_t *row, uint32_t replicas, struct zl_slice *s)
+/* A JSON array of n strings, each shorter than size bytes. */
+static bool meta_str_array_ok(json_t *a, size_t n, size_t size)
+{
+	size_t i;
+	json_t *j;
+
+	if (!json_is_array(a) || json_array_size(a) != n)
+		return false;
+	json_array_foreach(a, i, j)
+	{
+		if (!json_is_string(j) || json_string_length(j) >= size ||
+		    strlen(json_string_value(j)) != json_string_length(j))
+			return false;
+	}
+	return true;
+}
+
+/* Copies one placement row: v, nodes[replicas] and in_sync (a subset of
+ * nodes), and in rows written after 0.1 also term, states[replicas] and
+ * incarnations[replicas] — all three or none: a 0.1 row reads as term 1, its
+ * in_sync members in sync, the others out, incarnations "". in_sync and
+ * states must agree. zl_meta_volume_check judges the values. */
+static int meta_slice_from_json(json_t *row, size_t idx, uint32_t replicas, struct zl_slice *s,
+				char *why, size_t why_len)
 {
 	static const struct meta_field version =
 	    META_INT(struct zl_slice, version, "v", 1, INT64_MAX);
-	json_t *nodes, *in_sync, *j;
+	static const struct meta_field term =
+	    META_INT(struct zl_slice, term, "term", 1, UINT32_MAX);
+	json_t *arr[META_ROW_ARRAYS], *j;
+	int n_new;
 	size_t i;
 
-	if (!json_is_object(row) || meta_get_field(row, &version, s))
-		return -ZL_ERR_INVAL;
-	nodes = json_object_get(row, "nodes");
-	in_sync = json_object_get(row, "in_sync");
-	if (!json_is_array(nodes) || json_array_size(nodes) != replicas ||
-	    !json_is_array(in_sync) || json_array_size(in_sync) > replicas)
-		return -ZL_ERR_INVAL;
+	if (!json_is_object(row))
+		return meta_fail(why, why_len, "placement row %zu is not an object", idx);
+	if (meta_get_field(row, &version, s))
+		return meta_fail(why, why_len,
+				 "placement row %zu: v is missing or not in [1, 2^63)", idx);
+	for (int k = 0; k < META_ROW_ARRAYS; k++)
+		arr[k] = json_object_get(row, meta_row_keys[k]);
+	n_new = !!json_object_get(row, "term") + !!arr[META_ROW_STATES] + !!arr[META_ROW_INCS];
+	if (n_new != 0 && n_new != 3)
+		return meta_fail(why, why_len,
+				 "placement row %zu has only some of term, states and "
+				 "incarnations (all three or none)",
+				 idx);
+	if (!meta_str_array_ok(arr[META_ROW_NODES], replicas, sizeof(s->nodes[0])))
+		return meta_fail(why, why_len,
+				 "placement row %zu: nodes is not %u node ids of at most %d "
+				 "characters",
+				 idx, replicas, ZL_NODE_ID_MAX - 1);
 	s->n = (uint8_t)replicas;
-	json_array_foreach(nodes, i, j)
-	{
-		if (!json_is_string(j) || json_string_length(j) >= sizeof(s->nodes[i]))
-			return -ZL_ERR_INVAL;
-		strcpy(s->nodes[i], json_string_value(j));
-	}
-	json_array_foreach(in_sync, i, j)
-	{
-		int k;
+	json_array_foreach(arr[META_ROW_NODES], i, j) strcpy(s->nodes[i], json_string_value(j));
 
-		if (!json_is_string(j))
-			return -ZL_ERR_INVAL;
-		k = zl_slice_index_of(s, json_string_value(j));
+	if (!json_is_array(arr[META_ROW_IN_SYNC]) ||
+	    json_array_size(arr[META_ROW_IN_SYNC]) > replicas)
+		return meta_fail(why, why_len,
+				 "placement row %zu: in_sync is not an array of at most %u ids",
+				 idx, replicas);
+	json_array_foreach(arr[META_ROW_IN_SYNC], i, j)
+	{
+		int k = json_is_string(j) ? zl_slice_index_of(s, json_string_value(j)) : -1;
+
 		/* in_sync must be a subset of nodes, without repeats. */
 		if (k < 0 || s->in_sync[k])
-			return -ZL_ERR_INVAL;
+			return meta_fail(why, why_len,
+					 "placement row %zu: in_sync[%zu] is not a node of the "
+					 "row, or repeats one",
+					 idx, i);
 		s->in_sync[k] = true;
+		s->state[k] = ZL_MEMBER_IN_SYNC;
 	}
+	if (!n_new) {
+		s->term = 1;
+		return 0;
+	}
+
+	if (meta_get_field(row, &term, s))
+		return meta_fail(why, why_len, "placement row %zu: term is not in [1, 2^32)", idx);
+	if (!meta_str_array_ok(arr[META_ROW_STATES], replicas, 16))
+		return meta_fail(why, why_len, "placement row %zu: states is not %u strings", idx,
+				 replicas);
+	json_array_foreach(arr[META_ROW_STATES], i, j)
+	{
+		int st = meta_member_state_parse(json_string_value(j));
+
+		if (st < 0)
+			return meta_fail(why, why_len,
+					 "placement row %zu: states[%zu] is not in_sync, "
+					 "recovering or out",
+					 idx, i);
+		if ((st == ZL_MEMBER_IN_SYNC) != s->in_sync[i])
+			return meta_fail(why, why_len,
+					 "placement row %zu: states and in_sync disagree on %s",
+					 idx, s->nodes[i]);
+		s->state[i] = (uint8_t)st;
+	}
+	if (!meta_str_array_ok(arr[META_ROW_INCS], replicas, sizeof(s->incarnation[0])))
+		return meta_fail(why, why_len,
+				 "placement row %zu: incarnations is not %u strings of at most "
+				 "%d characters",
+				 idx, replicas, ZL_META_ID_LEN);
+	json_array_foreach(arr[META_ROW_INCS], i, j)
+	    strcpy(s->incarnation[i], json_string_value(j));
 	return 0;
 }
 
@@ -339,6 +417,8 @@ static const struct meta_field meta_volume_fields[] = {
     META_INT(struct zl_volume, replicas, "replicas", 0, UINT32_MAX),
     META_INT(struct zl_volume, n_slices, "slices", 0, UINT32_MAX),
     META_INT(struct zl_volume, created, "created", INT64_MIN, INT64_MAX),
+    /* 0.1 records: the default for replicas, set after decoding. */
+    META_INT_NEW(struct zl_volume, min_size, "min_size", 1, UINT32_MAX),
 };
 
 int meta_volume_from_json(const char *json, size_t len, struct zl_volume *v, char *why,
@@ -365,6 +445,8 @@ int meta_volume_from_json(const char *json, size_t len, struct zl_volume *v, cha
 		ret = meta_fail(why, why_len, "id %s is not vol- and 16 hex digits", v->id);
 		goto out;
 	}
+	if (!v->min_size)
+		v->min_size = zl_meta_min_size_default(v->replicas);
 	/* Before the placement table is sized by them. */
 	ret = meta_volume_shape_check(v, why, why_len);
 	if (ret)
@@ -398,13 +480,9 @@ int meta_volume_from_json(const char *json, size_t len, struct zl_volume *v, cha
 	}
 	json_array_foreach(placement, i, row)
 	{
-		if (meta_slice_from_json(row, v->replicas, &v->slices[i])) {
-			ret = meta_fail(why, why_len,
-					"placement row %zu is not {v, nodes[%u], in_sync "
-					"a subset of nodes}",
-					i, v->replicas);
+		ret = meta_slice_from_json(row, i, v->replicas, &v->slices[i], why, why_len);
+		if (ret)
 			goto out;
-		}
 	}
 	ret = zl_meta_volume_check(v, why, why_len);
 out:

@@ -12,14 +12,15 @@ int zl_meta_node_put(struct zl_etcd *e, const char *prefix, const struct zl_node
 		     int64_t lease)
 {
 	char key[ZL_META_KEY_MAX];
+	char why[160];
 	char *json;
 	int ret;
 
-	if (meta_node_check(n)) {
+	if (meta_node_check(n, why, sizeof(why))) {
 		ZL_LOG_ERR("meta",
 			   "refusing to register an invalid node record id=%.64s addr=%.64s "
-			   "port=%u: check the node id ([A-Za-z0-9._-], 1..63) and address",
-			   n->id, n->addr, n->port);
+			   "port=%u: %s",
+			   n->id, n->addr, n->port, why);
 		return -ZL_ERR_INVAL;
 	}
 	ret = zl_meta_key(key, sizeof(key), prefix, "nodes", n->id);

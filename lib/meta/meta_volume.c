@@ -18,8 +18,6 @@
 /* Rounds of "read name, place, transaction" before giving up under a storm of
  * concurrent create/delete of the same name. */
 #define META_CREATE_TRIES 8
-/* Compare-and-swap rounds of zl_meta_slice_drop. */
-#define META_DROP_TRIES 16
 
 static int meta_volume_decode(const struct zl_etcd_kv *kv, void *rec, char *why, size_t why_len)
 {
@@ -150,6 +148,7 @@ static int meta_spec_apply(const struct zl_volume_spec *spec, struct zl_volume *
 	v->chunk_size = spec->chunk_size ? spec->chunk_size : ZL_DEFAULT_CHUNK_SIZE;
 	v->replicas = spec->replicas ? spec->replicas : 3;
 	v->n_slices = spec->n_slices ? spec->n_slices : 1;
+	v->min_size = spec->min_size ? spec->min_size : zl_meta_min_size_default(v->replicas);
 	if (meta_volume_shape_check(v, why, sizeof(why))) {
 		ZL_LOG_INFO("meta", "volume spec name=%s refused: %s", v->name, why);
 		return -ZL_ERR_INVAL;
@@ -224,10 +223,14 @@ static int meta_volume_place(struct zl_etcd *e, const char *prefix, struct zl_vo
 		struct zl_slice *sl = &v->slices[s];
 
 		sl->version = 1;
+		sl->term = 1;
 		sl->n = (uint8_t)v->replicas;
 		for (uint32_t r = 0; r < v->replicas; r++) {
-			strcpy(sl->nodes[r], nodes[table[(size_t)s * v->replicas + r]].id);
-			sl->in_sync[r] = true;
+			const struct zl_node_info *ni = &nodes[table[(size_t)s * v->replicas + r]];
+
+			strcpy(sl->nodes[r], ni->id);
+			strcpy(sl->incarnation[r], ni->incarnation);
+			zl_slice_member_set(sl, (int)r, ZL_MEMBER_IN_SYNC);
 		}
 	}
 out_free:
@@ -240,19 +243,22 @@ out_nodes:
 	return ret;
 }
 
-/* The same-name rule of CreateVolume: same size, chunk size and replicas is
- * the same volume; anything else is a conflict. Consumes *existing. */
+/* The same-name rule of CreateVolume: same size, chunk size and replicas
+ * (and min_size when the spec names one) is the same volume; anything else is
+ * a conflict. Consumes *existing. */
 static int meta_volume_existing(struct zl_volume *existing, const struct zl_volume *want,
-				struct zl_volume *out, bool *created)
+				bool min_size_given, struct zl_volume *out, bool *created)
 {
 	if (existing->size != want->size || existing->chunk_size != want->chunk_size ||
-	    existing->replicas != want->replicas) {
+	    existing->replicas != want->replicas ||
+	    (min_size_given && zl_volume_min_size(existing) != want->min_size)) {
 		ZL_LOG_INFO("meta",
 			    "volume name=%s exists as id=%s with size=%" PRIu64
-			    " chunk_size=%u replicas=%u; requested size=%" PRIu64
-			    " chunk_size=%u replicas=%u",
+			    " chunk_size=%u replicas=%u min_size=%u; requested size=%" PRIu64
+			    " chunk_size=%u replicas=%u min_size=%u",
 			    existing->name, existing->id, existing->size, existing->chunk_size,
-			    existing->replicas, want->size, want->chunk_size, want->replicas);
+			    existing->replicas, zl_volume_min_size(existing), want->size,
+			    want->chunk_size, want->replicas, want->min_size);
 		zl_volume_fini(existing);
 		return -ZL_ERR_EXISTS;
 	}
@@ -286,7 +292,8 @@ int zl_meta_volume_create(struct zl_etcd *e, const char *prefix, const struct zl
 
 		ret = meta_volume_by_name(e, prefix, v.name, &existing);
 		if (ret == 0) {
-			ret = meta_volume_existing(&existing, &v, out, created);
+			ret =
+			    meta_volume_existing(&existing, &v, spec->min_size != 0, out, created);
 			zl_volume_fini(&v);
 			return ret;
 		}
@@ -422,78 +429,5 @@ int zl_meta_volume_delete(struct zl_etcd *e, const char *prefix, const struct zl
 			   v->name, zl_errname(ret), zl_etcd_last_error());
 	else
 		ZL_LOG_INFO("meta", "volume deleted id=%s name=%s", v->id, v->name);
-	return ret;
-}
-
-int zl_meta_slice_drop(struct zl_etcd *e, const char *prefix, const char *vol_id, uint32_t slice,
-		       const char *node_id, uint64_t seen_version, struct zl_volume *out)
-{
-	struct zl_volume v;
-	int ret;
-
-	if (!vol_id || !node_id)
-		return -ZL_ERR_INVAL;
-	for (int attempt = 0; attempt < META_DROP_TRIES; attempt++) {
-		struct zl_slice *s;
-		int idx, n_in_sync = 0;
-
-		ret = zl_meta_volume_get(e, prefix, vol_id, &v);
-		if (ret)
-			return ret;
-		if (slice >= v.n_slices) {
-			ret = -ZL_ERR_INVAL;
-			goto out_fini;
-		}
-		s = &v.slices[slice];
-		idx = zl_slice_index_of(s, node_id);
-		if (idx < 0 || !s->in_sync[idx]) {
-			/* Already out of sync (someone else dropped it, possibly
-			 * at a newer version than seen_version): nothing to do. */
-			ZL_LOG_DEBUG("meta",
-				     "slice drop no-op vol=%s slice=%u node=%s version=%" PRIu64
-				     " seen=%" PRIu64,
-				     vol_id, slice, node_id, s->version, seen_version);
-			goto out_done;
-		}
-		for (int i = 0; i < s->n; i++)
-			n_in_sync += s->in_sync[i];
-		if (n_in_sync <= 1) {
-			ZL_LOG_ERR("meta",
-				   "refusing to drop the last in-sync replica vol=%s slice=%u "
-				   "node=%s version=%" PRIu64,
-				   vol_id, slice, node_id, s->version);
-			ret = -ZL_ERR_UNAVAIL;
-			goto out_fini;
-		}
-		s->in_sync[idx] = false;
-		s->version++;
-		ret = zl_meta_volume_update(e, prefix, &v);
-		if (ret == 0) {
-			ZL_LOG_WARN("meta",
-				    "replica dropped from in-sync set vol=%s slice=%u node=%s "
-				    "version=%" PRIu64,
-				    vol_id, slice, node_id, s->version);
-			goto out_done;
-		}
-		zl_volume_fini(&v);
-		if (ret != -ZL_ERR_CONFLICT)
-			return ret;
-		ZL_LOG_DEBUG("meta",
-			     "slice drop raced another update vol=%s slice=%u node=%s "
-			     "attempt=%d",
-			     vol_id, slice, node_id, attempt);
-	}
-	ZL_LOG_ERR("meta", "slice drop vol=%s slice=%u node=%s: %d conflicting updates; retry",
-		   vol_id, slice, node_id, META_DROP_TRIES);
-	return -ZL_ERR_CONFLICT;
-
-out_done:
-	if (out) {
-		*out = v;
-		return 0;
-	}
-	ret = 0;
-out_fini:
-	zl_volume_fini(&v);
 	return ret;
 }

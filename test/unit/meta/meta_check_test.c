@@ -208,6 +208,112 @@ static void test_placement(void **state)
 	zl_volume_fini(&v);
 }
 
+/* The fields of issue 10: member states, incarnations, term, min_size. */
+static void test_replication_fields(void **state)
+{
+	static const char inc[] = "0123456789abcdef0123456789abcdef";
+	struct zl_volume v, back;
+	char *json;
+
+	(void)state;
+	make_volume(&v, 4, 3);
+	/* 0 means the default (a hand-built record of 0.1 code), written as 2;
+	 * an unset term is written as 1. */
+	assert_int_equal(zl_volume_min_size(&v), 2);
+	for (uint32_t m = 0; m <= 3; m++) {
+		v.min_size = m;
+		assert_int_equal(zl_meta_volume_check(&v, NULL, 0), 0);
+	}
+	v.min_size = 4;
+	assert_refused(&v, "min_size=4 is not in [1, replicas=3]");
+	v.min_size = 0;
+
+	zl_slice_member_set(&v.slices[1], 2, ZL_MEMBER_RECOVERING);
+	strcpy(v.slices[1].incarnation[0], inc);
+	v.slices[1].term = 7;
+	assert_int_equal(zl_meta_volume_check(&v, NULL, 0), 0);
+	json = zl_meta_volume_to_json(&v);
+	assert_non_null(json);
+	assert_non_null(strstr(json, "\"min_size\":2"));
+	assert_int_equal(zl_meta_volume_from_json(json, strlen(json), &back), 0);
+	free(json);
+	assert_int_equal(back.min_size, 2);
+	assert_int_equal(back.slices[0].term, 1);
+	assert_int_equal(back.slices[1].term, 7);
+	assert_int_equal(zl_slice_member_state(&back.slices[1], 0), ZL_MEMBER_IN_SYNC);
+	assert_int_equal(zl_slice_member_state(&back.slices[1], 2), ZL_MEMBER_RECOVERING);
+	assert_false(back.slices[1].in_sync[2]);
+	assert_string_equal(back.slices[1].incarnation[0], inc);
+	assert_string_equal(back.slices[1].incarnation[1], "");
+	zl_volume_fini(&back);
+
+	v.slices[2].state[1] = 3;
+	assert_refused(&v, "slice 2 member n3 has state 3");
+	v.slices[2].state[1] = ZL_MEMBER_OUT;
+	strcpy(v.slices[3].incarnation[2], "0123456789ABCDEF0123456789abcdef");
+	assert_refused(&v, "slice 3 member n1 has an incarnation");
+	strcpy(v.slices[3].incarnation[2], "0123456789abcdef");
+	assert_refused(&v, "incarnation");
+	memset(v.slices[3].incarnation[2], 'a', sizeof(v.slices[3].incarnation[2]));
+	assert_refused(&v, "incarnation"); /* no NUL */
+	v.slices[3].incarnation[2][0] = '\0';
+	assert_int_equal(zl_meta_volume_check(&v, NULL, 0), 0);
+	zl_volume_fini(&v);
+
+	/* Defaults by replicas. */
+	assert_int_equal(zl_meta_min_size_default(1), 1);
+	assert_int_equal(zl_meta_min_size_default(2), 1);
+	assert_int_equal(zl_meta_min_size_default(3), 2);
+	make_volume(&v, 1, 1);
+	v.min_size = 2;
+	assert_refused(&v, "min_size=2 is not in [1, replicas=1]");
+	zl_volume_fini(&v);
+}
+
+static void test_member_helpers(void **state)
+{
+	struct zl_slice s = {.version = 1, .n = 3};
+
+	(void)state;
+	assert_int_equal(zl_slice_member_count(&s, ZL_MEMBER_OUT), 3);
+	zl_slice_member_set(&s, 1, ZL_MEMBER_IN_SYNC);
+	zl_slice_member_set(&s, 2, ZL_MEMBER_RECOVERING);
+	assert_true(s.in_sync[1]);
+	assert_false(s.in_sync[2]);
+	assert_int_equal(zl_slice_primary(&s), 1);
+	assert_int_equal(zl_slice_member_count(&s, ZL_MEMBER_IN_SYNC), 1);
+	assert_int_equal(zl_slice_member_count(&s, ZL_MEMBER_RECOVERING), 1);
+	/* in_sync[] decides, as 0.1 code expects: clearing it makes the member
+	 * out, setting it makes it in sync, whatever state[] says. */
+	s.in_sync[1] = false;
+	assert_int_equal(zl_slice_member_state(&s, 1), ZL_MEMBER_OUT);
+	s.in_sync[2] = true;
+	assert_int_equal(zl_slice_member_state(&s, 2), ZL_MEMBER_IN_SYNC);
+	s.in_sync[2] = false;
+	assert_int_equal(zl_slice_member_state(&s, 2), ZL_MEMBER_RECOVERING);
+	assert_string_equal(zl_member_state_name(ZL_MEMBER_RECOVERING), "recovering");
+	assert_string_equal(zl_member_state_name((enum zl_member_state)9), "?");
+}
+
+static void test_ids(void **state)
+{
+	char id[ZL_META_ID_SIZE], other[ZL_META_ID_SIZE];
+
+	(void)state;
+	zl_meta_id_generate(id);
+	zl_meta_id_generate(other);
+	assert_int_equal(strlen(id), ZL_META_ID_LEN);
+	assert_int_equal(zl_meta_id_check(id), 0);
+	assert_string_not_equal(id, other);
+	assert_int_equal(zl_meta_id_check("0123456789abcdef0123456789abcdef"), 0);
+	assert_int_equal(zl_meta_id_check("0123456789abcdef0123456789abcde"), -ZL_ERR_INVAL);
+	assert_int_equal(zl_meta_id_check("0123456789abcdef0123456789abcdef0"), -ZL_ERR_INVAL);
+	assert_int_equal(zl_meta_id_check("0123456789abcdef0123456789abcdeg"), -ZL_ERR_INVAL);
+	assert_int_equal(zl_meta_id_check("0123456789ABCDEF0123456789abcdef"), -ZL_ERR_INVAL);
+	assert_int_equal(zl_meta_id_check(""), -ZL_ERR_INVAL);
+	assert_int_equal(zl_meta_id_check(NULL), -ZL_ERR_INVAL);
+}
+
 static void test_chunk_size_ok(void **state)
 {
 	(void)state;
@@ -228,6 +334,9 @@ int main(void)
 	    cmocka_unit_test(test_scalars),
 	    cmocka_unit_test(test_placement),
 	    cmocka_unit_test(test_chunk_size_ok),
+	    cmocka_unit_test(test_replication_fields),
+	    cmocka_unit_test(test_member_helpers),
+	    cmocka_unit_test(test_ids),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -13,6 +13,7 @@
 
 #include "lib/common/common.h"
 #include "lib/meta/meta.h"
+#include "lib/meta/meta_internal.h" /* meta_volume_from_json: the reasons */
 
 static void make_node(struct zl_node_info *n)
 {
@@ -382,8 +383,12 @@ static void mut_in_sync_dup(json_t *o)
 
 static void mut_in_sync_empty(json_t *o)
 {
+	json_t *states = json_object_get(row(o, 0), "states");
+
 	/* Valid: a slice may have lost every in-sync replica. */
 	json_array_clear(json_object_get(row(o, 0), "in_sync"));
+	for (size_t i = 0; i < json_array_size(states); i++)
+		json_array_set_new(states, i, json_string("out"));
 }
 
 static void mut_short_row(json_t *o)
@@ -569,6 +574,467 @@ static void test_volume_to_json_refuses_invalid(void **state)
 	zl_volume_fini(&v);
 }
 
+static const char g_inc[] = "00112233445566778899aabbccddeeff";
+
+/* A node record exactly as 0.1 wrote it: no cluster_id, no incarnation. */
+static void test_node_identity(void **state)
+{
+	static const char v01[] =
+	    "{\"id\":\"storage-0\",\"addr\":\"10.0.0.7\",\"port\":7420,\"rdma_port\":0,"
+	    "\"transports\":\"tcp\",\"domain\":\"\",\"capacity\":100,\"free\":50,"
+	    "\"start_time\":1700000000,\"version\":\"0.1.0\"}";
+	struct zl_node_info a, b;
+	char *json;
+
+	(void)state;
+	assert_int_equal(zl_meta_node_from_json(v01, strlen(v01), &b), 0);
+	assert_string_equal(b.id, "storage-0");
+	assert_string_equal(b.cluster_id, "");
+	assert_string_equal(b.incarnation, "");
+
+	make_node(&a);
+	strcpy(a.cluster_id, g_inc);
+	zl_meta_id_generate(a.incarnation);
+	json = zl_meta_node_to_json(&a);
+	assert_non_null(json);
+	assert_int_equal(zl_meta_node_from_json(json, strlen(json), &b), 0);
+	assert_memory_equal(&a, &b, sizeof(a));
+	free(json);
+
+	/* Neither empty nor 32 lowercase hex digits: refused both ways. */
+	static const char *bad[] = {"abc", "00112233445566778899AABBCCDDEEFF",
+				    "00112233445566778899aabbccddeef-", "1"};
+	for (size_t i = 0; i < ZL_ARRAY_SIZE(bad); i++) {
+		make_node(&a);
+		strcpy(a.incarnation, bad[i]);
+		assert_null(zl_meta_node_to_json(&a));
+		json_t *o = json_loads(v01, 0, NULL);
+		json_object_set_new(o, i % 2 ? "cluster_id" : "incarnation", json_string(bad[i]));
+		json = json_dumps(o, JSON_COMPACT);
+		json_decref(o);
+		assert_int_equal(zl_meta_node_from_json(json, strlen(json), &b), -ZL_ERR_INVAL);
+		free(json);
+	}
+	g_field = "cluster_id";
+	assert_int_equal(node_mutated(mut_int), -ZL_ERR_INVAL);
+	g_field = "incarnation";
+	assert_int_equal(node_mutated(mut_int), -ZL_ERR_INVAL);
+}
+
+/* A volume record exactly as 0.1 wrote it: rows of {v, nodes, in_sync}, no
+ * term, states, incarnations or min_size. */
+static const char g_v01_volume[] =
+    "{\"id\":\"vol-00c0ffee12345678\",\"name\":\"pvc-old\",\"size\":1073741824,"
+    "\"chunk_size\":4194304,\"replicas\":3,\"slices\":2,\"state\":\"ready\","
+    "\"created\":1700000123,\"params\":{},\"placement\":["
+    "{\"v\":4,\"nodes\":[\"n0\",\"n1\",\"n2\"],\"in_sync\":[\"n2\",\"n0\"]},"
+    "{\"v\":1,\"nodes\":[\"n1\",\"n2\",\"n0\"],\"in_sync\":[\"n1\",\"n2\",\"n0\"]}]}";
+
+static void test_volume_v01(void **state)
+{
+	struct zl_volume v, w;
+	char *json;
+
+	(void)state;
+	assert_int_equal(zl_meta_volume_from_json(g_v01_volume, strlen(g_v01_volume), &v), 0);
+	assert_int_equal(v.min_size, 2);
+	assert_true(v.slices[0].version == 4);
+	assert_int_equal(v.slices[0].term, 1);
+	assert_int_equal(zl_slice_member_state(&v.slices[0], 0), ZL_MEMBER_IN_SYNC);
+	assert_int_equal(zl_slice_member_state(&v.slices[0], 1), ZL_MEMBER_OUT);
+	assert_int_equal(zl_slice_member_state(&v.slices[0], 2), ZL_MEMBER_IN_SYNC);
+	assert_int_equal(zl_slice_primary(&v.slices[0]), 0);
+	assert_int_equal(zl_slice_member_count(&v.slices[1], ZL_MEMBER_IN_SYNC), 3);
+	for (int r = 0; r < 3; r++)
+		assert_string_equal(v.slices[1].incarnation[r], "");
+	/* Written again it has every new field, and keeps the 0.1 ones. */
+	json = zl_meta_volume_to_json(&v);
+	assert_non_null(json);
+	assert_non_null(strstr(json, "\"min_size\":2"));
+	assert_non_null(strstr(json, "{\"v\":4,\"term\":1,\"nodes\":[\"n0\",\"n1\",\"n2\"],"
+				     "\"in_sync\":[\"n0\",\"n2\"],"
+				     "\"states\":[\"in_sync\",\"out\",\"in_sync\"],"
+				     "\"incarnations\":[\"\",\"\",\"\"]}"));
+	assert_int_equal(zl_meta_volume_from_json(json, strlen(json), &w), 0);
+	assert_memory_equal(v.slices, w.slices, 2 * sizeof(*v.slices));
+	free(json);
+	zl_volume_fini(&w);
+	zl_volume_fini(&v);
+
+	/* The default min_size follows replicas: 1 for one replica. */
+	const char *one = "{\"id\":\"vol-00c0ffee12345678\",\"name\":\"pvc-one\",\"size\":4096,"
+			  "\"chunk_size\":65536,\"replicas\":1,\"slices\":1,\"state\":\"ready\","
+			  "\"created\":1,\"params\":{},\"placement\":[{\"v\":1,\"nodes\":[\"n0\"],"
+			  "\"in_sync\":[\"n0\"]}]}";
+	assert_int_equal(zl_meta_volume_from_json(one, strlen(one), &v), 0);
+	assert_int_equal(v.min_size, 1);
+	zl_volume_fini(&v);
+}
+
+static void mut_drop_term(json_t *o)
+{
+	json_object_del(row(o, 1), "term");
+}
+
+static void mut_drop_states(json_t *o)
+{
+	json_object_del(row(o, 2), "states");
+}
+
+static void mut_drop_incs(json_t *o)
+{
+	json_object_del(row(o, 3), "incarnations");
+}
+
+static void mut_drop_all_new(json_t *o)
+{
+	/* A row of 0.1 in a record of today is fine. */
+	json_object_del(row(o, 0), "term");
+	json_object_del(row(o, 0), "states");
+	json_object_del(row(o, 0), "incarnations");
+	json_object_del(o, "min_size");
+}
+
+static void mut_term(json_t *o)
+{
+	json_object_set_new(row(o, 0), "term", json_integer(g_int));
+}
+
+static void mut_state_name(json_t *o)
+{
+	json_array_set_new(json_object_get(row(o, 0), "states"), 1,
+			   json_string((const char *)(uintptr_t)g_int));
+}
+
+static void mut_states_short(json_t *o)
+{
+	json_array_remove(json_object_get(row(o, 0), "states"), 0);
+}
+
+static void mut_inc(json_t *o)
+{
+	json_array_set_new(json_object_get(row(o, 1), "incarnations"), 0,
+			   json_string((const char *)(uintptr_t)g_int));
+}
+
+static void mut_inc_not_string(json_t *o)
+{
+	json_array_set_new(json_object_get(row(o, 1), "incarnations"), 0, json_integer(1));
+}
+
+/* make_volume: row 0 has members n0 (out), n1, n2 in sync. */
+static int volume_state(const char *name)
+{
+	g_int = (int64_t)(uintptr_t)name;
+	return volume_mutated(mut_state_name);
+}
+
+static void test_volume_rejects_new_fields(void **state)
+{
+	(void)state;
+	assert_int_equal(volume_mutated(mut_drop_term), -ZL_ERR_INVAL);
+	assert_int_equal(volume_mutated(mut_drop_states), -ZL_ERR_INVAL);
+	assert_int_equal(volume_mutated(mut_drop_incs), -ZL_ERR_INVAL);
+	assert_int_equal(volume_mutated(mut_drop_all_new), 0);
+	assert_int_equal(volume_mutated(mut_states_short), -ZL_ERR_INVAL);
+	assert_int_equal(volume_mutated(mut_inc_not_string), -ZL_ERR_INVAL);
+
+	g_int = 0;
+	assert_int_equal(volume_mutated(mut_term), -ZL_ERR_INVAL);
+	g_int = -1;
+	assert_int_equal(volume_mutated(mut_term), -ZL_ERR_INVAL);
+	g_int = (int64_t)UINT32_MAX + 1;
+	assert_int_equal(volume_mutated(mut_term), -ZL_ERR_INVAL);
+	g_int = UINT32_MAX;
+	assert_int_equal(volume_mutated(mut_term), 0);
+
+	/* in_sync says n1 is in sync: states must agree. */
+	assert_int_equal(volume_state("in_sync"), 0);
+	assert_int_equal(volume_state("out"), -ZL_ERR_INVAL);
+	assert_int_equal(volume_state("recovering"), -ZL_ERR_INVAL);
+	assert_int_equal(volume_state("IN_SYNC"), -ZL_ERR_INVAL);
+	assert_int_equal(volume_state(""), -ZL_ERR_INVAL);
+
+	g_int = (int64_t)(uintptr_t)g_inc;
+	assert_int_equal(volume_mutated(mut_inc), 0);
+	g_int = (int64_t)(uintptr_t) "";
+	assert_int_equal(volume_mutated(mut_inc), 0);
+	g_int = (int64_t)(uintptr_t) "00112233445566778899aabbccddeeff0";
+	assert_int_equal(volume_mutated(mut_inc), -ZL_ERR_INVAL);
+	g_int = (int64_t)(uintptr_t) "00112233445566778899aabbccddeefg";
+	assert_int_equal(volume_mutated(mut_inc), -ZL_ERR_INVAL);
+
+	assert_int_equal(volume_field("min_size", 0), -ZL_ERR_INVAL);
+	assert_int_equal(volume_field("min_size", 1), 0);
+	assert_int_equal(volume_field("min_size", 3), 0);
+	assert_int_equal(volume_field("min_size", 4), -ZL_ERR_INVAL);
+	assert_int_equal(volume_str("min_size", "2"), -ZL_ERR_INVAL);
+}
+
+/* g_v01_volume with its first in_sync array replaced by `repl`. */
+static void v01_with(char *out, size_t len, const char *repl)
+{
+	static const char first[] = "\"in_sync\":[\"n2\",\"n0\"]";
+	const char *at = strstr(g_v01_volume, first);
+
+	assert_non_null(at);
+	snprintf(out, len, "%.*s%s%s", (int)(at - g_v01_volume), g_v01_volume, repl,
+		 at + strlen(first));
+}
+
+/* Refusals of the decoder name the row and what is wrong in it (the lister
+ * logs this reason next to the key). */
+static void test_volume_reasons(void **state)
+{
+	static const struct {
+		const char *row, *want;
+	} cases[] = {
+	    {"\"in_sync\":[\"n2\",\"n0\"],\"term\":2",
+	     "placement row 0 has only some of term, states and incarnations"},
+	    {"\"in_sync\":[\"n2\",\"n0\"],\"term\":2,\"states\":[\"in_sync\",\"out\",\"in_sync\"],"
+	     "\"incarnations\":[\"\",\"\",\"\"]",
+	     ""},
+	    {"\"in_sync\":[\"n2\",\"n0\"],\"term\":2,\"states\":[\"in_sync\",\"gone\",\"in_sync\"],"
+	     "\"incarnations\":[\"\",\"\",\"\"]",
+	     "placement row 0: states[1] is not in_sync, recovering or out"},
+	    {"\"in_sync\":[\"n2\",\"n0\"],\"term\":2,\"states\":[\"in_sync\",\"recovering\","
+	     "\"recovering\"],\"incarnations\":[\"\",\"\",\"\"]",
+	     "placement row 0: states and in_sync disagree on n2"},
+	    {"\"in_sync\":[\"n2\",\"n0\"],\"term\":0,\"states\":[\"in_sync\",\"out\",\"in_sync\"],"
+	     "\"incarnations\":[\"\",\"\",\"\"]",
+	     "placement row 0: term is not in [1, 2^32)"},
+	    {"\"in_sync\":[\"n2\",\"n0\"],\"term\":2,\"states\":[\"in_sync\",\"out\",\"in_sync\"],"
+	     "\"incarnations\":[\"\",\"\"]",
+	     "placement row 0: incarnations is not 3 strings"},
+	    {"\"in_sync\":[\"n2\",\"n0\"],\"term\":2,\"states\":[\"in_sync\",\"out\",\"in_sync\"],"
+	     "\"incarnations\":[\"\",\"x\",\"\"]",
+	     "slice 0 member n1 has an incarnation that is neither empty nor 32"},
+	    {"\"in_sync\":[\"n2\",\"n2\"]", "placement row 0: in_sync[1] is not a node of the row"},
+	};
+	char bad[sizeof(g_v01_volume) + 256];
+	char why[256];
+	struct zl_volume v;
+
+	(void)state;
+	for (size_t i = 0; i < ZL_ARRAY_SIZE(cases); i++) {
+		int ret;
+
+		v01_with(bad, sizeof(bad), cases[i].row);
+		memset(why, 'x', sizeof(why));
+		ret = meta_volume_from_json(bad, strlen(bad), &v, why, sizeof(why));
+		if (!cases[i].want[0]) {
+			assert_int_equal(ret, 0);
+			assert_int_equal(v.slices[0].term, 2);
+			zl_volume_fini(&v);
+			continue;
+		}
+		assert_int_equal(ret, -ZL_ERR_INVAL);
+		if (!strstr(why, cases[i].want))
+			fail_msg("case %zu: reason \"%s\" does not mention \"%s\"", i, why,
+				 cases[i].want);
+		assert_null(v.slices);
+	}
+	v01_with(bad, sizeof(bad), "\"in_sync\":[\"n2\",\"n0\"]");
+	{
+		char *at = strstr(bad, "\"replicas\":3");
+		char tail[sizeof(bad)];
+
+		strcpy(tail, at + strlen("\"replicas\":3"));
+		snprintf(at, sizeof(bad) - (size_t)(at - bad), "\"replicas\":3,\"min_size\":5%s",
+			 tail);
+	}
+	assert_int_equal(meta_volume_from_json(bad, strlen(bad), &v, why, sizeof(why)),
+			 -ZL_ERR_INVAL);
+	assert_non_null(strstr(why, "min_size=5 is not in [1, replicas=3]"));
+}
+
+static void test_cluster_json(void **state)
+{
+	struct zl_cluster_info c = {.created = 1700000000}, d;
+	char *json;
+
+	(void)state;
+	strcpy(c.id, g_inc);
+	json = zl_meta_cluster_to_json(&c);
+	assert_non_null(json);
+	assert_string_equal(json, "{\"cluster_id\":\"00112233445566778899aabbccddeeff\","
+				  "\"created\":1700000000}");
+	assert_int_equal(zl_meta_cluster_from_json(json, strlen(json), &d), 0);
+	assert_memory_equal(&c, &d, sizeof(c));
+	free(json);
+
+	static const char *bad[] = {
+	    "",
+	    "[]",
+	    "{}",
+	    "{\"cluster_id\":\"00112233445566778899aabbccddeeff\"}",
+	    "{\"created\":1}",
+	    "{\"cluster_id\":\"00112233445566778899aabbccddeef\",\"created\":1}",
+	    "{\"cluster_id\":\"00112233445566778899AABBCCDDEEFF\",\"created\":1}",
+	    "{\"cluster_id\":7,\"created\":1}",
+	    "{\"cluster_id\":\"00112233445566778899aabbccddeeff\",\"created\":-1}",
+	    "{\"cluster_id\":\"00112233445566778899aabbccddeeff\",\"created\":\"1\"}",
+	    "{\"cluster_id\":\"00112233445566778899aabbccddeeff\",\"created\":1,\"created\":2}",
+	};
+	for (size_t i = 0; i < ZL_ARRAY_SIZE(bad); i++) {
+		assert_int_equal(zl_meta_cluster_from_json(bad[i], strlen(bad[i]), &d),
+				 -ZL_ERR_INVAL);
+		assert_string_equal(d.id, "");
+	}
+	strcpy(c.id, "not-hex");
+	assert_null(zl_meta_cluster_to_json(&c));
+}
+
+static void make_report(struct zl_report *r)
+{
+	memset(r, 0, sizeof(*r));
+	strcpy(r->vol_id, "vol-00c0ffee12345678");
+	r->slice = 3;
+	strcpy(r->reporter, "client-a");
+	strcpy(r->peer, "storage-1");
+	strcpy(r->error, "ZL_ERR_TIMEOUT");
+	r->slice_ver = 9;
+	r->time = 1700000000;
+}
+
+static void test_report_json(void **state)
+{
+	struct zl_report r, d;
+	char *json;
+	char why[160];
+
+	(void)state;
+	make_report(&r);
+	json = zl_meta_report_to_json(&r);
+	assert_non_null(json);
+	assert_string_equal(json, "{\"peer\":\"storage-1\",\"error\":\"ZL_ERR_TIMEOUT\","
+				  "\"slice_ver\":9,\"time\":1700000000}");
+	/* The value carries peer, error, slice_ver and time; the key the rest. */
+	assert_int_equal(zl_meta_report_from_json(json, strlen(json), &d), 0);
+	assert_string_equal(d.peer, "storage-1");
+	assert_string_equal(d.error, "ZL_ERR_TIMEOUT");
+	assert_true(d.slice_ver == 9 && d.time == 1700000000);
+	assert_string_equal(d.vol_id, "");
+	free(json);
+
+	static const char *bad[] = {
+	    "",
+	    "{}",
+	    "{\"peer\":\"p\",\"error\":\"E\",\"slice_ver\":1}",
+	    "{\"peer\":\"p\",\"error\":\"E\",\"time\":1}",
+	    "{\"peer\":\"p/q\",\"error\":\"E\",\"slice_ver\":1,\"time\":1}",
+	    "{\"peer\":\"\",\"error\":\"E\",\"slice_ver\":1,\"time\":1}",
+	    "{\"peer\":\"p\",\"error\":\"\",\"slice_ver\":1,\"time\":1}",
+	    "{\"peer\":\"p\",\"error\":\"a b\",\"slice_ver\":1,\"time\":1}",
+	    "{\"peer\":\"p\",\"error\":\"E\",\"slice_ver\":0,\"time\":1}",
+	    "{\"peer\":\"p\",\"error\":\"E\",\"slice_ver\":1,\"time\":-1}",
+	    "{\"peer\":\"p\",\"error\":\"E\",\"slice_ver\":1.5,\"time\":1}",
+	    ("{\"peer\":\"p\",\"error\":\"EEEEEEEEEEEEEEEEEEEEEEEEEEEEEEEEEEEE\",\"slice_ver\":1,"
+	     "\"time\":1}"),
+	    "{\"peer\":\"p\",\"peer\":\"q\",\"error\":\"E\",\"slice_ver\":1,\"time\":1}",
+	};
+	for (size_t i = 0; i < ZL_ARRAY_SIZE(bad); i++)
+		assert_int_equal(zl_meta_report_from_json(bad[i], strlen(bad[i]), &d),
+				 -ZL_ERR_INVAL);
+	const char *ok = "{\"peer\":\"p\",\"error\":\"E\",\"slice_ver\":1,\"time\":0}";
+	assert_int_equal(zl_meta_report_from_json(ok, strlen(ok), &d), 0);
+
+	/* The full check names what is wrong, and the encoder agrees with it. */
+	make_report(&r);
+	assert_int_equal(zl_meta_report_check(&r, why, sizeof(why)), 0);
+	strcpy(r.vol_id, "vol-1");
+	assert_int_equal(zl_meta_report_check(&r, why, sizeof(why)), -ZL_ERR_INVAL);
+	assert_non_null(strstr(why, "vol_id"));
+	assert_null(zl_meta_report_to_json(&r));
+	make_report(&r);
+	r.slice = 65536;
+	assert_int_equal(zl_meta_report_check(&r, why, sizeof(why)), -ZL_ERR_INVAL);
+	assert_non_null(strstr(why, "slice=65536"));
+	make_report(&r);
+	strcpy(r.reporter, "a b");
+	assert_int_equal(zl_meta_report_check(&r, why, sizeof(why)), -ZL_ERR_INVAL);
+	assert_non_null(strstr(why, "reporter"));
+	make_report(&r);
+	strcpy(r.error, "ZL-ERR");
+	assert_int_equal(zl_meta_report_check(&r, why, sizeof(why)), -ZL_ERR_INVAL);
+	assert_non_null(strstr(why, "error"));
+	make_report(&r);
+	strcpy(r.peer, r.reporter); /* a member may report itself (lagging) */
+	assert_int_equal(zl_meta_report_check(&r, why, sizeof(why)), 0);
+	assert_int_equal(zl_meta_report_check(NULL, why, sizeof(why)), -ZL_ERR_INVAL);
+}
+
+static void test_report_key(void **state)
+{
+	static const char *bad[] = {
+	    "",
+	    "reports",
+	    "/z/reports/vol-00c0ffee12345678/3/client-a",
+	    "/z/reports/vol-00c0ffee12345678/3/client-a/",
+	    "/z/reports/vol-00c0ffee12345678/03/client-a/storage-1",
+	    "/z/reports/vol-00c0ffee12345678/+3/client-a/storage-1",
+	    "/z/reports/vol-00c0ffee12345678/-3/client-a/storage-1",
+	    "/z/reports/vol-00c0ffee12345678/3x/client-a/storage-1",
+	    "/z/reports/vol-00c0ffee12345678/ 3/client-a/storage-1",
+	    "/z/reports/vol-00c0ffee12345678/\v2/client-a/storage-1",
+	    "/z/reports/vol-00c0ffee12345678/65536/client-a/storage-1",
+	    "/z/reports/vol-00c0ffee12345678/99999999999/client-a/storage-1",
+	    "/z/reports/vol-00c0ffee1234567/3/client-a/storage-1",
+	    "/z/reports/vol-00c0ffee12345678/3/client a/storage-1",
+	    "/z/reports/vol-00c0ffee12345678//client-a/storage-1",
+	    "/z/report/vol-00c0ffee12345678/3/client-a/storage-1",
+	    "/z/reports/x/vol-00c0ffee12345678/3/client-a/storage-1",
+	    "/z/reports/vol-00c0ffee12345678/3/client-a/storage-1/x",
+	};
+	struct zl_report r, want;
+	struct zl_etcd_kv kv = {0};
+	char key[128], *json;
+
+	(void)state;
+	make_report(&want);
+	assert_int_equal(zl_meta_report_parse_key("/z/reports/vol-00c0ffee12345678/3/client-a/"
+						  "storage-1",
+						  &r),
+			 0);
+	assert_string_equal(r.vol_id, want.vol_id);
+	assert_int_equal(r.slice, 3);
+	assert_string_equal(r.reporter, "client-a");
+	assert_string_equal(r.peer, "storage-1");
+	assert_true(r.slice_ver == 0);
+	/* An empty prefix works too. */
+	assert_int_equal(zl_meta_report_parse_key("reports/vol-00c0ffee12345678/0/a/b", &r), 0);
+	assert_int_equal(r.slice, 0);
+	for (size_t i = 0; i < ZL_ARRAY_SIZE(bad); i++) {
+		if (zl_meta_report_parse_key(bad[i], &r) != -ZL_ERR_INVAL)
+			fail_msg("key \"%s\" was accepted", bad[i]);
+		assert_string_equal(r.vol_id, "");
+	}
+	assert_int_equal(zl_meta_report_parse_key(NULL, &r), -ZL_ERR_INVAL);
+
+	/* A whole stored report, as a watch event hands it over. */
+	json = zl_meta_report_to_json(&want);
+	assert_non_null(json);
+	snprintf(key, sizeof(key), "/z/reports/%s/3/client-a/storage-1", want.vol_id);
+	kv.key = key;
+	kv.value = json;
+	kv.value_len = strlen(json);
+	kv.lease = 42;
+	kv.mod_rev = 7;
+	assert_int_equal(zl_meta_report_from_kv(&kv, &r), 0);
+	want.lease = 42;
+	want.mod_rev = 7;
+	assert_memory_equal(&r, &want, sizeof(r));
+	/* The key names another peer than the value. */
+	snprintf(key, sizeof(key), "/z/reports/%s/3/client-a/storage-2", want.vol_id);
+	assert_int_equal(zl_meta_report_from_kv(&kv, &r), -ZL_ERR_INVAL);
+	assert_string_equal(r.peer, "");
+	free(json);
+	kv.value = "{}";
+	kv.value_len = 2;
+	assert_int_equal(zl_meta_report_from_kv(&kv, &r), -ZL_ERR_INVAL);
+	assert_int_equal(zl_meta_report_from_kv(NULL, &r), -ZL_ERR_INVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -578,6 +1044,13 @@ int main(void)
 	    cmocka_unit_test(test_slice_helpers),
 	    cmocka_unit_test(test_volume_rejects),
 	    cmocka_unit_test(test_volume_to_json_refuses_invalid),
+	    cmocka_unit_test(test_node_identity),
+	    cmocka_unit_test(test_volume_v01),
+	    cmocka_unit_test(test_volume_rejects_new_fields),
+	    cmocka_unit_test(test_volume_reasons),
+	    cmocka_unit_test(test_cluster_json),
+	    cmocka_unit_test(test_report_json),
+	    cmocka_unit_test(test_report_key),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -15,103 +15,7 @@
 
 #include "lib/common/common.h"
 #include "lib/meta/meta.h"
-
-#define GIB (1ull << 30)
-#define MIB (1ull << 20)
-
-struct fixture {
-	struct zl_etcd *e;
-	char prefix[64];
-};
-
-static int g_counter;
-
-static struct zl_etcd *new_client(void)
-{
-	const char *url = getenv("ZL_TEST_ETCD");
-	struct zl_etcd_opts opts = {.endpoints = url, .timeout_ms = 5000};
-	struct zl_etcd *e = NULL;
-
-	if (!url) {
-		fprintf(stderr,
-			"ZL_TEST_ETCD is not set: run this test via test/lib/with-etcd.sh\n");
-		return NULL;
-	}
-	if (zl_etcd_create(&opts, &e))
-		return NULL;
-	return e;
-}
-
-static int setup(void **state)
-{
-	struct fixture *f = calloc(1, sizeof(*f));
-
-	if (!f)
-		return -1;
-	f->e = new_client();
-	if (!f->e) {
-		free(f);
-		return -1;
-	}
-	snprintf(f->prefix, sizeof(f->prefix), "/zltest-%d-%d/", (int)getpid(), ++g_counter);
-	*state = f;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	struct fixture *f = *state;
-
-	zl_etcd_delete_prefix(f->e, f->prefix, NULL);
-	zl_etcd_destroy(f->e);
-	free(f);
-	return 0;
-}
-
-static void make_node(struct zl_node_info *n, int i, const char *domain, uint64_t free_bytes)
-{
-	memset(n, 0, sizeof(*n));
-	snprintf(n->id, sizeof(n->id), "node-%d", i);
-	snprintf(n->addr, sizeof(n->addr), "10.0.0.%d", i + 1);
-	n->port = 7420;
-	strcpy(n->transports, "tcp");
-	snprintf(n->domain, sizeof(n->domain), "%s", domain ? domain : "");
-	n->capacity = 2 * free_bytes;
-	n->free = free_bytes;
-	n->start_time = 1700000000 + i;
-	strcpy(n->version, ZL_VERSION_STRING);
-}
-
-static void register_nodes(struct fixture *f, int count)
-{
-	for (int i = 0; i < count; i++) {
-		struct zl_node_info n;
-
-		make_node(&n, i, NULL, 100 * GIB);
-		assert_int_equal(zl_meta_node_put(f->e, f->prefix, &n, 0), 0);
-	}
-}
-
-static void key_of(struct fixture *f, char *out, const char *kind, const char *id)
-{
-	assert_int_equal(zl_meta_key(out, 512, f->prefix, kind, id), 0);
-}
-
-static bool key_exists(struct fixture *f, const char *kind, const char *id)
-{
-	char key[512];
-	struct zl_etcd_kv kv;
-	int ret;
-
-	key_of(f, key, kind, id);
-	ret = zl_etcd_get(f->e, key, &kv);
-	if (ret == 0) {
-		zl_etcd_kv_fini(&kv);
-		return true;
-	}
-	assert_int_equal(ret, -ZL_ERR_NOT_FOUND);
-	return false;
-}
+#include "meta_fixture.h"
 
 static void test_nodes(void **state)
 {
@@ -423,16 +327,6 @@ static void test_lookup_list(void **state)
 	zl_meta_volume_list_free(list, n);
 }
 
-/* Writes value under <prefix><kind>/<id> as is (what a buggy or hostile
- * writer could leave in etcd). */
-static void put_raw(struct fixture *f, const char *kind, const char *id, const char *value)
-{
-	char key[512];
-
-	key_of(f, key, kind, id);
-	assert_int_equal(zl_etcd_put(f->e, key, value, strlen(value), 0, NULL), 0);
-}
-
 /* More records than one page (256) of the lister, written in reverse, with
  * malformed records and records under another id's key among them: every
  * good record comes back once, sorted; the bad ones are skipped, and a get
@@ -589,15 +483,29 @@ static void test_slice_drop(void **state)
 	assert_memory_equal(&out.slices[6], &v.slices[6], sizeof(v.slices[6]));
 	zl_volume_fini(&out);
 
-	/* Dropping it again (a second failed write at the old version) is a no-op. */
-	assert_int_equal(zl_meta_slice_drop(f->e, f->prefix, v.id, 5, n1, 1, &out), 0);
+	/* Dropping at the old version (a second failed write sent before the
+	 * first drop) changes nothing: the row moved on, the caller must reload. */
+	assert_int_equal(zl_meta_slice_drop(f->e, f->prefix, v.id, 5, n1, 1, &out),
+			 -ZL_ERR_STALE);
+	assert_int_equal(zl_meta_slice_drop(f->e, f->prefix, v.id, 5, n0, 1, &out),
+			 -ZL_ERR_STALE);
+	assert_int_equal(zl_meta_volume_get(f->e, f->prefix, v.id, &out), 0);
 	assert_true(out.slices[5].version == 2);
+	assert_true(out.slices[5].in_sync[0]);
+	zl_volume_fini(&out);
+	/* At the current version, dropping one already out is a no-op. */
+	assert_int_equal(zl_meta_slice_drop(f->e, f->prefix, v.id, 5, n1, 2, &out), 0);
+	assert_true(out.slices[5].version == 2);
+	assert_int_equal(zl_slice_member_state(&out.slices[5], 1), ZL_MEMBER_OUT);
+	assert_int_equal(out.slices[5].term, 1); /* the primary did not change */
 	zl_volume_fini(&out);
 
-	/* The primary goes; the next in-sync replica becomes primary. */
+	/* The primary goes; the next in-sync replica becomes primary, in a new
+	 * term. */
 	assert_int_equal(zl_meta_slice_drop(f->e, f->prefix, v.id, 5, n0, 2, NULL), 0);
 	assert_int_equal(zl_meta_volume_get(f->e, f->prefix, v.id, &out), 0);
 	assert_true(out.slices[5].version == 3);
+	assert_int_equal(out.slices[5].term, 2);
 	assert_int_equal(zl_slice_primary(&out.slices[5]), 2);
 	zl_volume_fini(&out);
 
@@ -637,7 +545,9 @@ static void *drop_thread(void *p)
 	return NULL;
 }
 
-/* Two replicas dropped at once from the same slice: the CAS loop keeps both. */
+/* Two replicas dropped at once from the same slice, both at the version the
+ * droppers saw: exactly one drop happens, the other is told the row moved on
+ * (it reloads and decides again). */
 static void test_slice_drop_concurrent(void **state)
 {
 	struct fixture *f = *state;
@@ -658,13 +568,14 @@ static void test_slice_drop_concurrent(void **state)
 	for (int i = 0; i < 2; i++)
 		pthread_join(t[i], NULL);
 	pthread_barrier_destroy(&g_barrier);
-	assert_int_equal(a[0].ret, 0);
-	assert_int_equal(a[1].ret, 0);
+	assert_true((a[0].ret == 0 && a[1].ret == -ZL_ERR_STALE) ||
+		    (a[1].ret == 0 && a[0].ret == -ZL_ERR_STALE));
 	assert_int_equal(zl_meta_volume_get(f->e, f->prefix, v.id, &out), 0);
-	assert_true(out.slices[0].version == 3);
+	assert_true(out.slices[0].version == 2);
 	assert_true(out.slices[0].in_sync[0]);
-	assert_false(out.slices[0].in_sync[1]);
-	assert_false(out.slices[0].in_sync[2]);
+	/* The winner's node is out, the loser's stays in sync. */
+	assert_int_equal(out.slices[0].in_sync[1], a[0].ret != 0);
+	assert_int_equal(out.slices[0].in_sync[2], a[1].ret != 0);
 	zl_volume_fini(&out);
 	zl_volume_fini(&v);
 }
