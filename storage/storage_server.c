@@ -308,7 +308,7 @@ static void srv_park_check(void *arg)
 
 		*pp = r->park_next;
 		if (!srv_heal_try_ack(r)) {
-			r->park_next = NULL;
+			r->park_next = *pp; /* back in its place */
 			*pp = r;
 			pp = &r->park_next;
 		}
