@@ -320,7 +320,9 @@ int zl_meta_cluster_get(struct zl_etcd *e, const char *prefix, struct zl_cluster
  * on its own short lease, instead of changing the row; the manager reads the
  * reports (plus node leases) and decides. One report per (slice, reporter,
  * peer): a newer one replaces it. The value is {"peer", "error",
- * "slice_ver", "time"}; the other fields come from the key. */
+ * "slice_ver", "time"}; the other fields come from the key. A manager that
+ * watches them: zl_etcd_watch_prefix on zl_meta_key(.., "reports", NULL),
+ * zl_meta_report_from_kv on puts, zl_meta_report_parse_key on deletes. */
 struct zl_report {
 	char vol_id[24];                      /* "vol-" + 16 hex */
 	uint32_t slice;
