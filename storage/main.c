@@ -33,6 +33,12 @@ static const char usage[] =
     "  --transport MODE     auto|tcp|rdma: transports to serve (default auto)\n"
     "  --capacity SIZE      capacity to advertise (default: the filesystem size)\n"
     "  --log-level LEVEL    err|warn|info|debug (default info)\n"
+    "  --heal on|off        data versions, failure reports instead of dropping\n"
+    "                       backups, recovery of RECOVERING members (default off;\n"
+    "                       needs zipline-controller --manager=on)\n"
+    "  --repl-wait SEC      heal: how long a write whose backup failed waits for\n"
+    "                       the manager to take it out of the in-sync set (default 30)\n"
+    "  --recovery-mbps N    heal: recovery copy rate, megabits/s (default 200)\n"
     "  --help, --version\n";
 
 struct storage_main {
@@ -72,7 +78,7 @@ static int read_password(const char *path, char *buf, size_t len)
 static int parse_flags(int argc, char **argv, struct zl_storage_cfg *cfg, const char **node_flag)
 {
 	enum { O_LISTEN = 256, O_ADV, O_NODE, O_LABEL, O_ETCD, O_PREFIX, O_WAIT, O_CAP, O_LOG,
-	       O_CACERT, O_CERT, O_KEY, O_USER, O_PWFILE, O_XPORT };
+	       O_CACERT, O_CERT, O_KEY, O_USER, O_PWFILE, O_XPORT, O_HEAL, O_RWAIT, O_RMBPS };
 	static const struct option opts[] = {
 	    {"data-dir", required_argument, NULL, 'd'},
 	    {"listen", required_argument, NULL, O_LISTEN},
@@ -90,6 +96,9 @@ static int parse_flags(int argc, char **argv, struct zl_storage_cfg *cfg, const 
 	    {"etcd-user", required_argument, NULL, O_USER},
 	    {"etcd-password-file", required_argument, NULL, O_PWFILE},
 	    {"transport", required_argument, NULL, O_XPORT},
+	    {"heal", required_argument, NULL, O_HEAL},
+	    {"repl-wait", required_argument, NULL, O_RWAIT},
+	    {"recovery-mbps", required_argument, NULL, O_RMBPS},
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},
 	    {NULL, 0, NULL, 0},
@@ -104,6 +113,8 @@ static int parse_flags(int argc, char **argv, struct zl_storage_cfg *cfg, const 
 		cfg->etcd = "http://127.0.0.1:2379";
 	cfg->prefix = ZL_META_DEFAULT_PREFIX;
 	cfg->etcd_wait_sec = 60;
+	cfg->repl_wait_ms = 30000;
+	cfg->recovery_mbps = 200;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
@@ -181,6 +192,24 @@ static int parse_flags(int argc, char **argv, struct zl_storage_cfg *cfg, const 
 			cfg->transport = optarg;
 			break;
 		}
+		case O_HEAL:
+			if (strcmp(optarg, "on") && strcmp(optarg, "off"))
+				return bad_flag("--heal wants on or off", optarg);
+			cfg->heal = !strcmp(optarg, "on");
+			break;
+		case O_RWAIT:
+			v = strtol(optarg, &end, 10);
+			if (*end || v < 1 || v > 86400)
+				return bad_flag("--repl-wait wants seconds (1..86400)", optarg);
+			cfg->repl_wait_ms = (uint32_t)v * 1000;
+			break;
+		case O_RMBPS:
+			v = strtol(optarg, &end, 10);
+			if (*end || v < 1 || v > 1000000)
+				return bad_flag("--recovery-mbps wants megabits/s (1..1000000)",
+						optarg);
+			cfg->recovery_mbps = (uint32_t)v;
+			break;
 		case 'h':
 			fputs(usage, stdout);
 			return 0;
@@ -375,6 +404,8 @@ int main(int argc, char **argv)
 		rc = zl_storage_peers_create(st, &st->peers);
 	if (!rc)
 		rc = zl_storage_tombs_start(st, &st->tombs);
+	if (!rc && st->cfg.heal)
+		rc = zl_storage_heal_start(st);
 	if (rc)
 		goto out_fail;
 	rc = zl_storage_server_start(st);
@@ -406,10 +437,12 @@ out_fail:
 	ZL_LOG_ERR("storage", "start-up failed: %s", zl_strerror(rc));
 out_stop:
 	zl_storage_server_stop_accepting(st);
+	zl_storage_heal_stop(st);
 	zl_storage_node_stop(node);
 	zl_storage_tombs_stop(st->tombs);
 	zl_storage_peers_destroy(st->peers);
 	zl_chunk_store_destroy(st->chunks); /* drains disk I/O still in flight */
+	zl_storage_heal_destroy(st);	    /* no callback of it can come now */
 	/* The pool transport goes last: closing the other one's connections
 	 * frees request buffers into it. */
 	if (st->xport == st->xport_rdma) {

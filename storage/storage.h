@@ -39,12 +39,20 @@ struct zl_storage_cfg {
 	const char *prefix;
 	uint64_t capacity; /* 0: filesystem size */
 	int etcd_wait_sec;
+	/* --heal=on (docs/REPLICATION.md, S1-S3): data versions, forwarding to
+	 * recovering members, failure reports instead of drops, recovery. Off:
+	 * the 0.1 behaviour, exactly. */
+	bool heal;
+	uint32_t repl_wait_ms;	/* --repl-wait: bound of a write parked on a row change */
+	uint32_t recovery_mbps; /* --recovery-mbps: megabits/s of recovery copies */
 };
 
 struct zl_storage_vols;
 struct zl_storage_peers;
 struct zl_storage_node;
 struct zl_storage_tombs;
+struct zl_storage_heal;
+struct storage_req;
 
 struct zl_storage {
 	struct zl_storage_cfg cfg;
@@ -66,6 +74,11 @@ struct zl_storage {
 	struct zl_slab reqs; /* request contexts (storage_server.c) */
 	uint32_t inflight; /* requests not yet answered */
 	bool draining;
+	struct zl_storage_heal *heal; /* NULL with --heal=off */
+	/* Writes waiting for a row change (--heal=on, storage_server.c),
+	 * checked against the watch-refreshed volume cache by park_t. */
+	struct storage_req *parked;
+	struct zl_timer park_t;
 };
 
 /* ---- volume cache (storage_vol.c), loop thread only ---- */
@@ -105,6 +118,11 @@ void zl_storage_peers_destroy(struct zl_storage_peers *p);
  * -ZL_ERR_BUSY / -ZL_ERR_NOT_FOUND (node not registered) with no callback. */
 int zl_storage_peer_send(struct zl_storage_peers *p, const char *node_id, struct zl_wire_hdr *hdr,
 			 const void *out, uint32_t out_len, zl_xport_reply_cb cb, void *arg);
+/* zl_storage_peer_send with a buffer for the reply's payload (in_cap bytes,
+ * valid until cb). Returns as zl_storage_peer_send. */
+int zl_storage_peer_request(struct zl_storage_peers *p, const char *node_id,
+			    struct zl_wire_hdr *hdr, const void *out, uint32_t out_len, void *in,
+			    uint32_t in_cap, zl_xport_reply_cb cb, void *arg);
 
 /* ---- request handling (storage_server.c) ---- */
 
@@ -117,6 +135,71 @@ int zl_storage_server_start(struct zl_storage *st);
 void zl_storage_server_stop_accepting(struct zl_storage *st);
 /* Frees the request slabs (after the loop stopped). */
 void zl_storage_server_fini(struct zl_storage *st);
+
+/* ---- healing (storage_recover.c), loop thread, --heal=on only ----
+ *
+ * The primary of a slice numbers its writes (zl_wire_dver_make(term, seq)),
+ * and tells each member whether its copy of a chunk is known complete: only
+ * then does the member's chunk version grow with a forwarded write (else it
+ * is sent version 0, which keeps the member's version, so recovery still
+ * sees the chunk as behind). A member's chunk version v therefore always
+ * means "holds every write up to v", and recovery copies exactly the chunks
+ * whose version is below the primary's. */
+
+/* A pushed copy of version `pushed` replaces a member's chunk of version
+ * `own` only when it is newer: a copy never overwrites a newer write. */
+static inline bool zl_storage_push_applies(uint64_t own, uint64_t pushed)
+{
+	return own < pushed;
+}
+
+/* The version a member's chunk gets from a piece of a chunk copy: the
+ * pushed version on the piece that ends the chunk, 0 (keep the old one)
+ * before, so a copy cut short by a crash is copied again. */
+static inline uint64_t zl_storage_push_piece_version(uint32_t off, uint32_t len,
+						     uint32_t chunk_size, uint64_t pushed)
+{
+	return (uint64_t)off + len == chunk_size ? pushed : 0;
+}
+
+/* Creates st->heal and starts the recovery tick. 0 or -ENOMEM. */
+int zl_storage_heal_start(struct zl_storage *st);
+/* Stops recovery: the tick stops and no new step starts (steps in flight
+ * end in their callbacks). Call before the peers and the chunk store go.
+ * Accepts st->heal == NULL. */
+void zl_storage_heal_stop(struct zl_storage *st);
+/* Frees st->heal once no callback can come (after the peers and the chunk
+ * store, before the transports). Accepts st->heal == NULL. */
+void zl_storage_heal_destroy(struct zl_storage *st);
+/* The next data version of a write to `slice` of v on this primary. The
+ * first call in a term restarts the sequence above the highest version the
+ * slice's chunks hold in that term (blocking chunk reads). 0, or -ERANGE
+ * when the sequence of the term is exhausted. */
+int zl_storage_heal_version_next(struct zl_storage *st, const struct zl_volume *v,
+				 uint32_t slice, uint64_t *ver);
+/* The version to forward with a write of `ver` to member `node` (state
+ * `ms` in the row) for `chunk`: ver when the member's copy of the chunk is
+ * known complete, else 0. */
+uint64_t zl_storage_heal_fwd_version(struct zl_storage *st, const struct zl_volume *v,
+				     uint32_t slice, const char *node, enum zl_member_state ms,
+				     uint64_t chunk, uint64_t ver);
+/* A forwarded write of `chunk` to node failed: its copy is no longer
+ * trusted until recovery looked at it again. */
+void zl_storage_heal_fwd_failed(struct zl_storage *st, const struct zl_volume *v,
+				uint32_t slice, const char *node, uint64_t chunk);
+/* Puts a failure report about peer (error zl_errname(err)) on this
+ * daemon's report lease. 0 or an etcd error (logged). */
+int zl_storage_heal_report(struct zl_storage *st, const char *vol_id, uint32_t slice,
+			   const char *peer, const char *error, uint64_t slice_ver);
+/* Remembers that this node serves volume num (recovery looks at it). */
+void zl_storage_heal_note_vol(struct zl_storage *st, uint64_t num);
+/* Fills up to max pairs of chunk versions above `above` of slice `slice`
+ * of v, starting at chunk `from`; *next gets the chunk to continue from (0:
+ * done). Blocking chunk metadata reads, bounded per call. Returns the number
+ * of pairs or a negative error. */
+int zl_storage_heal_versions(struct zl_storage *st, const struct zl_volume *v, uint32_t slice,
+			     uint64_t from, uint64_t above, struct zl_wire_chunk_ver *out,
+			     uint32_t max, uint64_t *next);
 
 /* ---- tombstones of deleted volumes (storage_tomb.c), loop thread ---- */
 

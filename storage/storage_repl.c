@@ -159,6 +159,13 @@ static int peer_connect(struct zl_storage_peers *p, struct storage_peer *pe)
 int zl_storage_peer_send(struct zl_storage_peers *p, const char *node_id, struct zl_wire_hdr *hdr,
 			 const void *out, uint32_t out_len, zl_xport_reply_cb cb, void *arg)
 {
+	return zl_storage_peer_request(p, node_id, hdr, out, out_len, NULL, 0, cb, arg);
+}
+
+int zl_storage_peer_request(struct zl_storage_peers *p, const char *node_id,
+			    struct zl_wire_hdr *hdr, const void *out, uint32_t out_len, void *in,
+			    uint32_t in_cap, zl_xport_reply_cb cb, void *arg)
+{
 	struct storage_peer *pe;
 	int rc;
 
@@ -181,7 +188,7 @@ int zl_storage_peer_send(struct zl_storage_peers *p, const char *node_id, struct
 		if (rc)
 			return rc;
 	}
-	rc = zl_xport_request(pe->conn, hdr, out, out_len, NULL, 0, cb, arg);
+	rc = zl_xport_request(pe->conn, hdr, out, out_len, in, in_cap, cb, arg);
 	if (rc == -ZL_ERR_CONN)
 		peer_drop_conn(pe);
 	return rc;

@@ -4,11 +4,19 @@
  * acknowledged when all of them are durable, or after the failed ones were
  * dropped from the slice's in-sync set in etcd.
  *
+ * With --heal=on (contract S1/S2): the primary numbers each write with a
+ * data version, forwards to IN_SYNC and RECOVERING members, never drops
+ * anyone: a failed member gets a failure report, and a write whose IN_SYNC
+ * backup failed is parked until the row no longer counts that member IN_SYNC
+ * (the manager's answer), bounded by --repl-wait. CHUNK_VERSIONS and
+ * CHUNK_PUSH serve the recovery of storage_recover.c.
+ *
  * Request state (struct storage_req), one per request that outlives
  * on_request:
  *   fetch    payload (write data, HELLO) moving into our buffer
  *   exec     local chunk I/O and forwarded REPL_WRITEs in flight (pending)
  *   finish   all done: drop failed backups (blocking etcd), reply
+ *   parked   (heal) waiting on st->parked for a row change, then reply
  *   sent     READ/HELLO data being sent; freed by the sent callback
  */
 #include <errno.h>
@@ -25,6 +33,8 @@ struct storage_bk {
 	struct storage_req *r;
 	char node[ZL_NODE_ID_MAX];
 	int status;
+	bool in_sync; /* IN_SYNC when forwarded (heal): its failure holds the ack */
+	uint64_t dver; /* data version forwarded (heal) */
 	struct zl_wire_hdr hdr;
 };
 
@@ -39,6 +49,9 @@ struct storage_req {
 	uint64_t seen_ver;
 	uint32_t pending;
 	int local_err;
+	uint64_t dver;	      /* data version of this write (heal), 0 without */
+	uint64_t deadline_ms; /* parked: when to give up */
+	struct storage_req *park_next;
 	uint8_t n_bk;
 	struct storage_bk bk[ZL_MAX_REPLICAS - 1];
 	uint8_t small[ZL_WIRE_HELLO_SIZE];
@@ -58,7 +71,7 @@ static struct storage_req *req_alloc(struct zl_storage *st, struct zl_xport_conn
 	r->conn = c;
 	zl_xport_conn_get(c);
 	r->req = *h;
-	r->op = h->opcode == ZL_OP_REPL_WRITE ? (uint8_t)h->aux : h->opcode;
+	r->op = (uint8_t)zl_wire_repl_op(h);
 	st->inflight++;
 	return r;
 }
@@ -148,17 +161,27 @@ static int srv_check(struct zl_storage *st, const struct zl_wire_hdr *h, uint32_
 	sv->max_epoch = h->epoch;
 	me = zl_slice_index_of(s, st->cfg.node_id);
 	prim = zl_slice_primary(s);
+	if (st->heal)
+		zl_storage_heal_note_vol(st, h->vol_id);
 	switch (h->opcode) {
 	case ZL_OP_READ:
 		return me >= 0 && s->in_sync[me] ? 0 : -ZL_ERR_NOT_INSYNC;
 	case ZL_OP_REPL_WRITE:
+		/* heal: a RECOVERING member gets every new write too (S1). */
+		if (st->heal && me >= 0 && me != prim &&
+		    zl_slice_member_state(s, me) == ZL_MEMBER_RECOVERING)
+			return 0;
 		return me >= 0 && s->in_sync[me] && me != prim ? 0 : -ZL_ERR_NOT_INSYNC;
+	case ZL_OP_CHUNK_PUSH:
+		return st->heal && me >= 0 && me != prim ? 0 : -ZL_ERR_NOT_INSYNC;
 	default:
 		return me >= 0 && me == prim ? 0 : -ZL_ERR_NOT_PRIMARY;
 	}
 }
 
 /* ---- write path ---- */
+
+static void srv_heal_finish(struct storage_req *r);
 
 static void srv_write_finish(struct storage_req *r)
 {
@@ -179,6 +202,10 @@ static void srv_write_finish(struct storage_req *r)
 	if (stale && !zl_storage_vol_reload(st->vols, r->req.vol_id, &sv) &&
 	    r->slice < sv->v.n_slices && sv->v.slices[r->slice].version != r->seen_ver) {
 		req_reply_free(r, -ZL_ERR_STALE, sv->v.slices[r->slice].version);
+		return;
+	}
+	if (st->heal && r->req.opcode != ZL_OP_REPL_WRITE) {
+		srv_heal_finish(r);
 		return;
 	}
 	zl_vol_id_format(r->req.vol_id, vid);
@@ -214,6 +241,116 @@ static void srv_write_finish(struct storage_req *r)
 	req_reply_free(r, 0, ver);
 }
 
+/* ---- write path with --heal=on (S1) ---- */
+
+/* Acknowledges r when the row allows it: every member whose forward failed
+ * while IN_SYNC is no longer IN_SYNC, and the IN_SYNC members holding the
+ * write (this primary included) reach min_size. Gives up with
+ * ZL_ERR_UNAVAIL at the deadline, ZL_ERR_STALE when this node is no longer
+ * the primary. True when r was answered (and freed). */
+static bool srv_heal_try_ack(struct storage_req *r)
+{
+	struct zl_storage *st = r->st;
+	struct zl_storage_vol *sv;
+	const struct zl_slice *s;
+	uint32_t ok = 1, min;
+	bool waiting = false;
+	int rc = zl_storage_vol_get(st->vols, r->req.vol_id, &sv);
+
+	if (rc) {
+		req_reply_free(r, rc, r->seen_ver);
+		return true;
+	}
+	if (r->slice >= sv->v.n_slices) {
+		req_reply_free(r, -ZL_ERR_STALE, r->seen_ver);
+		return true;
+	}
+	s = &sv->v.slices[r->slice];
+	if (zl_slice_index_of(s, st->cfg.node_id) != zl_slice_primary(s)) {
+		req_reply_free(r, -ZL_ERR_STALE, s->version);
+		return true;
+	}
+	for (uint8_t b = 0; b < r->n_bk; b++) {
+		int i = zl_slice_index_of(s, r->bk[b].node);
+		bool in_sync = i >= 0 && zl_slice_member_state(s, i) == ZL_MEMBER_IN_SYNC;
+
+		if (r->bk[b].status)
+			waiting |= r->bk[b].in_sync && in_sync;
+		else
+			ok += in_sync;
+	}
+	min = zl_volume_min_size(&sv->v);
+	if (!waiting && ok >= min) {
+		req_reply_free(r, 0, s->version);
+		return true;
+	}
+	if (zl_now_ms() >= r->deadline_ms) {
+		ZL_LOG_ERR("storage",
+			   "write not acknowledged after --repl-wait: vol=%016" PRIx64
+			   " slice=%u chunk=%" PRIu64 " in_sync_copies=%u min_size=%u%s",
+			   r->req.vol_id, r->slice, r->req.chunk, ok, min,
+			   waiting ? " (a failed member is still IN_SYNC in the row: is the "
+				     "manager running?)"
+				   : "");
+		req_reply_free(r, -ZL_ERR_UNAVAIL, s->version);
+		return true;
+	}
+	return false;
+}
+
+#define PARK_CHECK_MS 20
+
+static void srv_park_check(void *arg)
+{
+	struct zl_storage *st = arg;
+	struct storage_req **pp = &st->parked;
+
+	while (*pp) {
+		struct storage_req *r = *pp;
+
+		*pp = r->park_next;
+		if (!srv_heal_try_ack(r)) {
+			r->park_next = *pp; /* back in its place */
+			*pp = r;
+			pp = &r->park_next;
+		}
+	}
+	if (!st->parked)
+		zl_timer_stop(st->loop, &st->park_t);
+}
+
+static void srv_park(struct storage_req *r)
+{
+	struct zl_storage *st = r->st;
+
+	r->park_next = st->parked;
+	st->parked = r;
+	/* The row changes through the volumes/ watch, which refreshes the
+	 * cache these checks read: the loop never blocks on a parked write. */
+	zl_timer_start(st->loop, &st->park_t, PARK_CHECK_MS, PARK_CHECK_MS, srv_park_check, st);
+}
+
+static void srv_heal_finish(struct storage_req *r)
+{
+	struct zl_storage *st = r->st;
+	char vid[ZL_VOL_ID_LEN + 1];
+	struct zl_storage_vol *sv;
+
+	zl_vol_id_format(r->req.vol_id, vid);
+	for (uint8_t i = 0; i < r->n_bk; i++) {
+		if (!r->bk[i].status)
+			continue;
+		if (!zl_storage_vol_get(st->vols, r->req.vol_id, &sv) && r->slice < sv->v.n_slices)
+			zl_storage_heal_fwd_failed(st, &sv->v, r->slice, r->bk[i].node,
+						   r->req.chunk);
+		zl_storage_heal_report(st, vid, r->slice, r->bk[i].node,
+				       zl_errname(r->bk[i].status), r->seen_ver);
+	}
+	r->deadline_ms = zl_now_ms() + st->cfg.repl_wait_ms;
+	if (!srv_heal_try_ack(r))
+		srv_park(r);
+}
+
 static void srv_local_done(void *arg, int status)
 {
 	struct storage_req *r = arg;
@@ -238,6 +375,43 @@ static void srv_bk_done(void *arg, int status, const struct zl_wire_hdr *rep)
 		srv_write_finish(r);
 }
 
+static void srv_simple_done(void *arg, int status);
+
+static bool buf_is_zero(const uint8_t *p, uint32_t len)
+{
+	for (uint32_t i = 0; i < len; i++)
+		if (p[i])
+			return false;
+	return true;
+}
+
+/* CHUNK_PUSH on a recovering member: applied only while our copy is older
+ * than the pushed version (never over a newer write); the piece ending the
+ * chunk stores the version. Zero pieces before it are zeroed (sparse). */
+static void srv_push_exec(struct storage_req *r)
+{
+	struct zl_storage *st = r->st;
+	const struct zl_wire_hdr *h = &r->req;
+	uint64_t own = 0, ver;
+	int rc = zl_chunk_version(st->chunks, h->vol_id, h->chunk, r->chunk_size, &own);
+
+	if (!rc && !zl_storage_push_applies(own, h->aux))
+		rc = -ZL_ERR_CONFLICT;
+	if (rc) {
+		req_reply_free(r, rc, r->seen_ver);
+		return;
+	}
+	ver = zl_storage_push_piece_version(h->offset, h->length, r->chunk_size, h->aux);
+	if (!ver && buf_is_zero(r->buf, h->length))
+		rc = zl_chunk_zero(st->chunks, h->vol_id, h->chunk, r->chunk_size, h->offset,
+				   h->length, 0, srv_simple_done, r);
+	else
+		rc = zl_chunk_write(st->chunks, h->vol_id, h->chunk, r->chunk_size, h->offset,
+				    h->length, r->buf, ver, srv_simple_done, r);
+	if (rc)
+		req_reply_free(r, rc, r->seen_ver);
+}
+
 /* Local write (and, on a primary, forwarding) once the data is in r->buf. */
 static void srv_exec(struct storage_req *r)
 {
@@ -245,13 +419,18 @@ static void srv_exec(struct storage_req *r)
 	const struct zl_wire_hdr *h = &r->req;
 	int rc;
 
-	/* Data version 0 until the primary assigns versions (REPLICATION.md §1). */
+	/* Data version 0 (keeps the chunk's) unless the primary assigned one:
+	 * --heal=on, REPLICATION.md §1. */
+	if (r->op == ZL_OP_CHUNK_PUSH) {
+		srv_push_exec(r);
+		return;
+	}
 	if (r->op == ZL_OP_WRITE)
 		rc = zl_chunk_write(st->chunks, h->vol_id, h->chunk, r->chunk_size, h->offset,
-				    h->length, r->buf, 0, srv_local_done, r);
+				    h->length, r->buf, r->dver, srv_local_done, r);
 	else
 		rc = zl_chunk_zero(st->chunks, h->vol_id, h->chunk, r->chunk_size, h->offset,
-				   h->length, 0, srv_local_done, r);
+				   h->length, r->dver, srv_local_done, r);
 	if (rc) {
 		req_reply_free(r, rc, r->seen_ver);
 		return;
@@ -271,6 +450,11 @@ static void srv_exec(struct storage_req *r)
 		bk->hdr.slice_ver = r->seen_ver;
 		bk->hdr.epoch = h->epoch;
 		bk->hdr.aux = r->op;
+		if (st->heal) {
+			bk->hdr.flags |= ZL_WF_DVER;
+			bk->hdr.subop = r->op;
+			bk->hdr.aux = bk->dver;
+		}
 		rc = zl_storage_peer_send(st->peers, bk->node, &bk->hdr, r->buf,
 					  r->op == ZL_OP_WRITE ? h->length : 0, srv_bk_done, bk);
 		if (rc)
@@ -373,23 +557,41 @@ static void srv_data(struct zl_storage *st, struct zl_xport_conn *c, const struc
 			req_reply_free(r, rc == -ENOMEM ? -ZL_ERR_BUSY : rc, ver);
 		return;
 	}
-	if (h->opcode != ZL_OP_REPL_WRITE) {
+	if (h->opcode == ZL_OP_REPL_WRITE && (h->flags & ZL_WF_DVER))
+		r->dver = h->aux;
+	if (h->opcode != ZL_OP_REPL_WRITE && h->opcode != ZL_OP_CHUNK_PUSH) {
 		struct zl_storage_vol *sv;
 		const struct zl_slice *s;
 
 		/* srv_check just loaded it: this does not block. */
 		if (!zl_storage_vol_get(st->vols, h->vol_id, &sv)) {
 			s = &sv->v.slices[slice];
+			if (st->heal) {
+				rc = zl_storage_heal_version_next(st, &sv->v, slice, &r->dver);
+				if (rc) {
+					req_free(r);
+					goto out_reply;
+				}
+			}
 			for (uint8_t i = 0; i < s->n && i < ZL_MAX_REPLICAS; i++) {
-				if (!s->in_sync[i] || !strcmp(s->nodes[i], st->cfg.node_id) ||
+				enum zl_member_state ms = zl_slice_member_state(s, i);
+				struct storage_bk *bk = &r->bk[r->n_bk];
+
+				if (!strcmp(s->nodes[i], st->cfg.node_id) ||
 				    r->n_bk >= ZL_MAX_REPLICAS - 1)
 					continue;
-				snprintf(r->bk[r->n_bk].node, ZL_NODE_ID_MAX, "%s", s->nodes[i]);
+				if (st->heal ? ms == ZL_MEMBER_OUT : !s->in_sync[i])
+					continue;
+				snprintf(bk->node, ZL_NODE_ID_MAX, "%s", s->nodes[i]);
+				bk->in_sync = ms == ZL_MEMBER_IN_SYNC;
+				if (st->heal)
+					bk->dver = zl_storage_heal_fwd_version(
+					    st, &sv->v, slice, s->nodes[i], ms, h->chunk, r->dver);
 				r->n_bk++;
 			}
 		}
 	}
-	if (r->op != ZL_OP_WRITE) {
+	if (r->op != ZL_OP_WRITE && r->op != ZL_OP_CHUNK_PUSH) {
 		srv_exec(r);
 		return;
 	}
@@ -408,6 +610,42 @@ out_reply:
 	if (h->payload_len)
 		zl_xport_discard(p);
 	srv_reply(c, h, rc, ver, 0);
+}
+
+/* CHUNK_VERSIONS (heal): the (chunk, version) pairs of slice h->offset
+ * above h->aux from chunk h->chunk on, one bounded page per request. */
+static void srv_chunk_versions(struct zl_storage *st, struct zl_xport_conn *c,
+			       const struct zl_wire_hdr *h)
+{
+	struct zl_wire_chunk_ver pairs[ZL_WIRE_VERS_MAX];
+	struct zl_storage_vol *sv;
+	struct storage_req *r;
+	struct zl_wire_hdr rep;
+	uint64_t next = 0;
+	int n = zl_storage_vol_get(st->vols, h->vol_id, &sv);
+
+	if (!n)
+		n = zl_storage_heal_versions(st, &sv->v, h->offset, h->chunk, h->aux, pairs,
+					     ZL_WIRE_VERS_MAX, &next);
+	if (n < 0) {
+		srv_reply(c, h, n, 0, 0);
+		return;
+	}
+	r = req_alloc(st, c, h);
+	if (r)
+		r->buf = zl_xport_buf_alloc(st->xport, ZL_WIRE_MAX_CTRL);
+	if (!r || !r->buf) {
+		if (r)
+			req_free(r);
+		srv_reply(c, h, -ZL_ERR_BUSY, 0, 0);
+		return;
+	}
+	zl_wire_chunk_vers_encode(pairs, (uint32_t)n, r->buf);
+	zl_wire_reply_init(h, &rep, 0);
+	rep.aux = next;
+	rep.payload_len = (uint32_t)n * ZL_WIRE_CHUNK_VER_SIZE;
+	if (zl_xport_reply(c, &rep, r->buf, rep.payload_len, req_sent_cb, r))
+		req_free(r);
 }
 
 static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_wire_hdr *h,
@@ -433,6 +671,16 @@ static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_w
 	case ZL_OP_WRITE_ZEROES:
 	case ZL_OP_REPL_WRITE:
 		srv_data(st, c, h, p);
+		return;
+	case ZL_OP_CHUNK_PUSH:
+		if (!st->heal)
+			break;
+		srv_data(st, c, h, p);
+		return;
+	case ZL_OP_CHUNK_VERSIONS:
+		if (!st->heal)
+			break;
+		srv_chunk_versions(st, c, h);
 		return;
 	case ZL_OP_HELLO:
 		r = req_alloc(st, c, h);
@@ -479,11 +727,11 @@ static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_w
 		srv_reply(c, h, rc, 0, 0);
 		return;
 	default:
-		if (h->payload_len)
-			zl_xport_discard(p);
-		srv_reply(c, h, -ZL_ERR_INVAL, 0, 0);
-		return;
+		break;
 	}
+	if (h->payload_len)
+		zl_xport_discard(p);
+	srv_reply(c, h, -ZL_ERR_INVAL, 0, 0);
 }
 
 static void srv_on_conn(void *arg, struct zl_xport_conn *c)
@@ -536,6 +784,15 @@ int zl_storage_server_start(struct zl_storage *st)
 void zl_storage_server_stop_accepting(struct zl_storage *st)
 {
 	st->draining = true;
+	/* Parked writes are not acknowledged: the client retries them. */
+	while (st->parked) {
+		struct storage_req *r = st->parked;
+
+		st->parked = r->park_next;
+		req_reply_free(r, -ZL_ERR_UNAVAIL, r->seen_ver);
+	}
+	if (st->loop)
+		zl_timer_stop(st->loop, &st->park_t);
 	if (st->listener) {
 		zl_xport_listener_close(st->listener);
 		st->listener = NULL;

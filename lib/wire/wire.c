@@ -11,7 +11,7 @@ void zl_wire_encode(const struct zl_wire_hdr *h, uint8_t out[ZL_WIRE_HDR_SIZE])
 	out[4] = h->version ? h->version : ZL_WIRE_VERSION;
 	out[5] = h->opcode;
 	out[6] = h->flags;
-	out[7] = 0;
+	out[7] = h->subop;
 	zl_put_le16(out + 8, h->status);
 	zl_put_le16(out + 10, 0);
 	zl_put_le32(out + 12, h->payload_len);
@@ -36,7 +36,7 @@ static int fail(const char **why, const char *reason, int code)
 
 static bool op_is_data_write(unsigned op)
 {
-	return op == ZL_OP_WRITE || op == ZL_OP_REPL_WRITE;
+	return op == ZL_OP_WRITE || op == ZL_OP_REPL_WRITE || op == ZL_OP_CHUNK_PUSH;
 }
 
 int zl_wire_check(const struct zl_wire_hdr *h, uint32_t chunk_size, const char **why)
@@ -53,6 +53,10 @@ int zl_wire_check(const struct zl_wire_hdr *h, uint32_t chunk_size, const char *
 		return fail(why, "unknown flag bits", -ZL_ERR_PROTO);
 	if (!reply && h->status)
 		return fail(why, "status set on a request", -ZL_ERR_PROTO);
+	if ((h->flags & ZL_WF_DVER) && op != ZL_OP_REPL_WRITE)
+		return fail(why, "DVER flag on an opcode other than REPL_WRITE", -ZL_ERR_PROTO);
+	if (h->subop && !(h->flags & ZL_WF_DVER))
+		return fail(why, "reserved subop byte set without DVER", -ZL_ERR_PROTO);
 	if ((h->flags & ZL_WF_FUA) && !op_is_data_write(op) && op != ZL_OP_WRITE_ZEROES &&
 	    op != ZL_OP_DISCARD)
 		return fail(why, "FUA on a non-write opcode", -ZL_ERR_PROTO);
@@ -66,6 +70,12 @@ int zl_wire_check(const struct zl_wire_hdr *h, uint32_t chunk_size, const char *
 			if (h->payload_len != h->length || h->length > ZL_WIRE_MAX_IO)
 				return fail(why, "READ reply payload_len != length",
 					    -ZL_ERR_PROTO);
+			return 0;
+		}
+		if (op == ZL_OP_CHUNK_VERSIONS && h->status == 0) {
+			if (h->payload_len > ZL_WIRE_MAX_CTRL ||
+			    h->payload_len % ZL_WIRE_CHUNK_VER_SIZE)
+				return fail(why, "CHUNK_VERSIONS reply payload size", -ZL_ERR_PROTO);
 			return 0;
 		}
 		if (h->payload_len != 0)
@@ -97,6 +107,12 @@ int zl_wire_check(const struct zl_wire_hdr *h, uint32_t chunk_size, const char *
 		if (!h->vol_id)
 			return fail(why, "zero volume id", -ZL_ERR_PROTO);
 		return 0;
+	case ZL_OP_CHUNK_VERSIONS:
+		if (h->payload_len || h->length)
+			return fail(why, "CHUNK_VERSIONS carries no payload", -ZL_ERR_PROTO);
+		if (!h->vol_id)
+			return fail(why, "zero volume id", -ZL_ERR_PROTO);
+		return 0;
 	case ZL_OP_READ:
 		if (rdma ? h->payload_len != ZL_WIRE_RDMA_DESC_SIZE : h->payload_len != 0)
 			return fail(why, "READ request payload", -ZL_ERR_PROTO);
@@ -110,17 +126,21 @@ int zl_wire_check(const struct zl_wire_hdr *h, uint32_t chunk_size, const char *
 		if (h->length == 0)
 			return fail(why, "zero length", -ZL_ERR_RANGE);
 		break;
-	case ZL_OP_REPL_WRITE:
-		if (h->aux == ZL_OP_DISCARD || h->aux == ZL_OP_WRITE_ZEROES) {
+	case ZL_OP_REPL_WRITE: {
+		unsigned rop = zl_wire_repl_op(h);
+
+		if (rop == ZL_OP_DISCARD || rop == ZL_OP_WRITE_ZEROES) {
 			if (h->payload_len)
 				return fail(why, "payload on replicated zeroing", -ZL_ERR_PROTO);
 			if (h->length == 0)
 				return fail(why, "zero length", -ZL_ERR_RANGE);
 			break;
 		}
-		if (h->aux != ZL_OP_WRITE)
+		if (rop != ZL_OP_WRITE)
 			return fail(why, "REPL_WRITE of unknown opcode", -ZL_ERR_PROTO);
+	}
 		/* fall through */
+	case ZL_OP_CHUNK_PUSH:
 	case ZL_OP_WRITE:
 		if (h->length == 0 || h->length > ZL_WIRE_MAX_IO)
 			return fail(why, "WRITE length out of range", -ZL_ERR_RANGE);
@@ -147,12 +167,13 @@ int zl_wire_decode(const uint8_t *buf, size_t len, struct zl_wire_hdr *h, const 
 		return fail(why, "header CRC mismatch", -ZL_ERR_PROTO);
 	if (buf[4] != ZL_WIRE_VERSION)
 		return fail(why, "unsupported version", -ZL_ERR_VERSION);
-	if (buf[7] || zl_get_le16(buf + 10))
+	if (zl_get_le16(buf + 10))
 		return fail(why, "reserved bytes set", -ZL_ERR_PROTO);
 	memset(h, 0, sizeof(*h));
 	h->version = buf[4];
 	h->opcode = buf[5];
 	h->flags = buf[6];
+	h->subop = buf[7];
 	h->status = zl_get_le16(buf + 8);
 	h->payload_len = zl_get_le32(buf + 12);
 	h->req_id = zl_get_le64(buf + 16);
@@ -231,9 +252,31 @@ const char *zl_wire_op_name(int op)
 {
 	static const char *const names[] = { "?", "HELLO", "READ", "WRITE", "FLUSH", "DISCARD",
 					     "WRITE_ZEROES", "REPL_WRITE", "CHUNK_INFO",
-					     "CHUNK_DELETE", "VOLUME_DELETE", "SYNC", "PING" };
+					     "CHUNK_DELETE", "VOLUME_DELETE", "SYNC", "PING",
+					     "CHUNK_VERSIONS", "CHUNK_PUSH" };
 
 	if (op < 0 || op > ZL_OP_MAX_)
 		return "?";
 	return names[op];
+}
+
+void zl_wire_chunk_vers_encode(const struct zl_wire_chunk_ver *v, uint32_t n, uint8_t *out)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		zl_put_le64(out + i * ZL_WIRE_CHUNK_VER_SIZE, v[i].chunk);
+		zl_put_le64(out + i * ZL_WIRE_CHUNK_VER_SIZE + 8, v[i].version);
+	}
+}
+
+int zl_wire_chunk_vers_decode(const uint8_t *buf, size_t len, struct zl_wire_chunk_ver *v)
+{
+	size_t n = len / ZL_WIRE_CHUNK_VER_SIZE;
+
+	if (len % ZL_WIRE_CHUNK_VER_SIZE || len > ZL_WIRE_MAX_CTRL)
+		return -ZL_ERR_PROTO;
+	for (size_t i = 0; i < n; i++) {
+		v[i].chunk = zl_get_le64(buf + i * ZL_WIRE_CHUNK_VER_SIZE);
+		v[i].version = zl_get_le64(buf + i * ZL_WIRE_CHUNK_VER_SIZE + 8);
+	}
+	return (int)n;
 }

@@ -4,7 +4,8 @@
  * anything else looks at it.
  *
  * Layout (offsets in bytes, all little-endian):
- *   0 magic u32 "ZLWP"   4 version u8   5 opcode u8   6 flags u8   7 rsvd u8 (0)
+ *   0 magic u32 "ZLWP"   4 version u8   5 opcode u8   6 flags u8
+ *   7 subop u8 (0, except REPL_WRITE with ZL_WF_DVER: the original opcode)
  *   8 status u16         10 rsvd u16 (0) 12 payload_len u32
  *  16 req_id u64         24 vol_id u64  32 chunk u64
  *  40 offset u32         44 length u32  48 slice_ver u64  56 epoch u64
@@ -42,14 +43,28 @@ enum zl_wire_op {
 	ZL_OP_VOLUME_DELETE = 10, /* remove every chunk replica of vol_id */
 	ZL_OP_SYNC = 11,        /* reserved for repair */
 	ZL_OP_PING = 12,        /* no-op round trip */
-	ZL_OP_MAX_ = 12,
+	/* Recovery (--heal=on, docs/REPLICATION.md §3). offset = slice index,
+	 * chunk = first chunk to look at, aux = only versions above this; reply
+	 * payload: zl_wire_chunk_ver pairs (at most ZL_WIRE_VERS_MAX), reply
+	 * aux = chunk to continue from, 0 when the slice is done. */
+	ZL_OP_CHUNK_VERSIONS = 13,
+	/* Primary -> recovering member: a piece of a whole-chunk copy, payload
+	 * as WRITE, aux = the primary's chunk version. Applied only while the
+	 * receiver's chunk version is lower; the piece ending the chunk stores
+	 * the version (earlier pieces keep the old one). */
+	ZL_OP_CHUNK_PUSH = 14,
+	ZL_OP_MAX_ = 14,
 };
 
 enum zl_wire_flag {
 	ZL_WF_REPLY = 1u << 0, /* message is a reply */
 	ZL_WF_FUA = 1u << 1,   /* force unit access: durable before reply */
 	ZL_WF_RDMA = 1u << 2,  /* payload is a struct zl_wire_rdma_desc, not inline data */
-	ZL_WF_ALL_ = 0x07,
+	/* REPL_WRITE: aux is the data version the primary assigned (0: do not
+	 * raise the chunk's version) and subop the original opcode. Without it
+	 * aux is the original opcode (0.1 senders, --heal=off). */
+	ZL_WF_DVER = 1u << 3,
+	ZL_WF_ALL_ = 0x0f,
 };
 
 /* Host representation of the header. */
@@ -57,6 +72,7 @@ struct zl_wire_hdr {
 	uint8_t version;
 	uint8_t opcode;
 	uint8_t flags;
+	uint8_t subop;   /* see ZL_WF_DVER */
 	uint16_t status; /* replies: 0 or a positive ZL_ERR_* / errno value */
 	uint32_t payload_len;
 	uint64_t req_id;
@@ -87,6 +103,46 @@ struct zl_wire_rdma_desc {
 	uint32_t len;
 };
 #define ZL_WIRE_RDMA_DESC_SIZE 16
+
+/* One (chunk, version) pair of a CHUNK_VERSIONS reply: 16 bytes, LE. */
+struct zl_wire_chunk_ver {
+	uint64_t chunk;
+	uint64_t version;
+};
+#define ZL_WIRE_CHUNK_VER_SIZE 16u
+#define ZL_WIRE_VERS_MAX (ZL_WIRE_MAX_CTRL / ZL_WIRE_CHUNK_VER_SIZE)
+
+/* A data version: the slice's term in the high half, the primary's
+ * sequence number in the low half, so any write of a later term orders
+ * after every write of an earlier one. */
+static inline uint64_t zl_wire_dver_make(uint32_t term, uint32_t seq)
+{
+	return ((uint64_t)term << 32) | seq;
+}
+static inline uint32_t zl_wire_dver_term(uint64_t v)
+{
+	return (uint32_t)(v >> 32);
+}
+static inline uint32_t zl_wire_dver_seq(uint64_t v)
+{
+	return (uint32_t)v;
+}
+
+/* The opcode a REPL_WRITE replays (subop with ZL_WF_DVER, else aux), or
+ * h->opcode for any other message. */
+static inline unsigned zl_wire_repl_op(const struct zl_wire_hdr *h)
+{
+	if (h->opcode != ZL_OP_REPL_WRITE)
+		return h->opcode;
+	return (h->flags & ZL_WF_DVER) ? h->subop : (unsigned)(h->aux > 0xff ? 0 : h->aux);
+}
+
+/* Packs n pairs into out (n * ZL_WIRE_CHUNK_VER_SIZE bytes). */
+void zl_wire_chunk_vers_encode(const struct zl_wire_chunk_ver *v, uint32_t n, uint8_t *out);
+/* Unpacks a CHUNK_VERSIONS reply payload of len bytes into v (room for
+ * ZL_WIRE_VERS_MAX). Returns the number of pairs, or -ZL_ERR_PROTO (length
+ * not a multiple of 16 or above ZL_WIRE_MAX_CTRL). */
+int zl_wire_chunk_vers_decode(const uint8_t *buf, size_t len, struct zl_wire_chunk_ver *v);
 
 /* Encodes h into out[ZL_WIRE_HDR_SIZE], computing hdr_crc. */
 void zl_wire_encode(const struct zl_wire_hdr *h, uint8_t out[ZL_WIRE_HDR_SIZE]);

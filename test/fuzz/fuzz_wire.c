@@ -4,7 +4,9 @@
  *  - a header that decodes re-encodes to the identical 80 bytes;
  *  - a decoded header passes zl_wire_check (decode already ran it);
  *  - HELLO: decode -> encode -> decode gives the same fields;
- *  - RDMA descriptor: decode -> encode gives the identical 16 bytes.
+ *  - RDMA descriptor: decode -> encode gives the identical 16 bytes;
+ *  - CHUNK_VERSIONS pairs: decode -> encode gives the identical bytes;
+ *  - a REPL_WRITE replays WRITE, DISCARD or WRITE_ZEROES, nothing else.
  * The input is offered whole to each decoder, and the bytes after an 80-byte
  * header are offered as that header's payload.
  */
@@ -15,8 +17,6 @@
 
 #include "lib/common/common.h"
 #include "lib/wire/wire.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void fuzz_check(bool ok)
 {
@@ -42,6 +42,14 @@ static void fuzz_hdr(const uint8_t *data, size_t size)
 	if (!(h.flags & ZL_WF_REPLY) && h.opcode >= ZL_OP_READ && h.opcode <= ZL_OP_REPL_WRITE &&
 	    h.opcode != ZL_OP_FLUSH)
 		fuzz_check((uint64_t)h.offset + h.length <= ZL_WIRE_MAX_CHUNK);
+	if (h.opcode == ZL_OP_REPL_WRITE && !(h.flags & ZL_WF_REPLY)) {
+		unsigned rop = zl_wire_repl_op(&h);
+
+		fuzz_check(rop == ZL_OP_WRITE || rop == ZL_OP_DISCARD || rop == ZL_OP_WRITE_ZEROES);
+	}
+	if (!(h.flags & ZL_WF_REPLY) && h.opcode == ZL_OP_CHUNK_PUSH)
+		fuzz_check((uint64_t)h.offset + h.length <= ZL_WIRE_MAX_CHUNK &&
+			   h.length <= ZL_WIRE_MAX_IO);
 	(void)zl_wire_op_name(h.opcode);
 	/* Chunk-bounded check must not crash either. */
 	(void)zl_wire_check(&h, ZL_WIRE_MIN_CHUNK, NULL);
@@ -72,6 +80,19 @@ static void fuzz_desc(const uint8_t *data, size_t size)
 	fuzz_check(memcmp(out, data, sizeof(out)) == 0);
 }
 
+static void fuzz_vers(const uint8_t *data, size_t size)
+{
+	static struct zl_wire_chunk_ver v[ZL_WIRE_VERS_MAX];
+	static uint8_t out[ZL_WIRE_MAX_CTRL];
+	int n = zl_wire_chunk_vers_decode(data, size, v);
+
+	if (n < 0)
+		return;
+	fuzz_check((size_t)n * ZL_WIRE_CHUNK_VER_SIZE == size && n <= (int)ZL_WIRE_VERS_MAX);
+	zl_wire_chunk_vers_encode(v, (uint32_t)n, out);
+	fuzz_check(memcmp(out, data, size) == 0);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	fuzz_hdr(data, size);
@@ -83,6 +104,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 		fuzz_hello(pl, pl_len);
 		fuzz_desc(pl, pl_len);
+		fuzz_vers(pl, pl_len);
 	}
+	fuzz_vers(data, size);
 	return 0;
 }

@@ -41,6 +41,7 @@ cl_start_etcd() {
 }
 
 # cl_start_storage I [PORT] [extra flags...]: node id "node-I", data dir $CL_DIR/storage-I.
+# $CL_STORAGE_FLAGS (e.g. "--heal on", set by cl_e2e_begin ... --heal on) go first.
 cl_start_storage() {
 	local i=$1 port=${2:-}
 	shift; [ $# -gt 0 ] && shift
@@ -49,7 +50,8 @@ cl_start_storage() {
 	mkdir -p "$d/data"
 	echo "$port" >"$d/port"
 	"$CL_BIN/zipline-storage" --data-dir "$d/data" --listen "127.0.0.1:$port" \
-		--node-id "node-$i" --label "zone=z$i" --etcd "$CL_ETCD" "$@" >>"$d/log" 2>&1 &
+		--node-id "node-$i" --label "zone=z$i" --etcd "$CL_ETCD" ${CL_STORAGE_FLAGS:-} "$@" \
+		>>"$d/log" 2>&1 &
 	echo $! >"$d/pid"
 }
 
@@ -112,12 +114,19 @@ cl_stop_all() {
 	cl_stop etcd
 }
 
-# cl_e2e_begin NAME BUILD_DIR [NODES]: the common start of an e2e script:
-# private state dir under BUILD_DIR (removed on exit unless KEEP=1), etcd and
-# NODES (default 3) storage daemons, ZIPLINE_ETCD exported, $ZL set.
-# Defines a default fail() unless the script defines its own later.
+# cl_e2e_begin NAME BUILD_DIR [NODES] [--heal on|off]: the common start of an
+# e2e script: private state dir under BUILD_DIR (removed on exit unless
+# KEEP=1), etcd and NODES (default 3) storage daemons (with --heal on:
+# zipline-storage --heal on, also on restarts through cl_start_storage),
+# ZIPLINE_ETCD exported, $ZL set.
 cl_e2e_begin() {
 	local name=$1 nodes=${3:-3}
+	if [ "${4:-}" = --heal ]; then
+		case "${5:-}" in
+		on | off) CL_STORAGE_FLAGS="${CL_STORAGE_FLAGS:-} --heal ${5}" ;;
+		*) cl_log "cl_e2e_begin: --heal wants on or off, got '${5:-}'"; return 1 ;;
+		esac
+	fi
 	BUILD=$(cd "$2" && pwd)
 	export CL_BIN=$BUILD/bin
 	CL_DIR=$(mktemp -d "$BUILD/$name.XXXXXX")

@@ -49,6 +49,16 @@ static struct zl_wire_hdr valid_req(unsigned op)
 		h.payload_len = 4096;
 		h.aux = ZL_OP_WRITE;
 		break;
+	case ZL_OP_CHUNK_PUSH:
+		h.offset = 1 << 20;
+		h.length = 1 << 20;
+		h.payload_len = 1 << 20;
+		h.aux = 0x0000000300000007ull;
+		break;
+	case ZL_OP_CHUNK_VERSIONS:
+		h.offset = 3; /* slice */
+		h.aux = 0x0000000200000001ull;
+		break;
 	case ZL_OP_DISCARD:
 	case ZL_OP_WRITE_ZEROES:
 		h.offset = 1 << 20;
@@ -432,6 +442,79 @@ static void test_reject_replies(void **state)
 	expect_reject(&rep, -ZL_ERR_PROTO, "HELLO");
 }
 
+/* Data versions in REPL_WRITE (ZL_WF_DVER), CHUNK_VERSIONS pairs, CHUNK_PUSH. */
+static void test_heal_ops(void **state)
+{
+	struct zl_wire_hdr h = valid_req(ZL_OP_REPL_WRITE), rep;
+	struct zl_wire_chunk_ver in[3] = {{1, zl_wire_dver_make(2, 7)},
+					  {UINT64_MAX, UINT64_MAX},
+					  {0, 0}},
+				 out[ZL_WIRE_VERS_MAX];
+	uint8_t buf[ZL_WIRE_MAX_CTRL + 16];
+	uint8_t b[ZL_WIRE_HDR_SIZE];
+
+	(void)state;
+	/* versions order by term first */
+	assert_true(zl_wire_dver_make(2, 0) > zl_wire_dver_make(1, UINT32_MAX));
+	assert_int_equal(zl_wire_dver_term(zl_wire_dver_make(5, 9)), 5);
+	assert_int_equal(zl_wire_dver_seq(zl_wire_dver_make(5, 9)), 9);
+
+	/* REPL_WRITE with a data version: subop holds the opcode, byte 7 */
+	h.flags = ZL_WF_DVER | ZL_WF_FUA;
+	h.subop = ZL_OP_WRITE;
+	h.aux = zl_wire_dver_make(3, 1);
+	assert_int_equal(roundtrip(&h), 0);
+	zl_wire_encode(&h, b);
+	assert_int_equal(b[7], ZL_OP_WRITE);
+	assert_int_equal(zl_wire_repl_op(&h), ZL_OP_WRITE);
+	h.subop = ZL_OP_DISCARD;
+	h.payload_len = 0;
+	assert_int_equal(roundtrip(&h), 0);
+	assert_int_equal(zl_wire_repl_op(&h), ZL_OP_DISCARD);
+	h.subop = ZL_OP_READ;
+	expect_reject(&h, -ZL_ERR_PROTO, "unknown opcode");
+	/* without DVER the old meaning of aux stays, and subop must be 0 */
+	h = valid_req(ZL_OP_REPL_WRITE);
+	assert_int_equal(zl_wire_repl_op(&h), ZL_OP_WRITE);
+	h.subop = ZL_OP_WRITE;
+	expect_reject(&h, -ZL_ERR_PROTO, "reserved");
+	h = valid_req(ZL_OP_WRITE);
+	h.flags |= ZL_WF_DVER;
+	expect_reject(&h, -ZL_ERR_PROTO, "DVER");
+
+	/* CHUNK_VERSIONS: no payload in the request, pairs in the reply */
+	h = valid_req(ZL_OP_CHUNK_VERSIONS);
+	h.payload_len = 16;
+	expect_reject(&h, -ZL_ERR_PROTO, "no payload");
+	h = valid_req(ZL_OP_CHUNK_VERSIONS);
+	zl_wire_reply_init(&h, &rep, 0);
+	rep.payload_len = ZL_WIRE_MAX_CTRL;
+	assert_int_equal(roundtrip(&rep), 0);
+	rep.payload_len = 24;
+	expect_reject(&rep, -ZL_ERR_PROTO, "CHUNK_VERSIONS");
+	rep.payload_len = ZL_WIRE_MAX_CTRL + 16;
+	expect_reject(&rep, -ZL_ERR_PROTO, "CHUNK_VERSIONS");
+	zl_wire_chunk_vers_encode(in, 3, buf);
+	assert_int_equal(zl_wire_chunk_vers_decode(buf, 48, out), 3);
+	for (int i = 0; i < 3; i++) {
+		assert_true(out[i].chunk == in[i].chunk);
+		assert_true(out[i].version == in[i].version);
+	}
+	assert_int_equal(zl_wire_chunk_vers_decode(buf, 47, out), -ZL_ERR_PROTO);
+	assert_int_equal(zl_wire_chunk_vers_decode(buf, sizeof(buf), out), -ZL_ERR_PROTO);
+	assert_int_equal(zl_wire_chunk_vers_decode(buf, 0, out), 0);
+
+	/* CHUNK_PUSH: ranged like WRITE */
+	h = valid_req(ZL_OP_CHUNK_PUSH);
+	h.payload_len = h.length - 1;
+	expect_reject(&h, -ZL_ERR_PROTO, "payload_len");
+	h = valid_req(ZL_OP_CHUNK_PUSH);
+	h.offset = ZL_WIRE_MAX_CHUNK - 4096;
+	expect_reject(&h, -ZL_ERR_RANGE, "beyond");
+	assert_string_equal(zl_wire_op_name(ZL_OP_CHUNK_PUSH), "CHUNK_PUSH");
+	assert_string_equal(zl_wire_op_name(ZL_OP_CHUNK_VERSIONS), "CHUNK_VERSIONS");
+}
+
 static void test_check_chunk_size(void **state)
 {
 	struct zl_wire_hdr h = valid_req(ZL_OP_READ);
@@ -523,6 +606,7 @@ int main(void)
 	    cmocka_unit_test(test_reject_framing),
 	    cmocka_unit_test(test_reject_fields),
 	    cmocka_unit_test(test_reject_replies),
+	    cmocka_unit_test(test_heal_ops),
 	    cmocka_unit_test(test_check_chunk_size),
 	    cmocka_unit_test(test_hello),
 	    cmocka_unit_test(test_rdma_desc),

@@ -1,0 +1,793 @@
+/* Healing side of a storage daemon (--heal=on; docs/REPLICATION.md §3,
+ * contract rules S2 and S3): data versions of the slices this node is
+ * primary of, which members' chunk copies are known complete, failure
+ * reports, and the recovery task that copies to RECOVERING members every
+ * chunk whose version is below the primary's, then reports "CAUGHT_UP".
+ *
+ * A recovery job (struct heal_member), one per (volume, slice, member) the
+ * primary tracks, runs passes on the loop thread, off the I/O fast path:
+ *   IDLE   nothing in flight; the tick starts a pass for a RECOVERING member
+ *   LIST   CHUNK_VERSIONS to the member in flight (paged)
+ *   SCAN   comparing the member's versions with ours, a batch per loop turn
+ *   READ   reading a piece of the chunk being copied (chunk store, async)
+ *   PUSH   CHUNK_PUSH of that piece in flight
+ *   WAIT   rate limit (--recovery-mbps) before the next piece or chunk
+ *   DONE   a pass copied nothing: reported CAUGHT_UP at done_ver; waits for
+ *          the manager to change the row
+ * A pass that copied something is followed by another one; a chunk whose
+ * versions are equal is marked complete (forwarded writes then raise its
+ * version on the member). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "storage.h"
+
+#define HEAL_TICK_MS 500
+#define HEAL_LEASE_TTL 10
+#define HEAL_LEASE_RENEW_MS 3000
+#define HEAL_PIECE (1u << 20)	/* bytes of one CHUNK_PUSH */
+#define HEAL_SCAN_BATCH 64	/* chunk version lookups per loop turn */
+#define HEAL_VERS_SCAN 1024	/* chunks one CHUNK_VERSIONS request looks at */
+
+struct heal_seq {
+	struct heal_seq *next;
+	uint64_t vol;
+	uint32_t slice;
+	uint32_t term;
+	uint32_t seq; /* last sequence number handed out in term */
+};
+
+enum heal_phase {
+	HP_IDLE,
+	HP_LIST,
+	HP_SCAN,
+	HP_READ,
+	HP_PUSH,
+	HP_WAIT,
+	HP_DONE,
+};
+
+struct heal_member {
+	struct heal_member *next;
+	struct zl_storage_heal *h;
+	uint64_t vol;
+	uint32_t slice;
+	char node[ZL_NODE_ID_MAX];
+	uint32_t n_slices;
+	uint32_t chunk_size;
+	uint64_t n_local; /* chunks of the slice: slice + i * n_slices */
+	uint64_t *clean;  /* bit i: the member's copy of local chunk i is complete */
+	uint64_t *mver;	  /* the member's versions, collected by LIST */
+	bool suspect;	  /* a forward failed while it was IN_SYNC */
+	bool reset;	  /* went OUT while a pass ran: forget everything at IDLE */
+	enum heal_phase phase;
+	uint64_t row_ver; /* row version the pass runs under */
+	uint64_t cursor;  /* LIST: next chunk to ask about; SCAN: next local index */
+	uint64_t cur_chunk, cur_ver;
+	uint32_t cur_off;
+	uint32_t pass_pushed, pass_newer;
+	uint64_t started_ms; /* first pass since it became RECOVERING */
+	uint64_t bytes, chunks;
+	uint64_t done_ver;
+	uint64_t next_ms; /* rate limit: earliest start of the next piece */
+	struct zl_wire_hdr hdr;
+	uint8_t *vbuf; /* CHUNK_VERSIONS reply payload (pool) */
+	uint8_t *pbuf; /* piece being copied (pool) */
+	struct zl_timer t;
+	struct zl_defer d;
+};
+
+struct zl_storage_heal {
+	struct zl_storage *st;
+	struct heal_seq *seqs;
+	struct heal_member *members;
+	uint64_t *vols; /* volumes this node serves (recovery looks at them) */
+	size_t n_vols, cap_vols;
+	struct zl_timer tick;
+	int64_t lease;
+	uint64_t lease_renewed_ms;
+	bool stopping;
+};
+
+static void heal_pass_start(struct heal_member *m, uint64_t row_ver);
+static void heal_scan(void *arg);
+
+/* ---- lookups ---- */
+
+static uint64_t vol_chunks(const struct zl_volume *v)
+{
+	return (v->size + v->chunk_size - 1) / v->chunk_size;
+}
+
+static uint64_t slice_chunks(const struct zl_volume *v, uint32_t slice)
+{
+	uint64_t n = vol_chunks(v);
+
+	return slice < n ? (n - slice + v->n_slices - 1) / v->n_slices : 0;
+}
+
+static bool bit_get(const uint64_t *b, uint64_t i)
+{
+	return b[i / 64] >> (i % 64) & 1;
+}
+
+static void bit_put(uint64_t *b, uint64_t i, bool on)
+{
+	if (on)
+		b[i / 64] |= 1ull << (i % 64);
+	else
+		b[i / 64] &= ~(1ull << (i % 64));
+}
+
+static struct heal_member *member_find(struct zl_storage_heal *h, uint64_t vol, uint32_t slice,
+				       const char *node)
+{
+	for (struct heal_member *m = h->members; m; m = m->next)
+		if (m->vol == vol && m->slice == slice && !strcmp(m->node, node))
+			return m;
+	return NULL;
+}
+
+static struct heal_member *member_get(struct zl_storage_heal *h, const struct zl_volume *v,
+				      uint32_t slice, const char *node)
+{
+	struct heal_member *m = member_find(h, v->num, slice, node);
+
+	if (m)
+		return m;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return NULL;
+	m->h = h;
+	m->vol = v->num;
+	m->slice = slice;
+	snprintf(m->node, sizeof(m->node), "%s", node);
+	m->n_slices = v->n_slices;
+	m->chunk_size = v->chunk_size;
+	m->n_local = slice_chunks(v, slice);
+	m->clean = calloc((m->n_local + 63) / 64 + 1, sizeof(uint64_t));
+	m->mver = calloc(m->n_local + 1, sizeof(uint64_t));
+	if (!m->clean || !m->mver) {
+		free(m->clean);
+		free(m->mver);
+		free(m);
+		return NULL;
+	}
+	m->next = h->members;
+	h->members = m;
+	return m;
+}
+
+static void member_free_bufs(struct heal_member *m)
+{
+	struct zl_storage *st = m->h->st;
+
+	if (m->vbuf)
+		zl_xport_buf_free(st->xport, m->vbuf);
+	if (m->pbuf)
+		zl_xport_buf_free(st->xport, m->pbuf);
+	m->vbuf = m->pbuf = NULL;
+}
+
+static bool member_busy(const struct heal_member *m)
+{
+	return m->phase != HP_IDLE && m->phase != HP_DONE;
+}
+
+static void member_remove(struct zl_storage_heal *h, struct heal_member *m)
+{
+	for (struct heal_member **pp = &h->members; *pp; pp = &(*pp)->next) {
+		if (*pp == m) {
+			*pp = m->next;
+			break;
+		}
+	}
+	zl_timer_stop(h->st->loop, &m->t);
+	zl_loop_defer_cancel(h->st->loop, &m->d);
+	member_free_bufs(m);
+	free(m->clean);
+	free(m->mver);
+	free(m);
+}
+
+/* The member's copies are no longer trusted (it was OUT). */
+static void member_forget(struct heal_member *m)
+{
+	memset(m->clean, 0, ((m->n_local + 63) / 64 + 1) * sizeof(uint64_t));
+	m->suspect = false;
+	m->started_ms = 0;
+	m->bytes = m->chunks = 0;
+}
+
+/* ---- versions (S2) ---- */
+
+int zl_storage_heal_version_next(struct zl_storage *st, const struct zl_volume *v,
+				 uint32_t slice, uint64_t *ver)
+{
+	struct zl_storage_heal *h = st->heal;
+	const struct zl_slice *s = &v->slices[slice];
+	uint32_t term = s->term ? s->term : 1;
+	struct heal_seq *q;
+
+	for (q = h->seqs; q; q = q->next)
+		if (q->vol == v->num && q->slice == slice)
+			break;
+	if (!q) {
+		q = calloc(1, sizeof(*q));
+		if (!q)
+			return -ENOMEM;
+		q->vol = v->num;
+		q->slice = slice;
+		q->next = h->seqs;
+		h->seqs = q;
+	}
+	if (q->term != term) {
+		/* Becoming primary in this term: restart above what the slice's
+		 * chunks already hold of it (a restart in the same term). */
+		uint64_t n = slice_chunks(v, slice);
+		uint32_t seq = 0;
+
+		for (uint64_t i = 0; i < n; i++) {
+			uint64_t cv = 0;
+
+			if (zl_chunk_version(st->chunks, v->num, slice + i * v->n_slices,
+					     v->chunk_size, &cv))
+				continue;
+			if (zl_wire_dver_term(cv) == term)
+				seq = ZL_MAX(seq, zl_wire_dver_seq(cv));
+			else if (zl_wire_dver_term(cv) > term)
+				ZL_LOG_WARN("storage",
+					    "chunk holds a version of a later term than the row: "
+					    "vol=%016" PRIx64 " chunk=%" PRIu64 " version=%" PRIx64
+					    " row_term=%u",
+					    v->num, slice + i * v->n_slices, cv, term);
+		}
+		q->term = term;
+		q->seq = seq;
+		ZL_LOG_INFO("storage",
+			    "data versions restart: vol=%016" PRIx64 " slice=%u term=%u seq=%u",
+			    v->num, slice, term, seq);
+	}
+	if (q->seq == UINT32_MAX)
+		return -ERANGE;
+	*ver = zl_wire_dver_make(term, ++q->seq);
+	return 0;
+}
+
+uint64_t zl_storage_heal_fwd_version(struct zl_storage *st, const struct zl_volume *v,
+				     uint32_t slice, const char *node, enum zl_member_state ms,
+				     uint64_t chunk, uint64_t ver)
+{
+	struct heal_member *m = member_find(st->heal, v->num, slice, node);
+
+	if (ms == ZL_MEMBER_IN_SYNC)
+		return m && m->suspect ? 0 : ver;
+	if (!m)
+		m = member_get(st->heal, v, slice, node);
+	if (!m || chunk / v->n_slices >= m->n_local)
+		return 0;
+	return bit_get(m->clean, chunk / v->n_slices) ? ver : 0;
+}
+
+void zl_storage_heal_fwd_failed(struct zl_storage *st, const struct zl_volume *v,
+				uint32_t slice, const char *node, uint64_t chunk)
+{
+	struct heal_member *m = member_get(st->heal, v, slice, node);
+	int i = zl_slice_index_of(&v->slices[slice], node);
+
+	if (!m)
+		return;
+	if (i >= 0 && zl_slice_member_state(&v->slices[slice], i) == ZL_MEMBER_IN_SYNC)
+		m->suspect = true;
+	if (chunk / v->n_slices < m->n_local)
+		bit_put(m->clean, chunk / v->n_slices, false);
+}
+
+void zl_storage_heal_note_vol(struct zl_storage *st, uint64_t num)
+{
+	struct zl_storage_heal *h = st->heal;
+	uint64_t *nv;
+
+	for (size_t i = 0; i < h->n_vols; i++)
+		if (h->vols[i] == num)
+			return;
+	if (h->n_vols == h->cap_vols) {
+		size_t cap = h->cap_vols ? h->cap_vols * 2 : 16;
+
+		nv = realloc(h->vols, cap * sizeof(*nv));
+		if (!nv)
+			return;
+		h->vols = nv;
+		h->cap_vols = cap;
+	}
+	h->vols[h->n_vols++] = num;
+}
+
+int zl_storage_heal_versions(struct zl_storage *st, const struct zl_volume *v, uint32_t slice,
+			     uint64_t from, uint64_t above, struct zl_wire_chunk_ver *out,
+			     uint32_t max, uint64_t *next)
+{
+	uint64_t n = vol_chunks(v), c;
+	uint32_t got = 0, scanned = 0;
+
+	if (slice >= v->n_slices)
+		return -ZL_ERR_RANGE;
+	c = from + (slice + v->n_slices - from % v->n_slices) % v->n_slices;
+	for (; c < n && got < max && scanned < HEAL_VERS_SCAN; c += v->n_slices, scanned++) {
+		uint64_t cv = 0;
+		int rc = zl_chunk_version(st->chunks, v->num, c, v->chunk_size, &cv);
+
+		if (rc)
+			return rc;
+		if (cv > above) {
+			out[got].chunk = c;
+			out[got].version = cv;
+			got++;
+		}
+	}
+	*next = c < n ? c : 0;
+	return (int)got;
+}
+
+/* ---- reports ---- */
+
+int zl_storage_heal_report(struct zl_storage *st, const char *vol_id, uint32_t slice,
+			   const char *peer, const char *error, uint64_t slice_ver)
+{
+	struct zl_storage_heal *h = st->heal;
+	struct zl_report r;
+	int rc;
+
+	memset(&r, 0, sizeof(r));
+	snprintf(r.vol_id, sizeof(r.vol_id), "%s", vol_id);
+	r.slice = slice;
+	snprintf(r.reporter, sizeof(r.reporter), "%s", st->cfg.node_id);
+	snprintf(r.peer, sizeof(r.peer), "%s", peer);
+	snprintf(r.error, sizeof(r.error), "%s", error);
+	r.slice_ver = slice_ver;
+	r.time = (int64_t)time(NULL);
+	for (int attempt = 0; attempt < 2; attempt++) {
+		if (!h->lease) {
+			rc = zl_etcd_lease_grant(st->etcd, HEAL_LEASE_TTL, &h->lease);
+			if (rc) {
+				h->lease = 0;
+				break;
+			}
+			h->lease_renewed_ms = zl_now_ms();
+		}
+		rc = zl_meta_report_put(st->etcd, st->cfg.prefix, &r, h->lease);
+		if (!rc) {
+			ZL_LOG_INFO("storage",
+				    "report put: vol=%s slice=%u peer=%s error=%s slice_ver=%" PRIu64,
+				    vol_id, slice, peer, error, slice_ver);
+			return 0;
+		}
+		h->lease = 0; /* expired lease: grant a new one once */
+	}
+	ZL_LOG_ERR("storage",
+		   "cannot put failure report: vol=%s slice=%u peer=%s error=%s err=%s (is etcd "
+		   "reachable?)",
+		   vol_id, slice, peer, error, zl_errname(rc));
+	return rc;
+}
+
+/* ---- recovery (S3) ---- */
+
+static bool member_should_stop(struct heal_member *m)
+{
+	if (m->h->stopping || m->reset) {
+		if (m->reset)
+			member_forget(m);
+		m->reset = false;
+		m->phase = HP_IDLE;
+		member_free_bufs(m);
+		return true;
+	}
+	return false;
+}
+
+static void heal_pass_fail(struct heal_member *m, const char *what, int err)
+{
+	ZL_LOG_WARN("storage",
+		    "recovery pass failed: vol=%016" PRIx64 " slice=%u member=%s step=%s err=%s "
+		    "(retried)",
+		    m->vol, m->slice, m->node, what, zl_errname(err));
+	m->phase = HP_IDLE;
+	member_free_bufs(m);
+}
+
+static void heal_list_send(struct heal_member *m);
+
+static void heal_list_cb(void *arg, int status, const struct zl_wire_hdr *rep)
+{
+	struct heal_member *m = arg;
+	struct zl_wire_chunk_ver pairs[ZL_WIRE_VERS_MAX];
+	int n;
+
+	if (member_should_stop(m))
+		return;
+	if (!status)
+		status = zl_wire_status_to_err(rep->status);
+	if (status) {
+		heal_pass_fail(m, "CHUNK_VERSIONS", status);
+		return;
+	}
+	n = zl_wire_chunk_vers_decode(m->vbuf, rep->payload_len, pairs);
+	if (n < 0) {
+		heal_pass_fail(m, "CHUNK_VERSIONS", n);
+		return;
+	}
+	for (int i = 0; i < n; i++) {
+		uint64_t li = pairs[i].chunk / m->n_slices;
+
+		if (pairs[i].chunk % m->n_slices == m->slice && li < m->n_local)
+			m->mver[li] = pairs[i].version;
+	}
+	if (rep->aux > m->cursor) {
+		m->cursor = rep->aux;
+		heal_list_send(m);
+		return;
+	}
+	m->phase = HP_SCAN;
+	m->cursor = 0;
+	zl_loop_defer(m->h->st->loop, &m->d, heal_scan, m);
+}
+
+static void heal_list_send(struct heal_member *m)
+{
+	struct zl_storage *st = m->h->st;
+	int rc;
+
+	memset(&m->hdr, 0, sizeof(m->hdr));
+	m->hdr.opcode = ZL_OP_CHUNK_VERSIONS;
+	m->hdr.vol_id = m->vol;
+	m->hdr.offset = m->slice;
+	m->hdr.chunk = m->cursor;
+	m->hdr.slice_ver = m->row_ver;
+	rc = zl_storage_peer_request(st->peers, m->node, &m->hdr, NULL, 0, m->vbuf,
+				     ZL_WIRE_MAX_CTRL, heal_list_cb, m);
+	if (rc)
+		heal_pass_fail(m, "CHUNK_VERSIONS", rc);
+}
+
+static void heal_pass_start(struct heal_member *m, uint64_t row_ver)
+{
+	struct zl_storage *st = m->h->st;
+
+	if (!m->vbuf)
+		m->vbuf = zl_xport_buf_alloc(st->xport, ZL_WIRE_MAX_CTRL);
+	if (!m->vbuf) {
+		heal_pass_fail(m, "buffer", -ENOMEM);
+		return;
+	}
+	if (!m->started_ms) {
+		m->started_ms = zl_now_ms();
+		ZL_LOG_INFO("storage", "recovery started: vol=%016" PRIx64 " slice=%u member=%s",
+			    m->vol, m->slice, m->node);
+	}
+	memset(m->mver, 0, (m->n_local + 1) * sizeof(uint64_t));
+	m->row_ver = row_ver;
+	m->cursor = 0;
+	m->pass_pushed = m->pass_newer = 0;
+	m->phase = HP_LIST;
+	heal_list_send(m);
+}
+
+static void heal_piece_read(void *arg);
+
+static void heal_wait_then(struct heal_member *m, uint32_t bytes, zl_loop_cb next)
+{
+	struct zl_storage *st = m->h->st;
+	uint64_t now = zl_now_ms(), cost;
+
+	/* bits / (mbps * 1000) = milliseconds */
+	cost = (uint64_t)bytes * 8 / ((uint64_t)st->cfg.recovery_mbps * 1000);
+	m->next_ms = ZL_MAX(m->next_ms, now) + cost;
+	m->phase = HP_WAIT;
+	if (m->next_ms <= now)
+		zl_loop_defer(st->loop, &m->d, next, m);
+	else
+		zl_timer_start(st->loop, &m->t, m->next_ms - now, 0, next, m);
+}
+
+static void heal_push_cb(void *arg, int status, const struct zl_wire_hdr *rep)
+{
+	struct heal_member *m = arg;
+	uint32_t len = ZL_MIN(HEAL_PIECE, m->chunk_size - m->cur_off);
+
+	if (member_should_stop(m))
+		return;
+	if (!status)
+		status = zl_wire_status_to_err(rep->status);
+	if (status == -ZL_ERR_CONFLICT) {
+		/* The member's copy is not older after all: leave it. */
+		m->cursor++;
+		m->phase = HP_SCAN;
+		zl_loop_defer(m->h->st->loop, &m->d, heal_scan, m);
+		return;
+	}
+	if (status) {
+		heal_pass_fail(m, "CHUNK_PUSH", status);
+		return;
+	}
+	m->bytes += len;
+	m->cur_off += len;
+	if (m->cur_off < m->chunk_size) {
+		heal_wait_then(m, len, heal_piece_read);
+		return;
+	}
+	m->chunks++;
+	m->pass_pushed++;
+	m->cursor++;
+	heal_wait_then(m, len, heal_scan);
+}
+
+static void heal_read_cb(void *arg, int status)
+{
+	struct heal_member *m = arg;
+	struct zl_storage *st = m->h->st;
+	uint32_t len = ZL_MIN(HEAL_PIECE, m->chunk_size - m->cur_off);
+	int rc;
+
+	if (member_should_stop(m))
+		return;
+	if (status) {
+		heal_pass_fail(m, "read", status);
+		return;
+	}
+	memset(&m->hdr, 0, sizeof(m->hdr));
+	m->hdr.opcode = ZL_OP_CHUNK_PUSH;
+	m->hdr.vol_id = m->vol;
+	m->hdr.chunk = m->cur_chunk;
+	m->hdr.offset = m->cur_off;
+	m->hdr.length = len;
+	m->hdr.slice_ver = m->row_ver;
+	m->hdr.aux = m->cur_ver;
+	m->phase = HP_PUSH;
+	rc = zl_storage_peer_request(st->peers, m->node, &m->hdr, m->pbuf, len, NULL, 0,
+				     heal_push_cb, m);
+	if (rc)
+		heal_pass_fail(m, "CHUNK_PUSH", rc);
+}
+
+static void heal_piece_read(void *arg)
+{
+	struct heal_member *m = arg;
+	struct zl_storage *st = m->h->st;
+	uint32_t len = ZL_MIN(HEAL_PIECE, m->chunk_size - m->cur_off);
+	int rc;
+
+	if (member_should_stop(m))
+		return;
+	if (!m->pbuf)
+		m->pbuf = zl_xport_buf_alloc(st->xport, HEAL_PIECE);
+	if (!m->pbuf) {
+		heal_pass_fail(m, "buffer", -ENOMEM);
+		return;
+	}
+	m->phase = HP_READ;
+	rc = zl_chunk_read(st->chunks, m->vol, m->cur_chunk, m->chunk_size, m->cur_off, len,
+			   m->pbuf, heal_read_cb, m);
+	if (rc)
+		heal_pass_fail(m, "read", rc);
+}
+
+/* End of a pass: caught up when nothing was copied, else another pass. */
+static void heal_pass_end(struct heal_member *m)
+{
+	struct zl_storage *st = m->h->st;
+	char vid[ZL_VOL_ID_LEN + 1];
+	struct zl_storage_vol *sv;
+	const struct zl_slice *s;
+	int i;
+
+	member_free_bufs(m);
+	if (zl_storage_vol_get(st->vols, m->vol, &sv) || m->slice >= sv->v.n_slices) {
+		m->phase = HP_IDLE;
+		return;
+	}
+	s = &sv->v.slices[m->slice];
+	i = zl_slice_index_of(s, m->node);
+	if (i < 0 || zl_slice_member_state(s, i) != ZL_MEMBER_RECOVERING ||
+	    zl_slice_index_of(s, st->cfg.node_id) != zl_slice_primary(s)) {
+		m->phase = HP_IDLE;
+		return;
+	}
+	if (m->pass_pushed) {
+		heal_pass_start(m, s->version);
+		return;
+	}
+	if (m->pass_newer) {
+		/* Without peering (S4) a primary cannot take a newer copy. */
+		ZL_LOG_ERR("storage",
+			   "recovering member holds chunks newer than the primary: vol=%016" PRIx64
+			   " slice=%u member=%s chunks=%u (not reported caught up)",
+			   m->vol, m->slice, m->node, m->pass_newer);
+		m->phase = HP_IDLE;
+		return;
+	}
+	zl_vol_id_format(m->vol, vid);
+	if (zl_storage_heal_report(st, vid, m->slice, m->node, "CAUGHT_UP", s->version)) {
+		m->phase = HP_IDLE;
+		return;
+	}
+	ZL_LOG_INFO("storage",
+		    "recovery caught up: vol=%s slice=%u member=%s chunks_copied=%" PRIu64
+		    " bytes_copied=%" PRIu64 " ms=%" PRIu64 " slice_ver=%" PRIu64,
+		    vid, m->slice, m->node, m->chunks, m->bytes, zl_now_ms() - m->started_ms,
+		    s->version);
+	m->done_ver = s->version;
+	m->phase = HP_DONE;
+}
+
+static void heal_scan(void *arg)
+{
+	struct heal_member *m = arg;
+	struct zl_storage *st = m->h->st;
+
+	if (member_should_stop(m))
+		return;
+	m->phase = HP_SCAN;
+	for (unsigned n = 0; n < HEAL_SCAN_BATCH && m->cursor < m->n_local; n++) {
+		uint64_t chunk = m->slice + m->cursor * m->n_slices, own = 0;
+		int rc = zl_chunk_version(st->chunks, m->vol, chunk, m->chunk_size, &own);
+
+		if (rc) {
+			heal_pass_fail(m, "chunk version", rc);
+			return;
+		}
+		if (zl_storage_push_applies(m->mver[m->cursor], own)) {
+			m->cur_chunk = chunk;
+			m->cur_ver = own; /* read before the data: the copy is never labelled newer */
+			m->cur_off = 0;
+			heal_piece_read(m);
+			return;
+		}
+		if (own == m->mver[m->cursor])
+			bit_put(m->clean, m->cursor, true);
+		else
+			m->pass_newer++;
+		m->cursor++;
+	}
+	if (m->cursor < m->n_local) {
+		zl_loop_defer(st->loop, &m->d, heal_scan, m);
+		return;
+	}
+	heal_pass_end(m);
+}
+
+/* Looks at one slice this node may be primary of. */
+static void heal_slice(struct zl_storage_heal *h, const struct zl_volume *v, uint32_t slice)
+{
+	struct zl_storage *st = h->st;
+	const struct zl_slice *s = &v->slices[slice];
+	int me = zl_slice_index_of(s, st->cfg.node_id);
+	bool primary = me >= 0 && me == zl_slice_primary(s);
+
+	for (int i = 0; i < s->n && i < ZL_MAX_REPLICAS; i++) {
+		struct heal_member *m = member_find(h, v->num, slice, s->nodes[i]);
+		enum zl_member_state ms = zl_slice_member_state(s, i);
+
+		if (i == me)
+			continue;
+		if (!primary) {
+			if (m && !member_busy(m))
+				member_remove(h, m);
+			else if (m)
+				m->reset = true;
+			continue;
+		}
+		switch (ms) {
+		case ZL_MEMBER_IN_SYNC:
+			if (m && !m->suspect && !member_busy(m))
+				member_remove(h, m);
+			break;
+		case ZL_MEMBER_OUT:
+			if (m && member_busy(m))
+				m->reset = true;
+			else if (m)
+				member_forget(m), m->phase = HP_IDLE;
+			break;
+		case ZL_MEMBER_RECOVERING:
+			if (!m)
+				m = member_get(h, v, slice, s->nodes[i]);
+			if (!m)
+				break;
+			if (m->phase == HP_DONE && m->done_ver != s->version)
+				m->phase = HP_IDLE;
+			if (m->phase == HP_IDLE)
+				heal_pass_start(m, s->version);
+			break;
+		}
+	}
+}
+
+static int heal_vol_seen(void *arg, uint64_t vol)
+{
+	zl_storage_heal_note_vol(arg, vol);
+	return 0;
+}
+
+static void heal_tick(void *arg)
+{
+	struct zl_storage_heal *h = arg;
+	struct zl_storage *st = h->st;
+
+	if (h->stopping)
+		return;
+	if (h->lease && zl_now_ms() - h->lease_renewed_ms >= HEAL_LEASE_RENEW_MS) {
+		int64_t ttl = 0;
+
+		if (zl_etcd_lease_keepalive(st->etcd, h->lease, &ttl) || ttl <= 0)
+			h->lease = 0;
+		h->lease_renewed_ms = zl_now_ms();
+	}
+	zl_chunk_volume_foreach(st->chunks, heal_vol_seen, st);
+	for (size_t i = 0; i < h->n_vols; i++) {
+		struct zl_storage_vol *sv;
+
+		if (zl_storage_vol_get(st->vols, h->vols[i], &sv))
+			continue;
+		for (uint32_t s = 0; s < sv->v.n_slices; s++) {
+			heal_slice(h, &sv->v, s);
+			/* heal_slice may have blocked on etcd: the cache entry
+			 * stays valid (nothing reloads it meanwhile). */
+		}
+	}
+}
+
+int zl_storage_heal_start(struct zl_storage *st)
+{
+	struct zl_storage_heal *h = calloc(1, sizeof(*h));
+
+	if (!h)
+		return -ENOMEM;
+	h->st = st;
+	st->heal = h;
+	zl_timer_start(st->loop, &h->tick, HEAL_TICK_MS, HEAL_TICK_MS, heal_tick, h);
+	ZL_LOG_INFO("storage", "healing on: repl_wait_ms=%u recovery_mbps=%u", st->cfg.repl_wait_ms,
+		    st->cfg.recovery_mbps);
+	return 0;
+}
+
+void zl_storage_heal_stop(struct zl_storage *st)
+{
+	struct zl_storage_heal *h = st->heal;
+
+	if (!h)
+		return;
+	h->stopping = true;
+	zl_timer_stop(st->loop, &h->tick);
+	for (struct heal_member *m = h->members; m; m = m->next) {
+		zl_timer_stop(st->loop, &m->t);
+		zl_loop_defer_cancel(st->loop, &m->d);
+		if (m->phase == HP_WAIT || m->phase == HP_SCAN)
+			m->phase = HP_IDLE;
+	}
+}
+
+void zl_storage_heal_destroy(struct zl_storage *st)
+{
+	struct zl_storage_heal *h = st->heal;
+
+	if (!h)
+		return;
+	zl_storage_heal_stop(st);
+	if (h->lease)
+		zl_etcd_lease_revoke(st->etcd, h->lease);
+	while (h->members)
+		member_remove(h, h->members);
+	while (h->seqs) {
+		struct heal_seq *q = h->seqs;
+
+		h->seqs = q->next;
+		free(q);
+	}
+	free(h->vols);
+	free(h);
+	st->heal = NULL;
+}
