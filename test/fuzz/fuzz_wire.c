@@ -18,6 +18,8 @@
 #include "lib/common/common.h"
 #include "lib/wire/wire.h"
 
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
 static void fuzz_check(bool ok)
 {
 	if (!ok)
