@@ -24,7 +24,10 @@
 	X(ZL_ERR_BUSY,       4112, "resource busy")                              \
 	X(ZL_ERR_RANGE,      4113, "offset or length out of range")              \
 	X(ZL_ERR_AUTH,       4114, "authentication failed")                      \
-	X(ZL_ERR_VERSION,    4115, "unsupported protocol version")
+	X(ZL_ERR_VERSION,    4115, "unsupported protocol version")              \
+	X(ZL_ERR_PEERING,    4116, "slice primary is peering, retry shortly")    \
+	X(ZL_ERR_MIN_SIZE,   4117, "fewer in-sync copies than the volume's min_size") \
+	X(ZL_ERR_IDENTITY,   4118, "data directory belongs to another cluster or node")
 
 enum zl_err {
 #define ZL_ERR_ENUM(name, val, msg) name = (val),

@@ -253,7 +253,8 @@ const char *zl_wire_op_name(int op)
 	static const char *const names[] = { "?", "HELLO", "READ", "WRITE", "FLUSH", "DISCARD",
 					     "WRITE_ZEROES", "REPL_WRITE", "CHUNK_INFO",
 					     "CHUNK_DELETE", "VOLUME_DELETE", "SYNC", "PING",
-					     "CHUNK_VERSIONS", "CHUNK_PUSH" };
+					     "CHUNK_VERSIONS", "CHUNK_PUSH", "CHUNK_DIGEST",
+					     "SCRUB" };
 
 	if (op < 0 || op > ZL_OP_MAX_)
 		return "?";

@@ -53,7 +53,16 @@ enum zl_wire_op {
 	 * receiver's chunk version is lower; the piece ending the chunk stores
 	 * the version (earlier pieces keep the old one). */
 	ZL_OP_CHUNK_PUSH = 14,
-	ZL_OP_MAX_ = 14,
+	/* Scrub (docs/REPLICATION.md §8). CHUNK_DIGEST: offset = slice index,
+	 * chunk = first chunk to look at; reply payload: zl_wire_chunk_digest
+	 * records of the chunks this replica holds (at most
+	 * ZL_WIRE_DIGESTS_MAX), reply aux = chunk to continue from, 0 when done.
+	 * SCRUB (admin -> a slice's primary): offset = slice index; verify every
+	 * block of every member's copy and repair from the winning copy; reply
+	 * payload: struct zl_wire_scrub_result. */
+	ZL_OP_CHUNK_DIGEST = 15,
+	ZL_OP_SCRUB = 16,
+	ZL_OP_MAX_ = 16,
 };
 
 enum zl_wire_flag {
@@ -64,7 +73,11 @@ enum zl_wire_flag {
 	 * raise the chunk's version) and subop the original opcode. Without it
 	 * aux is the original opcode (0.1 senders, --heal=off). */
 	ZL_WF_DVER = 1u << 3,
-	ZL_WF_ALL_ = 0x0f,
+	/* READ from any member holding the chunk (in sync or not, primary or
+	 * not): peering's pulls, recovery and `zl volume verify`. The reply's
+	 * aux carries the replica's chunk version. Never used by clients' I/O. */
+	ZL_WF_ANY = 1u << 4,
+	ZL_WF_ALL_ = 0x1f,
 };
 
 /* Host representation of the header. */
