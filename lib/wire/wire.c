@@ -55,8 +55,14 @@ int zl_wire_check(const struct zl_wire_hdr *h, uint32_t chunk_size, const char *
 		return fail(why, "status set on a request", -ZL_ERR_PROTO);
 	if ((h->flags & ZL_WF_DVER) && op != ZL_OP_REPL_WRITE)
 		return fail(why, "DVER flag on an opcode other than REPL_WRITE", -ZL_ERR_PROTO);
-	if (h->subop && !(h->flags & ZL_WF_DVER))
+	if ((h->flags & ZL_WF_ANY) && op != ZL_OP_READ)
+		return fail(why, "ANY flag on an opcode other than READ", -ZL_ERR_PROTO);
+	if (op == ZL_OP_CHUNK_PUSH && !reply) {
+		if (h->subop > ZL_PUSH_REPLACE)
+			return fail(why, "unknown CHUNK_PUSH subop", -ZL_ERR_PROTO);
+	} else if (h->subop && !(h->flags & ZL_WF_DVER)) {
 		return fail(why, "reserved subop byte set without DVER", -ZL_ERR_PROTO);
+	}
 	if ((h->flags & ZL_WF_FUA) && !op_is_data_write(op) && op != ZL_OP_WRITE_ZEROES &&
 	    op != ZL_OP_DISCARD)
 		return fail(why, "FUA on a non-write opcode", -ZL_ERR_PROTO);
@@ -69,6 +75,12 @@ int zl_wire_check(const struct zl_wire_hdr *h, uint32_t chunk_size, const char *
 		if (op == ZL_OP_READ && h->status == 0 && !rdma) {
 			if (h->payload_len != h->length || h->length > ZL_WIRE_MAX_IO)
 				return fail(why, "READ reply payload_len != length",
+					    -ZL_ERR_PROTO);
+			return 0;
+		}
+		if ((op == ZL_OP_CHUNK_DIGEST || op == ZL_OP_SCRUB) && h->status == 0) {
+			if (h->payload_len > ZL_WIRE_MAX_CTRL)
+				return fail(why, "CHUNK_DIGEST/SCRUB reply payload size",
 					    -ZL_ERR_PROTO);
 			return 0;
 		}
@@ -108,8 +120,11 @@ int zl_wire_check(const struct zl_wire_hdr *h, uint32_t chunk_size, const char *
 			return fail(why, "zero volume id", -ZL_ERR_PROTO);
 		return 0;
 	case ZL_OP_CHUNK_VERSIONS:
+	case ZL_OP_CHUNK_DIGEST:
+	case ZL_OP_SCRUB:
 		if (h->payload_len || h->length)
-			return fail(why, "CHUNK_VERSIONS carries no payload", -ZL_ERR_PROTO);
+			return fail(why, "CHUNK_VERSIONS/DIGEST/SCRUB carry no payload",
+				    -ZL_ERR_PROTO);
 		if (!h->vol_id)
 			return fail(why, "zero volume id", -ZL_ERR_PROTO);
 		return 0;

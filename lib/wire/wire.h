@@ -53,6 +53,10 @@ enum zl_wire_op {
 	 * receiver's chunk version is lower; the piece ending the chunk stores
 	 * the version (earlier pieces keep the old one). */
 	ZL_OP_CHUNK_PUSH = 14,
+	/* CHUNK_PUSH subop: 0 = apply only over an older copy; ZL_PUSH_REPLACE
+	 * = replace the copy whenever the versions differ (to a member that is
+	 * not IN_SYNC: its newer, never-acknowledged writes are rolled back). */
+#define ZL_PUSH_REPLACE 1
 	/* Scrub (docs/REPLICATION.md §8). CHUNK_DIGEST: offset = slice index,
 	 * chunk = first chunk to look at; reply payload: zl_wire_chunk_digest
 	 * records of the chunks this replica holds (at most

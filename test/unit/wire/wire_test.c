@@ -313,10 +313,20 @@ static void test_reject_fields(void **state)
 
 	/* unknown flags */
 	for (unsigned bit = 3; bit < 8; bit++) {
+		if ((1u << bit) == ZL_WF_ANY)
+			continue;
 		h = valid_req(ZL_OP_READ);
 		h.flags = (uint8_t)(1u << bit);
 		expect_reject(&h, -ZL_ERR_PROTO, "flag");
 	}
+
+	/* ANY only on READ */
+	h = valid_req(ZL_OP_WRITE);
+	h.flags = ZL_WF_ANY;
+	expect_reject(&h, -ZL_ERR_PROTO, "ANY");
+	h = valid_req(ZL_OP_READ);
+	h.flags = ZL_WF_ANY;
+	assert_int_equal(roundtrip(&h), 0);
 
 	/* status on a request */
 	h = valid_req(ZL_OP_READ);
