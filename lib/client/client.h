@@ -35,6 +35,15 @@ struct zl_client_opts {
 	uint32_t max_io;           /* parallel user I/Os per volume, default 256 */
 	uint32_t conns_per_node;   /* connections per storage node, default 2 */
 	uint64_t epoch;            /* attach epoch carried on every request (0 = none) */
+	/* false (default) = heal mode: reads and writes go to the row's primary
+	 * only; when it cannot be reached the client puts a failure report
+	 * (lib/meta reports/) for the manager and waits, retrying with backoff
+	 * and placement reloads, up to io_timeout_s. true = the 0.1 behaviour
+	 * for clusters without a manager: read fallback to other in-sync
+	 * replicas, promotion of the next replica by zl_meta_slice_drop, give
+	 * up after 16 attempts or 30 s. */
+	bool legacy_drop;
+	uint32_t io_timeout_s;     /* heal mode: seconds an I/O may wait, 0 = 600 */
 };
 
 /* etcd is borrowed (must outlive the client). Returns 0 or an error. */
@@ -86,6 +95,7 @@ void zl_vol_buf_free(struct zl_vol *v, void *buf);
 struct zl_vol_stats {
 	uint64_t reads, writes, read_bytes, write_bytes;
 	uint64_t retries, failovers, promotions, placement_reloads;
+	uint64_t reports; /* heal mode: failure reports put */
 };
 void zl_vol_get_stats(const struct zl_vol *v, struct zl_vol_stats *out);
 
