@@ -293,6 +293,7 @@ struct client_io {
 struct client_reported {
 	uint64_t slice_ver; /* 0 = none yet */
 	char peer[ZL_NODE_ID_MAX];
+	uint64_t logged_ns; /* last "waited ... for an in-sync primary" line */
 };
 
 struct zl_vol {
@@ -302,8 +303,8 @@ struct zl_vol {
 	enum zl_xport_select sel; /* client's, or the volume's "transport" param */
 	struct zl_xport *buf_x;	  /* pool of zl_vol_buf_alloc, chosen on first use */
 	struct client_node **slice_nodes; /* [n_slices * ZL_MAX_REPLICAS] */
-	/* Heal mode: the last failure report put per slice, so one goes per
-	 * (slice, peer, slice_ver): [n_slices] */
+	/* Heal mode, per slice: the last failure report put, so one goes per
+	 * (slice, peer, slice_ver), and the last timeout line: [n_slices] */
 	struct client_reported *reported;
 	uint64_t reload_seq;		  /* bumps on every installed record */
 	uint64_t reloaded_ns;		  /* last reload from etcd */

@@ -24,6 +24,7 @@
 
 #define ETCD_QUIET_NS  (200ull * 1000000ull) /* after a failed etcd call */
 #define NODES_FRESH_NS (50ull * 1000000ull)  /* node list younger than this is reused */
+#define TIMEOUT_LOG_NS (10ull * 1000000000ull)  /* heal: "waited" lines per slice */
 #define RELOAD_FRESH_NS (50ull * 1000000ull) /* heal: a record younger than this is reused */
 
 static void sub_send(struct client_sub *s);
@@ -407,9 +408,14 @@ static void sub_give_up_heal(struct client_sub *s, uint64_t t)
 {
 	struct zl_vol *v = s->vol;
 	struct client_io *io = s->io;
+	struct client_reported *rp = &v->reported[s->slice];
 	int err = zl_client_heal_final_err(s->last_err);
 
-	if (!io->timeout_logged) {
+	/* One line per I/O, and per slice at most every TIMEOUT_LOG_NS: the
+	 * parallel I/Os of a stuck slice all end at about the same time. */
+	if (!io->timeout_logged &&
+	    (!rp->logged_ns || t - rp->logged_ns >= TIMEOUT_LOG_NS || t < rp->logged_ns)) {
+		rp->logged_ns = t;
 		io->timeout_logged = true;
 		ZL_LOG_ERR(CLIENT_LOG,
 			   "vol=%s slice=%u waited %llu s for an in-sync primary (last: %s, %s); "

@@ -44,7 +44,8 @@ grep -qi "exists" "$CL_DIR/err" || fail "different-size create did not say 'alre
 
 pid1=$(cl_pid storage-1)
 port1=$(cat "$CL_DIR/storage-1/port")
-"$BUILD/bin/e2e_io" --etcd "$CL_ETCD" --volume e2e --bytes "${ZL_E2E_BYTES:-256M}" \
+# No manager runs here: the 0.1 client promotes the next replica itself.
+"$BUILD/bin/e2e_io" --etcd "$CL_ETCD" --volume e2e --bytes "${ZL_E2E_BYTES:-256M}" --legacy-drop \
 	--kill-cmd "kill -9 $pid1" --killed-node node-1 \
 	--restart-cmd "bash -c 'source $SRC/test/lib/cluster.sh; cl_start_storage 1 $port1 $(node_flags 1 "$port1")'" \
 	--wait-cmd "bash -c 'for i in \$(seq 1 100); do $ZL node ls 2>/dev/null | grep -q node-1 && exec 3<>/dev/tcp/${ips[0]}/$port1 && exit 0; sleep 0.2; done; exit 1'" \
