@@ -6,13 +6,22 @@
  * target and retry state:
  *
  *   start -> send -> SENT --reply--> result: DONE | FAIL       -> done
- *                                            FAILOVER           -> next replica
- *                                            PROMOTE            -> slice_drop, retry
+ *                                            REPORT (heal)      -> report, TIMER
+ *                                            FAILOVER (legacy)  -> next replica
+ *                                            PROMOTE (legacy)   -> slice_drop, retry
  *                                            RELOAD | RETRY     -> TIMER -> send
  *
+ * Heal mode (the default, c->legacy_drop false): every op goes to the row's
+ * primary, classification is zl_client_classify_heal, there is no attempt
+ * budget, and the time budget is io_timeout from the submit of the user I/O
+ * (io->start_ns); REPORT puts one failure report per (slice, peer,
+ * slice_ver) (v->reported) and retries with a placement reload. Nothing
+ * here changes a row in heal mode. Legacy mode is the 0.1 engine unchanged.
+ *
  * Results, retries and completions always run from loop callbacks (reply,
- * timer, defer), never inside a submit call. The user callback runs when
- * every sub of the I/O is done, with the first error. */
+ * timer, defer), never inside a submit call; waiting is timers on the loop,
+ * never a sleep. The user callback runs when every sub of the I/O is done,
+ * with the first error. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
