@@ -5,8 +5,11 @@
  * held briefly by storage_server.c) until a peering job ran:
  *
  *   LIST  CHUNK_VERSIONS(slice, since=0) to every other IN_SYNC member, in
- *         parallel (paged). A member that fails or does not answer within the
- *         transport's request timeout gets a failure report and is left out.
+ *         parallel (paged). A member that cannot be reached is asked again
+ *         for PEER_GRACE_MS (daemons restarting together find each other); one
+ *         that fails or does not answer within the transport's request
+ *         timeout gets a failure report and is left out; forwarded writes no
+ *         longer raise its versions until recovery looked at it.
  *         RECOVERING members are not asked: they never held an acknowledged
  *         write the in-sync ones lack, and recovery replaces their copies.
  *   SCAN  per chunk (a batch per loop turn): the newest version among our own
@@ -36,6 +39,8 @@
 #define PEER_PIECE (1u << 20)
 #define PEER_SCAN_BATCH 64
 #define PEER_RETRY_MS 1000
+#define PEER_GRACE_MS 3000
+#define PEER_GRACE_STEP_MS 250
 /* A restart within a term skips this many sequence numbers: a write in
  * flight at the crash that reached only a member that did not answer never
  * shares a version with a new one. */
@@ -67,6 +72,7 @@ struct pj_member {
 	uint64_t *ver; /* its version per local chunk */
 	struct zl_wire_hdr hdr;
 	uint8_t *vbuf;
+	struct zl_timer t; /* next CHUNK_VERSIONS to an unreachable member */
 };
 
 struct peer_job {
@@ -217,8 +223,10 @@ static void pj_free(struct zl_storage_peering *pg, struct peer_job *j)
 	}
 	zl_loop_defer_cancel(j->st->loop, &j->d);
 	pj_free_bufs(j);
-	for (unsigned i = 0; i < j->n_m; i++)
+	for (unsigned i = 0; i < j->n_m; i++) {
+		zl_timer_stop(j->st->loop, &j->m[i].t);
 		free(j->m[i].ver);
+	}
 	free(j);
 }
 
@@ -232,6 +240,8 @@ void zl_storage_peer_stop(struct zl_storage *st)
 	for (struct peer_job *j = pg->jobs; j; j = j->next) {
 		j->abandon = true;
 		zl_loop_defer_cancel(st->loop, &j->d);
+		for (unsigned i = 0; i < j->n_m; i++)
+			zl_timer_stop(st->loop, &j->m[i].t);
 	}
 }
 
@@ -312,6 +322,38 @@ static void pj_member_failed(struct peer_job *j, struct pj_member *m, const char
 
 static void pj_list_send(struct pj_member *m);
 
+/* Every member answered or failed: compare. */
+static void pj_list_cb_end(struct peer_job *j)
+{
+	j->phase = PJ_SCAN;
+	zl_loop_defer(j->st->loop, &j->d, pj_scan, j);
+}
+
+static void pj_list_retry(void *arg)
+{
+	struct pj_member *m = arg;
+
+	if (pj_done_cb(m->j))
+		return;
+	pj_list_send(m);
+	if (!m->j->inflight)
+		pj_list_cb_end(m->j);
+}
+
+/* A CHUNK_VERSIONS that failed fast (member not reachable yet): true when
+ * it is asked again a little later, within PEER_GRACE_MS of the start. */
+static bool pj_list_later(struct pj_member *m, int err)
+{
+	struct peer_job *j = m->j;
+
+	if ((err != -ZL_ERR_CONN && err != -ZL_ERR_NOT_FOUND && err != -ZL_ERR_BUSY) ||
+	    zl_now_ms() - j->started_ms >= PEER_GRACE_MS)
+		return false;
+	j->inflight++;
+	zl_timer_start(j->st->loop, &m->t, PEER_GRACE_STEP_MS, 0, pj_list_retry, m);
+	return true;
+}
+
 static void pj_list_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 {
 	struct pj_member *m = arg;
@@ -325,7 +367,8 @@ static void pj_list_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 		status = zl_wire_status_to_err(rep->status);
 	n = status ? status : zl_wire_chunk_vers_decode(m->vbuf, rep->payload_len, pairs);
 	if (n < 0) {
-		pj_member_failed(j, m, "CHUNK_VERSIONS", n);
+		if (!pj_list_later(m, n))
+			pj_member_failed(j, m, "CHUNK_VERSIONS", n);
 	} else {
 		for (int i = 0; i < n; i++) {
 			uint64_t li = pairs[i].chunk / j->n_slices;
@@ -340,10 +383,8 @@ static void pj_list_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 			m->answered = true;
 		}
 	}
-	if (j->inflight)
-		return;
-	j->phase = PJ_SCAN;
-	zl_loop_defer(j->st->loop, &j->d, pj_scan, j);
+	if (!j->inflight)
+		pj_list_cb_end(j);
 }
 
 static void pj_list_send(struct pj_member *m)
@@ -359,10 +400,10 @@ static void pj_list_send(struct pj_member *m)
 	m->hdr.slice_ver = j->row_ver;
 	rc = zl_storage_peer_request(j->st->peers, m->node, &m->hdr, NULL, 0, m->vbuf,
 				     ZL_WIRE_MAX_CTRL, pj_list_cb, m);
-	if (rc)
-		pj_member_failed(j, m, "CHUNK_VERSIONS", rc);
-	else
+	if (!rc)
 		j->inflight++;
+	else if (!pj_list_later(m, rc))
+		pj_member_failed(j, m, "CHUNK_VERSIONS", rc);
 }
 
 /* The end of a successful job: the slice serves in j->term. */
