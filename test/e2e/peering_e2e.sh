@@ -215,6 +215,12 @@ cl_stop storage-1 KILL
 cl_start_storage $X
 cl_start_storage $Y
 wait_up $X && wait_up $Y || fail "node-$X/node-$Y did not come back"
+# Their own rows peer in term 1 without the dead node-1: it is asked again
+# for a few seconds, then reported and left out.
+wait_log $X "peering vol=$vid slice=[0-9]* term=1 members=.*node-1(ZL_ERR_[A-Z_]*)" 150 ||
+	fail "node-$X did not peer its rows without the dead node-1"
+heal_ctl reports "$vid" | awk -v r="node-$X" '$2 == r && $3 == "node-1"' | grep -q . ||
+	fail "node-$X put no failure report about node-1"
 heal_ctl set "$vid" node-1 out || fail "marking node-1 out"
 heal_ctl rows "$vid" | awk -v a="$A" -v b="$B" -v c="$C" '$1 == a || $1 == b || $1 == c'
 wait_log $X "peering vol=$vid slice=$A term=2 .*pulled=1 pushed=0" ||
