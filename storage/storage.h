@@ -151,7 +151,8 @@ void zl_storage_server_fini(struct zl_storage *st);
  * is sent version 0, which keeps the member's version, so recovery still
  * sees the chunk as behind). A member's chunk version v therefore always
  * means "holds every write up to v", and recovery copies exactly the chunks
- * whose version is below the primary's. */
+ * whose version differs from the primary's (below it, or above it: a write
+ * the old primary applied but never acknowledged, rolled back). */
 
 /* A pushed copy of version `pushed` replaces a member's chunk of version
  * `own` only when it is newer: a copy never overwrites a newer write. */
@@ -259,9 +260,9 @@ int zl_storage_peer_winner(uint64_t own, const uint64_t *ver, const bool *answer
  * aligned) holds the data; an all-zero piece before the last is zeroed
  * (stays sparse); the last piece stores the version. Returns as
  * zl_chunk_write. */
-int zl_storage_chunk_apply(struct zl_storage *st, uint64_t vol, uint64_t chunk,
-			   uint32_t chunk_size, uint32_t off, uint32_t len, const uint8_t *buf,
-			   uint64_t pushed, zl_chunk_cb cb, void *arg);
+int zl_storage_chunk_apply(struct zl_storage *st, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
+			   uint32_t off, uint32_t len, const uint8_t *buf, uint64_t pushed,
+			   zl_chunk_cb cb, void *arg);
 
 /* ---- tombstones of deleted volumes (storage_tomb.c), loop thread ---- */
 

@@ -36,10 +36,10 @@
 
 #include "storage.h"
 
-#define PEER_PIECE (1u << 20)
-#define PEER_SCAN_BATCH 64
-#define PEER_RETRY_MS 1000
-#define PEER_GRACE_MS 3000
+#define PEER_PIECE	   (1u << 20)
+#define PEER_SCAN_BATCH	   64
+#define PEER_RETRY_MS	   1000
+#define PEER_GRACE_MS	   3000
 #define PEER_GRACE_STEP_MS 250
 /* A restart within a term skips this many sequence numbers: a write in
  * flight at the crash that reached only a member that did not answer never
@@ -142,9 +142,9 @@ static bool piece_is_zero(const uint8_t *p, uint32_t len)
 	return true;
 }
 
-int zl_storage_chunk_apply(struct zl_storage *st, uint64_t vol, uint64_t chunk,
-			   uint32_t chunk_size, uint32_t off, uint32_t len, const uint8_t *buf,
-			   uint64_t pushed, zl_chunk_cb cb, void *arg)
+int zl_storage_chunk_apply(struct zl_storage *st, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
+			   uint32_t off, uint32_t len, const uint8_t *buf, uint64_t pushed,
+			   zl_chunk_cb cb, void *arg)
 {
 	uint64_t ver = zl_storage_push_piece_version(off, len, chunk_size, pushed);
 
@@ -313,7 +313,8 @@ static void pj_member_failed(struct peer_job *j, struct pj_member *m, const char
 	m->failed = true;
 	m->answered = false;
 	m->err = err;
-	ZL_LOG_WARN("storage", "peering: member failed: vol=%s slice=%u term=%u member=%s step=%s err=%s",
+	ZL_LOG_WARN("storage",
+		    "peering: member failed: vol=%s slice=%u term=%u member=%s step=%s err=%s",
 		    j->vid, j->slice, j->term, m->node, what, zl_errname(err));
 	if (!zl_storage_vol_get(st->vols, j->vol, &sv) && j->slice < sv->v.n_slices)
 		zl_storage_heal_fwd_failed(st, &sv->v, j->slice, m->node, UINT64_MAX);
@@ -554,7 +555,8 @@ static void pj_pull_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 		ZL_LOG_WARN("storage",
 			    "peering: pull failed: vol=%s slice=%u chunk=%" PRIu64 " from=%s "
 			    "version=%" PRIx64 " err=%s",
-			    j->vid, j->slice, j->cur_chunk, m->node, j->cur_win, zl_errname(status));
+			    j->vid, j->slice, j->cur_chunk, m->node, j->cur_win,
+			    zl_errname(status));
 		zl_storage_heal_report(j->st, j->vid, j->slice, m->node, zl_errname(status),
 				       j->row_ver);
 		pj_over(j, "pull", status);
@@ -686,7 +688,8 @@ static void pj_start(struct zl_storage_peering *pg, const struct zl_volume *v, u
 		struct pj_member *m = &j->m[j->n_m];
 
 		if (!strcmp(s->nodes[i], st->cfg.node_id) ||
-		    zl_slice_member_state(s, i) != ZL_MEMBER_IN_SYNC || j->n_m >= ZL_MAX_REPLICAS - 1)
+		    zl_slice_member_state(s, i) != ZL_MEMBER_IN_SYNC ||
+		    j->n_m >= ZL_MAX_REPLICAS - 1)
 			continue;
 		m->j = j;
 		snprintf(m->node, sizeof(m->node), "%s", s->nodes[i]);
@@ -698,8 +701,9 @@ static void pj_start(struct zl_storage_peering *pg, const struct zl_volume *v, u
 			return;
 		}
 	}
-	ZL_LOG_INFO("storage", "peering started: vol=%s slice=%u term=%u slice_ver=%" PRIu64
-		    " members=%u", j->vid, slice, j->term, j->row_ver, j->n_m);
+	ZL_LOG_INFO("storage",
+		    "peering started: vol=%s slice=%u term=%u slice_ver=%" PRIu64 " members=%u",
+		    j->vid, slice, j->term, j->row_ver, j->n_m);
 	j->phase = PJ_LIST;
 	for (unsigned i = 0; i < j->n_m; i++)
 		pj_list_send(&j->m[i]);
@@ -722,8 +726,7 @@ int zl_storage_peer_ready(struct zl_storage *st, const struct zl_volume *v, uint
 	if (!pg || slice >= v->n_slices)
 		return 0;
 	s = &v->slices[slice];
-	if (zl_slice_index_of(s, st->cfg.node_id) != zl_slice_primary(s) ||
-	    zl_slice_primary(s) < 0)
+	if (zl_slice_index_of(s, st->cfg.node_id) != zl_slice_primary(s) || zl_slice_primary(s) < 0)
 		return 0;
 	term = s->term ? s->term : 1;
 	pv = pvol_get(pg, v);

@@ -438,11 +438,13 @@ static void srv_push_exec(struct storage_req *r)
 	if (!rc && own > h->aux) {
 		/* replace only. A later piece over a newer copy: its first piece
 		 * did not remove it; the primary copies the chunk again. */
-		rc = h->offset ? -ZL_ERR_CONFLICT : zl_chunk_delete(st->chunks, h->vol_id, h->chunk);
+		rc =
+		    h->offset ? -ZL_ERR_CONFLICT : zl_chunk_delete(st->chunks, h->vol_id, h->chunk);
 		if (!rc)
 			ZL_LOG_INFO("storage",
 				    "newer copy rolled back to the primary's: vol=%016" PRIx64
-				    " chunk=%" PRIu64 " version=%" PRIx64 " primary_version=%" PRIx64,
+				    " chunk=%" PRIu64 " version=%" PRIx64
+				    " primary_version=%" PRIx64,
 				    h->vol_id, h->chunk, own, h->aux);
 	}
 	if (!rc)
@@ -583,7 +585,8 @@ static void srv_read_start(struct storage_req *r)
 	if (h->flags & ZL_WF_ANY)
 		/* Read before the data: the copy is never labelled newer. */
 		rc = zl_chunk_version(st->chunks, h->vol_id, h->chunk, r->chunk_size, &r->dver);
-	r->buf = rc ? NULL : zl_xport_buf_alloc(st->xport, zl_chunk_read_span(h->offset, h->length));
+	r->buf =
+	    rc ? NULL : zl_xport_buf_alloc(st->xport, zl_chunk_read_span(h->offset, h->length));
 	if (!rc)
 		rc = r->buf ? zl_chunk_read(st->chunks, h->vol_id, h->chunk, r->chunk_size,
 					    h->offset, h->length, r->buf, srv_read_done, r)
@@ -623,8 +626,8 @@ static int srv_plan(struct storage_req *r)
 		snprintf(bk->node, ZL_NODE_ID_MAX, "%s", s->nodes[i]);
 		bk->in_sync = ms == ZL_MEMBER_IN_SYNC;
 		if (st->heal)
-			bk->dver = zl_storage_heal_fwd_version(st, &sv->v, r->slice, s->nodes[i], ms,
-							       h->chunk, r->dver);
+			bk->dver = zl_storage_heal_fwd_version(st, &sv->v, r->slice, s->nodes[i],
+							       ms, h->chunk, r->dver);
 		r->n_bk++;
 	}
 	return 0;
@@ -633,7 +636,7 @@ static int srv_plan(struct storage_req *r)
 /* ---- requests held while their slice peers (heal) ---- */
 
 #define HOLD_CHECK_MS 10
-#define HOLD_MAX_MS 5000
+#define HOLD_MAX_MS   5000
 
 static void srv_flush(struct storage_req *r)
 {

@@ -147,7 +147,8 @@ int main(int argc, char **argv)
 	if (!rc)
 		rc = zl_xport_create(loop, &xo, &x);
 	if (!rc)
-		rc = zl_xport_connect(x, argv[1], (uint16_t)atoi(argv[2]), 3000, close_cb, NULL, &c);
+		rc =
+		    zl_xport_connect(x, argv[1], (uint16_t)atoi(argv[2]), 3000, close_cb, NULL, &c);
 	if (!rc)
 		rc = zl_xport_hello_send(c, &hello, "e2e-chunk", 0, NULL, hello_cb, NULL);
 	if (!rc)
