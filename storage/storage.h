@@ -52,6 +52,7 @@ struct zl_storage_peers;
 struct zl_storage_node;
 struct zl_storage_tombs;
 struct zl_storage_heal;
+struct zl_storage_peering;
 struct storage_req;
 
 struct zl_storage {
@@ -79,6 +80,12 @@ struct zl_storage {
 	 * checked against the watch-refreshed volume cache by park_t. */
 	struct storage_req *parked;
 	struct zl_timer park_t;
+	/* Peering (storage_peer.c, NULL with --heal=off) and the client
+	 * requests held while their slice peers (storage_server.c), checked
+	 * by held_t. */
+	struct zl_storage_peering *peering;
+	struct storage_req *held;
+	struct zl_timer held_t;
 };
 
 /* ---- volume cache (storage_vol.c), loop thread only ---- */
@@ -144,7 +151,8 @@ void zl_storage_server_fini(struct zl_storage *st);
  * is sent version 0, which keeps the member's version, so recovery still
  * sees the chunk as behind). A member's chunk version v therefore always
  * means "holds every write up to v", and recovery copies exactly the chunks
- * whose version is below the primary's. */
+ * whose version differs from the primary's (below it, or above it: a write
+ * the old primary applied but never acknowledged, rolled back). */
 
 /* A pushed copy of version `pushed` replaces a member's chunk of version
  * `own` only when it is newer: a copy never overwrites a newer write. */
@@ -160,6 +168,15 @@ static inline uint64_t zl_storage_push_piece_version(uint32_t off, uint32_t len,
 						     uint32_t chunk_size, uint64_t pushed)
 {
 	return (uint64_t)off + len == chunk_size ? pushed : 0;
+}
+
+/* Whether a CHUNK_PUSH of version `pushed` applies over a copy of version
+ * `own`: with `replace` (subop ZL_PUSH_REPLACE to a member that is not
+ * IN_SYNC) whenever the versions differ, so a newer, never-acknowledged
+ * write is rolled back to the primary's copy; else only over an older copy. */
+static inline bool zl_storage_push_accepts(uint64_t own, uint64_t pushed, bool replace)
+{
+	return replace ? own != pushed : zl_storage_push_applies(own, pushed);
 }
 
 /* Creates st->heal and starts the recovery tick. 0 or -ENOMEM. */
@@ -200,6 +217,52 @@ void zl_storage_heal_note_vol(struct zl_storage *st, uint64_t num);
 int zl_storage_heal_versions(struct zl_storage *st, const struct zl_volume *v, uint32_t slice,
 			     uint64_t from, uint64_t above, struct zl_wire_chunk_ver *out,
 			     uint32_t max, uint64_t *next);
+
+/* Sets the data sequence of `slice` of volume vol for `term` (peering
+ * decided it): the next write gets seq + 1. */
+void zl_storage_heal_seq_set(struct zl_storage *st, uint64_t vol, uint32_t slice, uint32_t term,
+			     uint32_t seq);
+
+/* ---- peering (storage_peer.c), loop thread, --heal=on only ----
+ *
+ * A primary serves client I/O of a slice only once it has peered in the
+ * row's term (docs/REPLICATION.md §3): it asks every other IN_SYNC member for
+ * its chunk versions, takes for every chunk the newest version among its own
+ * and theirs, pulls the chunks it is behind on (READ + ZL_WF_ANY), pushes
+ * the winning copy to the members behind, and only then serves. */
+
+/* Creates st->peering. 0 or -ENOMEM. */
+int zl_storage_peer_create(struct zl_storage *st);
+/* Stops starting steps (callbacks in flight end quietly). Accepts NULL. */
+void zl_storage_peer_stop(struct zl_storage *st);
+/* Frees st->peering (no callback may come any more). Accepts NULL. */
+void zl_storage_peer_destroy(struct zl_storage *st);
+/* 0 when this node may serve client I/O of `slice` of v: --heal=off, not
+ * its primary (the caller checks the role), or peered in the row's term.
+ * Else -ZL_ERR_PEERING, and peering is started (or restarted after a row
+ * change or a failed attempt). */
+int zl_storage_peer_ready(struct zl_storage *st, const struct zl_volume *v, uint32_t slice);
+/* zl_storage_peer_ready over every slice of v this node is primary of (a
+ * FLUSH): 0 or -ZL_ERR_PEERING. */
+int zl_storage_peer_vol_ready(struct zl_storage *st, const struct zl_volume *v);
+
+/* Peering's rule for one chunk (pure): own is this node's version, ver[i]
+ * what in-sync member i answered (answered[i] false: no answer, not
+ * counted). The newest version wins; a tie keeps the own copy. Returns -1
+ * when the own copy wins, else the member to pull from; *win gets the
+ * winning version and *behind the mask of answered members whose version
+ * differs from it (they get the winning copy). */
+int zl_storage_peer_winner(uint64_t own, const uint64_t *ver, const bool *answered, unsigned n,
+			   uint64_t *win, uint32_t *behind);
+
+/* Applies one piece [off, off+len) of a whole-chunk copy of version
+ * `pushed` (CHUNK_PUSH on a member, a pull on a peering primary): buf (4 KiB
+ * aligned) holds the data; an all-zero piece before the last is zeroed
+ * (stays sparse); the last piece stores the version. Returns as
+ * zl_chunk_write. */
+int zl_storage_chunk_apply(struct zl_storage *st, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
+			   uint32_t off, uint32_t len, const uint8_t *buf, uint64_t pushed,
+			   zl_chunk_cb cb, void *arg);
 
 /* ---- tombstones of deleted volumes (storage_tomb.c), loop thread ---- */
 
