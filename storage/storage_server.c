@@ -165,6 +165,10 @@ static int srv_check(struct zl_storage *st, const struct zl_wire_hdr *h, uint32_
 		zl_storage_heal_note_vol(st, h->vol_id);
 	switch (h->opcode) {
 	case ZL_OP_READ:
+		/* Minimal READ + ZL_WF_ANY (scrub helper; the peer helper's
+		 * version replaces it): any member. */
+		if (h->flags & ZL_WF_ANY)
+			return me >= 0 ? 0 : -ZL_ERR_NOT_INSYNC;
 		return me >= 0 && s->in_sync[me] ? 0 : -ZL_ERR_NOT_INSYNC;
 	case ZL_OP_REPL_WRITE:
 		/* heal: a RECOVERING member gets every new write too (S1). */
@@ -514,6 +518,9 @@ static void srv_read_done(void *arg, int status)
 	zl_wire_reply_init(&r->req, &rep, 0);
 	rep.slice_ver = r->seen_ver;
 	rep.payload_len = r->req.length;
+	if (r->req.flags & ZL_WF_ANY) /* the replica's chunk version */
+		zl_chunk_version(r->st->chunks, r->req.vol_id, r->req.chunk, r->chunk_size,
+				 &rep.aux);
 	if (zl_xport_reply(r->conn, &rep, r->buf + r->req.offset % ZL_BLOCK_SIZE, r->req.length,
 			   req_sent_cb, r))
 		req_free(r);
@@ -681,6 +688,12 @@ static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_w
 		if (!st->heal)
 			break;
 		srv_chunk_versions(st, c, h);
+		return;
+	case ZL_OP_CHUNK_DIGEST: /* storage_scrub.c */
+		zl_storage_scrub_digest_serve(st, c, h);
+		return;
+	case ZL_OP_SCRUB:
+		zl_storage_scrub_serve(st, c, h);
 		return;
 	case ZL_OP_HELLO:
 		r = req_alloc(st, c, h);
