@@ -172,7 +172,7 @@ static int sc_load(struct sc_ctx *c, const char *name)
 {
 	int rc;
 
-	zl_volume_free(&c->v);
+	zl_volume_fini(&c->v);
 	rc = zl_meta_volume_lookup(c->cli->etcd, c->cli->prefix, name, &c->v);
 	if (rc == -ZL_ERR_NOT_FOUND) {
 		zl_cli_err("volume '%s' not found (see 'zl volume ls')", name);
@@ -237,7 +237,7 @@ static void sc_teardown(struct sc_ctx *c)
 	}
 	zl_xport_destroy(c->x);
 	free(c->nodes);
-	zl_volume_free(&c->v);
+	zl_volume_fini(&c->v);
 }
 
 static bool sc_retryable(int rc)
