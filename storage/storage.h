@@ -45,6 +45,8 @@ struct zl_storage_cfg {
 	bool heal;
 	uint32_t repl_wait_ms;	/* --repl-wait: bound of a write parked on a row change */
 	uint32_t recovery_mbps; /* --recovery-mbps: megabits/s of recovery copies */
+	uint32_t scrub_mbps;	   /* --scrub-mbps: megabits/s a scrub reads (default 100) */
+	uint32_t scrub_interval_s; /* --scrub-interval: background scrub period, 0 = off */
 };
 
 struct zl_storage_vols;
@@ -53,6 +55,7 @@ struct zl_storage_node;
 struct zl_storage_tombs;
 struct zl_storage_heal;
 struct zl_storage_peering;
+struct zl_storage_scrub;
 struct storage_req;
 
 struct zl_storage {
@@ -76,6 +79,7 @@ struct zl_storage {
 	uint32_t inflight; /* requests not yet answered */
 	bool draining;
 	struct zl_storage_heal *heal; /* NULL with --heal=off */
+	struct zl_storage_scrub *scrub; /* storage_scrub.c */
 	/* Writes waiting for a row change (--heal=on, storage_server.c),
 	 * checked against the watch-refreshed volume cache by park_t. */
 	struct storage_req *parked;
@@ -263,6 +267,26 @@ int zl_storage_peer_winner(uint64_t own, const uint64_t *ver, const bool *answer
 int zl_storage_chunk_apply(struct zl_storage *st, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
 			   uint32_t off, uint32_t len, const uint8_t *buf, uint64_t pushed,
 			   zl_chunk_cb cb, void *arg);
+/* ---- scrub and repair (storage_scrub.c), loop thread ---- */
+
+/* Creates st->scrub and starts the background scrub timer
+ * (cfg.scrub_interval_s, 0 = off). 0 or -ENOMEM. */
+int zl_storage_scrub_start(struct zl_storage *st);
+/* No new work starts; jobs waiting on the rate limit end now, the others in
+ * the callback of what they wait for. Call with zl_storage_heal_stop.
+ * Accepts st->scrub == NULL. */
+void zl_storage_scrub_stop(struct zl_storage *st);
+/* Frees st->scrub once no callback can come (with zl_storage_heal_destroy).
+ * Accepts st->scrub == NULL. */
+void zl_storage_scrub_destroy(struct zl_storage *st);
+/* CHUNK_DIGEST: digests of the chunks of slice h->offset this node holds,
+ * one window from chunk h->chunk; answers on c (asynchronously). */
+void zl_storage_scrub_digest_serve(struct zl_storage *st, struct zl_xport_conn *c,
+				   const struct zl_wire_hdr *h);
+/* SCRUB (this node must be the slice's primary): scrub and repair slice
+ * h->offset of h->vol_id; answers on c with struct zl_wire_scrub_result. */
+void zl_storage_scrub_serve(struct zl_storage *st, struct zl_xport_conn *c,
+			    const struct zl_wire_hdr *h);
 
 /* ---- tombstones of deleted volumes (storage_tomb.c), loop thread ---- */
 

@@ -863,6 +863,12 @@ static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_w
 			break;
 		srv_chunk_versions(st, c, h);
 		return;
+	case ZL_OP_CHUNK_DIGEST: /* storage_scrub.c */
+		zl_storage_scrub_digest_serve(st, c, h);
+		return;
+	case ZL_OP_SCRUB:
+		zl_storage_scrub_serve(st, c, h);
+		return;
 	case ZL_OP_HELLO:
 		r = req_alloc(st, c, h);
 		if (!r) {
