@@ -15,7 +15,8 @@
 
 static const char usage[] =
     "usage: zipline-storage --data-dir DIR [options]\n"
-    "  --data-dir DIR       chunk replicas, node-id and LOCK live here (required)\n"
+    "  --data-dir DIR       chunk replicas, node-id, identity and LOCK live here
+                       (required)\n"
     "  --listen HOST:PORT   address to serve on (default 0.0.0.0:7100)\n"
     "  --advertise ADDR     address registered in etcd (default: the listen host;\n"
     "                       for 0.0.0.0 or ::, the address of the interface of the\n"
@@ -370,6 +371,13 @@ int main(int argc, char **argv)
 		return bad_flag("bad --etcd endpoint list", st->cfg.etcd);
 	if (zl_storage_etcd_wait(st->etcd, st->cfg.etcd, st->cfg.etcd_wait_sec))
 		goto out_etcd;
+	/* Before anything writes to the data dir: a dir of another cluster or
+	 * node stays as it is. */
+	rc = zl_storage_ident_resolve(st);
+	if (rc) {
+		ret = rc == -ZL_ERR_IDENTITY ? 2 : 1;
+		goto out_etcd;
+	}
 
 	/* From here signals arrive through the loop (threads inherit the mask). */
 	sigemptyset(&sigs);

@@ -45,6 +45,10 @@ struct zl_storage_cfg {
 	bool heal;
 	uint32_t repl_wait_ms;	/* --repl-wait: bound of a write parked on a row change */
 	uint32_t recovery_mbps; /* --recovery-mbps: megabits/s of recovery copies */
+	/* Identity of the data dir (storage_ident.c), set by
+	 * zl_storage_ident_resolve before anything touches the disk. */
+	char cluster_id[ZL_META_ID_SIZE];
+	char incarnation[ZL_META_ID_SIZE];
 };
 
 struct zl_storage_vols;
@@ -234,6 +238,45 @@ int zl_storage_datadir_lock(const char *dir);
 int zl_storage_node_id_resolve(const char *dir, const char *flag, char out[ZL_NODE_ID_MAX]);
 /* Fills eo (endpoints, TLS files, user/password) from cfg. */
 void zl_storage_cfg_etcd_opts(const struct zl_storage_cfg *cfg, struct zl_etcd_opts *eo);
+
+/* ---- identity of the data dir (storage_ident.c, docs/REPLICATION.md §6) ---- */
+
+struct zl_storage_ident {
+	char cluster_id[ZL_META_ID_SIZE];
+	char node_id[ZL_NODE_ID_MAX];
+	char incarnation[ZL_META_ID_SIZE];
+	int64_t created; /* unix seconds */
+};
+
+/* JSON codec of DATA/identity. to_json: malloc'd text, NULL for an invalid
+ * identity or ENOMEM. from_json: 0 or -ZL_ERR_INVAL (malformed, bad ids). */
+char *zl_storage_ident_to_json(const struct zl_storage_ident *id);
+int zl_storage_ident_from_json(const char *json, size_t len, struct zl_storage_ident *id);
+/* Reads DATA/identity: 0, -ENOENT, -ZL_ERR_INVAL or -errno. */
+int zl_storage_ident_read(const char *dir, struct zl_storage_ident *id);
+/* Writes DATA/identity atomically (tmp file, fsync, rename, fsync of dir).
+ * 0, -ZL_ERR_INVAL or -errno. */
+int zl_storage_ident_write(const char *dir, const struct zl_storage_ident *id);
+/* 1 when DATA/chunks holds a chunk file, 0 when not, or -errno. */
+int zl_storage_ident_has_chunks(const char *dir);
+/* The incarnation most slice rows of vols name for node (out; "" and 0
+ * when none names one, else 1). *n_rows: rows naming it, *n_other: rows
+ * naming another one (both optional). */
+int zl_storage_ident_adopt_pick(const struct zl_volume *vols, size_t n_vols, const char *node,
+				char out[ZL_META_ID_SIZE], size_t *n_rows, size_t *n_other);
+/* Start-up, after etcd answers and before the chunk store opens: gets (or
+ * creates) the cluster identity, then reads, checks or writes DATA/identity
+ * and sets cfg.cluster_id / cfg.incarnation. A data dir of another cluster
+ * or node: one line on stderr and -ZL_ERR_IDENTITY, nothing written. Other
+ * failures: one line on stderr and the error. */
+int zl_storage_ident_resolve(struct zl_storage *st);
+/* Whether member idx of row s is this node's data dir: the row names no
+ * incarnation for it, or ours (true for idx < 0: not a member). A node never serves (nor answers versions
+ * of) a slice whose row names another incarnation: that copy is gone. */
+bool zl_storage_ident_member_ok(const struct zl_storage *st, const struct zl_slice *s, int idx);
+/* 0 when etcd's cluster record is still ours, -ZL_ERR_IDENTITY when it
+ * differs, or an etcd error (blocking). Guards destructive work. */
+int zl_storage_ident_cluster_ok(struct zl_storage *st);
 
 /* ---- advertised address (storage_addr.c) ---- */
 
