@@ -15,8 +15,8 @@
 
 static const char usage[] =
     "usage: zipline-storage --data-dir DIR [options]\n"
-    "  --data-dir DIR       chunk replicas, node-id, identity and LOCK live here
-                       (required)\n"
+    "  --data-dir DIR       chunk replicas, node-id, identity and LOCK live\n"
+    "                       here (required)\n"
     "  --listen HOST:PORT   address to serve on (default 0.0.0.0:7100)\n"
     "  --advertise ADDR     address registered in etcd (default: the listen host;\n"
     "                       for 0.0.0.0 or ::, the address of the interface of the\n"
