@@ -233,8 +233,9 @@ int zl_storage_fs_space(const char *dir, uint64_t *capacity, uint64_t *free_byte
  * DATA/LOCK (flock) for the life of the process. Returns the lock fd, or -2
  * (config error: exit 2). */
 int zl_storage_datadir_lock(const char *dir);
-/* Resolves the node id: DATA/node-id when present (must equal `flag` when
- * that is set), else flag, else the hostname; persists it. 0 or -2. */
+/* Resolves the node id: DATA/node-id when present, else the node of
+ * DATA/identity (either must equal `flag` when that is set), else flag, else
+ * the hostname; persists it. 0 or -2. */
 int zl_storage_node_id_resolve(const char *dir, const char *flag, char out[ZL_NODE_ID_MAX]);
 /* Fills eo (endpoints, TLS files, user/password) from cfg. */
 void zl_storage_cfg_etcd_opts(const struct zl_storage_cfg *cfg, struct zl_etcd_opts *eo);
