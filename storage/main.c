@@ -414,6 +414,8 @@ int main(int argc, char **argv)
 		rc = zl_storage_tombs_start(st, &st->tombs);
 	if (!rc && st->cfg.heal)
 		rc = zl_storage_heal_start(st);
+	if (!rc && st->cfg.heal)
+		rc = zl_storage_status_start(st);
 	if (rc)
 		goto out_fail;
 	rc = zl_storage_server_start(st);
@@ -428,7 +430,7 @@ int main(int argc, char **argv)
 	}
 	rc = zl_storage_node_start(
 	    &st->cfg, zl_xport_listener_port(st->listener),
-	    st->listener_rdma ? zl_xport_listener_port(st->listener_rdma) : 0, &node);
+	    st->listener_rdma ? zl_xport_listener_port(st->listener_rdma) : 0, st->status, &node);
 	if (rc)
 		goto out_fail;
 	ZL_LOG_INFO("storage",
@@ -447,6 +449,7 @@ out_stop:
 	zl_storage_server_stop_accepting(st);
 	zl_storage_heal_stop(st);
 	zl_storage_node_stop(node);
+	zl_storage_status_destroy(st); /* the heartbeat no longer reads it */
 	zl_storage_tombs_stop(st->tombs);
 	zl_storage_peers_destroy(st->peers);
 	zl_chunk_store_destroy(st->chunks); /* drains disk I/O still in flight */

@@ -83,6 +83,7 @@ struct zl_storage {
 	 * checked against the watch-refreshed volume cache by park_t. */
 	struct storage_req *parked;
 	struct zl_timer park_t;
+	struct zl_storage_status *status; /* NULL with --heal=off */
 };
 
 /* ---- volume cache (storage_vol.c), loop thread only ---- */
@@ -205,6 +206,32 @@ int zl_storage_heal_versions(struct zl_storage *st, const struct zl_volume *v, u
 			     uint64_t from, uint64_t above, struct zl_wire_chunk_ver *out,
 			     uint32_t max, uint64_t *next);
 
+/* Recovery totals of this primary (zl status): bytes copied by the
+ * recovery jobs it holds, and for the running ones an estimate of what is
+ * left (chunks not yet known complete, times the chunk size). */
+struct zl_storage_heal_progress {
+	uint64_t bytes_done;
+	uint64_t bytes_left;
+	uint32_t members; /* running (volume, slice, member) jobs */
+};
+/* Fills *out (zeros with --heal=off). Loop thread. */
+void zl_storage_heal_progress(struct zl_storage *st, struct zl_storage_heal_progress *out);
+
+/* ---- recovery progress for zl status (storage_status.c) ----
+ * The loop thread samples zl_storage_heal_progress every 2 s into a
+ * snapshot; the heartbeat thread (storage_node.c) publishes it as
+ * <prefix>status/<node> on the node's lease. */
+struct zl_storage_status;
+/* Creates st->status and starts sampling. 0 or -ENOMEM. */
+int zl_storage_status_start(struct zl_storage *st);
+/* Stops sampling (loop thread) and frees st->status once the heartbeat no
+ * longer uses it (after zl_storage_node_stop). Accepts NULL status. */
+void zl_storage_status_destroy(struct zl_storage *st);
+/* Heartbeat thread: the latest snapshot into *out (node id and time set);
+ * true when it changed since the last call or force is set. */
+bool zl_storage_status_take(struct zl_storage_status *s, const char *node, bool force,
+			    struct zl_node_status *out);
+
 /* ---- tombstones of deleted volumes (storage_tomb.c), loop thread ---- */
 
 /* Removes the replicas named by this node's tombstones now (blocking etcd
@@ -218,9 +245,10 @@ void zl_storage_tombs_stop(struct zl_storage_tombs *t);
 
 /* Grants a lease, puts nodes/<id> (TCP port, rdma_port and transports
  * "tcp" or "tcp,rdma" when rdma_port != 0) and starts the heartbeat thread
- * with its own etcd handle. Returns 0 or an etcd error. */
+ * with its own etcd handle; it also puts status/<id> from status (optional)
+ * on the same lease every 2 s while it changes. Returns 0 or an etcd error. */
 int zl_storage_node_start(const struct zl_storage_cfg *cfg, uint16_t port, uint16_t rdma_port,
-			  struct zl_storage_node **out);
+			  struct zl_storage_status *status, struct zl_storage_node **out);
 /* Stops the heartbeat and revokes the lease (the record disappears). Accepts
  * NULL. */
 void zl_storage_node_stop(struct zl_storage_node *n);
