@@ -6,9 +6,10 @@
 #     gone; its data dir is removed and it restarts with the same node id: it
 #     gets a new incarnation, the manager makes it RECOVERING, recovery copies
 #     everything, it becomes IN_SYNC and the health line is HEALTH_OK again.
-#  2. The same, restarted at once (its rows still name it in sync, some as
-#     primary, under its old incarnation): a client read during that window
-#     must return the data, never the zeros of the empty disk.
+#  2. The same on the node that is primary of most rows, restarted at once
+#     (its rows still name it in sync, as primary, under its old
+#     incarnation): a client read during that window must return the data,
+#     never the zeros of the empty disk.
 #  3. A daemon pointed at another etcd (another cluster) refuses to start
 #     with one line and leaves its data dir unchanged, even with a tombstone
 #     of its volume waiting in that etcd; one with a foreign --node-id too.
@@ -30,7 +31,7 @@ fail() {
 say() { echo "emptydisk_e2e: $*"; }
 command -v etcd >/dev/null || { echo "emptydisk_e2e: FAIL: etcd is not installed"; exit 1; }
 [ -x "$PY" ] || { echo "emptydisk_e2e: FAIL: $PY is missing"; exit 1; }
-export CL_STORAGE_FLAGS="--recovery-mbps 800 --log-level info"
+export CL_STORAGE_FLAGS="--recovery-mbps 100 --log-level info"
 cl_e2e_begin e2e-emptydisk "$1" 3 --heal on || fail "cluster did not start"
 trap 'cl_stop etcd2; cl_stop_all; [ "${KEEP:-0}" = 1 ] || rm -rf "$CL_DIR"' EXIT
 for b in zipline-controller zipline-storage zl; do
@@ -106,7 +107,10 @@ dir_hash() {
 		xargs -0 sha256sum) | sha256sum | cut -d' ' -f1
 }
 
-health() { "$ZL" status 2>/dev/null | head -1; }
+# (whole outputs go through variables: with pipefail, grep -q or head
+# closing a pipe early would fail the writer)
+health() { "$ZL" status 2>/dev/null | sed -n 1p || true; }
+inspect() { "$ZL" volume inspect evol 2>&1 || true; }
 # wait_health WORD SECS: until the health line starts with WORD.
 wait_health() {
 	local h=""
@@ -122,10 +126,10 @@ wait_in_sync() {
 	local rows=""
 	for _ in $(seq 1 $(($1 * 5))); do
 		rows=$(ed_ctl rows "$vid")
-		echo "$rows" | grep -q ':out:\|:recovering:' || return 0
+		grep -q ':out:\|:recovering:' <<<"$rows" || return 0
 		sleep 0.2
 	done
-	echo "$rows" | grep ':out:\|:recovering:' | head -5 >&2
+	echo "$rows" | grep ':out:\|:recovering:' | head -5 >&2 || true
 	fail "rows not all in sync after $1 s"
 }
 # check_replicas: every chunk identical (data and version) on all 3 nodes.
@@ -135,8 +139,10 @@ check_replicas() {
 		fail "reading chunk files"
 	bad=$(awk '{k = $2; d[k] = d[k] " " $3 "/" $4; n[k]++} END {for (k in d) {split(d[k], a, " "); for (i in a) if (a[i] != a[1] || n[k] != 3) {print k, n[k], d[k]; break}}}' "$CL_DIR/files")
 	[ -z "$bad" ] || fail "replicas differ (chunk, copies, sha/version...): $(echo "$bad" | head -3)"
-	n=$(awk '$1 == 2' "$CL_DIR/files" | wc -l)
-	[ "$n" -eq $((SIZE_MB * 1024 * 1024 / CHUNK)) ] || fail "node-2 holds $n chunk files"
+	for i in 1 2 3; do
+		n=$(awk -v i="$i" '$1 == i' "$CL_DIR/files" | wc -l)
+		[ "$n" -eq $((SIZE_MB * 1024 * 1024 / CHUNK)) ] || fail "node-$i holds $n chunk files"
+	done
 	say "$n chunks identical (data and version) on all 3 replicas"
 }
 check_export() {
@@ -153,20 +159,22 @@ inc1=$(ident_inc 2)
 [ ${#inc1} -eq 32 ] || fail "node-2's identity names no incarnation: $(cat "$CL_DIR/storage-2/data/identity")"
 [ "$(ed_ctl node node-2)" = "$inc1" ] || fail "node-2's record does not carry its incarnation $inc1"
 "$ZL" volume create evol --size ${SIZE_MB}M --replicas 3 --chunk-size 64K || fail "create"
-vid=$("$ZL" volume inspect evol | grep -o 'vol-[0-9a-f]\{16\}' | head -1)
+vid=$(inspect | sed -n 's/^id *\(vol-[0-9a-f]\{16\}\)$/\1/p')
 [ -n "$vid" ] || fail "no volume id in 'zl volume inspect' output"
-ed_ctl rows "$vid" | grep -q "node-2:in_sync:${inc1:0:8}" || fail "rows do not name node-2's incarnation"
+grep -q "node-2:in_sync:${inc1:0:8}" <<<"$(ed_ctl rows "$vid")" || fail "rows do not name node-2's incarnation"
 head -c ${SIZE_MB}M /dev/urandom >"$CL_DIR/in"
 "$ZL" volume import evol "$CL_DIR/in" || fail "import"
 wait_health HEALTH_OK 30
-"$ZL" volume inspect evol | grep -q ' active ' || fail "inspect shows no active slice"
+grep -q ' active ' <<<"$(inspect)" || fail "inspect shows no active slice"
 
 # ---- 1. node-2 down, its disk emptied, back after a while ----
 cl_stop storage-2 KILL
 for _ in $(seq 1 300); do [ "$(ed_ctl node node-2)" = - ] && break; sleep 0.1; done
 [ "$(ed_ctl node node-2)" = - ] || fail "node-2's record did not expire"
 wait_health HEALTH_WARN 30
-"$ZL" volume inspect evol | grep -q ' degraded \| down ' || fail "inspect shows no degraded slice with node-2 down"
+out=$(inspect)
+grep -q ' degraded \| down ' <<<"$out" || fail "inspect shows no degraded slice with node-2 down: $out"
+grep -q 'node-2:[a-z_]*(down)' <<<"$out" || fail "inspect does not mark node-2 down: $out"
 rm -rf "$CL_DIR/storage-2/data"
 cl_start_storage 2
 cl_wait_nodes 3 || fail "node-2 did not register again"
@@ -176,22 +184,42 @@ say "node-2: incarnation $inc1 -> $inc2"
 for _ in $(seq 1 50); do [ "$(ed_ctl node node-2)" = "$inc2" ] && break; sleep 0.1; done
 [ "$(ed_ctl node node-2)" = "$inc2" ] || fail "node-2's record does not carry $inc2"
 t0=$(date +%s)
+# While it refills the health line says so (and, once the primaries
+# published their progress, at what rate).
+: >"$CL_DIR/health.log"
+for _ in $(seq 1 600); do
+	h=$(health)
+	echo "$h" >>"$CL_DIR/health.log"
+	grep -q ':out:\|:recovering:' <<<"$(ed_ctl rows "$vid")" || break
+	sleep 0.2
+done
 wait_in_sync 120
+grep -q '^HEALTH_WARN .* degraded ([1-9][0-9]* recovering)' "$CL_DIR/health.log" ||
+	fail "no health line named recovering slices: $(sort -u "$CL_DIR/health.log" | head -5)"
+rate_line=$(grep -m1 'recovering [0-9.]* MiB/s, ETA [0-9]* s' "$CL_DIR/health.log" || true)
+say "health while refilling: ${rate_line:-$(grep -m1 recovering "$CL_DIR/health.log")}"
+[ -n "$rate_line" ] || fail "no health line showed a recovery rate and ETA: $(sort -u "$CL_DIR/health.log" | head -5)"
 say "node-2 back in sync in $(($(date +%s) - t0)) s"
-ed_ctl rows "$vid" | grep -q "node-2:in_sync:${inc1:0:8}" && fail "a row still names the old incarnation"
+grep -q "node-2:in_sync:${inc1:0:8}" <<<"$(ed_ctl rows "$vid")" && fail "a row still names the old incarnation"
 grep -q "M3 new incarnation" "$CL_DIR/controller/log" || fail "the manager logged no M3 decision"
 check_replicas
 check_export "after the first refill"
 wait_health HEALTH_OK 30
 
 # ---- 2. emptied and restarted at once: rows still name the old incarnation ----
-cl_stop storage-2 KILL
-rm -rf "$CL_DIR/storage-2/data"
-cl_start_storage 2
-for _ in $(seq 1 100); do [ -f "$CL_DIR/storage-2/data/identity" ] && break; sleep 0.05; done
-inc3=$(ident_inc 2)
-[ ${#inc3} -eq 32 ] && [ "$inc3" != "$inc2" ] || fail "node-2 restarted on an empty dir kept incarnation '$inc3'"
-check_export "while the rows named node-2's old data dir"
+# On the node that is primary of most rows: reads go to primaries, so a
+# node serving what its rows name of an old data dir would return zeros.
+p=$(ed_ctl rows "$vid" | awk '{for (i = 2; i <= NF; i++) if ($i ~ /:in_sync:/) {split($i, a, ":"); n[a[1]]++; break}} END {for (k in n) if (n[k] > m) {m = n[k]; b = k} print substr(b, 6)}')
+[ -n "$p" ] || fail "no primary in the rows"
+say "emptying node-$p, primary of $(ed_ctl rows "$vid" | awk -v n="node-$p" '{for (i = 2; i <= NF; i++) if ($i ~ /:in_sync:/) {split($i, a, ":"); c += a[1] == n; break}} END {print c}') rows"
+incp=$(ident_inc "$p")
+cl_stop storage-$p KILL
+rm -rf "$CL_DIR/storage-$p/data"
+cl_start_storage "$p"
+for _ in $(seq 1 100); do [ -f "$CL_DIR/storage-$p/data/identity" ] && break; sleep 0.05; done
+incq=$(ident_inc "$p")
+[ ${#incq} -eq 32 ] && [ "$incq" != "$incp" ] || fail "node-$p restarted on an empty dir kept incarnation '$incq'"
+check_export "while the rows named node-$p's old data dir"
 wait_in_sync 120
 check_replicas
 check_export "after the second refill"
