@@ -13,6 +13,8 @@
 #  3. A daemon pointed at another etcd (another cluster) refuses to start
 #     with one line and leaves its data dir unchanged, even with a tombstone
 #     of its volume waiting in that etcd; one with a foreign --node-id too.
+#     Without its identity file (a data dir of 0.1) it adopts its chunk
+#     files under the incarnation its rows name.
 # Oracles: `zl volume export` equals the input; every replica's chunk files
 # (read directly) hold the same data and version; sha256 of the data dir.
 set -euo pipefail
@@ -260,10 +262,16 @@ set -e
 grep -q "belongs to node node-3 .*refusing to start" "$CL_DIR/foreign2.out" ||
 	fail "no clear refusal line for --node-id node-9: $(tail -3 "$CL_DIR/foreign2.out")"
 [ "$(dir_hash "$CL_DIR/storage-3/data")" = "$h0" ] || fail "the refused start changed the data dir"
-# Back on its own etcd node-3 keeps its incarnation and everything is intact.
+# Back on its own etcd, without its identity file (as a data dir of 0.1):
+# node-3 adopts its chunk files and keeps the incarnation its rows name, so
+# nothing is copied again in full.
 inc_n3=$(ident_inc 3)
+rm "$CL_DIR/storage-3/data/identity"
 cl_start_storage 3
 cl_wait_nodes 3 || fail "node-3 did not register again"
+[ "$(ident_inc 3)" = "$inc_n3" ] || fail "node-3 adopted its data dir with incarnation '$(ident_inc 3)', not $inc_n3"
+grep -q "adopting data dir .*keeping incarnation=$inc_n3" "$CL_DIR/storage-3/log" ||
+	fail "node-3 did not log the adoption"
 for _ in $(seq 1 50); do [ "$(ed_ctl node node-3)" = "$inc_n3" ] && break; sleep 0.1; done
 [ "$(ed_ctl node node-3)" = "$inc_n3" ] || fail "node-3 came back with another incarnation"
 wait_in_sync 60
