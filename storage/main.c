@@ -15,7 +15,8 @@
 
 static const char usage[] =
     "usage: zipline-storage --data-dir DIR [options]\n"
-    "  --data-dir DIR       chunk replicas, node-id and LOCK live here (required)\n"
+    "  --data-dir DIR       chunk replicas, node-id, identity and LOCK live\n"
+    "                       here (required)\n"
     "  --listen HOST:PORT   address to serve on (default 0.0.0.0:7100)\n"
     "  --advertise ADDR     address registered in etcd (default: the listen host;\n"
     "                       for 0.0.0.0 or ::, the address of the interface of the\n"
@@ -389,6 +390,13 @@ int main(int argc, char **argv)
 		return bad_flag("bad --etcd endpoint list", st->cfg.etcd);
 	if (zl_storage_etcd_wait(st->etcd, st->cfg.etcd, st->cfg.etcd_wait_sec))
 		goto out_etcd;
+	/* Before anything writes to the data dir: a dir of another cluster or
+	 * node stays as it is. */
+	rc = zl_storage_ident_resolve(st);
+	if (rc) {
+		ret = rc == -ZL_ERR_IDENTITY ? 2 : 1;
+		goto out_etcd;
+	}
 
 	/* From here signals arrive through the loop (threads inherit the mask). */
 	sigemptyset(&sigs);
@@ -427,6 +435,8 @@ int main(int argc, char **argv)
 		rc = zl_storage_heal_start(st);
 	if (!rc)
 		rc = zl_storage_scrub_start(st);
+	if (!rc && st->cfg.heal)
+		rc = zl_storage_status_start(st);
 	if (rc)
 		goto out_fail;
 	rc = zl_storage_server_start(st);
@@ -441,7 +451,7 @@ int main(int argc, char **argv)
 	}
 	rc = zl_storage_node_start(
 	    &st->cfg, zl_xport_listener_port(st->listener),
-	    st->listener_rdma ? zl_xport_listener_port(st->listener_rdma) : 0, &node);
+	    st->listener_rdma ? zl_xport_listener_port(st->listener_rdma) : 0, st->status, &node);
 	if (rc)
 		goto out_fail;
 	ZL_LOG_INFO("storage",
@@ -461,6 +471,7 @@ out_stop:
 	zl_storage_heal_stop(st);
 	zl_storage_scrub_stop(st);
 	zl_storage_node_stop(node);
+	zl_storage_status_destroy(st); /* the heartbeat no longer reads it */
 	zl_storage_tombs_stop(st->tombs);
 	zl_storage_peers_destroy(st->peers);
 	zl_chunk_store_destroy(st->chunks); /* drains disk I/O still in flight */

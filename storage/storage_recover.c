@@ -827,3 +827,23 @@ void zl_storage_heal_destroy(struct zl_storage *st)
 	st->heal = NULL;
 	zl_storage_peer_destroy(st);
 }
+
+/* ---- progress, for zl status (storage_status.c) ---- */
+
+void zl_storage_heal_progress(struct zl_storage *st, struct zl_storage_heal_progress *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (!st->heal)
+		return;
+	for (struct heal_member *m = st->heal->members; m; m = m->next) {
+		uint64_t clean = 0;
+
+		out->bytes_done += m->bytes;
+		if (!member_busy(m))
+			continue;
+		for (uint64_t w = 0; w < (m->n_local + 63) / 64; w++)
+			clean += (uint64_t)__builtin_popcountll(m->clean[w]);
+		out->members++;
+		out->bytes_left += (m->n_local - ZL_MIN(clean, m->n_local)) * m->chunk_size;
+	}
+}

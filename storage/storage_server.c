@@ -179,6 +179,8 @@ static int srv_check(struct zl_storage *st, const struct zl_wire_hdr *h, uint32_
 	}
 	me = zl_slice_index_of(s, st->cfg.node_id);
 	prim = zl_slice_primary(s);
+	if (me >= 0 && !zl_storage_ident_member_ok(st, s, me))
+		return -ZL_ERR_NOT_INSYNC; /* the row names a data dir of ours that is gone */
 	if (st->heal)
 		zl_storage_heal_note_vol(st, h->vol_id);
 	switch (h->opcode) {
@@ -805,7 +807,12 @@ static void srv_chunk_versions(struct zl_storage *st, struct zl_xport_conn *c,
 	uint64_t next = 0;
 	int n = zl_storage_vol_get(st->vols, h->vol_id, &sv);
 
-	if (!n)
+	/* A row naming another incarnation of ours: we hold nothing of it. */
+	if (!n && h->offset < sv->v.n_slices &&
+	    !zl_storage_ident_member_ok(st, &sv->v.slices[h->offset],
+					zl_slice_index_of(&sv->v.slices[h->offset], st->cfg.node_id)))
+		n = 0;
+	else if (!n)
 		n = zl_storage_heal_versions(st, &sv->v, h->offset, h->chunk, h->aux, pairs,
 					     ZL_WIRE_VERS_MAX, &next);
 	if (n < 0) {
