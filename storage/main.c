@@ -35,8 +35,8 @@ static const char usage[] =
     "  --capacity SIZE      capacity to advertise (default: the filesystem size)\n"
     "  --log-level LEVEL    err|warn|info|debug (default info)\n"
     "  --heal on|off        data versions, failure reports instead of dropping\n"
-    "                       backups, recovery of RECOVERING members (default off;\n"
-    "                       needs zipline-controller --manager=on)\n"
+    "                       backups, recovery of RECOVERING members (default on,\n"
+    "                       with zipline-controller --manager=on; off = 0.1)\n"
     "  --repl-wait SEC      heal: how long a write whose backup failed waits for\n"
     "                       the manager to take it out of the in-sync set (default 30)\n"
     "  --recovery-mbps N    heal: recovery copy rate, megabits/s (default 200)\n"
@@ -124,6 +124,7 @@ static int parse_flags(int argc, char **argv, struct zl_storage_cfg *cfg, const 
 	cfg->recovery_mbps = 200;
 	cfg->scrub_mbps = 100;
 	cfg->scrub_interval_s = 86400;
+	cfg->heal = true;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {

@@ -59,6 +59,14 @@ expect_fail "serve bad spec" "nbd" "$ZL" volume serve small --nbd bogus
 expect_fail "storage without data dir" "data-dir" "$CL_BIN/zipline-storage" --etcd "$CL_ETCD"
 expect_fail "storage missing data dir" "data" "$CL_BIN/zipline-storage" --data-dir "$CL_DIR/nonexistent/x" --etcd "$CL_ETCD"
 expect_fail "storage bad flag" "unknown|unrecognized|invalid|usage" "$CL_BIN/zipline-storage" --bogus
+expect_fail "storage bad --heal" "heal.*on or off" "$CL_BIN/zipline-storage" --data-dir "$CL_DIR" --heal maybe
+expect_fail "controller bad --manager" "manager.*on or off" "$CL_BIN/zipline-controller" \
+	--endpoint "unix://$CL_DIR/c.sock" --etcd "$CL_ETCD" --manager=maybe
+# Healing is the default; --heal off / --manager=off are the way back to 0.1.
+"$CL_BIN/zipline-storage" --help | grep -A1 -- "--heal on|off" | grep -q "default on" ||
+	{ echo "cli_e2e: FAIL: zipline-storage --help does not say --heal defaults to on"; failures=$((failures+1)); }
+"$CL_BIN/zipline-controller" --help | grep -A2 -- "--manager=on|off" | grep -q "default on" ||
+	{ echo "cli_e2e: FAIL: zipline-controller --help does not say --manager defaults to on"; failures=$((failures+1)); }
 "$ZL" status >/dev/null || { echo "cli_e2e: FAIL: zl status"; failures=$((failures+1)); }
 # The health line (docs/REPLICATION.md §9): OK, not OK while node-2 is gone
 # (no manager here: its rows keep naming it), OK again once it is back.
