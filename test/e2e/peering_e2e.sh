@@ -29,7 +29,7 @@ PY=/usr/bin/python3
 CHUNK=65536
 N_CHUNKS=64
 export CL_STORAGE_FLAGS="--repl-wait 120 --recovery-mbps 400 --log-level info"
-cl_e2e_begin e2e-peering "$1" 3 --heal on || fail "cluster did not start"
+CL_MANAGER=0 cl_e2e_begin e2e-peering "$1" 3 --heal on || fail "cluster did not start"
 RAW="$CL_BIN/e2e_chunk"
 [ -x "$RAW" ] || fail "$RAW is missing (built with the e2e tests)"
 
