@@ -38,7 +38,7 @@ static const char usage[] =
     "                       backups, recovery of RECOVERING members (default on,\n"
     "                       with zipline-controller --manager=on; off = 0.1)\n"
     "  --repl-wait SEC      heal: how long a write whose backup failed waits for\n"
-    "                       the manager to take it out of the in-sync set (default 30)\n"
+    "                       the manager to take it out of the in-sync set (default 8)\n"
     "  --recovery-mbps N    heal: recovery copy rate, megabits/s (default 200)\n"
     "  --scrub-mbps N       scrub read rate, megabits/s (default 100)\n"
     "  --scrub-interval SEC background scrub of the slices this node is primary\n"
@@ -120,7 +120,7 @@ static int parse_flags(int argc, char **argv, struct zl_storage_cfg *cfg, const 
 		cfg->etcd = "http://127.0.0.1:2379";
 	cfg->prefix = ZL_META_DEFAULT_PREFIX;
 	cfg->etcd_wait_sec = 60;
-	cfg->repl_wait_ms = 30000;
+	cfg->repl_wait_ms = 8000; /* below the client's 10 s request timeout */
 	cfg->recovery_mbps = 200;
 	cfg->scrub_mbps = 100;
 	cfg->scrub_interval_s = 86400;
