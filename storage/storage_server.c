@@ -272,7 +272,8 @@ static void srv_write_finish(struct storage_req *r)
 /* Acknowledges r when the row allows it: every member whose forward failed
  * while IN_SYNC is no longer IN_SYNC, and the IN_SYNC members holding the
  * write (this primary included) reach min_size. Gives up with
- * ZL_ERR_UNAVAIL at the deadline, ZL_ERR_STALE when this node is no longer
+ * ZL_ERR_UNAVAIL at the deadline (ZL_ERR_MIN_SIZE when only min_size is
+ * missing), ZL_ERR_STALE when this node is no longer
  * the primary. True when r was answered (and freed). */
 static bool srv_heal_try_ack(struct storage_req *r)
 {
@@ -318,7 +319,7 @@ static bool srv_heal_try_ack(struct storage_req *r)
 			   waiting ? " (a failed member is still IN_SYNC in the row: is the "
 				     "manager running?)"
 				   : "");
-		req_reply_free(r, -ZL_ERR_UNAVAIL, s->version);
+		req_reply_free(r, waiting ? -ZL_ERR_UNAVAIL : -ZL_ERR_MIN_SIZE, s->version);
 		return true;
 	}
 	return false;
