@@ -34,7 +34,7 @@ say() { echo "emptydisk_e2e: $*"; }
 command -v etcd >/dev/null || { echo "emptydisk_e2e: FAIL: etcd is not installed"; exit 1; }
 [ -x "$PY" ] || { echo "emptydisk_e2e: FAIL: $PY is missing"; exit 1; }
 export CL_STORAGE_FLAGS="--recovery-mbps 100 --log-level info"
-cl_e2e_begin e2e-emptydisk "$1" 3 --heal on || fail "cluster did not start"
+CL_MANAGER=0 cl_e2e_begin e2e-emptydisk "$1" 3 --heal on || fail "cluster did not start"
 trap 'cl_stop etcd2; cl_stop_all; [ "${KEEP:-0}" = 1 ] || rm -rf "$CL_DIR"' EXIT
 for b in zipline-controller zipline-storage zl; do
 	[ -x "$CL_BIN/$b" ] || fail "no $CL_BIN/$b: build it first"
