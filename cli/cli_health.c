@@ -79,8 +79,8 @@ void zl_cli_health_add_volume(struct zl_cli_health *h, const struct zl_volume *v
 	}
 }
 
-void zl_cli_health_add_status(struct zl_cli_health *h, const struct zl_node_status *st,
-			      size_t n, const struct zl_node_info *nodes, size_t n_nodes)
+void zl_cli_health_add_status(struct zl_cli_health *h, const struct zl_node_status *st, size_t n,
+			      const struct zl_node_info *nodes, size_t n_nodes)
 {
 	for (size_t i = 0; i < n; i++) {
 		if (!zl_cli_node_alive(nodes, n_nodes, st[i].node) || !st[i].recovering)
@@ -98,8 +98,8 @@ static size_t health_part(char *out, size_t len, size_t off, const char *sep, ui
 
 	if (!n || off >= len)
 		return off;
-	k = snprintf(out + off, len - off, "%s%u slice%s %s", off ? sep : " ", n,
-		     n == 1 ? "" : "s", what);
+	k = snprintf(out + off, len - off, "%s%u slice%s %s", off ? sep : " ", n, n == 1 ? "" : "s",
+		     what);
 	return k < 0 ? off : off + (size_t)k;
 }
 
@@ -112,7 +112,8 @@ int zl_cli_health_line(const struct zl_cli_health *h, char *out, size_t len)
 	int k;
 
 	off = health_part(parts, sizeof(parts), off, ", ", h->no_in_sync, "with no in-sync member");
-	off = health_part(parts, sizeof(parts), off, ", ", h->primary_down, "with the primary down");
+	off =
+	    health_part(parts, sizeof(parts), off, ", ", h->primary_down, "with the primary down");
 	off = health_part(parts, sizeof(parts), off, ", ", h->below_min, "below min_size");
 	snprintf(what, sizeof(what), "degraded (%u recovering)", h->recovering);
 	off = health_part(parts, sizeof(parts), off, err ? "; " : ", ", h->degraded, what);
@@ -123,12 +124,15 @@ int zl_cli_health_line(const struct zl_cli_health *h, char *out, size_t len)
 				     (double)h->rate / (1024.0 * 1024.0),
 				     (h->bytes_left + h->rate - 1) / h->rate);
 		else
-			k = snprintf(parts + off, sizeof(parts) - off,
-				     ", recovering %.1f MiB left", (double)h->bytes_left / (1024.0 * 1024.0));
+			k = snprintf(parts + off, sizeof(parts) - off, ", recovering %.1f MiB left",
+				     (double)h->bytes_left / (1024.0 * 1024.0));
 		if (k > 0)
 			off += (size_t)k;
 	}
-	snprintf(out, len, "%s%s", level == 2 ? "HEALTH_ERR" : level ? "HEALTH_WARN" : "HEALTH_OK",
+	snprintf(out, len, "%s%s",
+		 level == 2 ? "HEALTH_ERR"
+		 : level    ? "HEALTH_WARN"
+			    : "HEALTH_OK",
 		 parts);
 	return level;
 }

@@ -44,8 +44,8 @@ const char *zl_cli_slice_state_name(enum zl_cli_slice_state st);
 void zl_cli_health_add_volume(struct zl_cli_health *h, const struct zl_volume *v,
 			      const struct zl_node_info *nodes, size_t n_nodes);
 /* Adds the published progress of live nodes. */
-void zl_cli_health_add_status(struct zl_cli_health *h, const struct zl_node_status *st,
-			      size_t n, const struct zl_node_info *nodes, size_t n_nodes);
+void zl_cli_health_add_status(struct zl_cli_health *h, const struct zl_node_status *st, size_t n,
+			      const struct zl_node_info *nodes, size_t n_nodes);
 /* The one line: "HEALTH_OK", "HEALTH_WARN 3 slices degraded (1 recovering),
  * recovering 12.3 MiB/s, ETA 40 s", "HEALTH_ERR 2 slices below min_size;
  * ...". Returns 0 (OK), 1 (WARN) or 2 (ERR). */

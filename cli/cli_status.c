@@ -94,7 +94,8 @@ int zl_cli_status(struct zl_cli *cli, int argc, char **argv)
 		cli_health_print(cli, nodes, n_nodes, vols, n_vols);
 	else
 		printf("HEALTH_ERR cannot read the volume records\n");
-	printf("etcd      %s  OK (%.1f ms)\n", zl_etcd_endpoint(cli->etcd), (double)(t1 - t0) / 1e6);
+	printf("etcd      %s  OK (%.1f ms)\n", zl_etcd_endpoint(cli->etcd),
+	       (double)(t1 - t0) / 1e6);
 	/* Pings go through the volume client (the data path's transport). */
 	have_client = zl_cli_client(cli) == 0;
 	printf("nodes     %zu registered\n", n_nodes);

@@ -253,19 +253,18 @@ static void cli_volume_placement(struct zl_cli *cli, const struct zl_volume *v)
 		zl_cli_slice_eval(s, min_size, nodes, n_nodes, &e);
 		counts[e.state]++;
 		for (int k = 0; k < s->n && k < ZL_MAX_REPLICAS && off < sizeof(row); k++) {
-			int n = snprintf(row + off, sizeof(row) - off, "%s%s%s:%s%s", k ? "  " : "",
-					 s->nodes[k], k == prim ? "*" : "",
-					 zl_member_state_name(zl_slice_member_state(s, k)),
-					 zl_cli_node_alive(nodes, n_nodes, s->nodes[k]) ? ""
-											: "(down)");
+			int n = snprintf(
+			    row + off, sizeof(row) - off, "%s%s%s:%s%s", k ? "  " : "", s->nodes[k],
+			    k == prim ? "*" : "", zl_member_state_name(zl_slice_member_state(s, k)),
+			    zl_cli_node_alive(nodes, n_nodes, s->nodes[k]) ? "" : "(down)");
 			off = n < 0 ? sizeof(row) : off + (size_t)n;
 		}
 		printf("  %5u %8llu %5u  %-10s  %s%s\n", i, (unsigned long long)s->version,
 		       s->term ? s->term : 1, zl_cli_slice_state_name(e.state), row,
-		       e.no_in_sync	    ? "  (no in-sync member)"
+		       e.no_in_sync	? "  (no in-sync member)"
 		       : e.primary_down ? "  (primary down)"
-		       : e.below_min	    ? "  (below min_size: writes wait)"
-					    : "");
+		       : e.below_min	? "  (below min_size: writes wait)"
+					: "");
 	}
 	printf("\n%u slices: %u active, %u recovering, %u degraded, %u down\n", v->n_slices,
 	       counts[ZL_CLI_SLICE_ACTIVE], counts[ZL_CLI_SLICE_RECOVERING],

@@ -386,8 +386,9 @@ int zl_storage_ident_adopt_pick(const struct zl_volume *vols, size_t n_vols, con
  * failures: one line on stderr and the error. */
 int zl_storage_ident_resolve(struct zl_storage *st);
 /* Whether member idx of row s is this node's data dir: the row names no
- * incarnation for it, or ours (true for idx < 0: not a member). A node never serves (nor answers versions
- * of) a slice whose row names another incarnation: that copy is gone. */
+ * incarnation for it, or ours (true for idx < 0: not a member). A node never
+ * serves (nor answers versions of) a slice whose row names another
+ * incarnation: that copy is gone. */
 bool zl_storage_ident_member_ok(const struct zl_storage *st, const struct zl_slice *s, int idx);
 /* 0 when etcd's cluster record is still ours, -ZL_ERR_IDENTITY when it
  * differs, or an etcd error (blocking). Guards destructive work. */

@@ -113,12 +113,13 @@ int zl_storage_node_id_resolve(const char *dir, const char *flag, char out[ZL_NO
 	if (zl_storage_ident_read(dir, &id) == 0) {
 		/* node-id lost but the identity names the node: it decides. */
 		if (flag && strcmp(flag, id.node_id)) {
-			fprintf(stderr,
-				"zipline-storage: data dir %s belongs to node %s of cluster %s "
-				"(%s/identity), not to --node-id %s: wrong --node-id or --data-dir? "
-				"(refusing to start; nothing was changed) [%s]\n",
-				dir, id.node_id, id.cluster_id, dir, flag,
-				zl_errname(-ZL_ERR_IDENTITY));
+			fprintf(
+			    stderr,
+			    "zipline-storage: data dir %s belongs to node %s of cluster %s "
+			    "(%s/identity), not to --node-id %s: wrong --node-id or --data-dir? "
+			    "(refusing to start; nothing was changed) [%s]\n",
+			    dir, id.node_id, id.cluster_id, dir, flag,
+			    zl_errname(-ZL_ERR_IDENTITY));
 			return -2;
 		}
 		snprintf(saved, sizeof(saved), "%s", id.node_id);

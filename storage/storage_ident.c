@@ -38,9 +38,8 @@ char *zl_storage_ident_to_json(const struct zl_storage_ident *id)
 	if (zl_meta_id_check(id->cluster_id) || zl_meta_id_check(id->incarnation) ||
 	    zl_node_id_check(id->node_id))
 		return NULL;
-	o = json_pack("{s:s, s:s, s:s, s:I}", "cluster_id", id->cluster_id, "node_id",
-		      id->node_id, "incarnation", id->incarnation, "created",
-		      (json_int_t)id->created);
+	o = json_pack("{s:s, s:s, s:s, s:I}", "cluster_id", id->cluster_id, "node_id", id->node_id,
+		      "incarnation", id->incarnation, "created", (json_int_t)id->created);
 	if (!o)
 		return NULL;
 	s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
@@ -253,8 +252,8 @@ bool zl_storage_ident_member_ok(const struct zl_storage *st, const struct zl_sli
 
 static int ident_refuse(const char *what)
 {
-	fprintf(stderr, "zipline-storage: %s (refusing to start; nothing was changed) [%s]\n",
-		what, zl_errname(-ZL_ERR_IDENTITY));
+	fprintf(stderr, "zipline-storage: %s (refusing to start; nothing was changed) [%s]\n", what,
+		zl_errname(-ZL_ERR_IDENTITY));
 	return -ZL_ERR_IDENTITY;
 }
 
@@ -379,6 +378,5 @@ int zl_storage_ident_cluster_ok(struct zl_storage *st)
 
 	if (rc)
 		return rc;
-	return st->cfg.cluster_id[0] && !strcmp(ci.id, st->cfg.cluster_id) ? 0
-									    : -ZL_ERR_IDENTITY;
+	return st->cfg.cluster_id[0] && !strcmp(ci.id, st->cfg.cluster_id) ? 0 : -ZL_ERR_IDENTITY;
 }

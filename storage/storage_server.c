@@ -810,8 +810,9 @@ static void srv_chunk_versions(struct zl_storage *st, struct zl_xport_conn *c,
 
 	/* A row naming another incarnation of ours: we hold nothing of it. */
 	if (!n && h->offset < sv->v.n_slices &&
-	    !zl_storage_ident_member_ok(st, &sv->v.slices[h->offset],
-					zl_slice_index_of(&sv->v.slices[h->offset], st->cfg.node_id)))
+	    !zl_storage_ident_member_ok(
+		st, &sv->v.slices[h->offset],
+		zl_slice_index_of(&sv->v.slices[h->offset], st->cfg.node_id)))
 		n = 0;
 	else if (!n)
 		n = zl_storage_heal_versions(st, &sv->v, h->offset, h->chunk, h->aux, pairs,

@@ -112,11 +112,11 @@ static const struct meta_field meta_status_fields[] = {
     META_INT(struct zl_node_status, time, "time", 0, INT64_MAX),
 };
 
-static int meta_status_from_json(const char *json, size_t len, struct zl_node_status *s,
-				 char *why, size_t why_len)
+static int meta_status_from_json(const char *json, size_t len, struct zl_node_status *s, char *why,
+				 size_t why_len)
 {
-	return meta_decode_flat(json, len, meta_status_fields, ZL_ARRAY_SIZE(meta_status_fields),
-				s, sizeof(*s), meta_status_check, why, why_len);
+	return meta_decode_flat(json, len, meta_status_fields, ZL_ARRAY_SIZE(meta_status_fields), s,
+				sizeof(*s), meta_status_check, why, why_len);
 }
 
 int zl_meta_status_from_json(const char *json, size_t len, struct zl_node_status *s)

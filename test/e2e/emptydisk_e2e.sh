@@ -49,6 +49,7 @@ echo $! >"$CL_DIR/controller/pid"
 # ed_ctl rows VOL: "slice node:state:incarnation8 ..." per row.
 # ed_ctl node ID: the incarnation of node ID's record ("-" when absent).
 # ed_ctl tomb NODE VOL: puts a tombstone <prefix>deletes/NODE/VOL.
+# ed_ctl get|put|del KEY [VALUE]: raw etcd key access.
 ed_ctl() {
 	"$PY" - "$CL_ETCD" "$@" <<'PY'
 import base64, json, sys, urllib.request
@@ -70,6 +71,13 @@ if cmd == 'rows':
 elif cmd == 'node':
     rec = get('/zipline/nodes/' + sys.argv[3])
     print(rec.get('incarnation') or '-' if rec else '-')
+elif cmd == 'get':
+    kvs = call('/v3/kv/range', {'key': b64(sys.argv[3])}).get('kvs', [])
+    print(base64.b64decode(kvs[0]['value']).decode() if kvs else '')
+elif cmd == 'put':
+    call('/v3/kv/put', {'key': b64(sys.argv[3]), 'value': b64(sys.argv[4])})
+elif cmd == 'del':
+    call('/v3/kv/deleterange', {'key': b64(sys.argv[3])})
 elif cmd == 'tomb':
     call('/v3/kv/put', {'key': b64('/zipline/deletes/%s/%s' % (sys.argv[3], sys.argv[4])),
                         'value': b64('{}')})
@@ -112,7 +120,7 @@ dir_hash() {
 # (whole outputs go through variables: with pipefail, grep -q or head
 # closing a pipe early would fail the writer)
 health() { "$ZL" status 2>/dev/null | sed -n 1p || true; }
-inspect() { "$ZL" volume inspect evol 2>&1 || true; }
+inspect() { "$ZL" volume inspect "${1:-evol}" 2>&1 || true; }
 # wait_health WORD SECS: until the health line starts with WORD.
 wait_health() {
 	local h=""
@@ -278,4 +286,28 @@ wait_in_sync 60
 check_replicas
 check_export "after node-3 came back"
 wait_health HEALTH_OK 30
+
+# ---- 4. tombstones delete nothing once etcd's cluster record is not ours ----
+"$ZL" volume create tvol --size 1M --replicas 3 --chunk-size 64K >/dev/null || fail "create tvol"
+tvid=$(inspect tvol | sed -n 's/^id *\(vol-[0-9a-f]\{16\}\)$/\1/p')
+head -c 1M /dev/urandom >"$CL_DIR/tin"
+"$ZL" volume import tvol "$CL_DIR/tin" || fail "import tvol"
+tdir="$CL_DIR/storage-1/data/chunks/$tvid"
+[ "$(ls "$tdir" | wc -l)" -eq 16 ] || fail "node-1 holds $(ls "$tdir" | wc -l) chunk files of tvol, not 16"
+cluster=$(ed_ctl get /zipline/cluster)
+# The record goes as a wrong etcd would have it (a record of another cluster).
+ed_ctl put /zipline/cluster '{"cluster_id":"00000000000000000000000000000bad","created":1}'
+ed_ctl del "/zipline/volumes/$tvid"
+ed_ctl del /zipline/names/tvol
+ed_ctl tomb node-1 "$tvid"
+for _ in $(seq 1 50); do grep -q "tombstones of deleted volumes ignored" "$CL_DIR/storage-1/log" && break; sleep 0.1; done
+grep -q "tombstones of deleted volumes ignored" "$CL_DIR/storage-1/log" ||
+	fail "node-1 did not refuse a tombstone under another cluster's record"
+[ "$(ls "$tdir" | wc -l)" -eq 16 ] || fail "a tombstone under another cluster's record deleted chunk files"
+say "tombstone ignored while etcd's cluster record is not node-1's"
+ed_ctl put /zipline/cluster "$cluster"
+ed_ctl tomb node-1 "$tvid"
+for _ in $(seq 1 50); do [ -d "$tdir" ] || break; sleep 0.1; done
+[ ! -d "$tdir" ] || fail "the tombstone deleted nothing once the cluster record was node-1's again"
+say "tombstone processed once the cluster record was back"
 say "PASS"

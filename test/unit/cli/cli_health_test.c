@@ -93,7 +93,8 @@ static void health_lines(void **st)
 	zl_slice_member_set(&rows[3], 2, ZL_MEMBER_OUT);
 	zl_cli_health_add_volume(&h, &v, nodes, 3);
 	assert_int_equal(zl_cli_health_line(&h, line, sizeof(line)), 2);
-	assert_string_equal(line, "HEALTH_ERR 1 slice below min_size; 3 slices degraded (1 recovering)");
+	assert_string_equal(line,
+			    "HEALTH_ERR 1 slice below min_size; 3 slices degraded (1 recovering)");
 
 	memset(&h, 0, sizeof(h));
 	zl_cli_health_add_volume(&h, &v, nodes, 0); /* every node down */

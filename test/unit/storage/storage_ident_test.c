@@ -18,14 +18,14 @@
 
 #include "storage/storage.h"
 
-#define CID "0123456789abcdef0123456789abcdef"
-#define INC "fedcba9876543210fedcba9876543210"
+#define CID  "0123456789abcdef0123456789abcdef"
+#define INC  "fedcba9876543210fedcba9876543210"
 #define INC2 "00000000000000000000000000000001"
 
 static void ident_json_roundtrip(void **state)
 {
-	struct zl_storage_ident a = {.cluster_id = CID, .node_id = "node-1",
-				     .incarnation = INC, .created = 1700000000};
+	struct zl_storage_ident a = {
+	    .cluster_id = CID, .node_id = "node-1", .incarnation = INC, .created = 1700000000};
 	struct zl_storage_ident b;
 	char *j = zl_storage_ident_to_json(&a);
 
@@ -41,7 +41,10 @@ static void ident_json_roundtrip(void **state)
 	a.cluster_id[0] = 'X';
 	assert_null(zl_storage_ident_to_json(&a));
 	static const char *bad[] = {
-	    "", "[]", "{}", "not json",
+	    "",
+	    "[]",
+	    "{}",
+	    "not json",
 	    "{\"cluster_id\":\"" CID "\",\"node_id\":\"n\"}",
 	    "{\"cluster_id\":\"" CID "\",\"node_id\":\"n\",\"incarnation\":\"abc\"}",
 	    "{\"cluster_id\":\"" CID "\",\"node_id\":\"a b\",\"incarnation\":\"" INC "\"}",
@@ -54,7 +57,8 @@ static void ident_json_roundtrip(void **state)
 		assert_int_equal(zl_storage_ident_from_json(bad[i], strlen(bad[i]), &b),
 				 -ZL_ERR_INVAL);
 	/* created is optional. */
-	const char *ok = "{\"cluster_id\":\"" CID "\",\"node_id\":\"n\",\"incarnation\":\"" INC "\"}";
+	const char *ok =
+	    "{\"cluster_id\":\"" CID "\",\"node_id\":\"n\",\"incarnation\":\"" INC "\"}";
 	assert_int_equal(zl_storage_ident_from_json(ok, strlen(ok), &b), 0);
 }
 
@@ -108,8 +112,7 @@ static void ident_file(void **state)
 	assert_int_equal(rmdir(dir), 0);
 }
 
-static void row(struct zl_slice *s, const char *n0, const char *i0, const char *n1,
-		const char *i1)
+static void row(struct zl_slice *s, const char *n0, const char *i0, const char *n1, const char *i1)
 {
 	memset(s, 0, sizeof(*s));
 	s->n = 2;
@@ -124,7 +127,8 @@ static void row(struct zl_slice *s, const char *n0, const char *i0, const char *
 static void ident_adopt_pick(void **state)
 {
 	struct zl_slice rows[4];
-	struct zl_volume v[2] = {{.n_slices = 3, .slices = rows}, {.n_slices = 1, .slices = rows + 3}};
+	struct zl_volume v[2] = {{.n_slices = 3, .slices = rows},
+				 {.n_slices = 1, .slices = rows + 3}};
 	char inc[ZL_META_ID_SIZE];
 	size_t n, other;
 
