@@ -906,6 +906,7 @@ static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_w
 	case ZL_OP_VOLUME_DELETE:
 		rc = zl_chunk_volume_delete(st->chunks, h->vol_id, &n);
 		zl_storage_vol_forget(st->vols, h->vol_id);
+		zl_storage_peer_forget(st, h->vol_id);
 		ZL_LOG_INFO("storage",
 			    "volume replicas deleted: vol=%016" PRIx64 " files=%" PRIu64 " err=%s",
 			    h->vol_id, n, zl_errname(rc));
