@@ -85,6 +85,7 @@ struct zl_storage {
 	 * by held_t. */
 	struct zl_storage_peering *peering;
 	struct storage_req *held;
+	uint32_t n_held;
 	struct zl_timer held_t;
 };
 
