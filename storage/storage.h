@@ -93,6 +93,7 @@ struct zl_storage {
 	 * by held_t. */
 	struct zl_storage_peering *peering;
 	struct storage_req *held;
+	uint32_t n_held;
 	struct zl_timer held_t;
 	struct zl_storage_status *status; /* NULL with --heal=off */
 };
@@ -254,6 +255,9 @@ int zl_storage_peer_ready(struct zl_storage *st, const struct zl_volume *v, uint
 /* zl_storage_peer_ready over every slice of v this node is primary of (a
  * FLUSH): 0 or -ZL_ERR_PEERING. */
 int zl_storage_peer_vol_ready(struct zl_storage *st, const struct zl_volume *v);
+/* Forgets what peering knows of volume vol (its replicas were deleted).
+ * Accepts st->peering == NULL. */
+void zl_storage_peer_forget(struct zl_storage *st, uint64_t vol);
 
 /* Peering's rule for one chunk (pure): own is this node's version, ver[i]
  * what in-sync member i answered (answered[i] false: no answer, not
