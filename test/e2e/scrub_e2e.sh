@@ -5,9 +5,9 @@
 # of chunk A2 (same slice) held by another member, and the whole chunk file
 # of chunk B is deleted on a member that is not its primary.
 # A fourth copy (chunk D) is made divergent: other bytes with a matching
-# CRC, same version.
-#   - `zl volume verify` reports the four (exit 1),
-#   - `zl volume scrub` repairs the four (a "scrub repaired" log line each,
+# CRC, same version; a fifth (chunk E) is deleted on its own primary.
+#   - `zl volume verify` reports the five (exit 1),
+#   - `zl volume scrub` repairs the five (a "scrub repaired" log line each,
 #     with the right member and reason),
 #   - `zl volume verify` then finds nothing (exit 0), the export equals the
 #     input, and the replicas' chunk files read directly (an oracle that does
@@ -138,7 +138,7 @@ echo "scrub_e2e: $n_slices slices; $(head -2 "$CL_DIR/rows" | tr '\n' ';')"
 # Chunk A = 3: damaged on its primary; A2 (same slice): damaged on another
 # member. Chunk B = 6: deleted on a non-primary. Chunk D = 9: divergent
 # (valid, other bytes, same version) on a non-primary.
-A=3 B=6 A2=$((3 + n_slices)) D=9
+A=3 B=6 A2=$((3 + n_slices)) D=9 E=12
 read -r _ primA na1 na2 na3 < <(awk -v s=$((A % n_slices)) '$1 == s' "$CL_DIR/rows")
 for n in $na1 $na2 $na3; do [ "$n" != "$primA" ] && { memA2=$n; break; }; done
 read -r _ primB nb1 nb2 nb3 < <(awk -v s=$((B % n_slices)) '$1 == s' "$CL_DIR/rows")
@@ -165,6 +165,11 @@ cl_flip_byte "$fA2" "$off"
 echo "scrub_e2e: chunk $A2 damaged on $memA2"
 
 rm -f "$fB"
+# Chunk E = 12: deleted on its own primary (which rebuilds it from a member).
+read -r _ primE _ < <(awk -v s=$((E % n_slices)) '$1 == s' "$CL_DIR/rows")
+fE="$CL_DIR/storage-${primE#node-}/data/chunks/$vid/$(printf '%016x' $E).zlc"
+rm -f "$fE" || fail "cannot delete $fE"
+echo "scrub_e2e: chunk $E deleted on its primary $primE"
 sleep 1.2 # a file removed under an open chunk is noticed by reads within a second
 
 set +e
@@ -178,26 +183,28 @@ grep -q "^chunk $A2: $memA2 " "$CL_DIR/verify1" || fail "verify did not report c
 grep -q "^chunk $B: $lostB " "$CL_DIR/verify1" || fail "verify did not report chunk $B on $lostB"
 grep -q "^chunk $D: $memD differs from $primD at offset $((7 * 4096 + 100)) (versions 1:[0-9]* vs 1:[0-9]*)" "$CL_DIR/verify1" ||
 	fail "verify did not report the divergent chunk $D on $memD at offset $((7 * 4096 + 100))"
-[ "$(grep -c '^chunk ' "$CL_DIR/verify1")" -eq 4 ] || fail "verify reported other differences"
+grep -q "^chunk $E: $primE " "$CL_DIR/verify1" || fail "verify did not report chunk $E on $primE"
+[ "$(grep -c '^chunk ' "$CL_DIR/verify1")" -eq 5 ] || fail "verify reported other differences"
 grep -h "chunk file missing\|removed while open" "$CL_DIR/storage-${lostB#node-}/log" | grep -q "chunk=$B" ||
 	fail "$lostB did not log the missing chunk file of chunk $B"
 
 "$ZL" volume scrub svol >"$CL_DIR/scrub1" 2>&1 || { cat "$CL_DIR/scrub1" >&2; fail "scrub"; }
 cat "$CL_DIR/scrub1"
-grep -q "^scrub: $n_slices/$n_slices slices, 4 repaired" "$CL_DIR/scrub1" || fail "no final progress line with 4 repaired"
-grep -q "4 bad copies found, 4 repaired" "$CL_DIR/scrub1" || fail "scrub summary does not say 4 found, 4 repaired"
+grep -q "^scrub: $n_slices/$n_slices slices, 5 repaired" "$CL_DIR/scrub1" || fail "no final progress line with 5 repaired"
+grep -q "5 bad copies found, 5 repaired" "$CL_DIR/scrub1" || fail "scrub summary does not say 5 found, 5 repaired"
 grep -h "scrub repaired" "$CL_DIR"/storage-*/log | tee "$CL_DIR/repairs"
 grep -q "chunk=$A member=$primA reason=crc" "$CL_DIR/repairs" || fail "no repair log of chunk $A on $primA (crc)"
 grep -q "chunk=$A2 member=$memA2 reason=crc" "$CL_DIR/repairs" || fail "no repair log of chunk $A2 on $memA2 (crc)"
 grep -q "chunk=$B member=$lostB reason=missing" "$CL_DIR/repairs" || fail "no repair log of chunk $B on $lostB (missing)"
 grep -q "chunk=$D member=$memD reason=divergent source=$primD" "$CL_DIR/repairs" || fail "no repair log of chunk $D on $memD (divergent, from $primD)"
-[ "$(wc -l <"$CL_DIR/repairs")" -eq 4 ] || fail "scrub repaired other copies too"
+grep -q "chunk=$E member=$primE reason=missing" "$CL_DIR/repairs" || fail "no repair log of chunk $E on its primary $primE (missing)"
+[ "$(wc -l <"$CL_DIR/repairs")" -eq 5 ] || fail "scrub repaired other copies too"
 
 "$ZL" volume verify svol >"$CL_DIR/verify2" 2>&1 || { cat "$CL_DIR/verify2" >&2; fail "verify after the scrub"; }
 "$ZL" volume export svol "$CL_DIR/out" || fail "export"
 cmp "$CL_DIR/in" "$CL_DIR/out" || fail "volume content differs from what was written"
 replicas_identical
-echo "scrub_e2e: manual scrub repaired the four copies; replicas identical"
+echo "scrub_e2e: manual scrub repaired the five copies; replicas identical"
 
 # A second scrub finds nothing.
 "$ZL" volume scrub svol --json >"$CL_DIR/scrub2" || fail "second scrub"
@@ -224,4 +231,4 @@ grep -q "scrub repaired vol=$vid chunk=$C member=$other reason=crc" "$CL_DIR/sto
 "$ZL" volume verify svol >"$CL_DIR/verify3" 2>&1 || { cat "$CL_DIR/verify3" >&2; fail "verify after the background scrub"; }
 replicas_identical
 for i in 1 2 3; do cl_stop storage-$i; done
-echo "scrub_e2e: PASS (verify found the four, scrub repaired them, background scrub repaired chunk $C)"
+echo "scrub_e2e: PASS (verify found the five, scrub repaired them, background scrub repaired chunk $C)"
