@@ -1626,7 +1626,8 @@ static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vo
 		}
 	}
 	if (!c && kind == OP_ZERO && s->n_lost)
-		known_rewrote(s, vol, idx, (off + BLK - 1) / BLK, (uint32_t)(((uint64_t)off + len) / BLK));
+		known_rewrote(s, vol, idx, (off + BLK - 1) / BLK,
+			      (uint32_t)(((uint64_t)off + len) / BLK));
 	op = op_alloc(s);
 	if (!op) {
 		if (c)

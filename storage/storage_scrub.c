@@ -473,7 +473,8 @@ static void sc_done(struct sc_job *j, int err)
 	j->phase = SC_DONE;
 	if (err)
 		ZL_LOG_WARN("storage",
-			    "scrub failed: vol=%s slice=%u at_chunk=%" PRIu64 " err=%s (run it again; "
+			    "scrub failed: vol=%s slice=%u at_chunk=%" PRIu64
+			    " err=%s (run it again; "
 			    "the row may have changed)",
 			    j->vid, j->slice, j->cursor, zl_errname(err));
 	ZL_LOG_INFO("storage",
@@ -736,8 +737,8 @@ static void sc_window(void *arg)
 		m->hdr.chunk = j->cursor;
 		m->hdr.slice_ver = j->row_ver;
 		m->hdr.epoch = j->epoch;
-		rc = m->in ? zl_storage_peer_request(j->st->peers, m->node, &m->hdr, NULL, 0,
-						     m->in, ZL_WIRE_MAX_CTRL, sc_remote_dg_cb, m)
+		rc = m->in ? zl_storage_peer_request(j->st->peers, m->node, &m->hdr, NULL, 0, m->in,
+						     ZL_WIRE_MAX_CTRL, sc_remote_dg_cb, m)
 			   : -ZL_ERR_BUSY;
 		if (rc) {
 			m->status = rc;
@@ -834,9 +835,9 @@ static void sc_piece_store(struct sc_job *j)
 			rc = zl_chunk_zero(j->st->chunks, j->vol, f->chunk, j->chunk_size, j->off,
 					   len, 0, sc_local_stored, j);
 		else
-			rc = zl_chunk_write(j->st->chunks, j->vol, f->chunk, j->chunk_size,
-					    j->off, len, j->pbuf, last ? f->version : 0,
-					    sc_local_stored, j);
+			rc =
+			    zl_chunk_write(j->st->chunks, j->vol, f->chunk, j->chunk_size, j->off,
+					   len, j->pbuf, last ? f->version : 0, sc_local_stored, j);
 	} else {
 		memset(&j->rhdr, 0, sizeof(j->rhdr));
 		j->rhdr.opcode = ZL_OP_CHUNK_PUSH;
@@ -978,8 +979,8 @@ static void sc_fix_next(void *arg)
 	j->rhdr.chunk = f->chunk;
 	j->rhdr.slice_ver = j->row_ver;
 	j->rhdr.epoch = j->epoch;
-	rc = zl_storage_peer_request(j->st->peers, j->m[f->target].node, &j->rhdr, NULL, 0, NULL,
-				     0, sc_deleted, j);
+	rc = zl_storage_peer_request(j->st->peers, j->m[f->target].node, &j->rhdr, NULL, 0, NULL, 0,
+				     sc_deleted, j);
 	if (rc)
 		sc_fix_end(j, rc);
 }
