@@ -38,6 +38,10 @@ static const char cli_usage[] =
     "  --transport T       auto|tcp|rdma (else $ZIPLINE_TRANSPORT, else auto); for\n"
     "                      volume create: the volume's transport parameter\n"
     "  --log-level L       err|warn|info|debug (default: quiet; warn for volume serve)\n"
+    "  --io-timeout SEC    how long volume I/O waits for an in-sync primary while the\n"
+    "                      cluster heals before it fails (default 600)\n"
+    "  --legacy-drop       0.1 client for clusters without a manager: promote the\n"
+    "                      next replica itself, read from backups, give up after 30 s\n"
     "  --help, --version\n"
     "\n"
     "sizes take K/M/G/T suffixes (powers of 1024).\n";

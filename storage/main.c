@@ -15,7 +15,8 @@
 
 static const char usage[] =
     "usage: zipline-storage --data-dir DIR [options]\n"
-    "  --data-dir DIR       chunk replicas, node-id and LOCK live here (required)\n"
+    "  --data-dir DIR       chunk replicas, node-id, identity and LOCK live\n"
+    "                       here (required)\n"
     "  --listen HOST:PORT   address to serve on (default 0.0.0.0:7100)\n"
     "  --advertise ADDR     address registered in etcd (default: the listen host;\n"
     "                       for 0.0.0.0 or ::, the address of the interface of the\n"
@@ -34,10 +35,10 @@ static const char usage[] =
     "  --capacity SIZE      capacity to advertise (default: the filesystem size)\n"
     "  --log-level LEVEL    err|warn|info|debug (default info)\n"
     "  --heal on|off        data versions, failure reports instead of dropping\n"
-    "                       backups, recovery of RECOVERING members (default off;\n"
-    "                       needs zipline-controller --manager=on)\n"
+    "                       backups, recovery of RECOVERING members (default on,\n"
+    "                       with zipline-controller --manager=on; off = 0.1)\n"
     "  --repl-wait SEC      heal: how long a write whose backup failed waits for\n"
-    "                       the manager to take it out of the in-sync set (default 30)\n"
+    "                       the manager to take it out of the in-sync set (default 8)\n"
     "  --recovery-mbps N    heal: recovery copy rate, megabits/s (default 200)\n"
     "  --scrub-mbps N       scrub read rate, megabits/s (default 100)\n"
     "  --scrub-interval SEC background scrub of the slices this node is primary\n"
@@ -119,10 +120,11 @@ static int parse_flags(int argc, char **argv, struct zl_storage_cfg *cfg, const 
 		cfg->etcd = "http://127.0.0.1:2379";
 	cfg->prefix = ZL_META_DEFAULT_PREFIX;
 	cfg->etcd_wait_sec = 60;
-	cfg->repl_wait_ms = 30000;
+	cfg->repl_wait_ms = 8000; /* below the client's 10 s request timeout */
 	cfg->recovery_mbps = 200;
 	cfg->scrub_mbps = 100;
 	cfg->scrub_interval_s = 86400;
+	cfg->heal = true;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
@@ -389,6 +391,13 @@ int main(int argc, char **argv)
 		return bad_flag("bad --etcd endpoint list", st->cfg.etcd);
 	if (zl_storage_etcd_wait(st->etcd, st->cfg.etcd, st->cfg.etcd_wait_sec))
 		goto out_etcd;
+	/* Before anything writes to the data dir: a dir of another cluster or
+	 * node stays as it is. */
+	rc = zl_storage_ident_resolve(st);
+	if (rc) {
+		ret = rc == -ZL_ERR_IDENTITY ? 2 : 1;
+		goto out_etcd;
+	}
 
 	/* From here signals arrive through the loop (threads inherit the mask). */
 	sigemptyset(&sigs);
@@ -427,6 +436,8 @@ int main(int argc, char **argv)
 		rc = zl_storage_heal_start(st);
 	if (!rc)
 		rc = zl_storage_scrub_start(st);
+	if (!rc && st->cfg.heal)
+		rc = zl_storage_status_start(st);
 	if (rc)
 		goto out_fail;
 	rc = zl_storage_server_start(st);
@@ -441,7 +452,7 @@ int main(int argc, char **argv)
 	}
 	rc = zl_storage_node_start(
 	    &st->cfg, zl_xport_listener_port(st->listener),
-	    st->listener_rdma ? zl_xport_listener_port(st->listener_rdma) : 0, &node);
+	    st->listener_rdma ? zl_xport_listener_port(st->listener_rdma) : 0, st->status, &node);
 	if (rc)
 		goto out_fail;
 	ZL_LOG_INFO("storage",
@@ -461,6 +472,7 @@ out_stop:
 	zl_storage_heal_stop(st);
 	zl_storage_scrub_stop(st);
 	zl_storage_node_stop(node);
+	zl_storage_status_destroy(st); /* the heartbeat no longer reads it */
 	zl_storage_tombs_stop(st->tombs);
 	zl_storage_peers_destroy(st->peers);
 	zl_chunk_store_destroy(st->chunks); /* drains disk I/O still in flight */
