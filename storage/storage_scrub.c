@@ -1007,6 +1007,11 @@ static int sc_start(struct zl_storage *st, struct zl_xport_conn *conn, const str
 	me = zl_slice_index_of(s, st->cfg.node_id);
 	if (me < 0 || me != zl_slice_primary(s))
 		return -ZL_ERR_NOT_PRIMARY;
+	/* A primary that has not peered in the row's term may be behind:
+	 * ZL_ERR_PEERING (peering starts; the caller retries). */
+	rc = zl_storage_peer_ready(st, &sv->v, slice);
+	if (rc)
+		return rc;
 	j = calloc(1, sizeof(*j));
 	if (!j)
 		return -ENOMEM;
