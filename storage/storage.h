@@ -322,6 +322,26 @@ void zl_storage_status_destroy(struct zl_storage *st);
 bool zl_storage_status_take(struct zl_storage_status *s, const char *node, bool force,
 			    struct zl_node_status *out);
 
+/* One member's copy of a chunk as a scrub sees it: held = a digest record
+ * came (bad may then be ZL_WIRE_DIGEST_MISSING or _BUSY). */
+struct zl_scrub_copy {
+	bool held;
+	uint64_t version;
+	uint32_t digest;
+	uint32_t bad;
+};
+/* Scrub's rule for one chunk over n copies, copy 0 the primary's (pure).
+ * The winner is the highest version among held copies without bad blocks; a
+ * tie keeps the lower index (the primary's copy first). Every other copy is
+ * rewritten from it (bit i of *repair, why[i] = "missing" | "crc" |
+ * "divergent") unless it is held, good, and of the winner's version and
+ * digest; a copy not held is fine only when the winner is an all-zero
+ * (zero_digest) chunk of version 0. Returns the winner; -1 when no copy is
+ * good (*repair = the held copies); -2 when no copy is held or one is BUSY
+ * (no verdict). */
+int zl_storage_scrub_judge(const struct zl_scrub_copy *c, unsigned n, uint32_t zero_digest,
+			   uint32_t *repair, const char **why);
+
 /* ---- tombstones of deleted volumes (storage_tomb.c), loop thread ---- */
 
 /* Removes the replicas named by this node's tombstones now (blocking etcd
