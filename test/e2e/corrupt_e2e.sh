@@ -3,7 +3,10 @@
 # the right data (the client reads another replica) and the daemon that holds
 # the bad replica must log the corruption with volume, chunk and block.
 # Each node's replica is damaged in turn (and repaired after), so the primary
-# of the slice is certainly among them.
+# of the slice is certainly among them. The storage runs without --heal and
+# no manager runs: the reads use the 0.1 client (zl --legacy-drop), whose
+# read fallback is what this test checks (in heal mode only the primary
+# serves reads; repairing a bad block there is the storage's job).
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
@@ -23,7 +26,7 @@ for i in 1 2 3; do
 	# Flip one byte of data block 3 (the data offset comes from the header).
 	off=$(cl_chunk_block_off "$f" 3 123) || fail "cannot locate block 3 in $f"
 	cl_flip_byte "$f" "$off"
-	"$ZL" volume export cvol "$CL_DIR/out" || fail "export with a damaged replica on node-$i"
+	"$ZL" --legacy-drop volume export cvol "$CL_DIR/out" || fail "export with a damaged replica on node-$i"
 	cmp "$CL_DIR/in" "$CL_DIR/out" || fail "wrong data read with a damaged replica on node-$i"
 	if grep -i "corrupt" "$CL_DIR/storage-$i/log" | grep -q "$vid" ; then
 		line=$(grep -i "corrupt" "$CL_DIR/storage-$i/log" | grep "$vid" | tail -1)
