@@ -630,8 +630,8 @@ static void sub_any_next(struct client_sub *s, int err)
 			   "read failed: vol=%s slice=%u chunk=%llu offset=%u length=%u: the "
 			   "primary's copy is bad (%s) and no other in-sync member served it "
 			   "(last: %s); see 'zl volume verify %s'",
-			   v->meta.id, s->slice, (unsigned long long)s->chunk, s->offset,
-			   s->length, zl_errname(s->any_err), zl_errname(err), v->meta.name);
+			   v->meta.id, s->slice, (unsigned long long)s->chunk, s->offset, s->length,
+			   zl_errname(s->any_err), zl_errname(err), v->meta.name);
 		sub_done(s, s->any_err);
 		return;
 	}

@@ -1095,8 +1095,7 @@ static void test_heal_read_around_members(void **state)
 	rows_three(e, true);
 	e->nodes[2].any_reads = 0;
 	e->nodes[1].corrupts = 0;
-	assert_int_equal(zl_vol_read(e->vol, rbuf, 4 * CS + 4096, sizeof(rbuf)),
-			 -ZL_ERR_CORRUPT);
+	assert_int_equal(zl_vol_read(e->vol, rbuf, 4 * CS + 4096, sizeof(rbuf)), -ZL_ERR_CORRUPT);
 	assert_int_equal(e->nodes[1].corrupts, 1);
 	assert_int_equal(e->nodes[2].any_reads, 0);
 	assert_int_equal(total_nonprimary_reads(e), 0);

@@ -237,8 +237,8 @@ static void test_classify_heal(void **state)
 				    ZL_ERR_NOT_INSYNC, ZL_ERR_MIN_SIZE,	  ZL_ERR_UNAVAIL,
 				    ZL_ERR_CONN,       ZL_ERR_TIMEOUT,	  ZL_ERR_NOT_FOUND,
 				    ZL_ERR_ETCD};
-	static const int fail[] = {ZL_ERR_RANGE, ZL_ERR_INVAL, ZL_ERR_NOSPC,
-				   ZL_ERR_PROTO, ZL_ERR_IDENTITY};
+	static const int fail[] = {ZL_ERR_RANGE, ZL_ERR_INVAL, ZL_ERR_NOSPC, ZL_ERR_PROTO,
+				   ZL_ERR_IDENTITY};
 	static const int ops[] = {ZL_OP_READ, ZL_OP_WRITE, ZL_OP_FLUSH, ZL_OP_DISCARD,
 				  ZL_OP_WRITE_ZEROES};
 
@@ -267,8 +267,8 @@ static void test_classify_heal(void **state)
 		/* never a promotion; failover only for a bad copy read */
 		for (int e = 0; e < 5000; e++) {
 			enum zl_client_action a = zl_client_classify_heal(op, -e, e & 1);
-			bool bad_read = op == ZL_OP_READ && !(e & 1) &&
-					(e == ZL_ERR_CORRUPT || e == ZL_ERR_IO);
+			bool bad_read =
+			    op == ZL_OP_READ && !(e & 1) && (e == ZL_ERR_CORRUPT || e == ZL_ERR_IO);
 
 			assert_true(a != ZL_CLIENT_ACT_PROMOTE);
 			assert_true((a == ZL_CLIENT_ACT_FAILOVER) == bad_read);
