@@ -19,7 +19,25 @@
  *          the manager to change the row
  * A pass that copied something is followed by another one; a chunk whose
  * versions are equal is marked complete (forwarded writes then raise its
- * version on the member). */
+ * version on the member).
+ *
+ * Copies under writes (REPLICATION.md §4): CAUGHT_UP must mean that every
+ * chunk of the member equals ours. The member's version of a chunk changes
+ * only by a copy's last piece (cur_ver) or by a forwarded write carrying its
+ * version, sent only for chunks marked complete (clean). Hence:
+ *  - a chunk is copied only while no client write of it is on its way here
+ *    (zl_storage_heal_plan counts them from srv_plan until the local write
+ *    and every forward ended), so our data is stable at cur_ver when the
+ *    copy starts; else the pass skips it (pass_skipped: another pass);
+ *  - a write of it planned during the copy is forwarded without a version
+ *    and marks the copy dirty (cur_dirty): a piece read before it may land
+ *    after it on the member, but our version passes cur_ver, so the next
+ *    pass copies again; a copy that ends clean marks the chunk complete;
+ *  - a complete chunk is not compared again (its listed version may lag
+ *    forwards on their way; a failed forward or OUT clears the mark); for
+ *    the others equal versions mean equal data, as the chunk store never
+ *    claims a version whose data is not durable (storage_chunk.c).
+ * A chunk written without pause waits for a quiet moment. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
