@@ -210,6 +210,12 @@ int zl_storage_heal_version_next(struct zl_storage *st, const struct zl_volume *
 uint64_t zl_storage_heal_fwd_version(struct zl_storage *st, const struct zl_volume *v,
 				     uint32_t slice, const char *node, enum zl_member_state ms,
 				     uint64_t chunk, uint64_t ver);
+/* Counts the client writes of `chunk` (a slice of v this node is primary
+ * of) from srv_plan (`start`) until their local write and every forward
+ * ended (!start): recovery copies a chunk only while none is counted.
+ * start: 0 or -ENOMEM (not counted; the caller must not end it). */
+int zl_storage_heal_plan(struct zl_storage *st, const struct zl_volume *v, uint32_t slice,
+			 uint64_t chunk, bool start);
 /* A forwarded write of `chunk` to node failed: its copy is no longer
  * trusted until recovery looked at it again. */
 void zl_storage_heal_fwd_failed(struct zl_storage *st, const struct zl_volume *v,

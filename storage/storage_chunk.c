@@ -113,6 +113,7 @@ struct chunk {
 	uint8_t *img;	    /* meta_pages * BLK: page images of the round in flight */
 	uint64_t seq;	    /* highest metadata sequence written or found */
 	uint64_t version;   /* highest data version applied (durable) */
+	uint64_t disk_ver;  /* version the metadata on disk claims (<= durable) */
 	uint32_t meta_sqes; /* SQEs of the metadata round in flight */
 	int meta_err;
 	uint64_t dirty_mask; /* pages changed since the last round started */
@@ -570,7 +571,8 @@ static uint32_t meta_page_crc(const uint8_t *p)
 }
 
 /* Page image of metadata page pg as the in-memory tables say now. */
-static void meta_page_encode(const struct chunk *c, uint32_t pg, uint64_t seq, uint8_t *p)
+static void meta_page_encode(const struct chunk *c, uint32_t pg, uint64_t seq, uint64_t ver,
+			     uint8_t *p)
 {
 	uint32_t b0 = pg * ZL_CHUNK_META_ENTRIES;
 	uint32_t n = ZL_MIN(ZL_CHUNK_META_ENTRIES, c->n_blocks - b0);
@@ -579,7 +581,7 @@ static void meta_page_encode(const struct chunk *c, uint32_t pg, uint64_t seq, u
 	memcpy(p, MP_MAGIC, 4);
 	zl_put_le32(p + 4, pg);
 	zl_put_le64(p + 8, seq);
-	zl_put_le64(p + 16, c->page_ver[pg]);
+	zl_put_le64(p + 16, ver);
 	zl_put_le32(p + 24, n);
 	for (uint32_t i = 0; i < n; i++) {
 		zl_put_le32(p + MP_HDR + 8 * i, c->crc[b0 + i]);
@@ -778,7 +780,7 @@ static int chunk_convert_v1(struct zl_chunk_store *s, const char *path)
 	chunk_hdr_encode(hdr, zl_get_le64(hdr + 8), zl_get_le64(hdr + 16), g.cs);
 	rc = pwrite_all(out, hdr, CHUNK_HDR_SIZE, 0);
 	for (uint32_t p = 0; !rc && p < zl_chunk_meta_pages(g.cs); p++) {
-		meta_page_encode(&geo, p, 1, pg);
+		meta_page_encode(&geo, p, 1, geo.page_ver[p], pg);
 		rc = pwrite_all(out, pg, BLK, zl_chunk_slot_off(p, 0));
 	}
 	/* Data: copy what is not zero, so the new file stays as sparse. */
@@ -959,6 +961,7 @@ static int chunk_load(struct zl_chunk_store *s, struct chunk *c)
 		c->seq = ZL_MAX(c->seq, zl_get_le64(cur + 8));
 		c->page_ver[p] = zl_get_le64(cur + 16);
 		c->version = ZL_MAX(c->version, c->page_ver[p]);
+		c->disk_ver = c->version;
 		for (uint32_t i = 0; i < n; i++) {
 			c->crc[b0 + i] = zl_get_le32(cur + MP_HDR + 8 * i);
 			c->prev[b0 + i] = zl_get_le32(cur + MP_HDR + 8 * i + 4);
@@ -1123,12 +1126,33 @@ static void chunk_crc_rollback(struct chunk *c, uint32_t b0, uint32_t b1)
 	}
 }
 
+/* The version a metadata round may claim: the highest version applied,
+ * below every write or zero still on its way. The metadata goes to disk
+ * before the data it describes, so claiming such a write would let a crash
+ * (kill -9 between the two) leave a copy whose version says it holds a write
+ * whose data never landed: recovery compares versions and would never copy
+ * it again. Versions of writes finished out of order are held back likewise.
+ * A lower claim is always safe (the chunk only looks older). */
+static uint64_t chunk_durable_ver(const struct chunk *c)
+{
+	const struct op_list *lists[2] = { &c->active, &c->waiting };
+	uint64_t v = c->version;
+
+	for (int l = 0; l < 2; l++)
+		for (const struct chunk_op *op = lists[l]->first; op; op = op->next)
+			if ((op->kind == OP_WRITE || op->kind == OP_ZERO) && op->version)
+				v = ZL_MIN(v, op->version - 1);
+	return v;
+}
+
 /* Starts a metadata round: every dirty page, each into its slot that is not
- * current, all with the next sequence, unless a round is in flight. */
+ * current, all with the next sequence, unless a round is in flight. Each
+ * page carries chunk_durable_ver (the chunk's version on open is the
+ * highest of them). */
 static void chunk_meta_kick(struct zl_chunk_store *s, struct chunk *c)
 {
 	uint32_t n = (uint32_t)__builtin_popcountll(c->dirty_mask);
-	uint64_t seq = c->seq + 1;
+	uint64_t seq = c->seq + 1, ver = chunk_durable_ver(c);
 
 	if (c->meta_inflight || !c->dirty_mask)
 		return;
@@ -1143,13 +1167,14 @@ static void chunk_meta_kick(struct zl_chunk_store *s, struct chunk *c)
 		struct io_uring_sqe *sqe = store_sqe(s);
 		uint8_t *img = c->img + (size_t)p * BLK;
 
-		meta_page_encode(c, p, seq, img);
+		meta_page_encode(c, p, seq, ver, img);
 		io_uring_prep_write(sqe, c->fd, img, BLK,
 				    zl_chunk_slot_off(p, c->page_slot[p] ^ 1));
 		sqe->rw_flags = RWF_DSYNC;
 		io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | TAG_META);
 	}
 	c->seq = seq;
+	c->disk_ver = ZL_MAX(c->disk_ver, ver);
 	c->meta_sqes = n;
 	c->meta_err = 0;
 	c->round_mask = c->dirty_mask;
@@ -1261,6 +1286,12 @@ static void op_finish(struct chunk_op *op)
 			list_add_tail(&c->active, w);
 			op_start(w);
 		}
+	}
+	/* Its data is durable now: a round claims its version (page 0 is as
+	 * good as any, the highest page version counts). */
+	if (c && !c->deleted && chunk_durable_ver(c) > c->disk_ver) {
+		c->dirty_mask |= 1;
+		chunk_meta_kick(s, c);
 	}
 	if (op->own_buf)
 		s->buf_free(s->buf_arg, op->buf);

@@ -19,7 +19,25 @@
  *          the manager to change the row
  * A pass that copied something is followed by another one; a chunk whose
  * versions are equal is marked complete (forwarded writes then raise its
- * version on the member). */
+ * version on the member).
+ *
+ * Copies under writes (REPLICATION.md §4): CAUGHT_UP must mean that every
+ * chunk of the member equals ours. The member's version of a chunk changes
+ * only by a copy's last piece (cur_ver) or by a forwarded write carrying its
+ * version, sent only for chunks marked complete (clean). Hence:
+ *  - a chunk is copied only while no client write of it is on its way here
+ *    (zl_storage_heal_plan counts them from srv_plan until the local write
+ *    and every forward ended), so our data is stable at cur_ver when the
+ *    copy starts; else the pass skips it (pass_skipped: another pass);
+ *  - a write of it planned during the copy is forwarded without a version
+ *    and marks the copy dirty (cur_dirty): a piece read before it may land
+ *    after it on the member, but our version passes cur_ver, so the next
+ *    pass copies again; a copy that ends clean marks the chunk complete;
+ *  - a complete chunk is not compared again (its listed version may lag
+ *    forwards on their way; a failed forward or OUT clears the mark); for
+ *    the others equal versions mean equal data, as the chunk store never
+ *    claims a version whose data is not durable (storage_chunk.c).
+ * A chunk written without pause waits for a quiet moment. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -42,6 +60,8 @@ struct heal_seq {
 	uint32_t slice;
 	uint32_t term;
 	uint32_t seq; /* last sequence number handed out in term */
+	uint64_t n_busy;  /* entries of busy */
+	uint16_t *busy;	  /* per local chunk: client writes planned, I/O not ended */
 };
 
 enum heal_phase {
@@ -67,6 +87,8 @@ struct heal_member {
 	uint64_t *mver;	  /* the member's versions, collected by LIST */
 	bool suspect;	  /* a forward failed while it was IN_SYNC */
 	bool reset;	  /* went OUT while a pass ran: forget everything at IDLE */
+	bool copying;	  /* a copy of cur_chunk is in flight (READ/PUSH/WAIT) */
+	bool cur_dirty;	  /* a write of cur_chunk was planned during its copy */
 	enum heal_phase phase;
 	uint64_t row_ver; /* row version the pass runs under */
 	uint64_t cursor;  /* LIST: next chunk to ask about; SCAN: next local index */
@@ -291,7 +313,46 @@ uint64_t zl_storage_heal_fwd_version(struct zl_storage *st, const struct zl_volu
 		m = member_get(st->heal, v, slice, node);
 	if (!m || chunk / v->n_slices >= m->n_local)
 		return 0;
+	if (m->copying && m->cur_chunk == chunk)
+		m->cur_dirty = true; /* the copy may miss it: copied again */
 	return bit_get(m->clean, chunk / v->n_slices) ? ver : 0;
+}
+
+int zl_storage_heal_plan(struct zl_storage *st, const struct zl_volume *v, uint32_t slice,
+			 uint64_t chunk, bool start)
+{
+	struct heal_seq *q = seq_get(st->heal, v->num, slice);
+	uint64_t li = chunk / v->n_slices;
+
+	if (!q)
+		return -ENOMEM;
+	if (!q->busy) {
+		if (!start)
+			return 0;
+		q->n_busy = slice_chunks(v, slice);
+		q->busy = calloc(q->n_busy + 1, sizeof(*q->busy));
+		if (!q->busy)
+			return -ENOMEM;
+	}
+	if (li >= q->n_busy)
+		return start ? -ENOMEM : 0;
+	if (start) {
+		if (q->busy[li] == UINT16_MAX)
+			return -ENOMEM;
+		q->busy[li]++;
+	} else if (q->busy[li]) {
+		q->busy[li]--;
+	}
+	return 0;
+}
+
+/* Whether a client write of local chunk li of the slice is on its way. */
+static bool slice_chunk_busy(struct zl_storage_heal *h, uint64_t vol, uint32_t slice, uint64_t li)
+{
+	for (struct heal_seq *q = h->seqs; q; q = q->next)
+		if (q->vol == vol && q->slice == slice)
+			return q->busy && li < q->n_busy && q->busy[li];
+	return false;
 }
 
 void zl_storage_heal_fwd_failed(struct zl_storage *st, const struct zl_volume *v,
@@ -404,6 +465,7 @@ static bool member_should_stop(struct heal_member *m)
 		if (m->reset)
 			member_forget(m);
 		m->reset = false;
+		m->copying = false;
 		m->phase = HP_IDLE;
 		member_free_bufs(m);
 		return true;
@@ -417,6 +479,7 @@ static void heal_pass_fail(struct heal_member *m, const char *what, int err)
 		    "recovery pass failed: vol=%016" PRIx64 " slice=%u member=%s step=%s err=%s "
 		    "(retried)",
 		    m->vol, m->slice, m->node, what, zl_errname(err));
+	m->copying = false;
 	m->phase = HP_IDLE;
 	member_free_bufs(m);
 }
@@ -527,6 +590,7 @@ static void heal_push_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 	if (status == -ZL_ERR_CONFLICT) {
 		/* The member's copy changed under the copy (or equals ours now):
 		 * left for the next pass. */
+		m->copying = false;
 		m->pass_skipped++;
 		m->cursor++;
 		m->phase = HP_SCAN;
@@ -543,6 +607,12 @@ static void heal_push_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 		heal_wait_then(m, len, heal_piece_read);
 		return;
 	}
+	/* No client write of the chunk was on its way when the copy started nor
+	 * planned since: the member's copy equals ours at cur_ver, and the
+	 * writes planned from now on carry their versions to it. */
+	m->copying = false;
+	if (!m->cur_dirty)
+		bit_put(m->clean, m->cursor, true);
 	m->chunks++;
 	m->pass_pushed++;
 	m->cursor++;
@@ -661,6 +731,21 @@ static void heal_scan(void *arg)
 			heal_pass_fail(m, "chunk version", rc);
 			return;
 		}
+		if (bit_get(m->clean, m->cursor)) {
+			/* Known complete: forwarded writes keep it in step (a
+			 * failed one clears the bit); its version as listed may
+			 * lag writes on their way. */
+			m->cursor++;
+			continue;
+		}
+		if (m->mver[m->cursor] != own &&
+		    slice_chunk_busy(m->h, m->vol, m->slice, m->cursor)) {
+			/* A write of it is on its way (its data may miss the
+			 * pieces while its version is already ours): later. */
+			m->pass_skipped++;
+			m->cursor++;
+			continue;
+		}
 		if (m->mver[m->cursor] != own) {
 			/* Older, missing or newer than ours: the member gets our
 			 * copy (ZL_PUSH_REPLACE: a newer one is rolled back). */
@@ -673,6 +758,8 @@ static void heal_scan(void *arg)
 			m->cur_chunk = chunk;
 			m->cur_ver = own; /* read before the data: the copy is never labelled newer */
 			m->cur_off = 0;
+			m->copying = true;
+			m->cur_dirty = false;
 			heal_piece_read(m);
 			return;
 		}
@@ -820,6 +907,7 @@ void zl_storage_heal_destroy(struct zl_storage *st)
 		struct heal_seq *q = h->seqs;
 
 		h->seqs = q->next;
+		free(q->busy);
 		free(q);
 	}
 	free(h->vols);

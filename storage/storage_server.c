@@ -59,6 +59,7 @@ struct storage_req {
 	uint64_t dver;	      /* data version of this write (heal), 0 without */
 	uint64_t deadline_ms; /* parked / held: when to give up */
 	bool held;	      /* waits for peering before it runs */
+	bool planned;	      /* counted by zl_storage_heal_plan until its I/O ends */
 	struct storage_req *park_next;
 	uint8_t n_bk;
 	struct storage_bk bk[ZL_MAX_REPLICAS - 1];
@@ -84,10 +85,24 @@ static struct storage_req *req_alloc(struct zl_storage *st, struct zl_xport_conn
 	return r;
 }
 
+/* The write of r (planned by srv_plan) no longer moves data: recovery may
+ * copy its chunk again (zl_storage_heal_plan). */
+static void srv_unplan(struct storage_req *r)
+{
+	struct zl_storage_vol *sv;
+
+	if (!r->planned)
+		return;
+	r->planned = false;
+	if (!zl_storage_vol_get(r->st->vols, r->req.vol_id, &sv) && r->slice < sv->v.n_slices)
+		zl_storage_heal_plan(r->st, &sv->v, r->slice, r->req.chunk, false);
+}
+
 static void req_free(struct storage_req *r)
 {
 	struct zl_storage *st = r->st;
 
+	srv_unplan(r);
 	if (r->buf)
 		zl_xport_buf_free(st->xport, r->buf);
 	zl_xport_conn_put(r->conn);
@@ -217,6 +232,7 @@ static void srv_write_finish(struct storage_req *r)
 	struct zl_storage_vol *sv;
 	bool stale = false;
 
+	srv_unplan(r); /* the local write and every forward ended */
 	if (r->local_err) {
 		req_reply_free(r, r->local_err, ver);
 		return;
@@ -616,6 +632,8 @@ static int srv_plan(struct storage_req *r)
 		rc = zl_storage_heal_version_next(st, &sv->v, r->slice, &r->dver);
 		if (rc)
 			return rc;
+		if (!r->planned && !zl_storage_heal_plan(st, &sv->v, r->slice, h->chunk, true))
+			r->planned = true;
 	}
 	r->n_bk = 0;
 	for (uint8_t i = 0; i < s->n && i < ZL_MAX_REPLICAS; i++) {
