@@ -245,7 +245,7 @@ static int verify_all(struct e2e *t, const char *what)
 static int node_rows(struct e2e *t, const char *prefix, const char *node_id, int *member,
 		     int *in_sync, int *recovering)
 {
-	struct zl_volume v = { 0 };
+	struct zl_volume v = {0};
 	int rc = zl_meta_volume_get(t->etcd, prefix, zl_vol_meta(t->vol)->id, &v);
 
 	*member = *in_sync = *recovering = 0;
@@ -258,9 +258,14 @@ static int node_rows(struct e2e *t, const char *prefix, const char *node_id, int
 			continue;
 		(*member)++;
 		switch (zl_slice_member_state(&v.slices[s], idx)) {
-		case ZL_MEMBER_IN_SYNC: (*in_sync)++; break;
-		case ZL_MEMBER_RECOVERING: (*recovering)++; break;
-		default: break;
+		case ZL_MEMBER_IN_SYNC:
+			(*in_sync)++;
+			break;
+		case ZL_MEMBER_RECOVERING:
+			(*recovering)++;
+			break;
+		default:
+			break;
 		}
 	}
 	zl_volume_fini(&v);
@@ -281,8 +286,10 @@ static int check_out(struct e2e *t, const char *prefix, const char *node_id)
 	fprintf(stderr, "e2e: killed node %s: member of %d slices, in sync in %d\n", node_id,
 		member, in_sync);
 	if (member == 0 || in_sync == member) {
-		fprintf(stderr, "e2e: writes were acknowledged while %s was dead, yet it is still "
-			"in sync in all %d of its slices\n", node_id, member);
+		fprintf(stderr,
+			"e2e: writes were acknowledged while %s was dead, yet it is still "
+			"in sync in all %d of its slices\n",
+			node_id, member);
 		return -ZL_ERR_NOT_INSYNC;
 	}
 	return 0;
@@ -307,19 +314,24 @@ static int wait_healed(struct e2e *t, const char *prefix, const char *node_id, i
 		if (member && in_sync == member)
 			break;
 		if (zl_now_ms() - t0 > (uint64_t)timeout_s * 1000) {
-			fprintf(stderr, "e2e: %s not in sync %d s after its restart: in sync in %d, "
-				"recovering in %d of %d slices\n", node_id, timeout_s, in_sync,
-				recovering, member);
+			fprintf(stderr,
+				"e2e: %s not in sync %d s after its restart: in sync in %d, "
+				"recovering in %d of %d slices\n",
+				node_id, timeout_s, in_sync, recovering, member);
 			return -ZL_ERR_TIMEOUT;
 		}
 		zl_loop_run_once(t->loop, 100);
 	}
-	fprintf(stderr, "e2e: %s healed: in sync in all %d slices %.1f s after its restart "
-		"(recovering seen in up to %d slices%s)\n", node_id, member,
-		(double)(zl_now_ms() - t0) / 1000.0, max_rec, first_rec ? "" : ": NEVER");
+	fprintf(stderr,
+		"e2e: %s healed: in sync in all %d slices %.1f s after its restart "
+		"(recovering seen in up to %d slices%s)\n",
+		node_id, member, (double)(zl_now_ms() - t0) / 1000.0, max_rec,
+		first_rec ? "" : ": NEVER");
 	if (!first_rec) {
-		fprintf(stderr, "e2e: %s went back in sync without being RECOVERING: what it "
-			"missed was never copied to it\n", node_id);
+		fprintf(stderr,
+			"e2e: %s went back in sync without being RECOVERING: what it "
+			"missed was never copied to it\n",
+			node_id);
 		return -ZL_ERR_NOT_INSYNC;
 	}
 	return 0;
@@ -345,8 +357,8 @@ static int replica_read(struct e2e *t, struct zl_xport_conn *conn, const struct 
 			uint64_t chunk, uint32_t off, uint32_t len, uint8_t *buf)
 {
 	const struct zl_slice *sl = &v->slices[zl_volume_slice_of(v, chunk)];
-	struct zl_wire_hdr h = { 0 };
-	struct rd_ctx r = { 0 };
+	struct zl_wire_hdr h = {0};
+	struct rd_ctx r = {0};
 	uint64_t t0 = zl_now_ms();
 	int rc;
 
@@ -372,9 +384,9 @@ static int replica_read(struct e2e *t, struct zl_xport_conn *conn, const struct 
 static int check_replica(struct e2e *t, const char *prefix, const char *node_id)
 {
 	const uint32_t piece = 1u << 20;
-	struct zl_volume v = { 0 };
+	struct zl_volume v = {0};
 	struct zl_node_info ni;
-	struct zl_xport_opts xo = { .kind = ZL_XPORT_TCP };
+	struct zl_xport_opts xo = {.kind = ZL_XPORT_TCP};
 	struct zl_xport *x = NULL;
 	struct zl_xport_conn *conn = NULL;
 	uint8_t *buf = NULL;
@@ -421,19 +433,22 @@ static int check_replica(struct e2e *t, const char *prefix, const char *node_id)
 				goto out;
 			}
 			for (uint64_t sct = voff / SECTOR; sct < (voff + len) / SECTOR; sct++) {
-				if (t->unknown[sct] ||
-				    !memcmp(buf + (sct * SECTOR - voff), t->shadow + sct * SECTOR,
-					    SECTOR))
+				if (t->unknown[sct] || !memcmp(buf + (sct * SECTOR - voff),
+							       t->shadow + sct * SECTOR, SECTOR))
 					continue;
 				if (mism++ < 5)
-					fprintf(stderr, "e2e: %s's replica: MISMATCH at byte %" PRIu64
-						" (chunk %" PRIu64 ")\n", node_id, sct * SECTOR, c);
+					fprintf(stderr,
+						"e2e: %s's replica: MISMATCH at byte %" PRIu64
+						" (chunk %" PRIu64 ")\n",
+						node_id, sct * SECTOR, c);
 			}
 			bytes += len;
 		}
 	}
-	fprintf(stderr, "e2e: %s's own replicas: read %" PRIu64 " MiB directly, %" PRIu64
-		" mismatched sectors\n", node_id, bytes >> 20, mism);
+	fprintf(stderr,
+		"e2e: %s's own replicas: read %" PRIu64 " MiB directly, %" PRIu64
+		" mismatched sectors\n",
+		node_id, bytes >> 20, mism);
 	rc = mism ? -ZL_ERR_CORRUPT : bytes ? 0 : -ZL_ERR_NOT_FOUND;
 out:
 	if (buf)
