@@ -2,7 +2,7 @@
  *
  *   e2e_io --etcd URL --volume NAME [--bytes 256M] [--seed N]
  *          [--kill-cmd CMD --killed-node ID --restart-cmd CMD --wait-cmd CMD]
- *          [--heal-timeout SECONDS]
+ *          [--legacy-drop] [--io-timeout SEC] [--heal-timeout SECONDS]
  *
  * Phase 1: random writes (512 B .. 1 MiB, aligned and unaligned offsets)
  *   until --bytes were written, QD 8, never two overlapping writes in flight;
@@ -487,7 +487,9 @@ static void usage(void)
 {
 	fprintf(stderr, "usage: e2e_io --etcd URL --volume NAME [--bytes SIZE] [--seed N]\n"
 			"              [--kill-cmd CMD --killed-node ID --restart-cmd CMD --wait-cmd CMD]\n"
-			"              [--heal-timeout SECONDS]\n");
+			"              [--legacy-drop] [--io-timeout SEC] [--heal-timeout SECONDS]\n"
+			"  --legacy-drop: the 0.1 client (promotes by itself; for clusters without\n"
+			"  a manager); default: heal mode (reports and waits up to --io-timeout)\n");
 	exit(2);
 }
 
@@ -500,6 +502,8 @@ int main(int argc, char **argv)
 		{ "killed-node", required_argument, NULL, 'n' },
 		{ "restart-cmd", required_argument, NULL, 'r' },
 		{ "wait-cmd", required_argument, NULL, 'w' },
+		{ "legacy-drop", no_argument, NULL, 'L' },
+		{ "io-timeout", required_argument, NULL, 'T' },
 		{ "heal-timeout", required_argument, NULL, 'H' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -533,6 +537,8 @@ int main(int argc, char **argv)
 		case 'n': killed = optarg; break;
 		case 'r': restart_cmd = optarg; break;
 		case 'w': wait_cmd = optarg; break;
+		case 'L': co.legacy_drop = true; break;
+		case 'T': co.io_timeout_s = (uint32_t)strtoul(optarg, NULL, 10); break;
 		case 'H':
 			heal_s = atoi(optarg);
 			if (heal_s < 1)
