@@ -114,6 +114,7 @@ check("node system-node-critical", nps?.priorityClassName === "system-node-criti
 check("node tolerations", (nps?.tolerations ?? []).length > 0);
 check("node updateStrategy OnDelete", node?.spec?.updateStrategy?.type === "OnDelete");
 check("zipline-node --io-timeout=600", args(zn).includes("--io-timeout=600"), args(zn).join(" "));
+check("zipline-node heal mode (no --legacy-drop)", !args(zn).includes("--legacy-drop"), args(zn).join(" "));
 check("node id from spec.nodeName", zn?.env?.some((e) => e.name === "NODE_NAME" &&
 	e.valueFrom?.fieldRef?.fieldPath === "spec.nodeName") && args(zn).includes("--node-id=$(NODE_NAME)"));
 

@@ -50,7 +50,6 @@ grep -qi "exists" "$CL_DIR/err" || fail "different-size create did not say 'alre
 
 pid1=$(cl_pid storage-1)
 port1=$(cat "$CL_DIR/storage-1/port")
-# No manager runs here: the 0.1 client promotes the next replica itself.
 "$BUILD/bin/e2e_io" --etcd "$CL_ETCD" --volume e2e --bytes "${ZL_E2E_BYTES:-256M}" \
 	--kill-cmd "kill -9 $pid1" --killed-node node-1 \
 	--restart-cmd "bash -c 'source $SRC/test/lib/cluster.sh; cl_start_storage 1 $port1 $(node_flags 1 "$port1")'" \

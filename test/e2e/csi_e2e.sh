@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# E2E for the CSI driver: real etcd, three zipline-storage daemons,
-# zipline-controller and two zipline-node instances (started by
+# E2E for the CSI driver: real etcd, three zipline-storage daemons (healing
+# on), zipline-controller (the cluster manager on: both defaults) and two
+# zipline-node instances (started by
 # csi_e2e_test.py, which plays the kubelet and the sidecars). Needs root,
 # /dev/fuse and loop devices: the volumes are really mounted.
 # Usage: csi_e2e.sh BUILD_DIR
@@ -69,6 +70,10 @@ echo $! >"$CL_DIR/ctrl/pid"
 
 export ZL_BIN=$CL_BIN ZL_SOURCE_DIR=$SRC ZL_BUILD_DIR=$BUILD
 /usr/bin/python3 "$SRC/test/e2e/csi_e2e_test.py" || fail "csi_e2e_test.py"
+
+# Started without --manager, the controller ran the cluster manager (the
+# default): the storage daemons' writes and restarts were healed by it.
+grep -q "manager on:" "$CL_DIR/ctrl/log" || fail "zipline-controller without --manager did not run the manager (default on)"
 
 # Nothing may be left mounted or attached once every volume is unstaged.
 if grep -q "$CSI_WORK" /proc/self/mountinfo; then fail "mounts left: $(grep "$CSI_WORK" /proc/self/mountinfo)"; fi

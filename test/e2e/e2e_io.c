@@ -245,7 +245,7 @@ static int verify_all(struct e2e *t, const char *what)
 static int node_rows(struct e2e *t, const char *prefix, const char *node_id, int *member,
 		     int *in_sync, int *recovering)
 {
-	struct zl_volume v = { 0 };
+	struct zl_volume v = {0};
 	int rc = zl_meta_volume_get(t->etcd, prefix, zl_vol_meta(t->vol)->id, &v);
 
 	*member = *in_sync = *recovering = 0;
@@ -258,9 +258,14 @@ static int node_rows(struct e2e *t, const char *prefix, const char *node_id, int
 			continue;
 		(*member)++;
 		switch (zl_slice_member_state(&v.slices[s], idx)) {
-		case ZL_MEMBER_IN_SYNC: (*in_sync)++; break;
-		case ZL_MEMBER_RECOVERING: (*recovering)++; break;
-		default: break;
+		case ZL_MEMBER_IN_SYNC:
+			(*in_sync)++;
+			break;
+		case ZL_MEMBER_RECOVERING:
+			(*recovering)++;
+			break;
+		default:
+			break;
 		}
 	}
 	zl_volume_fini(&v);
@@ -281,8 +286,10 @@ static int check_out(struct e2e *t, const char *prefix, const char *node_id)
 	fprintf(stderr, "e2e: killed node %s: member of %d slices, in sync in %d\n", node_id,
 		member, in_sync);
 	if (member == 0 || in_sync == member) {
-		fprintf(stderr, "e2e: writes were acknowledged while %s was dead, yet it is still "
-			"in sync in all %d of its slices\n", node_id, member);
+		fprintf(stderr,
+			"e2e: writes were acknowledged while %s was dead, yet it is still "
+			"in sync in all %d of its slices\n",
+			node_id, member);
 		return -ZL_ERR_NOT_INSYNC;
 	}
 	return 0;
@@ -307,19 +314,24 @@ static int wait_healed(struct e2e *t, const char *prefix, const char *node_id, i
 		if (member && in_sync == member)
 			break;
 		if (zl_now_ms() - t0 > (uint64_t)timeout_s * 1000) {
-			fprintf(stderr, "e2e: %s not in sync %d s after its restart: in sync in %d, "
-				"recovering in %d of %d slices\n", node_id, timeout_s, in_sync,
-				recovering, member);
+			fprintf(stderr,
+				"e2e: %s not in sync %d s after its restart: in sync in %d, "
+				"recovering in %d of %d slices\n",
+				node_id, timeout_s, in_sync, recovering, member);
 			return -ZL_ERR_TIMEOUT;
 		}
 		zl_loop_run_once(t->loop, 100);
 	}
-	fprintf(stderr, "e2e: %s healed: in sync in all %d slices %.1f s after its restart "
-		"(recovering seen in up to %d slices%s)\n", node_id, member,
-		(double)(zl_now_ms() - t0) / 1000.0, max_rec, first_rec ? "" : ": NEVER");
+	fprintf(stderr,
+		"e2e: %s healed: in sync in all %d slices %.1f s after its restart "
+		"(recovering seen in up to %d slices%s)\n",
+		node_id, member, (double)(zl_now_ms() - t0) / 1000.0, max_rec,
+		first_rec ? "" : ": NEVER");
 	if (!first_rec) {
-		fprintf(stderr, "e2e: %s went back in sync without being RECOVERING: what it "
-			"missed was never copied to it\n", node_id);
+		fprintf(stderr,
+			"e2e: %s went back in sync without being RECOVERING: what it "
+			"missed was never copied to it\n",
+			node_id);
 		return -ZL_ERR_NOT_INSYNC;
 	}
 	return 0;
@@ -329,6 +341,7 @@ struct rd_ctx {
 	bool done;
 	int status;
 	uint16_t wire_status;
+	uint64_t aux;
 };
 
 static void rd_cb(void *arg, int status, const struct zl_wire_hdr *rep)
@@ -338,15 +351,17 @@ static void rd_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 	r->done = true;
 	r->status = status;
 	r->wire_status = rep ? rep->status : 0;
+	r->aux = rep ? rep->aux : 0;
 }
 
-/* One READ (ZL_WF_ANY: from this replica, primary or not) on conn. */
+/* One READ (ZL_WF_ANY: from this replica, primary or not) on conn; *ver =
+ * the replica's chunk version (reply aux). */
 static int replica_read(struct e2e *t, struct zl_xport_conn *conn, const struct zl_volume *v,
-			uint64_t chunk, uint32_t off, uint32_t len, uint8_t *buf)
+			uint64_t chunk, uint32_t off, uint32_t len, uint8_t *buf, uint64_t *ver)
 {
 	const struct zl_slice *sl = &v->slices[zl_volume_slice_of(v, chunk)];
-	struct zl_wire_hdr h = { 0 };
-	struct rd_ctx r = { 0 };
+	struct zl_wire_hdr h = {0};
+	struct rd_ctx r = {0};
 	uint64_t t0 = zl_now_ms();
 	int rc;
 
@@ -364,6 +379,7 @@ static int replica_read(struct e2e *t, struct zl_xport_conn *conn, const struct 
 		zl_loop_run_once(t->loop, 100);
 	if (!r.done)
 		return -ZL_ERR_TIMEOUT;
+	*ver = r.aux;
 	return r.status ? r.status : -(int)r.wire_status;
 }
 
@@ -372,13 +388,13 @@ static int replica_read(struct e2e *t, struct zl_xport_conn *conn, const struct 
 static int check_replica(struct e2e *t, const char *prefix, const char *node_id)
 {
 	const uint32_t piece = 1u << 20;
-	struct zl_volume v = { 0 };
+	struct zl_volume v = {0};
 	struct zl_node_info ni;
-	struct zl_xport_opts xo = { .kind = ZL_XPORT_TCP };
+	struct zl_xport_opts xo = {.kind = ZL_XPORT_TCP};
 	struct zl_xport *x = NULL;
 	struct zl_xport_conn *conn = NULL;
 	uint8_t *buf = NULL;
-	uint64_t n_chunks, bytes = 0, mism = 0;
+	uint64_t n_chunks, bytes = 0, mism = 0, bad_chunks = 0;
 	int rc;
 
 	rc = zl_meta_volume_get(t->etcd, prefix, zl_vol_meta(t->vol)->id, &v);
@@ -405,7 +421,11 @@ static int check_replica(struct e2e *t, const char *prefix, const char *node_id)
 	}
 	n_chunks = (v.size + v.chunk_size - 1) / v.chunk_size;
 	for (uint64_t c = 0; c < n_chunks; c++) {
-		if (zl_slice_index_of(&v.slices[zl_volume_slice_of(&v, c)], node_id) < 0)
+		const struct zl_slice *sl = &v.slices[zl_volume_slice_of(&v, c)];
+		uint64_t c_mism = 0, first = 0, ver = 0;
+		bool zeros = true;
+
+		if (zl_slice_index_of(sl, node_id) < 0)
 			continue;
 		for (uint32_t o = 0; o < v.chunk_size; o += piece) {
 			uint64_t voff = c * v.chunk_size + o;
@@ -414,26 +434,42 @@ static int check_replica(struct e2e *t, const char *prefix, const char *node_id)
 
 			if (voff >= v.size)
 				break;
-			rc = replica_read(t, conn, &v, c, o, len, buf);
+			rc = replica_read(t, conn, &v, c, o, len, buf, &ver);
 			if (rc) {
 				fprintf(stderr, "e2e: read of chunk %" PRIu64 " +%u from %s: %s\n",
 					c, o, node_id, zl_strerror(rc));
 				goto out;
 			}
 			for (uint64_t sct = voff / SECTOR; sct < (voff + len) / SECTOR; sct++) {
+				const uint8_t *got = buf + (sct * SECTOR - voff);
+
 				if (t->unknown[sct] ||
-				    !memcmp(buf + (sct * SECTOR - voff), t->shadow + sct * SECTOR,
-					    SECTOR))
+				    !memcmp(got, t->shadow + sct * SECTOR, SECTOR))
 					continue;
-				if (mism++ < 5)
-					fprintf(stderr, "e2e: %s's replica: MISMATCH at byte %" PRIu64
-						" (chunk %" PRIu64 ")\n", node_id, sct * SECTOR, c);
+				if (!c_mism++)
+					first = sct * SECTOR;
+				for (uint32_t b = 0; b < SECTOR && zeros; b++)
+					zeros = !got[b];
 			}
 			bytes += len;
 		}
+		mism += c_mism;
+		/* What a failure says: which chunks, from where, stale or zeros,
+		 * the copy's version against the row (term, primary). */
+		if (c_mism && bad_chunks++ < 8)
+			fprintf(
+			    stderr,
+			    "e2e: %s's copy of chunk %" PRIu64 " (slice %u, term %u, primary %s)"
+			    ": %" PRIu64 " sectors differ from the acknowledged data, the "
+			    "first at byte %" PRIu64 "; they hold %s; its version %" PRIx64 "\n",
+			    node_id, c, zl_volume_slice_of(&v, c), sl->term,
+			    zl_slice_primary(sl) >= 0 ? sl->nodes[zl_slice_primary(sl)] : "-",
+			    c_mism, first, zeros ? "zeros" : "other data (stale?)", ver);
 	}
-	fprintf(stderr, "e2e: %s's own replicas: read %" PRIu64 " MiB directly, %" PRIu64
-		" mismatched sectors\n", node_id, bytes >> 20, mism);
+	fprintf(stderr,
+		"e2e: %s's own replicas: read %" PRIu64 " MiB directly, %" PRIu64
+		" mismatched sectors in %" PRIu64 " chunks\n",
+		node_id, bytes >> 20, mism, bad_chunks);
 	rc = mism ? -ZL_ERR_CORRUPT : bytes ? 0 : -ZL_ERR_NOT_FOUND;
 out:
 	if (buf)
