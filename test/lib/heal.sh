@@ -167,19 +167,24 @@ PY
 # hold, with the same data sha256 and version. Prints a FIGURE line;
 # non-zero with the first differences on stderr.
 hl_replicas_identical() {
-	local vid=$1 cs=$2 nchunks=$3 nodes=${4:-3} dirs=() i bad n3
+	local vid=$1 cs=$2 nchunks=$3 nodes=${4:-3} dirs=() i bad n3 nd nv
 	for i in $(seq 1 "$nodes"); do dirs+=("$CL_DIR/storage-$i/data/chunks/$vid"); done
 	hl_files "$cs" "${dirs[@]}" >"$CL_DIR/replica-files" || return 1
-	bad=$(awk -v want="$nodes" '{k = $2; d[k] = d[k] " " $1 "=" $3 "/" $4; s[k] = s[k] " " $3 "/" $4; n[k]++}
-		END {for (k in d) {split(s[k], a, " "); diff = 0; for (i in a) if (a[i] != a[1]) diff = 1;
-			if (diff || n[k] != want) print k, n[k] " copies:", d[k]}}' "$CL_DIR/replica-files")
+	# kind: "data" (sha differs or a copy is missing) or "version" (same data).
+	bad=$(awk -v want="$nodes" '{k = $2; d[k] = d[k] " " $1 "=" substr($3, 1, 12) "/" $4; h[k] = h[k] " " $3; s[k] = s[k] " " $3 "/" $4; n[k]++}
+		END {for (k in d) {split(s[k], a, " "); split(h[k], b, " "); dv = 0; dd = 0
+			for (i in a) {if (a[i] != a[1]) dv = 1; if (b[i] != b[1]) dd = 1}
+			if (dd || n[k] != want) print "data", k, n[k] " copies:", d[k]
+			else if (dv) print "version", k, n[k] " copies:", d[k]}}' "$CL_DIR/replica-files" | sort)
 	n3=$(awk '{n[$2]++} END {c = 0; for (k in n) c++; print c}' "$CL_DIR/replica-files")
+	nd=$(echo "$bad" | grep -c '^data ')
+	nv=$(echo "$bad" | grep -c '^version ')
+	echo "FIGURE: replica oracle: $n3 chunk files (of $nchunks chunks) on $nodes replicas: $nd differ in data, $nv only in version"
 	if [ -n "$bad" ]; then
-		hl_log "replicas differ in $(echo "$bad" | wc -l) of $n3 chunks (chunk, copies, node=sha/version):"
-		echo "$bad" | sort | head -5 | cut -c1-400 >&2
+		hl_log "replicas differ in $((nd + nv)) of $n3 chunks (kind chunk copies node=sha/version); first ones:"
+		{ echo "$bad" | grep '^data ' | head -5; echo "$bad" | grep '^version ' | head -3; } >&2
 		return 1
 	fi
-	echo "FIGURE: replica oracle: $n3 chunk files (of $nchunks chunks) identical in data and version on all $nodes replicas"
 }
 
 # hl_check_replicas LOG SIZE CHUNK VID [--exact]: e2e_load's check of every
