@@ -90,6 +90,9 @@ changed=$(find "$CL_DIR/storage-$vi/data/chunks/$vid" -name '*.zlc' -newermt "@$
 echo "FIGURE: delta: chunk files changed on $victim since its restart: $changed (x $CHUNK_B = $((changed * CHUNK_B)) bytes at most)"
 [ "$changed" -le "$touched" ] || check_fail "$victim rewrote $changed chunk files after its restart, more than the $touched chunks touched while it was down"
 
+hl_rows_only_by_manager "$CL_DIR"/fill.err "$CL_DIR"/rewrite.err ||
+	check_fail "a client or a primary changed a slice row itself (heal mode: only the manager changes rows; they report and wait)"
+
 vrc=0
 hl_verify xvol || vrc=$?
 if [ $vrc = 2 ]; then

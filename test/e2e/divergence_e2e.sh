@@ -113,6 +113,9 @@ fi
 "$CL_BIN/e2e_load" check --etcd "$CL_ETCD" --volume dvol --log "$LOG" >"$CL_DIR/check2.out" 2>"$CL_DIR/check2.err" ||
 	check_fail "after the restart, a new client does not read back what the log allows: $(grep '^CHECK' "$CL_DIR/check2.out") $(grep -m 3 -E 'BAD|failed' "$CL_DIR/check2.err" | tr '\n' ' ')"
 
+hl_rows_only_by_manager "$CL_DIR/load.err" "$CL_DIR"/check*.err ||
+	check_fail "a client or a primary changed a slice row itself (heal mode: only the manager changes rows; they report and wait)"
+
 vrc=0
 hl_verify dvol || vrc=$?
 if [ $vrc = 2 ]; then

@@ -91,6 +91,9 @@ grep -q '^CHECK: source=volume bad_sectors=0 read_error=none' "$CL_DIR/load.out"
 [ "$load_rc" = 0 ] || check_fail "e2e_load write exited $load_rc"
 
 hl_etcd insync "$vid" 3 || check_fail "after the load stopped not every slice is 3/3 in sync: $(hl_etcd summary "$vid")"
+hl_rows_only_by_manager "$CL_DIR/load.err" ||
+	check_fail "a client or a primary changed a slice row itself (heal mode: only the manager changes rows; they report and wait)"
+
 vrc=0
 hl_verify tvol || vrc=$?
 if [ $vrc = 2 ]; then

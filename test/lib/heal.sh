@@ -267,3 +267,18 @@ hl_cleanup() {
 	[ "${KEEP:-0}" = 1 ] && echo "[heal] state kept in $CL_DIR" >&2
 	[ "${KEEP:-0}" = 1 ] || rm -rf "$CL_DIR"
 }
+
+# hl_rows_only_by_manager CLIENT_LOG...: the heal-mode rule "only the manager
+# changes rows": no client promoted a primary (zl_meta_slice_drop, 0.1
+# behaviour: "promoted new primary" / "cannot promote") and no daemon dropped
+# a backup itself ("dropped backup from the in-sync set"). Prints the first
+# offending lines and returns non-zero.
+hl_rows_only_by_manager() {
+	local hits
+	hits=$({ grep -h -E 'promoted new primary|cannot promote a new primary' "$@" 2>/dev/null
+		grep -h 'dropped backup from the in-sync set' "$CL_DIR"/storage-*/log 2>/dev/null; } | head -200)
+	[ -z "$hits" ] && return 0
+	hl_log "$(echo "$hits" | wc -l) row changes made by a client or a primary, not by the manager; first:"
+	echo "$hits" | head -3 | cut -c1-300 >&2
+	return 1
+}
