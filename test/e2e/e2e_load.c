@@ -74,7 +74,7 @@ struct load {
 	/* log state */
 	struct wrec *w; /* by generation */
 	uint64_t n_gen, cap_gen;
-	uint32_t *ack; /* per sector: last acked gen covering it (0 none) */
+	uint32_t *ack;	/* per sector: last acked gen covering it (0 none) */
 	uint32_t *last; /* per sector: last submitted gen covering it */
 	uint64_t size, chunk_size, n_sectors;
 	uint8_t *touched; /* per chunk, written in this run */
@@ -277,7 +277,8 @@ static void io_done(void *arg, int status)
 	t->inflight--;
 	if (w->is_read) {
 		if (status) {
-			fprintf(stderr, "e2e_load: read off=%" PRIu64 " len=%" PRIu64 " failed: %s\n",
+			fprintf(stderr,
+				"e2e_load: read off=%" PRIu64 " len=%" PRIu64 " failed: %s\n",
 				w->off, w->len, zl_strerror(status));
 			t->read_errs++;
 			return;
@@ -287,8 +288,10 @@ static void io_done(void *arg, int status)
 		return;
 	}
 	if (status) {
-		fprintf(stderr, "e2e_load: write gen=%" PRIu64 " off=%" PRIu64 " len=%" PRIu64
-			" failed: %s\n", w->gen, w->off, w->len, zl_strerror(status));
+		fprintf(stderr,
+			"e2e_load: write gen=%" PRIu64 " off=%" PRIu64 " len=%" PRIu64
+			" failed: %s\n",
+			w->gen, w->off, w->len, zl_strerror(status));
 		fprintf(t->log, "F %" PRIu64 " %d\n", w->gen, status);
 		wrec_get(t, w->gen)->state = 3;
 		t->failed++;
@@ -393,8 +396,9 @@ static int submit_batch(struct load *t, const struct wcfg *c, uint64_t *fill_nex
 	t->pending_acks = 0;
 	for (int i = 0; i < n; i++) {
 		struct slot *w = batch[i];
-		int rc = w->is_read ? zl_vol_aio_read(t->vol, w->buf, w->off, w->len, io_done, w)
-				    : zl_vol_aio_write(t->vol, w->buf, w->off, w->len, 0, io_done, w);
+		int rc = w->is_read
+			     ? zl_vol_aio_read(t->vol, w->buf, w->off, w->len, io_done, w)
+			     : zl_vol_aio_write(t->vol, w->buf, w->off, w->len, 0, io_done, w);
 
 		if (rc) {
 			fprintf(stderr, "e2e_load: submit failed: %s\n", zl_strerror(rc));
@@ -418,8 +422,8 @@ static int read_all(struct load *t, const char *what, bool exact)
 
 		rc = zl_vol_read(t->vol, buf, off, len);
 		if (rc)
-			fprintf(stderr, "e2e_load: %s: read off=%" PRIu64 " failed: %s\n", what, off,
-				zl_strerror(rc));
+			fprintf(stderr, "e2e_load: %s: read off=%" PRIu64 " failed: %s\n", what,
+				off, zl_strerror(rc));
 		else
 			check_buf(t, what, off, buf, len, exact);
 	}
@@ -443,8 +447,8 @@ static int do_write(struct load *t, const struct wcfg *c)
 	int rc = 0;
 
 	for (int i = 0; i < c->qd; i++)
-		t->slots[i].buf = zl_vol_buf_alloc(t->vol, c->max_len > c->fill_len ? c->max_len
-										  : c->fill_len);
+		t->slots[i].buf =
+		    zl_vol_buf_alloc(t->vol, c->max_len > c->fill_len ? c->max_len : c->fill_len);
 	while (!rc) {
 		if (!should_stop(t, c, t0, start_bytes, fill_done))
 			rc = submit_batch(t, c, &fill_next, &fill_done);
@@ -453,7 +457,8 @@ static int do_write(struct load *t, const struct wcfg *c)
 		zl_loop_run_once(t->loop, 50);
 		if (zl_now_ms() - last_print >= 5000) {
 			last_print = zl_now_ms();
-			fprintf(stderr, "e2e_load: %.0f s: %" PRIu64 " writes acked (%" PRIu64
+			fprintf(stderr,
+				"e2e_load: %.0f s: %" PRIu64 " writes acked (%" PRIu64
 				" MiB), %" PRIu64 " failed, %" PRIu64 " reads, %d in flight\n",
 				(double)(last_print - t0) / 1000.0, t->acked, t->acked_bytes >> 20,
 				t->failed, t->reads, t->inflight);
@@ -521,8 +526,8 @@ static int read_chunk_dir(struct load *t, const char *dir, bool exact)
 				break;
 			}
 		}
-		check_buf(t, dir, ch * t->chunk_size, buf, ZL_MIN(t->chunk_size, t->size - ch * t->chunk_size),
-			  exact);
+		check_buf(t, dir, ch * t->chunk_size, buf,
+			  ZL_MIN(t->chunk_size, t->size - ch * t->chunk_size), exact);
 	}
 	free(buf);
 	fprintf(stderr, "e2e_load: %s: %" PRIu64 " of %" PRIu64 " chunk files missing\n", dir,
@@ -535,7 +540,8 @@ static void usage(void)
 	fprintf(stderr,
 		"usage: e2e_load write --etcd URL --volume NAME --log FILE [--qd N] [--seed N]\n"
 		"                [--seconds S] [--stop-file F] [--bytes SIZE] [--read-pct P]\n"
-		"                [--min-len SIZE] [--max-len SIZE] [--fill STRIDE:LEN] [--final-check]\n"
+		"                [--min-len SIZE] [--max-len SIZE] [--fill STRIDE:LEN] "
+		"[--final-check]\n"
 		"       e2e_load check --log FILE (--etcd URL --volume NAME | --chunk-dir DIR\n"
 		"                --size SIZE --chunk-size SIZE) [--exact]\n");
 	exit(2);
@@ -553,20 +559,28 @@ static uint64_t size_arg(const char *s)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "etcd", required_argument, NULL, 'e' },     { "volume", required_argument, NULL, 'v' },
-		{ "log", required_argument, NULL, 'l' },      { "qd", required_argument, NULL, 'q' },
-		{ "seed", required_argument, NULL, 's' },     { "seconds", required_argument, NULL, 'T' },
-		{ "stop-file", required_argument, NULL, 'x' },
-		{ "bytes", required_argument, NULL, 'b' },    { "read-pct", required_argument, NULL, 'r' },
-		{ "min-len", required_argument, NULL, 'm' },  { "max-len", required_argument, NULL, 'M' },
-		{ "fill", required_argument, NULL, 'f' },     { "final-check", no_argument, NULL, 'F' },
-		{ "chunk-dir", required_argument, NULL, 'd' }, { "size", required_argument, NULL, 'S' },
-		{ "chunk-size", required_argument, NULL, 'C' }, { "exact", no_argument, NULL, 'X' },
-		{ NULL, 0, NULL, 0 },
+	    {"etcd", required_argument, NULL, 'e'},
+	    {"volume", required_argument, NULL, 'v'},
+	    {"log", required_argument, NULL, 'l'},
+	    {"qd", required_argument, NULL, 'q'},
+	    {"seed", required_argument, NULL, 's'},
+	    {"seconds", required_argument, NULL, 'T'},
+	    {"stop-file", required_argument, NULL, 'x'},
+	    {"bytes", required_argument, NULL, 'b'},
+	    {"read-pct", required_argument, NULL, 'r'},
+	    {"min-len", required_argument, NULL, 'm'},
+	    {"max-len", required_argument, NULL, 'M'},
+	    {"fill", required_argument, NULL, 'f'},
+	    {"final-check", no_argument, NULL, 'F'},
+	    {"chunk-dir", required_argument, NULL, 'd'},
+	    {"size", required_argument, NULL, 'S'},
+	    {"chunk-size", required_argument, NULL, 'C'},
+	    {"exact", no_argument, NULL, 'X'},
+	    {NULL, 0, NULL, 0},
 	};
-	struct wcfg wc = { .qd = 8, .min_len = 4096, .max_len = 256 << 10 };
+	struct wcfg wc = {.qd = 8, .min_len = 4096, .max_len = 256 << 10};
 	const char *etcd_url = NULL, *volname = NULL, *log_path = NULL, *chunk_dir = NULL;
-	struct load t = { .rng = 42 };
+	struct load t = {.rng = 42};
 	bool exact = false, is_write;
 	int c, rc;
 
@@ -576,17 +590,39 @@ int main(int argc, char **argv)
 	optind = 2;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
-		case 'e': etcd_url = optarg; break;
-		case 'v': volname = optarg; break;
-		case 'l': log_path = optarg; break;
-		case 'q': wc.qd = atoi(optarg); break;
-		case 's': t.rng = strtoull(optarg, NULL, 0); break;
-		case 'T': wc.seconds = strtoull(optarg, NULL, 0); break;
-		case 'x': wc.stop_file = optarg; break;
-		case 'b': wc.bytes = size_arg(optarg); break;
-		case 'r': wc.read_pct = atoi(optarg); break;
-		case 'm': wc.min_len = size_arg(optarg); break;
-		case 'M': wc.max_len = size_arg(optarg); break;
+		case 'e':
+			etcd_url = optarg;
+			break;
+		case 'v':
+			volname = optarg;
+			break;
+		case 'l':
+			log_path = optarg;
+			break;
+		case 'q':
+			wc.qd = atoi(optarg);
+			break;
+		case 's':
+			t.rng = strtoull(optarg, NULL, 0);
+			break;
+		case 'T':
+			wc.seconds = strtoull(optarg, NULL, 0);
+			break;
+		case 'x':
+			wc.stop_file = optarg;
+			break;
+		case 'b':
+			wc.bytes = size_arg(optarg);
+			break;
+		case 'r':
+			wc.read_pct = atoi(optarg);
+			break;
+		case 'm':
+			wc.min_len = size_arg(optarg);
+			break;
+		case 'M':
+			wc.max_len = size_arg(optarg);
+			break;
 		case 'f': {
 			char *colon = strchr(optarg, ':');
 
@@ -599,12 +635,23 @@ int main(int argc, char **argv)
 				usage();
 			break;
 		}
-		case 'F': wc.final_check = true; break;
-		case 'd': chunk_dir = optarg; break;
-		case 'S': t.size = size_arg(optarg); break;
-		case 'C': t.chunk_size = size_arg(optarg); break;
-		case 'X': exact = true; break;
-		default: usage();
+		case 'F':
+			wc.final_check = true;
+			break;
+		case 'd':
+			chunk_dir = optarg;
+			break;
+		case 'S':
+			t.size = size_arg(optarg);
+			break;
+		case 'C':
+			t.chunk_size = size_arg(optarg);
+			break;
+		case 'X':
+			exact = true;
+			break;
+		default:
+			usage();
 		}
 	}
 	if (!log_path || wc.qd < 1 || wc.qd > MAX_QD || wc.min_len < SECTOR ||
@@ -613,8 +660,8 @@ int main(int argc, char **argv)
 	zl_log_init("e2e_load");
 	signal(SIGPIPE, SIG_IGN);
 	if (!chunk_dir) {
-		struct zl_etcd_opts eo = { .endpoints = etcd_url };
-		struct zl_client_opts co = { .client_id = "e2e_load", .transport = ZL_XPORT_SEL_TCP };
+		struct zl_etcd_opts eo = {.endpoints = etcd_url};
+		struct zl_client_opts co = {.client_id = "e2e_load", .transport = ZL_XPORT_SEL_TCP};
 
 		if (!etcd_url || !volname)
 			usage();
