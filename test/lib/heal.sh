@@ -14,20 +14,22 @@ hl_now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
 # hl_start_manager: a real zipline-controller with the manager on
 # (--manager=on --manager-grace 2 --down-out-interval 3600, plus
-# $HL_MANAGER_FLAGS), CSI on $CL_DIR/controller/csi.sock, pid and log under
-# $CL_DIR/controller (cl_stop_all stops it). Uses cl_start_manager of
-# cluster.sh when it exists. Waits until the socket is up.
+# $HL_MANAGER_FLAGS). With cl_start_manager of cluster.sh: that one, named
+# "manager" ($CL_DIR/manager); without: our own in $CL_DIR/controller (CSI on
+# csi.sock there). cl_stop_all stops either. Waits until the socket is up.
 hl_start_manager() {
 	if declare -F cl_start_manager >/dev/null; then
-		cl_start_manager --manager-grace 2 --down-out-interval 3600 ${HL_MANAGER_FLAGS:-}
+		HL_MGR=manager
+		CL_MANAGER_GRACE=2 CL_DOWN_OUT=3600 cl_start_manager manager ${HL_MANAGER_FLAGS:-}
 		return
 	fi
+	HL_MGR=controller
 	local d="$CL_DIR/controller"
 	mkdir -p "$d"
 	rm -f "$d/csi.sock"
 	"$CL_BIN/zipline-controller" --endpoint "unix://$d/csi.sock" --etcd "$CL_ETCD" \
-		--manager=on --manager-grace 2 --down-out-interval 3600 ${HL_MANAGER_FLAGS:-} \
-		>>"$d/log" 2>&1 &
+		--log-level info --manager=on --manager-grace 2 --down-out-interval 3600 \
+		${HL_MANAGER_FLAGS:-} >>"$d/log" 2>&1 &
 	echo $! >"$d/pid"
 	for _ in $(seq 1 100); do
 		[ -S "$d/csi.sock" ] && return 0
@@ -40,7 +42,7 @@ hl_start_manager() {
 }
 
 # hl_kill_manager: kill -9 of the manager started by hl_start_manager.
-hl_kill_manager() { cl_stop controller KILL; }
+hl_kill_manager() { cl_stop "${HL_MGR:-controller}" KILL; }
 
 # hl_etcd CMD VOL...: the row oracle, straight from etcd (JSON gateway).
 #   rows VOL             "slice v term node:state..." per row
@@ -235,7 +237,7 @@ hl_recovery_bytes() {
 # hl_dump_logs: the tail of every daemon and manager log (for failures).
 hl_dump_logs() {
 	local f
-	for f in "$CL_DIR"/storage-*/log "$CL_DIR"/controller/log; do
+	for f in "$CL_DIR"/storage-*/log "$CL_DIR"/controller/log "$CL_DIR"/manager/log; do
 		[ -f "$f" ] || continue
 		echo "--- $f" >&2
 		grep -v ' debug ' "$f" | tail -${1:-25} >&2
@@ -256,7 +258,9 @@ hl_begin() {
 	command -v etcd >/dev/null || { hl_log "etcd is not installed"; return 1; }
 	[ -x "$HL_PY" ] || { hl_log "$HL_PY is missing"; return 1; }
 	export CL_STORAGE_FLAGS="--recovery-mbps 8000 --log-level info ${HL_STORAGE_FLAGS:-}"
-	cl_e2e_begin "$name" "$2" 3 --heal on || return 1
+	# cluster.sh may start a manager of its own (CL_MANAGER): ours has the
+	# test's timings and is started after the daemons, as in production.
+	CL_MANAGER=0 cl_e2e_begin "$name" "$2" 3 --heal on || return 1
 	trap 'hl_cleanup' EXIT
 	hl_start_manager || return 1
 }
