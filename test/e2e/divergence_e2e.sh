@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Acceptance test DIVERGENCE of issue 10 (replication that heals): 3
 # daemons with --heal on and a real zipline-controller --manager=on. A
-# writer (e2e_load: QD8, each sector encodes (offset, generation), every
+# writer (e2e_load: QD32, each sector encodes (offset, generation), every
 # submission fsynced to a log before it goes out, every acknowledgement
 # logged and fsynced before the next submissions) and the primary of slice 0
 # are killed together (one kill -9) in the middle of forwarded writes, so
@@ -48,8 +48,8 @@ vi=${victim#node-}
 prim_slices=$(hl_etcd rows "$vid" | awk -v n="$victim" '{for (i = 4; i <= NF; i++) if ($i ~ /:in_sync$/) {if ($i == n ":in_sync") print $1; break}}' | tr '\n' ' ')
 echo "$T: $victim is primary of slices: $prim_slices"
 
-"$CL_BIN/e2e_load" write --etcd "$CL_ETCD" --volume dvol --log "$LOG" --qd 8 --seed 7 \
-	--min-len 4K --max-len 256K --seconds 300 >"$CL_DIR/load.out" 2>"$CL_DIR/load.err" &
+"$CL_BIN/e2e_load" write --etcd "$CL_ETCD" --volume dvol --log "$LOG" --qd 32 --seed 7 \
+	--min-len 4K --max-len 512K --seconds 300 >"$CL_DIR/load.out" 2>"$CL_DIR/load.err" &
 load=$!
 HL_PIDS="$HL_PIDS $load"
 # Writes flowing for a few seconds, then writer and primary die together.
