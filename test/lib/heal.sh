@@ -1,0 +1,288 @@
+# Sourced after test/lib/cluster.sh by the heal acceptance tests
+# (thrash_e2e.sh, divergence_e2e.sh, delta_e2e.sh): the manager process, the
+# etcd oracle of slice rows, and the replica oracle (every replica's chunk
+# files read directly, without the storage daemons). Needs CL_DIR, CL_ETCD,
+# CL_BIN (cl_e2e_begin sets them). Every function returns non-zero and says
+# why on stderr when it cannot do its job.
+
+HL_PY=/usr/bin/python3
+
+hl_log() { printf '[heal] %s\n' "$*" >&2; }
+
+# hl_now_ms: wall clock in milliseconds.
+hl_now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+# hl_start_manager: a real zipline-controller with the manager on
+# (--manager=on --manager-grace 2 --down-out-interval 3600, plus
+# $HL_MANAGER_FLAGS). With cl_start_manager of cluster.sh: that one, named
+# "manager" ($CL_DIR/manager); without: our own in $CL_DIR/controller (CSI on
+# csi.sock there). cl_stop_all stops either. Waits until the socket is up.
+hl_start_manager() {
+	if declare -F cl_start_manager >/dev/null; then
+		HL_MGR=manager
+		CL_MANAGER_GRACE=2 CL_DOWN_OUT=3600 cl_start_manager manager ${HL_MANAGER_FLAGS:-}
+		return
+	fi
+	HL_MGR=controller
+	local d="$CL_DIR/controller"
+	mkdir -p "$d"
+	rm -f "$d/csi.sock"
+	"$CL_BIN/zipline-controller" --endpoint "unix://$d/csi.sock" --etcd "$CL_ETCD" \
+		--log-level info --manager=on --manager-grace 2 --down-out-interval 3600 \
+		${HL_MANAGER_FLAGS:-} >>"$d/log" 2>&1 &
+	echo $! >"$d/pid"
+	for _ in $(seq 1 100); do
+		[ -S "$d/csi.sock" ] && return 0
+		kill -0 "$(cat "$d/pid")" 2>/dev/null || break
+		sleep 0.1
+	done
+	hl_log "zipline-controller --manager=on did not start; its log follows"
+	tail -20 "$d/log" >&2
+	return 1
+}
+
+# hl_kill_manager: kill -9 of the manager started by hl_start_manager.
+hl_kill_manager() { cl_stop "${HL_MGR:-controller}" KILL; }
+
+# hl_etcd CMD VOL...: the row oracle, straight from etcd (JSON gateway).
+#   rows VOL             "slice v term node:state..." per row
+#   primary VOL SLICE    node id of the slice's primary (first in-sync member)
+#   insync VOL N         exit 0 when every row has N members in_sync
+#   summary VOL          "rows=R insync_rows=K(N of N) states=..."
+#   reports VOL          "slice reporter peer error slice_ver"
+hl_etcd() {
+	"$HL_PY" - "$CL_ETCD" "$@" <<'PY'
+import base64, json, sys, urllib.request
+etcd, cmd, vol = sys.argv[1], sys.argv[2], sys.argv[3]
+b64 = lambda s: base64.b64encode(s.encode()).decode()
+def call(path, body):
+    req = urllib.request.Request(etcd + path, data=json.dumps(body).encode())
+    with urllib.request.urlopen(req, timeout=5) as r:
+        return json.load(r)
+if cmd == 'reports':
+    pre = '/zipline/reports/%s/' % vol
+    end = pre[:-1] + chr(ord(pre[-1]) + 1)
+    for kv in call('/v3/kv/range', {'key': b64(pre), 'range_end': b64(end)}).get('kvs', []):
+        k = base64.b64decode(kv['key']).decode().split('/')
+        r = json.loads(base64.b64decode(kv['value']))
+        print(k[-3], k[-2], r['peer'], r['error'], r['slice_ver'])
+    sys.exit(0)
+kvs = call('/v3/kv/range', {'key': b64('/zipline/volumes/' + vol)}).get('kvs', [])
+if not kvs:
+    sys.exit('hl_etcd: no volume record /zipline/volumes/%s' % vol)
+rec = json.loads(base64.b64decode(kvs[0]['value']))
+rows = rec['placement']
+def states(row):
+    st = row.get('states')
+    if not st:  # a 0.1 row: in-sync members in_sync, the others out
+        st = ['in_sync' if n in row['in_sync'] else 'out' for n in row['nodes']]
+    return st
+if cmd == 'rows':
+    for i, row in enumerate(rows):
+        print(i, row['v'], row.get('term', 1),
+              ' '.join('%s:%s' % (n, s) for n, s in zip(row['nodes'], states(row))))
+elif cmd == 'primary':
+    row = rows[int(sys.argv[4])]
+    ins = [n for n, s in zip(row['nodes'], states(row)) if s == 'in_sync']
+    if not ins:
+        sys.exit('hl_etcd: slice %s has no in-sync member' % sys.argv[4])
+    print(ins[0])
+elif cmd in ('insync', 'summary'):
+    want = int(sys.argv[4]) if cmd == 'insync' else len(rows[0]['nodes'])
+    good = 0
+    hist = {}
+    for row in rows:
+        st = states(row)
+        n = sum(1 for s in st if s == 'in_sync')
+        good += n == want and len(st) == want
+        for s in st:
+            hist[s] = hist.get(s, 0) + 1
+    if cmd == 'summary':
+        print('rows=%d all_in_sync_rows=%d member_states=%s' % (len(rows), good,
+              ','.join('%s:%d' % kv for kv in sorted(hist.items()))))
+    else:
+        sys.exit(0 if good == len(rows) else 1)
+PY
+}
+
+# hl_vol_id NAME: the volume id (vol-<16 hex>) of a volume.
+hl_vol_id() {
+	"$ZL" volume inspect "$1" | grep -o 'vol-[0-9a-f]\{16\}' | head -1
+}
+
+# hl_wait_in_sync VID N SECS: waits until every slice row has N of N members
+# in_sync; prints the milliseconds it waited. Non-zero (and the rows) on
+# timeout.
+hl_wait_in_sync() {
+	local vid=$1 n=$2 secs=$3 t0 now
+	t0=$(hl_now_ms)
+	while :; do
+		if hl_etcd insync "$vid" "$n"; then
+			echo $(($(hl_now_ms) - t0))
+			return 0
+		fi
+		now=$(hl_now_ms)
+		if [ $((now - t0)) -ge $((secs * 1000)) ]; then
+			hl_log "not every slice of $vid is $n of $n in sync after $secs s: $(hl_etcd summary "$vid")"
+			hl_etcd rows "$vid" | awk '{ for (i = 4; i <= NF; i++) if ($i !~ /:in_sync$/) { print "[heal]   row", $0; break } }' | head -10 >&2
+			return 1
+		fi
+		sleep 0.2
+	done
+}
+
+# hl_files CHUNK DIR...: per chunk file of each replica dir: storage index,
+# file name, sha256 of the data part (chunk bytes at the header's data
+# offset, zeros past the end: storage/storage_chunk.h), chunk version (the
+# highest of the metadata slots).
+hl_files() {
+	"$HL_PY" - "$@" <<'PY'
+import hashlib, os, struct, sys
+cs = int(sys.argv[1])
+for d in sys.argv[2:]:
+    if not os.path.isdir(d):
+        sys.exit('hl_files: %s: no chunk directory (the replica holds nothing of the volume)' % d)
+    for name in sorted(os.listdir(d)):
+        if not name.endswith('.zlc'):
+            continue
+        with open(os.path.join(d, name), 'rb') as f:
+            hdr = f.read(4096)
+            if hdr[:8] != b'ZLCHUNK2':
+                sys.exit('hl_files: %s/%s: not a v2 chunk file (magic %r)' % (d, name, hdr[:8]))
+            pages = struct.unpack_from('<I', hdr, 28)[0]
+            data_off = struct.unpack_from('<Q', hdr, 40)[0]
+            ver = 0
+            for p in range(2 * pages):
+                f.seek(4096 * (1 + p))
+                slot = f.read(32)
+                if slot[:4] == b'ZLMP':
+                    ver = max(ver, struct.unpack_from('<Q', slot, 16)[0])
+            f.seek(data_off)
+            data = f.read(cs)
+            data += b'\0' * (cs - len(data))
+        print(d.split('/storage-')[1].split('/')[0], name, hashlib.sha256(data).hexdigest(), '%x' % ver)
+PY
+}
+
+# hl_replicas_identical VID CHUNK NCHUNKS [NODES]: the replica oracle: every
+# storage dir (1..NODES, default 3) holds a file for every chunk the others
+# hold, with the same data sha256 and version. Prints a FIGURE line;
+# non-zero with the first differences on stderr.
+hl_replicas_identical() {
+	local vid=$1 cs=$2 nchunks=$3 nodes=${4:-3} dirs=() i bad n3 nd nv
+	for i in $(seq 1 "$nodes"); do dirs+=("$CL_DIR/storage-$i/data/chunks/$vid"); done
+	hl_files "$cs" "${dirs[@]}" >"$CL_DIR/replica-files" || return 1
+	# kind: "data" (sha differs or a copy is missing) or "version" (same data).
+	bad=$(awk -v want="$nodes" '{k = $2; d[k] = d[k] " " $1 "=" substr($3, 1, 12) "/" $4; h[k] = h[k] " " $3; s[k] = s[k] " " $3 "/" $4; n[k]++}
+		END {for (k in d) {split(s[k], a, " "); split(h[k], b, " "); dv = 0; dd = 0
+			for (i in a) {if (a[i] != a[1]) dv = 1; if (b[i] != b[1]) dd = 1}
+			if (dd || n[k] != want) print "data", k, n[k] " copies:", d[k]
+			else if (dv) print "version", k, n[k] " copies:", d[k]}}' "$CL_DIR/replica-files" | sort)
+	n3=$(awk '{n[$2]++} END {c = 0; for (k in n) c++; print c}' "$CL_DIR/replica-files")
+	nd=$(echo "$bad" | grep -c '^data ')
+	nv=$(echo "$bad" | grep -c '^version ')
+	echo "FIGURE: replica oracle: $n3 chunk files (of $nchunks chunks) on $nodes replicas: $nd differ in data, $nv only in version"
+	if [ -n "$bad" ]; then
+		hl_log "replicas differ in $((nd + nv)) of $n3 chunks (kind chunk copies node=sha/version); first ones:"
+		{ echo "$bad" | grep '^data ' | head -5; echo "$bad" | grep '^version ' | head -3; } >&2
+		return 1
+	fi
+}
+
+# hl_check_replicas LOG SIZE CHUNK VID [--exact]: e2e_load's check of every
+# replica's chunk files against the write log (old-or-new rule, or exact).
+hl_check_replicas() {
+	local log=$1 size=$2 cs=$3 vid=$4 i rc=0
+	shift 4
+	for i in 1 2 3; do
+		"$CL_BIN/e2e_load" check --log "$log" --chunk-dir "$CL_DIR/storage-$i/data/chunks/$vid" \
+			--size "$size" --chunk-size "$cs" "$@" || { hl_log "replica on node-$i does not hold what the log allows"; rc=1; }
+	done
+	return $rc
+}
+
+# hl_verify NAME: `zl volume verify NAME` (the operator's oracle, REPLICATION.md
+# §8). Non-zero when it is missing or reports a difference.
+hl_verify() {
+	local out rc=0
+	out=$("$ZL" volume verify "$1" 2>&1) || rc=$?
+	if echo "$out" | grep -q "unknown volume subcommand"; then
+		hl_log "zl volume verify not available (this build's zl: $out)"
+		return 2
+	fi
+	echo "$out" | tail -5 | sed 's/^/[heal] verify: /' >&2
+	[ "$rc" = 0 ] || hl_log "zl volume verify $1 exited $rc"
+	return $rc
+}
+
+# hl_recovery_bytes SINCE_FILE: bytes and chunks copied by recovery, summed
+# over the "recovery caught up ... bytes_copied=" lines (storage_recover.c)
+# of every storage log written after the offsets saved by hl_log_mark.
+hl_log_mark() {
+	local f
+	: >"$1"
+	for f in "$CL_DIR"/storage-*/log; do echo "$f $(stat -c %s "$f" 2>/dev/null || echo 0)" >>"$1"; done
+}
+hl_log_since() {
+	local f off
+	while read -r f off; do tail -c +$((off + 1)) "$f"; done <"$1"
+}
+hl_recovery_bytes() {
+	hl_log_since "$1" | grep 'recovery caught up' |
+		awk '{for (i = 1; i <= NF; i++) {if ($i ~ /^bytes_copied=/) {split($i, a, "="); b += a[2]}
+			if ($i ~ /^chunks_copied=/) {split($i, a, "="); c += a[2]}}; n++}
+			END {print b + 0, c + 0, n + 0}'
+}
+
+# hl_dump_logs: the tail of every daemon and manager log (for failures).
+hl_dump_logs() {
+	local f
+	for f in "$CL_DIR"/storage-*/log "$CL_DIR"/controller/log "$CL_DIR"/manager/log; do
+		[ -f "$f" ] || continue
+		echo "--- $f" >&2
+		grep -v ' debug ' "$f" | tail -${1:-25} >&2
+	done
+}
+
+# hl_begin NAME BUILD_DIR: the common start of the heal acceptance tests:
+# checks the binaries, etcd and 3 zipline-storage --heal on (recovery rate
+# unlimited for the test, info logs for the recovery figures, plus
+# $HL_STORAGE_FLAGS), the manager; background PIDs put in HL_PIDS are killed
+# on exit. Sets BUILD, CL_BIN, CL_DIR, ZL.
+HL_PIDS=""
+hl_begin() {
+	local name=$1 b
+	for b in zipline-storage zipline-controller zl e2e_load; do
+		[ -x "$2/bin/$b" ] || { hl_log "no $2/bin/$b: build it first"; return 1; }
+	done
+	command -v etcd >/dev/null || { hl_log "etcd is not installed"; return 1; }
+	[ -x "$HL_PY" ] || { hl_log "$HL_PY is missing"; return 1; }
+	export CL_STORAGE_FLAGS="--recovery-mbps 8000 --log-level info ${HL_STORAGE_FLAGS:-}"
+	# cluster.sh may start a manager of its own (CL_MANAGER): ours has the
+	# test's timings and is started after the daemons, as in production.
+	CL_MANAGER=0 cl_e2e_begin "$name" "$2" 3 --heal on || return 1
+	trap 'hl_cleanup' EXIT
+	hl_start_manager || return 1
+}
+hl_cleanup() {
+	local p
+	for p in $HL_PIDS; do kill -KILL "$p" 2>/dev/null; done
+	cl_stop_all
+	[ "${KEEP:-0}" = 1 ] && echo "[heal] state kept in $CL_DIR" >&2
+	[ "${KEEP:-0}" = 1 ] || rm -rf "$CL_DIR"
+}
+
+# hl_rows_only_by_manager CLIENT_LOG...: the heal-mode rule "only the manager
+# changes rows": no client promoted a primary (zl_meta_slice_drop, 0.1
+# behaviour: "promoted new primary" / "cannot promote") and no daemon dropped
+# a backup itself ("dropped backup from the in-sync set"). Prints the first
+# offending lines and returns non-zero.
+hl_rows_only_by_manager() {
+	local hits
+	hits=$({ grep -h -E 'promoted new primary|cannot promote a new primary' "$@" 2>/dev/null
+		grep -h 'dropped backup from the in-sync set' "$CL_DIR"/storage-*/log 2>/dev/null; } | head -200)
+	[ -z "$hits" ] && return 0
+	hl_log "$(echo "$hits" | wc -l) row changes made by a client or a primary, not by the manager; first:"
+	echo "$hits" | head -3 | cut -c1-300 >&2
+	return 1
+}
