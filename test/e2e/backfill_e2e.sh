@@ -45,7 +45,7 @@ command -v etcd >/dev/null || { echo "$T: FAIL: etcd is not installed" >&2; exit
 [ -x "$HB_PY" ] || { echo "$T: FAIL: $HB_PY is missing" >&2; exit 1; }
 
 export CL_STORAGE_FLAGS="--recovery-mbps $MBPS --log-level info"
-cl_e2e_begin e2e-backfill "$1" 4 --heal on || fail "cluster did not start"
+hb_begin e2e-backfill "$1" 4 || fail "cluster did not start"
 hb_start_manager "$DOWN_OUT" || fail "the manager (zipline-controller --manager=on) did not start"
 
 "$ZL" volume create bvol --size ${SIZE_MB}M --replicas 3 --chunk-size 64K || fail "create"
@@ -75,7 +75,7 @@ while [ $(($(hb_now_ms) - t0)) -lt $((BOUND_S * 1000)) ]; do
 	if [ "$RESTART" = 1 ] && [ "$restarted" = 0 ] &&
 		grep -v 'node-4:' <<<"$rows" | grep -q ':recovering'; then
 		echo "$T: backfill under way ($(grep -c ':recovering' <<<"$rows") rows recovering): killing the manager (-9)"
-		cl_stop controller KILL
+		cl_stop manager KILL
 		sleep 1
 		hb_start_manager "$DOWN_OUT" || fail "the manager did not start again"
 		restarted=1
@@ -93,12 +93,12 @@ echo "FIGURE: backfill $((t1 - t0)) ms from the kill of node-4 to $(head -1 "$CL
 	"(bound ${BOUND_S} s); copied $copied bytes in $chunks chunks ($lines caught-up lines; full copy = $full bytes)"
 if [ "$ok" != 1 ]; then
 	cat "$CL_DIR/healthy" >&2
-	grep -h 'manager: vol=' "$CL_DIR/controller/log" | tail -5 >&2 || true
+	grep -h 'manager: vol=' "$HB_MGR_LOG" | tail -5 >&2 || true
 	fail "not every slice is 3 of 3 IN_SYNC without node-4 within ${BOUND_S} s: $(head -1 "$CL_DIR/healthy")"
 fi
 [ "$RESTART" = 0 ] || [ "$restarted" = 1 ] ||
 	fail "the backfill ended before a replacement member was seen recovering: no middle to kill the manager in"
-m7=$(grep -c 'M7 node gone' "$CL_DIR/controller/log" || true)
+m7=$(grep -c 'M7 node gone' "$HB_MGR_LOG" || true)
 echo "$T: manager log: $m7 'M7 ... replaced' decisions"
 # Independent oracle: the chunk files of all three members equal the input.
 hb_files "$CHUNK" "$vid" 1 2 3 >"$CL_DIR/files3" || fail "reading chunk files"

@@ -46,7 +46,7 @@ command -v etcd >/dev/null || { echo "$T: FAIL: etcd is not installed" >&2; exit
 [ -x "$HB_PY" ] || { echo "$T: FAIL: $HB_PY is missing" >&2; exit 1; }
 
 export CL_STORAGE_FLAGS="--recovery-mbps 400 --log-level info"
-cl_e2e_begin e2e-minsize "$1" 3 --heal on || fail "cluster did not start"
+hb_begin e2e-minsize "$1" 3 || fail "cluster did not start"
 "$ZL" --io-timeout "$IOT" volume ls >/dev/null 2>"$CL_DIR/iot.err" ||
 	fail "zl does not take the global flag --io-timeout (the client's heal mode has not landed):" \
 		"$(head -2 "$CL_DIR/iot.err")"
@@ -63,7 +63,7 @@ hb_ctl healthy "$vid" 3 >/dev/null || fail "rows not healthy before any failure:
 
 restart_manager() {
 	echo "$T: killing the manager (-9) and starting it again ($1)"
-	cl_stop controller KILL
+	cl_stop manager KILL
 	sleep 1
 	hb_start_manager 600 || fail "the manager did not start again"
 }

@@ -7,25 +7,41 @@
 
 HB_PY=/usr/bin/python3
 
-# hb_start_manager DOWN_OUT_S: zipline-controller --manager=on, grace 2 s,
-# down-out DOWN_OUT_S, leader id "zl-mgr" (a restart with the same id takes
-# the leader key over at once, like a restarted pod). State dir
-# $CL_DIR/controller (cl_stop_all stops it). Waits until it is the leader.
+# hb_begin NAME BUILD_DIR NODES: cl_e2e_begin with --heal on and without the
+# manager cl_e2e_begin may start (CL_MANAGER=0): the tests start their own
+# (hb_start_manager), with their timings, and kill and restart it. The exit
+# trap stops it too.
+hb_begin() {
+	CL_MANAGER=0 cl_e2e_begin "$1" "$2" "$3" --heal on || return 1
+	trap 'cl_stop manager KILL; cl_stop_all; [ "${KEEP:-0}" = 1 ] || rm -rf "$CL_DIR"' EXIT
+}
+
+# hb_start_manager DOWN_OUT_S: a zipline-controller with --manager=on, grace
+# 2 s, down-out DOWN_OUT_S, in $CL_DIR/manager (log, pid), leader id
+# "manager" (a restart with the same id takes the leader key over at once,
+# like a restarted pod). cluster.sh's cl_start_manager when it has one.
+# Waits until it is the leader.
+HB_MGR_LOG=
 hb_start_manager() {
-	local down_out=$1 d="$CL_DIR/controller" n0
+	local down_out=$1 d="$CL_DIR/manager" n0
 	mkdir -p "$d"
+	HB_MGR_LOG=$d/log
 	n0=$(grep -c 'became leader' "$d/log" 2>/dev/null || true)
-	rm -f "$d/csi.sock"
-	"$CL_BIN/zipline-controller" --endpoint "unix://$d/csi.sock" --etcd "$CL_ETCD" \
-		--leader-id zl-mgr --manager=on --manager-grace 2 \
-		--down-out-interval "$down_out" --log-level info >>"$d/log" 2>&1 &
-	echo $! >"$d/pid"
+	if declare -F cl_start_manager >/dev/null; then
+		CL_MANAGER_GRACE=2 cl_start_manager manager --down-out-interval "$down_out" || return 1
+	else
+		rm -f "$d/csi.sock"
+		"$CL_BIN/zipline-controller" --endpoint "unix://$d/csi.sock" --etcd "$CL_ETCD" \
+			--leader-id manager --log-level info --manager=on --manager-grace 2 \
+			--down-out-interval "$down_out" >>"$d/log" 2>&1 &
+		echo $! >"$d/pid"
+	fi
 	for _ in $(seq 1 300); do
 		[ "$(grep -c 'became leader' "$d/log" 2>/dev/null || true)" -gt "${n0:-0}" ] && return 0
 		kill -0 "$(cat "$d/pid")" 2>/dev/null || break
 		sleep 0.1
 	done
-	cl_log "zipline-controller did not become leader in 30 s; log follows"
+	cl_log "zipline-controller (manager) did not become leader in 30 s; log follows"
 	tail -20 "$d/log" >&2
 	return 1
 }
@@ -234,7 +250,7 @@ hb_recovery_bytes() {
 # hb_logs: the tail of every daemon and controller log (for a failure).
 hb_logs() {
 	local f
-	for f in "$CL_DIR"/storage-*/log "$CL_DIR"/controller/log; do
+	for f in "$CL_DIR"/storage-*/log "$CL_DIR"/manager/log; do
 		[ -f "$f" ] || continue
 		echo "--- $f" >&2
 		grep -v ' debug ' "$f" | tail -25 >&2
