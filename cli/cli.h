@@ -14,6 +14,7 @@
 #define ZL_CLI_EXIT_USAGE   2
 
 #define ZL_CLI_DEFAULT_ETCD "http://127.0.0.1:2379"
+#define ZL_CLI_IO_TIMEOUT_MAX 86400u /* --io-timeout upper bound, seconds */
 /* The local cluster of scripts/local-cluster.sh (`make run`): persistent
  * state (etcd and chunk data survive `make stop`), root-owned, never in a
  * world-writable place. */
@@ -27,6 +28,8 @@ struct zl_cli_globals {
 	const char *prefix;    /* --etcd-prefix */
 	const char *transport; /* --transport */
 	const char *log_level; /* --log-level */
+	const char *io_timeout; /* --io-timeout SEC: how long volume I/O waits */
+	bool legacy_drop;	/* --legacy-drop: 0.1 client (promotes by slice_drop) */
 	bool help, version;
 };
 
@@ -128,5 +131,7 @@ int zl_cli_bench(struct zl_cli *cli, int argc, char **argv);
 int zl_cli_volume_import(struct zl_cli *cli, int argc, char **argv);
 int zl_cli_volume_export(struct zl_cli *cli, int argc, char **argv);
 int zl_cli_volume_serve(struct zl_cli *cli, int argc, char **argv);
+/* zl volume scrub / verify (cli_scrub.c). */
+int zl_cli_volume_scrub_cmd(struct zl_cli *cli, int argc, char **argv, bool verify);
 
 #endif

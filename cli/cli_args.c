@@ -9,7 +9,7 @@
 #include <string.h>
 
 static const char *const cli_global_value_flags[] = {"--etcd", "--etcd-prefix", "--transport",
-						     "--log-level"};
+						     "--log-level", "--io-timeout"};
 
 static const char **cli_global_slot(struct zl_cli_globals *g, size_t i)
 {
@@ -20,8 +20,10 @@ static const char **cli_global_slot(struct zl_cli_globals *g, size_t i)
 		return &g->prefix;
 	case 2:
 		return &g->transport;
-	default:
+	case 3:
 		return &g->log_level;
+	default:
+		return &g->io_timeout;
 	}
 }
 
@@ -69,6 +71,10 @@ int zl_cli_globals_parse(int *argc, char **argv, struct zl_cli_globals *g, char 
 			continue;
 		if (strcmp(a, "--version") == 0) {
 			g->version = true;
+			continue;
+		}
+		if (strcmp(a, "--legacy-drop") == 0) {
+			g->legacy_drop = true;
 			continue;
 		}
 		if (!have_cmd && (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)) {

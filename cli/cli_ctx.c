@@ -123,6 +123,13 @@ int zl_cli_client(struct zl_cli *cli)
 			return ZL_CLI_EXIT_USAGE;
 		}
 	}
+	if (cli->g.io_timeout &&
+	    zl_cli_parse_u32(cli->g.io_timeout, 1, ZL_CLI_IO_TIMEOUT_MAX, &o.io_timeout_s)) {
+		zl_cli_err("bad --io-timeout '%s': seconds, 1..%u", cli->g.io_timeout,
+			   ZL_CLI_IO_TIMEOUT_MAX);
+		return ZL_CLI_EXIT_USAGE;
+	}
+	o.legacy_drop = cli->g.legacy_drop;
 	rc = zl_loop_create(&cli->loop);
 	if (rc) {
 		zl_cli_err("cannot create the event loop: %s", zl_strerror(rc));

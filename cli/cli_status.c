@@ -1,10 +1,11 @@
-/* zl status, zl node ls. */
+/* zl status (opening with the health line, cli_health.c), zl node ls. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "cli_health.h"
 #include "lib/client/client.h"
 #include "lib/etcd/etcd.h"
 #include "lib/meta/meta.h"
@@ -45,14 +46,34 @@ static void cli_node_row(const struct zl_node_info *n, const char *ping, const c
 	       up, ping, via);
 }
 
+/* The health line (cli_health.h) of nodes and vols, plus the recovery
+ * progress the daemons publish (none readable: no rate shown). */
+static void cli_health_print(struct zl_cli *cli, const struct zl_node_info *nodes, size_t n_nodes,
+			     const struct zl_volume *vols, size_t n_vols)
+{
+	struct zl_cli_health h = {0};
+	struct zl_node_status *st = NULL;
+	size_t n_st = 0;
+	char line[512];
+
+	for (size_t i = 0; i < n_vols; i++)
+		zl_cli_health_add_volume(&h, &vols[i], nodes, n_nodes);
+	if (zl_meta_status_list(cli->etcd, cli->prefix, &st, &n_st) == 0) {
+		zl_cli_health_add_status(&h, st, n_st, nodes, n_nodes);
+		free(st);
+	}
+	zl_cli_health_line(&h, line, sizeof(line));
+	printf("%s\n", line);
+}
+
 int zl_cli_status(struct zl_cli *cli, int argc, char **argv)
 {
 	struct zl_node_info *nodes = NULL;
 	struct zl_volume *vols = NULL;
 	size_t n_nodes = 0, n_vols = 0, i;
-	uint64_t t0, total = 0;
+	uint64_t t0, t1, total = 0;
 	char sz[32], ping[32];
-	int rc, exit_code = 0, down = 0;
+	int rc, vrc, exit_code = 0, down = 0;
 	bool have_client;
 
 	rc = cli_no_flags("status", "zl status", argc, argv);
@@ -62,13 +83,19 @@ int zl_cli_status(struct zl_cli *cli, int argc, char **argv)
 	rc = zl_cli_etcd(cli);
 	if (rc)
 		return rc;
-	printf("etcd      %s  OK (%.1f ms)\n", zl_etcd_endpoint(cli->etcd),
-	       (double)(zl_now_ns() - t0) / 1e6);
+	t1 = zl_now_ns();
 	rc = zl_meta_node_list(cli->etcd, cli->prefix, &nodes, &n_nodes);
 	if (rc) {
 		zl_cli_etcd_err(cli, "cannot list storage nodes", rc);
 		return ZL_CLI_EXIT_RUNTIME;
 	}
+	vrc = zl_meta_volume_list(cli->etcd, cli->prefix, &vols, &n_vols);
+	if (!vrc)
+		cli_health_print(cli, nodes, n_nodes, vols, n_vols);
+	else
+		printf("HEALTH_ERR cannot read the volume records\n");
+	printf("etcd      %s  OK (%.1f ms)\n", zl_etcd_endpoint(cli->etcd),
+	       (double)(t1 - t0) / 1e6);
 	/* Pings go through the volume client (the data path's transport). */
 	have_client = zl_cli_client(cli) == 0;
 	printf("nodes     %zu registered\n", n_nodes);
@@ -93,9 +120,8 @@ int zl_cli_status(struct zl_cli *cli, int argc, char **argv)
 		}
 		cli_node_row(&nodes[i], ping, via ? zl_xport_kind_name(via) : "-");
 	}
-	rc = zl_meta_volume_list(cli->etcd, cli->prefix, &vols, &n_vols);
-	if (rc) {
-		zl_cli_etcd_err(cli, "cannot list volumes", rc);
+	if (vrc) {
+		zl_cli_etcd_err(cli, "cannot list volumes", vrc);
 		exit_code = ZL_CLI_EXIT_RUNTIME;
 	} else {
 		for (i = 0; i < n_vols; i++)

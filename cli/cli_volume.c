@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "cli_health.h"
 #include "lib/client/client.h"
 #include "lib/etcd/etcd.h"
 #include "lib/meta/meta.h"
@@ -17,7 +18,9 @@ static const char cli_volume_usage[] =
     "       zl volume rm NAME [--force]\n"
     "       zl volume import NAME FILE\n"
     "       zl volume export NAME FILE\n"
-    "       zl volume serve NAME --nbd unix:PATH|HOST:PORT\n";
+    "       zl volume serve NAME --nbd unix:PATH|HOST:PORT\n"
+    "       zl volume scrub NAME [--json]\n"
+    "       zl volume verify NAME [--json]\n";
 
 /* Parses "CMD NAME" with only --help; returns 0, -1 (help) or exit code. */
 static int cli_vol_name_only(const char *cmd, int argc, char **argv, const char **name)
@@ -225,12 +228,55 @@ static int cli_volume_ls(struct zl_cli *cli, int argc, char **argv)
 	return 0;
 }
 
+/* The placement table of inspect: per slice its state (cli_health.h) and
+ * every member with its state; "(down)" marks a member whose node record
+ * is gone. */
+static void cli_volume_placement(struct zl_cli *cli, const struct zl_volume *v)
+{
+	uint32_t min_size = zl_volume_min_size(v), counts[4] = {0};
+	struct zl_node_info *nodes = NULL;
+	size_t n_nodes = 0;
+
+	if (zl_meta_node_list(cli->etcd, cli->prefix, &nodes, &n_nodes))
+		zl_cli_err("cannot list storage nodes: every node shows as down");
+	printf("min_size    %u\n", min_size);
+	printf("\nplacement (* primary; member states in_sync, recovering, out; (down): no node "
+	       "record)\n");
+	printf("  %5s %8s %5s  %-10s  %s\n", "SLICE", "VERSION", "TERM", "STATE", "MEMBERS");
+	for (uint32_t i = 0; i < v->n_slices; i++) {
+		const struct zl_slice *s = &v->slices[i];
+		char row[ZL_MAX_REPLICAS * (ZL_NODE_ID_MAX + 24)] = "";
+		struct zl_cli_slice_eval e;
+		int prim = zl_slice_primary(s);
+		size_t off = 0;
+
+		zl_cli_slice_eval(s, min_size, nodes, n_nodes, &e);
+		counts[e.state]++;
+		for (int k = 0; k < s->n && k < ZL_MAX_REPLICAS && off < sizeof(row); k++) {
+			int n = snprintf(
+			    row + off, sizeof(row) - off, "%s%s%s:%s%s", k ? "  " : "", s->nodes[k],
+			    k == prim ? "*" : "", zl_member_state_name(zl_slice_member_state(s, k)),
+			    zl_cli_node_alive(nodes, n_nodes, s->nodes[k]) ? "" : "(down)");
+			off = n < 0 ? sizeof(row) : off + (size_t)n;
+		}
+		printf("  %5u %8llu %5u  %-10s  %s%s\n", i, (unsigned long long)s->version,
+		       s->term ? s->term : 1, zl_cli_slice_state_name(e.state), row,
+		       e.no_in_sync	? "  (no in-sync member)"
+		       : e.primary_down ? "  (primary down)"
+		       : e.below_min	? "  (below min_size: writes wait)"
+					: "");
+	}
+	printf("\n%u slices: %u active, %u recovering, %u degraded, %u down\n", v->n_slices,
+	       counts[ZL_CLI_SLICE_ACTIVE], counts[ZL_CLI_SLICE_RECOVERING],
+	       counts[ZL_CLI_SLICE_DEGRADED], counts[ZL_CLI_SLICE_DOWN]);
+	free(nodes);
+}
+
 static int cli_volume_inspect(struct zl_cli *cli, int argc, char **argv)
 {
 	struct zl_volume v = {0};
 	const char *name = NULL;
 	char sz[32], csz[32], ts[32];
-	uint32_t i, degraded = 0;
 	int rc;
 
 	rc = cli_vol_name_only("volume inspect", argc, argv, &name);
@@ -259,36 +305,7 @@ static int cli_volume_inspect(struct zl_cli *cli, int argc, char **argv)
 	printf("state       %s\n", v.state);
 	printf("created     %s\n", ts);
 	printf("params      %s\n", v.params[0] ? v.params : "{}");
-	printf("\nplacement (* primary, ! not in sync)\n");
-	printf("  %5s %8s  %s\n", "SLICE", "VERSION", "REPLICAS");
-	for (i = 0; i < v.n_slices; i++) {
-		const struct zl_slice *s = &v.slices[i];
-		int prim = zl_slice_primary(s);
-		char row[ZL_MAX_REPLICAS * (ZL_NODE_ID_MAX + 4)] = "";
-		size_t off = 0;
-		bool deg = false;
-
-		for (uint8_t k = 0; k < s->n && k < ZL_MAX_REPLICAS; k++) {
-			off += (size_t)snprintf(
-			    row + off, sizeof(row) - off, "%s%s%s%s", k ? "  " : "", s->nodes[k],
-			    (int)k == prim ? "*" : "", s->in_sync[k] ? "" : "!");
-			if (!s->in_sync[k])
-				deg = true;
-			if (off >= sizeof(row))
-				break;
-		}
-		if (prim < 0) {
-			snprintf(row + ZL_MIN(off, sizeof(row) - 1),
-				 sizeof(row) - ZL_MIN(off, sizeof(row) - 1),
-				 "  (no in-sync replica)");
-			deg = true;
-		}
-		degraded += deg;
-		printf("  %5u %8llu  %s\n", i, (unsigned long long)s->version, row);
-	}
-	if (degraded)
-		printf("\n%u of %u slices are degraded (a replica is out of sync)\n", degraded,
-		       v.n_slices);
+	cli_volume_placement(cli, &v);
 	zl_volume_fini(&v);
 	return 0;
 }
@@ -386,6 +403,8 @@ int zl_cli_volume(struct zl_cli *cli, int argc, char **argv)
 		return zl_cli_volume_export(cli, argc, argv);
 	if (!strcmp(sub, "serve"))
 		return zl_cli_volume_serve(cli, argc, argv);
+	if (!strcmp(sub, "scrub") || !strcmp(sub, "verify"))
+		return zl_cli_volume_scrub_cmd(cli, argc, argv, !strcmp(sub, "verify"));
 	zl_cli_err("unknown volume subcommand '%s' (see 'zl volume --help')", sub);
 	return ZL_CLI_EXIT_USAGE;
 }

@@ -26,7 +26,7 @@ static const char ctrl_usage[] =
     "  --gc-interval SECONDS    period of the leader's garbage collection (default 60)\n"
     "  --manager=on|off         decide slice membership (rules M1-M7 of\n"
     "                           docs/REPLICATION.md) while this replica is the\n"
-    "                           leader (default off)\n"
+    "                           leader (default on; off = membership as in 0.1)\n"
     "  --manager-grace SECS     a node record gone this long: its members go out\n"
     "                           (default 2)\n"
     "  --down-out-interval SECS a node record gone this long: its members are\n"
@@ -115,6 +115,7 @@ int ctrl_cfg_parse(int argc, char **argv, struct ctrl_cfg *cfg)
 	cfg->etcd_urls = getenv("ZIPLINE_ETCD");
 	cfg->prefix = ZL_META_DEFAULT_PREFIX;
 	cfg->leader_election = true;
+	cfg->manager = true;
 	cfg->gc_interval_s = CTRL_GC_INTERVAL_S;
 	cfg->manager_grace_s = CTRL_MANAGER_GRACE_S;
 	cfg->down_out_s = CTRL_DOWN_OUT_INTERVAL_S;

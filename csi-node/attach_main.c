@@ -10,6 +10,7 @@
 #include "attach.h"
 #include "node.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -33,6 +34,8 @@ struct attach_args {
 	const char *prefix;
 	const char *transport;
 	const char *log_level;
+	const char *io_timeout;
+	bool legacy_drop;
 	uint64_t epoch;
 	int ready_fd;
 };
@@ -61,6 +64,22 @@ static void attach_ready(int *fd, const char *fmt, ...)
 	*fd = -1;
 }
 
+int node_io_timeout_parse(const char *s, uint32_t *out)
+{
+	unsigned long long v;
+	char *end;
+
+	if (!s || !isdigit((unsigned char)s[0]))
+		return -ZL_ERR_INVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end || v < 1 || v > 86400)
+		return -ZL_ERR_INVAL;
+	if (out)
+		*out = (uint32_t)v;
+	return 0;
+}
+
 static int attach_parse(int argc, char **argv, struct attach_args *o)
 {
 	static const struct option opts[] = {
@@ -72,6 +91,8 @@ static int attach_parse(int argc, char **argv, struct attach_args *o)
 	    {"epoch", required_argument, NULL, 'E'},
 	    {"ready-fd", required_argument, NULL, 'r'},
 	    {"log-level", required_argument, NULL, 'l'},
+	    {"io-timeout", required_argument, NULL, 'T'},
+	    {"legacy-drop", no_argument, NULL, 'L'},
 	    {NULL, 0, NULL, 0},
 	};
 	int c;
@@ -99,6 +120,12 @@ static int attach_parse(int argc, char **argv, struct attach_args *o)
 			break;
 		case 'l':
 			o->log_level = optarg;
+			break;
+		case 'T':
+			o->io_timeout = optarg;
+			break;
+		case 'L':
+			o->legacy_drop = true;
 			break;
 		case 'E':
 			o->epoch = strtoull(optarg, NULL, 10);
@@ -308,6 +335,11 @@ static int attach_open(struct attach *a, const struct attach_args *o, int *ready
 		attach_ready(ready, "ERR bad --transport '%s' (auto|tcp|rdma)", o->transport);
 		return -ZL_ERR_INVAL;
 	}
+	if (o->io_timeout && node_io_timeout_parse(o->io_timeout, &co.io_timeout_s)) {
+		attach_ready(ready, "ERR bad --io-timeout '%s' (seconds, 1..86400)", o->io_timeout);
+		return -ZL_ERR_INVAL;
+	}
+	co.legacy_drop = o->legacy_drop;
 	snprintf(cid, sizeof(cid), "attach-%s", o->vol_id);
 	co.client_id = cid;
 	rc = node_etcd_opts(&eo, a->etcd_pw, sizeof(a->etcd_pw));

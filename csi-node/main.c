@@ -31,6 +31,10 @@ static void node_usage(FILE *f)
 	      "  --transport T        auto|rdma|tcp (default auto)\n"
 	      "  --workers N          gRPC worker threads (default 4)\n"
 	      "  --log-level L        err|warn|info|debug\n"
+	      "  --io-timeout SEC     how long volume I/O waits for an in-sync primary while\n"
+	      "                       the cluster heals before it fails (default 600)\n"
+	      "  --legacy-drop        0.1 client for clusters without a manager: promote\n"
+	      "                       the next replica itself, give up after 30 s\n"
 	      "  --version, --help\n",
 	      f);
 }
@@ -53,6 +57,8 @@ static int node_parse(int argc, char **argv, struct node_cfg *c)
 	    {"transport", required_argument, NULL, 't'},
 	    {"workers", required_argument, NULL, 'w'},
 	    {"log-level", required_argument, NULL, 'l'},
+	    {"io-timeout", required_argument, NULL, 'T'},
+	    {"legacy-drop", no_argument, NULL, 'L'},
 	    {"version", no_argument, NULL, 'V'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
@@ -113,6 +119,12 @@ static int node_parse(int argc, char **argv, struct node_cfg *c)
 		case 'l':
 			c->log_level = optarg;
 			break;
+		case 'T':
+			c->io_timeout = optarg;
+			break;
+		case 'L':
+			c->legacy_drop = true;
+			break;
 		case 'V':
 			puts("zipline-node " ZL_VERSION_STRING);
 			exit(0);
@@ -138,6 +150,11 @@ static int node_parse(int argc, char **argv, struct node_cfg *c)
 	if (strlen(c->node_id) > 128 || c->state_dir[0] != '/' || c->workers > 64) {
 		fprintf(stderr, "zipline-node: node id longer than 128 characters, a relative "
 				"--state-dir, or more than 64 --workers\n");
+		return 2;
+	}
+	if (c->io_timeout && node_io_timeout_parse(c->io_timeout, NULL)) {
+		fprintf(stderr, "zipline-node: bad --io-timeout '%s' (seconds, 1..86400)\n",
+			c->io_timeout);
 		return 2;
 	}
 	if (c->log_level && zl_log_set_level(c->log_level)) {

@@ -39,6 +39,8 @@ struct node_cfg {
 	const char *kubelet_dir;
 	const char *transport; /* passed on to attach processes */
 	const char *log_level;
+	const char *io_timeout; /* seconds, passed on to attach processes; NULL = 600 */
+	bool legacy_drop;	/* attach processes run the 0.1 client (no manager) */
 	enum node_frontend frontend;
 	unsigned int workers;
 };
@@ -220,5 +222,9 @@ int node_etcd_flag(const char *flag, const char *value);
 /* Fills the TLS/auth fields of eo from that environment; pw holds the
  * password read from its file. 0 or -ZL_ERR_INVAL after printing why. */
 int node_etcd_opts(struct zl_etcd_opts *eo, char *pw, size_t pw_len);
+
+/* Parses an --io-timeout value: whole seconds 1..86400. 0 (*out, optional,
+ * set) or -ZL_ERR_INVAL. attach_main.c. */
+int node_io_timeout_parse(const char *s, uint32_t *out);
 
 #endif

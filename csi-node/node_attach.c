@@ -69,7 +69,7 @@ int node_attach_start(struct node *n, const struct node_attach_req *req, pid_t *
 		      size_t msglen)
 {
 	char dir[NODE_PATH_MAX], epoch[24], tokenv[160], line[512];
-	const char *argv[24];
+	const char *argv[28];
 	size_t ac = 0, ne = 0, used = 0;
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
@@ -117,6 +117,12 @@ int node_attach_start(struct node *n, const struct node_attach_req *req, pid_t *
 		argv[ac++] = "--log-level";
 		argv[ac++] = n->cfg.log_level;
 	}
+	if (n->cfg.io_timeout) {
+		argv[ac++] = "--io-timeout";
+		argv[ac++] = n->cfg.io_timeout;
+	}
+	if (n->cfg.legacy_drop)
+		argv[ac++] = "--legacy-drop";
 	argv[ac] = NULL;
 
 	/* The token goes through the environment: argv is world-readable. */

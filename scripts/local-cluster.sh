@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Local Zipline cluster for `make run` / `make stop`: a real etcd and three
-# zipline-storage daemons on loopback, state in $ZIPLINE_LOCAL_DIR (default
+# Local Zipline cluster for `make run` / `make stop`: a real etcd, three
+# zipline-storage daemons on loopback and zipline-controller, whose cluster
+# manager (--manager=on) makes the cluster heal: a storage daemon that
+# restarts catches up and rejoins by itself (docs/ARCHITECTURE.md section
+# 11); with zipline-node built, the CSI demo too. State in $ZIPLINE_LOCAL_DIR (default
 # /var/lib/zipline-local). `zl` finds this etcd through
 # $ZIPLINE_LOCAL_DIR/etcd.endpoints, and trusts that file only when nobody but
 # root or the invoking user can have written it, so the directory is created
@@ -82,6 +85,13 @@ start() {
 	fi
 	chmod 0644 "$CL_DIR/etcd.endpoints" # zl refuses a file others may write
 	export CL_ETCD
+	# Healing needs the manager; without zipline-controller the daemons run
+	# as in 0.1 (--heal off) rather than park writes for a manager that
+	# never comes.
+	if [ ! -x "$CL_BIN/zipline-controller" ]; then
+		cl_log "no $CL_BIN/zipline-controller: no cluster manager, storage runs with --heal off (a restarted daemon does not rejoin)"
+		export CL_STORAGE_FLAGS="--heal off"
+	fi
 	for i in 1 2 3; do
 		if alive "storage-$i"; then
 			cl_log "storage-$i already running"
@@ -103,6 +113,16 @@ start() {
 		fi
 		echo "CSI controller: unix://$CL_DIR/csi/controller.sock (log $CL_DIR/controller/log)"
 		echo "CSI node:       unix://$CL_DIR/csi/node.sock (node id $NODE_ID, log $CL_DIR/node/log)"
+		echo "manager:        on, in zipline-controller (healing; decisions in $CL_DIR/controller/log)"
+	elif [ -x "$CL_BIN/zipline-controller" ]; then
+		if alive manager; then
+			cl_log "manager already running"
+		else
+			# Production timings: a node gone 10 min is replaced.
+			setsid bash -c "source '$SRC/test/lib/cluster.sh'; CL_DOWN_OUT=600 cl_start_manager manager" </dev/null ||
+				die "the cluster manager did not start; see $CL_DIR/manager/log"
+		fi
+		echo "manager:        on, zipline-controller --manager=on (healing; log $CL_DIR/manager/log)"
 	fi
 }
 

@@ -15,7 +15,8 @@
 
 static const char usage[] =
     "usage: zipline-storage --data-dir DIR [options]\n"
-    "  --data-dir DIR       chunk replicas, node-id and LOCK live here (required)\n"
+    "  --data-dir DIR       chunk replicas, node-id, identity and LOCK live\n"
+    "                       here (required)\n"
     "  --listen HOST:PORT   address to serve on (default 0.0.0.0:7100)\n"
     "  --advertise ADDR     address registered in etcd (default: the listen host;\n"
     "                       for 0.0.0.0 or ::, the address of the interface of the\n"
@@ -34,11 +35,14 @@ static const char usage[] =
     "  --capacity SIZE      capacity to advertise (default: the filesystem size)\n"
     "  --log-level LEVEL    err|warn|info|debug (default info)\n"
     "  --heal on|off        data versions, failure reports instead of dropping\n"
-    "                       backups, recovery of RECOVERING members (default off;\n"
-    "                       needs zipline-controller --manager=on)\n"
+    "                       backups, recovery of RECOVERING members (default on,\n"
+    "                       with zipline-controller --manager=on; off = 0.1)\n"
     "  --repl-wait SEC      heal: how long a write whose backup failed waits for\n"
-    "                       the manager to take it out of the in-sync set (default 30)\n"
+    "                       the manager to take it out of the in-sync set (default 8)\n"
     "  --recovery-mbps N    heal: recovery copy rate, megabits/s (default 200)\n"
+    "  --scrub-mbps N       scrub read rate, megabits/s (default 100)\n"
+    "  --scrub-interval SEC background scrub of the slices this node is primary\n"
+    "                       of, every SEC seconds (default 86400, 0 = off)\n"
     "  --help, --version\n";
 
 struct storage_main {
@@ -78,7 +82,8 @@ static int read_password(const char *path, char *buf, size_t len)
 static int parse_flags(int argc, char **argv, struct zl_storage_cfg *cfg, const char **node_flag)
 {
 	enum { O_LISTEN = 256, O_ADV, O_NODE, O_LABEL, O_ETCD, O_PREFIX, O_WAIT, O_CAP, O_LOG,
-	       O_CACERT, O_CERT, O_KEY, O_USER, O_PWFILE, O_XPORT, O_HEAL, O_RWAIT, O_RMBPS };
+	       O_CACERT, O_CERT, O_KEY, O_USER, O_PWFILE, O_XPORT, O_HEAL, O_RWAIT, O_RMBPS,
+	       O_SMBPS, O_SINT };
 	static const struct option opts[] = {
 	    {"data-dir", required_argument, NULL, 'd'},
 	    {"listen", required_argument, NULL, O_LISTEN},
@@ -99,6 +104,8 @@ static int parse_flags(int argc, char **argv, struct zl_storage_cfg *cfg, const 
 	    {"heal", required_argument, NULL, O_HEAL},
 	    {"repl-wait", required_argument, NULL, O_RWAIT},
 	    {"recovery-mbps", required_argument, NULL, O_RMBPS},
+	    {"scrub-mbps", required_argument, NULL, O_SMBPS},
+	    {"scrub-interval", required_argument, NULL, O_SINT},
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},
 	    {NULL, 0, NULL, 0},
@@ -113,8 +120,11 @@ static int parse_flags(int argc, char **argv, struct zl_storage_cfg *cfg, const 
 		cfg->etcd = "http://127.0.0.1:2379";
 	cfg->prefix = ZL_META_DEFAULT_PREFIX;
 	cfg->etcd_wait_sec = 60;
-	cfg->repl_wait_ms = 30000;
+	cfg->repl_wait_ms = 8000; /* below the client's 10 s request timeout */
 	cfg->recovery_mbps = 200;
+	cfg->scrub_mbps = 100;
+	cfg->scrub_interval_s = 86400;
+	cfg->heal = true;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
@@ -209,6 +219,17 @@ static int parse_flags(int argc, char **argv, struct zl_storage_cfg *cfg, const 
 				return bad_flag("--recovery-mbps wants megabits/s (1..1000000)",
 						optarg);
 			cfg->recovery_mbps = (uint32_t)v;
+			break;
+		case O_SMBPS:
+		case O_SINT:
+			v = strtol(optarg, &end, 10);
+			if (*end || v < (c == O_SMBPS) || v > (c == O_SMBPS ? 1000000 : 31536000))
+				return bad_flag(c == O_SMBPS ? "--scrub-mbps wants megabits/s "
+							       "(1..1000000)"
+							     : "--scrub-interval wants seconds "
+							       "(0 = off)",
+						optarg);
+			*(c == O_SMBPS ? &cfg->scrub_mbps : &cfg->scrub_interval_s) = (uint32_t)v;
 			break;
 		case 'h':
 			fputs(usage, stdout);
@@ -370,6 +391,13 @@ int main(int argc, char **argv)
 		return bad_flag("bad --etcd endpoint list", st->cfg.etcd);
 	if (zl_storage_etcd_wait(st->etcd, st->cfg.etcd, st->cfg.etcd_wait_sec))
 		goto out_etcd;
+	/* Before anything writes to the data dir: a dir of another cluster or
+	 * node stays as it is. */
+	rc = zl_storage_ident_resolve(st);
+	if (rc) {
+		ret = rc == -ZL_ERR_IDENTITY ? 2 : 1;
+		goto out_etcd;
+	}
 
 	/* From here signals arrive through the loop (threads inherit the mask). */
 	sigemptyset(&sigs);
@@ -406,6 +434,10 @@ int main(int argc, char **argv)
 		rc = zl_storage_tombs_start(st, &st->tombs);
 	if (!rc && st->cfg.heal)
 		rc = zl_storage_heal_start(st);
+	if (!rc)
+		rc = zl_storage_scrub_start(st);
+	if (!rc && st->cfg.heal)
+		rc = zl_storage_status_start(st);
 	if (rc)
 		goto out_fail;
 	rc = zl_storage_server_start(st);
@@ -420,7 +452,7 @@ int main(int argc, char **argv)
 	}
 	rc = zl_storage_node_start(
 	    &st->cfg, zl_xport_listener_port(st->listener),
-	    st->listener_rdma ? zl_xport_listener_port(st->listener_rdma) : 0, &node);
+	    st->listener_rdma ? zl_xport_listener_port(st->listener_rdma) : 0, st->status, &node);
 	if (rc)
 		goto out_fail;
 	ZL_LOG_INFO("storage",
@@ -438,11 +470,14 @@ out_fail:
 out_stop:
 	zl_storage_server_stop_accepting(st);
 	zl_storage_heal_stop(st);
+	zl_storage_scrub_stop(st);
 	zl_storage_node_stop(node);
+	zl_storage_status_destroy(st); /* the heartbeat no longer reads it */
 	zl_storage_tombs_stop(st->tombs);
 	zl_storage_peers_destroy(st->peers);
 	zl_chunk_store_destroy(st->chunks); /* drains disk I/O still in flight */
 	zl_storage_heal_destroy(st);	    /* no callback of it can come now */
+	zl_storage_scrub_destroy(st);
 	/* The pool transport goes last: closing the other one's connections
 	 * frees request buffers into it. */
 	if (st->xport == st->xport_rdma) {

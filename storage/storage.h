@@ -45,6 +45,12 @@ struct zl_storage_cfg {
 	bool heal;
 	uint32_t repl_wait_ms;	/* --repl-wait: bound of a write parked on a row change */
 	uint32_t recovery_mbps; /* --recovery-mbps: megabits/s of recovery copies */
+	uint32_t scrub_mbps;	   /* --scrub-mbps: megabits/s a scrub reads (default 100) */
+	uint32_t scrub_interval_s; /* --scrub-interval: background scrub period, 0 = off */
+	/* Identity of the data dir (storage_ident.c), set by
+	 * zl_storage_ident_resolve before anything touches the disk. */
+	char cluster_id[ZL_META_ID_SIZE];
+	char incarnation[ZL_META_ID_SIZE];
 };
 
 struct zl_storage_vols;
@@ -52,6 +58,8 @@ struct zl_storage_peers;
 struct zl_storage_node;
 struct zl_storage_tombs;
 struct zl_storage_heal;
+struct zl_storage_peering;
+struct zl_storage_scrub;
 struct storage_req;
 
 struct zl_storage {
@@ -75,10 +83,18 @@ struct zl_storage {
 	uint32_t inflight; /* requests not yet answered */
 	bool draining;
 	struct zl_storage_heal *heal; /* NULL with --heal=off */
+	struct zl_storage_scrub *scrub; /* storage_scrub.c */
 	/* Writes waiting for a row change (--heal=on, storage_server.c),
 	 * checked against the watch-refreshed volume cache by park_t. */
 	struct storage_req *parked;
 	struct zl_timer park_t;
+	/* Peering (storage_peer.c, NULL with --heal=off) and the client
+	 * requests held while their slice peers (storage_server.c), checked
+	 * by held_t. */
+	struct zl_storage_peering *peering;
+	struct storage_req *held;
+	struct zl_timer held_t;
+	struct zl_storage_status *status; /* NULL with --heal=off */
 };
 
 /* ---- volume cache (storage_vol.c), loop thread only ---- */
@@ -144,7 +160,8 @@ void zl_storage_server_fini(struct zl_storage *st);
  * is sent version 0, which keeps the member's version, so recovery still
  * sees the chunk as behind). A member's chunk version v therefore always
  * means "holds every write up to v", and recovery copies exactly the chunks
- * whose version is below the primary's. */
+ * whose version differs from the primary's (below it, or above it: a write
+ * the old primary applied but never acknowledged, rolled back). */
 
 /* A pushed copy of version `pushed` replaces a member's chunk of version
  * `own` only when it is newer: a copy never overwrites a newer write. */
@@ -160,6 +177,15 @@ static inline uint64_t zl_storage_push_piece_version(uint32_t off, uint32_t len,
 						     uint32_t chunk_size, uint64_t pushed)
 {
 	return (uint64_t)off + len == chunk_size ? pushed : 0;
+}
+
+/* Whether a CHUNK_PUSH of version `pushed` applies over a copy of version
+ * `own`: with `replace` (subop ZL_PUSH_REPLACE to a member that is not
+ * IN_SYNC) whenever the versions differ, so a newer, never-acknowledged
+ * write is rolled back to the primary's copy; else only over an older copy. */
+static inline bool zl_storage_push_accepts(uint64_t own, uint64_t pushed, bool replace)
+{
+	return replace ? own != pushed : zl_storage_push_applies(own, pushed);
 }
 
 /* Creates st->heal and starts the recovery tick. 0 or -ENOMEM. */
@@ -201,6 +227,97 @@ int zl_storage_heal_versions(struct zl_storage *st, const struct zl_volume *v, u
 			     uint64_t from, uint64_t above, struct zl_wire_chunk_ver *out,
 			     uint32_t max, uint64_t *next);
 
+/* Sets the data sequence of `slice` of volume vol for `term` (peering
+ * decided it): the next write gets seq + 1. */
+void zl_storage_heal_seq_set(struct zl_storage *st, uint64_t vol, uint32_t slice, uint32_t term,
+			     uint32_t seq);
+
+/* ---- peering (storage_peer.c), loop thread, --heal=on only ----
+ *
+ * A primary serves client I/O of a slice only once it has peered in the
+ * row's term (docs/REPLICATION.md §3): it asks every other IN_SYNC member for
+ * its chunk versions, takes for every chunk the newest version among its own
+ * and theirs, pulls the chunks it is behind on (READ + ZL_WF_ANY), pushes
+ * the winning copy to the members behind, and only then serves. */
+
+/* Creates st->peering. 0 or -ENOMEM. */
+int zl_storage_peer_create(struct zl_storage *st);
+/* Stops starting steps (callbacks in flight end quietly). Accepts NULL. */
+void zl_storage_peer_stop(struct zl_storage *st);
+/* Frees st->peering (no callback may come any more). Accepts NULL. */
+void zl_storage_peer_destroy(struct zl_storage *st);
+/* 0 when this node may serve client I/O of `slice` of v: --heal=off, not
+ * its primary (the caller checks the role), or peered in the row's term.
+ * Else -ZL_ERR_PEERING, and peering is started (or restarted after a row
+ * change or a failed attempt). */
+int zl_storage_peer_ready(struct zl_storage *st, const struct zl_volume *v, uint32_t slice);
+/* zl_storage_peer_ready over every slice of v this node is primary of (a
+ * FLUSH): 0 or -ZL_ERR_PEERING. */
+int zl_storage_peer_vol_ready(struct zl_storage *st, const struct zl_volume *v);
+
+/* Peering's rule for one chunk (pure): own is this node's version, ver[i]
+ * what in-sync member i answered (answered[i] false: no answer, not
+ * counted). The newest version wins; a tie keeps the own copy. Returns -1
+ * when the own copy wins, else the member to pull from; *win gets the
+ * winning version and *behind the mask of answered members whose version
+ * differs from it (they get the winning copy). */
+int zl_storage_peer_winner(uint64_t own, const uint64_t *ver, const bool *answered, unsigned n,
+			   uint64_t *win, uint32_t *behind);
+
+/* Applies one piece [off, off+len) of a whole-chunk copy of version
+ * `pushed` (CHUNK_PUSH on a member, a pull on a peering primary): buf (4 KiB
+ * aligned) holds the data; an all-zero piece before the last is zeroed
+ * (stays sparse); the last piece stores the version. Returns as
+ * zl_chunk_write. */
+int zl_storage_chunk_apply(struct zl_storage *st, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
+			   uint32_t off, uint32_t len, const uint8_t *buf, uint64_t pushed,
+			   zl_chunk_cb cb, void *arg);
+/* ---- scrub and repair (storage_scrub.c), loop thread ---- */
+
+/* Creates st->scrub and starts the background scrub timer
+ * (cfg.scrub_interval_s, 0 = off). 0 or -ENOMEM. */
+int zl_storage_scrub_start(struct zl_storage *st);
+/* No new work starts; jobs waiting on the rate limit end now, the others in
+ * the callback of what they wait for. Call with zl_storage_heal_stop.
+ * Accepts st->scrub == NULL. */
+void zl_storage_scrub_stop(struct zl_storage *st);
+/* Frees st->scrub once no callback can come (with zl_storage_heal_destroy).
+ * Accepts st->scrub == NULL. */
+void zl_storage_scrub_destroy(struct zl_storage *st);
+/* CHUNK_DIGEST: digests of the chunks of slice h->offset this node holds,
+ * one window from chunk h->chunk; answers on c (asynchronously). */
+void zl_storage_scrub_digest_serve(struct zl_storage *st, struct zl_xport_conn *c,
+				   const struct zl_wire_hdr *h);
+/* SCRUB (this node must be the slice's primary): scrub and repair slice
+ * h->offset of h->vol_id; answers on c with struct zl_wire_scrub_result. */
+void zl_storage_scrub_serve(struct zl_storage *st, struct zl_xport_conn *c,
+			    const struct zl_wire_hdr *h);
+/* Recovery totals of this primary (zl status): bytes copied by the
+ * recovery jobs it holds, and for the running ones an estimate of what is
+ * left (chunks not yet known complete, times the chunk size). */
+struct zl_storage_heal_progress {
+	uint64_t bytes_done;
+	uint64_t bytes_left;
+	uint32_t members; /* running (volume, slice, member) jobs */
+};
+/* Fills *out (zeros with --heal=off). Loop thread. */
+void zl_storage_heal_progress(struct zl_storage *st, struct zl_storage_heal_progress *out);
+
+/* ---- recovery progress for zl status (storage_status.c) ----
+ * The loop thread samples zl_storage_heal_progress every 2 s into a
+ * snapshot; the heartbeat thread (storage_node.c) publishes it as
+ * <prefix>status/<node> on the node's lease. */
+struct zl_storage_status;
+/* Creates st->status and starts sampling. 0 or -ENOMEM. */
+int zl_storage_status_start(struct zl_storage *st);
+/* Stops sampling (loop thread) and frees st->status once the heartbeat no
+ * longer uses it (after zl_storage_node_stop). Accepts NULL status. */
+void zl_storage_status_destroy(struct zl_storage *st);
+/* Heartbeat thread: the latest snapshot into *out (node id and time set);
+ * true when it changed since the last call or force is set. */
+bool zl_storage_status_take(struct zl_storage_status *s, const char *node, bool force,
+			    struct zl_node_status *out);
+
 /* ---- tombstones of deleted volumes (storage_tomb.c), loop thread ---- */
 
 /* Removes the replicas named by this node's tombstones now (blocking etcd
@@ -214,9 +331,10 @@ void zl_storage_tombs_stop(struct zl_storage_tombs *t);
 
 /* Grants a lease, puts nodes/<id> (TCP port, rdma_port and transports
  * "tcp" or "tcp,rdma" when rdma_port != 0) and starts the heartbeat thread
- * with its own etcd handle. Returns 0 or an etcd error. */
+ * with its own etcd handle; it also puts status/<id> from status (optional)
+ * on the same lease every 2 s while it changes. Returns 0 or an etcd error. */
 int zl_storage_node_start(const struct zl_storage_cfg *cfg, uint16_t port, uint16_t rdma_port,
-			  struct zl_storage_node **out);
+			  struct zl_storage_status *status, struct zl_storage_node **out);
 /* Stops the heartbeat and revokes the lease (the record disappears). Accepts
  * NULL. */
 void zl_storage_node_stop(struct zl_storage_node *n);
@@ -229,11 +347,52 @@ int zl_storage_fs_space(const char *dir, uint64_t *capacity, uint64_t *free_byte
  * DATA/LOCK (flock) for the life of the process. Returns the lock fd, or -2
  * (config error: exit 2). */
 int zl_storage_datadir_lock(const char *dir);
-/* Resolves the node id: DATA/node-id when present (must equal `flag` when
- * that is set), else flag, else the hostname; persists it. 0 or -2. */
+/* Resolves the node id: DATA/node-id when present, else the node of
+ * DATA/identity (either must equal `flag` when that is set), else flag, else
+ * the hostname; persists it. 0 or -2. */
 int zl_storage_node_id_resolve(const char *dir, const char *flag, char out[ZL_NODE_ID_MAX]);
 /* Fills eo (endpoints, TLS files, user/password) from cfg. */
 void zl_storage_cfg_etcd_opts(const struct zl_storage_cfg *cfg, struct zl_etcd_opts *eo);
+
+/* ---- identity of the data dir (storage_ident.c, docs/REPLICATION.md §6) ---- */
+
+struct zl_storage_ident {
+	char cluster_id[ZL_META_ID_SIZE];
+	char node_id[ZL_NODE_ID_MAX];
+	char incarnation[ZL_META_ID_SIZE];
+	int64_t created; /* unix seconds */
+};
+
+/* JSON codec of DATA/identity. to_json: malloc'd text, NULL for an invalid
+ * identity or ENOMEM. from_json: 0 or -ZL_ERR_INVAL (malformed, bad ids). */
+char *zl_storage_ident_to_json(const struct zl_storage_ident *id);
+int zl_storage_ident_from_json(const char *json, size_t len, struct zl_storage_ident *id);
+/* Reads DATA/identity: 0, -ENOENT, -ZL_ERR_INVAL or -errno. */
+int zl_storage_ident_read(const char *dir, struct zl_storage_ident *id);
+/* Writes DATA/identity atomically (tmp file, fsync, rename, fsync of dir).
+ * 0, -ZL_ERR_INVAL or -errno. */
+int zl_storage_ident_write(const char *dir, const struct zl_storage_ident *id);
+/* 1 when DATA/chunks holds a chunk file, 0 when not, or -errno. */
+int zl_storage_ident_has_chunks(const char *dir);
+/* The incarnation most slice rows of vols name for node (out; "" and 0
+ * when none names one, else 1). *n_rows: rows naming it, *n_other: rows
+ * naming another one (both optional). */
+int zl_storage_ident_adopt_pick(const struct zl_volume *vols, size_t n_vols, const char *node,
+				char out[ZL_META_ID_SIZE], size_t *n_rows, size_t *n_other);
+/* Start-up, after etcd answers and before the chunk store opens: gets (or
+ * creates) the cluster identity, then reads, checks or writes DATA/identity
+ * and sets cfg.cluster_id / cfg.incarnation. A data dir of another cluster
+ * or node: one line on stderr and -ZL_ERR_IDENTITY, nothing written. Other
+ * failures: one line on stderr and the error. */
+int zl_storage_ident_resolve(struct zl_storage *st);
+/* Whether member idx of row s is this node's data dir: the row names no
+ * incarnation for it, or ours (true for idx < 0: not a member). A node never
+ * serves (nor answers versions of) a slice whose row names another
+ * incarnation: that copy is gone. */
+bool zl_storage_ident_member_ok(const struct zl_storage *st, const struct zl_slice *s, int idx);
+/* 0 when etcd's cluster record is still ours, -ZL_ERR_IDENTITY when it
+ * differs, or an etcd error (blocking). Guards destructive work. */
+int zl_storage_ident_cluster_ok(struct zl_storage *st);
 
 /* ---- advertised address (storage_addr.c) ---- */
 

@@ -81,6 +81,7 @@ static int node_id_write(const char *dir, const char *id)
 int zl_storage_node_id_resolve(const char *dir, const char *flag, char out[ZL_NODE_ID_MAX])
 {
 	char path[PATH_MAX], saved[ZL_NODE_ID_MAX + 2] = "";
+	struct zl_storage_ident id;
 	FILE *f;
 	int rc;
 
@@ -109,7 +110,20 @@ int zl_storage_node_id_resolve(const char *dir, const char *flag, char out[ZL_NO
 		snprintf(out, ZL_NODE_ID_MAX, "%s", saved);
 		return 0;
 	}
-	if (flag) {
+	if (zl_storage_ident_read(dir, &id) == 0) {
+		/* node-id lost but the identity names the node: it decides. */
+		if (flag && strcmp(flag, id.node_id)) {
+			fprintf(
+			    stderr,
+			    "zipline-storage: data dir %s belongs to node %s of cluster %s "
+			    "(%s/identity), not to --node-id %s: wrong --node-id or --data-dir? "
+			    "(refusing to start; nothing was changed) [%s]\n",
+			    dir, id.node_id, id.cluster_id, dir, flag,
+			    zl_errname(-ZL_ERR_IDENTITY));
+			return -2;
+		}
+		snprintf(saved, sizeof(saved), "%s", id.node_id);
+	} else if (flag) {
 		snprintf(saved, sizeof(saved), "%s", flag);
 	} else if (gethostname(saved, sizeof(saved)) < 0) {
 		fprintf(stderr, "zipline-storage: cannot read the hostname: pass --node-id\n");

@@ -57,6 +57,7 @@
 #define STORE_BUCKETS	  4096u
 #define STORE_OP_SLAB	  256u
 #define STORE_DRAIN_MS	  30000u
+#define STORE_GONE_CHECK_MS 1000u /* reads notice a chunk file unlinked under them */
 #define TAG_META	  1ull
 
 _Static_assert((ZL_WIRE_MAX_CHUNK / BLK + ZL_CHUNK_META_ENTRIES - 1) / ZL_CHUNK_META_ENTRIES <=
@@ -85,6 +86,7 @@ struct chunk_op {
 	int err;
 	uint64_t version;    /* WRITE/ZERO: data version given by the caller */
 	uint64_t need_round; /* metadata round that makes this op durable */
+	uint32_t *bad;	     /* scrub READ: count bad blocks here instead of failing */
 	zl_chunk_cb cb;
 	void *arg;
 	struct zl_defer defer;
@@ -103,6 +105,7 @@ struct chunk {
 	int fd;
 	uint32_t refs; /* ops holding it + metadata round in flight */
 	bool in_lru, deleted;
+	uint64_t gone_checked_ms; /* last check that the file is still linked */
 	uint32_t *crc;	    /* n_blocks: the CRC each block must match */
 	uint32_t *prev;	    /* n_blocks: its CRC before the last change */
 	uint64_t *page_ver; /* meta_pages: version recorded in each page */
@@ -119,8 +122,20 @@ struct chunk {
 	struct op_list active, waiting;
 };
 
+/* A chunk this daemon has seen a file of (listed at start, opened or
+ * created since): while it is recorded, a missing file is an error, never
+ * zeros. Only CHUNK_DELETE / VOLUME_DELETE forget it. */
+struct known {
+	struct known *next;
+	uint64_t vol, idx;
+	uint64_t version; /* last version known (0 until opened) */
+};
+
 struct zl_chunk_store {
 	char *dir; /* <data_dir>/chunks */
+	struct known *known[STORE_BUCKETS];
+	uint64_t n_known;
+	struct zl_ratelimit rl_missing;
 	struct zl_loop *loop;
 	struct io_uring ring;
 	bool ring_ok;
@@ -306,6 +321,67 @@ static struct chunk *chunk_lookup(struct zl_chunk_store *s, uint64_t vol, uint64
 	return NULL;
 }
 
+static struct known *known_find(struct zl_chunk_store *s, uint64_t vol, uint64_t idx)
+{
+	for (struct known *k = s->known[chunk_bucket(vol, idx)]; k; k = k->next)
+		if (k->vol == vol && k->idx == idx)
+			return k;
+	return NULL;
+}
+
+/* Records (vol, idx) with its version; a failed allocation only loses the
+ * missing-file check for that chunk. */
+static void known_note(struct zl_chunk_store *s, uint64_t vol, uint64_t idx, uint64_t version)
+{
+	struct known *k = known_find(s, vol, idx);
+	uint32_t b = chunk_bucket(vol, idx);
+
+	if (k) {
+		k->version = version;
+		return;
+	}
+	k = malloc(sizeof(*k));
+	if (!k)
+		return;
+	k->vol = vol;
+	k->idx = idx;
+	k->version = version;
+	k->next = s->known[b];
+	s->known[b] = k;
+	s->n_known++;
+}
+
+static void known_drop(struct zl_chunk_store *s, uint64_t vol, uint64_t idx)
+{
+	for (struct known **pp = &s->known[chunk_bucket(vol, idx)]; *pp; pp = &(*pp)->next) {
+		struct known *k = *pp;
+
+		if (k->vol == vol && k->idx == idx) {
+			*pp = k->next;
+			free(k);
+			s->n_known--;
+			return;
+		}
+	}
+}
+
+static void known_drop_vol(struct zl_chunk_store *s, uint64_t vol)
+{
+	for (uint32_t i = 0; i < STORE_BUCKETS; i++) {
+		for (struct known **pp = &s->known[i]; *pp;) {
+			struct known *k = *pp;
+
+			if (k->vol != vol) {
+				pp = &k->next;
+				continue;
+			}
+			*pp = k->next;
+			free(k);
+			s->n_known--;
+		}
+	}
+}
+
 static void lru_del(struct zl_chunk_store *s, struct chunk *c)
 {
 	if (!c->in_lru)
@@ -360,6 +436,8 @@ static void chunk_detach(struct zl_chunk_store *s, struct chunk *c)
 		*pp = c->hnext;
 	c->hnext = NULL;
 	c->deleted = true;
+	if (known_find(s, c->vol, c->idx))
+		known_note(s, c->vol, c->idx, c->version);
 	lru_del(s, c);
 	s->n_open--;
 	if (!c->refs)
@@ -914,6 +992,8 @@ static int chunk_get(struct zl_chunk_store *s, uint64_t vol, uint64_t idx, uint3
 	s->buckets[chunk_bucket(vol, idx)] = c;
 	s->n_open++;
 	c->refs = 1;
+	c->gone_checked_ms = zl_now_ms();
+	known_note(s, vol, idx, c->version);
 	store_evict(s);
 	*out = c;
 	return 0;
@@ -1311,7 +1391,11 @@ static void op_stage_done(struct chunk_op *op)
 		op_commit_prepare(op);
 		return;
 	}
-	if (op->kind == OP_READ) {
+	if (op->kind == OP_READ && op->bad) {
+		for (uint32_t b = op->b0; b < op->b1; b++)
+			if (chunk_verify(s, c, b, op->buf + (size_t)(b - op->b0) * BLK))
+				(*op->bad)++;
+	} else if (op->kind == OP_READ) {
 		for (uint32_t b = op->b0; b < op->b1 && !op->err; b++)
 			op->err = chunk_verify(s, c, b, op->buf + (size_t)(b - op->b0) * BLK);
 	} else if (op->kind == OP_ZERO && op->stage == OP_ST_SYNC) {
@@ -1378,9 +1462,59 @@ static void store_efd_cb(void *arg, uint32_t events)
 }
 
 /* Common part of read/write/zero: checks, chunk lookup, context, queueing. */
+/* A chunk file unlinked while we hold it open (an operator removed it):
+ * checked at most once a second per chunk by reads, so the next open sees
+ * the file missing. */
+static void store_check_gone(struct zl_chunk_store *s, uint64_t vol, uint64_t idx)
+{
+	struct chunk *c = chunk_lookup(s, vol, idx);
+	uint64_t now;
+	struct stat stb;
+
+	if (!c)
+		return;
+	now = zl_now_ms();
+	if (now - c->gone_checked_ms < STORE_GONE_CHECK_MS)
+		return;
+	c->gone_checked_ms = now;
+	if (fstat(c->fd, &stb) == 0 && stb.st_nlink == 0) {
+		char vid[ZL_VOL_ID_LEN + 1];
+
+		zl_vol_id_format(vol, vid);
+		ZL_LOG_ERR("storage",
+			   "chunk file removed while open: vol=%s chunk=%" PRIu64 " version=%" PRIx64
+			   " (the replica is lost; scrub repairs it from another member)",
+			   vid, idx, c->version);
+		chunk_detach(s, c);
+	}
+}
+
+/* A read of a chunk this daemon recorded whose file is gone. */
+static int store_missing(struct zl_chunk_store *s, uint64_t vol, uint64_t idx)
+{
+	struct known *k = known_find(s, vol, idx);
+	char vid[ZL_VOL_ID_LEN + 1];
+
+	if (!k)
+		return 0;
+	s->st.corruptions++;
+	s->st.last_corrupt_vol = vol;
+	s->st.last_corrupt_chunk = idx;
+	s->st.last_corrupt_block = 0;
+	if (zl_ratelimit_ok(&s->rl_missing, 5)) {
+		zl_vol_id_format(vol, vid);
+		ZL_LOG_ERR("storage",
+			   "corruption vol=%s chunk=%" PRIu64 " block=all: chunk file missing "
+			   "(version %" PRIx64 " recorded; read fails, the client reads another "
+			   "replica; `zl volume scrub` repairs it)",
+			   vid, idx, k->version);
+	}
+	return -ZL_ERR_CORRUPT;
+}
+
 static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vol, uint64_t idx,
 			uint32_t cs, uint32_t off, uint32_t len, const void *data, void *buf,
-			uint64_t version, zl_chunk_cb cb, void *arg)
+			uint32_t *bad, uint64_t version, zl_chunk_cb cb, void *arg)
 {
 	struct chunk_op *op;
 	struct chunk *c = NULL;
@@ -1392,9 +1526,18 @@ static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vo
 		return -ZL_ERR_INVAL;
 	if (!len || (uint64_t)off + len > cs || (kind != OP_ZERO && len > ZL_WIRE_MAX_IO))
 		return -ZL_ERR_RANGE;
+	if (kind == OP_READ)
+		store_check_gone(s, vol, idx);
 	rc = chunk_get(s, vol, idx, cs, kind == OP_WRITE, &c);
 	if (rc && rc != -ENOENT)
 		return rc == -ENOSPC ? -ZL_ERR_NOSPC : rc;
+	if (!c && bad)
+		return -ZL_ERR_NOT_FOUND;
+	if (!c && kind == OP_READ) {
+		rc = store_missing(s, vol, idx);
+		if (rc)
+			return rc;
+	}
 	op = op_alloc(s);
 	if (!op) {
 		if (c)
@@ -1408,6 +1551,7 @@ static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vo
 	op->b1 = (uint32_t)(((uint64_t)off + len + BLK - 1) / BLK);
 	op->data = data;
 	op->version = version;
+	op->bad = bad;
 	op->cb = cb;
 	op->arg = arg;
 	op->ch = c;
@@ -1456,21 +1600,78 @@ int zl_chunk_write(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint3
 		   uint32_t off, uint32_t len, const void *data, uint64_t version, zl_chunk_cb cb,
 		   void *arg)
 {
-	return store_submit(s, OP_WRITE, vol, chunk, chunk_size, off, len, data, NULL, version, cb,
-			    arg);
+	return store_submit(s, OP_WRITE, vol, chunk, chunk_size, off, len, data, NULL, NULL, version,
+			    cb, arg);
 }
 
 int zl_chunk_zero(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
 		  uint32_t off, uint32_t len, uint64_t version, zl_chunk_cb cb, void *arg)
 {
-	return store_submit(s, OP_ZERO, vol, chunk, chunk_size, off, len, NULL, NULL, version, cb,
-			    arg);
+	return store_submit(s, OP_ZERO, vol, chunk, chunk_size, off, len, NULL, NULL, NULL, version,
+			    cb, arg);
 }
 
 int zl_chunk_read(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
 		  uint32_t off, uint32_t len, void *buf, zl_chunk_cb cb, void *arg)
 {
-	return store_submit(s, OP_READ, vol, chunk, chunk_size, off, len, NULL, buf, 0, cb, arg);
+	return store_submit(s, OP_READ, vol, chunk, chunk_size, off, len, NULL, buf, NULL, 0, cb,
+			    arg);
+}
+
+int zl_chunk_scrub_read(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
+			uint32_t off, uint32_t len, void *buf, uint32_t *bad, zl_chunk_cb cb,
+			void *arg)
+{
+	if (!bad)
+		return -ZL_ERR_INVAL;
+	return store_submit(s, OP_READ, vol, chunk, chunk_size, off, len, NULL, buf, bad, 0, cb,
+			    arg);
+}
+
+/* The open chunk's file is not the one at its path any more (unlinked or
+ * replaced by someone else): forget the open copy. */
+static void scrub_check_open(struct zl_chunk_store *s, struct chunk *c, const struct stat *path_st)
+{
+	char vid[ZL_VOL_ID_LEN + 1];
+	struct stat stb;
+
+	if (fstat(c->fd, &stb) == 0 && stb.st_nlink && path_st && stb.st_ino == path_st->st_ino &&
+	    stb.st_dev == path_st->st_dev)
+		return;
+	zl_vol_id_format(c->vol, vid);
+	ZL_LOG_ERR("storage",
+		   "chunk file %s while open: vol=%s chunk=%" PRIu64 " version=%" PRIx64,
+		   path_st ? "replaced" : "removed", vid, c->idx, c->version);
+	chunk_detach(s, c);
+}
+
+int zl_chunk_scrub_stat(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk,
+			uint32_t chunk_size, uint64_t *version)
+{
+	char path[PATH_MAX];
+	struct chunk *c = chunk_lookup(s, vol, chunk);
+	struct known *k;
+	struct stat stb;
+	int rc = store_path(s, vol, chunk, path, sizeof(path));
+
+	*version = 0;
+	if (rc)
+		return rc;
+	if (stat(path, &stb) < 0) {
+		if (errno != ENOENT)
+			return -errno;
+		if (c)
+			scrub_check_open(s, c, NULL);
+		k = known_find(s, vol, chunk);
+		if (!k)
+			return ZL_CHUNK_ABSENT;
+		*version = k->version;
+		return ZL_CHUNK_MISSING;
+	}
+	if (c)
+		scrub_check_open(s, c, &stb);
+	rc = zl_chunk_version(s, vol, chunk, chunk_size, version);
+	return rc ? rc : ZL_CHUNK_PRESENT;
 }
 
 int zl_chunk_version(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
@@ -1561,6 +1762,7 @@ int zl_chunk_delete(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk)
 		return rc;
 	if (c)
 		chunk_detach(s, c);
+	known_drop(s, vol, chunk);
 	if (unlink(path) < 0 && errno != ENOENT)
 		return -errno;
 	return 0;
@@ -1585,6 +1787,7 @@ int zl_chunk_volume_delete(struct zl_chunk_store *s, uint64_t vol, uint64_t *rem
 				chunk_detach(s, c);
 		}
 	}
+	known_drop_vol(s, vol);
 	d = opendir(dir);
 	if (!d)
 		return errno == ENOENT ? 0 : -errno;
@@ -1631,6 +1834,40 @@ int zl_chunk_volume_foreach(struct zl_chunk_store *s, int (*fn)(void *arg, uint6
 }
 
 /* ---- store lifecycle ---- */
+
+/* Records every chunk file under chunks/ (names only: no file is opened). */
+static void store_known_scan(struct zl_chunk_store *s)
+{
+	char dir[PATH_MAX];
+	struct dirent *de, *fe;
+	DIR *d = opendir(s->dir), *vd;
+
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		uint64_t vol;
+
+		if (zl_vol_id_parse(de->d_name, &vol))
+			continue;
+		snprintf(dir, sizeof(dir), "%s/%s", s->dir, de->d_name);
+		vd = opendir(dir);
+		if (!vd)
+			continue;
+		while ((fe = readdir(vd))) {
+			unsigned long long idx;
+			char tail[8];
+
+			if (strlen(fe->d_name) != 20 ||
+			    sscanf(fe->d_name, "%16llx%7s", &idx, tail) != 2 || strcmp(tail, ".zlc"))
+				continue;
+			known_note(s, vol, idx, 0);
+		}
+		closedir(vd);
+	}
+	closedir(d);
+	ZL_LOG_INFO("storage", "chunk files recorded: %" PRIu64 " (a missing one reads as an error)",
+		    s->n_known);
+}
 
 int zl_chunk_store_create(const struct zl_chunk_store_opts *opts, struct zl_chunk_store **out)
 {
@@ -1680,6 +1917,7 @@ int zl_chunk_store_create(const struct zl_chunk_store_opts *opts, struct zl_chun
 	s->ring_ok = true;
 	/* Logged; files left over are converted when first opened. */
 	(void)store_convert_all(s);
+	store_known_scan(s);
 	s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (s->efd < 0) {
 		rc = -errno;
@@ -1741,6 +1979,14 @@ void zl_chunk_store_destroy(struct zl_chunk_store *s)
 
 			s->buckets[i] = c->hnext;
 			chunk_free(s, c);
+		}
+	}
+	for (uint32_t i = 0; i < STORE_BUCKETS; i++) {
+		while (s->known[i]) {
+			struct known *k = s->known[i];
+
+			s->known[i] = k->next;
+			free(k);
 		}
 	}
 	if (s->ring_ok)

@@ -160,10 +160,43 @@ int zl_chunk_version(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uin
 
 /* Reads [off, off+len) into buf, a 4 KiB aligned buffer of at least
  * zl_chunk_read_span(off, len) bytes; on success the data starts at
- * buf + (off % 4096). Every covered block is verified. A missing chunk reads
- * as zeros. Returns as zl_chunk_write. */
+ * buf + (off % 4096). Every covered block is verified. A chunk that was
+ * never written reads as zeros; one whose file went missing (see "scrub"
+ * below) fails with -ZL_ERR_CORRUPT, synchronously. Returns as
+ * zl_chunk_write. */
 int zl_chunk_read(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
 		  uint32_t off, uint32_t len, void *buf, zl_chunk_cb cb, void *arg);
+
+/* ---- scrub (storage_scrub.c) ----
+ *
+ * The store records every chunk it has seen a file of (listed at start,
+ * opened or created since; forgotten only by zl_chunk_delete and
+ * zl_chunk_volume_delete). A recorded chunk whose file is gone is missing:
+ * zl_chunk_read fails with -ZL_ERR_CORRUPT (logged), never zeros. A file
+ * unlinked while the store holds it open is noticed by reads within a
+ * second and by zl_chunk_scrub_stat at once. */
+
+enum zl_chunk_scrub_state {
+	ZL_CHUNK_ABSENT = 0,  /* no file, never recorded: nothing held */
+	ZL_CHUNK_PRESENT = 1, /* the file is there */
+	ZL_CHUNK_MISSING = 2, /* recorded, file gone: every block lost */
+};
+
+/* What the store holds of a chunk: a zl_chunk_scrub_state, *version its
+ * version (PRESENT) or the last one recorded (MISSING, 0 if never opened).
+ * Blocking (stat, and opens the chunk like zl_chunk_version). Returns the
+ * state or a negative error. */
+int zl_chunk_scrub_stat(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk,
+			uint32_t chunk_size, uint64_t *version);
+
+/* zl_chunk_read for scrub: every block is verified, and *bad grows by the
+ * number of blocks matching neither crc nor prev_crc (each logged) instead
+ * of failing the read; buf then holds what the disk holds. Returns 0 (cb
+ * runs once), -ZL_ERR_NOT_FOUND when there is no file (cb does not run), or
+ * as zl_chunk_read. */
+int zl_chunk_scrub_read(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
+			uint32_t off, uint32_t len, void *buf, uint32_t *bad, zl_chunk_cb cb,
+			void *arg);
 
 /* fdatasync of every open chunk of vol (async). Returns as zl_chunk_write. */
 int zl_chunk_flush(struct zl_chunk_store *s, uint64_t vol, zl_chunk_cb cb, void *arg);

@@ -17,11 +17,15 @@
 #define NODE_LEASE_TTL	  10
 #define NODE_KEEPALIVE_MS 3000
 #define NODE_REFRESH_MS	  10000
+#define NODE_TICK_MS	  1000
+#define NODE_STATUS_MS	  2000
 
 struct zl_storage_node {
 	struct zl_storage_cfg cfg;
 	struct zl_etcd *etcd;
 	struct zl_node_info info;
+	struct zl_storage_status *status; /* NULL: publish none */
+	bool status_force;		  /* the lease changed: put it again */
 	int64_t lease;
 	pthread_t thread;
 	bool thread_started;
@@ -67,13 +71,29 @@ static int node_register(struct zl_storage_node *n)
 		return rc;
 	}
 	n->lease = lease;
+	n->status_force = true;
 	return 0;
+}
+
+/* Puts status/<id> on the node's lease when the snapshot changed. */
+static void node_status_put(struct zl_storage_node *n)
+{
+	struct zl_node_status ns;
+	int rc;
+
+	if (!n->status || !n->lease ||
+	    !zl_storage_status_take(n->status, n->cfg.node_id, n->status_force, &ns))
+		return;
+	rc = zl_meta_status_put(n->etcd, n->cfg.prefix, &ns, n->lease);
+	n->status_force = rc != 0;
+	if (rc)
+		ZL_LOG_DEBUG("storage", "putting recovery status failed: err=%s", zl_errname(rc));
 }
 
 static void *node_thread(void *arg)
 {
 	struct zl_storage_node *n = arg;
-	uint64_t last_refresh = zl_now_ms();
+	uint64_t last_refresh = zl_now_ms(), last_alive = last_refresh, last_status = 0;
 	bool ok = true;
 
 	pthread_mutex_lock(&n->mu);
@@ -83,11 +103,20 @@ static void *node_thread(void *arg)
 		int rc;
 
 		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_sec += NODE_KEEPALIVE_MS / 1000;
+		ts.tv_sec += NODE_TICK_MS / 1000;
 		pthread_cond_timedwait(&n->cv, &n->mu, &ts);
 		if (n->stop)
 			break;
 		pthread_mutex_unlock(&n->mu);
+		if (zl_now_ms() - last_status >= NODE_STATUS_MS) {
+			node_status_put(n);
+			last_status = zl_now_ms();
+		}
+		if (zl_now_ms() - last_alive < NODE_KEEPALIVE_MS) {
+			pthread_mutex_lock(&n->mu);
+			continue;
+		}
+		last_alive = zl_now_ms();
 
 		rc =
 		    n->lease ? zl_etcd_lease_keepalive(n->etcd, n->lease, &ttl) : -ZL_ERR_NOT_FOUND;
@@ -125,7 +154,7 @@ static void *node_thread(void *arg)
 }
 
 int zl_storage_node_start(const struct zl_storage_cfg *cfg, uint16_t port, uint16_t rdma_port,
-			  struct zl_storage_node **out)
+			  struct zl_storage_status *status, struct zl_storage_node **out)
 {
 	struct zl_etcd_opts eo;
 	struct zl_storage_node *n = calloc(1, sizeof(*n));
@@ -136,6 +165,7 @@ int zl_storage_node_start(const struct zl_storage_cfg *cfg, uint16_t port, uint1
 	if (!n)
 		return -ENOMEM;
 	n->cfg = *cfg;
+	n->status = status;
 	pthread_mutex_init(&n->mu, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -156,6 +186,8 @@ int zl_storage_node_start(const struct zl_storage_cfg *cfg, uint16_t port, uint1
 	n->info.capacity = cfg->capacity ? cfg->capacity : cap;
 	n->info.start_time = zl_wall_sec();
 	snprintf(n->info.version, sizeof(n->info.version), "%s", ZL_VERSION_STRING);
+	memcpy(n->info.cluster_id, cfg->cluster_id, sizeof(n->info.cluster_id));
+	memcpy(n->info.incarnation, cfg->incarnation, sizeof(n->info.incarnation));
 	rc = node_register(n);
 	if (rc)
 		goto out_free;
@@ -167,9 +199,9 @@ int zl_storage_node_start(const struct zl_storage_cfg *cfg, uint16_t port, uint1
 	n->thread_started = true;
 	ZL_LOG_INFO("storage",
 		    "registered node=%s addr=%s:%u rdma_port=%u transports=%s domain=\"%s\" "
-		    "capacity=%" PRIu64 " lease=%" PRIx64,
+		    "capacity=%" PRIu64 " lease=%" PRIx64 " incarnation=%s",
 		    cfg->node_id, cfg->advertise, port, rdma_port, n->info.transports, cfg->domain,
-		    n->info.capacity, (uint64_t)n->lease);
+		    n->info.capacity, (uint64_t)n->lease, n->info.incarnation);
 	*out = n;
 	return 0;
 

@@ -1,8 +1,11 @@
-/* Healing side of a storage daemon (--heal=on; docs/REPLICATION.md §3,
+/* Healing side of a storage daemon (--heal=on; docs/REPLICATION.md §3-4,
  * contract rules S2 and S3): data versions of the slices this node is
  * primary of, which members' chunk copies are known complete, failure
  * reports, and the recovery task that copies to RECOVERING members every
- * chunk whose version is below the primary's, then reports "CAUGHT_UP".
+ * chunk whose version differs from the primary's (older, missing, or newer:
+ * a write the old primary applied but never acknowledged, rolled back with
+ * CHUNK_PUSH subop ZL_PUSH_REPLACE), then reports "CAUGHT_UP". Recovery of
+ * a slice starts only once its primary has peered (storage_peer.c).
  *
  * A recovery job (struct heal_member), one per (volume, slice, member) the
  * primary tracks, runs passes on the loop thread, off the I/O fast path:
@@ -69,7 +72,7 @@ struct heal_member {
 	uint64_t cursor;  /* LIST: next chunk to ask about; SCAN: next local index */
 	uint64_t cur_chunk, cur_ver;
 	uint32_t cur_off;
-	uint32_t pass_pushed, pass_newer;
+	uint32_t pass_pushed, pass_skipped;
 	uint64_t started_ms; /* first pass since it became RECOVERING */
 	uint64_t bytes, chunks;
 	uint64_t done_ver;
@@ -205,26 +208,44 @@ static void member_forget(struct heal_member *m)
 
 /* ---- versions (S2) ---- */
 
+static struct heal_seq *seq_get(struct zl_storage_heal *h, uint64_t vol, uint32_t slice)
+{
+	struct heal_seq *q;
+
+	for (q = h->seqs; q; q = q->next)
+		if (q->vol == vol && q->slice == slice)
+			return q;
+	q = calloc(1, sizeof(*q));
+	if (!q)
+		return NULL;
+	q->vol = vol;
+	q->slice = slice;
+	q->next = h->seqs;
+	h->seqs = q;
+	return q;
+}
+
+void zl_storage_heal_seq_set(struct zl_storage *st, uint64_t vol, uint32_t slice, uint32_t term,
+			     uint32_t seq)
+{
+	struct heal_seq *q = seq_get(st->heal, vol, slice);
+
+	if (!q)
+		return; /* zl_storage_heal_version_next scans the chunks instead */
+	q->term = term;
+	q->seq = seq;
+}
+
 int zl_storage_heal_version_next(struct zl_storage *st, const struct zl_volume *v,
 				 uint32_t slice, uint64_t *ver)
 {
 	struct zl_storage_heal *h = st->heal;
 	const struct zl_slice *s = &v->slices[slice];
 	uint32_t term = s->term ? s->term : 1;
-	struct heal_seq *q;
+	struct heal_seq *q = seq_get(h, v->num, slice);
 
-	for (q = h->seqs; q; q = q->next)
-		if (q->vol == v->num && q->slice == slice)
-			break;
-	if (!q) {
-		q = calloc(1, sizeof(*q));
-		if (!q)
-			return -ENOMEM;
-		q->vol = v->num;
-		q->slice = slice;
-		q->next = h->seqs;
-		h->seqs = q;
-	}
+	if (!q)
+		return -ENOMEM;
 	if (q->term != term) {
 		/* Becoming primary in this term: restart above what the slice's
 		 * chunks already hold of it (a restart in the same term). */
@@ -472,7 +493,7 @@ static void heal_pass_start(struct heal_member *m, uint64_t row_ver)
 	memset(m->mver, 0, (m->n_local + 1) * sizeof(uint64_t));
 	m->row_ver = row_ver;
 	m->cursor = 0;
-	m->pass_pushed = m->pass_newer = 0;
+	m->pass_pushed = m->pass_skipped = 0;
 	m->phase = HP_LIST;
 	heal_list_send(m);
 }
@@ -504,7 +525,9 @@ static void heal_push_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 	if (!status)
 		status = zl_wire_status_to_err(rep->status);
 	if (status == -ZL_ERR_CONFLICT) {
-		/* The member's copy is not older after all: leave it. */
+		/* The member's copy changed under the copy (or equals ours now):
+		 * left for the next pass. */
+		m->pass_skipped++;
 		m->cursor++;
 		m->phase = HP_SCAN;
 		zl_loop_defer(m->h->st->loop, &m->d, heal_scan, m);
@@ -547,6 +570,7 @@ static void heal_read_cb(void *arg, int status)
 	m->hdr.length = len;
 	m->hdr.slice_ver = m->row_ver;
 	m->hdr.aux = m->cur_ver;
+	m->hdr.subop = ZL_PUSH_REPLACE;
 	m->phase = HP_PUSH;
 	rc = zl_storage_peer_request(st->peers, m->node, &m->hdr, m->pbuf, len, NULL, 0,
 				     heal_push_cb, m);
@@ -601,12 +625,9 @@ static void heal_pass_end(struct heal_member *m)
 		heal_pass_start(m, s->version);
 		return;
 	}
-	if (m->pass_newer) {
-		/* Without peering (S4) a primary cannot take a newer copy. */
-		ZL_LOG_ERR("storage",
-			   "recovering member holds chunks newer than the primary: vol=%016" PRIx64
-			   " slice=%u member=%s chunks=%u (not reported caught up)",
-			   m->vol, m->slice, m->node, m->pass_newer);
+	if (m->pass_skipped) {
+		/* A copy the member refused (its copy changed meanwhile): the
+		 * next tick starts another pass. */
 		m->phase = HP_IDLE;
 		return;
 	}
@@ -640,17 +661,22 @@ static void heal_scan(void *arg)
 			heal_pass_fail(m, "chunk version", rc);
 			return;
 		}
-		if (zl_storage_push_applies(m->mver[m->cursor], own)) {
+		if (m->mver[m->cursor] != own) {
+			/* Older, missing or newer than ours: the member gets our
+			 * copy (ZL_PUSH_REPLACE: a newer one is rolled back). */
+			if (m->mver[m->cursor] > own)
+				ZL_LOG_INFO("storage",
+					    "recovery rolls back a newer copy: vol=%016" PRIx64
+					    " chunk=%" PRIu64 " member=%s member_version=%" PRIx64
+					    " primary_version=%" PRIx64,
+					    m->vol, chunk, m->node, m->mver[m->cursor], own);
 			m->cur_chunk = chunk;
 			m->cur_ver = own; /* read before the data: the copy is never labelled newer */
 			m->cur_off = 0;
 			heal_piece_read(m);
 			return;
 		}
-		if (own == m->mver[m->cursor])
-			bit_put(m->clean, m->cursor, true);
-		else
-			m->pass_newer++;
+		bit_put(m->clean, m->cursor, true);
 		m->cursor++;
 	}
 	if (m->cursor < m->n_local) {
@@ -668,6 +694,10 @@ static void heal_slice(struct zl_storage_heal *h, const struct zl_volume *v, uin
 	int me = zl_slice_index_of(s, st->cfg.node_id);
 	bool primary = me >= 0 && me == zl_slice_primary(s);
 
+	/* A primary copies nothing before it peered: its own copies may be
+	 * behind the winning ones. */
+	if (primary && zl_storage_peer_ready(st, v, slice))
+		return;
 	for (int i = 0; i < s->n && i < ZL_MAX_REPLICAS; i++) {
 		struct heal_member *m = member_find(h, v->num, slice, s->nodes[i]);
 		enum zl_member_state ms = zl_slice_member_state(s, i);
@@ -747,6 +777,10 @@ int zl_storage_heal_start(struct zl_storage *st)
 	if (!h)
 		return -ENOMEM;
 	h->st = st;
+	if (zl_storage_peer_create(st)) {
+		free(h);
+		return -ENOMEM;
+	}
 	st->heal = h;
 	zl_timer_start(st->loop, &h->tick, HEAL_TICK_MS, HEAL_TICK_MS, heal_tick, h);
 	ZL_LOG_INFO("storage", "healing on: repl_wait_ms=%u recovery_mbps=%u", st->cfg.repl_wait_ms,
@@ -761,6 +795,7 @@ void zl_storage_heal_stop(struct zl_storage *st)
 	if (!h)
 		return;
 	h->stopping = true;
+	zl_storage_peer_stop(st);
 	zl_timer_stop(st->loop, &h->tick);
 	for (struct heal_member *m = h->members; m; m = m->next) {
 		zl_timer_stop(st->loop, &m->t);
@@ -790,4 +825,25 @@ void zl_storage_heal_destroy(struct zl_storage *st)
 	free(h->vols);
 	free(h);
 	st->heal = NULL;
+	zl_storage_peer_destroy(st);
+}
+
+/* ---- progress, for zl status (storage_status.c) ---- */
+
+void zl_storage_heal_progress(struct zl_storage *st, struct zl_storage_heal_progress *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (!st->heal)
+		return;
+	for (struct heal_member *m = st->heal->members; m; m = m->next) {
+		uint64_t clean = 0;
+
+		out->bytes_done += m->bytes;
+		if (!member_busy(m))
+			continue;
+		for (uint64_t w = 0; w < (m->n_local + 63) / 64; w++)
+			clean += (uint64_t)__builtin_popcountll(m->clean[w]);
+		out->members++;
+		out->bytes_left += (m->n_local - ZL_MIN(clean, m->n_local)) * m->chunk_size;
+	}
 }

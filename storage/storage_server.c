@@ -9,7 +9,13 @@
  * anyone: a failed member gets a failure report, and a write whose IN_SYNC
  * backup failed is parked until the row no longer counts that member IN_SYNC
  * (the manager's answer), bounded by --repl-wait. CHUNK_VERSIONS and
- * CHUNK_PUSH serve the recovery of storage_recover.c.
+ * CHUNK_PUSH serve the recovery of storage_recover.c and the peering of
+ * storage_peer.c. Client I/O is served by the row's primary only (a READ
+ * elsewhere: ZL_ERR_NOT_PRIMARY), and only once it peered in the row's
+ * term: before that a request is held up to HOLD_MAX_MS, then answered
+ * ZL_ERR_PEERING (the client retries). READ with ZL_WF_ANY is served by any
+ * node that knows the volume, from its own copy, with the copy's chunk
+ * version in the reply's aux (peering's pulls, scrub, verify).
  *
  * Request state (struct storage_req), one per request that outlives
  * on_request:
@@ -17,6 +23,7 @@
  *   exec     local chunk I/O and forwarded REPL_WRITEs in flight (pending)
  *   finish   all done: drop failed backups (blocking etcd), reply
  *   parked   (heal) waiting on st->parked for a row change, then reply
+ *   held     (heal) waiting on st->held for its slice to peer, then exec
  *   sent     READ/HELLO data being sent; freed by the sent callback
  */
 #include <errno.h>
@@ -50,7 +57,8 @@ struct storage_req {
 	uint32_t pending;
 	int local_err;
 	uint64_t dver;	      /* data version of this write (heal), 0 without */
-	uint64_t deadline_ms; /* parked: when to give up */
+	uint64_t deadline_ms; /* parked / held: when to give up */
+	bool held;	      /* waits for peering before it runs */
 	struct storage_req *park_next;
 	uint8_t n_bk;
 	struct storage_bk bk[ZL_MAX_REPLICAS - 1];
@@ -147,6 +155,11 @@ static int srv_check(struct zl_storage *st, const struct zl_wire_hdr *h, uint32_
 	if (h->chunk >= n_chunks || (uint64_t)h->offset + h->length > sv->v.chunk_size)
 		return -ZL_ERR_RANGE;
 	*slice = zl_volume_slice_of(&sv->v, h->chunk);
+	if (h->opcode == ZL_OP_READ && (h->flags & ZL_WF_ANY)) {
+		/* Any node's own copy, whatever its role: no row checks. */
+		*ver = sv->v.slices[*slice].version;
+		return 0;
+	}
 	if (h->slice_ver > sv->v.slices[*slice].version) {
 		rc = zl_storage_vol_reload(st->vols, h->vol_id, &sv);
 		if (rc)
@@ -156,16 +169,27 @@ static int srv_check(struct zl_storage *st, const struct zl_wire_hdr *h, uint32_
 	}
 	s = &sv->v.slices[*slice];
 	*ver = s->version;
-	if (h->slice_ver != s->version || h->epoch < sv->max_epoch)
+	if (h->slice_ver != s->version)
 		return -ZL_ERR_STALE;
-	sv->max_epoch = h->epoch;
+	/* The attach epoch fences clients; a primary's copy carries none. */
+	if (h->opcode != ZL_OP_CHUNK_PUSH) {
+		if (h->epoch < sv->max_epoch)
+			return -ZL_ERR_STALE;
+		sv->max_epoch = h->epoch;
+	}
 	me = zl_slice_index_of(s, st->cfg.node_id);
 	prim = zl_slice_primary(s);
+	if (me >= 0 && !zl_storage_ident_member_ok(st, s, me))
+		return -ZL_ERR_NOT_INSYNC; /* the row names a data dir of ours that is gone */
 	if (st->heal)
 		zl_storage_heal_note_vol(st, h->vol_id);
 	switch (h->opcode) {
 	case ZL_OP_READ:
-		return me >= 0 && s->in_sync[me] ? 0 : -ZL_ERR_NOT_INSYNC;
+		if (!st->heal)
+			return me >= 0 && s->in_sync[me] ? 0 : -ZL_ERR_NOT_INSYNC;
+		if (me < 0 || me != prim)
+			return -ZL_ERR_NOT_PRIMARY;
+		return zl_storage_peer_ready(st, &sv->v, *slice);
 	case ZL_OP_REPL_WRITE:
 		/* heal: a RECOVERING member gets every new write too (S1). */
 		if (st->heal && me >= 0 && me != prim &&
@@ -175,7 +199,9 @@ static int srv_check(struct zl_storage *st, const struct zl_wire_hdr *h, uint32_
 	case ZL_OP_CHUNK_PUSH:
 		return st->heal && me >= 0 && me != prim ? 0 : -ZL_ERR_NOT_INSYNC;
 	default:
-		return me >= 0 && me == prim ? 0 : -ZL_ERR_NOT_PRIMARY;
+		if (me < 0 || me != prim)
+			return -ZL_ERR_NOT_PRIMARY;
+		return st->heal ? zl_storage_peer_ready(st, &sv->v, *slice) : 0;
 	}
 }
 
@@ -246,7 +272,8 @@ static void srv_write_finish(struct storage_req *r)
 /* Acknowledges r when the row allows it: every member whose forward failed
  * while IN_SYNC is no longer IN_SYNC, and the IN_SYNC members holding the
  * write (this primary included) reach min_size. Gives up with
- * ZL_ERR_UNAVAIL at the deadline, ZL_ERR_STALE when this node is no longer
+ * ZL_ERR_UNAVAIL at the deadline (ZL_ERR_MIN_SIZE when only min_size is
+ * missing), ZL_ERR_STALE when this node is no longer
  * the primary. True when r was answered (and freed). */
 static bool srv_heal_try_ack(struct storage_req *r)
 {
@@ -292,7 +319,7 @@ static bool srv_heal_try_ack(struct storage_req *r)
 			   waiting ? " (a failed member is still IN_SYNC in the row: is the "
 				     "manager running?)"
 				   : "");
-		req_reply_free(r, -ZL_ERR_UNAVAIL, s->version);
+		req_reply_free(r, waiting ? -ZL_ERR_UNAVAIL : -ZL_ERR_MIN_SIZE, s->version);
 		return true;
 	}
 	return false;
@@ -376,38 +403,56 @@ static void srv_bk_done(void *arg, int status, const struct zl_wire_hdr *rep)
 }
 
 static void srv_simple_done(void *arg, int status);
+static void srv_hold(struct storage_req *r);
+static int srv_plan(struct storage_req *r);
 
-static bool buf_is_zero(const uint8_t *p, uint32_t len)
+/* Whether this node is not IN_SYNC in the row of r (a REPLACE may roll its
+ * copy back). */
+static bool srv_push_may_replace(struct storage_req *r)
 {
-	for (uint32_t i = 0; i < len; i++)
-		if (p[i])
-			return false;
-	return true;
+	struct zl_storage_vol *sv;
+	const struct zl_slice *s;
+	int me;
+
+	if (r->req.subop != ZL_PUSH_REPLACE ||
+	    zl_storage_vol_get(r->st->vols, r->req.vol_id, &sv) || r->slice >= sv->v.n_slices)
+		return false;
+	s = &sv->v.slices[r->slice];
+	me = zl_slice_index_of(s, r->st->cfg.node_id);
+	return me >= 0 && zl_slice_member_state(s, me) != ZL_MEMBER_IN_SYNC;
 }
 
-/* CHUNK_PUSH on a recovering member: applied only while our copy is older
- * than the pushed version (never over a newer write); the piece ending the
- * chunk stores the version. Zero pieces before it are zeroed (sparse). */
+/* CHUNK_PUSH on a member: applied only while our copy is older than the
+ * pushed version (never over a newer write), or, with ZL_PUSH_REPLACE to a
+ * member that is not IN_SYNC, whenever the versions differ: a newer copy
+ * (never acknowledged) is removed on the first piece, as the chunk's version
+ * only grows. The piece ending the chunk stores the version; zero pieces
+ * before it are zeroed (sparse). */
 static void srv_push_exec(struct storage_req *r)
 {
 	struct zl_storage *st = r->st;
 	const struct zl_wire_hdr *h = &r->req;
-	uint64_t own = 0, ver;
+	bool replace = srv_push_may_replace(r);
+	uint64_t own = 0;
 	int rc = zl_chunk_version(st->chunks, h->vol_id, h->chunk, r->chunk_size, &own);
 
-	if (!rc && !zl_storage_push_applies(own, h->aux))
+	if (!rc && !zl_storage_push_accepts(own, h->aux, replace))
 		rc = -ZL_ERR_CONFLICT;
-	if (rc) {
-		req_reply_free(r, rc, r->seen_ver);
-		return;
+	if (!rc && own > h->aux) {
+		/* replace only. A later piece over a newer copy: its first piece
+		 * did not remove it; the primary copies the chunk again. */
+		rc =
+		    h->offset ? -ZL_ERR_CONFLICT : zl_chunk_delete(st->chunks, h->vol_id, h->chunk);
+		if (!rc)
+			ZL_LOG_INFO("storage",
+				    "newer copy rolled back to the primary's: vol=%016" PRIx64
+				    " chunk=%" PRIu64 " version=%" PRIx64
+				    " primary_version=%" PRIx64,
+				    h->vol_id, h->chunk, own, h->aux);
 	}
-	ver = zl_storage_push_piece_version(h->offset, h->length, r->chunk_size, h->aux);
-	if (!ver && buf_is_zero(r->buf, h->length))
-		rc = zl_chunk_zero(st->chunks, h->vol_id, h->chunk, r->chunk_size, h->offset,
-				   h->length, 0, srv_simple_done, r);
-	else
-		rc = zl_chunk_write(st->chunks, h->vol_id, h->chunk, r->chunk_size, h->offset,
-				    h->length, r->buf, ver, srv_simple_done, r);
+	if (!rc)
+		rc = zl_storage_chunk_apply(st, h->vol_id, h->chunk, r->chunk_size, h->offset,
+					    h->length, r->buf, h->aux, srv_simple_done, r);
 	if (rc)
 		req_reply_free(r, rc, r->seen_ver);
 }
@@ -423,6 +468,10 @@ static void srv_exec(struct storage_req *r)
 	 * --heal=on, REPLICATION.md §1. */
 	if (r->op == ZL_OP_CHUNK_PUSH) {
 		srv_push_exec(r);
+		return;
+	}
+	if (r->held) {
+		srv_hold(r);
 		return;
 	}
 	if (r->op == ZL_OP_WRITE)
@@ -513,6 +562,7 @@ static void srv_read_done(void *arg, int status)
 	}
 	zl_wire_reply_init(&r->req, &rep, 0);
 	rep.slice_ver = r->seen_ver;
+	rep.aux = r->dver; /* ZL_WF_ANY: the copy's chunk version, else 0 */
 	rep.payload_len = r->req.length;
 	if (zl_xport_reply(r->conn, &rep, r->buf + r->req.offset % ZL_BLOCK_SIZE, r->req.length,
 			   req_sent_cb, r))
@@ -528,6 +578,164 @@ static void srv_simple_done(void *arg, int status)
 
 /* ---- dispatch ---- */
 
+/* Starts the chunk read of r (a READ past its checks). */
+static void srv_read_start(struct storage_req *r)
+{
+	struct zl_storage *st = r->st;
+	const struct zl_wire_hdr *h = &r->req;
+	int rc = 0;
+
+	if (h->flags & ZL_WF_ANY)
+		/* Read before the data: the copy is never labelled newer. */
+		rc = zl_chunk_version(st->chunks, h->vol_id, h->chunk, r->chunk_size, &r->dver);
+	r->buf =
+	    rc ? NULL : zl_xport_buf_alloc(st->xport, zl_chunk_read_span(h->offset, h->length));
+	if (!rc)
+		rc = r->buf ? zl_chunk_read(st->chunks, h->vol_id, h->chunk, r->chunk_size,
+					    h->offset, h->length, r->buf, srv_read_done, r)
+			    : -ENOMEM;
+	if (rc)
+		req_reply_free(r, rc == -ENOMEM ? -ZL_ERR_BUSY : rc, r->seen_ver);
+}
+
+/* A client write on its primary: its data version (heal) and the members
+ * it is forwarded to. 0 or an error (r not answered). */
+static int srv_plan(struct storage_req *r)
+{
+	struct zl_storage *st = r->st;
+	const struct zl_wire_hdr *h = &r->req;
+	struct zl_storage_vol *sv;
+	const struct zl_slice *s;
+	int rc;
+
+	/* srv_check just loaded it: this does not block. */
+	if (zl_storage_vol_get(st->vols, h->vol_id, &sv))
+		return 0;
+	s = &sv->v.slices[r->slice];
+	if (st->heal) {
+		rc = zl_storage_heal_version_next(st, &sv->v, r->slice, &r->dver);
+		if (rc)
+			return rc;
+	}
+	r->n_bk = 0;
+	for (uint8_t i = 0; i < s->n && i < ZL_MAX_REPLICAS; i++) {
+		enum zl_member_state ms = zl_slice_member_state(s, i);
+		struct storage_bk *bk = &r->bk[r->n_bk];
+
+		if (!strcmp(s->nodes[i], st->cfg.node_id) || r->n_bk >= ZL_MAX_REPLICAS - 1)
+			continue;
+		if (st->heal ? ms == ZL_MEMBER_OUT : !s->in_sync[i])
+			continue;
+		snprintf(bk->node, ZL_NODE_ID_MAX, "%s", s->nodes[i]);
+		bk->in_sync = ms == ZL_MEMBER_IN_SYNC;
+		if (st->heal)
+			bk->dver = zl_storage_heal_fwd_version(st, &sv->v, r->slice, s->nodes[i],
+							       ms, h->chunk, r->dver);
+		r->n_bk++;
+	}
+	return 0;
+}
+
+/* ---- requests held while their slice peers (heal) ---- */
+
+#define HOLD_CHECK_MS 10
+#define HOLD_MAX_MS   5000
+
+static void srv_flush(struct storage_req *r)
+{
+	int rc = zl_chunk_flush(r->st->chunks, r->req.vol_id, srv_simple_done, r);
+
+	if (rc)
+		req_reply_free(r, rc, 0);
+}
+
+/* The checks of r again: 0 (go on), -ZL_ERR_PEERING, or another error. */
+static int srv_recheck(struct storage_req *r)
+{
+	struct zl_storage *st = r->st;
+	struct zl_storage_vol *sv;
+	uint32_t slice, cs;
+	uint64_t ver;
+	int rc;
+
+	if (r->req.opcode == ZL_OP_FLUSH) {
+		rc = zl_storage_vol_get(st->vols, r->req.vol_id, &sv);
+		if (!rc && r->req.epoch < sv->max_epoch)
+			rc = -ZL_ERR_STALE;
+		return rc ? rc : zl_storage_peer_vol_ready(st, &sv->v);
+	}
+	rc = srv_check(st, &r->req, &slice, &ver, &cs);
+	r->seen_ver = ver;
+	if (!rc && slice != r->slice)
+		rc = -ZL_ERR_STALE;
+	return rc;
+}
+
+/* r passed its checks after waiting: run it. */
+static void srv_resume(struct storage_req *r)
+{
+	int rc;
+
+	r->held = false;
+	switch (r->req.opcode) {
+	case ZL_OP_FLUSH:
+		srv_flush(r);
+		return;
+	case ZL_OP_READ:
+		srv_read_start(r);
+		return;
+	default:
+		rc = srv_plan(r);
+		if (rc)
+			req_reply_free(r, rc, r->seen_ver);
+		else
+			srv_exec(r);
+	}
+}
+
+static void srv_held_check(void *arg)
+{
+	struct zl_storage *st = arg;
+	struct storage_req *list = st->held, **tail = &st->held;
+
+	/* Resumed requests may be held again: work on a detached list. */
+	st->held = NULL;
+	while (list) {
+		struct storage_req *r = list;
+		int rc = srv_recheck(r);
+
+		list = r->park_next;
+		if (!rc) {
+			srv_resume(r);
+			continue;
+		}
+		if (rc != -ZL_ERR_PEERING || zl_now_ms() >= r->deadline_ms) {
+			req_reply_free(r, rc, r->seen_ver);
+			continue;
+		}
+		while (*tail)
+			tail = &(*tail)->park_next;
+		r->park_next = NULL;
+		*tail = r;
+	}
+	if (!st->held)
+		zl_timer_stop(st->loop, &st->held_t);
+}
+
+/* Holds r until its slice peered (srv_held_check), HOLD_MAX_MS at most. */
+static void srv_hold(struct storage_req *r)
+{
+	struct zl_storage *st = r->st;
+
+	if (!r->deadline_ms)
+		r->deadline_ms = zl_now_ms() + HOLD_MAX_MS;
+	r->park_next = st->held;
+	st->held = r;
+	zl_timer_start(st->loop, &st->held_t, HOLD_CHECK_MS, HOLD_CHECK_MS, srv_held_check, st);
+}
+
+/* ---- dispatch ---- */
+
 static void srv_data(struct zl_storage *st, struct zl_xport_conn *c, const struct zl_wire_hdr *h,
 		     struct zl_xport_payload *p)
 {
@@ -535,8 +743,10 @@ static void srv_data(struct zl_storage *st, struct zl_xport_conn *c, const struc
 	uint32_t slice = 0, cs = 0;
 	uint64_t ver;
 	int rc = srv_check(st, h, &slice, &ver, &cs);
+	/* Client I/O of a slice that is peering waits for it (bounded). */
+	bool hold = rc == -ZL_ERR_PEERING;
 
-	if (rc)
+	if (rc && !hold)
 		goto out_reply;
 	r = req_alloc(st, c, h);
 	if (!r) {
@@ -546,49 +756,23 @@ static void srv_data(struct zl_storage *st, struct zl_xport_conn *c, const struc
 	r->slice = slice;
 	r->seen_ver = ver;
 	r->chunk_size = cs;
+	r->held = hold;
 	if (h->opcode == ZL_OP_READ) {
 		if (h->payload_len)
 			zl_xport_discard(p);
-		r->buf = zl_xport_buf_alloc(st->xport, zl_chunk_read_span(h->offset, h->length));
-		rc = r->buf ? zl_chunk_read(st->chunks, h->vol_id, h->chunk, cs, h->offset,
-					    h->length, r->buf, srv_read_done, r)
-			    : -ENOMEM;
-		if (rc)
-			req_reply_free(r, rc == -ENOMEM ? -ZL_ERR_BUSY : rc, ver);
+		if (hold)
+			srv_hold(r);
+		else
+			srv_read_start(r);
 		return;
 	}
 	if (h->opcode == ZL_OP_REPL_WRITE && (h->flags & ZL_WF_DVER))
 		r->dver = h->aux;
-	if (h->opcode != ZL_OP_REPL_WRITE && h->opcode != ZL_OP_CHUNK_PUSH) {
-		struct zl_storage_vol *sv;
-		const struct zl_slice *s;
-
-		/* srv_check just loaded it: this does not block. */
-		if (!zl_storage_vol_get(st->vols, h->vol_id, &sv)) {
-			s = &sv->v.slices[slice];
-			if (st->heal) {
-				rc = zl_storage_heal_version_next(st, &sv->v, slice, &r->dver);
-				if (rc) {
-					req_free(r);
-					goto out_reply;
-				}
-			}
-			for (uint8_t i = 0; i < s->n && i < ZL_MAX_REPLICAS; i++) {
-				enum zl_member_state ms = zl_slice_member_state(s, i);
-				struct storage_bk *bk = &r->bk[r->n_bk];
-
-				if (!strcmp(s->nodes[i], st->cfg.node_id) ||
-				    r->n_bk >= ZL_MAX_REPLICAS - 1)
-					continue;
-				if (st->heal ? ms == ZL_MEMBER_OUT : !s->in_sync[i])
-					continue;
-				snprintf(bk->node, ZL_NODE_ID_MAX, "%s", s->nodes[i]);
-				bk->in_sync = ms == ZL_MEMBER_IN_SYNC;
-				if (st->heal)
-					bk->dver = zl_storage_heal_fwd_version(
-					    st, &sv->v, slice, s->nodes[i], ms, h->chunk, r->dver);
-				r->n_bk++;
-			}
+	if (!hold && h->opcode != ZL_OP_REPL_WRITE && h->opcode != ZL_OP_CHUNK_PUSH) {
+		rc = srv_plan(r);
+		if (rc) {
+			req_free(r);
+			goto out_reply;
 		}
 	}
 	if (r->op != ZL_OP_WRITE && r->op != ZL_OP_CHUNK_PUSH) {
@@ -624,7 +808,13 @@ static void srv_chunk_versions(struct zl_storage *st, struct zl_xport_conn *c,
 	uint64_t next = 0;
 	int n = zl_storage_vol_get(st->vols, h->vol_id, &sv);
 
-	if (!n)
+	/* A row naming another incarnation of ours: we hold nothing of it. */
+	if (!n && h->offset < sv->v.n_slices &&
+	    !zl_storage_ident_member_ok(
+		st, &sv->v.slices[h->offset],
+		zl_slice_index_of(&sv->v.slices[h->offset], st->cfg.node_id)))
+		n = 0;
+	else if (!n)
 		n = zl_storage_heal_versions(st, &sv->v, h->offset, h->chunk, h->aux, pairs,
 					     ZL_WIRE_VERS_MAX, &next);
 	if (n < 0) {
@@ -682,6 +872,12 @@ static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_w
 			break;
 		srv_chunk_versions(st, c, h);
 		return;
+	case ZL_OP_CHUNK_DIGEST: /* storage_scrub.c */
+		zl_storage_scrub_digest_serve(st, c, h);
+		return;
+	case ZL_OP_SCRUB:
+		zl_storage_scrub_serve(st, c, h);
+		return;
 	case ZL_OP_HELLO:
 		r = req_alloc(st, c, h);
 		if (!r) {
@@ -699,14 +895,18 @@ static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_w
 		rc = zl_storage_vol_get(st->vols, h->vol_id, &sv);
 		if (!rc && h->epoch < sv->max_epoch)
 			rc = -ZL_ERR_STALE;
-		if (!rc) {
+		/* heal: after the slices this node is primary of peered. */
+		if (!rc && st->heal)
+			rc = zl_storage_peer_vol_ready(st, &sv->v);
+		if (!rc || rc == -ZL_ERR_PEERING) {
 			r = req_alloc(st, c, h);
-			rc =
-			    r ? zl_chunk_flush(st->chunks, h->vol_id, srv_simple_done, r) : -ENOMEM;
-			if (!rc)
-				return;
+			if (r && rc)
+				srv_hold(r);
+			else if (r)
+				srv_flush(r);
 			if (r)
-				req_free(r);
+				return;
+			rc = -ENOMEM;
 		}
 		srv_reply(c, h, rc, 0, 0);
 		return;
@@ -791,8 +991,16 @@ void zl_storage_server_stop_accepting(struct zl_storage *st)
 		st->parked = r->park_next;
 		req_reply_free(r, -ZL_ERR_UNAVAIL, r->seen_ver);
 	}
-	if (st->loop)
+	while (st->held) {
+		struct storage_req *r = st->held;
+
+		st->held = r->park_next;
+		req_reply_free(r, -ZL_ERR_PEERING, r->seen_ver);
+	}
+	if (st->loop) {
 		zl_timer_stop(st->loop, &st->park_t);
+		zl_timer_stop(st->loop, &st->held_t);
+	}
 	if (st->listener) {
 		zl_xport_listener_close(st->listener);
 		st->listener = NULL;

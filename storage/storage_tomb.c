@@ -36,6 +36,15 @@ static int tombs_process(struct zl_storage *st, int64_t *rev)
 			    zl_errname(rc), zl_etcd_last_error());
 		return rc;
 	}
+	if (n && (rc = zl_storage_ident_cluster_ok(st))) {
+		ZL_LOG_ERR("storage",
+			   "%zu tombstones of deleted volumes ignored: etcd %s prefix %s is not "
+			   "(or no longer) cluster %s of this data dir (err=%s): nothing deleted; "
+			   "check --etcd and --etcd-prefix",
+			   n, st->cfg.etcd, st->cfg.prefix, st->cfg.cluster_id, zl_errname(rc));
+		free(vols);
+		return rc;
+	}
 	for (size_t i = 0; i < n; i++) {
 		char vid[ZL_VOL_ID_LEN + 1];
 		struct zl_volume v;

@@ -1,9 +1,12 @@
 /* Volume client: lifetime, and the blocking control operations (volume
  * delete, ping) that run on dedicated short-lived connections. */
+#include <ctype.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client_internal.h"
@@ -63,6 +66,8 @@ int zl_client_create(struct zl_loop *loop, struct zl_etcd *etcd, const struct zl
 	c->conns_per_node =
 	    o.conns_per_node ? ZL_MIN(o.conns_per_node, CLIENT_MAX_CONNS) : CLIENT_DEFAULT_CONNS;
 	c->epoch = o.epoch;
+	c->legacy_drop = o.legacy_drop;
+	c->io_timeout_s = o.io_timeout_s ? o.io_timeout_s : CLIENT_IO_TIMEOUT_S;
 	c->sel = o.transport;
 	switch (o.transport) {
 	case ZL_XPORT_SEL_AUTO:
@@ -109,6 +114,10 @@ void zl_client_destroy(struct zl_client *c)
 	if (!c)
 		return;
 	c->destroying = true;
+	if (c->report_timer_on)
+		zl_timer_stop(c->loop, &c->report_timer);
+	if (c->report_lease)
+		zl_etcd_lease_revoke(c->etcd, c->report_lease); /* our reports go now */
 	while (!client_list_empty(&c->vols))
 		zl_vol_close(ZL_CONTAINER_OF(c->vols.next, struct zl_vol, link));
 	for (size_t i = 0; i < c->n_nodes; i++)
@@ -137,6 +146,89 @@ struct zl_xport *zl_client_xport(struct zl_client *c)
 	if (client_xport_get(c, ZL_XPORT_TCP, &x))
 		return NULL;
 	return x;
+}
+
+/* ---- failure reports (heal mode) ---- */
+
+/* Keeps the report lease alive; forgets it when etcd says it expired (the
+ * next report grants a new one). */
+static void report_timer_cb(void *arg)
+{
+	struct zl_client *c = arg;
+	int64_t left = 0;
+	int rc;
+
+	if (!c->report_lease)
+		return;
+	rc = zl_etcd_lease_keepalive(c->etcd, c->report_lease, &left);
+	if (rc == -ZL_ERR_NOT_FOUND || (!rc && left <= 0)) {
+		ZL_LOG_WARN(CLIENT_LOG, "report lease expired: client=%s lease=%" PRId64
+			    "; the next failure report grants a new one", c->id, c->report_lease);
+		c->report_lease = 0;
+		zl_timer_stop(c->loop, &c->report_timer);
+		c->report_timer_on = false;
+	}
+}
+
+/* A reporter id from the client id: characters zl_node_id_check refuses
+ * become '_'. */
+static void report_reporter_id(const struct zl_client *c, char *out, size_t len)
+{
+	size_t i;
+
+	for (i = 0; c->id[i] && i + 1 < len && i < 63; i++) {
+		unsigned char ch = (unsigned char)c->id[i];
+
+		out[i] = (isalnum(ch) || ch == '.' || ch == '_' || ch == '-') ? (char)ch : '_';
+	}
+	out[i] = '\0';
+}
+
+int client_report_put(struct zl_client *c, const char *vol_id, uint32_t slice, const char *peer,
+		      const char *error, uint64_t slice_ver)
+{
+	struct zl_report r;
+	int rc = -ZL_ERR_ETCD;
+
+	memset(&r, 0, sizeof(r));
+	snprintf(r.vol_id, sizeof(r.vol_id), "%s", vol_id);
+	r.slice = slice;
+	report_reporter_id(c, r.reporter, sizeof(r.reporter));
+	snprintf(r.peer, sizeof(r.peer), "%s", peer);
+	snprintf(r.error, sizeof(r.error), "%s", error);
+	r.slice_ver = slice_ver;
+	r.time = (int64_t)time(NULL);
+	for (int attempt = 0; attempt < 2; attempt++) {
+		if (!c->report_lease) {
+			rc = zl_etcd_lease_grant(c->etcd, CLIENT_REPORT_LEASE_S, &c->report_lease);
+			if (rc) {
+				c->report_lease = 0;
+				break;
+			}
+			if (!c->report_timer_on) {
+				c->report_timer_on = true;
+				zl_timer_start(c->loop, &c->report_timer,
+					       CLIENT_REPORT_LEASE_S * 1000u / 3,
+					       CLIENT_REPORT_LEASE_S * 1000u / 3, report_timer_cb, c);
+			}
+		}
+		rc = zl_meta_report_put(c->etcd, c->prefix, &r, c->report_lease);
+		if (!rc) {
+			ZL_LOG_WARN(CLIENT_LOG,
+				    "failure report put: vol=%s slice=%u peer=%s error=%s "
+				    "slice_ver=%" PRIu64 " reporter=%s; waiting for the manager",
+				    vol_id, slice, peer, error, slice_ver, r.reporter);
+			return 0;
+		}
+		if (rc == -ZL_ERR_INVAL)
+			break;
+		c->report_lease = 0; /* maybe an expired lease: grant a new one once */
+	}
+	ZL_LOG_ERR(CLIENT_LOG,
+		   "cannot put failure report: vol=%s slice=%u peer=%s error=%s err=%s detail=%s "
+		   "(is etcd reachable?); the I/O keeps waiting",
+		   vol_id, slice, peer, error, zl_errname(rc), zl_etcd_last_error());
+	return rc;
 }
 
 /* ---- control requests on dedicated connections ---- */

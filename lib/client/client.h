@@ -6,11 +6,24 @@
  * callback).
  *
  * I/O of any offset and length (unaligned too) is split at chunk boundaries
- * (and at ZL_WIRE_MAX_IO); writes go to the slice's primary, which replicates;
- * reads go to the primary and fall back to other in-sync replicas. When a
- * storage daemon is lost, reads move to another in-sync replica and writes to
- * a slice whose primary died promote the next in-sync replica through an etcd
- * transaction, then go on. Stale-version replies reload the placement.
+ * (and at ZL_WIRE_MAX_IO). Two modes (zl_client_opts.legacy_drop):
+ *
+ * heal (default; docs/REPLICATION.md §2 "Waiting instead of failing"): reads
+ *   and writes go only to the row's primary (zl_slice_primary). The client
+ *   never changes a row: when the primary gives no answer it puts a failure
+ *   report (lib/meta reports/, on a short lease of its own) for the manager,
+ *   and every I/O that meets PEERING, NOT_PRIMARY, STALE, NOT_INSYNC,
+ *   MIN_SIZE, UNAVAIL, CONN or TIMEOUT reloads the placement and retries
+ *   with backoff (50 ms doubling to 2 s) until io_timeout_s (default 600)
+ *   after it was submitted; then it completes with -ZL_ERR_TIMEOUT
+ *   (-ZL_ERR_MIN_SIZE when that was the last answer) and one error line
+ *   names the volume, slice, seconds waited and last error.
+ * legacy_drop (0.1, clusters without a manager): writes go to the primary,
+ *   reads fall back to other in-sync replicas; a write whose primary is
+ *   unreachable promotes the next in-sync replica itself (zl_meta_slice_drop)
+ *   and goes on; a request gives up after 16 attempts or 30 s.
+ *
+ * Stale-version replies reload the placement in both modes.
  * Request slots are preallocated: no malloc per I/O in the steady state. */
 #ifndef ZL_CLIENT_H
 #define ZL_CLIENT_H
@@ -35,6 +48,15 @@ struct zl_client_opts {
 	uint32_t max_io;           /* parallel user I/Os per volume, default 256 */
 	uint32_t conns_per_node;   /* connections per storage node, default 2 */
 	uint64_t epoch;            /* attach epoch carried on every request (0 = none) */
+	/* false (default) = heal mode: reads and writes go to the row's primary
+	 * only; when it cannot be reached the client puts a failure report
+	 * (lib/meta reports/) for the manager and waits, retrying with backoff
+	 * and placement reloads, up to io_timeout_s. true = the 0.1 behaviour
+	 * for clusters without a manager: read fallback to other in-sync
+	 * replicas, promotion of the next replica by zl_meta_slice_drop, give
+	 * up after 16 attempts or 30 s. */
+	bool legacy_drop;
+	uint32_t io_timeout_s;     /* heal mode: seconds an I/O may wait, 0 = 600 */
 };
 
 /* etcd is borrowed (must outlive the client). Returns 0 or an error. */
@@ -86,6 +108,7 @@ void zl_vol_buf_free(struct zl_vol *v, void *buf);
 struct zl_vol_stats {
 	uint64_t reads, writes, read_bytes, write_bytes;
 	uint64_t retries, failovers, promotions, placement_reloads;
+	uint64_t reports; /* heal mode: failure reports put */
 };
 void zl_vol_get_stats(const struct zl_vol *v, struct zl_vol_stats *out);
 

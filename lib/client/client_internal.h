@@ -30,6 +30,11 @@
 #define CLIENT_MAX_IO_MS      30000u
 #define CLIENT_SUBS_PER_IO    4
 #define CLIENT_CONNECT_MAX_MS 1000u
+/* Heal mode (docs/REPLICATION.md §2 "Waiting instead of failing"). */
+#define CLIENT_IO_TIMEOUT_S   600u /* default zl_client_opts.io_timeout_s */
+#define CLIENT_HEAL_BACKOFF_MIN_MS 50u
+#define CLIENT_HEAL_BACKOFF_MAX_MS 2000u
+#define CLIENT_REPORT_LEASE_S 15 /* TTL of the lease the client's reports live on */
 
 /* ---- intrusive doubly linked list ---- */
 
@@ -118,6 +123,7 @@ enum zl_client_action {
 	ZL_CLIENT_ACT_PROMOTE,	/* write: drop the primary from the slice, retry */
 	ZL_CLIENT_ACT_RELOAD,	/* reload volume record and nodes, retry */
 	ZL_CLIENT_ACT_RETRY,	/* same target again after a backoff */
+	ZL_CLIENT_ACT_REPORT,	/* heal: report the primary unreachable, reload, retry */
 };
 
 /* Classifies the outcome of a request of wire opcode `op`: err is 0 or
@@ -127,6 +133,28 @@ enum zl_client_action zl_client_classify(int op, int err, bool transport);
 
 /* Backoff before attempt number `attempt` (1-based) of a request. */
 uint32_t zl_client_backoff_ms(uint32_t attempt);
+
+/* Heal mode (zl_client_opts.legacy_drop false): every op goes to the row's
+ * primary only, nobody is dropped, and the client waits. DONE, FAIL, RETRY
+ * (BUSY; a damaged write payload), RELOAD (PEERING, NOT_PRIMARY, STALE,
+ * NOT_INSYNC, MIN_SIZE, UNAVAIL, NOT_FOUND, ETCD and CONN/TIMEOUT statuses
+ * in a reply: membership is changing) or REPORT (no reply from the primary:
+ * CONN or TIMEOUT of the transport). Never FAILOVER nor PROMOTE: a read the
+ * primary cannot serve (CORRUPT, IO) fails like a write would. */
+enum zl_client_action zl_client_classify_heal(int op, int err, bool transport);
+
+/* Heal-mode backoff before attempt `attempt` (1-based): 0 for the first,
+ * then CLIENT_HEAL_BACKOFF_MIN_MS doubling up to CLIENT_HEAL_BACKOFF_MAX_MS. */
+uint32_t zl_client_heal_backoff_ms(uint32_t attempt);
+
+/* The status an I/O that waited io_timeout in vain completes with, from the
+ * last error it saw: -ZL_ERR_MIN_SIZE stays (too few copies to acknowledge
+ * a write), anything else becomes -ZL_ERR_TIMEOUT. */
+int zl_client_heal_final_err(int last_err);
+
+/* The "error" of a failure report for a transport failure err:
+ * "TIMEOUT" for -ZL_ERR_TIMEOUT, else "UNREACHABLE". */
+const char *zl_client_report_error(int err);
 
 /* True for opcodes that must go to the primary. */
 static inline bool zl_client_op_is_write(int op)
@@ -188,6 +216,11 @@ struct zl_client {
 	uint32_t max_io;
 	uint32_t conns_per_node;
 	uint64_t epoch;
+	bool legacy_drop;	/* opts.legacy_drop: 0.1 promotion by slice_drop */
+	uint32_t io_timeout_s;	/* heal mode: how long an I/O waits */
+	int64_t report_lease;	/* lease of our failure reports, 0 = none */
+	bool report_timer_on;
+	struct zl_timer report_timer; /* keeps report_lease alive */
 	struct client_node **nodes;
 	size_t n_nodes, cap_nodes;
 	uint64_t nodes_loaded_ns;   /* last node list refresh */
@@ -227,6 +260,7 @@ struct client_sub {
 	int pending_err;
 	uint32_t slice;
 	uint32_t attempts;
+	int last_err;	/* heal mode: the last error seen, for the timeout */
 	uint64_t chunk;
 	uint32_t offset, length;
 	char *buf;	     /* data for WRITE, destination for READ */
@@ -245,6 +279,8 @@ struct client_io {
 	uint8_t op;
 	bool fua;
 	int status; /* first error */
+	bool timeout_logged; /* heal mode: the one "waited" line is out */
+	uint64_t start_ns;   /* submit time: io_timeout counts from it */
 	char *buf;
 	uint64_t off, len;
 	uint64_t split_done;  /* bytes (or, for FLUSH, slices) already split */
@@ -254,6 +290,12 @@ struct client_io {
 	struct zl_defer defer; /* completion of an I/O that needed no request */
 };
 
+struct client_reported {
+	uint64_t slice_ver; /* 0 = none yet */
+	char peer[ZL_NODE_ID_MAX];
+	uint64_t logged_ns; /* last "waited ... for an in-sync primary" line */
+};
+
 struct zl_vol {
 	struct client_list link; /* c->vols or c->zombies */
 	struct zl_client *c;
@@ -261,7 +303,11 @@ struct zl_vol {
 	enum zl_xport_select sel; /* client's, or the volume's "transport" param */
 	struct zl_xport *buf_x;	  /* pool of zl_vol_buf_alloc, chosen on first use */
 	struct client_node **slice_nodes; /* [n_slices * ZL_MAX_REPLICAS] */
+	/* Heal mode, per slice: the last failure report put, so one goes per
+	 * (slice, peer, slice_ver), and the last timeout line: [n_slices] */
+	struct client_reported *reported;
 	uint64_t reload_seq;		  /* bumps on every installed record */
+	uint64_t reloaded_ns;		  /* last reload from etcd */
 	bool closing;
 	bool reload_soon;
 	struct zl_defer reload_defer;
@@ -310,6 +356,12 @@ void client_sub_fail_async(struct client_sub *s, int err);
 void client_vol_free(struct zl_vol *v);
 
 /* client.c */
+/* Heal mode: puts a failure report "reporter = this client, peer, error" for
+ * (vol, slice, slice_ver) on the client's report lease (granted on first use,
+ * kept alive by a loop timer, granted again when it expired). Blocking etcd
+ * calls. 0 or an error (logged). */
+int client_report_put(struct zl_client *c, const char *vol_id, uint32_t slice, const char *peer,
+		      const char *error, uint64_t slice_ver);
 /* Runs one control request (opcode op, after a HELLO) against each node on a
  * dedicated connection (transport picked by the client's selection), in
  * parallel; results[i] gets 0 or an error, rtt_ns (optional) the round trip

@@ -6,13 +6,22 @@
  * target and retry state:
  *
  *   start -> send -> SENT --reply--> result: DONE | FAIL       -> done
- *                                            FAILOVER           -> next replica
- *                                            PROMOTE            -> slice_drop, retry
+ *                                            REPORT (heal)      -> report, TIMER
+ *                                            FAILOVER (legacy)  -> next replica
+ *                                            PROMOTE (legacy)   -> slice_drop, retry
  *                                            RELOAD | RETRY     -> TIMER -> send
  *
+ * Heal mode (the default, c->legacy_drop false): every op goes to the row's
+ * primary, classification is zl_client_classify_heal, there is no attempt
+ * budget, and the time budget is io_timeout from the submit of the user I/O
+ * (io->start_ns); REPORT puts one failure report per (slice, peer,
+ * slice_ver) (v->reported) and retries with a placement reload. Nothing
+ * here changes a row in heal mode. Legacy mode is the 0.1 engine unchanged.
+ *
  * Results, retries and completions always run from loop callbacks (reply,
- * timer, defer), never inside a submit call. The user callback runs when
- * every sub of the I/O is done, with the first error. */
+ * timer, defer), never inside a submit call; waiting is timers on the loop,
+ * never a sleep. The user callback runs when every sub of the I/O is done,
+ * with the first error. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +33,8 @@
 
 #define ETCD_QUIET_NS  (200ull * 1000000ull) /* after a failed etcd call */
 #define NODES_FRESH_NS (50ull * 1000000ull)  /* node list younger than this is reused */
+#define TIMEOUT_LOG_NS (10ull * 1000000000ull)  /* heal: "waited" lines per slice */
+#define RELOAD_FRESH_NS (50ull * 1000000ull) /* heal: a record younger than this is reused */
 
 static void sub_send(struct client_sub *s);
 static void sub_done(struct client_sub *s, int err);
@@ -107,6 +118,7 @@ static int vol_reload(struct zl_vol *v)
 	if (zl_now_ns() - c->nodes_loaded_ns >= NODES_FRESH_NS && client_nodes_refresh(c))
 		c->etcd_fail_ns = zl_now_ns();
 	v->stats.placement_reloads++;
+	v->reloaded_ns = zl_now_ns();
 	return vol_install(v, &fresh);
 }
 
@@ -189,11 +201,17 @@ static bool flush_slice_is_first(const struct zl_vol *v, uint32_t s)
 
 static void sub_start(struct client_sub *s)
 {
+	struct zl_client *c = s->vol->c;
+
 	s->attempts = 0;
 	s->tried = 0;
 	s->need_reload = false;
 	s->pending_err = 0;
-	s->deadline_ns = zl_now_ns() + (uint64_t)CLIENT_MAX_IO_MS * 1000000ull;
+	s->last_err = 0;
+	if (c->legacy_drop)
+		s->deadline_ns = zl_now_ns() + (uint64_t)CLIENT_MAX_IO_MS * 1000000ull;
+	else /* counted from the submit of the user I/O, not of this piece */
+		s->deadline_ns = s->io->start_ns + (uint64_t)c->io_timeout_s * 1000000000ull;
 	sub_send(s);
 }
 
@@ -283,6 +301,8 @@ static int vol_submit(struct zl_vol *v, uint8_t op, void *buf, uint64_t off, uin
 	io->op = op;
 	io->fua = fua;
 	io->status = 0;
+	io->timeout_logged = false;
+	io->start_ns = zl_now_ns();
 	io->buf = buf;
 	io->off = off;
 	io->len = len;
@@ -327,7 +347,8 @@ static void sub_send(struct client_sub *s)
 	struct client_node *n;
 	uint64_t now = zl_now_ns();
 	uint32_t avoid = 0;
-	bool rd = s->op == ZL_OP_READ;
+	/* Heal mode: reads go to the primary like writes (no fallback). */
+	bool rd = s->op == ZL_OP_READ && c->legacy_drop;
 	int idx, rc;
 
 	s->reload_seq = v->reload_seq;
@@ -341,7 +362,8 @@ static void sub_send(struct client_sub *s)
 	}
 	idx = zl_client_pick_target(sl, rd, s->tried, avoid);
 	if (idx < 0) {
-		/* No in-sync replica left to try: reload and start over. */
+		/* No in-sync replica (heal: no primary) left to try: reload and
+		 * start over. */
 		s->pending_err = -ZL_ERR_UNAVAIL;
 		s->pending_transport = false;
 		sub_arm(s, PEND_RESULT, 0);
@@ -390,14 +412,67 @@ static const char *sub_node_id(const struct client_sub *s)
 	return s->node ? s->node->id : "?";
 }
 
+/* Heal mode: io_timeout is spent. One error line per user I/O. */
+static void sub_give_up_heal(struct client_sub *s, uint64_t t)
+{
+	struct zl_vol *v = s->vol;
+	struct client_io *io = s->io;
+	struct client_reported *rp = &v->reported[s->slice];
+	int err = zl_client_heal_final_err(s->last_err);
+
+	/* One line per I/O, and per slice at most every TIMEOUT_LOG_NS: the
+	 * parallel I/Os of a stuck slice all end at about the same time. */
+	if (!io->timeout_logged &&
+	    (!rp->logged_ns || t - rp->logged_ns >= TIMEOUT_LOG_NS || t < rp->logged_ns)) {
+		rp->logged_ns = t;
+		io->timeout_logged = true;
+		ZL_LOG_ERR(CLIENT_LOG,
+			   "vol=%s slice=%u waited %llu s for an in-sync primary (last: %s, %s); "
+			   "%s failed with %s: chunk=%llu primary=%s attempts=%u io_timeout=%u s; "
+			   "check the storage nodes and the manager (zl status)",
+			   v->meta.id, s->slice,
+			   (unsigned long long)((t - io->start_ns + 500000000ull) / 1000000000ull),
+			   zl_errname(s->last_err), zl_strerror(s->last_err),
+			   zl_wire_op_name(s->op), zl_errname(err), (unsigned long long)s->chunk,
+			   sub_node_id(s), s->attempts, v->c->io_timeout_s);
+	}
+	sub_done(s, err);
+}
+
+/* Heal mode: another attempt after a backoff, until io_timeout. */
+static void sub_retry_heal(struct client_sub *s, bool reload, bool now, int why)
+{
+	struct zl_vol *v = s->vol;
+	uint64_t t = zl_now_ns();
+	uint32_t delay;
+
+	s->attempts++;
+	v->stats.retries++;
+	if (why)
+		s->last_err = why;
+	if (t >= s->deadline_ns) {
+		sub_give_up_heal(s, t);
+		return;
+	}
+	s->need_reload |= reload;
+	delay = now ? 0 : zl_client_heal_backoff_ms(s->attempts);
+	if (delay && t + (uint64_t)delay * 1000000ull > s->deadline_ns)
+		delay = (uint32_t)((s->deadline_ns - t) / 1000000ull) + 1;
+	sub_arm(s, PEND_SEND, delay);
+}
+
 /* Schedules another attempt; gives up with -ZL_ERR_UNAVAIL when the attempt
- * or time budget is spent. */
+ * or time budget is spent (legacy), or after io_timeout (heal). */
 static void sub_retry(struct client_sub *s, bool reload, bool now, int why)
 {
 	struct zl_vol *v = s->vol;
 	uint64_t t = zl_now_ns();
 	uint32_t delay;
 
+	if (!v->c->legacy_drop) {
+		sub_retry_heal(s, reload, now, why);
+		return;
+	}
 	s->attempts++;
 	v->stats.retries++;
 	if (s->attempts >= CLIENT_MAX_ATTEMPTS || t >= s->deadline_ns) {
@@ -464,13 +539,48 @@ static void sub_promote(struct client_sub *s, int err)
 	sub_retry(s, rc != 0, true, err);
 }
 
+/* Heal mode: the primary gave no answer. Puts one failure report per (slice,
+ * peer, slice_ver) for the manager, then reloads the placement and retries
+ * after a backoff. The row is never changed here. */
+static void sub_report(struct client_sub *s, int err)
+{
+	struct zl_vol *v = s->vol;
+	struct zl_client *c = v->c;
+	const struct zl_slice *sl = &v->meta.slices[s->slice];
+	struct client_reported *rp = &v->reported[s->slice];
+	const char *peer;
+
+	if (sl->version != s->sent_ver || s->target < 0 || s->target >= sl->n ||
+	    s->target >= ZL_MAX_REPLICAS) {
+		/* The row moved since we sent: try the new primary first. */
+		sub_retry(s, false, true, err);
+		return;
+	}
+	peer = sl->nodes[s->target];
+	if ((rp->slice_ver != s->sent_ver || strcmp(rp->peer, peer) != 0) && !etcd_quiet(c)) {
+		int rc = client_report_put(c, v->meta.id, s->slice, peer,
+					   zl_client_report_error(err), s->sent_ver);
+
+		if (!rc) {
+			v->stats.reports++;
+			rp->slice_ver = s->sent_ver;
+			snprintf(rp->peer, sizeof(rp->peer), "%s", peer);
+		} else if (rc != -ZL_ERR_INVAL) {
+			c->etcd_fail_ns = zl_now_ns();
+		}
+	}
+	sub_retry(s, true, false, err);
+}
+
 static void sub_result(struct client_sub *s, int err, uint64_t rep_ver, bool transport)
 {
 	struct zl_vol *v = s->vol;
 	const struct zl_slice *sl;
 	int next;
+	enum zl_client_action act = v->c->legacy_drop ? zl_client_classify(s->op, err, transport)
+						       : zl_client_classify_heal(s->op, err, transport);
 
-	switch (zl_client_classify(s->op, err, transport)) {
+	switch (act) {
 	case ZL_CLIENT_ACT_DONE:
 		if (rep_ver > s->sent_ver)
 			vol_reload_soon(v);
@@ -506,8 +616,17 @@ static void sub_result(struct client_sub *s, int err, uint64_t rep_ver, bool tra
 	case ZL_CLIENT_ACT_PROMOTE:
 		sub_promote(s, err);
 		return;
+	case ZL_CLIENT_ACT_REPORT:
+		sub_report(s, err);
+		return;
 	case ZL_CLIENT_ACT_RELOAD:
 		s->tried = 0;
+		if (!v->c->legacy_drop) {
+			/* Immediately only the first time: a row that does not
+			 * move is asked again after a growing backoff. */
+			sub_retry(s, true, s->attempts == 0, err);
+			return;
+		}
 		/* Retry at once the first time, or when someone reloaded since we
 		 * sent; back off when the placement does not move. */
 		sub_retry(s, true, s->attempts == 0 || s->reload_seq != v->reload_seq, err);
@@ -533,8 +652,10 @@ static void sub_timer_cb(void *arg)
 	}
 	if (s->need_reload) {
 		s->need_reload = false;
-		/* Another sub may have reloaded since we sent: then use that. */
-		if (s->reload_seq == v->reload_seq) {
+		/* Another sub may have reloaded since we sent (heal mode: or
+		 * just now, for another reason): then use that. */
+		if (s->reload_seq == v->reload_seq &&
+		    (v->c->legacy_drop || zl_now_ns() - v->reloaded_ns >= RELOAD_FRESH_NS)) {
 			rc = vol_reload(v);
 			if (rc == -ZL_ERR_NOT_FOUND) {
 				ZL_LOG_ERR(CLIENT_LOG, "volume deleted under I/O: vol=%s",
@@ -640,12 +761,13 @@ int zl_vol_open(struct zl_client *c, const char *name_or_id, struct zl_vol **out
 	}
 	v->slice_nodes =
 	    calloc((size_t)v->meta.n_slices * ZL_MAX_REPLICAS, sizeof(*v->slice_nodes));
+	v->reported = calloc(v->meta.n_slices, sizeof(*v->reported));
 	v->n_ios = c->max_io;
 	n_subs = c->max_io * CLIENT_SUBS_PER_IO;
 	v->n_subs = n_subs;
 	v->ios = calloc(v->n_ios, sizeof(*v->ios));
 	v->subs = calloc(v->n_subs, sizeof(*v->subs));
-	if (!v->slice_nodes || !v->ios || !v->subs) {
+	if (!v->slice_nodes || !v->reported || !v->ios || !v->subs) {
 		rc = -ENOMEM;
 		goto out_arrays;
 	}
@@ -667,18 +789,21 @@ int zl_vol_open(struct zl_client *c, const char *name_or_id, struct zl_vol **out
 		goto out_arrays;
 	client_list_add_tail(&c->vols, &v->link);
 	ZL_LOG_INFO(CLIENT_LOG,
-		    "volume opened: vol=%s name=%s size=%llu chunk_size=%u slices=%u transport=%s",
+		    "volume opened: vol=%s name=%s size=%llu chunk_size=%u slices=%u transport=%s "
+		    "mode=%s io_timeout=%u s",
 		    v->meta.id, v->meta.name, (unsigned long long)v->meta.size, v->meta.chunk_size,
 		    v->meta.n_slices,
 		    v->sel == ZL_XPORT_SEL_TCP	  ? "tcp"
 		    : v->sel == ZL_XPORT_SEL_RDMA ? "rdma"
-						  : "auto");
+						  : "auto",
+		    c->legacy_drop ? "legacy-drop" : "heal", c->io_timeout_s);
 	*out = v;
 	return 0;
 
 out_arrays:
 	free(v->subs);
 	free(v->ios);
+	free(v->reported);
 	free(v->slice_nodes);
 out_meta:
 	zl_volume_fini(&v->meta);
@@ -694,6 +819,7 @@ void client_vol_free(struct zl_vol *v)
 	zl_volume_fini(&v->meta);
 	free(v->subs);
 	free(v->ios);
+	free(v->reported);
 	free(v->slice_nodes);
 	free(v);
 }

@@ -104,3 +104,59 @@ uint32_t zl_client_backoff_ms(uint32_t attempt)
 		return 2000;
 	return ZL_MIN(10u << (attempt - 2), 2000u);
 }
+
+enum zl_client_action zl_client_classify_heal(int op, int err, bool transport)
+{
+	bool write = zl_client_op_is_write(op);
+
+	if (err == 0)
+		return ZL_CLIENT_ACT_DONE;
+	if (transport) {
+		/* No reply: the primary (or the path to it) is in trouble. */
+		if (err == -ZL_ERR_CORRUPT)
+			return ZL_CLIENT_ACT_RETRY; /* damaged on the wire: send again */
+		if (err == -ZL_ERR_CONN || err == -ZL_ERR_TIMEOUT)
+			return ZL_CLIENT_ACT_REPORT;
+		return ZL_CLIENT_ACT_FAIL;
+	}
+	switch (-err) {
+	case ZL_ERR_PEERING:
+	case ZL_ERR_NOT_PRIMARY:
+	case ZL_ERR_STALE:
+	case ZL_ERR_NOT_INSYNC:
+	case ZL_ERR_MIN_SIZE:
+	case ZL_ERR_UNAVAIL:
+	case ZL_ERR_NOT_FOUND: /* volume unknown there: the reload tells if it is gone */
+	case ZL_ERR_ETCD:
+	case ZL_ERR_CONN:    /* the primary could not reach a backup: it reports */
+	case ZL_ERR_TIMEOUT:
+		return ZL_CLIENT_ACT_RELOAD;
+	case ZL_ERR_BUSY:
+		return ZL_CLIENT_ACT_RETRY;
+	case ZL_ERR_CORRUPT:
+		/* A write whose payload arrived damaged is sent again; a read
+		 * has nowhere else to go (only the primary serves). */
+		return write ? ZL_CLIENT_ACT_RETRY : ZL_CLIENT_ACT_FAIL;
+	default:
+		return ZL_CLIENT_ACT_FAIL;
+	}
+}
+
+uint32_t zl_client_heal_backoff_ms(uint32_t attempt)
+{
+	if (attempt <= 1)
+		return 0;
+	if (attempt >= 8) /* 50 << 6 > 2000: also keeps the shift small */
+		return CLIENT_HEAL_BACKOFF_MAX_MS;
+	return ZL_MIN(CLIENT_HEAL_BACKOFF_MIN_MS << (attempt - 2), CLIENT_HEAL_BACKOFF_MAX_MS);
+}
+
+int zl_client_heal_final_err(int last_err)
+{
+	return last_err == -ZL_ERR_MIN_SIZE ? -ZL_ERR_MIN_SIZE : -ZL_ERR_TIMEOUT;
+}
+
+const char *zl_client_report_error(int err)
+{
+	return err == -ZL_ERR_TIMEOUT ? "TIMEOUT" : "UNREACHABLE";
+}

@@ -10,6 +10,7 @@
  *   <prefix>cluster                {"cluster_id", "created"}: written once
  *   <prefix>reports/<vol-id>/<slice>/<reporter-id>/<peer-id>
  *                                  struct zl_report, on the reporter's lease
+ *   <prefix>status/<node-id>       struct zl_node_status, on the node's lease
  *
  * Records written by 0.1 (no cluster_id/incarnation in node records, no
  * term/states/incarnations/min_size in volume records) decode with the
@@ -184,6 +185,27 @@ int zl_meta_node_list(struct zl_etcd *e, const char *prefix, struct zl_node_info
 		      size_t *n);
 int zl_meta_node_get(struct zl_etcd *e, const char *prefix, const char *id,
 		     struct zl_node_info *out);
+
+/* Recovery progress a storage daemon publishes (zl status: rate, ETA). */
+struct zl_node_status {
+	char node[ZL_NODE_ID_MAX];
+	uint64_t bytes_done; /* "recovering_bytes_done": copied by running recoveries */
+	uint64_t bytes_left; /* "recovering_bytes_left": estimate of what they still copy */
+	uint64_t rate;	     /* bytes/s, recent */
+	uint32_t recovering; /* (slice, member) recoveries running on this primary */
+	int64_t time;	     /* unix seconds of the sample */
+};
+
+/* JSON codec (fuzzed): to_json NULL for an invalid record or ENOMEM;
+ * from_json 0 or -ZL_ERR_INVAL. */
+char *zl_meta_status_to_json(const struct zl_node_status *s);
+int zl_meta_status_from_json(const char *json, size_t len, struct zl_node_status *s);
+/* Puts <prefix>status/<s->node> on lease. 0, -ZL_ERR_INVAL or an etcd error. */
+int zl_meta_status_put(struct zl_etcd *e, const char *prefix, const struct zl_node_status *s,
+		       int64_t lease);
+/* Every status record, sorted by node, read like zl_meta_node_list. */
+int zl_meta_status_list(struct zl_etcd *e, const char *prefix, struct zl_node_status **out,
+			size_t *n);
 
 /* ---- volumes ---- */
 

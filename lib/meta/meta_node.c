@@ -75,3 +75,101 @@ int zl_meta_node_get(struct zl_etcd *e, const char *prefix, const char *id,
 		return -ZL_ERR_INVAL;
 	return meta_record_get(e, prefix, &meta_node_ops, id, out);
 }
+
+/* ---- recovery progress of a storage daemon: <prefix>status/<node-id> ---- */
+
+static int meta_status_check(const void *rec, char *why, size_t why_len)
+{
+	const struct zl_node_status *s = rec;
+
+	if (!meta_buf_ok(s->node, sizeof(s->node), false) || zl_node_id_check(s->node))
+		return meta_fail(why, why_len, "node is not a valid node id");
+	if (s->bytes_done > INT64_MAX || s->bytes_left > INT64_MAX || s->rate > INT64_MAX ||
+	    s->time < 0)
+		return meta_fail(why, why_len, "a counter is out of range");
+	return 0;
+}
+
+char *zl_meta_status_to_json(const struct zl_node_status *s)
+{
+	json_t *o;
+
+	if (meta_status_check(s, NULL, 0))
+		return NULL;
+	o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "node", s->node, "recovering_bytes_done",
+		      (json_int_t)s->bytes_done, "recovering_bytes_left", (json_int_t)s->bytes_left,
+		      "rate", (json_int_t)s->rate, "recovering", (json_int_t)s->recovering, "time",
+		      (json_int_t)s->time);
+	return meta_dump(o);
+}
+
+static const struct meta_field meta_status_fields[] = {
+    META_STR(struct zl_node_status, node, "node", false),
+    META_INT(struct zl_node_status, bytes_done, "recovering_bytes_done", 0, INT64_MAX),
+    META_INT(struct zl_node_status, bytes_left, "recovering_bytes_left", 0, INT64_MAX),
+    META_INT(struct zl_node_status, rate, "rate", 0, INT64_MAX),
+    META_INT(struct zl_node_status, recovering, "recovering", 0, UINT32_MAX),
+    META_INT(struct zl_node_status, time, "time", 0, INT64_MAX),
+};
+
+static int meta_status_from_json(const char *json, size_t len, struct zl_node_status *s, char *why,
+				 size_t why_len)
+{
+	return meta_decode_flat(json, len, meta_status_fields, ZL_ARRAY_SIZE(meta_status_fields), s,
+				sizeof(*s), meta_status_check, why, why_len);
+}
+
+int zl_meta_status_from_json(const char *json, size_t len, struct zl_node_status *s)
+{
+	return meta_status_from_json(json, len, s, NULL, 0);
+}
+
+int zl_meta_status_put(struct zl_etcd *e, const char *prefix, const struct zl_node_status *s,
+		       int64_t lease)
+{
+	char key[ZL_META_KEY_MAX];
+	char *json;
+	int ret;
+
+	ret = zl_meta_key(key, sizeof(key), prefix, "status", s->node);
+	if (ret)
+		return ret;
+	json = zl_meta_status_to_json(s);
+	if (!json)
+		return -ZL_ERR_INVAL;
+	ret = zl_etcd_put(e, key, json, strlen(json), lease, NULL);
+	free(json);
+	return ret;
+}
+
+static int meta_status_decode(const struct zl_etcd_kv *kv, void *rec, char *why, size_t why_len)
+{
+	return meta_status_from_json(kv->value, kv->value_len, rec, why, why_len);
+}
+
+static int meta_status_cmp(const void *a, const void *b)
+{
+	const struct zl_node_status *x = a, *y = b;
+
+	return strcmp(x->node, y->node);
+}
+
+static const struct meta_record_ops meta_status_ops = {
+    .kind = "status",
+    .what = "node status",
+    .hint = "it is rewritten every few seconds by that node's zipline-storage",
+    .size = sizeof(struct zl_node_status),
+    .id_off = offsetof(struct zl_node_status, node),
+    .decode = meta_status_decode,
+    .cmp = meta_status_cmp,
+};
+
+int zl_meta_status_list(struct zl_etcd *e, const char *prefix, struct zl_node_status **out,
+			size_t *n)
+{
+	void *recs;
+	int ret = meta_record_list(e, prefix, &meta_status_ops, &recs, n);
+
+	*out = recs;
+	return ret;
+}

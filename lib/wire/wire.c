@@ -296,3 +296,56 @@ int zl_wire_chunk_vers_decode(const uint8_t *buf, size_t len, struct zl_wire_chu
 	}
 	return (int)n;
 }
+
+void zl_wire_chunk_digests_encode(const struct zl_wire_chunk_digest *d, uint32_t n, uint8_t *out)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		uint8_t *p = out + (size_t)i * ZL_WIRE_CHUNK_DIGEST_SIZE;
+
+		zl_put_le64(p, d[i].chunk);
+		zl_put_le64(p + 8, d[i].version);
+		zl_put_le32(p + 16, d[i].digest);
+		zl_put_le32(p + 20, d[i].bad_blocks);
+	}
+}
+
+int zl_wire_chunk_digests_decode(const uint8_t *buf, size_t len, struct zl_wire_chunk_digest *d)
+{
+	size_t n = len / ZL_WIRE_CHUNK_DIGEST_SIZE;
+
+	if (len % ZL_WIRE_CHUNK_DIGEST_SIZE || len > ZL_WIRE_MAX_CTRL)
+		return -ZL_ERR_PROTO;
+	for (size_t i = 0; i < n; i++) {
+		const uint8_t *p = buf + i * ZL_WIRE_CHUNK_DIGEST_SIZE;
+
+		d[i].chunk = zl_get_le64(p);
+		d[i].version = zl_get_le64(p + 8);
+		d[i].digest = zl_get_le32(p + 16);
+		d[i].bad_blocks = zl_get_le32(p + 20);
+		if (i && d[i].chunk <= d[i - 1].chunk)
+			return -ZL_ERR_PROTO;
+	}
+	return (int)n;
+}
+
+void zl_wire_scrub_result_encode(const struct zl_wire_scrub_result *r,
+				 uint8_t out[ZL_WIRE_SCRUB_RESULT_SIZE])
+{
+	zl_put_le64(out, r->chunks_checked);
+	zl_put_le64(out + 8, r->bad_found);
+	zl_put_le64(out + 16, r->repaired);
+	zl_put_le64(out + 24, r->bytes_read);
+}
+
+int zl_wire_scrub_result_decode(const uint8_t *buf, size_t len, struct zl_wire_scrub_result *r)
+{
+	if (len != ZL_WIRE_SCRUB_RESULT_SIZE)
+		return -ZL_ERR_PROTO;
+	r->chunks_checked = zl_get_le64(buf);
+	r->bad_found = zl_get_le64(buf + 8);
+	r->repaired = zl_get_le64(buf + 16);
+	r->bytes_read = zl_get_le64(buf + 24);
+	if (r->repaired > r->bad_found)
+		return -ZL_ERR_PROTO;
+	return 0;
+}

@@ -129,6 +129,38 @@ struct zl_wire_chunk_ver {
 #define ZL_WIRE_CHUNK_VER_SIZE 16u
 #define ZL_WIRE_VERS_MAX (ZL_WIRE_MAX_CTRL / ZL_WIRE_CHUNK_VER_SIZE)
 
+/* One record of a CHUNK_DIGEST reply: 24 bytes, LE. digest is the CRC32C
+ * chained over the chunk's chunk_size data bytes in order (holes and
+ * never-written blocks count as zeros, so a sparse and a written-out copy
+ * of the same data agree); bad_blocks counts the blocks matching neither
+ * their crc nor their prev_crc (the digest is meaningless then). */
+struct zl_wire_chunk_digest {
+	uint64_t chunk;
+	uint64_t version;
+	uint32_t digest;
+	uint32_t bad_blocks;
+};
+#define ZL_WIRE_CHUNK_DIGEST_SIZE 24u
+#define ZL_WIRE_DIGESTS_MAX (ZL_WIRE_MAX_CTRL / ZL_WIRE_CHUNK_DIGEST_SIZE)
+/* bad_blocks of a chunk this replica recorded (version = the one it knew)
+ * whose file is gone: every block is lost. */
+#define ZL_WIRE_DIGEST_MISSING 0xffffffffu
+/* bad_blocks of a chunk that changed while it was read (a write went on):
+ * no verdict, the scrub skips the chunk this time. */
+#define ZL_WIRE_DIGEST_BUSY 0xfffffffeu
+
+/* SCRUB reply payload: 4 x u64 LE. bad_found counts bad, missing or
+ * divergent copies (one per member and chunk), repaired those rewritten from
+ * the winning copy, bytes_read the bytes the digests and repairs read on all
+ * members. */
+struct zl_wire_scrub_result {
+	uint64_t chunks_checked;
+	uint64_t bad_found;
+	uint64_t repaired;
+	uint64_t bytes_read;
+};
+#define ZL_WIRE_SCRUB_RESULT_SIZE 32u
+
 /* A data version: the slice's term in the high half, the primary's
  * sequence number in the low half, so any write of a later term orders
  * after every write of an earlier one. */
@@ -160,6 +192,19 @@ void zl_wire_chunk_vers_encode(const struct zl_wire_chunk_ver *v, uint32_t n, ui
  * ZL_WIRE_VERS_MAX). Returns the number of pairs, or -ZL_ERR_PROTO (length
  * not a multiple of 16 or above ZL_WIRE_MAX_CTRL). */
 int zl_wire_chunk_vers_decode(const uint8_t *buf, size_t len, struct zl_wire_chunk_ver *v);
+
+/* Packs n digest records into out (n * ZL_WIRE_CHUNK_DIGEST_SIZE bytes). */
+void zl_wire_chunk_digests_encode(const struct zl_wire_chunk_digest *d, uint32_t n, uint8_t *out);
+/* Unpacks a CHUNK_DIGEST reply payload of len bytes into d (room for
+ * ZL_WIRE_DIGESTS_MAX). Returns the number of records, or -ZL_ERR_PROTO
+ * (length not a multiple of 24 or above ZL_WIRE_MAX_CTRL, chunks not
+ * strictly increasing). */
+int zl_wire_chunk_digests_decode(const uint8_t *buf, size_t len, struct zl_wire_chunk_digest *d);
+
+void zl_wire_scrub_result_encode(const struct zl_wire_scrub_result *r,
+				 uint8_t out[ZL_WIRE_SCRUB_RESULT_SIZE]);
+/* Returns 0 or -ZL_ERR_PROTO (wrong size, repaired > bad_found). */
+int zl_wire_scrub_result_decode(const uint8_t *buf, size_t len, struct zl_wire_scrub_result *r);
 
 /* Encodes h into out[ZL_WIRE_HDR_SIZE], computing hdr_crc. */
 void zl_wire_encode(const struct zl_wire_hdr *h, uint8_t out[ZL_WIRE_HDR_SIZE]);

@@ -62,6 +62,10 @@ check("controller Deployment", !!ctl);
 check("controller 2 replicas", ctl?.spec?.replicas === 2);
 const zc = container(ctl, "zipline-controller");
 check("zipline-controller --leader-election", hasArg(zc, "--leader-election"));
+// Healing is the default (controller.manager, storage.heal, node.ioTimeout).
+check("zipline-controller --manager=on", args(zc).includes("--manager=on"), args(zc).join(" "));
+check("zipline-controller --down-out-interval", /^--down-out-interval=[1-9][0-9]*$/.test(
+	args(zc).find((a) => a.startsWith("--down-out-interval=")) ?? ""), args(zc).join(" "));
 for (const s of ["csi-provisioner", "csi-attacher", "csi-resizer", "liveness-probe"]) {
 	const c = container(ctl, s);
 	check(`controller sidecar ${s}`, !!c);
@@ -109,6 +113,7 @@ check("registration dir", nps?.volumes?.some((v) => v.hostPath?.path === `${kube
 check("node system-node-critical", nps?.priorityClassName === "system-node-critical");
 check("node tolerations", (nps?.tolerations ?? []).length > 0);
 check("node updateStrategy OnDelete", node?.spec?.updateStrategy?.type === "OnDelete");
+check("zipline-node --io-timeout=600", args(zn).includes("--io-timeout=600"), args(zn).join(" "));
 check("node id from spec.nodeName", zn?.env?.some((e) => e.name === "NODE_NAME" &&
 	e.valueFrom?.fieldRef?.fieldPath === "spec.nodeName") && args(zn).includes("--node-id=$(NODE_NAME)"));
 
@@ -119,6 +124,7 @@ const zs = container(stw, "zipline-storage");
 const sps = stw?.spec?.template?.spec;
 check("storage IPC_LOCK", zs?.securityContext?.capabilities?.add?.includes("IPC_LOCK"));
 check("storage readiness on its data port", zs?.readinessProbe?.tcpSocket?.port === "data");
+check("zipline-storage --heal=on", args(zs).includes("--heal=on"), args(zs).join(" "));
 check("storage on labelled nodes", Object.keys(sps?.nodeSelector ?? {}).length > 0);
 const limits = zs?.resources?.limits ?? {};
 const rdmaLimits = Object.keys(limits).filter((k) => k.includes("/"));

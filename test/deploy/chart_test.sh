@@ -115,6 +115,19 @@ if [ "$shape" = selftest ]; then
 		fi
 	done
 
+	# Healing is on by default; the switches turn it off (the 0.1 behaviour).
+	"$helm" template t "$chart" --set storage.heal=false --set controller.manager=false \
+		--set node.ioTimeout=30 > "$work/off.yaml" || rc=1
+	for want in "--heal=off" "--manager=off" "--io-timeout=30"; do
+		if grep -qF -- "- $want" "$work/off.yaml"; then
+			echo "ok selftest: storage.heal/controller.manager false, node.ioTimeout 30: renders $want"
+		else
+			echo "FAIL selftest: storage.heal/controller.manager false, node.ioTimeout 30: no $want" >&2
+			rc=1
+		fi
+	done
+	run expect_fail "values: node.ioTimeout 0" "ioTimeout" "$helm" template t "$chart" --set node.ioTimeout=0
+
 	# The longest release name Helm allows (53) still gives valid names.
 	long_release="$(printf 'r%.0s' $(seq 53))"
 	for f in "" "$chart/examples/local-pv.yaml"; do

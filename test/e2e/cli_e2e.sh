@@ -59,6 +59,32 @@ expect_fail "serve bad spec" "nbd" "$ZL" volume serve small --nbd bogus
 expect_fail "storage without data dir" "data-dir" "$CL_BIN/zipline-storage" --etcd "$CL_ETCD"
 expect_fail "storage missing data dir" "data" "$CL_BIN/zipline-storage" --data-dir "$CL_DIR/nonexistent/x" --etcd "$CL_ETCD"
 expect_fail "storage bad flag" "unknown|unrecognized|invalid|usage" "$CL_BIN/zipline-storage" --bogus
+expect_fail "storage bad --heal" "heal.*on or off" "$CL_BIN/zipline-storage" --data-dir "$CL_DIR" --heal maybe
+expect_fail "controller bad --manager" "manager.*on or off" "$CL_BIN/zipline-controller" \
+	--endpoint "unix://$CL_DIR/c.sock" --etcd "$CL_ETCD" --manager=maybe
+# Healing is the default; --heal off / --manager=off are the way back to 0.1.
+"$CL_BIN/zipline-storage" --help | grep -A1 -- "--heal on|off" | grep -q "default on" ||
+	{ echo "cli_e2e: FAIL: zipline-storage --help does not say --heal defaults to on"; failures=$((failures+1)); }
+"$CL_BIN/zipline-controller" --help | grep -A2 -- "--manager=on|off" | grep -q "default on" ||
+	{ echo "cli_e2e: FAIL: zipline-controller --help does not say --manager defaults to on"; failures=$((failures+1)); }
 "$ZL" status >/dev/null || { echo "cli_e2e: FAIL: zl status"; failures=$((failures+1)); }
+# The health line (docs/REPLICATION.md §9): OK, not OK while node-2 is gone
+# (no manager here: its rows keep naming it), OK again once it is back.
+health() { "$ZL" status 2>/dev/null | sed -n 1p; }
+expect_health() { # WHAT REGEX
+	local h
+	for _ in $(seq 1 50); do h=$(health); grep -qE "$2" <<<"$h" && break; sleep 0.2; done
+	if grep -qE "$2" <<<"$h"; then echo "cli_e2e: ok: $1: $h"
+	else echo "cli_e2e: FAIL: $1: health line '$h' lacks /$2/" >&2; failures=$((failures+1)); fi
+}
+expect_health "healthy cluster" '^HEALTH_OK$'
+out=$("$ZL" volume inspect small)
+grep -q ' active  .*node-[12]\*:in_sync' <<<"$out" || { echo "cli_e2e: FAIL: inspect shows no active slice: $out" >&2; failures=$((failures+1)); }
+cl_stop storage-2
+expect_health "node-2 stopped" '^HEALTH_(WARN|ERR) [0-9]+ slices? '
+grep -q 'node-2[*]*:in_sync(down)' <<<"$("$ZL" volume inspect small)" || { echo "cli_e2e: FAIL: inspect does not mark node-2 down" >&2; failures=$((failures+1)); }
+cl_start_storage 2
+cl_wait_nodes 2 || { echo "cli_e2e: FAIL: node-2 did not come back" >&2; failures=$((failures+1)); }
+expect_health "node-2 back" '^HEALTH_OK$'
 [ $failures -eq 0 ] || { echo "cli_e2e: $failures failure(s)"; exit 1; }
 echo "cli_e2e: PASS"

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# E2E: real etcd + three zipline-storage daemons. A 3-replica volume gets 256
-# MiB of verified random writes; one daemon is killed with SIGKILL while writes
-# are in flight; every acknowledged write must read back; the daemon restarts,
-# registers again and refuses to serve its stale replicas; `zl volume rm`
-# leaves no chunk file on any daemon.
+# E2E: real etcd, the cluster manager (zipline-controller, started by
+# cl_e2e_begin) and three zipline-storage daemons, healing on (the defaults).
+# A 3-replica volume gets 256 MiB of verified random writes; one daemon is
+# killed with SIGKILL while writes are in flight; every write must still be
+# acknowledged and read back, and the manager must have taken the dead node
+# out; the daemon restarts, registers again and heals by itself: RECOVERING,
+# then IN_SYNC in every row within a bound, and its own chunks (read from it
+# directly) hold every acknowledged write (e2e_io); `zl volume rm` leaves no
+# chunk file on any daemon.
 # Usage: cluster_e2e.sh BUILD_DIR
 #
 # Environment (all optional; unset = loopback TCP, the host test):
@@ -13,10 +17,12 @@
 #                       ZIPLINE_TRANSPORT); "rdma" also checks that the data
 #                       path really ran over RDMA (logs and zl status)
 #   ZL_E2E_BYTES        verified random writes (default 256M)
+#   ZL_E2E_HEAL_TIMEOUT seconds the restarted daemon has to be in sync in
+#                       every row again (default 300)
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
-fail() { echo "cluster_e2e: FAIL: $*" >&2; for f in "$CL_DIR"/storage-*/log; do echo "--- $f" >&2; tail -25 "$f" >&2; done; exit 1; }
+fail() { echo "cluster_e2e: FAIL: $*" >&2; for f in "$CL_DIR"/manager/log "$CL_DIR"/storage-*/log; do echo "--- $f" >&2; tail -25 "$f" >&2; done; exit 1; }
 read -r -a ips <<<"${ZL_E2E_STORAGE_IPS:-127.0.0.1 127.0.0.1 127.0.0.1}"
 [ "${#ips[@]}" -eq 3 ] || { echo "cluster_e2e: ZL_E2E_STORAGE_IPS wants 3 addresses" >&2; exit 1; }
 xport=${ZL_E2E_TRANSPORT:-}
@@ -44,11 +50,14 @@ grep -qi "exists" "$CL_DIR/err" || fail "different-size create did not say 'alre
 
 pid1=$(cl_pid storage-1)
 port1=$(cat "$CL_DIR/storage-1/port")
+# No manager runs here: the 0.1 client promotes the next replica itself.
 "$BUILD/bin/e2e_io" --etcd "$CL_ETCD" --volume e2e --bytes "${ZL_E2E_BYTES:-256M}" \
 	--kill-cmd "kill -9 $pid1" --killed-node node-1 \
 	--restart-cmd "bash -c 'source $SRC/test/lib/cluster.sh; cl_start_storage 1 $port1 $(node_flags 1 "$port1")'" \
 	--wait-cmd "bash -c 'for i in \$(seq 1 100); do $ZL node ls 2>/dev/null | grep -q node-1 && exec 3<>/dev/tcp/${ips[0]}/$port1 && exit 0; sleep 0.2; done; exit 1'" \
+	--heal-timeout "${ZL_E2E_HEAL_TIMEOUT:-300}" \
 	|| fail "e2e_io"
+grep -h 'manager: vol=' "$CL_DIR/manager/log" | grep node-1 | head -6 | sed 's/^/cluster_e2e: manager: /' || true
 
 # The killed daemon came back and registered again.
 "$ZL" node ls | grep -q node-1 || fail "node-1 not registered after restart"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # E2E: one flipped byte in one replica's chunk file. Reads must still return
-# the right data (the client reads another replica) and the daemon that holds
-# the bad replica must log the corruption with volume, chunk and block.
+# the right data (two good copies remain: when the damaged one is the
+# primary's, the read is served from a good copy, never failed) and the
+# daemon that holds the bad replica must log the corruption with volume,
+# chunk and block. Runs with the defaults: manager on, storage healing on.
 # Each node's replica is damaged in turn (and repaired after), so the primary
 # of the slice is certainly among them.
 set -euo pipefail

@@ -2,6 +2,7 @@
  *
  *   e2e_io --etcd URL --volume NAME [--bytes 256M] [--seed N]
  *          [--kill-cmd CMD --killed-node ID --restart-cmd CMD --wait-cmd CMD]
+ *          [--legacy-drop] [--io-timeout SEC] [--heal-timeout SECONDS]
  *
  * Phase 1: random writes (512 B .. 1 MiB, aligned and unaligned offsets)
  *   until --bytes were written, QD 8, never two overlapping writes in flight;
@@ -9,10 +10,15 @@
  *   the whole volume is read back and compared byte for byte.
  * Phase 2 (with --kill-cmd): writes go on at QD 16 and, after 32 MiB more,
  *   CMD (e.g. kill -9 of a storage daemon) runs while they are in flight; all
- *   writes must still be acknowledged (the client fails over); then full
- *   read-back. --restart-cmd and --wait-cmd bring the daemon back; full read
- *   back again, 16 MiB of new writes, full read back; and the restarted node
- *   must refuse to serve every slice it is no longer in sync for.
+ *   writes must still be acknowledged (the client waits for the manager to
+ *   take the dead node out, and for a new primary); then full read-back, and
+ *   the killed node (--killed-node) must be out of the in-sync set of some
+ *   of its rows in etcd. --restart-cmd and --wait-cmd bring the daemon back;
+ *   the restarted node must heal: RECOVERING, then IN_SYNC in every row that
+ *   lists it within --heal-timeout (default 300 s; rows polled every 100
+ *   ms); full read back again, 16 MiB of new writes, full read back; then
+ *   every chunk of its slices read from it directly (ZL_WF_ANY) equals what
+ *   was acknowledged.
  * Exit 0 only when everything matched. */
 #include <errno.h>
 #include <getopt.h>
@@ -232,36 +238,153 @@ static int verify_all(struct e2e *t, const char *what)
 	return mism ? -ZL_ERR_CORRUPT : 0;
 }
 
-struct refuse_ctx {
+/* ---- phase 2 oracle: the killed node heals (rows in etcd, its own chunks) ---- */
+
+/* Counts the rows of the volume that list node_id and, among them, the ones
+ * where it is in sync / recovering. */
+static int node_rows(struct e2e *t, const char *prefix, const char *node_id, int *member,
+		     int *in_sync, int *recovering)
+{
+	struct zl_volume v = { 0 };
+	int rc = zl_meta_volume_get(t->etcd, prefix, zl_vol_meta(t->vol)->id, &v);
+
+	*member = *in_sync = *recovering = 0;
+	if (rc)
+		return rc;
+	for (uint32_t s = 0; s < v.n_slices; s++) {
+		int idx = zl_slice_index_of(&v.slices[s], node_id);
+
+		if (idx < 0)
+			continue;
+		(*member)++;
+		switch (zl_slice_member_state(&v.slices[s], idx)) {
+		case ZL_MEMBER_IN_SYNC: (*in_sync)++; break;
+		case ZL_MEMBER_RECOVERING: (*recovering)++; break;
+		default: break;
+		}
+	}
+	zl_volume_fini(&v);
+	return 0;
+}
+
+/* Before the restart: writes were acknowledged while node_id was dead, so the
+ * manager must have taken it out of the in-sync set of the rows written. */
+static int check_out(struct e2e *t, const char *prefix, const char *node_id)
+{
+	int member, in_sync, recovering, rc;
+
+	rc = node_rows(t, prefix, node_id, &member, &in_sync, &recovering);
+	if (rc) {
+		fprintf(stderr, "e2e: reading the volume record: %s\n", zl_strerror(rc));
+		return rc;
+	}
+	fprintf(stderr, "e2e: killed node %s: member of %d slices, in sync in %d\n", node_id,
+		member, in_sync);
+	if (member == 0 || in_sync == member) {
+		fprintf(stderr, "e2e: writes were acknowledged while %s was dead, yet it is still "
+			"in sync in all %d of its slices\n", node_id, member);
+		return -ZL_ERR_NOT_INSYNC;
+	}
+	return 0;
+}
+
+/* After the restart: the node must go RECOVERING and then IN_SYNC in every
+ * row that lists it, within timeout_s (rows polled every 100 ms). */
+static int wait_healed(struct e2e *t, const char *prefix, const char *node_id, int timeout_s)
+{
+	uint64_t t0 = zl_now_ms(), first_rec = 0;
+	int member = 0, in_sync = 0, recovering = 0, max_rec = 0, rc;
+
+	for (;;) {
+		rc = node_rows(t, prefix, node_id, &member, &in_sync, &recovering);
+		if (rc) {
+			fprintf(stderr, "e2e: reading the volume record: %s\n", zl_strerror(rc));
+			return rc;
+		}
+		if (recovering && !first_rec)
+			first_rec = zl_now_ms();
+		max_rec = ZL_MAX(max_rec, recovering);
+		if (member && in_sync == member)
+			break;
+		if (zl_now_ms() - t0 > (uint64_t)timeout_s * 1000) {
+			fprintf(stderr, "e2e: %s not in sync %d s after its restart: in sync in %d, "
+				"recovering in %d of %d slices\n", node_id, timeout_s, in_sync,
+				recovering, member);
+			return -ZL_ERR_TIMEOUT;
+		}
+		zl_loop_run_once(t->loop, 100);
+	}
+	fprintf(stderr, "e2e: %s healed: in sync in all %d slices %.1f s after its restart "
+		"(recovering seen in up to %d slices%s)\n", node_id, member,
+		(double)(zl_now_ms() - t0) / 1000.0, max_rec, first_rec ? "" : ": NEVER");
+	if (!first_rec) {
+		fprintf(stderr, "e2e: %s went back in sync without being RECOVERING: what it "
+			"missed was never copied to it\n", node_id);
+		return -ZL_ERR_NOT_INSYNC;
+	}
+	return 0;
+}
+
+struct rd_ctx {
 	bool done;
 	int status;
 	uint16_t wire_status;
 };
 
-static void refuse_cb(void *arg, int status, const struct zl_wire_hdr *rep)
+static void rd_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 {
-	struct refuse_ctx *r = arg;
+	struct rd_ctx *r = arg;
 
 	r->done = true;
 	r->status = status;
 	r->wire_status = rep ? rep->status : 0;
 }
 
-/* The restarted node must refuse reads of every slice it is not in sync for. */
-static int check_refuse(struct e2e *t, const char *etcd_prefix, const char *node_id)
+/* One READ (ZL_WF_ANY: from this replica, primary or not) on conn. */
+static int replica_read(struct e2e *t, struct zl_xport_conn *conn, const struct zl_volume *v,
+			uint64_t chunk, uint32_t off, uint32_t len, uint8_t *buf)
 {
+	const struct zl_slice *sl = &v->slices[zl_volume_slice_of(v, chunk)];
+	struct zl_wire_hdr h = { 0 };
+	struct rd_ctx r = { 0 };
+	uint64_t t0 = zl_now_ms();
+	int rc;
+
+	h.opcode = ZL_OP_READ;
+	h.flags = ZL_WF_ANY;
+	h.vol_id = v->num;
+	h.chunk = chunk;
+	h.offset = off;
+	h.length = len;
+	h.slice_ver = sl->version;
+	rc = zl_xport_request(conn, &h, NULL, 0, buf, len, rd_cb, &r);
+	if (rc)
+		return rc;
+	while (!r.done && zl_now_ms() - t0 < 30000)
+		zl_loop_run_once(t->loop, 100);
+	if (!r.done)
+		return -ZL_ERR_TIMEOUT;
+	return r.status ? r.status : -(int)r.wire_status;
+}
+
+/* The healed node's own copy: every chunk of every slice it is a member of,
+ * read from it directly, equals what was acknowledged. */
+static int check_replica(struct e2e *t, const char *prefix, const char *node_id)
+{
+	const uint32_t piece = 1u << 20;
 	struct zl_volume v = { 0 };
 	struct zl_node_info ni;
 	struct zl_xport_opts xo = { .kind = ZL_XPORT_TCP };
 	struct zl_xport *x = NULL;
 	struct zl_xport_conn *conn = NULL;
 	uint8_t *buf = NULL;
-	int rc, checked = 0, refused = 0;
+	uint64_t n_chunks, bytes = 0, mism = 0;
+	int rc;
 
-	rc = zl_meta_volume_get(t->etcd, etcd_prefix, zl_vol_meta(t->vol)->id, &v);
+	rc = zl_meta_volume_get(t->etcd, prefix, zl_vol_meta(t->vol)->id, &v);
 	if (rc)
 		return rc;
-	rc = zl_meta_node_get(t->etcd, etcd_prefix, node_id, &ni);
+	rc = zl_meta_node_get(t->etcd, prefix, node_id, &ni);
 	if (rc) {
 		fprintf(stderr, "e2e: restarted node %s not registered: %s\n", node_id,
 			zl_strerror(rc));
@@ -275,36 +398,43 @@ static int check_refuse(struct e2e *t, const char *etcd_prefix, const char *node
 		fprintf(stderr, "e2e: connect to %s failed: %s\n", node_id, zl_strerror(rc));
 		goto out;
 	}
-	buf = zl_xport_buf_alloc(x, 4096);
-	for (uint32_t s = 0; s < v.n_slices; s++) {
-		const struct zl_slice *sl = &v.slices[s];
-		int idx = zl_slice_index_of(sl, node_id);
-		struct zl_wire_hdr h = { 0 };
-		struct refuse_ctx r = { 0 };
-
-		if (idx < 0 || sl->in_sync[idx])
-			continue;
-		h.opcode = ZL_OP_READ;
-		h.vol_id = v.num;
-		h.chunk = s; /* chunk s belongs to slice s */
-		h.length = 4096;
-		h.slice_ver = sl->version;
-		rc = zl_xport_request(conn, &h, NULL, 0, buf, 4096, refuse_cb, &r);
-		if (rc)
-			goto out;
-		while (!r.done)
-			zl_loop_run_once(t->loop, 100);
-		checked++;
-		if (r.status == 0 && (r.wire_status == ZL_ERR_NOT_INSYNC))
-			refused++;
-		else
-			fprintf(stderr, "e2e: node %s answered a read of out-of-sync slice %u with %s\n",
-				node_id, s, r.status ? zl_strerror(r.status) :
-				zl_errname(-(int)r.wire_status));
+	buf = zl_xport_buf_alloc(x, piece);
+	if (!buf) {
+		rc = -ENOMEM;
+		goto out;
 	}
-	fprintf(stderr, "e2e: node %s is out of sync for %d slices and refused %d reads of them\n",
-		node_id, checked, refused);
-	rc = (checked > 0 && refused == checked) ? 0 : -ZL_ERR_NOT_INSYNC;
+	n_chunks = (v.size + v.chunk_size - 1) / v.chunk_size;
+	for (uint64_t c = 0; c < n_chunks; c++) {
+		if (zl_slice_index_of(&v.slices[zl_volume_slice_of(&v, c)], node_id) < 0)
+			continue;
+		for (uint32_t o = 0; o < v.chunk_size; o += piece) {
+			uint64_t voff = c * v.chunk_size + o;
+			uint32_t len = (uint32_t)ZL_MIN((uint64_t)ZL_MIN(piece, v.chunk_size - o),
+							v.size - voff);
+
+			if (voff >= v.size)
+				break;
+			rc = replica_read(t, conn, &v, c, o, len, buf);
+			if (rc) {
+				fprintf(stderr, "e2e: read of chunk %" PRIu64 " +%u from %s: %s\n",
+					c, o, node_id, zl_strerror(rc));
+				goto out;
+			}
+			for (uint64_t sct = voff / SECTOR; sct < (voff + len) / SECTOR; sct++) {
+				if (t->unknown[sct] ||
+				    !memcmp(buf + (sct * SECTOR - voff), t->shadow + sct * SECTOR,
+					    SECTOR))
+					continue;
+				if (mism++ < 5)
+					fprintf(stderr, "e2e: %s's replica: MISMATCH at byte %" PRIu64
+						" (chunk %" PRIu64 ")\n", node_id, sct * SECTOR, c);
+			}
+			bytes += len;
+		}
+	}
+	fprintf(stderr, "e2e: %s's own replicas: read %" PRIu64 " MiB directly, %" PRIu64
+		" mismatched sectors\n", node_id, bytes >> 20, mism);
+	rc = mism ? -ZL_ERR_CORRUPT : bytes ? 0 : -ZL_ERR_NOT_FOUND;
 out:
 	if (buf)
 		zl_xport_buf_free(x, buf);
@@ -320,7 +450,10 @@ out:
 static void usage(void)
 {
 	fprintf(stderr, "usage: e2e_io --etcd URL --volume NAME [--bytes SIZE] [--seed N]\n"
-			"              [--kill-cmd CMD --killed-node ID --restart-cmd CMD --wait-cmd CMD]\n");
+			"              [--kill-cmd CMD --killed-node ID --restart-cmd CMD --wait-cmd CMD]\n"
+			"              [--legacy-drop] [--io-timeout SEC] [--heal-timeout SECONDS]\n"
+			"  --legacy-drop: the 0.1 client (promotes by itself; for clusters without\n"
+			"  a manager); default: heal mode (reports and waits up to --io-timeout)\n");
 	exit(2);
 }
 
@@ -333,11 +466,15 @@ int main(int argc, char **argv)
 		{ "killed-node", required_argument, NULL, 'n' },
 		{ "restart-cmd", required_argument, NULL, 'r' },
 		{ "wait-cmd", required_argument, NULL, 'w' },
+		{ "legacy-drop", no_argument, NULL, 'L' },
+		{ "io-timeout", required_argument, NULL, 'T' },
+		{ "heal-timeout", required_argument, NULL, 'H' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *etcd_url = NULL, *volname = NULL, *kill_cmd = NULL, *killed = NULL;
 	const char *restart_cmd = NULL, *wait_cmd = NULL;
 	uint64_t bytes = 256ull << 20;
+	int heal_s = 300;
 	struct e2e t = { .rng = 42 };
 	struct zl_etcd_opts eo = { 0 };
 	struct zl_client_opts co = { .client_id = "e2e_io", .transport = ZL_XPORT_SEL_TCP };
@@ -364,6 +501,13 @@ int main(int argc, char **argv)
 		case 'n': killed = optarg; break;
 		case 'r': restart_cmd = optarg; break;
 		case 'w': wait_cmd = optarg; break;
+		case 'L': co.legacy_drop = true; break;
+		case 'T': co.io_timeout_s = (uint32_t)strtoul(optarg, NULL, 10); break;
+		case 'H':
+			heal_s = atoi(optarg);
+			if (heal_s < 1)
+				usage();
+			break;
 		default: usage();
 		}
 	}
@@ -398,6 +542,8 @@ int main(int argc, char **argv)
 			goto fail;
 		if (verify_all(&t, "after kill"))
 			goto fail;
+		if (killed && check_out(&t, ZL_META_DEFAULT_PREFIX, killed))
+			goto fail;
 		if (restart_cmd) {
 			if (system(restart_cmd) != 0) {
 				fprintf(stderr, "e2e: restart command failed\n");
@@ -407,13 +553,17 @@ int main(int argc, char **argv)
 				fprintf(stderr, "e2e: restarted daemon did not register\n");
 				goto fail;
 			}
+			/* Rows polled from right after the restart: the copy of
+			 * what it missed takes seconds, RECOVERING is seen. */
+			if (killed && wait_healed(&t, ZL_META_DEFAULT_PREFIX, killed, heal_s))
+				goto fail;
 			if (verify_all(&t, "after restart"))
 				goto fail;
 			if (write_phase(&t, 16ull << 20, 16, NULL, 0) != 0)
 				goto fail;
 			if (verify_all(&t, "after restart + writes"))
 				goto fail;
-			if (killed && check_refuse(&t, ZL_META_DEFAULT_PREFIX, killed))
+			if (killed && check_replica(&t, ZL_META_DEFAULT_PREFIX, killed))
 				goto fail;
 		}
 	}

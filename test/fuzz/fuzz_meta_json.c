@@ -1,5 +1,5 @@
 /* libFuzzer target: the etcd record decoders of lib/meta (node, volume,
- * cluster identity, failure report). Anything accepted
+ * cluster identity, failure report, node status). Anything accepted
  * must encode again and decode to the same text (a record the decoder takes
  * but the encoder refuses would be stuck in etcd). */
 #include <stdint.h>
@@ -79,6 +79,20 @@ static void fuzz_report(const char *json, size_t size)
 	free(again);
 }
 
+static void fuzz_status(const char *json, size_t size)
+{
+	struct zl_node_status s, t;
+	char *again;
+
+	if (zl_meta_status_from_json(json, size, &s))
+		return;
+	again = zl_meta_status_to_json(&s);
+	if (!again || zl_meta_status_from_json(again, strlen(again), &t) ||
+	    memcmp(&s, &t, sizeof(s)))
+		abort();
+	free(again);
+}
+
 /* The input as a report key, and as the value under a valid key. */
 static void fuzz_report_kv(const char *data, size_t size)
 {
@@ -121,5 +135,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	fuzz_cluster((const char *)data, size);
 	fuzz_report((const char *)data, size);
 	fuzz_report_kv((const char *)data, size);
+	fuzz_status((const char *)data, size);
 	return 0;
 }

@@ -18,6 +18,33 @@
 #include "lib/common/common.h"
 #include "lib/wire/wire.h"
 
+static void fuzz_digests(const uint8_t *data, size_t size)
+{
+	static struct zl_wire_chunk_digest d[ZL_WIRE_DIGESTS_MAX];
+	static uint8_t out[ZL_WIRE_MAX_CTRL];
+	int n = zl_wire_chunk_digests_decode(data, size, d);
+
+	if (n < 0)
+		return;
+	fuzz_check((size_t)n * ZL_WIRE_CHUNK_DIGEST_SIZE == size && n <= (int)ZL_WIRE_DIGESTS_MAX);
+	for (int i = 1; i < n; i++)
+		fuzz_check(d[i].chunk > d[i - 1].chunk);
+	zl_wire_chunk_digests_encode(d, (uint32_t)n, out);
+	fuzz_check(memcmp(out, data, size) == 0);
+}
+
+static void fuzz_scrub_result(const uint8_t *data, size_t size)
+{
+	struct zl_wire_scrub_result r;
+	uint8_t out[ZL_WIRE_SCRUB_RESULT_SIZE];
+
+	if (zl_wire_scrub_result_decode(data, size, &r))
+		return;
+	fuzz_check(r.repaired <= r.bad_found);
+	zl_wire_scrub_result_encode(&r, out);
+	fuzz_check(memcmp(out, data, sizeof(out)) == 0);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void fuzz_check(bool ok)
@@ -95,6 +122,33 @@ static void fuzz_vers(const uint8_t *data, size_t size)
 	fuzz_check(memcmp(out, data, size) == 0);
 }
 
+static void fuzz_digests(const uint8_t *data, size_t size)
+{
+	static struct zl_wire_chunk_digest d[ZL_WIRE_DIGESTS_MAX];
+	static uint8_t out[ZL_WIRE_MAX_CTRL];
+	int n = zl_wire_chunk_digests_decode(data, size, d);
+
+	if (n < 0)
+		return;
+	fuzz_check((size_t)n * ZL_WIRE_CHUNK_DIGEST_SIZE == size && n <= (int)ZL_WIRE_DIGESTS_MAX);
+	for (int i = 1; i < n; i++)
+		fuzz_check(d[i].chunk > d[i - 1].chunk);
+	zl_wire_chunk_digests_encode(d, (uint32_t)n, out);
+	fuzz_check(memcmp(out, data, size) == 0);
+}
+
+static void fuzz_scrub_result(const uint8_t *data, size_t size)
+{
+	struct zl_wire_scrub_result r;
+	uint8_t out[ZL_WIRE_SCRUB_RESULT_SIZE];
+
+	if (zl_wire_scrub_result_decode(data, size, &r))
+		return;
+	fuzz_check(r.repaired <= r.bad_found);
+	zl_wire_scrub_result_encode(&r, out);
+	fuzz_check(memcmp(out, data, sizeof(out)) == 0);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	fuzz_hdr(data, size);
@@ -107,7 +161,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		fuzz_hello(pl, pl_len);
 		fuzz_desc(pl, pl_len);
 		fuzz_vers(pl, pl_len);
+		fuzz_digests(pl, pl_len);
+		fuzz_scrub_result(pl, pl_len);
 	}
 	fuzz_vers(data, size);
+	fuzz_digests(data, size);
+	fuzz_scrub_result(data, size);
 	return 0;
 }

@@ -87,12 +87,14 @@ cl_stop() {
 }
 
 # cl_start_csi NODE_ID: zipline-controller and zipline-node on unix sockets
-# $CL_DIR/csi/controller.sock and $CL_DIR/csi/node.sock.
+# $CL_DIR/csi/controller.sock and $CL_DIR/csi/node.sock. The controller runs
+# the cluster manager (--manager=on, its default) with $CL_CONTROLLER_FLAGS
+# (e.g. "--down-out-interval 30").
 cl_start_csi() {
 	local node_id=$1
 	mkdir -p "$CL_DIR/csi" "$CL_DIR/controller" "$CL_DIR/node"
 	"$CL_BIN/zipline-controller" --endpoint "unix://$CL_DIR/csi/controller.sock" \
-		--etcd "$CL_ETCD" >>"$CL_DIR/controller/log" 2>&1 &
+		--etcd "$CL_ETCD" --manager=on ${CL_CONTROLLER_FLAGS:-} >>"$CL_DIR/controller/log" 2>&1 &
 	echo $! >"$CL_DIR/controller/pid"
 	"$CL_BIN/zipline-node" --endpoint "unix://$CL_DIR/csi/node.sock" --node-id "$node_id" \
 		--etcd "$CL_ETCD" --state-dir "$CL_DIR/csi/node-state" --kubelet-dir "$CL_DIR/csi" \
@@ -106,8 +108,41 @@ cl_start_csi() {
 	return 1
 }
 
+# cl_start_manager [NAME] [flags...]: a zipline-controller that runs the
+# cluster manager (--manager=on) in $CL_DIR/NAME (default "manager"; log
+# $CL_DIR/NAME/log, CSI socket $CL_DIR/NAME/csi.sock, leader id NAME),
+# with test timings: --manager-grace ${CL_MANAGER_GRACE:-2},
+# --down-out-interval ${CL_DOWN_OUT:-30}. Flags given here come last (they
+# win). Tracked by PID like the others (cl_stop NAME, cl_stop_all); NAME is
+# recorded in $CL_DIR/managers. Waits until the socket is up.
+cl_start_manager() {
+	local name=${1:-manager}
+	[ $# -gt 0 ] && shift
+	local d="$CL_DIR/$name"
+	mkdir -p "$d"
+	rm -f "$d/csi.sock"
+	grep -qx "$name" "$CL_DIR/managers" 2>/dev/null || echo "$name" >>"$CL_DIR/managers"
+	"$CL_BIN/zipline-controller" --endpoint "unix://$d/csi.sock" --etcd "$CL_ETCD" \
+		--leader-id "$name" --log-level info --manager=on \
+		--manager-grace "${CL_MANAGER_GRACE:-2}" --down-out-interval "${CL_DOWN_OUT:-30}" \
+		"$@" >>"$d/log" 2>&1 &
+	echo $! >"$d/pid"
+	for _ in $(seq 1 100); do
+		[ -S "$d/csi.sock" ] && return 0
+		kill -0 "$(cat "$d/pid")" 2>/dev/null || break
+		sleep 0.1
+	done
+	cl_log "manager $name did not start; log follows"
+	tail -20 "$d/log" >&2
+	return 1
+}
+
 cl_stop_all() {
-	local d
+	local d m
+	# Managers first: none of them acts on the daemons going away.
+	if [ -f "$CL_DIR/managers" ]; then
+		while read -r m; do cl_stop "$m"; done <"$CL_DIR/managers"
+	fi
 	for d in "$CL_DIR"/serve-* "$CL_DIR"/node "$CL_DIR"/controller "$CL_DIR"/storage-*; do
 		[ -d "$d" ] && cl_stop "$(basename "$d")"
 	done
@@ -116,9 +151,11 @@ cl_stop_all() {
 
 # cl_e2e_begin NAME BUILD_DIR [NODES] [--heal on|off]: the common start of an
 # e2e script: private state dir under BUILD_DIR (removed on exit unless
-# KEEP=1), etcd and NODES (default 3) storage daemons (with --heal on:
-# zipline-storage --heal on, also on restarts through cl_start_storage),
-# ZIPLINE_ETCD exported, $ZL set.
+# KEEP=1), etcd, the cluster manager (cl_start_manager: a zipline-controller
+# --manager=on, grace 2 s, down-out $CL_DOWN_OUT or 30 s; CL_MANAGER=0 starts
+# none) and NODES (default 3) storage daemons. Storage heals by default;
+# --heal off (or on) is passed to zipline-storage, also on restarts through
+# cl_start_storage. ZIPLINE_ETCD is exported, $ZL set.
 cl_e2e_begin() {
 	local name=$1 nodes=${3:-3}
 	if [ "${4:-}" = --heal ]; then
@@ -135,8 +172,54 @@ cl_e2e_begin() {
 	trap 'cl_stop_all; [ "${KEEP:-0}" = 1 ] || rm -rf "$CL_DIR"' EXIT
 	cl_start_etcd || return 1
 	export ZIPLINE_ETCD=$CL_ETCD
+	if [ "${CL_MANAGER:-1}" != 0 ]; then
+		cl_start_manager || return 1
+	fi
 	for i in $(seq 1 "$nodes"); do cl_start_storage "$i"; done
 	cl_wait_nodes "$nodes"
+}
+
+# cl_rows VOL_ID: one line per slice of the volume's record in etcd,
+# "slice v term node:state..." (states in_sync, recovering, out), read
+# through the etcd JSON gateway, not through lib/meta.
+cl_rows() {
+	/usr/bin/python3 - "$CL_ETCD" "$1" <<'PY'
+import base64, json, sys, urllib.request
+etcd, vol = sys.argv[1], sys.argv[2]
+key = base64.b64encode(('/zipline/volumes/' + vol).encode()).decode()
+req = urllib.request.Request(etcd + '/v3/kv/range', data=json.dumps({'key': key}).encode())
+with urllib.request.urlopen(req, timeout=5) as r:
+    kvs = json.load(r).get('kvs', [])
+if not kvs:
+    sys.exit('cl_rows: no volume record %s' % vol)
+rec = json.loads(base64.b64decode(kvs[0]['value']))
+for i, row in enumerate(rec['placement']):
+    states = row.get('states') or ['in_sync' if n in row['in_sync'] else 'out' for n in row['nodes']]
+    print(i, row['v'], row.get('term', 1), ' '.join('%s:%s' % (n, s) for n, s in zip(row['nodes'], states)))
+PY
+}
+
+# cl_wait_in_sync VOL_ID NODE SECONDS: waits until NODE is in_sync in every
+# row of the volume that lists it; prints the states NODE went through
+# ("recovering in_sync", from polling every 0.1 s) on stdout. Returns 1 on
+# timeout, or when no row lists NODE (with the rows on stderr).
+cl_wait_in_sync() {
+	local vol=$1 node=$2 secs=$3 seen="" rows st
+	for _ in $(seq 1 $((secs * 10))); do
+		rows=$(cl_rows "$vol") || return 1
+		for st in $(tr ' ' '\n' <<<"$rows" | sed -n "s/^$node:\(.*\)/\1/p" | sort -u); do
+			case " $seen " in *" $st "*) ;; *) seen="$seen $st" ;; esac
+		done
+		if tr ' ' '\n' <<<"$rows" | grep -q "^$node:" &&
+			! tr ' ' '\n' <<<"$rows" | grep "^$node:" | grep -qv ":in_sync$"; then
+			echo "${seen# }"
+			return 0
+		fi
+		sleep 0.1
+	done
+	cl_log "$node not in sync in every row of $vol after $secs s (states seen:$seen); rows:"
+	echo "$rows" >&2
+	return 1
 }
 
 # cl_chunk_block_off FILE BLOCK [BYTE]: file offset of byte BYTE of data block

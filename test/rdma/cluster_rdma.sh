@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The storage e2e (test/e2e/cluster_e2e.sh: verified random writes, kill -9 of
-# a daemon, restart, stale replicas refused, rm leaves no chunk file) over
+# a daemon, restart, the daemon heals back in sync, rm leaves no chunk file) over
 # RDMA inside the Soft-RoCE guest: three zipline-storage daemons on three
 # addresses of rxe0, each with --transport rdma, zl and the I/O client with
 # transport rdma; the script checks in the daemons' logs and in `zl status`

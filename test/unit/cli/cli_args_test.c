@@ -31,6 +31,33 @@ static void test_globals_anywhere(void **state)
 	assert_string_equal(g.log_level, "debug");
 	assert_string_equal(g.prefix, "/x/");
 	assert_false(g.help);
+	assert_null(g.io_timeout);
+	assert_false(g.legacy_drop);
+}
+
+static void test_globals_io_timeout(void **state)
+{
+	char *argv[] = {"zl",	  "volume", "import",	     "v", "--io-timeout",
+			"5",	  "f",	    "--legacy-drop", NULL};
+	char *a2[] = {"zl", "--io-timeout=30", "status", NULL};
+	char *a3[] = {"zl", "status", "--io-timeout", NULL};
+	int argc = 8;
+	struct zl_cli_globals g;
+	char err[128];
+
+	(void)state;
+	assert_int_equal(zl_cli_globals_parse(&argc, argv, &g, err, sizeof(err)), 0);
+	assert_int_equal(argc, 5);
+	assert_string_equal(argv[4], "f");
+	assert_string_equal(g.io_timeout, "5");
+	assert_true(g.legacy_drop);
+	argc = 3;
+	assert_int_equal(zl_cli_globals_parse(&argc, a2, &g, err, sizeof(err)), 0);
+	assert_string_equal(g.io_timeout, "30");
+	assert_false(g.legacy_drop);
+	argc = 3;
+	assert_int_equal(zl_cli_globals_parse(&argc, a3, &g, err, sizeof(err)), -ZL_ERR_INVAL);
+	assert_non_null(strstr(err, "--io-timeout"));
 }
 
 static void test_globals_help_and_errors(void **state)
@@ -142,6 +169,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_globals_anywhere),
+	    cmocka_unit_test(test_globals_io_timeout),
 	    cmocka_unit_test(test_globals_help_and_errors),
 	    cmocka_unit_test(test_values),
 	    cmocka_unit_test(test_hist),

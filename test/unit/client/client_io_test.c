@@ -3,7 +3,8 @@
  * docs/PROTOCOL-NOTES.md: slice versions (reloading its cached record when a
  * request carries a newer one), primary-only writes replicated to the in-sync
  * replicas, in-sync-only reads; switches make a node close connections on
- * WRITE or answer CORRUPT to READ. */
+ * WRITE, answer CORRUPT to READ or a given error to writes. Tests run in the
+ * client's heal mode (the default) unless set up legacy (legacy_drop, 0.1). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -38,6 +39,9 @@ struct fake_node {
 	uint8_t hello[ZL_WIRE_HELLO_SIZE];
 	bool close_on_write;
 	bool corrupt_reads;
+	int err_left;	/* writes answered with err_status before working again */
+	int err_status;
+	int nonprimary_reads; /* reads served while not the slice's primary */
 	int hellos, reads, writes, flushes, deletes, pings, stales, corrupts, closes, wrong_role;
 };
 
@@ -61,6 +65,7 @@ struct fake_write {
 };
 
 static int test_seq;
+static bool env_legacy; /* the next env_setup opens a legacy_drop client */
 
 static struct fake_node *fake_by_id(struct env *e, const char *id)
 {
@@ -191,6 +196,8 @@ static void fake_on_request(void *arg, struct zl_xport_conn *c, const struct zl_
 			return;
 		}
 		fn->reads++;
+		if (zl_slice_primary(s) != idx)
+			fn->nonprimary_reads++;
 		fake_reply(c, h, 0, s->version, fn->data + h->chunk * CS + h->offset, h->length);
 		return;
 	case ZL_OP_WRITE:
@@ -204,7 +211,10 @@ static void fake_on_request(void *arg, struct zl_xport_conn *c, const struct zl_
 			return;
 		}
 		s = fake_slice(fn, h, &status);
-		if (s && zl_slice_primary(s) != zl_slice_index_of(s, fn->id)) {
+		if (s && !status && fn->err_left > 0) {
+			fn->err_left--;
+			status = fn->err_status;
+		} else if (s && zl_slice_primary(s) != zl_slice_index_of(s, fn->id)) {
 			fn->wrong_role++;
 			status = -ZL_ERR_NOT_PRIMARY;
 		}
@@ -358,10 +368,21 @@ static int env_setup(void **state)
 	co.client_id = "unit-client";
 	co.transport = ZL_XPORT_SEL_AUTO;
 	co.timeout_ms = 2000;
+	co.legacy_drop = env_legacy;
 	assert_int_equal(zl_client_create(e->loop, e->etcd, &co, &e->cli), 0);
 	assert_int_equal(zl_vol_open(e->cli, e->vol_name, &e->vol), 0);
 	*state = e;
 	return 0;
+}
+
+static int env_setup_legacy(void **state)
+{
+	int rc;
+
+	env_legacy = true;
+	rc = env_setup(state);
+	env_legacy = false;
+	return rc;
 }
 
 static int env_teardown(void **state)
@@ -723,6 +744,192 @@ static void test_bounded_failure(void **state)
 	assert_true(e->nodes[0].corrupts + e->nodes[1].corrupts >= 8);
 }
 
+/* ---- heal mode ---- */
+
+/* The reports of the test volume (malloc'd, *n of them). */
+static struct zl_report *reports_of(struct env *e, size_t *n)
+{
+	struct zl_report *r = NULL;
+
+	assert_int_equal(zl_meta_report_list(e->etcd, e->prefix, e->vol_id, &r, n), 0);
+	return r;
+}
+
+/* What the manager would do: slice `slice` without member idx, version+1. */
+static void manager_evict(struct env *e, uint32_t slice, unsigned idx)
+{
+	struct zl_volume v;
+
+	assert_int_equal(zl_meta_volume_get(e->etcd, e->prefix, e->vol_id, &v), 0);
+	v.slices[slice].in_sync[idx] = false;
+	v.slices[slice].version++;
+	assert_int_equal(zl_meta_volume_update(e->etcd, e->prefix, &v), 0);
+	zl_volume_fini(&v);
+}
+
+static void node_kill(struct env *e, int i)
+{
+	zl_xport_destroy(e->nodes[i].x);
+	e->nodes[i].x = NULL;
+}
+
+/* The primary of slice 0 dies: a write and a read of that slice wait (no
+ * promotion, no read from the backup), the client puts one failure report,
+ * and both complete once the "manager" moves the dead node out of the row. */
+static void test_heal_node_down(void **state)
+{
+	struct env *e = *state;
+	struct zl_vol_stats st;
+	uint8_t wbuf[6000], w2[6000], rbuf[6000];
+	struct done dw = {0}, dr = {0};
+	struct zl_report *r = NULL;
+	struct zl_volume v;
+	uint64_t deadline;
+	size_t n = 0;
+
+	fill_pattern(wbuf, sizeof(wbuf), 11);
+	/* chunk 0: slice 0 = fake-0 (primary), fake-1 */
+	assert_int_equal(zl_vol_write(e->vol, wbuf, 100, sizeof(wbuf)), 0);
+	node_kill(e, 0);
+	fill_pattern(w2, sizeof(w2), 12);
+	assert_int_equal(zl_vol_aio_write(e->vol, w2, 100, sizeof(w2), 0, done_cb, &dw), 0);
+	assert_int_equal(zl_vol_aio_read(e->vol, rbuf, 8 * CS, 512, done_cb, &dr), 0);
+	deadline = zl_now_ms() + 10000;
+	while (n == 0 && zl_now_ms() < deadline) {
+		zl_loop_run_once(e->loop, 50);
+		free(r);
+		r = reports_of(e, &n);
+	}
+	assert_int_equal(n, 1);
+	assert_int_equal(r[0].slice, 0);
+	assert_string_equal(r[0].reporter, "unit-client");
+	assert_string_equal(r[0].peer, "fake-0");
+	assert_string_equal(r[0].error, "UNREACHABLE");
+	assert_int_equal(r[0].slice_ver, 1);
+	assert_true(r[0].lease > 0);
+	free(r);
+	/* it keeps waiting (a few backoffs), the row is untouched */
+	deadline = zl_now_ms() + 1500;
+	while (zl_now_ms() < deadline)
+		zl_loop_run_once(e->loop, 50);
+	assert_int_equal(dw.calls, 0);
+	assert_int_equal(dr.calls, 0);
+	assert_int_equal(zl_meta_volume_get(e->etcd, e->prefix, e->vol_id, &v), 0);
+	assert_int_equal(v.slices[0].version, 1);
+	assert_true(v.slices[0].in_sync[0]);
+	zl_volume_fini(&v);
+	r = reports_of(e, &n);
+	assert_int_equal(n, 1); /* one per (slice, peer, slice_ver) */
+	free(r);
+	assert_int_equal(e->nodes[1].nonprimary_reads, 0);
+
+	manager_evict(e, 0, 0);
+	run_until(e, &dw.calls, 1);
+	run_until(e, &dr.calls, 1);
+	assert_int_equal(dw.status, 0);
+	assert_int_equal(dr.status, 0);
+	assert_memory_equal(e->nodes[1].data + 100, w2, sizeof(w2));
+	assert_int_equal(zl_vol_read(e->vol, rbuf, 100, sizeof(rbuf)), 0);
+	assert_memory_equal(rbuf, w2, sizeof(rbuf));
+	zl_vol_get_stats(e->vol, &st);
+	assert_int_equal(st.promotions, 0);
+	assert_int_equal(st.failovers, 0);
+	assert_int_equal(st.reports, 1);
+	assert_true(st.retries >= 2);
+	for (int i = 0; i < NNODES; i++)
+		assert_int_equal(e->nodes[i].nonprimary_reads, 0);
+}
+
+/* With io_timeout 2 s and the primary dead for good, a write fails with
+ * -ZL_ERR_TIMEOUT after about 2 s; other slices serve meanwhile. */
+static void test_heal_timeout(void **state)
+{
+	struct env *e = *state;
+	struct zl_client_opts co = {.prefix = e->prefix, .client_id = "short", .io_timeout_s = 2};
+	struct zl_client *cli;
+	struct zl_vol *v;
+	uint8_t buf[4096];
+	struct done d = {0};
+	uint64_t t0, ms;
+
+	assert_int_equal(zl_client_create(e->loop, e->etcd, &co, &cli), 0);
+	assert_int_equal(zl_vol_open(cli, e->vol_id, &v), 0);
+	fill_pattern(buf, sizeof(buf), 13);
+	node_kill(e, 0);
+	t0 = zl_now_ms();
+	assert_int_equal(zl_vol_aio_write(v, buf, 4 * CS, sizeof(buf), 0, done_cb, &d), 0);
+	/* slice 1 (fake-1, fake-2) is served meanwhile */
+	assert_int_equal(zl_vol_write(v, buf, 1 * CS, sizeof(buf)), 0);
+	run_until(e, &d.calls, 1);
+	ms = zl_now_ms() - t0;
+	assert_int_equal(d.status, -ZL_ERR_TIMEOUT);
+	assert_true(ms >= 1900);
+	assert_true(ms < 5000);
+	/* the metadata never changed */
+	assert_int_equal(zl_vol_meta(v)->slices[0].version, 1);
+	zl_vol_close(v);
+	zl_client_destroy(cli);
+}
+
+/* PEERING answers are waited out; MIN_SIZE until io_timeout stays MIN_SIZE. */
+static void test_heal_peering_min_size(void **state)
+{
+	struct env *e = *state;
+	struct zl_client_opts co = {.prefix = e->prefix, .client_id = "ms", .io_timeout_s = 1};
+	struct zl_vol_stats st;
+	struct zl_client *cli;
+	struct zl_vol *v;
+	uint8_t buf[4096], rbuf[4096];
+	uint64_t t0, ms;
+
+	fill_pattern(buf, sizeof(buf), 14);
+	/* chunk 1: slice 1, primary fake-1 */
+	e->nodes[1].err_left = 4;
+	e->nodes[1].err_status = -ZL_ERR_PEERING;
+	assert_int_equal(zl_vol_write(e->vol, buf, CS + 7, sizeof(buf)), 0);
+	assert_int_equal(e->nodes[1].err_left, 0);
+	assert_int_equal(zl_vol_read(e->vol, rbuf, CS + 7, sizeof(rbuf)), 0);
+	assert_memory_equal(rbuf, buf, sizeof(buf));
+	zl_vol_get_stats(e->vol, &st);
+	assert_true(st.retries >= 4);
+	assert_int_equal(st.reports, 0);
+
+	assert_int_equal(zl_client_create(e->loop, e->etcd, &co, &cli), 0);
+	assert_int_equal(zl_vol_open(cli, e->vol_id, &v), 0);
+	e->nodes[1].err_left = 1000000;
+	e->nodes[1].err_status = -ZL_ERR_MIN_SIZE;
+	t0 = zl_now_ms();
+	assert_int_equal(zl_vol_write(v, buf, CS, sizeof(buf)), -ZL_ERR_MIN_SIZE);
+	ms = zl_now_ms() - t0;
+	assert_true(ms >= 900);
+	assert_true(ms < 4000);
+	/* reads go on below min_size */
+	assert_int_equal(zl_vol_read(v, rbuf, CS + 7, sizeof(rbuf)), 0);
+	assert_memory_equal(rbuf, buf, sizeof(buf));
+	zl_vol_close(v);
+	zl_client_destroy(cli);
+}
+
+/* Only the primary serves reads: a corrupt block there is not read from the
+ * backup by the client (repair is the storage's business). */
+static void test_heal_primary_only_reads(void **state)
+{
+	struct env *e = *state;
+	struct zl_vol_stats st;
+	uint8_t buf[4096];
+	int r1;
+
+	fill_pattern(buf, sizeof(buf), 15);
+	assert_int_equal(zl_vol_write(e->vol, buf, 4 * CS, sizeof(buf)), 0);
+	r1 = e->nodes[1].reads;
+	e->nodes[0].corrupt_reads = true;
+	assert_int_equal(zl_vol_read(e->vol, buf, 4 * CS, sizeof(buf)), -ZL_ERR_CORRUPT);
+	assert_int_equal(e->nodes[1].reads, r1);
+	zl_vol_get_stats(e->vol, &st);
+	assert_int_equal(st.failovers, 0);
+	assert_int_equal(st.promotions, 0);
+}
+
 /* True when node's tombstones name the test volume. */
 static bool has_tombstone(struct env *e, const char *node)
 {
@@ -808,10 +1015,14 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_parallel, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_busy_and_pool, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_stale_reload, env_setup, env_teardown),
-	    cmocka_unit_test_setup_teardown(test_promotion, env_setup, env_teardown),
-	    cmocka_unit_test_setup_teardown(test_corrupt_failover, env_setup, env_teardown),
-	    cmocka_unit_test_setup_teardown(test_node_down, env_setup, env_teardown),
-	    cmocka_unit_test_setup_teardown(test_bounded_failure, env_setup, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_promotion, env_setup_legacy, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_corrupt_failover, env_setup_legacy, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_node_down, env_setup_legacy, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_bounded_failure, env_setup_legacy, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_heal_node_down, env_setup, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_heal_timeout, env_setup, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_heal_peering_min_size, env_setup, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_heal_primary_only_reads, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_volume_delete, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_volume_delete_attached, env_setup, env_teardown),
 	};

@@ -227,13 +227,107 @@ static void test_backoff(void **state)
 	assert_true(total > 1000);
 }
 
+/* Heal mode: the retryable set of the shared contract (docs/REPLICATION.md
+ * §2) reloads, a primary without answer is reported, nothing fails over or
+ * promotes, the rest fails as in 0.1. */
+static void test_classify_heal(void **state)
+{
+	static const int retry[] = {ZL_ERR_PEERING,   ZL_ERR_NOT_PRIMARY, ZL_ERR_STALE,
+				    ZL_ERR_NOT_INSYNC, ZL_ERR_MIN_SIZE,	  ZL_ERR_UNAVAIL,
+				    ZL_ERR_CONN,       ZL_ERR_TIMEOUT,	  ZL_ERR_NOT_FOUND,
+				    ZL_ERR_ETCD};
+	static const int fail[] = {ZL_ERR_RANGE, ZL_ERR_INVAL, ZL_ERR_NOSPC,
+				   ZL_ERR_PROTO, ZL_ERR_IO,    ZL_ERR_IDENTITY};
+	static const int ops[] = {ZL_OP_READ, ZL_OP_WRITE, ZL_OP_FLUSH, ZL_OP_DISCARD,
+				  ZL_OP_WRITE_ZEROES};
+
+	(void)state;
+	for (size_t o = 0; o < ZL_ARRAY_SIZE(ops); o++) {
+		int op = ops[o];
+
+		assert_int_equal(zl_client_classify_heal(op, 0, false), ZL_CLIENT_ACT_DONE);
+		for (size_t i = 0; i < ZL_ARRAY_SIZE(retry); i++)
+			assert_int_equal(zl_client_classify_heal(op, -retry[i], false),
+					 ZL_CLIENT_ACT_RELOAD);
+		for (size_t i = 0; i < ZL_ARRAY_SIZE(fail); i++)
+			assert_int_equal(zl_client_classify_heal(op, -fail[i], false),
+					 ZL_CLIENT_ACT_FAIL);
+		/* no reply from the primary: report it, whatever the op */
+		assert_int_equal(zl_client_classify_heal(op, -ZL_ERR_CONN, true),
+				 ZL_CLIENT_ACT_REPORT);
+		assert_int_equal(zl_client_classify_heal(op, -ZL_ERR_TIMEOUT, true),
+				 ZL_CLIENT_ACT_REPORT);
+		assert_int_equal(zl_client_classify_heal(op, -ZL_ERR_CORRUPT, true),
+				 ZL_CLIENT_ACT_RETRY);
+		assert_int_equal(zl_client_classify_heal(op, -ZL_ERR_BUSY, false),
+				 ZL_CLIENT_ACT_RETRY);
+		assert_int_equal(zl_client_classify_heal(op, -ZL_ERR_INVAL, true),
+				 ZL_CLIENT_ACT_FAIL);
+		/* never the 0.1 actions */
+		for (int e = 0; e < 5000; e++) {
+			enum zl_client_action a = zl_client_classify_heal(op, -e, e & 1);
+
+			assert_true(a != ZL_CLIENT_ACT_FAILOVER && a != ZL_CLIENT_ACT_PROMOTE);
+		}
+	}
+	/* a damaged write payload is sent again; a bad read has no other copy */
+	assert_int_equal(zl_client_classify_heal(ZL_OP_WRITE, -ZL_ERR_CORRUPT, false),
+			 ZL_CLIENT_ACT_RETRY);
+	assert_int_equal(zl_client_classify_heal(ZL_OP_READ, -ZL_ERR_CORRUPT, false),
+			 ZL_CLIENT_ACT_FAIL);
+	/* legacy classification is unchanged by the heal one */
+	assert_int_equal(zl_client_classify(ZL_OP_WRITE, -ZL_ERR_CONN, true),
+			 ZL_CLIENT_ACT_PROMOTE);
+}
+
+static void test_heal_backoff(void **state)
+{
+	uint32_t prev = 0;
+	uint64_t total = 0;
+
+	(void)state;
+	assert_int_equal(zl_client_heal_backoff_ms(0), 0);
+	assert_int_equal(zl_client_heal_backoff_ms(1), 0);
+	assert_int_equal(zl_client_heal_backoff_ms(2), 50);
+	assert_int_equal(zl_client_heal_backoff_ms(3), 100);
+	assert_int_equal(zl_client_heal_backoff_ms(4), 200);
+	assert_int_equal(zl_client_heal_backoff_ms(7), 1600);
+	assert_int_equal(zl_client_heal_backoff_ms(8), 2000);
+	assert_int_equal(zl_client_heal_backoff_ms(1000000), 2000);
+	assert_int_equal(zl_client_heal_backoff_ms(UINT32_MAX), 2000);
+	for (uint32_t a = 1; a < 400; a++) {
+		uint32_t d = zl_client_heal_backoff_ms(a);
+
+		assert_true(d >= prev);
+		assert_true(d <= CLIENT_HEAL_BACKOFF_MAX_MS);
+		prev = d;
+		total += d;
+	}
+	/* no attempt budget: 400 attempts cover the default io_timeout */
+	assert_true(total >= (uint64_t)CLIENT_IO_TIMEOUT_S * 1000u);
+}
+
+static void test_heal_final_err(void **state)
+{
+	(void)state;
+	assert_int_equal(zl_client_heal_final_err(-ZL_ERR_MIN_SIZE), -ZL_ERR_MIN_SIZE);
+	assert_int_equal(zl_client_heal_final_err(-ZL_ERR_PEERING), -ZL_ERR_TIMEOUT);
+	assert_int_equal(zl_client_heal_final_err(-ZL_ERR_CONN), -ZL_ERR_TIMEOUT);
+	assert_int_equal(zl_client_heal_final_err(-ZL_ERR_UNAVAIL), -ZL_ERR_TIMEOUT);
+	assert_int_equal(zl_client_heal_final_err(0), -ZL_ERR_TIMEOUT);
+	assert_string_equal(zl_client_report_error(-ZL_ERR_TIMEOUT), "TIMEOUT");
+	assert_string_equal(zl_client_report_error(-ZL_ERR_CONN), "UNREACHABLE");
+	assert_true(strlen(zl_client_report_error(-ZL_ERR_CONN)) < ZL_META_ERROR_NAME_MAX);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_range_check),	 cmocka_unit_test(test_split_boundaries),
 	    cmocka_unit_test(test_split_max_io), cmocka_unit_test(test_split_property),
 	    cmocka_unit_test(test_pick_target),	 cmocka_unit_test(test_classify),
-	    cmocka_unit_test(test_backoff),
+	    cmocka_unit_test(test_backoff),	 cmocka_unit_test(test_classify_heal),
+	    cmocka_unit_test(test_heal_backoff), cmocka_unit_test(test_heal_final_err),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1126,6 +1126,77 @@ static void test_foreach_and_args(void **state)
 	assert_int_equal(d.status, 0);
 }
 
+
+/* Scrub helpers: a recorded chunk whose file is gone (also while open, and
+ * after a restart that listed it) reads as ZL_ERR_CORRUPT, never zeros;
+ * zl_chunk_scrub_read counts bad blocks instead of failing. */
+static void test_scrub_missing(void **state)
+{
+	struct env *e = *state;
+	uint8_t *p = malloc(CS), *buf = t_alloc(NULL, CS);
+	char path[700];
+	struct done d = {0};
+	uint32_t bad = 0;
+	uint64_t ver = 0, off;
+	uint8_t b;
+
+	fill(p, CS, 3);
+	assert_int_equal(io_write(e, CS, 9, 0, CS, p, 0x100000007ull), 0);
+	assert_int_equal(zl_chunk_scrub_stat(e->s, VOL, 9, CS, &ver), ZL_CHUNK_PRESENT);
+	assert_true(ver == 0x100000007ull);
+	assert_int_equal(zl_chunk_scrub_stat(e->s, VOL, 10, CS, &ver), ZL_CHUNK_ABSENT);
+	assert_int_equal(do_read(e, 10, 0, 4096, buf), 0); /* never written: zeros */
+
+	/* one flipped byte: scrub read counts one bad block, status 0 */
+	off = zl_chunk_data_off(CS) + 5 * 4096 + 17;
+	file_rw(e, 9, off, &b, 1, false);
+	b ^= 0xff;
+	file_rw(e, 9, off, &b, 1, true);
+	assert_int_equal(zl_chunk_scrub_read(e->s, VOL, 9, CS, 0, CS, buf, &bad, done_cb, &d), 0);
+	wait_all(e, &d, 1);
+	assert_int_equal(d.status, 0);
+	assert_int_equal(bad, 1);
+	assert_int_equal(do_read(e, 9, 5 * 4096, 4096, buf), -ZL_ERR_CORRUPT);
+
+	/* unlinked while open */
+	chunk_file(e, 9, path, sizeof(path));
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(zl_chunk_scrub_stat(e->s, VOL, 9, CS, &ver), ZL_CHUNK_MISSING);
+	assert_true(ver == 0x100000007ull);
+	assert_int_equal(do_read(e, 9, 0, 4096, buf), -ZL_ERR_CORRUPT);
+	assert_int_equal(zl_chunk_scrub_read(e->s, VOL, 9, CS, 0, 4096, buf, &bad, done_cb, &d),
+			 -ZL_ERR_NOT_FOUND);
+	/* the version table answers 0 (behind), so recovery copies it */
+	assert_int_equal(zl_chunk_version(e->s, VOL, 9, CS, &ver), 0);
+	assert_true(ver == 0);
+
+	/* reads notice an unlink under an open chunk within a second */
+	assert_int_equal(io_write(e, CS, 11, 0, 4096, p, 5), 0);
+	chunk_file(e, 11, path, sizeof(path));
+	assert_int_equal(unlink(path), 0);
+	usleep(1100 * 1000);
+	assert_int_equal(do_read(e, 11, 0, 4096, buf), -ZL_ERR_CORRUPT);
+
+	/* a restart lists the files: one removed while it was down is gone
+	 * from the list, one removed after the start is missing */
+	assert_int_equal(io_write(e, CS, 12, 0, 4096, p, 5), 0);
+	zl_chunk_store_destroy(e->s);
+	env_open(e);
+	chunk_file(e, 12, path, sizeof(path));
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(do_read(e, 12, 0, 4096, buf), -ZL_ERR_CORRUPT);
+	assert_int_equal(do_read(e, 9, 0, 4096, buf), 0);
+
+	/* CHUNK_DELETE forgets: zeros again; a write brings it back */
+	assert_int_equal(zl_chunk_delete(e->s, VOL, 12), 0);
+	assert_int_equal(do_read(e, 12, 0, 4096, buf), 0);
+	assert_int_equal(io_write(e, CS, 11, 0, 4096, p, 6), 0);
+	assert_int_equal(do_read(e, 11, 0, 4096, buf), 0);
+	assert_memory_equal(buf, p, 4096);
+	free(p);
+	free(buf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1142,6 +1213,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_kill9_under_load, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_v1_convert, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_scrub_missing, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_foreach_and_args, setup, teardown),
 	};
 

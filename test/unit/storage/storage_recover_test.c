@@ -1,5 +1,8 @@
-/* The version rules recovery relies on (storage.h, --heal=on): versions
- * order by term first; a pushed copy applies only over an older copy; a
+/* The version rules recovery and peering rely on (storage.h, --heal=on):
+ * versions order by term first; peering's winner is the newest copy among
+ * the in-sync answers (ties keep the own copy), members that differ get it;
+ * a pushed copy applies only over an older copy, or with ZL_PUSH_REPLACE
+ * whenever the versions differ (a newer copy is rolled back); a
  * chunk copy labels the chunk only with its last piece, so a copy cut short
  * (a crash, a restart) leaves the old version and is copied again; a
  * forwarded write of version 0 leaves the chunk's version alone. Checked on
@@ -160,10 +163,122 @@ static void test_push_on_chunk_store(void **state)
 	assert_true(version_of(e) == b + 1);
 }
 
+static void test_peer_winner(void **state)
+{
+	uint64_t v1 = zl_wire_dver_make(1, 7), v2 = zl_wire_dver_make(2, 1), win = 0;
+	uint64_t ver[2];
+	bool ans[2];
+	uint32_t behind = 99;
+
+	(void)state;
+	/* Everyone equal: nothing to do. */
+	ver[0] = ver[1] = v1;
+	ans[0] = ans[1] = true;
+	assert_int_equal(zl_storage_peer_winner(v1, ver, ans, 2, &win, &behind), -1);
+	assert_true(win == v1);
+	assert_int_equal(behind, 0);
+	/* A member holds a newer copy (a write the old primary forwarded but
+	 * never acknowledged): it wins, we pull, the other member is behind. */
+	ver[1] = v2;
+	assert_int_equal(zl_storage_peer_winner(v1, ver, ans, 2, &win, &behind), 1);
+	assert_true(win == v2);
+	assert_int_equal(behind, 1u << 0);
+	/* A member that did not answer counts for nothing. */
+	ans[1] = false;
+	assert_int_equal(zl_storage_peer_winner(v1, ver, ans, 2, &win, &behind), -1);
+	assert_true(win == v1);
+	assert_int_equal(behind, 0);
+	/* Ours is the newest: both members behind, one missing the chunk. */
+	ans[1] = true;
+	ver[0] = 0;
+	ver[1] = v1;
+	assert_int_equal(zl_storage_peer_winner(v2, ver, ans, 2, &win, &behind), -1);
+	assert_true(win == v2);
+	assert_int_equal(behind, 3u);
+	/* A tie between two members above ours: the first one is pulled from,
+	 * neither is behind. */
+	ver[0] = ver[1] = v2;
+	assert_int_equal(zl_storage_peer_winner(v1, ver, ans, 2, &win, &behind), 0);
+	assert_int_equal(behind, 0);
+	/* Alone (min_size 1): own copy. */
+	assert_int_equal(zl_storage_peer_winner(v1, ver, ans, 0, &win, &behind), -1);
+	assert_true(win == v1);
+	/* A later term beats any sequence of an earlier one. */
+	ver[0] = zl_wire_dver_make(1, UINT32_MAX);
+	ver[1] = zl_wire_dver_make(2, 1);
+	assert_int_equal(zl_storage_peer_winner(0, ver, ans, 2, &win, &behind), 1);
+	assert_int_equal(behind, 1u << 0);
+}
+
+static void test_push_accepts(void **state)
+{
+	uint64_t a = zl_wire_dver_make(1, 5), b = zl_wire_dver_make(1, 9);
+
+	(void)state;
+	assert_true(zl_storage_push_accepts(a, b, false));
+	assert_false(zl_storage_push_accepts(b, a, false)); /* never over a newer copy */
+	assert_false(zl_storage_push_accepts(b, b, false));
+	assert_true(zl_storage_push_accepts(a, b, true));
+	assert_true(zl_storage_push_accepts(b, a, true)); /* replace rolls back */
+	assert_true(zl_storage_push_accepts(b, 0, true)); /* the primary has none */
+	assert_false(zl_storage_push_accepts(b, b, true));
+}
+
+/* A newer copy rolled back as the CHUNK_PUSH handler does with
+ * ZL_PUSH_REPLACE: remove it on the first piece (a chunk's version only
+ * grows), then apply the pieces (zl_storage_chunk_apply). */
+static void apply_piece(struct env *e, uint32_t off, uint8_t fill, uint64_t pushed)
+{
+	struct zl_storage st;
+	uint64_t deadline = zl_now_ms() + 20000;
+	int d = 0;
+
+	memset(&st, 0, sizeof(st));
+	st.chunks = e->s;
+	memset(e->buf, fill, PIECE);
+	assert_int_equal(
+	    zl_storage_chunk_apply(&st, VOL, 0, CS, off, PIECE, e->buf, pushed, done_cb, &d), 0);
+	while (!d && zl_now_ms() < deadline)
+		zl_loop_run_once(e->loop, 50);
+	assert_int_equal(d, 1);
+}
+
+static void test_replace_rolls_back(void **state)
+{
+	struct env *e = *state;
+	uint64_t old = zl_wire_dver_make(1, 5), newer = zl_wire_dver_make(1, 6);
+	uint64_t deadline;
+	int d = 0;
+
+	write_at(e, 0, CS, 0x11, newer);
+	assert_true(version_of(e) == newer);
+	assert_true(zl_storage_push_accepts(version_of(e), old, true));
+	assert_int_equal(zl_chunk_delete(e->s, VOL, 0), 0);
+	for (uint32_t off = 0; off < CS; off += PIECE)
+		apply_piece(e, off, off == PIECE ? 0 : 0x22, old);
+	assert_true(version_of(e) == old);
+	/* After a restart too, and the data is the pushed copy (a zero piece
+	 * reads back as zeros). */
+	zl_chunk_store_destroy(e->s);
+	env_open(e);
+	assert_true(version_of(e) == old);
+	memset(e->buf, 0xee, CS);
+	assert_int_equal(zl_chunk_read(e->s, VOL, 0, CS, 0, CS, e->buf, done_cb, &d), 0);
+	deadline = zl_now_ms() + 20000;
+	while (!d && zl_now_ms() < deadline)
+		zl_loop_run_once(e->loop, 50);
+	assert_int_equal(d, 1);
+	for (uint32_t i = 0; i < CS; i++)
+		assert_int_equal(e->buf[i], i / PIECE == 1 ? 0 : 0x22);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_version_order),
+	    cmocka_unit_test(test_peer_winner),
+	    cmocka_unit_test(test_push_accepts),
+	    cmocka_unit_test_setup_teardown(test_replace_rolls_back, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_push_on_chunk_store, setup, teardown),
 	};
 

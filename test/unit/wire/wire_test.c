@@ -525,6 +525,79 @@ static void test_heal_ops(void **state)
 	assert_string_equal(zl_wire_op_name(ZL_OP_CHUNK_VERSIONS), "CHUNK_VERSIONS");
 }
 
+static void test_scrub_codecs(void **state)
+{
+	struct zl_wire_chunk_digest in[3] = {
+	    {.chunk = 1, .version = zl_wire_dver_make(2, 7), .digest = 0xdeadbeef, .bad_blocks = 0},
+	    {.chunk = 65, .version = 5, .digest = 0, .bad_blocks = ZL_WIRE_DIGEST_MISSING},
+	    {.chunk = UINT64_MAX, .version = UINT64_MAX, .digest = 1, .bad_blocks = 3},
+	};
+	struct zl_wire_chunk_digest out[ZL_WIRE_DIGESTS_MAX];
+	struct zl_wire_scrub_result r = {.chunks_checked = 64, .bad_found = 2, .repaired = 2,
+					 .bytes_read = 1ull << 40},
+				    r2;
+	struct zl_wire_hdr h, rep;
+	uint8_t buf[ZL_WIRE_MAX_CTRL + 24], rb[ZL_WIRE_SCRUB_RESULT_SIZE];
+
+	(void)state;
+	assert_int_equal(ZL_WIRE_DIGESTS_MAX, 170);
+	zl_wire_chunk_digests_encode(in, 3, buf);
+	/* little-endian layout: chunk @0, version @8, digest @16, bad @20 */
+	assert_int_equal(buf[24], 65);
+	assert_int_equal(buf[24 + 20], 0xff);
+	assert_int_equal(buf[16], 0xef);
+	assert_int_equal(zl_wire_chunk_digests_decode(buf, 72, out), 3);
+	for (int i = 0; i < 3; i++) {
+		assert_true(out[i].chunk == in[i].chunk);
+		assert_true(out[i].version == in[i].version);
+		assert_int_equal(out[i].digest, in[i].digest);
+		assert_int_equal(out[i].bad_blocks, in[i].bad_blocks);
+	}
+	assert_int_equal(zl_wire_chunk_digests_decode(buf, 0, out), 0);
+	assert_int_equal(zl_wire_chunk_digests_decode(buf, 71, out), -ZL_ERR_PROTO);
+	assert_int_equal(zl_wire_chunk_digests_decode(buf, 4104, out), -ZL_ERR_PROTO);
+	/* chunks must increase: a repeated or backwards record is refused */
+	in[1].chunk = 1;
+	zl_wire_chunk_digests_encode(in, 3, buf);
+	assert_int_equal(zl_wire_chunk_digests_decode(buf, 72, out), -ZL_ERR_PROTO);
+	/* the largest reply fits ZL_WIRE_MAX_CTRL */
+	for (uint32_t i = 0; i < ZL_WIRE_DIGESTS_MAX; i++)
+		out[i] = (struct zl_wire_chunk_digest){.chunk = i * 3 + 2, .version = i};
+	zl_wire_chunk_digests_encode(out, ZL_WIRE_DIGESTS_MAX, buf);
+	assert_int_equal(zl_wire_chunk_digests_decode(buf, ZL_WIRE_DIGESTS_MAX * 24, out),
+			 (int)ZL_WIRE_DIGESTS_MAX);
+	assert_true(out[169].chunk == 169 * 3 + 2);
+
+	zl_wire_scrub_result_encode(&r, rb);
+	assert_int_equal(zl_wire_scrub_result_decode(rb, sizeof(rb), &r2), 0);
+	assert_true(r2.chunks_checked == 64 && r2.bad_found == 2 && r2.repaired == 2);
+	assert_true(r2.bytes_read == 1ull << 40);
+	assert_int_equal(zl_wire_scrub_result_decode(rb, sizeof(rb) - 1, &r2), -ZL_ERR_PROTO);
+	assert_int_equal(zl_wire_scrub_result_decode(rb, 0, &r2), -ZL_ERR_PROTO);
+	r.repaired = 3;
+	zl_wire_scrub_result_encode(&r, rb);
+	assert_int_equal(zl_wire_scrub_result_decode(rb, sizeof(rb), &r2), -ZL_ERR_PROTO);
+
+	/* headers: requests carry nothing, replies at most ZL_WIRE_MAX_CTRL */
+	h = valid_req(ZL_OP_CHUNK_DIGEST);
+	h.length = 0;
+	h.payload_len = 0;
+	assert_int_equal(zl_wire_check(&h, 0, NULL), 0);
+	h.payload_len = 24;
+	assert_int_equal(zl_wire_check(&h, 0, NULL), -ZL_ERR_PROTO);
+	h = valid_req(ZL_OP_SCRUB);
+	h.length = 0;
+	h.payload_len = 0;
+	assert_int_equal(zl_wire_check(&h, 0, NULL), 0);
+	zl_wire_reply_init(&h, &rep, 0);
+	rep.payload_len = ZL_WIRE_SCRUB_RESULT_SIZE;
+	assert_int_equal(zl_wire_check(&rep, 0, NULL), 0);
+	rep.payload_len = ZL_WIRE_MAX_CTRL + 1;
+	assert_int_equal(zl_wire_check(&rep, 0, NULL), -ZL_ERR_PROTO);
+	assert_string_equal(zl_wire_op_name(ZL_OP_CHUNK_DIGEST), "CHUNK_DIGEST");
+	assert_string_equal(zl_wire_op_name(ZL_OP_SCRUB), "SCRUB");
+}
+
 static void test_check_chunk_size(void **state)
 {
 	struct zl_wire_hdr h = valid_req(ZL_OP_READ);
@@ -618,6 +691,7 @@ int main(void)
 	    cmocka_unit_test(test_reject_replies),
 	    cmocka_unit_test(test_heal_ops),
 	    cmocka_unit_test(test_check_chunk_size),
+	    cmocka_unit_test(test_scrub_codecs),
 	    cmocka_unit_test(test_hello),
 	    cmocka_unit_test(test_rdma_desc),
 	    cmocka_unit_test(test_names_and_status),

@@ -1,0 +1,764 @@
+/* Peering of a slice's primary (--heal=on, docs/REPLICATION.md §3, contract
+ * rule S4). When a row names this node primary in a term it has not peered
+ * in (kept in memory per (volume, slice): a restarted daemon peers again),
+ * the slice is PEERING and its client I/O is answered ZL_ERR_PEERING (or
+ * held briefly by storage_server.c) until a peering job ran:
+ *
+ *   LIST  CHUNK_VERSIONS(slice, since=0) to every other IN_SYNC member, in
+ *         parallel (paged). A member that cannot be reached is asked again
+ *         for PEER_GRACE_MS (daemons restarting together find each other); one
+ *         that fails or does not answer within the transport's request
+ *         timeout gets a failure report and is left out; forwarded writes no
+ *         longer raise its versions until recovery looked at it.
+ *         RECOVERING members are not asked: they never held an acknowledged
+ *         write the in-sync ones lack, and recovery replaces their copies.
+ *   SCAN  per chunk (a batch per loop turn): the newest version among our own
+ *         and the answers wins (zl_storage_peer_winner);
+ *   COPY  when it is not ours, pull the whole chunk from its holder (READ +
+ *         ZL_WF_ANY, 1 MiB pieces) and apply it with the winner's version;
+ *         then CHUNK_PUSH the winning copy to every answered member whose
+ *         version differs (behind: it applies over an older copy only), so
+ *         all in-sync members end identical, rolled forward, never back.
+ *   done  the term is peered; the term's sequence starts at 1 (above what
+ *         our chunks hold of this term plus a gap, after a restart within
+ *         the term), and the slice serves.
+ * A failed pull or local step fails the attempt; zl_storage_peer_ready
+ * starts a new one after PEER_RETRY_MS. A row change (version or term)
+ * abandons the job; the next check starts over on the new row.
+ *
+ * Loop thread only; every request is bounded by the transport's timeout, so
+ * every callback comes. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "storage.h"
+
+#define PEER_PIECE	   (1u << 20)
+#define PEER_SCAN_BATCH	   64
+#define PEER_RETRY_MS	   1000
+#define PEER_GRACE_MS	   3000
+#define PEER_GRACE_STEP_MS 250
+/* A restart within a term skips this many sequence numbers: a write in
+ * flight at the crash that reached only a member that did not answer never
+ * shares a version with a new one. */
+#define PEER_SEQ_GAP 65536u
+
+struct peer_vol {
+	struct peer_vol *next;
+	uint64_t vol;
+	uint32_t n_slices;
+	uint32_t *peered; /* per slice: the term peered in, 0 = none */
+};
+
+enum pj_phase {
+	PJ_LIST,
+	PJ_SCAN,
+	PJ_COPY,
+	PJ_OVER, /* failed or abandoned: freed by the next check (after retry_ms) */
+};
+
+struct peer_job;
+
+struct pj_member {
+	struct peer_job *j;
+	char node[ZL_NODE_ID_MAX];
+	bool answered;
+	bool failed; /* reported; not counted, not pushed to */
+	int err;
+	uint64_t cursor;
+	uint64_t *ver; /* its version per local chunk */
+	struct zl_wire_hdr hdr;
+	uint8_t *vbuf;
+	struct zl_timer t; /* next CHUNK_VERSIONS to an unreachable member */
+};
+
+struct peer_job {
+	struct peer_job *next;
+	struct zl_storage *st;
+	uint64_t vol;
+	uint32_t slice, term;
+	uint64_t row_ver;
+	uint32_t n_slices, chunk_size;
+	uint64_t n_local;
+	char vid[ZL_VOL_ID_LEN + 1];
+	enum pj_phase phase;
+	bool abandon;
+	unsigned n_m;
+	struct pj_member m[ZL_MAX_REPLICAS - 1];
+	unsigned inflight; /* requests and chunk ops whose callback is due */
+	uint64_t cursor;   /* SCAN: next local chunk index */
+	/* chunk being copied */
+	uint64_t cur_chunk, cur_win;
+	int cur_src; /* member pulled from, -1: our own copy */
+	uint32_t cur_behind, cur_off;
+	struct zl_wire_hdr rhdr;
+	uint8_t *pbuf;
+	uint32_t pulled, pushed, max_seq;
+	uint64_t started_ms, retry_ms;
+	struct zl_defer d;
+};
+
+struct zl_storage_peering {
+	struct zl_storage *st;
+	struct peer_vol *vols;
+	struct peer_job *jobs;
+	bool stopping;
+};
+
+static void pj_scan(void *arg);
+static void pj_piece(struct peer_job *j);
+
+/* ---- the rule ---- */
+
+int zl_storage_peer_winner(uint64_t own, const uint64_t *ver, const bool *answered, unsigned n,
+			   uint64_t *win, uint32_t *behind)
+{
+	int src = -1;
+
+	*win = own;
+	*behind = 0;
+	for (unsigned i = 0; i < n; i++) {
+		if (answered[i] && ver[i] > *win) {
+			*win = ver[i];
+			src = (int)i;
+		}
+	}
+	for (unsigned i = 0; i < n; i++)
+		if (answered[i] && ver[i] != *win)
+			*behind |= 1u << i;
+	return src;
+}
+
+/* ---- chunk copies (shared with CHUNK_PUSH) ---- */
+
+static bool piece_is_zero(const uint8_t *p, uint32_t len)
+{
+	for (uint32_t i = 0; i < len; i++)
+		if (p[i])
+			return false;
+	return true;
+}
+
+int zl_storage_chunk_apply(struct zl_storage *st, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
+			   uint32_t off, uint32_t len, const uint8_t *buf, uint64_t pushed,
+			   zl_chunk_cb cb, void *arg)
+{
+	uint64_t ver = zl_storage_push_piece_version(off, len, chunk_size, pushed);
+
+	if (!ver && piece_is_zero(buf, len))
+		return zl_chunk_zero(st->chunks, vol, chunk, chunk_size, off, len, 0, cb, arg);
+	return zl_chunk_write(st->chunks, vol, chunk, chunk_size, off, len, buf, ver, cb, arg);
+}
+
+/* ---- state ---- */
+
+int zl_storage_peer_create(struct zl_storage *st)
+{
+	struct zl_storage_peering *pg = calloc(1, sizeof(*pg));
+
+	if (!pg)
+		return -ENOMEM;
+	pg->st = st;
+	st->peering = pg;
+	return 0;
+}
+
+static struct peer_vol *pvol_get(struct zl_storage_peering *pg, const struct zl_volume *v)
+{
+	struct peer_vol *pv;
+
+	for (pv = pg->vols; pv; pv = pv->next)
+		if (pv->vol == v->num)
+			break;
+	if (pv && pv->n_slices != v->n_slices) {
+		uint32_t *np = calloc(v->n_slices, sizeof(*np));
+
+		if (!np)
+			return NULL;
+		free(pv->peered);
+		pv->peered = np;
+		pv->n_slices = v->n_slices;
+	}
+	if (pv)
+		return pv;
+	pv = calloc(1, sizeof(*pv));
+	if (!pv)
+		return NULL;
+	pv->peered = calloc(v->n_slices, sizeof(*pv->peered));
+	if (!pv->peered) {
+		free(pv);
+		return NULL;
+	}
+	pv->vol = v->num;
+	pv->n_slices = v->n_slices;
+	pv->next = pg->vols;
+	pg->vols = pv;
+	return pv;
+}
+
+static void pj_free_bufs(struct peer_job *j)
+{
+	struct zl_storage *st = j->st;
+
+	for (unsigned i = 0; i < j->n_m; i++) {
+		if (j->m[i].vbuf)
+			zl_xport_buf_free(st->xport, j->m[i].vbuf);
+		j->m[i].vbuf = NULL;
+	}
+	if (j->pbuf)
+		zl_xport_buf_free(st->xport, j->pbuf);
+	j->pbuf = NULL;
+}
+
+static void pj_free(struct zl_storage_peering *pg, struct peer_job *j)
+{
+	for (struct peer_job **pp = &pg->jobs; *pp; pp = &(*pp)->next) {
+		if (*pp == j) {
+			*pp = j->next;
+			break;
+		}
+	}
+	zl_loop_defer_cancel(j->st->loop, &j->d);
+	pj_free_bufs(j);
+	for (unsigned i = 0; i < j->n_m; i++) {
+		zl_timer_stop(j->st->loop, &j->m[i].t);
+		free(j->m[i].ver);
+	}
+	free(j);
+}
+
+void zl_storage_peer_stop(struct zl_storage *st)
+{
+	struct zl_storage_peering *pg = st->peering;
+
+	if (!pg)
+		return;
+	pg->stopping = true;
+	for (struct peer_job *j = pg->jobs; j; j = j->next) {
+		j->abandon = true;
+		zl_loop_defer_cancel(st->loop, &j->d);
+		for (unsigned i = 0; i < j->n_m; i++)
+			zl_timer_stop(st->loop, &j->m[i].t);
+	}
+}
+
+void zl_storage_peer_destroy(struct zl_storage *st)
+{
+	struct zl_storage_peering *pg = st->peering;
+
+	if (!pg)
+		return;
+	while (pg->jobs)
+		pj_free(pg, pg->jobs);
+	while (pg->vols) {
+		struct peer_vol *pv = pg->vols;
+
+		pg->vols = pv->next;
+		free(pv->peered);
+		free(pv);
+	}
+	free(pg);
+	st->peering = NULL;
+}
+
+/* ---- job steps ---- */
+
+/* The attempt ends without peering: freed (and retried) by a later check. */
+static void pj_over(struct peer_job *j, const char *what, int err)
+{
+	if (what)
+		ZL_LOG_WARN("storage",
+			    "peering attempt failed: vol=%s slice=%u term=%u step=%s err=%s "
+			    "(retried in %u ms; client I/O of the slice waits)",
+			    j->vid, j->slice, j->term, what, zl_errname(err), PEER_RETRY_MS);
+	j->phase = PJ_OVER;
+	j->retry_ms = zl_now_ms() + (what ? PEER_RETRY_MS : 0);
+	zl_loop_defer_cancel(j->st->loop, &j->d);
+	if (!j->inflight)
+		pj_free_bufs(j);
+}
+
+/* A callback arrived: true when the job must not go on (it is over, or the
+ * row changed / the daemon stops; then it ends once nothing is in flight). */
+static bool pj_done_cb(struct peer_job *j)
+{
+	struct zl_storage_peering *pg = j->st->peering;
+
+	j->inflight--;
+	if (j->phase == PJ_OVER) {
+		if (!j->inflight)
+			pj_free_bufs(j);
+		return true;
+	}
+	if (j->abandon || pg->stopping) {
+		if (!j->inflight)
+			pj_over(j, NULL, 0);
+		return true;
+	}
+	return false;
+}
+
+/* Member i failed: report it, no longer count or push to it; forwarded
+ * writes to it stop raising its versions until recovery looked at it. */
+static void pj_member_failed(struct peer_job *j, struct pj_member *m, const char *what, int err)
+{
+	struct zl_storage *st = j->st;
+	struct zl_storage_vol *sv;
+
+	if (m->failed)
+		return;
+	m->failed = true;
+	m->answered = false;
+	m->err = err;
+	ZL_LOG_WARN("storage",
+		    "peering: member failed: vol=%s slice=%u term=%u member=%s step=%s err=%s",
+		    j->vid, j->slice, j->term, m->node, what, zl_errname(err));
+	if (!zl_storage_vol_get(st->vols, j->vol, &sv) && j->slice < sv->v.n_slices)
+		zl_storage_heal_fwd_failed(st, &sv->v, j->slice, m->node, UINT64_MAX);
+	zl_storage_heal_report(st, j->vid, j->slice, m->node, zl_errname(err), j->row_ver);
+}
+
+static void pj_list_send(struct pj_member *m);
+
+/* Every member answered or failed: compare. */
+static void pj_list_cb_end(struct peer_job *j)
+{
+	j->phase = PJ_SCAN;
+	zl_loop_defer(j->st->loop, &j->d, pj_scan, j);
+}
+
+static void pj_list_retry(void *arg)
+{
+	struct pj_member *m = arg;
+
+	if (pj_done_cb(m->j))
+		return;
+	pj_list_send(m);
+	if (!m->j->inflight)
+		pj_list_cb_end(m->j);
+}
+
+/* A CHUNK_VERSIONS that failed fast (member not reachable yet): true when
+ * it is asked again a little later, within PEER_GRACE_MS of the start. */
+static bool pj_list_later(struct pj_member *m, int err)
+{
+	struct peer_job *j = m->j;
+
+	if ((err != -ZL_ERR_CONN && err != -ZL_ERR_NOT_FOUND && err != -ZL_ERR_BUSY) ||
+	    zl_now_ms() - j->started_ms >= PEER_GRACE_MS)
+		return false;
+	j->inflight++;
+	zl_timer_start(j->st->loop, &m->t, PEER_GRACE_STEP_MS, 0, pj_list_retry, m);
+	return true;
+}
+
+static void pj_list_cb(void *arg, int status, const struct zl_wire_hdr *rep)
+{
+	struct pj_member *m = arg;
+	struct peer_job *j = m->j;
+	struct zl_wire_chunk_ver pairs[ZL_WIRE_VERS_MAX];
+	int n;
+
+	if (pj_done_cb(j))
+		return;
+	if (!status)
+		status = zl_wire_status_to_err(rep->status);
+	n = status ? status : zl_wire_chunk_vers_decode(m->vbuf, rep->payload_len, pairs);
+	if (n < 0) {
+		if (!pj_list_later(m, n))
+			pj_member_failed(j, m, "CHUNK_VERSIONS", n);
+	} else {
+		for (int i = 0; i < n; i++) {
+			uint64_t li = pairs[i].chunk / j->n_slices;
+
+			if (pairs[i].chunk % j->n_slices == j->slice && li < j->n_local)
+				m->ver[li] = pairs[i].version;
+		}
+		if (rep->aux > m->cursor) {
+			m->cursor = rep->aux;
+			pj_list_send(m);
+		} else {
+			m->answered = true;
+		}
+	}
+	if (!j->inflight)
+		pj_list_cb_end(j);
+}
+
+static void pj_list_send(struct pj_member *m)
+{
+	struct peer_job *j = m->j;
+	int rc;
+
+	memset(&m->hdr, 0, sizeof(m->hdr));
+	m->hdr.opcode = ZL_OP_CHUNK_VERSIONS;
+	m->hdr.vol_id = j->vol;
+	m->hdr.offset = j->slice;
+	m->hdr.chunk = m->cursor;
+	m->hdr.slice_ver = j->row_ver;
+	rc = zl_storage_peer_request(j->st->peers, m->node, &m->hdr, NULL, 0, m->vbuf,
+				     ZL_WIRE_MAX_CTRL, pj_list_cb, m);
+	if (!rc)
+		j->inflight++;
+	else if (!pj_list_later(m, rc))
+		pj_member_failed(j, m, "CHUNK_VERSIONS", rc);
+}
+
+/* The end of a successful job: the slice serves in j->term. */
+static void pj_finish(struct peer_job *j)
+{
+	struct zl_storage *st = j->st;
+	struct zl_storage_vol *sv;
+	struct peer_vol *pv;
+	char members[ZL_MAX_REPLICAS * (ZL_NODE_ID_MAX + 24)] = "";
+	uint32_t seq = 0;
+	size_t o = 0;
+
+	if (zl_storage_vol_get(st->vols, j->vol, &sv) || !(pv = pvol_get(st->peering, &sv->v)) ||
+	    j->slice >= pv->n_slices) {
+		pj_over(j, "record", -ZL_ERR_NOT_FOUND);
+		return;
+	}
+	if (j->max_seq)
+		seq = j->max_seq > UINT32_MAX - 1 - PEER_SEQ_GAP ? UINT32_MAX - 1
+								 : j->max_seq + PEER_SEQ_GAP;
+	zl_storage_heal_seq_set(st, j->vol, j->slice, j->term, seq);
+	pv->peered[j->slice] = j->term;
+	for (unsigned i = 0; i < j->n_m && o < sizeof(members); i++)
+		o += (size_t)snprintf(members + o, sizeof(members) - o, "%s%s%s%s%s", o ? "," : "",
+				      j->m[i].node, j->m[i].failed ? "(" : "",
+				      j->m[i].failed ? zl_errname(j->m[i].err) : "",
+				      j->m[i].failed ? ")" : "");
+	ZL_LOG_INFO("storage",
+		    "peering vol=%s slice=%u term=%u members=%s pulled=%u pushed=%u ms=%" PRIu64
+		    " seq=%u",
+		    j->vid, j->slice, j->term, o ? members : "-", j->pulled, j->pushed,
+		    zl_now_ms() - j->started_ms, seq);
+	j->phase = PJ_OVER;
+	j->retry_ms = 0;
+	pj_free(st->peering, j);
+}
+
+static void pj_chunk_done(struct peer_job *j)
+{
+	j->pulled += j->cur_src >= 0;
+	for (unsigned i = 0; i < j->n_m; i++)
+		j->pushed += (j->cur_behind >> i) & 1;
+	j->cursor++;
+	j->phase = PJ_SCAN;
+	zl_loop_defer(j->st->loop, &j->d, pj_scan, j);
+}
+
+static uint32_t pj_len(const struct peer_job *j)
+{
+	return ZL_MIN(PEER_PIECE, j->chunk_size - j->cur_off);
+}
+
+static void pj_piece_next(struct peer_job *j)
+{
+	j->cur_off += pj_len(j);
+	if (j->cur_off < j->chunk_size)
+		pj_piece(j);
+	else
+		pj_chunk_done(j);
+}
+
+static void pj_push_cb(void *arg, int status, const struct zl_wire_hdr *rep)
+{
+	struct pj_member *m = arg;
+	struct peer_job *j = m->j;
+	unsigned i = (unsigned)(m - j->m);
+
+	if (pj_done_cb(j))
+		return;
+	if (!status)
+		status = zl_wire_status_to_err(rep->status);
+	if (status == -ZL_ERR_CONFLICT) {
+		/* Its copy is not older after all (a forwarded write?): leave it. */
+		j->cur_behind &= ~(1u << i);
+	} else if (status) {
+		j->cur_behind &= ~(1u << i);
+		pj_member_failed(j, m, "CHUNK_PUSH", status);
+	}
+	if (!j->inflight)
+		pj_piece_next(j);
+}
+
+/* The piece is in j->pbuf (and applied here): push it to the members behind. */
+static void pj_push(struct peer_job *j)
+{
+	uint32_t len = pj_len(j);
+
+	for (unsigned i = 0; i < j->n_m; i++) {
+		struct pj_member *m = &j->m[i];
+		int rc;
+
+		if (!((j->cur_behind >> i) & 1))
+			continue;
+		if (m->failed) {
+			j->cur_behind &= ~(1u << i);
+			continue;
+		}
+		memset(&m->hdr, 0, sizeof(m->hdr));
+		m->hdr.opcode = ZL_OP_CHUNK_PUSH;
+		m->hdr.vol_id = j->vol;
+		m->hdr.chunk = j->cur_chunk;
+		m->hdr.offset = j->cur_off;
+		m->hdr.length = len;
+		m->hdr.slice_ver = j->row_ver;
+		m->hdr.aux = j->cur_win;
+		rc = zl_storage_peer_request(j->st->peers, m->node, &m->hdr, j->pbuf, len, NULL, 0,
+					     pj_push_cb, m);
+		if (rc) {
+			j->cur_behind &= ~(1u << i);
+			pj_member_failed(j, m, "CHUNK_PUSH", rc);
+		} else {
+			j->inflight++;
+		}
+	}
+	if (!j->inflight)
+		pj_piece_next(j);
+}
+
+static void pj_local_cb(void *arg, int status)
+{
+	struct peer_job *j = arg;
+
+	if (pj_done_cb(j))
+		return;
+	if (status) {
+		pj_over(j, j->cur_src >= 0 ? "apply pulled piece" : "read own piece", status);
+		return;
+	}
+	pj_push(j);
+}
+
+static void pj_pull_cb(void *arg, int status, const struct zl_wire_hdr *rep)
+{
+	struct peer_job *j = arg;
+	struct pj_member *m = &j->m[j->cur_src];
+	uint32_t len = pj_len(j);
+	int rc;
+
+	if (pj_done_cb(j))
+		return;
+	if (!status)
+		status = zl_wire_status_to_err(rep->status);
+	if (!status && (rep->payload_len != len || rep->aux != j->cur_win))
+		status = -ZL_ERR_CONFLICT; /* its copy changed since it answered */
+	if (status) {
+		/* Without the winning copy the slice cannot serve: report and try
+		 * again (the manager may change the row meanwhile). */
+		ZL_LOG_WARN("storage",
+			    "peering: pull failed: vol=%s slice=%u chunk=%" PRIu64 " from=%s "
+			    "version=%" PRIx64 " err=%s",
+			    j->vid, j->slice, j->cur_chunk, m->node, j->cur_win,
+			    zl_errname(status));
+		zl_storage_heal_report(j->st, j->vid, j->slice, m->node, zl_errname(status),
+				       j->row_ver);
+		pj_over(j, "pull", status);
+		return;
+	}
+	rc = zl_storage_chunk_apply(j->st, j->vol, j->cur_chunk, j->chunk_size, j->cur_off, len,
+				    j->pbuf, j->cur_win, pj_local_cb, j);
+	if (rc) {
+		pj_over(j, "apply pulled piece", rc);
+		return;
+	}
+	j->inflight++;
+}
+
+static void pj_piece(struct peer_job *j)
+{
+	struct zl_storage *st = j->st;
+	uint32_t len = pj_len(j);
+	int rc;
+
+	j->phase = PJ_COPY;
+	if (!j->pbuf)
+		j->pbuf = zl_xport_buf_alloc(st->xport, PEER_PIECE);
+	if (!j->pbuf) {
+		pj_over(j, "buffer", -ENOMEM);
+		return;
+	}
+	if (j->cur_src < 0) {
+		rc = zl_chunk_read(st->chunks, j->vol, j->cur_chunk, j->chunk_size, j->cur_off, len,
+				   j->pbuf, pj_local_cb, j);
+		if (rc) {
+			pj_over(j, "read own piece", rc);
+			return;
+		}
+		j->inflight++;
+		return;
+	}
+	memset(&j->rhdr, 0, sizeof(j->rhdr));
+	j->rhdr.opcode = ZL_OP_READ;
+	j->rhdr.flags = ZL_WF_ANY;
+	j->rhdr.vol_id = j->vol;
+	j->rhdr.chunk = j->cur_chunk;
+	j->rhdr.offset = j->cur_off;
+	j->rhdr.length = len;
+	j->rhdr.slice_ver = j->row_ver;
+	rc = zl_storage_peer_request(st->peers, j->m[j->cur_src].node, &j->rhdr, NULL, 0, j->pbuf,
+				     len, pj_pull_cb, j);
+	if (rc) {
+		zl_storage_heal_report(st, j->vid, j->slice, j->m[j->cur_src].node, zl_errname(rc),
+				       j->row_ver);
+		pj_over(j, "pull", rc);
+		return;
+	}
+	j->inflight++;
+}
+
+static void pj_scan(void *arg)
+{
+	struct peer_job *j = arg;
+	struct zl_storage *st = j->st;
+	uint64_t ver[ZL_MAX_REPLICAS - 1];
+	bool answered[ZL_MAX_REPLICAS - 1];
+
+	if (j->abandon || st->peering->stopping) {
+		pj_over(j, NULL, 0);
+		return;
+	}
+	for (unsigned n = 0; n < PEER_SCAN_BATCH && j->cursor < j->n_local; n++) {
+		uint64_t chunk = j->slice + j->cursor * j->n_slices, own = 0, win;
+		uint32_t behind;
+		int rc = zl_chunk_version(st->chunks, j->vol, chunk, j->chunk_size, &own);
+
+		if (rc) {
+			pj_over(j, "chunk version", rc);
+			return;
+		}
+		for (unsigned i = 0; i < j->n_m; i++) {
+			ver[i] = j->m[i].ver[j->cursor];
+			answered[i] = j->m[i].answered && !j->m[i].failed;
+		}
+		j->cur_src = zl_storage_peer_winner(own, ver, answered, j->n_m, &win, &behind);
+		if (zl_wire_dver_term(win) == j->term)
+			j->max_seq = ZL_MAX(j->max_seq, zl_wire_dver_seq(win));
+		if (j->cur_src >= 0 || behind) {
+			j->cur_chunk = chunk;
+			j->cur_win = win;
+			j->cur_behind = behind;
+			j->cur_off = 0;
+			pj_piece(j);
+			return;
+		}
+		j->cursor++;
+	}
+	if (j->cursor < j->n_local) {
+		zl_loop_defer(st->loop, &j->d, pj_scan, j);
+		return;
+	}
+	pj_finish(j);
+}
+
+static uint64_t pj_slice_chunks(const struct zl_volume *v, uint32_t slice)
+{
+	uint64_t n = (v->size + v->chunk_size - 1) / v->chunk_size;
+
+	return slice < n ? (n - slice + v->n_slices - 1) / v->n_slices : 0;
+}
+
+static void pj_start(struct zl_storage_peering *pg, const struct zl_volume *v, uint32_t slice)
+{
+	struct zl_storage *st = pg->st;
+	const struct zl_slice *s = &v->slices[slice];
+	struct peer_job *j = calloc(1, sizeof(*j));
+
+	if (!j)
+		return;
+	j->st = st;
+	j->vol = v->num;
+	j->slice = slice;
+	j->term = s->term ? s->term : 1;
+	j->row_ver = s->version;
+	j->n_slices = v->n_slices;
+	j->chunk_size = v->chunk_size;
+	j->n_local = pj_slice_chunks(v, slice);
+	j->started_ms = zl_now_ms();
+	zl_vol_id_format(v->num, j->vid);
+	j->next = pg->jobs;
+	pg->jobs = j;
+	for (int i = 0; i < s->n && i < ZL_MAX_REPLICAS; i++) {
+		struct pj_member *m = &j->m[j->n_m];
+
+		if (!strcmp(s->nodes[i], st->cfg.node_id) ||
+		    zl_slice_member_state(s, i) != ZL_MEMBER_IN_SYNC ||
+		    j->n_m >= ZL_MAX_REPLICAS - 1)
+			continue;
+		m->j = j;
+		snprintf(m->node, sizeof(m->node), "%s", s->nodes[i]);
+		m->ver = calloc(j->n_local + 1, sizeof(uint64_t));
+		m->vbuf = zl_xport_buf_alloc(st->xport, ZL_WIRE_MAX_CTRL);
+		j->n_m++;
+		if (!m->ver || !m->vbuf) {
+			pj_over(j, "memory", -ENOMEM);
+			return;
+		}
+	}
+	ZL_LOG_INFO("storage",
+		    "peering started: vol=%s slice=%u term=%u slice_ver=%" PRIu64 " members=%u",
+		    j->vid, slice, j->term, j->row_ver, j->n_m);
+	j->phase = PJ_LIST;
+	for (unsigned i = 0; i < j->n_m; i++)
+		pj_list_send(&j->m[i]);
+	if (!j->inflight) {
+		j->phase = PJ_SCAN;
+		zl_loop_defer(st->loop, &j->d, pj_scan, j);
+	}
+}
+
+/* ---- checks ---- */
+
+int zl_storage_peer_ready(struct zl_storage *st, const struct zl_volume *v, uint32_t slice)
+{
+	struct zl_storage_peering *pg = st->peering;
+	const struct zl_slice *s;
+	struct peer_vol *pv;
+	struct peer_job *j;
+	uint32_t term;
+
+	if (!pg || slice >= v->n_slices)
+		return 0;
+	s = &v->slices[slice];
+	if (zl_slice_index_of(s, st->cfg.node_id) != zl_slice_primary(s) || zl_slice_primary(s) < 0)
+		return 0;
+	term = s->term ? s->term : 1;
+	pv = pvol_get(pg, v);
+	if (pv && pv->peered[slice] == term)
+		return 0;
+	if (!pv || pg->stopping)
+		return -ZL_ERR_PEERING;
+	for (j = pg->jobs; j; j = j->next)
+		if (j->vol == v->num && j->slice == slice)
+			break;
+	if (j && (j->term != term || j->row_ver != s->version)) {
+		j->abandon = true;
+		if (j->phase == PJ_SCAN && !j->inflight)
+			pj_over(j, NULL, 0);
+	}
+	if (j && j->phase == PJ_OVER && !j->inflight && zl_now_ms() >= j->retry_ms) {
+		pj_free(pg, j);
+		j = NULL;
+	}
+	if (!j)
+		pj_start(pg, v, slice);
+	return -ZL_ERR_PEERING;
+}
+
+int zl_storage_peer_vol_ready(struct zl_storage *st, const struct zl_volume *v)
+{
+	int rc = 0;
+
+	if (!st->peering)
+		return 0;
+	for (uint32_t s = 0; s < v->n_slices; s++)
+		if (zl_storage_peer_ready(st, v, s))
+			rc = -ZL_ERR_PEERING;
+	return rc;
+}

@@ -1,0 +1,96 @@
+/* Recovery progress of this daemon for `zl status` (docs/REPLICATION.md §9):
+ * every 2 s the loop thread sums what its recovery jobs copied and still
+ * have to copy (zl_storage_heal_progress) and derives a rate; the heartbeat
+ * thread (storage_node.c) takes the snapshot under the mutex and puts it as
+ * <prefix>status/<node> on the node's lease, so it goes away with the node.
+ * Nothing here runs on the I/O path. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "storage.h"
+
+#define STATUS_SAMPLE_MS 2000
+
+struct zl_storage_status {
+	struct zl_storage *st;
+	struct zl_timer t;
+	/* Loop thread only. */
+	uint64_t last_done, last_ms;
+	double rate; /* bytes/s, smoothed */
+	/* Snapshot: mu protects it and `changed`. */
+	pthread_mutex_t mu;
+	struct zl_storage_heal_progress snap;
+	uint64_t snap_rate;
+	bool changed;
+};
+
+static void status_sample(void *arg)
+{
+	struct zl_storage_status *s = arg;
+	struct zl_storage_heal_progress p;
+	uint64_t now = zl_now_ms(), dt = now - s->last_ms;
+	double inst = 0;
+
+	zl_storage_heal_progress(s->st, &p);
+	/* bytes_done drops when a finished job is forgotten: no negative rate. */
+	if (p.bytes_done > s->last_done && dt)
+		inst = (double)(p.bytes_done - s->last_done) * 1000.0 / (double)dt;
+	s->rate = p.members ? (s->rate ? 0.5 * s->rate + 0.5 * inst : inst) : 0;
+	s->last_done = p.bytes_done;
+	s->last_ms = now;
+	pthread_mutex_lock(&s->mu);
+	if (memcmp(&p, &s->snap, sizeof(p)) || (uint64_t)s->rate != s->snap_rate) {
+		s->snap = p;
+		s->snap_rate = (uint64_t)s->rate;
+		s->changed = true;
+	}
+	pthread_mutex_unlock(&s->mu);
+}
+
+int zl_storage_status_start(struct zl_storage *st)
+{
+	struct zl_storage_status *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return -ENOMEM;
+	s->st = st;
+	s->last_ms = zl_now_ms();
+	s->changed = true; /* publish the zeros once */
+	pthread_mutex_init(&s->mu, NULL);
+	st->status = s;
+	zl_timer_start(st->loop, &s->t, STATUS_SAMPLE_MS, STATUS_SAMPLE_MS, status_sample, s);
+	return 0;
+}
+
+void zl_storage_status_destroy(struct zl_storage *st)
+{
+	struct zl_storage_status *s = st->status;
+
+	if (!s)
+		return;
+	zl_timer_stop(st->loop, &s->t);
+	pthread_mutex_destroy(&s->mu);
+	free(s);
+	st->status = NULL;
+}
+
+bool zl_storage_status_take(struct zl_storage_status *s, const char *node, bool force,
+			    struct zl_node_status *out)
+{
+	bool changed;
+
+	memset(out, 0, sizeof(*out));
+	snprintf(out->node, sizeof(out->node), "%s", node);
+	out->time = zl_wall_sec();
+	pthread_mutex_lock(&s->mu);
+	changed = s->changed || force;
+	s->changed = false;
+	out->bytes_done = ZL_MIN(s->snap.bytes_done, (uint64_t)INT64_MAX);
+	out->bytes_left = ZL_MIN(s->snap.bytes_left, (uint64_t)INT64_MAX);
+	out->rate = ZL_MIN(s->snap_rate, (uint64_t)INT64_MAX);
+	out->recovering = s->snap.members;
+	pthread_mutex_unlock(&s->mu);
+	return changed;
+}

@@ -1,0 +1,292 @@
+#!/usr/bin/env bash
+# E2E of peering and recovery that converges (zipline-storage --heal on,
+# docs/REPLICATION.md §3-4): 3 daemons, a 3-replica volume of 64 chunks (one
+# per slice). The test creates divergence on purpose, with raw WRITEs to
+# node-1 (e2e_chunk) that are never acknowledged. A, B and C are chunks of
+# rows node-1 leads, A = (node-1, X, Y), B reordered to (node-1, Y, X):
+#   W1  chunks A and B while X is dead: node-1 and Y hold it;
+#   W2  chunk C while X and Y are dead: only node-1 holds it.
+# node-1 dies; X and Y restart; the test plays the manager by hand (edits
+# of the rows in etcd) and turns node-1 OUT, so rows node-1 was primary of
+# get a new primary in a new term. Then:
+#   - A's new primary X is behind: peering pulls W1 from Y;
+#   - B's new primary Y holds W1: peering pushes it to X;
+#   - a READ at a backup is refused (ZL_ERR_NOT_PRIMARY), a READ with
+#     ZL_WF_ANY is served with that replica's chunk version;
+#   - node-1 returns as RECOVERING: its newer copy of C (W2) is rolled back
+#     to the primary's (ZL_PUSH_REPLACE), everything else equal;
+# and the oracle reads every replica's chunk files (data sha256 and version)
+# and every byte through `zl volume export`.
+set -euo pipefail
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+source "$SRC/test/lib/cluster.sh"
+fail() {
+	echo "peering_e2e: FAIL: $*" >&2
+	for f in "$CL_DIR"/storage-*/log; do echo "--- $f" >&2; tail -30 "$f" >&2; done
+	exit 1
+}
+PY=/usr/bin/python3
+CHUNK=65536
+N_CHUNKS=64
+export CL_STORAGE_FLAGS="--repl-wait 120 --recovery-mbps 400 --log-level info"
+CL_MANAGER=0 cl_e2e_begin e2e-peering "$1" 3 --heal on || fail "cluster did not start"
+RAW="$CL_BIN/e2e_chunk"
+[ -x "$RAW" ] || fail "$RAW is missing (built with the e2e tests)"
+
+# Manager by hand (as heal_e2e.sh): rows of the volume through the etcd
+# JSON gateway.
+#   heal_ctl set VOL NODE STATE    every row holding NODE: NODE -> STATE (CAS;
+#                                  the term grows when the primary changes)
+#   heal_ctl reports VOL [ERROR]   prints "slice reporter peer error slice_ver"
+#   heal_ctl rows VOL              prints "slice v term node:state..."
+#   heal_ctl order VOL SLICE N...  the row's members in that order
+heal_ctl() {
+	"$PY" - "$CL_ETCD" "$@" <<'PY'
+import base64, json, sys, urllib.request
+etcd, cmd, vol = sys.argv[1], sys.argv[2], sys.argv[3]
+b64 = lambda s: base64.b64encode(s.encode()).decode()
+def call(path, body):
+    req = urllib.request.Request(etcd + path, data=json.dumps(body).encode())
+    with urllib.request.urlopen(req, timeout=5) as r:
+        return json.load(r)
+key = '/zipline/volumes/' + vol
+if cmd == 'reports':
+    want = sys.argv[4] if len(sys.argv) > 4 else None
+    pre = '/zipline/reports/%s/' % vol
+    end = pre[:-1] + chr(ord(pre[-1]) + 1)
+    for kv in call('/v3/kv/range', {'key': b64(pre), 'range_end': b64(end)}).get('kvs', []):
+        k = base64.b64decode(kv['key']).decode().split('/')
+        r = json.loads(base64.b64decode(kv['value']))
+        if want is None or r['error'] == want:
+            print(k[-3], k[-2], r['peer'], r['error'], r['slice_ver'])
+    sys.exit(0)
+for attempt in range(50):
+    kv = call('/v3/kv/range', {'key': b64(key)})['kvs'][0]
+    rec = json.loads(base64.b64decode(kv['value']))
+    if cmd == 'rows':
+        for i, row in enumerate(rec['placement']):
+            print(i, row['v'], row['term'],
+                  ' '.join('%s:%s' % (n, s) for n, s in zip(row['nodes'], row['states'])))
+        sys.exit(0)
+    changed = cmd == 'order'
+    if cmd == 'order':
+        row = rec['placement'][int(sys.argv[4])]
+        perm = [row['nodes'].index(n) for n in sys.argv[5:]]
+        for f in ('nodes', 'states', 'incarnations'):
+            if f in row:
+                row[f] = [row[f][i] for i in perm]
+        prim = row['in_sync'][0]
+        row['in_sync'] = [n for n, s in zip(row['nodes'], row['states']) if s == 'in_sync']
+        row['v'] += 1
+        if row['in_sync'][0] != prim:
+            row['term'] += 1
+    node, state = (sys.argv[4], sys.argv[5]) if cmd == 'set' else (None, None)
+    for row in (rec['placement'] if cmd == 'set' else []):
+        if node not in row['nodes']:
+            continue
+        i = row['nodes'].index(node)
+        if row['states'][i] == state:
+            continue
+        prim = row['in_sync'][0] if row['in_sync'] else None
+        row['states'][i] = state
+        row['in_sync'] = [n for n, s in zip(row['nodes'], row['states']) if s == 'in_sync']
+        if not row['in_sync']:
+            sys.exit('refusing to leave a row without an in-sync member')
+        row['v'] += 1
+        if row['in_sync'][0] != prim:
+            row['term'] += 1
+        changed = True
+    if not changed:
+        sys.exit(0)
+    txn = {'compare': [{'key': b64(key), 'target': 'MOD', 'result': 'EQUAL',
+                        'mod_revision': kv['mod_revision']}],
+           'success': [{'request_put': {'key': b64(key),
+                                        'value': b64(json.dumps(rec, separators=(',', ':')))}}]}
+    if call('/v3/kv/txn', txn).get('succeeded'):
+        sys.exit(0)
+sys.exit('row update lost the race 50 times')
+PY
+}
+
+# heal_files DIR...: per chunk file: node, name, data sha256, chunk version
+# (highest version of a valid-looking metadata slot; storage_chunk.h).
+heal_files() {
+	"$PY" - "$CHUNK" "$@" <<'PY'
+import hashlib, os, struct, sys
+cs = int(sys.argv[1])
+for d in sys.argv[2:]:
+    if not os.path.isdir(d):
+        continue
+    for name in sorted(os.listdir(d)):
+        with open(os.path.join(d, name), 'rb') as f:
+            hdr = f.read(4096)
+            if hdr[:8] != b'ZLCHUNK2':
+                sys.exit('%s/%s: not a v2 chunk file' % (d, name))
+            pages = struct.unpack_from('<I', hdr, 28)[0]
+            data_off = struct.unpack_from('<Q', hdr, 40)[0]
+            ver = 0
+            for p in range(2 * pages):
+                f.seek(4096 * (1 + p))
+                slot = f.read(32)
+                if slot[:4] == b'ZLMP':
+                    ver = max(ver, struct.unpack_from('<Q', slot, 16)[0])
+            f.seek(data_off)
+            data = f.read(cs)
+            data += b'\0' * (cs - len(data))
+        print(d.split('/storage-')[1].split('/')[0], name, hashlib.sha256(data).hexdigest(), '%x' % ver)
+PY
+}
+files() { heal_files "$CL_DIR"/storage-{1,2,3}/data/chunks/"$vid"; }
+# fver NODE CHUNK / fsha NODE CHUNK: version / data sha256 of NODE's copy.
+fname() { printf '%016x.zlc' "$1"; }
+fver() { files | awk -v n="$1" -v f="$(fname "$2")" '$1 == n && $2 == f {print $4}'; }
+fsha() { files | awk -v n="$1" -v f="$(fname "$2")" '$1 == n && $2 == f {print $3}'; }
+sha_of() { sha256sum "$1" | cut -d' ' -f1; }
+port_of() { cat "$CL_DIR/storage-$1/port"; }
+row_ver() { heal_ctl rows "$vid" | awk -v s="$1" '$1 == s {print $2}'; }
+# raw_write NODE CHUNK FILE: WRITE at offset 0, waits 1.5 s for the answer.
+raw_write() {
+	"$RAW" 127.0.0.1 "$(port_of "$1")" write "$vid" "$2" 0 "$(row_ver "$2")" "$3" 1500
+}
+# wait_log NODE PATTERN [TRIES]: waits for a line of NODE's log.
+wait_log() {
+	for _ in $(seq 1 "${3:-300}"); do
+		grep -q -- "$2" "$CL_DIR/storage-$1/log" && return 0
+		sleep 0.1
+	done
+	return 1
+}
+wait_up() { # wait_up NODE: the daemon answers
+	for _ in $(seq 1 100); do
+		"$CL_BIN/e2e_hello" 127.0.0.1 "$(port_of "$1")" "node-$1" >/dev/null 2>&1 && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+"$ZL" volume create pvol --size $((N_CHUNKS * CHUNK / 1024))K --replicas 3 --chunk-size 64K ||
+	fail "create"
+vid=$("$ZL" volume inspect pvol | grep -o 'vol-[0-9a-f]\{16\}' | head -1)
+[ -n "$vid" ] || fail "no volume id in 'zl volume inspect' output"
+[ "$(heal_ctl rows "$vid" | wc -l)" -eq $N_CHUNKS ] || fail "expected $N_CHUNKS slices"
+head -c $((N_CHUNKS * CHUNK)) /dev/urandom >"$CL_DIR/in"
+"$ZL" volume import pvol "$CL_DIR/in" || fail "import"
+
+# Three rows node-1 leads; B gets A's backups in the other order.
+heal_ctl rows "$vid" >"$CL_DIR/rows"
+read -r A B C _ <<<"$(awk '$4 ~ /^node-1:/ {printf "%s ", $1}' "$CL_DIR/rows")"
+[ -n "$C" ] || fail "fewer than 3 rows led by node-1: $(head -5 "$CL_DIR/rows")"
+X=$(awk -v a="$A" '$1 == a {sub(/^node-/, "", $5); sub(/:.*/, "", $5); print $5}' "$CL_DIR/rows")
+Y=$(awk -v a="$A" '$1 == a {sub(/^node-/, "", $6); sub(/:.*/, "", $6); print $6}' "$CL_DIR/rows")
+heal_ctl order "$vid" "$B" node-1 "node-$Y" "node-$X" || fail "reordering row $B"
+echo "peering_e2e: chunks A=$A (pull) B=$B (push) C=$C (roll back); X=node-$X Y=node-$Y"
+heal_ctl rows "$vid" | awk -v a="$A" -v b="$B" -v c="$C" '$1 == a || $1 == b || $1 == c'
+for f in A B C; do head -c $CHUNK /dev/urandom >"$CL_DIR/w$f"; done
+cp "$CL_DIR/in" "$CL_DIR/want"
+for f in A B; do
+	dd if="$CL_DIR/w$f" of="$CL_DIR/want" bs=$CHUNK seek="${!f}" conv=notrunc status=none
+done
+old_c=$(fsha 1 "$C")
+ver0_a=$(fver 1 "$A")
+
+# W1: X dead, writes to A and B reach node-1 and Y, never acknowledged.
+cl_stop storage-$X KILL
+for f in A B; do
+	out=$(raw_write 1 "${!f}" "$CL_DIR/w$f") || fail "raw write of $f: $out"
+	echo "peering_e2e: W1 to chunk $f: $out"
+	case "$out" in status=OK*) fail "write $f was acknowledged with an IN_SYNC member dead" ;; esac
+done
+for n in 1 $Y; do
+	for f in A B; do
+		[ "$(fsha $n "${!f}")" = "$(sha_of "$CL_DIR/w$f")" ] || fail "node-$n does not hold W1 of $f"
+	done
+done
+[ "$(fsha $X "$A")" != "$(sha_of "$CL_DIR/wA")" ] || fail "node-$X holds W1 although it was dead"
+# W2: Y dead too, the write to C reaches node-1 only.
+cl_stop storage-$Y KILL
+out=$(raw_write 1 "$C" "$CL_DIR/wC") || fail "raw write of C: $out"
+echo "peering_e2e: W2 to chunk C: $out"
+[ "$(fsha 1 "$C")" = "$(sha_of "$CL_DIR/wC")" ] || fail "node-1 does not hold W2"
+[ "$(fsha $Y "$C")" = "$old_c" ] || fail "node-$Y holds W2 although it was dead"
+ver_w2=$(fver 1 "$C")
+cl_stop storage-1 KILL
+
+# X and Y return (same disks); the manager turns node-1 OUT.
+cl_start_storage $X
+cl_start_storage $Y
+wait_up $X && wait_up $Y || fail "node-$X/node-$Y did not come back"
+# Their own rows peer in term 1 without the dead node-1: it is asked again
+# for a few seconds, then reported and left out.
+wait_log $X "peering vol=$vid slice=[0-9]* term=1 members=.*node-1(ZL_ERR_[A-Z_]*)" 150 ||
+	fail "node-$X did not peer its rows without the dead node-1"
+heal_ctl reports "$vid" | awk -v r="node-$X" '$2 == r && $3 == "node-1"' | grep -q . ||
+	fail "node-$X put no failure report about node-1"
+heal_ctl set "$vid" node-1 out || fail "marking node-1 out"
+heal_ctl rows "$vid" | awk -v a="$A" -v b="$B" -v c="$C" '$1 == a || $1 == b || $1 == c'
+wait_log $X "peering vol=$vid slice=$A term=2 .*pulled=1 pushed=0" ||
+	fail "node-$X did not log peering of slice $A in term 2 with one chunk pulled"
+wait_log $Y "peering vol=$vid slice=$B term=2 .*pulled=0 pushed=1" ||
+	fail "node-$Y did not log peering of slice $B in term 2 with one chunk pushed"
+grep -h "peering vol=$vid slice=\($A\|$B\|$C\) term=2" "$CL_DIR"/storage-*/log | sed 's/.*storage_peer[^ ]* //'
+for f in A B; do
+	for n in $X $Y; do
+		[ "$(fsha $n "${!f}")" = "$(sha_of "$CL_DIR/w$f")" ] ||
+			fail "after peering node-$n does not hold W1 of chunk $f (rolled forward)"
+	done
+	[ "$(fver $X "${!f}")" = "$(fver $Y "${!f}")" ] || fail "versions of chunk $f differ on node-$X/node-$Y"
+done
+[ "$(fver $X "$A")" != "$ver0_a" ] || fail "chunk A's version did not move forward"
+
+# Primary-only reads: A's primary is X now; Y is a backup.
+out=$("$RAW" 127.0.0.1 "$(port_of $Y)" read "$vid" "$A" 0 $CHUNK "$(row_ver "$A")")
+echo "peering_e2e: READ at a backup: $out"
+[ "${out%% *}" = status=ZL_ERR_NOT_PRIMARY ] || fail "a backup served a READ: $out"
+out=$("$RAW" 127.0.0.1 "$(port_of $Y)" read "$vid" "$A" 0 $CHUNK 0 any "$CL_DIR/rY")
+echo "peering_e2e: READ ZL_WF_ANY at a backup: $out"
+[ "$out" = "status=OK aux=$(fver $Y "$A")" ] || fail "ZL_WF_ANY READ at node-$Y: $out, want version $(fver $Y "$A")"
+cmp "$CL_DIR/rY" "$CL_DIR/wA" || fail "ZL_WF_ANY READ returned other data than node-$Y's copy"
+out=$("$RAW" 127.0.0.1 "$(port_of $X)" read "$vid" "$A" 0 $CHUNK "$(row_ver "$A")" "$CL_DIR/rX")
+[ "${out%% *}" = status=OK ] || fail "the primary refused a READ: $out"
+cmp "$CL_DIR/rX" "$CL_DIR/wA" || fail "the primary returned other data than W1"
+
+# The client reads what the in-sync members agree on (C: the old data).
+"$ZL" volume export pvol "$CL_DIR/out" || fail "export"
+cmp "$CL_DIR/want" "$CL_DIR/out" || fail "volume content after peering differs"
+
+# node-1 returns as RECOVERING: its copy of C (W2, never acknowledged) is
+# newer than the primary's and must be rolled back.
+cl_start_storage 1
+wait_up 1 || fail "node-1 did not come back"
+heal_ctl set "$vid" node-1 recovering || fail "marking node-1 recovering"
+for _ in $(seq 1 600); do
+	got=$(heal_ctl reports "$vid" CAUGHT_UP | awk '$3 == "node-1"' | wc -l)
+	[ "$got" -ge $N_CHUNKS ] && break
+	sleep 0.1
+done
+[ "$got" -ge $N_CHUNKS ] || fail "only $got of $N_CHUNKS slices reported node-1 CAUGHT_UP"
+wait_log 1 "newer copy rolled back to the primary's: vol=[0-9a-f]* chunk=$C version=$ver_w2" 50 ||
+	fail "node-1 did not log the roll back of chunk $C (version $ver_w2)"
+[ "$(fsha 1 "$C")" = "$old_c" ] || fail "node-1's copy of C was not rolled back"
+heal_ctl set "$vid" node-1 in_sync || fail "marking node-1 in sync"
+
+# Every replica: same data and version per chunk, and the client agrees.
+check_all() {
+	files >"$CL_DIR/files" || fail "reading chunk files"
+	bad=$(awk '{k = $2; d[k] = d[k] " " $3 "/" $4; n[k]++} END {for (k in d) {split(d[k], a, " "); for (i in a) if (a[i] != a[1] || n[k] != 3) {print k, n[k], d[k]; break}}}' "$CL_DIR/files")
+	[ -z "$bad" ] || fail "$1: replicas differ (chunk, copies, sha/version...): $(echo "$bad" | head -3)"
+	[ "$(awk '$1 == 1' "$CL_DIR/files" | wc -l)" -eq $N_CHUNKS ] || fail "$1: node-1 lacks chunk files"
+	"$ZL" volume export pvol "$CL_DIR/out" || fail "$1: export"
+	cmp "$CL_DIR/want" "$CL_DIR/out" || fail "$1: volume content differs from the acknowledged writes"
+	echo "peering_e2e: $1: $N_CHUNKS chunks identical on all 3 replicas, export matches"
+}
+check_all "after recovery"
+
+# The new terms serve acknowledged writes (node-1 peered again where it leads).
+head -c $((N_CHUNKS * CHUNK)) /dev/urandom >"$CL_DIR/want"
+"$ZL" volume import pvol "$CL_DIR/want" || fail "import in the new terms"
+check_all "after new writes"
+grep -q "peering vol=$vid slice=$A term=3 " "$CL_DIR/storage-1/log" ||
+	fail "node-1 did not peer slice $A when it led the row again"
+for i in 1 2 3; do cl_stop storage-$i; done
+grep -h "still in flight" "$CL_DIR"/storage-*/log && fail "a daemon stopped with requests never answered"
+echo "peering_e2e: PASS"

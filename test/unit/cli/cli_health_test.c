@@ -1,0 +1,113 @@
+/* The health line and slice states of zl status / zl volume inspect
+ * (cli/cli_health.c), from rows and node records built by hand. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cli/cli_health.h"
+
+static struct zl_node_info nodes[3] = {{.id = "a"}, {.id = "b"}, {.id = "c"}};
+
+static void row3(struct zl_slice *s, enum zl_member_state x, enum zl_member_state y,
+		 enum zl_member_state z)
+{
+	memset(s, 0, sizeof(*s));
+	s->n = 3;
+	s->version = 1;
+	strcpy(s->nodes[0], "a");
+	strcpy(s->nodes[1], "b");
+	strcpy(s->nodes[2], "c");
+	zl_slice_member_set(s, 0, x);
+	zl_slice_member_set(s, 1, y);
+	zl_slice_member_set(s, 2, z);
+}
+
+static enum zl_cli_slice_state state_of(const struct zl_slice *s, size_t n_nodes)
+{
+	struct zl_cli_slice_eval e;
+
+	zl_cli_slice_eval(s, 2, nodes, n_nodes, &e);
+	return e.state;
+}
+
+static void slice_states(void **st)
+{
+	struct zl_slice s;
+	struct zl_cli_slice_eval e;
+
+	(void)st;
+	row3(&s, ZL_MEMBER_IN_SYNC, ZL_MEMBER_IN_SYNC, ZL_MEMBER_IN_SYNC);
+	assert_int_equal(state_of(&s, 3), ZL_CLI_SLICE_ACTIVE);
+	assert_int_equal(state_of(&s, 2), ZL_CLI_SLICE_DEGRADED); /* c down, still listed in sync */
+	row3(&s, ZL_MEMBER_IN_SYNC, ZL_MEMBER_IN_SYNC, ZL_MEMBER_RECOVERING);
+	assert_int_equal(state_of(&s, 3), ZL_CLI_SLICE_RECOVERING);
+	row3(&s, ZL_MEMBER_IN_SYNC, ZL_MEMBER_OUT, ZL_MEMBER_OUT);
+	zl_cli_slice_eval(&s, 2, nodes, 3, &e);
+	assert_int_equal(e.state, ZL_CLI_SLICE_DEGRADED);
+	assert_true(e.below_min);
+	row3(&s, ZL_MEMBER_OUT, ZL_MEMBER_OUT, ZL_MEMBER_IN_SYNC);
+	zl_cli_slice_eval(&s, 1, nodes, 2, &e); /* c, the primary, is down */
+	assert_int_equal(e.state, ZL_CLI_SLICE_DOWN);
+	assert_true(e.primary_down);
+	row3(&s, ZL_MEMBER_OUT, ZL_MEMBER_RECOVERING, ZL_MEMBER_OUT);
+	zl_cli_slice_eval(&s, 1, nodes, 3, &e);
+	assert_true(e.no_in_sync);
+	assert_string_equal(zl_cli_slice_state_name(e.state), "down");
+}
+
+static void health_lines(void **st)
+{
+	struct zl_slice rows[4];
+	struct zl_volume v = {.replicas = 3, .n_slices = 4, .slices = rows};
+	struct zl_node_status ns[2] = {
+	    {.node = "a", .rate = 10 * 1048576, .bytes_left = 400 * 1048576, .recovering = 1},
+	    {.node = "zz", .rate = 99 * 1048576, .bytes_left = 1, .recovering = 1}, /* no record */
+	};
+	struct zl_cli_health h = {0};
+	char line[512];
+
+	(void)st;
+	for (int i = 0; i < 4; i++)
+		row3(&rows[i], ZL_MEMBER_IN_SYNC, ZL_MEMBER_IN_SYNC, ZL_MEMBER_IN_SYNC);
+	zl_cli_health_add_volume(&h, &v, nodes, 3);
+	assert_int_equal(zl_cli_health_line(&h, line, sizeof(line)), 0);
+	assert_string_equal(line, "HEALTH_OK");
+
+	memset(&h, 0, sizeof(h));
+	zl_slice_member_set(&rows[1], 2, ZL_MEMBER_RECOVERING);
+	zl_slice_member_set(&rows[2], 2, ZL_MEMBER_OUT);
+	zl_cli_health_add_volume(&h, &v, nodes, 3);
+	zl_cli_health_add_status(&h, ns, 2, nodes, 3);
+	assert_int_equal(zl_cli_health_line(&h, line, sizeof(line)), 1);
+	assert_string_equal(line,
+			    "HEALTH_WARN 2 slices degraded (1 recovering), recovering 10.0 MiB/s, "
+			    "ETA 40 s");
+
+	memset(&h, 0, sizeof(h));
+	zl_slice_member_set(&rows[3], 1, ZL_MEMBER_OUT);
+	zl_slice_member_set(&rows[3], 2, ZL_MEMBER_OUT);
+	zl_cli_health_add_volume(&h, &v, nodes, 3);
+	assert_int_equal(zl_cli_health_line(&h, line, sizeof(line)), 2);
+	assert_string_equal(line,
+			    "HEALTH_ERR 1 slice below min_size; 3 slices degraded (1 recovering)");
+
+	memset(&h, 0, sizeof(h));
+	zl_cli_health_add_volume(&h, &v, nodes, 0); /* every node down */
+	assert_int_equal(zl_cli_health_line(&h, line, sizeof(line)), 2);
+	assert_string_equal(line, "HEALTH_ERR 4 slices with the primary down; 4 slices degraded "
+				  "(0 recovering)");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(slice_states),
+	    cmocka_unit_test(health_lines),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
