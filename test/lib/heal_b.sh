@@ -215,24 +215,26 @@ open(out, 'wb').write(data + b'\0' * (cs - len(data)))
 PY
 }
 
-# hb_blocks_old_or_new OLD NEW GOT LEN: every 4 KiB block of the first LEN
-# bytes of GOT equals the same block of OLD or of NEW (an unacknowledged
-# write may have landed, block by block, or not). Prints "old=A new=B".
-hb_blocks_old_or_new() {
+# hb_blocks_of GOT LEN FILE...: every 4 KiB block of the first LEN bytes of
+# GOT equals the same block of one of the FILEs (the old data, or the data
+# of writes that were not acknowledged: each may have landed, block by block,
+# or not). Prints "NAME=count ..." (NAME: the file's base name).
+hb_blocks_of() {
 	"$HB_PY" - "$@" <<'PY'
-import sys
-old, new, got = (open(p, 'rb').read(int(sys.argv[4])) for p in sys.argv[1:4])
-o = n = 0
+import os, sys
+n = int(sys.argv[2])
+got = open(sys.argv[1], 'rb').read(n)
+cands = [(os.path.basename(p), open(p, 'rb').read(n)) for p in sys.argv[3:]]
+count = dict((name, 0) for name, _ in cands)
 for b in range(0, len(got), 4096):
-    g = got[b:b + 4096]
-    if g == old[b:b + 4096]:
-        o += 1
-    elif g == new[b:b + 4096]:
-        n += 1
+    for name, data in cands:
+        if got[b:b + 4096] == data[b:b + 4096]:
+            count[name] += 1
+            break
     else:
-        print('old=%d new=%d' % (o, n))
-        sys.exit('block at byte %d is neither the old nor the new data' % b)
-print('old=%d new=%d' % (o, n))
+        print(' '.join('%s=%d' % (k, count[k]) for k, _ in cands))
+        sys.exit('block at byte %d is none of %s' % (b, ', '.join(k for k, _ in cands)))
+print(' '.join('%s=%d' % (k, count[k]) for k, _ in cands))
 PY
 }
 
