@@ -5,10 +5,13 @@
 # (the imported file is the oracle). node-4 is killed (-9) for good; the
 # manager must replace it in every row that listed it (distinct nodes, one per
 # zone) and the primaries must copy the new members whole, until every slice
-# is 3 of 3 IN_SYNC on node-1..3 within a bound. The chunk files of all three
-# must then equal the input, chunk by chunk. Then node-1 is killed (-9) as
-# well: every byte must still read back (zl volume export == input), and the
-# two replicas left of every chunk must be identical.
+# is 3 of 3 IN_SYNC on node-1..3 within a bound; meanwhile the first 8 MiB are
+# written again (must be acknowledged: 2 of 3 in sync). The chunk files of all
+# three must then equal the data written, chunk by chunk. Then node-1 is
+# killed (-9) as well: every byte must still read back (zl volume export ==
+# the data written; only after the manager gave node-1's slices new
+# primaries, reads being primary-only), and the two replicas left of every
+# chunk must be identical.
 #
 # Usage: backfill_e2e.sh BUILD_DIR [--manager-restart]
 #   --manager-restart: the controller is killed (-9) in the middle of the
@@ -27,6 +30,7 @@ if [ "${2:-}" = --manager-restart ]; then
 fi
 fail() {
 	echo "$T: FAIL: $*" >&2
+	[ -n "${rw_pid:-}" ] && kill "$rw_pid" 2>/dev/null
 	[ -n "${vid:-}" ] && hb_ctl rows "$vid" 2>/dev/null | head -8 | sed 's/^/  row /' >&2
 	hb_logs
 	exit 1
@@ -36,8 +40,9 @@ CHUNK=65536
 DOWN_OUT=5
 # Backfill bound: node lease (10 s) + down-out + the copy, with room for 2 cores.
 BOUND_S=$((RESTART ? 90 : 75))
-# Slower copies with --manager-restart, so there is a middle to kill it in.
-MBPS=$((RESTART ? 32 : 400))
+# Copies slow enough that the test sees the backfill under way (to rewrite
+# data during it, and with --manager-restart to kill the manager in it).
+MBPS=$((RESTART ? 32 : 64))
 for b in zipline-storage zipline-controller zl; do
 	[ -x "$1/bin/$b" ] || { echo "$T: FAIL: no $1/bin/$b: build it first" >&2; exit 1; }
 done
@@ -61,16 +66,29 @@ slices=$(hb_ctl rows "$vid" | wc -l)
 full=$((rows4 * SIZE_MB * 1024 * 1024 / slices))
 echo "$T: node-4 is a member of $rows4 of $slices rows ($full bytes to backfill)"
 
+# While the new members are being filled, the first REWRITE_MB are written
+# again (2 of 3 in sync: min_size holds, the write must be acknowledged, and
+# the copies must not undo it). $CL_DIR/want is the volume's content after it.
+REWRITE_MB=8
+head -c ${REWRITE_MB}M /dev/urandom >"$CL_DIR/new"
+cp "$CL_DIR/in" "$CL_DIR/want"
+dd if="$CL_DIR/new" of="$CL_DIR/want" conv=notrunc status=none
+
 # node-4 dies for good.
 t0=$(hb_now_ms)
 cl_stop storage-4 KILL
-restarted=0 t_repl=
+restarted=0 t_repl= rw_pid=
 ok=0
 while [ $(($(hb_now_ms) - t0)) -lt $((BOUND_S * 1000)) ]; do
 	rows=$(hb_ctl rows "$vid") || fail "cannot read the rows"
 	if [ -z "$t_repl" ] && ! grep -q 'node-4:' <<<"$rows"; then
 		t_repl=$(hb_now_ms)
 		echo "FIGURE: node-4 replaced in every row $((t_repl - t0)) ms after the kill"
+	fi
+	if [ -z "$rw_pid" ] && grep -v 'node-4:' <<<"$rows" | grep -q ':recovering'; then
+		echo "$T: backfill under way ($(grep -c ':recovering' <<<"$rows") rows recovering): rewriting the first $REWRITE_MB MiB"
+		timeout 120 "$ZL" volume import bvol "$CL_DIR/new" >"$CL_DIR/rewrite.log" 2>&1 &
+		rw_pid=$!
 	fi
 	if [ "$RESTART" = 1 ] && [ "$restarted" = 0 ] &&
 		grep -v 'node-4:' <<<"$rows" | grep -q ':recovering'; then
@@ -88,6 +106,9 @@ while [ $(($(hb_now_ms) - t0)) -lt $((BOUND_S * 1000)) ]; do
 	sleep 0.2
 done
 t1=$(hb_now_ms)
+[ -n "$rw_pid" ] || fail "no replacement member was ever seen recovering (rows went from node-4 to in sync at once?)"
+wait "$rw_pid" || fail "the rewrite during the backfill (2 of 3 in sync) failed: $(tail -1 "$CL_DIR/rewrite.log")"
+rw_pid=
 read -r chunks copied lines < <(hb_recovery_bytes node-1 node-2 node-3)
 echo "FIGURE: backfill $((t1 - t0)) ms from the kill of node-4 to $(head -1 "$CL_DIR/healthy")" \
 	"(bound ${BOUND_S} s); copied $copied bytes in $chunks chunks ($lines caught-up lines; full copy = $full bytes)"
@@ -102,9 +123,9 @@ m7=$(grep -c 'M7 node gone' "$HB_MGR_LOG" || true)
 echo "$T: manager log: $m7 'M7 ... replaced' decisions"
 # Independent oracle: the chunk files of all three members equal the input.
 hb_files "$CHUNK" "$vid" 1 2 3 >"$CL_DIR/files3" || fail "reading chunk files"
-res=$(hb_ctl replicas "$vid" --input "$CL_DIR/in" "$CL_DIR/files3" node-1 node-2 node-3) ||
-	fail "after the backfill the replicas are not all the input: $res"
-echo "FIGURE: after backfill: $(head -1 <<<"$res") (all three members, equal to the input)"
+res=$(hb_ctl replicas "$vid" --input "$CL_DIR/want" "$CL_DIR/files3" node-1 node-2 node-3) ||
+	fail "after the backfill the replicas are not all the data written: $res"
+echo "FIGURE: after backfill: $(head -1 <<<"$res") (all three members, equal to the data written)"
 [ "$copied" -ge "$full" ] ||
 	echo "$T: note: the primaries logged $copied bytes copied, less than the $full of a full copy (the chunk files match, see above)"
 
@@ -119,7 +140,7 @@ timeout 150 "$ZL" --log-level warn volume export bvol "$CL_DIR/out" >"$CL_DIR/ex
 still=$(hb_ctl primary "$vid" node-1)
 echo "FIGURE: export of ${SIZE_MB} MiB after the kill of node-1 took $(($(hb_now_ms) - t2)) ms" \
 	"(node-1 was primary of $prim1 rows, still of $still when it ended)"
-cmp "$CL_DIR/in" "$CL_DIR/out" || fail "volume content read back after the second kill differs from the input"
+cmp "$CL_DIR/want" "$CL_DIR/out" || fail "volume content read back after the second kill differs from the data written"
 [ "$still" = 0 ] || fail "the export ended while $still rows still named the dead node-1 primary:" \
 	"their data was read from non-primary members (heal mode: reads only from the peered primary)" \
 	"$(grep -m 2 'read failover' "$CL_DIR/export.log")"
@@ -131,7 +152,7 @@ if grep -h -m 3 'dropped backup from the in-sync set' "$CL_DIR"/storage-*/log >&
 	fail "a daemon with --heal on dropped a member from a row; only the manager may change rows"
 fi
 hb_files "$CHUNK" "$vid" 2 3 >"$CL_DIR/files2" || fail "reading chunk files"
-res=$(hb_ctl replicas "$vid" --input "$CL_DIR/in" "$CL_DIR/files2" node-2 node-3) ||
+res=$(hb_ctl replicas "$vid" --input "$CL_DIR/want" "$CL_DIR/files2" node-2 node-3) ||
 	fail "the replicas left on node-2 and node-3 differ: $res"
 echo "FIGURE: after the second kill: $(head -1 <<<"$res") (node-2, node-3)"
 echo "$T: PASS"
