@@ -22,11 +22,11 @@
 #include "lib/transport/xport_peer.h"
 #include "lib/wire/wire.h"
 
-#define SCRUB_REQ_MS	 (24ull * 3600 * 1000) /* one slice's SCRUB */
-#define VERIFY_REQ_MS	 30000ull
-#define CONNECT_MS	 5000
-#define RETRIES		 8
-#define VERIFY_PIECE	 (4u << 20)
+#define SCRUB_REQ_MS  (24ull * 3600 * 1000) /* one slice's SCRUB */
+#define VERIFY_REQ_MS 30000ull
+#define CONNECT_MS    5000
+#define RETRIES	      8
+#define VERIFY_PIECE  (4u << 20)
 
 struct sc_node {
 	struct zl_node_info ni;
@@ -68,8 +68,7 @@ static void sc_reply_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 
 /* Runs the loop until w is done or the deadline passes (then closes xc,
  * which fails the request). */
-static void sc_wait_for(struct sc_ctx *c, struct zl_xport_conn *xc, struct sc_wait *w,
-			uint64_t ms)
+static void sc_wait_for(struct sc_ctx *c, struct zl_xport_conn *xc, struct sc_wait *w, uint64_t ms)
 {
 	uint64_t deadline = zl_now_ms() + ms;
 
@@ -381,7 +380,7 @@ static int cli_volume_scrub(struct zl_cli *cli, int argc, char **argv)
 
 struct vf_copy {
 	char node[ZL_NODE_ID_MAX]; /* copied: a reload frees the record */
-	uint8_t *data; /* chunk_size bytes */
+	uint8_t *data;		   /* chunk_size bytes */
 	uint64_t version;
 	int err;
 };

@@ -93,6 +93,7 @@ struct zl_storage {
 	 * by held_t. */
 	struct zl_storage_peering *peering;
 	struct storage_req *held;
+	uint32_t n_held;
 	struct zl_timer held_t;
 	struct zl_storage_status *status; /* NULL with --heal=off */
 };
@@ -254,6 +255,9 @@ int zl_storage_peer_ready(struct zl_storage *st, const struct zl_volume *v, uint
 /* zl_storage_peer_ready over every slice of v this node is primary of (a
  * FLUSH): 0 or -ZL_ERR_PEERING. */
 int zl_storage_peer_vol_ready(struct zl_storage *st, const struct zl_volume *v);
+/* Forgets what peering knows of volume vol (its replicas were deleted).
+ * Accepts st->peering == NULL. */
+void zl_storage_peer_forget(struct zl_storage *st, uint64_t vol);
 
 /* Peering's rule for one chunk (pure): own is this node's version, ver[i]
  * what in-sync member i answered (answered[i] false: no answer, not
@@ -317,6 +321,26 @@ void zl_storage_status_destroy(struct zl_storage *st);
  * true when it changed since the last call or force is set. */
 bool zl_storage_status_take(struct zl_storage_status *s, const char *node, bool force,
 			    struct zl_node_status *out);
+
+/* One member's copy of a chunk as a scrub sees it: held = a digest record
+ * came (bad may then be ZL_WIRE_DIGEST_MISSING or _BUSY). */
+struct zl_scrub_copy {
+	bool held;
+	uint64_t version;
+	uint32_t digest;
+	uint32_t bad;
+};
+/* Scrub's rule for one chunk over n copies, copy 0 the primary's (pure).
+ * The winner is the highest version among held copies without bad blocks; a
+ * tie keeps the lower index (the primary's copy first). Every other copy is
+ * rewritten from it (bit i of *repair, why[i] = "missing" | "crc" |
+ * "divergent") unless it is held, good, and of the winner's version and
+ * digest; a copy not held is fine only when the winner is an all-zero
+ * (zero_digest) chunk of version 0. Returns the winner; -1 when no copy is
+ * good (*repair = the held copies); -2 when no copy is held or one is BUSY
+ * (no verdict). */
+int zl_storage_scrub_judge(const struct zl_scrub_copy *c, unsigned n, uint32_t zero_digest,
+			   uint32_t *repair, const char **why);
 
 /* ---- tombstones of deleted volumes (storage_tomb.c), loop thread ---- */
 

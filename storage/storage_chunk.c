@@ -129,12 +129,18 @@ struct known {
 	struct known *next;
 	uint64_t vol, idx;
 	uint64_t version; /* last version known (0 until opened) */
+	/* Lost: its file went missing. Reads fail and the version reads 0 until
+	 * every block was written again in full (a whole-chunk copy), bit b of
+	 * rewritten = block b; or until CHUNK_DELETE forgets it. */
+	uint64_t *rewritten;
+	uint32_t n_blocks, n_rewritten;
 };
 
 struct zl_chunk_store {
 	char *dir; /* <data_dir>/chunks */
 	struct known *known[STORE_BUCKETS];
 	uint64_t n_known;
+	uint64_t n_lost; /* known entries with rewritten != NULL */
 	struct zl_ratelimit rl_missing;
 	struct zl_loop *loop;
 	struct io_uring ring;
@@ -337,10 +343,10 @@ static void known_note(struct zl_chunk_store *s, uint64_t vol, uint64_t idx, uin
 	uint32_t b = chunk_bucket(vol, idx);
 
 	if (k) {
-		k->version = version;
+		k->version = ZL_MAX(k->version, version); /* recreated files restart at 0 */
 		return;
 	}
-	k = malloc(sizeof(*k));
+	k = calloc(1, sizeof(*k));
 	if (!k)
 		return;
 	k->vol = vol;
@@ -351,6 +357,62 @@ static void known_note(struct zl_chunk_store *s, uint64_t vol, uint64_t idx, uin
 	s->n_known++;
 }
 
+static void known_free(struct zl_chunk_store *s, struct known *k)
+{
+	if (k->rewritten)
+		s->n_lost--;
+	free(k->rewritten);
+	free(k);
+}
+
+/* Marks a recorded chunk lost (its file is gone). */
+static void known_lose(struct zl_chunk_store *s, struct known *k, uint32_t n_blocks)
+{
+	if (!k || k->rewritten)
+		return;
+	k->rewritten = calloc((n_blocks + 63) / 64, sizeof(uint64_t));
+	if (!k->rewritten)
+		return; /* reads see the recreated file: logged at the loss */
+	k->n_blocks = n_blocks;
+	k->n_rewritten = 0;
+	s->n_lost++;
+}
+
+static struct known *known_lost(struct zl_chunk_store *s, uint64_t vol, uint64_t idx)
+{
+	struct known *k;
+
+	if (!s->n_lost)
+		return NULL;
+	k = known_find(s, vol, idx);
+	return k && k->rewritten ? k : NULL;
+}
+
+/* Full blocks [b0, b1) of a lost chunk were written again. */
+static void known_rewrote(struct zl_chunk_store *s, uint64_t vol, uint64_t idx, uint32_t b0,
+			  uint32_t b1)
+{
+	struct known *k = known_lost(s, vol, idx);
+
+	if (!k)
+		return;
+	for (uint32_t b = b0; b < b1 && b < k->n_blocks; b++) {
+		if (k->rewritten[b / 64] >> (b % 64) & 1)
+			continue;
+		k->rewritten[b / 64] |= 1ull << (b % 64);
+		k->n_rewritten++;
+	}
+	if (k->n_rewritten < k->n_blocks)
+		return;
+	free(k->rewritten);
+	k->rewritten = NULL;
+	s->n_lost--;
+	ZL_LOG_INFO("storage",
+		    "lost chunk rebuilt: vol=%016" PRIx64 " chunk=%" PRIu64 " (every block written "
+		    "again)",
+		    vol, idx);
+}
+
 static void known_drop(struct zl_chunk_store *s, uint64_t vol, uint64_t idx)
 {
 	for (struct known **pp = &s->known[chunk_bucket(vol, idx)]; *pp; pp = &(*pp)->next) {
@@ -358,7 +420,7 @@ static void known_drop(struct zl_chunk_store *s, uint64_t vol, uint64_t idx)
 
 		if (k->vol == vol && k->idx == idx) {
 			*pp = k->next;
-			free(k);
+			known_free(s, k);
 			s->n_known--;
 			return;
 		}
@@ -376,7 +438,7 @@ static void known_drop_vol(struct zl_chunk_store *s, uint64_t vol)
 				continue;
 			}
 			*pp = k->next;
-			free(k);
+			known_free(s, k);
 			s->n_known--;
 		}
 	}
@@ -980,6 +1042,20 @@ static int chunk_get(struct zl_chunk_store *s, uint64_t vol, uint64_t idx, uint3
 		if (rc)
 			goto out_free;
 	} else {
+		struct known *k = known_find(s, vol, idx);
+
+		if (k && !k->rewritten) {
+			/* Recorded, file gone: the new file is lost until rebuilt. */
+			char vid[ZL_VOL_ID_LEN + 1];
+
+			zl_vol_id_format(vol, vid);
+			ZL_LOG_ERR("storage",
+				   "chunk file missing, recreated by a write: vol=%s chunk=%" PRIu64
+				   " (reads fail until every block is written again or scrub "
+				   "repairs it)",
+				   vid, idx);
+			known_lose(s, k, c->n_blocks);
+		}
 		for (uint32_t p = 0; p < c->meta_pages; p++)
 			c->page_slot[p] = 1; /* first write goes to slot A */
 		c->fd = chunk_create_file(s, c, path);
@@ -1163,8 +1239,12 @@ static void op_finish(struct chunk_op *op)
 	int err = op->err;
 
 	if (c) {
-		if (!err && (op->kind == OP_WRITE || op->kind == OP_ZERO))
+		if (!err && (op->kind == OP_WRITE || op->kind == OP_ZERO)) {
 			c->version = ZL_MAX(c->version, op->version);
+			if (s->n_lost)
+				known_rewrote(s, c->vol, c->idx, (op->off + BLK - 1) / BLK,
+					      (op->off + op->len) / BLK);
+		}
 		list_del(&c->active, op);
 		/* Start waiting ops that no longer overlap anything ahead of them. */
 		for (struct chunk_op *w = c->waiting.first, *wn; w; w = wn) {
@@ -1485,18 +1565,22 @@ static void store_check_gone(struct zl_chunk_store *s, uint64_t vol, uint64_t id
 			   "chunk file removed while open: vol=%s chunk=%" PRIu64 " version=%" PRIx64
 			   " (the replica is lost; scrub repairs it from another member)",
 			   vid, idx, c->version);
+		known_lose(s, known_find(s, vol, idx), c->n_blocks);
 		chunk_detach(s, c);
 	}
 }
 
-/* A read of a chunk this daemon recorded whose file is gone. */
-static int store_missing(struct zl_chunk_store *s, uint64_t vol, uint64_t idx)
+/* A read of a chunk this daemon recorded whose file is gone (absent: no
+ * file now), or that is lost and not rebuilt yet. */
+static int store_missing(struct zl_chunk_store *s, uint64_t vol, uint64_t idx, uint32_t cs,
+			 bool absent)
 {
-	struct known *k = known_find(s, vol, idx);
+	struct known *k = absent ? known_find(s, vol, idx) : known_lost(s, vol, idx);
 	char vid[ZL_VOL_ID_LEN + 1];
 
 	if (!k)
 		return 0;
+	known_lose(s, k, cs / BLK);
 	s->st.corruptions++;
 	s->st.last_corrupt_vol = vol;
 	s->st.last_corrupt_chunk = idx;
@@ -1533,11 +1617,17 @@ static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vo
 		return rc == -ENOSPC ? -ZL_ERR_NOSPC : rc;
 	if (!c && bad)
 		return -ZL_ERR_NOT_FOUND;
-	if (!c && kind == OP_READ) {
-		rc = store_missing(s, vol, idx);
-		if (rc)
+	if (kind == OP_READ && !bad && (!c || s->n_lost)) {
+		rc = store_missing(s, vol, idx, cs, !c);
+		if (rc) {
+			if (c)
+				chunk_put(s, c);
 			return rc;
+		}
 	}
+	if (!c && kind == OP_ZERO && s->n_lost)
+		known_rewrote(s, vol, idx, (off + BLK - 1) / BLK,
+			      (uint32_t)(((uint64_t)off + len) / BLK));
 	op = op_alloc(s);
 	if (!op) {
 		if (c)
@@ -1642,6 +1732,8 @@ static void scrub_check_open(struct zl_chunk_store *s, struct chunk *c, const st
 	ZL_LOG_ERR("storage",
 		   "chunk file %s while open: vol=%s chunk=%" PRIu64 " version=%" PRIx64,
 		   path_st ? "replaced" : "removed", vid, c->idx, c->version);
+	if (!path_st)
+		known_lose(s, known_find(s, c->vol, c->idx), c->n_blocks);
 	chunk_detach(s, c);
 }
 
@@ -1665,11 +1757,17 @@ int zl_chunk_scrub_stat(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk,
 		k = known_find(s, vol, chunk);
 		if (!k)
 			return ZL_CHUNK_ABSENT;
+		known_lose(s, k, chunk_size / BLK);
 		*version = k->version;
 		return ZL_CHUNK_MISSING;
 	}
 	if (c)
 		scrub_check_open(s, c, &stb);
+	k = known_lost(s, vol, chunk);
+	if (k) {
+		*version = k->version;
+		return ZL_CHUNK_MISSING; /* recreated, not rebuilt yet */
+	}
 	rc = zl_chunk_version(s, vol, chunk, chunk_size, version);
 	return rc ? rc : ZL_CHUNK_PRESENT;
 }
@@ -1688,7 +1786,7 @@ int zl_chunk_version(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uin
 		return 0;
 	if (rc)
 		return rc;
-	*version = c->version;
+	*version = known_lost(s, vol, chunk) ? 0 : c->version; /* lost: behind */
 	chunk_put(s, c);
 	return 0;
 }
@@ -1986,7 +2084,7 @@ void zl_chunk_store_destroy(struct zl_chunk_store *s)
 			struct known *k = s->known[i];
 
 			s->known[i] = k->next;
-			free(k);
+			known_free(s, k);
 		}
 	}
 	if (s->ring_ok)

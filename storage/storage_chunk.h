@@ -174,7 +174,11 @@ int zl_chunk_read(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32
  * zl_chunk_volume_delete). A recorded chunk whose file is gone is missing:
  * zl_chunk_read fails with -ZL_ERR_CORRUPT (logged), never zeros. A file
  * unlinked while the store holds it open is noticed by reads within a
- * second and by zl_chunk_scrub_stat at once. */
+ * second and by zl_chunk_scrub_stat at once. Such a chunk is lost: reads
+ * fail, zl_chunk_version answers 0 (behind) and zl_chunk_scrub_stat MISSING
+ * even after a write recreated the file, until every block was written
+ * again in full (zeroings count) or zl_chunk_delete forgets it. Memory
+ * only: a restart records the files present then. */
 
 enum zl_chunk_scrub_state {
 	ZL_CHUNK_ABSENT = 0,  /* no file, never recorded: nothing held */

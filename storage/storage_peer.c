@@ -41,6 +41,9 @@
 #define PEER_RETRY_MS	   1000
 #define PEER_GRACE_MS	   3000
 #define PEER_GRACE_STEP_MS 250
+/* Jobs running at once (a daemon starting with many volumes peers them in
+ * waves: each job holds pool buffers and a version array per member). */
+#define PEER_MAX_JOBS 64
 /* A restart within a term skips this many sequence numbers: a write in
  * flight at the crash that reached only a member that did not answer never
  * shares a version with a new one. */
@@ -86,6 +89,7 @@ struct peer_job {
 	char vid[ZL_VOL_ID_LEN + 1];
 	enum pj_phase phase;
 	bool abandon;
+	bool forgotten; /* its volume is gone: freed when nothing is in flight */
 	unsigned n_m;
 	struct pj_member m[ZL_MAX_REPLICAS - 1];
 	unsigned inflight; /* requests and chunk ops whose callback is due */
@@ -105,6 +109,7 @@ struct zl_storage_peering {
 	struct zl_storage *st;
 	struct peer_vol *vols;
 	struct peer_job *jobs;
+	unsigned n_jobs;
 	bool stopping;
 };
 
@@ -218,6 +223,7 @@ static void pj_free(struct zl_storage_peering *pg, struct peer_job *j)
 	for (struct peer_job **pp = &pg->jobs; *pp; pp = &(*pp)->next) {
 		if (*pp == j) {
 			*pp = j->next;
+			pg->n_jobs--;
 			break;
 		}
 	}
@@ -288,6 +294,11 @@ static bool pj_done_cb(struct peer_job *j)
 	struct zl_storage_peering *pg = j->st->peering;
 
 	j->inflight--;
+	if (j->forgotten) {
+		if (!j->inflight)
+			pj_free(pg, j);
+		return true;
+	}
 	if (j->phase == PJ_OVER) {
 		if (!j->inflight)
 			pj_free_bufs(j);
@@ -684,6 +695,7 @@ static void pj_start(struct zl_storage_peering *pg, const struct zl_volume *v, u
 	zl_vol_id_format(v->num, j->vid);
 	j->next = pg->jobs;
 	pg->jobs = j;
+	pg->n_jobs++;
 	for (int i = 0; i < s->n && i < ZL_MAX_REPLICAS; i++) {
 		struct pj_member *m = &j->m[j->n_m];
 
@@ -746,9 +758,38 @@ int zl_storage_peer_ready(struct zl_storage *st, const struct zl_volume *v, uint
 		pj_free(pg, j);
 		j = NULL;
 	}
-	if (!j)
+	if (!j && pg->n_jobs < PEER_MAX_JOBS)
 		pj_start(pg, v, slice);
 	return -ZL_ERR_PEERING;
+}
+
+void zl_storage_peer_forget(struct zl_storage *st, uint64_t vol)
+{
+	struct zl_storage_peering *pg = st->peering;
+	struct peer_job *j, *next;
+
+	if (!pg)
+		return;
+	for (struct peer_vol **pp = &pg->vols; *pp; pp = &(*pp)->next) {
+		struct peer_vol *pv = *pp;
+
+		if (pv->vol == vol) {
+			*pp = pv->next;
+			free(pv->peered);
+			free(pv);
+			break;
+		}
+	}
+	for (j = pg->jobs; j; j = next) {
+		next = j->next;
+		if (j->vol != vol)
+			continue;
+		if (j->inflight) {
+			j->forgotten = true; /* freed by its last callback */
+			continue;
+		}
+		pj_free(pg, j);
+	}
 }
 
 int zl_storage_peer_vol_ready(struct zl_storage *st, const struct zl_volume *v)

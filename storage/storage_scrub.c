@@ -80,7 +80,8 @@ struct dg_serve {
 	struct dg_serve *next;
 };
 
-/* Where a copy of a chunk stands, per member, in the window. */
+/* Where a copy of a chunk stands, per member, in the window (the verdict
+ * itself: zl_storage_scrub_judge). */
 enum sc_copy { SC_ABSENT, SC_MISSING, SC_BUSY, SC_PRESENT };
 
 struct sc_fix {
@@ -472,7 +473,8 @@ static void sc_done(struct sc_job *j, int err)
 	j->phase = SC_DONE;
 	if (err)
 		ZL_LOG_WARN("storage",
-			    "scrub failed: vol=%s slice=%u at_chunk=%" PRIu64 " err=%s (run it again; "
+			    "scrub failed: vol=%s slice=%u at_chunk=%" PRIu64
+			    " err=%s (run it again; "
 			    "the row may have changed)",
 			    j->vid, j->slice, j->cursor, zl_errname(err));
 	ZL_LOG_INFO("storage",
@@ -521,68 +523,109 @@ static enum sc_copy sc_copy_of(struct sc_member *m, uint32_t *pos, uint64_t chun
 	return SC_PRESENT;
 }
 
+int zl_storage_scrub_judge(const struct zl_scrub_copy *c, unsigned n, uint32_t zero_digest,
+			   uint32_t *repair, const char **why)
+{
+	unsigned held = 0;
+	int w = -1;
+
+	*repair = 0;
+	for (unsigned i = 0; i < n; i++) {
+		why[i] = NULL;
+		if (c[i].held && c[i].bad == ZL_WIRE_DIGEST_BUSY)
+			return -2; /* written meanwhile: next time */
+		held += c[i].held;
+	}
+	if (!held)
+		return -2;
+	for (unsigned i = 0; i < n; i++) {
+		if (!c[i].held || c[i].bad)
+			continue;
+		if (w < 0 || c[i].version > c[w].version)
+			w = (int)i; /* ties keep the earlier: the primary first */
+	}
+	for (unsigned i = 0; i < n; i++) {
+		if ((int)i == w)
+			continue;
+		if (w < 0) {
+			if (c[i].held) {
+				*repair |= 1u << i;
+				why[i] = c[i].bad == ZL_WIRE_DIGEST_MISSING ? "missing" : "crc";
+			}
+			continue;
+		}
+		if (c[i].held && !c[i].bad && c[i].version == c[w].version &&
+		    c[i].digest == c[w].digest)
+			continue;
+		if (!c[i].held && c[w].version == 0 && c[w].digest == zero_digest)
+			continue; /* zeros both */
+		*repair |= 1u << i;
+		why[i] = !c[i].held || c[i].bad == ZL_WIRE_DIGEST_MISSING ? "missing"
+			 : c[i].bad					  ? "crc"
+									  : "divergent";
+	}
+	return w;
+}
+
 /* Decides the winner of one chunk and queues the repairs. */
 static void sc_judge(struct sc_job *j, uint64_t chunk, uint32_t *pos)
 {
 	const struct zl_wire_chunk_digest *rec[ZL_MAX_REPLICAS];
-	enum sc_copy st[ZL_MAX_REPLICAS];
-	uint32_t zd = zero_digest(j->st->scrub, j->chunk_size), held = 0;
-	int w = -1;
+	struct zl_scrub_copy cp[ZL_MAX_REPLICAS];
+	const char *why[ZL_MAX_REPLICAS];
+	uint32_t repair;
+	int w;
 
 	for (uint32_t i = 0; i < j->n_m; i++) {
-		st[i] = sc_copy_of(&j->m[i], &pos[i], chunk, &rec[i]);
-		if (st[i] == SC_BUSY)
-			return; /* written meanwhile: next time */
-		held += st[i] != SC_ABSENT;
-		if (st[i] == SC_PRESENT)
-			j->res.bytes_read += j->chunk_size;
+		enum sc_copy st = sc_copy_of(&j->m[i], &pos[i], chunk, &rec[i]);
+
+		memset(&cp[i], 0, sizeof(cp[i]));
+		cp[i].held = st != SC_ABSENT;
+		if (rec[i]) {
+			cp[i].version = rec[i]->version;
+			cp[i].digest = rec[i]->digest;
+			cp[i].bad = rec[i]->bad_blocks;
+		}
 	}
-	if (!held)
+	w = zl_storage_scrub_judge(cp, j->n_m, zero_digest(j->st->scrub, j->chunk_size), &repair,
+				   why);
+	if (w == -2)
 		return;
 	j->res.chunks_checked++;
 	j->win_bytes += j->chunk_size;
-	for (uint32_t i = 0; i < j->n_m; i++) {
-		if (st[i] != SC_PRESENT || rec[i]->bad_blocks)
-			continue;
-		if (w < 0 || rec[i]->version > rec[w]->version)
-			w = (int)i; /* ties keep the earlier: this node first */
-	}
+	for (uint32_t i = 0; i < j->n_m; i++)
+		if (cp[i].held && cp[i].bad != ZL_WIRE_DIGEST_MISSING)
+			j->res.bytes_read += j->chunk_size;
 	if (w < 0) {
 		ZL_LOG_ERR("storage",
 			   "scrub found no good copy: vol=%s slice=%u chunk=%" PRIu64
-			   " copies=%u (every copy is missing or has bad blocks: restore from a "
-			   "backup)",
-			   j->vid, j->slice, chunk, held);
-		j->res.bad_found += held;
+			   " (every copy is missing or has bad blocks: restore from a backup)",
+			   j->vid, j->slice, chunk);
+		j->res.bad_found += (uint32_t)__builtin_popcount(repair);
 		return;
 	}
 	for (uint32_t i = 0; i < j->n_m; i++) {
 		struct sc_fix *f;
-		const char *why;
 
-		if ((int)i == w)
+		if (!(repair & (1u << i)))
 			continue;
-		if (st[i] == SC_PRESENT && !rec[i]->bad_blocks &&
-		    rec[i]->version == rec[w]->version && rec[i]->digest == rec[w]->digest)
-			continue;
-		if (st[i] == SC_ABSENT && rec[w]->version == 0 && rec[w]->digest == zd)
-			continue; /* zeros both */
-		why = st[i] != SC_PRESENT ? "missing" : rec[i]->bad_blocks ? "crc" : "divergent";
 		j->res.bad_found++;
 		ZL_LOG_WARN("storage",
 			    "scrub found a bad copy: vol=%s chunk=%" PRIu64 " member=%s reason=%s "
 			    "version=%" PRIx64 " winner=%s version=%" PRIx64,
-			    j->vid, chunk, j->m[i].node, why, rec[i] ? rec[i]->version : 0,
-			    j->m[w].node, rec[w]->version);
+			    j->vid, chunk, j->m[i].node, why[i], cp[i].version, j->m[w].node,
+			    cp[w].version);
 		if (j->n_fix >= SC_MAX_FIX)
 			continue;
 		f = &j->fix[j->n_fix++];
 		f->chunk = chunk;
-		f->version = rec[w]->version;
+		f->version = cp[w].version;
 		f->target = (uint8_t)i;
 		f->source = (uint8_t)w;
-		f->del_first = i != 0 && st[i] != SC_ABSENT;
-		f->reason = why;
+		/* A member's copy at the winner's version would refuse the push;
+		 * a missing one of ours is forgotten before it is rebuilt. */
+		f->del_first = cp[i].held && (i != 0 || cp[i].bad == ZL_WIRE_DIGEST_MISSING);
+		f->reason = why[i];
 	}
 }
 
@@ -694,8 +737,8 @@ static void sc_window(void *arg)
 		m->hdr.chunk = j->cursor;
 		m->hdr.slice_ver = j->row_ver;
 		m->hdr.epoch = j->epoch;
-		rc = m->in ? zl_storage_peer_request(j->st->peers, m->node, &m->hdr, NULL, 0,
-						     m->in, ZL_WIRE_MAX_CTRL, sc_remote_dg_cb, m)
+		rc = m->in ? zl_storage_peer_request(j->st->peers, m->node, &m->hdr, NULL, 0, m->in,
+						     ZL_WIRE_MAX_CTRL, sc_remote_dg_cb, m)
 			   : -ZL_ERR_BUSY;
 		if (rc) {
 			m->status = rc;
@@ -792,9 +835,9 @@ static void sc_piece_store(struct sc_job *j)
 			rc = zl_chunk_zero(j->st->chunks, j->vol, f->chunk, j->chunk_size, j->off,
 					   len, 0, sc_local_stored, j);
 		else
-			rc = zl_chunk_write(j->st->chunks, j->vol, f->chunk, j->chunk_size,
-					    j->off, len, j->pbuf, last ? f->version : 0,
-					    sc_local_stored, j);
+			rc =
+			    zl_chunk_write(j->st->chunks, j->vol, f->chunk, j->chunk_size, j->off,
+					   len, j->pbuf, last ? f->version : 0, sc_local_stored, j);
 	} else {
 		memset(&j->rhdr, 0, sizeof(j->rhdr));
 		j->rhdr.opcode = ZL_OP_CHUNK_PUSH;
@@ -919,6 +962,15 @@ static void sc_fix_next(void *arg)
 		sc_piece_fetch(j);
 		return;
 	}
+	if (f->target == 0) {
+		/* Our own missing copy: forget the record, then rebuild it. */
+		rc = zl_chunk_delete(j->st->chunks, j->vol, f->chunk);
+		if (rc)
+			sc_fix_end(j, rc);
+		else
+			sc_piece_fetch(j);
+		return;
+	}
 	/* A member's copy at the winner's version (or above) would refuse the
 	 * push: remove it first. */
 	memset(&j->rhdr, 0, sizeof(j->rhdr));
@@ -927,8 +979,8 @@ static void sc_fix_next(void *arg)
 	j->rhdr.chunk = f->chunk;
 	j->rhdr.slice_ver = j->row_ver;
 	j->rhdr.epoch = j->epoch;
-	rc = zl_storage_peer_request(j->st->peers, j->m[f->target].node, &j->rhdr, NULL, 0, NULL,
-				     0, sc_deleted, j);
+	rc = zl_storage_peer_request(j->st->peers, j->m[f->target].node, &j->rhdr, NULL, 0, NULL, 0,
+				     sc_deleted, j);
 	if (rc)
 		sc_fix_end(j, rc);
 }
@@ -955,6 +1007,11 @@ static int sc_start(struct zl_storage *st, struct zl_xport_conn *conn, const str
 	me = zl_slice_index_of(s, st->cfg.node_id);
 	if (me < 0 || me != zl_slice_primary(s))
 		return -ZL_ERR_NOT_PRIMARY;
+	/* A primary that has not peered in the row's term may be behind:
+	 * ZL_ERR_PEERING (peering starts; the caller retries). */
+	rc = zl_storage_peer_ready(st, &sv->v, slice);
+	if (rc)
+		return rc;
 	j = calloc(1, sizeof(*j));
 	if (!j)
 		return -ENOMEM;

@@ -640,6 +640,9 @@ static int srv_plan(struct storage_req *r)
 
 #define HOLD_CHECK_MS 10
 #define HOLD_MAX_MS   5000
+/* Requests held at once (each may hold a data buffer); beyond it a request
+ * is answered ZL_ERR_PEERING at once. */
+#define HOLD_MAX_REQS 64
 
 static void srv_flush(struct storage_req *r)
 {
@@ -705,6 +708,7 @@ static void srv_held_check(void *arg)
 		int rc = srv_recheck(r);
 
 		list = r->park_next;
+		st->n_held--;
 		if (!rc) {
 			srv_resume(r);
 			continue;
@@ -717,6 +721,7 @@ static void srv_held_check(void *arg)
 			tail = &(*tail)->park_next;
 		r->park_next = NULL;
 		*tail = r;
+		st->n_held++;
 	}
 	if (!st->held)
 		zl_timer_stop(st->loop, &st->held_t);
@@ -727,10 +732,15 @@ static void srv_hold(struct storage_req *r)
 {
 	struct zl_storage *st = r->st;
 
+	if (st->n_held >= HOLD_MAX_REQS) {
+		req_reply_free(r, -ZL_ERR_PEERING, r->seen_ver);
+		return;
+	}
 	if (!r->deadline_ms)
 		r->deadline_ms = zl_now_ms() + HOLD_MAX_MS;
 	r->park_next = st->held;
 	st->held = r;
+	st->n_held++;
 	zl_timer_start(st->loop, &st->held_t, HOLD_CHECK_MS, HOLD_CHECK_MS, srv_held_check, st);
 }
 
@@ -921,6 +931,7 @@ static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_w
 	case ZL_OP_VOLUME_DELETE:
 		rc = zl_chunk_volume_delete(st->chunks, h->vol_id, &n);
 		zl_storage_vol_forget(st->vols, h->vol_id);
+		zl_storage_peer_forget(st, h->vol_id);
 		ZL_LOG_INFO("storage",
 			    "volume replicas deleted: vol=%016" PRIx64 " files=%" PRIu64 " err=%s",
 			    h->vol_id, n, zl_errname(rc));
@@ -995,6 +1006,7 @@ void zl_storage_server_stop_accepting(struct zl_storage *st)
 		struct storage_req *r = st->held;
 
 		st->held = r->park_next;
+		st->n_held--;
 		req_reply_free(r, -ZL_ERR_PEERING, r->seen_ver);
 	}
 	if (st->loop) {

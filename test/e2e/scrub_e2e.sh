@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # E2E of scrub and repair (docs/REPLICATION.md §8): 3 daemons with --heal on,
 # a 3-replica volume of random data. While the daemons run, one byte is
-# flipped in the copy of chunk A held by its slice's primary, and the whole
-# chunk file of chunk B is deleted on a member that is not its primary.
-#   - `zl volume verify` reports both (exit 1),
-#   - `zl volume scrub` repairs both (a "scrub repaired" log line each, with
-#     the right member and reason),
+# flipped in the copy of chunk A held by its slice's primary and in the copy
+# of chunk A2 (same slice) held by another member, and the whole chunk file
+# of chunk B is deleted on a member that is not its primary.
+# A fourth copy (chunk D) is made divergent: other bytes with a matching
+# CRC, same version; a fifth (chunk E) is deleted on its own primary.
+#   - `zl volume verify` reports the five (exit 1),
+#   - `zl volume scrub` repairs the five (a "scrub repaired" log line each,
+#     with the right member and reason),
 #   - `zl volume verify` then finds nothing (exit 0), the export equals the
 #     input, and the replicas' chunk files read directly (an oracle that does
 #     not go through the daemons) hold the same data and version everywhere.
@@ -20,7 +23,7 @@ fail() {
 }
 PY=/usr/bin/python3
 SIZE_MB=32
-CHUNK=$((1024 * 1024))
+CHUNK=65536 # 512 chunks in 64 slices: several chunks per CHUNK_DIGEST window
 export CL_STORAGE_FLAGS="--log-level info --scrub-mbps 800"
 cl_e2e_begin e2e-scrub "$1" 3 --heal on || fail "cluster did not start"
 
@@ -66,6 +69,51 @@ for d in sys.argv[2:]:
 PY
 }
 
+# divergent FILE BLOCK BYTE: inverts one byte of a data block and rewrites
+# the block's crc (and the page CRC) in the current metadata slot: a copy
+# that verifies but holds other data at the same version (storage_chunk.h).
+divergent() {
+	"$PY" - "$@" <<'PY'
+import struct, sys
+path, block, byte = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+T = []
+for i in range(256):
+    c = i
+    for _ in range(8):
+        c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+    T.append(c)
+def crc32c(b):
+    c = 0xffffffff
+    for x in b:
+        c = T[(c ^ x) & 0xff] ^ (c >> 8)
+    return c ^ 0xffffffff
+with open(path, 'r+b') as f:
+    hdr = f.read(4096)
+    data_off = struct.unpack_from('<Q', hdr, 40)[0]
+    page, idx = block // 508, block % 508
+    slots = []
+    for s in (0, 1):
+        f.seek(4096 * (1 + 2 * page + s))
+        img = bytearray(f.read(4096))
+        ok = img[:4] == b'ZLMP' and struct.unpack_from('<I', img, 28)[0] == crc32c(img[:28] + img[32:])
+        if ok:
+            slots.append((struct.unpack_from('<Q', img, 8)[0], s, img))
+    seq, s, img = max(slots)
+    f.seek(data_off + block * 4096)
+    blk = bytearray(f.read(4096))
+    blk[byte] ^= 0xff
+    f.seek(data_off + block * 4096)
+    f.write(blk)
+    struct.pack_into('<I', img, 32 + 8 * idx, crc32c(blk))
+    struct.pack_into('<I', img, 28, crc32c(img[:28] + img[32:]))
+    f.seek(4096 * (1 + 2 * page + s))
+    f.write(img)
+    f.flush()
+    import os
+    os.fsync(f.fileno())
+PY
+}
+
 # replicas_identical: every chunk file on all 3 nodes, same data and version.
 replicas_identical() {
 	chunk_files "$CL_DIR"/storage-{1,2,3}/data/chunks/"$vid" >"$CL_DIR/files" || fail "reading chunk files"
@@ -76,7 +124,7 @@ replicas_identical() {
 	[ "$n" -eq $((SIZE_MB * 1024 * 1024 / CHUNK)) ] || fail "node-3 holds $n chunk files"
 }
 
-"$ZL" volume create svol --size ${SIZE_MB}M --replicas 3 --chunk-size 1M || fail "create"
+"$ZL" volume create svol --size ${SIZE_MB}M --replicas 3 --chunk-size 64K || fail "create"
 vid=$("$ZL" volume inspect svol | grep -o 'vol-[0-9a-f]\{16\}' | head -1)
 [ -n "$vid" ] || fail "no volume id in 'zl volume inspect' output"
 head -c ${SIZE_MB}M /dev/urandom >"$CL_DIR/in"
@@ -87,18 +135,41 @@ rows "$vid" >"$CL_DIR/rows"
 n_slices=$(wc -l <"$CL_DIR/rows")
 echo "scrub_e2e: $n_slices slices; $(head -2 "$CL_DIR/rows" | tr '\n' ';')"
 
-# Chunk A = 3: damaged on its primary. Chunk B = 6: deleted on a non-primary.
-A=3 B=6
-read -r _ primA _ < <(awk -v s=$((A % n_slices)) '$1 == s' "$CL_DIR/rows")
+# Chunk A = 3: damaged on its primary; A2 (same slice): damaged on another
+# member. Chunk B = 6: deleted on a non-primary. Chunk D = 9: divergent
+# (valid, other bytes, same version) on a non-primary.
+A=3 B=6 A2=$((3 + n_slices)) D=9 E=12
+read -r _ primA na1 na2 na3 < <(awk -v s=$((A % n_slices)) '$1 == s' "$CL_DIR/rows")
+for n in $na1 $na2 $na3; do [ "$n" != "$primA" ] && { memA2=$n; break; }; done
 read -r _ primB nb1 nb2 nb3 < <(awk -v s=$((B % n_slices)) '$1 == s' "$CL_DIR/rows")
 for n in $nb1 $nb2 $nb3; do [ "$n" != "$primB" ] && { lostB=$n; break; }; done
 echo "scrub_e2e: chunk $A damaged on its primary $primA, chunk $B deleted on $lostB (primary $primB)"
+# The divergent copy is made while its daemon is down (a running one keeps
+# the CRCs it loaded in memory).
+read -r _ primD nd1 nd2 nd3 < <(awk -v s=$((D % n_slices)) '$1 == s' "$CL_DIR/rows")
+for n in $nd1 $nd2 $nd3; do [ "$n" != "$primD" ] && memD=$n; done
+fD="$CL_DIR/storage-${memD#node-}/data/chunks/$vid/$(printf '%016x' $D).zlc"
+cl_stop "storage-${memD#node-}"
+divergent "$fD" 7 100 || fail "cannot make $fD divergent"
+cl_start_storage "${memD#node-}"
+cl_wait_nodes 3 || fail "$memD did not register again"
+echo "scrub_e2e: chunk $D made divergent on $memD (primary $primD)"
 fA="$CL_DIR/storage-${primA#node-}/data/chunks/$vid/$(printf '%016x' $A).zlc"
 fB="$CL_DIR/storage-${lostB#node-}/data/chunks/$vid/$(printf '%016x' $B).zlc"
 [ -f "$fA" ] && [ -f "$fB" ] || fail "chunk files $fA / $fB missing before the damage"
+fA2="$CL_DIR/storage-${memA2#node-}/data/chunks/$vid/$(printf '%016x' $A2).zlc"
 off=$(cl_chunk_block_off "$fA" 5 77) || fail "cannot locate block 5 in $fA"
 cl_flip_byte "$fA" "$off"
+off=$(cl_chunk_block_off "$fA2" 15 4095) || fail "cannot locate block 15 in $fA2"
+cl_flip_byte "$fA2" "$off"
+echo "scrub_e2e: chunk $A2 damaged on $memA2"
+
 rm -f "$fB"
+# Chunk E = 12: deleted on its own primary (which rebuilds it from a member).
+read -r _ primE _ < <(awk -v s=$((E % n_slices)) '$1 == s' "$CL_DIR/rows")
+fE="$CL_DIR/storage-${primE#node-}/data/chunks/$vid/$(printf '%016x' $E).zlc"
+rm -f "$fE" || fail "cannot delete $fE"
+echo "scrub_e2e: chunk $E deleted on its primary $primE"
 sleep 1.2 # a file removed under an open chunk is noticed by reads within a second
 
 set +e
@@ -108,25 +179,32 @@ set -e
 cat "$CL_DIR/verify1"
 [ "$rc" -eq 1 ] || fail "verify of a damaged volume exited $rc, not 1"
 grep -q "^chunk $A: $primA " "$CL_DIR/verify1" || fail "verify did not report chunk $A on $primA"
+grep -q "^chunk $A2: $memA2 " "$CL_DIR/verify1" || fail "verify did not report chunk $A2 on $memA2"
 grep -q "^chunk $B: $lostB " "$CL_DIR/verify1" || fail "verify did not report chunk $B on $lostB"
-[ "$(grep -c '^chunk ' "$CL_DIR/verify1")" -eq 2 ] || fail "verify reported other differences"
+grep -q "^chunk $D: $memD differs from $primD at offset $((7 * 4096 + 100)) (versions 1:[0-9]* vs 1:[0-9]*)" "$CL_DIR/verify1" ||
+	fail "verify did not report the divergent chunk $D on $memD at offset $((7 * 4096 + 100))"
+grep -q "^chunk $E: $primE " "$CL_DIR/verify1" || fail "verify did not report chunk $E on $primE"
+[ "$(grep -c '^chunk ' "$CL_DIR/verify1")" -eq 5 ] || fail "verify reported other differences"
 grep -h "chunk file missing\|removed while open" "$CL_DIR/storage-${lostB#node-}/log" | grep -q "chunk=$B" ||
 	fail "$lostB did not log the missing chunk file of chunk $B"
 
 "$ZL" volume scrub svol >"$CL_DIR/scrub1" 2>&1 || { cat "$CL_DIR/scrub1" >&2; fail "scrub"; }
 cat "$CL_DIR/scrub1"
-grep -q "^scrub: $n_slices/$n_slices slices, 2 repaired" "$CL_DIR/scrub1" || fail "no final progress line with 2 repaired"
-grep -q "2 bad copies found, 2 repaired" "$CL_DIR/scrub1" || fail "scrub summary does not say 2 found, 2 repaired"
+grep -q "^scrub: $n_slices/$n_slices slices, 5 repaired" "$CL_DIR/scrub1" || fail "no final progress line with 5 repaired"
+grep -q "5 bad copies found, 5 repaired" "$CL_DIR/scrub1" || fail "scrub summary does not say 5 found, 5 repaired"
 grep -h "scrub repaired" "$CL_DIR"/storage-*/log | tee "$CL_DIR/repairs"
 grep -q "chunk=$A member=$primA reason=crc" "$CL_DIR/repairs" || fail "no repair log of chunk $A on $primA (crc)"
+grep -q "chunk=$A2 member=$memA2 reason=crc" "$CL_DIR/repairs" || fail "no repair log of chunk $A2 on $memA2 (crc)"
 grep -q "chunk=$B member=$lostB reason=missing" "$CL_DIR/repairs" || fail "no repair log of chunk $B on $lostB (missing)"
-[ "$(wc -l <"$CL_DIR/repairs")" -eq 2 ] || fail "scrub repaired other copies too"
+grep -q "chunk=$D member=$memD reason=divergent source=$primD" "$CL_DIR/repairs" || fail "no repair log of chunk $D on $memD (divergent, from $primD)"
+grep -q "chunk=$E member=$primE reason=missing" "$CL_DIR/repairs" || fail "no repair log of chunk $E on its primary $primE (missing)"
+[ "$(wc -l <"$CL_DIR/repairs")" -eq 5 ] || fail "scrub repaired other copies too"
 
 "$ZL" volume verify svol >"$CL_DIR/verify2" 2>&1 || { cat "$CL_DIR/verify2" >&2; fail "verify after the scrub"; }
 "$ZL" volume export svol "$CL_DIR/out" || fail "export"
 cmp "$CL_DIR/in" "$CL_DIR/out" || fail "volume content differs from what was written"
 replicas_identical
-echo "scrub_e2e: manual scrub repaired both copies; replicas identical"
+echo "scrub_e2e: manual scrub repaired the five copies; replicas identical"
 
 # A second scrub finds nothing.
 "$ZL" volume scrub svol --json >"$CL_DIR/scrub2" || fail "second scrub"
@@ -153,4 +231,4 @@ grep -q "scrub repaired vol=$vid chunk=$C member=$other reason=crc" "$CL_DIR/sto
 "$ZL" volume verify svol >"$CL_DIR/verify3" 2>&1 || { cat "$CL_DIR/verify3" >&2; fail "verify after the background scrub"; }
 replicas_identical
 for i in 1 2 3; do cl_stop storage-$i; done
-echo "scrub_e2e: PASS (verify found both, scrub repaired both, background scrub repaired chunk $C)"
+echo "scrub_e2e: PASS (verify found the five, scrub repaired them, background scrub repaired chunk $C)"

@@ -6,6 +6,8 @@
  *  - HELLO: decode -> encode -> decode gives the same fields;
  *  - RDMA descriptor: decode -> encode gives the identical 16 bytes;
  *  - CHUNK_VERSIONS pairs: decode -> encode gives the identical bytes;
+ *  - CHUNK_DIGEST records (increasing chunks) and the SCRUB result
+ *    (repaired <= bad_found): decode -> encode gives the identical bytes;
  *  - a REPL_WRITE replays WRITE, DISCARD or WRITE_ZEROES, nothing else.
  * The input is offered whole to each decoder, and the bytes after an 80-byte
  * header are offered as that header's payload.
@@ -17,33 +19,6 @@
 
 #include "lib/common/common.h"
 #include "lib/wire/wire.h"
-
-static void fuzz_digests(const uint8_t *data, size_t size)
-{
-	static struct zl_wire_chunk_digest d[ZL_WIRE_DIGESTS_MAX];
-	static uint8_t out[ZL_WIRE_MAX_CTRL];
-	int n = zl_wire_chunk_digests_decode(data, size, d);
-
-	if (n < 0)
-		return;
-	fuzz_check((size_t)n * ZL_WIRE_CHUNK_DIGEST_SIZE == size && n <= (int)ZL_WIRE_DIGESTS_MAX);
-	for (int i = 1; i < n; i++)
-		fuzz_check(d[i].chunk > d[i - 1].chunk);
-	zl_wire_chunk_digests_encode(d, (uint32_t)n, out);
-	fuzz_check(memcmp(out, data, size) == 0);
-}
-
-static void fuzz_scrub_result(const uint8_t *data, size_t size)
-{
-	struct zl_wire_scrub_result r;
-	uint8_t out[ZL_WIRE_SCRUB_RESULT_SIZE];
-
-	if (zl_wire_scrub_result_decode(data, size, &r))
-		return;
-	fuzz_check(r.repaired <= r.bad_found);
-	zl_wire_scrub_result_encode(&r, out);
-	fuzz_check(memcmp(out, data, sizeof(out)) == 0);
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1187,11 +1187,32 @@ static void test_scrub_missing(void **state)
 	assert_int_equal(do_read(e, 12, 0, 4096, buf), -ZL_ERR_CORRUPT);
 	assert_int_equal(do_read(e, 9, 0, 4096, buf), 0);
 
-	/* CHUNK_DELETE forgets: zeros again; a write brings it back */
+	/* A write recreates a lost chunk's file, but it stays lost (reads fail,
+	 * version 0, scrub says missing) until every block was written again:
+	 * never the zeros of the blocks it lacks. */
+	assert_int_equal(io_write(e, CS, 12, 0, 4096, p, 6), 0);
+	assert_int_equal(do_read(e, 12, 0, 4096, buf), -ZL_ERR_CORRUPT);
+	assert_int_equal(zl_chunk_version(e->s, VOL, 12, CS, &ver), 0);
+	assert_true(ver == 0);
+	assert_int_equal(zl_chunk_scrub_stat(e->s, VOL, 12, CS, &ver), ZL_CHUNK_MISSING);
+	/* a whole-chunk copy: a zeroed first half (partial edge blocks do not
+	 * count), then the data with the version */
+	assert_int_equal(io_zero(e, CS, 12, 100, CS / 2 - 100, 0), 0);
+	assert_int_equal(do_read(e, 12, CS / 2, 4096, buf), -ZL_ERR_CORRUPT);
+	assert_int_equal(io_write(e, CS, 12, 0, 4096, p, 0), 0);
+	assert_int_equal(do_read(e, 12, CS / 2, 4096, buf), -ZL_ERR_CORRUPT);
+	assert_int_equal(io_write(e, CS, 12, CS / 2, CS / 2, p, 0x200000001ull), 0);
+	assert_int_equal(do_read(e, 12, 0, 4096, buf), 0);
+	assert_memory_equal(buf, p, 4096);
+	assert_int_equal(zl_chunk_version(e->s, VOL, 12, CS, &ver), 0);
+	assert_true(ver == 0x200000001ull);
+	assert_int_equal(zl_chunk_scrub_stat(e->s, VOL, 12, CS, &ver), ZL_CHUNK_PRESENT);
+
+	/* CHUNK_DELETE forgets: zeros again, and a write makes a whole chunk */
 	assert_int_equal(zl_chunk_delete(e->s, VOL, 12), 0);
 	assert_int_equal(do_read(e, 12, 0, 4096, buf), 0);
-	assert_int_equal(io_write(e, CS, 11, 0, 4096, p, 6), 0);
-	assert_int_equal(do_read(e, 11, 0, 4096, buf), 0);
+	assert_int_equal(io_write(e, CS, 12, 0, 4096, p, 9), 0);
+	assert_int_equal(do_read(e, 12, 0, 4096, buf), 0);
 	assert_memory_equal(buf, p, 4096);
 	free(p);
 	free(buf);
