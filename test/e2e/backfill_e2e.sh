@@ -77,7 +77,7 @@ dd if="$CL_DIR/new" of="$CL_DIR/want" conv=notrunc status=none
 # node-4 dies for good.
 t0=$(hb_now_ms)
 cl_stop storage-4 KILL
-restarted=0 t_repl= rw_pid=
+restarted=0 t_repl='' rw_pid=''
 ok=0
 while [ $(($(hb_now_ms) - t0)) -lt $((BOUND_S * 1000)) ]; do
 	rows=$(hb_ctl rows "$vid") || fail "cannot read the rows"

@@ -21,6 +21,7 @@ hb_begin() {
 # "manager" (a restart with the same id takes the leader key over at once,
 # like a restarted pod). cluster.sh's cl_start_manager when it has one.
 # Waits until it is the leader.
+# shellcheck disable=SC2034 # read by the tests
 HB_MGR_LOG=
 hb_start_manager() {
 	local down_out=$1 d="$CL_DIR/manager" n0
