@@ -26,6 +26,7 @@ HB_MGR_LOG=
 hb_start_manager() {
 	local down_out=$1 d="$CL_DIR/manager" n0
 	mkdir -p "$d"
+	# shellcheck disable=SC2034 # read by the tests
 	HB_MGR_LOG=$d/log
 	n0=$(grep -c 'became leader' "$d/log" 2>/dev/null || true)
 	if declare -F cl_start_manager >/dev/null; then
