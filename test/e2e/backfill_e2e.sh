@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Acceptance test BACKFILL of issue 10 (docs/REPLICATION.md §5): four storage
+# daemons (--heal on, zone=z<i>), a real zipline-controller with the manager
+# on (grace 2 s, down-out 5 s) and a 3-replica volume full of random data
+# (the imported file is the oracle). node-4 is killed (-9) for good; the
+# manager must replace it in every row that listed it (distinct nodes, one per
+# zone) and the primaries must copy the new members whole, until every slice
+# is 3 of 3 IN_SYNC on node-1..3 within a bound; meanwhile the first 8 MiB are
+# written again (must be acknowledged: 2 of 3 in sync). The chunk files of all
+# three must then equal the data written, chunk by chunk. Then node-1 is
+# killed (-9) as well: every byte must still read back (zl volume export ==
+# the data written; only after the manager gave node-1's slices new
+# primaries, reads being primary-only), and the two replicas left of every
+# chunk must be identical.
+#
+# Usage: backfill_e2e.sh BUILD_DIR [--manager-restart]
+#   --manager-restart: the controller is killed (-9) in the middle of the
+#   backfill (replacement members recovering, not all in sync) and started
+#   again; the end result must be the same.
+# Figures on lines starting with "FIGURE:". KEEP=1 keeps the state dir.
+set -euo pipefail
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+source "$SRC/test/lib/cluster.sh"
+source "$SRC/test/lib/heal_b.sh"
+RESTART=0
+T=backfill_e2e
+if [ "${2:-}" = --manager-restart ]; then
+	RESTART=1
+	T=backfill_mgr_restart_e2e
+fi
+fail() {
+	echo "$T: FAIL: $*" >&2
+	[ -n "${rw_pid:-}" ] && kill "$rw_pid" 2>/dev/null
+	[ -n "${vid:-}" ] && hb_ctl rows "$vid" 2>/dev/null | head -8 | sed 's/^/  row /' >&2
+	hb_logs
+	exit 1
+}
+SIZE_MB=64
+CHUNK=65536
+DOWN_OUT=5
+# Backfill bound: node lease (10 s) + down-out + the copy, with room for 2 cores.
+BOUND_S=$((RESTART ? 90 : 75))
+# Copies slow enough that the test sees the backfill under way (to rewrite
+# data during it, and with --manager-restart to kill the manager in it).
+MBPS=$((RESTART ? 32 : 64))
+for b in zipline-storage zipline-controller zl; do
+	[ -x "$1/bin/$b" ] || { echo "$T: FAIL: no $1/bin/$b: build it first" >&2; exit 1; }
+done
+command -v etcd >/dev/null || { echo "$T: FAIL: etcd is not installed" >&2; exit 1; }
+[ -x "$HB_PY" ] || { echo "$T: FAIL: $HB_PY is missing" >&2; exit 1; }
+
+export CL_STORAGE_FLAGS="--recovery-mbps $MBPS --log-level info"
+hb_begin e2e-backfill "$1" 4 || fail "cluster did not start"
+hb_start_manager "$DOWN_OUT" || fail "the manager (zipline-controller --manager=on) did not start"
+
+"$ZL" volume create bvol --size ${SIZE_MB}M --replicas 3 --chunk-size 64K || fail "create"
+vid=$("$ZL" volume inspect bvol | grep -o 'vol-[0-9a-f]\{16\}' | head -1)
+[ -n "$vid" ] || fail "no volume id in 'zl volume inspect' output"
+head -c ${SIZE_MB}M /dev/urandom >"$CL_DIR/in"
+t=$(hb_now_ms)
+"$ZL" volume import bvol "$CL_DIR/in" || fail "import"
+echo "FIGURE: import ${SIZE_MB} MiB in $(($(hb_now_ms) - t)) ms"
+hb_ctl healthy "$vid" 3 >/dev/null || fail "rows not healthy before any failure: $(hb_ctl healthy "$vid" 3)"
+rows4=$(hb_ctl count "$vid" node-4)
+slices=$(hb_ctl rows "$vid" | wc -l)
+full=$((rows4 * SIZE_MB * 1024 * 1024 / slices))
+echo "$T: node-4 is a member of $rows4 of $slices rows ($full bytes to backfill)"
+
+# While the new members are being filled, the first REWRITE_MB are written
+# again (2 of 3 in sync: min_size holds, the write must be acknowledged, and
+# the copies must not undo it). $CL_DIR/want is the volume's content after it.
+REWRITE_MB=8
+head -c ${REWRITE_MB}M /dev/urandom >"$CL_DIR/new"
+cp "$CL_DIR/in" "$CL_DIR/want"
+dd if="$CL_DIR/new" of="$CL_DIR/want" conv=notrunc status=none
+
+# node-4 dies for good.
+t0=$(hb_now_ms)
+cl_stop storage-4 KILL
+restarted=0 t_repl='' rw_pid=''
+ok=0
+while [ $(($(hb_now_ms) - t0)) -lt $((BOUND_S * 1000)) ]; do
+	rows=$(hb_ctl rows "$vid") || fail "cannot read the rows"
+	if [ -z "$t_repl" ] && ! grep -q 'node-4:' <<<"$rows"; then
+		t_repl=$(hb_now_ms)
+		echo "FIGURE: node-4 replaced in every row $((t_repl - t0)) ms after the kill"
+	fi
+	if [ -z "$rw_pid" ] && grep -v 'node-4:' <<<"$rows" | grep -q ':recovering'; then
+		echo "$T: backfill under way ($(grep -c ':recovering' <<<"$rows") rows recovering): rewriting the first $REWRITE_MB MiB"
+		timeout 120 "$ZL" volume import bvol "$CL_DIR/new" >"$CL_DIR/rewrite.log" 2>&1 &
+		rw_pid=$!
+	fi
+	if [ "$RESTART" = 1 ] && [ "$restarted" = 0 ] &&
+		grep -v 'node-4:' <<<"$rows" | grep -q ':recovering'; then
+		echo "$T: backfill under way ($(grep -c ':recovering' <<<"$rows") rows recovering): killing the manager (-9)"
+		cl_stop manager KILL
+		sleep 1
+		hb_start_manager "$DOWN_OUT" || fail "the manager did not start again"
+		restarted=1
+		echo "FIGURE: manager restarted $(($(hb_now_ms) - t0)) ms after the kill of node-4"
+	fi
+	if hb_ctl healthy "$vid" 3 node-4 >"$CL_DIR/healthy"; then
+		ok=1
+		break
+	fi
+	sleep 0.2
+done
+t1=$(hb_now_ms)
+read -r chunks copied lines < <(hb_recovery_bytes node-1 node-2 node-3)
+echo "FIGURE: backfill $((t1 - t0)) ms from the kill of node-4 to $(head -1 "$CL_DIR/healthy")" \
+	"(bound ${BOUND_S} s); copied $copied bytes in $chunks chunks ($lines caught-up lines; full copy = $full bytes)"
+if [ "$ok" != 1 ]; then
+	cat "$CL_DIR/healthy" >&2
+	grep -h 'manager: vol=' "$HB_MGR_LOG" | tail -5 >&2 || true
+	fail "not every slice is 3 of 3 IN_SYNC without node-4 within ${BOUND_S} s: $(head -1 "$CL_DIR/healthy")"
+fi
+[ -n "$rw_pid" ] || fail "no replacement member was ever seen recovering: the backfill ended between two looks at the rows (no rewrite during it)"
+wait "$rw_pid" || fail "the rewrite during the backfill (2 of 3 in sync) failed: $(tail -1 "$CL_DIR/rewrite.log")"
+rw_pid=
+[ "$RESTART" = 0 ] || [ "$restarted" = 1 ] ||
+	fail "the backfill ended before a replacement member was seen recovering: no middle to kill the manager in"
+m7=$(grep -c 'M7 node gone' "$HB_MGR_LOG" || true)
+echo "$T: manager log: $m7 'M7 ... replaced' decisions"
+# Independent oracle: the chunk files of all three members hold the data written.
+hb_files "$CHUNK" "$vid" 1 2 3 >"$CL_DIR/files3" || fail "reading chunk files"
+res=$(hb_ctl replicas "$vid" --input "$CL_DIR/want" "$CL_DIR/files3" node-1 node-2 node-3) ||
+	fail "after the backfill the replicas are not all the data written: $res"
+echo "FIGURE: after backfill: $(head -1 <<<"$res") (all three members, equal to the data written)"
+[ "$copied" -ge "$full" ] ||
+	echo "$T: note: the primaries logged $copied bytes copied, less than the $full of a full copy (the chunk files match, see above)"
+
+# A second daemon dies: two replicas of every chunk are left. Reads are
+# served by a slice's primary only (once peered): the rows node-1 was primary
+# of can be read only after the manager chose new primaries for them.
+prim1=$(hb_ctl primary "$vid" node-1)
+t2=$(hb_now_ms)
+cl_stop storage-1 KILL
+timeout 150 "$ZL" --log-level warn volume export bvol "$CL_DIR/out" >"$CL_DIR/export.log" 2>&1 ||
+	{ cat "$CL_DIR/export.log" >&2; fail "export with node-1 and node-4 down failed"; }
+still=$(hb_ctl primary "$vid" node-1)
+echo "FIGURE: export of ${SIZE_MB} MiB after the kill of node-1 took $(($(hb_now_ms) - t2)) ms" \
+	"(node-1 was primary of $prim1 rows, still of $still when it ended)"
+cmp "$CL_DIR/want" "$CL_DIR/out" || fail "volume content read back after the second kill differs from the data written"
+[ "$still" = 0 ] || fail "the export ended while $still rows still named the dead node-1 primary:" \
+	"their data was read from non-primary members (heal mode: reads only from the peered primary)" \
+	"$(grep -m 2 'read failover' "$CL_DIR/export.log")"
+# Heal mode: only the manager changes rows; clients and primaries report.
+if grep -m 3 'promoted new primary' "$CL_DIR/export.log" >&2; then
+	fail "the client changed a row itself (dropped node-1 to promote a primary); in heal mode it must report and wait for the manager"
+fi
+if grep -h -m 3 'dropped backup from the in-sync set' "$CL_DIR"/storage-*/log >&2; then
+	fail "a daemon with --heal on dropped a member from a row; only the manager may change rows"
+fi
+hb_files "$CHUNK" "$vid" 2 3 >"$CL_DIR/files2" || fail "reading chunk files"
+res=$(hb_ctl replicas "$vid" --input "$CL_DIR/want" "$CL_DIR/files2" node-2 node-3) ||
+	fail "the replicas left on node-2 and node-3 differ: $res"
+echo "FIGURE: after the second kill: $(head -1 <<<"$res") (node-2, node-3)"
+echo "$T: PASS"
