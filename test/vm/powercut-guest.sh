@@ -1,0 +1,141 @@
+#!/bin/bash
+# The guest half of test/vm/powercut-storage.sh (runs inside the test VM,
+# once per boot): etcd and one zipline-storage with their data on the virtio
+# disk, then the check of the previous round and/or the load of this round.
+#
+# Usage (in the guest): powercut-guest.sh BUILD WORK BOOT CHECK WRITE
+#   BUILD  build tree (bin/zipline-storage, bin/zl, bin/powercut_io)
+#   WORK   the test's directory (host-shared): WORK/rN/{seed,ready_after}
+#          from the host; WORK/rN/log (acknowledged ops), WORK/rN/ready,
+#          WORK/rN/base (the volume at the start of round N, written by the
+#          check of round N-1), WORK/bootB/ (etcd and daemon logs)
+#   BOOT   number of this boot (1 = mkfs, etcd and the volume are new)
+#   CHECK  round to check (0: none), before anything is written
+#   WRITE  round to load (0: none: stop cleanly after the check); the load
+#          runs until the host cuts the power
+# Environment: ZL_POWERCUT_HEAL (zipline-storage --heal, default on),
+# ZL_POWERCUT_FS (ext4 or xfs, default ext4), ZL_POWERCUT_SIZE (8M).
+# Exit status: 0 all checks passed; 1 a check or a step failed.
+set -u
+build=${1:?usage: powercut-guest.sh BUILD WORK BOOT CHECK WRITE}
+work=${2:?} boot=${3:?} check=${4:?} write=${5:?}
+bin=$build/bin
+mnt=/mnt/zl-powercut
+etcd_url=http://127.0.0.1:2379
+vol=pcvol
+fs=${ZL_POWERCUT_FS:-ext4}
+logs=$work/boot$boot
+storage_pid='' etcd_pid=''
+
+say() {
+	local up
+	read -r up _ </proc/uptime
+	echo "powercut-guest: [boot $boot, ${up%.*} s] $*"
+}
+fail() {
+	echo "powercut-guest: FAIL (boot $boot): $*" >&2
+	[[ -f $logs/storage.log ]] && tail -15 "$logs/storage.log" | sed 's/^/    storage: /' >&2
+	exit 1
+}
+# corruption_lines: daemon log lines that report corruption (none allowed).
+corruption_lines() { grep -i 'corrupt' "$logs/storage.log"; }
+
+[[ ${ZL_VM:-} == 1 ]] || fail "not inside the test VM (ZL_VM is not 1)"
+dev=${ZL_VM_DISKS%% *}
+[[ -b $dev ]] || fail "no virtio disk (ZL_VM_DISKS='${ZL_VM_DISKS:-}')"
+for t in etcd curl "mkfs.$fs" "$bin/zipline-storage" "$bin/zl" "$bin/powercut_io"; do
+	command -v "$t" >/dev/null || fail "$t is missing (install it / build the tree)"
+done
+mkdir -p "$logs" "$mnt" || fail "cannot create $logs or $mnt"
+ip link set lo up || fail "cannot bring up lo"
+
+# ---- the disk
+if ((boot == 1)); then
+	"mkfs.$fs" -q $([[ $fs == ext4 ]] && echo -F || echo -f) "$dev" ||
+		fail "mkfs.$fs $dev failed"
+fi
+mount -t "$fs" "$dev" "$mnt" || fail "mount $dev ($fs) failed (after the power cut: journal replay)"
+say "$dev ($fs) mounted on $mnt"
+
+# ---- etcd, with its data on the disk
+etcd --name zl-etcd --data-dir "$mnt/etcd" \
+	--listen-client-urls "$etcd_url" --advertise-client-urls "$etcd_url" \
+	--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+	--initial-cluster zl-etcd=http://127.0.0.1:2380 \
+	--logger zap --log-level warn >>"$logs/etcd.log" 2>&1 &
+etcd_pid=$!
+for ((i = 0; i < 600; i++)); do
+	curl -s -m 1 -X POST -d '{}' "$etcd_url/v3/maintenance/status" >/dev/null 2>&1 && break
+	kill -0 "$etcd_pid" 2>/dev/null || fail "etcd exited: $(tail -5 "$logs/etcd.log")"
+	sleep 0.1
+done
+((i < 600)) || fail "etcd did not answer on $etcd_url in 60 s"
+say "etcd up"
+
+# ---- one storage daemon, data dir on the disk
+mkdir -p "$mnt/storage" || fail "cannot create $mnt/storage"
+"$bin/zipline-storage" --data-dir "$mnt/storage" --listen 127.0.0.1:7100 --node-id node-1 \
+	--label zone=z1 --etcd "$etcd_url" --heal "${ZL_POWERCUT_HEAL:-on}" --log-level info \
+	>>"$logs/storage.log" 2>&1 &
+storage_pid=$!
+for ((i = 0; i < 600; i++)); do
+	grep -q 'registered node=node-1' "$logs/storage.log" 2>/dev/null && break
+	kill -0 "$storage_pid" 2>/dev/null || fail "zipline-storage exited"
+	sleep 0.1
+done
+((i < 600)) || fail "zipline-storage did not register in 60 s"
+say "zipline-storage up (pid $storage_pid)"
+export ZIPLINE_ETCD=$etcd_url
+
+if ((boot == 1)); then
+	"$bin/zl" volume create "$vol" --size "${ZL_POWERCUT_SIZE:-8M}" --replicas 1 \
+		--chunk-size 64K || fail "zl volume create failed"
+fi
+
+# ---- the check of the previous round
+if ((check > 0)); then
+	r=$work/r$check
+	base=()
+	[[ -f $r/base ]] && base=(--base "$r/base")
+	mkdir -p "$work/r$((check + 1))" || fail "cannot create $work/r$((check + 1))"
+	say "checking round $check"
+	"$bin/powercut_io" check --etcd "$etcd_url" --volume "$vol" --seed "$(cat "$r/seed")" \
+		--log "$r/log" "${base[@]}" --out "$work/r$((check + 1))/base" ||
+		fail "round $check: acknowledged ops did not read back (see above)"
+	if [[ -f $work/bad-base ]]; then
+		# The oracle is not vacuous: the same check against a wrong base
+		# (every byte inverted) must fail.
+		"$bin/powercut_io" check --etcd "$etcd_url" --volume "$vol" \
+			--seed "$(cat "$r/seed")" --log "$r/log" --base "$work/bad-base" \
+			--out /tmp/bad-out >/tmp/bad.out 2>&1
+		rc=$?
+		sed 's/^/    control: /' /tmp/bad.out | grep -v WRONG
+		((rc == 1)) && grep -q 'check:.* [1-9][0-9]* wrong' /tmp/bad.out ||
+			fail "the check passed against a wrong base (exit $rc): it proves nothing"
+		say "control ok: the check fails against a wrong base"
+	fi
+	corruption_lines && fail "zipline-storage logged corruption (above)"
+	say "FIGURE: torn metadata slots found at open: $(grep -c 'is torn' "$logs/storage.log")"
+fi
+
+# ---- the load of this round, until the power cut
+if ((write > 0)); then
+	r=$work/r$write
+	mkdir -p "$r" || fail "cannot create $r"
+	say "load of round $write"
+	"$bin/powercut_io" write --etcd "$etcd_url" --volume "$vol" --seed "$(cat "$r/seed")" \
+		--log "$r/log" --ready "$r/ready" --ready-after "$(cat "$r/ready_after")"
+	fail "the load ended by itself (exit $?) before the power cut"
+fi
+
+# ---- no more load: stop cleanly, the log must stay clean
+kill -TERM "$storage_pid"
+wait "$storage_pid"
+rc=$?
+((rc == 0)) || fail "zipline-storage exited $rc on SIGTERM"
+kill -TERM "$etcd_pid"
+wait "$etcd_pid"
+corruption_lines && fail "zipline-storage logged corruption (above)"
+umount "$mnt" || fail "umount $mnt failed"
+say "clean stop"
+exit 0

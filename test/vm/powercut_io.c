@@ -1,0 +1,694 @@
+/* powercut_io: load and oracle of the storage power-cut test
+ * (test/vm/powercut-storage.sh), on a volume through lib/client.
+ *
+ *   powercut_io write --etcd URL --volume NAME --seed N --log FILE
+ *                     --ready FILE --ready-after N [--qd N] [--max-ops N]
+ *   powercut_io check --etcd URL --volume NAME --seed N --log FILE
+ *                     [--base FILE] --out FILE [--qd N]
+ *
+ * The operations are a pure function of (SEED, sequence number, volume
+ * size): op k is a WRITE (4 KiB..64 KiB at 4 KiB-aligned, 512-aligned or any
+ * byte offset and length; its bytes a function of (SEED, k)), a WRITE_ZEROES
+ * or a DISCARD (4 KiB..128 KiB, aligned or not; both read back as zeros), a
+ * third of them in a hot first 512 KiB so blocks are overwritten often.
+ *
+ * write submits ops 0, 1, 2, ... in order, at most QD in flight, and never
+ * one that overlaps an op still in flight (it waits instead). After each
+ * acknowledgement it appends "k KIND OFF LEN\n" to LOG and fdatasyncs it
+ * before anything else is submitted (LOG lies in a host-shared directory:
+ * what reached the host survives a SIGKILL of qemu). READY is created after
+ * READY_AFTER acknowledgements; the host cuts the power at a random later
+ * moment. Without a cut it stops after MAX_OPS and exits 3 (not a pass).
+ *
+ * check rebuilds what the volume must hold: BASE (the volume at the start of
+ * this round, i.e. the previous check's OUT; zeros without --base) with every
+ * logged op applied in sequence order (the latest acknowledged op wins). Ops
+ * not logged and below (highest logged + 1 + QD) may have been in flight at
+ * the cut (submission is in order, at most QD in flight): within each 4 KiB
+ * block, the piece of such an op must read either entirely as before it or
+ * entirely as its own bytes; every other byte must be exactly the expected
+ * one. The whole volume is read (every block must be readable; a
+ * ZL_ERR_CORRUPT is a failure) and what it holds is written to OUT, the base
+ * of the next round. It prints one "powercut_io: check:" summary line.
+ *
+ * Exit status: 0 pass, 1 a check or an I/O failed, 2 usage or set-up,
+ * 3 write finished MAX_OPS without a power cut. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lib/client/client.h"
+#include "lib/common/common.h"
+#include "lib/common/loop.h"
+#include "lib/etcd/etcd.h"
+
+#define PC_BLK	    4096u
+#define PC_MAX_QD   16
+#define PC_MAX_WR   (64u << 10)
+#define PC_MAX_ZERO (128u << 10)
+#define PC_HOT	    (512u << 10)
+#define PC_READ_LEN (64u << 10)
+
+enum pc_kind { PC_WRITE = 'W', PC_ZEROES = 'Z', PC_DISCARD = 'D' };
+
+struct pc_op {
+	uint64_t seq, off, len;
+	int kind;
+};
+
+struct pc_args {
+	const char *etcd, *volume, *log, *ready, *base, *out;
+	uint64_t seed, ready_after, max_ops;
+	uint32_t qd;
+};
+
+struct pc_rng {
+	uint64_t s;
+};
+
+static uint64_t pc_next(struct pc_rng *r)
+{
+	r->s += 0x9e3779b97f4a7c15ull;
+	return zl_hash64(r->s);
+}
+
+static uint64_t pc_range(struct pc_rng *r, uint64_t lo, uint64_t hi)
+{
+	return lo + pc_next(r) % (hi - lo + 1);
+}
+
+/* Offset and length inside [0, region): 4 KiB aligned, 512 aligned or any. */
+static void pc_place(struct pc_rng *r, uint64_t region, uint64_t max_len, struct pc_op *op)
+{
+	uint64_t how = pc_next(r) % 4, len;
+
+	if (how < 2) {
+		len = pc_range(r, 1, max_len / PC_BLK) * PC_BLK;
+		op->off = ZL_ALIGN_DOWN(pc_range(r, 0, region - len), PC_BLK);
+	} else if (how == 2) {
+		len = pc_range(r, 8, max_len / 512) * 512;
+		op->off = ZL_ALIGN_DOWN(pc_range(r, 0, region - len), 512);
+	} else {
+		len = pc_range(r, PC_BLK, max_len);
+		op->off = pc_range(r, 0, region - len);
+	}
+	op->len = len;
+}
+
+/* Op number seq of the sequence of seed on a volume of size bytes. */
+static void pc_op_gen(uint64_t seed, uint64_t seq, uint64_t size, struct pc_op *op)
+{
+	struct pc_rng r = {zl_hash64(seed) ^ zl_hash64(seq * 0xff51afd7ed558ccdull + 1)};
+	uint64_t region = (pc_next(&r) % 3 == 0) ? ZL_MIN(size, PC_HOT) : size;
+	uint64_t p = pc_next(&r) % 100;
+
+	op->seq = seq;
+	op->kind = p < 8 ? PC_ZEROES : p < 14 ? PC_DISCARD : PC_WRITE;
+	pc_place(&r, region, op->kind == PC_WRITE ? PC_MAX_WR : PC_MAX_ZERO, op);
+}
+
+/* The bytes op leaves in [off, off+len): zeros, or a function of (seed, seq). */
+static void pc_op_fill(uint64_t seed, const struct pc_op *op, uint8_t *buf)
+{
+	struct pc_rng r = {zl_hash64(seed ^ 0x5a4c504f57455243ull) ^ zl_hash64(op->seq + 7)};
+	uint64_t i, v;
+
+	if (op->kind != PC_WRITE) {
+		memset(buf, 0, op->len);
+		return;
+	}
+	for (i = 0; i < op->len; i += 8) {
+		v = pc_next(&r);
+		memcpy(buf + i, &v, ZL_MIN(8, op->len - i));
+	}
+}
+
+static bool pc_overlap(const struct pc_op *a, const struct pc_op *b)
+{
+	return a->off < b->off + b->len && b->off < a->off + a->len;
+}
+
+/* ------------------------------------------------------------ client ---- */
+
+struct pc_conn {
+	struct zl_loop *loop;
+	struct zl_etcd *etcd;
+	struct zl_client *cli;
+	struct zl_vol *vol;
+	uint64_t size;
+};
+
+static int pc_connect(const struct pc_args *a, struct pc_conn *c)
+{
+	struct zl_etcd_opts eo = {.endpoints = a->etcd};
+	struct zl_client_opts co = {.client_id = "powercut_io", .transport = ZL_XPORT_SEL_TCP};
+	int rc;
+
+	rc = zl_loop_create(&c->loop);
+	if (!rc)
+		rc = zl_etcd_create(&eo, &c->etcd);
+	if (!rc)
+		rc = zl_client_create(c->loop, c->etcd, &co, &c->cli);
+	if (rc) {
+		fprintf(stderr, "powercut_io: client set-up (etcd %s) failed: %s\n", a->etcd,
+			zl_strerror(rc));
+		return rc;
+	}
+	rc = zl_vol_open(c->cli, a->volume, &c->vol);
+	if (rc) {
+		fprintf(stderr, "powercut_io: open volume %s: %s\n", a->volume, zl_strerror(rc));
+		return rc;
+	}
+	c->size = zl_vol_size(c->vol);
+	if (c->size < PC_HOT || c->size % PC_BLK) {
+		fprintf(stderr, "powercut_io: volume %s has %" PRIu64 " bytes, want a multiple "
+				"of 4 KiB, at least 512 KiB\n", a->volume, c->size);
+		return -ZL_ERR_INVAL;
+	}
+	return 0;
+}
+
+static void pc_disconnect(struct pc_conn *c)
+{
+	zl_vol_close(c->vol);
+	zl_client_destroy(c->cli);
+	zl_etcd_destroy(c->etcd);
+	zl_loop_destroy(c->loop);
+}
+
+/* ------------------------------------------------------------- write ---- */
+
+struct pc_writer;
+
+struct pc_slot {
+	struct pc_writer *w;
+	bool busy;
+	struct pc_op op;
+	uint8_t *buf;
+};
+
+struct pc_writer {
+	const struct pc_args *a;
+	struct pc_conn c;
+	struct pc_slot slots[PC_MAX_QD];
+	int lfd;
+	uint32_t inflight;
+	uint64_t acked;
+	int err;
+};
+
+static int pc_ready(const char *path)
+{
+	int fd = open(path, O_WRONLY | O_CREAT, 0644);
+
+	if (fd < 0 || fsync(fd) || close(fd)) {
+		fprintf(stderr, "powercut_io: ready file %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+static void pc_write_done(void *arg, int status)
+{
+	struct pc_slot *s = arg;
+	struct pc_writer *w = s->w;
+	char line[96];
+	int n;
+
+	s->busy = false;
+	w->inflight--;
+	if (status) {
+		fprintf(stderr, "powercut_io: op %" PRIu64 " %c off=%" PRIu64 " len=%" PRIu64
+				" failed: %s\n", s->op.seq, s->op.kind, s->op.off, s->op.len,
+			zl_strerror(status));
+		w->err = 1;
+		return;
+	}
+	n = snprintf(line, sizeof(line), "%" PRIu64 " %c %" PRIu64 " %" PRIu64 "\n", s->op.seq,
+		     s->op.kind, s->op.off, s->op.len);
+	if (write(w->lfd, line, (size_t)n) != n || fdatasync(w->lfd)) {
+		fprintf(stderr, "powercut_io: log %s: %s\n", w->a->log, strerror(errno));
+		w->err = 1;
+		return;
+	}
+	if (++w->acked == w->a->ready_after && pc_ready(w->a->ready))
+		w->err = 1;
+	if (w->acked % 1000 == 0)
+		fprintf(stderr, "powercut_io: %" PRIu64 " ops acknowledged\n", w->acked);
+}
+
+/* A free slot for op, or NULL while one is busy with an overlapping op. */
+static struct pc_slot *pc_slot_for(struct pc_writer *w, const struct pc_op *op)
+{
+	struct pc_slot *free_slot = NULL;
+
+	for (uint32_t i = 0; i < w->a->qd; i++) {
+		struct pc_slot *s = &w->slots[i];
+
+		if (s->busy && pc_overlap(&s->op, op))
+			return NULL;
+		if (!s->busy && !free_slot)
+			free_slot = s;
+	}
+	return free_slot;
+}
+
+static int pc_submit(struct pc_writer *w, struct pc_slot *s, const struct pc_op *op)
+{
+	struct zl_vol *v = w->c.vol;
+	int rc;
+
+	s->op = *op;
+	s->w = w;
+	switch (op->kind) {
+	case PC_WRITE:
+		pc_op_fill(w->a->seed, op, s->buf);
+		rc = zl_vol_aio_write(v, s->buf, op->off, op->len, 0, pc_write_done, s);
+		break;
+	case PC_ZEROES:
+		rc = zl_vol_aio_write_zeroes(v, op->off, op->len, pc_write_done, s);
+		break;
+	default:
+		rc = zl_vol_aio_discard(v, op->off, op->len, pc_write_done, s);
+		break;
+	}
+	if (rc) {
+		fprintf(stderr, "powercut_io: submit of op %" PRIu64 " failed: %s\n", op->seq,
+			zl_strerror(rc));
+		return rc;
+	}
+	s->busy = true;
+	w->inflight++;
+	return 0;
+}
+
+static int pc_write(const struct pc_args *a)
+{
+	struct pc_writer w = {.a = a, .lfd = -1};
+	struct pc_op op;
+	uint64_t seq = 0, t0;
+	int rc = 2;
+
+	if (pc_connect(a, &w.c))
+		goto out;
+	for (uint32_t i = 0; i < a->qd; i++) {
+		w.slots[i].buf = zl_vol_buf_alloc(w.c.vol, PC_MAX_WR);
+		if (!w.slots[i].buf) {
+			fprintf(stderr, "powercut_io: no I/O buffer\n");
+			goto out;
+		}
+	}
+	w.lfd = open(a->log, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
+	if (w.lfd < 0) {
+		fprintf(stderr, "powercut_io: open %s: %s\n", a->log, strerror(errno));
+		goto out;
+	}
+	fprintf(stderr, "powercut_io: writing to %s (%" PRIu64 " MiB), seed %" PRIu64 ", QD %u\n",
+		a->volume, w.c.size >> 20, a->seed, a->qd);
+	t0 = zl_now_ms();
+	rc = 1;
+	pc_op_gen(a->seed, seq, w.c.size, &op);
+	while (!w.err && seq < a->max_ops) {
+		struct pc_slot *s = pc_slot_for(&w, &op);
+
+		if (s) {
+			if (pc_submit(&w, s, &op))
+				goto out;
+			pc_op_gen(a->seed, ++seq, w.c.size, &op);
+			continue;
+		}
+		zl_loop_run_once(w.c.loop, 100);
+	}
+	while (!w.err && w.inflight)
+		zl_loop_run_once(w.c.loop, 100);
+	if (w.err)
+		goto out;
+	fprintf(stderr, "powercut_io: all %" PRIu64 " ops acknowledged in %.1f s and no power "
+			"cut came\n", w.acked, (double)(zl_now_ms() - t0) / 1000.0);
+	rc = 3;
+out:
+	for (uint32_t i = 0; i < a->qd; i++)
+		if (w.slots[i].buf)
+			zl_vol_buf_free(w.c.vol, w.slots[i].buf);
+	if (w.lfd >= 0)
+		close(w.lfd);
+	pc_disconnect(&w.c);
+	return rc;
+}
+
+/* ------------------------------------------------------------- check ---- */
+
+struct pc_check {
+	const struct pc_args *a;
+	uint64_t size;
+	uint8_t *want; /* base + every logged op */
+	uint8_t *got;  /* what the volume holds */
+	uint8_t *acked;
+	uint64_t n_logged, end; /* end = highest logged + 1 */
+	struct pc_op cand[PC_MAX_QD * 2];
+	uint8_t *cand_buf[PC_MAX_QD * 2];
+	uint32_t n_cand;
+	/* results */
+	uint64_t blocks, wrong, pieces_old, pieces_new, read_errs, corrupt;
+};
+
+/* Reads LOG: marks every logged op, checks that each line names the op the
+ * generator makes for that number (same seed and volume). */
+static int pc_log_read(struct pc_check *k, uint64_t max_seq)
+{
+	FILE *f = fopen(k->a->log, "r");
+	char line[128], kind;
+	uint64_t seq, off, len, lineno = 0;
+	struct pc_op op;
+
+	if (!f) {
+		fprintf(stderr, "powercut_io: open %s: %s\n", k->a->log, strerror(errno));
+		return -1;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		lineno++;
+		if (line[strlen(line) - 1] != '\n')
+			break; /* cut in the middle of the last record */
+		if (sscanf(line, "%" SCNu64 " %c %" SCNu64 " %" SCNu64, &seq, &kind, &off, &len) !=
+			    4 ||
+		    seq >= max_seq)
+			goto bad;
+		pc_op_gen(k->a->seed, seq, k->size, &op);
+		if (op.kind != kind || op.off != off || op.len != len || k->acked[seq])
+			goto bad;
+		k->acked[seq] = 1;
+		k->n_logged++;
+		k->end = ZL_MAX(k->end, seq + 1);
+	}
+	fclose(f);
+	return 0;
+bad:
+	fprintf(stderr, "powercut_io: %s line %" PRIu64 " '%.*s' is not an op of seed %" PRIu64
+			" (or repeats one)\n", k->a->log, lineno, (int)strcspn(line, "\n"), line,
+		k->a->seed);
+	fclose(f);
+	return -1;
+}
+
+static int pc_base_read(struct pc_check *k)
+{
+	int fd;
+	ssize_t n;
+
+	if (!k->a->base)
+		return 0; /* a new volume reads as zeros */
+	fd = open(k->a->base, O_RDONLY);
+	if (fd < 0) {
+		fprintf(stderr, "powercut_io: open %s: %s\n", k->a->base, strerror(errno));
+		return -1;
+	}
+	n = pread(fd, k->want, k->size, 0);
+	close(fd);
+	if (n != (ssize_t)k->size) {
+		fprintf(stderr, "powercut_io: %s: %zd bytes read, want %" PRIu64 "\n", k->a->base,
+			n, k->size);
+		return -1;
+	}
+	return 0;
+}
+
+/* want = base + logged ops in order; the candidates for "in flight at the
+ * cut": not logged, number below end + QD. */
+static int pc_expect(struct pc_check *k)
+{
+	uint8_t *buf = malloc(PC_MAX_ZERO);
+	struct pc_op op;
+
+	if (!buf)
+		return -1;
+	for (uint64_t s = 0; s < k->end + k->a->qd; s++) {
+		pc_op_gen(k->a->seed, s, k->size, &op);
+		if (s < k->end && k->acked[s]) {
+			pc_op_fill(k->a->seed, &op, buf);
+			memcpy(k->want + op.off, buf, op.len);
+			continue;
+		}
+		if (k->n_cand == ZL_ARRAY_SIZE(k->cand)) {
+			fprintf(stderr, "powercut_io: more than %zu ops missing from %s below op %"
+					PRIu64 ": not a log of QD %u\n", ZL_ARRAY_SIZE(k->cand),
+				k->a->log, k->end + k->a->qd, k->a->qd);
+			free(buf);
+			return -1;
+		}
+		k->cand[k->n_cand] = op;
+		k->cand_buf[k->n_cand] = malloc(op.len);
+		if (!k->cand_buf[k->n_cand]) {
+			free(buf);
+			return -1;
+		}
+		pc_op_fill(k->a->seed, &op, k->cand_buf[k->n_cand++]);
+	}
+	free(buf);
+	return 0;
+}
+
+/* Reads the whole volume into got; a piece that fails is counted (and left
+ * as the expected content so the comparison does not report it twice). */
+static int pc_read_all(struct pc_check *k, struct pc_conn *c)
+{
+	for (uint64_t off = 0; off < k->size; off += PC_READ_LEN) {
+		uint64_t len = ZL_MIN(PC_READ_LEN, k->size - off);
+		int rc = zl_vol_read(c->vol, k->got + off, off, len);
+
+		if (!rc)
+			continue;
+		if (k->read_errs++ < 10)
+			fprintf(stderr, "powercut_io: READ off=%" PRIu64 " len=%" PRIu64
+					" failed: %s\n", off, len, zl_strerror(rc));
+		if (rc == -ZL_ERR_CORRUPT)
+			k->corrupt++;
+		memcpy(k->got + off, k->want + off, len);
+	}
+	return 0;
+}
+
+static void pc_report(struct pc_check *k, uint64_t off, const char *what)
+{
+	if (k->wrong++ < 10)
+		fprintf(stderr, "powercut_io: WRONG block at byte %" PRIu64 " (block %" PRIu64
+				"): %s\n", off, off / PC_BLK, what);
+}
+
+/* Block b: bytes outside every candidate must be the expected ones; the
+ * piece of a candidate (bytes of no other candidate) all before or all its
+ * own; bytes of two candidates any of those values. */
+static void pc_check_block(struct pc_check *k, uint64_t b)
+{
+	uint64_t bo = b * PC_BLK, be = bo + PC_BLK;
+	uint32_t cover[PC_BLK] = {0}; /* bit i: candidate i covers the byte */
+	uint32_t touch = 0, i;
+	const uint8_t *g = k->got + bo, *w = k->want + bo;
+	bool bad = false;
+
+	for (i = 0; i < k->n_cand; i++) {
+		const struct pc_op *op = &k->cand[i];
+		uint64_t lo = ZL_MAX(op->off, bo), hi = ZL_MIN(op->off + op->len, be);
+
+		for (uint64_t x = lo; x < hi; x++)
+			cover[x - bo] |= 1u << i;
+		if (lo < hi)
+			touch |= 1u << i;
+	}
+	k->blocks++;
+	if (!touch) {
+		if (memcmp(g, w, PC_BLK))
+			pc_report(k, bo, "not the last acknowledged content");
+		return;
+	}
+	for (uint32_t x = 0; x < PC_BLK && !bad; x++) {
+		if (!cover[x])
+			bad = g[x] != w[x];
+		else if (cover[x] & (cover[x] - 1)) {
+			bool ok = g[x] == w[x];
+
+			for (i = 0; i < k->n_cand && !ok; i++)
+				if (cover[x] & (1u << i))
+					ok = g[x] == k->cand_buf[i][bo + x - k->cand[i].off];
+			bad = !ok;
+		}
+	}
+	if (bad) {
+		pc_report(k, bo, "not the last acknowledged content (outside the ops in flight)");
+		return;
+	}
+	for (i = 0; i < k->n_cand; i++) {
+		const struct pc_op *op = &k->cand[i];
+		bool is_old = true, is_new = true;
+
+		if (!(touch & (1u << i)))
+			continue;
+		for (uint32_t x = 0; x < PC_BLK; x++) {
+			if (cover[x] != (1u << i))
+				continue;
+			is_old = is_old && g[x] == w[x];
+			is_new = is_new && g[x] == k->cand_buf[i][bo + x - op->off];
+		}
+		if (!is_old && !is_new) {
+			char why[160];
+
+			snprintf(why, sizeof(why), "piece of op %" PRIu64 " %c off=%" PRIu64
+				 " len=%" PRIu64 " (in flight at the cut) is neither old nor new",
+				 op->seq, op->kind, op->off, op->len);
+			pc_report(k, bo, why);
+			return;
+		}
+		if (is_new && !is_old)
+			k->pieces_new++;
+		else if (is_old && !is_new)
+			k->pieces_old++;
+	}
+}
+
+static int pc_out_write(struct pc_check *k)
+{
+	int fd = open(k->a->out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	ssize_t n;
+
+	if (fd < 0) {
+		fprintf(stderr, "powercut_io: open %s: %s\n", k->a->out, strerror(errno));
+		return -1;
+	}
+	n = pwrite(fd, k->got, k->size, 0);
+	if (n != (ssize_t)k->size || fsync(fd)) {
+		fprintf(stderr, "powercut_io: write %s: %s\n", k->a->out,
+			n < 0 ? strerror(errno) : "short write");
+		close(fd);
+		return -1;
+	}
+	return close(fd);
+}
+
+static int pc_check(const struct pc_args *a)
+{
+	struct pc_check k = {.a = a};
+	struct pc_conn c = {0};
+	uint64_t t0 = zl_now_ms(), max_seq = 100000000;
+	int rc = 2;
+
+	if (pc_connect(a, &c))
+		goto out;
+	k.size = c.size;
+	k.want = calloc(1, k.size);
+	k.got = calloc(1, k.size);
+	k.acked = calloc(1, max_seq);
+	if (!k.want || !k.got || !k.acked) {
+		fprintf(stderr, "powercut_io: out of memory\n");
+		goto out;
+	}
+	rc = 1;
+	if (pc_log_read(&k, max_seq) || pc_base_read(&k) || pc_expect(&k))
+		goto out;
+	if (k.n_logged == 0) {
+		fprintf(stderr, "powercut_io: %s records no acknowledged op\n", a->log);
+		goto out;
+	}
+	pc_read_all(&k, &c);
+	for (uint64_t b = 0; b < k.size / PC_BLK; b++)
+		pc_check_block(&k, b);
+	if (pc_out_write(&k))
+		goto out;
+	printf("powercut_io: check: %" PRIu64 " acknowledged ops (highest %" PRIu64 "), %u "
+	       "possibly in flight at the cut; %" PRIu64 " blocks checked in %.1f s: %" PRIu64
+	       " wrong, %" PRIu64 " read errors (%" PRIu64 " ZL_ERR_CORRUPT); in-flight pieces: "
+	       "%" PRIu64 " new, %" PRIu64 " old\n",
+	       k.n_logged, k.end - 1, k.n_cand, k.blocks, (double)(zl_now_ms() - t0) / 1000.0,
+	       k.wrong, k.read_errs, k.corrupt, k.pieces_new, k.pieces_old);
+	fflush(stdout);
+	rc = (k.wrong || k.read_errs) ? 1 : 0;
+out:
+	for (uint32_t i = 0; i < k.n_cand; i++)
+		free(k.cand_buf[i]);
+	free(k.want);
+	free(k.got);
+	free(k.acked);
+	pc_disconnect(&c);
+	return rc;
+}
+
+/* -------------------------------------------------------------- main ---- */
+
+static void pc_usage(void)
+{
+	fprintf(stderr,
+		"usage: powercut_io write --etcd URL --volume NAME --seed N --log FILE\n"
+		"                         --ready FILE --ready-after N [--qd N] [--max-ops N]\n"
+		"       powercut_io check --etcd URL --volume NAME --seed N --log FILE\n"
+		"                         [--base FILE] --out FILE [--qd N]\n");
+	exit(2);
+}
+
+static uint64_t pc_u64(const char *s)
+{
+	char *end;
+	uint64_t v;
+
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (errno || end == s || *end)
+		pc_usage();
+	return v;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"etcd", required_argument, NULL, 'e'},	       {"volume", required_argument, NULL, 'v'},
+		{"seed", required_argument, NULL, 's'},	       {"log", required_argument, NULL, 'l'},
+		{"ready", required_argument, NULL, 'r'},       {"ready-after", required_argument, NULL, 'n'},
+		{"qd", required_argument, NULL, 'q'},	       {"max-ops", required_argument, NULL, 'm'},
+		{"base", required_argument, NULL, 'b'},	       {"out", required_argument, NULL, 'o'},
+		{NULL, 0, NULL, 0},
+	};
+	struct pc_args a = {.qd = 8, .max_ops = 1000000, .seed = 1};
+	bool seed_set = false;
+	const char *mode;
+	int c;
+
+	if (argc < 2)
+		pc_usage();
+	mode = argv[1];
+	optind = 2;
+	zl_log_init("powercut_io");
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case 'e': a.etcd = optarg; break;
+		case 'v': a.volume = optarg; break;
+		case 's': a.seed = pc_u64(optarg); seed_set = true; break;
+		case 'l': a.log = optarg; break;
+		case 'r': a.ready = optarg; break;
+		case 'n': a.ready_after = pc_u64(optarg); break;
+		case 'q': a.qd = (uint32_t)pc_u64(optarg); break;
+		case 'm': a.max_ops = pc_u64(optarg); break;
+		case 'b': a.base = optarg; break;
+		case 'o': a.out = optarg; break;
+		default: pc_usage();
+		}
+	}
+	if (!a.etcd || !a.volume || !a.log || !seed_set || a.qd < 1 || a.qd > PC_MAX_QD)
+		pc_usage();
+	if (!strcmp(mode, "write")) {
+		if (!a.ready || !a.ready_after)
+			pc_usage();
+		return pc_write(&a);
+	}
+	if (!strcmp(mode, "check")) {
+		if (!a.out)
+			pc_usage();
+		return pc_check(&a);
+	}
+	pc_usage();
+	return 2;
+}
