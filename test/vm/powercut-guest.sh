@@ -86,6 +86,7 @@ done
 ((i < 600)) || fail "zipline-storage did not register in 60 s"
 say "zipline-storage up (pid $storage_pid)"
 export ZIPLINE_ETCD=$etcd_url
+export ZL_LOG_LEVEL=warn # powercut_io: only what went wrong
 
 if ((boot == 1)); then
 	"$bin/zl" volume create "$vol" --size "${ZL_POWERCUT_SIZE:-8M}" --replicas 1 \

@@ -18,7 +18,7 @@
 # the check fails against a wrong base, and stops the daemon cleanly.
 #
 # Usage: test/vm/powercut-storage.sh BUILD_DIR
-# Environment: ZL_POWERCUT_ROUNDS (2), ZL_POWERCUT_READY_AFTER (150),
+# Environment: ZL_POWERCUT_ROUNDS (3), ZL_POWERCUT_READY_AFTER (150),
 # ZL_POWERCUT_SEED, KEEP=1 (keep the work directory), and those of
 # powercut-guest.sh and vm.sh. A VM that cannot boot or a missing tool fails
 # the test (never a skip).
@@ -26,7 +26,7 @@ set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 build=$(cd "${1:?usage: powercut-storage.sh BUILD_DIR}" && pwd -P)
 vm=$here/vm.sh
-rounds=${ZL_POWERCUT_ROUNDS:-2}
+rounds=${ZL_POWERCUT_ROUNDS:-3}
 ready_after=${ZL_POWERCUT_READY_AFTER:-150}
 seed0=${ZL_POWERCUT_SEED:-$(((RANDOM << 15) | RANDOM))}
 t_start=$SECONDS
@@ -57,7 +57,7 @@ show() {
 	sed 's/^/    | /' "$work/$1.out"
 	grep -v '^zl-vm: ' "$work/$1.err" | sed 's/^/    |2 /'
 }
-step "seed $seed0, $rounds power cuts, a cut after $ready_after acknowledged ops + 0.5..4 s"
+step "seed $seed0, $rounds power cuts, a cut after $ready_after acknowledged ops + 0..4 s"
 
 for ((r = 1; r <= rounds; r++)); do
 	mkdir -p "$work/r$r" || fail "cannot create $work/r$r"
