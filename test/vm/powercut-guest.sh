@@ -14,7 +14,8 @@
 #   WRITE  round to load (0: none: stop cleanly after the check); the load
 #          runs until the host cuts the power
 # Environment: ZL_POWERCUT_HEAL (zipline-storage --heal, default on),
-# ZL_POWERCUT_FS (ext4 or xfs, default ext4), ZL_POWERCUT_SIZE (8M).
+# ZL_POWERCUT_FS (ext4 or xfs, default ext4), ZL_POWERCUT_SIZE (8M),
+# ZL_POWERCUT_MANAGER=on (also run zipline-controller --manager=on).
 # Exit status: 0 all checks passed; 1 a check or a step failed.
 set -u
 build=${1:?usage: powercut-guest.sh BUILD WORK BOOT CHECK WRITE}
@@ -51,8 +52,9 @@ ip link set lo up || fail "cannot bring up lo"
 
 # ---- the disk
 if ((boot == 1)); then
-	"mkfs.$fs" -q $([[ $fs == ext4 ]] && echo -F || echo -f) "$dev" ||
-		fail "mkfs.$fs $dev failed"
+	force=-f
+	[[ $fs == ext4 ]] && force=-F
+	"mkfs.$fs" -q "$force" "$dev" || fail "mkfs.$fs $dev failed"
 fi
 mount -t "$fs" "$dev" "$mnt" || fail "mount $dev ($fs) failed (after the power cut: journal replay)"
 say "$dev ($fs) mounted on $mnt"
@@ -86,6 +88,11 @@ done
 ((i < 600)) || fail "zipline-storage did not register in 60 s"
 say "zipline-storage up (pid $storage_pid)"
 export ZIPLINE_ETCD=$etcd_url
+if [[ ${ZL_POWERCUT_MANAGER:-off} == on ]]; then
+	"$bin/zipline-controller" --endpoint unix:///run/zl-powercut-csi.sock --etcd "$etcd_url" \
+		--manager=on --log-level info >>"$logs/controller.log" 2>&1 &
+	say "zipline-controller --manager=on started (pid $!)"
+fi
 export ZL_LOG_LEVEL=warn # powercut_io: only what went wrong
 
 if ((boot == 1)); then
@@ -111,8 +118,9 @@ if ((check > 0)); then
 			--out /tmp/bad-out >/tmp/bad.out 2>&1
 		rc=$?
 		sed 's/^/    control: /' /tmp/bad.out | grep -v WRONG
-		((rc == 1)) && grep -q 'check:.* [1-9][0-9]* wrong' /tmp/bad.out ||
+		if ((rc != 1)) || ! grep -q 'check:.* [1-9][0-9]* wrong' /tmp/bad.out; then
 			fail "the check passed against a wrong base (exit $rc): it proves nothing"
+		fi
 		say "control ok: the check fails against a wrong base"
 	fi
 	corruption_lines && fail "zipline-storage logged corruption (above)"

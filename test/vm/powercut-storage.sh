@@ -47,7 +47,11 @@ done
 work=$(mktemp -d "$build/powercut.XXXXXX") || fail "cannot create a work directory in $build"
 cleanup() {
 	bash "$vm" kill "$name" >/dev/null 2>&1
-	[[ ${KEEP:-0} == 1 ]] && echo "powercut_storage: kept $work" || rm -rf "$work"
+	if [[ ${KEEP:-0} == 1 ]]; then
+		echo "powercut_storage: kept $work"
+	else
+		rm -rf "$work"
+	fi
 }
 trap cleanup EXIT
 img=$work/disk.img
@@ -64,13 +68,13 @@ for ((r = 1; r <= rounds; r++)); do
 	echo "$((seed0 + r))" >"$work/r$r/seed"
 	echo "$ready_after" >"$work/r$r/ready_after"
 	t0=$SECONDS
-	bash "$vm" start --name "$name" --share "$build" --disk "$img" -t 600 -- \
+	bash "$vm" start --name "$name" --share "$build" --disk "$img" -t 420 -- \
 		bash "$here/powercut-guest.sh" "$build" "$work" "$r" "$((r - 1))" "$r" \
 		>"$work/boot$r.out" 2>"$work/boot$r.err" || {
 		show "boot$r"
 		fail "vm.sh start exited $? (boot $r)"
 	}
-	bash "$vm" wait "$name" --file "$work/r$r/ready" --timeout 400
+	bash "$vm" wait "$name" --file "$work/r$r/ready" --timeout 300
 	rc=$?
 	if ((rc != 0)); then
 		bash "$vm" kill "$name" >/dev/null 2>&1
@@ -105,7 +109,7 @@ PY
 	fail "cannot write $work/bad-base"
 b=$((rounds + 1))
 t0=$SECONDS
-bash "$vm" run --share "$build" --disk "$img" -t 600 -- \
+bash "$vm" run --share "$build" --disk "$img" -t 300 -- \
 	bash "$here/powercut-guest.sh" "$build" "$work" "$b" "$rounds" 0 \
 	>"$work/boot$b.out" 2>"$work/boot$b.err"
 rc=$?

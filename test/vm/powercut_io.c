@@ -169,8 +169,10 @@ static int pc_connect(const struct pc_args *a, struct pc_conn *c)
 	}
 	c->size = zl_vol_size(c->vol);
 	if (c->size < PC_HOT || c->size % PC_BLK) {
-		fprintf(stderr, "powercut_io: volume %s has %" PRIu64 " bytes, want a multiple "
-				"of 4 KiB, at least 512 KiB\n", a->volume, c->size);
+		fprintf(stderr,
+			"powercut_io: volume %s has %" PRIu64 " bytes, want a multiple "
+			"of 4 KiB, at least 512 KiB\n",
+			a->volume, c->size);
 		return -ZL_ERR_INVAL;
 	}
 	return 0;
@@ -226,9 +228,10 @@ static void pc_write_done(void *arg, int status)
 	s->busy = false;
 	w->inflight--;
 	if (status) {
-		fprintf(stderr, "powercut_io: op %" PRIu64 " %c off=%" PRIu64 " len=%" PRIu64
-				" failed: %s\n", s->op.seq, s->op.kind, s->op.off, s->op.len,
-			zl_strerror(status));
+		fprintf(stderr,
+			"powercut_io: op %" PRIu64 " %c off=%" PRIu64 " len=%" PRIu64
+			" failed: %s\n",
+			s->op.seq, s->op.kind, s->op.off, s->op.len, zl_strerror(status));
 		w->err = 1;
 		return;
 	}
@@ -331,8 +334,10 @@ static int pc_write(const struct pc_args *a)
 		zl_loop_run_once(w.c.loop, 100);
 	if (w.err)
 		goto out;
-	fprintf(stderr, "powercut_io: all %" PRIu64 " ops acknowledged in %.1f s and no power "
-			"cut came\n", w.acked, (double)(zl_now_ms() - t0) / 1000.0);
+	fprintf(stderr,
+		"powercut_io: all %" PRIu64 " ops acknowledged in %.1f s and no power "
+		"cut came\n",
+		w.acked, (double)(zl_now_ms() - t0) / 1000.0);
 	rc = 3;
 out:
 	for (uint32_t i = 0; i < a->qd; i++)
@@ -368,6 +373,7 @@ static int pc_log_read(struct pc_check *k, uint64_t max_seq)
 	char line[128], kind;
 	uint64_t seq, off, len, lineno = 0;
 	struct pc_op op;
+	int n;
 
 	if (!f) {
 		fprintf(stderr, "powercut_io: open %s: %s\n", k->a->log, strerror(errno));
@@ -377,9 +383,8 @@ static int pc_log_read(struct pc_check *k, uint64_t max_seq)
 		lineno++;
 		if (line[strlen(line) - 1] != '\n')
 			break; /* cut in the middle of the last record */
-		if (sscanf(line, "%" SCNu64 " %c %" SCNu64 " %" SCNu64, &seq, &kind, &off, &len) !=
-			    4 ||
-		    seq >= max_seq)
+		n = sscanf(line, "%" SCNu64 " %c %" SCNu64 " %" SCNu64, &seq, &kind, &off, &len);
+		if (n != 4 || seq >= max_seq)
 			goto bad;
 		pc_op_gen(k->a->seed, seq, k->size, &op);
 		if (op.kind != kind || op.off != off || op.len != len || k->acked[seq])
@@ -391,9 +396,10 @@ static int pc_log_read(struct pc_check *k, uint64_t max_seq)
 	fclose(f);
 	return 0;
 bad:
-	fprintf(stderr, "powercut_io: %s line %" PRIu64 " '%.*s' is not an op of seed %" PRIu64
-			" (or repeats one)\n", k->a->log, lineno, (int)strcspn(line, "\n"), line,
-		k->a->seed);
+	fprintf(stderr,
+		"powercut_io: %s line %" PRIu64 " '%.*s' is not an op of seed %" PRIu64
+		" (or repeats one)\n",
+		k->a->log, lineno, (int)strcspn(line, "\n"), line, k->a->seed);
 	fclose(f);
 	return -1;
 }
@@ -437,9 +443,10 @@ static int pc_expect(struct pc_check *k)
 			continue;
 		}
 		if (k->n_cand == ZL_ARRAY_SIZE(k->cand)) {
-			fprintf(stderr, "powercut_io: more than %zu ops missing from %s below op %"
-					PRIu64 ": not a log of QD %u\n", ZL_ARRAY_SIZE(k->cand),
-				k->a->log, k->end + k->a->qd, k->a->qd);
+			fprintf(stderr,
+				"powercut_io: more than %zu ops missing from %s below op %" PRIu64
+				": not a log of QD %u\n",
+				ZL_ARRAY_SIZE(k->cand), k->a->log, k->end + k->a->qd, k->a->qd);
 			free(buf);
 			return -1;
 		}
@@ -466,8 +473,9 @@ static int pc_read_all(struct pc_check *k, struct pc_conn *c)
 		if (!rc)
 			continue;
 		if (k->read_errs++ < 10)
-			fprintf(stderr, "powercut_io: READ off=%" PRIu64 " len=%" PRIu64
-					" failed: %s\n", off, len, zl_strerror(rc));
+			fprintf(stderr,
+				"powercut_io: READ off=%" PRIu64 " len=%" PRIu64 " failed: %s\n",
+				off, len, zl_strerror(rc));
 		if (rc == -ZL_ERR_CORRUPT)
 			k->corrupt++;
 		memcpy(k->got + off, k->want + off, len);
@@ -478,8 +486,9 @@ static int pc_read_all(struct pc_check *k, struct pc_conn *c)
 static void pc_report(struct pc_check *k, uint64_t off, const char *what)
 {
 	if (k->wrong++ < 10)
-		fprintf(stderr, "powercut_io: WRONG block at byte %" PRIu64 " (block %" PRIu64
-				"): %s\n", off, off / PC_BLK, what);
+		fprintf(stderr,
+			"powercut_io: WRONG block at byte %" PRIu64 " (block %" PRIu64 "): %s\n",
+			off, off / PC_BLK, what);
 }
 
 /* Block b: bytes outside every candidate must be the expected ones; the
@@ -539,8 +548,9 @@ static void pc_check_block(struct pc_check *k, uint64_t b)
 		if (!is_old && !is_new) {
 			char why[160];
 
-			snprintf(why, sizeof(why), "piece of op %" PRIu64 " %c off=%" PRIu64
-				 " len=%" PRIu64 " (in flight at the cut) is neither old nor new",
+			snprintf(why, sizeof(why),
+				 "piece of op %" PRIu64 " %c off=%" PRIu64 " len=%" PRIu64
+				 " (in flight at the cut) is neither old nor new",
 				 op->seq, op->kind, op->off, op->len);
 			pc_report(k, bo, why);
 			return;
@@ -645,12 +655,17 @@ static uint64_t pc_u64(const char *s)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"etcd", required_argument, NULL, 'e'},	       {"volume", required_argument, NULL, 'v'},
-		{"seed", required_argument, NULL, 's'},	       {"log", required_argument, NULL, 'l'},
-		{"ready", required_argument, NULL, 'r'},       {"ready-after", required_argument, NULL, 'n'},
-		{"qd", required_argument, NULL, 'q'},	       {"max-ops", required_argument, NULL, 'm'},
-		{"base", required_argument, NULL, 'b'},	       {"out", required_argument, NULL, 'o'},
-		{NULL, 0, NULL, 0},
+	    {"etcd", required_argument, NULL, 'e'},
+	    {"volume", required_argument, NULL, 'v'},
+	    {"seed", required_argument, NULL, 's'},
+	    {"log", required_argument, NULL, 'l'},
+	    {"ready", required_argument, NULL, 'r'},
+	    {"ready-after", required_argument, NULL, 'n'},
+	    {"qd", required_argument, NULL, 'q'},
+	    {"max-ops", required_argument, NULL, 'm'},
+	    {"base", required_argument, NULL, 'b'},
+	    {"out", required_argument, NULL, 'o'},
+	    {NULL, 0, NULL, 0},
 	};
 	struct pc_args a = {.qd = 8, .max_ops = 1000000, .seed = 1};
 	bool seed_set = false;
@@ -664,17 +679,39 @@ int main(int argc, char **argv)
 	zl_log_init("powercut_io");
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
-		case 'e': a.etcd = optarg; break;
-		case 'v': a.volume = optarg; break;
-		case 's': a.seed = pc_u64(optarg); seed_set = true; break;
-		case 'l': a.log = optarg; break;
-		case 'r': a.ready = optarg; break;
-		case 'n': a.ready_after = pc_u64(optarg); break;
-		case 'q': a.qd = (uint32_t)pc_u64(optarg); break;
-		case 'm': a.max_ops = pc_u64(optarg); break;
-		case 'b': a.base = optarg; break;
-		case 'o': a.out = optarg; break;
-		default: pc_usage();
+		case 'e':
+			a.etcd = optarg;
+			break;
+		case 'v':
+			a.volume = optarg;
+			break;
+		case 's':
+			a.seed = pc_u64(optarg);
+			seed_set = true;
+			break;
+		case 'l':
+			a.log = optarg;
+			break;
+		case 'r':
+			a.ready = optarg;
+			break;
+		case 'n':
+			a.ready_after = pc_u64(optarg);
+			break;
+		case 'q':
+			a.qd = (uint32_t)pc_u64(optarg);
+			break;
+		case 'm':
+			a.max_ops = pc_u64(optarg);
+			break;
+		case 'b':
+			a.base = optarg;
+			break;
+		case 'o':
+			a.out = optarg;
+			break;
+		default:
+			pc_usage();
 		}
 	}
 	if (!a.etcd || !a.volume || !a.log || !seed_set || a.qd < 1 || a.qd > PC_MAX_QD)
