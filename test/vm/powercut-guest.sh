@@ -15,7 +15,12 @@
 #          runs until the host cuts the power
 # Environment: ZL_POWERCUT_HEAL (zipline-storage --heal, default on),
 # ZL_POWERCUT_FS (ext4 or xfs, default ext4), ZL_POWERCUT_SIZE (8M),
-# ZL_POWERCUT_MANAGER=on (also run zipline-controller --manager=on).
+# ZL_POWERCUT_MANAGER=on (also run zipline-controller --manager=on),
+# ZL_POWERCUT_TRAP=on (the file system on a dm-delay device over the disk;
+# before the cut writes are held ZL_POWERCUT_TRAP_MS (2000) in the guest, so
+# the cut finds ops whose metadata write landed and whose data did not; the
+# load of round N>1 starts with WRITEs of the blocks where round N-1's ops in
+# flight read old, see powercut_io.c "The trap"), ready -> WORK/rN/armed.
 # Exit status: 0 all checks passed; 1 a check or a step failed.
 set -u
 build=${1:?usage: powercut-guest.sh BUILD WORK BOOT CHECK WRITE}
@@ -25,6 +30,8 @@ mnt=/mnt/zl-powercut
 etcd_url=http://127.0.0.1:2379
 vol=pcvol
 fs=${ZL_POWERCUT_FS:-ext4}
+trap_on=${ZL_POWERCUT_TRAP:-off}
+trap_ms=${ZL_POWERCUT_TRAP_MS:-2000}
 logs=$work/boot$boot
 storage_pid='' etcd_pid=''
 
@@ -35,6 +42,8 @@ say() {
 }
 fail() {
 	echo "powercut-guest: FAIL (boot $boot): $*" >&2
+	# A suspended dm device would hang the guest's power-off (sync).
+	[[ $trap_on == on ]] && dmsetup resume --noudevsync zlpc 2>/dev/null
 	[[ -f $logs/storage.log ]] && tail -15 "$logs/storage.log" | sed 's/^/    storage: /' >&2
 	exit 1
 }
@@ -50,7 +59,27 @@ done
 mkdir -p "$logs" "$mnt" || fail "cannot create $logs or $mnt"
 ip link set lo up || fail "cannot bring up lo"
 
-# ---- the disk
+# ---- the disk (trap: through dm-delay, no delay until armed)
+if [[ $trap_on == on ]]; then
+	modprobe dm_delay || fail "modprobe dm_delay failed"
+	export DM_DISABLE_UDEV=1 # no udev in the guest: dmsetup makes /dev/mapper nodes
+	sectors=$(blockdev --getsz "$dev") || fail "blockdev --getsz $dev failed"
+	raw=$dev
+	dm_table() { echo "0 $sectors delay $raw 0 0 $raw 0 $1"; }
+	dmsetup create --noudevsync zlpc --table "$(dm_table 0)" || fail "dmsetup create failed"
+	dev=/dev/mapper/zlpc
+	[[ -b $dev ]] || dmsetup mknodes zlpc
+	[[ -b $dev ]] || fail "$dev did not appear"
+fi
+# arm ROUND_DIR: from now on writes to the disk wait trap_ms in the guest.
+arm() {
+	if ! dmsetup suspend --noudevsync zlpc ||
+		! dmsetup reload --noudevsync zlpc --table "$(dm_table "$trap_ms")" ||
+		! dmsetup resume --noudevsync zlpc; then
+		fail "cannot switch dm-delay to $trap_ms ms"
+	fi
+	say "trap armed: writes wait $trap_ms ms"
+}
 if ((boot == 1)); then
 	force=-f
 	[[ $fs == ext4 ]] && force=-F
@@ -58,6 +87,12 @@ if ((boot == 1)); then
 fi
 mount -t "$fs" "$dev" "$mnt" || fail "mount $dev ($fs) failed (after the power cut: journal replay)"
 say "$dev ($fs) mounted on $mnt"
+# After a cut, before the daemon runs: every block of every chunk file
+# matches its crc or prev_crc (read by powercut_io, not by the daemon).
+if ((check > 0)); then
+	"$bin/powercut_io" scan --data-dir "$mnt/storage" ||
+		fail "a chunk file block matches neither its crc nor its prev_crc"
+fi
 
 # ---- etcd, with its data on the disk
 etcd --name zl-etcd --data-dir "$mnt/etcd" \
@@ -103,18 +138,22 @@ fi
 # ---- the check of the previous round
 if ((check > 0)); then
 	r=$work/r$check
-	base=()
+	base=() more=()
 	[[ -f $r/base ]] && base=(--base "$r/base")
+	[[ -s $r/first ]] && more+=(--first "$r/first" --min-acked 0)
+	taint=()
+	[[ $trap_on == on ]] && taint=(--taint "$work/r$((check + 1))/first")
 	mkdir -p "$work/r$((check + 1))" || fail "cannot create $work/r$((check + 1))"
 	say "checking round $check"
 	"$bin/powercut_io" check --etcd "$etcd_url" --volume "$vol" --seed "$(cat "$r/seed")" \
-		--log "$r/log" "${base[@]}" --out "$work/r$((check + 1))/base" ||
+		--log "$r/log" "${base[@]}" "${more[@]}" --out "$work/r$((check + 1))/base" \
+		"${taint[@]}" ||
 		fail "round $check: acknowledged ops did not read back (see above)"
 	if [[ -f $work/bad-base ]]; then
 		# The oracle is not vacuous: the same check against a wrong base
 		# (every byte inverted) must fail.
 		"$bin/powercut_io" check --etcd "$etcd_url" --volume "$vol" \
-			--seed "$(cat "$r/seed")" --log "$r/log" --base "$work/bad-base" \
+			--seed "$(cat "$r/seed")" --log "$r/log" --base "$work/bad-base" "${more[@]}" \
 			--out /tmp/bad-out >/tmp/bad.out 2>&1
 		rc=$?
 		sed 's/^/    control: /' /tmp/bad.out | grep -v WRONG
@@ -132,8 +171,25 @@ if ((write > 0)); then
 	r=$work/r$write
 	mkdir -p "$r" || fail "cannot create $r"
 	say "load of round $write"
-	"$bin/powercut_io" write --etcd "$etcd_url" --volume "$vol" --seed "$(cat "$r/seed")" \
-		--log "$r/log" --ready "$r/ready" --ready-after "$(cat "$r/ready_after")"
+	load=("$bin/powercut_io" write --etcd "$etcd_url" --volume "$vol" --seed "$(cat "$r/seed")"
+		--log "$r/log" --ready "$r/ready")
+	if [[ $trap_on != on ]]; then
+		"${load[@]}" --ready-after "$(cat "$r/ready_after")"
+		fail "the load ended by itself (exit $?) before the power cut"
+	fi
+	if [[ -s $r/first ]]; then
+		say "trap: the first WRITEs: $(tr '\n' ' ' <"$r/first")"
+		arm
+		"${load[@]}" --first "$r/first" --ready-after 0 &
+	else
+		"${load[@]}" --ready-after "$(cat "$r/ready_after")" &
+	fi
+	load_pid=$!
+	while [[ ! -e $r/ready ]] && kill -0 "$load_pid" 2>/dev/null; do sleep 0.05; done
+	[[ -e $r/ready ]] || { wait "$load_pid"; fail "the load ended (exit $?) before it was ready"; }
+	[[ -s $r/first ]] || arm
+	touch "$r/armed" || fail "cannot create $r/armed"
+	wait "$load_pid"
 	fail "the load ended by itself (exit $?) before the power cut"
 fi
 

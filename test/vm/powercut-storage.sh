@@ -10,7 +10,9 @@
 # on the host once acknowledged). After READY_AFTER acknowledged ops and a
 # random delay the host SIGKILLs qemu (vm.sh kill): nothing in the guest
 # flushes or unmounts. The next boot on the same image mounts the disk,
-# starts etcd and the daemon again and checks (powercut_io check) that every
+# reads every chunk file itself (powercut_io scan: each block matches its
+# crc or prev_crc), starts etcd and the daemon again and checks
+# (powercut_io check) that every
 # block holds its last acknowledged content, each 4 KiB piece of an op in
 # flight at the cut either old or new, every block readable, no
 # ZL_ERR_CORRUPT and no "corruption" in the daemon's log; then it loads the
@@ -19,7 +21,7 @@
 #
 # Usage: test/vm/powercut-storage.sh BUILD_DIR
 # Environment: ZL_POWERCUT_ROUNDS (3), ZL_POWERCUT_READY_AFTER (150),
-# ZL_POWERCUT_SEED, KEEP=1 (keep the work directory), and those of
+# ZL_POWERCUT_SEED, ZL_POWERCUT_TRAP=on (see powercut-guest.sh), KEEP=1 (keep the work directory), and those of
 # powercut-guest.sh and vm.sh. A VM that cannot boot or a missing tool fails
 # the test (never a skip).
 set -uo pipefail
@@ -28,6 +30,8 @@ build=$(cd "${1:?usage: powercut-storage.sh BUILD_DIR}" && pwd -P)
 vm=$here/vm.sh
 rounds=${ZL_POWERCUT_ROUNDS:-3}
 ready_after=${ZL_POWERCUT_READY_AFTER:-150}
+trap_on=${ZL_POWERCUT_TRAP:-off}
+trap_ms=${ZL_POWERCUT_TRAP_MS:-2000}
 seed0=${ZL_POWERCUT_SEED:-$(((RANDOM << 15) | RANDOM))}
 t_start=$SECONDS
 name=powercut-$$
@@ -74,7 +78,9 @@ for ((r = 1; r <= rounds; r++)); do
 		show "boot$r"
 		fail "vm.sh start exited $? (boot $r)"
 	}
-	bash "$vm" wait "$name" --file "$work/r$r/ready" --timeout 300
+	ready=$work/r$r/ready
+	[[ $trap_on == on ]] && ready=$work/r$r/armed
+	bash "$vm" wait "$name" --file "$ready" --timeout 300
 	rc=$?
 	if ((rc != 0)); then
 		bash "$vm" kill "$name" >/dev/null 2>&1
@@ -83,7 +89,14 @@ for ((r = 1; r <= rounds; r++)); do
 	fi
 	t_ready=$((SECONDS - t0))
 	n_ready=$(wc -l <"$work/r$r/log")
-	sleep "$((RANDOM % 4)).$((RANDOM % 10))"
+	if [[ $trap_on == on ]]; then
+		# Writes are held trap_ms: 1.5..4.5 x later some metadata writes
+		# have landed, their data writes not.
+		ms=$((trap_ms * 3 / 2 + RANDOM % (trap_ms * 3)))
+		sleep "$((ms / 1000)).$((ms % 1000 / 100))"
+	else
+		sleep "$((RANDOM % 4)).$((RANDOM % 10))"
+	fi
 	n_kill=$(wc -l <"$work/r$r/log")
 	bash "$vm" kill "$name" || {
 		show "boot$r"
@@ -91,7 +104,10 @@ for ((r = 1; r <= rounds; r++)); do
 	}
 	n_cut=$(wc -l <"$work/r$r/log")
 	show "boot$r"
-	((n_cut > n_ready)) || fail "round $r: no op was acknowledged between READY and the cut"
+	[[ $trap_on == on ]] || ((n_cut > n_ready)) ||
+		fail "round $r: no op was acknowledged between READY and the cut"
+	[[ -s $work/r$r/first ]] &&
+		echo "FIGURE: round $r: trap: $(wc -l <"$work/r$r/first") first WRITEs of blocks where round $((r - 1))'s ops in flight read old"
 	step "round $r: power cut (SIGKILL of qemu) after $n_cut acknowledged ops"
 	echo "FIGURE: round $r: $n_cut acknowledged ops before the power cut ($n_kill when SIGKILL was sent)"
 	echo "FIGURE: boot $r: $t_ready s from vm.sh start to $ready_after acknowledged ops$( ((r > 1)) && echo " (including the check of round $((r - 1)))")"
@@ -117,6 +133,9 @@ show "boot$b"
 ((rc == 0)) || fail "boot $b: the check after the last power cut failed (exit $rc)"
 echo "FIGURE: boot $b: $((SECONDS - t0)) s (check of round $rounds, control, clean stop)"
 for ((r = 1; r <= rounds; r++)); do
+	line=$(grep -h '^powercut_io: scan:' "$work/boot$((r + 1)).out" | head -1)
+	[[ -n $line ]] || fail "no chunk file scan after round $r"
+	echo "FIGURE: round $r: after the cut: ${line#powercut_io: scan: }"
 	line=$(grep -h '^powercut_io: check:' "$work/boot$((r + 1)).out" | head -1)
 	[[ -n $line ]] || fail "no check result for round $r"
 	echo "FIGURE: round $r: ${line#powercut_io: check: }"

@@ -3,8 +3,11 @@
  *
  *   powercut_io write --etcd URL --volume NAME --seed N --log FILE
  *                     --ready FILE --ready-after N [--qd N] [--max-ops N]
+ *                     [--first FILE]
  *   powercut_io check --etcd URL --volume NAME --seed N --log FILE
- *                     [--base FILE] --out FILE [--qd N]
+ *                     [--base FILE] --out FILE [--qd N] [--first FILE]
+ *                     [--taint FILE] [--min-acked N (1)]
+ *   powercut_io scan  --data-dir DIR   (chunk files of a stopped daemon)
  *
  * The operations are a pure function of (SEED, sequence number, volume
  * size): op k is a WRITE (4 KiB..64 KiB at 4 KiB-aligned, 512-aligned or any
@@ -31,11 +34,26 @@
  * ZL_ERR_CORRUPT is a failure) and what it holds is written to OUT, the base
  * of the next round. It prints one "powercut_io: check:" summary line.
  *
+ * The trap of a second cut (powercut-storage.sh with ZL_POWERCUT_TRAP=on):
+ * check --taint FILE lists the blocks where a piece of an op in flight at
+ * the cut read old (up to QD runs of at most 64 KiB): their metadata may
+ * name data that never landed. write --first FILE makes those runs ops
+ * 0..n-1 (WRITEs, submitted together; with --ready-after 0 READY is created
+ * once they are submitted), so the next cut can hit the first write to
+ * such a block after the previous cut. check needs the same --first.
+ *
+ * scan reads every chunk file under DIR/chunks itself (format v2 of
+ * storage/storage_chunk.h, without the daemon): each block must match its
+ * current metadata slot's crc or prev_crc, or be zeros with a zero entry.
+ * It counts the blocks matching prev_crc (a write whose metadata landed and
+ * whose data did not).
+ *
  * Exit status: 0 pass, 1 a check or an I/O failed, 2 usage or set-up,
  * 3 write finished MAX_OPS without a power cut. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -46,6 +64,7 @@
 #include <unistd.h>
 
 #include "lib/client/client.h"
+#include "lib/common/byteorder.h"
 #include "lib/common/common.h"
 #include "lib/common/loop.h"
 #include "lib/etcd/etcd.h"
@@ -65,8 +84,8 @@ struct pc_op {
 };
 
 struct pc_args {
-	const char *etcd, *volume, *log, *ready, *base, *out;
-	uint64_t seed, ready_after, max_ops;
+	const char *etcd, *volume, *log, *ready, *base, *out, *first, *taint;
+	uint64_t seed, ready_after, max_ops, min_acked;
 	uint32_t qd;
 };
 
@@ -103,8 +122,12 @@ static void pc_place(struct pc_rng *r, uint64_t region, uint64_t max_len, struct
 	op->len = len;
 }
 
-/* Op number seq of the sequence of seed on a volume of size bytes. */
-static void pc_op_gen(uint64_t seed, uint64_t seq, uint64_t size, struct pc_op *op)
+/* --first: ops 0..pc_n_first-1 are these WRITEs (the trap of a second cut). */
+static struct pc_op pc_first[PC_MAX_QD];
+static uint32_t pc_n_first;
+
+/* Op number seq of the random sequence of seed on a volume of size bytes. */
+static void pc_op_rand(uint64_t seed, uint64_t seq, uint64_t size, struct pc_op *op)
 {
 	struct pc_rng r = {zl_hash64(seed) ^ zl_hash64(seq * 0xff51afd7ed558ccdull + 1)};
 	uint64_t region = (pc_next(&r) % 3 == 0) ? ZL_MIN(size, PC_HOT) : size;
@@ -113,6 +136,15 @@ static void pc_op_gen(uint64_t seed, uint64_t seq, uint64_t size, struct pc_op *
 	op->seq = seq;
 	op->kind = p < 8 ? PC_ZEROES : p < 14 ? PC_DISCARD : PC_WRITE;
 	pc_place(&r, region, op->kind == PC_WRITE ? PC_MAX_WR : PC_MAX_ZERO, op);
+}
+
+/* Op number seq: one of --first, else of the random sequence. */
+static void pc_op_gen(uint64_t seed, uint64_t seq, uint64_t size, struct pc_op *op)
+{
+	if (seq < pc_n_first)
+		*op = pc_first[seq];
+	else
+		pc_op_rand(seed, seq, size, op);
 }
 
 /* The bytes op leaves in [off, off+len): zeros, or a function of (seed, seq). */
@@ -129,6 +161,32 @@ static void pc_op_fill(uint64_t seed, const struct pc_op *op, uint8_t *buf)
 		v = pc_next(&r);
 		memcpy(buf + i, &v, ZL_MIN(8, op->len - i));
 	}
+}
+
+/* Reads --first FILE: "OFF LEN" lines (WRITEs of at most 64 KiB, disjoint,
+ * inside the volume), at most PC_MAX_QD. */
+static int pc_first_read(const char *path, uint64_t size)
+{
+	FILE *f = fopen(path, "r");
+	uint64_t off, len;
+
+	if (!f) {
+		fprintf(stderr, "powercut_io: open %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	while (pc_n_first < PC_MAX_QD && fscanf(f, "%" SCNu64 " %" SCNu64, &off, &len) == 2) {
+		struct pc_op *op = &pc_first[pc_n_first];
+
+		if (!len || len > PC_MAX_WR || off + len > size) {
+			fprintf(stderr, "powercut_io: %s: bad op %" PRIu64 " %" PRIu64 "\n", path,
+				off, len);
+			fclose(f);
+			return -1;
+		}
+		*op = (struct pc_op){.seq = pc_n_first++, .off = off, .len = len, .kind = PC_WRITE};
+	}
+	fclose(f);
+	return 0;
 }
 
 static bool pc_overlap(const struct pc_op *a, const struct pc_op *b)
@@ -149,7 +207,10 @@ struct pc_conn {
 static int pc_connect(const struct pc_args *a, struct pc_conn *c)
 {
 	struct zl_etcd_opts eo = {.endpoints = a->etcd};
-	struct zl_client_opts co = {.client_id = "powercut_io", .transport = ZL_XPORT_SEL_TCP};
+	struct zl_client_opts co = {.client_id = "powercut_io",
+				    .transport = ZL_XPORT_SEL_TCP,
+				    /* writes held seconds by the trap's dm-delay */
+				    .timeout_ms = 120000};
 	int rc;
 
 	rc = zl_loop_create(&c->loop);
@@ -175,6 +236,8 @@ static int pc_connect(const struct pc_args *a, struct pc_conn *c)
 			a->volume, c->size);
 		return -ZL_ERR_INVAL;
 	}
+	if (a->first && pc_first_read(a->first, c->size))
+		return -ZL_ERR_INVAL;
 	return 0;
 }
 
@@ -326,6 +389,8 @@ static int pc_write(const struct pc_args *a)
 			if (pc_submit(&w, s, &op))
 				goto out;
 			pc_op_gen(a->seed, ++seq, w.c.size, &op);
+			if (!a->ready_after && seq == pc_n_first && pc_ready(a->ready))
+				goto out;
 			continue;
 		}
 		zl_loop_run_once(w.c.loop, 100);
@@ -361,6 +426,7 @@ struct pc_check {
 	struct pc_op cand[PC_MAX_QD * 2];
 	uint8_t *cand_buf[PC_MAX_QD * 2];
 	uint32_t n_cand;
+	uint8_t *old_block; /* a piece of an op in flight reads old here */
 	/* results */
 	uint64_t blocks, wrong, pieces_old, pieces_new, read_errs, corrupt;
 };
@@ -555,10 +621,12 @@ static void pc_check_block(struct pc_check *k, uint64_t b)
 			pc_report(k, bo, why);
 			return;
 		}
-		if (is_new && !is_old)
+		if (is_new && !is_old) {
 			k->pieces_new++;
-		else if (is_old && !is_new)
+		} else if (is_old && !is_new) {
 			k->pieces_old++;
+			k->old_block[b] = 1;
+		}
 	}
 }
 
@@ -581,6 +649,37 @@ static int pc_out_write(struct pc_check *k)
 	return close(fd);
 }
 
+/* --taint FILE: runs of blocks where an op in flight at the cut read old
+ * (their metadata may name the data that never landed), as --first input. */
+static int pc_taint_write(struct pc_check *k)
+{
+	FILE *f = fopen(k->a->taint, "w");
+	uint64_t nb = k->size / PC_BLK, b = 0, runs = 0;
+
+	if (!f) {
+		fprintf(stderr, "powercut_io: open %s: %s\n", k->a->taint, strerror(errno));
+		return -1;
+	}
+	while (b < nb && runs < k->a->qd) {
+		uint64_t e = b;
+
+		if (!k->old_block[b]) {
+			b++;
+			continue;
+		}
+		while (e < nb && k->old_block[e] && (e - b + 1) * PC_BLK <= PC_MAX_WR)
+			e++;
+		fprintf(f, "%" PRIu64 " %" PRIu64 "\n", b * PC_BLK, (e - b) * PC_BLK);
+		runs++;
+		b = e + 1; /* keep runs disjoint and apart */
+	}
+	if (fclose(f)) {
+		fprintf(stderr, "powercut_io: write %s: %s\n", k->a->taint, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
 static int pc_check(const struct pc_args *a)
 {
 	struct pc_check k = {.a = a};
@@ -594,21 +693,24 @@ static int pc_check(const struct pc_args *a)
 	k.want = calloc(1, k.size);
 	k.got = calloc(1, k.size);
 	k.acked = calloc(1, max_seq);
-	if (!k.want || !k.got || !k.acked) {
+	k.old_block = calloc(1, k.size / PC_BLK);
+	if (!k.want || !k.got || !k.acked || !k.old_block) {
 		fprintf(stderr, "powercut_io: out of memory\n");
 		goto out;
 	}
 	rc = 1;
 	if (pc_log_read(&k, max_seq) || pc_base_read(&k) || pc_expect(&k))
 		goto out;
-	if (k.n_logged == 0) {
-		fprintf(stderr, "powercut_io: %s records no acknowledged op\n", a->log);
+	if (k.n_logged < a->min_acked) {
+		fprintf(stderr,
+			"powercut_io: %s records %" PRIu64 " acknowledged ops, want %" PRIu64 "\n",
+			a->log, k.n_logged, a->min_acked);
 		goto out;
 	}
 	pc_read_all(&k, &c);
 	for (uint64_t b = 0; b < k.size / PC_BLK; b++)
 		pc_check_block(&k, b);
-	if (pc_out_write(&k))
+	if (pc_out_write(&k) || (a->taint && pc_taint_write(&k)))
 		goto out;
 	printf("powercut_io: check: %" PRIu64 " acknowledged ops (highest %" PRIu64 "), %u "
 	       "possibly in flight at the cut; %" PRIu64 " blocks checked in %.1f s: %" PRIu64
@@ -624,8 +726,149 @@ out:
 	free(k.want);
 	free(k.got);
 	free(k.acked);
+	free(k.old_block);
 	pc_disconnect(&c);
 	return rc;
+}
+
+/* -------------------------------------------------------------- scan ---- */
+
+/* The chunk files themselves, read without the daemon (format v2 as
+ * storage/storage_chunk.h describes it): per block, does its data match the
+ * current metadata slot's crc, its prev_crc (the last write's data never
+ * landed), or is it zeros with a zero entry; anything else is corruption. */
+struct pc_scan {
+	uint64_t files, blocks, match_crc, match_prev, zero, bad;
+};
+
+static bool pc_slot_ok(const uint8_t *p, uint32_t pg, uint32_t n)
+{
+	uint32_t crc = zl_crc32c_update(zl_crc32c(p, 28), p + 32, PC_BLK - 32);
+
+	return !memcmp(p, "ZLMP", 4) && zl_get_le32(p + 4) == pg && zl_get_le32(p + 24) == n &&
+	       zl_get_le32(p + 28) == crc;
+}
+
+static bool pc_zero(const uint8_t *p)
+{
+	for (uint32_t i = 0; i < PC_BLK; i++)
+		if (p[i])
+			return false;
+	return true;
+}
+
+static int pc_scan_file(const char *path, struct pc_scan *st)
+{
+	uint8_t hdr[64], a[PC_BLK], b[PC_BLK], blk[PC_BLK];
+	int fd = open(path, O_RDONLY);
+	uint32_t cs, pages, per;
+	uint64_t doff;
+
+	if (fd < 0 || pread(fd, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr) ||
+	    memcmp(hdr, "ZLCHUNK2", 8) || zl_get_le32(hdr + 60) != zl_crc32c(hdr, 60)) {
+		fprintf(stderr, "powercut_io: scan: %s: no valid format v2 header\n", path);
+		if (fd >= 0)
+			close(fd);
+		st->bad++;
+		return 0;
+	}
+	cs = zl_get_le32(hdr + 24);
+	pages = zl_get_le32(hdr + 28);
+	per = zl_get_le32(hdr + 32);
+	doff = zl_get_le64(hdr + 40);
+	st->files++;
+	for (uint32_t pg = 0; pg < pages; pg++) {
+		uint32_t n = ZL_MIN(per, cs / PC_BLK - pg * per);
+		bool va, vb;
+		const uint8_t *cur = NULL;
+
+		memset(a, 0, sizeof(a));
+		memset(b, 0, sizeof(b));
+		if (pread(fd, a, PC_BLK, (off_t)PC_BLK * (1 + 2 * pg)) < 0 ||
+		    pread(fd, b, PC_BLK, (off_t)PC_BLK * (2 + 2 * pg)) < 0)
+			goto io_err;
+		va = pc_slot_ok(a, pg, n);
+		vb = pc_slot_ok(b, pg, n);
+		if (va && (!vb || zl_get_le64(a + 8) >= zl_get_le64(b + 8)))
+			cur = a;
+		else if (vb)
+			cur = b;
+		for (uint32_t i = 0; i < n; i++) {
+			uint64_t blkno = (uint64_t)pg * per + i;
+			uint32_t crc = cur ? zl_get_le32(cur + 32 + 8 * i) : 0;
+			uint32_t prev = cur ? zl_get_le32(cur + 32 + 8 * i + 4) : 0;
+			uint32_t got;
+
+			memset(blk, 0, sizeof(blk));
+			if (pread(fd, blk, PC_BLK, (off_t)(doff + blkno * PC_BLK)) < 0)
+				goto io_err;
+			st->blocks++;
+			got = zl_crc32c(blk, PC_BLK);
+			if ((crc == 0 || prev == 0) && pc_zero(blk)) {
+				st->zero++;
+			} else if (got == crc) {
+				st->match_crc++;
+			} else if (got == prev) {
+				st->match_prev++;
+			} else {
+				if (st->bad++ < 10)
+					fprintf(stderr,
+						"powercut_io: scan: %s block %" PRIu64
+						": crc %08x matches neither %08x nor prev %08x\n",
+						path, blkno, got, crc, prev);
+			}
+		}
+	}
+	close(fd);
+	return 0;
+io_err:
+	fprintf(stderr, "powercut_io: scan: read %s: %s\n", path, strerror(errno));
+	close(fd);
+	return -1;
+}
+
+static int pc_scan(const char *data_dir)
+{
+	struct pc_scan st = {0};
+	char path[4096];
+	struct dirent *v, *f;
+	DIR *d, *vd;
+
+	snprintf(path, sizeof(path), "%s/chunks", data_dir);
+	d = opendir(path);
+	if (!d) {
+		fprintf(stderr, "powercut_io: scan: open %s: %s\n", path, strerror(errno));
+		return 1;
+	}
+	while ((v = readdir(d))) {
+		if (strncmp(v->d_name, "vol-", 4))
+			continue;
+		snprintf(path, sizeof(path), "%s/chunks/%s", data_dir, v->d_name);
+		vd = opendir(path);
+		if (!vd)
+			continue;
+		while ((f = readdir(vd))) {
+			size_t l = strlen(f->d_name);
+
+			if (l < 4 || strcmp(f->d_name + l - 4, ".zlc"))
+				continue;
+			snprintf(path, sizeof(path), "%s/chunks/%s/%s", data_dir, v->d_name,
+				 f->d_name);
+			if (pc_scan_file(path, &st)) {
+				closedir(vd);
+				closedir(d);
+				return 1;
+			}
+		}
+		closedir(vd);
+	}
+	closedir(d);
+	printf("powercut_io: scan: %" PRIu64 " chunk files, %" PRIu64 " blocks: %" PRIu64
+	       " match crc, %" PRIu64 " match prev_crc (last write did not land), %" PRIu64
+	       " zero, %" PRIu64 " match neither\n",
+	       st.files, st.blocks, st.match_crc, st.match_prev, st.zero, st.bad);
+	fflush(stdout);
+	return st.bad || !st.files ? 1 : 0;
 }
 
 /* -------------------------------------------------------------- main ---- */
@@ -635,8 +878,11 @@ static void pc_usage(void)
 	fprintf(stderr,
 		"usage: powercut_io write --etcd URL --volume NAME --seed N --log FILE\n"
 		"                         --ready FILE --ready-after N [--qd N] [--max-ops N]\n"
+		"                         [--first FILE]\n"
 		"       powercut_io check --etcd URL --volume NAME --seed N --log FILE\n"
-		"                         [--base FILE] --out FILE [--qd N]\n");
+		"                         [--base FILE] --out FILE [--qd N] [--first FILE]\n"
+		"                         [--taint FILE] [--min-acked N]\n"
+		"       powercut_io scan --data-dir DIR\n");
 	exit(2);
 }
 
@@ -665,9 +911,12 @@ int main(int argc, char **argv)
 	    {"max-ops", required_argument, NULL, 'm'},
 	    {"base", required_argument, NULL, 'b'},
 	    {"out", required_argument, NULL, 'o'},
+	    {"first", required_argument, NULL, 'f'},
+	    {"taint", required_argument, NULL, 't'},
+	    {"min-acked", required_argument, NULL, 'a'},
 	    {NULL, 0, NULL, 0},
 	};
-	struct pc_args a = {.qd = 8, .max_ops = 1000000, .seed = 1};
+	struct pc_args a = {.qd = 8, .max_ops = 1000000, .seed = 1, .min_acked = 1};
 	bool seed_set = false;
 	const char *mode;
 	int c;
@@ -675,6 +924,11 @@ int main(int argc, char **argv)
 	if (argc < 2)
 		pc_usage();
 	mode = argv[1];
+	if (!strcmp(mode, "scan")) {
+		if (argc != 4 || strcmp(argv[2], "--data-dir"))
+			pc_usage();
+		return pc_scan(argv[3]);
+	}
 	optind = 2;
 	zl_log_init("powercut_io");
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -710,6 +964,15 @@ int main(int argc, char **argv)
 		case 'o':
 			a.out = optarg;
 			break;
+		case 'f':
+			a.first = optarg;
+			break;
+		case 't':
+			a.taint = optarg;
+			break;
+		case 'a':
+			a.min_acked = pc_u64(optarg);
+			break;
 		default:
 			pc_usage();
 		}
@@ -717,7 +980,7 @@ int main(int argc, char **argv)
 	if (!a.etcd || !a.volume || !a.log || !seed_set || a.qd < 1 || a.qd > PC_MAX_QD)
 		pc_usage();
 	if (!strcmp(mode, "write")) {
-		if (!a.ready || !a.ready_after)
+		if (!a.ready || (!a.ready_after && !a.first))
 			pc_usage();
 		return pc_write(&a);
 	}
