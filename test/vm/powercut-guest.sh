@@ -17,10 +17,11 @@
 # ZL_POWERCUT_FS (ext4 or xfs, default ext4), ZL_POWERCUT_SIZE (8M),
 # ZL_POWERCUT_MANAGER=on (also run zipline-controller --manager=on),
 # ZL_POWERCUT_TRAP=on (the file system on a dm-delay device over the disk;
-# before the cut writes are held ZL_POWERCUT_TRAP_MS (2000) in the guest, so
-# the cut finds ops whose metadata write landed and whose data did not; the
-# load of round N>1 starts with WRITEs of the blocks where round N-1's ops in
-# flight read old, see powercut_io.c "The trap"), ready -> WORK/rN/armed.
+# once the load is ready, writes are held ZL_POWERCUT_TRAP_MS (2000) in the
+# guest and WORK/rN/armed appears, for an immediate cut, as soon as an
+# O_DIRECT scan of the chunk files sees a held metadata write landed; the
+# load of round N>1 starts with WRITEs of the blocks that matched prev_crc
+# after the previous cut, see powercut_io.c "The trap").
 # Exit status: 0 all checks passed; 1 a check or a step failed.
 set -u
 build=${1:?usage: powercut-guest.sh BUILD WORK BOOT CHECK WRITE}
@@ -71,15 +72,19 @@ if [[ $trap_on == on ]]; then
 	[[ -b $dev ]] || dmsetup mknodes zlpc
 	[[ -b $dev ]] || fail "$dev did not appear"
 fi
-# arm ROUND_DIR: from now on writes to the disk wait trap_ms in the guest.
-arm() {
-	if ! dmsetup suspend --noudevsync zlpc ||
-		! dmsetup reload --noudevsync zlpc --table "$(dm_table "$trap_ms")" ||
-		! dmsetup resume --noudevsync zlpc; then
-		fail "cannot switch dm-delay to $trap_ms ms"
-	fi
-	say "trap armed: writes wait $trap_ms ms"
-}
+# arm: from now on writes to the disk wait trap_ms in the guest (also
+# /tmp/zl-arm.sh, for powercut_io --before: armed once the volume is open,
+# as etcd stalls on the slow disk).
+arm_sh=/tmp/zl-arm.sh
+if [[ $trap_on == on ]]; then
+	cat >"$arm_sh" <<-EOF || fail "cannot write $arm_sh"
+		export DM_DISABLE_UDEV=1
+		dmsetup suspend --noudevsync zlpc &&
+			dmsetup reload --noudevsync zlpc --table "$(dm_table "$trap_ms")" &&
+			dmsetup resume --noudevsync zlpc && echo "powercut-guest: trap armed: writes wait $trap_ms ms"
+	EOF
+fi
+arm() { bash "$arm_sh" || fail "cannot switch dm-delay to $trap_ms ms"; }
 if ((boot == 1)); then
 	force=-f
 	[[ $fs == ext4 ]] && force=-F
@@ -90,7 +95,10 @@ say "$dev ($fs) mounted on $mnt"
 # After a cut, before the daemon runs: every block of every chunk file
 # matches its crc or prev_crc (read by powercut_io, not by the daemon).
 if ((check > 0)); then
-	"$bin/powercut_io" scan --data-dir "$mnt/storage" ||
+	taint=()
+	[[ $trap_on == on ]] && taint=(--taint "$work/r$((check + 1))/first")
+	mkdir -p "$work/r$((check + 1))" || fail "cannot create $work/r$((check + 1))"
+	"$bin/powercut_io" scan --data-dir "$mnt/storage" "${taint[@]}" ||
 		fail "a chunk file block matches neither its crc nor its prev_crc"
 fi
 
@@ -141,13 +149,9 @@ if ((check > 0)); then
 	base=() more=()
 	[[ -f $r/base ]] && base=(--base "$r/base")
 	[[ -s $r/first ]] && more+=(--first "$r/first" --min-acked 0)
-	taint=()
-	[[ $trap_on == on ]] && taint=(--taint "$work/r$((check + 1))/first")
-	mkdir -p "$work/r$((check + 1))" || fail "cannot create $work/r$((check + 1))"
 	say "checking round $check"
 	"$bin/powercut_io" check --etcd "$etcd_url" --volume "$vol" --seed "$(cat "$r/seed")" \
-		--log "$r/log" "${base[@]}" "${more[@]}" --out "$work/r$((check + 1))/base" \
-		"${taint[@]}" ||
+		--log "$r/log" "${base[@]}" "${more[@]}" --out "$work/r$((check + 1))/base" ||
 		fail "round $check: acknowledged ops did not read back (see above)"
 	if [[ -f $work/bad-base ]]; then
 		# The oracle is not vacuous: the same check against a wrong base
@@ -179,8 +183,7 @@ if ((write > 0)); then
 	fi
 	if [[ -s $r/first ]]; then
 		say "trap: the first WRITEs: $(tr '\n' ' ' <"$r/first")"
-		arm
-		"${load[@]}" --first "$r/first" --ready-after 0 &
+		"${load[@]}" --first "$r/first" --ready-after 0 --before "bash $arm_sh" &
 	else
 		"${load[@]}" --ready-after "$(cat "$r/ready_after")" &
 	fi
@@ -188,7 +191,21 @@ if ((write > 0)); then
 	while [[ ! -e $r/ready ]] && kill -0 "$load_pid" 2>/dev/null; do sleep 0.05; done
 	[[ -e $r/ready ]] || { wait "$load_pid"; fail "the load ended (exit $?) before it was ready"; }
 	[[ -s $r/first ]] || arm
+	# Spring the trap: the host cuts the power as soon as a held metadata
+	# write landed (the O_DIRECT scan finds a block matching prev_crc, or
+	# matching neither, more or less often), while the data write that
+	# follows it is still held.
+	scan() { "$bin/powercut_io" scan --data-dir "$mnt/storage" 2>/dev/null | grep '^powercut_io: scan:'; }
+	# shellcheck disable=SC2001 # two numbers out of one line
+	odd() { sed 's/.* \([0-9]*\) match prev_crc.* \([0-9]*\) match neither.*/\1 \2/' <<<"$1"; }
+	before=$(scan)
+	for ((i = 0; i < 600; i++)); do
+		now=$(scan)
+		[[ $(odd "$now") != "$(odd "$before")" ]] && break
+		sleep 0.05
+	done
 	touch "$r/armed" || fail "cannot create $r/armed"
+	say "trap sprung after $i polls: before: ${before#powercut_io: scan: }; now: ${now#powercut_io: scan: }"
 	wait "$load_pid"
 	fail "the load ended by itself (exit $?) before the power cut"
 fi

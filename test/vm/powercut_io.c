@@ -3,11 +3,11 @@
  *
  *   powercut_io write --etcd URL --volume NAME --seed N --log FILE
  *                     --ready FILE --ready-after N [--qd N] [--max-ops N]
- *                     [--first FILE]
+ *                     [--first FILE] [--before CMD]
  *   powercut_io check --etcd URL --volume NAME --seed N --log FILE
  *                     [--base FILE] --out FILE [--qd N] [--first FILE]
  *                     [--taint FILE] [--min-acked N (1)]
- *   powercut_io scan  --data-dir DIR   (chunk files of a stopped daemon)
+ *   powercut_io scan  --data-dir DIR [--taint FILE]
  *
  * The operations are a pure function of (SEED, sequence number, volume
  * size): op k is a WRITE (4 KiB..64 KiB at 4 KiB-aligned, 512-aligned or any
@@ -22,6 +22,7 @@
  * what reached the host survives a SIGKILL of qemu). READY is created after
  * READY_AFTER acknowledgements; the host cuts the power at a random later
  * moment. Without a cut it stops after MAX_OPS and exits 3 (not a pass).
+ * CMD (--before) runs once the volume is open, before the first op.
  *
  * check rebuilds what the volume must hold: BASE (the volume at the start of
  * this round, i.e. the previous check's OUT; zeros without --base) with every
@@ -35,18 +36,20 @@
  * of the next round. It prints one "powercut_io: check:" summary line.
  *
  * The trap of a second cut (powercut-storage.sh with ZL_POWERCUT_TRAP=on):
- * check --taint FILE lists the blocks where a piece of an op in flight at
- * the cut read old (up to QD runs of at most 64 KiB): their metadata may
- * name data that never landed. write --first FILE makes those runs ops
- * 0..n-1 (WRITEs, submitted together; with --ready-after 0 READY is created
- * once they are submitted), so the next cut can hit the first write to
- * such a block after the previous cut. check needs the same --first.
+ * scan --taint FILE (or check --taint FILE: blocks where a piece of an op in
+ * flight read old) lists blocks whose metadata names data that never landed.
+ * write --first FILE makes those runs ops 0..n-1 (WRITEs, submitted
+ * together; with --ready-after 0 READY is created once they are submitted),
+ * so the next cut can hit the first write to such a block after the
+ * previous cut. check needs the same --first.
  *
  * scan reads every chunk file under DIR/chunks itself (format v2 of
  * storage/storage_chunk.h, without the daemon): each block must match its
  * current metadata slot's crc or prev_crc, or be zeros with a zero entry.
  * It counts the blocks matching prev_crc (a write whose metadata landed and
- * whose data did not).
+ * whose data did not); --taint FILE lists them (volume offsets, up to 8
+ * runs of at most 64 KiB) as --first input for the trap. Reads are
+ * O_DIRECT: while the daemon runs, the scan sees what a cut would leave.
  *
  * Exit status: 0 pass, 1 a check or an I/O failed, 2 usage or set-up,
  * 3 write finished MAX_OPS without a power cut. */
@@ -84,7 +87,7 @@ struct pc_op {
 };
 
 struct pc_args {
-	const char *etcd, *volume, *log, *ready, *base, *out, *first, *taint;
+	const char *etcd, *volume, *log, *ready, *base, *out, *first, *taint, *before;
 	uint64_t seed, ready_after, max_ops, min_acked;
 	uint32_t qd;
 };
@@ -379,6 +382,10 @@ static int pc_write(const struct pc_args *a)
 	}
 	fprintf(stderr, "powercut_io: writing to %s (%" PRIu64 " MiB), seed %" PRIu64 ", QD %u\n",
 		a->volume, w.c.size >> 20, a->seed, a->qd);
+	if (a->before && system(a->before) != 0) {
+		fprintf(stderr, "powercut_io: --before '%s' failed\n", a->before);
+		goto out;
+	}
 	t0 = zl_now_ms();
 	rc = 1;
 	pc_op_gen(a->seed, seq, w.c.size, &op);
@@ -737,9 +744,31 @@ out:
  * storage/storage_chunk.h describes it): per block, does its data match the
  * current metadata slot's crc, its prev_crc (the last write's data never
  * landed), or is it zeros with a zero entry; anything else is corruption. */
+#define PC_TAINT_RUNS 8 /* the default QD: the next round's --first */
+
 struct pc_scan {
 	uint64_t files, blocks, match_crc, match_prev, zero, bad;
+	uint64_t run_off[PC_TAINT_RUNS], run_len[PC_TAINT_RUNS];
+	uint32_t runs;
 };
+
+/* Block at volume offset off matches prev_crc: into the runs for --taint. */
+static void pc_scan_taint(struct pc_scan *st, uint64_t off)
+{
+	uint32_t r = st->runs;
+
+	if (r && st->run_off[r - 1] + st->run_len[r - 1] == off && st->run_len[r - 1] < PC_MAX_WR) {
+		st->run_len[r - 1] += PC_BLK;
+	} else if (r < PC_TAINT_RUNS) {
+		st->run_off[r] = off;
+		st->run_len[r] = PC_BLK;
+		st->runs++;
+	}
+}
+
+/* O_DIRECT reads (what the disk holds, not the page cache) into aligned
+ * pages: header, slot A, slot B, data block. */
+static uint8_t pc_sbuf[4][PC_BLK] __attribute__((aligned(PC_BLK)));
 
 static bool pc_slot_ok(const uint8_t *p, uint32_t pg, uint32_t n)
 {
@@ -759,19 +788,23 @@ static bool pc_zero(const uint8_t *p)
 
 static int pc_scan_file(const char *path, struct pc_scan *st)
 {
-	uint8_t hdr[64], a[PC_BLK], b[PC_BLK], blk[PC_BLK];
-	int fd = open(path, O_RDONLY);
+	uint8_t *hdr = pc_sbuf[0], *a = pc_sbuf[1], *b = pc_sbuf[2], *blk = pc_sbuf[3];
+	int fd = open(path, O_RDONLY | O_DIRECT);
 	uint32_t cs, pages, per;
-	uint64_t doff;
+	uint64_t doff, chunk;
 
-	if (fd < 0 || pread(fd, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr) ||
-	    memcmp(hdr, "ZLCHUNK2", 8) || zl_get_le32(hdr + 60) != zl_crc32c(hdr, 60)) {
+	if (fd < 0 && errno == EINVAL)
+		fd = open(path, O_RDONLY);
+	memset(hdr, 0, PC_BLK);
+	if (fd < 0 || pread(fd, hdr, PC_BLK, 0) < 64 || memcmp(hdr, "ZLCHUNK2", 8) ||
+	    zl_get_le32(hdr + 60) != zl_crc32c(hdr, 60)) {
 		fprintf(stderr, "powercut_io: scan: %s: no valid format v2 header\n", path);
 		if (fd >= 0)
 			close(fd);
 		st->bad++;
 		return 0;
 	}
+	chunk = zl_get_le64(hdr + 16);
 	cs = zl_get_le32(hdr + 24);
 	pages = zl_get_le32(hdr + 28);
 	per = zl_get_le32(hdr + 32);
@@ -782,8 +815,8 @@ static int pc_scan_file(const char *path, struct pc_scan *st)
 		bool va, vb;
 		const uint8_t *cur = NULL;
 
-		memset(a, 0, sizeof(a));
-		memset(b, 0, sizeof(b));
+		memset(a, 0, PC_BLK);
+		memset(b, 0, PC_BLK);
 		if (pread(fd, a, PC_BLK, (off_t)PC_BLK * (1 + 2 * pg)) < 0 ||
 		    pread(fd, b, PC_BLK, (off_t)PC_BLK * (2 + 2 * pg)) < 0)
 			goto io_err;
@@ -799,7 +832,7 @@ static int pc_scan_file(const char *path, struct pc_scan *st)
 			uint32_t prev = cur ? zl_get_le32(cur + 32 + 8 * i + 4) : 0;
 			uint32_t got;
 
-			memset(blk, 0, sizeof(blk));
+			memset(blk, 0, PC_BLK);
 			if (pread(fd, blk, PC_BLK, (off_t)(doff + blkno * PC_BLK)) < 0)
 				goto io_err;
 			st->blocks++;
@@ -810,6 +843,7 @@ static int pc_scan_file(const char *path, struct pc_scan *st)
 				st->match_crc++;
 			} else if (got == prev) {
 				st->match_prev++;
+				pc_scan_taint(st, chunk * cs + blkno * PC_BLK);
 			} else {
 				if (st->bad++ < 10)
 					fprintf(stderr,
@@ -827,7 +861,7 @@ io_err:
 	return -1;
 }
 
-static int pc_scan(const char *data_dir)
+static int pc_scan(const char *data_dir, const char *taint)
 {
 	struct pc_scan st = {0};
 	char path[4096];
@@ -868,6 +902,17 @@ static int pc_scan(const char *data_dir)
 	       " zero, %" PRIu64 " match neither\n",
 	       st.files, st.blocks, st.match_crc, st.match_prev, st.zero, st.bad);
 	fflush(stdout);
+	if (taint) {
+		FILE *t = fopen(taint, "w");
+
+		for (uint32_t r = 0; t && r < st.runs; r++)
+			fprintf(t, "%" PRIu64 " %" PRIu64 "\n", st.run_off[r], st.run_len[r]);
+		if (!t || fclose(t)) {
+			fprintf(stderr, "powercut_io: scan: write %s: %s\n", taint,
+				strerror(errno));
+			return 1;
+		}
+	}
 	return st.bad || !st.files ? 1 : 0;
 }
 
@@ -878,11 +923,11 @@ static void pc_usage(void)
 	fprintf(stderr,
 		"usage: powercut_io write --etcd URL --volume NAME --seed N --log FILE\n"
 		"                         --ready FILE --ready-after N [--qd N] [--max-ops N]\n"
-		"                         [--first FILE]\n"
+		"                         [--first FILE] [--before CMD]\n"
 		"       powercut_io check --etcd URL --volume NAME --seed N --log FILE\n"
 		"                         [--base FILE] --out FILE [--qd N] [--first FILE]\n"
 		"                         [--taint FILE] [--min-acked N]\n"
-		"       powercut_io scan --data-dir DIR\n");
+		"       powercut_io scan --data-dir DIR [--taint FILE]\n");
 	exit(2);
 }
 
@@ -914,6 +959,7 @@ int main(int argc, char **argv)
 	    {"first", required_argument, NULL, 'f'},
 	    {"taint", required_argument, NULL, 't'},
 	    {"min-acked", required_argument, NULL, 'a'},
+	    {"before", required_argument, NULL, 'B'},
 	    {NULL, 0, NULL, 0},
 	};
 	struct pc_args a = {.qd = 8, .max_ops = 1000000, .seed = 1, .min_acked = 1};
@@ -925,9 +971,10 @@ int main(int argc, char **argv)
 		pc_usage();
 	mode = argv[1];
 	if (!strcmp(mode, "scan")) {
-		if (argc != 4 || strcmp(argv[2], "--data-dir"))
+		if ((argc != 4 && argc != 6) || strcmp(argv[2], "--data-dir") ||
+		    (argc == 6 && strcmp(argv[4], "--taint")))
 			pc_usage();
-		return pc_scan(argv[3]);
+		return pc_scan(argv[3], argc == 6 ? argv[5] : NULL);
 	}
 	optind = 2;
 	zl_log_init("powercut_io");
@@ -972,6 +1019,9 @@ int main(int argc, char **argv)
 			break;
 		case 'a':
 			a.min_acked = pc_u64(optarg);
+			break;
+		case 'B':
+			a.before = optarg;
 			break;
 		default:
 			pc_usage();
