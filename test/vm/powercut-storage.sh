@@ -20,7 +20,7 @@
 # the check fails against a wrong base, and stops the daemon cleanly.
 #
 # Usage: test/vm/powercut-storage.sh BUILD_DIR
-# Environment: ZL_POWERCUT_ROUNDS (3), ZL_POWERCUT_READY_AFTER (150),
+# Environment: ZL_POWERCUT_ROUNDS (2), ZL_POWERCUT_READY_AFTER (150),
 # ZL_POWERCUT_SEED, ZL_POWERCUT_TRAP=on (see powercut-guest.sh), KEEP=1 (keep the work directory), and those of
 # powercut-guest.sh and vm.sh. A VM that cannot boot or a missing tool fails
 # the test (never a skip).
@@ -28,7 +28,7 @@ set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 build=$(cd "${1:?usage: powercut-storage.sh BUILD_DIR}" && pwd -P)
 vm=$here/vm.sh
-rounds=${ZL_POWERCUT_ROUNDS:-3}
+rounds=${ZL_POWERCUT_ROUNDS:-2}
 ready_after=${ZL_POWERCUT_READY_AFTER:-150}
 trap_on=${ZL_POWERCUT_TRAP:-off}
 seed0=${ZL_POWERCUT_SEED:-$(((RANDOM << 15) | RANDOM))}
