@@ -1,0 +1,223 @@
+#!/bin/bash
+# The guest half of test/vm/powercut-storage.sh (runs inside the test VM,
+# once per boot): etcd and one zipline-storage with their data on the virtio
+# disk, then the check of the previous round and/or the load of this round.
+#
+# Usage (in the guest): powercut-guest.sh BUILD WORK BOOT CHECK WRITE
+#   BUILD  build tree (bin/zipline-storage, bin/zl, bin/powercut_io)
+#   WORK   the test's directory (host-shared): WORK/rN/{seed,ready_after}
+#          from the host; WORK/rN/log (acknowledged ops), WORK/rN/ready,
+#          WORK/rN/base (the volume at the start of round N, written by the
+#          check of round N-1), WORK/bootB/ (etcd and daemon logs)
+#   BOOT   number of this boot (1 = mkfs, etcd and the volume are new)
+#   CHECK  round to check (0: none), before anything is written
+#   WRITE  round to load (0: none: stop cleanly after the check); the load
+#          runs until the host cuts the power
+# Environment: ZL_POWERCUT_HEAL (zipline-storage --heal, default on),
+# ZL_POWERCUT_FS (ext4 or xfs, default ext4), ZL_POWERCUT_SIZE (8M),
+# ZL_POWERCUT_MANAGER=on (also run zipline-controller --manager=on),
+# ZL_POWERCUT_TRAP=on (the file system on a dm-delay device over the disk;
+# once the load is ready, writes are held ZL_POWERCUT_TRAP_MS (2000) in the
+# guest and WORK/rN/armed appears, for an immediate cut, as soon as an
+# O_DIRECT scan of the chunk files sees a held metadata write landed; the
+# load of round N>1 starts with WRITEs of the blocks that matched prev_crc
+# after the previous cut, see powercut_io.c "The trap").
+# Exit status: 0 all checks passed; 1 a check or a step failed.
+set -u
+build=${1:?usage: powercut-guest.sh BUILD WORK BOOT CHECK WRITE}
+work=${2:?} boot=${3:?} check=${4:?} write=${5:?}
+bin=$build/bin
+mnt=/mnt/zl-powercut
+etcd_url=http://127.0.0.1:2379
+vol=pcvol
+fs=${ZL_POWERCUT_FS:-ext4}
+trap_on=${ZL_POWERCUT_TRAP:-off}
+trap_ms=${ZL_POWERCUT_TRAP_MS:-2000}
+logs=$work/boot$boot
+storage_pid='' etcd_pid=''
+
+say() {
+	local up
+	read -r up _ </proc/uptime
+	echo "powercut-guest: [boot $boot, ${up%.*} s] $*"
+}
+fail() {
+	echo "powercut-guest: FAIL (boot $boot): $*" >&2
+	# A suspended dm device would hang the guest's power-off (sync).
+	[[ $trap_on == on ]] && dmsetup resume --noudevsync zlpc 2>/dev/null
+	[[ -f $logs/storage.log ]] && tail -15 "$logs/storage.log" | sed 's/^/    storage: /' >&2
+	exit 1
+}
+# corruption_lines: daemon log lines that report corruption (none allowed).
+corruption_lines() { grep -i 'corrupt' "$logs/storage.log"; }
+
+[[ ${ZL_VM:-} == 1 ]] || fail "not inside the test VM (ZL_VM is not 1)"
+dev=${ZL_VM_DISKS%% *}
+[[ -b $dev ]] || fail "no virtio disk (ZL_VM_DISKS='${ZL_VM_DISKS:-}')"
+for t in etcd curl "mkfs.$fs" "$bin/zipline-storage" "$bin/zl" "$bin/powercut_io"; do
+	command -v "$t" >/dev/null || fail "$t is missing (install it / build the tree)"
+done
+mkdir -p "$logs" "$mnt" || fail "cannot create $logs or $mnt"
+ip link set lo up || fail "cannot bring up lo"
+
+# ---- the disk (trap: through dm-delay, no delay until armed)
+if [[ $trap_on == on ]]; then
+	modprobe dm_delay || fail "modprobe dm_delay failed"
+	export DM_DISABLE_UDEV=1 # no udev in the guest: dmsetup makes /dev/mapper nodes
+	sectors=$(blockdev --getsz "$dev") || fail "blockdev --getsz $dev failed"
+	raw=$dev
+	dm_table() { echo "0 $sectors delay $raw 0 0 $raw 0 $1"; }
+	dmsetup create --noudevsync zlpc --table "$(dm_table 0)" || fail "dmsetup create failed"
+	dev=/dev/mapper/zlpc
+	[[ -b $dev ]] || dmsetup mknodes zlpc
+	[[ -b $dev ]] || fail "$dev did not appear"
+fi
+# arm: from now on writes to the disk wait trap_ms in the guest (also
+# /tmp/zl-arm.sh, for powercut_io --before: armed once the volume is open,
+# as etcd stalls on the slow disk).
+arm_sh=/tmp/zl-arm.sh
+if [[ $trap_on == on ]]; then
+	cat >"$arm_sh" <<-EOF || fail "cannot write $arm_sh"
+		export DM_DISABLE_UDEV=1
+		dmsetup suspend --noudevsync zlpc &&
+			dmsetup reload --noudevsync zlpc --table "$(dm_table "$trap_ms")" &&
+			dmsetup resume --noudevsync zlpc && echo "powercut-guest: trap armed: writes wait $trap_ms ms"
+	EOF
+fi
+arm() { bash "$arm_sh" || fail "cannot switch dm-delay to $trap_ms ms"; }
+if ((boot == 1)); then
+	force=-f
+	[[ $fs == ext4 ]] && force=-F
+	"mkfs.$fs" -q "$force" "$dev" || fail "mkfs.$fs $dev failed"
+fi
+mount -t "$fs" "$dev" "$mnt" || fail "mount $dev ($fs) failed (after the power cut: journal replay)"
+say "$dev ($fs) mounted on $mnt"
+# After a cut, before the daemon runs: every block of every chunk file
+# matches its crc or prev_crc (read by powercut_io, not by the daemon).
+if ((check > 0)); then
+	taint=()
+	[[ $trap_on == on ]] && taint=(--taint "$work/r$((check + 1))/first")
+	mkdir -p "$work/r$((check + 1))" || fail "cannot create $work/r$((check + 1))"
+	"$bin/powercut_io" scan --data-dir "$mnt/storage" "${taint[@]}" ||
+		fail "a chunk file block matches neither its crc nor its prev_crc"
+fi
+
+# ---- etcd, with its data on the disk
+etcd --name zl-etcd --data-dir "$mnt/etcd" \
+	--listen-client-urls "$etcd_url" --advertise-client-urls "$etcd_url" \
+	--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+	--initial-cluster zl-etcd=http://127.0.0.1:2380 \
+	--logger zap --log-level warn >>"$logs/etcd.log" 2>&1 &
+etcd_pid=$!
+for ((i = 0; i < 600; i++)); do
+	curl -s -m 1 -X POST -d '{}' "$etcd_url/v3/maintenance/status" >/dev/null 2>&1 && break
+	kill -0 "$etcd_pid" 2>/dev/null || fail "etcd exited: $(tail -5 "$logs/etcd.log")"
+	sleep 0.1
+done
+((i < 600)) || fail "etcd did not answer on $etcd_url in 60 s"
+say "etcd up"
+
+# ---- one storage daemon, data dir on the disk
+mkdir -p "$mnt/storage" || fail "cannot create $mnt/storage"
+"$bin/zipline-storage" --data-dir "$mnt/storage" --listen 127.0.0.1:7100 --node-id node-1 \
+	--label zone=z1 --etcd "$etcd_url" --heal "${ZL_POWERCUT_HEAL:-on}" --log-level info \
+	>>"$logs/storage.log" 2>&1 &
+storage_pid=$!
+for ((i = 0; i < 600; i++)); do
+	grep -q 'registered node=node-1' "$logs/storage.log" 2>/dev/null && break
+	kill -0 "$storage_pid" 2>/dev/null || fail "zipline-storage exited"
+	sleep 0.1
+done
+((i < 600)) || fail "zipline-storage did not register in 60 s"
+say "zipline-storage up (pid $storage_pid)"
+export ZIPLINE_ETCD=$etcd_url
+if [[ ${ZL_POWERCUT_MANAGER:-off} == on ]]; then
+	"$bin/zipline-controller" --endpoint unix:///run/zl-powercut-csi.sock --etcd "$etcd_url" \
+		--manager=on --log-level info >>"$logs/controller.log" 2>&1 &
+	say "zipline-controller --manager=on started (pid $!)"
+fi
+export ZL_LOG_LEVEL=warn # powercut_io: only what went wrong
+
+if ((boot == 1)); then
+	"$bin/zl" volume create "$vol" --size "${ZL_POWERCUT_SIZE:-8M}" --replicas 1 \
+		--chunk-size 64K || fail "zl volume create failed"
+fi
+
+# ---- the check of the previous round
+if ((check > 0)); then
+	r=$work/r$check
+	base=() more=()
+	[[ -f $r/base ]] && base=(--base "$r/base")
+	[[ -s $r/first ]] && more+=(--first "$r/first" --min-acked 0)
+	say "checking round $check"
+	"$bin/powercut_io" check --etcd "$etcd_url" --volume "$vol" --seed "$(cat "$r/seed")" \
+		--log "$r/log" "${base[@]}" "${more[@]}" --out "$work/r$((check + 1))/base" ||
+		fail "round $check: acknowledged ops did not read back (see above)"
+	if [[ -f $work/bad-base ]]; then
+		# The oracle is not vacuous: the same check against a wrong base
+		# (every byte inverted) must fail.
+		"$bin/powercut_io" check --etcd "$etcd_url" --volume "$vol" \
+			--seed "$(cat "$r/seed")" --log "$r/log" --base "$work/bad-base" "${more[@]}" \
+			--out /tmp/bad-out >/tmp/bad.out 2>&1
+		rc=$?
+		sed 's/^/    control: /' /tmp/bad.out | grep -v WRONG
+		if ((rc != 1)) || ! grep -q 'check:.* [1-9][0-9]* wrong' /tmp/bad.out; then
+			fail "the check passed against a wrong base (exit $rc): it proves nothing"
+		fi
+		say "control ok: the check fails against a wrong base"
+	fi
+	corruption_lines && fail "zipline-storage logged corruption (above)"
+	say "FIGURE: torn metadata slots found at open: $(grep -c 'is torn' "$logs/storage.log")"
+fi
+
+# ---- the load of this round, until the power cut
+if ((write > 0)); then
+	r=$work/r$write
+	mkdir -p "$r" || fail "cannot create $r"
+	say "load of round $write"
+	load=("$bin/powercut_io" write --etcd "$etcd_url" --volume "$vol" --seed "$(cat "$r/seed")"
+		--log "$r/log" --ready "$r/ready")
+	if [[ $trap_on != on ]]; then
+		"${load[@]}" --ready-after "$(cat "$r/ready_after")"
+		fail "the load ended by itself (exit $?) before the power cut"
+	fi
+	if [[ -s $r/first ]]; then
+		say "trap: the first WRITEs: $(tr '\n' ' ' <"$r/first")"
+		"${load[@]}" --first "$r/first" --ready-after 0 --before "bash $arm_sh" &
+	else
+		"${load[@]}" --ready-after "$(cat "$r/ready_after")" &
+	fi
+	load_pid=$!
+	while [[ ! -e $r/ready ]] && kill -0 "$load_pid" 2>/dev/null; do sleep 0.05; done
+	[[ -e $r/ready ]] || { wait "$load_pid"; fail "the load ended (exit $?) before it was ready"; }
+	[[ -s $r/first ]] || arm
+	# Spring the trap: the host cuts the power as soon as a held metadata
+	# write landed (the O_DIRECT scan finds a block matching prev_crc, or
+	# matching neither, more or less often), while the data write that
+	# follows it is still held.
+	scan() { "$bin/powercut_io" scan --data-dir "$mnt/storage" 2>/dev/null | grep '^powercut_io: scan:'; }
+	# shellcheck disable=SC2001 # two numbers out of one line
+	odd() { sed 's/.* \([0-9]*\) match prev_crc.* \([0-9]*\) match neither.*/\1 \2/' <<<"$1"; }
+	before=$(scan)
+	for ((i = 0; i < 600; i++)); do
+		now=$(scan)
+		[[ $(odd "$now") != "$(odd "$before")" ]] && break
+		sleep 0.05
+	done
+	touch "$r/armed" || fail "cannot create $r/armed"
+	say "trap sprung after $i polls: before: ${before#powercut_io: scan: }; now: ${now#powercut_io: scan: }"
+	wait "$load_pid"
+	fail "the load ended by itself (exit $?) before the power cut"
+fi
+
+# ---- no more load: stop cleanly, the log must stay clean
+kill -TERM "$storage_pid"
+wait "$storage_pid"
+rc=$?
+((rc == 0)) || fail "zipline-storage exited $rc on SIGTERM"
+kill -TERM "$etcd_pid"
+wait "$etcd_pid"
+corruption_lines && fail "zipline-storage logged corruption (above)"
+umount "$mnt" || fail "umount $mnt failed"
+say "clean stop"
+exit 0
