@@ -216,6 +216,13 @@ int zl_cli_volume_rebalance(struct zl_cli *cli, int argc, char **argv)
 		zl_cli_etcd_err(cli, "cannot read the volume record", rc);
 		return ZL_CLI_EXIT_RUNTIME;
 	}
+	if (v.replicas <= zl_volume_min_size(&v)) {
+		zl_cli_err("volume '%s' cannot be rebalanced: it has %u replica%s and min_size %u, "
+			   "and a move takes one member out of sync while it is copied",
+			   name, v.replicas, v.replicas == 1 ? "" : "s", zl_volume_min_size(&v));
+		zl_volume_fini(&v);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
 	rc = cli_rebal_put(cli, &v);
 	zl_volume_fini(&v);
 	if (rc)

@@ -768,6 +768,18 @@ static int mgr_rebalance(struct ctrl_mgr *m, struct zl_volume *v, struct zl_reba
 	long hi, lo;
 	int rc = 0;
 
+	if (v->replicas <= zl_volume_min_size(v)) {
+		char key[128];
+
+		snprintf(key, sizeof(key), "rebal-min/%s", v->id);
+		if (mgr_once(m, key))
+			ZL_LOG_WARN(CTRL_LOG,
+				    "manager: vol=%s rebalance refused: a move takes one of its %u "
+				    "members out of sync, which would leave fewer than min_size=%u "
+				    "in sync; delete the request (etcdctl del %srebalance/%s)",
+				    v->id, v->replicas, zl_volume_min_size(v), m->c->prefix, v->id);
+		return 0;
+	}
 	cnt = calloc(m->n_nodes ? m->n_nodes : 1, sizeof(*cnt));
 	if (!cnt)
 		return -ENOMEM;
