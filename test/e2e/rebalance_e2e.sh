@@ -7,7 +7,8 @@
 # manager logged its moves one member per row at a time, `zl volume export`
 # equals what was written last, `zl volume verify` passes, and the chunk
 # files of every row's members (read directly from the data dirs) hold the
-# same data and version.
+# same data and version; then the daemons remove the old copies of the
+# slices they left (and nothing else).
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
@@ -56,6 +57,37 @@ for sd in sys.argv[3:]:
             data += b'\0' * (cs - len(data))
         print(node, int(name[:-4], 16), hashlib.sha256(data).hexdigest(), '%x' % ver)
 PY
+}
+
+# rebal_check: every chunk, as written last ("$CL_DIR/new"), on each of its
+# row's members (files read directly), with one version across them.
+rebal_check() {
+	rebal_files "$vid" >"$CL_DIR/files" || fail "reading chunk files"
+	bad=$("$PY" - "$CL_DIR/rows" "$CL_DIR/files" "$n_slices" "$CHUNK" "$SIZE_MB" "$CL_DIR/new" <<'PY'
+import hashlib, sys
+rows, files, ns, cs, mb, new = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+members = {}
+for line in open(rows):
+    p = line.split()
+    members[int(p[0])] = [m.split(':')[0] for m in p[3:]]
+have = {}
+for line in open(files):
+    node, idx, sha, ver = line.split()
+    have[(node, int(idx))] = (sha, ver)
+want = open(new, 'rb').read()
+n_bad = 0
+for idx in range(mb * 1024 * 1024 // cs):
+    sha = hashlib.sha256(want[idx * cs:(idx + 1) * cs]).hexdigest()
+    got = [(n, have.get((n, idx))) for n in members[idx % ns]]
+    if any(g is None or g[0] != sha for _, g in got) or len({g[1] for _, g in got}) != 1:
+        if n_bad < 3:
+            print('chunk %d slice %d: %s' % (idx, idx % ns, got))
+        n_bad += 1
+if n_bad:
+    print('%d chunks differ from the written data on some member' % n_bad)
+PY
+	)
+	[ -z "$bad" ] || fail "$bad"
 }
 
 "$ZL" volume create rvol --size ${SIZE_MB}M --replicas 3 --chunk-size 64K || fail "create"
@@ -118,34 +150,30 @@ grep -q "vol=$vid rebalance done" "$CL_DIR/manager/log" || fail "the manager did
 "$ZL" volume export rvol "$CL_DIR/out" || fail "export"
 cmp "$CL_DIR/new" "$CL_DIR/out" || fail "volume content differs from what was written"
 "$ZL" volume verify rvol >"$CL_DIR/verify.log" 2>&1 || { cat "$CL_DIR/verify.log" >&2; fail "verify"; }
-rebal_files "$vid" >"$CL_DIR/files" || fail "reading chunk files"
-bad=$("$PY" - "$CL_DIR/rows" "$CL_DIR/files" "$n_slices" "$CHUNK" "$SIZE_MB" "$CL_DIR/new" <<'PY'
-import hashlib, sys
-rows, files, ns, cs, mb, new = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
-members = {}
-for line in open(rows):
-    p = line.split()
-    members[int(p[0])] = [m.split(':')[0] for m in p[3:]]
-have = {}
-for line in open(files):
-    node, idx, sha, ver = line.split()
-    have[(node, int(idx))] = (sha, ver)
-want = open(new, 'rb').read()
-n_bad = 0
-for idx in range(mb * 1024 * 1024 // cs):
-    sha = hashlib.sha256(want[idx * cs:(idx + 1) * cs]).hexdigest()
-    got = [(n, have.get((n, idx))) for n in members[idx % ns]]
-    if any(g is None or g[0] != sha for _, g in got) or len({g[1] for _, g in got}) != 1:
-        if n_bad < 3:
-            print('chunk %d slice %d: %s' % (idx, idx % ns, got))
-        n_bad += 1
-if n_bad:
-    print('%d chunks differ from the written data on some member' % n_bad)
-PY
-)
-[ -z "$bad" ] || fail "$bad"
+rebal_check
 echo "rebalance_e2e: every chunk identical (data and version) on its row's 3 members"
 old=$(awk 'NR == FNR {for (i = 4; i <= NF; i++) {split($i, a, ":"); m[$1 " " a[1]] = 1}; next}
 	{if (!m[($2 % '"$n_slices"') " " $1]) n++} END {print n + 0}' "$CL_DIR/rows" "$CL_DIR/files")
-echo "rebalance_e2e: $old chunk files left on nodes no longer members of their slice"
+echo "rebalance_e2e: $old chunk files on nodes no longer members of their slice"
+# The daemons remove old copies (storage_gc.c, every 10 s): all of them, and
+# nothing a member holds.
+for _ in $(seq 1 60); do
+	rebal_files "$vid" >"$CL_DIR/files" || fail "reading chunk files"
+	old=$(awk 'NR == FNR {for (i = 4; i <= NF; i++) {split($i, a, ":"); m[$1 " " a[1]] = 1}; next}
+		{if (!m[($2 % '"$n_slices"') " " $1]) n++} END {print n + 0}' "$CL_DIR/rows" "$CL_DIR/files")
+	[ "$old" -eq 0 ] && break
+	sleep 1
+done
+[ "$old" -eq 0 ] || fail "$old old chunk files still there after 60 s"
+cl_rows "$vid" | cmp -s - "$CL_DIR/rows" || fail "rows changed after the rebalance"
+rebal_check
+"$ZL" volume export rvol "$CL_DIR/out2" || fail "export after the removal of old copies"
+cmp "$CL_DIR/new" "$CL_DIR/out2" || fail "volume content differs after the removal of old copies"
+per=$((SIZE_MB * 1024 * 1024 / CHUNK / n_slices))
+for i in 1 2 3 4; do
+	f=$(awk -v n="node-$i" '$1 == n' "$CL_DIR/files" | wc -l)
+	c=$(grep -c " node-$i:" "$CL_DIR/rows" || true)
+	[ "$f" -eq $((c * per)) ] || fail "node-$i holds $f chunk files for $c members of $per chunks"
+done
+echo "rebalance_e2e: old copies removed ($(cat "$CL_DIR"/storage-*/log | grep -c 'old chunk files') rounds logged); every member's chunks still identical"
 echo "rebalance_e2e: PASS ($moves moves in $((t1 - t0)) s under rewrites)"
