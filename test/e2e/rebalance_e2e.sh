@@ -98,6 +98,41 @@ head -c ${SIZE_MB}M /dev/urandom >"$CL_DIR/in"
 n_slices=$(cl_rows "$vid" | wc -l)
 cl_rows "$vid" | grep -q node-4 && fail "node-4 is in a row before it started"
 
+# node-1 becomes the primary of every row (an edit of the rows, as the
+# manager would write it: new term where the primary changes), so that the
+# rebalance must move primaries too: node-1 is the most loaded node and no
+# row has it as a backup.
+"$PY" - "$CL_ETCD" "$vid" <<'PY' || fail "making node-1 the primary of every row"
+import base64, json, sys, urllib.request
+etcd, vol = sys.argv[1], sys.argv[2]
+b64 = lambda s: base64.b64encode(s.encode()).decode()
+def call(path, body):
+    req = urllib.request.Request(etcd + path, data=json.dumps(body).encode())
+    with urllib.request.urlopen(req, timeout=5) as r:
+        return json.load(r)
+key = '/zipline/volumes/' + vol
+for attempt in range(50):
+    kv = call('/v3/kv/range', {'key': b64(key)})['kvs'][0]
+    rec = json.loads(base64.b64decode(kv['value']))
+    for row in rec['placement']:
+        i = row['nodes'].index('node-1')
+        if i == 0:
+            continue
+        for k in ('nodes', 'states', 'incarnations'):
+            row[k].insert(0, row[k].pop(i))
+        row['in_sync'] = [n for n, st in zip(row['nodes'], row['states']) if st == 'in_sync']
+        row['v'] += 1
+        row['term'] += 1
+    txn = {'compare': [{'key': b64(key), 'target': 'MOD', 'result': 'EQUAL',
+                        'mod_revision': kv['mod_revision']}],
+           'success': [{'request_put': {'key': b64(key),
+                                        'value': b64(json.dumps(rec, separators=(',', ':')))}}]}
+    if call('/v3/kv/txn', txn).get('succeeded'):
+        sys.exit(0)
+sys.exit('row update lost the race 50 times')
+PY
+[ "$(cl_rows "$vid" | awk '$4 !~ /^node-1:/' | wc -l)" -eq 0 ] || fail "node-1 is not first in every row"
+
 # node-4 joins; rebalance while the whole volume is rewritten.
 cl_start_storage 4
 cl_wait_nodes 4 || fail "node-4 did not register"
@@ -145,6 +180,11 @@ moves=$(grep -c "rebalance node-[0-9] -> node-[0-9]" "$CL_DIR/manager/log" || tr
 echo "rebalance_e2e: the manager logged $moves moves"
 [ "$moves" -ge "$lo" ] || fail "only $moves moves logged for $lo members on node-4"
 grep -q "vol=$vid rebalance done" "$CL_DIR/manager/log" || fail "the manager did not log the end"
+prim=$(grep "rebalance node-[0-9] -> node-[0-9]" "$CL_DIR/manager/log" | grep -c "was the primary" || true)
+echo "rebalance_e2e: $prim of the moves moved a primary (a new term each)"
+[ "$prim" -ge 1 ] || fail "no move of a primary, yet node-1 was the primary of every row"
+bad=$(grep "was the primary" "$CL_DIR/manager/log" | sed -n 's/.*term=\([0-9]*\)->\([0-9]*\)$/\1 \2/p' | awk '$2 <= $1')
+[ -z "$bad" ] || fail "a primary moved without a new term: $bad"
 
 # Data: what was written last, through the client and on every member.
 "$ZL" volume export rvol "$CL_DIR/out" || fail "export"
