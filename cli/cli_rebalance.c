@@ -98,12 +98,24 @@ static int cli_rebal_look(struct zl_cli *cli, const char *name, struct cli_rebal
 		zl_cli_etcd_err(cli, "cannot read the volume record", rc);
 		return rc;
 	}
-	rc = zl_meta_node_list(cli->etcd, cli->prefix, &nodes, &n);
+	/* The request before the rows: a request the manager deleted as done
+	 * is then seen with rows at least as new as that decision. */
+	rc = zl_meta_rebalance_get(cli->etcd, cli->prefix, v->id, &req);
+	*pending = !rc;
+	if (rc == -ZL_ERR_NOT_FOUND)
+		rc = 0;
 	if (!rc) {
-		rc = zl_meta_rebalance_get(cli->etcd, cli->prefix, v->id, &req);
-		*pending = !rc;
-		if (rc == -ZL_ERR_NOT_FOUND)
-			rc = 0;
+		char id[sizeof(v->id)];
+
+		snprintf(id, sizeof(id), "%s", v->id);
+		zl_volume_fini(v);
+		memset(v, 0, sizeof(*v));
+		rc = zl_meta_volume_get(cli->etcd, cli->prefix, id, v);
+		if (rc) {
+			zl_cli_etcd_err(cli, "cannot read the volume record", rc);
+			return rc;
+		}
+		rc = zl_meta_node_list(cli->etcd, cli->prefix, &nodes, &n);
 	}
 	if (rc) {
 		zl_cli_etcd_err(cli, "cannot read the node records or the request", rc);
