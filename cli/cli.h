@@ -132,6 +132,8 @@ int zl_cli_volume_import(struct zl_cli *cli, int argc, char **argv);
 int zl_cli_volume_export(struct zl_cli *cli, int argc, char **argv);
 int zl_cli_volume_serve(struct zl_cli *cli, int argc, char **argv);
 /* zl volume scrub / verify (cli_scrub.c). */
+/* zl volume rebalance (cli_rebalance.c). */
+int zl_cli_volume_rebalance(struct zl_cli *cli, int argc, char **argv);
 int zl_cli_volume_scrub_cmd(struct zl_cli *cli, int argc, char **argv, bool verify);
 
 #endif

@@ -20,7 +20,8 @@ static const char cli_volume_usage[] =
     "       zl volume export NAME FILE\n"
     "       zl volume serve NAME --nbd unix:PATH|HOST:PORT\n"
     "       zl volume scrub NAME [--json]\n"
-    "       zl volume verify NAME [--json]\n";
+    "       zl volume verify NAME [--json]\n"
+    "       zl volume rebalance NAME [--no-wait] [--timeout SEC]\n";
 
 /* Parses "CMD NAME" with only --help; returns 0, -1 (help) or exit code. */
 static int cli_vol_name_only(const char *cmd, int argc, char **argv, const char **name)
@@ -403,6 +404,8 @@ int zl_cli_volume(struct zl_cli *cli, int argc, char **argv)
 		return zl_cli_volume_export(cli, argc, argv);
 	if (!strcmp(sub, "serve"))
 		return zl_cli_volume_serve(cli, argc, argv);
+	if (!strcmp(sub, "rebalance"))
+		return zl_cli_volume_rebalance(cli, argc, argv);
 	if (!strcmp(sub, "scrub") || !strcmp(sub, "verify"))
 		return zl_cli_volume_scrub_cmd(cli, argc, argv, !strcmp(sub, "verify"));
 	zl_cli_err("unknown volume subcommand '%s' (see 'zl volume --help')", sub);

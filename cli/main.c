@@ -26,6 +26,8 @@ static const char cli_usage[] =
     "                                  primaries and repair bad or missing ones\n"
     "  volume verify NAME [--json]     read every chunk from every in-sync member and\n"
     "                                  print any difference (exit 1 when there is one)\n"
+    "  volume rebalance NAME [--no-wait] [--timeout SEC]   move members onto less\n"
+    "                                  loaded nodes (a new one) until balanced\n"
     "  bench NAME [--rw randread|randwrite|read|write] [--bs 4k] [--qd 32]\n"
     "             [--seconds 10] [--size SIZE] [--json] [--progress]\n"
     "\n"

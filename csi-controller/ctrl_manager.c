@@ -3,8 +3,8 @@
  * replica with --manager=on.
  *
  * Its own thread and etcd handle, so no decision ever delays a CSI call or
- * the lease keepalives of the background thread. Three prefix watches
- * (nodes/, volumes/, reports/) only wake the thread; every pass then reads
+ * the lease keepalives of the background thread. Four prefix watches
+ * (nodes/, volumes/, reports/, rebalance/) only wake the thread; every pass then reads
  * the whole state (node records, reports, volumes) and decides from that,
  * level-triggered, so an event lost to a watch compaction (REVIEW item 8)
  * or a reconnect delays a decision by at most the 1 s tick. Followers keep
@@ -46,7 +46,7 @@ struct ctrl_mgr {
 	struct ctrl *c;
 	struct zl_etcd *etcd; /* the manager's own handle */
 	unsigned int grace_s, down_out_s;
-	struct zl_etcd_watch *watch[3];
+	struct zl_etcd_watch *watch[4];
 
 	/* lock protects dirty and stop; cond wakes the thread. */
 	pthread_mutex_t lock;
@@ -592,17 +592,259 @@ static int mgr_row(struct ctrl_mgr *m, struct zl_volume *v, uint32_t slice,
 	return 0;
 }
 
+/* ---- rebalance (docs/REPLICATION.md §5) ---- */
+
+/* Rows of one volume that may move at the same time. */
+#define MGR_REBAL_INFLIGHT 4
+
+/* Every member of row is in sync on a live node. */
+static bool mgr_row_settled(struct ctrl_mgr *m, const struct zl_slice *row)
+{
+	for (int i = 0; i < row->n; i++) {
+		const struct mgr_node *nd = mgr_node_find(m, row->nodes[i]);
+
+		if (!nd || !nd->present || zl_slice_member_state(row, i) != ZL_MEMBER_IN_SYNC)
+			return false;
+	}
+	return true;
+}
+
+/* Distinct failure domains among live nodes ("" = a domain of its own). */
+static size_t mgr_live_domains(struct ctrl_mgr *m)
+{
+	size_t domains = 0;
+
+	for (size_t i = 0; i < m->n_nodes; i++) {
+		const struct mgr_node *a = &m->nodes[i];
+		bool dup = false;
+
+		if (!a->present)
+			continue;
+		for (size_t j = 0; j < i && a->info.domain[0] && !dup; j++)
+			dup = m->nodes[j].present &&
+			      !strcmp(m->nodes[j].info.domain, a->info.domain);
+		domains += !dup;
+	}
+	return domains;
+}
+
+/* Live node a may take slot `slot` of row: not in the row, and in a failure
+ * domain of its own among the other members when the live nodes span at
+ * least `replicas` domains (the rule of mgr_replacement). */
+static bool mgr_rebal_fits(struct ctrl_mgr *m, const struct zl_volume *v,
+			   const struct zl_slice *row, int slot, const struct mgr_node *a,
+			   size_t domains)
+{
+	if (!a->present || zl_slice_index_of(row, a->id) >= 0)
+		return false;
+	for (int j = 0; j < row->n && domains >= v->replicas; j++) {
+		const struct mgr_node *o = mgr_node_find(m, row->nodes[j]);
+
+		if (j != slot && o && o->present && a->info.domain[0] &&
+		    !strcmp(o->info.domain, a->info.domain))
+			return false;
+	}
+	return true;
+}
+
+/* Members of v per live node into cnt[] (indexed like m->nodes); the number
+ * of rows not settled into *moving. */
+static void mgr_rebal_count(struct ctrl_mgr *m, const struct zl_volume *v, uint32_t *cnt,
+			    uint32_t *moving)
+{
+	memset(cnt, 0, m->n_nodes * sizeof(*cnt));
+	*moving = 0;
+	for (uint32_t s = 0; s < v->n_slices; s++) {
+		const struct zl_slice *row = &v->slices[s];
+
+		*moving += !mgr_row_settled(m, row);
+		for (int i = 0; i < row->n; i++) {
+			for (size_t k = 0; k < m->n_nodes; k++) {
+				if (m->nodes[k].present && !strcmp(m->nodes[k].id, row->nodes[i]))
+					cnt[k]++;
+			}
+		}
+	}
+}
+
+/* The most and least loaded live nodes (indexes into m->nodes; -1 when no
+ * live node). */
+static void mgr_rebal_extremes(struct ctrl_mgr *m, const uint32_t *cnt, long *hi, long *lo)
+{
+	*hi = *lo = -1;
+	for (size_t k = 0; k < m->n_nodes; k++) {
+		if (!m->nodes[k].present)
+			continue;
+		if (*hi < 0 || cnt[k] > cnt[*hi])
+			*hi = (long)k;
+		if (*lo < 0 || cnt[k] < cnt[*lo])
+			*lo = (long)k;
+	}
+}
+
+/* A settled row of v with a member on node hi that a node loaded less than
+ * cnt[hi] - 1 may take; prefers a row where hi is not the primary (no new
+ * term). Fills *slice, *slot and *to (index into m->nodes); false when none. */
+static bool mgr_rebal_pick(struct ctrl_mgr *m, const struct zl_volume *v, const uint32_t *cnt,
+			   long hi, uint32_t *slice, int *slot, long *to)
+{
+	size_t domains = mgr_live_domains(m);
+	bool found = false;
+
+	for (int want_backup = 1; want_backup >= 0 && !found; want_backup--) {
+		for (uint32_t s = 0; s < v->n_slices && !found; s++) {
+			const struct zl_slice *row = &v->slices[s];
+			int i = zl_slice_index_of(row, m->nodes[hi].id);
+			long best = -1;
+
+			if (i < 0 || !mgr_row_settled(m, row) ||
+			    (want_backup && i == zl_slice_primary(row)))
+				continue;
+			for (size_t k = 0; k < m->n_nodes; k++) {
+				if (cnt[k] + 1 >= cnt[hi] ||
+				    !mgr_rebal_fits(m, v, row, i, &m->nodes[k], domains))
+					continue;
+				if (best < 0 || cnt[k] < cnt[best])
+					best = (long)k;
+			}
+			if (best >= 0) {
+				*slice = s;
+				*slot = i;
+				*to = best;
+				found = true;
+			}
+		}
+	}
+	return found;
+}
+
+/* Moves member `slot` of row `slice` to node m->nodes[to] as RECOVERING at
+ * version 0 (what M7 does for a dead node). 0, -ZL_ERR_STALE (someone wrote
+ * the row: the next pass decides again), -ECANCELED or another error. */
+static int mgr_rebal_move(struct ctrl_mgr *m, struct zl_volume *v, uint32_t slice, int slot,
+			  long to)
+{
+	const struct zl_slice *cur = &v->slices[slice];
+	const struct mgr_node *nd = &m->nodes[to];
+	struct zl_slice row = *cur;
+	struct zl_volume fresh;
+	char from[ZL_NODE_ID_MAX];
+	int rc;
+
+	snprintf(from, sizeof(from), "%s", cur->nodes[slot]);
+	snprintf(row.nodes[slot], sizeof(row.nodes[slot]), "%s", nd->id);
+	snprintf(row.incarnation[slot], sizeof(row.incarnation[slot]), "%s", nd->info.incarnation);
+	zl_slice_member_set(&row, slot, ZL_MEMBER_RECOVERING);
+	row.term = 0; /* the current one, plus one when the primary moves */
+	if (!ctrl_leader_may_write(m->c))
+		return -ECANCELED;
+	rc = zl_meta_slice_set(m->etcd, m->c->prefix, v->id, slice, cur->version, &row, &fresh);
+	if (rc) {
+		ZL_LOG_WARN(CTRL_LOG,
+			    "manager: vol=%s slice=%u rebalance %s -> %s: row write refused "
+			    "err=%s; next try in a pass",
+			    v->id, slice, from, nd->id, zl_errname(rc));
+		return rc == -ZL_ERR_CONFLICT ? -ZL_ERR_STALE : rc;
+	}
+	ZL_LOG_INFO(CTRL_LOG,
+		    "manager: vol=%s slice=%u rebalance %s -> %s (%s, full copy) version=%" PRIu64
+		    "->%" PRIu64 " term=%u->%u",
+		    v->id, slice, from, nd->id, slot == zl_slice_primary(cur) ? "was the primary"
+									 : "backup",
+		    cur->version, fresh.slices[slice].version, cur->term ? cur->term : 1,
+		    fresh.slices[slice].term);
+	zl_volume_fini(v);
+	*v = fresh;
+	return 0;
+}
+
+/* One rebalance step of volume *v on request *req: starts moves while fewer
+ * than MGR_REBAL_INFLIGHT rows are moving, and deletes the request once the
+ * volume is balanced (every row settled, max - min members per live node
+ * <= 1). 0, -ECANCELED or an error (the next pass retries). */
+static int mgr_rebalance(struct ctrl_mgr *m, struct zl_volume *v, struct zl_rebalance_req *req)
+{
+	uint32_t *cnt, moving;
+	long hi, lo;
+	int rc = 0;
+
+	if (v->replicas <= zl_volume_min_size(v)) {
+		char key[128];
+
+		snprintf(key, sizeof(key), "rebal-min/%s", v->id);
+		if (mgr_once(m, key))
+			ZL_LOG_WARN(CTRL_LOG,
+				    "manager: vol=%s rebalance refused: a move takes one of its %u "
+				    "members out of sync, which would leave fewer than min_size=%u "
+				    "in sync; delete the request (etcdctl del %srebalance/%s)",
+				    v->id, v->replicas, zl_volume_min_size(v), m->c->prefix, v->id);
+		return 0;
+	}
+	cnt = calloc(m->n_nodes ? m->n_nodes : 1, sizeof(*cnt));
+	if (!cnt)
+		return -ENOMEM;
+	for (;;) {
+		uint32_t slice;
+		int slot;
+		long to;
+
+		mgr_rebal_count(m, v, cnt, &moving);
+		mgr_rebal_extremes(m, cnt, &hi, &lo);
+		if (hi < 0)
+			break;
+		if (!moving && cnt[hi] <= cnt[lo] + 1) {
+			if (!ctrl_leader_may_write(m->c)) {
+				rc = -ECANCELED;
+				break;
+			}
+			rc = zl_meta_rebalance_delete(m->etcd, m->c->prefix, req);
+			if (!rc)
+				ZL_LOG_INFO(CTRL_LOG,
+					    "manager: vol=%s rebalance done (requested by %s): "
+					    "%u to %u members per live node",
+					    v->id, req->by, cnt[lo], cnt[hi]);
+			else if (rc == -ZL_ERR_CONFLICT)
+				rc = 0; /* requested again meanwhile: the next pass */
+			break;
+		}
+		if (moving >= MGR_REBAL_INFLIGHT || cnt[hi] <= cnt[lo] + 1)
+			break;
+		if (!mgr_rebal_pick(m, v, cnt, hi, &slice, &slot, &to)) {
+			char key[256];
+
+			snprintf(key, sizeof(key), "rebal/%s/%u/%u/%u", v->id, moving, cnt[hi],
+				 cnt[lo]);
+			if (!moving && mgr_once(m, key))
+				ZL_LOG_WARN(CTRL_LOG,
+					    "manager: vol=%s rebalance stuck: node %s holds %u "
+					    "members, %s %u, but no in-sync row of %s can move to a "
+					    "less loaded node within the failure-domain rules",
+					    v->id, m->nodes[hi].id, cnt[hi], m->nodes[lo].id, cnt[lo],
+					    m->nodes[hi].id);
+			break;
+		}
+		rc = mgr_rebal_move(m, v, slice, slot, to);
+		if (rc)
+			break;
+	}
+	free(cnt);
+	return rc == -ZL_ERR_STALE ? 0 : rc;
+}
+
 /* One leader pass over every volume. 0, -ECANCELED or an etcd error. */
 static int mgr_pass(struct ctrl_mgr *m)
 {
 	struct zl_report *reps = NULL;
 	struct zl_volume *vols = NULL;
-	size_t n_reps = 0, n_vols = 0;
+	struct zl_rebalance_req *rebs = NULL;
+	size_t n_reps = 0, n_vols = 0, n_rebs = 0;
 	int rc;
 
 	/* Reports before volumes: a report written after a row change names
 	 * the new version, which the volume read then has too. */
 	rc = zl_meta_report_list(m->etcd, m->c->prefix, NULL, &reps, &n_reps);
+	if (!rc)
+		rc = zl_meta_rebalance_list(m->etcd, m->c->prefix, &rebs, &n_rebs);
 	if (!rc)
 		rc = zl_meta_volume_list(m->etcd, m->c->prefix, &vols, &n_vols);
 	for (size_t i = 0; !rc && i < n_vols; i++) {
@@ -626,7 +868,23 @@ static int mgr_pass(struct ctrl_mgr *m)
 				break;
 			}
 		}
+		for (size_t k = 0; !rc && k < n_rebs; k++) {
+			if (!strcmp(rebs[k].vol_id, v->id) && mgr_rebalance(m, v, &rebs[k]) == -ECANCELED)
+				rc = -ECANCELED;
+		}
 	}
+	/* Requests of volumes that no longer exist. */
+	for (size_t k = 0; !rc && k < n_rebs; k++) {
+		bool known = false;
+
+		for (size_t i = 0; i < n_vols && !known; i++)
+			known = !strcmp(vols[i].id, rebs[k].vol_id);
+		if (!known && ctrl_leader_may_write(m->c) &&
+		    !zl_meta_rebalance_delete(m->etcd, m->c->prefix, &rebs[k]))
+			ZL_LOG_INFO(CTRL_LOG, "manager: vol=%s rebalance request deleted: the volume "
+				    "does not exist", rebs[k].vol_id);
+	}
+	free(rebs);
 	/* Reports of volumes that no longer exist. */
 	for (size_t k = 0; !rc && k < n_reps; k++) {
 		bool known = false;
@@ -699,7 +957,7 @@ static void *mgr_main(void *arg)
 int ctrl_manager_start(struct ctrl *c, struct zl_etcd *etcd, unsigned int grace_s,
 		       unsigned int down_out_s)
 {
-	static const char *const kinds[3] = {"nodes", "volumes", "reports"};
+	static const char *const kinds[4] = {"nodes", "volumes", "reports", "rebalance"};
 	struct ctrl_mgr *m;
 	pthread_condattr_t ca;
 	char key[256];
@@ -718,7 +976,7 @@ int ctrl_manager_start(struct ctrl *c, struct zl_etcd *etcd, unsigned int grace_
 	pthread_cond_init(&m->cond, &ca);
 	pthread_condattr_destroy(&ca);
 	c->mgr = m;
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 4; i++) {
 		rc = zl_meta_key(key, sizeof(key), c->prefix, kinds[i], NULL);
 		if (!rc)
 			rc = zl_etcd_watch_prefix(etcd, key, 0, mgr_watch_cb, m, &m->watch[i]);
@@ -751,7 +1009,7 @@ void ctrl_manager_stop(struct ctrl *c)
 		pthread_mutex_unlock(&m->lock);
 		pthread_join(m->thread, NULL);
 	}
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < 4; i++)
 		zl_etcd_watch_cancel(m->watch[i]);
 	pthread_cond_destroy(&m->cond);
 	pthread_mutex_destroy(&m->lock);

@@ -438,6 +438,8 @@ int main(int argc, char **argv)
 		rc = zl_storage_scrub_start(st);
 	if (!rc && st->cfg.heal)
 		rc = zl_storage_status_start(st);
+	if (!rc && st->cfg.heal)
+		rc = zl_storage_gc_start(st);
 	if (rc)
 		goto out_fail;
 	rc = zl_storage_server_start(st);
@@ -473,6 +475,7 @@ out_stop:
 	zl_storage_scrub_stop(st);
 	zl_storage_node_stop(node);
 	zl_storage_status_destroy(st); /* the heartbeat no longer reads it */
+	zl_storage_gc_stop(st);
 	zl_storage_tombs_stop(st->tombs);
 	zl_storage_peers_destroy(st->peers);
 	zl_chunk_store_destroy(st->chunks); /* drains disk I/O still in flight */

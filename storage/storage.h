@@ -96,6 +96,7 @@ struct zl_storage {
 	uint32_t n_held;
 	struct zl_timer held_t;
 	struct zl_storage_status *status; /* NULL with --heal=off */
+	struct zl_storage_gc *gc; /* old copies of moved slices (storage_gc.c) */
 };
 
 /* ---- volume cache (storage_vol.c), loop thread only ---- */
@@ -423,6 +424,13 @@ bool zl_storage_ident_member_ok(const struct zl_storage *st, const struct zl_sli
 /* 0 when etcd's cluster record is still ours, -ZL_ERR_IDENTITY when it
  * differs, or an etcd error (blocking). Guards destructive work. */
 int zl_storage_ident_cluster_ok(struct zl_storage *st);
+
+/* ---- old copies of slices moved away (storage_gc.c), loop thread ---- */
+struct zl_storage_gc;
+/* Arms the periodic removal of chunk files of slices this node left. 0 or
+ * -ENOMEM. */
+int zl_storage_gc_start(struct zl_storage *st);
+void zl_storage_gc_stop(struct zl_storage *st);
 
 /* ---- advertised address (storage_addr.c) ---- */
 

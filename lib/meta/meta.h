@@ -389,4 +389,42 @@ int zl_meta_report_list(struct zl_etcd *e, const char *prefix, const char *vol_i
  * -ZL_ERR_INVAL or an etcd error. */
 int zl_meta_report_delete(struct zl_etcd *e, const char *prefix, const struct zl_report *r);
 
+/* ---- rebalance requests: <prefix>rebalance/<vol-id> ----
+ *
+ * `zl volume rebalance` (or an operator) asks the manager to spread the
+ * volume's members evenly over the live nodes (docs/REPLICATION.md §5). The
+ * value is {"requested", "by"}; vol_id comes from the key. The manager
+ * deletes the record once the volume is balanced (max - min members per
+ * live node <= 1). */
+struct zl_rebalance_req {
+	char vol_id[24];             /* "vol-" + 16 hex */
+	int64_t requested;           /* unix seconds, >= 0 */
+	char by[ZL_NODE_ID_MAX];     /* who asked (zl_node_id_check: "zl-cli", a host) */
+	int64_t mod_rev;             /* set by get/list */
+};
+
+/* JSON codec of the value (fuzzed): to_json writes requested and by (NULL for
+ * an invalid request or ENOMEM); from_json fills those two and zeroes the
+ * rest: 0 or -ZL_ERR_INVAL. */
+char *zl_meta_rebalance_to_json(const struct zl_rebalance_req *r);
+int zl_meta_rebalance_from_json(const char *json, size_t len, struct zl_rebalance_req *r);
+/* Checks vol_id, requested and by: 0 or -ZL_ERR_INVAL with the reason in why
+ * (optional). */
+int zl_meta_rebalance_check(const struct zl_rebalance_req *r, char *why, size_t why_len);
+/* Puts the request (no lease: it stays until the manager is done). 0,
+ * -ZL_ERR_INVAL (logged) or an etcd error. */
+int zl_meta_rebalance_put(struct zl_etcd *e, const char *prefix, const struct zl_rebalance_req *r);
+/* Reads the request of vol_id: 0, -ZL_ERR_NOT_FOUND, -ZL_ERR_INVAL or an etcd
+ * error. */
+int zl_meta_rebalance_get(struct zl_etcd *e, const char *prefix, const char *vol_id,
+			  struct zl_rebalance_req *out);
+/* Every request, sorted by vol_id, malformed ones skipped with a log line.
+ * *out malloc'd (NULL when none). 0, -ENOMEM or an etcd error. */
+int zl_meta_rebalance_list(struct zl_etcd *e, const char *prefix, struct zl_rebalance_req **out,
+			   size_t *n);
+/* Deletes the request of r->vol_id; with r->mod_rev > 0 only that revision
+ * (a request put again since stays: -ZL_ERR_CONFLICT). Absent: 0. */
+int zl_meta_rebalance_delete(struct zl_etcd *e, const char *prefix,
+			     const struct zl_rebalance_req *r);
+
 #endif

@@ -1,5 +1,5 @@
 /* libFuzzer target: the etcd record decoders of lib/meta (node, volume,
- * cluster identity, failure report, node status). Anything accepted
+ * cluster identity, failure report, node status, rebalance request). Anything accepted
  * must encode again and decode to the same text (a record the decoder takes
  * but the encoder refuses would be stuck in etcd). */
 #include <stdint.h>
@@ -93,6 +93,23 @@ static void fuzz_status(const char *json, size_t size)
 	free(again);
 }
 
+static void fuzz_rebalance(const char *json, size_t size)
+{
+	struct zl_rebalance_req r, q;
+	char *again;
+
+	if (zl_meta_rebalance_from_json(json, size, &r))
+		return;
+	strcpy(r.vol_id, "vol-0123456789abcdef"); /* from the key */
+	if (zl_meta_rebalance_check(&r, NULL, 0))
+		abort();
+	again = zl_meta_rebalance_to_json(&r);
+	if (!again || zl_meta_rebalance_from_json(again, strlen(again), &q) ||
+	    q.requested != r.requested || strcmp(q.by, r.by))
+		abort();
+	free(again);
+}
+
 /* The input as a report key, and as the value under a valid key. */
 static void fuzz_report_kv(const char *data, size_t size)
 {
@@ -136,5 +153,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	fuzz_report((const char *)data, size);
 	fuzz_report_kv((const char *)data, size);
 	fuzz_status((const char *)data, size);
+	fuzz_rebalance((const char *)data, size);
 	return 0;
 }
