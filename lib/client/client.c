@@ -187,6 +187,7 @@ static void report_reporter_id(const struct zl_client *c, char *out, size_t len)
 int client_report_put(struct zl_client *c, const char *vol_id, uint32_t slice, const char *peer,
 		      const char *error, uint64_t slice_ver)
 {
+	bool bad_copy = !strcmp(error, "CORRUPT") || !strcmp(error, "IO");
 	struct zl_report r;
 	int rc = -ZL_ERR_ETCD;
 
@@ -216,8 +217,10 @@ int client_report_put(struct zl_client *c, const char *vol_id, uint32_t slice, c
 		if (!rc) {
 			ZL_LOG_WARN(CLIENT_LOG,
 				    "failure report put: vol=%s slice=%u peer=%s error=%s "
-				    "slice_ver=%" PRIu64 " reporter=%s; waiting for the manager",
-				    vol_id, slice, peer, error, slice_ver, r.reporter);
+				    "slice_ver=%" PRIu64 " reporter=%s; %s",
+				    vol_id, slice, peer, error, slice_ver, r.reporter,
+				    bad_copy ? "its copy is bad: 'zl volume scrub' repairs it"
+					     : "waiting for the manager");
 			return 0;
 		}
 		if (rc == -ZL_ERR_INVAL)
@@ -226,8 +229,9 @@ int client_report_put(struct zl_client *c, const char *vol_id, uint32_t slice, c
 	}
 	ZL_LOG_ERR(CLIENT_LOG,
 		   "cannot put failure report: vol=%s slice=%u peer=%s error=%s err=%s detail=%s "
-		   "(is etcd reachable?); the I/O keeps waiting",
-		   vol_id, slice, peer, error, zl_errname(rc), zl_etcd_last_error());
+		   "(is etcd reachable?)%s",
+		   vol_id, slice, peer, error, zl_errname(rc), zl_etcd_last_error(),
+		   bad_copy ? "" : "; the I/O keeps waiting");
 	return rc;
 }
 

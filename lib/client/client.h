@@ -9,7 +9,11 @@
  * (and at ZL_WIRE_MAX_IO). Two modes (zl_client_opts.legacy_drop):
  *
  * heal (default; docs/REPLICATION.md §2 "Waiting instead of failing"): reads
- *   and writes go only to the row's primary (zl_slice_primary). The client
+ *   and writes go only to the row's primary (zl_slice_primary), except a
+ *   READ the primary answers CORRUPT or IO (a bad copy): that is reported
+ *   ("CORRUPT"/"IO") and read from the other IN_SYNC members with READ +
+ *   ZL_WF_ANY, failing with the primary's error only when none serves it
+ *   (the client repairs nothing: zl volume scrub does). The client
  *   never changes a row: when the primary gives no answer it puts a failure
  *   report (lib/meta reports/, on a short lease of its own) for the manager,
  *   and every I/O that meets PEERING, NOT_PRIMARY, STALE, NOT_INSYNC,

@@ -138,9 +138,10 @@ uint32_t zl_client_backoff_ms(uint32_t attempt);
  * primary only, nobody is dropped, and the client waits. DONE, FAIL, RETRY
  * (BUSY; a damaged write payload), RELOAD (PEERING, NOT_PRIMARY, STALE,
  * NOT_INSYNC, MIN_SIZE, UNAVAIL, NOT_FOUND, ETCD and CONN/TIMEOUT statuses
- * in a reply: membership is changing) or REPORT (no reply from the primary:
- * CONN or TIMEOUT of the transport). Never FAILOVER nor PROMOTE: a read the
- * primary cannot serve (CORRUPT, IO) fails like a write would. */
+ * in a reply: membership is changing), REPORT (no reply from the primary:
+ * CONN or TIMEOUT of the transport) or, for a READ the primary answered
+ * CORRUPT or IO (its copy is bad), FAILOVER: read the range once from each
+ * other IN_SYNC member with READ + ZL_WF_ANY. Never PROMOTE. */
 enum zl_client_action zl_client_classify_heal(int op, int err, bool transport);
 
 /* Heal-mode backoff before attempt `attempt` (1-based): 0 for the first,
@@ -152,7 +153,8 @@ uint32_t zl_client_heal_backoff_ms(uint32_t attempt);
  * a write), anything else becomes -ZL_ERR_TIMEOUT. */
 int zl_client_heal_final_err(int last_err);
 
-/* The "error" of a failure report for a transport failure err:
+/* The "error" of a failure report about a member that answered err:
+ * "CORRUPT" for -ZL_ERR_CORRUPT and "IO" for -ZL_ERR_IO (a bad copy),
  * "TIMEOUT" for -ZL_ERR_TIMEOUT, else "UNREACHABLE". */
 const char *zl_client_report_error(int err);
 
@@ -254,6 +256,12 @@ struct client_sub {
 	uint8_t flags;
 	int8_t target;		/* replica index in the slice row */
 	uint8_t tried;		/* replicas tried for this read (bit mask) */
+	/* Heal mode: the primary's copy was bad (CORRUPT/IO), the read goes
+	 * to the other IN_SYNC members of row version any_ver, READ +
+	 * ZL_WF_ANY; any_err is the primary's answer, the result if all fail. */
+	bool any;
+	int any_err;
+	uint64_t any_ver;
 	bool need_reload;	/* reload placement before the next send */
 	uint8_t pending;	/* what the timer does: enum client_sub_pending */
 	bool pending_transport; /* pending_err came without a reply */
@@ -294,6 +302,8 @@ struct client_reported {
 	uint64_t slice_ver; /* 0 = none yet */
 	char peer[ZL_NODE_ID_MAX];
 	uint64_t logged_ns; /* last "waited ... for an in-sync primary" line */
+	uint64_t bad_ver;   /* the same for reports of a bad copy (CORRUPT, IO) */
+	char bad_peer[ZL_NODE_ID_MAX];
 };
 
 struct zl_vol {

@@ -7,6 +7,8 @@
  *
  *   start -> send -> SENT --reply--> result: DONE | FAIL       -> done
  *                                            REPORT (heal)      -> report, TIMER
+ *                                            FAILOVER (heal)    -> report, READ
+ *                                                                  ANY elsewhere
  *                                            FAILOVER (legacy)  -> next replica
  *                                            PROMOTE (legacy)   -> slice_drop, retry
  *                                            RELOAD | RETRY     -> TIMER -> send
@@ -15,8 +17,15 @@
  * primary, classification is zl_client_classify_heal, there is no attempt
  * budget, and the time budget is io_timeout from the submit of the user I/O
  * (io->start_ns); REPORT puts one failure report per (slice, peer,
- * slice_ver) (v->reported) and retries with a placement reload. Nothing
- * here changes a row in heal mode. Legacy mode is the 0.1 engine unchanged.
+ * slice_ver) (v->reported) and retries with a placement reload. A READ the
+ * primary answers CORRUPT or IO (its copy is bad) is read around it: one
+ * failure report "CORRUPT"/"IO" about the primary per (slice, peer,
+ * slice_ver), then the same range from each other IN_SYNC member of that row
+ * in turn with READ + ZL_WF_ANY (served from the member's own, CRC-checked
+ * copy) until one answers; when none does, the read fails with the
+ * primary's error. The client writes nothing back: repairing the bad copy is
+ * the storage's scrub (zl volume scrub). Nothing here changes a row in heal
+ * mode. Legacy mode is the 0.1 engine unchanged.
  *
  * Results, retries and completions always run from loop callbacks (reply,
  * timer, defer), never inside a submit call; waiting is timers on the loop,
@@ -205,6 +214,9 @@ static void sub_start(struct client_sub *s)
 
 	s->attempts = 0;
 	s->tried = 0;
+	s->any = false;
+	s->any_err = 0;
+	s->any_ver = 0;
 	s->need_reload = false;
 	s->pending_err = 0;
 	s->last_err = 0;
@@ -347,21 +359,30 @@ static void sub_send(struct client_sub *s)
 	struct client_node *n;
 	uint64_t now = zl_now_ns();
 	uint32_t avoid = 0;
-	/* Heal mode: reads go to the primary like writes (no fallback). */
+	/* Heal mode: reads go to the primary like writes, except around a
+	 * bad copy of the primary (s->any). */
 	bool rd = s->op == ZL_OP_READ && c->legacy_drop;
 	int idx, rc;
 
+	if (s->any && sl->version != s->any_ver) {
+		/* The row moved while reading around a bad copy: its primary
+		 * first again. */
+		s->any = false;
+		s->tried = 0;
+	}
 	s->reload_seq = v->reload_seq;
 	s->sent_ver = sl->version;
-	if (rd) {
+	if (rd || s->any) {
 		for (unsigned i = 0; i < sl->n && i < ZL_MAX_REPLICAS; i++) {
 			n = v->slice_nodes[s->slice * ZL_MAX_REPLICAS + i];
 			if (!n || client_node_is_down(n, now))
 				avoid |= 1u << i;
 		}
 	}
-	idx = zl_client_pick_target(sl, rd, s->tried, avoid);
+	/* s->any: s->tried holds the primary, so this is another IN_SYNC one */
+	idx = zl_client_pick_target(sl, rd || s->any, s->tried, avoid);
 	if (idx < 0) {
+		s->target = -1;
 		/* No in-sync replica (heal: no primary) left to try: reload and
 		 * start over. */
 		s->pending_err = -ZL_ERR_UNAVAIL;
@@ -374,7 +395,7 @@ static void sub_send(struct client_sub *s)
 	s->node = n;
 	memset(&s->hdr, 0, sizeof(s->hdr));
 	s->hdr.opcode = s->op;
-	s->hdr.flags = s->flags;
+	s->hdr.flags = s->flags | (s->any ? ZL_WF_ANY : 0);
 	s->hdr.vol_id = v->meta.num;
 	s->hdr.chunk = s->chunk;
 	s->hdr.offset = s->offset;
@@ -572,14 +593,118 @@ static void sub_report(struct client_sub *s, int err)
 	sub_retry(s, true, false, err);
 }
 
+/* Heal mode: the primary's copy of the range is bad (err CORRUPT or IO).
+ * One failure report about it per (slice, peer, slice_ver), so that the
+ * operator sees it (the manager leaves the row alone: one client's word). */
+static void sub_report_bad_copy(struct client_sub *s, int err)
+{
+	struct zl_vol *v = s->vol;
+	struct zl_client *c = v->c;
+	const struct zl_slice *sl = &v->meta.slices[s->slice];
+	struct client_reported *rp = &v->reported[s->slice];
+	const char *peer = sl->nodes[s->target];
+	int rc;
+
+	if ((rp->bad_ver == s->sent_ver && strcmp(rp->bad_peer, peer) == 0) || etcd_quiet(c))
+		return;
+	rc = client_report_put(c, v->meta.id, s->slice, peer, zl_client_report_error(err),
+			       s->sent_ver);
+	if (!rc) {
+		v->stats.reports++;
+		rp->bad_ver = s->sent_ver;
+		snprintf(rp->bad_peer, sizeof(rp->bad_peer), "%s", peer);
+	} else if (rc != -ZL_ERR_INVAL) {
+		c->etcd_fail_ns = zl_now_ns();
+	}
+}
+
+/* Heal mode, reading around a bad copy: the next IN_SYNC member after a
+ * failed attempt (err), or the end with the primary's error. */
+static void sub_any_next(struct client_sub *s, int err)
+{
+	struct zl_vol *v = s->vol;
+	const struct zl_slice *sl = &v->meta.slices[s->slice];
+
+	if (sl->version == s->any_ver && zl_client_pick_target(sl, true, s->tried, 0) < 0) {
+		ZL_LOG_ERR(CLIENT_LOG,
+			   "read failed: vol=%s slice=%u chunk=%llu offset=%u length=%u: the "
+			   "primary's copy is bad (%s) and no other in-sync member served it "
+			   "(last: %s); see 'zl volume verify %s'",
+			   v->meta.id, s->slice, (unsigned long long)s->chunk, s->offset, s->length,
+			   zl_errname(s->any_err), zl_errname(err), v->meta.name);
+		sub_done(s, s->any_err);
+		return;
+	}
+	sub_retry(s, false, true, err);
+}
+
+/* Heal mode: the primary answered a READ with CORRUPT or IO. Reports it and
+ * reads the range from the other IN_SYNC members, READ + ZL_WF_ANY. */
+static void sub_read_around(struct client_sub *s, int err)
+{
+	struct zl_vol *v = s->vol;
+	const struct zl_slice *sl = &v->meta.slices[s->slice];
+
+	if (sl->version != s->sent_ver || s->target < 0 || s->target >= sl->n ||
+	    s->target >= ZL_MAX_REPLICAS) {
+		/* The row moved since we sent: ask its primary again. */
+		sub_retry(s, false, true, err);
+		return;
+	}
+	v->stats.failovers++;
+	if (zl_ratelimit_ok(&v->rl, 10))
+		ZL_LOG_WARN(CLIENT_LOG,
+			    "bad copy on the primary: vol=%s slice=%u chunk=%llu node=%s err=%s; "
+			    "reading the other in-sync members ('zl volume scrub %s' repairs it)",
+			    v->meta.id, s->slice, (unsigned long long)s->chunk, sub_node_id(s),
+			    zl_errname(err), v->meta.name);
+	sub_report_bad_copy(s, err);
+	s->any = true;
+	s->any_err = err;
+	s->any_ver = sl->version;
+	s->tried = (uint8_t)(1u << s->target);
+	sub_any_next(s, err);
+}
+
+/* Heal mode: the answer of a READ + ZL_WF_ANY around a bad primary copy. */
+static void sub_result_any(struct client_sub *s, int err, uint64_t rep_ver, bool transport)
+{
+	struct zl_vol *v = s->vol;
+
+	if (!err) {
+		if (rep_ver > s->sent_ver)
+			vol_reload_soon(v);
+		sub_done(s, 0);
+		return;
+	}
+	if (err == -ZL_ERR_BUSY && !transport) {
+		sub_retry(s, false, false, err); /* the same member, after a backoff */
+		return;
+	}
+	if (zl_ratelimit_ok(&v->rl, 10))
+		ZL_LOG_WARN(CLIENT_LOG,
+			    "read around a bad copy failed on one member: vol=%s slice=%u "
+			    "chunk=%llu node=%s err=%s",
+			    v->meta.id, s->slice, (unsigned long long)s->chunk, sub_node_id(s),
+			    zl_errname(err));
+	if (s->target >= 0 && s->target < ZL_MAX_REPLICAS)
+		s->tried |= (uint8_t)(1u << s->target);
+	sub_any_next(s, err);
+}
+
 static void sub_result(struct client_sub *s, int err, uint64_t rep_ver, bool transport)
 {
 	struct zl_vol *v = s->vol;
 	const struct zl_slice *sl;
 	int next;
-	enum zl_client_action act = v->c->legacy_drop ? zl_client_classify(s->op, err, transport)
-						       : zl_client_classify_heal(s->op, err, transport);
+	enum zl_client_action act;
 
+	if (s->any) {
+		sub_result_any(s, err, rep_ver, transport);
+		return;
+	}
+	act = v->c->legacy_drop ? zl_client_classify(s->op, err, transport)
+				: zl_client_classify_heal(s->op, err, transport);
 	switch (act) {
 	case ZL_CLIENT_ACT_DONE:
 		if (rep_ver > s->sent_ver)
@@ -595,6 +720,10 @@ static void sub_result(struct client_sub *s, int err, uint64_t rep_ver, bool tra
 		sub_done(s, err);
 		return;
 	case ZL_CLIENT_ACT_FAILOVER:
+		if (!v->c->legacy_drop) {
+			sub_read_around(s, err);
+			return;
+		}
 		v->stats.failovers++;
 		if (s->target >= 0)
 			s->tried |= (uint8_t)(1u << s->target);

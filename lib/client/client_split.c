@@ -135,8 +135,11 @@ enum zl_client_action zl_client_classify_heal(int op, int err, bool transport)
 		return ZL_CLIENT_ACT_RETRY;
 	case ZL_ERR_CORRUPT:
 		/* A write whose payload arrived damaged is sent again; a read
-		 * has nowhere else to go (only the primary serves). */
-		return write ? ZL_CLIENT_ACT_RETRY : ZL_CLIENT_ACT_FAIL;
+		 * found a bad block in the primary's copy: the other IN_SYNC
+		 * members have good ones (READ + ZL_WF_ANY). */
+		return write ? ZL_CLIENT_ACT_RETRY : ZL_CLIENT_ACT_FAILOVER;
+	case ZL_ERR_IO:
+		return write ? ZL_CLIENT_ACT_FAIL : ZL_CLIENT_ACT_FAILOVER;
 	default:
 		return ZL_CLIENT_ACT_FAIL;
 	}
@@ -158,5 +161,14 @@ int zl_client_heal_final_err(int last_err)
 
 const char *zl_client_report_error(int err)
 {
-	return err == -ZL_ERR_TIMEOUT ? "TIMEOUT" : "UNREACHABLE";
+	switch (-err) {
+	case ZL_ERR_CORRUPT:
+		return "CORRUPT";
+	case ZL_ERR_IO:
+		return "IO";
+	case ZL_ERR_TIMEOUT:
+		return "TIMEOUT";
+	default:
+		return "UNREACHABLE";
+	}
 }

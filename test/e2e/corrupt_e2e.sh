@@ -1,16 +1,31 @@
 #!/usr/bin/env bash
-# E2E: one flipped byte in one replica's chunk file. Reads must still return
-# the right data (two good copies remain: when the damaged one is the
-# primary's, the read is served from a good copy, never failed) and the
-# daemon that holds the bad replica must log the corruption with volume,
-# chunk and block. Runs with the defaults: manager on, storage healing on.
-# Each node's replica is damaged in turn (and repaired after), so the primary
-# of the slice is certainly among them.
+# E2E: one flipped byte in one replica's chunk file, with the defaults (the
+# manager cl_e2e_begin starts, storage healing on, the client in heal mode).
+# Each node's replica of chunk 0 is damaged in turn (and restored by hand
+# after), so the primary of its slice is certainly among them:
+#   - the export equals the input every time (a bad copy on the primary is
+#     read around: the client reads the other in-sync members, READ +
+#     ZL_WF_ANY);
+#   - the damaged daemon logs the corruption with volume, chunk and block:
+#     the primary during the export, a backup when `zl volume verify` (exit
+#     1, naming that node and chunk 0) reads it;
+#   - only when the primary's copy is bad, the client puts a failure report
+#     error=CORRUPT about the primary for slice 0 (seen in etcd's history
+#     through etcdctl, not through lib/meta), and the rows do not change.
+# Last, the primary's copy is damaged again and left so: the export still
+# matches, `zl volume scrub` repairs it (a "scrub repaired" line naming the
+# primary), `zl volume verify` exits 0, the three replica files hold the
+# same data block again (read directly), and the export still matches.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
-fail() { echo "corrupt_e2e: FAIL: $*" >&2; for f in "$CL_DIR"/storage-*/log; do echo "--- $f" >&2; tail -15 "$f" >&2; done; exit 1; }
+fail() {
+	echo "corrupt_e2e: FAIL: $*" >&2
+	for f in "$CL_DIR"/storage-*/log "$CL_DIR"/manager/log; do echo "--- $f" >&2; tail -15 "$f" >&2; done
+	exit 1
+}
 cl_e2e_begin e2e-corrupt "$1" 3 || fail "cluster did not start"
+ETCDCTL=(etcdctl --endpoints "$CL_ETCD")
 
 "$ZL" volume create cvol --size 16M --replicas 3 --chunk-size 4M || fail "create"
 head -c 16M /dev/urandom >"$CL_DIR/in"
@@ -18,24 +33,82 @@ head -c 16M /dev/urandom >"$CL_DIR/in"
 vid=$("$ZL" volume inspect cvol | grep -o 'vol-[0-9a-f]\{16\}' | head -1)
 [ -n "$vid" ] || fail "no volume id in 'zl volume inspect' output"
 
-detected=0
+# The primary of slice 0 (chunk 0): its first in_sync member, from etcd.
+cl_rows "$vid" >"$CL_DIR/rows0" || fail "cannot read the rows of $vid"
+prim=$(awk '$1 == 0 {for (i = 4; i <= NF; i++) if ($i ~ /:in_sync$/) {sub(/:in_sync$/, "", $i); print $i; exit}}' "$CL_DIR/rows0")
+[ -n "$prim" ] || fail "slice 0 has no in-sync member: $(cat "$CL_DIR/rows0")"
+echo "corrupt_e2e: slice 0 row: $(awk '$1 == 0' "$CL_DIR/rows0"); primary $prim"
+
+etcd_rev() { "${ETCDCTL[@]}" get /zipline/ --limit 1 -w json | grep -o '"revision":[0-9]*' | head -1 | cut -d: -f2; }
+# reports_since REV: the puts under reports/<vid>/ since REV (replayed
+# history: the client's reports are gone with its lease when it exits).
+reports_since() {
+	timeout 3 "${ETCDCTL[@]}" watch --prefix "/zipline/reports/$vid/" --rev "$1" 2>/dev/null || true
+}
+corrupt_lines() { grep -i "corrupt" "$CL_DIR/storage-$1/log" | grep "$vid" | grep -c "chunk=0 block=3" || true; }
+chunk_file() { echo "$CL_DIR/storage-$1/data/chunks/$vid/0000000000000000.zlc"; }
+
 for i in 1 2 3; do
-	f="$CL_DIR/storage-$i/data/chunks/$vid/0000000000000000.zlc"
+	f=$(chunk_file "$i")
 	[ -f "$f" ] || fail "replica of chunk 0 missing on node-$i ($f)"
 	# Flip one byte of data block 3 (the data offset comes from the header).
 	off=$(cl_chunk_block_off "$f" 3 123) || fail "cannot locate block 3 in $f"
 	cl_flip_byte "$f" "$off"
-	"$ZL" volume export cvol "$CL_DIR/out" || fail "export with a damaged replica on node-$i"
+	before=$(corrupt_lines "$i")
+	rev=$(($(etcd_rev) + 1))
+	"$ZL" volume export cvol "$CL_DIR/out" 2>"$CL_DIR/export-$i.err" ||
+		{ cat "$CL_DIR/export-$i.err" >&2; fail "export with a damaged replica on node-$i"; }
 	cmp "$CL_DIR/in" "$CL_DIR/out" || fail "wrong data read with a damaged replica on node-$i"
-	if grep -i "corrupt" "$CL_DIR/storage-$i/log" | grep -q "$vid" ; then
-		line=$(grep -i "corrupt" "$CL_DIR/storage-$i/log" | grep "$vid" | tail -1)
-		echo "$line" | grep -q "chunk=0" || fail "corruption log line lacks chunk=0: $line"
-		echo "$line" | grep -q "block=3" || fail "corruption log line lacks block=3: $line"
-		detected=$((detected + 1))
-		echo "corrupt_e2e: node-$i logged: $line"
+	reports_since "$rev" >"$CL_DIR/reports-$i"
+	if [ "node-$i" = "$prim" ]; then
+		[ "$(corrupt_lines "$i")" -gt "$before" ] || fail "primary node-$i did not log the corruption of chunk 0 block 3 during the export"
+		grep -q "/zipline/reports/$vid/0/.*/node-$i\$" "$CL_DIR/reports-$i" ||
+			fail "no failure report about node-$i for slice 0 in etcd: $(cat "$CL_DIR/reports-$i")"
+		grep -q '"error":"CORRUPT"' "$CL_DIR/reports-$i" || fail "the report is not error=CORRUPT: $(cat "$CL_DIR/reports-$i")"
+		echo "corrupt_e2e: node-$i (primary) damaged: export matches, logged, report: $(grep -o '{.*}' "$CL_DIR/reports-$i" | head -1)"
+	else
+		[ ! -s "$CL_DIR/reports-$i" ] || fail "a failure report with node-$i's backup copy damaged: $(cat "$CL_DIR/reports-$i")"
 	fi
-	# Repair the byte so the next round damages exactly one replica again.
+	# verify reads every in-sync copy: it finds the damage on node-i, and
+	# node-i logs it.
+	set +e
+	"$ZL" volume verify cvol >"$CL_DIR/verify-$i" 2>&1
+	rc=$?
+	set -e
+	[ "$rc" -eq 1 ] || { cat "$CL_DIR/verify-$i" >&2; fail "verify with node-$i's copy damaged exited $rc, not 1"; }
+	grep -q "^chunk 0: node-$i " "$CL_DIR/verify-$i" || { cat "$CL_DIR/verify-$i" >&2; fail "verify did not name chunk 0 on node-$i"; }
+	[ "$(corrupt_lines "$i")" -gt "$before" ] || fail "node-$i did not log the corruption of chunk 0 block 3"
+	echo "corrupt_e2e: node-$i logged: $(grep -i corrupt "$CL_DIR/storage-$i/log" | grep "$vid" | tail -1)"
+	# Restore the byte so the next round damages exactly one replica again.
 	cl_flip_byte "$f" "$off"
 done
-[ "$detected" -ge 1 ] || fail "no daemon logged the corruption"
-echo "corrupt_e2e: PASS ($detected node(s) detected and logged the damaged block)"
+cl_rows "$vid" >"$CL_DIR/rows1" || fail "cannot read the rows of $vid"
+cmp -s "$CL_DIR/rows0" "$CL_DIR/rows1" || fail "rows changed: $(cat "$CL_DIR/rows0") -> $(cat "$CL_DIR/rows1")"
+"$ZL" volume verify cvol >"$CL_DIR/verify-ok" 2>&1 || { cat "$CL_DIR/verify-ok" >&2; fail "verify after restoring the bytes"; }
+
+# Leave the primary's copy damaged; scrub repairs it.
+n=${prim#node-}
+f=$(chunk_file "$n")
+off=$(cl_chunk_block_off "$f" 3 123) || fail "cannot locate block 3 in $f"
+cl_flip_byte "$f" "$off"
+"$ZL" volume export cvol "$CL_DIR/out" || fail "export with the primary's copy damaged (before the scrub)"
+cmp "$CL_DIR/in" "$CL_DIR/out" || fail "wrong data read with the primary's copy damaged (before the scrub)"
+"$ZL" volume scrub cvol >"$CL_DIR/scrub" 2>&1 || { cat "$CL_DIR/scrub" >&2; fail "scrub"; }
+cat "$CL_DIR/scrub"
+grep -h "scrub repaired" "$CL_DIR"/storage-*/log | grep "$vid" >"$CL_DIR/repairs" || true
+grep -q "chunk=0 member=$prim reason=crc" "$CL_DIR/repairs" || fail "no 'scrub repaired' line for chunk 0 on $prim: $(cat "$CL_DIR/repairs")"
+"$ZL" volume verify cvol >"$CL_DIR/verify-end" 2>&1 || { cat "$CL_DIR/verify-end" >&2; fail "verify after the scrub"; }
+# The data block, read from the three replica files directly.
+for i in 1 2 3; do
+	g=$(chunk_file "$i")
+	o=$(cl_chunk_block_off "$g" 3 0) || fail "cannot locate block 3 in $g"
+	head -c $((o + 4096)) "$g" | tail -c 4096 | sha256sum | cut -d' ' -f1
+done | sort -u >"$CL_DIR/blocks"
+[ "$(wc -l <"$CL_DIR/blocks")" -eq 1 ] || fail "block 3 of chunk 0 differs between the replica files after the scrub"
+[ "$(cat "$CL_DIR/blocks")" = "$(head -c $((4 * 4096)) "$CL_DIR/in" | tail -c 4096 | sha256sum | cut -d' ' -f1)" ] ||
+	fail "block 3 of chunk 0 in the replica files is not what was imported"
+before=$(corrupt_lines "$n")
+"$ZL" volume export cvol "$CL_DIR/out" || fail "export after the scrub"
+cmp "$CL_DIR/in" "$CL_DIR/out" || fail "wrong data read after the scrub"
+[ "$(corrupt_lines "$n")" -eq "$before" ] || fail "$prim still finds corruption after the scrub"
+echo "corrupt_e2e: PASS (each damaged copy: export matches and its daemon logged it; the primary's: CORRUPT report, read around; scrub repaired it, verify clean)"

@@ -59,7 +59,7 @@ class Node:
         self.proc = subprocess.Popen(
             [os.path.join(BIN, "zipline-node"), "--endpoint", self.ep, "--node-id", self.node_id,
              "--etcd", ETCD, "--state-dir", self.state, "--kubelet-dir", WORK,
-             "--transport", "tcp", "--log-level", "info"],
+             "--transport", "tcp", "--log-level", "info", "--io-timeout", "120"],
             stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
         logf.close()
         with open(os.path.join(self.dir, "pid"), "w") as f:
@@ -612,6 +612,12 @@ def test_kill9(node, vol, staging, target, sums):
         killed.set()
         fail("the write load was not running at the kill (dd rc %s, attach pids %s)"
              % (dd.returncode, pids))
+    for p in pids:
+        with open("/proc/%d/cmdline" % p, "rb") as f:
+            argv = f.read().split(b"\0")
+        if b"--io-timeout" not in argv or argv[argv.index(b"--io-timeout") + 1] != b"120":
+            killed.set()
+            fail("attach process %d did not get zipline-node's --io-timeout 120: %s" % (p, argv))
     node.kill9()
     log("zipline-node %s killed with SIGKILL during writes (attach pids %s)"
         % (node.node_id, pids))

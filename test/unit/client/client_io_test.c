@@ -2,7 +2,8 @@
  * on the test's own loop, with a real etcd (ZL_TEST_ETCD). The fake follows
  * docs/PROTOCOL-NOTES.md: slice versions (reloading its cached record when a
  * request carries a newer one), primary-only writes replicated to the in-sync
- * replicas, in-sync-only reads; switches make a node close connections on
+ * replicas, in-sync-only reads, READ + ZL_WF_ANY served by any node from its
+ * own copy (no row checks); switches make a node close connections on
  * WRITE, answer CORRUPT to READ or a given error to writes. Tests run in the
  * client's heal mode (the default) unless set up legacy (legacy_drop, 0.1). */
 #include <setjmp.h>
@@ -42,6 +43,7 @@ struct fake_node {
 	int err_left;	/* writes answered with err_status before working again */
 	int err_status;
 	int nonprimary_reads; /* reads served while not the slice's primary */
+	int any_reads;	      /* READ + ZL_WF_ANY served */
 	int hellos, reads, writes, flushes, deletes, pings, stales, corrupts, closes, wrong_role;
 };
 
@@ -151,6 +153,34 @@ static void fake_write_done(void *arg, int status)
 	free(w);
 }
 
+/* READ + ZL_WF_ANY: this node's own copy, whatever its role; aux = the
+ * copy's version (the fake has one per node: 1). */
+static void fake_read_any(struct fake_node *fn, struct zl_xport_conn *c,
+			  const struct zl_wire_hdr *h)
+{
+	struct env *e = fn->env;
+	struct zl_wire_hdr rep;
+	int status = 0;
+
+	if (h->vol_id != e->meta.num)
+		status = -ZL_ERR_NOT_FOUND;
+	else if (h->chunk >= NCHUNK || (uint64_t)h->offset + h->length > CS)
+		status = -ZL_ERR_RANGE;
+	else if (fn->corrupt_reads)
+		status = -ZL_ERR_CORRUPT;
+	if (status == -ZL_ERR_CORRUPT)
+		fn->corrupts++;
+	if (status) {
+		fake_reply(c, h, status, 0, NULL, 0);
+		return;
+	}
+	fn->any_reads++;
+	zl_wire_reply_init(h, &rep, 0);
+	rep.slice_ver = e->meta.slices[h->chunk % e->meta.n_slices].version;
+	rep.aux = 1;
+	zl_xport_reply(c, &rep, fn->data + h->chunk * CS + h->offset, h->length, NULL, NULL);
+}
+
 static void fake_on_request(void *arg, struct zl_xport_conn *c, const struct zl_wire_hdr *h,
 			    struct zl_xport_payload *p)
 {
@@ -179,6 +209,10 @@ static void fake_on_request(void *arg, struct zl_xport_conn *c, const struct zl_
 		fake_reply(c, h, 0, 0, NULL, 0);
 		return;
 	case ZL_OP_READ:
+		if (h->flags & ZL_WF_ANY) {
+			fake_read_any(fn, c, h);
+			return;
+		}
 		s = fake_slice(fn, h, &status);
 		if (!s) {
 			fake_reply(c, h, status, 0, NULL, 0);
@@ -910,24 +944,161 @@ static void test_heal_peering_min_size(void **state)
 	zl_client_destroy(cli);
 }
 
-/* Only the primary serves reads: a corrupt block there is not read from the
- * backup by the client (repair is the storage's business). */
-static void test_heal_primary_only_reads(void **state)
+/* What the manager would write: every slice gets the third node as a third
+ * member, fake-(s%3), fake-((s+1)%3), fake-((s+2)%3), IN_SYNC unless it is
+ * fake-2 in slice 0 and rec02 (then RECOVERING); versions +1. */
+static void rows_three(struct env *e, bool rec02)
+{
+	struct zl_volume v;
+
+	assert_int_equal(zl_meta_volume_get(e->etcd, e->prefix, e->vol_id, &v), 0);
+	v.replicas = 3;
+	for (uint32_t sl = 0; sl < v.n_slices; sl++) {
+		v.slices[sl].n = 3;
+		for (int i = 0; i < 3; i++) {
+			snprintf(v.slices[sl].nodes[i], ZL_NODE_ID_MAX, "fake-%u",
+				 (sl + (unsigned)i) % NNODES);
+			zl_slice_member_set(&v.slices[sl], i,
+					    rec02 && sl == 0 && i == 2 ? ZL_MEMBER_RECOVERING
+								       : ZL_MEMBER_IN_SYNC);
+		}
+		v.slices[sl].version++;
+	}
+	assert_int_equal(zl_meta_volume_update(e->etcd, e->prefix, &v), 0);
+	zl_volume_fini(&v);
+	/* the fake storage learns it first: the client meets STALE */
+	zl_volume_fini(&e->meta);
+	assert_int_equal(zl_meta_volume_get(e->etcd, e->prefix, e->vol_id, &e->meta), 0);
+}
+
+static int total_nonprimary_reads(struct env *e)
+{
+	int n = 0;
+
+	for (int i = 0; i < NNODES; i++)
+		n += e->nodes[i].nonprimary_reads;
+	return n;
+}
+
+/* The primary of slice 0 finds a bad block: the client reports it once
+ * ("CORRUPT") and reads the range from the backup with READ + ZL_WF_ANY;
+ * nothing is written back, the row is untouched, nobody is promoted. */
+static void test_heal_read_around_corrupt(void **state)
 {
 	struct env *e = *state;
 	struct zl_vol_stats st;
-	uint8_t buf[4096];
-	int r1;
+	uint8_t *wbuf = malloc(2 * CS), *rbuf = malloc(2 * CS);
+	struct zl_report *r;
+	struct zl_volume v;
+	size_t n = 0;
+	int w0, w1;
 
-	fill_pattern(buf, sizeof(buf), 15);
-	assert_int_equal(zl_vol_write(e->vol, buf, 4 * CS, sizeof(buf)), 0);
-	r1 = e->nodes[1].reads;
+	assert_non_null(wbuf);
+	assert_non_null(rbuf);
+	fill_pattern(wbuf, 2 * CS, 15);
+	/* chunks 4 and 8: slice 0 = fake-0 (primary), fake-1 */
+	assert_int_equal(zl_vol_write(e->vol, wbuf, 4 * CS, CS), 0);
+	assert_int_equal(zl_vol_write(e->vol, wbuf + CS, 8 * CS, CS), 0);
+	w0 = e->nodes[0].writes;
+	w1 = e->nodes[1].writes;
 	e->nodes[0].corrupt_reads = true;
-	assert_int_equal(zl_vol_read(e->vol, buf, 4 * CS, sizeof(buf)), -ZL_ERR_CORRUPT);
-	assert_int_equal(e->nodes[1].reads, r1);
+	memset(rbuf, 0, 2 * CS);
+	assert_int_equal(zl_vol_read(e->vol, rbuf, 4 * CS + 100, 5000), 0);
+	assert_memory_equal(rbuf, wbuf + 100, 5000);
+	assert_true(e->nodes[0].corrupts >= 1);
+	assert_int_equal(e->nodes[1].any_reads, 1);
+	/* another chunk of the slice: served the same way, no second report */
+	assert_int_equal(zl_vol_read(e->vol, rbuf, 8 * CS, CS), 0);
+	assert_memory_equal(rbuf, wbuf + CS, CS);
+	assert_true(e->nodes[1].any_reads >= 2);
+	assert_int_equal(total_nonprimary_reads(e), 0);
+	/* one report, about the primary, CORRUPT */
+	r = reports_of(e, &n);
+	assert_int_equal(n, 1);
+	assert_int_equal(r[0].slice, 0);
+	assert_string_equal(r[0].reporter, "unit-client");
+	assert_string_equal(r[0].peer, "fake-0");
+	assert_string_equal(r[0].error, "CORRUPT");
+	assert_int_equal(r[0].slice_ver, 1);
+	assert_true(r[0].lease > 0);
+	free(r);
 	zl_vol_get_stats(e->vol, &st);
-	assert_int_equal(st.failovers, 0);
+	assert_int_equal(st.reports, 1);
+	assert_true(st.failovers >= 2);
 	assert_int_equal(st.promotions, 0);
+	/* the client wrote nothing, the row is as it was */
+	assert_int_equal(e->nodes[0].writes, w0);
+	assert_int_equal(e->nodes[1].writes, w1);
+	assert_int_equal(zl_meta_volume_get(e->etcd, e->prefix, e->vol_id, &v), 0);
+	assert_int_equal(v.slices[0].version, 1);
+	assert_true(v.slices[0].in_sync[0] && v.slices[0].in_sync[1]);
+	zl_volume_fini(&v);
+	/* the primary healed (scrub): reads go to it again, no ANY read */
+	e->nodes[0].corrupt_reads = false;
+	n = (size_t)e->nodes[1].any_reads;
+	assert_int_equal(zl_vol_read(e->vol, rbuf, 4 * CS, CS), 0);
+	assert_memory_equal(rbuf, wbuf, CS);
+	assert_int_equal(e->nodes[1].any_reads, (int)n);
+	free(wbuf);
+	free(rbuf);
+}
+
+/* Both copies of slice 0 are bad: -ZL_ERR_CORRUPT at once (no waiting for
+ * io_timeout), after the backup was asked; other slices serve meanwhile. */
+static void test_heal_read_around_all_bad(void **state)
+{
+	struct env *e = *state;
+	uint8_t buf[4096];
+	struct zl_report *r;
+	size_t n = 0;
+	uint64_t t0;
+
+	fill_pattern(buf, sizeof(buf), 16);
+	assert_int_equal(zl_vol_write(e->vol, buf, 4 * CS, sizeof(buf)), 0);
+	e->nodes[0].corrupt_reads = true;
+	e->nodes[1].corrupt_reads = true;
+	t0 = zl_now_ms();
+	assert_int_equal(zl_vol_read(e->vol, buf, 4 * CS, sizeof(buf)), -ZL_ERR_CORRUPT);
+	assert_true(zl_now_ms() - t0 < 2000);
+	assert_int_equal(e->nodes[0].corrupts, 1);
+	assert_int_equal(e->nodes[1].corrupts, 1); /* once, READ + ZL_WF_ANY */
+	assert_int_equal(e->nodes[1].any_reads, 0);
+	r = reports_of(e, &n);
+	assert_int_equal(n, 1);
+	assert_string_equal(r[0].peer, "fake-0");
+	assert_string_equal(r[0].error, "CORRUPT");
+	free(r);
+	/* slice 2 (fake-2, fake-0) is fine */
+	assert_int_equal(zl_vol_read(e->vol, buf, 2 * CS, sizeof(buf)), 0);
+}
+
+/* Three members: the first backup is bad too, the second serves. A member
+ * that is not IN_SYNC (RECOVERING) is never read around a bad copy. */
+static void test_heal_read_around_members(void **state)
+{
+	struct env *e = *state;
+	uint8_t wbuf[8192], rbuf[8192];
+
+	rows_three(e, false);
+	fill_pattern(wbuf, sizeof(wbuf), 17);
+	assert_int_equal(zl_vol_write(e->vol, wbuf, 4 * CS + 4096, sizeof(wbuf)), 0);
+	assert_memory_equal(e->nodes[2].data + 4 * CS + 4096, wbuf, sizeof(wbuf));
+	e->nodes[0].corrupt_reads = true;
+	e->nodes[1].corrupt_reads = true;
+	memset(rbuf, 0, sizeof(rbuf));
+	assert_int_equal(zl_vol_read(e->vol, rbuf, 4 * CS + 4096, sizeof(rbuf)), 0);
+	assert_memory_equal(rbuf, wbuf, sizeof(rbuf));
+	assert_int_equal(e->nodes[1].corrupts, 1);
+	assert_int_equal(e->nodes[2].any_reads, 1);
+
+	/* fake-2 RECOVERING: holds the data, but is not asked */
+	rows_three(e, true);
+	e->nodes[2].any_reads = 0;
+	e->nodes[1].corrupts = 0;
+	assert_int_equal(zl_vol_read(e->vol, rbuf, 4 * CS + 4096, sizeof(rbuf)), -ZL_ERR_CORRUPT);
+	assert_int_equal(e->nodes[1].corrupts, 1);
+	assert_int_equal(e->nodes[2].any_reads, 0);
+	assert_int_equal(total_nonprimary_reads(e), 0);
 }
 
 /* True when node's tombstones name the test volume. */
@@ -1022,7 +1193,9 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_heal_node_down, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_heal_timeout, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_heal_peering_min_size, env_setup, env_teardown),
-	    cmocka_unit_test_setup_teardown(test_heal_primary_only_reads, env_setup, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_heal_read_around_corrupt, env_setup, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_heal_read_around_all_bad, env_setup, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_heal_read_around_members, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_volume_delete, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_volume_delete_attached, env_setup, env_teardown),
 	};

@@ -228,16 +228,17 @@ static void test_backoff(void **state)
 }
 
 /* Heal mode: the retryable set of the shared contract (docs/REPLICATION.md
- * §2) reloads, a primary without answer is reported, nothing fails over or
- * promotes, the rest fails as in 0.1. */
+ * §2) reloads, a primary without answer is reported, nothing promotes, only
+ * a READ the primary answered CORRUPT or IO fails over (to READ + ZL_WF_ANY
+ * on the other IN_SYNC members), the rest fails as in 0.1. */
 static void test_classify_heal(void **state)
 {
 	static const int retry[] = {ZL_ERR_PEERING,   ZL_ERR_NOT_PRIMARY, ZL_ERR_STALE,
 				    ZL_ERR_NOT_INSYNC, ZL_ERR_MIN_SIZE,	  ZL_ERR_UNAVAIL,
 				    ZL_ERR_CONN,       ZL_ERR_TIMEOUT,	  ZL_ERR_NOT_FOUND,
 				    ZL_ERR_ETCD};
-	static const int fail[] = {ZL_ERR_RANGE, ZL_ERR_INVAL, ZL_ERR_NOSPC,
-				   ZL_ERR_PROTO, ZL_ERR_IO,    ZL_ERR_IDENTITY};
+	static const int fail[] = {ZL_ERR_RANGE, ZL_ERR_INVAL, ZL_ERR_NOSPC, ZL_ERR_PROTO,
+				   ZL_ERR_IDENTITY};
 	static const int ops[] = {ZL_OP_READ, ZL_OP_WRITE, ZL_OP_FLUSH, ZL_OP_DISCARD,
 				  ZL_OP_WRITE_ZEROES};
 
@@ -263,18 +264,28 @@ static void test_classify_heal(void **state)
 				 ZL_CLIENT_ACT_RETRY);
 		assert_int_equal(zl_client_classify_heal(op, -ZL_ERR_INVAL, true),
 				 ZL_CLIENT_ACT_FAIL);
-		/* never the 0.1 actions */
+		/* never a promotion; failover only for a bad copy read */
 		for (int e = 0; e < 5000; e++) {
 			enum zl_client_action a = zl_client_classify_heal(op, -e, e & 1);
+			bool bad_read =
+			    op == ZL_OP_READ && !(e & 1) && (e == ZL_ERR_CORRUPT || e == ZL_ERR_IO);
 
-			assert_true(a != ZL_CLIENT_ACT_FAILOVER && a != ZL_CLIENT_ACT_PROMOTE);
+			assert_true(a != ZL_CLIENT_ACT_PROMOTE);
+			assert_true((a == ZL_CLIENT_ACT_FAILOVER) == bad_read);
 		}
 	}
-	/* a damaged write payload is sent again; a bad read has no other copy */
+	/* a damaged write payload is sent again, a write that failed on disk fails; a
+	 * bad copy read goes to the other IN_SYNC members */
 	assert_int_equal(zl_client_classify_heal(ZL_OP_WRITE, -ZL_ERR_CORRUPT, false),
 			 ZL_CLIENT_ACT_RETRY);
-	assert_int_equal(zl_client_classify_heal(ZL_OP_READ, -ZL_ERR_CORRUPT, false),
+	assert_int_equal(zl_client_classify_heal(ZL_OP_WRITE, -ZL_ERR_IO, false),
 			 ZL_CLIENT_ACT_FAIL);
+	assert_int_equal(zl_client_classify_heal(ZL_OP_FLUSH, -ZL_ERR_IO, false),
+			 ZL_CLIENT_ACT_FAIL);
+	assert_int_equal(zl_client_classify_heal(ZL_OP_READ, -ZL_ERR_CORRUPT, false),
+			 ZL_CLIENT_ACT_FAILOVER);
+	assert_int_equal(zl_client_classify_heal(ZL_OP_READ, -ZL_ERR_IO, false),
+			 ZL_CLIENT_ACT_FAILOVER);
 	/* legacy classification is unchanged by the heal one */
 	assert_int_equal(zl_client_classify(ZL_OP_WRITE, -ZL_ERR_CONN, true),
 			 ZL_CLIENT_ACT_PROMOTE);
@@ -317,6 +328,8 @@ static void test_heal_final_err(void **state)
 	assert_int_equal(zl_client_heal_final_err(0), -ZL_ERR_TIMEOUT);
 	assert_string_equal(zl_client_report_error(-ZL_ERR_TIMEOUT), "TIMEOUT");
 	assert_string_equal(zl_client_report_error(-ZL_ERR_CONN), "UNREACHABLE");
+	assert_string_equal(zl_client_report_error(-ZL_ERR_CORRUPT), "CORRUPT");
+	assert_string_equal(zl_client_report_error(-ZL_ERR_IO), "IO");
 	assert_true(strlen(zl_client_report_error(-ZL_ERR_CONN)) < ZL_META_ERROR_NAME_MAX);
 }
 
