@@ -115,6 +115,7 @@ struct zl_storage_heal {
 	struct zl_timer tick;
 	int64_t lease;
 	uint64_t lease_renewed_ms;
+	uint64_t rate_next_ms; /* --recovery-mbps, for the whole daemon: end of the last reserved piece */
 	bool stopping;
 };
 
@@ -568,9 +569,12 @@ static void heal_wait_then(struct heal_member *m, uint32_t bytes, zl_loop_cb nex
 	struct zl_storage *st = m->h->st;
 	uint64_t now = zl_now_ms(), cost;
 
-	/* bits / (mbps * 1000) = milliseconds */
+	/* bits / (mbps * 1000) = milliseconds. The budget is the daemon's, shared
+	 * by every recovery job (all slices, all members), so client I/O keeps its
+	 * share however many slices recover at once. */
 	cost = (uint64_t)bytes * 8 / ((uint64_t)st->cfg.recovery_mbps * 1000);
-	m->next_ms = ZL_MAX(m->next_ms, now) + cost;
+	m->h->rate_next_ms = ZL_MAX(m->h->rate_next_ms, now) + cost;
+	m->next_ms = m->h->rate_next_ms;
 	m->phase = HP_WAIT;
 	if (m->next_ms <= now)
 		zl_loop_defer(st->loop, &m->d, next, m);
