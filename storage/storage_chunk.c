@@ -1135,7 +1135,7 @@ static void chunk_crc_rollback(struct chunk *c, uint32_t b0, uint32_t b1)
  * A lower claim is always safe (the chunk only looks older). */
 static uint64_t chunk_durable_ver(const struct chunk *c)
 {
-	const struct op_list *lists[2] = { &c->active, &c->waiting };
+	const struct op_list *lists[2] = {&c->active, &c->waiting};
 	uint64_t v = c->version;
 
 	for (int l = 0; l < 2; l++)

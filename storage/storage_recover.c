@@ -60,8 +60,8 @@ struct heal_seq {
 	uint32_t slice;
 	uint32_t term;
 	uint32_t seq; /* last sequence number handed out in term */
-	uint64_t n_busy;  /* entries of busy */
-	uint16_t *busy;	  /* per local chunk: client writes planned, I/O not ended */
+	uint64_t n_busy; /* entries of busy */
+	uint16_t *busy;	 /* per local chunk: client writes planned, I/O not ended */
 };
 
 enum heal_phase {

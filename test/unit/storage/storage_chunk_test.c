@@ -920,8 +920,8 @@ static void test_kill9_under_load(void **state)
 		assert_int_equal(zl_chunk_version(e->s, VOL, 50, CS, &ver), 0);
 		for (uint32_t b = 0; b < KILL_BLOCKS; b++)
 			if (pend[b].kind && pend[b].seed <= ver)
-				assert_true(kill_matches(back_all + (size_t)b * 4096, pend[b].kind, b,
-							 pend[b].seed));
+				assert_true(kill_matches(back_all + (size_t)b * 4096, pend[b].kind,
+							 b, pend[b].seed));
 		assert_true(ver >= prev_ver);
 		prev_ver = ver;
 	}
