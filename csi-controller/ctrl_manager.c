@@ -32,6 +32,10 @@
 #define MGR_ROW_ROUNDS 4
 /* Remembered "waits" lines (logged once per row version and reason). */
 #define MGR_ONCE_SLOTS 256
+/* M2 after M5: how long a member set OUT on a primary's failure report
+ * stays out while its node record lives on unchanged (the storage node
+ * lease, NODE_LEASE_TTL in storage/storage_node.c). */
+#define MGR_M2_HOLD_MS 10000
 
 /* One storage node as the manager last saw it. */
 struct mgr_node {
@@ -40,6 +44,8 @@ struct mgr_node {
 	uint64_t gone_ms;	/* zl_now_ms when first seen absent; 0 while present */
 	struct zl_node_info info; /* last record seen (valid once seen) */
 	bool seen;
+	uint64_t out_ms;     /* zl_now_ms when M5 last set a member of it OUT; 0: never */
+	int64_t out_start;   /* info.start_time then */
 };
 
 struct ctrl_mgr {
@@ -473,6 +479,25 @@ out:
 	return res;
 }
 
+/* M2 waits after M5: a primary's failure report right after a kill comes
+ * while the dead node's record still lives (its lease runs for
+ * MGR_M2_HOLD_MS), and "back with the same incarnation" would make it
+ * RECOVERING: every write then forwards to a dead node and fails, the
+ * primary reports again, M5, M2, ... a row version per round until the
+ * lease ends. So a member M5 set OUT comes back only once its node
+ * re-registered (a new start_time: the daemon restarted) or its record
+ * outlived the hold (the node is alive; the failure was transient). A
+ * manager that took over has no hold (it did not see the M5): the old
+ * behaviour, at most one such round. */
+static bool mgr_m2_hold(struct ctrl_mgr *m, const struct mgr_node *nd, uint64_t now)
+{
+	if (!nd->out_ms || nd->info.start_time != nd->out_start ||
+	    now - nd->out_ms >= MGR_M2_HOLD_MS)
+		return false;
+	mgr_deadline(m, nd->out_ms + MGR_M2_HOLD_MS);
+	return true;
+}
+
 /* M1, M2, M3 and M7 on one row, from the node table. */
 static void mgr_decide_nodes(struct ctrl_mgr *m, const struct zl_volume *v, uint32_t slice,
 			     struct mgr_decision *d)
@@ -510,6 +535,8 @@ static void mgr_decide_nodes(struct ctrl_mgr *m, const struct zl_volume *v, uint
 					       "M3 new incarnation %.8s (was %.8s): full copy", ninc,
 					       rinc);
 			} else if (st == ZL_MEMBER_OUT) {
+				if (mgr_m2_hold(m, nd, now))
+					continue;
 				if (!rinc[0] && ninc[0])
 					snprintf(d->row.incarnation[i],
 						 sizeof(d->row.incarnation[i]), "%s", ninc);
@@ -654,6 +681,13 @@ static int mgr_row(struct ctrl_mgr *m, struct zl_volume *v, uint32_t slice,
 			const struct mgr_change *ch = &d.ch[k];
 			const struct zl_slice *nw = &fresh.slices[slice];
 			bool moved = strcmp(ch->old_node, ch->new_node);
+			struct mgr_node *nd;
+
+			if (ch->to == ZL_MEMBER_OUT && !strncmp(ch->reason, "M5", 2) &&
+			    (nd = mgr_node_find(m, ch->old_node)) && nd->present) {
+				nd->out_ms = zl_now_ms();
+				nd->out_start = nd->info.start_time;
+			}
 
 			ZL_LOG_INFO(CTRL_LOG,
 				    "manager: vol=%s slice=%u member=%s%s%s %s->%s reason=\"%s\" "
