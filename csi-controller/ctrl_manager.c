@@ -44,8 +44,8 @@ struct mgr_node {
 	uint64_t gone_ms;	/* zl_now_ms when first seen absent; 0 while present */
 	struct zl_node_info info; /* last record seen (valid once seen) */
 	bool seen;
-	uint64_t out_ms;     /* zl_now_ms when M5 last set a member of it OUT; 0: never */
-	int64_t out_start;   /* info.start_time then */
+	uint64_t out_ms;   /* zl_now_ms when M5 last set a member of it OUT; 0: never */
+	int64_t out_start; /* info.start_time then */
 };
 
 struct ctrl_mgr {
@@ -313,8 +313,8 @@ static bool mgr_failure_after(const struct zl_report *c, const struct zl_report 
 
 /* M4 on CAUGHT_UP report r about member idx of cur, from its primary. */
 static int mgr_caught_up(struct ctrl_mgr *m, const struct zl_volume *v, uint32_t slice,
-			 struct zl_report *r, int idx, const struct zl_report *reps,
-			 size_t n_reps, struct mgr_decision *d)
+			 struct zl_report *r, int idx, const struct zl_report *reps, size_t n_reps,
+			 struct mgr_decision *d)
 {
 	const struct zl_slice *cur = &v->slices[slice];
 	const struct mgr_node *nd = mgr_node_find(m, r->peer);
@@ -602,8 +602,7 @@ static void mgr_decide_nodes(struct ctrl_mgr *m, const struct zl_volume *v, uint
  * at ver. That failure is about the row just written, which says IN_SYNC:
  * *r becomes it at the new version, so the next round applies M5 (OUT,
  * then recovery again) instead of dropping it as stale. */
-static void mgr_row_recheck(struct ctrl_mgr *m, struct zl_report *r, uint64_t ver,
-			    uint64_t new_ver)
+static void mgr_row_recheck(struct ctrl_mgr *m, struct zl_report *r, uint64_t ver, uint64_t new_ver)
 {
 	struct zl_report *list = NULL;
 	size_t n = 0;
