@@ -87,6 +87,7 @@ struct heal_member {
 	uint64_t *mver;	  /* the member's versions, collected by LIST */
 	bool suspect;	  /* a forward failed while it was not OUT */
 	uint64_t suspect_ver; /* row version of the last failure report sent for it */
+	bool suspect_in_sync; /* seen IN_SYNC while suspect (heal_suspect) */
 	bool reset;	  /* went OUT while a pass ran: forget everything at IDLE */
 	bool copying;	  /* a copy of cur_chunk is in flight (READ/PUSH/WAIT) */
 	bool cur_dirty;	  /* a write of cur_chunk was planned during its copy */
@@ -226,6 +227,7 @@ static void member_forget(struct heal_member *m)
 	memset(m->clean, 0, ((m->n_local + 63) / 64 + 1) * sizeof(uint64_t));
 	m->suspect = false;
 	m->suspect_ver = 0;
+	m->suspect_in_sync = false;
 	m->started_ms = 0;
 	m->bytes = m->chunks = 0;
 }
@@ -795,6 +797,7 @@ static void heal_suspect(struct zl_storage_heal *h, const struct zl_volume *v, u
 	const struct zl_slice *s = &v->slices[slice];
 	char vid[ZL_VOL_ID_LEN + 1];
 
+	m->suspect_in_sync = true;
 	if (s->version <= m->suspect_ver)
 		return;
 	zl_vol_id_format(v->num, vid);
@@ -849,6 +852,16 @@ static void heal_slice(struct zl_storage_heal *h, const struct zl_volume *v, uin
 				m = member_get(h, v, slice, s->nodes[i]);
 			if (!m)
 				break;
+			if (m->suspect_in_sync) {
+				/* IN_SYNC -> RECOVERING: it went OUT (M5 on our
+				 * report) or M3 between two looks; what OUT does. */
+				if (member_busy(m)) {
+					m->reset = true;
+					break;
+				}
+				member_forget(m);
+				m->phase = HP_IDLE;
+			}
 			if (m->phase == HP_DONE && m->done_ver != s->version)
 				m->phase = HP_IDLE;
 			if (m->phase == HP_IDLE)
