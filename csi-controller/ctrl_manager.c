@@ -32,6 +32,10 @@
 #define MGR_ROW_ROUNDS 4
 /* Remembered "waits" lines (logged once per row version and reason). */
 #define MGR_ONCE_SLOTS 256
+/* M2 after M5: how long a member set OUT on a primary's failure report
+ * stays out while its node record lives on unchanged (the storage node
+ * lease, NODE_LEASE_TTL in storage/storage_node.c). */
+#define MGR_M2_HOLD_MS 10000
 
 /* One storage node as the manager last saw it. */
 struct mgr_node {
@@ -40,6 +44,8 @@ struct mgr_node {
 	uint64_t gone_ms;	/* zl_now_ms when first seen absent; 0 while present */
 	struct zl_node_info info; /* last record seen (valid once seen) */
 	bool seen;
+	uint64_t out_ms;   /* zl_now_ms when M5 last set a member of it OUT; 0: never */
+	int64_t out_start; /* info.start_time then */
 };
 
 struct ctrl_mgr {
@@ -274,14 +280,71 @@ static int mgr_report_drop(struct ctrl_mgr *m, struct zl_report *r, const char *
 		return -ECANCELED;
 	rc = zl_meta_report_delete(m->etcd, m->c->prefix, r);
 	r->mod_rev = -1;
-	if (rc == -ZL_ERR_CONFLICT)
-		return 0; /* re-put meanwhile: the next pass looks at it */
+	if (rc == -ZL_ERR_CONFLICT) {
+		r->mod_rev = -2; /* re-put meanwhile: mgr_row_recheck, next pass */
+		return 0;
+	}
 	if (!rc)
 		ZL_LOG_INFO(CTRL_LOG,
 			    "manager: vol=%s slice=%u report reporter=%s peer=%s error=%s "
 			    "slice_ver=%" PRIu64 " deleted: %s",
 			    r->vol_id, r->slice, r->reporter, r->peer, r->error, r->slice_ver, why);
 	return rc;
+}
+
+/* A failure report (any reporter) about the member c names, at c's row
+ * version or later, written no earlier than c (report time): of the two,
+ * the failure wins and c is not applied. Reports of one (reporter, peer)
+ * share a key, so this is another reporter's word; the primary's own later
+ * failure replaces its CAUGHT_UP (see mgr_row_recheck). */
+static bool mgr_failure_after(const struct zl_report *c, const struct zl_report *reps,
+			      size_t n_reps)
+{
+	for (size_t k = 0; k < n_reps; k++) {
+		const struct zl_report *r = &reps[k];
+
+		if (r != c && r->slice == c->slice && !strcmp(r->vol_id, c->vol_id) &&
+		    !strcmp(r->peer, c->peer) && strcmp(r->error, "CAUGHT_UP") &&
+		    r->slice_ver >= c->slice_ver && r->time >= c->time)
+			return true;
+	}
+	return false;
+}
+
+/* M4 on CAUGHT_UP report r about member idx of cur, from its primary. */
+static int mgr_caught_up(struct ctrl_mgr *m, const struct zl_volume *v, uint32_t slice,
+			 struct zl_report *r, int idx, const struct zl_report *reps, size_t n_reps,
+			 struct mgr_decision *d)
+{
+	const struct zl_slice *cur = &v->slices[slice];
+	const struct mgr_node *nd = mgr_node_find(m, r->peer);
+	char key[256];
+
+	if (zl_slice_member_state(cur, idx) != ZL_MEMBER_RECOVERING)
+		return mgr_report_drop(m, r, "the member is not recovering");
+	snprintf(key, sizeof(key), "m4/%s/%u/%" PRIu64 "/%s", v->id, slice, cur->version, r->peer);
+	if (mgr_failure_after(r, reps, n_reps)) {
+		/* Kept: applied only if the failure goes away first. */
+		if (mgr_once(m, key))
+			ZL_LOG_INFO(CTRL_LOG,
+				    "manager: vol=%s slice=%u member=%s CAUGHT_UP by %s not "
+				    "applied: a later failure report about it exists",
+				    v->id, slice, r->peer, r->reporter);
+		return 0;
+	}
+	if (!nd || !nd->present) {
+		/* Never IN_SYNC on a dead node; M1 takes it out after grace. */
+		if (mgr_once(m, key))
+			ZL_LOG_INFO(CTRL_LOG,
+				    "manager: vol=%s slice=%u member=%s CAUGHT_UP by %s not "
+				    "applied: its node record is gone",
+				    v->id, slice, r->peer, r->reporter);
+		return 0;
+	}
+	mgr_change_add(d, cur, idx, ZL_MEMBER_IN_SYNC, "M4 primary %s reports it caught up",
+		       r->reporter);
+	mgr_act(d, r);
+	return 0;
 }
 
 /* M4, M5, M6 and stale reports of one row. Reports that are stale or
@@ -322,14 +385,8 @@ static int mgr_decide_reports(struct ctrl_mgr *m, const struct zl_volume *v, uin
 			if (caught_up) {
 				if (!from_primary)
 					rc = mgr_report_drop(m, r, "CAUGHT_UP not from the primary");
-				else if (zl_slice_member_state(cur, idx) != ZL_MEMBER_RECOVERING)
-					rc = mgr_report_drop(m, r, "the member is not recovering");
-				else {
-					mgr_change_add(d, cur, idx, ZL_MEMBER_IN_SYNC,
-						       "M4 primary %s reports it caught up",
-						       r->reporter);
-					mgr_act(d, r);
-				}
+				else
+					rc = mgr_caught_up(m, v, slice, r, idx, reps, n_reps, d);
 				continue;
 			}
 			if (from_primary && idx != prim) {
@@ -422,6 +479,25 @@ out:
 	return res;
 }
 
+/* M2 waits after M5: a primary's failure report right after a kill comes
+ * while the dead node's record still lives (its lease runs for
+ * MGR_M2_HOLD_MS), and "back with the same incarnation" would make it
+ * RECOVERING: every write then forwards to a dead node and fails, the
+ * primary reports again, M5, M2, ... a row version per round until the
+ * lease ends. So a member M5 set OUT comes back only once its node
+ * re-registered (a new start_time: the daemon restarted) or its record
+ * outlived the hold (the node is alive; the failure was transient). A
+ * manager that took over has no hold (it did not see the M5): the old
+ * behaviour, at most one such round. */
+static bool mgr_m2_hold(struct ctrl_mgr *m, const struct mgr_node *nd, uint64_t now)
+{
+	if (!nd->out_ms || nd->info.start_time != nd->out_start ||
+	    now - nd->out_ms >= MGR_M2_HOLD_MS)
+		return false;
+	mgr_deadline(m, nd->out_ms + MGR_M2_HOLD_MS);
+	return true;
+}
+
 /* M1, M2, M3 and M7 on one row, from the node table. */
 static void mgr_decide_nodes(struct ctrl_mgr *m, const struct zl_volume *v, uint32_t slice,
 			     struct mgr_decision *d)
@@ -459,6 +535,8 @@ static void mgr_decide_nodes(struct ctrl_mgr *m, const struct zl_volume *v, uint
 					       "M3 new incarnation %.8s (was %.8s): full copy", ninc,
 					       rinc);
 			} else if (st == ZL_MEMBER_OUT) {
+				if (mgr_m2_hold(m, nd, now))
+					continue;
 				if (!rinc[0] && ninc[0])
 					snprintf(d->row.incarnation[i],
 						 sizeof(d->row.incarnation[i]), "%s", ninc);
@@ -517,6 +595,39 @@ static void mgr_decide_nodes(struct ctrl_mgr *m, const struct zl_volume *v, uint
 	}
 }
 
+/* After a row write that applied CAUGHT_UP report *r (read at row version
+ * ver) whose delete found it re-put meanwhile: the primary wrote a failure
+ * about that member over it (one key per reporter and peer), i.e. the
+ * member missed a write after the CAUGHT_UP, while the row said RECOVERING
+ * at ver. That failure is about the row just written, which says IN_SYNC:
+ * *r becomes it at the new version, so the next round applies M5 (OUT,
+ * then recovery again) instead of dropping it as stale. */
+static void mgr_row_recheck(struct ctrl_mgr *m, struct zl_report *r, uint64_t ver, uint64_t new_ver)
+{
+	struct zl_report *list = NULL;
+	size_t n = 0;
+
+	if (zl_meta_report_list(m->etcd, m->c->prefix, r->vol_id, &list, &n))
+		return; /* the primary reports again (storage heal_suspect) */
+	for (size_t k = 0; k < n; k++) {
+		struct zl_report *x = &list[k];
+
+		if (x->slice != r->slice || strcmp(x->reporter, r->reporter) ||
+		    strcmp(x->peer, r->peer) || !strcmp(x->error, "CAUGHT_UP") ||
+		    x->slice_ver != ver)
+			continue;
+		ZL_LOG_WARN(CTRL_LOG,
+			    "manager: vol=%s slice=%u member=%s: %s reported error=%s at "
+			    "slice_ver=%" PRIu64 " after its CAUGHT_UP (applied): the failure "
+			    "wins at version %" PRIu64,
+			    r->vol_id, r->slice, r->peer, r->reporter, x->error, ver, new_ver);
+		*r = *x;
+		r->slice_ver = new_ver;
+		break;
+	}
+	free(list);
+}
+
 /* Decides, writes and logs the changes of one slice of *v until it needs
  * none (bounded). *v is kept current (the record each write returned, or a
  * reload after STALE). Returns 0, -ECANCELED (leadership lost: stop the
@@ -569,6 +680,13 @@ static int mgr_row(struct ctrl_mgr *m, struct zl_volume *v, uint32_t slice,
 			const struct mgr_change *ch = &d.ch[k];
 			const struct zl_slice *nw = &fresh.slices[slice];
 			bool moved = strcmp(ch->old_node, ch->new_node);
+			struct mgr_node *nd;
+
+			if (ch->to == ZL_MEMBER_OUT && !strncmp(ch->reason, "M5", 2) &&
+			    (nd = mgr_node_find(m, ch->old_node)) && nd->present) {
+				nd->out_ms = zl_now_ms();
+				nd->out_start = nd->info.start_time;
+			}
 
 			ZL_LOG_INFO(CTRL_LOG,
 				    "manager: vol=%s slice=%u member=%s%s%s %s->%s reason=\"%s\" "
@@ -580,9 +698,13 @@ static int mgr_row(struct ctrl_mgr *m, struct zl_volume *v, uint32_t slice,
 				    nw->term);
 		}
 		for (int k = 0; k < d.n_acted; k++) {
-			rc = mgr_report_drop(m, d.acted[k], "acted on");
+			struct zl_report *r = d.acted[k];
+
+			rc = mgr_report_drop(m, r, "acted on");
 			if (rc == -ECANCELED)
 				break;
+			if (r->mod_rev == -2 && !strcmp(r->error, "CAUGHT_UP"))
+				mgr_row_recheck(m, r, cur->version, fresh.slices[slice].version);
 		}
 		zl_volume_fini(v);
 		*v = fresh;

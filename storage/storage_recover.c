@@ -85,7 +85,9 @@ struct heal_member {
 	uint64_t n_local; /* chunks of the slice: slice + i * n_slices */
 	uint64_t *clean;  /* bit i: the member's copy of local chunk i is complete */
 	uint64_t *mver;	  /* the member's versions, collected by LIST */
-	bool suspect;	  /* a forward failed while it was IN_SYNC */
+	bool suspect;	  /* a forward failed while it was not OUT */
+	uint64_t suspect_ver; /* row version of the last failure report sent for it */
+	bool suspect_in_sync; /* seen IN_SYNC while suspect (heal_suspect) */
 	bool reset;	  /* went OUT while a pass ran: forget everything at IDLE */
 	bool copying;	  /* a copy of cur_chunk is in flight (READ/PUSH/WAIT) */
 	bool cur_dirty;	  /* a write of cur_chunk was planned during its copy */
@@ -225,6 +227,8 @@ static void member_forget(struct heal_member *m)
 {
 	memset(m->clean, 0, ((m->n_local + 63) / 64 + 1) * sizeof(uint64_t));
 	m->suspect = false;
+	m->suspect_ver = 0;
+	m->suspect_in_sync = false;
 	m->started_ms = 0;
 	m->bytes = m->chunks = 0;
 }
@@ -364,8 +368,13 @@ void zl_storage_heal_fwd_failed(struct zl_storage *st, const struct zl_volume *v
 
 	if (!m)
 		return;
-	if (i >= 0 && zl_slice_member_state(&v->slices[slice], i) == ZL_MEMBER_IN_SYNC)
+	/* Also while RECOVERING: a CAUGHT_UP may reach the manager before the
+	 * failure report (same key, the manager read the first), and the row
+	 * then says IN_SYNC though the member missed this write. */
+	if (i >= 0 && zl_slice_member_state(&v->slices[slice], i) != ZL_MEMBER_OUT) {
 		m->suspect = true;
+		m->suspect_ver = 0; /* heal_suspect reports it again at the next row */
+	}
 	if (chunk / v->n_slices < m->n_local)
 		bit_put(m->clean, chunk / v->n_slices, false);
 }
@@ -777,6 +786,33 @@ static void heal_scan(void *arg)
 	heal_pass_end(m);
 }
 
+/* An IN_SYNC member a forward failed to may lack an acknowledged write
+ * (it gets version-0 forwards meanwhile, so its chunk versions show it).
+ * Only the manager may take it out (rule M5 on the primary's report), and
+ * its report is dropped as stale when the row moved on before it was read
+ * (a CAUGHT_UP racing with the failure, or another member's change). So
+ * while the member is still IN_SYNC in a newer row than the last report,
+ * the failure is reported again at that row: M5 sets it OUT, member_forget
+ * clears suspect, and it comes back through recovery (full version
+ * compare). A suspect member is never silently trusted again. */
+static void heal_suspect(struct zl_storage_heal *h, const struct zl_volume *v, uint32_t slice,
+			 struct heal_member *m)
+{
+	const struct zl_slice *s = &v->slices[slice];
+	char vid[ZL_VOL_ID_LEN + 1];
+
+	m->suspect_in_sync = true;
+	if (s->version <= m->suspect_ver)
+		return;
+	zl_vol_id_format(v->num, vid);
+	ZL_LOG_WARN("storage",
+		    "member still in sync after a failed forward: vol=%s slice=%u member=%s "
+		    "row_ver=%" PRIu64 ": reporting it again",
+		    vid, slice, m->node, s->version);
+	if (!zl_storage_heal_report(h->st, vid, slice, m->node, "ZL_ERR_CONN", s->version))
+		m->suspect_ver = s->version;
+}
+
 /* Looks at one slice this node may be primary of. */
 static void heal_slice(struct zl_storage_heal *h, const struct zl_volume *v, uint32_t slice)
 {
@@ -804,7 +840,9 @@ static void heal_slice(struct zl_storage_heal *h, const struct zl_volume *v, uin
 		}
 		switch (ms) {
 		case ZL_MEMBER_IN_SYNC:
-			if (m && !m->suspect && !member_busy(m))
+			if (m && m->suspect)
+				heal_suspect(h, v, slice, m);
+			else if (m && !member_busy(m))
 				member_remove(h, m);
 			break;
 		case ZL_MEMBER_OUT:
@@ -818,6 +856,16 @@ static void heal_slice(struct zl_storage_heal *h, const struct zl_volume *v, uin
 				m = member_get(h, v, slice, s->nodes[i]);
 			if (!m)
 				break;
+			if (m->suspect_in_sync) {
+				/* IN_SYNC -> RECOVERING: it went OUT (M5 on our
+				 * report) or M3 between two looks; what OUT does. */
+				if (member_busy(m)) {
+					m->reset = true;
+					break;
+				}
+				member_forget(m);
+				m->phase = HP_IDLE;
+			}
 			if (m->phase == HP_DONE && m->done_ver != s->version)
 				m->phase = HP_IDLE;
 			if (m->phase == HP_IDLE)

@@ -149,12 +149,12 @@ def wait_for(what, pred, timeout):
 REP_LEASE = [0]
 
 
-def report(vid, sl, reporter, peer, error, ver):
+def report(vid, sl, reporter, peer, error, ver, at=None):
     if not REP_LEASE[0]:
         REP_LEASE[0] = lease_grant()
     key = "%sreports/%s/%d/%s/%s" % (PREFIX, vid, sl, reporter, peer)
     put(key, json.dumps({"peer": peer, "error": error, "slice_ver": ver,
-                         "time": int(time.time())}), REP_LEASE[0])
+                         "time": int(time.time()) if at is None else at}), REP_LEASE[0])
     return key
 
 
@@ -276,6 +276,46 @@ def main():
             if inc != NODES[n]["inc"]:
                 fail("M2: incarnation of %s changed: %s" % (n, r))
 
+    # ---- CAUGHT_UP vs failure of the same member at the same version ----
+    # (thrash_e2e: node-3 went IN_SYNC on a CAUGHT_UP though a failure about
+    # it at that version came later.) node-1 is recovering in row 0.
+    r0 = rows(vid)[0]
+    p0 = primary(r0)
+    now = int(time.time())
+    kf = report(vid, 0, "node-2", "node-1", "ZL_ERR_CONN", r0["v"], at=now)
+    kc = report(vid, 0, p0, "node-1", "CAUGHT_UP", r0["v"], at=now - 5)
+    time.sleep(GRACE + 1)
+    if state(rows(vid)[0], "node-1") != "recovering":
+        fail("race: CAUGHT_UP applied though a later failure report exists: %s" % rows(vid)[0])
+    if get(kc)[0] is None:
+        fail("race: the CAUGHT_UP not applied should stay (for the failure to go first)")
+    etcd("/v3/kv/deleterange", {"key": b64(kf)})
+    wait_for("race: CAUGHT_UP applied once the failure report is gone",
+             lambda: state(rows(vid)[0], "node-1") == "in_sync", 3)
+    # an older failure (report time) loses: the CAUGHT_UP applies
+    r1 = rows(vid)[1]
+    kf = report(vid, 1, "node-2", "node-1", "ZL_ERR_CONN", r1["v"], at=now - 5)
+    report(vid, 1, primary(r1), "node-1", "CAUGHT_UP", r1["v"], at=now)
+    wait_for("race: a CAUGHT_UP newer than the failure applies",
+             lambda: state(rows(vid)[1], "node-1") == "in_sync", 3)
+    wait_for("race: the older failure report dropped as stale", lambda: get(kf)[0] is None, 3)
+    # a member whose node record is gone never becomes IN_SYNC
+    r2 = rows(vid)[2]
+    node_down(1)
+    report(vid, 2, primary(r2), "node-1", "CAUGHT_UP", r2["v"])
+    time.sleep(0.5 * GRACE)
+    if state(rows(vid)[2], "node-1") == "in_sync":
+        fail("race: a member without a node record was set IN_SYNC: %s" % rows(vid)[2])
+    wait_for("race: M1 sets node-1 out", lambda: all(state(r, "node-1") == "out"
+                                                     for r in rows(vid)), GRACE + 3)
+    if state(rows(vid)[2], "node-1") == "in_sync":
+        fail("race: a member without a node record was set IN_SYNC: %s" % rows(vid)[2])
+    node_up(1)
+    wait_for("race: node-1 recovering again",
+             lambda: all(state(r, "node-1") == "recovering" for r in rows(vid)), 3)
+    print("manager_test: CAUGHT_UP vs failure: the later report wins; no IN_SYNC without a "
+          "node record")
+
     # ---- M4: CAUGHT_UP ----
     rs = rows(vid)
     # from a non-primary, and from the primary with a stale slice_ver: ignored, deleted
@@ -306,9 +346,16 @@ def main():
     p0 = primary(r0)
     bk = [n for n in r0["nodes"] if n != p0][0]
     k = report(vid, 0, p0, bk, "ZL_ERR_TIMEOUT", r0["v"])
-    wait_for("M5: backup recovering",
-             lambda: state(rows(vid)[0], bk) == "recovering" and rows(vid)[0]["v"] == r0["v"] + 2,
-             3)
+    # M2 holds a member M5 set out while its node record lives on unchanged
+    # (a killed node's lease still runs): 10 s, MGR_M2_HOLD_MS.
+    wait_for("M5: backup out", lambda: state(rows(vid)[0], bk) == "out", 3)
+    time.sleep(3)
+    if state(rows(vid)[0], bk) != "out":
+        fail("M5: the backup came back before the M2 hold: %s" % rows(vid)[0])
+    dt = wait_for("M5: backup recovering after the M2 hold",
+                  lambda: state(rows(vid)[0], bk) == "recovering" and
+                  rows(vid)[0]["v"] == r0["v"] + 2, 10)
+    FIGURES.append("M5 -> M2 on an unchanged node record: %.1f s after the out + 3 s" % dt)
     _, rev = volume(vid)
     mid = rows(vid, rev - 1)[0]
     if mid["v"] != r0["v"] + 1 or state(mid, bk) != "out":
