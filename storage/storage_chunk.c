@@ -54,6 +54,9 @@
 #define MP_MAX_PAGES	  64 /* dirty masks are u64: 64 MiB chunks need 33 */
 #define STORE_FORMAT_FILE "FORMAT"
 #define STORE_FORMAT_TEXT "zipline chunk format 2\n"
+#define STORE_CLEAN_FILE  "CLEAN" /* written at a clean close, removed at open */
+#define STORE_CLEAN_TEXT  "zipline chunk store closed cleanly\n"
+#define SCAN_BUF	  (1u << 20) /* unclean-start verification read size */
 #define STORE_BUCKETS	  4096u
 #define STORE_OP_SLAB	  256u
 #define STORE_DRAIN_MS	  30000u
@@ -1091,9 +1094,16 @@ static int chunk_verify(struct zl_chunk_store *s, struct chunk *c, uint32_t b, c
 	char vid[ZL_VOL_ID_LEN + 1];
 	uint32_t want = c->crc[b], prev = c->prev[b], got = zl_crc32c(p, BLK);
 
-	/* The previous CRC: the last write's data never reached the disk. */
-	if (got == want || got == prev || ((want == 0 || prev == 0) && block_is_zero(p)))
+	if (got == want || (want == 0 && block_is_zero(p)))
 		return 0;
+	if (got == prev || (prev == 0 && block_is_zero(p))) {
+		/* The previous CRC: the last write's data never reached the
+		 * disk. Adopt it, so the next write of the block records the
+		 * CRC the disk really holds as its prev (a second crash between
+		 * that write's metadata and data then still verifies). */
+		c->crc[b] = prev;
+		return 0;
+	}
 	zl_vol_id_format(c->vol, vid);
 	ZL_LOG_ERR("storage",
 		   "corruption vol=%s chunk=%" PRIu64 " block=%u crc=%08x expected=%08x "
@@ -1998,6 +2008,264 @@ static void store_known_scan(struct zl_chunk_store *s)
 		    s->n_known);
 }
 
+/* ---- unclean start: roll back writes that did not land ---- */
+
+/* Writes the pages of mask (version 0, the tables in memory) into their
+ * slots that are not current, then fdatasync. Blocking (start-up only). */
+static int chunk_meta_write_sync(struct chunk *c, uint64_t mask)
+{
+	uint64_t seq = c->seq + 1;
+	int rc;
+
+	if (!mask)
+		return 0;
+	for (uint64_t m = mask; m; m &= m - 1) {
+		uint32_t p = (uint32_t)__builtin_ctzll(m);
+		uint8_t *img = c->img + (size_t)p * BLK;
+
+		meta_page_encode(c, p, seq, 0, img);
+		rc = pwrite_all(c->fd, img, BLK, zl_chunk_slot_off(p, c->page_slot[p] ^ 1));
+		if (rc)
+			return rc;
+	}
+	if (fdatasync(c->fd) < 0)
+		return -errno;
+	for (uint64_t m = mask; m; m &= m - 1)
+		c->page_slot[__builtin_ctzll(m)] ^= 1;
+	c->seq = seq;
+	return 0;
+}
+
+/* Verifies blocks [b0, b0 + n) read into buf: a block whose data matches
+ * prev but not crc holds a write that did not land; its entry becomes
+ * {prev, prev} (what the disk holds). Returns the blocks rolled back and
+ * sets their pages in *mask. */
+static uint32_t chunk_scan_blocks(struct chunk *c, uint32_t b0, uint32_t n, const uint8_t *buf,
+				  uint64_t *mask)
+{
+	uint32_t rolled = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t b = b0 + i, want = c->crc[b], prev = c->prev[b], got;
+		const uint8_t *p = buf + (size_t)i * BLK;
+
+		if (want == prev)
+			continue; /* one valid content only: reads judge it */
+		got = zl_crc32c(p, BLK);
+		if (got == want || (want == 0 && block_is_zero(p)))
+			continue;
+		if (got != prev && !(prev == 0 && block_is_zero(p)))
+			continue; /* neither: damaged, reads report it */
+		c->crc[b] = prev;
+		*mask |= 1ull << (b / ZL_CHUNK_META_ENTRIES);
+		rolled++;
+	}
+	return rolled;
+}
+
+/* Reads every block of c that has an entry which could differ from its data
+ * (crc != prev) in SCAN_BUF pieces. Returns the blocks rolled back or
+ * -errno; *mask gets the pages they are in. */
+static int64_t chunk_scan_data(struct chunk *c, uint8_t *buf, uint64_t *mask)
+{
+	uint32_t per = SCAN_BUF / BLK;
+	int64_t rolled = 0;
+
+	for (uint32_t b0 = 0; b0 < c->n_blocks; b0 += per) {
+		uint32_t n = ZL_MIN(per, c->n_blocks - b0);
+		bool any = false;
+		ssize_t got;
+
+		for (uint32_t b = b0; b < b0 + n && !any; b++)
+			any = c->crc[b] != c->prev[b];
+		if (!any)
+			continue;
+		got = pread(c->fd, buf, (size_t)n * BLK, (off_t)(c->data_off + (uint64_t)b0 * BLK));
+		if (got != (ssize_t)n * BLK)
+			return got < 0 ? -errno : -EIO;
+		rolled += chunk_scan_blocks(c, b0, n, buf, mask);
+	}
+	return rolled;
+}
+
+/* Chunk size from the header of a chunk file (0 when not a valid v2 file:
+ * its first open reports it). */
+static uint32_t chunk_file_size(const char *path)
+{
+	uint8_t hdr[64];
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return 0;
+	n = pread(fd, hdr, sizeof(hdr), 0);
+	close(fd);
+	if (n != (ssize_t)sizeof(hdr) || memcmp(hdr, CHUNK_MAGIC, 8) ||
+	    zl_get_le32(hdr + CHUNK_HDR_CRC_OFF) != zl_crc32c(hdr, CHUNK_HDR_CRC_OFF) ||
+	    !chunk_size_ok(zl_get_le32(hdr + 24)))
+		return 0;
+	return zl_get_le32(hdr + 24);
+}
+
+/* Rolls back a chunk whose writes did not all land. Pages carrying only a
+ * version go to disk first, the pages of the rolled-back blocks last, so a
+ * crash in between leaves blocks the next scan rolls back again (never a
+ * version claiming data the disk lacks). */
+static int chunk_roll_back(struct zl_chunk_store *s, struct chunk *c, uint64_t mask)
+{
+	uint64_t ver_only = 0;
+	struct known *k;
+	int rc;
+
+	for (uint32_t p = 0; p < c->meta_pages; p++) {
+		if (c->page_ver[p] && !(mask & (1ull << p)))
+			ver_only |= 1ull << p;
+		c->page_ver[p] = 0;
+	}
+	c->version = 0;
+	c->disk_ver = 0;
+	rc = chunk_meta_write_sync(c, ver_only);
+	if (!rc)
+		rc = chunk_meta_write_sync(c, mask);
+	k = known_find(s, c->vol, c->idx);
+	if (k)
+		k->version = 0;
+	return rc;
+}
+
+/* Verifies one chunk file. Returns the blocks rolled back or a negative
+ * error. */
+static int64_t store_scan_chunk(struct zl_chunk_store *s, uint64_t vol, uint64_t idx,
+				uint8_t *buf)
+{
+	char path[PATH_MAX], vid[ZL_VOL_ID_LEN + 1];
+	struct chunk *c;
+	uint64_t mask = 0;
+	uint32_t cs;
+	int64_t rolled;
+	int rc;
+
+	if (store_path(s, vol, idx, path, sizeof(path)))
+		return 0;
+	cs = chunk_file_size(path);
+	if (!cs)
+		return 0;
+	rc = chunk_get(s, vol, idx, cs, false, &c);
+	if (rc)
+		return rc == -ENOENT ? 0 : rc;
+	rolled = chunk_scan_data(c, buf, &mask);
+	if (rolled > 0) {
+		rc = chunk_roll_back(s, c, mask);
+		zl_vol_id_format(vol, vid);
+		ZL_LOG_WARN("storage",
+			    "unclean start: vol=%s chunk=%" PRIu64 " blocks_rolled_back=%" PRId64
+			    " (version dropped to 0: a peer's copy wins)%s",
+			    vid, idx, rolled, rc ? " (metadata rewrite failed)" : "");
+		if (rc)
+			rolled = rc;
+	}
+	chunk_put(s, c);
+	return rolled;
+}
+
+/* Without the clean marker (kill -9, power loss) every chunk file is
+ * verified before the store serves: see storage_chunk.h "Crash safety". */
+static void store_unclean_scan(struct zl_chunk_store *s)
+{
+	uint64_t t0 = zl_now_ms(), chunks = 0, rolled_chunks = 0, blocks = 0, failed = 0;
+	uint8_t *buf = blk_alloc(SCAN_BUF);
+
+	s->st.unclean_start = true;
+	if (!buf) {
+		ZL_LOG_ERR("storage", "unclean start: no memory for the verification scan");
+		return;
+	}
+	for (uint32_t i = 0; i < STORE_BUCKETS; i++) {
+		for (struct known *k = s->known[i]; k; k = k->next) {
+			int64_t r = store_scan_chunk(s, k->vol, k->idx, buf);
+
+			chunks++;
+			if (r < 0) {
+				failed++;
+				ZL_LOG_ERR("storage",
+					   "unclean start: vol=%016" PRIx64 " chunk=%" PRIu64
+					   " not verified: %s (reads of it report what is wrong)",
+					   k->vol, k->idx, zl_strerror((int)r));
+			} else if (r > 0) {
+				rolled_chunks++;
+				blocks += (uint64_t)r;
+			}
+		}
+	}
+	free(buf);
+	s->st.rolled_back_chunks = rolled_chunks;
+	s->st.rolled_back_blocks = blocks;
+	ZL_LOG_INFO("storage",
+		    "unclean start: verified %" PRIu64 " chunk files in %" PRIu64
+		    " ms: %" PRIu64 " rolled back (%" PRIu64 " blocks), %" PRIu64 " not verified",
+		    chunks, zl_now_ms() - t0, rolled_chunks, blocks, failed);
+}
+
+/* Removes the clean marker (durably, before anything is served). Returns
+ * true when it was there: the last close was clean. */
+static bool store_clean_take(struct zl_chunk_store *s)
+{
+	char path[PATH_MAX];
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/" STORE_CLEAN_FILE, s->dir);
+	if (unlink(path) < 0) {
+		if (errno != ENOENT)
+			ZL_LOG_WARN("storage", "cannot remove %s: %s (treated as an unclean start)",
+				    path, strerror(errno));
+		return false;
+	}
+	rc = fsync_dir(s->dir);
+	if (rc) {
+		ZL_LOG_WARN("storage", "fsync of %s failed: %s (treated as an unclean start)",
+			    s->dir, strerror(-rc));
+		return false;
+	}
+	return true;
+}
+
+/* Writes the clean marker: every write, zeroing and metadata round is on
+ * stable storage, nothing is in flight. */
+static void store_clean_put(struct zl_chunk_store *s)
+{
+	char path[PATH_MAX];
+	int fd, rc = 0;
+
+	snprintf(path, sizeof(path), "%s/" STORE_CLEAN_FILE, s->dir);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		rc = -errno;
+	} else {
+		rc = pwrite_all(fd, STORE_CLEAN_TEXT, strlen(STORE_CLEAN_TEXT), 0);
+		if (!rc && fsync(fd) < 0)
+			rc = -errno;
+		close(fd);
+	}
+	if (!rc)
+		rc = fsync_dir(s->dir);
+	if (rc)
+		ZL_LOG_WARN("storage",
+			    "cannot write %s: %s (the next start verifies every chunk file)", path,
+			    strerror(-rc));
+}
+
+/* True when nothing of the store's state is still on its way to the disk. */
+static bool store_quiet(const struct zl_chunk_store *s)
+{
+	if (!s->efd_added || s->ops.in_use)
+		return false;
+	for (uint32_t i = 0; i < STORE_BUCKETS; i++)
+		for (const struct chunk *c = s->buckets[i]; c; c = c->hnext)
+			if (c->meta_inflight || c->dirty_mask)
+				return false;
+	return true;
+}
+
 int zl_chunk_store_create(const struct zl_chunk_store_opts *opts, struct zl_chunk_store **out)
 {
 	struct io_uring_params p = {0};
@@ -2047,6 +2315,8 @@ int zl_chunk_store_create(const struct zl_chunk_store_opts *opts, struct zl_chun
 	/* Logged; files left over are converted when first opened. */
 	(void)store_convert_all(s);
 	store_known_scan(s);
+	if (!store_clean_take(s))
+		store_unclean_scan(s);
 	s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (s->efd < 0) {
 		rc = -errno;
@@ -2083,6 +2353,7 @@ void zl_chunk_store_stats(const struct zl_chunk_store *s, struct zl_chunk_store_
 void zl_chunk_store_destroy(struct zl_chunk_store *s)
 {
 	uint64_t deadline;
+	bool quiet = false;
 
 	if (!s)
 		return;
@@ -2101,6 +2372,7 @@ void zl_chunk_store_destroy(struct zl_chunk_store *s)
 					zl_loop_run_once(s->loop, 100);
 		zl_loop_del_poller(s->loop, &s->poller);
 		zl_loop_del(s->loop, &s->efd_h);
+		quiet = store_quiet(s);
 	}
 	for (uint32_t i = 0; i < STORE_BUCKETS; i++) {
 		while (s->buckets[i]) {
@@ -2118,6 +2390,8 @@ void zl_chunk_store_destroy(struct zl_chunk_store *s)
 			known_free(s, k);
 		}
 	}
+	if (quiet)
+		store_clean_put(s); /* after the files are closed */
 	if (s->ring_ok)
 		io_uring_queue_exit(&s->ring);
 	if (s->efd >= 0)

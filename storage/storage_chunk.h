@@ -81,6 +81,9 @@ struct zl_chunk_store_stats {
 	uint32_t open_chunks;
 	uint32_t inflight; /* operations not yet completed */
 	bool direct_io;	   /* false after an O_DIRECT fallback */
+	bool unclean_start;	     /* opened without the clean marker: verified */
+	uint64_t rolled_back_chunks; /* chunks of that scan dropped to version 0 */
+	uint64_t rolled_back_blocks; /* blocks whose write had not landed */
 };
 
 /* Completion: 0 or a negative error (-ZL_ERR_CORRUPT, -ZL_ERR_NOSPC,

@@ -864,7 +864,8 @@ static void test_kill9_under_load(void **state)
 	/* Per block: the state verified after the last round, the last
 	 * acknowledged operation and the one in flight of this round. */
 	struct kill_rec base[KILL_BLOCKS] = {0}, acked[KILL_BLOCKS], pend[KILL_BLOCKS];
-	uint64_t acks_total = 0, pending_seen = 0, ver, prev_ver = 0;
+	uint64_t acks_total = 0, pending_seen = 0, ver, prev_ver = 0, rolled_total = 0;
+	struct zl_chunk_store_stats cst;
 	static uint8_t back_all[KILL_BLOCKS * 4096];
 
 	for (int round = 0; round < 4; round++) {
@@ -920,14 +921,26 @@ static void test_kill9_under_load(void **state)
 		assert_int_equal(zl_chunk_version(e->s, VOL, 50, CS, &ver), 0);
 		for (uint32_t b = 0; b < KILL_BLOCKS; b++)
 			if (pend[b].kind && pend[b].seed <= ver)
-				assert_true(kill_matches(back_all + (size_t)b * 4096, pend[b].kind,
-							 b, pend[b].seed));
-		assert_true(ver >= prev_ver);
-		prev_ver = ver;
+				assert_true(kill_matches(back_all + (size_t)b * 4096, pend[b].kind, b,
+							 pend[b].seed));
+		/* A kill leaves no clean marker: the open verified the chunk. A
+		 * block whose operation did not land (matching its previous CRC)
+		 * drops the version to 0, below every real one, so a peer's copy
+		 * wins; otherwise the version never goes back. */
+		zl_chunk_store_stats(e->s, &cst);
+		assert_true(cst.unclean_start);
+		rolled_total += cst.rolled_back_chunks;
+		if (cst.rolled_back_chunks) {
+			assert_int_equal(ver, 0);
+		} else {
+			assert_true(ver >= prev_ver);
+			prev_ver = ver;
+		}
 	}
 	print_message("kill -9 under load: 4 kills, %" PRIu64 " acknowledged operations "
-		      "verified, %" PRIu64 " operations in flight at the kills\n",
-		      acks_total, pending_seen);
+		      "verified, %" PRIu64 " operations in flight at the kills, %" PRIu64
+		      " reopens rolled back\n",
+		      acks_total, pending_seen, rolled_total);
 	assert_true(pending_seen > 0); /* the kills really hit operations in flight */
 }
 
@@ -1242,6 +1255,138 @@ static void test_scrub_missing(void **state)
 	free(buf);
 }
 
+/* ---- unclean start ----
+ * A clean close leaves chunks/CLEAN; without it (kill -9, power loss) the
+ * store verifies every chunk at open. The crash is simulated by putting a
+ * block's old data back behind the store's back while its metadata says the
+ * new write happened (the metadata is durable before the data). */
+
+#define UC_CHUNK 40
+
+static void clean_marker_drop(struct env *e)
+{
+	char path[700];
+
+	snprintf(path, sizeof(path), "%s/chunks/CLEAN", e->dir);
+	assert_int_equal(unlink(path), 0); /* the clean close wrote it */
+}
+
+static void block_put(struct env *e, uint64_t chunk, uint32_t b, const uint8_t *p)
+{
+	file_rw(e, chunk, zl_chunk_data_off(CS) + (uint64_t)b * 4096, (void *)p, 4096, true);
+}
+
+/* Closes the store, puts old data into block b, reopens without (crash) or
+ * with the clean marker. */
+static void crash_reopen(struct env *e, uint32_t b, const uint8_t *old, bool crash)
+{
+	zl_chunk_store_destroy(e->s);
+	if (old)
+		block_put(e, UC_CHUNK, b, old);
+	if (crash)
+		clean_marker_drop(e);
+	env_open(e);
+}
+
+static void test_unclean_rollback(void **state)
+{
+	struct env *e = *state;
+	uint8_t a[4096], b2[8192], d[4096], z[4096], back[4096];
+	struct zl_chunk_store_stats st;
+	uint64_t ver;
+
+	fill(a, sizeof(a), 11);
+	fill(b2, sizeof(b2), 12);
+	fill(d, sizeof(d), 13);
+	memset(z, 0, sizeof(z));
+	assert_int_equal(io_write(e, CS, UC_CHUNK, 5 * 4096, 4096, a, 1), 0);
+	assert_int_equal(io_write(e, CS, UC_CHUNK, 5 * 4096, 8192, b2, 2), 0); /* blocks 5, 6 */
+	assert_int_equal(io_write(e, CS, UC_CHUNK + 1, 0, 4096, d, 2), 0); /* untouched chunk */
+
+	/* A clean restart: no scan. */
+	crash_reopen(e, 0, NULL, false);
+	zl_chunk_store_stats(e->s, &st);
+	assert_false(st.unclean_start);
+
+	/* Crash: block 5's write of version 2 did not land. */
+	crash_reopen(e, 5, a, true);
+	zl_chunk_store_stats(e->s, &st);
+	assert_true(st.unclean_start);
+	assert_int_equal(st.rolled_back_chunks, 1);
+	assert_int_equal(st.rolled_back_blocks, 1);
+	assert_int_equal(zl_chunk_version(e->s, VOL, UC_CHUNK, CS, &ver), 0);
+	assert_int_equal(ver, 0); /* behind every real version: a peer's copy wins */
+	assert_int_equal(zl_chunk_version(e->s, VOL, UC_CHUNK + 1, CS, &ver), 0);
+	assert_int_equal(ver, 2);
+	assert_int_equal(io_read(e, CS, UC_CHUNK, 5 * 4096, 4096, back), 0);
+	assert_memory_equal(back, a, 4096);
+	assert_int_equal(io_read(e, CS, UC_CHUNK, 6 * 4096, 4096, back), 0);
+	assert_memory_equal(back, b2 + 4096, 4096);
+
+	/* Version 0 is on disk: a second crash keeps it, nothing to roll back. */
+	crash_reopen(e, 0, NULL, true);
+	zl_chunk_store_stats(e->s, &st);
+	assert_int_equal(st.rolled_back_chunks, 0);
+	assert_int_equal(zl_chunk_version(e->s, VOL, UC_CHUNK, CS, &ver), 0);
+	assert_int_equal(ver, 0);
+
+	/* Double crash: the next write of block 5 records the data really on
+	 * disk (a) as prev, so its own crash before the data leaves a legal
+	 * block, not a false corruption. */
+	assert_int_equal(io_write(e, CS, UC_CHUNK, 5 * 4096, 4096, d, 3), 0);
+	crash_reopen(e, 5, a, true);
+	zl_chunk_store_stats(e->s, &st);
+	assert_int_equal(st.rolled_back_blocks, 1);
+	assert_int_equal(io_read(e, CS, UC_CHUNK, 5 * 4096, 4096, back), 0);
+	assert_memory_equal(back, a, 4096);
+	assert_int_equal(zl_chunk_version(e->s, VOL, UC_CHUNK, CS, &ver), 0);
+	assert_int_equal(ver, 0);
+	zl_chunk_store_stats(e->s, &st);
+	assert_int_equal(st.corruptions, 0);
+
+	/* A zeroing whose punch did not land: the old data is legal. */
+	assert_int_equal(io_write(e, CS, UC_CHUNK, 7 * 4096, 4096, d, 4), 0);
+	assert_int_equal(io_zero(e, CS, UC_CHUNK, 7 * 4096, 4096, 5), 0);
+	crash_reopen(e, 7, d, true);
+	zl_chunk_store_stats(e->s, &st);
+	assert_int_equal(st.rolled_back_blocks, 1);
+	assert_int_equal(io_read(e, CS, UC_CHUNK, 7 * 4096, 4096, back), 0);
+	assert_memory_equal(back, d, 4096);
+	assert_int_equal(zl_chunk_version(e->s, VOL, UC_CHUNK, CS, &ver), 0);
+	assert_int_equal(ver, 0);
+
+	/* A new full write makes the chunk current again. */
+	assert_int_equal(io_write(e, CS, UC_CHUNK, 5 * 4096, 4096, z, 6), 0);
+	assert_int_equal(zl_chunk_version(e->s, VOL, UC_CHUNK, CS, &ver), 0);
+	assert_int_equal(ver, 6);
+	zl_chunk_store_stats(e->s, &st);
+	assert_int_equal(st.corruptions, 0);
+}
+
+/* In steady state (a clean open, no scan) a block verifying through
+ * prev_crc is adopted, so a double crash is no false corruption either. */
+static void test_prev_adopt(void **state)
+{
+	struct env *e = *state;
+	uint8_t a[4096], b[4096], d[4096], back[4096];
+	struct zl_chunk_store_stats st;
+
+	fill(a, sizeof(a), 21);
+	fill(b, sizeof(b), 22);
+	fill(d, sizeof(d), 23);
+	assert_int_equal(io_write(e, CS, UC_CHUNK, 9 * 4096, 4096, a, 1), 0);
+	assert_int_equal(io_write(e, CS, UC_CHUNK, 9 * 4096, 4096, b, 2), 0);
+	crash_reopen(e, 9, a, false); /* entry {b, a}, data a */
+	assert_int_equal(io_read(e, CS, UC_CHUNK, 9 * 4096, 4096, back), 0);
+	assert_memory_equal(back, a, 4096);
+	assert_int_equal(io_write(e, CS, UC_CHUNK, 9 * 4096, 4096, d, 3), 0);
+	crash_reopen(e, 9, a, false); /* entry must be {d, a} */
+	assert_int_equal(io_read(e, CS, UC_CHUNK, 9 * 4096, 4096, back), 0);
+	assert_memory_equal(back, a, 4096);
+	zl_chunk_store_stats(e->s, &st);
+	assert_int_equal(st.corruptions, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1260,6 +1405,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_scrub_missing, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_foreach_and_args, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_unclean_rollback, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_prev_adopt, setup, teardown),
 	};
 
 	zl_log_init("storage_chunk_test");
