@@ -44,10 +44,13 @@ for b in zipline-controller zipline-storage zl; do
 done
 
 mkdir -p "$CL_DIR/controller"
-"$CL_BIN/zipline-controller" --endpoint "unix://$CL_DIR/controller/csi.sock" --etcd "$CL_ETCD" \
-	--leader-id ctrl-a --manager=on --manager-grace 2 --down-out-interval 600 \
-	--log-level info >>"$CL_DIR/controller/log" 2>&1 &
-echo $! >"$CL_DIR/controller/pid"
+start_manager() {
+	"$CL_BIN/zipline-controller" --endpoint "unix://$CL_DIR/controller/csi.sock" --etcd "$CL_ETCD" \
+		--leader-id ctrl-a --manager=on --manager-grace 2 --down-out-interval 600 \
+		--log-level info >>"$CL_DIR/controller/log" 2>&1 &
+	echo $! >"$CL_DIR/controller/pid"
+}
+start_manager
 
 # ed_ctl rows VOL: "slice node:state:incarnation8 ..." per row.
 # ed_ctl node ID: the incarnation of node ID's record ("-" when absent).
@@ -190,6 +193,15 @@ grep -q ' degraded \| down ' <<<"$out" || fail "inspect shows no degraded slice 
 grep -q 'node-2:[a-z_]*(down)' <<<"$out" || fail "inspect does not mark node-2 down: $out"
 rm -rf "$CL_DIR/storage-2/data"
 cl_start_storage 2
+if [ "${2:-}" = --manager-restart ]; then
+	# The manager dies (-9) while node-2 registers on its empty dir and is
+	# restarted: the new one must still see the new incarnation (M3).
+	sleep 1
+	cl_stop controller KILL
+	say "manager killed (-9) while node-2 registers; restarting it"
+	rm -f "$CL_DIR/controller/csi.sock"
+	start_manager
+fi
 cl_wait_nodes 3 || fail "node-2 did not register again"
 inc2=$(ident_inc 2)
 [ ${#inc2} -eq 32 ] && [ "$inc2" != "$inc1" ] || fail "node-2 on an empty dir kept incarnation '$inc2'"
