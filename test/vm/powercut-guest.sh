@@ -15,7 +15,8 @@
 #          runs until the host cuts the power
 # Environment: ZL_POWERCUT_HEAL (zipline-storage --heal, default on),
 # ZL_POWERCUT_FS (ext4 or xfs, default ext4), ZL_POWERCUT_SIZE (8M),
-# ZL_POWERCUT_MANAGER=on (also run zipline-controller --manager=on),
+# ZL_POWERCUT_MANAGER (zipline-controller --manager=on in the guest, default
+# on: the manager dies with every power cut and starts again at the next boot),
 # ZL_POWERCUT_TRAP=on (the file system on a dm-delay device over the disk;
 # once the load is ready, writes are held ZL_POWERCUT_TRAP_MS (2000) in the
 # guest and WORK/rN/armed appears, for an immediate cut, as soon as an
@@ -131,7 +132,7 @@ done
 ((i < 600)) || fail "zipline-storage did not register in 60 s"
 say "zipline-storage up (pid $storage_pid)"
 export ZIPLINE_ETCD=$etcd_url
-if [[ ${ZL_POWERCUT_MANAGER:-off} == on ]]; then
+if [[ ${ZL_POWERCUT_MANAGER:-on} == on ]]; then
 	"$bin/zipline-controller" --endpoint unix:///run/zl-powercut-csi.sock --etcd "$etcd_url" \
 		--manager=on --log-level info >>"$logs/controller.log" 2>&1 &
 	say "zipline-controller --manager=on started (pid $!)"
