@@ -90,6 +90,8 @@ struct chunk_op {
 	uint64_t version;    /* WRITE/ZERO: data version given by the caller */
 	uint64_t need_round; /* metadata round that makes this op durable */
 	uint32_t *bad;	     /* scrub READ: count bad blocks here instead of failing */
+	struct chunk **held; /* FLUSH: the chunks it fsyncs, one reference each */
+	uint32_t n_held;
 	zl_chunk_cb cb;
 	void *arg;
 	struct zl_defer defer;
@@ -508,6 +510,8 @@ static void chunk_detach(struct zl_chunk_store *s, struct chunk *c)
 	s->n_open--;
 	if (!c->refs)
 		chunk_free(s, c);
+	else
+		s->st.deferred_closes++; /* closed by the last chunk_put */
 }
 
 static void store_evict(struct zl_chunk_store *s)
@@ -1307,6 +1311,9 @@ static void op_finish(struct chunk_op *op)
 		s->buf_free(s->buf_arg, op->buf);
 	if (c)
 		chunk_put(s, c);
+	for (uint32_t i = 0; i < op->n_held; i++)
+		chunk_put(s, op->held[i]);
+	free(op->held);
 	op_free(op);
 	cb(arg, err);
 }
@@ -1835,10 +1842,13 @@ int zl_chunk_version(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uin
 int zl_chunk_flush(struct zl_chunk_store *s, uint64_t vol, zl_chunk_cb cb, void *arg)
 {
 	struct chunk_op *op;
-	bool submit = false;
+	uint32_t n = 0;
 
 	if (!cb)
 		return -ZL_ERR_INVAL;
+	for (uint32_t i = 0; i < STORE_BUCKETS; i++)
+		for (struct chunk *c = s->buckets[i]; c; c = c->hnext)
+			n += c->vol == vol;
 	op = op_alloc(s);
 	if (!op)
 		return -ENOMEM;
@@ -1846,8 +1856,18 @@ int zl_chunk_flush(struct zl_chunk_store *s, uint64_t vol, zl_chunk_cb cb, void 
 	op->stage = OP_ST_DATA;
 	op->cb = cb;
 	op->arg = arg;
-	for (uint32_t i = 0; i < STORE_BUCKETS; i++) {
-		for (struct chunk *c = s->buckets[i]; c; c = c->hnext) {
+	if (n) {
+		op->held = calloc(n, sizeof(*op->held));
+		if (!op->held) {
+			op_free(op);
+			return -ENOMEM;
+		}
+	}
+	/* Each fsync holds a reference on its chunk until the flush ends: a
+	 * delete (or eviction) meanwhile closes the descriptor only then, never
+	 * under an fsync in flight or prepared and not yet submitted. */
+	for (uint32_t i = 0; i < STORE_BUCKETS && op->n_held < n; i++) {
+		for (struct chunk *c = s->buckets[i]; c && op->n_held < n; c = c->hnext) {
 			struct io_uring_sqe *sqe;
 
 			if (c->vol != vol)
@@ -1860,14 +1880,10 @@ int zl_chunk_flush(struct zl_chunk_store *s, uint64_t vol, zl_chunk_cb cb, void 
 			io_uring_prep_fsync(sqe, c->fd, IORING_FSYNC_DATASYNC);
 			io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)op);
 			op->pending++;
-			submit = true;
+			lru_del(s, c);
+			c->refs++;
+			op->held[op->n_held++] = c;
 		}
-	}
-	/* Submit now: the kernel takes its file references before any eviction
-	 * could close one of these descriptors. */
-	if (submit) {
-		io_uring_submit(&s->ring);
-		s->to_submit = 0;
 	}
 	if (!op->pending)
 		op_fail_later(op, op->err);

@@ -84,6 +84,7 @@ struct zl_chunk_store_stats {
 	bool unclean_start;	     /* opened without the clean marker: verified */
 	uint64_t rolled_back_chunks; /* chunks of that scan dropped to version 0 */
 	uint64_t rolled_back_blocks; /* blocks whose write had not landed */
+	uint64_t deferred_closes;    /* files dropped with I/O in flight: closed by its end */
 };
 
 /* Completion: 0 or a negative error (-ZL_ERR_CORRUPT, -ZL_ERR_NOSPC,
@@ -205,13 +206,21 @@ int zl_chunk_scrub_read(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, 
 			uint32_t off, uint32_t len, void *buf, uint32_t *bad, zl_chunk_cb cb,
 			void *arg);
 
-/* fdatasync of every open chunk of vol (async). Returns as zl_chunk_write. */
+/* fdatasync of every open chunk of vol (async); holds a reference on each
+ * of them until cb. Returns as zl_chunk_write. */
 int zl_chunk_flush(struct zl_chunk_store *s, uint64_t vol, zl_chunk_cb cb, void *arg);
 
 /* Allocated bytes of the replica file (0 when absent). 0 or -errno. */
 int zl_chunk_info(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint64_t *allocated);
-/* Removes one replica (in-flight operations finish on the unlinked file).
- * 0 (also when absent) or -errno. */
+/* Removes one replica. The file is unlinked and the chunk forgotten at
+ * once: a later operation on (vol, chunk) is a new replica (a write creates a
+ * new file, a read sees none). Operations accepted before the delete (reads,
+ * writes and zeroings in flight or queued behind another, metadata rounds,
+ * and every zl_chunk_flush in flight on the chunk) keep a reference on the
+ * open file: they finish on the unlinked file (ordered before the delete)
+ * and their callbacks run as usual; the descriptor is closed only when the
+ * last of them ended, never under I/O in flight or prepared. 0 (also when
+ * absent) or -errno. */
 int zl_chunk_delete(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk);
 /* Removes every replica of vol and its directory. *removed (optional) gets
  * the number of chunk files removed. 0 or -errno. */

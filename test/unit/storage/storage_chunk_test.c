@@ -1126,6 +1126,105 @@ static void test_delete(void **state)
 	assert_int_equal(back[0], 0);
 }
 
+/* Descriptors of this process open on a file whose /proc link contains
+ * name (an unlinked file's link ends in " (deleted)"). */
+static int fds_on(const char *name)
+{
+	char link[64], target[1024];
+	int n = 0;
+
+	for (int fd = 0; fd < 4096; fd++) {
+		ssize_t len;
+
+		snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+		len = readlink(link, target, sizeof(target) - 1);
+		if (len <= 0)
+			continue;
+		target[len] = 0;
+		n += strstr(target, name) != NULL;
+	}
+	return n;
+}
+
+/* A delete with a write, a write queued behind it and a flush in flight on
+ * the chunk (and one with only a flush in flight): the file goes at once,
+ * the descriptor stays open until the last of them ended (none completes
+ * with EBADF, none is lost, none runs twice), and a write after the delete
+ * makes a new replica that holds nothing of the old one. */
+static void test_delete_inflight(void **state)
+{
+	struct env *e = *state;
+	uint8_t *p = t_alloc(NULL, CS), *q = t_alloc(NULL, 65536), *z = t_alloc(NULL, 4096);
+	uint8_t back[4096], zeros[4096] = {0};
+	char path7[700], path9[700], name7[128], name9[128];
+	struct zl_chunk_store_stats st;
+	struct stat stb;
+
+	fill(p, CS, 5);
+	memset(q, 0x71, 65536);
+	memset(z, 0x7a, 4096);
+	snprintf(path7, sizeof(path7), "%s/chunks/vol-%016" PRIx64 "/%016x.zlc", e->dir,
+		 (uint64_t)VOL, 7);
+	snprintf(path9, sizeof(path9), "%s/chunks/vol-%016" PRIx64 "/%016x.zlc", e->dir,
+		 (uint64_t)VOL, 9);
+	snprintf(name7, sizeof(name7), "vol-%016" PRIx64 "/%016x.zlc (deleted)", (uint64_t)VOL, 7);
+	snprintf(name9, sizeof(name9), "vol-%016" PRIx64 "/%016x.zlc (deleted)", (uint64_t)VOL, 9);
+	for (int round = 0; round < 8; round++) {
+		struct done d[5] = {0};
+		uint64_t deferred;
+
+		assert_int_equal(io_write(e, CS, 7, 0, CS, p, 1), 0);
+		assert_int_equal(io_write(e, CS, 9, 0, CS, p, 1), 0);
+		zl_chunk_store_stats(e->s, &st);
+		deferred = st.deferred_closes;
+		assert_int_equal(zl_chunk_write(e->s, VOL, 7, CS, 0, 65536, q, 2, done_cb, &d[0]),
+				 0);
+		/* Overlaps d[0]: waits, starts after d[0] ended, on the old file. */
+		assert_int_equal(zl_chunk_write(e->s, VOL, 7, CS, 4096, 8192, q, 3, done_cb, &d[1]),
+				 0);
+		assert_int_equal(zl_chunk_flush(e->s, VOL, done_cb, &d[2]), 0);
+		if (round % 2) /* some rounds let the SQEs reach the kernel first */
+			zl_loop_run_once(e->loop, 0);
+		assert_int_equal(zl_chunk_delete(e->s, VOL, 7), 0);
+		assert_int_equal(zl_chunk_delete(e->s, VOL, 9), 0);
+		assert_int_equal(stat(path7, &stb), -1);
+		assert_int_equal(errno, ENOENT);
+		assert_int_equal(stat(path9, &stb), -1);
+		/* Nothing completed yet (callbacks run from the loop): both
+		 * descriptors are still open on the unlinked files. */
+		if (!d[2].calls) {
+			assert_int_equal(fds_on(name7), 1);
+			assert_int_equal(fds_on(name9), 1);
+			zl_chunk_store_stats(e->s, &st);
+			assert_int_equal(st.deferred_closes, deferred + 2);
+		}
+		/* A write after the delete: a new replica, a new file. */
+		assert_int_equal(zl_chunk_write(e->s, VOL, 7, CS, 4096, 4096, z, 4, done_cb, &d[3]),
+				 0);
+		assert_int_equal(zl_chunk_flush(e->s, VOL, done_cb, &d[4]), 0);
+		assert_int_equal(stat(path7, &stb), 0);
+		wait_all(e, d, 5);
+		for (int i = 0; i < 5; i++)
+			assert_int_equal(d[i].status, 0);
+		/* The last completion closed the old descriptors. */
+		assert_int_equal(fds_on(name7), 0);
+		assert_int_equal(fds_on(name9), 0);
+		assert_int_equal(zl_chunk_store_inflight(e->s), 0);
+		assert_int_equal(io_read(e, CS, 7, 0, 4096, back), 0);
+		assert_memory_equal(back, zeros, 4096);
+		assert_int_equal(io_read(e, CS, 7, 4096, 4096, back), 0);
+		assert_memory_equal(back, z, 4096);
+		assert_int_equal(io_read(e, CS, 7, 65536, 4096, back), 0);
+		assert_memory_equal(back, zeros, 4096);
+		assert_int_equal(io_read(e, CS, 9, 0, 4096, back), 0);
+		assert_memory_equal(back, zeros, 4096);
+		assert_int_equal(zl_chunk_delete(e->s, VOL, 7), 0);
+	}
+	free(p);
+	free(q);
+	free(z);
+}
+
 static int count_vol(void *arg, uint64_t vol)
 {
 	int *n = arg;
@@ -1403,6 +1502,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_kill9_under_load, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_v1_convert, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_delete_inflight, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_scrub_missing, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_foreach_and_args, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_unclean_rollback, setup, teardown),
