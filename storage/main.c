@@ -43,6 +43,11 @@ static const char usage[] =
     "  --scrub-mbps N       scrub read rate, megabits/s (default 100)\n"
     "  --scrub-interval SEC background scrub of the slices this node is primary\n"
     "                       of, every SEC seconds (default 86400, 0 = off)\n"
+    "  --gc-interval SEC    heal: look for old copies of slices moved off this node\n"
+    "                       every SEC seconds (default 60, 0 = keep them)\n"
+    "  --gc-grace SEC       heal: remove them once their row has not listed this node,\n"
+    "                       all in sync, and no write of them came, for SEC seconds\n"
+    "                       (default 600)\n"
     "  --help, --version\n";
 
 struct storage_main {
@@ -83,7 +88,7 @@ static int parse_flags(int argc, char **argv, struct zl_storage_cfg *cfg, const 
 {
 	enum { O_LISTEN = 256, O_ADV, O_NODE, O_LABEL, O_ETCD, O_PREFIX, O_WAIT, O_CAP, O_LOG,
 	       O_CACERT, O_CERT, O_KEY, O_USER, O_PWFILE, O_XPORT, O_HEAL, O_RWAIT, O_RMBPS,
-	       O_SMBPS, O_SINT };
+	       O_SMBPS, O_SINT, O_GCINT, O_GCGRACE };
 	static const struct option opts[] = {
 	    {"data-dir", required_argument, NULL, 'd'},
 	    {"listen", required_argument, NULL, O_LISTEN},
@@ -106,6 +111,8 @@ static int parse_flags(int argc, char **argv, struct zl_storage_cfg *cfg, const 
 	    {"recovery-mbps", required_argument, NULL, O_RMBPS},
 	    {"scrub-mbps", required_argument, NULL, O_SMBPS},
 	    {"scrub-interval", required_argument, NULL, O_SINT},
+	    {"gc-interval", required_argument, NULL, O_GCINT},
+	    {"gc-grace", required_argument, NULL, O_GCGRACE},
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},
 	    {NULL, 0, NULL, 0},
@@ -124,6 +131,8 @@ static int parse_flags(int argc, char **argv, struct zl_storage_cfg *cfg, const 
 	cfg->recovery_mbps = 200;
 	cfg->scrub_mbps = 100;
 	cfg->scrub_interval_s = 86400;
+	cfg->gc_interval_s = 60;
+	cfg->gc_grace_s = 600;
 	cfg->heal = true;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -230,6 +239,15 @@ static int parse_flags(int argc, char **argv, struct zl_storage_cfg *cfg, const 
 							       "(0 = off)",
 						optarg);
 			*(c == O_SMBPS ? &cfg->scrub_mbps : &cfg->scrub_interval_s) = (uint32_t)v;
+			break;
+		case O_GCINT:
+		case O_GCGRACE:
+			v = strtol(optarg, &end, 10);
+			if (*end || v < 0 || v > 31536000)
+				return bad_flag(c == O_GCINT ? "--gc-interval wants seconds (0 = off)"
+							     : "--gc-grace wants seconds",
+						optarg);
+			*(c == O_GCINT ? &cfg->gc_interval_s : &cfg->gc_grace_s) = (uint32_t)v;
 			break;
 		case 'h':
 			fputs(usage, stdout);
@@ -438,9 +456,8 @@ int main(int argc, char **argv)
 		rc = zl_storage_scrub_start(st);
 	if (!rc && st->cfg.heal)
 		rc = zl_storage_status_start(st);
-	/* storage_gc.c is not started: a delete racing a volume FLUSH in
-	 * flight closes the fd under it (EBADF, the client's write fails);
-	 * see docs/REPLICATION.md §5. */
+	if (!rc && st->cfg.heal)
+		rc = zl_storage_gc_start(st);
 	if (rc)
 		goto out_fail;
 	rc = zl_storage_server_start(st);

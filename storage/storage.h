@@ -47,6 +47,8 @@ struct zl_storage_cfg {
 	uint32_t recovery_mbps; /* --recovery-mbps: megabits/s of recovery copies */
 	uint32_t scrub_mbps;	   /* --scrub-mbps: megabits/s a scrub reads (default 100) */
 	uint32_t scrub_interval_s; /* --scrub-interval: background scrub period, 0 = off */
+	uint32_t gc_interval_s;	   /* --gc-interval: old-copy removal period, 0 = off */
+	uint32_t gc_grace_s;	   /* --gc-grace: a row off this node that long, then removed */
 	/* Identity of the data dir (storage_ident.c), set by
 	 * zl_storage_ident_resolve before anything touches the disk. */
 	char cluster_id[ZL_META_ID_SIZE];
@@ -427,10 +429,13 @@ int zl_storage_ident_cluster_ok(struct zl_storage *st);
 
 /* ---- old copies of slices moved away (storage_gc.c), loop thread ---- */
 struct zl_storage_gc;
-/* Arms the periodic removal of chunk files of slices this node left. 0 or
- * -ENOMEM. */
+/* Arms the periodic removal of chunk files of slices this node left
+ * (cfg.gc_interval_s, 0 = off; after cfg.gc_grace_s). 0 or -ENOMEM. */
 int zl_storage_gc_start(struct zl_storage *st);
 void zl_storage_gc_stop(struct zl_storage *st);
+/* This node applied a write, zeroing or push of `slice` of volume vol: its
+ * old copies are not removed for a grace period from now. */
+void zl_storage_gc_note_write(struct zl_storage *st, uint64_t vol, uint32_t slice);
 
 /* ---- advertised address (storage_addr.c) ---- */
 

@@ -1,19 +1,27 @@
 /* Old copies after a move (docs/REPLICATION.md §5): when the manager moves a
  * member of a row to another node (rebalance, or M7 after a node was gone),
  * the node that left still holds the slice's chunk files. Every
- * STORAGE_GC_PERIOD_MS this daemon removes the chunk files of every
+ * --gc-interval seconds this daemon removes the chunk files of every
  * (volume, slice) whose current row
- *   - does not list this node (by node id, whatever the incarnation), and
+ *   - does not list this node (by node id, whatever the incarnation or
+ *     state: a member that is RECOVERING, OUT or the primary recovering
+ *     others is a member and keeps its files), and
  *   - has every member IN_SYNC (the new member holds its full copy),
- * of volumes whose record exists and is "ready", and only while etcd's
- * cluster record is this data dir's cluster (zl_storage_ident_cluster_ok).
- * Rows are read from etcd (a linearizable read) in the same loop callback
- * that unlinks, so nothing this node serves can interleave: a row that
- * lists this node again (the manager put it back as RECOVERING) is seen by
- * that read, and a push that comes after the unlink writes a new file. The
- * reads and the directory scan are blocking and run on the loop thread, like
- * the tombstones' (storage_tomb.c); at most STORAGE_GC_MAX_FILES files are
- * removed per round. */
+ * and has been so, at every round, for --gc-grace seconds, during which this
+ * node applied no write, zeroing or push of the slice (a node that is being
+ * recovered, or still serves the slice from a row it has not yet seen
+ * change, keeps it). Only volumes whose record exists and is "ready", and
+ * only while etcd's cluster record is this data dir's cluster
+ * (zl_storage_ident_cluster_ok): a wrong or unreachable etcd deletes
+ * nothing. Rows are read from etcd (a linearizable read) in the same loop
+ * callback that unlinks, so nothing this node serves can interleave: a row
+ * that lists this node again is seen by that read, and a push that comes
+ * after the unlink writes a new file. Operations accepted before the unlink
+ * finish on the unlinked file; the chunk store closes it after the last one
+ * (zl_chunk_delete). The reads and the directory scan are blocking and run
+ * on the loop thread, like the tombstones' (storage_tomb.c); at most
+ * STORAGE_GC_MAX_FILES files are removed per round. The grace clocks are
+ * memory only: a restart starts them again. */
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -24,14 +32,27 @@
 
 #include "storage.h"
 
-#define STORAGE_GC_PERIOD_MS 10000
 #define STORAGE_GC_MAX_FILES 4096
+
+/* Grace clocks of one volume's slices. */
+struct gc_vol {
+	struct gc_vol *next;
+	uint64_t num;
+	uint32_t n;	 /* slices covered by the arrays */
+	uint64_t *since; /* ms the slice was first seen foreign (0: not foreign) */
+	uint64_t *wrote; /* ms of this node's last write/zero/push of the slice */
+	uint64_t last_write, round;
+};
 
 struct zl_storage_gc {
 	struct zl_storage *st;
 	struct zl_timer t;
+	uint64_t grace_ms, round;
 	uint64_t *vols;
 	size_t n_vols, cap_vols;
+	struct gc_vol *gv;
+	uint64_t files, bytes; /* removed since start */
+	uint64_t hold_until;   /* ms: nothing removed before (a write not clocked) */
 };
 
 static int gc_collect(void *arg, uint64_t vol)
@@ -51,6 +72,60 @@ static int gc_collect(void *arg, uint64_t vol)
 	return 0;
 }
 
+static void gv_free(struct gc_vol *gv)
+{
+	free(gv->since);
+	free(gv->wrote);
+	free(gv);
+}
+
+/* The clocks of volume num covering at least n slices (created or grown).
+ * NULL on allocation failure: the caller deletes nothing. */
+static struct gc_vol *gv_get(struct zl_storage_gc *g, uint64_t num, uint32_t n)
+{
+	struct gc_vol *gv;
+
+	for (gv = g->gv; gv && gv->num != num; gv = gv->next)
+		;
+	if (!gv) {
+		gv = calloc(1, sizeof(*gv));
+		if (!gv)
+			return NULL;
+		gv->num = num;
+		gv->next = g->gv;
+		g->gv = gv;
+	}
+	if (n > gv->n) {
+		uint64_t *since = realloc(gv->since, n * sizeof(*since));
+		uint64_t *wrote = since ? realloc(gv->wrote, n * sizeof(*wrote)) : NULL;
+
+		if (since)
+			gv->since = since;
+		if (!wrote)
+			return NULL;
+		gv->wrote = wrote;
+		memset(gv->since + gv->n, 0, (n - gv->n) * sizeof(*since));
+		memset(gv->wrote + gv->n, 0, (n - gv->n) * sizeof(*wrote));
+		gv->n = n;
+	}
+	return gv;
+}
+
+void zl_storage_gc_note_write(struct zl_storage *st, uint64_t vol, uint32_t slice)
+{
+	struct gc_vol *gv;
+
+	if (!st->gc)
+		return;
+	gv = gv_get(st->gc, vol, slice + 1);
+	if (!gv) {
+		/* No clock for it: hold every removal for a grace period. */
+		st->gc->hold_until = zl_now_ms() + st->gc->grace_ms;
+		return;
+	}
+	gv->wrote[slice] = gv->last_write = zl_now_ms();
+}
+
 /* Every member of the row is in sync and none of them is this node. */
 static bool gc_slice_foreign(const struct zl_storage *st, const struct zl_slice *row)
 {
@@ -63,10 +138,31 @@ static bool gc_slice_foreign(const struct zl_storage *st, const struct zl_slice 
 	return row->n > 0;
 }
 
-/* Removes this node's chunk files of v's foreign slices, at most *budget
- * (decremented). Returns the number removed. */
-static uint64_t gc_volume(struct zl_storage *st, const struct zl_volume *v, uint32_t *budget)
+/* Advances the grace clocks of v's slices; true when one is due. */
+static bool gc_clocks(struct zl_storage_gc *g, const struct zl_volume *v, struct gc_vol *gv,
+		      uint64_t now)
 {
+	bool due = false;
+
+	for (uint32_t s = 0; s < v->n_slices; s++) {
+		if (!gc_slice_foreign(g->st, &v->slices[s])) {
+			gv->since[s] = 0;
+			continue;
+		}
+		if (!gv->since[s])
+			gv->since[s] = now;
+		due |= now - gv->since[s] >= g->grace_ms &&
+		       (!gv->wrote[s] || now - gv->wrote[s] >= g->grace_ms);
+	}
+	return due;
+}
+
+/* Removes this node's chunk files of v's slices that are due, at most
+ * *budget (decremented). Returns the number removed, their bytes in *bytes. */
+static uint64_t gc_volume(struct zl_storage_gc *g, const struct zl_volume *v,
+			  const struct gc_vol *gv, uint64_t now, uint32_t *budget, uint64_t *bytes)
+{
+	struct zl_storage *st = g->st;
 	char dir[PATH_MAX];
 	uint64_t removed = 0;
 	struct dirent *de;
@@ -77,8 +173,9 @@ static uint64_t gc_volume(struct zl_storage *st, const struct zl_volume *v, uint
 	if (!d)
 		return 0;
 	while (*budget && (de = readdir(d))) {
+		uint64_t idx, alloc = 0;
+		uint32_t s;
 		char *end;
-		uint64_t idx;
 		int rc;
 
 		if (strlen(de->d_name) != 20 || strcmp(de->d_name + 16, ".zlc"))
@@ -87,19 +184,41 @@ static uint64_t gc_volume(struct zl_storage *st, const struct zl_volume *v, uint
 		idx = strtoull(de->d_name, &end, 16);
 		if (errno || end != de->d_name + 16)
 			continue;
-		if (!gc_slice_foreign(st, &v->slices[zl_volume_slice_of(v, idx)]))
+		s = zl_volume_slice_of(v, idx);
+		if (s >= gv->n || !gv->since[s] || now - gv->since[s] < g->grace_ms ||
+		    (gv->wrote[s] && now - gv->wrote[s] < g->grace_ms))
 			continue;
+		(void)zl_chunk_info(st->chunks, v->num, idx, &alloc);
 		rc = zl_chunk_delete(st->chunks, v->num, idx);
 		if (rc) {
-			ZL_LOG_WARN("storage", "removing old copy vol=%s chunk=%" PRIu64 " failed: %s",
+			ZL_LOG_WARN("storage",
+				    "removing old copy vol=%s chunk=%" PRIu64 " failed: %s (kept; "
+				    "retried next round)",
 				    v->id, idx, zl_strerror(rc));
 			continue;
 		}
 		removed++;
+		*bytes += alloc;
 		(*budget)--;
 	}
 	closedir(d);
 	return removed;
+}
+
+/* Forgets the clocks of volumes this node no longer holds and did not
+ * write lately. */
+static void gc_prune(struct zl_storage_gc *g, uint64_t now)
+{
+	for (struct gc_vol **pp = &g->gv; *pp;) {
+		struct gc_vol *gv = *pp;
+
+		if (gv->round == g->round || now - gv->last_write < g->grace_ms) {
+			pp = &gv->next;
+			continue;
+		}
+		*pp = gv->next;
+		gv_free(gv);
+	}
 }
 
 static void gc_tick(void *arg)
@@ -107,15 +226,25 @@ static void gc_tick(void *arg)
 	struct zl_storage_gc *g = arg;
 	struct zl_storage *st = g->st;
 	uint32_t budget = STORAGE_GC_MAX_FILES;
+	uint64_t now = zl_now_ms();
 	int rc;
 
 	g->n_vols = 0;
-	if (st->draining || zl_chunk_volume_foreach(st->chunks, gc_collect, g) || !g->n_vols)
+	g->round++;
+	if (st->draining || now < g->hold_until ||
+	    zl_chunk_volume_foreach(st->chunks, gc_collect, g))
 		return;
+	if (!g->n_vols) {
+		gc_prune(g, now);
+		return;
+	}
 	rc = zl_storage_ident_cluster_ok(st);
 	if (rc) {
 		static struct zl_ratelimit rl;
 
+		/* Clocks start again once the cluster is confirmed. */
+		for (struct gc_vol *gv = g->gv; gv; gv = gv->next)
+			memset(gv->since, 0, gv->n * sizeof(*gv->since));
 		if (zl_ratelimit_ok(&rl, 1))
 			ZL_LOG_WARN("storage",
 				    "old copies of moved slices kept: etcd is not (or not "
@@ -126,34 +255,54 @@ static void gc_tick(void *arg)
 	for (size_t i = 0; i < g->n_vols && budget; i++) {
 		char vid[ZL_VOL_ID_LEN + 1];
 		struct zl_volume v = {0};
-		uint64_t n;
+		struct gc_vol *gv;
+		uint64_t n, bytes = 0;
 
 		zl_vol_id_format(g->vols[i], vid);
 		/* Missing volumes are the tombstones' business, not ours. */
 		if (zl_meta_volume_get(st->etcd, st->cfg.prefix, vid, &v))
 			continue;
-		if (!strcmp(v.state, "ready")) {
-			n = gc_volume(st, &v, &budget);
-			if (n)
+		gv = strcmp(v.state, "ready") ? NULL : gv_get(g, v.num, v.n_slices);
+		if (gv) {
+			gv->round = g->round;
+			if (gc_clocks(g, &v, gv, now) &&
+			    (n = gc_volume(g, &v, gv, now, &budget, &bytes))) {
+				g->files += n;
+				g->bytes += bytes;
 				ZL_LOG_INFO("storage",
-					    "removed %" PRIu64 " old chunk files of vol=%s: slices "
-					    "this node is no longer a member of, every member of "
-					    "their row in sync",
-					    n, vid);
+					    "removed %" PRIu64 " old chunk files (%" PRIu64
+					    " bytes) of vol=%s: slices this node is no longer a "
+					    "member of, every member of their row in sync for "
+					    "%" PRIu64 " s (total %" PRIu64 " files, %" PRIu64
+					    " bytes)",
+					    n, bytes, vid, g->grace_ms / 1000, g->files, g->bytes);
+			}
 		}
 		zl_volume_fini(&v);
 	}
+	gc_prune(g, now);
 }
 
 int zl_storage_gc_start(struct zl_storage *st)
 {
-	struct zl_storage_gc *g = calloc(1, sizeof(*g));
+	uint64_t ms = (uint64_t)st->cfg.gc_interval_s * 1000;
+	struct zl_storage_gc *g;
 
+	if (!ms) {
+		ZL_LOG_INFO("storage", "removal of old copies of moved slices off (--gc-interval 0)");
+		return 0;
+	}
+	g = calloc(1, sizeof(*g));
 	if (!g)
 		return -ENOMEM;
 	g->st = st;
+	g->grace_ms = (uint64_t)st->cfg.gc_grace_s * 1000;
 	st->gc = g;
-	zl_timer_start(st->loop, &g->t, STORAGE_GC_PERIOD_MS, STORAGE_GC_PERIOD_MS, gc_tick, g);
+	zl_timer_start(st->loop, &g->t, ms, ms, gc_tick, g);
+	ZL_LOG_INFO("storage",
+		    "old copies of moved slices: checked every %u s, removed %u s after their row "
+		    "left this node",
+		    st->cfg.gc_interval_s, st->cfg.gc_grace_s);
 	return 0;
 }
 
@@ -164,6 +313,12 @@ void zl_storage_gc_stop(struct zl_storage *st)
 	if (!g)
 		return;
 	zl_timer_stop(st->loop, &g->t);
+	while (g->gv) {
+		struct gc_vol *gv = g->gv;
+
+		g->gv = gv->next;
+		gv_free(gv);
+	}
 	free(g->vols);
 	free(g);
 	st->gc = NULL;

@@ -480,6 +480,7 @@ static void srv_exec(struct storage_req *r)
 	const struct zl_wire_hdr *h = &r->req;
 	int rc;
 
+	zl_storage_gc_note_write(st, h->vol_id, r->slice);
 	/* Data version 0 (keeps the chunk's) unless the primary assigned one:
 	 * --heal=on, REPLICATION.md §1. */
 	if (r->op == ZL_OP_CHUNK_PUSH) {
