@@ -7,7 +7,10 @@
 # zone) and the primaries must copy the new members whole, until every slice
 # is 3 of 3 IN_SYNC on node-1..3 within a bound; meanwhile the first 8 MiB are
 # written again (must be acknowledged: 2 of 3 in sync). The chunk files of all
-# three must then equal the data written, chunk by chunk. Then node-1 is
+# three must then equal the data written, chunk by chunk. node-4 then comes
+# back on its data dir: it is in no row any more, so its old copies must be
+# removed (storage_gc.c, --gc-interval 1 --gc-grace 3) within GC_BOUND s and
+# the members' files stay the data written; it is stopped again. Then node-1 is
 # killed (-9) as well: every byte must still read back (zl volume export ==
 # the data written; only after the manager gave node-1's slices new
 # primaries, reads being primary-only), and the two replicas left of every
@@ -49,7 +52,8 @@ done
 command -v etcd >/dev/null || { echo "$T: FAIL: etcd is not installed" >&2; exit 1; }
 [ -x "$HB_PY" ] || { echo "$T: FAIL: $HB_PY is missing" >&2; exit 1; }
 
-export CL_STORAGE_FLAGS="--recovery-mbps $MBPS --log-level info"
+export CL_STORAGE_FLAGS="--recovery-mbps $MBPS --log-level info --gc-interval 1 --gc-grace 3"
+GC_BOUND=60 # seconds from node-4's restart to its last old chunk file gone
 hb_begin e2e-backfill "$1" 4 || fail "cluster did not start"
 hb_start_manager "$DOWN_OUT" || fail "the manager (zipline-controller --manager=on) did not start"
 
@@ -128,6 +132,37 @@ res=$(hb_ctl replicas "$vid" --input "$CL_DIR/want" "$CL_DIR/files3" node-1 node
 echo "FIGURE: after backfill: $(head -1 <<<"$res") (all three members, equal to the data written)"
 [ "$copied" -ge "$full" ] ||
 	echo "$T: note: the primaries logged $copied bytes copied, less than the $full of a full copy (the chunk files match, see above)"
+
+# node-4 returns on its data dir, a member of no row: its old copies go.
+d4="$CL_DIR/storage-4/data/chunks/$vid"
+n4() { { find "$d4" -name '*.zlc' 2>/dev/null || true; } | wc -l; }
+old4=$(n4)
+[ "$old4" -gt 0 ] || fail "node-4 holds no chunk file of $vid before it returns"
+t3=$(hb_now_ms)
+cl_start_storage 4
+k=0
+while [ "$(n4)" -gt 0 ] && [ "$k" -lt $((GC_BOUND * 5)) ]; do
+	k=$((k + 1))
+	sleep 0.2
+done
+t4=$(hb_now_ms)
+[ "$(n4)" -eq 0 ] || fail "$(n4) of node-4's $old4 old chunk files still there $GC_BOUND s after it returned"
+if hb_ctl rows "$vid" | grep -q 'node-4:'; then
+	fail "node-4 is in a row again after it returned: $(hb_ctl rows "$vid" | grep -m 1 'node-4:')"
+fi
+read -r gc_files gc_bytes < <(sed -n 's/.*removed \([0-9]*\) old chunk files (\([0-9]*\) bytes).*/\1 \2/p' \
+	"$CL_DIR/storage-4/log" | awk '{f += $1; b += $2} END {print f + 0, b + 0}')
+[ "$gc_files" -eq "$old4" ] || fail "node-4 logged $gc_files old chunk files removed, $old4 were there"
+echo "FIGURE: backfill_gc: node-4 back on its data dir: its $gc_files old chunk files ($gc_bytes bytes) reclaimed $((t4 - t3)) ms after its restart (--gc-interval 1 --gc-grace 3)"
+if grep -q EBADF "$CL_DIR"/storage-*/log; then
+	fail "EBADF in a daemon log: $(grep -h EBADF "$CL_DIR"/storage-*/log | head -2)"
+fi
+hb_files "$CHUNK" "$vid" 1 2 3 >"$CL_DIR/files3" || fail "reading chunk files"
+res=$(hb_ctl replicas "$vid" --input "$CL_DIR/want" "$CL_DIR/files3" node-1 node-2 node-3) ||
+	fail "after node-4 removed its old copies the replicas are not all the data written: $res"
+"$ZL" volume verify bvol >"$CL_DIR/verify.log" 2>&1 || { cat "$CL_DIR/verify.log" >&2; fail "verify after node-4 removed its old copies"; }
+echo "$T: after the removal: $(head -1 <<<"$res"), zl volume verify passes"
+cl_stop storage-4
 
 # A second daemon dies: two replicas of every chunk are left. Reads are
 # served by a slice's primary only (once peered): the rows node-1 was primary
