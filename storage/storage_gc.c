@@ -262,8 +262,12 @@ static void gc_tick(void *arg)
 		/* Missing volumes are the tombstones' business, not ours. */
 		if (zl_meta_volume_get(st->etcd, st->cfg.prefix, vid, &v))
 			continue;
-		gv = strcmp(v.state, "ready") ? NULL : gv_get(g, v.num, v.n_slices);
-		if (gv) {
+		gv = gv_get(g, v.num, v.n_slices);
+		if (gv && strcmp(v.state, "ready")) {
+			/* Not ready (being resized, removed...): clocks restart. */
+			memset(gv->since, 0, gv->n * sizeof(*gv->since));
+			gv->round = g->round;
+		} else if (gv) {
 			gv->round = g->round;
 			if (gc_clocks(g, &v, gv, now) &&
 			    (n = gc_volume(g, &v, gv, now, &budget, &bytes))) {
