@@ -244,8 +244,9 @@ static int parse_flags(int argc, char **argv, struct zl_storage_cfg *cfg, const 
 		case O_GCGRACE:
 			v = strtol(optarg, &end, 10);
 			if (*end || v < 0 || v > 31536000)
-				return bad_flag(c == O_GCINT ? "--gc-interval wants seconds (0 = off)"
-							     : "--gc-grace wants seconds",
+				return bad_flag(c == O_GCINT
+						    ? "--gc-interval wants seconds (0 = off)"
+						    : "--gc-grace wants seconds",
 						optarg);
 			*(c == O_GCINT ? &cfg->gc_interval_s : &cfg->gc_grace_s) = (uint32_t)v;
 			break;

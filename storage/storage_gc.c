@@ -293,7 +293,8 @@ int zl_storage_gc_start(struct zl_storage *st)
 	struct zl_storage_gc *g;
 
 	if (!ms) {
-		ZL_LOG_INFO("storage", "removal of old copies of moved slices off (--gc-interval 0)");
+		ZL_LOG_INFO("storage",
+			    "removal of old copies of moved slices off (--gc-interval 0)");
 		return 0;
 	}
 	g = calloc(1, sizeof(*g));
