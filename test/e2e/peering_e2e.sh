@@ -11,6 +11,10 @@
 # get a new primary in a new term. Then:
 #   - A's new primary X is behind: peering pulls W1 from Y;
 #   - B's new primary Y holds W1: peering pushes it to X;
+#   - while A's pull is made to fail (a flipped byte in Y's copy), A stays
+#     peering: `zl volume inspect` and `zl status` show it, a READ at X is
+#     held and answered ZL_ERR_PEERING; restored, A peers and is not shown
+#     peering any more (every slice "active" at the end);
 #   - a READ at a backup is refused (ZL_ERR_NOT_PRIMARY), a READ with
 #     ZL_WF_ANY is served with that replica's chunk version;
 #   - node-1 returns as RECOVERING: its newer copy of C (W2) is rolled back
@@ -221,10 +225,46 @@ wait_log $X "peering vol=$vid slice=[0-9]* term=1 members=.*node-1(ZL_ERR_[A-Z_]
 	fail "node-$X did not peer its rows without the dead node-1"
 heal_ctl reports "$vid" | awk -v r="node-$X" '$2 == r && $3 == "node-1"' | grep -q . ||
 	fail "node-$X put no failure report about node-1"
+# Hold the peering of slice A open: node-$Y's copy of chunk A (W1) is the
+# winner; with one data byte of it flipped, node-$X's pull fails CORRUPT and
+# is tried again every second, so slice A stays peering until the byte is
+# restored. Meanwhile `zl volume inspect` shows A "peering" (from node-$X's
+# status record), `zl status` counts it, and client I/O of A waits.
+fileA="$CL_DIR/storage-$Y/data/chunks/$vid/$(fname "$A")"
+offA=$(cl_chunk_block_off "$fileA" 2 77) || fail "cannot locate block 2 in $fileA"
+cl_flip_byte "$fileA" "$offA"
 heal_ctl set "$vid" node-1 out || fail "marking node-1 out"
 heal_ctl rows "$vid" | awk -v a="$A" -v b="$B" -v c="$C" '$1 == a || $1 == b || $1 == c'
+inspect() { "$ZL" volume inspect pvol 2>"$CL_DIR/inspect.err"; }
+# slice_state SLICE: its STATE column in `zl volume inspect`.
+slice_state() { inspect | awk -v s="$1" '$1 == s && $2 ~ /^[0-9]+$/ && NF >= 5 {print $4}'; }
+# wait_state SLICE STATE [TRIES]: every 0.2 s.
+wait_state() {
+	for _ in $(seq 1 "${3:-100}"); do
+		[ "$(slice_state "$1")" = "$2" ] && return 0
+		sleep 0.2
+	done
+	return 1
+}
+wait_log $X "peering attempt failed: vol=$vid slice=$A term=2 step=pull err=ZL_ERR_CORRUPT" ||
+	fail "node-$X did not fail its pull of the damaged chunk $A"
+wait_state "$A" peering || fail "inspect does not show slice $A peering: $(inspect | awk -v s="$A" '$1 == s')"
+inspect | awk -v s="$A" '$1 == s' | sed 's/^/peering_e2e: held: /'
+out=$("$RAW" 127.0.0.1 "$(port_of $X)" read "$vid" "$A" 0 $CHUNK "$(row_ver "$A")")
+echo "peering_e2e: READ of chunk A at its primary while peering: $out"
+[ "${out%% *}" = status=ZL_ERR_PEERING ] || fail "a READ of slice $A was served while it peers: $out"
+[ "$(slice_state "$A")" = peering ] || fail "slice $A no longer shows peering while the hold lasts"
+"$ZL" status >"$CL_DIR/status" 2>&1 || true
+head -1 "$CL_DIR/status" | sed 's/^/peering_e2e: /'
+head -1 "$CL_DIR/status" | grep -Eq '^HEALTH_WARN [0-9]+ slices? degraded \([0-9]+ recovering\), [1-9][0-9]* slices? peering' ||
+	fail "zl status does not count slice $A peering: $(head -1 "$CL_DIR/status")"
+inspect | grep -Eq '^[0-9]+ slices: [0-9]+ active, [1-9][0-9]* peering, ' ||
+	fail "inspect's summary counts no slice peering: $(inspect | tail -1)"
+cl_flip_byte "$fileA" "$offA"
 wait_log $X "peering vol=$vid slice=$A term=2 .*pulled=1 pushed=0" ||
 	fail "node-$X did not log peering of slice $A in term 2 with one chunk pulled"
+# node-1 is out: peered, A is degraded (not peering) once X published.
+wait_state "$A" degraded || fail "slice $A still shows $(slice_state "$A") after it peered"
 wait_log $Y "peering vol=$vid slice=$B term=2 .*pulled=0 pushed=1" ||
 	fail "node-$Y did not log peering of slice $B in term 2 with one chunk pushed"
 grep -h "peering vol=$vid slice=\($A\|$B\|$C\) term=2" "$CL_DIR"/storage-*/log | sed 's/.*storage_peer[^ ]* //'
@@ -287,6 +327,15 @@ head -c $((N_CHUNKS * CHUNK)) /dev/urandom >"$CL_DIR/want"
 check_all "after new writes"
 grep -q "peering vol=$vid slice=$A term=3 " "$CL_DIR/storage-1/log" ||
 	fail "node-1 did not peer slice $A when it led the row again"
+# Every slice active again: no status record lists a slice peering.
+for _ in $(seq 1 50); do
+	inspect | grep -q "^$N_CHUNKS slices: $N_CHUNKS active, 0 peering, " && break
+	sleep 0.2
+done
+inspect | tail -1 | sed 's/^/peering_e2e: after: /'
+inspect | grep -q "^$N_CHUNKS slices: $N_CHUNKS active, 0 peering, " ||
+	fail "not every slice active after peering: $(inspect | tail -1)"
+[ "$("$ZL" status 2>/dev/null | head -1)" = HEALTH_OK ] || fail "zl status is not HEALTH_OK after peering: $("$ZL" status 2>&1 | head -1)"
 for i in 1 2 3; do cl_stop storage-$i; done
 grep -h "still in flight" "$CL_DIR"/storage-*/log && fail "a daemon stopped with requests never answered"
 echo "peering_e2e: PASS"
