@@ -189,7 +189,7 @@ int zl_meta_node_get(struct zl_etcd *e, const char *prefix, const char *id,
 /* A slice whose row names the publishing node primary in a term it has not
  * peered in yet: its client I/O waits (docs/REPLICATION.md §3). */
 struct zl_status_peering {
-	uint64_t vol;  /* "vol": the volume id ("vol-" + 16 hex digits) */
+	uint64_t vol; /* "vol": the volume id ("vol-" + 16 hex digits) */
 	uint32_t slice;
 	uint32_t term; /* the row's term, >= 1 */
 };

@@ -155,7 +155,8 @@ static int meta_status_peering_get(json_t *o, struct zl_node_status *s, char *wh
 	if (!arr)
 		return 0;
 	if (!json_is_array(arr) || json_array_size(arr) > ZL_STATUS_PEERING_MAX)
-		return meta_fail(why, why_len, "field peering is not an array of at most %u entries",
+		return meta_fail(why, why_len,
+				 "field peering is not an array of at most %u entries",
 				 ZL_STATUS_PEERING_MAX);
 	json_array_foreach(arr, i, e)
 	{
@@ -167,7 +168,8 @@ static int meta_status_peering_get(json_t *o, struct zl_node_status *s, char *wh
 		    meta_get_fields(e, meta_status_peering_fields,
 				    ZL_ARRAY_SIZE(meta_status_peering_fields), p, NULL, 0))
 			return meta_fail(why, why_len,
-					 "peering entry %zu is not {\"vol\", \"slice\", \"term\"}", i);
+					 "peering entry %zu is not {\"vol\", \"slice\", \"term\"}",
+					 i);
 	}
 	s->n_peering = (uint32_t)json_array_size(arr);
 	return 0;
