@@ -16,8 +16,41 @@ bool zl_cli_node_alive(const struct zl_node_info *nodes, size_t n, const char *i
 	return n && bsearch(id, nodes, n, sizeof(*nodes), node_cmp);
 }
 
+static int status_cmp(const void *key, const void *elem)
+{
+	return strcmp(key, ((const struct zl_node_status *)elem)->node);
+}
+
+static int peering_cmp(const void *key, const void *elem)
+{
+	const struct zl_status_peering *x = key, *y = elem;
+
+	if (x->vol != y->vol)
+		return x->vol < y->vol ? -1 : 1;
+	return x->slice < y->slice ? -1 : x->slice > y->slice;
+}
+
+bool zl_cli_slice_peering(const struct zl_slice *s, uint64_t vol, uint32_t slice,
+			  const struct zl_node_status *st, size_t n)
+{
+	int prim = zl_slice_primary(s);
+	struct zl_status_peering key = {.vol = vol, .slice = slice};
+	const struct zl_status_peering *e;
+	const struct zl_node_status *ns;
+
+	if (prim < 0 || !n)
+		return false;
+	ns = bsearch(s->nodes[prim], st, n, sizeof(*st), status_cmp);
+	if (!ns || !ns->n_peering)
+		return false;
+	e = bsearch(&key, ns->peering, ns->n_peering, sizeof(*e), peering_cmp);
+	/* A record from an older term (published before the row changed) does
+	 * not count. */
+	return e && e->term == (s->term ? s->term : 1);
+}
+
 void zl_cli_slice_eval(const struct zl_slice *s, uint32_t min_size,
-		       const struct zl_node_info *nodes, size_t n_nodes,
+		       const struct zl_node_info *nodes, size_t n_nodes, bool peering,
 		       struct zl_cli_slice_eval *out)
 {
 	int prim = zl_slice_primary(s);
@@ -38,6 +71,8 @@ void zl_cli_slice_eval(const struct zl_slice *s, uint32_t min_size,
 	out->below_min = !out->no_in_sync && !out->primary_down && out->in_sync_alive < min_size;
 	if (out->no_in_sync || out->primary_down)
 		out->state = ZL_CLI_SLICE_DOWN;
+	else if (peering)
+		out->state = ZL_CLI_SLICE_PEERING;
 	else if (recovering)
 		out->state = ZL_CLI_SLICE_RECOVERING;
 	else if (degraded || out->below_min)
@@ -57,22 +92,30 @@ const char *zl_cli_slice_state_name(enum zl_cli_slice_state st)
 		return "degraded";
 	case ZL_CLI_SLICE_DOWN:
 		return "down";
+	case ZL_CLI_SLICE_PEERING:
+		return "peering";
+	case ZL_CLI_SLICE_STATES:
+		break;
 	}
 	return "?";
 }
 
 void zl_cli_health_add_volume(struct zl_cli_health *h, const struct zl_volume *v,
-			      const struct zl_node_info *nodes, size_t n_nodes)
+			      const struct zl_node_info *nodes, size_t n_nodes,
+			      const struct zl_node_status *st, size_t n_st)
 {
 	uint32_t min_size = zl_volume_min_size(v);
 
 	for (uint32_t i = 0; i < v->n_slices; i++) {
+		const struct zl_slice *s = &v->slices[i];
 		struct zl_cli_slice_eval e;
 
-		zl_cli_slice_eval(&v->slices[i], min_size, nodes, n_nodes, &e);
+		zl_cli_slice_eval(s, min_size, nodes, n_nodes,
+				  zl_cli_slice_peering(s, v->num, i, st, n_st), &e);
 		h->slices++;
 		h->degraded += e.state != ZL_CLI_SLICE_ACTIVE;
 		h->recovering += e.state == ZL_CLI_SLICE_RECOVERING;
+		h->peering += e.state == ZL_CLI_SLICE_PEERING;
 		h->no_in_sync += e.no_in_sync;
 		h->primary_down += e.primary_down;
 		h->below_min += e.below_min;
@@ -117,6 +160,7 @@ int zl_cli_health_line(const struct zl_cli_health *h, char *out, size_t len)
 	off = health_part(parts, sizeof(parts), off, ", ", h->below_min, "below min_size");
 	snprintf(what, sizeof(what), "degraded (%u recovering)", h->recovering);
 	off = health_part(parts, sizeof(parts), off, err ? "; " : ", ", h->degraded, what);
+	off = health_part(parts, sizeof(parts), off, ", ", h->peering, "peering");
 	if (h->recovering && (h->rate || h->bytes_left) && off < sizeof(parts)) {
 		if (h->rate)
 			k = snprintf(parts + off, sizeof(parts) - off,

@@ -47,7 +47,8 @@ static void cli_node_row(const struct zl_node_info *n, const char *ping, const c
 }
 
 /* The health line (cli_health.h) of nodes and vols, plus the recovery
- * progress the daemons publish (none readable: no rate shown). */
+ * progress and slices peering the daemons publish (none readable: no rate
+ * shown, no slice peering). */
 static void cli_health_print(struct zl_cli *cli, const struct zl_node_info *nodes, size_t n_nodes,
 			     const struct zl_volume *vols, size_t n_vols)
 {
@@ -56,12 +57,14 @@ static void cli_health_print(struct zl_cli *cli, const struct zl_node_info *node
 	size_t n_st = 0;
 	char line[512];
 
-	for (size_t i = 0; i < n_vols; i++)
-		zl_cli_health_add_volume(&h, &vols[i], nodes, n_nodes);
-	if (zl_meta_status_list(cli->etcd, cli->prefix, &st, &n_st) == 0) {
-		zl_cli_health_add_status(&h, st, n_st, nodes, n_nodes);
-		free(st);
+	if (zl_meta_status_list(cli->etcd, cli->prefix, &st, &n_st)) {
+		st = NULL;
+		n_st = 0;
 	}
+	for (size_t i = 0; i < n_vols; i++)
+		zl_cli_health_add_volume(&h, &vols[i], nodes, n_nodes, st, n_st);
+	zl_cli_health_add_status(&h, st, n_st, nodes, n_nodes);
+	free(st);
 	zl_cli_health_line(&h, line, sizeof(line));
 	printf("%s\n", line);
 }

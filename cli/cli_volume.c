@@ -231,15 +231,27 @@ static int cli_volume_ls(struct zl_cli *cli, int argc, char **argv)
 
 /* The placement table of inspect: per slice its state (cli_health.h) and
  * every member with its state; "(down)" marks a member whose node record
- * is gone. */
+ * is gone. "peering" comes from the primaries' status records. */
 static void cli_volume_placement(struct zl_cli *cli, const struct zl_volume *v)
 {
-	uint32_t min_size = zl_volume_min_size(v), counts[4] = {0};
+	uint32_t min_size = zl_volume_min_size(v), counts[ZL_CLI_SLICE_STATES] = {0};
 	struct zl_node_info *nodes = NULL;
-	size_t n_nodes = 0;
+	struct zl_node_status *st = NULL;
+	size_t n_nodes = 0, n_st = 0;
 
 	if (zl_meta_node_list(cli->etcd, cli->prefix, &nodes, &n_nodes))
 		zl_cli_err("cannot list storage nodes: every node shows as down");
+	if (zl_meta_status_list(cli->etcd, cli->prefix, &st, &n_st)) {
+		zl_cli_err("cannot read the storage nodes' status records: no slice shows as "
+			   "peering");
+		st = NULL;
+		n_st = 0;
+	}
+	for (size_t i = 0; i < n_st; i++)
+		if (st[i].peering_slices > st[i].n_peering)
+			zl_cli_err("%s peers %u slices and lists %u: the others show the state "
+				   "of their members",
+				   st[i].node, st[i].peering_slices, st[i].n_peering);
 	printf("min_size    %u\n", min_size);
 	printf("\nplacement (* primary; member states in_sync, recovering, out; (down): no node "
 	       "record)\n");
@@ -251,7 +263,8 @@ static void cli_volume_placement(struct zl_cli *cli, const struct zl_volume *v)
 		int prim = zl_slice_primary(s);
 		size_t off = 0;
 
-		zl_cli_slice_eval(s, min_size, nodes, n_nodes, &e);
+		zl_cli_slice_eval(s, min_size, nodes, n_nodes,
+				  zl_cli_slice_peering(s, v->num, i, st, n_st), &e);
 		counts[e.state]++;
 		for (int k = 0; k < s->n && k < ZL_MAX_REPLICAS && off < sizeof(row); k++) {
 			int n = snprintf(
@@ -267,9 +280,11 @@ static void cli_volume_placement(struct zl_cli *cli, const struct zl_volume *v)
 		       : e.below_min	? "  (below min_size: writes wait)"
 					: "");
 	}
-	printf("\n%u slices: %u active, %u recovering, %u degraded, %u down\n", v->n_slices,
-	       counts[ZL_CLI_SLICE_ACTIVE], counts[ZL_CLI_SLICE_RECOVERING],
-	       counts[ZL_CLI_SLICE_DEGRADED], counts[ZL_CLI_SLICE_DOWN]);
+	printf("\n%u slices: %u active, %u peering, %u recovering, %u degraded, %u down\n",
+	       v->n_slices, counts[ZL_CLI_SLICE_ACTIVE], counts[ZL_CLI_SLICE_PEERING],
+	       counts[ZL_CLI_SLICE_RECOVERING], counts[ZL_CLI_SLICE_DEGRADED],
+	       counts[ZL_CLI_SLICE_DOWN]);
+	free(st);
 	free(nodes);
 }
 

@@ -267,6 +267,11 @@ int zl_storage_peer_vol_ready(struct zl_storage *st, const struct zl_volume *v);
 /* Forgets what peering knows of volume vol (its replicas were deleted).
  * Accepts st->peering == NULL. */
 void zl_storage_peer_forget(struct zl_storage *st, uint64_t vol);
+/* The slices whose cached row names this node primary in a term it has not
+ * peered in (of the volumes peering looked at): up to max of them into out,
+ * sorted by (vol, slice); returns how many there are (may exceed max). 0
+ * with --heal=off. Loop thread. */
+uint32_t zl_storage_peer_list(struct zl_storage *st, struct zl_status_peering *out, uint32_t max);
 
 /* Peering's rule for one chunk (pure): own is this node's version, ver[i]
  * what in-sync member i answered (answered[i] false: no answer, not

@@ -792,6 +792,48 @@ void zl_storage_peer_forget(struct zl_storage *st, uint64_t vol)
 	}
 }
 
+static int peering_cmp(const void *a, const void *b)
+{
+	const struct zl_status_peering *x = a, *y = b;
+
+	if (x->vol != y->vol)
+		return x->vol < y->vol ? -1 : 1;
+	return x->slice < y->slice ? -1 : x->slice > y->slice;
+}
+
+uint32_t zl_storage_peer_list(struct zl_storage *st, struct zl_status_peering *out, uint32_t max)
+{
+	struct zl_storage_peering *pg = st->peering;
+	uint32_t n = 0, total = 0;
+
+	if (!pg)
+		return 0;
+	for (struct peer_vol *pv = pg->vols; pv; pv = pv->next) {
+		struct zl_storage_vol *sv;
+
+		/* Usually cached (peering looked at it); a miss reads etcd,
+		 * as the heal tick's lookups do. */
+		if (zl_storage_vol_get(st->vols, pv->vol, &sv))
+			continue;
+		for (uint32_t i = 0; i < sv->v.n_slices && i < pv->n_slices; i++) {
+			const struct zl_slice *s = &sv->v.slices[i];
+			uint32_t term = s->term ? s->term : 1;
+			int prim = zl_slice_primary(s);
+			struct zl_status_peering e = {.vol = pv->vol, .slice = i, .term = term};
+
+			if (prim < 0 || zl_slice_index_of(s, st->cfg.node_id) != prim ||
+			    pv->peered[i] == term)
+				continue;
+			if (n < max)
+				out[n++] = e;
+			total++;
+		}
+	}
+	if (n > 1)
+		qsort(out, n, sizeof(*out), peering_cmp);
+	return total;
+}
+
 int zl_storage_peer_vol_ready(struct zl_storage *st, const struct zl_volume *v)
 {
 	int rc = 0;

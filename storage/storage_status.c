@@ -1,6 +1,7 @@
 /* Recovery progress of this daemon for `zl status` (docs/REPLICATION.md §9):
  * every 2 s the loop thread sums what its recovery jobs copied and still
- * have to copy (zl_storage_heal_progress) and derives a rate; the heartbeat
+ * have to copy (zl_storage_heal_progress), derives a rate and lists the
+ * slices it is peering (zl_storage_peer_list); the heartbeat
  * thread (storage_node.c) takes the snapshot under the mutex and puts it as
  * <prefix>status/<node> on the node's lease, so it goes away with the node.
  * Nothing here runs on the I/O path. */
@@ -23,7 +24,11 @@ struct zl_storage_status {
 	pthread_mutex_t mu;
 	struct zl_storage_heal_progress snap;
 	uint64_t snap_rate;
+	uint32_t snap_peering, snap_n_peering;
+	struct zl_status_peering snap_peer[ZL_STATUS_PEERING_MAX];
 	bool changed;
+	/* Loop thread only: the list being sampled. */
+	struct zl_status_peering peer[ZL_STATUS_PEERING_MAX];
 };
 
 static void status_sample(void *arg)
@@ -32,8 +37,11 @@ static void status_sample(void *arg)
 	struct zl_storage_heal_progress p;
 	uint64_t now = zl_now_ms(), dt = now - s->last_ms;
 	double inst = 0;
+	uint32_t peering, n_peer;
 
 	zl_storage_heal_progress(s->st, &p);
+	peering = zl_storage_peer_list(s->st, s->peer, ZL_STATUS_PEERING_MAX);
+	n_peer = ZL_MIN(peering, ZL_STATUS_PEERING_MAX);
 	/* bytes_done drops when a finished job is forgotten: no negative rate. */
 	if (p.bytes_done > s->last_done && dt)
 		inst = (double)(p.bytes_done - s->last_done) * 1000.0 / (double)dt;
@@ -41,9 +49,14 @@ static void status_sample(void *arg)
 	s->last_done = p.bytes_done;
 	s->last_ms = now;
 	pthread_mutex_lock(&s->mu);
-	if (memcmp(&p, &s->snap, sizeof(p)) || (uint64_t)s->rate != s->snap_rate) {
+	if (memcmp(&p, &s->snap, sizeof(p)) || (uint64_t)s->rate != s->snap_rate ||
+	    peering != s->snap_peering || n_peer != s->snap_n_peering ||
+	    memcmp(s->peer, s->snap_peer, n_peer * sizeof(s->peer[0]))) {
 		s->snap = p;
 		s->snap_rate = (uint64_t)s->rate;
+		s->snap_peering = peering;
+		s->snap_n_peering = n_peer;
+		memcpy(s->snap_peer, s->peer, n_peer * sizeof(s->peer[0]));
 		s->changed = true;
 	}
 	pthread_mutex_unlock(&s->mu);
@@ -91,6 +104,9 @@ bool zl_storage_status_take(struct zl_storage_status *s, const char *node, bool 
 	out->bytes_left = ZL_MIN(s->snap.bytes_left, (uint64_t)INT64_MAX);
 	out->rate = ZL_MIN(s->snap_rate, (uint64_t)INT64_MAX);
 	out->recovering = s->snap.members;
+	out->peering_slices = s->snap_peering;
+	out->n_peering = s->snap_n_peering;
+	memcpy(out->peering, s->snap_peer, out->n_peering * sizeof(out->peering[0]));
 	pthread_mutex_unlock(&s->mu);
 	return changed;
 }

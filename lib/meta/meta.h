@@ -186,7 +186,19 @@ int zl_meta_node_list(struct zl_etcd *e, const char *prefix, struct zl_node_info
 int zl_meta_node_get(struct zl_etcd *e, const char *prefix, const char *id,
 		     struct zl_node_info *out);
 
-/* Recovery progress a storage daemon publishes (zl status: rate, ETA). */
+/* A slice whose row names the publishing node primary in a term it has not
+ * peered in yet: its client I/O waits (docs/REPLICATION.md §3). */
+struct zl_status_peering {
+	uint64_t vol; /* "vol": the volume id ("vol-" + 16 hex digits) */
+	uint32_t slice;
+	uint32_t term; /* the row's term, >= 1 */
+};
+/* Entries a status record lists; a node peering more lists that many and
+ * counts all in peering_slices. */
+#define ZL_STATUS_PEERING_MAX 256
+
+/* Recovery progress a storage daemon publishes (zl status: rate, ETA), and
+ * the slices it is peering (zl volume inspect: state "peering"). */
 struct zl_node_status {
 	char node[ZL_NODE_ID_MAX];
 	uint64_t bytes_done; /* "recovering_bytes_done": copied by running recoveries */
@@ -194,6 +206,12 @@ struct zl_node_status {
 	uint64_t rate;	     /* bytes/s, recent */
 	uint32_t recovering; /* (slice, member) recoveries running on this primary */
 	int64_t time;	     /* unix seconds of the sample */
+	/* "peering_slices" (absent in older records: 0): slices peering, listed
+	 * or not; "peering": n_peering entries, sorted by (vol, slice), no
+	 * duplicates, n_peering <= min(peering_slices, ZL_STATUS_PEERING_MAX). */
+	uint32_t peering_slices;
+	uint32_t n_peering;
+	struct zl_status_peering peering[ZL_STATUS_PEERING_MAX];
 };
 
 /* JSON codec (fuzzed): to_json NULL for an invalid record or ENOMEM;

@@ -87,19 +87,47 @@ static int meta_status_check(const void *rec, char *why, size_t why_len)
 	if (s->bytes_done > INT64_MAX || s->bytes_left > INT64_MAX || s->rate > INT64_MAX ||
 	    s->time < 0)
 		return meta_fail(why, why_len, "a counter is out of range");
+	if (s->n_peering > ZL_STATUS_PEERING_MAX || s->n_peering > s->peering_slices)
+		return meta_fail(why, why_len,
+				 "more peering entries than peering_slices or than %u",
+				 ZL_STATUS_PEERING_MAX);
+	for (uint32_t i = 0; i < s->n_peering; i++) {
+		const struct zl_status_peering *p = &s->peering[i], *q = p - 1;
+
+		if (!p->term)
+			return meta_fail(why, why_len, "peering entry %u has term 0", i);
+		if (i && (p->vol < q->vol || (p->vol == q->vol && p->slice <= q->slice)))
+			return meta_fail(why, why_len,
+					 "peering entries are not sorted by (vol, slice) at %u", i);
+	}
 	return 0;
 }
 
 char *zl_meta_status_to_json(const struct zl_node_status *s)
 {
-	json_t *o;
+	json_t *o, *arr;
 
 	if (meta_status_check(s, NULL, 0))
 		return NULL;
-	o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "node", s->node, "recovering_bytes_done",
-		      (json_int_t)s->bytes_done, "recovering_bytes_left", (json_int_t)s->bytes_left,
-		      "rate", (json_int_t)s->rate, "recovering", (json_int_t)s->recovering, "time",
-		      (json_int_t)s->time);
+	arr = json_array();
+	for (uint32_t i = 0; arr && i < s->n_peering; i++) {
+		char vid[ZL_VOL_ID_LEN + 1];
+
+		zl_vol_id_format(s->peering[i].vol, vid);
+		if (json_array_append_new(arr, json_pack("{s:s, s:I, s:I}", "vol", vid, "slice",
+							 (json_int_t)s->peering[i].slice, "term",
+							 (json_int_t)s->peering[i].term))) {
+			json_decref(arr);
+			return NULL;
+		}
+	}
+	if (!arr)
+		return NULL;
+	o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "node", s->node,
+		      "recovering_bytes_done", (json_int_t)s->bytes_done, "recovering_bytes_left",
+		      (json_int_t)s->bytes_left, "rate", (json_int_t)s->rate, "recovering",
+		      (json_int_t)s->recovering, "time", (json_int_t)s->time, "peering_slices",
+		      (json_int_t)s->peering_slices, "peering", arr);
 	return meta_dump(o);
 }
 
@@ -110,13 +138,63 @@ static const struct meta_field meta_status_fields[] = {
     META_INT(struct zl_node_status, rate, "rate", 0, INT64_MAX),
     META_INT(struct zl_node_status, recovering, "recovering", 0, UINT32_MAX),
     META_INT(struct zl_node_status, time, "time", 0, INT64_MAX),
+    META_INT_NEW(struct zl_node_status, peering_slices, "peering_slices", 0, UINT32_MAX),
 };
+
+static const struct meta_field meta_status_peering_fields[] = {
+    META_INT(struct zl_status_peering, slice, "slice", 0, UINT32_MAX),
+    META_INT(struct zl_status_peering, term, "term", 1, UINT32_MAX),
+};
+
+/* "peering": an array of {vol, slice, term} (absent in older records). */
+static int meta_status_peering_get(json_t *o, struct zl_node_status *s, char *why, size_t why_len)
+{
+	json_t *arr = json_object_get(o, "peering"), *e;
+	size_t i;
+
+	if (!arr)
+		return 0;
+	if (!json_is_array(arr) || json_array_size(arr) > ZL_STATUS_PEERING_MAX)
+		return meta_fail(why, why_len,
+				 "field peering is not an array of at most %u entries",
+				 ZL_STATUS_PEERING_MAX);
+	json_array_foreach(arr, i, e)
+	{
+		struct zl_status_peering *p = &s->peering[i];
+		json_t *vid = json_object_get(e, "vol");
+
+		if (!json_is_object(e) || !json_is_string(vid) ||
+		    zl_vol_id_parse(json_string_value(vid), &p->vol) ||
+		    meta_get_fields(e, meta_status_peering_fields,
+				    ZL_ARRAY_SIZE(meta_status_peering_fields), p, NULL, 0))
+			return meta_fail(why, why_len,
+					 "peering entry %zu is not {\"vol\", \"slice\", \"term\"}",
+					 i);
+	}
+	s->n_peering = (uint32_t)json_array_size(arr);
+	return 0;
+}
 
 static int meta_status_from_json(const char *json, size_t len, struct zl_node_status *s, char *why,
 				 size_t why_len)
 {
-	return meta_decode_flat(json, len, meta_status_fields, ZL_ARRAY_SIZE(meta_status_fields), s,
-				sizeof(*s), meta_status_check, why, why_len);
+	json_t *o = meta_parse(json, len);
+	int ret;
+
+	memset(s, 0, sizeof(*s));
+	if (!o || !json_is_object(o))
+		ret = meta_fail(why, why_len, "not a JSON object");
+	else
+		ret = meta_get_fields(o, meta_status_fields, ZL_ARRAY_SIZE(meta_status_fields), s,
+				      why, why_len);
+	if (!ret)
+		ret = meta_status_peering_get(o, s, why, why_len);
+	if (!ret)
+		ret = meta_status_check(s, why, why_len);
+	json_decref(o);
+	if (ret)
+		memset(s, 0, sizeof(*s));
+	return ret;
 }
 
 int zl_meta_status_from_json(const char *json, size_t len, struct zl_node_status *s)

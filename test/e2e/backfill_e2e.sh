@@ -20,7 +20,11 @@
 #   --manager-restart: the controller is killed (-9) in the middle of the
 #   backfill (replacement members recovering, not all in sync) and started
 #   again; the end result must be the same.
-# Figures on lines starting with "FIGURE:". KEEP=1 keeps the state dir.
+# Figures on lines starting with "FIGURE:". KEEP=1 keeps the state dir. One
+# of them puts the backfill's recovery rate next to the data directory
+# filesystem's own sequential write rate, measured in the same run:
+#   FIGURE: recovery_mbps=R disk_write_mbps=D ratio=R/D (...)
+# (MB = 10^6 bytes; informative: only R > 0 is asserted).
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
@@ -51,6 +55,57 @@ for b in zipline-storage zipline-controller zl; do
 done
 command -v etcd >/dev/null || { echo "$T: FAIL: etcd is not installed" >&2; exit 1; }
 [ -x "$HB_PY" ] || { echo "$T: FAIL: $HB_PY is missing" >&2; exit 1; }
+
+# recovery_rate MEMBER...: "BYTES MS MBPS" of the backfill from the storage
+# logs' recovery counters: bytes_copied summed over the "recovery caught up"
+# lines for those members of $vid since $t0, over the time from the first
+# "recovery started" to the last "recovery caught up" line (log timestamps).
+recovery_rate() {
+	"$HB_PY" - "$vid" "$t0" "$*" "$CL_DIR"/storage-*/log <<'PY'
+import re, sys, datetime
+vid, t0, members = sys.argv[1], int(sys.argv[2]), set(sys.argv[3].split())
+hexid = vid[len('vol-'):]
+def ms(line):
+    ts = datetime.datetime.strptime(line[:23], '%Y-%m-%dT%H:%M:%S.%f')
+    return int(ts.replace(tzinfo=datetime.timezone.utc).timestamp() * 1000)
+first = last = None
+total = 0
+lines = [l for f in sys.argv[4:] for l in open(f, errors='replace')]
+for line in lines:
+    m = re.search(r'recovery (started|caught up): vol=(?:vol-)?([0-9a-f]{16}) slice=\d+ member=(\S+)', line)
+    if not m or m.group(2) != hexid or m.group(3) not in members:
+        continue
+    t = ms(line)
+    if t < t0:
+        continue
+    if m.group(1) == 'started':
+        first = t if first is None else min(first, t)
+    else:
+        b = re.search(r'bytes_copied=(\d+)', line)
+        total += int(b.group(1)) if b else 0
+        last = t if last is None else max(last, t)
+if first is None or last is None or last <= first:
+    sys.exit('no recovery started/caught-up pair since the kill (first=%s last=%s)' % (first, last))
+print(total, last - first, '%.1f' % (total / 1e3 / (last - first)))
+PY
+}
+
+# disk_write_mbps DIR: sequential write rate of DIR's filesystem in MB/s, by
+# fio (installed by scripts/install-deps.sh): one 256 MiB file in 1 MiB
+# O_DIRECT writes, fsync at the end. Prints "MBPS".
+disk_write_mbps() {
+	local f="$1/disk-write.fio" out="$1/disk-write.json"
+	command -v fio >/dev/null || { echo "fio is not installed (scripts/install-deps.sh)" >&2; return 1; }
+	fio --name=seqwrite --filename="$f" --rw=write --bs=1M --size=256M --direct=1 \
+		--ioengine=psync --end_fsync=1 --output-format=json --output="$out" >/dev/null 2>&1 ||
+		{ rm -f "$f"; echo "fio failed: $(cat "$out" 2>/dev/null | tail -3)" >&2; return 1; }
+	rm -f "$f"
+	"$HB_PY" -c 'import json, sys
+w = json.load(open(sys.argv[1]))["jobs"][0]["write"]
+if w["io_bytes"] < 256 << 20 or w["bw_bytes"] <= 0:
+    sys.exit("fio wrote %d bytes at %d B/s" % (w["io_bytes"], w["bw_bytes"]))
+print("%.1f" % (w["bw_bytes"] / 1e6))' "$out"
+}
 
 export CL_STORAGE_FLAGS="--recovery-mbps $MBPS --log-level info --gc-interval 1 --gc-grace 3"
 GC_BOUND=60 # seconds from node-4's restart to its last old chunk file gone
@@ -132,6 +187,16 @@ res=$(hb_ctl replicas "$vid" --input "$CL_DIR/want" "$CL_DIR/files3" node-1 node
 echo "FIGURE: after backfill: $(head -1 <<<"$res") (all three members, equal to the data written)"
 [ "$copied" -ge "$full" ] ||
 	echo "$T: note: the primaries logged $copied bytes copied, less than the $full of a full copy (the chunk files match, see above)"
+# Recovery throughput next to the disk's own (same filesystem as the data
+# directories, measured now that the copy is over).
+[ "$copied" -gt 0 ] || fail "the primaries logged no bytes copied by the backfill"
+read -r rbytes rms rmbps < <(recovery_rate node-1 node-2 node-3) ||
+	fail "cannot derive the recovery rate from the storage logs"
+dmbps=$(disk_write_mbps "$CL_DIR") || fail "cannot measure the disk write rate of $CL_DIR"
+awk -v r="$rmbps" 'BEGIN {exit !(r > 0)}' || fail "recovery rate $rmbps MB/s is not > 0"
+echo "FIGURE: recovery_mbps=$rmbps disk_write_mbps=$dmbps ratio=$(awk -v r="$rmbps" -v d="$dmbps" 'BEGIN {printf "%.3f", r / d}')" \
+	"($rbytes bytes recovered in $rms ms, first start to last catch-up; recovery capped at --recovery-mbps $MBPS" \
+	"= $(awk -v m="$MBPS" 'BEGIN {printf "%.1f", m / 8}') MB/s per primary daemon; disk: fio 256 MiB seq. write, 1 MiB O_DIRECT, fsync at end, in $CL_DIR)"
 
 # node-4 returns on its data dir, a member of no row: its old copies go.
 d4="$CL_DIR/storage-4/data/chunks/$vid"

@@ -20,7 +20,7 @@
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
-PY=/usr/bin/python3
+source "$SRC/test/lib/heal.sh"
 SIZE_MB=32
 CHUNK=65536
 fail() {
@@ -32,7 +32,7 @@ fail() {
 }
 say() { echo "emptydisk_e2e: $*"; }
 command -v etcd >/dev/null || { echo "emptydisk_e2e: FAIL: etcd is not installed"; exit 1; }
-[ -x "$PY" ] || { echo "emptydisk_e2e: FAIL: $PY is missing"; exit 1; }
+[ -x "$HL_PY" ] || { echo "emptydisk_e2e: FAIL: $HL_PY is missing"; exit 1; }
 # 8 Mbit/s: the refill of 32 MiB (16 MiB per primary) lasts ~16 s, several
 # 2 s samples of the status
 # records, so the health line can show a rate and an ETA while it runs.
@@ -51,71 +51,6 @@ start_manager() {
 	echo $! >"$CL_DIR/controller/pid"
 }
 start_manager
-
-# ed_ctl rows VOL: "slice node:state:incarnation8 ..." per row.
-# ed_ctl node ID: the incarnation of node ID's record ("-" when absent).
-# ed_ctl tomb NODE VOL: puts a tombstone <prefix>deletes/NODE/VOL.
-# ed_ctl get|put|del KEY [VALUE]: raw etcd key access.
-ed_ctl() {
-	"$PY" - "$CL_ETCD" "$@" <<'PY'
-import base64, json, sys, urllib.request
-etcd, cmd = sys.argv[1], sys.argv[2]
-b64 = lambda s: base64.b64encode(s.encode()).decode()
-def call(path, body):
-    req = urllib.request.Request(etcd + path, data=json.dumps(body).encode())
-    with urllib.request.urlopen(req, timeout=5) as r:
-        return json.load(r)
-def get(key):
-    kvs = call('/v3/kv/range', {'key': b64(key)}).get('kvs', [])
-    return json.loads(base64.b64decode(kvs[0]['value'])) if kvs else None
-if cmd == 'rows':
-    rec = get('/zipline/volumes/' + sys.argv[3])
-    for i, row in enumerate(rec['placement']):
-        incs = row.get('incarnations', [''] * len(row['nodes']))
-        print(i, ' '.join('%s:%s:%s' % (n, s, (c or '-')[:8])
-                          for n, s, c in zip(row['nodes'], row['states'], incs)))
-elif cmd == 'node':
-    rec = get('/zipline/nodes/' + sys.argv[3])
-    print(rec.get('incarnation') or '-' if rec else '-')
-elif cmd == 'get':
-    kvs = call('/v3/kv/range', {'key': b64(sys.argv[3])}).get('kvs', [])
-    print(base64.b64decode(kvs[0]['value']).decode() if kvs else '')
-elif cmd == 'put':
-    call('/v3/kv/put', {'key': b64(sys.argv[3]), 'value': b64(sys.argv[4])})
-elif cmd == 'del':
-    call('/v3/kv/deleterange', {'key': b64(sys.argv[3])})
-elif cmd == 'tomb':
-    call('/v3/kv/put', {'key': b64('/zipline/deletes/%s/%s' % (sys.argv[3], sys.argv[4])),
-                        'value': b64('{}')})
-PY
-}
-
-# ed_files DIR...: per chunk file: node, name, data sha256, chunk version
-# (highest version of a metadata slot; storage/storage_chunk.h).
-ed_files() {
-	"$PY" - "$CHUNK" "$@" <<'PY'
-import hashlib, os, struct, sys
-cs = int(sys.argv[1])
-for d in sys.argv[2:]:
-    for name in sorted(os.listdir(d)):
-        with open(os.path.join(d, name), 'rb') as f:
-            hdr = f.read(4096)
-            if hdr[:8] != b'ZLCHUNK2':
-                sys.exit('%s/%s: not a v2 chunk file' % (d, name))
-            pages = struct.unpack_from('<I', hdr, 28)[0]
-            data_off = struct.unpack_from('<Q', hdr, 40)[0]
-            ver = 0
-            for p in range(2 * pages):
-                f.seek(4096 * (1 + p))
-                slot = f.read(32)
-                if slot[:4] == b'ZLMP':
-                    ver = max(ver, struct.unpack_from('<Q', slot, 16)[0])
-            f.seek(data_off)
-            data = f.read(cs)
-            data += b'\0' * (cs - len(data))
-        print(d.split('/storage-')[1].split('/')[0], name, hashlib.sha256(data).hexdigest(), '%x' % ver)
-PY
-}
 
 # dir_hash DIR: sha256 over every file's path, mode and content.
 dir_hash() {
@@ -141,7 +76,7 @@ wait_health() {
 wait_in_sync() {
 	local rows=""
 	for _ in $(seq 1 $(($1 * 5))); do
-		rows=$(ed_ctl rows "$vid")
+		rows=$(hl_etcd incs "$vid")
 		grep -q ':out:\|:recovering:' <<<"$rows" || return 0
 		sleep 0.2
 	done
@@ -151,7 +86,7 @@ wait_in_sync() {
 # check_replicas: every chunk identical (data and version) on all 3 nodes.
 check_replicas() {
 	local bad n
-	ed_files "$CL_DIR"/storage-{1,2,3}/data/chunks/"$vid" >"$CL_DIR/files" ||
+	hl_files "$CHUNK" "$CL_DIR"/storage-{1,2,3}/data/chunks/"$vid" >"$CL_DIR/files" ||
 		fail "reading chunk files"
 	bad=$(awk '{k = $2; d[k] = d[k] " " $3 "/" $4; n[k]++} END {for (k in d) {split(d[k], a, " "); for (i in a) if (a[i] != a[1] || n[k] != 3) {print k, n[k], d[k]; break}}}' "$CL_DIR/files")
 	[ -z "$bad" ] || fail "replicas differ (chunk, copies, sha/version...): $(echo "$bad" | head -3)"
@@ -173,11 +108,11 @@ for i in 1 2 3; do
 done
 inc1=$(ident_inc 2)
 [ ${#inc1} -eq 32 ] || fail "node-2's identity names no incarnation: $(cat "$CL_DIR/storage-2/data/identity")"
-[ "$(ed_ctl node node-2)" = "$inc1" ] || fail "node-2's record does not carry its incarnation $inc1"
+[ "$(hl_etcd node node-2)" = "$inc1" ] || fail "node-2's record does not carry its incarnation $inc1"
 "$ZL" volume create evol --size ${SIZE_MB}M --replicas 3 --chunk-size 64K || fail "create"
 vid=$(inspect | sed -n 's/^id *\(vol-[0-9a-f]\{16\}\)$/\1/p')
 [ -n "$vid" ] || fail "no volume id in 'zl volume inspect' output"
-grep -q "node-2:in_sync:${inc1:0:8}" <<<"$(ed_ctl rows "$vid")" || fail "rows do not name node-2's incarnation"
+grep -q "node-2:in_sync:${inc1:0:8}" <<<"$(hl_etcd incs "$vid")" || fail "rows do not name node-2's incarnation"
 head -c ${SIZE_MB}M /dev/urandom >"$CL_DIR/in"
 "$ZL" volume import evol "$CL_DIR/in" || fail "import"
 wait_health HEALTH_OK 30
@@ -185,8 +120,8 @@ grep -q ' active ' <<<"$(inspect)" || fail "inspect shows no active slice"
 
 # ---- 1. node-2 down, its disk emptied, back after a while ----
 cl_stop storage-2 KILL
-for _ in $(seq 1 300); do [ "$(ed_ctl node node-2)" = - ] && break; sleep 0.1; done
-[ "$(ed_ctl node node-2)" = - ] || fail "node-2's record did not expire"
+for _ in $(seq 1 300); do [ "$(hl_etcd node node-2)" = - ] && break; sleep 0.1; done
+[ "$(hl_etcd node node-2)" = - ] || fail "node-2's record did not expire"
 wait_health HEALTH_WARN 30
 out=$(inspect)
 grep -q ' degraded \| down ' <<<"$out" || fail "inspect shows no degraded slice with node-2 down: $out"
@@ -206,8 +141,8 @@ cl_wait_nodes 3 || fail "node-2 did not register again"
 inc2=$(ident_inc 2)
 [ ${#inc2} -eq 32 ] && [ "$inc2" != "$inc1" ] || fail "node-2 on an empty dir kept incarnation '$inc2'"
 say "node-2: incarnation $inc1 -> $inc2"
-for _ in $(seq 1 50); do [ "$(ed_ctl node node-2)" = "$inc2" ] && break; sleep 0.1; done
-[ "$(ed_ctl node node-2)" = "$inc2" ] || fail "node-2's record does not carry $inc2"
+for _ in $(seq 1 50); do [ "$(hl_etcd node node-2)" = "$inc2" ] && break; sleep 0.1; done
+[ "$(hl_etcd node node-2)" = "$inc2" ] || fail "node-2's record does not carry $inc2"
 t0=$(date +%s)
 # While it refills the health line says so (and, once the primaries
 # published their progress, at what rate).
@@ -215,7 +150,7 @@ t0=$(date +%s)
 for _ in $(seq 1 600); do
 	h=$(health)
 	echo "$h" >>"$CL_DIR/health.log"
-	grep -q ':out:\|:recovering:' <<<"$(ed_ctl rows "$vid")" || break
+	grep -q ':out:\|:recovering:' <<<"$(hl_etcd incs "$vid")" || break
 	sleep 0.2
 done
 wait_in_sync 120
@@ -225,7 +160,7 @@ rate_line=$(grep -m1 'recovering [0-9.]* MiB/s, ETA [0-9]* s' "$CL_DIR/health.lo
 say "health while refilling: ${rate_line:-$(grep -m1 recovering "$CL_DIR/health.log")}"
 [ -n "$rate_line" ] || fail "no health line showed a recovery rate and ETA: $(sort -u "$CL_DIR/health.log" | head -5)"
 say "node-2 back in sync in $(($(date +%s) - t0)) s"
-grep -q "node-2:in_sync:${inc1:0:8}" <<<"$(ed_ctl rows "$vid")" && fail "a row still names the old incarnation"
+grep -q "node-2:in_sync:${inc1:0:8}" <<<"$(hl_etcd incs "$vid")" && fail "a row still names the old incarnation"
 grep -q "M3 new incarnation" "$CL_DIR/controller/log" || fail "the manager logged no M3 decision"
 check_replicas
 check_export "after the first refill"
@@ -234,9 +169,9 @@ wait_health HEALTH_OK 30
 # ---- 2. emptied and restarted at once: rows still name the old incarnation ----
 # On the node that is primary of most rows: reads go to primaries, so a
 # node serving what its rows name of an old data dir would return zeros.
-p=$(ed_ctl rows "$vid" | awk '{for (i = 2; i <= NF; i++) if ($i ~ /:in_sync:/) {split($i, a, ":"); n[a[1]]++; break}} END {for (k in n) if (n[k] > m) {m = n[k]; b = k} print substr(b, 6)}')
+p=$(hl_etcd incs "$vid" | awk '{for (i = 2; i <= NF; i++) if ($i ~ /:in_sync:/) {split($i, a, ":"); n[a[1]]++; break}} END {for (k in n) if (n[k] > m) {m = n[k]; b = k} print substr(b, 6)}')
 [ -n "$p" ] || fail "no primary in the rows"
-say "emptying node-$p, primary of $(ed_ctl rows "$vid" | awk -v n="node-$p" '{for (i = 2; i <= NF; i++) if ($i ~ /:in_sync:/) {split($i, a, ":"); c += a[1] == n; break}} END {print c}') rows"
+say "emptying node-$p, primary of $(hl_etcd incs "$vid" | awk -v n="node-$p" '{for (i = 2; i <= NF; i++) if ($i ~ /:in_sync:/) {split($i, a, ":"); c += a[1] == n; break}} END {print c}') rows"
 incp=$(ident_inc "$p")
 cl_stop storage-$p KILL
 rm -rf "$CL_DIR/storage-$p/data"
@@ -261,7 +196,7 @@ etcd --name zl-etcd2 --data-dir "$CL_DIR/etcd2/data" \
 echo $! >"$CL_DIR/etcd2/pid"
 ETCD2="http://127.0.0.1:$e2port"
 cl_wait_etcd "$ETCD2" || { tail -5 "$CL_DIR/etcd2/log" >&2; fail "second etcd did not start"; }
-CL_ETCD=$ETCD2 ed_ctl tomb node-3 "$vid" # a wrong etcd must delete nothing
+CL_ETCD=$ETCD2 hl_etcd tomb node-3 "$vid" # a wrong etcd must delete nothing
 cl_stop storage-3
 h0=$(dir_hash "$CL_DIR/storage-3/data")
 set +e
@@ -295,8 +230,8 @@ cl_wait_nodes 3 || fail "node-3 did not register again"
 [ "$(ident_inc 3)" = "$inc_n3" ] || fail "node-3 adopted its data dir with incarnation '$(ident_inc 3)', not $inc_n3"
 grep -q "adopting data dir .*keeping incarnation=$inc_n3" "$CL_DIR/storage-3/log" ||
 	fail "node-3 did not log the adoption"
-for _ in $(seq 1 50); do [ "$(ed_ctl node node-3)" = "$inc_n3" ] && break; sleep 0.1; done
-[ "$(ed_ctl node node-3)" = "$inc_n3" ] || fail "node-3 came back with another incarnation"
+for _ in $(seq 1 50); do [ "$(hl_etcd node node-3)" = "$inc_n3" ] && break; sleep 0.1; done
+[ "$(hl_etcd node node-3)" = "$inc_n3" ] || fail "node-3 came back with another incarnation"
 wait_in_sync 60
 check_replicas
 check_export "after node-3 came back"
@@ -309,19 +244,19 @@ head -c 1M /dev/urandom >"$CL_DIR/tin"
 "$ZL" volume import tvol "$CL_DIR/tin" || fail "import tvol"
 tdir="$CL_DIR/storage-1/data/chunks/$tvid"
 [ "$(ls "$tdir" | wc -l)" -eq 16 ] || fail "node-1 holds $(ls "$tdir" | wc -l) chunk files of tvol, not 16"
-cluster=$(ed_ctl get /zipline/cluster)
+cluster=$(hl_etcd get /zipline/cluster)
 # The record goes as a wrong etcd would have it (a record of another cluster).
-ed_ctl put /zipline/cluster '{"cluster_id":"00000000000000000000000000000bad","created":1}'
-ed_ctl del "/zipline/volumes/$tvid"
-ed_ctl del /zipline/names/tvol
-ed_ctl tomb node-1 "$tvid"
+hl_etcd put /zipline/cluster '{"cluster_id":"00000000000000000000000000000bad","created":1}'
+hl_etcd del "/zipline/volumes/$tvid"
+hl_etcd del /zipline/names/tvol
+hl_etcd tomb node-1 "$tvid"
 for _ in $(seq 1 50); do grep -q "tombstones of deleted volumes ignored" "$CL_DIR/storage-1/log" && break; sleep 0.1; done
 grep -q "tombstones of deleted volumes ignored" "$CL_DIR/storage-1/log" ||
 	fail "node-1 did not refuse a tombstone under another cluster's record"
 [ "$(ls "$tdir" | wc -l)" -eq 16 ] || fail "a tombstone under another cluster's record deleted chunk files"
 say "tombstone ignored while etcd's cluster record is not node-1's"
-ed_ctl put /zipline/cluster "$cluster"
-ed_ctl tomb node-1 "$tvid"
+hl_etcd put /zipline/cluster "$cluster"
+hl_etcd tomb node-1 "$tvid"
 for _ in $(seq 1 50); do [ -d "$tdir" ] || break; sleep 0.1; done
 [ ! -d "$tdir" ] || fail "the tombstone deleted nothing once the cluster record was node-1's again"
 say "tombstone processed once the cluster record was back"

@@ -11,6 +11,10 @@
 # get a new primary in a new term. Then:
 #   - A's new primary X is behind: peering pulls W1 from Y;
 #   - B's new primary Y holds W1: peering pushes it to X;
+#   - while A's pull is made to fail (a flipped byte in Y's copy), A stays
+#     peering: `zl volume inspect` and `zl status` show it, a READ at X is
+#     held and answered ZL_ERR_PEERING; restored, A peers and is not shown
+#     peering any more (every slice "active" at the end);
 #   - a READ at a backup is refused (ZL_ERR_NOT_PRIMARY), a READ with
 #     ZL_WF_ANY is served with that replica's chunk version;
 #   - node-1 returns as RECOVERING: its newer copy of C (W2) is rolled back
@@ -20,12 +24,12 @@
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
+source "$SRC/test/lib/heal.sh"
 fail() {
 	echo "peering_e2e: FAIL: $*" >&2
 	for f in "$CL_DIR"/storage-*/log; do echo "--- $f" >&2; tail -30 "$f" >&2; done
 	exit 1
 }
-PY=/usr/bin/python3
 CHUNK=65536
 N_CHUNKS=64
 export CL_STORAGE_FLAGS="--repl-wait 120 --recovery-mbps 400 --log-level info"
@@ -33,117 +37,15 @@ CL_MANAGER=0 cl_e2e_begin e2e-peering "$1" 3 --heal on || fail "cluster did not 
 RAW="$CL_BIN/e2e_chunk"
 [ -x "$RAW" ] || fail "$RAW is missing (built with the e2e tests)"
 
-# Manager by hand (as heal_e2e.sh): rows of the volume through the etcd
-# JSON gateway.
-#   heal_ctl set VOL NODE STATE    every row holding NODE: NODE -> STATE (CAS;
-#                                  the term grows when the primary changes)
-#   heal_ctl reports VOL [ERROR]   prints "slice reporter peer error slice_ver"
-#   heal_ctl rows VOL              prints "slice v term node:state..."
-#   heal_ctl order VOL SLICE N...  the row's members in that order
-heal_ctl() {
-	"$PY" - "$CL_ETCD" "$@" <<'PY'
-import base64, json, sys, urllib.request
-etcd, cmd, vol = sys.argv[1], sys.argv[2], sys.argv[3]
-b64 = lambda s: base64.b64encode(s.encode()).decode()
-def call(path, body):
-    req = urllib.request.Request(etcd + path, data=json.dumps(body).encode())
-    with urllib.request.urlopen(req, timeout=5) as r:
-        return json.load(r)
-key = '/zipline/volumes/' + vol
-if cmd == 'reports':
-    want = sys.argv[4] if len(sys.argv) > 4 else None
-    pre = '/zipline/reports/%s/' % vol
-    end = pre[:-1] + chr(ord(pre[-1]) + 1)
-    for kv in call('/v3/kv/range', {'key': b64(pre), 'range_end': b64(end)}).get('kvs', []):
-        k = base64.b64decode(kv['key']).decode().split('/')
-        r = json.loads(base64.b64decode(kv['value']))
-        if want is None or r['error'] == want:
-            print(k[-3], k[-2], r['peer'], r['error'], r['slice_ver'])
-    sys.exit(0)
-for attempt in range(50):
-    kv = call('/v3/kv/range', {'key': b64(key)})['kvs'][0]
-    rec = json.loads(base64.b64decode(kv['value']))
-    if cmd == 'rows':
-        for i, row in enumerate(rec['placement']):
-            print(i, row['v'], row['term'],
-                  ' '.join('%s:%s' % (n, s) for n, s in zip(row['nodes'], row['states'])))
-        sys.exit(0)
-    changed = cmd == 'order'
-    if cmd == 'order':
-        row = rec['placement'][int(sys.argv[4])]
-        perm = [row['nodes'].index(n) for n in sys.argv[5:]]
-        for f in ('nodes', 'states', 'incarnations'):
-            if f in row:
-                row[f] = [row[f][i] for i in perm]
-        prim = row['in_sync'][0]
-        row['in_sync'] = [n for n, s in zip(row['nodes'], row['states']) if s == 'in_sync']
-        row['v'] += 1
-        if row['in_sync'][0] != prim:
-            row['term'] += 1
-    node, state = (sys.argv[4], sys.argv[5]) if cmd == 'set' else (None, None)
-    for row in (rec['placement'] if cmd == 'set' else []):
-        if node not in row['nodes']:
-            continue
-        i = row['nodes'].index(node)
-        if row['states'][i] == state:
-            continue
-        prim = row['in_sync'][0] if row['in_sync'] else None
-        row['states'][i] = state
-        row['in_sync'] = [n for n, s in zip(row['nodes'], row['states']) if s == 'in_sync']
-        if not row['in_sync']:
-            sys.exit('refusing to leave a row without an in-sync member')
-        row['v'] += 1
-        if row['in_sync'][0] != prim:
-            row['term'] += 1
-        changed = True
-    if not changed:
-        sys.exit(0)
-    txn = {'compare': [{'key': b64(key), 'target': 'MOD', 'result': 'EQUAL',
-                        'mod_revision': kv['mod_revision']}],
-           'success': [{'request_put': {'key': b64(key),
-                                        'value': b64(json.dumps(rec, separators=(',', ':')))}}]}
-    if call('/v3/kv/txn', txn).get('succeeded'):
-        sys.exit(0)
-sys.exit('row update lost the race 50 times')
-PY
-}
-
-# heal_files DIR...: per chunk file: node, name, data sha256, chunk version
-# (highest version of a valid-looking metadata slot; storage_chunk.h).
-heal_files() {
-	"$PY" - "$CHUNK" "$@" <<'PY'
-import hashlib, os, struct, sys
-cs = int(sys.argv[1])
-for d in sys.argv[2:]:
-    if not os.path.isdir(d):
-        continue
-    for name in sorted(os.listdir(d)):
-        with open(os.path.join(d, name), 'rb') as f:
-            hdr = f.read(4096)
-            if hdr[:8] != b'ZLCHUNK2':
-                sys.exit('%s/%s: not a v2 chunk file' % (d, name))
-            pages = struct.unpack_from('<I', hdr, 28)[0]
-            data_off = struct.unpack_from('<Q', hdr, 40)[0]
-            ver = 0
-            for p in range(2 * pages):
-                f.seek(4096 * (1 + p))
-                slot = f.read(32)
-                if slot[:4] == b'ZLMP':
-                    ver = max(ver, struct.unpack_from('<Q', slot, 16)[0])
-            f.seek(data_off)
-            data = f.read(cs)
-            data += b'\0' * (cs - len(data))
-        print(d.split('/storage-')[1].split('/')[0], name, hashlib.sha256(data).hexdigest(), '%x' % ver)
-PY
-}
-files() { heal_files "$CL_DIR"/storage-{1,2,3}/data/chunks/"$vid"; }
+# files: "node name sha256 version" of every chunk file of $vid (heal.sh).
+files() { hl_files "$CHUNK" --missing-ok "$CL_DIR"/storage-{1,2,3}/data/chunks/"$vid"; }
 # fver NODE CHUNK / fsha NODE CHUNK: version / data sha256 of NODE's copy.
 fname() { printf '%016x.zlc' "$1"; }
 fver() { files | awk -v n="$1" -v f="$(fname "$2")" '$1 == n && $2 == f {print $4}'; }
 fsha() { files | awk -v n="$1" -v f="$(fname "$2")" '$1 == n && $2 == f {print $3}'; }
 sha_of() { sha256sum "$1" | cut -d' ' -f1; }
 port_of() { cat "$CL_DIR/storage-$1/port"; }
-row_ver() { heal_ctl rows "$vid" | awk -v s="$1" '$1 == s {print $2}'; }
+row_ver() { hl_etcd rows "$vid" | awk -v s="$1" '$1 == s {print $2}'; }
 # raw_write NODE CHUNK FILE: WRITE at offset 0, waits 1.5 s for the answer.
 raw_write() {
 	"$RAW" 127.0.0.1 "$(port_of "$1")" write "$vid" "$2" 0 "$(row_ver "$2")" "$3" 1500
@@ -168,19 +70,19 @@ wait_up() { # wait_up NODE: the daemon answers
 	fail "create"
 vid=$("$ZL" volume inspect pvol | grep -o 'vol-[0-9a-f]\{16\}' | head -1)
 [ -n "$vid" ] || fail "no volume id in 'zl volume inspect' output"
-[ "$(heal_ctl rows "$vid" | wc -l)" -eq $N_CHUNKS ] || fail "expected $N_CHUNKS slices"
+[ "$(hl_etcd rows "$vid" | wc -l)" -eq $N_CHUNKS ] || fail "expected $N_CHUNKS slices"
 head -c $((N_CHUNKS * CHUNK)) /dev/urandom >"$CL_DIR/in"
 "$ZL" volume import pvol "$CL_DIR/in" || fail "import"
 
 # Three rows node-1 leads; B gets A's backups in the other order.
-heal_ctl rows "$vid" >"$CL_DIR/rows"
+hl_etcd rows "$vid" >"$CL_DIR/rows"
 read -r A B C _ <<<"$(awk '$4 ~ /^node-1:/ {printf "%s ", $1}' "$CL_DIR/rows")"
 [ -n "$C" ] || fail "fewer than 3 rows led by node-1: $(head -5 "$CL_DIR/rows")"
 X=$(awk -v a="$A" '$1 == a {sub(/^node-/, "", $5); sub(/:.*/, "", $5); print $5}' "$CL_DIR/rows")
 Y=$(awk -v a="$A" '$1 == a {sub(/^node-/, "", $6); sub(/:.*/, "", $6); print $6}' "$CL_DIR/rows")
-heal_ctl order "$vid" "$B" node-1 "node-$Y" "node-$X" || fail "reordering row $B"
+hl_etcd order "$vid" "$B" node-1 "node-$Y" "node-$X" || fail "reordering row $B"
 echo "peering_e2e: chunks A=$A (pull) B=$B (push) C=$C (roll back); X=node-$X Y=node-$Y"
-heal_ctl rows "$vid" | awk -v a="$A" -v b="$B" -v c="$C" '$1 == a || $1 == b || $1 == c'
+hl_etcd rows "$vid" | awk -v a="$A" -v b="$B" -v c="$C" '$1 == a || $1 == b || $1 == c'
 for f in A B C; do head -c $CHUNK /dev/urandom >"$CL_DIR/w$f"; done
 cp "$CL_DIR/in" "$CL_DIR/want"
 for f in A B; do
@@ -219,12 +121,48 @@ wait_up $X && wait_up $Y || fail "node-$X/node-$Y did not come back"
 # for a few seconds, then reported and left out.
 wait_log $X "peering vol=$vid slice=[0-9]* term=1 members=.*node-1(ZL_ERR_[A-Z_]*)" 150 ||
 	fail "node-$X did not peer its rows without the dead node-1"
-heal_ctl reports "$vid" | awk -v r="node-$X" '$2 == r && $3 == "node-1"' | grep -q . ||
+hl_etcd reports "$vid" | awk -v r="node-$X" '$2 == r && $3 == "node-1"' | grep -q . ||
 	fail "node-$X put no failure report about node-1"
-heal_ctl set "$vid" node-1 out || fail "marking node-1 out"
-heal_ctl rows "$vid" | awk -v a="$A" -v b="$B" -v c="$C" '$1 == a || $1 == b || $1 == c'
+# Hold the peering of slice A open: node-$Y's copy of chunk A (W1) is the
+# winner; with one data byte of it flipped, node-$X's pull fails CORRUPT and
+# is tried again every second, so slice A stays peering until the byte is
+# restored. Meanwhile `zl volume inspect` shows A "peering" (from node-$X's
+# status record), `zl status` counts it, and client I/O of A waits.
+fileA="$CL_DIR/storage-$Y/data/chunks/$vid/$(fname "$A")"
+offA=$(cl_chunk_block_off "$fileA" 2 77) || fail "cannot locate block 2 in $fileA"
+cl_flip_byte "$fileA" "$offA"
+hl_etcd set "$vid" node-1 out || fail "marking node-1 out"
+hl_etcd rows "$vid" | awk -v a="$A" -v b="$B" -v c="$C" '$1 == a || $1 == b || $1 == c'
+inspect() { "$ZL" volume inspect pvol 2>"$CL_DIR/inspect.err"; }
+# slice_state SLICE: its STATE column in `zl volume inspect`.
+slice_state() { inspect | awk -v s="$1" '$1 == s && $2 ~ /^[0-9]+$/ && NF >= 5 {print $4}'; }
+# wait_state SLICE STATE [TRIES]: every 0.2 s.
+wait_state() {
+	for _ in $(seq 1 "${3:-100}"); do
+		[ "$(slice_state "$1")" = "$2" ] && return 0
+		sleep 0.2
+	done
+	return 1
+}
+wait_log $X "peering attempt failed: vol=$vid slice=$A term=2 step=pull err=ZL_ERR_CORRUPT" ||
+	fail "node-$X did not fail its pull of the damaged chunk $A"
+wait_state "$A" peering || fail "inspect does not show slice $A peering: $(inspect | awk -v s="$A" '$1 == s')"
+inspect | awk -v s="$A" '$1 == s' | sed 's/^/peering_e2e: held: /'
+out=$("$RAW" 127.0.0.1 "$(port_of $X)" read "$vid" "$A" 0 $CHUNK "$(row_ver "$A")")
+echo "peering_e2e: READ of chunk A at its primary while peering: $out"
+[ "${out%% *}" = status=ZL_ERR_PEERING ] || fail "a READ of slice $A was served while it peers: $out"
+[ "$(slice_state "$A")" = peering ] || fail "slice $A no longer shows peering while the hold lasts"
+"$ZL" status >"$CL_DIR/status" 2>&1 || true
+head -1 "$CL_DIR/status" | sed 's/^/peering_e2e: /'
+head -1 "$CL_DIR/status" | grep -Eq '^HEALTH_WARN [0-9]+ slices? degraded \([0-9]+ recovering\), [1-9][0-9]* slices? peering' ||
+	fail "zl status does not count slice $A peering: $(head -1 "$CL_DIR/status")"
+inspect | grep -Eq '^[0-9]+ slices: [0-9]+ active, [1-9][0-9]* peering, ' ||
+	fail "inspect's summary counts no slice peering: $(inspect | tail -1)"
+cl_flip_byte "$fileA" "$offA"
 wait_log $X "peering vol=$vid slice=$A term=2 .*pulled=1 pushed=0" ||
 	fail "node-$X did not log peering of slice $A in term 2 with one chunk pulled"
+# node-1 is out: peered, A is degraded (not peering) once X published.
+wait_state "$A" degraded || fail "slice $A still shows $(slice_state "$A") after it peered"
 wait_log $Y "peering vol=$vid slice=$B term=2 .*pulled=0 pushed=1" ||
 	fail "node-$Y did not log peering of slice $B in term 2 with one chunk pushed"
 grep -h "peering vol=$vid slice=\($A\|$B\|$C\) term=2" "$CL_DIR"/storage-*/log | sed 's/.*storage_peer[^ ]* //'
@@ -257,9 +195,9 @@ cmp "$CL_DIR/want" "$CL_DIR/out" || fail "volume content after peering differs"
 # newer than the primary's and must be rolled back.
 cl_start_storage 1
 wait_up 1 || fail "node-1 did not come back"
-heal_ctl set "$vid" node-1 recovering || fail "marking node-1 recovering"
+hl_etcd set "$vid" node-1 recovering || fail "marking node-1 recovering"
 for _ in $(seq 1 600); do
-	got=$(heal_ctl reports "$vid" CAUGHT_UP | awk '$3 == "node-1"' | wc -l)
+	got=$(hl_etcd reports "$vid" CAUGHT_UP | awk '$3 == "node-1"' | wc -l)
 	[ "$got" -ge $N_CHUNKS ] && break
 	sleep 0.1
 done
@@ -267,7 +205,7 @@ done
 wait_log 1 "newer copy rolled back to the primary's: vol=[0-9a-f]* chunk=$C version=$ver_w2" 50 ||
 	fail "node-1 did not log the roll back of chunk $C (version $ver_w2)"
 [ "$(fsha 1 "$C")" = "$old_c" ] || fail "node-1's copy of C was not rolled back"
-heal_ctl set "$vid" node-1 in_sync || fail "marking node-1 in sync"
+hl_etcd set "$vid" node-1 in_sync || fail "marking node-1 in sync"
 
 # Every replica: same data and version per chunk, and the client agrees.
 check_all() {
@@ -287,6 +225,15 @@ head -c $((N_CHUNKS * CHUNK)) /dev/urandom >"$CL_DIR/want"
 check_all "after new writes"
 grep -q "peering vol=$vid slice=$A term=3 " "$CL_DIR/storage-1/log" ||
 	fail "node-1 did not peer slice $A when it led the row again"
+# Every slice active again: no status record lists a slice peering.
+for _ in $(seq 1 50); do
+	inspect | grep -q "^$N_CHUNKS slices: $N_CHUNKS active, 0 peering, " && break
+	sleep 0.2
+done
+inspect | tail -1 | sed 's/^/peering_e2e: after: /'
+inspect | grep -q "^$N_CHUNKS slices: $N_CHUNKS active, 0 peering, " ||
+	fail "not every slice active after peering: $(inspect | tail -1)"
+[ "$("$ZL" status 2>/dev/null | head -1)" = HEALTH_OK ] || fail "zl status is not HEALTH_OK after peering: $("$ZL" status 2>&1 | head -1)"
 for i in 1 2 3; do cl_stop storage-$i; done
 grep -h "still in flight" "$CL_DIR"/storage-*/log && fail "a daemon stopped with requests never answered"
 echo "peering_e2e: PASS"

@@ -11,6 +11,7 @@
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
+source "$SRC/test/lib/heal.sh"
 fail() {
 	echo "peering_manager_e2e: FAIL: $*" >&2
 	for f in "$CL_DIR"/storage-*/log "$CL_DIR"/controller/log; do
@@ -18,7 +19,6 @@ fail() {
 	done
 	exit 1
 }
-PY=/usr/bin/python3
 CHUNK=65536
 N_CHUNKS=256
 export CL_STORAGE_FLAGS="--repl-wait 60 --recovery-mbps 400 --log-level info"
@@ -29,20 +29,7 @@ mkdir -p "$CL_DIR/controller"
 	>>"$CL_DIR/controller/log" 2>&1 &
 echo $! >"$CL_DIR/controller/pid"
 
-# rows VOL: "slice v term node:state..." from etcd.
-rows() {
-	"$PY" - "$CL_ETCD" "$1" <<'PY'
-import base64, json, sys, urllib.request
-etcd, vol = sys.argv[1], sys.argv[2]
-b64 = lambda s: base64.b64encode(s.encode()).decode()
-req = urllib.request.Request(etcd + '/v3/kv/range',
-                             data=json.dumps({'key': b64('/zipline/volumes/' + vol)}).encode())
-with urllib.request.urlopen(req, timeout=5) as r:
-    rec = json.loads(base64.b64decode(json.load(r)['kvs'][0]['value']))
-for i, row in enumerate(rec['placement']):
-    print(i, row['v'], row['term'], ' '.join('%s:%s' % (n, s) for n, s in zip(row['nodes'], row['states'])))
-PY
-}
+rows() { hl_etcd rows "$1"; }
 # wait_rows VOL AWK_COND SECS: until no row line matches AWK_COND.
 wait_rows() {
 	for _ in $(seq 1 $(($3 * 10))); do
@@ -50,30 +37,6 @@ wait_rows() {
 		sleep 0.1
 	done
 	return 1
-}
-heal_files() {
-	"$PY" - "$CHUNK" "$@" <<'PY'
-import hashlib, os, struct, sys
-cs = int(sys.argv[1])
-for d in sys.argv[2:]:
-    for name in sorted(os.listdir(d)):
-        with open(os.path.join(d, name), 'rb') as f:
-            hdr = f.read(4096)
-            if hdr[:8] != b'ZLCHUNK2':
-                sys.exit('%s/%s: not a v2 chunk file' % (d, name))
-            pages = struct.unpack_from('<I', hdr, 28)[0]
-            data_off = struct.unpack_from('<Q', hdr, 40)[0]
-            ver = 0
-            for p in range(2 * pages):
-                f.seek(4096 * (1 + p))
-                slot = f.read(32)
-                if slot[:4] == b'ZLMP':
-                    ver = max(ver, struct.unpack_from('<Q', slot, 16)[0])
-            f.seek(data_off)
-            data = f.read(cs)
-            data += b'\0' * (cs - len(data))
-        print(d.split('/storage-')[1].split('/')[0], name, hashlib.sha256(data).hexdigest(), '%x' % ver)
-PY
 }
 
 "$ZL" volume create mvol --size $((N_CHUNKS * CHUNK / 1024))K --replicas 3 --chunk-size 64K ||
@@ -108,7 +71,7 @@ wait_rows "$vid" '!/node-1:in_sync/' 120 || fail "node-1 did not become in sync 
 echo "peering_manager_e2e: node-1 in sync again after recovery"
 grep -h "recovery caught up" "$CL_DIR"/storage-[23]/log | grep -c "member=node-1" |
 	sed 's/^/peering_manager_e2e: CAUGHT_UP lines for node-1: /'
-heal_files "$CL_DIR"/storage-{1,2,3}/data/chunks/"$vid" >"$CL_DIR/files" || fail "reading chunk files"
+hl_files "$CHUNK" "$CL_DIR"/storage-{1,2,3}/data/chunks/"$vid" >"$CL_DIR/files" || fail "reading chunk files"
 bad=$(awk '{k = $2; d[k] = d[k] " " $3 "/" $4; n[k]++} END {for (k in d) {split(d[k], a, " "); for (i in a) if (a[i] != a[1] || n[k] != 3) {print k, n[k], d[k]; break}}}' "$CL_DIR/files")
 [ -z "$bad" ] || fail "replicas differ (chunk, copies, sha/version...): $(echo "$bad" | head -3)"
 [ "$(awk '$1 == 1' "$CL_DIR/files" | wc -l)" -eq $N_CHUNKS ] || fail "node-1 lacks chunk files"

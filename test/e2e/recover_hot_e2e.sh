@@ -13,6 +13,7 @@
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
+source "$SRC/test/lib/heal.sh"
 fail() {
 	echo "recover_hot_e2e: FAIL: $*" >&2
 	for f in "$CL_DIR"/storage-*/log "$CL_DIR"/io.log; do
@@ -21,91 +22,10 @@ fail() {
 	done
 	exit 1
 }
-PY=/usr/bin/python3
 CHUNK=$((4 << 20))
 ROUNDS=${ZL_HOT_ROUNDS:-3}
 export CL_STORAGE_FLAGS="--repl-wait 30 --recovery-mbps 40 --log-level info"
 CL_MANAGER=0 cl_e2e_begin e2e-hot "$1" 3 --heal on || fail "cluster did not start"
-
-# rows_set VOL NODE STATE: every row holding NODE: NODE -> STATE (CAS).
-rows_set() {
-	"$PY" - "$CL_ETCD" "$@" <<'PY'
-import base64, json, sys, urllib.request
-etcd, vol, node, state = sys.argv[1:5]
-b64 = lambda s: base64.b64encode(s.encode()).decode()
-def call(path, body):
-    req = urllib.request.Request(etcd + path, data=json.dumps(body).encode())
-    with urllib.request.urlopen(req, timeout=5) as r:
-        return json.load(r)
-key = '/zipline/volumes/' + vol
-for attempt in range(50):
-    kv = call('/v3/kv/range', {'key': b64(key)})['kvs'][0]
-    rec = json.loads(base64.b64decode(kv['value']))
-    changed = False
-    for row in rec['placement']:
-        if node not in row['nodes']:
-            continue
-        i = row['nodes'].index(node)
-        if row['states'][i] == state:
-            continue
-        prim = row['in_sync'][0] if row['in_sync'] else None
-        row['states'][i] = state
-        row['in_sync'] = [n for n, s in zip(row['nodes'], row['states']) if s == 'in_sync']
-        if not row['in_sync']:
-            sys.exit('refusing to leave a row without an in-sync member')
-        row['v'] += 1
-        if row['in_sync'][0] != prim:
-            row['term'] += 1
-        changed = True
-    if not changed:
-        sys.exit(0)
-    txn = {'compare': [{'key': b64(key), 'target': 'MOD', 'result': 'EQUAL',
-                        'mod_revision': kv['mod_revision']}],
-           'success': [{'request_put': {'key': b64(key),
-                                        'value': b64(json.dumps(rec, separators=(',', ':')))}}]}
-    if call('/v3/kv/txn', txn).get('succeeded'):
-        sys.exit(0)
-sys.exit('row update lost the race 50 times')
-PY
-}
-
-# caught_up VOL NODE: number of CAUGHT_UP reports about NODE.
-caught_up() {
-	"$PY" - "$CL_ETCD" "$@" <<'PY'
-import base64, json, sys, urllib.request
-etcd, vol, node = sys.argv[1:4]
-b64 = lambda s: base64.b64encode(s.encode()).decode()
-pre = '/zipline/reports/%s/' % vol
-end = pre[:-1] + chr(ord(pre[-1]) + 1)
-req = urllib.request.Request(etcd + '/v3/kv/range',
-                             data=json.dumps({'key': b64(pre), 'range_end': b64(end)}).encode())
-with urllib.request.urlopen(req, timeout=5) as r:
-    kvs = json.load(r).get('kvs', [])
-n = 0
-for kv in kvs:
-    r = json.loads(base64.b64decode(kv['value']))
-    n += r['peer'] == node and r['error'] == 'CAUGHT_UP'
-print(n)
-PY
-}
-
-# files DIR...: "node chunk-file sha256" of every chunk file (data only).
-files() {
-	"$PY" - "$CHUNK" "$@" <<'PY'
-import hashlib, os, struct, sys
-cs = int(sys.argv[1])
-for d in sys.argv[2:]:
-    for name in sorted(os.listdir(d)):
-        with open(os.path.join(d, name), 'rb') as f:
-            hdr = f.read(4096)
-            if hdr[:8] != b'ZLCHUNK2':
-                sys.exit('%s/%s: not a v2 chunk file' % (d, name))
-            f.seek(struct.unpack_from('<Q', hdr, 40)[0])
-            data = f.read(cs)
-            data += b'\0' * (cs - len(data))
-        print(d.split('/storage-')[1].split('/')[0], name, hashlib.sha256(data).hexdigest())
-PY
-}
 
 for round in $(seq 1 "$ROUNDS"); do
 	vol=hot$round
@@ -115,31 +35,31 @@ for round in $(seq 1 "$ROUNDS"); do
 	n_rows=$(cl_rows "$vid" | grep -c 'node-3:')
 
 	cl_stop storage-3 KILL
-	rows_set "$vid" node-3 out || fail "marking node-3 out"
+	hl_etcd set "$vid" node-3 out || fail "marking node-3 out"
 	"$CL_BIN/e2e_io" --etcd "$CL_ETCD" --volume $vol --bytes "${ZL_HOT_BYTES:-1G}" \
 		>"$CL_DIR/io.log" 2>&1 &
 	io=$!
 	sleep 1
 	cl_start_storage 3
 	cl_wait_nodes 3 || fail "node-3 did not register again"
-	rows_set "$vid" node-3 recovering || fail "marking node-3 recovering"
+	hl_etcd set "$vid" node-3 recovering || fail "marking node-3 recovering"
 	t0=$(date +%s)
 	kill -0 "$io" 2>/dev/null || fail "the writer ended before node-3 recovered: raise ZL_HOT_BYTES"
 	wait "$io" || fail "e2e_io (writes and read back through the primaries)"
 	echo "recover_hot_e2e: round $round: writer done $(($(date +%s) - t0)) s after RECOVERING"
 	for _ in $(seq 1 600); do
-		[ "$(caught_up "$vid" node-3)" -ge "$n_rows" ] && break
+		[ "$(hl_etcd reports "$vid" CAUGHT_UP | awk '$3 == "node-3"' | wc -l)" -ge "$n_rows" ] && break
 		sleep 0.1
 	done
-	got=$(caught_up "$vid" node-3)
+	got=$(hl_etcd reports "$vid" CAUGHT_UP | awk '$3 == "node-3"' | wc -l)
 	[ "$got" -ge "$n_rows" ] || fail "only $got of $n_rows slices reported node-3 CAUGHT_UP"
-	rows_set "$vid" node-3 in_sync || fail "marking node-3 in sync"
+	hl_etcd set "$vid" node-3 in_sync || fail "marking node-3 in sync"
 	copies=$(grep -h 'recovery caught up' "$CL_DIR"/storage-[12]/log | grep -c "vol=$vid" || true)
 	echo "recover_hot_e2e: round $round: $got CAUGHT_UP reports, $copies with copies logged"
 
 	# Every replica holds the same bytes: read with the daemons stopped.
 	for i in 1 2 3; do cl_stop storage-$i; done
-	files "$CL_DIR"/storage-{1,2,3}/data/chunks/"$vid" >"$CL_DIR/files" ||
+	hl_files "$CHUNK" "$CL_DIR"/storage-{1,2,3}/data/chunks/"$vid" >"$CL_DIR/files" ||
 		fail "reading chunk files"
 	cat "$CL_DIR/files"
 	bad=$(awk '{d[$2] = d[$2] " " $3; n[$2]++} END {for (k in d) {split(d[k], a, " "); for (i in a) if (a[i] != a[1] || n[k] != 3) {print k, n[k]; break}}}' "$CL_DIR/files")
@@ -159,7 +79,7 @@ CHUNK=$((2 << 20))
 vid=$("$ZL" volume inspect $vol | grep -o 'vol-[0-9a-f]\{16\}' | head -1)
 n_rows=$(cl_rows "$vid" | grep -c 'node-3:')
 cl_stop storage-3 KILL
-rows_set "$vid" node-3 out || fail "marking node-3 out"
+hl_etcd set "$vid" node-3 out || fail "marking node-3 out"
 head -c 256M /dev/urandom >"$CL_DIR/want"
 "$ZL" volume import $vol "$CL_DIR/want" >/dev/null || fail "import with node-3 out"
 cl_start_storage 3
@@ -174,21 +94,21 @@ cl_wait_nodes 3 || fail "node-3 did not register again"
 ) &
 wr=$!
 sleep 0.5
-rows_set "$vid" node-3 recovering || fail "marking node-3 recovering"
+hl_etcd set "$vid" node-3 recovering || fail "marking node-3 recovering"
 kill -0 "$wr" 2>/dev/null || fail "the burst writer ended before node-3 recovered"
 wait "$wr" || fail "burst writer"
 for _ in $(seq 1 900); do
-	[ "$(caught_up "$vid" node-3)" -ge "$n_rows" ] && break
+	[ "$(hl_etcd reports "$vid" CAUGHT_UP | awk '$3 == "node-3"' | wc -l)" -ge "$n_rows" ] && break
 	sleep 0.1
 done
-got=$(caught_up "$vid" node-3)
+got=$(hl_etcd reports "$vid" CAUGHT_UP | awk '$3 == "node-3"' | wc -l)
 [ "$got" -ge "$n_rows" ] || fail "bursts: only $got of $n_rows slices reported node-3 CAUGHT_UP"
-rows_set "$vid" node-3 in_sync || fail "marking node-3 in sync"
+hl_etcd set "$vid" node-3 in_sync || fail "marking node-3 in sync"
 dd if="$CL_DIR/hot.last" of="$CL_DIR/want" conv=notrunc status=none
 "$ZL" volume export $vol "$CL_DIR/out" || fail "export"
 cmp "$CL_DIR/want" "$CL_DIR/out" || fail "bursts: volume content differs from what was written"
 for i in 1 2 3; do cl_stop storage-$i; done
-files "$CL_DIR"/storage-{1,2,3}/data/chunks/"$vid" >"$CL_DIR/files" || fail "reading chunk files"
+hl_files "$CHUNK" "$CL_DIR"/storage-{1,2,3}/data/chunks/"$vid" >"$CL_DIR/files" || fail "reading chunk files"
 bad=$(awk '{d[$2] = d[$2] " " $3; n[$2]++} END {for (k in d) {split(d[k], a, " "); for (i in a) if (a[i] != a[1] || n[k] != 3) {print k, n[k]; break}}}' "$CL_DIR/files")
 [ -z "$bad" ] || fail "bursts: replicas differ (chunk file, copies): $(echo $bad | head -c 300)"
 [ "$(wc -l <"$CL_DIR/files")" -eq 384 ] || fail "bursts: expected 128 chunk files on each of 3 nodes"

@@ -16,107 +16,20 @@
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
+source "$SRC/test/lib/heal.sh"
 fail() {
 	echo "scrub_e2e: FAIL: $*" >&2
 	for f in "$CL_DIR"/storage-*/log; do echo "--- $f" >&2; tail -25 "$f" >&2; done
 	exit 1
 }
-PY=/usr/bin/python3
 SIZE_MB=32
 CHUNK=65536 # 512 chunks in 64 slices: several chunks per CHUNK_DIGEST window
 export CL_STORAGE_FLAGS="--log-level info --scrub-mbps 800"
 cl_e2e_begin e2e-scrub "$1" 3 --heal on || fail "cluster did not start"
 
-# rows VOL: "slice primary node..." from the etcd record (not through zl).
-rows() {
-	"$PY" - "$CL_ETCD" "$1" <<'PY'
-import base64, json, sys, urllib.request
-etcd, vol = sys.argv[1], sys.argv[2]
-b64 = lambda s: base64.b64encode(s.encode()).decode()
-req = urllib.request.Request(etcd + '/v3/kv/range',
-                             data=json.dumps({'key': b64('/zipline/volumes/' + vol)}).encode())
-with urllib.request.urlopen(req, timeout=5) as r:
-    rec = json.loads(base64.b64decode(json.load(r)['kvs'][0]['value']))
-for i, row in enumerate(rec['placement']):
-    print(i, row['in_sync'][0], ' '.join(row['nodes']))
-PY
-}
-
-# chunk_files DIR...: per chunk file: node, name, data sha256, chunk version
-# (highest version of a valid-looking metadata slot; storage_chunk.h).
-chunk_files() {
-	"$PY" - "$CHUNK" "$@" <<'PY'
-import hashlib, os, struct, sys
-cs = int(sys.argv[1])
-for d in sys.argv[2:]:
-    for name in sorted(os.listdir(d)):
-        with open(os.path.join(d, name), 'rb') as f:
-            hdr = f.read(4096)
-            if hdr[:8] != b'ZLCHUNK2':
-                sys.exit('%s/%s: not a v2 chunk file' % (d, name))
-            pages = struct.unpack_from('<I', hdr, 28)[0]
-            data_off = struct.unpack_from('<Q', hdr, 40)[0]
-            ver = 0
-            for p in range(2 * pages):
-                f.seek(4096 * (1 + p))
-                slot = f.read(32)
-                if slot[:4] == b'ZLMP':
-                    ver = max(ver, struct.unpack_from('<Q', slot, 16)[0])
-            f.seek(data_off)
-            data = f.read(cs)
-            data += b'\0' * (cs - len(data))
-        print(d.split('/storage-')[1].split('/')[0], name, hashlib.sha256(data).hexdigest(), '%x' % ver)
-PY
-}
-
-# divergent FILE BLOCK BYTE: inverts one byte of a data block and rewrites
-# the block's crc (and the page CRC) in the current metadata slot: a copy
-# that verifies but holds other data at the same version (storage_chunk.h).
-divergent() {
-	"$PY" - "$@" <<'PY'
-import struct, sys
-path, block, byte = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-T = []
-for i in range(256):
-    c = i
-    for _ in range(8):
-        c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-    T.append(c)
-def crc32c(b):
-    c = 0xffffffff
-    for x in b:
-        c = T[(c ^ x) & 0xff] ^ (c >> 8)
-    return c ^ 0xffffffff
-with open(path, 'r+b') as f:
-    hdr = f.read(4096)
-    data_off = struct.unpack_from('<Q', hdr, 40)[0]
-    page, idx = block // 508, block % 508
-    slots = []
-    for s in (0, 1):
-        f.seek(4096 * (1 + 2 * page + s))
-        img = bytearray(f.read(4096))
-        ok = img[:4] == b'ZLMP' and struct.unpack_from('<I', img, 28)[0] == crc32c(img[:28] + img[32:])
-        if ok:
-            slots.append((struct.unpack_from('<Q', img, 8)[0], s, img))
-    seq, s, img = max(slots)
-    f.seek(data_off + block * 4096)
-    blk = bytearray(f.read(4096))
-    blk[byte] ^= 0xff
-    f.seek(data_off + block * 4096)
-    f.write(blk)
-    struct.pack_into('<I', img, 32 + 8 * idx, crc32c(blk))
-    struct.pack_into('<I', img, 28, crc32c(img[:28] + img[32:]))
-    f.seek(4096 * (1 + 2 * page + s))
-    f.write(img)
-    f.flush()
-    import os
-    os.fsync(f.fileno())
-PY
-}
-
 # replicas_identical: every chunk file on all 3 nodes, same data and version.
 replicas_identical() {
-	chunk_files "$CL_DIR"/storage-{1,2,3}/data/chunks/"$vid" >"$CL_DIR/files" || fail "reading chunk files"
+	hl_files "$CHUNK" "$CL_DIR"/storage-{1,2,3}/data/chunks/"$vid" >"$CL_DIR/files" || fail "reading chunk files"
 	local bad n
 	bad=$(awk '{k = $2; d[k] = d[k] " " $3 "/" $4; n[k]++} END {for (k in d) {split(d[k], a, " "); for (i in a) if (a[i] != a[1] || n[k] != 3) {print k, n[k], d[k]; break}}}' "$CL_DIR/files")
 	[ -z "$bad" ] || fail "replicas differ (chunk, copies, sha/version...): $(echo "$bad" | head -3)"
@@ -131,7 +44,7 @@ head -c ${SIZE_MB}M /dev/urandom >"$CL_DIR/in"
 "$ZL" volume import svol "$CL_DIR/in" || fail "import"
 "$ZL" volume verify svol >"$CL_DIR/verify0" 2>&1 || { cat "$CL_DIR/verify0" >&2; fail "verify of an undamaged volume"; }
 replicas_identical
-rows "$vid" >"$CL_DIR/rows"
+hl_etcd members "$vid" >"$CL_DIR/rows"
 n_slices=$(wc -l <"$CL_DIR/rows")
 echo "scrub_e2e: $n_slices slices; $(head -2 "$CL_DIR/rows" | tr '\n' ';')"
 
@@ -150,7 +63,7 @@ read -r _ primD nd1 nd2 nd3 < <(awk -v s=$((D % n_slices)) '$1 == s' "$CL_DIR/ro
 for n in $nd1 $nd2 $nd3; do [ "$n" != "$primD" ] && memD=$n; done
 fD="$CL_DIR/storage-${memD#node-}/data/chunks/$vid/$(printf '%016x' $D).zlc"
 cl_stop "storage-${memD#node-}"
-divergent "$fD" 7 100 || fail "cannot make $fD divergent"
+hl_divergent "$fD" 7 100 || fail "cannot make $fD divergent"
 cl_start_storage "${memD#node-}"
 cl_wait_nodes 3 || fail "$memD did not register again"
 echo "scrub_e2e: chunk $D made divergent on $memD (primary $primD)"

@@ -1,11 +1,14 @@
-# Sourced after test/lib/cluster.sh by the heal acceptance tests
-# (thrash_e2e.sh, divergence_e2e.sh, delta_e2e.sh): the manager process, the
-# etcd oracle of slice rows, and the replica oracle (every replica's chunk
-# files read directly, without the storage daemons). Needs CL_DIR, CL_ETCD,
-# CL_BIN (cl_e2e_begin sets them). Every function returns non-zero and says
-# why on stderr when it cannot do its job.
+# Sourced after test/lib/cluster.sh by the heal tests (thrash_e2e.sh,
+# divergence_e2e.sh, delta_e2e.sh, heal_e2e.sh, peering_e2e.sh,
+# peering_manager_e2e.sh, recover_hot_e2e.sh, scrub_e2e.sh, emptydisk_e2e.sh):
+# the manager process, the etcd oracle of slice rows (and the manager by
+# hand), and the replica oracle (every replica's chunk files read directly,
+# without the storage daemons; test/lib/heal_tool.py). Needs CL_DIR,
+# CL_ETCD, CL_BIN (cl_e2e_begin sets them). Every function returns non-zero
+# and says why on stderr when it cannot do its job.
 
 HL_PY=/usr/bin/python3
+HL_TOOL=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/heal_tool.py
 
 hl_log() { printf '[heal] %s\n' "$*" >&2; }
 
@@ -44,66 +47,17 @@ hl_start_manager() {
 # hl_kill_manager: kill -9 of the manager started by hl_start_manager.
 hl_kill_manager() { cl_stop "${HL_MGR:-controller}" KILL; }
 
-# hl_etcd CMD VOL...: the row oracle, straight from etcd (JSON gateway).
+# hl_etcd CMD ARGS...: the row oracle and the manager by hand, straight from
+# etcd (JSON gateway), through test/lib/heal_tool.py (its head lists every
+# command), e.g.:
 #   rows VOL             "slice v term node:state..." per row
 #   primary VOL SLICE    node id of the slice's primary (first in-sync member)
 #   insync VOL N         exit 0 when every row has N members in_sync
-#   summary VOL          "rows=R insync_rows=K(N of N) states=..."
-#   reports VOL          "slice reporter peer error slice_ver"
-hl_etcd() {
-	"$HL_PY" - "$CL_ETCD" "$@" <<'PY'
-import base64, json, sys, urllib.request
-etcd, cmd, vol = sys.argv[1], sys.argv[2], sys.argv[3]
-b64 = lambda s: base64.b64encode(s.encode()).decode()
-def call(path, body):
-    req = urllib.request.Request(etcd + path, data=json.dumps(body).encode())
-    with urllib.request.urlopen(req, timeout=5) as r:
-        return json.load(r)
-if cmd == 'reports':
-    pre = '/zipline/reports/%s/' % vol
-    end = pre[:-1] + chr(ord(pre[-1]) + 1)
-    for kv in call('/v3/kv/range', {'key': b64(pre), 'range_end': b64(end)}).get('kvs', []):
-        k = base64.b64decode(kv['key']).decode().split('/')
-        r = json.loads(base64.b64decode(kv['value']))
-        print(k[-3], k[-2], r['peer'], r['error'], r['slice_ver'])
-    sys.exit(0)
-kvs = call('/v3/kv/range', {'key': b64('/zipline/volumes/' + vol)}).get('kvs', [])
-if not kvs:
-    sys.exit('hl_etcd: no volume record /zipline/volumes/%s' % vol)
-rec = json.loads(base64.b64decode(kvs[0]['value']))
-rows = rec['placement']
-def states(row):
-    st = row.get('states')
-    if not st:  # a 0.1 row: in-sync members in_sync, the others out
-        st = ['in_sync' if n in row['in_sync'] else 'out' for n in row['nodes']]
-    return st
-if cmd == 'rows':
-    for i, row in enumerate(rows):
-        print(i, row['v'], row.get('term', 1),
-              ' '.join('%s:%s' % (n, s) for n, s in zip(row['nodes'], states(row))))
-elif cmd == 'primary':
-    row = rows[int(sys.argv[4])]
-    ins = [n for n, s in zip(row['nodes'], states(row)) if s == 'in_sync']
-    if not ins:
-        sys.exit('hl_etcd: slice %s has no in-sync member' % sys.argv[4])
-    print(ins[0])
-elif cmd in ('insync', 'summary'):
-    want = int(sys.argv[4]) if cmd == 'insync' else len(rows[0]['nodes'])
-    good = 0
-    hist = {}
-    for row in rows:
-        st = states(row)
-        n = sum(1 for s in st if s == 'in_sync')
-        good += n == want and len(st) == want
-        for s in st:
-            hist[s] = hist.get(s, 0) + 1
-    if cmd == 'summary':
-        print('rows=%d all_in_sync_rows=%d member_states=%s' % (len(rows), good,
-              ','.join('%s:%d' % kv for kv in sorted(hist.items()))))
-    else:
-        sys.exit(0 if good == len(rows) else 1)
-PY
-}
+#   summary VOL          "rows=R all_in_sync_rows=K member_states=..."
+#   reports VOL [ERROR]  "slice reporter peer error slice_ver"
+#   set VOL NODE STATE   every row holding NODE: NODE -> STATE (CAS)
+#   order VOL SLICE N... the row's members in that order
+hl_etcd() { "$HL_PY" "$HL_TOOL" etcd "$CL_ETCD" "$@"; }
 
 # hl_vol_id NAME: the volume id (vol-<16 hex>) of a volume.
 hl_vol_id() {
@@ -131,38 +85,17 @@ hl_wait_in_sync() {
 	done
 }
 
-# hl_files CHUNK DIR...: per chunk file of each replica dir: storage index,
-# file name, sha256 of the data part (chunk bytes at the header's data
-# offset, zeros past the end: storage/storage_chunk.h), chunk version (the
-# highest of the metadata slots).
-hl_files() {
-	"$HL_PY" - "$@" <<'PY'
-import hashlib, os, struct, sys
-cs = int(sys.argv[1])
-for d in sys.argv[2:]:
-    if not os.path.isdir(d):
-        sys.exit('hl_files: %s: no chunk directory (the replica holds nothing of the volume)' % d)
-    for name in sorted(os.listdir(d)):
-        if not name.endswith('.zlc'):
-            continue
-        with open(os.path.join(d, name), 'rb') as f:
-            hdr = f.read(4096)
-            if hdr[:8] != b'ZLCHUNK2':
-                sys.exit('hl_files: %s/%s: not a v2 chunk file (magic %r)' % (d, name, hdr[:8]))
-            pages = struct.unpack_from('<I', hdr, 28)[0]
-            data_off = struct.unpack_from('<Q', hdr, 40)[0]
-            ver = 0
-            for p in range(2 * pages):
-                f.seek(4096 * (1 + p))
-                slot = f.read(32)
-                if slot[:4] == b'ZLMP':
-                    ver = max(ver, struct.unpack_from('<Q', slot, 16)[0])
-            f.seek(data_off)
-            data = f.read(cs)
-            data += b'\0' * (cs - len(data))
-        print(d.split('/storage-')[1].split('/')[0], name, hashlib.sha256(data).hexdigest(), '%x' % ver)
-PY
-}
+# hl_files CHUNK [--missing-ok] DIR...: per chunk file of each replica dir:
+# storage index, file name, sha256 of the data part (chunk bytes at the
+# header's data offset, zeros past the end: storage/storage_chunk.h), chunk
+# version (the highest of the metadata slots). A missing dir is an error
+# unless --missing-ok.
+hl_files() { "$HL_PY" "$HL_TOOL" files "$@"; }
+
+# hl_divergent FILE BLOCK BYTE: inverts one byte of a data block and rewrites
+# its crc in the current metadata slot: a copy that verifies but holds other
+# data at the same version.
+hl_divergent() { "$HL_PY" "$HL_TOOL" divergent "$@"; }
 
 # hl_replicas_identical VID CHUNK NCHUNKS [NODES]: the replica oracle: every
 # storage dir (1..NODES, default 3) holds a file for every chunk the others

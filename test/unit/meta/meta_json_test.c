@@ -964,6 +964,64 @@ static void test_report_json(void **state)
 	assert_int_equal(zl_meta_report_check(NULL, why, sizeof(why)), -ZL_ERR_INVAL);
 }
 
+/* status/<node>: progress counters and the slices peering (older records
+ * without the peering fields read as none). */
+static void test_status_json(void **state)
+{
+	static struct zl_node_status s, d;
+	static const char *bad[] = {
+	    "{\"node\":\"n\",\"recovering_bytes_done\":0,\"recovering_bytes_left\":0,"
+	    "\"rate\":0,\"recovering\":0,\"time\":1,\"peering\":[{\"vol\":"
+	    "\"vol-0000000000000001\",\"slice\":0,\"term\":1}]}", /* peering_slices 0 < 1 */
+	    "{\"node\":\"n\",\"recovering_bytes_done\":0,\"recovering_bytes_left\":0,"
+	    "\"rate\":0,\"recovering\":0,\"time\":1,\"peering_slices\":1,\"peering\":[{"
+	    "\"vol\":\"vol-0000000000000001\",\"slice\":0,\"term\":0}]}",
+	    "{\"node\":\"n\",\"recovering_bytes_done\":0,\"recovering_bytes_left\":0,"
+	    "\"rate\":0,\"recovering\":0,\"time\":1,\"peering_slices\":1,\"peering\":[{"
+	    "\"vol\":\"vol-1\",\"slice\":0,\"term\":1}]}",
+	    "{\"node\":\"n\",\"recovering_bytes_done\":0,\"recovering_bytes_left\":0,"
+	    "\"rate\":0,\"recovering\":0,\"time\":1,\"peering_slices\":1,\"peering\":{}}",
+	    "{\"node\":\"n\",\"recovering_bytes_done\":0,\"recovering_bytes_left\":0,"
+	    "\"rate\":0,\"recovering\":0,\"time\":1,\"peering_slices\":2,\"peering\":["
+	    "{\"vol\":\"vol-0000000000000001\",\"slice\":3,\"term\":1},"
+	    "{\"vol\":\"vol-0000000000000001\",\"slice\":3,\"term\":1}]}", /* duplicate */
+	};
+	const char *old = "{\"node\":\"n\",\"recovering_bytes_done\":5,"
+			  "\"recovering_bytes_left\":6,\"rate\":7,\"recovering\":1,\"time\":9}";
+	char *json;
+
+	(void)state;
+	memset(&s, 0, sizeof(s));
+	strcpy(s.node, "storage-1");
+	s.rate = 7;
+	s.time = 1700000000;
+	s.peering_slices = 3;
+	s.n_peering = 2;
+	s.peering[0] = (struct zl_status_peering){.vol = 0xc0ffee, .slice = 4, .term = 2};
+	s.peering[1] = (struct zl_status_peering){.vol = 0xc0ffee, .slice = 9, .term = 1};
+	json = zl_meta_status_to_json(&s);
+	assert_non_null(json);
+	assert_string_equal(json, "{\"node\":\"storage-1\",\"recovering_bytes_done\":0,"
+				  "\"recovering_bytes_left\":0,\"rate\":7,\"recovering\":0,"
+				  "\"time\":1700000000,\"peering_slices\":3,\"peering\":["
+				  "{\"vol\":\"vol-0000000000c0ffee\",\"slice\":4,\"term\":2},"
+				  "{\"vol\":\"vol-0000000000c0ffee\",\"slice\":9,\"term\":1}]}");
+	assert_int_equal(zl_meta_status_from_json(json, strlen(json), &d), 0);
+	assert_memory_equal(&s, &d, sizeof(s));
+	free(json);
+	assert_int_equal(zl_meta_status_from_json(old, strlen(old), &d), 0);
+	assert_true(d.bytes_done == 5 && d.recovering == 1 && d.time == 9);
+	assert_true(d.peering_slices == 0 && d.n_peering == 0);
+	for (size_t i = 0; i < ZL_ARRAY_SIZE(bad); i++) {
+		if (zl_meta_status_from_json(bad[i], strlen(bad[i]), &d) != -ZL_ERR_INVAL)
+			fail_msg("status \"%s\" was accepted", bad[i]);
+		assert_int_equal(d.n_peering, 0);
+	}
+	/* Unsorted entries are not written either. */
+	s.peering[1].slice = 4;
+	assert_null(zl_meta_status_to_json(&s));
+}
+
 static void test_report_key(void **state)
 {
 	static const char *bad[] = {
@@ -1050,6 +1108,7 @@ int main(void)
 	    cmocka_unit_test(test_volume_reasons),
 	    cmocka_unit_test(test_cluster_json),
 	    cmocka_unit_test(test_report_json),
+	    cmocka_unit_test(test_status_json),
 	    cmocka_unit_test(test_report_key),
 	};
 

@@ -1,0 +1,297 @@
+#!/usr/bin/env python3
+"""The e2e tests' view of etcd and of chunk replica files, independent of the
+code under test (no lib/meta, no storage daemon). Called through
+test/lib/heal.sh (hl_etcd, hl_files, hl_divergent); exits non-zero with the
+reason on stderr when it cannot do its job.
+
+  heal_tool.py etcd URL CMD ARGS...   the etcd JSON gateway at URL:
+    rows VOL               "slice v term node:state..." per row (a 0.1 row:
+                           in-sync members in_sync, the others out; term 1)
+    incs VOL               "slice node:state:incarnation8..." per row ("-":
+                           no incarnation)
+    members VOL            "slice primary node..." per row (primary: first
+                           in-sync member, "-" when none)
+    primary VOL SLICE      node id of the slice's primary
+    insync VOL N           exit 0 when every row has N members, all in_sync
+    summary VOL            "rows=R all_in_sync_rows=K member_states=..."
+    reports VOL [ERROR]    "slice reporter peer error slice_ver" (only ERROR)
+    set VOL NODE STATE     the manager by hand: every row holding NODE,
+                           NODE -> STATE (CAS on the record; v + 1, the term
+                           + 1 when the primary changes; refuses to leave a
+                           row without an in-sync member)
+    order VOL SLICE NODE...  the row's members in that order (same rules)
+    node ID                the incarnation of node ID's record ("-": none)
+    get KEY | put KEY VALUE | del KEY   raw keys
+    tomb NODE VOL          puts the tombstone <prefix>deletes/NODE/VOL
+  heal_tool.py files CHUNK [--missing-ok] DIR...
+                           per chunk file (*.zlc) of each replica dir
+                           .../storage-I/...: "I name data-sha256 version"
+                           (data: CHUNK bytes at the header's data offset,
+                           zeros past the end; version: the highest of the
+                           metadata slots; storage/storage_chunk.h)
+  heal_tool.py divergent FILE BLOCK BYTE
+                           inverts one byte of a data block and rewrites the
+                           block's crc (and the page CRC) in the current
+                           metadata slot: a copy that verifies but holds
+                           other data at the same version
+"""
+import base64
+import hashlib
+import json
+import os
+import struct
+import sys
+import urllib.request
+
+PREFIX = '/zipline/'
+
+
+def die(msg):
+    sys.exit('heal_tool: ' + msg)
+
+
+# ---- etcd ----
+
+def b64(s):
+    return base64.b64encode(s.encode()).decode()
+
+
+class Etcd:
+    def __init__(self, url):
+        self.url = url
+
+    def call(self, path, body):
+        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode())
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return json.load(r)
+
+    def get_kv(self, key):
+        kvs = self.call('/v3/kv/range', {'key': b64(key)}).get('kvs', [])
+        return kvs[0] if kvs else None
+
+    def get(self, key):
+        kv = self.get_kv(key)
+        return json.loads(base64.b64decode(kv['value'])) if kv else None
+
+    def prefix(self, pre):
+        end = pre[:-1] + chr(ord(pre[-1]) + 1)
+        return self.call('/v3/kv/range', {'key': b64(pre), 'range_end': b64(end)}).get('kvs', [])
+
+    def volume(self, vol):
+        kv = self.get_kv(PREFIX + 'volumes/' + vol)
+        if not kv:
+            die('no volume record %svolumes/%s' % (PREFIX, vol))
+        return kv, json.loads(base64.b64decode(kv['value']))
+
+
+def states(row):
+    st = row.get('states')
+    if not st:  # a 0.1 row: in-sync members in_sync, the others out
+        st = ['in_sync' if n in row['in_sync'] else 'out' for n in row['nodes']]
+    return st
+
+
+def in_sync(row):
+    return [n for n, s in zip(row['nodes'], states(row)) if s == 'in_sync']
+
+
+def row_set(row, node, state):
+    """NODE -> STATE in row: True when it changed."""
+    if node not in row['nodes']:
+        return False
+    i = row['nodes'].index(node)
+    st = states(row)
+    if st[i] == state:
+        return False
+    st[i] = state
+    row['states'] = st
+    return True
+
+
+def row_order(row, nodes):
+    perm = [row['nodes'].index(n) for n in nodes]
+    for f in ('nodes', 'states', 'incarnations'):
+        if f in row:
+            row[f] = [row[f][i] for i in perm]
+    return True
+
+
+def rows_update(e, vol, change):
+    """CAS loop: change(rec) edits rows in place and returns the changed
+    rows; each gets v + 1, in_sync recomputed, term + 1 on a new primary."""
+    key = PREFIX + 'volumes/' + vol
+    for _ in range(50):
+        kv, rec = e.volume(vol)
+        old = [in_sync(r)[:1] for r in rec['placement']]
+        changed = change(rec)
+        if not changed:
+            return
+        for i in changed:
+            row = rec['placement'][i]
+            row['in_sync'] = in_sync(row)
+            if not row['in_sync']:
+                die('refusing to leave row %d without an in-sync member' % i)
+            row['v'] += 1
+            if row['in_sync'][:1] != old[i]:
+                row['term'] = row.get('term', 1) + 1
+        txn = {'compare': [{'key': b64(key), 'target': 'MOD', 'result': 'EQUAL',
+                            'mod_revision': kv['mod_revision']}],
+               'success': [{'request_put': {'key': b64(key),
+                                            'value': b64(json.dumps(rec, separators=(',', ':')))}}]}
+        if e.call('/v3/kv/txn', txn).get('succeeded'):
+            return
+    die('row update of %s lost the race 50 times' % vol)
+
+
+def etcd_cmd(url, cmd, args):
+    e = Etcd(url)
+    if cmd == 'reports':
+        want = args[1] if len(args) > 1 else None
+        for kv in e.prefix(PREFIX + 'reports/%s/' % args[0]):
+            k = base64.b64decode(kv['key']).decode().split('/')
+            r = json.loads(base64.b64decode(kv['value']))
+            if want is None or r['error'] == want:
+                print(k[-3], k[-2], r['peer'], r['error'], r['slice_ver'])
+    elif cmd == 'set':
+        vol, node, state = args
+        rows_update(e, vol, lambda rec: [i for i, r in enumerate(rec['placement'])
+                                         if row_set(r, node, state)])
+    elif cmd == 'order':
+        vol, s, nodes = args[0], int(args[1]), args[2:]
+        rows_update(e, vol, lambda rec: [s] if row_order(rec['placement'][s], nodes) else [])
+    elif cmd == 'node':
+        rec = e.get(PREFIX + 'nodes/' + args[0])
+        print((rec.get('incarnation') or '-') if rec else '-')
+    elif cmd == 'get':
+        kv = e.get_kv(args[0])
+        print(base64.b64decode(kv['value']).decode() if kv else '')
+    elif cmd == 'put':
+        e.call('/v3/kv/put', {'key': b64(args[0]), 'value': b64(args[1])})
+    elif cmd == 'del':
+        e.call('/v3/kv/deleterange', {'key': b64(args[0])})
+    elif cmd == 'tomb':
+        e.call('/v3/kv/put', {'key': b64(PREFIX + 'deletes/%s/%s' % (args[0], args[1])),
+                              'value': b64('{}')})
+    elif cmd in ('rows', 'incs', 'members', 'primary', 'insync', 'summary'):
+        rows = e.volume(args[0])[1]['placement']
+        if cmd == 'rows':
+            for i, row in enumerate(rows):
+                print(i, row['v'], row.get('term', 1),
+                      ' '.join('%s:%s' % ns for ns in zip(row['nodes'], states(row))))
+        elif cmd == 'incs':
+            for i, row in enumerate(rows):
+                incs = row.get('incarnations', [''] * len(row['nodes']))
+                print(i, ' '.join('%s:%s:%s' % (n, s, (c or '-')[:8])
+                                  for n, s, c in zip(row['nodes'], states(row), incs)))
+        elif cmd == 'members':
+            for i, row in enumerate(rows):
+                print(i, (in_sync(row) or ['-'])[0], ' '.join(row['nodes']))
+        elif cmd == 'primary':
+            ins = in_sync(rows[int(args[1])])
+            if not ins:
+                die('slice %s has no in-sync member' % args[1])
+            print(ins[0])
+        else:
+            want = int(args[1]) if cmd == 'insync' else len(rows[0]['nodes'])
+            good, hist = 0, {}
+            for row in rows:
+                st = states(row)
+                good += len(st) == want and all(s == 'in_sync' for s in st)
+                for s in st:
+                    hist[s] = hist.get(s, 0) + 1
+            if cmd == 'insync':
+                sys.exit(0 if good == len(rows) else 1)
+            print('rows=%d all_in_sync_rows=%d member_states=%s' % (
+                len(rows), good, ','.join('%s:%d' % kv for kv in sorted(hist.items()))))
+    else:
+        die('unknown etcd command %r' % cmd)
+
+
+# ---- chunk replica files ----
+
+def files(cs, dirs, missing_ok):
+    for d in dirs:
+        if not os.path.isdir(d):
+            if missing_ok:
+                continue
+            die('%s: no chunk directory (the replica holds nothing of the volume)' % d)
+        node = d.split('/storage-')[1].split('/')[0]
+        for name in sorted(os.listdir(d)):
+            if not name.endswith('.zlc'):
+                continue
+            with open(os.path.join(d, name), 'rb') as f:
+                hdr = f.read(4096)
+                if hdr[:8] != b'ZLCHUNK2':
+                    die('%s/%s: not a v2 chunk file (magic %r)' % (d, name, hdr[:8]))
+                pages = struct.unpack_from('<I', hdr, 28)[0]
+                data_off = struct.unpack_from('<Q', hdr, 40)[0]
+                ver = 0
+                for p in range(2 * pages):
+                    f.seek(4096 * (1 + p))
+                    slot = f.read(32)
+                    if slot[:4] == b'ZLMP':
+                        ver = max(ver, struct.unpack_from('<Q', slot, 16)[0])
+                f.seek(data_off)
+                data = f.read(cs)
+                data += b'\0' * (cs - len(data))
+            print(node, name, hashlib.sha256(data).hexdigest(), '%x' % ver)
+
+
+CRC_T = []
+for _i in range(256):
+    _c = _i
+    for _ in range(8):
+        _c = (_c >> 1) ^ 0x82F63B78 if _c & 1 else _c >> 1
+    CRC_T.append(_c)
+
+
+def crc32c(b):
+    c = 0xffffffff
+    for x in b:
+        c = CRC_T[(c ^ x) & 0xff] ^ (c >> 8)
+    return c ^ 0xffffffff
+
+
+def divergent(path, block, byte):
+    with open(path, 'r+b') as f:
+        hdr = f.read(4096)
+        data_off = struct.unpack_from('<Q', hdr, 40)[0]
+        page, idx = block // 508, block % 508
+        slots = []
+        for s in (0, 1):
+            f.seek(4096 * (1 + 2 * page + s))
+            img = bytearray(f.read(4096))
+            ok = img[:4] == b'ZLMP' and struct.unpack_from('<I', img, 28)[0] == crc32c(img[:28] + img[32:])
+            if ok:
+                slots.append((struct.unpack_from('<Q', img, 8)[0], s, img))
+        if not slots:
+            die('%s: no valid metadata slot for block %d' % (path, block))
+        _, s, img = max(slots)
+        f.seek(data_off + block * 4096)
+        blk = bytearray(f.read(4096))
+        blk[byte] ^= 0xff
+        f.seek(data_off + block * 4096)
+        f.write(blk)
+        struct.pack_into('<I', img, 32 + 8 * idx, crc32c(blk))
+        struct.pack_into('<I', img, 28, crc32c(img[:28] + img[32:]))
+        f.seek(4096 * (1 + 2 * page + s))
+        f.write(img)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def main(argv):
+    if len(argv) >= 3 and argv[0] == 'etcd':
+        etcd_cmd(argv[1], argv[2], argv[3:])
+    elif len(argv) >= 2 and argv[0] == 'files':
+        missing_ok = '--missing-ok' in argv[2:]
+        files(int(argv[1]), [d for d in argv[2:] if d != '--missing-ok'], missing_ok)
+    elif len(argv) == 4 and argv[0] == 'divergent':
+        divergent(argv[1], int(argv[2]), int(argv[3]))
+    else:
+        die('usage: heal_tool.py etcd URL CMD ARGS... | files CHUNK [--missing-ok] DIR... | '
+            'divergent FILE BLOCK BYTE (see the head of %s)' % __file__)
+
+
+if __name__ == '__main__':
+    main(sys.argv[1:])
