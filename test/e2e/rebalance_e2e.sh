@@ -32,42 +32,8 @@ cl_e2e_begin e2e-rebal "$1" 3 || fail "cluster did not start"
 # rebal_files VOL_ID: per chunk file of every storage dir: node, chunk index,
 # data sha256 and chunk version (format v2, storage/storage_chunk.h).
 rebal_files() {
-	"$PY" - "$CHUNK" "$1" "$CL_DIR"/storage-* <<'PY'
-import hashlib, os, struct, sys
-cs, vid = int(sys.argv[1]), sys.argv[2]
-for sd in sys.argv[3:]:
-    node = 'node-' + sd.rsplit('storage-', 1)[1]
-    d = os.path.join(sd, 'data', 'chunks', vid)
-    if not os.path.isdir(d):
-        continue
-    try:
-        names = sorted(os.listdir(d))
-    except FileNotFoundError:
-        continue
-    for name in names:
-        if not name.endswith('.zlc'):
-            continue
-        try:
-            f = open(os.path.join(d, name), 'rb')
-        except FileNotFoundError:
-            continue # an old copy the daemon removed meanwhile
-        with f:
-            hdr = f.read(4096)
-            if hdr[:8] != b'ZLCHUNK2':
-                sys.exit('%s/%s: not a v2 chunk file' % (d, name))
-            pages = struct.unpack_from('<I', hdr, 28)[0]
-            data_off = struct.unpack_from('<Q', hdr, 40)[0]
-            ver = 0
-            for p in range(2 * pages):
-                f.seek(4096 * (1 + p))
-                slot = f.read(32)
-                if slot[:4] == b'ZLMP':
-                    ver = max(ver, struct.unpack_from('<Q', slot, 16)[0])
-            f.seek(data_off)
-            data = f.read(cs)
-            data += b'\0' * (cs - len(data))
-        print(node, int(name[:-4], 16), hashlib.sha256(data).hexdigest(), '%x' % ver)
-PY
+	"$PY" "$(dirname "$0")/../lib/heal_tool.py" files "$CHUNK" --missing-ok --node-label node- \
+		--chunk-index "$CL_DIR"/storage-*/data/chunks/"$1"
 }
 
 # rebal_check: every chunk, as written last ("$CL_DIR/new"), on each of its

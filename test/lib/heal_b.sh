@@ -6,6 +6,7 @@
 # Needs CL_DIR, CL_BIN, CL_ETCD (cl_e2e_begin sets them).
 
 HB_PY=/usr/bin/python3
+HB_TOOL=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/heal_tool.py
 
 # hb_begin NAME BUILD_DIR NODES: cl_e2e_begin with --heal on and without the
 # manager cl_e2e_begin may start (CL_MANAGER=0): the tests start their own
@@ -171,35 +172,12 @@ PY
 # hb_files CHUNK_SIZE VOL I...: per chunk file of VOL on storage-I: "node-I
 # name data-sha256 version" (version: highest of the metadata slots).
 hb_files() {
-	local cs=$1 vol=$2 i
+	local cs=$1 vol=$2 i dirs=()
 	shift 2
 	for i in "$@"; do
-		"$HB_PY" - "$cs" "node-$i" "$CL_DIR/storage-$i/data/chunks/$vol" <<'PY' || return 1
-import hashlib, os, struct, sys
-cs, node, d = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-if not os.path.isdir(d):
-    sys.exit(0)
-for name in sorted(os.listdir(d)):
-    if not name.endswith('.zlc'):
-        continue
-    with open(os.path.join(d, name), 'rb') as f:
-        hdr = f.read(4096)
-        if hdr[:8] != b'ZLCHUNK2':
-            sys.exit('%s/%s: not a v2 chunk file' % (d, name))
-        pages = struct.unpack_from('<I', hdr, 28)[0]
-        data_off = struct.unpack_from('<Q', hdr, 40)[0]
-        ver = 0
-        for p in range(2 * pages):
-            f.seek(4096 * (1 + p))
-            slot = f.read(32)
-            if slot[:4] == b'ZLMP':
-                ver = max(ver, struct.unpack_from('<Q', slot, 16)[0])
-        f.seek(data_off)
-        data = f.read(cs)
-        data += b'\0' * (cs - len(data))
-    print(node, name, hashlib.sha256(data).hexdigest(), '%x' % ver)
-PY
+		dirs+=("$CL_DIR/storage-$i/data/chunks/$vol")
 	done
+	"$HB_PY" "$HB_TOOL" files "$cs" --missing-ok --node-label node- "${dirs[@]}"
 }
 
 # hb_chunk_data CHUNK_SIZE FILE OUT: the data area of one chunk replica file.

@@ -23,12 +23,15 @@ reason on stderr when it cannot do its job.
     node ID                the incarnation of node ID's record ("-": none)
     get KEY | put KEY VALUE | del KEY   raw keys
     tomb NODE VOL          puts the tombstone <prefix>deletes/NODE/VOL
-  heal_tool.py files CHUNK [--missing-ok] DIR...
+  heal_tool.py files CHUNK [--missing-ok] [--node-label P] [--chunk-index] DIR...
                            per chunk file (*.zlc) of each replica dir
                            .../storage-I/...: "I name data-sha256 version"
                            (data: CHUNK bytes at the header's data offset,
                            zeros past the end; version: the highest of the
                            metadata slots; storage/storage_chunk.h)
+                           (--missing-ok: absent dirs and files removed meanwhile are skipped;
+                           --node-label P: print P<n> for storage-<n>; --chunk-index: the chunk
+                           number in decimal instead of the file name)
   heal_tool.py divergent FILE BLOCK BYTE
                            inverts one byte of a data block and rewrites the
                            block's crc (and the page CRC) in the current
@@ -209,17 +212,23 @@ def etcd_cmd(url, cmd, args):
 
 # ---- chunk replica files ----
 
-def files(cs, dirs, missing_ok):
+def files(cs, dirs, missing_ok, label='', index=False):
     for d in dirs:
         if not os.path.isdir(d):
             if missing_ok:
                 continue
             die('%s: no chunk directory (the replica holds nothing of the volume)' % d)
-        node = d.split('/storage-')[1].split('/')[0]
+        node = label + d.split('/storage-')[1].split('/')[0]
         for name in sorted(os.listdir(d)):
             if not name.endswith('.zlc'):
                 continue
-            with open(os.path.join(d, name), 'rb') as f:
+            try:
+                f = open(os.path.join(d, name), 'rb')
+            except FileNotFoundError:
+                if missing_ok:
+                    continue  # an old copy the daemon removed meanwhile
+                raise
+            with f:
                 hdr = f.read(4096)
                 if hdr[:8] != b'ZLCHUNK2':
                     die('%s/%s: not a v2 chunk file (magic %r)' % (d, name, hdr[:8]))
@@ -234,7 +243,7 @@ def files(cs, dirs, missing_ok):
                 f.seek(data_off)
                 data = f.read(cs)
                 data += b'\0' * (cs - len(data))
-            print(node, name, hashlib.sha256(data).hexdigest(), '%x' % ver)
+            print(node, int(name[:-4], 16) if index else name, hashlib.sha256(data).hexdigest(), '%x' % ver)
 
 
 CRC_T = []
@@ -284,8 +293,16 @@ def main(argv):
     if len(argv) >= 3 and argv[0] == 'etcd':
         etcd_cmd(argv[1], argv[2], argv[3:])
     elif len(argv) >= 2 and argv[0] == 'files':
-        missing_ok = '--missing-ok' in argv[2:]
-        files(int(argv[1]), [d for d in argv[2:] if d != '--missing-ok'], missing_ok)
+        rest, opts = argv[2:], {'--missing-ok': False, '--chunk-index': False}
+        label = ''
+        while rest and rest[0].startswith('--'):
+            if rest[0] == '--node-label' and len(rest) > 1:
+                label, rest = rest[1], rest[2:]
+            elif rest[0] in opts:
+                opts[rest[0]], rest = True, rest[1:]
+            else:
+                die('files: unknown option %r' % rest[0])
+        files(int(argv[1]), rest, opts['--missing-ok'], label, opts['--chunk-index'])
     elif len(argv) == 4 and argv[0] == 'divergent':
         divergent(argv[1], int(argv[2]), int(argv[3]))
     else:
