@@ -155,6 +155,7 @@ void zl_client_destroy(struct zl_client *c)
 	for (size_t i = 0; i < c->n_nodes; i++)
 		client_node_free(c->nodes[i]);
 	free(c->nodes);
+	explicit_bzero(c->token, sizeof(c->token));
 	free(c);
 }
 
