@@ -1,8 +1,10 @@
-/* The operator credentials of the raw e2e tools (storage --auth on,
- * docs/SECURITY.md): the cluster token of self_id, derived from the key in
- * $ZIPLINE_CLUSTER_KEY_FILE or <prefix>keys/cluster at $ZIPLINE_ETCD
- * (created when absent, as zl does). ZL_E2E_NOAUTH=1: no token (what an
- * outsider sends). */
+/* The credentials of the raw e2e tools (storage --auth on,
+ * docs/SECURITY.md). By default the cluster token of self_id, derived from
+ * the key in $ZIPLINE_CLUSTER_KEY_FILE or <prefix>keys/cluster at
+ * $ZIPLINE_ETCD (created when absent, as zl does). ZL_E2E_NOAUTH=1: no
+ * token (what an outsider sends). ZL_E2E_TOKEN=<attach token> with
+ * ZL_E2E_EPOCH and ZL_E2E_VOL (volume number, hex): a client HELLO with
+ * that token instead, as node $ZL_E2E_NODE when set. */
 #ifndef ZL_E2E_CRED_H
 #define ZL_E2E_CRED_H
 
@@ -14,9 +16,8 @@
 #include "lib/meta/zl_auth.h"
 #include "lib/transport/xport_peer.h"
 
-/* Fills cred (token in tok). 0, or -1 after saying why on stderr. */
-static inline int e2e_cred(const char *self_id, char tok[ZL_AUTH_TOKEN_HEX + 1],
-			   struct zl_xport_cred *cred)
+static inline int e2e_cred_cluster(const char *self_id, char tok[ZL_AUTH_TOKEN_HEX + 1],
+				   struct zl_xport_cred *cred)
 {
 	const char *noauth = getenv("ZL_E2E_NOAUTH"), *file = getenv("ZIPLINE_CLUSTER_KEY_FILE");
 	const char *url = getenv("ZIPLINE_ETCD");
@@ -25,7 +26,6 @@ static inline int e2e_cred(const char *self_id, char tok[ZL_AUTH_TOKEN_HEX + 1],
 	char key[ZL_AUTH_KEY_HEX + 1];
 	int rc;
 
-	*cred = (struct zl_xport_cred){0};
 	if ((noauth && *noauth == '1') || (!(file && *file) && !(url && *url)))
 		return 0;
 	if (!(file && *file) && zl_etcd_create(&eo, &e)) {
@@ -43,6 +43,29 @@ static inline int e2e_cred(const char *self_id, char tok[ZL_AUTH_TOKEN_HEX + 1],
 	cred->token = tok;
 	cred->cluster = true;
 	return 0;
+}
+
+/* Fills cred (token in tok; *self_id may change). 0, or -1 after saying
+ * why on stderr. */
+static inline int e2e_cred(const char **self_id, char tok[ZL_AUTH_TOKEN_HEX + 1],
+			   struct zl_xport_cred *cred)
+{
+	const char *atok = getenv("ZL_E2E_TOKEN");
+
+	*cred = (struct zl_xport_cred){0};
+	if (atok && *atok) {
+		const char *ep = getenv("ZL_E2E_EPOCH"), *vol = getenv("ZL_E2E_VOL");
+		const char *node = getenv("ZL_E2E_NODE");
+
+		snprintf(tok, ZL_AUTH_TOKEN_HEX + 1, "%s", atok);
+		cred->token = tok;
+		cred->epoch = ep ? strtoull(ep, NULL, 0) : 0;
+		cred->vol_id = vol ? strtoull(vol, NULL, 16) : 0;
+		if (node && *node)
+			*self_id = node;
+		return 0;
+	}
+	return e2e_cred_cluster(*self_id, tok, cred);
 }
 
 #endif

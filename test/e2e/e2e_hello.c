@@ -40,6 +40,7 @@ int main(int argc, char **argv)
 {
 	char cred_tok[ZL_AUTH_TOKEN_HEX + 1];
 	struct zl_xport_cred cred;
+	const char *self_id = "e2e-hello";
 	struct zl_xport_opts xo = {.kind = ZL_XPORT_TCP, .timeout_ms = 5000};
 	static struct hello_wait w;
 	struct zl_xport_conn *c = NULL;
@@ -55,7 +56,7 @@ int main(int argc, char **argv)
 	}
 	if (argc == 5 && !strcmp(argv[4], "rdma"))
 		xo.kind = ZL_XPORT_RDMA;
-	if (e2e_cred("e2e-hello", cred_tok, &cred))
+	if (e2e_cred(&self_id, cred_tok, &cred))
 		return 1;
 	rc = zl_loop_create(&loop);
 	if (!rc)
@@ -71,7 +72,7 @@ int main(int argc, char **argv)
 			zl_strerror(rc));
 		goto out;
 	}
-	rc = zl_xport_hello_send_cred(c, &w.h, "e2e-hello", &cred, hello_cb, &w);
+	rc = zl_xport_hello_send_cred(c, &w.h, self_id, &cred, hello_cb, &w);
 	if (rc) {
 		fprintf(stderr, "e2e_hello: HELLO not sent: %s\n", zl_strerror(rc));
 		goto out;
