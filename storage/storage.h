@@ -118,13 +118,15 @@ int zl_storage_auth_token(const struct zl_storage *st, char out[65]);
 /* The attach epoch writes of vol are fenced below (the watched attachment,
  * the persisted maximum); 0 with --auth off. Any thread. */
 uint64_t zl_storage_auth_fence(struct zl_storage *st, uint64_t vol);
-/* Checks a HELLO (h its header, hl its payload) and binds the connection:
- * 0, -ZL_ERR_AUTH, -ZL_ERR_STALE, -ZL_ERR_BUSY. Always 0 with --auth off. */
+/* Checks a HELLO (h its header, hl its payload, NULL when it did not
+ * decode: -ZL_ERR_PROTO) and binds the connection: 0, -ZL_ERR_AUTH,
+ * -ZL_ERR_STALE, -ZL_ERR_BUSY. Always 0 (for a decoded hl) with --auth off. */
 int zl_storage_auth_hello(struct zl_storage *st, struct zl_xport_conn *c,
 			  const struct zl_wire_hdr *h, const struct zl_wire_hello *hl);
 /* Whether the connection may make request h; on a client connection sets
- * h->epoch to the proven one. 0 or -ZL_ERR_AUTH (*close: answer, then close
- * the connection: no valid HELLO came). */
+ * h->epoch to the proven one. 0, -ZL_ERR_BUSY (a HELLO is still being
+ * fetched) or -ZL_ERR_AUTH (*close: answer, then close the connection: no
+ * valid HELLO came). */
 int zl_storage_auth_check(struct zl_storage *st, struct zl_xport_conn *c, struct zl_wire_hdr *h,
 			  bool *close);
 /* Answers h with err, then closes c when close. */

@@ -60,6 +60,7 @@ struct storage_conn_auth {
 	uint64_t vol;
 	uint64_t epoch;
 	bool readonly;
+	bool hello_pending; /* a HELLO's payload is on its way (RDMA: async) */
 };
 
 /* ---- table (mu held) ---- */
@@ -425,10 +426,16 @@ int zl_storage_auth_hello(struct zl_storage *st, struct zl_xport_conn *c,
 	int rc;
 
 	if (!st->cfg.auth)
-		return 0;
+		return hl ? 0 : -ZL_ERR_PROTO;
 	ca = conn_auth(c, true);
 	if (!ca)
 		return -ZL_ERR_BUSY;
+	if (!hl) { /* a malformed HELLO */
+		ca->hello_pending = false;
+		ca->state = ca->state == CONN_REFUSED ? CONN_REFUSED : CONN_NONE;
+		return -ZL_ERR_PROTO;
+	}
+	ca->hello_pending = false;
 	if (ca->state == CONN_REFUSED)
 		return -ZL_ERR_AUTH;
 	ca->state = CONN_NONE; /* a failed HELLO drops what an earlier one proved */
@@ -496,9 +503,19 @@ int zl_storage_auth_check(struct zl_storage *st, struct zl_xport_conn *c, struct
 	struct storage_conn_auth *ca;
 
 	*close = false;
-	if (!st->cfg.auth || h->opcode == ZL_OP_HELLO || h->opcode == ZL_OP_PING)
+	if (!st->cfg.auth || h->opcode == ZL_OP_PING)
 		return 0;
+	if (h->opcode == ZL_OP_HELLO) {
+		ca = conn_auth(c, true);
+		if (ca && ca->state != CONN_REFUSED)
+			ca->hello_pending = true;
+		return 0;
+	}
 	ca = conn_auth(c, false);
+	/* A request right behind a HELLO still being fetched (RDMA reads the
+	 * payload asynchronously): not served, but no reason to close. */
+	if (ca && ca->state == CONN_NONE && ca->hello_pending)
+		return -ZL_ERR_BUSY;
 	if (!ca || ca->state == CONN_NONE || ca->state == CONN_REFUSED) {
 		if (!ca || ca->state == CONN_NONE)
 			auth_log(st, c, "no valid HELLO on this connection, closing it", h, NULL);

@@ -150,12 +150,14 @@ static void req_sent_cb(void *arg, int status)
 
 /* ---- checks ---- */
 
-/* The epoch below which requests on vol are fenced: the highest one this
- * node served, and with --auth on the watched attachment's (a client can no
- * longer raise it). */
-static uint64_t srv_fence(struct zl_storage *st, const struct zl_storage_vol *sv)
+/* The epoch below which a request with epoch on vol is fenced: the highest
+ * one this node served, and with --auth on the watched attachment's (a
+ * client can no longer raise it) for requests carrying an attach epoch (a
+ * client's, or a primary's forward of one). An operator's request (epoch 0,
+ * a cluster connection) is fenced as before, by the served epochs only. */
+static uint64_t srv_fence(struct zl_storage *st, const struct zl_storage_vol *sv, uint64_t epoch)
 {
-	return ZL_MAX(sv->max_epoch, zl_storage_auth_fence(st, sv->num));
+	return epoch ? ZL_MAX(sv->max_epoch, zl_storage_auth_fence(st, sv->num)) : sv->max_epoch;
 }
 
 static int srv_check_role(struct zl_storage *st, const struct zl_wire_hdr *h,
@@ -198,7 +200,7 @@ static int srv_check(struct zl_storage *st, const struct zl_wire_hdr *h, uint32_
 	if (h->slice_ver != s->version)
 		return -ZL_ERR_STALE;
 	/* The attach epoch fences clients; a primary's copy carries none. */
-	if (h->opcode != ZL_OP_CHUNK_PUSH && h->epoch < srv_fence(st, sv))
+	if (h->opcode != ZL_OP_CHUNK_PUSH && h->epoch < srv_fence(st, sv, h->epoch))
 		return -ZL_ERR_STALE;
 	rc = srv_check_role(st, h, sv, s, *slice);
 	/* Only a request this node serves raises the epoch (with --auth on the
@@ -575,7 +577,7 @@ static void srv_fetch_done(void *arg, int status)
 		struct zl_wire_hdr rep;
 
 		if (zl_wire_hello_decode(r->small, ZL_WIRE_HELLO_SIZE, &hl)) {
-			req_reply_free(r, -ZL_ERR_PROTO, 0);
+			req_reply_free(r, zl_storage_auth_hello(r->st, r->conn, &r->req, NULL), 0);
 			return;
 		}
 		ZL_LOG_DEBUG("storage", "HELLO from id=%s peer=%s", hl.node_id,
@@ -717,7 +719,7 @@ static int srv_recheck(struct storage_req *r)
 
 	if (r->req.opcode == ZL_OP_FLUSH) {
 		rc = zl_storage_vol_get(st->vols, r->req.vol_id, &sv);
-		if (!rc && r->req.epoch < srv_fence(st, sv))
+		if (!rc && r->req.epoch < srv_fence(st, sv, r->req.epoch))
 			rc = -ZL_ERR_STALE;
 		return rc ? rc : zl_storage_peer_vol_ready(st, &sv->v);
 	}
@@ -969,7 +971,7 @@ static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_w
 		return;
 	case ZL_OP_FLUSH:
 		rc = zl_storage_vol_get(st->vols, h->vol_id, &sv);
-		if (!rc && h->epoch < srv_fence(st, sv))
+		if (!rc && h->epoch < srv_fence(st, sv, h->epoch))
 			rc = -ZL_ERR_STALE;
 		/* heal: after the slices this node is primary of peered. */
 		if (!rc && st->heal)
