@@ -960,6 +960,8 @@ static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_w
 		r = req_alloc(st, c, h);
 		if (!r) {
 			zl_xport_discard(p);
+			/* No HELLO pending any more (the auth state says so). */
+			zl_storage_auth_hello(st, c, h, NULL);
 			srv_reply(c, h, -ZL_ERR_BUSY, 0, 0);
 			return;
 		}
