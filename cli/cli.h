@@ -111,6 +111,11 @@ void zl_cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int zl_cli_etcd(struct zl_cli *cli);
 /* etcd + loop + volume client. 0 or an exit code after printing. */
 int zl_cli_client(struct zl_cli *cli);
+/* The cluster key (docs/SECURITY.md) into out (65 bytes): the file
+ * $ZIPLINE_CLUSTER_KEY_FILE when set, else <prefix>keys/cluster in etcd
+ * (created when absent). 0 or ZL_CLI_EXIT_RUNTIME after printing which key
+ * could not be read and that operator access to etcd is needed. */
+int zl_cli_cluster_key(struct zl_cli *cli, char *out);
 /* Opens a volume by name or id with a message on failure. 0 or exit code. */
 int zl_cli_vol_open(struct zl_cli *cli, const char *name, struct zl_vol **out);
 void zl_cli_fini(struct zl_cli *cli);

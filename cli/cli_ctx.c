@@ -11,6 +11,7 @@
 #include "lib/client/client.h"
 #include "lib/etcd/etcd.h"
 #include "lib/meta/meta.h"
+#include "lib/meta/zl_auth.h"
 #include "lib/transport/transport.h"
 
 void zl_cli_err(const char *fmt, ...)
@@ -99,9 +100,39 @@ int zl_cli_etcd(struct zl_cli *cli)
 	return 0;
 }
 
+int zl_cli_cluster_key(struct zl_cli *cli, char *out)
+{
+	const char *file = getenv("ZIPLINE_CLUSTER_KEY_FILE");
+	char key[512];
+	int rc;
+
+	if (file && *file) {
+		rc = zl_auth_cluster_key_file(file, out);
+		if (rc)
+			zl_cli_err("cannot read the cluster key from $ZIPLINE_CLUSTER_KEY_FILE=%s: "
+				   "%s",
+				   file, zl_strerror(rc));
+		return rc ? ZL_CLI_EXIT_RUNTIME : 0;
+	}
+	rc = zl_cli_etcd(cli);
+	if (rc)
+		return rc;
+	rc = zl_auth_cluster_key_etcd(cli->etcd, cli->prefix, true, out);
+	if (rc) {
+		zl_meta_key(key, sizeof(key), cli->prefix, "keys", "cluster");
+		zl_cli_err("cannot read the cluster key %s from etcd: %s; zl talks to storage as "
+			   "an operator and needs operator access to etcd (read and create %s), "
+			   "or $ZIPLINE_CLUSTER_KEY_FILE",
+			   key, zl_strerror(rc), key);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
+	return 0;
+}
+
 int zl_cli_client(struct zl_cli *cli)
 {
 	struct zl_client_opts o = {0};
+	char ckey[ZL_AUTH_KEY_HEX + 1];
 	int rc;
 
 	if (cli->client)
@@ -109,6 +140,10 @@ int zl_cli_client(struct zl_cli *cli)
 	rc = zl_cli_etcd(cli);
 	if (rc)
 		return rc;
+	rc = zl_cli_cluster_key(cli, ckey);
+	if (rc)
+		return rc;
+	o.cluster_key = ckey;
 	{
 		/* --transport, else $ZIPLINE_TRANSPORT, else auto. */
 		const char *t = cli->g.transport;
@@ -138,6 +173,7 @@ int zl_cli_client(struct zl_cli *cli)
 	o.prefix = cli->prefix;
 	o.max_io = cli->client_max_io;
 	rc = zl_client_create(cli->loop, cli->etcd, &o, &cli->client);
+	explicit_bzero(ckey, sizeof(ckey));
 	if (rc) {
 		zl_cli_err("cannot start the volume client: %s", zl_strerror(rc));
 		return ZL_CLI_EXIT_RUNTIME;

@@ -18,6 +18,7 @@
 #include "cli.h"
 #include "lib/etcd/etcd.h"
 #include "lib/meta/meta.h"
+#include "lib/meta/zl_auth.h"
 #include "lib/transport/transport.h"
 #include "lib/transport/xport_peer.h"
 #include "lib/wire/wire.h"
@@ -41,6 +42,7 @@ struct sc_ctx {
 	struct sc_node *nodes;
 	size_t n_nodes;
 	char self[64];
+	char token[ZL_AUTH_TOKEN_HEX + 1]; /* cluster token of self */
 };
 
 struct sc_wait {
@@ -128,7 +130,11 @@ static int sc_conn(struct sc_ctx *c, const char *id, struct zl_xport_conn **out)
 	if (!h)
 		return -ENOMEM;
 	snprintf(h->peer, sizeof(h->peer), "%.50s:%u", n->ni.addr, n->ni.port);
-	rc = zl_xport_hello_send(n->xc, h, c->self, 0, NULL, sc_reply_cb, &w);
+	{
+		const struct zl_xport_cred cred = {.token = c->token, .cluster = true};
+
+		rc = zl_xport_hello_send_cred(n->xc, h, c->self, &cred, sc_reply_cb, &w);
+	}
 	if (!rc) {
 		sc_wait_for(c, n->xc, &w, VERIFY_REQ_MS);
 		rc = zl_xport_hello_check(h, w.status, w.status ? NULL : &w.rep, n->ni.id, NULL);
@@ -212,6 +218,16 @@ static int sc_setup(struct sc_ctx *c, struct zl_cli *cli, const char *name)
 	rc = zl_cli_etcd(cli);
 	if (rc)
 		return rc;
+	{
+		char key[ZL_AUTH_KEY_HEX + 1];
+
+		rc = zl_cli_cluster_key(cli, key);
+		if (!rc && zl_auth_cluster_token(key, c->self, c->token))
+			rc = ZL_CLI_EXIT_RUNTIME;
+		explicit_bzero(key, sizeof(key));
+		if (rc)
+			return rc;
+	}
 	if (!cli->loop && (rc = zl_loop_create(&cli->loop))) {
 		zl_cli_err("cannot create the event loop: %s", zl_strerror(rc));
 		return ZL_CLI_EXIT_RUNTIME;

@@ -252,10 +252,7 @@ int ctrl_secret_ensure(struct ctrl *c, const char *vol_id);
 int ctrl_secret_get(struct ctrl *c, const char *vol_id, char out[CTRL_SECRET_HEX + 1]);
 /* Deletes secrets/<vol_id> (absent is fine). */
 int ctrl_secret_delete(struct ctrl *c, const char *vol_id);
-/* token = hex HMAC-SHA256 keyed with the secret's 32 raw bytes over
- * "<vol-id>|<node-id>|<epoch>". 0 or -ZL_ERR_INVAL (malformed secret). */
-int ctrl_token(const char *secret_hex, const char *vol_id, const char *node_id, uint64_t epoch,
-	       char out[CTRL_TOKEN_HEX + 1]);
+/* The attach token: zl_auth_attach_token (lib/meta/zl_auth.h). */
 
 /* ---- ctrl_volume.c helpers shared with ctrl_publish.c ---- */
 /* Fills a CSI Volume from a record (volume_context per the contract). */

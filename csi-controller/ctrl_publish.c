@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "ctrl.h"
+#include "lib/meta/zl_auth.h"
 
 /* Compare-and-swap rounds against concurrent writers of the record. */
 #define ATTACH_TRIES 8
@@ -185,7 +186,7 @@ static int publish_answer(struct ctrl *c, struct zl_grpc_call *call, const char 
 	if (rc)
 		return zl_grpc_fail_err(call, rc, "volume %s: cannot read its secret (%s)", vol_id,
 					zl_etcd_last_error());
-	rc = ctrl_token(secret, vol_id, a->node, a->epoch, token);
+	rc = zl_auth_attach_token(secret, vol_id, a->node, a->epoch, token);
 	explicit_bzero(secret, sizeof(secret));
 	if (rc)
 		return zl_grpc_fail_err(call, rc, "volume %s: cannot compute the attach token",

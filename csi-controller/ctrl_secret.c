@@ -1,40 +1,15 @@
-/* Per-volume secret (<prefix>secrets/<vol-id>, 64 hex chars) and the attach
- * token of ControllerPublish: hex HMAC-SHA256, keyed with the secret's 32 raw
- * bytes, over "<vol-id>|<node-id>|<epoch>". Storage daemons are to recompute
- * it to check a client's HELLO; they do not yet (issue 11). The secret is
- * never logged. */
+/* Per-volume secret (<prefix>secrets/<vol-id>, 64 hex chars). The attach
+ * token of ControllerPublish is derived from it by zl_auth_attach_token
+ * (lib/meta/zl_auth.c), which the storage daemons recompute to check a
+ * client's HELLO. The secret is never logged. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-
 #include "ctrl.h"
-
-static void hex_encode(const uint8_t *in, size_t n, char *out)
-{
-	static const char digits[] = "0123456789abcdef";
-
-	for (size_t i = 0; i < n; i++) {
-		out[2 * i] = digits[in[i] >> 4];
-		out[2 * i + 1] = digits[in[i] & 15];
-	}
-	out[2 * n] = '\0';
-}
-
-static int hex_nibble(char ch)
-{
-	if (ch >= '0' && ch <= '9')
-		return ch - '0';
-	if (ch >= 'a' && ch <= 'f')
-		return ch - 'a' + 10;
-	if (ch >= 'A' && ch <= 'F')
-		return ch - 'A' + 10;
-	return -1;
-}
+#include "lib/meta/zl_auth.h"
 
 static int secret_key(const struct ctrl *c, const char *vol_id, char *out, size_t len)
 {
@@ -54,7 +29,7 @@ int ctrl_secret_ensure(struct ctrl *c, const char *vol_id)
 	n = getrandom(raw, sizeof(raw), 0);
 	if (n != (ssize_t)sizeof(raw))
 		return n < 0 ? -errno : -EIO;
-	hex_encode(raw, sizeof(raw), hex);
+	zl_auth_hex_encode(raw, sizeof(raw), hex);
 	explicit_bzero(raw, sizeof(raw));
 	/* A retried CreateVolume keeps the secret it made the first time. */
 	const struct zl_etcd_cmp cmp = {
@@ -96,33 +71,4 @@ int ctrl_secret_delete(struct ctrl *c, const char *vol_id)
 	if (rc)
 		return rc;
 	return zl_etcd_delete(c->etcd, key, NULL, NULL);
-}
-
-int ctrl_token(const char *secret_hex, const char *vol_id, const char *node_id, uint64_t epoch,
-	       char out[CTRL_TOKEN_HEX + 1])
-{
-	uint8_t raw[CTRL_SECRET_HEX / 2], mac[EVP_MAX_MD_SIZE];
-	unsigned int mac_len = 0;
-	char msg[256];
-	int n;
-
-	for (size_t i = 0; i < sizeof(raw); i++) {
-		int hi = hex_nibble(secret_hex[2 * i]), lo = hex_nibble(secret_hex[2 * i + 1]);
-
-		if (hi < 0 || lo < 0)
-			return -ZL_ERR_INVAL;
-		raw[i] = (uint8_t)(hi << 4 | lo);
-	}
-	n = snprintf(msg, sizeof(msg), "%s|%s|%" PRIu64, vol_id, node_id, epoch);
-	if (n < 0 || (size_t)n >= sizeof(msg))
-		return -ZL_ERR_INVAL;
-	if (!HMAC(EVP_sha256(), raw, sizeof(raw), (const unsigned char *)msg, (size_t)n, mac,
-		  &mac_len) ||
-	    mac_len != CTRL_TOKEN_HEX / 2) {
-		explicit_bzero(raw, sizeof(raw));
-		return -ZL_ERR_INVAL;
-	}
-	explicit_bzero(raw, sizeof(raw));
-	hex_encode(mac, mac_len, out);
-	return 0;
 }

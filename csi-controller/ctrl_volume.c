@@ -9,6 +9,7 @@
 #include <jansson.h>
 
 #include "ctrl.h"
+#include "lib/meta/zl_auth.h"
 #include "lib/client/client.h"
 
 /* Compare-and-swap rounds of ControllerExpandVolume against concurrent
@@ -359,12 +360,23 @@ static int delete_chunks(struct ctrl *c, struct zl_grpc_call *call, const char *
 	struct zl_client_opts o = {.prefix = c->prefix, .client_id = "zipline-controller"};
 	struct zl_client *cl = NULL;
 	struct zl_loop *loop = NULL;
+	char key[ZL_AUTH_KEY_HEX + 1];
 	int rc;
 
-	rc = zl_loop_create(&loop);
+	/* VOLUME_DELETE is an operator request: the cluster token. */
+	rc = zl_auth_cluster_key_load(c->etcd, c->prefix, NULL, true, key);
 	if (rc)
+		return zl_grpc_fail_err(call, rc,
+					"volume %s: cannot read the cluster key %skeys/cluster "
+					"(the controller needs read and create access to it)",
+					vol_id, c->prefix);
+	o.cluster_key = key;
+	rc = zl_loop_create(&loop);
+	if (rc == 0)
+		rc = zl_client_create(loop, c->etcd, &o, &cl);
+	explicit_bzero(key, sizeof(key));
+	if (rc && !loop)
 		return zl_grpc_fail_err(call, rc, "volume %s: cannot create an event loop", vol_id);
-	rc = zl_client_create(loop, c->etcd, &o, &cl);
 	if (rc) {
 		rc = zl_grpc_fail_err(call, rc, "volume %s: cannot create a storage client",
 				      vol_id);

@@ -38,6 +38,8 @@ struct attach_args {
 	bool legacy_drop;
 	uint64_t epoch;
 	int ready_fd;
+	const char *node_id; /* --node-id: the node the attach token names */
+	const char *token;   /* from ZL_ATTACH_TOKEN, never logged */
 };
 
 static void attach_ready(int *fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -93,6 +95,7 @@ static int attach_parse(int argc, char **argv, struct attach_args *o)
 	    {"log-level", required_argument, NULL, 'l'},
 	    {"io-timeout", required_argument, NULL, 'T'},
 	    {"legacy-drop", no_argument, NULL, 'L'},
+	    {"node-id", required_argument, NULL, 'N'},
 	    {NULL, 0, NULL, 0},
 	};
 	int c;
@@ -126,6 +129,9 @@ static int attach_parse(int argc, char **argv, struct attach_args *o)
 			break;
 		case 'L':
 			o->legacy_drop = true;
+			break;
+		case 'N':
+			o->node_id = optarg;
 			break;
 		case 'E':
 			o->epoch = strtoull(optarg, NULL, 10);
@@ -342,6 +348,15 @@ static int attach_open(struct attach *a, const struct attach_args *o, int *ready
 	co.legacy_drop = o->legacy_drop;
 	snprintf(cid, sizeof(cid), "attach-%s", o->vol_id);
 	co.client_id = cid;
+	if (o->token && *o->token) {
+		/* The attach token is for this node: HELLO names it. */
+		if (!o->node_id || zl_vol_id_parse(o->vol_id, &co.token_vol)) {
+			attach_ready(ready, "ERR an attach token needs --node-id and a volume id");
+			return -ZL_ERR_INVAL;
+		}
+		co.client_id = o->node_id;
+		co.token = o->token;
+	}
 	rc = node_etcd_opts(&eo, a->etcd_pw, sizeof(a->etcd_pw));
 	if (rc) {
 		attach_ready(ready, "ERR bad etcd TLS/auth settings (see the node's flags)");
@@ -375,6 +390,7 @@ int attach_main(int argc, char **argv)
 {
 	struct attach_args o;
 	struct attach *a;
+	static char token[129];
 	int ready, rc;
 
 	zl_log_init("zipline-node-attach");
@@ -384,9 +400,17 @@ int attach_main(int argc, char **argv)
 		fprintf(stderr, "zipline-node attach: bad --log-level '%s'\n", o.log_level);
 	ready = o.ready_fd;
 	/* The attach token comes through the environment, never argv (argv is
-	 * world-readable in /proc). lib/client does not send tokens yet. */
-	if (getenv("ZL_ATTACH_TOKEN"))
-		unsetenv("ZL_ATTACH_TOKEN");
+	 * world-readable in /proc); it goes to the volume client's HELLOs and
+	 * nowhere else (never logged), and out of the environment. */
+	{
+		const char *t = getenv("ZL_ATTACH_TOKEN");
+
+		if (t && *t && strlen(t) < sizeof(token))
+			snprintf(token, sizeof(token), "%s", t);
+		if (t)
+			unsetenv("ZL_ATTACH_TOKEN");
+		o.token = token[0] ? token : NULL;
+	}
 	a = calloc(1, sizeof(*a));
 	if (!a) {
 		attach_ready(&ready, "ERR out of memory");

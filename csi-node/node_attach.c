@@ -123,6 +123,10 @@ int node_attach_start(struct node *n, const struct node_attach_req *req, pid_t *
 	}
 	if (n->cfg.legacy_drop)
 		argv[ac++] = "--legacy-drop";
+	if (n->cfg.node_id) {
+		argv[ac++] = "--node-id";
+		argv[ac++] = n->cfg.node_id;
+	}
 	argv[ac] = NULL;
 
 	/* The token goes through the environment: argv is world-readable. */

@@ -48,6 +48,11 @@ static const char usage[] =
     "  --gc-grace SEC       heal: remove them once their row has not listed this node,\n"
     "                       all in sync, and no write of them came, for SEC seconds\n"
     "                       (default 600)\n"
+    "  --auth on|off        check HELLO credentials: attach tokens of clients, the\n"
+    "                       cluster token of peers and operators (default off;\n"
+    "                       docs/SECURITY.md)\n"
+    "  --cluster-key-file FILE  the cluster key (64 hex digits, e.g. a mounted\n"
+    "                       Secret); default: <prefix>keys/cluster in etcd\n"
     "  --help, --version\n";
 
 struct storage_main {
@@ -88,7 +93,7 @@ static int parse_flags(int argc, char **argv, struct zl_storage_cfg *cfg, const 
 {
 	enum { O_LISTEN = 256, O_ADV, O_NODE, O_LABEL, O_ETCD, O_PREFIX, O_WAIT, O_CAP, O_LOG,
 	       O_CACERT, O_CERT, O_KEY, O_USER, O_PWFILE, O_XPORT, O_HEAL, O_RWAIT, O_RMBPS,
-	       O_SMBPS, O_SINT, O_GCINT, O_GCGRACE };
+	       O_SMBPS, O_SINT, O_GCINT, O_GCGRACE, O_AUTH, O_CKEY };
 	static const struct option opts[] = {
 	    {"data-dir", required_argument, NULL, 'd'},
 	    {"listen", required_argument, NULL, O_LISTEN},
@@ -113,6 +118,8 @@ static int parse_flags(int argc, char **argv, struct zl_storage_cfg *cfg, const 
 	    {"scrub-interval", required_argument, NULL, O_SINT},
 	    {"gc-interval", required_argument, NULL, O_GCINT},
 	    {"gc-grace", required_argument, NULL, O_GCGRACE},
+	    {"auth", required_argument, NULL, O_AUTH},
+	    {"cluster-key-file", required_argument, NULL, O_CKEY},
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},
 	    {NULL, 0, NULL, 0},
@@ -215,6 +222,14 @@ static int parse_flags(int argc, char **argv, struct zl_storage_cfg *cfg, const 
 			if (strcmp(optarg, "on") && strcmp(optarg, "off"))
 				return bad_flag("--heal wants on or off", optarg);
 			cfg->heal = !strcmp(optarg, "on");
+			break;
+		case O_AUTH:
+			if (strcmp(optarg, "on") && strcmp(optarg, "off"))
+				return bad_flag("--auth wants on or off", optarg);
+			cfg->auth = !strcmp(optarg, "on");
+			break;
+		case O_CKEY:
+			cfg->cluster_key_file = optarg;
 			break;
 		case O_RWAIT:
 			v = strtol(optarg, &end, 10);
@@ -446,6 +461,8 @@ int main(int argc, char **argv)
 		rc = zl_chunk_store_create(&co, &st->chunks);
 	}
 	if (!rc)
+		rc = zl_storage_auth_start(st);
+	if (!rc)
 		rc = zl_storage_vols_create(st->loop, st->etcd, st->cfg.prefix, &st->vols);
 	if (!rc)
 		rc = zl_storage_peers_create(st, &st->peers);
@@ -511,6 +528,7 @@ out_stop:
 	}
 	zl_storage_server_fini(st);
 	zl_storage_vols_destroy(st->vols);
+	zl_storage_auth_stop(st);
 	if (st->loop) {
 		if (m.sig_fd >= 0)
 			zl_loop_del(st->loop, &m.sig_h);

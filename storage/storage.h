@@ -53,6 +53,10 @@ struct zl_storage_cfg {
 	 * zl_storage_ident_resolve before anything touches the disk. */
 	char cluster_id[ZL_META_ID_SIZE];
 	char incarnation[ZL_META_ID_SIZE];
+	/* --auth on|off (docs/SECURITY.md) and --cluster-key-file (else the
+	 * key <prefix>keys/cluster in etcd). */
+	bool auth;
+	const char *cluster_key_file;
 };
 
 struct zl_storage_vols;
@@ -63,6 +67,7 @@ struct zl_storage_heal;
 struct zl_storage_peering;
 struct zl_storage_scrub;
 struct storage_req;
+struct zl_storage_auth;
 
 struct zl_storage {
 	struct zl_storage_cfg cfg;
@@ -99,7 +104,38 @@ struct zl_storage {
 	struct zl_timer held_t;
 	struct zl_storage_status *status; /* NULL with --heal=off */
 	struct zl_storage_gc *gc; /* old copies of moved slices (storage_gc.c) */
+	struct zl_storage_auth *auth; /* storage_auth.c */
 };
+
+/* ---- authentication (storage_auth.c, docs/SECURITY.md) ---- */
+
+/* Loads the cluster key (fatal with --auth on only) and, with --auth on,
+ * the persisted epochs, then lists and watches attachments/ and secrets/.
+ * 0 or an error (logged). */
+int zl_storage_auth_start(struct zl_storage *st);
+void zl_storage_auth_stop(struct zl_storage *st);
+/* This daemon's cluster token (for HELLOs to peers) into out: 0, or
+ * -ZL_ERR_NOT_FOUND without a cluster key (out is ""). */
+int zl_storage_auth_token(const struct zl_storage *st, char out[65]);
+/* The attach epoch writes of vol are fenced below (the watched attachment,
+ * the persisted maximum); 0 with --auth off. Any thread. */
+uint64_t zl_storage_auth_fence(struct zl_storage *st, uint64_t vol);
+/* Checks a HELLO (h its header, hl its payload, NULL when it did not
+ * decode: -ZL_ERR_PROTO) and binds the connection: 0, -ZL_ERR_AUTH,
+ * -ZL_ERR_STALE, -ZL_ERR_BUSY. Always 0 (for a decoded hl) with --auth off. */
+int zl_storage_auth_hello(struct zl_storage *st, struct zl_xport_conn *c,
+			  const struct zl_wire_hdr *h, const struct zl_wire_hello *hl);
+/* Whether the connection may make request h; on a client connection sets
+ * h->epoch to the proven one. 0, -ZL_ERR_BUSY (a HELLO is still being
+ * fetched) or -ZL_ERR_AUTH (*close: answer, then close the connection: no
+ * valid HELLO came). */
+int zl_storage_auth_check(struct zl_storage *st, struct zl_xport_conn *c, struct zl_wire_hdr *h,
+			  bool *close);
+/* Answers h with err, then closes c when close. */
+void zl_storage_auth_refuse(struct zl_storage *st, struct zl_xport_conn *c,
+			    const struct zl_wire_hdr *h, int err, bool close);
+/* Frees the connection's auth state (its close callback). */
+void zl_storage_auth_conn_free(struct zl_xport_conn *c);
 
 /* ---- volume cache (storage_vol.c), loop thread only ---- */
 

@@ -144,7 +144,17 @@ static int peer_connect(struct zl_storage_peers *p, struct storage_peer *pe)
 		return -ZL_ERR_CONN;
 	}
 	zl_xport_conn_set_ctx(pe->conn, pe);
-	rc = zl_xport_hello_send(pe->conn, &pe->hello, st->cfg.node_id, 0, NULL, peer_hello_cb, pe);
+	{
+		/* Forwarding, recovery, peering and scrub: the cluster token
+		 * (docs/SECURITY.md); none without a cluster key. */
+		char tok[65];
+		const struct zl_xport_cred cred = {
+		    .token = zl_storage_auth_token(st, tok) ? NULL : tok, .cluster = true};
+
+		rc = zl_xport_hello_send_cred(pe->conn, &pe->hello, st->cfg.node_id, &cred,
+					      peer_hello_cb, pe);
+		explicit_bzero(tok, sizeof(tok));
+	}
 	if (rc) {
 		peer_drop_conn(pe);
 		pe->fail_until_ms = zl_now_ms() + PEER_BACKOFF_MS;

@@ -150,6 +150,19 @@ static void req_sent_cb(void *arg, int status)
 
 /* ---- checks ---- */
 
+/* The epoch below which a request with epoch on vol is fenced: the highest
+ * one this node served, and with --auth on the watched attachment's (a
+ * client can no longer raise it) for requests carrying an attach epoch (a
+ * client's, or a primary's forward of one). An operator's request (epoch 0,
+ * a cluster connection) is fenced as before, by the served epochs only. */
+static uint64_t srv_fence(struct zl_storage *st, const struct zl_storage_vol *sv, uint64_t epoch)
+{
+	return epoch ? ZL_MAX(sv->max_epoch, zl_storage_auth_fence(st, sv->num)) : sv->max_epoch;
+}
+
+static int srv_check_role(struct zl_storage *st, const struct zl_wire_hdr *h,
+			  struct zl_storage_vol *sv, const struct zl_slice *s, uint32_t slice);
+
 /* Volume, range, version, epoch and role checks of a data request. On
  * success *slice / *ver are the slice and its current version; on failure
  * *ver is the current version when known. */
@@ -159,7 +172,7 @@ static int srv_check(struct zl_storage *st, const struct zl_wire_hdr *h, uint32_
 	struct zl_storage_vol *sv;
 	struct zl_slice *s;
 	uint64_t n_chunks;
-	int rc, me, prim;
+	int rc;
 
 	*ver = h->slice_ver;
 	rc = zl_storage_vol_get(st->vols, h->vol_id, &sv);
@@ -187,11 +200,22 @@ static int srv_check(struct zl_storage *st, const struct zl_wire_hdr *h, uint32_
 	if (h->slice_ver != s->version)
 		return -ZL_ERR_STALE;
 	/* The attach epoch fences clients; a primary's copy carries none. */
-	if (h->opcode != ZL_OP_CHUNK_PUSH) {
-		if (h->epoch < sv->max_epoch)
-			return -ZL_ERR_STALE;
+	if (h->opcode != ZL_OP_CHUNK_PUSH && h->epoch < srv_fence(st, sv, h->epoch))
+		return -ZL_ERR_STALE;
+	rc = srv_check_role(st, h, sv, s, *slice);
+	/* Only a request this node serves raises the epoch (with --auth on the
+	 * header's epoch is the one a HELLO proved, or a peer's). */
+	if (!rc && h->opcode != ZL_OP_CHUNK_PUSH && h->epoch > sv->max_epoch)
 		sv->max_epoch = h->epoch;
-	}
+	return rc;
+}
+
+/* The role checks of srv_check. */
+static int srv_check_role(struct zl_storage *st, const struct zl_wire_hdr *h,
+			  struct zl_storage_vol *sv, const struct zl_slice *s, uint32_t slice)
+{
+	int me, prim;
+
 	me = zl_slice_index_of(s, st->cfg.node_id);
 	prim = zl_slice_primary(s);
 	if (me >= 0 && !zl_storage_ident_member_ok(st, s, me))
@@ -204,7 +228,7 @@ static int srv_check(struct zl_storage *st, const struct zl_wire_hdr *h, uint32_
 			return me >= 0 && s->in_sync[me] ? 0 : -ZL_ERR_NOT_INSYNC;
 		if (me < 0 || me != prim)
 			return -ZL_ERR_NOT_PRIMARY;
-		return zl_storage_peer_ready(st, &sv->v, *slice);
+		return zl_storage_peer_ready(st, &sv->v, slice);
 	case ZL_OP_REPL_WRITE:
 		/* heal: a RECOVERING member gets every new write too (S1). */
 		if (st->heal && me >= 0 && me != prim &&
@@ -216,7 +240,7 @@ static int srv_check(struct zl_storage *st, const struct zl_wire_hdr *h, uint32_
 	default:
 		if (me < 0 || me != prim)
 			return -ZL_ERR_NOT_PRIMARY;
-		return st->heal ? zl_storage_peer_ready(st, &sv->v, *slice) : 0;
+		return st->heal ? zl_storage_peer_ready(st, &sv->v, slice) : 0;
 	}
 }
 
@@ -244,6 +268,13 @@ static void srv_write_finish(struct storage_req *r)
 	if (stale && !zl_storage_vol_reload(st->vols, r->req.vol_id, &sv) &&
 	    r->slice < sv->v.n_slices && sv->v.slices[r->slice].version != r->seen_ver) {
 		req_reply_free(r, -ZL_ERR_STALE, sv->v.slices[r->slice].version);
+		return;
+	}
+	/* Same placement: the backup fenced the client's attach epoch (it saw
+	 * the newer attachment first). The backup is healthy: never dropped
+	 * nor reported for it; the client is told it is fenced. */
+	if (stale) {
+		req_reply_free(r, -ZL_ERR_STALE, ver);
 		return;
 	}
 	if (st->heal && r->req.opcode != ZL_OP_REPL_WRITE) {
@@ -547,11 +578,18 @@ static void srv_fetch_done(void *arg, int status)
 		struct zl_wire_hdr rep;
 
 		if (zl_wire_hello_decode(r->small, ZL_WIRE_HELLO_SIZE, &hl)) {
-			req_reply_free(r, -ZL_ERR_PROTO, 0);
+			req_reply_free(r, zl_storage_auth_hello(r->st, r->conn, &r->req, NULL), 0);
 			return;
 		}
 		ZL_LOG_DEBUG("storage", "HELLO from id=%s peer=%s", hl.node_id,
 			     zl_xport_conn_peer(r->conn));
+		status = zl_storage_auth_hello(r->st, r->conn, &r->req, &hl);
+		explicit_bzero(hl.token, sizeof(hl.token));
+		explicit_bzero(r->small, ZL_WIRE_HELLO_SIZE);
+		if (status) {
+			req_reply_free(r, status, 0);
+			return;
+		}
 		/* The transports we really serve: TCP always, RDMA while its
 		 * listener is up. */
 		zl_xport_hello_encode(
@@ -682,7 +720,7 @@ static int srv_recheck(struct storage_req *r)
 
 	if (r->req.opcode == ZL_OP_FLUSH) {
 		rc = zl_storage_vol_get(st->vols, r->req.vol_id, &sv);
-		if (!rc && r->req.epoch < sv->max_epoch)
+		if (!rc && r->req.epoch < srv_fence(st, sv, r->req.epoch))
 			rc = -ZL_ERR_STALE;
 		return rc ? rc : zl_storage_peer_vol_ready(st, &sv->v);
 	}
@@ -867,13 +905,16 @@ static void srv_chunk_versions(struct zl_storage *st, struct zl_xport_conn *c,
 		req_free(r);
 }
 
-static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_wire_hdr *h,
+static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_wire_hdr *hdr,
 			   struct zl_xport_payload *p)
 {
 	struct zl_storage *st = arg;
+	struct zl_wire_hdr hc = *hdr;
+	const struct zl_wire_hdr *h = &hc;
 	struct zl_storage_vol *sv;
 	struct storage_req *r;
 	uint64_t n = 0;
+	bool close;
 	int rc;
 
 	if (st->draining) {
@@ -881,6 +922,15 @@ static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_w
 		if (h->payload_len)
 			zl_xport_discard(p);
 		zl_xport_conn_close(c);
+		return;
+	}
+	/* --auth on: who may ask what (docs/SECURITY.md); a client's epoch is
+	 * the one its HELLO proved. */
+	rc = zl_storage_auth_check(st, c, &hc, &close);
+	if (rc) {
+		if (h->payload_len)
+			zl_xport_discard(p);
+		zl_storage_auth_refuse(st, c, h, rc, close);
 		return;
 	}
 	switch (h->opcode) {
@@ -911,6 +961,8 @@ static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_w
 		r = req_alloc(st, c, h);
 		if (!r) {
 			zl_xport_discard(p);
+			/* No HELLO pending any more (the auth state says so). */
+			zl_storage_auth_hello(st, c, h, NULL);
 			srv_reply(c, h, -ZL_ERR_BUSY, 0, 0);
 			return;
 		}
@@ -922,7 +974,7 @@ static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_w
 		return;
 	case ZL_OP_FLUSH:
 		rc = zl_storage_vol_get(st->vols, h->vol_id, &sv);
-		if (!rc && h->epoch < sv->max_epoch)
+		if (!rc && h->epoch < srv_fence(st, sv, h->epoch))
 			rc = -ZL_ERR_STALE;
 		/* heal: after the slices this node is primary of peered. */
 		if (!rc && st->heal)
@@ -974,6 +1026,7 @@ static void srv_on_conn(void *arg, struct zl_xport_conn *c)
 static void srv_on_close(void *arg, struct zl_xport_conn *c, int reason)
 {
 	(void)arg;
+	zl_storage_auth_conn_free(c);
 	ZL_LOG_DEBUG("storage", "connection closed: peer=%s reason=%s", zl_xport_conn_peer(c),
 		     zl_errname(reason));
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "client_internal.h"
+#include "lib/meta/zl_auth.h"
 
 #define CLIENT_DEFAULT_TIMEOUT_MS 10000u
 #define CLIENT_DEFAULT_MAX_IO	  256u
@@ -66,6 +67,26 @@ int zl_client_create(struct zl_loop *loop, struct zl_etcd *etcd, const struct zl
 	c->conns_per_node =
 	    o.conns_per_node ? ZL_MIN(o.conns_per_node, CLIENT_MAX_CONNS) : CLIENT_DEFAULT_CONNS;
 	c->epoch = o.epoch;
+	c->cred.epoch = o.epoch;
+	if (o.token && *o.token) {
+		if (strlen(o.token) >= sizeof(c->token)) {
+			ZL_LOG_ERR(CLIENT_LOG, "attach token too long (max %zu characters)",
+				   sizeof(c->token) - 1);
+			rc = -ZL_ERR_INVAL;
+			goto out_free;
+		}
+		snprintf(c->token, sizeof(c->token), "%s", o.token);
+		c->cred.vol_id = o.token_vol;
+		c->cred.token = c->token;
+	} else if (o.cluster_key && *o.cluster_key) {
+		rc = zl_auth_cluster_token(o.cluster_key, c->id, c->token);
+		if (rc) {
+			ZL_LOG_ERR(CLIENT_LOG, "malformed cluster key (64 hex digits expected)");
+			goto out_free;
+		}
+		c->cred.token = c->token;
+		c->cred.cluster = true;
+	}
 	c->legacy_drop = o.legacy_drop;
 	c->io_timeout_s = o.io_timeout_s ? o.io_timeout_s : CLIENT_IO_TIMEOUT_S;
 	c->sel = o.transport;
@@ -134,6 +155,7 @@ void zl_client_destroy(struct zl_client *c)
 	for (size_t i = 0; i < c->n_nodes; i++)
 		client_node_free(c->nodes[i]);
 	free(c->nodes);
+	explicit_bzero(c->token, sizeof(c->token));
 	free(c);
 }
 
@@ -302,7 +324,7 @@ static int ctl_start(struct zl_client *c, struct ctl_slot *sl, int op, uint64_t 
 		return rc;
 	}
 	sl->kind = kind;
-	rc = zl_xport_hello_send(sl->xc, &sl->hello, c->id, c->epoch, NULL, ctl_hello_cb, sl);
+	rc = zl_xport_hello_send_cred(sl->xc, &sl->hello, c->id, &c->cred, ctl_hello_cb, sl);
 	if (rc)
 		return rc;
 	(*sl->pending)++;

@@ -61,6 +61,14 @@ struct zl_client_opts {
 	 * up after 16 attempts or 30 s. */
 	bool legacy_drop;
 	uint32_t io_timeout_s;     /* heal mode: seconds an I/O may wait, 0 = 600 */
+	/* Credentials of every HELLO (docs/SECURITY.md), never logged: an
+	 * attach token (ZL_ATTACH_TOKEN) minted for volume token_vol, node
+	 * client_id and epoch; or else the cluster key (64 hex), from which
+	 * the client derives the cluster token of client_id. Neither: no
+	 * token (storage with --auth on refuses it). */
+	const char *token;
+	uint64_t token_vol;
+	const char *cluster_key;
 };
 
 /* etcd is borrowed (must outlive the client). Returns 0 or an error. */

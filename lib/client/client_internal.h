@@ -219,6 +219,8 @@ struct zl_client {
 	uint32_t conns_per_node;
 	uint64_t epoch;
 	bool legacy_drop;	/* opts.legacy_drop: 0.1 promotion by slice_drop */
+	struct zl_xport_cred cred; /* of every HELLO; token points at token */
+	char token[129];
 	uint32_t io_timeout_s;	/* heal mode: how long an I/O waits */
 	int64_t report_lease;	/* lease of our failure reports, 0 = none */
 	bool report_timer_on;

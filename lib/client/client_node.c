@@ -320,7 +320,7 @@ static int conn_open(struct client_conn *cc)
 		node_mark_down(n, rc, "connect");
 		return rc;
 	}
-	rc = zl_xport_hello_send(cc->xc, &cc->hello, c->id, c->epoch, NULL, conn_hello_cb, cc);
+	rc = zl_xport_hello_send_cred(cc->xc, &cc->hello, c->id, &c->cred, conn_hello_cb, cc);
 	if (rc) {
 		node_mark_down(n, rc, "HELLO send");
 		cc->state = CONN_CLOSING;

@@ -78,18 +78,30 @@ void zl_xport_hello_encode(uint8_t out[ZL_WIRE_HELLO_SIZE], const char *self_id,
 	zl_wire_hello_encode(&hl, out);
 }
 
-int zl_xport_hello_send(struct zl_xport_conn *c, struct zl_xport_hello *h, const char *self_id,
-			uint64_t epoch, const char *token, zl_xport_reply_cb cb, void *arg)
+int zl_xport_hello_send_cred(struct zl_xport_conn *c, struct zl_xport_hello *h,
+			     const char *self_id, const struct zl_xport_cred *cred,
+			     zl_xport_reply_cb cb, void *arg)
 {
 	uint32_t caps = zl_xport_conn_kind(c) == ZL_XPORT_RDMA ? ZL_WIRE_CAP_RDMA : ZL_WIRE_CAP_TCP;
 
+	if (cred && cred->cluster)
+		caps |= ZL_WIRE_CAP_CLUSTER;
 	snprintf(h->peer, sizeof(h->peer), "%s", zl_xport_conn_peer(c));
-	zl_xport_hello_encode(h->out, self_id, caps, token);
+	zl_xport_hello_encode(h->out, self_id, caps, cred ? cred->token : NULL);
 	memset(&h->hdr, 0, sizeof(h->hdr));
 	h->hdr.opcode = ZL_OP_HELLO;
-	h->hdr.epoch = epoch;
+	h->hdr.vol_id = cred ? cred->vol_id : 0;
+	h->hdr.epoch = cred ? cred->epoch : 0;
 	return zl_xport_request(c, &h->hdr, h->out, ZL_WIRE_HELLO_SIZE, h->in, ZL_WIRE_HELLO_SIZE,
 				cb, arg);
+}
+
+int zl_xport_hello_send(struct zl_xport_conn *c, struct zl_xport_hello *h, const char *self_id,
+			uint64_t epoch, const char *token, zl_xport_reply_cb cb, void *arg)
+{
+	const struct zl_xport_cred cred = {.epoch = epoch, .token = token};
+
+	return zl_xport_hello_send_cred(c, h, self_id, &cred, cb, arg);
 }
 
 int zl_xport_hello_check(const struct zl_xport_hello *h, int status, const struct zl_wire_hdr *rep,

@@ -16,6 +16,9 @@
 #define ZL_WIRE_CAP_TCP	 (1u << 0)
 #define ZL_WIRE_CAP_RDMA (1u << 1)
 #define ZL_WIRE_CAP_ALL_ (ZL_WIRE_CAP_TCP | ZL_WIRE_CAP_RDMA)
+/* A request's HELLO: the token is a cluster token (docs/SECURITY.md), not an
+ * attach token. Never in a server's reply. */
+#define ZL_WIRE_CAP_CLUSTER (1u << 8)
 
 /* Chooses the transport to a storage node from its etcd record (rdma_port,
  * transports "tcp" or "tcp,rdma") under selection sel. rdma_ok says this
@@ -50,6 +53,20 @@ void zl_xport_hello_encode(uint8_t out[ZL_WIRE_HELLO_SIZE], const char *self_id,
  * -ZL_ERR_CONN. */
 int zl_xport_hello_send(struct zl_xport_conn *c, struct zl_xport_hello *h, const char *self_id,
 			uint64_t epoch, const char *token, zl_xport_reply_cb cb, void *arg);
+
+/* Credentials of a HELLO (docs/SECURITY.md): an attach token for vol_id at
+ * epoch, or (cluster) the cluster token of self_id with vol_id 0. */
+struct zl_xport_cred {
+	uint64_t vol_id;
+	uint64_t epoch;
+	const char *token; /* NULL or "" = none; never logged */
+	bool cluster;	   /* sets ZL_WIRE_CAP_CLUSTER */
+};
+
+/* zl_xport_hello_send with credentials (cred NULL = none, epoch 0). */
+int zl_xport_hello_send_cred(struct zl_xport_conn *c, struct zl_xport_hello *h,
+			     const char *self_id, const struct zl_xport_cred *cred,
+			     zl_xport_reply_cb cb, void *arg);
 
 /* Checks the outcome of a HELLO (status and rep as given to the reply
  * callback, payload in h->in): a reply came, its status is 0, the payload

@@ -19,6 +19,7 @@
 
 #include "lib/common/common.h"
 #include "lib/transport/xport_peer.h"
+#include "e2e_cred.h"
 
 struct wait {
 	struct zl_wire_hdr rep;
@@ -29,11 +30,14 @@ struct wait {
 static struct zl_xport_hello hello;
 static bool hello_done;
 
+/* The HELLO's outcome goes to stderr ("hello=<status>"): stdout keeps its
+ * one line. */
 static void hello_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 {
+	int rc = status ? status : zl_wire_status_to_err(rep->status);
+
 	(void)arg;
-	(void)status;
-	(void)rep;
+	fprintf(stderr, "hello=%s\n", rc ? zl_errname(rc) : "OK");
 	hello_done = true;
 }
 
@@ -96,6 +100,9 @@ static uint8_t *file_read(const char *path, uint32_t *len)
 
 int main(int argc, char **argv)
 {
+	char cred_tok[ZL_AUTH_TOKEN_HEX + 1];
+	struct zl_xport_cred cred;
+	const char *self_id = "e2e-chunk";
 	struct zl_xport_opts xo = {.kind = ZL_XPORT_TCP, .timeout_ms = 30000};
 	struct zl_xport_conn *c = NULL;
 	struct zl_xport *x = NULL;
@@ -143,6 +150,10 @@ int main(int argc, char **argv)
 		}
 		wait_ms = strtoull(argv[9], NULL, 0);
 	}
+	if (e2e_cred(&self_id, cred_tok, &cred))
+		return 1;
+	if (getenv("ZL_E2E_REQ_EPOCH")) /* what a client puts in its header */
+		h.epoch = strtoull(getenv("ZL_E2E_REQ_EPOCH"), NULL, 0);
 	rc = zl_loop_create(&loop);
 	if (!rc)
 		rc = zl_xport_create(loop, &xo, &x);
@@ -150,7 +161,7 @@ int main(int argc, char **argv)
 		rc =
 		    zl_xport_connect(x, argv[1], (uint16_t)atoi(argv[2]), 3000, close_cb, NULL, &c);
 	if (!rc)
-		rc = zl_xport_hello_send(c, &hello, "e2e-chunk", 0, NULL, hello_cb, NULL);
+		rc = zl_xport_hello_send_cred(c, &hello, self_id, &cred, hello_cb, NULL);
 	if (!rc)
 		rc = zl_xport_request(c, &h, rd ? NULL : buf, rd ? 0 : h.length, rd ? buf : NULL,
 				      rd ? h.length : 0, req_cb, &w);

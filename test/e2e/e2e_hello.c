@@ -10,6 +10,7 @@
 
 #include "lib/common/common.h"
 #include "lib/transport/xport_peer.h"
+#include "e2e_cred.h"
 
 struct hello_wait {
 	struct zl_xport_hello h;
@@ -37,6 +38,9 @@ static void close_cb(void *arg, struct zl_xport_conn *c, int reason)
 
 int main(int argc, char **argv)
 {
+	char cred_tok[ZL_AUTH_TOKEN_HEX + 1];
+	struct zl_xport_cred cred;
+	const char *self_id = "e2e-hello";
 	struct zl_xport_opts xo = {.kind = ZL_XPORT_TCP, .timeout_ms = 5000};
 	static struct hello_wait w;
 	struct zl_xport_conn *c = NULL;
@@ -52,6 +56,8 @@ int main(int argc, char **argv)
 	}
 	if (argc == 5 && !strcmp(argv[4], "rdma"))
 		xo.kind = ZL_XPORT_RDMA;
+	if (e2e_cred(&self_id, cred_tok, &cred))
+		return 1;
 	rc = zl_loop_create(&loop);
 	if (!rc)
 		rc = zl_xport_create(loop, &xo, &x);
@@ -66,7 +72,7 @@ int main(int argc, char **argv)
 			zl_strerror(rc));
 		goto out;
 	}
-	rc = zl_xport_hello_send(c, &w.h, "e2e-hello", 0, NULL, hello_cb, &w);
+	rc = zl_xport_hello_send_cred(c, &w.h, self_id, &cred, hello_cb, &w);
 	if (rc) {
 		fprintf(stderr, "e2e_hello: HELLO not sent: %s\n", zl_strerror(rc));
 		goto out;

@@ -32,7 +32,9 @@
 #include "lib/common/loop.h"
 #include "lib/etcd/etcd.h"
 #include "lib/meta/meta.h"
+#include "lib/meta/zl_auth.h"
 #include "lib/transport/transport.h"
+#include "lib/transport/xport_peer.h"
 
 #define SECTOR 512u
 #define MAX_QD 32
@@ -51,6 +53,7 @@ struct e2e {
 	struct zl_etcd *etcd;
 	struct zl_client *cli;
 	struct zl_vol *vol;
+	char key[ZL_AUTH_KEY_HEX + 1]; /* the cluster key: operator HELLOs */
 	uint64_t size;
 	uint8_t *shadow;
 	uint8_t *unknown; /* one byte per sector: content not determined */
@@ -383,6 +386,28 @@ static int replica_read(struct e2e *t, struct zl_xport_conn *conn, const struct 
 	return r.status ? r.status : -(int)r.wire_status;
 }
 
+/* The cluster HELLO of an operator connection (storage --auth on). */
+static int operator_hello(struct e2e *t, struct zl_xport_conn *conn)
+{
+	static struct zl_xport_hello hello;
+	char tok[ZL_AUTH_TOKEN_HEX + 1];
+	struct zl_xport_cred cred = {.cluster = true, .token = tok};
+	struct rd_ctx r = {0};
+	uint64_t t0 = zl_now_ms();
+	int rc;
+
+	rc = zl_auth_cluster_token(t->key, "e2e_io-check", tok);
+	if (!rc)
+		rc = zl_xport_hello_send_cred(conn, &hello, "e2e_io-check", &cred, rd_cb, &r);
+	if (rc)
+		return rc;
+	while (!r.done && zl_now_ms() - t0 < 30000)
+		zl_loop_run_once(t->loop, 100);
+	if (!r.done)
+		return -ZL_ERR_TIMEOUT;
+	return r.status ? r.status : -(int)r.wire_status;
+}
+
 /* The healed node's own copy: every chunk of every slice it is a member of,
  * read from it directly, equals what was acknowledged. */
 static int check_replica(struct e2e *t, const char *prefix, const char *node_id)
@@ -410,6 +435,8 @@ static int check_replica(struct e2e *t, const char *prefix, const char *node_id)
 	if (rc)
 		goto out;
 	rc = zl_xport_connect(x, ni.addr, ni.port, 2000, NULL, NULL, &conn);
+	if (!rc)
+		rc = operator_hello(t, conn);
 	if (rc) {
 		fprintf(stderr, "e2e: connect to %s failed: %s\n", node_id, zl_strerror(rc));
 		goto out;
@@ -551,7 +578,9 @@ int main(int argc, char **argv)
 		usage();
 	eo.endpoints = etcd_url;
 	if (zl_loop_create(&t.loop) || zl_etcd_create(&eo, &t.etcd) ||
-	    zl_client_create(t.loop, t.etcd, &co, &t.cli)) {
+	    zl_auth_cluster_key_load(t.etcd, ZL_META_DEFAULT_PREFIX,
+				     getenv("ZIPLINE_CLUSTER_KEY_FILE"), true, t.key) ||
+	    (co.cluster_key = t.key, zl_client_create(t.loop, t.etcd, &co, &t.cli))) {
 		fprintf(stderr, "e2e: setup failed\n");
 		return 1;
 	}

@@ -50,6 +50,7 @@
 #include "lib/common/common.h"
 #include "lib/common/loop.h"
 #include "lib/etcd/etcd.h"
+#include "lib/meta/zl_auth.h"
 
 #define SECTOR	 512u
 #define MAX_QD	 64
@@ -665,8 +666,12 @@ int main(int argc, char **argv)
 
 		if (!etcd_url || !volname)
 			usage();
+		static char key[ZL_AUTH_KEY_HEX + 1];
+
 		if (zl_loop_create(&t.loop) || zl_etcd_create(&eo, &t.etcd) ||
-		    zl_client_create(t.loop, t.etcd, &co, &t.cli))
+		    zl_auth_cluster_key_load(t.etcd, ZL_META_DEFAULT_PREFIX,
+					     getenv("ZIPLINE_CLUSTER_KEY_FILE"), true, key) ||
+		    (co.cluster_key = key, zl_client_create(t.loop, t.etcd, &co, &t.cli)))
 			die("client setup failed");
 		rc = zl_vol_open(t.cli, volname, &t.vol);
 		if (rc) {

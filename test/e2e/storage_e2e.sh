@@ -85,7 +85,7 @@ for _ in $(seq 1 100); do
 done
 [ $up = 1 ] || fail "etcd in $NS_A did not start: $(tail -5 "$CL_DIR/nsetcd/log")"
 ip netns exec "$NS_A" "$CL_BIN/zipline-storage" --data-dir "$CL_DIR/storage-adv/data" \
-	--listen 0.0.0.0:7100 --node-id adv --etcd http://127.0.0.1:2379 \
+	--listen 0.0.0.0:7100 --node-id adv --etcd http://127.0.0.1:2379 --auth "${CL_AUTH:-off}" \
 	>>"$CL_DIR/storage-adv/log" 2>&1 &
 echo $! >"$CL_DIR/storage-adv/pid"
 rec=""
@@ -99,6 +99,11 @@ done
 grep -q '"addr":"10.213.7.1"' <<<"${rec// /}" || fail "registered record does not advertise 10.213.7.1: $rec"
 ok "0.0.0.0 with a default route advertises the route's interface address: $rec"
 # The address works: HELLO over the veth from namespace B.
-out=$(inb "$CL_BIN/e2e_hello" 10.213.7.1 7100 adv 2>&1) || fail "HELLO over the advertised address: $out"
+# Namespace B cannot reach that etcd: the cluster key (for the HELLO's
+# token) goes through a file, as a mounted Secret would.
+ina etcdctl --endpoints http://127.0.0.1:2379 get /zipline/keys/cluster --print-value-only \
+	>"$CL_DIR/cluster.key" 2>/dev/null || fail "no cluster key in the etcd of $NS_A"
+out=$(ZIPLINE_CLUSTER_KEY_FILE=$CL_DIR/cluster.key inb "$CL_BIN/e2e_hello" 10.213.7.1 7100 adv 2>&1) ||
+	fail "HELLO over the advertised address: $out"
 ok "HELLO from $NS_B to the advertised address: $out"
 echo "storage_e2e: PASS"

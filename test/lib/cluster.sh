@@ -42,6 +42,8 @@ cl_start_etcd() {
 
 # cl_start_storage I [PORT] [extra flags...]: node id "node-I", data dir $CL_DIR/storage-I.
 # $CL_STORAGE_FLAGS (e.g. "--heal on", set by cl_e2e_begin ... --heal on) go first.
+# CL_AUTH=on|off: zipline-storage --auth (docs/SECURITY.md), default on: every
+# e2e test runs authenticated (zl, e2e_io and e2e_chunk send the cluster token).
 cl_start_storage() {
 	local i=$1 port=${2:-}
 	shift; [ $# -gt 0 ] && shift
@@ -50,7 +52,8 @@ cl_start_storage() {
 	mkdir -p "$d/data"
 	echo "$port" >"$d/port"
 	"$CL_BIN/zipline-storage" --data-dir "$d/data" --listen "127.0.0.1:$port" \
-		--node-id "node-$i" --label "zone=z$i" --etcd "$CL_ETCD" ${CL_STORAGE_FLAGS:-} "$@" \
+		--node-id "node-$i" --label "zone=z$i" --etcd "$CL_ETCD" --auth "${CL_AUTH:-on}" \
+		${CL_STORAGE_FLAGS:-} "$@" \
 		>>"$d/log" 2>&1 &
 	echo $! >"$d/pid"
 }

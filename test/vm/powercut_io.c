@@ -71,6 +71,7 @@
 #include "lib/common/common.h"
 #include "lib/common/loop.h"
 #include "lib/etcd/etcd.h"
+#include "lib/meta/zl_auth.h"
 
 #define PC_BLK	    4096u
 #define PC_MAX_QD   16
@@ -219,6 +220,13 @@ static int pc_connect(const struct pc_args *a, struct pc_conn *c)
 	rc = zl_loop_create(&c->loop);
 	if (!rc)
 		rc = zl_etcd_create(&eo, &c->etcd);
+	/* The cluster token (storage --auth on, docs/SECURITY.md). */
+	static char key[ZL_AUTH_KEY_HEX + 1];
+
+	if (!rc)
+		rc = zl_auth_cluster_key_load(c->etcd, ZL_META_DEFAULT_PREFIX,
+					      getenv("ZIPLINE_CLUSTER_KEY_FILE"), true, key);
+	co.cluster_key = key;
 	if (!rc)
 		rc = zl_client_create(c->loop, c->etcd, &co, &c->cli);
 	if (rc) {

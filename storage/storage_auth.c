@@ -1,0 +1,570 @@
+/* Authentication of the data path (docs/SECURITY.md), --auth on|off.
+ *
+ * Caches, filled by etcd watches of <prefix>attachments/ and
+ * <prefix>secrets/ on the watch threads and read on the loop thread under
+ * mu (never an etcd call per packet): per volume the attachment (node,
+ * epoch = the record's create revision, read-only) and the volume secret,
+ * and the highest attach epoch ever seen, persisted in
+ * <data-dir>/auth-epochs (written atomically) so a restart with etcd
+ * unreachable does not reopen the door to an old token.
+ *
+ * Per connection (the xport connection's ctx): nothing, refused, cluster
+ * (a valid cluster token: everything), or client (bound to one volume and
+ * the epoch its HELLO proved, read-only when the attachment is). */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "lib/meta/zl_auth.h"
+#include "storage.h"
+
+#define AUTH_BUCKETS 256u
+#define AUTH_FILE    "auth-epochs"
+#define AUTH_LIST_PAGE 500
+
+struct auth_vol {
+	struct auth_vol *next;
+	uint64_t num;
+	uint64_t att_epoch; /* 0: no attachment record */
+	uint64_t max_epoch; /* highest attach epoch ever seen (persisted) */
+	bool readonly;
+	bool has_secret;
+	char node[ZL_WIRE_NAME_LEN];
+	char secret[ZL_AUTH_KEY_HEX + 1];
+};
+
+struct zl_storage_auth {
+	struct zl_storage *st;
+	pthread_mutex_t mu; /* the table; the file has its own lock */
+	pthread_mutex_t file_mu;
+	struct auth_vol *tab[AUTH_BUCKETS];
+	char cluster_key[ZL_AUTH_KEY_HEX + 1];
+	bool have_key;
+	char att_prefix[512], sec_prefix[512];
+	struct zl_etcd_watch *att_w, *sec_w;
+	uint64_t last_log_ms; /* loop thread: rate limit of refusal logs */
+	uint32_t suppressed;
+};
+
+enum conn_state { CONN_NONE, CONN_REFUSED, CONN_CLUSTER, CONN_CLIENT };
+
+struct storage_conn_auth {
+	enum conn_state state;
+	uint64_t vol;
+	uint64_t epoch;
+	bool readonly;
+	bool hello_pending; /* a HELLO's payload is on its way (RDMA: async) */
+};
+
+/* ---- table (mu held) ---- */
+
+static struct auth_vol *vol_find(struct zl_storage_auth *a, uint64_t num, bool create)
+{
+	struct auth_vol **pp = &a->tab[num % AUTH_BUCKETS], *v;
+
+	for (v = *pp; v; v = v->next)
+		if (v->num == num)
+			return v;
+	if (!create)
+		return NULL;
+	v = calloc(1, sizeof(*v));
+	if (!v)
+		return NULL;
+	v->num = num;
+	v->next = *pp;
+	*pp = v;
+	return v;
+}
+
+/* ---- persisted epochs ---- */
+
+/* Writes every volume's max_epoch to <data-dir>/auth-epochs (tmp, fsync,
+ * rename). Any thread. */
+static void epochs_save(struct zl_storage_auth *a)
+{
+	char path[4096], tmp[4200];
+	FILE *f;
+	int rc = 0;
+
+	snprintf(path, sizeof(path), "%s/%s", a->st->cfg.data_dir, AUTH_FILE);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	pthread_mutex_lock(&a->file_mu);
+	f = fopen(tmp, "we");
+	if (!f) {
+		rc = -errno;
+		goto out;
+	}
+	pthread_mutex_lock(&a->mu);
+	for (uint32_t b = 0; b < AUTH_BUCKETS; b++)
+		for (struct auth_vol *v = a->tab[b]; v; v = v->next)
+			if (v->max_epoch)
+				fprintf(f, "%016" PRIx64 " %" PRIu64 "\n", v->num, v->max_epoch);
+	pthread_mutex_unlock(&a->mu);
+	if (fflush(f) || fsync(fileno(f)))
+		rc = -errno;
+	if (fclose(f) && !rc)
+		rc = -errno;
+	if (!rc && rename(tmp, path))
+		rc = -errno;
+out:
+	pthread_mutex_unlock(&a->file_mu);
+	if (rc)
+		ZL_LOG_ERR("storage",
+			   "cannot persist the attach epochs in %s: %s (a restart with etcd "
+			   "unreachable may accept an older token; check the data dir)",
+			   path, zl_strerror(rc));
+}
+
+static int epochs_load(struct zl_storage_auth *a)
+{
+	char path[4096];
+	uint64_t num, ep;
+	FILE *f;
+	size_t n = 0;
+
+	snprintf(path, sizeof(path), "%s/%s", a->st->cfg.data_dir, AUTH_FILE);
+	f = fopen(path, "re");
+	if (!f)
+		return errno == ENOENT ? 0 : -errno;
+	while (fscanf(f, "%" SCNx64 " %" SCNu64, &num, &ep) == 2) {
+		struct auth_vol *v = vol_find(a, num, true);
+
+		if (!v) {
+			fclose(f);
+			return -ENOMEM;
+		}
+		v->max_epoch = ZL_MAX(v->max_epoch, ep);
+		n++;
+	}
+	fclose(f);
+	ZL_LOG_INFO("storage", "attach epochs loaded: file=%s volumes=%zu", path, n);
+	return 0;
+}
+
+/* ---- watches (watch threads) ---- */
+
+static int key_vol(const char *key, const char *prefix, uint64_t *num)
+{
+	size_t n = strlen(prefix);
+
+	if (strncmp(key, prefix, n))
+		return -ZL_ERR_INVAL;
+	return zl_vol_id_parse(key + n, num);
+}
+
+/* An attachment record put (kv) or deleted; true when max_epoch rose. */
+static bool att_apply(struct zl_storage_auth *a, bool put, const struct zl_etcd_kv *kv)
+{
+	json_t *j = put ? json_loadb(kv->value, kv->value_len, 0, NULL) : NULL;
+	const char *node = j ? json_string_value(json_object_get(j, "node")) : NULL;
+	struct auth_vol *v;
+	bool rose = false;
+	uint64_t num;
+
+	if (key_vol(kv->key, a->att_prefix, &num)) {
+		json_decref(j);
+		return false;
+	}
+	pthread_mutex_lock(&a->mu);
+	v = vol_find(a, num, put);
+	if (v && put && node) {
+		snprintf(v->node, sizeof(v->node), "%s", node);
+		v->att_epoch = (uint64_t)kv->create_rev;
+		v->readonly = json_is_true(json_object_get(j, "readonly"));
+		if (v->att_epoch > v->max_epoch) {
+			v->max_epoch = v->att_epoch;
+			rose = true;
+		}
+	} else if (v) {
+		/* Deleted or malformed: no client HELLO passes; max_epoch stays. */
+		v->att_epoch = 0;
+		v->node[0] = '\0';
+		if (put)
+			ZL_LOG_WARN("storage", "malformed attachment record %s ignored", kv->key);
+	}
+	pthread_mutex_unlock(&a->mu);
+	json_decref(j);
+	return rose;
+}
+
+static void sec_apply(struct zl_storage_auth *a, bool put, const struct zl_etcd_kv *kv)
+{
+	struct auth_vol *v;
+	uint64_t num;
+	uint8_t raw[ZL_AUTH_KEY_HEX / 2];
+	bool ok = put && kv->value_len == ZL_AUTH_KEY_HEX &&
+		  !zl_auth_hex_decode(kv->value, sizeof(raw), raw);
+
+	explicit_bzero(raw, sizeof(raw));
+	if (key_vol(kv->key, a->sec_prefix, &num))
+		return;
+	pthread_mutex_lock(&a->mu);
+	v = vol_find(a, num, ok);
+	if (v) {
+		v->has_secret = ok;
+		if (ok)
+			memcpy(v->secret, kv->value, ZL_AUTH_KEY_HEX);
+		else
+			explicit_bzero(v->secret, sizeof(v->secret));
+		v->secret[ZL_AUTH_KEY_HEX] = '\0';
+	}
+	pthread_mutex_unlock(&a->mu);
+	if (put && !ok)
+		ZL_LOG_WARN("storage", "malformed volume secret %s ignored", kv->key);
+}
+
+static void att_watch_cb(void *arg, enum zl_etcd_event_type type, const struct zl_etcd_kv *kv)
+{
+	struct zl_storage_auth *a = arg;
+
+	if (att_apply(a, type == ZL_ETCD_EV_PUT, kv))
+		epochs_save(a);
+}
+
+static void sec_watch_cb(void *arg, enum zl_etcd_event_type type, const struct zl_etcd_kv *kv)
+{
+	sec_apply(arg, type == ZL_ETCD_EV_PUT, kv);
+}
+
+/* Lists prefix and applies every record; *rev gets the listing's revision. */
+static int auth_list(struct zl_storage_auth *a, const char *prefix, bool att, int64_t *rev)
+{
+	char after[512] = "";
+	bool rose = false;
+	int rc;
+
+	*rev = 0;
+	for (int page = 0; page < 100000; page++) {
+		struct zl_etcd_range r = {0};
+
+		rc = zl_etcd_range_prefix(a->st->etcd, prefix, after[0] ? after : NULL,
+					  AUTH_LIST_PAGE, &r);
+		if (rc)
+			return rc;
+		if (!*rev)
+			*rev = r.revision;
+		for (size_t i = 0; i < r.n; i++) {
+			if (att)
+				rose |= att_apply(a, true, &r.kvs[i]);
+			else
+				sec_apply(a, true, &r.kvs[i]);
+			explicit_bzero(r.kvs[i].value, r.kvs[i].value_len);
+		}
+		if (r.n)
+			snprintf(after, sizeof(after), "%s", r.kvs[r.n - 1].key);
+		bool more = r.more && r.n;
+
+		zl_etcd_range_fini(&r);
+		if (!more)
+			break;
+	}
+	if (rose)
+		epochs_save(a);
+	return 0;
+}
+
+/* ---- start / stop ---- */
+
+int zl_storage_auth_start(struct zl_storage *st)
+{
+	struct zl_storage_auth *a = calloc(1, sizeof(*a));
+	int64_t rev;
+	int rc;
+
+	if (!a)
+		return -ENOMEM;
+	a->st = st;
+	pthread_mutex_init(&a->mu, NULL);
+	pthread_mutex_init(&a->file_mu, NULL);
+	st->auth = a;
+	/* The cluster key: this daemon's token to its peers, and what a
+	 * cluster HELLO is checked against. */
+	rc = zl_auth_cluster_key_load(st->etcd, st->cfg.prefix, st->cfg.cluster_key_file, true,
+				      a->cluster_key);
+	a->have_key = !rc;
+	if (rc && st->cfg.auth)
+		return rc;
+	if (rc)
+		ZL_LOG_WARN("storage", "no cluster key: peers are contacted without a token "
+				       "(they refuse it with --auth on)");
+	if (!st->cfg.auth)
+		return 0;
+	rc = epochs_load(a);
+	if (rc) {
+		ZL_LOG_ERR("storage", "cannot read %s/%s: %s (fix or remove it)", st->cfg.data_dir,
+			   AUTH_FILE, zl_strerror(rc));
+		return rc;
+	}
+	zl_meta_key(a->att_prefix, sizeof(a->att_prefix), st->cfg.prefix, "attachments", NULL);
+	zl_meta_key(a->sec_prefix, sizeof(a->sec_prefix), st->cfg.prefix, "secrets", NULL);
+	rc = auth_list(a, a->sec_prefix, false, &rev);
+	if (!rc)
+		rc = zl_etcd_watch_prefix(st->etcd, a->sec_prefix, rev + 1, sec_watch_cb, a,
+					  &a->sec_w);
+	if (!rc)
+		rc = auth_list(a, a->att_prefix, true, &rev);
+	if (!rc)
+		rc = zl_etcd_watch_prefix(st->etcd, a->att_prefix, rev + 1, att_watch_cb, a,
+					  &a->att_w);
+	if (rc)
+		ZL_LOG_ERR("storage", "cannot list and watch %s and %s: %s (%s)", a->att_prefix,
+			   a->sec_prefix, zl_errname(rc), zl_etcd_last_error());
+	return rc;
+}
+
+void zl_storage_auth_stop(struct zl_storage *st)
+{
+	struct zl_storage_auth *a = st->auth;
+
+	if (!a)
+		return;
+	zl_etcd_watch_cancel(a->att_w);
+	zl_etcd_watch_cancel(a->sec_w);
+	for (uint32_t b = 0; b < AUTH_BUCKETS; b++)
+		while (a->tab[b]) {
+			struct auth_vol *v = a->tab[b];
+
+			a->tab[b] = v->next;
+			explicit_bzero(v, sizeof(*v));
+			free(v);
+		}
+	explicit_bzero(a->cluster_key, sizeof(a->cluster_key));
+	pthread_mutex_destroy(&a->mu);
+	pthread_mutex_destroy(&a->file_mu);
+	free(a);
+	st->auth = NULL;
+}
+
+static const char *auth_key(const struct zl_storage *st)
+{
+	return st->auth && st->auth->have_key ? st->auth->cluster_key : NULL;
+}
+
+int zl_storage_auth_token(const struct zl_storage *st, char out[ZL_AUTH_TOKEN_HEX + 1])
+{
+	const char *key = auth_key(st);
+
+	out[0] = '\0';
+	return key ? zl_auth_cluster_token(key, st->cfg.node_id, out) : -ZL_ERR_NOT_FOUND;
+}
+
+uint64_t zl_storage_auth_fence(struct zl_storage *st, uint64_t vol)
+{
+	struct zl_storage_auth *a = st->auth;
+	struct auth_vol *v;
+	uint64_t e = 0;
+
+	if (!a || !st->cfg.auth)
+		return 0;
+	pthread_mutex_lock(&a->mu);
+	v = vol_find(a, vol, false);
+	if (v)
+		e = ZL_MAX(v->att_epoch, v->max_epoch);
+	pthread_mutex_unlock(&a->mu);
+	return e;
+}
+
+/* ---- connections (loop thread) ---- */
+
+static struct storage_conn_auth *conn_auth(struct zl_xport_conn *c, bool create)
+{
+	struct storage_conn_auth *ca = zl_xport_conn_ctx(c);
+
+	if (!ca && create) {
+		ca = calloc(1, sizeof(*ca));
+		if (ca)
+			zl_xport_conn_set_ctx(c, ca);
+	}
+	return ca;
+}
+
+void zl_storage_auth_conn_free(struct zl_xport_conn *c)
+{
+	free(zl_xport_conn_ctx(c));
+	zl_xport_conn_set_ctx(c, NULL);
+}
+
+/* One log line per second at most, with the count of those left out. */
+static void auth_log(struct zl_storage *st, struct zl_xport_conn *c, const char *what,
+		     const struct zl_wire_hdr *h, const char *id)
+{
+	struct zl_storage_auth *a = st->auth;
+	uint64_t now = zl_now_ms();
+
+	if (a && now - a->last_log_ms < 1000) {
+		a->suppressed++;
+		return;
+	}
+	ZL_LOG_WARN("storage",
+		    "request refused: %s peer=%s op=%s vol=%016" PRIx64 " id=%s (%u more refusals "
+		    "not logged)",
+		    what, zl_xport_conn_peer(c), zl_wire_op_name(h->opcode), h->vol_id,
+		    id ? id : "-", a ? a->suppressed : 0);
+	if (a) {
+		a->last_log_ms = now;
+		a->suppressed = 0;
+	}
+}
+
+int zl_storage_auth_hello(struct zl_storage *st, struct zl_xport_conn *c,
+			  const struct zl_wire_hdr *h, const struct zl_wire_hello *hl)
+{
+	struct zl_storage_auth *a = st->auth;
+	struct storage_conn_auth *ca;
+	char tok[ZL_AUTH_TOKEN_HEX + 1], vid[ZL_VOL_ID_LEN + 1], secret[ZL_AUTH_KEY_HEX + 1];
+	char node[ZL_WIRE_NAME_LEN];
+	uint64_t att_epoch = 0, max_epoch = 0;
+	bool ro = false, has_secret = false;
+	struct auth_vol *v;
+	int rc;
+
+	if (!st->cfg.auth)
+		return hl ? 0 : -ZL_ERR_PROTO;
+	ca = conn_auth(c, true);
+	if (!ca)
+		return -ZL_ERR_BUSY;
+	if (!hl) { /* a malformed HELLO */
+		ca->hello_pending = false;
+		ca->state = ca->state == CONN_REFUSED ? CONN_REFUSED : CONN_NONE;
+		return -ZL_ERR_PROTO;
+	}
+	ca->hello_pending = false;
+	if (ca->state == CONN_REFUSED)
+		return -ZL_ERR_AUTH;
+	ca->state = CONN_NONE; /* a failed HELLO drops what an earlier one proved */
+	if (hl->caps & ZL_WIRE_CAP_CLUSTER) {
+		rc = a->have_key ? zl_auth_cluster_token(a->cluster_key, hl->node_id, tok)
+				 : -ZL_ERR_AUTH;
+		if (rc || !zl_auth_token_eq(tok, hl->token)) {
+			auth_log(st, c, "bad cluster token in HELLO", h, hl->node_id);
+			return -ZL_ERR_AUTH;
+		}
+		ca->state = CONN_CLUSTER;
+		return 0;
+	}
+	node[0] = '\0';
+	pthread_mutex_lock(&a->mu);
+	v = vol_find(a, h->vol_id, false);
+	if (v) {
+		att_epoch = v->att_epoch;
+		max_epoch = v->max_epoch;
+		ro = v->readonly;
+		has_secret = v->has_secret;
+		memcpy(secret, v->secret, sizeof(secret));
+		memcpy(node, v->node, sizeof(node));
+	}
+	pthread_mutex_unlock(&a->mu);
+	if (!has_secret) {
+		explicit_bzero(secret, sizeof(secret));
+		/* Not seen yet (watch lag) or no such volume: the client retries. */
+		return -ZL_ERR_BUSY;
+	}
+	zl_vol_id_format(h->vol_id, vid);
+	rc = zl_auth_attach_token(secret, vid, hl->node_id, h->epoch, tok);
+	explicit_bzero(secret, sizeof(secret));
+	if (rc || !zl_auth_token_eq(tok, hl->token)) {
+		auth_log(st, c, "bad attach token in HELLO", h, hl->node_id);
+		return -ZL_ERR_AUTH;
+	}
+	if (h->epoch < ZL_MAX(att_epoch, max_epoch))
+		return -ZL_ERR_STALE; /* an older attachment's token */
+	if (h->epoch > att_epoch)
+		return -ZL_ERR_BUSY; /* a newer attachment we have not seen yet */
+	if (strcmp(node, hl->node_id)) {
+		auth_log(st, c, "HELLO from a node the attachment does not name", h, hl->node_id);
+		return -ZL_ERR_AUTH;
+	}
+	ca->state = CONN_CLIENT;
+	ca->vol = h->vol_id;
+	ca->epoch = h->epoch;
+	ca->readonly = ro;
+	return 0;
+}
+
+static void auth_refused_sent(void *arg, int status)
+{
+	struct zl_xport_conn *c = arg;
+
+	(void)status;
+	zl_xport_conn_close(c);
+	zl_xport_conn_put(c);
+}
+
+int zl_storage_auth_check(struct zl_storage *st, struct zl_xport_conn *c, struct zl_wire_hdr *h,
+			  bool *close)
+{
+	struct storage_conn_auth *ca;
+
+	*close = false;
+	if (!st->cfg.auth || h->opcode == ZL_OP_PING)
+		return 0;
+	if (h->opcode == ZL_OP_HELLO) {
+		ca = conn_auth(c, true);
+		if (ca && ca->state != CONN_REFUSED)
+			ca->hello_pending = true;
+		return 0;
+	}
+	ca = conn_auth(c, false);
+	/* A request right behind a HELLO still being fetched (RDMA reads the
+	 * payload asynchronously): not served, but no reason to close. */
+	if (ca && ca->state == CONN_NONE && ca->hello_pending)
+		return -ZL_ERR_BUSY;
+	if (!ca || ca->state == CONN_NONE || ca->state == CONN_REFUSED) {
+		if (!ca || ca->state == CONN_NONE)
+			auth_log(st, c, "no valid HELLO on this connection, closing it", h, NULL);
+		ca = conn_auth(c, true);
+		if (ca)
+			ca->state = CONN_REFUSED;
+		*close = true;
+		return -ZL_ERR_AUTH;
+	}
+	if (ca->state == CONN_CLUSTER)
+		return 0;
+	switch (h->opcode) {
+	case ZL_OP_READ:
+		if (h->flags & ZL_WF_ANY)
+			return -ZL_ERR_AUTH;
+		break;
+	case ZL_OP_WRITE:
+	case ZL_OP_DISCARD:
+	case ZL_OP_WRITE_ZEROES:
+		if (ca->readonly)
+			return -ZL_ERR_AUTH;
+		break;
+	case ZL_OP_FLUSH:
+	case ZL_OP_CHUNK_INFO:
+		break;
+	default: /* storage-to-storage and admin opcodes */
+		return -ZL_ERR_AUTH;
+	}
+	if (h->vol_id != ca->vol)
+		return -ZL_ERR_AUTH;
+	/* The epoch the HELLO proved, whatever the header says. */
+	h->epoch = ca->epoch;
+	return 0;
+}
+
+void zl_storage_auth_refuse(struct zl_storage *st, struct zl_xport_conn *c,
+			    const struct zl_wire_hdr *h, int err, bool close)
+{
+	struct zl_wire_hdr rep;
+
+	(void)st;
+	zl_wire_reply_init(h, &rep, err);
+	if (!close) {
+		zl_xport_reply(c, &rep, NULL, 0, NULL, NULL);
+		return;
+	}
+	zl_xport_conn_get(c);
+	if (zl_xport_reply(c, &rep, NULL, 0, auth_refused_sent, c)) {
+		zl_xport_conn_close(c);
+		zl_xport_conn_put(c);
+	}
+}
