@@ -67,17 +67,13 @@ OUT="$CL_BIN/e2e_outsider"
 #   hmac HEXKEY MSG        hex HMAC-SHA256 keyed with the raw bytes of HEXKEY
 #   patch FILE OFF LEN B   writes LEN bytes B at OFF of FILE (the oracle's copy)
 etcd_tool() {
-	"$PY" - "$CL_ETCD" "$@" <<'PY'
-import base64, hashlib, hmac, json, os, sys, time, urllib.request
-etcd, cmd, args = sys.argv[1], sys.argv[2], sys.argv[3:]
-b64 = lambda s: base64.b64encode(s.encode()).decode()
-def call(path, body):
-    req = urllib.request.Request(etcd + path, data=json.dumps(body).encode())
-    with urllib.request.urlopen(req, timeout=5) as r:
-        return json.load(r)
-def get(key):
-    kvs = call('/v3/kv/range', {'key': b64(key)}).get('kvs', [])
-    return kvs[0] if kvs else None
+	"$PY" - "$CL_ETCD" "$SRC/test/lib" "$@" <<'PY'
+import base64, hashlib, hmac, json, os, sys, time
+sys.path.insert(0, sys.argv[2])
+from etcd_gw import b64, get as gw_get, call as gw_call
+etcd, cmd, args = sys.argv[1], sys.argv[3], sys.argv[4:]
+call = lambda path, body: gw_call(etcd, path, body)
+get = lambda key: gw_get(etcd, key)
 def put_if_absent(key, value):
     txn = {'compare': [{'key': b64(key), 'target': 'CREATE', 'result': 'EQUAL',
                         'create_revision': '0'}],
