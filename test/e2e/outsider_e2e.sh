@@ -372,7 +372,7 @@ done
 # ... and the real client at its epoch still writes, also after a restart.
 fenced() {
 	local i=$1 label=$2 out=""
-	for _ in $(seq 1 150); do
+	for _ in $(seq 1 300); do # 30 s: a restarted daemon peers first
 		out=$(outsider "$i" "${CA[@]}" --chunk "${LA[i]}" --sv "${SA_V[i]}" --len 4096 \
 			--off 16384 --fill $((0x40 + i)) hello write 2>&1)
 		[ "$(status_of "$out" write)" = OK ] && break # a restart: not up yet, BUSY
