@@ -199,8 +199,11 @@ static int srv_check(struct zl_storage *st, const struct zl_wire_hdr *h, uint32_
 	*ver = s->version;
 	if (h->slice_ver != s->version)
 		return -ZL_ERR_STALE;
-	/* The attach epoch fences clients; a primary's copy carries none. */
-	if (h->opcode != ZL_OP_CHUNK_PUSH && h->epoch < srv_fence(st, sv, h->epoch))
+	/* The attach epoch fences clients; a primary's copy carries none, and an
+	 * operator's read (epoch 0: `zl volume export` of an attached volume)
+	 * changes nothing a fence protects. */
+	if (h->opcode != ZL_OP_CHUNK_PUSH && !(h->opcode == ZL_OP_READ && !h->epoch) &&
+	    h->epoch < srv_fence(st, sv, h->epoch))
 		return -ZL_ERR_STALE;
 	rc = srv_check_role(st, h, sv, s, *slice);
 	/* Only a request this node serves raises the epoch (with --auth on the
