@@ -31,19 +31,16 @@ V2=$("$ZL" volume inspect a2 | awk '$1 == "id" {print $2}')
 # etcd_ctl put KEY VALUE: prints the create revision of KEY after the put.
 # etcd_ctl del KEY.
 etcd_ctl() {
-	"$PY" - "$CL_ETCD" "$@" <<'PY'
-import base64, json, sys, urllib.request
-etcd, cmd, key = sys.argv[1], sys.argv[2], sys.argv[3]
-b64 = lambda s: base64.b64encode(s.encode()).decode()
-def call(path, body):
-    req = urllib.request.Request(etcd + path, data=json.dumps(body).encode())
-    with urllib.request.urlopen(req, timeout=5) as r:
-        return json.load(r)
+	"$PY" - "$SRC/test/lib" "$CL_ETCD" "$@" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+from etcd_gw import b64, call, get
+etcd, cmd, key = sys.argv[2], sys.argv[3], sys.argv[4]
 if cmd == 'put':
-    call('/v3/kv/put', {'key': b64(key), 'value': b64(sys.argv[4])})
-    print(call('/v3/kv/range', {'key': b64(key)})['kvs'][0]['create_revision'])
+    call(etcd, '/v3/kv/put', {'key': b64(key), 'value': b64(sys.argv[5])})
+    print(get(etcd, key)['create_revision'])
 else:
-    call('/v3/kv/deleterange', {'key': b64(key)})
+    call(etcd, '/v3/kv/deleterange', {'key': b64(key)})
 PY
 }
 # token SECRET_HEX MESSAGE
