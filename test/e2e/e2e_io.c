@@ -357,6 +357,16 @@ static void rd_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 	r->aux = rep ? rep->aux : 0;
 }
 
+/* Runs the loop until r is done (30 s at most): 0 or -ZL_ERR_TIMEOUT. */
+static int rd_wait(struct e2e *t, const struct rd_ctx *r)
+{
+	uint64_t t0 = zl_now_ms();
+
+	while (!r->done && zl_now_ms() - t0 < 30000)
+		zl_loop_run_once(t->loop, 100);
+	return r->done ? 0 : -ZL_ERR_TIMEOUT;
+}
+
 /* One READ (ZL_WF_ANY: from this replica, primary or not) on conn; *ver =
  * the replica's chunk version (reply aux). */
 static int replica_read(struct e2e *t, struct zl_xport_conn *conn, const struct zl_volume *v,
@@ -365,7 +375,6 @@ static int replica_read(struct e2e *t, struct zl_xport_conn *conn, const struct 
 	const struct zl_slice *sl = &v->slices[zl_volume_slice_of(v, chunk)];
 	struct zl_wire_hdr h = {0};
 	struct rd_ctx r = {0};
-	uint64_t t0 = zl_now_ms();
 	int rc;
 
 	h.opcode = ZL_OP_READ;
@@ -378,10 +387,9 @@ static int replica_read(struct e2e *t, struct zl_xport_conn *conn, const struct 
 	rc = zl_xport_request(conn, &h, NULL, 0, buf, len, rd_cb, &r);
 	if (rc)
 		return rc;
-	while (!r.done && zl_now_ms() - t0 < 30000)
-		zl_loop_run_once(t->loop, 100);
-	if (!r.done)
-		return -ZL_ERR_TIMEOUT;
+	rc = rd_wait(t, &r);
+	if (rc)
+		return rc;
 	*ver = r.aux;
 	return r.status ? r.status : -(int)r.wire_status;
 }
@@ -393,7 +401,6 @@ static int operator_hello(struct e2e *t, struct zl_xport_conn *conn)
 	char tok[ZL_AUTH_TOKEN_HEX + 1];
 	struct zl_xport_cred cred = {.cluster = true, .token = tok};
 	struct rd_ctx r = {0};
-	uint64_t t0 = zl_now_ms();
 	int rc;
 
 	rc = zl_auth_cluster_token(t->key, "e2e_io-check", tok);
@@ -401,10 +408,9 @@ static int operator_hello(struct e2e *t, struct zl_xport_conn *conn)
 		rc = zl_xport_hello_send_cred(conn, &hello, "e2e_io-check", &cred, rd_cb, &r);
 	if (rc)
 		return rc;
-	while (!r.done && zl_now_ms() - t0 < 30000)
-		zl_loop_run_once(t->loop, 100);
-	if (!r.done)
-		return -ZL_ERR_TIMEOUT;
+	rc = rd_wait(t, &r);
+	if (rc)
+		return rc;
 	return r.status ? r.status : -(int)r.wire_status;
 }
 
