@@ -1212,6 +1212,7 @@ static void chunk_meta_done(struct zl_chunk_store *s, struct chunk *c, int res)
 		return;
 	err = c->meta_err;
 	c->meta_inflight = false;
+	s->st.meta_rounds_done++;
 	if (err) {
 		/* The tables in memory stay authoritative: rewrite those pages
 		 * (into the same slots: the current ones stay untouched). */
@@ -2381,11 +2382,15 @@ void zl_chunk_store_destroy(struct zl_chunk_store *s)
 			ZL_LOG_WARN("storage",
 				    "closing the chunk store with %u operations in flight",
 				    s->ops.in_use);
-		/* Metadata rounds may still be in flight without an op waiting. */
-		for (uint32_t i = 0; i < STORE_BUCKETS; i++)
-			for (struct chunk *c = s->buckets[i]; c; c = c->hnext)
-				while (c->meta_inflight && zl_now_ms() < deadline)
-					zl_loop_run_once(s->loop, 100);
+		/* Metadata rounds may still be in flight without an op waiting,
+		 * also on chunks already deleted (detached, freed by the
+		 * round's end): wait for every one. */
+		while (s->st.meta_rounds != s->st.meta_rounds_done && zl_now_ms() < deadline)
+			zl_loop_run_once(s->loop, 100);
+		if (s->st.meta_rounds != s->st.meta_rounds_done)
+			ZL_LOG_WARN("storage",
+				    "closing the chunk store with %" PRIu64 " metadata rounds in flight",
+				    s->st.meta_rounds - s->st.meta_rounds_done);
 		zl_loop_del_poller(s->loop, &s->poller);
 		zl_loop_del(s->loop, &s->efd_h);
 		quiet = store_quiet(s);

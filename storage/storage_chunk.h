@@ -71,6 +71,7 @@ struct zl_chunk_store_opts {
 struct zl_chunk_store_stats {
 	uint64_t reads, writes, zeroes;
 	uint64_t meta_rounds;	   /* metadata write rounds (group commits) */
+	uint64_t meta_rounds_done; /* of those, the ones that ended */
 	uint64_t meta_page_writes; /* metadata pages written by those rounds */
 	uint64_t zero_syncs;	   /* fdatasyncs completed after hole punches */
 	uint64_t converted;	   /* v1 files converted to v2 */

@@ -1146,6 +1146,23 @@ static int fds_on(const char *name)
 	return n;
 }
 
+/* Runs the loop until no operation and no metadata round is in flight (a
+ * round that claims a finished write's version ends after its callback and
+ * holds the chunk's file until then). */
+static void quiesce(struct env *e)
+{
+	uint64_t deadline = zl_now_ms() + 20000;
+	struct zl_chunk_store_stats st;
+
+	for (;;) {
+		zl_chunk_store_stats(e->s, &st);
+		if (!st.inflight && st.meta_rounds_done == st.meta_rounds)
+			return;
+		assert_true(zl_now_ms() < deadline);
+		zl_loop_run_once(e->loop, 50);
+	}
+}
+
 /* A delete with a write, a write queued behind it and a flush in flight on
  * the chunk (and one with only a flush in flight): the file goes at once,
  * the descriptor stays open until the last of them ended (none completes
@@ -1175,10 +1192,10 @@ static void test_delete_inflight(void **state)
 
 		assert_int_equal(io_write(e, CS, 7, 0, CS, p, 1), 0);
 		assert_int_equal(io_write(e, CS, 9, 0, CS, p, 1), 0);
-		/* Let the metadata rounds that claim version 1 end, so that on
-		 * chunk 9 only the flush holds the file. */
-		for (int i = 0; i < 20; i++)
-			zl_loop_run_once(e->loop, 5);
+		/* Let the metadata rounds that claim version 1 end (and the
+		 * previous round's deferred close happen), so that on chunk 9
+		 * only the flush holds the file. */
+		quiesce(e);
 		zl_chunk_store_stats(e->s, &st);
 		deferred = st.deferred_closes;
 		assert_int_equal(zl_chunk_write(e->s, VOL, 7, CS, 0, 65536, q, 2, done_cb, &d[0]),
@@ -1210,6 +1227,7 @@ static void test_delete_inflight(void **state)
 		wait_all(e, d, 5);
 		for (int i = 0; i < 5; i++)
 			assert_int_equal(d[i].status, 0);
+		quiesce(e);
 		/* The last completion closed the old descriptors. */
 		assert_int_equal(fds_on(name7), 0);
 		assert_int_equal(fds_on(name9), 0);
