@@ -116,7 +116,7 @@ bool zl_auth_token_eq(const char *a, const char *b)
 }
 
 /* The key of a cluster-key value (JSON or bare hex) into out. */
-static int key_parse(const char *val, size_t len, char out[ZL_AUTH_KEY_HEX + 1])
+int zl_auth_key_parse(const char *val, size_t len, char out[ZL_AUTH_KEY_HEX + 1])
 {
 	uint8_t raw[ZL_AUTH_KEY_HEX / 2];
 	const char *hex = NULL;
@@ -186,11 +186,11 @@ int zl_auth_cluster_key_etcd(struct zl_etcd *e, const char *prefix, bool create,
 		rc = zl_etcd_txn(e, &cmp, 1, &put, 1, &get, 1, NULL, &res);
 	}
 	if (!rc && res.succeeded) {
-		rc = key_parse(json, strlen(json), out);
+		rc = zl_auth_key_parse(json, strlen(json), out);
 		ZL_LOG_INFO(AUTH_LOG, "cluster key created: key=%s", key);
 	} else if (!rc && res.n_gets && res.gets[0].n) {
 		/* Someone else made it first: theirs is the key. */
-		rc = key_parse(res.gets[0].kvs[0].value, res.gets[0].kvs[0].value_len, out);
+		rc = zl_auth_key_parse(res.gets[0].kvs[0].value, res.gets[0].kvs[0].value_len, out);
 	} else if (!rc) {
 		rc = -ZL_ERR_CONFLICT;
 	}
@@ -200,7 +200,7 @@ int zl_auth_cluster_key_etcd(struct zl_etcd *e, const char *prefix, bool create,
 	goto check;
 parse:
 	if (!rc) {
-		rc = key_parse(kv.value, kv.value_len, out);
+		rc = zl_auth_key_parse(kv.value, kv.value_len, out);
 		OPENSSL_cleanse(kv.value, kv.value_len);
 		zl_etcd_kv_fini(&kv);
 	}
@@ -226,7 +226,7 @@ int zl_auth_cluster_key_file(const char *path, char out[ZL_AUTH_KEY_HEX + 1])
 	rc = ferror(f) ? -EIO : 0;
 	fclose(f);
 	if (!rc)
-		rc = n < sizeof(buf) ? key_parse(buf, n, out) : -ZL_ERR_INVAL;
+		rc = n < sizeof(buf) ? zl_auth_key_parse(buf, n, out) : -ZL_ERR_INVAL;
 	OPENSSL_cleanse(buf, sizeof(buf));
 	if (rc == -ZL_ERR_INVAL)
 		ZL_LOG_ERR(AUTH_LOG,

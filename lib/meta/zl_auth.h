@@ -33,6 +33,10 @@ int zl_auth_cluster_token(const char *key_hex, const char *node_id,
  * bytes); false when the lengths differ or either is empty. */
 bool zl_auth_token_eq(const char *a, const char *b);
 
+/* Parses a stored key: 64 hex digits (either case, surrounding whitespace
+ * ignored) or the JSON {"key": "<64 hex>", ...}; out gets the lowercase
+ * form. 0 or -ZL_ERR_INVAL. It decodes bytes from etcd and from files. */
+int zl_auth_key_parse(const char *val, size_t len, char out[ZL_AUTH_KEY_HEX + 1]);
 /* Reads the cluster key <prefix>keys/cluster ({"key": "<64 hex>",
  * "created": <unix s>}) into out. With create, a missing key is made (a
  * create-if-absent transaction: whoever comes first wins, the others read
