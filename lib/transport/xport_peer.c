@@ -25,6 +25,25 @@ static bool peer_list_has(const char *list, const char *want)
 	return false;
 }
 
+int zl_xport_connect_node(struct zl_xport *x, const char *node_id, const char *addr,
+			  uint16_t port, bool tls, int timeout_ms, zl_xport_close_cb on_close,
+			  void *arg, struct zl_xport_conn **out)
+{
+	int rc;
+
+	if (!x || !addr)
+		return -ZL_ERR_INVAL;
+	if (!tls || zl_xport_kind(x) != ZL_XPORT_TCP)
+		return zl_xport_connect(x, addr, port, timeout_ms, on_close, arg, out);
+	rc = zl_xport_connect_tls(x, addr, port, timeout_ms, on_close, arg, out);
+	if (rc == -ZL_ERR_TLS_CA)
+		ZL_LOG_ERR(PEER_LOG,
+			   "storage %s at %s:%u requires TLS: pass --tls-ca FILE (the cluster's "
+			   "CA; or set ZIPLINE_TLS_CA)",
+			   node_id ? node_id : "?", addr, port);
+	return rc;
+}
+
 int zl_xport_pick(enum zl_xport_select sel, const char *node_id, const char *addr,
 		  uint16_t rdma_port, const char *transports, bool rdma_ok, int timeout_ms,
 		  enum zl_xport_kind *out)
