@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "lib/meta/meta.h"
+#include "lib/transport/transport.h"
 
 static const char cli_usage[] =
     "usage: zl [global flags] COMMAND [args]\n"
@@ -110,6 +111,10 @@ int main(int argc, char **argv)
 		zl_cli_err("unknown command '%s' (see 'zl --help')", cmd);
 		rc = ZL_CLI_EXIT_USAGE;
 	}
+	/* The one-line error cannot name the node or the certificate problem;
+	 * the transport kept the TLS failure that explains it. */
+	if (rc && *zl_xport_tls_last_error() && zl_log_level < ZL_LOG_LVL_ERR)
+		zl_cli_err("%s", zl_xport_tls_last_error());
 	zl_cli_fini(&cli);
 	return rc;
 }

@@ -776,18 +776,23 @@ static void tcp_tls_step(struct tcp_conn *c)
 	}
 	if (rc < 0) {
 		bool log = xport_tls_hs_log_ok(c->base.x);
+		char msg[384];
 
 		if (log && c->base.server)
 			ZL_LOG_WARN("xport",
 				    "TLS handshake failed peer=%s side=server reason=\"%s\"; closing "
 				    "connection",
 				    c->base.peer, why);
-		else if (log)
-			ZL_LOG_ERR("xport", "TLS handshake with %s failed: %s; %s", c->base.peer,
-				   why,
-				   strstr(why, "certificate")
-				       ? "is --tls-ca (ZIPLINE_TLS_CA) the cluster's CA?"
-				       : "does that node serve TLS (its node record says so)?");
+		if (!c->base.server) {
+			snprintf(msg, sizeof(msg), "TLS handshake with %s failed: %s; %s", c->base.peer,
+				 why,
+				 strstr(why, "certificate")
+				     ? "is --tls-ca (ZIPLINE_TLS_CA) the cluster's CA?"
+				     : "does that node serve TLS (its node record says so)?");
+			xport_tls_note(msg);
+			if (log)
+				ZL_LOG_ERR("xport", "%s", msg);
+		}
 		tcp_conn_close(&c->base, -ZL_ERR_TLS);
 		return;
 	}

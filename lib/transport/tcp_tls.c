@@ -71,6 +71,13 @@ int xport_tls_init(struct zl_xport *x)
 	struct xport_tls *t;
 	char why[256];
 
+	/* "" is unset, as an empty environment variable or flag value. */
+	if (o->tls_cert && !*o->tls_cert)
+		x->opts.tls_cert = NULL;
+	if (o->tls_key && !*o->tls_key)
+		x->opts.tls_key = NULL;
+	if (o->tls_ca && !*o->tls_ca)
+		x->opts.tls_ca = NULL;
 	if (!o->tls_cert && !o->tls_key && !o->tls_ca)
 		return 0;
 	if (!o->tls_cert != !o->tls_key) {
@@ -317,7 +324,10 @@ void xport_tls_established(struct zl_xport *x, SSL *ssl, const char *peer)
 	if (t->ktls_logged)
 		return;
 	t->ktls_logged = true;
-	ZL_LOG_INFO("xport", "TLS up version=%s cipher=%s ktls_send=%s ktls_recv=%s%s",
+	/* Once per transport: at info for a daemon's (serving) transport, at
+	 * debug for a client's, whose stderr is the user's. */
+	ZL_LOG_(t->server ? ZL_LOG_LVL_INFO : ZL_LOG_LVL_DEBUG, "xport",
+		"TLS up version=%s cipher=%s ktls_send=%s ktls_recv=%s%s",
 		    SSL_get_version(ssl), SSL_get_cipher_name(ssl),
 		    BIO_get_ktls_send(SSL_get_wbio(ssl)) ? "yes" : "no",
 		    BIO_get_ktls_recv(SSL_get_rbio(ssl)) ? "yes" : "no",
@@ -325,6 +335,19 @@ void xport_tls_established(struct zl_xport *x, SSL *ssl, const char *peer)
 			? ""
 			: " (kTLS not in use: needs the kernel tls module and an OpenSSL built "
 			  "with it; user-space TLS works the same)");
+}
+
+/* Per thread, like the loop that makes the connections. */
+static _Thread_local char xport_tls_last[384];
+
+void xport_tls_note(const char *msg)
+{
+	snprintf(xport_tls_last, sizeof(xport_tls_last), "%s", msg);
+}
+
+const char *zl_xport_tls_last_error(void)
+{
+	return xport_tls_last;
 }
 
 bool xport_tls_plain_log_ok(struct zl_xport *x)

@@ -136,6 +136,11 @@ int zl_xport_connect(struct zl_xport *x, const char *host, uint16_t port, int ti
  * -ZL_ERR_TLS_CA when x has no tls_ca, -EPROTONOSUPPORT on RDMA. */
 int zl_xport_connect_tls(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
 			 zl_xport_close_cb on_close, void *arg, struct zl_xport_conn **out);
+/* The last TLS failure of a client connection on this thread, as logged
+ * ("TLS handshake with ADDR failed: certificate verify failed: ...; is
+ * --tls-ca ...", "storage N at ADDR requires TLS: pass --tls-ca FILE ..."),
+ * for tools whose library logs are off; "" when there was none. */
+const char *zl_xport_tls_last_error(void);
 /* True when x's listeners accept TLS only (tls_cert and tls_key set). */
 bool zl_xport_tls_serving(const struct zl_xport *x);
 

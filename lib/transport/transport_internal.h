@@ -317,6 +317,8 @@ void xport_tls_established(struct zl_xport *x, struct ssl_st *ssl, const char *p
 /* Rate limits (once a second) of refused plaintext connections and failed
  * handshakes. */
 bool xport_tls_plain_log_ok(struct zl_xport *x);
+/* Keeps msg for zl_xport_tls_last_error. */
+void xport_tls_note(const char *msg);
 bool xport_tls_hs_log_ok(struct zl_xport *x);
 
 /* ---- common layer (xport.c) ---- */

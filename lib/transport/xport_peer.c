@@ -1,6 +1,7 @@
 /* Transport choice and HELLO for connections to storage nodes (see
  * xport_peer.h). */
 #include "xport_peer.h"
+#include "transport_internal.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -36,11 +37,16 @@ int zl_xport_connect_node(struct zl_xport *x, const char *node_id, const char *a
 	if (!tls || zl_xport_kind(x) != ZL_XPORT_TCP)
 		return zl_xport_connect(x, addr, port, timeout_ms, on_close, arg, out);
 	rc = zl_xport_connect_tls(x, addr, port, timeout_ms, on_close, arg, out);
-	if (rc == -ZL_ERR_TLS_CA)
-		ZL_LOG_ERR(PEER_LOG,
-			   "storage %s at %s:%u requires TLS: pass --tls-ca FILE (the cluster's "
-			   "CA; or set ZIPLINE_TLS_CA)",
-			   node_id ? node_id : "?", addr, port);
+	if (rc == -ZL_ERR_TLS_CA) {
+		char msg[256];
+
+		snprintf(msg, sizeof(msg),
+			 "storage %s at %s:%u requires TLS: pass --tls-ca FILE (the cluster's CA; "
+			 "or set ZIPLINE_TLS_CA)",
+			 node_id ? node_id : "?", addr, port);
+		xport_tls_note(msg);
+		ZL_LOG_ERR(PEER_LOG, "%s", msg);
+	}
 	return rc;
 }
 
