@@ -337,7 +337,7 @@ static size_t tcp_tls_stage(struct tcp_conn *c)
 /* tcp_flush over TLS: nothing goes out before the handshake is done. */
 static void tcp_tls_flush(struct tcp_conn *c)
 {
-	char why[160];
+	char why[160] = "";
 
 	c->wr_want = 0;
 	while (c->tls == TCP_TLS_UP && c->sq_head && !c->base.closing) {
@@ -452,7 +452,7 @@ static void tcp_send_queue(struct tcp_conn *c, struct tcp_send *s)
 static ssize_t tcp_tls_read(struct tcp_conn *c)
 {
 	uint32_t want = 0;
-	char why[160];
+	char why[160] = "";
 	ssize_t n;
 
 	c->rd_want = 0;
@@ -763,7 +763,7 @@ static bool tcp_tls_peek(struct tcp_conn *c)
 static void tcp_tls_step(struct tcp_conn *c)
 {
 	uint32_t want = 0;
-	char why[200];
+	char why[200] = "";
 	int rc;
 
 	if (c->tls == TCP_TLS_PEEK && !tcp_tls_peek(c))

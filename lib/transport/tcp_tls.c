@@ -240,6 +240,7 @@ static int tls_result(SSL *ssl, int ret, uint32_t *want, char *why, size_t why_l
 		return 0;
 	case SSL_ERROR_ZERO_RETURN:
 		ERR_clear_error();
+		snprintf(why, why_len, "connection closed by the peer");
 		return -1;
 	case SSL_ERROR_SYSCALL:
 		if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
@@ -273,6 +274,7 @@ int xport_tls_handshake(SSL *ssl, uint32_t *want, char *why, size_t why_len)
 	int ret;
 
 	ERR_clear_error();
+	errno = 0; /* SSL_ERROR_SYSCALL reads it */
 	ret = SSL_do_handshake(ssl);
 	if (ret == 1)
 		return 1;
@@ -290,6 +292,7 @@ ssize_t xport_tls_read(SSL *ssl, void *buf, size_t len, uint32_t *want, char *wh
 	int ret;
 
 	ERR_clear_error();
+	errno = 0;
 	ret = SSL_read_ex(ssl, buf, len, &n);
 	if (ret == 1)
 		return (ssize_t)n;
@@ -303,6 +306,7 @@ ssize_t xport_tls_write(SSL *ssl, const void *buf, size_t len, uint32_t *want, c
 	int ret;
 
 	ERR_clear_error();
+	errno = 0;
 	ret = SSL_write_ex(ssl, buf, len, &n);
 	if (ret == 1)
 		return (ssize_t)n;
