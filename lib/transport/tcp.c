@@ -165,6 +165,9 @@ struct tcp_conn {
 	uint32_t hs_want, rd_want, wr_want;
 	uint8_t *tx_stage;   /* TCP_TLS_STAGE bytes */
 	struct zl_defer rx_d; /* decrypted bytes left after the read budget */
+	/* The handshake must be done within the transport's timeout_ms: a peer
+	 * that connects and stalls does not hold the connection forever. */
+	struct zl_timer hs_t;
 };
 
 struct tcp_listener {
@@ -798,6 +801,7 @@ static void tcp_tls_step(struct tcp_conn *c)
 	}
 	c->tls = TCP_TLS_UP;
 	c->hs_want = 0;
+	zl_timer_stop(c->loop, &c->hs_t);
 	xport_tls_established(c->base.x, c->ssl, c->base.peer);
 	tcp_flush(c); /* requests queued during the handshake; sets the events */
 	if (!c->base.closing)
@@ -928,6 +932,23 @@ static int tcp_conn_tls(struct tcp_conn *c, bool server, const char *host)
 	return 0;
 }
 
+static void tcp_tls_hs_expired(void *arg)
+{
+	struct tcp_conn *c = arg;
+
+	if (c->base.closing || c->tls == TCP_TLS_UP)
+		return;
+	if (xport_tls_hs_log_ok(c->base.x))
+		ZL_LOG_WARN("xport",
+			    "TLS handshake not done within %u ms peer=%s side=%s; closing "
+			    "connection",
+			    c->base.x->opts.timeout_ms, c->base.peer,
+			    c->base.server ? "server" : "client");
+	zl_xport_conn_get(&c->base);
+	tcp_conn_close(&c->base, -ZL_ERR_TIMEOUT);
+	zl_xport_conn_put(&c->base);
+}
+
 /* Links a new connection into the transport and the loop. */
 static int tcp_conn_start(struct tcp_conn *c)
 {
@@ -937,6 +958,9 @@ static int tcp_conn_start(struct tcp_conn *c)
 	rc = zl_loop_add(c->loop, &c->h, c->fd, ev, tcp_conn_io, c);
 	if (rc)
 		return rc;
+	if (c->tls != TCP_TLS_OFF)
+		zl_timer_start(c->loop, &c->hs_t, c->base.x->opts.timeout_ms, 0,
+			       tcp_tls_hs_expired, c);
 	c->in_loop = true;
 	xport_conn_link(&c->base);
 	return 0;
@@ -1017,6 +1041,7 @@ static void tcp_conn_close(struct zl_xport_conn *bc, int reason)
 	zl_loop_defer_cancel(c->loop, &c->work_d);
 	zl_loop_defer_cancel(c->loop, &c->flush_d);
 	zl_loop_defer_cancel(c->loop, &c->rx_d);
+	zl_timer_stop(c->loop, &c->hs_t);
 }
 
 static void tcp_conn_free(struct zl_xport_conn *bc)
@@ -1024,6 +1049,7 @@ static void tcp_conn_free(struct zl_xport_conn *bc)
 	struct tcp_conn *c = tcp_conn_of(bc);
 
 	/* Only reachable after the close work dropped the transport's ref. */
+	zl_timer_stop(c->loop, &c->hs_t);
 	xport_tls_free(c->ssl, false);
 	if (c->fd >= 0)
 		close(c->fd);

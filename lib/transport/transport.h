@@ -67,7 +67,8 @@ struct zl_xport_opts {
 	 * read once by zl_xport_create. tls_cert + tls_key (PEM): every
 	 * connection the transport's listeners accept must be TLS (a
 	 * plaintext one is closed). tls_ca (PEM): zl_xport_connect_tls
-	 * verifies the server's certificate chain against it. */
+	 * verifies the server's certificate chain against it. A handshake
+	 * not done within timeout_ms closes the connection. */
 	const char *tls_cert;
 	const char *tls_key;
 	const char *tls_ca;

@@ -1554,6 +1554,31 @@ static void test_tls_close_mid_handshake(void **state)
 	cdone(e, c, &cc);
 }
 
+/* A peer that connects and stalls (nothing, or half a ClientHello) is
+ * closed once the server's timeout_ms passed, with -ZL_ERR_TIMEOUT. */
+static void test_tls_stalled_handshake(void **state)
+{
+	static const uint8_t half_hello[] = {0x16, 0x03, 0x01, 0x02, 0x00};
+	struct zl_xport_opts so = {.timeout_ms = 300};
+	struct env *e = env_start(state, NULL, &so);
+	struct cconn cc = {0};
+	struct zl_xport_conn *c;
+	int fd, fd2;
+
+	fd = raw_connect(e->port);
+	fd2 = raw_connect(e->port);
+	assert_int_equal(write(fd2, half_hello, sizeof(half_hello)), (ssize_t)sizeof(half_hello));
+	assert_true(raw_wait_closed(e, fd));
+	assert_true(raw_wait_closed(e, fd2));
+	close(fd);
+	close(fd2);
+	run_until(e, &e->srv->n_close, 2);
+	assert_int_equal(e->srv->last_close_reason, -ZL_ERR_TIMEOUT);
+	c = cconnect(e, &cc);
+	assert_int_equal(tls_ping(e, c), 0);
+	cdone(e, c, &cc);
+}
+
 static void test_pool(void **state)
 {
 	static const size_t sizes[] = {0,     1,	4096,	  4097,
@@ -1945,6 +1970,7 @@ int main(int argc, char **argv)
 	    TLS_TEST(test_tls_plaintext_refused),
 	    TLS_TEST(test_tls_verify),
 	    TLS_TEST(test_tls_close_mid_handshake),
+	    TLS_TEST(test_tls_stalled_handshake),
 	};
 #undef TLS_TEST
 	int failed = 0;
