@@ -105,6 +105,12 @@ int xport_tls_init(struct zl_xport *x)
 	SSL_CTX_set_mode(t->ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
 				     SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
 	SSL_CTX_clear_mode(t->ctx, SSL_MODE_AUTO_RETRY);
+	/* Read ahead through a 64 KiB buffer: one read() takes several
+	 * records, not two per record (header, then body). What it holds
+	 * beyond the record being read is SSL_has_pending for tcp.c. The
+	 * buffer is allocated once per connection, at the handshake. */
+	SSL_CTX_set_read_ahead(t->ctx, 1);
+	SSL_CTX_set_default_read_buffer_len(t->ctx, 64u << 10);
 	SSL_CTX_set_session_cache_mode(t->ctx, SSL_SESS_CACHE_OFF);
 	SSL_CTX_set_num_tickets(t->ctx, 0);
 	if (o->tls_cert) {
