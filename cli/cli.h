@@ -29,6 +29,8 @@ struct zl_cli_globals {
 	const char *transport; /* --transport */
 	const char *log_level; /* --log-level */
 	const char *io_timeout; /* --io-timeout SEC: how long volume I/O waits */
+	const char *tls_ca;	/* --tls-ca FILE (else $ZIPLINE_TLS_CA): TLS nodes */
+	const char *tls_server_name; /* --tls-server-name (else $ZIPLINE_TLS_SERVER_NAME) */
 	bool legacy_drop;	/* --legacy-drop: 0.1 client (promotes by slice_drop) */
 	bool help, version;
 };

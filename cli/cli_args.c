@@ -8,8 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const cli_global_value_flags[] = {"--etcd", "--etcd-prefix", "--transport",
-						     "--log-level", "--io-timeout"};
+static const char *const cli_global_value_flags[] = {
+    "--etcd", "--etcd-prefix", "--transport", "--log-level", "--io-timeout", "--tls-ca",
+    "--tls-server-name"};
 
 static const char **cli_global_slot(struct zl_cli_globals *g, size_t i)
 {
@@ -22,8 +23,12 @@ static const char **cli_global_slot(struct zl_cli_globals *g, size_t i)
 		return &g->transport;
 	case 3:
 		return &g->log_level;
-	default:
+	case 4:
 		return &g->io_timeout;
+	case 5:
+		return &g->tls_ca;
+	default:
+		return &g->tls_server_name;
 	}
 }
 

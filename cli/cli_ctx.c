@@ -165,6 +165,8 @@ int zl_cli_client(struct zl_cli *cli)
 		return ZL_CLI_EXIT_USAGE;
 	}
 	o.legacy_drop = cli->g.legacy_drop;
+	o.tls_ca = cli->g.tls_ca; /* NULL: lib/client reads the environment */
+	o.tls_server_name = cli->g.tls_server_name;
 	rc = zl_loop_create(&cli->loop);
 	if (rc) {
 		zl_cli_err("cannot create the event loop: %s", zl_strerror(rc));

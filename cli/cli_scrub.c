@@ -121,7 +121,8 @@ static int sc_conn(struct sc_ctx *c, const char *id, struct zl_xport_conn **out)
 		return 0;
 	}
 	sc_node_drop(n);
-	rc = zl_xport_connect(c->x, n->ni.addr, n->ni.port, CONNECT_MS, sc_close_cb, NULL, &n->xc);
+	rc = zl_xport_connect_node(c->x, n->ni.id, n->ni.addr, n->ni.port, n->ni.tls, CONNECT_MS,
+				   sc_close_cb, NULL, &n->xc);
 	if (rc) {
 		n->xc = NULL;
 		return rc;
@@ -211,6 +212,11 @@ static int sc_setup(struct sc_ctx *c, struct zl_cli *cli, const char *name)
 {
 	struct zl_xport_opts xo = {.kind = ZL_XPORT_TCP, .timeout_ms = (uint32_t)SCRUB_REQ_MS};
 	int rc;
+
+	/* TLS nodes (docs/SECURITY.md): the flags, else the environment. */
+	xo.tls_ca = cli->g.tls_ca ? cli->g.tls_ca : getenv("ZIPLINE_TLS_CA");
+	xo.tls_server_name =
+	    cli->g.tls_server_name ? cli->g.tls_server_name : getenv("ZIPLINE_TLS_SERVER_NAME");
 
 	memset(c, 0, sizeof(*c));
 	c->cli = cli;

@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "lib/meta/meta.h"
+#include "lib/transport/transport.h"
 
 static const char cli_usage[] =
     "usage: zl [global flags] COMMAND [args]\n"
@@ -42,6 +43,10 @@ static const char cli_usage[] =
     "  --log-level L       err|warn|info|debug (default: quiet; warn for volume serve)\n"
     "  --io-timeout SEC    how long volume I/O waits for an in-sync primary while the\n"
     "                      cluster heals before it fails (default 600)\n"
+    "  --tls-ca FILE       the cluster's CA (PEM), else $ZIPLINE_TLS_CA: needed to reach\n"
+    "                      storage nodes that serve TLS (docs/SECURITY.md)\n"
+    "  --tls-server-name N name their certificates carry, else\n"
+    "                      $ZIPLINE_TLS_SERVER_NAME, else their address\n"
     "  --legacy-drop       0.1 client for clusters without a manager: promote the\n"
     "                      next replica itself, read from backups, give up after 30 s\n"
     "  --help, --version\n"
@@ -106,6 +111,10 @@ int main(int argc, char **argv)
 		zl_cli_err("unknown command '%s' (see 'zl --help')", cmd);
 		rc = ZL_CLI_EXIT_USAGE;
 	}
+	/* The one-line error cannot name the node or the certificate problem;
+	 * the transport kept the TLS failure that explains it. */
+	if (rc && *zl_xport_tls_last_error() && zl_log_level < ZL_LOG_LVL_ERR)
+		zl_cli_err("%s", zl_xport_tls_last_error());
 	zl_cli_fini(&cli);
 	return rc;
 }

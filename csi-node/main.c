@@ -35,6 +35,10 @@ static void node_usage(FILE *f)
 	      "                       the cluster heals before it fails (default 600)\n"
 	      "  --legacy-drop        0.1 client for clusters without a manager: promote\n"
 	      "                       the next replica itself, give up after 30 s\n"
+	      "  --tls-ca FILE        the cluster's CA (PEM; env ZIPLINE_TLS_CA): attach\n"
+	      "                       processes reach storage nodes that serve TLS with it\n"
+	      "  --tls-server-name N  name their certificates carry (env\n"
+	      "                       ZIPLINE_TLS_SERVER_NAME; default: their address)\n"
 	      "  --version, --help\n",
 	      f);
 }
@@ -59,6 +63,8 @@ static int node_parse(int argc, char **argv, struct node_cfg *c)
 	    {"log-level", required_argument, NULL, 'l'},
 	    {"io-timeout", required_argument, NULL, 'T'},
 	    {"legacy-drop", no_argument, NULL, 'L'},
+	    {"tls-ca", required_argument, NULL, 'A'},
+	    {"tls-server-name", required_argument, NULL, 'S'},
 	    {"version", no_argument, NULL, 'V'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
@@ -124,6 +130,17 @@ static int node_parse(int argc, char **argv, struct node_cfg *c)
 			break;
 		case 'L':
 			c->legacy_drop = true;
+			break;
+		case 'A':
+		case 'S':
+			/* Attach processes inherit the environment, where lib/client
+			 * reads both (docs/SECURITY.md). */
+			if (o == 'A' && access(optarg, R_OK)) {
+				fprintf(stderr, "zipline-node: cannot read --tls-ca %s: %s\n",
+					optarg, strerror(errno));
+				exit(2);
+			}
+			setenv(o == 'A' ? "ZIPLINE_TLS_CA" : "ZIPLINE_TLS_SERVER_NAME", optarg, 1);
 			break;
 		case 'V':
 			puts("zipline-node " ZL_VERSION_STRING);

@@ -9,7 +9,7 @@ set -euo pipefail
 PKGS=(
   build-essential cmake pkg-config clang llvm libclang-rt-14-dev
   libcurl4-openssl-dev libjansson-dev liburing-dev libisal-dev
-  libcmocka-dev libssl-dev
+  libcmocka-dev libssl-dev openssl
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev protobuf-compiler libprotobuf-dev
   python3 python3-grpcio python3-protobuf python3-grpc-tools python3-pkg-resources
   libfuse3-dev fuse3

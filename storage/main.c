@@ -53,6 +53,13 @@ static const char usage[] =
     "                       docs/SECURITY.md)\n"
     "  --cluster-key-file FILE  the cluster key (64 hex digits, e.g. a mounted\n"
     "                       Secret); default: <prefix>keys/cluster in etcd\n"
+    "  --tls-cert FILE      TLS certificate (PEM) of the TCP listener, with\n"
+    "                       --tls-key and --tls-ca: then the listener speaks TLS\n"
+    "                       only and the node record says so (docs/SECURITY.md)\n"
+    "  --tls-key FILE       its private key (PEM)\n"
+    "  --tls-ca FILE        the cluster's CA: verifies peers that serve TLS\n"
+    "  --tls-server-name N  name peer certificates carry (SAN DNS); default: the\n"
+    "                       peer's advertised address must be in its SAN\n"
     "  --help, --version\n";
 
 struct storage_main {
@@ -93,7 +100,8 @@ static int parse_flags(int argc, char **argv, struct zl_storage_cfg *cfg, const 
 {
 	enum { O_LISTEN = 256, O_ADV, O_NODE, O_LABEL, O_ETCD, O_PREFIX, O_WAIT, O_CAP, O_LOG,
 	       O_CACERT, O_CERT, O_KEY, O_USER, O_PWFILE, O_XPORT, O_HEAL, O_RWAIT, O_RMBPS,
-	       O_SMBPS, O_SINT, O_GCINT, O_GCGRACE, O_AUTH, O_CKEY };
+	       O_SMBPS, O_SINT, O_GCINT, O_GCGRACE, O_AUTH, O_CKEY, O_TLS_CERT, O_TLS_KEY,
+	       O_TLS_CA, O_TLS_NAME };
 	static const struct option opts[] = {
 	    {"data-dir", required_argument, NULL, 'd'},
 	    {"listen", required_argument, NULL, O_LISTEN},
@@ -120,6 +128,10 @@ static int parse_flags(int argc, char **argv, struct zl_storage_cfg *cfg, const 
 	    {"gc-grace", required_argument, NULL, O_GCGRACE},
 	    {"auth", required_argument, NULL, O_AUTH},
 	    {"cluster-key-file", required_argument, NULL, O_CKEY},
+	    {"tls-cert", required_argument, NULL, O_TLS_CERT},
+	    {"tls-key", required_argument, NULL, O_TLS_KEY},
+	    {"tls-ca", required_argument, NULL, O_TLS_CA},
+	    {"tls-server-name", required_argument, NULL, O_TLS_NAME},
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},
 	    {NULL, 0, NULL, 0},
@@ -231,6 +243,21 @@ static int parse_flags(int argc, char **argv, struct zl_storage_cfg *cfg, const 
 		case O_CKEY:
 			cfg->cluster_key_file = optarg;
 			break;
+		case O_TLS_CERT:
+		case O_TLS_KEY:
+		case O_TLS_CA:
+			if (access(optarg, R_OK))
+				return bad_flag(c == O_TLS_CERT  ? "cannot read --tls-cert"
+						: c == O_TLS_KEY ? "cannot read --tls-key"
+								 : "cannot read --tls-ca",
+						optarg);
+			*(c == O_TLS_CERT  ? &cfg->tls_cert
+			  : c == O_TLS_KEY ? &cfg->tls_key
+					   : &cfg->tls_ca) = optarg;
+			break;
+		case O_TLS_NAME:
+			cfg->tls_server_name = optarg;
+			break;
 		case O_RWAIT:
 			v = strtol(optarg, &end, 10);
 			if (*end || v < 1 || v > 86400)
@@ -283,6 +310,9 @@ static int parse_flags(int argc, char **argv, struct zl_storage_cfg *cfg, const 
 		return bad_flag("--etcd-user and --etcd-password-file go together", NULL);
 	if ((cfg->etcd_cert == NULL) != (cfg->etcd_key == NULL))
 		return bad_flag("--etcd-cert and --etcd-key go together", NULL);
+	/* A TLS node reaches its TLS peers (replication) with the same CA. */
+	if ((cfg->tls_cert || cfg->tls_key) && !(cfg->tls_cert && cfg->tls_key && cfg->tls_ca))
+		return bad_flag("--tls-cert, --tls-key and --tls-ca go together", NULL);
 	if (!cfg->transport)
 		cfg->transport = "auto";
 	colon = strrchr(listen, ':');
@@ -340,7 +370,12 @@ static int storage_xports(struct zl_storage *st)
 {
 	/* Forwarded writes time out well before a client gives up on the
 	 * primary (its default is 10 s), so a hung backup is dropped in time. */
-	struct zl_xport_opts xo = {.kind = ZL_XPORT_TCP, .timeout_ms = 4000};
+	struct zl_xport_opts xo = {.kind = ZL_XPORT_TCP,
+				   .timeout_ms = 4000,
+				   .tls_cert = st->cfg.tls_cert,
+				   .tls_key = st->cfg.tls_key,
+				   .tls_ca = st->cfg.tls_ca,
+				   .tls_server_name = st->cfg.tls_server_name};
 	const char *host = st->cfg.listen_host;
 	bool wildcard = zl_storage_host_is_wildcard(host);
 	enum zl_xport_kind kind = ZL_XPORT_TCP;
@@ -363,7 +398,8 @@ static int storage_xports(struct zl_storage *st)
 			why = "no RDMA device has this address";
 	}
 	if (!why) {
-		xo.kind = ZL_XPORT_RDMA;
+		/* RDMA is not encrypted (docs/SECURITY.md): no TLS options. */
+		xo = (struct zl_xport_opts){.kind = ZL_XPORT_RDMA, .timeout_ms = xo.timeout_ms};
 		rc = zl_xport_create(st->loop, &xo, &st->xport_rdma);
 		if (rc == -EPROTONOSUPPORT)
 			why = "this build has no RDMA support (rdma-core was missing)";

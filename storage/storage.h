@@ -57,6 +57,13 @@ struct zl_storage_cfg {
 	 * key <prefix>keys/cluster in etcd). */
 	bool auth;
 	const char *cluster_key_file;
+	/* --tls-cert/--tls-key (serve TLS only, published as "tls" in the node
+	 * record), --tls-ca (verify peers that serve TLS), --tls-server-name
+	 * (the name their certificates carry; default: their address). */
+	const char *tls_cert;
+	const char *tls_key;
+	const char *tls_ca;
+	const char *tls_server_name;
 };
 
 struct zl_storage_vols;

@@ -188,6 +188,8 @@ int zl_storage_node_start(const struct zl_storage_cfg *cfg, uint16_t port, uint1
 	snprintf(n->info.version, sizeof(n->info.version), "%s", ZL_VERSION_STRING);
 	memcpy(n->info.cluster_id, cfg->cluster_id, sizeof(n->info.cluster_id));
 	memcpy(n->info.incarnation, cfg->incarnation, sizeof(n->info.incarnation));
+	/* The TCP listener accepts TLS only: clients and peers read it here. */
+	n->info.tls = cfg->tls_cert != NULL;
 	rc = node_register(n);
 	if (rc)
 		goto out_free;
@@ -198,9 +200,10 @@ int zl_storage_node_start(const struct zl_storage_cfg *cfg, uint16_t port, uint1
 	}
 	n->thread_started = true;
 	ZL_LOG_INFO("storage",
-		    "registered node=%s addr=%s:%u rdma_port=%u transports=%s domain=\"%s\" "
+		    "registered node=%s addr=%s:%u rdma_port=%u transports=%s tls=%s domain=\"%s\" "
 		    "capacity=%" PRIu64 " lease=%" PRIx64 " incarnation=%s",
-		    cfg->node_id, cfg->advertise, port, rdma_port, n->info.transports, cfg->domain,
+		    cfg->node_id, cfg->advertise, port, rdma_port, n->info.transports,
+		    n->info.tls ? "on" : "off", cfg->domain,
 		    n->info.capacity, (uint64_t)n->lease, n->info.incarnation);
 	*out = n;
 	return 0;

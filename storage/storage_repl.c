@@ -134,7 +134,8 @@ static int peer_connect(struct zl_storage_peers *p, struct storage_peer *pe)
 	}
 	x = kind == ZL_XPORT_RDMA ? st->xport_rdma : st->xport_tcp;
 	port = kind == ZL_XPORT_RDMA ? ni.rdma_port : ni.port;
-	rc = zl_xport_connect(x, ni.addr, port, PEER_CONNECT_MS, peer_on_close, p, &pe->conn);
+	rc = zl_xport_connect_node(x, ni.id, ni.addr, port, ni.tls, PEER_CONNECT_MS, peer_on_close,
+				   p, &pe->conn);
 	if (rc) {
 		ZL_LOG_WARN(
 		    "storage", "connect to peer failed: node=%s addr=%s:%u transport=%s err=%s",

@@ -87,6 +87,19 @@ int zl_client_create(struct zl_loop *loop, struct zl_etcd *etcd, const struct zl
 		c->cred.token = c->token;
 		c->cred.cluster = true;
 	}
+	if (!o.tls_ca)
+		o.tls_ca = getenv("ZIPLINE_TLS_CA");
+	if (!o.tls_server_name)
+		o.tls_server_name = getenv("ZIPLINE_TLS_SERVER_NAME");
+	if ((o.tls_ca && strlen(o.tls_ca) >= sizeof(c->tls_ca)) ||
+	    (o.tls_server_name && strlen(o.tls_server_name) >= sizeof(c->tls_server_name))) {
+		ZL_LOG_ERR(CLIENT_LOG, "TLS CA path or server name too long");
+		rc = -ZL_ERR_INVAL;
+		goto out_free;
+	}
+	snprintf(c->tls_ca, sizeof(c->tls_ca), "%s", o.tls_ca ? o.tls_ca : "");
+	snprintf(c->tls_server_name, sizeof(c->tls_server_name), "%s",
+		 o.tls_server_name ? o.tls_server_name : "");
 	c->legacy_drop = o.legacy_drop;
 	c->io_timeout_s = o.io_timeout_s ? o.io_timeout_s : CLIENT_IO_TIMEOUT_S;
 	c->sel = o.transport;
@@ -317,8 +330,9 @@ static int ctl_start(struct zl_client *c, struct ctl_slot *sl, int op, uint64_t 
 		rc = client_xport_get(c, kind, &x);
 	if (rc)
 		return rc;
-	rc = zl_xport_connect(x, ni->addr, kind == ZL_XPORT_RDMA ? ni->rdma_port : ni->port, tmo,
-			      ctl_close_cb, NULL, &sl->xc);
+	rc = zl_xport_connect_node(x, ni->id, ni->addr,
+				   kind == ZL_XPORT_RDMA ? ni->rdma_port : ni->port, ni->tls, tmo,
+				   ctl_close_cb, NULL, &sl->xc);
 	if (rc) {
 		sl->xc = NULL;
 		return rc;

@@ -69,6 +69,13 @@ struct zl_client_opts {
 	const char *token;
 	uint64_t token_vol;
 	const char *cluster_key;
+	/* TLS to storage nodes whose record says tls (docs/SECURITY.md): the
+	 * cluster's CA (PEM file; NULL = $ZIPLINE_TLS_CA, unset = none: such
+	 * nodes cannot be reached, with an error that says so) and the name
+	 * server certificates carry (NULL = $ZIPLINE_TLS_SERVER_NAME, unset =
+	 * the node's address must be in its certificate). Read at create. */
+	const char *tls_ca;
+	const char *tls_server_name;
 };
 
 /* etcd is borrowed (must outlive the client). Returns 0 or an error. */

@@ -193,6 +193,11 @@ struct client_node {
 	uint16_t port;
 	uint16_t rdma_port;	  /* 0: the node serves no RDMA */
 	char transports[32];	  /* as advertised, "tcp" or "tcp,rdma" */
+	bool tls;		  /* its TCP listener speaks TLS only */
+	/* -ZL_ERR_TLS_CA / -ZL_ERR_TLS of the last attempt, else 0: what
+	 * waiting I/O fails with instead of -ZL_ERR_CONN, so that our own
+	 * TLS configuration is never reported as the node's failure. */
+	int tls_err;
 	enum zl_xport_select sel; /* how this entry picks its transport */
 	enum zl_xport_kind kind;  /* picked at first connect; 0 = not yet */
 	bool gone;		/* no record in etcd: treated as down */
@@ -221,6 +226,8 @@ struct zl_client {
 	bool legacy_drop;	/* opts.legacy_drop: 0.1 promotion by slice_drop */
 	struct zl_xport_cred cred; /* of every HELLO; token points at token */
 	char token[129];
+	char tls_ca[4096];	    /* "" = none (opts.tls_ca or $ZIPLINE_TLS_CA) */
+	char tls_server_name[256]; /* "" = the node's address */
 	uint32_t io_timeout_s;	/* heal mode: how long an I/O waits */
 	int64_t report_lease;	/* lease of our failure reports, 0 = none */
 	bool report_timer_on;

@@ -25,6 +25,7 @@ static void node_mark_down(struct client_node *n, int err, const char *what)
 {
 	struct zl_client *c = n->c;
 
+	n->tls_err = err == -ZL_ERR_TLS_CA || err == -ZL_ERR_TLS ? err : 0;
 	n->backoff_ms =
 	    n->backoff_ms ? ZL_MIN(n->backoff_ms * 2, NODE_BACKOFF_MAX_MS) : NODE_BACKOFF_MIN_MS;
 	n->down_until_ns = zl_now_ns() + (uint64_t)n->backoff_ms * 1000000ull;
@@ -75,6 +76,7 @@ static struct client_node *node_add(struct zl_client *c, const char *id, enum zl
 		memcpy(n->transports, twin->transports, sizeof(n->transports));
 		n->port = twin->port;
 		n->rdma_port = twin->rdma_port;
+		n->tls = twin->tls;
 		n->gone = twin->gone;
 	}
 	client_list_init(&n->waitq);
@@ -95,7 +97,10 @@ struct client_node *client_node_get_or_add(struct zl_client *c, const char *id,
 
 int client_xport_get(struct zl_client *c, enum zl_xport_kind kind, struct zl_xport **out)
 {
-	struct zl_xport_opts xo = {.kind = kind, .timeout_ms = c->timeout_ms};
+	struct zl_xport_opts xo = {.kind = kind,
+				   .timeout_ms = c->timeout_ms,
+				   .tls_ca = c->tls_ca[0] ? c->tls_ca : NULL,
+				   .tls_server_name = c->tls_server_name};
 	int rc;
 
 	if (kind != ZL_XPORT_TCP && kind != ZL_XPORT_RDMA)
@@ -227,7 +232,7 @@ int client_nodes_refresh(struct zl_client *c)
 			if (strcmp(n->id, ni->id) != 0)
 				continue;
 			if (strcmp(n->addr, ni->addr) != 0 || n->port != ni->port ||
-			    n->rdma_port != ni->rdma_port ||
+			    n->rdma_port != ni->rdma_port || n->tls != ni->tls ||
 			    strcmp(n->transports, ni->transports) != 0) {
 				if (n->addr[0])
 					ZL_LOG_INFO(CLIENT_LOG,
@@ -241,6 +246,7 @@ int client_nodes_refresh(struct zl_client *c)
 					 ni->transports);
 				n->port = ni->port;
 				n->rdma_port = ni->rdma_port;
+				n->tls = ni->tls;
 				n->kind = 0; /* pick again at the next connect */
 				n->down_until_ns = 0;
 				n->backoff_ms = 0;
@@ -289,6 +295,7 @@ static void conn_hello_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 		goto out_kick;
 	}
 	cc->state = CONN_READY;
+	n->tls_err = 0;
 	n->backoff_ms = 0;
 	n->down_until_ns = 0;
 	ZL_LOG_INFO(CLIENT_LOG, "connected: node=%s addr=%s:%u transport=%s client=%s", n->id,
@@ -314,7 +321,8 @@ static int conn_open(struct client_conn *cc)
 		node_mark_down(n, rc, "transport");
 		return rc;
 	}
-	rc = zl_xport_connect(x, n->addr, port, tmo, conn_close_cb, cc, &cc->xc);
+	rc = zl_xport_connect_node(x, n->id, n->addr, port, n->tls, tmo, conn_close_cb, cc,
+				   &cc->xc);
 	if (rc) {
 		cc->xc = NULL;
 		node_mark_down(n, rc, "connect");
@@ -407,7 +415,7 @@ int client_node_submit(struct client_node *n, struct client_sub *s)
 		return 0;
 	node_open_idle(n);
 	if (!node_has_live_conn(n))
-		return -ZL_ERR_CONN;
+		return n->tls_err ? n->tls_err : -ZL_ERR_CONN;
 	s->state = SUB_WAIT;
 	client_list_add_tail(&n->waitq, &s->link);
 	return 0;
@@ -440,7 +448,7 @@ void client_node_kick(struct client_node *n)
 		while ((l = client_list_pop(&n->waitq))) {
 			struct client_sub *s = ZL_CONTAINER_OF(l, struct client_sub, link);
 
-			client_sub_fail_async(s, -ZL_ERR_CONN);
+			client_sub_fail_async(s, n->tls_err ? n->tls_err : -ZL_ERR_CONN);
 		}
 	}
 }

@@ -65,6 +65,10 @@ enum zl_client_action zl_client_classify(int op, int err, bool transport)
 
 	if (err == 0)
 		return ZL_CLIENT_ACT_DONE;
+	/* Our TLS configuration (no CA, another CA): the node is fine, nothing
+	 * to fail over or promote. */
+	if (err == -ZL_ERR_TLS || err == -ZL_ERR_TLS_CA)
+		return ZL_CLIENT_ACT_FAIL;
 	if (transport) {
 		/* No reply from the node: it (or the path to it) is in trouble. */
 		if (!write)

@@ -27,7 +27,9 @@
 	X(ZL_ERR_VERSION,    4115, "unsupported protocol version")              \
 	X(ZL_ERR_PEERING,    4116, "slice primary is peering, retry shortly")    \
 	X(ZL_ERR_MIN_SIZE,   4117, "fewer in-sync copies than the volume's min_size") \
-	X(ZL_ERR_IDENTITY,   4118, "data directory belongs to another cluster or node")
+	X(ZL_ERR_IDENTITY,   4118, "data directory belongs to another cluster or node") \
+	X(ZL_ERR_TLS,        4119, "TLS handshake failed")                       \
+	X(ZL_ERR_TLS_CA,     4120, "node requires TLS but no CA is configured (--tls-ca FILE or ZIPLINE_TLS_CA)")
 
 enum zl_err {
 #define ZL_ERR_ENUM(name, val, msg) name = (val),

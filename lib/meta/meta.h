@@ -53,6 +53,9 @@ struct zl_node_info {
 	 * records of 0.1 or of a daemon that does not know them yet. */
 	char cluster_id[ZL_META_ID_SIZE];
 	char incarnation[ZL_META_ID_SIZE];
+	/* The TCP listener speaks TLS only (zipline-storage --tls-cert;
+	 * docs/SECURITY.md); absent in older records: false. */
+	bool tls;
 };
 
 /* What a member of a slice is doing (docs/REPLICATION.md §1-4). */

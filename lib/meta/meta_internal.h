@@ -50,6 +50,7 @@ struct meta_field {
 	const char *name;
 	size_t off, size;
 	bool is_str, allow_empty;
+	bool is_bool; /* a JSON true/false into a bool member */
 	int64_t min, max;
 	bool optional; /* absent: the member keeps its value (zero or a default) */
 };
@@ -74,6 +75,12 @@ struct meta_field {
 #define META_INT_NEW(type, member, name, lo, hi)                                                   \
 	{                                                                                          \
 		META_FIELD(type, member, name), .min = lo, .max = hi, .optional = true             \
+	}
+
+/* A boolean that older records lack: absent reads as false. */
+#define META_BOOL_NEW(type, member, name)                                                          \
+	{                                                                                          \
+		META_FIELD(type, member, name), .is_bool = true, .optional = true                  \
 	}
 
 /* Decodes field f of object o into rec: 0 or -ZL_ERR_INVAL. */

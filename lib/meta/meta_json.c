@@ -96,6 +96,14 @@ int meta_get_field(json_t *o, const struct meta_field *f, void *rec)
 
 	if (!j && f->optional)
 		return 0;
+	if (f->is_bool) {
+		bool b = json_is_true(j);
+
+		if (!json_is_boolean(j))
+			return -ZL_ERR_INVAL;
+		memcpy(p, &b, sizeof(b));
+		return 0;
+	}
 	if (f->is_str) {
 		if (!json_is_string(j))
 			return -ZL_ERR_INVAL;
@@ -171,6 +179,11 @@ char *zl_meta_node_to_json(const struct zl_node_info *n)
 		      (json_int_t)n->capacity, "free", (json_int_t)n->free, "start_time",
 		      (json_int_t)n->start_time, "version", n->version, "cluster_id", n->cluster_id,
 		      "incarnation", n->incarnation);
+	/* Only when on: records of plaintext nodes stay as older readers know them. */
+	if (o && n->tls && json_object_set_new(o, "tls", json_true())) {
+		json_decref(o);
+		o = NULL;
+	}
 	return meta_dump(o);
 }
 
@@ -187,6 +200,7 @@ static const struct meta_field meta_node_fields[] = {
     META_INT(struct zl_node_info, start_time, "start_time", INT64_MIN, INT64_MAX),
     META_STR_NEW(struct zl_node_info, cluster_id, "cluster_id"),
     META_STR_NEW(struct zl_node_info, incarnation, "incarnation"),
+    META_BOOL_NEW(struct zl_node_info, tls, "tls"),
 };
 
 int meta_decode_flat(const char *json, size_t len, const struct meta_field *f, size_t n, void *rec,

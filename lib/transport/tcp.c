@@ -18,6 +18,18 @@
  * sent. A reply that arrives while its request's frame is still being
  * written is held until the write completes (the caller's out buffer is in
  * use until then).
+ *
+ * TLS (tcp_tls.c, docs/SECURITY.md): the same frames through one SSL per
+ * connection. A server connection first peeks at the first byte (a TLS
+ * record starts with 0x16; anything else is a plaintext client, refused),
+ * then both sides run SSL_do_handshake on the loop, the fd's epoll interest
+ * following what OpenSSL wants; client requests queue meanwhile. Once up,
+ * SSL_read replaces read/readv (payloads are still read straight into their
+ * destination) and SSL_write replaces sendmsg: headers and small frames are
+ * gathered into a per-connection 16 KiB staging buffer (one TLS record),
+ * large payloads are written from their own memory. Decrypted bytes that
+ * epoll cannot see (left after the read budget) are picked up by a
+ * deferred read. Nothing is allocated per I/O.
  */
 #include "transport_internal.h"
 
@@ -35,6 +47,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <openssl/ssl.h>
+
 #define TCP_RBUF_SIZE (64u << 10)
 #define TCP_IOV_MAX   64
 #define TCP_BACKLOG   1024
@@ -42,6 +56,17 @@
  * epoll brings us back). */
 #define TCP_READ_BUDGET	  32
 #define TCP_ACCEPT_BUDGET 64
+/* TLS: the largest record's plaintext; smaller pieces are gathered into it. */
+#define TCP_TLS_STAGE (16u << 10)
+/* The first byte of a TLS record carrying a handshake message. */
+#define TCP_TLS_HANDSHAKE_RECORD 0x16
+
+enum tcp_tls_state {
+	TCP_TLS_OFF,	   /* plaintext */
+	TCP_TLS_PEEK,	   /* server: waiting for the first byte (ClientHello or plaintext) */
+	TCP_TLS_HANDSHAKE, /* SSL_do_handshake until it completes */
+	TCP_TLS_UP,	   /* frames flow through SSL_read / SSL_write */
+};
 
 enum tcp_rx_state {
 	TCP_RX_HDR,  /* collecting the next header */
@@ -131,6 +156,18 @@ struct tcp_conn {
 	struct tcp_rep *rep_free;
 	struct tcp_rep *rep_done_head, *rep_done_tail;
 	uint32_t srv_pending; /* requests delivered, not yet replied */
+
+	/* TLS: ssl NULL and tls TCP_TLS_OFF for plaintext. The *_want are the
+	 * epoll events OpenSSL waits for: during the handshake, for a read
+	 * that must write first, for a write that must read first. */
+	SSL *ssl;
+	enum tcp_tls_state tls;
+	uint32_t hs_want, rd_want, wr_want;
+	uint8_t *tx_stage;   /* TCP_TLS_STAGE bytes */
+	struct zl_defer rx_d; /* decrypted bytes left after the read budget */
+	/* The handshake must be done within the transport's timeout_ms: a peer
+	 * that connects and stalls does not hold the connection forever. */
+	struct zl_timer hs_t;
 };
 
 struct tcp_listener {
@@ -151,6 +188,7 @@ static struct tcp_req *tcp_req_of(struct xport_req *r)
 
 static void tcp_conn_close(struct zl_xport_conn *bc, int reason);
 static void tcp_rx(struct tcp_conn *c);
+static void tcp_rx_deferred(void *arg);
 static void tcp_work(void *arg);
 
 /* ---- helpers ---- */
@@ -167,6 +205,16 @@ static void tcp_set_events(struct tcp_conn *c)
 
 	if (c->base.closing || !c->in_loop)
 		return;
+	if (c->tls == TCP_TLS_PEEK) {
+		ev = EPOLLIN;
+	} else if (c->tls == TCP_TLS_HANDSHAKE) {
+		ev = c->hs_want;
+	} else if (c->tls == TCP_TLS_UP) {
+		/* A write that waits for a read must not spin on EPOLLOUT. */
+		ev = (c->rx_paused ? 0 : EPOLLIN) | c->rd_want;
+		if (c->sq_head)
+			ev |= c->wr_want ? c->wr_want : EPOLLOUT;
+	}
 	rc = zl_loop_mod(c->loop, &c->h, ev);
 	if (rc) {
 		if (tcp_warn_ok(c))
@@ -261,10 +309,82 @@ static void tcp_send_advance(struct tcp_conn *c, size_t w)
 	}
 }
 
+/* TLS: copies the queue from its head into the staging buffer, up to one
+ * record. The same queue gives the same first bytes, which is what a retry
+ * of SSL_write after "would block" needs. Returns the bytes staged. */
+static size_t tcp_tls_stage(struct tcp_conn *c)
+{
+	size_t n = 0;
+
+	for (struct tcp_send *s = c->sq_head; s && n < TCP_TLS_STAGE; s = s->next) {
+		uint32_t sent = s->sent;
+		size_t take;
+
+		if (sent < ZL_WIRE_HDR_SIZE) {
+			take = ZL_MIN((size_t)(ZL_WIRE_HDR_SIZE - sent), TCP_TLS_STAGE - n);
+			memcpy(c->tx_stage + n, s->hdr + sent, take);
+			n += take;
+			sent += (uint32_t)take;
+			if (sent < ZL_WIRE_HDR_SIZE)
+				break;
+		}
+		take = ZL_MIN((size_t)(s->len - (sent - ZL_WIRE_HDR_SIZE)), TCP_TLS_STAGE - n);
+		if (take) {
+			memcpy(c->tx_stage + n, s->data + (sent - ZL_WIRE_HDR_SIZE), take);
+			n += take;
+		}
+	}
+	return n;
+}
+
+/* tcp_flush over TLS: nothing goes out before the handshake is done. */
+static void tcp_tls_flush(struct tcp_conn *c)
+{
+	char why[160] = "";
+
+	c->wr_want = 0;
+	while (c->tls == TCP_TLS_UP && c->sq_head && !c->base.closing) {
+		struct tcp_send *s = c->sq_head;
+		uint32_t want = 0;
+		const uint8_t *p;
+		size_t len;
+		ssize_t w;
+
+		if (s->sent >= ZL_WIRE_HDR_SIZE &&
+		    s->len - (s->sent - ZL_WIRE_HDR_SIZE) >= TCP_TLS_STAGE) {
+			/* A large payload: encrypted from its own memory. */
+			p = s->data + (s->sent - ZL_WIRE_HDR_SIZE);
+			len = s->len - (s->sent - ZL_WIRE_HDR_SIZE);
+		} else {
+			len = tcp_tls_stage(c);
+			p = c->tx_stage;
+		}
+		w = xport_tls_write(c->ssl, p, len, &want, why, sizeof(why));
+		if (w > 0) {
+			tcp_send_advance(c, (size_t)w);
+			continue;
+		}
+		if (w == 0) {
+			c->wr_want = want == EPOLLIN ? EPOLLIN : 0;
+			break;
+		}
+		if (tcp_warn_ok(c))
+			ZL_LOG_WARN("xport", "TLS send failed peer=%s reason=\"%s\"; closing connection",
+				    c->base.peer, why);
+		tcp_conn_close(&c->base, -ZL_ERR_CONN);
+		return;
+	}
+	tcp_set_events(c);
+}
+
 /* Writes as much of the queue as the socket takes. Never runs user callbacks
  * (completions are deferred), so it is safe inside request/reply. */
 static void tcp_flush(struct tcp_conn *c)
 {
+	if (c->tls != TCP_TLS_OFF) {
+		tcp_tls_flush(c);
+		return;
+	}
 	while (c->sq_head && !c->base.closing) {
 		struct iovec iov[TCP_IOV_MAX];
 		struct msghdr msg = {.msg_iov = iov};
@@ -329,6 +449,46 @@ static void tcp_send_queue(struct tcp_conn *c, struct tcp_send *s)
 
 /* ---- receive path ---- */
 
+/* tcp_read over TLS: one SSL_read (at most one record), into the payload's
+ * destination while one is being received (rbuf is empty then), else into
+ * the read-ahead buffer. */
+static ssize_t tcp_tls_read(struct tcp_conn *c)
+{
+	uint32_t want = 0;
+	char why[160] = "";
+	ssize_t n;
+
+	c->rd_want = 0;
+	if (c->rx == TCP_RX_DATA) {
+		n = xport_tls_read(c->ssl, c->rx_dst + c->rx_done, c->rx_len - c->rx_done, &want,
+				   why, sizeof(why));
+		if (n > 0)
+			c->rx_done += (uint32_t)n;
+	} else {
+		n = xport_tls_read(c->ssl, c->rbuf + c->rlen, TCP_RBUF_SIZE - c->rlen, &want, why,
+				   sizeof(why));
+		if (n > 0)
+			c->rlen += (uint32_t)n;
+	}
+	if (n > 0)
+		return n;
+	if (n == 0) {
+		if (want == EPOLLOUT) {
+			c->rd_want = EPOLLOUT;
+			tcp_set_events(c);
+		}
+		return 0;
+	}
+	if (n == -1) {
+		ZL_LOG_DEBUG("xport", "peer closed the connection peer=%s", c->base.peer);
+	} else if (tcp_warn_ok(c)) {
+		ZL_LOG_WARN("xport", "TLS receive failed peer=%s reason=\"%s\"; closing connection",
+			    c->base.peer, why);
+	}
+	tcp_conn_close(&c->base, -ZL_ERR_CONN);
+	return -1;
+}
+
 /* Reads once from the socket. Returns >0 bytes, 0 on EAGAIN, -1 when the
  * connection was closed. */
 static ssize_t tcp_read(struct tcp_conn *c)
@@ -342,6 +502,8 @@ static ssize_t tcp_read(struct tcp_conn *c)
 		c->rlen -= c->rpos;
 		c->rpos = 0;
 	}
+	if (c->ssl)
+		return tcp_tls_read(c);
 	for (;;) {
 		if (c->rx == TCP_RX_DATA) {
 			/* rbuf is empty here: the payload goes straight to its
@@ -550,11 +712,100 @@ static void tcp_rx(struct tcp_conn *c)
 				continue;
 			}
 		}
-		if (budget-- == 0)
+		if (budget-- == 0) {
+			/* Level-triggered epoll brings us back for socket
+			 * bytes, not for what OpenSSL has decrypted already. */
+			if (c->ssl && xport_tls_pending(c->ssl))
+				zl_loop_defer(c->loop, &c->rx_d, tcp_rx_deferred, c);
 			return;
+		}
 		if (tcp_read(c) <= 0)
 			return;
 	}
+}
+
+static void tcp_rx_deferred(void *arg)
+{
+	struct tcp_conn *c = arg;
+
+	zl_xport_conn_get(&c->base);
+	tcp_rx(c);
+	zl_xport_conn_put(&c->base);
+}
+
+/* Server TLS connection: refuses a client whose first byte is not a TLS
+ * handshake record. Returns true when the handshake may start. */
+static bool tcp_tls_peek(struct tcp_conn *c)
+{
+	uint8_t b;
+	ssize_t n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		return false;
+	if (n <= 0) {
+		ZL_LOG_DEBUG("xport", "peer closed before the TLS handshake peer=%s", c->base.peer);
+		tcp_conn_close(&c->base, -ZL_ERR_CONN);
+		return false;
+	}
+	if (b != TCP_TLS_HANDSHAKE_RECORD) {
+		if (xport_tls_plain_log_ok(c->base.x))
+			ZL_LOG_WARN("xport",
+				    "refused a plaintext connection peer=%s first_byte=0x%02x: this "
+				    "node serves TLS only (its node record says \"tls\":true); the "
+				    "client must connect with TLS (zl/zipline-node with --tls-ca "
+				    "FILE or ZIPLINE_TLS_CA)",
+				    c->base.peer, b);
+		tcp_conn_close(&c->base, -ZL_ERR_PROTO);
+		return false;
+	}
+	c->tls = TCP_TLS_HANDSHAKE;
+	return true;
+}
+
+/* Drives the TLS handshake one step (the caller holds a reference). */
+static void tcp_tls_step(struct tcp_conn *c)
+{
+	uint32_t want = 0;
+	char why[200] = "";
+	int rc;
+
+	if (c->tls == TCP_TLS_PEEK && !tcp_tls_peek(c))
+		return;
+	rc = xport_tls_handshake(c->ssl, &want, why, sizeof(why));
+	if (rc == 0) {
+		c->hs_want = want;
+		tcp_set_events(c);
+		return;
+	}
+	if (rc < 0) {
+		bool log = xport_tls_hs_log_ok(c->base.x);
+		char msg[384];
+
+		if (log && c->base.server)
+			ZL_LOG_WARN("xport",
+				    "TLS handshake failed peer=%s side=server reason=\"%s\"; closing "
+				    "connection",
+				    c->base.peer, why);
+		if (!c->base.server) {
+			snprintf(msg, sizeof(msg), "TLS handshake with %s failed: %s; %s", c->base.peer,
+				 why,
+				 strstr(why, "certificate")
+				     ? "is --tls-ca (ZIPLINE_TLS_CA) the cluster's CA?"
+				     : "does that node serve TLS (its node record says so)?");
+			xport_tls_note(msg);
+			if (log)
+				ZL_LOG_ERR("xport", "%s", msg);
+		}
+		tcp_conn_close(&c->base, -ZL_ERR_TLS);
+		return;
+	}
+	c->tls = TCP_TLS_UP;
+	c->hs_want = 0;
+	zl_timer_stop(c->loop, &c->hs_t);
+	xport_tls_established(c->base.x, c->ssl, c->base.peer);
+	tcp_flush(c); /* requests queued during the handshake; sets the events */
+	if (!c->base.closing)
+		tcp_rx(c); /* application data that came with the last flight */
 }
 
 static void tcp_conn_io(void *arg, uint32_t events)
@@ -562,9 +813,14 @@ static void tcp_conn_io(void *arg, uint32_t events)
 	struct tcp_conn *c = arg;
 
 	zl_xport_conn_get(&c->base);
-	if (events & EPOLLOUT)
+	if (c->tls == TCP_TLS_PEEK || c->tls == TCP_TLS_HANDSHAKE) {
+		tcp_tls_step(c);
+		zl_xport_conn_put(&c->base);
+		return;
+	}
+	if ((events & EPOLLOUT) || (events & c->wr_want))
 		tcp_flush(c);
-	if (!c->base.closing && (events & (EPOLLIN | EPOLLERR | EPOLLHUP))) {
+	if (!c->base.closing && (events & (EPOLLIN | EPOLLERR | EPOLLHUP | c->rd_want))) {
 		if (!c->rx_paused)
 			tcp_rx(c);
 		else if (events & (EPOLLERR | EPOLLHUP))
@@ -661,14 +917,50 @@ out_free:
 	return -ENOMEM;
 }
 
+/* Puts a new connection on TLS: a server peeks first, a client verifies
+ * host (or the transport's tls_server_name). 0 or -ENOMEM. */
+static int tcp_conn_tls(struct tcp_conn *c, bool server, const char *host)
+{
+	c->tx_stage = malloc(TCP_TLS_STAGE);
+	if (!c->tx_stage)
+		return -ENOMEM;
+	if (xport_tls_new(c->base.x, c->fd, server, host, &c->ssl))
+		return -ENOMEM;
+	c->tls = server ? TCP_TLS_PEEK : TCP_TLS_HANDSHAKE;
+	/* The client speaks first: its ClientHello waits for a writable socket. */
+	c->hs_want = server ? EPOLLIN : EPOLLOUT;
+	return 0;
+}
+
+static void tcp_tls_hs_expired(void *arg)
+{
+	struct tcp_conn *c = arg;
+
+	if (c->base.closing || c->tls == TCP_TLS_UP)
+		return;
+	if (xport_tls_hs_log_ok(c->base.x))
+		ZL_LOG_WARN("xport",
+			    "TLS handshake not done within %u ms peer=%s side=%s; closing "
+			    "connection",
+			    c->base.x->opts.timeout_ms, c->base.peer,
+			    c->base.server ? "server" : "client");
+	zl_xport_conn_get(&c->base);
+	tcp_conn_close(&c->base, -ZL_ERR_TIMEOUT);
+	zl_xport_conn_put(&c->base);
+}
+
 /* Links a new connection into the transport and the loop. */
 static int tcp_conn_start(struct tcp_conn *c)
 {
+	uint32_t ev = c->tls == TCP_TLS_HANDSHAKE ? c->hs_want : EPOLLIN;
 	int rc;
 
-	rc = zl_loop_add(c->loop, &c->h, c->fd, EPOLLIN, tcp_conn_io, c);
+	rc = zl_loop_add(c->loop, &c->h, c->fd, ev, tcp_conn_io, c);
 	if (rc)
 		return rc;
+	if (c->tls != TCP_TLS_OFF)
+		zl_timer_start(c->loop, &c->hs_t, c->base.x->opts.timeout_ms, 0,
+			       tcp_tls_hs_expired, c);
 	c->in_loop = true;
 	xport_conn_link(&c->base);
 	return 0;
@@ -739,12 +1031,17 @@ static void tcp_conn_close(struct zl_xport_conn *bc, int reason)
 		zl_loop_del(c->loop, &c->h);
 		c->in_loop = false;
 	}
+	/* close_notify only for a local close of a healthy connection. */
+	xport_tls_free(c->ssl, reason == 0 && c->tls == TCP_TLS_UP);
+	c->ssl = NULL;
 	if (c->fd >= 0) {
 		close(c->fd);
 		c->fd = -1;
 	}
 	zl_loop_defer_cancel(c->loop, &c->work_d);
 	zl_loop_defer_cancel(c->loop, &c->flush_d);
+	zl_loop_defer_cancel(c->loop, &c->rx_d);
+	zl_timer_stop(c->loop, &c->hs_t);
 }
 
 static void tcp_conn_free(struct zl_xport_conn *bc)
@@ -752,11 +1049,14 @@ static void tcp_conn_free(struct zl_xport_conn *bc)
 	struct tcp_conn *c = tcp_conn_of(bc);
 
 	/* Only reachable after the close work dropped the transport's ref. */
+	zl_timer_stop(c->loop, &c->hs_t);
+	xport_tls_free(c->ssl, false);
 	if (c->fd >= 0)
 		close(c->fd);
 	xport_conn_fini(bc);
 	free(c->reps);
 	free(c->rbuf);
+	free(c->tx_stage);
 	free(c);
 }
 
@@ -812,8 +1112,8 @@ out_close:
 	return rc;
 }
 
-static int tcp_connect(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
-		       struct zl_xport_conn **out)
+static int tcp_connect_as(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
+			  bool tls, struct zl_xport_conn **out)
 {
 	uint64_t deadline_ms = zl_now_ms() + (uint64_t)timeout_ms;
 	struct addrinfo *res, *ai;
@@ -838,10 +1138,15 @@ static int tcp_connect(struct zl_xport *x, const char *host, uint16_t port, int 
 	rc = tcp_conn_new(x, fd, false, &c);
 	if (rc)
 		goto out_close;
+	if (tls) {
+		rc = tcp_conn_tls(c, false, host);
+		if (rc)
+			goto out_conn;
+	}
 	rc = tcp_conn_start(c);
 	if (rc)
 		goto out_conn;
-	ZL_LOG_DEBUG("xport", "connected peer=%s", c->base.peer);
+	ZL_LOG_DEBUG("xport", "connected peer=%s tls=%s", c->base.peer, tls ? "yes" : "no");
 	*out = &c->base;
 	return 0;
 
@@ -851,6 +1156,18 @@ out_conn:
 out_close:
 	close(fd);
 	return rc;
+}
+
+static int tcp_connect(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
+		       struct zl_xport_conn **out)
+{
+	return tcp_connect_as(x, host, port, timeout_ms, false, out);
+}
+
+static int tcp_connect_tls(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
+			   struct zl_xport_conn **out)
+{
+	return tcp_connect_as(x, host, port, timeout_ms, true, out);
 }
 
 static int tcp_request(struct zl_xport_conn *bc, struct xport_req *br,
@@ -949,7 +1266,9 @@ static void tcp_accept_cb(void *arg, uint32_t events)
 		}
 		c->base.sops = l->base.sops;
 		c->base.sarg = l->base.sarg;
-		rc = tcp_conn_start(c);
+		rc = xport_tls_server(x) ? tcp_conn_tls(c, true, NULL) : 0;
+		if (!rc)
+			rc = tcp_conn_start(c);
 		if (rc) {
 			ZL_LOG_WARN("xport", "dropping accepted connection port=%u err=%s",
 				    l->base.port, zl_strerror(rc));
@@ -1013,7 +1332,10 @@ static void tcp_listener_close(struct zl_xport_listener *bl)
 
 const struct xport_ops xport_tcp_ops = {
     .kind = ZL_XPORT_TCP,
+    .init = xport_tls_init,
+    .fini = xport_tls_fini,
     .connect = tcp_connect,
+    .connect_tls = tcp_connect_tls,
     .listen = tcp_listen,
     .listener_close = tcp_listener_close,
     .conn_close = tcp_conn_close,

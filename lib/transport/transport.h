@@ -63,10 +63,24 @@ struct zl_xport_opts {
 	uint32_t timeout_ms;
 	/* Initial pool size in bytes (default 64 MiB), grown on demand. */
 	uint64_t pool_bytes;
+	/* TLS (TCP only; RDMA ignores these; docs/SECURITY.md). File paths,
+	 * read once by zl_xport_create. tls_cert + tls_key (PEM): every
+	 * connection the transport's listeners accept must be TLS (a
+	 * plaintext one is closed). tls_ca (PEM): zl_xport_connect_tls
+	 * verifies the server's certificate chain against it. A handshake
+	 * not done within timeout_ms closes the connection. */
+	const char *tls_cert;
+	const char *tls_key;
+	const char *tls_ca;
+	/* Name a server certificate must carry (SAN DNS entry) on every
+	 * zl_xport_connect_tls; NULL or "": the address connected to must be
+	 * in its SAN (IP entry, or DNS for a host name). */
+	const char *tls_server_name;
 };
 
 /* Creates a transport bound to loop. Returns 0, -ENOMEM, -ENODEV (RDMA
- * without a device), -EPROTONOSUPPORT (kind not built in). */
+ * without a device), -EPROTONOSUPPORT (kind not built in), -ZL_ERR_INVAL
+ * (also for TLS files that do not load; logged). */
 int zl_xport_create(struct zl_loop *loop, const struct zl_xport_opts *opts, struct zl_xport **out);
 /* Closes every connection and listener (in-flight requests fail with
  * -ZL_ERR_CONN), frees the pool. Accepts NULL. */
@@ -105,7 +119,8 @@ uint32_t zl_xport_conn_inflight(const struct zl_xport_conn *c);
 /* ---- client side ---- */
 
 /* Reply callback: status is 0 when a reply arrived (its status field says
- * how the request went), or a transport error (-ZL_ERR_CONN, -ZL_ERR_TIMEOUT,
+ * how the request went), or a transport error (-ZL_ERR_CONN, -ZL_ERR_TLS,
+ * -ZL_ERR_TIMEOUT,
  * -ZL_ERR_CORRUPT for a payload CRC mismatch, -ZL_ERR_PROTO). `rep` is NULL
  * on a transport error; valid only during the callback. */
 typedef void (*zl_xport_reply_cb)(void *arg, int status, const struct zl_wire_hdr *rep);
@@ -114,6 +129,21 @@ typedef void (*zl_xport_reply_cb)(void *arg, int status, const struct zl_wire_hd
  * -ETIMEDOUT, -EHOSTUNREACH, ... The caller owns one reference. */
 int zl_xport_connect(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
 		     zl_xport_close_cb on_close, void *arg, struct zl_xport_conn **out);
+
+/* zl_xport_connect over TLS (TCP): the TCP connect blocks as above, the
+ * handshake then runs on the loop; requests queue until it is done and fail
+ * with -ZL_ERR_TLS if it fails (the reason, e.g. "certificate verify
+ * failed: ...", is logged once). Returns what zl_xport_connect returns,
+ * -ZL_ERR_TLS_CA when x has no tls_ca, -EPROTONOSUPPORT on RDMA. */
+int zl_xport_connect_tls(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
+			 zl_xport_close_cb on_close, void *arg, struct zl_xport_conn **out);
+/* The last TLS failure of a client connection on this thread, as logged
+ * ("TLS handshake with ADDR failed: certificate verify failed: ...; is
+ * --tls-ca ...", "storage N at ADDR requires TLS: pass --tls-ca FILE ..."),
+ * for tools whose library logs are off; "" when there was none. */
+const char *zl_xport_tls_last_error(void);
+/* True when x's listeners accept TLS only (tls_cert and tls_key set). */
+bool zl_xport_tls_serving(const struct zl_xport *x);
 
 /* Sends a request. hdr: opcode, flags, vol_id, chunk, offset, length,
  * slice_ver, epoch, aux are the caller's; req_id, payload_len, payload_crc are

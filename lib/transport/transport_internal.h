@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "../common/common.h"
 #include "transport.h"
@@ -143,6 +144,7 @@ size_t xport_pool_class_size(size_t len);
 
 struct xport_ops;
 struct addrinfo;
+struct xport_tls;
 
 struct zl_xport {
 	const struct xport_ops *ops;
@@ -159,6 +161,7 @@ struct zl_xport {
 	void *impl;	    /* implementation state */
 	bool destroying;
 	struct zl_ratelimit warn_rl; /* per-I/O warnings of this transport */
+	struct xport_tls *tls;	     /* TCP with TLS options (tcp_tls.c), else NULL */
 };
 
 /* A client request slot, from zl_xport_request to its reply callback. The
@@ -237,6 +240,10 @@ struct xport_ops {
 	 * callback and takes the caller's reference. */
 	int (*connect)(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
 		       struct zl_xport_conn **out);
+	/* Optional (NULL: -EPROTONOSUPPORT): connect, then a TLS handshake
+	 * driven by the loop; requests queue until it is done. */
+	int (*connect_tls)(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
+			   struct zl_xport_conn **out);
 	/* Listens on ai (host as given, for messages); sets (*out)->port.
 	 * xport.c links the listener and sets its server ops. */
 	int (*listen)(struct zl_xport *x, const char *host, const struct addrinfo *ai,
@@ -273,6 +280,46 @@ struct xport_ops {
 };
 
 extern const struct xport_ops xport_tcp_ops;
+
+/* ---- TLS of the TCP transport (tcp_tls.c) ---- */
+
+struct ssl_st;
+
+/* Builds x->tls from x->opts (tls_cert/tls_key: serve TLS; tls_ca: verify
+ * servers); nothing without TLS options. Logs what failed. Returns 0,
+ * -ZL_ERR_INVAL (unreadable or mismatched files), -ENOMEM. */
+int xport_tls_init(struct zl_xport *x);
+void xport_tls_fini(struct zl_xport *x);
+/* x's listeners accept TLS only / x can connect with TLS. */
+bool xport_tls_server(const struct zl_xport *x);
+bool xport_tls_client(const struct zl_xport *x);
+/* One SSL on fd: server side, or client side checking host (or
+ * opts.tls_server_name) against the certificate. 0 or -ENOMEM. */
+int xport_tls_new(struct zl_xport *x, int fd, bool server, const char *host, struct ssl_st **out);
+/* Frees ssl (NULL ok); notify: first sends close_notify if the handshake is
+ * done (never waits for the peer's; only for a connection without a fatal
+ * error). */
+void xport_tls_free(struct ssl_st *ssl, bool notify);
+/* Non-blocking steps. handshake: 1 done, 0 would block (*want: the epoll
+ * events to wait for), -ZL_ERR_TLS with the reason in why. read/write: >0
+ * bytes, 0 would block (*want), -1 (read) peer closed, -ZL_ERR_TLS /
+ * -ZL_ERR_CONN (write) on failure with the reason in why. */
+int xport_tls_handshake(struct ssl_st *ssl, uint32_t *want, char *why, size_t why_len);
+ssize_t xport_tls_read(struct ssl_st *ssl, void *buf, size_t len, uint32_t *want, char *why,
+		       size_t why_len);
+ssize_t xport_tls_write(struct ssl_st *ssl, const void *buf, size_t len, uint32_t *want,
+			char *why, size_t why_len);
+/* Decrypted or buffered bytes that epoll cannot see. */
+bool xport_tls_pending(struct ssl_st *ssl);
+/* Handshake done: a debug line per connection, and once per transport an
+ * info line saying whether kTLS carries it. */
+void xport_tls_established(struct zl_xport *x, struct ssl_st *ssl, const char *peer);
+/* Rate limits (once a second) of refused plaintext connections and failed
+ * handshakes. */
+bool xport_tls_plain_log_ok(struct zl_xport *x);
+/* Keeps msg for zl_xport_tls_last_error. */
+void xport_tls_note(const char *msg);
+bool xport_tls_hs_log_ok(struct zl_xport *x);
 
 /* ---- common layer (xport.c) ---- */
 
@@ -316,7 +363,8 @@ void xport_req_hold(struct xport_req *r, int status, const struct zl_wire_hdr *r
 /* Completes r with the reply xport_req_hold kept. */
 void xport_req_finish_held(struct zl_xport_conn *c, struct xport_req *r);
 /* Close work: every request still in flight completes, oldest first, with
- * its held reply, or -ZL_ERR_TIMEOUT if it expired, else -ZL_ERR_CONN. */
+ * its held reply, or -ZL_ERR_TIMEOUT if it expired, -ZL_ERR_TLS when the
+ * connection closed for a failed handshake, else -ZL_ERR_CONN. */
 void xport_reqs_fail_all(struct zl_xport_conn *c);
 
 #endif

@@ -440,7 +440,11 @@ void xport_reqs_fail_all(struct zl_xport_conn *c)
 		if (r->held)
 			xport_req_finish_held(c, r);
 		else
-			xport_req_finish(c, r, r->fail ? r->fail : -ZL_ERR_CONN, NULL);
+			xport_req_finish(c, r,
+					 r->fail			     ? r->fail
+					 : c->close_reason == -ZL_ERR_TLS ? -ZL_ERR_TLS
+									  : -ZL_ERR_CONN,
+					 NULL);
 	}
 }
 
@@ -569,6 +573,35 @@ int zl_xport_connect(struct zl_xport *x, const char *host, uint16_t port, int ti
 	(*out)->close_arg = arg;
 	(*out)->refs++; /* the caller's */
 	return 0;
+}
+
+int zl_xport_connect_tls(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
+			 zl_xport_close_cb on_close, void *arg, struct zl_xport_conn **out)
+{
+	int rc;
+
+	if (!x || !host || !out || !port)
+		return -ZL_ERR_INVAL;
+	if (x->destroying)
+		return -ESHUTDOWN;
+	if (!x->ops->connect_tls)
+		return -EPROTONOSUPPORT;
+	if (!xport_tls_client(x))
+		return -ZL_ERR_TLS_CA;
+	if (timeout_ms <= 0)
+		timeout_ms = (int)ZL_MIN(x->opts.timeout_ms, (uint32_t)INT32_MAX);
+	rc = x->ops->connect_tls(x, host, port, timeout_ms, out);
+	if (rc)
+		return rc;
+	(*out)->on_close = on_close;
+	(*out)->close_arg = arg;
+	(*out)->refs++; /* the caller's */
+	return 0;
+}
+
+bool zl_xport_tls_serving(const struct zl_xport *x)
+{
+	return x && xport_tls_server(x);
 }
 
 int zl_xport_request(struct zl_xport_conn *c, struct zl_wire_hdr *hdr, const void *out,

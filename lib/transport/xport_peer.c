@@ -1,6 +1,7 @@
 /* Transport choice and HELLO for connections to storage nodes (see
  * xport_peer.h). */
 #include "xport_peer.h"
+#include "transport_internal.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -23,6 +24,30 @@ static bool peer_list_has(const char *list, const char *want)
 		p = end ? end + 1 : NULL;
 	}
 	return false;
+}
+
+int zl_xport_connect_node(struct zl_xport *x, const char *node_id, const char *addr,
+			  uint16_t port, bool tls, int timeout_ms, zl_xport_close_cb on_close,
+			  void *arg, struct zl_xport_conn **out)
+{
+	int rc;
+
+	if (!x || !addr)
+		return -ZL_ERR_INVAL;
+	if (!tls || zl_xport_kind(x) != ZL_XPORT_TCP)
+		return zl_xport_connect(x, addr, port, timeout_ms, on_close, arg, out);
+	rc = zl_xport_connect_tls(x, addr, port, timeout_ms, on_close, arg, out);
+	if (rc == -ZL_ERR_TLS_CA) {
+		char msg[256];
+
+		snprintf(msg, sizeof(msg),
+			 "storage %s at %s:%u requires TLS: pass --tls-ca FILE (the cluster's CA; "
+			 "or set ZIPLINE_TLS_CA)",
+			 node_id ? node_id : "?", addr, port);
+		xport_tls_note(msg);
+		ZL_LOG_ERR(PEER_LOG, "%s", msg);
+	}
+	return rc;
 }
 
 int zl_xport_pick(enum zl_xport_select sel, const char *node_id, const char *addr,

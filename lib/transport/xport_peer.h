@@ -33,6 +33,15 @@ int zl_xport_pick(enum zl_xport_select sel, const char *node_id, const char *add
 		  uint16_t rdma_port, const char *transports, bool rdma_ok, int timeout_ms,
 		  enum zl_xport_kind *out);
 
+/* Connects to storage node node_id at addr:port on x: with TLS when the
+ * node's record says tls and x is TCP (RDMA is never encrypted, see
+ * docs/SECURITY.md), else plaintext. A TLS node without a CA in x fails
+ * with -ZL_ERR_TLS_CA and one logged line that says to pass --tls-ca.
+ * Returns what zl_xport_connect / zl_xport_connect_tls return. */
+int zl_xport_connect_node(struct zl_xport *x, const char *node_id, const char *addr,
+			  uint16_t port, bool tls, int timeout_ms, zl_xport_close_cb on_close,
+			  void *arg, struct zl_xport_conn **out);
+
 /* Buffers of one HELLO exchange; they must stay valid (inside the caller's
  * connection state) until the reply callback has run. */
 struct zl_xport_hello {

@@ -104,6 +104,7 @@ int main(int argc, char **argv)
 	struct zl_xport_cred cred;
 	const char *self_id = "e2e-chunk";
 	struct zl_xport_opts xo = {.kind = ZL_XPORT_TCP, .timeout_ms = 30000};
+	bool tls;
 	struct zl_xport_conn *c = NULL;
 	struct zl_xport *x = NULL;
 	struct zl_loop *loop = NULL;
@@ -154,12 +155,12 @@ int main(int argc, char **argv)
 		return 1;
 	if (getenv("ZL_E2E_REQ_EPOCH")) /* what a client puts in its header */
 		h.epoch = strtoull(getenv("ZL_E2E_REQ_EPOCH"), NULL, 0);
+	tls = e2e_tls_opts(&xo);
 	rc = zl_loop_create(&loop);
 	if (!rc)
 		rc = zl_xport_create(loop, &xo, &x);
 	if (!rc)
-		rc =
-		    zl_xport_connect(x, argv[1], (uint16_t)atoi(argv[2]), 3000, close_cb, NULL, &c);
+		rc = e2e_connect(x, tls, argv[1], (uint16_t)atoi(argv[2]), close_cb, &c);
 	if (!rc)
 		rc = zl_xport_hello_send_cred(c, &hello, self_id, &cred, hello_cb, NULL);
 	if (!rc)

@@ -16,6 +16,27 @@
 #include "lib/meta/zl_auth.h"
 #include "lib/transport/xport_peer.h"
 
+/* TLS of the raw e2e tools (docs/SECURITY.md): the CA in $ZIPLINE_TLS_CA
+ * (and $ZIPLINE_TLS_SERVER_NAME), as lib/client reads them. The tools that
+ * take HOST PORT instead of a node id connect with TLS exactly when
+ * $ZIPLINE_TLS_CA is set. */
+static inline bool e2e_tls_opts(struct zl_xport_opts *xo)
+{
+	const char *ca = getenv("ZIPLINE_TLS_CA");
+
+	xo->tls_ca = ca && *ca ? ca : NULL;
+	xo->tls_server_name = getenv("ZIPLINE_TLS_SERVER_NAME");
+	return xo->tls_ca != NULL;
+}
+
+/* Connects to HOST PORT, over TLS when $ZIPLINE_TLS_CA is set. */
+static inline int e2e_connect(struct zl_xport *x, bool tls, const char *host, uint16_t port,
+			      zl_xport_close_cb cb, struct zl_xport_conn **out)
+{
+	return tls ? zl_xport_connect_tls(x, host, port, 3000, cb, NULL, out)
+		   : zl_xport_connect(x, host, port, 3000, cb, NULL, out);
+}
+
 static inline int e2e_cred_cluster(const char *self_id, char tok[ZL_AUTH_TOKEN_HEX + 1],
 				   struct zl_xport_cred *cred)
 {

@@ -49,6 +49,7 @@ int main(int argc, char **argv)
 	struct zl_wire_hello hl;
 	uint64_t deadline;
 	int rc, ret = 1;
+	bool tls;
 
 	if (argc < 4 || argc > 5) {
 		fprintf(stderr, "usage: e2e_hello HOST PORT NODE_ID [tcp|rdma]\n");
@@ -56,6 +57,7 @@ int main(int argc, char **argv)
 	}
 	if (argc == 5 && !strcmp(argv[4], "rdma"))
 		xo.kind = ZL_XPORT_RDMA;
+	tls = e2e_tls_opts(&xo) && xo.kind == ZL_XPORT_TCP;
 	if (e2e_cred(&self_id, cred_tok, &cred))
 		return 1;
 	rc = zl_loop_create(&loop);
@@ -66,7 +68,7 @@ int main(int argc, char **argv)
 			zl_xport_kind_name(xo.kind), zl_strerror(rc));
 		goto out;
 	}
-	rc = zl_xport_connect(x, argv[1], (uint16_t)atoi(argv[2]), 3000, close_cb, NULL, &c);
+	rc = e2e_connect(x, tls, argv[1], (uint16_t)atoi(argv[2]), close_cb, &c);
 	if (rc) {
 		fprintf(stderr, "e2e_hello: connect %s:%s failed: %s\n", argv[1], argv[2],
 			zl_strerror(rc));

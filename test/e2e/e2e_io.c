@@ -437,10 +437,13 @@ static int check_replica(struct e2e *t, const char *prefix, const char *node_id)
 			zl_strerror(rc));
 		goto out;
 	}
+	/* TLS nodes: the CA lib/client also reads (docs/SECURITY.md). */
+	xo.tls_ca = getenv("ZIPLINE_TLS_CA");
+	xo.tls_server_name = getenv("ZIPLINE_TLS_SERVER_NAME");
 	rc = zl_xport_create(t->loop, &xo, &x);
 	if (rc)
 		goto out;
-	rc = zl_xport_connect(x, ni.addr, ni.port, 2000, NULL, NULL, &conn);
+	rc = zl_xport_connect_node(x, ni.id, ni.addr, ni.port, ni.tls, 2000, NULL, NULL, &conn);
 	if (!rc)
 		rc = operator_hello(t, conn);
 	if (rc) {

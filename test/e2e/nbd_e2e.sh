@@ -2,12 +2,26 @@
 # E2E: `zl volume serve --nbd` driven by libnbd's tools as the independent
 # client: nbdinfo sees the size, nbdcopy in and out is byte-identical, fio's
 # nbd engine with verify=crc32c finds no error; once for a unix socket and a
-# 3-replica volume, once for TCP and a 1-replica volume.
+# 3-replica volume, once for TCP and a 1-replica volume. CL_TLS=on (ctest
+# nbd_tls_e2e): the same with every storage connection on TLS.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
 fail() { echo "nbd_e2e: FAIL: $*" >&2; tail -20 "$CL_DIR"/serve-*/log >&2 || true; exit 1; }
 cl_e2e_begin e2e-nbd "$1" 3 || fail "cluster did not start"
+if [ "${CL_TLS:-off}" = on ]; then
+	# nbd_tls_e2e: every storage node serves TLS only, zl reaches them with the CA.
+	for i in 1 2 3; do
+		for _ in $(seq 1 50); do
+			grep -q "registered node=node-$i .* tls=on" "$CL_DIR/storage-$i/log" && break
+			sleep 0.1
+		done
+		grep -q "registered node=node-$i .* tls=on" "$CL_DIR/storage-$i/log" ||
+			fail "node-$i did not register with TLS on"
+	done
+	[ -f "${ZIPLINE_TLS_CA:-}" ] || fail "CL_TLS=on but no ZIPLINE_TLS_CA"
+	echo "nbd_e2e: every storage node serves TLS"
+fi
 
 serve() { # serve NAME VOLUME SPEC
 	mkdir -p "$CL_DIR/serve-$1"

@@ -7,6 +7,14 @@
 #    with a veth and a default route the daemon registers the veth's address
 #    (not 127.0.0.1); without a default route it refuses to start and says to
 #    pass --advertise. Needs root and `ip netns`; fails (never skips) without.
+# 3. The wire, seen by test/lib/wire_sniff.py (AF_PACKET on lo, root): a
+#    4 KiB pattern imported into a 2-replica volume (client and replication
+#    traffic) and exported back. CL_TLS=off: the pattern is on the wire (the
+#    check of the sniffer itself). CL_TLS=on (ctest storage_tls_e2e, every
+#    daemon and client on TLS, docs/SECURITY.md): it is not; a client
+#    without the CA is refused with a message naming --tls-ca, one with
+#    another CA fails certificate verification, a plaintext client is
+#    refused and the daemon keeps serving TLS clients.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
@@ -16,6 +24,7 @@ CL_DIR=$(mktemp -d "$BUILD/storage_e2e.XXXXXX")
 export CL_DIR
 NS_A=zl-e2e-a-$$ NS_B=zl-e2e-b-$$
 cleanup() {
+	[ -f "$CL_DIR/sniff.pid" ] && kill "$(cat "$CL_DIR/sniff.pid")" 2>/dev/null
 	cl_stop_all
 	cl_stop nsetcd
 	ip netns del "$NS_A" 2>/dev/null
@@ -44,6 +53,64 @@ if out=$("$CL_BIN/e2e_hello" 127.0.0.1 "$port" node-2 2>&1); then
 fi
 grep -q "rejected" <<<"$out" || fail "wrong node id: unexpected message '$out'"
 ok "reply of node-1 checked as node-2 is rejected: $out"
+
+# ---- 3. what crosses the wire ----
+[ "$(id -u)" = 0 ] || fail "the wire check needs root (AF_PACKET capture on lo)"
+ZL=$CL_BIN/zl
+p1=$(cat "$CL_DIR/storage-1/port") p2=$(cat "$CL_DIR/storage-2/port")
+head -c 4096 /dev/urandom >"$CL_DIR/pattern"
+for _ in $(seq 1 256); do cat "$CL_DIR/pattern"; done >"$CL_DIR/pattern.img"
+rm -f "$CL_DIR/sniff.ready"
+/usr/bin/python3 "$SRC/test/lib/wire_sniff.py" capture "$CL_DIR/wire" "$CL_DIR/sniff.ready" "$p1" "$p2" \
+	2>"$CL_DIR/sniff.log" &
+echo $! >"$CL_DIR/sniff.pid"
+for _ in $(seq 1 50); do [ -f "$CL_DIR/sniff.ready" ] && break; sleep 0.1; done
+[ -f "$CL_DIR/sniff.ready" ] || fail "wire_sniff did not start: $(cat "$CL_DIR/sniff.log")"
+"$ZL" volume create wirevol --size 8M --replicas 2 >/dev/null || fail "volume create wirevol"
+"$ZL" volume import wirevol "$CL_DIR/pattern.img" || fail "import through TLS=${CL_TLS:-off}"
+"$ZL" volume export wirevol "$CL_DIR/back.img" || fail "export through TLS=${CL_TLS:-off}"
+cmp -n $((1 << 20)) "$CL_DIR/pattern.img" "$CL_DIR/back.img" || fail "exported data differs from the import"
+sleep 0.5
+kill "$(cat "$CL_DIR/sniff.pid")"; wait "$(cat "$CL_DIR/sniff.pid")" 2>/dev/null
+wire=$(/usr/bin/python3 "$SRC/test/lib/wire_sniff.py" count "$CL_DIR/pattern" "$CL_DIR/wire")
+found=$(sed -n 's/.*found=\([0-9]*\).*/\1/p' <<<"$wire")
+captured=$(sed -n 's/.*captured=\([0-9]*\).*/\1/p' <<<"$wire")
+[ "${captured:-0}" -gt $((2 << 20)) ] || fail "captured only ${captured:-0} bytes of storage traffic: $wire"
+if [ "${CL_TLS:-off}" = on ]; then
+	[ "$found" = 0 ] || fail "TLS on, yet pieces of the pattern crossed the wire in the clear: $wire"
+	ok "TLS: 1 MiB imported, exported, identical; none of the pattern on the wire ($wire)"
+else
+	[ "$found" -ge 100 ] || fail "TLS off, yet the sniffer did not see the pattern: $wire"
+	ok "plaintext: the pattern is visible on the wire ($wire), so the sniffer works"
+fi
+
+if [ "${CL_TLS:-off}" = on ]; then
+	grep -q '"tls":true' <<<"$(etcdctl --endpoints "$CL_ETCD" get /zipline/nodes/node-1 --print-value-only)" ||
+		fail "node-1's record does not say \"tls\":true"
+	ok "node record says \"tls\":true"
+	# No CA: a clear refusal that says what to do, quickly (not the I/O timeout).
+	out=$(env -u ZIPLINE_TLS_CA timeout 60 "$ZL" volume export wirevol "$CL_DIR/x.img" 2>&1) &&
+		fail "export without a CA succeeded: $out"
+	grep -q "requires TLS: pass --tls-ca FILE" <<<"$out" || fail "no-CA message: $out (zl -v: $(env -u ZIPLINE_TLS_CA timeout 60 "$ZL" --log-level debug volume export wirevol "$CL_DIR/x.img" 2>&1 | grep -i -m5 "tls\|unreach"))"
+	ok "client without the CA refused: $(grep -m1 'requires TLS' <<<"$out")"
+	# Another CA: certificate verification fails and says so.
+	out=$(ZIPLINE_TLS_CA=$CL_DIR/tls/other-ca.crt timeout 60 "$ZL" volume export wirevol "$CL_DIR/x.img" 2>&1) &&
+		fail "export with another CA succeeded: $out"
+	grep -q "certificate verify failed" <<<"$out" && grep -q "is --tls-ca" <<<"$out" ||
+		fail "wrong-CA message: $out"
+	ok "client with another CA refused: $(grep -m1 'certificate verify failed' <<<"$out")"
+	# A plaintext client: refused, logged; TLS clients still served.
+	out=$(env -u ZIPLINE_TLS_CA "$CL_BIN/e2e_hello" 127.0.0.1 "$p1" node-1 2>&1) &&
+		fail "plaintext HELLO to a TLS daemon succeeded: $out"
+	for _ in $(seq 1 30); do grep -q "refused a plaintext connection" "$CL_DIR/storage-1/log" && break; sleep 0.1; done
+	grep -q "refused a plaintext connection" "$CL_DIR/storage-1/log" ||
+		fail "node-1 did not log the plaintext refusal"
+	ok "plaintext client refused: $out"
+	out=$("$CL_BIN/e2e_hello" 127.0.0.1 "$p1" node-1 2>&1) || fail "TLS HELLO after the plaintext one: $out"
+	"$ZL" volume export wirevol "$CL_DIR/back2.img" || fail "export after the refusals"
+	cmp -n $((1 << 20)) "$CL_DIR/pattern.img" "$CL_DIR/back2.img" || fail "second export differs"
+	ok "node-1 keeps serving TLS clients: $out"
+fi
 cl_stop storage-1
 cl_stop storage-2
 cl_stop etcd
@@ -86,7 +153,7 @@ done
 [ $up = 1 ] || fail "etcd in $NS_A did not start: $(tail -5 "$CL_DIR/nsetcd/log")"
 ip netns exec "$NS_A" "$CL_BIN/zipline-storage" --data-dir "$CL_DIR/storage-adv/data" \
 	--listen 0.0.0.0:7100 --node-id adv --etcd http://127.0.0.1:2379 --auth "${CL_AUTH:-off}" \
-	>>"$CL_DIR/storage-adv/log" 2>&1 &
+	$(cl_tls_flags) >>"$CL_DIR/storage-adv/log" 2>&1 &
 echo $! >"$CL_DIR/storage-adv/pid"
 rec=""
 for _ in $(seq 1 100); do

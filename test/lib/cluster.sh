@@ -40,6 +40,38 @@ cl_start_etcd() {
 	cl_log "etcd up at $CL_ETCD (pid $(cat "$CL_DIR/etcd/pid"))"
 }
 
+# CL_TLS=on|off (default off; docs/SECURITY.md): cl_tls_make makes a CA, a
+# server certificate signed by it (SAN IP:127.0.0.1, IP:10.213.7.1 for
+# storage_e2e's namespace, DNS:zipline-storage) and an unrelated CA with the
+# openssl CLI in $CL_DIR/tls, and exports ZIPLINE_TLS_CA for zl, the e2e
+# tools and the CSI daemons; cl_start_storage passes cl_tls_flags.
+cl_tls_make() {
+	local d="$CL_DIR/tls"
+	[ -f "$d/ca.crt" ] && { export ZIPLINE_TLS_CA="$d/ca.crt"; return 0; }
+	command -v openssl >/dev/null || { cl_log "CL_TLS=on needs the openssl CLI (scripts/install-deps.sh)"; return 1; }
+	mkdir -p "$d"
+	(
+		set -e
+		cd "$d"
+		for ca in ca other-ca; do
+			openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+				-subj "/CN=zipline-e2e-$ca" -keyout "$ca.key" -out "$ca.crt"
+		done
+		openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+			-subj /CN=zipline-storage -keyout tls.key -out tls.csr
+		printf 'subjectAltName=IP:127.0.0.1,IP:10.213.7.1,DNS:zipline-storage\n' >ext.cnf
+		openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
+			-extfile ext.cnf -out tls.crt
+	) >"$d/openssl.log" 2>&1 || { cl_log "cannot make TLS certificates; see $d/openssl.log"; return 1; }
+	export ZIPLINE_TLS_CA="$d/ca.crt"
+}
+
+# cl_tls_flags: the zipline-storage TLS flags when CL_TLS=on, else nothing.
+cl_tls_flags() {
+	[ "${CL_TLS:-off}" = on ] || return 0
+	echo "--tls-cert $CL_DIR/tls/tls.crt --tls-key $CL_DIR/tls/tls.key --tls-ca $CL_DIR/tls/ca.crt"
+}
+
 # cl_start_storage I [PORT] [extra flags...]: node id "node-I", data dir $CL_DIR/storage-I.
 # $CL_STORAGE_FLAGS (e.g. "--heal on", set by cl_e2e_begin ... --heal on) go first.
 # CL_AUTH=on|off: zipline-storage --auth (docs/SECURITY.md), default on: every
@@ -51,9 +83,13 @@ cl_start_storage() {
 	[ -n "$port" ] || port=$(cat "$d/port" 2>/dev/null || cl_free_port)
 	mkdir -p "$d/data"
 	echo "$port" >"$d/port"
+	if [ "${CL_TLS:-off}" = on ]; then
+		cl_tls_make || return 1
+	fi
+	# shellcheck disable=SC2046 # the flags are words
 	"$CL_BIN/zipline-storage" --data-dir "$d/data" --listen "127.0.0.1:$port" \
 		--node-id "node-$i" --label "zone=z$i" --etcd "$CL_ETCD" --auth "${CL_AUTH:-on}" \
-		${CL_STORAGE_FLAGS:-} "$@" \
+		$(cl_tls_flags) ${CL_STORAGE_FLAGS:-} "$@" \
 		>>"$d/log" 2>&1 &
 	echo $! >"$d/pid"
 }
@@ -175,6 +211,9 @@ cl_e2e_begin() {
 	trap 'cl_stop_all; [ "${KEEP:-0}" = 1 ] || rm -rf "$CL_DIR"' EXIT
 	cl_start_etcd || return 1
 	export ZIPLINE_ETCD=$CL_ETCD
+	if [ "${CL_TLS:-off}" = on ]; then
+		cl_tls_make || return 1
+	fi
 	if [ "${CL_MANAGER:-1}" != 0 ]; then
 		cl_start_manager || return 1
 	fi

@@ -60,6 +60,26 @@ static void test_globals_io_timeout(void **state)
 	assert_non_null(strstr(err, "--io-timeout"));
 }
 
+/* --tls-ca and --tls-server-name are global (every command may reach a TLS
+ * node), in both spellings. */
+static void test_globals_tls(void **state)
+{
+	char *argv[] = {"zl", "volume", "export", "--tls-ca", "/ca.crt", "v", "f",
+			"--tls-server-name=zipline-storage", NULL};
+	int argc = 8;
+	struct zl_cli_globals g;
+	char err[128];
+
+	(void)state;
+	assert_int_equal(zl_cli_globals_parse(&argc, argv, &g, err, sizeof(err)), 0);
+	assert_int_equal(argc, 5);
+	assert_string_equal(argv[3], "v");
+	assert_string_equal(argv[4], "f");
+	assert_string_equal(g.tls_ca, "/ca.crt");
+	assert_string_equal(g.tls_server_name, "zipline-storage");
+	assert_null(g.io_timeout);
+}
+
 static void test_globals_help_and_errors(void **state)
 {
 	char *a1[] = {"zl", "--help", NULL};
@@ -170,6 +190,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_globals_anywhere),
 	    cmocka_unit_test(test_globals_io_timeout),
+	    cmocka_unit_test(test_globals_tls),
 	    cmocka_unit_test(test_globals_help_and_errors),
 	    cmocka_unit_test(test_values),
 	    cmocka_unit_test(test_hist),

@@ -172,6 +172,17 @@ static void test_classify(void **state)
 	(void)state;
 	assert_int_equal(zl_client_classify(ZL_OP_READ, 0, false), ZL_CLIENT_ACT_DONE);
 	assert_int_equal(zl_client_classify(ZL_OP_WRITE, 0, false), ZL_CLIENT_ACT_DONE);
+	/* Our TLS configuration is not the node's failure: fail, both modes. */
+	for (int i = 0; i < 2; i++) {
+		int err = i ? -ZL_ERR_TLS : -ZL_ERR_TLS_CA;
+
+		assert_int_equal(zl_client_classify(ZL_OP_WRITE, err, true), ZL_CLIENT_ACT_FAIL);
+		assert_int_equal(zl_client_classify(ZL_OP_READ, err, true), ZL_CLIENT_ACT_FAIL);
+		assert_int_equal(zl_client_classify_heal(ZL_OP_WRITE, err, true),
+				 ZL_CLIENT_ACT_FAIL);
+		assert_int_equal(zl_client_classify_heal(ZL_OP_READ, err, false),
+				 ZL_CLIENT_ACT_FAIL);
+	}
 	/* transport failures */
 	assert_int_equal(zl_client_classify(ZL_OP_READ, -ZL_ERR_CONN, true),
 			 ZL_CLIENT_ACT_FAILOVER);

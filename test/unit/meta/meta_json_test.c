@@ -115,6 +115,33 @@ static void test_node_round_trip(void **state)
 	assert_int_equal(zl_meta_node_from_json(json, strlen(json), &b), 0);
 	assert_node_equal(&a, &b);
 	free(json);
+
+	/* TLS: written only when on, read back; records without it say off;
+	 * anything but a JSON boolean is refused. */
+	assert_false(b.tls);
+	a.tls = true;
+	json = zl_meta_node_to_json(&a);
+	assert_non_null(json);
+	assert_non_null(strstr(json, "\"tls\":true"));
+	assert_int_equal(zl_meta_node_from_json(json, strlen(json), &b), 0);
+	assert_true(b.tls);
+	assert_node_equal(&a, &b);
+	{
+		json_t *o = json_loads(json, 0, NULL);
+		char *j2;
+
+		assert_non_null(o);
+		json_object_set_new(o, "tls", json_integer(1));
+		j2 = json_dumps(o, JSON_COMPACT);
+		assert_int_equal(zl_meta_node_from_json(j2, strlen(j2), &b), -ZL_ERR_INVAL);
+		free(j2);
+		json_decref(o);
+	}
+	free(json);
+	a.tls = false;
+	json = zl_meta_node_to_json(&a);
+	assert_null(strstr(json, "tls"));
+	free(json);
 }
 
 /* Decodes json after fn(obj) changed it; returns from_json's result. */

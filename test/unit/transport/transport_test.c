@@ -38,6 +38,14 @@
 
 static const enum zl_xport_kind kind_tcp = ZL_XPORT_TCP;
 static const enum zl_xport_kind kind_rdma = ZL_XPORT_RDMA;
+/* TCP with TLS: the server has a certificate for 127.0.0.1 (and the DNS name
+ * TLS_NAME) signed by a CA made for the run, the client that CA. */
+static const enum zl_xport_kind kind_tls = ZL_XPORT_TCP;
+#define TLS_NAME "zipline-storage.test"
+
+/* Certificates of the TLS group, made by tls_certs_make with the openssl CLI. */
+static char tls_dir[64];
+static char tls_ca[128], tls_cert[128], tls_key[128], tls_other_ca[128];
 
 /* ZL_TEST_XPORT_REQUIRE=rdma (set by test/rdma/run-in-vm.sh): the kind must work,
  * a missing device or build is a failure, not a skip. */
@@ -285,6 +293,7 @@ static struct zl_loop *pump_loop;
 
 struct env {
 	enum zl_xport_kind kind;
+	bool tls;
 	const char *host;
 	struct zl_loop *loop;
 	struct zl_xport *sx, *cx;
@@ -307,6 +316,13 @@ static struct env *env_start(void **state, const struct zl_xport_opts *copts,
 	if (sopts)
 		so = *sopts;
 	co.kind = so.kind = kind;
+	e->tls = *state == (void *)&kind_tls;
+	if (e->tls) {
+		so.tls_cert = tls_cert;
+		so.tls_key = tls_key;
+		if (!co.tls_ca)
+			co.tls_ca = tls_ca;
+	}
 	e->kind = kind;
 	e->host = kind_host(kind);
 	assert_int_equal(zl_loop_create(&e->loop), 0);
@@ -337,7 +353,7 @@ static int env_teardown(void **state)
 	struct env *e = *state;
 
 	/* The prestate is the kind constant until env_start replaced it. */
-	if (e == (void *)&kind_tcp || e == (void *)&kind_rdma)
+	if (e == (void *)&kind_tcp || e == (void *)&kind_rdma || e == (void *)&kind_tls)
 		return 0;
 	for (uint32_t i = 0; i < SRV_MAX; i++) {
 		struct sreq *r = &e->srv->reqs[i];
@@ -428,7 +444,12 @@ static struct zl_xport_conn *cconnect(struct env *e, struct cconn *cc)
 {
 	struct zl_xport_conn *c = NULL;
 
-	assert_int_equal(zl_xport_connect(e->cx, e->host, e->port, 2000, on_cclose, cc, &c), 0);
+	if (e->tls)
+		assert_int_equal(
+		    zl_xport_connect_tls(e->cx, e->host, e->port, 2000, on_cclose, cc, &c), 0);
+	else
+		assert_int_equal(zl_xport_connect(e->cx, e->host, e->port, 2000, on_cclose, cc, &c),
+				 0);
 	assert_non_null(c);
 	assert_true(zl_xport_conn_alive(c));
 	assert_int_equal(zl_xport_conn_kind(c), e->kind);
@@ -1329,6 +1350,235 @@ static void test_connect_errors(void **state)
 			 -ECONNREFUSED);
 }
 
+/* ---- TLS ---- */
+
+/* A CA, a server certificate for IP 127.0.0.1 and DNS TLS_NAME signed by it,
+ * and an unrelated CA, in a fresh directory. Fails the run without the
+ * openssl CLI (scripts/install-deps.sh installs it). */
+static void tls_certs_make(void)
+{
+	char cmd[2048];
+
+	snprintf(tls_dir, sizeof(tls_dir), "/tmp/zl-tls-test.XXXXXX");
+	if (!mkdtemp(tls_dir)) {
+		fprintf(stderr, "transport_test: mkdtemp: %s\n", strerror(errno));
+		exit(1);
+	}
+	snprintf(tls_ca, sizeof(tls_ca), "%s/ca.crt", tls_dir);
+	snprintf(tls_cert, sizeof(tls_cert), "%s/tls.crt", tls_dir);
+	snprintf(tls_key, sizeof(tls_key), "%s/tls.key", tls_dir);
+	snprintf(tls_other_ca, sizeof(tls_other_ca), "%s/other-ca.crt", tls_dir);
+	snprintf(cmd, sizeof(cmd),
+		 "set -e; cd %s; "
+		 "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 "
+		 "-subj /CN=zl-test-ca -keyout ca.key -out ca.crt; "
+		 "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 "
+		 "-subj /CN=zl-other-ca -keyout other-ca.key -out other-ca.crt; "
+		 "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes "
+		 "-subj /CN=zl-test-server -keyout tls.key -out tls.csr; "
+		 "printf 'subjectAltName=IP:127.0.0.1,DNS:%s\\n' >ext.cnf; "
+		 "openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 "
+		 "-extfile ext.cnf -out tls.crt",
+		 tls_dir, TLS_NAME);
+	if (system(cmd) != 0) {
+		fprintf(stderr, "transport_test: could not make test certificates with the openssl "
+				"CLI (install it: scripts/install-deps.sh)\n");
+		exit(1);
+	}
+}
+
+static void tls_certs_remove(void)
+{
+	char cmd[128];
+
+	if (!tls_dir[0])
+		return;
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", tls_dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "transport_test: could not remove %s\n", tls_dir);
+}
+
+/* Pings on c until the callback runs; returns its status. */
+static int tls_ping(struct env *e, struct zl_xport_conn *c)
+{
+	struct creq q = {0};
+	uint32_t done = 0;
+
+	q.done = &done;
+	assert_int_equal(send_ping(c, &q, 7), 0);
+	run_until(e, &done, 1);
+	return q.status;
+}
+
+/* Reads from fd until EOF or an error (the peer closed): true, or false
+ * after 5 s. */
+static bool raw_wait_closed(struct env *e, int fd)
+{
+	uint64_t start = zl_now_ms();
+	char buf[4096];
+
+	while (zl_now_ms() - start < 5000) {
+		ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+
+		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+			return true;
+		zl_loop_run_once(e->loop, 10);
+	}
+	return false;
+}
+
+/* A plaintext client (a wire header where a ClientHello belongs) is closed
+ * by a TLS server, which keeps serving TLS clients. */
+static void test_tls_plaintext_refused(void **state)
+{
+	struct env *e = env_start(state, NULL, NULL);
+	struct zl_wire_hdr h = {.version = ZL_WIRE_VERSION, .opcode = ZL_OP_PING};
+	uint8_t raw[ZL_WIRE_HDR_SIZE];
+	struct cconn cc = {0};
+	struct zl_xport_conn *c;
+	int fd;
+
+	assert_true(zl_xport_tls_serving(e->sx));
+	assert_false(zl_xport_tls_serving(e->cx));
+	zl_wire_encode(&h, raw);
+	fd = raw_connect(e->port);
+	assert_int_equal(write(fd, raw, sizeof(raw)), (ssize_t)sizeof(raw));
+	assert_true(raw_wait_closed(e, fd));
+	close(fd);
+	assert_int_equal(e->srv->n_req, 0);
+	c = cconnect(e, &cc);
+	assert_int_equal(tls_ping(e, c), 0);
+	cdone(e, c, &cc);
+}
+
+/* A client without a CA cannot start TLS; one with another CA fails the
+ * handshake with -ZL_ERR_TLS (requests and close); the server is fine. */
+static void test_tls_verify(void **state)
+{
+	struct env *e = env_start(state, NULL, NULL);
+	struct zl_xport_opts wo = {.kind = ZL_XPORT_TCP, .tls_ca = tls_other_ca};
+	struct zl_xport_opts no = {.kind = ZL_XPORT_TCP};
+	struct zl_xport_opts nm = {.kind = ZL_XPORT_TCP, .tls_ca = tls_ca,
+				   .tls_server_name = "other.name"};
+	struct zl_xport_opts dn = {.kind = ZL_XPORT_TCP, .tls_ca = tls_ca,
+				   .tls_server_name = TLS_NAME};
+	struct zl_xport_opts bad = {.kind = ZL_XPORT_TCP, .tls_cert = tls_cert};
+	struct zl_xport *wx, *nx, *mx, *dx, *bx = NULL;
+	struct cconn cc = {0}, cw = {0}, cm = {0}, cd = {0};
+	struct zl_xport_conn *c = NULL;
+
+	assert_int_equal(zl_xport_create(e->loop, &no, &nx), 0);
+	assert_int_equal(zl_xport_connect_tls(nx, e->host, e->port, 2000, NULL, NULL, &c),
+			 -ZL_ERR_TLS_CA);
+	assert_null(c);
+	zl_xport_destroy(nx);
+	/* A certificate without its key is refused at create. */
+	assert_int_equal(zl_xport_create(e->loop, &bad, &bx), -ZL_ERR_INVAL);
+	assert_null(bx);
+
+	assert_int_equal(zl_xport_create(e->loop, &wo, &wx), 0);
+	assert_int_equal(zl_xport_connect_tls(wx, e->host, e->port, 2000, on_cclose, &cw, &c), 0);
+	assert_int_equal(tls_ping(e, c), -ZL_ERR_TLS);
+	run_until(e, &cw.closes, 1);
+	assert_int_equal(cw.reason, -ZL_ERR_TLS);
+	zl_xport_conn_put(c);
+	zl_xport_destroy(wx);
+
+	/* The right CA, the wrong name. */
+	assert_int_equal(zl_xport_create(e->loop, &nm, &mx), 0);
+	assert_int_equal(zl_xport_connect_tls(mx, e->host, e->port, 2000, on_cclose, &cm, &c), 0);
+	assert_int_equal(tls_ping(e, c), -ZL_ERR_TLS);
+	run_until(e, &cm.closes, 1);
+	zl_xport_conn_put(c);
+	zl_xport_destroy(mx);
+
+	/* The cluster-wide name of the certificate instead of the address. */
+	assert_int_equal(zl_xport_create(e->loop, &dn, &dx), 0);
+	assert_int_equal(zl_xport_connect_tls(dx, e->host, e->port, 2000, on_cclose, &cd, &c), 0);
+	assert_int_equal(tls_ping(e, c), 0);
+	zl_xport_conn_close(c);
+	run_until(e, &cd.closes, 1);
+	zl_xport_conn_put(c);
+	zl_xport_destroy(dx);
+
+	c = cconnect(e, &cc);
+	assert_int_equal(tls_ping(e, c), 0);
+	cdone(e, c, &cc);
+}
+
+/* The peer goes away in the middle of the handshake: a client that sends
+ * half a ClientHello, then a server that reads the ClientHello and closes. */
+static void test_tls_close_mid_handshake(void **state)
+{
+	static const uint8_t half_hello[] = {0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00};
+	struct env *e = env_start(state, NULL, NULL);
+	struct cconn cc = {0}, cr = {0};
+	struct zl_xport_conn *c = NULL;
+	uint8_t buf[512];
+	uint16_t port;
+	uint32_t conns;
+	int lfd, fd;
+
+	conns = e->srv->n_close;
+	fd = raw_connect(e->port);
+	assert_int_equal(write(fd, half_hello, sizeof(half_hello)), (ssize_t)sizeof(half_hello));
+	run_idle(e, 5);
+	close(fd);
+	run_until(e, &e->srv->n_close, conns + 1);
+	assert_int_equal(e->srv->n_req, 0);
+
+	lfd = raw_listen(&port);
+	assert_int_equal(zl_xport_connect_tls(e->cx, "127.0.0.1", port, 2000, on_cclose, &cr, &c),
+			 0);
+	fd = accept(lfd, NULL, NULL);
+	assert_true(fd >= 0);
+	{
+		struct pollfd pfd = {.fd = fd, .events = POLLIN};
+		uint64_t start = zl_now_ms();
+
+		/* The ClientHello goes out from the loop. */
+		while (poll(&pfd, 1, 0) == 0 && zl_now_ms() - start < 5000)
+			zl_loop_run_once(e->loop, 10);
+		assert_true(read(fd, buf, sizeof(buf)) > 0);
+		assert_int_equal(buf[0], 0x16);
+	}
+	close(fd);
+	close(lfd);
+	assert_int_equal(tls_ping(e, c), -ZL_ERR_TLS);
+	run_until(e, &cr.closes, 1);
+	assert_int_equal(cr.reason, -ZL_ERR_TLS);
+	zl_xport_conn_put(c);
+
+	c = cconnect(e, &cc);
+	assert_int_equal(tls_ping(e, c), 0);
+	cdone(e, c, &cc);
+}
+
+/* A peer that connects and stalls (nothing, or half a ClientHello) is
+ * closed once the server's timeout_ms passed, with -ZL_ERR_TIMEOUT. */
+static void test_tls_stalled_handshake(void **state)
+{
+	static const uint8_t half_hello[] = {0x16, 0x03, 0x01, 0x02, 0x00};
+	struct zl_xport_opts so = {.timeout_ms = 300};
+	struct env *e = env_start(state, NULL, &so);
+	struct cconn cc = {0};
+	struct zl_xport_conn *c;
+	int fd, fd2;
+
+	fd = raw_connect(e->port);
+	fd2 = raw_connect(e->port);
+	assert_int_equal(write(fd2, half_hello, sizeof(half_hello)), (ssize_t)sizeof(half_hello));
+	assert_true(raw_wait_closed(e, fd));
+	assert_true(raw_wait_closed(e, fd2));
+	close(fd);
+	close(fd2);
+	run_until(e, &e->srv->n_close, 2);
+	assert_int_equal(e->srv->last_close_reason, -ZL_ERR_TIMEOUT);
+	c = cconnect(e, &cc);
+	assert_int_equal(tls_ping(e, c), 0);
+	cdone(e, c, &cc);
+}
+
 static void test_pool(void **state)
 {
 	static const size_t sizes[] = {0,     1,	4096,	  4097,
@@ -1700,6 +1950,29 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tcp[] = {KIND_TESTS((void *)&kind_tcp),
 					 TCP_ONLY_TESTS((void *)&kind_tcp)};
 	const struct CMUnitTest rdma[] = {KIND_TESTS((void *)&kind_rdma)};
+	/* The kind tests over TLS (not test_peer_crash: its child processes
+	 * speak plaintext), and the TLS cases. */
+#define TLS_TEST(t) cmocka_unit_test_prestate_setup_teardown(t, NULL, env_teardown, (void *)&kind_tls)
+	const struct CMUnitTest tls[] = {
+	    TLS_TEST(test_ping_pong),
+	    TLS_TEST(test_pipelined_out_of_order),
+	    TLS_TEST(test_large_and_unaligned),
+	    TLS_TEST(test_discard_and_early_reply),
+	    TLS_TEST(test_parallel_connections),
+	    TLS_TEST(test_peer_close),
+	    TLS_TEST(test_server_close_with_queued_replies),
+	    TLS_TEST(test_timeout),
+	    TLS_TEST(test_busy),
+	    TLS_TEST(test_server_backpressure),
+	    TLS_TEST(test_local_close_and_destroy),
+	    TLS_TEST(test_pool),
+	    TLS_TEST(test_connect_cycles),
+	    TLS_TEST(test_tls_plaintext_refused),
+	    TLS_TEST(test_tls_verify),
+	    TLS_TEST(test_tls_close_mid_handshake),
+	    TLS_TEST(test_tls_stalled_handshake),
+	};
+#undef TLS_TEST
 	int failed = 0;
 
 	if (argc > 1 && !strcmp(argv[1], "--child"))
@@ -1707,6 +1980,9 @@ int main(int argc, char **argv)
 	zl_log_init("transport_test");
 	failed += cmocka_run_group_tests_name("transport_common", common, NULL, NULL);
 	failed += cmocka_run_group_tests_name("transport_tcp", tcp, NULL, NULL);
+	tls_certs_make();
+	failed += cmocka_run_group_tests_name("transport_tls", tls, NULL, NULL);
+	tls_certs_remove();
 	/* The RDMA group runs where RDMA is required (the VM run, ctest
 	 * transport_test_rdma); elsewhere it is not run at all rather than
 	 * skipped test by test. */

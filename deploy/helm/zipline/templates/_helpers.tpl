@@ -112,6 +112,54 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end -}}
 
+{{/* TLS of the TCP data path (tls.enabled, docs/SECURITY.md): the Secret
+     tls.secretName (tls.crt, tls.key, ca.crt) mounted at /etc/zipline/tls. */}}
+{{- define "zipline.tlsVolumeMounts" -}}
+{{- if .Values.tls.enabled }}
+- name: data-tls
+  mountPath: /etc/zipline/tls
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "zipline.tlsVolumes" -}}
+{{- if .Values.tls.enabled }}
+- name: data-tls
+  secret:
+    secretName: {{ required "tls.secretName is required when tls.enabled (a Secret with tls.crt, tls.key and ca.crt)" .Values.tls.secretName }}
+    defaultMode: 0440
+{{- end }}
+{{- end -}}
+
+{{/* zipline-storage: serve TLS only, verify TLS peers by the cluster-wide name. */}}
+{{- define "zipline.tlsStorageArgs" -}}
+{{- if .Values.tls.enabled }}
+- --tls-cert=/etc/zipline/tls/tls.crt
+- --tls-key=/etc/zipline/tls/tls.key
+- --tls-ca=/etc/zipline/tls/ca.crt
+- --tls-server-name={{ required "tls.serverName is required when tls.enabled" .Values.tls.serverName }}
+{{- end }}
+{{- end -}}
+
+{{/* Clients of the storage daemons (node plugin, controller): the CA and the
+     name, as flags where the daemon has them, else in the environment
+     lib/client reads. */}}
+{{- define "zipline.tlsClientArgs" -}}
+{{- if .Values.tls.enabled }}
+- --tls-ca=/etc/zipline/tls/ca.crt
+- --tls-server-name={{ required "tls.serverName is required when tls.enabled" .Values.tls.serverName }}
+{{- end }}
+{{- end -}}
+
+{{- define "zipline.tlsClientEnv" -}}
+{{- if .Values.tls.enabled }}
+- name: ZIPLINE_TLS_CA
+  value: /etc/zipline/tls/ca.crt
+- name: ZIPLINE_TLS_SERVER_NAME
+  value: {{ .Values.tls.serverName | quote }}
+{{- end }}
+{{- end -}}
+
 {{/* Transport for a component: its own setting, else the global one. */}}
 {{- define "zipline.transport" -}}
 {{- default .root.Values.transport .own -}}
