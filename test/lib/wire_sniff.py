@@ -34,13 +34,22 @@ def capture(out_path, ready_path, ports):
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     open(ready_path, "w").close()
     with open(out_path, "ab") as out:
-        while not stop:
+        # After SIGTERM the frames already queued on the socket are still
+        # read (a loaded machine lets this loop fall behind the traffic),
+        # then the capture ends.
+        draining = False
+        while True:
+            if stop and not draining:
+                draining = True
+                s.setblocking(False)
             try:
                 frame = s.recv(262144)
             except socket.timeout:
                 continue
             except InterruptedError:
                 continue
+            except BlockingIOError:
+                break
             # Loopback frames carry a 14-byte Ethernet header (all zero MACs).
             if len(frame) < 14 + 20 or struct.unpack_from("!H", frame, 12)[0] != 0x0800:
                 continue
@@ -57,7 +66,6 @@ def capture(out_path, ready_path, ports):
             payload = tcp[doff:]
             if payload:
                 out.write(payload)
-                out.flush()
 
 
 def count(pattern_path, capture_path):
