@@ -33,7 +33,9 @@ struct auth_vol {
 	struct auth_vol *next;
 	uint64_t num;
 	uint64_t att_epoch; /* 0: no attachment record */
-	uint64_t max_epoch; /* highest attach epoch ever seen (persisted) */
+	/* Highest attach epoch ever seen, or the revision that deleted the
+	 * attachment (persisted): tokens of older epochs are fenced. */
+	uint64_t max_epoch;
 	bool readonly;
 	bool has_secret;
 	char node[ZL_WIRE_NAME_LEN];
@@ -188,6 +190,13 @@ static bool att_apply(struct zl_storage_auth *a, bool put, const struct zl_etcd_
 		v->node[0] = '\0';
 		if (put)
 			ZL_LOG_WARN("storage", "malformed attachment record %s ignored", kv->key);
+		/* ControllerUnpublish (a force detach of a node that cannot be
+		 * reached too): every epoch up to the deletion is fenced now,
+		 * not only once another node attaches. */
+		if (!put && (uint64_t)kv->mod_rev > v->max_epoch) {
+			v->max_epoch = (uint64_t)kv->mod_rev;
+			rose = true;
+		}
 	}
 	pthread_mutex_unlock(&a->mu);
 	json_decref(j);

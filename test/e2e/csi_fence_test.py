@@ -1,0 +1,444 @@
+"""CSI fencing end to end (issue 11): a volume moves from node 1 to node 2
+while node 1 is cut off from the CO but its attach process keeps running.
+
+"After ControllerPublish moves a volume to another node, the old node's
+attach process gets ZL_ERR_STALE / a fenced error on every write and the new
+node's writes all land; the data is the new node's."
+
+Run by csi_e2e.sh (etcd, three zipline-storage daemons with --auth on, the
+controller); this script plays the kubelet and the external attacher, starts
+two zipline-node services and drives I/O through the real attach processes'
+block devices (dd oflag=direct) and mounts. The oracle is independent of the
+code under test: the chunk replica files of every storage daemon, read
+directly (format v2 header, storage/storage_chunk.h), the volume record read
+from etcd's JSON gateway, and the refusals seen by e2e_outsider (hand-made
+wire requests). Environment as for csi_e2e_test.py.
+"""
+
+import base64
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import csi_e2e_test as e  # noqa: E402
+from csi_e2e_test import MiB, T, fail, log  # noqa: E402
+
+BLOCK = 64 * 1024          # one node-1 write
+FENCE_WRITE_MAX_S = 15     # a fenced write must fail fast (the attach io-timeout is 120 s)
+OUTSIDER = os.path.join(e.BIN, "e2e_outsider")
+
+
+# ---- independent views: etcd, replica files, the wire ----
+
+def etcd_get(key):
+    body = json.dumps({"key": base64.b64encode(key.encode()).decode()}).encode()
+    req = urllib.request.Request(e.ETCD + "/v3/kv/range", data=body)
+    with urllib.request.urlopen(req, timeout=5) as r:
+        kvs = json.load(r).get("kvs", [])
+    return kvs[0] if kvs else None
+
+
+def volume_record(vol):
+    kv = etcd_get("/zipline/volumes/" + vol)
+    if not kv:
+        fail("no volume record for %s in etcd" % vol)
+    return json.loads(base64.b64decode(kv["value"]))
+
+
+def rows(vol):
+    """Per slice: (version, [(node, state)]) from the record in etcd."""
+    out = []
+    for row in volume_record(vol)["placement"]:
+        states = row.get("states") or ["in_sync" if n in row["in_sync"] else "out"
+                                       for n in row["nodes"]]
+        out.append((row["v"], list(zip(row["nodes"], states))))
+    return out
+
+
+def storage_ids():
+    ids = []
+    for name in sorted(os.listdir(e.CL_DIR)):
+        if name.startswith("storage-") and os.path.isfile(os.path.join(e.CL_DIR, name, "port")):
+            ids.append(int(name.split("-")[1]))
+    return ids
+
+
+def storage_port(i):
+    with open(os.path.join(e.CL_DIR, "storage-%d" % i, "port")) as f:
+        return f.read().strip()
+
+
+def storage_pid(i):
+    with open(os.path.join(e.CL_DIR, "storage-%d" % i, "pid")) as f:
+        return int(f.read().strip())
+
+
+def replica_files(vol):
+    """{storage index: {chunk: path}} of every chunk replica file of vol."""
+    out = {}
+    for i in storage_ids():
+        d = os.path.join(e.CL_DIR, "storage-%d" % i, "data", "chunks", vol)
+        if not os.path.isdir(d):
+            continue
+        out[i] = {int(n[:-4], 16): os.path.join(d, n) for n in os.listdir(d) if n.endswith(".zlc")}
+    return out
+
+
+def replica_read(path, off, length):
+    """length bytes at offset off of a replica's chunk data (zeros where the
+    sparse file holds nothing)."""
+    with open(path, "rb") as f:
+        hdr = f.read(64)
+        if hdr[:8] != b"ZLCHUNK2":
+            fail("%s is not a format v2 chunk file (magic %r)" % (path, hdr[:8]))
+        data_off = struct.unpack_from("<Q", hdr, 40)[0]
+        f.seek(data_off + off)
+        data = f.read(length)
+    return data + b"\0" * (length - len(data))
+
+
+def outsider(i, *args):
+    """e2e_outsider against storage daemon i: {step: status}."""
+    p = subprocess.run([OUTSIDER, "127.0.0.1", storage_port(i), "--wait", "5000"] + list(args),
+                       capture_output=True, text=True, timeout=60)
+    if p.returncode != 0:
+        fail("e2e_outsider against storage-%d failed (rc %d): %s %s"
+             % (i, p.returncode, p.stdout, p.stderr))
+    res = {}
+    for line in p.stdout.splitlines():
+        w = line.split()
+        if w:
+            res.setdefault(w[0], w[1] if len(w) > 1 else "")
+    return res
+
+
+def hello_status(i, vol, node_id, pctx):
+    return outsider(i, "--vol", vol, "--epoch", pctx["epoch"], "--node", node_id,
+                    "--token", pctx["token"], "hello").get("hello")
+
+
+def wait_hello(vol, node_id, pctx, want, secs=20):
+    """Waits until every storage daemon answers a HELLO with the attach token
+    pctx (minted for node_id) with status want; returns the seconds it took."""
+    t0 = time.monotonic()
+    while True:
+        got = {i: hello_status(i, vol, node_id, pctx) for i in storage_ids()}
+        if all(s == want for s in got.values()):
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > secs:
+            fail("HELLO with %s's token (epoch %s): wanted %s on every daemon after %d s, got %s"
+                 % (node_id, pctx["epoch"], want, secs, got))
+        time.sleep(0.2)
+
+
+def assert_auth_on(vol, node, pctx, what):
+    """The storage daemons this flow uses really check tokens: a request
+    without a HELLO, a HELLO with a wrong token, and the right token named
+    for another node are refused with ZL_ERR_AUTH by every daemon; the
+    attachment's own token is accepted (the positive control)."""
+    bad = pctx["token"][:-1] + ("0" if pctx["token"][-1] != "0" else "1")
+    ids = storage_ids()
+    if len(ids) < 3:
+        fail("expected 3 storage daemons, found %s" % ids)
+    for i in ids:
+        with open("/proc/%d/cmdline" % storage_pid(i), "rb") as f:
+            argv = f.read().split(b"\0")
+        if b"--auth" in argv and argv[argv.index(b"--auth") + 1] != b"on":
+            fail("storage-%d runs with --auth %s" % (i, argv[argv.index(b"--auth") + 1]))
+        r = outsider(i, "--vol", vol, "read")
+        if r.get("read") != "ZL_ERR_AUTH":
+            fail("%s: storage-%d served a read without a HELLO: %s" % (what, i, r))
+        r = outsider(i, "--vol", vol, "--epoch", pctx["epoch"], "--node", node.node_id,
+                     "--token", bad, "hello", "write")
+        if r.get("hello") != "ZL_ERR_AUTH" or r.get("write") not in ("ZL_ERR_AUTH", "CLOSED"):
+            fail("%s: storage-%d, HELLO with a wrong token: %s" % (what, i, r))
+        r = outsider(i, "--vol", vol, "--epoch", pctx["epoch"], "--node", "csi-node-9",
+                     "--token", pctx["token"], "hello")
+        if r.get("hello") != "ZL_ERR_AUTH":
+            fail("%s: storage-%d, %s's token from another node: %s" % (what, i, node.node_id, r))
+        if hello_status(i, vol, node.node_id, pctx) != "OK":
+            fail("%s: storage-%d refused the attachment's own token" % (what, i))
+    log("  auth on (%s): no HELLO, a wrong token, another node -> ZL_ERR_AUTH on storage %s; "
+        "the attach token -> OK" % (what, ids))
+
+
+# ---- the data ----
+
+def pattern(tag, off, length):
+    """Every 512-byte sector names its writer (tag) and its offset."""
+    out = bytearray()
+    for s in range(off, off + length, 512):
+        head = ("ZLFENCE|%s|%016x|" % (tag, s)).encode()
+        out += head + bytes((s // 512 + k) & 0xff for k in range(512 - len(head)))
+    return bytes(out)
+
+
+def dev_write(dev, off, data, timeout):
+    """One O_DIRECT write through a block device (dd); (ok, seconds, stderr)."""
+    src = os.path.join(e.WORK, "fence-src.bin")
+    with open(src, "wb") as f:
+        f.write(data)
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(["dd", "if=" + src, "of=" + dev, "bs=%d" % len(data), "count=1",
+                            "seek=%d" % (off // len(data)), "oflag=direct", "conv=notrunc,fsync",
+                            "status=none"], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, time.monotonic() - t0, "no answer within %d s" % timeout
+    return p.returncode == 0, time.monotonic() - t0, p.stderr.strip()
+
+
+def dev_read(dev, off, length):
+    fd = os.open(dev, os.O_RDONLY | os.O_DIRECT)
+    try:
+        import mmap
+        buf = mmap.mmap(-1, length)
+        os.preadv(fd, [buf], off)
+        return bytes(buf)
+    finally:
+        os.close(fd)
+
+
+def attach_log(node, vol):
+    p = os.path.join(node.state, vol, "attach.log")
+    if not os.path.isfile(p):
+        return ""
+    with open(p, errors="replace") as f:
+        return f.read()
+
+
+def fenced_writes(dev, offsets, tag, what):
+    """Writes a block at each offset through dev; each must fail, fast."""
+    worst = 0.0
+    for off in offsets:
+        ok, secs, err = dev_write(dev, off, pattern(tag, off, BLOCK), FENCE_WRITE_MAX_S * 4)
+        worst = max(worst, secs)
+        if ok is None:
+            fail("%s: a write at %d through the fenced device hangs (%s)" % (what, off, err))
+        if ok:
+            fail("%s: a write at %d through the fenced device succeeded" % (what, off))
+        if secs > FENCE_WRITE_MAX_S:
+            fail("%s: the fenced write at %d took %.1f s to fail (at most %d s expected: a "
+                 "fence is final, retrying cannot help)" % (what, off, secs, FENCE_WRITE_MAX_S))
+        if "Input/output error" not in err:
+            fail("%s: the fenced write at %d failed without EIO: %s" % (what, off, err))
+    log("  %-52s -> %d writes, all EIO (slowest %.2f s)" % (what, len(offsets), worst))
+    return worst
+
+
+def alive(pid):
+    """A process that runs (an exited one waiting for its parent, our init
+    here, to reap it is not)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def unpublish_unstage_here(node, vol, staging, target):
+    """NodeUnpublish + NodeUnstage on node while another node has the volume
+    staged: nothing of vol may be left mounted or attached under node's
+    directories (csi_e2e_test.unpublish_unstage checks every mount)."""
+    pb = e.pb
+    e.twice(node.n.NodeUnpublishVolume,
+            pb.NodeUnpublishVolumeRequest(volume_id=vol, target_path=target), "NodeUnpublish")
+    e.twice(node.n.NodeUnstageVolume,
+            pb.NodeUnstageVolumeRequest(volume_id=vol, staging_target_path=staging),
+            "NodeUnstage")
+    if os.path.exists(target) or e.mounted(target) or e.mounted(staging):
+        fail("NodeUnpublish/NodeUnstage left %s or %s behind" % (target, staging))
+    if os.path.exists(os.path.join(node.state, vol)):
+        fail("NodeUnstage left state %s" % os.path.join(node.state, vol))
+    with open("/proc/self/mountinfo") as f:
+        left = [line for line in f if node.dir + "/" in line]
+    if left:
+        fail("mounts of %s left under %s: %s" % (vol, node.dir, left))
+    loops = subprocess.run(["losetup", "-l", "-n", "-O", "BACK-FILE"], capture_output=True,
+                           text=True).stdout
+    if node.dir + "/" in loops:
+        fail("a loop device on %s is left: %s" % (node.dir, loops))
+
+
+def test_move(n1, n2):
+    C = e.grpc.StatusCode
+    pb = e.pb
+    cap = e.block_cap()
+    size = 64 * MiB
+    req = pb.CreateVolumeRequest(name="pvc-fence", capacity_range=pb.CapacityRange(
+        required_bytes=size), volume_capabilities=[cap], parameters={"replicas": "3"})
+    vol = e.twice(e.ctrl.controller.CreateVolume, req, "CreateVolume pvc-fence").volume.volume_id
+    rec = volume_record(vol)
+    cs = rec["chunk_size"]
+    log("block volume %s: 3 replicas, chunk size %d, %d slices" % (vol, cs, len(rec["placement"])))
+
+    # Node 1 attaches and writes A over [0, 16 MiB).
+    p1 = e.ctrl_publish(vol, n1, cap)
+    st1, dev1 = e.stage_publish(n1, vol, cap, p1, "fence")
+    assert_auth_on(vol, n1, p1, "block volume on " + n1.node_id)
+    pre = 16 * MiB
+    for off in range(0, pre, 4 * MiB):
+        ok, secs, err = dev_write(dev1, off, pattern("N1PRE", off, 4 * MiB), 120)
+        if not ok:
+            fail("node 1's write at %d before the move failed: %s" % (off, err))
+    log("node 1 (%s, epoch %s) wrote N1PRE over [0, 16 MiB) through %s"
+        % (n1.node_id, p1["epoch"], dev1))
+    rows_before = rows(vol)
+    if any(st != "in_sync" for _, m in rows_before for _, st in m):
+        fail("rows before the move: %s" % rows_before)
+    attach1 = n1.attach_pids()
+
+    # The partition: the CO loses node 1 (its zipline-node service is gone),
+    # node 1's attach process keeps serving its device.
+    n1.stop()
+    for p in attach1:
+        if not alive(p):
+            fail("node 1's attach process %d died with its zipline-node" % p)
+    log("node 1's zipline-node is unreachable; its attach process %s keeps running" % attach1)
+
+    # What the controller requires for a single-writer volume: the old
+    # attachment ends first (FAILED_PRECONDITION, naming where it is).
+    details = e.expect_code(C.FAILED_PRECONDITION, e.ctrl.controller.ControllerPublishVolume,
+                            pb.ControllerPublishVolumeRequest(volume_id=vol, node_id=n2.node_id,
+                                                              volume_capability=cap),
+                            "ControllerPublish to node 2 while on node 1")
+    if n1.node_id not in details:
+        fail("FAILED_PRECONDITION does not name the node the volume is on: %s" % details)
+    # The external attacher's force detach: ControllerUnpublish of node 1
+    # needs nothing from node 1 and succeeds while it is unreachable.
+    e.ctrl_unpublish(vol, n1)
+    # From now on node 1 is detached: its epoch is fenced everywhere.
+    secs = wait_hello(vol, n1.node_id, p1, "ZL_ERR_STALE")
+    log("  ControllerUnpublish(node 1) fenced epoch %s on every daemon within %.1f s"
+        % (p1["epoch"], secs))
+    gap = [0, 5 * MiB, 9 * MiB, 13 * MiB, 20 * MiB]
+    fenced_writes(dev1, gap, "N1POST", "node 1 writes after ControllerUnpublish")
+
+    # ControllerPublish to node 2: a higher epoch, node 2 stages and writes B.
+    p2 = e.ctrl_publish(vol, n2, cap)
+    if int(p2["epoch"]) <= int(p1["epoch"]):
+        fail("node 2's epoch %s is not above node 1's %s" % (p2["epoch"], p1["epoch"]))
+    wait_hello(vol, n2.node_id, p2, "OK")
+    st2, dev2 = e.stage_publish(n2, vol, cap, p2, "fence")
+    assert_auth_on(vol, n2, p2, "block volume on " + n2.node_id)
+    half = 8 * MiB
+    interleaved = []
+    for off in range(0, half, 2 * MiB):
+        ok, secs, err = dev_write(dev2, off, pattern("N2", off, 2 * MiB), 120)
+        if not ok:
+            fail("node 2's write at %d failed: %s" % (off, err))
+        # Node 1 keeps trying, between node 2's writes, where node 2 wrote,
+        # where it did not and where nobody wrote.
+        interleaved += [off + 64 * 1024, off + half + 128 * 1024, 24 * MiB + off]
+        fenced_writes(dev1, interleaved[-3:], "N1POST", "node 1 writes between node 2's")
+    log("node 2 (%s, epoch %s) wrote N2 over [0, 8 MiB)" % (n2.node_id, p2["epoch"]))
+    after = [o for o in range(0, 32 * MiB, 3 * MiB + BLOCK)]
+    fenced_writes(dev1, after, "N1POST", "node 1 writes after node 2's")
+    # The old token on a fresh connection: STALE at HELLO on every daemon.
+    for i in storage_ids():
+        r = outsider(i, "--vol", vol, "--epoch", p1["epoch"], "--node", n1.node_id,
+                     "--token", p1["token"], "hello", "--len", "4096", "write")
+        if r.get("hello") != "ZL_ERR_STALE" or r.get("write") not in ("ZL_ERR_AUTH", "CLOSED"):
+            fail("storage-%d: node 1's old token on a new connection: %s" % (i, r))
+    log("  node 1's token (epoch %s) on a new connection -> HELLO ZL_ERR_STALE, write refused"
+        % p1["epoch"])
+
+    # The attach process of node 1 said why: the fence, once, not a retry loop.
+    alog = attach_log(n1, vol)
+    if not re.search(r"fenced", alog):
+        fail("node 1's attach log does not say it is fenced:\n%s" % alog[-3000:])
+    if "waited" in alog:
+        fail("node 1's attach process waited out its io-timeout on a fence:\n%s" % alog[-3000:])
+    for p in attach1:
+        if not alive(p):  # it fails I/O, it does not crash
+            fail("node 1's attach process %d died while fenced" % p)
+
+    # ---- the oracle ----
+    want = {}
+    for off in range(0, 32 * MiB, 4096):
+        if off < half:
+            want[off] = pattern("N2", off, 4096)
+        elif off < pre:
+            want[off] = pattern("N1PRE", off, 4096)
+        else:
+            want[off] = bytes(4096)
+    files = replica_files(vol)
+    if len(files) != 3:
+        fail("replicas of %s on %d daemons, expected 3: %s" % (vol, len(files), sorted(files)))
+    checked = 0
+    for i, chunks in sorted(files.items()):
+        for chunk in range(0, 32 * MiB // cs + (1 if 32 * MiB % cs else 0)):
+            lo, hi = chunk * cs, min((chunk + 1) * cs, 32 * MiB)
+            path = chunks.get(chunk)
+            if path is None:
+                if lo < pre:
+                    fail("storage-%d has no replica of chunk %d" % (i, chunk))
+                continue
+            data = replica_read(path, 0, hi - lo)
+            for off in range(lo, hi, 4096):
+                got = data[off - lo:off - lo + 4096]
+                if got != want[off]:
+                    fail("storage-%d chunk %d offset %d holds %r..., expected %r..."
+                         % (i, chunk, off, got[:40], want[off][:40]))
+                checked += 1
+        for path in chunks.values():
+            with open(path, "rb") as f:
+                if b"N1POST" in f.read():
+                    fail("a fenced node-1 write landed in %s" % path)
+    log("  replicas on storage %s: [0,8M)=N2, [8M,16M)=N1PRE, [16M,32M)=zeros (%d blocks); "
+        "N1POST in no replica file" % (sorted(files), checked))
+    got = dev_read(dev2, 0, 32 * MiB)
+    for off in range(0, 32 * MiB, 4096):
+        if got[off:off + 4096] != want[off]:
+            fail("node 2 reads %r... at %d, expected %r..." % (got[off:off + 40], off,
+                                                                 want[off][:40]))
+    log("  a read through node 2 sees the same 32 MiB")
+    rows_after = rows(vol)
+    if [m for _, m in rows_after] != [m for _, m in rows_before]:
+        fail("membership changed by the fenced writes:\nbefore %s\nafter  %s"
+             % (rows_before, rows_after))
+    if any(st != "in_sync" for _, m in rows_after for _, st in m):
+        fail("a member left in_sync: %s" % rows_after)
+    log("  every row still has all 3 members in_sync, same members as before the move")
+
+    # Node 1 comes back: the kubelet cleans up there; the attach process
+    # ends (its final flush is fenced too) and leaves nothing behind.
+    n1.start()
+    t0 = time.monotonic()
+    unpublish_unstage_here(n1, vol, st1, dev1)
+    log("node 1 back: NodeUnpublish + NodeUnstage of the fenced attachment in %.1f s"
+        % (time.monotonic() - t0))
+    for p in attach1:
+        if alive(p):
+            fail("node 1's attach process %d outlived NodeUnstage" % p)
+    if dev_read(dev2, 0, half) != b"".join(want[o] for o in range(0, half, 4096)):
+        fail("node 2's data changed after node 1's cleanup")
+    e.unpublish_unstage(n2, vol, st2, dev2)
+    e.ctrl_unpublish(vol, n2)
+    e.delete_volume(vol)
+    log("fenced move: ok")
+
+
+def main():
+    import grpc as g
+    e.grpc = g
+    e.ctrl = e.CsiClient(e.CTRL_EP)
+    e.ctrl.wait_ready(30)
+    e.pb = e.ctrl.pb
+    n1, n2 = e.Node(1).start(), e.Node(2).start()
+    try:
+        test_move(n1, n2)
+    finally:
+        n1.stop()
+        n2.stop()
+    log("PASS")
+
+
+if __name__ == "__main__":
+    main()
