@@ -31,7 +31,6 @@ from csi_e2e_test import MiB, T, fail, log  # noqa: E402
 
 BLOCK = 64 * 1024          # one node-1 write
 FENCE_WRITE_MAX_S = 15     # a fenced write must fail fast (the attach io-timeout is 120 s)
-OUTSIDER = os.path.join(e.BIN, "e2e_outsider")
 
 
 # ---- independent views: etcd, replica files, the wire ----
@@ -61,28 +60,10 @@ def rows(vol):
     return out
 
 
-def storage_ids():
-    ids = []
-    for name in sorted(os.listdir(e.CL_DIR)):
-        if name.startswith("storage-") and os.path.isfile(os.path.join(e.CL_DIR, name, "port")):
-            ids.append(int(name.split("-")[1]))
-    return ids
-
-
-def storage_port(i):
-    with open(os.path.join(e.CL_DIR, "storage-%d" % i, "port")) as f:
-        return f.read().strip()
-
-
-def storage_pid(i):
-    with open(os.path.join(e.CL_DIR, "storage-%d" % i, "pid")) as f:
-        return int(f.read().strip())
-
-
 def replica_files(vol):
     """{storage index: {chunk: path}} of every chunk replica file of vol."""
     out = {}
-    for i in storage_ids():
+    for i in e.storage_ids():
         d = os.path.join(e.CL_DIR, "storage-%d" % i, "data", "chunks", vol)
         if not os.path.isdir(d):
             continue
@@ -103,69 +84,18 @@ def replica_read(path, off, length):
     return data + b"\0" * (length - len(data))
 
 
-def outsider(i, *args):
-    """e2e_outsider against storage daemon i: {step: status}."""
-    p = subprocess.run([OUTSIDER, "127.0.0.1", storage_port(i), "--wait", "5000"] + list(args),
-                       capture_output=True, text=True, timeout=60)
-    if p.returncode != 0:
-        fail("e2e_outsider against storage-%d failed (rc %d): %s %s"
-             % (i, p.returncode, p.stdout, p.stderr))
-    res = {}
-    for line in p.stdout.splitlines():
-        w = line.split()
-        if w:
-            res.setdefault(w[0], w[1] if len(w) > 1 else "")
-    return res
-
-
-def hello_status(i, vol, node_id, pctx):
-    return outsider(i, "--vol", vol, "--epoch", pctx["epoch"], "--node", node_id,
-                    "--token", pctx["token"], "hello").get("hello")
-
-
 def wait_hello(vol, node_id, pctx, want, secs=20):
     """Waits until every storage daemon answers a HELLO with the attach token
     pctx (minted for node_id) with status want; returns the seconds it took."""
     t0 = time.monotonic()
     while True:
-        got = {i: hello_status(i, vol, node_id, pctx) for i in storage_ids()}
+        got = {i: e.hello_status(i, vol, node_id, pctx) for i in e.storage_ids()}
         if all(s == want for s in got.values()):
             return time.monotonic() - t0
         if time.monotonic() - t0 > secs:
             fail("HELLO with %s's token (epoch %s): wanted %s on every daemon after %d s, got %s"
                  % (node_id, pctx["epoch"], want, secs, got))
         time.sleep(0.2)
-
-
-def assert_auth_on(vol, node, pctx, what):
-    """The storage daemons this flow uses really check tokens: a request
-    without a HELLO, a HELLO with a wrong token, and the right token named
-    for another node are refused with ZL_ERR_AUTH by every daemon; the
-    attachment's own token is accepted (the positive control)."""
-    bad = pctx["token"][:-1] + ("0" if pctx["token"][-1] != "0" else "1")
-    ids = storage_ids()
-    if len(ids) < 3:
-        fail("expected 3 storage daemons, found %s" % ids)
-    for i in ids:
-        with open("/proc/%d/cmdline" % storage_pid(i), "rb") as f:
-            argv = f.read().split(b"\0")
-        if b"--auth" in argv and argv[argv.index(b"--auth") + 1] != b"on":
-            fail("storage-%d runs with --auth %s" % (i, argv[argv.index(b"--auth") + 1]))
-        r = outsider(i, "--vol", vol, "read")
-        if r.get("read") != "ZL_ERR_AUTH":
-            fail("%s: storage-%d served a read without a HELLO: %s" % (what, i, r))
-        r = outsider(i, "--vol", vol, "--epoch", pctx["epoch"], "--node", node.node_id,
-                     "--token", bad, "hello", "write")
-        if r.get("hello") != "ZL_ERR_AUTH" or r.get("write") not in ("ZL_ERR_AUTH", "CLOSED"):
-            fail("%s: storage-%d, HELLO with a wrong token: %s" % (what, i, r))
-        r = outsider(i, "--vol", vol, "--epoch", pctx["epoch"], "--node", "csi-node-9",
-                     "--token", pctx["token"], "hello")
-        if r.get("hello") != "ZL_ERR_AUTH":
-            fail("%s: storage-%d, %s's token from another node: %s" % (what, i, node.node_id, r))
-        if hello_status(i, vol, node.node_id, pctx) != "OK":
-            fail("%s: storage-%d refused the attachment's own token" % (what, i))
-    log("  auth on (%s): no HELLO, a wrong token, another node -> ZL_ERR_AUTH on storage %s; "
-        "the attach token -> OK" % (what, ids))
 
 
 # ---- the data ----
@@ -281,7 +211,7 @@ def test_move(n1, n2):
     # Node 1 attaches and writes A over [0, 16 MiB).
     p1 = e.ctrl_publish(vol, n1, cap)
     st1, dev1 = e.stage_publish(n1, vol, cap, p1, "fence")
-    assert_auth_on(vol, n1, p1, "block volume on " + n1.node_id)
+    e.assert_auth_on(vol, n1, p1, "block volume on " + n1.node_id)
     pre = 16 * MiB
     for off in range(0, pre, 4 * MiB):
         ok, secs, err = dev_write(dev1, off, pattern("N1PRE", off, 4 * MiB), 120)
@@ -326,7 +256,7 @@ def test_move(n1, n2):
         fail("node 2's epoch %s is not above node 1's %s" % (p2["epoch"], p1["epoch"]))
     wait_hello(vol, n2.node_id, p2, "OK")
     st2, dev2 = e.stage_publish(n2, vol, cap, p2, "fence")
-    assert_auth_on(vol, n2, p2, "block volume on " + n2.node_id)
+    e.assert_auth_on(vol, n2, p2, "block volume on " + n2.node_id)
     half = 8 * MiB
     interleaved = []
     for off in range(0, half, 2 * MiB):
@@ -341,8 +271,8 @@ def test_move(n1, n2):
     after = [o for o in range(0, 32 * MiB, 3 * MiB + BLOCK)]
     fenced_writes(dev1, after, "N1POST", "node 1 writes after node 2's")
     # The old token on a fresh connection: STALE at HELLO on every daemon.
-    for i in storage_ids():
-        r = outsider(i, "--vol", vol, "--epoch", p1["epoch"], "--node", n1.node_id,
+    for i in e.storage_ids():
+        r = e.outsider(i, "--vol", vol, "--epoch", p1["epoch"], "--node", n1.node_id,
                      "--token", p1["token"], "hello", "--len", "4096", "write")
         if r.get("hello") != "ZL_ERR_STALE" or r.get("write") not in ("ZL_ERR_AUTH", "CLOSED"):
             fail("storage-%d: node 1's old token on a new connection: %s" % (i, r))
@@ -425,6 +355,123 @@ def test_move(n1, n2):
     log("fenced move: ok")
 
 
+FS_WRITER = r"""
+import errno, mmap, os, sys
+path, tag = sys.argv[1], sys.argv[2]
+buf = mmap.mmap(-1, 1 << 20)
+for s in range(0, 1 << 20, 512):
+    buf[s:s + 16] = ("%-16s" % tag).encode()[:16]
+try:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o644)
+    os.write(fd, buf)
+    os.fsync(fd)
+    os.close(fd)
+except OSError as e:
+    print(errno.errorcode.get(e.errno, e.errno))
+    sys.exit(1)
+print("OK")
+"""
+
+
+def fs_write(path, tag, timeout):
+    """1 MiB written with O_DIRECT + fsync into a new file of a mounted
+    volume, by a process of its own: (result, seconds)."""
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run([sys.executable, "-c", FS_WRITER, path, tag], capture_output=True,
+                           text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, time.monotonic() - t0
+    return (p.stdout.strip() or p.stderr.strip()[-200:]), time.monotonic() - t0
+
+
+def fenced_fs_writes(root, names, what):
+    worst = 0.0
+    seen = set()
+    for name in names:
+        res, secs = fs_write(os.path.join(root, name), "N1POST", FENCE_WRITE_MAX_S * 4)
+        worst = max(worst, secs)
+        if res is None:
+            fail("%s: writing %s through the fenced mount hangs" % (what, name))
+        if res == "OK":
+            fail("%s: writing %s through the fenced mount succeeded" % (what, name))
+        # EIO, or EROFS once ext4 stopped its journal after an EIO.
+        if res not in ("EIO", "EROFS"):
+            fail("%s: writing %s through the fenced mount failed with %s" % (what, name, res))
+        if secs > FENCE_WRITE_MAX_S:
+            fail("%s: the fenced write of %s took %.1f s to fail" % (what, name, secs))
+        seen.add(res)
+    log("  %-52s -> %d writers, all failed (%s; slowest %.2f s)"
+        % (what, len(names), "/".join(sorted(seen)), worst))
+
+
+def test_move_mount(n1, n2):
+    """The same move for a mounted ext4 volume: a process on node 1 keeps
+    writing files through its mount."""
+    pb = e.pb
+    cap = e.mount_cap(fs="ext4")
+    req = pb.CreateVolumeRequest(name="pvc-fence-fs", capacity_range=pb.CapacityRange(
+        required_bytes=128 * MiB), volume_capabilities=[cap], parameters={"replicas": "3"})
+    vol = e.twice(e.ctrl.controller.CreateVolume, req, "CreateVolume pvc-fence-fs").volume.volume_id
+    p1 = e.ctrl_publish(vol, n1, cap)
+    st1, mnt1 = e.stage_publish(n1, vol, cap, p1, "fence-fs")
+    e.assert_auth_on(vol, n1, p1, "ext4 volume on " + n1.node_id)
+    sums = e.write_files(os.path.join(mnt1, "pre"), count=4, size=2 * MiB)
+    res, _ = fs_write(os.path.join(mnt1, "pre", "direct.bin"), "N1PRE", 120)
+    if res != "OK":
+        fail("node 1's O_DIRECT write before the move: %s" % res)
+    subprocess.run(["sync", "-f", mnt1], check=True, timeout=120)
+    log("ext4 volume %s on %s (epoch %s): 5 files written" % (vol, n1.node_id, p1["epoch"]))
+    rows_before = rows(vol)
+    attach1 = n1.attach_pids()
+
+    n1.stop()
+    e.ctrl_unpublish(vol, n1)
+    wait_hello(vol, n1.node_id, p1, "ZL_ERR_STALE")
+    fenced_fs_writes(mnt1, ["post/a.bin", "pre/b.bin"], "node 1 writers after ControllerUnpublish")
+    p2 = e.ctrl_publish(vol, n2, cap)
+    wait_hello(vol, n2.node_id, p2, "OK")
+    st2, mnt2 = e.stage_publish(n2, vol, cap, p2, "fence-fs")
+    e.assert_auth_on(vol, n2, p2, "ext4 volume on " + n2.node_id)
+    e.check_files(os.path.join(mnt2, "pre"), sums)
+    more = e.write_files(os.path.join(mnt2, "n2"), count=3, size=2 * MiB)
+    res, _ = fs_write(os.path.join(mnt2, "n2", "direct.bin"), "N2", 120)
+    if res != "OK":
+        fail("node 2's O_DIRECT write: %s" % res)
+    fenced_fs_writes(mnt1, ["post/c.bin", "n2/x.bin", "pre/d.bin"],
+                     "node 1 writers after node 2's writes")
+    subprocess.run(["sync", "-f", mnt2], check=True, timeout=120)
+    for name in os.listdir(mnt2):
+        if name not in ("pre", "n2", "lost+found"):
+            fail("node 2 sees %s, which it did not write" % name)
+    for f, where in ((os.listdir(os.path.join(mnt2, "pre")), "pre"),
+                     (os.listdir(os.path.join(mnt2, "n2")), "n2")):
+        extra = [x for x in f if x not in ("dir0", "dir1", "dir2", "direct.bin")]
+        if extra:
+            fail("node 2 sees %s in %s: node 1's fenced writes" % (extra, where))
+    for i, chunks in sorted(replica_files(vol).items()):
+        for path in chunks.values():
+            with open(path, "rb") as f:
+                if b"N1POST" in f.read():
+                    fail("a fenced node-1 write landed in %s" % path)
+    log("  node 2 sees node 1's 5 files and its own 4, nothing else; N1POST in no replica file")
+    if [m for _, m in rows(vol)] != [m for _, m in rows_before]:
+        fail("membership changed: before %s after %s" % (rows_before, rows(vol)))
+    log("  every row still has all 3 members in_sync")
+    n1.start()
+    unpublish_unstage_here(n1, vol, st1, mnt1)
+    for p in attach1:
+        if alive(p):
+            fail("node 1's attach process %d outlived NodeUnstage" % p)
+    e.check_files(os.path.join(mnt2, "pre"), sums)
+    e.check_files(os.path.join(mnt2, "n2"), more)
+    e.unpublish_unstage(n2, vol, st2, mnt2)
+    e.ctrl_unpublish(vol, n2)
+    e.delete_volume(vol)
+    log("fenced move of a mounted volume: ok")
+
+
 def main():
     import grpc as g
     e.grpc = g
@@ -434,6 +481,7 @@ def main():
     n1, n2 = e.Node(1).start(), e.Node(2).start()
     try:
         test_move(n1, n2)
+        test_move_mount(n1, n2)
     finally:
         n1.stop()
         n2.stop()
