@@ -340,6 +340,10 @@ def test_move(n1, n2):
     # Node 1 comes back: the kubelet cleans up there; the attach process
     # ends (its final flush is fenced too) and leaves nothing behind.
     n1.start()
+    cond = e.stats(n1, vol, dev1).volume_condition
+    if not cond.abnormal or "fenced" not in cond.message:
+        fail("node 1's NodeGetVolumeStats does not report the fence: %s" % cond)
+    log("node 1 back: NodeGetVolumeStats says: %s" % cond.message)
     t0 = time.monotonic()
     unpublish_unstage_here(n1, vol, st1, dev1)
     log("node 1 back: NodeUnpublish + NodeUnstage of the fenced attachment in %.1f s"
@@ -460,6 +464,9 @@ def test_move_mount(n1, n2):
         fail("membership changed: before %s after %s" % (rows_before, rows(vol)))
     log("  every row still has all 3 members in_sync")
     n1.start()
+    cond = e.stats(n1, vol, mnt1).volume_condition
+    if not cond.abnormal or "fenced" not in cond.message:
+        fail("node 1's NodeGetVolumeStats does not report the fence: %s" % cond)
     unpublish_unstage_here(n1, vol, st1, mnt1)
     for p in attach1:
         if alive(p):
