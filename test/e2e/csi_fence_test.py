@@ -22,6 +22,7 @@ import re
 import struct
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -111,7 +112,7 @@ def pattern(tag, off, length):
 
 def dev_write(dev, off, data, timeout):
     """One O_DIRECT write through a block device (dd); (ok, seconds, stderr)."""
-    src = os.path.join(e.WORK, "fence-src.bin")
+    src = os.path.join(e.WORK, "fence-src-%d.bin" % threading.get_ident())
     with open(src, "wb") as f:
         f.write(data)
     t0 = time.monotonic()
@@ -196,6 +197,71 @@ def unpublish_unstage_here(node, vol, staging, target):
         fail("a loop device on %s is left: %s" % (node.dir, loops))
 
 
+RACE_LO, RACE_HI = 40 * MiB, 48 * MiB  # the racing writer's region
+
+
+class RaceWriter(threading.Thread):
+    """Node 1's writer that does not stop for the move: 64 KiB O_DIRECT
+    writes round the race region, each tagged with its sequence number,
+    from before ControllerUnpublish until told to stop."""
+
+    def __init__(self, dev):
+        super().__init__(daemon=True)
+        self.dev = dev
+        self.results = []  # (seq, off, ok, t_start, t_end)
+        self.halt = threading.Event()
+
+    def run(self):
+        seq = 0
+        while not self.halt.is_set() and seq < 100000:
+            off = RACE_LO + (seq % ((RACE_HI - RACE_LO) // BLOCK)) * BLOCK
+            t0 = time.monotonic()
+            ok, _, _ = dev_write(self.dev, off, pattern("R%06d" % seq, off, BLOCK), 60)
+            self.results.append((seq, off, ok, t0, time.monotonic()))
+            seq += 1
+
+
+def race_oracle(vol, cs, writer, fence_t):
+    """Every replica holds the same bytes in the race region; each block is
+    zeros or one racing write; no write that started after fence_t (every
+    daemon answered the old token STALE) landed, and every one of them
+    failed."""
+    files = replica_files(vol)
+    by_seq = {r[0]: r for r in writer.results}
+    late = [r for r in writer.results if r[3] > fence_t]
+    if any(r[2] for r in late):
+        fail("racing writes that started after the fence succeeded: %s"
+             % [r[:3] for r in late if r[2]][:5])
+    landed_failed = 0
+    for off in range(RACE_LO, RACE_HI, BLOCK):
+        chunk, coff = off // cs, off % cs
+        copies = {}
+        for i, chunks in sorted(files.items()):
+            path = chunks.get(chunk)
+            copies[i] = replica_read(path, coff, BLOCK) if path else bytes(BLOCK)
+        if len(set(copies.values())) != 1:
+            tags = {i: c[:24] for i, c in copies.items()}
+            fail("replicas differ at %d after the racing writes: %s" % (off, tags))
+        data = next(iter(copies.values()))
+        if data == bytes(BLOCK):
+            continue
+        m = re.match(rb"ZLFENCE\|R(\d{6})\|", data)
+        if not m or data != pattern("R" + m.group(1).decode(), off, BLOCK):
+            fail("block %d holds neither zeros nor one racing write: %r" % (off, data[:40]))
+        r = by_seq.get(int(m.group(1)))
+        if not r:
+            fail("block %d holds racing write %s, which was never issued" % (off, m.group(1)))
+        if r[3] > fence_t:
+            fail("racing write %d, started after the fence, landed at %d" % (r[0], off))
+        if not r[2]:
+            landed_failed += 1
+    ok = sum(1 for r in writer.results if r[2])
+    log("  racing writer: %d writes (%d ok before the fence, %d failed, %d after it); all 3 "
+        "replicas agree on the race region; %d failed write(s) landed (allowed: a failed "
+        "write's range is undefined)" % (len(writer.results), ok, len(writer.results) - ok,
+                                         len(late), landed_failed))
+
+
 def test_move(n1, n2):
     C = e.grpc.StatusCode
     pb = e.pb
@@ -226,6 +292,9 @@ def test_move(n1, n2):
 
     # The partition: the CO loses node 1 (its zipline-node service is gone),
     # node 1's attach process keeps serving its device.
+    racer = RaceWriter(dev1)
+    racer.start()
+    time.sleep(0.5)
     n1.stop()
     for p in attach1:
         if not alive(p):
@@ -245,6 +314,10 @@ def test_move(n1, n2):
     e.ctrl_unpublish(vol, n1)
     # From now on node 1 is detached: its epoch is fenced everywhere.
     secs = wait_hello(vol, n1.node_id, p1, "ZL_ERR_STALE")
+    fence_t = time.monotonic()
+    time.sleep(1.0)
+    racer.halt.set()
+    racer.join(120)
     log("  ControllerUnpublish(node 1) fenced epoch %s on every daemon within %.1f s"
         % (p1["epoch"], secs))
     gap = [0, 5 * MiB, 9 * MiB, 13 * MiB, 20 * MiB]
@@ -329,6 +402,7 @@ def test_move(n1, n2):
             fail("node 2 reads %r... at %d, expected %r..." % (got[off:off + 40], off,
                                                                  want[off][:40]))
     log("  a read through node 2 sees the same 32 MiB")
+    race_oracle(vol, cs, racer, fence_t)
     rows_after = rows(vol)
     if [m for _, m in rows_after] != [m for _, m in rows_before]:
         fail("membership changed by the fenced writes:\nbefore %s\nafter  %s"
