@@ -221,9 +221,12 @@ for (const [what, w, c] of [["storage", stw, zs], ["controller", ctl, zc]]) {
 	const items = v?.secret?.items;
 	check(`${what}: ${rel} is key ${keyItem} of the Secret`, rel === keyItem &&
 	      (!items || items.some((i) => i.key === keyItem && i.path === rel)), JSON.stringify(items));
+	const envKey = c?.env?.find((x) => x.name === "ZIPLINE_CLUSTER_KEY_FILE")?.value;
+	check(`${what}: ZIPLINE_CLUSTER_KEY_FILE for zl in the pod is ${file}`, envKey === file, String(envKey));
 	check(`${what}: the key file is not world-readable`, ((v?.secret?.defaultMode ?? 0o644) & 0o077) === 0,
 	      `defaultMode ${(v?.secret?.defaultMode ?? 0o644).toString(8)}`);
 }
+check("node plugin: no ZIPLINE_CLUSTER_KEY_FILE", !zn?.env?.some((x) => x.name === "ZIPLINE_CLUSTER_KEY_FILE"));
 check("node plugin: no --cluster-key-file (attach tokens only)", !hasArg(zn, "--cluster-key-file"),
       args(zn).join(" "));
 check("node plugin: the cluster key Secret is not mounted",

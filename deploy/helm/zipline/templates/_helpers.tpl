@@ -127,6 +127,12 @@ app.kubernetes.io/component: {{ .component }}
 - --cluster-key-file=/etc/zipline/cluster-key/{{ .Values.auth.clusterKey.secretKey }}
 {{- end -}}
 
+{{/* So that `kubectl exec ... zl` in these pods uses the same key. */}}
+{{- define "zipline.clusterKeyEnv" -}}
+- name: ZIPLINE_CLUSTER_KEY_FILE
+  value: /etc/zipline/cluster-key/{{ .Values.auth.clusterKey.secretKey }}
+{{- end -}}
+
 {{- define "zipline.clusterKeyVolumeMounts" -}}
 - name: cluster-key
   mountPath: /etc/zipline/cluster-key
