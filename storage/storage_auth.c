@@ -279,6 +279,25 @@ static int auth_list(struct zl_storage_auth *a, const char *prefix, bool att, in
 	return 0;
 }
 
+/* Volumes without an attachment record at revision rev (the listing's):
+ * a token of an epoch up to rev names an attachment deleted before it,
+ * perhaps while this daemon was down, so it is fenced as if the watch had
+ * seen the deletion. True when some max_epoch rose. */
+static bool auth_fence_unattached(struct zl_storage_auth *a, uint64_t rev)
+{
+	bool rose = false;
+
+	pthread_mutex_lock(&a->mu);
+	for (uint32_t b = 0; b < AUTH_BUCKETS; b++)
+		for (struct auth_vol *v = a->tab[b]; v; v = v->next)
+			if (!v->att_epoch && v->max_epoch < rev) {
+				v->max_epoch = rev;
+				rose = true;
+			}
+	pthread_mutex_unlock(&a->mu);
+	return rose;
+}
+
 /* ---- start / stop ---- */
 
 int zl_storage_auth_start(struct zl_storage *st)
@@ -319,6 +338,8 @@ int zl_storage_auth_start(struct zl_storage *st)
 					  &a->sec_w);
 	if (!rc)
 		rc = auth_list(a, a->att_prefix, true, &rev);
+	if (!rc && rev > 0 && auth_fence_unattached(a, (uint64_t)rev))
+		epochs_save(a);
 	if (!rc)
 		rc = zl_etcd_watch_prefix(st->etcd, a->att_prefix, rev + 1, att_watch_cb, a,
 					  &a->att_w);
