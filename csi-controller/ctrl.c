@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "ctrl.h"
+#include "lib/meta/zl_auth.h"
 
 /* msg: the snake-case stem of the request and response messages. */
 #define M(svc, name, msg, fn, flags)                                                   \
@@ -92,6 +93,20 @@ int ctrl_start(struct ctrl *c, const struct ctrl_cfg *cfg)
 	pthread_condattr_destroy(&ca);
 	pthread_mutex_init(&c->leader_lock, NULL);
 	snprintf(c->prefix, sizeof(c->prefix), "%s", cfg->prefix);
+	c->cluster_key_file = cfg->cluster_key_file;
+	if (c->cluster_key_file) {
+		/* A bad Secret mount shows at start, not at the first DeleteVolume. */
+		char key[ZL_AUTH_KEY_HEX + 1];
+
+		rc = zl_auth_cluster_key_file(c->cluster_key_file, key);
+		explicit_bzero(key, sizeof(key));
+		if (rc) {
+			ZL_LOG_ERR(CTRL_LOG, "cannot use --cluster-key-file %s: %s (it must hold "
+					     "the cluster key, 64 hex digits)",
+				   c->cluster_key_file, zl_strerror(rc));
+			return rc;
+		}
+	}
 	c->election = cfg->leader_election;
 	c->gc_interval_s = cfg->gc_interval_s ? cfg->gc_interval_s : CTRL_GC_INTERVAL_S;
 	if (cfg->leader_id) {

@@ -47,6 +47,7 @@ struct ctrl_cfg {
 	const char *cacert, *cert, *key;
 	const char *user;
 	const char *password_file;
+	const char *cluster_key_file; /* NULL: <prefix>keys/cluster in etcd */
 	bool leader_election;
 	const char *leader_id; /* NULL = hostname-pid */
 	unsigned int gc_interval_s;
@@ -65,6 +66,7 @@ struct ctrl_oplock {
 
 struct ctrl {
 	char prefix[128];
+	const char *cluster_key_file; /* --cluster-key-file (argv), NULL = etcd */
 	struct zl_etcd *etcd;	 /* the RPCs' handle (thread-safe, serialized inside) */
 	struct zl_etcd *etcd_bg; /* the background thread's own: keepalives never queue behind RPCs */
 	struct zl_grpc_server *srv;

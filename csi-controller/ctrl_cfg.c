@@ -18,6 +18,9 @@ static const char ctrl_usage[] =
     "  --etcd-key FILE          TLS client key for etcd\n"
     "  --etcd-user USER         etcd user (with --etcd-password-file)\n"
     "  --etcd-password-file F   file holding the etcd password\n"
+    "  --cluster-key-file FILE  the cluster key (64 hex digits, e.g. a mounted\n"
+    "                           Secret; the storage daemons' --cluster-key-file);\n"
+    "                           default: <prefix>keys/cluster in etcd\n"
     "  --leader-election[=on|off]  elect, through etcd, the replica that runs the jobs\n"
     "                           that must run once (default on; every replica serves\n"
     "                           every CSI call either way; off = this one runs them)\n"
@@ -45,6 +48,7 @@ enum {
 	OPT_KEY,
 	OPT_USER,
 	OPT_PWFILE,
+	OPT_CKEY,
 	OPT_LEADER,
 	OPT_NO_LEADER,
 	OPT_LEADER_ID,
@@ -67,6 +71,7 @@ static const struct option ctrl_opts[] = {
     {"etcd-key", required_argument, NULL, OPT_KEY},
     {"etcd-user", required_argument, NULL, OPT_USER},
     {"etcd-password-file", required_argument, NULL, OPT_PWFILE},
+    {"cluster-key-file", required_argument, NULL, OPT_CKEY},
     {"leader-election", optional_argument, NULL, OPT_LEADER},
     {"no-leader-election", no_argument, NULL, OPT_NO_LEADER},
     {"leader-id", required_argument, NULL, OPT_LEADER_ID},
@@ -131,6 +136,7 @@ int ctrl_cfg_parse(int argc, char **argv, struct ctrl_cfg *cfg)
 		case OPT_KEY: cfg->key = optarg; break;
 		case OPT_USER: cfg->user = optarg; break;
 		case OPT_PWFILE: cfg->password_file = optarg; break;
+		case OPT_CKEY: cfg->cluster_key_file = optarg; break;
 		case OPT_LEADER:
 			if (cfg_bool(optarg, &cfg->leader_election))
 				return cfg_bad("--leader-election takes on or off, not '%s'", optarg);
@@ -196,6 +202,8 @@ int ctrl_cfg_parse(int argc, char **argv, struct ctrl_cfg *cfg)
 	    strlen(cfg->prefix) >= 100)
 		return cfg_bad("--etcd-prefix '%s' must end with '/' and be shorter than 100 bytes",
 			       cfg->prefix);
+	if (cfg->cluster_key_file && !*cfg->cluster_key_file)
+		return cfg_bad("%s", "--cluster-key-file needs a file name");
 	if (!!cfg->user != !!cfg->password_file)
 		return cfg_bad("%s", "--etcd-user and --etcd-password-file go together");
 	if (cfg->leader_id && (!*cfg->leader_id || strlen(cfg->leader_id) >= CTRL_ID_MAX))

@@ -364,7 +364,10 @@ static int delete_chunks(struct ctrl *c, struct zl_grpc_call *call, const char *
 	int rc;
 
 	/* VOLUME_DELETE is an operator request: the cluster token. */
-	rc = zl_auth_cluster_key_load(c->etcd, c->prefix, NULL, true, key);
+	rc = zl_auth_cluster_key_load(c->etcd, c->prefix, c->cluster_key_file, true, key);
+	if (rc && c->cluster_key_file)
+		return zl_grpc_fail_err(call, rc, "volume %s: cannot read the cluster key file %s",
+					vol_id, c->cluster_key_file);
 	if (rc)
 		return zl_grpc_fail_err(call, rc,
 					"volume %s: cannot read the cluster key %skeys/cluster "

@@ -224,9 +224,9 @@ static void attach_ctl_cb(void *arg, uint32_t events)
 			snprintf(reply, sizeof(reply), "ok size=%llu\n",
 				 (unsigned long long)a->size);
 	} else if (strcmp(req, "status") == 0) {
-		snprintf(reply, sizeof(reply), "ok size=%llu errors=%llu busy=%u\n",
+		snprintf(reply, sizeof(reply), "ok size=%llu errors=%llu busy=%u fenced=%d\n",
 			 (unsigned long long)a->size, (unsigned long long)a->io_errors,
-			 a->busy_slots);
+			 a->busy_slots, zl_vol_fenced(a->cur->vol));
 	} else {
 		snprintf(reply, sizeof(reply), "err unknown command '%.40s' (resize|status)\n",
 			 req);

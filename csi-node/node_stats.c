@@ -55,6 +55,16 @@ static void node_condition(const struct node *n, const struct node_vol_state *st
 	}
 	if (node_attach_ctl(n, st->volume_id, "status", reply, sizeof(reply)) != 0)
 		return;
+	e = strstr(reply, "fenced=");
+	if (e && e[7] == '1') {
+		*abnormal = true;
+		snprintf(msg, len,
+			 "volume %s was detached from this node or attached to another "
+			 "(ControllerUnpublish/Publish): this attachment (epoch %llu) is "
+			 "fenced by the storage, every I/O fails; unpublish and unstage it here",
+			 st->volume_id, (unsigned long long)st->epoch);
+		return;
+	}
 	e = strstr(reply, "errors=");
 	if (e && strtoull(e + 7, NULL, 10) > 0) {
 		*abnormal = true;

@@ -49,7 +49,8 @@ static const char usage[] =
     "                       all in sync, and no write of them came, for SEC seconds\n"
     "                       (default 600)\n"
     "  --auth on|off        check HELLO credentials: attach tokens of clients, the\n"
-    "                       cluster token of peers and operators (default off;\n"
+    "                       cluster token of peers and operators (default on;\n"
+    "                       off only for a cluster of pre-auth callers,\n"
     "                       docs/SECURITY.md)\n"
     "  --cluster-key-file FILE  the cluster key (64 hex digits, e.g. a mounted\n"
     "                       Secret); default: <prefix>keys/cluster in etcd\n"
@@ -153,6 +154,7 @@ static int parse_flags(int argc, char **argv, struct zl_storage_cfg *cfg, const 
 	cfg->gc_interval_s = 60;
 	cfg->gc_grace_s = 600;
 	cfg->heal = true;
+	cfg->auth = true; /* every caller sends credentials (docs/SECURITY.md) */
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {

@@ -33,7 +33,9 @@ struct auth_vol {
 	struct auth_vol *next;
 	uint64_t num;
 	uint64_t att_epoch; /* 0: no attachment record */
-	uint64_t max_epoch; /* highest attach epoch ever seen (persisted) */
+	/* Highest attach epoch ever seen, or the revision that deleted the
+	 * attachment (persisted): tokens of older epochs are fenced. */
+	uint64_t max_epoch;
 	bool readonly;
 	bool has_secret;
 	char node[ZL_WIRE_NAME_LEN];
@@ -188,6 +190,13 @@ static bool att_apply(struct zl_storage_auth *a, bool put, const struct zl_etcd_
 		v->node[0] = '\0';
 		if (put)
 			ZL_LOG_WARN("storage", "malformed attachment record %s ignored", kv->key);
+		/* ControllerUnpublish (a force detach of a node that cannot be
+		 * reached too): every epoch up to the deletion is fenced now,
+		 * not only once another node attaches. */
+		if (!put && (uint64_t)kv->mod_rev > v->max_epoch) {
+			v->max_epoch = (uint64_t)kv->mod_rev;
+			rose = true;
+		}
 	}
 	pthread_mutex_unlock(&a->mu);
 	json_decref(j);
@@ -270,6 +279,25 @@ static int auth_list(struct zl_storage_auth *a, const char *prefix, bool att, in
 	return 0;
 }
 
+/* Volumes without an attachment record at revision rev (the listing's):
+ * a token of an epoch up to rev names an attachment deleted before it,
+ * perhaps while this daemon was down, so it is fenced as if the watch had
+ * seen the deletion. True when some max_epoch rose. */
+static bool auth_fence_unattached(struct zl_storage_auth *a, uint64_t rev)
+{
+	bool rose = false;
+
+	pthread_mutex_lock(&a->mu);
+	for (uint32_t b = 0; b < AUTH_BUCKETS; b++)
+		for (struct auth_vol *v = a->tab[b]; v; v = v->next)
+			if (!v->att_epoch && v->max_epoch < rev) {
+				v->max_epoch = rev;
+				rose = true;
+			}
+	pthread_mutex_unlock(&a->mu);
+	return rose;
+}
+
 /* ---- start / stop ---- */
 
 int zl_storage_auth_start(struct zl_storage *st)
@@ -310,6 +338,8 @@ int zl_storage_auth_start(struct zl_storage *st)
 					  &a->sec_w);
 	if (!rc)
 		rc = auth_list(a, a->att_prefix, true, &rev);
+	if (!rc && rev > 0 && auth_fence_unattached(a, (uint64_t)rev))
+		epochs_save(a);
 	if (!rc)
 		rc = zl_etcd_watch_prefix(st->etcd, a->att_prefix, rev + 1, att_watch_cb, a,
 					  &a->att_w);

@@ -268,10 +268,19 @@ static void srv_write_finish(struct storage_req *r)
 		stale |= r->bk[i].status == -ZL_ERR_STALE;
 	/* A backup that knows a newer placement: ours (and the client's) may miss
 	 * a replica, so make the client reload rather than drop anyone. */
-	if (stale && !zl_storage_vol_reload(st->vols, r->req.vol_id, &sv) &&
-	    r->slice < sv->v.n_slices && sv->v.slices[r->slice].version != r->seen_ver) {
-		req_reply_free(r, -ZL_ERR_STALE, sv->v.slices[r->slice].version);
-		return;
+	if (stale) {
+		int rc = zl_storage_vol_reload(st->vols, r->req.vol_id, &sv);
+
+		/* Not known to be a fence: never STALE at the client's version
+		 * (lib/client takes that as final), the client reloads and retries. */
+		if (rc) {
+			req_reply_free(r, rc, ver);
+			return;
+		}
+		if (r->slice < sv->v.n_slices && sv->v.slices[r->slice].version != r->seen_ver) {
+			req_reply_free(r, -ZL_ERR_STALE, sv->v.slices[r->slice].version);
+			return;
+		}
 	}
 	/* Same placement: the backup fenced the client's attach epoch (it saw
 	 * the newer attachment first). The backup is healthy: never dropped

@@ -27,7 +27,13 @@
  *   unreachable promotes the next in-sync replica itself (zl_meta_slice_drop)
  *   and goes on; a request gives up after 16 attempts or 30 s.
  *
- * Stale-version replies reload the placement in both modes.
+ * Stale-version replies reload the placement in both modes. A STALE that
+ * is an attach-epoch fence (docs/SECURITY.md: the volume was detached from
+ * this node or attached to another) is final: the storage answers STALE
+ * for a request whose slice version is current (a FLUSH: always), or
+ * refuses the HELLO of our token with STALE. The volume is then fenced
+ * (zl_vol_fenced): that I/O and every later one fail at once with
+ * -ZL_ERR_STALE, in both modes, without waiting io_timeout_s.
  * Request slots are preallocated: no malloc per I/O in the steady state. */
 #ifndef ZL_CLIENT_H
 #define ZL_CLIENT_H
@@ -92,6 +98,8 @@ int zl_vol_open(struct zl_client *c, const char *name_or_id, struct zl_vol **out
 /* Waits for nothing: in-flight I/O fails with -ZL_ERR_CONN. Accepts NULL. */
 void zl_vol_close(struct zl_vol *v);
 uint64_t zl_vol_size(const struct zl_vol *v);
+/* True once the storage fenced our attach epoch on v (see above): final. */
+bool zl_vol_fenced(const struct zl_vol *v);
 const struct zl_volume *zl_vol_meta(const struct zl_vol *v);
 
 /* Completion: 0 or a negative error (-ZL_ERR_UNAVAIL when no replica could

@@ -337,7 +337,15 @@ struct zl_vol {
 	struct client_list free_ios, free_subs, split_wait;
 	struct zl_vol_stats stats;
 	struct zl_ratelimit rl; /* failover warnings */
+	/* The storage fenced this client's attach epoch on the volume (it was
+	 * detached from this node or attached to another): final, every I/O
+	 * fails with -ZL_ERR_STALE from then on, nothing more is sent. */
+	bool fenced;
 };
+
+/* client_io.c: marks open volume vol_num of c fenced (logs it once; why
+ * says how the fence was seen). */
+void client_vol_fence(struct zl_client *c, uint64_t vol_num, const char *why);
 
 /* client_node.c */
 int client_nodes_refresh(struct zl_client *c);

@@ -370,6 +370,13 @@ static void sub_send(struct client_sub *s)
 		s->any = false;
 		s->tried = 0;
 	}
+	if (v->fenced) {
+		s->target = -1;
+		s->pending_err = -ZL_ERR_STALE;
+		s->pending_transport = false;
+		sub_arm(s, PEND_RESULT, 0);
+		return;
+	}
 	s->reload_seq = v->reload_seq;
 	s->sent_ver = sl->version;
 	if (rd || s->any) {
@@ -692,6 +699,37 @@ static void sub_result_any(struct client_sub *s, int err, uint64_t rep_ver, bool
 	sub_any_next(s, err);
 }
 
+void client_vol_fence(struct zl_client *c, uint64_t vol_num, const char *why)
+{
+	struct client_list *l;
+
+	for (l = c->vols.next; l != &c->vols; l = l->next) {
+		struct zl_vol *v = ZL_CONTAINER_OF(l, struct zl_vol, link);
+
+		if (v->meta.num != vol_num || v->fenced)
+			continue;
+		v->fenced = true;
+		ZL_LOG_ERR(CLIENT_LOG,
+			   "vol=%s is fenced at attach epoch %llu (%s): it was detached from "
+			   "this node or attached to another; every I/O fails with "
+			   "ZL_ERR_STALE from now on (unstage the volume here; the data is the "
+			   "new attachment's)",
+			   v->meta.id, (unsigned long long)c->epoch, why);
+	}
+}
+
+/* A STALE reply that is an epoch fence rather than a placement change: the
+ * storage refused a FLUSH (no version is checked there), or a request at
+ * the slice version it holds itself (storage_server.c: srv_check, and a
+ * backup's fence forwarded by the primary). */
+static bool sub_stale_is_fence(const struct client_sub *s, int err, uint64_t rep_ver,
+			       bool transport)
+{
+	if (err != -ZL_ERR_STALE || transport || s->any)
+		return false;
+	return s->op == ZL_OP_FLUSH || (rep_ver && rep_ver == s->sent_ver);
+}
+
 static void sub_result(struct client_sub *s, int err, uint64_t rep_ver, bool transport)
 {
 	struct zl_vol *v = s->vol;
@@ -699,6 +737,14 @@ static void sub_result(struct client_sub *s, int err, uint64_t rep_ver, bool tra
 	int next;
 	enum zl_client_action act;
 
+	if (err && !v->fenced && sub_stale_is_fence(s, err, rep_ver, transport))
+		client_vol_fence(v->c, v->meta.num, "a request at the current slice version "
+						    "was answered STALE");
+	if (err && v->fenced) {
+		/* Final: no retry, no failure report about a healthy primary. */
+		sub_done(s, -ZL_ERR_STALE);
+		return;
+	}
 	if (s->any) {
 		sub_result_any(s, err, rep_ver, transport);
 		return;
@@ -1002,6 +1048,11 @@ void zl_vol_close(struct zl_vol *v)
 uint64_t zl_vol_size(const struct zl_vol *v)
 {
 	return v->meta.size;
+}
+
+bool zl_vol_fenced(const struct zl_vol *v)
+{
+	return v->fenced;
 }
 
 const struct zl_volume *zl_vol_meta(const struct zl_vol *v)

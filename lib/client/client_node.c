@@ -288,6 +288,12 @@ static void conn_hello_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 	if (cc->state != CONN_HELLO)
 		goto out_kick;
 	err = zl_xport_hello_check(&cc->hello, status, rep, n->id, NULL);
+	/* Our attach token's epoch is older than the attachment the storage
+	 * knows (or the attachment was deleted): fenced for good. */
+	if (err == -ZL_ERR_STALE && n->c->cred.token && n->c->cred.token[0] &&
+	    !n->c->cred.cluster)
+		client_vol_fence(n->c, n->c->cred.vol_id, "the HELLO of our attach token was "
+							  "answered STALE");
 	if (err) {
 		node_mark_down(n, err, "HELLO");
 		cc->state = CONN_CLOSING;

@@ -179,6 +179,67 @@ for (const [i, a] of zipArgs.entries())
 	check(`${["controller", "node", "storage"][i]} gets --etcd and --etcd-prefix`,
 	      a.includes("--etcd=$(ZIPLINE_ETCD)") && a.some((x) => x.startsWith("--etcd-prefix=")));
 
+// Data-path auth (docs/SECURITY.md): the storage daemons check credentials,
+// and every pod that speaks to them with the cluster token (the storage
+// daemons themselves, the controller) mounts the cluster key Secret and
+// passes it as --cluster-key-file. The node plugin gets attach tokens only:
+// the cluster key must not reach it.
+const authVals = {};
+for (const f of [path.resolve(path.dirname(new URL(import.meta.url).pathname),
+	"../../deploy/helm/zipline/values.yaml"),
+	path.resolve(path.dirname(new URL(import.meta.url).pathname), `../../deploy/helm/zipline/examples/${shape}.yaml`)]) {
+	if (!existsSync(f))
+		continue;
+	const a = YAML.parse(readFileSync(f, "utf8"))?.auth ?? {};
+	Object.assign(authVals, a, { clusterKey: { ...(authVals.clusterKey ?? {}), ...(a.clusterKey ?? {}) } });
+}
+const keyItem = authVals.clusterKey?.secretKey ?? "cluster-key";
+const created = find("Secret", comp("auth"));
+const keySecret = authVals.clusterKey?.existingSecret || created[0]?.metadata?.name;
+if (authVals.clusterKey?.existingSecret) {
+	check("auth: no cluster key Secret of the chart with existingSecret", created.length === 0,
+	      created.map((s) => s.metadata.name).join(","));
+} else {
+	check("auth: the chart creates one cluster key Secret", created.length === 1);
+	const raw = created[0]?.data?.[keyItem];
+	const key = raw ? Buffer.from(raw, "base64").toString("utf8") : "";
+	check(`auth: Secret ${keySecret} holds 64 hex digits under ${keyItem}`, /^[0-9a-f]{64}$/.test(key),
+	      `${key.length} characters`);
+	check(`auth: Secret ${keySecret} survives helm uninstall`,
+	      created[0]?.metadata?.annotations?.["helm.sh/resource-policy"] === "keep");
+}
+check("zipline-storage --auth=on", args(zs).includes("--auth=on"), args(zs).join(" "));
+for (const [what, w, c] of [["storage", stw, zs], ["controller", ctl, zc]]) {
+	const file = args(c).find((a) => a.startsWith("--cluster-key-file="))?.split("=")[1] ?? "";
+	check(`${what}: --cluster-key-file`, !!file, args(c).join(" "));
+	const m = (c?.volumeMounts ?? []).find((x) => file.startsWith(x.mountPath + "/"));
+	check(`${what}: ${file} is on a read-only mount`, m?.readOnly === true, JSON.stringify(m));
+	const v = (w?.spec?.template?.spec?.volumes ?? []).find((x) => x.name === m?.name);
+	check(`${what}: the mount is Secret ${keySecret}`, !!keySecret && v?.secret?.secretName === keySecret,
+	      JSON.stringify(v));
+	const rel = file.slice((m?.mountPath ?? "").length + 1);
+	const items = v?.secret?.items;
+	check(`${what}: ${rel} is key ${keyItem} of the Secret`, rel === keyItem &&
+	      (!items || items.some((i) => i.key === keyItem && i.path === rel)), JSON.stringify(items));
+	const envKey = c?.env?.find((x) => x.name === "ZIPLINE_CLUSTER_KEY_FILE")?.value;
+	check(`${what}: ZIPLINE_CLUSTER_KEY_FILE for zl in the pod is ${file}`, envKey === file, String(envKey));
+	check(`${what}: the key file is not world-readable`, ((v?.secret?.defaultMode ?? 0o644) & 0o077) === 0,
+	      `defaultMode ${(v?.secret?.defaultMode ?? 0o644).toString(8)}`);
+}
+check("node plugin: no ZIPLINE_CLUSTER_KEY_FILE", !zn?.env?.some((x) => x.name === "ZIPLINE_CLUSTER_KEY_FILE"));
+check("node plugin: no --cluster-key-file (attach tokens only)", !hasArg(zn, "--cluster-key-file"),
+      args(zn).join(" "));
+check("node plugin: the cluster key Secret is not mounted",
+      !(nps?.volumes ?? []).some((v) => v.secret?.secretName === keySecret), JSON.stringify(nps?.volumes));
+// Every other workload of the chart (etcd, tests) stays away from it too.
+for (const w of objs.filter((o) => o.spec?.template?.spec || (o.kind === "Pod"))) {
+	if (w === stw || w === ctl)
+		continue;
+	const vols = (w.spec?.template?.spec ?? w.spec)?.volumes ?? [];
+	check(`${w.kind} ${w.metadata.name} does not mount the cluster key`,
+	      !vols.some((v) => v.secret?.secretName === keySecret));
+}
+
 // No PVC the chart's own components need may be bound by a Zipline class:
 // Zipline needs etcd and its storage daemons, so a claim of theirs served by
 // Zipline never binds (first install deadlocks). A claim without

@@ -184,7 +184,30 @@ if [ "$shape" = selftest ]; then
 	run mutate prop 's/mountPropagation: Bidirectional/mountPropagation: HostToContainer/'
 	run mutate hookpolicy 's/helm.sh\/hook-delete-policy: before-hook-creation$/helm.sh\/hook-delete-policy: before-hook-creation,hook-succeeded/'
 	run mutate libmodules '/path: \/lib\/modules/{n;s/type: DirectoryOrCreate/type: Directory/}'
+	# The cluster key: off the controller, onto the node plugin, a world-readable file.
+	run mutate ckeyctl '0,/- --cluster-key-file=/{/- --cluster-key-file=/d}'
+	run mutate ckeymode 's/defaultMode: 256 /defaultMode: 292 /'
+	run mutate ckeynode '0,/- --kubelet-dir=/s//- --cluster-key-file=\/etc\/zipline\/cluster-key\/cluster-key\n            - --kubelet-dir=/'
 	contract() { node "$here/chart-check.mjs" "$tools" "$work/$1.yaml" "${2:-default}"; }
+	run expect_fail "contract: a pod without --cluster-key-file" "--cluster-key-file: " contract ckeyctl
+	run expect_fail "contract: a world-readable cluster key" "the key file is not world-readable" contract ckeymode
+	run expect_fail "contract: the node plugin given the cluster key" "node plugin: no --cluster-key-file" contract ckeynode
+	# helm lookup keeps the key of an existing Secret (an upgrade); helm
+	# template alone renders a new random one each time.
+	k1="$("$helm" template t "$chart" --show-only templates/cluster-key.yaml | sed -n 's/^  cluster-key: //p')"
+	k2="$("$helm" template t "$chart" --show-only templates/cluster-key.yaml | sed -n 's/^  cluster-key: //p')"
+	if [ -n "$k1" ] && [ "$k1" != "$k2" ] && [ "$(printf %s "$k1" | base64 -d | tr -d 0-9a-f | wc -c)" = 0 ]; then
+		echo "ok selftest: a fresh install gets a random 64-hex cluster key"
+	else
+		echo "FAIL selftest: cluster keys of two renders: '$k1' '$k2'" >&2; rc=1
+	fi
+	if "$helm" template t "$chart" --set auth.clusterKey.existingSecret=mine > "$work/mine.yaml" &&
+		! grep -q "name: t-zipline-cluster-key" "$work/mine.yaml" &&
+		[ "$(grep -c "secretName: mine$" "$work/mine.yaml")" = 2 ]; then
+		echo "ok selftest: auth.clusterKey.existingSecret=mine: no Secret of the chart, mine mounted twice"
+	else
+		echo "FAIL selftest: auth.clusterKey.existingSecret=mine" >&2; rc=1
+	fi
 	run expect_fail "contract: no Bidirectional" "kubelet dir mounted Bidirectional" contract prop
 	run expect_fail "contract: helm test pods deleted on success" "kept for --logs" contract hookpolicy
 	run expect_fail "contract: /lib/modules must exist" "hostPath /lib/modules may be absent" contract libmodules

@@ -6,7 +6,8 @@
 # and writes, and a huge epoch in its request headers fences nobody; after
 # the attachment moves to another node (a new epoch) the old token gets
 # ZL_ERR_STALE and the new one writes; the epoch is persisted in the data
-# dir. The test plays ControllerPublish by hand (secret and attachment
+# dir; a deleted attachment (ControllerUnpublish) is fenced at once, also by
+# a daemon that was down at the deletion. The test plays ControllerPublish by hand (secret and attachment
 # records through the etcd JSON gateway, tokens with python's hmac).
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -137,4 +138,42 @@ for i in 1 2 3; do
 		fail "node-$i did not persist epoch $E1b: $(cat "$CL_DIR/storage-$i/data/auth-epochs" 2>&1)"
 done
 ok "every replica holds the client's data; every daemon persisted epoch $E1b"
+
+# ControllerUnpublish (a force detach of an unreachable node too) fences at
+# once, before anyone attaches again: the deletion's revision is the fence.
+client1b() { echo ZL_E2E_TOKEN="$T1b" ZL_E2E_EPOCH="$E1b" ZL_E2E_VOL="$N1" ZL_E2E_NODE=wn-2; }
+etcd_ctl del "/zipline/attachments/$V1"
+sleep 1
+got=$(chunk_as $(client1b) -- write "$V1" 0 0 "$SV" "$CL_DIR/evil" 10000)
+[ "${got%% *}" = "hello=ZL_ERR_STALE" ] || fail "the token of a deleted attachment: $got"
+for i in 1 2 3; do
+	ep=$(sed -n "s/^$N1 //p" "$CL_DIR/storage-$i/data/auth-epochs")
+	[ -n "$ep" ] && [ "$ep" -gt "$E1b" ] ||
+		fail "node-$i did not persist the deletion's fence (> $E1b): '$ep'"
+done
+ok "after ControllerUnpublish the token of epoch $E1b gets ZL_ERR_STALE; the fence ($ep) is persisted"
+
+# A daemon down while an attachment is created and deleted fences it at start.
+E3=$(etcd_ctl put "/zipline/attachments/$V1" '{"node":"wn-3","epoch":0,"readonly":false,"time":0}')
+T3=$(token "$S1" "$V1|wn-3|$E3")
+sleep 1
+P1=$(cat "$CL_DIR/storage-1/port")
+hello3() {
+	"$CL_BIN/e2e_outsider" 127.0.0.1 "$P1" --vol "$V1" --epoch "$E3" --node wn-3 \
+		--token "$T3" hello 2>&1 || true
+}
+out=$(hello3)
+[ "${out%% node=*}" = "hello OK" ] || fail "node-1 before its restart, the token of attachment $E3: $out"
+cl_stop storage-1
+etcd_ctl del "/zipline/attachments/$V1"
+cl_start_storage 1
+cl_wait_nodes 3 || fail "storage-1 did not come back"
+for _ in $(seq 1 50); do
+	out=$(hello3)
+	[ "$out" != "${out#hello ZL_ERR_STALE}" ] && break
+	sleep 0.2
+done
+[ "$out" != "${out#hello ZL_ERR_STALE}" ] ||
+	fail "node-1, restarted after the deletion, answers the deleted attachment's token: $out"
+ok "node-1, down while attachment $E3 was deleted, fences its token at start (ZL_ERR_STALE)"
 echo "auth_e2e: PASS"

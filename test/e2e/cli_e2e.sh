@@ -65,6 +65,8 @@ expect_fail "controller bad --manager" "manager.*on or off" "$CL_BIN/zipline-con
 # Healing is the default; --heal off / --manager=off are the way back to 0.1.
 "$CL_BIN/zipline-storage" --help | grep -A1 -- "--heal on|off" | grep -q "default on" ||
 	{ echo "cli_e2e: FAIL: zipline-storage --help does not say --heal defaults to on"; failures=$((failures+1)); }
+"$CL_BIN/zipline-storage" --help | grep -A1 -- "--auth on|off" | grep -q "default on" ||
+	{ echo "cli_e2e: FAIL: zipline-storage --help does not say --auth defaults to on"; failures=$((failures+1)); }
 "$CL_BIN/zipline-controller" --help | grep -A2 -- "--manager=on|off" | grep -q "default on" ||
 	{ echo "cli_e2e: FAIL: zipline-controller --help does not say --manager defaults to on"; failures=$((failures+1)); }
 "$ZL" status >/dev/null || { echo "cli_e2e: FAIL: zl status"; failures=$((failures+1)); }

@@ -4,10 +4,14 @@
 # zipline-node instances (started by
 # csi_e2e_test.py, which plays the kubelet and the sidecars). Needs root,
 # /dev/fuse and loop devices: the volumes are really mounted.
-# Usage: csi_e2e.sh BUILD_DIR
+# Usage: csi_e2e.sh BUILD_DIR [TEST_SCRIPT]
+#   TEST_SCRIPT: a Python script in test/e2e (default csi_e2e_test.py;
+#   csi_fence_test.py: a volume moved off a partitioned node, issue 11).
 set -euo pipefail
 BUILD=$(cd "$1" && pwd)
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
+SCRIPT=${2:-csi_e2e_test.py}
+[ -f "$SRC/test/e2e/$SCRIPT" ] || { echo "csi_e2e: no test script test/e2e/$SCRIPT" >&2; exit 1; }
 export CL_BIN=$BUILD/bin
 export CL_DIR=$(mktemp -d "$BUILD/e2e-csi.XXXXXX")
 export CSI_WORK=$CL_DIR/csi
@@ -69,7 +73,7 @@ export CTRL_EP="unix://$CL_DIR/ctrl/controller.sock"
 echo $! >"$CL_DIR/ctrl/pid"
 
 export ZL_BIN=$CL_BIN ZL_SOURCE_DIR=$SRC ZL_BUILD_DIR=$BUILD
-/usr/bin/python3 "$SRC/test/e2e/csi_e2e_test.py" || fail "csi_e2e_test.py"
+/usr/bin/python3 "$SRC/test/e2e/$SCRIPT" || fail "$SCRIPT"
 
 # Started without --manager, the controller ran the cluster manager (the
 # default): the storage daemons' writes and restarts were healed by it.

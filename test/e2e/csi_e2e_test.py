@@ -104,6 +104,81 @@ class Node:
         return pids
 
 
+# ---- the storage daemons seen from outside (e2e_outsider: hand-made wire
+# requests, lib/wire only) ----
+
+OUTSIDER = os.path.join(BIN, "e2e_outsider")
+
+
+def storage_ids():
+    ids = []
+    for name in sorted(os.listdir(CL_DIR)):
+        if name.startswith("storage-") and os.path.isfile(os.path.join(CL_DIR, name, "port")):
+            ids.append(int(name.split("-")[1]))
+    return ids
+
+
+def storage_port(i):
+    with open(os.path.join(CL_DIR, "storage-%d" % i, "port")) as f:
+        return f.read().strip()
+
+
+def storage_pid(i):
+    with open(os.path.join(CL_DIR, "storage-%d" % i, "pid")) as f:
+        return int(f.read().strip())
+
+
+def outsider(i, *args):
+    """e2e_outsider against storage daemon i: {step: status}."""
+    p = subprocess.run([OUTSIDER, "127.0.0.1", storage_port(i), "--wait", "5000"] + list(args),
+                       capture_output=True, text=True, timeout=60)
+    if p.returncode != 0:
+        fail("e2e_outsider against storage-%d failed (rc %d): %s %s"
+             % (i, p.returncode, p.stdout, p.stderr))
+    res = {}
+    for line in p.stdout.splitlines():
+        w = line.split()
+        if w:
+            res.setdefault(w[0], w[1] if len(w) > 1 else "")
+    return res
+
+
+def hello_status(i, vol, node_id, pctx):
+    return outsider(i, "--vol", vol, "--epoch", pctx["epoch"], "--node", node_id,
+                    "--token", pctx["token"], "hello").get("hello")
+
+
+def assert_auth_on(vol, node, pctx, what):
+    """The storage daemons this flow uses really check tokens: a request
+    without a HELLO, a HELLO with a wrong token, and the right token named
+    for another node are refused with ZL_ERR_AUTH by every daemon; the
+    attachment's own token is accepted (the positive control)."""
+    bad = pctx["token"][:-1] + ("0" if pctx["token"][-1] != "0" else "1")
+    ids = storage_ids()
+    if len(ids) < 3:
+        fail("expected 3 storage daemons, found %s" % ids)
+    for i in ids:
+        with open("/proc/%d/cmdline" % storage_pid(i), "rb") as f:
+            argv = f.read().split(b"\0")
+        if b"--auth" in argv and argv[argv.index(b"--auth") + 1] != b"on":
+            fail("storage-%d runs with --auth %s" % (i, argv[argv.index(b"--auth") + 1]))
+        r = outsider(i, "--vol", vol, "read")
+        if r.get("read") != "ZL_ERR_AUTH":
+            fail("%s: storage-%d served a read without a HELLO: %s" % (what, i, r))
+        r = outsider(i, "--vol", vol, "--epoch", pctx["epoch"], "--node", node.node_id,
+                     "--token", bad, "hello", "write")
+        if r.get("hello") != "ZL_ERR_AUTH" or r.get("write") not in ("ZL_ERR_AUTH", "CLOSED"):
+            fail("%s: storage-%d, HELLO with a wrong token: %s" % (what, i, r))
+        r = outsider(i, "--vol", vol, "--epoch", pctx["epoch"], "--node", "csi-node-9",
+                     "--token", pctx["token"], "hello")
+        if r.get("hello") != "ZL_ERR_AUTH":
+            fail("%s: storage-%d, %s's token from another node: %s" % (what, i, node.node_id, r))
+        if hello_status(i, vol, node.node_id, pctx) != "OK":
+            fail("%s: storage-%d refused the attachment's own token" % (what, i))
+    log("  auth on (%s): no HELLO, a wrong token, another node -> ZL_ERR_AUTH on storage %s; "
+        "the attach token -> OK" % (what, ids))
+
+
 def mounted(path):
     with open("/proc/self/mountinfo") as f:
         for line in f:
@@ -526,6 +601,8 @@ def test_filesystem(n1, n2, fs, size, grow_to, kill9):
                                                   volume_capability=cap),
                 "ControllerPublish RWO volume to a second node")
     staging, target = stage_publish(n1, vol, cap, pctx, fs)
+    # The daemons behind this mount check tokens (tokens on, mount mode).
+    assert_auth_on(vol, n1, pctx, "%s mount on %s" % (fs, n1.node_id))
     if kill9:
         staged_negatives(n1, vol, staging, target, cap)
     sums = write_files(target)
@@ -661,6 +738,8 @@ def test_block(n1, n2):
     log("block volume %s" % vol)
     pctx = ctrl_publish(vol, n1, cap)
     staging, target = stage_publish(n1, vol, cap, pctx, "blk")
+    # The daemons behind this device check tokens (tokens on, block mode).
+    assert_auth_on(vol, n1, pctx, "block device on " + n1.node_id)
     data = os.urandom(3 * MiB + 4096)
     off = 5 * MiB + 8192
     fd = os.open(target, os.O_WRONLY)

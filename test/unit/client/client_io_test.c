@@ -905,6 +905,47 @@ static void test_heal_timeout(void **state)
 	zl_client_destroy(cli);
 }
 
+/* STALE at the slice version the node itself holds is an attach-epoch
+ * fence (docs/SECURITY.md): final. The write fails at once (not after
+ * io_timeout), the volume is fenced, and later I/O on any slice fails with
+ * STALE without reaching a node; nothing was reported about the primary. */
+static void test_heal_fenced(void **state)
+{
+	struct env *e = *state;
+	struct zl_vol_stats st;
+	uint8_t buf[4096];
+	uint64_t t0, ms;
+	int writes = 0, reads = 0;
+
+	fill_pattern(buf, sizeof(buf), 17);
+	assert_false(zl_vol_fenced(e->vol));
+	e->nodes[0].err_left = 1000000; /* fake-0: primary of slice 0 */
+	e->nodes[0].err_status = -ZL_ERR_STALE;
+	t0 = zl_now_ms();
+	assert_int_equal(zl_vol_write(e->vol, buf, 4 * CS, sizeof(buf)), -ZL_ERR_STALE);
+	ms = zl_now_ms() - t0;
+	assert_true(ms < 1000); /* io_timeout is 600 s */
+	assert_true(zl_vol_fenced(e->vol));
+	assert_int_equal(e->nodes[0].err_left, 1000000 - 1); /* asked once, not retried */
+	for (int i = 0; i < NNODES; i++) {
+		writes += e->nodes[i].writes;
+		reads += e->nodes[i].reads;
+	}
+	/* slice 1 is not fenced at fake-1, but the volume is: nothing is sent */
+	assert_int_equal(zl_vol_write(e->vol, buf, 1 * CS, sizeof(buf)), -ZL_ERR_STALE);
+	assert_int_equal(zl_vol_read(e->vol, buf, 1 * CS, sizeof(buf)), -ZL_ERR_STALE);
+	assert_int_equal(zl_vol_flush(e->vol), -ZL_ERR_STALE);
+	for (int i = 0; i < NNODES; i++) {
+		writes -= e->nodes[i].writes;
+		reads -= e->nodes[i].reads;
+	}
+	assert_int_equal(writes, 0);
+	assert_int_equal(reads, 0);
+	zl_vol_get_stats(e->vol, &st);
+	assert_int_equal(st.reports, 0);
+	assert_int_equal(e->nodes[0].err_left, 1000000 - 1);
+}
+
 /* PEERING answers are waited out; MIN_SIZE until io_timeout stays MIN_SIZE. */
 static void test_heal_peering_min_size(void **state)
 {
@@ -1193,6 +1234,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_heal_node_down, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_heal_timeout, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_heal_peering_min_size, env_setup, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_heal_fenced, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_heal_read_around_corrupt, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_heal_read_around_all_bad, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_heal_read_around_members, env_setup, env_teardown),

@@ -160,6 +160,43 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end -}}
 
+{{/* The cluster key Secret (docs/SECURITY.md): the operator's
+     auth.clusterKey.existingSecret, else <fullname>-cluster-key, which the
+     chart creates once (templates/cluster-key.yaml). Mounted into the pods
+     that speak to the storage daemons with the cluster token: the storage
+     daemons (peers) and the controller (the manager, DeleteVolume). Never
+     into the node plugin: a node gets attach tokens, one per volume
+     attached to it, so a compromised node reaches those volumes only. */}}
+{{- define "zipline.clusterKeySecret" -}}
+{{- default (printf "%s-cluster-key" (include "zipline.fullname" .)) .Values.auth.clusterKey.existingSecret -}}
+{{- end -}}
+
+{{- define "zipline.clusterKeyArgs" -}}
+- --cluster-key-file=/etc/zipline/cluster-key/{{ .Values.auth.clusterKey.secretKey }}
+{{- end -}}
+
+{{/* So that `kubectl exec ... zl` in these pods uses the same key. */}}
+{{- define "zipline.clusterKeyEnv" -}}
+- name: ZIPLINE_CLUSTER_KEY_FILE
+  value: /etc/zipline/cluster-key/{{ .Values.auth.clusterKey.secretKey }}
+{{- end -}}
+
+{{- define "zipline.clusterKeyVolumeMounts" -}}
+- name: cluster-key
+  mountPath: /etc/zipline/cluster-key
+  readOnly: true
+{{- end -}}
+
+{{- define "zipline.clusterKeyVolumes" -}}
+- name: cluster-key
+  secret:
+    secretName: {{ include "zipline.clusterKeySecret" . }}
+    defaultMode: 256 # 0400: decimal, so that YAML 1.1 and 1.2 readers agree
+    items:
+      - key: {{ .Values.auth.clusterKey.secretKey }}
+        path: {{ .Values.auth.clusterKey.secretKey }}
+{{- end -}}
+
 {{/* Transport for a component: its own setting, else the global one. */}}
 {{- define "zipline.transport" -}}
 {{- default .root.Values.transport .own -}}
