@@ -143,6 +143,9 @@ void zl_storage_auth_refuse(struct zl_storage *st, struct zl_xport_conn *c,
  * not transient errors). True when the budget is spent: answer, then close
  * c (zl_storage_auth_refuse with close); logged, rate-limited. */
 bool zl_storage_auth_charge(struct zl_xport_conn *c, const struct zl_wire_hdr *h, int err);
+/* A connection was accepted (--auth on): it must prove itself with a HELLO
+ * within 10 s or it is closed. */
+void zl_storage_auth_conn_open(struct zl_storage *st, struct zl_xport_conn *c);
 /* Frees the connection's auth state (its close callback). */
 void zl_storage_auth_conn_free(struct zl_xport_conn *c);
 

@@ -43,6 +43,10 @@
 /* Refusal and close log lines: at most one per AUTH_LOG_MS (with the count
  * of those left out). */
 #define AUTH_LOG_MS 1000u
+/* A connection without a valid HELLO that long is closed (it holds a slot
+ * of the connection limit); checked every CONN_SWEEP_MS. */
+#define CONN_HELLO_MS 10000u
+#define CONN_SWEEP_MS 1000u
 
 struct auth_vol {
 	struct auth_vol *next;
@@ -77,12 +81,20 @@ struct zl_storage_auth {
 	struct zl_etcd_watch *att_w, *sec_w;
 	uint64_t last_log_ms; /* loop thread: rate limit of refusal logs */
 	uint32_t suppressed;
+	/* Loop thread: connections younger than CONN_HELLO_MS (and the ones
+	 * the next sweep looks at), oldest first. */
+	struct storage_conn_auth *young_head, **young_tail;
+	struct zl_timer sweep_t;
+	bool sweeping;
 };
 
 enum conn_state { CONN_NONE, CONN_REFUSED, CONN_CLUSTER, CONN_CLIENT };
 
 struct storage_conn_auth {
 	struct zl_storage_auth *a;
+	struct zl_xport_conn *conn;
+	struct storage_conn_auth *young_next, **young_pprev; /* NULL pprev: not listed */
+	uint64_t born_ms;
 	enum conn_state state;
 	uint32_t refuse_tokens; /* budget of refused requests left */
 	uint64_t refuse_ms;	/* last refill */
@@ -91,6 +103,9 @@ struct storage_conn_auth {
 	bool readonly;
 	bool hello_pending; /* a HELLO's payload is on its way (RDMA: async) */
 };
+
+static void conn_young_unlink(struct storage_conn_auth *ca);
+static void conn_sweep(void *arg);
 
 /* ---- tables (tab: mu held; ltab: loop thread) ---- */
 
@@ -408,6 +423,9 @@ int zl_storage_auth_start(struct zl_storage *st)
 				       "(they refuse it with --auth on)");
 	if (!st->cfg.auth)
 		return 0;
+	a->young_tail = &a->young_head;
+	zl_timer_start(st->loop, &a->sweep_t, CONN_SWEEP_MS, CONN_SWEEP_MS, conn_sweep, a);
+	a->sweeping = true;
 	rc = zl_notify_init(&a->wake, st->loop, auth_wake_cb, a);
 	if (rc) {
 		ZL_LOG_ERR("storage", "cannot create the attachment notify: %s", zl_strerror(rc));
@@ -448,6 +466,11 @@ void zl_storage_auth_stop(struct zl_storage *st)
 	zl_etcd_watch_cancel(a->att_w);
 	zl_etcd_watch_cancel(a->sec_w);
 	zl_notify_fini(&a->wake);
+	if (a->sweeping)
+		zl_timer_stop(st->loop, &a->sweep_t);
+	/* Connections still open (closed after this) keep no pointer here. */
+	while (a->young_head)
+		conn_young_unlink(a->young_head);
 	while (a->ev_head) {
 		struct auth_ev *ev = a->ev_head;
 
@@ -515,19 +538,85 @@ static struct storage_conn_auth *conn_auth(struct zl_storage *st, struct zl_xpor
 	if (!ca && create) {
 		ca = calloc(1, sizeof(*ca));
 		if (ca) {
-			ca->a = st->auth;
+			struct zl_storage_auth *a = st->auth;
+
+			ca->a = a;
+			ca->conn = c;
+			ca->born_ms = zl_now_ms();
 			ca->refuse_tokens = CONN_REFUSE_BURST;
-			ca->refuse_ms = zl_now_ms();
+			ca->refuse_ms = ca->born_ms;
 			zl_xport_conn_set_ctx(c, ca);
+			if (a && a->young_tail) {
+				ca->young_pprev = a->young_tail;
+				*a->young_tail = ca;
+				a->young_tail = &ca->young_next;
+			}
 		}
 	}
 	return ca;
 }
 
+static void conn_young_unlink(struct storage_conn_auth *ca)
+{
+	struct zl_storage_auth *a = ca->a;
+
+	if (!ca->young_pprev)
+		return;
+	*ca->young_pprev = ca->young_next;
+	if (ca->young_next)
+		ca->young_next->young_pprev = ca->young_pprev;
+	else
+		a->young_tail = ca->young_pprev;
+	ca->young_next = NULL;
+	ca->young_pprev = NULL;
+}
+
 void zl_storage_auth_conn_free(struct zl_xport_conn *c)
 {
-	free(zl_xport_conn_ctx(c));
+	struct storage_conn_auth *ca = zl_xport_conn_ctx(c);
+
+	if (ca)
+		conn_young_unlink(ca);
+	free(ca);
 	zl_xport_conn_set_ctx(c, NULL);
+}
+
+void zl_storage_auth_conn_open(struct zl_storage *st, struct zl_xport_conn *c)
+{
+	if (st->cfg.auth && st->auth)
+		conn_auth(st, c, true);
+}
+
+/* Closes the connections older than CONN_HELLO_MS that proved nothing; the
+ * others leave the list. One log line per sweep at most. */
+static void conn_sweep(void *arg)
+{
+	struct zl_storage_auth *a = arg;
+	uint64_t now = zl_now_ms();
+	uint32_t closed = 0;
+	const char *peer = NULL;
+
+	while (a->young_head && now - a->young_head->born_ms >= CONN_HELLO_MS) {
+		struct storage_conn_auth *ca = a->young_head;
+
+		conn_young_unlink(ca);
+		if (ca->state == CONN_CLUSTER || ca->state == CONN_CLIENT)
+			continue;
+		if (!closed++)
+			peer = zl_xport_conn_peer(ca->conn);
+		ca->state = CONN_REFUSED;
+		zl_xport_conn_close(ca->conn);
+	}
+	if (closed && now - a->last_log_ms >= AUTH_LOG_MS) {
+		ZL_LOG_WARN("storage",
+			    "closed %u connections without a valid HELLO after %u ms (first "
+			    "peer=%s; %u refusals not logged)",
+			    closed, CONN_HELLO_MS, peer ? peer : "?", a->suppressed);
+		a->last_log_ms = now;
+		a->suppressed = 0;
+	} else if (closed) {
+		a->suppressed += closed;
+	}
 }
 
 /* One log line per AUTH_LOG_MS at most, with the count of those left out. */

@@ -1071,6 +1071,7 @@ static void srv_on_conn(void *arg, struct zl_xport_conn *c)
 		zl_xport_conn_close(c);
 		return;
 	}
+	zl_storage_auth_conn_open(st, c);
 	/* One line per second at most: a flood of connections is no flood of
 	 * log lines. */
 	if (zl_ratelimit_ok(&st->accept_rl, 1)) {

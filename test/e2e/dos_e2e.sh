@@ -12,6 +12,7 @@
 #   F  writes with epoch 2^64-1 to unknown volumes (cluster connection)
 #   G  reads before any HELLO, one connection each
 #   H  headers with payload_len 2^31, one connection each
+#   I  300 connections that never finish a HELLO (idle, half a header)
 # while a real client (e2e_load, QD 8, verified writes and reads through
 # lib/client) works on another volume. Checked, each with its figure:
 #   - etcd range requests of node-3 per phase stay within the documented
@@ -178,6 +179,40 @@ phase "G: 2000 connections with a read before any HELLO" 0 0 \
 closed_all G
 phase "H: 500 connections with payload_len 2^31" 0 0 oversize --vol "$VC" --count 500
 [ "$(fl closed)" -ge 495 ] || check_fail "H: only $(fl closed) of 500 oversize frames closed their connection"
+# I: connections that never finish a HELLO (idle, or half a header) hold
+# slots of the connection limit: each is closed after 10 s (docs/SECURITY.md).
+"$PY" - "$PORT" >"$CL_DIR/idle.out" 2>&1 <<'PY'
+import select, socket, sys, time
+port = int(sys.argv[1])
+socks, t0 = [], time.time()
+for i in range(300):
+    s = socket.create_connection(('127.0.0.1', port))
+    if i % 3 == 0:
+        s.sendall(b'\x00' * 40)  # half of an 80-byte header
+    socks.append(s)
+closed, first, last = {}, None, None
+while len(closed) < len(socks) and time.time() - t0 < 20:
+    r, _, _ = select.select([s for s in socks if s.fileno() not in closed], [], [], 1)
+    for s in r:
+        try:
+            data = s.recv(4096)
+        except OSError:
+            data = b''
+        if not data:
+            t = time.time() - t0
+            closed[s.fileno()] = t
+            first = t if first is None else min(first, t)
+            last = t if last is None else max(last, t)
+print('IDLE conns=%d closed=%d first_ms=%d last_ms=%d' % (
+    len(socks), len(closed), (first or 0) * 1000, (last or 0) * 1000))
+PY
+IDLE=$(grep '^IDLE' "$CL_DIR/idle.out")
+echo "FIGURE: dos: I: $IDLE"
+read -r ic icl ifirst ilast <<<"$(sed -n 's/^IDLE conns=\([0-9]*\) closed=\([0-9]*\) first_ms=\([0-9]*\) last_ms=\([0-9]*\)/\1 \2 \3 \4/p' <<<"$IDLE")"
+[ -n "${ic:-}" ] || fail "I: the idle-connection probe failed: $(cat "$CL_DIR/idle.out")"
+[ "$icl" = "$ic" ] || check_fail "I: only $icl of $ic connections without a HELLO were closed within 20 s"
+[ "$ifirst" -ge 9000 ] && [ "$ilast" -le 13000 ] ||
+	check_fail "I: connections without a HELLO closed between $ifirst and $ilast ms (want 10 s, +- the 1 s sweep)"
 FLOOD_MS=$(($(now_ms) - FLOOD_T0))
 LINES=$(($(wc -l <"$LOG3") - LINES0))
 
