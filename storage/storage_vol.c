@@ -44,6 +44,7 @@ struct vols_event {
 struct vols_job {
 	struct vols_job *next;
 	uint64_t num;
+	bool refresh; /* of a cached volume; else a miss */
 	int rc;
 	struct zl_volume v;
 };
@@ -56,6 +57,7 @@ struct vols_miss {
 	uint64_t expires_ms;
 	int err;
 	bool loading;
+	bool deleted; /* loading, and the watch saw the record go meanwhile */
 };
 
 static struct zl_storage_vol **vols_slot(struct zl_storage_vols *vc, uint64_t num);
@@ -249,13 +251,14 @@ static void *vols_loader_main(void *arg)
 }
 
 /* Queues a load of num (loop thread). 0 or -ENOMEM. */
-static int vols_job_queue(struct zl_storage_vols *vc, uint64_t num)
+static int vols_job_queue(struct zl_storage_vols *vc, uint64_t num, bool refresh)
 {
 	struct vols_job *j = calloc(1, sizeof(*j));
 
 	if (!j)
 		return -ENOMEM;
 	j->num = num;
+	j->refresh = refresh;
 	vc->n_jobs++;
 	vc->stats.loads++;
 	pthread_mutex_lock(&vc->lmu);
@@ -313,14 +316,21 @@ static void vols_done_cb(void *arg)
 		struct vols_job *next = j->next;
 		struct zl_storage_vol **pp = vols_slot(vc, j->num);
 		struct vols_miss **mp = miss_slot(vc, j->num);
+		bool deleted = *mp && (*mp)->deleted;
 
 		vc->n_jobs--;
 		if (*pp)
 			(*pp)->refreshing = false;
 		if (*mp)
 			miss_drop(vc, mp);
-		if (!j->rc) {
+		if (!j->rc && deleted) {
+			/* Read before the watch saw it deleted. */
+			vols_negative(vc, j->num, -ZL_ERR_NOT_FOUND, now);
+		} else if (!j->rc) {
 			vols_insert(vc, &j->v);
+		} else if (!j->refresh && *pp) {
+			/* A miss the watch answered first (a volume created
+			 * after the load read): the watched record stands. */
 		} else if (j->rc == -ZL_ERR_NOT_FOUND || !*pp) {
 			/* Absent (a cached one was deleted), or unreachable
 			 * for a volume we do not hold: remember it. */
@@ -352,7 +362,9 @@ static void vols_wake_cb(void *arg)
 
 		if (ev->deleted) {
 			zl_storage_vol_forget(vc, ev->num);
-			if (*mp && !(*mp)->loading)
+			if (*mp && (*mp)->loading)
+				(*mp)->deleted = true;
+			else if (*mp)
 				vols_negative(vc, ev->num, -ZL_ERR_NOT_FOUND, now);
 		} else if (*mp) {
 			/* Asked for (absent, or a load on its way): here it is.
@@ -534,11 +546,12 @@ int zl_storage_vol_lookup(struct zl_storage_vols *vc, uint64_t num, struct zl_st
 		return -ZL_ERR_BUSY;
 	}
 	m = miss_get(vc, num, now);
-	if (!m || vols_job_queue(vc, num)) {
+	if (!m || vols_job_queue(vc, num, false)) {
 		vc->stats.throttled++;
 		return -ZL_ERR_BUSY;
 	}
 	m->loading = true;
+	m->deleted = false;
 	return -EINPROGRESS;
 }
 
@@ -550,7 +563,7 @@ int zl_storage_vol_refresh(struct zl_storage_vols *vc, struct zl_storage_vol *sv
 		return -EINPROGRESS;
 	now = zl_now_ms();
 	if (now - sv->refresh_ms < vc->lim.refresh_ms || !vols_take_token(vc, now) ||
-	    vols_job_queue(vc, sv->num)) {
+	    vols_job_queue(vc, sv->num, true)) {
 		vc->stats.throttled++;
 		return -ZL_ERR_STALE;
 	}
