@@ -89,7 +89,8 @@ struct zl_storage {
 	struct zl_slab reqs; /* request contexts (storage_server.c) */
 	uint32_t inflight; /* requests not yet answered */
 	uint32_t n_conns;  /* connections served now (storage_server.c) */
-	struct zl_ratelimit accept_rl, conn_rl; /* their log lines */
+	/* Their log lines: accepted ones per transport (TCP, RDMA), refused. */
+	struct zl_ratelimit accept_rl[2], conn_rl;
 	bool draining;
 	struct zl_storage_heal *heal; /* NULL with --heal=off */
 	struct zl_storage_scrub *scrub; /* storage_scrub.c */
@@ -143,6 +144,9 @@ void zl_storage_auth_refuse(struct zl_storage *st, struct zl_xport_conn *c,
  * not transient errors). True when the budget is spent: answer, then close
  * c (zl_storage_auth_refuse with close); logged, rate-limited. */
 bool zl_storage_auth_charge(struct zl_xport_conn *c, const struct zl_wire_hdr *h, int err);
+/* Whether c is a cluster connection (a peer, the manager, an operator), or
+ * --auth is off: no client budget applies. */
+bool zl_storage_auth_conn_trusted(const struct zl_storage *st, struct zl_xport_conn *c);
 /* A connection was accepted (--auth on): it must prove itself with a HELLO
  * within 10 s or it is closed. */
 void zl_storage_auth_conn_open(struct zl_storage *st, struct zl_xport_conn *c);

@@ -581,6 +581,13 @@ void zl_storage_auth_conn_free(struct zl_xport_conn *c)
 	zl_xport_conn_set_ctx(c, NULL);
 }
 
+bool zl_storage_auth_conn_trusted(const struct zl_storage *st, struct zl_xport_conn *c)
+{
+	const struct storage_conn_auth *ca = zl_xport_conn_ctx(c);
+
+	return !st->cfg.auth || (ca && ca->state == CONN_CLUSTER);
+}
+
 void zl_storage_auth_conn_open(struct zl_storage *st, struct zl_xport_conn *c)
 {
 	if (st->cfg.auth && st->auth)

@@ -711,8 +711,12 @@ static int srv_plan(struct storage_req *r)
 /* Requests held at once (each may hold a data buffer); beyond it a request
  * is answered ZL_ERR_PEERING at once. */
 #define HOLD_MAX_REQS 64
-/* Of them, held for a volume load (a record not cached yet); beyond it a
- * request is answered ZL_ERR_BUSY at once. */
+/* Requests of client (not cluster) connections held for a volume load or
+ * refresh at once; beyond it one is answered ZL_ERR_BUSY at once. A peer's
+ * forward (REPL_WRITE, CHUNK_PUSH) is never refused for it: a BUSY would
+ * make its primary report this node failed. Those are bounded by the
+ * transport's slots per connection. HOLD_MAX_REQS bounds the peering
+ * holds. */
 #define HOLD_LOAD_MAX 16
 
 static void srv_flush(struct storage_req *r)
@@ -819,8 +823,9 @@ static void srv_hold(struct storage_req *r)
 {
 	struct zl_storage *st = r->st;
 
-	if (st->n_held >= HOLD_MAX_REQS ||
-	    (r->hold_load && st->n_held_load >= HOLD_LOAD_MAX)) {
+	if (r->hold_load ? st->n_held_load >= HOLD_LOAD_MAX &&
+				!zl_storage_auth_conn_trusted(st, r->conn)
+			 : st->n_held - st->n_held_load >= HOLD_MAX_REQS) {
 		req_reply_free(r, r->hold_load ? -ZL_ERR_BUSY : -ZL_ERR_PEERING, r->seen_ver);
 		return;
 	}
@@ -1058,6 +1063,7 @@ static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_w
 static void srv_on_conn(void *arg, struct zl_xport_conn *c)
 {
 	struct zl_storage *st = arg;
+	struct zl_ratelimit *rl;
 
 	if (++st->n_conns > SRV_MAX_CONNS) {
 		if (zl_ratelimit_ok(&st->conn_rl, 1)) {
@@ -1072,14 +1078,15 @@ static void srv_on_conn(void *arg, struct zl_xport_conn *c)
 		return;
 	}
 	zl_storage_auth_conn_open(st, c);
-	/* One line per second at most: a flood of connections is no flood of
-	 * log lines. */
-	if (zl_ratelimit_ok(&st->accept_rl, 1)) {
+	/* One line per second and transport at most: a flood of connections is
+	 * no flood of log lines. */
+	rl = &st->accept_rl[zl_xport_conn_kind(c) == ZL_XPORT_RDMA];
+	if (zl_ratelimit_ok(rl, 1)) {
 		ZL_LOG_INFO("storage", "connection accepted: peer=%s transport=%s open=%u (%u more "
 				       "accepted, not logged)",
 			    zl_xport_conn_peer(c), zl_xport_kind_name(zl_xport_conn_kind(c)),
-			    st->n_conns, st->accept_rl.suppressed);
-		st->accept_rl.suppressed = 0;
+			    st->n_conns, rl->suppressed);
+		rl->suppressed = 0;
 	}
 }
 

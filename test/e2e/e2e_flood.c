@@ -37,6 +37,7 @@
 
 #include "lib/common/common.h"
 #include "lib/wire/wire.h"
+#include "e2e_sock.h"
 
 #ifndef ZL_WIRE_CAP_TCP
 #define ZL_WIRE_CAP_TCP (1u << 0)
@@ -74,57 +75,12 @@ static uint64_t flood_rnd(struct flood *f)
 
 static int flood_connect(struct flood *f)
 {
-	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai, *p;
 	struct timeval tv = {.tv_sec = 5};
-	int fd = -1;
+	int fd = e2e_sock_connect("e2e_flood", f->host, f->port);
 
-	if (getaddrinfo(f->host, f->port, &hints, &ai))
-		return -1;
-	for (p = ai; p; p = p->ai_next) {
-		fd = socket(p->ai_family, p->ai_socktype | SOCK_CLOEXEC, p->ai_protocol);
-		if (fd >= 0 && connect(fd, p->ai_addr, p->ai_addrlen) == 0)
-			break;
-		if (fd >= 0)
-			close(fd);
-		fd = -1;
-	}
-	freeaddrinfo(ai);
 	if (fd >= 0)
 		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	return fd;
-}
-
-static int flood_send(int fd, const uint8_t *p, size_t n)
-{
-	while (n) {
-		ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return -1;
-		p += k;
-		n -= (size_t)k;
-	}
-	return 0;
-}
-
-/* 0, 1 (closed by the peer), 2 (timeout). */
-static int flood_recv(int fd, uint8_t *p, size_t n)
-{
-	while (n) {
-		ssize_t k = recv(fd, p, n, 0);
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return 2;
-		if (k <= 0)
-			return 1;
-		p += k;
-		n -= (size_t)k;
-	}
-	return 0;
 }
 
 /* Appends request h (payload pl, plen bytes) to out; returns its size. */
@@ -205,14 +161,15 @@ static size_t flood_build(struct flood *f, uint64_t i, uint8_t *out)
 	}
 }
 
-/* Reads one reply; 0 (status counted), 1 closed, 2 timeout, -1 malformed. */
+/* Reads one reply: 0 (status counted), E2E_SOCK_CLOSED, E2E_SOCK_TIMEOUT, or
+ * -1 when malformed. */
 static int flood_reply(struct flood *f, int fd, int *err)
 {
 	uint8_t raw[ZL_WIRE_HDR_SIZE];
 	static uint8_t sink[ZL_WIRE_MAX_IO];
 	struct zl_wire_hdr rep;
 	const char *why = NULL;
-	int rc = flood_recv(fd, raw, sizeof(raw));
+	int rc = e2e_sock_recv(fd, raw, sizeof(raw));
 
 	if (rc)
 		return rc;
@@ -220,7 +177,7 @@ static int flood_reply(struct flood *f, int fd, int *err)
 		fprintf(stderr, "e2e_flood: malformed reply: %s\n", why ? why : "not a reply");
 		return -1;
 	}
-	rc = flood_recv(fd, sink, rep.payload_len);
+	rc = e2e_sock_recv(fd, sink, rep.payload_len);
 	if (rc)
 		return rc;
 	*err = zl_wire_status_to_err(rep.status);
@@ -242,14 +199,14 @@ static int flood_conn(struct flood *f, uint64_t t_end)
 	if (f->cred && f->kind != K_HELLO) {
 		n = flood_hello(f, f->cluster ? 0 : f->hello_vol, f->cluster ? 0 : f->epoch,
 				f->cluster, f->node, f->token, f->obuf);
-		rc = flood_send(fd, f->obuf, n) ? 1 : flood_reply(f, fd, &err);
+		rc = e2e_sock_send(fd, f->obuf, n) ? E2E_SOCK_CLOSED : flood_reply(f, fd, &err);
 		if (rc < 0) {
 			close(fd);
 			return -1;
 		}
 		if (rc || err) {
 			f->hello_failed++;
-			f->closed += rc == 1;
+			f->closed += rc == E2E_SOCK_CLOSED;
 			close(fd);
 			return 0;
 		}
@@ -263,7 +220,7 @@ static int flood_conn(struct flood *f, uint64_t t_end)
 		n = 0;
 		while (k < w && f->sent + k < f->count)
 			n += flood_build(f, f->sent + k++, f->obuf + n);
-		if (flood_send(fd, f->obuf, n)) {
+		if (e2e_sock_send(fd, f->obuf, n)) {
 			f->closed++;
 			break;
 		}
@@ -275,11 +232,11 @@ static int flood_conn(struct flood *f, uint64_t t_end)
 			close(fd);
 			return -1;
 		}
-		if (rc == 1) {
+		if (rc == E2E_SOCK_CLOSED) {
 			f->closed++;
 			break;
 		}
-		if (rc == 2) {
+		if (rc == E2E_SOCK_TIMEOUT) {
 			f->n_none++;
 			break;
 		}
