@@ -736,6 +736,8 @@ static int srv_recheck(struct storage_req *r)
 	uint64_t ver;
 	int rc;
 
+	if (r->req.opcode == ZL_OP_CHUNK_VERSIONS)
+		return zl_storage_vol_lookup(st->vols, r->req.vol_id, &sv);
 	if (r->req.opcode == ZL_OP_FLUSH) {
 		rc = zl_storage_vol_lookup(st->vols, r->req.vol_id, &sv);
 		if (!rc && r->req.epoch < srv_fence(st, sv, r->req.epoch))
@@ -756,6 +758,9 @@ static int srv_recheck(struct storage_req *r)
 	return rc;
 }
 
+static void srv_chunk_versions(struct zl_storage *st, struct zl_xport_conn *c,
+			       const struct zl_wire_hdr *h);
+
 /* r passed its checks after waiting: run it. */
 static void srv_resume(struct storage_req *r)
 {
@@ -763,6 +768,10 @@ static void srv_resume(struct storage_req *r)
 
 	r->held = false;
 	switch (r->req.opcode) {
+	case ZL_OP_CHUNK_VERSIONS: /* answered with a request of its own */
+		srv_chunk_versions(r->st, r->conn, &r->req);
+		req_free(r);
+		return;
 	case ZL_OP_FLUSH:
 		srv_flush(r);
 		return;
@@ -914,6 +923,17 @@ static void srv_chunk_versions(struct zl_storage *st, struct zl_xport_conn *c,
 	uint64_t next = 0;
 	int n = zl_storage_vol_lookup(st->vols, h->vol_id, &sv);
 
+	/* A record on its way from etcd: a peer's peering or recovery waits
+	 * for it rather than failing its attempt. */
+	if (n == -EINPROGRESS) {
+		r = req_alloc(st, c, h);
+		if (r) {
+			r->hold_load = true;
+			srv_hold(r);
+			return;
+		}
+		n = -ZL_ERR_BUSY;
+	}
 	/* A row naming another incarnation of ours: we hold nothing of it. */
 	if (!n && h->offset < sv->v.n_slices &&
 	    !zl_storage_ident_member_ok(
