@@ -39,13 +39,6 @@
 #include "lib/wire/wire.h"
 #include "e2e_sock.h"
 
-#ifndef ZL_WIRE_CAP_TCP
-#define ZL_WIRE_CAP_TCP (1u << 0)
-#endif
-#ifndef ZL_WIRE_CAP_CLUSTER
-#define ZL_WIRE_CAP_CLUSTER (1u << 8)
-#endif
-
 #define FLOOD_MAX_WINDOW 256
 #define FLOOD_IO 4096u
 #define N_STATUS 8192 /* by -err: errno values and ZL_ERR_* (4096...) */

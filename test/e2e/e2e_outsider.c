@@ -37,15 +37,6 @@
 #include "lib/wire/wire.h"
 #include "e2e_sock.h"
 
-/* HELLO caps bits (lib/transport/xport_peer.h and docs/SECURITY.md); kept
- * here so the outsider needs nothing but lib/wire. */
-#ifndef ZL_WIRE_CAP_TCP
-#define ZL_WIRE_CAP_TCP (1u << 0)
-#endif
-#ifndef ZL_WIRE_CAP_CLUSTER
-#define ZL_WIRE_CAP_CLUSTER (1u << 8)
-#endif
-
 #define OUT_CLOSED 1 /* step result: the daemon closed the connection */
 #define OUT_NONE 2   /* step result: no answer within the wait */
 

@@ -1,6 +1,6 @@
 /* Plain blocking TCP helpers of the hand-made wire tools (e2e_outsider,
  * e2e_flood): no lib/transport, so what they send is exactly what they
- * encoded. */
+ * encoded. Include after lib/wire/wire.h. */
 #ifndef ZL_E2E_SOCK_H
 #define ZL_E2E_SOCK_H
 
@@ -10,6 +10,15 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+/* HELLO caps bits (lib/transport/xport_peer.h and docs/SECURITY.md); kept
+ * here so the tools need nothing but lib/wire. */
+#ifndef ZL_WIRE_CAP_TCP
+#define ZL_WIRE_CAP_TCP (1u << 0)
+#endif
+#ifndef ZL_WIRE_CAP_CLUSTER
+#define ZL_WIRE_CAP_CLUSTER (1u << 8)
+#endif
 
 #define E2E_SOCK_CLOSED 1  /* the peer closed the connection (or reset it) */
 #define E2E_SOCK_TIMEOUT 2 /* nothing within the socket's receive timeout */
