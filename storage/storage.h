@@ -181,6 +181,7 @@ struct zl_storage_vols_stats {
 	uint64_t refreshes; /* of them, refreshes of a cached volume */
 	uint64_t neg_hits;  /* answered from the negative cache */
 	uint64_t throttled; /* answered BUSY / STALE: bucket empty or queue full */
+	uint64_t events;    /* watch events of volumes/ applied */
 	uint32_t negative;  /* entries in the negative cache now */
 };
 

@@ -360,6 +360,7 @@ static void vols_wake_cb(void *arg)
 		struct vols_event *next = ev->next;
 		struct vols_miss **mp = miss_slot(vc, ev->num);
 
+		vc->stats.events++;
 		if (ev->deleted) {
 			zl_storage_vol_forget(vc, ev->num);
 			if (*mp && (*mp)->loading)
