@@ -501,7 +501,7 @@ int main(int argc, char **argv)
 	if (!rc)
 		rc = zl_storage_auth_start(st);
 	if (!rc)
-		rc = zl_storage_vols_create(st->loop, st->etcd, st->cfg.prefix, &st->vols);
+		rc = zl_storage_vols_create(st->loop, st->etcd, &eo, st->cfg.prefix, &st->vols);
 	if (!rc)
 		rc = zl_storage_peers_create(st, &st->peers);
 	if (!rc)

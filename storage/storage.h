@@ -95,6 +95,9 @@ struct zl_storage {
 	struct zl_storage_tombs *tombs;
 	struct zl_slab reqs; /* request contexts (storage_server.c) */
 	uint32_t inflight; /* requests not yet answered */
+	uint32_t n_conns;  /* connections served now (storage_server.c) */
+	/* Their log lines: accepted ones per transport (TCP, RDMA), refused. */
+	struct zl_ratelimit accept_rl[2], conn_rl;
 	bool draining;
 	struct zl_storage_heal *heal; /* NULL with --heal=off */
 	struct zl_storage_scrub *scrub; /* storage_scrub.c */
@@ -108,6 +111,7 @@ struct zl_storage {
 	struct zl_storage_peering *peering;
 	struct storage_req *held;
 	uint32_t n_held;
+	uint32_t n_held_load; /* of them, waiting for a volume record load */
 	struct zl_timer held_t;
 	struct zl_storage_status *status; /* NULL with --heal=off */
 	struct zl_storage_gc *gc; /* old copies of moved slices (storage_gc.c) */
@@ -125,7 +129,8 @@ void zl_storage_auth_stop(struct zl_storage *st);
  * -ZL_ERR_NOT_FOUND without a cluster key (out is ""). */
 int zl_storage_auth_token(const struct zl_storage *st, char out[65]);
 /* The attach epoch writes of vol are fenced below (the watched attachment,
- * the persisted maximum); 0 with --auth off. Any thread. */
+ * the persisted maximum); 0 with --auth off. Loop thread: its own copy of
+ * the watched records, no lock. */
 uint64_t zl_storage_auth_fence(struct zl_storage *st, uint64_t vol);
 /* Checks a HELLO (h its header, hl its payload, NULL when it did not
  * decode: -ZL_ERR_PROTO) and binds the connection: 0, -ZL_ERR_AUTH,
@@ -141,6 +146,17 @@ int zl_storage_auth_check(struct zl_storage *st, struct zl_xport_conn *c, struct
 /* Answers h with err, then closes c when close. */
 void zl_storage_auth_refuse(struct zl_storage *st, struct zl_xport_conn *c,
 			    const struct zl_wire_hdr *h, int err, bool close);
+/* A request on c is answered err (not 0): counts it against the
+ * connection's budget of refused requests (not on cluster connections, and
+ * not transient errors). True when the budget is spent: answer, then close
+ * c (zl_storage_auth_refuse with close); logged, rate-limited. */
+bool zl_storage_auth_charge(struct zl_xport_conn *c, const struct zl_wire_hdr *h, int err);
+/* Whether c is a cluster connection (a peer, the manager, an operator), or
+ * --auth is off: no client budget applies. */
+bool zl_storage_auth_conn_trusted(const struct zl_storage *st, struct zl_xport_conn *c);
+/* A connection was accepted (--auth on): it must prove itself with a HELLO
+ * within 10 s or it is closed. */
+void zl_storage_auth_conn_open(struct zl_storage *st, struct zl_xport_conn *c);
 /* Frees the connection's auth state (its close callback). */
 void zl_storage_auth_conn_free(struct zl_xport_conn *c);
 
@@ -151,16 +167,55 @@ struct zl_storage_vol {
 	uint64_t num;
 	struct zl_volume v;
 	uint64_t max_epoch; /* highest attach epoch seen (memory only) */
+	uint64_t refresh_ms; /* when the last refresh (zl_storage_vol_refresh) started */
+	bool refreshing;     /* a refresh is on the loader thread */
 };
 
-/* Returns 0 or -errno. loop, etcd and prefix are borrowed. Starts a watch on
- * <prefix>volumes/ that refreshes (or drops) cached records. */
-int zl_storage_vols_create(struct zl_loop *loop, struct zl_etcd *etcd, const char *prefix,
+/* Limits of the request path's lookups (docs/SECURITY.md). */
+struct zl_storage_vols_limits {
+	uint32_t neg_ms;       /* an absent volume is answered NOT_FOUND that long */
+	uint32_t err_ms;       /* a load that failed (etcd down): retried after that */
+	uint32_t load_per_sec; /* loads and refreshes from etcd: token bucket rate */
+	uint32_t load_burst;   /* ... and its depth */
+	uint32_t load_queue;   /* loads queued or running at once */
+	uint32_t refresh_ms;   /* one refresh per volume per that many ms */
+	uint32_t miss_max;     /* entries of the negative cache */
+};
+
+/* What the request path's lookups did (counters since start). */
+struct zl_storage_vols_stats {
+	uint64_t loads;	    /* etcd loads started (misses and refreshes) */
+	uint64_t refreshes; /* of them, refreshes of a cached volume */
+	uint64_t neg_hits;  /* answered from the negative cache */
+	uint64_t throttled; /* answered BUSY / STALE: bucket empty or queue full */
+	uint64_t events;    /* watch events of volumes/ applied */
+	uint32_t negative;  /* entries in the negative cache now */
+};
+
+/* Returns 0 or -errno. loop, etcd and prefix are borrowed; eo (NULL: share
+ * etcd) gives the loader thread an etcd handle of its own. Starts a watch on
+ * <prefix>volumes/ (etcd NULL: none) that refreshes (or drops) cached
+ * records. */
+int zl_storage_vols_create(struct zl_loop *loop, struct zl_etcd *etcd,
+			   const struct zl_etcd_opts *eo, const char *prefix,
 			   struct zl_storage_vols **out);
 void zl_storage_vols_destroy(struct zl_storage_vols *vc);
-/* Cached record of volume num, loaded from etcd on a miss (blocking).
- * 0, -ZL_ERR_NOT_FOUND, or an etcd error. *out stays valid until the next
- * call that reloads or forgets this volume. */
+void zl_storage_vols_limits_default(struct zl_storage_vols_limits *l);
+void zl_storage_vols_set_limits(struct zl_storage_vols *vc, const struct zl_storage_vols_limits *l);
+void zl_storage_vols_stats(const struct zl_storage_vols *vc, struct zl_storage_vols_stats *out);
+/* The request path's lookup, never blocking: 0 with the cached record in
+ * *out; -ZL_ERR_NOT_FOUND (or the etcd error of a failed load) from the
+ * negative cache; -EINPROGRESS when a load is on the loader thread (ask
+ * again once it answered); -ZL_ERR_BUSY when loads are throttled. */
+int zl_storage_vol_lookup(struct zl_storage_vols *vc, uint64_t num, struct zl_storage_vol **out);
+/* A request showed a newer slice version than sv holds: -EINPROGRESS when a
+ * refresh from etcd is on its way (started now or earlier; look again once
+ * it answered), -ZL_ERR_STALE when refreshes of sv are throttled (sv stands). */
+int zl_storage_vol_refresh(struct zl_storage_vols *vc, struct zl_storage_vol *sv);
+/* Cached record of volume num, loaded from etcd on a miss (blocking: the
+ * daemon's own jobs only, never a network request). 0, -ZL_ERR_NOT_FOUND,
+ * or an etcd error. *out stays valid until the next call that reloads or
+ * forgets this volume. */
 int zl_storage_vol_get(struct zl_storage_vols *vc, uint64_t num, struct zl_storage_vol **out);
 /* Reloads volume num from etcd (blocking); on -ZL_ERR_NOT_FOUND the entry is
  * dropped. 0 with the fresh entry in *out (optional), or an error. */

@@ -1,16 +1,23 @@
 /* Authentication of the data path (docs/SECURITY.md), --auth on|off.
  *
  * Caches, filled by etcd watches of <prefix>attachments/ and
- * <prefix>secrets/ on the watch threads and read on the loop thread under
- * mu (never an etcd call per packet): per volume the attachment (node,
- * epoch = the record's create revision, read-only) and the volume secret,
- * and the highest attach epoch ever seen, persisted in
- * <data-dir>/auth-epochs (written atomically) so a restart with etcd
- * unreachable does not reopen the door to an old token.
+ * <prefix>secrets/ (never an etcd call per packet): per volume the
+ * attachment (node, epoch = the record's create revision, read-only) and the
+ * volume secret, and the highest attach epoch ever seen, persisted in
+ * <data-dir>/auth-epochs (written atomically, on the watch thread) so a
+ * restart with etcd unreachable does not reopen the door to an old token.
+ *
+ * Two copies: the watch threads' table (tab, under mu: what the file
+ * persists) and the loop thread's (ltab, no lock: HELLO checks and the
+ * fence of every write). Every change of tab queues a snapshot of that
+ * volume's entry, in order, under mu; a notify makes the loop thread apply
+ * the queue to ltab.
  *
  * Per connection (the xport connection's ctx): nothing, refused, cluster
  * (a valid cluster token: everything), or client (bound to one volume and
- * the epoch its HELLO proved, read-only when the attachment is). */
+ * the epoch its HELLO proved, read-only when the attachment is); and, for
+ * all but cluster connections, a budget of refused requests (CONN_REFUSE_*):
+ * spent, the connection is closed. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -22,12 +29,24 @@
 
 #include <jansson.h>
 
+#include "lib/common/notify.h"
 #include "lib/meta/zl_auth.h"
 #include "storage.h"
 
 #define AUTH_BUCKETS 256u
 #define AUTH_FILE    "auth-epochs"
 #define AUTH_LIST_PAGE 500
+/* Refused requests a connection that is not a cluster one may make: a
+ * bucket of CONN_REFUSE_BURST, refilled by CONN_REFUSE_PER_SEC. */
+#define CONN_REFUSE_BURST   32u
+#define CONN_REFUSE_PER_SEC 1u
+/* Refusal and close log lines: at most one per AUTH_LOG_MS (with the count
+ * of those left out). */
+#define AUTH_LOG_MS 1000u
+/* A connection without a valid HELLO that long is closed (it holds a slot
+ * of the connection limit); checked every CONN_SWEEP_MS. */
+#define CONN_HELLO_MS 10000u
+#define CONN_SWEEP_MS 1000u
 
 struct auth_vol {
 	struct auth_vol *next;
@@ -42,34 +61,59 @@ struct auth_vol {
 	char secret[ZL_AUTH_KEY_HEX + 1];
 };
 
+/* A snapshot of one tab entry, on its way to ltab. */
+struct auth_ev {
+	struct auth_ev *next;
+	struct auth_vol v;
+};
+
 struct zl_storage_auth {
 	struct zl_storage *st;
-	pthread_mutex_t mu; /* the table; the file has its own lock */
+	/* mu: tab and the event queue (watch threads, start-up; the loop
+	 * thread only to take the queue). The file has its own lock. */
+	pthread_mutex_t mu;
 	pthread_mutex_t file_mu;
 	struct auth_vol *tab[AUTH_BUCKETS];
+	struct auth_ev *ev_head, **ev_tail;
+	struct zl_notify wake; /* watch threads -> loop thread */
+	struct auth_vol *ltab[AUTH_BUCKETS]; /* loop thread only */
 	char cluster_key[ZL_AUTH_KEY_HEX + 1];
 	bool have_key;
 	char att_prefix[512], sec_prefix[512];
 	struct zl_etcd_watch *att_w, *sec_w;
 	uint64_t last_log_ms; /* loop thread: rate limit of refusal logs */
 	uint32_t suppressed;
+	/* Loop thread: connections younger than CONN_HELLO_MS (and the ones
+	 * the next sweep looks at), oldest first. */
+	struct storage_conn_auth *young_head, **young_tail;
+	struct zl_timer sweep_t;
+	bool sweeping;
 };
 
 enum conn_state { CONN_NONE, CONN_REFUSED, CONN_CLUSTER, CONN_CLIENT };
 
 struct storage_conn_auth {
+	struct zl_storage_auth *a;
+	struct zl_xport_conn *conn;
+	struct storage_conn_auth *young_next, **young_pprev; /* NULL pprev: not listed */
+	uint64_t born_ms;
 	enum conn_state state;
+	uint32_t refuse_tokens; /* budget of refused requests left */
+	uint64_t refuse_ms;	/* last refill */
 	uint64_t vol;
 	uint64_t epoch;
 	bool readonly;
 	bool hello_pending; /* a HELLO's payload is on its way (RDMA: async) */
 };
 
-/* ---- table (mu held) ---- */
+static void conn_young_unlink(struct storage_conn_auth *ca);
+static void conn_sweep(void *arg);
 
-static struct auth_vol *vol_find(struct zl_storage_auth *a, uint64_t num, bool create)
+/* ---- tables (tab: mu held; ltab: loop thread) ---- */
+
+static struct auth_vol *vol_find(struct auth_vol **tab, uint64_t num, bool create)
 {
-	struct auth_vol **pp = &a->tab[num % AUTH_BUCKETS], *v;
+	struct auth_vol **pp = &tab[zl_hash64(num) % AUTH_BUCKETS], *v;
 
 	for (v = *pp; v; v = v->next)
 		if (v->num == num)
@@ -136,7 +180,7 @@ static int epochs_load(struct zl_storage_auth *a)
 	if (!f)
 		return errno == ENOENT ? 0 : -errno;
 	while (fscanf(f, "%" SCNx64 " %" SCNu64, &num, &ep) == 2) {
-		struct auth_vol *v = vol_find(a, num, true);
+		struct auth_vol *v = vol_find(a->tab, num, true);
 
 		if (!v) {
 			fclose(f);
@@ -148,6 +192,84 @@ static int epochs_load(struct zl_storage_auth *a)
 	fclose(f);
 	ZL_LOG_INFO("storage", "attach epochs loaded: file=%s volumes=%zu", path, n);
 	return 0;
+}
+
+/* Copies a tab entry into ltab (loop thread). */
+static void auth_apply_local(struct zl_storage_auth *a, const struct auth_vol *v)
+{
+	struct auth_vol *lv = vol_find(a->ltab, v->num, true), *keep;
+
+	if (!lv) {
+		ZL_LOG_ERR("storage", "out of memory: attachment change of vol=%016" PRIx64
+				      " not applied (restart the daemon)",
+			   v->num);
+		return;
+	}
+	keep = lv->next;
+	*lv = *v;
+	lv->next = keep;
+}
+
+/* Start-up, loop thread: ltab = tab; the queued snapshots are not newer
+ * than tab, so they go. */
+static void auth_copy_all(struct zl_storage_auth *a)
+{
+	pthread_mutex_lock(&a->mu);
+	for (uint32_t b = 0; b < AUTH_BUCKETS; b++)
+		for (struct auth_vol *v = a->tab[b]; v; v = v->next)
+			auth_apply_local(a, v);
+	while (a->ev_head) {
+		struct auth_ev *ev = a->ev_head;
+
+		a->ev_head = ev->next;
+		explicit_bzero(ev, sizeof(*ev));
+		free(ev);
+	}
+	a->ev_tail = &a->ev_head;
+	pthread_mutex_unlock(&a->mu);
+}
+
+/* ---- watch threads -> loop thread ---- */
+
+/* Queues a snapshot of v (mu held; v may be NULL: nothing changed). */
+static void auth_post(struct zl_storage_auth *a, const struct auth_vol *v)
+{
+	struct auth_ev *ev;
+
+	if (!v)
+		return;
+	ev = malloc(sizeof(*ev));
+	if (!ev) {
+		ZL_LOG_ERR("storage", "out of memory: attachment change of vol=%016" PRIx64
+				      " not applied (restart the daemon)",
+			   v->num);
+		return;
+	}
+	ev->v = *v;
+	ev->next = NULL;
+	*a->ev_tail = ev;
+	a->ev_tail = &ev->next;
+}
+
+/* Loop thread: applies the queued snapshots to ltab. */
+static void auth_wake_cb(void *arg)
+{
+	struct zl_storage_auth *a = arg;
+	struct auth_ev *ev;
+
+	pthread_mutex_lock(&a->mu);
+	ev = a->ev_head;
+	a->ev_head = NULL;
+	a->ev_tail = &a->ev_head;
+	pthread_mutex_unlock(&a->mu);
+	while (ev) {
+		struct auth_ev *next = ev->next;
+
+		auth_apply_local(a, &ev->v);
+		explicit_bzero(ev, sizeof(*ev));
+		free(ev);
+		ev = next;
+	}
 }
 
 /* ---- watches (watch threads) ---- */
@@ -175,7 +297,7 @@ static bool att_apply(struct zl_storage_auth *a, bool put, const struct zl_etcd_
 		return false;
 	}
 	pthread_mutex_lock(&a->mu);
-	v = vol_find(a, num, put);
+	v = vol_find(a->tab, num, put);
 	if (v && put && node) {
 		snprintf(v->node, sizeof(v->node), "%s", node);
 		v->att_epoch = (uint64_t)kv->create_rev;
@@ -198,7 +320,9 @@ static bool att_apply(struct zl_storage_auth *a, bool put, const struct zl_etcd_
 			rose = true;
 		}
 	}
+	auth_post(a, v);
 	pthread_mutex_unlock(&a->mu);
+	zl_notify_post(&a->wake);
 	json_decref(j);
 	return rose;
 }
@@ -215,7 +339,7 @@ static void sec_apply(struct zl_storage_auth *a, bool put, const struct zl_etcd_
 	if (key_vol(kv->key, a->sec_prefix, &num))
 		return;
 	pthread_mutex_lock(&a->mu);
-	v = vol_find(a, num, ok);
+	v = vol_find(a->tab, num, ok);
 	if (v) {
 		v->has_secret = ok;
 		if (ok)
@@ -224,7 +348,9 @@ static void sec_apply(struct zl_storage_auth *a, bool put, const struct zl_etcd_
 			explicit_bzero(v->secret, sizeof(v->secret));
 		v->secret[ZL_AUTH_KEY_HEX] = '\0';
 	}
+	auth_post(a, v);
 	pthread_mutex_unlock(&a->mu);
+	zl_notify_post(&a->wake);
 	if (put && !ok)
 		ZL_LOG_WARN("storage", "malformed volume secret %s ignored", kv->key);
 }
@@ -311,6 +437,7 @@ int zl_storage_auth_start(struct zl_storage *st)
 	a->st = st;
 	pthread_mutex_init(&a->mu, NULL);
 	pthread_mutex_init(&a->file_mu, NULL);
+	a->ev_tail = &a->ev_head;
 	st->auth = a;
 	/* The cluster key: this daemon's token to its peers, and what a
 	 * cluster HELLO is checked against. */
@@ -324,6 +451,14 @@ int zl_storage_auth_start(struct zl_storage *st)
 				       "(they refuse it with --auth on)");
 	if (!st->cfg.auth)
 		return 0;
+	a->young_tail = &a->young_head;
+	zl_timer_start(st->loop, &a->sweep_t, CONN_SWEEP_MS, CONN_SWEEP_MS, conn_sweep, a);
+	a->sweeping = true;
+	rc = zl_notify_init(&a->wake, st->loop, auth_wake_cb, a);
+	if (rc) {
+		ZL_LOG_ERR("storage", "cannot create the attachment notify: %s", zl_strerror(rc));
+		return rc;
+	}
 	rc = epochs_load(a);
 	if (rc) {
 		ZL_LOG_ERR("storage", "cannot read %s/%s: %s (fix or remove it)", st->cfg.data_dir,
@@ -346,6 +481,9 @@ int zl_storage_auth_start(struct zl_storage *st)
 	if (rc)
 		ZL_LOG_ERR("storage", "cannot list and watch %s and %s: %s (%s)", a->att_prefix,
 			   a->sec_prefix, zl_errname(rc), zl_etcd_last_error());
+	/* The file's epochs and the lists' records into ltab now: the loop
+	 * does not run yet, this is its thread. */
+	auth_copy_all(a);
 	return rc;
 }
 
@@ -357,7 +495,20 @@ void zl_storage_auth_stop(struct zl_storage *st)
 		return;
 	zl_etcd_watch_cancel(a->att_w);
 	zl_etcd_watch_cancel(a->sec_w);
-	for (uint32_t b = 0; b < AUTH_BUCKETS; b++)
+	zl_notify_fini(&a->wake);
+	if (a->sweeping)
+		zl_timer_stop(st->loop, &a->sweep_t);
+	/* Connections still open (closed after this) keep no pointer here. */
+	while (a->young_head)
+		conn_young_unlink(a->young_head);
+	while (a->ev_head) {
+		struct auth_ev *ev = a->ev_head;
+
+		a->ev_head = ev->next;
+		explicit_bzero(ev, sizeof(*ev));
+		free(ev);
+	}
+	for (uint32_t b = 0; b < AUTH_BUCKETS; b++) {
 		while (a->tab[b]) {
 			struct auth_vol *v = a->tab[b];
 
@@ -365,6 +516,14 @@ void zl_storage_auth_stop(struct zl_storage *st)
 			explicit_bzero(v, sizeof(*v));
 			free(v);
 		}
+		while (a->ltab[b]) {
+			struct auth_vol *v = a->ltab[b];
+
+			a->ltab[b] = v->next;
+			explicit_bzero(v, sizeof(*v));
+			free(v);
+		}
+	}
 	explicit_bzero(a->cluster_key, sizeof(a->cluster_key));
 	pthread_mutex_destroy(&a->mu);
 	pthread_mutex_destroy(&a->file_mu);
@@ -393,42 +552,117 @@ uint64_t zl_storage_auth_fence(struct zl_storage *st, uint64_t vol)
 
 	if (!a || !st->cfg.auth)
 		return 0;
-	pthread_mutex_lock(&a->mu);
-	v = vol_find(a, vol, false);
+	v = vol_find(a->ltab, vol, false); /* the loop's copy: no lock per write */
 	if (v)
 		e = ZL_MAX(v->att_epoch, v->max_epoch);
-	pthread_mutex_unlock(&a->mu);
 	return e;
 }
 
 /* ---- connections (loop thread) ---- */
 
-static struct storage_conn_auth *conn_auth(struct zl_xport_conn *c, bool create)
+static struct storage_conn_auth *conn_auth(struct zl_storage *st, struct zl_xport_conn *c,
+					   bool create)
 {
 	struct storage_conn_auth *ca = zl_xport_conn_ctx(c);
 
 	if (!ca && create) {
 		ca = calloc(1, sizeof(*ca));
-		if (ca)
+		if (ca) {
+			struct zl_storage_auth *a = st->auth;
+
+			ca->a = a;
+			ca->conn = c;
+			ca->born_ms = zl_now_ms();
+			ca->refuse_tokens = CONN_REFUSE_BURST;
+			ca->refuse_ms = ca->born_ms;
 			zl_xport_conn_set_ctx(c, ca);
+			if (a && a->young_tail) {
+				ca->young_pprev = a->young_tail;
+				*a->young_tail = ca;
+				a->young_tail = &ca->young_next;
+			}
+		}
 	}
 	return ca;
 }
 
+static void conn_young_unlink(struct storage_conn_auth *ca)
+{
+	struct zl_storage_auth *a = ca->a;
+
+	if (!ca->young_pprev)
+		return;
+	*ca->young_pprev = ca->young_next;
+	if (ca->young_next)
+		ca->young_next->young_pprev = ca->young_pprev;
+	else
+		a->young_tail = ca->young_pprev;
+	ca->young_next = NULL;
+	ca->young_pprev = NULL;
+}
+
 void zl_storage_auth_conn_free(struct zl_xport_conn *c)
 {
-	free(zl_xport_conn_ctx(c));
+	struct storage_conn_auth *ca = zl_xport_conn_ctx(c);
+
+	if (ca)
+		conn_young_unlink(ca);
+	free(ca);
 	zl_xport_conn_set_ctx(c, NULL);
 }
 
-/* One log line per second at most, with the count of those left out. */
-static void auth_log(struct zl_storage *st, struct zl_xport_conn *c, const char *what,
+bool zl_storage_auth_conn_trusted(const struct zl_storage *st, struct zl_xport_conn *c)
+{
+	const struct storage_conn_auth *ca = zl_xport_conn_ctx(c);
+
+	return !st->cfg.auth || (ca && ca->state == CONN_CLUSTER);
+}
+
+void zl_storage_auth_conn_open(struct zl_storage *st, struct zl_xport_conn *c)
+{
+	if (st->cfg.auth && st->auth)
+		conn_auth(st, c, true);
+}
+
+/* Closes the connections older than CONN_HELLO_MS that proved nothing; the
+ * others leave the list. One log line per sweep at most. */
+static void conn_sweep(void *arg)
+{
+	struct zl_storage_auth *a = arg;
+	uint64_t now = zl_now_ms();
+	uint32_t closed = 0;
+	const char *peer = NULL;
+
+	while (a->young_head && now - a->young_head->born_ms >= CONN_HELLO_MS) {
+		struct storage_conn_auth *ca = a->young_head;
+
+		conn_young_unlink(ca);
+		if (ca->state == CONN_CLUSTER || ca->state == CONN_CLIENT)
+			continue;
+		if (!closed++)
+			peer = zl_xport_conn_peer(ca->conn);
+		ca->state = CONN_REFUSED;
+		zl_xport_conn_close(ca->conn);
+	}
+	if (closed && now - a->last_log_ms >= AUTH_LOG_MS) {
+		ZL_LOG_WARN("storage",
+			    "closed %u connections without a valid HELLO after %u ms (first "
+			    "peer=%s; %u refusals not logged)",
+			    closed, CONN_HELLO_MS, peer ? peer : "?", a->suppressed);
+		a->last_log_ms = now;
+		a->suppressed = 0;
+	} else if (closed) {
+		a->suppressed += closed;
+	}
+}
+
+/* One log line per AUTH_LOG_MS at most, with the count of those left out. */
+static void auth_log(struct zl_storage_auth *a, struct zl_xport_conn *c, const char *what,
 		     const struct zl_wire_hdr *h, const char *id)
 {
-	struct zl_storage_auth *a = st->auth;
 	uint64_t now = zl_now_ms();
 
-	if (a && now - a->last_log_ms < 1000) {
+	if (a && now - a->last_log_ms < AUTH_LOG_MS) {
 		a->suppressed++;
 		return;
 	}
@@ -457,7 +691,7 @@ int zl_storage_auth_hello(struct zl_storage *st, struct zl_xport_conn *c,
 
 	if (!st->cfg.auth)
 		return hl ? 0 : -ZL_ERR_PROTO;
-	ca = conn_auth(c, true);
+	ca = conn_auth(st, c, true);
 	if (!ca)
 		return -ZL_ERR_BUSY;
 	if (!hl) { /* a malformed HELLO */
@@ -473,15 +707,14 @@ int zl_storage_auth_hello(struct zl_storage *st, struct zl_xport_conn *c,
 		rc = a->have_key ? zl_auth_cluster_token(a->cluster_key, hl->node_id, tok)
 				 : -ZL_ERR_AUTH;
 		if (rc || !zl_auth_token_eq(tok, hl->token)) {
-			auth_log(st, c, "bad cluster token in HELLO", h, hl->node_id);
+			auth_log(a, c, "bad cluster token in HELLO", h, hl->node_id);
 			return -ZL_ERR_AUTH;
 		}
 		ca->state = CONN_CLUSTER;
 		return 0;
 	}
 	node[0] = '\0';
-	pthread_mutex_lock(&a->mu);
-	v = vol_find(a, h->vol_id, false);
+	v = vol_find(a->ltab, h->vol_id, false); /* the loop's copy */
 	if (v) {
 		att_epoch = v->att_epoch;
 		max_epoch = v->max_epoch;
@@ -490,7 +723,6 @@ int zl_storage_auth_hello(struct zl_storage *st, struct zl_xport_conn *c,
 		memcpy(secret, v->secret, sizeof(secret));
 		memcpy(node, v->node, sizeof(node));
 	}
-	pthread_mutex_unlock(&a->mu);
 	if (!has_secret) {
 		explicit_bzero(secret, sizeof(secret));
 		/* Not seen yet (watch lag) or no such volume: the client retries. */
@@ -500,7 +732,7 @@ int zl_storage_auth_hello(struct zl_storage *st, struct zl_xport_conn *c,
 	rc = zl_auth_attach_token(secret, vid, hl->node_id, h->epoch, tok);
 	explicit_bzero(secret, sizeof(secret));
 	if (rc || !zl_auth_token_eq(tok, hl->token)) {
-		auth_log(st, c, "bad attach token in HELLO", h, hl->node_id);
+		auth_log(a, c, "bad attach token in HELLO", h, hl->node_id);
 		return -ZL_ERR_AUTH;
 	}
 	if (h->epoch < ZL_MAX(att_epoch, max_epoch))
@@ -508,7 +740,7 @@ int zl_storage_auth_hello(struct zl_storage *st, struct zl_xport_conn *c,
 	if (h->epoch > att_epoch)
 		return -ZL_ERR_BUSY; /* a newer attachment we have not seen yet */
 	if (strcmp(node, hl->node_id)) {
-		auth_log(st, c, "HELLO from a node the attachment does not name", h, hl->node_id);
+		auth_log(a, c, "HELLO from a node the attachment does not name", h, hl->node_id);
 		return -ZL_ERR_AUTH;
 	}
 	ca->state = CONN_CLIENT;
@@ -536,20 +768,21 @@ int zl_storage_auth_check(struct zl_storage *st, struct zl_xport_conn *c, struct
 	if (!st->cfg.auth || h->opcode == ZL_OP_PING)
 		return 0;
 	if (h->opcode == ZL_OP_HELLO) {
-		ca = conn_auth(c, true);
+		ca = conn_auth(st, c, true);
 		if (ca && ca->state != CONN_REFUSED)
 			ca->hello_pending = true;
 		return 0;
 	}
-	ca = conn_auth(c, false);
+	ca = conn_auth(st, c, false);
 	/* A request right behind a HELLO still being fetched (RDMA reads the
 	 * payload asynchronously): not served, but no reason to close. */
 	if (ca && ca->state == CONN_NONE && ca->hello_pending)
 		return -ZL_ERR_BUSY;
 	if (!ca || ca->state == CONN_NONE || ca->state == CONN_REFUSED) {
 		if (!ca || ca->state == CONN_NONE)
-			auth_log(st, c, "no valid HELLO on this connection, closing it", h, NULL);
-		ca = conn_auth(c, true);
+			auth_log(st->auth, c, "no valid HELLO on this connection, closing it", h,
+				 NULL);
+		ca = conn_auth(st, c, true);
 		if (ca)
 			ca->state = CONN_REFUSED;
 		*close = true;
@@ -581,12 +814,60 @@ int zl_storage_auth_check(struct zl_storage *st, struct zl_xport_conn *c, struct
 	return 0;
 }
 
+/* The refusals a connection's budget counts: what a client that follows
+ * the protocol does not get over and over (a STALE makes it reload; a BUSY
+ * HELLO, the watch lagging, makes it back off). Transient states of the
+ * cluster (BUSY, PEERING, NOT_PRIMARY, ...) are not counted. */
+static bool conn_refusal_counts(const struct zl_wire_hdr *h, int err)
+{
+	switch (-err) {
+	case ZL_ERR_AUTH:
+	case ZL_ERR_STALE:
+	case ZL_ERR_NOT_FOUND:
+	case ZL_ERR_RANGE:
+	case ZL_ERR_INVAL:
+	case ZL_ERR_PROTO:
+		return true;
+	case ZL_ERR_BUSY:
+		return h->opcode == ZL_OP_HELLO;
+	default:
+		return false;
+	}
+}
+
+bool zl_storage_auth_charge(struct zl_xport_conn *c, const struct zl_wire_hdr *h, int err)
+{
+	struct storage_conn_auth *ca = zl_xport_conn_ctx(c);
+	uint64_t now, secs;
+
+	if (!ca || ca->state == CONN_CLUSTER || !conn_refusal_counts(h, err))
+		return false;
+	now = zl_now_ms();
+	secs = (now - ca->refuse_ms) / 1000;
+	if (secs) {
+		ca->refuse_tokens = (uint32_t)ZL_MIN((uint64_t)CONN_REFUSE_BURST,
+						     ca->refuse_tokens + secs * CONN_REFUSE_PER_SEC);
+		ca->refuse_ms += secs * 1000;
+	}
+	if (ca->refuse_tokens) {
+		ca->refuse_tokens--;
+		return false;
+	}
+	if (ca->state != CONN_REFUSED)
+		auth_log(ca->a, c, "too many refused requests on this connection, closing it", h,
+			 zl_errname(err));
+	ca->state = CONN_REFUSED;
+	return true;
+}
+
 void zl_storage_auth_refuse(struct zl_storage *st, struct zl_xport_conn *c,
 			    const struct zl_wire_hdr *h, int err, bool close)
 {
 	struct zl_wire_hdr rep;
 
 	(void)st;
+	if (!close)
+		close = zl_storage_auth_charge(c, h, err);
 	zl_wire_reply_init(h, &rep, err);
 	if (!close) {
 		zl_xport_reply(c, &rep, NULL, 0, NULL, NULL);

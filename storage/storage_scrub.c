@@ -389,8 +389,11 @@ void zl_storage_scrub_digest_serve(struct zl_storage *st, struct zl_xport_conn *
 {
 	struct zl_storage_vol *sv;
 	struct dg_serve *s;
-	int rc = st->scrub ? zl_storage_vol_get(st->vols, h->vol_id, &sv) : -ZL_ERR_UNAVAIL;
+	/* A network request: never an etcd call here (docs/SECURITY.md). */
+	int rc = st->scrub ? zl_storage_vol_lookup(st->vols, h->vol_id, &sv) : -ZL_ERR_UNAVAIL;
 
+	if (rc == -EINPROGRESS)
+		rc = -ZL_ERR_BUSY;
 	if (!rc && h->offset >= sv->v.n_slices)
 		rc = -ZL_ERR_RANGE;
 	if (rc) {
@@ -998,9 +1001,11 @@ static int sc_start(struct zl_storage *st, struct zl_xport_conn *conn, const str
 
 	if (!st->scrub || st->scrub->stopping)
 		return -ZL_ERR_UNAVAIL;
-	rc = zl_storage_vol_get(st->vols, vol, &sv);
+	/* A SCRUB request (conn): never an etcd call; the background scrub's
+	 * volumes are the ones this node serves. */
+	rc = conn ? zl_storage_vol_lookup(st->vols, vol, &sv) : zl_storage_vol_get(st->vols, vol, &sv);
 	if (rc)
-		return rc;
+		return rc == -EINPROGRESS ? -ZL_ERR_BUSY : rc;
 	if (slice >= sv->v.n_slices)
 		return -ZL_ERR_RANGE;
 	s = &sv->v.slices[slice];

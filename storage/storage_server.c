@@ -42,6 +42,7 @@ struct storage_bk {
 	int status;
 	bool in_sync; /* IN_SYNC when forwarded (heal): its failure holds the ack */
 	uint64_t dver; /* data version forwarded (heal) */
+	uint64_t rep_ver; /* slice version in its reply (a STALE tells why) */
 	struct zl_wire_hdr hdr;
 };
 
@@ -58,7 +59,9 @@ struct storage_req {
 	int local_err;
 	uint64_t dver;	      /* data version of this write (heal), 0 without */
 	uint64_t deadline_ms; /* parked / held: when to give up */
-	bool held;	      /* waits for peering before it runs */
+	bool held;	      /* waits for peering or a volume load before it runs */
+	bool loadwait;	      /* held for a volume load: slice, chunk_size unknown */
+	bool hold_load;	      /* held now for a load (counted in st->n_held_load) */
 	bool planned;	      /* counted by zl_storage_heal_plan until its I/O ends */
 	struct storage_req *park_next;
 	uint8_t n_bk;
@@ -94,7 +97,7 @@ static void srv_unplan(struct storage_req *r)
 	if (!r->planned)
 		return;
 	r->planned = false;
-	if (!zl_storage_vol_get(r->st->vols, r->req.vol_id, &sv) && r->slice < sv->v.n_slices)
+	if (!zl_storage_vol_lookup(r->st->vols, r->req.vol_id, &sv) && r->slice < sv->v.n_slices)
 		zl_storage_heal_plan(r->st, &sv->v, r->slice, r->req.chunk, false);
 }
 
@@ -123,6 +126,14 @@ static void srv_reply(struct zl_xport_conn *c, const struct zl_wire_hdr *req, in
 	struct zl_wire_hdr rep;
 	int rc;
 
+	if (status == -EINPROGRESS) /* a volume load on its way: retry */
+		status = -ZL_ERR_BUSY;
+	/* A connection refused once too often (docs/SECURITY.md): answered,
+	 * then closed. */
+	if (status && zl_storage_auth_charge(c, req, status)) {
+		zl_storage_auth_refuse(NULL, c, req, status, true);
+		return;
+	}
 	zl_wire_reply_init(req, &rep, status);
 	rep.slice_ver = slice_ver;
 	rep.aux = aux;
@@ -175,7 +186,7 @@ static int srv_check(struct zl_storage *st, const struct zl_wire_hdr *h, uint32_
 	int rc;
 
 	*ver = h->slice_ver;
-	rc = zl_storage_vol_get(st->vols, h->vol_id, &sv);
+	rc = zl_storage_vol_lookup(st->vols, h->vol_id, &sv);
 	if (rc)
 		return rc;
 	*chunk_size = sv->v.chunk_size;
@@ -188,12 +199,12 @@ static int srv_check(struct zl_storage *st, const struct zl_wire_hdr *h, uint32_
 		*ver = sv->v.slices[*slice].version;
 		return 0;
 	}
+	/* A newer row than ours (watch lag, or a made-up version): one refresh
+	 * in flight per volume, throttled; never an etcd call here. */
 	if (h->slice_ver > sv->v.slices[*slice].version) {
-		rc = zl_storage_vol_reload(st->vols, h->vol_id, &sv);
-		if (rc)
+		rc = zl_storage_vol_refresh(st->vols, sv);
+		if (rc == -EINPROGRESS)
 			return rc;
-		if (*slice >= sv->v.n_slices)
-			return -ZL_ERR_STALE;
 	}
 	s = &sv->v.slices[*slice];
 	*ver = s->version;
@@ -268,25 +279,37 @@ static void srv_write_finish(struct storage_req *r)
 		stale |= r->bk[i].status == -ZL_ERR_STALE;
 	/* A backup that knows a newer placement: ours (and the client's) may miss
 	 * a replica, so make the client reload rather than drop anyone. */
+	/* A backup's STALE carries its slice version. Above ours: a newer
+	 * placement, the client reloads (STALE at that version). Equal to ours:
+	 * the backup fenced the client's attach epoch (it saw the newer
+	 * attachment first); the backup is healthy, never dropped nor reported
+	 * for it, and the client is told it is fenced (STALE at its own
+	 * version, final in lib/client). Below ours: the backup lags (its
+	 * refresh is throttled); not a fence, the client retries (BUSY). Our
+	 * row is refreshed in the background (throttled), never on this path. */
 	if (stale) {
-		int rc = zl_storage_vol_reload(st->vols, r->req.vol_id, &sv);
+		uint64_t newer = 0;
+		bool fence = false;
 
-		/* Not known to be a fence: never STALE at the client's version
-		 * (lib/client takes that as final), the client reloads and retries. */
-		if (rc) {
-			req_reply_free(r, rc, ver);
-			return;
+		for (uint8_t i = 0; i < r->n_bk; i++) {
+			if (r->bk[i].status != -ZL_ERR_STALE)
+				continue;
+			if (r->bk[i].rep_ver == ver)
+				fence = true;
+			else if (r->bk[i].rep_ver > ver)
+				newer = ZL_MAX(newer, r->bk[i].rep_ver);
 		}
-		if (r->slice < sv->v.n_slices && sv->v.slices[r->slice].version != r->seen_ver) {
-			req_reply_free(r, -ZL_ERR_STALE, sv->v.slices[r->slice].version);
-			return;
+		if (!zl_storage_vol_lookup(st->vols, r->req.vol_id, &sv)) {
+			if (r->slice < sv->v.n_slices && sv->v.slices[r->slice].version > ver)
+				newer = ZL_MAX(newer, sv->v.slices[r->slice].version);
+			zl_storage_vol_refresh(st->vols, sv);
 		}
-	}
-	/* Same placement: the backup fenced the client's attach epoch (it saw
-	 * the newer attachment first). The backup is healthy: never dropped
-	 * nor reported for it; the client is told it is fenced. */
-	if (stale) {
-		req_reply_free(r, -ZL_ERR_STALE, ver);
+		if (newer)
+			req_reply_free(r, -ZL_ERR_STALE, newer);
+		else if (fence)
+			req_reply_free(r, -ZL_ERR_STALE, ver);
+		else
+			req_reply_free(r, -ZL_ERR_BUSY, ver);
 		return;
 	}
 	if (st->heal && r->req.opcode != ZL_OP_REPL_WRITE) {
@@ -341,7 +364,7 @@ static bool srv_heal_try_ack(struct storage_req *r)
 	const struct zl_slice *s;
 	uint32_t ok = 1, min;
 	bool waiting = false;
-	int rc = zl_storage_vol_get(st->vols, r->req.vol_id, &sv);
+	int rc = zl_storage_vol_lookup(st->vols, r->req.vol_id, &sv);
 
 	if (rc) {
 		req_reply_free(r, rc, r->seen_ver);
@@ -426,7 +449,7 @@ static void srv_heal_finish(struct storage_req *r)
 	for (uint8_t i = 0; i < r->n_bk; i++) {
 		if (!r->bk[i].status)
 			continue;
-		if (!zl_storage_vol_get(st->vols, r->req.vol_id, &sv) && r->slice < sv->v.n_slices)
+		if (!zl_storage_vol_lookup(st->vols, r->req.vol_id, &sv) && r->slice < sv->v.n_slices)
 			zl_storage_heal_fwd_failed(st, &sv->v, r->slice, r->bk[i].node,
 						   r->req.chunk);
 		zl_storage_heal_report(st, vid, r->slice, r->bk[i].node,
@@ -452,6 +475,7 @@ static void srv_bk_done(void *arg, int status, const struct zl_wire_hdr *rep)
 	struct storage_req *r = bk->r;
 
 	bk->status = status ? status : zl_wire_status_to_err(rep->status);
+	bk->rep_ver = status ? 0 : rep->slice_ver;
 	if (bk->status)
 		ZL_LOG_WARN("storage",
 			    "forwarded write failed: node=%s vol=%016" PRIx64 " chunk=%" PRIu64
@@ -474,7 +498,7 @@ static bool srv_push_may_replace(struct storage_req *r)
 	int me;
 
 	if (r->req.subop != ZL_PUSH_REPLACE ||
-	    zl_storage_vol_get(r->st->vols, r->req.vol_id, &sv) || r->slice >= sv->v.n_slices)
+	    zl_storage_vol_lookup(r->st->vols, r->req.vol_id, &sv) || r->slice >= sv->v.n_slices)
 		return false;
 	s = &sv->v.slices[r->slice];
 	me = zl_slice_index_of(s, r->st->cfg.node_id);
@@ -523,15 +547,15 @@ static void srv_exec(struct storage_req *r)
 	const struct zl_wire_hdr *h = &r->req;
 	int rc;
 
+	if (r->held) {
+		srv_hold(r);
+		return;
+	}
 	zl_storage_gc_note_write(st, h->vol_id, r->slice);
 	/* Data version 0 (keeps the chunk's) unless the primary assigned one:
 	 * --heal=on, REPLICATION.md §1. */
 	if (r->op == ZL_OP_CHUNK_PUSH) {
 		srv_push_exec(r);
-		return;
-	}
-	if (r->held) {
-		srv_hold(r);
 		return;
 	}
 	if (r->op == ZL_OP_WRITE)
@@ -676,7 +700,7 @@ static int srv_plan(struct storage_req *r)
 	int rc;
 
 	/* srv_check just loaded it: this does not block. */
-	if (zl_storage_vol_get(st->vols, h->vol_id, &sv))
+	if (zl_storage_vol_lookup(st->vols, h->vol_id, &sv))
 		return 0;
 	s = &sv->v.slices[r->slice];
 	if (st->heal) {
@@ -712,6 +736,13 @@ static int srv_plan(struct storage_req *r)
 /* Requests held at once (each may hold a data buffer); beyond it a request
  * is answered ZL_ERR_PEERING at once. */
 #define HOLD_MAX_REQS 64
+/* Requests of client (not cluster) connections held for a volume load or
+ * refresh at once; beyond it one is answered ZL_ERR_BUSY at once. A peer's
+ * forward (REPL_WRITE, CHUNK_PUSH) is never refused for it: a BUSY would
+ * make its primary report this node failed. Those are bounded by the
+ * transport's slots per connection. HOLD_MAX_REQS bounds the peering
+ * holds. */
+#define HOLD_LOAD_MAX 16
 
 static void srv_flush(struct storage_req *r)
 {
@@ -730,18 +761,30 @@ static int srv_recheck(struct storage_req *r)
 	uint64_t ver;
 	int rc;
 
+	if (r->req.opcode == ZL_OP_CHUNK_VERSIONS)
+		return zl_storage_vol_lookup(st->vols, r->req.vol_id, &sv);
 	if (r->req.opcode == ZL_OP_FLUSH) {
-		rc = zl_storage_vol_get(st->vols, r->req.vol_id, &sv);
+		rc = zl_storage_vol_lookup(st->vols, r->req.vol_id, &sv);
 		if (!rc && r->req.epoch < srv_fence(st, sv, r->req.epoch))
 			rc = -ZL_ERR_STALE;
 		return rc ? rc : zl_storage_peer_vol_ready(st, &sv->v);
 	}
+	slice = UINT32_MAX;
 	rc = srv_check(st, &r->req, &slice, &ver, &cs);
 	r->seen_ver = ver;
+	if (r->loadwait && slice != UINT32_MAX) {
+		/* Held before the record was known: now it is. */
+		r->slice = slice;
+		r->chunk_size = cs;
+		r->loadwait = false;
+	}
 	if (!rc && slice != r->slice)
 		rc = -ZL_ERR_STALE;
 	return rc;
 }
+
+static void srv_chunk_versions(struct zl_storage *st, struct zl_xport_conn *c,
+			       const struct zl_wire_hdr *h);
 
 /* r passed its checks after waiting: run it. */
 static void srv_resume(struct storage_req *r)
@@ -750,11 +793,19 @@ static void srv_resume(struct storage_req *r)
 
 	r->held = false;
 	switch (r->req.opcode) {
+	case ZL_OP_CHUNK_VERSIONS: /* answered with a request of its own */
+		srv_chunk_versions(r->st, r->conn, &r->req);
+		req_free(r);
+		return;
 	case ZL_OP_FLUSH:
 		srv_flush(r);
 		return;
 	case ZL_OP_READ:
 		srv_read_start(r);
+		return;
+	case ZL_OP_REPL_WRITE:
+	case ZL_OP_CHUNK_PUSH: /* a backup's part: no plan, no forwards */
+		srv_exec(r);
 		return;
 	default:
 		rc = srv_plan(r);
@@ -778,11 +829,13 @@ static void srv_held_check(void *arg)
 
 		list = r->park_next;
 		st->n_held--;
+		st->n_held_load -= r->hold_load;
+		r->hold_load = false;
 		if (!rc) {
 			srv_resume(r);
 			continue;
 		}
-		if (rc != -ZL_ERR_PEERING || zl_now_ms() >= r->deadline_ms) {
+		if ((rc != -ZL_ERR_PEERING && rc != -EINPROGRESS) || zl_now_ms() >= r->deadline_ms) {
 			req_reply_free(r, rc, r->seen_ver);
 			continue;
 		}
@@ -791,18 +844,23 @@ static void srv_held_check(void *arg)
 		r->park_next = NULL;
 		*tail = r;
 		st->n_held++;
+		r->hold_load = rc == -EINPROGRESS;
+		st->n_held_load += r->hold_load;
 	}
 	if (!st->held)
 		zl_timer_stop(st->loop, &st->held_t);
 }
 
-/* Holds r until its slice peered (srv_held_check), HOLD_MAX_MS at most. */
+/* Holds r until its slice peered or its volume record came
+ * (srv_held_check), HOLD_MAX_MS at most. r->hold_load: held for a load. */
 static void srv_hold(struct storage_req *r)
 {
 	struct zl_storage *st = r->st;
 
-	if (st->n_held >= HOLD_MAX_REQS) {
-		req_reply_free(r, -ZL_ERR_PEERING, r->seen_ver);
+	if (r->hold_load ? st->n_held_load >= HOLD_LOAD_MAX &&
+				!zl_storage_auth_conn_trusted(st, r->conn)
+			 : st->n_held - st->n_held_load >= HOLD_MAX_REQS) {
+		req_reply_free(r, r->hold_load ? -ZL_ERR_BUSY : -ZL_ERR_PEERING, r->seen_ver);
 		return;
 	}
 	if (!r->deadline_ms)
@@ -810,6 +868,7 @@ static void srv_hold(struct storage_req *r)
 	r->park_next = st->held;
 	st->held = r;
 	st->n_held++;
+	st->n_held_load += r->hold_load;
 	zl_timer_start(st->loop, &st->held_t, HOLD_CHECK_MS, HOLD_CHECK_MS, srv_held_check, st);
 }
 
@@ -822,8 +881,9 @@ static void srv_data(struct zl_storage *st, struct zl_xport_conn *c, const struc
 	uint32_t slice = 0, cs = 0;
 	uint64_t ver;
 	int rc = srv_check(st, h, &slice, &ver, &cs);
-	/* Client I/O of a slice that is peering waits for it (bounded). */
-	bool hold = rc == -ZL_ERR_PEERING;
+	/* Client I/O of a slice that is peering waits for it, and any data
+	 * request for its volume record from etcd (both bounded). */
+	bool hold = rc == -ZL_ERR_PEERING || rc == -EINPROGRESS;
 
 	if (rc && !hold)
 		goto out_reply;
@@ -836,6 +896,7 @@ static void srv_data(struct zl_storage *st, struct zl_xport_conn *c, const struc
 	r->seen_ver = ver;
 	r->chunk_size = cs;
 	r->held = hold;
+	r->hold_load = r->loadwait = rc == -EINPROGRESS;
 	if (h->opcode == ZL_OP_READ) {
 		if (h->payload_len)
 			zl_xport_discard(p);
@@ -885,8 +946,19 @@ static void srv_chunk_versions(struct zl_storage *st, struct zl_xport_conn *c,
 	struct storage_req *r;
 	struct zl_wire_hdr rep;
 	uint64_t next = 0;
-	int n = zl_storage_vol_get(st->vols, h->vol_id, &sv);
+	int n = zl_storage_vol_lookup(st->vols, h->vol_id, &sv);
 
+	/* A record on its way from etcd: a peer's peering or recovery waits
+	 * for it rather than failing its attempt. */
+	if (n == -EINPROGRESS) {
+		r = req_alloc(st, c, h);
+		if (r) {
+			r->hold_load = true;
+			srv_hold(r);
+			return;
+		}
+		n = -ZL_ERR_BUSY;
+	}
 	/* A row naming another incarnation of ours: we hold nothing of it. */
 	if (!n && h->offset < sv->v.n_slices &&
 	    !zl_storage_ident_member_ok(
@@ -985,14 +1057,16 @@ static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_w
 		srv_reply(c, h, 0, 0, 0);
 		return;
 	case ZL_OP_FLUSH:
-		rc = zl_storage_vol_get(st->vols, h->vol_id, &sv);
+		rc = zl_storage_vol_lookup(st->vols, h->vol_id, &sv);
 		if (!rc && h->epoch < srv_fence(st, sv, h->epoch))
 			rc = -ZL_ERR_STALE;
 		/* heal: after the slices this node is primary of peered. */
 		if (!rc && st->heal)
 			rc = zl_storage_peer_vol_ready(st, &sv->v);
-		if (!rc || rc == -ZL_ERR_PEERING) {
+		if (!rc || rc == -ZL_ERR_PEERING || rc == -EINPROGRESS) {
 			r = req_alloc(st, c, h);
+			if (r)
+				r->hold_load = rc == -EINPROGRESS;
 			if (r && rc)
 				srv_hold(r);
 			else if (r)
@@ -1028,16 +1102,44 @@ static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_w
 	srv_reply(c, h, -ZL_ERR_INVAL, 0, 0);
 }
 
+/* Connections open at once; beyond it a new one is closed at once. */
+#define SRV_MAX_CONNS 4096u
+
 static void srv_on_conn(void *arg, struct zl_xport_conn *c)
 {
-	(void)arg;
-	ZL_LOG_INFO("storage", "connection accepted: peer=%s transport=%s", zl_xport_conn_peer(c),
-		    zl_xport_kind_name(zl_xport_conn_kind(c)));
+	struct zl_storage *st = arg;
+	struct zl_ratelimit *rl;
+
+	if (++st->n_conns > SRV_MAX_CONNS) {
+		if (zl_ratelimit_ok(&st->conn_rl, 1)) {
+			ZL_LOG_WARN("storage",
+				    "connection refused: %u connections open, the limit peer=%s "
+				    "transport=%s (%u more not logged)",
+				    SRV_MAX_CONNS, zl_xport_conn_peer(c),
+				    zl_xport_kind_name(zl_xport_conn_kind(c)), st->conn_rl.suppressed);
+			st->conn_rl.suppressed = 0;
+		}
+		zl_xport_conn_close(c);
+		return;
+	}
+	zl_storage_auth_conn_open(st, c);
+	/* One line per second and transport at most: a flood of connections is
+	 * no flood of log lines. */
+	rl = &st->accept_rl[zl_xport_conn_kind(c) == ZL_XPORT_RDMA];
+	if (zl_ratelimit_ok(rl, 1)) {
+		ZL_LOG_INFO("storage", "connection accepted: peer=%s transport=%s open=%u (%u more "
+				       "accepted, not logged)",
+			    zl_xport_conn_peer(c), zl_xport_kind_name(zl_xport_conn_kind(c)),
+			    st->n_conns, rl->suppressed);
+		rl->suppressed = 0;
+	}
 }
 
 static void srv_on_close(void *arg, struct zl_xport_conn *c, int reason)
 {
-	(void)arg;
+	struct zl_storage *st = arg;
+
+	st->n_conns--;
 	zl_storage_auth_conn_free(c);
 	ZL_LOG_DEBUG("storage", "connection closed: peer=%s reason=%s", zl_xport_conn_peer(c),
 		     zl_errname(reason));
@@ -1091,6 +1193,7 @@ void zl_storage_server_stop_accepting(struct zl_storage *st)
 
 		st->held = r->park_next;
 		st->n_held--;
+		st->n_held_load -= r->hold_load;
 		req_reply_free(r, -ZL_ERR_PEERING, r->seen_ver);
 	}
 	if (st->loop) {

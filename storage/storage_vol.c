@@ -1,9 +1,24 @@
 /* Volume record cache of the storage daemon: volume number -> record from
- * etcd plus the highest attach epoch seen. Loop thread only; misses and
- * reloads block on etcd (rare: on first use and when a client shows a newer
- * slice version). An etcd watch on volumes/ keeps cached records fresh
- * between requests: the watch thread parses the record and queues it; the
- * loop thread applies the queue when woken (lib/common/notify.h). */
+ * etcd plus the highest attach epoch seen. Loop thread only.
+ *
+ * The request path never waits for etcd (docs/SECURITY.md, "No cheap denial
+ * of service"): zl_storage_vol_lookup answers from the cache, from a negative
+ * cache of volumes etcd said are absent (VOLS_NEG_MS), or starts a load on
+ * the loader thread (its own etcd handle) and says so; loads draw from one
+ * token bucket (VOLS_LOAD_PER_SEC, burst VOLS_LOAD_BURST) and at most
+ * VOLS_LOAD_QUEUE of them wait at once. A request that shows a newer slice
+ * version than the cached one asks for a refresh (zl_storage_vol_refresh): at
+ * most one in flight per volume and one per VOLS_REFRESH_MS. Results come
+ * back to the loop through a notify.
+ *
+ * zl_storage_vol_get and zl_storage_vol_reload still block on etcd: for the
+ * daemon's own jobs (recovery, peering, scrub, gc) on volumes it already
+ * serves, never for a request from the network.
+ *
+ * An etcd watch on volumes/ keeps cached records fresh between requests: the
+ * watch thread parses the record and queues it; the loop thread applies the
+ * queue when woken (lib/common/notify.h). A watched record of a volume in
+ * the negative cache replaces the negative entry (no etcd call). */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -15,6 +30,7 @@
 #include "storage.h"
 
 #define VOLS_BUCKETS 256u
+#define MISS_BUCKETS 256u
 
 /* A watch event handed from the watch thread to the loop thread. */
 struct vols_event {
@@ -23,6 +39,28 @@ struct vols_event {
 	bool deleted;
 	struct zl_volume v; /* PUT: the parsed record */
 };
+
+/* A load of the loader thread: queued by the loop, answered in rc / v. */
+struct vols_job {
+	struct vols_job *next;
+	uint64_t num;
+	bool refresh; /* of a cached volume; else a miss */
+	int rc;
+	struct zl_volume v;
+};
+
+/* A volume the request path asked for that is not cached: loading, or known
+ * absent (err) until expires_ms. */
+struct vols_miss {
+	struct vols_miss *next;
+	uint64_t num;
+	uint64_t expires_ms;
+	int err;
+	bool loading;
+	bool deleted; /* loading, and the watch saw the record go meanwhile */
+};
+
+static struct zl_storage_vol **vols_slot(struct zl_storage_vols *vc, uint64_t num);
 
 struct zl_storage_vols {
 	struct zl_etcd *etcd;
@@ -34,6 +72,26 @@ struct zl_storage_vols {
 	/* mu protects the event queue, filled by the watch thread. */
 	pthread_mutex_t mu;
 	struct vols_event *ev_head, **ev_tail;
+	/* Loop thread: the negative cache and loads in flight. */
+	struct vols_miss *miss[MISS_BUCKETS];
+	uint32_t n_miss;
+	struct zl_storage_vols_limits lim;
+	double tokens; /* load bucket */
+	uint64_t tokens_ms;
+	uint32_t n_jobs; /* queued or running loads */
+	struct zl_storage_vols_stats stats;
+	/* The loader thread with its own etcd handle. lmu protects jobs, done
+	 * and stop; lcond wakes the loader. */
+	struct zl_etcd *letcd;
+	pthread_t loader;
+	bool loader_up;
+	pthread_mutex_t lmu;
+	pthread_cond_t lcond;
+	bool stop;
+	struct vols_job *jobs, **jobs_tail;
+	struct vols_job *done;
+	struct zl_notify done_wake; /* loader -> loop thread */
+	struct zl_ratelimit warn_rl; /* loader thread */
 };
 
 static void vols_watch_cb(void *arg, enum zl_etcd_event_type type, const struct zl_etcd_kv *kv)
@@ -66,9 +124,231 @@ static void vols_watch_cb(void *arg, enum zl_etcd_event_type type, const struct 
 	zl_notify_post(&vc->wake);
 }
 
+/* ---- negative cache (loop thread) ---- */
+
+static struct vols_miss **miss_slot(struct zl_storage_vols *vc, uint64_t num)
+{
+	struct vols_miss **pp = &vc->miss[zl_hash64(num) % MISS_BUCKETS];
+
+	while (*pp && (*pp)->num != num)
+		pp = &(*pp)->next;
+	return pp;
+}
+
+static void miss_drop(struct zl_storage_vols *vc, struct vols_miss **pp)
+{
+	struct vols_miss *m = *pp;
+
+	*pp = m->next;
+	free(m);
+	vc->n_miss--;
+}
+
+/* Drops the expired entries (not the loading ones); on a full table only. */
+static void miss_sweep(struct zl_storage_vols *vc, uint64_t now)
+{
+	for (uint32_t b = 0; b < MISS_BUCKETS; b++) {
+		struct vols_miss **pp = &vc->miss[b];
+
+		while (*pp) {
+			if (!(*pp)->loading && (*pp)->expires_ms <= now)
+				miss_drop(vc, pp);
+			else
+				pp = &(*pp)->next;
+		}
+	}
+}
+
+/* The entry of num, created when absent and there is room; NULL when full. */
+static struct vols_miss *miss_get(struct zl_storage_vols *vc, uint64_t num, uint64_t now)
+{
+	struct vols_miss **pp = miss_slot(vc, num), *m;
+
+	if (*pp)
+		return *pp;
+	if (vc->n_miss >= vc->lim.miss_max) {
+		miss_sweep(vc, now);
+		if (vc->n_miss >= vc->lim.miss_max)
+			return NULL;
+		pp = miss_slot(vc, num);
+	}
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return NULL;
+	m->num = num;
+	*pp = m;
+	vc->n_miss++;
+	return m;
+}
+
+/* Takes one token of the load bucket: true when a load may start now. */
+static bool vols_take_token(struct zl_storage_vols *vc, uint64_t now)
+{
+	double per_ms = vc->lim.load_per_sec / 1000.0;
+
+	if (now > vc->tokens_ms) {
+		vc->tokens += (double)(now - vc->tokens_ms) * per_ms;
+		if (vc->tokens > vc->lim.load_burst)
+			vc->tokens = vc->lim.load_burst;
+		vc->tokens_ms = now;
+	}
+	if (vc->tokens < 1.0 || vc->n_jobs >= vc->lim.load_queue)
+		return false;
+	vc->tokens -= 1.0;
+	return true;
+}
+
+/* ---- loader thread ---- */
+
+/* Loads volume num from etcd into a new record (e: the caller's handle). */
+static int vols_load(struct zl_storage_vols *vc, struct zl_etcd *e, uint64_t num,
+		     struct zl_volume *v, struct zl_ratelimit *rl)
+{
+	char id[ZL_VOL_ID_LEN + 1], why[256] = "";
+	int rc;
+
+	zl_vol_id_format(num, id);
+	rc = zl_meta_volume_get(e, vc->prefix, id, v);
+	if (rc && rc != -ZL_ERR_NOT_FOUND && (!rl || zl_ratelimit_ok(rl, 1))) {
+		ZL_LOG_WARN("storage", "loading volume record failed: vol=%s err=%s (%s)%s", id,
+			    zl_errname(rc), zl_etcd_last_error(),
+			    rl ? " (one line per second at most)" : "");
+	}
+	if (!rc && (v->num != num || zl_meta_volume_check(v, why, sizeof(why)))) {
+		ZL_LOG_ERR("storage", "volume record in etcd is inconsistent: vol=%s %s", id, why);
+		zl_volume_fini(v);
+		rc = -ZL_ERR_NOT_FOUND;
+	}
+	return rc;
+}
+
+static void *vols_loader_main(void *arg)
+{
+	struct zl_storage_vols *vc = arg;
+
+	pthread_mutex_lock(&vc->lmu);
+	for (;;) {
+		struct vols_job *j;
+
+		while (!vc->stop && !vc->jobs)
+			pthread_cond_wait(&vc->lcond, &vc->lmu);
+		if (vc->stop)
+			break;
+		j = vc->jobs;
+		vc->jobs = j->next;
+		if (!vc->jobs)
+			vc->jobs_tail = &vc->jobs;
+		pthread_mutex_unlock(&vc->lmu);
+		memset(&j->v, 0, sizeof(j->v));
+		j->rc = vols_load(vc, vc->letcd, j->num, &j->v, &vc->warn_rl);
+		pthread_mutex_lock(&vc->lmu);
+		j->next = vc->done;
+		vc->done = j;
+		zl_notify_post(&vc->done_wake);
+	}
+	pthread_mutex_unlock(&vc->lmu);
+	return NULL;
+}
+
+/* Queues a load of num (loop thread). 0 or -ENOMEM. */
+static int vols_job_queue(struct zl_storage_vols *vc, uint64_t num, bool refresh)
+{
+	struct vols_job *j = calloc(1, sizeof(*j));
+
+	if (!j)
+		return -ENOMEM;
+	j->num = num;
+	j->refresh = refresh;
+	vc->n_jobs++;
+	vc->stats.loads++;
+	pthread_mutex_lock(&vc->lmu);
+	*vc->jobs_tail = j;
+	vc->jobs_tail = &j->next;
+	pthread_cond_signal(&vc->lcond);
+	pthread_mutex_unlock(&vc->lmu);
+	return 0;
+}
+
+static void vols_insert(struct zl_storage_vols *vc, struct zl_volume *v)
+{
+	struct zl_storage_vol **pp = vols_slot(vc, v->num);
+	struct zl_storage_vol *sv;
+
+	if (*pp) {
+		zl_storage_vol_update(vc, v);
+		return;
+	}
+	sv = calloc(1, sizeof(*sv));
+	if (!sv) {
+		zl_volume_fini(v);
+		return;
+	}
+	sv->num = v->num;
+	sv->v = *v;
+	memset(v, 0, sizeof(*v));
+	*pp = sv;
+}
+
+/* Marks num absent (err) for the negative cache's time. */
+static void vols_negative(struct zl_storage_vols *vc, uint64_t num, int err, uint64_t now)
+{
+	struct vols_miss *m = miss_get(vc, num, now);
+
+	if (!m)
+		return;
+	m->loading = false;
+	m->err = err;
+	m->expires_ms = now + (err == -ZL_ERR_NOT_FOUND ? vc->lim.neg_ms : vc->lim.err_ms);
+}
+
+/* Loop thread: applies what the loader answered. */
+static void vols_done_cb(void *arg)
+{
+	struct zl_storage_vols *vc = arg;
+	uint64_t now = zl_now_ms();
+	struct vols_job *j;
+
+	pthread_mutex_lock(&vc->lmu);
+	j = vc->done;
+	vc->done = NULL;
+	pthread_mutex_unlock(&vc->lmu);
+	while (j) {
+		struct vols_job *next = j->next;
+		struct zl_storage_vol **pp = vols_slot(vc, j->num);
+		struct vols_miss **mp = miss_slot(vc, j->num);
+		bool deleted = *mp && (*mp)->deleted;
+
+		vc->n_jobs--;
+		if (*pp)
+			(*pp)->refreshing = false;
+		if (*mp)
+			miss_drop(vc, mp);
+		if (!j->rc && deleted) {
+			/* Read before the watch saw it deleted. */
+			vols_negative(vc, j->num, -ZL_ERR_NOT_FOUND, now);
+		} else if (!j->rc) {
+			vols_insert(vc, &j->v);
+		} else if (!j->refresh && *pp) {
+			/* A miss the watch answered first (a volume created
+			 * after the load read): the watched record stands. */
+		} else if (j->rc == -ZL_ERR_NOT_FOUND || !*pp) {
+			/* Absent (a cached one was deleted), or unreachable
+			 * for a volume we do not hold: remember it. */
+			zl_storage_vol_forget(vc, j->num);
+			vols_negative(vc, j->num, j->rc, now);
+		}
+		zl_volume_fini(&j->v);
+		free(j);
+		j = next;
+	}
+}
+
+/* ---- watch events (loop thread) ---- */
+
 static void vols_wake_cb(void *arg)
 {
 	struct zl_storage_vols *vc = arg;
+	uint64_t now = zl_now_ms();
 	struct vols_event *ev;
 
 	pthread_mutex_lock(&vc->mu);
@@ -78,18 +358,47 @@ static void vols_wake_cb(void *arg)
 	pthread_mutex_unlock(&vc->mu);
 	while (ev) {
 		struct vols_event *next = ev->next;
+		struct vols_miss **mp = miss_slot(vc, ev->num);
 
-		if (ev->deleted)
+		vc->stats.events++;
+		if (ev->deleted) {
 			zl_storage_vol_forget(vc, ev->num);
-		else
+			if (*mp && (*mp)->loading)
+				(*mp)->deleted = true;
+			else if (*mp)
+				vols_negative(vc, ev->num, -ZL_ERR_NOT_FOUND, now);
+		} else if (*mp) {
+			/* Asked for (absent, or a load on its way): here it is.
+			 * A load answering later keeps the newer record. */
+			if (!(*mp)->loading)
+				miss_drop(vc, mp);
+			vols_insert(vc, &ev->v);
+		} else {
 			zl_storage_vol_update(vc, &ev->v);
+		}
 		zl_volume_fini(&ev->v);
 		free(ev);
 		ev = next;
 	}
 }
 
-int zl_storage_vols_create(struct zl_loop *loop, struct zl_etcd *etcd, const char *prefix,
+/* ---- create / destroy ---- */
+
+void zl_storage_vols_limits_default(struct zl_storage_vols_limits *l)
+{
+	*l = (struct zl_storage_vols_limits){
+	    .neg_ms = 5000,
+	    .err_ms = 1000,
+	    .load_per_sec = 100,
+	    .load_burst = 200,
+	    .load_queue = 64,
+	    .refresh_ms = 250,
+	    .miss_max = 8192,
+	};
+}
+
+int zl_storage_vols_create(struct zl_loop *loop, struct zl_etcd *etcd,
+			   const struct zl_etcd_opts *eo, const char *prefix,
 			   struct zl_storage_vols **out)
 {
 	struct zl_storage_vols *vc = calloc(1, sizeof(*vc));
@@ -102,18 +411,36 @@ int zl_storage_vols_create(struct zl_loop *loop, struct zl_etcd *etcd, const cha
 	vc->prefix = prefix;
 	vc->loop = loop;
 	pthread_mutex_init(&vc->mu, NULL);
+	pthread_mutex_init(&vc->lmu, NULL);
+	pthread_cond_init(&vc->lcond, NULL);
 	vc->ev_tail = &vc->ev_head;
+	vc->jobs_tail = &vc->jobs;
+	zl_storage_vols_limits_default(&vc->lim);
+	vc->tokens = vc->lim.load_burst;
+	vc->tokens_ms = zl_now_ms();
 	rc = zl_notify_init(&vc->wake, loop, vols_wake_cb, vc);
+	if (!rc)
+		rc = zl_notify_init(&vc->done_wake, loop, vols_done_cb, vc);
 	if (rc)
 		goto out_free;
+	/* Without options (tests) the loader shares the loop's handle. */
+	rc = eo ? zl_etcd_create(eo, &vc->letcd) : 0;
+	if (rc)
+		goto out_free;
+	rc = -pthread_create(&vc->loader, NULL, vols_loader_main, vc);
+	if (rc)
+		goto out_free;
+	vc->loader_up = true;
 	snprintf(key, sizeof(key), "%svolumes/", prefix);
-	rc = zl_etcd_watch_prefix(etcd, key, 0, vols_watch_cb, vc, &vc->watch);
+	rc = etcd ? zl_etcd_watch_prefix(etcd, key, 0, vols_watch_cb, vc, &vc->watch) : 0;
 	if (rc) {
 		ZL_LOG_WARN("storage",
 			    "cannot watch %s: %s (volume records refresh on demand only)", key,
 			    zl_errname(rc));
 		rc = 0;
 	}
+	if (!vc->letcd)
+		vc->letcd = etcd;
 	*out = vc;
 	return 0;
 
@@ -127,7 +454,17 @@ void zl_storage_vols_destroy(struct zl_storage_vols *vc)
 	if (!vc)
 		return;
 	zl_etcd_watch_cancel(vc->watch);
+	if (vc->loader_up) {
+		pthread_mutex_lock(&vc->lmu);
+		vc->stop = true;
+		pthread_cond_signal(&vc->lcond);
+		pthread_mutex_unlock(&vc->lmu);
+		pthread_join(vc->loader, NULL);
+	}
+	if (vc->letcd && vc->letcd != vc->etcd)
+		zl_etcd_destroy(vc->letcd);
 	zl_notify_fini(&vc->wake);
+	zl_notify_fini(&vc->done_wake);
 	while (vc->ev_head) {
 		struct vols_event *ev = vc->ev_head;
 
@@ -135,7 +472,23 @@ void zl_storage_vols_destroy(struct zl_storage_vols *vc)
 		zl_volume_fini(&ev->v);
 		free(ev);
 	}
+	for (int pass = 0; pass < 2; pass++) {
+		struct vols_job *j = pass ? vc->done : vc->jobs;
+
+		while (j) {
+			struct vols_job *next = j->next;
+
+			zl_volume_fini(&j->v);
+			free(j);
+			j = next;
+		}
+	}
 	pthread_mutex_destroy(&vc->mu);
+	pthread_mutex_destroy(&vc->lmu);
+	pthread_cond_destroy(&vc->lcond);
+	for (uint32_t i = 0; i < MISS_BUCKETS; i++)
+		while (vc->miss[i])
+			miss_drop(vc, &vc->miss[i]);
 	for (uint32_t i = 0; i < VOLS_BUCKETS; i++) {
 		while (vc->buckets[i]) {
 			struct zl_storage_vol *sv = vc->buckets[i];
@@ -148,6 +501,20 @@ void zl_storage_vols_destroy(struct zl_storage_vols *vc)
 	free(vc);
 }
 
+void zl_storage_vols_set_limits(struct zl_storage_vols *vc, const struct zl_storage_vols_limits *l)
+{
+	vc->lim = *l;
+	vc->tokens = l->load_burst;
+}
+
+void zl_storage_vols_stats(const struct zl_storage_vols *vc, struct zl_storage_vols_stats *out)
+{
+	*out = vc->stats;
+	out->negative = vc->n_miss;
+}
+
+/* ---- lookups ---- */
+
 static struct zl_storage_vol **vols_slot(struct zl_storage_vols *vc, uint64_t num)
 {
 	struct zl_storage_vol **pp = &vc->buckets[zl_hash64(num) % VOLS_BUCKETS];
@@ -157,23 +524,54 @@ static struct zl_storage_vol **vols_slot(struct zl_storage_vols *vc, uint64_t nu
 	return pp;
 }
 
-/* Loads volume num from etcd into a new record. */
-static int vols_load(struct zl_storage_vols *vc, uint64_t num, struct zl_volume *v)
+int zl_storage_vol_lookup(struct zl_storage_vols *vc, uint64_t num, struct zl_storage_vol **out)
 {
-	char id[ZL_VOL_ID_LEN + 1], why[256] = "";
-	int rc;
+	struct zl_storage_vol **pp = vols_slot(vc, num);
+	uint64_t now;
+	struct vols_miss *m;
 
-	zl_vol_id_format(num, id);
-	rc = zl_meta_volume_get(vc->etcd, vc->prefix, id, v);
-	if (rc && rc != -ZL_ERR_NOT_FOUND)
-		ZL_LOG_WARN("storage", "loading volume record failed: vol=%s err=%s (%s)", id,
-			    zl_errname(rc), zl_etcd_last_error());
-	if (!rc && (v->num != num || zl_meta_volume_check(v, why, sizeof(why)))) {
-		ZL_LOG_ERR("storage", "volume record in etcd is inconsistent: vol=%s %s", id, why);
-		zl_volume_fini(v);
-		rc = -ZL_ERR_NOT_FOUND;
+	if (*pp) {
+		*out = *pp;
+		return 0;
 	}
-	return rc;
+	now = zl_now_ms();
+	m = *miss_slot(vc, num);
+	if (m && m->loading)
+		return -EINPROGRESS;
+	if (m && m->expires_ms > now) {
+		vc->stats.neg_hits++;
+		return m->err;
+	}
+	if (!vols_take_token(vc, now)) {
+		vc->stats.throttled++;
+		return -ZL_ERR_BUSY;
+	}
+	m = miss_get(vc, num, now);
+	if (!m || vols_job_queue(vc, num, false)) {
+		vc->stats.throttled++;
+		return -ZL_ERR_BUSY;
+	}
+	m->loading = true;
+	m->deleted = false;
+	return -EINPROGRESS;
+}
+
+int zl_storage_vol_refresh(struct zl_storage_vols *vc, struct zl_storage_vol *sv)
+{
+	uint64_t now;
+
+	if (sv->refreshing)
+		return -EINPROGRESS;
+	now = zl_now_ms();
+	if (now - sv->refresh_ms < vc->lim.refresh_ms || !vols_take_token(vc, now) ||
+	    vols_job_queue(vc, sv->num, true)) {
+		vc->stats.throttled++;
+		return -ZL_ERR_STALE;
+	}
+	sv->refresh_ms = now;
+	sv->refreshing = true;
+	vc->stats.refreshes++;
+	return -EINPROGRESS;
 }
 
 int zl_storage_vol_get(struct zl_storage_vols *vc, uint64_t num, struct zl_storage_vol **out)
@@ -189,7 +587,7 @@ int zl_storage_vol_get(struct zl_storage_vols *vc, uint64_t num, struct zl_stora
 	sv = calloc(1, sizeof(*sv));
 	if (!sv)
 		return -ENOMEM;
-	rc = vols_load(vc, num, &sv->v);
+	rc = vols_load(vc, vc->etcd, num, &sv->v, NULL);
 	if (rc) {
 		free(sv);
 		return rc;
@@ -209,7 +607,7 @@ int zl_storage_vol_reload(struct zl_storage_vols *vc, uint64_t num, struct zl_st
 	if (!*pp)
 		return zl_storage_vol_get(vc, num, out);
 	memset(&v, 0, sizeof(v));
-	rc = vols_load(vc, num, &v);
+	rc = vols_load(vc, vc->etcd, num, &v, NULL);
 	if (rc == -ZL_ERR_NOT_FOUND) {
 		zl_storage_vol_forget(vc, num);
 		return rc;

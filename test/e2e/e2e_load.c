@@ -68,6 +68,7 @@ struct slot {
 	struct load *t;
 	bool busy, is_read;
 	uint64_t gen, off, len;
+	uint64_t t_submit_ms; /* for the latency figures */
 	uint8_t *buf;
 };
 
@@ -89,6 +90,7 @@ struct load {
 	uint64_t rng;
 	int inflight;
 	uint64_t writes, acked, failed, reads, read_errs, mism, acked_bytes, pending_acks;
+	uint64_t lat_max_ms, lat_sum_ms, lat_n; /* submit to completion, reads and writes */
 };
 
 static uint64_t rnd(struct load *t)
@@ -274,8 +276,13 @@ static void io_done(void *arg, int status)
 	struct slot *w = arg;
 	struct load *t = w->t;
 
+	uint64_t lat = zl_now_ms() - w->t_submit_ms;
+
 	w->busy = false;
 	t->inflight--;
+	t->lat_max_ms = ZL_MAX(t->lat_max_ms, lat);
+	t->lat_sum_ms += lat;
+	t->lat_n++;
 	if (w->is_read) {
 		if (status) {
 			fprintf(stderr,
@@ -397,7 +404,10 @@ static int submit_batch(struct load *t, const struct wcfg *c, uint64_t *fill_nex
 	t->pending_acks = 0;
 	for (int i = 0; i < n; i++) {
 		struct slot *w = batch[i];
-		int rc = w->is_read
+		int rc;
+
+		w->t_submit_ms = zl_now_ms();
+		rc = w->is_read
 			     ? zl_vol_aio_read(t->vol, w->buf, w->off, w->len, io_done, w)
 			     : zl_vol_aio_write(t->vol, w->buf, w->off, w->len, 0, io_done, w);
 
@@ -471,9 +481,11 @@ static int do_write(struct load *t, const struct wcfg *c)
 	}
 	log_sync(t);
 	printf("LOAD: writes=%" PRIu64 " acked=%" PRIu64 " failed=%" PRIu64 " acked_mib=%" PRIu64
-	       " reads=%" PRIu64 " read_errors=%" PRIu64 " bad_sectors=%" PRIu64 " seconds=%.1f\n",
+	       " reads=%" PRIu64 " read_errors=%" PRIu64 " bad_sectors=%" PRIu64
+	       " seconds=%.1f lat_max_ms=%" PRIu64 " lat_avg_ms=%.1f\n",
 	       t->writes, t->acked, t->failed, t->acked_bytes >> 20, t->reads, t->read_errs,
-	       t->mism, (double)(zl_now_ms() - t0) / 1000.0);
+	       t->mism, (double)(zl_now_ms() - t0) / 1000.0, t->lat_max_ms,
+	       t->lat_n ? (double)t->lat_sum_ms / (double)t->lat_n : 0.0);
 	print_touched(t);
 	fflush(stdout);
 	if (!rc && c->final_check) {

@@ -35,15 +35,7 @@
 
 #include "lib/common/common.h"
 #include "lib/wire/wire.h"
-
-/* HELLO caps bits (lib/transport/xport_peer.h and docs/SECURITY.md); kept
- * here so the outsider needs nothing but lib/wire. */
-#ifndef ZL_WIRE_CAP_TCP
-#define ZL_WIRE_CAP_TCP (1u << 0)
-#endif
-#ifndef ZL_WIRE_CAP_CLUSTER
-#define ZL_WIRE_CAP_CLUSTER (1u << 8)
-#endif
+#include "e2e_sock.h"
 
 #define OUT_CLOSED 1 /* step result: the daemon closed the connection */
 #define OUT_NONE 2   /* step result: no answer within the wait */
@@ -61,64 +53,17 @@ struct outsider {
 	uint8_t *buf; /* ZL_WIRE_MAX_IO bytes: write data and read replies */
 };
 
-static int outsider_connect(const char *host, const char *port)
-{
-	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai, *p;
-	int fd = -1, rc;
-
-	rc = getaddrinfo(host, port, &hints, &ai);
-	if (rc) {
-		fprintf(stderr, "e2e_outsider: cannot resolve %s:%s: %s\n", host, port,
-			gai_strerror(rc));
-		return -1;
-	}
-	for (p = ai; p; p = p->ai_next) {
-		fd = socket(p->ai_family, p->ai_socktype | SOCK_CLOEXEC, p->ai_protocol);
-		if (fd >= 0 && connect(fd, p->ai_addr, p->ai_addrlen) == 0)
-			break;
-		if (fd >= 0)
-			close(fd);
-		fd = -1;
-	}
-	if (fd < 0)
-		fprintf(stderr, "e2e_outsider: connect %s:%s failed: %s\n", host, port,
-			strerror(errno));
-	freeaddrinfo(ai);
-	return fd;
-}
-
-/* 0, or OUT_CLOSED when the peer is gone. */
 static int outsider_send(struct outsider *o, const uint8_t *p, size_t n)
 {
-	while (n) {
-		ssize_t k = send(o->fd, p, n, MSG_NOSIGNAL);
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return OUT_CLOSED;
-		p += k;
-		n -= (size_t)k;
-	}
-	return 0;
+	return e2e_sock_send(o->fd, p, n) ? OUT_CLOSED : 0;
 }
 
 /* 0, OUT_CLOSED (EOF or reset) or OUT_NONE (receive timeout). */
 static int outsider_recv(struct outsider *o, uint8_t *p, size_t n)
 {
-	while (n) {
-		ssize_t k = recv(o->fd, p, n, 0);
+	int rc = e2e_sock_recv(o->fd, p, n);
 
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return OUT_NONE;
-		if (k <= 0)
-			return OUT_CLOSED;
-		p += k;
-		n -= (size_t)k;
-	}
-	return 0;
+	return rc == E2E_SOCK_TIMEOUT ? OUT_NONE : rc ? OUT_CLOSED : 0;
 }
 
 /* Sends h with payload pl (plen bytes) and reads its reply into rep (the
@@ -387,7 +332,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "e2e_outsider: out of memory\n");
 		return 1;
 	}
-	o.fd = outsider_connect(argv[1], argv[2]);
+	o.fd = e2e_sock_connect("e2e_outsider", argv[1], argv[2]);
 	if (o.fd < 0)
 		goto out;
 	for (int i = 3; i < argc; i++) {
