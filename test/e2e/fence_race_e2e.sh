@@ -8,10 +8,11 @@
 # files (heal_tool.py files) are identical in data and version; the first
 # fenced write was answered ZL_ERR_STALE (it may have landed, on every
 # replica alike); the second fenced write is refused at once and is on no
-# replica (a byte search of every chunk file). Then the primary is killed
-# (kill -9), the manager fails the slice over, and a read through the new
-# attachment's token from the new primary returns what the old primary
-# returned: reads never go backwards.
+# replica (a byte search of every chunk file). After the watches are
+# released the new attachment writes the same blocks (every replica alike
+# again); then the primary is killed (kill -9), the manager fails the slice
+# over, and a read through the new attachment's token from the new primary
+# returns what the old primary returned: reads never go backwards.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
@@ -155,6 +156,17 @@ cmp -s "$CL_DIR/r1" "$CL_DIR/good" || cmp -s "$CL_DIR/r1" "$CL_DIR/evil1" ||
 	fail "the primary returns neither the acknowledged data nor the first fenced write"
 cmp -s "$CL_DIR/r1" "$CL_DIR/evil1" && R1=evil1 || R1=good
 ok "the new attachment reads chunk 0 from the primary: the $R1 pattern"
+got=$(chunk_at "$PI" "$T1" "$E1" wn-1 -- read "$V" 0 0 4096 "$SV" "$CL_DIR/x")
+[ "${got%% *}" = "hello=ZL_ERR_STALE" ] || fail "the released primary still admits epoch $E1: $got"
+# The new attachment writes the same blocks: every replica takes it (no
+# version gap left behind by the fenced writes), the copies stay equal.
+head -c 65536 /dev/urandom >"$CL_DIR/fresh"
+got=$(chunk_at "$PI" "$T2" "$E2" wn-2 -- write "$V" 0 0 "$SV" "$CL_DIR/fresh" 10000)
+[ "$got" = "hello=OK status=OK" ] || fail "the new attachment's write: $got"
+hl_replicas_identical "$V" "$CHUNK" 16 3 || fail "the replicas differ after the new attachment's write"
+chunk_at "$PI" "$T2" "$E2" wn-2 -- read "$V" 0 0 65536 "$SV" "$CL_DIR/r1" >/dev/null
+cmp -s "$CL_DIR/r1" "$CL_DIR/fresh" || fail "the primary does not return the new attachment's write"
+ok "the primary now refuses epoch $E1 itself; epoch $E2 wrote chunk 0 on every replica alike"
 
 # Failover: kill -9 the primary; the manager makes a backup primary.
 cl_stop "storage-$PI" KILL
@@ -174,5 +186,5 @@ for _ in $(seq 1 100); do
 done
 [ "$got" = "hello=OK status=OK" ] || fail "the new attachment's read on the new primary $NP: $got"
 cmp -s "$CL_DIR/r1" "$CL_DIR/r2" || fail "the read went backwards after the failover to $NP"
-ok "after kill -9 of $PRIM the new primary $NP returns the same data ($R1)"
-echo "FIGURE: fence_race: first fenced write landed on every replica alike=$R1, second on none; reads equal across failover"
+ok "after kill -9 of $PRIM the new primary $NP returns the new attachment's write"
+echo "FIGURE: fence_race: first fenced write on every replica alike ($R1 read back), second on none; the new epoch's write equal on all and read back after failover"
