@@ -43,6 +43,7 @@ struct storage_bk {
 	bool in_sync; /* IN_SYNC when forwarded (heal): its failure holds the ack */
 	uint64_t dver; /* data version forwarded (heal) */
 	uint64_t rep_ver; /* slice version in its reply (a STALE tells why) */
+	uint64_t fence;	  /* STALE: the epoch fence the backup enforces (its reply's aux) */
 	struct zl_wire_hdr hdr;
 };
 
@@ -63,6 +64,7 @@ struct storage_req {
 	bool loadwait;	      /* held for a volume load: slice, chunk_size unknown */
 	bool hold_load;	      /* held now for a load (counted in st->n_held_load) */
 	bool planned;	      /* counted by zl_storage_heal_plan until its I/O ends */
+	uint64_t fenced;      /* REPL_WRITE of a fenced epoch: our fence (applied, STALE) */
 	struct storage_req *park_next;
 	uint8_t n_bk;
 	struct storage_bk bk[ZL_MAX_REPLICAS - 1];
@@ -213,8 +215,10 @@ static int srv_check(struct zl_storage *st, const struct zl_wire_hdr *h, uint32_
 	/* The attach epoch fences clients; a primary's copy carries none, and an
 	 * operator's read (epoch 0: `zl volume export` of an attached volume)
 	 * changes nothing a fence protects. */
-	if (h->opcode != ZL_OP_CHUNK_PUSH && !(h->opcode == ZL_OP_READ && !h->epoch) &&
-	    h->epoch < srv_fence(st, sv, h->epoch))
+	/* A fenced REPL_WRITE is applied all the same and answered STALE
+	 * (srv_data): the primary applied it already, the copies never differ. */
+	if (h->opcode != ZL_OP_CHUNK_PUSH && h->opcode != ZL_OP_REPL_WRITE &&
+	    !(h->opcode == ZL_OP_READ && !h->epoch) && h->epoch < srv_fence(st, sv, h->epoch))
 		return -ZL_ERR_STALE;
 	rc = srv_check_role(st, h, sv, s, *slice);
 	/* Only a request this node serves raises the epoch (with --auth on the
@@ -262,6 +266,26 @@ static int srv_check_role(struct zl_storage *st, const struct zl_wire_hdr *h,
 
 static void srv_heal_finish(struct storage_req *r);
 
+/* A backup answered r's forward STALE at our placement: it enforces an
+ * epoch fence our watch has not shown yet. Raise ours to it. */
+static void srv_adopt_fence(struct storage_req *r)
+{
+	struct zl_storage_vol *sv;
+	uint64_t fence = 0;
+
+	for (uint8_t i = 0; i < r->n_bk; i++)
+		if (r->bk[i].status == -ZL_ERR_STALE)
+			fence = ZL_MAX(fence, r->bk[i].fence);
+	if (zl_storage_vol_lookup(r->st->vols, r->req.vol_id, &sv) || fence <= sv->max_epoch ||
+	    fence <= r->req.epoch)
+		return;
+	ZL_LOG_INFO("storage",
+		    "epoch fence taken from a backup: vol=%016" PRIx64 " epoch=%" PRIu64
+		    " fence=%" PRIu64 " (its watch saw the new attachment first)",
+		    r->req.vol_id, r->req.epoch, fence);
+	sv->max_epoch = fence;
+}
+
 static void srv_write_finish(struct storage_req *r)
 {
 	struct zl_storage *st = r->st;
@@ -275,15 +299,19 @@ static void srv_write_finish(struct storage_req *r)
 		req_reply_free(r, r->local_err, ver);
 		return;
 	}
+	if (r->fenced) { /* a backup: applied like the primary did, never acknowledged */
+		srv_reply(r->conn, &r->req, -ZL_ERR_STALE, ver, r->fenced);
+		req_free(r);
+		return;
+	}
 	for (uint8_t i = 0; i < r->n_bk; i++)
 		stale |= r->bk[i].status == -ZL_ERR_STALE;
-	/* A backup that knows a newer placement: ours (and the client's) may miss
-	 * a replica, so make the client reload rather than drop anyone. */
 	/* A backup's STALE carries its slice version. Above ours: a newer
 	 * placement, the client reloads (STALE at that version). Equal to ours:
 	 * the backup fenced the client's attach epoch (it saw the newer
-	 * attachment first); the backup is healthy, never dropped nor reported
-	 * for it, and the client is told it is fenced (STALE at its own
+	 * attachment first) and applied the write all the same (srv_data: the
+	 * copies never differ); the backup is healthy, never dropped nor
+	 * reported for it, and the client is told it is fenced (STALE at its own
 	 * version, final in lib/client). Below ours: the backup lags (its
 	 * refresh is throttled); not a fence, the client retries (BUSY). Our
 	 * row is refreshed in the background (throttled), never on this path. */
@@ -304,12 +332,17 @@ static void srv_write_finish(struct storage_req *r)
 				newer = ZL_MAX(newer, sv->v.slices[r->slice].version);
 			zl_storage_vol_refresh(st->vols, sv);
 		}
-		if (newer)
+		if (newer) {
 			req_reply_free(r, -ZL_ERR_STALE, newer);
-		else if (fence)
+		} else if (fence) {
+			/* It applied the write as we did and said so; we take its
+			 * fence at once (no further write of that epoch is applied
+			 * anywhere). */
+			srv_adopt_fence(r);
 			req_reply_free(r, -ZL_ERR_STALE, ver);
-		else
+		} else {
 			req_reply_free(r, -ZL_ERR_BUSY, ver);
+		}
 		return;
 	}
 	if (st->heal && r->req.opcode != ZL_OP_REPL_WRITE) {
@@ -476,6 +509,7 @@ static void srv_bk_done(void *arg, int status, const struct zl_wire_hdr *rep)
 
 	bk->status = status ? status : zl_wire_status_to_err(rep->status);
 	bk->rep_ver = status ? 0 : rep->slice_ver;
+	bk->fence = bk->status == -ZL_ERR_STALE && rep ? rep->aux : 0;
 	if (bk->status)
 		ZL_LOG_WARN("storage",
 			    "forwarded write failed: node=%s vol=%016" PRIx64 " chunk=%" PRIu64
@@ -877,6 +911,7 @@ static void srv_hold(struct storage_req *r)
 static void srv_data(struct zl_storage *st, struct zl_xport_conn *c, const struct zl_wire_hdr *h,
 		     struct zl_xport_payload *p)
 {
+	struct zl_storage_vol *sv;
 	struct storage_req *r;
 	uint32_t slice = 0, cs = 0;
 	uint64_t ver;
@@ -908,6 +943,9 @@ static void srv_data(struct zl_storage *st, struct zl_xport_conn *c, const struc
 	}
 	if (h->opcode == ZL_OP_REPL_WRITE && (h->flags & ZL_WF_DVER))
 		r->dver = h->aux;
+	if (h->opcode == ZL_OP_REPL_WRITE && !zl_storage_vol_lookup(st->vols, h->vol_id, &sv) &&
+	    h->epoch < srv_fence(st, sv, h->epoch))
+		r->fenced = srv_fence(st, sv, h->epoch);
 	if (!hold && h->opcode != ZL_OP_REPL_WRITE && h->opcode != ZL_OP_CHUNK_PUSH) {
 		rc = srv_plan(r);
 		if (rc) {

@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""A TCP proxy in front of etcd's JSON gateway that can hold watch streams
+(fence_race_e2e.sh): one daemon's etcd watches lag by as long as the test
+wants, everything else passes at once.
+
+  etcd_hold_proxy.py LISTEN_PORT UPSTREAM_PORT HOLD_FILE
+
+Listens on 127.0.0.1:LISTEN_PORT, connects each client to
+127.0.0.1:UPSTREAM_PORT. A connection whose first request is a /v3/watch is a
+watch stream: while HOLD_FILE exists, what etcd sends on it is buffered (in
+order), and sent on once HOLD_FILE is removed. Requests always pass. Prints
+"held N bytes" / "released N bytes" lines on stdout.
+"""
+import os
+import select
+import socket
+import sys
+import threading
+
+
+def pump(cli, up, hold_file):
+    watch = None
+    held = bytearray()
+    socks = [cli, up]
+    try:
+        while True:
+            r, _, _ = select.select(socks, [], [], 0.02)
+            holding = os.path.exists(hold_file)
+            if held and not holding:
+                cli.sendall(held)
+                print('released %d bytes' % len(held), flush=True)
+                held.clear()
+            for s in r:
+                data = s.recv(65536)
+                if not data:
+                    if held:
+                        cli.sendall(held)
+                    return
+                if s is cli:
+                    if watch is None:
+                        watch = b'/v3/watch' in data
+                    up.sendall(data)
+                elif watch and holding:
+                    if not held:
+                        print('held a watch message', flush=True)
+                    held += data
+                else:
+                    cli.sendall(data)
+    except OSError:
+        pass
+    finally:
+        cli.close()
+        up.close()
+
+
+def main():
+    port, upstream, hold_file = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    ls = socket.socket()
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(('127.0.0.1', port))
+    ls.listen(64)
+    print('listening on %d for %d' % (port, upstream), flush=True)
+    while True:
+        cli, _ = ls.accept()
+        try:
+            up = socket.create_connection(('127.0.0.1', upstream), timeout=5)
+            up.settimeout(None)
+        except OSError as e:
+            print('upstream connect failed: %s' % e, flush=True)
+            cli.close()
+            continue
+        threading.Thread(target=pump, args=(cli, up, hold_file), daemon=True).start()
+
+
+if __name__ == '__main__':
+    main()
