@@ -28,7 +28,11 @@
  * is dead when the reply lands (checked: IBV_WC_WITH_INV and the rkey). A
  * reply that did not invalidate (an older server) is held until our own
  * LOCAL_INV completed; on close the windows are deallocated before the QP is
- * destroyed, before any request fails back to its caller.
+ * destroyed, before any request fails back to its caller. A window is bound
+ * to the pool region's registration, or, on a device that checks window
+ * accesses against the registration's bounds instead of the window's
+ * (rdma_rxe), to a registration of the pool buffer itself, made at the
+ * buffer's first use (rdma_bind_mr).
  *
  * Completions: one CQ per connection, one completion channel per transport
  * and device (an fd on the loop). A connection with work in progress sits on
@@ -86,12 +90,18 @@ struct rdma_dev {
 	struct ibv_device_attr attr;
 	/* wc_flags bits that say "this receive invalidated invalidated_rkey" */
 	unsigned int wc_inv;
+	/* The device checks a window's accesses against the bounds of the
+	 * registration it is bound to, not the window's own (rdma_rxe): bind
+	 * windows to per-buffer registrations there. */
+	bool mw_bounds_by_mr;
 	uint32_t refs;
 };
 
 /* rdma_rxe writes the kernel's IB_WC_WITH_INVALIDATE (1 << 2) into user
  * completions, where libibverbs reads bit 2 as IBV_WC_IP_CSUM_OK and expects
- * IBV_WC_WITH_INV at bit 3 (seen on Linux 6.12, rdma-core 44). */
+ * IBV_WC_WITH_INV at bit 3; and its responder checks an access through a
+ * window against the window's MR, not the window (both seen on Linux 6.12,
+ * rdma-core 44; test/rdma/mw_test.c). */
 #define RDMA_RXE_VENDOR_ID 0xffffffu
 
 static pthread_mutex_t rdma_dev_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -120,12 +130,22 @@ struct rdma_conn;
 /* A transport's use of one device: MRs of the pool, completion channel,
  * shared receive queue of its server connections. Lives until the transport
  * is destroyed. */
+struct rdma_bufmr {
+	const uint8_t *base; /* NULL: empty slot */
+	struct ibv_mr *mr;
+};
+
 struct rdma_xdev {
 	struct rdma_xdev *next;
 	struct rdma_xport *tx;
 	struct rdma_dev *dev;
 	struct ibv_mr **mrs;
 	uint32_t n_mrs, cap_mrs;
+	/* dev->mw_bounds_by_mr: one registration per pool buffer that a window
+	 * was bound to, made at its first use (buffers never leave the pool):
+	 * open addressing on the buffer's start, power-of-two capacity. */
+	struct rdma_bufmr *bufmrs;
+	uint32_t n_bufmrs, cap_bufmrs;
 	struct ibv_comp_channel *cc;
 	struct zl_loop_handle cc_h;
 	bool cc_in_loop;
@@ -189,6 +209,7 @@ struct rdma_req {
 	uint64_t d_addr;
 	uint32_t d_len;
 	unsigned int d_access;
+	struct ibv_mr *d_mr; /* what the window is bound to (rdma_bind_mr) */
 	struct rdma_mw *mw;
 };
 
@@ -403,7 +424,7 @@ static struct rdma_dev *rdma_dev_get(struct ibv_context *verbs, int *err)
 			   "to a server only through a window bound for one request "
 			   "(docs/SECURITY.md), so it does not use this device: use "
 			   "--transport tcp for this node, or a device with memory windows "
-			   "(rdma_rxe of Linux >= 5.13, mlx5, irdma, bnxt_re)",
+			   "(ibv_devinfo -v lists MEM_WINDOW_TYPE_2A or _2B)",
 			   ibv_get_device_name(verbs->device), d->attr.device_cap_flags,
 			   d->attr.max_mw);
 		free(d);
@@ -411,8 +432,10 @@ static struct rdma_dev *rdma_dev_get(struct ibv_context *verbs, int *err)
 		goto out_unlock;
 	}
 	d->wc_inv = IBV_WC_WITH_INV;
-	if (d->attr.vendor_id == RDMA_RXE_VENDOR_ID)
+	if (d->attr.vendor_id == RDMA_RXE_VENDOR_ID) {
 		d->wc_inv |= IBV_WC_IP_CSUM_OK;
+		d->mw_bounds_by_mr = true;
+	}
 	d->pd = ibv_alloc_pd(verbs);
 	if (!d->pd) {
 		*err = errno ? -errno : -ENOMEM;
@@ -543,6 +566,68 @@ uint64_t xport_rdma_local_invalidates(struct zl_xport *x)
 
 /* ---- memory windows (client connections) ---- */
 
+static uint32_t rdma_bufmr_slot(const struct rdma_xdev *xd, const uint8_t *base)
+{
+	uint64_t h = ((uintptr_t)base >> 12) * 0x9e3779b97f4a7c15ull;
+	uint32_t i = (uint32_t)(h >> 32) & (xd->cap_bufmrs - 1);
+
+	while (xd->bufmrs[i].base && xd->bufmrs[i].base != base)
+		i = (i + 1) & (xd->cap_bufmrs - 1);
+	return i;
+}
+
+static int rdma_bufmr_grow(struct rdma_xdev *xd)
+{
+	struct rdma_bufmr *old = xd->bufmrs;
+	uint32_t n = xd->cap_bufmrs, cap = n ? n * 2 : 256;
+
+	xd->bufmrs = calloc(cap, sizeof(*xd->bufmrs));
+	if (!xd->bufmrs) {
+		xd->bufmrs = old;
+		return -ENOMEM;
+	}
+	xd->cap_bufmrs = cap;
+	for (uint32_t i = 0; i < n; i++)
+		if (old[i].base)
+			xd->bufmrs[rdma_bufmr_slot(xd, old[i].base)] = old[i];
+	free(old);
+	return 0;
+}
+
+/* The registration a window over addr..addr+len is bound to: the pool
+ * region's, or on a device that bounds windows by their registration
+ * (mw_bounds_by_mr) the buffer's own, made once at its first use. */
+static struct ibv_mr *rdma_bind_mr(struct rdma_xdev *xd, const void *addr, size_t len)
+{
+	struct zl_xport *x = xd->tx->x;
+	struct rdma_bufmr *e;
+	uint8_t *start;
+	size_t size;
+
+	if (!xd->dev->mw_bounds_by_mr)
+		return rdma_mr_of(xd, addr, len);
+	if (!xport_pool_buf_span(&x->pool, addr, len, &start, &size))
+		return NULL;
+	if (2 * (xd->n_bufmrs + 1) > xd->cap_bufmrs && rdma_bufmr_grow(xd))
+		return NULL;
+	e = &xd->bufmrs[rdma_bufmr_slot(xd, start)];
+	if (e->base)
+		return e->mr;
+	e->mr = ibv_reg_mr(xd->dev->pd, start, size, RDMA_MR_ACCESS);
+	if (!e->mr) {
+		if (xport_warn_ok(x))
+			ZL_LOG_WARN("xport",
+				    "cannot register a pool buffer for memory windows dev=%s "
+				    "bytes=%zu err=%s; failing the request",
+				    ibv_get_device_name(xd->dev->verbs->device), size,
+				    zl_strerror(errno ? -errno : -ENOMEM));
+		return NULL;
+	}
+	e->base = start;
+	xd->n_bufmrs++;
+	return e->mr;
+}
+
 static void rdma_mw_put(struct rdma_conn *c, struct rdma_mw *m)
 {
 	m->next = c->mw_free;
@@ -637,6 +722,10 @@ static void rdma_xdev_free(struct zl_xport *x, struct rdma_xdev *xd)
 	if (xd->srq)
 		ibv_destroy_srq(xd->srq);
 	rdma_slab_fini(x, &xd->srq_slab);
+	for (uint32_t i = 0; i < xd->cap_bufmrs; i++)
+		if (xd->bufmrs[i].base)
+			ibv_dereg_mr(xd->bufmrs[i].mr);
+	free(xd->bufmrs);
 	for (uint32_t i = 0; i < xd->n_mrs; i++)
 		ibv_dereg_mr(xd->mrs[i]);
 	free(xd->mrs);
@@ -953,8 +1042,7 @@ static int rdma_req_post(struct rdma_conn *c, struct rdma_req *r)
 		w[0].opcode = IBV_WR_BIND_MW;
 		w[0].bind_mw.mw = m->mw;
 		w[0].bind_mw.rkey = rkey;
-		w[0].bind_mw.bind_info.mr = rdma_mr_of(c->xd, (const void *)(uintptr_t)r->d_addr,
-						       r->d_len);
+		w[0].bind_mw.bind_info.mr = r->d_mr;
 		w[0].bind_mw.bind_info.addr = r->d_addr;
 		w[0].bind_mw.bind_info.length = r->d_len;
 		w[0].bind_mw.bind_info.mw_access_flags = r->d_access;
@@ -1169,6 +1257,13 @@ static int rdma_request(struct zl_xport_conn *bc, struct xport_req *br,
 		r->d_len = out_len;
 		r->d_access = IBV_ACCESS_REMOTE_READ;
 		desc = true;
+	}
+	if (desc) {
+		r->d_mr = rdma_bind_mr(c->xd, (const void *)(uintptr_t)r->d_addr, r->d_len);
+		if (!r->d_mr) {
+			r->d_len = 0;
+			return -ENOMEM; /* the bounce buffers go with the slot */
+		}
 	}
 	r->msg = rdma_slab_at(&c->slab, br->slot);
 	if (desc) {

@@ -28,6 +28,11 @@
 # ZL_OUTSIDER_AUTH_FLAG (default "--auth on") is what the daemons get; set it
 # empty only to show, on a build without authentication, what the outsider
 # can do there (the test fails then, and says what was breached).
+# ZL_OUTSIDER_TRANSPORT=rdma (test/rdma/security_rdma.sh, in the Soft-RoCE
+# VM) runs the same scenario over RDMA: the daemons listen on
+# ZL_OUTSIDER_HOST (an rxe0 address) with --transport rdma, zl uses RDMA, and
+# e2e_outsider carries its hand-made headers over the RDMA transport; the
+# daemons' logs must show RDMA connections.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
@@ -39,7 +44,17 @@ fail() {
 	exit 1
 }
 AUTH_FLAG=${ZL_OUTSIDER_AUTH_FLAG---auth on}
+XPORT=${ZL_OUTSIDER_TRANSPORT:-tcp}
+HOST=${ZL_OUTSIDER_HOST:-127.0.0.1}
 export CL_STORAGE_FLAGS="$AUTH_FLAG --log-level info"
+case $XPORT in
+tcp) ;;
+rdma)
+	export CL_STORAGE_FLAGS="$CL_STORAGE_FLAGS --transport rdma" CL_LISTEN_HOST=$HOST
+	export ZIPLINE_TRANSPORT=rdma ZL_OUTSIDER_TRANSPORT=rdma
+	;;
+*) echo "$T: FAIL: ZL_OUTSIDER_TRANSPORT is tcp or rdma, not '$XPORT'" >&2; exit 1 ;;
+esac
 CHUNK=65536
 N_CHUNKS=16
 if ! cl_e2e_begin e2e-outsider "$1" 3; then
@@ -118,7 +133,7 @@ port_of() { cat "$CL_DIR/storage-$1/port"; }
 outsider() { # outsider NODE SETTINGS/STEPS...
 	local n=$1
 	shift
-	"$OUT" 127.0.0.1 "$(port_of "$n")" --wait 5000 "$@"
+	"$OUT" "$HOST" "$(port_of "$n")" --wait 5000 "$@"
 }
 vid_of() { "$ZL" volume inspect "$1" | grep -o 'vol-[0-9a-f]\{16\}' | head -1; }
 
@@ -395,6 +410,16 @@ cl_wait_nodes 3 || fail "node-1 did not come back"
 fenced 1 "after epoch $MAXE and a restart of node-1"
 intact 1 "after the huge epochs"
 
+if [ "$XPORT" = rdma ]; then
+	# The attacks really went over RDMA: every daemon accepted one RDMA
+	# connection per e2e_outsider run against it (and zl's).
+	for i in 1 2 3; do
+		n=$(grep -c "connection accepted: .*transport=rdma" "$CL_DIR/storage-$i/log")
+		check "$i"
+		[ "$n" -gt 50 ] || breach "$i" "only $n RDMA connections accepted: the scenario did not run over RDMA"
+		echo "$T: node-$i accepted $n RDMA connections"
+	done
+fi
 for i in 1 2 3; do
 	echo "$T: node-$i: ${CHECKS[$i]:-0} checks, ${BREACHES[$i]:-0} breaches"
 done

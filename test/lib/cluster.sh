@@ -44,6 +44,8 @@ cl_start_etcd() {
 # $CL_STORAGE_FLAGS (e.g. "--heal on", set by cl_e2e_begin ... --heal on) go first.
 # CL_AUTH=on|off: zipline-storage --auth (docs/SECURITY.md), default on: every
 # e2e test runs authenticated (zl, e2e_io and e2e_chunk send the cluster token).
+# CL_LISTEN_HOST: the daemons' listen address (default 127.0.0.1; the RDMA
+# tests in the VM use an address of rxe0).
 cl_start_storage() {
 	local i=$1 port=${2:-}
 	shift; [ $# -gt 0 ] && shift
@@ -51,7 +53,7 @@ cl_start_storage() {
 	[ -n "$port" ] || port=$(cat "$d/port" 2>/dev/null || cl_free_port)
 	mkdir -p "$d/data"
 	echo "$port" >"$d/port"
-	"$CL_BIN/zipline-storage" --data-dir "$d/data" --listen "127.0.0.1:$port" \
+	"$CL_BIN/zipline-storage" --data-dir "$d/data" --listen "${CL_LISTEN_HOST:-127.0.0.1}:$port" \
 		--node-id "node-$i" --label "zone=z$i" --etcd "$CL_ETCD" --auth "${CL_AUTH:-on}" \
 		${CL_STORAGE_FLAGS:-} "$@" \
 		>>"$d/log" 2>&1 &
