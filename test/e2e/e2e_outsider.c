@@ -166,8 +166,9 @@ static void outsider_xreply(void *arg, int status, const struct zl_wire_hdr *rep
 /* RDMA: the transport, its pool buffer o->buf, one connection. 0 or -1. */
 static int outsider_xconnect(struct outsider *o)
 {
-	struct zl_xport_opts xo = {.kind = ZL_XPORT_RDMA, .timeout_ms = o->wait_ms,
-				   .pool_bytes = 8u << 20};
+	/* One request at a time: 4 slots (and memory windows) are plenty. */
+	struct zl_xport_opts xo = {.kind = ZL_XPORT_RDMA, .max_inflight = 4,
+				   .timeout_ms = o->wait_ms, .pool_bytes = 8u << 20};
 	int rc = zl_loop_create(&o->loop);
 
 	if (!rc)
@@ -194,8 +195,6 @@ static int outsider_xcall(struct outsider *o, struct zl_wire_hdr *h, const uint8
 	struct outsider_wait w = {.rep = rep};
 	int rc;
 
-	if (!o->conn && outsider_xconnect(o))
-		return -1;
 	if (o->xclosed)
 		return OUT_CLOSED;
 	h->version = ZL_WIRE_VERSION;
@@ -358,6 +357,8 @@ static int outsider_step(struct outsider *o, const char *name, int op)
 		printf("%s CLOSED\n", name);
 		return 0;
 	}
+	if (o->rdma && !o->conn && outsider_xconnect(o))
+		return -1; /* o->buf (a pool buffer) exists from here on */
 	plen = outsider_build(o, op, &h);
 	rc = outsider_call(o, &h, o->buf, plen, &rep);
 	if (rc < 0)

@@ -502,6 +502,9 @@ static bool all_bytes(const uint8_t *p, size_t n, uint8_t b)
 }
 
 #define WC_OK(st) ((st) == IBV_WC_SUCCESS)
+/* Refused by the victim's device: not a timeout, not a flush of a QP that
+ * was dead already. */
+#define REFUSED(st) ((st) == IBV_WC_REM_ACCESS_ERR)
 
 /* The victim's buffer: a 64 KiB pool buffer of filler, the I/O range at
  * +4 KiB, so that the bytes around the window lie in the same registration. */
@@ -554,7 +557,7 @@ static void case_read_after_reply(struct victim *v)
 	      "the remote invalidate was seen: no local invalidate posted");
 	memset(rg_data(&rc), 0x5a, IO_LEN);
 	st = rg_rdma(&rc, IBV_WR_RDMA_WRITE, 0, IO_LEN, rc.desc.addr, rc.desc.rkey);
-	CHECK(!WC_OK(st), "RDMA WRITE with the kept descriptor after the reply is refused: %s",
+	CHECK(REFUSED(st), "RDMA WRITE with the kept descriptor after the reply is refused: %s",
 	      ibv_wc_status_str(st));
 	printf("FIGURE: stale rkey write after reply: %s, rogue qp %s\n", ibv_wc_status_str(st),
 	       qp_state_name(rc.id->qp));
@@ -592,7 +595,7 @@ static void case_write_after_reply(struct victim *v)
 	      vr.done ? zl_errname(vr.status) : "none");
 	memset(rg_data(&rc), 0, IO_LEN);
 	st = rg_rdma(&rc, IBV_WR_RDMA_READ, 0, IO_LEN, rc.desc.addr, rc.desc.rkey);
-	CHECK(!WC_OK(st) && all_bytes(rg_data(&rc), IO_LEN, 0),
+	CHECK(REFUSED(st) && all_bytes(rg_data(&rc), IO_LEN, 0),
 	      "RDMA READ with the kept descriptor after the reply is refused and reads nothing: %s",
 	      ibv_wc_status_str(st));
 	printf("FIGURE: stale rkey read after reply: %s\n", ibv_wc_status_str(st));
@@ -619,7 +622,7 @@ static void case_write_into_write(struct victim *v)
 	}
 	memset(rg_data(&rc), 0x5a, IO_LEN);
 	st = rg_rdma(&rc, IBV_WR_RDMA_WRITE, 0, IO_LEN, rc.desc.addr, rc.desc.rkey);
-	CHECK(!WC_OK(st), "RDMA WRITE into a WRITE's (read-only) window is refused: %s",
+	CHECK(REFUSED(st), "RDMA WRITE into a WRITE's (read-only) window is refused: %s",
 	      ibv_wc_status_str(st));
 	run_for(v->loop, &vr.done, 4000); /* the victim's request fails or times out */
 	CHECK(vbuf_is(b, 0x22, 0x3c), "the WRITE's data is unchanged");
@@ -659,7 +662,7 @@ static void case_no_remote_inv(struct victim *v)
 	      (unsigned long long)linv0, (unsigned long long)xport_rdma_local_invalidates(v->x));
 	memset(rg_data(&rc), 0x5a, IO_LEN);
 	st = rg_rdma(&rc, IBV_WR_RDMA_WRITE, 0, IO_LEN, rc.desc.addr, rc.desc.rkey);
-	CHECK(!WC_OK(st), "RDMA WRITE with the rkey once the READ completed is refused: %s",
+	CHECK(REFUSED(st), "RDMA WRITE with the rkey once the READ completed is refused: %s",
 	      ibv_wc_status_str(st));
 	printf("FIGURE: stale rkey write after a non-invalidating reply: %s\n",
 	       ibv_wc_status_str(st));
@@ -673,9 +676,10 @@ out:
 
 static void case_other_connection(struct victim *v)
 {
-	struct rg_conn ra, rb;
+	struct rg_conn ra, rb, rx;
 	struct vreq vr;
-	bool ca_closed, cb_closed;
+	bool ca_closed, cb_closed, cc_closed;
+	struct zl_xport_conn *cc;
 	struct zl_xport_conn *ca = vconnect(v, &ra, RDMA_HS_F_INV, &ca_closed);
 	struct zl_xport_conn *cb = vconnect(v, &rb, RDMA_HS_F_INV, &cb_closed);
 	uint8_t *b = vbuf(v, 0x11, 0x11);
@@ -689,14 +693,23 @@ static void case_other_connection(struct victim *v)
 	}
 	memset(rg_data(&rb), 0x5a, IO_LEN);
 	st = rg_rdma(&rb, IBV_WR_RDMA_WRITE, 0, IO_LEN, ra.desc.addr, ra.desc.rkey);
-	CHECK(!WC_OK(st),
+	CHECK(REFUSED(st),
 	      "RDMA WRITE through the second connection with the first one's live rkey is "
 	      "refused: %s",
 	      ibv_wc_status_str(st));
 	printf("FIGURE: live rkey used on another QP of the same client: %s\n",
 	       ibv_wc_status_str(st));
-	st = rg_rdma(&rb, IBV_WR_RDMA_READ, 0, IO_LEN, ra.desc.addr, ra.desc.rkey);
-	CHECK(!WC_OK(st), "and so is an RDMA READ there: %s", ibv_wc_status_str(st));
+	/* A refused access moves the rogue's QP to the error state: the READ
+	 * attempt gets a third connection of its own. */
+	cc = vconnect(v, &rx, RDMA_HS_F_INV, &cc_closed);
+	memset(rg_data(&rx), 0, IO_LEN);
+	st = cc ? rg_rdma(&rx, IBV_WR_RDMA_READ, 0, IO_LEN, ra.desc.addr, ra.desc.rkey)
+		: IBV_WC_GENERAL_ERR;
+	CHECK(cc && REFUSED(st) && all_bytes(rg_data(&rx), IO_LEN, 0),
+	      "and so is an RDMA READ through a third connection, which reads nothing: %s",
+	      ibv_wc_status_str(st));
+	if (cc)
+		vdrop(v, cc, &cc_closed, &rx);
 	memset(rg_data(&ra), 0xa5, IO_LEN);
 	st = rg_rdma(&ra, IBV_WR_RDMA_WRITE, 0, IO_LEN, ra.desc.addr, ra.desc.rkey);
 	CHECK(WC_OK(st), "the first connection still writes its window: %s",
@@ -757,14 +770,14 @@ static void case_outside_window(struct victim *v)
 	CHECK(ran && WC_OK(st), "RDMA READ of the last byte inside the window works: %s",
 	      ibv_wc_status_str(st));
 	st = outside_try(v, IO_LEN, 1, true, &ran);
-	CHECK(ran && !WC_OK(st), "RDMA READ of the byte after the window is refused: %s",
+	CHECK(ran && REFUSED(st), "RDMA READ of the byte after the window is refused: %s",
 	      ibv_wc_status_str(st));
 	printf("FIGURE: read 1 byte past the window: %s\n", ibv_wc_status_str(st));
 	st = outside_try(v, -1, 1, true, &ran);
-	CHECK(ran && !WC_OK(st), "RDMA READ of the byte before the window is refused: %s",
+	CHECK(ran && REFUSED(st), "RDMA READ of the byte before the window is refused: %s",
 	      ibv_wc_status_str(st));
 	st = outside_try(v, 0, IO_LEN + 1, true, &ran);
-	CHECK(ran && !WC_OK(st), "RDMA READ of len + 1 bytes from the window's start is refused: %s",
+	CHECK(ran && REFUSED(st), "RDMA READ of len + 1 bytes from the window's start is refused: %s",
 	      ibv_wc_status_str(st));
 	/* A window inside a larger pool buffer: the device decides whether the
 	 * rest of that buffer is reachable during the request (rdma_rxe checks
@@ -881,7 +894,7 @@ static void case_server_memory(struct victim *v)
 			st = rg_rdma(&rc, w ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ, 0, 4096,
 				     (uintptr_t)sb, k);
 			tried++;
-			if (!WC_OK(st) && (w || all_bytes(rg_data(&rc), 4096, 0xee)))
+			if (REFUSED(st) && (w || all_bytes(rg_data(&rc), 4096, 0xee)))
 				refused++;
 			else
 				printf("  rogue %s with rkey 0x%x: %s\n", w ? "write" : "read", k,
