@@ -394,24 +394,34 @@ for i in $NODES; do
 done
 # ... and the real client at its epoch still writes, also after a restart.
 fenced() {
-	local i=$1 label=$2 out="" chunk=${LA[i]} sv=${SA_V[i]} end=$((SECONDS + 60)) c v
+	local i=$1 label=$2 out="" chunk=${LA[i]} sv=${SA_V[i]} to=$1 end=$((SECONDS + 60)) c v p
 	while :; do # 60 s: a restarted daemon peers first
-		out=$(outsider "$i" "${CA[@]}" --chunk "$chunk" --sv "$sv" --len 4096 \
+		out=$(outsider "$to" "${CA[@]}" --chunk "$chunk" --sv "$sv" --len 4096 \
 			--off 16384 --fill $((0x40 + i)) hello write 2>&1)
 		[ "$(status_of "$out" write)" = OK ] && break # a restart: not up yet, BUSY
 		[ $SECONDS -lt $end ] || break
-		# A slow restart (the VM) may have moved A's rows on: a new slice
-		# version, another primary. Follow the current rows like a real
-		# client; an epoch fence refuses every row and version.
+		# A slow restart (the VM) moves A's rows on: new slice versions, and
+		# node-I may lead none of them any more. Follow the current rows like
+		# a real client: a row node-I leads, else one it backs (the write
+		# goes through that row's primary and is forwarded, with the
+		# client's epoch, to node-I). An epoch fence on node-I refuses both.
 		read -r c v <<<"$(lead <(cl_rows "$VA" 2>/dev/null) "$i")"
-		[ -n "$c" ] && chunk=$c sv=$v
+		p=$i
+		if [ -z "$c" ]; then
+			read -r c v p <<<"$(cl_rows "$VA" 2>/dev/null | awk -v n="node-$i" '{ p = "";
+				for (k = 4; k <= NF; k++) if ($k ~ /:in_sync$/) { split($k, a, ":");
+					if (p == "") p = a[1]; else if (a[1] == n) { sub("node-", "", p);
+						print $1, $2, p; exit } } }')"
+		fi
+		[ -n "$c" ] && [ -n "$p" ] && chunk=$c sv=$v to=$p
 		sleep 0.2
 	done
 	check "$i"
 	if [ "$(status_of "$out" write)" = OK ]; then
 		etcd_tool patch "$CL_DIR/want_a" $((chunk * CHUNK + 16384)) 4096 $((0x40 + i))
+		[ "$to" = "$i" ] || echo "$T: $label: node-$i backs chunk $chunk now; written through node-$to"
 	else
-		breach "$i" "$label: the real client (epoch $E2) is FENCED: $(tr '\n' ' ' <<<"$out") (chunk $chunk, slice version $sv; rows: $(cl_rows "$VA" 2>&1 | tr '\n' ';'))"
+		breach "$i" "$label: the real client (epoch $E2) is FENCED: $(tr '\n' ' ' <<<"$out") (through node-$to, chunk $chunk, slice version $sv; rows: $(cl_rows "$VA" 2>&1 | tr '\n' ';'))"
 	fi
 }
 for i in $NODES; do fenced "$i" "after epoch $MAXE"; done
