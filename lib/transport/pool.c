@@ -227,3 +227,23 @@ bool xport_pool_owned(const struct xport_pool *p, const void *buf, size_t len)
 		return false;
 	return len <= r->len - (size_t)((const uint8_t *)buf - r->base);
 }
+
+bool xport_pool_buf_span(const struct xport_pool *p, const void *addr, size_t len, uint8_t **start,
+			 size_t *size)
+{
+	const struct xport_pool_region *r = pool_find(p, addr);
+	size_t page;
+	uint8_t m;
+
+	if (!r)
+		return false;
+	page = (size_t)((const uint8_t *)addr - r->base) / XPORT_POOL_PAGE;
+	while (page > 0 && !r->map[page])
+		page--;
+	m = r->map[page];
+	if (!m)
+		return false;
+	*start = r->base + page * XPORT_POOL_PAGE;
+	*size = pool_class_bytes((unsigned)((m & ~POOL_MAP_FREE) - 1));
+	return (const uint8_t *)addr + len <= *start + *size;
+}

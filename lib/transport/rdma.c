@@ -7,13 +7,32 @@
  * registration per buffer-pool region (struct rdma_xdev), made when the
  * region appears or the device is first used, never per I/O. Every buffer the
  * transport posts (message slots, receive buffers, bounce buffers) comes from
- * the pool, so one lkey lookup serves everything.
+ * the pool, so one lkey lookup serves everything. The registrations are local
+ * only (RDMA_MR_ACCESS: LOCAL_WRITE | MW_BIND): no peer can read or write
+ * anything through them, whatever rkey it guesses; a server connection never
+ * exposes memory at all.
  *
  * Data movement is server-active: a client request carries a descriptor of
  * its pool buffer; the server RDMA-READs WRITE data out of it
  * (zl_xport_fetch) and RDMA-WRITEs READ data into it before the reply SEND
  * (zl_xport_reply). WRITEs of at most RDMA_INLINE_MAX bytes travel inside the
  * SEND. Caller memory outside the pool is bounced through pool buffers.
+ *
+ * Exposure of a client buffer (docs/SECURITY.md): each client connection
+ * allocates one type 2 memory window per request slot when it is built. A
+ * request with a descriptor posts BIND_MW (window = exactly the buffer's
+ * bytes, REMOTE_READ for a WRITE's data, REMOTE_WRITE for a READ's
+ * destination, rkey key byte incremented so an old rkey never matches) and
+ * its SEND in one chain; a type 2 window is usable only through the QP that
+ * bound it. The server answers with SEND_WITH_INV of that rkey, so the window
+ * is dead when the reply lands (checked: IBV_WC_WITH_INV and the rkey). A
+ * reply that did not invalidate (an older server) is held until our own
+ * LOCAL_INV completed; on close the windows are deallocated before the QP is
+ * destroyed, before any request fails back to its caller. A window is bound
+ * to the pool region's registration, or, on a device that checks window
+ * accesses against the registration's bounds instead of the window's
+ * (rdma_rxe), to a registration of the pool buffer itself, made at the
+ * buffer's first use (rdma_bind_mr).
  *
  * Completions: one CQ per connection, one completion channel per transport
  * and device (an fd on the loop). A connection with work in progress sits on
@@ -25,9 +44,10 @@
  * Send queue: every work request gets a sequence number; its wr_id is that
  * number and ring[seq & mask] says what completes with it. Only work requests
  * that need a completion are signalled (fetch READs, replies with data or a
- * sent callback), plus one in RDMA_SIGNAL_EVERY and any that leaves less than
- * RDMA_SIGNAL_EVERY free entries, so the queue always drains. Posts that do
- * not fit (send queue full, no credit) wait in a per-connection FIFO.
+ * sent callback, local invalidates), plus one in RDMA_SIGNAL_EVERY and any
+ * that leaves less than RDMA_SIGNAL_EVERY free entries, so the queue always
+ * drains. Posts that do not fit (send queue full, no credit, no free window)
+ * wait in a per-connection FIFO.
  */
 #include "rdma_internal.h"
 
@@ -68,8 +88,21 @@ struct rdma_dev {
 	struct ibv_context *verbs;
 	struct ibv_pd *pd;
 	struct ibv_device_attr attr;
+	/* wc_flags bits that say "this receive invalidated invalidated_rkey" */
+	unsigned int wc_inv;
+	/* The device checks a window's accesses against the bounds of the
+	 * registration it is bound to, not the window's own (rdma_rxe): bind
+	 * windows to per-buffer registrations there. */
+	bool mw_bounds_by_mr;
 	uint32_t refs;
 };
+
+/* rdma_rxe writes the kernel's IB_WC_WITH_INVALIDATE (1 << 2) into user
+ * completions, where libibverbs reads bit 2 as IBV_WC_IP_CSUM_OK and expects
+ * IBV_WC_WITH_INV at bit 3; and its responder checks an access through a
+ * window against the window's MR, not the window (both seen on Linux 6.12,
+ * rdma-core 44; test/rdma/mw_test.c). */
+#define RDMA_RXE_VENDOR_ID 0xffffffu
 
 static pthread_mutex_t rdma_dev_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rdma_dev *rdma_devs;
@@ -97,12 +130,22 @@ struct rdma_conn;
 /* A transport's use of one device: MRs of the pool, completion channel,
  * shared receive queue of its server connections. Lives until the transport
  * is destroyed. */
+struct rdma_bufmr {
+	const uint8_t *base; /* NULL: empty slot */
+	struct ibv_mr *mr;
+};
+
 struct rdma_xdev {
 	struct rdma_xdev *next;
 	struct rdma_xport *tx;
 	struct rdma_dev *dev;
 	struct ibv_mr **mrs;
 	uint32_t n_mrs, cap_mrs;
+	/* dev->mw_bounds_by_mr: one registration per pool buffer that a window
+	 * was bound to, made at its first use (buffers never leave the pool):
+	 * open addressing on the buffer's start, power-of-two capacity. */
+	struct rdma_bufmr *bufmrs;
+	uint32_t n_bufmrs, cap_bufmrs;
 	struct ibv_comp_channel *cc;
 	struct zl_loop_handle cc_h;
 	bool cc_in_loop;
@@ -117,10 +160,11 @@ struct rdma_xport {
 	struct rdma_xdev *xdevs;
 	struct zl_poller poller;
 	struct xport_list busy; /* connections being polled */
+	uint64_t n_linv;	/* local invalidates posted (replies that did not invalidate) */
 };
 
 /* What completes with a send work request. */
-enum rdma_wr_kind { RDMA_WR_NONE, RDMA_WR_FETCH, RDMA_WR_REPLY };
+enum rdma_wr_kind { RDMA_WR_NONE, RDMA_WR_FETCH, RDMA_WR_REPLY, RDMA_WR_LINV };
 
 struct rdma_wr_ctx {
 	uint8_t kind;
@@ -128,7 +172,7 @@ struct rdma_wr_ctx {
 };
 
 /* Work waiting for a send-queue slot or a credit, in order. */
-enum rdma_bl_kind { RDMA_BL_REQ, RDMA_BL_FETCH, RDMA_BL_REPLY };
+enum rdma_bl_kind { RDMA_BL_REQ, RDMA_BL_FETCH, RDMA_BL_REPLY, RDMA_BL_LINV };
 
 struct rdma_bl {
 	struct rdma_bl *next;
@@ -137,20 +181,36 @@ struct rdma_bl {
 };
 
 enum rdma_req_state {
-	RDMA_REQ_QUEUED, /* waiting for a credit or send-queue room */
-	RDMA_REQ_SENT,	 /* SEND posted, waiting for the reply */
+	RDMA_REQ_QUEUED,       /* waiting for a credit, a window or send-queue room */
+	RDMA_REQ_SENT,	       /* BIND_MW + SEND posted, waiting for the reply */
+	RDMA_REQ_INVALIDATING, /* reply held until our LOCAL_INV of the window completes */
+};
+
+/* A type 2 memory window of a client connection: bound to exactly one
+ * request's buffer from its SEND to its reply, free (invalidated) otherwise.
+ * mw->rkey is the window's current rkey (the one the last bind gave it). */
+struct rdma_mw {
+	struct ibv_mw *mw;
+	struct rdma_mw *next; /* free list */
 };
 
 /* Client request slot: the common slot plus the message and descriptor. */
 struct rdma_req {
 	struct xport_req base;
-	struct rdma_bl bl;
+	struct rdma_bl bl; /* the request, later its LOCAL_INV */
 	enum rdma_req_state state;
 	bool has_in_desc;
 	uint32_t in_len; /* bytes the descriptor offers */
 	uint8_t *bounce_in, *bounce_out;
 	uint8_t *msg;
 	uint32_t msg_len;
+	/* The buffer the server may touch (d_len 0: none), with the window
+	 * access it gets, and the window bound to it while the request lives. */
+	uint64_t d_addr;
+	uint32_t d_len;
+	unsigned int d_access;
+	struct ibv_mr *d_mr; /* what the window is bound to (rdma_bind_mr) */
+	struct rdma_mw *mw;
 };
 
 enum rdma_sreq_state {
@@ -225,6 +285,12 @@ struct rdma_conn {
 
 	/* client */
 	uint32_t n_reqs, credits;
+	struct rdma_mw *mws; /* n_reqs windows, allocated with the connection */
+	uint32_t n_mws;
+	struct rdma_mw *mw_free;
+	/* Client: the server invalidates our windows with SEND_WITH_INV.
+	 * Server: the client asked for that (RDMA_HS_F_INV). */
+	bool peer_inv;
 
 	/* server */
 	struct rdma_sreq *sreqs;
@@ -250,7 +316,7 @@ struct rdma_listener {
 struct rdma_hs {
 	uint32_t magic;
 	uint16_t version;
-	uint16_t rsvd;
+	uint16_t flags; /* RDMA_HS_F_* */
 	uint32_t count; /* CONNECT: client request slots; ACCEPT: credits */
 	uint32_t max_msg;
 };
@@ -282,7 +348,7 @@ static void rdma_proto_fail(struct rdma_conn *c, const char *why)
 
 static void rdma_hs_encode(const struct rdma_hs *h, uint8_t out[RDMA_HS_SIZE])
 {
-	uint32_t v[4] = {h->magic, (uint32_t)h->version | ((uint32_t)h->rsvd << 16), h->count,
+	uint32_t v[4] = {h->magic, (uint32_t)h->version | ((uint32_t)h->flags << 16), h->count,
 			 h->max_msg};
 
 	for (int i = 0; i < 4; i++) {
@@ -305,7 +371,7 @@ static int rdma_hs_decode(const void *buf, size_t len, struct rdma_hs *h)
 		       ((uint32_t)p[i * 4 + 2] << 16) | ((uint32_t)p[i * 4 + 3] << 24);
 	h->magic = v[0];
 	h->version = (uint16_t)v[1];
-	h->rsvd = (uint16_t)(v[1] >> 16);
+	h->flags = (uint16_t)(v[1] >> 16);
 	h->count = v[2];
 	h->max_msg = v[3];
 	if (h->magic != RDMA_HS_MAGIC)
@@ -347,6 +413,28 @@ static struct rdma_dev *rdma_dev_get(struct ibv_context *verbs, int *err)
 	if (ibv_query_device(verbs, &d->attr)) {
 		*err = errno ? -errno : -EIO;
 		goto out_free;
+	}
+	if (!(d->attr.device_cap_flags &
+	      (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B)) ||
+	    d->attr.max_mw <= 0) {
+		*err = -EOPNOTSUPP;
+		ZL_LOG_ERR("xport",
+			   "RDMA device dev=%s has no memory windows of type 2 "
+			   "(device_cap_flags=0x%x max_mw=%d); Zipline exposes a client buffer "
+			   "to a server only through a window bound for one request "
+			   "(docs/SECURITY.md), so it does not use this device: use "
+			   "--transport tcp for this node, or a device with memory windows "
+			   "(ibv_devinfo -v lists MEM_WINDOW_TYPE_2A or _2B)",
+			   ibv_get_device_name(verbs->device), d->attr.device_cap_flags,
+			   d->attr.max_mw);
+		free(d);
+		d = NULL;
+		goto out_unlock;
+	}
+	d->wc_inv = IBV_WC_WITH_INV;
+	if (d->attr.vendor_id == RDMA_RXE_VENDOR_ID) {
+		d->wc_inv |= IBV_WC_IP_CSUM_OK;
+		d->mw_bounds_by_mr = true;
 	}
 	d->pd = ibv_alloc_pd(verbs);
 	if (!d->pd) {
@@ -405,8 +493,9 @@ static int rdma_reg_region(struct rdma_xdev *xd, void *base, size_t len)
 		xd->mrs = n;
 		xd->cap_mrs = cap;
 	}
-	mr = ibv_reg_mr(xd->dev->pd, base, len,
-			IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);
+	/* Local access only: remote peers reach a client buffer through a
+	 * window bound per request, never through this registration. */
+	mr = ibv_reg_mr(xd->dev->pd, base, len, RDMA_MR_ACCESS);
 	if (!mr) {
 		int rc = errno ? -errno : -ENOMEM;
 		struct rlimit rl = {0};
@@ -453,6 +542,137 @@ static struct ibv_mr *rdma_mr_of(const struct rdma_xdev *xd, const void *p, size
 			return xd->mrs[i];
 	}
 	return NULL;
+}
+
+int xport_rdma_mr_info(struct zl_xport *x, const void *buf, size_t len, uint32_t *rkey,
+		       unsigned int *access)
+{
+	struct rdma_xport *tx = x && x->ops == &xport_rdma_ops ? x->impl : NULL;
+	struct ibv_mr *mr = tx && tx->xdevs ? rdma_mr_of(tx->xdevs, buf, len) : NULL;
+
+	if (!mr)
+		return -ENOENT;
+	*rkey = mr->rkey;
+	*access = RDMA_MR_ACCESS;
+	return 0;
+}
+
+uint64_t xport_rdma_local_invalidates(struct zl_xport *x)
+{
+	struct rdma_xport *tx = x && x->ops == &xport_rdma_ops ? x->impl : NULL;
+
+	return tx ? tx->n_linv : 0;
+}
+
+/* ---- memory windows (client connections) ---- */
+
+static uint32_t rdma_bufmr_slot(const struct rdma_xdev *xd, const uint8_t *base)
+{
+	uint64_t h = ((uintptr_t)base >> 12) * 0x9e3779b97f4a7c15ull;
+	uint32_t i = (uint32_t)(h >> 32) & (xd->cap_bufmrs - 1);
+
+	while (xd->bufmrs[i].base && xd->bufmrs[i].base != base)
+		i = (i + 1) & (xd->cap_bufmrs - 1);
+	return i;
+}
+
+static int rdma_bufmr_grow(struct rdma_xdev *xd)
+{
+	struct rdma_bufmr *old = xd->bufmrs;
+	uint32_t n = xd->cap_bufmrs, cap = n ? n * 2 : 256;
+
+	xd->bufmrs = calloc(cap, sizeof(*xd->bufmrs));
+	if (!xd->bufmrs) {
+		xd->bufmrs = old;
+		return -ENOMEM;
+	}
+	xd->cap_bufmrs = cap;
+	for (uint32_t i = 0; i < n; i++)
+		if (old[i].base)
+			xd->bufmrs[rdma_bufmr_slot(xd, old[i].base)] = old[i];
+	free(old);
+	return 0;
+}
+
+/* The registration a window over addr..addr+len is bound to: the pool
+ * region's, or on a device that bounds windows by their registration
+ * (mw_bounds_by_mr) the buffer's own, made once at its first use. */
+static struct ibv_mr *rdma_bind_mr(struct rdma_xdev *xd, const void *addr, size_t len)
+{
+	struct zl_xport *x = xd->tx->x;
+	struct rdma_bufmr *e;
+	uint8_t *start;
+	size_t size;
+
+	if (!xd->dev->mw_bounds_by_mr)
+		return rdma_mr_of(xd, addr, len);
+	if (!xport_pool_buf_span(&x->pool, addr, len, &start, &size))
+		return NULL;
+	if (2 * (xd->n_bufmrs + 1) > xd->cap_bufmrs && rdma_bufmr_grow(xd))
+		return NULL;
+	e = &xd->bufmrs[rdma_bufmr_slot(xd, start)];
+	if (e->base)
+		return e->mr;
+	e->mr = ibv_reg_mr(xd->dev->pd, start, size, RDMA_MR_ACCESS);
+	if (!e->mr) {
+		if (xport_warn_ok(x))
+			ZL_LOG_WARN("xport",
+				    "cannot register a pool buffer for memory windows dev=%s "
+				    "bytes=%zu err=%s; failing the request",
+				    ibv_get_device_name(xd->dev->verbs->device), size,
+				    zl_strerror(errno ? -errno : -ENOMEM));
+		return NULL;
+	}
+	e->base = start;
+	xd->n_bufmrs++;
+	return e->mr;
+}
+
+static void rdma_mw_put(struct rdma_conn *c, struct rdma_mw *m)
+{
+	m->next = c->mw_free;
+	c->mw_free = m;
+}
+
+/* n type 2 windows for the connection, allocated once, never per I/O. */
+static int rdma_mws_init(struct rdma_conn *c, uint32_t n)
+{
+	c->mws = calloc(n, sizeof(*c->mws));
+	if (!c->mws)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++) {
+		struct ibv_mw *mw = ibv_alloc_mw(c->xd->dev->pd, IBV_MW_TYPE_2);
+
+		if (!mw) {
+			int rc = errno ? -errno : -ENOMEM;
+
+			ZL_LOG_ERR("xport",
+				   "cannot allocate RDMA memory windows dev=%s have=%u want=%u "
+				   "max_mw=%d err=%s; lower the requests in flight per connection "
+				   "or the number of connections",
+				   ibv_get_device_name(c->xd->dev->verbs->device), i, n,
+				   c->xd->dev->attr.max_mw, zl_strerror(rc));
+			return rc;
+		}
+		c->mws[i].mw = mw;
+		c->n_mws = i + 1;
+		rdma_mw_put(c, &c->mws[i]);
+	}
+	return 0;
+}
+
+/* Deallocating a window invalidates it (bound or not) and drops its hold on
+ * the QP, so this runs before the QP is destroyed. */
+static void rdma_mws_fini(struct rdma_conn *c)
+{
+	for (uint32_t i = 0; i < c->n_mws; i++)
+		if (ibv_dealloc_mw(c->mws[i].mw))
+			ZL_LOG_ERR("xport", "cannot deallocate an RDMA memory window peer=%s err=%s",
+				   c->base.peer, zl_strerror(-errno));
+	free(c->mws);
+	c->mws = NULL;
+	c->n_mws = 0;
+	c->mw_free = NULL;
 }
 
 /* ---- message slabs ---- */
@@ -502,6 +722,10 @@ static void rdma_xdev_free(struct zl_xport *x, struct rdma_xdev *xd)
 	if (xd->srq)
 		ibv_destroy_srq(xd->srq);
 	rdma_slab_fini(x, &xd->srq_slab);
+	for (uint32_t i = 0; i < xd->cap_bufmrs; i++)
+		if (xd->bufmrs[i].base)
+			ibv_dereg_mr(xd->bufmrs[i].mr);
+	free(xd->bufmrs);
 	for (uint32_t i = 0; i < xd->n_mrs; i++)
 		ibv_dereg_mr(xd->mrs[i]);
 	free(xd->mrs);
@@ -787,31 +1011,131 @@ static void rdma_req_release(struct zl_xport_conn *bc, struct xport_req *br)
 	if (r->bounce_out)
 		zl_xport_buf_free(bc->x, r->bounce_out);
 	r->bounce_in = r->bounce_out = NULL;
+	/* A window still bound here belongs to a connection whose QP is gone
+	 * (close work): it is deallocated with the connection. */
+	r->mw = NULL;
+	r->d_len = 0;
 }
 
+/* Posts the request: with a descriptor, BIND_MW of a free window to exactly
+ * the buffer (new rkey: key byte incremented) chained before the SEND that
+ * carries that rkey, so the window exists from the SEND on, only on this QP. */
 static int rdma_req_post(struct rdma_conn *c, struct rdma_req *r)
 {
 	struct ibv_mr *mr = rdma_mr_of(c->xd, r->msg, r->msg_len);
 	struct ibv_sge sge = {.addr = (uintptr_t)r->msg, .length = r->msg_len};
-	struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND};
+	struct ibv_send_wr w[2];
+	struct rdma_mw *m = NULL;
+	uint32_t n = 0, rkey = 0;
 	int rc;
 
 	if (!c->credits)
 		return -EAGAIN;
+	memset(w, 0, sizeof(w));
+	if (r->d_len) {
+		struct zl_wire_rdma_desc d;
+
+		m = c->mw_free;
+		if (!m)
+			return -EAGAIN; /* windows still being invalidated locally */
+		rkey = ibv_inc_rkey(m->mw->rkey);
+		w[0].opcode = IBV_WR_BIND_MW;
+		w[0].bind_mw.mw = m->mw;
+		w[0].bind_mw.rkey = rkey;
+		w[0].bind_mw.bind_info.mr = r->d_mr;
+		w[0].bind_mw.bind_info.addr = r->d_addr;
+		w[0].bind_mw.bind_info.length = r->d_len;
+		w[0].bind_mw.bind_info.mw_access_flags = r->d_access;
+		w[0].next = &w[1];
+		n++;
+		d = (struct zl_wire_rdma_desc){.addr = r->d_addr, .rkey = rkey, .len = r->d_len};
+		zl_wire_rdma_desc_encode(&d, r->msg + ZL_WIRE_HDR_SIZE);
+	}
 	sge.lkey = mr->lkey;
+	w[n].sg_list = &sge;
+	w[n].num_sge = 1;
+	w[n].opcode = IBV_WR_SEND;
 	if (r->msg_len <= c->max_inline)
-		wr.send_flags = IBV_SEND_INLINE;
-	rc = rdma_post(c, &wr, 1, RDMA_WR_NONE, NULL, false);
+		w[n].send_flags = IBV_SEND_INLINE;
+	n++;
+	rc = rdma_post(c, w, n, RDMA_WR_NONE, NULL, false);
 	if (rc)
 		return rc;
+	if (m) {
+		/* The provider names the window by its current rkey in the
+		 * next bind or invalidate: keep it current. */
+		c->mw_free = m->next;
+		m->mw->rkey = rkey;
+		r->mw = m;
+	}
 	c->credits--;
 	r->state = RDMA_REQ_SENT;
 	return 0;
 }
 
-static void rdma_cli_recv(struct rdma_conn *c, uint32_t idx, uint32_t len)
+/* LOCAL_INV of the window of r (the server's reply did not invalidate it);
+ * the request completes when this does. */
+static int rdma_linv_post(struct rdma_conn *c, struct rdma_req *r)
 {
+	struct ibv_send_wr wr = {.opcode = IBV_WR_LOCAL_INV};
+
+	int rc;
+
+	wr.invalidate_rkey = r->mw->mw->rkey;
+	rc = rdma_post(c, &wr, 1, RDMA_WR_LINV, r, true);
+	if (!rc)
+		c->tx->n_linv++;
+	return rc;
+}
+
+/* Checks and delivers the data a server RDMA-WROTE into the reply buffer of
+ * r (h has ZL_WF_RDMA): only once no window covers it any more. Updates
+ * *status and turns h into what TCP delivers. */
+static void rdma_cli_data(struct rdma_conn *c, struct rdma_req *r, int *status,
+			  struct zl_wire_hdr *h)
+{
+	struct xport_req *br = &r->base;
+	const uint8_t *src = r->bounce_in ? r->bounce_in : br->in;
+
+	if (!(h->flags & ZL_WF_RDMA))
+		return;
+	h->flags &= (uint8_t)~ZL_WF_RDMA;
+	h->payload_len = h->length;
+	if (*status)
+		return;
+	if (h->length > r->in_len)
+		*status = -ZL_ERR_PROTO;
+	else if (zl_crc32c(src, h->length) != h->payload_crc)
+		*status = -ZL_ERR_CORRUPT;
+	else if (r->bounce_in)
+		memcpy(br->in, r->bounce_in, h->length);
+	if (*status && xport_warn_ok(c->base.x))
+		ZL_LOG_WARN("xport",
+			    "bad reply data transport=rdma peer=%s op=%s length=%u in_cap=%u "
+			    "err=%s; failing the request",
+			    c->base.peer, zl_wire_op_name(h->opcode), h->length, br->in_cap,
+			    zl_errname(*status));
+}
+
+/* The LOCAL_INV of r's window completed: the buffer is ours again. */
+static void rdma_linv_done(struct rdma_conn *c, struct rdma_req *r)
+{
+	struct xport_req *br = &r->base;
+	int status = br->held_status;
+
+	rdma_mw_put(c, r->mw);
+	r->mw = NULL;
+	rdma_cli_data(c, r, &status, &br->held_rep);
+	xport_req_finish(&c->base, br, status, status ? NULL : &br->held_rep);
+}
+
+static void rdma_cli_recv(struct rdma_conn *c, const struct ibv_wc *wc)
+{
+	uint32_t idx = (uint32_t)(wc->wr_id & 0xffffffffu), len = wc->byte_len;
 	const uint8_t *buf = rdma_slab_at(&c->slab, c->n_reqs + idx);
+	/* Remote invalidate: never together with immediate data (which shares
+	 * the field with invalidated_rkey). */
+	bool inv = (wc->wc_flags & c->xd->dev->wc_inv) && !(wc->wc_flags & IBV_WC_WITH_IMM);
 	struct zl_wire_hdr h;
 	const char *why = "?";
 	struct xport_req *br;
@@ -833,25 +1157,19 @@ static void rdma_cli_recv(struct rdma_conn *c, uint32_t idx, uint32_t len)
 	}
 	r = rdma_req_of(br);
 	if (r->state != RDMA_REQ_SENT) {
-		rdma_proto_fail(c, "reply to a request that was not sent yet");
+		rdma_proto_fail(c, "reply to a request that was not sent or was answered already");
+		return;
+	}
+	if (inv && (!r->mw || wc->invalidated_rkey != r->mw->mw->rkey)) {
+		/* Only the request's own window may die with its reply. */
+		rdma_proto_fail(c, "reply invalidated an rkey that is not its request's window");
 		return;
 	}
 	if (h.flags & ZL_WF_RDMA) {
-		const uint8_t *src = r->bounce_in ? r->bounce_in : br->in;
-
 		if (!r->has_in_desc) {
 			rdma_proto_fail(c, "RDMA reply to a request without a descriptor");
 			return;
 		}
-		if (h.length > r->in_len) {
-			status = -ZL_ERR_PROTO;
-		} else if (zl_crc32c(src, h.length) != h.payload_crc) {
-			status = -ZL_ERR_CORRUPT;
-		} else if (r->bounce_in) {
-			memcpy(br->in, r->bounce_in, h.length);
-		}
-		h.flags &= (uint8_t)~ZL_WF_RDMA;
-		h.payload_len = h.length;
 	} else if (h.payload_len) {
 		if (len < ZL_WIRE_HDR_SIZE + h.payload_len) {
 			rdma_proto_fail(c, "message shorter than its payload");
@@ -863,17 +1181,33 @@ static void rdma_cli_recv(struct rdma_conn *c, uint32_t idx, uint32_t len)
 			status = -ZL_ERR_CORRUPT;
 		else
 			memcpy(br->in, buf + ZL_WIRE_HDR_SIZE, h.payload_len);
+		if (status && xport_warn_ok(c->base.x))
+			ZL_LOG_WARN("xport",
+				    "bad reply data transport=rdma peer=%s op=%s payload_len=%u "
+				    "in_cap=%u err=%s; failing the request",
+				    c->base.peer, zl_wire_op_name(h.opcode), h.payload_len,
+				    br->in_cap, zl_errname(status));
 	}
-	if (status && xport_warn_ok(c->base.x))
-		ZL_LOG_WARN(
-		    "xport",
-		    "bad reply data transport=rdma peer=%s op=%s length=%u in_cap=%u err=%s; "
-		    "failing the request",
-		    c->base.peer, zl_wire_op_name(h.opcode), h.length, br->in_cap,
-		    zl_errname(status));
 	c->credits++;
-	if (rdma_recv_post(c, idx))
+	if (rdma_recv_post(c, idx)) {
 		rdma_conn_close(&c->base, -ZL_ERR_CONN);
+		return;
+	}
+	if (r->mw && !inv) {
+		/* The server left the window valid (an older peer, or one that
+		 * misbehaves): invalidate it ourselves; the caller gets the
+		 * buffer back when that completed. */
+		xport_req_hold(br, status, &h);
+		r->state = RDMA_REQ_INVALIDATING;
+		rdma_bl_push(c, &r->bl, RDMA_BL_LINV);
+		rdma_bl_run(c);
+		return;
+	}
+	if (r->mw) {
+		rdma_mw_put(c, r->mw);
+		r->mw = NULL;
+	}
+	rdma_cli_data(c, r, &status, &h);
 	xport_req_finish(&c->base, br, status, status ? NULL : &h);
 }
 
@@ -884,11 +1218,12 @@ static int rdma_request(struct zl_xport_conn *bc, struct xport_req *br,
 	struct zl_xport *x = bc->x;
 	struct rdma_req *r = rdma_req_of(br);
 	struct zl_wire_hdr h = *hdr;
-	struct zl_wire_rdma_desc d = {0};
 	bool desc = false;
 
 	r->has_in_desc = false;
 	r->in_len = 0;
+	r->d_len = 0;
+	r->mw = NULL;
 	if (hdr->opcode == ZL_OP_READ && br->in_cap) {
 		/* The server RDMA-WRITEs the data straight into `in`. */
 		uint32_t n = ZL_MIN(br->in_cap, ZL_MIN(hdr->length, ZL_WIRE_MAX_IO));
@@ -900,9 +1235,9 @@ static int rdma_request(struct zl_xport_conn *bc, struct xport_req *br,
 				return -ENOMEM;
 			dst = r->bounce_in;
 		}
-		d.addr = (uintptr_t)dst;
-		d.rkey = rdma_mr_of(c->xd, dst, n)->rkey;
-		d.len = n;
+		r->d_addr = (uintptr_t)dst;
+		r->d_len = n;
+		r->d_access = IBV_ACCESS_REMOTE_WRITE;
 		desc = true;
 		r->has_in_desc = true;
 		r->in_len = n;
@@ -918,17 +1253,25 @@ static int rdma_request(struct zl_xport_conn *bc, struct xport_req *br,
 			memcpy(r->bounce_out, out, out_len);
 			src = r->bounce_out;
 		}
-		d.addr = (uintptr_t)src;
-		d.rkey = rdma_mr_of(c->xd, src, out_len)->rkey;
-		d.len = out_len;
+		r->d_addr = (uintptr_t)src;
+		r->d_len = out_len;
+		r->d_access = IBV_ACCESS_REMOTE_READ;
 		desc = true;
+	}
+	if (desc) {
+		r->d_mr = rdma_bind_mr(c->xd, (const void *)(uintptr_t)r->d_addr, r->d_len);
+		if (!r->d_mr) {
+			r->d_len = 0;
+			return -ENOMEM; /* the bounce buffers go with the slot */
+		}
 	}
 	r->msg = rdma_slab_at(&c->slab, br->slot);
 	if (desc) {
+		/* The descriptor (with the window's rkey) is written when the
+		 * request is posted. */
 		h.flags |= ZL_WF_RDMA;
 		h.payload_len = ZL_WIRE_RDMA_DESC_SIZE;
 		zl_wire_encode(&h, r->msg);
-		zl_wire_rdma_desc_encode(&d, r->msg + ZL_WIRE_HDR_SIZE);
 		r->msg_len = ZL_WIRE_HDR_SIZE + ZL_WIRE_RDMA_DESC_SIZE;
 	} else {
 		zl_wire_encode(&h, r->msg);
@@ -1177,6 +1520,12 @@ static int rdma_reply_post(struct rdma_conn *c, struct rdma_sreq *s)
 	w[n].num_sge = 1;
 	w[n].opcode = IBV_WR_SEND;
 	w[n].send_flags = inl ? IBV_SEND_INLINE : 0;
+	if (s->has_desc && c->peer_inv) {
+		/* The client's window for this request dies with the reply
+		 * (remote invalidate, as NVMe-oF and iSER do). */
+		w[n].opcode = IBV_WR_SEND_WITH_INV;
+		w[n].invalidate_rkey = s->desc.rkey;
+	}
 	n++;
 	/* The SEND's completion implies the WRITE's (same QP, in order). */
 	need = s->sent_cb || s->reply_bounce || !inl;
@@ -1284,6 +1633,9 @@ static void rdma_bl_run(struct rdma_conn *c)
 		case RDMA_BL_FETCH:
 			rc = rdma_fetch_post(c, ZL_CONTAINER_OF(b, struct rdma_sreq, bl_fetch));
 			break;
+		case RDMA_BL_LINV:
+			rc = rdma_linv_post(c, ZL_CONTAINER_OF(b, struct rdma_req, bl));
+			break;
 		default:
 			/* rdma_reply_post may put the slot: unlink first. */
 			c->bl_head = b->next;
@@ -1330,7 +1682,7 @@ static void rdma_wc(struct rdma_conn *c, const struct ibv_wc *wc)
 				ZL_LOG_ERR("xport", "cannot re-post a shared receive buffer idx=%u",
 					   idx);
 		} else if (ok && !c->base.closing) {
-			rdma_cli_recv(c, idx, wc->byte_len);
+			rdma_cli_recv(c, wc);
 		}
 	} else if (ok) {
 		struct rdma_wr_ctx *e = &c->ring[wc->wr_id & c->ring_mask];
@@ -1345,6 +1697,8 @@ static void rdma_wc(struct rdma_conn *c, const struct ibv_wc *wc)
 			rdma_fetch_done(c, ptr);
 		else if (kind == RDMA_WR_REPLY)
 			rdma_reply_done(c, ptr, 0);
+		else if (kind == RDMA_WR_LINV)
+			rdma_linv_done(c, ptr);
 	}
 	if (!ok && !c->base.closing) {
 		if (wc->status != IBV_WC_WR_FLUSH_ERR && xport_warn_ok(c->base.x))
@@ -1417,6 +1771,7 @@ static void rdma_conn_teardown(struct rdma_conn *c)
 		zl_loop_del(c->loop, &c->ch_h);
 		c->ch_in_loop = false;
 	}
+	rdma_mws_fini(c);
 	if (c->id && c->id->qp)
 		rdma_destroy_qp(c->id);
 	if (c->cq) {
@@ -1492,7 +1847,8 @@ static int rdma_conn_new(struct rdma_xport *tx, struct rdma_xdev *xd, struct rdm
 		nmsg = c->n_sreqs;
 	} else {
 		c->n_reqs = n;
-		c->sq_depth = ZL_MIN(n + 2 * RDMA_SIGNAL_EVERY, (uint32_t)a->max_qp_wr);
+		/* Per request: BIND_MW + SEND, and maybe a LOCAL_INV. */
+		c->sq_depth = ZL_MIN(3 * n + 2 * RDMA_SIGNAL_EVERY, (uint32_t)a->max_qp_wr);
 		cqe = c->sq_depth + n;
 		nmsg = 2 * n;
 	}
@@ -1551,6 +1907,9 @@ static int rdma_conn_new(struct rdma_xport *tx, struct rdma_xdev *xd, struct rdm
 		if (xport_reqs_init(&c->base, n, sizeof(struct rdma_req),
 				    offsetof(struct rdma_req, base)))
 			goto out_nomem;
+		rc = rdma_mws_init(c, n);
+		if (rc)
+			goto out_qp;
 		for (uint32_t i = 0; i < n; i++) {
 			rc = rdma_recv_post(c, i);
 			if (rc)
@@ -1609,6 +1968,19 @@ static void rdma_close_work(struct zl_xport_conn *bc)
 			s->reply_busy = false;
 			if (cb)
 				cb(s->sent_arg, -ZL_ERR_CONN);
+		}
+	}
+	/* Replies held for a local invalidate: the QP and the windows are
+	 * gone, so the data may be checked and delivered now. */
+	for (uint32_t i = 0; !bc->server && i < c->n_reqs; i++) {
+		struct rdma_req *r = rdma_req_of(xport_req_at(bc, i));
+
+		if (r->base.busy && r->state == RDMA_REQ_INVALIDATING) {
+			int st = r->base.held_status;
+
+			rdma_cli_data(c, r, &st, &r->base.held_rep);
+			xport_req_hold(&r->base, st, st ? NULL : &r->base.held_rep);
+			r->state = RDMA_REQ_SENT;
 		}
 	}
 	rdma_slab_fini(x, &c->slab);
@@ -1834,6 +2206,7 @@ static int rdma_xport_connect(struct zl_xport *x, const char *host, uint16_t por
 	if (rc)
 		goto out_id;
 	hs.count = c->n_reqs;
+	hs.flags = RDMA_HS_F_INV;
 	hs.max_msg = RDMA_MSG_SIZE;
 	rdma_hs_encode(&hs, pd);
 	cp.private_data = pd;
@@ -1852,11 +2225,17 @@ static int rdma_xport_connect(struct zl_xport *x, const char *host, uint16_t por
 	if (rc)
 		goto out_conn;
 	c->credits = ZL_MIN(hs.count, c->n_reqs);
+	c->peer_inv = hs.flags & RDMA_HS_F_INV;
 	rc = rdma_conn_start(c, ch);
 	if (rc) {
 		c->ch = NULL; /* freed below */
 		goto out_conn;
 	}
+	if (!c->peer_inv)
+		ZL_LOG_INFO("xport",
+			    "rdma server does not invalidate memory windows in its replies "
+			    "(older version) peer=%s; invalidating each one locally",
+			    c->base.peer);
 	ZL_LOG_DEBUG("xport", "connected transport=rdma peer=%s dev=%s credits=%u", c->base.peer,
 		     ibv_get_device_name(id->verbs->device), c->credits);
 	*out = &c->base;
@@ -1940,6 +2319,8 @@ static void rdma_accept_one(struct rdma_listener *l, struct rdma_cm_id *id,
 	if (rc)
 		goto out_reject;
 	ahs.count = credits;
+	c->peer_inv = hs->flags & RDMA_HS_F_INV;
+	ahs.flags = c->peer_inv ? RDMA_HS_F_INV : 0;
 	ahs.max_msg = RDMA_MSG_SIZE;
 	rdma_hs_encode(&ahs, pd);
 	cp.private_data = pd;

@@ -139,6 +139,10 @@ void xport_pool_free(struct xport_pool *p, void *buf);
 bool xport_pool_owned(const struct xport_pool *p, const void *buf, size_t len);
 /* Size of the class that serves len, or 0 when len is too large. */
 size_t xport_pool_class_size(size_t len);
+/* The pool buffer (start, class size) that holds addr..addr+len; false when
+ * the range is not inside one carved buffer. */
+bool xport_pool_buf_span(const struct xport_pool *p, const void *addr, size_t len, uint8_t **start,
+			 size_t *size);
 
 /* ---- common objects ---- */
 

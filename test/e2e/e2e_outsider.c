@@ -5,6 +5,12 @@
  *
  *   e2e_outsider HOST PORT [SETTING | STEP]...
  *
+ * With ZL_OUTSIDER_TRANSPORT=rdma the same hand-made headers travel over one
+ * connection of the project's RDMA transport instead (lib/transport: it
+ * fills req_id, payload_len and payload_crc and moves READ data and large
+ * WRITE data by RDMA; every other header field is the outsider's), so the
+ * RDMA listener of a daemon gets the same attacks (test/rdma/security_rdma.sh).
+ *
  * Settings apply to the steps after them:
  *   --vol ID       vol-<16 hex> or 0 (cluster HELLO)   --epoch E   decimal or "max"
  *   --node N       HELLO node_id                        --token T   HELLO token
@@ -34,14 +40,29 @@
 #include <unistd.h>
 
 #include "lib/common/common.h"
+#include "lib/common/loop.h"
+#include "lib/transport/transport.h"
 #include "lib/wire/wire.h"
+
 #include "e2e_sock.h"
+
+#ifndef ZL_WIRE_CAP_RDMA
+#define ZL_WIRE_CAP_RDMA (1u << 1)
+#endif
 
 #define OUT_CLOSED 1 /* step result: the daemon closed the connection */
 #define OUT_NONE 2   /* step result: no answer within the wait */
 
 struct outsider {
 	int fd;
+	/* ZL_OUTSIDER_TRANSPORT=rdma: the transport carries the frames; connected
+	 * at the first step (the settings before it give the reply wait). */
+	bool rdma;
+	const char *host, *port;
+	struct zl_loop *loop;
+	struct zl_xport *x;
+	struct zl_xport_conn *conn;
+	bool xclosed;
 	bool closed;
 	uint64_t req_id;
 	/* settings */
@@ -53,6 +74,7 @@ struct outsider {
 	uint8_t *buf; /* ZL_WIRE_MAX_IO bytes: write data and read replies */
 };
 
+/* 0, or OUT_CLOSED when the peer is gone. */
 static int outsider_send(struct outsider *o, const uint8_t *p, size_t n)
 {
 	return e2e_sock_send(o->fd, p, n) ? OUT_CLOSED : 0;
@@ -66,6 +88,96 @@ static int outsider_recv(struct outsider *o, uint8_t *p, size_t n)
 	return rc == E2E_SOCK_TIMEOUT ? OUT_NONE : rc ? OUT_CLOSED : 0;
 }
 
+struct outsider_wait {
+	bool done;
+	int status;
+	struct zl_wire_hdr *rep;
+};
+
+static void outsider_xclose(void *arg, struct zl_xport_conn *c, int reason)
+{
+	(void)c;
+	(void)reason;
+	*(bool *)arg = true;
+}
+
+static void outsider_xreply(void *arg, int status, const struct zl_wire_hdr *rep)
+{
+	struct outsider_wait *w = arg;
+
+	w->done = true;
+	w->status = status;
+	if (rep)
+		*w->rep = *rep;
+}
+
+/* RDMA: the transport, its pool buffer o->buf, one connection. 0 or -1. */
+static int outsider_xconnect(struct outsider *o)
+{
+	/* One request at a time: 4 slots (and memory windows) are plenty. */
+	struct zl_xport_opts xo = {.kind = ZL_XPORT_RDMA, .max_inflight = 4,
+				   .timeout_ms = o->wait_ms, .pool_bytes = 8u << 20};
+	int rc = zl_loop_create(&o->loop);
+
+	if (!rc)
+		rc = zl_xport_create(o->loop, &xo, &o->x);
+	if (!rc) {
+		o->buf = zl_xport_buf_alloc(o->x, ZL_WIRE_MAX_IO);
+		rc = o->buf ? 0 : -ENOMEM;
+	}
+	if (!rc)
+		rc = zl_xport_connect(o->x, o->host, (uint16_t)atoi(o->port), (int)o->wait_ms,
+				      outsider_xclose, &o->xclosed, &o->conn);
+	if (rc) {
+		fprintf(stderr, "e2e_outsider: rdma connect %s:%s failed: %s\n", o->host, o->port,
+			zl_strerror(rc));
+		return -1;
+	}
+	return 0;
+}
+
+/* The RDMA variant of outsider_call: same results. */
+static int outsider_xcall(struct outsider *o, struct zl_wire_hdr *h, const uint8_t *pl,
+			  uint32_t plen, struct zl_wire_hdr *rep)
+{
+	struct outsider_wait w = {.rep = rep};
+	int rc;
+
+	if (o->xclosed)
+		return OUT_CLOSED;
+	h->version = ZL_WIRE_VERSION;
+	if (pl != o->buf && plen)
+		memcpy(o->buf, pl, plen);
+	/* The reply data (READ, HELLO, ...) lands in o->buf too: the request
+	 * payload has been sent by then. */
+	rc = zl_xport_request(o->conn, h, plen ? o->buf : NULL, plen, o->buf, ZL_WIRE_MAX_IO,
+			      outsider_xreply, &w);
+	if (rc == -ZL_ERR_CONN)
+		return OUT_CLOSED;
+	if (rc) {
+		fprintf(stderr, "e2e_outsider: the transport refused to send %s: %s\n",
+			zl_wire_op_name(h->opcode), zl_errname(rc));
+		return -1;
+	}
+	while (!w.done)
+		zl_loop_run_once(o->loop, 100);
+	if (w.status == -ZL_ERR_CONN)
+		return OUT_CLOSED;
+	if (w.status == -ZL_ERR_TIMEOUT)
+		return OUT_NONE;
+	if (w.status) {
+		fprintf(stderr, "e2e_outsider: reply to %s: transport error %s\n",
+			zl_wire_op_name(h->opcode), zl_errname(w.status));
+		return -1;
+	}
+	if (rep->opcode != h->opcode) {
+		fprintf(stderr, "e2e_outsider: malformed reply to %s: other opcode\n",
+			zl_wire_op_name(h->opcode));
+		return -1;
+	}
+	return 0;
+}
+
 /* Sends h with payload pl (plen bytes) and reads its reply into rep (the
  * reply's payload into o->buf). 0 with *rep filled, OUT_CLOSED, OUT_NONE,
  * or -1 on a malformed reply (said on stderr). */
@@ -75,6 +187,9 @@ static int outsider_call(struct outsider *o, struct zl_wire_hdr *h, const uint8_
 	uint8_t raw[ZL_WIRE_HDR_SIZE];
 	const char *why = NULL;
 	int rc;
+
+	if (o->rdma)
+		return outsider_xcall(o, h, pl, plen, rep);
 
 	h->version = ZL_WIRE_VERSION;
 	h->req_id = ++o->req_id;
@@ -136,7 +251,8 @@ static uint32_t outsider_build(struct outsider *o, int op, struct zl_wire_hdr *h
 	case ZL_OP_HELLO:
 		memset(&hl, 0, sizeof(hl));
 		hl.proto_version = ZL_WIRE_VERSION;
-		hl.caps = ZL_WIRE_CAP_TCP | (o->cluster ? ZL_WIRE_CAP_CLUSTER : 0);
+		hl.caps = (o->rdma ? ZL_WIRE_CAP_RDMA : ZL_WIRE_CAP_TCP) |
+			  (o->cluster ? ZL_WIRE_CAP_CLUSTER : 0);
 		snprintf(hl.node_id, sizeof(hl.node_id), "%s", o->node);
 		snprintf(hl.token, sizeof(hl.token), "%s", o->token);
 		zl_wire_hello_encode(&hl, o->buf);
@@ -189,6 +305,8 @@ static int outsider_step(struct outsider *o, const char *name, int op)
 		printf("%s CLOSED\n", name);
 		return 0;
 	}
+	if (o->rdma && !o->conn && outsider_xconnect(o))
+		return -1; /* o->buf (a pool buffer) exists from here on */
 	plen = outsider_build(o, op, &h);
 	rc = outsider_call(o, &h, o->buf, plen, &rep);
 	if (rc < 0)
@@ -322,19 +440,32 @@ int main(int argc, char **argv)
 {
 	struct outsider o = {.fd = -1, .node = "", .token = "", .len = 4096, .fill = 0x5a,
 			     .wait_ms = 10000};
+	const char *xp = getenv("ZL_OUTSIDER_TRANSPORT");
 	struct timeval tv;
 	int ret = 1;
 
 	if (argc < 4)
 		return outsider_usage();
-	o.buf = malloc(ZL_WIRE_MAX_IO);
-	if (!o.buf) {
-		fprintf(stderr, "e2e_outsider: out of memory\n");
-		return 1;
+	o.host = argv[1];
+	o.port = argv[2];
+	if (xp && strcmp(xp, "tcp")) {
+		if (strcmp(xp, "rdma")) {
+			fprintf(stderr, "e2e_outsider: ZL_OUTSIDER_TRANSPORT is tcp or rdma, not '%s'\n",
+				xp);
+			return 2;
+		}
+		o.rdma = true;
+		zl_log_init("e2e_outsider");
+	} else {
+		o.buf = malloc(ZL_WIRE_MAX_IO);
+		if (!o.buf) {
+			fprintf(stderr, "e2e_outsider: out of memory\n");
+			return 1;
+		}
+		o.fd = e2e_sock_connect("e2e_outsider", argv[1], argv[2]);
+		if (o.fd < 0)
+			goto out;
 	}
-	o.fd = e2e_sock_connect("e2e_outsider", argv[1], argv[2]);
-	if (o.fd < 0)
-		goto out;
 	for (int i = 3; i < argc; i++) {
 		if (!strncmp(argv[i], "--", 2)) {
 			if (!outsider_setting(&o, argc, argv, &i)) {
@@ -345,7 +476,8 @@ int main(int argc, char **argv)
 		}
 		tv.tv_sec = o.wait_ms / 1000;
 		tv.tv_usec = (o.wait_ms % 1000) * 1000;
-		setsockopt(o.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		if (!o.rdma)
+			setsockopt(o.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 		size_t k = 0;
 
 		while (k < ZL_ARRAY_SIZE(outsider_steps) && strcmp(argv[i], outsider_steps[k].name))
@@ -363,6 +495,18 @@ int main(int argc, char **argv)
 out:
 	if (o.fd >= 0)
 		close(o.fd);
-	free(o.buf);
+	if (o.rdma) {
+		if (o.conn) {
+			zl_xport_conn_close(o.conn);
+			zl_xport_conn_put(o.conn);
+		}
+		if (o.buf)
+			zl_xport_buf_free(o.x, o.buf);
+		zl_xport_destroy(o.x);
+		if (o.loop)
+			zl_loop_destroy(o.loop);
+	} else {
+		free(o.buf);
+	}
 	return ret;
 }

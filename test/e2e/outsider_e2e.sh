@@ -28,6 +28,12 @@
 # ZL_OUTSIDER_AUTH_FLAG (default "--auth on") is what the daemons get; set it
 # empty only to show, on a build without authentication, what the outsider
 # can do there (the test fails then, and says what was breached).
+# ZL_OUTSIDER_TRANSPORT=rdma (test/rdma/security_rdma.sh, in the Soft-RoCE
+# VM) runs the same scenario over RDMA: the daemons listen on
+# ZL_OUTSIDER_HOST (an rxe0 address) with --transport rdma, zl uses RDMA, and
+# e2e_outsider carries its hand-made headers over the RDMA transport; the
+# daemons' logs must show RDMA connections. ZL_OUTSIDER_NODES (default
+# "1 2 3") lists the daemons attacked.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
@@ -39,7 +45,21 @@ fail() {
 	exit 1
 }
 AUTH_FLAG=${ZL_OUTSIDER_AUTH_FLAG---auth on}
+XPORT=${ZL_OUTSIDER_TRANSPORT:-tcp}
+# The daemons the outsider attacks (all three by default; the RDMA run in
+# the VM, where every process start is slow, attacks node-1 only). Node 1
+# is always restarted at the end.
+NODES=${ZL_OUTSIDER_NODES:-1 2 3}
+HOST=${ZL_OUTSIDER_HOST:-127.0.0.1}
 export CL_STORAGE_FLAGS="$AUTH_FLAG --log-level info"
+case $XPORT in
+tcp) ;;
+rdma)
+	export CL_STORAGE_FLAGS="$CL_STORAGE_FLAGS --transport rdma" CL_LISTEN_HOST=$HOST
+	export ZIPLINE_TRANSPORT=rdma ZL_OUTSIDER_TRANSPORT=rdma
+	;;
+*) echo "$T: FAIL: ZL_OUTSIDER_TRANSPORT is tcp or rdma, not '$XPORT'" >&2; exit 1 ;;
+esac
 CHUNK=65536
 N_CHUNKS=16
 if ! cl_e2e_begin e2e-outsider "$1" 3; then
@@ -118,7 +138,7 @@ port_of() { cat "$CL_DIR/storage-$1/port"; }
 outsider() { # outsider NODE SETTINGS/STEPS...
 	local n=$1
 	shift
-	"$OUT" 127.0.0.1 "$(port_of "$n")" --wait 5000 "$@"
+	"$OUT" "$HOST" "$(port_of "$n")" --wait 5000 "$@"
 }
 vid_of() { "$ZL" volume inspect "$1" | grep -o 'vol-[0-9a-f]\{16\}' | head -1; }
 
@@ -256,7 +276,7 @@ for i in 1 2 3; do
 done
 
 # --- the outsider against every daemon ---------------------------------------
-for i in 1 2 3; do
+for i in $NODES; do
 	lead_a=(--chunk "${LA[i]}" --sv "${SA_V[i]}" --off 0 --len 4096)
 	back_a=(--chunk "${BA[i]}" --sv "${SB_V[i]}" --off 0 --len 4096)
 	for cred in none notoken wrong othervol old clusterbit badcluster; do
@@ -295,7 +315,7 @@ done
 
 # --- positive and binding cases of the valid tokens --------------------------
 CK=$(etcd_tool clusterkey)
-for i in 1 2 3; do
+for i in $NODES; do
 	lead_a=(--chunk "${LA[i]}" --sv "${SA_V[i]}" --len 4096)
 	# A's token writes A (on the primary; replicated to the backups).
 	out=$(outsider "$i" "${CA[@]}" "${lead_a[@]}" --off 8192 --fill 0xc3 hello write read \
@@ -351,7 +371,7 @@ intact 1 "valid clients' writes"
 
 # --- a huge epoch does not fence the real client ------------------------------
 MAXE=18446744073709551615
-for i in 1 2 3; do
+for i in $NODES; do
 	lead_a=(--chunk "${LA[i]}" --sv "${SA_V[i]}" --len 4096)
 	# One request per connection: the daemon closes a connection after its
 	# first refused request.
@@ -374,27 +394,53 @@ for i in 1 2 3; do
 done
 # ... and the real client at its epoch still writes, also after a restart.
 fenced() {
-	local i=$1 label=$2 out=""
-	for _ in $(seq 1 300); do # 30 s: a restarted daemon peers first
-		out=$(outsider "$i" "${CA[@]}" --chunk "${LA[i]}" --sv "${SA_V[i]}" --len 4096 \
+	local i=$1 label=$2 out="" chunk=${LA[i]} sv=${SA_V[i]} to=$1 end=$((SECONDS + 60)) c v p
+	while :; do # 60 s: a restarted daemon peers first
+		out=$(outsider "$to" "${CA[@]}" --chunk "$chunk" --sv "$sv" --len 4096 \
 			--off 16384 --fill $((0x40 + i)) hello write 2>&1)
 		[ "$(status_of "$out" write)" = OK ] && break # a restart: not up yet, BUSY
-		sleep 0.1
+		[ $SECONDS -lt $end ] || break
+		# A slow restart (the VM) moves A's rows on: new slice versions, and
+		# node-I may lead none of them any more. Follow the current rows like
+		# a real client: a row node-I leads, else one it backs (the write
+		# goes through that row's primary and is forwarded, with the
+		# client's epoch, to node-I). An epoch fence on node-I refuses both.
+		read -r c v <<<"$(lead <(cl_rows "$VA" 2>/dev/null) "$i")"
+		p=$i
+		if [ -z "$c" ]; then
+			read -r c v p <<<"$(cl_rows "$VA" 2>/dev/null | awk -v n="node-$i" '{ p = "";
+				for (k = 4; k <= NF; k++) if ($k ~ /:in_sync$/) { split($k, a, ":");
+					if (p == "") p = a[1]; else if (a[1] == n) { sub("node-", "", p);
+						print $1, $2, p; exit } } }')"
+		fi
+		[ -n "$c" ] && [ -n "$p" ] && chunk=$c sv=$v to=$p
+		sleep 0.2
 	done
 	check "$i"
 	if [ "$(status_of "$out" write)" = OK ]; then
-		etcd_tool patch "$CL_DIR/want_a" $((LA[i] * CHUNK + 16384)) 4096 $((0x40 + i))
+		etcd_tool patch "$CL_DIR/want_a" $((chunk * CHUNK + 16384)) 4096 $((0x40 + i))
+		[ "$to" = "$i" ] || echo "$T: $label: node-$i backs chunk $chunk now; written through node-$to"
 	else
-		breach "$i" "$label: the real client (epoch $E2) is FENCED: $(tr '\n' ' ' <<<"$out")"
+		breach "$i" "$label: the real client (epoch $E2) is FENCED: $(tr '\n' ' ' <<<"$out") (through node-$to, chunk $chunk, slice version $sv; rows: $(cl_rows "$VA" 2>&1 | tr '\n' ';'))"
 	fi
 }
-for i in 1 2 3; do fenced "$i" "after epoch $MAXE"; done
+for i in $NODES; do fenced "$i" "after epoch $MAXE"; done
 cl_stop storage-1
 cl_start_storage 1
 cl_wait_nodes 3 || fail "node-1 did not come back"
 fenced 1 "after epoch $MAXE and a restart of node-1"
 intact 1 "after the huge epochs"
 
+if [ "$XPORT" = rdma ]; then
+	# The attacks really went over RDMA: every daemon accepted one RDMA
+	# connection per e2e_outsider run against it (and zl's).
+	for i in $NODES; do
+		n=$(grep -c "connection accepted: .*transport=rdma" "$CL_DIR/storage-$i/log")
+		check "$i"
+		[ "$n" -gt 50 ] || breach "$i" "only $n RDMA connections accepted: the scenario did not run over RDMA"
+		echo "$T: node-$i accepted $n RDMA connections"
+	done
+fi
 for i in 1 2 3; do
 	echo "$T: node-$i: ${CHECKS[$i]:-0} checks, ${BREACHES[$i]:-0} breaches"
 done

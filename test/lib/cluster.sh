@@ -76,6 +76,8 @@ cl_tls_flags() {
 # $CL_STORAGE_FLAGS (e.g. "--heal on", set by cl_e2e_begin ... --heal on) go first.
 # CL_AUTH=on|off: zipline-storage --auth (docs/SECURITY.md), default on: every
 # e2e test runs authenticated (zl, e2e_io and e2e_chunk send the cluster token).
+# CL_LISTEN_HOST: the daemons' listen address (default 127.0.0.1; the RDMA
+# tests in the VM use an address of rxe0).
 cl_start_storage() {
 	local i=$1 port=${2:-}
 	shift; [ $# -gt 0 ] && shift
@@ -87,7 +89,7 @@ cl_start_storage() {
 		cl_tls_make || return 1
 	fi
 	# shellcheck disable=SC2046 # the flags are words
-	"$CL_BIN/zipline-storage" --data-dir "$d/data" --listen "127.0.0.1:$port" \
+	"$CL_BIN/zipline-storage" --data-dir "$d/data" --listen "${CL_LISTEN_HOST:-127.0.0.1}:$port" \
 		--node-id "node-$i" --label "zone=z$i" --etcd "$CL_ETCD" --auth "${CL_AUTH:-on}" \
 		$(cl_tls_flags) ${CL_STORAGE_FLAGS:-} "$@" \
 		>>"$d/log" 2>&1 &

@@ -30,6 +30,7 @@
 #include "lib/common/common.h"
 #include "lib/common/loop.h"
 #include "lib/transport/transport.h"
+#include "lib/transport/transport_internal.h"
 #include "lib/wire/wire.h"
 
 #define VOL	0xabcdef0123456789ull
@@ -1601,6 +1602,21 @@ static void test_pool(void **state)
 		for (size_t k = 0; k < sizes[i]; k += 4093)
 			assert_int_equal(((uint8_t *)b[i])[k], (uint8_t)i);
 	assert_null(zl_xport_buf_alloc(e->cx, (4u << 20) + 4097));
+	/* The pool buffer that holds a range (rdma.c binds memory windows to
+	 * it on rdma_rxe): start and class size, also from inside it. */
+	{
+		uint8_t *st = NULL;
+		size_t sz = 0;
+
+		assert_true(xport_pool_buf_span(&e->cx->pool, (uint8_t *)b[3] + 4100, 10, &st, &sz));
+		assert_ptr_equal(st, b[3]);
+		assert_int_equal(sz, 8192);
+		assert_true(xport_pool_buf_span(&e->cx->pool, (uint8_t *)b[6] + 12345, 100, &st, &sz));
+		assert_ptr_equal(st, b[6]);
+		assert_int_equal(sz, 4u << 20);
+		assert_false(xport_pool_buf_span(&e->cx->pool, (uint8_t *)b[3] + 8190, 4, &st, &sz));
+		assert_false(xport_pool_buf_span(&e->cx->pool, &stack, 1, &st, &sz));
+	}
 	assert_false(zl_xport_buf_owned(e->cx, &stack, 1));
 	assert_false(zl_xport_buf_owned(e->cx, NULL, 1));
 	assert_false(zl_xport_buf_owned(e->sx, b[2], 4096)); /* other pool */

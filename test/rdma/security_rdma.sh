@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Data-path security over RDMA (issue 11, docs/SECURITY.md), in ONE
+# Soft-RoCE guest (test/vm/vm.sh through run-in-vm.sh):
+#   1. mw_test (test/rdma/mw_test.c): a rogue server/client on raw verbs
+#      against the transport's per-request memory windows and local-only
+#      registrations;
+#   2. test/e2e/outsider_e2e.sh with ZL_OUTSIDER_TRANSPORT=rdma: three
+#      daemons --auth on --transport rdma on rxe0, zl over RDMA, and the
+#      outsider's hand-made requests carried by the RDMA transport against
+#      node-1 (ZL_OUTSIDER_NODES="1 2 3" for all three: ~3x longer).
+# Usage: test/rdma/security_rdma.sh BUILD_DIR
+# Environment: ZL_VM_MEM (default 3G), run-in-vm.sh's. A guest that cannot
+# start fails the test loudly (test/vm/vm.sh).
+set -uo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+build=$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)
+
+if [[ ${ZL_VM:-0} != 1 ]]; then
+	export ZL_BUILD_DIR=$build
+	exec "$here/run-in-vm.sh" -m "${ZL_VM_MEM:-3G}" --ip 10.77.0.1/24 -- \
+		bash "$here/security_rdma.sh" "$build"
+fi
+
+# In the guest. Cluster state on the guest's tmpfs (not the 9p share):
+# outsider_e2e.sh keeps it under BUILD_DIR, so BUILD_DIR is a tmpfs
+# directory whose bin/ points at the real build.
+ip=${RXE_IP:?not in the test VM (test/vm/vm.sh --rxe)}
+ulimit -l unlimited
+echo "security_rdma: guest $(uname -r), rxe0 address $ip"
+t0=$(date +%s)
+"$build/bin/mw_test" "$ip"
+mw=$?
+t1=$(date +%s)
+echo "FIGURE: mw_test took $((t1 - t0)) s of guest time (exit $mw)"
+work=$(mktemp -d /tmp/zl-security-rdma.XXXXXX)
+ln -s "$build/bin" "$work/bin"
+# Every daemon runs the same RDMA listener code and the host runs the TCP
+# scenario against all three: here node-1 is attacked (every process start
+# costs ~1 s under TCG), the other two serve its replication and zl.
+ZL_OUTSIDER_TRANSPORT=rdma ZL_OUTSIDER_HOST=$ip ZL_OUTSIDER_NODES=${ZL_OUTSIDER_NODES:-1} \
+	bash "$here/../e2e/outsider_e2e.sh" "$work"
+out=$?
+echo "FIGURE: outsider_e2e over RDMA took $(($(date +%s) - t1)) s of guest time (exit $out)"
+if [ "$mw" != 0 ] || [ "$out" != 0 ]; then
+	echo "security_rdma: FAIL (mw_test exit $mw, outsider_e2e over RDMA exit $out)" >&2
+	exit 1
+fi
+echo "security_rdma: PASS"
