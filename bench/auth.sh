@@ -8,6 +8,7 @@
 # (from /proc/PID/stat), and the daemons' CPU while idle for IDLE seconds.
 # Prints the medians over the rounds and the on/off ratios as one table.
 #   bench/auth.sh [BUILD_DIR]   env: ROUNDS=3 RUNTIME=5 (s per job) WSET=128M IDLE=10
+#   BENCH_JOBS (below). Every round's figures are printed too (the spread).
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(cd "${1:-$SRC/build}" && pwd)
@@ -27,6 +28,8 @@ RES="$TOP/results.tsv"
 TICK=$(getconf CLK_TCK)
 
 JOBS=("randread 4k 32" "randwrite 4k 32" "randread 4k 1")
+# BENCH_JOBS="randwrite 4k 32;randread 4k 1" picks jobs (rw bs qd; ...).
+if [ -n "${BENCH_JOBS:-}" ]; then IFS=';' read -r -a JOBS <<<"$BENCH_JOBS"; fi
 
 # cpu_ticks PID...: utime + stime of the processes, in clock ticks.
 cpu_ticks() {
@@ -108,6 +111,9 @@ for r in $(seq 1 "$ROUNDS"); do
 	for m in off on; do one_round "$r" "$m"; done
 done
 
+echo
+echo "Every round (mode, job, IOPS, mean latency us, client and storage CPU us per I/O):"
+cat "$RES"
 echo
 echo "Machine: $(nproc) cores, $(uname -r); 3 replicas, $ROUNDS rounds x ${RUNTIME}s per job, working set $WSET; medians"
 echo
