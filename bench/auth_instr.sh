@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Instructions per 4 KiB I/O with --auth off and on, counted by callgrind
+# (deterministic, unlike CPU time on a shared 2-core machine): one daemon,
+# a 1-replica volume, `zl bench` QD16 for 8 s.
+#   bench/auth_instr.sh storage|client off|on [randwrite|randread]
+# storage: the daemon runs under callgrind, instrumented only during the job;
+# client: `zl bench` runs under callgrind (the whole process: its start-up,
+# etcd reads and HELLO included, amortized over the job's I/Os).
+set -uo pipefail
+side=${1:?storage|client}; mode=${2:?off|on}; RW=${3:-randwrite}
+SRC=$(cd "$(dirname "$0")/.." && pwd); BUILD=${BUILD:-$SRC/build}
+export CL_BIN=$BUILD/bin
+export CL_DIR=$(mktemp -d /tmp/zl-auth-instr.XXXXXX)
+source "$SRC/test/lib/cluster.sh"
+cl_start_etcd >/dev/null 2>&1 || exit 1
+export ZIPLINE_ETCD=$CL_ETCD
+if [ "$side" = storage ]; then
+SP=
+trap '[ -n "$SP" ] && kill "$SP" 2>/dev/null; cl_stop_all; rm -rf "$CL_DIR"' EXIT
+mkdir -p $CL_DIR/s1/data
+port=$(cl_free_port)
+valgrind --tool=callgrind --callgrind-out-file=$CL_DIR/cg.out.%p --instr-atstart=no \
+  $CL_BIN/zipline-storage --data-dir $CL_DIR/s1/data --listen 127.0.0.1:$port --node-id node-1 \
+  --label zone=z1 --etcd $CL_ETCD --auth $mode > $CL_DIR/s1/log 2>&1 &
+SP=$!
+cl_wait_nodes 1 || { tail $CL_DIR/s1/log; exit 1; }
+$CL_BIN/zl volume create b --size 256M --replicas 1 >/dev/null || exit 1
+$CL_BIN/zl bench b --rw write --bs 1M --qd 4 --seconds 3 --size 32M --json >/dev/null
+callgrind_control -i on $SP >/dev/null
+out=$($CL_BIN/zl bench b --rw $RW --bs 4k --qd 16 --seconds 8 --size 32M --json)
+callgrind_control -i off $SP >/dev/null
+callgrind_control -d $SP >/dev/null
+sleep 2
+ios=$(sed -n 's/.*"ios":\([0-9]*\).*/\1/p' <<<"$out")
+ir=$(grep -h '^totals:' $CL_DIR/cg.out.* | awk '{s+=$2} END{print s}')
+echo "rw=$RW auth=$mode ios=$ios Ir=$ir Ir_per_io=$((ir / ios))"
+else
+trap 'cl_stop_all; rm -rf "$CL_DIR"' EXIT
+CL_AUTH=$mode cl_start_storage 1
+cl_wait_nodes 1 || exit 1
+$CL_BIN/zl volume create b --size 256M --replicas 1 >/dev/null || exit 1
+$CL_BIN/zl bench b --rw write --bs 1M --qd 4 --seconds 3 --size 32M --json >/dev/null
+out=$(valgrind --tool=callgrind --callgrind-out-file=$CL_DIR/cgc.out $CL_BIN/zl bench b --rw $RW --bs 4k --qd 16 --seconds 8 --size 32M --json 2>/dev/null)
+ios=$(sed -n 's/.*"ios":\([0-9]*\).*/\1/p' <<<"$out")
+ir=$(grep -h '^summary:\|^totals:' $CL_DIR/cgc.out | head -1 | awk '{print $2}')
+echo "client rw=$RW auth=$mode ios=$ios Ir=$ir Ir_per_io=$((ir / ios))"
+fi
