@@ -555,6 +555,18 @@ uint32_t zl_xport_conn_inflight(const struct zl_xport_conn *c)
 
 /* ---- client side ---- */
 
+/* The end of every connect: the caller's close callback and reference. */
+static int xport_connected(int rc, zl_xport_close_cb on_close, void *arg,
+			   struct zl_xport_conn **out)
+{
+	if (rc)
+		return rc;
+	(*out)->on_close = on_close;
+	(*out)->close_arg = arg;
+	(*out)->refs++; /* the caller's */
+	return 0;
+}
+
 int zl_xport_connect(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
 		     zl_xport_close_cb on_close, void *arg, struct zl_xport_conn **out)
 {
@@ -567,12 +579,7 @@ int zl_xport_connect(struct zl_xport *x, const char *host, uint16_t port, int ti
 	if (timeout_ms <= 0)
 		timeout_ms = (int)ZL_MIN(x->opts.timeout_ms, (uint32_t)INT32_MAX);
 	rc = x->ops->connect(x, host, port, timeout_ms, out);
-	if (rc)
-		return rc;
-	(*out)->on_close = on_close;
-	(*out)->close_arg = arg;
-	(*out)->refs++; /* the caller's */
-	return 0;
+	return xport_connected(rc, on_close, arg, out);
 }
 
 int zl_xport_connect_tls(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
@@ -591,12 +598,7 @@ int zl_xport_connect_tls(struct zl_xport *x, const char *host, uint16_t port, in
 	if (timeout_ms <= 0)
 		timeout_ms = (int)ZL_MIN(x->opts.timeout_ms, (uint32_t)INT32_MAX);
 	rc = x->ops->connect_tls(x, host, port, timeout_ms, out);
-	if (rc)
-		return rc;
-	(*out)->on_close = on_close;
-	(*out)->close_arg = arg;
-	(*out)->refs++; /* the caller's */
-	return 0;
+	return xport_connected(rc, on_close, arg, out);
 }
 
 bool zl_xport_tls_serving(const struct zl_xport *x)

@@ -29,25 +29,7 @@ V1=$("$ZL" volume inspect a1 | awk '$1 == "id" {print $2}')
 V2=$("$ZL" volume inspect a2 | awk '$1 == "id" {print $2}')
 [ -n "$V1" ] && [ -n "$V2" ] || fail "no volume ids"
 
-# etcd_ctl put KEY VALUE: prints the create revision of KEY after the put.
-# etcd_ctl del KEY.
-etcd_ctl() {
-	"$PY" - "$SRC/test/lib" "$CL_ETCD" "$@" <<'PY'
-import sys
-sys.path.insert(0, sys.argv[1])
-from etcd_gw import b64, call, get
-etcd, cmd, key = sys.argv[2], sys.argv[3], sys.argv[4]
-if cmd == 'put':
-    call(etcd, '/v3/kv/put', {'key': b64(key), 'value': b64(sys.argv[5])})
-    print(get(etcd, key)['create_revision'])
-else:
-    call(etcd, '/v3/kv/deleterange', {'key': b64(key)})
-PY
-}
-# token SECRET_HEX MESSAGE
-token() {
-	"$PY" -c 'import hmac, hashlib, sys; print(hmac.new(bytes.fromhex(sys.argv[1]), sys.argv[2].encode(), hashlib.sha256).hexdigest())' "$1" "$2"
-}
+source "$SRC/test/lib/auth_tool.sh"
 S1=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 S2=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 etcd_ctl put "/zipline/secrets/$V1" "$S1" >/dev/null

@@ -47,22 +47,7 @@ V=$("$ZL" volume inspect fr | awk '$1 == "id" {print $2}')
 [ -n "$V" ] || fail "no volume id"
 N=${V#vol-}
 
-etcd_ctl() {
-	"$PY" - "$SRC/test/lib" "$CL_ETCD" "$@" <<'PY'
-import sys
-sys.path.insert(0, sys.argv[1])
-from etcd_gw import b64, call, get
-etcd, cmd, key = sys.argv[2], sys.argv[3], sys.argv[4]
-if cmd == 'put':
-    call(etcd, '/v3/kv/put', {'key': b64(key), 'value': b64(sys.argv[5])})
-    print(get(etcd, key)['create_revision'])
-else:
-    call(etcd, '/v3/kv/deleterange', {'key': b64(key)})
-PY
-}
-token() {
-	"$PY" -c 'import hmac, hashlib, sys; print(hmac.new(bytes.fromhex(sys.argv[1]), sys.argv[2].encode(), hashlib.sha256).hexdigest())' "$1" "$2"
-}
+source "$SRC/test/lib/auth_tool.sh"
 S=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 etcd_ctl put "/zipline/secrets/$V" "$S" >/dev/null
 E1=$(etcd_ctl put "/zipline/attachments/$V" '{"node":"wn-1","epoch":0,"readonly":false,"time":0}')
