@@ -1,5 +1,5 @@
 /* Transport: one asynchronous, message-based interface with a TCP (tcp.c) and
- * an RDMA (rdma.c) implementation. Callers never know which one carries them.
+ * an RDMA (rdma_*.c) implementation. Callers never know which one carries them.
  *
  * Threading: a struct zl_xport belongs to one struct zl_loop; every call and
  * every callback happens on that loop's thread. Callbacks are never invoked

@@ -1,5 +1,5 @@
 /* Transport internals shared by the common layer (xport.c), the buffer pool
- * (pool.c) and the implementations (tcp.c, rdma.c). Nothing outside
+ * (pool.c) and the implementations (tcp.c, rdma_*.c). Nothing outside
  * lib/transport includes this file.
  *
  * Every public object has a common part (struct zl_xport_conn, struct

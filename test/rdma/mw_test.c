@@ -1,7 +1,7 @@
 /* mw_test: the adversary of RDMA memory exposure (docs/SECURITY.md, issue 11
  * item 4), run inside the Soft-RoCE test VM (test/rdma/security_rdma.sh).
  *
- * The victim is the project's RDMA transport (lib/transport/rdma.c) as a
+ * The victim is the project's RDMA transport (lib/transport/rdma_*.c) as a
  * client; the attacker a "rogue server" written here on raw verbs and
  * rdma_cm, which speaks the transport's handshake (rdma_internal.h) and wire
  * format (lib/wire) and keeps every descriptor (addr, rkey, len) it is sent.

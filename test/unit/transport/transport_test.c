@@ -1602,7 +1602,7 @@ static void test_pool(void **state)
 		for (size_t k = 0; k < sizes[i]; k += 4093)
 			assert_int_equal(((uint8_t *)b[i])[k], (uint8_t)i);
 	assert_null(zl_xport_buf_alloc(e->cx, (4u << 20) + 4097));
-	/* The pool buffer that holds a range (rdma.c binds memory windows to
+	/* The pool buffer that holds a range (rdma_dev.c binds memory windows to
 	 * it on rdma_rxe): start and class size, also from inside it. */
 	{
 		uint8_t *st = NULL;
