@@ -133,8 +133,6 @@ void xport_rdma_conn_free(struct zl_xport_conn *bc)
 	xport_rdma_conn_teardown(c);
 	free(c->ring);
 	xport_conn_fini(bc);
-	free(c->sreqs);
-	free(c->by_slot);
 	free(c);
 }
 
@@ -159,10 +157,10 @@ static int rdma_conn_new(struct rdma_xport *tx, struct rdma_xdev *xd, struct rdm
 	c->xd = xd;
 	if (server) {
 		c->granted = n;
-		c->n_sreqs = 2 * n;
+
 		c->sq_depth = ZL_MIN(2 * n + 2 * RDMA_SIGNAL_EVERY, (uint32_t)a->max_qp_wr);
 		cqe = c->sq_depth + 2 * n + 64;
-		nmsg = c->n_sreqs;
+		nmsg = 2 * n; /* a message per server slot */
 	} else {
 		c->n_reqs = n;
 		/* Per request: BIND_MW + SEND, and maybe a LOCAL_INV. */
@@ -207,20 +205,12 @@ static int rdma_conn_new(struct rdma_xport *tx, struct rdma_xdev *xd, struct rdm
 	id->context = c;
 	c->max_inline = qa.cap.max_inline_data;
 	if (server) {
-		c->sreqs = calloc(c->n_sreqs, sizeof(*c->sreqs));
-		c->by_slot = calloc(peer_slots, sizeof(*c->by_slot));
-		if (!c->sreqs || !c->by_slot)
+		if (xport_sreqs_init(&c->base, 2 * n, sizeof(struct rdma_sreq),
+				     offsetof(struct rdma_sreq, base)))
 			goto out_nomem;
 		c->peer_slots = peer_slots;
-		for (uint32_t i = c->n_sreqs; i-- > 0;) {
-			struct rdma_sreq *s = &c->sreqs[i];
-
-			s->c = c;
-			s->pl.conn = &c->base;
-			s->msg = rdma_slab_at(&c->slab, i);
-			s->next = c->sreq_free;
-			c->sreq_free = s;
-		}
+		for (uint32_t i = 0; i < 2 * n; i++)
+			rdma_sreq_of(xport_sreq_at(&c->base, i))->msg = rdma_slab_at(&c->slab, i);
 	} else {
 		if (xport_reqs_init(&c->base, n, sizeof(struct rdma_req),
 				    offsetof(struct rdma_req, base)))
@@ -268,7 +258,6 @@ void xport_rdma_conn_close(struct zl_xport_conn *bc, int reason)
 		zl_loop_del(c->loop, &c->ch_h);
 		c->ch_in_loop = false;
 	}
-	zl_loop_defer_cancel(c->loop, &c->work_d);
 	zl_loop_defer_cancel(c->loop, &c->conn_d);
 }
 

@@ -218,46 +218,19 @@ struct rdma_req {
 	struct rdma_mw *mw;
 };
 
-enum rdma_sreq_state {
-	RDMA_SREQ_FREE,	   /* on the free list */
-	RDMA_SREQ_ACTIVE,  /* delivered to on_request, no reply yet */
-	RDMA_SREQ_SENDING, /* reply posted, its completion pending */
-};
-
-enum rdma_pl_state {
-	RDMA_PL_NONE,	   /* no payload, or done with it */
-	RDMA_PL_UNDECIDED, /* inside on_request */
-	RDMA_PL_FETCHING,  /* RDMA READ posted (or queued) */
-	RDMA_PL_DONE,	   /* inline copy done, callback deferred */
-};
-
-/* Server request slot: a request from on_request to its reply's completion. */
+/* Server request slot: the common slot (xport_sreq.c: states, payload rule,
+ * callbacks) plus the descriptor, the bounce buffers and the message. */
 struct rdma_sreq {
+	struct xport_sreq base;
 	struct rdma_bl bl_fetch, bl_reply;
-	struct rdma_sreq *next; /* free list / done list */
-	struct zl_xport_payload pl;
-	struct rdma_conn *c;
-	enum rdma_sreq_state state;
-	enum rdma_pl_state pl_state;
-	uint64_t req_id;
-	uint32_t peer_slot;
-	uint8_t opcode;
 	bool has_desc;
 	struct zl_wire_rdma_desc desc; /* WRITE: data to read; READ: where to write */
-	uint32_t data_len, data_crc;
-	/* fetch */
-	uint8_t *fetch_buf, *fetch_bounce;
-	int fetch_status;
-	zl_xport_done_cb fetch_cb;
-	void *fetch_arg;
+	uint8_t *fetch_bounce;
 	/* reply */
 	const uint8_t *rdata;
 	uint32_t rlen;
-	bool rwrite;	 /* RDMA WRITE of rdata before the SEND */
-	bool reply_busy; /* reply queued or its completion pending */
+	bool rwrite; /* RDMA WRITE of rdata before the SEND */
 	uint8_t *reply_bounce;
-	zl_xport_done_cb sent_cb;
-	void *sent_arg;
 	uint8_t *msg;
 	uint32_t msg_len;
 };
@@ -277,7 +250,7 @@ struct rdma_conn {
 	struct xport_link busy_link; /* tx->busy */
 	bool busy;
 	uint32_t idle;
-	struct zl_defer work_d, conn_d; /* fetch reports, on_conn */
+	struct zl_defer conn_d; /* on_conn */
 	bool announced;
 
 	/* send queue */
@@ -297,14 +270,10 @@ struct rdma_conn {
 	 * Server: the client asked for that (RDMA_HS_F_INV). */
 	bool peer_inv;
 
-	/* server */
-	struct rdma_sreq *sreqs;
-	uint32_t n_sreqs, granted, srv_pending;
-	struct rdma_sreq *sreq_free;
-	struct rdma_sreq **by_slot;
-	uint32_t peer_slots;
-	struct rdma_sreq *done_head, *done_tail; /* inline fetches to report */
-	const uint8_t *cur_inline;		 /* payload of the request in on_request */
+	/* server: request slots in base.sreqs, twice the credits */
+	uint32_t granted;
+	uint32_t peer_slots;	   /* the client's request slots (handshake) */
+	const uint8_t *cur_inline; /* payload of the request in on_request */
 };
 
 struct rdma_listener {
@@ -334,6 +303,11 @@ static inline struct rdma_conn *rdma_conn_of(struct zl_xport_conn *c)
 static inline struct rdma_req *rdma_req_of(struct xport_req *r)
 {
 	return ZL_CONTAINER_OF(r, struct rdma_req, base);
+}
+
+static inline struct rdma_sreq *rdma_sreq_of(struct xport_sreq *s)
+{
+	return ZL_CONTAINER_OF(s, struct rdma_sreq, base);
 }
 
 static inline uint8_t *rdma_slab_at(const struct rdma_slab *s, uint32_t i)
@@ -376,10 +350,9 @@ void xport_rdma_close_work(struct zl_xport_conn *bc);
 int xport_rdma_request(struct zl_xport_conn *bc, struct xport_req *br,
 		       const struct zl_wire_hdr *hdr, const void *out, uint32_t out_len);
 void xport_rdma_req_release(struct zl_xport_conn *bc, struct xport_req *br);
-int xport_rdma_fetch(struct zl_xport_payload *p, void *buf, uint32_t len, zl_xport_done_cb cb,
-		     void *arg);
-void xport_rdma_discard(struct zl_xport_payload *p);
-int xport_rdma_reply(struct zl_xport_conn *bc, const struct zl_wire_hdr *rep, const void *data,
-		     uint32_t len, zl_xport_done_cb sent_cb, void *arg);
+int xport_rdma_fetch(struct zl_xport_conn *bc, struct xport_sreq *bs);
+void xport_rdma_discard(struct zl_xport_conn *bc, struct xport_sreq *bs);
+int xport_rdma_reply(struct zl_xport_conn *bc, struct xport_sreq *bs, const struct zl_wire_hdr *rep,
+		     const void *data, uint32_t len);
 
 #endif

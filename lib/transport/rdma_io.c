@@ -30,7 +30,6 @@
 
 static void rdma_bl_run(struct rdma_conn *c);
 static int rdma_conn_poll(struct rdma_conn *c);
-static void rdma_work(void *arg);
 
 static void rdma_proto_fail(struct rdma_conn *c, const char *why)
 {
@@ -494,16 +493,10 @@ int xport_rdma_request(struct zl_xport_conn *bc, struct xport_req *br,
 
 /* ---- server requests ---- */
 
-/* A server slot is free again once its reply is out (or needs no
- * completion) and its payload is done with. */
-static void rdma_sreq_maybe_put(struct rdma_conn *c, struct rdma_sreq *s)
-{
-	if (s->state != RDMA_SREQ_SENDING || s->reply_busy || s->pl_state != RDMA_PL_NONE)
-		return;
-	s->state = RDMA_SREQ_FREE;
-	s->next = c->sreq_free;
-	c->sreq_free = s;
-}
+/* Slots, the payload rule and the callbacks are the common server layer's
+ * (xport_sreq.c); this moves the bytes: inline payloads out of the receive
+ * buffer, descriptor payloads by RDMA READ, reply data by RDMA WRITE before
+ * the reply SEND (SEND_WITH_INV of the client's window when it asked). */
 
 static void rdma_announce(struct rdma_conn *c)
 {
@@ -527,6 +520,7 @@ static void rdma_srv_recv(struct rdma_conn *c, const uint8_t *buf, uint32_t len)
 	struct zl_wire_hdr h;
 	struct zl_wire_rdma_desc d = {0};
 	const char *why = "?";
+	struct xport_sreq *bs;
 	struct rdma_sreq *s;
 	bool has_desc;
 	uint64_t slot;
@@ -543,11 +537,11 @@ static void rdma_srv_recv(struct rdma_conn *c, const uint8_t *buf, uint32_t len)
 		return;
 	}
 	slot = h.req_id & 0xffffffffu;
-	if (slot >= c->peer_slots || c->by_slot[slot]) {
+	if (slot >= c->peer_slots) {
 		rdma_proto_fail(c, "request id out of range or still in use");
 		return;
 	}
-	if (c->srv_pending >= c->granted || !c->sreq_free) {
+	if (c->base.sreqs.pending >= c->granted || !xport_sreq_available(&c->base)) {
 		rdma_proto_fail(c, "more requests than credits");
 		return;
 	}
@@ -566,23 +560,6 @@ static void rdma_srv_recv(struct rdma_conn *c, const uint8_t *buf, uint32_t len)
 		rdma_proto_fail(c, "message shorter than its payload");
 		return;
 	}
-	s = c->sreq_free;
-	c->sreq_free = s->next;
-	s->next = NULL;
-	s->state = RDMA_SREQ_ACTIVE;
-	s->req_id = h.req_id;
-	s->peer_slot = (uint32_t)slot;
-	s->opcode = h.opcode;
-	s->has_desc = has_desc;
-	s->desc = d;
-	s->data_crc = h.payload_crc;
-	s->sent_cb = NULL;
-	s->reply_bounce = s->fetch_bounce = NULL;
-	s->rwrite = false;
-	s->reply_busy = false;
-	s->msg_len = 0;
-	c->by_slot[slot] = s;
-	c->srv_pending++;
 	/* The server sees the header TCP would have delivered. */
 	if (has_desc && h.opcode == ZL_OP_READ) {
 		h.payload_len = 0;
@@ -591,27 +568,27 @@ static void rdma_srv_recv(struct rdma_conn *c, const uint8_t *buf, uint32_t len)
 		h.payload_len = h.length;
 	}
 	h.flags &= (uint8_t)~ZL_WF_RDMA;
-	s->data_len = h.payload_len;
-	s->pl_state = h.payload_len ? RDMA_PL_UNDECIDED : RDMA_PL_NONE;
-	c->cur_inline = has_desc ? NULL : buf + ZL_WIRE_HDR_SIZE;
-	c->base.sops->on_request(c->base.sarg, &c->base, &h, h.payload_len ? &s->pl : NULL);
-	c->cur_inline = NULL;
-	if (s->pl_state == RDMA_PL_UNDECIDED) {
-		if (!c->base.closing && xport_warn_ok(c->base.x))
-			ZL_LOG_WARN("xport",
-				    "on_request neither fetched nor discarded the payload "
-				    "transport=rdma peer=%s op=%s; discarding it (server bug)",
-				    c->base.peer, zl_wire_op_name(h.opcode));
-		s->pl_state = RDMA_PL_NONE;
-		rdma_sreq_maybe_put(c, s);
+	bs = xport_sreq_start(&c->base, &h, &why);
+	if (!bs) {
+		rdma_proto_fail(c, "request id out of range or still in use");
+		return;
 	}
+	s = rdma_sreq_of(bs);
+	s->has_desc = has_desc;
+	s->desc = d;
+	s->reply_bounce = s->fetch_bounce = NULL;
+	s->rwrite = false;
+	s->msg_len = 0;
+	c->cur_inline = has_desc ? NULL : buf + ZL_WIRE_HDR_SIZE;
+	xport_sreq_deliver(&c->base, bs, &h);
+	c->cur_inline = NULL;
 }
 
 static int rdma_fetch_post(struct rdma_conn *c, struct rdma_sreq *s)
 {
-	uint8_t *dst = s->fetch_bounce ? s->fetch_bounce : s->fetch_buf;
-	struct ibv_mr *mr = xport_rdma_mr_of(c->xd, dst, s->data_len);
-	struct ibv_sge sge = {.addr = (uintptr_t)dst, .length = s->data_len, .lkey = mr->lkey};
+	uint8_t *dst = s->fetch_bounce ? s->fetch_bounce : s->base.fetch_buf;
+	struct ibv_mr *mr = xport_rdma_mr_of(c->xd, dst, s->base.data_len);
+	struct ibv_sge sge = {.addr = (uintptr_t)dst, .length = s->base.data_len, .lkey = mr->lkey};
 	struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_READ};
 
 	wr.wr.rdma.remote_addr = s->desc.addr;
@@ -621,80 +598,62 @@ static int rdma_fetch_post(struct rdma_conn *c, struct rdma_sreq *s)
 
 static void rdma_fetch_done(struct rdma_conn *c, struct rdma_sreq *s)
 {
-	zl_xport_done_cb cb = s->fetch_cb;
-	void *arg = s->fetch_arg;
+	struct xport_sreq *bs = &s->base;
 	int status = 0;
 
 	if (s->fetch_bounce) {
-		memcpy(s->fetch_buf, s->fetch_bounce, s->data_len);
+		memcpy(bs->fetch_buf, s->fetch_bounce, bs->data_len);
 		zl_xport_buf_free(c->base.x, s->fetch_bounce);
 		s->fetch_bounce = NULL;
 	}
-	if (zl_crc32c(s->fetch_buf, s->data_len) != s->data_crc) {
+	if (zl_crc32c(bs->fetch_buf, bs->data_len) != bs->data_crc) {
 		status = -ZL_ERR_CORRUPT;
 		if (xport_warn_ok(c->base.x))
 			ZL_LOG_WARN("xport",
 				    "payload CRC mismatch transport=rdma peer=%s op=%s len=%u "
 				    "req_id=%llu",
-				    c->base.peer, zl_wire_op_name(s->opcode), s->data_len,
-				    (unsigned long long)s->req_id);
+				    c->base.peer, zl_wire_op_name(bs->opcode), bs->data_len,
+				    (unsigned long long)bs->req_id);
 	}
-	s->pl_state = RDMA_PL_NONE;
-	rdma_sreq_maybe_put(c, s);
-	cb(arg, status);
+	xport_sreq_payload_done(&c->base, bs, status);
 }
 
-int xport_rdma_fetch(struct zl_xport_payload *p, void *buf, uint32_t len, zl_xport_done_cb cb,
-		     void *arg)
+int xport_rdma_fetch(struct zl_xport_conn *bc, struct xport_sreq *bs)
 {
-	struct rdma_sreq *s = ZL_CONTAINER_OF(p, struct rdma_sreq, pl);
-	struct rdma_conn *c = s->c;
-	struct zl_xport *x = c->base.x;
+	struct rdma_conn *c = rdma_conn_of(bc);
+	struct rdma_sreq *s = rdma_sreq_of(bs);
+	struct zl_xport *x = bc->x;
+	int status = 0;
 
-	if (s->pl_state != RDMA_PL_UNDECIDED || len < s->data_len)
-		return -ZL_ERR_INVAL; /* outside on_request, twice, or too small */
-	s->fetch_buf = buf;
-	s->fetch_cb = cb;
-	s->fetch_arg = arg;
 	if (!s->has_desc) {
 		/* Inline: the data is in the receive buffer right now. */
-		memcpy(buf, c->cur_inline, s->data_len);
-		s->fetch_status = 0;
-		if (zl_crc32c(buf, s->data_len) != s->data_crc) {
-			s->fetch_status = -ZL_ERR_CORRUPT;
+		memcpy(bs->fetch_buf, c->cur_inline, bs->data_len);
+		if (zl_crc32c(bs->fetch_buf, bs->data_len) != bs->data_crc) {
+			status = -ZL_ERR_CORRUPT;
 			if (xport_warn_ok(x))
 				ZL_LOG_WARN("xport",
 					    "payload CRC mismatch transport=rdma peer=%s op=%s "
 					    "len=%u",
-					    c->base.peer, zl_wire_op_name(s->opcode), s->data_len);
+					    bc->peer, zl_wire_op_name(bs->opcode), bs->data_len);
 		}
-		s->pl_state = RDMA_PL_DONE;
-		s->next = NULL;
-		if (c->done_tail)
-			c->done_tail->next = s;
-		else
-			c->done_head = s;
-		c->done_tail = s;
-		zl_loop_defer(c->loop, &c->work_d, rdma_work, c);
+		xport_sreq_payload_done_later(bc, bs, status);
 		return 0;
 	}
-	if (!zl_xport_buf_owned(x, buf, s->data_len)) {
-		s->fetch_bounce = zl_xport_buf_alloc(x, s->data_len);
+	if (!zl_xport_buf_owned(x, bs->fetch_buf, bs->data_len)) {
+		s->fetch_bounce = zl_xport_buf_alloc(x, bs->data_len);
 		if (!s->fetch_bounce)
 			return -ENOMEM;
 	}
-	s->pl_state = RDMA_PL_FETCHING;
 	rdma_bl_push(c, &s->bl_fetch, RDMA_BL_FETCH);
 	rdma_bl_run(c);
 	return 0;
 }
 
-void xport_rdma_discard(struct zl_xport_payload *p)
+/* Nothing to skip: an unfetched payload stays in the client's buffer or was
+ * in the receive buffer, which goes back to the SRQ anyway. */
+void xport_rdma_discard(struct zl_xport_conn *bc, struct xport_sreq *bs)
 {
-	struct rdma_sreq *s = ZL_CONTAINER_OF(p, struct rdma_sreq, pl);
-
-	if (s->pl_state == RDMA_PL_UNDECIDED)
-		s->pl_state = RDMA_PL_NONE;
+	xport_sreq_payload_done(bc, bs, 0);
 }
 
 static int rdma_reply_post(struct rdma_conn *c, struct rdma_sreq *s)
@@ -735,54 +694,35 @@ static int rdma_reply_post(struct rdma_conn *c, struct rdma_sreq *s)
 	}
 	n++;
 	/* The SEND's completion implies the WRITE's (same QP, in order). */
-	need = s->sent_cb || s->reply_bounce || !inl;
+	need = s->base.sent_cb || s->reply_bounce || !inl;
 	rc = rdma_post(c, w, n, need ? RDMA_WR_REPLY : RDMA_WR_NONE, s, need);
 	if (rc)
 		return rc;
-	if (!need) {
-		s->reply_busy = false;
-		rdma_sreq_maybe_put(c, s);
-	}
+	if (!need)
+		xport_sreq_reply_done(&c->base, &s->base, 0); /* no callback: nothing runs */
 	return 0;
 }
 
 static void rdma_reply_done(struct rdma_conn *c, struct rdma_sreq *s, int status)
 {
-	zl_xport_done_cb cb = s->sent_cb;
-	void *arg = s->sent_arg;
-
 	if (s->reply_bounce)
 		zl_xport_buf_free(c->base.x, s->reply_bounce);
 	s->reply_bounce = NULL;
-	s->sent_cb = NULL;
-	s->reply_busy = false;
-	rdma_sreq_maybe_put(c, s);
-	if (cb)
-		cb(arg, status);
+	xport_sreq_reply_done(&c->base, &s->base, status);
 }
 
-int xport_rdma_reply(struct zl_xport_conn *bc, const struct zl_wire_hdr *rep, const void *data,
-		     uint32_t len, zl_xport_done_cb sent_cb, void *arg)
+int xport_rdma_reply(struct zl_xport_conn *bc, struct xport_sreq *bs, const struct zl_wire_hdr *rep,
+		     const void *data, uint32_t len)
 {
 	struct rdma_conn *c = rdma_conn_of(bc);
+	struct rdma_sreq *s = rdma_sreq_of(bs);
 	struct zl_xport *x = bc->x;
-	uint64_t slot = rep->req_id & 0xffffffffu;
-	struct rdma_sreq *s = slot < c->peer_slots ? c->by_slot[slot] : NULL;
-	struct zl_wire_hdr h;
+	struct zl_wire_hdr h = *rep;
 	bool inline_data = len > 0;
 
-	if (!s || s->req_id != rep->req_id || s->state != RDMA_SREQ_ACTIVE) {
-		if (xport_warn_ok(x))
-			ZL_LOG_ERR("xport",
-				   "reply to a request that is not pending transport=rdma peer=%s "
-				   "req_id=%llu (server bug)",
-				   bc->peer, (unsigned long long)rep->req_id);
-		return -ZL_ERR_INVAL;
-	}
-	h = *rep;
 	s->rwrite = false;
 	s->reply_bounce = NULL;
-	if (len && s->has_desc && s->opcode == ZL_OP_READ) {
+	if (len && s->has_desc && bs->opcode == ZL_OP_READ) {
 		/* Data goes by RDMA WRITE into the client's buffer. */
 		inline_data = false;
 		h.flags |= ZL_WF_RDMA;
@@ -816,12 +756,6 @@ int xport_rdma_reply(struct zl_xport_conn *bc, const struct zl_wire_hdr *rep, co
 	s->msg_len = ZL_WIRE_HDR_SIZE + (inline_data ? len : 0);
 	s->rdata = data;
 	s->rlen = len;
-	s->sent_cb = sent_cb;
-	s->sent_arg = arg;
-	c->by_slot[s->peer_slot] = NULL;
-	c->srv_pending--;
-	s->state = RDMA_SREQ_SENDING;
-	s->reply_busy = true;
 	rdma_bl_push(c, &s->bl_reply, RDMA_BL_REPLY);
 	rdma_bl_run(c);
 	return 0;
@@ -938,28 +872,6 @@ static int rdma_conn_poll(struct rdma_conn *c)
 	return n;
 }
 
-/* Deferred work: inline fetches report here, never inside zl_xport_fetch. */
-static void rdma_work(void *arg)
-{
-	struct rdma_conn *c = arg;
-
-	zl_xport_conn_get(&c->base);
-	while (c->done_head && !c->base.closing) {
-		struct rdma_sreq *s = c->done_head;
-		zl_xport_done_cb cb = s->fetch_cb;
-		void *cb_arg = s->fetch_arg;
-		int status = s->fetch_status;
-
-		c->done_head = s->next;
-		if (!c->done_head)
-			c->done_tail = NULL;
-		s->pl_state = RDMA_PL_NONE;
-		rdma_sreq_maybe_put(c, s);
-		cb(cb_arg, status);
-	}
-	zl_xport_conn_put(&c->base);
-}
-
 void xport_rdma_close_work(struct zl_xport_conn *bc)
 {
 	struct rdma_conn *c = rdma_conn_of(bc);
@@ -970,31 +882,17 @@ void xport_rdma_close_work(struct zl_xport_conn *bc)
 	for (struct rdma_bl *b = c->bl_head; b; b = b->next)
 		b->queued = false;
 	c->bl_head = c->bl_tail = NULL;
-	c->done_head = c->done_tail = NULL;
-	for (uint32_t i = 0; i < c->n_sreqs; i++) {
-		struct rdma_sreq *s = &c->sreqs[i];
+	/* Bounce buffers of transfers that never completed; the server layer
+	 * fails their callbacks after this. */
+	for (uint32_t i = 0; bc->server && i < bc->sreqs.n; i++) {
+		struct rdma_sreq *s = rdma_sreq_of(xport_sreq_at(bc, i));
 
-		if (s->pl_state == RDMA_PL_FETCHING || s->pl_state == RDMA_PL_DONE) {
-			int st = s->pl_state == RDMA_PL_DONE ? s->fetch_status : -ZL_ERR_CONN;
-
-			if (s->fetch_bounce)
-				zl_xport_buf_free(x, s->fetch_bounce);
-			s->fetch_bounce = NULL;
-			s->pl_state = RDMA_PL_NONE;
-			s->fetch_cb(s->fetch_arg, st);
-		}
-		s->pl_state = RDMA_PL_NONE;
-		if (s->state == RDMA_SREQ_SENDING && s->reply_busy) {
-			zl_xport_done_cb cb = s->sent_cb;
-
-			if (s->reply_bounce)
-				zl_xport_buf_free(x, s->reply_bounce);
-			s->reply_bounce = NULL;
-			s->sent_cb = NULL;
-			s->reply_busy = false;
-			if (cb)
-				cb(s->sent_arg, -ZL_ERR_CONN);
-		}
+		if (s->fetch_bounce)
+			zl_xport_buf_free(x, s->fetch_bounce);
+		s->fetch_bounce = NULL;
+		if (s->reply_bounce)
+			zl_xport_buf_free(x, s->reply_bounce);
+		s->reply_bounce = NULL;
 	}
 	/* Replies held for a local invalidate: the QP and the windows are
 	 * gone, so the data may be checked and delivered now. */

@@ -9,15 +9,18 @@
  * so big payloads are never copied in user space.
  *
  * Send: a per-connection FIFO of frames; each frame lives in a preallocated
- * slot (client request slot or server reply slot) that also holds its progress,
- * so partial writes need no allocation. EPOLLOUT is armed only while the queue
+ * slot (client request slot or server request slot) that also holds its
+ * progress, so partial writes need no allocation. EPOLLOUT is armed only while the queue
  * is not empty.
  *
  * Client request slots, req_ids, the in-flight list and timeouts are the
  * common request layer's (xport.c); a struct tcp_req adds the frame being
  * sent. A reply that arrives while its request's frame is still being
  * written is held until the write completes (the caller's out buffer is in
- * use until then).
+ * use until then). Server request slots, the payload rule and the count of
+ * unanswered requests are the common server layer's (xport_sreq.c); a struct
+ * tcp_sreq adds the reply frame. A server connection stops reading while no
+ * slot is free.
  *
  * TLS (tcp_tls.c, docs/SECURITY.md): the same frames through one SSL per
  * connection. A server connection first peeks at the first byte (a TLS
@@ -82,13 +85,6 @@ enum tcp_req_state {
 
 enum tcp_send_kind { TCP_SEND_REQ, TCP_SEND_REPLY };
 
-enum tcp_pl_state {
-	TCP_PL_NONE,	  /* no payload pending */
-	TCP_PL_UNDECIDED, /* inside on_request, neither fetched nor discarded */
-	TCP_PL_FETCH,	  /* being read into the server's buffer */
-	TCP_PL_DISCARD,	  /* being skipped */
-};
-
 struct tcp_send {
 	struct tcp_send *next;
 	const uint8_t *data;
@@ -105,19 +101,10 @@ struct tcp_req {
 	enum tcp_req_state state;
 };
 
-struct tcp_rep {
+/* Server request slot: the common slot plus its reply frame. */
+struct tcp_sreq {
+	struct xport_sreq base;
 	struct tcp_send send;
-	struct tcp_rep *next; /* free list or done list */
-	zl_xport_done_cb cb;
-	void *arg;
-};
-
-struct tcp_payload {
-	struct zl_xport_payload base;
-	enum tcp_pl_state state;
-	void *buf;
-	zl_xport_done_cb cb;
-	void *arg;
 };
 
 struct tcp_conn {
@@ -126,7 +113,7 @@ struct tcp_conn {
 	int fd;
 	struct zl_loop_handle h;
 	bool in_loop;
-	bool rx_paused;		/* server: every reply slot is spoken for */
+	bool rx_paused;		/* server: no request slot is free */
 	struct zl_defer work_d; /* deferred completions, rx resume */
 
 	/* receive */
@@ -136,9 +123,9 @@ struct tcp_conn {
 	struct zl_wire_hdr rhdr;
 	uint8_t *rx_dst;
 	uint32_t rx_len, rx_done;
-	struct tcp_req *rx_req; /* client: request whose reply payload arrives */
+	struct tcp_req *rx_req;	  /* client: request whose reply payload arrives */
+	struct tcp_sreq *rx_sreq; /* server: request whose payload arrives */
 	int rx_skip_status;
-	struct tcp_payload pl;
 
 	/* send */
 	struct tcp_send *sq_head, *sq_tail;
@@ -149,13 +136,6 @@ struct tcp_conn {
 
 	/* client */
 	struct tcp_req *req_done; /* held replies whose send completed */
-
-	/* server */
-	struct tcp_rep *reps;
-	uint32_t n_reps, n_rep_free;
-	struct tcp_rep *rep_free;
-	struct tcp_rep *rep_done_head, *rep_done_tail;
-	uint32_t srv_pending; /* requests delivered, not yet replied */
 
 	/* TLS: ssl NULL and tls TCP_TLS_OFF for plaintext. The *_want are the
 	 * epoll events OpenSSL waits for: during the handshake, for a read
@@ -184,6 +164,11 @@ static struct tcp_conn *tcp_conn_of(struct zl_xport_conn *c)
 static struct tcp_req *tcp_req_of(struct xport_req *r)
 {
 	return ZL_CONTAINER_OF(r, struct tcp_req, base);
+}
+
+static struct tcp_sreq *tcp_sreq_of(struct xport_sreq *s)
+{
+	return ZL_CONTAINER_OF(s, struct tcp_sreq, base);
 }
 
 static void tcp_conn_close(struct zl_xport_conn *bc, int reason);
@@ -248,13 +233,12 @@ static void tcp_req_replied(struct tcp_conn *c, struct tcp_req *r, int status,
 	xport_req_finish(&c->base, &r->base, status, rep);
 }
 
-static void tcp_reply_slot_put(struct tcp_conn *c, struct tcp_rep *rp)
+/* Server layer hook: a request slot is free again. */
+static void tcp_sreq_freed(struct zl_xport_conn *bc)
 {
-	rp->cb = NULL;
-	rp->next = c->rep_free;
-	c->rep_free = rp;
-	c->n_rep_free++;
-	if (c->rx_paused && !c->base.closing)
+	struct tcp_conn *c = tcp_conn_of(bc);
+
+	if (c->rx_paused && !bc->closing)
 		zl_loop_defer(c->loop, &c->work_d, tcp_work, c);
 }
 
@@ -274,19 +258,8 @@ static void tcp_send_done(struct tcp_conn *c, struct tcp_send *s)
 		}
 		return;
 	}
-	struct tcp_rep *rp = ZL_CONTAINER_OF(s, struct tcp_rep, send);
-
-	if (!rp->cb) {
-		tcp_reply_slot_put(c, rp);
-		return;
-	}
-	rp->next = NULL;
-	if (c->rep_done_tail)
-		c->rep_done_tail->next = rp;
-	else
-		c->rep_done_head = rp;
-	c->rep_done_tail = rp;
-	zl_loop_defer(c->loop, &c->work_d, tcp_work, c);
+	/* Inside a flush: the sent callback runs deferred. */
+	xport_sreq_reply_done_later(&c->base, &ZL_CONTAINER_OF(s, struct tcp_sreq, send)->base);
 }
 
 static void tcp_send_advance(struct tcp_conn *c, size_t w)
@@ -601,7 +574,8 @@ static void tcp_rx_reply(struct tcp_conn *c)
 static void tcp_rx_request(struct tcp_conn *c)
 {
 	const struct zl_wire_hdr *h = &c->rhdr;
-	struct tcp_payload *pl = &c->pl;
+	struct xport_sreq *s;
+	const char *why = "?";
 
 	if (h->flags & ZL_WF_REPLY) {
 		tcp_proto_fail(c, "reply on a server connection");
@@ -611,26 +585,16 @@ static void tcp_rx_request(struct tcp_conn *c)
 		tcp_proto_fail(c, "RDMA descriptor on a TCP connection");
 		return;
 	}
-	c->srv_pending++;
-	pl->state = h->payload_len ? TCP_PL_UNDECIDED : TCP_PL_NONE;
-	c->base.sops->on_request(c->base.sarg, &c->base, h, h->payload_len ? &pl->base : NULL);
-	if (c->base.closing || !h->payload_len)
+	s = xport_sreq_start(&c->base, h, &why);
+	if (!s) {
+		tcp_proto_fail(c, why);
 		return;
-	switch (pl->state) {
-	case TCP_PL_FETCH:
-		tcp_rx_start_payload(c, TCP_RX_DATA, pl->buf);
-		break;
-	case TCP_PL_UNDECIDED:
-		if (tcp_warn_ok(c))
-			ZL_LOG_WARN("xport",
-				    "on_request neither fetched nor discarded the payload "
-				    "peer=%s op=%s; discarding it (server bug)",
-				    c->base.peer, zl_wire_op_name(h->opcode));
-		pl->state = TCP_PL_DISCARD;
-		/* fall through */
-	default:
-		tcp_rx_start_payload(c, TCP_RX_SKIP, NULL);
-		break;
+	}
+	/* A discarded payload starts being skipped in here (tcp_discard). */
+	xport_sreq_deliver(&c->base, s, h);
+	if (!c->base.closing && s->pl_state == XPORT_PL_FETCH) {
+		c->rx_sreq = tcp_sreq_of(s);
+		tcp_rx_start_payload(c, TCP_RX_DATA, s->fetch_buf);
 	}
 }
 
@@ -649,12 +613,10 @@ static void tcp_rx_payload_done(struct tcp_conn *c)
 				    (unsigned long long)c->rhdr.req_id);
 	}
 	if (c->base.server) {
-		struct tcp_payload *pl = &c->pl;
-		bool fetched = pl->state == TCP_PL_FETCH;
+		struct tcp_sreq *s = c->rx_sreq;
 
-		pl->state = TCP_PL_NONE;
-		if (fetched)
-			pl->cb(pl->arg, status);
+		c->rx_sreq = NULL;
+		xport_sreq_payload_done(&c->base, &s->base, status);
 		return;
 	}
 	struct tcp_req *r = c->rx_req;
@@ -679,8 +641,8 @@ static void tcp_rx(struct tcp_conn *c)
 			return;
 		avail = c->rlen - c->rpos;
 		if (c->rx == TCP_RX_HDR) {
-			if (c->base.server && c->n_rep_free <= c->srv_pending) {
-				/* Back-pressure: every reply slot is spoken for. */
+			if (c->base.server && !xport_sreq_available(&c->base)) {
+				/* Back-pressure: every request slot is in use. */
 				c->rx_paused = true;
 				tcp_set_events(c);
 				return;
@@ -829,8 +791,8 @@ static void tcp_conn_io(void *arg, uint32_t events)
 	zl_xport_conn_put(&c->base);
 }
 
-/* Deferred work: completions that must not run inside request/reply, and
- * resuming a server connection that paused for reply slots. */
+/* Deferred work: completions that must not run inside request, and resuming
+ * a server connection that paused for request slots. */
 static void tcp_work(void *arg)
 {
 	struct tcp_conn *c = arg;
@@ -844,18 +806,7 @@ static void tcp_work(void *arg)
 		c->req_done = r->done_next;
 		xport_req_finish_held(&c->base, &r->base);
 	}
-	while (c->rep_done_head && !c->base.closing) {
-		struct tcp_rep *rp = c->rep_done_head;
-		zl_xport_done_cb cb = rp->cb;
-		void *cb_arg = rp->arg;
-
-		c->rep_done_head = rp->next;
-		if (!c->rep_done_head)
-			c->rep_done_tail = NULL;
-		tcp_reply_slot_put(c, rp);
-		cb(cb_arg, 0);
-	}
-	if (!c->base.closing && c->rx_paused && c->n_rep_free > c->srv_pending) {
+	if (!c->base.closing && c->rx_paused && xport_sreq_available(&c->base)) {
 		c->rx_paused = false;
 		tcp_set_events(c);
 		tcp_rx(c);
@@ -882,21 +833,15 @@ static int tcp_conn_new(struct zl_xport *x, int fd, bool server, struct tcp_conn
 	c->loop = x->loop;
 	c->fd = fd;
 	c->h.fd = -1;
-	c->pl.base.conn = &c->base;
 	c->rbuf = malloc(TCP_RBUF_SIZE);
 	if (!c->rbuf)
 		goto out_free;
 	if (server) {
-		c->reps = calloc(n, sizeof(*c->reps));
-		if (!c->reps)
+		if (xport_sreqs_init(&c->base, n, sizeof(struct tcp_sreq),
+				     offsetof(struct tcp_sreq, base)))
 			goto out_free;
-		c->n_reps = n;
-		for (uint32_t i = n; i-- > 0;) {
-			c->reps[i].send.kind = TCP_SEND_REPLY;
-			c->reps[i].next = c->rep_free;
-			c->rep_free = &c->reps[i];
-		}
-		c->n_rep_free = n;
+		for (uint32_t i = 0; i < n; i++)
+			tcp_sreq_of(xport_sreq_at(&c->base, i))->send.kind = TCP_SEND_REPLY;
 	} else {
 		if (xport_reqs_init(&c->base, n, sizeof(struct tcp_req),
 				    offsetof(struct tcp_req, base)))
@@ -911,7 +856,6 @@ static int tcp_conn_new(struct zl_xport *x, int fd, bool server, struct tcp_conn
 
 out_free:
 	xport_conn_fini(&c->base);
-	free(c->reps);
 	free(c->rbuf);
 	free(c);
 	return -ENOMEM;
@@ -977,39 +921,17 @@ static void tcp_close_work(struct zl_xport_conn *bc)
 		c->req_done = r->done_next;
 		xport_req_finish_held(&c->base, &r->base);
 	}
-	while (c->rep_done_head) {
-		struct tcp_rep *rp = c->rep_done_head;
-		zl_xport_done_cb cb = rp->cb;
-		void *cb_arg = rp->arg;
-
-		c->rep_done_head = rp->next;
-		tcp_reply_slot_put(c, rp);
-		cb(cb_arg, 0);
-	}
-	c->rep_done_tail = NULL;
-	/* Replies that never made it out. */
+	/* Frames that never made it out: the server layer fails their
+	 * replies (and a fetch still reading) after this. */
 	while (c->sq_head) {
 		struct tcp_send *s = c->sq_head;
 
 		c->sq_head = s->next;
 		s->next = NULL;
-		if (s->kind == TCP_SEND_REPLY) {
-			struct tcp_rep *rp = ZL_CONTAINER_OF(s, struct tcp_rep, send);
-			zl_xport_done_cb cb = rp->cb;
-			void *cb_arg = rp->arg;
-
-			tcp_reply_slot_put(c, rp);
-			if (cb)
-				cb(cb_arg, -ZL_ERR_CONN);
-		}
 	}
 	c->sq_tail = NULL;
-	if (c->pl.state == TCP_PL_FETCH) {
-		c->pl.state = TCP_PL_NONE;
-		c->pl.cb(c->pl.arg, -ZL_ERR_CONN);
-	}
-	c->pl.state = TCP_PL_NONE;
 	c->rx_req = NULL;
+	c->rx_sreq = NULL;
 }
 
 static void tcp_conn_close(struct zl_xport_conn *bc, int reason)
@@ -1054,7 +976,6 @@ static void tcp_conn_free(struct zl_xport_conn *bc)
 	if (c->fd >= 0)
 		close(c->fd);
 	xport_conn_fini(bc);
-	free(c->reps);
 	free(c->rbuf);
 	free(c->tx_stage);
 	free(c);
@@ -1185,55 +1106,32 @@ static int tcp_request(struct zl_xport_conn *bc, struct xport_req *br,
 
 /* ---- server ---- */
 
-static int tcp_fetch(struct zl_xport_payload *p, void *buf, uint32_t len, zl_xport_done_cb cb,
-		     void *arg)
+/* The payload follows the header on the stream: tcp_rx_request reads it
+ * into s->fetch_buf once on_request returned. */
+static int tcp_fetch(struct zl_xport_conn *bc, struct xport_sreq *s)
 {
-	struct tcp_conn *c = tcp_conn_of(p->conn);
-	struct tcp_payload *pl = &c->pl;
-
-	if (pl->state != TCP_PL_UNDECIDED)
-		return -ZL_ERR_INVAL; /* outside on_request, or twice */
-	if (len < c->rhdr.payload_len)
-		return -ZL_ERR_INVAL;
-	pl->state = TCP_PL_FETCH;
-	pl->buf = buf;
-	pl->cb = cb;
-	pl->arg = arg;
+	(void)bc;
+	(void)s;
 	return 0;
 }
 
-static void tcp_discard(struct zl_xport_payload *p)
-{
-	struct tcp_conn *c = tcp_conn_of(p->conn);
-
-	if (c->pl.state == TCP_PL_UNDECIDED)
-		c->pl.state = TCP_PL_DISCARD;
-}
-
-static int tcp_reply(struct zl_xport_conn *bc, const struct zl_wire_hdr *rep, const void *data,
-		     uint32_t len, zl_xport_done_cb sent_cb, void *arg)
+static void tcp_discard(struct zl_xport_conn *bc, struct xport_sreq *s)
 {
 	struct tcp_conn *c = tcp_conn_of(bc);
-	struct tcp_rep *rp = c->rep_free;
 
-	if (!rp) {
-		if (tcp_warn_ok(c))
-			ZL_LOG_ERR("xport",
-				   "reply without a free slot peer=%s (more replies than "
-				   "requests: server bug)",
-				   bc->peer);
-		return -ZL_ERR_BUSY;
-	}
-	c->rep_free = rp->next;
-	c->n_rep_free--;
-	if (c->srv_pending)
-		c->srv_pending--;
-	rp->cb = sent_cb;
-	rp->arg = arg;
-	zl_wire_encode(rep, rp->send.hdr);
-	rp->send.data = data;
-	rp->send.len = len;
-	tcp_send_queue(c, &rp->send);
+	c->rx_sreq = tcp_sreq_of(s);
+	tcp_rx_start_payload(c, TCP_RX_SKIP, NULL);
+}
+
+static int tcp_reply(struct zl_xport_conn *bc, struct xport_sreq *bs,
+		     const struct zl_wire_hdr *rep, const void *data, uint32_t len)
+{
+	struct tcp_sreq *s = tcp_sreq_of(bs);
+
+	zl_wire_encode(rep, s->send.hdr);
+	s->send.data = data;
+	s->send.len = len;
+	tcp_send_queue(tcp_conn_of(bc), &s->send);
 	return 0;
 }
 
@@ -1346,5 +1244,6 @@ const struct xport_ops xport_tcp_ops = {
     .fetch = tcp_fetch,
     .discard = tcp_discard,
     .reply = tcp_reply,
+    .sreq_freed = tcp_sreq_freed,
     .mem_register = NULL,
 };

@@ -12,7 +12,11 @@
  * the implementation's slot struct), req_id = generation << 32 | slot so that
  * a reply to a slot that has since been reused is detected, the in-flight
  * list in issue order, one timeout tick per transport, and the completion
- * callback. An implementation only moves the bytes.
+ * callback. Server requests live in the common server layer (xport_sreq.c):
+ * preallocated slots (struct xport_sreq), the payload rule (undecided inside
+ * on_request, then fetched or discarded), the count of requests not yet
+ * answered, the reply's lookup by req_id, deferred and close-time callbacks.
+ * An implementation only moves the bytes.
  */
 #ifndef ZL_TRANSPORT_INTERNAL_H
 #define ZL_TRANSPORT_INTERNAL_H
@@ -199,6 +203,66 @@ struct xport_reqs {
 	struct xport_list flight; /* in flight, issue order: the head expires first */
 };
 
+struct zl_xport_payload {
+	struct zl_xport_conn *conn;
+};
+
+/* A server request slot, from the request's delivery to on_request until its
+ * reply is out and its payload is done with. The implementation embeds it in
+ * its own slot struct (xport_sreqs_init). */
+enum xport_sreq_state {
+	XPORT_SREQ_FREE,     /* on the free list */
+	XPORT_SREQ_ACTIVE,   /* delivered to on_request, not answered (counts in `pending`) */
+	XPORT_SREQ_REPLYING, /* reply handed to the implementation, its send not complete */
+	XPORT_SREQ_REPLIED,  /* reply out; the slot waits for its payload to be done */
+};
+
+/* The request's payload, beside the slot's state. */
+enum xport_pl_state {
+	XPORT_PL_NONE,	    /* no payload, or done with it */
+	XPORT_PL_UNDECIDED, /* inside on_request: neither fetched nor discarded yet */
+	XPORT_PL_FETCH,	    /* being moved into fetch_buf; fetch_cb pending */
+	XPORT_PL_DONE,	    /* moved already (inline copy); fetch_cb deferred */
+	XPORT_PL_DISCARD,   /* dropped: the implementation skips what is left of it */
+};
+
+struct xport_sreq {
+	struct xport_link link;	      /* free list (next only) */
+	struct xport_link fetch_link; /* sreqs.fetch_done */
+	struct xport_link sent_link;  /* sreqs.sent_done */
+	struct zl_xport_payload pl;
+	enum xport_sreq_state state;
+	enum xport_pl_state pl_state;
+	bool sent_queued; /* on sreqs.sent_done */
+	uint8_t opcode;
+	uint64_t req_id;
+	uint32_t data_len, data_crc; /* the payload on_request was offered */
+	void *fetch_buf;
+	int fetch_status; /* XPORT_PL_DONE */
+	zl_xport_done_cb fetch_cb;
+	void *fetch_arg;
+	zl_xport_done_cb sent_cb;
+	void *sent_arg;
+};
+
+/* The request slots of a server connection: one allocation when the
+ * connection is built, none per I/O. */
+struct xport_sreqs {
+	uint8_t *mem; /* n slots of `size` bytes, each with a struct xport_sreq at `off` */
+	size_t size, off;
+	uint32_t n;
+	struct xport_link *free; /* free slots, singly linked through link.next */
+	uint32_t pending;	 /* XPORT_SREQ_ACTIVE slots */
+	/* XPORT_SREQ_ACTIVE slots by the client's slot (req_id's low 32 bits):
+	 * open addressing, linear probing, index_mask + 1 >= 2 n entries. */
+	struct xport_sreq **index;
+	uint32_t index_mask, index_shift;
+	/* Callbacks that must not run where the implementation learns of them
+	 * (inside zl_xport_fetch, or inside a send): run by `work_d`. */
+	struct xport_list fetch_done, sent_done;
+	struct zl_defer work_d;
+};
+
 struct zl_xport_conn {
 	const struct xport_ops *ops;
 	struct zl_xport *x;
@@ -210,6 +274,7 @@ struct zl_xport_conn {
 	bool server;
 	uint32_t inflight;	 /* requests in reqs.flight */
 	struct xport_reqs reqs;	 /* client side */
+	struct xport_sreqs sreqs; /* server side */
 	int close_reason;	 /* handed to the close callback */
 	struct zl_defer close_d; /* runs the close work */
 	/* Close callback: the listener's (server) or the connector's (client). */
@@ -229,10 +294,6 @@ struct zl_xport_listener {
 	/* Handed to every connection it accepts. */
 	const struct zl_xport_server_ops *sops;
 	void *sarg;
-};
-
-struct zl_xport_payload {
-	struct zl_xport_conn *conn;
 };
 
 /* Implementation table. Every entry is called on the loop thread. */
@@ -273,12 +334,23 @@ struct xport_ops {
 	/* Optional: frees what the implementation holds for slot r, right
 	 * before its callback runs. */
 	void (*req_release)(struct zl_xport_conn *c, struct xport_req *r);
-	int (*fetch)(struct zl_xport_payload *p, void *buf, uint32_t len, zl_xport_done_cb cb,
-		     void *arg);
-	void (*discard)(struct zl_xport_payload *p);
-	/* rep is checked and complete (payload_len = len, payload_crc set). */
-	int (*reply)(struct zl_xport_conn *c, const struct zl_wire_hdr *rep, const void *data,
-		     uint32_t len, zl_xport_done_cb sent_cb, void *arg);
+	/* Server side (the slot machine is xport_sreq.c's; these only move
+	 * bytes). fetch: inside on_request, s->fetch_buf takes s->data_len
+	 * bytes; start moving them now or once on_request returned, and report
+	 * with xport_sreq_payload_done (or _done_later). Returns 0, or a
+	 * negative error when nothing started. */
+	int (*fetch)(struct zl_xport_conn *c, struct xport_sreq *s);
+	/* After on_request, nobody fetched: drop the payload (skip its bytes)
+	 * and report with xport_sreq_payload_done. */
+	void (*discard)(struct zl_xport_conn *c, struct xport_sreq *s);
+	/* Sends the reply of s (already XPORT_SREQ_REPLYING, sent_cb set); rep
+	 * is checked and complete (payload_len = len, payload_crc set). Reports
+	 * with xport_sreq_reply_done (or _done_later); may do so before it
+	 * returns. Returns 0, or a negative error when nothing was queued. */
+	int (*reply)(struct zl_xport_conn *c, struct xport_sreq *s, const struct zl_wire_hdr *rep,
+		     const void *data, uint32_t len);
+	/* Optional: a server slot is free again (a paused reader may resume). */
+	void (*sreq_freed)(struct zl_xport_conn *c);
 	/* Optional: registers a new pool region with the device. */
 	xport_pool_region_fn mem_register;
 };
@@ -370,5 +442,44 @@ void xport_req_finish_held(struct zl_xport_conn *c, struct xport_req *r);
  * its held reply, or -ZL_ERR_TIMEOUT if it expired, -ZL_ERR_TLS when the
  * connection closed for a failed handshake, else -ZL_ERR_CONN. */
 void xport_reqs_fail_all(struct zl_xport_conn *c);
+
+/* ---- server request slots (xport_sreq.c) ---- */
+
+/* Allocates n zeroed server slots of `size` bytes with their struct
+ * xport_sreq at offset `off`, and their index. Returns 0 or -ENOMEM. */
+int xport_sreqs_init(struct zl_xport_conn *c, uint32_t n, size_t size, size_t off);
+/* Frees what xport_sreqs_init allocated (called by xport_conn_fini). */
+void xport_sreqs_fini(struct zl_xport_conn *c);
+struct xport_sreq *xport_sreq_at(struct zl_xport_conn *c, uint32_t i);
+/* A free slot is there for the next request. */
+bool xport_sreq_available(const struct zl_xport_conn *c);
+/* Takes a free slot for request h (payload_len and payload_crc as on_request
+ * will see them). NULL with *why set when no slot is free or the client's
+ * slot of h->req_id is still in use: a protocol error. */
+struct xport_sreq *xport_sreq_start(struct zl_xport_conn *c, const struct zl_wire_hdr *h,
+				    const char **why);
+/* Hands s to on_request, then settles a payload it left undecided (a server
+ * bug: discarded) and has a discarded one dropped (ops->discard). */
+void xport_sreq_deliver(struct zl_xport_conn *c, struct xport_sreq *s, const struct zl_wire_hdr *h);
+/* The payload of s is in (status: 0 or -ZL_ERR_CORRUPT) or skipped: the fetch
+ * callback runs now, if it was fetched. */
+void xport_sreq_payload_done(struct zl_xport_conn *c, struct xport_sreq *s, int status);
+/* The same, from inside zl_xport_fetch: the callback runs deferred. */
+void xport_sreq_payload_done_later(struct zl_xport_conn *c, struct xport_sreq *s, int status);
+/* The reply of s is out (status 0) or failed: the sent callback runs now. */
+void xport_sreq_reply_done(struct zl_xport_conn *c, struct xport_sreq *s, int status);
+/* The reply of s is out, learnt where callbacks must not run: deferred. */
+void xport_sreq_reply_done_later(struct zl_xport_conn *c, struct xport_sreq *s);
+/* zl_xport_fetch, zl_xport_discard and zl_xport_reply past their argument
+ * checks. */
+int xport_sreq_fetch(struct zl_xport_payload *p, void *buf, uint32_t len, zl_xport_done_cb cb,
+		     void *arg);
+void xport_sreq_discard(struct zl_xport_payload *p);
+int xport_sreq_reply(struct zl_xport_conn *c, const struct zl_wire_hdr *rep, const void *data,
+		     uint32_t len, zl_xport_done_cb sent_cb, void *arg);
+/* Close work, after the implementation's (no DMA, nothing queued any more):
+ * deferred callbacks run, then every fetch still pending fails and every reply
+ * not sent fails (-ZL_ERR_CONN), slot by slot. */
+void xport_sreqs_fail_all(struct zl_xport_conn *c);
 
 #endif

@@ -1,7 +1,8 @@
 /* Transport front end and common layer: argument checks, reference
  * counting, connection bookkeeping and the client request layer (slots,
  * req_ids, in-flight list, timeouts, completion) shared by every
- * implementation, which it reaches through struct xport_ops.
+ * implementation, which it reaches through struct xport_ops. The server
+ * request layer is xport_sreq.c.
  */
 #include "transport_internal.h"
 #ifdef ZL_HAVE_RDMA
@@ -257,6 +258,7 @@ void xport_conn_init(struct zl_xport *x, struct zl_xport_conn *c, bool server)
 
 void xport_conn_fini(struct zl_xport_conn *c)
 {
+	xport_sreqs_fini(c);
 	free(c->reqs.mem);
 	c->reqs.mem = NULL;
 	c->reqs.n = 0;
@@ -268,6 +270,7 @@ void xport_conn_closing(struct zl_xport_conn *c, int reason)
 	c->closing = true;
 	c->close_reason = reason;
 	zl_loop_defer(c->x->loop, &c->close_d, xport_close_work, c);
+	zl_loop_defer_cancel(c->x->loop, &c->sreqs.work_d);
 	ZL_LOG_DEBUG("xport",
 		     "connection closing transport=%s peer=%s side=%s reason=%s inflight=%u",
 		     zl_xport_kind_name(c->kind), c->peer, c->server ? "server" : "client",
@@ -299,6 +302,7 @@ static void xport_close_work(void *arg)
 	struct zl_xport_conn *c = arg;
 
 	c->ops->close_work(c);
+	xport_sreqs_fail_all(c);
 	xport_reqs_fail_all(c);
 	c->closed = true;
 	if (c->server) {
@@ -690,13 +694,13 @@ int zl_xport_fetch(struct zl_xport_payload *p, void *buf, uint32_t len, zl_xport
 		return -ZL_ERR_INVAL;
 	if (p->conn->closing)
 		return -ZL_ERR_CONN;
-	return p->conn->ops->fetch(p, buf, len, cb, arg);
+	return xport_sreq_fetch(p, buf, len, cb, arg);
 }
 
 void zl_xport_discard(struct zl_xport_payload *p)
 {
 	if (p)
-		p->conn->ops->discard(p);
+		xport_sreq_discard(p);
 }
 
 int zl_xport_reply(struct zl_xport_conn *c, struct zl_wire_hdr *rep, const void *data, uint32_t len,
@@ -715,5 +719,5 @@ int zl_xport_reply(struct zl_xport_conn *c, struct zl_wire_hdr *rep, const void 
 	rc = xport_hdr_seal(c, rep, data, len, "reply");
 	if (rc)
 		return rc;
-	return c->ops->reply(c, rep, data, len, sent_cb, arg);
+	return xport_sreq_reply(c, rep, data, len, sent_cb, arg);
 }
