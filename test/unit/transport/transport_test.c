@@ -1217,6 +1217,40 @@ static void test_bad_frames(void **state)
 	}
 }
 
+/* The server layer keys requests by the client's slot: a reply must name a
+ * pending request (another generation of its slot is refused), and a client
+ * that has one slot in flight twice breaks the protocol. */
+static void test_duplicate_request_id(void **state)
+{
+	struct env *e = env_start(state, NULL, NULL);
+	struct zl_wire_hdr h = {.opcode = ZL_OP_PING, .req_id = (7ull << 32) | 3, .aux = 1}, rep;
+	uint8_t buf[ZL_WIRE_HDR_SIZE];
+	int fd;
+
+	if (e->kind != ZL_XPORT_TCP)
+		fail_msg("raw TCP peer test registered for another transport");
+	e->srv->mode = SRV_HOLD;
+	fd = raw_connect(e->port);
+	zl_wire_encode(&h, buf);
+	write_full(fd, buf, sizeof(buf));
+	run_until(e, &e->srv->n_held, 1);
+	zl_wire_reply_init(&e->srv->held[0]->h, &rep, 0);
+	rep.req_id ^= 1ull << 32;
+	assert_int_equal(zl_xport_reply(e->srv->held[0]->c, &rep, NULL, 0, NULL, NULL),
+			 -ZL_ERR_INVAL);
+	assert_int_equal(e->srv->n_close, 0);
+	/* Slot 3 again (next generation) while the first is unanswered. */
+	h.req_id = (8ull << 32) | 3;
+	zl_wire_encode(&h, buf);
+	write_full(fd, buf, sizeof(buf));
+	run_until(e, &e->srv->n_close, 1);
+	assert_int_equal(e->srv->last_close_reason, -ZL_ERR_PROTO);
+	assert_int_equal(e->srv->n_held, 1);
+	srv_release(e->srv, NULL);
+	assert_int_equal(e->srv->n_answered, 0);
+	close(fd);
+}
+
 /* A raw server answers with a wrong payload CRC, then with a reply to an
  * unknown request id. */
 static void test_reply_corrupt(void **state)
@@ -1956,6 +1990,7 @@ static void test_names_and_create(void **state)
 	cmocka_unit_test_prestate_setup_teardown(test_early_reply, NULL, env_teardown, kind),\
 	cmocka_unit_test_prestate_setup_teardown(test_bad_frames, NULL, env_teardown, kind),\
 	cmocka_unit_test_prestate_setup_teardown(test_reply_corrupt, NULL, env_teardown, kind),\
+	cmocka_unit_test_prestate_setup_teardown(test_duplicate_request_id, NULL, env_teardown, kind),\
 	cmocka_unit_test_prestate_setup_teardown(test_connect_errors, NULL, env_teardown, kind)
 
 int main(int argc, char **argv)
