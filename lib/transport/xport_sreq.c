@@ -191,17 +191,25 @@ void xport_sreq_deliver(struct zl_xport_conn *c, struct xport_sreq *s, const str
 		c->ops->discard(c, s);
 }
 
+/* Clears the callback at *cbp, puts s back if it is done with, then runs the
+ * callback (none: NULL). */
+static void sreq_finish(struct zl_xport_conn *c, struct xport_sreq *s, zl_xport_done_cb *cbp,
+			void *arg, int status)
+{
+	zl_xport_done_cb cb = *cbp;
+
+	*cbp = NULL;
+	sreq_maybe_put(c, s);
+	if (cb)
+		cb(arg, status);
+}
+
 void xport_sreq_payload_done(struct zl_xport_conn *c, struct xport_sreq *s, int status)
 {
-	bool fetched = s->pl_state == XPORT_PL_FETCH || s->pl_state == XPORT_PL_DONE;
-	zl_xport_done_cb cb = s->fetch_cb;
-	void *arg = s->fetch_arg;
-
+	if (s->pl_state != XPORT_PL_FETCH && s->pl_state != XPORT_PL_DONE)
+		s->fetch_cb = NULL; /* skipped: nobody waits */
 	s->pl_state = XPORT_PL_NONE;
-	s->fetch_cb = NULL;
-	sreq_maybe_put(c, s);
-	if (fetched)
-		cb(arg, status);
+	sreq_finish(c, s, &s->fetch_cb, s->fetch_arg, status);
 }
 
 static void sreq_work(void *arg);
@@ -216,14 +224,8 @@ void xport_sreq_payload_done_later(struct zl_xport_conn *c, struct xport_sreq *s
 
 void xport_sreq_reply_done(struct zl_xport_conn *c, struct xport_sreq *s, int status)
 {
-	zl_xport_done_cb cb = s->sent_cb;
-	void *arg = s->sent_arg;
-
 	s->state = XPORT_SREQ_REPLIED;
-	s->sent_cb = NULL;
-	sreq_maybe_put(c, s);
-	if (cb)
-		cb(arg, status);
+	sreq_finish(c, s, &s->sent_cb, s->sent_arg, status);
 }
 
 void xport_sreq_reply_done_later(struct zl_xport_conn *c, struct xport_sreq *s)
