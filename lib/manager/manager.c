@@ -13,10 +13,11 @@
  *
  * Every row change is one zl_meta_slice_set at the slice version the
  * decision was made on; -ZL_ERR_STALE reloads the volume and decides again.
- * Leadership is checked before every write (ctrl_leader_may_write: the
- * lease was renewed so recently that the write lands before it could
- * expire), and a pass stops at the first write it may no longer make. */
+ * Leadership is checked before every write (cfg.leader_may_write: the
+ * caller's lease was renewed so recently that the write lands before it
+ * could expire), and a pass stops at the first write it may no longer make. */
 #include <errno.h>
+#include <pthread.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,9 +25,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "ctrl.h"
+#include "lib/common/common.h"
+#include "lib/manager/manager.h"
+#include "lib/meta/meta.h"
 #include "lib/placement/placement.h"
 
+#define MGR_LOG "manager"
 #define MGR_TICK_MS 1000
 /* Writes of one slice in one pass (a report decision, then a node one). */
 #define MGR_ROW_ROUNDS 4
@@ -48,8 +52,9 @@ struct mgr_node {
 	int64_t out_start; /* info.start_time then */
 };
 
-struct ctrl_mgr {
-	struct ctrl *c;
+struct zl_manager {
+	struct zl_manager_cfg cfg;
+	char prefix[128];
 	struct zl_etcd *etcd; /* the manager's own handle */
 	unsigned int grace_s, down_out_s;
 	struct zl_etcd_watch *watch[4];
@@ -87,7 +92,7 @@ struct mgr_decision {
 	int n_acted;
 };
 
-static void mgr_wake(struct ctrl_mgr *m)
+static void mgr_wake(struct zl_manager *m)
 {
 	pthread_mutex_lock(&m->lock);
 	m->dirty = true;
@@ -102,15 +107,25 @@ static void mgr_watch_cb(void *arg, enum zl_etcd_event_type type, const struct z
 	mgr_wake(arg);
 }
 
-void ctrl_manager_kick(struct ctrl *c)
+void zl_manager_kick(struct zl_manager *m)
 {
-	if (c->mgr)
-		mgr_wake(c->mgr);
+	if (m)
+		mgr_wake(m);
+}
+
+static bool mgr_leads(struct zl_manager *m)
+{
+	return m->cfg.leader_is(m->cfg.leader_arg);
+}
+
+static bool mgr_may_write(struct zl_manager *m)
+{
+	return m->cfg.leader_may_write(m->cfg.leader_arg);
 }
 
 /* Logs a line once per key (e.g. a row that waits), until MGR_ONCE_SLOTS
  * other keys pushed it out. */
-static bool mgr_once(struct ctrl_mgr *m, const char *key)
+static bool mgr_once(struct zl_manager *m, const char *key)
 {
 	for (unsigned int i = 0; i < MGR_ONCE_SLOTS; i++) {
 		if (!strcmp(m->once[i], key))
@@ -123,7 +138,7 @@ static bool mgr_once(struct ctrl_mgr *m, const char *key)
 
 /* ---- the node table ---- */
 
-static struct mgr_node *mgr_node_find(struct ctrl_mgr *m, const char *id)
+static struct mgr_node *mgr_node_find(struct zl_manager *m, const char *id)
 {
 	for (size_t i = 0; i < m->n_nodes; i++) {
 		if (!strcmp(m->nodes[i].id, id))
@@ -134,7 +149,7 @@ static struct mgr_node *mgr_node_find(struct ctrl_mgr *m, const char *id)
 
 /* The entry of id, added as "absent since now" when the manager never saw
  * it (a row naming a node that is gone). NULL on ENOMEM. */
-static struct mgr_node *mgr_node_get(struct ctrl_mgr *m, const char *id)
+static struct mgr_node *mgr_node_get(struct zl_manager *m, const char *id)
 {
 	struct mgr_node *nd = mgr_node_find(m, id);
 
@@ -158,14 +173,14 @@ static struct mgr_node *mgr_node_get(struct ctrl_mgr *m, const char *id)
 
 /* Reads the node records and updates the table: present ones, and since
  * when the others are gone. 0 or an etcd error (the table is unchanged). */
-static int mgr_nodes_refresh(struct ctrl_mgr *m)
+static int mgr_nodes_refresh(struct zl_manager *m)
 {
 	struct zl_node_info *list = NULL;
 	size_t n = 0;
 	uint64_t now;
 	int rc;
 
-	rc = zl_meta_node_list(m->etcd, m->c->prefix, &list, &n);
+	rc = zl_meta_node_list(m->etcd, m->prefix, &list, &n);
 	if (rc)
 		return rc;
 	now = zl_now_ms();
@@ -186,7 +201,7 @@ static int mgr_nodes_refresh(struct ctrl_mgr *m)
 	for (size_t i = 0; i < m->n_nodes; i++) {
 		if (!m->nodes[i].present && !m->nodes[i].gone_ms) {
 			m->nodes[i].gone_ms = now;
-			ZL_LOG_INFO(CTRL_LOG, "manager: node=%s record gone", m->nodes[i].id);
+			ZL_LOG_INFO(MGR_LOG, "manager: node=%s record gone", m->nodes[i].id);
 		}
 	}
 	free(list);
@@ -272,20 +287,20 @@ static void mgr_act(struct mgr_decision *d, struct zl_report *r)
 }
 
 /* Deletes a report (the revision read) if this replica still leads. */
-static int mgr_report_drop(struct ctrl_mgr *m, struct zl_report *r, const char *why)
+static int mgr_report_drop(struct zl_manager *m, struct zl_report *r, const char *why)
 {
 	int rc;
 
-	if (!ctrl_leader_may_write(m->c))
+	if (!mgr_may_write(m))
 		return -ECANCELED;
-	rc = zl_meta_report_delete(m->etcd, m->c->prefix, r);
+	rc = zl_meta_report_delete(m->etcd, m->prefix, r);
 	r->mod_rev = -1;
 	if (rc == -ZL_ERR_CONFLICT) {
 		r->mod_rev = -2; /* re-put meanwhile: mgr_row_recheck, next pass */
 		return 0;
 	}
 	if (!rc)
-		ZL_LOG_INFO(CTRL_LOG,
+		ZL_LOG_INFO(MGR_LOG,
 			    "manager: vol=%s slice=%u report reporter=%s peer=%s error=%s "
 			    "slice_ver=%" PRIu64 " deleted: %s",
 			    r->vol_id, r->slice, r->reporter, r->peer, r->error, r->slice_ver, why);
@@ -312,7 +327,7 @@ static bool mgr_failure_after(const struct zl_report *c, const struct zl_report 
 }
 
 /* M4 on CAUGHT_UP report r about member idx of cur, from its primary. */
-static int mgr_caught_up(struct ctrl_mgr *m, const struct zl_volume *v, uint32_t slice,
+static int mgr_caught_up(struct zl_manager *m, const struct zl_volume *v, uint32_t slice,
 			 struct zl_report *r, int idx, const struct zl_report *reps, size_t n_reps,
 			 struct mgr_decision *d)
 {
@@ -326,7 +341,7 @@ static int mgr_caught_up(struct ctrl_mgr *m, const struct zl_volume *v, uint32_t
 	if (mgr_failure_after(r, reps, n_reps)) {
 		/* Kept: applied only if the failure goes away first. */
 		if (mgr_once(m, key))
-			ZL_LOG_INFO(CTRL_LOG,
+			ZL_LOG_INFO(MGR_LOG,
 				    "manager: vol=%s slice=%u member=%s CAUGHT_UP by %s not "
 				    "applied: a later failure report about it exists",
 				    v->id, slice, r->peer, r->reporter);
@@ -335,7 +350,7 @@ static int mgr_caught_up(struct ctrl_mgr *m, const struct zl_volume *v, uint32_t
 	if (!nd || !nd->present) {
 		/* Never IN_SYNC on a dead node; M1 takes it out after grace. */
 		if (mgr_once(m, key))
-			ZL_LOG_INFO(CTRL_LOG,
+			ZL_LOG_INFO(MGR_LOG,
 				    "manager: vol=%s slice=%u member=%s CAUGHT_UP by %s not "
 				    "applied: its node record is gone",
 				    v->id, slice, r->peer, r->reporter);
@@ -350,7 +365,7 @@ static int mgr_caught_up(struct ctrl_mgr *m, const struct zl_volume *v, uint32_t
 /* M4, M5, M6 and stale reports of one row. Reports that are stale or
  * pointless are deleted here; those acted on go into d->acted. Returns 0 or
  * -ECANCELED (leadership lost). */
-static int mgr_decide_reports(struct ctrl_mgr *m, const struct zl_volume *v, uint32_t slice,
+static int mgr_decide_reports(struct zl_manager *m, const struct zl_volume *v, uint32_t slice,
 			      struct zl_report *reps, size_t n_reps, struct mgr_decision *d)
 {
 	const struct zl_slice *cur = &v->slices[slice];
@@ -406,7 +421,7 @@ static int mgr_decide_reports(struct ctrl_mgr *m, const struct zl_volume *v, uin
 			snprintf(key, sizeof(key), "m6/%s/%u/%" PRIu64 "/%s/%s", v->id, slice,
 				 cur->version, r->reporter, r->peer);
 			if (mgr_once(m, key))
-				ZL_LOG_INFO(CTRL_LOG,
+				ZL_LOG_INFO(MGR_LOG,
 					    "manager: vol=%s slice=%u member=%s report by %s "
 					    "error=%s ignored: not the primary's word about a "
 					    "backup (M6; the node's lease decides)",
@@ -416,7 +431,7 @@ static int mgr_decide_reports(struct ctrl_mgr *m, const struct zl_volume *v, uin
 	return rc;
 }
 
-static void mgr_deadline(struct ctrl_mgr *m, uint64_t at)
+static void mgr_deadline(struct zl_manager *m, uint64_t at)
 {
 	if (!m->next_deadline_ms || at < m->next_deadline_ms)
 		m->next_deadline_ms = at;
@@ -425,7 +440,7 @@ static void mgr_deadline(struct ctrl_mgr *m, uint64_t at)
 /* M7: a live node for slot `slot` of row (not in the row; a failure domain
  * of its own when the live nodes span at least `replicas` domains), chosen
  * by lib/placement (weighted by free space). NULL when there is none. */
-static const struct zl_node_info *mgr_replacement(struct ctrl_mgr *m, const struct zl_volume *v,
+static const struct zl_node_info *mgr_replacement(struct zl_manager *m, const struct zl_volume *v,
 						  uint32_t slice, const struct zl_slice *row,
 						  int slot)
 {
@@ -489,7 +504,7 @@ out:
  * outlived the hold (the node is alive; the failure was transient). A
  * manager that took over has no hold (it did not see the M5): the old
  * behaviour, at most one such round. */
-static bool mgr_m2_hold(struct ctrl_mgr *m, const struct mgr_node *nd, uint64_t now)
+static bool mgr_m2_hold(struct zl_manager *m, const struct mgr_node *nd, uint64_t now)
 {
 	if (!nd->out_ms || nd->info.start_time != nd->out_start ||
 	    now - nd->out_ms >= MGR_M2_HOLD_MS)
@@ -499,7 +514,7 @@ static bool mgr_m2_hold(struct ctrl_mgr *m, const struct mgr_node *nd, uint64_t 
 }
 
 /* M1, M2, M3 and M7 on one row, from the node table. */
-static void mgr_decide_nodes(struct ctrl_mgr *m, const struct zl_volume *v, uint32_t slice,
+static void mgr_decide_nodes(struct zl_manager *m, const struct zl_volume *v, uint32_t slice,
 			     struct mgr_decision *d)
 {
 	const struct zl_slice *cur = &v->slices[slice];
@@ -522,7 +537,7 @@ static void mgr_decide_nodes(struct ctrl_mgr *m, const struct zl_volume *v, uint
 					snprintf(key, sizeof(key), "m3/%s/%u/%" PRIu64 "/%d", v->id,
 						 slice, cur->version, i);
 					if (mgr_once(m, key))
-						ZL_LOG_WARN(CTRL_LOG,
+						ZL_LOG_WARN(MGR_LOG,
 							    "manager: vol=%s slice=%u member=%s "
 							    "has a new incarnation=%s but is the "
 							    "last in-sync member: the row waits",
@@ -557,7 +572,7 @@ static void mgr_decide_nodes(struct ctrl_mgr *m, const struct zl_volume *v, uint
 				snprintf(key, sizeof(key), "m1/%s/%u/%" PRIu64 "/%d", v->id, slice,
 					 cur->version, i);
 				if (mgr_once(m, key))
-					ZL_LOG_WARN(CTRL_LOG,
+					ZL_LOG_WARN(MGR_LOG,
 						    "manager: vol=%s slice=%u member=%s node record "
 						    "gone but it is the last in-sync member: the "
 						    "row waits for it",
@@ -578,7 +593,7 @@ static void mgr_decide_nodes(struct ctrl_mgr *m, const struct zl_volume *v, uint
 			snprintf(key, sizeof(key), "m7/%s/%u/%" PRIu64 "/%d", v->id, slice,
 				 cur->version, i);
 			if (mgr_once(m, key))
-				ZL_LOG_WARN(CTRL_LOG,
+				ZL_LOG_WARN(MGR_LOG,
 					    "manager: vol=%s slice=%u member=%s gone for %" PRIu64
 					    " s: no live node outside the row%s to replace it; "
 					    "waiting (register a storage node)",
@@ -602,12 +617,12 @@ static void mgr_decide_nodes(struct ctrl_mgr *m, const struct zl_volume *v, uint
  * at ver. That failure is about the row just written, which says IN_SYNC:
  * *r becomes it at the new version, so the next round applies M5 (OUT,
  * then recovery again) instead of dropping it as stale. */
-static void mgr_row_recheck(struct ctrl_mgr *m, struct zl_report *r, uint64_t ver, uint64_t new_ver)
+static void mgr_row_recheck(struct zl_manager *m, struct zl_report *r, uint64_t ver, uint64_t new_ver)
 {
 	struct zl_report *list = NULL;
 	size_t n = 0;
 
-	if (zl_meta_report_list(m->etcd, m->c->prefix, r->vol_id, &list, &n))
+	if (zl_meta_report_list(m->etcd, m->prefix, r->vol_id, &list, &n))
 		return; /* the primary reports again (storage heal_suspect) */
 	for (size_t k = 0; k < n; k++) {
 		struct zl_report *x = &list[k];
@@ -616,7 +631,7 @@ static void mgr_row_recheck(struct ctrl_mgr *m, struct zl_report *r, uint64_t ve
 		    strcmp(x->peer, r->peer) || !strcmp(x->error, "CAUGHT_UP") ||
 		    x->slice_ver != ver)
 			continue;
-		ZL_LOG_WARN(CTRL_LOG,
+		ZL_LOG_WARN(MGR_LOG,
 			    "manager: vol=%s slice=%u member=%s: %s reported error=%s at "
 			    "slice_ver=%" PRIu64 " after its CAUGHT_UP (applied): the failure "
 			    "wins at version %" PRIu64,
@@ -632,7 +647,7 @@ static void mgr_row_recheck(struct ctrl_mgr *m, struct zl_report *r, uint64_t ve
  * none (bounded). *v is kept current (the record each write returned, or a
  * reload after STALE). Returns 0, -ECANCELED (leadership lost: stop the
  * pass) or an error of the volume (logged; the next pass retries). */
-static int mgr_row(struct ctrl_mgr *m, struct zl_volume *v, uint32_t slice,
+static int mgr_row(struct zl_manager *m, struct zl_volume *v, uint32_t slice,
 		   struct zl_report *reps, size_t n_reps)
 {
 	struct mgr_decision d;
@@ -653,13 +668,13 @@ static int mgr_row(struct ctrl_mgr *m, struct zl_volume *v, uint32_t slice,
 			return 0;
 		mgr_keep_primary(cur, &d.row);
 		d.row.term = 0; /* the current one, plus one when the primary changes */
-		if (!ctrl_leader_may_write(m->c))
+		if (!mgr_may_write(m))
 			return -ECANCELED;
-		rc = zl_meta_slice_set(m->etcd, m->c->prefix, v->id, slice, cur->version, &d.row,
+		rc = zl_meta_slice_set(m->etcd, m->prefix, v->id, slice, cur->version, &d.row,
 				       &fresh);
 		if (rc == -ZL_ERR_STALE || rc == -ZL_ERR_CONFLICT) {
 			/* Someone changed the row after our read: decide again. */
-			rc = zl_meta_volume_get(m->etcd, m->c->prefix, v->id, &fresh);
+			rc = zl_meta_volume_get(m->etcd, m->prefix, v->id, &fresh);
 			if (rc)
 				return rc;
 			zl_volume_fini(v);
@@ -669,7 +684,7 @@ static int mgr_row(struct ctrl_mgr *m, struct zl_volume *v, uint32_t slice,
 			continue;
 		}
 		if (rc) {
-			ZL_LOG_WARN(CTRL_LOG,
+			ZL_LOG_WARN(MGR_LOG,
 				    "manager: vol=%s slice=%u version=%" PRIu64
 				    ": row write refused err=%s (see the meta line above); next "
 				    "try in a pass",
@@ -688,7 +703,7 @@ static int mgr_row(struct ctrl_mgr *m, struct zl_volume *v, uint32_t slice,
 				nd->out_start = nd->info.start_time;
 			}
 
-			ZL_LOG_INFO(CTRL_LOG,
+			ZL_LOG_INFO(MGR_LOG,
 				    "manager: vol=%s slice=%u member=%s%s%s %s->%s reason=\"%s\" "
 				    "version=%" PRIu64 "->%" PRIu64 " term=%u->%u",
 				    v->id, slice, ch->old_node, moved ? "->" : "",
@@ -720,7 +735,7 @@ static int mgr_row(struct ctrl_mgr *m, struct zl_volume *v, uint32_t slice,
 #define MGR_REBAL_INFLIGHT 4
 
 /* Every member of row is in sync on a live node. */
-static bool mgr_row_settled(struct ctrl_mgr *m, const struct zl_slice *row)
+static bool mgr_row_settled(struct zl_manager *m, const struct zl_slice *row)
 {
 	for (int i = 0; i < row->n; i++) {
 		const struct mgr_node *nd = mgr_node_find(m, row->nodes[i]);
@@ -732,7 +747,7 @@ static bool mgr_row_settled(struct ctrl_mgr *m, const struct zl_slice *row)
 }
 
 /* Distinct failure domains among live nodes ("" = a domain of its own). */
-static size_t mgr_live_domains(struct ctrl_mgr *m)
+static size_t mgr_live_domains(struct zl_manager *m)
 {
 	size_t domains = 0;
 
@@ -753,7 +768,7 @@ static size_t mgr_live_domains(struct ctrl_mgr *m)
 /* Live node a may take slot `slot` of row: not in the row, and in a failure
  * domain of its own among the other members when the live nodes span at
  * least `replicas` domains (the rule of mgr_replacement). */
-static bool mgr_rebal_fits(struct ctrl_mgr *m, const struct zl_volume *v,
+static bool mgr_rebal_fits(struct zl_manager *m, const struct zl_volume *v,
 			   const struct zl_slice *row, int slot, const struct mgr_node *a,
 			   size_t domains)
 {
@@ -771,7 +786,7 @@ static bool mgr_rebal_fits(struct ctrl_mgr *m, const struct zl_volume *v,
 
 /* Members of v per live node into cnt[] (indexed like m->nodes); the number
  * of rows not settled into *moving. */
-static void mgr_rebal_count(struct ctrl_mgr *m, const struct zl_volume *v, uint32_t *cnt,
+static void mgr_rebal_count(struct zl_manager *m, const struct zl_volume *v, uint32_t *cnt,
 			    uint32_t *moving)
 {
 	memset(cnt, 0, m->n_nodes * sizeof(*cnt));
@@ -791,7 +806,7 @@ static void mgr_rebal_count(struct ctrl_mgr *m, const struct zl_volume *v, uint3
 
 /* The most and least loaded live nodes (indexes into m->nodes; -1 when no
  * live node). */
-static void mgr_rebal_extremes(struct ctrl_mgr *m, const uint32_t *cnt, long *hi, long *lo)
+static void mgr_rebal_extremes(struct zl_manager *m, const uint32_t *cnt, long *hi, long *lo)
 {
 	*hi = *lo = -1;
 	for (size_t k = 0; k < m->n_nodes; k++) {
@@ -807,7 +822,7 @@ static void mgr_rebal_extremes(struct ctrl_mgr *m, const uint32_t *cnt, long *hi
 /* A settled row of v with a member on node hi that a node loaded less than
  * cnt[hi] - 1 may take; prefers a row where hi is not the primary (no new
  * term). Fills *slice, *slot and *to (index into m->nodes); false when none. */
-static bool mgr_rebal_pick(struct ctrl_mgr *m, const struct zl_volume *v, const uint32_t *cnt,
+static bool mgr_rebal_pick(struct zl_manager *m, const struct zl_volume *v, const uint32_t *cnt,
 			   long hi, uint32_t *slice, int *slot, long *to)
 {
 	size_t domains = mgr_live_domains(m);
@@ -843,7 +858,7 @@ static bool mgr_rebal_pick(struct ctrl_mgr *m, const struct zl_volume *v, const 
 /* Moves member `slot` of row `slice` to node m->nodes[to] as RECOVERING at
  * version 0 (what M7 does for a dead node). 0, -ZL_ERR_STALE (someone wrote
  * the row: the next pass decides again), -ECANCELED or another error. */
-static int mgr_rebal_move(struct ctrl_mgr *m, struct zl_volume *v, uint32_t slice, int slot,
+static int mgr_rebal_move(struct zl_manager *m, struct zl_volume *v, uint32_t slice, int slot,
 			  long to)
 {
 	const struct zl_slice *cur = &v->slices[slice];
@@ -858,17 +873,17 @@ static int mgr_rebal_move(struct ctrl_mgr *m, struct zl_volume *v, uint32_t slic
 	snprintf(row.incarnation[slot], sizeof(row.incarnation[slot]), "%s", nd->info.incarnation);
 	zl_slice_member_set(&row, slot, ZL_MEMBER_RECOVERING);
 	row.term = 0; /* the current one, plus one when the primary moves */
-	if (!ctrl_leader_may_write(m->c))
+	if (!mgr_may_write(m))
 		return -ECANCELED;
-	rc = zl_meta_slice_set(m->etcd, m->c->prefix, v->id, slice, cur->version, &row, &fresh);
+	rc = zl_meta_slice_set(m->etcd, m->prefix, v->id, slice, cur->version, &row, &fresh);
 	if (rc) {
-		ZL_LOG_WARN(CTRL_LOG,
+		ZL_LOG_WARN(MGR_LOG,
 			    "manager: vol=%s slice=%u rebalance %s -> %s: row write refused "
 			    "err=%s; next try in a pass",
 			    v->id, slice, from, nd->id, zl_errname(rc));
 		return rc == -ZL_ERR_CONFLICT ? -ZL_ERR_STALE : rc;
 	}
-	ZL_LOG_INFO(CTRL_LOG,
+	ZL_LOG_INFO(MGR_LOG,
 		    "manager: vol=%s slice=%u rebalance %s -> %s (%s, full copy) version=%" PRIu64
 		    "->%" PRIu64 " term=%u->%u",
 		    v->id, slice, from, nd->id, slot == zl_slice_primary(cur) ? "was the primary"
@@ -884,7 +899,7 @@ static int mgr_rebal_move(struct ctrl_mgr *m, struct zl_volume *v, uint32_t slic
  * than MGR_REBAL_INFLIGHT rows are moving, and deletes the request once the
  * volume is balanced (every row settled, max - min members per live node
  * <= 1). 0, -ECANCELED or an error (the next pass retries). */
-static int mgr_rebalance(struct ctrl_mgr *m, struct zl_volume *v, struct zl_rebalance_req *req)
+static int mgr_rebalance(struct zl_manager *m, struct zl_volume *v, struct zl_rebalance_req *req)
 {
 	uint32_t *cnt, moving;
 	long hi, lo;
@@ -895,11 +910,11 @@ static int mgr_rebalance(struct ctrl_mgr *m, struct zl_volume *v, struct zl_reba
 
 		snprintf(key, sizeof(key), "rebal-min/%s", v->id);
 		if (mgr_once(m, key))
-			ZL_LOG_WARN(CTRL_LOG,
+			ZL_LOG_WARN(MGR_LOG,
 				    "manager: vol=%s rebalance refused: a move takes one of its %u "
 				    "members out of sync, which would leave fewer than min_size=%u "
 				    "in sync; delete the request (etcdctl del %srebalance/%s)",
-				    v->id, v->replicas, zl_volume_min_size(v), m->c->prefix, v->id);
+				    v->id, v->replicas, zl_volume_min_size(v), m->prefix, v->id);
 		return 0;
 	}
 	cnt = calloc(m->n_nodes ? m->n_nodes : 1, sizeof(*cnt));
@@ -915,13 +930,13 @@ static int mgr_rebalance(struct ctrl_mgr *m, struct zl_volume *v, struct zl_reba
 		if (hi < 0)
 			break;
 		if (!moving && cnt[hi] <= cnt[lo] + 1) {
-			if (!ctrl_leader_may_write(m->c)) {
+			if (!mgr_may_write(m)) {
 				rc = -ECANCELED;
 				break;
 			}
-			rc = zl_meta_rebalance_delete(m->etcd, m->c->prefix, req);
+			rc = zl_meta_rebalance_delete(m->etcd, m->prefix, req);
 			if (!rc)
-				ZL_LOG_INFO(CTRL_LOG,
+				ZL_LOG_INFO(MGR_LOG,
 					    "manager: vol=%s rebalance done (requested by %s): "
 					    "%u to %u members per live node",
 					    v->id, req->by, cnt[lo], cnt[hi]);
@@ -937,7 +952,7 @@ static int mgr_rebalance(struct ctrl_mgr *m, struct zl_volume *v, struct zl_reba
 			snprintf(key, sizeof(key), "rebal/%s/%u/%u/%u", v->id, moving, cnt[hi],
 				 cnt[lo]);
 			if (!moving && mgr_once(m, key))
-				ZL_LOG_WARN(CTRL_LOG,
+				ZL_LOG_WARN(MGR_LOG,
 					    "manager: vol=%s rebalance stuck: node %s holds %u "
 					    "members, %s %u, but no in-sync row of %s can move to a "
 					    "less loaded node within the failure-domain rules",
@@ -954,7 +969,7 @@ static int mgr_rebalance(struct ctrl_mgr *m, struct zl_volume *v, struct zl_reba
 }
 
 /* One leader pass over every volume. 0, -ECANCELED or an etcd error. */
-static int mgr_pass(struct ctrl_mgr *m)
+static int mgr_pass(struct zl_manager *m)
 {
 	struct zl_report *reps = NULL;
 	struct zl_volume *vols = NULL;
@@ -964,11 +979,11 @@ static int mgr_pass(struct ctrl_mgr *m)
 
 	/* Reports before volumes: a report written after a row change names
 	 * the new version, which the volume read then has too. */
-	rc = zl_meta_report_list(m->etcd, m->c->prefix, NULL, &reps, &n_reps);
+	rc = zl_meta_report_list(m->etcd, m->prefix, NULL, &reps, &n_reps);
 	if (!rc)
-		rc = zl_meta_rebalance_list(m->etcd, m->c->prefix, &rebs, &n_rebs);
+		rc = zl_meta_rebalance_list(m->etcd, m->prefix, &rebs, &n_rebs);
 	if (!rc)
-		rc = zl_meta_volume_list(m->etcd, m->c->prefix, &vols, &n_vols);
+		rc = zl_meta_volume_list(m->etcd, m->prefix, &vols, &n_vols);
 	for (size_t i = 0; !rc && i < n_vols; i++) {
 		struct zl_volume *v = &vols[i];
 		size_t first = n_reps, cnt = 0;
@@ -1001,9 +1016,9 @@ static int mgr_pass(struct ctrl_mgr *m)
 
 		for (size_t i = 0; i < n_vols && !known; i++)
 			known = !strcmp(vols[i].id, rebs[k].vol_id);
-		if (!known && ctrl_leader_may_write(m->c) &&
-		    !zl_meta_rebalance_delete(m->etcd, m->c->prefix, &rebs[k]))
-			ZL_LOG_INFO(CTRL_LOG, "manager: vol=%s rebalance request deleted: the volume "
+		if (!known && mgr_may_write(m) &&
+		    !zl_meta_rebalance_delete(m->etcd, m->prefix, &rebs[k]))
+			ZL_LOG_INFO(MGR_LOG, "manager: vol=%s rebalance request deleted: the volume "
 				    "does not exist", rebs[k].vol_id);
 	}
 	free(rebs);
@@ -1023,7 +1038,7 @@ static int mgr_pass(struct ctrl_mgr *m)
 
 static void *mgr_main(void *arg)
 {
-	struct ctrl_mgr *m = arg;
+	struct zl_manager *m = arg;
 	bool was_leader = false;
 
 	for (;;) {
@@ -1054,74 +1069,84 @@ static void *mgr_main(void *arg)
 
 		m->next_deadline_ms = 0;
 		rc = mgr_nodes_refresh(m);
-		leader = ctrl_leader_is(m->c);
+		leader = mgr_leads(m);
 		if (leader != was_leader)
-			ZL_LOG_INFO(CTRL_LOG, "manager: %s (grace=%u s down_out_interval=%u s)",
+			ZL_LOG_INFO(MGR_LOG, "manager: %s (grace=%u s down_out_interval=%u s)",
 				    leader ? "deciding membership" : "stopped: not the leader",
 				    m->grace_s, m->down_out_s);
 		was_leader = leader;
 		if (!rc && leader)
 			rc = mgr_pass(m);
 		if (rc == -ECANCELED) {
-			ZL_LOG_WARN(CTRL_LOG, "manager: stopped mid-pass: leadership lost");
+			ZL_LOG_WARN(MGR_LOG, "manager: stopped mid-pass: leadership lost");
 			was_leader = false;
 		} else if (rc) {
 			static struct zl_ratelimit rl;
 
 			if (zl_ratelimit_ok(&rl, 1))
-				ZL_LOG_WARN(CTRL_LOG, "manager: pass failed err=%s detail=\"%s\"",
+				ZL_LOG_WARN(MGR_LOG, "manager: pass failed err=%s detail=\"%s\"",
 					    zl_errname(rc), zl_etcd_last_error());
 		}
 	}
 	return NULL;
 }
 
-int ctrl_manager_start(struct ctrl *c, struct zl_etcd *etcd, unsigned int grace_s,
-		       unsigned int down_out_s)
+int zl_manager_create(const struct zl_manager_cfg *cfg, struct zl_manager **out)
 {
 	static const char *const kinds[4] = {"nodes", "volumes", "reports", "rebalance"};
-	struct ctrl_mgr *m;
+	struct zl_manager *m;
 	pthread_condattr_t ca;
 	char key[256];
 	int rc;
 
+	*out = NULL;
+	if (!cfg->etcd || !cfg->prefix || !cfg->leader_is || !cfg->leader_may_write)
+		return -ZL_ERR_INVAL;
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;
-	m->c = c;
-	m->etcd = etcd;
-	m->grace_s = grace_s;
-	m->down_out_s = down_out_s;
+	m->cfg = *cfg;
+	if (snprintf(m->prefix, sizeof(m->prefix), "%s", cfg->prefix) >= (int)sizeof(m->prefix)) {
+		free(m);
+		return -ZL_ERR_INVAL;
+	}
+	m->cfg.prefix = m->prefix;
+	m->etcd = cfg->etcd;
+	m->grace_s = cfg->grace_s;
+	m->down_out_s = cfg->down_out_s;
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&m->cond, &ca);
 	pthread_condattr_destroy(&ca);
-	c->mgr = m;
 	for (int i = 0; i < 4; i++) {
-		rc = zl_meta_key(key, sizeof(key), c->prefix, kinds[i], NULL);
+		rc = zl_meta_key(key, sizeof(key), m->prefix, kinds[i], NULL);
 		if (!rc)
-			rc = zl_etcd_watch_prefix(etcd, key, 0, mgr_watch_cb, m, &m->watch[i]);
+			rc = zl_etcd_watch_prefix(m->etcd, key, 0, mgr_watch_cb, m, &m->watch[i]);
 		if (rc) {
-			ZL_LOG_ERR(CTRL_LOG, "manager: cannot watch %s: %s", key, zl_strerror(rc));
-			return rc;
+			ZL_LOG_ERR(MGR_LOG, "manager: cannot watch %s: %s", key, zl_strerror(rc));
+			goto out_destroy;
 		}
 	}
 	rc = pthread_create(&m->thread, NULL, mgr_main, m);
 	if (rc) {
-		ZL_LOG_ERR(CTRL_LOG, "manager: cannot start its thread: %s", strerror(rc));
-		return -rc;
+		ZL_LOG_ERR(MGR_LOG, "manager: cannot start its thread: %s", strerror(rc));
+		rc = -rc;
+		goto out_destroy;
 	}
 	m->started = true;
-	ZL_LOG_INFO(CTRL_LOG, "manager on: grace=%u s down_out_interval=%u s (acts while leader)",
-		    grace_s, down_out_s);
+	ZL_LOG_INFO(MGR_LOG, "manager on: grace=%u s down_out_interval=%u s (acts while leader)",
+		    m->grace_s, m->down_out_s);
+	*out = m;
 	return 0;
+
+out_destroy:
+	zl_manager_destroy(m);
+	return rc;
 }
 
-void ctrl_manager_stop(struct ctrl *c)
+void zl_manager_destroy(struct zl_manager *m)
 {
-	struct ctrl_mgr *m = c->mgr;
-
 	if (!m)
 		return;
 	if (m->started) {
@@ -1137,5 +1162,4 @@ void ctrl_manager_stop(struct ctrl *c)
 	pthread_mutex_destroy(&m->lock);
 	free(m->nodes);
 	free(m);
-	c->mgr = NULL;
 }
