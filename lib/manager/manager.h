@@ -19,10 +19,10 @@ struct zl_manager;
 typedef bool (*zl_manager_leader_fn)(void *arg);
 
 struct zl_manager_cfg {
-	struct zl_etcd *etcd;	  /* the manager's own handle; outlives the manager */
-	const char *prefix;	  /* etcd key prefix, e.g. "/zipline/" */
-	unsigned int grace_s;	  /* a node record gone this long: its members go OUT */
-	unsigned int down_out_s;  /* gone this long: its members are replaced (M7) */
+	struct zl_etcd *etcd;	 /* the manager's own handle; outlives the manager */
+	const char *prefix;	 /* etcd key prefix, e.g. "/zipline/" */
+	unsigned int grace_s;	 /* a node record gone this long: its members go OUT */
+	unsigned int down_out_s; /* gone this long: its members are replaced (M7) */
 	/* True while the caller leads: the manager decides only then. */
 	zl_manager_leader_fn leader_is;
 	/* True while the caller leads and a write sent now lands before its
