@@ -12,7 +12,7 @@
  * except manager_wake.
  *
  * Its own thread and etcd handle, so no decision ever delays a CSI call or
- * the lease keepalives of the background thread. Four prefix watches
+ * the lease keepalives of the controller's own threads. Four prefix watches
  * (nodes/, volumes/, reports/, rebalance/) only wake the thread; every
  * pass then reads the whole state (node records, reports, volumes) and
  * decides from that, level-triggered, so an event lost to a watch

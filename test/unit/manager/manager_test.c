@@ -417,6 +417,16 @@ static void advance_s(unsigned int s)
 	fk.now_ms += (uint64_t)s * 1000;
 }
 
+/* Node k (seen up first) goes, and the grace period passes: M1's turn. */
+static void node_lost(int k)
+{
+	tick();
+	node_down(k);
+	tick();
+	advance_s(T_GRACE_S);
+	tick();
+}
+
 static const int rows3[4][3] = {{1, 2, 3}, {1, 2, 3}, {1, 2, 3}, {1, 2, 3}};
 
 /* Three live nodes n1..n3 in domains d1..d3, and one volume on them. */
@@ -459,11 +469,7 @@ static void test_m1_lost_primary_new_term(void **state)
 {
 	struct zl_volume *v = cluster3(1);
 
-	tick();
-	node_down(1);
-	tick();
-	advance_s(T_GRACE_S);
-	tick();
+	node_lost(1);
 	assert_int_equal(st_of(v, 0, "n1"), ZL_MEMBER_OUT);
 	assert_string_equal(primary_of(v, 0), "n2");
 	assert_int_equal(v->slices[0].term, 2);
@@ -511,11 +517,7 @@ static void test_m2_returning_node_recovers_then_in_sync(void **state)
 	struct zl_volume *v = cluster3(1);
 	uint64_t ver;
 
-	tick();
-	node_down(2);
-	tick();
-	advance_s(T_GRACE_S);
-	tick();
+	node_lost(2);
 	assert_int_equal(st_of(v, 0, "n2"), ZL_MEMBER_OUT);
 	node_up(2, 0, 2);
 	tick();
@@ -716,11 +718,7 @@ static void test_m7_down_out_replacement(void **state)
 	node_up(4, 0, 4);
 	node_up(5, 0, 3); /* more free space, but n3's failure domain */
 	fk.nodes[4].free = 1ull << 40;
-	tick();
-	node_down(2);
-	tick();
-	advance_s(T_GRACE_S);
-	tick();
+	node_lost(2);
 	assert_int_equal(st_of(v, 0, "n2"), ZL_MEMBER_OUT);
 	advance_s(T_DOWN_OUT_S - T_GRACE_S - 1);
 	tick();
