@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -141,7 +142,7 @@ int __wrap_zl_meta_volume_update(struct zl_etcd *e, const char *prefix, struct z
 	zl_volume_fini(cur);
 	assert_int_equal(zl_volume_copy(v, cur), 0);
 	cur->mod_rev = v->mod_rev = ++fk.rev;
-	fk.row_writes++;
+	__atomic_add_fetch(&fk.row_writes, 1, __ATOMIC_RELEASE); /* polled by test_run_* */
 	return 0;
 }
 
@@ -222,6 +223,40 @@ int __wrap_zl_meta_rebalance_delete(struct zl_etcd *e, const char *prefix,
 		return 0;
 	}
 	return 0;
+}
+
+/* The manager's watches (manager_run.c): recorded, fired by the test. */
+static struct {
+	char prefix[4][64];
+	zl_etcd_watch_cb cb[4];
+	void *arg[4];
+	int n, cancelled;
+	int fail_at; /* the watch that fails to start; -1: none */
+} fw;
+
+int __wrap_zl_etcd_watch_prefix(struct zl_etcd *e, const char *prefix, int64_t start_rev,
+				zl_etcd_watch_cb cb, void *arg, struct zl_etcd_watch **out);
+void __wrap_zl_etcd_watch_cancel(struct zl_etcd_watch *w);
+
+int __wrap_zl_etcd_watch_prefix(struct zl_etcd *e, const char *prefix, int64_t start_rev,
+				zl_etcd_watch_cb cb, void *arg, struct zl_etcd_watch **out)
+{
+	int i = fw.n;
+
+	if (i == fw.fail_at || i >= 4)
+		return -ZL_ERR_UNAVAIL;
+	snprintf(fw.prefix[i], sizeof(fw.prefix[i]), "%s", prefix);
+	fw.cb[i] = cb;
+	fw.arg[i] = arg;
+	fw.n++;
+	*out = (struct zl_etcd_watch *)&fw.cb[i]; /* a token: only compared */
+	return 0;
+}
+
+void __wrap_zl_etcd_watch_cancel(struct zl_etcd_watch *w)
+{
+	if (w)
+		fw.cancelled++;
 }
 
 /* ---- building the state ---- */
@@ -392,6 +427,8 @@ static int setup(void **state)
 	};
 
 	memset(&fk, 0, sizeof(fk));
+	memset(&fw, 0, sizeof(fw));
+	fw.fail_at = -1;
 	fk.now_ms = 1000000;
 	fk.rev = 100;
 	fk.leader = fk.may_write = true;
@@ -900,6 +937,78 @@ static void test_rebalance_refused_at_min_size(void **state)
 	assert_int_equal(fk.n_rebs, 1);
 }
 
+/* ---- the thread (manager_run.c) ---- */
+
+static const struct zl_manager_cfg run_cfg = {
+    .etcd = (struct zl_etcd *)&fw, /* never dereferenced: every call is faked */
+    .prefix = "/zl-test/",
+    .grace_s = T_GRACE_S,
+    .down_out_s = T_DOWN_OUT_S,
+    .leader_is = t_leader_is,
+    .leader_may_write = t_may_write,
+};
+
+static uint64_t real_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* The thread watches the four prefixes and runs passes (here: M5) until
+ * destroyed. (A watch event wakes it at once; the 1 s tick would too, so
+ * the wake itself is not told apart here.) */
+static void test_run_thread_runs_passes(void **state)
+{
+	static const char *const kinds[4] = {"nodes", "volumes", "reports", "rebalance"};
+	struct zl_volume *v = cluster3(1);
+	struct zl_manager *m = NULL;
+	uint64_t until;
+
+	report_put(v, 0, "n1", "n3", "ZL_ERR_IO", v->slices[0].version, 10);
+	assert_int_equal(zl_manager_create(&run_cfg, &m), 0);
+	assert_non_null(m);
+	assert_int_equal(fw.n, 4);
+	for (int i = 0; i < 4; i++) {
+		char want[64];
+
+		snprintf(want, sizeof(want), "/zl-test/%s/", kinds[i]);
+		assert_string_equal(fw.prefix[i], want);
+		assert_ptr_equal(fw.arg[i], m);
+	}
+	fw.cb[2](fw.arg[2], ZL_ETCD_EV_PUT, NULL); /* a report was put */
+	/* The bound only guards a loaded machine; it takes milliseconds. */
+	until = real_ms() + 5000;
+	while (!__atomic_load_n(&fk.row_writes, __ATOMIC_ACQUIRE) && real_ms() < until) {
+		struct timespec ms = {.tv_nsec = 1000000};
+
+		nanosleep(&ms, NULL);
+	}
+	zl_manager_destroy(m); /* joins the thread: fk is ours again */
+	assert_int_equal(fk.row_writes, 1);
+	assert_int_equal(st_of(v, 0, "n3"), ZL_MEMBER_OUT);
+	assert_int_equal(fw.cancelled, 4);
+}
+
+/* A watch that cannot start: create fails and undoes the others. */
+static void test_run_create_unwinds(void **state)
+{
+	struct zl_manager_cfg bad = run_cfg;
+	struct zl_manager *m = (struct zl_manager *)&fw;
+
+	fw.fail_at = 2;
+	assert_int_equal(zl_manager_create(&run_cfg, &m), -ZL_ERR_UNAVAIL);
+	assert_null(m);
+	assert_int_equal(fw.n, 2);
+	assert_int_equal(fw.cancelled, 2);
+	bad.leader_may_write = NULL;
+	assert_int_equal(zl_manager_create(&bad, &m), -ZL_ERR_INVAL);
+	assert_null(m);
+	zl_manager_destroy(NULL);
+	zl_manager_kick(NULL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -929,6 +1038,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_rebalance_backups_first_and_bounded, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_rebalance_refused_at_min_size, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_run_thread_runs_passes, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_run_create_unwinds, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
