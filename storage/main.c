@@ -503,7 +503,7 @@ int main(int argc, char **argv)
 	if (!rc)
 		rc = zl_storage_vols_create(st->loop, st->etcd, &eo, st->cfg.prefix, &st->vols);
 	if (!rc)
-		rc = zl_storage_peers_create(st, &st->peers);
+		rc = zl_storage_fwd_create(st, &st->fwd);
 	if (!rc)
 		rc = zl_storage_tombs_start(st, &st->tombs);
 	if (!rc && st->cfg.heal)
@@ -551,7 +551,7 @@ out_stop:
 	zl_storage_status_destroy(st); /* the heartbeat no longer reads it */
 	zl_storage_gc_stop(st);
 	zl_storage_tombs_stop(st->tombs);
-	zl_storage_peers_destroy(st->peers);
+	zl_storage_fwd_destroy(st->fwd);
 	zl_chunk_store_destroy(st->chunks); /* drains disk I/O still in flight */
 	zl_storage_heal_destroy(st);	    /* no callback of it can come now */
 	zl_storage_scrub_destroy(st);

@@ -18,7 +18,7 @@
 #include "lib/etcd/etcd.h"
 #include "lib/meta/meta.h"
 #include "lib/transport/transport.h"
-#include "lib/transport/xport_peer.h"
+#include "lib/transport/xport_hello.h"
 #include "lib/wire/wire.h"
 #include "storage_chunk.h"
 
@@ -67,7 +67,7 @@ struct zl_storage_cfg {
 };
 
 struct zl_storage_vols;
-struct zl_storage_peers;
+struct zl_storage_fwd;
 struct zl_storage_node;
 struct zl_storage_tombs;
 struct zl_storage_heal;
@@ -91,7 +91,7 @@ struct zl_storage {
 	struct zl_etcd *etcd; /* loop thread's handle */
 	struct zl_chunk_store *chunks;
 	struct zl_storage_vols *vols;
-	struct zl_storage_peers *peers;
+	struct zl_storage_fwd *fwd; /* connections to other storage nodes (storage_fwd.c) */
 	struct zl_storage_tombs *tombs;
 	struct zl_slab reqs; /* request contexts (storage_server.c) */
 	uint32_t inflight; /* requests not yet answered */
@@ -105,7 +105,7 @@ struct zl_storage {
 	 * checked against the watch-refreshed volume cache by park_t. */
 	struct storage_req *parked;
 	struct zl_timer park_t;
-	/* Peering (storage_peer.c, NULL with --heal=off) and the client
+	/* Peering (storage_peering.c, NULL with --heal=off) and the client
 	 * requests held while their slice peers (storage_server.c), checked
 	 * by held_t. */
 	struct zl_storage_peering *peering;
@@ -225,20 +225,20 @@ int zl_storage_vol_reload(struct zl_storage_vols *vc, uint64_t num, struct zl_st
 void zl_storage_vol_update(struct zl_storage_vols *vc, struct zl_volume *fresh);
 void zl_storage_vol_forget(struct zl_storage_vols *vc, uint64_t num);
 
-/* ---- peers for replication (storage_repl.c), loop thread only ---- */
+/* ---- forwarding: requests to other storage nodes (storage_fwd.c), loop thread only ---- */
 
 /* Returns 0 or -ENOMEM. */
-int zl_storage_peers_create(struct zl_storage *st, struct zl_storage_peers **out);
+int zl_storage_fwd_create(struct zl_storage *st, struct zl_storage_fwd **out);
 /* Closes every peer connection (in-flight requests fail). Accepts NULL. */
-void zl_storage_peers_destroy(struct zl_storage_peers *p);
+void zl_storage_fwd_destroy(struct zl_storage_fwd *p);
 /* Sends a request to node_id, connecting (blocking, bounded) when needed.
  * Returns 0 (cb runs once, never inside this call) or -ZL_ERR_CONN /
  * -ZL_ERR_BUSY / -ZL_ERR_NOT_FOUND (node not registered) with no callback. */
-int zl_storage_peer_send(struct zl_storage_peers *p, const char *node_id, struct zl_wire_hdr *hdr,
+int zl_storage_fwd_send(struct zl_storage_fwd *p, const char *node_id, struct zl_wire_hdr *hdr,
 			 const void *out, uint32_t out_len, zl_xport_reply_cb cb, void *arg);
-/* zl_storage_peer_send with a buffer for the reply's payload (in_cap bytes,
- * valid until cb). Returns as zl_storage_peer_send. */
-int zl_storage_peer_request(struct zl_storage_peers *p, const char *node_id,
+/* zl_storage_fwd_send with a buffer for the reply's payload (in_cap bytes,
+ * valid until cb). Returns as zl_storage_fwd_send. */
+int zl_storage_fwd_request(struct zl_storage_fwd *p, const char *node_id,
 			    struct zl_wire_hdr *hdr, const void *out, uint32_t out_len, void *in,
 			    uint32_t in_cap, zl_xport_reply_cb cb, void *arg);
 
@@ -254,7 +254,7 @@ void zl_storage_server_stop_accepting(struct zl_storage *st);
 /* Frees the request slabs (after the loop stopped). */
 void zl_storage_server_fini(struct zl_storage *st);
 
-/* ---- healing (storage_recover.c), loop thread, --heal=on only ----
+/* ---- healing (storage_heal.c), loop thread, --heal=on only ----
  *
  * The primary of a slice numbers its writes (zl_wire_dver_make(term, seq)),
  * and tells each member whether its copy of a chunk is known complete: only
@@ -340,7 +340,7 @@ int zl_storage_heal_versions(struct zl_storage *st, const struct zl_volume *v, u
 void zl_storage_heal_seq_set(struct zl_storage *st, uint64_t vol, uint32_t slice, uint32_t term,
 			     uint32_t seq);
 
-/* ---- peering (storage_peer.c), loop thread, --heal=on only ----
+/* ---- peering (storage_peering.c), loop thread, --heal=on only ----
  *
  * A primary serves client I/O of a slice only once it has peered in the
  * row's term (docs/REPLICATION.md §3): it asks every other IN_SYNC member for
@@ -349,27 +349,27 @@ void zl_storage_heal_seq_set(struct zl_storage *st, uint64_t vol, uint32_t slice
  * the winning copy to the members behind, and only then serves. */
 
 /* Creates st->peering. 0 or -ENOMEM. */
-int zl_storage_peer_create(struct zl_storage *st);
+int zl_storage_peering_create(struct zl_storage *st);
 /* Stops starting steps (callbacks in flight end quietly). Accepts NULL. */
-void zl_storage_peer_stop(struct zl_storage *st);
+void zl_storage_peering_stop(struct zl_storage *st);
 /* Frees st->peering (no callback may come any more). Accepts NULL. */
-void zl_storage_peer_destroy(struct zl_storage *st);
+void zl_storage_peering_destroy(struct zl_storage *st);
 /* 0 when this node may serve client I/O of `slice` of v: --heal=off, not
  * its primary (the caller checks the role), or peered in the row's term.
  * Else -ZL_ERR_PEERING, and peering is started (or restarted after a row
  * change or a failed attempt). */
-int zl_storage_peer_ready(struct zl_storage *st, const struct zl_volume *v, uint32_t slice);
-/* zl_storage_peer_ready over every slice of v this node is primary of (a
+int zl_storage_peering_ready(struct zl_storage *st, const struct zl_volume *v, uint32_t slice);
+/* zl_storage_peering_ready over every slice of v this node is primary of (a
  * FLUSH): 0 or -ZL_ERR_PEERING. */
-int zl_storage_peer_vol_ready(struct zl_storage *st, const struct zl_volume *v);
+int zl_storage_peering_vol_ready(struct zl_storage *st, const struct zl_volume *v);
 /* Forgets what peering knows of volume vol (its replicas were deleted).
  * Accepts st->peering == NULL. */
-void zl_storage_peer_forget(struct zl_storage *st, uint64_t vol);
+void zl_storage_peering_forget(struct zl_storage *st, uint64_t vol);
 /* The slices whose cached row names this node primary in a term it has not
  * peered in (of the volumes peering looked at): up to max of them into out,
  * sorted by (vol, slice); returns how many there are (may exceed max). 0
  * with --heal=off. Loop thread. */
-uint32_t zl_storage_peer_list(struct zl_storage *st, struct zl_status_peering *out, uint32_t max);
+uint32_t zl_storage_peering_list(struct zl_storage *st, struct zl_status_peering *out, uint32_t max);
 
 /* Peering's rule for one chunk (pure): own is this node's version, ver[i]
  * what in-sync member i answered (answered[i] false: no answer, not
@@ -377,7 +377,7 @@ uint32_t zl_storage_peer_list(struct zl_storage *st, struct zl_status_peering *o
  * when the own copy wins, else the member to pull from; *win gets the
  * winning version and *behind the mask of answered members whose version
  * differs from it (they get the winning copy). */
-int zl_storage_peer_winner(uint64_t own, const uint64_t *ver, const bool *answered, unsigned n,
+int zl_storage_peering_winner(uint64_t own, const uint64_t *ver, const bool *answered, unsigned n,
 			   uint64_t *win, uint32_t *behind);
 
 /* Applies one piece [off, off+len) of a whole-chunk copy of version

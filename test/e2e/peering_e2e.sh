@@ -165,7 +165,7 @@ wait_log $X "peering vol=$vid slice=$A term=2 .*pulled=1 pushed=0" ||
 wait_state "$A" degraded || fail "slice $A still shows $(slice_state "$A") after it peered"
 wait_log $Y "peering vol=$vid slice=$B term=2 .*pulled=0 pushed=1" ||
 	fail "node-$Y did not log peering of slice $B in term 2 with one chunk pushed"
-grep -h "peering vol=$vid slice=\($A\|$B\|$C\) term=2" "$CL_DIR"/storage-*/log | sed 's/.*storage_peer[^ ]* //'
+grep -h "peering vol=$vid slice=\($A\|$B\|$C\) term=2" "$CL_DIR"/storage-*/log | sed 's/.*storage_peering[^ ]* //'
 for f in A B; do
 	for n in $X $Y; do
 		[ "$(fsha $n "${!f}")" = "$(sha_of "$CL_DIR/w$f")" ] ||

@@ -149,7 +149,7 @@ hl_verify() {
 }
 
 # hl_recovery_bytes SINCE_FILE: bytes and chunks copied by recovery, summed
-# over the "recovery caught up ... bytes_copied=" lines (storage_recover.c)
+# over the "recovery caught up ... bytes_copied=" lines (storage_heal.c)
 # of every storage log written after the offsets saved by hl_log_mark.
 hl_log_mark() {
 	local f
