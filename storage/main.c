@@ -9,7 +9,9 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
-#include "storage.h"
+#include "storage_ctl.h"
+#include "storage_heal.h"
+#include "storage_io.h"
 
 #define DRAIN_MS 10000
 

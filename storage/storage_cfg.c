@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "storage.h"
+#include "storage_ctl.h"
 
 int zl_storage_datadir_lock(const char *dir)
 {

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "storage.h"
+#include "storage_io.h"
 
 #define FWD_CONNECT_MS 2000
 /* After a failed connect, fail fast for this long instead of blocking the

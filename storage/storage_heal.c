@@ -45,7 +45,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "storage.h"
+#include "storage_heal.h"
+#include "storage_io.h"
 
 #define HEAL_TICK_MS 500
 #define HEAL_LEASE_TTL 10

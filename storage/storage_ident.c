@@ -25,7 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "storage.h"
+#include "storage_ctl.h"
 
 #define IDENT_FILE "identity"
 #define IDENT_MAX  4096

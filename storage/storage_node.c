@@ -12,7 +12,7 @@
 #include <sys/statvfs.h>
 #include <time.h>
 
-#include "storage.h"
+#include "storage_ctl.h"
 
 #define NODE_LEASE_TTL	  10
 #define NODE_KEEPALIVE_MS 3000

@@ -34,7 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "storage.h"
+#include "storage_heal.h"
+#include "storage_io.h"
 
 #define PEER_PIECE	   (1u << 20)
 #define PEER_SCAN_BATCH	   64

@@ -41,7 +41,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "storage.h"
+#include "storage_heal.h"
+#include "storage_io.h"
 
 #define DG_WINDOW_BYTES (16u << 20) /* chunk bytes one CHUNK_DIGEST looks at */
 #define DG_PIECE	(1u << 20)  /* bytes of one read / repair piece */

@@ -32,7 +32,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "storage.h"
+#include "storage_ctl.h"
+#include "storage_heal.h"
+#include "storage_io.h"
 
 #define REQ_SLAB 128u
 

@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "storage.h"
+#include "storage_ctl.h"
+#include "storage_heal.h"
 
 #define STATUS_SAMPLE_MS 2000
 

@@ -14,7 +14,8 @@
 #include <string.h>
 
 #include "lib/common/notify.h"
-#include "storage.h"
+#include "storage_ctl.h"
+#include "storage_io.h"
 
 struct zl_storage_tombs {
 	struct zl_storage *st;

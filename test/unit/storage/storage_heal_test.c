@@ -1,4 +1,4 @@
-/* The version rules recovery and peering rely on (storage.h, --heal=on):
+/* The version rules recovery and peering rely on (storage_heal.h, --heal=on):
  * versions order by term first; peering's winner is the newest copy among
  * the in-sync answers (ties keep the own copy), members that differ get it;
  * a pushed copy applies only over an older copy, or with ZL_PUSH_REPLACE
@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "storage/storage.h"
+#include "storage/storage_heal.h"
 
 #define CS (256u << 10)
 #define PIECE (64u << 10)
