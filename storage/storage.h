@@ -32,16 +32,13 @@ struct zl_storage_cfg {
 	char advertise[64];
 	char node_id[ZL_NODE_ID_MAX];
 	char domain[128]; /* labels joined by "," */
-	const char *etcd;
-	const char *etcd_cacert; /* TLS and auth for etcd, all optional */
-	const char *etcd_cert;
-	const char *etcd_key;
-	const char *etcd_user;
-	char etcd_password[256]; /* read from --etcd-password-file */
+	/* etcd endpoints, TLS and auth (password inside the parser's struct
+	 * zl_cfg_etcd of main.c, which lives as long as the process). */
+	struct zl_etcd_opts eo;
 	const char *transport;	 /* auto|tcp|rdma */
 	const char *prefix;
 	uint64_t capacity; /* 0: filesystem size */
-	int etcd_wait_sec;
+	unsigned int etcd_wait_sec;
 	/* --heal=on (docs/REPLICATION.md, S1-S3): data versions, forwarding to
 	 * recovering members, failure reports instead of drops, recovery. Off:
 	 * the 0.1 behaviour, exactly. */

@@ -55,8 +55,20 @@ int zl_storage_datadir_lock(const char *dir);
  * DATA/identity (either must equal `flag` when that is set), else flag, else
  * the hostname; persists it. 0 or -2. */
 int zl_storage_node_id_resolve(const char *dir, const char *flag, char out[ZL_NODE_ID_MAX]);
-/* Fills eo (endpoints, TLS files, user/password) from cfg. */
-void zl_storage_cfg_etcd_opts(const struct zl_storage_cfg *cfg, struct zl_etcd_opts *eo);
+
+/* ---- the command line (storage_flags.c) ---- */
+
+struct zl_cfg_etcd;
+/* Parses argv into cfg, the etcd options into etcd (which must outlive cfg:
+ * cfg->eo points into it) and --node-id into *node_flag, then checks them
+ * together and picks the advertised address. 0 (go on), 1 (--help or
+ * --version printed: exit 0), or -ZL_ERR_INVAL after one line on stderr
+ * (exit 2). */
+int zl_storage_cfg_parse(struct zl_storage_cfg *cfg, struct zl_cfg_etcd *etcd,
+			 const char **node_flag, int argc, char **argv);
+/* zl_etcd_create refused cfg->eo with err: one line on stderr that says so.
+ * Returns -ZL_ERR_INVAL. */
+int zl_storage_cfg_bad_etcd(const struct zl_storage_cfg *cfg, int err);
 
 /* ---- identity of the data dir (storage_ident.c, docs/REPLICATION.md §6) ---- */
 
