@@ -3,7 +3,6 @@
 #include "node.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,200 +10,142 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "lib/cfg/cfg.h"
 #include "lib/meta/meta.h"
 
-static void node_usage(FILE *f)
+static int node_flag_frontend(const char *value, void *target, const char **why)
 {
-	fputs("usage: zipline-node --node-id ID --etcd URLS [options]\n"
-	      "  --endpoint EP        CSI endpoint, unix:///path (env CSI_ENDPOINT)\n"
-	      "  --node-id ID         this node's id (env NODE_NAME; required)\n"
-	      "  --etcd URLS          etcd endpoints (env ZIPLINE_ETCD; required)\n"
-	      "  --etcd-prefix P      key prefix (default /zipline/)\n"
-	      "  --etcd-cacert FILE   CA bundle for https etcd endpoints\n"
-	      "  --etcd-cert FILE     client certificate for etcd (with --etcd-key)\n"
-	      "  --etcd-key FILE      client key for etcd\n"
-	      "  --etcd-user USER     etcd user (with --etcd-password-file)\n"
-	      "  --etcd-password-file FILE  file holding the etcd password\n"
-	      "  --state-dir DIR      attachment state (default /var/lib/zipline/node)\n"
-	      "  --kubelet-dir DIR    kubelet root (default /var/lib/kubelet)\n"
-	      "  --frontend F         auto|fuse|nbd (default auto = fuse)\n"
-	      "  --transport T        auto|rdma|tcp (default auto)\n"
-	      "  --workers N          gRPC worker threads (default 4)\n"
-	      "  --log-level L        err|warn|info|debug\n"
-	      "  --io-timeout SEC     how long volume I/O waits for an in-sync primary while\n"
-	      "                       the cluster heals before it fails (default 600)\n"
-	      "  --legacy-drop        0.1 client for clusters without a manager: promote\n"
-	      "                       the next replica itself, give up after 30 s\n"
-	      "  --tls-ca FILE        the cluster's CA (PEM; env ZIPLINE_TLS_CA): attach\n"
-	      "                       processes reach storage nodes that serve TLS with it\n"
-	      "  --tls-server-name N  name their certificates carry (env\n"
-	      "                       ZIPLINE_TLS_SERVER_NAME; default: their address)\n"
-	      "  --version, --help\n",
-	      f);
+	if (!strcmp(value, "auto") || !strcmp(value, "fuse")) {
+		*(enum node_frontend *)target = NODE_FRONTEND_FUSE;
+		return 0;
+	}
+	if (!strcmp(value, "nbd"))
+		*why = access("/sys/module/nbd", F_OK)
+			   ? "not available in this version (and this kernel has no nbd "
+			     "module); use --frontend fuse"
+			   : "not available in this version; use --frontend fuse";
+	else
+		*why = "not a frontend; pass auto, fuse or nbd";
+	return -ZL_ERR_INVAL;
 }
 
-static int node_parse(int argc, char **argv, struct node_cfg *c)
+static int node_flag_transport(const char *value, void *target, const char **why)
 {
-	static const struct option opts[] = {
-	    {"endpoint", required_argument, NULL, 'E'},
-	    {"node-id", required_argument, NULL, 'n'},
-	    {"etcd", required_argument, NULL, 'e'},
-	    {"etcd-prefix", required_argument, NULL, 'p'},
-	    {"etcd-cacert", required_argument, NULL, 'C'},
-	    {"etcd-cert", required_argument, NULL, 'c'},
-	    {"etcd-key", required_argument, NULL, 'K'},
-	    {"etcd-user", required_argument, NULL, 'u'},
-	    {"etcd-password-file", required_argument, NULL, 'P'},
-	    {"state-dir", required_argument, NULL, 's'},
-	    {"kubelet-dir", required_argument, NULL, 'k'},
-	    {"frontend", required_argument, NULL, 'f'},
-	    {"transport", required_argument, NULL, 't'},
-	    {"workers", required_argument, NULL, 'w'},
-	    {"log-level", required_argument, NULL, 'l'},
-	    {"io-timeout", required_argument, NULL, 'T'},
-	    {"legacy-drop", no_argument, NULL, 'L'},
-	    {"tls-ca", required_argument, NULL, 'A'},
-	    {"tls-server-name", required_argument, NULL, 'S'},
-	    {"version", no_argument, NULL, 'V'},
-	    {"help", no_argument, NULL, 'h'},
-	    {NULL, 0, NULL, 0},
-	};
-	const char *frontend = "auto";
-	int o;
+	if (strcmp(value, "auto") && strcmp(value, "tcp") && strcmp(value, "rdma")) {
+		*why = "not a transport; pass auto, rdma or tcp";
+		return -ZL_ERR_INVAL;
+	}
+	*(const char **)target = value;
+	return 0;
+}
 
+static int node_flag_io_timeout(const char *value, void *target, const char **why)
+{
+	if (node_io_timeout_parse(value, NULL)) {
+		*why = "not a number of seconds in 1..86400; pass one in that range";
+		return -ZL_ERR_INVAL;
+	}
+	*(const char **)target = value;
+	return 0;
+}
+
+/* --tls-ca and --tls-server-name go to attach processes through the
+ * environment, where lib/client reads both (docs/SECURITY.md). */
+static int node_flag_tls(const char *value, void *target, const char **why)
+{
+	const char *env = target;
+
+	if (!strcmp(env, "ZIPLINE_TLS_CA") && access(value, R_OK)) {
+		*why = "cannot read it; check the path and its permissions";
+		return -ZL_ERR_INVAL;
+	}
+	setenv(env, value, 1);
+	return 0;
+}
+
+static int node_parse(int argc, char **argv, struct node_cfg *c, struct zl_cfg_etcd *e)
+{
+	const struct zl_cfg_flag head[] = {
+	    {.name = "endpoint", .arg = "EP", .type = ZL_CFG_STR, .target = &c->endpoint,
+	     .help = "CSI endpoint, unix:///path (env CSI_ENDPOINT)"},
+	    {.name = "node-id", .arg = "ID", .type = ZL_CFG_STR, .target = &c->node_id,
+	     .help = "this node's id (env NODE_NAME; required)"},
+	    {0},
+	};
+	const struct zl_cfg_flag tail[] = {
+	    {.name = "state-dir", .arg = "DIR", .type = ZL_CFG_STR, .target = &c->state_dir,
+	     .help = "attachment state (default /var/lib/zipline/node)"},
+	    {.name = "kubelet-dir", .arg = "DIR", .type = ZL_CFG_STR, .target = &c->kubelet_dir,
+	     .help = "kubelet root (default /var/lib/kubelet)"},
+	    {.name = "frontend", .arg = "F", .type = ZL_CFG_CALL, .target = &c->frontend,
+	     .parse = node_flag_frontend, .help = "auto|fuse|nbd (default auto = fuse)"},
+	    {.name = "transport", .arg = "T", .type = ZL_CFG_CALL, .target = &c->transport,
+	     .parse = node_flag_transport, .help = "auto|rdma|tcp (default auto)"},
+	    {.name = "workers", .arg = "N", .type = ZL_CFG_UINT, .target = &c->workers,
+	     .max = 64, .unit = "threads", .help = "gRPC worker threads (default 4)"},
+	    {.name = "log-level", .arg = "L", .type = ZL_CFG_CALL, .parse = zl_cfg_log_level,
+	     .help = "err|warn|info|debug"},
+	    {.name = "io-timeout", .arg = "SEC", .type = ZL_CFG_CALL, .target = &c->io_timeout,
+	     .parse = node_flag_io_timeout,
+	     .help = "how long volume I/O waits for an in-sync primary while\nthe cluster heals "
+		     "before it fails (default 600)"},
+	    {.name = "legacy-drop", .type = ZL_CFG_SET, .target = &c->legacy_drop,
+	     .help = "0.1 client for clusters without a manager: promote\nthe next replica "
+		     "itself, give up after 30 s"},
+	    {.name = "tls-ca", .arg = "FILE", .type = ZL_CFG_CALL, .target = "ZIPLINE_TLS_CA",
+	     .parse = node_flag_tls,
+	     .help = "the cluster's CA (PEM; env ZIPLINE_TLS_CA): attach\nprocesses reach "
+		     "storage nodes that serve TLS with it"},
+	    {.name = "tls-server-name", .arg = "N", .type = ZL_CFG_CALL,
+	     .target = "ZIPLINE_TLS_SERVER_NAME", .parse = node_flag_tls,
+	     .help = "name their certificates carry (env\nZIPLINE_TLS_SERVER_NAME; default: "
+		     "their address)"},
+	    {0},
+	};
+	const struct zl_cfg_flag *tables[] = {head, e->flags, tail, NULL};
+	const struct zl_cfg cli = {
+	    .prog = "zipline-node",
+	    .usage = "usage: zipline-node --node-id ID --etcd URLS [options]\n",
+	    .col = 23,
+	    .tables = tables,
+	};
+	int rc;
+
+	zl_cfg_etcd_init(e, true);
+	node_etcd_import(e);
 	c->endpoint = getenv("CSI_ENDPOINT");
 	c->node_id = getenv("NODE_NAME");
-	c->etcd_urls = getenv("ZIPLINE_ETCD");
-	c->etcd_prefix = ZL_META_DEFAULT_PREFIX;
 	c->state_dir = "/var/lib/zipline/node";
 	c->kubelet_dir = "/var/lib/kubelet";
+	c->frontend = NODE_FRONTEND_FUSE;
 	c->transport = "auto";
 	c->workers = 4;
-	while ((o = getopt_long(argc, argv, "hV", opts, NULL)) != -1) {
-		switch (o) {
-		case 'E':
-			c->endpoint = optarg;
-			break;
-		case 'n':
-			c->node_id = optarg;
-			break;
-		case 'e':
-			c->etcd_urls = optarg;
-			break;
-		case 'p':
-			c->etcd_prefix = optarg;
-			break;
-		case 'C':
-		case 'c':
-		case 'K':
-		case 'u':
-		case 'P': {
-			int idx = 0;
-
-			while (opts[idx].val != o)
-				idx++;
-			if (node_etcd_flag(opts[idx].name, optarg))
-				return 2;
-			break;
-		}
-		case 's':
-			c->state_dir = optarg;
-			break;
-		case 'k':
-			c->kubelet_dir = optarg;
-			break;
-		case 'f':
-			frontend = optarg;
-			break;
-		case 't':
-			c->transport = optarg;
-			break;
-		case 'w':
-			c->workers = (unsigned int)strtoul(optarg, NULL, 10);
-			break;
-		case 'l':
-			c->log_level = optarg;
-			break;
-		case 'T':
-			c->io_timeout = optarg;
-			break;
-		case 'L':
-			c->legacy_drop = true;
-			break;
-		case 'A':
-		case 'S':
-			/* Attach processes inherit the environment, where lib/client
-			 * reads both (docs/SECURITY.md). */
-			if (o == 'A' && access(optarg, R_OK)) {
-				fprintf(stderr, "zipline-node: cannot read --tls-ca %s: %s\n",
-					optarg, strerror(errno));
-				exit(2);
-			}
-			setenv(o == 'A' ? "ZIPLINE_TLS_CA" : "ZIPLINE_TLS_SERVER_NAME", optarg, 1);
-			break;
-		case 'V':
-			puts("zipline-node " ZL_VERSION_STRING);
-			exit(0);
-		case 'h':
-			node_usage(stdout);
-			exit(0);
-		default:
-			node_usage(stderr);
-			return 2;
-		}
-	}
-	if (optind < argc) {
-		fprintf(stderr, "zipline-node: unexpected argument '%s'\n", argv[optind]);
-		return 2;
-	}
-	if (!c->endpoint || !c->node_id || !c->node_id[0] || !c->etcd_urls) {
-		fprintf(stderr, "zipline-node: %s is required\n",
-			!c->endpoint	? "--endpoint (or CSI_ENDPOINT)"
-			: !c->etcd_urls ? "--etcd (or ZIPLINE_ETCD)"
-					: "--node-id (or NODE_NAME)");
-		return 2;
-	}
-	if (strlen(c->node_id) > 128 || c->state_dir[0] != '/' || c->workers > 64) {
-		fprintf(stderr, "zipline-node: node id longer than 128 characters, a relative "
-				"--state-dir, or more than 64 --workers\n");
-		return 2;
-	}
-	if (c->io_timeout && node_io_timeout_parse(c->io_timeout, NULL)) {
-		fprintf(stderr, "zipline-node: bad --io-timeout '%s' (seconds, 1..86400)\n",
-			c->io_timeout);
-		return 2;
-	}
-	if (c->log_level && zl_log_set_level(c->log_level)) {
-		fprintf(stderr, "zipline-node: bad --log-level '%s' (err|warn|info|debug)\n",
-			c->log_level);
-		return 2;
-	}
-	if (strcmp(frontend, "auto") == 0 || strcmp(frontend, "fuse") == 0) {
-		c->frontend = NODE_FRONTEND_FUSE;
-	} else if (strcmp(frontend, "nbd") == 0) {
-		fprintf(stderr,
-			"zipline-node: --frontend nbd is not available in this version%s; "
-			"use --frontend fuse\n",
-			access("/sys/module/nbd", F_OK) ? " (and this kernel has no nbd module)"
-							: "");
-		return 2;
-	} else {
-		fprintf(stderr, "zipline-node: bad --frontend '%s' (auto|fuse|nbd)\n", frontend);
-		return 2;
-	}
-	if (strcmp(c->transport, "auto") && strcmp(c->transport, "tcp") &&
-	    strcmp(c->transport, "rdma")) {
-		fprintf(stderr, "zipline-node: bad --transport '%s' (auto|rdma|tcp)\n",
-			c->transport);
-		return 2;
-	}
+	rc = zl_cfg_parse(&cli, argc, argv);
+	if (rc)
+		return rc;
+	if (!c->endpoint || !*c->endpoint)
+		return zl_cfg_err(&cli, "--endpoint", NULL, "not given; pass --endpoint "
+				  "unix:///path/csi.sock or set CSI_ENDPOINT");
+	if (!c->node_id || !*c->node_id || strlen(c->node_id) > 128)
+		return zl_cfg_err(&cli, "--node-id", c->node_id, "%s; pass this node's name "
+				  "(or set NODE_NAME), up to 128 characters",
+				  c->node_id && *c->node_id ? "too long" : "not given");
+	if (c->state_dir[0] != '/')
+		return zl_cfg_err(&cli, "--state-dir", c->state_dir, "a relative path; pass an "
+				  "absolute one");
+	rc = zl_cfg_etcd_check(&cli, e);
+	if (rc)
+		return rc;
+	c->etcd_urls = e->endpoints;
+	c->etcd_prefix = e->prefix;
+	node_etcd_export(e);
 	return 0;
 }
 
 int main(int argc, char **argv)
 {
 	struct zl_etcd_opts eo = {.timeout_ms = 5000};
-	static char etcd_pw[256];
+	static struct zl_cfg_etcd etcd;
 	struct zl_grpc_server_cfg gc = {0};
 	struct zl_grpc_server *srv = NULL;
 	static struct node n;
@@ -215,9 +156,9 @@ int main(int argc, char **argv)
 	if (argc > 1 && strcmp(argv[1], "attach") == 0)
 		return attach_main(argc - 1, argv + 1);
 	zl_log_init("zipline-node");
-	rc = node_parse(argc, argv, &n.cfg);
+	rc = node_parse(argc, argv, &n.cfg, &etcd);
 	if (rc)
-		return rc;
+		return rc > 0 ? 0 : 2;
 	pthread_mutex_init(&n.ops.lock, NULL);
 	len = readlink("/proc/self/exe", n.self_exe, sizeof(n.self_exe) - 1);
 	if (len <= 0) {
@@ -238,9 +179,7 @@ int main(int argc, char **argv)
 	if (access(n.cfg.kubelet_dir, F_OK) != 0)
 		ZL_LOG_INFO(NODE_LOG, "kubelet directory missing (fine outside Kubernetes): dir=%s",
 			    n.cfg.kubelet_dir);
-	eo.endpoints = n.cfg.etcd_urls;
-	if (node_etcd_opts(&eo, etcd_pw, sizeof(etcd_pw)))
-		return 2;
+	zl_cfg_etcd_opts(&etcd, &eo);
 	rc = zl_etcd_create(&eo, &n.etcd);
 	if (rc) {
 		fprintf(stderr, "zipline-node: bad --etcd '%s': %s (use http://HOST:PORT[,...])\n",

@@ -215,12 +215,17 @@ int node_register_start(struct node *n);
 /* Stops the retry thread, if any. */
 void node_register_stop(void);
 
-/* Records an etcd TLS/auth flag (etcd-cacert, etcd-cert, etcd-key,
- * etcd-user, etcd-password-file) in the environment for this process and its
- * attach processes. 0, or 2 (exit code) after printing why. */
-int node_etcd_flag(const char *flag, const char *value);
-/* Fills the TLS/auth fields of eo from that environment; pw holds the
- * password read from its file. 0 or -ZL_ERR_INVAL after printing why. */
+struct zl_cfg_etcd;
+/* Takes e's TLS/auth settings from that environment (the defaults of the
+ * flags). node_etcd.c. */
+void node_etcd_import(struct zl_cfg_etcd *e);
+/* Records the etcd TLS/auth flags (--etcd-cacert, --etcd-cert, --etcd-key,
+ * --etcd-user, --etcd-password-file) of e in the environment for this
+ * process's attach processes. node_etcd.c. */
+void node_etcd_export(const struct zl_cfg_etcd *e);
+/* Fills the TLS/auth fields of eo from that environment (eo->endpoints
+ * set); pw holds the password read from its file. 0 or -ZL_ERR_INVAL after
+ * printing why. */
 int node_etcd_opts(struct zl_etcd_opts *eo, char *pw, size_t pw_len);
 
 /* Parses an --io-timeout value: whole seconds 1..86400. 0 (*out, optional,
