@@ -87,7 +87,7 @@ struct zl_cfg_etcd {
 	const char *user;	   /* --etcd-user, with --etcd-password-file */
 	const char *password_file; /* --etcd-password-file */
 	char password[ZL_CFG_ETCD_PASSWORD_MAX]; /* its first line, by zl_cfg_etcd_check */
-	struct zl_cfg_flag flags[9]; /* the table to list in struct zl_cfg */
+	struct zl_cfg_flag flags[8]; /* the table to list in struct zl_cfg */
 };
 
 /* --etcd's default when it is not required. */

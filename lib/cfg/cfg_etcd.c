@@ -2,6 +2,7 @@
 #include "cfg.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +18,35 @@ static int cfg_etcd_endpoints(const char *value, void *target, const char **why)
 	return 0;
 }
 
+/* The flags, with where their values go in struct zl_cfg_etcd. */
+static const struct {
+	struct zl_cfg_flag f;
+	size_t off;
+} cfg_etcd_flags[] = {
+    {{.name = "etcd", .arg = "URLS", .type = ZL_CFG_CALL, .parse = cfg_etcd_endpoints},
+     offsetof(struct zl_cfg_etcd, endpoints)},
+    {{.name = "etcd-prefix", .arg = "P", .type = ZL_CFG_CALL, .parse = zl_cfg_etcd_prefix,
+      .help = "key prefix (default " ZL_META_DEFAULT_PREFIX ")"},
+     offsetof(struct zl_cfg_etcd, prefix)},
+    {{.name = "etcd-cacert", .arg = "FILE", .type = ZL_CFG_FILE,
+      .help = "CA bundle for https etcd endpoints"},
+     offsetof(struct zl_cfg_etcd, cacert)},
+    {{.name = "etcd-cert", .arg = "FILE", .type = ZL_CFG_FILE,
+      .help = "client certificate for etcd (with --etcd-key)"},
+     offsetof(struct zl_cfg_etcd, cert)},
+    {{.name = "etcd-key", .arg = "FILE", .type = ZL_CFG_FILE, .help = "client key for etcd"},
+     offsetof(struct zl_cfg_etcd, key)},
+    {{.name = "etcd-user", .arg = "USER", .type = ZL_CFG_STR,
+      .help = "etcd user (with --etcd-password-file)"},
+     offsetof(struct zl_cfg_etcd, user)},
+    {{.name = "etcd-password-file", .arg = "FILE", .type = ZL_CFG_FILE,
+      .help = "file holding the etcd password (first line)"},
+     offsetof(struct zl_cfg_etcd, password_file)},
+};
+
+_Static_assert(ZL_ARRAY_SIZE(cfg_etcd_flags) < ZL_ARRAY_SIZE(((struct zl_cfg_etcd *)0)->flags),
+	       "struct zl_cfg_etcd.flags holds the table and its end");
+
 void zl_cfg_etcd_init(struct zl_cfg_etcd *e, bool required)
 {
 	const char *env = getenv("ZIPLINE_ETCD");
@@ -24,47 +54,13 @@ void zl_cfg_etcd_init(struct zl_cfg_etcd *e, bool required)
 	memset(e, 0, sizeof(*e));
 	e->endpoints = env && *env ? env : required ? NULL : ZL_CFG_ETCD_DEFAULT;
 	e->prefix = ZL_META_DEFAULT_PREFIX;
-	e->flags[0] = (struct zl_cfg_flag){
-	    .name = "etcd",
-	    .arg = "URLS",
-	    .type = ZL_CFG_CALL,
-	    .target = &e->endpoints,
-	    .parse = cfg_etcd_endpoints,
-	    .help = required ? "etcd endpoints, comma-separated (env ZIPLINE_ETCD; required)"
-			     : "etcd endpoints, comma-separated (default $ZIPLINE_ETCD,\n"
-			       "else " ZL_CFG_ETCD_DEFAULT ")",
-	};
-	e->flags[1] = (struct zl_cfg_flag){.name = "etcd-prefix",
-					   .arg = "P",
-					   .type = ZL_CFG_CALL,
-					   .target = &e->prefix,
-					   .parse = zl_cfg_etcd_prefix,
-					   .help = "key prefix (default " ZL_META_DEFAULT_PREFIX ")"};
-	e->flags[2] = (struct zl_cfg_flag){.name = "etcd-cacert",
-					   .arg = "FILE",
-					   .type = ZL_CFG_FILE,
-					   .target = &e->cacert,
-					   .help = "CA bundle for https etcd endpoints"};
-	e->flags[3] = (struct zl_cfg_flag){.name = "etcd-cert",
-					   .arg = "FILE",
-					   .type = ZL_CFG_FILE,
-					   .target = &e->cert,
-					   .help = "client certificate for etcd (with --etcd-key)"};
-	e->flags[4] = (struct zl_cfg_flag){.name = "etcd-key",
-					   .arg = "FILE",
-					   .type = ZL_CFG_FILE,
-					   .target = &e->key,
-					   .help = "client key for etcd"};
-	e->flags[5] = (struct zl_cfg_flag){.name = "etcd-user",
-					   .arg = "USER",
-					   .type = ZL_CFG_STR,
-					   .target = &e->user,
-					   .help = "etcd user (with --etcd-password-file)"};
-	e->flags[6] = (struct zl_cfg_flag){.name = "etcd-password-file",
-					   .arg = "FILE",
-					   .type = ZL_CFG_FILE,
-					   .target = &e->password_file,
-					   .help = "file holding the etcd password (first line)"};
+	for (size_t i = 0; i < ZL_ARRAY_SIZE(cfg_etcd_flags); i++) {
+		e->flags[i] = cfg_etcd_flags[i].f;
+		e->flags[i].target = (char *)e + cfg_etcd_flags[i].off;
+	}
+	e->flags[0].help = required ? "etcd endpoints, comma-separated (env ZIPLINE_ETCD; required)"
+				    : "etcd endpoints, comma-separated (default $ZIPLINE_ETCD,\n"
+				      "else " ZL_CFG_ETCD_DEFAULT ")";
 }
 
 int zl_cfg_etcd_check(const struct zl_cfg *c, struct zl_cfg_etcd *e)
