@@ -130,6 +130,15 @@ int zl_storage_fwd_request(struct zl_storage_fwd *p, const char *node_id,
 			    struct zl_wire_hdr *hdr, const void *out, uint32_t out_len, void *in,
 			    uint32_t in_cap, zl_xport_reply_cb cb, void *arg);
 
+/* ---- transports (storage_xport.c) ---- */
+
+/* Creates the transports --transport asks for: TCP always; RDMA too with
+ * "rdma" (required) or "auto" (when an RDMA device serves the listen
+ * address; any device for a wildcard address). Sets st->xport_tcp, st->xport_rdma,
+ * st->xport and st->sel. Returns 0, or -ENODEV after
+ * printing why RDMA is not possible when it was required, or another error. */
+int zl_storage_xports_create(struct zl_storage *st);
+
 /* ---- request handling (storage_server.c) ---- */
 
 /* Listens on cfg.listen_host:listen_port over TCP, and over RDMA (same port
