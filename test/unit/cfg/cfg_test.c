@@ -92,8 +92,10 @@ static int parse(const char *first, ...)
 	va_list ap;
 
 	va_start(ap, first);
-	for (const char *a = first; a && argc < 15; a = va_arg(ap, const char *))
+	for (const char *a = first; a; a = va_arg(ap, const char *)) {
+		assert_true(argc < 15);
 		argv[argc++] = (char *)a;
+	}
 	va_end(ap);
 	memset(&o, 0, sizeof(o));
 	return zl_cfg_parse(&cli, argc, argv);
@@ -212,8 +214,10 @@ static int etcd_parse(struct zl_cfg_etcd *e, const char *first, ...)
 	va_list ap;
 
 	va_start(ap, first);
-	for (const char *a = first; a && argc < 15; a = va_arg(ap, const char *))
+	for (const char *a = first; a; a = va_arg(ap, const char *)) {
+		assert_true(argc < 15);
 		argv[argc++] = (char *)a;
+	}
 	va_end(ap);
 	rc = zl_cfg_parse(&c, argc, argv);
 	return rc ? rc : zl_cfg_etcd_check(&c, e);
