@@ -12,49 +12,86 @@ static const char ctrl_usage[] =
 int ctrl_cfg_parse(int argc, char **argv, struct ctrl_cfg *cfg)
 {
 	const struct zl_cfg_flag head[] = {
-	    {.name = "endpoint", .arg = "URL", .type = ZL_CFG_STR, .target = &cfg->endpoint,
+	    {.name = "endpoint",
+	     .arg = "URL",
+	     .type = ZL_CFG_STR,
+	     .target = &cfg->endpoint,
 	     .help = "CSI endpoint, unix:///path/csi.sock (env CSI_ENDPOINT)"},
 	    {0},
 	};
 	const struct zl_cfg_flag tail[] = {
-	    {.name = "cluster-key-file", .arg = "FILE", .type = ZL_CFG_STR,
+	    {.name = "cluster-key-file",
+	     .arg = "FILE",
+	     .type = ZL_CFG_STR,
 	     .target = &cfg->cluster_key_file,
 	     .help = "the cluster key (64 hex digits, e.g. a mounted\nSecret; the storage "
 		     "daemons' --cluster-key-file);\ndefault: <prefix>keys/cluster in etcd"},
-	    {.name = "leader-election", .arg = "[=on|off]", .type = ZL_CFG_BOOL,
-	     .optional = true, .target = &cfg->leader_election,
+	    {.name = "leader-election",
+	     .arg = "[=on|off]",
+	     .type = ZL_CFG_BOOL,
+	     .optional = true,
+	     .target = &cfg->leader_election,
 	     .help = "elect, through etcd, the replica that runs the jobs\nthat must run once "
 		     "(default on; every replica serves\nevery CSI call either way; off = this "
 		     "one runs them)"},
-	    {.name = "no-leader-election", .type = ZL_CFG_CLEAR, .target = &cfg->leader_election,
+	    {.name = "no-leader-election",
+	     .type = ZL_CFG_CLEAR,
+	     .target = &cfg->leader_election,
 	     .help = "same as --leader-election=off"},
-	    {.name = "leader-id", .arg = "ID", .type = ZL_CFG_STR, .target = &cfg->leader_id,
+	    {.name = "leader-id",
+	     .arg = "ID",
+	     .type = ZL_CFG_STR,
+	     .target = &cfg->leader_id,
 	     .help = "replica identity (default hostname-pid)"},
-	    {.name = "gc-interval", .arg = "SECONDS", .type = ZL_CFG_UINT,
-	     .target = &cfg->gc_interval_s, .min = 1, .max = 86400, .unit = "seconds",
+	    {.name = "gc-interval",
+	     .arg = "SECONDS",
+	     .type = ZL_CFG_UINT,
+	     .target = &cfg->gc_interval_s,
+	     .min = 1,
+	     .max = 86400,
+	     .unit = "seconds",
 	     .help = "period of the leader's garbage collection (default 60)"},
-	    {.name = "manager", .arg = "=on|off", .type = ZL_CFG_BOOL, .optional = true,
+	    {.name = "manager",
+	     .arg = "=on|off",
+	     .type = ZL_CFG_BOOL,
+	     .optional = true,
 	     .target = &cfg->manager,
 	     .help = "decide slice membership (rules M1-M7 of\ndocs/REPLICATION.md) while this "
 		     "replica is the\nleader (default on; off = membership as in 0.1)"},
-	    {.name = "manager-grace", .arg = "SECS", .type = ZL_CFG_UINT,
-	     .target = &cfg->manager_grace_s, .max = 86400, .unit = "seconds",
+	    {.name = "manager-grace",
+	     .arg = "SECS",
+	     .type = ZL_CFG_UINT,
+	     .target = &cfg->manager_grace_s,
+	     .max = 86400,
+	     .unit = "seconds",
 	     .help = "a node record gone this long: its members go out\n(default 2)"},
-	    {.name = "down-out-interval", .arg = "SECS", .type = ZL_CFG_UINT,
-	     .target = &cfg->down_out_s, .min = 1, .max = 30 * 86400, .unit = "seconds",
+	    {.name = "down-out-interval",
+	     .arg = "SECS",
+	     .type = ZL_CFG_UINT,
+	     .target = &cfg->down_out_s,
+	     .min = 1,
+	     .max = 30 * 86400,
+	     .unit = "seconds",
 	     .help = "a node record gone this long: its members are\nreplaced on other nodes "
 		     "(default 600)"},
-	    {.name = "workers", .arg = "N", .type = ZL_CFG_UINT, .target = &cfg->workers,
-	     .min = 1, .max = 64, .unit = "threads", .help = "gRPC worker threads (default 4)"},
-	    {.name = "log-level", .arg = "L", .type = ZL_CFG_CALL, .parse = zl_cfg_log_level,
+	    {.name = "workers",
+	     .arg = "N",
+	     .type = ZL_CFG_UINT,
+	     .target = &cfg->workers,
+	     .min = 1,
+	     .max = 64,
+	     .unit = "threads",
+	     .help = "gRPC worker threads (default 4)"},
+	    {.name = "log-level",
+	     .arg = "L",
+	     .type = ZL_CFG_CALL,
+	     .parse = zl_cfg_log_level,
 	     .help = "err|warn|info|debug (env ZL_LOG_LEVEL)"},
 	    {0},
 	};
 	const struct zl_cfg_flag *tables[] = {head, cfg->etcd.flags, tail, NULL};
-	const struct zl_cfg cli = {.prog = "zipline-controller",
-				   .usage = ctrl_usage,
-				   .col = 27,
-				   .tables = tables};
+	const struct zl_cfg cli = {
+	    .prog = "zipline-controller", .usage = ctrl_usage, .col = 27, .tables = tables};
 	int rc;
 
 	memset(cfg, 0, sizeof(*cfg));
@@ -69,19 +106,24 @@ int ctrl_cfg_parse(int argc, char **argv, struct ctrl_cfg *cfg)
 	if (rc)
 		return rc;
 	if (!cfg->endpoint || !*cfg->endpoint)
-		return zl_cfg_err(&cli, "--endpoint", NULL, "not given; pass --endpoint "
+		return zl_cfg_err(&cli, "--endpoint", NULL,
+				  "not given; pass --endpoint "
 				  "unix:///path/csi.sock or set CSI_ENDPOINT");
 	if (strncmp(cfg->endpoint, "unix:", 5))
-		return zl_cfg_err(&cli, "--endpoint", cfg->endpoint, "not unix:///path; CSI "
+		return zl_cfg_err(&cli, "--endpoint", cfg->endpoint,
+				  "not unix:///path; CSI "
 				  "allows UNIX sockets only");
 	rc = zl_cfg_etcd_check(&cli, &cfg->etcd);
 	if (rc)
 		return rc;
 	if (cfg->cluster_key_file && !*cfg->cluster_key_file)
-		return zl_cfg_err(&cli, "--cluster-key-file", "", "empty; pass the file that holds "
+		return zl_cfg_err(&cli, "--cluster-key-file", "",
+				  "empty; pass the file that holds "
 				  "the cluster key");
 	if (cfg->leader_id && (!*cfg->leader_id || strlen(cfg->leader_id) >= CTRL_ID_MAX))
-		return zl_cfg_err(&cli, "--leader-id", cfg->leader_id, "must be 1..%d bytes; pass "
-				  "a shorter id", CTRL_ID_MAX - 1);
+		return zl_cfg_err(&cli, "--leader-id", cfg->leader_id,
+				  "must be 1..%d bytes; pass "
+				  "a shorter id",
+				  CTRL_ID_MAX - 1);
 	return 0;
 }

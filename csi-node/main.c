@@ -66,38 +66,77 @@ static int node_flag_tls(const char *value, void *target, const char **why)
 static int node_parse(int argc, char **argv, struct node_cfg *c, struct zl_cfg_etcd *e)
 {
 	const struct zl_cfg_flag head[] = {
-	    {.name = "endpoint", .arg = "EP", .type = ZL_CFG_STR, .target = &c->endpoint,
+	    {.name = "endpoint",
+	     .arg = "EP",
+	     .type = ZL_CFG_STR,
+	     .target = &c->endpoint,
 	     .help = "CSI endpoint, unix:///path (env CSI_ENDPOINT)"},
-	    {.name = "node-id", .arg = "ID", .type = ZL_CFG_STR, .target = &c->node_id,
+	    {.name = "node-id",
+	     .arg = "ID",
+	     .type = ZL_CFG_STR,
+	     .target = &c->node_id,
 	     .help = "this node's id (env NODE_NAME; required)"},
 	    {0},
 	};
 	const struct zl_cfg_flag tail[] = {
-	    {.name = "state-dir", .arg = "DIR", .type = ZL_CFG_STR, .target = &c->state_dir,
+	    {.name = "state-dir",
+	     .arg = "DIR",
+	     .type = ZL_CFG_STR,
+	     .target = &c->state_dir,
 	     .help = "attachment state (default /var/lib/zipline/node)"},
-	    {.name = "kubelet-dir", .arg = "DIR", .type = ZL_CFG_STR, .target = &c->kubelet_dir,
+	    {.name = "kubelet-dir",
+	     .arg = "DIR",
+	     .type = ZL_CFG_STR,
+	     .target = &c->kubelet_dir,
 	     .help = "kubelet root (default /var/lib/kubelet)"},
-	    {.name = "frontend", .arg = "F", .type = ZL_CFG_CALL, .target = &c->frontend,
-	     .parse = node_flag_frontend, .help = "auto|fuse|nbd (default auto = fuse)"},
-	    {.name = "transport", .arg = "T", .type = ZL_CFG_CALL, .target = &c->transport,
-	     .parse = node_flag_transport, .help = "auto|rdma|tcp (default auto)"},
-	    {.name = "workers", .arg = "N", .type = ZL_CFG_UINT, .target = &c->workers,
-	     .max = 64, .unit = "threads", .help = "gRPC worker threads (default 4)"},
-	    {.name = "log-level", .arg = "L", .type = ZL_CFG_CALL, .parse = zl_cfg_log_level,
+	    {.name = "frontend",
+	     .arg = "F",
+	     .type = ZL_CFG_CALL,
+	     .target = &c->frontend,
+	     .parse = node_flag_frontend,
+	     .help = "auto|fuse|nbd (default auto = fuse)"},
+	    {.name = "transport",
+	     .arg = "T",
+	     .type = ZL_CFG_CALL,
+	     .target = &c->transport,
+	     .parse = node_flag_transport,
+	     .help = "auto|rdma|tcp (default auto)"},
+	    {.name = "workers",
+	     .arg = "N",
+	     .type = ZL_CFG_UINT,
+	     .target = &c->workers,
+	     .max = 64,
+	     .unit = "threads",
+	     .help = "gRPC worker threads (default 4)"},
+	    {.name = "log-level",
+	     .arg = "L",
+	     .type = ZL_CFG_CALL,
+	     .parse = zl_cfg_log_level,
 	     .help = "err|warn|info|debug"},
-	    {.name = "io-timeout", .arg = "SEC", .type = ZL_CFG_CALL, .target = &c->io_timeout,
+	    {.name = "io-timeout",
+	     .arg = "SEC",
+	     .type = ZL_CFG_CALL,
+	     .target = &c->io_timeout,
 	     .parse = node_flag_io_timeout,
 	     .help = "how long volume I/O waits for an in-sync primary while\nthe cluster heals "
 		     "before it fails (default 600)"},
-	    {.name = "legacy-drop", .type = ZL_CFG_SET, .target = &c->legacy_drop,
+	    {.name = "legacy-drop",
+	     .type = ZL_CFG_SET,
+	     .target = &c->legacy_drop,
 	     .help = "0.1 client for clusters without a manager: promote\nthe next replica "
 		     "itself, give up after 30 s"},
-	    {.name = "tls-ca", .arg = "FILE", .type = ZL_CFG_CALL, .target = "ZIPLINE_TLS_CA",
+	    {.name = "tls-ca",
+	     .arg = "FILE",
+	     .type = ZL_CFG_CALL,
+	     .target = "ZIPLINE_TLS_CA",
 	     .parse = node_flag_tls,
 	     .help = "the cluster's CA (PEM; env ZIPLINE_TLS_CA): attach\nprocesses reach "
 		     "storage nodes that serve TLS with it"},
-	    {.name = "tls-server-name", .arg = "N", .type = ZL_CFG_CALL,
-	     .target = "ZIPLINE_TLS_SERVER_NAME", .parse = node_flag_tls,
+	    {.name = "tls-server-name",
+	     .arg = "N",
+	     .type = ZL_CFG_CALL,
+	     .target = "ZIPLINE_TLS_SERVER_NAME",
+	     .parse = node_flag_tls,
 	     .help = "name their certificates carry (env\nZIPLINE_TLS_SERVER_NAME; default: "
 		     "their address)"},
 	    {0},
@@ -124,14 +163,17 @@ static int node_parse(int argc, char **argv, struct node_cfg *c, struct zl_cfg_e
 	if (rc)
 		return rc;
 	if (!c->endpoint || !*c->endpoint)
-		return zl_cfg_err(&cli, "--endpoint", NULL, "not given; pass --endpoint "
+		return zl_cfg_err(&cli, "--endpoint", NULL,
+				  "not given; pass --endpoint "
 				  "unix:///path/csi.sock or set CSI_ENDPOINT");
 	if (!c->node_id || !*c->node_id || strlen(c->node_id) > 128)
-		return zl_cfg_err(&cli, "--node-id", c->node_id, "%s; pass this node's name "
+		return zl_cfg_err(&cli, "--node-id", c->node_id,
+				  "%s; pass this node's name "
 				  "(or set NODE_NAME), up to 128 characters",
 				  c->node_id && *c->node_id ? "too long" : "not given");
 	if (c->state_dir[0] != '/')
-		return zl_cfg_err(&cli, "--state-dir", c->state_dir, "a relative path; pass an "
+		return zl_cfg_err(&cli, "--state-dir", c->state_dir,
+				  "a relative path; pass an "
 				  "absolute one");
 	rc = zl_cfg_etcd_check(&cli, e);
 	if (rc)

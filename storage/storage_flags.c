@@ -10,9 +10,9 @@
 static const char storage_usage[] = "usage: zipline-storage --data-dir DIR [options]\n";
 
 static const struct zl_cfg storage_cli_base = {
-	.prog = "zipline-storage",
-	.usage = storage_usage,
-	.col = 23,
+    .prog = "zipline-storage",
+    .usage = storage_usage,
+    .col = 23,
 };
 
 static int flag_listen(const char *value, void *target, const char **why)
@@ -81,75 +81,152 @@ int zl_storage_cfg_parse(struct zl_storage_cfg *cfg, struct zl_cfg_etcd *etcd,
 {
 	const char *adv = NULL;
 	const struct zl_cfg_flag head[] = {
-	    {.name = "data-dir", .arg = "DIR", .type = ZL_CFG_STR, .target = &cfg->data_dir,
+	    {.name = "data-dir",
+	     .arg = "DIR",
+	     .type = ZL_CFG_STR,
+	     .target = &cfg->data_dir,
 	     .help = "chunk replicas, node-id, identity and LOCK live\nhere (required)"},
-	    {.name = "listen", .arg = "HOST:PORT", .type = ZL_CFG_CALL, .target = cfg,
-	     .parse = flag_listen, .help = "address to serve on (default 0.0.0.0:7100)"},
-	    {.name = "advertise", .arg = "ADDR", .type = ZL_CFG_STR, .target = &adv,
+	    {.name = "listen",
+	     .arg = "HOST:PORT",
+	     .type = ZL_CFG_CALL,
+	     .target = cfg,
+	     .parse = flag_listen,
+	     .help = "address to serve on (default 0.0.0.0:7100)"},
+	    {.name = "advertise",
+	     .arg = "ADDR",
+	     .type = ZL_CFG_STR,
+	     .target = &adv,
 	     .help = "address registered in etcd (default: the listen host;\nfor 0.0.0.0 or ::, "
 		     "the address of the interface of the\ndefault route; no default route: "
 		     "start-up fails)"},
-	    {.name = "node-id", .arg = "ID", .type = ZL_CFG_STR, .target = node_flag,
+	    {.name = "node-id",
+	     .arg = "ID",
+	     .type = ZL_CFG_STR,
+	     .target = node_flag,
 	     .help = "node id (default: DATA/node-id, else the hostname)"},
-	    {.name = "label", .arg = "K=V", .type = ZL_CFG_CALL, .target = cfg,
+	    {.name = "label",
+	     .arg = "K=V",
+	     .type = ZL_CFG_CALL,
+	     .target = cfg,
 	     .parse = flag_label,
 	     .help = "failure-domain label, repeatable (zone=a --label rack=r1)"},
 	    {0},
 	};
 	const struct zl_cfg_flag tail[] = {
-	    {.name = "etcd-wait", .arg = "SEC", .type = ZL_CFG_UINT, .target = &cfg->etcd_wait_sec,
-	     .max = 86400, .unit = "seconds",
+	    {.name = "etcd-wait",
+	     .arg = "SEC",
+	     .type = ZL_CFG_UINT,
+	     .target = &cfg->etcd_wait_sec,
+	     .max = 86400,
+	     .unit = "seconds",
 	     .help = "how long to wait for etcd at start (default 60)"},
-	    {.name = "transport", .arg = "MODE", .type = ZL_CFG_CALL, .target = &cfg->transport,
-	     .parse = flag_transport, .help = "auto|tcp|rdma: transports to serve (default auto)"},
-	    {.name = "capacity", .arg = "SIZE", .type = ZL_CFG_CALL, .target = &cfg->capacity,
+	    {.name = "transport",
+	     .arg = "MODE",
+	     .type = ZL_CFG_CALL,
+	     .target = &cfg->transport,
+	     .parse = flag_transport,
+	     .help = "auto|tcp|rdma: transports to serve (default auto)"},
+	    {.name = "capacity",
+	     .arg = "SIZE",
+	     .type = ZL_CFG_CALL,
+	     .target = &cfg->capacity,
 	     .parse = flag_capacity,
 	     .help = "capacity to advertise (default: the filesystem size)"},
-	    {.name = "log-level", .arg = "LEVEL", .type = ZL_CFG_CALL, .parse = zl_cfg_log_level,
+	    {.name = "log-level",
+	     .arg = "LEVEL",
+	     .type = ZL_CFG_CALL,
+	     .parse = zl_cfg_log_level,
 	     .help = "err|warn|info|debug (default info)"},
-	    {.name = "heal", .arg = "on|off", .type = ZL_CFG_BOOL, .target = &cfg->heal,
+	    {.name = "heal",
+	     .arg = "on|off",
+	     .type = ZL_CFG_BOOL,
+	     .target = &cfg->heal,
 	     .help = "data versions, failure reports instead of dropping\nbackups, recovery of "
 		     "RECOVERING members (default on,\nwith zipline-controller --manager=on; "
 		     "off = 0.1)"},
-	    {.name = "repl-wait", .arg = "SEC", .type = ZL_CFG_UINT, .target = &cfg->repl_wait_ms,
-	     .min = 1, .max = 86400, .scale = 1000, .unit = "seconds",
+	    {.name = "repl-wait",
+	     .arg = "SEC",
+	     .type = ZL_CFG_UINT,
+	     .target = &cfg->repl_wait_ms,
+	     .min = 1,
+	     .max = 86400,
+	     .scale = 1000,
+	     .unit = "seconds",
 	     .help = "heal: how long a write whose backup failed waits for\nthe manager to take "
 		     "it out of the in-sync set (default 8)"},
-	    {.name = "recovery-mbps", .arg = "N", .type = ZL_CFG_UINT,
-	     .target = &cfg->recovery_mbps, .min = 1, .max = 1000000, .unit = "megabits/s",
+	    {.name = "recovery-mbps",
+	     .arg = "N",
+	     .type = ZL_CFG_UINT,
+	     .target = &cfg->recovery_mbps,
+	     .min = 1,
+	     .max = 1000000,
+	     .unit = "megabits/s",
 	     .help = "heal: recovery copy rate, megabits/s (default 200)"},
-	    {.name = "scrub-mbps", .arg = "N", .type = ZL_CFG_UINT, .target = &cfg->scrub_mbps,
-	     .min = 1, .max = 1000000, .unit = "megabits/s",
+	    {.name = "scrub-mbps",
+	     .arg = "N",
+	     .type = ZL_CFG_UINT,
+	     .target = &cfg->scrub_mbps,
+	     .min = 1,
+	     .max = 1000000,
+	     .unit = "megabits/s",
 	     .help = "scrub read rate, megabits/s (default 100)"},
-	    {.name = "scrub-interval", .arg = "SEC", .type = ZL_CFG_UINT,
-	     .target = &cfg->scrub_interval_s, .max = 31536000, .unit = "seconds (0 = off)",
+	    {.name = "scrub-interval",
+	     .arg = "SEC",
+	     .type = ZL_CFG_UINT,
+	     .target = &cfg->scrub_interval_s,
+	     .max = 31536000,
+	     .unit = "seconds (0 = off)",
 	     .help = "background scrub of the slices this node is primary\nof, every SEC seconds "
 		     "(default 86400, 0 = off)"},
-	    {.name = "gc-interval", .arg = "SEC", .type = ZL_CFG_UINT,
-	     .target = &cfg->gc_interval_s, .max = 31536000, .unit = "seconds (0 = off)",
+	    {.name = "gc-interval",
+	     .arg = "SEC",
+	     .type = ZL_CFG_UINT,
+	     .target = &cfg->gc_interval_s,
+	     .max = 31536000,
+	     .unit = "seconds (0 = off)",
 	     .help = "heal: look for old copies of slices moved off this node\nevery SEC seconds "
 		     "(default 60, 0 = keep them)"},
-	    {.name = "gc-grace", .arg = "SEC", .type = ZL_CFG_UINT, .target = &cfg->gc_grace_s,
-	     .max = 31536000, .unit = "seconds",
+	    {.name = "gc-grace",
+	     .arg = "SEC",
+	     .type = ZL_CFG_UINT,
+	     .target = &cfg->gc_grace_s,
+	     .max = 31536000,
+	     .unit = "seconds",
 	     .help = "heal: remove them once their row has not listed this node,\nall in sync, "
 		     "and no write of them came, for SEC seconds\n(default 600)"},
-	    {.name = "auth", .arg = "on|off", .type = ZL_CFG_BOOL, .target = &cfg->auth,
+	    {.name = "auth",
+	     .arg = "on|off",
+	     .type = ZL_CFG_BOOL,
+	     .target = &cfg->auth,
 	     .help = "check HELLO credentials: attach tokens of clients, the\ncluster token of "
 		     "peers and operators (default on;\noff only for a cluster of pre-auth "
 		     "callers,\ndocs/SECURITY.md)"},
-	    {.name = "cluster-key-file", .arg = "FILE", .type = ZL_CFG_STR,
+	    {.name = "cluster-key-file",
+	     .arg = "FILE",
+	     .type = ZL_CFG_STR,
 	     .target = &cfg->cluster_key_file,
 	     .help = "the cluster key (64 hex digits, e.g. a mounted\nSecret); default: "
 		     "<prefix>keys/cluster in etcd"},
-	    {.name = "tls-cert", .arg = "FILE", .type = ZL_CFG_FILE, .target = &cfg->tls_cert,
+	    {.name = "tls-cert",
+	     .arg = "FILE",
+	     .type = ZL_CFG_FILE,
+	     .target = &cfg->tls_cert,
 	     .help = "TLS certificate (PEM) of the TCP listener, with\n--tls-key and --tls-ca: "
 		     "then the listener speaks TLS\nonly and the node record says so "
 		     "(docs/SECURITY.md)"},
-	    {.name = "tls-key", .arg = "FILE", .type = ZL_CFG_FILE, .target = &cfg->tls_key,
+	    {.name = "tls-key",
+	     .arg = "FILE",
+	     .type = ZL_CFG_FILE,
+	     .target = &cfg->tls_key,
 	     .help = "its private key (PEM)"},
-	    {.name = "tls-ca", .arg = "FILE", .type = ZL_CFG_FILE, .target = &cfg->tls_ca,
+	    {.name = "tls-ca",
+	     .arg = "FILE",
+	     .type = ZL_CFG_FILE,
+	     .target = &cfg->tls_ca,
 	     .help = "the cluster's CA: verifies peers that serve TLS"},
-	    {.name = "tls-server-name", .arg = "N", .type = ZL_CFG_STR,
+	    {.name = "tls-server-name",
+	     .arg = "N",
+	     .type = ZL_CFG_STR,
 	     .target = &cfg->tls_server_name,
 	     .help = "name peer certificates carry (SAN DNS); default: the\npeer's advertised "
 		     "address must be in its SAN"},
@@ -177,7 +254,8 @@ int zl_storage_cfg_parse(struct zl_storage_cfg *cfg, struct zl_cfg_etcd *etcd,
 	if (rc)
 		return rc;
 	if (!cfg->data_dir)
-		return zl_cfg_err(&cli, "--data-dir", NULL, "not given; pass the directory of "
+		return zl_cfg_err(&cli, "--data-dir", NULL,
+				  "not given; pass the directory of "
 				  "this node's chunk replicas");
 	rc = zl_cfg_etcd_check(&cli, etcd);
 	if (rc)
@@ -196,8 +274,10 @@ int zl_storage_cfg_parse(struct zl_storage_cfg *cfg, struct zl_cfg_etcd *etcd,
 			   ? -ZL_ERR_INVAL
 			   : 0;
 	if (strlen(adv) >= sizeof(cfg->advertise))
-		return zl_cfg_err(&cli, "--advertise", adv, "too long; pass an address of at "
-				  "most %zu bytes", sizeof(cfg->advertise) - 1);
+		return zl_cfg_err(&cli, "--advertise", adv,
+				  "too long; pass an address of at "
+				  "most %zu bytes",
+				  sizeof(cfg->advertise) - 1);
 	snprintf(cfg->advertise, sizeof(cfg->advertise), "%s", adv);
 	return 0;
 }

@@ -11,8 +11,8 @@
 
 #include "lib/common/common.h"
 
-#define CFG_VAL_BASE 256 /* getopt values of table entries: CFG_VAL_BASE + index */
-#define CFG_VAL_HELP 1
+#define CFG_VAL_BASE	256 /* getopt values of table entries: CFG_VAL_BASE + index */
+#define CFG_VAL_HELP	1
 #define CFG_VAL_VERSION 2
 
 int zl_cfg_err(const struct zl_cfg *c, const char *flag, const char *value, const char *fmt, ...)
@@ -88,8 +88,10 @@ static int cfg_apply(const struct zl_cfg *c, const struct zl_cfg_flag *fl, const
 		return 0;
 	case ZL_CFG_FILE:
 		if (access(value, R_OK))
-			return zl_cfg_err(c, flag, value, "cannot read it (%s); check the path and "
-					  "its permissions", strerror(errno));
+			return zl_cfg_err(c, flag, value,
+					  "cannot read it (%s); check the path and "
+					  "its permissions",
+					  strerror(errno));
 		*(const char **)fl->target = value;
 		return 0;
 	case ZL_CFG_BOOL:
@@ -107,13 +109,16 @@ static int cfg_apply(const struct zl_cfg *c, const struct zl_cfg_flag *fl, const
 		errno = 0;
 		v = strtoul(value, &end, 10);
 		if (!*value || *end || value[0] == '-' || errno || v < fl->min || v > fl->max)
-			return zl_cfg_err(c, flag, value, "not a number of %s in %u..%u; pass one in "
-					  "that range", fl->unit ? fl->unit : "units", fl->min, fl->max);
+			return zl_cfg_err(c, flag, value,
+					  "not a number of %s in %u..%u; pass one in "
+					  "that range",
+					  fl->unit ? fl->unit : "units", fl->min, fl->max);
 		*(unsigned int *)fl->target = (unsigned int)v * (fl->scale ? fl->scale : 1);
 		return 0;
 	case ZL_CFG_CALL:
 		if (fl->parse(value, fl->target, &why))
-			return zl_cfg_err(c, flag, value, "%s", why ? why : "not valid; see --help");
+			return zl_cfg_err(c, flag, value, "%s",
+					  why ? why : "not valid; see --help");
 		return 0;
 	}
 	return -ZL_ERR_INVAL;
@@ -141,7 +146,7 @@ int zl_cfg_parse(const struct zl_cfg *c, int argc, char **argv)
 
 			ix[i] = fl;
 			opts[i] = (struct option){fl->name,
-						  none	       ? no_argument
+						  none		 ? no_argument
 						  : fl->optional ? optional_argument
 								 : required_argument,
 						  NULL, CFG_VAL_BASE + (int)i};
@@ -175,8 +180,10 @@ int zl_cfg_parse(const struct zl_cfg *c, int argc, char **argv)
 		}
 	}
 	if (optind < argc)
-		rc = zl_cfg_err(c, NULL, NULL, "'%s': unexpected argument (flags start with --); "
-				"see %s --help", argv[optind], c->prog);
+		rc = zl_cfg_err(c, NULL, NULL,
+				"'%s': unexpected argument (flags start with --); "
+				"see %s --help",
+				argv[optind], c->prog);
 out:
 	free(opts);
 	free(ix);

@@ -10,8 +10,8 @@
 
 #include <stdbool.h>
 #include <stddef.h>
-#include <stdio.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "lib/etcd/etcd.h"
 
@@ -31,13 +31,13 @@ typedef int (*zl_cfg_parse_cb)(const char *value, void *target, const char **why
 
 /* One flag. A table of them ends with an entry whose name is NULL. */
 struct zl_cfg_flag {
-	const char *name;     /* without the leading "--" */
-	const char *arg;      /* the value in --help ("DIR"; "=on|off" and
-			       * "[=on|off]" print without a space); NULL for
-			       * ZL_CFG_SET / ZL_CFG_CLEAR */
+	const char *name; /* without the leading "--" */
+	const char *arg;  /* the value in --help ("DIR"; "=on|off" and
+			   * "[=on|off]" print without a space); NULL for
+			   * ZL_CFG_SET / ZL_CFG_CLEAR */
 	enum zl_cfg_type type;
 	void *target;
-	const char *help;     /* --help text; '\n' starts a continuation line */
+	const char *help;      /* --help text; '\n' starts a continuation line */
 	unsigned int min, max; /* ZL_CFG_UINT: accepted values */
 	unsigned int scale;    /* ZL_CFG_UINT: stored value = value * scale (0 = 1) */
 	const char *unit;      /* ZL_CFG_UINT: "seconds", in the error message */
@@ -47,9 +47,9 @@ struct zl_cfg_flag {
 
 /* One daemon's command line. */
 struct zl_cfg {
-	const char *prog;   /* "zipline-storage": messages and --version */
-	const char *usage;  /* first lines of --help, each ending in '\n' */
-	int col;	    /* column the help texts start at */
+	const char *prog;  /* "zipline-storage": messages and --version */
+	const char *usage; /* first lines of --help, each ending in '\n' */
+	int col;	   /* column the help texts start at */
 	/* Tables, in --help order, NULL-terminated. */
 	const struct zl_cfg_flag *const *tables;
 };
@@ -79,15 +79,15 @@ int zl_cfg_etcd_prefix(const char *value, void *target, const char **why);
 #define ZL_CFG_ETCD_PASSWORD_MAX 256
 
 struct zl_cfg_etcd {
-	const char *endpoints;	   /* --etcd, else $ZIPLINE_ETCD, else the default */
-	const char *prefix;	   /* --etcd-prefix, default ZL_META_DEFAULT_PREFIX */
-	const char *cacert;	   /* --etcd-cacert */
-	const char *cert;	   /* --etcd-cert, with --etcd-key */
-	const char *key;	   /* --etcd-key */
-	const char *user;	   /* --etcd-user, with --etcd-password-file */
-	const char *password_file; /* --etcd-password-file */
+	const char *endpoints;			 /* --etcd, else $ZIPLINE_ETCD, else the default */
+	const char *prefix;			 /* --etcd-prefix, default ZL_META_DEFAULT_PREFIX */
+	const char *cacert;			 /* --etcd-cacert */
+	const char *cert;			 /* --etcd-cert, with --etcd-key */
+	const char *key;			 /* --etcd-key */
+	const char *user;			 /* --etcd-user, with --etcd-password-file */
+	const char *password_file;		 /* --etcd-password-file */
 	char password[ZL_CFG_ETCD_PASSWORD_MAX]; /* its first line, by zl_cfg_etcd_check */
-	struct zl_cfg_flag flags[8]; /* the table to list in struct zl_cfg */
+	struct zl_cfg_flag flags[8];		 /* the table to list in struct zl_cfg */
 };
 
 /* --etcd's default when it is not required. */

@@ -25,21 +25,32 @@ static const struct {
 } cfg_etcd_flags[] = {
     {{.name = "etcd", .arg = "URLS", .type = ZL_CFG_CALL, .parse = cfg_etcd_endpoints},
      offsetof(struct zl_cfg_etcd, endpoints)},
-    {{.name = "etcd-prefix", .arg = "P", .type = ZL_CFG_CALL, .parse = zl_cfg_etcd_prefix,
+    {{.name = "etcd-prefix",
+      .arg = "P",
+      .type = ZL_CFG_CALL,
+      .parse = zl_cfg_etcd_prefix,
       .help = "key prefix (default " ZL_META_DEFAULT_PREFIX ")"},
      offsetof(struct zl_cfg_etcd, prefix)},
-    {{.name = "etcd-cacert", .arg = "FILE", .type = ZL_CFG_FILE,
+    {{.name = "etcd-cacert",
+      .arg = "FILE",
+      .type = ZL_CFG_FILE,
       .help = "CA bundle for https etcd endpoints"},
      offsetof(struct zl_cfg_etcd, cacert)},
-    {{.name = "etcd-cert", .arg = "FILE", .type = ZL_CFG_FILE,
+    {{.name = "etcd-cert",
+      .arg = "FILE",
+      .type = ZL_CFG_FILE,
       .help = "client certificate for etcd (with --etcd-key)"},
      offsetof(struct zl_cfg_etcd, cert)},
     {{.name = "etcd-key", .arg = "FILE", .type = ZL_CFG_FILE, .help = "client key for etcd"},
      offsetof(struct zl_cfg_etcd, key)},
-    {{.name = "etcd-user", .arg = "USER", .type = ZL_CFG_STR,
+    {{.name = "etcd-user",
+      .arg = "USER",
+      .type = ZL_CFG_STR,
       .help = "etcd user (with --etcd-password-file)"},
      offsetof(struct zl_cfg_etcd, user)},
-    {{.name = "etcd-password-file", .arg = "FILE", .type = ZL_CFG_FILE,
+    {{.name = "etcd-password-file",
+      .arg = "FILE",
+      .type = ZL_CFG_FILE,
       .help = "file holding the etcd password (first line)"},
      offsetof(struct zl_cfg_etcd, password_file)},
 };
@@ -68,7 +79,8 @@ int zl_cfg_etcd_check(const struct zl_cfg *c, struct zl_cfg_etcd *e)
 	FILE *f;
 
 	if (!e->endpoints || !*e->endpoints)
-		return zl_cfg_err(c, "--etcd", NULL, "not given; pass --etcd http://HOST:2379 or "
+		return zl_cfg_err(c, "--etcd", NULL,
+				  "not given; pass --etcd http://HOST:2379 or "
 				  "set ZIPLINE_ETCD");
 	if (!e->cert != !e->key)
 		return zl_cfg_err(c, e->cert ? "--etcd-cert" : "--etcd-key", NULL,

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* cmocka.h needs the headers above first. */
 #include <cmocka.h>
 
 #include "lib/cfg/cfg.h"
@@ -65,25 +67,51 @@ static int word_parse(const char *value, void *target, const char **why)
 
 static const struct zl_cfg_flag flags[] = {
     {.name = "name", .arg = "N", .type = ZL_CFG_STR, .target = &o.name, .help = "a name"},
-    {.name = "on", .arg = "on|off", .type = ZL_CFG_BOOL, .target = &o.on,
+    {.name = "on",
+     .arg = "on|off",
+     .type = ZL_CFG_BOOL,
+     .target = &o.on,
      .help = "a switch\nsecond line"},
-    {.name = "opt", .arg = "[=on|off]", .type = ZL_CFG_BOOL, .optional = true,
-     .target = &o.opt_on, .help = "optional switch"},
+    {.name = "opt",
+     .arg = "[=on|off]",
+     .type = ZL_CFG_BOOL,
+     .optional = true,
+     .target = &o.opt_on,
+     .help = "optional switch"},
     {.name = "set", .type = ZL_CFG_SET, .target = &o.set, .help = "sets"},
     {.name = "no-set", .type = ZL_CFG_CLEAR, .target = &o.set, .help = "clears"},
-    {.name = "secs", .arg = "SEC", .type = ZL_CFG_UINT, .target = &o.secs, .min = 1,
-     .max = 10, .unit = "seconds", .help = "seconds"},
-    {.name = "wait", .arg = "SEC", .type = ZL_CFG_UINT, .target = &o.ms, .max = 5,
-     .scale = 1000, .unit = "seconds", .help = "in ms"},
-    {.name = "a-very-long-flag-name", .arg = "FILE", .type = ZL_CFG_FILE, .target = &o.file,
+    {.name = "secs",
+     .arg = "SEC",
+     .type = ZL_CFG_UINT,
+     .target = &o.secs,
+     .min = 1,
+     .max = 10,
+     .unit = "seconds",
+     .help = "seconds"},
+    {.name = "wait",
+     .arg = "SEC",
+     .type = ZL_CFG_UINT,
+     .target = &o.ms,
+     .max = 5,
+     .scale = 1000,
+     .unit = "seconds",
+     .help = "in ms"},
+    {.name = "a-very-long-flag-name",
+     .arg = "FILE",
+     .type = ZL_CFG_FILE,
+     .target = &o.file,
      .help = "long"},
-    {.name = "word", .arg = "W", .type = ZL_CFG_CALL, .target = &o.word, .parse = word_parse,
+    {.name = "word",
+     .arg = "W",
+     .type = ZL_CFG_CALL,
+     .target = &o.word,
+     .parse = word_parse,
      .help = "a or b"},
     {0},
 };
 static const struct zl_cfg_flag *const tables[] = {flags, NULL};
-static const struct zl_cfg cli = {.prog = "zipline-test", .usage = "usage: t\n", .col = 16,
-				  .tables = tables};
+static const struct zl_cfg cli = {
+    .prog = "zipline-test", .usage = "usage: t\n", .col = 16, .tables = tables};
 
 static int parse(const char *first, ...)
 {
@@ -278,9 +306,9 @@ static void test_etcd(void **state)
 	assert_int_equal(pwrite(fd, "s3cret\nignored\n", 15, 0), 15);
 	close(fd);
 	zl_cfg_etcd_init(&e, true);
-	assert_int_equal(etcd_parse(&e, "--etcd", "h:1", "--etcd-user", "u",
-				    "--etcd-password-file", pwfile, "--etcd-cacert", "/dev/null",
-				    "--etcd-cert", "/dev/null", "--etcd-key", "/dev/null", NULL),
+	assert_int_equal(etcd_parse(&e, "--etcd", "h:1", "--etcd-user", "u", "--etcd-password-file",
+				    pwfile, "--etcd-cacert", "/dev/null", "--etcd-cert",
+				    "/dev/null", "--etcd-key", "/dev/null", NULL),
 			 0);
 	unlink(pwfile);
 	zl_cfg_etcd_opts(&e, &eo);
@@ -296,8 +324,8 @@ static void test_etcd(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_types),	  cmocka_unit_test(test_errors),
-	    cmocka_unit_test(test_usage),	  cmocka_unit_test(test_help_version),
+	    cmocka_unit_test(test_types), cmocka_unit_test(test_errors),
+	    cmocka_unit_test(test_usage), cmocka_unit_test(test_help_version),
 	    cmocka_unit_test(test_etcd),
 	};
 

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* cmocka.h needs the headers above first. */
 #include <cmocka.h>
 
 #include "lib/cfg/cfg.h"
@@ -70,16 +72,15 @@ static void test_values(void **state)
 {
 	(void)state;
 	setenv("ZIPLINE_ETCD", "http://env:2379", 1);
-	assert_int_equal(parse("--data-dir", "/d", "--listen", "[::]:7200", "--advertise", "a",
-			       "--node-id", "n1", "--label", "zone=a", "--label", "rack=r1",
-			       "--etcd-prefix", "/p/", "--etcd-wait", "0", "--transport", "tcp",
-			       "--capacity", "2G", "--heal", "off", "--repl-wait", "3",
-			       "--recovery-mbps", "7", "--scrub-mbps", "9", "--scrub-interval", "0",
-			       "--gc-interval", "0", "--gc-grace", "5", "--auth", "off",
-			       "--cluster-key-file", "/k", "--tls-cert", "/dev/null", "--tls-key",
-			       "/dev/null", "--tls-ca", "/dev/null", "--tls-server-name", "s",
-			       NULL),
-			 0);
+	assert_int_equal(
+	    parse("--data-dir", "/d", "--listen", "[::]:7200", "--advertise", "a", "--node-id",
+		  "n1", "--label", "zone=a", "--label", "rack=r1", "--etcd-prefix", "/p/",
+		  "--etcd-wait", "0", "--transport", "tcp", "--capacity", "2G", "--heal", "off",
+		  "--repl-wait", "3", "--recovery-mbps", "7", "--scrub-mbps", "9",
+		  "--scrub-interval", "0", "--gc-interval", "0", "--gc-grace", "5", "--auth", "off",
+		  "--cluster-key-file", "/k", "--tls-cert", "/dev/null", "--tls-key", "/dev/null",
+		  "--tls-ca", "/dev/null", "--tls-server-name", "s", NULL),
+	    0);
 	unsetenv("ZIPLINE_ETCD");
 	assert_string_equal(cfg.listen_host, "[::]");
 	assert_int_equal(cfg.listen_port, 7200);
@@ -108,23 +109,21 @@ static void test_refused(void **state)
 	(void)state;
 	/* Each is refused with one line on stderr (its wording: cfg_test). */
 	assert_int_equal(parse("--advertise", "a", NULL), -ZL_ERR_INVAL);
-	assert_int_equal(parse("--data-dir", "/d", "--advertise", "a", "--listen", "h:70000",
-			       NULL),
+	assert_int_equal(parse("--data-dir", "/d", "--advertise", "a", "--listen", "h:70000", NULL),
 			 -ZL_ERR_INVAL);
 	assert_int_equal(parse("--data-dir", "/d", "--advertise", "a", "--label", "a,b=c", NULL),
 			 -ZL_ERR_INVAL);
 	assert_int_equal(parse("--data-dir", "/d", "--advertise", "a", "--repl-wait", "0", NULL),
 			 -ZL_ERR_INVAL);
-	assert_int_equal(parse("--data-dir", "/d", "--advertise", "a", "--scrub-mbps", "0",
-			       NULL),
+	assert_int_equal(parse("--data-dir", "/d", "--advertise", "a", "--scrub-mbps", "0", NULL),
 			 -ZL_ERR_INVAL);
 	assert_int_equal(parse("--data-dir", "/d", "--advertise", "a", "--heal", "maybe", NULL),
 			 -ZL_ERR_INVAL);
 	assert_int_equal(parse("--data-dir", "/d", "--advertise", "a", "--capacity", "0", NULL),
 			 -ZL_ERR_INVAL);
-	assert_int_equal(parse("--data-dir", "/d", "--advertise", "a", "--tls-cert", "/dev/null",
-			       NULL),
-			 -ZL_ERR_INVAL);
+	assert_int_equal(
+	    parse("--data-dir", "/d", "--advertise", "a", "--tls-cert", "/dev/null", NULL),
+	    -ZL_ERR_INVAL);
 	assert_int_equal(parse("--data-dir", "/d", "--advertise", "a", "--etcd-user", "u", NULL),
 			 -ZL_ERR_INVAL);
 	assert_int_equal(parse("--version", NULL), 1);
