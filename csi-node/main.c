@@ -51,6 +51,16 @@ static int node_flag_io_timeout(const char *value, void *target, const char **wh
 
 /* --tls-ca and --tls-server-name go to attach processes through the
  * environment, where lib/client reads both (docs/SECURITY.md). */
+static int node_flag_attach_timeout(const char *value, void *target, const char **why)
+{
+	if (node_start_timeout_parse(value, NULL)) {
+		*why = "not a number of seconds in 1..600; pass one in that range";
+		return -ZL_ERR_INVAL;
+	}
+	*(const char **)target = value;
+	return 0;
+}
+
 static int node_flag_tls(const char *value, void *target, const char **why)
 {
 	const char *env = target;
@@ -120,6 +130,13 @@ static int node_parse(int argc, char **argv, struct node_cfg *c, struct zl_cfg_e
 	     .parse = node_flag_io_timeout,
 	     .help = "how long volume I/O waits for an in-sync primary while\nthe cluster heals "
 		     "before it fails (default 600)"},
+	    {.name = "attach-timeout",
+	     .arg = "SEC",
+	     .type = ZL_CFG_CALL,
+	     .target = &c->attach_timeout,
+	     .parse = node_flag_attach_timeout,
+	     .help = "how long an attach process may take to prove it can\nread its volume "
+		     "before NodeStage fails (default 20)"},
 	    {.name = "legacy-drop",
 	     .type = ZL_CFG_SET,
 	     .target = &c->legacy_drop,
@@ -256,10 +273,20 @@ int main(int argc, char **argv)
 	}
 	ZL_LOG_INFO(NODE_LOG, "serving: endpoint=%s node=%s state=%s frontend=fuse version=%s",
 		    n.cfg.endpoint, n.cfg.node_id, n.cfg.state_dir, ZL_VERSION_STRING);
-	do {
-		if (sigwait(&sigs, &sig) != 0)
+	/* Every 2 s without a signal: reap the attach processes that ended. */
+	for (;;) {
+		struct timespec tick = {.tv_sec = 2};
+
+		sig = sigtimedwait(&sigs, NULL, &tick);
+		if (sig < 0 && (errno == EAGAIN || errno == EINTR)) {
+			node_state_reap_all(&n);
+			continue;
+		}
+		if (sig < 0)
 			sig = SIGTERM;
-	} while (sig == SIGPIPE);
+		if (sig != SIGPIPE)
+			break;
+	}
 	/* Only the CSI service stops: attach processes keep serving volumes. */
 	ZL_LOG_INFO(NODE_LOG, "shutting down on signal %d; attached volumes stay served", sig);
 	zl_grpc_server_shutdown(srv, 10000);
