@@ -105,14 +105,9 @@ int ctrl_cfg_parse(int argc, char **argv, struct ctrl_cfg *cfg)
 	rc = zl_cfg_parse(&cli, argc, argv);
 	if (rc)
 		return rc;
-	if (!cfg->endpoint || !*cfg->endpoint)
-		return zl_cfg_err(&cli, "--endpoint", NULL,
-				  "not given; pass --endpoint "
-				  "unix:///path/csi.sock or set CSI_ENDPOINT");
-	if (strncmp(cfg->endpoint, "unix:", 5))
-		return zl_cfg_err(&cli, "--endpoint", cfg->endpoint,
-				  "not unix:///path; CSI "
-				  "allows UNIX sockets only");
+	rc = zl_cfg_csi_endpoint_check(&cli, cfg->endpoint);
+	if (rc)
+		return rc;
 	rc = zl_cfg_etcd_check(&cli, &cfg->etcd);
 	if (rc)
 		return rc;

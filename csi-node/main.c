@@ -179,10 +179,9 @@ static int node_parse(int argc, char **argv, struct node_cfg *c, struct zl_cfg_e
 	rc = zl_cfg_parse(&cli, argc, argv);
 	if (rc)
 		return rc;
-	if (!c->endpoint || !*c->endpoint)
-		return zl_cfg_err(&cli, "--endpoint", NULL,
-				  "not given; pass --endpoint "
-				  "unix:///path/csi.sock or set CSI_ENDPOINT");
+	rc = zl_cfg_csi_endpoint_check(&cli, c->endpoint);
+	if (rc)
+		return rc;
 	if (!c->node_id || !*c->node_id || strlen(c->node_id) > 128)
 		return zl_cfg_err(&cli, "--node-id", c->node_id,
 				  "%s; pass this node's name "

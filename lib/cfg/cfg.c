@@ -211,3 +211,21 @@ int zl_cfg_etcd_prefix(const char *value, void *target, const char **why)
 	*(const char **)target = value;
 	return 0;
 }
+
+int zl_cfg_csi_endpoint_check(const struct zl_cfg *c, const char *endpoint)
+{
+	const char *path;
+
+	if (!endpoint || !*endpoint)
+		return zl_cfg_err(c, "--endpoint", NULL,
+				  "not given; pass --endpoint unix:///path/csi.sock or set "
+				  "CSI_ENDPOINT");
+	if (strncmp(endpoint, "unix:", 5))
+		return zl_cfg_err(c, "--endpoint", endpoint,
+				  "not unix:///path; CSI allows UNIX sockets only");
+	path = endpoint + (strncmp(endpoint, "unix://", 7) ? 5 : 7);
+	if (path[0] != '/')
+		return zl_cfg_err(c, "--endpoint", endpoint,
+				  "no absolute socket path; pass unix:///path/csi.sock");
+	return 0;
+}

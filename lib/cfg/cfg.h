@@ -74,6 +74,11 @@ int zl_cfg_log_level(const char *value, void *target, const char **why);
 /* --etcd-prefix: ends with '/', shorter than 100 bytes; target const char **. */
 int zl_cfg_etcd_prefix(const char *value, void *target, const char **why);
 
+/* The CSI daemons' --endpoint (default $CSI_ENDPOINT): given, and a UNIX
+ * socket (unix:///path, unix:/path). 0 or -ZL_ERR_INVAL after one error
+ * line. */
+int zl_cfg_csi_endpoint_check(const struct zl_cfg *c, const char *endpoint);
+
 /* ---- the etcd options every daemon takes ---- */
 
 #define ZL_CFG_ETCD_PASSWORD_MAX 256

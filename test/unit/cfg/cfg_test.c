@@ -233,6 +233,29 @@ static void test_help_version(void **state)
 	assert_int_equal(parse("--help", NULL), 1);
 }
 
+static void test_csi_endpoint(void **state)
+{
+	(void)state;
+	assert_int_equal(zl_cfg_csi_endpoint_check(&cli, "unix:///run/csi.sock"), 0);
+	assert_int_equal(zl_cfg_csi_endpoint_check(&cli, "unix:/run/csi.sock"), 0);
+	err_begin();
+	expect_err(zl_cfg_csi_endpoint_check(&cli, NULL),
+		   "zipline-test: --endpoint: not given; pass --endpoint "
+		   "unix:///path/csi.sock or set CSI_ENDPOINT\n");
+	err_begin();
+	expect_err(zl_cfg_csi_endpoint_check(&cli, ""),
+		   "zipline-test: --endpoint: not given; pass --endpoint "
+		   "unix:///path/csi.sock or set CSI_ENDPOINT\n");
+	err_begin();
+	expect_err(zl_cfg_csi_endpoint_check(&cli, "tcp://h:1"),
+		   "zipline-test: --endpoint 'tcp://h:1': not unix:///path; CSI allows UNIX "
+		   "sockets only\n");
+	err_begin();
+	expect_err(zl_cfg_csi_endpoint_check(&cli, "unix://rel.sock"),
+		   "zipline-test: --endpoint 'unix://rel.sock': no absolute socket path; pass "
+		   "unix:///path/csi.sock\n");
+}
+
 static int etcd_parse(struct zl_cfg_etcd *e, const char *first, ...)
 {
 	const struct zl_cfg_flag *const t[] = {e->flags, NULL};
@@ -324,9 +347,9 @@ static void test_etcd(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_types), cmocka_unit_test(test_errors),
-	    cmocka_unit_test(test_usage), cmocka_unit_test(test_help_version),
-	    cmocka_unit_test(test_etcd),
+	    cmocka_unit_test(test_types),	 cmocka_unit_test(test_errors),
+	    cmocka_unit_test(test_usage),	 cmocka_unit_test(test_help_version),
+	    cmocka_unit_test(test_csi_endpoint), cmocka_unit_test(test_etcd),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
