@@ -222,6 +222,11 @@ int node_register_start(struct node *n);
 void node_register_stop(void);
 
 struct zl_cfg_etcd;
+/* Parses zipline-node's argv into c and its etcd options into e (e must
+ * outlive c: c->etcd_urls and c->etcd_prefix point into it), exports them for
+ * the attach processes. 0, 1 (--help or --version printed: exit 0), or
+ * -ZL_ERR_INVAL after one line on stderr (exit 2). node_flags.c. */
+int node_flags_parse(int argc, char **argv, struct node_cfg *c, struct zl_cfg_etcd *e);
 /* Takes e's TLS/auth settings from that environment (the defaults of the
  * flags). node_etcd.c. */
 void node_etcd_import(struct zl_cfg_etcd *e);
