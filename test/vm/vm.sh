@@ -107,7 +107,9 @@ In the guest CMD gets ZL_VM=1, ZL_VM_NAME, ZL_VM_DISKS, and with --rxe:
 RXE_DEV (rxe0), RXE_NETDEV (zvm0), RXE_IP, RXE_GID_INDEX (RoCE v2 GID index
 of RXE_IP), RXE_IPS, RXE_GID_INDEXES (all addresses, same order).
 
-environment: ZL_VM_KVM=1 (use /dev/kvm instead of TCG), ZL_VM_CACHE
+environment: ZL_VM_KVM=1 (use /dev/kvm instead of TCG), ZL_VM_TCG_THREAD
+(multi, or single: one host thread for all vCPUs), ZL_VM_BOOT_RETRIES (2:
+boots again after a kernel crash before CMD started), ZL_VM_CACHE
 ($vm_cache), ZL_VM_STATE ($vm_state_root), ZL_VM_KERNEL_PKG, ZL_VM_MEM,
 ZL_VM_CPUS, ZL_VM_TIMEOUT, ZL_VM_VERBOSE=1, ZL_VM_OFFLINE=1.
 
@@ -420,7 +422,9 @@ vm_qemu_argv() {
 	append="console=ttyS0 panic=-1 oops=panic mitigations=off 8250.nr_uarts=1"
 	append+=" i8042.noaux i8042.nomux i8042.nopnp i8042.dumbkbd zvm.msize=$vm_msize"
 	if ((vm_verbose)); then append+=" loglevel=7"; else append+=" quiet loglevel=3"; fi
-	local accel=(-accel tcg,thread=multi -cpu max)
+	local tcg=${ZL_VM_TCG_THREAD:-multi}
+	[[ $tcg == multi || $tcg == single ]] || vm_fail "ZL_VM_TCG_THREAD=$tcg: want multi or single"
+	local accel=(-accel "tcg,thread=$tcg" -cpu max)
 	if [[ ${ZL_VM_KVM:-0} == 1 ]]; then
 		[[ -w /dev/kvm ]] || vm_fail "ZL_VM_KVM=1 but /dev/kvm is not usable"
 		accel=(-accel kvm -cpu host)
