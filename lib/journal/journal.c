@@ -12,41 +12,41 @@
 #include "lib/common/common.h"
 
 /* Superblock slot. */
-static const uint8_t journal_sb_magic[8] = { 'Z', 'L', 'J', 'R', 'N', 'L', 'S', 'B' };
-#define SB_VERSION 8
-#define SB_BLOCK 12
-#define SB_SIZE 16
+static const uint8_t journal_sb_magic[8] = {'Z', 'L', 'J', 'R', 'N', 'L', 'S', 'B'};
+#define SB_VERSION  8
+#define SB_BLOCK    12
+#define SB_SIZE	    16
 #define SB_RING_OFF 24
-#define SB_JID 32
-#define SB_JCOUNT 36
-#define SB_NONCE 40
-#define SB_SEQ 48
+#define SB_JID	    32
+#define SB_JCOUNT   36
+#define SB_NONCE    40
+#define SB_SEQ	    48
 #define SB_CKPT_SEQ 56
 #define SB_CKPT_OFF 64
-#define SB_USED 72 /* bytes [SB_USED, SB_CRC) are zero */
-#define SB_CRC (ZL_JOURNAL_SB_SIZE - 4)
+#define SB_USED	    72 /* bytes [SB_USED, SB_CRC) are zero */
+#define SB_CRC	    (ZL_JOURNAL_SB_SIZE - 4)
 
 /* Record header. */
 #define REC_MAGIC 0x524a4c5au /* "ZLJR" little-endian */
-#define REC_TYPE 4
+#define REC_TYPE  4
 #define REC_FLAGS 6
-#define REC_SEQ 8
+#define REC_SEQ	  8
 #define REC_NONCE 16
 #define REC_TOTAL 24
-#define REC_USED 28
-#define REC_NENT 32
-#define REC_JID 36
-#define REC_RSVD 40
-#define REC_CRC 44
+#define REC_USED  28
+#define REC_NENT  32
+#define REC_JID	  36
+#define REC_RSVD  40
+#define REC_CRC	  44
 
 /* Entry header. */
-#define ENT_VOL 0
-#define ENT_CHUNK 8
+#define ENT_VOL	    0
+#define ENT_CHUNK   8
 #define ENT_VERSION 16
-#define ENT_OFFSET 24
-#define ENT_LENGTH 28
-#define ENT_FLAGS 32
-#define ENT_RSVD 36
+#define ENT_OFFSET  24
+#define ENT_LENGTH  28
+#define ENT_FLAGS   32
+#define ENT_RSVD    36
 
 #define JOURNAL_ALIGN8(x) (((x) + 7) & ~(size_t)7)
 
@@ -66,7 +66,8 @@ static bool journal_is_pow2_kind(uint32_t f)
 /* Checks what encode and decode of a superblock both require. */
 static const char *journal_sb_check(const struct zl_journal_sb *sb)
 {
-	if (sb->size < ZL_JOURNAL_MIN_SIZE || sb->size > ZL_JOURNAL_MAX_SIZE || sb->size % ZL_JOURNAL_BLOCK)
+	if (sb->size < ZL_JOURNAL_MIN_SIZE || sb->size > ZL_JOURNAL_MAX_SIZE ||
+	    sb->size % ZL_JOURNAL_BLOCK)
 		return "journal size out of bounds or not a multiple of 4096";
 	if (sb->ring_off != ZL_JOURNAL_RING_OFF)
 		return "ring offset is not 8192";
@@ -76,7 +77,8 @@ static const char *journal_sb_check(const struct zl_journal_sb *sb)
 		return "journal nonce is 0";
 	if (!sb->ckpt_seq)
 		return "checkpoint sequence is 0";
-	if (sb->ckpt_off < sb->ring_off || sb->ckpt_off >= sb->size || sb->ckpt_off % ZL_JOURNAL_BLOCK)
+	if (sb->ckpt_off < sb->ring_off || sb->ckpt_off >= sb->size ||
+	    sb->ckpt_off % ZL_JOURNAL_BLOCK)
 		return "checkpoint offset outside the ring or not 4096-aligned";
 	return NULL;
 }
@@ -120,9 +122,10 @@ int zl_journal_sb_decode(const uint8_t *buf, size_t len, struct zl_journal_sb *s
 	if (zl_get_le32(buf + SB_VERSION) != ZL_JOURNAL_FORMAT_VERSION) {
 		*why = "journal format version not supported by this build";
 		return zl_get_le32(buf + SB_VERSION) > ZL_JOURNAL_FORMAT_VERSION ? -ZL_ERR_VERSION
-										   : -ZL_ERR_CORRUPT;
+										 : -ZL_ERR_CORRUPT;
 	}
-	if (zl_get_le32(buf + SB_BLOCK) != ZL_JOURNAL_BLOCK || !journal_zero(buf + SB_USED, SB_CRC - SB_USED)) {
+	if (zl_get_le32(buf + SB_BLOCK) != ZL_JOURNAL_BLOCK ||
+	    !journal_zero(buf + SB_USED, SB_CRC - SB_USED)) {
 		*why = "journal superblock block size or reserved bytes wrong";
 		return -ZL_ERR_CORRUPT;
 	}
@@ -150,7 +153,8 @@ int zl_journal_sb_pick(const uint8_t a[ZL_JOURNAL_SB_SIZE], const uint8_t b[ZL_J
 	int ra = zl_journal_sb_decode(a, ZL_JOURNAL_SB_SIZE, &sa, &wa);
 	int rb = zl_journal_sb_decode(b, ZL_JOURNAL_SB_SIZE, &sbb, &wb);
 
-	if (!ra && !rb && (sa.nonce != sbb.nonce || sa.size != sbb.size || sa.journal_id != sbb.journal_id)) {
+	if (!ra && !rb &&
+	    (sa.nonce != sbb.nonce || sa.size != sbb.size || sa.journal_id != sbb.journal_id)) {
 		/* Two valid slots of different journals: refuse to guess. */
 		*why = "journal superblock slots A and B belong to different journals";
 		return -ZL_ERR_CORRUPT;
@@ -179,7 +183,8 @@ uint32_t zl_journal_entry_crc(const struct zl_journal_entry *e, uint32_t i)
 /* Bounds one entry's fields (shared by encode and decode). */
 static const char *journal_entry_check(const struct zl_journal_entry *e)
 {
-	if (!journal_is_pow2_kind(e->flags & ZL_JOURNAL_ENT_KINDS) || (e->flags & ~ZL_JOURNAL_ENT_KINDS))
+	if (!journal_is_pow2_kind(e->flags & ZL_JOURNAL_ENT_KINDS) ||
+	    (e->flags & ~ZL_JOURNAL_ENT_KINDS))
 		return "entry flags not exactly one of INLINE, INPLACE, ZERO";
 	if (!e->length || e->length > ZL_JOURNAL_IO_MAX)
 		return "entry length 0 or above 4 MiB";
@@ -265,15 +270,16 @@ static void journal_hdr_put(uint8_t *p, uint32_t type, uint64_t seq, uint64_t no
 	zl_put_le32(p + REC_CRC, 0);
 }
 
-int zl_journal_builder_finish(struct zl_journal_builder *b, uint64_t seq, uint64_t nonce, uint32_t journal_id)
+int zl_journal_builder_finish(struct zl_journal_builder *b, uint64_t seq, uint64_t nonce,
+			      uint32_t journal_id)
 {
 	size_t total = zl_journal_builder_len(b);
 
 	if (!b->nentries)
 		return -ZL_ERR_INVAL;
 	memset(b->buf + b->used, 0, total - b->used);
-	journal_hdr_put(b->buf, ZL_JOURNAL_REC_BATCH, seq, nonce, (uint32_t)total, (uint32_t)b->used,
-			b->nentries, journal_id);
+	journal_hdr_put(b->buf, ZL_JOURNAL_REC_BATCH, seq, nonce, (uint32_t)total,
+			(uint32_t)b->used, b->nentries, journal_id);
 	zl_put_le32(b->buf + REC_CRC, zl_crc32c(b->buf, total));
 	return (int)total;
 }
@@ -295,13 +301,15 @@ int zl_journal_rec_encode(void *buf, size_t cap, uint64_t seq, uint64_t nonce, u
 	return zl_journal_builder_finish(&b, seq, nonce, journal_id);
 }
 
-int zl_journal_pad_encode(uint8_t out[ZL_JOURNAL_BLOCK], uint64_t seq, uint64_t nonce, uint32_t journal_id,
-			  uint32_t total_len)
+int zl_journal_pad_encode(uint8_t out[ZL_JOURNAL_BLOCK], uint64_t seq, uint64_t nonce,
+			  uint32_t journal_id, uint32_t total_len)
 {
-	if (total_len < ZL_JOURNAL_BLOCK || total_len % ZL_JOURNAL_BLOCK || total_len > ZL_JOURNAL_REC_MAX)
+	if (total_len < ZL_JOURNAL_BLOCK || total_len % ZL_JOURNAL_BLOCK ||
+	    total_len > ZL_JOURNAL_REC_MAX)
 		return -ZL_ERR_INVAL;
 	memset(out, 0, ZL_JOURNAL_BLOCK);
-	journal_hdr_put(out, ZL_JOURNAL_REC_PAD, seq, nonce, total_len, ZL_JOURNAL_REC_HDR_SIZE, 0, journal_id);
+	journal_hdr_put(out, ZL_JOURNAL_REC_PAD, seq, nonce, total_len, ZL_JOURNAL_REC_HDR_SIZE, 0,
+			journal_id);
 	zl_put_le32(out + REC_CRC, zl_crc32c(out, ZL_JOURNAL_BLOCK));
 	return 0;
 }
@@ -340,7 +348,8 @@ static const char *journal_entries_check(const uint8_t *p, uint32_t used, uint32
 		n = journal_entry_bytes(&e);
 		if (used - cur < n)
 			return "entry CRCs or data beyond the record";
-		body = ZL_JOURNAL_ENTRY_HDR_SIZE + 4ull * zl_journal_entry_blocks(e.offset, e.length) +
+		body = ZL_JOURNAL_ENTRY_HDR_SIZE +
+		       4ull * zl_journal_entry_blocks(e.offset, e.length) +
 		       ((e.flags & ZL_JOURNAL_ENT_INLINE) ? e.length : 0);
 		if (!journal_zero(p + cur + body, n - body))
 			return "entry padding not zero";
@@ -371,7 +380,8 @@ int zl_journal_rec_decode(const void *buf, size_t len, const struct zl_journal_e
 	}
 	seq = zl_get_le64(p + REC_SEQ);
 	if (seq != exp->seq) {
-		*why = seq < exp->seq ? "record from an earlier lap of the ring" : "record sequence gap";
+		*why = seq < exp->seq ? "record from an earlier lap of the ring"
+				      : "record sequence gap";
 		return -ZL_ERR_STALE;
 	}
 	/* The lengths locate the CRC'd bytes, so they are checked before the
@@ -385,7 +395,8 @@ int zl_journal_rec_decode(const void *buf, size_t len, const struct zl_journal_e
 		*why = "record lengths out of bounds (damaged header)";
 		return -ZL_ERR_CORRUPT;
 	}
-	written = type == ZL_JOURNAL_REC_PAD ? ZL_JOURNAL_BLOCK : (uint32_t)ZL_ALIGN_UP(used, ZL_JOURNAL_BLOCK);
+	written = type == ZL_JOURNAL_REC_PAD ? ZL_JOURNAL_BLOCK
+					     : (uint32_t)ZL_ALIGN_UP(used, ZL_JOURNAL_BLOCK);
 	if (written > total || used > written) {
 		*why = "record lengths out of bounds (damaged header)";
 		return -ZL_ERR_CORRUPT;
@@ -401,7 +412,8 @@ int zl_journal_rec_decode(const void *buf, size_t len, const struct zl_journal_e
 		return -ZL_ERR_CORRUPT;
 	}
 	nent = zl_get_le32(p + REC_NENT);
-	if (zl_get_le16(p + REC_FLAGS) || zl_get_le32(p + REC_RSVD) || !journal_zero(p + used, written - used)) {
+	if (zl_get_le16(p + REC_FLAGS) || zl_get_le32(p + REC_RSVD) ||
+	    !journal_zero(p + used, written - used)) {
 		*why = "record flags, reserved field or padding not zero";
 		return -ZL_ERR_PROTO;
 	}
@@ -437,7 +449,8 @@ int zl_journal_rec_decode(const void *buf, size_t len, const struct zl_journal_e
 	return 0;
 }
 
-bool zl_journal_rec_next(const struct zl_journal_rec *rec, size_t *cursor, struct zl_journal_entry *e)
+bool zl_journal_rec_next(const struct zl_journal_rec *rec, size_t *cursor,
+			 struct zl_journal_entry *e)
 {
 	const uint8_t *p;
 	size_t cur = *cursor ? *cursor : ZL_JOURNAL_REC_HDR_SIZE;
@@ -454,13 +467,14 @@ bool zl_journal_rec_next(const struct zl_journal_rec *rec, size_t *cursor, struc
 	e->crcs = NULL;
 	e->crc_le = p + ZL_JOURNAL_ENTRY_HDR_SIZE;
 	e->data = (e->flags & ZL_JOURNAL_ENT_INLINE)
-			  ? e->crc_le + 4ull * zl_journal_entry_blocks(e->offset, e->length)
-			  : NULL;
+		      ? e->crc_le + 4ull * zl_journal_entry_blocks(e->offset, e->length)
+		      : NULL;
 	*cursor = cur + journal_entry_bytes(e);
 	return true;
 }
 
-uint64_t zl_journal_ring_place(const struct zl_journal_sb *sb, uint64_t head, uint32_t len, uint32_t *pad_len)
+uint64_t zl_journal_ring_place(const struct zl_journal_sb *sb, uint64_t head, uint32_t len,
+			       uint32_t *pad_len)
 {
 	if (head + len <= sb->size) {
 		*pad_len = 0;
@@ -475,13 +489,15 @@ size_t zl_journal_replay_buf_size(const struct zl_journal_sb *sb)
 	return (size_t)ZL_MIN(sb->size - sb->ring_off, (uint64_t)ZL_JOURNAL_REC_MAX);
 }
 
-static enum zl_journal_stop journal_stop_of(int rc, const struct zl_journal_expect *exp, const uint8_t *p)
+static enum zl_journal_stop journal_stop_of(int rc, const struct zl_journal_expect *exp,
+					    const uint8_t *p)
 {
 	switch (rc) {
 	case -ZL_ERR_NOT_FOUND:
 		return ZL_JOURNAL_STOP_END;
 	case -ZL_ERR_STALE:
-		return zl_get_le64(p + REC_SEQ) < exp->seq ? ZL_JOURNAL_STOP_END : ZL_JOURNAL_STOP_SEQ;
+		return zl_get_le64(p + REC_SEQ) < exp->seq ? ZL_JOURNAL_STOP_END
+							   : ZL_JOURNAL_STOP_SEQ;
 	case -ZL_ERR_CORRUPT:
 		return ZL_JOURNAL_STOP_TORN;
 	default:
@@ -523,7 +539,8 @@ int zl_journal_replay(const struct zl_journal_sb *sb, zl_journal_read_fn read, v
 		drc = zl_journal_rec_decode(buf, ZL_JOURNAL_BLOCK, &exp, &rec, &need, &st->why);
 		if (drc == -ZL_ERR_RANGE) {
 			/* need is bounded by exp.space and ZL_JOURNAL_REC_MAX. */
-			rc = read(read_arg, buf + ZL_JOURNAL_BLOCK, need - ZL_JOURNAL_BLOCK, pos + ZL_JOURNAL_BLOCK);
+			rc = read(read_arg, buf + ZL_JOURNAL_BLOCK, need - ZL_JOURNAL_BLOCK,
+				  pos + ZL_JOURNAL_BLOCK);
 			if (rc) {
 				st->stop = ZL_JOURNAL_STOP_READ;
 				st->why = "journal read failed";
@@ -594,7 +611,8 @@ static int journal_write_fd(int fd, const void *buf, size_t len, uint64_t off)
 	size_t done = 0;
 
 	while (done < len) {
-		ssize_t n = pwrite(fd, (const uint8_t *)buf + done, len - done, (off_t)(off + done));
+		ssize_t n =
+		    pwrite(fd, (const uint8_t *)buf + done, len - done, (off_t)(off + done));
 
 		if (n < 0) {
 			if (errno == EINTR)
@@ -640,7 +658,7 @@ int zl_journal_format(int fd, uint64_t size, uint32_t journal_id, uint32_t journ
 
 int zl_journal_sb_read(int fd, struct zl_journal_sb *sb, unsigned *slot, const char **why)
 {
-	uint8_t b[2 * ZL_JOURNAL_SB_SIZE];
+	_Alignas(ZL_JOURNAL_BLOCK) uint8_t b[2 * ZL_JOURNAL_SB_SIZE]; /* O_DIRECT fds too */
 	int rc = zl_journal_read_fd(&fd, b, sizeof(b), 0);
 
 	if (rc) {

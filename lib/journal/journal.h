@@ -31,14 +31,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define ZL_JOURNAL_BLOCK 4096u
+#define ZL_JOURNAL_BLOCK	  4096u
 #define ZL_JOURNAL_FORMAT_VERSION 1u
-#define ZL_JOURNAL_SB_SIZE ZL_JOURNAL_BLOCK
-#define ZL_JOURNAL_RING_OFF (2ull * ZL_JOURNAL_BLOCK) /* after the two slots */
+#define ZL_JOURNAL_SB_SIZE	  ZL_JOURNAL_BLOCK
+#define ZL_JOURNAL_RING_OFF	  (2ull * ZL_JOURNAL_BLOCK) /* after the two slots */
 /* Journal file size bounds: at least 16 ring blocks, at most 1 TiB. */
-#define ZL_JOURNAL_MIN_SIZE (ZL_JOURNAL_RING_OFF + 16ull * ZL_JOURNAL_BLOCK)
-#define ZL_JOURNAL_MAX_SIZE (1ull << 40)
-#define ZL_JOURNAL_REC_HDR_SIZE 48u
+#define ZL_JOURNAL_MIN_SIZE	  (ZL_JOURNAL_RING_OFF + 16ull * ZL_JOURNAL_BLOCK)
+#define ZL_JOURNAL_MAX_SIZE	  (1ull << 40)
+#define ZL_JOURNAL_REC_HDR_SIZE	  48u
 #define ZL_JOURNAL_ENTRY_HDR_SIZE 40u
 /* Largest record (header, entries, inline data, padding). A batch that would
  * exceed it is split by the writer; replay needs a buffer of
@@ -46,7 +46,7 @@
 #define ZL_JOURNAL_REC_MAX (8u << 20)
 /* Bounds of one entry, as for the wire protocol: an I/O of at most 4 MiB
  * inside a chunk of at most 64 MiB. */
-#define ZL_JOURNAL_IO_MAX (4u << 20)
+#define ZL_JOURNAL_IO_MAX    (4u << 20)
 #define ZL_JOURNAL_CHUNK_MAX (64u << 20)
 
 enum zl_journal_rec_type {
@@ -68,10 +68,10 @@ struct zl_journal_sb {
 	uint64_t ring_off;   /* file offset of the ring (ZL_JOURNAL_RING_OFF) */
 	uint32_t journal_id; /* which journal of this daemon (one per loop later) */
 	uint32_t journal_count;
-	uint64_t nonce;	    /* random, != 0; stamped into every record */
-	uint64_t sb_seq;    /* bumped on every superblock write; higher slot wins */
-	uint64_t ckpt_seq;  /* sequence of the first record replay applies */
-	uint64_t ckpt_off;  /* its file offset, in [ring_off, size), 4 KiB aligned */
+	uint64_t nonce;	   /* random, != 0; stamped into every record */
+	uint64_t sb_seq;   /* bumped on every superblock write; higher slot wins */
+	uint64_t ckpt_seq; /* sequence of the first record replay applies */
+	uint64_t ckpt_off; /* its file offset, in [ring_off, size), 4 KiB aligned */
 };
 
 /* One entry. For encoding, `crcs` (host order) and, for INLINE, `data` are
@@ -80,9 +80,9 @@ struct zl_journal_entry {
 	uint64_t vol;
 	uint64_t chunk;
 	uint64_t version;
-	uint32_t offset; /* byte offset inside the chunk */
-	uint32_t length; /* bytes, > 0 */
-	uint32_t flags;	 /* ZL_JOURNAL_ENT_* */
+	uint32_t offset;       /* byte offset inside the chunk */
+	uint32_t length;       /* bytes, > 0 */
+	uint32_t flags;	       /* ZL_JOURNAL_ENT_* */
 	const uint32_t *crcs;  /* encode: zl_journal_entry_blocks() CRCs */
 	const uint8_t *crc_le; /* decode: the same, little-endian in the record */
 	const void *data;      /* INLINE: `length` bytes; else NULL */
@@ -111,24 +111,24 @@ struct zl_journal_expect {
 /* Why a replay scan stopped. END is the only reason with nothing suspicious:
  * the next position holds an older record or never-written space. */
 enum zl_journal_stop {
-	ZL_JOURNAL_STOP_END = 0,   /* no record of this journal with the next seq */
-	ZL_JOURNAL_STOP_TORN,	   /* right header, CRC over its bytes wrong */
-	ZL_JOURNAL_STOP_BAD,	   /* right CRC but fields out of bounds */
-	ZL_JOURNAL_STOP_SEQ,	   /* a record of this journal with another seq */
-	ZL_JOURNAL_STOP_LAP,	   /* walked the whole ring */
-	ZL_JOURNAL_STOP_CALLBACK,  /* the callback returned an error */
-	ZL_JOURNAL_STOP_READ,	   /* the read callback failed */
+	ZL_JOURNAL_STOP_END = 0,  /* no record of this journal with the next seq */
+	ZL_JOURNAL_STOP_TORN,	  /* right header, CRC over its bytes wrong */
+	ZL_JOURNAL_STOP_BAD,	  /* right CRC but fields out of bounds */
+	ZL_JOURNAL_STOP_SEQ,	  /* a record of this journal with another seq */
+	ZL_JOURNAL_STOP_LAP,	  /* walked the whole ring */
+	ZL_JOURNAL_STOP_CALLBACK, /* the callback returned an error */
+	ZL_JOURNAL_STOP_READ,	  /* the read callback failed */
 };
 
 struct zl_journal_replay_stats {
-	uint64_t records;   /* BATCH records handed to the callback */
+	uint64_t records; /* BATCH records handed to the callback */
 	uint64_t entries;
-	uint64_t bytes;	    /* ring bytes walked (records and pads) */
+	uint64_t bytes; /* ring bytes walked (records and pads) */
 	uint64_t elapsed_ns;
-	uint64_t next_seq;  /* where the writer continues */
+	uint64_t next_seq; /* where the writer continues */
 	uint64_t next_off;
 	enum zl_journal_stop stop;
-	const char *why;    /* static text for the stop (for the log) */
+	const char *why; /* static text for the stop (for the log) */
 };
 
 /* Touched 4 KiB blocks of the chunk for [offset, offset+length); 0 when
@@ -137,7 +137,8 @@ static inline uint32_t zl_journal_entry_blocks(uint32_t offset, uint32_t length)
 {
 	if (!length)
 		return 0;
-	return (uint32_t)(((uint64_t)offset + length - 1) / ZL_JOURNAL_BLOCK - offset / ZL_JOURNAL_BLOCK + 1);
+	return (uint32_t)(((uint64_t)offset + length - 1) / ZL_JOURNAL_BLOCK -
+			  offset / ZL_JOURNAL_BLOCK + 1);
 }
 
 /* CRC i of a decoded entry. */
@@ -153,7 +154,8 @@ size_t zl_journal_entry_size(const struct zl_journal_entry *e);
 int zl_journal_sb_encode(const struct zl_journal_sb *sb, uint8_t out[ZL_JOURNAL_SB_SIZE]);
 /* Decodes one slot. Returns 0 or -ZL_ERR_CORRUPT with *why set (bad magic,
  * CRC, version, bounds); -ZL_ERR_VERSION for a newer format. */
-int zl_journal_sb_decode(const uint8_t *buf, size_t len, struct zl_journal_sb *sb, const char **why);
+int zl_journal_sb_decode(const uint8_t *buf, size_t len, struct zl_journal_sb *sb,
+			 const char **why);
 /* Picks the current superblock out of both slots: the valid one with the
  * higher sb_seq. *slot = 0 (A) or 1 (B); the owner writes the next
  * superblock into the other slot. Returns 0, or the error of slot A when
@@ -181,7 +183,8 @@ size_t zl_journal_builder_len(const struct zl_journal_builder *b);
 /* Writes the header, zero padding and CRC. Returns the record length (a
  * multiple of 4096, the size of its single write) or -ZL_ERR_INVAL (no
  * entries). */
-int zl_journal_builder_finish(struct zl_journal_builder *b, uint64_t seq, uint64_t nonce, uint32_t journal_id);
+int zl_journal_builder_finish(struct zl_journal_builder *b, uint64_t seq, uint64_t nonce,
+			      uint32_t journal_id);
 
 /* One-shot: encodes a BATCH record of n >= 1 entries into buf. Returns the
  * record length or a negative error as for the builder. */
@@ -189,8 +192,8 @@ int zl_journal_rec_encode(void *buf, size_t cap, uint64_t seq, uint64_t nonce, u
 			  const struct zl_journal_entry *ents, uint32_t n);
 /* Encodes a PAD record of total_len bytes (multiple of 4096, >= 4096); only
  * its first 4096 bytes are written to the ring. */
-int zl_journal_pad_encode(uint8_t out[ZL_JOURNAL_BLOCK], uint64_t seq, uint64_t nonce, uint32_t journal_id,
-			  uint32_t total_len);
+int zl_journal_pad_encode(uint8_t out[ZL_JOURNAL_BLOCK], uint64_t seq, uint64_t nonce,
+			  uint32_t journal_id, uint32_t total_len);
 
 /* Strict decode of the record at the start of buf (len bytes available,
  * untrusted). Every length is bounded by len, by exp->space and by
@@ -207,12 +210,14 @@ int zl_journal_rec_decode(const void *buf, size_t len, const struct zl_journal_e
 			  struct zl_journal_rec *rec, size_t *need, const char **why);
 /* Iterates the entries of a decoded record: *cursor starts at 0. Returns
  * true and fills *e, or false after the last one. */
-bool zl_journal_rec_next(const struct zl_journal_rec *rec, size_t *cursor, struct zl_journal_entry *e);
+bool zl_journal_rec_next(const struct zl_journal_rec *rec, size_t *cursor,
+			 struct zl_journal_entry *e);
 
 /* Where a record of len bytes goes when the ring's head is at `head`: head
  * itself, or the ring's start after a PAD of *pad_len bytes at head. Free
  * space (the checkpoint) is the caller's business. */
-uint64_t zl_journal_ring_place(const struct zl_journal_sb *sb, uint64_t head, uint32_t len, uint32_t *pad_len);
+uint64_t zl_journal_ring_place(const struct zl_journal_sb *sb, uint64_t head, uint32_t len,
+			       uint32_t *pad_len);
 
 /* Reads len bytes at file offset off. Returns 0 or a negative error. */
 typedef int (*zl_journal_read_fn)(void *arg, void *buf, size_t len, uint64_t off);
@@ -232,7 +237,9 @@ int zl_journal_replay(const struct zl_journal_sb *sb, zl_journal_read_fn read, v
 		      zl_journal_apply_fn apply, void *apply_arg, void *scratch, size_t scratch_len,
 		      struct zl_journal_replay_stats *st);
 
-/* pread-backed zl_journal_read_fn; arg is a pointer to the int fd. */
+/* pread-backed zl_journal_read_fn; arg is a pointer to the int fd. Replay
+ * reads 4096-aligned offsets and lengths into scratch and scratch + 4096,
+ * so an O_DIRECT fd works with a 4096-aligned scratch buffer. */
 int zl_journal_read_fd(void *arg, void *buf, size_t len, uint64_t off);
 
 /* Creates a journal on fd: preallocates size bytes (fallocate), writes

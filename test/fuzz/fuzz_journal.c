@@ -28,7 +28,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define FUZZ_IMG_SIZE ZL_JOURNAL_MIN_SIZE
-#define FUZZ_REC_CAP (256u * 1024)
+#define FUZZ_REC_CAP  (256u * 1024)
 
 static uint8_t fuzz_buf[FUZZ_REC_CAP];
 static uint8_t fuzz_out[FUZZ_REC_CAP];
@@ -50,8 +50,9 @@ static void fuzz_fix_rec_crc(uint8_t *p, size_t len)
 	if (len < ZL_JOURNAL_REC_HDR_SIZE)
 		return;
 	used = zl_get_le32(p + 28);
-	written = zl_get_le16(p + 4) == ZL_JOURNAL_REC_PAD ? ZL_JOURNAL_BLOCK
-							   : (uint32_t)ZL_ALIGN_UP((uint64_t)used, ZL_JOURNAL_BLOCK);
+	written = zl_get_le16(p + 4) == ZL_JOURNAL_REC_PAD
+		      ? ZL_JOURNAL_BLOCK
+		      : (uint32_t)ZL_ALIGN_UP((uint64_t)used, ZL_JOURNAL_BLOCK);
 	if (written < ZL_JOURNAL_REC_HDR_SIZE || written > len)
 		return;
 	zl_put_le32(p + 44, 0);
@@ -86,7 +87,8 @@ static void fuzz_entries_reencode(const struct zl_journal_rec *rec)
 		n++;
 	}
 	fuzz_check(n == rec->nentries);
-	fuzz_check(zl_journal_builder_finish(&b, rec->seq, rec->nonce, rec->journal_id) == (int)rec->total_len);
+	fuzz_check(zl_journal_builder_finish(&b, rec->seq, rec->nonce, rec->journal_id) ==
+		   (int)rec->total_len);
 	fuzz_check(memcmp(fuzz_out, rec->buf, rec->total_len) == 0);
 }
 
@@ -131,7 +133,8 @@ static void fuzz_rec(const uint8_t *data, size_t size, bool fix)
 		uint8_t pad[ZL_JOURNAL_BLOCK];
 
 		fuzz_check(rec.total_len == exp.space);
-		fuzz_check(zl_journal_pad_encode(pad, rec.seq, rec.nonce, rec.journal_id, rec.total_len) == 0);
+		fuzz_check(zl_journal_pad_encode(pad, rec.seq, rec.nonce, rec.journal_id,
+						 rec.total_len) == 0);
 		fuzz_check(memcmp(pad, fuzz_buf, sizeof(pad)) == 0);
 		return;
 	}
@@ -141,7 +144,7 @@ static void fuzz_rec(const uint8_t *data, size_t size, bool fix)
 
 static void fuzz_sb(const uint8_t *data, size_t size, bool fix)
 {
-	uint8_t slot[ZL_JOURNAL_SB_SIZE], out[ZL_JOURNAL_SB_SIZE], zero[ZL_JOURNAL_SB_SIZE] = { 0 };
+	uint8_t slot[ZL_JOURNAL_SB_SIZE], out[ZL_JOURNAL_SB_SIZE], zero[ZL_JOURNAL_SB_SIZE] = {0};
 	struct zl_journal_sb sb, picked;
 	const char *why = NULL;
 	unsigned which = 9;
@@ -181,7 +184,10 @@ static int fuzz_apply(void *arg, const struct zl_journal_rec *rec)
 {
 	struct fuzz_replay *r = arg;
 	struct zl_journal_expect exp = {
-		.nonce = r->nonce, .seq = rec->seq, .journal_id = 0, .space = rec->total_len,
+	    .nonce = r->nonce,
+	    .seq = rec->seq,
+	    .journal_id = 0,
+	    .space = rec->total_len,
 	};
 	struct zl_journal_rec again;
 	const char *why;
@@ -199,16 +205,22 @@ static int fuzz_apply(void *arg, const struct zl_journal_rec *rec)
 static void fuzz_replay(const uint8_t *data, size_t size, bool fix)
 {
 	struct zl_journal_sb sb = {
-		.size = FUZZ_IMG_SIZE, .ring_off = ZL_JOURNAL_RING_OFF, .journal_id = 0, .journal_count = 1,
-		.nonce = 0x6a6f75726e616c31ull, .sb_seq = 1, .ckpt_seq = 1,
+	    .size = FUZZ_IMG_SIZE,
+	    .ring_off = ZL_JOURNAL_RING_OFF,
+	    .journal_id = 0,
+	    .journal_count = 1,
+	    .nonce = 0x6a6f75726e616c31ull,
+	    .sb_seq = 1,
+	    .ckpt_seq = 1,
 	};
 	struct zl_journal_replay_stats st;
-	struct fuzz_replay r = { .next_seq = 1, .nonce = sb.nonce };
+	struct fuzz_replay r = {.next_seq = 1, .nonce = sb.nonce};
 	uint64_t ring = FUZZ_IMG_SIZE - ZL_JOURNAL_RING_OFF, pos;
 
 	if (size < 1)
 		return;
-	sb.ckpt_off = ZL_JOURNAL_RING_OFF + ZL_JOURNAL_BLOCK * (data[0] % (ring / ZL_JOURNAL_BLOCK));
+	sb.ckpt_off =
+	    ZL_JOURNAL_RING_OFF + ZL_JOURNAL_BLOCK * (data[0] % (ring / ZL_JOURNAL_BLOCK));
 	data++;
 	size--;
 	memset(fuzz_img, 0, sizeof(fuzz_img));
@@ -248,14 +260,15 @@ static void fuzz_replay(const uint8_t *data, size_t size, bool fix)
 				pos = ZL_JOURNAL_RING_OFF;
 		}
 	}
-	fuzz_check(zl_journal_replay(&sb, fuzz_read, NULL, fuzz_apply, &r, fuzz_scratch, sizeof(fuzz_scratch),
-				     &st) == 0);
+	fuzz_check(zl_journal_replay(&sb, fuzz_read, NULL, fuzz_apply, &r, fuzz_scratch,
+				     sizeof(fuzz_scratch), &st) == 0);
 	fuzz_check(st.records == r.calls);
 	fuzz_check(st.bytes <= ring);
 	fuzz_check(st.next_off >= ZL_JOURNAL_RING_OFF && st.next_off < FUZZ_IMG_SIZE);
 	fuzz_check(st.next_off % ZL_JOURNAL_BLOCK == 0);
 	fuzz_check(st.next_seq >= r.next_seq && st.why != NULL);
-	fuzz_check((sb.ckpt_off - ZL_JOURNAL_RING_OFF + st.bytes) % ring == st.next_off - ZL_JOURNAL_RING_OFF);
+	fuzz_check((sb.ckpt_off - ZL_JOURNAL_RING_OFF + st.bytes) % ring ==
+		   st.next_off - ZL_JOURNAL_RING_OFF);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

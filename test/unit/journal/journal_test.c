@@ -2,8 +2,8 @@
  * around the ring, sequence gaps, superblock checks. The "disk" is an
  * in-memory image of the journal file read through a zl_journal_read_fn;
  * one test goes through a real file with zl_journal_format. */
-#include <setjmp.h>
 #include <errno.h>
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -11,14 +11,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
 #include <cmocka.h>
 
 #include "lib/common/byteorder.h"
 #include "lib/common/common.h"
 #include "lib/journal/journal.h"
 
-#define BLK ZL_JOURNAL_BLOCK
-#define NONCE 0x1122334455667788ull
+#define BLK	 ZL_JOURNAL_BLOCK
+#define NONCE	 0x1122334455667788ull
 #define MAX_RECS 512
 
 /* A journal image plus the records the test wrote into it, by sequence. */
@@ -91,7 +92,8 @@ static int rec_apply(void *arg, const struct zl_journal_rec *rec)
 		if (m->recs[i].seq != rec->seq)
 			continue;
 		/* The latest record written with this sequence. */
-		found = m->recs[i].len == rec->total_len && !memcmp(m->recs[i].bytes, rec->buf, rec->total_len);
+		found = m->recs[i].len == rec->total_len &&
+			!memcmp(m->recs[i].bytes, rec->buf, rec->total_len);
 	}
 	if (!found)
 		m->damaged_applied = true;
@@ -124,7 +126,8 @@ static uint8_t data_pool[1 << 20];
 static uint32_t crc_pool[1024];
 
 /* Fills n entries; entry i is inline when inline_mask has bit i % 32 set. */
-static void make_entries(struct zl_journal_entry *e, uint32_t n, uint32_t inline_mask, uint32_t seed)
+static void make_entries(struct zl_journal_entry *e, uint32_t n, uint32_t inline_mask,
+			 uint32_t seed)
 {
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t len = 512u * (1 + (seed + i * 7) % 24); /* 512 B .. 12 KiB */
@@ -147,14 +150,16 @@ static void make_entries(struct zl_journal_entry *e, uint32_t n, uint32_t inline
 
 /* Encodes a BATCH of n entries with sequence seq into recbuf; returns its
  * length. */
-static uint32_t img_rec(struct img *m, uint64_t seq, uint32_t n, uint32_t inline_mask, uint32_t seed)
+static uint32_t img_rec(struct img *m, uint64_t seq, uint32_t n, uint32_t inline_mask,
+			uint32_t seed)
 {
 	struct zl_journal_entry e[64];
 	int len;
 
 	assert_true(n <= 64);
 	make_entries(e, n, inline_mask, seed);
-	len = zl_journal_rec_encode(recbuf, sizeof(recbuf), seq, m->sb.nonce, m->sb.journal_id, e, n);
+	len =
+	    zl_journal_rec_encode(recbuf, sizeof(recbuf), seq, m->sb.nonce, m->sb.journal_id, e, n);
 	assert_true(len > 0);
 	assert_int_equal(len % BLK, 0);
 	return (uint32_t)len;
@@ -163,7 +168,8 @@ static uint32_t img_rec(struct img *m, uint64_t seq, uint32_t n, uint32_t inline
 /* The writer: encodes the next record, puts a PAD (taking a sequence
  * number) at the head when it does not fit before the ring's end, appends.
  * Returns the record's offset; *lenp its length (recbuf holds it). */
-static uint64_t img_push(struct img *m, uint32_t n, uint32_t inline_mask, uint32_t seed, uint32_t *lenp)
+static uint64_t img_push(struct img *m, uint32_t n, uint32_t inline_mask, uint32_t seed,
+			 uint32_t *lenp)
 {
 	uint32_t pad, len = img_rec(m, m->seq, n, inline_mask, seed);
 	uint8_t p[BLK];
@@ -171,7 +177,8 @@ static uint64_t img_push(struct img *m, uint32_t n, uint32_t inline_mask, uint32
 
 	zl_journal_ring_place(&m->sb, m->head, len, &pad);
 	if (pad) {
-		assert_int_equal(zl_journal_pad_encode(p, m->seq++, m->sb.nonce, m->sb.journal_id, pad), 0);
+		assert_int_equal(
+		    zl_journal_pad_encode(p, m->seq++, m->sb.nonce, m->sb.journal_id, pad), 0);
 		memcpy(m->b + m->head, p, BLK);
 		m->head = m->sb.ring_off;
 		len = img_rec(m, m->seq, n, inline_mask, seed);
@@ -203,8 +210,14 @@ static int group_setup(void **state)
 static void test_sb_roundtrip_and_damage(void **state)
 {
 	struct zl_journal_sb sb = {
-		.size = 1ull << 30, .ring_off = ZL_JOURNAL_RING_OFF, .journal_id = 2, .journal_count = 4,
-		.nonce = NONCE, .sb_seq = 7, .ckpt_seq = 99, .ckpt_off = ZL_JOURNAL_RING_OFF + 5 * BLK,
+	    .size = 1ull << 30,
+	    .ring_off = ZL_JOURNAL_RING_OFF,
+	    .journal_id = 2,
+	    .journal_count = 4,
+	    .nonce = NONCE,
+	    .sb_seq = 7,
+	    .ckpt_seq = 99,
+	    .ckpt_off = ZL_JOURNAL_RING_OFF + 5 * BLK,
 	};
 	struct zl_journal_sb got;
 	uint8_t a[ZL_JOURNAL_SB_SIZE], b[ZL_JOURNAL_SB_SIZE];
@@ -280,7 +293,8 @@ static void test_sb_roundtrip_and_damage(void **state)
 	assert_non_null(strstr(why, "different journals"));
 }
 
-static void check_entries_equal(const struct zl_journal_rec *rec, const struct zl_journal_entry *e, uint32_t n)
+static void check_entries_equal(const struct zl_journal_rec *rec, const struct zl_journal_entry *e,
+				uint32_t n)
 {
 	struct zl_journal_entry d;
 	size_t cur = 0;
@@ -310,7 +324,8 @@ static void check_entries_equal(const struct zl_journal_rec *rec, const struct z
 static void test_rec_roundtrip(void **state)
 {
 	struct zl_journal_entry e[64];
-	struct zl_journal_expect exp = { .nonce = NONCE, .journal_id = 3, .space = ZL_JOURNAL_REC_MAX };
+	struct zl_journal_expect exp = {
+	    .nonce = NONCE, .journal_id = 3, .space = ZL_JOURNAL_REC_MAX};
 	struct zl_journal_rec rec;
 	const char *why;
 	size_t need;
@@ -327,7 +342,8 @@ static void test_rec_roundtrip(void **state)
 			assert_int_equal(len % BLK, 0);
 			exp.seq = 40 + n;
 			why = NULL;
-			assert_int_equal(zl_journal_rec_decode(recbuf, (size_t)len, &exp, &rec, &need, &why), 0);
+			assert_int_equal(
+			    zl_journal_rec_decode(recbuf, (size_t)len, &exp, &rec, &need, &why), 0);
 			assert_null(why);
 			assert_int_equal(rec.type, ZL_JOURNAL_REC_BATCH);
 			assert_true(rec.seq == 40 + n);
@@ -335,8 +351,9 @@ static void test_rec_roundtrip(void **state)
 			assert_int_equal(rec.total_len, (uint32_t)len);
 			check_entries_equal(&rec, e, n);
 			/* A short buffer asks for the rest. */
-			assert_int_equal(zl_journal_rec_decode(recbuf, BLK - 1, &exp, &rec, &need, &why),
-					 len > (int)(BLK - 1) ? -ZL_ERR_RANGE : 0);
+			assert_int_equal(
+			    zl_journal_rec_decode(recbuf, BLK - 1, &exp, &rec, &need, &why),
+			    len > (int)(BLK - 1) ? -ZL_ERR_RANGE : 0);
 			if (len > (int)(BLK - 1))
 				assert_int_equal(need, (size_t)len);
 		}
@@ -376,7 +393,8 @@ static void test_builder_limits(void **state)
 	e.data = data_pool;
 	e.crcs = crcs;
 	zl_journal_builder_init(&b, small, sizeof(small));
-	assert_int_equal(zl_journal_builder_finish(&b, 1, NONCE, 0), -ZL_ERR_INVAL); /* no entries */
+	assert_int_equal(zl_journal_builder_finish(&b, 1, NONCE, 0),
+			 -ZL_ERR_INVAL); /* no entries */
 	assert_int_equal(zl_journal_builder_add(&b, &e), 0);
 	assert_int_equal(zl_journal_builder_add(&b, &e), 0);
 	/* The third does not fit 8 KiB: refused, the builder unchanged. */
@@ -427,8 +445,8 @@ static void test_builder_limits(void **state)
 
 /* An image with `whole` records, then one more (several blocks, inline
  * data) at `*last_off` of `*last_len` bytes, kept in `last`. */
-static void img_build(struct img *m, uint8_t fill, unsigned whole, uint8_t *last, uint64_t *last_off,
-		      uint32_t *last_len)
+static void img_build(struct img *m, uint8_t fill, unsigned whole, uint8_t *last,
+		      uint64_t *last_off, uint32_t *last_len)
 {
 	img_init(m, ZL_JOURNAL_RING_OFF + 64 * BLK, fill);
 	for (unsigned i = 0; i < whole; i++)
@@ -493,7 +511,8 @@ static void test_replay_basic(void **state)
 /* Writes bytes [from, to) of the last record over the old content (the rest
  * of it stays old), replays, and checks that the last record is applied only
  * when all its bytes are there and that nothing damaged is ever applied. */
-static void tear_check(uint8_t fill, unsigned whole, const uint32_t *cuts, unsigned ncuts, bool head_first)
+static void tear_check(uint8_t fill, unsigned whole, const uint32_t *cuts, unsigned ncuts,
+		       bool head_first)
 {
 	static uint8_t last[64 * BLK], old[64 * BLK];
 	struct zl_journal_replay_stats st;
@@ -550,8 +569,8 @@ static void test_tear_every_512(void **state)
 
 static void test_tear_every_field(void **state)
 {
-	static const uint32_t hdr_fields[] = { 0, 4, 6, 8, 16, 24, 28, 32, 36, 40, 44, 48 };
-	static const uint32_t ent_fields[] = { 0, 8, 16, 24, 28, 32, 36, 40 };
+	static const uint32_t hdr_fields[] = {0, 4, 6, 8, 16, 24, 28, 32, 36, 40, 44, 48};
+	static const uint32_t ent_fields[] = {0, 8, 16, 24, 28, 32, 36, 40};
 	uint32_t cuts[4096];
 	struct zl_journal_entry e[5];
 	unsigned n = 0;
@@ -613,7 +632,8 @@ static void test_flip_every_byte(void **state)
 		assert_int_equal(zl_journal_rec_decode(v, vlen, &exp, &rec, NULL, &why), 0);
 		for (uint32_t i = 0; i < vlen; i++) {
 			v[i] ^= 0x5a;
-			assert_int_not_equal(zl_journal_rec_decode(v, vlen, &exp, &rec, NULL, &why), 0);
+			assert_int_not_equal(zl_journal_rec_decode(v, vlen, &exp, &rec, NULL, &why),
+					     0);
 			if (i < 2 * ZL_JOURNAL_REC_HDR_SIZE || i % 97 == 0) {
 				assert_int_equal(img_replay(&m, &st), 0);
 				assert_false(m.damaged_applied);
@@ -652,27 +672,27 @@ static void test_strict_fields(void **state)
 		int rc;
 		uint32_t written; /* bytes the CRC covers when not the record's */
 	} cases[] = {
-		{ 4, 2, 3, -ZL_ERR_PROTO, 0 },			    /* unknown type */
-		{ 4, 2, ZL_JOURNAL_REC_PAD, -ZL_ERR_CORRUPT, 0 },	    /* pad with used > 4096 */
-		{ 4, 2, ZL_JOURNAL_REC_PAD, -ZL_ERR_CORRUPT, BLK }, /* the same, CRC over 4096 */
-		{ 6, 2, 1, -ZL_ERR_PROTO, 0 },			    /* flags */
-		{ 40, 4, 1, -ZL_ERR_PROTO, 0 },			    /* reserved */
-		{ 32, 4, 0, -ZL_ERR_PROTO, 0 },			    /* no entries */
-		{ 32, 4, 4, -ZL_ERR_PROTO, 0 },			    /* fewer entries than bytes */
-		{ 32, 4, 6, -ZL_ERR_PROTO, 0 },			    /* more entries than bytes */
-		{ 32, 4, 0xffffffffu, -ZL_ERR_PROTO, 0 },		    /* absurd count */
-		{ 24, 4, 0, -ZL_ERR_CORRUPT, 0 },			    /* total 0 */
-		{ 24, 4, 100, -ZL_ERR_CORRUPT, 0 },		    /* total unaligned */
-		{ 24, 4, 0xfffff000u, -ZL_ERR_CORRUPT, 0 },	    /* total beyond the ring */
-		{ 28, 4, 8, -ZL_ERR_CORRUPT, 0 },			    /* used below the header */
-		{ 28, 4, 0xfffffff0u, -ZL_ERR_CORRUPT, 0 },	    /* used beyond total */
-		{ e0 + 32, 4, 0, -ZL_ERR_PROTO, 0 },		    /* entry without a kind */
-		{ e0 + 32, 4, 3, -ZL_ERR_PROTO, 0 },		    /* two kinds */
-		{ e0 + 32, 4, 0x101, -ZL_ERR_PROTO, 0 },		    /* unknown flag */
-		{ e0 + 28, 4, 0, -ZL_ERR_PROTO, 0 },		    /* length 0 */
-		{ e0 + 28, 4, ZL_JOURNAL_IO_MAX + 512, -ZL_ERR_PROTO, 0 }, /* length > 4 MiB */
-		{ e0 + 24, 4, ZL_JOURNAL_CHUNK_MAX - 512, -ZL_ERR_PROTO, 0 }, /* beyond the chunk */
-		{ e0 + 36, 4, 1, -ZL_ERR_PROTO, 0 },		    /* entry reserved */
+	    {4, 2, 3, -ZL_ERR_PROTO, 0},			     /* unknown type */
+	    {4, 2, ZL_JOURNAL_REC_PAD, -ZL_ERR_CORRUPT, 0},	     /* pad with used > 4096 */
+	    {4, 2, ZL_JOURNAL_REC_PAD, -ZL_ERR_CORRUPT, BLK},	     /* the same, CRC over 4096 */
+	    {6, 2, 1, -ZL_ERR_PROTO, 0},			     /* flags */
+	    {40, 4, 1, -ZL_ERR_PROTO, 0},			     /* reserved */
+	    {32, 4, 0, -ZL_ERR_PROTO, 0},			     /* no entries */
+	    {32, 4, 4, -ZL_ERR_PROTO, 0},			     /* fewer entries than bytes */
+	    {32, 4, 6, -ZL_ERR_PROTO, 0},			     /* more entries than bytes */
+	    {32, 4, 0xffffffffu, -ZL_ERR_PROTO, 0},		     /* absurd count */
+	    {24, 4, 0, -ZL_ERR_CORRUPT, 0},			     /* total 0 */
+	    {24, 4, 100, -ZL_ERR_CORRUPT, 0},			     /* total unaligned */
+	    {24, 4, 0xfffff000u, -ZL_ERR_CORRUPT, 0},		     /* total beyond the ring */
+	    {28, 4, 8, -ZL_ERR_CORRUPT, 0},			     /* used below the header */
+	    {28, 4, 0xfffffff0u, -ZL_ERR_CORRUPT, 0},		     /* used beyond total */
+	    {e0 + 32, 4, 0, -ZL_ERR_PROTO, 0},			     /* entry without a kind */
+	    {e0 + 32, 4, 3, -ZL_ERR_PROTO, 0},			     /* two kinds */
+	    {e0 + 32, 4, 0x101, -ZL_ERR_PROTO, 0},		     /* unknown flag */
+	    {e0 + 28, 4, 0, -ZL_ERR_PROTO, 0},			     /* length 0 */
+	    {e0 + 28, 4, ZL_JOURNAL_IO_MAX + 512, -ZL_ERR_PROTO, 0}, /* length > 4 MiB */
+	    {e0 + 24, 4, ZL_JOURNAL_CHUNK_MAX - 512, -ZL_ERR_PROTO, 0}, /* beyond the chunk */
+	    {e0 + 36, 4, 1, -ZL_ERR_PROTO, 0},				/* entry reserved */
 	};
 
 	(void)state;
@@ -690,13 +710,15 @@ static void test_strict_fields(void **state)
 			zl_put_le32(bad + cases[c].at, (uint32_t)cases[c].val);
 		rec_recrc(bad, cases[c].written ? cases[c].written : len);
 		why = NULL;
-		assert_int_equal(zl_journal_rec_decode(bad, len, &exp, &rec, NULL, &why), cases[c].rc);
+		assert_int_equal(zl_journal_rec_decode(bad, len, &exp, &rec, NULL, &why),
+				 cases[c].rc);
 		assert_non_null(why);
 		memcpy(m.b + off, bad, len);
 		assert_int_equal(img_replay(&m, &st), 0);
 		assert_int_equal(st.records, 2);
 		assert_false(m.damaged_applied);
-		assert_int_equal(st.stop, cases[c].rc == -ZL_ERR_PROTO ? ZL_JOURNAL_STOP_BAD : ZL_JOURNAL_STOP_TORN);
+		assert_int_equal(st.stop, cases[c].rc == -ZL_ERR_PROTO ? ZL_JOURNAL_STOP_BAD
+								       : ZL_JOURNAL_STOP_TORN);
 	}
 	/* Non-zero padding inside an entry and after the entries. */
 	{
@@ -705,20 +727,23 @@ static void test_strict_fields(void **state)
 		memcpy(bad, last, len);
 		bad[used] = 1;
 		rec_recrc(bad, len);
-		assert_int_equal(zl_journal_rec_decode(bad, len, &exp, &rec, NULL, &why), -ZL_ERR_PROTO);
+		assert_int_equal(zl_journal_rec_decode(bad, len, &exp, &rec, NULL, &why),
+				 -ZL_ERR_PROTO);
 	}
 	{
 		struct zl_journal_entry e[5];
 		uint32_t body;
 
 		make_entries(e, 5, 0x15, 99);
-		body = ZL_JOURNAL_ENTRY_HDR_SIZE + 4 * zl_journal_entry_blocks(e[0].offset, e[0].length) +
+		body = ZL_JOURNAL_ENTRY_HDR_SIZE +
+		       4 * zl_journal_entry_blocks(e[0].offset, e[0].length) +
 		       ((e[0].flags & ZL_JOURNAL_ENT_INLINE) ? e[0].length : 0);
 		if (body != zl_journal_entry_size(&e[0])) {
 			memcpy(bad, last, len);
 			bad[e0 + body] = 1;
 			rec_recrc(bad, len);
-			assert_int_equal(zl_journal_rec_decode(bad, len, &exp, &rec, NULL, &why), -ZL_ERR_PROTO);
+			assert_int_equal(zl_journal_rec_decode(bad, len, &exp, &rec, NULL, &why),
+					 -ZL_ERR_PROTO);
 			assert_string_equal(why, "entry padding not zero");
 		}
 		/* Entry 0 is a multiple of 8 without padding otherwise; make
@@ -732,8 +757,9 @@ static void test_strict_fields(void **state)
 				memcpy(bad, last, len);
 				bad[cur + b2] = 1;
 				rec_recrc(bad, len);
-				assert_int_equal(zl_journal_rec_decode(bad, len, &exp, &rec, NULL, &why),
-						 -ZL_ERR_PROTO);
+				assert_int_equal(
+				    zl_journal_rec_decode(bad, len, &exp, &rec, NULL, &why),
+				    -ZL_ERR_PROTO);
 				assert_string_equal(why, "entry padding not zero");
 			}
 			cur += (uint32_t)zl_journal_entry_size(&e[i]);
@@ -834,7 +860,7 @@ static void test_wrap_around(void **state)
 		assert_true(st.next_off == m.head);
 		assert_int_equal(st.stop, ZL_JOURNAL_STOP_END);
 	}
-	assert_true(pads > 10); /* the test did wrap, many times */
+	assert_true(pads > 10);		   /* the test did wrap, many times */
 	assert_true(m.seq > m.nrecs + 10); /* and the PADs took sequence numbers */
 	img_fini(&m);
 }
@@ -842,7 +868,8 @@ static void test_wrap_around(void **state)
 /* A PAD must reach exactly the ring's end and carries nothing. */
 static void test_pad(void **state)
 {
-	struct zl_journal_expect exp = { .nonce = NONCE, .seq = 9, .journal_id = 0, .space = 3 * BLK };
+	struct zl_journal_expect exp = {
+	    .nonce = NONCE, .seq = 9, .journal_id = 0, .space = 3 * BLK};
 	struct zl_journal_rec rec;
 	struct zl_journal_entry e;
 	uint8_t p[BLK];
@@ -931,8 +958,8 @@ static void test_file_format(void **state)
 		assert_int_equal(pwrite(fd, recbuf, len, (off_t)off), (ssize_t)len);
 	}
 	m.napplied = 0;
-	assert_int_equal(zl_journal_replay(&sb, zl_journal_read_fd, &fd, rec_apply, &m, scratch, sizeof(scratch),
-					   &st),
+	assert_int_equal(zl_journal_replay(&sb, zl_journal_read_fd, &fd, rec_apply, &m, scratch,
+					   sizeof(scratch), &st),
 			 0);
 	assert_int_equal(st.records, 3);
 	assert_false(m.damaged_applied);
@@ -949,19 +976,19 @@ static void test_file_format(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_sb_roundtrip_and_damage),
-		cmocka_unit_test(test_rec_roundtrip),
-		cmocka_unit_test(test_builder_limits),
-		cmocka_unit_test(test_replay_basic),
-		cmocka_unit_test(test_tear_every_512),
-		cmocka_unit_test(test_tear_every_field),
-		cmocka_unit_test(test_flip_every_byte),
-		cmocka_unit_test(test_strict_fields),
-		cmocka_unit_test(test_seq_gap_and_strangers),
-		cmocka_unit_test(test_wrap_around),
-		cmocka_unit_test(test_pad),
-		cmocka_unit_test(test_full_lap),
-		cmocka_unit_test(test_file_format),
+	    cmocka_unit_test(test_sb_roundtrip_and_damage),
+	    cmocka_unit_test(test_rec_roundtrip),
+	    cmocka_unit_test(test_builder_limits),
+	    cmocka_unit_test(test_replay_basic),
+	    cmocka_unit_test(test_tear_every_512),
+	    cmocka_unit_test(test_tear_every_field),
+	    cmocka_unit_test(test_flip_every_byte),
+	    cmocka_unit_test(test_strict_fields),
+	    cmocka_unit_test(test_seq_gap_and_strangers),
+	    cmocka_unit_test(test_wrap_around),
+	    cmocka_unit_test(test_pad),
+	    cmocka_unit_test(test_full_lap),
+	    cmocka_unit_test(test_file_format),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, NULL);
