@@ -23,7 +23,8 @@ static const uint8_t journal_sb_magic[8] = {'Z', 'L', 'J', 'R', 'N', 'L', 'S', '
 #define SB_SEQ	    48
 #define SB_CKPT_SEQ 56
 #define SB_CKPT_OFF 64
-#define SB_USED	    72 /* bytes [SB_USED, SB_CRC) are zero */
+#define SB_GEN	    72
+#define SB_USED	    80 /* bytes [SB_USED, SB_CRC) are zero */
 #define SB_CRC	    (ZL_JOURNAL_SB_SIZE - 4)
 
 /* Record header. */
@@ -36,7 +37,7 @@ static const uint8_t journal_sb_magic[8] = {'Z', 'L', 'J', 'R', 'N', 'L', 'S', '
 #define REC_USED  28
 #define REC_NENT  32
 #define REC_JID	  36
-#define REC_RSVD  40
+#define REC_GEN	  40
 #define REC_CRC	  44
 
 /* Entry header. */
@@ -99,6 +100,7 @@ int zl_journal_sb_encode(const struct zl_journal_sb *sb, uint8_t out[ZL_JOURNAL_
 	zl_put_le64(out + SB_SEQ, sb->sb_seq);
 	zl_put_le64(out + SB_CKPT_SEQ, sb->ckpt_seq);
 	zl_put_le64(out + SB_CKPT_OFF, sb->ckpt_off);
+	zl_put_le64(out + SB_GEN, sb->generation);
 	zl_put_le32(out + SB_CRC, zl_crc32c(out, SB_CRC));
 	return 0;
 }
@@ -137,6 +139,7 @@ int zl_journal_sb_decode(const uint8_t *buf, size_t len, struct zl_journal_sb *s
 	sb->sb_seq = zl_get_le64(buf + SB_SEQ);
 	sb->ckpt_seq = zl_get_le64(buf + SB_CKPT_SEQ);
 	sb->ckpt_off = zl_get_le64(buf + SB_CKPT_OFF);
+	sb->generation = zl_get_le64(buf + SB_GEN);
 	w = journal_sb_check(sb);
 	if (w) {
 		*why = w;
@@ -254,62 +257,60 @@ int zl_journal_builder_add(struct zl_journal_builder *b, const struct zl_journal
 	return 0;
 }
 
-static void journal_hdr_put(uint8_t *p, uint32_t type, uint64_t seq, uint64_t nonce, uint32_t total,
-			    uint32_t used, uint32_t nent, uint32_t jid)
+static void journal_hdr_put(uint8_t *p, uint32_t type, const struct zl_journal_stamp *st,
+			    uint32_t total, uint32_t used, uint32_t nent)
 {
 	zl_put_le32(p, REC_MAGIC);
 	zl_put_le16(p + REC_TYPE, (uint16_t)type);
 	zl_put_le16(p + REC_FLAGS, 0);
-	zl_put_le64(p + REC_SEQ, seq);
-	zl_put_le64(p + REC_NONCE, nonce);
+	zl_put_le64(p + REC_SEQ, st->seq);
+	zl_put_le64(p + REC_NONCE, st->nonce);
 	zl_put_le32(p + REC_TOTAL, total);
 	zl_put_le32(p + REC_USED, used);
 	zl_put_le32(p + REC_NENT, nent);
-	zl_put_le32(p + REC_JID, jid);
-	zl_put_le32(p + REC_RSVD, 0);
+	zl_put_le32(p + REC_JID, st->journal_id);
+	zl_put_le32(p + REC_GEN, st->generation);
 	zl_put_le32(p + REC_CRC, 0);
 }
 
-int zl_journal_builder_finish(struct zl_journal_builder *b, uint64_t seq, uint64_t nonce,
-			      uint32_t journal_id)
+int zl_journal_builder_finish(struct zl_journal_builder *b, const struct zl_journal_stamp *st)
 {
 	size_t total = zl_journal_builder_len(b);
 
 	if (!b->nentries)
 		return -ZL_ERR_INVAL;
 	memset(b->buf + b->used, 0, total - b->used);
-	journal_hdr_put(b->buf, ZL_JOURNAL_REC_BATCH, seq, nonce, (uint32_t)total,
-			(uint32_t)b->used, b->nentries, journal_id);
+	journal_hdr_put(b->buf, ZL_JOURNAL_REC_BATCH, st, (uint32_t)total, (uint32_t)b->used,
+			b->nentries);
 	zl_put_le32(b->buf + REC_CRC, zl_crc32c(b->buf, total));
 	return (int)total;
 }
 
-int zl_journal_rec_encode(void *buf, size_t cap, uint64_t seq, uint64_t nonce, uint32_t journal_id,
+int zl_journal_rec_encode(void *buf, size_t cap, const struct zl_journal_stamp *st,
 			  const struct zl_journal_entry *ents, uint32_t n)
 {
 	struct zl_journal_builder b;
 	int rc;
 
-	zl_journal_builder_init(&b, buf, cap);
 	if (cap < ZL_JOURNAL_BLOCK)
 		return -ZL_ERR_NOSPC;
+	zl_journal_builder_init(&b, buf, cap);
 	for (uint32_t i = 0; i < n; i++) {
 		rc = zl_journal_builder_add(&b, &ents[i]);
 		if (rc)
 			return rc;
 	}
-	return zl_journal_builder_finish(&b, seq, nonce, journal_id);
+	return zl_journal_builder_finish(&b, st);
 }
 
-int zl_journal_pad_encode(uint8_t out[ZL_JOURNAL_BLOCK], uint64_t seq, uint64_t nonce,
-			  uint32_t journal_id, uint32_t total_len)
+int zl_journal_pad_encode(uint8_t out[ZL_JOURNAL_BLOCK], const struct zl_journal_stamp *st,
+			  uint32_t total_len)
 {
 	if (total_len < ZL_JOURNAL_BLOCK || total_len % ZL_JOURNAL_BLOCK ||
 	    total_len > ZL_JOURNAL_REC_MAX)
 		return -ZL_ERR_INVAL;
 	memset(out, 0, ZL_JOURNAL_BLOCK);
-	journal_hdr_put(out, ZL_JOURNAL_REC_PAD, seq, nonce, total_len, ZL_JOURNAL_REC_HDR_SIZE, 0,
-			journal_id);
+	journal_hdr_put(out, ZL_JOURNAL_REC_PAD, st, total_len, ZL_JOURNAL_REC_HDR_SIZE, 0);
 	zl_put_le32(out + REC_CRC, zl_crc32c(out, ZL_JOURNAL_BLOCK));
 	return 0;
 }
@@ -411,10 +412,13 @@ int zl_journal_rec_decode(const void *buf, size_t len, const struct zl_journal_e
 		*why = "record CRC mismatch (torn or damaged)";
 		return -ZL_ERR_CORRUPT;
 	}
+	if (zl_get_le32(p + REC_GEN) < exp->min_generation) {
+		*why = "record of an earlier opening after a newer one (stale)";
+		return -ZL_ERR_STALE;
+	}
 	nent = zl_get_le32(p + REC_NENT);
-	if (zl_get_le16(p + REC_FLAGS) || zl_get_le32(p + REC_RSVD) ||
-	    !journal_zero(p + used, written - used)) {
-		*why = "record flags, reserved field or padding not zero";
+	if (zl_get_le16(p + REC_FLAGS) || !journal_zero(p + used, written - used)) {
+		*why = "record flags or padding not zero";
 		return -ZL_ERR_PROTO;
 	}
 	if (type == ZL_JOURNAL_REC_PAD) {
@@ -442,6 +446,7 @@ int zl_journal_rec_decode(const void *buf, size_t len, const struct zl_journal_e
 	rec->seq = seq;
 	rec->nonce = exp->nonce;
 	rec->journal_id = exp->journal_id;
+	rec->generation = zl_get_le32(p + REC_GEN);
 	rec->total_len = total;
 	rec->used_len = used;
 	rec->nentries = nent;
@@ -496,8 +501,9 @@ static enum zl_journal_stop journal_stop_of(int rc, const struct zl_journal_expe
 	case -ZL_ERR_NOT_FOUND:
 		return ZL_JOURNAL_STOP_END;
 	case -ZL_ERR_STALE:
-		return zl_get_le64(p + REC_SEQ) < exp->seq ? ZL_JOURNAL_STOP_END
-							   : ZL_JOURNAL_STOP_SEQ;
+		/* An earlier lap, or a leftover of an earlier opening: the end. */
+		return zl_get_le64(p + REC_SEQ) <= exp->seq ? ZL_JOURNAL_STOP_END
+							    : ZL_JOURNAL_STOP_SEQ;
 	case -ZL_ERR_CORRUPT:
 		return ZL_JOURNAL_STOP_TORN;
 	default:
@@ -523,6 +529,7 @@ int zl_journal_replay(const struct zl_journal_sb *sb, zl_journal_read_fn read, v
 	exp.nonce = sb->nonce;
 	exp.journal_id = sb->journal_id;
 	exp.seq = sb->ckpt_seq;
+	exp.min_generation = 0;
 	st->stop = ZL_JOURNAL_STOP_LAP;
 	st->why = "walked the whole ring";
 	while (walked < ring) {
@@ -575,6 +582,7 @@ int zl_journal_replay(const struct zl_journal_sb *sb, zl_journal_read_fn read, v
 		if (pos == sb->size)
 			pos = sb->ring_off;
 		exp.seq++;
+		exp.min_generation = rec.generation;
 		if (walked == ring) {
 			st->stop = ZL_JOURNAL_STOP_LAP;
 			st->why = "walked the whole ring";
@@ -638,6 +646,7 @@ int zl_journal_format(int fd, uint64_t size, uint32_t journal_id, uint32_t journ
 	sb->sb_seq = 1;
 	sb->ckpt_seq = 1;
 	sb->ckpt_off = ZL_JOURNAL_RING_OFF;
+	sb->generation = 0;
 	rc = zl_journal_sb_encode(sb, slot);
 	if (rc)
 		return rc;

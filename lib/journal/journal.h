@@ -72,6 +72,20 @@ struct zl_journal_sb {
 	uint64_t sb_seq;   /* bumped on every superblock write; higher slot wins */
 	uint64_t ckpt_seq; /* sequence of the first record replay applies */
 	uint64_t ckpt_off; /* its file offset, in [ring_off, size), 4 KiB aligned */
+	/* Opening count: the owner bumps it, durably, each time it opens the
+	 * journal for writing, before its first record; records carry its low
+	 * 32 bits, and replay refuses a record of an older opening after one
+	 * of a newer (a leftover of a pipelined write the crash made stale). */
+	uint64_t generation;
+};
+
+/* What a record is stamped with: the writer's sequence counter and, from
+ * the superblock, the nonce, the journal id and the generation. */
+struct zl_journal_stamp {
+	uint64_t seq;
+	uint64_t nonce;
+	uint32_t journal_id;
+	uint32_t generation; /* low 32 bits of zl_journal_sb.generation */
 };
 
 /* One entry. For encoding, `crcs` (host order) and, for INLINE, `data` are
@@ -94,6 +108,7 @@ struct zl_journal_rec {
 	uint64_t seq;
 	uint64_t nonce;
 	uint32_t journal_id;
+	uint32_t generation;
 	uint32_t total_len; /* bytes the record occupies in the ring */
 	uint32_t used_len;  /* header + entries, without padding */
 	uint32_t nentries;
@@ -105,7 +120,8 @@ struct zl_journal_expect {
 	uint64_t nonce;
 	uint64_t seq;
 	uint32_t journal_id;
-	uint64_t space; /* bytes from the record's offset to the ring's end */
+	uint32_t min_generation; /* the previous record's generation */
+	uint64_t space;		 /* bytes from the record's offset to the ring's end */
 };
 
 /* Why a replay scan stopped. END is the only reason with nothing suspicious:
@@ -183,24 +199,24 @@ size_t zl_journal_builder_len(const struct zl_journal_builder *b);
 /* Writes the header, zero padding and CRC. Returns the record length (a
  * multiple of 4096, the size of its single write) or -ZL_ERR_INVAL (no
  * entries). */
-int zl_journal_builder_finish(struct zl_journal_builder *b, uint64_t seq, uint64_t nonce,
-			      uint32_t journal_id);
+int zl_journal_builder_finish(struct zl_journal_builder *b, const struct zl_journal_stamp *st);
 
 /* One-shot: encodes a BATCH record of n >= 1 entries into buf. Returns the
  * record length or a negative error as for the builder. */
-int zl_journal_rec_encode(void *buf, size_t cap, uint64_t seq, uint64_t nonce, uint32_t journal_id,
+int zl_journal_rec_encode(void *buf, size_t cap, const struct zl_journal_stamp *st,
 			  const struct zl_journal_entry *ents, uint32_t n);
 /* Encodes a PAD record of total_len bytes (multiple of 4096, >= 4096); only
  * its first 4096 bytes are written to the ring. */
-int zl_journal_pad_encode(uint8_t out[ZL_JOURNAL_BLOCK], uint64_t seq, uint64_t nonce,
-			  uint32_t journal_id, uint32_t total_len);
+int zl_journal_pad_encode(uint8_t out[ZL_JOURNAL_BLOCK], const struct zl_journal_stamp *st,
+			  uint32_t total_len);
 
 /* Strict decode of the record at the start of buf (len bytes available,
  * untrusted). Every length is bounded by len, by exp->space and by
  * ZL_JOURNAL_REC_MAX; every entry is checked; the CRC over the written bytes
  * is checked. Returns 0, or
  *   -ZL_ERR_NOT_FOUND  not a record of this journal (magic or nonce);
- *   -ZL_ERR_STALE      a record of this journal with another seq;
+ *   -ZL_ERR_STALE      a record of this journal with another seq, or (with a
+ *                      right CRC) a generation below exp->min_generation;
  *   -ZL_ERR_RANGE      len too short for the record's written bytes (read more
  *                      and call again: *need says how many);
  *   -ZL_ERR_CORRUPT    CRC mismatch (torn or damaged);

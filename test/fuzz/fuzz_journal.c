@@ -5,8 +5,9 @@
  * Input: byte 0 selects the mode (bits 0-1) and whether the fuzzer's CRCs
  * are replaced by right ones (bit 2) so that the checks behind the CRC are
  * reached; the rest is the bytes under test.
- *   0, 3  one record: decoded with the sequence, nonce and journal id of
- *         its own header and a ring space taken from byte 1;
+ *   0, 3  one record: decoded with the sequence, nonce, journal id and
+ *         generation (or the next one) of its own header and a ring space
+ *         taken from byte 1;
  *   1     one superblock slot (and the pick of it against a zero slot);
  *   2     a journal image: the bytes are laid into the ring of a smallest
  *         journal at a checkpoint offset from byte 1, replayed.
@@ -67,6 +68,13 @@ static void fuzz_entries_reencode(const struct zl_journal_rec *rec)
 	size_t cur = 0;
 	uint32_t n = 0;
 
+	struct zl_journal_stamp st = {
+	    .seq = rec->seq,
+	    .nonce = rec->nonce,
+	    .journal_id = rec->journal_id,
+	    .generation = rec->generation,
+	};
+
 	zl_journal_builder_init(&b, fuzz_out, sizeof(fuzz_out));
 	while (zl_journal_rec_next(rec, &cur, &e)) {
 		uint32_t nb = zl_journal_entry_blocks(e.offset, e.length);
@@ -87,8 +95,7 @@ static void fuzz_entries_reencode(const struct zl_journal_rec *rec)
 		n++;
 	}
 	fuzz_check(n == rec->nentries);
-	fuzz_check(zl_journal_builder_finish(&b, rec->seq, rec->nonce, rec->journal_id) ==
-		   (int)rec->total_len);
+	fuzz_check(zl_journal_builder_finish(&b, &st) == (int)rec->total_len);
 	fuzz_check(memcmp(fuzz_out, rec->buf, rec->total_len) == 0);
 }
 
@@ -98,12 +105,15 @@ static void fuzz_rec(const uint8_t *data, size_t size, bool fix)
 	struct zl_journal_rec rec;
 	const char *why = NULL;
 	size_t need = 0;
+	uint8_t ctl;
 	int rc;
 
 	if (size < 1)
 		return;
-	/* Ring space: 1..256 blocks. */
-	exp.space = (uint64_t)ZL_JOURNAL_BLOCK * (1 + data[0]);
+	/* Byte 1: ring space (1..128 blocks) and whether a newer generation
+	 * than the record's is expected. */
+	ctl = data[0];
+	exp.space = (uint64_t)ZL_JOURNAL_BLOCK * (1 + (ctl >> 1));
 	data++;
 	size--;
 	if (size > sizeof(fuzz_buf))
@@ -115,10 +125,12 @@ static void fuzz_rec(const uint8_t *data, size_t size, bool fix)
 		exp.seq = zl_get_le64(fuzz_buf + 8);
 		exp.nonce = zl_get_le64(fuzz_buf + 16);
 		exp.journal_id = zl_get_le32(fuzz_buf + 36);
+		exp.min_generation = zl_get_le32(fuzz_buf + 40) + (ctl & 1);
 	} else {
 		exp.seq = 1;
 		exp.nonce = 1;
 		exp.journal_id = 0;
+		exp.min_generation = 0;
 	}
 	rc = zl_journal_rec_decode(fuzz_buf, size, &exp, &rec, &need, &why);
 	if (rc) {
@@ -133,12 +145,20 @@ static void fuzz_rec(const uint8_t *data, size_t size, bool fix)
 		uint8_t pad[ZL_JOURNAL_BLOCK];
 
 		fuzz_check(rec.total_len == exp.space);
-		fuzz_check(zl_journal_pad_encode(pad, rec.seq, rec.nonce, rec.journal_id,
-						 rec.total_len) == 0);
+		struct zl_journal_stamp st = {
+		    .seq = rec.seq,
+		    .nonce = rec.nonce,
+		    .journal_id = rec.journal_id,
+		    .generation = rec.generation,
+		};
+
+		fuzz_check(rec.generation >= exp.min_generation);
+		fuzz_check(zl_journal_pad_encode(pad, &st, rec.total_len) == 0);
 		fuzz_check(memcmp(pad, fuzz_buf, sizeof(pad)) == 0);
 		return;
 	}
 	fuzz_check(rec.type == ZL_JOURNAL_REC_BATCH && rec.total_len <= size);
+	fuzz_check(rec.generation >= exp.min_generation);
 	fuzz_entries_reencode(&rec);
 }
 
@@ -170,6 +190,7 @@ struct fuzz_replay {
 	uint64_t next_seq;
 	uint64_t nonce;
 	uint64_t calls;
+	uint32_t generation;
 };
 
 static int fuzz_read(void *arg, void *buf, size_t len, uint64_t off)
@@ -187,13 +208,17 @@ static int fuzz_apply(void *arg, const struct zl_journal_rec *rec)
 	    .nonce = r->nonce,
 	    .seq = rec->seq,
 	    .journal_id = 0,
+	    .min_generation = rec->generation,
 	    .space = rec->total_len,
 	};
 	struct zl_journal_rec again;
 	const char *why;
 
-	/* In order, PADs in between take a sequence number each. */
+	/* In order, PADs in between take a sequence number each; openings
+	 * never go back. */
 	fuzz_check(rec->seq >= r->next_seq);
+	fuzz_check(rec->generation >= r->generation);
+	r->generation = rec->generation;
 	r->next_seq = rec->seq + 1;
 	r->calls++;
 	fuzz_check(rec->type == ZL_JOURNAL_REC_BATCH);

@@ -21,6 +21,10 @@
 #define BLK	 ZL_JOURNAL_BLOCK
 #define NONCE	 0x1122334455667788ull
 #define MAX_RECS 512
+/* A record stamp of journal `jid` in generation 1 (compound literal). */
+#define STAMP(s, jid)                                                                              \
+	(&(struct zl_journal_stamp){                                                               \
+	    .seq = (s), .nonce = NONCE, .journal_id = (jid), .generation = 1})
 
 /* A journal image plus the records the test wrote into it, by sequence. */
 struct img {
@@ -58,6 +62,7 @@ static void img_init(struct img *m, uint64_t size, uint8_t fill)
 	m->sb.sb_seq = 1;
 	m->sb.ckpt_seq = 1;
 	m->sb.ckpt_off = ZL_JOURNAL_RING_OFF;
+	m->sb.generation = 1;
 	m->head = ZL_JOURNAL_RING_OFF;
 	m->seq = 1;
 	m->fail_at = -1;
@@ -148,6 +153,18 @@ static void make_entries(struct zl_journal_entry *e, uint32_t n, uint32_t inline
 	}
 }
 
+/* The stamp of a record with sequence seq in the image's journal. */
+static const struct zl_journal_stamp *img_stamp(const struct img *m, uint64_t seq)
+{
+	static struct zl_journal_stamp st;
+
+	st.seq = seq;
+	st.nonce = m->sb.nonce;
+	st.journal_id = m->sb.journal_id;
+	st.generation = (uint32_t)m->sb.generation;
+	return &st;
+}
+
 /* Encodes a BATCH of n entries with sequence seq into recbuf; returns its
  * length. */
 static uint32_t img_rec(struct img *m, uint64_t seq, uint32_t n, uint32_t inline_mask,
@@ -158,8 +175,7 @@ static uint32_t img_rec(struct img *m, uint64_t seq, uint32_t n, uint32_t inline
 
 	assert_true(n <= 64);
 	make_entries(e, n, inline_mask, seed);
-	len =
-	    zl_journal_rec_encode(recbuf, sizeof(recbuf), seq, m->sb.nonce, m->sb.journal_id, e, n);
+	len = zl_journal_rec_encode(recbuf, sizeof(recbuf), img_stamp(m, seq), e, n);
 	assert_true(len > 0);
 	assert_int_equal(len % BLK, 0);
 	return (uint32_t)len;
@@ -177,8 +193,7 @@ static uint64_t img_push(struct img *m, uint32_t n, uint32_t inline_mask, uint32
 
 	zl_journal_ring_place(&m->sb, m->head, len, &pad);
 	if (pad) {
-		assert_int_equal(
-		    zl_journal_pad_encode(p, m->seq++, m->sb.nonce, m->sb.journal_id, pad), 0);
+		assert_int_equal(zl_journal_pad_encode(p, img_stamp(m, m->seq++), pad), 0);
 		memcpy(m->b + m->head, p, BLK);
 		m->head = m->sb.ring_off;
 		len = img_rec(m, m->seq, n, inline_mask, seed);
@@ -218,6 +233,7 @@ static void test_sb_roundtrip_and_damage(void **state)
 	    .sb_seq = 7,
 	    .ckpt_seq = 99,
 	    .ckpt_off = ZL_JOURNAL_RING_OFF + 5 * BLK,
+	    .generation = 0x1234567890ull,
 	};
 	struct zl_journal_sb got;
 	uint8_t a[ZL_JOURNAL_SB_SIZE], b[ZL_JOURNAL_SB_SIZE];
@@ -337,7 +353,7 @@ static void test_rec_roundtrip(void **state)
 			int len;
 
 			make_entries(e, n, inl, n * 3 + mask);
-			len = zl_journal_rec_encode(recbuf, sizeof(recbuf), 40 + n, NONCE, 3, e, n);
+			len = zl_journal_rec_encode(recbuf, sizeof(recbuf), STAMP(40 + n, 3), e, n);
 			assert_true(len > 0);
 			assert_int_equal(len % BLK, 0);
 			exp.seq = 40 + n;
@@ -366,13 +382,13 @@ static void test_rec_roundtrip(void **state)
 		int len;
 
 		make_entries(e, 9, 0x0f, 77);
-		len = zl_journal_rec_encode(recbuf, sizeof(recbuf), 5, NONCE, 0, e, 9);
+		len = zl_journal_rec_encode(recbuf, sizeof(recbuf), STAMP(5, 0), e, 9);
 		assert_true(len > 0);
 		zl_journal_builder_init(&b, other, sizeof(other));
 		for (uint32_t i = 0; i < 9; i++)
 			assert_int_equal(zl_journal_builder_add(&b, &e[i]), 0);
 		assert_int_equal(zl_journal_builder_len(&b), (size_t)len);
-		assert_int_equal(zl_journal_builder_finish(&b, 5, NONCE, 0), len);
+		assert_int_equal(zl_journal_builder_finish(&b, STAMP(5, 0)), len);
 		assert_memory_equal(other, recbuf, (size_t)len);
 	}
 }
@@ -393,14 +409,14 @@ static void test_builder_limits(void **state)
 	e.data = data_pool;
 	e.crcs = crcs;
 	zl_journal_builder_init(&b, small, sizeof(small));
-	assert_int_equal(zl_journal_builder_finish(&b, 1, NONCE, 0),
+	assert_int_equal(zl_journal_builder_finish(&b, STAMP(1, 0)),
 			 -ZL_ERR_INVAL); /* no entries */
 	assert_int_equal(zl_journal_builder_add(&b, &e), 0);
 	assert_int_equal(zl_journal_builder_add(&b, &e), 0);
 	/* The third does not fit 8 KiB: refused, the builder unchanged. */
 	assert_int_equal(zl_journal_builder_add(&b, &e), -ZL_ERR_NOSPC);
 	assert_int_equal(b.nentries, 2);
-	assert_int_equal(zl_journal_builder_finish(&b, 1, NONCE, 0), (int)(2 * BLK));
+	assert_int_equal(zl_journal_builder_finish(&b, STAMP(1, 0)), (int)(2 * BLK));
 
 	bad = e;
 	bad.length = 0;
@@ -623,6 +639,7 @@ static void test_flip_every_byte(void **state)
 	img_build(&m, 0xa5, 6, last, &off, &len);
 	exp.nonce = NONCE;
 	exp.journal_id = 0;
+	exp.min_generation = 1;
 	for (unsigned victim = 0; victim < m.nrecs; victim++) {
 		uint8_t *v = m.b + m.recs[victim].off;
 		uint32_t vlen = m.recs[victim].len;
@@ -676,7 +693,6 @@ static void test_strict_fields(void **state)
 	    {4, 2, ZL_JOURNAL_REC_PAD, -ZL_ERR_CORRUPT, 0},	     /* pad with used > 4096 */
 	    {4, 2, ZL_JOURNAL_REC_PAD, -ZL_ERR_CORRUPT, BLK},	     /* the same, CRC over 4096 */
 	    {6, 2, 1, -ZL_ERR_PROTO, 0},			     /* flags */
-	    {40, 4, 1, -ZL_ERR_PROTO, 0},			     /* reserved */
 	    {32, 4, 0, -ZL_ERR_PROTO, 0},			     /* no entries */
 	    {32, 4, 4, -ZL_ERR_PROTO, 0},			     /* fewer entries than bytes */
 	    {32, 4, 6, -ZL_ERR_PROTO, 0},			     /* more entries than bytes */
@@ -699,6 +715,7 @@ static void test_strict_fields(void **state)
 	img_build(&m, 0xa5, 2, last, &off, &len);
 	exp.nonce = NONCE;
 	exp.journal_id = 0;
+	exp.min_generation = 1;
 	exp.seq = 3;
 	exp.space = m.sb.size - off;
 	assert_int_equal(zl_journal_rec_decode(last, len, &exp, &rec, NULL, &why), 0);
@@ -820,6 +837,60 @@ static void test_seq_gap_and_strangers(void **state)
 	img_fini(&m);
 }
 
+/* A crash with two record writes in flight: record 3 torn, record 4 (not
+ * acknowledged, 3 was not durable) whole. Replay stops at 3; the daemon
+ * reopens (generation + 1) and writes a new record 3 of the same length at
+ * the same place; after a second crash, replay applies the new 3 and must not
+ * take the old 4 behind it, whose sequence number is the next one. */
+static void test_stale_after_reopen(void **state)
+{
+	struct zl_journal_replay_stats st;
+	struct zl_journal_expect exp;
+	struct zl_journal_rec rec;
+	const char *why;
+	struct img m;
+	uint64_t off3, off4;
+	uint32_t len3, len4;
+
+	(void)state;
+	img_init(&m, ZL_JOURNAL_RING_OFF + 64 * BLK, 0);
+	img_push(&m, 2, 1, 1, NULL);
+	img_push(&m, 2, 1, 2, NULL);
+	off3 = img_push(&m, 3, 0x5, 3, &len3);
+	off4 = img_push(&m, 1, 1, 4, &len4);
+	m.b[off3 + len3 - 1] ^= 1; /* 3 torn */
+	assert_int_equal(img_replay(&m, &st), 0);
+	assert_int_equal(st.records, 2);
+	assert_int_equal(st.stop, ZL_JOURNAL_STOP_TORN);
+	assert_true(st.next_off == off3 && st.next_seq == 3);
+
+	/* Reopen: generation 2, the writer continues at (off3, 3). */
+	m.sb.generation = 2;
+	m.head = st.next_off;
+	m.seq = st.next_seq;
+	assert_true(img_push(&m, 3, 0x5, 3, NULL) == off3);
+	assert_true(m.head == off4); /* same length: old 4 right behind */
+	assert_int_equal(img_replay(&m, &st), 0);
+	assert_false(m.damaged_applied);
+	assert_int_equal(st.records, 3);
+	assert_int_equal(st.stop, ZL_JOURNAL_STOP_END);
+	assert_string_equal(st.why, "record of an earlier opening after a newer one (stale)");
+	assert_true(st.next_off == off4 && st.next_seq == 4);
+
+	/* The decoder alone: the old 4 is whole, but stale after generation 2. */
+	exp.nonce = NONCE;
+	exp.seq = 4;
+	exp.journal_id = 0;
+	exp.space = m.sb.size - off4;
+	exp.min_generation = 1;
+	assert_int_equal(zl_journal_rec_decode(m.b + off4, len4, &exp, &rec, NULL, &why), 0);
+	assert_int_equal(rec.generation, 1);
+	exp.min_generation = 2;
+	assert_int_equal(zl_journal_rec_decode(m.b + off4, len4, &exp, &rec, NULL, &why),
+			 -ZL_ERR_STALE);
+	img_fini(&m);
+}
+
 /* Many laps around a small ring with a checkpoint trimmed just enough for
  * each new record: every replay from the checkpoint returns exactly the live
  * records in order, through the PADs. */
@@ -877,7 +948,7 @@ static void test_pad(void **state)
 	size_t cur = 0;
 
 	(void)state;
-	assert_int_equal(zl_journal_pad_encode(p, 9, NONCE, 0, 3 * BLK), 0);
+	assert_int_equal(zl_journal_pad_encode(p, STAMP(9, 0), 3 * BLK), 0);
 	assert_int_equal(zl_journal_rec_decode(p, BLK, &exp, &rec, NULL, &why), 0);
 	assert_int_equal(rec.type, ZL_JOURNAL_REC_PAD);
 	assert_int_equal(rec.total_len, 3 * BLK);
@@ -891,8 +962,8 @@ static void test_pad(void **state)
 	zl_put_le32(p + 32, 1); /* a pad with an entry count */
 	rec_recrc(p, BLK);
 	assert_int_equal(zl_journal_rec_decode(p, BLK, &exp, &rec, NULL, &why), -ZL_ERR_PROTO);
-	assert_int_equal(zl_journal_pad_encode(p, 9, NONCE, 0, 100), -ZL_ERR_INVAL);
-	assert_int_equal(zl_journal_pad_encode(p, 9, NONCE, 0, 0), -ZL_ERR_INVAL);
+	assert_int_equal(zl_journal_pad_encode(p, STAMP(9, 0), 100), -ZL_ERR_INVAL);
+	assert_int_equal(zl_journal_pad_encode(p, STAMP(9, 0), 0), -ZL_ERR_INVAL);
 }
 
 /* A ring filled exactly by valid records: one lap, each applied once. */
@@ -910,7 +981,7 @@ static void test_full_lap(void **state)
 	e.flags = ZL_JOURNAL_ENT_INPLACE;
 	e.crcs = &crc;
 	for (unsigned i = 0; i < 16; i++) {
-		int len = zl_journal_rec_encode(recbuf, sizeof(recbuf), m.seq++, NONCE, 0, &e, 1);
+		int len = zl_journal_rec_encode(recbuf, sizeof(recbuf), STAMP(m.seq++, 0), &e, 1);
 
 		assert_int_equal(len, (int)BLK);
 		img_append(&m, recbuf, (uint32_t)len);
@@ -985,6 +1056,7 @@ int main(void)
 	    cmocka_unit_test(test_flip_every_byte),
 	    cmocka_unit_test(test_strict_fields),
 	    cmocka_unit_test(test_seq_gap_and_strangers),
+	    cmocka_unit_test(test_stale_after_reopen),
 	    cmocka_unit_test(test_wrap_around),
 	    cmocka_unit_test(test_pad),
 	    cmocka_unit_test(test_full_lap),
