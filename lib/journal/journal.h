@@ -259,7 +259,8 @@ int zl_journal_replay(const struct zl_journal_sb *sb, zl_journal_read_fn read, v
 int zl_journal_read_fd(void *arg, void *buf, size_t len, uint64_t off);
 
 /* Creates a journal on fd: preallocates size bytes (fallocate), writes
- * superblock slot A (ckpt_seq 1 at the ring's start, a fresh nonce) and a
+ * superblock slot A (ckpt_seq 1 at the ring's start, generation 0, a fresh
+ * nonce; the owner bumps the generation before its first record) and a
  * zeroed slot B, fdatasyncs. Returns 0, -ZL_ERR_INVAL or -errno. */
 int zl_journal_format(int fd, uint64_t size, uint32_t journal_id, uint32_t journal_count,
 		      struct zl_journal_sb *sb);
