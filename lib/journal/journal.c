@@ -196,13 +196,19 @@ static const char *journal_entry_check(const struct zl_journal_entry *e)
 	return NULL;
 }
 
-static size_t journal_entry_bytes(const struct zl_journal_entry *e)
+/* Bytes of an entry without its 8-byte pad: header, CRCs, inline data. */
+static size_t journal_entry_body(const struct zl_journal_entry *e)
 {
 	size_t n = ZL_JOURNAL_ENTRY_HDR_SIZE + 4ull * zl_journal_entry_blocks(e->offset, e->length);
 
 	if (e->flags & ZL_JOURNAL_ENT_INLINE)
 		n += e->length;
-	return JOURNAL_ALIGN8(n);
+	return n;
+}
+
+static size_t journal_entry_bytes(const struct zl_journal_entry *e)
+{
+	return JOURNAL_ALIGN8(journal_entry_body(e));
 }
 
 size_t zl_journal_entry_size(const struct zl_journal_entry *e)
@@ -325,6 +331,23 @@ static uint32_t journal_rec_crc(const uint8_t *p, size_t written)
 	return zl_crc32c_update(c, p + REC_CRC + 4, written - REC_CRC - 4);
 }
 
+/* Reads the header fields of the entry at p (40 bytes must be there) and
+ * returns the entry's length without its 8-byte pad. No pointers are formed:
+ * the fields are not checked yet. */
+static size_t journal_entry_get(const uint8_t *p, struct zl_journal_entry *e)
+{
+	e->vol = zl_get_le64(p + ENT_VOL);
+	e->chunk = zl_get_le64(p + ENT_CHUNK);
+	e->version = zl_get_le64(p + ENT_VERSION);
+	e->offset = zl_get_le32(p + ENT_OFFSET);
+	e->length = zl_get_le32(p + ENT_LENGTH);
+	e->flags = zl_get_le32(p + ENT_FLAGS);
+	e->crcs = NULL;
+	e->crc_le = NULL;
+	e->data = NULL;
+	return journal_entry_body(e);
+}
+
 /* Walks the entries of a CRC-checked BATCH record; NULL when they tile
  * [hdr, used) exactly and each is in bounds. */
 static const char *journal_entries_check(const uint8_t *p, uint32_t used, uint32_t nent)
@@ -338,20 +361,15 @@ static const char *journal_entries_check(const uint8_t *p, uint32_t used, uint32
 
 		if (used - cur < ZL_JOURNAL_ENTRY_HDR_SIZE)
 			return "entry header beyond the record";
-		e.offset = zl_get_le32(p + cur + ENT_OFFSET);
-		e.length = zl_get_le32(p + cur + ENT_LENGTH);
-		e.flags = zl_get_le32(p + cur + ENT_FLAGS);
+		body = journal_entry_get(p + cur, &e);
 		w = journal_entry_check(&e);
 		if (w)
 			return w;
 		if (zl_get_le32(p + cur + ENT_RSVD))
 			return "entry reserved field not zero";
-		n = journal_entry_bytes(&e);
+		n = JOURNAL_ALIGN8(body);
 		if (used - cur < n)
 			return "entry CRCs or data beyond the record";
-		body = ZL_JOURNAL_ENTRY_HDR_SIZE +
-		       4ull * zl_journal_entry_blocks(e.offset, e.length) +
-		       ((e.flags & ZL_JOURNAL_ENT_INLINE) ? e.length : 0);
 		if (!journal_zero(p + cur + body, n - body))
 			return "entry padding not zero";
 		cur += n;
@@ -457,24 +475,16 @@ int zl_journal_rec_decode(const void *buf, size_t len, const struct zl_journal_e
 bool zl_journal_rec_next(const struct zl_journal_rec *rec, size_t *cursor,
 			 struct zl_journal_entry *e)
 {
-	const uint8_t *p;
-	size_t cur = *cursor ? *cursor : ZL_JOURNAL_REC_HDR_SIZE;
+	size_t cur = *cursor ? *cursor : ZL_JOURNAL_REC_HDR_SIZE, body;
 
 	if (rec->type != ZL_JOURNAL_REC_BATCH || cur >= rec->used_len)
 		return false;
-	p = rec->buf + cur;
-	e->vol = zl_get_le64(p + ENT_VOL);
-	e->chunk = zl_get_le64(p + ENT_CHUNK);
-	e->version = zl_get_le64(p + ENT_VERSION);
-	e->offset = zl_get_le32(p + ENT_OFFSET);
-	e->length = zl_get_le32(p + ENT_LENGTH);
-	e->flags = zl_get_le32(p + ENT_FLAGS);
-	e->crcs = NULL;
-	e->crc_le = p + ZL_JOURNAL_ENTRY_HDR_SIZE;
-	e->data = (e->flags & ZL_JOURNAL_ENT_INLINE)
-		      ? e->crc_le + 4ull * zl_journal_entry_blocks(e->offset, e->length)
-		      : NULL;
-	*cursor = cur + journal_entry_bytes(e);
+	/* Decode checked every entry: the pointers stay inside the record. */
+	body = journal_entry_get(rec->buf + cur, e);
+	e->crc_le = rec->buf + cur + ZL_JOURNAL_ENTRY_HDR_SIZE;
+	if (e->flags & ZL_JOURNAL_ENT_INLINE)
+		e->data = rec->buf + cur + body - e->length;
+	*cursor = cur + JOURNAL_ALIGN8(body);
 	return true;
 }
 
@@ -594,13 +604,15 @@ int zl_journal_replay(const struct zl_journal_sb *sb, zl_journal_read_fn read, v
 	return rc;
 }
 
-int zl_journal_read_fd(void *arg, void *buf, size_t len, uint64_t off)
+/* Whole pread (wr false) or pwrite (wr true) of len bytes at off. */
+static int journal_pio(int fd, void *buf, size_t len, uint64_t off, bool wr)
 {
-	int fd = *(const int *)arg;
 	size_t done = 0;
 
 	while (done < len) {
-		ssize_t n = pread(fd, (uint8_t *)buf + done, len - done, (off_t)(off + done));
+		uint8_t *p = (uint8_t *)buf + done;
+		ssize_t n = wr ? pwrite(fd, p, len - done, (off_t)(off + done))
+			       : pread(fd, p, len - done, (off_t)(off + done));
 
 		if (n < 0) {
 			if (errno == EINTR)
@@ -614,28 +626,16 @@ int zl_journal_read_fd(void *arg, void *buf, size_t len, uint64_t off)
 	return 0;
 }
 
-static int journal_write_fd(int fd, const void *buf, size_t len, uint64_t off)
+int zl_journal_read_fd(void *arg, void *buf, size_t len, uint64_t off)
 {
-	size_t done = 0;
-
-	while (done < len) {
-		ssize_t n =
-		    pwrite(fd, (const uint8_t *)buf + done, len - done, (off_t)(off + done));
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		done += (size_t)n;
-	}
-	return 0;
+	return journal_pio(*(const int *)arg, buf, len, off, false);
 }
 
 int zl_journal_format(int fd, uint64_t size, uint32_t journal_id, uint32_t journal_count,
 		      struct zl_journal_sb *sb)
 {
-	uint8_t slot[ZL_JOURNAL_SB_SIZE];
+	/* Slot A, then slot B zeroed, in one write (aligned for O_DIRECT). */
+	_Alignas(ZL_JOURNAL_BLOCK) uint8_t slots[2 * ZL_JOURNAL_SB_SIZE] = {0};
 	int rc;
 
 	sb->size = size;
@@ -647,17 +647,13 @@ int zl_journal_format(int fd, uint64_t size, uint32_t journal_id, uint32_t journ
 	sb->ckpt_seq = 1;
 	sb->ckpt_off = ZL_JOURNAL_RING_OFF;
 	sb->generation = 0;
-	rc = zl_journal_sb_encode(sb, slot);
+	rc = zl_journal_sb_encode(sb, slots);
 	if (rc)
 		return rc;
 	rc = posix_fallocate(fd, 0, (off_t)size);
 	if (rc)
 		return -rc;
-	rc = journal_write_fd(fd, slot, sizeof(slot), 0);
-	if (rc)
-		return rc;
-	memset(slot, 0, sizeof(slot));
-	rc = journal_write_fd(fd, slot, sizeof(slot), ZL_JOURNAL_SB_SIZE);
+	rc = journal_pio(fd, slots, sizeof(slots), 0, true);
 	if (rc)
 		return rc;
 	if (fdatasync(fd))

@@ -212,6 +212,18 @@ static int img_replay(struct img *m, struct zl_journal_replay_stats *st)
 	return zl_journal_replay(&m->sb, mem_read, m, rec_apply, m, scratch, sizeof(scratch), st);
 }
 
+/* Replays the image and checks: no error, `records` records applied, never
+ * a damaged one, and (when stop >= 0) the stop reason. */
+static void replay_expect(struct img *m, struct zl_journal_replay_stats *st, uint64_t records,
+			  int stop)
+{
+	assert_int_equal(img_replay(m, st), 0);
+	assert_false(m->damaged_applied);
+	assert_int_equal(st->records, records);
+	if (stop >= 0)
+		assert_int_equal(st->stop, stop);
+}
+
 static int group_setup(void **state)
 {
 	(void)state;
@@ -482,9 +494,7 @@ static void test_replay_basic(void **state)
 
 	(void)state;
 	img_build(&m, 0xa5, 6, last, &off, &len);
-	assert_int_equal(img_replay(&m, &st), 0);
-	assert_int_equal(st.records, 7);
-	assert_false(m.damaged_applied);
+	replay_expect(&m, &st, 7, -1);
 	for (unsigned i = 0; i < 7; i++)
 		assert_true(m.applied[i] == i + 1);
 	assert_int_equal(st.stop, ZL_JOURNAL_STOP_END);
@@ -496,16 +506,14 @@ static void test_replay_basic(void **state)
 	/* From a checkpoint in the middle: the records from there on. */
 	m.sb.ckpt_seq = 4;
 	m.sb.ckpt_off = m.recs[3].off;
-	assert_int_equal(img_replay(&m, &st), 0);
-	assert_int_equal(st.records, 4);
+	replay_expect(&m, &st, 4, -1);
 	assert_true(m.applied[0] == 4);
 	assert_true(st.next_seq == 8);
 
 	/* A checkpoint past the end: nothing to replay, writer continues. */
 	m.sb.ckpt_seq = 8;
 	m.sb.ckpt_off = off + len;
-	assert_int_equal(img_replay(&m, &st), 0);
-	assert_int_equal(st.records, 0);
+	replay_expect(&m, &st, 0, -1);
 	assert_true(st.next_seq == 8 && st.next_off == off + len);
 
 	/* The apply callback's error stops the scan and is returned. */
@@ -652,9 +660,7 @@ static void test_flip_every_byte(void **state)
 			assert_int_not_equal(zl_journal_rec_decode(v, vlen, &exp, &rec, NULL, &why),
 					     0);
 			if (i < 2 * ZL_JOURNAL_REC_HDR_SIZE || i % 97 == 0) {
-				assert_int_equal(img_replay(&m, &st), 0);
-				assert_false(m.damaged_applied);
-				assert_int_equal(st.records, victim);
+				replay_expect(&m, &st, victim, -1);
 				assert_true(st.next_seq == m.recs[victim].seq);
 				assert_int_not_equal(st.stop, ZL_JOURNAL_STOP_LAP);
 			}
@@ -731,9 +737,7 @@ static void test_strict_fields(void **state)
 				 cases[c].rc);
 		assert_non_null(why);
 		memcpy(m.b + off, bad, len);
-		assert_int_equal(img_replay(&m, &st), 0);
-		assert_int_equal(st.records, 2);
-		assert_false(m.damaged_applied);
+		replay_expect(&m, &st, 2, -1);
 		assert_int_equal(st.stop, cases[c].rc == -ZL_ERR_PROTO ? ZL_JOURNAL_STOP_BAD
 								       : ZL_JOURNAL_STOP_TORN);
 	}
@@ -800,40 +804,30 @@ static void test_seq_gap_and_strangers(void **state)
 	m.seq++; /* seq 3 lost: the writer skipped one */
 	off = img_push(&m, 1, 1, 4, &len);
 	img_push(&m, 1, 1, 5, NULL);
-	assert_int_equal(img_replay(&m, &st), 0);
-	assert_int_equal(st.records, 2);
-	assert_int_equal(st.stop, ZL_JOURNAL_STOP_SEQ);
+	replay_expect(&m, &st, 2, ZL_JOURNAL_STOP_SEQ);
 	assert_string_equal(st.why, "record sequence gap");
 	assert_true(st.next_off == off && st.next_seq == 3);
 
 	/* A record of an earlier lap (lower seq) there: the normal end. */
 	zl_put_le64(m.b + off + 8, 1);
 	rec_recrc(m.b + off, len);
-	assert_int_equal(img_replay(&m, &st), 0);
-	assert_int_equal(st.records, 2);
-	assert_int_equal(st.stop, ZL_JOURNAL_STOP_END);
+	replay_expect(&m, &st, 2, ZL_JOURNAL_STOP_END);
 
 	/* Seq 3 but another journal's nonce, or another journal id. */
 	zl_put_le64(m.b + off + 8, 3);
 	zl_put_le64(m.b + off + 16, NONCE ^ 1);
 	rec_recrc(m.b + off, len);
-	assert_int_equal(img_replay(&m, &st), 0);
-	assert_int_equal(st.records, 2);
-	assert_int_equal(st.stop, ZL_JOURNAL_STOP_END);
+	replay_expect(&m, &st, 2, ZL_JOURNAL_STOP_END);
 	zl_put_le64(m.b + off + 16, NONCE);
 	zl_put_le32(m.b + off + 36, 1);
 	rec_recrc(m.b + off, len);
-	assert_int_equal(img_replay(&m, &st), 0);
-	assert_int_equal(st.records, 2);
+	replay_expect(&m, &st, 2, -1);
 	/* Renumbered to 3: it is applied, and the next one (seq 5) is the gap. */
 	zl_put_le32(m.b + off + 36, 0);
 	rec_recrc(m.b + off, len);
 	m.recs[2].seq = 3;
 	memcpy(m.recs[2].bytes, m.b + off, len);
-	assert_int_equal(img_replay(&m, &st), 0);
-	assert_int_equal(st.records, 3);
-	assert_int_equal(st.stop, ZL_JOURNAL_STOP_SEQ);
-	assert_false(m.damaged_applied);
+	replay_expect(&m, &st, 3, ZL_JOURNAL_STOP_SEQ);
 	img_fini(&m);
 }
 
@@ -859,9 +853,7 @@ static void test_stale_after_reopen(void **state)
 	off3 = img_push(&m, 3, 0x5, 3, &len3);
 	off4 = img_push(&m, 1, 1, 4, &len4);
 	m.b[off3 + len3 - 1] ^= 1; /* 3 torn */
-	assert_int_equal(img_replay(&m, &st), 0);
-	assert_int_equal(st.records, 2);
-	assert_int_equal(st.stop, ZL_JOURNAL_STOP_TORN);
+	replay_expect(&m, &st, 2, ZL_JOURNAL_STOP_TORN);
 	assert_true(st.next_off == off3 && st.next_seq == 3);
 
 	/* Reopen: generation 2, the writer continues at (off3, 3). */
@@ -870,10 +862,7 @@ static void test_stale_after_reopen(void **state)
 	m.seq = st.next_seq;
 	assert_true(img_push(&m, 3, 0x5, 3, NULL) == off3);
 	assert_true(m.head == off4); /* same length: old 4 right behind */
-	assert_int_equal(img_replay(&m, &st), 0);
-	assert_false(m.damaged_applied);
-	assert_int_equal(st.records, 3);
-	assert_int_equal(st.stop, ZL_JOURNAL_STOP_END);
+	replay_expect(&m, &st, 3, ZL_JOURNAL_STOP_END);
 	assert_string_equal(st.why, "record of an earlier opening after a newer one (stale)");
 	assert_true(st.next_off == off4 && st.next_seq == 4);
 
@@ -922,9 +911,7 @@ static void test_wrap_around(void **state)
 		img_push(&m, n, mask, round, NULL);
 		m.sb.ckpt_seq = ck_seq;
 		m.sb.ckpt_off = ck_off;
-		assert_int_equal(img_replay(&m, &st), 0);
-		assert_false(m.damaged_applied);
-		assert_int_equal(st.records, m.nrecs - first_live);
+		replay_expect(&m, &st, m.nrecs - first_live, -1);
 		for (unsigned i = 0; i < st.records; i++)
 			assert_true(m.applied[i] == m.recs[first_live + i].seq);
 		assert_true(st.next_seq == m.seq);
@@ -987,10 +974,7 @@ static void test_full_lap(void **state)
 		img_append(&m, recbuf, (uint32_t)len);
 	}
 	assert_true(m.head == m.sb.ring_off);
-	assert_int_equal(img_replay(&m, &st), 0);
-	assert_int_equal(st.records, 16);
-	assert_int_equal(st.stop, ZL_JOURNAL_STOP_LAP);
-	assert_false(m.damaged_applied);
+	replay_expect(&m, &st, 16, ZL_JOURNAL_STOP_LAP);
 	img_fini(&m);
 }
 
