@@ -39,11 +39,7 @@ command -v etcd >/dev/null || { echo "client_wait_e2e: FAIL: etcd is not install
 # client's 10 s request timeout) while the manager has not moved it out yet.
 export CL_STORAGE_FLAGS="--repl-wait 3 --log-level info"
 CL_MANAGER=0 cl_e2e_begin e2e-client-wait "$1" 3 --heal on || fail "cluster did not start"
-mkdir -p "$CL_DIR/controller" "$CL_DIR/csi"
-"$CL_BIN/zipline-controller" --endpoint "unix://$CL_DIR/csi/controller.sock" --etcd "$CL_ETCD" \
-	--manager=on --manager-grace 2 --down-out-interval 600 --log-level info \
-	>>"$CL_DIR/controller/log" 2>&1 &
-echo $! >"$CL_DIR/controller/pid"
+CL_DOWN_OUT=600 cl_start_manager controller || fail "the controller did not start"
 for _ in $(seq 1 100); do
 	grep -q 'manager: ' "$CL_DIR/controller/log" 2>/dev/null && break
 	sleep 0.1

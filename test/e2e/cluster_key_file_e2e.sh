@@ -46,13 +46,7 @@ for i in 1 2 3; do
 	echo $! >"$d/pid"
 done
 cl_wait_nodes 3 || fail "storage daemons did not register"
-mkdir -p "$CL_DIR/ctrl"
-"$CL_BIN/zipline-controller" --endpoint "unix://$CL_DIR/ctrl/csi.sock" --etcd "$CL_ETCD" \
-	--cluster-key-file "$KEY" --leader-id ctrl --manager=on --manager-grace 2 \
-	--log-level info >>"$CL_DIR/ctrl/log" 2>&1 &
-echo $! >"$CL_DIR/ctrl/pid"
-for _ in $(seq 1 100); do [ -S "$CL_DIR/ctrl/csi.sock" ] && break; sleep 0.1; done
-[ -S "$CL_DIR/ctrl/csi.sock" ] || fail "zipline-controller did not start"
+CL_DOWN_OUT=600 cl_start_manager ctrl --cluster-key-file "$KEY" || fail "zipline-controller did not start"
 
 # The default is --auth on: a request without a HELLO is refused.
 for i in 1 2 3; do

@@ -71,7 +71,7 @@ if [ $MGR_RESTART = 1 ]; then
 	sleep 2
 	hl_start_manager || fail "the manager did not restart"
 fi
-if ms=$(hl_wait_in_sync "$vid" 3 60); then
+if ms=$(cl_wait_in_sync "$vid" --all 3 60); then
 	echo "FIGURE: delta: every slice 3/3 in sync $(($(hl_now_ms) - t_restart)) ms after $victim restarted"
 else
 	check_fail "not every slice was 3 of 3 in_sync within 60 s of the restart of $victim"

@@ -100,7 +100,7 @@ timeout 120 "$ZL" volume export dvol "$CL_DIR/img1" 2>/dev/null || check_fail "e
 
 cl_start_storage "$vi"
 t_restart=$(hl_now_ms)
-if ms=$(hl_wait_in_sync "$vid" 3 60); then
+if ms=$(cl_wait_in_sync "$vid" --all 3 60); then
 	echo "FIGURE: divergence: every slice 3/3 in sync $(($(hl_now_ms) - t_restart)) ms after $victim restarted"
 else
 	check_fail "not every slice was 3 of 3 in_sync within 60 s of the restart of $victim"

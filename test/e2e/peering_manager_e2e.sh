@@ -23,11 +23,8 @@ CHUNK=65536
 N_CHUNKS=256
 export CL_STORAGE_FLAGS="--repl-wait 60 --recovery-mbps 400 --log-level info"
 CL_MANAGER=0 cl_e2e_begin e2e-pmgr "$1" 3 --heal on || fail "cluster did not start"
-mkdir -p "$CL_DIR/controller"
-"$CL_BIN/zipline-controller" --endpoint "unix://$CL_DIR/controller/csi.sock" --etcd "$CL_ETCD" \
-	--leader-election=off --manager=on --manager-grace 1 --log-level info \
-	>>"$CL_DIR/controller/log" 2>&1 &
-echo $! >"$CL_DIR/controller/pid"
+CL_MANAGER_GRACE=1 CL_DOWN_OUT=600 cl_start_manager controller --leader-election=off ||
+	fail "the manager did not start"
 
 rows() { hl_etcd rows "$1"; }
 # wait_rows VOL AWK_COND SECS: until no row line matches AWK_COND.

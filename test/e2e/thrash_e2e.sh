@@ -70,7 +70,7 @@ done
 echo "FIGURE: thrash: 5 kill/restart rounds + 1 manager restart in $((($(hl_now_ms) - t_start) / 1000)) s"
 
 # Every slice back to 3 of 3 in sync within 60 s of the last restart (load running).
-if ms=$(hl_wait_in_sync "$vid" 3 60); then
+if ms=$(cl_wait_in_sync "$vid" --all 3 60); then
 	echo "FIGURE: thrash: every slice 3/3 in sync $(($(hl_now_ms) - t_restart)) ms after the last restart"
 else
 	check_fail "not every slice was 3 of 3 in_sync within 60 s of the last restart"

@@ -4,6 +4,8 @@
 #
 # Required before use: CL_DIR (state dir), CL_BIN (dir with zipline-storage, zl).
 
+CL_LIB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
 cl_free_port() {
 	/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
 }
@@ -149,31 +151,40 @@ cl_start_csi() {
 	return 1
 }
 
-# cl_start_manager [NAME] [flags...]: a zipline-controller that runs the
-# cluster manager (--manager=on) in $CL_DIR/NAME (default "manager"; log
-# $CL_DIR/NAME/log, CSI socket $CL_DIR/NAME/csi.sock, leader id NAME),
-# with test timings: --manager-grace ${CL_MANAGER_GRACE:-2},
+# cl_start_manager [NAME] [flags...]: the one starter of the cluster manager
+# of every test: a zipline-controller --manager=on in $CL_DIR/NAME (default
+# "manager"; log $CL_DIR/NAME/log, CSI socket $CL_DIR/NAME/csi.sock, leader
+# id NAME: a restart with the same id takes the leader key over at once, like
+# a restarted pod), with test timings: --manager-grace ${CL_MANAGER_GRACE:-2},
 # --down-out-interval ${CL_DOWN_OUT:-30}. Flags given here come last (they
 # win). Tracked by PID like the others (cl_stop NAME, cl_stop_all); NAME is
-# recorded in $CL_DIR/managers. Waits until the socket is up.
+# recorded in $CL_DIR/managers. Waits until the socket is up (10 s), or with
+# CL_MANAGER_WAIT=leader until it logs "became leader" once more than before
+# (30 s).
 cl_start_manager() {
-	local name=${1:-manager}
+	local name=${1:-manager} n0 tries=100
 	[ $# -gt 0 ] && shift
 	local d="$CL_DIR/$name"
 	mkdir -p "$d"
 	rm -f "$d/csi.sock"
+	n0=$(grep -c 'became leader' "$d/log" 2>/dev/null || true)
+	[ "${CL_MANAGER_WAIT:-socket}" = leader ] && tries=300
 	grep -qx "$name" "$CL_DIR/managers" 2>/dev/null || echo "$name" >>"$CL_DIR/managers"
 	"$CL_BIN/zipline-controller" --endpoint "unix://$d/csi.sock" --etcd "$CL_ETCD" \
 		--leader-id "$name" --log-level info --manager=on \
 		--manager-grace "${CL_MANAGER_GRACE:-2}" --down-out-interval "${CL_DOWN_OUT:-30}" \
 		"$@" >>"$d/log" 2>&1 &
 	echo $! >"$d/pid"
-	for _ in $(seq 1 100); do
-		[ -S "$d/csi.sock" ] && return 0
+	for _ in $(seq 1 "$tries"); do
+		if [ "${CL_MANAGER_WAIT:-socket}" = leader ]; then
+			[ "$(grep -c 'became leader' "$d/log" 2>/dev/null || true)" -gt "${n0:-0}" ] && return 0
+		else
+			[ -S "$d/csi.sock" ] && return 0
+		fi
 		kill -0 "$(cat "$d/pid")" 2>/dev/null || break
 		sleep 0.1
 	done
-	cl_log "manager $name did not start; log follows"
+	cl_log "manager $name did not start (CL_MANAGER_WAIT=${CL_MANAGER_WAIT:-socket}); log follows"
 	tail -20 "$d/log" >&2
 	return 1
 }
@@ -243,27 +254,16 @@ for i, row in enumerate(rec['placement']):
 PY
 }
 
-# cl_wait_in_sync VOL_ID NODE SECONDS: waits until NODE is in_sync in every
-# row of the volume that lists it; prints the states NODE went through
-# ("recovering in_sync", from polling every 0.1 s) on stdout. Returns 1 on
-# timeout, or when no row lists NODE (with the rows on stderr).
+# cl_wait_in_sync VOL_ID NODE SECONDS: the one in-sync waiter of the tests
+# (test/lib/heal_tool.py etcd ... wait): polls the volume's rows every 0.1 s
+# until NODE is in_sync in every row that lists it; prints the states NODE
+# went through ("recovering in_sync") on stdout.
+# cl_wait_in_sync VOL_ID --all N SECONDS: until every row has N members, all
+# in_sync; prints the milliseconds it waited.
+# Both return 1 on timeout (or when no row lists NODE), with the rows not in
+# sync on stderr.
 cl_wait_in_sync() {
-	local vol=$1 node=$2 secs=$3 seen="" rows st
-	for _ in $(seq 1 $((secs * 10))); do
-		rows=$(cl_rows "$vol") || return 1
-		for st in $(tr ' ' '\n' <<<"$rows" | sed -n "s/^$node:\(.*\)/\1/p" | sort -u); do
-			case " $seen " in *" $st "*) ;; *) seen="$seen $st" ;; esac
-		done
-		if tr ' ' '\n' <<<"$rows" | grep -q "^$node:" &&
-			! tr ' ' '\n' <<<"$rows" | grep "^$node:" | grep -qv ":in_sync$"; then
-			echo "${seen# }"
-			return 0
-		fi
-		sleep 0.1
-	done
-	cl_log "$node not in sync in every row of $vol after $secs s (states seen:$seen); rows:"
-	echo "$rows" >&2
-	return 1
+	/usr/bin/python3 "$CL_LIB/heal_tool.py" etcd "$CL_ETCD" wait "$@"
 }
 
 # cl_chunk_block_off FILE BLOCK [BYTE]: file offset of byte BYTE of data block

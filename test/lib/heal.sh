@@ -15,37 +15,17 @@ hl_log() { printf '[heal] %s\n' "$*" >&2; }
 # hl_now_ms: wall clock in milliseconds.
 hl_now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
-# hl_start_manager: a real zipline-controller with the manager on
-# (--manager=on --manager-grace 2 --down-out-interval 3600, plus
-# $HL_MANAGER_FLAGS). With cl_start_manager of cluster.sh: that one, named
-# "manager" ($CL_DIR/manager); without: our own in $CL_DIR/controller (CSI on
-# csi.sock there). cl_stop_all stops either. Waits until the socket is up.
+# hl_start_manager: the manager of the heal tests: cl_start_manager
+# (test/lib/cluster.sh) named "manager", grace 2 s, down-out 3600 s, plus
+# $HL_MANAGER_FLAGS. cl_stop_all stops it.
 hl_start_manager() {
-	if declare -F cl_start_manager >/dev/null; then
-		HL_MGR=manager
-		CL_MANAGER_GRACE=2 CL_DOWN_OUT=3600 cl_start_manager manager ${HL_MANAGER_FLAGS:-}
-		return
-	fi
-	HL_MGR=controller
-	local d="$CL_DIR/controller"
-	mkdir -p "$d"
-	rm -f "$d/csi.sock"
-	"$CL_BIN/zipline-controller" --endpoint "unix://$d/csi.sock" --etcd "$CL_ETCD" \
-		--log-level info --manager=on --manager-grace 2 --down-out-interval 3600 \
-		${HL_MANAGER_FLAGS:-} >>"$d/log" 2>&1 &
-	echo $! >"$d/pid"
-	for _ in $(seq 1 100); do
-		[ -S "$d/csi.sock" ] && return 0
-		kill -0 "$(cat "$d/pid")" 2>/dev/null || break
-		sleep 0.1
-	done
-	hl_log "zipline-controller --manager=on did not start; its log follows"
-	tail -20 "$d/log" >&2
-	return 1
+	HL_MGR=manager
+	# shellcheck disable=SC2086 # the flags are words
+	CL_MANAGER_GRACE=2 CL_DOWN_OUT=3600 cl_start_manager manager ${HL_MANAGER_FLAGS:-}
 }
 
 # hl_kill_manager: kill -9 of the manager started by hl_start_manager.
-hl_kill_manager() { cl_stop "${HL_MGR:-controller}" KILL; }
+hl_kill_manager() { cl_stop "${HL_MGR:-manager}" KILL; }
 
 # hl_etcd CMD ARGS...: the row oracle and the manager by hand, straight from
 # etcd (JSON gateway), through test/lib/heal_tool.py (its head lists every
@@ -62,27 +42,6 @@ hl_etcd() { "$HL_PY" "$HL_TOOL" etcd "$CL_ETCD" "$@"; }
 # hl_vol_id NAME: the volume id (vol-<16 hex>) of a volume.
 hl_vol_id() {
 	"$ZL" volume inspect "$1" | grep -o 'vol-[0-9a-f]\{16\}' | head -1
-}
-
-# hl_wait_in_sync VID N SECS: waits until every slice row has N of N members
-# in_sync; prints the milliseconds it waited. Non-zero (and the rows) on
-# timeout.
-hl_wait_in_sync() {
-	local vid=$1 n=$2 secs=$3 t0 now
-	t0=$(hl_now_ms)
-	while :; do
-		if hl_etcd insync "$vid" "$n"; then
-			echo $(($(hl_now_ms) - t0))
-			return 0
-		fi
-		now=$(hl_now_ms)
-		if [ $((now - t0)) -ge $((secs * 1000)) ]; then
-			hl_log "not every slice of $vid is $n of $n in sync after $secs s: $(hl_etcd summary "$vid")"
-			hl_etcd rows "$vid" | awk '{ for (i = 4; i <= NF; i++) if ($i !~ /:in_sync$/) { print "[heal]   row", $0; break } }' | head -10 >&2
-			return 1
-		fi
-		sleep 0.2
-	done
 }
 
 # hl_files CHUNK [--missing-ok] DIR...: per chunk file of each replica dir:

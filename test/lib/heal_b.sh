@@ -17,36 +17,15 @@ hb_begin() {
 	trap 'cl_stop manager KILL; cl_stop_all; [ "${KEEP:-0}" = 1 ] || rm -rf "$CL_DIR"' EXIT
 }
 
-# hb_start_manager DOWN_OUT_S: a zipline-controller with --manager=on, grace
-# 2 s, down-out DOWN_OUT_S, in $CL_DIR/manager (log, pid), leader id
-# "manager" (a restart with the same id takes the leader key over at once,
-# like a restarted pod). cluster.sh's cl_start_manager when it has one.
-# Waits until it is the leader.
+# hb_start_manager DOWN_OUT_S: cl_start_manager (test/lib/cluster.sh) named
+# "manager" (log, pid in $CL_DIR/manager), grace 2 s, down-out DOWN_OUT_S;
+# waits until it is the leader (CL_MANAGER_WAIT=leader).
 # shellcheck disable=SC2034 # read by the tests
 HB_MGR_LOG=
 hb_start_manager() {
-	local down_out=$1 d="$CL_DIR/manager" n0
-	mkdir -p "$d"
 	# shellcheck disable=SC2034 # read by the tests
-	HB_MGR_LOG=$d/log
-	n0=$(grep -c 'became leader' "$d/log" 2>/dev/null || true)
-	if declare -F cl_start_manager >/dev/null; then
-		CL_MANAGER_GRACE=2 cl_start_manager manager --down-out-interval "$down_out" || return 1
-	else
-		rm -f "$d/csi.sock"
-		"$CL_BIN/zipline-controller" --endpoint "unix://$d/csi.sock" --etcd "$CL_ETCD" \
-			--leader-id manager --log-level info --manager=on --manager-grace 2 \
-			--down-out-interval "$down_out" >>"$d/log" 2>&1 &
-		echo $! >"$d/pid"
-	fi
-	for _ in $(seq 1 300); do
-		[ "$(grep -c 'became leader' "$d/log" 2>/dev/null || true)" -gt "${n0:-0}" ] && return 0
-		kill -0 "$(cat "$d/pid")" 2>/dev/null || break
-		sleep 0.1
-	done
-	cl_log "zipline-controller (manager) did not become leader in 30 s; log follows"
-	tail -20 "$d/log" >&2
-	return 1
+	HB_MGR_LOG=$CL_DIR/manager/log
+	CL_MANAGER_WAIT=leader CL_MANAGER_GRACE=2 cl_start_manager manager --down-out-interval "$1"
 }
 
 # hb_ctl CMD VOL [ARGS...]: views of the volume record /zipline/volumes/VOL.

@@ -13,6 +13,13 @@ reason on stderr when it cannot do its job.
                            in-sync member, "-" when none)
     primary VOL SLICE      node id of the slice's primary
     insync VOL N           exit 0 when every row has N members, all in_sync
+    wait VOL NODE SECS     polls every 0.1 s until NODE is in_sync in every
+                           row that lists it (one at least); prints the
+                           states NODE went through ("recovering in_sync")
+    wait VOL --all N SECS  polls until `insync VOL N` holds; prints the
+                           milliseconds it waited
+                           (both: exit 1 and the rows not there yet on
+                           stderr after SECS)
     summary VOL            "rows=R all_in_sync_rows=K member_states=..."
     reports VOL [ERROR]    "slice reporter peer error slice_ver" (only ERROR)
     set VOL NODE STATE     the manager by hand: every row holding NODE,
@@ -44,6 +51,7 @@ import json
 import os
 import struct
 import sys
+import time
 import urllib.request
 
 PREFIX = '/zipline/'
@@ -146,6 +154,48 @@ def rows_update(e, vol, change):
     die('row update of %s lost the race 50 times' % vol)
 
 
+def all_in_sync(rows, n):
+    return all(len(states(r)) == n and all(x == 'in_sync' for x in states(r)) for r in rows)
+
+
+def wait_in_sync(e, args):
+    """wait VOL NODE SECS | wait VOL --all N SECS (see the head)."""
+    vol, secs = args[0], float(args[-1])
+    node, n = (None, int(args[2])) if args[1] == '--all' else (args[1], 0)
+    t0 = time.monotonic()
+    seen = []
+    while True:
+        rows = e.volume(vol)[1]['placement']
+        if node is None:
+            if all_in_sync(rows, n):
+                print(int((time.monotonic() - t0) * 1000))
+                return
+        else:
+            mine = [st[r['nodes'].index(node)] for r in rows for st in [states(r)] if node in r['nodes']]
+            for st in mine:
+                if st not in seen:
+                    seen.append(st)
+            if mine and all(st == 'in_sync' for st in mine):
+                print(' '.join(seen))
+                return
+        if time.monotonic() - t0 >= secs:
+            break
+        time.sleep(0.1)
+    if node is None:
+        sys.stderr.write('heal_tool: not every slice of %s is %d of %d in sync after %g s\n' % (vol, n, n, secs))
+    else:
+        sys.stderr.write('heal_tool: %s not in sync in every row of %s after %g s (states seen: %s)\n'
+                         % (node, vol, secs, ' '.join(seen) or 'none'))
+    bad = 0
+    for i, row in enumerate(rows):
+        if any(x != 'in_sync' for x in states(row)) or (node is None and len(row['nodes']) != n):
+            bad += 1
+            if bad <= 10:
+                sys.stderr.write('  row %d v%d term %s %s\n' % (i, row['v'], row.get('term', 1), ' '.join(
+                    '%s:%s' % x for x in zip(row['nodes'], states(row)))))
+    sys.exit(1)
+
+
 def etcd_cmd(url, cmd, args):
     e = Etcd(url)
     if cmd == 'reports':
@@ -175,6 +225,8 @@ def etcd_cmd(url, cmd, args):
     elif cmd == 'tomb':
         e.call('/v3/kv/put', {'key': b64(PREFIX + 'deletes/%s/%s' % (args[0], args[1])),
                               'value': b64('{}')})
+    elif cmd == 'wait':
+        wait_in_sync(e, args)
     elif cmd in ('rows', 'incs', 'members', 'primary', 'insync', 'summary'):
         rows = e.volume(args[0])[1]['placement']
         if cmd == 'rows':
@@ -199,7 +251,7 @@ def etcd_cmd(url, cmd, args):
             good, hist = 0, {}
             for row in rows:
                 st = states(row)
-                good += len(st) == want and all(s == 'in_sync' for s in st)
+                good += all_in_sync([row], want)
                 for s in st:
                     hist[s] = hist.get(s, 0) + 1
             if cmd == 'insync':
