@@ -267,18 +267,9 @@ cl_wait_in_sync() {
 }
 
 # cl_chunk_block_off FILE BLOCK [BYTE]: file offset of byte BYTE of data block
-# BLOCK of a chunk replica file, from its format v2 header (data offset,
-# u64 little-endian at byte 40; see storage/storage_chunk.h).
+# BLOCK of a chunk replica file (test/lib/chunkfile.py reads its header).
 cl_chunk_block_off() {
-	/usr/bin/python3 - "$1" "$2" "${3:-0}" <<'PY'
-import struct, sys
-path, block, byte = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-with open(path, 'rb') as f:
-    hdr = f.read(64)
-if hdr[:8] != b'ZLCHUNK2':
-    sys.exit('cl_chunk_block_off: %s is not a format v2 chunk file (magic %r)' % (path, hdr[:8]))
-print(struct.unpack_from('<Q', hdr, 40)[0] + block * 4096 + byte)
-PY
+	/usr/bin/python3 "$CL_LIB/heal_tool.py" blockoff "$1" "$2" "${3:-0}"
 }
 
 # cl_flip_byte FILE OFFSET: inverts one byte in place (and fsyncs).

@@ -160,19 +160,7 @@ hb_files() {
 }
 
 # hb_chunk_data CHUNK_SIZE FILE OUT: the data area of one chunk replica file.
-hb_chunk_data() {
-	"$HB_PY" - "$@" <<'PY'
-import struct, sys
-cs, path, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-with open(path, 'rb') as f:
-    hdr = f.read(64)
-    if hdr[:8] != b'ZLCHUNK2':
-        sys.exit('%s: not a v2 chunk file' % path)
-    f.seek(struct.unpack_from('<Q', hdr, 40)[0])
-    data = f.read(cs)
-open(out, 'wb').write(data + b'\0' * (cs - len(data)))
-PY
-}
+hb_chunk_data() { "$HB_PY" "$HB_TOOL" data "$@"; }
 
 # hb_blocks_of GOT LEN FILE...: every 4 KiB block of the first LEN bytes of
 # GOT equals the same block of one of the FILEs (the old data, or the data

@@ -39,6 +39,11 @@ reason on stderr when it cannot do its job.
                            (--missing-ok: absent dirs and files removed meanwhile are skipped;
                            --node-label P: print P<n> for storage-<n>; --chunk-index: the chunk
                            number in decimal instead of the file name)
+  heal_tool.py blockoff FILE BLOCK [BYTE]
+                           file offset of byte BYTE of data block BLOCK
+  heal_tool.py data CHUNK FILE OUT
+                           the data area of one chunk file (CHUNK bytes,
+                           zeros past the end) into OUT
   heal_tool.py divergent FILE BLOCK BYTE
                            inverts one byte of a data block and rewrites the
                            block's crc (and the page CRC) in the current
@@ -49,10 +54,12 @@ import base64
 import hashlib
 import json
 import os
-import struct
 import sys
 import time
 import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import chunkfile  # noqa: E402
 
 PREFIX = '/zipline/'
 
@@ -281,64 +288,12 @@ def files(cs, dirs, missing_ok, label='', index=False):
                     continue  # an old copy the daemon removed meanwhile
                 raise
             with f:
-                hdr = f.read(4096)
-                if hdr[:8] != b'ZLCHUNK2':
-                    die('%s/%s: not a v2 chunk file (magic %r)' % (d, name, hdr[:8]))
-                pages = struct.unpack_from('<I', hdr, 28)[0]
-                data_off = struct.unpack_from('<Q', hdr, 40)[0]
-                ver = 0
-                for p in range(2 * pages):
-                    f.seek(4096 * (1 + p))
-                    slot = f.read(32)
-                    if slot[:4] == b'ZLMP':
-                        ver = max(ver, struct.unpack_from('<Q', slot, 16)[0])
-                f.seek(data_off)
-                data = f.read(cs)
-                data += b'\0' * (cs - len(data))
+                try:
+                    ver = chunkfile.version(f, os.path.join(d, name))
+                    data = chunkfile.read_data(f, os.path.join(d, name), 0, cs)
+                except chunkfile.NotAChunk as ex:
+                    die(str(ex))
             print(node, int(name[:-4], 16) if index else name, hashlib.sha256(data).hexdigest(), '%x' % ver)
-
-
-CRC_T = []
-for _i in range(256):
-    _c = _i
-    for _ in range(8):
-        _c = (_c >> 1) ^ 0x82F63B78 if _c & 1 else _c >> 1
-    CRC_T.append(_c)
-
-
-def crc32c(b):
-    c = 0xffffffff
-    for x in b:
-        c = CRC_T[(c ^ x) & 0xff] ^ (c >> 8)
-    return c ^ 0xffffffff
-
-
-def divergent(path, block, byte):
-    with open(path, 'r+b') as f:
-        hdr = f.read(4096)
-        data_off = struct.unpack_from('<Q', hdr, 40)[0]
-        page, idx = block // 508, block % 508
-        slots = []
-        for s in (0, 1):
-            f.seek(4096 * (1 + 2 * page + s))
-            img = bytearray(f.read(4096))
-            ok = img[:4] == b'ZLMP' and struct.unpack_from('<I', img, 28)[0] == crc32c(img[:28] + img[32:])
-            if ok:
-                slots.append((struct.unpack_from('<Q', img, 8)[0], s, img))
-        if not slots:
-            die('%s: no valid metadata slot for block %d' % (path, block))
-        _, s, img = max(slots)
-        f.seek(data_off + block * 4096)
-        blk = bytearray(f.read(4096))
-        blk[byte] ^= 0xff
-        f.seek(data_off + block * 4096)
-        f.write(blk)
-        struct.pack_into('<I', img, 32 + 8 * idx, crc32c(blk))
-        struct.pack_into('<I', img, 28, crc32c(img[:28] + img[32:]))
-        f.seek(4096 * (1 + 2 * page + s))
-        f.write(img)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def main(argv):
@@ -356,10 +311,26 @@ def main(argv):
                 die('files: unknown option %r' % rest[0])
         files(int(argv[1]), rest, opts['--missing-ok'], label, opts['--chunk-index'])
     elif len(argv) == 4 and argv[0] == 'divergent':
-        divergent(argv[1], int(argv[2]), int(argv[3]))
+        try:
+            chunkfile.divergent(argv[1], int(argv[2]), int(argv[3]))
+        except chunkfile.NotAChunk as ex:
+            die(str(ex))
+    elif len(argv) in (3, 4) and argv[0] == 'blockoff':
+        try:
+            print(chunkfile.block_offset(argv[1], int(argv[2]), int(argv[3]) if len(argv) > 3 else 0))
+        except chunkfile.NotAChunk as ex:
+            die(str(ex))
+    elif len(argv) == 4 and argv[0] == 'data':
+        try:
+            out = chunkfile.data(argv[2], 0, int(argv[1]))
+        except chunkfile.NotAChunk as ex:
+            die(str(ex))
+        with open(argv[3], 'wb') as f:
+            f.write(out)
     else:
         die('usage: heal_tool.py etcd URL CMD ARGS... | files CHUNK [--missing-ok] DIR... | '
-            'divergent FILE BLOCK BYTE (see the head of %s)' % __file__)
+            'divergent FILE BLOCK BYTE | blockoff FILE BLOCK [BYTE] | data CHUNK FILE OUT '
+            '(see the head of %s)' % __file__)
 
 
 if __name__ == '__main__':
