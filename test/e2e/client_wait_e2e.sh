@@ -49,24 +49,18 @@ grep -q 'manager: ' "$CL_DIR/controller/log" || fail "the controller's manager d
 # rows VOL: "slice v primary node:state..." from the volume record in etcd.
 # reports VOL: "slice reporter peer error slice_ver".
 etcd_q() {
-	"$PY" - "$CL_ETCD" "$@" <<'PY'
-import base64, json, sys, urllib.request
-etcd, cmd, vol = sys.argv[1], sys.argv[2], sys.argv[3]
-b64 = lambda s: base64.b64encode(s.encode()).decode()
-def call(path, body):
-    req = urllib.request.Request(etcd + path, data=json.dumps(body).encode())
-    with urllib.request.urlopen(req, timeout=5) as r:
-        return json.load(r)
+	"$PY" - "$SRC/test/lib" "$CL_ETCD" "$@" <<'PY'
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import etcd_gw
+etcd, cmd, vol = sys.argv[2], sys.argv[3], sys.argv[4]
 if cmd == 'reports':
-    pre = '/zipline/reports/%s/' % vol
-    end = pre[:-1] + chr(ord(pre[-1]) + 1)
-    for kv in call('/v3/kv/range', {'key': b64(pre), 'range_end': b64(end)}).get('kvs', []):
-        k = base64.b64decode(kv['key']).decode().split('/')
-        r = json.loads(base64.b64decode(kv['value']))
+    for kv in etcd_gw.prefix(etcd, '/zipline/reports/%s/' % vol):
+        k = etcd_gw.unb64(kv['key']).split('/')
+        r = json.loads(etcd_gw.unb64(kv['value']))
         print(k[-3], k[-2], r['peer'], r['error'], r['slice_ver'])
     sys.exit(0)
-kv = call('/v3/kv/range', {'key': b64('/zipline/volumes/' + vol)})['kvs'][0]
-rec = json.loads(base64.b64decode(kv['value']))
+rec = json.loads(etcd_gw.unb64(etcd_gw.get(etcd, '/zipline/volumes/' + vol)['value']))
 for i, row in enumerate(rec['placement']):
     states = row.get('states') or ['in_sync' if n in row['in_sync'] else 'out' for n in row['nodes']]
     prim = row['in_sync'][0] if row['in_sync'] else '-'

@@ -97,8 +97,7 @@ say "DeleteVolume (the controller's --cluster-key-file) removed $n chunk files"
 
 # The etcd key exists only because the refused zl made it; the daemons and
 # the controller never used it: its value is not the file's.
-ekey=$(curl -s -X POST -d "{\"key\":\"$(printf /zipline/keys/cluster | base64)\"}" \
-	"$CL_ETCD/v3/kv/range" | sed -n 's/.*"value":"\([^"]*\)".*/\1/p' | base64 -d 2>/dev/null || true)
+ekey=$(cl_etcd_get /zipline/keys/cluster) || fail "cannot read /zipline/keys/cluster"
 if grep -q "$(cat "$KEY")" <<<"$ekey"; then fail "the file's key is in etcd"; fi
 say "the file's key never reached etcd"
 

@@ -23,12 +23,12 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import csi_e2e_test as e  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import chunkfile  # noqa: E402
+import etcd_gw  # noqa: E402
 from csi_e2e_test import MiB, T, fail, log  # noqa: E402
 
 BLOCK = 64 * 1024          # one node-1 write
@@ -38,11 +38,7 @@ FENCE_WRITE_MAX_S = 15     # a fenced write must fail fast (the attach io-timeou
 # ---- independent views: etcd, replica files, the wire ----
 
 def etcd_get(key):
-    body = json.dumps({"key": base64.b64encode(key.encode()).decode()}).encode()
-    req = urllib.request.Request(e.ETCD + "/v3/kv/range", data=body)
-    with urllib.request.urlopen(req, timeout=5) as r:
-        kvs = json.load(r).get("kvs", [])
-    return kvs[0] if kvs else None
+    return etcd_gw.get(e.ETCD, key)
 
 
 def volume_record(vol):

@@ -236,23 +236,13 @@ cl_e2e_begin() {
 
 # cl_rows VOL_ID: one line per slice of the volume's record in etcd,
 # "slice v term node:state..." (states in_sync, recovering, out), read
-# through the etcd JSON gateway, not through lib/meta.
-cl_rows() {
-	/usr/bin/python3 - "$CL_ETCD" "$1" <<'PY'
-import base64, json, sys, urllib.request
-etcd, vol = sys.argv[1], sys.argv[2]
-key = base64.b64encode(('/zipline/volumes/' + vol).encode()).decode()
-req = urllib.request.Request(etcd + '/v3/kv/range', data=json.dumps({'key': key}).encode())
-with urllib.request.urlopen(req, timeout=5) as r:
-    kvs = json.load(r).get('kvs', [])
-if not kvs:
-    sys.exit('cl_rows: no volume record %s' % vol)
-rec = json.loads(base64.b64decode(kvs[0]['value']))
-for i, row in enumerate(rec['placement']):
-    states = row.get('states') or ['in_sync' if n in row['in_sync'] else 'out' for n in row['nodes']]
-    print(i, row['v'], row.get('term', 1), ' '.join('%s:%s' % (n, s) for n, s in zip(row['nodes'], states)))
-PY
-}
+# through the etcd JSON gateway (test/lib/heal_tool.py etcd ... rows), not
+# through lib/meta.
+cl_rows() { /usr/bin/python3 "$CL_LIB/heal_tool.py" etcd "$CL_ETCD" rows "$1"; }
+
+# cl_etcd_get KEY: the value of KEY (nothing when absent), through the etcd
+# JSON gateway (test/lib/etcd_gw.py).
+cl_etcd_get() { /usr/bin/python3 "$CL_LIB/heal_tool.py" etcd "$CL_ETCD" get "$1"; }
 
 # cl_wait_in_sync VOL_ID NODE SECONDS: the one in-sync waiter of the tests
 # (test/lib/heal_tool.py etcd ... wait): polls the volume's rows every 0.1 s

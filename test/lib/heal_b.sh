@@ -48,19 +48,16 @@ hb_start_manager() {
 #                             "identical=K chunks=C copies=X" and the first
 #                             differences; exit 0 iff all identical
 hb_ctl() {
-	"$HB_PY" - "$CL_ETCD" "$@" <<'PY'
-import base64, json, sys, urllib.request
-etcd, cmd, vol = sys.argv[1], sys.argv[2], sys.argv[3]
-args = sys.argv[4:]
-b64 = lambda s: base64.b64encode(s.encode()).decode()
-def call(path, body):
-    req = urllib.request.Request(etcd + path, data=json.dumps(body).encode())
-    with urllib.request.urlopen(req, timeout=5) as r:
-        return json.load(r)
-kvs = call('/v3/kv/range', {'key': b64('/zipline/volumes/' + vol)}).get('kvs', [])
-if not kvs:
+	"$HB_PY" - "$(dirname "$HB_TOOL")" "$CL_ETCD" "$@" <<'PY'
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import etcd_gw
+etcd, cmd, vol = sys.argv[2], sys.argv[3], sys.argv[4]
+args = sys.argv[5:]
+kv = etcd_gw.get(etcd, '/zipline/volumes/' + vol)
+if not kv:
     sys.exit('hb_ctl: no volume record /zipline/volumes/%s' % vol)
-rec = json.loads(base64.b64decode(kvs[0]['value']))
+rec = json.loads(etcd_gw.unb64(kv['value']))
 rows = rec['placement']
 def states(row):
     return row.get('states') or ['in_sync' if n in row['in_sync'] else 'out' for n in row['nodes']]
@@ -70,10 +67,9 @@ if cmd == 'rows':
               ' '.join('%s:%s' % (n, s) for n, s in zip(row['nodes'], states(row))))
 elif cmd == 'healthy':
     want, dead = int(args[0]), set(args[1:])
-    pre = '/zipline/nodes/'
     nodes = {}
-    for kv in call('/v3/kv/range', {'key': b64(pre), 'range_end': b64(pre[:-1] + '0')}).get('kvs', []):
-        n = json.loads(base64.b64decode(kv['value']))
+    for kv in etcd_gw.prefix(etcd, '/zipline/nodes/'):
+        n = json.loads(etcd_gw.unb64(kv['value']))
         nodes[n['id']] = n.get('domain', '')
     ok, bad = 0, []
     for i, row in enumerate(rows):

@@ -56,10 +56,11 @@ import json
 import os
 import sys
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import chunkfile  # noqa: E402
+import etcd_gw  # noqa: E402
+from etcd_gw import b64  # noqa: E402
 
 PREFIX = '/zipline/'
 
@@ -70,30 +71,23 @@ def die(msg):
 
 # ---- etcd ----
 
-def b64(s):
-    return base64.b64encode(s.encode()).decode()
-
-
 class Etcd:
+    """etcd_gw (the tests' one gateway client) bound to one URL."""
     def __init__(self, url):
         self.url = url
 
     def call(self, path, body):
-        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode())
-        with urllib.request.urlopen(req, timeout=5) as r:
-            return json.load(r)
+        return etcd_gw.call(self.url, path, body)
 
     def get_kv(self, key):
-        kvs = self.call('/v3/kv/range', {'key': b64(key)}).get('kvs', [])
-        return kvs[0] if kvs else None
+        return etcd_gw.get(self.url, key)
 
     def get(self, key):
         kv = self.get_kv(key)
         return json.loads(base64.b64decode(kv['value'])) if kv else None
 
     def prefix(self, pre):
-        end = pre[:-1] + chr(ord(pre[-1]) + 1)
-        return self.call('/v3/kv/range', {'key': b64(pre), 'range_end': b64(end)}).get('kvs', [])
+        return etcd_gw.prefix(self.url, pre)
 
     def volume(self, vol):
         kv = self.get_kv(PREFIX + 'volumes/' + vol)
