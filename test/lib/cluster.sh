@@ -6,8 +6,64 @@
 
 CL_LIB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
+# cl_free_port: a loopback TCP port that no other test holds, for a daemon
+# to listen on. Binding port 0, closing and handing the number on is a race
+# (a parallel test, or any outgoing connection, may get the port before the
+# daemon binds it). Instead ports come from the 8000 below the kernel's
+# ephemeral range (no connect() is given one) and are claimed, under one
+# flock(1) shared by every test of the machine, as $CL_PORTS/PORT holding
+# the claiming shell's PID ($$): a port whose claim names a live process is
+# never handed out again; the claim is dropped by cl_ports_release (called by
+# cl_stop_all) or, when its test died, taken over. A port is handed out only
+# when nothing listens on it (a bind succeeds).
+CL_PORTS=${CL_PORTS:-/tmp/zl-test-ports}
 cl_free_port() {
-	/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+	mkdir -p "$CL_PORTS" || return 1
+	flock "$CL_PORTS/.lock" /usr/bin/python3 - "$CL_PORTS" "$$" <<'PY'
+import os, random, socket, sys
+d, me = sys.argv[1], sys.argv[2]
+lo = int(open('/proc/sys/net/ipv4/ip_local_port_range').read().split()[0])
+base = max(1024, lo - 8000)
+n = lo - base
+start = random.randrange(n)
+for i in range(n):
+    port = base + (start + i) % n
+    claim = os.path.join(d, str(port))
+    try:
+        owner = int(open(claim).read().strip() or 0)
+        if owner:
+            os.kill(owner, 0)
+            continue  # its test still runs
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        pass
+    except PermissionError:
+        continue  # alive, another user's
+    s = socket.socket()
+    try:
+        s.bind(('127.0.0.1', port))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    with open(claim, 'w') as f:
+        f.write(me + '\n')
+    print(port)
+    sys.exit(0)
+sys.exit('cl_free_port: no free port in %d..%d' % (base, lo - 1))
+PY
+}
+
+# cl_ports_release: drops every port claim of this shell (cl_free_port).
+cl_ports_release() {
+	[ -d "$CL_PORTS" ] || return 0
+	flock "$CL_PORTS/.lock" /usr/bin/python3 - "$CL_PORTS" "$$" <<'PY'
+import os, sys
+d, me = sys.argv[1], sys.argv[2]
+for name in os.listdir(d):
+    p = os.path.join(d, name)
+    if name.isdigit() and open(p).read().strip() == me:
+        os.unlink(p)
+PY
 }
 
 cl_log() { printf '[cluster] %s\n' "$*" >&2; }
@@ -199,6 +255,7 @@ cl_stop_all() {
 		[ -d "$d" ] && cl_stop "$(basename "$d")"
 	done
 	cl_stop etcd
+	cl_ports_release
 }
 
 # cl_e2e_begin NAME BUILD_DIR [NODES] [--heal on|off]: the common start of an
