@@ -25,6 +25,7 @@ fail() {
 CHUNK=$((4 << 20))
 ROUNDS=${ZL_HOT_ROUNDS:-3}
 export CL_STORAGE_FLAGS="--repl-wait 30 --recovery-mbps 40 --log-level info"
+cl_seed recover_hot_e2e # the pauses between write bursts
 CL_MANAGER=0 cl_e2e_begin e2e-hot "$1" 3 --heal on || fail "cluster did not start"
 
 for round in $(seq 1 "$ROUNDS"); do

@@ -12,8 +12,11 @@
 #   - every replica's chunk files, read directly, identical (data and
 #     version) across the 3 replicas and exactly what the log says;
 #   - a final read-back through a new client is exactly the log.
-# Usage: thrash_e2e.sh BUILD_DIR. Environment: ZL_SEED (the kill schedule),
-# KEEP=1 keeps the state dir.
+# The schedule kills, in one round chosen by the seed, the current primary
+# of a slice (0-3) chosen by the seed; the test asserts that a primary was
+# among the victims.
+# Usage: thrash_e2e.sh BUILD_DIR. Environment: ZL_TEST_SEED (the kill
+# schedule and the load's seed; printed), KEEP=1 keeps the state dir.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
@@ -31,9 +34,8 @@ SIZE=256M
 CHUNK=1M
 SIZE_B=$((256 << 20))
 CHUNK_B=$((1 << 20))
-SEED=${ZL_SEED:-$(($(date +%s) % 100000))}
-RANDOM=$SEED
-echo "$T: seed $SEED (ZL_SEED=$SEED reproduces the kill schedule)"
+cl_seed $T
+PRIM_ROUND=$((RANDOM % 5 + 1)) PRIM_SLICE=$((RANDOM % 4))
 
 hl_begin e2e-thrash "$1" || fail "cluster or manager did not start"
 "$ZL" volume create tvol --size $SIZE --replicas 3 --chunk-size $CHUNK || fail "volume create"
@@ -49,10 +51,17 @@ sleep 3
 kill -0 "$load" 2>/dev/null || { cat "$CL_DIR/load.err" >&2; fail "the load generator died at start"; }
 
 t_start=$(hl_now_ms)
+prim_victims=""
 for round in 1 2 3 4 5; do
 	i=$((RANDOM % 3 + 1))
-	prim=$(for s in 0 1 2 3; do hl_etcd primary "$vid" $s 2>/dev/null; done | sort -u | tr '\n' ' ')
-	echo "$T: round $round: kill -9 node-$i (primaries of slices 0-3: $prim)"
+	prims=$(for s in 0 1 2 3; do echo "$s $(hl_etcd primary "$vid" $s 2>/dev/null || echo -)"; done)
+	if [ $round = $PRIM_ROUND ]; then
+		p=$(awk -v s=$PRIM_SLICE '$1 == s {print $2}' <<<"$prims")
+		[ "${p#node-}" != "$p" ] || fail "round $round: slice $PRIM_SLICE has no primary to kill"
+		i=${p#node-}
+	fi
+	for s in $(awk -v n="node-$i" '$2 == n {print $1}' <<<"$prims"); do prim_victims="$prim_victims $s@$round"; done
+	echo "$T: round $round: kill -9 node-$i (primaries of slices 0-3: $(awk '{print $2}' <<<"$prims" | sort -u | tr '\n' ' '))"
 	cl_stop storage-$i KILL
 	sleep $((2 + RANDOM % 3))
 	if [ $round = 3 ]; then
@@ -67,6 +76,12 @@ for round in 1 2 3 4 5; do
 	kill -0 "$load" 2>/dev/null || break
 	sleep $((2 + RANDOM % 3))
 done
+# The victims included a slice's primary at the time of its kill.
+if [ -n "$prim_victims" ]; then
+	echo "$T: primaries killed (slice@round):$prim_victims"
+else
+	check_fail "no victim was the primary of one of slices 0-3 when killed (round $PRIM_ROUND was to kill slice $PRIM_SLICE's)"
+fi
 echo "FIGURE: thrash: 5 kill/restart rounds + 1 manager restart in $((($(hl_now_ms) - t_start) / 1000)) s"
 
 # Every slice back to 3 of 3 in sync within 60 s of the last restart (load running).

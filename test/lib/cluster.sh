@@ -68,6 +68,15 @@ PY
 
 cl_log() { printf '[cluster] %s\n' "$*" >&2; }
 
+# cl_seed NAME: the seed of a randomised test: $ZL_TEST_SEED when set (a
+# replay), else one from the clock. Sets SEED and seeds bash's RANDOM with
+# it; prints "NAME: seed S (ZL_TEST_SEED=S replays ...)" on stdout.
+cl_seed() {
+	SEED=${ZL_TEST_SEED:-$(($(date +%s%N) / 1000 % 1000000))}
+	RANDOM=$SEED
+	echo "$1: seed $SEED (ZL_TEST_SEED=$SEED replays the random choices)"
+}
+
 # cl_wait_http URL TRIES: waits for the etcd gateway to answer.
 cl_wait_etcd() {
 	local url=$1 tries=${2:-150}
