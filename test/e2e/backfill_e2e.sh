@@ -153,9 +153,7 @@ while [ $(($(hb_now_ms) - t0)) -lt $((BOUND_S * 1000)) ]; do
 	if [ "$RESTART" = 1 ] && [ "$restarted" = 0 ] &&
 		grep -v 'node-4:' <<<"$rows" | grep -q ':recovering'; then
 		echo "$T: backfill under way ($(grep -c ':recovering' <<<"$rows") rows recovering): killing the manager (-9)"
-		cl_stop manager KILL
-		sleep 1
-		hb_start_manager "$DOWN_OUT" || fail "the manager did not start again"
+		cl_manager_outage manager 1 hb_start_manager "$DOWN_OUT" || fail "the manager did not start again"
 		restarted=1
 		echo "FIGURE: manager restarted $(($(hb_now_ms) - t0)) ms after the kill of node-4"
 	fi

@@ -96,7 +96,11 @@ t0=$(date +%s)
 "$ZL" --log-level warn --io-timeout 300 volume import big "$CL_DIR/big.src" \
 	>"$CL_DIR/import.out" 2>"$CL_DIR/import.err" &
 imp=$!
-sleep 0.5
+# The import's writes reach $K (a chunk file of big appears there) before the kill.
+for _ in $(seq 1 100); do
+	[ -n "$(find "$CL_DIR/storage-${K#node-}/data/chunks/$BIG" -name '*.zlc' 2>/dev/null | head -1)" ] && break
+	sleep 0.05
+done
 kill -0 "$imp" 2>/dev/null || fail "the import finished before the kill (test is void): $(cat "$CL_DIR/import.err")"
 cl_stop "storage-${K#node-}" KILL
 ok "killed $K (SIGKILL) while the import was running"

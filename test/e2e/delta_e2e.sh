@@ -65,11 +65,9 @@ t_restart_s=$(date +%s.%N)
 cl_start_storage "$vi"
 t_restart=$(hl_now_ms)
 if [ $MGR_RESTART = 1 ]; then
-	sleep 1
+	sleep 1 # deliberate: the manager dies 1 s into the recovery, whatever it has done by then
 	echo "$T: kill -9 of the manager 1 s into the recovery, restart 2 s later"
-	hl_kill_manager
-	sleep 2
-	hl_start_manager || fail "the manager did not restart"
+	cl_manager_outage "$HL_MGR" 2 hl_start_manager || fail "the manager did not restart"
 fi
 if ms=$(cl_wait_in_sync "$vid" --all 3 60); then
 	echo "FIGURE: delta: every slice 3/3 in sync $(($(hl_now_ms) - t_restart)) ms after $victim restarted"

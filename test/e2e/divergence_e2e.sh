@@ -59,7 +59,7 @@ for _ in $(seq 1 100); do
 	kill -0 "$load" 2>/dev/null || break
 	sleep 0.1
 done
-sleep 1
+sleep 1 # deliberate: writes go on flowing (QD 32 in flight) when writer and primary die
 kill -0 "$load" 2>/dev/null || { cat "$CL_DIR/load.err" >&2; fail "the writer died before the kill"; }
 vpid=$(cl_pid storage-$vi)
 kill -KILL "$load" "$vpid"
@@ -72,11 +72,9 @@ echo "FIGURE: divergence: writer and primary $victim killed together: $subm writ
 [ "$acked" -ge 100 ] || fail "only $acked writes were acknowledged before the kill: the load did not run"
 
 if [ $MGR_RESTART = 1 ]; then
-	sleep 1
+	sleep 1 # deliberate: the manager dies 1 s into its handling of the kill, whatever it has done by then
 	echo "$T: kill -9 of the manager, restart 2 s later"
-	hl_kill_manager
-	sleep 2
-	hl_start_manager || fail "the manager did not restart"
+	cl_manager_outage "$HL_MGR" 2 hl_start_manager || fail "the manager did not restart"
 fi
 
 # The manager gives every slice a live primary.

@@ -116,9 +116,10 @@ cl_start_storage 2
 if [ "${2:-}" = --manager-restart ]; then
 	# The manager dies (-9) while node-2 registers on its empty dir and is
 	# restarted: the new one must still see the new incarnation (M3).
-	sleep 1
+	for _ in $(seq 1 100); do [ -f "$CL_DIR/storage-2/data/identity" ] && break; sleep 0.05; done
+	[ -f "$CL_DIR/storage-2/data/identity" ] || fail "node-2 made no identity on its empty dir"
 	cl_stop controller KILL
-	say "manager killed (-9) while node-2 registers; restarting it"
+	say "manager killed (-9) while node-2 registers (its new identity made); restarting it"
 	start_manager
 fi
 cl_wait_nodes 3 || fail "node-2 did not register again"

@@ -65,9 +65,7 @@ hb_ctl healthy "$vid" 3 >/dev/null || fail "rows not healthy before any failure:
 
 restart_manager() {
 	echo "$T: killing the manager (-9) and starting it again ($1)"
-	cl_stop manager KILL
-	sleep 1
-	hb_start_manager 600 || fail "the manager did not start again"
+	cl_manager_outage manager 1 hb_start_manager 600 || fail "the manager did not start again"
 }
 
 # Two of the three members of every slice die.

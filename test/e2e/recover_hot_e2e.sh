@@ -37,10 +37,18 @@ for round in $(seq 1 "$ROUNDS"); do
 
 	cl_stop storage-3 KILL
 	hl_etcd set "$vid" node-3 out || fail "marking node-3 out"
+	touch "$CL_DIR/io.mark"
 	"$CL_BIN/e2e_io" --etcd "$CL_ETCD" --volume $vol --bytes "${ZL_HOT_BYTES:-1G}" \
 		>"$CL_DIR/io.log" 2>&1 &
 	io=$!
-	sleep 1
+	# Writes land on the live replicas while node-3 is out (a chunk file of
+	# node-1 changes) before node-3 restarts.
+	for _ in $(seq 1 100); do
+		[ -n "$(find "$CL_DIR/storage-1/data/chunks/$vid" -name '*.zlc' -newer "$CL_DIR/io.mark" 2>/dev/null)" ] && break
+		sleep 0.1
+	done
+	[ -n "$(find "$CL_DIR/storage-1/data/chunks/$vid" -name '*.zlc' -newer "$CL_DIR/io.mark" 2>/dev/null)" ] ||
+		fail "no write reached node-1 within 10 s of the writer's start"
 	cl_start_storage 3
 	cl_wait_nodes 3 || fail "node-3 did not register again"
 	hl_etcd set "$vid" node-3 recovering || fail "marking node-3 recovering"
@@ -90,11 +98,12 @@ cl_wait_nodes 3 || fail "node-3 did not register again"
 		head -c 8M /dev/urandom >"$CL_DIR/hot"
 		"$ZL" volume import $vol "$CL_DIR/hot" --depth 4 >/dev/null || exit 1
 		cp "$CL_DIR/hot" "$CL_DIR/hot.last"
-		sleep 0.$((RANDOM % 5))
+		sleep 0.$((RANDOM % 5)) # deliberate (seeded): pauses of 0-0.4 s between bursts
 	done
 ) &
 wr=$!
-sleep 0.5
+for _ in $(seq 1 100); do [ -f "$CL_DIR/hot.last" ] && break; sleep 0.1; done
+[ -f "$CL_DIR/hot.last" ] || fail "the first burst did not complete in 10 s"
 hl_etcd set "$vid" node-3 recovering || fail "marking node-3 recovering"
 kill -0 "$wr" 2>/dev/null || fail "the burst writer ended before node-3 recovered"
 wait "$wr" || fail "burst writer"

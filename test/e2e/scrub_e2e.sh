@@ -83,7 +83,10 @@ read -r _ primE _ < <(awk -v s=$((E % n_slices)) '$1 == s' "$CL_DIR/rows")
 fE="$CL_DIR/storage-${primE#node-}/data/chunks/$vid/$(printf '%016x' $E).zlc"
 rm -f "$fE" || fail "cannot delete $fE"
 echo "scrub_e2e: chunk $E deleted on its primary $primE"
-sleep 1.2 # a file removed under an open chunk is noticed by reads within a second
+# Deliberate: a read checks that an open chunk's file is still linked at most
+# once a second per chunk (STORE_GONE_CHECK_MS in storage/storage_chunk.c);
+# the second passes so that verify's own reads are the ones that notice.
+sleep 1.2
 
 set +e
 "$ZL" volume verify svol >"$CL_DIR/verify1" 2>&1
@@ -107,7 +110,7 @@ if [ "${2:-}" = --manager-restart ]; then
 	cl_stop manager KILL
 	"$ZL" volume scrub svol >"$CL_DIR/scrub1" 2>&1 &
 	scrub_pid=$!
-	sleep 1
+	sleep 1 # deliberate: the scrub runs 1 s without a manager
 	cl_start_manager || fail "the manager did not start again"
 	echo "scrub_e2e: manager killed (-9) and restarted during the scrub"
 	wait "$scrub_pid" || { cat "$CL_DIR/scrub1" >&2; fail "scrub"; }

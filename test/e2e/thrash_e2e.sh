@@ -47,7 +47,7 @@ LOG=$CL_DIR/load.log
 	>"$CL_DIR/load.out" 2>"$CL_DIR/load.err" &
 load=$!
 HL_PIDS="$HL_PIDS $load"
-sleep 3
+cl_wait_count "$LOG" '^A ' 100 30 || { cat "$CL_DIR/load.err" >&2; fail "the load did not get 100 writes acknowledged"; }
 kill -0 "$load" 2>/dev/null || { cat "$CL_DIR/load.err" >&2; fail "the load generator died at start"; }
 
 t_start=$(hl_now_ms)
@@ -63,18 +63,16 @@ for round in 1 2 3 4 5; do
 	for s in $(awk -v n="node-$i" '$2 == n {print $1}' <<<"$prims"); do prim_victims="$prim_victims $s@$round"; done
 	echo "$T: round $round: kill -9 node-$i (primaries of slices 0-3: $(awk '{print $2}' <<<"$prims" | sort -u | tr '\n' ' '))"
 	cl_stop storage-$i KILL
-	sleep $((2 + RANDOM % 3))
+	sleep $((2 + RANDOM % 3)) # deliberate (seeded schedule): the node stays down 2-4 s under load
 	if [ $round = 3 ]; then
 		echo "$T: round $round: kill -9 of the manager, restart 2 s later"
-		hl_kill_manager
-		sleep 2
-		hl_start_manager || fail "the manager did not restart"
+		cl_manager_outage "$HL_MGR" 2 hl_start_manager || fail "the manager did not restart"
 	fi
 	cl_start_storage "$i"
 	t_restart=$(hl_now_ms)
 	echo "$T: round $round: node-$i restarted; rows: $(hl_etcd summary "$vid")"
 	kill -0 "$load" 2>/dev/null || break
-	sleep $((2 + RANDOM % 3))
+	sleep $((2 + RANDOM % 3)) # deliberate (seeded schedule): 2-4 s of load between rounds
 done
 # The victims included a slice's primary at the time of its kill.
 if [ -n "$prim_victims" ]; then

@@ -87,6 +87,19 @@ cl_wait_etcd() {
 	return 1
 }
 
+# cl_wait_count FILE REGEX N SECS: until N lines of FILE match REGEX (e.g.
+# the acknowledged writes "^A " of an e2e_load log). Non-zero after SECS.
+cl_wait_count() {
+	local f=$1 re=$2 n=$3 secs=$4 c=0
+	for _ in $(seq 1 $((secs * 10))); do
+		c=$(grep -c -- "$re" "$f" 2>/dev/null || true)
+		[ "${c:-0}" -ge "$n" ] && return 0
+		sleep 0.1
+	done
+	cl_log "$f: ${c:-0} of $n lines match '$re' after $secs s"
+	return 1
+}
+
 # cl_start_etcd [CLIENT_PORT [PEER_PORT]]: sets CL_ETCD.
 cl_start_etcd() {
 	local cport=${1:-$(cl_free_port)} pport=${2:-$(cl_free_port)}
@@ -252,6 +265,18 @@ cl_start_manager() {
 	cl_log "manager $name did not start (CL_MANAGER_WAIT=${CL_MANAGER_WAIT:-socket}); log follows"
 	tail -20 "$d/log" >&2
 	return 1
+}
+
+# cl_manager_outage NAME SECS START_CMD...: kill -9 of the manager NAME, left
+# down SECS seconds, then START_CMD starts it again. The sleep is deliberate:
+# a manager away for a while is what the callers test (nothing it should do
+# happens meanwhile; the new one picks up where the old one stood).
+cl_manager_outage() {
+	local name=$1 secs=$2
+	shift 2
+	cl_stop "$name" KILL
+	sleep "$secs"
+	"$@"
 }
 
 cl_stop_all() {
