@@ -29,11 +29,7 @@ fail() {
 	exit 1
 }
 ok() { echo "client_wait_e2e: ok: $*"; }
-for b in zipline-storage zipline-controller zl; do
-	[ -x "$1/bin/$b" ] || { echo "client_wait_e2e: FAIL: no $1/bin/$b: build it first" >&2; exit 1; }
-done
-command -v etcd >/dev/null || { echo "client_wait_e2e: FAIL: etcd is not installed" >&2; exit 1; }
-[ -x "$PY" ] || { echo "client_wait_e2e: FAIL: $PY is missing" >&2; exit 1; }
+cl_require client_wait_e2e "$1" zipline-storage zipline-controller zl
 
 # --repl-wait 3: a write whose backup died answers within 3 s (below the
 # client's 10 s request timeout) while the manager has not moved it out yet.

@@ -16,9 +16,7 @@ T=cluster_key_file_e2e
 say() { echo "$T: $*"; }
 fail() {
 	echo "$T: FAIL: $*" >&2
-	for f in "$CL_DIR"/storage-*/log "$CL_DIR"/ctrl/log; do
-		[ -f "$f" ] && { echo "--- $f" >&2; tail -20 "$f" >&2; }
-	done
+	cl_dump_logs 20 "$CL_DIR"/storage-*/log "$CL_DIR"/ctrl/log
 	exit 1
 }
 

@@ -59,9 +59,7 @@ csi_cleanup() {
 trap 'rc=$?; csi_cleanup; if [ $rc != 0 ] || [ "${KEEP:-0}" = 1 ]; then echo "csi_e2e: logs kept in $CL_DIR" >&2; else rm -rf "$CL_DIR"; fi' EXIT
 fail() {
 	echo "csi_e2e: FAIL: $*" >&2
-	for f in "$CL_DIR"/ctrl/log "$CSI_WORK"/node*/node.log "$CSI_WORK"/node*/state/*/attach.log; do
-		[ -f "$f" ] && { echo "--- $f" >&2; tail -30 "$f" >&2; }
-	done
+	cl_dump_logs 30 "$CL_DIR"/ctrl/log "$CSI_WORK"/node*/node.log "$CSI_WORK"/node*/state/*/attach.log
 	exit 1
 }
 

@@ -28,7 +28,7 @@ PY=/usr/bin/python3
 T=dos_e2e
 fail() {
 	echo "$T: FAIL: $*" >&2
-	for f in "$CL_DIR"/storage-*/log; do echo "--- $f" >&2; tail -20 "$f" >&2; done
+	cl_dump_logs 20 "$CL_DIR"/storage-*/log
 	exit 1
 }
 BAD=0

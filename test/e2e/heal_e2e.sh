@@ -16,7 +16,7 @@ source "$SRC/test/lib/cluster.sh"
 source "$SRC/test/lib/heal.sh"
 fail() {
 	echo "heal_e2e: FAIL: $*" >&2
-	for f in "$CL_DIR"/storage-*/log; do echo "--- $f" >&2; tail -25 "$f" >&2; done
+	cl_dump_logs 25 "$CL_DIR"/storage-*/log
 	exit 1
 }
 SIZE_MB=64

@@ -27,7 +27,7 @@ source "$SRC/test/lib/cluster.sh"
 source "$SRC/test/lib/heal.sh"
 fail() {
 	echo "peering_e2e: FAIL: $*" >&2
-	for f in "$CL_DIR"/storage-*/log; do echo "--- $f" >&2; tail -30 "$f" >&2; done
+	cl_dump_logs 30 "$CL_DIR"/storage-*/log
 	exit 1
 }
 CHUNK=65536
@@ -68,7 +68,7 @@ wait_up() { # wait_up NODE: the daemon answers
 
 "$ZL" volume create pvol --size $((N_CHUNKS * CHUNK / 1024))K --replicas 3 --chunk-size 64K ||
 	fail "create"
-vid=$("$ZL" volume inspect pvol | grep -o 'vol-[0-9a-f]\{16\}' | head -1)
+vid=$(hl_vol_id pvol)
 [ -n "$vid" ] || fail "no volume id in 'zl volume inspect' output"
 [ "$(hl_etcd rows "$vid" | wc -l)" -eq $N_CHUNKS ] || fail "expected $N_CHUNKS slices"
 head -c $((N_CHUNKS * CHUNK)) /dev/urandom >"$CL_DIR/in"

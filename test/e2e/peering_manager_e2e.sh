@@ -14,9 +14,7 @@ source "$SRC/test/lib/cluster.sh"
 source "$SRC/test/lib/heal.sh"
 fail() {
 	echo "peering_manager_e2e: FAIL: $*" >&2
-	for f in "$CL_DIR"/storage-*/log "$CL_DIR"/controller/log; do
-		[ -f "$f" ] && { echo "--- $f" >&2; tail -25 "$f" >&2; }
-	done
+	cl_dump_logs 25 "$CL_DIR"/storage-*/log "$CL_DIR"/controller/log
 	exit 1
 }
 CHUNK=65536
@@ -38,7 +36,7 @@ wait_rows() {
 
 "$ZL" volume create mvol --size $((N_CHUNKS * CHUNK / 1024))K --replicas 3 --chunk-size 64K ||
 	fail "create"
-vid=$("$ZL" volume inspect mvol | grep -o 'vol-[0-9a-f]\{16\}' | head -1)
+vid=$(hl_vol_id mvol)
 [ -n "$vid" ] || fail "no volume id in 'zl volume inspect' output"
 head -c $((N_CHUNKS * CHUNK)) /dev/urandom >"$CL_DIR/want"
 "$ZL" volume import mvol "$CL_DIR/want" || fail "import"

@@ -19,7 +19,7 @@ source "$SRC/test/lib/cluster.sh"
 source "$SRC/test/lib/heal.sh"
 fail() {
 	echo "scrub_e2e: FAIL: $*" >&2
-	for f in "$CL_DIR"/storage-*/log; do echo "--- $f" >&2; tail -25 "$f" >&2; done
+	cl_dump_logs 25 "$CL_DIR"/storage-*/log
 	exit 1
 }
 SIZE_MB=32
@@ -150,11 +150,7 @@ cl_start_storage 1 "" --scrub-interval 2
 cl_wait_nodes 3 || fail "node-1 did not register again"
 off=$(cl_chunk_block_off "$fC" 0 9) || fail "cannot locate block 0 in $fC"
 cl_flip_byte "$fC" "$off"
-for _ in $(seq 1 300); do
-	grep -q "scrub repaired vol=$vid chunk=$C member=$other reason=crc" "$CL_DIR/storage-1/log" && break
-	sleep 0.1
-done
-grep -q "scrub repaired vol=$vid chunk=$C member=$other reason=crc" "$CL_DIR/storage-1/log" ||
+cl_wait_count "$CL_DIR/storage-1/log" "scrub repaired vol=$vid chunk=$C member=$other reason=crc" 1 30 ||
 	fail "the background scrub of node-1 did not repair chunk $C on $other"
 "$ZL" volume verify svol >"$CL_DIR/verify3" 2>&1 || { cat "$CL_DIR/verify3" >&2; fail "verify after the background scrub"; }
 replicas_identical

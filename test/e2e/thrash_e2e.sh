@@ -21,14 +21,7 @@ set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
 source "$SRC/test/lib/heal.sh"
-T=thrash_e2e
-FAILS=()
-fail() {
-	echo "$T: FAIL: $*" >&2
-	hl_dump_logs 30
-	exit 1
-}
-check_fail() { echo "$T: CHECK FAILED: $*" >&2; FAILS+=("$*"); }
+hl_test thrash_e2e
 
 SIZE=256M
 CHUNK=1M
@@ -104,25 +97,8 @@ grep -q '^CHECK: source=volume bad_sectors=0 read_error=none' "$CL_DIR/load.out"
 [ "$load_rc" = 0 ] || check_fail "e2e_load write exited $load_rc"
 
 hl_etcd insync "$vid" 3 || check_fail "after the load stopped not every slice is 3/3 in sync: $(hl_etcd summary "$vid")"
-hl_rows_only_by_manager "$CL_DIR/load.err" ||
-	check_fail "a client or a primary changed a slice row itself (heal mode: only the manager changes rows; they report and wait)"
-
-vrc=0
-hl_verify tvol || vrc=$?
-if [ $vrc = 2 ]; then
-	check_fail "zl volume verify not available"
-elif [ $vrc != 0 ]; then
-	check_fail "zl volume verify tvol exited $vrc"
-fi
-hl_replicas_identical "$vid" $CHUNK_B $((SIZE_B / CHUNK_B)) || check_fail "replica oracle: the 3 replicas' chunk files differ"
-hl_check_replicas "$LOG" $SIZE_B $CHUNK_B "$vid" --exact || check_fail "replica oracle: a replica's chunk files are not what the acknowledged writes wrote"
+hl_end_oracles tvol "$vid" $SIZE_B $CHUNK_B "$LOG" --exact "$CL_DIR/load.err"
 "$CL_BIN/e2e_load" check --etcd "$CL_ETCD" --volume tvol --log "$LOG" --exact ||
 	check_fail "a new client reads content that is not what the acknowledged writes wrote"
 
-if [ ${#FAILS[@]} -gt 0 ]; then
-	hl_dump_logs 30
-	echo "$T: FAIL: ${#FAILS[@]} checks failed:" >&2
-	printf '  - %s\n' "${FAILS[@]}" >&2
-	exit 1
-fi
-echo "$T: PASS"
+hl_end

@@ -87,6 +87,30 @@ cl_wait_etcd() {
 	return 1
 }
 
+# cl_require T BUILD_DIR PROGRAM...: exits 1 ("T: FAIL: ...") unless every
+# BUILD_DIR/bin/PROGRAM is built, etcd is installed and /usr/bin/python3 is
+# there (the tests' python, with grpc).
+cl_require() {
+	local t=$1 build=$2 b
+	shift 2
+	for b in "$@"; do
+		[ -x "$build/bin/$b" ] || { echo "$t: FAIL: no $build/bin/$b: build it first" >&2; exit 1; }
+	done
+	command -v etcd >/dev/null || { echo "$t: FAIL: etcd is not installed" >&2; exit 1; }
+	[ -x /usr/bin/python3 ] || { echo "$t: FAIL: /usr/bin/python3 is missing" >&2; exit 1; }
+}
+
+# cl_dump_logs LINES FILE...: the last LINES lines of each FILE that exists,
+# after a "--- FILE" line, on stderr (for failures).
+cl_dump_logs() {
+	local n=$1 f
+	shift
+	for f in "$@"; do
+		[ -f "$f" ] && { echo "--- $f" >&2; tail -"$n" "$f" >&2; }
+	done
+	return 0
+}
+
 # cl_wait_count FILE REGEX N SECS: until N lines of FILE match REGEX (e.g.
 # the acknowledged writes "^A " of an e2e_load log). Non-zero after SECS.
 cl_wait_count() {

@@ -178,3 +178,58 @@ hl_rows_only_by_manager() {
 	echo "$hits" | head -3 | cut -c1-300 >&2
 	return 1
 }
+
+# hl_test NAME [--manager-restart]: the frame of a heal acceptance test:
+# T=NAME (NAME[manager-restart] and MGR_RESTART=1 with --manager-restart),
+# FAILS=(), fail MSG (logs, exit 1), check_fail MSG (recorded; hl_end fails).
+hl_test() {
+	T=$1
+	MGR_RESTART=0
+	[ "${2:-}" = --manager-restart ] && { MGR_RESTART=1; T="$1[manager-restart]"; }
+	FAILS=()
+	fail() {
+		echo "$T: FAIL: $*" >&2
+		hl_dump_logs 30
+		exit 1
+	}
+	check_fail() { echo "$T: CHECK FAILED: $*" >&2; FAILS+=("$*"); }
+}
+
+# hl_end_oracles NAME VID SIZE_B CHUNK_B LOG --exact|--allowed CLIENT_ERR...:
+# the closing oracles of the heal tests, each a check_fail: only the manager
+# changed rows (CLIENT_ERR: the clients' stderr), `zl volume verify NAME`,
+# the 3 replicas' chunk files identical, and each replica's files exactly
+# what the acknowledged writes of LOG wrote (--exact) or what LOG allows
+# (--allowed: unacknowledged writes may or may not have landed).
+hl_end_oracles() {
+	local name=$1 vid=$2 size=$3 cs=$4 log=$5 mode=$6 vrc=0
+	shift 6
+	hl_rows_only_by_manager "$@" ||
+		check_fail "a client or a primary changed a slice row itself (heal mode: only the manager changes rows; they report and wait)"
+	hl_verify "$name" || vrc=$?
+	if [ $vrc = 2 ]; then
+		check_fail "zl volume verify not available"
+	elif [ $vrc != 0 ]; then
+		check_fail "zl volume verify $name exited $vrc"
+	fi
+	hl_replicas_identical "$vid" "$cs" $((size / cs)) || check_fail "replica oracle: the 3 replicas' chunk files differ"
+	if [ "$mode" = --exact ]; then
+		hl_check_replicas "$log" "$size" "$cs" "$vid" --exact ||
+			check_fail "replica oracle: a replica's chunk files are not what the acknowledged writes wrote"
+	else
+		hl_check_replicas "$log" "$size" "$cs" "$vid" ||
+			check_fail "replica oracle: a replica's chunk files hold content the log does not allow"
+	fi
+}
+
+# hl_end: the verdict: every check_fail listed (and the logs) and exit 1, or
+# "$T: PASS".
+hl_end() {
+	if [ ${#FAILS[@]} -gt 0 ]; then
+		hl_dump_logs 30
+		echo "$T: FAIL: ${#FAILS[@]} checks failed:" >&2
+		printf '  - %s\n' "${FAILS[@]}" >&2
+		exit 1
+	fi
+	echo "$T: PASS"
+}

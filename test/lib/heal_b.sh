@@ -17,6 +17,26 @@ hb_begin() {
 	trap 'cl_stop manager KILL; cl_stop_all; [ "${KEEP:-0}" = 1 ] || rm -rf "$CL_DIR"' EXIT
 }
 
+# hb_test NAME [--manager-restart]: the frame of these tests: T=NAME, or
+# with --manager-restart RESTART=1 and T=NAME with _e2e replaced by
+# _mgr_restart_e2e (the ctest name); fail MSG: kills the background
+# pid in $HB_BG (if any), prints the first rows of $vid and the logs, exit 1.
+hb_test() {
+	T=$1
+	RESTART=0
+	if [ "${2:-}" = --manager-restart ]; then
+		RESTART=1
+		T=${1%_e2e}_mgr_restart_e2e
+	fi
+	fail() {
+		echo "$T: FAIL: $*" >&2
+		[ -n "${HB_BG:-}" ] && kill "$HB_BG" 2>/dev/null
+		[ -n "${vid:-}" ] && hb_ctl rows "$vid" 2>/dev/null | head -8 | sed 's/^/  row /' >&2
+		hb_logs
+		exit 1
+	}
+}
+
 # hb_start_manager DOWN_OUT_S: cl_start_manager (test/lib/cluster.sh) named
 # "manager" (log, pid in $CL_DIR/manager), grace 2 s, down-out DOWN_OUT_S;
 # waits until it is the leader (CL_MANAGER_WAIT=leader).
