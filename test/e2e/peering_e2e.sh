@@ -196,12 +196,7 @@ cmp "$CL_DIR/want" "$CL_DIR/out" || fail "volume content after peering differs"
 cl_start_storage 1
 wait_up 1 || fail "node-1 did not come back"
 hl_etcd set "$vid" node-1 recovering || fail "marking node-1 recovering"
-for _ in $(seq 1 600); do
-	got=$(hl_etcd reports "$vid" CAUGHT_UP | awk '$3 == "node-1"' | wc -l)
-	[ "$got" -ge $N_CHUNKS ] && break
-	sleep 0.1
-done
-[ "$got" -ge $N_CHUNKS ] || fail "only $got of $N_CHUNKS slices reported node-1 CAUGHT_UP"
+got=$(hl_wait_caught_up "$vid" node-1 $N_CHUNKS 60) || fail "only $got of $N_CHUNKS slices reported node-1 CAUGHT_UP"
 wait_log 1 "newer copy rolled back to the primary's: vol=[0-9a-f]* chunk=$C version=$ver_w2" 50 ||
 	fail "node-1 did not log the roll back of chunk $C (version $ver_w2)"
 [ "$(fsha 1 "$C")" = "$old_c" ] || fail "node-1's copy of C was not rolled back"

@@ -56,12 +56,7 @@ for round in $(seq 1 "$ROUNDS"); do
 	kill -0 "$io" 2>/dev/null || fail "the writer ended before node-3 recovered: raise ZL_HOT_BYTES"
 	wait "$io" || fail "e2e_io (writes and read back through the primaries)"
 	echo "recover_hot_e2e: round $round: writer done $(($(date +%s) - t0)) s after RECOVERING"
-	for _ in $(seq 1 600); do
-		[ "$(hl_etcd reports "$vid" CAUGHT_UP | awk '$3 == "node-3"' | wc -l)" -ge "$n_rows" ] && break
-		sleep 0.1
-	done
-	got=$(hl_etcd reports "$vid" CAUGHT_UP | awk '$3 == "node-3"' | wc -l)
-	[ "$got" -ge "$n_rows" ] || fail "only $got of $n_rows slices reported node-3 CAUGHT_UP"
+	got=$(hl_wait_caught_up "$vid" node-3 "$n_rows" 60) || fail "only $got of $n_rows slices reported node-3 CAUGHT_UP"
 	hl_etcd set "$vid" node-3 in_sync || fail "marking node-3 in sync"
 	copies=$(grep -h 'recovery caught up' "$CL_DIR"/storage-[12]/log | grep -c "vol=$vid" || true)
 	echo "recover_hot_e2e: round $round: $got CAUGHT_UP reports, $copies with copies logged"
@@ -107,12 +102,7 @@ for _ in $(seq 1 100); do [ -f "$CL_DIR/hot.last" ] && break; sleep 0.1; done
 hl_etcd set "$vid" node-3 recovering || fail "marking node-3 recovering"
 kill -0 "$wr" 2>/dev/null || fail "the burst writer ended before node-3 recovered"
 wait "$wr" || fail "burst writer"
-for _ in $(seq 1 900); do
-	[ "$(hl_etcd reports "$vid" CAUGHT_UP | awk '$3 == "node-3"' | wc -l)" -ge "$n_rows" ] && break
-	sleep 0.1
-done
-got=$(hl_etcd reports "$vid" CAUGHT_UP | awk '$3 == "node-3"' | wc -l)
-[ "$got" -ge "$n_rows" ] || fail "bursts: only $got of $n_rows slices reported node-3 CAUGHT_UP"
+got=$(hl_wait_caught_up "$vid" node-3 "$n_rows" 90) || fail "bursts: only $got of $n_rows slices reported node-3 CAUGHT_UP"
 hl_etcd set "$vid" node-3 in_sync || fail "marking node-3 in sync"
 dd if="$CL_DIR/hot.last" of="$CL_DIR/want" conv=notrunc status=none
 "$ZL" volume export $vol "$CL_DIR/out" || fail "export"

@@ -39,6 +39,20 @@ hl_kill_manager() { cl_stop "${HL_MGR:-manager}" KILL; }
 #   order VOL SLICE N... the row's members in that order
 hl_etcd() { "$HL_PY" "$HL_TOOL" etcd "$CL_ETCD" "$@"; }
 
+# hl_wait_caught_up VID NODE N SECS: polls every 0.1 s until N slices of VID
+# reported NODE CAUGHT_UP (hl_etcd reports); prints how many did. Non-zero
+# when fewer after SECS.
+hl_wait_caught_up() {
+	local vid=$1 node=$2 n=$3 secs=$4 got=0
+	for _ in $(seq 1 $((secs * 10))); do
+		got=$(hl_etcd reports "$vid" CAUGHT_UP | awk -v n="$node" '$3 == n' | wc -l)
+		[ "$got" -ge "$n" ] && break
+		sleep 0.1
+	done
+	echo "$got"
+	[ "$got" -ge "$n" ]
+}
+
 # hl_vol_id NAME: the volume id (vol-<16 hex>) of a volume.
 hl_vol_id() {
 	"$ZL" volume inspect "$1" | grep -o 'vol-[0-9a-f]\{16\}' | head -1
