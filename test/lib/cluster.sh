@@ -100,13 +100,13 @@ cl_require() {
 	[ -x /usr/bin/python3 ] || { echo "$t: FAIL: /usr/bin/python3 is missing" >&2; exit 1; }
 }
 
-# cl_dump_logs LINES FILE...: the last LINES lines of each FILE that exists,
-# after a "--- FILE" line, on stderr (for failures).
+# cl_dump_logs LINES FILE...: the last LINES lines (debug lines left out) of
+# each FILE that exists, after a "--- FILE" line, on stderr (for failures).
 cl_dump_logs() {
 	local n=$1 f
 	shift
 	for f in "$@"; do
-		[ -f "$f" ] && { echo "--- $f" >&2; tail -"$n" "$f" >&2; }
+		[ -f "$f" ] && { echo "--- $f" >&2; grep -v ' debug ' "$f" | tail -"$n" >&2; }
 	done
 	return 0
 }

@@ -141,14 +141,7 @@ hl_recovery_bytes() {
 }
 
 # hl_dump_logs: the tail of every daemon and manager log (for failures).
-hl_dump_logs() {
-	local f
-	for f in "$CL_DIR"/storage-*/log "$CL_DIR"/controller/log "$CL_DIR"/manager/log; do
-		[ -f "$f" ] || continue
-		echo "--- $f" >&2
-		grep -v ' debug ' "$f" | tail -${1:-25} >&2
-	done
-}
+hl_dump_logs() { cl_dump_logs "${1:-25}" "$CL_DIR"/storage-*/log "$CL_DIR"/controller/log "$CL_DIR"/manager/log; }
 
 # hl_begin NAME BUILD_DIR: the common start of the heal acceptance tests:
 # checks the binaries, etcd and 3 zipline-storage --heal on (recovery rate

@@ -213,13 +213,6 @@ hb_recovery_bytes() {
 }
 
 # hb_logs: the tail of every daemon and controller log (for a failure).
-hb_logs() {
-	local f
-	for f in "$CL_DIR"/storage-*/log "$CL_DIR"/manager/log; do
-		[ -f "$f" ] || continue
-		echo "--- $f" >&2
-		grep -v ' debug ' "$f" | tail -25 >&2
-	done
-}
+hb_logs() { cl_dump_logs 25 "$CL_DIR"/storage-*/log "$CL_DIR"/manager/log; }
 
 hb_now_ms() { echo $(($(date +%s%N) / 1000000)); }
