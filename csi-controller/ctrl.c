@@ -76,6 +76,17 @@ static int ctrl_etcd_open(const struct ctrl_cfg *cfg, const char *password, stru
 	return zl_etcd_create(&o, out);
 }
 
+/* The manager's view of leadership (its zl_manager_cfg callbacks). */
+static bool ctrl_mgr_leader_is(void *arg)
+{
+	return ctrl_leader_is(arg);
+}
+
+static bool ctrl_mgr_may_write(void *arg)
+{
+	return ctrl_leader_may_write(arg);
+}
+
 int ctrl_start(struct ctrl *c, const struct ctrl_cfg *cfg)
 {
 	struct zl_grpc_server_cfg gc = {0};
@@ -154,7 +165,17 @@ int ctrl_start(struct ctrl *c, const struct ctrl_cfg *cfg)
 	}
 	c->bg_started = true;
 	if (cfg->manager) {
-		rc = ctrl_manager_start(c, c->etcd_mgr, cfg->manager_grace_s, cfg->down_out_s);
+		struct zl_manager_cfg mc = {
+			.etcd = c->etcd_mgr,
+			.prefix = c->prefix,
+			.grace_s = cfg->manager_grace_s,
+			.down_out_s = cfg->down_out_s,
+			.leader_is = ctrl_mgr_leader_is,
+			.leader_may_write = ctrl_mgr_may_write,
+			.leader_arg = c,
+		};
+
+		rc = zl_manager_create(&mc, &c->mgr);
 		if (rc)
 			return rc;
 	}
@@ -188,7 +209,8 @@ void ctrl_stop(struct ctrl *c, unsigned int grace_ms)
 		c->srv = NULL;
 	}
 	/* Before the lease goes: the manager must not outlive leadership. */
-	ctrl_manager_stop(c);
+	zl_manager_destroy(c->mgr);
+	c->mgr = NULL;
 	if (c->bg_started) {
 		pthread_mutex_lock(&c->bg_lock);
 		c->stop = true;

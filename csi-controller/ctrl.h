@@ -15,6 +15,7 @@
 #include "lib/common/common.h"
 #include "lib/etcd/etcd.h"
 #include "lib/grpc/grpc_server.h"
+#include "lib/manager/manager.h"
 #include "lib/meta/meta.h"
 
 #define CTRL_LOG "ctrl"
@@ -51,7 +52,7 @@ struct ctrl_cfg {
 	bool leader_election;
 	const char *leader_id; /* NULL = hostname-pid */
 	unsigned int gc_interval_s;
-	bool manager;              /* --manager: decide slice membership (ctrl_manager.c) */
+	bool manager;              /* --manager: decide slice membership (lib/manager) */
 	unsigned int manager_grace_s; /* --manager-grace */
 	unsigned int down_out_s;   /* --down-out-interval */
 	unsigned int workers;
@@ -95,7 +96,7 @@ struct ctrl {
 
 	/* The membership manager (--manager=on), NULL when off; its own etcd
 	 * handle, so its decisions never queue behind RPCs or keepalives. */
-	struct ctrl_mgr *mgr;
+	struct zl_manager *mgr;
 	struct zl_etcd *etcd_mgr;
 
 	/* Leader jobs, background thread only. */
@@ -139,20 +140,6 @@ void ctrl_leader_release(struct ctrl *c);
 /* One pass: deletes secrets/<id> whose volume record is gone (left by `zl
  * volume rm` or an abandoned DeleteVolume). 0 or an etcd error. */
 int ctrl_gc_run(struct ctrl *c);
-
-/* ---- ctrl_manager.c: the membership manager (rules M1-M7) ---- */
-struct ctrl_mgr;
-/* Starts the manager on its own thread with its own etcd handle (which must
- * outlive it): watches of nodes/, volumes/ and reports/ plus a 1 s tick; it
- * decides only while ctrl_leader_is(c). grace_s: how long a node record is
- * gone before its members go OUT; down_out_s: before they are replaced.
- * 0 or a negative error (logged; call ctrl_manager_stop to clean up). */
-int ctrl_manager_start(struct ctrl *c, struct zl_etcd *etcd, unsigned int grace_s,
-		       unsigned int down_out_s);
-/* Wakes the manager for a pass now (e.g. leadership changed). No-op when off. */
-void ctrl_manager_kick(struct ctrl *c);
-/* Stops the thread and the watches, frees. Accepts a ctrl without manager. */
-void ctrl_manager_stop(struct ctrl *c);
 
 /* ---- ctrl_oplock.c ---- */
 /* Takes the operation lock of (kind, id), shared by every replica: ZL_GRPC_OK

@@ -3,10 +3,10 @@
  *
  * Every replica serves every CSI call; the election decides only which one
  * runs the jobs that must run once: garbage collection, and the membership
- * manager (ctrl_manager.c, its own thread, which checks ctrl_leader_is
- * before every write). It never gates a CSI call: the CSI sidecars elect their
- * own leaders on Kubernetes leases, independently, and may land on any
- * replica.
+ * manager (lib/manager, its own thread, which asks ctrl_leader_is before
+ * every pass and ctrl_leader_may_write before every write). It never gates a
+ * CSI call: the CSI sidecars elect their own leaders on Kubernetes leases,
+ * independently, and may land on any replica.
  *
  * Each replica holds one etcd lease (TTL CTRL_LEADER_TTL_S), renewed every
  * few seconds; its operation locks live on it. Election: the replica that
@@ -57,7 +57,7 @@ static void leader_set(struct ctrl *c, bool leader, const char *holder, const ch
 	pthread_mutex_unlock(&c->leader_lock);
 	/* The manager (a job of the leader on its own thread) acts at once. */
 	if (changed)
-		ctrl_manager_kick(c);
+		zl_manager_kick(c->mgr);
 }
 
 /* The replica lease: granted at start, renewed every LEASE_RENEW_MS, granted

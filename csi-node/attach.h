@@ -7,6 +7,8 @@
 #define FUSE_USE_VERSION 34
 #include <fuse_lowlevel.h>
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -41,7 +43,8 @@ struct attach_slot {
 	fuse_req_t req;
 	struct attach_volh *volh;
 	uint64_t len;
-	int op; /* ATTACH_OP_* of the request in flight */
+	uint64_t gen; /* a flush: the write_gen it covers */
+	int op;	      /* ATTACH_OP_* of the request in flight */
 	bool taken;
 };
 
@@ -77,6 +80,17 @@ struct attach {
 	uint64_t stop_deadline_ns;
 	bool stopping;
 	bool flushing;
+
+	/* Requests that change data, counted at submit; flushed_gen: the
+	 * count the last successful flush covered. Equal: fsync is a no-op. */
+	uint64_t write_gen, flushed_gen;
+	bool serving;	  /* READY was reported: SIGTERM runs the stop sequence */
+	bool aborting;	  /* the stop bound passed: every request fails */
+	int probe_status; /* the start-up read: 1 while in flight */
+	void *probe_buf;
+	pthread_t detach_thread;
+	bool detach_started;
+	_Atomic bool detach_done;
 
 	uint64_t io_errors;
 	struct zl_ratelimit err_rl;

@@ -2,11 +2,15 @@
  * started by zipline-node (posix_spawn + setsid) and outlives it, so that a
  * crash or an upgrade of the node service leaves mounted volumes working.
  *
- * Life cycle: open etcd, the volume client and the volume; mount the FUSE
- * session on <dir>/fuse; listen on <dir>/ctl.sock; report READY on the ready
- * fd; serve until SIGTERM (drain, flush, unmount) or until the FUSE
- * connection ends. SIGHUP or "resize" on the control socket re-reads the
- * volume record after an expansion. */
+ * Life cycle: open etcd, the volume client and the volume; read its first
+ * block (the proof that some replica serves us, within --start-timeout:
+ * else "ERR <code> <why>" on the ready fd, and no device is ever put on a
+ * volume that cannot answer); mount the FUSE session on <dir>/fuse; listen
+ * on <dir>/ctl.sock; report READY on the ready fd; serve until SIGTERM or
+ * until the FUSE connection ends. SIGTERM drains and flushes for at most
+ * ATTACH_STOP_MS; what is still in flight then fails with EIO, and the loop
+ * devices on our file are detached. SIGHUP or "resize" on the control
+ * socket re-reads the volume record after an expansion. */
 #include "attach.h"
 #include "node.h"
 
@@ -14,18 +18,23 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <linux/loop.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
-#define ATTACH_DRAIN_MS 30000
+/* SIGTERM: requests in flight and the final flush get this long, then
+ * what is left fails with EIO (storage that does not answer must not keep
+ * a node's device, and whoever uses it, waiting). */
+#define ATTACH_STOP_MS 10000
 
 struct attach_args {
 	const char *vol_id;
@@ -37,6 +46,7 @@ struct attach_args {
 	const char *io_timeout;
 	bool legacy_drop;
 	uint64_t epoch;
+	uint32_t start_timeout_s; /* --start-timeout */
 	int ready_fd;
 	const char *node_id; /* --node-id: the node the attach token names */
 	const char *token;   /* from ZL_ATTACH_TOKEN, never logged */
@@ -66,7 +76,9 @@ static void attach_ready(int *fd, const char *fmt, ...)
 	*fd = -1;
 }
 
-int node_io_timeout_parse(const char *s, uint32_t *out)
+/* Whole seconds min..max: 0 (*out, optional, gets it) or -ZL_ERR_INVAL. */
+static int node_seconds_parse(const char *s, unsigned long long min, unsigned long long max,
+			      uint32_t *out)
 {
 	unsigned long long v;
 	char *end;
@@ -75,11 +87,21 @@ int node_io_timeout_parse(const char *s, uint32_t *out)
 		return -ZL_ERR_INVAL;
 	errno = 0;
 	v = strtoull(s, &end, 10);
-	if (errno || *end || v < 1 || v > 86400)
+	if (errno || *end || v < min || v > max)
 		return -ZL_ERR_INVAL;
 	if (out)
 		*out = (uint32_t)v;
 	return 0;
+}
+
+int node_io_timeout_parse(const char *s, uint32_t *out)
+{
+	return node_seconds_parse(s, 1, 86400, out);
+}
+
+int node_start_timeout_parse(const char *s, uint32_t *out)
+{
+	return node_seconds_parse(s, 1, 600, out);
 }
 
 static int attach_parse(int argc, char **argv, struct attach_args *o)
@@ -96,6 +118,7 @@ static int attach_parse(int argc, char **argv, struct attach_args *o)
 	    {"io-timeout", required_argument, NULL, 'T'},
 	    {"legacy-drop", no_argument, NULL, 'L'},
 	    {"node-id", required_argument, NULL, 'N'},
+	    {"start-timeout", required_argument, NULL, 'S'},
 	    {NULL, 0, NULL, 0},
 	};
 	int c;
@@ -103,6 +126,7 @@ static int attach_parse(int argc, char **argv, struct attach_args *o)
 	memset(o, 0, sizeof(*o));
 	o->ready_fd = -1;
 	o->prefix = ZL_META_DEFAULT_PREFIX;
+	o->start_timeout_s = NODE_ATTACH_START_S;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
@@ -132,6 +156,15 @@ static int attach_parse(int argc, char **argv, struct attach_args *o)
 			break;
 		case 'N':
 			o->node_id = optarg;
+			break;
+		case 'S':
+			if (node_start_timeout_parse(optarg, &o->start_timeout_s)) {
+				fprintf(stderr,
+					"zipline-node attach: bad --start-timeout '%s' "
+					"(seconds, 1..600)\n",
+					optarg);
+				return -ZL_ERR_INVAL;
+			}
 			break;
 		case 'E':
 			o->epoch = strtoull(optarg, NULL, 10);
@@ -216,7 +249,9 @@ static void attach_ctl_cb(void *arg, uint32_t events)
 		goto out_close;
 	req[n] = '\0';
 	req[strcspn(req, "\r\n")] = '\0';
-	if (strcmp(req, "resize") == 0) {
+	if (strcmp(req, "resize") == 0 && a->stopping) {
+		snprintf(reply, sizeof(reply), "err stopping\n");
+	} else if (strcmp(req, "resize") == 0) {
 		rc = attach_resize(a, msg, sizeof(msg));
 		if (rc)
 			snprintf(reply, sizeof(reply), "err %s\n", msg);
@@ -226,7 +261,7 @@ static void attach_ctl_cb(void *arg, uint32_t events)
 	} else if (strcmp(req, "status") == 0) {
 		snprintf(reply, sizeof(reply), "ok size=%llu errors=%llu busy=%u fenced=%d\n",
 			 (unsigned long long)a->size, (unsigned long long)a->io_errors,
-			 a->busy_slots, zl_vol_fenced(a->cur->vol));
+			 a->busy_slots, a->cur->vol ? zl_vol_fenced(a->cur->vol) : 1);
 	} else {
 		snprintf(reply, sizeof(reply), "err unknown command '%.40s' (resize|status)\n",
 			 req);
@@ -259,6 +294,65 @@ static int attach_ctl_listen(struct attach *a)
 	return zl_loop_add(a->loop, &a->ctl_h, fd, EPOLLIN, attach_ctl_cb, a);
 }
 
+/* Detaches every loop device on our file (LOOP_CLR_FD; the kernel defers
+ * it while the device is open: a mounted file system, a reader). On its own
+ * thread: the ioctl may wait for the device's requests in flight, which
+ * the loop thread answers meanwhile. */
+static void *attach_detach_main(void *arg)
+{
+	struct attach *a = arg;
+	char file[1200], dev[64];
+
+	snprintf(file, sizeof(file), "%s/disk", a->mnt);
+	for (int i = 0; i < 8 && node_loop_find(file, dev, sizeof(dev)); i++) {
+		int fd = open(dev, O_RDONLY | O_CLOEXEC);
+
+		if (fd < 0 || ioctl(fd, LOOP_CLR_FD, 0) < 0) {
+			ZL_LOG_WARN(ATTACH_LOG, "cannot detach loop device: vol=%s dev=%s err=%s",
+				    a->vol_id, dev, strerror(errno));
+			if (fd >= 0)
+				close(fd);
+			break;
+		}
+		close(fd);
+		ZL_LOG_INFO(ATTACH_LOG, "loop device detached: vol=%s dev=%s", a->vol_id, dev);
+		/* A deferred detach leaves the file listed: done with it. */
+		if (node_loop_find(file, dev, sizeof(dev)))
+			break;
+	}
+	atomic_store(&a->detach_done, true);
+	zl_loop_wake(a->loop);
+	return NULL;
+}
+
+/* The stop bound passed (or storage answered the final flush): whatever is
+ * in flight fails now with EIO, every later request too, and the loop
+ * devices on our file go. Closing the volume handles runs the callbacks of
+ * their I/O with an error. */
+static void attach_abort(struct attach *a)
+{
+	if (a->aborting)
+		return;
+	a->aborting = true;
+	if (a->busy_slots)
+		ZL_LOG_WARN(ATTACH_LOG,
+			    "stop bound reached, failing requests in flight: vol=%s "
+			    "busy=%u",
+			    a->vol_id, a->busy_slots);
+	for (size_t i = 0; i < ZL_ARRAY_SIZE(a->vh); i++) {
+		struct zl_vol *v = a->vh[i].vol;
+
+		a->vh[i].vol = NULL;
+		zl_vol_close(v);
+	}
+	/* Requests still queued in the kernel get their EIO too. */
+	if (a->se)
+		zl_loop_mod(a->loop, &a->fuse_h, EPOLLIN);
+	a->detach_started = pthread_create(&a->detach_thread, NULL, attach_detach_main, a) == 0;
+	if (!a->detach_started)
+		atomic_store(&a->detach_done, true);
+}
+
 static void attach_flushed(void *arg, int status)
 {
 	struct attach *a = arg;
@@ -266,26 +360,33 @@ static void attach_flushed(void *arg, int status)
 	if (status)
 		ZL_LOG_ERR(ATTACH_LOG, "final flush failed: vol=%s err=%s", a->vol_id,
 			   zl_strerror(status));
-	zl_loop_stop(a->loop);
+	a->flushed_gen = a->write_gen;
+	a->flushing = false;
 }
 
-/* Stopping: wait for the requests in flight, then flush, then stop. */
+/* Stopping: wait for the requests in flight, then flush, then abort (fail
+ * what is left, detach the loop devices) and stop; all within
+ * ATTACH_STOP_MS, and the detach gets ATTACH_STOP_MS more. */
 static void attach_stop_tick(void *arg)
 {
 	struct attach *a = arg;
+	uint64_t now = zl_now_ns();
 
-	if (a->flushing)
-		return;
-	if (a->busy_slots && zl_now_ns() < a->stop_deadline_ns) {
-		zl_timer_start(a->loop, &a->stop_timer, 20, 0, attach_stop_tick, a);
-		return;
+	if (a->aborting) {
+		if (atomic_load(&a->detach_done) ||
+		    now >= a->stop_deadline_ns + (uint64_t)ATTACH_STOP_MS * 1000000u) {
+			zl_loop_stop(a->loop);
+			return;
+		}
+	} else if (now >= a->stop_deadline_ns ||
+		   (!a->busy_slots && !a->flushing && a->write_gen == a->flushed_gen)) {
+		attach_abort(a);
+	} else if (!a->busy_slots && !a->flushing) {
+		a->flushing = true;
+		if (zl_vol_aio_flush(a->cur->vol, attach_flushed, a) != 0)
+			attach_flushed(a, -ZL_ERR_IO);
 	}
-	if (a->busy_slots)
-		ZL_LOG_WARN(ATTACH_LOG, "stopping with requests in flight: vol=%s busy=%u",
-			    a->vol_id, a->busy_slots);
-	a->flushing = true;
-	if (zl_vol_aio_flush(a->cur->vol, attach_flushed, a) != 0)
-		zl_loop_stop(a->loop);
+	zl_timer_start(a->loop, &a->stop_timer, 20, 0, attach_stop_tick, a);
 }
 
 static void attach_sig_cb(void *arg, uint32_t events)
@@ -296,7 +397,7 @@ static void attach_sig_cb(void *arg, uint32_t events)
 
 	while (read(a->sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
 		if (si.ssi_signo == SIGHUP) {
-			if (attach_resize(a, msg, sizeof(msg)))
+			if (a->serving && !a->stopping && attach_resize(a, msg, sizeof(msg)))
 				ZL_LOG_ERR(ATTACH_LOG, "resize on SIGHUP failed: vol=%s err=%s",
 					   a->vol_id, msg);
 			continue;
@@ -306,9 +407,11 @@ static void attach_sig_cb(void *arg, uint32_t events)
 		ZL_LOG_INFO(ATTACH_LOG, "stopping: vol=%s signal=%u busy=%u", a->vol_id,
 			    si.ssi_signo, a->busy_slots);
 		a->stopping = true;
+		if (!a->serving)
+			continue; /* still starting: the start-up waits see it */
 		if (a->se)
 			zl_loop_mod(a->loop, &a->fuse_h, 0);
-		a->stop_deadline_ns = zl_now_ns() + (uint64_t)ATTACH_DRAIN_MS * 1000000u;
+		a->stop_deadline_ns = zl_now_ns() + (uint64_t)ATTACH_STOP_MS * 1000000u;
 		attach_stop_tick(a);
 	}
 }
@@ -363,8 +466,14 @@ static int attach_open(struct attach *a, const struct attach_args *o, int *ready
 		return rc;
 	}
 	rc = zl_loop_create(&a->loop);
-	if (rc == 0)
+	if (rc == 0) {
+		rc = attach_signals(a);
+		if (rc) {
+			attach_ready(ready, "ERR cannot set up signals: %s", strerror(-rc));
+			return rc;
+		}
 		rc = zl_etcd_create(&eo, &a->etcd);
+	}
 	if (rc) {
 		attach_ready(ready, "ERR cannot set up etcd client for %s: %s", o->etcd,
 			     zl_strerror(rc));
@@ -377,13 +486,67 @@ static int attach_open(struct attach *a, const struct attach_args *o, int *ready
 	}
 	rc = zl_vol_open(a->client, o->vol_id, &a->vh[0].vol);
 	if (rc) {
-		attach_ready(ready, "ERR cannot open volume %s: %s (detail: %s)", o->vol_id,
-			     zl_strerror(rc), zl_etcd_last_error());
+		attach_ready(ready, "ERR %s cannot open volume %s: %s (detail: %s)", zl_errname(rc),
+			     o->vol_id, zl_strerror(rc), zl_etcd_last_error());
 		return rc;
 	}
 	a->cur = &a->vh[0];
 	a->size = zl_vol_size(a->vh[0].vol);
 	return 0;
+}
+
+static void attach_probe_cb(void *arg, int status)
+{
+	struct attach *a = arg;
+
+	a->probe_status = status;
+}
+
+/* Reads the volume's first block: the proof that a replica serves us with
+ * our credential, before anything (FUSE, a loop device) is set up on it.
+ * Bounded by --start-timeout: a volume that cannot be read fails the start
+ * with the reason (refused for good: at once). 0 or an error, reported. */
+static int attach_probe(struct attach *a, const struct attach_args *o, int *ready)
+{
+	uint64_t len = ZL_MIN(a->size, (uint64_t)4096);
+	uint64_t end = zl_now_ms() + (uint64_t)o->start_timeout_s * 1000u;
+	char why[700];
+	int rc;
+
+	if (posix_memalign(&a->probe_buf, 4096, 4096)) {
+		attach_ready(ready, "ERR ENOMEM out of memory");
+		return -ENOMEM;
+	}
+	a->probe_status = 1;
+	rc = len ? zl_vol_aio_read(a->cur->vol, a->probe_buf, 0, len, attach_probe_cb, a) : 0;
+	if (rc || !len) {
+		a->probe_status = rc;
+	}
+	while (a->probe_status == 1 && !a->stopping && zl_now_ms() < end)
+		if (zl_loop_run_once(a->loop, 100) < 0)
+			break;
+	if (a->probe_status == 0)
+		return 0;
+	if (a->stopping) {
+		attach_ready(ready, "ERR ZL_ERR_CONN stopped by a signal while opening volume %s",
+			     a->vol_id);
+		return -ZL_ERR_CONN;
+	}
+	zl_vol_last_error(a->cur->vol, why, sizeof(why));
+	rc = a->probe_status == 1 ? -ZL_ERR_TIMEOUT : a->probe_status;
+	if (zl_vol_refusal(a->cur->vol, NULL, 0))
+		rc = zl_vol_refusal(a->cur->vol, NULL, 0);
+	if (rc == -ZL_ERR_TIMEOUT)
+		attach_ready(ready,
+			     "ERR ZL_ERR_UNAVAIL cannot read volume %s within %u s "
+			     "(--attach-timeout): %s",
+			     a->vol_id, o->start_timeout_s, why);
+	else
+		attach_ready(ready, "ERR %s cannot read volume %s: %s", zl_errname(rc), a->vol_id,
+			     why);
+	ZL_LOG_ERR(ATTACH_LOG, "start failed: vol=%s err=%s why=\"%s\"", a->vol_id, zl_errname(rc),
+		   why);
+	return rc;
 }
 
 int attach_main(int argc, char **argv)
@@ -423,13 +586,10 @@ int attach_main(int argc, char **argv)
 	snprintf(a->dir, sizeof(a->dir), "%s", o.dir);
 	snprintf(a->mnt, sizeof(a->mnt), "%s/fuse", o.dir);
 	rc = attach_open(a, &o, &ready);
+	if (rc == 0)
+		rc = attach_probe(a, &o, &ready);
 	if (rc)
 		goto out;
-	rc = attach_signals(a);
-	if (rc) {
-		attach_ready(&ready, "ERR cannot set up signals: %s", strerror(-rc));
-		goto out;
-	}
 	if (mkdir(a->mnt, 0700) < 0 && errno != EEXIST) {
 		rc = -errno;
 		attach_ready(&ready, "ERR cannot create %s: %s", a->mnt, strerror(errno));
@@ -447,7 +607,8 @@ int attach_main(int argc, char **argv)
 		goto out;
 	}
 	/* Ready means the kernel finished INIT: opening the file works now. */
-	for (uint64_t end = zl_now_ms() + 10000; !a->fuse_inited && a->fuse_mounted;) {
+	for (uint64_t end = zl_now_ms() + 10000;
+	     !a->fuse_inited && a->fuse_mounted && !a->stopping;) {
 		if (zl_now_ms() > end || zl_loop_run_once(a->loop, 100) < 0)
 			break;
 	}
@@ -462,6 +623,11 @@ int attach_main(int argc, char **argv)
 		    a->vol_id, (unsigned long long)a->size, (unsigned long long)o.epoch, a->mnt,
 		    (int)getpid());
 	attach_ready(&ready, "READY size=%llu", (unsigned long long)a->size);
+	a->serving = true;
+	if (a->stopping) { /* a signal came while starting */
+		a->stop_deadline_ns = zl_now_ns() + (uint64_t)ATTACH_STOP_MS * 1000000u;
+		attach_stop_tick(a);
+	}
 	rc = zl_loop_run(a->loop);
 	ZL_LOG_INFO(ATTACH_LOG, "stopped: vol=%s errors=%llu", a->vol_id,
 		    (unsigned long long)a->io_errors);
@@ -474,9 +640,19 @@ out:
 		unlink(path);
 		close(a->ctl_fd);
 	}
+	if (a->detach_started && !atomic_load(&a->detach_done)) {
+		/* The FUSE connection is gone, so the detach ends soon; it
+		 * still uses a and the loop: leave them to the exit. */
+		ZL_LOG_WARN(ATTACH_LOG, "exiting while a loop device detach is pending: vol=%s",
+			    a->vol_id);
+		exit(1);
+	}
+	if (a->detach_started)
+		pthread_join(a->detach_thread, NULL);
 	for (size_t i = 0; i < ZL_ARRAY_SIZE(a->vh); i++)
 		zl_vol_close(a->vh[i].vol);
 	zl_client_destroy(a->client);
+	free(a->probe_buf);
 	zl_etcd_destroy(a->etcd);
 	if (a->sig_fd >= 0)
 		close(a->sig_fd);

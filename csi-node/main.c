@@ -33,6 +33,8 @@ static void node_usage(FILE *f)
 	      "  --log-level L        err|warn|info|debug\n"
 	      "  --io-timeout SEC     how long volume I/O waits for an in-sync primary while\n"
 	      "                       the cluster heals before it fails (default 600)\n"
+	      "  --attach-timeout SEC how long an attach process may take to prove it can\n"
+	      "                       read its volume before NodeStage fails (default 20)\n"
 	      "  --legacy-drop        0.1 client for clusters without a manager: promote\n"
 	      "                       the next replica itself, give up after 30 s\n"
 	      "  --tls-ca FILE        the cluster's CA (PEM; env ZIPLINE_TLS_CA): attach\n"
@@ -63,6 +65,7 @@ static int node_parse(int argc, char **argv, struct node_cfg *c)
 	    {"log-level", required_argument, NULL, 'l'},
 	    {"io-timeout", required_argument, NULL, 'T'},
 	    {"legacy-drop", no_argument, NULL, 'L'},
+	    {"attach-timeout", required_argument, NULL, 'a'},
 	    {"tls-ca", required_argument, NULL, 'A'},
 	    {"tls-server-name", required_argument, NULL, 'S'},
 	    {"version", no_argument, NULL, 'V'},
@@ -131,6 +134,9 @@ static int node_parse(int argc, char **argv, struct node_cfg *c)
 		case 'L':
 			c->legacy_drop = true;
 			break;
+		case 'a':
+			c->attach_timeout = optarg;
+			break;
 		case 'A':
 		case 'S':
 			/* Attach processes inherit the environment, where lib/client
@@ -172,6 +178,11 @@ static int node_parse(int argc, char **argv, struct node_cfg *c)
 	if (c->io_timeout && node_io_timeout_parse(c->io_timeout, NULL)) {
 		fprintf(stderr, "zipline-node: bad --io-timeout '%s' (seconds, 1..86400)\n",
 			c->io_timeout);
+		return 2;
+	}
+	if (c->attach_timeout && node_start_timeout_parse(c->attach_timeout, NULL)) {
+		fprintf(stderr, "zipline-node: bad --attach-timeout '%s' (seconds, 1..600)\n",
+			c->attach_timeout);
 		return 2;
 	}
 	if (c->log_level && zl_log_set_level(c->log_level)) {
@@ -275,10 +286,20 @@ int main(int argc, char **argv)
 	}
 	ZL_LOG_INFO(NODE_LOG, "serving: endpoint=%s node=%s state=%s frontend=fuse version=%s",
 		    n.cfg.endpoint, n.cfg.node_id, n.cfg.state_dir, ZL_VERSION_STRING);
-	do {
-		if (sigwait(&sigs, &sig) != 0)
+	/* Every 2 s without a signal: reap the attach processes that ended. */
+	for (;;) {
+		struct timespec tick = {.tv_sec = 2};
+
+		sig = sigtimedwait(&sigs, NULL, &tick);
+		if (sig < 0 && (errno == EAGAIN || errno == EINTR)) {
+			node_state_reap_all(&n);
+			continue;
+		}
+		if (sig < 0)
 			sig = SIGTERM;
-	} while (sig == SIGPIPE);
+		if (sig != SIGPIPE)
+			break;
+	}
 	/* Only the CSI service stops: attach processes keep serving volumes. */
 	ZL_LOG_INFO(NODE_LOG, "shutting down on signal %d; attached volumes stay served", sig);
 	zl_grpc_server_shutdown(srv, 10000);

@@ -41,6 +41,9 @@ struct node_cfg {
 	const char *log_level;
 	const char *io_timeout; /* seconds, passed on to attach processes; NULL = 600 */
 	bool legacy_drop;	/* attach processes run the 0.1 client (no manager) */
+	/* seconds an attach process may take to prove it can read its volume
+	 * (passed on as its --start-timeout); NULL = NODE_ATTACH_START_S */
+	const char *attach_timeout;
 	enum node_frontend frontend;
 	unsigned int workers;
 };
@@ -93,6 +96,9 @@ int node_state_load(const struct node *n, const char *vol_id, struct node_vol_st
 int node_state_save(const struct node *n, const struct node_vol_state *st);
 /* Removes the volume's state directory and everything in it. */
 int node_state_remove(const struct node *n, const char *vol_id);
+/* Reaps the attach processes of this zipline-node that ended on their own
+ * (SIGTERM, a crash), so none lingers as a zombie. */
+void node_state_reap_all(struct node *n);
 /* JSON codec, pure (unit-tested). */
 char *node_state_to_json(const struct node_vol_state *st);
 int node_state_from_json(const char *json, struct node_vol_state *st);
@@ -223,8 +229,17 @@ int node_etcd_flag(const char *flag, const char *value);
  * password read from its file. 0 or -ZL_ERR_INVAL after printing why. */
 int node_etcd_opts(struct zl_etcd_opts *eo, char *pw, size_t pw_len);
 
+/* The loop device (/dev/loopN) whose backing file is `file`, if any: 1,
+ * else 0. */
+int node_loop_find(const char *file, char *loop, size_t looplen);
 /* Parses an --io-timeout value: whole seconds 1..86400. 0 (*out, optional,
  * set) or -ZL_ERR_INVAL. attach_main.c. */
 int node_io_timeout_parse(const char *s, uint32_t *out);
+/* Default of --attach-timeout: well under the CSI sidecars' and kubelet's
+ * timeouts, so NodeStage answers with the reason before they give up. */
+#define NODE_ATTACH_START_S 20
+/* Parses an --attach-timeout / --start-timeout value: whole seconds
+ * 1..600. 0 (*out, optional, gets it) or -ZL_ERR_INVAL. */
+int node_start_timeout_parse(const char *s, uint32_t *out);
 
 #endif

@@ -22,8 +22,9 @@
 
 extern char **environ;
 
-#define NODE_ATTACH_READY_MS  60000
-#define NODE_LOG_ROTATE_BYTES (8u << 20)
+/* Beyond the attach process's own --start-timeout: etcd, FUSE INIT. */
+#define NODE_ATTACH_READY_SLACK_MS 20000
+#define NODE_LOG_ROTATE_BYTES	   (8u << 20)
 
 static int node_open_log(const struct node *n, const char *vol_id)
 {
@@ -68,8 +69,8 @@ static void node_log_tail(const struct node *n, const char *vol_id, char *out, s
 int node_attach_start(struct node *n, const struct node_attach_req *req, pid_t *pid, char *msg,
 		      size_t msglen)
 {
-	char dir[NODE_PATH_MAX], epoch[24], tokenv[160], line[512];
-	const char *argv[28];
+	char dir[NODE_PATH_MAX], epoch[24], tokenv[160], line[512], errname[40];
+	const char *argv[30];
 	size_t ac = 0, ne = 0, used = 0;
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
@@ -77,7 +78,10 @@ int node_attach_start(struct node *n, const struct node_attach_req *req, pid_t *
 	char **envp = NULL;
 	int pfd[2] = {-1, -1}, logfd, rc;
 	uint64_t deadline;
+	uint32_t start_s = NODE_ATTACH_START_S;
 
+	if (n->cfg.attach_timeout)
+		node_start_timeout_parse(n->cfg.attach_timeout, &start_s);
 	rc = node_vol_dir(n, req->volume_id, dir, sizeof(dir));
 	if (rc == 0)
 		rc = node_mkdir_p(dir);
@@ -120,6 +124,10 @@ int node_attach_start(struct node *n, const struct node_attach_req *req, pid_t *
 	if (n->cfg.io_timeout) {
 		argv[ac++] = "--io-timeout";
 		argv[ac++] = n->cfg.io_timeout;
+	}
+	if (n->cfg.attach_timeout) {
+		argv[ac++] = "--start-timeout";
+		argv[ac++] = n->cfg.attach_timeout;
 	}
 	if (n->cfg.legacy_drop)
 		argv[ac++] = "--legacy-drop";
@@ -179,8 +187,9 @@ int node_attach_start(struct node *n, const struct node_attach_req *req, pid_t *
 		goto out_pipe;
 	}
 
-	/* One line: "READY ..." or "ERR <what failed>", or EOF if it died. */
-	deadline = zl_now_ms() + NODE_ATTACH_READY_MS;
+	/* One line: "READY ..." or "ERR [ZL_ERR_NAME] <what failed>", or EOF
+	 * if it died. */
+	deadline = zl_now_ms() + (uint64_t)start_s * 1000u + NODE_ATTACH_READY_SLACK_MS;
 	line[0] = '\0';
 	while (used + 1 < sizeof(line) && !memchr(line, '\n', used)) {
 		struct pollfd p = {.fd = pfd[0], .events = POLLIN};
@@ -206,8 +215,16 @@ int node_attach_start(struct node *n, const struct node_attach_req *req, pid_t *
 		goto out_pipe;
 	}
 	if (strncmp(line, "ERR ", 4) == 0) {
-		snprintf(msg, msglen, "attaching %s failed: %s", req->volume_id, line + 4);
-		rc = -ZL_ERR_IO;
+		const char *what = line + 4;
+
+		/* "ERR ZL_ERR_NOT_ATTACHED volume ...": the code says which
+		 * gRPC status NodeStage answers. */
+		rc = sscanf(what, "%39s", errname) == 1 ? zl_err_from_name(errname) : 0;
+		if (rc)
+			what += strlen(errname) + 1;
+		else
+			rc = -ZL_ERR_IO;
+		snprintf(msg, msglen, "attaching %s failed: %s", req->volume_id, what);
 	} else {
 		char tail[300];
 
@@ -219,7 +236,7 @@ int node_attach_start(struct node *n, const struct node_attach_req *req, pid_t *
 	}
 	node_attach_stop(*pid, req->volume_id, 10000);
 	*pid = 0;
-	if (strstr(msg, "not found"))
+	if (rc == -ZL_ERR_IO && strstr(msg, "not found"))
 		rc = -ZL_ERR_NOT_FOUND;
 out_pipe:
 	if (pfd[0] >= 0)
@@ -331,8 +348,7 @@ out:
 	return rc;
 }
 
-/* The loop device whose backing file is `file`, if any: 1, 0. */
-static int node_loop_find(const char *file, char *loop, size_t looplen)
+int node_loop_find(const char *file, char *loop, size_t looplen)
 {
 	struct dirent *de;
 	DIR *d = opendir("/sys/block");

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "csi.pb-c.h"
+#include "lib/grpc/grpc_csi.h"
 #include "lib/meta/meta.h"
 
 struct node_kv {
@@ -128,26 +129,11 @@ static int node_get_plugin_info(void *ctx, struct zl_grpc_call *call, const Prot
 	return ZL_GRPC_OK;
 }
 
+/* The same as the controller's: the plugin as a whole (CSI spec). */
 static int node_get_plugin_caps(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
 				ProtobufCMessage *resp)
 {
-	Csi__V1__GetPluginCapabilitiesResponse *r = (Csi__V1__GetPluginCapabilitiesResponse *)resp;
-	Csi__V1__PluginCapability *cap;
-
-	/* A node plugin offers no controller service; topology it does. */
-	cap = zl_grpc_call_new_msg(call, &csi__v1__plugin_capability__descriptor);
-	r->capabilities = zl_grpc_call_alloc(call, sizeof(*r->capabilities));
-	if (!cap || !r->capabilities)
-		return -ENOMEM;
-	cap->type_case = CSI__V1__PLUGIN_CAPABILITY__TYPE_SERVICE;
-	cap->service = zl_grpc_call_new_msg(call, &csi__v1__plugin_capability__service__descriptor);
-	if (!cap->service)
-		return -ENOMEM;
-	cap->service->type =
-	    CSI__V1__PLUGIN_CAPABILITY__SERVICE__TYPE__VOLUME_ACCESSIBILITY_CONSTRAINTS;
-	r->capabilities[0] = cap;
-	r->n_capabilities = 1;
-	return ZL_GRPC_OK;
+	return zl_grpc_csi_plugin_caps(call, (Csi__V1__GetPluginCapabilitiesResponse *)resp);
 }
 
 static int node_probe(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,

@@ -107,7 +107,7 @@ static int node_stage_locked(struct node *n, struct zl_grpc_call *call,
 {
 	struct node_vol_state st;
 	struct node_attach_req ar;
-	const char *v;
+	const char *v, *tok;
 	char msg[768] = "";
 	bool started = false;
 	int rc;
@@ -163,13 +163,23 @@ static int node_stage_locked(struct node *n, struct zl_grpc_call *call,
 		return zl_grpc_fail_err(call, rc, "cannot look up volume %s in etcd (%s)",
 					st.volume_id, zl_etcd_last_error());
 
+	/* Zipline's ControllerPublish always hands out an attach token: without
+	 * one no storage daemon would serve this node, so say so now rather
+	 * than start an attach process that cannot read. */
+	tok = node_map_get((void *const *)r->publish_context, r->n_publish_context, "token");
+	if (!tok || !tok[0] || !st.epoch)
+		return zl_grpc_fail(call, ZL_GRPC_FAILED_PRECONDITION,
+				    "volume %s: publish_context has no attach %s; call "
+				    "ControllerPublishVolume for this volume and node %s first and "
+				    "pass its publish_context to NodeStageVolume",
+				    st.volume_id, !tok || !tok[0] ? "token" : "epoch",
+				    n->cfg.node_id);
 	if (!node_attach_alive(st.pid, st.volume_id)) {
 		ar = (struct node_attach_req){
 		    .volume_id = st.volume_id,
 		    .prefix = st.prefix,
 		    .epoch = st.epoch,
-		    .token = node_map_get((void *const *)r->publish_context, r->n_publish_context,
-					  "token"),
+		    .token = tok,
 		};
 		rc = node_attach_start(n, &ar, &st.pid, msg, sizeof(msg));
 		if (rc)

@@ -271,7 +271,8 @@ static void node_adopt_one(struct node *n, const char *vol_id)
 		    (int)st.pid, rc ? msg : "ok");
 }
 
-void node_state_adopt_all(struct node *n)
+/* Calls fn for every volume directory under the state dir. */
+static void node_state_foreach(struct node *n, void (*fn)(struct node *n, const char *vol_id))
 {
 	struct dirent *de;
 	DIR *d;
@@ -281,7 +282,27 @@ void node_state_adopt_all(struct node *n)
 		return;
 	while ((de = readdir(d))) {
 		if (node_check_vol_id(de->d_name) == 0)
-			node_adopt_one(n, de->d_name);
+			fn(n, de->d_name);
 	}
 	closedir(d);
+}
+
+void node_state_adopt_all(struct node *n)
+{
+	node_state_foreach(n, node_adopt_one);
+}
+
+/* node_attach_alive reaps an attach process of ours that ended (a zombie
+ * until then). */
+static void node_reap_one(struct node *n, const char *vol_id)
+{
+	struct node_vol_state st;
+
+	if (node_state_load(n, vol_id, &st) == 0 && st.pid > 0)
+		node_attach_alive(st.pid, st.volume_id);
+}
+
+void node_state_reap_all(struct node *n)
+{
+	node_state_foreach(n, node_reap_one);
 }

@@ -81,6 +81,13 @@ struct zl_storage_auth {
 	bool have_key;
 	char att_prefix[512], sec_prefix[512];
 	struct zl_etcd_watch *att_w, *sec_w;
+	/* How far the view of each prefix is known current: the listing's
+	 * revision, then the revision of every watch event applied (under mu;
+	 * l_*: the loop's copy, advanced with the snapshots it applies). A
+	 * HELLO of an epoch up to l_att_rev that names no attachment we hold
+	 * is refused for good; above it, the watch may lag (BUSY). */
+	uint64_t att_rev, sec_rev;
+	uint64_t l_att_rev, l_sec_rev;
 	uint64_t last_log_ms; /* loop thread: rate limit of refusal logs */
 	uint32_t suppressed;
 	/* Loop thread: connections younger than CONN_HELLO_MS (and the ones
@@ -218,6 +225,8 @@ static void auth_copy_all(struct zl_storage_auth *a)
 	for (uint32_t b = 0; b < AUTH_BUCKETS; b++)
 		for (struct auth_vol *v = a->tab[b]; v; v = v->next)
 			auth_apply_local(a, v);
+	a->l_att_rev = a->att_rev;
+	a->l_sec_rev = a->sec_rev;
 	while (a->ev_head) {
 		struct auth_ev *ev = a->ev_head;
 
@@ -256,11 +265,15 @@ static void auth_wake_cb(void *arg)
 {
 	struct zl_storage_auth *a = arg;
 	struct auth_ev *ev;
+	uint64_t att_rev, sec_rev;
 
+	/* The revisions with the queue: every event up to them is in it. */
 	pthread_mutex_lock(&a->mu);
 	ev = a->ev_head;
 	a->ev_head = NULL;
 	a->ev_tail = &a->ev_head;
+	att_rev = a->att_rev;
+	sec_rev = a->sec_rev;
 	pthread_mutex_unlock(&a->mu);
 	while (ev) {
 		struct auth_ev *next = ev->next;
@@ -270,6 +283,8 @@ static void auth_wake_cb(void *arg)
 		free(ev);
 		ev = next;
 	}
+	a->l_att_rev = att_rev;
+	a->l_sec_rev = sec_rev;
 }
 
 /* ---- watches (watch threads) ---- */
@@ -321,6 +336,8 @@ static bool att_apply(struct zl_storage_auth *a, bool put, const struct zl_etcd_
 		}
 	}
 	auth_post(a, v);
+	if ((uint64_t)kv->mod_rev > a->att_rev)
+		a->att_rev = (uint64_t)kv->mod_rev;
 	pthread_mutex_unlock(&a->mu);
 	zl_notify_post(&a->wake);
 	json_decref(j);
@@ -349,6 +366,8 @@ static void sec_apply(struct zl_storage_auth *a, bool put, const struct zl_etcd_
 		v->secret[ZL_AUTH_KEY_HEX] = '\0';
 	}
 	auth_post(a, v);
+	if ((uint64_t)kv->mod_rev > a->sec_rev)
+		a->sec_rev = (uint64_t)kv->mod_rev;
 	pthread_mutex_unlock(&a->mu);
 	zl_notify_post(&a->wake);
 	if (put && !ok)
@@ -402,6 +421,13 @@ static int auth_list(struct zl_storage_auth *a, const char *prefix, bool att, in
 	}
 	if (rose)
 		epochs_save(a);
+	/* The listing saw the whole prefix at *rev. */
+	pthread_mutex_lock(&a->mu);
+	if (att && (uint64_t)*rev > a->att_rev)
+		a->att_rev = (uint64_t)*rev;
+	if (!att && (uint64_t)*rev > a->sec_rev)
+		a->sec_rev = (uint64_t)*rev;
+	pthread_mutex_unlock(&a->mu);
 	return 0;
 }
 
@@ -725,7 +751,17 @@ int zl_storage_auth_hello(struct zl_storage *st, struct zl_xport_conn *c,
 	}
 	if (!has_secret) {
 		explicit_bzero(secret, sizeof(secret));
-		/* Not seen yet (watch lag) or no such volume: the client retries. */
+		/* No token (NodeStage without ControllerPublish), or a view that
+		 * has passed the HELLO's epoch: final. Else the watches may not
+		 * have shown the volume yet: the client retries. */
+		if (!hl->token[0] || !h->epoch) {
+			auth_log(a, c, "HELLO without an attach token", h, hl->node_id);
+			return -ZL_ERR_AUTH;
+		}
+		if (h->epoch <= a->l_att_rev && h->epoch != att_epoch)
+			return -ZL_ERR_NOT_ATTACHED;
+		if (h->epoch <= a->l_sec_rev)
+			return -ZL_ERR_AUTH; /* no secret: no such volume */
 		return -ZL_ERR_BUSY;
 	}
 	zl_vol_id_format(h->vol_id, vid);
@@ -737,8 +773,8 @@ int zl_storage_auth_hello(struct zl_storage *st, struct zl_xport_conn *c,
 	}
 	if (h->epoch < ZL_MAX(att_epoch, max_epoch))
 		return -ZL_ERR_STALE; /* an older attachment's token */
-	if (h->epoch > att_epoch)
-		return -ZL_ERR_BUSY; /* a newer attachment we have not seen yet */
+	if (h->epoch > att_epoch) /* an attachment we never saw: not yet, or not at all */
+		return h->epoch <= a->l_att_rev ? -ZL_ERR_NOT_ATTACHED : -ZL_ERR_BUSY;
 	if (strcmp(node, hl->node_id)) {
 		auth_log(a, c, "HELLO from a node the attachment does not name", h, hl->node_id);
 		return -ZL_ERR_AUTH;
@@ -823,6 +859,7 @@ static bool conn_refusal_counts(const struct zl_wire_hdr *h, int err)
 	switch (-err) {
 	case ZL_ERR_AUTH:
 	case ZL_ERR_STALE:
+	case ZL_ERR_NOT_ATTACHED:
 	case ZL_ERR_NOT_FOUND:
 	case ZL_ERR_RANGE:
 	case ZL_ERR_INVAL:

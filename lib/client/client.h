@@ -33,7 +33,11 @@
  * for a request whose slice version is current (a FLUSH: always), or
  * refuses the HELLO of our token with STALE. The volume is then fenced
  * (zl_vol_fenced): that I/O and every later one fail at once with
- * -ZL_ERR_STALE, in both modes, without waiting io_timeout_s.
+ * -ZL_ERR_STALE, in both modes, without waiting io_timeout_s. A HELLO of
+ * an attach credential (not a cluster one) refused for good is final the
+ * same way, with its own error: AUTH (a bad or missing token),
+ * NOT_ATTACHED (the node's view has passed our epoch and holds no
+ * attachment of ours, or it answered BUSY for 10 s) (zl_vol_refusal).
  * Request slots are preallocated: no malloc per I/O in the steady state. */
 #ifndef ZL_CLIENT_H
 #define ZL_CLIENT_H
@@ -98,8 +102,18 @@ int zl_vol_open(struct zl_client *c, const char *name_or_id, struct zl_vol **out
 /* Waits for nothing: in-flight I/O fails with -ZL_ERR_CONN. Accepts NULL. */
 void zl_vol_close(struct zl_vol *v);
 uint64_t zl_vol_size(const struct zl_vol *v);
-/* True once the storage fenced our attach epoch on v (see above): final. */
+/* True once the storage fenced our attach epoch on v, or refused our
+ * credential for it (see above): final. */
 bool zl_vol_fenced(const struct zl_vol *v);
+/* 0 while v is usable; else the error every I/O of v fails with
+ * (-ZL_ERR_STALE: fenced, -ZL_ERR_AUTH: credential refused,
+ * -ZL_ERR_NOT_ATTACHED: no attachment of ours), with why (optional) set to
+ * what the storage said. */
+int zl_vol_refusal(const struct zl_vol *v, char *why, size_t len);
+/* One line on what kept v's I/O from completing: the refusal, the last
+ * node that could not be reached and how, the last error a retried
+ * request met. For messages when an I/O did not finish in time. */
+void zl_vol_last_error(const struct zl_vol *v, char *out, size_t len);
 const struct zl_volume *zl_vol_meta(const struct zl_vol *v);
 
 /* Completion: 0 or a negative error (-ZL_ERR_UNAVAIL when no replica could

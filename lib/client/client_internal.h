@@ -203,6 +203,9 @@ struct client_node {
 	bool gone;		/* no record in etcd: treated as down */
 	uint64_t down_until_ns; /* after a failed connect: fail fast until then */
 	uint32_t backoff_ms;
+	/* First of an unbroken run of HELLOs of our attach token answered
+	 * BUSY (the node has not seen our attachment yet), 0 = none. */
+	uint64_t hello_busy_ns;
 	uint32_t rr;		   /* round robin over conns */
 	struct client_list waitq;  /* subs waiting for a ready connection or a slot */
 	struct client_conn *conns; /* c->conns_per_node */
@@ -239,6 +242,12 @@ struct zl_client {
 	struct client_list vols;    /* open volumes */
 	struct client_list zombies; /* closed volumes with requests still in the transport */
 	bool destroying;
+	/* The last failure to reach a node (connect, HELLO), for
+	 * zl_vol_last_error: what start-up errors report. */
+	int last_node_err;
+	char last_node_what[16];
+	char last_node_id[ZL_NODE_ID_MAX];
+	char last_node_addr[72];
 };
 
 enum client_sub_state {
@@ -337,15 +346,26 @@ struct zl_vol {
 	struct client_list free_ios, free_subs, split_wait;
 	struct zl_vol_stats stats;
 	struct zl_ratelimit rl; /* failover warnings */
-	/* The storage fenced this client's attach epoch on the volume (it was
-	 * detached from this node or attached to another): final, every I/O
-	 * fails with -ZL_ERR_STALE from then on, nothing more is sent. */
+	/* The storage refused this client the volume for good: it fenced our
+	 * attach epoch (detached from this node or attached to another:
+	 * fence_err -ZL_ERR_STALE), or refused the HELLO of our credential
+	 * (-ZL_ERR_AUTH, -ZL_ERR_NOT_ATTACHED). Final: every I/O fails with
+	 * fence_err from then on, nothing more is sent. */
 	bool fenced;
+	int fence_err;
+	char fence_why[512];
+	/* Heal mode: the last error a retried request met, and where. */
+	int last_retry_err;
+	char last_retry_node[ZL_NODE_ID_MAX];
 };
 
-/* client_io.c: marks open volume vol_num of c fenced (logs it once; why
- * says how the fence was seen). */
+/* client_io.c: marks open volume vol_num of c fenced with -ZL_ERR_STALE
+ * (logs it once; why says how the fence was seen). */
 void client_vol_fence(struct zl_client *c, uint64_t vol_num, const char *why);
+/* client_io.c: refuses open volume vol_num of c (every open volume when
+ * vol_num is 0) for good with err: the same as a fence, with err and why as
+ * what every I/O fails with and what zl_vol_refusal reports. */
+void client_vol_refuse(struct zl_client *c, uint64_t vol_num, int err, const char *why);
 
 /* client_node.c */
 int client_nodes_refresh(struct zl_client *c);

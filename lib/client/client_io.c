@@ -372,7 +372,7 @@ static void sub_send(struct client_sub *s)
 	}
 	if (v->fenced) {
 		s->target = -1;
-		s->pending_err = -ZL_ERR_STALE;
+		s->pending_err = v->fence_err;
 		s->pending_transport = false;
 		sub_arm(s, PEND_RESULT, 0);
 		return;
@@ -476,8 +476,11 @@ static void sub_retry_heal(struct client_sub *s, bool reload, bool now, int why)
 
 	s->attempts++;
 	v->stats.retries++;
-	if (why)
+	if (why) {
 		s->last_err = why;
+		v->last_retry_err = why;
+		snprintf(v->last_retry_node, sizeof(v->last_retry_node), "%s", sub_node_id(s));
+	}
 	if (t >= s->deadline_ns) {
 		sub_give_up_heal(s, t);
 		return;
@@ -699,23 +702,37 @@ static void sub_result_any(struct client_sub *s, int err, uint64_t rep_ver, bool
 	sub_any_next(s, err);
 }
 
-void client_vol_fence(struct zl_client *c, uint64_t vol_num, const char *why)
+void client_vol_refuse(struct zl_client *c, uint64_t vol_num, int err, const char *why)
 {
 	struct client_list *l;
 
 	for (l = c->vols.next; l != &c->vols; l = l->next) {
 		struct zl_vol *v = ZL_CONTAINER_OF(l, struct zl_vol, link);
 
-		if (v->meta.num != vol_num || v->fenced)
+		if ((vol_num && v->meta.num != vol_num) || v->fenced)
 			continue;
 		v->fenced = true;
-		ZL_LOG_ERR(CLIENT_LOG,
-			   "vol=%s is fenced at attach epoch %llu (%s): it was detached from "
-			   "this node or attached to another; every I/O fails with "
-			   "ZL_ERR_STALE from now on (unstage the volume here; the data is the "
-			   "new attachment's)",
-			   v->meta.id, (unsigned long long)c->epoch, why);
+		v->fence_err = err;
+		snprintf(v->fence_why, sizeof(v->fence_why), "%s", why);
+		if (err == -ZL_ERR_STALE)
+			ZL_LOG_ERR(CLIENT_LOG,
+				   "vol=%s is fenced at attach epoch %llu (%s): it was detached "
+				   "from this node or attached to another; every I/O fails with "
+				   "ZL_ERR_STALE from now on (unstage the volume here; the data is "
+				   "the new attachment's)",
+				   v->meta.id, (unsigned long long)c->epoch, why);
+		else
+			ZL_LOG_ERR(CLIENT_LOG,
+				   "vol=%s refused at attach epoch %llu: %s (%s); every I/O fails "
+				   "with %s from now on",
+				   v->meta.id, (unsigned long long)c->epoch, why, zl_strerror(err),
+				   zl_errname(err));
 	}
+}
+
+void client_vol_fence(struct zl_client *c, uint64_t vol_num, const char *why)
+{
+	client_vol_refuse(c, vol_num, -ZL_ERR_STALE, why);
 }
 
 /* A STALE reply that is an epoch fence rather than a placement change: the
@@ -742,7 +759,7 @@ static void sub_result(struct client_sub *s, int err, uint64_t rep_ver, bool tra
 						    "was answered STALE");
 	if (err && v->fenced) {
 		/* Final: no retry, no failure report about a healthy primary. */
-		sub_done(s, -ZL_ERR_STALE);
+		sub_done(s, v->fence_err);
 		return;
 	}
 	if (s->any) {
@@ -1053,6 +1070,54 @@ uint64_t zl_vol_size(const struct zl_vol *v)
 bool zl_vol_fenced(const struct zl_vol *v)
 {
 	return v->fenced;
+}
+
+int zl_vol_refusal(const struct zl_vol *v, char *why, size_t len)
+{
+	if (!v->fenced)
+		return 0;
+	if (why && len)
+		snprintf(why, len, "%s", v->fence_why);
+	return v->fence_err;
+}
+
+void zl_vol_last_error(const struct zl_vol *v, char *out, size_t len)
+{
+	const struct zl_client *c = v->c;
+	size_t used = 0;
+	int n;
+
+	if (!len)
+		return;
+	out[0] = '\0';
+	if (v->fenced) {
+		snprintf(out, len, "%s: %s", zl_errname(v->fence_err), v->fence_why);
+		return;
+	}
+	if (c->last_node_err) {
+		n = snprintf(out, len, "storage node %s at %s: %s failed: %s", c->last_node_id,
+			     c->last_node_addr, c->last_node_what, zl_strerror(c->last_node_err));
+		used = n > 0 ? ZL_MIN((size_t)n, len - 1) : 0;
+	}
+	if (v->last_retry_err)
+		snprintf(out + used, len - used, "%slast reply from %s: %s (%s)",
+			 used ? "; " : "", v->last_retry_node,
+			 zl_errname(v->last_retry_err), zl_strerror(v->last_retry_err));
+	if (!out[0]) {
+		/* Nothing failed yet: say who we are still waiting for. */
+		for (size_t i = 0; i < c->n_nodes && !out[0]; i++)
+			for (uint32_t j = 0; j < c->conns_per_node; j++)
+				if (c->nodes[i]->conns[j].state == CONN_HELLO) {
+					snprintf(out, len,
+						 "storage node %s at %s:%u accepted our connection "
+						 "but never answered its HELLO",
+						 c->nodes[i]->id, c->nodes[i]->addr,
+						 c->nodes[i]->port);
+					break;
+				}
+	}
+	if (!out[0])
+		snprintf(out, len, "no storage node answered");
 }
 
 const struct zl_volume *zl_vol_meta(const struct zl_vol *v)

@@ -15,6 +15,11 @@
 
 #define NODE_BACKOFF_MIN_MS 50u
 #define NODE_BACKOFF_MAX_MS 5000u
+/* How long a node may answer the HELLO of our attach token with BUSY (it
+ * has not seen our attachment yet: its etcd watch lags) before that is
+ * taken as final. A storage daemon answers the final error itself once its
+ * view has passed our epoch; this bounds a watch that never catches up. */
+#define NODE_HELLO_BUSY_MS 10000u
 
 bool client_node_is_down(const struct client_node *n, uint64_t now_ns)
 {
@@ -26,6 +31,10 @@ static void node_mark_down(struct client_node *n, int err, const char *what)
 	struct zl_client *c = n->c;
 
 	n->tls_err = err == -ZL_ERR_TLS_CA || err == -ZL_ERR_TLS ? err : 0;
+	c->last_node_err = err;
+	snprintf(c->last_node_what, sizeof(c->last_node_what), "%s", what);
+	snprintf(c->last_node_id, sizeof(c->last_node_id), "%s", n->id);
+	snprintf(c->last_node_addr, sizeof(c->last_node_addr), "%s:%u", n->addr, n->port);
 	n->backoff_ms =
 	    n->backoff_ms ? ZL_MIN(n->backoff_ms * 2, NODE_BACKOFF_MAX_MS) : NODE_BACKOFF_MIN_MS;
 	n->down_until_ns = zl_now_ns() + (uint64_t)n->backoff_ms * 1000000ull;
@@ -278,6 +287,60 @@ static void conn_close_cb(void *arg, struct zl_xport_conn *xc, int reason)
 	client_node_kick(n);
 }
 
+/* A HELLO of our attach credential answered err: is the refusal final for
+ * the volume? The storage answers AUTH (bad or missing token), STALE (our
+ * epoch is fenced) and NOT_ATTACHED (its view of attachments has passed our
+ * epoch and holds none of ours) only once it knows; BUSY (not seen yet)
+ * turns final once it outlasts NODE_HELLO_BUSY_MS. */
+static void conn_hello_refused(struct client_node *n, int err)
+{
+	struct zl_client *c = n->c;
+	uint64_t now = zl_now_ns();
+	char why[512];
+
+	if (c->cred.cluster)
+		return; /* a cluster credential: zl and peers report it themselves */
+	if (err != -ZL_ERR_BUSY)
+		n->hello_busy_ns = 0;
+	switch (-err) {
+	case ZL_ERR_STALE:
+		if (c->cred.token && c->cred.token[0])
+			client_vol_fence(c, c->cred.vol_id, "the HELLO of our attach token was "
+							    "answered STALE");
+		return;
+	case ZL_ERR_AUTH:
+		snprintf(why, sizeof(why), "storage node %s refused %s", n->id,
+			 c->cred.token && c->cred.token[0]
+			     ? "our attach token (not the volume's, or another node's)"
+			     : "a client without an attach token (ControllerPublish the volume "
+			       "to this node first)");
+		break;
+	case ZL_ERR_NOT_ATTACHED:
+		snprintf(why, sizeof(why),
+			 "storage node %s knows no attachment of this volume to %s at epoch %llu "
+			 "(ControllerPublish it to this node first)",
+			 n->id, c->id, (unsigned long long)c->epoch);
+		break;
+	case ZL_ERR_BUSY:
+		if (!n->hello_busy_ns) {
+			n->hello_busy_ns = now;
+			return;
+		}
+		if (now - n->hello_busy_ns < (uint64_t)NODE_HELLO_BUSY_MS * 1000000ull)
+			return;
+		err = -ZL_ERR_NOT_ATTACHED;
+		snprintf(why, sizeof(why),
+			 "storage node %s has not seen an attachment of this volume to %s at "
+			 "epoch %llu for %u s (ControllerPublish it to this node first; or its "
+			 "etcd watch lags)",
+			 n->id, c->id, (unsigned long long)c->epoch, NODE_HELLO_BUSY_MS / 1000);
+		break;
+	default:
+		return;
+	}
+	client_vol_refuse(c, c->cred.vol_id, err, why);
+}
+
 static void conn_hello_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 {
 	struct client_conn *cc = arg;
@@ -288,12 +351,8 @@ static void conn_hello_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 	if (cc->state != CONN_HELLO)
 		goto out_kick;
 	err = zl_xport_hello_check(&cc->hello, status, rep, n->id, NULL);
-	/* Our attach token's epoch is older than the attachment the storage
-	 * knows (or the attachment was deleted): fenced for good. */
-	if (err == -ZL_ERR_STALE && n->c->cred.token && n->c->cred.token[0] &&
-	    !n->c->cred.cluster)
-		client_vol_fence(n->c, n->c->cred.vol_id, "the HELLO of our attach token was "
-							  "answered STALE");
+	if (err && !status && rep && rep->status)
+		conn_hello_refused(n, err); /* the node said no: is it final? */
 	if (err) {
 		node_mark_down(n, err, "HELLO");
 		cc->state = CONN_CLOSING;
@@ -304,6 +363,7 @@ static void conn_hello_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 	n->tls_err = 0;
 	n->backoff_ms = 0;
 	n->down_until_ns = 0;
+	n->hello_busy_ns = 0;
 	ZL_LOG_INFO(CLIENT_LOG, "connected: node=%s addr=%s:%u transport=%s client=%s", n->id,
 		    n->addr, n->kind == ZL_XPORT_RDMA ? n->rdma_port : n->port,
 		    zl_xport_kind_name(zl_xport_conn_kind(cc->xc)), n->c->id);

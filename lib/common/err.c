@@ -32,3 +32,21 @@ const char *zl_errname(int err)
 	}
 	}
 }
+
+int zl_err_from_name(const char *name)
+{
+	if (!name || !name[0])
+		return 0;
+#define ZL_ERR_BYNAME(n, val, msg)                                                                 \
+	if (strcmp(name, #n) == 0)                                                                 \
+		return -(val);
+	ZL_ERR_TABLE(ZL_ERR_BYNAME)
+#undef ZL_ERR_BYNAME
+	for (int e = 1; e < 134; e++) {
+		const char *n = strerrorname_np(e);
+
+		if (n && strcmp(n, name) == 0)
+			return -e;
+	}
+	return 0;
+}

@@ -29,7 +29,8 @@
 	X(ZL_ERR_MIN_SIZE,   4117, "fewer in-sync copies than the volume's min_size") \
 	X(ZL_ERR_IDENTITY,   4118, "data directory belongs to another cluster or node") \
 	X(ZL_ERR_TLS,        4119, "TLS handshake failed")                       \
-	X(ZL_ERR_TLS_CA,     4120, "node requires TLS but no CA is configured (--tls-ca FILE or ZIPLINE_TLS_CA)")
+	X(ZL_ERR_TLS_CA,     4120, "node requires TLS but no CA is configured (--tls-ca FILE or ZIPLINE_TLS_CA)") \
+	X(ZL_ERR_NOT_ATTACHED, 4121, "volume is not attached to this node at this epoch (ControllerPublish it here first)")
 
 enum zl_err {
 #define ZL_ERR_ENUM(name, val, msg) name = (val),
@@ -41,5 +42,8 @@ enum zl_err {
 const char *zl_strerror(int err);
 /* Returns the symbolic name ("ZL_ERR_STALE", "ENOENT") of an error code. */
 const char *zl_errname(int err);
+/* The negative code whose zl_errname() is name (ZL_ERR_* or an errno
+ * name), or 0 when no code has that name. */
+int zl_err_from_name(const char *name);
 
 #endif

@@ -42,6 +42,7 @@ int zl_grpc_code_from_err(int err)
 		return ZL_GRPC_DEADLINE_EXCEEDED;
 	case ZL_ERR_BUSY: /* in use (mounted, attached): the caller must release it first */
 	case ZL_ERR_VERSION:
+	case ZL_ERR_NOT_ATTACHED: /* ControllerPublish to this node first */
 		return ZL_GRPC_FAILED_PRECONDITION;
 	case ZL_ERR_RANGE:
 		return ZL_GRPC_OUT_OF_RANGE;

@@ -43,8 +43,9 @@ def fail(msg):
 class Node:
     """One zipline-node process with its own node id and state dir."""
 
-    def __init__(self, idx):
+    def __init__(self, idx, extra=()):
         self.idx = idx
+        self.extra = list(extra)  # more zipline-node flags
         self.node_id = "csi-node-%d" % idx
         self.dir = os.path.join(WORK, "node%d" % idx)
         self.state = os.path.join(self.dir, "state")
@@ -59,7 +60,7 @@ class Node:
         self.proc = subprocess.Popen(
             [os.path.join(BIN, "zipline-node"), "--endpoint", self.ep, "--node-id", self.node_id,
              "--etcd", ETCD, "--state-dir", self.state, "--kubelet-dir", WORK,
-             "--transport", "tcp", "--log-level", "info", "--io-timeout", "120"],
+             "--transport", "tcp", "--log-level", "info", "--io-timeout", "120"] + self.extra,
             stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
         logf.close()
         with open(os.path.join(self.dir, "pid"), "w") as f:
@@ -521,13 +522,32 @@ def concurrent_ops(node, vol, pctx):
           "NodeUnstage after concurrent stage")
 
 
+def plugin_caps(c):
+    """GetPluginCapabilities as a set of (kind, type)."""
+    r = twice(c.identity.GetPluginCapabilities, pb.GetPluginCapabilitiesRequest(),
+              "GetPluginCapabilities")
+    out = set()
+    for cap in r.capabilities:
+        kind = cap.WhichOneof("type")
+        out.add((kind, getattr(cap, kind).type))
+    return out
+
+
 def test_identity(nodes):
+    S = pb.PluginCapability.Service
+    E = pb.PluginCapability.VolumeExpansion
+    # The CSI spec: GetPluginCapabilities describes the plugin as a whole,
+    # so every endpoint answers alike (csi-sanity decides from the node's
+    # answer whether to call ControllerPublish).
+    want = {("service", S.CONTROLLER_SERVICE), ("service", S.VOLUME_ACCESSIBILITY_CONSTRAINTS),
+            ("volume_expansion", E.ONLINE)}
     for c, name in [(ctrl, "controller")] + [(n.client, n.node_id) for n in nodes]:
         info = twice(c.identity.GetPluginInfo, pb.GetPluginInfoRequest(), "GetPluginInfo")
         if info.name != "zipline.csi.io" or not info.vendor_version:
             fail("%s GetPluginInfo: %s" % (name, info))
-        twice(c.identity.GetPluginCapabilities, pb.GetPluginCapabilitiesRequest(),
-              "GetPluginCapabilities")
+        got = plugin_caps(c)
+        if got != want:
+            fail("%s GetPluginCapabilities: %s, want %s" % (name, sorted(got), sorted(want)))
     for n in nodes:
         r = twice(n.n.NodeGetInfo, pb.NodeGetInfoRequest(), "NodeGetInfo")
         if r.node_id != n.node_id or \

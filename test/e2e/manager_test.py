@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Driver of manager_e2e.sh: rules M1-M7 of the membership manager
-(csi-controller/ctrl_manager.c) against a real etcd and real
+(lib/manager, run by zipline-controller) against a real etcd and real
 zipline-controller processes. Storage nodes are their records only (put on
 leases of the test's own, as zipline-storage registers them); the oracle is
 etcd: every assertion reads the rows (or their history) from etcd.

@@ -68,6 +68,13 @@ static void test_errors_and_names(void **state)
 	assert_int_equal(zl_node_id_check(""), -ZL_ERR_INVAL);
 	assert_int_equal(zl_volume_name_check("pvc-1234.data_x"), 0);
 	assert_int_equal(zl_volume_name_check("a b"), -ZL_ERR_INVAL);
+	/* The names round-trip (the attach process's ERR line carries one). */
+	assert_int_equal(zl_err_from_name("ZL_ERR_NOT_ATTACHED"), -ZL_ERR_NOT_ATTACHED);
+	assert_int_equal(zl_err_from_name(zl_errname(-ZL_ERR_TLS_CA)), -ZL_ERR_TLS_CA);
+	assert_int_equal(zl_err_from_name("ENOENT"), -2);
+	assert_int_equal(zl_err_from_name("cannot"), 0);
+	assert_int_equal(zl_err_from_name(""), 0);
+	assert_int_equal(zl_err_from_name(NULL), 0);
 }
 
 int main(void)
