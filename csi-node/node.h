@@ -196,6 +196,14 @@ int node_cap_parse(const struct Csi__V1__VolumeCapability *c, struct node_cap *o
  * enough, the capability valid, the volume id well formed. Returns
  * ZL_GRPC_OK with *cap filled, or the failed status (INVALID_ARGUMENT,
  * NOT_FOUND) with its message recorded on the call. */
+/* The opening checks of every node RPC: volume_id and the path named field
+ * present (INVALID_ARGUMENT), the id a Zipline id (NOT_FOUND).
+ * ZL_GRPC_OK or the code the call failed with. */
+int node_check_args(struct zl_grpc_call *call, const char *volume_id, const char *field,
+		    const char *path);
+/* node_op_begin for an RPC: ZL_GRPC_OK, or the call fails with ABORTED
+ * while another operation on the volume runs (end it with node_op_end). */
+int node_op_begin_call(struct node *n, struct zl_grpc_call *call, const char *volume_id);
 int node_check_stage_args(struct zl_grpc_call *call, const char *volume_id, const char *field,
 			  const char *path, const struct Csi__V1__VolumeCapability *vc,
 			  struct node_cap *cap);
