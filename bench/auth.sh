@@ -20,6 +20,7 @@ export CL_BIN=$BUILD/bin
 TOP=$(mktemp -d "$BUILD/bench-auth.XXXXXX")
 CL_DIR=
 source "$SRC/test/lib/cluster.sh"
+source "$SRC/bench/lib.sh"
 cleanup() { [ -n "$CL_DIR" ] && cl_stop_all; rm -rf "$TOP"; }
 trap cleanup EXIT
 ZL="$CL_BIN/zl"
@@ -30,32 +31,6 @@ TICK=$(getconf CLK_TCK)
 JOBS=("randread 4k 32" "randwrite 4k 32" "randread 4k 1")
 # BENCH_JOBS="randwrite 4k 32;randread 4k 1" picks jobs (rw bs qd; ...).
 if [ -n "${BENCH_JOBS:-}" ]; then IFS=';' read -r -a JOBS <<<"$BENCH_JOBS"; fi
-
-# cpu_ticks PID...: utime + stime of the processes, in clock ticks.
-cpu_ticks() {
-	local t=0 p f
-	for p in "$@"; do
-		read -r -a f <"/proc/$p/stat"
-		# Fields 14 and 15 (1-based), past the "(comm)" field (no spaces in ours).
-		t=$((t + f[13] + f[14]))
-	done
-	echo "$t"
-}
-
-# zl_bench_cpu ARGS...: runs zl bench --json; prints its JSON and, on the last
-# line, its user+system CPU seconds.
-zl_bench_cpu() {
-	/usr/bin/python3 - "$ZL" "$@" <<'PY'
-import resource, subprocess, sys
-r = subprocess.run(sys.argv[1:], capture_output=True, text=True)
-if r.returncode:
-    sys.stderr.write(r.stderr)
-    sys.exit("zl bench failed with exit %d" % r.returncode)
-u = resource.getrusage(resource.RUSAGE_CHILDREN)
-print(r.stdout.strip())
-print("%.4f" % (u.ru_utime + u.ru_stime))
-PY
-}
 
 one_round() {
 	local round=$1 mode=$2 pids p
@@ -79,11 +54,11 @@ one_round() {
 		read -r rw bs qd <<<"$j"
 		echo "bench/auth.sh: round $round, auth $mode: $rw $bs QD$qd" >&2
 		# shellcheck disable=SC2086
-		s0=$(cpu_ticks $pids)
-		out=$(zl_bench_cpu bench bench --rw "$rw" --bs "$bs" --qd "$qd" --seconds "$RUNTIME" \
+		s0=$(bench_cpu_ticks $pids)
+		out=$(bench_zl_bench_cpu "$ZL" bench bench --rw "$rw" --bs "$bs" --qd "$qd" --seconds "$RUNTIME" \
 			--size "$WSET" --json)
 		# shellcheck disable=SC2086
-		s1=$(cpu_ticks $pids)
+		s1=$(bench_cpu_ticks $pids)
 		/usr/bin/python3 - "$mode" "$rw $bs QD$qd" "$((s1 - s0))" "$TICK" "$out" >>"$RES" <<'PY'
 import json, sys
 mode, job, ticks, tck, out = sys.argv[1:]
@@ -97,10 +72,10 @@ print("\t".join([mode, job, "%.1f" % d["iops"], "%.1f" % d["lat_us"]["avg"],
 PY
 	done
 	# shellcheck disable=SC2086
-	s0=$(cpu_ticks $pids)
+	s0=$(bench_cpu_ticks $pids)
 	sleep "$IDLE"
 	# shellcheck disable=SC2086
-	s1=$(cpu_ticks $pids)
+	s1=$(bench_cpu_ticks $pids)
 	/usr/bin/python3 -c 'import sys; m,t,k,s=sys.argv[1:]; print("%s\tidle\t-\t-\t-\t%.3f" % (m, int(t)/int(k)/float(s)/3*100))' \
 		"$mode" "$((s1 - s0))" "$TICK" "$IDLE" >>"$RES"
 	cl_stop_all

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Instructions per 4 KiB I/O with --auth off and on, counted by callgrind
 # (deterministic, unlike CPU time on a shared 2-core machine): one daemon,
-# a 1-replica volume, `zl bench` QD16 for 8 s.
+# a 1-replica volume, `zl bench` QD16 for INSTR_SECONDS (default 8) s.
 #   bench/auth_instr.sh storage|client off|on [randwrite|randread]
 # storage: the daemon runs under callgrind, instrumented only during the job;
 # client: `zl bench` runs under callgrind (the whole process: its start-up,
@@ -9,6 +9,7 @@
 set -uo pipefail
 side=${1:?storage|client}; mode=${2:?off|on}; RW=${3:-randwrite}
 SRC=$(cd "$(dirname "$0")/.." && pwd); BUILD=${BUILD:-$SRC/build}
+SECS=${INSTR_SECONDS:-8}
 export CL_BIN=$BUILD/bin
 export CL_DIR=$(mktemp -d /tmp/zl-auth-instr.XXXXXX)
 source "$SRC/test/lib/cluster.sh"
@@ -27,7 +28,7 @@ cl_wait_nodes 1 || { tail $CL_DIR/s1/log; exit 1; }
 $CL_BIN/zl volume create b --size 256M --replicas 1 >/dev/null || exit 1
 $CL_BIN/zl bench b --rw write --bs 1M --qd 4 --seconds 3 --size 32M --json >/dev/null
 callgrind_control -i on $SP >/dev/null
-out=$($CL_BIN/zl bench b --rw $RW --bs 4k --qd 16 --seconds 8 --size 32M --json)
+out=$($CL_BIN/zl bench b --rw $RW --bs 4k --qd 16 --seconds "$SECS" --size 32M --json)
 callgrind_control -i off $SP >/dev/null
 callgrind_control -d $SP >/dev/null
 sleep 2
@@ -40,7 +41,7 @@ CL_AUTH=$mode cl_start_storage 1
 cl_wait_nodes 1 || exit 1
 $CL_BIN/zl volume create b --size 256M --replicas 1 >/dev/null || exit 1
 $CL_BIN/zl bench b --rw write --bs 1M --qd 4 --seconds 3 --size 32M --json >/dev/null
-out=$(valgrind --tool=callgrind --callgrind-out-file=$CL_DIR/cgc.out $CL_BIN/zl bench b --rw $RW --bs 4k --qd 16 --seconds 8 --size 32M --json 2>/dev/null)
+out=$(valgrind --tool=callgrind --callgrind-out-file=$CL_DIR/cgc.out $CL_BIN/zl bench b --rw $RW --bs 4k --qd 16 --seconds "$SECS" --size 32M --json 2>/dev/null)
 ios=$(sed -n 's/.*"ios":\([0-9]*\).*/\1/p' <<<"$out")
 ir=$(grep -h '^summary:\|^totals:' $CL_DIR/cgc.out | head -1 | awk '{print $2}')
 echo "client rw=$RW auth=$mode ios=$ios Ir=$ir Ir_per_io=$((ir / ios))"

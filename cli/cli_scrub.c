@@ -20,7 +20,7 @@
 #include "lib/meta/meta.h"
 #include "lib/meta/zl_auth.h"
 #include "lib/transport/transport.h"
-#include "lib/transport/xport_peer.h"
+#include "lib/transport/xport_hello.h"
 #include "lib/wire/wire.h"
 
 #define SCRUB_REQ_MS  (24ull * 3600 * 1000) /* one slice's SCRUB */

@@ -39,40 +39,11 @@ static const struct zl_grpc_method ctrl_methods[] = {
     M("Controller", "ControllerGetVolume", controller_get_volume, ctrl_get_volume, 0),
 };
 
-/* Reads the password file (first line, no newline) into a malloc'd string. */
-static int ctrl_read_password(const char *path, char **out)
+static int ctrl_etcd_open(const struct ctrl_cfg *cfg, struct zl_etcd **out)
 {
-	char buf[512];
-	FILE *f;
-	size_t n;
+	struct zl_etcd_opts o = {.timeout_ms = CTRL_ETCD_TIMEOUT_MS};
 
-	f = fopen(path, "r");
-	if (!f) {
-		ZL_LOG_ERR(CTRL_LOG, "cannot read --etcd-password-file path=%s: %s", path,
-			   strerror(errno));
-		return -errno;
-	}
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	buf[strcspn(buf, "\r\n")] = '\0';
-	*out = strdup(buf);
-	explicit_bzero(buf, sizeof(buf));
-	return *out ? 0 : -ENOMEM;
-}
-
-static int ctrl_etcd_open(const struct ctrl_cfg *cfg, const char *password, struct zl_etcd **out)
-{
-	struct zl_etcd_opts o = {
-	    .endpoints = cfg->etcd_urls,
-	    .timeout_ms = CTRL_ETCD_TIMEOUT_MS,
-	    .cacert = cfg->cacert,
-	    .cert = cfg->cert,
-	    .key = cfg->key,
-	    .user = cfg->user,
-	    .password = password,
-	};
-
+	zl_cfg_etcd_opts(&cfg->etcd, &o);
 	return zl_etcd_create(&o, out);
 }
 
@@ -91,7 +62,6 @@ int ctrl_start(struct ctrl *c, const struct ctrl_cfg *cfg)
 {
 	struct zl_grpc_server_cfg gc = {0};
 	char host[64] = "controller";
-	char *password = NULL;
 	int rc;
 
 	memset(c, 0, sizeof(*c));
@@ -103,7 +73,7 @@ int ctrl_start(struct ctrl *c, const struct ctrl_cfg *cfg)
 	pthread_cond_init(&c->bg_cond, &ca);
 	pthread_condattr_destroy(&ca);
 	pthread_mutex_init(&c->leader_lock, NULL);
-	snprintf(c->prefix, sizeof(c->prefix), "%s", cfg->prefix);
+	snprintf(c->prefix, sizeof(c->prefix), "%s", cfg->etcd.prefix);
 	c->cluster_key_file = cfg->cluster_key_file;
 	if (c->cluster_key_file) {
 		/* A bad Secret mount shows at start, not at the first DeleteVolume. */
@@ -131,22 +101,13 @@ int ctrl_start(struct ctrl *c, const struct ctrl_cfg *cfg)
 	if (!c->election)
 		c->is_leader = true;
 
-	if (cfg->password_file) {
-		rc = ctrl_read_password(cfg->password_file, &password);
-		if (rc)
-			return rc;
-	}
-	rc = ctrl_etcd_open(cfg, password, &c->etcd);
+	rc = ctrl_etcd_open(cfg, &c->etcd);
 	if (!rc)
-		rc = ctrl_etcd_open(cfg, password, &c->etcd_bg);
+		rc = ctrl_etcd_open(cfg, &c->etcd_bg);
 	if (!rc && cfg->manager)
-		rc = ctrl_etcd_open(cfg, password, &c->etcd_mgr);
-	if (password) {
-		explicit_bzero(password, strlen(password));
-		free(password);
-	}
+		rc = ctrl_etcd_open(cfg, &c->etcd_mgr);
 	if (rc) {
-		ZL_LOG_ERR(CTRL_LOG, "bad etcd configuration endpoints=%s: %s", cfg->etcd_urls,
+		ZL_LOG_ERR(CTRL_LOG, "bad etcd configuration endpoints=%s: %s", cfg->etcd.endpoints,
 			   zl_strerror(rc));
 		return rc;
 	}
@@ -154,7 +115,7 @@ int ctrl_start(struct ctrl *c, const struct ctrl_cfg *cfg)
 		ZL_LOG_WARN(CTRL_LOG,
 			    "etcd not reachable yet endpoints=%s detail=\"%s\": Probe answers "
 			    "not ready until it is",
-			    cfg->etcd_urls, zl_etcd_last_error());
+			    cfg->etcd.endpoints, zl_etcd_last_error());
 	else
 		atomic_store(&c->etcd_ok_ms, zl_now_ms());
 
@@ -195,7 +156,7 @@ int ctrl_start(struct ctrl *c, const struct ctrl_cfg *cfg)
 	ZL_LOG_INFO(CTRL_LOG,
 		    "serving every CSI call endpoint=%s etcd=%s prefix=%s leader_election=%s "
 		    "replica_id=%s gc_interval_s=%u manager=%s version=%s",
-		    cfg->endpoint, cfg->etcd_urls, c->prefix, c->election ? "on" : "off",
+		    cfg->endpoint, cfg->etcd.endpoints, c->prefix, c->election ? "on" : "off",
 		    c->leader_id, c->gc_interval_s, cfg->manager ? "on" : "off",
 		    ZL_VERSION_STRING);
 	return 0;

@@ -13,6 +13,7 @@
 
 #include "csi.pb-c.h"
 #include "lib/common/common.h"
+#include "lib/cfg/cfg.h"
 #include "lib/etcd/etcd.h"
 #include "lib/grpc/grpc_server.h"
 #include "lib/manager/manager.h"
@@ -43,11 +44,7 @@
 
 struct ctrl_cfg {
 	const char *endpoint;
-	const char *etcd_urls;
-	const char *prefix;
-	const char *cacert, *cert, *key;
-	const char *user;
-	const char *password_file;
+	struct zl_cfg_etcd etcd; /* --etcd, --etcd-prefix, etcd TLS and auth */
 	const char *cluster_key_file; /* NULL: <prefix>keys/cluster in etcd */
 	bool leader_election;
 	const char *leader_id; /* NULL = hostname-pid */
@@ -105,9 +102,9 @@ struct ctrl {
 };
 
 /* ---- ctrl_cfg.c ---- */
-/* Parses argv into cfg (defaults from CSI_ENDPOINT / ZIPLINE_ETCD). Returns 0,
- * 1 when --help/--version was handled (exit 0), or 2 after printing one line
- * about a bad flag (exit 2). */
+/* Parses argv into cfg (defaults from CSI_ENDPOINT / ZIPLINE_ETCD; cfg must
+ * not move afterwards). Returns 0, 1 when --help/--version was handled (exit
+ * 0), or -ZL_ERR_INVAL after printing one line about a bad flag (exit 2). */
 int ctrl_cfg_parse(int argc, char **argv, struct ctrl_cfg *cfg);
 
 /* ---- ctrl.c: lifetime ---- */

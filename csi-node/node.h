@@ -196,6 +196,14 @@ int node_cap_parse(const struct Csi__V1__VolumeCapability *c, struct node_cap *o
  * enough, the capability valid, the volume id well formed. Returns
  * ZL_GRPC_OK with *cap filled, or the failed status (INVALID_ARGUMENT,
  * NOT_FOUND) with its message recorded on the call. */
+/* The opening checks of every node RPC: volume_id and the path named field
+ * present (INVALID_ARGUMENT), the id a Zipline id (NOT_FOUND).
+ * ZL_GRPC_OK or the code the call failed with. */
+int node_check_args(struct zl_grpc_call *call, const char *volume_id, const char *field,
+		    const char *path);
+/* node_op_begin for an RPC: ZL_GRPC_OK, or the call fails with ABORTED
+ * while another operation on the volume runs (end it with node_op_end). */
+int node_op_begin_call(struct node *n, struct zl_grpc_call *call, const char *volume_id);
 int node_check_stage_args(struct zl_grpc_call *call, const char *volume_id, const char *field,
 			  const char *path, const struct Csi__V1__VolumeCapability *vc,
 			  struct node_cap *cap);
@@ -221,12 +229,22 @@ int node_register_start(struct node *n);
 /* Stops the retry thread, if any. */
 void node_register_stop(void);
 
-/* Records an etcd TLS/auth flag (etcd-cacert, etcd-cert, etcd-key,
- * etcd-user, etcd-password-file) in the environment for this process and its
- * attach processes. 0, or 2 (exit code) after printing why. */
-int node_etcd_flag(const char *flag, const char *value);
-/* Fills the TLS/auth fields of eo from that environment; pw holds the
- * password read from its file. 0 or -ZL_ERR_INVAL after printing why. */
+struct zl_cfg_etcd;
+/* Parses zipline-node's argv into c and its etcd options into e (e must
+ * outlive c: c->etcd_urls and c->etcd_prefix point into it), exports them for
+ * the attach processes. 0, 1 (--help or --version printed: exit 0), or
+ * -ZL_ERR_INVAL after one line on stderr (exit 2). node_flags.c. */
+int node_flags_parse(int argc, char **argv, struct node_cfg *c, struct zl_cfg_etcd *e);
+/* Takes e's TLS/auth settings from that environment (the defaults of the
+ * flags). node_etcd.c. */
+void node_etcd_import(struct zl_cfg_etcd *e);
+/* Records the etcd TLS/auth flags (--etcd-cacert, --etcd-cert, --etcd-key,
+ * --etcd-user, --etcd-password-file) of e in the environment for this
+ * process's attach processes. node_etcd.c. */
+void node_etcd_export(const struct zl_cfg_etcd *e);
+/* Fills the TLS/auth fields of eo from that environment (eo->endpoints
+ * set); pw holds the password read from its file. 0 or -ZL_ERR_INVAL after
+ * printing why. */
 int node_etcd_opts(struct zl_etcd_opts *eo, char *pw, size_t pw_len);
 
 /* The loop device (/dev/loopN) whose backing file is `file`, if any: 1,

@@ -269,7 +269,13 @@ bool node_attach_alive(pid_t pid, const char *vol_id)
 		return false;
 	buf[len] = '\0';
 	p = strrchr(buf, ')');
-	if (!p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X')
+	if (p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X')) {
+		/* Ended since the waitpid above: reap it now if it is our child
+		 * (else ECHILD: its parent, an earlier zipline-node, does). */
+		waitpid(pid, &status, WNOHANG);
+		return false;
+	}
+	if (!p || p[1] != ' ')
 		return false;
 	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -292,16 +298,34 @@ bool node_attach_alive(pid_t pid, const char *vol_id)
 	return false;
 }
 
+/* Reaps pid if it is our child: an attach process that stopped serving
+ * (its /proc entry already says so) may still be on its way out; wait for
+ * that, bounded. A process of an earlier zipline-node: ECHILD at once. */
+static void node_attach_reap(pid_t pid)
+{
+	for (int i = 0; i < 200; i++) {
+		pid_t r = waitpid(pid, NULL, WNOHANG);
+
+		if (r == pid || r < 0)
+			return;
+		usleep(10000);
+	}
+}
+
 int node_attach_stop(pid_t pid, const char *vol_id, int timeout_ms)
 {
 	uint64_t deadline = zl_now_ms() + (uint64_t)timeout_ms;
 
-	if (!node_attach_alive(pid, vol_id))
+	if (!node_attach_alive(pid, vol_id)) {
+		node_attach_reap(pid);
 		return 0;
+	}
 	kill(pid, SIGTERM);
 	while (zl_now_ms() < deadline) {
-		if (!node_attach_alive(pid, vol_id))
+		if (!node_attach_alive(pid, vol_id)) {
+			node_attach_reap(pid);
 			return 0;
+		}
 		usleep(20000);
 	}
 	ZL_LOG_WARN(NODE_LOG, "attach process ignored SIGTERM, killing it: vol=%s pid=%d", vol_id,
@@ -309,6 +333,7 @@ int node_attach_stop(pid_t pid, const char *vol_id, int timeout_ms)
 	kill(pid, SIGKILL);
 	for (int i = 0; i < 100 && node_attach_alive(pid, vol_id); i++)
 		usleep(20000);
+	node_attach_reap(pid);
 	return -ETIMEDOUT;
 }
 

@@ -1,67 +1,68 @@
-/* etcd TLS and auth settings of zipline-node. The flags are turned into
- * ZIPLINE_ETCD_* environment variables so that every attach process (which
- * inherits the environment, never argv: the password file path is harmless
- * but the pattern keeps secrets out of ps) connects to etcd the same way. */
+/* etcd TLS and auth settings of zipline-node. The parsed flags (lib/cfg) are
+ * put in ZIPLINE_ETCD_* environment variables so that every attach process
+ * (which inherits the environment, never argv: the password file path is
+ * harmless but the pattern keeps secrets out of ps) connects to etcd the
+ * same way, and checks them with the same code. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
+#include "lib/cfg/cfg.h"
 #include "node.h"
 
-int node_etcd_flag(const char *flag, const char *value)
-{
-	static const char *const map[][2] = {
-	    {"etcd-cacert", "ZIPLINE_ETCD_CACERT"},
-	    {"etcd-cert", "ZIPLINE_ETCD_CERT"},
-	    {"etcd-key", "ZIPLINE_ETCD_KEY"},
-	    {"etcd-user", "ZIPLINE_ETCD_USER"},
-	    {"etcd-password-file", "ZIPLINE_ETCD_PASSWORD_FILE"},
-	};
+/* The variable of each setting, and where it lives in struct zl_cfg_etcd. */
+static const struct {
+	const char *env;
+	size_t off;
+} node_etcd_env[] = {
+    {"ZIPLINE_ETCD_CACERT", offsetof(struct zl_cfg_etcd, cacert)},
+    {"ZIPLINE_ETCD_CERT", offsetof(struct zl_cfg_etcd, cert)},
+    {"ZIPLINE_ETCD_KEY", offsetof(struct zl_cfg_etcd, key)},
+    {"ZIPLINE_ETCD_USER", offsetof(struct zl_cfg_etcd, user)},
+    {"ZIPLINE_ETCD_PASSWORD_FILE", offsetof(struct zl_cfg_etcd, password_file)},
+};
 
-	for (size_t i = 0; i < ZL_ARRAY_SIZE(map); i++) {
-		if (strcmp(flag, map[i][0]))
-			continue;
-		if (strcmp(flag, "etcd-user") && access(value, R_OK)) {
-			fprintf(stderr, "zipline-node: cannot read --%s %s (check the path)\n", flag,
-				value);
-			return 2;
-		}
-		setenv(map[i][1], value, 1);
-		return 0;
+static const char **node_etcd_field(struct zl_cfg_etcd *e, size_t i)
+{
+	return (const char **)((char *)e + node_etcd_env[i].off);
+}
+
+void node_etcd_import(struct zl_cfg_etcd *e)
+{
+	for (size_t i = 0; i < ZL_ARRAY_SIZE(node_etcd_env); i++)
+		*node_etcd_field(e, i) = getenv(node_etcd_env[i].env);
+}
+
+void node_etcd_export(const struct zl_cfg_etcd *e)
+{
+	for (size_t i = 0; i < ZL_ARRAY_SIZE(node_etcd_env); i++) {
+		const char *v = *node_etcd_field((struct zl_cfg_etcd *)e, i);
+
+		if (v)
+			setenv(node_etcd_env[i].env, v, 1);
+		else
+			unsetenv(node_etcd_env[i].env);
 	}
-	return 2;
 }
 
 int node_etcd_opts(struct zl_etcd_opts *eo, char *pw, size_t pw_len)
 {
-	const char *pwfile = getenv("ZIPLINE_ETCD_PASSWORD_FILE");
+	static const struct zl_cfg cli = {.prog = "zipline-node attach"};
+	struct zl_cfg_etcd e;
+	int rc;
 
-	eo->cacert = getenv("ZIPLINE_ETCD_CACERT");
-	eo->cert = getenv("ZIPLINE_ETCD_CERT");
-	eo->key = getenv("ZIPLINE_ETCD_KEY");
-	eo->user = getenv("ZIPLINE_ETCD_USER");
-	eo->password = NULL;
-	if (!eo->user != !pwfile) {
-		fprintf(stderr, "zipline-node: --etcd-user and --etcd-password-file go together\n");
-		return -ZL_ERR_INVAL;
+	zl_cfg_etcd_init(&e, true);
+	e.endpoints = eo->endpoints;
+	node_etcd_import(&e);
+	rc = zl_cfg_etcd_check(&cli, &e);
+	if (!rc && snprintf(pw, pw_len, "%s", e.password) >= (int)pw_len)
+		rc = zl_cfg_err(&cli, "--etcd-password-file", e.password_file,
+				"the password is longer than %zu bytes; use a shorter one",
+				pw_len - 1);
+	if (!rc) {
+		zl_cfg_etcd_opts(&e, eo);
+		eo->password = pw[0] ? pw : NULL;
 	}
-	if (!eo->cert != !eo->key) {
-		fprintf(stderr, "zipline-node: --etcd-cert and --etcd-key go together\n");
-		return -ZL_ERR_INVAL;
-	}
-	if (pwfile) {
-		FILE *f = fopen(pwfile, "r");
-
-		if (!f || !fgets(pw, (int)pw_len, f)) {
-			if (f)
-				fclose(f);
-			fprintf(stderr, "zipline-node: cannot read --etcd-password-file %s\n", pwfile);
-			return -ZL_ERR_INVAL;
-		}
-		fclose(f);
-		pw[strcspn(pw, "\r\n")] = 0;
-		eo->password = pw;
-	}
-	return 0;
+	explicit_bzero(e.password, sizeof(e.password));
+	return rc;
 }

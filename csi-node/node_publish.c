@@ -155,21 +155,15 @@ int node_publish(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *r
 	struct node_cap cap;
 	int rc;
 
-	if (!r->volume_id[0])
-		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "volume_id is required");
-	if (!r->target_path[0])
-		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "target_path is required");
-	if (!r->staging_target_path[0])
+	if (r->volume_id[0] && r->target_path[0] && !r->staging_target_path[0])
 		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
 				    "staging_target_path is required (this plugin stages volumes)");
 	rc = node_check_stage_args(call, r->volume_id, "target_path", r->target_path,
 				   r->volume_capability, &cap);
+	if (rc == 0)
+		rc = node_op_begin_call(n, call, r->volume_id);
 	if (rc)
 		return rc;
-	if (node_op_begin(n, r->volume_id))
-		return zl_grpc_fail(call, ZL_GRPC_ABORTED,
-				    "an operation on volume %s is already in progress",
-				    r->volume_id);
 	rc = node_publish_locked(n, call, r, &cap);
 	node_op_end(n, r->volume_id);
 	return rc;
@@ -226,17 +220,11 @@ int node_unpublish(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage 
 	struct node *n = ctx;
 	int rc;
 
-	if (!r->volume_id[0])
-		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "volume_id is required");
-	if (!r->target_path[0])
-		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "target_path is required");
-	if (node_check_vol_id(r->volume_id))
-		return zl_grpc_fail(call, ZL_GRPC_NOT_FOUND, "volume %.64s does not exist",
-				    r->volume_id);
-	if (node_op_begin(n, r->volume_id))
-		return zl_grpc_fail(call, ZL_GRPC_ABORTED,
-				    "an operation on volume %s is already in progress",
-				    r->volume_id);
+	rc = node_check_args(call, r->volume_id, "target_path", r->target_path);
+	if (rc == 0)
+		rc = node_op_begin_call(n, call, r->volume_id);
+	if (rc)
+		return rc;
 	rc = node_unpublish_locked(n, call, r);
 	node_op_end(n, r->volume_id);
 	return rc;

@@ -37,6 +37,28 @@ int node_check_vol_id(const char *id)
 	return 0;
 }
 
+int node_check_args(struct zl_grpc_call *call, const char *volume_id, const char *field,
+		    const char *path)
+{
+	if (!volume_id[0])
+		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "volume_id is required");
+	if (!path[0])
+		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "%s is required", field);
+	if (node_check_vol_id(volume_id))
+		return zl_grpc_fail(call, ZL_GRPC_NOT_FOUND,
+				    "volume %.64s does not exist (Zipline ids are vol-<16 hex>)",
+				    volume_id);
+	return ZL_GRPC_OK;
+}
+
+int node_op_begin_call(struct node *n, struct zl_grpc_call *call, const char *volume_id)
+{
+	if (node_op_begin(n, volume_id))
+		return zl_grpc_fail(call, ZL_GRPC_ABORTED,
+				    "an operation on volume %s is already in progress", volume_id);
+	return ZL_GRPC_OK;
+}
+
 int node_volume_exists(struct node *n, const char *prefix, const char *vol_id, uint64_t *size)
 {
 	struct zl_volume v;

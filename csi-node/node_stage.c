@@ -236,10 +236,9 @@ int node_check_stage_args(struct zl_grpc_call *call, const char *volume_id, cons
 	char msg[256];
 	int rc;
 
-	if (!volume_id[0])
-		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "volume_id is required");
-	if (!path[0])
-		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "%s is required", field);
+	rc = node_check_args(call, volume_id, field, path);
+	if (rc)
+		return rc;
 	if (path[0] != '/' || strlen(path) >= NODE_PATH_MAX)
 		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
 				    "%s must be an absolute path shorter than %d", field,
@@ -247,10 +246,6 @@ int node_check_stage_args(struct zl_grpc_call *call, const char *volume_id, cons
 	rc = node_cap_parse(vc, cap, msg, sizeof(msg));
 	if (rc)
 		return zl_grpc_fail(call, rc, "%s", msg);
-	if (node_check_vol_id(volume_id))
-		return zl_grpc_fail(call, ZL_GRPC_NOT_FOUND,
-				    "volume %.64s does not exist (Zipline ids are vol-<16 hex>)",
-				    volume_id);
 	return ZL_GRPC_OK;
 }
 
@@ -264,12 +259,10 @@ int node_stage(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req
 
 	rc = node_check_stage_args(call, r->volume_id, "staging_target_path",
 				   r->staging_target_path, r->volume_capability, &cap);
+	if (rc == 0)
+		rc = node_op_begin_call(n, call, r->volume_id);
 	if (rc)
 		return rc;
-	if (node_op_begin(n, r->volume_id))
-		return zl_grpc_fail(call, ZL_GRPC_ABORTED,
-				    "an operation on volume %s is already in progress",
-				    r->volume_id);
 	rc = node_stage_locked(n, call, r, &cap);
 	node_op_end(n, r->volume_id);
 	return rc;
@@ -338,18 +331,11 @@ int node_unstage(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *r
 	struct node *n = ctx;
 	int rc;
 
-	if (!r->volume_id[0])
-		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "volume_id is required");
-	if (!r->staging_target_path[0])
-		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
-				    "staging_target_path is required");
-	if (node_check_vol_id(r->volume_id))
-		return zl_grpc_fail(call, ZL_GRPC_NOT_FOUND, "volume %.64s does not exist",
-				    r->volume_id);
-	if (node_op_begin(n, r->volume_id))
-		return zl_grpc_fail(call, ZL_GRPC_ABORTED,
-				    "an operation on volume %s is already in progress",
-				    r->volume_id);
+	rc = node_check_args(call, r->volume_id, "staging_target_path", r->staging_target_path);
+	if (rc == 0)
+		rc = node_op_begin_call(n, call, r->volume_id);
+	if (rc)
+		return rc;
 	rc = node_unstage_locked(n, call, r);
 	node_op_end(n, r->volume_id);
 	return rc;

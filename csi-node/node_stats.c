@@ -88,13 +88,9 @@ int node_get_stats(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage 
 	bool abnormal;
 	int rc;
 
-	if (!r->volume_id[0])
-		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "volume_id is required");
-	if (!r->volume_path[0])
-		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "volume_path is required");
-	if (node_check_vol_id(r->volume_id))
-		return zl_grpc_fail(call, ZL_GRPC_NOT_FOUND, "volume %.64s does not exist",
-				    r->volume_id);
+	rc = node_check_args(call, r->volume_id, "volume_path", r->volume_path);
+	if (rc)
+		return rc;
 	rc = node_state_load(n, r->volume_id, &st);
 	if (rc == -ENOENT)
 		return zl_grpc_fail(call, ZL_GRPC_NOT_FOUND, "volume %s is not staged on this node",
@@ -257,17 +253,11 @@ int node_expand(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *re
 	uint64_t size = 0;
 	int rc;
 
-	if (!r->volume_id[0])
-		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "volume_id is required");
-	if (!r->volume_path[0])
-		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "volume_path is required");
-	if (node_check_vol_id(r->volume_id))
-		return zl_grpc_fail(call, ZL_GRPC_NOT_FOUND, "volume %.64s does not exist",
-				    r->volume_id);
-	if (node_op_begin(n, r->volume_id))
-		return zl_grpc_fail(call, ZL_GRPC_ABORTED,
-				    "an operation on volume %s is already in progress",
-				    r->volume_id);
+	rc = node_check_args(call, r->volume_id, "volume_path", r->volume_path);
+	if (rc == 0)
+		rc = node_op_begin_call(n, call, r->volume_id);
+	if (rc)
+		return rc;
 	rc = node_expand_locked(n, call, r, &size);
 	node_op_end(n, r->volume_id);
 	if (rc == ZL_GRPC_OK)

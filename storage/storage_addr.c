@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "storage.h"
+#include "storage_ctl.h"
 
 #define ROUTE_RTF_UP	 0x0001u
 #define ROUTE_RTF_REJECT 0x0200u

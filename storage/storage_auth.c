@@ -31,7 +31,7 @@
 
 #include "lib/common/notify.h"
 #include "lib/meta/zl_auth.h"
-#include "storage.h"
+#include "storage_io.h"
 
 #define AUTH_BUCKETS 256u
 #define AUTH_FILE    "auth-epochs"

@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "storage.h"
+#include "storage_ctl.h"
 
 int zl_storage_datadir_lock(const char *dir)
 {
@@ -174,15 +174,4 @@ int zl_storage_etcd_wait(struct zl_etcd *e, const char *urls, int wait_sec)
 			;
 		delay = ZL_MIN(delay * 2, 5u);
 	}
-}
-
-void zl_storage_cfg_etcd_opts(const struct zl_storage_cfg *cfg, struct zl_etcd_opts *eo)
-{
-	memset(eo, 0, sizeof(*eo));
-	eo->endpoints = cfg->etcd;
-	eo->cacert = cfg->etcd_cacert;
-	eo->cert = cfg->etcd_cert;
-	eo->key = cfg->etcd_key;
-	eo->user = cfg->etcd_user;
-	eo->password = cfg->etcd_password[0] ? cfg->etcd_password : NULL;
 }

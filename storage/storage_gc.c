@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "storage.h"
+#include "storage_ctl.h"
 
 #define STORAGE_GC_MAX_FILES 4096
 

@@ -25,7 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "storage.h"
+#include "storage_ctl.h"
 
 #define IDENT_FILE "identity"
 #define IDENT_MAX  4096
@@ -267,7 +267,7 @@ static int ident_check(const struct zl_storage_cfg *cfg, const struct zl_storage
 		snprintf(msg, sizeof(msg),
 			 "data dir %s belongs to cluster %s but etcd %s prefix %s is cluster %s: "
 			 "wrong --etcd or --etcd-prefix?",
-			 cfg->data_dir, id->cluster_id, cfg->etcd, cfg->prefix, cluster);
+			 cfg->data_dir, id->cluster_id, cfg->eo.endpoints, cfg->prefix, cluster);
 		return ident_refuse(msg);
 	}
 	if (strcmp(id->node_id, cfg->node_id)) {
@@ -321,7 +321,7 @@ int zl_storage_ident_resolve(struct zl_storage *st)
 		fprintf(stderr,
 			"zipline-storage: cannot read or create the cluster identity in etcd %s "
 			"prefix %s: %s (see the log line above)\n",
-			cfg->etcd, cfg->prefix, zl_errname(rc));
+			cfg->eo.endpoints, cfg->prefix, zl_errname(rc));
 		return rc;
 	}
 	rc = zl_storage_ident_read(cfg->data_dir, &id);

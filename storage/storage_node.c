@@ -12,7 +12,7 @@
 #include <sys/statvfs.h>
 #include <time.h>
 
-#include "storage.h"
+#include "storage_ctl.h"
 
 #define NODE_LEASE_TTL	  10
 #define NODE_KEEPALIVE_MS 3000
@@ -171,7 +171,7 @@ int zl_storage_node_start(const struct zl_storage_cfg *cfg, uint16_t port, uint1
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&n->cv, &ca);
 	pthread_condattr_destroy(&ca);
-	zl_storage_cfg_etcd_opts(cfg, &eo);
+	eo = cfg->eo;
 	rc = zl_etcd_create(&eo, &n->etcd);
 	if (rc)
 		goto out_free;

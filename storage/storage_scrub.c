@@ -41,7 +41,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "storage.h"
+#include "storage_heal.h"
+#include "storage_io.h"
 
 #define DG_WINDOW_BYTES (16u << 20) /* chunk bytes one CHUNK_DIGEST looks at */
 #define DG_PIECE	(1u << 20)  /* bytes of one read / repair piece */
@@ -740,7 +741,7 @@ static void sc_window(void *arg)
 		m->hdr.chunk = j->cursor;
 		m->hdr.slice_ver = j->row_ver;
 		m->hdr.epoch = j->epoch;
-		rc = m->in ? zl_storage_peer_request(j->st->peers, m->node, &m->hdr, NULL, 0, m->in,
+		rc = m->in ? zl_storage_fwd_request(j->st->fwd, m->node, &m->hdr, NULL, 0, m->in,
 						     ZL_WIRE_MAX_CTRL, sc_remote_dg_cb, m)
 			   : -ZL_ERR_BUSY;
 		if (rc) {
@@ -852,7 +853,7 @@ static void sc_piece_store(struct sc_job *j)
 		j->rhdr.slice_ver = j->row_ver;
 		j->rhdr.epoch = j->epoch;
 		j->rhdr.aux = f->version;
-		rc = zl_storage_peer_request(j->st->peers, j->m[f->target].node, &j->rhdr, j->pbuf,
+		rc = zl_storage_fwd_request(j->st->fwd, j->m[f->target].node, &j->rhdr, j->pbuf,
 					     len, NULL, 0, sc_remote_stored, j);
 	}
 	if (rc)
@@ -917,7 +918,7 @@ static void sc_piece_fetch(void *arg)
 		j->rhdr.length = len;
 		j->rhdr.slice_ver = j->row_ver;
 		j->rhdr.epoch = j->epoch;
-		rc = zl_storage_peer_request(j->st->peers, j->m[f->source].node, &j->rhdr, NULL, 0,
+		rc = zl_storage_fwd_request(j->st->fwd, j->m[f->source].node, &j->rhdr, NULL, 0,
 					     j->pbuf, len, sc_remote_fetched, j);
 	}
 	if (rc)
@@ -982,7 +983,7 @@ static void sc_fix_next(void *arg)
 	j->rhdr.chunk = f->chunk;
 	j->rhdr.slice_ver = j->row_ver;
 	j->rhdr.epoch = j->epoch;
-	rc = zl_storage_peer_request(j->st->peers, j->m[f->target].node, &j->rhdr, NULL, 0, NULL, 0,
+	rc = zl_storage_fwd_request(j->st->fwd, j->m[f->target].node, &j->rhdr, NULL, 0, NULL, 0,
 				     sc_deleted, j);
 	if (rc)
 		sc_fix_end(j, rc);
@@ -1014,7 +1015,7 @@ static int sc_start(struct zl_storage *st, struct zl_xport_conn *conn, const str
 		return -ZL_ERR_NOT_PRIMARY;
 	/* A primary that has not peered in the row's term may be behind:
 	 * ZL_ERR_PEERING (peering starts; the caller retries). */
-	rc = zl_storage_peer_ready(st, &sv->v, slice);
+	rc = zl_storage_peering_ready(st, &sv->v, slice);
 	if (rc)
 		return rc;
 	j = calloc(1, sizeof(*j));

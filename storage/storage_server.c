@@ -9,8 +9,8 @@
  * anyone: a failed member gets a failure report, and a write whose IN_SYNC
  * backup failed is parked until the row no longer counts that member IN_SYNC
  * (the manager's answer), bounded by --repl-wait. CHUNK_VERSIONS and
- * CHUNK_PUSH serve the recovery of storage_recover.c and the peering of
- * storage_peer.c. Client I/O is served by the row's primary only (a READ
+ * CHUNK_PUSH serve the recovery of storage_heal.c and the peering of
+ * storage_peering.c. Client I/O is served by the row's primary only (a READ
  * elsewhere: ZL_ERR_NOT_PRIMARY), and only once it peered in the row's
  * term: before that a request is held up to HOLD_MAX_MS, then answered
  * ZL_ERR_PEERING (the client retries). READ with ZL_WF_ANY is served by any
@@ -32,7 +32,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "storage.h"
+#include "storage_ctl.h"
+#include "storage_heal.h"
+#include "storage_io.h"
 
 #define REQ_SLAB 128u
 
@@ -246,7 +248,7 @@ static int srv_check_role(struct zl_storage *st, const struct zl_wire_hdr *h,
 			return me >= 0 && s->in_sync[me] ? 0 : -ZL_ERR_NOT_INSYNC;
 		if (me < 0 || me != prim)
 			return -ZL_ERR_NOT_PRIMARY;
-		return zl_storage_peer_ready(st, &sv->v, slice);
+		return zl_storage_peering_ready(st, &sv->v, slice);
 	case ZL_OP_REPL_WRITE:
 		/* heal: a RECOVERING member gets every new write too (S1). */
 		if (st->heal && me >= 0 && me != prim &&
@@ -258,7 +260,7 @@ static int srv_check_role(struct zl_storage *st, const struct zl_wire_hdr *h,
 	default:
 		if (me < 0 || me != prim)
 			return -ZL_ERR_NOT_PRIMARY;
-		return st->heal ? zl_storage_peer_ready(st, &sv->v, slice) : 0;
+		return st->heal ? zl_storage_peering_ready(st, &sv->v, slice) : 0;
 	}
 }
 
@@ -622,7 +624,7 @@ static void srv_exec(struct storage_req *r)
 			bk->hdr.subop = r->op;
 			bk->hdr.aux = bk->dver;
 		}
-		rc = zl_storage_peer_send(st->peers, bk->node, &bk->hdr, r->buf,
+		rc = zl_storage_fwd_send(st->fwd, bk->node, &bk->hdr, r->buf,
 					  r->op == ZL_OP_WRITE ? h->length : 0, srv_bk_done, bk);
 		if (rc)
 			bk->status = rc;
@@ -801,7 +803,7 @@ static int srv_recheck(struct storage_req *r)
 		rc = zl_storage_vol_lookup(st->vols, r->req.vol_id, &sv);
 		if (!rc && r->req.epoch < srv_fence(st, sv, r->req.epoch))
 			rc = -ZL_ERR_STALE;
-		return rc ? rc : zl_storage_peer_vol_ready(st, &sv->v);
+		return rc ? rc : zl_storage_peering_vol_ready(st, &sv->v);
 	}
 	slice = UINT32_MAX;
 	rc = srv_check(st, &r->req, &slice, &ver, &cs);
@@ -1100,7 +1102,7 @@ static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_w
 			rc = -ZL_ERR_STALE;
 		/* heal: after the slices this node is primary of peered. */
 		if (!rc && st->heal)
-			rc = zl_storage_peer_vol_ready(st, &sv->v);
+			rc = zl_storage_peering_vol_ready(st, &sv->v);
 		if (!rc || rc == -ZL_ERR_PEERING || rc == -EINPROGRESS) {
 			r = req_alloc(st, c, h);
 			if (r)
@@ -1126,7 +1128,7 @@ static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_w
 	case ZL_OP_VOLUME_DELETE:
 		rc = zl_chunk_volume_delete(st->chunks, h->vol_id, &n);
 		zl_storage_vol_forget(st->vols, h->vol_id);
-		zl_storage_peer_forget(st, h->vol_id);
+		zl_storage_peering_forget(st, h->vol_id);
 		ZL_LOG_INFO("storage",
 			    "volume replicas deleted: vol=%016" PRIx64 " files=%" PRIu64 " err=%s",
 			    h->vol_id, n, zl_errname(rc));

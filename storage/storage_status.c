@@ -1,7 +1,7 @@
 /* Recovery progress of this daemon for `zl status` (docs/REPLICATION.md §9):
  * every 2 s the loop thread sums what its recovery jobs copied and still
  * have to copy (zl_storage_heal_progress), derives a rate and lists the
- * slices it is peering (zl_storage_peer_list); the heartbeat
+ * slices it is peering (zl_storage_peering_list); the heartbeat
  * thread (storage_node.c) takes the snapshot under the mutex and puts it as
  * <prefix>status/<node> on the node's lease, so it goes away with the node.
  * Nothing here runs on the I/O path. */
@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "storage.h"
+#include "storage_ctl.h"
+#include "storage_heal.h"
 
 #define STATUS_SAMPLE_MS 2000
 
@@ -40,7 +41,7 @@ static void status_sample(void *arg)
 	uint32_t peering, n_peer;
 
 	zl_storage_heal_progress(s->st, &p);
-	peering = zl_storage_peer_list(s->st, s->peer, ZL_STATUS_PEERING_MAX);
+	peering = zl_storage_peering_list(s->st, s->peer, ZL_STATUS_PEERING_MAX);
 	n_peer = ZL_MIN(peering, ZL_STATUS_PEERING_MAX);
 	/* bytes_done drops when a finished job is forgotten: no negative rate. */
 	if (p.bytes_done > s->last_done && dt)

@@ -14,7 +14,8 @@
 #include <string.h>
 
 #include "lib/common/notify.h"
-#include "storage.h"
+#include "storage_ctl.h"
+#include "storage_io.h"
 
 struct zl_storage_tombs {
 	struct zl_storage *st;
@@ -41,7 +42,7 @@ static int tombs_process(struct zl_storage *st, int64_t *rev)
 			   "%zu tombstones of deleted volumes ignored: etcd %s prefix %s is not "
 			   "(or no longer) cluster %s of this data dir (err=%s): nothing deleted; "
 			   "check --etcd and --etcd-prefix",
-			   n, st->cfg.etcd, st->cfg.prefix, st->cfg.cluster_id, zl_errname(rc));
+			   n, st->cfg.eo.endpoints, st->cfg.prefix, st->cfg.cluster_id, zl_errname(rc));
 		free(vols);
 		return rc;
 	}

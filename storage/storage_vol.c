@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "lib/common/notify.h"
-#include "storage.h"
+#include "storage_io.h"
 
 #define VOLS_BUCKETS 256u
 #define MISS_BUCKETS 256u

@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #include "../common/common.h"
-#include "../transport/xport_peer.h"
+#include "../transport/xport_hello.h"
 #include "../wire/wire.h"
 #include "client.h"
 

@@ -39,6 +39,17 @@ static inline uint64_t zl_get_le64(const uint8_t *p)
 	return (uint64_t)zl_get_le32(p) | (uint64_t)zl_get_le32(p + 4) << 32;
 }
 
+static inline void zl_put_be16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)(v >> 8);
+	p[1] = (uint8_t)v;
+}
+
+static inline uint16_t zl_get_be16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] << 8 | p[1]);
+}
+
 static inline void zl_put_be32(uint8_t *p, uint32_t v)
 {
 	for (int i = 0; i < 4; i++)

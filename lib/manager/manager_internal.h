@@ -16,7 +16,7 @@
  * (nodes/, volumes/, reports/, rebalance/) only wake the thread; every
  * pass then reads the whole state (node records, reports, volumes) and
  * decides from that, level-triggered, so an event lost to a watch
- * compaction (REVIEW item 8) or a reconnect delays a decision by at most
+ * compaction or a reconnect delays a decision by at most
  * the 1 s tick. Followers keep
  * the node table (when each node record disappeared) current too, so a
  * replica that takes over does not restart the grace and down-out clocks.

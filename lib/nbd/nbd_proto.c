@@ -5,56 +5,22 @@
 #include <errno.h>
 #include <string.h>
 
+#include "lib/common/byteorder.h"
 #include "lib/common/common.h"
-
-static void put16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)(v >> 8);
-	p[1] = (uint8_t)v;
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	p[0] = (uint8_t)(v >> 24);
-	p[1] = (uint8_t)(v >> 16);
-	p[2] = (uint8_t)(v >> 8);
-	p[3] = (uint8_t)v;
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	put32(p, (uint32_t)(v >> 32));
-	put32(p + 4, (uint32_t)v);
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)((p[0] << 8) | p[1]);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	return ((uint64_t)get32(p) << 32) | get32(p + 4);
-}
 
 void zl_nbd_greeting_encode(uint8_t out[ZL_NBD_GREETING_LEN])
 {
-	put64(out, ZL_NBD_MAGIC);
-	put64(out + 8, ZL_NBD_IHAVEOPT);
-	put16(out + 16, ZL_NBD_FLAG_FIXED_NEWSTYLE | ZL_NBD_FLAG_NO_ZEROES);
+	zl_put_be64(out, ZL_NBD_MAGIC);
+	zl_put_be64(out + 8, ZL_NBD_IHAVEOPT);
+	zl_put_be16(out + 16, ZL_NBD_FLAG_FIXED_NEWSTYLE | ZL_NBD_FLAG_NO_ZEROES);
 }
 
 int zl_nbd_opt_hdr_decode(const uint8_t in[ZL_NBD_OPT_HDR_LEN], struct zl_nbd_opt_hdr *out)
 {
-	if (get64(in) != ZL_NBD_IHAVEOPT)
+	if (zl_get_be64(in) != ZL_NBD_IHAVEOPT)
 		return -ZL_ERR_PROTO;
-	out->option = get32(in + 8);
-	out->length = get32(in + 12);
+	out->option = zl_get_be32(in + 8);
+	out->length = zl_get_be32(in + 12);
 	return 0;
 }
 
@@ -74,10 +40,10 @@ static uint8_t *nbd_rep_add(struct nbd_rep_buf *b, uint32_t option, uint32_t typ
 		return NULL;
 	}
 	h = b->p + b->len;
-	put64(h, ZL_NBD_OPT_REPLY_MAGIC);
-	put32(h + 8, option);
-	put32(h + 12, type);
-	put32(h + 16, len);
+	zl_put_be64(h, ZL_NBD_OPT_REPLY_MAGIC);
+	zl_put_be32(h + 8, option);
+	zl_put_be32(h + 12, type);
+	zl_put_be32(h + 16, len);
 	b->len += ZL_NBD_OPT_REPLY_HDR_LEN + len;
 	return h + ZL_NBD_OPT_REPLY_HDR_LEN;
 }
@@ -112,12 +78,12 @@ static void nbd_opt_info(const struct zl_nbd_export *exp, const struct zl_nbd_op
 		nbd_rep_err(b, hdr->option, ZL_NBD_REP_ERR_INVALID, "option data too short");
 		return;
 	}
-	name_len = get32(data);
+	name_len = zl_get_be32(data);
 	if (name_len > ZL_NBD_MAX_NAME || (uint64_t)name_len + 6 > hdr->length) {
 		nbd_rep_err(b, hdr->option, ZL_NBD_REP_ERR_INVALID, "bad export name length");
 		return;
 	}
-	n_req = get16(data + 4 + name_len);
+	n_req = zl_get_be16(data + 4 + name_len);
 	if ((uint64_t)name_len + 6 + 2ull * n_req != hdr->length) {
 		nbd_rep_err(b, hdr->option, ZL_NBD_REP_ERR_INVALID, "bad info request count");
 		return;
@@ -127,26 +93,26 @@ static void nbd_opt_info(const struct zl_nbd_export *exp, const struct zl_nbd_op
 		return;
 	}
 	for (i = 0; i < n_req; i++) {
-		if (get16(data + 4 + name_len + 2 + 2 * i) == ZL_NBD_INFO_NAME)
+		if (zl_get_be16(data + 4 + name_len + 2 + 2 * i) == ZL_NBD_INFO_NAME)
 			want_name = true;
 	}
 	d = nbd_rep_add(b, hdr->option, ZL_NBD_REP_INFO, 12);
 	if (d) {
-		put16(d, ZL_NBD_INFO_EXPORT);
-		put64(d + 2, exp->size);
-		put16(d + 10, exp->tflags);
+		zl_put_be16(d, ZL_NBD_INFO_EXPORT);
+		zl_put_be64(d + 2, exp->size);
+		zl_put_be16(d + 10, exp->tflags);
 	}
 	d = nbd_rep_add(b, hdr->option, ZL_NBD_REP_INFO, 14);
 	if (d) {
-		put16(d, ZL_NBD_INFO_BLOCK_SIZE);
-		put32(d + 2, 1);
-		put32(d + 6, ZL_NBD_PREF_BLOCK);
-		put32(d + 10, ZL_NBD_MAX_IO);
+		zl_put_be16(d, ZL_NBD_INFO_BLOCK_SIZE);
+		zl_put_be32(d + 2, 1);
+		zl_put_be32(d + 6, ZL_NBD_PREF_BLOCK);
+		zl_put_be32(d + 10, ZL_NBD_MAX_IO);
 	}
 	if (want_name) {
 		d = nbd_rep_add(b, hdr->option, ZL_NBD_REP_INFO, 2 + name_len);
 		if (d) {
-			put16(d, ZL_NBD_INFO_NAME);
+			zl_put_be16(d, ZL_NBD_INFO_NAME);
 			memcpy(d + 2, data + 4, name_len);
 		}
 	}
@@ -175,8 +141,8 @@ int zl_nbd_opt_reply(const struct zl_nbd_export *exp, uint32_t client_flags,
 		}
 		if (out_cap < 10 + 124)
 			return -ZL_ERR_INVAL;
-		put64(out, exp->size);
-		put16(out + 8, exp->tflags);
+		zl_put_be64(out, exp->size);
+		zl_put_be16(out + 8, exp->tflags);
 		b.len = 10;
 		if (!(client_flags & ZL_NBD_FLAG_C_NO_ZEROES)) {
 			memset(out + 10, 0, 124);
@@ -198,7 +164,7 @@ int zl_nbd_opt_reply(const struct zl_nbd_export *exp, uint32_t client_flags,
 		name_len = (uint32_t)strnlen(name, ZL_NBD_MAX_NAME);
 		d = nbd_rep_add(&b, hdr->option, ZL_NBD_REP_SERVER, 4 + name_len);
 		if (d) {
-			put32(d, name_len);
+			zl_put_be32(d, name_len);
 			memcpy(d + 4, name, name_len);
 		}
 		nbd_rep_add(&b, hdr->option, ZL_NBD_REP_ACK, 0);
@@ -222,13 +188,13 @@ int zl_nbd_opt_reply(const struct zl_nbd_export *exp, uint32_t client_flags,
 
 int zl_nbd_req_decode(const uint8_t in[ZL_NBD_REQ_LEN], struct zl_nbd_req *out)
 {
-	if (get32(in) != ZL_NBD_REQUEST_MAGIC)
+	if (zl_get_be32(in) != ZL_NBD_REQUEST_MAGIC)
 		return -ZL_ERR_PROTO;
-	out->flags = get16(in + 4);
-	out->type = get16(in + 6);
-	out->cookie = get64(in + 8);
-	out->offset = get64(in + 16);
-	out->length = get32(in + 24);
+	out->flags = zl_get_be16(in + 4);
+	out->type = zl_get_be16(in + 6);
+	out->cookie = zl_get_be64(in + 8);
+	out->offset = zl_get_be64(in + 16);
+	out->length = zl_get_be32(in + 24);
 	return 0;
 }
 
@@ -264,9 +230,9 @@ uint32_t zl_nbd_req_check(const struct zl_nbd_req *r, uint64_t export_size)
 
 void zl_nbd_reply_encode(uint8_t out[ZL_NBD_REPLY_LEN], uint32_t nbd_error, uint64_t cookie)
 {
-	put32(out, ZL_NBD_SIMPLE_REPLY_MAGIC);
-	put32(out + 4, nbd_error);
-	put64(out + 8, cookie);
+	zl_put_be32(out, ZL_NBD_SIMPLE_REPLY_MAGIC);
+	zl_put_be32(out + 4, nbd_error);
+	zl_put_be64(out + 8, cookie);
 }
 
 uint32_t zl_nbd_errno(int err)

@@ -41,7 +41,7 @@ enum zl_wire_op {
 	ZL_OP_CHUNK_INFO = 8,   /* reply aux = allocated bytes of the chunk replica, 0 if absent */
 	ZL_OP_CHUNK_DELETE = 9, /* remove one chunk replica */
 	ZL_OP_VOLUME_DELETE = 10, /* remove every chunk replica of vol_id */
-	ZL_OP_SYNC = 11,        /* reserved for repair */
+	ZL_OP_SYNC = 11,        /* unused (repair is CHUNK_PUSH and SCRUB); kept reserved */
 	ZL_OP_PING = 12,        /* no-op round trip */
 	/* Recovery (--heal=on, docs/REPLICATION.md §3). offset = slice index,
 	 * chunk = first chunk to look at, aux = only versions above this; reply

@@ -14,7 +14,7 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
 fail() {
 	echo "auth_e2e: FAIL: $*" >&2
-	for f in "$CL_DIR"/storage-*/log; do echo "--- $f" >&2; tail -15 "$f" >&2; done
+	cl_dump_logs 15 "$CL_DIR"/storage-*/log
 	exit 1
 }
 ok() { echo "auth_e2e: ok: $*"; }
@@ -38,7 +38,8 @@ E1=$(etcd_ctl put "/zipline/attachments/$V1" '{"node":"wn-1","epoch":0,"readonly
 E2=$(etcd_ctl put "/zipline/attachments/$V2" '{"node":"wn-1","epoch":0,"readonly":false,"time":0}')
 T1=$(token "$S1" "$V1|wn-1|$E1")
 T2=$(token "$S2" "$V2|wn-1|$E2")
-sleep 1 # the daemons' watches
+auth_wait_hello "$V1" "$E1" wn-1 "$T1" 1 2 3 || fail "the daemons' watches did not deliver $V1's secret and attachment"
+auth_wait_hello "$V2" "$E2" wn-1 "$T2" 1 2 3 || fail "the daemons' watches did not deliver $V2's secret and attachment"
 
 # Chunk 0 of a1: slice 0, its primary and row version.
 row=$(cl_rows "$V1" | awk '$1 == 0')
@@ -101,7 +102,7 @@ ok "a header epoch of 2^64-1 is ignored on client connections"
 etcd_ctl del "/zipline/attachments/$V1"
 E1b=$(etcd_ctl put "/zipline/attachments/$V1" '{"node":"wn-2","epoch":0,"readonly":false,"time":0}')
 T1b=$(token "$S1" "$V1|wn-2|$E1b")
-sleep 1
+auth_wait_epoch "$N1" "$E1b" 1 2 3 || fail "the daemons' watches did not see the attachment $E1b"
 got=$(chunk_as $(client1) -- write "$V1" 0 0 "$SV" "$CL_DIR/evil" 10000)
 [ "${got%% *}" = "hello=ZL_ERR_STALE" ] || fail "the old attachment's token: $got"
 [ "${got#* }" = "status=ZL_ERR_AUTH" ] || fail "a write after a STALE HELLO: $got"
@@ -125,7 +126,7 @@ ok "every replica holds the client's data; every daemon persisted epoch $E1b"
 # once, before anyone attaches again: the deletion's revision is the fence.
 client1b() { echo ZL_E2E_TOKEN="$T1b" ZL_E2E_EPOCH="$E1b" ZL_E2E_VOL="$N1" ZL_E2E_NODE=wn-2; }
 etcd_ctl del "/zipline/attachments/$V1"
-sleep 1
+auth_wait_epoch "$N1" $((E1b + 1)) 1 2 3 || fail "the daemons' watches did not see the deletion of attachment $E1b"
 got=$(chunk_as $(client1b) -- write "$V1" 0 0 "$SV" "$CL_DIR/evil" 10000)
 [ "${got%% *}" = "hello=ZL_ERR_STALE" ] || fail "the token of a deleted attachment: $got"
 for i in 1 2 3; do
@@ -138,7 +139,7 @@ ok "after ControllerUnpublish the token of epoch $E1b gets ZL_ERR_STALE; the fen
 # A daemon down while an attachment is created and deleted fences it at start.
 E3=$(etcd_ctl put "/zipline/attachments/$V1" '{"node":"wn-3","epoch":0,"readonly":false,"time":0}')
 T3=$(token "$S1" "$V1|wn-3|$E3")
-sleep 1
+auth_wait_epoch "$N1" "$E3" 1 || fail "node-1's watch did not see the attachment $E3"
 P1=$(cat "$CL_DIR/storage-1/port")
 hello3() {
 	"$CL_BIN/e2e_outsider" 127.0.0.1 "$P1" --vol "$V1" --epoch "$E3" --node wn-3 \

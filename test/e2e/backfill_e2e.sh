@@ -29,19 +29,7 @@ set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
 source "$SRC/test/lib/heal_b.sh"
-RESTART=0
-T=backfill_e2e
-if [ "${2:-}" = --manager-restart ]; then
-	RESTART=1
-	T=backfill_mgr_restart_e2e
-fi
-fail() {
-	echo "$T: FAIL: $*" >&2
-	[ -n "${rw_pid:-}" ] && kill "$rw_pid" 2>/dev/null
-	[ -n "${vid:-}" ] && hb_ctl rows "$vid" 2>/dev/null | head -8 | sed 's/^/  row /' >&2
-	hb_logs
-	exit 1
-}
+hb_test backfill_e2e "${2:-}"
 SIZE_MB=64
 CHUNK=65536
 DOWN_OUT=5
@@ -51,11 +39,7 @@ BOUND_S=$((RESTART ? 90 : 75))
 # data during it, and with --manager-restart to kill the manager in it).
 # ZL_BACKFILL_MBPS overrides it to measure the uncapped rate (the README's figures).
 MBPS=${ZL_BACKFILL_MBPS:-$((RESTART ? 32 : 64))}
-for b in zipline-storage zipline-controller zl; do
-	[ -x "$1/bin/$b" ] || { echo "$T: FAIL: no $1/bin/$b: build it first" >&2; exit 1; }
-done
-command -v etcd >/dev/null || { echo "$T: FAIL: etcd is not installed" >&2; exit 1; }
-[ -x "$HB_PY" ] || { echo "$T: FAIL: $HB_PY is missing" >&2; exit 1; }
+cl_require "$T" "$1" zipline-storage zipline-controller zl
 
 # recovery_rate MEMBER...: "BYTES MS MBPS" of the backfill from the storage
 # logs' recovery counters: bytes_copied summed over the "recovery caught up"
@@ -137,7 +121,7 @@ dd if="$CL_DIR/new" of="$CL_DIR/want" conv=notrunc status=none
 # node-4 dies for good.
 t0=$(hb_now_ms)
 cl_stop storage-4 KILL
-restarted=0 t_repl='' rw_pid=''
+restarted=0 t_repl='' HB_BG=''
 ok=0
 while [ $(($(hb_now_ms) - t0)) -lt $((BOUND_S * 1000)) ]; do
 	rows=$(hb_ctl rows "$vid") || fail "cannot read the rows"
@@ -145,17 +129,15 @@ while [ $(($(hb_now_ms) - t0)) -lt $((BOUND_S * 1000)) ]; do
 		t_repl=$(hb_now_ms)
 		echo "FIGURE: node-4 replaced in every row $((t_repl - t0)) ms after the kill"
 	fi
-	if [ -z "$rw_pid" ] && grep -v 'node-4:' <<<"$rows" | grep -q ':recovering'; then
+	if [ -z "$HB_BG" ] && grep -v 'node-4:' <<<"$rows" | grep -q ':recovering'; then
 		echo "$T: backfill under way ($(grep -c ':recovering' <<<"$rows") rows recovering): rewriting the first $REWRITE_MB MiB"
 		timeout 120 "$ZL" volume import bvol "$CL_DIR/new" >"$CL_DIR/rewrite.log" 2>&1 &
-		rw_pid=$!
+		HB_BG=$!
 	fi
 	if [ "$RESTART" = 1 ] && [ "$restarted" = 0 ] &&
 		grep -v 'node-4:' <<<"$rows" | grep -q ':recovering'; then
 		echo "$T: backfill under way ($(grep -c ':recovering' <<<"$rows") rows recovering): killing the manager (-9)"
-		cl_stop manager KILL
-		sleep 1
-		hb_start_manager "$DOWN_OUT" || fail "the manager did not start again"
+		cl_manager_outage manager 1 hb_start_manager "$DOWN_OUT" || fail "the manager did not start again"
 		restarted=1
 		echo "FIGURE: manager restarted $(($(hb_now_ms) - t0)) ms after the kill of node-4"
 	fi
@@ -174,9 +156,9 @@ if [ "$ok" != 1 ]; then
 	grep -h 'manager: vol=' "$HB_MGR_LOG" | tail -5 >&2 || true
 	fail "not every slice is 3 of 3 IN_SYNC without node-4 within ${BOUND_S} s: $(head -1 "$CL_DIR/healthy")"
 fi
-[ -n "$rw_pid" ] || fail "no replacement member was ever seen recovering: the backfill ended between two looks at the rows (no rewrite during it)"
-wait "$rw_pid" || fail "the rewrite during the backfill (2 of 3 in sync) failed: $(tail -1 "$CL_DIR/rewrite.log")"
-rw_pid=
+[ -n "$HB_BG" ] || fail "no replacement member was ever seen recovering: the backfill ended between two looks at the rows (no rewrite during it)"
+wait "$HB_BG" || fail "the rewrite during the backfill (2 of 3 in sync) failed: $(tail -1 "$CL_DIR/rewrite.log")"
+HB_BG=
 [ "$RESTART" = 0 ] || [ "$restarted" = 1 ] ||
 	fail "the backfill ended before a replacement member was seen recovering: no middle to kill the manager in"
 m7=$(grep -c 'M7 node gone' "$HB_MGR_LOG" || true)

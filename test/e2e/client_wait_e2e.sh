@@ -29,21 +29,13 @@ fail() {
 	exit 1
 }
 ok() { echo "client_wait_e2e: ok: $*"; }
-for b in zipline-storage zipline-controller zl; do
-	[ -x "$1/bin/$b" ] || { echo "client_wait_e2e: FAIL: no $1/bin/$b: build it first" >&2; exit 1; }
-done
-command -v etcd >/dev/null || { echo "client_wait_e2e: FAIL: etcd is not installed" >&2; exit 1; }
-[ -x "$PY" ] || { echo "client_wait_e2e: FAIL: $PY is missing" >&2; exit 1; }
+cl_require client_wait_e2e "$1" zipline-storage zipline-controller zl
 
 # --repl-wait 3: a write whose backup died answers within 3 s (below the
 # client's 10 s request timeout) while the manager has not moved it out yet.
 export CL_STORAGE_FLAGS="--repl-wait 3 --log-level info"
 CL_MANAGER=0 cl_e2e_begin e2e-client-wait "$1" 3 --heal on || fail "cluster did not start"
-mkdir -p "$CL_DIR/controller" "$CL_DIR/csi"
-"$CL_BIN/zipline-controller" --endpoint "unix://$CL_DIR/csi/controller.sock" --etcd "$CL_ETCD" \
-	--manager=on --manager-grace 2 --down-out-interval 600 --log-level info \
-	>>"$CL_DIR/controller/log" 2>&1 &
-echo $! >"$CL_DIR/controller/pid"
+CL_DOWN_OUT=600 cl_start_manager controller || fail "the controller did not start"
 for _ in $(seq 1 100); do
 	grep -q 'manager: ' "$CL_DIR/controller/log" 2>/dev/null && break
 	sleep 0.1
@@ -53,24 +45,18 @@ grep -q 'manager: ' "$CL_DIR/controller/log" || fail "the controller's manager d
 # rows VOL: "slice v primary node:state..." from the volume record in etcd.
 # reports VOL: "slice reporter peer error slice_ver".
 etcd_q() {
-	"$PY" - "$CL_ETCD" "$@" <<'PY'
-import base64, json, sys, urllib.request
-etcd, cmd, vol = sys.argv[1], sys.argv[2], sys.argv[3]
-b64 = lambda s: base64.b64encode(s.encode()).decode()
-def call(path, body):
-    req = urllib.request.Request(etcd + path, data=json.dumps(body).encode())
-    with urllib.request.urlopen(req, timeout=5) as r:
-        return json.load(r)
+	"$PY" - "$SRC/test/lib" "$CL_ETCD" "$@" <<'PY'
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import etcd_gw
+etcd, cmd, vol = sys.argv[2], sys.argv[3], sys.argv[4]
 if cmd == 'reports':
-    pre = '/zipline/reports/%s/' % vol
-    end = pre[:-1] + chr(ord(pre[-1]) + 1)
-    for kv in call('/v3/kv/range', {'key': b64(pre), 'range_end': b64(end)}).get('kvs', []):
-        k = base64.b64decode(kv['key']).decode().split('/')
-        r = json.loads(base64.b64decode(kv['value']))
+    for kv in etcd_gw.prefix(etcd, '/zipline/reports/%s/' % vol):
+        k = etcd_gw.unb64(kv['key']).split('/')
+        r = json.loads(etcd_gw.unb64(kv['value']))
         print(k[-3], k[-2], r['peer'], r['error'], r['slice_ver'])
     sys.exit(0)
-kv = call('/v3/kv/range', {'key': b64('/zipline/volumes/' + vol)})['kvs'][0]
-rec = json.loads(base64.b64decode(kv['value']))
+rec = json.loads(etcd_gw.unb64(etcd_gw.get(etcd, '/zipline/volumes/' + vol)['value']))
 for i, row in enumerate(rec['placement']):
     states = row.get('states') or ['in_sync' if n in row['in_sync'] else 'out' for n in row['nodes']]
     prim = row['in_sync'][0] if row['in_sync'] else '-'
@@ -106,7 +92,11 @@ t0=$(date +%s)
 "$ZL" --log-level warn --io-timeout 300 volume import big "$CL_DIR/big.src" \
 	>"$CL_DIR/import.out" 2>"$CL_DIR/import.err" &
 imp=$!
-sleep 0.5
+# The import's writes reach $K (a chunk file of big appears there) before the kill.
+for _ in $(seq 1 100); do
+	[ -n "$(find "$CL_DIR/storage-${K#node-}/data/chunks/$BIG" -name '*.zlc' 2>/dev/null | head -1)" ] && break
+	sleep 0.05
+done
 kill -0 "$imp" 2>/dev/null || fail "the import finished before the kill (test is void): $(cat "$CL_DIR/import.err")"
 cl_stop "storage-${K#node-}" KILL
 ok "killed $K (SIGKILL) while the import was running"

@@ -22,7 +22,7 @@
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
-fail() { echo "cluster_e2e: FAIL: $*" >&2; for f in "$CL_DIR"/manager/log "$CL_DIR"/storage-*/log; do echo "--- $f" >&2; tail -25 "$f" >&2; done; exit 1; }
+fail() { echo "cluster_e2e: FAIL: $*" >&2; cl_dump_logs 25 "$CL_DIR"/manager/log "$CL_DIR"/storage-*/log; exit 1; }
 read -r -a ips <<<"${ZL_E2E_STORAGE_IPS:-127.0.0.1 127.0.0.1 127.0.0.1}"
 [ "${#ips[@]}" -eq 3 ] || { echo "cluster_e2e: ZL_E2E_STORAGE_IPS wants 3 addresses" >&2; exit 1; }
 xport=${ZL_E2E_TRANSPORT:-}

@@ -16,9 +16,7 @@ T=cluster_key_file_e2e
 say() { echo "$T: $*"; }
 fail() {
 	echo "$T: FAIL: $*" >&2
-	for f in "$CL_DIR"/storage-*/log "$CL_DIR"/ctrl/log; do
-		[ -f "$f" ] && { echo "--- $f" >&2; tail -20 "$f" >&2; }
-	done
+	cl_dump_logs 20 "$CL_DIR"/storage-*/log "$CL_DIR"/ctrl/log
 	exit 1
 }
 
@@ -46,13 +44,7 @@ for i in 1 2 3; do
 	echo $! >"$d/pid"
 done
 cl_wait_nodes 3 || fail "storage daemons did not register"
-mkdir -p "$CL_DIR/ctrl"
-"$CL_BIN/zipline-controller" --endpoint "unix://$CL_DIR/ctrl/csi.sock" --etcd "$CL_ETCD" \
-	--cluster-key-file "$KEY" --leader-id ctrl --manager=on --manager-grace 2 \
-	--log-level info >>"$CL_DIR/ctrl/log" 2>&1 &
-echo $! >"$CL_DIR/ctrl/pid"
-for _ in $(seq 1 100); do [ -S "$CL_DIR/ctrl/csi.sock" ] && break; sleep 0.1; done
-[ -S "$CL_DIR/ctrl/csi.sock" ] || fail "zipline-controller did not start"
+CL_DOWN_OUT=600 cl_start_manager ctrl --cluster-key-file "$KEY" || fail "zipline-controller did not start"
 
 # The default is --auth on: a request without a HELLO is refused.
 for i in 1 2 3; do
@@ -103,8 +95,7 @@ say "DeleteVolume (the controller's --cluster-key-file) removed $n chunk files"
 
 # The etcd key exists only because the refused zl made it; the daemons and
 # the controller never used it: its value is not the file's.
-ekey=$(curl -s -X POST -d "{\"key\":\"$(printf /zipline/keys/cluster | base64)\"}" \
-	"$CL_ETCD/v3/kv/range" | sed -n 's/.*"value":"\([^"]*\)".*/\1/p' | base64 -d 2>/dev/null || true)
+ekey=$(cl_etcd_get /zipline/keys/cluster) || fail "cannot read /zipline/keys/cluster"
 if grep -q "$(cat "$KEY")" <<<"$ekey"; then fail "the file's key is in etcd"; fi
 say "the file's key never reached etcd"
 

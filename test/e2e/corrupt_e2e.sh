@@ -21,7 +21,7 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
 fail() {
 	echo "corrupt_e2e: FAIL: $*" >&2
-	for f in "$CL_DIR"/storage-*/log "$CL_DIR"/manager/log; do echo "--- $f" >&2; tail -15 "$f" >&2; done
+	cl_dump_logs 15 "$CL_DIR"/storage-*/log "$CL_DIR"/manager/log
 	exit 1
 }
 cl_e2e_begin e2e-corrupt "$1" 3 || fail "cluster did not start"

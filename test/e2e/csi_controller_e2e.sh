@@ -39,9 +39,7 @@ source "$SRC/test/lib/cluster.sh"
 trap 'cl_stop ctrl-c; cl_stop ctrl-b; cl_stop ctrl-a; cl_stop znode-a; cl_stop znode-b; cl_stop_all; [ "${KEEP:-0}" = 1 ] || rm -rf "$CL_DIR"' EXIT
 fail() {
 	echo "csi_controller_e2e: FAIL: $*" >&2
-	for f in "$CL_DIR"/ctrl-*/log "$CL_DIR"/znode-*/log "$CL_DIR"/storage-*/log; do
-		[ -f "$f" ] && { echo "--- $f" >&2; tail -30 "$f" >&2; }
-	done
+	cl_dump_logs 30 "$CL_DIR"/ctrl-*/log "$CL_DIR"/znode-*/log "$CL_DIR"/storage-*/log
 	exit 1
 }
 for b in zipline-controller zipline-node zipline-storage zl; do

@@ -28,11 +28,11 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
 SRC = os.environ["ZL_SOURCE_DIR"]
 sys.path.insert(0, os.path.join(SRC, "test", "lib"))
 from csi_client import CsiClient, wait_for_socket  # noqa: E402
+import etcd_gw  # noqa: E402
 
 CL_DIR = os.environ["CL_DIR"]
 CL_BIN = os.environ["CL_BIN"]
@@ -67,23 +67,14 @@ def sock_of(name):
 
 # ------------------------------------------------------------------ etcd
 
-def _etcd_post(path, body):
-    req = urllib.request.Request(ETCD + path, data=json.dumps(body).encode(), method="POST")
-    with urllib.request.urlopen(req, timeout=5) as r:
-        return json.load(r)
-
-
-def _b64(s):
-    return base64.b64encode(s.encode()).decode()
-
-
 def etcd_range(key, prefix=False):
-    body = {"key": _b64(key)}
     if prefix:
-        body["range_end"] = _b64(key[:-1] + chr(ord(key[-1]) + 1))
-    out = _etcd_post("/v3/kv/range", body)
+        got = etcd_gw.prefix(ETCD, key)
+    else:
+        kv = etcd_gw.get(ETCD, key)
+        got = [kv] if kv else []
     kvs = []
-    for kv in out.get("kvs", []):
+    for kv in got:
         kvs.append({"key": base64.b64decode(kv["key"]).decode(),
                     "value": base64.b64decode(kv.get("value", "")).decode(),
                     "create_revision": int(kv.get("create_revision", 0)),
@@ -98,18 +89,15 @@ def etcd_get(key):
 
 
 def etcd_put(key, value, lease=0):
-    body = {"key": _b64(key), "value": _b64(value)}
-    if lease:
-        body["lease"] = str(lease)
-    _etcd_post("/v3/kv/put", body)
+    etcd_gw.put(ETCD, key, value, lease)
 
 
 def etcd_lease(ttl):
-    return int(_etcd_post("/v3/lease/grant", {"TTL": ttl})["ID"])
+    return int(etcd_gw.lease_grant(ETCD, ttl))
 
 
 def etcd_revoke(lease):
-    _etcd_post("/v3/lease/revoke", {"ID": str(lease)})
+    etcd_gw.lease_revoke(ETCD, lease)
 
 
 def wait_until(cond, timeout, what):

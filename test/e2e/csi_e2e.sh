@@ -39,13 +39,17 @@ csi_cleanup() {
 	done
 	losetup -l -n -O NAME,BACK-FILE 2>/dev/null | awk -v w="$CSI_WORK" 'index($2, w) == 1 { print $1 }' |
 		while read -r m; do losetup -d "$m" 2>/dev/null || true; done
+	local pids=""
 	for f in "$CSI_WORK"/node*/state/*/state.json; do
 		[ -f "$f" ] || continue
 		pid=$(sed -n 's/.*"pid": *\([0-9]*\).*/\1/p' "$f")
 		[ -n "$pid" ] && [ "$pid" -gt 0 ] && grep -qa attach "/proc/$pid/cmdline" 2>/dev/null &&
-			kill -TERM "$pid" 2>/dev/null || true
+			kill -TERM "$pid" 2>/dev/null && pids="$pids $pid"
 	done
-	sleep 1
+	# The attach processes TERMed above exit (10 s at most) before the unmounts.
+	for pid in $pids; do
+		for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+	done
 	awk -v w="$CSI_WORK" '$5 ~ "^"w { print $5 }' /proc/self/mountinfo | sort -r | while read -r m; do
 		umount -l "$m" 2>/dev/null || true
 	done
@@ -55,9 +59,7 @@ csi_cleanup() {
 trap 'rc=$?; csi_cleanup; if [ $rc != 0 ] || [ "${KEEP:-0}" = 1 ]; then echo "csi_e2e: logs kept in $CL_DIR" >&2; else rm -rf "$CL_DIR"; fi' EXIT
 fail() {
 	echo "csi_e2e: FAIL: $*" >&2
-	for f in "$CL_DIR"/ctrl/log "$CSI_WORK"/node*/node.log "$CSI_WORK"/node*/state/*/attach.log; do
-		[ -f "$f" ] && { echo "--- $f" >&2; tail -30 "$f" >&2; }
-	done
+	cl_dump_logs 30 "$CL_DIR"/ctrl/log "$CSI_WORK"/node*/node.log "$CSI_WORK"/node*/state/*/attach.log
 	exit 1
 }
 

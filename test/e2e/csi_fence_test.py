@@ -19,15 +19,16 @@ import base64
 import json
 import os
 import re
-import struct
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import csi_e2e_test as e  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import chunkfile  # noqa: E402
+import etcd_gw  # noqa: E402
 from csi_e2e_test import MiB, T, fail, log  # noqa: E402
 
 BLOCK = 64 * 1024          # one node-1 write
@@ -37,11 +38,7 @@ FENCE_WRITE_MAX_S = 15     # a fenced write must fail fast (the attach io-timeou
 # ---- independent views: etcd, replica files, the wire ----
 
 def etcd_get(key):
-    body = json.dumps({"key": base64.b64encode(key.encode()).decode()}).encode()
-    req = urllib.request.Request(e.ETCD + "/v3/kv/range", data=body)
-    with urllib.request.urlopen(req, timeout=5) as r:
-        kvs = json.load(r).get("kvs", [])
-    return kvs[0] if kvs else None
+    return etcd_gw.get(e.ETCD, key)
 
 
 def volume_record(vol):
@@ -75,14 +72,10 @@ def replica_files(vol):
 def replica_read(path, off, length):
     """length bytes at offset off of a replica's chunk data (zeros where the
     sparse file holds nothing)."""
-    with open(path, "rb") as f:
-        hdr = f.read(64)
-        if hdr[:8] != b"ZLCHUNK2":
-            fail("%s is not a format v2 chunk file (magic %r)" % (path, hdr[:8]))
-        data_off = struct.unpack_from("<Q", hdr, 40)[0]
-        f.seek(data_off + off)
-        data = f.read(length)
-    return data + b"\0" * (length - len(data))
+    try:
+        return chunkfile.data(path, off, length)
+    except chunkfile.NotAChunk as ex:
+        fail(str(ex))
 
 
 def wait_hello(vol, node_id, pctx, want, secs=20):

@@ -28,7 +28,7 @@ PY=/usr/bin/python3
 T=dos_e2e
 fail() {
 	echo "$T: FAIL: $*" >&2
-	for f in "$CL_DIR"/storage-*/log; do echo "--- $f" >&2; tail -20 "$f" >&2; done
+	cl_dump_logs 20 "$CL_DIR"/storage-*/log
 	exit 1
 }
 BAD=0
@@ -53,10 +53,20 @@ cl_wait_nodes 3 || fail "node-3 (etcd through $PROXY) did not register"
 PORT=$(cat "$CL_DIR/storage-3/port")
 LOG3=$CL_DIR/storage-3/log
 
-# counts: "RANGES TOTAL" node-3 sent to etcd so far (the proxy's file).
+# counts [SINCE_MS]: "RANGES TOTAL" node-3 sent to etcd so far (the proxy's
+# file, rewritten every 100 ms); with SINCE_MS, from a file written at or
+# after that wall-clock millisecond (waits for it, 5 s at most).
 counts() {
-	"$PY" -c 'import json, sys; c = json.load(open(sys.argv[1])); print(c.get("/v3/kv/range", 0), c.get("total", 0))' \
-		"$CL_DIR/serve-proxy/counts"
+	"$PY" - "$CL_DIR/serve-proxy/counts" "${1:-0}" <<'PY'
+import json, sys, time
+for _ in range(500):
+    c = json.load(open(sys.argv[1]))
+    if c.get('written_ms', 0) >= int(sys.argv[2]):
+        print(c.get('/v3/kv/range', 0), c.get('total', 0))
+        sys.exit(0)
+    time.sleep(0.01)
+sys.exit('counts: the proxy wrote no snapshot since %s' % sys.argv[2])
+PY
 }
 now_ms() { date +%s%3N; }
 
@@ -105,13 +115,13 @@ STOP=$CL_DIR/load.stop
 	--seed 5 --read-pct 30 --min-len 4K --max-len 64K --seconds 400 --stop-file "$STOP" \
 	>"$CL_DIR/load.out" 2>"$CL_DIR/load.err" &
 LOAD_PID=$!
-sleep 3
+cl_wait_count "$CL_DIR/load.log" '^A ' 100 30 || fail "e2e_load got no 100 writes acknowledged: $(cat "$CL_DIR/load.out" "$CL_DIR/load.err")"
 kill -0 "$LOAD_PID" 2>/dev/null || fail "e2e_load ended early: $(cat "$CL_DIR/load.out" "$CL_DIR/load.err")"
 
 # --- idle rate of node-3's etcd requests ---------------------------------------
 read -r r0 t0 <<<"$(counts)"
 ms0=$(now_ms)
-sleep 5
+sleep 5 # deliberate: the idle rate is measured over 5 s
 read -r r1 t1 <<<"$(counts)"
 IDLE_MS=$(($(now_ms) - ms0))
 IDLE_R=$((r1 - r0))
@@ -129,8 +139,7 @@ phase() {
 	read -r ra ta <<<"$(counts)"
 	ms_a=$(now_ms)
 	"$FLOOD" 127.0.0.1 "$PORT" "$@" >"$CL_DIR/flood.out" 2>&1 || fail "e2e_flood $name: $(cat "$CL_DIR/flood.out")"
-	sleep 0.3 # the proxy's file is rewritten every 100 ms
-	read -r rb tb <<<"$(counts)"
+	read -r rb tb <<<"$(counts "$(now_ms)")"
 	ms=$(($(now_ms) - ms_a))
 	bound=$((fixed + per_sec * (ms + 999) / 1000 + IDLE_R * (ms + IDLE_MS - 1) / IDLE_MS + 5))
 	sent=$(sed -n 's/^FLOOD .* sent=\([0-9]*\).*/\1/p' "$CL_DIR/flood.out")

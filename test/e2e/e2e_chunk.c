@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "lib/common/common.h"
-#include "lib/transport/xport_peer.h"
+#include "lib/transport/xport_hello.h"
 #include "e2e_cred.h"
 
 struct wait {

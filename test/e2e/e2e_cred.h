@@ -14,7 +14,7 @@
 #include "lib/etcd/etcd.h"
 #include "lib/meta/meta.h"
 #include "lib/meta/zl_auth.h"
-#include "lib/transport/xport_peer.h"
+#include "lib/transport/xport_hello.h"
 
 /* TLS of the raw e2e tools (docs/SECURITY.md): the CA in $ZIPLINE_TLS_CA
  * (and $ZIPLINE_TLS_SERVER_NAME), as lib/client reads them. The tools that

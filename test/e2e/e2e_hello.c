@@ -1,6 +1,6 @@
 /* e2e_hello HOST PORT NODE_ID [tcp|rdma]: connects to a zipline-storage
  * daemon, sends HELLO through the shared code the client and replication use
- * (lib/transport/xport_peer.c), checks the reply and prints
+ * (lib/transport/xport_hello.c), checks the reply and prints
  *   node=<id> version=<n> caps=<tcp|tcp,rdma>
  * Exit 0 when the reply passed zl_xport_hello_check for NODE_ID, else 1 with
  * the reason on stderr. */
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "lib/common/common.h"
-#include "lib/transport/xport_peer.h"
+#include "lib/transport/xport_hello.h"
 #include "e2e_cred.h"
 
 struct hello_wait {

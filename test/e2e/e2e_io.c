@@ -34,7 +34,7 @@
 #include "lib/meta/meta.h"
 #include "lib/meta/zl_auth.h"
 #include "lib/transport/transport.h"
-#include "lib/transport/xport_peer.h"
+#include "lib/transport/xport_hello.h"
 
 #define SECTOR 512u
 #define MAX_QD 32

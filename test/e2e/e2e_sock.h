@@ -11,7 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-/* HELLO caps bits (lib/transport/xport_peer.h and docs/SECURITY.md); kept
+/* HELLO caps bits (lib/transport/xport_hello.h and docs/SECURITY.md); kept
  * here so the tools need nothing but lib/wire. */
 #ifndef ZL_WIRE_CAP_TCP
 #define ZL_WIRE_CAP_TCP (1u << 0)

@@ -43,13 +43,7 @@ for b in zipline-controller zipline-storage zl; do
 	[ -x "$CL_BIN/$b" ] || fail "no $CL_BIN/$b: build it first"
 done
 
-mkdir -p "$CL_DIR/controller"
-start_manager() {
-	"$CL_BIN/zipline-controller" --endpoint "unix://$CL_DIR/controller/csi.sock" --etcd "$CL_ETCD" \
-		--leader-id ctrl-a --manager=on --manager-grace 2 --down-out-interval 600 \
-		--log-level info >>"$CL_DIR/controller/log" 2>&1 &
-	echo $! >"$CL_DIR/controller/pid"
-}
+start_manager() { CL_DOWN_OUT=600 cl_start_manager controller || fail "the manager did not start"; }
 start_manager
 
 # dir_hash DIR: sha256 over every file's path, mode and content.
@@ -72,17 +66,8 @@ wait_health() {
 	done
 	fail "health line is '$h', not $1 after $2 s"
 }
-# wait_in_sync SECS: until every member of every row is in_sync.
-wait_in_sync() {
-	local rows=""
-	for _ in $(seq 1 $(($1 * 5))); do
-		rows=$(hl_etcd incs "$vid")
-		grep -q ':out:\|:recovering:' <<<"$rows" || return 0
-		sleep 0.2
-	done
-	echo "$rows" | grep ':out:\|:recovering:' | head -5 >&2 || true
-	fail "rows not all in sync after $1 s"
-}
+# wait_in_sync SECS: until every member of every row (3) is in_sync.
+wait_in_sync() { cl_wait_in_sync "$vid" --all 3 "$1" >/dev/null || fail "rows not all in sync after $1 s"; }
 # check_replicas: every chunk identical (data and version) on all 3 nodes.
 check_replicas() {
 	local bad n
@@ -131,10 +116,10 @@ cl_start_storage 2
 if [ "${2:-}" = --manager-restart ]; then
 	# The manager dies (-9) while node-2 registers on its empty dir and is
 	# restarted: the new one must still see the new incarnation (M3).
-	sleep 1
+	for _ in $(seq 1 100); do [ -f "$CL_DIR/storage-2/data/identity" ] && break; sleep 0.05; done
+	[ -f "$CL_DIR/storage-2/data/identity" ] || fail "node-2 made no identity on its empty dir"
 	cl_stop controller KILL
-	say "manager killed (-9) while node-2 registers; restarting it"
-	rm -f "$CL_DIR/controller/csi.sock"
+	say "manager killed (-9) while node-2 registers (its new identity made); restarting it"
 	start_manager
 fi
 cl_wait_nodes 3 || fail "node-2 did not register again"

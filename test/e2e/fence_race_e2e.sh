@@ -83,7 +83,16 @@ ok "epoch $E1 wrote chunk 0 through the primary $PRIM"
 
 # The move, while the primary's watches are held.
 touch "$CL_DIR/serve-proxy-$PI/hold"
-sleep 0.5
+# Every watch stream of the primary's proxy holds (it says so within 20 ms).
+pl="$CL_DIR/serve-proxy-$PI/log"
+nlines() { grep -c "$1" "$pl" || true; }
+for _ in $(seq 1 100); do
+	n_open=$(($(nlines 'watch stream opened') - $(nlines 'watch stream closed')))
+	[ "$n_open" -gt 0 ] && [ "$(nlines 'watch stream holding')" -ge "$n_open" ] && break
+	sleep 0.05
+done
+[ "$n_open" -gt 0 ] && [ "$(nlines 'watch stream holding')" -ge "$n_open" ] ||
+	fail "the primary's proxy does not hold its $n_open watch streams: $(cat "$pl")"
 etcd_ctl del "/zipline/attachments/$V"
 E2=$(etcd_ctl put "/zipline/attachments/$V" '{"node":"wn-2","epoch":0,"readonly":false,"time":0}')
 T2=$(token "$S" "$V|wn-2|$E2")

@@ -16,7 +16,7 @@ source "$SRC/test/lib/cluster.sh"
 source "$SRC/test/lib/heal.sh"
 fail() {
 	echo "heal_e2e: FAIL: $*" >&2
-	for f in "$CL_DIR"/storage-*/log; do echo "--- $f" >&2; tail -25 "$f" >&2; done
+	cl_dump_logs 25 "$CL_DIR"/storage-*/log
 	exit 1
 }
 SIZE_MB=64
@@ -62,11 +62,7 @@ cl_wait_nodes 3 || fail "node-3 did not register again"
 t0=$(date +%s%N)
 hl_etcd set "$vid" node-3 recovering || fail "marking node-3 recovering"
 n_slices=$(hl_etcd rows "$vid" | grep -c 'node-3:')
-for _ in $(seq 1 600); do
-	got=$(hl_etcd reports "$vid" CAUGHT_UP | awk '$3 == "node-3"' | wc -l)
-	[ "$got" -ge "$n_slices" ] && break
-	sleep 0.1
-done
+got=$(hl_wait_caught_up "$vid" node-3 "$n_slices" 60) || true
 t1=$(date +%s%N)
 echo "heal_e2e: CAUGHT_UP reports: $got of $n_slices slices in $(((t1 - t0) / 1000000)) ms"
 [ "$got" -ge "$n_slices" ] || fail "only $got of $n_slices slices reported node-3 CAUGHT_UP"

@@ -21,7 +21,7 @@ export CL_BIN=$BUILD/bin
 CL_DIR=$(mktemp -d "$BUILD/e2e-manager.XXXXXX")
 export CL_DIR
 source "$SRC/test/lib/cluster.sh"
-trap 'for c in ctrl-off ctrl-a ctrl-b; do cl_stop "$c" KILL; done; cl_stop etcd; [ "${KEEP:-0}" = 1 ] || rm -rf "$CL_DIR"' EXIT
+trap 'for c in ctrl-off ctrl-a ctrl-b; do cl_stop "$c" KILL; done; cl_stop etcd; cl_ports_release; [ "${KEEP:-0}" = 1 ] || rm -rf "$CL_DIR"' EXIT
 fail() {
 	echo "manager_e2e: FAIL: $*" >&2
 	for f in "$CL_DIR"/ctrl-*/log; do

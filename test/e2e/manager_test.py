@@ -7,7 +7,6 @@ etcd: every assertion reads the rows (or their history) from etcd.
 
 Environment: CL_ETCD (etcd URL), CL_DIR (state dir; controllers write
 CL_DIR/ctrl-X/{pid,log}), ZL_BUILD_DIR."""
-import base64
 import json
 import os
 import secrets
@@ -15,7 +14,10 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import etcd_gw  # noqa: E402
+from etcd_gw import b64  # noqa: E402
 
 ETCD = os.environ["CL_ETCD"]
 DIR = os.environ["CL_DIR"]
@@ -32,46 +34,31 @@ def fail(msg):
     sys.exit(1)
 
 
-def b64(s):
-    return base64.b64encode(s.encode() if isinstance(s, str) else s).decode()
-
-
 def etcd(path, body):
-    req = urllib.request.Request(ETCD + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=5) as r:
-        return json.loads(r.read())
+    return etcd_gw.call(ETCD, path, body)
 
 
 def lease_grant(ttl=600):
-    return etcd("/v3/lease/grant", {"TTL": ttl})["ID"]
+    return etcd_gw.lease_grant(ETCD, ttl)
 
 
 def lease_revoke(lease):
-    etcd("/v3/lease/revoke", {"ID": lease})
+    etcd_gw.lease_revoke(ETCD, lease)
 
 
 def put(key, value, lease=0):
-    body = {"key": b64(key), "value": b64(value)}
-    if lease:
-        body["lease"] = lease
-    return int(etcd("/v3/kv/put", body)["header"]["revision"])
+    return int(etcd_gw.put(ETCD, key, value, lease)["header"]["revision"])
 
 
 def get(key, rev=0):
-    body = {"key": b64(key)}
-    if rev:
-        body["revision"] = rev
-    kvs = etcd("/v3/kv/range", body).get("kvs", [])
-    if not kvs:
+    kv = etcd_gw.get(ETCD, key, rev)
+    if not kv:
         return None, 0
-    return base64.b64decode(kvs[0]["value"]).decode(), int(kvs[0]["mod_revision"])
+    return etcd_gw.unb64(kv["value"]), int(kv["mod_revision"])
 
 
 def keys(prefix):
-    end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-    kvs = etcd("/v3/kv/range", {"key": b64(prefix), "range_end": b64(end)}).get("kvs", [])
-    return [base64.b64decode(kv["key"]).decode() for kv in kvs]
+    return [etcd_gw.unb64(kv["key"]) for kv in etcd_gw.prefix(ETCD, prefix)]
 
 
 # ---- fake storage nodes: records on leases ----

@@ -23,29 +23,13 @@ set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
 source "$SRC/test/lib/heal_b.sh"
-RESTART=0
-T=minsize_e2e
-if [ "${2:-}" = --manager-restart ]; then
-	RESTART=1
-	T=minsize_mgr_restart_e2e
-fi
-fail() {
-	echo "$T: FAIL: $*" >&2
-	[ -n "${early_pid:-}" ] && kill "$early_pid" 2>/dev/null
-	[ -n "${vid:-}" ] && hb_ctl rows "$vid" 2>/dev/null | head -6 | sed 's/^/  row /' >&2
-	hb_logs
-	exit 1
-}
+hb_test minsize_e2e "${2:-}"
 SIZE_MB=16
 CHUNK=65536
 SMALL=65536 # the refused write: chunk 0 (slice 0), at offset 0
 IOT=10
 HEAL_BOUND_S=60
-for b in zipline-storage zipline-controller zl; do
-	[ -x "$1/bin/$b" ] || { echo "$T: FAIL: no $1/bin/$b: build it first" >&2; exit 1; }
-done
-command -v etcd >/dev/null || { echo "$T: FAIL: etcd is not installed" >&2; exit 1; }
-[ -x "$HB_PY" ] || { echo "$T: FAIL: $HB_PY is missing" >&2; exit 1; }
+cl_require "$T" "$1" zipline-storage zipline-controller zl
 
 export CL_STORAGE_FLAGS="--recovery-mbps 400 --log-level info"
 hb_begin e2e-minsize "$1" 3 || fail "cluster did not start"
@@ -65,9 +49,7 @@ hb_ctl healthy "$vid" 3 >/dev/null || fail "rows not healthy before any failure:
 
 restart_manager() {
 	echo "$T: killing the manager (-9) and starting it again ($1)"
-	cl_stop manager KILL
-	sleep 1
-	hb_start_manager 600 || fail "the manager did not start again"
+	cl_manager_outage manager 1 hb_start_manager 600 || fail "the manager did not start again"
 }
 
 # Two of the three members of every slice die.
@@ -79,7 +61,7 @@ cl_stop storage-2 KILL
 # acknowledged either: it spans the change of primary, then meets min_size.
 head -c $SMALL /dev/urandom >"$CL_DIR/early"
 "$ZL" --io-timeout 30 volume import mvol "$CL_DIR/early" >"$CL_DIR/early.log" 2>&1 &
-early_pid=$!
+HB_BG=$!
 for _ in $(seq 1 225); do
 	hb_ctl only "$vid" node-3 >"$CL_DIR/only" && break
 	sleep 0.2
@@ -88,7 +70,7 @@ hb_ctl only "$vid" node-3 >"$CL_DIR/only" ||
 	fail "45 s after the kills node-3 is not the only in-sync member of every row: $(cat "$CL_DIR/only")"
 echo "FIGURE: node-3 the only in-sync member (primary) of every row $(($(hb_now_ms) - t0)) ms after the kills"
 set +e
-wait "$early_pid"
+wait "$HB_BG"
 rc=$?
 set -e
 msg=$(grep -v '^\s*$' "$CL_DIR/early.log" | tail -1)

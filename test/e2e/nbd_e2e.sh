@@ -12,11 +12,7 @@ cl_e2e_begin e2e-nbd "$1" 3 || fail "cluster did not start"
 if [ "${CL_TLS:-off}" = on ]; then
 	# nbd_tls_e2e: every storage node serves TLS only, zl reaches them with the CA.
 	for i in 1 2 3; do
-		for _ in $(seq 1 50); do
-			grep -q "registered node=node-$i .* tls=on" "$CL_DIR/storage-$i/log" && break
-			sleep 0.1
-		done
-		grep -q "registered node=node-$i .* tls=on" "$CL_DIR/storage-$i/log" ||
+		cl_wait_count "$CL_DIR/storage-$i/log" "registered node=node-$i .* tls=on" 1 5 ||
 			fail "node-$i did not register with TLS on"
 	done
 	[ -f "${ZIPLINE_TLS_CA:-}" ] || fail "CL_TLS=on but no ZIPLINE_TLS_CA"

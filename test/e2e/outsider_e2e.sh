@@ -41,7 +41,7 @@ PY=/usr/bin/python3
 T=outsider_e2e
 fail() {
 	echo "$T: FAIL: $*" >&2
-	for f in "$CL_DIR"/storage-*/log; do echo "--- $f" >&2; tail -15 "$f" >&2; done
+	cl_dump_logs 15 "$CL_DIR"/storage-*/log
 	exit 1
 }
 AUTH_FLAG=${ZL_OUTSIDER_AUTH_FLAG---auth on}

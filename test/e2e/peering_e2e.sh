@@ -27,7 +27,7 @@ source "$SRC/test/lib/cluster.sh"
 source "$SRC/test/lib/heal.sh"
 fail() {
 	echo "peering_e2e: FAIL: $*" >&2
-	for f in "$CL_DIR"/storage-*/log; do echo "--- $f" >&2; tail -30 "$f" >&2; done
+	cl_dump_logs 30 "$CL_DIR"/storage-*/log
 	exit 1
 }
 CHUNK=65536
@@ -68,7 +68,7 @@ wait_up() { # wait_up NODE: the daemon answers
 
 "$ZL" volume create pvol --size $((N_CHUNKS * CHUNK / 1024))K --replicas 3 --chunk-size 64K ||
 	fail "create"
-vid=$("$ZL" volume inspect pvol | grep -o 'vol-[0-9a-f]\{16\}' | head -1)
+vid=$(hl_vol_id pvol)
 [ -n "$vid" ] || fail "no volume id in 'zl volume inspect' output"
 [ "$(hl_etcd rows "$vid" | wc -l)" -eq $N_CHUNKS ] || fail "expected $N_CHUNKS slices"
 head -c $((N_CHUNKS * CHUNK)) /dev/urandom >"$CL_DIR/in"
@@ -165,7 +165,7 @@ wait_log $X "peering vol=$vid slice=$A term=2 .*pulled=1 pushed=0" ||
 wait_state "$A" degraded || fail "slice $A still shows $(slice_state "$A") after it peered"
 wait_log $Y "peering vol=$vid slice=$B term=2 .*pulled=0 pushed=1" ||
 	fail "node-$Y did not log peering of slice $B in term 2 with one chunk pushed"
-grep -h "peering vol=$vid slice=\($A\|$B\|$C\) term=2" "$CL_DIR"/storage-*/log | sed 's/.*storage_peer[^ ]* //'
+grep -h "peering vol=$vid slice=\($A\|$B\|$C\) term=2" "$CL_DIR"/storage-*/log | sed 's/.*storage_peering[^ ]* //'
 for f in A B; do
 	for n in $X $Y; do
 		[ "$(fsha $n "${!f}")" = "$(sha_of "$CL_DIR/w$f")" ] ||
@@ -196,12 +196,7 @@ cmp "$CL_DIR/want" "$CL_DIR/out" || fail "volume content after peering differs"
 cl_start_storage 1
 wait_up 1 || fail "node-1 did not come back"
 hl_etcd set "$vid" node-1 recovering || fail "marking node-1 recovering"
-for _ in $(seq 1 600); do
-	got=$(hl_etcd reports "$vid" CAUGHT_UP | awk '$3 == "node-1"' | wc -l)
-	[ "$got" -ge $N_CHUNKS ] && break
-	sleep 0.1
-done
-[ "$got" -ge $N_CHUNKS ] || fail "only $got of $N_CHUNKS slices reported node-1 CAUGHT_UP"
+got=$(hl_wait_caught_up "$vid" node-1 $N_CHUNKS 60) || fail "only $got of $N_CHUNKS slices reported node-1 CAUGHT_UP"
 wait_log 1 "newer copy rolled back to the primary's: vol=[0-9a-f]* chunk=$C version=$ver_w2" 50 ||
 	fail "node-1 did not log the roll back of chunk $C (version $ver_w2)"
 [ "$(fsha 1 "$C")" = "$old_c" ] || fail "node-1's copy of C was not rolled back"

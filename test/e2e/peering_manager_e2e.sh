@@ -14,20 +14,15 @@ source "$SRC/test/lib/cluster.sh"
 source "$SRC/test/lib/heal.sh"
 fail() {
 	echo "peering_manager_e2e: FAIL: $*" >&2
-	for f in "$CL_DIR"/storage-*/log "$CL_DIR"/controller/log; do
-		[ -f "$f" ] && { echo "--- $f" >&2; tail -25 "$f" >&2; }
-	done
+	cl_dump_logs 25 "$CL_DIR"/storage-*/log "$CL_DIR"/controller/log
 	exit 1
 }
 CHUNK=65536
 N_CHUNKS=256
 export CL_STORAGE_FLAGS="--repl-wait 60 --recovery-mbps 400 --log-level info"
 CL_MANAGER=0 cl_e2e_begin e2e-pmgr "$1" 3 --heal on || fail "cluster did not start"
-mkdir -p "$CL_DIR/controller"
-"$CL_BIN/zipline-controller" --endpoint "unix://$CL_DIR/controller/csi.sock" --etcd "$CL_ETCD" \
-	--leader-election=off --manager=on --manager-grace 1 --log-level info \
-	>>"$CL_DIR/controller/log" 2>&1 &
-echo $! >"$CL_DIR/controller/pid"
+CL_MANAGER_GRACE=1 CL_DOWN_OUT=600 cl_start_manager controller --leader-election=off ||
+	fail "the manager did not start"
 
 rows() { hl_etcd rows "$1"; }
 # wait_rows VOL AWK_COND SECS: until no row line matches AWK_COND.
@@ -41,7 +36,7 @@ wait_rows() {
 
 "$ZL" volume create mvol --size $((N_CHUNKS * CHUNK / 1024))K --replicas 3 --chunk-size 64K ||
 	fail "create"
-vid=$("$ZL" volume inspect mvol | grep -o 'vol-[0-9a-f]\{16\}' | head -1)
+vid=$(hl_vol_id mvol)
 [ -n "$vid" ] || fail "no volume id in 'zl volume inspect' output"
 head -c $((N_CHUNKS * CHUNK)) /dev/urandom >"$CL_DIR/want"
 "$ZL" volume import mvol "$CL_DIR/want" || fail "import"

@@ -79,18 +79,17 @@ cl_rows "$vid" | grep -q node-4 && fail "node-4 is in a row before it started"
 # manager would write it: new term where the primary changes), so that the
 # rebalance must move primaries too: node-1 is the most loaded node and no
 # row has it as a backup.
-"$PY" - "$CL_ETCD" "$vid" <<'PY' || fail "making node-1 the primary of every row"
-import base64, json, sys, urllib.request
-etcd, vol = sys.argv[1], sys.argv[2]
-b64 = lambda s: base64.b64encode(s.encode()).decode()
-def call(path, body):
-    req = urllib.request.Request(etcd + path, data=json.dumps(body).encode())
-    with urllib.request.urlopen(req, timeout=5) as r:
-        return json.load(r)
+"$PY" - "$SRC/test/lib" "$CL_ETCD" "$vid" <<'PY' || fail "making node-1 the primary of every row"
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from etcd_gw import b64, unb64
+import etcd_gw
+etcd, vol = sys.argv[2], sys.argv[3]
+call = lambda path, body: etcd_gw.call(etcd, path, body)
 key = '/zipline/volumes/' + vol
 for attempt in range(50):
-    kv = call('/v3/kv/range', {'key': b64(key)})['kvs'][0]
-    rec = json.loads(base64.b64decode(kv['value']))
+    kv = etcd_gw.get(etcd, key)
+    rec = json.loads(unb64(kv['value']))
     for row in rec['placement']:
         i = row['nodes'].index('node-1')
         if i == 0:

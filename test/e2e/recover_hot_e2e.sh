@@ -25,6 +25,7 @@ fail() {
 CHUNK=$((4 << 20))
 ROUNDS=${ZL_HOT_ROUNDS:-3}
 export CL_STORAGE_FLAGS="--repl-wait 30 --recovery-mbps 40 --log-level info"
+cl_seed recover_hot_e2e # the pauses between write bursts
 CL_MANAGER=0 cl_e2e_begin e2e-hot "$1" 3 --heal on || fail "cluster did not start"
 
 for round in $(seq 1 "$ROUNDS"); do
@@ -36,10 +37,18 @@ for round in $(seq 1 "$ROUNDS"); do
 
 	cl_stop storage-3 KILL
 	hl_etcd set "$vid" node-3 out || fail "marking node-3 out"
+	touch "$CL_DIR/io.mark"
 	"$CL_BIN/e2e_io" --etcd "$CL_ETCD" --volume $vol --bytes "${ZL_HOT_BYTES:-1G}" \
 		>"$CL_DIR/io.log" 2>&1 &
 	io=$!
-	sleep 1
+	# Writes land on the live replicas while node-3 is out (a chunk file of
+	# node-1 changes) before node-3 restarts.
+	for _ in $(seq 1 100); do
+		[ -n "$(find "$CL_DIR/storage-1/data/chunks/$vid" -name '*.zlc' -newer "$CL_DIR/io.mark" 2>/dev/null)" ] && break
+		sleep 0.1
+	done
+	[ -n "$(find "$CL_DIR/storage-1/data/chunks/$vid" -name '*.zlc' -newer "$CL_DIR/io.mark" 2>/dev/null)" ] ||
+		fail "no write reached node-1 within 10 s of the writer's start"
 	cl_start_storage 3
 	cl_wait_nodes 3 || fail "node-3 did not register again"
 	hl_etcd set "$vid" node-3 recovering || fail "marking node-3 recovering"
@@ -47,12 +56,7 @@ for round in $(seq 1 "$ROUNDS"); do
 	kill -0 "$io" 2>/dev/null || fail "the writer ended before node-3 recovered: raise ZL_HOT_BYTES"
 	wait "$io" || fail "e2e_io (writes and read back through the primaries)"
 	echo "recover_hot_e2e: round $round: writer done $(($(date +%s) - t0)) s after RECOVERING"
-	for _ in $(seq 1 600); do
-		[ "$(hl_etcd reports "$vid" CAUGHT_UP | awk '$3 == "node-3"' | wc -l)" -ge "$n_rows" ] && break
-		sleep 0.1
-	done
-	got=$(hl_etcd reports "$vid" CAUGHT_UP | awk '$3 == "node-3"' | wc -l)
-	[ "$got" -ge "$n_rows" ] || fail "only $got of $n_rows slices reported node-3 CAUGHT_UP"
+	got=$(hl_wait_caught_up "$vid" node-3 "$n_rows" 60) || fail "only $got of $n_rows slices reported node-3 CAUGHT_UP"
 	hl_etcd set "$vid" node-3 in_sync || fail "marking node-3 in sync"
 	copies=$(grep -h 'recovery caught up' "$CL_DIR"/storage-[12]/log | grep -c "vol=$vid" || true)
 	echo "recover_hot_e2e: round $round: $got CAUGHT_UP reports, $copies with copies logged"
@@ -89,20 +93,16 @@ cl_wait_nodes 3 || fail "node-3 did not register again"
 		head -c 8M /dev/urandom >"$CL_DIR/hot"
 		"$ZL" volume import $vol "$CL_DIR/hot" --depth 4 >/dev/null || exit 1
 		cp "$CL_DIR/hot" "$CL_DIR/hot.last"
-		sleep 0.$((RANDOM % 5))
+		sleep 0.$((RANDOM % 5)) # deliberate (seeded): pauses of 0-0.4 s between bursts
 	done
 ) &
 wr=$!
-sleep 0.5
+for _ in $(seq 1 100); do [ -f "$CL_DIR/hot.last" ] && break; sleep 0.1; done
+[ -f "$CL_DIR/hot.last" ] || fail "the first burst did not complete in 10 s"
 hl_etcd set "$vid" node-3 recovering || fail "marking node-3 recovering"
 kill -0 "$wr" 2>/dev/null || fail "the burst writer ended before node-3 recovered"
 wait "$wr" || fail "burst writer"
-for _ in $(seq 1 900); do
-	[ "$(hl_etcd reports "$vid" CAUGHT_UP | awk '$3 == "node-3"' | wc -l)" -ge "$n_rows" ] && break
-	sleep 0.1
-done
-got=$(hl_etcd reports "$vid" CAUGHT_UP | awk '$3 == "node-3"' | wc -l)
-[ "$got" -ge "$n_rows" ] || fail "bursts: only $got of $n_rows slices reported node-3 CAUGHT_UP"
+got=$(hl_wait_caught_up "$vid" node-3 "$n_rows" 90) || fail "bursts: only $got of $n_rows slices reported node-3 CAUGHT_UP"
 hl_etcd set "$vid" node-3 in_sync || fail "marking node-3 in sync"
 dd if="$CL_DIR/hot.last" of="$CL_DIR/want" conv=notrunc status=none
 "$ZL" volume export $vol "$CL_DIR/out" || fail "export"

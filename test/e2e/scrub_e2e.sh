@@ -19,7 +19,7 @@ source "$SRC/test/lib/cluster.sh"
 source "$SRC/test/lib/heal.sh"
 fail() {
 	echo "scrub_e2e: FAIL: $*" >&2
-	for f in "$CL_DIR"/storage-*/log; do echo "--- $f" >&2; tail -25 "$f" >&2; done
+	cl_dump_logs 25 "$CL_DIR"/storage-*/log
 	exit 1
 }
 SIZE_MB=32
@@ -83,7 +83,10 @@ read -r _ primE _ < <(awk -v s=$((E % n_slices)) '$1 == s' "$CL_DIR/rows")
 fE="$CL_DIR/storage-${primE#node-}/data/chunks/$vid/$(printf '%016x' $E).zlc"
 rm -f "$fE" || fail "cannot delete $fE"
 echo "scrub_e2e: chunk $E deleted on its primary $primE"
-sleep 1.2 # a file removed under an open chunk is noticed by reads within a second
+# Deliberate: a read checks that an open chunk's file is still linked at most
+# once a second per chunk (STORE_GONE_CHECK_MS in storage/storage_chunk.c);
+# the second passes so that verify's own reads are the ones that notice.
+sleep 1.2
 
 set +e
 "$ZL" volume verify svol >"$CL_DIR/verify1" 2>&1
@@ -107,7 +110,7 @@ if [ "${2:-}" = --manager-restart ]; then
 	cl_stop manager KILL
 	"$ZL" volume scrub svol >"$CL_DIR/scrub1" 2>&1 &
 	scrub_pid=$!
-	sleep 1
+	sleep 1 # deliberate: the scrub runs 1 s without a manager
 	cl_start_manager || fail "the manager did not start again"
 	echo "scrub_e2e: manager killed (-9) and restarted during the scrub"
 	wait "$scrub_pid" || { cat "$CL_DIR/scrub1" >&2; fail "scrub"; }
@@ -147,11 +150,7 @@ cl_start_storage 1 "" --scrub-interval 2
 cl_wait_nodes 3 || fail "node-1 did not register again"
 off=$(cl_chunk_block_off "$fC" 0 9) || fail "cannot locate block 0 in $fC"
 cl_flip_byte "$fC" "$off"
-for _ in $(seq 1 300); do
-	grep -q "scrub repaired vol=$vid chunk=$C member=$other reason=crc" "$CL_DIR/storage-1/log" && break
-	sleep 0.1
-done
-grep -q "scrub repaired vol=$vid chunk=$C member=$other reason=crc" "$CL_DIR/storage-1/log" ||
+cl_wait_count "$CL_DIR/storage-1/log" "scrub repaired vol=$vid chunk=$C member=$other reason=crc" 1 30 ||
 	fail "the background scrub of node-1 did not repair chunk $C on $other"
 "$ZL" volume verify svol >"$CL_DIR/verify3" 2>&1 || { cat "$CL_DIR/verify3" >&2; fail "verify after the background scrub"; }
 replicas_identical

@@ -70,7 +70,8 @@ for _ in $(seq 1 50); do [ -f "$CL_DIR/sniff.ready" ] && break; sleep 0.1; done
 "$ZL" volume import wirevol "$CL_DIR/pattern.img" || fail "import through TLS=${CL_TLS:-off}"
 "$ZL" volume export wirevol "$CL_DIR/back.img" || fail "export through TLS=${CL_TLS:-off}"
 cmp -n $((1 << 20)) "$CL_DIR/pattern.img" "$CL_DIR/back.img" || fail "exported data differs from the import"
-sleep 0.5
+# Every frame of the export is queued on the sniffer's socket by now (loopback
+# sends are synchronous); on SIGTERM wire_sniff.py reads what is queued first.
 kill "$(cat "$CL_DIR/sniff.pid")"; wait "$(cat "$CL_DIR/sniff.pid")" 2>/dev/null
 wire=$(/usr/bin/python3 "$SRC/test/lib/wire_sniff.py" count "$CL_DIR/pattern" "$CL_DIR/wire")
 found=$(sed -n 's/.*found=\([0-9]*\).*/\1/p' <<<"$wire")

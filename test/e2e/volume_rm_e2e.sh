@@ -15,7 +15,7 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
 fail() {
 	echo "volume_rm_e2e: FAIL: $*" >&2
-	for f in "$CL_DIR"/storage-*/log; do echo "--- $f" >&2; tail -15 "$f" >&2; done
+	cl_dump_logs 15 "$CL_DIR"/storage-*/log
 	exit 1
 }
 ok() { echo "volume_rm_e2e: ok: $*"; }

@@ -4,11 +4,78 @@
 #
 # Required before use: CL_DIR (state dir), CL_BIN (dir with zipline-storage, zl).
 
+CL_LIB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+# cl_free_port: a loopback TCP port that no other test holds, for a daemon
+# to listen on. Binding port 0, closing and handing the number on is a race
+# (a parallel test, or any outgoing connection, may get the port before the
+# daemon binds it). Instead ports come from the 8000 below the kernel's
+# ephemeral range (no connect() is given one) and are claimed, under one
+# flock(1) shared by every test of the machine, as $CL_PORTS/PORT holding
+# the claiming shell's PID ($$): a port whose claim names a live process is
+# never handed out again; the claim is dropped by cl_ports_release (called by
+# cl_stop_all) or, when its test died, taken over. A port is handed out only
+# when nothing listens on it (a bind succeeds).
+CL_PORTS=${CL_PORTS:-/tmp/zl-test-ports}
 cl_free_port() {
-	/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+	mkdir -p "$CL_PORTS" || return 1
+	flock "$CL_PORTS/.lock" /usr/bin/python3 - "$CL_PORTS" "$$" <<'PY'
+import os, random, socket, sys
+d, me = sys.argv[1], sys.argv[2]
+lo = int(open('/proc/sys/net/ipv4/ip_local_port_range').read().split()[0])
+base = max(1024, lo - 8000)
+n = lo - base
+start = random.randrange(n)
+for i in range(n):
+    port = base + (start + i) % n
+    claim = os.path.join(d, str(port))
+    try:
+        owner = int(open(claim).read().strip() or 0)
+        if owner:
+            os.kill(owner, 0)
+            continue  # its test still runs
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        pass
+    except PermissionError:
+        continue  # alive, another user's
+    s = socket.socket()
+    try:
+        s.bind(('127.0.0.1', port))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    with open(claim, 'w') as f:
+        f.write(me + '\n')
+    print(port)
+    sys.exit(0)
+sys.exit('cl_free_port: no free port in %d..%d' % (base, lo - 1))
+PY
+}
+
+# cl_ports_release: drops every port claim of this shell (cl_free_port).
+cl_ports_release() {
+	[ -d "$CL_PORTS" ] || return 0
+	flock "$CL_PORTS/.lock" /usr/bin/python3 - "$CL_PORTS" "$$" <<'PY'
+import os, sys
+d, me = sys.argv[1], sys.argv[2]
+for name in os.listdir(d):
+    p = os.path.join(d, name)
+    if name.isdigit() and open(p).read().strip() == me:
+        os.unlink(p)
+PY
 }
 
 cl_log() { printf '[cluster] %s\n' "$*" >&2; }
+
+# cl_seed NAME: the seed of a randomised test: $ZL_TEST_SEED when set (a
+# replay), else one from the clock. Sets SEED and seeds bash's RANDOM with
+# it; prints "NAME: seed S (ZL_TEST_SEED=S replays ...)" on stdout.
+cl_seed() {
+	SEED=${ZL_TEST_SEED:-$(($(date +%s%N) / 1000 % 1000000))}
+	RANDOM=$SEED
+	echo "$1: seed $SEED (ZL_TEST_SEED=$SEED replays the random choices)"
+}
 
 # cl_wait_http URL TRIES: waits for the etcd gateway to answer.
 cl_wait_etcd() {
@@ -17,6 +84,43 @@ cl_wait_etcd() {
 		curl -s -m 1 -X POST -d '{}' "$url/v3/maintenance/status" >/dev/null 2>&1 && return 0
 		sleep 0.1
 	done
+	return 1
+}
+
+# cl_require T BUILD_DIR PROGRAM...: exits 1 ("T: FAIL: ...") unless every
+# BUILD_DIR/bin/PROGRAM is built, etcd is installed and /usr/bin/python3 is
+# there (the tests' python, with grpc).
+cl_require() {
+	local t=$1 build=$2 b
+	shift 2
+	for b in "$@"; do
+		[ -x "$build/bin/$b" ] || { echo "$t: FAIL: no $build/bin/$b: build it first" >&2; exit 1; }
+	done
+	command -v etcd >/dev/null || { echo "$t: FAIL: etcd is not installed" >&2; exit 1; }
+	[ -x /usr/bin/python3 ] || { echo "$t: FAIL: /usr/bin/python3 is missing" >&2; exit 1; }
+}
+
+# cl_dump_logs LINES FILE...: the last LINES lines (debug lines left out) of
+# each FILE that exists, after a "--- FILE" line, on stderr (for failures).
+cl_dump_logs() {
+	local n=$1 f
+	shift
+	for f in "$@"; do
+		[ -f "$f" ] && { echo "--- $f" >&2; grep -v ' debug ' "$f" | tail -"$n" >&2; }
+	done
+	return 0
+}
+
+# cl_wait_count FILE REGEX N SECS: until N lines of FILE match REGEX (e.g.
+# the acknowledged writes "^A " of an e2e_load log). Non-zero after SECS.
+cl_wait_count() {
+	local f=$1 re=$2 n=$3 secs=$4 c=0
+	for _ in $(seq 1 $((secs * 10))); do
+		c=$(grep -c -- "$re" "$f" 2>/dev/null || true)
+		[ "${c:-0}" -ge "$n" ] && return 0
+		sleep 0.1
+	done
+	cl_log "$f: ${c:-0} of $n lines match '$re' after $secs s"
 	return 1
 }
 
@@ -149,33 +253,54 @@ cl_start_csi() {
 	return 1
 }
 
-# cl_start_manager [NAME] [flags...]: a zipline-controller that runs the
-# cluster manager (--manager=on) in $CL_DIR/NAME (default "manager"; log
-# $CL_DIR/NAME/log, CSI socket $CL_DIR/NAME/csi.sock, leader id NAME),
-# with test timings: --manager-grace ${CL_MANAGER_GRACE:-2},
+# cl_start_manager [NAME] [flags...]: the one starter of the cluster manager
+# of every test: a zipline-controller --manager=on in $CL_DIR/NAME (default
+# "manager"; log $CL_DIR/NAME/log, CSI socket $CL_DIR/NAME/csi.sock, leader
+# id NAME: a restart with the same id takes the leader key over at once, like
+# a restarted pod), with test timings: --manager-grace ${CL_MANAGER_GRACE:-2},
 # --down-out-interval ${CL_DOWN_OUT:-30}. Flags given here come last (they
 # win). Tracked by PID like the others (cl_stop NAME, cl_stop_all); NAME is
-# recorded in $CL_DIR/managers. Waits until the socket is up.
+# recorded in $CL_DIR/managers. Waits until the socket is up (10 s), or with
+# CL_MANAGER_WAIT=leader until it logs "became leader" once more than before
+# (30 s).
 cl_start_manager() {
-	local name=${1:-manager}
+	local name=${1:-manager} n0 tries=100
 	[ $# -gt 0 ] && shift
 	local d="$CL_DIR/$name"
 	mkdir -p "$d"
 	rm -f "$d/csi.sock"
+	n0=$(grep -c 'became leader' "$d/log" 2>/dev/null || true)
+	[ "${CL_MANAGER_WAIT:-socket}" = leader ] && tries=300
 	grep -qx "$name" "$CL_DIR/managers" 2>/dev/null || echo "$name" >>"$CL_DIR/managers"
 	"$CL_BIN/zipline-controller" --endpoint "unix://$d/csi.sock" --etcd "$CL_ETCD" \
 		--leader-id "$name" --log-level info --manager=on \
 		--manager-grace "${CL_MANAGER_GRACE:-2}" --down-out-interval "${CL_DOWN_OUT:-30}" \
 		"$@" >>"$d/log" 2>&1 &
 	echo $! >"$d/pid"
-	for _ in $(seq 1 100); do
-		[ -S "$d/csi.sock" ] && return 0
+	for _ in $(seq 1 "$tries"); do
+		if [ "${CL_MANAGER_WAIT:-socket}" = leader ]; then
+			[ "$(grep -c 'became leader' "$d/log" 2>/dev/null || true)" -gt "${n0:-0}" ] && return 0
+		else
+			[ -S "$d/csi.sock" ] && return 0
+		fi
 		kill -0 "$(cat "$d/pid")" 2>/dev/null || break
 		sleep 0.1
 	done
-	cl_log "manager $name did not start; log follows"
+	cl_log "manager $name did not start (CL_MANAGER_WAIT=${CL_MANAGER_WAIT:-socket}); log follows"
 	tail -20 "$d/log" >&2
 	return 1
+}
+
+# cl_manager_outage NAME SECS START_CMD...: kill -9 of the manager NAME, left
+# down SECS seconds, then START_CMD starts it again. The sleep is deliberate:
+# a manager away for a while is what the callers test (nothing it should do
+# happens meanwhile; the new one picks up where the old one stood).
+cl_manager_outage() {
+	local name=$1 secs=$2
+	shift 2
+	cl_stop "$name" KILL
+	sleep "$secs"
+	"$@"
 }
 
 cl_stop_all() {
@@ -188,6 +313,7 @@ cl_stop_all() {
 		[ -d "$d" ] && cl_stop "$(basename "$d")"
 	done
 	cl_stop etcd
+	cl_ports_release
 }
 
 # cl_e2e_begin NAME BUILD_DIR [NODES] [--heal on|off]: the common start of an
@@ -225,60 +351,30 @@ cl_e2e_begin() {
 
 # cl_rows VOL_ID: one line per slice of the volume's record in etcd,
 # "slice v term node:state..." (states in_sync, recovering, out), read
-# through the etcd JSON gateway, not through lib/meta.
-cl_rows() {
-	/usr/bin/python3 - "$CL_ETCD" "$1" <<'PY'
-import base64, json, sys, urllib.request
-etcd, vol = sys.argv[1], sys.argv[2]
-key = base64.b64encode(('/zipline/volumes/' + vol).encode()).decode()
-req = urllib.request.Request(etcd + '/v3/kv/range', data=json.dumps({'key': key}).encode())
-with urllib.request.urlopen(req, timeout=5) as r:
-    kvs = json.load(r).get('kvs', [])
-if not kvs:
-    sys.exit('cl_rows: no volume record %s' % vol)
-rec = json.loads(base64.b64decode(kvs[0]['value']))
-for i, row in enumerate(rec['placement']):
-    states = row.get('states') or ['in_sync' if n in row['in_sync'] else 'out' for n in row['nodes']]
-    print(i, row['v'], row.get('term', 1), ' '.join('%s:%s' % (n, s) for n, s in zip(row['nodes'], states)))
-PY
-}
+# through the etcd JSON gateway (test/lib/heal_tool.py etcd ... rows), not
+# through lib/meta.
+cl_rows() { /usr/bin/python3 "$CL_LIB/heal_tool.py" etcd "$CL_ETCD" rows "$1"; }
 
-# cl_wait_in_sync VOL_ID NODE SECONDS: waits until NODE is in_sync in every
-# row of the volume that lists it; prints the states NODE went through
-# ("recovering in_sync", from polling every 0.1 s) on stdout. Returns 1 on
-# timeout, or when no row lists NODE (with the rows on stderr).
+# cl_etcd_get KEY: the value of KEY (nothing when absent), through the etcd
+# JSON gateway (test/lib/etcd_gw.py).
+cl_etcd_get() { /usr/bin/python3 "$CL_LIB/heal_tool.py" etcd "$CL_ETCD" get "$1"; }
+
+# cl_wait_in_sync VOL_ID NODE SECONDS: the one in-sync waiter of the tests
+# (test/lib/heal_tool.py etcd ... wait): polls the volume's rows every 0.1 s
+# until NODE is in_sync in every row that lists it; prints the states NODE
+# went through ("recovering in_sync") on stdout.
+# cl_wait_in_sync VOL_ID --all N SECONDS: until every row has N members, all
+# in_sync; prints the milliseconds it waited.
+# Both return 1 on timeout (or when no row lists NODE), with the rows not in
+# sync on stderr.
 cl_wait_in_sync() {
-	local vol=$1 node=$2 secs=$3 seen="" rows st
-	for _ in $(seq 1 $((secs * 10))); do
-		rows=$(cl_rows "$vol") || return 1
-		for st in $(tr ' ' '\n' <<<"$rows" | sed -n "s/^$node:\(.*\)/\1/p" | sort -u); do
-			case " $seen " in *" $st "*) ;; *) seen="$seen $st" ;; esac
-		done
-		if tr ' ' '\n' <<<"$rows" | grep -q "^$node:" &&
-			! tr ' ' '\n' <<<"$rows" | grep "^$node:" | grep -qv ":in_sync$"; then
-			echo "${seen# }"
-			return 0
-		fi
-		sleep 0.1
-	done
-	cl_log "$node not in sync in every row of $vol after $secs s (states seen:$seen); rows:"
-	echo "$rows" >&2
-	return 1
+	/usr/bin/python3 "$CL_LIB/heal_tool.py" etcd "$CL_ETCD" wait "$@"
 }
 
 # cl_chunk_block_off FILE BLOCK [BYTE]: file offset of byte BYTE of data block
-# BLOCK of a chunk replica file, from its format v2 header (data offset,
-# u64 little-endian at byte 40; see storage/storage_chunk.h).
+# BLOCK of a chunk replica file (test/lib/chunkfile.py reads its header).
 cl_chunk_block_off() {
-	/usr/bin/python3 - "$1" "$2" "${3:-0}" <<'PY'
-import struct, sys
-path, block, byte = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-with open(path, 'rb') as f:
-    hdr = f.read(64)
-if hdr[:8] != b'ZLCHUNK2':
-    sys.exit('cl_chunk_block_off: %s is not a format v2 chunk file (magic %r)' % (path, hdr[:8]))
-print(struct.unpack_from('<Q', hdr, 40)[0] + block * 4096 + byte)
-PY
+	/usr/bin/python3 "$CL_LIB/heal_tool.py" blockoff "$1" "$2" "${3:-0}"
 }
 
 # cl_flip_byte FILE OFFSET: inverts one byte in place (and fsyncs).

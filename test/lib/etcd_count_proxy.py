@@ -76,6 +76,7 @@ def writer(path):
     while True:
         with lock:
             snap = dict(counts)
+        snap['written_ms'] = int(time.time() * 1000)  # wall clock: readers wait for a fresh one
         tmp = path + '.tmp'
         with open(tmp, 'w') as f:
             json.dump(snap, f)

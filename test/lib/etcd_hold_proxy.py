@@ -9,7 +9,9 @@ Listens on 127.0.0.1:LISTEN_PORT, connects each client to
 127.0.0.1:UPSTREAM_PORT. A connection whose first request is a /v3/watch is a
 watch stream: while HOLD_FILE exists, what etcd sends on it is buffered (in
 order), and sent on once HOLD_FILE is removed. Requests always pass. Prints
-"held N bytes" / "released N bytes" lines on stdout.
+"held N bytes" / "released N bytes" lines on stdout, and per watch stream
+"watch stream opened|holding|released|closed" (holding: HOLD_FILE seen, what
+etcd sends from now on is held).
 """
 import os
 import select
@@ -20,12 +22,17 @@ import threading
 
 def pump(cli, up, hold_file):
     watch = None
+    armed = False
     held = bytearray()
     socks = [cli, up]
     try:
         while True:
             r, _, _ = select.select(socks, [], [], 0.02)
             holding = os.path.exists(hold_file)
+            if watch and holding != armed:
+                armed = holding
+                # Every watch stream says when it holds (tests wait for it).
+                print('watch stream %s' % ('holding' if armed else 'released'), flush=True)
             if held and not holding:
                 cli.sendall(held)
                 print('released %d bytes' % len(held), flush=True)
@@ -39,6 +46,8 @@ def pump(cli, up, hold_file):
                 if s is cli:
                     if watch is None:
                         watch = b'/v3/watch' in data
+                        if watch:
+                            print('watch stream opened', flush=True)
                     up.sendall(data)
                 elif watch and holding:
                     if not held:
@@ -49,6 +58,8 @@ def pump(cli, up, hold_file):
     except OSError:
         pass
     finally:
+        if watch:
+            print('watch stream closed', flush=True)
         cli.close()
         up.close()
 

@@ -15,37 +15,17 @@ hl_log() { printf '[heal] %s\n' "$*" >&2; }
 # hl_now_ms: wall clock in milliseconds.
 hl_now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
-# hl_start_manager: a real zipline-controller with the manager on
-# (--manager=on --manager-grace 2 --down-out-interval 3600, plus
-# $HL_MANAGER_FLAGS). With cl_start_manager of cluster.sh: that one, named
-# "manager" ($CL_DIR/manager); without: our own in $CL_DIR/controller (CSI on
-# csi.sock there). cl_stop_all stops either. Waits until the socket is up.
+# hl_start_manager: the manager of the heal tests: cl_start_manager
+# (test/lib/cluster.sh) named "manager", grace 2 s, down-out 3600 s, plus
+# $HL_MANAGER_FLAGS. cl_stop_all stops it.
 hl_start_manager() {
-	if declare -F cl_start_manager >/dev/null; then
-		HL_MGR=manager
-		CL_MANAGER_GRACE=2 CL_DOWN_OUT=3600 cl_start_manager manager ${HL_MANAGER_FLAGS:-}
-		return
-	fi
-	HL_MGR=controller
-	local d="$CL_DIR/controller"
-	mkdir -p "$d"
-	rm -f "$d/csi.sock"
-	"$CL_BIN/zipline-controller" --endpoint "unix://$d/csi.sock" --etcd "$CL_ETCD" \
-		--log-level info --manager=on --manager-grace 2 --down-out-interval 3600 \
-		${HL_MANAGER_FLAGS:-} >>"$d/log" 2>&1 &
-	echo $! >"$d/pid"
-	for _ in $(seq 1 100); do
-		[ -S "$d/csi.sock" ] && return 0
-		kill -0 "$(cat "$d/pid")" 2>/dev/null || break
-		sleep 0.1
-	done
-	hl_log "zipline-controller --manager=on did not start; its log follows"
-	tail -20 "$d/log" >&2
-	return 1
+	HL_MGR=manager
+	# shellcheck disable=SC2086 # the flags are words
+	CL_MANAGER_GRACE=2 CL_DOWN_OUT=3600 cl_start_manager manager ${HL_MANAGER_FLAGS:-}
 }
 
 # hl_kill_manager: kill -9 of the manager started by hl_start_manager.
-hl_kill_manager() { cl_stop "${HL_MGR:-controller}" KILL; }
+hl_kill_manager() { cl_stop "${HL_MGR:-manager}" KILL; }
 
 # hl_etcd CMD ARGS...: the row oracle and the manager by hand, straight from
 # etcd (JSON gateway), through test/lib/heal_tool.py (its head lists every
@@ -59,30 +39,23 @@ hl_kill_manager() { cl_stop "${HL_MGR:-controller}" KILL; }
 #   order VOL SLICE N... the row's members in that order
 hl_etcd() { "$HL_PY" "$HL_TOOL" etcd "$CL_ETCD" "$@"; }
 
+# hl_wait_caught_up VID NODE N SECS: polls every 0.1 s until N slices of VID
+# reported NODE CAUGHT_UP (hl_etcd reports); prints how many did. Non-zero
+# when fewer after SECS.
+hl_wait_caught_up() {
+	local vid=$1 node=$2 n=$3 secs=$4 got=0
+	for _ in $(seq 1 $((secs * 10))); do
+		got=$(hl_etcd reports "$vid" CAUGHT_UP | awk -v n="$node" '$3 == n' | wc -l)
+		[ "$got" -ge "$n" ] && break
+		sleep 0.1
+	done
+	echo "$got"
+	[ "$got" -ge "$n" ]
+}
+
 # hl_vol_id NAME: the volume id (vol-<16 hex>) of a volume.
 hl_vol_id() {
 	"$ZL" volume inspect "$1" | grep -o 'vol-[0-9a-f]\{16\}' | head -1
-}
-
-# hl_wait_in_sync VID N SECS: waits until every slice row has N of N members
-# in_sync; prints the milliseconds it waited. Non-zero (and the rows) on
-# timeout.
-hl_wait_in_sync() {
-	local vid=$1 n=$2 secs=$3 t0 now
-	t0=$(hl_now_ms)
-	while :; do
-		if hl_etcd insync "$vid" "$n"; then
-			echo $(($(hl_now_ms) - t0))
-			return 0
-		fi
-		now=$(hl_now_ms)
-		if [ $((now - t0)) -ge $((secs * 1000)) ]; then
-			hl_log "not every slice of $vid is $n of $n in sync after $secs s: $(hl_etcd summary "$vid")"
-			hl_etcd rows "$vid" | awk '{ for (i = 4; i <= NF; i++) if ($i !~ /:in_sync$/) { print "[heal]   row", $0; break } }' | head -10 >&2
-			return 1
-		fi
-		sleep 0.2
-	done
 }
 
 # hl_files CHUNK [--missing-ok] DIR...: per chunk file of each replica dir:
@@ -149,7 +122,7 @@ hl_verify() {
 }
 
 # hl_recovery_bytes SINCE_FILE: bytes and chunks copied by recovery, summed
-# over the "recovery caught up ... bytes_copied=" lines (storage_recover.c)
+# over the "recovery caught up ... bytes_copied=" lines (storage_heal.c)
 # of every storage log written after the offsets saved by hl_log_mark.
 hl_log_mark() {
 	local f
@@ -168,14 +141,7 @@ hl_recovery_bytes() {
 }
 
 # hl_dump_logs: the tail of every daemon and manager log (for failures).
-hl_dump_logs() {
-	local f
-	for f in "$CL_DIR"/storage-*/log "$CL_DIR"/controller/log "$CL_DIR"/manager/log; do
-		[ -f "$f" ] || continue
-		echo "--- $f" >&2
-		grep -v ' debug ' "$f" | tail -${1:-25} >&2
-	done
-}
+hl_dump_logs() { cl_dump_logs "${1:-25}" "$CL_DIR"/storage-*/log "$CL_DIR"/controller/log "$CL_DIR"/manager/log; }
 
 # hl_begin NAME BUILD_DIR: the common start of the heal acceptance tests:
 # checks the binaries, etcd and 3 zipline-storage --heal on (recovery rate
@@ -218,4 +184,59 @@ hl_rows_only_by_manager() {
 	hl_log "$(echo "$hits" | wc -l) row changes made by a client or a primary, not by the manager; first:"
 	echo "$hits" | head -3 | cut -c1-300 >&2
 	return 1
+}
+
+# hl_test NAME [--manager-restart]: the frame of a heal acceptance test:
+# T=NAME (NAME[manager-restart] and MGR_RESTART=1 with --manager-restart),
+# FAILS=(), fail MSG (logs, exit 1), check_fail MSG (recorded; hl_end fails).
+hl_test() {
+	T=$1
+	MGR_RESTART=0
+	[ "${2:-}" = --manager-restart ] && { MGR_RESTART=1; T="$1[manager-restart]"; }
+	FAILS=()
+	fail() {
+		echo "$T: FAIL: $*" >&2
+		hl_dump_logs 30
+		exit 1
+	}
+	check_fail() { echo "$T: CHECK FAILED: $*" >&2; FAILS+=("$*"); }
+}
+
+# hl_end_oracles NAME VID SIZE_B CHUNK_B LOG --exact|--allowed CLIENT_ERR...:
+# the closing oracles of the heal tests, each a check_fail: only the manager
+# changed rows (CLIENT_ERR: the clients' stderr), `zl volume verify NAME`,
+# the 3 replicas' chunk files identical, and each replica's files exactly
+# what the acknowledged writes of LOG wrote (--exact) or what LOG allows
+# (--allowed: unacknowledged writes may or may not have landed).
+hl_end_oracles() {
+	local name=$1 vid=$2 size=$3 cs=$4 log=$5 mode=$6 vrc=0
+	shift 6
+	hl_rows_only_by_manager "$@" ||
+		check_fail "a client or a primary changed a slice row itself (heal mode: only the manager changes rows; they report and wait)"
+	hl_verify "$name" || vrc=$?
+	if [ $vrc = 2 ]; then
+		check_fail "zl volume verify not available"
+	elif [ $vrc != 0 ]; then
+		check_fail "zl volume verify $name exited $vrc"
+	fi
+	hl_replicas_identical "$vid" "$cs" $((size / cs)) || check_fail "replica oracle: the 3 replicas' chunk files differ"
+	if [ "$mode" = --exact ]; then
+		hl_check_replicas "$log" "$size" "$cs" "$vid" --exact ||
+			check_fail "replica oracle: a replica's chunk files are not what the acknowledged writes wrote"
+	else
+		hl_check_replicas "$log" "$size" "$cs" "$vid" ||
+			check_fail "replica oracle: a replica's chunk files hold content the log does not allow"
+	fi
+}
+
+# hl_end: the verdict: every check_fail listed (and the logs) and exit 1, or
+# "$T: PASS".
+hl_end() {
+	if [ ${#FAILS[@]} -gt 0 ]; then
+		hl_dump_logs 30
+		echo "$T: FAIL: ${#FAILS[@]} checks failed:" >&2
+		printf '  - %s\n' "${FAILS[@]}" >&2
+		exit 1
+	fi
+	echo "$T: PASS"
 }

@@ -17,36 +17,35 @@ hb_begin() {
 	trap 'cl_stop manager KILL; cl_stop_all; [ "${KEEP:-0}" = 1 ] || rm -rf "$CL_DIR"' EXIT
 }
 
-# hb_start_manager DOWN_OUT_S: a zipline-controller with --manager=on, grace
-# 2 s, down-out DOWN_OUT_S, in $CL_DIR/manager (log, pid), leader id
-# "manager" (a restart with the same id takes the leader key over at once,
-# like a restarted pod). cluster.sh's cl_start_manager when it has one.
-# Waits until it is the leader.
+# hb_test NAME [--manager-restart]: the frame of these tests: T=NAME, or
+# with --manager-restart RESTART=1 and T=NAME with _e2e replaced by
+# _mgr_restart_e2e (the ctest name); fail MSG: kills the background
+# pid in $HB_BG (if any), prints the first rows of $vid and the logs, exit 1.
+hb_test() {
+	T=$1
+	RESTART=0
+	if [ "${2:-}" = --manager-restart ]; then
+		RESTART=1
+		T=${1%_e2e}_mgr_restart_e2e
+	fi
+	fail() {
+		echo "$T: FAIL: $*" >&2
+		[ -n "${HB_BG:-}" ] && kill "$HB_BG" 2>/dev/null
+		[ -n "${vid:-}" ] && hb_ctl rows "$vid" 2>/dev/null | head -8 | sed 's/^/  row /' >&2
+		hb_logs
+		exit 1
+	}
+}
+
+# hb_start_manager DOWN_OUT_S: cl_start_manager (test/lib/cluster.sh) named
+# "manager" (log, pid in $CL_DIR/manager), grace 2 s, down-out DOWN_OUT_S;
+# waits until it is the leader (CL_MANAGER_WAIT=leader).
 # shellcheck disable=SC2034 # read by the tests
 HB_MGR_LOG=
 hb_start_manager() {
-	local down_out=$1 d="$CL_DIR/manager" n0
-	mkdir -p "$d"
 	# shellcheck disable=SC2034 # read by the tests
-	HB_MGR_LOG=$d/log
-	n0=$(grep -c 'became leader' "$d/log" 2>/dev/null || true)
-	if declare -F cl_start_manager >/dev/null; then
-		CL_MANAGER_GRACE=2 cl_start_manager manager --down-out-interval "$down_out" || return 1
-	else
-		rm -f "$d/csi.sock"
-		"$CL_BIN/zipline-controller" --endpoint "unix://$d/csi.sock" --etcd "$CL_ETCD" \
-			--leader-id manager --log-level info --manager=on --manager-grace 2 \
-			--down-out-interval "$down_out" >>"$d/log" 2>&1 &
-		echo $! >"$d/pid"
-	fi
-	for _ in $(seq 1 300); do
-		[ "$(grep -c 'became leader' "$d/log" 2>/dev/null || true)" -gt "${n0:-0}" ] && return 0
-		kill -0 "$(cat "$d/pid")" 2>/dev/null || break
-		sleep 0.1
-	done
-	cl_log "zipline-controller (manager) did not become leader in 30 s; log follows"
-	tail -20 "$d/log" >&2
-	return 1
+	HB_MGR_LOG=$CL_DIR/manager/log
+	CL_MANAGER_WAIT=leader CL_MANAGER_GRACE=2 cl_start_manager manager --down-out-interval "$1"
 }
 
 # hb_ctl CMD VOL [ARGS...]: views of the volume record /zipline/volumes/VOL.
@@ -69,19 +68,16 @@ hb_start_manager() {
 #                             "identical=K chunks=C copies=X" and the first
 #                             differences; exit 0 iff all identical
 hb_ctl() {
-	"$HB_PY" - "$CL_ETCD" "$@" <<'PY'
-import base64, json, sys, urllib.request
-etcd, cmd, vol = sys.argv[1], sys.argv[2], sys.argv[3]
-args = sys.argv[4:]
-b64 = lambda s: base64.b64encode(s.encode()).decode()
-def call(path, body):
-    req = urllib.request.Request(etcd + path, data=json.dumps(body).encode())
-    with urllib.request.urlopen(req, timeout=5) as r:
-        return json.load(r)
-kvs = call('/v3/kv/range', {'key': b64('/zipline/volumes/' + vol)}).get('kvs', [])
-if not kvs:
+	"$HB_PY" - "$(dirname "$HB_TOOL")" "$CL_ETCD" "$@" <<'PY'
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import etcd_gw
+etcd, cmd, vol = sys.argv[2], sys.argv[3], sys.argv[4]
+args = sys.argv[5:]
+kv = etcd_gw.get(etcd, '/zipline/volumes/' + vol)
+if not kv:
     sys.exit('hb_ctl: no volume record /zipline/volumes/%s' % vol)
-rec = json.loads(base64.b64decode(kvs[0]['value']))
+rec = json.loads(etcd_gw.unb64(kv['value']))
 rows = rec['placement']
 def states(row):
     return row.get('states') or ['in_sync' if n in row['in_sync'] else 'out' for n in row['nodes']]
@@ -91,10 +87,9 @@ if cmd == 'rows':
               ' '.join('%s:%s' % (n, s) for n, s in zip(row['nodes'], states(row))))
 elif cmd == 'healthy':
     want, dead = int(args[0]), set(args[1:])
-    pre = '/zipline/nodes/'
     nodes = {}
-    for kv in call('/v3/kv/range', {'key': b64(pre), 'range_end': b64(pre[:-1] + '0')}).get('kvs', []):
-        n = json.loads(base64.b64decode(kv['value']))
+    for kv in etcd_gw.prefix(etcd, '/zipline/nodes/'):
+        n = json.loads(etcd_gw.unb64(kv['value']))
         nodes[n['id']] = n.get('domain', '')
     ok, bad = 0, []
     for i, row in enumerate(rows):
@@ -181,19 +176,7 @@ hb_files() {
 }
 
 # hb_chunk_data CHUNK_SIZE FILE OUT: the data area of one chunk replica file.
-hb_chunk_data() {
-	"$HB_PY" - "$@" <<'PY'
-import struct, sys
-cs, path, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-with open(path, 'rb') as f:
-    hdr = f.read(64)
-    if hdr[:8] != b'ZLCHUNK2':
-        sys.exit('%s: not a v2 chunk file' % path)
-    f.seek(struct.unpack_from('<Q', hdr, 40)[0])
-    data = f.read(cs)
-open(out, 'wb').write(data + b'\0' * (cs - len(data)))
-PY
-}
+hb_chunk_data() { "$HB_PY" "$HB_TOOL" data "$@"; }
 
 # hb_blocks_of GOT LEN FILE...: every 4 KiB block of the first LEN bytes of
 # GOT equals the same block of one of the FILEs (the old data, or the data
@@ -230,13 +213,6 @@ hb_recovery_bytes() {
 }
 
 # hb_logs: the tail of every daemon and controller log (for a failure).
-hb_logs() {
-	local f
-	for f in "$CL_DIR"/storage-*/log "$CL_DIR"/manager/log; do
-		[ -f "$f" ] || continue
-		echo "--- $f" >&2
-		grep -v ' debug ' "$f" | tail -25 >&2
-	done
-}
+hb_logs() { cl_dump_logs 25 "$CL_DIR"/storage-*/log "$CL_DIR"/manager/log; }
 
 hb_now_ms() { echo $(($(date +%s%N) / 1000000)); }

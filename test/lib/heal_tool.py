@@ -13,6 +13,13 @@ reason on stderr when it cannot do its job.
                            in-sync member, "-" when none)
     primary VOL SLICE      node id of the slice's primary
     insync VOL N           exit 0 when every row has N members, all in_sync
+    wait VOL NODE SECS     polls every 0.1 s until NODE is in_sync in every
+                           row that lists it (one at least); prints the
+                           states NODE went through ("recovering in_sync")
+    wait VOL --all N SECS  polls until `insync VOL N` holds; prints the
+                           milliseconds it waited
+                           (both: exit 1 and the rows not there yet on
+                           stderr after SECS)
     summary VOL            "rows=R all_in_sync_rows=K member_states=..."
     reports VOL [ERROR]    "slice reporter peer error slice_ver" (only ERROR)
     set VOL NODE STATE     the manager by hand: every row holding NODE,
@@ -32,6 +39,11 @@ reason on stderr when it cannot do its job.
                            (--missing-ok: absent dirs and files removed meanwhile are skipped;
                            --node-label P: print P<n> for storage-<n>; --chunk-index: the chunk
                            number in decimal instead of the file name)
+  heal_tool.py blockoff FILE BLOCK [BYTE]
+                           file offset of byte BYTE of data block BLOCK
+  heal_tool.py data CHUNK FILE OUT
+                           the data area of one chunk file (CHUNK bytes,
+                           zeros past the end) into OUT
   heal_tool.py divergent FILE BLOCK BYTE
                            inverts one byte of a data block and rewrites the
                            block's crc (and the page CRC) in the current
@@ -42,9 +54,13 @@ import base64
 import hashlib
 import json
 import os
-import struct
 import sys
-import urllib.request
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import chunkfile  # noqa: E402
+import etcd_gw  # noqa: E402
+from etcd_gw import b64  # noqa: E402
 
 PREFIX = '/zipline/'
 
@@ -55,30 +71,23 @@ def die(msg):
 
 # ---- etcd ----
 
-def b64(s):
-    return base64.b64encode(s.encode()).decode()
-
-
 class Etcd:
+    """etcd_gw (the tests' one gateway client) bound to one URL."""
     def __init__(self, url):
         self.url = url
 
     def call(self, path, body):
-        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode())
-        with urllib.request.urlopen(req, timeout=5) as r:
-            return json.load(r)
+        return etcd_gw.call(self.url, path, body)
 
     def get_kv(self, key):
-        kvs = self.call('/v3/kv/range', {'key': b64(key)}).get('kvs', [])
-        return kvs[0] if kvs else None
+        return etcd_gw.get(self.url, key)
 
     def get(self, key):
         kv = self.get_kv(key)
         return json.loads(base64.b64decode(kv['value'])) if kv else None
 
     def prefix(self, pre):
-        end = pre[:-1] + chr(ord(pre[-1]) + 1)
-        return self.call('/v3/kv/range', {'key': b64(pre), 'range_end': b64(end)}).get('kvs', [])
+        return etcd_gw.prefix(self.url, pre)
 
     def volume(self, vol):
         kv = self.get_kv(PREFIX + 'volumes/' + vol)
@@ -146,6 +155,48 @@ def rows_update(e, vol, change):
     die('row update of %s lost the race 50 times' % vol)
 
 
+def all_in_sync(rows, n):
+    return all(len(states(r)) == n and all(x == 'in_sync' for x in states(r)) for r in rows)
+
+
+def wait_in_sync(e, args):
+    """wait VOL NODE SECS | wait VOL --all N SECS (see the head)."""
+    vol, secs = args[0], float(args[-1])
+    node, n = (None, int(args[2])) if args[1] == '--all' else (args[1], 0)
+    t0 = time.monotonic()
+    seen = []
+    while True:
+        rows = e.volume(vol)[1]['placement']
+        if node is None:
+            if all_in_sync(rows, n):
+                print(int((time.monotonic() - t0) * 1000))
+                return
+        else:
+            mine = [st[r['nodes'].index(node)] for r in rows for st in [states(r)] if node in r['nodes']]
+            for st in mine:
+                if st not in seen:
+                    seen.append(st)
+            if mine and all(st == 'in_sync' for st in mine):
+                print(' '.join(seen))
+                return
+        if time.monotonic() - t0 >= secs:
+            break
+        time.sleep(0.1)
+    if node is None:
+        sys.stderr.write('heal_tool: not every slice of %s is %d of %d in sync after %g s\n' % (vol, n, n, secs))
+    else:
+        sys.stderr.write('heal_tool: %s not in sync in every row of %s after %g s (states seen: %s)\n'
+                         % (node, vol, secs, ' '.join(seen) or 'none'))
+    bad = 0
+    for i, row in enumerate(rows):
+        if any(x != 'in_sync' for x in states(row)) or (node is None and len(row['nodes']) != n):
+            bad += 1
+            if bad <= 10:
+                sys.stderr.write('  row %d v%d term %s %s\n' % (i, row['v'], row.get('term', 1), ' '.join(
+                    '%s:%s' % x for x in zip(row['nodes'], states(row)))))
+    sys.exit(1)
+
+
 def etcd_cmd(url, cmd, args):
     e = Etcd(url)
     if cmd == 'reports':
@@ -175,6 +226,8 @@ def etcd_cmd(url, cmd, args):
     elif cmd == 'tomb':
         e.call('/v3/kv/put', {'key': b64(PREFIX + 'deletes/%s/%s' % (args[0], args[1])),
                               'value': b64('{}')})
+    elif cmd == 'wait':
+        wait_in_sync(e, args)
     elif cmd in ('rows', 'incs', 'members', 'primary', 'insync', 'summary'):
         rows = e.volume(args[0])[1]['placement']
         if cmd == 'rows':
@@ -199,7 +252,7 @@ def etcd_cmd(url, cmd, args):
             good, hist = 0, {}
             for row in rows:
                 st = states(row)
-                good += len(st) == want and all(s == 'in_sync' for s in st)
+                good += all_in_sync([row], want)
                 for s in st:
                     hist[s] = hist.get(s, 0) + 1
             if cmd == 'insync':
@@ -229,64 +282,12 @@ def files(cs, dirs, missing_ok, label='', index=False):
                     continue  # an old copy the daemon removed meanwhile
                 raise
             with f:
-                hdr = f.read(4096)
-                if hdr[:8] != b'ZLCHUNK2':
-                    die('%s/%s: not a v2 chunk file (magic %r)' % (d, name, hdr[:8]))
-                pages = struct.unpack_from('<I', hdr, 28)[0]
-                data_off = struct.unpack_from('<Q', hdr, 40)[0]
-                ver = 0
-                for p in range(2 * pages):
-                    f.seek(4096 * (1 + p))
-                    slot = f.read(32)
-                    if slot[:4] == b'ZLMP':
-                        ver = max(ver, struct.unpack_from('<Q', slot, 16)[0])
-                f.seek(data_off)
-                data = f.read(cs)
-                data += b'\0' * (cs - len(data))
+                try:
+                    ver = chunkfile.version(f, os.path.join(d, name))
+                    data = chunkfile.read_data(f, os.path.join(d, name), 0, cs)
+                except chunkfile.NotAChunk as ex:
+                    die(str(ex))
             print(node, int(name[:-4], 16) if index else name, hashlib.sha256(data).hexdigest(), '%x' % ver)
-
-
-CRC_T = []
-for _i in range(256):
-    _c = _i
-    for _ in range(8):
-        _c = (_c >> 1) ^ 0x82F63B78 if _c & 1 else _c >> 1
-    CRC_T.append(_c)
-
-
-def crc32c(b):
-    c = 0xffffffff
-    for x in b:
-        c = CRC_T[(c ^ x) & 0xff] ^ (c >> 8)
-    return c ^ 0xffffffff
-
-
-def divergent(path, block, byte):
-    with open(path, 'r+b') as f:
-        hdr = f.read(4096)
-        data_off = struct.unpack_from('<Q', hdr, 40)[0]
-        page, idx = block // 508, block % 508
-        slots = []
-        for s in (0, 1):
-            f.seek(4096 * (1 + 2 * page + s))
-            img = bytearray(f.read(4096))
-            ok = img[:4] == b'ZLMP' and struct.unpack_from('<I', img, 28)[0] == crc32c(img[:28] + img[32:])
-            if ok:
-                slots.append((struct.unpack_from('<Q', img, 8)[0], s, img))
-        if not slots:
-            die('%s: no valid metadata slot for block %d' % (path, block))
-        _, s, img = max(slots)
-        f.seek(data_off + block * 4096)
-        blk = bytearray(f.read(4096))
-        blk[byte] ^= 0xff
-        f.seek(data_off + block * 4096)
-        f.write(blk)
-        struct.pack_into('<I', img, 32 + 8 * idx, crc32c(blk))
-        struct.pack_into('<I', img, 28, crc32c(img[:28] + img[32:]))
-        f.seek(4096 * (1 + 2 * page + s))
-        f.write(img)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def main(argv):
@@ -304,10 +305,26 @@ def main(argv):
                 die('files: unknown option %r' % rest[0])
         files(int(argv[1]), rest, opts['--missing-ok'], label, opts['--chunk-index'])
     elif len(argv) == 4 and argv[0] == 'divergent':
-        divergent(argv[1], int(argv[2]), int(argv[3]))
+        try:
+            chunkfile.divergent(argv[1], int(argv[2]), int(argv[3]))
+        except chunkfile.NotAChunk as ex:
+            die(str(ex))
+    elif len(argv) in (3, 4) and argv[0] == 'blockoff':
+        try:
+            print(chunkfile.block_offset(argv[1], int(argv[2]), int(argv[3]) if len(argv) > 3 else 0))
+        except chunkfile.NotAChunk as ex:
+            die(str(ex))
+    elif len(argv) == 4 and argv[0] == 'data':
+        try:
+            out = chunkfile.data(argv[2], 0, int(argv[1]))
+        except chunkfile.NotAChunk as ex:
+            die(str(ex))
+        with open(argv[3], 'wb') as f:
+            f.write(out)
     else:
         die('usage: heal_tool.py etcd URL CMD ARGS... | files CHUNK [--missing-ok] DIR... | '
-            'divergent FILE BLOCK BYTE (see the head of %s)' % __file__)
+            'divergent FILE BLOCK BYTE | blockoff FILE BLOCK [BYTE] | data CHUNK FILE OUT '
+            '(see the head of %s)' % __file__)
 
 
 if __name__ == '__main__':

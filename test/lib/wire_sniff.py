@@ -14,9 +14,22 @@ import signal
 import socket
 import struct
 import sys
+import time
 
 ETH_P_ALL = 0x0003
 PIECE = 32
+
+
+SO_TIMESTAMPNS = 35  # = SCM_TIMESTAMPNS (linux/socket.h)
+
+
+def stamp(anc):
+    """The kernel's receive time (seconds) of a frame, from its ancillary data."""
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+            sec, nsec = struct.unpack_from("@qq", data)
+            return sec + nsec / 1e9
+    return 0.0
 
 
 def capture(out_path, ready_path, ports):
@@ -29,13 +42,16 @@ def capture(out_path, ready_path, ports):
     except OSError:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 256 << 20)
     s.bind(("lo", 0))
+    s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     s.settimeout(0.2)
     stop = []
-    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(time.time()))
     open(ready_path, "w").close()
     with open(out_path, "ab") as out:
         # After SIGTERM the frames already queued on the socket are still
-        # read (a loaded machine lets this loop fall behind the traffic),
+        # read (a loaded machine lets this loop fall behind the traffic), up
+        # to the first one the kernel stamped after the signal (other
+        # loopback traffic of the machine never lets the queue run dry),
         # then the capture ends.
         draining = False
         while True:
@@ -43,12 +59,14 @@ def capture(out_path, ready_path, ports):
                 draining = True
                 s.setblocking(False)
             try:
-                frame = s.recv(262144)
+                frame, anc, _, _ = s.recvmsg(262144, socket.CMSG_SPACE(16))
             except socket.timeout:
                 continue
             except InterruptedError:
                 continue
             except BlockingIOError:
+                break
+            if draining and stamp(anc) > stop[0]:
                 break
             # Loopback frames carry a 14-byte Ethernet header (all zero MACs).
             if len(frame) < 14 + 20 or struct.unpack_from("!H", frame, 12)[0] != 0x0800:

@@ -42,6 +42,14 @@ trap 'fail "stage 2 (guest.sh) stopped unexpectedly"' EXIT
 # shellcheck source=/dev/null
 . "$RUN/config" || fail "cannot read $RUN/config"
 note "stage 2 started"
+# ZL_VM_FAKE_BOOT_CRASH=N on the host (vm_selftest): the first N boots of
+# this guest crash the kernel here, before the command, as an emulator
+# fault while booting would (vm.sh boots again; see test/vm/README.md).
+read -r attempt <"$RUN/attempt" 2>/dev/null || attempt=1
+if ((attempt <= ${ZVM_FAKE_CRASH:-0})); then
+	echo "zl-vm(guest): ZL_VM_FAKE_BOOT_CRASH: crashing boot $attempt on purpose" >/dev/console
+	echo c >/proc/sysrq-trigger
+fi
 
 # ---- private directories, kernel modules, host name
 mkdir -p "$IO" || fail "cannot create $IO"
@@ -109,8 +117,10 @@ err_dev=/dev/$found
 # ---- shared host directories, read-write at their own paths
 for ((i = 0; i < ${#ZVM_SHARES[@]}; i++)); do
 	d=${ZVM_SHARES[i]}
+	ro=''
+	((${ZVM_SHARE_RO[i]:-0})) && ro=ro,
 	mkdir -p "$d" || fail "cannot create mount point $d"
-	mount -t 9p -o "trans=virtio,version=9p2000.L,msize=$ZVM_MSIZE,cache=mmap" "zvmshare$i" "$d" ||
+	mount -t 9p -o "${ro}trans=virtio,version=9p2000.L,msize=$ZVM_MSIZE,cache=mmap" "zvmshare$i" "$d" ||
 		fail "cannot mount the shared directory $d (9p tag zvmshare$i)"
 done
 
@@ -152,6 +162,7 @@ export ZL_VM=1 ZL_VM_NAME=$ZVM_NAME
 # ---- the command
 if [[ $ZVM_SHELL == 1 ]]; then
 	note "interactive shell on the console"
+	: >"$RUN/started" || fail "cannot write $RUN/started"
 	setsid --ctty --wait bash "$RUN/cmd" </dev/ttyS0 >/dev/ttyS0 2>&1
 	rc=$?
 else
@@ -161,6 +172,9 @@ else
 	cat "$IO/err" >"$err_dev" &
 	cat_err=$!
 	note "running the command"
+	# From here on a crash is the command's, not the boot's (vm.sh boots
+	# again only when this file is missing).
+	: >"$RUN/started" || fail "cannot write $RUN/started"
 	bash "$RUN/cmd" </dev/null >"$IO/out" 2>"$IO/err"
 	rc=$?
 	note "command exited with status $rc"

@@ -84,6 +84,15 @@ pair "rping ${ips[1]} -> ${ips[0]}" \
 # root is behind a throw-away overlay.
 echo "written in the guest" >"$work/from-guest" && ok "wrote $work/from-guest" || bad "cannot write $work/from-guest"
 touch /etc/zl-vm-overlay-probe && ok "wrote /etc (overlay)" || bad "cannot write /etc in the overlay"
+# The checkout this script lives in is shared read-only at its own path
+# (wherever it is, /tmp too, which is fresh in the guest).
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
+if touch "$here/.zl-vm-ro-probe" 2>/dev/null; then
+	rm -f "$here/.zl-vm-ro-probe"
+	bad "the checkout $here is writable in the guest (want the read-only share)"
+else
+	ok "the checkout $here is read-only"
+fi
 echo "guest stdout line"
 echo "guest stderr line" >&2
 

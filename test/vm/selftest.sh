@@ -2,7 +2,9 @@
 # vm_selftest: proves the test VM harness (test/vm/vm.sh) on this machine.
 #
 #   0. the harness refuses bad input with exit 125 before booting, and a
-#      guest over its time limit ends with exit 124 and the banner;
+#      guest over its time limit ends with exit 124 and the banner; a kernel
+#      crash while booting (ZL_VM_FAKE_BOOT_CRASH) is booted again, and with
+#      no retry left (ZL_VM_BOOT_RETRIES=0) ends with 125 and its banner;
 #   1. one guest with -M nbd,ublk_drv and two --ip addresses: the modules
 #      are loaded, rxe0 carries both addresses, ibv_rc_pingpong and rping
 #      work between them (test/vm/selftest-guest.sh), stdout and stderr
@@ -61,6 +63,20 @@ rc=$?
 ((rc == 124)) || { cat "$work/e" >&2; fail "a guest over its 4 s limit exited $rc, want 124"; }
 grep -q "GUEST TIMED OUT" "$work/e" || fail "no timeout banner: $(cat "$work/e")"
 step "   ok: 125 + banner on bad input, 124 + banner after the limit ($((SECONDS - t0)) s)"
+# A kernel crash while booting (before the command starts) is booted again
+# and said on stderr; with no retry left it is a loud 125, never a result.
+t0=$SECONDS
+ZL_VM_FAKE_BOOT_CRASH=1 bash "$vm" run -- bash -c 'echo "ran after a retry"' >"$work/o" 2>"$work/e"
+rc=$?
+((rc == 0)) || { cat "$work/e" >&2; fail "a guest whose first boot crashed exited $rc, want 0 (booted again)"; }
+grep -qx "ran after a retry" "$work/o" || fail "the command did not run after the boot crash: $(cat "$work/o")"
+grep -q "crashed while booting.*booting again (boot 2 of at most 3)" "$work/e" ||
+	fail "vm.sh did not say that it booted again: $(grep zl-vm "$work/e")"
+ZL_VM_FAKE_BOOT_CRASH=1 ZL_VM_BOOT_RETRIES=0 bash "$vm" run -- true >"$work/o" 2>"$work/e"
+rc=$?
+((rc == 125)) || fail "a boot crash with no retry left exited $rc, want 125"
+grep -q "EMULATOR CRASH WHILE BOOTING" "$work/e" || fail "no boot-crash banner: $(grep zl-vm "$work/e")"
+step "   ok: a boot crash is booted again (0), with no retry left it is 125 + banner ($((SECONDS - t0)) s)"
 
 # ---- 1. modules, Soft-RoCE between two addresses, I/O, status
 step "1. modules + rxe0 with two addresses"

@@ -107,7 +107,9 @@ In the guest CMD gets ZL_VM=1, ZL_VM_NAME, ZL_VM_DISKS, and with --rxe:
 RXE_DEV (rxe0), RXE_NETDEV (zvm0), RXE_IP, RXE_GID_INDEX (RoCE v2 GID index
 of RXE_IP), RXE_IPS, RXE_GID_INDEXES (all addresses, same order).
 
-environment: ZL_VM_KVM=1 (use /dev/kvm instead of TCG), ZL_VM_CACHE
+environment: ZL_VM_KVM=1 (use /dev/kvm instead of TCG), ZL_VM_TCG_THREAD
+(multi, or single: one host thread for all vCPUs), ZL_VM_BOOT_RETRIES (2:
+boots again after a kernel crash before CMD started), ZL_VM_CACHE
 ($vm_cache), ZL_VM_STATE ($vm_state_root), ZL_VM_KERNEL_PKG, ZL_VM_MEM,
 ZL_VM_CPUS, ZL_VM_TIMEOUT, ZL_VM_VERBOSE=1, ZL_VM_OFFLINE=1.
 
@@ -340,6 +342,33 @@ vm_check_args() {
 		[[ $d != *[[:cntrl:]]* ]] || vm_fail "--share $d: control characters in the path"
 		vm_shares[i]=$d
 	done
+	vm_share_checkout
+}
+
+# vm_share_checkout: the checkout vm.sh belongs to is shared read-only at
+# its own path unless a --share already holds it. The host root reaches the
+# guest, but not its /tmp, /var/tmp, /run or /dev/shm (fresh there): a clone
+# under /tmp would otherwise have no test scripts in the guest. Then the
+# shares are sorted so that a directory is mounted before one inside it
+# (the build tree inside the read-only checkout stays read-write).
+vm_share_ro=()
+vm_share_checkout() {
+	local src d ro=() sorted=() i
+	vm_share_first=${vm_shares[0]}
+	src=$(cd "$VM_HERE/../.." && pwd -P) || vm_fail "cannot find the checkout of $VM_HERE"
+	for d in "${vm_shares[@]}"; do
+		[[ $src == "$d" || $src == "$d"/* ]] && src=''
+	done
+	[[ -n $src ]] && vm_shares+=("$src")
+	mapfile -t sorted < <(printf '%s\n' "${vm_shares[@]}" | LC_ALL=C sort -u)
+	for d in "${sorted[@]}"; do
+		[[ $d == "$src" ]] && ro+=(1) || ro+=(0)
+	done
+	vm_shares=("${sorted[@]}")
+	vm_share_ro=("${ro[@]}")
+	for i in "${!vm_shares[@]}"; do
+		vm_note "share ${vm_shares[i]}$( ((vm_share_ro[i])) && echo ' (read-only: the checkout)')"
+	done
 }
 
 # vm_setup_run STATE_DIR SHELL(0/1): the run directory the guest mounts.
@@ -353,18 +382,23 @@ vm_setup_run() {
 			VERBOSE "$vm_verbose" SHELL "$shell"
 		printf 'ZVM_SHARES=('
 		printf ' %q' "${vm_shares[@]}"
-		printf ' )\nZVM_IPS=('
+		printf ' )\nZVM_SHARE_RO=('
+		printf ' %q' "${vm_share_ro[@]}"
+		printf ' )\nZVM_FAKE_CRASH=%q\n' "${ZL_VM_FAKE_BOOT_CRASH:-0}"
+		printf 'ZVM_IPS=('
 		printf ' %q' "${vm_ips[@]}"
 		printf ' )\n'
 	} >"$run/config"
 	# The command runs where it was started if that is shared, else in the
 	# first shared directory.
 	cwd=$(pwd -P)
-	local inside=0 d
-	for d in "${vm_shares[@]}"; do
+	local inside=0 i d
+	for i in "${!vm_shares[@]}"; do
+		d=${vm_shares[i]}
+		((vm_share_ro[i])) && continue
 		[[ $cwd == "$d" || $cwd == "$d"/* ]] && inside=1
 	done
-	((inside)) || cwd=${vm_shares[0]}
+	((inside)) || cwd=$vm_share_first
 	{
 		echo "# the command of guest ${vm_name:-run}, written by vm.sh"
 		for n in $(compgen -e); do
@@ -388,7 +422,9 @@ vm_qemu_argv() {
 	append="console=ttyS0 panic=-1 oops=panic mitigations=off 8250.nr_uarts=1"
 	append+=" i8042.noaux i8042.nomux i8042.nopnp i8042.dumbkbd zvm.msize=$vm_msize"
 	if ((vm_verbose)); then append+=" loglevel=7"; else append+=" quiet loglevel=3"; fi
-	local accel=(-accel tcg,thread=multi -cpu max)
+	local tcg=${ZL_VM_TCG_THREAD:-multi}
+	[[ $tcg == multi || $tcg == single ]] || vm_fail "ZL_VM_TCG_THREAD=$tcg: want multi or single"
+	local accel=(-accel "tcg,thread=$tcg" -cpu max)
 	if [[ ${ZL_VM_KVM:-0} == 1 ]]; then
 		[[ -w /dev/kvm ]] || vm_fail "ZL_VM_KVM=1 but /dev/kvm is not usable"
 		accel=(-accel kvm -cpu host)
@@ -418,7 +454,9 @@ vm_qemu_argv() {
 		-fsdev "local,id=zvmrun,path=${sd//,/,,}/run,security_model=none"
 		-device virtio-9p-pci,fsdev=zvmrun,mount_tag=zvmrun)
 	for i in "${!vm_shares[@]}"; do
-		vm_qemu+=(-fsdev "local,id=zvmshare$i,path=${vm_shares[i]//,/,,},security_model=none,multidevs=remap"
+		local rof=''
+		((vm_share_ro[i])) && rof=,readonly=on
+		vm_qemu+=(-fsdev "local,id=zvmshare$i,path=${vm_shares[i]//,/,,},security_model=none,multidevs=remap$rof"
 			-device "virtio-9p-pci,fsdev=zvmshare$i,mount_tag=zvmshare$i")
 	done
 	for i in "${!vm_disks[@]}"; do
@@ -428,31 +466,65 @@ vm_qemu_argv() {
 	vm_note "qemu: ${vm_qemu[*]}"
 }
 
+# vm_boot_crashed STATE_DIR: true when the guest's kernel crashed (Oops,
+# panic, BUG) before the command started: no status, no setup failure, no
+# "started" mark from guest.sh, a crash line on the console. Seen under
+# multi-threaded TCG: "Oops: int3" in sched_clock_cpu while the kernel
+# patches its own text at boot, an emulator fault, not the test's.
+vm_boot_crashed() {
+	local sd=$1
+	[[ ! -e $sd/killed && ! -s $sd/run/status && ! -s $sd/run/failure && ! -e $sd/run/started ]] ||
+		return 1
+	vm_crash_line=$(grep -a -m1 -E 'Kernel panic|Oops|BUG:|general protection fault' "$sd/console" 2>/dev/null) ||
+		return 1
+}
+
 # vm_boot STATE_DIR: runs qemu to its end, records "CODE WHY" in
 # STATE_DIR/result and returns CODE (the command's status, 124, 125, or 137
-# after a power cut by 'vm.sh kill').
+# after a power cut by 'vm.sh kill'). A guest whose kernel crashed while
+# booting (vm_boot_crashed) is booted again, at most ZL_VM_BOOT_RETRIES
+# times (2), within the same time limit; each retry is said on stderr.
 vm_boot() {
-	local sd=$1 rc=0 code why t0 cat_out cat_err fd p
+	local sd=$1 rc code why t0 cat_out cat_err fd p left attempt
+	local retries=${ZL_VM_BOOT_RETRIES:-2}
+	[[ $retries =~ ^[0-9]+$ ]] || retries=2
 	t0=$(date +%s)
 	mkfifo "$sd/out.pipe" "$sd/err.pipe" || vm_fail "cannot create pipes in $sd"
-	cat "$sd/out.pipe" &
-	cat_out=$!
-	cat "$sd/err.pipe" >&2 &
-	cat_err=$!
-	if ((vm_shell)); then
-		# qemu reads the terminal: it must stay in the foreground group.
-		timeout --foreground -k 10 "$vm_timeout" "${vm_qemu[@]}" 0<&0 &
-	else
-		timeout -k 10 "$vm_timeout" "${vm_qemu[@]}" </dev/null &
-	fi
-	echo $! >"$sd/timeout.pid"
-	# (timeout re-raises qemu's SIGKILL after a power cut: no "Killed" line)
-	{ wait $! || rc=$?; } 2>/dev/null
-	# EOF for a copier whose pipe qemu never opened (O_RDWR: never blocks).
-	for p in out err; do
-		exec {fd}<>"$sd/$p.pipe" && exec {fd}>&-
+	for ((attempt = 1; ; attempt++)); do
+		rm -f "$sd/run/status" "$sd/run/failure" "$sd/run/started"
+		echo "$attempt" >"$sd/run/attempt"
+		left=$((vm_timeout - ($(date +%s) - t0)))
+		((left > 0)) || left=1
+		rc=0
+		cat "$sd/out.pipe" &
+		cat_out=$!
+		# The console (kernel messages) is kept to tell a crash while booting.
+		tee "$sd/console" <"$sd/err.pipe" >&2 &
+		cat_err=$!
+		if ((vm_shell)); then
+			# qemu reads the terminal: it must stay in the foreground group.
+			timeout --foreground -k 10 "$left" "${vm_qemu[@]}" 0<&0 &
+		else
+			timeout -k 10 "$left" "${vm_qemu[@]}" </dev/null &
+		fi
+		echo $! >"$sd/timeout.pid"
+		# (timeout re-raises qemu's SIGKILL after a power cut: no "Killed" line)
+		{ wait $! || rc=$?; } 2>/dev/null
+		# EOF for a copier whose pipe qemu never opened (O_RDWR: never blocks).
+		for p in out err; do
+			exec {fd}<>"$sd/$p.pipe" && exec {fd}>&-
+		done
+		wait "$cat_out" "$cat_err"
+		vm_boot_crashed "$sd" || break
+		if ((attempt > retries)); then
+			vm_banner "EMULATOR CRASH WHILE BOOTING (exit $VM_EXIT_HARNESS)" \
+				"the guest kernel crashed before the command started, $attempt boots in a row ('$vm_crash_line'); ZL_VM_BOOT_RETRIES=$retries"
+			code=$VM_EXIT_HARNESS why=boot-crash
+			vm_result_write "$sd" "$code" "$why" "$t0"
+			return "$code"
+		fi
+		vm_say "guest ${vm_name:-run}: the kernel crashed while booting, before the command started ('$vm_crash_line'): an emulator fault, not the test's; booting again (boot $((attempt + 1)) of at most $((retries + 1)))"
 	done
-	wait "$cat_out" "$cat_err"
 	if [[ -e $sd/killed ]]; then
 		code=137 why=killed
 	elif [[ -s $sd/run/status ]]; then
@@ -465,15 +537,24 @@ vm_boot() {
 	elif [[ -s $sd/run/failure ]]; then
 		code=$VM_EXIT_HARNESS why=harness
 		vm_banner "HARNESS FAILURE (exit $VM_EXIT_HARNESS)" "guest setup failed: $(head -n1 "$sd/run/failure")"
+	elif [[ -e $sd/run/started ]]; then
+		code=$VM_EXIT_HARNESS why=harness
+		vm_banner "HARNESS FAILURE (exit $VM_EXIT_HARNESS)" \
+			"the guest stopped while the command ran, without a status (qemu exit $rc; a kernel crash? see the console lines above)"
 	else
 		code=$VM_EXIT_HARNESS why=harness
 		vm_banner "HARNESS FAILURE (exit $VM_EXIT_HARNESS)" \
-			"the guest stopped without reporting a status (qemu exit $rc; see the console lines above)"
+			"the guest stopped before the command started, without reporting a status (qemu exit $rc; see the console lines above)"
 	fi
 	[[ $code =~ ^[0-9]+$ ]] || code=$VM_EXIT_HARNESS
-	vm_note "guest ${vm_name:-run}: $why, status $code after $(($(date +%s) - t0)) s"
-	echo "$code $why" >"$sd/result.new" && mv "$sd/result.new" "$sd/result"
+	vm_result_write "$sd" "$code" "$why" "$t0"
 	return "$code"
+}
+
+# vm_result_write STATE_DIR CODE WHY T0: the result 'wait' and 'kill' read.
+vm_result_write() {
+	vm_note "guest ${vm_name:-run}: $3, status $2 after $(($(date +%s) - $4)) s"
+	echo "$2 $3" >"$1/result.new" && mv "$1/result.new" "$1/result"
 }
 
 vm_shell=0

@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "storage/storage.h"
+#include "storage/storage_ctl.h"
 
 static const char route4[] =
     "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n"

@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "storage/storage.h"
+#include "storage/storage_ctl.h"
 
 #define CID  "0123456789abcdef0123456789abcdef"
 #define INC  "fedcba9876543210fedcba9876543210"

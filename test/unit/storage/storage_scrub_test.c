@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "storage/storage.h"
+#include "storage/storage_heal.h"
 
 #define ZD 0x1234u /* the all-zero digest of the test's chunk size */
 

@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "storage/storage.h"
+#include "storage/storage_io.h"
 
 #define GIB (1ull << 30)
 

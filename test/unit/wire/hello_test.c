@@ -1,4 +1,4 @@
-/* The shared HELLO and transport-choice code of lib/transport/xport_peer.c
+/* The shared HELLO and transport-choice code of lib/transport/xport_hello.c
  * (used by the volume client and storage replication): what a reply must
  * hold to be accepted, and which transport each selection picks. The send
  * path runs against a real daemon in test/e2e/storage_e2e.sh. */
@@ -12,7 +12,7 @@
 #include <cmocka.h>
 
 #include "lib/common/common.h"
-#include "lib/transport/xport_peer.h"
+#include "lib/transport/xport_hello.h"
 
 /* A HELLO reply from node `id` with caps, as the server would send it. */
 static void reply_of(struct zl_xport_hello *h, struct zl_wire_hdr *rep, const char *id,

@@ -1,6 +1,6 @@
 /* Transport choice and HELLO for connections to storage nodes (see
- * xport_peer.h). */
-#include "xport_peer.h"
+ * xport_hello.h). */
+#include "xport_hello.h"
 #include "transport_internal.h"
 
 #include <stdio.h>
@@ -8,10 +8,10 @@
 
 #include "../common/common.h"
 
-#define PEER_LOG "xport"
+#define HELLO_LOG "xport"
 
 /* True when the comma-separated list names `want`. */
-static bool peer_list_has(const char *list, const char *want)
+static bool hello_list_has(const char *list, const char *want)
 {
 	size_t n = strlen(want);
 
@@ -45,7 +45,7 @@ int zl_xport_connect_node(struct zl_xport *x, const char *node_id, const char *a
 			 "or set ZIPLINE_TLS_CA)",
 			 node_id ? node_id : "?", addr, port);
 		xport_tls_note(msg);
-		ZL_LOG_ERR(PEER_LOG, "%s", msg);
+		ZL_LOG_ERR(HELLO_LOG, "%s", msg);
 	}
 	return rc;
 }
@@ -54,7 +54,7 @@ int zl_xport_pick(enum zl_xport_select sel, const char *node_id, const char *add
 		  uint16_t rdma_port, const char *transports, bool rdma_ok, int timeout_ms,
 		  enum zl_xport_kind *out)
 {
-	bool serves_rdma = rdma_port && transports && peer_list_has(transports, "rdma");
+	bool serves_rdma = rdma_port && transports && hello_list_has(transports, "rdma");
 
 	if (!out || !addr)
 		return -ZL_ERR_INVAL;
@@ -64,7 +64,7 @@ int zl_xport_pick(enum zl_xport_select sel, const char *node_id, const char *add
 		return 0;
 	case ZL_XPORT_SEL_RDMA:
 		if (!serves_rdma) {
-			ZL_LOG_ERR(PEER_LOG,
+			ZL_LOG_ERR(HELLO_LOG,
 				   "transport rdma asked but the storage node serves no RDMA: "
 				   "node=%s addr=%s transports=%s (start it with --transport "
 				   "auto|rdma on an RDMA device, or use transport auto|tcp)",
@@ -72,7 +72,7 @@ int zl_xport_pick(enum zl_xport_select sel, const char *node_id, const char *add
 			return -ZL_ERR_CONN;
 		}
 		if (!rdma_ok) {
-			ZL_LOG_ERR(PEER_LOG,
+			ZL_LOG_ERR(HELLO_LOG,
 				   "transport rdma asked but this host has no usable RDMA "
 				   "transport: node=%s addr=%s (load the RDMA driver, or use "
 				   "transport auto|tcp)",
@@ -151,7 +151,7 @@ int zl_xport_hello_check(const struct zl_xport_hello *h, int status, const struc
 		err = -ZL_ERR_PROTO;
 		what = "bad transport list";
 	} else if (expect_id && strcmp(hl.node_id, expect_id) != 0) {
-		ZL_LOG_WARN(PEER_LOG,
+		ZL_LOG_WARN(HELLO_LOG,
 			    "address answers as another node, closing: addr=%s expected=%s got=%s "
 			    "(the address was reused; nodes/ in etcd is stale)",
 			    h->peer, expect_id, hl.node_id);
@@ -161,7 +161,7 @@ int zl_xport_hello_check(const struct zl_xport_hello *h, int status, const struc
 			*out = hl;
 		return 0;
 	}
-	ZL_LOG_WARN(PEER_LOG, "HELLO failed: addr=%s node=%s what=\"%s\" err=%s", h->peer,
+	ZL_LOG_WARN(HELLO_LOG, "HELLO failed: addr=%s node=%s what=\"%s\" err=%s", h->peer,
 		    expect_id ? expect_id : "-", what, zl_strerror(err));
 	return err;
 }

@@ -1,5 +1,6 @@
-/* Connections from this storage daemon to its peers, used by a primary to
- * forward REPL_WRITE to backups. One connection per peer, found through
+/* Forwarding: the requests this storage daemon sends to other storage nodes
+ * (a primary's REPL_WRITE to its backups; recovery, peering and scrub send
+ * theirs over the same connections). One connection per node, found through
  * nodes/<id> in etcd, cached, re-resolved and reconnected after a failure.
  * HELLO is pipelined ahead of the first request; a reply naming another node
  * (an address reused after a restart) closes the connection, which fails the
@@ -10,16 +11,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "storage.h"
+#include "storage_io.h"
 
-#define PEER_CONNECT_MS 2000
+#define FWD_CONNECT_MS 2000
 /* After a failed connect, fail fast for this long instead of blocking the
  * loop on every forwarded write (the backup is being dropped anyway). */
-#define PEER_BACKOFF_MS 1000
+#define FWD_BACKOFF_MS 1000
 
-struct storage_peer {
-	struct storage_peer *next;
-	struct zl_storage_peers *owner;
+struct fwd_node {
+	struct fwd_node *next;
+	struct zl_storage_fwd *owner;
 	char id[ZL_NODE_ID_MAX];
 	struct zl_xport_conn *conn;
 	uint64_t fail_until_ms;
@@ -27,14 +28,14 @@ struct storage_peer {
 	bool hello_pending;
 };
 
-struct zl_storage_peers {
+struct zl_storage_fwd {
 	struct zl_storage *st;
-	struct storage_peer *list;
+	struct fwd_node *list;
 };
 
-int zl_storage_peers_create(struct zl_storage *st, struct zl_storage_peers **out)
+int zl_storage_fwd_create(struct zl_storage *st, struct zl_storage_fwd **out)
 {
-	struct zl_storage_peers *p = calloc(1, sizeof(*p));
+	struct zl_storage_fwd *p = calloc(1, sizeof(*p));
 
 	if (!p)
 		return -ENOMEM;
@@ -43,7 +44,7 @@ int zl_storage_peers_create(struct zl_storage *st, struct zl_storage_peers **out
 	return 0;
 }
 
-static void peer_drop_conn(struct storage_peer *pe)
+static void fwd_drop_conn(struct fwd_node *pe)
 {
 	struct zl_xport_conn *c = pe->conn;
 
@@ -55,15 +56,15 @@ static void peer_drop_conn(struct storage_peer *pe)
 	zl_xport_conn_put(c);
 }
 
-void zl_storage_peers_destroy(struct zl_storage_peers *p)
+void zl_storage_fwd_destroy(struct zl_storage_fwd *p)
 {
 	if (!p)
 		return;
 	while (p->list) {
-		struct storage_peer *pe = p->list;
+		struct fwd_node *pe = p->list;
 
 		p->list = pe->next;
-		peer_drop_conn(pe);
+		fwd_drop_conn(pe);
 		/* A HELLO still in flight holds pe as its callback argument: the
 		 * transport fails it when the connection closes. */
 		if (!pe->hello_pending)
@@ -74,9 +75,9 @@ void zl_storage_peers_destroy(struct zl_storage_peers *p)
 	free(p);
 }
 
-static void peer_on_close(void *arg, struct zl_xport_conn *c, int reason)
+static void fwd_on_close(void *arg, struct zl_xport_conn *c, int reason)
 {
-	struct storage_peer *pe = zl_xport_conn_ctx(c);
+	struct fwd_node *pe = zl_xport_conn_ctx(c);
 
 	(void)arg;
 	if (!pe || pe->conn != c)
@@ -88,9 +89,9 @@ static void peer_on_close(void *arg, struct zl_xport_conn *c, int reason)
 	zl_xport_conn_put(c);
 }
 
-static void peer_hello_cb(void *arg, int status, const struct zl_wire_hdr *rep)
+static void fwd_hello_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 {
-	struct storage_peer *pe = arg;
+	struct fwd_node *pe = arg;
 	int err;
 
 	pe->hello_pending = false;
@@ -102,12 +103,12 @@ static void peer_hello_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 	if (err && pe->conn) {
 		ZL_LOG_WARN("storage", "HELLO to peer failed: node=%s err=%s", pe->id,
 			    zl_errname(err));
-		pe->fail_until_ms = zl_now_ms() + PEER_BACKOFF_MS;
-		peer_drop_conn(pe);
+		pe->fail_until_ms = zl_now_ms() + FWD_BACKOFF_MS;
+		fwd_drop_conn(pe);
 	}
 }
 
-static int peer_connect(struct zl_storage_peers *p, struct storage_peer *pe)
+static int fwd_connect(struct zl_storage_fwd *p, struct fwd_node *pe)
 {
 	struct zl_storage *st = p->st;
 	struct zl_node_info ni;
@@ -122,26 +123,26 @@ static int peer_connect(struct zl_storage_peers *p, struct storage_peer *pe)
 	if (rc) {
 		ZL_LOG_WARN("storage", "peer lookup failed: node=%s err=%s", pe->id,
 			    zl_errname(rc));
-		pe->fail_until_ms = zl_now_ms() + PEER_BACKOFF_MS;
+		pe->fail_until_ms = zl_now_ms() + FWD_BACKOFF_MS;
 		return rc == -ZL_ERR_NOT_FOUND ? rc : -ZL_ERR_CONN;
 	}
 	/* Chosen like the volume client does; --transport is the selection. */
 	rc = zl_xport_pick(st->sel, ni.id, ni.addr, ni.rdma_port, ni.transports,
-			   st->xport_rdma != NULL, PEER_CONNECT_MS, &kind);
+			   st->xport_rdma != NULL, FWD_CONNECT_MS, &kind);
 	if (rc) {
-		pe->fail_until_ms = zl_now_ms() + PEER_BACKOFF_MS;
+		pe->fail_until_ms = zl_now_ms() + FWD_BACKOFF_MS;
 		return -ZL_ERR_CONN;
 	}
 	x = kind == ZL_XPORT_RDMA ? st->xport_rdma : st->xport_tcp;
 	port = kind == ZL_XPORT_RDMA ? ni.rdma_port : ni.port;
-	rc = zl_xport_connect_node(x, ni.id, ni.addr, port, ni.tls, PEER_CONNECT_MS, peer_on_close,
+	rc = zl_xport_connect_node(x, ni.id, ni.addr, port, ni.tls, FWD_CONNECT_MS, fwd_on_close,
 				   p, &pe->conn);
 	if (rc) {
 		ZL_LOG_WARN(
 		    "storage", "connect to peer failed: node=%s addr=%s:%u transport=%s err=%s",
 		    pe->id, ni.addr, port, zl_xport_kind_name(zl_xport_kind(x)), zl_errname(rc));
 		pe->conn = NULL;
-		pe->fail_until_ms = zl_now_ms() + PEER_BACKOFF_MS;
+		pe->fail_until_ms = zl_now_ms() + FWD_BACKOFF_MS;
 		return -ZL_ERR_CONN;
 	}
 	zl_xport_conn_set_ctx(pe->conn, pe);
@@ -153,12 +154,12 @@ static int peer_connect(struct zl_storage_peers *p, struct storage_peer *pe)
 		    .token = zl_storage_auth_token(st, tok) ? NULL : tok, .cluster = true};
 
 		rc = zl_xport_hello_send_cred(pe->conn, &pe->hello, st->cfg.node_id, &cred,
-					      peer_hello_cb, pe);
+					      fwd_hello_cb, pe);
 		explicit_bzero(tok, sizeof(tok));
 	}
 	if (rc) {
-		peer_drop_conn(pe);
-		pe->fail_until_ms = zl_now_ms() + PEER_BACKOFF_MS;
+		fwd_drop_conn(pe);
+		pe->fail_until_ms = zl_now_ms() + FWD_BACKOFF_MS;
 		return -ZL_ERR_CONN;
 	}
 	pe->hello_pending = true;
@@ -167,17 +168,17 @@ static int peer_connect(struct zl_storage_peers *p, struct storage_peer *pe)
 	return 0;
 }
 
-int zl_storage_peer_send(struct zl_storage_peers *p, const char *node_id, struct zl_wire_hdr *hdr,
+int zl_storage_fwd_send(struct zl_storage_fwd *p, const char *node_id, struct zl_wire_hdr *hdr,
 			 const void *out, uint32_t out_len, zl_xport_reply_cb cb, void *arg)
 {
-	return zl_storage_peer_request(p, node_id, hdr, out, out_len, NULL, 0, cb, arg);
+	return zl_storage_fwd_request(p, node_id, hdr, out, out_len, NULL, 0, cb, arg);
 }
 
-int zl_storage_peer_request(struct zl_storage_peers *p, const char *node_id,
+int zl_storage_fwd_request(struct zl_storage_fwd *p, const char *node_id,
 			    struct zl_wire_hdr *hdr, const void *out, uint32_t out_len, void *in,
 			    uint32_t in_cap, zl_xport_reply_cb cb, void *arg)
 {
-	struct storage_peer *pe;
+	struct fwd_node *pe;
 	int rc;
 
 	for (pe = p->list; pe; pe = pe->next)
@@ -193,14 +194,14 @@ int zl_storage_peer_request(struct zl_storage_peers *p, const char *node_id,
 		p->list = pe;
 	}
 	if (pe->conn && !zl_xport_conn_alive(pe->conn))
-		peer_drop_conn(pe);
+		fwd_drop_conn(pe);
 	if (!pe->conn) {
-		rc = peer_connect(p, pe);
+		rc = fwd_connect(p, pe);
 		if (rc)
 			return rc;
 	}
 	rc = zl_xport_request(pe->conn, hdr, out, out_len, in, in_cap, cb, arg);
 	if (rc == -ZL_ERR_CONN)
-		peer_drop_conn(pe);
+		fwd_drop_conn(pe);
 	return rc;
 }

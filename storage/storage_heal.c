@@ -5,7 +5,7 @@
  * chunk whose version differs from the primary's (older, missing, or newer:
  * a write the old primary applied but never acknowledged, rolled back with
  * CHUNK_PUSH subop ZL_PUSH_REPLACE), then reports "CAUGHT_UP". Recovery of
- * a slice starts only once its primary has peered (storage_peer.c).
+ * a slice starts only once its primary has peered (storage_peering.c).
  *
  * A recovery job (struct heal_member), one per (volume, slice, member) the
  * primary tracks, runs passes on the loop thread, off the I/O fast path:
@@ -45,7 +45,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "storage.h"
+#include "storage_heal.h"
+#include "storage_io.h"
 
 #define HEAL_TICK_MS 500
 #define HEAL_LEASE_TTL 10
@@ -542,7 +543,7 @@ static void heal_list_send(struct heal_member *m)
 	m->hdr.offset = m->slice;
 	m->hdr.chunk = m->cursor;
 	m->hdr.slice_ver = m->row_ver;
-	rc = zl_storage_peer_request(st->peers, m->node, &m->hdr, NULL, 0, m->vbuf,
+	rc = zl_storage_fwd_request(st->fwd, m->node, &m->hdr, NULL, 0, m->vbuf,
 				     ZL_WIRE_MAX_CTRL, heal_list_cb, m);
 	if (rc)
 		heal_pass_fail(m, "CHUNK_VERSIONS", rc);
@@ -655,7 +656,7 @@ static void heal_read_cb(void *arg, int status)
 	m->hdr.aux = m->cur_ver;
 	m->hdr.subop = ZL_PUSH_REPLACE;
 	m->phase = HP_PUSH;
-	rc = zl_storage_peer_request(st->peers, m->node, &m->hdr, m->pbuf, len, NULL, 0,
+	rc = zl_storage_fwd_request(st->fwd, m->node, &m->hdr, m->pbuf, len, NULL, 0,
 				     heal_push_cb, m);
 	if (rc)
 		heal_pass_fail(m, "CHUNK_PUSH", rc);
@@ -823,7 +824,7 @@ static void heal_slice(struct zl_storage_heal *h, const struct zl_volume *v, uin
 
 	/* A primary copies nothing before it peered: its own copies may be
 	 * behind the winning ones. */
-	if (primary && zl_storage_peer_ready(st, v, slice))
+	if (primary && zl_storage_peering_ready(st, v, slice))
 		return;
 	for (int i = 0; i < s->n && i < ZL_MAX_REPLICAS; i++) {
 		struct heal_member *m = member_find(h, v->num, slice, s->nodes[i]);
@@ -916,7 +917,7 @@ int zl_storage_heal_start(struct zl_storage *st)
 	if (!h)
 		return -ENOMEM;
 	h->st = st;
-	if (zl_storage_peer_create(st)) {
+	if (zl_storage_peering_create(st)) {
 		free(h);
 		return -ENOMEM;
 	}
@@ -934,7 +935,7 @@ void zl_storage_heal_stop(struct zl_storage *st)
 	if (!h)
 		return;
 	h->stopping = true;
-	zl_storage_peer_stop(st);
+	zl_storage_peering_stop(st);
 	zl_timer_stop(st->loop, &h->tick);
 	for (struct heal_member *m = h->members; m; m = m->next) {
 		zl_timer_stop(st->loop, &m->t);
@@ -965,7 +966,7 @@ void zl_storage_heal_destroy(struct zl_storage *st)
 	free(h->vols);
 	free(h);
 	st->heal = NULL;
-	zl_storage_peer_destroy(st);
+	zl_storage_peering_destroy(st);
 }
 
 /* ---- progress, for zl status (storage_status.c) ---- */

@@ -13,7 +13,7 @@
  *         RECOVERING members are not asked: they never held an acknowledged
  *         write the in-sync ones lack, and recovery replaces their copies.
  *   SCAN  per chunk (a batch per loop turn): the newest version among our own
- *         and the answers wins (zl_storage_peer_winner);
+ *         and the answers wins (zl_storage_peering_winner);
  *   COPY  when it is not ours, pull the whole chunk from its holder (READ +
  *         ZL_WF_ANY, 1 MiB pieces) and apply it with the winner's version;
  *         then CHUNK_PUSH the winning copy to every answered member whose
@@ -22,7 +22,7 @@
  *   done  the term is peered; the term's sequence starts at 1 (above what
  *         our chunks hold of this term plus a gap, after a restart within
  *         the term), and the slice serves.
- * A failed pull or local step fails the attempt; zl_storage_peer_ready
+ * A failed pull or local step fails the attempt; zl_storage_peering_ready
  * starts a new one after PEER_RETRY_MS. A row change (version or term)
  * abandons the job; the next check starts over on the new row.
  *
@@ -34,7 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "storage.h"
+#include "storage_heal.h"
+#include "storage_io.h"
 
 #define PEER_PIECE	   (1u << 20)
 #define PEER_SCAN_BATCH	   64
@@ -49,8 +50,8 @@
  * shares a version with a new one. */
 #define PEER_SEQ_GAP 65536u
 
-struct peer_vol {
-	struct peer_vol *next;
+struct peering_vol {
+	struct peering_vol *next;
 	uint64_t vol;
 	uint32_t n_slices;
 	uint32_t *peered; /* per slice: the term peered in, 0 = none */
@@ -63,10 +64,10 @@ enum pj_phase {
 	PJ_OVER, /* failed or abandoned: freed by the next check (after retry_ms) */
 };
 
-struct peer_job;
+struct peering_job;
 
 struct pj_member {
-	struct peer_job *j;
+	struct peering_job *j;
 	char node[ZL_NODE_ID_MAX];
 	bool answered;
 	bool failed; /* reported; not counted, not pushed to */
@@ -78,8 +79,8 @@ struct pj_member {
 	struct zl_timer t; /* next CHUNK_VERSIONS to an unreachable member */
 };
 
-struct peer_job {
-	struct peer_job *next;
+struct peering_job {
+	struct peering_job *next;
 	struct zl_storage *st;
 	uint64_t vol;
 	uint32_t slice, term;
@@ -107,18 +108,18 @@ struct peer_job {
 
 struct zl_storage_peering {
 	struct zl_storage *st;
-	struct peer_vol *vols;
-	struct peer_job *jobs;
+	struct peering_vol *vols;
+	struct peering_job *jobs;
 	unsigned n_jobs;
 	bool stopping;
 };
 
 static void pj_scan(void *arg);
-static void pj_piece(struct peer_job *j);
+static void pj_piece(struct peering_job *j);
 
 /* ---- the rule ---- */
 
-int zl_storage_peer_winner(uint64_t own, const uint64_t *ver, const bool *answered, unsigned n,
+int zl_storage_peering_winner(uint64_t own, const uint64_t *ver, const bool *answered, unsigned n,
 			   uint64_t *win, uint32_t *behind)
 {
 	int src = -1;
@@ -160,7 +161,7 @@ int zl_storage_chunk_apply(struct zl_storage *st, uint64_t vol, uint64_t chunk, 
 
 /* ---- state ---- */
 
-int zl_storage_peer_create(struct zl_storage *st)
+int zl_storage_peering_create(struct zl_storage *st)
 {
 	struct zl_storage_peering *pg = calloc(1, sizeof(*pg));
 
@@ -171,9 +172,9 @@ int zl_storage_peer_create(struct zl_storage *st)
 	return 0;
 }
 
-static struct peer_vol *pvol_get(struct zl_storage_peering *pg, const struct zl_volume *v)
+static struct peering_vol *pvol_get(struct zl_storage_peering *pg, const struct zl_volume *v)
 {
-	struct peer_vol *pv;
+	struct peering_vol *pv;
 
 	for (pv = pg->vols; pv; pv = pv->next)
 		if (pv->vol == v->num)
@@ -204,7 +205,7 @@ static struct peer_vol *pvol_get(struct zl_storage_peering *pg, const struct zl_
 	return pv;
 }
 
-static void pj_free_bufs(struct peer_job *j)
+static void pj_free_bufs(struct peering_job *j)
 {
 	struct zl_storage *st = j->st;
 
@@ -218,9 +219,9 @@ static void pj_free_bufs(struct peer_job *j)
 	j->pbuf = NULL;
 }
 
-static void pj_free(struct zl_storage_peering *pg, struct peer_job *j)
+static void pj_free(struct zl_storage_peering *pg, struct peering_job *j)
 {
-	for (struct peer_job **pp = &pg->jobs; *pp; pp = &(*pp)->next) {
+	for (struct peering_job **pp = &pg->jobs; *pp; pp = &(*pp)->next) {
 		if (*pp == j) {
 			*pp = j->next;
 			pg->n_jobs--;
@@ -236,14 +237,14 @@ static void pj_free(struct zl_storage_peering *pg, struct peer_job *j)
 	free(j);
 }
 
-void zl_storage_peer_stop(struct zl_storage *st)
+void zl_storage_peering_stop(struct zl_storage *st)
 {
 	struct zl_storage_peering *pg = st->peering;
 
 	if (!pg)
 		return;
 	pg->stopping = true;
-	for (struct peer_job *j = pg->jobs; j; j = j->next) {
+	for (struct peering_job *j = pg->jobs; j; j = j->next) {
 		j->abandon = true;
 		zl_loop_defer_cancel(st->loop, &j->d);
 		for (unsigned i = 0; i < j->n_m; i++)
@@ -251,7 +252,7 @@ void zl_storage_peer_stop(struct zl_storage *st)
 	}
 }
 
-void zl_storage_peer_destroy(struct zl_storage *st)
+void zl_storage_peering_destroy(struct zl_storage *st)
 {
 	struct zl_storage_peering *pg = st->peering;
 
@@ -260,7 +261,7 @@ void zl_storage_peer_destroy(struct zl_storage *st)
 	while (pg->jobs)
 		pj_free(pg, pg->jobs);
 	while (pg->vols) {
-		struct peer_vol *pv = pg->vols;
+		struct peering_vol *pv = pg->vols;
 
 		pg->vols = pv->next;
 		free(pv->peered);
@@ -273,7 +274,7 @@ void zl_storage_peer_destroy(struct zl_storage *st)
 /* ---- job steps ---- */
 
 /* The attempt ends without peering: freed (and retried) by a later check. */
-static void pj_over(struct peer_job *j, const char *what, int err)
+static void pj_over(struct peering_job *j, const char *what, int err)
 {
 	if (what)
 		ZL_LOG_WARN("storage",
@@ -289,7 +290,7 @@ static void pj_over(struct peer_job *j, const char *what, int err)
 
 /* A callback arrived: true when the job must not go on (it is over, or the
  * row changed / the daemon stops; then it ends once nothing is in flight). */
-static bool pj_done_cb(struct peer_job *j)
+static bool pj_done_cb(struct peering_job *j)
 {
 	struct zl_storage_peering *pg = j->st->peering;
 
@@ -314,7 +315,7 @@ static bool pj_done_cb(struct peer_job *j)
 
 /* Member i failed: report it, no longer count or push to it; forwarded
  * writes to it stop raising its versions until recovery looked at it. */
-static void pj_member_failed(struct peer_job *j, struct pj_member *m, const char *what, int err)
+static void pj_member_failed(struct peering_job *j, struct pj_member *m, const char *what, int err)
 {
 	struct zl_storage *st = j->st;
 	struct zl_storage_vol *sv;
@@ -335,7 +336,7 @@ static void pj_member_failed(struct peer_job *j, struct pj_member *m, const char
 static void pj_list_send(struct pj_member *m);
 
 /* Every member answered or failed: compare. */
-static void pj_list_cb_end(struct peer_job *j)
+static void pj_list_cb_end(struct peering_job *j)
 {
 	j->phase = PJ_SCAN;
 	zl_loop_defer(j->st->loop, &j->d, pj_scan, j);
@@ -356,7 +357,7 @@ static void pj_list_retry(void *arg)
  * it is asked again a little later, within PEER_GRACE_MS of the start. */
 static bool pj_list_later(struct pj_member *m, int err)
 {
-	struct peer_job *j = m->j;
+	struct peering_job *j = m->j;
 
 	if ((err != -ZL_ERR_CONN && err != -ZL_ERR_NOT_FOUND && err != -ZL_ERR_BUSY) ||
 	    zl_now_ms() - j->started_ms >= PEER_GRACE_MS)
@@ -369,7 +370,7 @@ static bool pj_list_later(struct pj_member *m, int err)
 static void pj_list_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 {
 	struct pj_member *m = arg;
-	struct peer_job *j = m->j;
+	struct peering_job *j = m->j;
 	struct zl_wire_chunk_ver pairs[ZL_WIRE_VERS_MAX];
 	int n;
 
@@ -401,7 +402,7 @@ static void pj_list_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 
 static void pj_list_send(struct pj_member *m)
 {
-	struct peer_job *j = m->j;
+	struct peering_job *j = m->j;
 	int rc;
 
 	memset(&m->hdr, 0, sizeof(m->hdr));
@@ -410,7 +411,7 @@ static void pj_list_send(struct pj_member *m)
 	m->hdr.offset = j->slice;
 	m->hdr.chunk = m->cursor;
 	m->hdr.slice_ver = j->row_ver;
-	rc = zl_storage_peer_request(j->st->peers, m->node, &m->hdr, NULL, 0, m->vbuf,
+	rc = zl_storage_fwd_request(j->st->fwd, m->node, &m->hdr, NULL, 0, m->vbuf,
 				     ZL_WIRE_MAX_CTRL, pj_list_cb, m);
 	if (!rc)
 		j->inflight++;
@@ -419,11 +420,11 @@ static void pj_list_send(struct pj_member *m)
 }
 
 /* The end of a successful job: the slice serves in j->term. */
-static void pj_finish(struct peer_job *j)
+static void pj_finish(struct peering_job *j)
 {
 	struct zl_storage *st = j->st;
 	struct zl_storage_vol *sv;
-	struct peer_vol *pv;
+	struct peering_vol *pv;
 	char members[ZL_MAX_REPLICAS * (ZL_NODE_ID_MAX + 24)] = "";
 	uint32_t seq = 0;
 	size_t o = 0;
@@ -453,7 +454,7 @@ static void pj_finish(struct peer_job *j)
 	pj_free(st->peering, j);
 }
 
-static void pj_chunk_done(struct peer_job *j)
+static void pj_chunk_done(struct peering_job *j)
 {
 	j->pulled += j->cur_src >= 0;
 	for (unsigned i = 0; i < j->n_m; i++)
@@ -463,12 +464,12 @@ static void pj_chunk_done(struct peer_job *j)
 	zl_loop_defer(j->st->loop, &j->d, pj_scan, j);
 }
 
-static uint32_t pj_len(const struct peer_job *j)
+static uint32_t pj_len(const struct peering_job *j)
 {
 	return ZL_MIN(PEER_PIECE, j->chunk_size - j->cur_off);
 }
 
-static void pj_piece_next(struct peer_job *j)
+static void pj_piece_next(struct peering_job *j)
 {
 	j->cur_off += pj_len(j);
 	if (j->cur_off < j->chunk_size)
@@ -480,7 +481,7 @@ static void pj_piece_next(struct peer_job *j)
 static void pj_push_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 {
 	struct pj_member *m = arg;
-	struct peer_job *j = m->j;
+	struct peering_job *j = m->j;
 	unsigned i = (unsigned)(m - j->m);
 
 	if (pj_done_cb(j))
@@ -499,7 +500,7 @@ static void pj_push_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 }
 
 /* The piece is in j->pbuf (and applied here): push it to the members behind. */
-static void pj_push(struct peer_job *j)
+static void pj_push(struct peering_job *j)
 {
 	uint32_t len = pj_len(j);
 
@@ -521,7 +522,7 @@ static void pj_push(struct peer_job *j)
 		m->hdr.length = len;
 		m->hdr.slice_ver = j->row_ver;
 		m->hdr.aux = j->cur_win;
-		rc = zl_storage_peer_request(j->st->peers, m->node, &m->hdr, j->pbuf, len, NULL, 0,
+		rc = zl_storage_fwd_request(j->st->fwd, m->node, &m->hdr, j->pbuf, len, NULL, 0,
 					     pj_push_cb, m);
 		if (rc) {
 			j->cur_behind &= ~(1u << i);
@@ -536,7 +537,7 @@ static void pj_push(struct peer_job *j)
 
 static void pj_local_cb(void *arg, int status)
 {
-	struct peer_job *j = arg;
+	struct peering_job *j = arg;
 
 	if (pj_done_cb(j))
 		return;
@@ -549,7 +550,7 @@ static void pj_local_cb(void *arg, int status)
 
 static void pj_pull_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 {
-	struct peer_job *j = arg;
+	struct peering_job *j = arg;
 	struct pj_member *m = &j->m[j->cur_src];
 	uint32_t len = pj_len(j);
 	int rc;
@@ -582,7 +583,7 @@ static void pj_pull_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 	j->inflight++;
 }
 
-static void pj_piece(struct peer_job *j)
+static void pj_piece(struct peering_job *j)
 {
 	struct zl_storage *st = j->st;
 	uint32_t len = pj_len(j);
@@ -613,7 +614,7 @@ static void pj_piece(struct peer_job *j)
 	j->rhdr.offset = j->cur_off;
 	j->rhdr.length = len;
 	j->rhdr.slice_ver = j->row_ver;
-	rc = zl_storage_peer_request(st->peers, j->m[j->cur_src].node, &j->rhdr, NULL, 0, j->pbuf,
+	rc = zl_storage_fwd_request(st->fwd, j->m[j->cur_src].node, &j->rhdr, NULL, 0, j->pbuf,
 				     len, pj_pull_cb, j);
 	if (rc) {
 		zl_storage_heal_report(st, j->vid, j->slice, j->m[j->cur_src].node, zl_errname(rc),
@@ -626,7 +627,7 @@ static void pj_piece(struct peer_job *j)
 
 static void pj_scan(void *arg)
 {
-	struct peer_job *j = arg;
+	struct peering_job *j = arg;
 	struct zl_storage *st = j->st;
 	uint64_t ver[ZL_MAX_REPLICAS - 1];
 	bool answered[ZL_MAX_REPLICAS - 1];
@@ -648,7 +649,7 @@ static void pj_scan(void *arg)
 			ver[i] = j->m[i].ver[j->cursor];
 			answered[i] = j->m[i].answered && !j->m[i].failed;
 		}
-		j->cur_src = zl_storage_peer_winner(own, ver, answered, j->n_m, &win, &behind);
+		j->cur_src = zl_storage_peering_winner(own, ver, answered, j->n_m, &win, &behind);
 		if (zl_wire_dver_term(win) == j->term)
 			j->max_seq = ZL_MAX(j->max_seq, zl_wire_dver_seq(win));
 		if (j->cur_src >= 0 || behind) {
@@ -679,7 +680,7 @@ static void pj_start(struct zl_storage_peering *pg, const struct zl_volume *v, u
 {
 	struct zl_storage *st = pg->st;
 	const struct zl_slice *s = &v->slices[slice];
-	struct peer_job *j = calloc(1, sizeof(*j));
+	struct peering_job *j = calloc(1, sizeof(*j));
 
 	if (!j)
 		return;
@@ -727,12 +728,12 @@ static void pj_start(struct zl_storage_peering *pg, const struct zl_volume *v, u
 
 /* ---- checks ---- */
 
-int zl_storage_peer_ready(struct zl_storage *st, const struct zl_volume *v, uint32_t slice)
+int zl_storage_peering_ready(struct zl_storage *st, const struct zl_volume *v, uint32_t slice)
 {
 	struct zl_storage_peering *pg = st->peering;
 	const struct zl_slice *s;
-	struct peer_vol *pv;
-	struct peer_job *j;
+	struct peering_vol *pv;
+	struct peering_job *j;
 	uint32_t term;
 
 	if (!pg || slice >= v->n_slices)
@@ -763,15 +764,15 @@ int zl_storage_peer_ready(struct zl_storage *st, const struct zl_volume *v, uint
 	return -ZL_ERR_PEERING;
 }
 
-void zl_storage_peer_forget(struct zl_storage *st, uint64_t vol)
+void zl_storage_peering_forget(struct zl_storage *st, uint64_t vol)
 {
 	struct zl_storage_peering *pg = st->peering;
-	struct peer_job *j, *next;
+	struct peering_job *j, *next;
 
 	if (!pg)
 		return;
-	for (struct peer_vol **pp = &pg->vols; *pp; pp = &(*pp)->next) {
-		struct peer_vol *pv = *pp;
+	for (struct peering_vol **pp = &pg->vols; *pp; pp = &(*pp)->next) {
+		struct peering_vol *pv = *pp;
 
 		if (pv->vol == vol) {
 			*pp = pv->next;
@@ -801,14 +802,14 @@ static int peering_cmp(const void *a, const void *b)
 	return x->slice < y->slice ? -1 : x->slice > y->slice;
 }
 
-uint32_t zl_storage_peer_list(struct zl_storage *st, struct zl_status_peering *out, uint32_t max)
+uint32_t zl_storage_peering_list(struct zl_storage *st, struct zl_status_peering *out, uint32_t max)
 {
 	struct zl_storage_peering *pg = st->peering;
 	uint32_t n = 0, total = 0;
 
 	if (!pg)
 		return 0;
-	for (struct peer_vol *pv = pg->vols; pv; pv = pv->next) {
+	for (struct peering_vol *pv = pg->vols; pv; pv = pv->next) {
 		struct zl_storage_vol *sv;
 
 		/* Usually cached (peering looked at it); a miss reads etcd,
@@ -834,14 +835,14 @@ uint32_t zl_storage_peer_list(struct zl_storage *st, struct zl_status_peering *o
 	return total;
 }
 
-int zl_storage_peer_vol_ready(struct zl_storage *st, const struct zl_volume *v)
+int zl_storage_peering_vol_ready(struct zl_storage *st, const struct zl_volume *v)
 {
 	int rc = 0;
 
 	if (!st->peering)
 		return 0;
 	for (uint32_t s = 0; s < v->n_slices; s++)
-		if (zl_storage_peer_ready(st, v, s))
+		if (zl_storage_peering_ready(st, v, s))
 			rc = -ZL_ERR_PEERING;
 	return rc;
 }

@@ -1,4 +1,4 @@
-/* The version rules recovery and peering rely on (storage.h, --heal=on):
+/* The version rules recovery and peering rely on (storage_heal.h, --heal=on):
  * versions order by term first; peering's winner is the newest copy among
  * the in-sync answers (ties keep the own copy), members that differ get it;
  * a pushed copy applies only over an older copy, or with ZL_PUSH_REPLACE
@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "storage/storage.h"
+#include "storage/storage_heal.h"
 
 #define CS (256u << 10)
 #define PIECE (64u << 10)
@@ -174,39 +174,39 @@ static void test_peer_winner(void **state)
 	/* Everyone equal: nothing to do. */
 	ver[0] = ver[1] = v1;
 	ans[0] = ans[1] = true;
-	assert_int_equal(zl_storage_peer_winner(v1, ver, ans, 2, &win, &behind), -1);
+	assert_int_equal(zl_storage_peering_winner(v1, ver, ans, 2, &win, &behind), -1);
 	assert_true(win == v1);
 	assert_int_equal(behind, 0);
 	/* A member holds a newer copy (a write the old primary forwarded but
 	 * never acknowledged): it wins, we pull, the other member is behind. */
 	ver[1] = v2;
-	assert_int_equal(zl_storage_peer_winner(v1, ver, ans, 2, &win, &behind), 1);
+	assert_int_equal(zl_storage_peering_winner(v1, ver, ans, 2, &win, &behind), 1);
 	assert_true(win == v2);
 	assert_int_equal(behind, 1u << 0);
 	/* A member that did not answer counts for nothing. */
 	ans[1] = false;
-	assert_int_equal(zl_storage_peer_winner(v1, ver, ans, 2, &win, &behind), -1);
+	assert_int_equal(zl_storage_peering_winner(v1, ver, ans, 2, &win, &behind), -1);
 	assert_true(win == v1);
 	assert_int_equal(behind, 0);
 	/* Ours is the newest: both members behind, one missing the chunk. */
 	ans[1] = true;
 	ver[0] = 0;
 	ver[1] = v1;
-	assert_int_equal(zl_storage_peer_winner(v2, ver, ans, 2, &win, &behind), -1);
+	assert_int_equal(zl_storage_peering_winner(v2, ver, ans, 2, &win, &behind), -1);
 	assert_true(win == v2);
 	assert_int_equal(behind, 3u);
 	/* A tie between two members above ours: the first one is pulled from,
 	 * neither is behind. */
 	ver[0] = ver[1] = v2;
-	assert_int_equal(zl_storage_peer_winner(v1, ver, ans, 2, &win, &behind), 0);
+	assert_int_equal(zl_storage_peering_winner(v1, ver, ans, 2, &win, &behind), 0);
 	assert_int_equal(behind, 0);
 	/* Alone (min_size 1): own copy. */
-	assert_int_equal(zl_storage_peer_winner(v1, ver, ans, 0, &win, &behind), -1);
+	assert_int_equal(zl_storage_peering_winner(v1, ver, ans, 0, &win, &behind), -1);
 	assert_true(win == v1);
 	/* A later term beats any sequence of an earlier one. */
 	ver[0] = zl_wire_dver_make(1, UINT32_MAX);
 	ver[1] = zl_wire_dver_make(2, 1);
-	assert_int_equal(zl_storage_peer_winner(0, ver, ans, 2, &win, &behind), 1);
+	assert_int_equal(zl_storage_peering_winner(0, ver, ans, 2, &win, &behind), 1);
 	assert_int_equal(behind, 1u << 0);
 }
 

@@ -1,0 +1,154 @@
+/* zipline-storage, the data path: who may send requests (auth), the volume
+ * cache the request path looks rows up in, the requests forwarded to other
+ * storage nodes, and the request handling itself. Loop thread only. */
+#ifndef ZL_STORAGE_IO_H
+#define ZL_STORAGE_IO_H
+
+#include "storage.h"
+
+/* ---- authentication (storage_auth.c, docs/SECURITY.md) ---- */
+
+/* Loads the cluster key (fatal with --auth on only) and, with --auth on,
+ * the persisted epochs, then lists and watches attachments/ and secrets/.
+ * 0 or an error (logged). */
+int zl_storage_auth_start(struct zl_storage *st);
+void zl_storage_auth_stop(struct zl_storage *st);
+/* This daemon's cluster token (for HELLOs to peers) into out: 0, or
+ * -ZL_ERR_NOT_FOUND without a cluster key (out is ""). */
+int zl_storage_auth_token(const struct zl_storage *st, char out[65]);
+/* The attach epoch writes of vol are fenced below (the watched attachment,
+ * the persisted maximum); 0 with --auth off. Loop thread: its own copy of
+ * the watched records, no lock. */
+uint64_t zl_storage_auth_fence(struct zl_storage *st, uint64_t vol);
+/* Checks a HELLO (h its header, hl its payload, NULL when it did not
+ * decode: -ZL_ERR_PROTO) and binds the connection: 0, -ZL_ERR_AUTH,
+ * -ZL_ERR_STALE, -ZL_ERR_BUSY. Always 0 (for a decoded hl) with --auth off. */
+int zl_storage_auth_hello(struct zl_storage *st, struct zl_xport_conn *c,
+			  const struct zl_wire_hdr *h, const struct zl_wire_hello *hl);
+/* Whether the connection may make request h; on a client connection sets
+ * h->epoch to the proven one. 0, -ZL_ERR_BUSY (a HELLO is still being
+ * fetched) or -ZL_ERR_AUTH (*close: answer, then close the connection: no
+ * valid HELLO came). */
+int zl_storage_auth_check(struct zl_storage *st, struct zl_xport_conn *c, struct zl_wire_hdr *h,
+			  bool *close);
+/* Answers h with err, then closes c when close. */
+void zl_storage_auth_refuse(struct zl_storage *st, struct zl_xport_conn *c,
+			    const struct zl_wire_hdr *h, int err, bool close);
+/* A request on c is answered err (not 0): counts it against the
+ * connection's budget of refused requests (not on cluster connections, and
+ * not transient errors). True when the budget is spent: answer, then close
+ * c (zl_storage_auth_refuse with close); logged, rate-limited. */
+bool zl_storage_auth_charge(struct zl_xport_conn *c, const struct zl_wire_hdr *h, int err);
+/* Whether c is a cluster connection (a peer, the manager, an operator), or
+ * --auth is off: no client budget applies. */
+bool zl_storage_auth_conn_trusted(const struct zl_storage *st, struct zl_xport_conn *c);
+/* A connection was accepted (--auth on): it must prove itself with a HELLO
+ * within 10 s or it is closed. */
+void zl_storage_auth_conn_open(struct zl_storage *st, struct zl_xport_conn *c);
+/* Frees the connection's auth state (its close callback). */
+void zl_storage_auth_conn_free(struct zl_xport_conn *c);
+
+/* ---- volume cache (storage_vol.c), loop thread only ---- */
+
+struct zl_storage_vol {
+	struct zl_storage_vol *next;
+	uint64_t num;
+	struct zl_volume v;
+	uint64_t max_epoch; /* highest attach epoch seen (memory only) */
+	uint64_t refresh_ms; /* when the last refresh (zl_storage_vol_refresh) started */
+	bool refreshing;     /* a refresh is on the loader thread */
+};
+
+/* Limits of the request path's lookups (docs/SECURITY.md). */
+struct zl_storage_vols_limits {
+	uint32_t neg_ms;       /* an absent volume is answered NOT_FOUND that long */
+	uint32_t err_ms;       /* a load that failed (etcd down): retried after that */
+	uint32_t load_per_sec; /* loads and refreshes from etcd: token bucket rate */
+	uint32_t load_burst;   /* ... and its depth */
+	uint32_t load_queue;   /* loads queued or running at once */
+	uint32_t refresh_ms;   /* one refresh per volume per that many ms */
+	uint32_t miss_max;     /* entries of the negative cache */
+};
+
+/* What the request path's lookups did (counters since start). */
+struct zl_storage_vols_stats {
+	uint64_t loads;	    /* etcd loads started (misses and refreshes) */
+	uint64_t refreshes; /* of them, refreshes of a cached volume */
+	uint64_t neg_hits;  /* answered from the negative cache */
+	uint64_t throttled; /* answered BUSY / STALE: bucket empty or queue full */
+	uint64_t events;    /* watch events of volumes/ applied */
+	uint32_t negative;  /* entries in the negative cache now */
+};
+
+/* Returns 0 or -errno. loop, etcd and prefix are borrowed; eo (NULL: share
+ * etcd) gives the loader thread an etcd handle of its own. Starts a watch on
+ * <prefix>volumes/ (etcd NULL: none) that refreshes (or drops) cached
+ * records. */
+int zl_storage_vols_create(struct zl_loop *loop, struct zl_etcd *etcd,
+			   const struct zl_etcd_opts *eo, const char *prefix,
+			   struct zl_storage_vols **out);
+void zl_storage_vols_destroy(struct zl_storage_vols *vc);
+void zl_storage_vols_limits_default(struct zl_storage_vols_limits *l);
+void zl_storage_vols_set_limits(struct zl_storage_vols *vc, const struct zl_storage_vols_limits *l);
+void zl_storage_vols_stats(const struct zl_storage_vols *vc, struct zl_storage_vols_stats *out);
+/* The request path's lookup, never blocking: 0 with the cached record in
+ * *out; -ZL_ERR_NOT_FOUND (or the etcd error of a failed load) from the
+ * negative cache; -EINPROGRESS when a load is on the loader thread (ask
+ * again once it answered); -ZL_ERR_BUSY when loads are throttled. */
+int zl_storage_vol_lookup(struct zl_storage_vols *vc, uint64_t num, struct zl_storage_vol **out);
+/* A request showed a newer slice version than sv holds: -EINPROGRESS when a
+ * refresh from etcd is on its way (started now or earlier; look again once
+ * it answered), -ZL_ERR_STALE when refreshes of sv are throttled (sv stands). */
+int zl_storage_vol_refresh(struct zl_storage_vols *vc, struct zl_storage_vol *sv);
+/* Cached record of volume num, loaded from etcd on a miss (blocking: the
+ * daemon's own jobs only, never a network request). 0, -ZL_ERR_NOT_FOUND,
+ * or an etcd error. *out stays valid until the next call that reloads or
+ * forgets this volume. */
+int zl_storage_vol_get(struct zl_storage_vols *vc, uint64_t num, struct zl_storage_vol **out);
+/* Reloads volume num from etcd (blocking); on -ZL_ERR_NOT_FOUND the entry is
+ * dropped. 0 with the fresh entry in *out (optional), or an error. */
+int zl_storage_vol_reload(struct zl_storage_vols *vc, uint64_t num, struct zl_storage_vol **out);
+/* Replaces the cached record by *fresh (moved: fresh is zeroed) when it is
+ * newer (mod_rev). */
+void zl_storage_vol_update(struct zl_storage_vols *vc, struct zl_volume *fresh);
+void zl_storage_vol_forget(struct zl_storage_vols *vc, uint64_t num);
+
+/* ---- forwarding: requests to other storage nodes (storage_fwd.c), loop thread only ---- */
+
+/* Returns 0 or -ENOMEM. */
+int zl_storage_fwd_create(struct zl_storage *st, struct zl_storage_fwd **out);
+/* Closes every peer connection (in-flight requests fail). Accepts NULL. */
+void zl_storage_fwd_destroy(struct zl_storage_fwd *p);
+/* Sends a request to node_id, connecting (blocking, bounded) when needed.
+ * Returns 0 (cb runs once, never inside this call) or -ZL_ERR_CONN /
+ * -ZL_ERR_BUSY / -ZL_ERR_NOT_FOUND (node not registered) with no callback. */
+int zl_storage_fwd_send(struct zl_storage_fwd *p, const char *node_id, struct zl_wire_hdr *hdr,
+			 const void *out, uint32_t out_len, zl_xport_reply_cb cb, void *arg);
+/* zl_storage_fwd_send with a buffer for the reply's payload (in_cap bytes,
+ * valid until cb). Returns as zl_storage_fwd_send. */
+int zl_storage_fwd_request(struct zl_storage_fwd *p, const char *node_id,
+			    struct zl_wire_hdr *hdr, const void *out, uint32_t out_len, void *in,
+			    uint32_t in_cap, zl_xport_reply_cb cb, void *arg);
+
+/* ---- transports (storage_xport.c) ---- */
+
+/* Creates the transports --transport asks for: TCP always; RDMA too with
+ * "rdma" (required) or "auto" (when an RDMA device serves the listen
+ * address; any device for a wildcard address). Sets st->xport_tcp, st->xport_rdma,
+ * st->xport and st->sel. Returns 0, or -ENODEV after
+ * printing why RDMA is not possible when it was required, or another error. */
+int zl_storage_xports_create(struct zl_storage *st);
+
+/* ---- request handling (storage_server.c) ---- */
+
+/* Listens on cfg.listen_host:listen_port over TCP, and over RDMA (same port
+ * number: rdma_cm has its own port space) when st->xport_rdma is set.
+ * Returns 0 or -errno: st->listener is NULL when TCP failed, set when RDMA
+ * failed (zl_storage_server_stop_accepting closes it). */
+int zl_storage_server_start(struct zl_storage *st);
+/* Stops accepting new connections; in-flight requests go on. */
+void zl_storage_server_stop_accepting(struct zl_storage *st);
+/* Frees the request slabs (after the loop stopped). */
+void zl_storage_server_fini(struct zl_storage *st);
+
+#endif
