@@ -204,6 +204,10 @@ int node_check_args(struct zl_grpc_call *call, const char *volume_id, const char
 /* node_op_begin for an RPC: ZL_GRPC_OK, or the call fails with ABORTED
  * while another operation on the volume runs (end it with node_op_end). */
 int node_op_begin_call(struct node *n, struct zl_grpc_call *call, const char *volume_id);
+/* node_check_args, then node_op_begin_call: the opening of an RPC that
+ * changes a volume. ZL_GRPC_OK (end with node_op_end) or the call's code. */
+int node_rpc_begin(struct node *n, struct zl_grpc_call *call, const char *volume_id,
+		   const char *field, const char *path);
 int node_check_stage_args(struct zl_grpc_call *call, const char *volume_id, const char *field,
 			  const char *path, const struct Csi__V1__VolumeCapability *vc,
 			  struct node_cap *cap);

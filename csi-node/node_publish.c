@@ -220,9 +220,7 @@ int node_unpublish(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage 
 	struct node *n = ctx;
 	int rc;
 
-	rc = node_check_args(call, r->volume_id, "target_path", r->target_path);
-	if (rc == 0)
-		rc = node_op_begin_call(n, call, r->volume_id);
+	rc = node_rpc_begin(n, call, r->volume_id, "target_path", r->target_path);
 	if (rc)
 		return rc;
 	rc = node_unpublish_locked(n, call, r);

@@ -59,6 +59,14 @@ int node_op_begin_call(struct node *n, struct zl_grpc_call *call, const char *vo
 	return ZL_GRPC_OK;
 }
 
+int node_rpc_begin(struct node *n, struct zl_grpc_call *call, const char *volume_id,
+		   const char *field, const char *path)
+{
+	int rc = node_check_args(call, volume_id, field, path);
+
+	return rc ? rc : node_op_begin_call(n, call, volume_id);
+}
+
 int node_volume_exists(struct node *n, const char *prefix, const char *vol_id, uint64_t *size)
 {
 	struct zl_volume v;

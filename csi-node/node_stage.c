@@ -331,9 +331,7 @@ int node_unstage(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *r
 	struct node *n = ctx;
 	int rc;
 
-	rc = node_check_args(call, r->volume_id, "staging_target_path", r->staging_target_path);
-	if (rc == 0)
-		rc = node_op_begin_call(n, call, r->volume_id);
+	rc = node_rpc_begin(n, call, r->volume_id, "staging_target_path", r->staging_target_path);
 	if (rc)
 		return rc;
 	rc = node_unstage_locked(n, call, r);

@@ -253,9 +253,7 @@ int node_expand(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *re
 	uint64_t size = 0;
 	int rc;
 
-	rc = node_check_args(call, r->volume_id, "volume_path", r->volume_path);
-	if (rc == 0)
-		rc = node_op_begin_call(n, call, r->volume_id);
+	rc = node_rpc_begin(n, call, r->volume_id, "volume_path", r->volume_path);
 	if (rc)
 		return rc;
 	rc = node_expand_locked(n, call, r, &size);

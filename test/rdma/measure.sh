@@ -128,7 +128,12 @@ for t in tcp rdma; do
 				"$ZL" --transport "$t" bench m --rw "$rw" --bs 4k --qd 8 --seconds "$sec" --size 64M \
 				--json >"$out/cg.bench.$t.$rw.$d.json" 2>"$out/cg.client.$t.$rw.$d.log"
 			callgrind_control -d "$vg_storage" >/dev/null
-			sleep 1
+			# The dump is written by the daemon after callgrind_control
+			# returns: wait for the file.
+			for _ in $(seq 1 100); do
+				ls "$out"/cg.storage.*.[0-9]* >/dev/null 2>&1 && break
+				sleep 0.1
+			done
 			dump=$(ls -t "$out"/cg.storage.*.[0-9]* | head -1)
 			mv "$dump" "$out/cg.storage.$t.$rw.$d"
 			ios[$d]=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["ios"])' "$out/cg.bench.$t.$rw.$d.json")
@@ -156,6 +161,8 @@ for tool in ib_send_lat ib_write_lat; do
 		for attempt in 1 2 3; do
 			$tool -d "$RXE_DEV" -x "$RXE_GID_INDEX" -s $size -n 1000 -R >"$out/$tool.$size.srv" 2>&1 &
 			srv=$!
+			# the perftest server prints nothing when it listens: the client
+			# is tried after a pause, up to 3 times.
 			sleep 2
 			if $tool -d "$RXE_DEV" -x "$RXE_GID_INDEX" -s $size -n 1000 -R "$ip" >"$out/$tool.$size" 2>&1 &&
 				! grep -q " inf " "$out/$tool.$size"; then

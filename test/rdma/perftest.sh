@@ -15,6 +15,8 @@ run() {
 	local srv=$!
 	local ok=1
 	for try in 1 2 3 4 5; do
+		# The perftest server prints nothing when it listens: the client
+		# is tried after a pause, up to 5 times (a refused try costs nothing).
 		sleep 2
 		if $tool -d "$RXE_DEV" -x "$RXE_GID_INDEX" -s "$size" -n '"$iters"' -R "$RXE_IP" >/tmp/cli.log 2>&1; then
 			ok=0
