@@ -539,7 +539,8 @@ static int attach_probe(struct attach *a, const struct attach_args *o, int *read
 	if (rc == -ZL_ERR_TIMEOUT)
 		attach_ready(ready,
 			     "ERR ZL_ERR_UNAVAIL cannot read volume %s within %u s "
-			     "(--attach-timeout): %s",
+			     "(--attach-timeout): %s; check that its storage daemons run and are "
+			     "reachable from this node (zl status)",
 			     a->vol_id, o->start_timeout_s, why);
 	else
 		attach_ready(ready, "ERR %s cannot read volume %s: %s", zl_errname(rc), a->vol_id,

@@ -311,7 +311,8 @@ static void conn_hello_refused(struct client_node *n, int err)
 	case ZL_ERR_AUTH:
 		snprintf(why, sizeof(why), "storage node %s refused %s", n->id,
 			 c->cred.token && c->cred.token[0]
-			     ? "our attach token (not the volume's, or another node's)"
+			     ? "our attach token (not the volume's, or another node's: "
+			       "ControllerPublish the volume to this node again)"
 			     : "a client without an attach token (ControllerPublish the volume "
 			       "to this node first)");
 		break;

@@ -65,6 +65,30 @@ chunk_as() {
 }
 client1() { echo ZL_E2E_TOKEN="$T1" ZL_E2E_EPOCH="$E1" ZL_E2E_VOL="$N1" ZL_E2E_NODE=wn-1; }
 
+# A HELLO the daemon cannot accept is answered for good once its view of
+# attachments/ has passed the HELLO's epoch (issue 20): a token, signed with
+# the volume's real secret, for an epoch the daemon has seen go by with no
+# attachment of a2 at it gets ZL_ERR_NOT_ATTACHED; an epoch beyond anything
+# it has seen (the watch may lag) gets ZL_ERR_BUSY. Another volume's
+# attachment moves the view past E2.
+NX=00000000000000ee
+EX=$(etcd_ctl put "/zipline/attachments/vol-$NX" '{"node":"wn-9","epoch":0,"readonly":false,"time":0}')
+auth_wait_epoch "$NX" "$EX" 1 2 3 || fail "the daemons' watches did not see attachment $EX"
+for i in 1 2 3; do
+	P=$(cat "$CL_DIR/storage-$i/port")
+	out=$("$CL_BIN/e2e_outsider" 127.0.0.1 "$P" --vol "$V2" --epoch "$EX" --node wn-1 \
+		--token "$(token "$S2" "$V2|wn-1|$EX")" hello 2>&1 || true)
+	[ "${out%% *}" = "hello" ] && [ "$(awk '{print $2}' <<<"$out")" = ZL_ERR_NOT_ATTACHED ] ||
+		fail "node-$i: a token of epoch $EX (seen, no attachment of $V2 there): $out"
+	EF=$((EX + 100000))
+	out=$("$CL_BIN/e2e_outsider" 127.0.0.1 "$P" --vol "$V2" --epoch "$EF" --node wn-1 \
+		--token "$(token "$S2" "$V2|wn-1|$EF")" hello 2>&1 || true)
+	[ "$(awk '{print $2}' <<<"$out")" = ZL_ERR_BUSY ] ||
+		fail "node-$i: a token of epoch $EF (not seen yet) was not answered BUSY: $out"
+done
+etcd_ctl del "/zipline/attachments/vol-$NX"
+ok "a seen epoch with no attachment: ZL_ERR_NOT_ATTACHED (final); an unseen one: ZL_ERR_BUSY"
+
 # The attachment's own token writes and reads.
 got=$(chunk_as $(client1) -- write "$V1" 0 0 "$SV" "$CL_DIR/good" 10000)
 [ "$got" = "hello=OK status=OK" ] || fail "the attach token's write: $got"
