@@ -38,9 +38,10 @@ for i in 1 2 3; do
 	d="$CL_DIR/storage-$i"
 	mkdir -p "$d/data"
 	cl_free_port >"$d/port"
+	# shellcheck disable=SC2046 # cl_write_path_flags: the flags are words
 	"$CL_BIN/zipline-storage" --data-dir "$d/data" --listen "127.0.0.1:$(cat "$d/port")" \
 		--node-id "node-$i" --label "zone=z$i" --etcd "$CL_ETCD" --cluster-key-file "$KEY" \
-		>>"$d/log" 2>&1 &
+		$(cl_write_path_flags) >>"$d/log" 2>&1 &
 	echo $! >"$d/pid"
 done
 cl_wait_nodes 3 || fail "storage daemons did not register"

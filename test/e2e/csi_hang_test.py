@@ -35,6 +35,13 @@ HANG_PREFIX = "/zl-hang/"
 NODE_PIDS = set()  # the zipline-node processes of the test
 
 
+def write_path_flags():
+    """zipline-storage --write-path $ZL_TEST_WRITE_PATH when that is set (as
+    cl_write_path_flags in test/lib/cluster.sh), else nothing."""
+    wp = os.environ.get("ZL_TEST_WRITE_PATH", "")
+    return ["--write-path", wp] if wp else []
+
+
 # ---- the sampler: no process of ours in state D for more than 1 s ----
 
 class DSampler:
@@ -195,7 +202,7 @@ class HangCluster:
         self.proc = subprocess.Popen(
             [os.path.join(e.BIN, "zipline-storage"), "--data-dir", os.path.join(self.dir, "data"),
              "--listen", "127.0.0.1:0", "--node-id", "hang-1", "--etcd", e.ETCD,
-             "--etcd-prefix", HANG_PREFIX, "--auth", "off"],
+             "--etcd-prefix", HANG_PREFIX, "--auth", "off"] + write_path_flags(),
             stdout=logf, stderr=subprocess.STDOUT)
         logf.close()
         deadline = time.monotonic() + 30

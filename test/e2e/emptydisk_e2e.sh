@@ -185,8 +185,9 @@ CL_ETCD=$ETCD2 hl_etcd tomb node-3 "$vid" # a wrong etcd must delete nothing
 cl_stop storage-3
 h0=$(dir_hash "$CL_DIR/storage-3/data")
 set +e
+# shellcheck disable=SC2046 # cl_write_path_flags: the flags are words
 timeout 60 "$CL_BIN/zipline-storage" --data-dir "$CL_DIR/storage-3/data" --listen 127.0.0.1:0 \
-	--node-id node-3 --etcd "$ETCD2" --heal on >"$CL_DIR/foreign.out" 2>&1
+	--node-id node-3 --etcd "$ETCD2" --heal on $(cl_write_path_flags) >"$CL_DIR/foreign.out" 2>&1
 rc=$?
 set -e
 say "foreign etcd: exit $rc: $(grep -v ' info ' "$CL_DIR/foreign.out" | tail -1)"
@@ -197,8 +198,9 @@ grep -q "belongs to cluster .* but etcd $ETCD2 prefix /zipline/ is cluster .*ref
 rm "$CL_DIR/storage-3/data/node-id"
 h0=$(dir_hash "$CL_DIR/storage-3/data")
 set +e
+# shellcheck disable=SC2046 # cl_write_path_flags: the flags are words
 timeout 60 "$CL_BIN/zipline-storage" --data-dir "$CL_DIR/storage-3/data" --listen 127.0.0.1:0 \
-	--node-id node-9 --etcd "$CL_ETCD" --heal on >"$CL_DIR/foreign2.out" 2>&1
+	--node-id node-9 --etcd "$CL_ETCD" --heal on $(cl_write_path_flags) >"$CL_DIR/foreign2.out" 2>&1
 rc=$?
 set -e
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "a daemon with a foreign --node-id did not refuse to start (exit $rc)"

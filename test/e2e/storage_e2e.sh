@@ -131,8 +131,9 @@ ina ip route add default via 10.213.7.2 || fail "default route in $NS_A"
 
 # Without a default route (namespace B): refuses, says --advertise, exit 2.
 mkdir -p "$CL_DIR/nb"
+# shellcheck disable=SC2046 # cl_write_path_flags: the flags are words
 out=$(timeout 20 ip netns exec "$NS_B" "$CL_BIN/zipline-storage" --data-dir "$CL_DIR/nb" \
-	--listen 0.0.0.0:7100 --node-id nb --etcd http://127.0.0.1:1 --etcd-wait 0 2>&1); rc=$?
+	--listen 0.0.0.0:7100 --node-id nb --etcd http://127.0.0.1:1 --etcd-wait 0 $(cl_write_path_flags) 2>&1); rc=$?
 [ $rc -eq 2 ] || fail "no default route: exit $rc (want 2): $out"
 grep -q -- "--advertise" <<<"$out" || fail "no default route: message lacks --advertise: $out"
 grep -q "default route" <<<"$out" || fail "no default route: message does not say why: $out"
@@ -152,9 +153,10 @@ for _ in $(seq 1 100); do
 	sleep 0.1
 done
 [ $up = 1 ] || fail "etcd in $NS_A did not start: $(tail -5 "$CL_DIR/nsetcd/log")"
+# shellcheck disable=SC2046 # cl_write_path_flags: the flags are words
 ip netns exec "$NS_A" "$CL_BIN/zipline-storage" --data-dir "$CL_DIR/storage-adv/data" \
 	--listen 0.0.0.0:7100 --node-id adv --etcd http://127.0.0.1:2379 --auth "${CL_AUTH:-off}" \
-	$(cl_tls_flags) >>"$CL_DIR/storage-adv/log" 2>&1 &
+	$(cl_tls_flags) $(cl_write_path_flags) >>"$CL_DIR/storage-adv/log" 2>&1 &
 echo $! >"$CL_DIR/storage-adv/pid"
 rec=""
 for _ in $(seq 1 100); do

@@ -3,6 +3,11 @@
 # $CL_DIR and only those PIDs are ever signalled.
 #
 # Required before use: CL_DIR (state dir), CL_BIN (dir with zipline-storage, zl).
+# Environment read by every test that starts storage daemons:
+# ZL_TEST_WRITE_PATH=direct|journal (zipline-storage --write-path on every
+# daemon a test starts, cl_write_path_flags; unset: no flag, the daemon's
+# default), ZL_TEST_SEED (cl_seed), CL_AUTH, CL_TLS, CL_LISTEN_HOST,
+# CL_STORAGE_FLAGS (cl_start_storage).
 
 CL_LIB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
@@ -176,8 +181,18 @@ cl_tls_flags() {
 	echo "--tls-cert $CL_DIR/tls/tls.crt --tls-key $CL_DIR/tls/tls.key --tls-ca $CL_DIR/tls/ca.crt"
 }
 
+# cl_write_path_flags: "--write-path $ZL_TEST_WRITE_PATH" when that is set
+# (the storage write path every test daemon uses: direct or journal, see
+# zipline-storage --help), nothing when it is unset (the daemon's default).
+# Every test script that starts zipline-storage passes these words.
+cl_write_path_flags() {
+	[ -n "${ZL_TEST_WRITE_PATH:-}" ] || return 0
+	echo "--write-path $ZL_TEST_WRITE_PATH"
+}
+
 # cl_start_storage I [PORT] [extra flags...]: node id "node-I", data dir $CL_DIR/storage-I.
 # $CL_STORAGE_FLAGS (e.g. "--heal on", set by cl_e2e_begin ... --heal on) go first.
+# ZL_TEST_WRITE_PATH=direct|journal: zipline-storage --write-path (unset: none).
 # CL_AUTH=on|off: zipline-storage --auth (docs/SECURITY.md), default on: every
 # e2e test runs authenticated (zl, e2e_io and e2e_chunk send the cluster token).
 # CL_LISTEN_HOST: the daemons' listen address (default 127.0.0.1; the RDMA
@@ -195,7 +210,7 @@ cl_start_storage() {
 	# shellcheck disable=SC2046 # the flags are words
 	"$CL_BIN/zipline-storage" --data-dir "$d/data" --listen "${CL_LISTEN_HOST:-127.0.0.1}:$port" \
 		--node-id "node-$i" --label "zone=z$i" --etcd "$CL_ETCD" --auth "${CL_AUTH:-on}" \
-		$(cl_tls_flags) ${CL_STORAGE_FLAGS:-} "$@" \
+		$(cl_tls_flags) $(cl_write_path_flags) ${CL_STORAGE_FLAGS:-} "$@" \
 		>>"$d/log" 2>&1 &
 	echo $! >"$d/pid"
 }

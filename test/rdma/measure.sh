@@ -15,6 +15,8 @@
 # ratios and the CPU cost mean something, the absolute numbers do not.
 #
 # Usage: test/rdma/measure.sh BUILD_DIR [bench seconds (10)]
+# Environment: ZL_TEST_WRITE_PATH (zipline-storage --write-path, as in the
+# e2e tests: test/lib/cluster.sh).
 # Output: the report on stdout, raw files in BUILD_DIR/rdma-measure/.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -28,6 +30,8 @@ if [[ ${ZL_VM:-0} != 1 ]]; then
 fi
 
 set -e
+# cl_write_path_flags (ZL_TEST_WRITE_PATH)
+source "$here/../lib/cluster.sh"
 out=$build/rdma-measure
 rm -rf "$out"
 mkdir -p "$out"
@@ -55,8 +59,10 @@ sport=$(free_port)
 mkdir -p "$work/data"
 # start_storage [wrapper...]: the daemon (optionally under valgrind); sets spid.
 start_storage() {
+	# shellcheck disable=SC2046 # cl_write_path_flags: the flags are words
 	"$@" "$build/bin/zipline-storage" --data-dir "$work/data" --listen "$ip:$sport" \
-		--node-id m1 --etcd "$ZIPLINE_ETCD" --transport auto >>"$out/storage.log" 2>&1 &
+		--node-id m1 --etcd "$ZIPLINE_ETCD" --transport auto $(cl_write_path_flags) \
+		>>"$out/storage.log" 2>&1 &
 	spid=$!
 	pids+=("$spid")
 	for _ in $(seq 1 600); do
