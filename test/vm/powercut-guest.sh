@@ -1,6 +1,7 @@
 #!/bin/bash
 # The guest half of test/vm/powercut-storage.sh (runs inside the test VM,
-# once per boot): etcd and one zipline-storage with their data on the virtio
+# once per boot): etcd and three zipline-storage daemons (node-1..3, ports
+# 7101..7103, data dirs MNT/storage-1..3) with their data on the virtio
 # disk, then the check of the previous round and/or the load of this round.
 #
 # Usage (in the guest): powercut-guest.sh BUILD WORK BOOT CHECK WRITE
@@ -8,13 +9,24 @@
 #   WORK   the test's directory (host-shared): WORK/rN/{seed,ready_after}
 #          from the host; WORK/rN/log (acknowledged ops), WORK/rN/ready,
 #          WORK/rN/base (the volume at the start of round N, written by the
-#          check of round N-1), WORK/bootB/ (etcd and daemon logs)
-#   BOOT   number of this boot (1 = mkfs, etcd and the volume are new)
-#   CHECK  round to check (0: none), before anything is written
+#          check of round N-1), WORK/bootB/ (etcd, daemon and manager logs)
+#   BOOT   number of this boot (1 = mkfs, etcd and the 3-replica volume are
+#          new)
+#   CHECK  round to check (0: none), before anything is written: the chunk
+#          files of every daemon (powercut_io scan), every acknowledged op
+#          (powercut_io check), every slice 3 of 3 in sync again, and
+#          `zl volume verify` (identical replicas)
 #   WRITE  round to load (0: none: stop cleanly after the check); the load
 #          runs until the host cuts the power
 # Environment: ZL_POWERCUT_HEAL (zipline-storage --heal, default on),
-# ZL_POWERCUT_FS (ext4 or xfs, default ext4), ZL_POWERCUT_SIZE (8M),
+# ZL_TEST_WRITE_PATH (zipline-storage --write-path direct|journal; unset: no
+# flag. journal: the chunk files are consistent only once a daemon replayed
+# its journal, so after a cut the daemons start once, replay, stop with
+# SIGTERM, and only then are their chunk files scanned; direct: scanned
+# before any daemon starts),
+# ZL_POWERCUT_FS (ext4 or xfs, default ext4), ZL_POWERCUT_SIZE (4M),
+# ZL_POWERCUT_CHUNK (chunk size, 64K), ZL_POWERCUT_HEAL_WAIT (seconds for
+# every slice to be 3 of 3 in sync after the check, 120),
 # ZL_POWERCUT_MANAGER (zipline-controller --manager=on in the guest, default
 # on: the manager dies with every power cut and starts again at the next boot),
 # ZL_POWERCUT_TRAP=on (the file system on a dm-delay device over the disk;
@@ -28,6 +40,8 @@ set -u
 build=${1:?usage: powercut-guest.sh BUILD WORK BOOT CHECK WRITE}
 work=${2:?} boot=${3:?} check=${4:?} write=${5:?}
 bin=$build/bin
+heal_tool=$(cd "$(dirname "${BASH_SOURCE[0]}")/../lib" && pwd -P)/heal_tool.py
+nodes=3
 mnt=/mnt/zl-powercut
 etcd_url=http://127.0.0.1:2379
 vol=pcvol
@@ -35,7 +49,10 @@ fs=${ZL_POWERCUT_FS:-ext4}
 trap_on=${ZL_POWERCUT_TRAP:-off}
 trap_ms=${ZL_POWERCUT_TRAP_MS:-2000}
 logs=$work/boot$boot
-storage_pid='' etcd_pid=''
+storage_pids=() etcd_pid=''
+write_path=${ZL_TEST_WRITE_PATH:-}
+wp_flags=()
+[[ -n $write_path ]] && wp_flags=(--write-path "$write_path")
 
 say() {
 	local up
@@ -46,16 +63,20 @@ fail() {
 	echo "powercut-guest: FAIL (boot $boot): $*" >&2
 	# A suspended dm device would hang the guest's power-off (sync).
 	[[ $trap_on == on ]] && dmsetup resume --noudevsync zlpc 2>/dev/null
-	[[ -f $logs/storage.log ]] && tail -15 "$logs/storage.log" | sed 's/^/    storage: /' >&2
+	local i
+	for ((i = 1; i <= nodes; i++)); do
+		[[ -f $logs/storage-$i.log ]] && tail -8 "$logs/storage-$i.log" | sed "s/^/    storage-$i: /" >&2
+	done
 	exit 1
 }
 # corruption_lines: daemon log lines that report corruption (none allowed).
-corruption_lines() { grep -i 'corrupt' "$logs/storage.log"; }
+corruption_lines() { grep -i 'corrupt' "$logs"/storage-*.log; }
 
 [[ ${ZL_VM:-} == 1 ]] || fail "not inside the test VM (ZL_VM is not 1)"
 dev=${ZL_VM_DISKS%% *}
 [[ -b $dev ]] || fail "no virtio disk (ZL_VM_DISKS='${ZL_VM_DISKS:-}')"
-for t in etcd curl "mkfs.$fs" "$bin/zipline-storage" "$bin/zl" "$bin/powercut_io"; do
+[[ -f $heal_tool ]] || fail "$heal_tool is missing"
+for t in etcd curl /usr/bin/python3 "mkfs.$fs" "$bin/zipline-storage" "$bin/zl" "$bin/powercut_io"; do
 	command -v "$t" >/dev/null || fail "$t is missing (install it / build the tree)"
 done
 mkdir -p "$logs" "$mnt" || fail "cannot create $logs or $mnt"
@@ -93,16 +114,6 @@ if ((boot == 1)); then
 fi
 mount -t "$fs" "$dev" "$mnt" || fail "mount $dev ($fs) failed (after the power cut: journal replay)"
 say "$dev ($fs) mounted on $mnt"
-# After a cut, before the daemon runs: every block of every chunk file
-# matches its crc or prev_crc (read by powercut_io, not by the daemon).
-if ((check > 0)); then
-	taint=()
-	[[ $trap_on == on ]] && taint=(--taint "$work/r$((check + 1))/first")
-	mkdir -p "$work/r$((check + 1))" || fail "cannot create $work/r$((check + 1))"
-	"$bin/powercut_io" scan --data-dir "$mnt/storage" "${taint[@]}" ||
-		fail "a chunk file block matches neither its crc nor its prev_crc"
-fi
-
 # ---- etcd, with its data on the disk
 etcd --name zl-etcd --data-dir "$mnt/etcd" \
 	--listen-client-urls "$etcd_url" --advertise-client-urls "$etcd_url" \
@@ -118,19 +129,79 @@ done
 ((i < 600)) || fail "etcd did not answer on $etcd_url in 60 s"
 say "etcd up"
 
-# ---- one storage daemon, data dir on the disk
-mkdir -p "$mnt/storage" || fail "cannot create $mnt/storage"
-"$bin/zipline-storage" --data-dir "$mnt/storage" --listen 127.0.0.1:7100 --node-id node-1 \
-	--label zone=z1 --etcd "$etcd_url" --heal "${ZL_POWERCUT_HEAL:-on}" --log-level info \
-	>>"$logs/storage.log" 2>&1 &
-storage_pid=$!
-for ((i = 0; i < 600; i++)); do
-	grep -q 'registered node=node-1' "$logs/storage.log" 2>/dev/null && break
-	kill -0 "$storage_pid" 2>/dev/null || fail "zipline-storage exited"
-	sleep 0.1
-done
-((i < 600)) || fail "zipline-storage did not register in 60 s"
-say "zipline-storage up (pid $storage_pid)"
+# ---- three storage daemons, each with its data dir on the disk
+# storage_start: node-I on port 7100+I (TCP only: no RDMA probe, which
+# costs seconds in the guest), data dir $mnt/storage-I, log
+# $logs/storage-I.log (appended: every start of this boot); returns once
+# each has registered in etcd (after a cut: after its unclean-start scan and
+# journal replay, both done before the daemon registers).
+storage_start() {
+	local i n mark=()
+	storage_pids=()
+	for ((i = 1; i <= nodes; i++)); do
+		mkdir -p "$mnt/storage-$i" || fail "cannot create $mnt/storage-$i"
+		mark[i]=$(grep -c 'registered node=' "$logs/storage-$i.log" 2>/dev/null)
+		"$bin/zipline-storage" --data-dir "$mnt/storage-$i" --listen "127.0.0.1:$((7100 + i))" \
+			--node-id "node-$i" --label "zone=z$i" --etcd "$etcd_url" --transport tcp \
+			--heal "${ZL_POWERCUT_HEAL:-on}" "${wp_flags[@]}" --log-level info \
+			>>"$logs/storage-$i.log" 2>&1 &
+		storage_pids[i]=$!
+	done
+	for ((i = 1; i <= nodes; i++)); do
+		for ((n = 0; n < 1200; n++)); do
+			(($(grep -c "registered node=node-$i" "$logs/storage-$i.log") > ${mark[i]:-0})) && break
+			kill -0 "${storage_pids[i]}" 2>/dev/null || fail "zipline-storage node-$i exited"
+			sleep 0.1
+		done
+		((n < 1200)) || fail "zipline-storage node-$i did not register in 120 s"
+	done
+	say "zipline-storage node-1..$nodes up (pids ${storage_pids[*]}${write_path:+, --write-path $write_path})"
+}
+# storage_stop: SIGTERM to every daemon; each must exit 0.
+storage_stop() {
+	local i rc
+	for ((i = 1; i <= nodes; i++)); do kill -TERM "${storage_pids[i]}"; done
+	for ((i = 1; i <= nodes; i++)); do
+		wait "${storage_pids[i]}"
+		rc=$?
+		((rc == 0)) || fail "zipline-storage node-$i exited $rc on SIGTERM"
+	done
+	storage_pids=()
+}
+# scan_all [--taint FILE]: every chunk file of every daemon, read without
+# the daemons: each block matches its crc or prev_crc, or is zeros with a
+# zero entry (one "powercut_io: scan:" line per daemon). --taint: the
+# blocks matching prev_crc on any daemon (at most 8 runs).
+scan_all() {
+	local i rc=0 taint=${2:-}
+	for ((i = 1; i <= nodes; i++)); do
+		"$bin/powercut_io" scan --data-dir "$mnt/storage-$i" ${taint:+--taint "$taint.$i"} |
+			sed "s/^powercut_io: scan: /powercut_io: scan: node-$i: /"
+		((PIPESTATUS[0] == 0)) || rc=1
+	done
+	if [[ -n $taint ]]; then
+		sort -n -u "$taint".[1-9] | head -8 >"$taint" || rc=1
+		rm -f "$taint".[1-9]
+	fi
+	return $rc
+}
+
+# After a cut: every block of every chunk file matches its crc or
+# prev_crc (read by powercut_io, not by the daemons). Direct path: before
+# any daemon starts. Journal path: the files are consistent only after the
+# replay, so the daemons start once (replay), stop cleanly, then the scan.
+if ((check > 0)); then
+	mkdir -p "$work/r$((check + 1))" || fail "cannot create $work/r$((check + 1))"
+	if [[ $write_path == journal ]]; then
+		storage_start
+		storage_stop
+		say "journal replayed by every daemon, clean stop, scanning the chunk files"
+	fi
+	taint=()
+	[[ $trap_on == on ]] && taint=(--taint "$work/r$((check + 1))/first")
+	scan_all "${taint[@]}" || fail "a chunk file block matches neither its crc nor its prev_crc"
+fi
+storage_start
 export ZIPLINE_ETCD=$etcd_url
 if [[ ${ZL_POWERCUT_MANAGER:-on} == on ]]; then
 	"$bin/zipline-controller" --endpoint unix:///run/zl-powercut-csi.sock --etcd "$etcd_url" \
@@ -140,8 +211,8 @@ fi
 export ZL_LOG_LEVEL=warn # powercut_io: only what went wrong
 
 if ((boot == 1)); then
-	"$bin/zl" volume create "$vol" --size "${ZL_POWERCUT_SIZE:-8M}" --replicas 1 \
-		--chunk-size 64K || fail "zl volume create failed"
+	"$bin/zl" volume create "$vol" --size "${ZL_POWERCUT_SIZE:-4M}" --replicas "$nodes" \
+		--chunk-size "${ZL_POWERCUT_CHUNK:-64K}" || fail "zl volume create failed"
 fi
 
 # ---- the check of the previous round
@@ -167,8 +238,21 @@ if ((check > 0)); then
 		fi
 		say "control ok: the check fails against a wrong base"
 	fi
+	# Healed: every slice 3 of 3 in sync again (the check's reads made
+	# every primary peer), then every replica identical.
+	vid=$("$bin/zl" volume inspect "$vol" | grep -o 'vol-[0-9a-f]\{16\}' | head -1)
+	[[ -n $vid ]] || fail "zl volume inspect $vol names no volume id"
+	ms=$(/usr/bin/python3 "$heal_tool" etcd "$etcd_url" wait "$vid" --all "$nodes" \
+		"${ZL_POWERCUT_HEAL_WAIT:-120}") ||
+		fail "round $check: not every slice $nodes of $nodes in sync within ${ZL_POWERCUT_HEAL_WAIT:-120} s of the check"
+	say "every slice $nodes of $nodes in sync ($ms ms after the check)"
+	"$bin/zl" volume verify "$vol" >/tmp/verify.out 2>&1
+	rc=$?
+	sed 's/^/    verify: /' /tmp/verify.out | head -20
+	((rc == 0)) || fail "round $check: zl volume verify exited $rc: the replicas differ"
+	say "FIGURE: verify: $(tail -1 /tmp/verify.out)"
 	corruption_lines && fail "zipline-storage logged corruption (above)"
-	say "FIGURE: torn metadata slots found at open: $(grep -c 'is torn' "$logs/storage.log")"
+	say "FIGURE: torn metadata slots found at open: $(cat "$logs"/storage-*.log | grep -c 'is torn')"
 fi
 
 # ---- the load of this round, until the power cut
@@ -196,9 +280,9 @@ if ((write > 0)); then
 	# write landed (the O_DIRECT scan finds a block matching prev_crc, or
 	# matching neither, more or less often), while the data write that
 	# follows it is still held.
-	scan() { "$bin/powercut_io" scan --data-dir "$mnt/storage" 2>/dev/null | grep '^powercut_io: scan:'; }
-	# shellcheck disable=SC2001 # two numbers out of one line
-	odd() { sed 's/.* \([0-9]*\) match prev_crc.* \([0-9]*\) match neither.*/\1 \2/' <<<"$1"; }
+	scan() { scan_all 2>/dev/null | grep '^powercut_io: scan:' | tr '\n' ' '; }
+	# the counts matching prev_crc and matching neither, of every daemon
+	odd() { grep -o '[0-9]* match [pn][a-z_]*' <<<"$1" | tr '\n' ' '; }
 	before=$(scan)
 	for ((i = 0; i < 600; i++)); do
 		now=$(scan)
@@ -211,11 +295,8 @@ if ((write > 0)); then
 	fail "the load ended by itself (exit $?) before the power cut"
 fi
 
-# ---- no more load: stop cleanly, the log must stay clean
-kill -TERM "$storage_pid"
-wait "$storage_pid"
-rc=$?
-((rc == 0)) || fail "zipline-storage exited $rc on SIGTERM"
+# ---- no more load: stop cleanly, the logs must stay clean
+storage_stop
 kill -TERM "$etcd_pid"
 wait "$etcd_pid"
 corruption_lines && fail "zipline-storage logged corruption (above)"

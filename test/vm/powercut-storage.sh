@@ -1,35 +1,41 @@
 #!/usr/bin/env bash
-# powercut_storage: a storage daemon survives power cuts (issue 10).
+# powercut_storage: three replicas survive power cuts (issues 10, 22).
 #
 # Inside the project's test VM (test/vm/vm.sh: qemu, the virtio disk with
-# cache=none) etcd and one zipline-storage (--heal on) keep their data on a
-# file system on the virtio disk; a 1-replica volume (chunk 64 KiB) gets a
-# load of random WRITEs (4..64 KiB, aligned and unaligned), WRITE_ZEROES and
+# cache=none) etcd and three zipline-storage daemons (--heal on, each its
+# own data dir and port) and the manager keep their data on a file system
+# on the virtio disk; a 3-replica volume (4 MiB, chunk 64 KiB) gets a load
+# of random WRITEs (4..64 KiB, aligned and unaligned), WRITE_ZEROES and
 # DISCARDs at QD 8 from powercut_io (lib/client), which logs every
 # acknowledged op in this test's directory on the host (9p share, fdatasync:
 # on the host once acknowledged). After READY_AFTER acknowledged ops and a
 # random delay the host SIGKILLs qemu (vm.sh kill): nothing in the guest
 # flushes or unmounts. The next boot on the same image mounts the disk,
-# reads every chunk file itself (powercut_io scan: each block matches its
-# crc or prev_crc), starts etcd and the daemon again and checks
-# (powercut_io check) that every
-# block holds its last acknowledged content, each 4 KiB piece of an op in
-# flight at the cut either old or new, every block readable, no
-# ZL_ERR_CORRUPT and no "corruption" in the daemon's log; then it loads the
-# next round. ROUNDS cuts, then a final boot checks the last round, proves
-# the check fails against a wrong base, and stops the daemon cleanly.
+# reads every chunk file of every daemon itself (powercut_io scan: each
+# block matches its crc or prev_crc; with ZL_TEST_WRITE_PATH=journal after
+# the daemons replayed their journals and stopped cleanly, else before they
+# start), starts etcd, the daemons and the manager again and checks
+# (powercut_io check) that every block holds its last acknowledged content,
+# each 4 KiB piece of an op in flight at the cut either old or new, every
+# block readable, no ZL_ERR_CORRUPT and no "corruption" in any daemon's
+# log; then that every slice is 3 of 3 in sync again and `zl volume verify`
+# finds the replicas identical; then it loads the next round. ROUNDS cuts,
+# then a final boot checks the last round, proves the check fails against a
+# wrong base, and stops the daemons cleanly.
 #
 # Usage: test/vm/powercut-storage.sh BUILD_DIR
-# Environment: ZL_POWERCUT_ROUNDS (2), ZL_POWERCUT_READY_AFTER (150),
-# ZL_POWERCUT_SEED, ZL_POWERCUT_TRAP=on (see powercut-guest.sh), KEEP=1 (keep the work directory), and those of
-# powercut-guest.sh and vm.sh. A VM that cannot boot or a missing tool fails
-# the test (never a skip).
+# Environment: ZL_POWERCUT_ROUNDS (3), ZL_POWERCUT_READY_AFTER (40),
+# ZL_POWERCUT_SEED, ZL_POWERCUT_TRAP=on (see powercut-guest.sh),
+# ZL_TEST_WRITE_PATH (zipline-storage --write-path of every daemon; unset:
+# none), KEEP=1 (keep the work directory), and those of powercut-guest.sh
+# and vm.sh. A VM that cannot boot or a missing tool fails the test (never
+# a skip).
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 build=$(cd "${1:?usage: powercut-storage.sh BUILD_DIR}" && pwd -P)
 vm=$here/vm.sh
-rounds=${ZL_POWERCUT_ROUNDS:-2}
-ready_after=${ZL_POWERCUT_READY_AFTER:-150}
+rounds=${ZL_POWERCUT_ROUNDS:-3}
+ready_after=${ZL_POWERCUT_READY_AFTER:-40}
 trap_on=${ZL_POWERCUT_TRAP:-off}
 seed0=${ZL_POWERCUT_SEED:-$(((RANDOM << 15) | RANDOM))}
 t_start=$SECONDS
@@ -64,7 +70,7 @@ show() {
 	sed 's/^/    | /' "$work/$1.out"
 	grep -v '^zl-vm: ' "$work/$1.err" | sed 's/^/    |2 /'
 }
-step "seed $seed0, $rounds power cuts, a cut after $ready_after acknowledged ops + 0..4 s"
+step "seed $seed0, $rounds power cuts, a cut after $ready_after acknowledged ops + 0..4 s, 3 replicas, write path ${ZL_TEST_WRITE_PATH:-default}"
 
 for ((r = 1; r <= rounds; r++)); do
 	mkdir -p "$work/r$r" || fail "cannot create $work/r$r"
@@ -108,7 +114,7 @@ done
 
 # The final boot checks the last round, and the check once more against a
 # wrong base (every byte of the right one inverted), which must fail.
-/usr/bin/python3 - "$work/r$rounds/base" "$work/bad-base" "${ZL_POWERCUT_SIZE:-8M}" <<'PY' ||
+/usr/bin/python3 - "$work/r$rounds/base" "$work/bad-base" "${ZL_POWERCUT_SIZE:-4M}" <<'PY' ||
 import os, sys
 src, dst, size = sys.argv[1], sys.argv[2], sys.argv[3]
 n = int(size[:-1]) << {'K': 10, 'M': 20, 'G': 30}[size[-1]]
@@ -126,11 +132,17 @@ show "boot$b"
 ((rc == 0)) || fail "boot $b: the check after the last power cut failed (exit $rc)"
 echo "FIGURE: boot $b: $((SECONDS - t0)) s (check of round $rounds, control, clean stop)"
 for ((r = 1; r <= rounds; r++)); do
-	line=$(grep -h '^powercut_io: scan:' "$work/boot$((r + 1)).out" | head -1)
-	[[ -n $line ]] || fail "no chunk file scan after round $r"
-	echo "FIGURE: round $r: after the cut: ${line#powercut_io: scan: }"
+	n=0
+	while read -r line; do
+		echo "FIGURE: round $r: after the cut: ${line#powercut_io: scan: }"
+		n=$((n + 1))
+	done < <(grep -h '^powercut_io: scan:' "$work/boot$((r + 1)).out")
+	((n == 3)) || fail "round $r: $n chunk file scans after the cut, not one per daemon (3)"
+	line=$(grep -h 'FIGURE: verify:' "$work/boot$((r + 1)).out" | head -1)
+	[[ -n $line ]] || fail "no zl volume verify after round $r"
+	echo "FIGURE: round $r: ${line#*FIGURE: }"
 	line=$(grep -h '^powercut_io: check:' "$work/boot$((r + 1)).out" | head -1)
 	[[ -n $line ]] || fail "no check result for round $r"
 	echo "FIGURE: round $r: ${line#powercut_io: check: }"
 done
-step "PASS: every acknowledged op of $rounds power cuts read back, no corruption"
+step "PASS: every acknowledged op of $rounds power cuts read back, no corruption, replicas identical"
