@@ -90,7 +90,8 @@ for ((r = 1; r <= rounds; r++)); do
 	if ((rc != 0)); then
 		bash "$vm" kill "$name" >/dev/null 2>&1
 		show "boot$r"
-		fail "boot $r: the load did not reach $ready_after acknowledged ops (vm.sh wait exited $rc)"
+		((rc == 124)) && fail "boot $r: the load did not reach $ready_after acknowledged ops in 300 s"
+		fail "boot $r: the guest stopped (exit $rc) before the load reached $ready_after acknowledged ops: a check or a step failed (above)"
 	fi
 	t_ready=$((SECONDS - t0))
 	n_ready=$(wc -l <"$work/r$r/log")
