@@ -18,6 +18,7 @@
 #include "lib/common/common.h"
 #include "lib/common/loop.h"
 #include "lib/common/slab.h"
+#include "lib/common/worker.h"
 #include "lib/etcd/etcd.h"
 #include "lib/meta/meta.h"
 #include "lib/transport/transport.h"
@@ -89,6 +90,12 @@ struct zl_storage {
 	struct zl_xport_listener *listener;	 /* TCP */
 	struct zl_xport_listener *listener_rdma; /* NULL without RDMA */
 	struct zl_etcd *etcd; /* loop thread's handle */
+	/* The helper thread of the daemon's own etcd work (failure reports,
+	 * the report lease, old-copy look-ups; lib/common/worker.h) and its
+	 * own etcd handle, so that no loop-thread call waits behind its
+	 * calls. NULL with --heal=off. */
+	struct zl_worker *worker;
+	struct zl_etcd *wetcd;
 	struct zl_chunk_store *chunks;
 	struct zl_storage_vols *vols;
 	struct zl_storage_fwd *fwd; /* connections to other storage nodes (storage_fwd.c) */

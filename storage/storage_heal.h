@@ -73,8 +73,11 @@ int zl_storage_heal_plan(struct zl_storage *st, const struct zl_volume *v, uint3
  * trusted until recovery looked at it again. */
 void zl_storage_heal_fwd_failed(struct zl_storage *st, const struct zl_volume *v,
 				uint32_t slice, const char *node, uint64_t chunk);
-/* Puts a failure report about peer (error zl_errname(err)) on this
- * daemon's report lease. 0 or an etcd error (logged). */
+/* Queues a failure report about peer (error zl_errname(err)) for this
+ * daemon's worker, which puts it on the daemon's report lease (the outcome
+ * is logged). Never waits for etcd. 0 (queued, or equal to one on its way),
+ * -ZL_ERR_BUSY when too many wait already (logged), -ZL_ERR_CONN while the
+ * daemon stops. */
 int zl_storage_heal_report(struct zl_storage *st, const char *vol_id, uint32_t slice,
 			   const char *peer, const char *error, uint64_t slice_ver);
 /* Remembers that this node serves volume num (recovery looks at it). */

@@ -556,6 +556,11 @@ int zl_storage_vol_lookup(struct zl_storage_vols *vc, uint64_t num, struct zl_st
 	return -EINPROGRESS;
 }
 
+struct zl_storage_vol *zl_storage_vol_cached(struct zl_storage_vols *vc, uint64_t num)
+{
+	return *vols_slot(vc, num);
+}
+
 int zl_storage_vol_refresh(struct zl_storage_vols *vc, struct zl_storage_vol *sv)
 {
 	uint64_t now;
