@@ -12,8 +12,9 @@
  * back to the loop through a notify.
  *
  * zl_storage_vol_get and zl_storage_vol_reload still block on etcd: for the
- * daemon's own jobs (recovery, peering, scrub, gc) on volumes it already
- * serves, never for a request from the network.
+ * daemon's own jobs (peering, scrub) on volumes it already serves, never for
+ * a request from the network (recovery and gc use the cache and the
+ * loader, or their worker thread).
  *
  * An etcd watch on volumes/ keeps cached records fresh between requests: the
  * watch thread parses the record and queues it; the loop thread applies the

@@ -3,15 +3,18 @@
 (fence_race_e2e.sh): one daemon's etcd watches lag by as long as the test
 wants, everything else passes at once.
 
-  etcd_hold_proxy.py LISTEN_PORT UPSTREAM_PORT HOLD_FILE
+  etcd_hold_proxy.py LISTEN_PORT UPSTREAM_PORT HOLD_FILE [all]
 
 Listens on 127.0.0.1:LISTEN_PORT, connects each client to
 127.0.0.1:UPSTREAM_PORT. A connection whose first request is a /v3/watch is a
 watch stream: while HOLD_FILE exists, what etcd sends on it is buffered (in
-order), and sent on once HOLD_FILE is removed. Requests always pass. Prints
+order), and sent on once HOLD_FILE is removed. With "all", the answers to
+every other request are held the same way (etcd accepts the requests but its
+answers wait: noblock_e2e.sh). Requests always pass. Prints
 "held N bytes" / "released N bytes" lines on stdout, and per watch stream
 "watch stream opened|holding|released|closed" (holding: HOLD_FILE seen, what
-etcd sends from now on is held).
+etcd sends from now on is held), and with "all" "held a response" when the
+answer to a request is held.
 """
 import os
 import select
@@ -20,7 +23,7 @@ import sys
 import threading
 
 
-def pump(cli, up, hold_file):
+def pump(cli, up, hold_file, hold_all):
     watch = None
     armed = False
     held = bytearray()
@@ -49,9 +52,9 @@ def pump(cli, up, hold_file):
                         if watch:
                             print('watch stream opened', flush=True)
                     up.sendall(data)
-                elif watch and holding:
+                elif (watch or hold_all) and holding:
                     if not held:
-                        print('held a watch message', flush=True)
+                        print('held a %s' % ('watch message' if watch else 'response'), flush=True)
                     held += data
                 else:
                     cli.sendall(data)
@@ -66,6 +69,7 @@ def pump(cli, up, hold_file):
 
 def main():
     port, upstream, hold_file = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    hold_all = len(sys.argv) > 4 and sys.argv[4] == 'all'
     ls = socket.socket()
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     ls.bind(('127.0.0.1', port))
@@ -80,7 +84,7 @@ def main():
             print('upstream connect failed: %s' % e, flush=True)
             cli.close()
             continue
-        threading.Thread(target=pump, args=(cli, up, hold_file), daemon=True).start()
+        threading.Thread(target=pump, args=(cli, up, hold_file, hold_all), daemon=True).start()
 
 
 if __name__ == '__main__':
