@@ -75,17 +75,7 @@ static int gc_collect(void *arg, uint64_t vol)
 {
 	struct zl_storage_gc *g = arg;
 
-	if (g->n_vols == g->cap_vols) {
-		size_t cap = g->cap_vols ? g->cap_vols * 2 : 16;
-		uint64_t *p = realloc(g->vols, cap * sizeof(*p));
-
-		if (!p)
-			return -ENOMEM;
-		g->vols = p;
-		g->cap_vols = cap;
-	}
-	g->vols[g->n_vols++] = vol;
-	return 0;
+	return zl_u64_push(&g->vols, &g->n_vols, &g->cap_vols, vol);
 }
 
 static void gv_free(struct gc_vol *gv)

@@ -419,21 +419,11 @@ void zl_storage_heal_fwd_failed(struct zl_storage *st, const struct zl_volume *v
 void zl_storage_heal_note_vol(struct zl_storage *st, uint64_t num)
 {
 	struct zl_storage_heal *h = st->heal;
-	uint64_t *nv;
 
 	for (size_t i = 0; i < h->n_vols; i++)
 		if (h->vols[i] == num)
 			return;
-	if (h->n_vols == h->cap_vols) {
-		size_t cap = h->cap_vols ? h->cap_vols * 2 : 16;
-
-		nv = realloc(h->vols, cap * sizeof(*nv));
-		if (!nv)
-			return;
-		h->vols = nv;
-		h->cap_vols = cap;
-	}
-	h->vols[h->n_vols++] = num;
+	zl_u64_push(&h->vols, &h->n_vols, &h->cap_vols, num);
 }
 
 int zl_storage_heal_versions(struct zl_storage *st, const struct zl_volume *v, uint32_t slice,
@@ -1029,17 +1019,7 @@ static int heal_scan_collect(void *arg, uint64_t vol)
 {
 	struct zl_storage_heal *h = arg;
 
-	if (h->n_scan == h->cap_scan) {
-		size_t cap = h->cap_scan ? h->cap_scan * 2 : 16;
-		uint64_t *nv = realloc(h->scan_vols, cap * sizeof(*nv));
-
-		if (!nv)
-			return -ENOMEM;
-		h->scan_vols = nv;
-		h->cap_scan = cap;
-	}
-	h->scan_vols[h->n_scan++] = vol;
-	return 0;
+	return zl_u64_push(&h->scan_vols, &h->n_scan, &h->cap_scan, vol);
 }
 
 static void heal_scan_run(struct zl_work *w)

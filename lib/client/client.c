@@ -320,10 +320,12 @@ int client_report_put(struct zl_client *c, struct zl_vol *v, uint32_t slice, con
 		if (!c->reports[i].w.busy)
 			cr = &c->reports[i];
 	if (!cr) {
-		ZL_LOG_ERR(CLIENT_LOG,
-			   "failure report not sent: vol=%s slice=%u peer=%s error=%s: %u reports "
-			   "already wait for etcd (is etcd reachable?)",
-			   v->meta.id, slice, peer, error, CLIENT_REPORTS);
+		if (zl_ratelimit_ok(&c->report_rl, 1))
+			ZL_LOG_ERR(CLIENT_LOG,
+				   "failure report not sent: vol=%s slice=%u peer=%s error=%s: %u "
+				   "reports already wait for etcd (is etcd reachable?; one line "
+				   "per second at most)",
+				   v->meta.id, slice, peer, error, CLIENT_REPORTS);
 		return -ZL_ERR_BUSY;
 	}
 	r = &cr->r;

@@ -255,6 +255,7 @@ struct zl_client {
 	bool report_timer_on;
 	struct zl_timer report_timer; /* submits renew_w */
 	struct client_report reports[CLIENT_REPORTS];
+	struct zl_ratelimit report_rl; /* "report not sent" lines */
 	struct client_node **nodes;
 	size_t n_nodes, cap_nodes;
 	uint64_t nodes_loaded_ns;   /* last node list refresh */

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
@@ -194,4 +195,19 @@ int zl_node_id_check(const char *s)
 int zl_volume_name_check(const char *s)
 {
 	return name_check(s, 253);
+}
+
+int zl_u64_push(uint64_t **a, size_t *n, size_t *cap, uint64_t x)
+{
+	if (*n == *cap) {
+		size_t c = *cap ? *cap * 2 : 16;
+		uint64_t *p = realloc(*a, c * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		*a = p;
+		*cap = c;
+	}
+	(*a)[(*n)++] = x;
+	return 0;
 }

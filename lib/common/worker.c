@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 
 #include "notify.h"
@@ -78,6 +79,7 @@ static void worker_done_cb(void *arg)
 int zl_worker_create(struct zl_loop *loop, struct zl_worker **out)
 {
 	struct zl_worker *wk = calloc(1, sizeof(*wk));
+	sigset_t all, old;
 	int rc;
 
 	if (!wk)
@@ -90,7 +92,12 @@ int zl_worker_create(struct zl_loop *loop, struct zl_worker **out)
 	rc = zl_notify_init(&wk->done_wake, loop, worker_done_cb, wk);
 	if (rc)
 		goto out_free;
+	/* The helper takes no signal (a process that reads them from a
+	 * signalfd blocks them only in its own threads, maybe later). */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
 	rc = -pthread_create(&wk->thread, NULL, worker_main, wk);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc)
 		goto out_free;
 	wk->thread_up = true;

@@ -6,7 +6,8 @@
  * Jobs are caller-owned (struct zl_work embedded in the object the work is
  * for; callbacks find it with ZL_CONTAINER_OF): nothing is allocated per
  * job. Jobs run one at a time, in submission order. A job's fields other
- * than the zl_work belong to `run` from submit until `done` starts. */
+ * than the zl_work belong to `run` from submit until `done` starts. The
+ * helper thread blocks every signal. */
 #ifndef ZL_WORKER_H
 #define ZL_WORKER_H
 

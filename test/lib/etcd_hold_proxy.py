@@ -22,6 +22,16 @@ import socket
 import sys
 import threading
 
+SAY = threading.Lock()
+
+
+def say(line):
+    """One whole line on stdout (pumps of several streams print at once:
+    the tests count lines)."""
+    with SAY:
+        sys.stdout.write(line + '\n')
+        sys.stdout.flush()
+
 
 def pump(cli, up, hold_file, hold_all):
     watch = None
@@ -35,10 +45,10 @@ def pump(cli, up, hold_file, hold_all):
             if watch and holding != armed:
                 armed = holding
                 # Every watch stream says when it holds (tests wait for it).
-                print('watch stream %s' % ('holding' if armed else 'released'), flush=True)
+                say('watch stream %s' % ('holding' if armed else 'released'))
             if held and not holding:
                 cli.sendall(held)
-                print('released %d bytes' % len(held), flush=True)
+                say('released %d bytes' % len(held))
                 held.clear()
             for s in r:
                 data = s.recv(65536)
@@ -50,11 +60,11 @@ def pump(cli, up, hold_file, hold_all):
                     if watch is None:
                         watch = b'/v3/watch' in data
                         if watch:
-                            print('watch stream opened', flush=True)
+                            say('watch stream opened')
                     up.sendall(data)
                 elif (watch or hold_all) and holding:
                     if not held:
-                        print('held a %s' % ('watch message' if watch else 'response'), flush=True)
+                        say('held a %s' % ('watch message' if watch else 'response'))
                     held += data
                 else:
                     cli.sendall(data)
@@ -62,7 +72,7 @@ def pump(cli, up, hold_file, hold_all):
         pass
     finally:
         if watch:
-            print('watch stream closed', flush=True)
+            say('watch stream closed')
         cli.close()
         up.close()
 
@@ -74,14 +84,14 @@ def main():
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     ls.bind(('127.0.0.1', port))
     ls.listen(64)
-    print('listening on %d for %d' % (port, upstream), flush=True)
+    say('listening on %d for %d' % (port, upstream))
     while True:
         cli, _ = ls.accept()
         try:
             up = socket.create_connection(('127.0.0.1', upstream), timeout=5)
             up.settimeout(None)
         except OSError as e:
-            print('upstream connect failed: %s' % e, flush=True)
+            say('upstream connect failed: %s' % e)
             cli.close()
             continue
         threading.Thread(target=pump, args=(cli, up, hold_file, hold_all), daemon=True).start()
