@@ -46,6 +46,13 @@ uint64_t zl_random_u64(void);
  * doubles, from 16). 0 or -ENOMEM (the array stays as it was). */
 int zl_u64_push(uint64_t **a, size_t *n, size_t *cap, uint64_t x);
 
+/* fsync of a directory (after creating, renaming or removing an entry in
+ * it). 0 or -errno. */
+int zl_fsync_dir(const char *path);
+/* Writes all len bytes at off (short writes and EINTR retried). 0, -errno,
+ * or -EIO when the file stopped taking bytes. */
+int zl_pwrite_all(int fd, const void *p, size_t len, uint64_t off);
+
 /* 64-bit mixing hash (deterministic, for placement and hash tables). */
 uint64_t zl_hash64(uint64_t x);
 uint64_t zl_hash_str(const char *s, uint64_t seed);
