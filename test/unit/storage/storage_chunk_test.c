@@ -1942,6 +1942,141 @@ static void test_journal_full(void **state)
 	free(src);
 }
 
+/* ---- kill -9 while the journal is full ----
+ * A child keeps 320 writes of 60 KiB in flight (18.75 MiB, all in the
+ * records) through the 16 MiB ring, so writes wait for checkpoints; it
+ * reports every submission and acknowledgement, and once writes are waiting
+ * the parent kills it after enough acknowledgements. Every acknowledged
+ * write must read back; one in flight old or new, per 4 KiB piece. */
+
+#define JK_UNITS 320
+#define JK_W	 (60u << 10)
+
+enum { JK_SUB = 1, JK_ACK, JK_WAITING };
+
+struct jk_slot {
+	int wfd;
+	uint32_t unit;
+	uint64_t seed;
+	bool busy;
+	uint8_t *buf;
+};
+
+static void jk_pattern(uint8_t *p, uint32_t unit, uint64_t seed)
+{
+	fill(p, JK_W, (unsigned)seed);
+	for (uint32_t o = 0; o < JK_W; o += 4096) {
+		memcpy(p + o, &seed, 8);
+		memcpy(p + o + 8, &unit, 4);
+	}
+}
+
+static void jk_done(void *arg, int status)
+{
+	struct jk_slot *sl = arg;
+
+	if (status)
+		_exit(4);
+	kill_send(sl->wfd, JK_ACK, sl->unit, sl->seed);
+	sl->busy = false;
+}
+
+static void jk_child(const char *dir, int wfd)
+{
+	static struct jk_slot sl[JK_UNITS];
+	struct zl_chunk_store_stats st;
+	struct env c = {0};
+	bool waiting_told = false;
+	uint64_t seed = 0;
+
+	snprintf(c.dir, sizeof(c.dir), "%s", dir);
+	if (zl_loop_create(&c.loop) || env_open_mode(&c, true))
+		_exit(2);
+	for (uint32_t u = 0; u < JK_UNITS; u++) {
+		sl[u] = (struct jk_slot){.wfd = wfd, .unit = u, .buf = t_alloc(NULL, JK_W)};
+	}
+	for (;;) { /* ends by SIGKILL */
+		for (uint32_t u = 0; u < JK_UNITS; u++) {
+			if (sl[u].busy)
+				continue;
+			sl[u].seed = ++seed;
+			sl[u].busy = true;
+			jk_pattern(sl[u].buf, u, sl[u].seed);
+			kill_send(wfd, JK_SUB, u, sl[u].seed);
+			if (zl_chunk_write(c.s, VOL, 500 + u / 16, CS, (u % 16) * (64u << 10), JK_W,
+					   sl[u].buf, sl[u].seed, jk_done, &sl[u]))
+				_exit(5);
+		}
+		zl_loop_run_once(c.loop, 10);
+		zl_chunk_store_stats(c.s, &st);
+		if (st.jw.waiting && !waiting_told) {
+			kill_send(wfd, JK_WAITING, 0, st.jw.waiting);
+			waiting_told = true;
+		}
+	}
+}
+
+static void test_journal_kill_full(void **state)
+{
+	struct env *e = *state;
+	static uint64_t acked[JK_UNITS], pend[JK_UNITS];
+	static uint8_t back[JK_W], a[JK_W], p[JK_W];
+	uint64_t acks = 0, waiting = 0, pending_seen = 0;
+	struct zl_chunk_store_stats cst;
+	struct kill_rec rec;
+	int pfd[2], st;
+	pid_t pid;
+
+	zl_chunk_store_destroy(e->s);
+	assert_int_equal(pipe(pfd), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(pfd[0]);
+		jk_child(e->dir, pfd[1]);
+	}
+	close(pfd[1]);
+	while (read(pfd[0], &rec, sizeof(rec)) == (ssize_t)sizeof(rec)) {
+		assert_true(rec.block < JK_UNITS || rec.kind == JK_WAITING);
+		if (rec.kind == JK_WAITING) {
+			waiting = rec.seed;
+		} else if (rec.kind == JK_ACK) {
+			acked[rec.block] = rec.seed;
+			pend[rec.block] = 0;
+			if (++acks == 1000 + JK_UNITS)
+				assert_int_equal(kill(pid, SIGKILL), 0);
+		} else {
+			pend[rec.block] = rec.seed;
+		}
+	}
+	close(pfd[0]);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	assert_true(waiting > 0); /* the journal was full: writes were waiting */
+	env_open(e);
+	for (uint32_t u = 0; u < JK_UNITS; u++) {
+		assert_int_equal(do_read(e, 500 + u / 16, (u % 16) * (64u << 10), JK_W, back), 0);
+		if (acked[u])
+			jk_pattern(a, u, acked[u]);
+		else
+			memset(a, 0, JK_W);
+		if (pend[u])
+			jk_pattern(p, u, pend[u]);
+		pending_seen += pend[u] != 0;
+		for (uint32_t o = 0; o < JK_W; o += 4096)
+			assert_true(!memcmp(back + o, a + o, 4096) ||
+				    (pend[u] && !memcmp(back + o, p + o, 4096)));
+	}
+	zl_chunk_store_stats(e->s, &cst);
+	assert_int_equal(cst.corruptions, 0);
+	assert_true(cst.jw.replay_records > 0);
+	print_message("kill -9 with the journal full: %" PRIu64 " writes acknowledged, %" PRIu64
+		      " waiting at the first sign, %" PRIu64 " in flight at the kill, %" PRIu64
+		      " records replayed\n",
+		      acks, waiting, pending_seen, cst.jw.replay_records);
+	assert_true(pending_seen > 0);
+}
+
 int main(void)
 {
 	const char *wp = getenv("ZL_CHUNK_TEST_WRITE_PATH");
@@ -1977,6 +2112,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_journal_versions_checkpointed, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_journal_group_commit, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_journal_full, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_journal_kill_full, setup, teardown),
 	};
 	int rc;
 
