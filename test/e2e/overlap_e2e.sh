@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Overlapping writes in flight (issue 22, REPLICATION.md §1: backups apply a
 # chunk's writes in the primary's version order). 3 daemons with --heal on
-# and a real zipline-controller --manager=on. A 3-replica volume; a writer
+# and a real zipline-controller --manager=on.
+# Phase 1 (e2e_order, acting as a primary towards one backup): two
+# overlapping forwards whose payloads complete out of version order; the
+# backup's copy must hold the newer one's data and version.
+# Phase 2: a 3-replica volume; a writer
 # (e2e_load --overlap: every write inside the first 256 KiB of chunk 0, QD
 # 16, 4-64 KiB, each sector stamped with (offset, generation), every
 # submission and acknowledgement in a fsynced log) keeps many overlapping
@@ -33,6 +37,26 @@ SPAN=256K
 cl_seed $T
 
 hl_begin e2e-overlap "$1" || fail "cluster or manager did not start"
+
+# Phase 1: forwards reaching a backup out of version order, made on purpose
+# (e2e_order acts as the primary of a volume no client writes: the older
+# write's payload completes after the newer one's). The backup must end
+# with the newer write's data and version.
+"$ZL" volume create rvol --size 4M --replicas 3 --chunk-size $CHUNK || fail "volume create rvol"
+rvid=$(hl_vol_id rvol)
+row=$(hl_etcd rows "$rvid" | awk '$1 == 0')
+rprim=$(hl_etcd primary "$rvid" 0) || fail "no primary for slice 0 of rvol"
+rbk=$(echo "$row" | tr ' ' '\n' | awk -F: -v p="$rprim" '$2 == "in_sync" && $1 != p {print $1; exit}')
+[ -n "$rbk" ] || fail "no backup in rvol's row: $row"
+rsv=$(echo "$row" | awk '{print $2}')
+out=$("$CL_BIN/e2e_order" 127.0.0.1 "$(cat "$CL_DIR/storage-${rbk#node-}/port")" "$rvid" "$rsv" 0 \
+	$(((1 << 32) + 1000)) 2>"$CL_DIR/order.err")
+ord_rc=$?
+echo "$T: forwards out of order to backup $rbk: $out"
+[ $ord_rc = 0 ] || check_fail "backup $rbk applied two overlapping forwards out of version order: ${out:-$(cat "$CL_DIR/order.err")}"
+"$ZL" volume rm rvol --force >/dev/null 2>&1 || "$ZL" volume rm rvol >/dev/null || fail "volume rm rvol"
+
+# Phase 2: overlapping writes through the client, kill -9 of the primary.
 "$ZL" volume create ovol --size $SIZE --replicas 3 --chunk-size $CHUNK || fail "volume create"
 vid=$(hl_vol_id ovol)
 [ -n "$vid" ] || fail "no volume id in 'zl volume inspect ovol'"
