@@ -118,7 +118,9 @@ int main(int argc, char **argv)
 						 .loop = st->loop,
 						 .buf_alloc = pool_alloc,
 						 .buf_free = pool_free,
-						 .buf_arg = st->xport};
+						 .buf_arg = st->xport,
+						 .journal = st->cfg.journal,
+						 .journal_size = st->cfg.journal_size};
 
 		rc = zl_chunk_store_create(&co, &st->chunks);
 	}

@@ -41,6 +41,7 @@
 #include "lib/common/common.h"
 #include "lib/common/slab.h"
 #include "lib/wire/wire.h"
+#include "storage_journal.h"
 
 #define BLK		  ZL_BLOCK_SIZE
 #define CHUNK_MAGIC	  "ZLCHUNK2"
@@ -62,6 +63,11 @@
 #define STORE_DRAIN_MS	  30000u
 #define STORE_GONE_CHECK_MS 1000u /* reads notice a chunk file unlinked under them */
 #define TAG_META	  1ull
+#define TAG_CKPT	  2ull /* checkpoint fdatasync of a chunk file (journal mode) */
+#define TAG_MASK	  3ull
+#define OP_JENT_MAX	  (2 + ZL_WIRE_MAX_CHUNK / ZL_JOURNAL_IO_MAX) /* edges + zero pieces */
+#define OP_JCRC_SMALL	  16u	  /* CRCs kept in the op: writes up to 64 KiB */
+#define STORE_CKPT_MS	  5000u /* journal mode: a checkpoint at least this often */
 
 _Static_assert((ZL_WIRE_MAX_CHUNK / BLK + ZL_CHUNK_META_ENTRIES - 1) / ZL_CHUNK_META_ENTRIES <=
 		   MP_MAX_PAGES,
@@ -69,7 +75,15 @@ _Static_assert((ZL_WIRE_MAX_CHUNK / BLK + ZL_CHUNK_META_ENTRIES - 1) / ZL_CHUNK_
 _Static_assert(MP_HDR + ZL_CHUNK_META_ENTRIES * 8 <= BLK, "metadata entries fit one page");
 
 enum op_kind { OP_READ, OP_WRITE, OP_ZERO, OP_FLUSH };
-enum op_stage { OP_ST_WAIT, OP_ST_EDGE, OP_ST_DATA, OP_ST_SYNC, OP_ST_COMMIT, OP_ST_DONE };
+enum op_stage {
+	OP_ST_WAIT,
+	OP_ST_EDGE,
+	OP_ST_DATA,
+	OP_ST_SYNC,
+	OP_ST_COMMIT,
+	OP_ST_JOURNAL,
+	OP_ST_DONE
+};
 
 struct chunk;
 
@@ -95,6 +109,13 @@ struct chunk_op {
 	zl_chunk_cb cb;
 	void *arg;
 	struct zl_defer defer;
+	/* Journal mode: the op's record entries and new block CRCs. */
+	struct zl_jw_item jitem;
+	struct zl_journal_entry jent[OP_JENT_MAX];
+	uint32_t jcrc_small[OP_JCRC_SMALL];
+	uint32_t *jcrc; /* WRITE: b1 - b0 CRCs; ZERO: head, tail */
+	bool jcrc_own;	/* jcrc is a pool buffer */
+	uint64_t jseq;	/* the record that holds it (0: none) */
 };
 
 struct op_list {
@@ -126,6 +147,17 @@ struct chunk {
 	bool meta_inflight;
 	uint64_t round_started, round_done;
 	struct op_list active, waiting;
+	/* Journal mode: on the store's dirty list (one reference) from its first
+	 * journaled change until a checkpoint covers the last one. */
+	struct chunk *jnext;
+	bool jlisted;
+	uint8_t ckpt_stage; /* 0, 1 metadata round, 2 fdatasync */
+	uint64_t jseq_max;  /* newest record with a change of it */
+	/* Header: the journal record this file was created before, and the
+	 * journal's nonce (low 32 bits); replay skips older entries (an earlier
+	 * replica of the same chunk, deleted since). 0: accept every entry. */
+	uint64_t birth_seq;
+	uint32_t birth_nonce;
 };
 
 /* A chunk this daemon has seen a file of (listed at start, opened or
@@ -166,10 +198,24 @@ struct zl_chunk_store {
 	bool direct;
 	struct zl_ratelimit rl_nospc, rl_io;
 	struct zl_chunk_store_stats st;
+	/* Journal (storage_journal.h): opened when the file exists or the write
+	 * path is the journal; jmode: writes go through it. */
+	struct zl_jw *jw;
+	bool jmode;
+	struct chunk *jdirty; /* chunks changed since the last checkpoint */
+	uint32_t n_jdirty;
+	bool ckpt_running, ckpt_wanted;
+	uint64_t ckpt_seq;
+	uint32_t ckpt_pending;
+	int ckpt_err;
+	struct zl_timer ckpt_t;
+	struct zl_defer ckpt_d;
+	uint8_t *replay_buf; /* start-up only */
 };
 
 static void op_start(struct chunk_op *op);
 static void op_finish(struct chunk_op *op);
+static void store_ckpt_want(struct zl_chunk_store *s);
 static void op_write_data(struct chunk_op *op);
 static void op_zero_data(struct chunk_op *op);
 
@@ -307,8 +353,11 @@ static int op_prep_rw(struct chunk_op *op, bool write, void *buf, uint32_t len, 
 	if (!sqe)
 		return -ZL_ERR_BUSY;
 	if (write) {
+		/* Journal mode: the record made it durable; the checkpoint syncs
+		 * the file. */
 		io_uring_prep_write(sqe, op->ch->fd, buf, len, file_off);
-		sqe->rw_flags = RWF_DSYNC;
+		sqe->rw_flags = op->s->jmode ? 0 : RWF_DSYNC;
+		op->s->st.durable_ios += !op->s->jmode;
 	} else {
 		io_uring_prep_read(sqe, op->ch->fd, buf, len, file_off);
 	}
@@ -508,6 +557,20 @@ static void chunk_detach(struct zl_chunk_store *s, struct chunk *c)
 		known_note(s, c->vol, c->idx, c->version);
 	lru_del(s, c);
 	s->n_open--;
+	if (c->jlisted) {
+		/* Journal mode: a removed replica needs no checkpoint (replay
+		 * skips a chunk whose file is gone or newer than the record). */
+		struct chunk **pp2 = &s->jdirty;
+
+		while (*pp2 && *pp2 != c)
+			pp2 = &(*pp2)->jnext;
+		if (*pp2)
+			*pp2 = c->jnext;
+		c->jnext = NULL;
+		c->jlisted = false;
+		s->n_jdirty--;
+		c->refs--;
+	}
 	if (!c->refs)
 		chunk_free(s, c);
 	else
@@ -559,7 +622,8 @@ static void *blk_alloc(size_t len)
 	return posix_memalign(&p, BLK, ZL_ALIGN_UP(len, BLK)) ? NULL : p;
 }
 
-static void chunk_hdr_encode(uint8_t *p, uint64_t vol, uint64_t idx, uint32_t cs)
+static void chunk_hdr_encode(uint8_t *p, uint64_t vol, uint64_t idx, uint32_t cs,
+			     uint64_t birth_seq, uint32_t birth_nonce)
 {
 	memset(p, 0, CHUNK_HDR_SIZE);
 	memcpy(p, CHUNK_MAGIC, 8);
@@ -569,6 +633,8 @@ static void chunk_hdr_encode(uint8_t *p, uint64_t vol, uint64_t idx, uint32_t cs
 	zl_put_le32(p + 28, zl_chunk_meta_pages(cs));
 	zl_put_le32(p + 32, ZL_CHUNK_META_ENTRIES);
 	zl_put_le64(p + 40, zl_chunk_data_off(cs));
+	zl_put_le64(p + 48, birth_seq);
+	zl_put_le32(p + 56, birth_nonce);
 	zl_put_le32(p + CHUNK_HDR_CRC_OFF, zl_crc32c(p, CHUNK_HDR_CRC_OFF));
 }
 
@@ -607,28 +673,6 @@ static bool meta_slot_valid(const struct chunk *c, uint32_t pg, const uint8_t *p
 	       zl_get_le32(p + MP_CRC_OFF) == meta_page_crc(p);
 }
 
-static int fsync_dir(const char *path)
-{
-	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	int rc = 0;
-
-	if (fd < 0)
-		return -errno;
-	if (fsync(fd) < 0)
-		rc = -errno;
-	close(fd);
-	return rc;
-}
-
-static int pwrite_all(int fd, const void *p, size_t len, uint64_t off)
-{
-	ssize_t n = pwrite(fd, p, len, (off_t)off);
-
-	if (n == (ssize_t)len)
-		return 0;
-	return n < 0 ? -errno : -EIO;
-}
-
 /* Creates the file of a new chunk replica: header + sparse metadata and
  * data, made durable (file and directory entry) before the first write. */
 static int chunk_create_file(struct zl_chunk_store *s, struct chunk *c, const char *path)
@@ -644,7 +688,7 @@ static int chunk_create_file(struct zl_chunk_store *s, struct chunk *c, const ch
 		if (errno != EEXIST)
 			return -errno;
 	} else {
-		rc = fsync_dir(s->dir);
+		rc = zl_fsync_dir(s->dir);
 		if (rc)
 			return rc;
 	}
@@ -657,19 +701,23 @@ static int chunk_create_file(struct zl_chunk_store *s, struct chunk *c, const ch
 		rc = -ENOMEM;
 		goto out_close;
 	}
-	chunk_hdr_encode(hdr, c->vol, c->idx, c->chunk_size);
+	if (s->jmode) {
+		c->birth_seq = zl_jw_next_seq(s->jw);
+		c->birth_nonce = (uint32_t)zl_jw_nonce(s->jw);
+	}
+	chunk_hdr_encode(hdr, c->vol, c->idx, c->chunk_size, c->birth_seq, c->birth_nonce);
 	if (ftruncate(fd, (off_t)(c->data_off + c->chunk_size)) < 0) {
 		rc = -errno;
 		goto out_free;
 	}
-	rc = pwrite_all(fd, hdr, CHUNK_HDR_SIZE, 0);
+	rc = zl_pwrite_all(fd, hdr, CHUNK_HDR_SIZE, 0);
 	if (rc)
 		goto out_free;
 	if (fsync(fd) < 0 || rename(tmp, path) < 0) {
 		rc = -errno;
 		goto out_free;
 	}
-	rc = fsync_dir(dir);
+	rc = zl_fsync_dir(dir);
 	if (rc)
 		goto out_free;
 	free(hdr);
@@ -784,11 +832,11 @@ static int chunk_convert_v1(struct zl_chunk_store *s, const char *path)
 		rc = -errno;
 		goto out_unlink;
 	}
-	chunk_hdr_encode(hdr, zl_get_le64(hdr + 8), zl_get_le64(hdr + 16), g.cs);
-	rc = pwrite_all(out, hdr, CHUNK_HDR_SIZE, 0);
+	chunk_hdr_encode(hdr, zl_get_le64(hdr + 8), zl_get_le64(hdr + 16), g.cs, 0, 0);
+	rc = zl_pwrite_all(out, hdr, CHUNK_HDR_SIZE, 0);
 	for (uint32_t p = 0; !rc && p < zl_chunk_meta_pages(g.cs); p++) {
 		meta_page_encode(&geo, p, 1, geo.page_ver[p], pg);
-		rc = pwrite_all(out, pg, BLK, zl_chunk_slot_off(p, 0));
+		rc = zl_pwrite_all(out, pg, BLK, zl_chunk_slot_off(p, 0));
 	}
 	/* Data: copy what is not zero, so the new file stays as sparse. */
 	for (uint32_t at = 0; !rc && at < g.cs; at += 1u << 20) {
@@ -801,7 +849,7 @@ static int chunk_convert_v1(struct zl_chunk_store *s, const char *path)
 		for (uint32_t o = 0; !rc && o < len; o += BLK)
 			if (!block_is_zero(buf + o))
 				rc =
-				    pwrite_all(out, buf + o, BLK, zl_chunk_data_off(g.cs) + at + o);
+				    zl_pwrite_all(out, buf + o, BLK, zl_chunk_data_off(g.cs) + at + o);
 	}
 	if (rc)
 		goto out_unlink;
@@ -811,7 +859,7 @@ static int chunk_convert_v1(struct zl_chunk_store *s, const char *path)
 	}
 	slash = strrchr(path, '/');
 	snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
-	rc = fsync_dir(dir);
+	rc = zl_fsync_dir(dir);
 	if (!rc) {
 		s->st.converted++;
 		ZL_LOG_INFO("storage", "converted chunk file to format v2: %s", path);
@@ -885,12 +933,12 @@ static int store_convert_all(struct zl_chunk_store *s)
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return -errno;
-	rc = pwrite_all(fd, STORE_FORMAT_TEXT, strlen(STORE_FORMAT_TEXT), 0);
+	rc = zl_pwrite_all(fd, STORE_FORMAT_TEXT, strlen(STORE_FORMAT_TEXT), 0);
 	if (!rc && (fsync(fd) < 0 || rename(tmp, path) < 0))
 		rc = -errno;
 	close(fd);
 	if (!rc)
-		rc = fsync_dir(s->dir);
+		rc = zl_fsync_dir(s->dir);
 	return rc;
 }
 
@@ -939,6 +987,8 @@ static int chunk_load(struct zl_chunk_store *s, struct chunk *c)
 		why = "header layout differs from format v2";
 	else if ((uint64_t)stb.st_size < c->data_off + c->chunk_size)
 		why = "file shorter than the chunk";
+	c->birth_seq = zl_get_le64(hdr + 48);
+	c->birth_nonce = zl_get_le32(hdr + 56);
 	if (!why && pread(c->fd, mp, meta, CHUNK_HDR_SIZE) != (ssize_t)meta) {
 		rc = errno ? -errno : -EIO;
 		goto out;
@@ -1163,18 +1213,18 @@ static uint64_t chunk_durable_ver(const struct chunk *c)
  * current, all with the next sequence, unless a round is in flight. Each
  * page carries chunk_durable_ver (the chunk's version on open is the
  * highest of them). */
-static void chunk_meta_kick(struct zl_chunk_store *s, struct chunk *c)
+static bool chunk_meta_kick(struct zl_chunk_store *s, struct chunk *c)
 {
 	uint32_t n = (uint32_t)__builtin_popcountll(c->dirty_mask);
 	uint64_t seq = c->seq + 1, ver = chunk_durable_ver(c);
 
 	if (c->meta_inflight || !c->dirty_mask)
-		return;
+		return false;
 	if (io_uring_sq_space_left(&s->ring) < n) {
 		io_uring_submit(&s->ring);
 		s->to_submit = 0;
 		if (io_uring_sq_space_left(&s->ring) < n)
-			return; /* retried on the next completion of this chunk */
+			return false; /* retried on the next completion of this chunk */
 	}
 	for (uint64_t m = c->dirty_mask; m; m &= m - 1) {
 		uint32_t p = (uint32_t)__builtin_ctzll(m);
@@ -1184,7 +1234,9 @@ static void chunk_meta_kick(struct zl_chunk_store *s, struct chunk *c)
 		meta_page_encode(c, p, seq, ver, img);
 		io_uring_prep_write(sqe, c->fd, img, BLK,
 				    zl_chunk_slot_off(p, c->page_slot[p] ^ 1));
-		sqe->rw_flags = RWF_DSYNC;
+		/* Journal mode: a checkpoint's round, synced by its fdatasync. */
+		sqe->rw_flags = s->jmode ? 0 : RWF_DSYNC;
+		s->st.durable_ios += !s->jmode;
 		io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | TAG_META);
 	}
 	c->seq = seq;
@@ -1198,7 +1250,10 @@ static void chunk_meta_kick(struct zl_chunk_store *s, struct chunk *c)
 	c->refs++;
 	s->st.meta_rounds++;
 	s->st.meta_page_writes += n;
+	return true;
 }
+
+static void store_ckpt_chunk_step(struct zl_chunk_store *s, struct chunk *c, int res);
 
 static void chunk_meta_done(struct zl_chunk_store *s, struct chunk *c, int res)
 {
@@ -1222,6 +1277,13 @@ static void chunk_meta_done(struct zl_chunk_store *s, struct chunk *c, int res)
 			c->page_slot[__builtin_ctzll(m)] ^= 1;
 	}
 	c->round_done = round;
+	if (s->jmode) {
+		/* Rounds run only for checkpoints in journal mode. */
+		if (c->ckpt_stage == 1)
+			store_ckpt_chunk_step(s, c, err);
+		chunk_put(s, c); /* the round's */
+		return;
+	}
 	c->refs++; /* finishing ops below may drop the last other reference */
 	for (op = c->active.first; op; op = next) {
 		next = op->next;
@@ -1303,11 +1365,19 @@ static void op_finish(struct chunk_op *op)
 		}
 	}
 	/* Its data is durable now: a round claims its version (page 0 is as
-	 * good as any, the highest page version counts). */
-	if (c && !c->deleted && chunk_durable_ver(c) > c->disk_ver) {
+	 * good as any, the highest page version counts). Journal mode: the
+	 * next checkpoint's round does. */
+	if (c && !c->deleted && !s->jmode && chunk_durable_ver(c) > c->disk_ver) {
 		c->dirty_mask |= 1;
 		chunk_meta_kick(s, c);
 	}
+	if (op->jseq) {
+		zl_jw_applied(s->jw, op->jseq);
+		if (s->ckpt_wanted)
+			store_ckpt_want(s);
+	}
+	if (op->jcrc_own)
+		s->buf_free(s->buf_arg, op->jcrc);
 	if (op->own_buf)
 		s->buf_free(s->buf_arg, op->buf);
 	if (c)
@@ -1388,11 +1458,124 @@ static void op_zero_data(struct chunk_op *op)
 	}
 }
 
+/* ---- journal mode: a write/zero is durable when its record is ---- */
+
+static void chunk_jdirty(struct zl_chunk_store *s, struct chunk *c, uint64_t seq);
+
+/* CRCs of whole zeroed blocks in ZERO entries: 0, the store's "zeroed" mark. */
+static const uint32_t jzero_crcs[ZL_JOURNAL_IO_MAX / BLK];
+
+/* The record holding op is durable (or the journal failed): its new CRCs
+ * take effect, then its data goes to the chunk file (no DSYNC). */
+static void op_journal_done(struct zl_jw_item *it, int err)
+{
+	struct chunk_op *op = (struct chunk_op *)((char *)it - offsetof(struct chunk_op, jitem));
+	struct chunk *c = op->ch;
+
+	if (err) {
+		op->err = store_map_err(op->s, op, err);
+		op_finish(op);
+		return;
+	}
+	op->jseq = it->seq;
+	if (op->kind == OP_WRITE) {
+		for (uint32_t b = op->b0; b < op->b1; b++)
+			chunk_set_crc(c, b, op->jcrc[b - op->b0], op->version);
+	} else {
+		struct zero_geo g;
+
+		op_zero_geo(op, &g);
+		if (g.head)
+			chunk_set_crc(c, g.hb, op->jcrc[0], op->version);
+		if (g.tail)
+			chunk_set_crc(c, g.tb, op->jcrc[1], op->version);
+		for (uint32_t b = g.fb0; b < g.fb1; b++)
+			chunk_set_crc(c, b, 0, op->version);
+	}
+	chunk_jdirty(op->s, c, it->seq);
+	if (op->kind == OP_WRITE)
+		op_write_data(op);
+	else
+		op_zero_data(op);
+}
+
+static void op_jent(struct chunk_op *op, uint32_t *n, uint32_t flags, uint32_t b0, uint32_t nb,
+		    const uint32_t *crcs, const void *data)
+{
+	op->jent[(*n)++] = (struct zl_journal_entry){.vol = op->ch->vol,
+						     .chunk = op->ch->idx,
+						     .version = op->version,
+						     .offset = b0 * BLK,
+						     .length = nb * BLK,
+						     .flags = flags,
+						     .crcs = crcs,
+						     .data = data};
+}
+
+/* Journal mode's commit: whole blocks go into the record (INLINE: the
+ * merged blocks of a write, the rewritten edge blocks of a zeroing; ZERO:
+ * its whole blocks), the CRCs are kept in the op until the record is
+ * durable. */
+static void op_journal(struct chunk_op *op)
+{
+	struct zl_chunk_store *s = op->s;
+	uint32_t n = 0;
+
+	if (op->kind == OP_WRITE) {
+		uint32_t nb = op->b1 - op->b0;
+
+		if (op->own_buf)
+			memcpy(op->buf + (op->off - op->b0 * BLK), op->data, op->len);
+		op->jcrc = op->jcrc_small;
+		if (nb > OP_JCRC_SMALL) {
+			op->jcrc = s->buf_alloc(s->buf_arg, ZL_ALIGN_UP(nb * sizeof(uint32_t), BLK));
+			if (!op->jcrc) {
+				op->err = -ZL_ERR_BUSY;
+				op_finish(op);
+				return;
+			}
+			op->jcrc_own = true;
+		}
+		for (uint32_t i = 0; i < nb; i++)
+			op->jcrc[i] = zl_crc32c(op->buf + (size_t)i * BLK, BLK);
+		op_jent(op, &n, ZL_JOURNAL_ENT_INLINE, op->b0, nb, op->jcrc, op->buf);
+	} else {
+		uint32_t e0 = op->off, e1 = op->off + op->len, per = ZL_JOURNAL_IO_MAX / BLK;
+		struct zero_geo g;
+
+		op_zero_geo(op, &g);
+		op->jcrc = op->jcrc_small;
+		if (g.head) {
+			memset(op->buf + (e0 - g.hb * BLK), 0, ZL_MIN(e1, (g.hb + 1) * BLK) - e0);
+			op->jcrc[0] = zl_crc32c(op->buf, BLK);
+			op_jent(op, &n, ZL_JOURNAL_ENT_INLINE, g.hb, 1, &op->jcrc[0], op->buf);
+		}
+		if (g.tail) {
+			memset(op->buf + BLK, 0, e1 - g.tb * BLK);
+			op->jcrc[1] = zl_crc32c(op->buf + BLK, BLK);
+			op_jent(op, &n, ZL_JOURNAL_ENT_INLINE, g.tb, 1, &op->jcrc[1], op->buf + BLK);
+		}
+		for (uint32_t b = g.fb0; b < g.fb1; b += per)
+			op_jent(op, &n, ZL_JOURNAL_ENT_ZERO, b, ZL_MIN(per, g.fb1 - b), jzero_crcs,
+				NULL);
+	}
+	op->jitem.ents = op->jent;
+	op->jitem.n = n;
+	op->jitem.done = op_journal_done;
+	op->stage = OP_ST_JOURNAL;
+	zl_jw_append(s->jw, &op->jitem);
+}
+
 /* Builds the blocks a write/zero will put on disk, sets their new CRCs
  * (keeping the old ones as previous) and waits for them to be durable. */
 static void op_commit_prepare(struct chunk_op *op)
 {
 	struct chunk *c = op->ch;
+
+	if (op->s->jmode) {
+		op_journal(op);
+		return;
+	}
 
 	if (op->kind == OP_WRITE) {
 		if (op->own_buf)
@@ -1533,9 +1716,10 @@ static void op_stage_done(struct chunk_op *op)
 		struct zero_geo g;
 
 		op_zero_geo(op, &g);
-		if (g.fb1 > g.fb0) {
+		if (g.fb1 > g.fb0 && !s->jmode) {
 			/* The punch is durable only after an fdatasync; done
-			 * before the zeroing is acknowledged. */
+			 * before the zeroing is acknowledged (journal mode: the
+			 * record is, and the checkpoint syncs the punch). */
 			struct io_uring_sqe *sqe = store_sqe(s);
 
 			op->stage = OP_ST_SYNC;
@@ -1543,6 +1727,7 @@ static void op_stage_done(struct chunk_op *op)
 				io_uring_prep_fsync(sqe, c->fd, IORING_FSYNC_DATASYNC);
 				io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)op);
 				op->pending++;
+				s->st.durable_ios++;
 				return;
 			}
 			op->err = store_map_err(s, op, -ZL_ERR_BUSY);
@@ -1557,8 +1742,13 @@ static void store_cqe(struct zl_chunk_store *s, uint64_t ud, int res)
 
 	if (!ud)
 		return; /* no-op filler */
-	if (ud & TAG_META) {
-		chunk_meta_done(s, (struct chunk *)(uintptr_t)(ud & ~TAG_META), res);
+	if ((ud & TAG_MASK) == TAG_META) {
+		chunk_meta_done(s, (struct chunk *)(uintptr_t)(ud & ~TAG_MASK), res);
+		return;
+	}
+	if ((ud & TAG_MASK) == TAG_CKPT) {
+		store_ckpt_chunk_step(s, (struct chunk *)(uintptr_t)(ud & ~TAG_MASK),
+				      res < 0 ? res : 0);
 		return;
 	}
 	op = (struct chunk_op *)(uintptr_t)ud;
@@ -1857,6 +2047,11 @@ int zl_chunk_flush(struct zl_chunk_store *s, uint64_t vol, zl_chunk_cb cb, void 
 	op->stage = OP_ST_DATA;
 	op->cb = cb;
 	op->arg = arg;
+	if (s->jmode) {
+		/* Every acknowledged write is in a durable record already. */
+		op_fail_later(op, 0);
+		return 0;
+	}
 	if (n) {
 		op->held = calloc(n, sizeof(*op->held));
 		if (!op->held) {
@@ -1962,7 +2157,7 @@ int zl_chunk_volume_delete(struct zl_chunk_store *s, uint64_t vol, uint64_t *rem
 	if (!rc && rmdir(dir) < 0 && errno != ENOENT)
 		rc = -errno;
 	if (!rc)
-		fsync_dir(s->dir);
+		zl_fsync_dir(s->dir);
 	if (removed)
 		*removed = n;
 	return rc;
@@ -2027,9 +2222,9 @@ static void store_known_scan(struct zl_chunk_store *s)
 
 /* ---- unclean start: roll back writes that did not land ---- */
 
-/* Writes the pages of mask (version 0, the tables in memory) into their
+/* Writes the pages of mask (version ver, the tables in memory) into their
  * slots that are not current, then fdatasync. Blocking (start-up only). */
-static int chunk_meta_write_sync(struct chunk *c, uint64_t mask)
+static int chunk_meta_write_sync(struct chunk *c, uint64_t mask, uint64_t ver)
 {
 	uint64_t seq = c->seq + 1;
 	int rc;
@@ -2040,8 +2235,8 @@ static int chunk_meta_write_sync(struct chunk *c, uint64_t mask)
 		uint32_t p = (uint32_t)__builtin_ctzll(m);
 		uint8_t *img = c->img + (size_t)p * BLK;
 
-		meta_page_encode(c, p, seq, 0, img);
-		rc = pwrite_all(c->fd, img, BLK, zl_chunk_slot_off(p, c->page_slot[p] ^ 1));
+		meta_page_encode(c, p, seq, ver, img);
+		rc = zl_pwrite_all(c->fd, img, BLK, zl_chunk_slot_off(p, c->page_slot[p] ^ 1));
 		if (rc)
 			return rc;
 	}
@@ -2141,9 +2336,9 @@ static int chunk_roll_back(struct zl_chunk_store *s, struct chunk *c, uint64_t m
 	}
 	c->version = 0;
 	c->disk_ver = 0;
-	rc = chunk_meta_write_sync(c, ver_only);
+	rc = chunk_meta_write_sync(c, ver_only, 0);
 	if (!rc)
-		rc = chunk_meta_write_sync(c, mask);
+		rc = chunk_meta_write_sync(c, mask, 0);
 	k = known_find(s, c->vol, c->idx);
 	if (k)
 		k->version = 0;
@@ -2237,7 +2432,7 @@ static bool store_clean_take(struct zl_chunk_store *s)
 				    path, strerror(errno));
 		return false;
 	}
-	rc = fsync_dir(s->dir);
+	rc = zl_fsync_dir(s->dir);
 	if (rc) {
 		ZL_LOG_WARN("storage", "fsync of %s failed: %s (treated as an unclean start)",
 			    s->dir, strerror(-rc));
@@ -2258,17 +2453,324 @@ static void store_clean_put(struct zl_chunk_store *s)
 	if (fd < 0) {
 		rc = -errno;
 	} else {
-		rc = pwrite_all(fd, STORE_CLEAN_TEXT, strlen(STORE_CLEAN_TEXT), 0);
+		rc = zl_pwrite_all(fd, STORE_CLEAN_TEXT, strlen(STORE_CLEAN_TEXT), 0);
 		if (!rc && fsync(fd) < 0)
 			rc = -errno;
 		close(fd);
 	}
 	if (!rc)
-		rc = fsync_dir(s->dir);
+		rc = zl_fsync_dir(s->dir);
 	if (rc)
 		ZL_LOG_WARN("storage",
 			    "cannot write %s: %s (the next start verifies every chunk file)", path,
 			    strerror(-rc));
+}
+
+/* ---- journal mode: dirty chunks, checkpoints, replay ---- */
+
+/* c changed in record seq: it stays open (one reference) until a checkpoint
+ * covers seq. */
+static void chunk_jdirty(struct zl_chunk_store *s, struct chunk *c, uint64_t seq)
+{
+	c->jseq_max = ZL_MAX(c->jseq_max, seq);
+	if (c->jlisted || c->deleted)
+		return; /* a removed replica is never synced (see chunk_detach) */
+	c->jlisted = true;
+	c->refs++;
+	lru_del(s, c);
+	c->jnext = s->jdirty;
+	s->jdirty = c;
+	s->n_jdirty++;
+	if (s->n_jdirty > s->max_open / 2)
+		store_ckpt_want(s); /* bounds the files held open */
+}
+
+static void store_ckpt_start(struct zl_chunk_store *s);
+
+static void store_ckpt_defer_cb(void *arg)
+{
+	store_ckpt_start(arg);
+}
+
+/* Asks for a checkpoint (from the journal when it fills up, or when too many
+ * chunk files are held): runs from the loop, once the applied records allow
+ * progress. */
+static void store_ckpt_want(struct zl_chunk_store *s)
+{
+	s->ckpt_wanted = true;
+	zl_loop_defer(s->loop, &s->ckpt_d, store_ckpt_defer_cb, s);
+}
+
+static void store_jw_need_ckpt(void *arg)
+{
+	store_ckpt_want(arg);
+}
+
+static void store_ckpt_timer_cb(void *arg)
+{
+	struct zl_chunk_store *s = arg;
+
+	if (s->n_jdirty)
+		store_ckpt_start(s);
+}
+
+static void store_ckpt_end(struct zl_chunk_store *s, int err)
+{
+	s->ckpt_running = false;
+	if (err) {
+		if (zl_ratelimit_ok(&s->rl_io, 5))
+			ZL_LOG_ERR("storage",
+				   "journal checkpoint failed: %s (retried; the journal keeps "
+				   "every write meanwhile)",
+				   zl_strerror(err));
+		return;
+	}
+	s->st.checkpoints++;
+	if (s->ckpt_wanted)
+		store_ckpt_want(s);
+}
+
+static void store_ckpt_committed(void *arg, int err)
+{
+	struct zl_chunk_store *s = arg;
+
+	if (!err) {
+		/* Chunks whose every change the checkpoint covers leave the list. */
+		for (struct chunk **pp = &s->jdirty; *pp;) {
+			struct chunk *c = *pp;
+
+			if (c->jseq_max >= s->ckpt_seq) {
+				pp = &c->jnext;
+				continue;
+			}
+			*pp = c->jnext;
+			c->jnext = NULL;
+			c->jlisted = false;
+			s->n_jdirty--;
+			chunk_put(s, c);
+		}
+	}
+	store_ckpt_end(s, err);
+}
+
+/* Drops one of the checkpoint's pending steps; after the last, the
+ * superblock write (or the end of a failed checkpoint). */
+static void store_ckpt_put(struct zl_chunk_store *s)
+{
+	if (--s->ckpt_pending)
+		return;
+	if (s->ckpt_err) {
+		store_ckpt_end(s, s->ckpt_err);
+		return;
+	}
+	zl_jw_ckpt_commit(s->jw, s->ckpt_seq, store_ckpt_committed, s);
+}
+
+/* One chunk of a checkpoint: its metadata round (stage 1), then the
+ * fdatasync that makes the round and every data write before it durable
+ * (stage 2); then the chunk is done. */
+static void store_ckpt_chunk_step(struct zl_chunk_store *s, struct chunk *c, int res)
+{
+	struct io_uring_sqe *sqe;
+
+	if (res && !s->ckpt_err)
+		s->ckpt_err = res;
+	if (c->ckpt_stage == 1 && !res) {
+		sqe = store_sqe(s);
+		if (sqe) {
+			c->ckpt_stage = 2;
+			io_uring_prep_fsync(sqe, c->fd, IORING_FSYNC_DATASYNC);
+			io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | TAG_CKPT);
+			s->st.durable_ios++;
+			return;
+		}
+		if (!s->ckpt_err)
+			s->ckpt_err = -ZL_ERR_BUSY;
+	}
+	c->ckpt_stage = 0;
+	chunk_put(s, c); /* the checkpoint's */
+	store_ckpt_put(s);
+}
+
+/* Moves the journal's checkpoint to the first record not yet applied: every
+ * chunk changed since the last checkpoint gets its metadata round and an
+ * fdatasync, then the superblock names the new checkpoint. */
+static void store_ckpt_start(struct zl_chunk_store *s)
+{
+	uint64_t target;
+
+	if (!s->jmode || s->ckpt_running)
+		return;
+	if (!zl_jw_ckpt_target(s->jw, &target))
+		return; /* ckpt_wanted stays: finishing ops try again */
+	s->ckpt_wanted = false;
+	s->ckpt_running = true;
+	s->ckpt_seq = target;
+	s->ckpt_err = 0;
+	s->ckpt_pending = 1; /* this function's, dropped below */
+	for (struct chunk *c = s->jdirty; c; c = c->jnext) {
+		if (c->ckpt_stage)
+			continue;
+		c->refs++;
+		s->ckpt_pending++;
+		c->ckpt_stage = 1;
+		if (!c->dirty_mask || !chunk_meta_kick(s, c)) {
+			if (c->dirty_mask && !c->meta_inflight)
+				s->ckpt_err = -ZL_ERR_BUSY;
+			store_ckpt_chunk_step(s, c, 0);
+		}
+	}
+	store_ckpt_put(s); /* this function's */
+}
+
+/* Replay of one entry (start-up, blocking): the chunk file gets the entry's
+ * blocks (INLINE: written; ZERO: punched; INPLACE: kept where the file
+ * holds them), the tables their CRCs, the chunk its version. A chunk whose
+ * file is gone, or was created after the record, is skipped. */
+static int store_replay_entry(struct zl_chunk_store *s, uint64_t seq,
+			      const struct zl_journal_entry *e)
+{
+	char path[PATH_MAX], vid[ZL_VOL_ID_LEN + 1];
+	uint32_t cs, b0 = e->offset / BLK, nb = zl_journal_entry_blocks(e->offset, e->length);
+	struct chunk *c;
+	int rc;
+
+	if (store_path(s, e->vol, e->chunk, path, sizeof(path)))
+		return 0;
+	cs = chunk_file_size(path);
+	if (!cs)
+		return 0; /* removed since (or unreadable: its reads say so) */
+	rc = chunk_get(s, e->vol, e->chunk, cs, false, &c);
+	if (rc)
+		return 0;
+	zl_vol_id_format(e->vol, vid);
+	if (c->birth_nonce == (uint32_t)zl_jw_nonce(s->jw) && seq < c->birth_seq)
+		goto out;
+	if (e->offset % BLK || e->length % BLK || (uint64_t)e->offset + e->length > cs) {
+		ZL_LOG_ERR("storage",
+			   "journal replay: vol=%s chunk=%" PRIu64 " entry offset=%u length=%u "
+			   "does not fit the chunk (%u bytes) in whole blocks: skipped",
+			   vid, e->chunk, e->offset, e->length, cs);
+		goto out;
+	}
+	if (e->flags & ZL_JOURNAL_ENT_INLINE) {
+		memcpy(s->replay_buf, e->data, e->length);
+		rc = zl_pwrite_all(c->fd, s->replay_buf, e->length, c->data_off + e->offset);
+	} else if (e->flags & ZL_JOURNAL_ENT_ZERO) {
+		rc = fallocate(c->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			       (off_t)(c->data_off + e->offset), (off_t)e->length) < 0
+			 ? -errno
+			 : 0;
+	} else {
+		/* INPLACE: only the blocks the file really holds. */
+		for (uint32_t i = 0; i < nb && !rc; i++) {
+			if (pread(c->fd, s->replay_buf, BLK,
+				  (off_t)(c->data_off + (uint64_t)(b0 + i) * BLK)) != (ssize_t)BLK)
+				rc = -EIO;
+			else if (zl_crc32c(s->replay_buf, BLK) == zl_journal_entry_crc(e, i))
+				chunk_set_crc(c, b0 + i, zl_journal_entry_crc(e, i), e->version);
+		}
+	}
+	if (rc) {
+		ZL_LOG_ERR("storage",
+			   "journal replay: vol=%s chunk=%" PRIu64 " cannot be written: %s", vid,
+			   e->chunk, zl_strerror(rc));
+		chunk_put(s, c);
+		return rc;
+	}
+	if (!(e->flags & ZL_JOURNAL_ENT_INPLACE))
+		for (uint32_t i = 0; i < nb; i++)
+			chunk_set_crc(c, b0 + i,
+				      e->flags & ZL_JOURNAL_ENT_ZERO ? 0 : zl_journal_entry_crc(e, i),
+				      e->version);
+	c->version = ZL_MAX(c->version, e->version);
+	chunk_jdirty(s, c, seq);
+out:
+	chunk_put(s, c);
+	return 0;
+}
+
+static int store_replay_apply(void *arg, const struct zl_journal_rec *rec)
+{
+	struct zl_chunk_store *s = arg;
+	struct zl_journal_entry e;
+	size_t cur = 0;
+	int rc = 0;
+
+	while (!rc && zl_journal_rec_next(rec, &cur, &e))
+		rc = store_replay_entry(s, rec->seq, &e);
+	return rc;
+}
+
+/* Opens the journal (a file left by an earlier run is replayed whatever the
+ * write path is), replays it, makes what it applied durable (data, then the
+ * metadata pages with the chunks' versions), and moves the checkpoint to its
+ * end. Blocking: start-up. */
+static int store_journal_open(struct zl_chunk_store *s, const struct zl_chunk_store_opts *o)
+{
+	struct zl_jw_opts jo = {.data_dir = o->data_dir,
+				.size = o->journal_size ? o->journal_size : ZL_CHUNK_JOURNAL_DEFAULT,
+				.create = o->journal,
+				.loop = s->loop,
+				.need_ckpt = store_jw_need_ckpt,
+				.arg = s};
+	int rc = zl_jw_open(&jo, &s->jw);
+
+	if (rc || !s->jw)
+		return rc;
+	s->replay_buf = blk_alloc(ZL_JOURNAL_IO_MAX);
+	if (!s->replay_buf)
+		return -ENOMEM;
+	rc = zl_jw_replay(s->jw, store_replay_apply, s);
+	while (!rc && s->jdirty) {
+		struct chunk *c = s->jdirty;
+
+		if (fdatasync(c->fd) < 0)
+			rc = -errno;
+		if (!rc)
+			rc = chunk_meta_write_sync(c, c->dirty_mask, c->version);
+		if (rc) {
+			ZL_LOG_ERR("storage", "journal replay: cannot sync chunk %" PRIu64 ": %s",
+				   c->idx, zl_strerror(rc));
+			break;
+		}
+		c->dirty_mask = 0;
+		c->disk_ver = c->version;
+		s->jdirty = c->jnext;
+		c->jnext = NULL;
+		c->jlisted = false;
+		c->jseq_max = 0;
+		s->n_jdirty--;
+		chunk_put(s, c);
+	}
+	free(s->replay_buf);
+	s->replay_buf = NULL;
+	if (!rc)
+		rc = zl_jw_start(s->jw, o->journal);
+	if (rc)
+		return rc;
+	s->jmode = o->journal;
+	s->st.journal = s->jmode;
+	return 0;
+}
+
+/* Journal mode, at close: checkpoints until the journal holds nothing the
+ * chunk files lack (the next start replays nothing). */
+static void store_journal_drain(struct zl_chunk_store *s, uint64_t deadline)
+{
+	while (s->jmode && zl_now_ms() < deadline) {
+		uint64_t target;
+
+		if (!s->ckpt_running && !zl_jw_busy(s->jw) && !s->n_jdirty &&
+		    !zl_jw_ckpt_target(s->jw, &target))
+			return;
+		if (!s->ckpt_running)
+			store_ckpt_start(s);
+		zl_loop_run_once(s->loop, 100);
+	}
+	if (s->jmode)
+		ZL_LOG_WARN("storage", "closing with journal records not checkpointed: the next "
+				       "start replays them");
 }
 
 /* True when nothing of the store's state is still on its way to the disk. */
@@ -2332,6 +2834,9 @@ int zl_chunk_store_create(const struct zl_chunk_store_opts *opts, struct zl_chun
 	/* Logged; files left over are converted when first opened. */
 	(void)store_convert_all(s);
 	store_known_scan(s);
+	rc = store_journal_open(s, opts);
+	if (rc)
+		goto out_free;
 	if (!store_clean_take(s))
 		store_unclean_scan(s);
 	s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -2347,6 +2852,9 @@ int zl_chunk_store_create(const struct zl_chunk_store_opts *opts, struct zl_chun
 		goto out_free;
 	s->efd_added = true;
 	zl_loop_add_poller(s->loop, &s->poller, store_poll, s);
+	if (s->jmode)
+		zl_timer_start(s->loop, &s->ckpt_t, STORE_CKPT_MS, STORE_CKPT_MS,
+			       store_ckpt_timer_cb, s);
 	*out = s;
 	return 0;
 
@@ -2365,6 +2873,11 @@ void zl_chunk_store_stats(const struct zl_chunk_store *s, struct zl_chunk_store_
 	*st = s->st;
 	st->open_chunks = s->n_open;
 	st->inflight = s->ops.in_use;
+	if (s->jw) {
+		zl_jw_stats(s->jw, &st->jw);
+		st->durable_ios += st->jw.records + st->jw.pads + st->jw.sb_writes;
+	}
+	st->journal_dirty_chunks = s->n_jdirty;
 }
 
 void zl_chunk_store_destroy(struct zl_chunk_store *s)
@@ -2391,9 +2904,20 @@ void zl_chunk_store_destroy(struct zl_chunk_store *s)
 			ZL_LOG_WARN("storage",
 				    "closing the chunk store with %" PRIu64 " metadata rounds in flight",
 				    s->st.meta_rounds - s->st.meta_rounds_done);
+		if (!s->ops.in_use)
+			store_journal_drain(s, deadline);
+		if (s->jmode)
+			zl_timer_stop(s->loop, &s->ckpt_t);
+		zl_loop_defer_cancel(s->loop, &s->ckpt_d);
 		zl_loop_del_poller(s->loop, &s->poller);
 		zl_loop_del(s->loop, &s->efd_h);
 		quiet = store_quiet(s);
+	}
+	/* Deleted chunks kept only by the dirty list are not in the table. */
+	for (struct chunk *c = s->jdirty, *next; c; c = next) {
+		next = c->jnext;
+		if (c->deleted)
+			chunk_free(s, c);
 	}
 	for (uint32_t i = 0; i < STORE_BUCKETS; i++) {
 		while (s->buckets[i]) {
@@ -2411,6 +2935,9 @@ void zl_chunk_store_destroy(struct zl_chunk_store *s)
 			known_free(s, k);
 		}
 	}
+	/* Dirty chunks hold a reference; the table above freed them. */
+	quiet = quiet && (!s->jw || (!s->n_jdirty && !zl_jw_busy(s->jw)));
+	zl_jw_close(s->jw);
 	if (quiet)
 		store_clean_put(s); /* after the files are closed */
 	if (s->ring_ok)

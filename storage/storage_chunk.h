@@ -3,8 +3,10 @@
  *
  *   page 0           header: "ZLCHUNK2", vol u64 @8, chunk u64 @16,
  *                    chunk_size u32 @24, metadata pages u32 @28, entries
- *                    per page u32 @32, data offset u64 @40, CRC32C of
- *                    bytes [0,60) u32 @60 (all little-endian)
+ *                    per page u32 @32, data offset u64 @40, birth: the
+ *                    journal sequence u64 @48 and nonce (low 32 bits) u32
+ *                    @56 at creation (0: accept every journal entry), CRC32C
+ *                    of bytes [0,60) u32 @60 (all little-endian)
  *   pages 1..2M      metadata page p in two slots: A at 1+2p, B at 2+2p
  *   data             chunk_size bytes at zl_chunk_data_off(), sparse
  *
@@ -32,6 +34,12 @@
  * A data block torn below 4 KiB by a crash of an unacknowledged write reads
  * as ZL_ERR_CORRUPT on that replica (detected, never silently wrong).
  *
+ * Journal write path (opts.journal, `--write-path journal`): the above is
+ * replaced by one record in the daemon's journal per group commit
+ * (storage_journal.h); metadata pages are written by checkpoints, and a
+ * journal left by an earlier run is replayed at creation whatever the path
+ * (docs/JOURNAL.md, "The writer in zipline-storage").
+ *
  * Format v1 files ("ZLCHUNK1" of 0.1: header | CRC table | data |
  * previous-CRC table) are converted at store creation (once: a FORMAT marker
  * file under chunks/ records it) or, if one appears later, when first opened:
@@ -51,6 +59,7 @@
 #include <stdint.h>
 
 #include "lib/common/loop.h"
+#include "storage_journal.h"
 
 struct zl_chunk_store;
 
@@ -66,7 +75,18 @@ struct zl_chunk_store_opts {
 	zl_chunk_buf_alloc_fn buf_alloc; /* required */
 	zl_chunk_buf_free_fn buf_free;	 /* required */
 	void *buf_arg;
+	/* Write path (zipline-storage --write-path): false = direct (each write
+	 * makes its metadata and data durable in the chunk file), true =
+	 * journal (a write is durable when its record in <data_dir>/journal-0
+	 * is; chunk files are written behind it and synced by checkpoints).
+	 * A journal file left by an earlier run is replayed either way. */
+	bool journal;
+	uint64_t journal_size; /* bytes of a new journal; 0: the default */
 };
+
+#define ZL_CHUNK_JOURNAL_DEFAULT (128ull << 20)
+/* A journal must hold two of the largest records (a 4 MiB write each). */
+#define ZL_CHUNK_JOURNAL_MIN (ZL_JOURNAL_RING_OFF + 2ull * ZL_JOURNAL_REC_MAX)
 
 struct zl_chunk_store_stats {
 	uint64_t reads, writes, zeroes;
@@ -86,6 +106,13 @@ struct zl_chunk_store_stats {
 	uint64_t rolled_back_chunks; /* chunks of that scan dropped to version 0 */
 	uint64_t rolled_back_blocks; /* blocks whose write had not landed */
 	uint64_t deferred_closes;    /* files dropped with I/O in flight: closed by its end */
+	/* Durable disk I/Os: writes with RWF_DSYNC, fdatasyncs, journal record
+	 * and superblock writes (what a disk must flush for). */
+	uint64_t durable_ios;
+	bool journal;			/* journal write path */
+	uint64_t checkpoints;		/* journal checkpoints completed */
+	uint32_t journal_dirty_chunks;	/* chunks changed since the last one */
+	struct zl_jw_stats jw;		/* the journal's (zero without one) */
 };
 
 /* Completion: 0 or a negative error (-ZL_ERR_CORRUPT, -ZL_ERR_NOSPC,

@@ -64,6 +64,28 @@ static int flag_capacity(const char *value, void *target, const char **why)
 	return 0;
 }
 
+static int flag_write_path(const char *value, void *target, const char **why)
+{
+	if (!strcmp(value, "journal") || !strcmp(value, "direct")) {
+		*(bool *)target = !strcmp(value, "journal");
+		return 0;
+	}
+	*why = "not a write path; pass journal or direct";
+	return -ZL_ERR_INVAL;
+}
+
+static int flag_journal_size(const char *value, void *target, const char **why)
+{
+	uint64_t *v = target;
+
+	if (zl_parse_size(value, v) || *v % 4096 || *v < ZL_CHUNK_JOURNAL_MIN ||
+	    *v > ZL_JOURNAL_MAX_SIZE) {
+		*why = "not a journal size; pass a multiple of 4K from 17M to 1T, like 256M";
+		return -ZL_ERR_INVAL;
+	}
+	return 0;
+}
+
 static int flag_transport(const char *value, void *target, const char **why)
 {
 	enum zl_xport_select sel;
@@ -132,6 +154,20 @@ int zl_storage_cfg_parse(struct zl_storage_cfg *cfg, struct zl_cfg_etcd *etcd,
 	     .target = &cfg->capacity,
 	     .parse = flag_capacity,
 	     .help = "capacity to advertise (default: the filesystem size)"},
+	    {.name = "write-path",
+	     .arg = "PATH",
+	     .type = ZL_CFG_CALL,
+	     .target = &cfg->journal,
+	     .parse = flag_write_path,
+	     .help = "journal|direct: journal = a write is durable when its\nrecord in "
+		     "DIR/journal-0 is (group commit), direct =\nmetadata and data durable in "
+		     "the chunk file\n(default direct)"},
+	    {.name = "journal-size",
+	     .arg = "SIZE",
+	     .type = ZL_CFG_CALL,
+	     .target = &cfg->journal_size,
+	     .parse = flag_journal_size,
+	     .help = "size of a new journal (default 128M; full = writes wait\nfor a checkpoint)"},
 	    {.name = "log-level",
 	     .arg = "LEVEL",
 	     .type = ZL_CFG_CALL,

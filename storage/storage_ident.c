@@ -105,18 +105,6 @@ int zl_storage_ident_read(const char *dir, struct zl_storage_ident *id)
 	return zl_storage_ident_from_json(buf, (size_t)n, id);
 }
 
-static int fsync_path(const char *path, int flags)
-{
-	int fd = open(path, flags | O_CLOEXEC);
-	int rc;
-
-	if (fd < 0)
-		return -errno;
-	rc = fsync(fd) < 0 ? -errno : 0;
-	close(fd);
-	return rc;
-}
-
 int zl_storage_ident_write(const char *dir, const struct zl_storage_ident *id)
 {
 	char path[PATH_MAX], tmp[PATH_MAX + 8];
@@ -150,7 +138,7 @@ int zl_storage_ident_write(const char *dir, const struct zl_storage_ident *id)
 	if (!rc && rename(tmp, path) < 0)
 		rc = -errno;
 	if (!rc)
-		rc = fsync_path(dir, O_RDONLY | O_DIRECTORY);
+		rc = zl_fsync_dir(dir);
 	if (rc)
 		unlink(tmp);
 	return rc;

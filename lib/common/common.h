@@ -43,6 +43,13 @@ int zl_vol_id_parse(const char *s, uint64_t *num); /* 0 or ZL_ERR_INVAL */
 /* 64 random bits from getrandom(); never 0. */
 uint64_t zl_random_u64(void);
 
+/* fsync of a directory (after creating, renaming or removing an entry in
+ * it). 0 or -errno. */
+int zl_fsync_dir(const char *path);
+/* Writes all len bytes at off (short writes and EINTR retried). 0, -errno,
+ * or -EIO when the file stopped taking bytes. */
+int zl_pwrite_all(int fd, const void *p, size_t len, uint64_t off);
+
 /* 64-bit mixing hash (deterministic, for placement and hash tables). */
 uint64_t zl_hash64(uint64_t x);
 uint64_t zl_hash_str(const char *s, uint64_t seed);

@@ -22,8 +22,8 @@
  * walks records from the checkpoint in sequence order and stops at the first
  * record that is not whole and valid with the next sequence number.
  *
- * Not wired into the write path yet: `zipline-storage --write-path journal`
- * is the next step. */
+ * The storage daemon's writer is storage/storage_journal.c
+ * (`zipline-storage --write-path journal`). */
 #ifndef ZL_JOURNAL_H
 #define ZL_JOURNAL_H
 

@@ -30,6 +30,11 @@ struct env {
 	struct zl_chunk_store *s;
 };
 
+/* ZL_CHUNK_TEST_WRITE_PATH=journal: the stores of the shared tests use the
+ * journal write path (ctest storage_chunk_journal_test), with the smallest
+ * journal, so checkpoints and waits for space happen. */
+static bool jmode;
+
 static void *t_alloc(void *arg, size_t len)
 {
 	void *p = NULL;
@@ -46,15 +51,22 @@ static void t_free(void *arg, void *p)
 	free(p);
 }
 
-static void env_open(struct env *e)
+static int env_open_mode(struct env *e, bool journal)
 {
 	struct zl_chunk_store_opts o = {.data_dir = e->dir,
 					.loop = e->loop,
 					.max_open = 4,
 					.buf_alloc = t_alloc,
-					.buf_free = t_free};
+					.buf_free = t_free,
+					.journal = journal,
+					.journal_size = ZL_CHUNK_JOURNAL_MIN};
 
-	assert_int_equal(zl_chunk_store_create(&o, &e->s), 0);
+	return zl_chunk_store_create(&o, &e->s);
+}
+
+static void env_open(struct env *e)
+{
+	assert_int_equal(env_open_mode(e, jmode), 0);
 }
 
 static int setup(void **state)
@@ -801,8 +813,12 @@ static void kill_child_run(const char *dir, int wfd, uint64_t seed0)
 	if (zl_loop_create(&loop))
 		_exit(2);
 	{
-		struct zl_chunk_store_opts o = {
-		    .data_dir = dir, .loop = loop, .buf_alloc = t_alloc, .buf_free = t_free};
+		struct zl_chunk_store_opts o = {.data_dir = dir,
+						.loop = loop,
+						.buf_alloc = t_alloc,
+						.buf_free = t_free,
+						.journal = jmode,
+						.journal_size = ZL_CHUNK_JOURNAL_MIN};
 
 		if (zl_chunk_store_create(&o, &s))
 			_exit(2);
@@ -864,7 +880,7 @@ static void test_kill9_under_load(void **state)
 	/* Per block: the state verified after the last round, the last
 	 * acknowledged operation and the one in flight of this round. */
 	struct kill_rec base[KILL_BLOCKS] = {0}, acked[KILL_BLOCKS], pend[KILL_BLOCKS];
-	uint64_t acks_total = 0, pending_seen = 0, ver, prev_ver = 0, rolled_total = 0;
+	uint64_t acks_total = 0, pending_seen = 0, ver, prev_ver = 0, rolled_total = 0, replayed = 0;
 	struct zl_chunk_store_stats cst;
 	static uint8_t back_all[KILL_BLOCKS * 4096];
 
@@ -930,6 +946,11 @@ static void test_kill9_under_load(void **state)
 		zl_chunk_store_stats(e->s, &cst);
 		assert_true(cst.unclean_start);
 		rolled_total += cst.rolled_back_chunks;
+		replayed += cst.jw.replay_records;
+		/* Journal: the replay made the metadata match the data, so the
+		 * verification that follows finds nothing to roll back. */
+		if (jmode)
+			assert_int_equal(cst.rolled_back_chunks, 0);
 		if (cst.rolled_back_chunks) {
 			assert_int_equal(ver, 0);
 		} else {
@@ -939,9 +960,11 @@ static void test_kill9_under_load(void **state)
 	}
 	print_message("kill -9 under load: 4 kills, %" PRIu64 " acknowledged operations "
 		      "verified, %" PRIu64 " operations in flight at the kills, %" PRIu64
-		      " reopens rolled back\n",
-		      acks_total, pending_seen, rolled_total);
+		      " reopens rolled back, %" PRIu64 " journal records replayed\n",
+		      acks_total, pending_seen, rolled_total, replayed);
 	assert_true(pending_seen > 0); /* the kills really hit operations in flight */
+	if (jmode)
+		assert_true(replayed > 0);
 }
 
 /* ---- v1 files (0.1): header | CRC table | data | previous-CRC table ---- */
@@ -1214,10 +1237,13 @@ static void test_delete_inflight(void **state)
 		/* Nothing completed yet (callbacks run from the loop): both
 		 * descriptors are still open on the unlinked files. */
 		if (!d[2].calls) {
+			/* Journal mode: a flush holds no file (acknowledged
+			 * writes are durable in the journal), so chunk 9 closed
+			 * at once. */
 			assert_int_equal(fds_on(name7), 1);
-			assert_int_equal(fds_on(name9), 1);
+			assert_int_equal(fds_on(name9), jmode ? 0 : 1);
 			zl_chunk_store_stats(e->s, &st);
-			assert_int_equal(st.deferred_closes, deferred + 2);
+			assert_int_equal(st.deferred_closes, deferred + (jmode ? 1 : 2));
 		}
 		/* A write after the delete: a new replica, a new file. */
 		assert_int_equal(zl_chunk_write(e->s, VOL, 7, CS, 4096, 4096, z, 4, done_cb, &d[3]),
@@ -1508,18 +1534,286 @@ static void test_prev_adopt(void **state)
 	assert_int_equal(st.corruptions, 0);
 }
 
+/* ---- the journal write path ----
+ * A child process runs a journal-mode store, acknowledges its operations
+ * and exits without closing the store (no checkpoint, no clean marker: what
+ * a crash right after the acknowledgements leaves). Inside the child, a
+ * failed step exits with a code naming it (cmocka's asserts belong to the
+ * parent). */
+
+#define JCHUNK 60
+
+static void jc_wait(struct zl_loop *loop, struct done *d, int n)
+{
+	uint64_t deadline = zl_now_ms() + 20000;
+
+	for (int i = 0; i < n; i++) {
+		while (!d[i].calls) {
+			if (zl_now_ms() > deadline)
+				_exit(20);
+			zl_loop_run_once(loop, 50);
+		}
+		if (d[i].status)
+			_exit(21);
+	}
+}
+
+static void jchild(struct env *e, void (*fn)(struct env *c))
+{
+	pid_t pid;
+	int st;
+
+	zl_chunk_store_destroy(e->s);
+	e->s = NULL;
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct env c = *e;
+
+		if (zl_loop_create(&c.loop) || env_open_mode(&c, true))
+			_exit(10);
+		fn(&c);
+		_exit(0); /* the store is not closed */
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+static void jpattern(uint8_t *p, uint32_t block, unsigned seed)
+{
+	fill(p, 4096, seed + block);
+	memcpy(p, &block, 4);
+}
+
+/* Submits a write in the child (exit 11 when refused). */
+static void jc_write(struct env *c, uint32_t off, uint32_t len, const void *p, uint64_t ver,
+		     struct done *d)
+{
+	if (zl_chunk_write(c->s, VOL, JCHUNK, CS, off, len, p, ver, done_cb, d))
+		_exit(11);
+}
+
+/* Blocks 0..15 written whole, 100 bytes at block 17 + 1000, blocks 20..23
+ * written then zeroed, block 30 written twice (the second wins). */
+static void jc_writes(struct env *c)
+{
+	struct done d[20] = {0};
+	uint8_t *src = t_alloc(NULL, 20 * 4096);
+	int n = 0;
+
+	for (uint32_t b = 0; b < 16; b++) {
+		jpattern(src + (size_t)b * 4096, b, 1);
+		jc_write(c, b * 4096, 4096, src + (size_t)b * 4096, b + 1, &d[n++]);
+	}
+	memset(src + 16 * 4096, 0x5c, 100);
+	jc_write(c, 17 * 4096 + 1000, 100, src + 16 * 4096, 17, &d[n++]);
+	jpattern(src + 17 * 4096, 20, 1);
+	jc_write(c, 20 * 4096, 4096, src + 17 * 4096, 18, &d[n++]);
+	jpattern(src + 18 * 4096, 30, 1);
+	jc_write(c, 30 * 4096, 4096, src + 18 * 4096, 19, &d[n++]);
+	jc_wait(c->loop, d, n);
+	n = 0;
+	memset(d, 0, sizeof(d));
+	if (zl_chunk_zero(c->s, VOL, JCHUNK, CS, 20 * 4096, 4 * 4096, 20, done_cb, &d[n++]))
+		_exit(12);
+	jpattern(src + 19 * 4096, 30, 2);
+	jc_write(c, 30 * 4096, 4096, src + 19 * 4096, 21, &d[n++]);
+	jc_wait(c->loop, d, n);
+}
+
+static void jmodel_writes(uint8_t *m)
+{
+	memset(m, 0, CS);
+	for (uint32_t b = 0; b < 16; b++)
+		jpattern(m + (size_t)b * 4096, b, 1);
+	memset(m + 17 * 4096 + 1000, 0x5c, 100);
+	jpattern(m + 30 * 4096, 30, 2);
+}
+
+/* Overwrites the data of every block jc_writes wrote with garbage: the
+ * chunk file writes behind the journal were never synced, a power cut may
+ * lose any of them. */
+static void jlose_data(struct env *e)
+{
+	static const uint32_t blocks[] = {0,  1,  2,  3,  4,  5,  6,  7,	 8,  9,
+					  10, 11, 12, 13, 14, 15, 17, 20, 21, 22, 23, 30};
+	uint8_t junk[4096];
+	uint64_t d = zl_chunk_data_off(CS);
+
+	memset(junk, 0xab, sizeof(junk));
+	for (size_t i = 0; i < sizeof(blocks) / sizeof(blocks[0]); i++)
+		file_rw(e, JCHUNK, d + (uint64_t)blocks[i] * 4096, junk, sizeof(junk), true);
+}
+
+/* Acknowledged writes whose chunk-file copies were lost come back from the
+ * journal, byte for byte, with their versions; the start that replayed them
+ * moved the checkpoint, so the next start replays nothing. */
+static void test_journal_replay(void **state)
+{
+	struct env *e = *state;
+	struct zl_chunk_store_stats st;
+	uint64_t ver;
+
+	model = malloc(CS);
+	jchild(e, jc_writes);
+	jmodel_writes(model);
+	jlose_data(e);
+	env_open(e);
+	zl_chunk_store_stats(e->s, &st);
+	assert_true(st.jw.replay_records > 0);
+	assert_int_equal(st.jw.replay_entries, 21); /* 20 writes, the zeroing's ZERO entry */
+	check_all(e, JCHUNK);
+	assert_int_equal(zl_chunk_version(e->s, VOL, JCHUNK, CS, &ver), 0);
+	assert_int_equal(ver, 21);
+	zl_chunk_store_stats(e->s, &st);
+	assert_int_equal(st.corruptions, 0);
+	assert_int_equal(st.rolled_back_chunks, 0);
+	/* Killed again right after the replay: nothing to replay twice. */
+	zl_chunk_store_destroy(e->s);
+	env_open(e);
+	zl_chunk_store_stats(e->s, &st);
+	assert_int_equal(st.jw.replay_records, 0);
+	check_all(e, JCHUNK);
+	free(model);
+}
+
+/* The same journal opened by a store on the direct write path: replayed all
+ * the same (a journal left behind is never ignored). */
+static void test_journal_then_direct(void **state)
+{
+	struct env *e = *state;
+	struct zl_chunk_store_stats st;
+
+	model = malloc(CS);
+	jchild(e, jc_writes);
+	jmodel_writes(model);
+	jlose_data(e);
+	assert_int_equal(env_open_mode(e, false), 0);
+	zl_chunk_store_stats(e->s, &st);
+	assert_false(st.journal);
+	assert_true(st.jw.replay_records > 0);
+	check_all(e, JCHUNK);
+	free(model);
+}
+
+/* A chunk deleted and written again: the journal's entries for the deleted
+ * replica are never replayed into the new file. */
+static void jc_delete_recreate(struct env *c)
+{
+	struct done d[2] = {0};
+	uint8_t *a = t_alloc(NULL, 4096), *b = t_alloc(NULL, 4096);
+
+	memset(a, 0xa1, 4096);
+	memset(b, 0xb2, 4096);
+	jc_write(c, 0, 4096, a, 1, &d[0]);
+	jc_wait(c->loop, d, 1);
+	if (zl_chunk_delete(c->s, VOL, JCHUNK))
+		_exit(12);
+	jc_write(c, 4096, 4096, b, 2, &d[1]);
+	jc_wait(c->loop, d + 1, 1);
+}
+
+static void test_journal_delete_recreate(void **state)
+{
+	struct env *e = *state;
+	uint8_t back[4096], want[4096];
+	struct zl_chunk_store_stats st;
+
+	jchild(e, jc_delete_recreate);
+	env_open(e);
+	zl_chunk_store_stats(e->s, &st);
+	assert_int_equal(st.jw.replay_entries, 2);
+	memset(want, 0, sizeof(want));
+	assert_int_equal(do_read(e, JCHUNK, 0, 4096, back), 0);
+	assert_memory_equal(back, want, 4096);
+	memset(want, 0xb2, sizeof(want));
+	assert_int_equal(do_read(e, JCHUNK, 4096, 4096, back), 0);
+	assert_memory_equal(back, want, 4096);
+}
+
+/* Group commit across chunks: 64 concurrent 4 KiB writes to 64 chunks share
+ * a few records; the disk sees far fewer durable writes than client writes. */
+static void test_journal_group_commit(void **state)
+{
+	struct env *e = *state;
+	enum { N = 64 };
+	struct done d[N] = {0};
+	struct zl_chunk_store_stats st;
+	uint8_t *src = t_alloc(NULL, (size_t)N * 4096), back[4096];
+
+	fill(src, (size_t)N * 4096, 91);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(zl_chunk_write(e->s, VOL, 200 + (uint64_t)i, CS, 8192, 4096,
+						src + (size_t)i * 4096, 1, done_cb, &d[i]),
+				 0);
+	wait_all(e, d, N);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(d[i].status, 0);
+	zl_chunk_store_stats(e->s, &st);
+	print_message("journal group commit: %d writes to %d chunks, %" PRIu64
+		      " records, %" PRIu64 " durable I/Os\n",
+		      N, N, st.jw.records, st.durable_ios);
+	assert_true(st.jw.records >= 1);
+	assert_true(st.jw.records <= N / 8);
+	assert_true(st.durable_ios <= N / 8);
+	zl_chunk_store_destroy(e->s);
+	env_open(e);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(do_read(e, 200 + (uint64_t)i, 8192, 4096, back), 0);
+		assert_memory_equal(back, src + (size_t)i * 4096, 4096);
+	}
+	free(src);
+}
+
+/* Back-pressure: 48 MiB of 1 MiB writes, 16 in flight, through a 16 MiB
+ * ring: writes wait for checkpoints, none fails, every byte reads back. */
+static void test_journal_full(void **state)
+{
+	struct env *e = *state;
+	enum { N = 48, QD = 16, W = 1u << 20 };
+	struct done d[N] = {0};
+	struct zl_chunk_store_stats st;
+	uint8_t *src = t_alloc(NULL, (size_t)QD * W), *back = malloc(W);
+
+	for (int i = 0; i < N; i++) {
+		if (i >= QD) {
+			wait_all(e, &d[i - QD], 1);
+			assert_int_equal(d[i - QD].status, 0);
+		}
+		fill(src + (size_t)(i % QD) * W, W, (unsigned)i);
+		assert_int_equal(zl_chunk_write(e->s, VOL, 300 + (uint64_t)i, CS, 0, W,
+						src + (size_t)(i % QD) * W, 1, done_cb, &d[i]),
+				 0);
+	}
+	wait_all(e, d, N);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(d[i].status, 0);
+	zl_chunk_store_stats(e->s, &st);
+	print_message("journal full: %d x 1 MiB through a %" PRIu64 " MiB ring: %" PRIu64
+		      " waits, %" PRIu64 " checkpoints\n",
+		      N, st.jw.ring >> 20, st.jw.waits, st.checkpoints);
+	assert_true(st.jw.waits > 0);
+	assert_true(st.checkpoints > 0);
+	assert_int_equal(st.jw.waiting, 0);
+	for (int i = 0; i < N; i++) {
+		fill(src, W, (unsigned)i);
+		assert_int_equal(do_read(e, 300 + (uint64_t)i, 0, W, back), 0);
+		assert_memory_equal(back, src, W);
+	}
+	free(back);
+	free(src);
+}
+
 int main(void)
 {
-	const struct CMUnitTest tests[] = {
+	const char *wp = getenv("ZL_CHUNK_TEST_WRITE_PATH");
+	const struct CMUnitTest shared[] = {
 	    cmocka_unit_test_setup_teardown(test_round_trips, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_missing_reads_zero, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_zeroing, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_overlap_serialized, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_group_commit, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_corruption, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_crash_write_steps, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_crash_first_write_torn, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_crash_zero_steps, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_versions, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_kill9_under_load, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_v1_convert, setup, teardown),
@@ -1527,10 +1821,32 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_delete_inflight, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_scrub_missing, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_foreach_and_args, setup, teardown),
+	};
+	/* The direct path's metadata rounds and crash states. */
+	const struct CMUnitTest direct[] = {
+	    cmocka_unit_test_setup_teardown(test_group_commit, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_crash_write_steps, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_crash_first_write_torn, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_crash_zero_steps, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_unclean_rollback, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_prev_adopt, setup, teardown),
 	};
+	const struct CMUnitTest journal[] = {
+	    cmocka_unit_test_setup_teardown(test_journal_replay, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_journal_then_direct, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_journal_delete_recreate, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_journal_group_commit, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_journal_full, setup, teardown),
+	};
+	int rc;
 
 	zl_log_init("storage_chunk_test");
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	jmode = wp && !strcmp(wp, "journal");
+	rc = cmocka_run_group_tests_name(jmode ? "shared (journal)" : "shared (direct)", shared,
+					 NULL, NULL);
+	if (jmode)
+		rc |= cmocka_run_group_tests_name("journal", journal, NULL, NULL);
+	else
+		rc |= cmocka_run_group_tests_name("direct", direct, NULL, NULL);
+	return rc;
 }
