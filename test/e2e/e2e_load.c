@@ -4,7 +4,7 @@
  *   e2e_load write --etcd URL --volume NAME --log FILE [--qd 8] [--seed N]
  *                  [--seconds S] [--stop-file F] [--bytes SIZE] [--read-pct P]
  *                  [--min-len SIZE] [--max-len SIZE] [--fill STRIDE:LEN]
- *                  [--overlap SPAN] [--final-check]
+ *                  [--overlap [OFF:]SPAN] [--final-check]
  *   e2e_load check --log FILE (--etcd URL --volume NAME | --chunk-dir DIR
  *                  --size SIZE --chunk-size SIZE) [--exact]
  *
@@ -13,8 +13,9 @@
  * rest words of zl_hash64 of the three; so any sector read back names the
  * write it came from, or is zeros (never written), or is garbage. Writes are
  * 512-byte aligned, generation +1 each, never two overlapping in flight
- * unless --overlap: then every write falls in [0, SPAN) (one chunk when
- * SPAN <= the chunk size) and may overlap writes in flight (never a read).
+ * unless --overlap: then every write falls in [OFF, OFF+SPAN) (default OFF
+ * 0; one chunk when the range is inside one) and may overlap writes in
+ * flight (never a read).
  *
  * The log (text, appended, fsynced) is the record of the run:
  *   "S gen off len"  written and fsynced BEFORE the write is submitted
@@ -89,6 +90,7 @@ struct load {
 	uint64_t *ack_sub; /* per sector: latest "S" position of an acked write covering it */
 	uint64_t pos;	   /* log records (S, A, F) so far: the next one's position */
 	uint64_t overlap;  /* 0, or --overlap SPAN */
+	uint64_t ov_off;   /* --overlap OFF */
 	uint64_t size, chunk_size, n_sectors;
 	uint8_t *touched; /* per chunk, written in this run */
 	FILE *log;
@@ -348,7 +350,7 @@ struct wcfg {
 static bool pick_range(struct load *t, const struct wcfg *c, bool is_read, uint64_t *fill_next,
 		       uint64_t *off, uint64_t *len)
 {
-	uint64_t span = t->overlap ? t->overlap : t->size;
+	uint64_t span = t->overlap ? t->overlap : t->size, base = t->overlap ? t->ov_off : 0;
 
 	if (c->fill_stride) {
 		if (*fill_next >= t->size)
@@ -365,7 +367,7 @@ static bool pick_range(struct load *t, const struct wcfg *c, bool is_read, uint6
 		l = ZL_ALIGN_UP(l, SECTOR);
 		if (rnd(t) % 2)
 			l = ZL_ALIGN_UP(l, 4096);
-		o = ZL_ALIGN_DOWN(rnd(t) % (span - l + 1), SECTOR);
+		o = base + ZL_ALIGN_DOWN(rnd(t) % (span - l + 1), SECTOR);
 		/* --overlap: a write may overlap writes in flight, never a read. */
 		if (!overlaps(t, o, l, t->overlap && !is_read)) {
 			*off = o;
@@ -584,7 +586,7 @@ static void usage(void)
 		"usage: e2e_load write --etcd URL --volume NAME --log FILE [--qd N] [--seed N]\n"
 		"                [--seconds S] [--stop-file F] [--bytes SIZE] [--read-pct P]\n"
 		"                [--min-len SIZE] [--max-len SIZE] [--fill STRIDE:LEN] "
-		"[--overlap SPAN]\n"
+		"[--overlap [OFF:]SPAN]\n"
 		"                [--final-check]\n"
 		"       e2e_load check --log FILE (--etcd URL --volume NAME | --chunk-dir DIR\n"
 		"                --size SIZE --chunk-size SIZE) [--exact]\n");
@@ -695,9 +697,16 @@ int main(int argc, char **argv)
 		case 'X':
 			exact = true;
 			break;
-		case 'O':
-			t.overlap = size_arg(optarg);
+		case 'O': {
+			char *colon = strchr(optarg, ':');
+
+			if (colon) {
+				*colon = 0;
+				t.ov_off = size_arg(optarg);
+			}
+			t.overlap = size_arg(colon ? colon + 1 : optarg);
 			break;
+		}
 		default:
 			usage();
 		}
@@ -732,9 +741,10 @@ int main(int argc, char **argv)
 	}
 	if (t.size % SECTOR || wc.max_len > t.size)
 		die("volume size must be a multiple of 512 and larger than --max-len");
-	if (t.overlap && (t.overlap % SECTOR || t.overlap > t.size || wc.max_len > t.overlap ||
+	if (t.overlap && (t.overlap % SECTOR || t.ov_off % SECTOR || t.ov_off > t.size ||
+			  t.overlap > t.size - t.ov_off || wc.max_len > t.overlap ||
 			  wc.fill_stride))
-		die("--overlap SPAN: a multiple of 512 within the volume, at least --max-len, "
+		die("--overlap OFF:SPAN: multiples of 512 within the volume, SPAN at least --max-len, "
 		    "without --fill");
 	state_alloc(&t);
 	log_replay(&t, log_path);
