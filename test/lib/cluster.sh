@@ -195,7 +195,7 @@ cl_start_storage() {
 	# shellcheck disable=SC2046 # the flags are words
 	"$CL_BIN/zipline-storage" --data-dir "$d/data" --listen "${CL_LISTEN_HOST:-127.0.0.1}:$port" \
 		--node-id "node-$i" --label "zone=z$i" --etcd "$CL_ETCD" --auth "${CL_AUTH:-on}" \
-		$(cl_tls_flags) ${CL_STORAGE_FLAGS:-} "$@" \
+		$(cl_tls_flags) ${ZL_TEST_WRITE_PATH:+--write-path $ZL_TEST_WRITE_PATH} ${CL_STORAGE_FLAGS:-} "$@" \
 		>>"$d/log" 2>&1 &
 	echo $! >"$d/pid"
 }
@@ -369,6 +369,14 @@ cl_etcd_get() { /usr/bin/python3 "$CL_LIB/heal_tool.py" etcd "$CL_ETCD" get "$1"
 # sync on stderr.
 cl_wait_in_sync() {
 	/usr/bin/python3 "$CL_LIB/heal_tool.py" etcd "$CL_ETCD" wait "$@"
+}
+
+# cl_wait_journal_clean SECONDS: until every storage daemon on the journal
+# write path reports (status record) that its chunk files hold everything its
+# journal does: what an oracle that reads chunk files from disk needs first.
+# Prints the milliseconds waited; 1 on timeout.
+cl_wait_journal_clean() {
+	/usr/bin/python3 "$CL_LIB/heal_tool.py" etcd "$CL_ETCD" journal-clean "$1"
 }
 
 # cl_chunk_block_off FILE BLOCK [BYTE]: file offset of byte BYTE of data block
