@@ -78,6 +78,7 @@ struct zl_storage_peering;
 struct zl_storage_scrub;
 struct storage_req;
 struct zl_storage_auth;
+struct zl_storage_ord;
 
 struct zl_storage {
 	struct zl_storage_cfg cfg;
@@ -103,6 +104,7 @@ struct zl_storage {
 	struct zl_storage_fwd *fwd; /* connections to other storage nodes (storage_fwd.c) */
 	struct zl_storage_tombs *tombs;
 	struct zl_slab reqs; /* request contexts (storage_server.c) */
+	struct zl_storage_ord *ord; /* REPL_WRITE order queues (storage_server.c) */
 	uint32_t inflight; /* requests not yet answered */
 	uint32_t n_conns;  /* connections served now (storage_server.c) */
 	/* Their log lines: accepted ones per transport (TCP, RDMA), refused. */

@@ -1495,8 +1495,9 @@ static void op_journal_done(struct zl_jw_item *it, int err)
 	struct chunk *c = op->ch;
 
 	if (err) {
-		op->err = store_map_err(op->s, op, err);
-		op_finish(op);
+		/* Later: a journal found broken answers inside zl_jw_append,
+		 * which may run inside the call that submitted op. */
+		op_fail_later(op, store_map_err(op->s, op, err));
 		return;
 	}
 	op->jseq = it->seq;
@@ -1553,8 +1554,7 @@ static void op_journal(struct chunk_op *op)
 		if (nb > OP_JCRC_SMALL) {
 			op->jcrc = s->buf_alloc(s->buf_arg, ZL_ALIGN_UP(nb * sizeof(uint32_t), BLK));
 			if (!op->jcrc) {
-				op->err = -ZL_ERR_BUSY;
-				op_finish(op);
+				op_fail_later(op, -ZL_ERR_BUSY);
 				return;
 			}
 			op->jcrc_own = true;

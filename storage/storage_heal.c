@@ -343,21 +343,21 @@ int zl_storage_heal_version_next(struct zl_storage *st, const struct zl_volume *
 	return 0;
 }
 
-uint64_t zl_storage_heal_fwd_version(struct zl_storage *st, const struct zl_volume *v,
-				     uint32_t slice, const char *node, enum zl_member_state ms,
-				     uint64_t chunk, uint64_t ver)
+bool zl_storage_heal_fwd_versioned(struct zl_storage *st, const struct zl_volume *v,
+				   uint32_t slice, const char *node, enum zl_member_state ms,
+				   uint64_t chunk)
 {
 	struct heal_member *m = member_find(st->heal, v->num, slice, node);
 
 	if (ms == ZL_MEMBER_IN_SYNC)
-		return m && m->suspect ? 0 : ver;
+		return !(m && m->suspect);
 	if (!m)
 		m = member_get(st->heal, v, slice, node);
 	if (!m || chunk / v->n_slices >= m->n_local)
-		return 0;
+		return false;
 	if (m->copying && m->cur_chunk == chunk)
 		m->cur_dirty = true; /* the copy may miss it: copied again */
-	return bit_get(m->clean, chunk / v->n_slices) ? ver : 0;
+	return bit_get(m->clean, chunk / v->n_slices);
 }
 
 int zl_storage_heal_plan(struct zl_storage *st, const struct zl_volume *v, uint32_t slice,

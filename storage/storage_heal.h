@@ -57,12 +57,12 @@ void zl_storage_heal_destroy(struct zl_storage *st);
  * when the sequence of the term is exhausted. */
 int zl_storage_heal_version_next(struct zl_storage *st, const struct zl_volume *v,
 				 uint32_t slice, uint64_t *ver);
-/* The version to forward with a write of `ver` to member `node` (state
- * `ms` in the row) for `chunk`: ver when the member's copy of the chunk is
- * known complete, else 0. */
-uint64_t zl_storage_heal_fwd_version(struct zl_storage *st, const struct zl_volume *v,
-				     uint32_t slice, const char *node, enum zl_member_state ms,
-				     uint64_t chunk, uint64_t ver);
+/* Whether a write of `chunk` is forwarded to member `node` (state `ms` in
+ * the row) with its data version: true when the member's copy of the chunk
+ * is known complete, else false (forwarded with version 0). */
+bool zl_storage_heal_fwd_versioned(struct zl_storage *st, const struct zl_volume *v,
+				   uint32_t slice, const char *node, enum zl_member_state ms,
+				   uint64_t chunk);
 /* Counts the client writes of `chunk` (a slice of v this node is primary
  * of) from srv_plan (`start`) until their local write and every forward
  * ended (!start): recovery copies a chunk only while none is counted.
