@@ -16,12 +16,16 @@
 # local / 3), CPU time (user + system, /proc/PID/stat) per I/O of the client
 # (nbdkit, the NBD export process, `zl bench` from its rusage, the attach
 # process) and of the storage (the three daemons together), and the
-# daemons' disk writes per client write per replica (/proc/PID/io). Then
+# daemons' disk writes per client write per replica (/proc/PID/io, and the
+# durable writes from the daemons' own counters: RWF_DSYNC writes, fdatasyncs,
+# journal records). The Zipline targets run once per storage write path
+# (WRITE_PATHS, default "direct journal": zipline-storage --write-path). Then
 # callgrind instructions per 4 KiB read and write of storage and client
 # (bench/auth_instr.sh, one short run each). Prints markdown tables.
 #   bench/compare.sh [BUILD_DIR]
 #   env: RUNTIME=5 (s per job), WSET=512M, INSTR_SECONDS=4 (callgrind job),
-#        INSTR=0 skips callgrind, CSI=0 skips the CSI path
+#        INSTR=0 skips callgrind, CSI=0 skips the CSI path (run on the last
+#        write path), WRITE_PATHS="direct journal"
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(cd "${1:-$SRC/build}" && pwd)
@@ -68,19 +72,27 @@ JOBS=(
 # none), the replica count (REPL).
 CLI_PID='' SRV_PIDS='' REPL=0
 
-# record LABEL JOB IOPS MIBS MEAN P99 IOS CLI_TICKS|- SRV_TICKS|- SYSCW|- WBYTES|-
+# record LABEL JOB IOPS MIBS MEAN P99 IOS CLI_TICKS|- SRV_TICKS|- SYSCW|- WBYTES|- DURABLE|-
 record() {
 	/usr/bin/python3 - "$TICK" "$REPL" "$@" >>"$RES" <<'PY'
 import sys
-tck, repl, label, job, iops, mibs, mean, p99, ios, cli, srv, syscw, wb = sys.argv[1:]
+tck, repl, label, job, iops, mibs, mean, p99, ios, cli, srv, syscw, wb, dur = sys.argv[1:]
 tck, repl, ios = int(tck), int(repl), int(ios)
 if ios <= 0:
     sys.exit("bench: %s, %s: no I/O done" % (label, job))
 us = lambda t: "-" if t == "-" else "%.1f" % (int(t) / tck / ios * 1e6)
 per = lambda v, f: "-" if v == "-" or "write" not in job or not repl else f % (int(v) / ios / repl)
 print("\t".join([label, job, iops, mibs, mean, p99, str(repl), us(cli), us(srv),
-                 per(syscw, "%.2f"), per(wb, "%.0f")]))
+                 per(syscw, "%.2f"), per(wb, "%.0f"), per(dur, "%.3f")]))
 PY
+}
+
+# durable JOB: the daemons' durable disk writes so far (their status records'
+# durable_ios, summed once the records stopped changing), for write jobs on a
+# Zipline target; "-" otherwise.
+durable() {
+	if [ -z "$SRV_PIDS" ] || [[ $1 != *write* ]]; then echo -; return; fi
+	/usr/bin/python3 "$SRC/test/lib/heal_tool.py" etcd "$CL_ETCD" stable-sum 30 durable_ios
 }
 
 # sample: "CLI_TICKS SRV_TICKS SYSCW WBYTES" of the current target ("-" for none).
@@ -117,11 +129,13 @@ fio_run() {
 	for j in "${JOBS[@]}"; do
 		local name=${j%%|*} args=${j#*|} s0 s1 r
 		say "$label: $name"
+		d0=$(durable "$name")
 		s0=$(sample)
 		# shellcheck disable=SC2086
 		fio --name=job "$@" $args --size="$WSET" --time_based --runtime="$RUNTIME" \
 			--output-format=json --output="$CL_DIR/out.json"
 		s1=$(sample)
+		d1=$(durable "$name")
 		r=$(/usr/bin/python3 - "$CL_DIR/out.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))["jobs"][0]
@@ -134,9 +148,12 @@ PY
 )
 		# shellcheck disable=SC2046
 		# shellcheck disable=SC2086
-		record "$label" "$name" $r $(delta "$s0" "$s1")
+		record "$label" "$name" $r $(delta "$s0" "$s1") $(ddelta "$d0" "$d1")
 	done
 }
+
+# ddelta D0 D1: D1 - D0, or "-".
+ddelta() { if [ "$1" = - ]; then echo -; else echo $(($2 - $1)); fi; }
 
 # zl_run LABEL VOLUME: the same jobs with `zl bench` (client CPU: its rusage).
 zl_run() {
@@ -147,10 +164,12 @@ zl_run() {
 		bs=$(sed -n 's/.*--bs=\([0-9a-zA-Z]*\).*/\1/p' <<<"$args")
 		qd=$(sed -n 's/.*--iodepth=\([0-9]*\).*/\1/p' <<<"$args")
 		say "$label: $name"
+		d0=$(durable "$name")
 		s0=$(sample)
 		out=$(bench_zl_bench_cpu "$ZL" bench "$vol" --rw "$rw" --bs "$bs" --qd "$qd" \
 			--seconds "$RUNTIME" --size "$WSET" --json)
 		s1=$(sample)
+		d1=$(durable "$name")
 		r=$(/usr/bin/python3 - "$out" "$TICK" <<'PY'
 import json, sys
 lines = sys.argv[1].strip().split("\n")
@@ -165,7 +184,7 @@ PY
 		read -r -a s0 <<<"$s0"
 		read -r -a s1 <<<"$s1"
 		record "$label" "$name" "${r[@]:0:5}" "${r[5]}" $((s1[1] - s0[1])) \
-			$((s1[2] - s0[2])) $((s1[3] - s0[3]))
+			$((s1[2] - s0[2])) $((s1[3] - s0[3])) "$(ddelta "$d0" "$d1")"
 	done
 }
 
@@ -184,24 +203,32 @@ CLI_PID=$NBDKIT_PID
 fio_run "nbdkit memory (NBD only)" --ioengine=nbd --uri="nbd+unix:///?socket=$CL_DIR/nbdkit.sock"
 kill "$NBDKIT_PID"; wait "$NBDKIT_PID" 2>/dev/null || true; NBDKIT_PID='' CLI_PID=''
 
-# 3. Zipline cluster.
-cl_start_etcd
-export ZIPLINE_ETCD=$CL_ETCD CL_ETCD
-for i in 1 2 3; do cl_start_storage "$i"; done
-cl_wait_nodes 3
-SRV_PIDS="$(cl_pid storage-1) $(cl_pid storage-2) $(cl_pid storage-3)"
-for r in 1 3; do
-	REPL=$r
-	"$ZL" volume create "bench$r" --size 1G --replicas "$r" >/dev/null
-	mkdir -p "$CL_DIR/serve-$r"
-	"$ZL" volume serve "bench$r" --nbd "unix:$CL_DIR/zl$r.sock" >>"$CL_DIR/serve-$r/log" 2>&1 &
-	echo $! >"$CL_DIR/serve-$r/pid"
-	CLI_PID=$(cl_pid "serve-$r")
-	for _ in $(seq 1 100); do nbdinfo --size "nbd+unix:///?socket=$CL_DIR/zl$r.sock" >/dev/null 2>&1 && break; sleep 0.1; done
-	fio_run "zipline ${r}x via NBD" --ioengine=nbd --uri="nbd+unix:///?socket=$CL_DIR/zl$r.sock"
-	cl_stop "serve-$r"
-	CLI_PID=
-	zl_run "zipline ${r}x zl bench" "bench$r"
+# 3. Zipline cluster, once per write path (a fresh cluster each).
+read -r -a PATHS <<<"${WRITE_PATHS:-direct journal}"
+for wp in "${PATHS[@]}"; do
+	export CL_STORAGE_FLAGS="--write-path $wp"
+	cl_start_etcd
+	export ZIPLINE_ETCD=$CL_ETCD CL_ETCD
+	for i in 1 2 3; do cl_start_storage "$i"; done
+	cl_wait_nodes 3
+	SRV_PIDS="$(cl_pid storage-1) $(cl_pid storage-2) $(cl_pid storage-3)"
+	for r in 1 3; do
+		REPL=$r
+		"$ZL" volume create "bench$r" --size 1G --replicas "$r" >/dev/null
+		mkdir -p "$CL_DIR/serve-$r"
+		"$ZL" volume serve "bench$r" --nbd "unix:$CL_DIR/zl$r.sock" >>"$CL_DIR/serve-$r/log" 2>&1 &
+		echo $! >"$CL_DIR/serve-$r/pid"
+		CLI_PID=$(cl_pid "serve-$r")
+		for _ in $(seq 1 100); do nbdinfo --size "nbd+unix:///?socket=$CL_DIR/zl$r.sock" >/dev/null 2>&1 && break; sleep 0.1; done
+		fio_run "zipline ${r}x via NBD ($wp)" --ioengine=nbd --uri="nbd+unix:///?socket=$CL_DIR/zl$r.sock"
+		cl_stop "serve-$r"
+		CLI_PID=
+		zl_run "zipline ${r}x zl bench ($wp)" "bench$r"
+	done
+	[ "$wp" = "${PATHS[-1]}" ] && break # the CSI path below uses the last one's cluster
+	cl_stop_all
+	SRV_PIDS=
+	rm -rf "$CL_DIR"/storage-* "$CL_DIR"/etcd*
 done
 
 # 4. The CSI-mounted path (block mode), 3 replicas.
@@ -211,7 +238,7 @@ if [ "${CSI:-1}" != 0 ]; then
 	read -r CSI_VOL CSI_TARGET CSI_PID < <("${CSI_PY[@]}" up "$CL_DIR/csi" bench-csi 1073741824 3 "$CSI_NODE")
 	[ -b "$CSI_TARGET" ] || { say "$CSI_TARGET is not a block device"; exit 1; }
 	CLI_PID=$CSI_PID
-	fio_run "zipline 3x via CSI (loop on FUSE)" --ioengine=libaio --direct=1 --filename="$CSI_TARGET"
+	fio_run "zipline 3x via CSI (loop on FUSE, $wp)" --ioengine=libaio --direct=1 --filename="$CSI_TARGET"
 	"${CSI_PY[@]}" down "$CL_DIR/csi" "$CSI_VOL" "$CSI_NODE"
 	CSI_VOL='' CLI_PID=''
 fi
@@ -256,13 +283,16 @@ I/O (client: nbdkit, the NBD export, zl bench, or the attach process; storage:
 the 3 daemons together; fio's own CPU is not counted). Disk: the daemons'
 /proc/PID/io per client write per replica: syscw (write system calls;
 io_uring writes are not system calls and do not count) and write_bytes
-(bytes sent to the block layer, data and metadata).""")
+(bytes sent to the block layer, data and metadata). Durable: the disk writes
+a disk must flush for (RWF_DSYNC writes, fdatasyncs, journal records and
+superblocks; the daemons' own counters, durable_ios in their status records)
+per client write per replica, checkpoints after the job included.""")
 for j in jobs:
     ref = get.get((LS if "write" in j else LD, j))
     nk = get.get((NK, j))
     print("\n### %s\n" % j)
-    print("| target | IOPS | MiB/s | mean us | p99 us | ratio | min(l,n) | +mean / +p99 us | client CPU us/IO | storage CPU us/IO | disk syscw / write_bytes per write per replica |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| target | IOPS | MiB/s | mean us | p99 us | ratio | min(l,n) | +mean / +p99 us | client CPU us/IO | storage CPU us/IO | disk syscw / write_bytes per write per replica | durable writes per write per replica |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for t in targets:
         r = get.get((t, j))
         if not r:
@@ -277,8 +307,8 @@ for j in jobs:
         if ref and nk and min(float(ref[2]), float(nk[2])) > 0:
             mn = "%.2f" % (float(r[2]) / min(float(ref[2]), float(nk[2])))
         disk = "-" if r[9] == "-" else "%s / %s B" % (r[9], r[10])
-        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            t, r[2], r[3], r[4], r[5], ratio, mn, dl, r[7], r[8], disk))
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            t, r[2], r[3], r[4], r[5], ratio, mn, dl, r[7], r[8], disk, r[11]))
 ins = [l.split() for l in open(sys.argv[2]) if l.strip()]
 if ins:
     print("""

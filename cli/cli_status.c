@@ -46,6 +46,33 @@ static void cli_node_row(const struct zl_node_info *n, const char *ping, const c
 	       up, ping, via);
 }
 
+/* One line per storage daemon on the journal write path: its use and how
+ * many chunks the next checkpoint syncs, from the status records. */
+static void cli_journal_print(const struct zl_node_status *st, size_t n)
+{
+	bool head = false;
+
+	for (size_t i = 0; i < n; i++) {
+		char sz[32], used[32];
+
+		if (!st[i].journal_size)
+			continue;
+		if (!head)
+			printf("journals  (write path journal)\n  %-16s %12s %12s %8s %12s %8s "
+			       "%s\n",
+			       "NODE", "SIZE", "USED", "DIRTY", "CHECKPOINTS", "WAITS",
+			       "DURABLE I/O PER WRITE");
+		head = true;
+		zl_format_size(st[i].journal_size, sz, sizeof(sz));
+		zl_format_size(st[i].journal_used, used, sizeof(used));
+		printf("  %-16s %12s %12s %8u %12llu %8llu %.2f\n", st[i].node, sz, used,
+		       st[i].journal_dirty_chunks, (unsigned long long)st[i].journal_checkpoints,
+		       (unsigned long long)st[i].journal_waits,
+		       st[i].chunk_writes ? (double)st[i].durable_ios / (double)st[i].chunk_writes
+					  : 0.0);
+	}
+}
+
 /* The health line (cli_health.h) of nodes and vols, plus the recovery
  * progress and slices peering the daemons publish (none readable: no rate
  * shown, no slice peering). */
@@ -64,9 +91,10 @@ static void cli_health_print(struct zl_cli *cli, const struct zl_node_info *node
 	for (size_t i = 0; i < n_vols; i++)
 		zl_cli_health_add_volume(&h, &vols[i], nodes, n_nodes, st, n_st);
 	zl_cli_health_add_status(&h, st, n_st, nodes, n_nodes);
-	free(st);
 	zl_cli_health_line(&h, line, sizeof(line));
 	printf("%s\n", line);
+	cli_journal_print(st, n_st);
+	free(st);
 }
 
 int zl_cli_status(struct zl_cli *cli, int argc, char **argv)

@@ -129,6 +129,11 @@ int main(int argc, char **argv)
 	if (!rc)
 		rc = zl_storage_vols_create(st->loop, st->etcd, &st->cfg.eo, st->cfg.prefix,
 					    &st->vols);
+	if (!rc && st->cfg.heal) {
+		rc = zl_etcd_create(&st->cfg.eo, &st->wetcd);
+		if (!rc)
+			rc = zl_worker_create(st->loop, &st->worker);
+	}
 	if (!rc)
 		rc = zl_storage_fwd_create(st, &st->fwd);
 	if (!rc)
@@ -176,6 +181,10 @@ out_stop:
 	zl_storage_scrub_stop(st);
 	zl_storage_node_stop(node);
 	zl_storage_status_destroy(st); /* the heartbeat no longer reads it */
+	/* Waits for the etcd call it runs; the results of heal and gc land
+	 * while both still exist (stopped: they start nothing more). */
+	zl_worker_destroy(st->worker);
+	st->worker = NULL;
 	zl_storage_gc_stop(st);
 	zl_storage_tombs_stop(st->tombs);
 	zl_storage_fwd_destroy(st->fwd);
@@ -204,6 +213,7 @@ out_stop:
 	if (!ret)
 		ZL_LOG_INFO("storage", "stopped cleanly");
 out_etcd:
+	zl_etcd_destroy(st->wetcd);
 	zl_etcd_destroy(st->etcd);
 	close(lock_fd);
 	return ret;

@@ -18,6 +18,7 @@
 #include "lib/common/common.h"
 #include "lib/common/loop.h"
 #include "lib/common/slab.h"
+#include "lib/common/worker.h"
 #include "lib/etcd/etcd.h"
 #include "lib/meta/meta.h"
 #include "lib/transport/transport.h"
@@ -77,6 +78,7 @@ struct zl_storage_peering;
 struct zl_storage_scrub;
 struct storage_req;
 struct zl_storage_auth;
+struct zl_storage_ord;
 
 struct zl_storage {
 	struct zl_storage_cfg cfg;
@@ -91,11 +93,18 @@ struct zl_storage {
 	struct zl_xport_listener *listener;	 /* TCP */
 	struct zl_xport_listener *listener_rdma; /* NULL without RDMA */
 	struct zl_etcd *etcd; /* loop thread's handle */
+	/* The helper thread of the daemon's own etcd work (failure reports,
+	 * the report lease, old-copy look-ups; lib/common/worker.h) and its
+	 * own etcd handle, so that no loop-thread call waits behind its
+	 * calls. NULL with --heal=off. */
+	struct zl_worker *worker;
+	struct zl_etcd *wetcd;
 	struct zl_chunk_store *chunks;
 	struct zl_storage_vols *vols;
 	struct zl_storage_fwd *fwd; /* connections to other storage nodes (storage_fwd.c) */
 	struct zl_storage_tombs *tombs;
 	struct zl_slab reqs; /* request contexts (storage_server.c) */
+	struct zl_storage_ord *ord; /* REPL_WRITE order queues (storage_server.c) */
 	uint32_t inflight; /* requests not yet answered */
 	uint32_t n_conns;  /* connections served now (storage_server.c) */
 	/* Their log lines: accepted ones per transport (TCP, RDMA), refused. */

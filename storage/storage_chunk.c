@@ -67,7 +67,12 @@
 #define TAG_MASK	  3ull
 #define OP_JENT_MAX	  (2 + ZL_WIRE_MAX_CHUNK / ZL_JOURNAL_IO_MAX) /* edges + zero pieces */
 #define OP_JCRC_SMALL	  16u	  /* CRCs kept in the op: writes up to 64 KiB */
+/* Journal mode: a write of at least this many bytes goes to the chunk file
+ * in place (durably) after a record with its CRCs only; smaller ones travel
+ * in the record (docs/JOURNAL.md). */
+#define STORE_INPLACE_MIN (64u << 10)
 #define STORE_CKPT_MS	  5000u /* journal mode: a checkpoint at least this often */
+#define STORE_IDLE_CKPT_MS 200u /* ... and this long after the last operation ended */
 
 _Static_assert((ZL_WIRE_MAX_CHUNK / BLK + ZL_CHUNK_META_ENTRIES - 1) / ZL_CHUNK_META_ENTRIES <=
 		   MP_MAX_PAGES,
@@ -115,6 +120,7 @@ struct chunk_op {
 	uint32_t jcrc_small[OP_JCRC_SMALL];
 	uint32_t *jcrc; /* WRITE: b1 - b0 CRCs; ZERO: head, tail */
 	bool jcrc_own;	/* jcrc is a pool buffer */
+	bool jinplace;	/* WRITE: in place after its record (RWF_DSYNC) */
 	uint64_t jseq;	/* the record that holds it (0: none) */
 };
 
@@ -208,7 +214,7 @@ struct zl_chunk_store {
 	uint64_t ckpt_seq;
 	uint32_t ckpt_pending;
 	int ckpt_err;
-	struct zl_timer ckpt_t;
+	struct zl_timer ckpt_t, idle_t;
 	struct zl_defer ckpt_d;
 	uint8_t *replay_buf; /* start-up only */
 };
@@ -216,6 +222,7 @@ struct zl_chunk_store {
 static void op_start(struct chunk_op *op);
 static void op_finish(struct chunk_op *op);
 static void store_ckpt_want(struct zl_chunk_store *s);
+static void store_ckpt_timer_cb(void *arg);
 static void op_write_data(struct chunk_op *op);
 static void op_zero_data(struct chunk_op *op);
 
@@ -355,9 +362,11 @@ static int op_prep_rw(struct chunk_op *op, bool write, void *buf, uint32_t len, 
 	if (write) {
 		/* Journal mode: the record made it durable; the checkpoint syncs
 		 * the file. */
+		bool dsync = !op->s->jmode || op->jinplace;
+
 		io_uring_prep_write(sqe, op->ch->fd, buf, len, file_off);
-		sqe->rw_flags = op->s->jmode ? 0 : RWF_DSYNC;
-		op->s->st.durable_ios += !op->s->jmode;
+		sqe->rw_flags = dsync ? RWF_DSYNC : 0;
+		op->s->st.durable_ios += dsync;
 	} else {
 		io_uring_prep_read(sqe, op->ch->fd, buf, len, file_off);
 	}
@@ -707,6 +716,14 @@ static int chunk_create_file(struct zl_chunk_store *s, struct chunk *c, const ch
 	}
 	chunk_hdr_encode(hdr, c->vol, c->idx, c->chunk_size, c->birth_seq, c->birth_nonce);
 	if (ftruncate(fd, (off_t)(c->data_off + c->chunk_size)) < 0) {
+		rc = -errno;
+		goto out_free;
+	}
+	/* Preallocated: a chunk's writes never find the disk full half way, and
+	 * its blocks lie together. A file system without fallocate keeps the
+	 * file sparse. */
+	if (fallocate(fd, 0, (off_t)c->data_off, (off_t)c->chunk_size) < 0 &&
+	    errno != EOPNOTSUPP) {
 		rc = -errno;
 		goto out_free;
 	}
@@ -1367,15 +1384,20 @@ static void op_finish(struct chunk_op *op)
 	/* Its data is durable now: a round claims its version (page 0 is as
 	 * good as any, the highest page version counts). Journal mode: the
 	 * next checkpoint's round does. */
-	if (c && !c->deleted && !s->jmode && chunk_durable_ver(c) > c->disk_ver) {
+	if (c && !c->deleted && chunk_durable_ver(c) > c->disk_ver) {
 		c->dirty_mask |= 1;
-		chunk_meta_kick(s, c);
+		if (!s->jmode)
+			chunk_meta_kick(s, c);
 	}
 	if (op->jseq) {
 		zl_jw_applied(s->jw, op->jseq);
 		if (s->ckpt_wanted)
 			store_ckpt_want(s);
 	}
+	/* Idle: the metadata reaches the chunk files soon (replay stays short
+	 * and the files on disk say what memory says). */
+	if (s->jmode && s->ops.in_use == 1 && s->n_jdirty)
+		zl_timer_start(s->loop, &s->idle_t, STORE_IDLE_CKPT_MS, 0, store_ckpt_timer_cb, s);
 	if (op->jcrc_own)
 		s->buf_free(s->buf_arg, op->jcrc);
 	if (op->own_buf)
@@ -1473,8 +1495,9 @@ static void op_journal_done(struct zl_jw_item *it, int err)
 	struct chunk *c = op->ch;
 
 	if (err) {
-		op->err = store_map_err(op->s, op, err);
-		op_finish(op);
+		/* Later: a journal found broken answers inside zl_jw_append,
+		 * which may run inside the call that submitted op. */
+		op_fail_later(op, store_map_err(op->s, op, err));
 		return;
 	}
 	op->jseq = it->seq;
@@ -1513,9 +1536,10 @@ static void op_jent(struct chunk_op *op, uint32_t *n, uint32_t flags, uint32_t b
 }
 
 /* Journal mode's commit: whole blocks go into the record (INLINE: the
- * merged blocks of a write, the rewritten edge blocks of a zeroing; ZERO:
- * its whole blocks), the CRCs are kept in the op until the record is
- * durable. */
+ * merged blocks of a write below STORE_INPLACE_MIN, the rewritten edge
+ * blocks of a zeroing; ZERO: its whole blocks; INPLACE: only the CRCs of a
+ * larger write, whose data then goes to the chunk file with RWF_DSYNC), the
+ * CRCs are kept in the op until the record is durable. */
 static void op_journal(struct chunk_op *op)
 {
 	struct zl_chunk_store *s = op->s;
@@ -1530,15 +1554,16 @@ static void op_journal(struct chunk_op *op)
 		if (nb > OP_JCRC_SMALL) {
 			op->jcrc = s->buf_alloc(s->buf_arg, ZL_ALIGN_UP(nb * sizeof(uint32_t), BLK));
 			if (!op->jcrc) {
-				op->err = -ZL_ERR_BUSY;
-				op_finish(op);
+				op_fail_later(op, -ZL_ERR_BUSY);
 				return;
 			}
 			op->jcrc_own = true;
 		}
 		for (uint32_t i = 0; i < nb; i++)
 			op->jcrc[i] = zl_crc32c(op->buf + (size_t)i * BLK, BLK);
-		op_jent(op, &n, ZL_JOURNAL_ENT_INLINE, op->b0, nb, op->jcrc, op->buf);
+		op->jinplace = nb * BLK >= STORE_INPLACE_MIN;
+		op_jent(op, &n, op->jinplace ? ZL_JOURNAL_ENT_INPLACE : ZL_JOURNAL_ENT_INLINE, op->b0,
+			nb, op->jcrc, op->jinplace ? NULL : op->buf);
 	} else {
 		uint32_t e0 = op->off, e1 = op->off + op->len, per = ZL_JOURNAL_IO_MAX / BLK;
 		struct zero_geo g;
@@ -2528,6 +2553,8 @@ static void store_ckpt_end(struct zl_chunk_store *s, int err)
 	s->st.checkpoints++;
 	if (s->ckpt_wanted)
 		store_ckpt_want(s);
+	else if (!s->ops.in_use && s->n_jdirty)
+		zl_timer_start(s->loop, &s->idle_t, STORE_IDLE_CKPT_MS, 0, store_ckpt_timer_cb, s);
 }
 
 static void store_ckpt_committed(void *arg, int err)
@@ -2623,82 +2650,201 @@ static void store_ckpt_start(struct zl_chunk_store *s)
 	store_ckpt_put(s); /* this function's */
 }
 
-/* Replay of one entry (start-up, blocking): the chunk file gets the entry's
- * blocks (INLINE: written; ZERO: punched; INPLACE: kept where the file
- * holds them), the tables their CRCs, the chunk its version. A chunk whose
- * file is gone, or was created after the record, is skipped. */
-static int store_replay_entry(struct zl_chunk_store *s, uint64_t seq,
-			      const struct zl_journal_entry *e)
-{
-	char path[PATH_MAX], vid[ZL_VOL_ID_LEN + 1];
-	uint32_t cs, b0 = e->offset / BLK, nb = zl_journal_entry_blocks(e->offset, e->length);
-	struct chunk *c;
-	int rc;
+/* ---- replay (start-up, blocking) ----
+ * The scan collects every entry after the checkpoint (where its CRCs and
+ * inline data sit in the journal file); then, chunk by chunk, every block
+ * gets the newest entry that really holds it: an INLINE entry's data (written
+ * into the chunk file), a ZERO entry (punched), or an INPLACE entry whose
+ * data the chunk file holds (its write was acknowledged after landing). An
+ * INPLACE entry whose block does not hold its data was not acknowledged: the
+ * entry before it decides the block. So an older INLINE entry never
+ * overwrites a newer INPLACE block. */
 
-	if (store_path(s, e->vol, e->chunk, path, sizeof(path)))
-		return 0;
-	cs = chunk_file_size(path);
-	if (!cs)
-		return 0; /* removed since (or unreadable: its reads say so) */
-	rc = chunk_get(s, e->vol, e->chunk, cs, false, &c);
-	if (rc)
-		return 0;
-	zl_vol_id_format(e->vol, vid);
-	if (c->birth_nonce == (uint32_t)zl_jw_nonce(s->jw) && seq < c->birth_seq)
-		goto out;
-	if (e->offset % BLK || e->length % BLK || (uint64_t)e->offset + e->length > cs) {
-		ZL_LOG_ERR("storage",
-			   "journal replay: vol=%s chunk=%" PRIu64 " entry offset=%u length=%u "
-			   "does not fit the chunk (%u bytes) in whole blocks: skipped",
-			   vid, e->chunk, e->offset, e->length, cs);
-		goto out;
-	}
-	if (e->flags & ZL_JOURNAL_ENT_INLINE) {
-		memcpy(s->replay_buf, e->data, e->length);
-		rc = zl_pwrite_all(c->fd, s->replay_buf, e->length, c->data_off + e->offset);
-	} else if (e->flags & ZL_JOURNAL_ENT_ZERO) {
-		rc = fallocate(c->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-			       (off_t)(c->data_off + e->offset), (off_t)e->length) < 0
-			 ? -errno
-			 : 0;
-	} else {
-		/* INPLACE: only the blocks the file really holds. */
-		for (uint32_t i = 0; i < nb && !rc; i++) {
-			if (pread(c->fd, s->replay_buf, BLK,
-				  (off_t)(c->data_off + (uint64_t)(b0 + i) * BLK)) != (ssize_t)BLK)
-				rc = -EIO;
-			else if (zl_crc32c(s->replay_buf, BLK) == zl_journal_entry_crc(e, i))
-				chunk_set_crc(c, b0 + i, zl_journal_entry_crc(e, i), e->version);
+struct rentry {
+	uint64_t vol, chunk, seq, version;
+	uint64_t crc_off, data_off; /* journal file offsets of its CRCs, inline data */
+	uint32_t off, len, flags, order;
+	bool torn; /* INPLACE: a block it decided not to hold its data */
+};
+
+struct replay {
+	struct zl_chunk_store *s;
+	struct rentry *v;
+	size_t n, cap;
+};
+
+static int replay_collect(void *arg, const struct zl_journal_rec *rec)
+{
+	struct replay *r = arg;
+	struct zl_journal_entry e;
+	size_t cur = 0;
+
+	while (zl_journal_rec_next(rec, &cur, &e)) {
+		struct rentry *x;
+
+		if (r->n == r->cap) {
+			size_t cap = r->cap ? 2 * r->cap : 1024;
+			struct rentry *v = realloc(r->v, cap * sizeof(*v));
+
+			if (!v)
+				return -ENOMEM;
+			r->v = v;
+			r->cap = cap;
 		}
+		x = &r->v[r->n];
+		*x = (struct rentry){.vol = e.vol,
+				     .chunk = e.chunk,
+				     .seq = rec->seq,
+				     .version = e.version,
+				     .crc_off = rec->off + (uint64_t)(e.crc_le - rec->buf),
+				     .data_off = e.data ? rec->off + (uint64_t)((const uint8_t *)e.data -
+										rec->buf)
+							: 0,
+				     .off = e.offset,
+				     .len = e.length,
+				     .flags = e.flags,
+				     .order = (uint32_t)r->n};
+		r->n++;
 	}
-	if (rc) {
-		ZL_LOG_ERR("storage",
-			   "journal replay: vol=%s chunk=%" PRIu64 " cannot be written: %s", vid,
-			   e->chunk, zl_strerror(rc));
-		chunk_put(s, c);
-		return rc;
-	}
-	if (!(e->flags & ZL_JOURNAL_ENT_INPLACE))
-		for (uint32_t i = 0; i < nb; i++)
-			chunk_set_crc(c, b0 + i,
-				      e->flags & ZL_JOURNAL_ENT_ZERO ? 0 : zl_journal_entry_crc(e, i),
-				      e->version);
-	c->version = ZL_MAX(c->version, e->version);
-	chunk_jdirty(s, c, seq);
-out:
-	chunk_put(s, c);
 	return 0;
 }
 
-static int store_replay_apply(void *arg, const struct zl_journal_rec *rec)
+static int rentry_cmp(const void *a, const void *b)
 {
-	struct zl_chunk_store *s = arg;
-	struct zl_journal_entry e;
-	size_t cur = 0;
+	const struct rentry *x = a, *y = b;
+
+	if (x->vol != y->vol)
+		return x->vol < y->vol ? -1 : 1;
+	if (x->chunk != y->chunk)
+		return x->chunk < y->chunk ? -1 : 1;
+	return x->order < y->order ? -1 : x->order > y->order;
+}
+
+/* Applies entry x's undecided blocks to chunk c (see above). A torn
+ * INPLACE entry (a block without its data: never acknowledged) caps the
+ * chunk's version below its own in *cap, as chunk_durable_ver does at run
+ * time: equal versions must mean equal data for recovery. */
+static int replay_entry(struct zl_chunk_store *s, struct chunk *c, struct rentry *x,
+			uint8_t *decided, uint32_t *crcs, uint64_t *cap)
+{
+	uint32_t b0 = x->off / BLK, nb = x->len / BLK;
+	int rc = zl_jw_read(s->jw, crcs, (size_t)nb * 4, x->crc_off);
+
+	for (uint32_t i = 0; !rc && i < nb;) {
+		uint32_t j = i;
+
+		if (decided[b0 + i]) {
+			i++;
+			continue;
+		}
+		if (x->flags & ZL_JOURNAL_ENT_INPLACE) {
+			uint32_t want = zl_get_le32((const uint8_t *)&crcs[i]);
+
+			if (pread(c->fd, s->replay_buf, BLK,
+				  (off_t)(c->data_off + (uint64_t)(b0 + i) * BLK)) != (ssize_t)BLK) {
+				rc = -EIO;
+			} else if (zl_crc32c(s->replay_buf, BLK) == want) {
+				chunk_set_crc(c, b0 + i, want, x->version);
+				decided[b0 + i] = 1;
+			} else {
+				x->torn = true;
+			}
+			i++;
+			continue;
+		}
+		while (j < nb && !decided[b0 + j])
+			j++;
+		if (x->flags & ZL_JOURNAL_ENT_INLINE) {
+			rc = zl_jw_read(s->jw, s->replay_buf, (size_t)(j - i) * BLK,
+					x->data_off + (uint64_t)i * BLK);
+			if (!rc)
+				rc = zl_pwrite_all(c->fd, s->replay_buf, (size_t)(j - i) * BLK,
+						   c->data_off + (uint64_t)(b0 + i) * BLK);
+		} else if (fallocate(c->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				     (off_t)(c->data_off + (uint64_t)(b0 + i) * BLK),
+				     (off_t)(j - i) * BLK) < 0) {
+			rc = -errno;
+		}
+		for (uint32_t k = i; !rc && k < j; k++) {
+			chunk_set_crc(c, b0 + k,
+				      x->flags & ZL_JOURNAL_ENT_ZERO
+					  ? 0
+					  : zl_get_le32((const uint8_t *)&crcs[k]),
+				      x->version);
+			decided[b0 + k] = 1;
+		}
+		i = j;
+	}
+	if (!rc && !x->torn)
+		c->version = ZL_MAX(c->version, x->version);
+	else if (!rc && x->version)
+		*cap = ZL_MIN(*cap, x->version - 1);
+	return rc;
+}
+
+/* The entries v[0..n) of one chunk, in journal order. A chunk whose file is
+ * gone (removed since) or was created after an entry's record (birth) does
+ * not get it. */
+static int replay_chunk(struct zl_chunk_store *s, struct rentry *v, size_t n, uint32_t *crcs)
+{
+	char path[PATH_MAX], vid[ZL_VOL_ID_LEN + 1];
+	uint8_t *decided = NULL;
+	uint64_t cap = UINT64_MAX;
+	struct chunk *c;
+	uint32_t cs;
 	int rc = 0;
 
-	while (!rc && zl_journal_rec_next(rec, &cur, &e))
-		rc = store_replay_entry(s, rec->seq, &e);
+	if (store_path(s, v[0].vol, v[0].chunk, path, sizeof(path)))
+		return 0;
+	cs = chunk_file_size(path);
+	if (!cs || chunk_get(s, v[0].vol, v[0].chunk, cs, false, &c))
+		return 0; /* removed since (or unreadable: its reads say so) */
+	zl_vol_id_format(v[0].vol, vid);
+	decided = calloc(c->n_blocks, 1);
+	if (!decided) {
+		chunk_put(s, c);
+		return -ENOMEM;
+	}
+	for (size_t i = n; i-- > 0 && !rc;) {
+		struct rentry *x = &v[i];
+
+		if (c->birth_nonce == (uint32_t)zl_jw_nonce(s->jw) && x->seq < c->birth_seq)
+			continue;
+		if (x->off % BLK || x->len % BLK || (uint64_t)x->off + x->len > cs) {
+			ZL_LOG_ERR("storage",
+				   "journal replay: vol=%s chunk=%" PRIu64 " entry offset=%u length=%u "
+				   "does not fit the chunk (%u bytes) in whole blocks: skipped",
+				   vid, x->chunk, x->off, x->len, cs);
+			continue;
+		}
+		rc = replay_entry(s, c, x, decided, crcs, &cap);
+		if (!rc)
+			chunk_jdirty(s, c, x->seq);
+	}
+	c->version = ZL_MIN(c->version, cap);
+	if (rc)
+		ZL_LOG_ERR("storage", "journal replay: vol=%s chunk=%" PRIu64 " cannot be written: %s",
+			   vid, v[0].chunk, zl_strerror(rc));
+	free(decided);
+	chunk_put(s, c);
+	return rc;
+}
+
+static int store_replay(struct zl_chunk_store *s)
+{
+	struct replay r = {.s = s};
+	uint32_t *crcs = malloc(ZL_JOURNAL_IO_MAX / BLK * sizeof(uint32_t));
+	int rc = crcs ? zl_jw_replay(s->jw, replay_collect, &r) : -ENOMEM;
+
+	if (!rc && r.n)
+		qsort(r.v, r.n, sizeof(*r.v), rentry_cmp);
+	for (size_t i = 0, j; !rc && i < r.n; i = j) {
+		for (j = i + 1; j < r.n && r.v[j].vol == r.v[i].vol && r.v[j].chunk == r.v[i].chunk;)
+			j++;
+		rc = replay_chunk(s, r.v + i, j - i, crcs);
+	}
+	free(crcs);
+	free(r.v);
 	return rc;
 }
 
@@ -2721,7 +2867,7 @@ static int store_journal_open(struct zl_chunk_store *s, const struct zl_chunk_st
 	s->replay_buf = blk_alloc(ZL_JOURNAL_IO_MAX);
 	if (!s->replay_buf)
 		return -ENOMEM;
-	rc = zl_jw_replay(s->jw, store_replay_apply, s);
+	rc = store_replay(s);
 	while (!rc && s->jdirty) {
 		struct chunk *c = s->jdirty;
 
@@ -2906,8 +3052,10 @@ void zl_chunk_store_destroy(struct zl_chunk_store *s)
 				    s->st.meta_rounds - s->st.meta_rounds_done);
 		if (!s->ops.in_use)
 			store_journal_drain(s, deadline);
-		if (s->jmode)
+		if (s->jmode) {
 			zl_timer_stop(s->loop, &s->ckpt_t);
+			zl_timer_stop(s->loop, &s->idle_t);
+		}
 		zl_loop_defer_cancel(s->loop, &s->ckpt_d);
 		zl_loop_del_poller(s->loop, &s->poller);
 		zl_loop_del(s->loop, &s->efd_h);

@@ -106,9 +106,10 @@ int zl_storage_ident_resolve(struct zl_storage *st);
  * serves (nor answers versions of) a slice whose row names another
  * incarnation: that copy is gone. */
 bool zl_storage_ident_member_ok(const struct zl_storage *st, const struct zl_slice *s, int idx);
-/* 0 when etcd's cluster record is still ours, -ZL_ERR_IDENTITY when it
- * differs, or an etcd error (blocking). Guards destructive work. */
-int zl_storage_ident_cluster_ok(struct zl_storage *st);
+/* 0 when etcd's cluster record (read through e) is still ours,
+ * -ZL_ERR_IDENTITY when it differs, or an etcd error (blocking: the
+ * start-up, or the worker thread). Guards destructive work. */
+int zl_storage_ident_cluster_ok(const struct zl_storage *st, struct zl_etcd *e);
 
 /* ---- old copies of slices moved away (storage_gc.c), loop thread ---- */
 struct zl_storage_gc;

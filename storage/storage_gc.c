@@ -13,15 +13,18 @@
  * change, keeps it). Only volumes whose record exists and is "ready", and
  * only while etcd's cluster record is this data dir's cluster
  * (zl_storage_ident_cluster_ok): a wrong or unreachable etcd deletes
- * nothing. Rows are read from etcd (a linearizable read) in the same loop
- * callback that unlinks, so nothing this node serves can interleave: a row
- * that lists this node again is seen by that read, and a push that comes
- * after the unlink writes a new file. Operations accepted before the unlink
- * finish on the unlinked file; the chunk store closes it after the last one
- * (zl_chunk_delete). The reads and the directory scan are blocking and run
- * on the loop thread, like the tombstones' (storage_tomb.c); at most
- * STORAGE_GC_MAX_FILES files are removed per round. The grace clocks are
- * memory only: a restart starts them again. */
+ * nothing. The scan of the chunk directory and the etcd reads (linearizable)
+ * run on the daemon's worker thread (st->worker, lib/common/worker.h); the
+ * loop thread then judges and unlinks. A row the loop acted on meanwhile
+ * came through the volume cache, so the newer of the read record and the
+ * cached one (mod_rev) is the one judged: a row that lists this node again
+ * is seen by the read or by the cache, a write or push of the slice since
+ * restarts its clock (zl_storage_gc_note_write), and a push that comes after
+ * the unlink writes a new file. Operations accepted before the unlink finish
+ * on the unlinked file; the chunk store closes it after the last one
+ * (zl_chunk_delete). At most STORAGE_GC_MAX_FILES files are removed per
+ * round (the per-volume directory reads and unlinks run on the loop). The
+ * grace clocks are memory only: a restart starts them again. */
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -31,8 +34,15 @@
 #include <string.h>
 
 #include "storage_ctl.h"
+#include "storage_io.h"
 
 #define STORAGE_GC_MAX_FILES 4096
+
+/* One volume's record as the worker read it. */
+struct gc_look {
+	int rc;
+	struct zl_volume v;
+};
 
 /* Grace clocks of one volume's slices. */
 struct gc_vol {
@@ -48,8 +58,14 @@ struct zl_storage_gc {
 	struct zl_storage *st;
 	struct zl_timer t;
 	uint64_t grace_ms, round;
+	/* The round's scan and etcd reads on the worker: vols, looks and the
+	 * results are the worker's while job is busy, then the loop's. */
+	struct zl_work job;
+	int scan_rc, cluster_rc;
 	uint64_t *vols;
 	size_t n_vols, cap_vols;
+	struct gc_look *looks; /* [n_looks], one per vols[i] */
+	size_t n_looks, cap_looks;
 	struct gc_vol *gv;
 	uint64_t files, bytes; /* removed since start */
 	uint64_t hold_until;   /* ms: nothing removed before (a write not clocked) */
@@ -59,17 +75,7 @@ static int gc_collect(void *arg, uint64_t vol)
 {
 	struct zl_storage_gc *g = arg;
 
-	if (g->n_vols == g->cap_vols) {
-		size_t cap = g->cap_vols ? g->cap_vols * 2 : 16;
-		uint64_t *p = realloc(g->vols, cap * sizeof(*p));
-
-		if (!p)
-			return -ENOMEM;
-		g->vols = p;
-		g->cap_vols = cap;
-	}
-	g->vols[g->n_vols++] = vol;
-	return 0;
+	return zl_u64_push(&g->vols, &g->n_vols, &g->cap_vols, vol);
 }
 
 static void gv_free(struct gc_vol *gv)
@@ -221,25 +227,56 @@ static void gc_prune(struct zl_storage_gc *g, uint64_t now)
 	}
 }
 
-static void gc_tick(void *arg)
+/* Worker thread: the volumes with chunk files here, whether etcd is still
+ * our cluster, and their records. */
+static void gc_run(struct zl_work *w)
 {
-	struct zl_storage_gc *g = arg;
+	struct zl_storage_gc *g = ZL_CONTAINER_OF(w, struct zl_storage_gc, job);
+	struct zl_storage *st = g->st;
+
+	g->n_vols = g->n_looks = 0;
+	g->cluster_rc = 0;
+	g->scan_rc = zl_chunk_volume_foreach(st->chunks, gc_collect, g);
+	if (g->scan_rc || !g->n_vols)
+		return;
+	g->cluster_rc = zl_storage_ident_cluster_ok(st, st->wetcd);
+	if (g->cluster_rc)
+		return;
+	if (g->n_vols > g->cap_looks) {
+		struct gc_look *p = realloc(g->looks, g->n_vols * sizeof(*p));
+
+		if (!p)
+			return;
+		g->looks = p;
+		g->cap_looks = g->n_vols;
+	}
+	for (size_t i = 0; i < g->n_vols; i++) {
+		char vid[ZL_VOL_ID_LEN + 1];
+
+		zl_vol_id_format(g->vols[i], vid);
+		memset(&g->looks[i].v, 0, sizeof(g->looks[i].v));
+		g->looks[i].rc = zl_meta_volume_get(st->wetcd, st->cfg.prefix, vid, &g->looks[i].v);
+	}
+	g->n_looks = g->n_vols;
+}
+
+/* Loop thread: what the worker found, judged and removed. */
+static void gc_done(struct zl_work *w)
+{
+	struct zl_storage_gc *g = ZL_CONTAINER_OF(w, struct zl_storage_gc, job);
 	struct zl_storage *st = g->st;
 	uint32_t budget = STORAGE_GC_MAX_FILES;
 	uint64_t now = zl_now_ms();
-	int rc;
 
-	g->n_vols = 0;
 	g->round++;
-	if (st->draining || now < g->hold_until ||
-	    zl_chunk_volume_foreach(st->chunks, gc_collect, g))
-		return;
+	if (w->cancelled || g->scan_rc || zl_loop_stopping(st->loop) || st->draining ||
+	    now < g->hold_until)
+		goto out;
 	if (!g->n_vols) {
 		gc_prune(g, now);
-		return;
+		goto out;
 	}
-	rc = zl_storage_ident_cluster_ok(st);
-	if (rc) {
+	if (g->cluster_rc) {
 		static struct zl_ratelimit rl;
 
 		/* Clocks start again once the cluster is confirmed. */
@@ -249,28 +286,30 @@ static void gc_tick(void *arg)
 			ZL_LOG_WARN("storage",
 				    "old copies of moved slices kept: etcd is not (or not "
 				    "reachably) cluster %s of this data dir (err=%s)",
-				    st->cfg.cluster_id, zl_errname(rc));
-		return;
+				    st->cfg.cluster_id, zl_errname(g->cluster_rc));
+		goto out;
 	}
-	for (size_t i = 0; i < g->n_vols && budget; i++) {
-		char vid[ZL_VOL_ID_LEN + 1];
-		struct zl_volume v = {0};
+	for (size_t i = 0; i < g->n_looks && budget; i++) {
+		const struct zl_volume *v = &g->looks[i].v;
+		struct zl_storage_vol *sv;
 		struct gc_vol *gv;
 		uint64_t n, bytes = 0;
 
-		zl_vol_id_format(g->vols[i], vid);
 		/* Missing volumes are the tombstones' business, not ours. */
-		if (zl_meta_volume_get(st->etcd, st->cfg.prefix, vid, &v))
+		if (g->looks[i].rc)
 			continue;
-		gv = gv_get(g, v.num, v.n_slices);
-		if (gv && strcmp(v.state, "ready")) {
+		sv = zl_storage_vol_cached(st->vols, v->num);
+		if (sv && sv->v.mod_rev > v->mod_rev && sv->v.n_slices)
+			v = &sv->v; /* newer than the read: what the loop acts on */
+		gv = gv_get(g, v->num, v->n_slices);
+		if (gv && strcmp(v->state, "ready")) {
 			/* Not ready (being resized, removed...): clocks restart. */
 			memset(gv->since, 0, gv->n * sizeof(*gv->since));
 			gv->round = g->round;
 		} else if (gv) {
 			gv->round = g->round;
-			if (gc_clocks(g, &v, gv, now) &&
-			    (n = gc_volume(g, &v, gv, now, &budget, &bytes))) {
+			if (gc_clocks(g, v, gv, now) &&
+			    (n = gc_volume(g, v, gv, now, &budget, &bytes))) {
 				g->files += n;
 				g->bytes += bytes;
 				ZL_LOG_INFO("storage",
@@ -279,12 +318,25 @@ static void gc_tick(void *arg)
 					    "member of, every member of their row in sync for "
 					    "%" PRIu64 " s (total %" PRIu64 " files, %" PRIu64
 					    " bytes)",
-					    n, bytes, vid, g->grace_ms / 1000, g->files, g->bytes);
+					    n, bytes, v->id, g->grace_ms / 1000, g->files, g->bytes);
 			}
 		}
-		zl_volume_fini(&v);
 	}
 	gc_prune(g, now);
+out:
+	for (size_t i = 0; i < g->n_looks; i++)
+		zl_volume_fini(&g->looks[i].v);
+	g->n_looks = 0;
+}
+
+static void gc_tick(void *arg)
+{
+	struct zl_storage_gc *g = arg;
+	struct zl_storage *st = g->st;
+
+	/* A round still on the worker (etcd slow): this tick is skipped. */
+	if (!st->draining && zl_now_ms() >= g->hold_until)
+		zl_worker_submit(st->worker, &g->job, gc_run, gc_done);
 }
 
 int zl_storage_gc_start(struct zl_storage *st)
@@ -325,6 +377,7 @@ void zl_storage_gc_stop(struct zl_storage *st)
 		gv_free(gv);
 	}
 	free(g->vols);
+	free(g->looks);
 	free(g);
 	st->gc = NULL;
 }

@@ -15,6 +15,7 @@
  *   READ   reading a piece of the chunk being copied (chunk store, async)
  *   PUSH   CHUNK_PUSH of that piece in flight
  *   WAIT   rate limit (--recovery-mbps) before the next piece or chunk
+ *   REPORT a pass copied nothing: its CAUGHT_UP report is on the worker
  *   DONE   a pass copied nothing: reported CAUGHT_UP at done_ver; waits for
  *          the manager to change the row
  * A pass that copied something is followed by another one; a chunk whose
@@ -37,7 +38,13 @@
  *    forwards on their way; a failed forward or OUT clears the mark); for
  *    the others equal versions mean equal data, as the chunk store never
  *    claims a version whose data is not durable (storage_chunk.c).
- * A chunk written without pause waits for a quiet moment. */
+ * A chunk written without pause waits for a quiet moment.
+ *
+ * Nothing here waits for etcd on the loop thread: failure reports, the
+ * report lease's renewal and the scan of the chunk directory run on the
+ * daemon's worker thread (st->worker, its own etcd handle st->wetcd) and
+ * their results come back to the loop; the volume records come from the
+ * cache (loads on the cache's loader thread). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -54,6 +61,7 @@
 #define HEAL_PIECE (1u << 20)	/* bytes of one CHUNK_PUSH */
 #define HEAL_SCAN_BATCH 64	/* chunk version lookups per loop turn */
 #define HEAL_VERS_SCAN 1024	/* chunks one CHUNK_VERSIONS request looks at */
+#define HEAL_REPORTS 64		/* failure reports queued for the worker at once */
 
 struct heal_seq {
 	struct heal_seq *next;
@@ -72,7 +80,24 @@ enum heal_phase {
 	HP_READ,
 	HP_PUSH,
 	HP_WAIT,
+	HP_REPORT,
 	HP_DONE,
+};
+
+enum heal_report_kind {
+	HR_PLAIN,     /* nobody waits for the outcome */
+	HR_CAUGHT_UP, /* ends a member's pass (heal_pass_end) */
+	HR_SUSPECT,   /* a suspect member reported again (heal_suspect) */
+};
+
+/* A failure report on its way to etcd through the worker. */
+struct heal_report {
+	struct zl_work w;
+	struct zl_storage_heal *h;
+	enum heal_report_kind kind;
+	uint64_t vol; /* HR_CAUGHT_UP, HR_SUSPECT: the member's volume */
+	struct zl_report r;
+	int rc; /* worker thread: the outcome */
 };
 
 struct heal_member {
@@ -89,6 +114,7 @@ struct heal_member {
 	bool suspect;	  /* a forward failed while it was not OUT */
 	uint64_t suspect_ver; /* row version of the last failure report sent for it */
 	bool suspect_in_sync; /* seen IN_SYNC while suspect (heal_suspect) */
+	uint64_t suspect_sent; /* row version of a report about it on the worker */
 	bool reset;	  /* went OUT while a pass ran: forget everything at IDLE */
 	bool copying;	  /* a copy of cur_chunk is in flight (READ/PUSH/WAIT) */
 	bool cur_dirty;	  /* a write of cur_chunk was planned during its copy */
@@ -116,8 +142,18 @@ struct zl_storage_heal {
 	uint64_t *vols; /* volumes this node serves (recovery looks at them) */
 	size_t n_vols, cap_vols;
 	struct zl_timer tick;
+	struct heal_report reports[HEAL_REPORTS];
+	struct zl_ratelimit report_rl; /* "report queue full" lines */
+	/* Worker thread only (and heal_destroy, after the worker stopped): the
+	 * lease the reports live on, 0 = none yet or expired. */
 	int64_t lease;
-	uint64_t lease_renewed_ms;
+	struct zl_work renew; /* keep-alive of lease */
+	uint64_t renew_ms;    /* loop thread: last renewal submitted */
+	/* The scan of the chunk directory: scan_vols is the worker's while
+	 * scan is busy, then the loop's. */
+	struct zl_work scan;
+	uint64_t *scan_vols;
+	size_t n_scan, cap_scan;
 	uint64_t rate_next_ms; /* --recovery-mbps, for the whole daemon: end of the last reserved piece */
 	bool stopping;
 };
@@ -307,21 +343,21 @@ int zl_storage_heal_version_next(struct zl_storage *st, const struct zl_volume *
 	return 0;
 }
 
-uint64_t zl_storage_heal_fwd_version(struct zl_storage *st, const struct zl_volume *v,
-				     uint32_t slice, const char *node, enum zl_member_state ms,
-				     uint64_t chunk, uint64_t ver)
+bool zl_storage_heal_fwd_versioned(struct zl_storage *st, const struct zl_volume *v,
+				   uint32_t slice, const char *node, enum zl_member_state ms,
+				   uint64_t chunk)
 {
 	struct heal_member *m = member_find(st->heal, v->num, slice, node);
 
 	if (ms == ZL_MEMBER_IN_SYNC)
-		return m && m->suspect ? 0 : ver;
+		return !(m && m->suspect);
 	if (!m)
 		m = member_get(st->heal, v, slice, node);
 	if (!m || chunk / v->n_slices >= m->n_local)
-		return 0;
+		return false;
 	if (m->copying && m->cur_chunk == chunk)
 		m->cur_dirty = true; /* the copy may miss it: copied again */
-	return bit_get(m->clean, chunk / v->n_slices) ? ver : 0;
+	return bit_get(m->clean, chunk / v->n_slices);
 }
 
 int zl_storage_heal_plan(struct zl_storage *st, const struct zl_volume *v, uint32_t slice,
@@ -383,21 +419,11 @@ void zl_storage_heal_fwd_failed(struct zl_storage *st, const struct zl_volume *v
 void zl_storage_heal_note_vol(struct zl_storage *st, uint64_t num)
 {
 	struct zl_storage_heal *h = st->heal;
-	uint64_t *nv;
 
 	for (size_t i = 0; i < h->n_vols; i++)
 		if (h->vols[i] == num)
 			return;
-	if (h->n_vols == h->cap_vols) {
-		size_t cap = h->cap_vols ? h->cap_vols * 2 : 16;
-
-		nv = realloc(h->vols, cap * sizeof(*nv));
-		if (!nv)
-			return;
-		h->vols = nv;
-		h->cap_vols = cap;
-	}
-	h->vols[h->n_vols++] = num;
+	zl_u64_push(&h->vols, &h->n_vols, &h->cap_vols, num);
 }
 
 int zl_storage_heal_versions(struct zl_storage *st, const struct zl_volume *v, uint32_t slice,
@@ -428,44 +454,139 @@ int zl_storage_heal_versions(struct zl_storage *st, const struct zl_volume *v, u
 
 /* ---- reports ---- */
 
-int zl_storage_heal_report(struct zl_storage *st, const char *vol_id, uint32_t slice,
-			   const char *peer, const char *error, uint64_t slice_ver)
+/* Worker thread: puts the report on the daemon's report lease, granting one
+ * when there is none, and a new one once when the put fails (the lease may
+ * have expired). */
+static void heal_report_run(struct zl_work *w)
 {
-	struct zl_storage_heal *h = st->heal;
-	struct zl_report r;
-	int rc;
+	struct heal_report *hr = ZL_CONTAINER_OF(w, struct heal_report, w);
+	struct zl_storage_heal *h = hr->h;
+	struct zl_storage *st = h->st;
+	int rc = -ZL_ERR_ETCD;
 
-	memset(&r, 0, sizeof(r));
-	snprintf(r.vol_id, sizeof(r.vol_id), "%s", vol_id);
-	r.slice = slice;
-	snprintf(r.reporter, sizeof(r.reporter), "%s", st->cfg.node_id);
-	snprintf(r.peer, sizeof(r.peer), "%s", peer);
-	snprintf(r.error, sizeof(r.error), "%s", error);
-	r.slice_ver = slice_ver;
-	r.time = (int64_t)time(NULL);
 	for (int attempt = 0; attempt < 2; attempt++) {
 		if (!h->lease) {
-			rc = zl_etcd_lease_grant(st->etcd, HEAL_LEASE_TTL, &h->lease);
+			rc = zl_etcd_lease_grant(st->wetcd, HEAL_LEASE_TTL, &h->lease);
 			if (rc) {
 				h->lease = 0;
 				break;
 			}
-			h->lease_renewed_ms = zl_now_ms();
 		}
-		rc = zl_meta_report_put(st->etcd, st->cfg.prefix, &r, h->lease);
-		if (!rc) {
-			ZL_LOG_INFO("storage",
-				    "report put: vol=%s slice=%u peer=%s error=%s slice_ver=%" PRIu64,
-				    vol_id, slice, peer, error, slice_ver);
-			return 0;
-		}
+		rc = zl_meta_report_put(st->wetcd, st->cfg.prefix, &hr->r, h->lease);
+		if (!rc)
+			break;
 		h->lease = 0; /* expired lease: grant a new one once */
 	}
-	ZL_LOG_ERR("storage",
-		   "cannot put failure report: vol=%s slice=%u peer=%s error=%s err=%s (is etcd "
-		   "reachable?)",
-		   vol_id, slice, peer, error, zl_errname(rc));
-	return rc;
+	hr->rc = rc;
+}
+
+static void heal_caught_up_done(struct zl_storage_heal *h, const struct heal_report *hr);
+
+static void heal_report_done(struct zl_work *w)
+{
+	struct heal_report *hr = ZL_CONTAINER_OF(w, struct heal_report, w);
+	struct zl_storage_heal *h = hr->h;
+	const struct zl_report *r = &hr->r;
+	struct heal_member *m;
+	int rc = w->cancelled ? -ZL_ERR_CONN : hr->rc;
+
+	if (!rc)
+		ZL_LOG_INFO("storage",
+			    "report put: vol=%s slice=%u peer=%s error=%s slice_ver=%" PRIu64,
+			    r->vol_id, r->slice, r->peer, r->error, r->slice_ver);
+	else if (!w->cancelled)
+		ZL_LOG_ERR("storage",
+			   "cannot put failure report: vol=%s slice=%u peer=%s error=%s err=%s (is "
+			   "etcd reachable?)",
+			   r->vol_id, r->slice, r->peer, r->error, zl_errname(rc));
+	hr->rc = rc;
+	switch (hr->kind) {
+	case HR_PLAIN:
+		break;
+	case HR_CAUGHT_UP:
+		heal_caught_up_done(h, hr);
+		break;
+	case HR_SUSPECT:
+		m = member_find(h, hr->vol, r->slice, r->peer);
+		if (m && m->suspect_sent == r->slice_ver) {
+			m->suspect_sent = 0;
+			if (!rc)
+				m->suspect_ver = r->slice_ver;
+		}
+		break;
+	}
+}
+
+/* Queues a report for the worker (loop thread). 0, or -ZL_ERR_BUSY when
+ * HEAL_REPORTS are on their way already (logged, at most once a second). A
+ * report equal to one on its way is that one. */
+static int heal_report_queue(struct zl_storage *st, enum heal_report_kind kind, uint64_t vol,
+			     const char *vol_id, uint32_t slice, const char *peer,
+			     const char *error, uint64_t slice_ver)
+{
+	struct zl_storage_heal *h = st->heal;
+	struct heal_report *hr = NULL;
+	struct zl_report *r;
+
+	if (!st->worker)
+		return -ZL_ERR_CONN; /* shutting down (main.c) */
+	for (unsigned i = 0; i < HEAL_REPORTS; i++) {
+		struct heal_report *q = &h->reports[i];
+
+		if (!q->w.busy) {
+			if (!hr)
+				hr = q;
+			continue;
+		}
+		if (kind == HR_PLAIN && q->r.slice == slice && q->r.slice_ver == slice_ver &&
+		    !strcmp(q->r.vol_id, vol_id) && !strcmp(q->r.peer, peer) &&
+		    !strcmp(q->r.error, error))
+			return 0;
+	}
+	if (!hr) {
+		if (zl_ratelimit_ok(&h->report_rl, 1))
+			ZL_LOG_ERR("storage",
+				   "failure report dropped: vol=%s slice=%u peer=%s error=%s: %u "
+				   "reports already wait for etcd (is etcd reachable?)",
+				   vol_id, slice, peer, error, HEAL_REPORTS);
+		return -ZL_ERR_BUSY;
+	}
+	r = &hr->r;
+	memset(r, 0, sizeof(*r));
+	snprintf(r->vol_id, sizeof(r->vol_id), "%s", vol_id);
+	r->slice = slice;
+	snprintf(r->reporter, sizeof(r->reporter), "%s", st->cfg.node_id);
+	snprintf(r->peer, sizeof(r->peer), "%s", peer);
+	snprintf(r->error, sizeof(r->error), "%s", error);
+	r->slice_ver = slice_ver;
+	r->time = (int64_t)time(NULL);
+	hr->h = h;
+	hr->kind = kind;
+	hr->vol = vol;
+	hr->rc = 0;
+	return zl_worker_submit(st->worker, &hr->w, heal_report_run, heal_report_done);
+}
+
+int zl_storage_heal_report(struct zl_storage *st, const char *vol_id, uint32_t slice,
+			   const char *peer, const char *error, uint64_t slice_ver)
+{
+	return heal_report_queue(st, HR_PLAIN, 0, vol_id, slice, peer, error, slice_ver);
+}
+
+/* Worker thread: keeps the report lease alive; forgets it when it expired
+ * (the next report grants a new one). */
+static void heal_renew_run(struct zl_work *w)
+{
+	struct zl_storage_heal *h = ZL_CONTAINER_OF(w, struct zl_storage_heal, renew);
+	int64_t ttl = 0;
+
+	if (h->lease && (zl_etcd_lease_keepalive(h->st->wetcd, h->lease, &ttl) || ttl <= 0))
+		h->lease = 0;
+}
+
+static void heal_renew_done(struct zl_work *w)
+{
+	(void)w;
 }
 
 /* ---- recovery (S3) ---- */
@@ -694,7 +815,7 @@ static void heal_pass_end(struct heal_member *m)
 	int i;
 
 	member_free_bufs(m);
-	if (zl_storage_vol_get(st->vols, m->vol, &sv) || m->slice >= sv->v.n_slices) {
+	if (zl_storage_vol_lookup(st->vols, m->vol, &sv) || m->slice >= sv->v.n_slices) {
 		m->phase = HP_IDLE;
 		return;
 	}
@@ -716,16 +837,31 @@ static void heal_pass_end(struct heal_member *m)
 		return;
 	}
 	zl_vol_id_format(m->vol, vid);
-	if (zl_storage_heal_report(st, vid, m->slice, m->node, "CAUGHT_UP", s->version)) {
+	m->done_ver = s->version;
+	m->phase = HP_REPORT;
+	if (heal_report_queue(st, HR_CAUGHT_UP, m->vol, vid, m->slice, m->node, "CAUGHT_UP",
+			      s->version))
+		m->phase = HP_IDLE;
+}
+
+/* The CAUGHT_UP report of a pass came back: the member is DONE at that row
+ * version, or a next tick starts another pass. */
+static void heal_caught_up_done(struct zl_storage_heal *h, const struct heal_report *hr)
+{
+	struct heal_member *m = member_find(h, hr->vol, hr->r.slice, hr->r.peer);
+
+	if (!m || m->phase != HP_REPORT || m->done_ver != hr->r.slice_ver ||
+	    member_should_stop(m))
+		return;
+	if (hr->rc) {
 		m->phase = HP_IDLE;
 		return;
 	}
 	ZL_LOG_INFO("storage",
 		    "recovery caught up: vol=%s slice=%u member=%s chunks_copied=%" PRIu64
 		    " bytes_copied=%" PRIu64 " ms=%" PRIu64 " slice_ver=%" PRIu64,
-		    vid, m->slice, m->node, m->chunks, m->bytes, zl_now_ms() - m->started_ms,
-		    s->version);
-	m->done_ver = s->version;
+		    hr->r.vol_id, m->slice, m->node, m->chunks, m->bytes,
+		    zl_now_ms() - m->started_ms, m->done_ver);
 	m->phase = HP_DONE;
 }
 
@@ -803,15 +939,16 @@ static void heal_suspect(struct zl_storage_heal *h, const struct zl_volume *v, u
 	char vid[ZL_VOL_ID_LEN + 1];
 
 	m->suspect_in_sync = true;
-	if (s->version <= m->suspect_ver)
+	if (s->version <= m->suspect_ver || s->version == m->suspect_sent)
 		return;
 	zl_vol_id_format(v->num, vid);
 	ZL_LOG_WARN("storage",
 		    "member still in sync after a failed forward: vol=%s slice=%u member=%s "
 		    "row_ver=%" PRIu64 ": reporting it again",
 		    vid, slice, m->node, s->version);
-	if (!zl_storage_heal_report(h->st, vid, slice, m->node, "ZL_ERR_CONN", s->version))
-		m->suspect_ver = s->version;
+	if (!heal_report_queue(h->st, HR_SUSPECT, v->num, vid, slice, m->node, "ZL_ERR_CONN",
+			       s->version))
+		m->suspect_sent = s->version;
 }
 
 /* Looks at one slice this node may be primary of. */
@@ -876,10 +1013,29 @@ static void heal_slice(struct zl_storage_heal *h, const struct zl_volume *v, uin
 	}
 }
 
-static int heal_vol_seen(void *arg, uint64_t vol)
+/* Worker thread: the volumes with chunk files here (zl_chunk_volume_foreach
+ * reads the chunk directory only, no state of the store). */
+static int heal_scan_collect(void *arg, uint64_t vol)
 {
-	zl_storage_heal_note_vol(arg, vol);
-	return 0;
+	struct zl_storage_heal *h = arg;
+
+	return zl_u64_push(&h->scan_vols, &h->n_scan, &h->cap_scan, vol);
+}
+
+static void heal_scan_run(struct zl_work *w)
+{
+	struct zl_storage_heal *h = ZL_CONTAINER_OF(w, struct zl_storage_heal, scan);
+
+	h->n_scan = 0;
+	zl_chunk_volume_foreach(h->st->chunks, heal_scan_collect, h);
+}
+
+static void heal_scan_done(struct zl_work *w)
+{
+	struct zl_storage_heal *h = ZL_CONTAINER_OF(w, struct zl_storage_heal, scan);
+
+	for (size_t i = 0; i < h->n_scan && !w->cancelled; i++)
+		zl_storage_heal_note_vol(h->st, h->scan_vols[i]);
 }
 
 static void heal_tick(void *arg)
@@ -889,24 +1045,20 @@ static void heal_tick(void *arg)
 
 	if (h->stopping)
 		return;
-	if (h->lease && zl_now_ms() - h->lease_renewed_ms >= HEAL_LEASE_RENEW_MS) {
-		int64_t ttl = 0;
-
-		if (zl_etcd_lease_keepalive(st->etcd, h->lease, &ttl) || ttl <= 0)
-			h->lease = 0;
-		h->lease_renewed_ms = zl_now_ms();
-	}
-	zl_chunk_volume_foreach(st->chunks, heal_vol_seen, st);
+	if (zl_now_ms() - h->renew_ms >= HEAL_LEASE_RENEW_MS &&
+	    !zl_worker_submit(st->worker, &h->renew, heal_renew_run, heal_renew_done))
+		h->renew_ms = zl_now_ms();
+	/* The volumes found now are looked at from the next tick on. */
+	zl_worker_submit(st->worker, &h->scan, heal_scan_run, heal_scan_done);
 	for (size_t i = 0; i < h->n_vols; i++) {
 		struct zl_storage_vol *sv;
 
-		if (zl_storage_vol_get(st->vols, h->vols[i], &sv))
+		/* Not cached: loaded on the cache's loader thread, looked at
+		 * from a next tick on. */
+		if (zl_storage_vol_lookup(st->vols, h->vols[i], &sv))
 			continue;
-		for (uint32_t s = 0; s < sv->v.n_slices; s++) {
+		for (uint32_t s = 0; s < sv->v.n_slices; s++)
 			heal_slice(h, &sv->v, s);
-			/* heal_slice may have blocked on etcd: the cache entry
-			 * stays valid (nothing reloads it meanwhile). */
-		}
 	}
 }
 
@@ -952,8 +1104,9 @@ void zl_storage_heal_destroy(struct zl_storage *st)
 	if (!h)
 		return;
 	zl_storage_heal_stop(st);
+	/* The worker is gone (main.c): the lease is ours now. */
 	if (h->lease)
-		zl_etcd_lease_revoke(st->etcd, h->lease);
+		zl_etcd_lease_revoke(st->wetcd, h->lease);
 	while (h->members)
 		member_remove(h, h->members);
 	while (h->seqs) {
@@ -964,6 +1117,7 @@ void zl_storage_heal_destroy(struct zl_storage *st)
 		free(q);
 	}
 	free(h->vols);
+	free(h->scan_vols);
 	free(h);
 	st->heal = NULL;
 	zl_storage_peering_destroy(st);

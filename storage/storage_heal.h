@@ -57,12 +57,12 @@ void zl_storage_heal_destroy(struct zl_storage *st);
  * when the sequence of the term is exhausted. */
 int zl_storage_heal_version_next(struct zl_storage *st, const struct zl_volume *v,
 				 uint32_t slice, uint64_t *ver);
-/* The version to forward with a write of `ver` to member `node` (state
- * `ms` in the row) for `chunk`: ver when the member's copy of the chunk is
- * known complete, else 0. */
-uint64_t zl_storage_heal_fwd_version(struct zl_storage *st, const struct zl_volume *v,
-				     uint32_t slice, const char *node, enum zl_member_state ms,
-				     uint64_t chunk, uint64_t ver);
+/* Whether a write of `chunk` is forwarded to member `node` (state `ms` in
+ * the row) with its data version: true when the member's copy of the chunk
+ * is known complete, else false (forwarded with version 0). */
+bool zl_storage_heal_fwd_versioned(struct zl_storage *st, const struct zl_volume *v,
+				   uint32_t slice, const char *node, enum zl_member_state ms,
+				   uint64_t chunk);
 /* Counts the client writes of `chunk` (a slice of v this node is primary
  * of) from srv_plan (`start`) until their local write and every forward
  * ended (!start): recovery copies a chunk only while none is counted.
@@ -73,8 +73,11 @@ int zl_storage_heal_plan(struct zl_storage *st, const struct zl_volume *v, uint3
  * trusted until recovery looked at it again. */
 void zl_storage_heal_fwd_failed(struct zl_storage *st, const struct zl_volume *v,
 				uint32_t slice, const char *node, uint64_t chunk);
-/* Puts a failure report about peer (error zl_errname(err)) on this
- * daemon's report lease. 0 or an etcd error (logged). */
+/* Queues a failure report about peer (error zl_errname(err)) for this
+ * daemon's worker, which puts it on the daemon's report lease (the outcome
+ * is logged). Never waits for etcd. 0 (queued, or equal to one on its way),
+ * -ZL_ERR_BUSY when too many wait already (logged), -ZL_ERR_CONN while the
+ * daemon stops. */
 int zl_storage_heal_report(struct zl_storage *st, const char *vol_id, uint32_t slice,
 			   const char *peer, const char *error, uint64_t slice_ver);
 /* Remembers that this node serves volume num (recovery looks at it). */

@@ -359,10 +359,10 @@ done:
 	return 0;
 }
 
-int zl_storage_ident_cluster_ok(struct zl_storage *st)
+int zl_storage_ident_cluster_ok(const struct zl_storage *st, struct zl_etcd *e)
 {
 	struct zl_cluster_info ci;
-	int rc = zl_meta_cluster_get(st->etcd, st->cfg.prefix, &ci);
+	int rc = zl_meta_cluster_get(e, st->cfg.prefix, &ci);
 
 	if (rc)
 		return rc;

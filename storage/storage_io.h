@@ -108,6 +108,8 @@ int zl_storage_vol_get(struct zl_storage_vols *vc, uint64_t num, struct zl_stora
 /* Reloads volume num from etcd (blocking); on -ZL_ERR_NOT_FOUND the entry is
  * dropped. 0 with the fresh entry in *out (optional), or an error. */
 int zl_storage_vol_reload(struct zl_storage_vols *vc, uint64_t num, struct zl_storage_vol **out);
+/* The cached record of volume num, or NULL: never a load. */
+struct zl_storage_vol *zl_storage_vol_cached(struct zl_storage_vols *vc, uint64_t num);
 /* Replaces the cached record by *fresh (moved: fresh is zeroed) when it is
  * newer (mod_rev). */
 void zl_storage_vol_update(struct zl_storage_vols *vc, struct zl_volume *fresh);

@@ -253,6 +253,24 @@ int zl_jw_replay(struct zl_jw *j, zl_journal_apply_fn apply, void *arg)
 	return 0;
 }
 
+int zl_jw_read(struct zl_jw *j, void *buf, size_t len, uint64_t off)
+{
+	uint64_t a = off & ~(uint64_t)(BLK - 1), e = ZL_ALIGN_UP(off + len, BLK);
+	uint8_t *bounce;
+	int rc;
+
+	if (len > ZL_JOURNAL_IO_MAX || e > j->sb.size)
+		return -ZL_ERR_RANGE;
+	bounce = jw_alloc((size_t)(e - a));
+	if (!bounce)
+		return -ENOMEM;
+	rc = zl_journal_read_fd(&j->fd, bounce, (size_t)(e - a), a);
+	if (!rc)
+		memcpy(buf, bounce + (off - a), len);
+	free(bounce);
+	return rc;
+}
+
 /* Writes sb into the slot that is not current and makes it durable
  * (blocking). */
 static int jw_sb_write_sync(struct zl_jw *j, const struct zl_journal_sb *sb)

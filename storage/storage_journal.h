@@ -84,6 +84,10 @@ int zl_jw_open(const struct zl_jw_opts *o, struct zl_jw **out);
  * everything apply changed durable before calling zl_jw_start. Blocking. */
 int zl_jw_replay(struct zl_jw *j, zl_journal_apply_fn apply, void *arg);
 
+/* Reads len bytes at file offset off of the journal (any alignment; len at
+ * most 4 MiB). Blocking: replay only. 0 or a negative error. */
+int zl_jw_read(struct zl_jw *j, void *buf, size_t len, uint64_t off);
+
 /* After a replay: writes the superblock (durably) with the checkpoint at the
  * replay's end and the generation bumped, then accepts items (writing is
  * enabled only when `writing`). Blocking: start-up only. */

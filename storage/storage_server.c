@@ -25,6 +25,11 @@
  *   parked   (heal) waiting on st->parked for a row change, then reply
  *   held     (heal) waiting on st->held for its slice to peer, then exec
  *   sent     READ/HELLO data being sent; freed by the sent callback
+ *
+ * A REPL_WRITE on a backup also has an order state (enum srv_ord): from its
+ * arrival until its chunk I/O is submitted it waits in its chunk's order
+ * queue, and goes to the chunk store only after every write of the chunk
+ * that precedes it (lower data version, else earlier arrival) went there.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -38,11 +43,39 @@
 
 #define REQ_SLAB 128u
 
+/* REPL_WRITE order queues (REPLICATION.md §1): hash buckets of (volume,
+ * chunk), and the writes one chunk may have queued at once (a primary's
+ * connection carries at most 256 requests: more is a primary gone wrong). */
+#define ORD_BUCKETS   1024u
+#define ORD_CHUNK_MAX 256u
+
+/* Order state of a REPL_WRITE on a backup. */
+enum srv_ord {
+	ORD_NONE = 0, /* not in an order queue (not a REPL_WRITE, or done) */
+	ORD_WAIT,     /* queued; its data or its checks are not ready yet */
+	ORD_READY,    /* queued, ready; waits for the writes of its chunk before it */
+	ORD_BUSY,     /* submitted to the chunk store; in the queue until freed */
+};
+
+/* The REPL_WRITEs of one bucket in queue order (per chunk: the order they
+ * go to the chunk store). */
+struct srv_ordq {
+	struct storage_req *head, *tail;
+};
+
+struct zl_storage_ord {
+	struct srv_ordq q[ORD_BUCKETS];
+	uint64_t waited;   /* REPL_WRITEs that were ready and waited for a predecessor */
+	uint64_t refused;  /* answered CONFLICT (older than a write in flight) or BUSY (full) */
+	struct zl_ratelimit refused_rl; /* their log lines */
+};
+
 struct storage_bk {
 	struct storage_req *r;
 	char node[ZL_NODE_ID_MAX];
 	int status;
 	bool in_sync; /* IN_SYNC when forwarded (heal): its failure holds the ack */
+	bool versioned; /* heal: forwarded with the write's data version, else 0 */
 	uint64_t dver; /* data version forwarded (heal) */
 	uint64_t rep_ver; /* slice version in its reply (a STALE tells why) */
 	uint64_t fence;	  /* STALE: the epoch fence the backup enforces (its reply's aux) */
@@ -68,6 +101,8 @@ struct storage_req {
 	bool planned;	      /* counted by zl_storage_heal_plan until its I/O ends */
 	uint64_t fenced;      /* REPL_WRITE of a fenced epoch: our fence (applied, STALE) */
 	struct storage_req *park_next;
+	struct storage_req *ord_prev, *ord_next; /* order queue (REPL_WRITE) */
+	uint8_t ord;			       /* enum srv_ord */
 	uint8_t n_bk;
 	struct storage_bk bk[ZL_MAX_REPLICAS - 1];
 	uint8_t small[ZL_WIRE_HELLO_SIZE];
@@ -105,10 +140,13 @@ static void srv_unplan(struct storage_req *r)
 		zl_storage_heal_plan(r->st, &sv->v, r->slice, r->req.chunk, false);
 }
 
+static void srv_ord_del(struct storage_req *r);
+
 static void req_free(struct storage_req *r)
 {
 	struct zl_storage *st = r->st;
 
+	srv_ord_del(r);
 	srv_unplan(r);
 	if (r->buf)
 		zl_xport_buf_free(st->xport, r->buf);
@@ -120,6 +158,8 @@ static void req_free(struct storage_req *r)
 void zl_storage_server_fini(struct zl_storage *st)
 {
 	zl_slab_fini(&st->reqs);
+	free(st->ord);
+	st->ord = NULL;
 }
 
 /* ---- replies ---- */
@@ -523,7 +563,7 @@ static void srv_bk_done(void *arg, int status, const struct zl_wire_hdr *rep)
 
 static void srv_simple_done(void *arg, int status);
 static void srv_hold(struct storage_req *r);
-static int srv_plan(struct storage_req *r);
+static void srv_plan(struct storage_req *r);
 
 /* Whether this node is not IN_SYNC in the row of r (a REPLACE may roll its
  * copy back). */
@@ -576,22 +616,213 @@ static void srv_push_exec(struct storage_req *r)
 		req_reply_free(r, rc, r->seen_ver);
 }
 
-/* Local write (and, on a primary, forwarding) once the data is in r->buf. */
+/* ---- REPL_WRITE order on a backup (REPLICATION.md §1) ----
+ *
+ * The primary numbers a chunk's writes in the order it submits them to its
+ * own chunk store and sends their forwards in that order on one connection
+ * per backup. A backup must submit them to its chunk store in the same
+ * order (the store serializes overlapping writes by submission): but a
+ * forward whose payload comes later (an RDMA read behind an inline one), a
+ * forward held for a volume load (srv_hold) or one arriving on another
+ * connection would overtake its predecessor. So every REPL_WRITE enters its
+ * chunk's queue when its header arrives (srv_ord_add), in data version
+ * order (version 0, an unversioned forward: arrival order), and is
+ * submitted only once every write queued before it was (srv_ord_run). A
+ * write older than one already submitted is refused (CONFLICT): applying it
+ * would put older data over newer; the primary reports this member and
+ * recovery copies the chunk. The queues are links in the requests (no
+ * allocation); a queue is bounded by ORD_CHUNK_MAX (beyond: BUSY, reported
+ * the same way), and its waits by what frees a request (a fetch that fails,
+ * a held request's deadline). */
+
+static void srv_exec_io(struct storage_req *r);
+
+static struct srv_ordq *srv_ord_q(struct zl_storage *st, uint64_t vol, uint64_t chunk)
+{
+	return &st->ord->q[zl_hash64(vol ^ chunk * 0x9e3779b97f4a7c15ull) & (ORD_BUCKETS - 1)];
+}
+
+static bool srv_ord_same(const struct storage_req *e, uint64_t vol, uint64_t chunk)
+{
+	return e->req.vol_id == vol && e->req.chunk == chunk;
+}
+
+/* Whether queued e (not submitted yet) comes after a write of version dver
+ * (0: an unversioned write keeps arrival order). */
+static bool srv_ord_after(const struct storage_req *e, uint64_t dver)
+{
+	return e->ord != ORD_BUSY && dver && e->dver > dver;
+}
+
+/* Queues REPL_WRITE r at the arrival of its header: 0, -ZL_ERR_CONFLICT (a
+ * newer write of the chunk went to the chunk store already) or
+ * -ZL_ERR_BUSY (the chunk's queue is full). */
+static int srv_ord_add(struct storage_req *r)
+{
+	struct zl_storage *st = r->st;
+	uint64_t vol = r->req.vol_id, chunk = r->req.chunk;
+	struct srv_ordq *q = srv_ord_q(st, vol, chunk);
+	struct storage_req *before = NULL, *e;
+	uint32_t queued = 0;
+	bool newer_busy = false;
+
+	for (e = q->head; e; e = e->ord_next) {
+		if (!srv_ord_same(e, vol, chunk))
+			continue;
+		queued += e->ord != ORD_BUSY;
+		newer_busy |= e->ord == ORD_BUSY && r->dver && e->dver > r->dver;
+	}
+	if (newer_busy || queued >= ORD_CHUNK_MAX) {
+		st->ord->refused++;
+		if (zl_ratelimit_ok(&st->ord->refused_rl, 1)) {
+			ZL_LOG_WARN("storage",
+				    "forwarded write refused: vol=%016" PRIx64 " chunk=%" PRIu64
+				    " version=%" PRIx64 " reason=%s refused=%" PRIu64
+				    " (%u more not logged)",
+				    vol, chunk, r->dver,
+				    newer_busy ? "a newer write of the chunk is applied already"
+					       : "the chunk's order queue is full",
+				    st->ord->refused, st->ord->refused_rl.suppressed);
+			st->ord->refused_rl.suppressed = 0;
+		}
+		return newer_busy ? -ZL_ERR_CONFLICT : -ZL_ERR_BUSY;
+	}
+	/* Behind the last write of the chunk that does not come after r. */
+	for (e = q->tail; e; e = e->ord_prev) {
+		if (!srv_ord_same(e, vol, chunk))
+			continue;
+		if (!srv_ord_after(e, r->dver))
+			break;
+		before = e;
+	}
+	r->ord = ORD_WAIT;
+	r->ord_next = before;
+	r->ord_prev = before ? before->ord_prev : q->tail;
+	if (r->ord_prev)
+		r->ord_prev->ord_next = r;
+	else
+		q->head = r;
+	if (before)
+		before->ord_prev = r;
+	else
+		q->tail = r;
+	return 0;
+}
+
+/* Submits the ready writes at the front of the chunk's queue, in order,
+ * up to the first one still waiting for its data or checks. */
+static void srv_ord_run(struct zl_storage *st, uint64_t vol, uint64_t chunk)
+{
+	struct srv_ordq *q = srv_ord_q(st, vol, chunk);
+
+	for (;;) {
+		struct storage_req *e;
+
+		for (e = q->head; e; e = e->ord_next)
+			if (srv_ord_same(e, vol, chunk) && e->ord != ORD_BUSY)
+				break;
+		if (!e || e->ord != ORD_READY)
+			return;
+		/* Submitted: a failure frees e (srv_ord_del of a BUSY write
+		 * starts no run of its own). */
+		e->ord = ORD_BUSY;
+		srv_exec_io(e);
+	}
+}
+
+/* r is ready (data in, checks passed): submitted now if nothing of its
+ * chunk is queued before it, else when the last of those goes. */
+static void srv_ord_ready(struct storage_req *r)
+{
+	struct storage_req *e;
+
+	r->ord = ORD_READY;
+	for (e = r->ord_prev; e; e = e->ord_prev)
+		if (srv_ord_same(e, r->req.vol_id, r->req.chunk) && e->ord != ORD_BUSY)
+			break;
+	if (e)
+		r->st->ord->waited++;
+	srv_ord_run(r->st, r->req.vol_id, r->req.chunk);
+}
+
+/* Takes r out of its queue (req_free); the writes behind a write that
+ * never went to the chunk store may go now. */
+static void srv_ord_del(struct storage_req *r)
+{
+	struct srv_ordq *q;
+	bool queued = r->ord != ORD_BUSY;
+
+	if (r->ord == ORD_NONE)
+		return;
+	q = srv_ord_q(r->st, r->req.vol_id, r->req.chunk);
+	if (r->ord_prev)
+		r->ord_prev->ord_next = r->ord_next;
+	else
+		q->head = r->ord_next;
+	if (r->ord_next)
+		r->ord_next->ord_prev = r->ord_prev;
+	else
+		q->tail = r->ord_prev;
+	r->ord = ORD_NONE;
+	r->ord_prev = r->ord_next = NULL;
+	if (queued)
+		srv_ord_run(r->st, r->req.vol_id, r->req.chunk);
+}
+
+/* A client write on its primary, right before its local write: its data
+ * version, and the one each forward carries. Numbered here, not at its
+ * arrival, so that the versions of a chunk's writes follow the order of
+ * their submission to our chunk store and of their forwards (a payload
+ * fetched late, a request held, would otherwise apply a lower version after
+ * a higher one: backups apply in version order). 0 or an error. */
+static int srv_number(struct storage_req *r)
+{
+	struct zl_storage_vol *sv;
+	int rc;
+
+	if (!r->st->heal)
+		return 0;
+	rc = zl_storage_vol_lookup(r->st->vols, r->req.vol_id, &sv);
+	if (!rc && r->slice >= sv->v.n_slices)
+		rc = -ZL_ERR_STALE;
+	if (!rc)
+		rc = zl_storage_heal_version_next(r->st, &sv->v, r->slice, &r->dver);
+	for (uint8_t i = 0; !rc && i < r->n_bk; i++)
+		r->bk[i].dver = r->bk[i].versioned ? r->dver : 0;
+	return rc;
+}
+
+/* Local write (and, on a primary, forwarding) once the data is in r->buf;
+ * a REPL_WRITE goes through its chunk's order queue first. */
 static void srv_exec(struct storage_req *r)
+{
+	if (r->held) {
+		srv_hold(r);
+		return;
+	}
+	if (r->ord == ORD_WAIT) {
+		srv_ord_ready(r);
+		return;
+	}
+	srv_exec_io(r);
+}
+
+static void srv_exec_io(struct storage_req *r)
 {
 	struct zl_storage *st = r->st;
 	const struct zl_wire_hdr *h = &r->req;
 	int rc;
 
-	if (r->held) {
-		srv_hold(r);
-		return;
-	}
 	zl_storage_gc_note_write(st, h->vol_id, r->slice);
 	/* Data version 0 (keeps the chunk's) unless the primary assigned one:
 	 * --heal=on, REPLICATION.md §1. */
 	if (r->op == ZL_OP_CHUNK_PUSH) {
 		srv_push_exec(r);
+		return;
+	}
+	rc = h->opcode == ZL_OP_REPL_WRITE ? 0 : srv_number(r);
+	if (rc) {
+		req_reply_free(r, rc, r->seen_ver);
 		return;
 	}
 	if (r->op == ZL_OP_WRITE)
@@ -725,27 +956,22 @@ static void srv_read_start(struct storage_req *r)
 		req_reply_free(r, rc == -ENOMEM ? -ZL_ERR_BUSY : rc, r->seen_ver);
 }
 
-/* A client write on its primary: its data version (heal) and the members
- * it is forwarded to. 0 or an error (r not answered). */
-static int srv_plan(struct storage_req *r)
+/* A client write on its primary: the members it is forwarded to, and
+ * whether with its data version (heal; the version itself is taken at
+ * submission, srv_number). */
+static void srv_plan(struct storage_req *r)
 {
 	struct zl_storage *st = r->st;
 	const struct zl_wire_hdr *h = &r->req;
 	struct zl_storage_vol *sv;
 	const struct zl_slice *s;
-	int rc;
 
 	/* srv_check just loaded it: this does not block. */
 	if (zl_storage_vol_lookup(st->vols, h->vol_id, &sv))
-		return 0;
+		return;
 	s = &sv->v.slices[r->slice];
-	if (st->heal) {
-		rc = zl_storage_heal_version_next(st, &sv->v, r->slice, &r->dver);
-		if (rc)
-			return rc;
-		if (!r->planned && !zl_storage_heal_plan(st, &sv->v, r->slice, h->chunk, true))
-			r->planned = true;
-	}
+	if (st->heal && !r->planned && !zl_storage_heal_plan(st, &sv->v, r->slice, h->chunk, true))
+		r->planned = true;
 	r->n_bk = 0;
 	for (uint8_t i = 0; i < s->n && i < ZL_MAX_REPLICAS; i++) {
 		enum zl_member_state ms = zl_slice_member_state(s, i);
@@ -758,11 +984,10 @@ static int srv_plan(struct storage_req *r)
 		snprintf(bk->node, ZL_NODE_ID_MAX, "%s", s->nodes[i]);
 		bk->in_sync = ms == ZL_MEMBER_IN_SYNC;
 		if (st->heal)
-			bk->dver = zl_storage_heal_fwd_version(st, &sv->v, r->slice, s->nodes[i],
-							       ms, h->chunk, r->dver);
+			bk->versioned = zl_storage_heal_fwd_versioned(st, &sv->v, r->slice,
+								      s->nodes[i], ms, h->chunk);
 		r->n_bk++;
 	}
-	return 0;
 }
 
 /* ---- requests held while their slice peers (heal) ---- */
@@ -825,8 +1050,6 @@ static void srv_chunk_versions(struct zl_storage *st, struct zl_xport_conn *c,
 /* r passed its checks after waiting: run it. */
 static void srv_resume(struct storage_req *r)
 {
-	int rc;
-
 	r->held = false;
 	switch (r->req.opcode) {
 	case ZL_OP_CHUNK_VERSIONS: /* answered with a request of its own */
@@ -844,11 +1067,8 @@ static void srv_resume(struct storage_req *r)
 		srv_exec(r);
 		return;
 	default:
-		rc = srv_plan(r);
-		if (rc)
-			req_reply_free(r, rc, r->seen_ver);
-		else
-			srv_exec(r);
+		srv_plan(r);
+		srv_exec(r);
 	}
 }
 
@@ -892,6 +1112,7 @@ static void srv_held_check(void *arg)
 static void srv_hold(struct storage_req *r)
 {
 	struct zl_storage *st = r->st;
+	struct storage_req **tail;
 
 	if (r->hold_load ? st->n_held_load >= HOLD_LOAD_MAX &&
 				!zl_storage_auth_conn_trusted(st, r->conn)
@@ -901,8 +1122,11 @@ static void srv_hold(struct storage_req *r)
 	}
 	if (!r->deadline_ms)
 		r->deadline_ms = zl_now_ms() + HOLD_MAX_MS;
-	r->park_next = st->held;
-	st->held = r;
+	/* At the tail: held writes resume in their order of arrival. */
+	for (tail = &st->held; *tail; tail = &(*tail)->park_next)
+		;
+	r->park_next = NULL;
+	*tail = r;
 	st->n_held++;
 	st->n_held_load += r->hold_load;
 	zl_timer_start(st->loop, &st->held_t, HOLD_CHECK_MS, HOLD_CHECK_MS, srv_held_check, st);
@@ -945,16 +1169,19 @@ static void srv_data(struct zl_storage *st, struct zl_xport_conn *c, const struc
 	}
 	if (h->opcode == ZL_OP_REPL_WRITE && (h->flags & ZL_WF_DVER))
 		r->dver = h->aux;
-	if (h->opcode == ZL_OP_REPL_WRITE && !zl_storage_vol_lookup(st->vols, h->vol_id, &sv) &&
-	    h->epoch < srv_fence(st, sv, h->epoch))
-		r->fenced = srv_fence(st, sv, h->epoch);
-	if (!hold && h->opcode != ZL_OP_REPL_WRITE && h->opcode != ZL_OP_CHUNK_PUSH) {
-		rc = srv_plan(r);
+	if (h->opcode == ZL_OP_REPL_WRITE) {
+		/* Its place among the chunk's writes: taken now, at arrival. */
+		rc = srv_ord_add(r);
 		if (rc) {
 			req_free(r);
 			goto out_reply;
 		}
 	}
+	if (h->opcode == ZL_OP_REPL_WRITE && !zl_storage_vol_lookup(st->vols, h->vol_id, &sv) &&
+	    h->epoch < srv_fence(st, sv, h->epoch))
+		r->fenced = srv_fence(st, sv, h->epoch);
+	if (!hold && h->opcode != ZL_OP_REPL_WRITE && h->opcode != ZL_OP_CHUNK_PUSH)
+		srv_plan(r);
 	if (r->op != ZL_OP_WRITE && r->op != ZL_OP_CHUNK_PUSH) {
 		srv_exec(r);
 		return;
@@ -1196,6 +1423,9 @@ int zl_storage_server_start(struct zl_storage *st)
 	int rc;
 
 	zl_slab_init(&st->reqs, sizeof(struct storage_req), REQ_SLAB);
+	st->ord = calloc(1, sizeof(*st->ord));
+	if (!st->ord)
+		return -ENOMEM;
 	rc = zl_xport_listen(st->xport_tcp, st->cfg.listen_host, st->cfg.listen_port, &srv_ops, st,
 			     &st->listener);
 	if (rc) {

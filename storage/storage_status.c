@@ -1,4 +1,5 @@
-/* Recovery progress of this daemon for `zl status` (docs/REPLICATION.md §9):
+/* Recovery progress of this daemon for `zl status` (docs/REPLICATION.md §9),
+ * and its chunk store's write figures and journal use:
  * every 2 s the loop thread sums what its recovery jobs copied and still
  * have to copy (zl_storage_heal_progress), derives a rate and lists the
  * slices it is peering (zl_storage_peering_list); the heartbeat
@@ -10,10 +11,37 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "storage_chunk.h"
 #include "storage_ctl.h"
 #include "storage_heal.h"
 
 #define STATUS_SAMPLE_MS 2000
+
+/* The chunk store's figures a status record carries. */
+struct status_store {
+	uint64_t chunk_writes, durable_ios;
+	uint64_t journal_size, journal_used, journal_checkpoints, journal_waits;
+	uint32_t journal_dirty_chunks;
+};
+
+static void status_store_sample(struct zl_storage *st, struct status_store *o)
+{
+	struct zl_chunk_store_stats cs;
+
+	memset(o, 0, sizeof(*o));
+	if (!st->chunks)
+		return;
+	zl_chunk_store_stats(st->chunks, &cs);
+	o->chunk_writes = cs.writes + cs.zeroes;
+	o->durable_ios = cs.durable_ios;
+	if (cs.journal) {
+		o->journal_size = cs.jw.size;
+		o->journal_used = cs.jw.used;
+		o->journal_checkpoints = cs.checkpoints;
+		o->journal_waits = cs.jw.waits;
+		o->journal_dirty_chunks = cs.journal_dirty_chunks;
+	}
+}
 
 struct zl_storage_status {
 	struct zl_storage *st;
@@ -27,6 +55,7 @@ struct zl_storage_status {
 	uint64_t snap_rate;
 	uint32_t snap_peering, snap_n_peering;
 	struct zl_status_peering snap_peer[ZL_STATUS_PEERING_MAX];
+	struct status_store snap_store;
 	bool changed;
 	/* Loop thread only: the list being sampled. */
 	struct zl_status_peering peer[ZL_STATUS_PEERING_MAX];
@@ -39,7 +68,9 @@ static void status_sample(void *arg)
 	uint64_t now = zl_now_ms(), dt = now - s->last_ms;
 	double inst = 0;
 	uint32_t peering, n_peer;
+	struct status_store ss;
 
+	status_store_sample(s->st, &ss);
 	zl_storage_heal_progress(s->st, &p);
 	peering = zl_storage_peering_list(s->st, s->peer, ZL_STATUS_PEERING_MAX);
 	n_peer = ZL_MIN(peering, ZL_STATUS_PEERING_MAX);
@@ -52,7 +83,9 @@ static void status_sample(void *arg)
 	pthread_mutex_lock(&s->mu);
 	if (memcmp(&p, &s->snap, sizeof(p)) || (uint64_t)s->rate != s->snap_rate ||
 	    peering != s->snap_peering || n_peer != s->snap_n_peering ||
-	    memcmp(s->peer, s->snap_peer, n_peer * sizeof(s->peer[0]))) {
+	    memcmp(s->peer, s->snap_peer, n_peer * sizeof(s->peer[0])) ||
+	    memcmp(&ss, &s->snap_store, sizeof(ss))) {
+		s->snap_store = ss;
 		s->snap = p;
 		s->snap_rate = (uint64_t)s->rate;
 		s->snap_peering = peering;
@@ -108,6 +141,13 @@ bool zl_storage_status_take(struct zl_storage_status *s, const char *node, bool 
 	out->peering_slices = s->snap_peering;
 	out->n_peering = s->snap_n_peering;
 	memcpy(out->peering, s->snap_peer, out->n_peering * sizeof(out->peering[0]));
+	out->chunk_writes = ZL_MIN(s->snap_store.chunk_writes, (uint64_t)INT64_MAX);
+	out->durable_ios = ZL_MIN(s->snap_store.durable_ios, (uint64_t)INT64_MAX);
+	out->journal_size = s->snap_store.journal_size;
+	out->journal_used = s->snap_store.journal_used;
+	out->journal_checkpoints = s->snap_store.journal_checkpoints;
+	out->journal_waits = s->snap_store.journal_waits;
+	out->journal_dirty_chunks = s->snap_store.journal_dirty_chunks;
 	pthread_mutex_unlock(&s->mu);
 	return changed;
 }

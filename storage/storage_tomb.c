@@ -37,7 +37,7 @@ static int tombs_process(struct zl_storage *st, int64_t *rev)
 			    zl_errname(rc), zl_etcd_last_error());
 		return rc;
 	}
-	if (n && (rc = zl_storage_ident_cluster_ok(st))) {
+	if (n && (rc = zl_storage_ident_cluster_ok(st, st->etcd))) {
 		ZL_LOG_ERR("storage",
 			   "%zu tombstones of deleted volumes ignored: etcd %s prefix %s is not "
 			   "(or no longer) cluster %s of this data dir (err=%s): nothing deleted; "

@@ -8,12 +8,13 @@
  * token bucket (VOLS_LOAD_PER_SEC, burst VOLS_LOAD_BURST) and at most
  * VOLS_LOAD_QUEUE of them wait at once. A request that shows a newer slice
  * version than the cached one asks for a refresh (zl_storage_vol_refresh): at
- * most one in flight per volume and one per VOLS_REFRESH_MS. Results come
- * back to the loop through a notify.
+ * most one in flight per volume and one per VOLS_REFRESH_MS. The loader is
+ * a worker (lib/common/worker.h): results come back to the loop thread.
  *
  * zl_storage_vol_get and zl_storage_vol_reload still block on etcd: for the
- * daemon's own jobs (recovery, peering, scrub, gc) on volumes it already
- * serves, never for a request from the network.
+ * daemon's own jobs (peering, scrub) on volumes it already serves, never for
+ * a request from the network (recovery and gc use the cache and the
+ * loader, or their worker thread).
  *
  * An etcd watch on volumes/ keeps cached records fresh between requests: the
  * watch thread parses the record and queues it; the loop thread applies the
@@ -42,7 +43,8 @@ struct vols_event {
 
 /* A load of the loader thread: queued by the loop, answered in rc / v. */
 struct vols_job {
-	struct vols_job *next;
+	struct zl_work w;
+	struct zl_storage_vols *vc;
 	uint64_t num;
 	bool refresh; /* of a cached volume; else a miss */
 	int rc;
@@ -80,17 +82,10 @@ struct zl_storage_vols {
 	uint64_t tokens_ms;
 	uint32_t n_jobs; /* queued or running loads */
 	struct zl_storage_vols_stats stats;
-	/* The loader thread with its own etcd handle. lmu protects jobs, done
-	 * and stop; lcond wakes the loader. */
+	/* The loader thread with its own etcd handle. */
 	struct zl_etcd *letcd;
-	pthread_t loader;
-	bool loader_up;
-	pthread_mutex_t lmu;
-	pthread_cond_t lcond;
-	bool stop;
-	struct vols_job *jobs, **jobs_tail;
-	struct vols_job *done;
-	struct zl_notify done_wake; /* loader -> loop thread */
+	struct zl_worker *loader;
+	bool stopping; /* zl_storage_vols_destroy: answers are dropped */
 	struct zl_ratelimit warn_rl; /* loader thread */
 };
 
@@ -222,33 +217,16 @@ static int vols_load(struct zl_storage_vols *vc, struct zl_etcd *e, uint64_t num
 	return rc;
 }
 
-static void *vols_loader_main(void *arg)
+static void vols_job_run(struct zl_work *w)
 {
-	struct zl_storage_vols *vc = arg;
+	struct vols_job *j = ZL_CONTAINER_OF(w, struct vols_job, w);
+	struct zl_storage_vols *vc = j->vc;
 
-	pthread_mutex_lock(&vc->lmu);
-	for (;;) {
-		struct vols_job *j;
-
-		while (!vc->stop && !vc->jobs)
-			pthread_cond_wait(&vc->lcond, &vc->lmu);
-		if (vc->stop)
-			break;
-		j = vc->jobs;
-		vc->jobs = j->next;
-		if (!vc->jobs)
-			vc->jobs_tail = &vc->jobs;
-		pthread_mutex_unlock(&vc->lmu);
-		memset(&j->v, 0, sizeof(j->v));
-		j->rc = vols_load(vc, vc->letcd, j->num, &j->v, &vc->warn_rl);
-		pthread_mutex_lock(&vc->lmu);
-		j->next = vc->done;
-		vc->done = j;
-		zl_notify_post(&vc->done_wake);
-	}
-	pthread_mutex_unlock(&vc->lmu);
-	return NULL;
+	memset(&j->v, 0, sizeof(j->v));
+	j->rc = vols_load(vc, vc->letcd, j->num, &j->v, &vc->warn_rl);
 }
+
+static void vols_job_done(struct zl_work *w);
 
 /* Queues a load of num (loop thread). 0 or -ENOMEM. */
 static int vols_job_queue(struct zl_storage_vols *vc, uint64_t num, bool refresh)
@@ -257,16 +235,12 @@ static int vols_job_queue(struct zl_storage_vols *vc, uint64_t num, bool refresh
 
 	if (!j)
 		return -ENOMEM;
+	j->vc = vc;
 	j->num = num;
 	j->refresh = refresh;
 	vc->n_jobs++;
 	vc->stats.loads++;
-	pthread_mutex_lock(&vc->lmu);
-	*vc->jobs_tail = j;
-	vc->jobs_tail = &j->next;
-	pthread_cond_signal(&vc->lcond);
-	pthread_mutex_unlock(&vc->lmu);
-	return 0;
+	return zl_worker_submit(vc->loader, &j->w, vols_job_run, vols_job_done);
 }
 
 static void vols_insert(struct zl_storage_vols *vc, struct zl_volume *v)
@@ -302,45 +276,42 @@ static void vols_negative(struct zl_storage_vols *vc, uint64_t num, int err, uin
 }
 
 /* Loop thread: applies what the loader answered. */
-static void vols_done_cb(void *arg)
+static void vols_job_done(struct zl_work *w)
 {
-	struct zl_storage_vols *vc = arg;
+	struct vols_job *j = ZL_CONTAINER_OF(w, struct vols_job, w);
+	struct zl_storage_vols *vc = j->vc;
 	uint64_t now = zl_now_ms();
-	struct vols_job *j;
+	struct zl_storage_vol **pp;
+	struct vols_miss **mp;
+	bool deleted;
 
-	pthread_mutex_lock(&vc->lmu);
-	j = vc->done;
-	vc->done = NULL;
-	pthread_mutex_unlock(&vc->lmu);
-	while (j) {
-		struct vols_job *next = j->next;
-		struct zl_storage_vol **pp = vols_slot(vc, j->num);
-		struct vols_miss **mp = miss_slot(vc, j->num);
-		bool deleted = *mp && (*mp)->deleted;
-
-		vc->n_jobs--;
-		if (*pp)
-			(*pp)->refreshing = false;
-		if (*mp)
-			miss_drop(vc, mp);
-		if (!j->rc && deleted) {
-			/* Read before the watch saw it deleted. */
-			vols_negative(vc, j->num, -ZL_ERR_NOT_FOUND, now);
-		} else if (!j->rc) {
-			vols_insert(vc, &j->v);
-		} else if (!j->refresh && *pp) {
-			/* A miss the watch answered first (a volume created
-			 * after the load read): the watched record stands. */
-		} else if (j->rc == -ZL_ERR_NOT_FOUND || !*pp) {
-			/* Absent (a cached one was deleted), or unreachable
-			 * for a volume we do not hold: remember it. */
-			zl_storage_vol_forget(vc, j->num);
-			vols_negative(vc, j->num, j->rc, now);
-		}
-		zl_volume_fini(&j->v);
-		free(j);
-		j = next;
+	vc->n_jobs--;
+	if (w->cancelled || vc->stopping)
+		goto out;
+	pp = vols_slot(vc, j->num);
+	mp = miss_slot(vc, j->num);
+	deleted = *mp && (*mp)->deleted;
+	if (*pp)
+		(*pp)->refreshing = false;
+	if (*mp)
+		miss_drop(vc, mp);
+	if (!j->rc && deleted) {
+		/* Read before the watch saw it deleted. */
+		vols_negative(vc, j->num, -ZL_ERR_NOT_FOUND, now);
+	} else if (!j->rc) {
+		vols_insert(vc, &j->v);
+	} else if (!j->refresh && *pp) {
+		/* A miss the watch answered first (a volume created after the
+		 * load read): the watched record stands. */
+	} else if (j->rc == -ZL_ERR_NOT_FOUND || !*pp) {
+		/* Absent (a cached one was deleted), or unreachable for a
+		 * volume we do not hold: remember it. */
+		zl_storage_vol_forget(vc, j->num);
+		vols_negative(vc, j->num, j->rc, now);
 	}
+out:
+	zl_volume_fini(&j->v);
+	free(j);
 }
 
 /* ---- watch events (loop thread) ---- */
@@ -411,26 +382,20 @@ int zl_storage_vols_create(struct zl_loop *loop, struct zl_etcd *etcd,
 	vc->prefix = prefix;
 	vc->loop = loop;
 	pthread_mutex_init(&vc->mu, NULL);
-	pthread_mutex_init(&vc->lmu, NULL);
-	pthread_cond_init(&vc->lcond, NULL);
 	vc->ev_tail = &vc->ev_head;
-	vc->jobs_tail = &vc->jobs;
 	zl_storage_vols_limits_default(&vc->lim);
 	vc->tokens = vc->lim.load_burst;
 	vc->tokens_ms = zl_now_ms();
 	rc = zl_notify_init(&vc->wake, loop, vols_wake_cb, vc);
-	if (!rc)
-		rc = zl_notify_init(&vc->done_wake, loop, vols_done_cb, vc);
 	if (rc)
 		goto out_free;
 	/* Without options (tests) the loader shares the loop's handle. */
 	rc = eo ? zl_etcd_create(eo, &vc->letcd) : 0;
 	if (rc)
 		goto out_free;
-	rc = -pthread_create(&vc->loader, NULL, vols_loader_main, vc);
+	rc = zl_worker_create(loop, &vc->loader);
 	if (rc)
 		goto out_free;
-	vc->loader_up = true;
 	snprintf(key, sizeof(key), "%svolumes/", prefix);
 	rc = etcd ? zl_etcd_watch_prefix(etcd, key, 0, vols_watch_cb, vc, &vc->watch) : 0;
 	if (rc) {
@@ -454,17 +419,11 @@ void zl_storage_vols_destroy(struct zl_storage_vols *vc)
 	if (!vc)
 		return;
 	zl_etcd_watch_cancel(vc->watch);
-	if (vc->loader_up) {
-		pthread_mutex_lock(&vc->lmu);
-		vc->stop = true;
-		pthread_cond_signal(&vc->lcond);
-		pthread_mutex_unlock(&vc->lmu);
-		pthread_join(vc->loader, NULL);
-	}
+	vc->stopping = true;
+	zl_worker_destroy(vc->loader); /* frees the loads still queued */
 	if (vc->letcd && vc->letcd != vc->etcd)
 		zl_etcd_destroy(vc->letcd);
 	zl_notify_fini(&vc->wake);
-	zl_notify_fini(&vc->done_wake);
 	while (vc->ev_head) {
 		struct vols_event *ev = vc->ev_head;
 
@@ -472,20 +431,7 @@ void zl_storage_vols_destroy(struct zl_storage_vols *vc)
 		zl_volume_fini(&ev->v);
 		free(ev);
 	}
-	for (int pass = 0; pass < 2; pass++) {
-		struct vols_job *j = pass ? vc->done : vc->jobs;
-
-		while (j) {
-			struct vols_job *next = j->next;
-
-			zl_volume_fini(&j->v);
-			free(j);
-			j = next;
-		}
-	}
 	pthread_mutex_destroy(&vc->mu);
-	pthread_mutex_destroy(&vc->lmu);
-	pthread_cond_destroy(&vc->lcond);
 	for (uint32_t i = 0; i < MISS_BUCKETS; i++)
 		while (vc->miss[i])
 			miss_drop(vc, &vc->miss[i]);
@@ -554,6 +500,11 @@ int zl_storage_vol_lookup(struct zl_storage_vols *vc, uint64_t num, struct zl_st
 	m->loading = true;
 	m->deleted = false;
 	return -EINPROGRESS;
+}
+
+struct zl_storage_vol *zl_storage_vol_cached(struct zl_storage_vols *vc, uint64_t num)
+{
+	return *vols_slot(vc, num);
 }
 
 int zl_storage_vol_refresh(struct zl_storage_vols *vc, struct zl_storage_vol *sv)

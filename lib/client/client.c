@@ -101,6 +101,9 @@ int zl_client_create(struct zl_loop *loop, struct zl_etcd *etcd, const struct zl
 	snprintf(c->tls_server_name, sizeof(c->tls_server_name), "%s",
 		 o.tls_server_name ? o.tls_server_name : "");
 	c->legacy_drop = o.legacy_drop;
+	rc = zl_worker_create(loop, &c->worker);
+	if (rc)
+		goto out_free;
 	c->io_timeout_s = o.io_timeout_s ? o.io_timeout_s : CLIENT_IO_TIMEOUT_S;
 	c->sel = o.transport;
 	switch (o.transport) {
@@ -123,6 +126,7 @@ int zl_client_create(struct zl_loop *loop, struct zl_etcd *etcd, const struct zl
 	return 0;
 
 out_free:
+	zl_worker_destroy(c->worker);
 	free(c);
 	return rc;
 }
@@ -150,10 +154,13 @@ void zl_client_destroy(struct zl_client *c)
 	c->destroying = true;
 	if (c->report_timer_on)
 		zl_timer_stop(c->loop, &c->report_timer);
-	if (c->report_lease)
-		zl_etcd_lease_revoke(c->etcd, c->report_lease); /* our reports go now */
 	while (!client_list_empty(&c->vols))
 		zl_vol_close(ZL_CONTAINER_OF(c->vols.next, struct zl_vol, link));
+	/* Waits for the etcd call it runs; what is queued ends cancelled. */
+	zl_worker_destroy(c->worker);
+	c->worker = NULL;
+	if (c->report_lease)
+		zl_etcd_lease_revoke(c->etcd, c->report_lease); /* our reports go now */
 	for (size_t i = 0; i < c->n_nodes; i++)
 		client_node_close_conns(c->nodes[i]);
 	/* Let the transport deliver the failures and close callbacks while our
@@ -185,14 +192,15 @@ struct zl_xport *zl_client_xport(struct zl_client *c)
 
 /* ---- failure reports (heal mode) ---- */
 
-/* Keeps the report lease alive; forgets it when etcd says it expired (the
- * next report grants a new one). */
-static void report_timer_cb(void *arg)
+/* Worker thread: one keep-alive of the report lease; an expired one is
+ * forgotten (the next failure report grants a new one). */
+static void report_renew_run(struct zl_work *w)
 {
-	struct zl_client *c = arg;
+	struct zl_client *c = ZL_CONTAINER_OF(w, struct zl_client, renew_w);
 	int64_t left = 0;
 	int rc;
 
+	c->renew_expired = false;
 	if (!c->report_lease)
 		return;
 	rc = zl_etcd_lease_keepalive(c->etcd, c->report_lease, &left);
@@ -200,9 +208,26 @@ static void report_timer_cb(void *arg)
 		ZL_LOG_WARN(CLIENT_LOG, "report lease expired: client=%s lease=%" PRId64
 			    "; the next failure report grants a new one", c->id, c->report_lease);
 		c->report_lease = 0;
+		c->renew_expired = true;
+	}
+}
+
+static void report_renew_done(struct zl_work *w)
+{
+	struct zl_client *c = ZL_CONTAINER_OF(w, struct zl_client, renew_w);
+
+	if (c->renew_expired && !w->cancelled && c->report_timer_on) {
 		zl_timer_stop(c->loop, &c->report_timer);
 		c->report_timer_on = false;
 	}
+}
+
+static void report_timer_cb(void *arg)
+{
+	struct zl_client *c = arg;
+
+	/* A keep-alive still on its way (etcd slow): this one is skipped. */
+	zl_worker_submit(c->worker, &c->renew_w, report_renew_run, report_renew_done);
 }
 
 /* A reporter id from the client id: characters zl_node_id_check refuses
@@ -219,21 +244,15 @@ static void report_reporter_id(const struct zl_client *c, char *out, size_t len)
 	out[i] = '\0';
 }
 
-int client_report_put(struct zl_client *c, const char *vol_id, uint32_t slice, const char *peer,
-		      const char *error, uint64_t slice_ver)
+/* Worker thread: the put, on the lease (granted when there is none, and
+ * again once when the put fails: it may have expired). Logs the outcome. */
+static void report_run(struct zl_work *w)
 {
-	bool bad_copy = !strcmp(error, "CORRUPT") || !strcmp(error, "IO");
-	struct zl_report r;
+	struct client_report *cr = ZL_CONTAINER_OF(w, struct client_report, w);
+	struct zl_client *c = cr->c;
+	const struct zl_report *r = &cr->r;
 	int rc = -ZL_ERR_ETCD;
 
-	memset(&r, 0, sizeof(r));
-	snprintf(r.vol_id, sizeof(r.vol_id), "%s", vol_id);
-	r.slice = slice;
-	report_reporter_id(c, r.reporter, sizeof(r.reporter));
-	snprintf(r.peer, sizeof(r.peer), "%s", peer);
-	snprintf(r.error, sizeof(r.error), "%s", error);
-	r.slice_ver = slice_ver;
-	r.time = (int64_t)time(NULL);
 	for (int attempt = 0; attempt < 2; attempt++) {
 		if (!c->report_lease) {
 			rc = zl_etcd_lease_grant(c->etcd, CLIENT_REPORT_LEASE_S, &c->report_lease);
@@ -241,33 +260,93 @@ int client_report_put(struct zl_client *c, const char *vol_id, uint32_t slice, c
 				c->report_lease = 0;
 				break;
 			}
-			if (!c->report_timer_on) {
-				c->report_timer_on = true;
-				zl_timer_start(c->loop, &c->report_timer,
-					       CLIENT_REPORT_LEASE_S * 1000u / 3,
-					       CLIENT_REPORT_LEASE_S * 1000u / 3, report_timer_cb, c);
-			}
 		}
-		rc = zl_meta_report_put(c->etcd, c->prefix, &r, c->report_lease);
-		if (!rc) {
-			ZL_LOG_WARN(CLIENT_LOG,
-				    "failure report put: vol=%s slice=%u peer=%s error=%s "
-				    "slice_ver=%" PRIu64 " reporter=%s; %s",
-				    vol_id, slice, peer, error, slice_ver, r.reporter,
-				    bad_copy ? "its copy is bad: 'zl volume scrub' repairs it"
-					     : "waiting for the manager");
-			return 0;
-		}
-		if (rc == -ZL_ERR_INVAL)
+		rc = zl_meta_report_put(c->etcd, c->prefix, r, c->report_lease);
+		if (!rc || rc == -ZL_ERR_INVAL)
 			break;
 		c->report_lease = 0; /* maybe an expired lease: grant a new one once */
+	}
+	cr->rc = rc;
+	if (!rc) {
+		ZL_LOG_WARN(CLIENT_LOG,
+			    "failure report put: vol=%s slice=%u peer=%s error=%s "
+			    "slice_ver=%" PRIu64 " reporter=%s; %s",
+			    r->vol_id, r->slice, r->peer, r->error, r->slice_ver, r->reporter,
+			    cr->bad_copy ? "its copy is bad: 'zl volume scrub' repairs it"
+					 : "waiting for the manager");
+		return;
 	}
 	ZL_LOG_ERR(CLIENT_LOG,
 		   "cannot put failure report: vol=%s slice=%u peer=%s error=%s err=%s detail=%s "
 		   "(is etcd reachable?)%s",
-		   vol_id, slice, peer, error, zl_errname(rc), zl_etcd_last_error(),
-		   bad_copy ? "" : "; the I/O keeps waiting");
-	return rc;
+		   r->vol_id, r->slice, r->peer, r->error, zl_errname(rc), zl_etcd_last_error(),
+		   cr->bad_copy ? "" : "; the I/O keeps waiting");
+}
+
+static void report_done(struct zl_work *w)
+{
+	struct client_report *cr = ZL_CONTAINER_OF(w, struct client_report, w);
+	struct zl_client *c = cr->c;
+	int rc = w->cancelled ? -ZL_ERR_ETCD : cr->rc;
+
+	for (struct client_list *l = c->vols.next; l != &c->vols; l = l->next) {
+		struct zl_vol *v = ZL_CONTAINER_OF(l, struct zl_vol, link);
+		struct client_reported *rp;
+
+		if (v->meta.num != cr->vol || cr->r.slice >= v->meta.n_slices)
+			continue;
+		rp = &v->reported[cr->r.slice];
+		if (!rc) {
+			v->stats.reports++;
+		} else if (cr->bad_copy && rp->bad_ver == cr->r.slice_ver &&
+			   !strcmp(rp->bad_peer, cr->r.peer)) {
+			rp->bad_ver = 0; /* the next bad read reports again */
+		} else if (!cr->bad_copy && rp->slice_ver == cr->r.slice_ver &&
+			   !strcmp(rp->peer, cr->r.peer)) {
+			rp->slice_ver = 0;
+		}
+	}
+	if (rc && rc != -ZL_ERR_INVAL)
+		c->etcd_fail_ns = zl_now_ns();
+}
+
+int client_report_put(struct zl_client *c, struct zl_vol *v, uint32_t slice, const char *peer,
+		      const char *error, uint64_t slice_ver)
+{
+	struct client_report *cr = NULL;
+	struct zl_report *r;
+
+	for (unsigned i = 0; i < CLIENT_REPORTS && !cr; i++)
+		if (!c->reports[i].w.busy)
+			cr = &c->reports[i];
+	if (!cr) {
+		if (zl_ratelimit_ok(&c->report_rl, 1))
+			ZL_LOG_ERR(CLIENT_LOG,
+				   "failure report not sent: vol=%s slice=%u peer=%s error=%s: %u "
+				   "reports already wait for etcd (is etcd reachable?; one line "
+				   "per second at most)",
+				   v->meta.id, slice, peer, error, CLIENT_REPORTS);
+		return -ZL_ERR_BUSY;
+	}
+	r = &cr->r;
+	memset(r, 0, sizeof(*r));
+	snprintf(r->vol_id, sizeof(r->vol_id), "%s", v->meta.id);
+	r->slice = slice;
+	report_reporter_id(c, r->reporter, sizeof(r->reporter));
+	snprintf(r->peer, sizeof(r->peer), "%s", peer);
+	snprintf(r->error, sizeof(r->error), "%s", error);
+	r->slice_ver = slice_ver;
+	r->time = (int64_t)time(NULL);
+	cr->c = c;
+	cr->vol = v->meta.num;
+	cr->bad_copy = !strcmp(error, "CORRUPT") || !strcmp(error, "IO");
+	cr->rc = 0;
+	if (!c->report_timer_on) {
+		c->report_timer_on = true;
+		zl_timer_start(c->loop, &c->report_timer, CLIENT_REPORT_LEASE_S * 1000u / 3,
+			       CLIENT_REPORT_LEASE_S * 1000u / 3, report_timer_cb, c);
+	}
+	return zl_worker_submit(c->worker, &cr->w, report_run, report_done);
 }
 
 /* ---- control requests on dedicated connections ---- */

@@ -1,6 +1,8 @@
 /* Internals of the volume client (lib/client). Not for other folders.
  *
- * Objects (all on one loop thread, no locks):
+ * Objects (all on one loop thread, no locks; the blocking etcd work of
+ * reloads, node lists and reports runs on the client's worker thread,
+ * lib/common/worker.h, and its results are applied on the loop thread):
  *   zl_client     transport, etcd handle, node table, open and closing volumes
  *   client_node   one storage node: address, backoff, conns_per_node
  *                 connections, a wait queue of sub-requests; lives until the
@@ -21,6 +23,7 @@
 #include <stdint.h>
 
 #include "../common/common.h"
+#include "../common/worker.h"
 #include "../transport/xport_hello.h"
 #include "../wire/wire.h"
 #include "client.h"
@@ -35,6 +38,7 @@
 #define CLIENT_HEAL_BACKOFF_MIN_MS 50u
 #define CLIENT_HEAL_BACKOFF_MAX_MS 2000u
 #define CLIENT_REPORT_LEASE_S 15 /* TTL of the lease the client's reports live on */
+#define CLIENT_REPORTS 16 /* failure reports on their way to etcd at once */
 
 /* ---- intrusive doubly linked list ---- */
 
@@ -212,9 +216,20 @@ struct client_node {
 	struct zl_ratelimit rl;
 };
 
+/* A failure report on its way to etcd through the client's worker. */
+struct client_report {
+	struct zl_work w;
+	struct zl_client *c;
+	struct zl_report r;
+	uint64_t vol;  /* the open volume whose `reported` it updates */
+	bool bad_copy; /* error CORRUPT or IO: rp->bad_* */
+	int rc;	       /* worker thread: the outcome */
+};
+
 struct zl_client {
 	struct zl_loop *loop;
 	struct zl_etcd *etcd;
+	struct zl_worker *worker; /* reloads, node lists, reports */
 	/* One transport per kind in use, created on first use: [ZL_XPORT_TCP],
 	 * [ZL_XPORT_RDMA]; index 0 unused. */
 	struct zl_xport *xports[3];
@@ -232,9 +247,15 @@ struct zl_client {
 	char tls_ca[4096];	    /* "" = none (opts.tls_ca or $ZIPLINE_TLS_CA) */
 	char tls_server_name[256]; /* "" = the node's address */
 	uint32_t io_timeout_s;	/* heal mode: how long an I/O waits */
-	int64_t report_lease;	/* lease of our failure reports, 0 = none */
+	/* Worker thread only (and zl_client_destroy once the worker is
+	 * gone): the lease of our failure reports, 0 = none. */
+	int64_t report_lease;
+	bool renew_expired;	/* worker: the keep-alive found it expired */
+	struct zl_work renew_w; /* keep-alive of report_lease */
 	bool report_timer_on;
-	struct zl_timer report_timer; /* keeps report_lease alive */
+	struct zl_timer report_timer; /* submits renew_w */
+	struct client_report reports[CLIENT_REPORTS];
+	struct zl_ratelimit report_rl; /* "report not sent" lines */
 	struct client_node **nodes;
 	size_t n_nodes, cap_nodes;
 	uint64_t nodes_loaded_ns;   /* last node list refresh */
@@ -255,6 +276,7 @@ enum client_sub_state {
 	SUB_WAIT,  /* in node->waitq */
 	SUB_SENT,  /* handed to the transport, callback pending */
 	SUB_TIMER, /* waiting on sub->timer (backoff or deferred result) */
+	SUB_RELOAD, /* in vol->reload_wait: waits for the placement reload */
 	SUB_IDLE,  /* being handled (transient) */
 };
 
@@ -339,6 +361,19 @@ struct zl_vol {
 	bool closing;
 	bool reload_soon;
 	struct zl_defer reload_defer;
+	/* The reload on the client's worker (vol_reload_start): the fields
+	 * below reload_w are the worker's while it is busy. Subs waiting for
+	 * it are in reload_wait; reload_applying while its result is applied
+	 * (a user callback may close the volume meanwhile). */
+	struct client_list reload_wait;
+	bool reload_applying;
+	struct zl_work reload_w;
+	char reload_vid[24]; /* meta.id when it started */
+	bool reload_nodes; /* list the nodes too */
+	int reload_rc, reload_nodes_rc;
+	struct zl_volume reload_fresh;
+	struct zl_node_info *reload_list;
+	size_t reload_n;
 	uint32_t inflight_reqs; /* subs inside the transport */
 	struct client_io *ios;
 	struct client_sub *subs;
@@ -368,7 +403,12 @@ void client_vol_fence(struct zl_client *c, uint64_t vol_num, const char *why);
 void client_vol_refuse(struct zl_client *c, uint64_t vol_num, int err, const char *why);
 
 /* client_node.c */
+/* Lists the nodes from etcd and applies the list (blocking: zl_vol_open and
+ * the legacy promotion only). 0 or an error (logged). */
 int client_nodes_refresh(struct zl_client *c);
+/* Applies a node list read from etcd (loop thread): new and moved nodes,
+ * gone ones. 0 or -ENOMEM. */
+int client_nodes_apply(struct zl_client *c, const struct zl_node_info *list, size_t cnt);
 /* Any entry of node id (whatever its selection), or NULL. */
 struct client_node *client_node_find(struct zl_client *c, const char *id);
 /* The entry of (id, sel), added (with the address of another entry of id,
@@ -403,11 +443,14 @@ void client_sub_fail_async(struct client_sub *s, int err);
 void client_vol_free(struct zl_vol *v);
 
 /* client.c */
-/* Heal mode: puts a failure report "reporter = this client, peer, error" for
- * (vol, slice, slice_ver) on the client's report lease (granted on first use,
- * kept alive by a loop timer, granted again when it expired). Blocking etcd
- * calls. 0 or an error (logged). */
-int client_report_put(struct zl_client *c, const char *vol_id, uint32_t slice, const char *peer,
+/* Heal mode: queues a failure report "reporter = this client, peer, error"
+ * for (v, slice, slice_ver) for the worker, which puts it on the client's
+ * report lease (granted on first use, kept alive from a loop timer, granted
+ * again when it expired). Never waits for etcd: 0 when queued (the outcome
+ * is logged; a failed one clears v->reported[slice] again, so that the
+ * next attempt reports again, and counts as an etcd failure), or
+ * -ZL_ERR_BUSY when CLIENT_REPORTS are on their way. */
+int client_report_put(struct zl_client *c, struct zl_vol *v, uint32_t slice, const char *peer,
 		      const char *error, uint64_t slice_ver);
 /* Runs one control request (opcode op, after a HELLO) against each node on a
  * dedicated connection (transport picked by the client's selection), in

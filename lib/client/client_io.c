@@ -51,8 +51,10 @@ static void sub_done(struct client_sub *s, int err);
 /* ---- placement ---- */
 
 /* Points vol->slice_nodes at the node objects of v->meta's placement, asking
- * etcd for the node list when a replica node is unknown. */
-static int vol_bind_nodes(struct zl_vol *v)
+ * etcd for the node list when a replica node is unknown and `refresh` (the
+ * blocking paths: open, legacy promotion; a reload listed them on the
+ * worker). */
+static int vol_bind_nodes(struct zl_vol *v, bool refresh)
 {
 	struct zl_client *c = v->c;
 	const struct zl_volume *m = &v->meta;
@@ -63,7 +65,7 @@ static int vol_bind_nodes(struct zl_vol *v)
 		for (unsigned r = 0; r < m->slices[s].n && r < ZL_MAX_REPLICAS; r++)
 			if (!client_node_find(c, m->slices[s].nodes[r]))
 				missing = true;
-	if (missing)
+	if (missing && refresh)
 		client_nodes_refresh(c);
 	for (uint32_t s = 0; s < m->n_slices; s++) {
 		for (unsigned r = 0; r < ZL_MAX_REPLICAS; r++) {
@@ -81,7 +83,7 @@ static int vol_bind_nodes(struct zl_vol *v)
 }
 
 /* Replaces the volume record with fresh (consumed). */
-static int vol_install(struct zl_vol *v, struct zl_volume *fresh)
+static int vol_install(struct zl_vol *v, struct zl_volume *fresh, bool refresh)
 {
 	if (fresh->num != v->meta.num || fresh->chunk_size != v->meta.chunk_size ||
 	    fresh->n_slices != v->meta.n_slices || !fresh->slices) {
@@ -97,7 +99,7 @@ static int vol_install(struct zl_vol *v, struct zl_volume *fresh)
 	v->meta = *fresh;
 	memset(fresh, 0, sizeof(*fresh));
 	v->reload_seq++;
-	return vol_bind_nodes(v);
+	return vol_bind_nodes(v, refresh);
 }
 
 static bool etcd_quiet(struct zl_client *c)
@@ -105,30 +107,100 @@ static bool etcd_quiet(struct zl_client *c)
 	return c->etcd_fail_ns && zl_now_ns() - c->etcd_fail_ns < ETCD_QUIET_NS;
 }
 
-/* Reloads the volume record and the node list from etcd. */
-static int vol_reload(struct zl_vol *v)
+/* Worker thread: the volume record and, when asked, the node list. */
+static void vol_reload_run(struct zl_work *w)
+{
+	struct zl_vol *v = ZL_CONTAINER_OF(w, struct zl_vol, reload_w);
+	struct zl_client *c = v->c;
+
+	memset(&v->reload_fresh, 0, sizeof(v->reload_fresh));
+	v->reload_list = NULL;
+	v->reload_n = 0;
+	v->reload_nodes_rc = 0;
+	v->reload_rc = zl_meta_volume_get(c->etcd, c->prefix, v->reload_vid, &v->reload_fresh);
+	if (v->reload_rc) {
+		ZL_LOG_WARN(CLIENT_LOG, "cannot reload volume record: vol=%s err=%s detail=%s",
+			    v->reload_vid, zl_strerror(v->reload_rc), zl_etcd_last_error());
+		return;
+	}
+	if (!v->reload_nodes)
+		return;
+	v->reload_nodes_rc = zl_meta_node_list(c->etcd, c->prefix, &v->reload_list, &v->reload_n);
+	if (v->reload_nodes_rc)
+		ZL_LOG_WARN(CLIENT_LOG, "cannot list storage nodes from etcd: err=%s detail=%s",
+			    zl_strerror(v->reload_nodes_rc), zl_etcd_last_error());
+}
+
+/* Frees v if it was closed and nothing of it is left in flight. */
+static void vol_maybe_free(struct zl_vol *v)
+{
+	if (v->closing && !v->inflight_reqs && !v->reload_w.busy && !v->reload_applying &&
+	    !v->c->destroying) {
+		client_list_del(&v->link);
+		client_vol_free(v);
+	}
+}
+
+/* Loop thread: installs what the worker read, then sends the subs that
+ * waited for it (or ends them: the volume was deleted). */
+static void vol_reload_done(struct zl_work *w)
+{
+	struct zl_vol *v = ZL_CONTAINER_OF(w, struct zl_vol, reload_w);
+	struct zl_client *c = v->c;
+	int rc = w->cancelled ? -ZL_ERR_ETCD : v->reload_rc;
+	struct client_list *l;
+
+	if (!v->closing && !rc) {
+		if (v->reload_nodes && !v->reload_nodes_rc &&
+		    !client_nodes_apply(c, v->reload_list, v->reload_n))
+			c->nodes_loaded_ns = zl_now_ns();
+		else if (v->reload_nodes)
+			c->etcd_fail_ns = zl_now_ns();
+		v->stats.placement_reloads++;
+		v->reloaded_ns = zl_now_ns();
+		vol_install(v, &v->reload_fresh, false);
+	} else if (!v->closing && rc != -ZL_ERR_NOT_FOUND) {
+		c->etcd_fail_ns = zl_now_ns();
+	}
+	zl_volume_fini(&v->reload_fresh);
+	free(v->reload_list);
+	v->reload_list = NULL;
+	v->reload_n = 0;
+	/* A user callback may close the volume: it stays until this ends. */
+	v->reload_applying = true;
+	while ((l = client_list_pop(&v->reload_wait))) {
+		struct client_sub *s = ZL_CONTAINER_OF(l, struct client_sub, link);
+
+		s->state = SUB_IDLE;
+		if (rc == -ZL_ERR_NOT_FOUND) {
+			ZL_LOG_ERR(CLIENT_LOG, "volume deleted under I/O: vol=%s", v->meta.id);
+			sub_done(s, -ZL_ERR_NOT_FOUND);
+		} else {
+			sub_send(s);
+		}
+	}
+	v->reload_applying = false;
+	vol_maybe_free(v);
+}
+
+/* Starts a reload of the volume record (and of the node list when it is
+ * older than NODES_FRESH_NS: a burst of reloads lists nodes once) on the
+ * worker. 0 when one is on its way (started now or before), -ZL_ERR_ETCD
+ * when etcd failed lately. */
+static int vol_reload_start(struct zl_vol *v)
 {
 	struct zl_client *c = v->c;
-	struct zl_volume fresh;
-	int rc;
+	uint64_t now = zl_now_ns();
 
+	if (v->reload_w.busy)
+		return 0;
 	if (etcd_quiet(c))
 		return -ZL_ERR_ETCD;
-	memset(&fresh, 0, sizeof(fresh));
-	rc = zl_meta_volume_get(c->etcd, c->prefix, v->meta.id, &fresh);
-	if (rc) {
-		if (rc != -ZL_ERR_NOT_FOUND)
-			c->etcd_fail_ns = zl_now_ns();
-		ZL_LOG_WARN(CLIENT_LOG, "cannot reload volume record: vol=%s err=%s detail=%s",
-			    v->meta.id, zl_strerror(rc), zl_etcd_last_error());
-		return rc;
-	}
-	/* A burst of reloads (many slices changed at once) lists nodes once. */
-	if (zl_now_ns() - c->nodes_loaded_ns >= NODES_FRESH_NS && client_nodes_refresh(c))
-		c->etcd_fail_ns = zl_now_ns();
-	v->stats.placement_reloads++;
-	v->reloaded_ns = zl_now_ns();
-	return vol_install(v, &fresh);
+	snprintf(v->reload_vid, sizeof(v->reload_vid), "%s", v->meta.id);
+	v->reload_nodes = now - c->nodes_loaded_ns >= NODES_FRESH_NS;
+	if (v->reload_nodes)
+		c->nodes_loaded_ns = now;
+	return zl_worker_submit(c->worker, &v->reload_w, vol_reload_run, vol_reload_done);
 }
 
 static void vol_reload_defer_cb(void *arg)
@@ -136,7 +208,7 @@ static void vol_reload_defer_cb(void *arg)
 	struct zl_vol *v = arg;
 
 	v->reload_soon = false;
-	vol_reload(v);
+	vol_reload_start(v);
 }
 
 static void vol_reload_soon(struct zl_vol *v)
@@ -559,7 +631,7 @@ static void sub_promote(struct client_sub *s, int err)
 		return;
 	}
 	v->stats.promotions++;
-	rc = vol_install(v, &fresh);
+	rc = vol_install(v, &fresh, true);
 	sl = &v->meta.slices[s->slice];
 	np = zl_slice_primary(sl);
 	ZL_LOG_WARN(CLIENT_LOG,
@@ -589,15 +661,11 @@ static void sub_report(struct client_sub *s, int err)
 	}
 	peer = sl->nodes[s->target];
 	if ((rp->slice_ver != s->sent_ver || strcmp(rp->peer, peer) != 0) && !etcd_quiet(c)) {
-		int rc = client_report_put(c, v->meta.id, s->slice, peer,
-					   zl_client_report_error(err), s->sent_ver);
-
-		if (!rc) {
-			v->stats.reports++;
+		/* Reported once it is queued; a put that fails clears it. */
+		if (!client_report_put(c, v, s->slice, peer, zl_client_report_error(err),
+				       s->sent_ver)) {
 			rp->slice_ver = s->sent_ver;
 			snprintf(rp->peer, sizeof(rp->peer), "%s", peer);
-		} else if (rc != -ZL_ERR_INVAL) {
-			c->etcd_fail_ns = zl_now_ns();
 		}
 	}
 	sub_retry(s, true, false, err);
@@ -613,18 +681,12 @@ static void sub_report_bad_copy(struct client_sub *s, int err)
 	const struct zl_slice *sl = &v->meta.slices[s->slice];
 	struct client_reported *rp = &v->reported[s->slice];
 	const char *peer = sl->nodes[s->target];
-	int rc;
 
 	if ((rp->bad_ver == s->sent_ver && strcmp(rp->bad_peer, peer) == 0) || etcd_quiet(c))
 		return;
-	rc = client_report_put(c, v->meta.id, s->slice, peer, zl_client_report_error(err),
-			       s->sent_ver);
-	if (!rc) {
-		v->stats.reports++;
+	if (!client_report_put(c, v, s->slice, peer, zl_client_report_error(err), s->sent_ver)) {
 		rp->bad_ver = s->sent_ver;
 		snprintf(rp->bad_peer, sizeof(rp->bad_peer), "%s", peer);
-	} else if (rc != -ZL_ERR_INVAL) {
-		c->etcd_fail_ns = zl_now_ns();
 	}
 }
 
@@ -834,7 +896,6 @@ static void sub_timer_cb(void *arg)
 	struct client_sub *s = arg;
 	struct zl_vol *v = s->vol;
 	int err = s->pending_err;
-	int rc;
 
 	s->state = SUB_IDLE;
 	s->pending_err = 0;
@@ -847,14 +908,14 @@ static void sub_timer_cb(void *arg)
 		/* Another sub may have reloaded since we sent (heal mode: or
 		 * just now, for another reason): then use that. */
 		if (s->reload_seq == v->reload_seq &&
-		    (v->c->legacy_drop || zl_now_ns() - v->reloaded_ns >= RELOAD_FRESH_NS)) {
-			rc = vol_reload(v);
-			if (rc == -ZL_ERR_NOT_FOUND) {
-				ZL_LOG_ERR(CLIENT_LOG, "volume deleted under I/O: vol=%s",
-					   v->meta.id);
-				sub_done(s, -ZL_ERR_NOT_FOUND);
-				return;
-			}
+		    (v->c->legacy_drop || zl_now_ns() - v->reloaded_ns >= RELOAD_FRESH_NS ||
+		     v->reload_w.busy) &&
+		    !vol_reload_start(v)) {
+			/* Sent once the reload is in (vol_reload_done); etcd
+			 * failed lately: sent with what we have. */
+			s->state = SUB_RELOAD;
+			client_list_add_tail(&v->reload_wait, &s->link);
+			return;
 		}
 	}
 	sub_send(s);
@@ -873,10 +934,7 @@ void client_sub_reply_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 	if (!s->io) {
 		/* Orphan of a closed volume. */
 		s->state = SUB_FREE;
-		if (v->closing && v->inflight_reqs == 0 && !v->c->destroying) {
-			client_list_del(&v->link);
-			client_vol_free(v);
-		}
+		vol_maybe_free(v);
 		goto out_kick;
 	}
 	if (!status) {
@@ -933,6 +991,7 @@ int zl_vol_open(struct zl_client *c, const char *name_or_id, struct zl_vol **out
 	client_list_init(&v->free_ios);
 	client_list_init(&v->free_subs);
 	client_list_init(&v->split_wait);
+	client_list_init(&v->reload_wait);
 	rc = zl_meta_volume_lookup(c->etcd, c->prefix, name_or_id, &v->meta);
 	if (rc) {
 		if (rc != -ZL_ERR_NOT_FOUND)
@@ -976,7 +1035,7 @@ int zl_vol_open(struct zl_client *c, const char *name_or_id, struct zl_vol **out
 	rc = client_nodes_refresh(c);
 	if (rc)
 		goto out_arrays;
-	rc = vol_bind_nodes(v);
+	rc = vol_bind_nodes(v, true);
 	if (rc)
 		goto out_arrays;
 	client_list_add_tail(&c->vols, &v->link);
@@ -1037,6 +1096,10 @@ void zl_vol_close(struct zl_vol *v)
 			zl_timer_stop(c->loop, &s->timer);
 			s->state = SUB_FREE;
 			break;
+		case SUB_RELOAD:
+			client_list_del(&s->link);
+			s->state = SUB_FREE;
+			break;
 		case SUB_SENT:
 			s->io = NULL; /* its reply frees it */
 			break;
@@ -1045,7 +1108,7 @@ void zl_vol_close(struct zl_vol *v)
 		}
 	}
 	client_list_del(&v->link);
-	if (v->inflight_reqs)
+	if (v->inflight_reqs || v->reload_w.busy || v->reload_applying)
 		client_list_add_tail(&c->zombies, &v->link);
 	/* User callbacks last: they must not find half-closed state. */
 	for (uint32_t i = 0; i < v->n_ios; i++) {
@@ -1058,7 +1121,7 @@ void zl_vol_close(struct zl_vol *v)
 		io->cb(io->arg, -ZL_ERR_CONN);
 	}
 	ZL_LOG_INFO(CLIENT_LOG, "volume closed: vol=%s", v->meta.id);
-	if (!v->inflight_reqs)
+	if (!v->inflight_reqs && !v->reload_w.busy && !v->reload_applying)
 		client_vol_free(v);
 }
 

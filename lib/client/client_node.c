@@ -209,6 +209,15 @@ int client_nodes_refresh(struct zl_client *c)
 			    zl_strerror(rc), zl_etcd_last_error());
 		return rc;
 	}
+	rc = client_nodes_apply(c, list, cnt);
+	free(list);
+	return rc;
+}
+
+int client_nodes_apply(struct zl_client *c, const struct zl_node_info *list, size_t cnt)
+{
+	int rc = 0;
+
 	/* Known nodes without a record are gone: fail what waits for them. */
 	for (size_t i = 0; i < c->n_nodes; i++) {
 		bool listed = false;
@@ -267,7 +276,6 @@ int client_nodes_refresh(struct zl_client *c)
 			}
 		}
 	}
-	free(list);
 	c->nodes_loaded_ns = zl_now_ns();
 	return rc;
 }

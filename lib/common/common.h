@@ -42,6 +42,9 @@ void zl_vol_id_format(uint64_t num, char out[ZL_VOL_ID_LEN + 1]);
 int zl_vol_id_parse(const char *s, uint64_t *num); /* 0 or ZL_ERR_INVAL */
 /* 64 random bits from getrandom(); never 0. */
 uint64_t zl_random_u64(void);
+/* Appends x to the growable array *a of *n entries (*cap allocated; it
+ * doubles, from 16). 0 or -ENOMEM (the array stays as it was). */
+int zl_u64_push(uint64_t **a, size_t *n, size_t *cap, uint64_t x);
 
 /* fsync of a directory (after creating, renaming or removing an entry in
  * it). 0 or -errno. */

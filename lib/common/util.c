@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
@@ -223,5 +224,20 @@ int zl_pwrite_all(int fd, const void *p, size_t len, uint64_t off)
 			return n < 0 ? -errno : -EIO;
 		done += (size_t)n;
 	}
+	return 0;
+}
+
+int zl_u64_push(uint64_t **a, size_t *n, size_t *cap, uint64_t x)
+{
+	if (*n == *cap) {
+		size_t c = *cap ? *cap * 2 : 16;
+		uint64_t *p = realloc(*a, c * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		*a = p;
+		*cap = c;
+	}
+	(*a)[(*n)++] = x;
 	return 0;
 }

@@ -469,6 +469,7 @@ int zl_journal_rec_decode(const void *buf, size_t len, const struct zl_journal_e
 	rec->used_len = used;
 	rec->nentries = nent;
 	rec->buf = p;
+	rec->off = 0;
 	return 0;
 }
 
@@ -577,6 +578,7 @@ int zl_journal_replay(const struct zl_journal_sb *sb, zl_journal_read_fn read, v
 			break;
 		}
 		if (rec.type == ZL_JOURNAL_REC_BATCH) {
+			rec.off = pos;
 			rc = apply(apply_arg, &rec);
 			if (rc) {
 				st->stop = ZL_JOURNAL_STOP_CALLBACK;

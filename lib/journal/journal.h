@@ -113,6 +113,7 @@ struct zl_journal_rec {
 	uint32_t used_len;  /* header + entries, without padding */
 	uint32_t nentries;
 	const uint8_t *buf; /* the record's bytes (decode input) */
+	uint64_t off;	    /* replay: its file offset (0 from the decoder) */
 };
 
 /* What a record must match to be accepted. */

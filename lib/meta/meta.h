@@ -215,6 +215,17 @@ struct zl_node_status {
 	uint32_t peering_slices;
 	uint32_t n_peering;
 	struct zl_status_peering peering[ZL_STATUS_PEERING_MAX];
+	/* The chunk store (absent in older records: 0). "chunk_writes": writes
+	 * and zeroings applied since start; "durable_ios": the disk writes a
+	 * disk must flush for (RWF_DSYNC writes, fdatasyncs, journal records
+	 * and superblocks). "journal_size" 0: the direct write path; else the
+	 * journal's bytes, "journal_used" the ring bytes not checkpointed,
+	 * "journal_dirty_chunks" the chunks a checkpoint still has to sync,
+	 * "journal_checkpoints" and "journal_waits" (writes that waited for
+	 * space) since start. */
+	uint64_t chunk_writes, durable_ios;
+	uint64_t journal_size, journal_used, journal_checkpoints, journal_waits;
+	uint32_t journal_dirty_chunks;
 };
 
 /* JSON codec (fuzzed): to_json NULL for an invalid record or ENOMEM;

@@ -85,7 +85,9 @@ static int meta_status_check(const void *rec, char *why, size_t why_len)
 	if (!meta_buf_ok(s->node, sizeof(s->node), false) || zl_node_id_check(s->node))
 		return meta_fail(why, why_len, "node is not a valid node id");
 	if (s->bytes_done > INT64_MAX || s->bytes_left > INT64_MAX || s->rate > INT64_MAX ||
-	    s->time < 0)
+	    s->time < 0 || s->chunk_writes > INT64_MAX || s->durable_ios > INT64_MAX ||
+	    s->journal_size > INT64_MAX || s->journal_used > s->journal_size ||
+	    s->journal_checkpoints > INT64_MAX || s->journal_waits > INT64_MAX)
 		return meta_fail(why, why_len, "a counter is out of range");
 	if (s->n_peering > ZL_STATUS_PEERING_MAX || s->n_peering > s->peering_slices)
 		return meta_fail(why, why_len,
@@ -123,11 +125,17 @@ char *zl_meta_status_to_json(const struct zl_node_status *s)
 	}
 	if (!arr)
 		return NULL;
-	o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "node", s->node,
-		      "recovering_bytes_done", (json_int_t)s->bytes_done, "recovering_bytes_left",
-		      (json_int_t)s->bytes_left, "rate", (json_int_t)s->rate, "recovering",
-		      (json_int_t)s->recovering, "time", (json_int_t)s->time, "peering_slices",
-		      (json_int_t)s->peering_slices, "peering", arr);
+	o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+		      "node", s->node, "recovering_bytes_done", (json_int_t)s->bytes_done,
+		      "recovering_bytes_left", (json_int_t)s->bytes_left, "rate",
+		      (json_int_t)s->rate, "recovering", (json_int_t)s->recovering, "time",
+		      (json_int_t)s->time, "peering_slices", (json_int_t)s->peering_slices,
+		      "peering", arr, "chunk_writes", (json_int_t)s->chunk_writes, "durable_ios",
+		      (json_int_t)s->durable_ios, "journal_size", (json_int_t)s->journal_size,
+		      "journal_used", (json_int_t)s->journal_used, "journal_dirty_chunks",
+		      (json_int_t)s->journal_dirty_chunks, "journal_checkpoints",
+		      (json_int_t)s->journal_checkpoints, "journal_waits",
+		      (json_int_t)s->journal_waits);
 	return meta_dump(o);
 }
 
@@ -139,6 +147,15 @@ static const struct meta_field meta_status_fields[] = {
     META_INT(struct zl_node_status, recovering, "recovering", 0, UINT32_MAX),
     META_INT(struct zl_node_status, time, "time", 0, INT64_MAX),
     META_INT_NEW(struct zl_node_status, peering_slices, "peering_slices", 0, UINT32_MAX),
+    META_INT_NEW(struct zl_node_status, chunk_writes, "chunk_writes", 0, INT64_MAX),
+    META_INT_NEW(struct zl_node_status, durable_ios, "durable_ios", 0, INT64_MAX),
+    META_INT_NEW(struct zl_node_status, journal_size, "journal_size", 0, INT64_MAX),
+    META_INT_NEW(struct zl_node_status, journal_used, "journal_used", 0, INT64_MAX),
+    META_INT_NEW(struct zl_node_status, journal_dirty_chunks, "journal_dirty_chunks", 0,
+		 UINT32_MAX),
+    META_INT_NEW(struct zl_node_status, journal_checkpoints, "journal_checkpoints", 0,
+		 INT64_MAX),
+    META_INT_NEW(struct zl_node_status, journal_waits, "journal_waits", 0, INT64_MAX),
 };
 
 static const struct meta_field meta_status_peering_fields[] = {

@@ -4,7 +4,7 @@
  *   e2e_load write --etcd URL --volume NAME --log FILE [--qd 8] [--seed N]
  *                  [--seconds S] [--stop-file F] [--bytes SIZE] [--read-pct P]
  *                  [--min-len SIZE] [--max-len SIZE] [--fill STRIDE:LEN]
- *                  [--final-check]
+ *                  [--overlap [OFF:]SPAN] [--final-check]
  *   e2e_load check --log FILE (--etcd URL --volume NAME | --chunk-dir DIR
  *                  --size SIZE --chunk-size SIZE) [--exact]
  *
@@ -12,7 +12,10 @@
  * generation): bytes [0,8) offset, [8,16) generation, [16,24) a magic, the
  * rest words of zl_hash64 of the three; so any sector read back names the
  * write it came from, or is zeros (never written), or is garbage. Writes are
- * 512-byte aligned, never two overlapping in flight, generation +1 each.
+ * 512-byte aligned, generation +1 each, never two overlapping in flight
+ * unless --overlap: then every write falls in [OFF, OFF+SPAN) (default OFF
+ * 0; one chunk when the range is inside one) and may overlap writes in
+ * flight (never a read).
  *
  * The log (text, appended, fsynced) is the record of the run:
  *   "S gen off len"  written and fsynced BEFORE the write is submitted
@@ -21,11 +24,15 @@
  *   "F gen err"      a failed write (content of its range undetermined)
  * A new `write` replays the log first, so runs continue each other.
  *
- * For each sector the allowed content is: the last acknowledged write that
- * covers it, or any write submitted after that one that covers it (an
- * unacknowledged write may or may not have landed: old or new), or zeros
- * when no acknowledged write covers it. --exact refuses the "or newer"
- * (every write must have been acknowledged: no undetermined sector).
+ * For each sector the allowed content is a write W covering it that no
+ * acknowledged write covering it follows, i.e. none was submitted after W
+ * ended (its "A" or "F" record, the end of its run for a write with
+ * neither; never for one still in flight): the last acknowledged write,
+ * or one submitted after it (an unacknowledged write may or may not have
+ * landed), or one in flight with it (overlapping writes in flight at once
+ * land in an order the client does not know); or zeros when no
+ * acknowledged write covers it. Record order in the log is the order of
+ * these events. --exact allows acknowledged writes only.
  *
  * write: QD writes (and --read-pct reads of ranges not in flight, each
  * sector checked against the log's state) until --seconds, --bytes or the
@@ -59,7 +66,9 @@
 
 struct wrec {
 	uint64_t off, len;
-	uint8_t state; /* 0 unknown gen, 1 submitted, 2 acked, 3 failed */
+	uint64_t sub_pos;  /* log position of its "S" record */
+	uint64_t done_pos; /* of its "A" / "F" record; UINT64_MAX in flight */
+	uint8_t state;	   /* 0 unknown gen, 1 submitted, 2 acked, 3 failed */
 };
 
 struct load;
@@ -78,6 +87,10 @@ struct load {
 	uint64_t n_gen, cap_gen;
 	uint32_t *ack;	/* per sector: last acked gen covering it (0 none) */
 	uint32_t *last; /* per sector: last submitted gen covering it */
+	uint64_t *ack_sub; /* per sector: latest "S" position of an acked write covering it */
+	uint64_t pos;	   /* log records (S, A, F) so far: the next one's position */
+	uint64_t overlap;  /* 0, or --overlap SPAN */
+	uint64_t ov_off;   /* --overlap OFF */
 	uint64_t size, chunk_size, n_sectors;
 	uint8_t *touched; /* per chunk, written in this run */
 	FILE *log;
@@ -90,6 +103,7 @@ struct load {
 	uint64_t rng;
 	int inflight;
 	uint64_t writes, acked, failed, reads, read_errs, mism, acked_bytes, pending_acks;
+	uint64_t overlapped; /* writes submitted over a write in flight */
 	uint64_t lat_max_ms, lat_sum_ms, lat_n; /* submit to completion, reads and writes */
 };
 
@@ -138,8 +152,9 @@ static void state_alloc(struct load *t)
 	t->n_sectors = t->size / SECTOR;
 	t->ack = calloc(t->n_sectors, sizeof(*t->ack));
 	t->last = calloc(t->n_sectors, sizeof(*t->last));
+	t->ack_sub = calloc(t->n_sectors, sizeof(*t->ack_sub));
 	t->touched = calloc(t->size / t->chunk_size + 1, 1);
-	if (!t->ack || !t->last || !t->touched)
+	if (!t->ack || !t->last || !t->ack_sub || !t->touched)
 		die("out of memory");
 }
 
@@ -150,6 +165,8 @@ static void note_submit(struct load *t, uint64_t gen, uint64_t off, uint64_t len
 	r->off = off;
 	r->len = len;
 	r->state = 1;
+	r->sub_pos = ++t->pos;
+	r->done_pos = UINT64_MAX;
 	for (uint64_t s = off / SECTOR; s < (off + len) / SECTOR; s++)
 		t->last[s] = (uint32_t)gen;
 }
@@ -159,9 +176,20 @@ static void note_ack(struct load *t, uint64_t gen)
 	struct wrec *r = wrec_get(t, gen);
 
 	r->state = 2;
-	for (uint64_t s = r->off / SECTOR; s < (r->off + r->len) / SECTOR; s++)
+	r->done_pos = ++t->pos;
+	for (uint64_t s = r->off / SECTOR; s < (r->off + r->len) / SECTOR; s++) {
 		if (gen > t->ack[s])
 			t->ack[s] = (uint32_t)gen;
+		t->ack_sub[s] = ZL_MAX(t->ack_sub[s], r->sub_pos);
+	}
+}
+
+static void note_fail(struct load *t, uint64_t gen)
+{
+	struct wrec *r = wrec_get(t, gen);
+
+	r->state = 3;
+	r->done_pos = ++t->pos;
 }
 
 static void log_replay(struct load *t, const char *path)
@@ -184,11 +212,15 @@ static void log_replay(struct load *t, const char *path)
 		} else if (sscanf(line, "A %" SCNu64, &g) == 1) {
 			note_ack(t, g);
 		} else if (sscanf(line, "F %" SCNu64, &g) == 1) {
-			wrec_get(t, g)->state = 3;
+			note_fail(t, g);
 		}
 		n++;
 	}
 	fclose(f);
+	/* A write its run left without an outcome ended with that run. */
+	for (uint64_t g = 1; g < t->n_gen; g++)
+		if (t->w[g].state == 1 && t->w[g].done_pos == UINT64_MAX)
+			t->w[g].done_pos = t->pos;
 	fprintf(stderr, "e2e_load: log %s: %" PRIu64 " records, %" PRIu64 " writes\n", path, n,
 		t->n_gen ? t->n_gen - 1 : 0);
 }
@@ -205,15 +237,13 @@ static bool sector_ok(struct load *t, uint64_t s, const uint8_t *p, bool exact, 
 {
 	static const uint8_t zero[SECTOR];
 	uint8_t want[SECTOR];
+	const struct wrec *r;
 	uint64_t off, gen;
-	uint32_t a = t->ack[s];
 
 	*got_gen = UINT64_MAX;
 	if (!memcmp(p, zero, SECTOR)) {
 		*got_gen = 0;
-		if (a == 0 && (!exact || t->last[s] == 0))
-			return true;
-		return false;
+		return t->ack_sub[s] == 0 && (!exact || t->last[s] == 0);
 	}
 	memcpy(&off, p, 8);
 	memcpy(&gen, p + 8, 8);
@@ -223,17 +253,12 @@ static bool sector_ok(struct load *t, uint64_t s, const uint8_t *p, bool exact, 
 	if (memcmp(want, p, SECTOR))
 		return false;
 	*got_gen = gen;
-	if (gen == a)
-		return true;
-	if (gen < a || exact)
+	r = &t->w[gen];
+	if (r->state == 0 || (exact && r->state != 2) || s * SECTOR < r->off ||
+	    s * SECTOR >= r->off + r->len)
 		return false;
-	/* newer than the last ack: a write submitted later, covering s */
-	{
-		const struct wrec *r = &t->w[gen];
-
-		return r->state != 0 && r->state != 2 && r->off <= s * SECTOR &&
-		       s * SECTOR < r->off + r->len;
-	}
+	/* No acknowledged write covering s was submitted after gen ended. */
+	return t->ack_sub[s] < r->done_pos;
 }
 
 static void report_bad(struct load *t, const char *what, uint64_t s, uint64_t got)
@@ -259,12 +284,14 @@ static void check_buf(struct load *t, const char *what, uint64_t off, const uint
 
 /* ---- write ---- */
 
-static bool overlaps(struct load *t, uint64_t off, uint64_t len, bool writes_only)
+/* Whether [off, off+len) overlaps an I/O in flight: a read only, when
+ * reads_only. */
+static bool overlaps(struct load *t, uint64_t off, uint64_t len, bool reads_only)
 {
 	for (int i = 0; i < MAX_QD; i++) {
 		struct slot *w = &t->slots[i];
 
-		if (w->busy && (!writes_only || !w->is_read) && off < w->off + w->len &&
+		if (w->busy && (!reads_only || w->is_read) && off < w->off + w->len &&
 		    w->off < off + len)
 			return true;
 	}
@@ -301,7 +328,7 @@ static void io_done(void *arg, int status)
 			" failed: %s\n",
 			w->gen, w->off, w->len, zl_strerror(status));
 		fprintf(t->log, "F %" PRIu64 " %d\n", w->gen, status);
-		wrec_get(t, w->gen)->state = 3;
+		note_fail(t, w->gen);
 		t->failed++;
 		return;
 	}
@@ -320,9 +347,11 @@ struct wcfg {
 	bool final_check;
 };
 
-static bool pick_range(struct load *t, const struct wcfg *c, uint64_t *fill_next, uint64_t *off,
-		       uint64_t *len)
+static bool pick_range(struct load *t, const struct wcfg *c, bool is_read, uint64_t *fill_next,
+		       uint64_t *off, uint64_t *len)
 {
+	uint64_t span = t->overlap ? t->overlap : t->size, base = t->overlap ? t->ov_off : 0;
+
 	if (c->fill_stride) {
 		if (*fill_next >= t->size)
 			return false;
@@ -338,8 +367,9 @@ static bool pick_range(struct load *t, const struct wcfg *c, uint64_t *fill_next
 		l = ZL_ALIGN_UP(l, SECTOR);
 		if (rnd(t) % 2)
 			l = ZL_ALIGN_UP(l, 4096);
-		o = ZL_ALIGN_DOWN(rnd(t) % (t->size - l + 1), SECTOR);
-		if (!overlaps(t, o, l, false)) {
+		o = base + ZL_ALIGN_DOWN(rnd(t) % (span - l + 1), SECTOR);
+		/* --overlap: a write may overlap writes in flight, never a read. */
+		if (!overlaps(t, o, l, t->overlap && !is_read)) {
 			*off = o;
 			*len = l;
 			return true;
@@ -378,11 +408,13 @@ static int submit_batch(struct load *t, const struct wcfg *c, uint64_t *fill_nex
 		if (!w)
 			break;
 		w->is_read = !c->fill_stride && (int)(rnd(t) % 100) < c->read_pct;
-		if (!pick_range(t, c, fill_next, &w->off, &w->len)) {
+		if (!pick_range(t, c, w->is_read, fill_next, &w->off, &w->len)) {
 			*fill_done = c->fill_stride != 0;
 			break;
 		}
 		w->t = t;
+		if (!w->is_read)
+			t->overlapped += overlaps(t, w->off, w->len, false);
 		w->busy = true; /* reserve the range for the next picks */
 		if (!w->is_read) {
 			w->gen = t->n_gen ? t->n_gen : 1;
@@ -482,10 +514,10 @@ static int do_write(struct load *t, const struct wcfg *c)
 	log_sync(t);
 	printf("LOAD: writes=%" PRIu64 " acked=%" PRIu64 " failed=%" PRIu64 " acked_mib=%" PRIu64
 	       " reads=%" PRIu64 " read_errors=%" PRIu64 " bad_sectors=%" PRIu64
-	       " seconds=%.1f lat_max_ms=%" PRIu64 " lat_avg_ms=%.1f\n",
+	       " seconds=%.1f lat_max_ms=%" PRIu64 " lat_avg_ms=%.1f overlapping=%" PRIu64 "\n",
 	       t->writes, t->acked, t->failed, t->acked_bytes >> 20, t->reads, t->read_errs,
 	       t->mism, (double)(zl_now_ms() - t0) / 1000.0, t->lat_max_ms,
-	       t->lat_n ? (double)t->lat_sum_ms / (double)t->lat_n : 0.0);
+	       t->lat_n ? (double)t->lat_sum_ms / (double)t->lat_n : 0.0, t->overlapped);
 	print_touched(t);
 	fflush(stdout);
 	if (!rc && c->final_check) {
@@ -554,7 +586,8 @@ static void usage(void)
 		"usage: e2e_load write --etcd URL --volume NAME --log FILE [--qd N] [--seed N]\n"
 		"                [--seconds S] [--stop-file F] [--bytes SIZE] [--read-pct P]\n"
 		"                [--min-len SIZE] [--max-len SIZE] [--fill STRIDE:LEN] "
-		"[--final-check]\n"
+		"[--overlap [OFF:]SPAN]\n"
+		"                [--final-check]\n"
 		"       e2e_load check --log FILE (--etcd URL --volume NAME | --chunk-dir DIR\n"
 		"                --size SIZE --chunk-size SIZE) [--exact]\n");
 	exit(2);
@@ -589,6 +622,7 @@ int main(int argc, char **argv)
 	    {"size", required_argument, NULL, 'S'},
 	    {"chunk-size", required_argument, NULL, 'C'},
 	    {"exact", no_argument, NULL, 'X'},
+	    {"overlap", required_argument, NULL, 'O'},
 	    {NULL, 0, NULL, 0},
 	};
 	struct wcfg wc = {.qd = 8, .min_len = 4096, .max_len = 256 << 10};
@@ -663,6 +697,16 @@ int main(int argc, char **argv)
 		case 'X':
 			exact = true;
 			break;
+		case 'O': {
+			char *colon = strchr(optarg, ':');
+
+			if (colon) {
+				*colon = 0;
+				t.ov_off = size_arg(optarg);
+			}
+			t.overlap = size_arg(colon ? colon + 1 : optarg);
+			break;
+		}
 		default:
 			usage();
 		}
@@ -697,6 +741,11 @@ int main(int argc, char **argv)
 	}
 	if (t.size % SECTOR || wc.max_len > t.size)
 		die("volume size must be a multiple of 512 and larger than --max-len");
+	if (t.overlap && (t.overlap % SECTOR || t.ov_off % SECTOR || t.ov_off > t.size ||
+			  t.overlap > t.size - t.ov_off || wc.max_len > t.overlap ||
+			  wc.fill_stride))
+		die("--overlap OFF:SPAN: multiples of 512 within the volume, SPAN at least --max-len, "
+		    "without --fill");
 	state_alloc(&t);
 	log_replay(&t, log_path);
 	if (is_write) {

@@ -386,6 +386,14 @@ cl_wait_in_sync() {
 	/usr/bin/python3 "$CL_LIB/heal_tool.py" etcd "$CL_ETCD" wait "$@"
 }
 
+# cl_wait_journal_clean SECONDS: until every storage daemon on the journal
+# write path reports (status record) that its chunk files hold everything its
+# journal does: what an oracle that reads chunk files from disk needs first.
+# Prints the milliseconds waited; 1 on timeout.
+cl_wait_journal_clean() {
+	/usr/bin/python3 "$CL_LIB/heal_tool.py" etcd "$CL_ETCD" journal-clean "$1"
+}
+
 # cl_chunk_block_off FILE BLOCK [BYTE]: file offset of byte BYTE of data block
 # BLOCK of a chunk replica file (test/lib/chunkfile.py reads its header).
 cl_chunk_block_off() {

@@ -21,6 +21,12 @@ reason on stderr when it cannot do its job.
                            (both: exit 1 and the rows not there yet on
                            stderr after SECS)
     summary VOL            "rows=R all_in_sync_rows=K member_states=..."
+    journal-clean SECS     waits until every daemon on the journal write path
+                           checkpointed all it holds, for 2.5 s running;
+                           prints the milliseconds waited (exit 1 after SECS)
+    status FIELD...        "node FIELD=value..." of every status record
+    stable-sum SECS FIELD...  once the status records stopped changing for
+                           2.5 s: the sum of each FIELD over them
     reports VOL [ERROR]    "slice reporter peer error slice_ver" (only ERROR)
     set VOL NODE STATE     the manager by hand: every row holding NODE,
                            NODE -> STATE (CAS on the record; v + 1, the term
@@ -197,6 +203,62 @@ def wait_in_sync(e, args):
     sys.exit(1)
 
 
+def statuses(e):
+    """The storage daemons' status records (<prefix>status/<node>)."""
+    return [json.loads(base64.b64decode(kv['value'])) for kv in e.prefix(PREFIX + 'status/')]
+
+
+def journal_clean(e, secs):
+    """journal-clean SECS: waits until every daemon on the journal write path
+    has checkpointed everything (journal_used 0, no dirty chunk) and that has
+    held for 2.5 s (longer than the 2 s status sample, so a record left over
+    from before the last writes cannot pass); prints the milliseconds waited.
+    A daemon on the direct path (journal_size 0) counts as clean."""
+    t0 = time.monotonic()
+    clean_since = None
+    while True:
+        recs = statuses(e)
+        if not any(r.get('journal_size', 0) for r in recs):
+            print(int((time.monotonic() - t0) * 1000))
+            return  # every daemon on the direct path
+        dirty = [r for r in recs if r.get('journal_size', 0) and
+                 (r.get('journal_used', 0) or r.get('journal_dirty_chunks', 0))]
+        now = time.monotonic()
+        if dirty:
+            clean_since = None
+        elif clean_since is None:
+            clean_since = now
+        elif now - clean_since >= 2.5:
+            print(int((now - t0) * 1000))
+            return
+        if now - t0 >= secs:
+            for r in dirty:
+                sys.stderr.write('heal_tool: %s: journal_used=%s journal_dirty_chunks=%s after %g s\n'
+                                 % (r['node'], r.get('journal_used'), r.get('journal_dirty_chunks'), secs))
+            sys.exit(1)
+        time.sleep(0.25)
+
+
+def stable_sum(e, secs, fields):
+    """stable-sum SECS FIELD...: waits until the status records did not
+    change for 2.5 s (the daemons sample every 2 s and publish changes), then
+    prints the sum of each FIELD over them (0 where absent)."""
+    t0 = time.monotonic()
+    last, since = None, time.monotonic()
+    while True:
+        recs = sorted((json.dumps(r, sort_keys=True) for r in statuses(e)))
+        now = time.monotonic()
+        if recs != last:
+            last, since = recs, now
+        elif now - since >= 2.5:
+            break
+        if now - t0 >= secs:
+            die('status records still changing after %g s' % secs)
+        time.sleep(0.25)
+    recs = [json.loads(r) for r in last]
+    print(' '.join(str(sum(int(r.get(f, 0)) for r in recs)) for f in fields))
+
+
 def etcd_cmd(url, cmd, args):
     e = Etcd(url)
     if cmd == 'reports':
@@ -228,6 +290,13 @@ def etcd_cmd(url, cmd, args):
                               'value': b64('{}')})
     elif cmd == 'wait':
         wait_in_sync(e, args)
+    elif cmd == 'stable-sum':
+        stable_sum(e, float(args[0]), args[1:])
+    elif cmd == 'journal-clean':
+        journal_clean(e, float(args[0]))
+    elif cmd == 'status':
+        for r in statuses(e):
+            print(r['node'], ' '.join('%s=%s' % (k, r.get(k, 0)) for k in args))
     elif cmd in ('rows', 'incs', 'members', 'primary', 'insync', 'summary'):
         rows = e.volume(args[0])[1]['placement']
         if cmd == 'rows':

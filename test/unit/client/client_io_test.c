@@ -467,6 +467,22 @@ static void run_until(struct env *e, const int *counter, int want)
 	assert_int_equal(*counter, want);
 }
 
+/* Runs the loop until the volume counted `want` failure reports put: they go
+ * to etcd on the client's worker thread, their outcome comes back through
+ * the loop. */
+static void run_until_reports(struct env *e, uint64_t want)
+{
+	uint64_t deadline = zl_now_ms() + 10000;
+	struct zl_vol_stats st;
+
+	zl_vol_get_stats(e->vol, &st);
+	while (st.reports < want && zl_now_ms() < deadline) {
+		zl_loop_run_once(e->loop, 50);
+		zl_vol_get_stats(e->vol, &st);
+	}
+	assert_int_equal(st.reports, want);
+}
+
 static void test_roundtrip(void **state)
 {
 	struct env *e = *state;
@@ -1054,6 +1070,7 @@ static void test_heal_read_around_corrupt(void **state)
 	assert_true(e->nodes[1].any_reads >= 2);
 	assert_int_equal(total_nonprimary_reads(e), 0);
 	/* one report, about the primary, CORRUPT */
+	run_until_reports(e, 1);
 	r = reports_of(e, &n);
 	assert_int_equal(n, 1);
 	assert_int_equal(r[0].slice, 0);
@@ -1104,6 +1121,7 @@ static void test_heal_read_around_all_bad(void **state)
 	assert_int_equal(e->nodes[0].corrupts, 1);
 	assert_int_equal(e->nodes[1].corrupts, 1); /* once, READ + ZL_WF_ANY */
 	assert_int_equal(e->nodes[1].any_reads, 0);
+	run_until_reports(e, 1);
 	r = reports_of(e, &n);
 	assert_int_equal(n, 1);
 	assert_string_equal(r[0].peer, "fake-0");

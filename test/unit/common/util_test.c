@@ -2,6 +2,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 
@@ -57,6 +58,21 @@ static void test_vol_id(void **state)
 	assert_int_equal(zl_vol_id_parse("vox-0123456789abcdef", &n), -ZL_ERR_INVAL);
 }
 
+static void test_u64_push(void **state)
+{
+	uint64_t *a = NULL;
+	size_t n = 0, cap = 0;
+
+	(void)state;
+	for (uint64_t i = 0; i < 40; i++)
+		assert_int_equal(zl_u64_push(&a, &n, &cap, i * 3), 0);
+	assert_int_equal(n, 40);
+	assert_true(cap >= 40);
+	for (uint64_t i = 0; i < 40; i++)
+		assert_int_equal(a[i], i * 3);
+	free(a);
+}
+
 static void test_errors_and_names(void **state)
 {
 	(void)state;
@@ -84,6 +100,7 @@ int main(void)
 		cmocka_unit_test(test_parse_size),
 		cmocka_unit_test(test_vol_id),
 		cmocka_unit_test(test_errors_and_names),
+		cmocka_unit_test(test_u64_push),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

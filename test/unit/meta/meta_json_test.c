@@ -1012,6 +1012,11 @@ static void test_status_json(void **state)
 	    "\"rate\":0,\"recovering\":0,\"time\":1,\"peering_slices\":2,\"peering\":["
 	    "{\"vol\":\"vol-0000000000000001\",\"slice\":3,\"term\":1},"
 	    "{\"vol\":\"vol-0000000000000001\",\"slice\":3,\"term\":1}]}", /* duplicate */
+	    "{\"node\":\"n\",\"recovering_bytes_done\":0,\"recovering_bytes_left\":0,"
+	    "\"rate\":0,\"recovering\":0,\"time\":1,\"journal_size\":4096,"
+	    "\"journal_used\":8192}", /* more used than the journal holds */
+	    "{\"node\":\"n\",\"recovering_bytes_done\":0,\"recovering_bytes_left\":0,"
+	    "\"rate\":0,\"recovering\":0,\"time\":1,\"durable_ios\":-1}",
 	};
 	const char *old = "{\"node\":\"n\",\"recovering_bytes_done\":5,"
 			  "\"recovering_bytes_left\":6,\"rate\":7,\"recovering\":1,\"time\":9}";
@@ -1026,19 +1031,31 @@ static void test_status_json(void **state)
 	s.n_peering = 2;
 	s.peering[0] = (struct zl_status_peering){.vol = 0xc0ffee, .slice = 4, .term = 2};
 	s.peering[1] = (struct zl_status_peering){.vol = 0xc0ffee, .slice = 9, .term = 1};
+	s.chunk_writes = 100;
+	s.durable_ios = 30;
+	s.journal_size = 1 << 27;
+	s.journal_used = 1 << 20;
+	s.journal_dirty_chunks = 4;
+	s.journal_checkpoints = 2;
+	s.journal_waits = 1;
 	json = zl_meta_status_to_json(&s);
 	assert_non_null(json);
 	assert_string_equal(json, "{\"node\":\"storage-1\",\"recovering_bytes_done\":0,"
 				  "\"recovering_bytes_left\":0,\"rate\":7,\"recovering\":0,"
 				  "\"time\":1700000000,\"peering_slices\":3,\"peering\":["
 				  "{\"vol\":\"vol-0000000000c0ffee\",\"slice\":4,\"term\":2},"
-				  "{\"vol\":\"vol-0000000000c0ffee\",\"slice\":9,\"term\":1}]}");
+				  "{\"vol\":\"vol-0000000000c0ffee\",\"slice\":9,\"term\":1}],"
+				  "\"chunk_writes\":100,\"durable_ios\":30,"
+				  "\"journal_size\":134217728,\"journal_used\":1048576,"
+				  "\"journal_dirty_chunks\":4,\"journal_checkpoints\":2,"
+				  "\"journal_waits\":1}");
 	assert_int_equal(zl_meta_status_from_json(json, strlen(json), &d), 0);
 	assert_memory_equal(&s, &d, sizeof(s));
 	free(json);
 	assert_int_equal(zl_meta_status_from_json(old, strlen(old), &d), 0);
 	assert_true(d.bytes_done == 5 && d.recovering == 1 && d.time == 9);
 	assert_true(d.peering_slices == 0 && d.n_peering == 0);
+	assert_true(d.journal_size == 0 && d.durable_ios == 0 && d.chunk_writes == 0);
 	for (size_t i = 0; i < ZL_ARRAY_SIZE(bad); i++) {
 		if (zl_meta_status_from_json(bad[i], strlen(bad[i]), &d) != -ZL_ERR_INVAL)
 			fail_msg("status \"%s\" was accepted", bad[i]);

@@ -751,6 +751,11 @@ static void test_versions(void **state)
 
 #define KILL_BLOCKS 64
 #define KILL_DEPTH  12
+#define KILL_UNIT_MAX (64u << 10)
+
+/* Bytes per block of the load (4 KiB; 64 KiB in test_kill9_large, which the
+ * journal write path writes in place) and the chunk size holding the 64. */
+static uint32_t kill_unit = 4096, kill_cs = CS;
 
 struct kill_rec {
 	uint32_t kind; /* KILL_SUB_WRITE, KILL_SUB_ZERO, KILL_ACK */
@@ -775,9 +780,11 @@ struct kill_slot {
 
 static void kill_pattern(uint8_t *p, uint32_t block, uint64_t seed)
 {
-	fill(p, 4096, (unsigned)seed);
-	memcpy(p, &seed, 8);
-	memcpy(p + 8, &block, 4);
+	fill(p, kill_unit, (unsigned)seed);
+	for (uint32_t o = 0; o < kill_unit; o += 4096) {
+		memcpy(p + o, &seed, 8);
+		memcpy(p + o + 8, &block, 4);
+	}
 }
 
 static void kill_send(int fd, uint32_t kind, uint32_t block, uint64_t seed)
@@ -826,7 +833,7 @@ static void kill_child_run(const char *dir, int wfd, uint64_t seed0)
 	for (int i = 0; i < KILL_DEPTH; i++) {
 		slots[i].k = &k;
 		slots[i].block = UINT32_MAX;
-		slots[i].buf = t_alloc(NULL, 4096);
+		slots[i].buf = t_alloc(NULL, kill_unit);
 	}
 	for (;;) { /* ends by SIGKILL */
 		for (int i = 0; i < KILL_DEPTH; i++) {
@@ -846,12 +853,12 @@ static void kill_child_run(const char *dir, int wfd, uint64_t seed0)
 			k.inflight++;
 			if ((r >> 4) % 7 == 0) {
 				kill_send(wfd, KILL_SUB_ZERO, b, sl->seed);
-				rc = zl_chunk_zero(s, VOL, 50, CS, b * 4096, 4096, sl->seed,
+				rc = zl_chunk_zero(s, VOL, 50, kill_cs, b * kill_unit, kill_unit, sl->seed,
 						   kill_done, sl);
 			} else {
 				kill_pattern(sl->buf, b, sl->seed);
 				kill_send(wfd, KILL_SUB_WRITE, b, sl->seed);
-				rc = zl_chunk_write(s, VOL, 50, CS, b * 4096, 4096, sl->buf,
+				rc = zl_chunk_write(s, VOL, 50, kill_cs, b * kill_unit, kill_unit, sl->buf,
 						    sl->seed, kill_done, sl);
 			}
 			if (rc)
@@ -863,15 +870,35 @@ static void kill_child_run(const char *dir, int wfd, uint64_t seed0)
 
 /* What one operation leaves in a block: kind 0 (never written) or
  * KILL_SUB_ZERO read as zeros. */
+static void kill_content(uint8_t *out, uint32_t kind, uint32_t block, uint64_t seed)
+{
+	if (kind == KILL_SUB_WRITE)
+		kill_pattern(out, block, seed);
+	else
+		memset(out, 0, kill_unit);
+}
+
 static bool kill_matches(const uint8_t *p, uint32_t kind, uint32_t block, uint64_t seed)
 {
-	uint8_t want[4096];
+	static uint8_t want[KILL_UNIT_MAX];
 
-	if (kind == KILL_SUB_WRITE)
-		kill_pattern(want, block, seed);
-	else
-		memset(want, 0, sizeof(want));
-	return !memcmp(p, want, 4096);
+	kill_content(want, kind, block, seed);
+	return !memcmp(p, want, kill_unit);
+}
+
+/* Every 4 KiB piece of p is the acknowledged content's or, with an operation
+ * in flight, that one's (a multi-block write may land in part). */
+static bool kill_pieces_ok(const uint8_t *p, const uint8_t *acked, const struct kill_rec *pend,
+			   uint32_t block)
+{
+	static uint8_t want[KILL_UNIT_MAX];
+
+	if (pend->kind)
+		kill_content(want, pend->kind, block, pend->seed);
+	for (uint32_t o = 0; o < kill_unit; o += 4096)
+		if (memcmp(p + o, acked + o, 4096) && (!pend->kind || memcmp(p + o, want + o, 4096)))
+			return false;
+	return true;
 }
 
 static void test_kill9_under_load(void **state)
@@ -879,19 +906,22 @@ static void test_kill9_under_load(void **state)
 	struct env *e = *state;
 	/* Per block: the state verified after the last round, the last
 	 * acknowledged operation and the one in flight of this round. */
-	struct kill_rec base[KILL_BLOCKS] = {0}, acked[KILL_BLOCKS], pend[KILL_BLOCKS];
+	struct kill_rec pend[KILL_BLOCKS];
+	/* Contents: verified after the last round, and last acknowledged. */
+	static uint8_t base_c[KILL_BLOCKS][KILL_UNIT_MAX], acked_c[KILL_BLOCKS][KILL_UNIT_MAX];
 	uint64_t acks_total = 0, pending_seen = 0, ver, prev_ver = 0, rolled_total = 0, replayed = 0;
 	struct zl_chunk_store_stats cst;
-	static uint8_t back_all[KILL_BLOCKS * 4096];
+	static uint8_t back_all[KILL_BLOCKS * KILL_UNIT_MAX], back[KILL_UNIT_MAX];
 
 	for (int round = 0; round < 4; round++) {
 		uint64_t acks = 0, want_acks = 150 + (uint64_t)(rand() % 300);
 		struct kill_rec rec;
-		uint8_t back[4096];
 		int pfd[2], st;
 		pid_t pid;
 
-		memcpy(acked, base, sizeof(acked));
+		if (!round)
+			memset(base_c, 0, sizeof(base_c));
+		memcpy(acked_c, base_c, sizeof(acked_c));
 		memset(pend, 0, sizeof(pend));
 		zl_chunk_store_destroy(e->s);
 		assert_int_equal(pipe(pfd), 0);
@@ -907,7 +937,8 @@ static void test_kill9_under_load(void **state)
 		while (read(pfd[0], &rec, sizeof(rec)) == (ssize_t)sizeof(rec)) {
 			assert_true(rec.block < KILL_BLOCKS);
 			if (rec.kind == KILL_ACK) {
-				acked[rec.block] = pend[rec.block];
+				kill_content(acked_c[rec.block], pend[rec.block].kind, rec.block,
+					     pend[rec.block].seed);
 				pend[rec.block].kind = 0;
 				if (++acks == want_acks)
 					assert_int_equal(kill(pid, SIGKILL), 0);
@@ -921,23 +952,18 @@ static void test_kill9_under_load(void **state)
 		acks_total += acks;
 		env_open(e);
 		for (uint32_t b = 0; b < KILL_BLOCKS; b++) {
-			bool is_acked, is_pend = false;
-
-			assert_int_equal(do_read(e, 50, b * 4096, 4096, back), 0);
-			memcpy(back_all + (size_t)b * 4096, back, 4096);
-			is_acked = kill_matches(back, acked[b].kind, b, acked[b].seed);
-			if (pend[b].kind)
-				is_pend = kill_matches(back, pend[b].kind, b, pend[b].seed);
-			assert_true(is_acked || is_pend);
+			assert_int_equal(io_read(e, kill_cs, 50, b * kill_unit, kill_unit, back), 0);
+			memcpy(back_all + (size_t)b * kill_unit, back, kill_unit);
+			assert_true(kill_pieces_ok(back, acked_c[b], &pend[b], b));
 			pending_seen += pend[b].kind != 0;
-			base[b] = is_acked ? acked[b] : pend[b];
+			memcpy(base_c[b], back, kill_unit);
 		}
 		/* The chunk's version never claims an operation whose data is
 		 * missing (recovery trusts equal versions), and never goes back. */
-		assert_int_equal(zl_chunk_version(e->s, VOL, 50, CS, &ver), 0);
+		assert_int_equal(zl_chunk_version(e->s, VOL, 50, kill_cs, &ver), 0);
 		for (uint32_t b = 0; b < KILL_BLOCKS; b++)
 			if (pend[b].kind && pend[b].seed <= ver)
-				assert_true(kill_matches(back_all + (size_t)b * 4096, pend[b].kind, b,
+				assert_true(kill_matches(back_all + (size_t)b * kill_unit, pend[b].kind, b,
 							 pend[b].seed));
 		/* A kill leaves no clean marker: the open verified the chunk. A
 		 * block whose operation did not land (matching its previous CRC)
@@ -965,6 +991,17 @@ static void test_kill9_under_load(void **state)
 	assert_true(pending_seen > 0); /* the kills really hit operations in flight */
 	if (jmode)
 		assert_true(replayed > 0);
+}
+
+/* The same with 64 KiB writes and zeroings in a 4 MiB chunk: on the journal
+ * path the writes go in place after their records. */
+static void test_kill9_large(void **state)
+{
+	kill_unit = 64u << 10;
+	kill_cs = CS4;
+	test_kill9_under_load(state);
+	kill_unit = 4096;
+	kill_cs = CS;
 }
 
 /* ---- v1 files (0.1): header | CRC table | data | previous-CRC table ---- */
@@ -1732,6 +1769,101 @@ static void test_journal_delete_recreate(void **state)
 	assert_memory_equal(back, want, 4096);
 }
 
+/* A 4 KiB write (in the record) and then a 64 KiB write over it (in place,
+ * only its CRCs in the record), then 4 KiB again at block 15. */
+static void jc_inline_inplace(struct env *c)
+{
+	struct done d[3] = {0};
+	uint8_t *a = t_alloc(NULL, 4096), *b = t_alloc(NULL, 65536), *z = t_alloc(NULL, 4096);
+
+	memset(a, 0xa1, 4096);
+	memset(b, 0xb2, 65536);
+	memset(z, 0xc3, 4096);
+	jc_write(c, 0, 4096, a, 1, &d[0]);
+	jc_wait(c->loop, d, 1);
+	jc_write(c, 0, 65536, b, 2, &d[1]);
+	jc_wait(c->loop, d + 1, 1);
+	jc_write(c, 15 * 4096, 4096, z, 3, &d[2]);
+	jc_wait(c->loop, d + 2, 1);
+}
+
+/* Replay keeps, per block, the newest entry whose data is there: the older
+ * 4 KiB entry never overwrites the in-place write that followed it; the
+ * newer 4 KiB entry does (its chunk-file copy lost here). */
+static void test_journal_inline_then_inplace(void **state)
+{
+	struct env *e = *state;
+	uint8_t back[65536], want[65536];
+	struct zl_chunk_store_stats st;
+	uint64_t ver;
+
+	jchild(e, jc_inline_inplace);
+	file_rw(e, JCHUNK, zl_chunk_data_off(CS) + 15 * 4096, memset(back, 0xee, 4096), 4096,
+		true);
+	env_open(e);
+	zl_chunk_store_stats(e->s, &st);
+	assert_int_equal(st.jw.replay_entries, 3);
+	memset(want, 0xb2, sizeof(want));
+	memset(want + 15 * 4096, 0xc3, 4096);
+	assert_int_equal(do_read(e, JCHUNK, 0, 65536, back), 0);
+	assert_memory_equal(back, want, 65536);
+	assert_int_equal(zl_chunk_version(e->s, VOL, JCHUNK, CS, &ver), 0);
+	assert_int_equal(ver, 3);
+}
+
+/* 128 KiB writes to 32 chunks, 16 in flight, versions rising; checkpoints run
+ * meanwhile (4 open files at most: every few chunks changed start one). The
+ * child waits until everything was checkpointed, then exits. */
+#define JV_CHUNKS 32
+#define JV_ROUNDS 4
+
+static void jc_versions(struct env *c)
+{
+	enum { QD = 16, N = JV_CHUNKS * JV_ROUNDS, W = 128 << 10 };
+	struct done d[N] = {0};
+	uint8_t *src = t_alloc(NULL, W);
+	struct zl_chunk_store_stats st;
+	uint64_t deadline = zl_now_ms() + 20000;
+
+	memset(src, 0x3c, W);
+	for (int i = 0; i < N; i++) {
+		if (i >= QD)
+			jc_wait(c->loop, &d[i - QD], 1);
+		if (zl_chunk_write(c->s, VOL, 400 + (uint64_t)(i % JV_CHUNKS), CS,
+				   (uint32_t)(i / JV_CHUNKS) * W, W, src, 1000 + (uint64_t)i,
+				   done_cb, &d[i]))
+			_exit(11);
+	}
+	jc_wait(c->loop, d, N);
+	for (;;) {
+		zl_chunk_store_stats(c->s, &st);
+		if (!st.jw.used && !st.journal_dirty_chunks)
+			break;
+		if (zl_now_ms() > deadline)
+			_exit(22);
+		zl_loop_run_once(c->loop, 50);
+	}
+}
+
+/* Every chunk's version survives in its chunk file once checkpointed (the
+ * journal then holds nothing to replay): a checkpoint that ran while a write
+ * was in flight must not leave a lower version on disk. */
+static void test_journal_versions_checkpointed(void **state)
+{
+	struct env *e = *state;
+	struct zl_chunk_store_stats st;
+	uint64_t ver;
+
+	jchild(e, jc_versions);
+	env_open(e);
+	zl_chunk_store_stats(e->s, &st);
+	assert_int_equal(st.jw.replay_records, 0);
+	for (int k = 0; k < JV_CHUNKS; k++) {
+		assert_int_equal(zl_chunk_version(e->s, VOL, 400 + (uint64_t)k, CS, &ver), 0);
+		assert_int_equal(ver, 1000 + (uint64_t)((JV_ROUNDS - 1) * JV_CHUNKS + k));
+	}
+}
+
 /* Group commit across chunks: 64 concurrent 4 KiB writes to 64 chunks share
  * a few records; the disk sees far fewer durable writes than client writes. */
 static void test_journal_group_commit(void **state)
@@ -1766,23 +1898,26 @@ static void test_journal_group_commit(void **state)
 	free(src);
 }
 
-/* Back-pressure: 48 MiB of 1 MiB writes, 16 in flight, through a 16 MiB
- * ring: writes wait for checkpoints, none fails, every byte reads back. */
+/* Back-pressure: 1024 writes of 60 KiB (60 MiB, all in the records), 320
+ * (18.75 MiB) in flight, through a 16 MiB ring: writes wait for checkpoints,
+ * none fails, every byte reads back. */
 static void test_journal_full(void **state)
 {
 	struct env *e = *state;
-	enum { N = 48, QD = 16, W = 1u << 20 };
-	struct done d[N] = {0};
+	enum { N = 1024, QD = 320, W = 60 << 10, PER = 16 };
+	static struct done d[N];
 	struct zl_chunk_store_stats st;
 	uint8_t *src = t_alloc(NULL, (size_t)QD * W), *back = malloc(W);
 
+	memset(d, 0, sizeof(d));
 	for (int i = 0; i < N; i++) {
 		if (i >= QD) {
 			wait_all(e, &d[i - QD], 1);
 			assert_int_equal(d[i - QD].status, 0);
 		}
 		fill(src + (size_t)(i % QD) * W, W, (unsigned)i);
-		assert_int_equal(zl_chunk_write(e->s, VOL, 300 + (uint64_t)i, CS, 0, W,
+		assert_int_equal(zl_chunk_write(e->s, VOL, 300 + (uint64_t)(i / PER), CS,
+						(uint32_t)(i % PER) * (64u << 10), W,
 						src + (size_t)(i % QD) * W, 1, done_cb, &d[i]),
 				 0);
 	}
@@ -1790,7 +1925,7 @@ static void test_journal_full(void **state)
 	for (int i = 0; i < N; i++)
 		assert_int_equal(d[i].status, 0);
 	zl_chunk_store_stats(e->s, &st);
-	print_message("journal full: %d x 1 MiB through a %" PRIu64 " MiB ring: %" PRIu64
+	print_message("journal full: %d x 60 KiB through a %" PRIu64 " MiB ring: %" PRIu64
 		      " waits, %" PRIu64 " checkpoints\n",
 		      N, st.jw.ring >> 20, st.jw.waits, st.checkpoints);
 	assert_true(st.jw.waits > 0);
@@ -1798,11 +1933,148 @@ static void test_journal_full(void **state)
 	assert_int_equal(st.jw.waiting, 0);
 	for (int i = 0; i < N; i++) {
 		fill(src, W, (unsigned)i);
-		assert_int_equal(do_read(e, 300 + (uint64_t)i, 0, W, back), 0);
+		assert_int_equal(
+		    do_read(e, 300 + (uint64_t)(i / PER), (uint32_t)(i % PER) * (64u << 10), W, back),
+		    0);
 		assert_memory_equal(back, src, W);
 	}
 	free(back);
 	free(src);
+}
+
+/* ---- kill -9 while the journal is full ----
+ * A child keeps 320 writes of 60 KiB in flight (18.75 MiB, all in the
+ * records) through the 16 MiB ring, so writes wait for checkpoints; it
+ * reports every submission and acknowledgement, and once writes are waiting
+ * the parent kills it after enough acknowledgements. Every acknowledged
+ * write must read back; one in flight old or new, per 4 KiB piece. */
+
+#define JK_UNITS 320
+#define JK_W	 (60u << 10)
+
+enum { JK_SUB = 1, JK_ACK, JK_WAITING };
+
+struct jk_slot {
+	int wfd;
+	uint32_t unit;
+	uint64_t seed;
+	bool busy;
+	uint8_t *buf;
+};
+
+static void jk_pattern(uint8_t *p, uint32_t unit, uint64_t seed)
+{
+	fill(p, JK_W, (unsigned)seed);
+	for (uint32_t o = 0; o < JK_W; o += 4096) {
+		memcpy(p + o, &seed, 8);
+		memcpy(p + o + 8, &unit, 4);
+	}
+}
+
+static void jk_done(void *arg, int status)
+{
+	struct jk_slot *sl = arg;
+
+	if (status)
+		_exit(4);
+	kill_send(sl->wfd, JK_ACK, sl->unit, sl->seed);
+	sl->busy = false;
+}
+
+static void jk_child(const char *dir, int wfd)
+{
+	static struct jk_slot sl[JK_UNITS];
+	struct zl_chunk_store_stats st;
+	struct env c = {0};
+	bool waiting_told = false;
+	uint64_t seed = 0;
+
+	snprintf(c.dir, sizeof(c.dir), "%s", dir);
+	if (zl_loop_create(&c.loop) || env_open_mode(&c, true))
+		_exit(2);
+	for (uint32_t u = 0; u < JK_UNITS; u++) {
+		sl[u] = (struct jk_slot){.wfd = wfd, .unit = u, .buf = t_alloc(NULL, JK_W)};
+	}
+	for (;;) { /* ends by SIGKILL */
+		for (uint32_t u = 0; u < JK_UNITS; u++) {
+			if (sl[u].busy)
+				continue;
+			sl[u].seed = ++seed;
+			sl[u].busy = true;
+			jk_pattern(sl[u].buf, u, sl[u].seed);
+			kill_send(wfd, JK_SUB, u, sl[u].seed);
+			if (zl_chunk_write(c.s, VOL, 500 + u / 16, CS, (u % 16) * (64u << 10), JK_W,
+					   sl[u].buf, sl[u].seed, jk_done, &sl[u]))
+				_exit(5);
+		}
+		zl_loop_run_once(c.loop, 10);
+		zl_chunk_store_stats(c.s, &st);
+		if (st.jw.waiting && !waiting_told) {
+			kill_send(wfd, JK_WAITING, 0, st.jw.waiting);
+			waiting_told = true;
+		}
+	}
+}
+
+static void test_journal_kill_full(void **state)
+{
+	struct env *e = *state;
+	static uint64_t acked[JK_UNITS], pend[JK_UNITS];
+	static uint8_t back[JK_W], a[JK_W], p[JK_W];
+	uint64_t acks = 0, waiting = 0, pending_seen = 0;
+	struct zl_chunk_store_stats cst;
+	struct kill_rec rec;
+	int pfd[2], st;
+	pid_t pid;
+
+	zl_chunk_store_destroy(e->s);
+	assert_int_equal(pipe(pfd), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(pfd[0]);
+		jk_child(e->dir, pfd[1]);
+	}
+	close(pfd[1]);
+	while (read(pfd[0], &rec, sizeof(rec)) == (ssize_t)sizeof(rec)) {
+		assert_true(rec.block < JK_UNITS || rec.kind == JK_WAITING);
+		if (rec.kind == JK_WAITING) {
+			waiting = rec.seed;
+		} else if (rec.kind == JK_ACK) {
+			acked[rec.block] = rec.seed;
+			pend[rec.block] = 0;
+			if (++acks == 1000 + JK_UNITS)
+				assert_int_equal(kill(pid, SIGKILL), 0);
+		} else {
+			pend[rec.block] = rec.seed;
+		}
+	}
+	close(pfd[0]);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	assert_true(waiting > 0); /* the journal was full: writes were waiting */
+	env_open(e);
+	for (uint32_t u = 0; u < JK_UNITS; u++) {
+		assert_int_equal(do_read(e, 500 + u / 16, (u % 16) * (64u << 10), JK_W, back), 0);
+		if (acked[u])
+			jk_pattern(a, u, acked[u]);
+		else
+			memset(a, 0, JK_W);
+		if (pend[u])
+			jk_pattern(p, u, pend[u]);
+		pending_seen += pend[u] != 0;
+		for (uint32_t o = 0; o < JK_W; o += 4096)
+			assert_true(!memcmp(back + o, a + o, 4096) ||
+				    (pend[u] && !memcmp(back + o, p + o, 4096)));
+	}
+	zl_chunk_store_stats(e->s, &cst);
+	assert_int_equal(cst.corruptions, 0);
+	assert_true(cst.jw.replay_records > 0);
+	print_message("kill -9 with the journal full: %" PRIu64 " writes acknowledged, %" PRIu64
+		      " waiting at the first sign, %" PRIu64 " in flight at the kill, %" PRIu64
+		      " records replayed\n",
+		      acks, waiting, pending_seen, cst.jw.replay_records);
+	assert_true(pending_seen > 0);
 }
 
 int main(void)
@@ -1816,6 +2088,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_corruption, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_versions, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_kill9_under_load, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_kill9_large, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_v1_convert, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_delete_inflight, setup, teardown),
@@ -1835,8 +2108,11 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_journal_replay, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_journal_then_direct, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_journal_delete_recreate, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_journal_inline_then_inplace, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_journal_versions_checkpointed, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_journal_group_commit, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_journal_full, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_journal_kill_full, setup, teardown),
 	};
 	int rc;
 
