@@ -50,7 +50,7 @@ struct zl_storage_cfg {
 	uint32_t scrub_interval_s; /* --scrub-interval: background scrub period, 0 = off */
 	uint32_t gc_interval_s;	   /* --gc-interval: old-copy removal period, 0 = off */
 	uint32_t gc_grace_s;	   /* --gc-grace: a row off this node that long, then removed */
-	bool journal;		   /* --write-path journal (storage_chunk.h) */
+	bool journal;		   /* --write-path journal, the default (storage_chunk.h) */
 	uint64_t journal_size;	   /* --journal-size, 0: default */
 	/* Identity of the data dir (storage_ident.c), set by
 	 * zl_storage_ident_resolve before anything touches the disk. */

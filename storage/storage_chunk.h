@@ -76,7 +76,8 @@ struct zl_chunk_store_opts {
 	zl_chunk_buf_alloc_fn buf_alloc; /* required */
 	zl_chunk_buf_free_fn buf_free;	 /* required */
 	void *buf_arg;
-	/* Write path (zipline-storage --write-path): false = direct (each write
+	/* Write path (zipline-storage --write-path, journal by default):
+	 * false = direct (each write
 	 * makes its metadata and data durable in the chunk file), true =
 	 * journal (a write is durable when its record in <data_dir>/journal-0
 	 * is; chunk files are written behind it and synced by checkpoints).

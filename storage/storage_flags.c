@@ -161,7 +161,7 @@ int zl_storage_cfg_parse(struct zl_storage_cfg *cfg, struct zl_cfg_etcd *etcd,
 	     .parse = flag_write_path,
 	     .help = "journal|direct: journal = a write is durable when its\nrecord in "
 		     "DIR/journal-0 is (group commit), direct =\nmetadata and data durable in "
-		     "the chunk file\n(default direct)"},
+		     "the chunk file\n(default journal)"},
 	    {.name = "journal-size",
 	     .arg = "SIZE",
 	     .type = ZL_CFG_CALL,
@@ -285,6 +285,7 @@ int zl_storage_cfg_parse(struct zl_storage_cfg *cfg, struct zl_cfg_etcd *etcd,
 	cfg->gc_interval_s = 60;
 	cfg->gc_grace_s = 600;
 	cfg->heal = true;
+	cfg->journal = true;
 	cfg->auth = true; /* every caller sends credentials (docs/SECURITY.md) */
 	rc = zl_cfg_parse(&cli, argc, argv);
 	if (rc)

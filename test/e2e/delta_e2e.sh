@@ -9,8 +9,8 @@
 #   - every slice 3/3 in_sync within 60 s of the restart (time printed);
 #   - bytes copied by recovery (the primaries' "recovery caught up ...
 #     bytes_copied=" lines) <= chunks touched x chunk size, and so is the
-#     number of chunk files the restarted node changed (mtime, read from its
-#     data dir) x chunk size;
+#     number of chunk files the restarted node changed once it serves (mtime,
+#     read from its data dir; its journal replay comes before) x chunk size;
 #   - `zl volume verify` exits 0; every replica's chunk files identical
 #     across the 3 replicas and exactly what the writes wrote; a new client
 #     reads exactly that.
@@ -52,9 +52,18 @@ echo "FIGURE: delta: rewrite of 1 % ($((SIZE_B / 100 >> 20)) MiB) with $victim d
 hl_etcd summary "$vid"
 
 hl_log_mark "$CL_DIR/logmark"
-t_restart_s=$(date +%s.%N)
+n_serving=$(grep -c ' serving node=' "$CL_DIR/storage-$vi/log")
 cl_start_storage "$vi"
 t_restart=$(hl_now_ms)
+# Chunk files changed by recovery are counted from the moment the daemon
+# serves: on the journal write path its start-up first replays the journal
+# (acknowledged writes, not recovery) and syncs the chunk files it touched.
+for _ in $(seq 1 300); do
+	[ "$(grep -c ' serving node=' "$CL_DIR/storage-$vi/log")" -gt "$n_serving" ] && break
+	sleep 0.1
+done
+[ "$(grep -c ' serving node=' "$CL_DIR/storage-$vi/log")" -gt "$n_serving" ] || fail "$victim did not serve within 30 s of its restart"
+t_restart_s=$(date +%s.%N)
 if [ $MGR_RESTART = 1 ]; then
 	sleep 1 # deliberate: the manager dies 1 s into the recovery, whatever it has done by then
 	echo "$T: kill -9 of the manager 1 s into the recovery, restart 2 s later"

@@ -210,7 +210,8 @@ cl_start_storage() {
 	# shellcheck disable=SC2046 # the flags are words
 	"$CL_BIN/zipline-storage" --data-dir "$d/data" --listen "${CL_LISTEN_HOST:-127.0.0.1}:$port" \
 		--node-id "node-$i" --label "zone=z$i" --etcd "$CL_ETCD" --auth "${CL_AUTH:-on}" \
-		$(cl_tls_flags) $(cl_write_path_flags) ${CL_STORAGE_FLAGS:-} "$@" \
+		$(cl_tls_flags) $(cl_write_path_flags) \
+		${CL_JOURNAL_SIZE:+--journal-size $CL_JOURNAL_SIZE} ${CL_STORAGE_FLAGS:-} "$@" \
 		>>"$d/log" 2>&1 &
 	echo $! >"$d/pid"
 }

@@ -45,6 +45,9 @@ reason on stderr when it cannot do its job.
                            (--missing-ok: absent dirs and files removed meanwhile are skipped;
                            --node-label P: print P<n> for storage-<n>; --chunk-index: the chunk
                            number in decimal instead of the file name)
+                           With $CL_ETCD set, first waits (up to 60 s) until every
+                           daemon on the journal write path checkpointed what it
+                           holds (its status record), so the versions are current
   heal_tool.py blockoff FILE BLOCK [BYTE]
                            file offset of byte BYTE of data block BLOCK
   heal_tool.py data CHUNK FILE OUT
@@ -209,18 +212,18 @@ def statuses(e):
 
 
 def journal_clean(e, secs):
-    """journal-clean SECS: waits until every daemon on the journal write path
-    has checkpointed everything (journal_used 0, no dirty chunk) and that has
-    held for 2.5 s (longer than the 2 s status sample, so a record left over
-    from before the last writes cannot pass); prints the milliseconds waited.
-    A daemon on the direct path (journal_size 0) counts as clean."""
+    """Waits until every daemon on the journal write path has checkpointed
+    everything (journal_used 0, no dirty chunk) and that has held for 2.5 s
+    (longer than the 2 s status sample, so a record left over from before
+    the last writes cannot pass); returns the milliseconds waited, None after
+    secs (the daemons still dirty on stderr). A daemon on the direct path
+    (journal_size 0) counts as clean."""
     t0 = time.monotonic()
     clean_since = None
     while True:
         recs = statuses(e)
         if not any(r.get('journal_size', 0) for r in recs):
-            print(int((time.monotonic() - t0) * 1000))
-            return  # every daemon on the direct path
+            return int((time.monotonic() - t0) * 1000)  # every one on the direct path
         dirty = [r for r in recs if r.get('journal_size', 0) and
                  (r.get('journal_used', 0) or r.get('journal_dirty_chunks', 0))]
         now = time.monotonic()
@@ -229,13 +232,12 @@ def journal_clean(e, secs):
         elif clean_since is None:
             clean_since = now
         elif now - clean_since >= 2.5:
-            print(int((now - t0) * 1000))
-            return
+            return int((now - t0) * 1000)
         if now - t0 >= secs:
             for r in dirty:
                 sys.stderr.write('heal_tool: %s: journal_used=%s journal_dirty_chunks=%s after %g s\n'
                                  % (r['node'], r.get('journal_used'), r.get('journal_dirty_chunks'), secs))
-            sys.exit(1)
+            return None
         time.sleep(0.25)
 
 
@@ -293,7 +295,10 @@ def etcd_cmd(url, cmd, args):
     elif cmd == 'stable-sum':
         stable_sum(e, float(args[0]), args[1:])
     elif cmd == 'journal-clean':
-        journal_clean(e, float(args[0]))
+        ms = journal_clean(e, float(args[0]))
+        if ms is None:
+            sys.exit(1)
+        print(ms)
     elif cmd == 'status':
         for r in statuses(e):
             print(r['node'], ' '.join('%s=%s' % (k, r.get(k, 0)) for k in args))
@@ -335,6 +340,12 @@ def etcd_cmd(url, cmd, args):
 # ---- chunk replica files ----
 
 def files(cs, dirs, missing_ok, label='', index=False):
+    # The versions come from the chunk files' metadata pages, which daemons
+    # on the journal write path write at checkpoints: with the test's etcd
+    # known ($CL_ETCD), first wait until every one checkpointed what it holds
+    # (immediate when every daemon is on the direct path).
+    if os.environ.get('CL_ETCD') and journal_clean(Etcd(os.environ['CL_ETCD']), 60) is None:
+        sys.stderr.write('heal_tool: files: read before every journal was checkpointed\n')
     for d in dirs:
         if not os.path.isdir(d):
             if missing_ok:
