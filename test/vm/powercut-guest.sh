@@ -20,10 +20,10 @@
 #          runs until the host cuts the power
 # Environment: ZL_POWERCUT_HEAL (zipline-storage --heal, default on),
 # ZL_TEST_WRITE_PATH (zipline-storage --write-path direct|journal; unset: no
-# flag. journal: the chunk files are consistent only once a daemon replayed
-# its journal, so after a cut the daemons start once, replay, stop with
-# SIGTERM, and only then are their chunk files scanned; direct: scanned
-# before any daemon starts),
+# flag, the daemons' default as their --help states it. journal: the chunk
+# files are consistent only once a daemon replayed its journal, so after a
+# cut the daemons start once, replay, stop with SIGTERM, and only then are
+# their chunk files scanned; direct: scanned before any daemon starts),
 # ZL_POWERCUT_FS (ext4 or xfs, default ext4), ZL_POWERCUT_SIZE (4M),
 # ZL_POWERCUT_CHUNK (chunk size, 64K), ZL_POWERCUT_HEAL_WAIT (seconds for
 # every slice to be 3 of 3 in sync after the check, 120),
@@ -50,9 +50,13 @@ trap_on=${ZL_POWERCUT_TRAP:-off}
 trap_ms=${ZL_POWERCUT_TRAP_MS:-2000}
 logs=$work/boot$boot
 storage_pids=() etcd_pid=''
-write_path=${ZL_TEST_WRITE_PATH:-}
 wp_flags=()
-[[ -n $write_path ]] && wp_flags=(--write-path "$write_path")
+[[ -n ${ZL_TEST_WRITE_PATH:-} ]] && wp_flags=(--write-path "$ZL_TEST_WRITE_PATH")
+# The write path the daemons run: ZL_TEST_WRITE_PATH, else their default
+# (as --help states it; none: a daemon without the flag, direct).
+write_path=${ZL_TEST_WRITE_PATH:-$("$bin/zipline-storage" --help 2>&1 |
+	sed -n 's/.*(default \(journal\|direct\)).*/\1/p' | head -1)}
+write_path=${write_path:-direct}
 
 say() {
 	local up
@@ -155,7 +159,7 @@ storage_start() {
 		done
 		((n < 1200)) || fail "zipline-storage node-$i did not register in 120 s"
 	done
-	say "zipline-storage node-1..$nodes up (pids ${storage_pids[*]}${write_path:+, --write-path $write_path})"
+	say "zipline-storage node-1..$nodes up (pids ${storage_pids[*]}, write path $write_path)"
 }
 # storage_stop: SIGTERM to every daemon; each must exit 0.
 storage_stop() {

@@ -12,9 +12,9 @@
 # random delay the host SIGKILLs qemu (vm.sh kill): nothing in the guest
 # flushes or unmounts. The next boot on the same image mounts the disk,
 # reads every chunk file of every daemon itself (powercut_io scan: each
-# block matches its crc or prev_crc; with ZL_TEST_WRITE_PATH=journal after
-# the daemons replayed their journals and stopped cleanly, else before they
-# start), starts etcd, the daemons and the manager again and checks
+# block matches its crc or prev_crc; on the journal write path after the
+# daemons replayed their journals and stopped cleanly, on the direct one
+# before they start), starts etcd, the daemons and the manager again and checks
 # (powercut_io check) that every block holds its last acknowledged content,
 # each 4 KiB piece of an op in flight at the cut either old or new, every
 # block readable, no ZL_ERR_CORRUPT and no "corruption" in any daemon's
