@@ -68,7 +68,7 @@ truncate -s 1G "$img" || fail "cannot create $img"
 # show TAG: the guest's output of boot TAG.
 show() {
 	sed 's/^/    | /' "$work/$1.out"
-	grep -v '^zl-vm: ' "$work/$1.err" | sed 's/^/    |2 /'
+	grep -av '^zl-vm: ' "$work/$1.err" | sed 's/^/    |2 /' # -a: the serial port may carry NULs
 }
 step "seed $seed0, $rounds power cuts, a cut after $ready_after acknowledged ops + 0..4 s, 3 replicas, write path ${ZL_TEST_WRITE_PATH:-default}"
 
