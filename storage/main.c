@@ -187,6 +187,9 @@ out_stop:
 	st->worker = NULL;
 	zl_storage_gc_stop(st);
 	zl_storage_tombs_stop(st->tombs);
+	/* Runs the loop (operations in flight, the journal's last checkpoint)
+	 * while every module its callbacks reach still exists. */
+	zl_chunk_store_drain(st->chunks);
 	zl_storage_fwd_destroy(st->fwd);
 	zl_chunk_store_destroy(st->chunks); /* drains disk I/O still in flight */
 	zl_storage_heal_destroy(st);	    /* no callback of it can come now */

@@ -3026,6 +3026,24 @@ void zl_chunk_store_stats(const struct zl_chunk_store *s, struct zl_chunk_store_
 	st->journal_dirty_chunks = s->n_jdirty;
 }
 
+void zl_chunk_store_drain(struct zl_chunk_store *s)
+{
+	uint64_t deadline;
+
+	if (!s || !s->efd_added)
+		return;
+	deadline = zl_now_ms() + STORE_DRAIN_MS;
+	while (s->ops.in_use && zl_now_ms() < deadline)
+		zl_loop_run_once(s->loop, 100);
+	/* Metadata rounds may still be in flight without an op waiting, also
+	 * on chunks already deleted (detached, freed by the round's end): wait
+	 * for every one. */
+	while (s->st.meta_rounds != s->st.meta_rounds_done && zl_now_ms() < deadline)
+		zl_loop_run_once(s->loop, 100);
+	if (!s->ops.in_use)
+		store_journal_drain(s, deadline);
+}
+
 void zl_chunk_store_destroy(struct zl_chunk_store *s)
 {
 	uint64_t deadline;
@@ -3033,6 +3051,7 @@ void zl_chunk_store_destroy(struct zl_chunk_store *s)
 
 	if (!s)
 		return;
+	zl_chunk_store_drain(s);
 	if (s->efd_added) {
 		deadline = zl_now_ms() + STORE_DRAIN_MS;
 		while (s->ops.in_use && zl_now_ms() < deadline)

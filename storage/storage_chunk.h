@@ -125,6 +125,12 @@ typedef void (*zl_chunk_cb)(void *arg, int status);
  * loop. Returns 0, -ZL_ERR_INVAL (missing options), or -errno (ring setup,
  * mkdir). */
 int zl_chunk_store_create(const struct zl_chunk_store_opts *opts, struct zl_chunk_store **out);
+/* Runs the loop until the operations in flight ended, their metadata
+ * rounds too, and (journal) a checkpoint left the journal empty: bounded by
+ * 30 s. Callbacks of every module on the loop run meanwhile, so call it while
+ * they all still exist (zipline-storage: before tearing any down).
+ * zl_chunk_store_destroy does it too. */
+void zl_chunk_store_drain(struct zl_chunk_store *s);
 /* Closes every chunk file and the ring. Operations still in flight are
  * waited for (bounded by the disk) before the ring goes away; their callbacks
  * run. Accepts NULL. */
