@@ -71,6 +71,7 @@ int main(int argc, char **argv)
 	sigset_t sigs;
 
 	zl_log_init("zipline-storage");
+	zl_log_crash_handler();
 	rc = zl_storage_cfg_parse(&st->cfg, &m.etcd, &node_flag, argc, argv);
 	if (rc)
 		return rc > 0 ? 0 : 2;

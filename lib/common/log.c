@@ -1,6 +1,8 @@
 #include "log.h"
 
 #include <errno.h>
+#include <execinfo.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,4 +84,37 @@ int zl_ratelimit_ok(struct zl_ratelimit *rl, uint32_t per_sec)
 	}
 	rl->suppressed++;
 	return 0;
+}
+
+static void log_crash(int sig)
+{
+	static const char head[] = "fatal signal; backtrace (addr2line -e BINARY OFFSET):\n";
+	void *frames[64];
+	char num[16];
+	int n = backtrace(frames, 64), len = 0;
+
+	for (int v = sig; v && len < (int)sizeof(num) - 1; v /= 10)
+		num[len++] = (char)('0' + v % 10);
+	(void)!write(STDERR_FILENO, "signal ", 7);
+	while (len)
+		(void)!write(STDERR_FILENO, &num[--len], 1);
+	(void)!write(STDERR_FILENO, ": ", 2);
+	(void)!write(STDERR_FILENO, head, sizeof(head) - 1);
+	backtrace_symbols_fd(frames, n, STDERR_FILENO);
+	raise(sig); /* SA_RESETHAND: the default action now */
+}
+
+void zl_log_crash_handler(void)
+{
+	static const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+	struct sigaction sa;
+	void *warm[1];
+
+	backtrace(warm, 1); /* loads what backtrace needs now, not in the handler */
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = log_crash;
+	sa.sa_flags = SA_RESETHAND | SA_NODEFER;
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+		sigaction(sigs[i], &sa, NULL);
 }

@@ -14,6 +14,10 @@ extern int zl_log_level;
 int zl_log_set_level(const char *name);
 /* Reads ZL_LOG_LEVEL; sets the program name printed in each line. */
 void zl_log_init(const char *prog);
+/* Fatal signals (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT) print the signal
+ * and a backtrace (binary+offset: addr2line -e BINARY OFFSET) on stderr, then
+ * end the process with that signal as before. For daemons. */
+void zl_log_crash_handler(void);
 void zl_log_write(int level, const char *comp, const char *file, int line, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
 /* Rate limit helper: returns 1 at most `per_sec` times per second per state. */
