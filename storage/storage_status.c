@@ -105,6 +105,9 @@ int zl_storage_status_start(struct zl_storage *st)
 	s->st = st;
 	s->last_ms = zl_now_ms();
 	s->changed = true; /* publish the zeros once */
+	/* ... with the store's figures already: a reader learns the write path
+	 * (journal_size) from the first record. */
+	status_store_sample(st, &s->snap_store);
 	pthread_mutex_init(&s->mu, NULL);
 	st->status = s;
 	zl_timer_start(st->loop, &s->t, STATUS_SAMPLE_MS, STATUS_SAMPLE_MS, status_sample, s);

@@ -211,6 +211,12 @@ def statuses(e):
     return [json.loads(base64.b64decode(kv['value'])) for kv in e.prefix(PREFIX + 'status/')]
 
 
+def node_ids(e):
+    """The ids of the registered storage nodes (<prefix>nodes/<id>)."""
+    return [base64.b64decode(kv['key']).decode().rsplit('/', 1)[1]
+            for kv in e.prefix(PREFIX + 'nodes/')]
+
+
 def journal_clean(e, secs):
     """Waits until every daemon on the journal write path has checkpointed
     everything (journal_used 0, no dirty chunk) and that has held for 2.5 s
@@ -222,10 +228,16 @@ def journal_clean(e, secs):
     clean_since = None
     while True:
         recs = statuses(e)
-        if not any(r.get('journal_size', 0) for r in recs):
+        have = set(r['node'] for r in recs)
+        # A registered node without a status record yet: its write path is
+        # not known, wait for it.
+        missing = [n for n in node_ids(e) if n not in have]
+        if not missing and not any(r.get('journal_size', 0) for r in recs):
             return int((time.monotonic() - t0) * 1000)  # every one on the direct path
         dirty = [r for r in recs if r.get('journal_size', 0) and
                  (r.get('journal_used', 0) or r.get('journal_dirty_chunks', 0))]
+        dirty += [{'node': n, 'journal_used': '?', 'journal_dirty_chunks': '? (no status record)'}
+                  for n in missing]
         now = time.monotonic()
         if dirty:
             clean_since = None
