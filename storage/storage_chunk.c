@@ -719,14 +719,6 @@ static int chunk_create_file(struct zl_chunk_store *s, struct chunk *c, const ch
 		rc = -errno;
 		goto out_free;
 	}
-	/* Preallocated: a chunk's writes never find the disk full half way, and
-	 * its blocks lie together. A file system without fallocate keeps the
-	 * file sparse. */
-	if (fallocate(fd, 0, (off_t)c->data_off, (off_t)c->chunk_size) < 0 &&
-	    errno != EOPNOTSUPP) {
-		rc = -errno;
-		goto out_free;
-	}
 	rc = zl_pwrite_all(fd, hdr, CHUNK_HDR_SIZE, 0);
 	if (rc)
 		goto out_free;

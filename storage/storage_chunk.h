@@ -1,4 +1,4 @@
-/* Chunk store: one file per (volume, chunk) replica under
+/* Chunk store: one sparse file per (volume, chunk) replica under
  * <data-dir>/chunks/<vol-id>/<chunk as %016llx>.zlc, format v2:
  *
  *   page 0           header: "ZLCHUNK2", vol u64 @8, chunk u64 @16,
@@ -8,8 +8,7 @@
  *                    @56 at creation (0: accept every journal entry), CRC32C
  *                    of bytes [0,60) u32 @60 (all little-endian)
  *   pages 1..2M      metadata page p in two slots: A at 1+2p, B at 2+2p
- *   data             chunk_size bytes at zl_chunk_data_off(), preallocated
- *                    at creation (fallocate), holes where zeroed
+ *   data             chunk_size bytes at zl_chunk_data_off(), sparse
  *
  * A metadata page covers ZL_CHUNK_META_ENTRIES (508) consecutive blocks:
  * "ZLMP" @0, page index u32 @4, sequence u64 @8, chunk version u64 @16 (the
