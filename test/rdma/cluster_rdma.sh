@@ -33,6 +33,9 @@ fi
 work=$(mktemp -d /tmp/zl-rdma-e2e.XXXXXX)
 ln -s "$build/bin" "$work/bin"
 ulimit -l unlimited
+# The replicas and the daemons' journals share the guest's tmpfs: 32 MiB
+# journals instead of the default 128 MiB each.
+export CL_JOURNAL_SIZE=${CL_JOURNAL_SIZE:-32M}
 echo "cluster_rdma: guest $(uname -r), rxe0 addresses ${ips[*]}, bytes ${ZL_E2E_BYTES:-256M}"
 t0=$(date +%s)
 ZL_E2E_STORAGE_IPS="${ips[*]}" ZL_E2E_TRANSPORT=rdma \
