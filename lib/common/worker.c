@@ -13,11 +13,12 @@ struct zl_worker {
 	pthread_t thread;
 	bool thread_up;
 	struct zl_notify done_wake; /* helper -> loop: finished jobs */
-	/* mu protects todo, finished and stop; cond wakes the helper. */
+	/* mu protects pending (jobs submitted, not yet run), finished and stop;
+	 * cond wakes the helper. */
 	pthread_mutex_t mu;
 	pthread_cond_t cond;
 	bool stop;
-	struct zl_work *todo, **todo_tail;
+	struct zl_work *pending, **pending_tail;
 	struct zl_work *fin, **fin_tail;
 };
 
@@ -29,14 +30,14 @@ static void *worker_main(void *arg)
 	for (;;) {
 		struct zl_work *w;
 
-		while (!wk->stop && !wk->todo)
+		while (!wk->stop && !wk->pending)
 			pthread_cond_wait(&wk->cond, &wk->mu);
 		if (wk->stop)
 			break;
-		w = wk->todo;
-		wk->todo = w->next;
-		if (!wk->todo)
-			wk->todo_tail = &wk->todo;
+		w = wk->pending;
+		wk->pending = w->next;
+		if (!wk->pending)
+			wk->pending_tail = &wk->pending;
 		pthread_mutex_unlock(&wk->mu);
 		w->run(w);
 		pthread_mutex_lock(&wk->mu);
@@ -85,7 +86,7 @@ int zl_worker_create(struct zl_loop *loop, struct zl_worker **out)
 	if (!wk)
 		return -ENOMEM;
 	wk->loop = loop;
-	wk->todo_tail = &wk->todo;
+	wk->pending_tail = &wk->pending;
 	wk->fin_tail = &wk->fin;
 	pthread_mutex_init(&wk->mu, NULL);
 	pthread_cond_init(&wk->cond, NULL);
@@ -122,7 +123,7 @@ void zl_worker_destroy(struct zl_worker *wk)
 	}
 	zl_notify_fini(&wk->done_wake);
 	worker_finish(wk->fin, false);
-	worker_finish(wk->todo, true);
+	worker_finish(wk->pending, true);
 	pthread_mutex_destroy(&wk->mu);
 	pthread_cond_destroy(&wk->cond);
 	free(wk);
@@ -138,8 +139,8 @@ int zl_worker_submit(struct zl_worker *wk, struct zl_work *w, zl_work_fn run, zl
 	w->cancelled = false;
 	w->next = NULL;
 	pthread_mutex_lock(&wk->mu);
-	*wk->todo_tail = w;
-	wk->todo_tail = &w->next;
+	*wk->pending_tail = w;
+	wk->pending_tail = &w->next;
 	pthread_cond_signal(&wk->cond);
 	pthread_mutex_unlock(&wk->mu);
 	return 0;
