@@ -122,6 +122,9 @@ struct chunk_op {
 	bool jcrc_own;	/* jcrc is a pool buffer */
 	bool jinplace;	/* WRITE: in place after its record (RWF_DSYNC) */
 	uint64_t jseq;	/* the record that holds it (0: none) */
+	/* Journal mode: answered when its record was durable; the chunk-file
+	 * write behind it still holds its blocks (later ops on them wait). */
+	bool acked;
 };
 
 struct op_list {
@@ -1341,6 +1344,19 @@ static void op_fail_later(struct chunk_op *op, int err)
 	zl_loop_defer(op->s->loop, &op->defer, op_defer_finish, op);
 }
 
+/* A write/zero is what the chunk says from now on: its version, and the
+ * blocks of a lost chunk it rewrote. */
+static void op_visible(struct chunk_op *op)
+{
+	struct zl_chunk_store *s = op->s;
+	struct chunk *c = op->ch;
+
+	c->version = ZL_MAX(c->version, op->version);
+	if (s->n_lost)
+		known_rewrote(s, c->vol, c->idx, (op->off + BLK - 1) / BLK,
+			      (op->off + op->len) / BLK);
+}
+
 static void op_finish(struct chunk_op *op)
 {
 	struct zl_chunk_store *s = op->s;
@@ -1348,14 +1364,17 @@ static void op_finish(struct chunk_op *op)
 	zl_chunk_cb cb = op->cb;
 	void *arg = op->arg;
 	int err = op->err;
+	bool acked = op->acked;
 
+	if (acked && err && zl_ratelimit_ok(&s->rl_io, 1))
+		ZL_LOG_ERR("storage",
+			   "chunk file write failed after its journal record was durable: vol=%016" PRIx64
+			   " chunk=%" PRIu64 " err=%s; its blocks read as corrupt here until "
+			   "scrub or recovery repairs them from a replica (check the disk)",
+			   c->vol, c->idx, zl_errname(err));
 	if (c) {
-		if (!err && (op->kind == OP_WRITE || op->kind == OP_ZERO)) {
-			c->version = ZL_MAX(c->version, op->version);
-			if (s->n_lost)
-				known_rewrote(s, c->vol, c->idx, (op->off + BLK - 1) / BLK,
-					      (op->off + op->len) / BLK);
-		}
+		if (!err && !acked && (op->kind == OP_WRITE || op->kind == OP_ZERO))
+			op_visible(op);
 		list_del(&c->active, op);
 		/* Start waiting ops that no longer overlap anything ahead of them. */
 		for (struct chunk_op *w = c->waiting.first, *wn; w; w = wn) {
@@ -1400,7 +1419,8 @@ static void op_finish(struct chunk_op *op)
 		chunk_put(s, op->held[i]);
 	free(op->held);
 	op_free(op);
-	cb(arg, err);
+	if (!acked)
+		cb(arg, err);
 }
 
 /* Data stage of a write: the payload (merged with edge blocks) to disk. */
@@ -1413,7 +1433,8 @@ static void op_write_data(struct chunk_op *op)
 	op->stage = OP_ST_DATA;
 	rc = op_prep_rw(op, true, op->buf, span, c->data_off + (uint64_t)op->b0 * BLK);
 	if (rc) {
-		chunk_crc_rollback(c, op->b0, op->b1);
+		if (!op->acked)
+			chunk_crc_rollback(c, op->b0, op->b1);
 		op_fail_later(op, rc);
 	}
 }
@@ -1465,7 +1486,8 @@ static void op_zero_data(struct chunk_op *op)
 		}
 	}
 	if (rc && !op->pending) {
-		chunk_crc_rollback(c, op->b0, op->b1);
+		if (!op->acked)
+			chunk_crc_rollback(c, op->b0, op->b1);
 		op_fail_later(op, rc);
 	} else if (rc) {
 		op->err = rc; /* finishes (and rolls back) once the others complete */
@@ -1478,6 +1500,33 @@ static void chunk_jdirty(struct zl_chunk_store *s, struct chunk *c, uint64_t seq
 
 /* CRCs of whole zeroed blocks in ZERO entries: 0, the store's "zeroed" mark. */
 static const uint32_t jzero_crcs[ZL_JOURNAL_IO_MAX / BLK];
+
+/* The record holding op (its data inline, or a zeroing) is durable: the
+ * write is answered now, and its chunk-file write goes on behind the answer.
+ * The op keeps its blocks until that write is done, so a later read or write
+ * of them waits for it (reads never see the file's older data). The
+ * caller's buffer is released by the answer: the data is copied to one of
+ * ours first (below STORE_INPLACE_MIN; without a buffer the op answers
+ * after the file write, as before). */
+static void op_ack_early(struct chunk_op *op)
+{
+	struct zl_chunk_store *s = op->s;
+
+	if (op->kind == OP_WRITE && !op->own_buf) {
+		uint32_t span = (op->b1 - op->b0) * BLK;
+		uint8_t *b = s->buf_alloc(s->buf_arg, span);
+
+		if (!b)
+			return;
+		memcpy(b, op->buf, span);
+		op->buf = b;
+		op->own_buf = true;
+	}
+	op_visible(op);
+	op->acked = true;
+	s->st.early_acks++;
+	op->cb(op->arg, 0);
+}
 
 /* The record holding op is durable (or the journal failed): its new CRCs
  * take effect, then its data goes to the chunk file (no DSYNC). */
@@ -1508,10 +1557,32 @@ static void op_journal_done(struct zl_jw_item *it, int err)
 			chunk_set_crc(c, b, 0, op->version);
 	}
 	chunk_jdirty(op->s, c, it->seq);
+	if (!op->jinplace)
+		op_ack_early(op);
 	if (op->kind == OP_WRITE)
 		op_write_data(op);
 	else
 		op_zero_data(op);
+}
+
+/* What op's entries let the chunk claim once durable (claim_gap): its
+ * version, unless a write of the chunk with a lower version is not in the
+ * journal yet (waiting for blocks it overlaps, or reading its edge blocks):
+ * after a crash that one may be missing, and equal versions must mean equal
+ * data. */
+static uint32_t op_claim_gap(const struct chunk_op *op)
+{
+	const struct op_list *lists[2] = {&op->ch->active, &op->ch->waiting};
+	uint64_t claim = op->version;
+
+	for (int l = 0; l < 2; l++)
+		for (const struct chunk_op *u = lists[l]->first; u; u = u->next)
+			if ((u->kind == OP_WRITE || u->kind == OP_ZERO) && u->version &&
+			    u->version <= claim && u != op &&
+			    (u->stage == OP_ST_WAIT || u->stage == OP_ST_EDGE))
+				claim = u->version - 1;
+	return op->version - claim > ZL_JOURNAL_CLAIM_NONE - 1 ? ZL_JOURNAL_CLAIM_NONE
+								 : (uint32_t)(op->version - claim);
 }
 
 static void op_jent(struct chunk_op *op, uint32_t *n, uint32_t flags, uint32_t b0, uint32_t nb,
@@ -1520,6 +1591,7 @@ static void op_jent(struct chunk_op *op, uint32_t *n, uint32_t flags, uint32_t b
 	op->jent[(*n)++] = (struct zl_journal_entry){.vol = op->ch->vol,
 						     .chunk = op->ch->idx,
 						     .version = op->version,
+						     .claim_gap = op_claim_gap(op),
 						     .offset = b0 * BLK,
 						     .length = nb * BLK,
 						     .flags = flags,
@@ -1686,7 +1758,8 @@ static void op_stage_done(struct chunk_op *op)
 		op->err = -EIO; /* short transfer */
 	op->expect = op->got = 0;
 	if (op->err) {
-		if (op->stage == OP_ST_DATA && (op->kind == OP_WRITE || op->kind == OP_ZERO))
+		if (op->stage == OP_ST_DATA && !op->acked &&
+		    (op->kind == OP_WRITE || op->kind == OP_ZERO))
 			chunk_crc_rollback(c, op->b0, op->b1);
 		op->err = store_map_err(s, op, op->err);
 		op_finish(op);
@@ -2655,6 +2728,7 @@ static void store_ckpt_start(struct zl_chunk_store *s)
 struct rentry {
 	uint64_t vol, chunk, seq, version;
 	uint64_t crc_off, data_off; /* journal file offsets of its CRCs, inline data */
+	uint64_t claim;		    /* the version its chunk may claim (claim_gap) */
 	uint32_t off, len, flags, order;
 	bool torn; /* INPLACE: a block it decided not to hold its data */
 };
@@ -2688,6 +2762,9 @@ static int replay_collect(void *arg, const struct zl_journal_rec *rec)
 				     .chunk = e.chunk,
 				     .seq = rec->seq,
 				     .version = e.version,
+				     .claim = e.claim_gap == ZL_JOURNAL_CLAIM_NONE
+						  ? 0
+						  : e.version - e.claim_gap,
 				     .crc_off = rec->off + (uint64_t)(e.crc_le - rec->buf),
 				     .data_off = e.data ? rec->off + (uint64_t)((const uint8_t *)e.data -
 										rec->buf)
@@ -2768,7 +2845,7 @@ static int replay_entry(struct zl_chunk_store *s, struct chunk *c, struct rentry
 		i = j;
 	}
 	if (!rc && !x->torn)
-		c->version = ZL_MAX(c->version, x->version);
+		c->version = ZL_MAX(c->version, x->claim);
 	else if (!rc && x->version)
 		*cap = ZL_MIN(*cap, x->version - 1);
 	return rc;
