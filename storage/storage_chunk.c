@@ -33,7 +33,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -42,6 +41,7 @@
 #include "lib/common/slab.h"
 #include "lib/wire/wire.h"
 #include "storage_journal.h"
+#include "storage_uring.h"
 
 #define BLK		  ZL_BLOCK_SIZE
 #define CHUNK_MAGIC	  "ZLCHUNK2"
@@ -1856,11 +1856,8 @@ static void store_efd_cb(void *arg, uint32_t events)
 {
 	struct zl_chunk_store *s = arg;
 	struct io_uring_cqe *cqe;
-	uint64_t v;
 
-	if (read(s->efd, &v, sizeof(v)) < 0) {
-		/* EAGAIN: completions already reaped */
-	}
+	(void)events;
 	while (io_uring_peek_cqe(&s->ring, &cqe) == 0) {
 		uint64_t ud = io_uring_cqe_get_data64(cqe);
 		int res = cqe->res;
@@ -3002,7 +2999,6 @@ static bool store_quiet(const struct zl_chunk_store *s)
 
 int zl_chunk_store_create(const struct zl_chunk_store_opts *opts, struct zl_chunk_store **out)
 {
-	struct io_uring_params p = {0};
 	struct zl_chunk_store *s;
 	size_t n;
 	int rc;
@@ -3034,10 +3030,8 @@ int zl_chunk_store_create(const struct zl_chunk_store_opts *opts, struct zl_chun
 			   s->dir, strerror(-rc));
 		goto out_free;
 	}
-	p.flags = IORING_SETUP_CQSIZE;
-	p.cq_entries = 8 * (opts->ring_entries ? opts->ring_entries : 512);
-	rc =
-	    io_uring_queue_init_params(opts->ring_entries ? opts->ring_entries : 512, &s->ring, &p);
+	rc = zl_storage_uring_init(&s->ring, opts->ring_entries ? opts->ring_entries : 512,
+				   8 * (opts->ring_entries ? opts->ring_entries : 512));
 	if (rc < 0) {
 		ZL_LOG_ERR("storage",
 			   "io_uring setup failed: %s (kernel >= 5.6 with io_uring "
@@ -3054,15 +3048,7 @@ int zl_chunk_store_create(const struct zl_chunk_store_opts *opts, struct zl_chun
 		goto out_free;
 	if (!store_clean_take(s))
 		store_unclean_scan(s);
-	s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (s->efd < 0) {
-		rc = -errno;
-		goto out_free;
-	}
-	rc = io_uring_register_eventfd(&s->ring, s->efd);
-	if (rc < 0)
-		goto out_free;
-	rc = zl_loop_add(s->loop, &s->efd_h, s->efd, EPOLLIN, store_efd_cb, s);
+	rc = zl_storage_uring_efd(&s->ring, s->loop, &s->efd_h, &s->efd, store_efd_cb, s);
 	if (rc)
 		goto out_free;
 	s->efd_added = true;
