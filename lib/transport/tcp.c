@@ -113,6 +113,9 @@ struct tcp_conn {
 	int fd;
 	struct zl_loop_handle h;
 	bool in_loop;
+	/* Client: connect() in progress (zl_xport_connect_start); frames
+	 * queue, hs_t is the connect's deadline. */
+	bool connecting;
 	bool rx_paused;		/* server: no request slot is free */
 	/* The last read returned less than it asked for: the socket was empty,
 	 * and level-triggered epoll calls again when bytes arrive (saves the
@@ -150,7 +153,8 @@ struct tcp_conn {
 	uint8_t *tx_stage;   /* TCP_TLS_STAGE bytes */
 	struct zl_defer rx_d; /* decrypted bytes left after the read budget */
 	/* The handshake must be done within the transport's timeout_ms: a peer
-	 * that connects and stalls does not hold the connection forever. */
+	 * that connects and stalls does not hold the connection forever.
+	 * While connecting: the connect's deadline. */
 	struct zl_timer hs_t;
 };
 
@@ -179,6 +183,7 @@ static void tcp_conn_close(struct zl_xport_conn *bc, int reason);
 static void tcp_rx(struct tcp_conn *c);
 static void tcp_rx_deferred(void *arg);
 static void tcp_work(void *arg);
+static void tcp_connect_step(struct tcp_conn *c);
 
 /* ---- helpers ---- */
 
@@ -194,7 +199,9 @@ static void tcp_set_events(struct tcp_conn *c)
 
 	if (c->base.closing || !c->in_loop)
 		return;
-	if (c->tls == TCP_TLS_PEEK) {
+	if (c->connecting) {
+		ev = EPOLLOUT;
+	} else if (c->tls == TCP_TLS_PEEK) {
 		ev = EPOLLIN;
 	} else if (c->tls == TCP_TLS_HANDSHAKE) {
 		ev = c->hs_want;
@@ -358,6 +365,8 @@ static void tcp_tls_flush(struct tcp_conn *c)
  * (completions are deferred), so it is safe inside request/reply. */
 static void tcp_flush(struct tcp_conn *c)
 {
+	if (c->connecting)
+		return; /* the frames go out once connected */
 	if (c->tls != TCP_TLS_OFF) {
 		tcp_tls_flush(c);
 		return;
@@ -784,6 +793,11 @@ static void tcp_conn_io(void *arg, uint32_t events)
 	struct tcp_conn *c = arg;
 
 	zl_xport_conn_get(&c->base);
+	if (c->connecting) {
+		tcp_connect_step(c);
+		zl_xport_conn_put(&c->base);
+		return;
+	}
 	if (c->tls == TCP_TLS_PEEK || c->tls == TCP_TLS_HANDSHAKE) {
 		tcp_tls_step(c);
 		zl_xport_conn_put(&c->base);
@@ -902,16 +916,34 @@ static void tcp_tls_hs_expired(void *arg)
 	zl_xport_conn_put(&c->base);
 }
 
-/* Links a new connection into the transport and the loop. */
-static int tcp_conn_start(struct tcp_conn *c)
+/* The connect of zl_xport_connect_start did not complete in time. */
+static void tcp_connect_expired(void *arg)
+{
+	struct tcp_conn *c = arg;
+
+	if (c->base.closing || !c->connecting)
+		return;
+	ZL_LOG_DEBUG("xport", "connect not done in time peer=%s", c->base.peer);
+	zl_xport_conn_get(&c->base);
+	tcp_conn_close(&c->base, -ZL_ERR_TIMEOUT);
+	zl_xport_conn_put(&c->base);
+}
+
+/* Links a new connection into the transport and the loop (connect_ms: the
+ * deadline of a connect still in progress). */
+static int tcp_conn_start(struct tcp_conn *c, int connect_ms)
 {
 	uint32_t ev = c->tls == TCP_TLS_HANDSHAKE ? c->hs_want : EPOLLIN;
 	int rc;
 
+	if (c->connecting)
+		ev = EPOLLOUT;
 	rc = zl_loop_add(c->loop, &c->h, c->fd, ev, tcp_conn_io, c);
 	if (rc)
 		return rc;
-	if (c->tls != TCP_TLS_OFF)
+	if (c->connecting)
+		zl_timer_start(c->loop, &c->hs_t, (uint64_t)connect_ms, 0, tcp_connect_expired, c);
+	else if (c->tls != TCP_TLS_OFF)
 		zl_timer_start(c->loop, &c->hs_t, c->base.x->opts.timeout_ms, 0,
 			       tcp_tls_hs_expired, c);
 	c->in_loop = true;
@@ -992,19 +1024,44 @@ static void tcp_conn_free(struct zl_xport_conn *bc)
 
 /* ---- client ---- */
 
-static int tcp_connect_one(const struct addrinfo *ai, uint64_t deadline_ms, int *out_fd)
+/* Starts a nonblocking connect to ai: 0 (connected), -EINPROGRESS (the fd
+ * becomes writable when done) or another error (no fd). */
+static int tcp_sock_connect(const struct addrinfo *ai, int *out_fd)
 {
-	int fd, rc, err = 0;
-	socklen_t el = sizeof(err);
+	int fd, rc;
 
 	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
-	if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
-		goto out_ok;
-	if (errno != EINPROGRESS) {
-		rc = -errno;
-		goto out_close;
+	rc = connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 ? 0 : -errno;
+	if (rc && rc != -EINPROGRESS) {
+		close(fd);
+		return rc;
+	}
+	*out_fd = fd;
+	return rc;
+}
+
+/* The outcome of a connect that was in progress: 0 or -errno. */
+static int tcp_sock_error(int fd)
+{
+	int err = 0;
+	socklen_t el = sizeof(err);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0)
+		return -errno;
+	return -err;
+}
+
+static int tcp_connect_one(const struct addrinfo *ai, uint64_t deadline_ms, int *out_fd)
+{
+	int fd, rc;
+
+	rc = tcp_sock_connect(ai, &fd);
+	if (rc != -EINPROGRESS) {
+		if (!rc)
+			*out_fd = fd;
+		return rc;
 	}
 	for (;;) {
 		struct pollfd pfd = {.fd = fd, .events = POLLOUT};
@@ -1025,15 +1082,9 @@ static int tcp_connect_one(const struct addrinfo *ai, uint64_t deadline_ms, int 
 		if (n > 0)
 			break;
 	}
-	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0) {
-		rc = -errno;
+	rc = tcp_sock_error(fd);
+	if (rc)
 		goto out_close;
-	}
-	if (err) {
-		rc = -err;
-		goto out_close;
-	}
-out_ok:
 	*out_fd = fd;
 	return 0;
 
@@ -1042,12 +1093,48 @@ out_close:
 	return rc;
 }
 
+/* Builds and links the client connection of fd (connecting: its connect is
+ * still in progress, to be done within timeout_ms); fd is the
+ * connection's, or closed on failure. */
+static int tcp_client_new(struct zl_xport *x, int fd, const struct sockaddr *sa, bool connecting,
+			  bool tls, const char *host, int timeout_ms, struct zl_xport_conn **out)
+{
+	struct tcp_conn *c;
+	int rc;
+
+	rc = tcp_conn_new(x, fd, false, &c);
+	if (rc) {
+		close(fd);
+		return rc;
+	}
+	c->connecting = connecting;
+	if (!c->base.peer[0])
+		xport_format_peer(sa, c->base.peer, sizeof(c->base.peer));
+	if (tls) {
+		rc = tcp_conn_tls(c, false, host);
+		if (rc)
+			goto out_conn;
+	}
+	rc = tcp_conn_start(c, timeout_ms);
+	if (rc)
+		goto out_conn;
+	ZL_LOG_DEBUG("xport", "%s peer=%s tls=%s", connecting ? "connecting" : "connected",
+		     c->base.peer, tls ? "yes" : "no");
+	*out = &c->base;
+	return 0;
+
+out_conn:
+	tcp_conn_free(&c->base); /* closes fd */
+	return rc;
+}
+
+/* Connects to the first address of host that takes the connect; nowait:
+ * returns while the connect is still in progress. */
 static int tcp_connect_as(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
-			  bool tls, struct zl_xport_conn **out)
+			  bool tls, bool nowait, struct zl_xport_conn **out)
 {
 	uint64_t deadline_ms = zl_now_ms() + (uint64_t)timeout_ms;
 	struct addrinfo *res, *ai;
-	struct tcp_conn *c;
 	int fd = -1, rc;
 
 	rc = xport_resolve(host, port, false, &res);
@@ -1055,49 +1142,66 @@ static int tcp_connect_as(struct zl_xport *x, const char *host, uint16_t port, i
 		return rc;
 	rc = -EHOSTUNREACH;
 	for (ai = res; ai; ai = ai->ai_next) {
-		rc = tcp_connect_one(ai, deadline_ms, &fd);
-		if (!rc || rc == -ETIMEDOUT)
+		rc = nowait ? tcp_sock_connect(ai, &fd) : tcp_connect_one(ai, deadline_ms, &fd);
+		if (!rc || rc == -ETIMEDOUT || rc == -EINPROGRESS)
 			break;
 	}
-	freeaddrinfo(res);
-	if (rc) {
+	if (rc && rc != -EINPROGRESS) {
+		freeaddrinfo(res);
 		ZL_LOG_DEBUG("xport", "connect failed host=%s port=%u err=%s", host, port,
 			     zl_errname(rc));
 		return rc;
 	}
-	rc = tcp_conn_new(x, fd, false, &c);
-	if (rc)
-		goto out_close;
-	if (tls) {
-		rc = tcp_conn_tls(c, false, host);
-		if (rc)
-			goto out_conn;
-	}
-	rc = tcp_conn_start(c);
-	if (rc)
-		goto out_conn;
-	ZL_LOG_DEBUG("xport", "connected peer=%s tls=%s", c->base.peer, tls ? "yes" : "no");
-	*out = &c->base;
-	return 0;
+	rc = tcp_client_new(x, fd, ai->ai_addr, rc == -EINPROGRESS, tls, host, timeout_ms, out);
+	freeaddrinfo(res);
+	return rc;
+}
 
-out_conn:
-	tcp_conn_free(&c->base); /* closes fd */
-	return rc;
-out_close:
-	close(fd);
-	return rc;
+/* The connect of a connecting connection finished (its fd is writable):
+ * frames queued meanwhile go out, or the TLS handshake starts. */
+static void tcp_connect_step(struct tcp_conn *c)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	int rc = tcp_sock_error(c->fd);
+
+	if (rc) {
+		ZL_LOG_DEBUG("xport", "connect failed peer=%s err=%s", c->base.peer,
+			     zl_errname(rc));
+		tcp_conn_close(&c->base, -ZL_ERR_CONN);
+		return;
+	}
+	c->connecting = false;
+	zl_timer_stop(c->loop, &c->hs_t);
+	if (getpeername(c->fd, (struct sockaddr *)&ss, &sl) == 0)
+		xport_format_peer((struct sockaddr *)&ss, c->base.peer, sizeof(c->base.peer));
+	ZL_LOG_DEBUG("xport", "connected peer=%s tls=%s", c->base.peer,
+		     c->tls != TCP_TLS_OFF ? "yes" : "no");
+	if (c->tls != TCP_TLS_OFF) {
+		zl_timer_start(c->loop, &c->hs_t, c->base.x->opts.timeout_ms, 0,
+			       tcp_tls_hs_expired, c);
+		tcp_tls_step(c); /* the ClientHello */
+		return;
+	}
+	tcp_flush(c); /* frames queued while connecting; sets the events */
 }
 
 static int tcp_connect(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
 		       struct zl_xport_conn **out)
 {
-	return tcp_connect_as(x, host, port, timeout_ms, false, out);
+	return tcp_connect_as(x, host, port, timeout_ms, false, false, out);
 }
 
 static int tcp_connect_tls(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
 			   struct zl_xport_conn **out)
 {
-	return tcp_connect_as(x, host, port, timeout_ms, true, out);
+	return tcp_connect_as(x, host, port, timeout_ms, true, false, out);
+}
+
+static int tcp_connect_start(struct zl_xport *x, const char *host, uint16_t port, bool tls,
+			     int timeout_ms, struct zl_xport_conn **out)
+{
+	return tcp_connect_as(x, host, port, timeout_ms, tls, true, out);
 }
 
 static int tcp_request(struct zl_xport_conn *bc, struct xport_req *br,
@@ -1175,7 +1279,7 @@ static void tcp_accept_cb(void *arg, uint32_t events)
 		c->base.sarg = l->base.sarg;
 		rc = xport_tls_server(x) ? tcp_conn_tls(c, true, NULL) : 0;
 		if (!rc)
-			rc = tcp_conn_start(c);
+			rc = tcp_conn_start(c, 0);
 		if (rc) {
 			ZL_LOG_WARN("xport", "dropping accepted connection port=%u err=%s",
 				    l->base.port, zl_strerror(rc));
@@ -1243,6 +1347,7 @@ const struct xport_ops xport_tcp_ops = {
     .fini = xport_tls_fini,
     .connect = tcp_connect,
     .connect_tls = tcp_connect_tls,
+    .connect_start = tcp_connect_start,
     .listen = tcp_listen,
     .listener_close = tcp_listener_close,
     .conn_close = tcp_conn_close,

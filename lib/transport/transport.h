@@ -137,6 +137,19 @@ int zl_xport_connect(struct zl_xport *x, const char *host, uint16_t port, int ti
  * -ZL_ERR_TLS_CA when x has no tls_ca, -EPROTONOSUPPORT on RDMA. */
 int zl_xport_connect_tls(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
 			 zl_xport_close_cb on_close, void *arg, struct zl_xport_conn **out);
+/* zl_xport_connect (tls: zl_xport_connect_tls) without waiting for the
+ * connection: returns at once with the connection being made; requests
+ * queue until it is up and fail with -ZL_ERR_CONN (the close callback runs
+ * with the reason) when the connect fails or is not done within timeout_ms.
+ * Host names are resolved here (getaddrinfo: instant for an address
+ * literal); of several addresses, the first one whose connect does not fail
+ * at once is used. Where the transport cannot connect without waiting
+ * (RDMA), this is the blocking connect. Returns 0 (the caller owns one
+ * reference) or what zl_xport_connect / zl_xport_connect_tls return for an
+ * immediate failure. */
+int zl_xport_connect_start(struct zl_xport *x, const char *host, uint16_t port, bool tls,
+			   int timeout_ms, zl_xport_close_cb on_close, void *arg,
+			   struct zl_xport_conn **out);
 /* The last TLS failure of a client connection on this thread, as logged
  * ("TLS handshake with ADDR failed: certificate verify failed: ...; is
  * --tls-ca ...", "storage N at ADDR requires TLS: pass --tls-ca FILE ..."),

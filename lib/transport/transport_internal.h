@@ -309,6 +309,12 @@ struct xport_ops {
 	 * driven by the loop; requests queue until it is done. */
 	int (*connect_tls)(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
 			   struct zl_xport_conn **out);
+	/* Optional (NULL: connect / connect_tls, which wait): starts the
+	 * connect and links the connection without waiting; requests queue
+	 * until it is up (and, with tls, its handshake done). A connect that
+	 * fails or is not done within timeout_ms closes the connection. */
+	int (*connect_start)(struct zl_xport *x, const char *host, uint16_t port, bool tls,
+			     int timeout_ms, struct zl_xport_conn **out);
 	/* Listens on ai (host as given, for messages); sets (*out)->port.
 	 * xport.c links the listener and sets its server ops. */
 	int (*listen)(struct zl_xport *x, const char *host, const struct addrinfo *ai,

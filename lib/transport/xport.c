@@ -571,8 +571,11 @@ static int xport_connected(int rc, zl_xport_close_cb on_close, void *arg,
 	return 0;
 }
 
-int zl_xport_connect(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
-		     zl_xport_close_cb on_close, void *arg, struct zl_xport_conn **out)
+/* Every connect: checks, then the transport's connect (nowait: its
+ * connect_start where it has one). */
+static int xport_connect_as(struct zl_xport *x, const char *host, uint16_t port, bool tls,
+			    bool nowait, int timeout_ms, zl_xport_close_cb on_close, void *arg,
+			    struct zl_xport_conn **out)
 {
 	int rc;
 
@@ -580,29 +583,38 @@ int zl_xport_connect(struct zl_xport *x, const char *host, uint16_t port, int ti
 		return -ZL_ERR_INVAL;
 	if (x->destroying)
 		return -ESHUTDOWN;
+	if (tls && !x->ops->connect_tls)
+		return -EPROTONOSUPPORT;
+	if (tls && !xport_tls_client(x))
+		return -ZL_ERR_TLS_CA;
 	if (timeout_ms <= 0)
 		timeout_ms = (int)ZL_MIN(x->opts.timeout_ms, (uint32_t)INT32_MAX);
-	rc = x->ops->connect(x, host, port, timeout_ms, out);
+	if (nowait && x->ops->connect_start)
+		rc = x->ops->connect_start(x, host, port, tls, timeout_ms, out);
+	else if (tls)
+		rc = x->ops->connect_tls(x, host, port, timeout_ms, out);
+	else
+		rc = x->ops->connect(x, host, port, timeout_ms, out);
 	return xport_connected(rc, on_close, arg, out);
+}
+
+int zl_xport_connect(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
+		     zl_xport_close_cb on_close, void *arg, struct zl_xport_conn **out)
+{
+	return xport_connect_as(x, host, port, false, false, timeout_ms, on_close, arg, out);
 }
 
 int zl_xport_connect_tls(struct zl_xport *x, const char *host, uint16_t port, int timeout_ms,
 			 zl_xport_close_cb on_close, void *arg, struct zl_xport_conn **out)
 {
-	int rc;
+	return xport_connect_as(x, host, port, true, false, timeout_ms, on_close, arg, out);
+}
 
-	if (!x || !host || !out || !port)
-		return -ZL_ERR_INVAL;
-	if (x->destroying)
-		return -ESHUTDOWN;
-	if (!x->ops->connect_tls)
-		return -EPROTONOSUPPORT;
-	if (!xport_tls_client(x))
-		return -ZL_ERR_TLS_CA;
-	if (timeout_ms <= 0)
-		timeout_ms = (int)ZL_MIN(x->opts.timeout_ms, (uint32_t)INT32_MAX);
-	rc = x->ops->connect_tls(x, host, port, timeout_ms, out);
-	return xport_connected(rc, on_close, arg, out);
+int zl_xport_connect_start(struct zl_xport *x, const char *host, uint16_t port, bool tls,
+			   int timeout_ms, zl_xport_close_cb on_close, void *arg,
+			   struct zl_xport_conn **out)
+{
+	return xport_connect_as(x, host, port, tls, true, timeout_ms, on_close, arg, out);
 }
 
 bool zl_xport_tls_serving(const struct zl_xport *x)

@@ -26,17 +26,21 @@ static bool hello_list_has(const char *list, const char *want)
 	return false;
 }
 
-int zl_xport_connect_node(struct zl_xport *x, const char *node_id, const char *addr,
-			  uint16_t port, bool tls, int timeout_ms, zl_xport_close_cb on_close,
-			  void *arg, struct zl_xport_conn **out)
+static int hello_connect_node(struct zl_xport *x, const char *node_id, const char *addr,
+			      uint16_t port, bool tls, bool nowait, int timeout_ms,
+			      zl_xport_close_cb on_close, void *arg, struct zl_xport_conn **out)
 {
 	int rc;
 
 	if (!x || !addr)
 		return -ZL_ERR_INVAL;
-	if (!tls || zl_xport_kind(x) != ZL_XPORT_TCP)
+	tls = tls && zl_xport_kind(x) == ZL_XPORT_TCP;
+	if (nowait)
+		rc = zl_xport_connect_start(x, addr, port, tls, timeout_ms, on_close, arg, out);
+	else if (!tls)
 		return zl_xport_connect(x, addr, port, timeout_ms, on_close, arg, out);
-	rc = zl_xport_connect_tls(x, addr, port, timeout_ms, on_close, arg, out);
+	else
+		rc = zl_xport_connect_tls(x, addr, port, timeout_ms, on_close, arg, out);
 	if (rc == -ZL_ERR_TLS_CA) {
 		char msg[256];
 
@@ -48,6 +52,22 @@ int zl_xport_connect_node(struct zl_xport *x, const char *node_id, const char *a
 		ZL_LOG_ERR(HELLO_LOG, "%s", msg);
 	}
 	return rc;
+}
+
+int zl_xport_connect_node(struct zl_xport *x, const char *node_id, const char *addr,
+			  uint16_t port, bool tls, int timeout_ms, zl_xport_close_cb on_close,
+			  void *arg, struct zl_xport_conn **out)
+{
+	return hello_connect_node(x, node_id, addr, port, tls, false, timeout_ms, on_close, arg,
+				  out);
+}
+
+int zl_xport_connect_node_start(struct zl_xport *x, const char *node_id, const char *addr,
+				uint16_t port, bool tls, int timeout_ms,
+				zl_xport_close_cb on_close, void *arg, struct zl_xport_conn **out)
+{
+	return hello_connect_node(x, node_id, addr, port, tls, true, timeout_ms, on_close, arg,
+				  out);
 }
 
 int zl_xport_pick(enum zl_xport_select sel, const char *node_id, const char *addr,

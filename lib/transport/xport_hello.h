@@ -42,6 +42,12 @@ int zl_xport_connect_node(struct zl_xport *x, const char *node_id, const char *a
 			  uint16_t port, bool tls, int timeout_ms, zl_xport_close_cb on_close,
 			  void *arg, struct zl_xport_conn **out);
 
+/* zl_xport_connect_node without waiting for the connection
+ * (zl_xport_connect_start): requests queue until it is up. */
+int zl_xport_connect_node_start(struct zl_xport *x, const char *node_id, const char *addr,
+				uint16_t port, bool tls, int timeout_ms,
+				zl_xport_close_cb on_close, void *arg, struct zl_xport_conn **out);
+
 /* Buffers of one HELLO exchange; they must stay valid (inside the caller's
  * connection state) until the reply callback has run. */
 struct zl_xport_hello {

@@ -9,6 +9,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <netinet/in.h>
 #include <setjmp.h>
@@ -1385,6 +1386,138 @@ static void test_connect_errors(void **state)
 			 -ECONNREFUSED);
 }
 
+/* zl_xport_connect_start: requests sent before the connect is done (and,
+ * over TLS, the handshake) queue and go out in order once it is up. */
+static void test_connect_start(void **state)
+{
+	struct env *e = env_start(state, NULL, NULL);
+	struct cconn cc = {0};
+	struct zl_xport_conn *c = NULL;
+	struct creq q[20] = {0};
+	uint32_t done = 0;
+
+	assert_int_equal(
+	    zl_xport_connect_start(e->cx, e->host, e->port, e->tls, 2000, on_cclose, &cc, &c), 0);
+	assert_non_null(c);
+	assert_true(zl_xport_conn_alive(c));
+	for (uint32_t i = 0; i < 20; i++) {
+		q[i].done = &done;
+		assert_int_equal(send_ping(c, &q[i], i), 0);
+		assert_int_equal(q[i].calls, 0);
+	}
+	run_until(e, &done, 20);
+	for (uint32_t i = 0; i < 20; i++) {
+		assert_int_equal(q[i].status, 0);
+		assert_int_equal(q[i].rep.aux, i * 3 + 1);
+	}
+	assert_int_equal(e->srv->n_conn, 1);
+	cdone(e, c, &cc);
+}
+
+/* zl_xport_connect_start to a listener whose accept queue is full: the call
+ * returns at once, the queued request fails when the connect's time is up
+ * (ZL_ERR_TIMEOUT to the close callback), or goes out once the queue has
+ * room again; to a port nobody listens on: the connect fails (at once or
+ * through the close callback). */
+static void test_connect_start_fails(void **state)
+{
+	struct env *e = env_start(state, NULL, NULL);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t al = sizeof(a);
+	struct cconn cc = {0}, cr = {0}, cs = {0};
+	struct zl_xport_conn *c = NULL;
+	struct creq q = {0}, qr = {0}, qs = {0};
+	struct zl_wire_hdr req, rp;
+	uint8_t hdr[ZL_WIRE_HDR_SIZE];
+	uint32_t done = 0, done_r = 0, done_s = 0;
+	int lfd, fd, fill[8], nfill = 0, rc;
+	uint16_t port;
+	uint64_t t0;
+
+	if (e->kind != ZL_XPORT_TCP)
+		fail_msg("raw TCP peer test registered for another transport");
+	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(lfd >= 0);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(lfd, 0), 0);
+	assert_int_equal(getsockname(lfd, (struct sockaddr *)&a, &al), 0);
+	/* Fill the accept queue (never accepted): later SYNs are dropped. */
+	for (int i = 0; i < 8; i++) {
+		fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		assert_true(fd >= 0);
+		if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+			assert_int_equal(errno, EINPROGRESS);
+		fill[nfill++] = fd;
+	}
+	t0 = zl_now_ms();
+	assert_int_equal(zl_xport_connect_start(e->cx, "127.0.0.1", ntohs(a.sin_port), false, 300,
+						on_cclose, &cc, &c),
+			 0);
+	assert_true(zl_now_ms() - t0 < 100);
+	q.done = &done;
+	assert_int_equal(send_ping(c, &q, 1), 0);
+	assert_int_equal(q.calls, 0);
+	run_until(e, &done, 1);
+	assert_int_equal(q.status, -ZL_ERR_CONN);
+	run_until(e, &cc.closes, 1);
+	assert_int_equal(cc.reason, -ZL_ERR_TIMEOUT);
+	assert_true(zl_now_ms() - t0 >= 250);
+	zl_xport_conn_put(c);
+	c = NULL;
+
+	/* Again, but the queue frees up: the SYN sent again a second later
+	 * gets in, and the request queued meanwhile goes out. */
+	assert_int_equal(zl_xport_connect_start(e->cx, "127.0.0.1", ntohs(a.sin_port), false, 5000,
+						on_cclose, &cs, &c),
+			 0);
+	qs.done = &done_s;
+	assert_int_equal(send_ping(c, &qs, 5), 0);
+	run_idle(e, 5);
+	assert_int_equal(qs.calls, 0);
+	for (int i = 0; i < nfill; i++)
+		close(fill[i]);
+	assert_int_equal(fcntl(lfd, F_SETFL, O_NONBLOCK), 0);
+	while ((fd = accept(lfd, NULL, NULL)) >= 0)
+		close(fd); /* the filler that got in */
+	t0 = zl_now_ms();
+	while ((fd = accept(lfd, NULL, NULL)) < 0) {
+		assert_true(errno == EAGAIN || errno == EWOULDBLOCK);
+		assert_true(zl_now_ms() - t0 < 4000);
+		zl_loop_run_once(e->loop, 10);
+	}
+	assert_int_equal(fcntl(fd, F_SETFL, 0), 0);
+	read_full(fd, hdr, sizeof(hdr));
+	assert_int_equal(zl_wire_decode(hdr, sizeof(hdr), &req, NULL), 0);
+	assert_int_equal(req.opcode, ZL_OP_PING);
+	assert_int_equal(req.aux, 5);
+	zl_wire_reply_init(&req, &rp, 0);
+	zl_wire_encode(&rp, hdr);
+	write_full(fd, hdr, sizeof(hdr));
+	run_until(e, &done_s, 1);
+	assert_int_equal(qs.status, 0);
+	assert_int_equal(qs.rep.status, 0);
+	cdone(e, c, &cs);
+	c = NULL;
+	close(fd);
+	close(lfd);
+
+	lfd = raw_listen(&port);
+	close(lfd);
+	rc = zl_xport_connect_start(e->cx, "127.0.0.1", port, false, 2000, on_cclose, &cr, &c);
+	if (rc) {
+		assert_int_equal(rc, -ECONNREFUSED);
+		assert_null(c);
+		return;
+	}
+	qr.done = &done_r;
+	assert_int_equal(send_ping(c, &qr, 2), 0);
+	run_until(e, &done_r, 1);
+	assert_int_equal(qr.status, -ZL_ERR_CONN);
+	run_until(e, &cr.closes, 1);
+	assert_int_equal(cr.reason, -ZL_ERR_CONN);
+	zl_xport_conn_put(c);
+}
+
 /* ---- TLS ---- */
 
 /* A CA, a server certificate for IP 127.0.0.1 and DNS TLS_NAME signed by it,
@@ -1982,7 +2115,8 @@ static void test_names_and_create(void **state)
 	cmocka_unit_test_prestate_setup_teardown(test_local_close_and_destroy, NULL, env_teardown, kind),\
 	cmocka_unit_test_prestate_setup_teardown(test_pool, NULL, env_teardown, kind),\
 	cmocka_unit_test_prestate_setup_teardown(test_peer_crash, NULL, env_teardown, kind),\
-	cmocka_unit_test_prestate_setup_teardown(test_connect_cycles, NULL, env_teardown, kind)
+	cmocka_unit_test_prestate_setup_teardown(test_connect_cycles, NULL, env_teardown, kind),\
+	cmocka_unit_test_prestate_setup_teardown(test_connect_start, NULL, env_teardown, kind)
 
 /* These play a misbehaving peer with a raw TCP socket: TCP only. */
 #define TCP_ONLY_TESTS(kind) \
@@ -1991,7 +2125,8 @@ static void test_names_and_create(void **state)
 	cmocka_unit_test_prestate_setup_teardown(test_bad_frames, NULL, env_teardown, kind),\
 	cmocka_unit_test_prestate_setup_teardown(test_reply_corrupt, NULL, env_teardown, kind),\
 	cmocka_unit_test_prestate_setup_teardown(test_duplicate_request_id, NULL, env_teardown, kind),\
-	cmocka_unit_test_prestate_setup_teardown(test_connect_errors, NULL, env_teardown, kind)
+	cmocka_unit_test_prestate_setup_teardown(test_connect_errors, NULL, env_teardown, kind),\
+	cmocka_unit_test_prestate_setup_teardown(test_connect_start_fails, NULL, env_teardown, kind)
 
 int main(int argc, char **argv)
 {
@@ -2018,6 +2153,7 @@ int main(int argc, char **argv)
 	    TLS_TEST(test_local_close_and_destroy),
 	    TLS_TEST(test_pool),
 	    TLS_TEST(test_connect_cycles),
+	    TLS_TEST(test_connect_start),
 	    TLS_TEST(test_tls_plaintext_refused),
 	    TLS_TEST(test_tls_verify),
 	    TLS_TEST(test_tls_close_mid_handshake),
