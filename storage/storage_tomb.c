@@ -5,8 +5,9 @@
  * on its own tombstone prefix reports a change (a delete while this node was
  * up but its VOLUME_DELETE failed). It only ever deletes what a tombstone
  * names, and never a volume whose record still exists. The watch thread
- * only wakes the loop thread, which does the work (the chunk store is loop
- * thread only). */
+ * only wakes the loop thread; a round's etcd reads and writes then run on a
+ * helper thread of this module (own etcd handle), the removal of the
+ * replicas on the loop thread (the chunk store is loop thread only). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -21,39 +22,53 @@ struct zl_storage_tombs {
 	struct zl_storage *st;
 	struct zl_etcd_watch *watch;
 	struct zl_notify wake; /* watch thread -> loop thread */
+	/* A round after a watch event: the etcd reads (scan) and the clearing
+	 * of the tombstones run on the helper thread with its own etcd handle,
+	 * the removal of the replicas on the loop thread. vols[0..n) are the
+	 * helper's while job is busy. again: an event came during a round. */
+	struct zl_worker *worker;
+	struct zl_etcd *etcd;
+	struct zl_work job;
+	uint64_t *vols;
+	size_t n;
+	int rc;
+	bool again;
 };
 
-/* Removes the replicas of every volume a tombstone of ours names. 0 or the
- * listing's etcd error; *rev (optional) gets the revision of the listing. */
-static int tombs_process(struct zl_storage *st, int64_t *rev)
+/* The volumes whose tombstone of ours names them and whose record is gone
+ * (blocking: the start-up or the helper thread). 0 with them in
+ * vols[0..*n) (malloc'd), or the listing's etcd error; *rev (optional) gets
+ * the revision of the listing. */
+static int tombs_scan(struct zl_storage *st, struct zl_etcd *e, uint64_t **vols, size_t *n,
+		      int64_t *rev)
 {
-	uint64_t *vols = NULL;
-	size_t n = 0;
+	size_t kept = 0;
 	int rc;
 
-	rc = zl_meta_tombstone_list(st->etcd, st->cfg.prefix, st->cfg.node_id, &vols, &n, rev);
+	*vols = NULL;
+	*n = 0;
+	rc = zl_meta_tombstone_list(e, st->cfg.prefix, st->cfg.node_id, vols, n, rev);
 	if (rc) {
 		ZL_LOG_WARN("storage", "cannot read the tombstones of deleted volumes: err=%s (%s)",
 			    zl_errname(rc), zl_etcd_last_error());
 		return rc;
 	}
-	if (n && (rc = zl_storage_ident_cluster_ok(st, st->etcd))) {
+	if (*n && (rc = zl_storage_ident_cluster_ok(st, e))) {
 		ZL_LOG_ERR("storage",
 			   "%zu tombstones of deleted volumes ignored: etcd %s prefix %s is not "
 			   "(or no longer) cluster %s of this data dir (err=%s): nothing deleted; "
 			   "check --etcd and --etcd-prefix",
-			   n, st->cfg.eo.endpoints, st->cfg.prefix, st->cfg.cluster_id, zl_errname(rc));
-		free(vols);
+			   *n, st->cfg.eo.endpoints, st->cfg.prefix, st->cfg.cluster_id, zl_errname(rc));
+		*n = 0;
 		return rc;
 	}
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < *n; i++) {
 		char vid[ZL_VOL_ID_LEN + 1];
 		struct zl_volume v;
-		uint64_t removed = 0;
 
-		zl_vol_id_format(vols[i], vid);
+		zl_vol_id_format((*vols)[i], vid);
 		memset(&v, 0, sizeof(v));
-		rc = zl_meta_volume_get(st->etcd, st->cfg.prefix, vid, &v);
+		rc = zl_meta_volume_get(e, st->cfg.prefix, vid, &v);
 		zl_volume_fini(&v);
 		if (rc != -ZL_ERR_NOT_FOUND) {
 			/* A record exists (or etcd failed): keep the data. */
@@ -63,6 +78,24 @@ static int tombs_process(struct zl_storage *st, int64_t *rev)
 				    vid, rc ? zl_errname(rc) : "the volume record still exists");
 			continue;
 		}
+		(*vols)[kept++] = (*vols)[i];
+	}
+	*n = kept;
+	return 0;
+}
+
+/* Loop thread: removes the replicas of vols[0..*n); keeps in vols those
+ * removed (their tombstones may go). */
+static void tombs_remove(struct zl_storage *st, uint64_t *vols, size_t *n)
+{
+	size_t done = 0;
+
+	for (size_t i = 0; i < *n; i++) {
+		char vid[ZL_VOL_ID_LEN + 1];
+		uint64_t removed = 0;
+		int rc;
+
+		zl_vol_id_format(vols[i], vid);
 		zl_storage_vol_forget(st->vols, vols[i]);
 		rc = zl_chunk_volume_delete(st->chunks, vols[i], &removed);
 		if (rc) {
@@ -72,13 +105,88 @@ static int tombs_process(struct zl_storage *st, int64_t *rev)
 		}
 		ZL_LOG_INFO("storage", "removed replicas of deleted volume: vol=%s files=%" PRIu64,
 			    vid, removed);
-		rc = zl_meta_tombstone_clear(st->etcd, st->cfg.prefix, st->cfg.node_id, vid);
+		vols[done++] = vols[i];
+	}
+	*n = done;
+}
+
+/* Clears the tombstones of vols[0..n) (blocking). */
+static void tombs_clear(struct zl_storage *st, struct zl_etcd *e, const uint64_t *vols, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		char vid[ZL_VOL_ID_LEN + 1];
+		int rc;
+
+		zl_vol_id_format(vols[i], vid);
+		rc = zl_meta_tombstone_clear(e, st->cfg.prefix, st->cfg.node_id, vid);
 		if (rc)
 			ZL_LOG_WARN("storage", "cannot clear the tombstone of vol=%s: %s (%s)", vid,
 				    zl_errname(rc), zl_etcd_last_error());
 	}
+}
+
+/* Start-up (before the loop serves): the whole round, blocking. */
+static int tombs_process(struct zl_storage *st, int64_t *rev)
+{
+	uint64_t *vols;
+	size_t n;
+	int rc;
+
+	rc = tombs_scan(st, st->etcd, &vols, &n, rev);
+	if (!rc) {
+		tombs_remove(st, vols, &n);
+		tombs_clear(st, st->etcd, vols, n);
+	}
 	free(vols);
-	return 0;
+	return rc;
+}
+
+static void tombs_scan_run(struct zl_work *w);
+static void tombs_scan_done(struct zl_work *w);
+
+static void tombs_round_start(struct zl_storage_tombs *t)
+{
+	t->again = false;
+	if (zl_worker_submit(t->worker, &t->job, tombs_scan_run, tombs_scan_done))
+		t->again = true; /* a round is on its way: one more after it */
+}
+
+static void tombs_clear_run(struct zl_work *w)
+{
+	struct zl_storage_tombs *t = ZL_CONTAINER_OF(w, struct zl_storage_tombs, job);
+
+	tombs_clear(t->st, t->etcd, t->vols, t->n);
+}
+
+static void tombs_clear_done(struct zl_work *w)
+{
+	struct zl_storage_tombs *t = ZL_CONTAINER_OF(w, struct zl_storage_tombs, job);
+
+	free(t->vols);
+	t->vols = NULL;
+	t->n = 0;
+	if (t->again && !w->cancelled && !t->st->draining)
+		tombs_round_start(t);
+}
+
+static void tombs_scan_run(struct zl_work *w)
+{
+	struct zl_storage_tombs *t = ZL_CONTAINER_OF(w, struct zl_storage_tombs, job);
+
+	t->rc = tombs_scan(t->st, t->etcd, &t->vols, &t->n, NULL);
+}
+
+static void tombs_scan_done(struct zl_work *w)
+{
+	struct zl_storage_tombs *t = ZL_CONTAINER_OF(w, struct zl_storage_tombs, job);
+
+	if (w->cancelled || t->rc || !t->n || t->st->draining) {
+		tombs_clear_done(w);
+		return;
+	}
+	tombs_remove(t->st, t->vols, &t->n);
+	if (zl_worker_submit(t->worker, &t->job, tombs_clear_run, tombs_clear_done))
+		tombs_clear_done(w);
 }
 
 static void tombs_watch_cb(void *arg, enum zl_etcd_event_type type, const struct zl_etcd_kv *kv)
@@ -94,8 +202,12 @@ static void tombs_wake_cb(void *arg)
 {
 	struct zl_storage_tombs *t = arg;
 
-	if (!t->st->draining)
-		tombs_process(t->st, NULL);
+	if (t->st->draining)
+		return;
+	if (t->job.busy)
+		t->again = true;
+	else
+		tombs_round_start(t);
 }
 
 int zl_storage_tombs_start(struct zl_storage *st, struct zl_storage_tombs **out)
@@ -109,6 +221,12 @@ int zl_storage_tombs_start(struct zl_storage *st, struct zl_storage_tombs **out)
 		return -ENOMEM;
 	t->st = st;
 	rc = zl_notify_init(&t->wake, st->loop, tombs_wake_cb, t);
+	if (rc)
+		goto out_free;
+	rc = zl_etcd_create(&st->cfg.eo, &t->etcd);
+	if (rc)
+		goto out_free;
+	rc = zl_worker_create(st->loop, &t->worker);
 	if (rc)
 		goto out_free;
 	rc = zl_meta_tombstone_key(key, sizeof(key), st->cfg.prefix, st->cfg.node_id);
@@ -140,6 +258,11 @@ void zl_storage_tombs_stop(struct zl_storage_tombs *t)
 	if (!t)
 		return;
 	zl_etcd_watch_cancel(t->watch);
+	/* Waits for the etcd call it runs; a round's replicas are not removed
+	 * once draining. */
+	zl_worker_destroy(t->worker);
+	zl_etcd_destroy(t->etcd);
 	zl_notify_fini(&t->wake);
+	free(t->vols);
 	free(t);
 }
