@@ -2,9 +2,15 @@
  * (a primary's REPL_WRITE to its backups; recovery, peering and scrub send
  * theirs over the same connections). One connection per node, found through
  * nodes/<id> in etcd, cached, re-resolved and reconnected after a failure.
- * HELLO is pipelined ahead of the first request; a reply naming another node
- * (an address reused after a restart) closes the connection, which fails the
- * requests behind it. Loop thread only. */
+ * Nothing here waits: the look-up of nodes/<id> (and the choice of the
+ * transport) runs on a helper thread of this module with its own etcd
+ * handle, requests to a node being looked up queue (at most FWD_QUEUE_MAX),
+ * and the connect itself does not wait (zl_xport_connect_node_start: the
+ * transport queues the requests until the connection is up; RDMA's connect
+ * still waits, bounded by FWD_CONNECT_MS). HELLO is pipelined ahead of the
+ * first request; a reply naming another node (an address reused after a
+ * restart) closes the connection, which fails the requests behind it. Loop
+ * thread only, but for the look-up. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -17,6 +23,21 @@
 /* After a failed connect, fail fast for this long instead of blocking the
  * loop on every forwarded write (the backup is being dropped anyway). */
 #define FWD_BACKOFF_MS 1000
+/* Requests waiting for a node's look-up; more are answered BUSY. */
+#define FWD_QUEUE_MAX 128
+
+/* A request waiting for its node's look-up: zl_storage_fwd_request's
+ * arguments (the header copied). */
+struct fwd_pend {
+	struct fwd_pend *next;
+	struct zl_wire_hdr hdr;
+	const void *out;
+	uint32_t out_len;
+	void *in;
+	uint32_t in_cap;
+	zl_xport_reply_cb cb;
+	void *arg;
+};
 
 struct fwd_node {
 	struct fwd_node *next;
@@ -26,20 +47,40 @@ struct fwd_node {
 	uint64_t fail_until_ms;
 	struct zl_xport_hello hello;
 	bool hello_pending;
+	/* The look-up on the helper thread (lookup.busy): its answer (rc, ni,
+	 * kind) is the helper's until done runs. pend: the requests waiting
+	 * for it, in order. */
+	struct zl_work lookup;
+	int lookup_rc;
+	struct zl_node_info ni;
+	enum zl_xport_kind kind;
+	struct fwd_pend *pend, **pend_tail;
+	uint32_t n_pend;
 };
 
 struct zl_storage_fwd {
 	struct zl_storage *st;
 	struct fwd_node *list;
+	struct zl_worker *worker; /* the look-ups */
+	struct zl_etcd *etcd;	  /* the helper thread's */
+	bool destroying;
 };
 
 int zl_storage_fwd_create(struct zl_storage *st, struct zl_storage_fwd **out)
 {
 	struct zl_storage_fwd *p = calloc(1, sizeof(*p));
+	int rc;
 
 	if (!p)
 		return -ENOMEM;
 	p->st = st;
+	rc = zl_etcd_create(&st->cfg.eo, &p->etcd);
+	if (!rc)
+		rc = zl_worker_create(st->loop, &p->worker);
+	if (rc) {
+		zl_storage_fwd_destroy(p);
+		return rc;
+	}
 	*out = p;
 	return 0;
 }
@@ -56,14 +97,45 @@ static void fwd_drop_conn(struct fwd_node *pe)
 	zl_xport_conn_put(c);
 }
 
+/* Answers the requests waiting for pe's look-up with err (0: sends them on
+ * pe->conn, those it refuses answered with its error). */
+static void fwd_pend_flush(struct fwd_node *pe, int err)
+{
+	struct fwd_pend *q = pe->pend;
+
+	/* The callbacks may forward again (to this node too). */
+	pe->pend = NULL;
+	pe->pend_tail = &pe->pend;
+	pe->n_pend = 0;
+	while (q) {
+		struct fwd_pend *next = q->next;
+		int rc = err;
+
+		if (!rc && !(pe->conn && zl_xport_conn_alive(pe->conn)))
+			rc = -ZL_ERR_CONN;
+		if (!rc)
+			rc = zl_xport_request(pe->conn, &q->hdr, q->out, q->out_len, q->in,
+					      q->in_cap, q->cb, q->arg);
+		if (rc)
+			q->cb(q->arg, rc, NULL);
+		free(q);
+		q = next;
+	}
+}
+
 void zl_storage_fwd_destroy(struct zl_storage_fwd *p)
 {
 	if (!p)
 		return;
+	p->destroying = true;
+	/* Waits for the look-up it runs; the done parts see destroying. */
+	zl_worker_destroy(p->worker);
+	zl_etcd_destroy(p->etcd);
 	while (p->list) {
 		struct fwd_node *pe = p->list;
 
 		p->list = pe->next;
+		fwd_pend_flush(pe, -ZL_ERR_CONN);
 		fwd_drop_conn(pe);
 		/* A HELLO still in flight holds pe as its callback argument: the
 		 * transport fails it when the connection closes. */
@@ -101,48 +173,58 @@ static void fwd_hello_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 	}
 	err = zl_xport_hello_check(&pe->hello, status, rep, pe->id, NULL);
 	if (err && pe->conn) {
-		ZL_LOG_WARN("storage", "HELLO to peer failed: node=%s err=%s", pe->id,
-			    zl_errname(err));
+		/* Also a connect that failed or timed out (the HELLO is its
+		 * first request): fail fast for a while. */
+		ZL_LOG_WARN("storage", "HELLO to peer failed: node=%s peer=%s err=%s", pe->id,
+			    zl_xport_conn_peer(pe->conn), zl_errname(err));
 		pe->fail_until_ms = zl_now_ms() + FWD_BACKOFF_MS;
 		fwd_drop_conn(pe);
+	} else if (!err && pe->conn) {
+		ZL_LOG_INFO("storage", "connected to peer node=%s addr=%s transport=%s", pe->id,
+			    zl_xport_conn_peer(pe->conn),
+			    zl_xport_kind_name(zl_xport_conn_kind(pe->conn)));
 	}
 }
 
-static int fwd_connect(struct zl_storage_fwd *p, struct fwd_node *pe)
+/* Helper thread: where node pe->id is and which transport reaches it. */
+static void fwd_lookup_run(struct zl_work *w)
 {
+	struct fwd_node *pe = ZL_CONTAINER_OF(w, struct fwd_node, lookup);
+	struct zl_storage_fwd *p = pe->owner;
 	struct zl_storage *st = p->st;
-	struct zl_node_info ni;
-	enum zl_xport_kind kind;
-	struct zl_xport *x;
-	uint16_t port;
+	struct zl_node_info *ni = &pe->ni;
 	int rc;
 
-	if (zl_now_ms() < pe->fail_until_ms)
-		return -ZL_ERR_CONN;
-	rc = zl_meta_node_get(st->etcd, st->cfg.prefix, pe->id, &ni);
+	rc = zl_meta_node_get(p->etcd, st->cfg.prefix, pe->id, ni);
 	if (rc) {
 		ZL_LOG_WARN("storage", "peer lookup failed: node=%s err=%s", pe->id,
 			    zl_errname(rc));
-		pe->fail_until_ms = zl_now_ms() + FWD_BACKOFF_MS;
-		return rc == -ZL_ERR_NOT_FOUND ? rc : -ZL_ERR_CONN;
+		pe->lookup_rc = rc == -ZL_ERR_NOT_FOUND ? rc : -ZL_ERR_CONN;
+		return;
 	}
 	/* Chosen like the volume client does; --transport is the selection. */
-	rc = zl_xport_pick(st->sel, ni.id, ni.addr, ni.rdma_port, ni.transports,
-			   st->xport_rdma != NULL, FWD_CONNECT_MS, &kind);
-	if (rc) {
-		pe->fail_until_ms = zl_now_ms() + FWD_BACKOFF_MS;
-		return -ZL_ERR_CONN;
-	}
-	x = kind == ZL_XPORT_RDMA ? st->xport_rdma : st->xport_tcp;
-	port = kind == ZL_XPORT_RDMA ? ni.rdma_port : ni.port;
-	rc = zl_xport_connect_node(x, ni.id, ni.addr, port, ni.tls, FWD_CONNECT_MS, fwd_on_close,
-				   p, &pe->conn);
+	rc = zl_xport_pick(st->sel, ni->id, ni->addr, ni->rdma_port, ni->transports,
+			   st->xport_rdma != NULL, FWD_CONNECT_MS, &pe->kind);
+	pe->lookup_rc = rc ? -ZL_ERR_CONN : 0;
+}
+
+/* Connects to the node pe->ni names (without waiting for TCP) and pipelines
+ * the HELLO. 0 or -ZL_ERR_CONN. */
+static int fwd_connect(struct zl_storage_fwd *p, struct fwd_node *pe)
+{
+	struct zl_storage *st = p->st;
+	const struct zl_node_info *ni = &pe->ni;
+	struct zl_xport *x = pe->kind == ZL_XPORT_RDMA ? st->xport_rdma : st->xport_tcp;
+	uint16_t port = pe->kind == ZL_XPORT_RDMA ? ni->rdma_port : ni->port;
+	int rc;
+
+	rc = zl_xport_connect_node_start(x, ni->id, ni->addr, port, ni->tls, FWD_CONNECT_MS,
+					 fwd_on_close, p, &pe->conn);
 	if (rc) {
 		ZL_LOG_WARN(
 		    "storage", "connect to peer failed: node=%s addr=%s:%u transport=%s err=%s",
-		    pe->id, ni.addr, port, zl_xport_kind_name(zl_xport_kind(x)), zl_errname(rc));
+		    pe->id, ni->addr, port, zl_xport_kind_name(zl_xport_kind(x)), zl_errname(rc));
 		pe->conn = NULL;
-		pe->fail_until_ms = zl_now_ms() + FWD_BACKOFF_MS;
 		return -ZL_ERR_CONN;
 	}
 	zl_xport_conn_set_ctx(pe->conn, pe);
@@ -159,13 +241,31 @@ static int fwd_connect(struct zl_storage_fwd *p, struct fwd_node *pe)
 	}
 	if (rc) {
 		fwd_drop_conn(pe);
-		pe->fail_until_ms = zl_now_ms() + FWD_BACKOFF_MS;
 		return -ZL_ERR_CONN;
 	}
 	pe->hello_pending = true;
-	ZL_LOG_INFO("storage", "connected to peer node=%s addr=%s:%u transport=%s", pe->id, ni.addr,
-		    port, zl_xport_kind_name(zl_xport_kind(x)));
+	/* A failed connect fails the HELLO: fwd_hello_cb backs off. */
+	ZL_LOG_INFO("storage", "connecting to peer node=%s addr=%s:%u transport=%s", pe->id,
+		    ni->addr, port, zl_xport_kind_name(zl_xport_kind(x)));
 	return 0;
+}
+
+/* Loop thread: the look-up answered; connect and send what waited. */
+static void fwd_lookup_done(struct zl_work *w)
+{
+	struct fwd_node *pe = ZL_CONTAINER_OF(w, struct fwd_node, lookup);
+	struct zl_storage_fwd *p = pe->owner;
+	int rc = w->cancelled ? -ZL_ERR_CONN : pe->lookup_rc;
+
+	if (p->destroying) {
+		fwd_pend_flush(pe, -ZL_ERR_CONN);
+		return;
+	}
+	if (!rc && !pe->conn)
+		rc = fwd_connect(p, pe);
+	if (rc)
+		pe->fail_until_ms = zl_now_ms() + FWD_BACKOFF_MS;
+	fwd_pend_flush(pe, rc);
 }
 
 int zl_storage_fwd_send(struct zl_storage_fwd *p, const char *node_id, struct zl_wire_hdr *hdr,
@@ -179,6 +279,7 @@ int zl_storage_fwd_request(struct zl_storage_fwd *p, const char *node_id,
 			    uint32_t in_cap, zl_xport_reply_cb cb, void *arg)
 {
 	struct fwd_node *pe;
+	struct fwd_pend *q;
 	int rc;
 
 	for (pe = p->list; pe; pe = pe->next)
@@ -189,19 +290,36 @@ int zl_storage_fwd_request(struct zl_storage_fwd *p, const char *node_id,
 		if (!pe)
 			return -ENOMEM;
 		pe->owner = p;
+		pe->pend_tail = &pe->pend;
 		snprintf(pe->id, sizeof(pe->id), "%s", node_id);
 		pe->next = p->list;
 		p->list = pe;
 	}
 	if (pe->conn && !zl_xport_conn_alive(pe->conn))
 		fwd_drop_conn(pe);
-	if (!pe->conn) {
-		rc = fwd_connect(p, pe);
-		if (rc)
-			return rc;
+	if (pe->conn) {
+		rc = zl_xport_request(pe->conn, hdr, out, out_len, in, in_cap, cb, arg);
+		if (rc == -ZL_ERR_CONN)
+			fwd_drop_conn(pe);
+		return rc;
 	}
-	rc = zl_xport_request(pe->conn, hdr, out, out_len, in, in_cap, cb, arg);
-	if (rc == -ZL_ERR_CONN)
-		fwd_drop_conn(pe);
-	return rc;
+	if (!pe->lookup.busy) {
+		if (zl_now_ms() < pe->fail_until_ms)
+			return -ZL_ERR_CONN;
+		rc = zl_worker_submit(p->worker, &pe->lookup, fwd_lookup_run, fwd_lookup_done);
+		if (rc)
+			return -ZL_ERR_CONN;
+		ZL_LOG_INFO("storage", "looking up peer node=%s", pe->id);
+	}
+	if (pe->n_pend >= FWD_QUEUE_MAX)
+		return -ZL_ERR_BUSY;
+	q = calloc(1, sizeof(*q));
+	if (!q)
+		return -ENOMEM;
+	*q = (struct fwd_pend){.hdr = *hdr, .out = out, .out_len = out_len, .in = in,
+			       .in_cap = in_cap, .cb = cb, .arg = arg};
+	*pe->pend_tail = q;
+	pe->pend_tail = &q->next;
+	pe->n_pend++;
+	return 0;
 }

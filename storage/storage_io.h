@@ -100,14 +100,6 @@ int zl_storage_vol_lookup(struct zl_storage_vols *vc, uint64_t num, struct zl_st
  * refresh from etcd is on its way (started now or earlier; look again once
  * it answered), -ZL_ERR_STALE when refreshes of sv are throttled (sv stands). */
 int zl_storage_vol_refresh(struct zl_storage_vols *vc, struct zl_storage_vol *sv);
-/* Cached record of volume num, loaded from etcd on a miss (blocking: the
- * daemon's own jobs only, never a network request). 0, -ZL_ERR_NOT_FOUND,
- * or an etcd error. *out stays valid until the next call that reloads or
- * forgets this volume. */
-int zl_storage_vol_get(struct zl_storage_vols *vc, uint64_t num, struct zl_storage_vol **out);
-/* Reloads volume num from etcd (blocking); on -ZL_ERR_NOT_FOUND the entry is
- * dropped. 0 with the fresh entry in *out (optional), or an error. */
-int zl_storage_vol_reload(struct zl_storage_vols *vc, uint64_t num, struct zl_storage_vol **out);
 /* The cached record of volume num, or NULL: never a load. */
 struct zl_storage_vol *zl_storage_vol_cached(struct zl_storage_vols *vc, uint64_t num);
 /* Replaces the cached record by *fresh (moved: fresh is zeroed) when it is
@@ -117,13 +109,19 @@ void zl_storage_vol_forget(struct zl_storage_vols *vc, uint64_t num);
 
 /* ---- forwarding: requests to other storage nodes (storage_fwd.c), loop thread only ---- */
 
-/* Returns 0 or -ENOMEM. */
+/* Starts the look-up thread (its own etcd handle, st->cfg.eo). Returns 0
+ * or -errno. */
 int zl_storage_fwd_create(struct zl_storage *st, struct zl_storage_fwd **out);
-/* Closes every peer connection (in-flight requests fail). Accepts NULL. */
+/* Waits for a look-up in progress, closes every peer connection (in-flight
+ * and queued requests fail). Accepts NULL. */
 void zl_storage_fwd_destroy(struct zl_storage_fwd *p);
-/* Sends a request to node_id, connecting (blocking, bounded) when needed.
- * Returns 0 (cb runs once, never inside this call) or -ZL_ERR_CONN /
- * -ZL_ERR_BUSY / -ZL_ERR_NOT_FOUND (node not registered) with no callback. */
+/* Sends a request to node_id without waiting: with no connection to it, the
+ * node's address is looked up on the helper thread and the request queues
+ * until the connection is being made. Returns 0 (cb runs once, never inside
+ * this call: with -ZL_ERR_CONN, or -ZL_ERR_NOT_FOUND when the node is not
+ * registered, if its look-up or connect fails) or, with no callback,
+ * -ZL_ERR_CONN (the last connect to it failed less than a second ago) /
+ * -ZL_ERR_BUSY (too many requests wait for the look-up). */
 int zl_storage_fwd_send(struct zl_storage_fwd *p, const char *node_id, struct zl_wire_hdr *hdr,
 			 const void *out, uint32_t out_len, zl_xport_reply_cb cb, void *arg);
 /* zl_storage_fwd_send with a buffer for the reply's payload (in_cap bytes,

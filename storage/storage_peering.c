@@ -104,6 +104,7 @@ struct peering_job {
 	uint32_t pulled, pushed, max_seq;
 	uint64_t started_ms, retry_ms;
 	struct zl_defer d;
+	struct zl_timer t; /* pj_finish again: the record was being loaded */
 };
 
 struct zl_storage_peering {
@@ -229,6 +230,7 @@ static void pj_free(struct zl_storage_peering *pg, struct peering_job *j)
 		}
 	}
 	zl_loop_defer_cancel(j->st->loop, &j->d);
+	zl_timer_stop(j->st->loop, &j->t);
 	pj_free_bufs(j);
 	for (unsigned i = 0; i < j->n_m; i++) {
 		zl_timer_stop(j->st->loop, &j->m[i].t);
@@ -328,7 +330,8 @@ static void pj_member_failed(struct peering_job *j, struct pj_member *m, const c
 	ZL_LOG_WARN("storage",
 		    "peering: member failed: vol=%s slice=%u term=%u member=%s step=%s err=%s",
 		    j->vid, j->slice, j->term, m->node, what, zl_errname(err));
-	if (!zl_storage_vol_get(st->vols, j->vol, &sv) && j->slice < sv->v.n_slices)
+	/* The cached record (a miss starts its load, never waits for it). */
+	if (!zl_storage_vol_lookup(st->vols, j->vol, &sv) && j->slice < sv->v.n_slices)
 		zl_storage_heal_fwd_failed(st, &sv->v, j->slice, m->node, UINT64_MAX);
 	zl_storage_heal_report(st, j->vid, j->slice, m->node, zl_errname(err), j->row_ver);
 }
@@ -419,6 +422,17 @@ static void pj_list_send(struct pj_member *m)
 		pj_member_failed(j, m, "CHUNK_VERSIONS", rc);
 }
 
+static void pj_finish(struct peering_job *j);
+
+static void pj_finish_retry(void *arg)
+{
+	struct peering_job *j = arg;
+
+	if (pj_done_cb(j))
+		return;
+	pj_finish(j);
+}
+
 /* The end of a successful job: the slice serves in j->term. */
 static void pj_finish(struct peering_job *j)
 {
@@ -428,9 +442,17 @@ static void pj_finish(struct peering_job *j)
 	char members[ZL_MAX_REPLICAS * (ZL_NODE_ID_MAX + 24)] = "";
 	uint32_t seq = 0;
 	size_t o = 0;
+	int rc;
 
-	if (zl_storage_vol_get(st->vols, j->vol, &sv) || !(pv = pvol_get(st->peering, &sv->v)) ||
-	    j->slice >= pv->n_slices) {
+	rc = zl_storage_vol_lookup(st->vols, j->vol, &sv);
+	if (rc == -EINPROGRESS || rc == -ZL_ERR_BUSY) {
+		/* The record is being loaded (or loads are throttled): look
+		 * again a little later, never waiting for etcd here. */
+		j->inflight++;
+		zl_timer_start(st->loop, &j->t, PEER_GRACE_STEP_MS, 0, pj_finish_retry, j);
+		return;
+	}
+	if (rc || !(pv = pvol_get(st->peering, &sv->v)) || j->slice >= pv->n_slices) {
 		pj_over(j, "record", -ZL_ERR_NOT_FOUND);
 		return;
 	}
@@ -812,9 +834,9 @@ uint32_t zl_storage_peering_list(struct zl_storage *st, struct zl_status_peering
 	for (struct peering_vol *pv = pg->vols; pv; pv = pv->next) {
 		struct zl_storage_vol *sv;
 
-		/* Usually cached (peering looked at it); a miss reads etcd,
-		 * as the heal tick's lookups do. */
-		if (zl_storage_vol_get(st->vols, pv->vol, &sv))
+		/* Usually cached (peering looked at it); a miss starts a load
+		 * and is left out of this listing. */
+		if (zl_storage_vol_lookup(st->vols, pv->vol, &sv))
 			continue;
 		for (uint32_t i = 0; i < sv->v.n_slices && i < pv->n_slices; i++) {
 			const struct zl_slice *s = &sv->v.slices[i];

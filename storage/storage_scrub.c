@@ -48,6 +48,10 @@
 #define DG_PIECE	(1u << 20)  /* bytes of one read / repair piece */
 #define DG_ABSENT_BATCH 64	    /* absent chunks looked at per loop turn */
 #define SC_MAX_FIX	(ZL_WIRE_DIGESTS_MAX * ZL_MAX_REPLICAS)
+/* The background pass waits for records being loaded: this often, at most
+ * this many times. */
+#define SC_BG_WAIT_MS 200
+#define SC_BG_WAITS   50
 
 struct dg_job;
 typedef void (*dg_done_fn)(struct dg_job *j, int status);
@@ -141,6 +145,8 @@ struct zl_storage_scrub {
 	uint32_t zero_digest_cs;
 	uint32_t zero_digest;
 	struct zl_timer bg_t;
+	struct zl_timer bg_wait_t; /* sc_bg_tick again: records being loaded */
+	uint32_t bg_missing, bg_waits;
 	/* background pass: the (volume, slice) pairs this node was primary of */
 	uint64_t *bg_vol;
 	uint32_t *bg_slice;
@@ -712,9 +718,11 @@ static void sc_window(void *arg)
 		sc_done(j, 0);
 		return;
 	}
-	rc = zl_storage_vol_get(j->st->vols, j->vol, &sv);
+	/* Cached since sc_start; a miss (the volume was forgotten) loads it
+	 * without waiting and ends this scrub BUSY. */
+	rc = zl_storage_vol_lookup(j->st->vols, j->vol, &sv);
 	if (rc) {
-		sc_done(j, rc);
+		sc_done(j, rc == -EINPROGRESS ? -ZL_ERR_BUSY : rc);
 		return;
 	}
 	j->phase = SC_DIGEST;
@@ -1002,9 +1010,9 @@ static int sc_start(struct zl_storage *st, struct zl_xport_conn *conn, const str
 
 	if (!st->scrub || st->scrub->stopping)
 		return -ZL_ERR_UNAVAIL;
-	/* A SCRUB request (conn): never an etcd call; the background scrub's
-	 * volumes are the ones this node serves. */
-	rc = conn ? zl_storage_vol_lookup(st->vols, vol, &sv) : zl_storage_vol_get(st->vols, vol, &sv);
+	/* Never an etcd call: a miss starts a load (the background scrub
+	 * waited for the records of its pass, sc_bg_tick). */
+	rc = zl_storage_vol_lookup(st->vols, vol, &sv);
 	if (rc)
 		return rc == -EINPROGRESS ? -ZL_ERR_BUSY : rc;
 	if (slice >= sv->v.n_slices)
@@ -1076,8 +1084,12 @@ static int sc_bg_vol(void *arg, uint64_t vol)
 	struct zl_storage_scrub *sc = arg;
 	struct zl_storage *st = sc->st;
 	struct zl_storage_vol *sv;
+	int rc;
 
-	if (zl_storage_vol_get(st->vols, vol, &sv))
+	rc = zl_storage_vol_lookup(st->vols, vol, &sv);
+	if (rc == -EINPROGRESS || rc == -ZL_ERR_BUSY)
+		sc->bg_missing++; /* being loaded: sc_bg_tick comes back */
+	if (rc)
 		return 0;
 	for (uint32_t s = 0; s < sv->v.n_slices; s++) {
 		const struct zl_slice *sl = &sv->v.slices[s];
@@ -1126,7 +1138,17 @@ static void sc_bg_tick(void *arg)
 	if (sc->stopping || sc->bg_running)
 		return;
 	sc->bg_n = sc->bg_i = 0;
+	sc->bg_missing = 0;
 	zl_chunk_volume_foreach(sc->st->chunks, sc_bg_vol, sc);
+	if (sc->bg_missing && sc->bg_waits < SC_BG_WAITS) {
+		/* Records being loaded from etcd (on the loader thread): the
+		 * pass starts once they are cached, or without them after
+		 * SC_BG_WAITS looks. */
+		sc->bg_waits++;
+		zl_timer_start(sc->st->loop, &sc->bg_wait_t, SC_BG_WAIT_MS, 0, sc_bg_tick, sc);
+		return;
+	}
+	sc->bg_waits = 0;
 	sc->bg_running = true;
 	ZL_LOG_INFO("storage", "background scrub pass started: slices=%zu", sc->bg_n);
 	sc_bg_next(sc);
@@ -1156,6 +1178,7 @@ void zl_storage_scrub_stop(struct zl_storage *st)
 		return;
 	sc->stopping = true;
 	zl_timer_stop(st->loop, &sc->bg_t);
+	zl_timer_stop(st->loop, &sc->bg_wait_t);
 	/* Jobs waiting on a timer or a deferred step end now; the others end
 	 * in the callback of what they wait for. */
 	for (struct sc_job *j = sc->jobs, *next; j; j = next) {

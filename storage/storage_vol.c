@@ -11,10 +11,9 @@
  * most one in flight per volume and one per VOLS_REFRESH_MS. The loader is
  * a worker (lib/common/worker.h): results come back to the loop thread.
  *
- * zl_storage_vol_get and zl_storage_vol_reload still block on etcd: for the
- * daemon's own jobs (peering, scrub) on volumes it already serves, never for
- * a request from the network (recovery and gc use the cache and the
- * loader, or their worker thread).
+ * The daemon's own jobs (peering, scrub, recovery) use the same lookup and
+ * come back when a load answered; gc reads etcd on its worker thread.
+ * Nothing here calls etcd on the loop thread.
  *
  * An etcd watch on volumes/ keeps cached records fresh between requests: the
  * watch thread parses the record and queues it; the loop thread applies the
@@ -523,53 +522,6 @@ int zl_storage_vol_refresh(struct zl_storage_vols *vc, struct zl_storage_vol *sv
 	sv->refreshing = true;
 	vc->stats.refreshes++;
 	return -EINPROGRESS;
-}
-
-int zl_storage_vol_get(struct zl_storage_vols *vc, uint64_t num, struct zl_storage_vol **out)
-{
-	struct zl_storage_vol **pp = vols_slot(vc, num);
-	struct zl_storage_vol *sv;
-	int rc;
-
-	if (*pp) {
-		*out = *pp;
-		return 0;
-	}
-	sv = calloc(1, sizeof(*sv));
-	if (!sv)
-		return -ENOMEM;
-	rc = vols_load(vc, vc->etcd, num, &sv->v, NULL);
-	if (rc) {
-		free(sv);
-		return rc;
-	}
-	sv->num = num;
-	*pp = sv;
-	*out = sv;
-	return 0;
-}
-
-int zl_storage_vol_reload(struct zl_storage_vols *vc, uint64_t num, struct zl_storage_vol **out)
-{
-	struct zl_storage_vol **pp = vols_slot(vc, num);
-	struct zl_volume v;
-	int rc;
-
-	if (!*pp)
-		return zl_storage_vol_get(vc, num, out);
-	memset(&v, 0, sizeof(v));
-	rc = vols_load(vc, vc->etcd, num, &v, NULL);
-	if (rc == -ZL_ERR_NOT_FOUND) {
-		zl_storage_vol_forget(vc, num);
-		return rc;
-	}
-	if (rc)
-		return rc;
-	zl_volume_fini(&(*pp)->v);
-	(*pp)->v = v;
-	if (out)
-		*out = *pp;
-	return 0;
 }
 
 void zl_storage_vol_update(struct zl_storage_vols *vc, struct zl_volume *fresh)

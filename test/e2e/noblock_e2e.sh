@@ -4,7 +4,8 @@
 # writes of an open volume keep their latency while etcd is held (requests
 # accepted, answers withheld: test/lib/etcd_hold_proxy.py ... all).
 #
-# Three daemons (--gc-interval 1) reach etcd through one hold proxy, the
+# Three daemons (--gc-interval 1) reach etcd through one hold proxy (a
+# fourth, node-4, directly), the
 # client (test/e2e/e2e_lat.c: 4 KiB writes and read-backs at QD 1 in chunk
 # 1, every operation and every gap between completions timed) through
 # another.
@@ -13,11 +14,21 @@
 #  2. The client's etcd is held, and the row of slice 0 moves to a new
 #     version (same members): the client's writes to chunk 0 are answered
 #     STALE and need a placement reload, which waits for etcd.
+#  3. The daemons' etcd is held while the primary of chunk 1 (node-1) must
+#     make a new connection: node-4, the backup of a second volume nb2 whose
+#     primary is node-1 too (and of nothing else), was restarted, and a
+#     write of nb2 (zl volume import, its own etcd) reaches node-1. The
+#     look-up of node-4's address waits for etcd, the forward queues; the
+#     I/O of nb goes on. After the release node-1 connects to node-4 and
+#     the import completes.
+# No cluster manager: the rows change only by hand (hl_etcd order).
 # Oracle: e2e_lat's slowest operation and longest gap stay under
 # NB_MAX_MS (1000 ms: a third of a hold, a fifth of the etcd timeout; on a
 # loaded 2-core machine single operations took up to 490 ms with etcd
 # answering), every read returns what was written, I/O completed during
-# both holds, and the chunk 0 writes completed after the release.
+# every hold, the chunk 0 writes completed after the release of step 2, and
+# in step 3 node-1 connected to node-4 after the release and nb2 reads back
+# what the import wrote.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
@@ -31,7 +42,7 @@ fail() {
 ok() { echo "noblock_e2e: ok: $*"; }
 PY=/usr/bin/python3
 MAX_MS=${NB_MAX_MS:-1000}
-cl_e2e_begin e2e-noblock "$1" 0 || fail "cluster did not start"
+CL_MANAGER=0 cl_e2e_begin e2e-noblock "$1" 0 || fail "cluster did not start"
 
 EPORT=${CL_ETCD##*:}
 # proxy NAME: a hold proxy for every request, its port on stdout.
@@ -47,14 +58,44 @@ proxy() {
 }
 PS=$(proxy storage)
 PC=$(proxy client)
-for i in 1 2 3; do
-	cl_start_storage "$i" "" --etcd "http://127.0.0.1:$PS" --gc-interval 1
-done
+# node-4 reaches etcd directly: it must load nb2 while the others' etcd is
+# held (step 3).
+start() {
+	if [ "$1" = 4 ]; then
+		cl_start_storage 4 "" --gc-interval 1
+	else
+		cl_start_storage "$1" "" --etcd "http://127.0.0.1:$PS" --gc-interval 1
+	fi
+}
+vol_id() { "$ZL" volume inspect "$1" | awk '$1 == "id" {print $2}'; }
+# nb2 (one slice) on node-1 and node-4 only: created while they are the only
+# nodes; node-4 then stops (its record goes) until nb exists.
+start 1
+start 4
+cl_wait_nodes 2 || fail "node-1 and node-4 did not register"
+"$ZL" volume create nb2 --size 1M --chunk-size 1M --replicas 2 >/dev/null || fail "create nb2"
+V2=$(vol_id nb2)
+[ -n "$V2" ] || fail "no volume id of nb2"
+hl_etcd order "$V2" 0 node-1 node-4 || fail "cannot make node-1 primary of nb2: $(cl_rows "$V2")"
+cl_stop storage-4
+[ "$(hl_etcd node node-4)" = - ] || fail "node-4 still registered after its stop"
+start 2
+start 3
 cl_wait_nodes 3 || fail "storage nodes did not register"
 "$ZL" volume create nb --size 64M --replicas 3 >/dev/null || fail "create nb"
-V=$("$ZL" volume inspect nb | awk '$1 == "id" {print $2}')
+V=$(vol_id nb)
 [ -n "$V" ] || fail "no volume id"
 [ "$(cl_rows "$V" | wc -l)" -ge 2 ] || fail "nb has fewer than 2 slices: $(cl_rows "$V")"
+# node-1 is the primary of chunk 1 (slice 1), the one e2e_lat writes.
+row1=$(cl_rows "$V" | awk '$1 == 1')
+others=$(awk '{for (i = 4; i <= NF; i++) {split($i, a, ":"); if (a[1] != "node-1") printf "%s ", a[1]}}' <<<"$row1")
+# shellcheck disable=SC2086 # the node ids are words
+hl_etcd order "$V" 1 node-1 $others || fail "cannot make node-1 primary of slice 1 ($row1)"
+start 4
+cl_wait_nodes 4 || fail "node-4 did not register again"
+dd if=/dev/urandom of="$CL_DIR/nb2.img" bs=1M count=1 status=none
+"$ZL" volume import nb2 "$CL_DIR/nb2.img" >/dev/null 2>"$CL_DIR/import0.err" ||
+	fail "first import of nb2: $(cat "$CL_DIR/import0.err")"
 
 "$CL_BIN/e2e_lat" --etcd "http://127.0.0.1:$PC" --volume nb --chunk 1 --max-ms "$MAX_MS" \
 	--stop "$CL_DIR/stop" --trigger-chunk 0 --trigger "$CL_DIR/trigger" \
@@ -109,6 +150,44 @@ rm -f "$CL_DIR/serve-proxy-client/hold"
 [ "${o3:-0}" -gt "${o2:-0}" ] || fail "no I/O completed while the client's etcd was held (ops $o2 -> $o3)"
 ok "the client's etcd held during a placement reload: $((o3 - o2)) operations meanwhile"
 
+# 3. The daemons' etcd held while node-1 must connect to node-4 again.
+S1="$CL_DIR/storage-1/log"
+peer4() { grep -c "$1 node=node-4" "$S1" || true; }
+cl_stop storage-4
+start 4
+for _ in $(seq 1 100); do
+	[ "$(peer4 'peer connection closed:')" -ge "$(peer4 'connected to peer')" ] && break
+	sleep 0.1
+done
+[ "$(peer4 'peer connection closed:')" -ge "$(peer4 'connected to peer')" ] ||
+	fail "node-1 kept its connection to node-4 across node-4's restart"
+for _ in $(seq 1 100); do [ "$(hl_etcd node node-4)" != - ] && break; sleep 0.1; done
+[ "$(hl_etcd node node-4)" != - ] || fail "node-4 did not register after its restart"
+looks0=$(peer4 'looking up peer')
+conns0=$(peer4 'connected to peer')
+ticks 1
+o4=$(ops_now)
+touch "$CL_DIR/serve-proxy-storage/hold"
+held storage
+dd if=/dev/urandom of="$CL_DIR/nb2b.img" bs=1M count=1 status=none
+"$ZL" volume import nb2 "$CL_DIR/nb2b.img" >/dev/null 2>"$CL_DIR/import.err" &
+IMP=$!
+for _ in $(seq 1 100); do [ "$(peer4 'looking up peer')" -gt "$looks0" ] && break; sleep 0.1; done
+[ "$(peer4 'looking up peer')" -gt "$looks0" ] ||
+	fail "node-1 did not start a connection to node-4 while etcd was held"
+ticks 3
+o5=$(ops_now)
+rm -f "$CL_DIR/serve-proxy-storage/hold"
+[ "${o5:-0}" -gt "${o4:-0}" ] ||
+	fail "no I/O completed while node-1 connected to node-4 with etcd held (ops $o4 -> $o5)"
+rc=0
+wait "$IMP" || rc=$?
+[ "$rc" = 0 ] || fail "import of nb2 across the new connection failed: $(cat "$CL_DIR/import.err")"
+[ "$(peer4 'connected to peer')" -gt "$conns0" ] || fail "node-1 never connected to node-4"
+"$ZL" volume export nb2 "$CL_DIR/nb2c.img" >/dev/null 2>&1 || fail "export of nb2"
+cmp -s "$CL_DIR/nb2b.img" "$CL_DIR/nb2c.img" || fail "nb2 does not read back as imported"
+ok "node-1 connected to node-4 with the daemons' etcd held: $((o5 - o4)) operations meanwhile"
+
 touch "$CL_DIR/stop"
 rc=0
 wait "$LAT" || rc=$?
@@ -117,4 +196,4 @@ last=$(tail -1 "$CL_DIR/lat.out")
 [[ "$last" =~ triggers=([0-9]+) ]] && [ "${BASH_REMATCH[1]}" -ge 1 ] ||
 	fail "no write of chunk 0 completed after the reload: $last"
 ok "every operation under $MAX_MS ms, every read back as written: $last"
-echo "FIGURE: noblock: $last (etcd held 3 s for the daemons, then for the client)"
+echo "FIGURE: noblock: $last (etcd held 3 s for the daemons, then for the client, then for the daemons while a primary connects to a new peer)"
