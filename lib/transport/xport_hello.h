@@ -28,7 +28,9 @@
  *         one logged line saying what to change.
  *   auto: RDMA when the node serves it, rdma_ok, and rdma_cm resolves a route
  *         to addr over an RDMA device within timeout_ms (blocking), else TCP.
- * Returns 0 with *out set, -ZL_ERR_CONN, or -ZL_ERR_INVAL (bad arguments). */
+ * Returns 0 with *out set, -ZL_ERR_CONN, or -ZL_ERR_INVAL (bad arguments).
+ * Touches no transport: any thread may call it (storage_fwd.c does so on
+ * its look-up thread, as it may wait). */
 int zl_xport_pick(enum zl_xport_select sel, const char *node_id, const char *addr,
 		  uint16_t rdma_port, const char *transports, bool rdma_ok, int timeout_ms,
 		  enum zl_xport_kind *out);
