@@ -33,6 +33,7 @@ struct fwd_pend {
 	struct zl_wire_hdr hdr;
 	const void *out;
 	uint32_t out_len;
+	const uint32_t *out_crcs; /* the caller's, valid until cb like out */
 	void *in;
 	uint32_t in_cap;
 	zl_xport_reply_cb cb;
@@ -114,8 +115,8 @@ static void fwd_pend_flush(struct fwd_node *pe, int err)
 		if (!rc && !(pe->conn && zl_xport_conn_alive(pe->conn)))
 			rc = -ZL_ERR_CONN;
 		if (!rc)
-			rc = zl_xport_request(pe->conn, &q->hdr, q->out, q->out_len, q->in,
-					      q->in_cap, q->cb, q->arg);
+			rc = zl_xport_request_crcs(pe->conn, &q->hdr, q->out, q->out_len,
+						   q->out_crcs, q->in, q->in_cap, q->cb, q->arg);
 		if (rc)
 			q->cb(q->arg, rc, NULL);
 		free(q);
@@ -268,15 +269,33 @@ static void fwd_lookup_done(struct zl_work *w)
 	fwd_pend_flush(pe, rc);
 }
 
+static int fwd_request(struct zl_storage_fwd *p, const char *node_id, struct zl_wire_hdr *hdr,
+		       const void *out, uint32_t out_len, const uint32_t *out_crcs, void *in,
+		       uint32_t in_cap, zl_xport_reply_cb cb, void *arg);
+
 int zl_storage_fwd_send(struct zl_storage_fwd *p, const char *node_id, struct zl_wire_hdr *hdr,
 			 const void *out, uint32_t out_len, zl_xport_reply_cb cb, void *arg)
 {
-	return zl_storage_fwd_request(p, node_id, hdr, out, out_len, NULL, 0, cb, arg);
+	return fwd_request(p, node_id, hdr, out, out_len, NULL, NULL, 0, cb, arg);
+}
+
+int zl_storage_fwd_send_crcs(struct zl_storage_fwd *p, const char *node_id,
+			      struct zl_wire_hdr *hdr, const void *out, uint32_t out_len,
+			      const uint32_t *out_crcs, zl_xport_reply_cb cb, void *arg)
+{
+	return fwd_request(p, node_id, hdr, out, out_len, out_crcs, NULL, 0, cb, arg);
 }
 
 int zl_storage_fwd_request(struct zl_storage_fwd *p, const char *node_id,
 			    struct zl_wire_hdr *hdr, const void *out, uint32_t out_len, void *in,
 			    uint32_t in_cap, zl_xport_reply_cb cb, void *arg)
+{
+	return fwd_request(p, node_id, hdr, out, out_len, NULL, in, in_cap, cb, arg);
+}
+
+static int fwd_request(struct zl_storage_fwd *p, const char *node_id, struct zl_wire_hdr *hdr,
+		       const void *out, uint32_t out_len, const uint32_t *out_crcs, void *in,
+		       uint32_t in_cap, zl_xport_reply_cb cb, void *arg)
 {
 	struct fwd_node *pe;
 	struct fwd_pend *q;
@@ -298,7 +317,8 @@ int zl_storage_fwd_request(struct zl_storage_fwd *p, const char *node_id,
 	if (pe->conn && !zl_xport_conn_alive(pe->conn))
 		fwd_drop_conn(pe);
 	if (pe->conn) {
-		rc = zl_xport_request(pe->conn, hdr, out, out_len, in, in_cap, cb, arg);
+		rc = zl_xport_request_crcs(pe->conn, hdr, out, out_len, out_crcs, in, in_cap, cb,
+					   arg);
 		if (rc == -ZL_ERR_CONN)
 			fwd_drop_conn(pe);
 		return rc;
@@ -316,8 +336,8 @@ int zl_storage_fwd_request(struct zl_storage_fwd *p, const char *node_id,
 	q = calloc(1, sizeof(*q));
 	if (!q)
 		return -ENOMEM;
-	*q = (struct fwd_pend){.hdr = *hdr, .out = out, .out_len = out_len, .in = in,
-			       .in_cap = in_cap, .cb = cb, .arg = arg};
+	*q = (struct fwd_pend){.hdr = *hdr, .out = out, .out_len = out_len, .out_crcs = out_crcs,
+			       .in = in, .in_cap = in_cap, .cb = cb, .arg = arg};
 	*pe->pend_tail = q;
 	pe->pend_tail = &q->next;
 	pe->n_pend++;
