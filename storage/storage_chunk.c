@@ -116,8 +116,6 @@ struct chunk_op {
 	struct zl_defer defer;
 	/* Journal mode: the op's record entries and new block CRCs. */
 	struct zl_jw_item jitem;
-	struct zl_journal_entry jent[OP_JENT_MAX];
-	uint32_t jcrc_small[OP_JCRC_SMALL];
 	uint32_t *jcrc; /* WRITE: b1 - b0 CRCs; ZERO: head, tail */
 	/* WRITE: the CRCs its blocks get (jcrc, or crcs_in) */
 	const uint32_t *jset;
@@ -132,6 +130,9 @@ struct chunk_op {
 	/* Journal mode: answered when its record was durable; the chunk-file
 	 * write behind it still holds its blocks (later ops on them wait). */
 	bool acked;
+	/* Last, not cleared per op (each is written before it is read): */
+	struct zl_journal_entry jent[OP_JENT_MAX];
+	uint32_t jcrc_small[OP_JCRC_SMALL];
 };
 
 struct op_list {
@@ -321,7 +322,7 @@ static struct chunk_op *op_alloc(struct zl_chunk_store *s)
 
 	if (!op)
 		return NULL;
-	memset(op, 0, sizeof(*op));
+	memset(op, 0, offsetof(struct chunk_op, jent));
 	op->s = s;
 	return op;
 }
