@@ -106,6 +106,7 @@ int main(int argc, char **argv)
 	rc = m.sig_fd < 0 ? -errno : zl_loop_create(&st->loop);
 	if (rc)
 		goto out_fail;
+	zl_loop_set_busy_poll(st->loop, st->cfg.busy_poll_us);
 	rc = zl_loop_add(st->loop, &m.sig_h, m.sig_fd, EPOLLIN, on_signal, &m);
 	if (!rc) {
 		rc = zl_storage_xports_create(st);
