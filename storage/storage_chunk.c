@@ -217,6 +217,9 @@ struct zl_chunk_store {
 	struct zl_timer ckpt_t, idle_t;
 	struct zl_defer ckpt_d;
 	uint8_t *replay_buf; /* start-up only */
+	/* zl_chunk_store_fence: < 0 once the data dir can no longer be
+	 * trusted; every operation fails with it from then on. */
+	int fence_err;
 };
 
 static void op_start(struct chunk_op *op);
@@ -1347,7 +1350,7 @@ static void op_finish(struct chunk_op *op)
 	struct chunk *c = op->ch;
 	zl_chunk_cb cb = op->cb;
 	void *arg = op->arg;
-	int err = op->err;
+	int err = op->err ? op->err : s->fence_err; /* fenced: nothing acknowledged */
 
 	if (c) {
 		if (!err && (op->kind == OP_WRITE || op->kind == OP_ZERO)) {
@@ -1861,6 +1864,8 @@ static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vo
 	uint32_t span = zl_chunk_read_span(off, len);
 	int rc;
 
+	if (s->fence_err)
+		return s->fence_err;
 	if (!cb || !vol || !chunk_size_ok(cs) || (kind == OP_READ && !buf) ||
 	    (kind == OP_WRITE && !data))
 		return -ZL_ERR_INVAL;
@@ -3106,4 +3111,23 @@ void zl_chunk_store_destroy(struct zl_chunk_store *s)
 	zl_slab_fini(&s->ops);
 	free(s->dir);
 	free(s);
+}
+
+void zl_chunk_store_fence(struct zl_chunk_store *s, const char *why)
+{
+	if (!s || s->fence_err)
+		return;
+	s->fence_err = -ZL_ERR_IO;
+	ZL_LOG_ERR("storage",
+		   "%s: no longer acknowledging writes (every read, write and zeroing fails "
+		   "from now on; its replicas are moved out and rebuilt elsewhere); restart "
+		   "the daemon with a data directory (a new one is refilled by the cluster)",
+		   why);
+	if (s->jw)
+		zl_jw_fence(s->jw, s->fence_err);
+}
+
+bool zl_chunk_store_fenced(const struct zl_chunk_store *s)
+{
+	return s && s->fence_err;
 }
