@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `make bench`: the whole story in one run. The same fio jobs against
 #  - a local file on the same disk (libaio, O_DIRECT; and again with O_DSYNC,
-#    the durability every acknowledged Zipline write has),
+#    the durability every acknowledged Zipline write has, once with one job
+#    and once with three at the same time: the durable writes of three
+#    replicas sharing this disk),
 #  - nbdkit's memory plugin over a unix socket (what the NBD protocol alone
 #    costs),
 #  - Zipline volumes with 1 and 3 replicas through `zl volume serve --nbd`,
@@ -193,6 +195,11 @@ fio_run "local file (O_DIRECT)" --ioengine=libaio --direct=1 --filename="$CL_DIR
 # The same file with O_DSYNC: the durability Zipline gives every acknowledged
 # write (each replica writes with RWF_DSYNC), for a fair comparison.
 fio_run "local file (O_DIRECT+O_DSYNC)" --ioengine=libaio --direct=1 --sync=dsync --filename="$CL_DIR/local.img"
+# Three such writers at once: what this one disk gives three replicas that
+# each make every write durable at the same time (the floor of a 3-replica
+# write here: IOPS summed, latency the mean of the three).
+fio_run "local file x3 (O_DSYNC, 3 jobs at once)" --ioengine=libaio --direct=1 --sync=dsync \
+	--numjobs=3 --group_reporting --filename="$CL_DIR/local.img"
 rm -f "$CL_DIR/local.img"
 
 # 2. nbdkit memory plugin over a unix socket.

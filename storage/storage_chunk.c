@@ -33,7 +33,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -42,6 +41,7 @@
 #include "lib/common/slab.h"
 #include "lib/wire/wire.h"
 #include "storage_journal.h"
+#include "storage_uring.h"
 
 #define BLK		  ZL_BLOCK_SIZE
 #define CHUNK_MAGIC	  "ZLCHUNK2"
@@ -122,6 +122,9 @@ struct chunk_op {
 	bool jcrc_own;	/* jcrc is a pool buffer */
 	bool jinplace;	/* WRITE: in place after its record (RWF_DSYNC) */
 	uint64_t jseq;	/* the record that holds it (0: none) */
+	/* Journal mode: answered when its record was durable; the chunk-file
+	 * write behind it still holds its blocks (later ops on them wait). */
+	bool acked;
 };
 
 struct op_list {
@@ -1344,21 +1347,39 @@ static void op_fail_later(struct chunk_op *op, int err)
 	zl_loop_defer(op->s->loop, &op->defer, op_defer_finish, op);
 }
 
+/* A write/zero is what the chunk says from now on: its version, and the
+ * blocks of a lost chunk it rewrote. */
+static void op_visible(struct chunk_op *op)
+{
+	struct zl_chunk_store *s = op->s;
+	struct chunk *c = op->ch;
+
+	c->version = ZL_MAX(c->version, op->version);
+	if (s->n_lost)
+		known_rewrote(s, c->vol, c->idx, (op->off + BLK - 1) / BLK,
+			      (op->off + op->len) / BLK);
+}
+
 static void op_finish(struct chunk_op *op)
 {
 	struct zl_chunk_store *s = op->s;
 	struct chunk *c = op->ch;
 	zl_chunk_cb cb = op->cb;
 	void *arg = op->arg;
-	int err = op->err ? op->err : s->fence_err; /* fenced: nothing acknowledged */
+	bool acked = op->acked;
+	/* Fenced (zl_chunk_store_fence): nothing more is acknowledged; one
+	 * answered already (early ack) stays answered. */
+	int err = op->err ? op->err : acked ? 0 : s->fence_err;
 
+	if (acked && err && zl_ratelimit_ok(&s->rl_io, 1))
+		ZL_LOG_ERR("storage",
+			   "chunk file write failed after its journal record was durable: vol=%016" PRIx64
+			   " chunk=%" PRIu64 " err=%s; its blocks read as corrupt here until "
+			   "scrub or recovery repairs them from a replica (check the disk)",
+			   c->vol, c->idx, zl_errname(err));
 	if (c) {
-		if (!err && (op->kind == OP_WRITE || op->kind == OP_ZERO)) {
-			c->version = ZL_MAX(c->version, op->version);
-			if (s->n_lost)
-				known_rewrote(s, c->vol, c->idx, (op->off + BLK - 1) / BLK,
-					      (op->off + op->len) / BLK);
-		}
+		if (!err && !acked && (op->kind == OP_WRITE || op->kind == OP_ZERO))
+			op_visible(op);
 		list_del(&c->active, op);
 		/* Start waiting ops that no longer overlap anything ahead of them. */
 		for (struct chunk_op *w = c->waiting.first, *wn; w; w = wn) {
@@ -1403,7 +1424,8 @@ static void op_finish(struct chunk_op *op)
 		chunk_put(s, op->held[i]);
 	free(op->held);
 	op_free(op);
-	cb(arg, err);
+	if (!acked)
+		cb(arg, err);
 }
 
 /* Data stage of a write: the payload (merged with edge blocks) to disk. */
@@ -1416,7 +1438,8 @@ static void op_write_data(struct chunk_op *op)
 	op->stage = OP_ST_DATA;
 	rc = op_prep_rw(op, true, op->buf, span, c->data_off + (uint64_t)op->b0 * BLK);
 	if (rc) {
-		chunk_crc_rollback(c, op->b0, op->b1);
+		if (!op->acked)
+			chunk_crc_rollback(c, op->b0, op->b1);
 		op_fail_later(op, rc);
 	}
 }
@@ -1468,7 +1491,8 @@ static void op_zero_data(struct chunk_op *op)
 		}
 	}
 	if (rc && !op->pending) {
-		chunk_crc_rollback(c, op->b0, op->b1);
+		if (!op->acked)
+			chunk_crc_rollback(c, op->b0, op->b1);
 		op_fail_later(op, rc);
 	} else if (rc) {
 		op->err = rc; /* finishes (and rolls back) once the others complete */
@@ -1481,6 +1505,33 @@ static void chunk_jdirty(struct zl_chunk_store *s, struct chunk *c, uint64_t seq
 
 /* CRCs of whole zeroed blocks in ZERO entries: 0, the store's "zeroed" mark. */
 static const uint32_t jzero_crcs[ZL_JOURNAL_IO_MAX / BLK];
+
+/* The record holding op (its data inline, or a zeroing) is durable: the
+ * write is answered now, and its chunk-file write goes on behind the answer.
+ * The op keeps its blocks until that write is done, so a later read or write
+ * of them waits for it (reads never see the file's older data). The
+ * caller's buffer is released by the answer: the data is copied to one of
+ * ours first (below STORE_INPLACE_MIN; without a buffer the op answers
+ * after the file write, as before). */
+static void op_ack_early(struct chunk_op *op)
+{
+	struct zl_chunk_store *s = op->s;
+
+	if (op->kind == OP_WRITE && !op->own_buf) {
+		uint32_t span = (op->b1 - op->b0) * BLK;
+		uint8_t *b = s->buf_alloc(s->buf_arg, span);
+
+		if (!b)
+			return;
+		memcpy(b, op->buf, span);
+		op->buf = b;
+		op->own_buf = true;
+	}
+	op_visible(op);
+	op->acked = true;
+	s->st.early_acks++;
+	op->cb(op->arg, 0);
+}
 
 /* The record holding op is durable (or the journal failed): its new CRCs
  * take effect, then its data goes to the chunk file (no DSYNC). */
@@ -1511,10 +1562,32 @@ static void op_journal_done(struct zl_jw_item *it, int err)
 			chunk_set_crc(c, b, 0, op->version);
 	}
 	chunk_jdirty(op->s, c, it->seq);
+	if (!op->jinplace)
+		op_ack_early(op);
 	if (op->kind == OP_WRITE)
 		op_write_data(op);
 	else
 		op_zero_data(op);
+}
+
+/* What op's entries let the chunk claim once durable (claim_gap): its
+ * version, unless a write of the chunk with a lower version is not in the
+ * journal yet (waiting for blocks it overlaps, or reading its edge blocks):
+ * after a crash that one may be missing, and equal versions must mean equal
+ * data. */
+static uint32_t op_claim_gap(const struct chunk_op *op)
+{
+	const struct op_list *lists[2] = {&op->ch->active, &op->ch->waiting};
+	uint64_t claim = op->version;
+
+	for (int l = 0; l < 2; l++)
+		for (const struct chunk_op *u = lists[l]->first; u; u = u->next)
+			if ((u->kind == OP_WRITE || u->kind == OP_ZERO) && u->version &&
+			    u->version <= claim && u != op &&
+			    (u->stage == OP_ST_WAIT || u->stage == OP_ST_EDGE))
+				claim = u->version - 1;
+	return op->version - claim > ZL_JOURNAL_CLAIM_NONE - 1 ? ZL_JOURNAL_CLAIM_NONE
+								 : (uint32_t)(op->version - claim);
 }
 
 static void op_jent(struct chunk_op *op, uint32_t *n, uint32_t flags, uint32_t b0, uint32_t nb,
@@ -1523,6 +1596,7 @@ static void op_jent(struct chunk_op *op, uint32_t *n, uint32_t flags, uint32_t b
 	op->jent[(*n)++] = (struct zl_journal_entry){.vol = op->ch->vol,
 						     .chunk = op->ch->idx,
 						     .version = op->version,
+						     .claim_gap = op_claim_gap(op),
 						     .offset = b0 * BLK,
 						     .length = nb * BLK,
 						     .flags = flags,
@@ -1689,7 +1763,8 @@ static void op_stage_done(struct chunk_op *op)
 		op->err = -EIO; /* short transfer */
 	op->expect = op->got = 0;
 	if (op->err) {
-		if (op->stage == OP_ST_DATA && (op->kind == OP_WRITE || op->kind == OP_ZERO))
+		if (op->stage == OP_ST_DATA && !op->acked &&
+		    (op->kind == OP_WRITE || op->kind == OP_ZERO))
 			chunk_crc_rollback(c, op->b0, op->b1);
 		op->err = store_map_err(s, op, op->err);
 		op_finish(op);
@@ -1786,11 +1861,8 @@ static void store_efd_cb(void *arg, uint32_t events)
 {
 	struct zl_chunk_store *s = arg;
 	struct io_uring_cqe *cqe;
-	uint64_t v;
 
-	if (read(s->efd, &v, sizeof(v)) < 0) {
-		/* EAGAIN: completions already reaped */
-	}
+	(void)events;
 	while (io_uring_peek_cqe(&s->ring, &cqe) == 0) {
 		uint64_t ud = io_uring_cqe_get_data64(cqe);
 		int res = cqe->res;
@@ -2660,6 +2732,7 @@ static void store_ckpt_start(struct zl_chunk_store *s)
 struct rentry {
 	uint64_t vol, chunk, seq, version;
 	uint64_t crc_off, data_off; /* journal file offsets of its CRCs, inline data */
+	uint64_t claim;		    /* the version its chunk may claim (claim_gap) */
 	uint32_t off, len, flags, order;
 	bool torn; /* INPLACE: a block it decided not to hold its data */
 };
@@ -2693,6 +2766,9 @@ static int replay_collect(void *arg, const struct zl_journal_rec *rec)
 				     .chunk = e.chunk,
 				     .seq = rec->seq,
 				     .version = e.version,
+				     .claim = e.claim_gap == ZL_JOURNAL_CLAIM_NONE
+						  ? 0
+						  : e.version - e.claim_gap,
 				     .crc_off = rec->off + (uint64_t)(e.crc_le - rec->buf),
 				     .data_off = e.data ? rec->off + (uint64_t)((const uint8_t *)e.data -
 										rec->buf)
@@ -2773,7 +2849,7 @@ static int replay_entry(struct zl_chunk_store *s, struct chunk *c, struct rentry
 		i = j;
 	}
 	if (!rc && !x->torn)
-		c->version = ZL_MAX(c->version, x->version);
+		c->version = ZL_MAX(c->version, x->claim);
 	else if (!rc && x->version)
 		*cap = ZL_MIN(*cap, x->version - 1);
 	return rc;
@@ -2930,7 +3006,6 @@ static bool store_quiet(const struct zl_chunk_store *s)
 
 int zl_chunk_store_create(const struct zl_chunk_store_opts *opts, struct zl_chunk_store **out)
 {
-	struct io_uring_params p = {0};
 	struct zl_chunk_store *s;
 	size_t n;
 	int rc;
@@ -2962,10 +3037,8 @@ int zl_chunk_store_create(const struct zl_chunk_store_opts *opts, struct zl_chun
 			   s->dir, strerror(-rc));
 		goto out_free;
 	}
-	p.flags = IORING_SETUP_CQSIZE;
-	p.cq_entries = 8 * (opts->ring_entries ? opts->ring_entries : 512);
-	rc =
-	    io_uring_queue_init_params(opts->ring_entries ? opts->ring_entries : 512, &s->ring, &p);
+	rc = zl_storage_uring_init(&s->ring, opts->ring_entries ? opts->ring_entries : 512,
+				   8 * (opts->ring_entries ? opts->ring_entries : 512));
 	if (rc < 0) {
 		ZL_LOG_ERR("storage",
 			   "io_uring setup failed: %s (kernel >= 5.6 with io_uring "
@@ -2982,15 +3055,7 @@ int zl_chunk_store_create(const struct zl_chunk_store_opts *opts, struct zl_chun
 		goto out_free;
 	if (!store_clean_take(s))
 		store_unclean_scan(s);
-	s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (s->efd < 0) {
-		rc = -errno;
-		goto out_free;
-	}
-	rc = io_uring_register_eventfd(&s->ring, s->efd);
-	if (rc < 0)
-		goto out_free;
-	rc = zl_loop_add(s->loop, &s->efd_h, s->efd, EPOLLIN, store_efd_cb, s);
+	rc = zl_storage_uring_efd(&s->ring, s->loop, &s->efd_h, &s->efd, store_efd_cb, s);
 	if (rc)
 		goto out_free;
 	s->efd_added = true;

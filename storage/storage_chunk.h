@@ -112,6 +112,7 @@ struct zl_chunk_store_stats {
 	uint64_t durable_ios;
 	bool journal;			/* journal write path */
 	uint64_t checkpoints;		/* journal checkpoints completed */
+	uint64_t early_acks; /* writes answered when their record was durable */
 	uint32_t journal_dirty_chunks;	/* chunks changed since the last one */
 	struct zl_jw_stats jw;		/* the journal's (zero without one) */
 };

@@ -1,6 +1,7 @@
 /* The storage daemon's journal writer: see storage_journal.h; the format and
  * replay rules are lib/journal and docs/JOURNAL.md. */
 #include "storage_journal.h"
+#include "storage_uring.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -10,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "lib/common/common.h"
@@ -323,17 +323,11 @@ int zl_jw_start(struct zl_jw *j, bool writing)
 	if (!j->buf[0] || !j->buf[1] || !j->padbuf || !j->sbbuf)
 		return -ENOMEM;
 	zl_journal_builder_init(&j->b, j->buf[0], j->cap);
-	rc = io_uring_queue_init(JW_RING, &j->ring, 0);
+	rc = zl_storage_uring_init(&j->ring, JW_RING, 0);
 	if (rc < 0)
 		return rc;
 	j->ring_ok = true;
-	j->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (j->efd < 0)
-		return -errno;
-	rc = io_uring_register_eventfd(&j->ring, j->efd);
-	if (rc < 0)
-		return rc;
-	rc = zl_loop_add(j->loop, &j->efd_h, j->efd, EPOLLIN, jw_efd_cb, j);
+	rc = zl_storage_uring_efd(&j->ring, j->loop, &j->efd_h, &j->efd, jw_efd_cb, j);
 	if (rc)
 		return rc;
 	j->efd_added = true;
@@ -634,12 +628,8 @@ static void jw_efd_cb(void *arg, uint32_t events)
 {
 	struct zl_jw *j = arg;
 	struct io_uring_cqe *cqe;
-	uint64_t v;
 
 	(void)events;
-	if (read(j->efd, &v, sizeof(v)) < 0) {
-		/* EAGAIN: completions already reaped */
-	}
 	while (io_uring_peek_cqe(&j->ring, &cqe) == 0) {
 		uint64_t tag = io_uring_cqe_get_data64(cqe);
 		int res = cqe->res;

@@ -47,7 +47,7 @@ static const uint8_t journal_sb_magic[8] = {'Z', 'L', 'J', 'R', 'N', 'L', 'S', '
 #define ENT_OFFSET  24
 #define ENT_LENGTH  28
 #define ENT_FLAGS   32
-#define ENT_RSVD    36
+#define ENT_GAP     36
 
 #define JOURNAL_ALIGN8(x) (((x) + 7) & ~(size_t)7)
 
@@ -193,6 +193,8 @@ static const char *journal_entry_check(const struct zl_journal_entry *e)
 		return "entry length 0 or above 4 MiB";
 	if ((uint64_t)e->offset + e->length > ZL_JOURNAL_CHUNK_MAX)
 		return "entry range beyond the largest chunk";
+	if (e->claim_gap > e->version && e->claim_gap != ZL_JOURNAL_CLAIM_NONE)
+		return "entry claim gap larger than its version";
 	return NULL;
 }
 
@@ -248,7 +250,7 @@ int zl_journal_builder_add(struct zl_journal_builder *b, const struct zl_journal
 	zl_put_le32(p + ENT_OFFSET, e->offset);
 	zl_put_le32(p + ENT_LENGTH, e->length);
 	zl_put_le32(p + ENT_FLAGS, e->flags);
-	zl_put_le32(p + ENT_RSVD, 0);
+	zl_put_le32(p + ENT_GAP, e->claim_gap);
 	p += ZL_JOURNAL_ENTRY_HDR_SIZE;
 	nb = zl_journal_entry_blocks(e->offset, e->length);
 	for (uint32_t i = 0; i < nb; i++, p += 4)
@@ -342,6 +344,7 @@ static size_t journal_entry_get(const uint8_t *p, struct zl_journal_entry *e)
 	e->offset = zl_get_le32(p + ENT_OFFSET);
 	e->length = zl_get_le32(p + ENT_LENGTH);
 	e->flags = zl_get_le32(p + ENT_FLAGS);
+	e->claim_gap = zl_get_le32(p + ENT_GAP);
 	e->crcs = NULL;
 	e->crc_le = NULL;
 	e->data = NULL;
@@ -365,8 +368,6 @@ static const char *journal_entries_check(const uint8_t *p, uint32_t used, uint32
 		w = journal_entry_check(&e);
 		if (w)
 			return w;
-		if (zl_get_le32(p + cur + ENT_RSVD))
-			return "entry reserved field not zero";
 		n = JOURNAL_ALIGN8(body);
 		if (used - cur < n)
 			return "entry CRCs or data beyond the record";

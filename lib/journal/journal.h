@@ -90,6 +90,8 @@ struct zl_journal_stamp {
 
 /* One entry. For encoding, `crcs` (host order) and, for INLINE, `data` are
  * read; for decoding, `crc_le` and `data` point into the record buffer. */
+#define ZL_JOURNAL_CLAIM_NONE UINT32_MAX
+
 struct zl_journal_entry {
 	uint64_t vol;
 	uint64_t chunk;
@@ -97,6 +99,11 @@ struct zl_journal_entry {
 	uint32_t offset;       /* byte offset inside the chunk */
 	uint32_t length;       /* bytes, > 0 */
 	uint32_t flags;	       /* ZL_JOURNAL_ENT_* */
+	/* Once the entry is durable its chunk may claim version - claim_gap:
+	 * writes of the chunk with a lower version that were not yet in the
+	 * journal when it was built may be missing after a crash. <= version;
+	 * ZL_JOURNAL_CLAIM_NONE: the entry claims no version. */
+	uint32_t claim_gap;
 	const uint32_t *crcs;  /* encode: zl_journal_entry_blocks() CRCs */
 	const uint8_t *crc_le; /* decode: the same, little-endian in the record */
 	const void *data;      /* INLINE: `length` bytes; else NULL */

@@ -114,6 +114,10 @@ struct tcp_conn {
 	struct zl_loop_handle h;
 	bool in_loop;
 	bool rx_paused;		/* server: no request slot is free */
+	/* The last read returned less than it asked for: the socket was empty,
+	 * and level-triggered epoll calls again when bytes arrive (saves the
+	 * read that would only say EAGAIN). Reset by each tcp_rx. */
+	bool rx_drained;
 	struct zl_defer work_d; /* deferred completions, rx resume */
 
 	/* receive */
@@ -487,6 +491,7 @@ static ssize_t tcp_read(struct tcp_conn *c)
 			};
 
 			n = readv(c->fd, iov, 2);
+			c->rx_drained = n >= 0 && (size_t)n < iov[0].iov_len + iov[1].iov_len;
 			if (n > 0) {
 				size_t take = ZL_MIN((size_t)n, (size_t)(c->rx_len - c->rx_done));
 
@@ -495,6 +500,7 @@ static ssize_t tcp_read(struct tcp_conn *c)
 			}
 		} else {
 			n = read(c->fd, c->rbuf + c->rlen, TCP_RBUF_SIZE - c->rlen);
+			c->rx_drained = n >= 0 && (size_t)n < TCP_RBUF_SIZE - c->rlen;
 			if (n > 0)
 				c->rlen += (uint32_t)n;
 		}
@@ -634,6 +640,7 @@ static void tcp_rx(struct tcp_conn *c)
 {
 	int budget = TCP_READ_BUDGET;
 
+	c->rx_drained = false;
 	for (;;) {
 		uint32_t avail;
 
@@ -681,6 +688,8 @@ static void tcp_rx(struct tcp_conn *c)
 				zl_loop_defer(c->loop, &c->rx_d, tcp_rx_deferred, c);
 			return;
 		}
+		if (c->rx_drained && !c->ssl)
+			return;
 		if (tcp_read(c) <= 0)
 			return;
 	}

@@ -141,6 +141,7 @@ static void make_entries(struct zl_journal_entry *e, uint32_t n, uint32_t inline
 		e[i].vol = 0x1000 + seed + i;
 		e[i].chunk = (seed * 31 + i) % 17;
 		e[i].version = 1000 + seed * 100 + i;
+		e[i].claim_gap = (seed + i) % 3 ? 0 : 1 + i;
 		e[i].offset = 512u * ((seed + i * 13) % 64);
 		e[i].length = len;
 		if (inline_mask & (1u << (i % 32))) {
@@ -333,6 +334,7 @@ static void check_entries_equal(const struct zl_journal_rec *rec, const struct z
 		assert_true(d.vol == e[i].vol);
 		assert_true(d.chunk == e[i].chunk);
 		assert_true(d.version == e[i].version);
+		assert_int_equal(d.claim_gap, e[i].claim_gap);
 		assert_int_equal(d.offset, e[i].offset);
 		assert_int_equal(d.length, e[i].length);
 		assert_int_equal(d.flags, e[i].flags);
@@ -714,7 +716,7 @@ static void test_strict_fields(void **state)
 	    {e0 + 28, 4, 0, -ZL_ERR_PROTO, 0},			     /* length 0 */
 	    {e0 + 28, 4, ZL_JOURNAL_IO_MAX + 512, -ZL_ERR_PROTO, 0}, /* length > 4 MiB */
 	    {e0 + 24, 4, ZL_JOURNAL_CHUNK_MAX - 512, -ZL_ERR_PROTO, 0}, /* beyond the chunk */
-	    {e0 + 36, 4, 1, -ZL_ERR_PROTO, 0},				/* entry reserved */
+	    {e0 + 36, 4, 0x7fffffffu, -ZL_ERR_PROTO, 0},		/* claim gap > version */
 	};
 
 	(void)state;
