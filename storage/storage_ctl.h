@@ -22,7 +22,8 @@ void zl_storage_status_destroy(struct zl_storage *st);
 bool zl_storage_status_take(struct zl_storage_status *s, const char *node, bool force,
 			    struct zl_node_status *out);
 /* The data dir failed (storage_ddir.c): the next record carries why as
- * disk_error, at the next put. No-op without a status (--heal=off). */
+ * disk_error, at the next put, with the chunk store's figures of now (the
+ * fenced store's last). No-op without a status (--heal=off). */
 void zl_storage_status_disk_error(struct zl_storage *st, const char *why);
 
 

@@ -161,9 +161,15 @@ void zl_storage_status_disk_error(struct zl_storage *st, const char *why)
 {
 	struct zl_storage_status *s = st->status;
 
+	struct status_store ss;
+
 	if (!s)
 		return;
+	/* The store's figures at the fence go out with it: they change no
+	 * more. */
+	status_store_sample(st, &ss);
 	pthread_mutex_lock(&s->mu);
+	s->snap_store = ss;
 	snprintf(s->disk_error, sizeof(s->disk_error), "%s", why);
 	s->changed = true;
 	pthread_mutex_unlock(&s->mu);

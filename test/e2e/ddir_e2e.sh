@@ -75,7 +75,7 @@ rows_with() { hl_etcd rows "$vid" | grep -c " $1:$2" || true; }
 # the load and checks what the daemon, its status record, the manager and
 # the writer do.
 fence_case() {
-	local i=$1 how=$2 node=node-$1 d="$CL_DIR/storage-$1" t0 t_fence="" t_out="" w1 w2 line off
+	local i=$1 how=$2 node=node-$1 d="$CL_DIR/storage-$1" t0 t_fence="" t_out="" w1 w2 line off rec=""
 	wait_acks 200 60
 	off=$(stat -c %s "$d/log")
 	t0=$(hl_now_ms)
@@ -92,11 +92,14 @@ fence_case() {
 	echo "FIGURE: ddir: $how of $node's data dir -> fenced within $((t_fence - t0)) ms: $line" | cut -c1-400
 	echo "$line" | grep -q "$d/data" || check_fail "$how: the fencing line does not name the data dir: $line"
 	for _ in $(seq 1 50); do
-		status_of "$node" | grep -q '"disk_error":"' && break
+		rec=$(status_of "$node")
+		grep -q '"disk_error":"' <<<"$rec" && break
 		sleep 0.2
 	done
-	status_of "$node" | grep -q '"disk_error":"' ||
-		fail "$how: $node's status record carries no disk_error 10 s later: $(status_of "$node")"
+	grep -q '"disk_error":"' <<<"$rec" ||
+		fail "$how: $node's status record carries no disk_error 10 s later: $rec"
+	# The record that says so carries the store's count at the fence.
+	w1=$(sed -n 's/.*"chunk_writes":\([0-9]*\).*/\1/p' <<<"$rec")
 	"$ZL" status 2>&1 | grep -q "disk failed  node=$node" ||
 		check_fail "$how: zl status does not show $node's failed disk"
 	for _ in $(seq 1 $((OUT_S * 10))); do
@@ -106,7 +109,6 @@ fence_case() {
 	[ -n "$t_out" ] || fail "$how: $OUT_S s after, rows still list $node in sync: $(hl_etcd rows "$vid" | grep -m3 "$node:in_sync")"
 	echo "FIGURE: ddir: every row lists $node out $((t_out - t0)) ms after the $how"
 	# It applies nothing any more, while the writer goes on without it.
-	w1=$(writes_of "$node")
 	wait_acks 300 60
 	sleep 2.5 # deliberate: more than one status period (2 s) for a change to show
 	w2=$(writes_of "$node")
