@@ -317,13 +317,35 @@ static void manager_m7(struct zl_manager *m, const struct zl_volume *v, uint32_t
 			   gone / 1000, rep->id, rep->domain);
 }
 
+/* Member i of the row being decided is its last in-sync member: it stays,
+ * the row waits (logged once per row version and rule, with what happened
+ * to it). */
+static bool manager_last_in_sync(struct zl_manager *m, const struct zl_volume *v, uint32_t slice,
+				 const struct manager_decision *d, int i, const char *rule,
+				 const char *what)
+{
+	const struct zl_slice *cur = &v->slices[slice];
+	char key[256];
+
+	if (zl_slice_member_state(cur, i) != ZL_MEMBER_IN_SYNC ||
+	    zl_slice_member_count(&d->row, ZL_MEMBER_IN_SYNC) > 1)
+		return false;
+	snprintf(key, sizeof(key), "%s/%s/%u/%" PRIu64 "/%d", rule, v->id, slice, cur->version, i);
+	if (manager_once(m, key))
+		ZL_LOG_WARN(MGR_LOG,
+			    "manager: vol=%s slice=%u member=%s %s but it is the last in-sync "
+			    "member: the row waits for it",
+			    v->id, slice, cur->nodes[i], what);
+	return true;
+}
+
 /* M1, M2, M3, M7 and M8 on one row, from the node table. */
 void manager_decide_nodes(struct zl_manager *m, const struct zl_volume *v, uint32_t slice,
 			  struct manager_decision *d)
 {
 	const struct zl_slice *cur = &v->slices[slice];
 	uint64_t now = zl_now_ms();
-	char key[256];
+	char what[128];
 
 	for (int i = 0; i < cur->n; i++) {
 		enum zl_member_state st = zl_slice_member_state(cur, i);
@@ -341,17 +363,8 @@ void manager_decide_nodes(struct zl_manager *m, const struct zl_volume *v, uint3
 				manager_m7(m, v, slice, d, i, nd->disk_ms, now);
 				continue;
 			}
-			if (st == ZL_MEMBER_IN_SYNC &&
-			    zl_slice_member_count(&d->row, ZL_MEMBER_IN_SYNC) <= 1) {
-				snprintf(key, sizeof(key), "m8/%s/%u/%" PRIu64 "/%d", v->id, slice,
-					 cur->version, i);
-				if (manager_once(m, key))
-					ZL_LOG_WARN(MGR_LOG,
-						    "manager: vol=%s slice=%u member=%s disk failed "
-						    "but it is the last in-sync member: the row waits",
-						    v->id, slice, cur->nodes[i]);
+			if (manager_last_in_sync(m, v, slice, d, i, "m8", "disk failed"))
 				continue;
-			}
 			manager_change_add(d, cur, i, ZL_MEMBER_OUT, "M8 disk failed: %.120s",
 					   nd->disk_error);
 			continue;
@@ -360,18 +373,9 @@ void manager_decide_nodes(struct zl_manager *m, const struct zl_volume *v, uint3
 			const char *ninc = nd->info.incarnation;
 
 			if (ninc[0] && rinc[0] && strcmp(ninc, rinc)) {
-				if (st == ZL_MEMBER_IN_SYNC &&
-				    zl_slice_member_count(&d->row, ZL_MEMBER_IN_SYNC) <= 1) {
-					snprintf(key, sizeof(key), "m3/%s/%u/%" PRIu64 "/%d", v->id,
-						 slice, cur->version, i);
-					if (manager_once(m, key))
-						ZL_LOG_WARN(MGR_LOG,
-							    "manager: vol=%s slice=%u member=%s "
-							    "has a new incarnation=%s but is the "
-							    "last in-sync member: the row waits",
-							    v->id, slice, cur->nodes[i], ninc);
+				snprintf(what, sizeof(what), "has a new incarnation=%s", ninc);
+				if (manager_last_in_sync(m, v, slice, d, i, "m3", what))
 					continue;
-				}
 				snprintf(d->row.incarnation[i], sizeof(d->row.incarnation[i]), "%s",
 					 ninc);
 				manager_change_add(d, cur, i, ZL_MEMBER_RECOVERING,
@@ -395,19 +399,8 @@ void manager_decide_nodes(struct zl_manager *m, const struct zl_volume *v, uint3
 				manager_deadline(m, nd->gone_ms + (uint64_t)m->grace_s * 1000);
 				continue;
 			}
-			if (st == ZL_MEMBER_IN_SYNC &&
-			    zl_slice_member_count(&d->row, ZL_MEMBER_IN_SYNC) <= 1) {
-				snprintf(key, sizeof(key), "m1/%s/%u/%" PRIu64 "/%d", v->id, slice,
-					 cur->version, i);
-				if (manager_once(m, key))
-					ZL_LOG_WARN(
-					    MGR_LOG,
-					    "manager: vol=%s slice=%u member=%s node record "
-					    "gone but it is the last in-sync member: the "
-					    "row waits for it",
-					    v->id, slice, cur->nodes[i]);
+			if (manager_last_in_sync(m, v, slice, d, i, "m1", "node record gone"))
 				continue;
-			}
 			manager_change_add(d, cur, i, ZL_MEMBER_OUT,
 					   "M1 node record gone for %" PRIu64 " ms", gone);
 			continue;

@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "storage/storage_ctl.h"
+#include "storage_test_buf.h"
 
 struct env {
 	char dir[512];	/* the data dir */
@@ -165,22 +166,6 @@ static void events_that_fence(void **state)
 }
 
 /* ---- the daemon's side, on a real chunk store ---- */
-
-static void *t_alloc(void *arg, size_t len)
-{
-	void *p = NULL;
-
-	(void)arg;
-	if (posix_memalign(&p, 4096, ZL_ALIGN_UP(len, 4096)))
-		return NULL;
-	return p;
-}
-
-static void t_free(void *arg, void *p)
-{
-	(void)arg;
-	free(p);
-}
 
 struct done {
 	int status, calls;
