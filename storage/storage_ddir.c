@@ -14,10 +14,12 @@
 
 #include "storage_ctl.h"
 
-#define DDIR_CHECK_MS 1000
-#define DDIR_JOURNAL  "journal-0"
-#define DDIR_CHUNKS   "chunks"
-#define DDIR_IDENT    "identity" /* storage_ident.c */
+#define DDIR_CHECK_MS	 1000
+#define DDIR_WRITE_EVERY 10 /* checks: one in so many also writes (below) */
+#define DDIR_PROBE_FILE	 ".zl-ddir-probe"
+#define DDIR_JOURNAL	 "journal-0"
+#define DDIR_CHUNKS	 "chunks"
+#define DDIR_IDENT	 "identity" /* storage_ident.c */
 /* inotify events read per callback: a removed tree sends many. */
 #define DDIR_EVBUF 4096
 
@@ -32,9 +34,12 @@ struct zl_storage_ddir {
 	 * daemon's etcd work, nor the other way round. */
 	struct zl_worker *wk;
 	struct zl_work job;
-	bool job_bad; /* the worker's result, read in done */
+	bool want_write; /* the next check also writes (a write error came) */
+	bool job_write;	 /* the worker's input: also zl_ddir_probe_write */
+	bool job_bad;	 /* the worker's result, read in done */
 	char job_why[256];
 	struct zl_timer t;
+	uint32_t ticks;
 	bool failed;
 };
 
@@ -139,6 +144,32 @@ bool zl_ddir_probe_check(const struct zl_ddir_probe *p, char *why, size_t why_le
 	return false;
 }
 
+bool zl_ddir_probe_write(const struct zl_ddir_probe *p, char *why, size_t why_len)
+{
+	int fd = openat(p->dir_fd, DDIR_PROBE_FILE, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0600);
+	int err = 0;
+
+	if (fd < 0 || write(fd, "z", 1) != 1)
+		err = errno;
+	if (fd >= 0) {
+		close(fd);
+		(void)unlinkat(p->dir_fd, DDIR_PROBE_FILE, 0);
+	}
+	if (err == EROFS) {
+		snprintf(why, why_len,
+			 "data directory %s turned read-only (a write there fails: %s)", p->dir,
+			 strerror(err));
+		return true;
+	}
+	if (err == EIO) {
+		snprintf(why, why_len,
+			 "a write to data directory %s fails (%s): the disk is failing", p->dir,
+			 strerror(err));
+		return true;
+	}
+	return false; /* ENOSPC, EDQUOT, ...: not a lost directory */
+}
+
 bool zl_ddir_event_bad(const char *dir, bool in_chunks, unsigned int mask, const char *name,
 		       char *why, size_t why_len)
 {
@@ -205,7 +236,9 @@ static void ddir_run(struct zl_work *w)
 {
 	struct zl_storage_ddir *d = ZL_CONTAINER_OF(w, struct zl_storage_ddir, job);
 
-	d->job_bad = zl_ddir_probe_check(&d->probe, d->job_why, sizeof(d->job_why));
+	d->job_bad =
+	    zl_ddir_probe_check(&d->probe, d->job_why, sizeof(d->job_why)) ||
+	    (d->job_write && zl_ddir_probe_write(&d->probe, d->job_why, sizeof(d->job_why)));
 }
 
 static void ddir_done(struct zl_work *w)
@@ -231,15 +264,22 @@ static void ddir_done(struct zl_work *w)
 	}
 }
 
-static void ddir_check_now(struct zl_storage_ddir *d)
+/* write: also write a file there (after a write error, and now and then). */
+static void ddir_check_now(struct zl_storage_ddir *d, bool write)
 {
-	if (!d->failed && !d->job.busy)
-		(void)zl_worker_submit(d->wk, &d->job, ddir_run, ddir_done);
+	d->want_write |= write;
+	if (d->failed || d->job.busy)
+		return; /* the next tick takes want_write */
+	d->job_write = d->want_write;
+	d->want_write = false;
+	(void)zl_worker_submit(d->wk, &d->job, ddir_run, ddir_done);
 }
 
 static void ddir_tick(void *arg)
 {
-	ddir_check_now(arg);
+	struct zl_storage_ddir *d = arg;
+
+	ddir_check_now(d, ++d->ticks % DDIR_WRITE_EVERY == 0);
 }
 
 void zl_storage_ddir_io_error(struct zl_storage *st, int err)
@@ -258,7 +298,7 @@ void zl_storage_ddir_io_error(struct zl_storage *st, int err)
 		return;
 	}
 	if (err == -ENOENT || err == -ESTALE || err == -EIO || err == -ZL_ERR_IO)
-		ddir_check_now(d);
+		ddir_check_now(d, true);
 }
 
 bool zl_storage_ddir_failed(const struct zl_storage *st)

@@ -9,7 +9,9 @@
  *   - every second, on a helper thread of its own (stat may block on a sick
  *     disk; lib/common/worker.h): the dir, chunks/ and journal-0 still the
  *     inodes opened at start (st_dev/st_ino; the journal's open fd still
- *     linked), the filesystem not read-only (statvfs ST_RDONLY).
+ *     linked), the filesystem not read-only (statvfs ST_RDONLY); and right
+ *     after a write error, and every DDIR_WRITE_EVERY checks, a small file
+ *     written there (EROFS, EIO).
  * Then the chunk store is fenced (zl_chunk_store_fence: nothing more is
  * acknowledged), the status record says why (disk_error; the manager moves
  * the node's members out and places nothing on it) and requests for slices
@@ -43,6 +45,11 @@ void zl_ddir_probe_close(struct zl_ddir_probe *p);
 /* Blocking: true (and why, one line) when the dir, chunks/ or the journal
  * is no longer what was opened, or the filesystem is read-only. */
 bool zl_ddir_probe_check(const struct zl_ddir_probe *p, char *why, size_t why_len);
+/* Blocking: writes and removes a small file in the dir (no sync): true
+ * (and why) when that fails with EROFS or EIO, what a filesystem turned
+ * read-only after an error (ext4 errors=remount-ro: statvfs does not say
+ * so) or a failing disk answers. */
+bool zl_ddir_probe_write(const struct zl_ddir_probe *p, char *why, size_t why_len);
 /* An inotify event (mask, name: "" for the watched dir itself) on the data
  * dir (in_chunks false) or on chunks/: true and why when it means the
  * data dir is no longer the daemon's. */

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# A data directory that disappears or is replaced under a running daemon
-# stops it acknowledging at once (issue 26 item 2; storage/storage_ddir.c).
+# A data directory that disappears, is replaced or turns read-only under a
+# running daemon stops it acknowledging at once (issue 26 item 2;
+# storage/storage_ddir.c).
 # 3 daemons --heal on, a real manager, a 3-replica volume and a verifying
 # writer (e2e_load: every submission logged before it goes out, every
 # acknowledgement logged after it came back).
@@ -12,12 +13,15 @@
 #     refilled (a new incarnation).
 #  2. Another daemon's data dir is replaced (mv dir dir.old; mkdir dir):
 #     the same.
+#  3. The third daemon, moved onto an ext4 image of its own (loop mount,
+#     errors=remount-ro) and refilled there, sees its filesystem fail
+#     (/sys/fs/ext4/<dev>/trigger_fs_error: read-only from then on, as after
+#     a disk error; statvfs does not say so, writes get EROFS): the same.
+#     Needs root, loop devices and mkfs.ext4 (as csi_e2e does).
 # Oracles: every acknowledged write reads back (e2e_load check) with the
 # replaced daemon still fenced, then after it restarted and was refilled;
 # the heal oracles (only the manager changed rows, zl volume verify, the
 # three replicas identical and allowed by the log).
-# Read-only filesystems are covered by the unit test storage_ddir_test (the
-# probe's statvfs check needs a read-only mount, which needs root).
 # Usage: ddir_e2e.sh BUILD_DIR. KEEP=1 keeps the state dir.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -29,7 +33,23 @@ FENCE_S=2   # rm/mv -> "no longer acknowledging" in the log
 OUT_S=10    # -> every row lists the node out
 SIZE_B=$((64 << 20))
 CHUNK_B=$((1 << 20))
+# Case 3 mounts a filesystem image: root, loop devices and mkfs.ext4, like
+# csi_e2e. Without them this is a failure, not a skip.
+if [ "$(id -u)" != 0 ] || ! command -v mkfs.ext4 >/dev/null || [ ! -e /dev/loop-control ]; then
+	echo "ddir_e2e: FAILED: cannot run: needs root, loop devices and mkfs.ext4 (a read-only filesystem)" >&2
+	exit 1
+fi
 hl_begin e2e-ddir "$1" || fail "cluster or manager did not start"
+RO_MNT=""
+RO_DEV=""
+# ro_cleanup: the daemon on the image stopped, the image unmounted (the
+# loop device goes with it).
+ro_cleanup() {
+	[ -n "$RO_MNT" ] && mountpoint -q "$RO_MNT" || return 0
+	cl_stop "storage-$i3" KILL
+	umount "$RO_MNT" || umount -l "$RO_MNT"
+}
+trap 'ro_cleanup; hl_cleanup' EXIT
 "$ZL" volume create dvol --size 64M --replicas 3 --chunk-size 1M || fail "volume create"
 vid=$(hl_vol_id dvol)
 [ -n "$vid" ] || fail "no volume id in 'zl volume inspect dvol'"
@@ -82,6 +102,7 @@ fence_case() {
 	case $how in
 	rm) rm -rf "$d/data" ;;
 	mv) mv "$d/data" "$d/data.old" && mkdir "$d/data" ;;
+	ro) echo 1 >"/sys/fs/ext4/$RO_DEV/trigger_fs_error" ;;
 	esac
 	for _ in $(seq 1 $((FENCE_S * 20))); do
 		line=$(tail -c +$((off + 1)) "$d/log" | grep -m1 'no longer acknowledging writes' || true)
@@ -150,10 +171,31 @@ v2=$(hl_etcd primary "$vid" 1) || fail "no primary for slice 1"
 [ "$v2" = "$v1" ] && v2=$(hl_etcd rows "$vid" | awk -v n="$v1" 'NR == 1 {for (i = 4; i <= NF; i++) {split($i, a, ":"); if (a[1] != n) {print a[1]; exit}}}')
 fence_case "${v2#node-}" mv
 check_acked mv 28
+restart_fresh "${v2#node-}"
+
+# 3. The third daemon on an ext4 image of its own (loop mount, errors=
+# remount-ro), refilled there; the filesystem then fails (ext4's
+# trigger_fs_error: read-only from then on, as after a disk error).
+v3=$(hl_etcd rows "$vid" | awk -v a="$v1" -v b="$v2" 'NR == 1 {for (i = 4; i <= NF; i++) {split($i, x, ":"); if (x[1] != a && x[1] != b) {print x[1]; exit}}}')
+[ -n "$v3" ] || fail "no third node in row 0"
+i3=${v3#node-}
+RO_MNT=$CL_DIR/storage-$i3/data
+cl_stop "storage-$i3"
+rm -rf "$RO_MNT" && mkdir "$RO_MNT" || fail "cannot empty $RO_MNT"
+truncate -s 512M "$CL_DIR/ro.img" && mkfs.ext4 -q -F "$CL_DIR/ro.img" ||
+	fail "cannot make an ext4 image (mkfs.ext4)"
+mount -o loop,errors=remount-ro "$CL_DIR/ro.img" "$RO_MNT" || fail "cannot loop-mount $CL_DIR/ro.img"
+RO_DEV=$(basename "$(findmnt -n -o SOURCE "$RO_MNT")")
+[ -w "/sys/fs/ext4/$RO_DEV/trigger_fs_error" ] || fail "no /sys/fs/ext4/$RO_DEV/trigger_fs_error"
+cl_start_storage "$i3"
+cl_wait_in_sync "$vid" --all 3 90 >/dev/null || fail "$v3 not refilled on its ext4 image within 90 s"
+fence_case "$i3" ro
+check_acked ro 29
 wait_acks 300 60
 stop_load
 echo "FIGURE: ddir: $(acks) writes acknowledged in all, $(grep -c '^F ' "$LOG") failed"
-restart_fresh "${v2#node-}"
+ro_cleanup
+restart_fresh "$i3"
 "$CL_BIN/e2e_load" check --etcd "$CL_ETCD" --volume dvol --log "$LOG" --exact \
 	>"$CL_DIR/check-end.out" 2>"$CL_DIR/check-end.err" ||
 	check_fail "end: a new client does not read back exactly the acknowledged writes: $(grep '^CHECK' "$CL_DIR/check-end.out")"

@@ -110,6 +110,12 @@ static void probe_sees_removal_and_replacement(void **state)
 	assert_non_null(strstr(why, e->dir));
 	zl_ddir_probe_close(&p);
 
+	/* A healthy dir takes the write probe and keeps no file of it. */
+	assert_int_equal(zl_ddir_probe_open(e->dir, &p), 0);
+	assert_false(zl_ddir_probe_write(&p, why, sizeof(why)));
+	sh("test -z \"$(ls -A '%s' | grep -v '^chunks$\\|^journal-0$')\"", e->dir);
+	zl_ddir_probe_close(&p);
+
 	/* The dir removed. */
 	assert_int_equal(zl_ddir_probe_open(e->dir, &p), 0);
 	sh("rm -rf '%s'", e->dir);
