@@ -1946,7 +1946,9 @@ static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vo
 	if (kind == OP_READ)
 		store_check_gone(s, vol, idx);
 	rc = chunk_get(s, vol, idx, cs, kind == OP_WRITE, &c);
-	if (rc && rc != -ENOENT)
+	/* ENOENT: no file, fine to read (zeros) or zero; a write that could
+	 * not create its file (chunks/ gone) is an error, never a success. */
+	if (rc && (rc != -ENOENT || kind == OP_WRITE))
 		return rc == -ENOSPC ? -ZL_ERR_NOSPC : rc;
 	if (!c && bad)
 		return -ZL_ERR_NOT_FOUND;

@@ -282,6 +282,29 @@ static void journal_unlinked_fences(void **state)
 	daemon_close(e);
 }
 
+/* Without the watch: a write whose chunk file cannot be created because
+ * chunks/ is gone fails (it once completed as a success, written nowhere). */
+static void write_without_chunks_dir_fails(void **state)
+{
+	struct env *e = *state;
+	struct zl_chunk_store_opts o = {.data_dir = e->dir,
+					.buf_alloc = t_alloc,
+					.buf_free = t_free,
+					.journal = true,
+					.journal_size = ZL_CHUNK_JOURNAL_MIN};
+	struct done d;
+
+	memset(&e->st, 0, sizeof(e->st));
+	assert_int_equal(zl_loop_create(&e->st.loop), 0);
+	o.loop = e->st.loop;
+	assert_int_equal(zl_chunk_store_create(&o, &e->st.chunks), 0);
+	sh("rm -rf '%s/chunks'", e->dir);
+	assert_int_equal(write_one(e, &d), -ENOENT);
+	assert_int_equal(d.calls, 0);
+	zl_chunk_store_destroy(e->st.chunks);
+	zl_loop_destroy(e->st.loop);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -289,6 +312,7 @@ int main(void)
 	    cmocka_unit_test(events_that_fence),
 	    cmocka_unit_test_setup_teardown(erofs_fences_at_once, setup, teardown),
 	    cmocka_unit_test_setup_teardown(journal_unlinked_fences, setup, teardown),
+	    cmocka_unit_test_setup_teardown(write_without_chunks_dir_fails, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
