@@ -3104,7 +3104,9 @@ void zl_chunk_store_drain(struct zl_chunk_store *s)
 	 * for every one. */
 	while (s->st.meta_rounds != s->st.meta_rounds_done && zl_now_ms() < deadline)
 		zl_loop_run_once(s->loop, 100);
-	if (!s->ops.in_use)
+	/* Fenced: its checkpoints would write to a dir that is gone or
+	 * read-only, retried until the deadline; nothing there is kept. */
+	if (!s->ops.in_use && !s->fence_err)
 		store_journal_drain(s, deadline);
 }
 
@@ -3133,7 +3135,7 @@ void zl_chunk_store_destroy(struct zl_chunk_store *s)
 			ZL_LOG_WARN("storage",
 				    "closing the chunk store with %" PRIu64 " metadata rounds in flight",
 				    s->st.meta_rounds - s->st.meta_rounds_done);
-		if (!s->ops.in_use)
+		if (!s->ops.in_use && !s->fence_err)
 			store_journal_drain(s, deadline);
 		if (s->jmode) {
 			zl_timer_stop(s->loop, &s->ckpt_t);
@@ -3167,7 +3169,7 @@ void zl_chunk_store_destroy(struct zl_chunk_store *s)
 		}
 	}
 	/* Dirty chunks hold a reference; the table above freed them. */
-	quiet = quiet && (!s->jw || (!s->n_jdirty && !zl_jw_busy(s->jw)));
+	quiet = quiet && !s->fence_err && (!s->jw || (!s->n_jdirty && !zl_jw_busy(s->jw)));
 	zl_jw_close(s->jw);
 	if (quiet)
 		store_clean_put(s); /* after the files are closed */

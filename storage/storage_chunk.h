@@ -144,7 +144,8 @@ void zl_chunk_store_stats(const struct zl_chunk_store *s, struct zl_chunk_store_
  * flush fails with -ZL_ERR_IO, at submission or, for those in flight, at
  * completion (none is acknowledged), and the journal takes nothing more.
  * Logs one error naming why (e.g. "data directory /x was removed while
- * running"). Final: only a restart undoes it. Accepts NULL; a second call
+ * running"). Final: only a restart undoes it; drain and destroy then leave
+ * the journal as it is (no checkpoint, no CLEAN marker). Accepts NULL; a second call
  * does nothing. */
 void zl_chunk_store_fence(struct zl_chunk_store *s, const char *why);
 bool zl_chunk_store_fenced(const struct zl_chunk_store *s);
