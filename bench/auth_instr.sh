@@ -4,8 +4,9 @@
 # a 1-replica volume, `zl bench` QD16 for INSTR_SECONDS (default 8) s.
 #   bench/auth_instr.sh storage|client off|on [randwrite|randread]
 # storage: the daemon runs under callgrind, instrumented only during the job;
-# client: `zl bench` runs under callgrind (the whole process: its start-up,
-# etcd reads and HELLO included, amortized over the job's I/Os).
+# client: `zl bench` runs under callgrind, counted inside its job loop only
+# (bench_run: from the first I/O to the last completion; start-up, etcd
+# reads, HELLO and teardown are not per-I/O work).
 set -uo pipefail
 side=${1:?storage|client}; mode=${2:?off|on}; RW=${3:-randwrite}
 SRC=$(cd "$(dirname "$0")/.." && pwd); BUILD=${BUILD:-$SRC/build}
@@ -41,7 +42,7 @@ CL_AUTH=$mode cl_start_storage 1
 cl_wait_nodes 1 || exit 1
 $CL_BIN/zl volume create b --size 256M --replicas 1 >/dev/null || exit 1
 $CL_BIN/zl bench b --rw write --bs 1M --qd 4 --seconds 3 --size 32M --json >/dev/null
-out=$(valgrind --tool=callgrind --callgrind-out-file=$CL_DIR/cgc.out $CL_BIN/zl bench b --rw $RW --bs 4k --qd 16 --seconds "$SECS" --size 32M --json 2>/dev/null)
+out=$(valgrind --tool=callgrind --callgrind-out-file=$CL_DIR/cgc.out --toggle-collect=bench_run $CL_BIN/zl bench b --rw $RW --bs 4k --qd 16 --seconds "$SECS" --size 32M --json 2>/dev/null)
 ios=$(sed -n 's/.*"ios":\([0-9]*\).*/\1/p' <<<"$out")
 ir=$(grep -h '^summary:\|^totals:' $CL_DIR/cgc.out | head -1 | awk '{print $2}')
 echo "client rw=$RW auth=$mode ios=$ios Ir=$ir Ir_per_io=$((ir / ios))"

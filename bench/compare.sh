@@ -322,7 +322,7 @@ if ins:
 ### Callgrind instructions per 4 KiB I/O (bench/auth_instr.sh, QD16)
 
 storage: one daemon, 1-replica volume, instrumented during the job only;
-client: the whole `zl bench` process (start-up, etcd reads, HELLO included).
+client: `zl bench`'s job loop only (bench_run: start-up, etcd reads, HELLO and teardown excluded).
 """)
     print("| side | job | I/Os | instructions | per I/O |")
     print("|---|---|---|---|---|")

@@ -119,6 +119,13 @@ struct chunk_op {
 	struct zl_journal_entry jent[OP_JENT_MAX];
 	uint32_t jcrc_small[OP_JCRC_SMALL];
 	uint32_t *jcrc; /* WRITE: b1 - b0 CRCs; ZERO: head, tail */
+	/* WRITE: the CRCs its blocks get (jcrc, or crcs_in) */
+	const uint32_t *jset;
+	/* zl_chunk_write_crcs: the CRC32Cs of the data's whole blocks, as the
+	 * caller verified them (used when the data is block-aligned: no second
+	 * pass). zl_chunk_read_crcs: where the read blocks' CRCs go. */
+	const uint32_t *crcs_in;
+	uint32_t *crcs_out;
 	bool jcrc_own;	/* jcrc is a pool buffer */
 	bool jinplace;	/* WRITE: in place after its record (RWF_DSYNC) */
 	uint64_t jseq;	/* the record that holds it (0: none) */
@@ -1158,11 +1165,24 @@ out_free:
 
 /* ---- metadata: verification and group commit ---- */
 
+static int chunk_verify_crc(struct zl_chunk_store *s, struct chunk *c, uint32_t b, const uint8_t *p,
+			    uint32_t *crc_out);
+
 static int chunk_verify(struct zl_chunk_store *s, struct chunk *c, uint32_t b, const uint8_t *p)
+{
+	return chunk_verify_crc(s, c, b, p, NULL);
+}
+
+/* Verifies block b's data p against its CRC (or the previous one, see
+ * below); *crc_out (optional) gets the data's CRC32C. */
+static int chunk_verify_crc(struct zl_chunk_store *s, struct chunk *c, uint32_t b, const uint8_t *p,
+			    uint32_t *crc_out)
 {
 	char vid[ZL_VOL_ID_LEN + 1];
 	uint32_t want = c->crc[b], prev = c->prev[b], got = zl_crc32c(p, BLK);
 
+	if (crc_out)
+		*crc_out = got;
 	if (got == want || (want == 0 && block_is_zero(p)))
 		return 0;
 	if (got == prev || (prev == 0 && block_is_zero(p))) {
@@ -1549,7 +1569,7 @@ static void op_journal_done(struct zl_jw_item *it, int err)
 	op->jseq = it->seq;
 	if (op->kind == OP_WRITE) {
 		for (uint32_t b = op->b0; b < op->b1; b++)
-			chunk_set_crc(c, b, op->jcrc[b - op->b0], op->version);
+			chunk_set_crc(c, b, op->jset[b - op->b0], op->version);
 	} else {
 		struct zero_geo g;
 
@@ -1619,20 +1639,25 @@ static void op_journal(struct chunk_op *op)
 
 		if (op->own_buf)
 			memcpy(op->buf + (op->off - op->b0 * BLK), op->data, op->len);
-		op->jcrc = op->jcrc_small;
-		if (nb > OP_JCRC_SMALL) {
-			op->jcrc = s->buf_alloc(s->buf_arg, ZL_ALIGN_UP(nb * sizeof(uint32_t), BLK));
-			if (!op->jcrc) {
-				op_fail_later(op, -ZL_ERR_BUSY);
-				return;
+		op->jset = op->own_buf ? NULL : op->crcs_in;
+		if (!op->jset) {
+			op->jcrc = op->jcrc_small;
+			if (nb > OP_JCRC_SMALL) {
+				op->jcrc = s->buf_alloc(s->buf_arg,
+							ZL_ALIGN_UP(nb * sizeof(uint32_t), BLK));
+				if (!op->jcrc) {
+					op_fail_later(op, -ZL_ERR_BUSY);
+					return;
+				}
+				op->jcrc_own = true;
 			}
-			op->jcrc_own = true;
+			for (uint32_t i = 0; i < nb; i++)
+				op->jcrc[i] = zl_crc32c(op->buf + (size_t)i * BLK, BLK);
+			op->jset = op->jcrc;
 		}
-		for (uint32_t i = 0; i < nb; i++)
-			op->jcrc[i] = zl_crc32c(op->buf + (size_t)i * BLK, BLK);
 		op->jinplace = nb * BLK >= STORE_INPLACE_MIN;
 		op_jent(op, &n, op->jinplace ? ZL_JOURNAL_ENT_INPLACE : ZL_JOURNAL_ENT_INLINE, op->b0,
-			nb, op->jcrc, op->jinplace ? NULL : op->buf);
+			nb, op->jset, op->jinplace ? NULL : op->buf);
 	} else {
 		uint32_t e0 = op->off, e1 = op->off + op->len, per = ZL_JOURNAL_IO_MAX / BLK;
 		struct zero_geo g;
@@ -1675,7 +1700,10 @@ static void op_commit_prepare(struct chunk_op *op)
 		if (op->own_buf)
 			memcpy(op->buf + (op->off - op->b0 * BLK), op->data, op->len);
 		for (uint32_t b = op->b0; b < op->b1; b++)
-			chunk_set_crc(c, b, zl_crc32c(op->buf + (size_t)(b - op->b0) * BLK, BLK),
+			chunk_set_crc(c, b,
+				      op->crcs_in && !op->own_buf
+					  ? op->crcs_in[b - op->b0]
+					  : zl_crc32c(op->buf + (size_t)(b - op->b0) * BLK, BLK),
 				      op->version);
 	} else {
 		uint32_t e0 = op->off, e1 = op->off + op->len;
@@ -1804,7 +1832,8 @@ static void op_stage_done(struct chunk_op *op)
 				(*op->bad)++;
 	} else if (op->kind == OP_READ) {
 		for (uint32_t b = op->b0; b < op->b1 && !op->err; b++)
-			op->err = chunk_verify(s, c, b, op->buf + (size_t)(b - op->b0) * BLK);
+			op->err = chunk_verify_crc(s, c, b, op->buf + (size_t)(b - op->b0) * BLK,
+						   op->crcs_out ? &op->crcs_out[b - op->b0] : NULL);
 	} else if (op->kind == OP_ZERO && op->stage == OP_ST_SYNC) {
 		s->st.zero_syncs++;
 	} else if (op->kind == OP_ZERO) {
@@ -1929,7 +1958,8 @@ static int store_missing(struct zl_chunk_store *s, uint64_t vol, uint64_t idx, u
 
 static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vol, uint64_t idx,
 			uint32_t cs, uint32_t off, uint32_t len, const void *data, void *buf,
-			uint32_t *bad, uint64_t version, zl_chunk_cb cb, void *arg)
+			uint32_t *bad, const uint32_t *crcs_in, uint32_t *crcs_out, uint64_t version,
+			zl_chunk_cb cb, void *arg)
 {
 	struct chunk_op *op;
 	struct chunk *c = NULL;
@@ -1977,6 +2007,8 @@ static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vo
 	op->data = data;
 	op->version = version;
 	op->bad = bad;
+	op->crcs_in = crcs_in;
+	op->crcs_out = crcs_out;
 	op->cb = cb;
 	op->arg = arg;
 	op->ch = c;
@@ -1984,6 +2016,12 @@ static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vo
 		/* Absent replica: reads see zeros, zeroing has nothing to do. */
 		if (kind == OP_READ)
 			memset(buf, 0, span);
+		if (kind == OP_READ && crcs_out) {
+			uint32_t zc = zl_crc32c(buf, BLK);
+
+			for (uint32_t i = 0; i < span / BLK; i++)
+				crcs_out[i] = zc;
+		}
 		op_fail_later(op, 0);
 		return 0;
 	}
@@ -2025,22 +2063,37 @@ int zl_chunk_write(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint3
 		   uint32_t off, uint32_t len, const void *data, uint64_t version, zl_chunk_cb cb,
 		   void *arg)
 {
-	return store_submit(s, OP_WRITE, vol, chunk, chunk_size, off, len, data, NULL, NULL, version,
-			    cb, arg);
+	return zl_chunk_write_crcs(s, vol, chunk, chunk_size, off, len, data, NULL, version, cb,
+				   arg);
+}
+
+int zl_chunk_write_crcs(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
+			uint32_t off, uint32_t len, const void *data, const uint32_t *crcs,
+			uint64_t version, zl_chunk_cb cb, void *arg)
+{
+	return store_submit(s, OP_WRITE, vol, chunk, chunk_size, off, len, data, NULL, NULL,
+			    off % BLK || len % BLK ? NULL : crcs, NULL, version, cb, arg);
 }
 
 int zl_chunk_zero(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
 		  uint32_t off, uint32_t len, uint64_t version, zl_chunk_cb cb, void *arg)
 {
-	return store_submit(s, OP_ZERO, vol, chunk, chunk_size, off, len, NULL, NULL, NULL, version,
-			    cb, arg);
+	return store_submit(s, OP_ZERO, vol, chunk, chunk_size, off, len, NULL, NULL, NULL, NULL, NULL,
+			    version, cb, arg);
 }
 
 int zl_chunk_read(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
 		  uint32_t off, uint32_t len, void *buf, zl_chunk_cb cb, void *arg)
 {
-	return store_submit(s, OP_READ, vol, chunk, chunk_size, off, len, NULL, buf, NULL, 0, cb,
-			    arg);
+	return zl_chunk_read_crcs(s, vol, chunk, chunk_size, off, len, buf, NULL, cb, arg);
+}
+
+int zl_chunk_read_crcs(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
+		       uint32_t off, uint32_t len, void *buf, uint32_t *crcs, zl_chunk_cb cb,
+		       void *arg)
+{
+	return store_submit(s, OP_READ, vol, chunk, chunk_size, off, len, NULL, buf, NULL, NULL,
+			    off % BLK || len % BLK ? NULL : crcs, 0, cb, arg);
 }
 
 int zl_chunk_scrub_read(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
@@ -2049,8 +2102,8 @@ int zl_chunk_scrub_read(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, 
 {
 	if (!bad)
 		return -ZL_ERR_INVAL;
-	return store_submit(s, OP_READ, vol, chunk, chunk_size, off, len, NULL, buf, bad, 0, cb,
-			    arg);
+	return store_submit(s, OP_READ, vol, chunk, chunk_size, off, len, NULL, buf, bad, NULL, NULL, 0,
+			    cb, arg);
 }
 
 /* The open chunk's file is not the one at its path any more (unlinked or

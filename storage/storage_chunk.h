@@ -190,6 +190,13 @@ static inline uint32_t zl_chunk_read_span(uint32_t off, uint32_t len)
 int zl_chunk_write(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
 		   uint32_t off, uint32_t len, const void *data, uint64_t version, zl_chunk_cb cb,
 		   void *arg);
+/* zl_chunk_write of data whose whole blocks' CRC32Cs the caller verified
+ * (crcs[0 .. len / 4096), e.g. from zl_xport_fetch_crcs): the store keeps
+ * them instead of computing them again, when off and len are whole blocks
+ * (crcs is ignored otherwise). crcs stays valid until cb. */
+int zl_chunk_write_crcs(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
+			uint32_t off, uint32_t len, const void *data, const uint32_t *crcs,
+			uint64_t version, zl_chunk_cb cb, void *arg);
 
 /* Zeroes [off, off+len): whole blocks are punched out (sparse again, CRC
  * entries 0), partial edge blocks rewritten with zeros; cb runs after the
@@ -217,6 +224,13 @@ int zl_chunk_version(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uin
  * zl_chunk_write. */
 int zl_chunk_read(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
 		  uint32_t off, uint32_t len, void *buf, zl_chunk_cb cb, void *arg);
+/* zl_chunk_read that also leaves the CRC32C of every block read in
+ * crcs[0 .. len / 4096) (checked against the stored ones on the way: no
+ * second pass) when off and len are whole blocks; crcs is ignored otherwise.
+ * A reply can carry the data's CRC joined from them (zl_xport_reply_crcs). */
+int zl_chunk_read_crcs(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
+		       uint32_t off, uint32_t len, void *buf, uint32_t *crcs, zl_chunk_cb cb,
+		       void *arg);
 
 /* ---- scrub (storage_scrub.c) ----
  *

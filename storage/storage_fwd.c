@@ -168,15 +168,33 @@ static int fwd_connect(struct zl_storage_fwd *p, struct fwd_node *pe)
 	return 0;
 }
 
+static int fwd_request(struct zl_storage_fwd *p, const char *node_id, struct zl_wire_hdr *hdr,
+		       const void *out, uint32_t out_len, const uint32_t *out_crcs, void *in,
+		       uint32_t in_cap, zl_xport_reply_cb cb, void *arg);
+
 int zl_storage_fwd_send(struct zl_storage_fwd *p, const char *node_id, struct zl_wire_hdr *hdr,
 			 const void *out, uint32_t out_len, zl_xport_reply_cb cb, void *arg)
 {
-	return zl_storage_fwd_request(p, node_id, hdr, out, out_len, NULL, 0, cb, arg);
+	return fwd_request(p, node_id, hdr, out, out_len, NULL, NULL, 0, cb, arg);
+}
+
+int zl_storage_fwd_send_crcs(struct zl_storage_fwd *p, const char *node_id,
+			      struct zl_wire_hdr *hdr, const void *out, uint32_t out_len,
+			      const uint32_t *out_crcs, zl_xport_reply_cb cb, void *arg)
+{
+	return fwd_request(p, node_id, hdr, out, out_len, out_crcs, NULL, 0, cb, arg);
 }
 
 int zl_storage_fwd_request(struct zl_storage_fwd *p, const char *node_id,
 			    struct zl_wire_hdr *hdr, const void *out, uint32_t out_len, void *in,
 			    uint32_t in_cap, zl_xport_reply_cb cb, void *arg)
+{
+	return fwd_request(p, node_id, hdr, out, out_len, NULL, in, in_cap, cb, arg);
+}
+
+static int fwd_request(struct zl_storage_fwd *p, const char *node_id, struct zl_wire_hdr *hdr,
+		       const void *out, uint32_t out_len, const uint32_t *out_crcs, void *in,
+		       uint32_t in_cap, zl_xport_reply_cb cb, void *arg)
 {
 	struct fwd_node *pe;
 	int rc;
@@ -200,7 +218,7 @@ int zl_storage_fwd_request(struct zl_storage_fwd *p, const char *node_id,
 		if (rc)
 			return rc;
 	}
-	rc = zl_xport_request(pe->conn, hdr, out, out_len, in, in_cap, cb, arg);
+	rc = zl_xport_request_crcs(pe->conn, hdr, out, out_len, out_crcs, in, in_cap, cb, arg);
 	if (rc == -ZL_ERR_CONN)
 		fwd_drop_conn(pe);
 	return rc;

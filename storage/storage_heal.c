@@ -63,8 +63,11 @@
 #define HEAL_VERS_SCAN 1024	/* chunks one CHUNK_VERSIONS request looks at */
 #define HEAL_REPORTS 64		/* failure reports queued for the worker at once */
 
+/* Sequences of (volume, slice), hashed: looked up on every client write. */
+#define HEAL_SEQ_BUCKETS 1024u
+
 struct heal_seq {
-	struct heal_seq *next;
+	struct heal_seq *next; /* hash chain */
 	uint64_t vol;
 	uint32_t slice;
 	uint32_t term;
@@ -137,7 +140,7 @@ struct heal_member {
 
 struct zl_storage_heal {
 	struct zl_storage *st;
-	struct heal_seq *seqs;
+	struct heal_seq *seqs[HEAL_SEQ_BUCKETS];
 	struct heal_member *members;
 	uint64_t *vols; /* volumes this node serves (recovery looks at them) */
 	size_t n_vols, cap_vols;
@@ -272,20 +275,33 @@ static void member_forget(struct heal_member *m)
 
 /* ---- versions (S2) ---- */
 
-static struct heal_seq *seq_get(struct zl_storage_heal *h, uint64_t vol, uint32_t slice)
+static struct heal_seq **seq_bucket(struct zl_storage_heal *h, uint64_t vol, uint32_t slice)
 {
-	struct heal_seq *q;
+	return &h->seqs[zl_hash64(vol ^ (uint64_t)slice << 40) % HEAL_SEQ_BUCKETS];
+}
 
-	for (q = h->seqs; q; q = q->next)
+static struct heal_seq *seq_find(struct zl_storage_heal *h, uint64_t vol, uint32_t slice)
+{
+	for (struct heal_seq *q = *seq_bucket(h, vol, slice); q; q = q->next)
 		if (q->vol == vol && q->slice == slice)
 			return q;
+	return NULL;
+}
+
+static struct heal_seq *seq_get(struct zl_storage_heal *h, uint64_t vol, uint32_t slice)
+{
+	struct heal_seq **b, *q = seq_find(h, vol, slice);
+
+	if (q)
+		return q;
 	q = calloc(1, sizeof(*q));
 	if (!q)
 		return NULL;
 	q->vol = vol;
 	q->slice = slice;
-	q->next = h->seqs;
-	h->seqs = q;
+	b = seq_bucket(h, vol, slice);
+	q->next = *b;
+	*b = q;
 	return q;
 }
 
@@ -391,10 +407,9 @@ int zl_storage_heal_plan(struct zl_storage *st, const struct zl_volume *v, uint3
 /* Whether a client write of local chunk li of the slice is on its way. */
 static bool slice_chunk_busy(struct zl_storage_heal *h, uint64_t vol, uint32_t slice, uint64_t li)
 {
-	for (struct heal_seq *q = h->seqs; q; q = q->next)
-		if (q->vol == vol && q->slice == slice)
-			return q->busy && li < q->n_busy && q->busy[li];
-	return false;
+	struct heal_seq *q = seq_find(h, vol, slice);
+
+	return q && q->busy && li < q->n_busy && q->busy[li];
 }
 
 void zl_storage_heal_fwd_failed(struct zl_storage *st, const struct zl_volume *v,
@@ -1109,12 +1124,14 @@ void zl_storage_heal_destroy(struct zl_storage *st)
 		zl_etcd_lease_revoke(st->wetcd, h->lease);
 	while (h->members)
 		member_remove(h, h->members);
-	while (h->seqs) {
-		struct heal_seq *q = h->seqs;
+	for (uint32_t i = 0; i < HEAL_SEQ_BUCKETS; i++) {
+		while (h->seqs[i]) {
+			struct heal_seq *q = h->seqs[i];
 
-		h->seqs = q->next;
-		free(q->busy);
-		free(q);
+			h->seqs[i] = q->next;
+			free(q->busy);
+			free(q);
+		}
 	}
 	free(h->vols);
 	free(h->scan_vols);

@@ -126,6 +126,12 @@ void zl_storage_fwd_destroy(struct zl_storage_fwd *p);
  * -ZL_ERR_BUSY / -ZL_ERR_NOT_FOUND (node not registered) with no callback. */
 int zl_storage_fwd_send(struct zl_storage_fwd *p, const char *node_id, struct zl_wire_hdr *hdr,
 			 const void *out, uint32_t out_len, zl_xport_reply_cb cb, void *arg);
+/* zl_storage_fwd_send of whole 4 KiB pieces whose CRC32Cs are out_crcs (as
+ * they were verified on arrival): no second pass over the data
+ * (zl_xport_request_crcs). */
+int zl_storage_fwd_send_crcs(struct zl_storage_fwd *p, const char *node_id,
+			      struct zl_wire_hdr *hdr, const void *out, uint32_t out_len,
+			      const uint32_t *out_crcs, zl_xport_reply_cb cb, void *arg);
 /* zl_storage_fwd_send with a buffer for the reply's payload (in_cap bytes,
  * valid until cb). Returns as zl_storage_fwd_send. */
 int zl_storage_fwd_request(struct zl_storage_fwd *p, const char *node_id,

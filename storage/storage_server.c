@@ -48,6 +48,8 @@
  * connection carries at most 256 requests: more is a primary gone wrong). */
 #define ORD_BUCKETS   1024u
 #define ORD_CHUNK_MAX 256u
+/* Block CRCs kept inside a request (64 KiB of data); more take a pool buffer. */
+#define SRV_CRCS_SMALL 16u
 
 /* Order state of a REPL_WRITE on a backup. */
 enum srv_ord {
@@ -105,8 +107,30 @@ struct storage_req {
 	uint8_t ord;			       /* enum srv_ord */
 	uint8_t n_bk;
 	struct storage_bk bk[ZL_MAX_REPLICAS - 1];
+	/* The CRC32C of each 4 KiB block of buf (a block-aligned WRITE,
+	 * REPL_WRITE or READ): computed once, when the payload arrives or the
+	 * blocks are verified, then kept by the chunk store, carried by the
+	 * forwards and the reply (srv_crcs). crcs_small or a pool buffer. */
+	uint32_t *crcs;
 	uint8_t small[ZL_WIRE_HELLO_SIZE];
+	uint32_t crcs_small[SRV_CRCS_SMALL];
 };
+
+/* Room for the block CRCs of r's data (offset, length), or NULL when they
+ * are not whole blocks (or no buffer is free: the CRCs are then computed
+ * where needed, as before). */
+static uint32_t *srv_crcs(struct storage_req *r, uint64_t off, uint32_t len)
+{
+	uint32_t n = len / ZL_BLOCK_SIZE;
+
+	if (!len || off % ZL_BLOCK_SIZE || len % ZL_BLOCK_SIZE)
+		return NULL;
+	if (n <= SRV_CRCS_SMALL)
+		r->crcs = r->crcs_small;
+	else
+		r->crcs = zl_xport_buf_alloc(r->st->xport, ZL_ALIGN_UP(n * 4u, ZL_BLOCK_SIZE));
+	return r->crcs;
+}
 
 /* ---- contexts ---- */
 
@@ -150,6 +174,8 @@ static void req_free(struct storage_req *r)
 	srv_unplan(r);
 	if (r->buf)
 		zl_xport_buf_free(st->xport, r->buf);
+	if (r->crcs && r->crcs != r->crcs_small)
+		zl_xport_buf_free(st->xport, r->crcs);
 	zl_xport_conn_put(r->conn);
 	zl_slab_free(&st->reqs, r);
 	st->inflight--;
@@ -397,13 +423,13 @@ static void srv_write_finish(struct storage_req *r)
 		srv_heal_finish(r);
 		return;
 	}
-	zl_vol_id_format(r->req.vol_id, vid);
 	for (uint8_t i = 0; i < r->n_bk; i++) {
 		struct zl_volume fresh;
 		int rc;
 
 		if (!r->bk[i].status)
 			continue;
+		zl_vol_id_format(r->req.vol_id, vid); /* failures only: not per write */
 		memset(&fresh, 0, sizeof(fresh));
 		/* ver: the row version after the drops so far (a second failed
 		 * backup is dropped from the row the first drop wrote). */
@@ -526,10 +552,10 @@ static void srv_heal_finish(struct storage_req *r)
 	char vid[ZL_VOL_ID_LEN + 1];
 	struct zl_storage_vol *sv;
 
-	zl_vol_id_format(r->req.vol_id, vid);
 	for (uint8_t i = 0; i < r->n_bk; i++) {
 		if (!r->bk[i].status)
 			continue;
+		zl_vol_id_format(r->req.vol_id, vid); /* failures only: not per write */
 		if (!zl_storage_vol_lookup(st->vols, r->req.vol_id, &sv) && r->slice < sv->v.n_slices)
 			zl_storage_heal_fwd_failed(st, &sv->v, r->slice, r->bk[i].node,
 						   r->req.chunk);
@@ -834,8 +860,8 @@ static void srv_exec_io(struct storage_req *r)
 		return;
 	}
 	if (r->op == ZL_OP_WRITE)
-		rc = zl_chunk_write(st->chunks, h->vol_id, h->chunk, r->chunk_size, h->offset,
-				    h->length, r->buf, r->dver, srv_local_done, r);
+		rc = zl_chunk_write_crcs(st->chunks, h->vol_id, h->chunk, r->chunk_size, h->offset,
+					 h->length, r->buf, r->crcs, r->dver, srv_local_done, r);
 	else
 		rc = zl_chunk_zero(st->chunks, h->vol_id, h->chunk, r->chunk_size, h->offset,
 				   h->length, r->dver, srv_local_done, r);
@@ -864,8 +890,9 @@ static void srv_exec_io(struct storage_req *r)
 			bk->hdr.subop = r->op;
 			bk->hdr.aux = bk->dver;
 		}
-		rc = zl_storage_fwd_send(st->fwd, bk->node, &bk->hdr, r->buf,
-					  r->op == ZL_OP_WRITE ? h->length : 0, srv_bk_done, bk);
+		rc = zl_storage_fwd_send_crcs(st->fwd, bk->node, &bk->hdr, r->buf,
+					       r->op == ZL_OP_WRITE ? h->length : 0, r->crcs,
+					       srv_bk_done, bk);
 		if (rc)
 			bk->status = rc;
 		else
@@ -931,8 +958,8 @@ static void srv_read_done(void *arg, int status)
 	rep.slice_ver = r->seen_ver;
 	rep.aux = r->dver; /* ZL_WF_ANY: the copy's chunk version, else 0 */
 	rep.payload_len = r->req.length;
-	if (zl_xport_reply(r->conn, &rep, r->buf + r->req.offset % ZL_BLOCK_SIZE, r->req.length,
-			   req_sent_cb, r))
+	if (zl_xport_reply_crcs(r->conn, &rep, r->buf + r->req.offset % ZL_BLOCK_SIZE,
+				r->req.length, r->crcs, req_sent_cb, r))
 		req_free(r);
 }
 
@@ -958,8 +985,9 @@ static void srv_read_start(struct storage_req *r)
 	r->buf =
 	    rc ? NULL : zl_xport_buf_alloc(st->xport, zl_chunk_read_span(h->offset, h->length));
 	if (!rc)
-		rc = r->buf ? zl_chunk_read(st->chunks, h->vol_id, h->chunk, r->chunk_size,
-					    h->offset, h->length, r->buf, srv_read_done, r)
+		rc = r->buf ? zl_chunk_read_crcs(st->chunks, h->vol_id, h->chunk, r->chunk_size,
+						 h->offset, h->length, r->buf,
+						 srv_crcs(r, h->offset, h->length), srv_read_done, r)
 			    : -ENOMEM;
 	if (rc)
 		req_reply_free(r, rc == -ENOMEM ? -ZL_ERR_BUSY : rc, r->seen_ver);
@@ -1201,7 +1229,8 @@ static void srv_data(struct zl_storage *st, struct zl_xport_conn *c, const struc
 		req_reply_free(r, -ZL_ERR_BUSY, ver);
 		return;
 	}
-	rc = zl_xport_fetch(p, r->buf, h->length, srv_fetch_done, r);
+	rc = zl_xport_fetch_crcs(p, r->buf, h->length, srv_crcs(r, h->offset, h->length),
+				 srv_fetch_done, r);
 	if (rc)
 		req_free(r);
 	return;

@@ -22,6 +22,13 @@
  * zl_crc32c_update(0, ...) == zl_crc32c(...); chains over pieces. ISA-L backed. */
 uint32_t zl_crc32c(const void *buf, size_t len);
 uint32_t zl_crc32c_update(uint32_t crc, const void *buf, size_t len);
+/* CRC once per byte (DAOS-style): n 4 KiB pieces of buf, crcs[i] = the CRC32C
+ * of piece i; returns the CRC32C of all n * 4096 bytes, joined from the
+ * pieces' CRCs without a second pass. */
+uint32_t zl_crc32c_4k_pieces(const void *buf, size_t n, uint32_t *crcs);
+/* The CRC32C of n 4 KiB pieces whose CRCs are crcs[0..n) (0 for n = 0): a
+ * message's CRC from the block CRCs a store already holds. */
+uint32_t zl_crc32c_4k_join(const uint32_t *crcs, size_t n);
 
 /* Monotonic and wall clocks. */
 uint64_t zl_now_ns(void);

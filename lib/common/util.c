@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <isa-l/crc.h>
+#include <pthread.h>
 
 #include "common.h"
 
@@ -32,6 +33,60 @@ uint32_t zl_crc32c_update(uint32_t crc, const void *buf, size_t len)
 uint32_t zl_crc32c(const void *buf, size_t len)
 {
 	return zl_crc32c_update(0, buf, len);
+}
+
+/* Joining: crc(A || B) = M(crc(A)) ^ crc(B) for the standard CRC32C (the
+ * init and final xor cancel), M the linear map "append 4096 zero bytes to
+ * the raw register", which is crc -> update(crc, zeros) ^ crc(zeros). It is
+ * kept as four 256-entry tables, one per byte of the CRC, built from M of
+ * the 32 single bits. */
+static uint32_t crc_4k_shift[4][256];
+static pthread_once_t crc_4k_once = PTHREAD_ONCE_INIT;
+
+static void crc_4k_init(void)
+{
+	static const uint8_t zeros[4096];
+	uint32_t z = zl_crc32c(zeros, sizeof(zeros)), bit[32];
+
+	for (int i = 0; i < 32; i++)
+		bit[i] = zl_crc32c_update(1u << i, zeros, sizeof(zeros)) ^ z;
+	for (int k = 0; k < 4; k++)
+		for (int v = 0; v < 256; v++) {
+			uint32_t m = 0;
+
+			for (int i = 0; i < 8; i++)
+				if (v & (1 << i))
+					m ^= bit[8 * k + i];
+			crc_4k_shift[k][v] = m;
+		}
+}
+
+static inline uint32_t crc_4k_shift_of(uint32_t c)
+{
+	return crc_4k_shift[0][c & 0xff] ^ crc_4k_shift[1][(c >> 8) & 0xff] ^
+	       crc_4k_shift[2][(c >> 16) & 0xff] ^ crc_4k_shift[3][c >> 24];
+}
+
+uint32_t zl_crc32c_4k_join(const uint32_t *crcs, size_t n)
+{
+	uint32_t c;
+
+	if (!n)
+		return 0;
+	pthread_once(&crc_4k_once, crc_4k_init);
+	c = crcs[0];
+	for (size_t i = 1; i < n; i++)
+		c = crc_4k_shift_of(c) ^ crcs[i];
+	return c;
+}
+
+uint32_t zl_crc32c_4k_pieces(const void *buf, size_t n, uint32_t *crcs)
+{
+	const uint8_t *p = buf;
+
+	for (size_t i = 0; i < n; i++)
+		crcs[i] = zl_crc32c(p + i * 4096, 4096);
+	return zl_crc32c_4k_join(crcs, n);
 }
 
 uint64_t zl_now_ns(void)

@@ -606,7 +606,7 @@ static void rdma_fetch_done(struct rdma_conn *c, struct rdma_sreq *s)
 		zl_xport_buf_free(c->base.x, s->fetch_bounce);
 		s->fetch_bounce = NULL;
 	}
-	if (zl_crc32c(bs->fetch_buf, bs->data_len) != bs->data_crc) {
+	if (!xport_sreq_crc_ok(bs, bs->fetch_buf, bs->data_len, bs->data_crc)) {
 		status = -ZL_ERR_CORRUPT;
 		if (xport_warn_ok(c->base.x))
 			ZL_LOG_WARN("xport",
@@ -628,7 +628,7 @@ int xport_rdma_fetch(struct zl_xport_conn *bc, struct xport_sreq *bs)
 	if (!s->has_desc) {
 		/* Inline: the data is in the receive buffer right now. */
 		memcpy(bs->fetch_buf, c->cur_inline, bs->data_len);
-		if (zl_crc32c(bs->fetch_buf, bs->data_len) != bs->data_crc) {
+		if (!xport_sreq_crc_ok(bs, bs->fetch_buf, bs->data_len, bs->data_crc)) {
 			status = -ZL_ERR_CORRUPT;
 			if (xport_warn_ok(x))
 				ZL_LOG_WARN("xport",

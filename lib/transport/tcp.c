@@ -610,7 +610,10 @@ static void tcp_rx_payload_done(struct tcp_conn *c)
 	int status = 0;
 
 	c->rx = TCP_RX_HDR;
-	if (c->rx_dst && zl_crc32c(c->rx_dst, c->rx_len) != c->rhdr.payload_crc) {
+	if (c->rx_dst && !(c->base.server
+				 ? xport_sreq_crc_ok(&c->rx_sreq->base, c->rx_dst, c->rx_len,
+						     c->rhdr.payload_crc)
+				 : zl_crc32c(c->rx_dst, c->rx_len) == c->rhdr.payload_crc)) {
 		status = -ZL_ERR_CORRUPT;
 		if (tcp_warn_ok(c))
 			ZL_LOG_WARN("xport",

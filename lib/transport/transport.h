@@ -152,6 +152,14 @@ bool zl_xport_tls_serving(const struct zl_xport *x);
  * -ZL_ERR_BUSY (max_inflight reached), -ZL_ERR_CONN (connection dead). */
 int zl_xport_request(struct zl_xport_conn *c, struct zl_wire_hdr *hdr, const void *out,
 		     uint32_t out_len, void *in, uint32_t in_cap, zl_xport_reply_cb cb, void *arg);
+/* The same, out being whole 4 KiB pieces whose CRC32Cs the caller holds
+ * (out_crcs, e.g. verified when they arrived): the message's CRC is joined
+ * from them, no pass over the data (CRC once per byte). The receiver still
+ * checks the data against it: CRCs that do not match the data fail there.
+ * out_crcs NULL, or out_len not a multiple of 4 KiB: as zl_xport_request. */
+int zl_xport_request_crcs(struct zl_xport_conn *c, struct zl_wire_hdr *hdr, const void *out,
+			  uint32_t out_len, const uint32_t *out_crcs, void *in, uint32_t in_cap,
+			  zl_xport_reply_cb cb, void *arg);
 
 /* ---- server side ---- */
 
@@ -179,6 +187,11 @@ typedef void (*zl_xport_done_cb)(void *arg, int status);
  * runs once) or a negative error (cb does not run). */
 int zl_xport_fetch(struct zl_xport_payload *p, void *buf, uint32_t len, zl_xport_done_cb cb,
 		   void *arg);
+/* The same, and when len is a multiple of 4 KiB, the CRC32C of each 4 KiB
+ * piece of the payload lands in crcs[0 .. len / 4096) by the time cb runs
+ * with 0: the check of the message's CRC computes them (one pass). */
+int zl_xport_fetch_crcs(struct zl_xport_payload *p, void *buf, uint32_t len, uint32_t *crcs,
+			zl_xport_done_cb cb, void *arg);
 /* Drops the payload unread. */
 void zl_xport_discard(struct zl_xport_payload *p);
 
@@ -188,5 +201,9 @@ void zl_xport_discard(struct zl_xport_payload *p);
  * -ZL_ERR_CONN when the connection is gone (sent_cb does not run). */
 int zl_xport_reply(struct zl_xport_conn *c, struct zl_wire_hdr *rep, const void *data,
 		   uint32_t len, zl_xport_done_cb sent_cb, void *arg);
+/* The same with the CRC32Cs of data's 4 KiB pieces (see
+ * zl_xport_request_crcs). */
+int zl_xport_reply_crcs(struct zl_xport_conn *c, struct zl_wire_hdr *rep, const void *data,
+			uint32_t len, const uint32_t *crcs, zl_xport_done_cb sent_cb, void *arg);
 
 #endif

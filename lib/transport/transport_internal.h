@@ -238,7 +238,8 @@ struct xport_sreq {
 	uint64_t req_id;
 	uint32_t data_len, data_crc; /* the payload on_request was offered */
 	void *fetch_buf;
-	int fetch_status; /* XPORT_PL_DONE */
+	uint32_t *fetch_crcs; /* zl_xport_fetch_crcs: the 4 KiB pieces' CRCs go here */
+	int fetch_status;     /* XPORT_PL_DONE */
 	zl_xport_done_cb fetch_cb;
 	void *fetch_arg;
 	zl_xport_done_cb sent_cb;
@@ -472,7 +473,12 @@ void xport_sreq_reply_done(struct zl_xport_conn *c, struct xport_sreq *s, int st
 void xport_sreq_reply_done_later(struct zl_xport_conn *c, struct xport_sreq *s);
 /* zl_xport_fetch, zl_xport_discard and zl_xport_reply past their argument
  * checks. */
-int xport_sreq_fetch(struct zl_xport_payload *p, void *buf, uint32_t len, zl_xport_done_cb cb,
+/* Whether the fetched payload data[0..len) has the CRC the request header
+ * gave (want); one pass: with fetch_crcs and len a whole number of 4 KiB
+ * pieces, the pieces' CRCs are left there on the way. */
+bool xport_sreq_crc_ok(struct xport_sreq *s, const void *data, uint32_t len, uint32_t want);
+int xport_sreq_fetch(struct zl_xport_payload *p, void *buf, uint32_t len, uint32_t *crcs,
+		     zl_xport_done_cb cb,
 		     void *arg);
 void xport_sreq_discard(struct zl_xport_payload *p);
 int xport_sreq_reply(struct zl_xport_conn *c, const struct zl_wire_hdr *rep, const void *data,

@@ -486,14 +486,17 @@ static void xport_tick(void *arg)
 /* Fills in version, payload_len and payload_crc of a message about to be
  * sent and checks it. Returns 0 or the zl_wire_check error. */
 static int xport_hdr_seal(struct zl_xport_conn *c, struct zl_wire_hdr *h, const void *data,
-			  uint32_t len, const char *what)
+			  uint32_t len, const uint32_t *crcs, const char *what)
 {
 	const char *why = "?";
 	int rc;
 
 	h->version = ZL_WIRE_VERSION;
 	h->payload_len = len;
-	h->payload_crc = len ? zl_crc32c(data, len) : 0;
+	if (crcs && len && !(len % ZL_BLOCK_SIZE))
+		h->payload_crc = zl_crc32c_4k_join(crcs, len / ZL_BLOCK_SIZE);
+	else
+		h->payload_crc = len ? zl_crc32c(data, len) : 0;
 	rc = zl_wire_check(h, 0, &why);
 	if (rc && xport_warn_ok(c->x))
 		ZL_LOG_WARN("xport", "refusing to send an invalid %s op=%s reason=\"%s\"", what,
@@ -613,6 +616,13 @@ bool zl_xport_tls_serving(const struct zl_xport *x)
 int zl_xport_request(struct zl_xport_conn *c, struct zl_wire_hdr *hdr, const void *out,
 		     uint32_t out_len, void *in, uint32_t in_cap, zl_xport_reply_cb cb, void *arg)
 {
+	return zl_xport_request_crcs(c, hdr, out, out_len, NULL, in, in_cap, cb, arg);
+}
+
+int zl_xport_request_crcs(struct zl_xport_conn *c, struct zl_wire_hdr *hdr, const void *out,
+			  uint32_t out_len, const uint32_t *out_crcs, void *in, uint32_t in_cap,
+			  zl_xport_reply_cb cb, void *arg)
+{
 	struct xport_req *r;
 	int rc;
 
@@ -628,7 +638,7 @@ int zl_xport_request(struct zl_xport_conn *c, struct zl_wire_hdr *hdr, const voi
 		return -ZL_ERR_BUSY;
 	hdr->status = 0;
 	hdr->req_id = xport_req_id(xport_req_of(c->reqs.free));
-	rc = xport_hdr_seal(c, hdr, out, out_len, "request");
+	rc = xport_hdr_seal(c, hdr, out, out_len, out_crcs, "request");
 	if (rc)
 		return rc;
 	r = xport_req_start(c, hdr->opcode, in, in_cap, cb, arg);
@@ -690,11 +700,17 @@ void zl_xport_listener_close(struct zl_xport_listener *l)
 int zl_xport_fetch(struct zl_xport_payload *p, void *buf, uint32_t len, zl_xport_done_cb cb,
 		   void *arg)
 {
+	return zl_xport_fetch_crcs(p, buf, len, NULL, cb, arg);
+}
+
+int zl_xport_fetch_crcs(struct zl_xport_payload *p, void *buf, uint32_t len, uint32_t *crcs,
+			zl_xport_done_cb cb, void *arg)
+{
 	if (!p || !buf || !cb)
 		return -ZL_ERR_INVAL;
 	if (p->conn->closing)
 		return -ZL_ERR_CONN;
-	return xport_sreq_fetch(p, buf, len, cb, arg);
+	return xport_sreq_fetch(p, buf, len, crcs, cb, arg);
 }
 
 void zl_xport_discard(struct zl_xport_payload *p)
@@ -706,6 +722,12 @@ void zl_xport_discard(struct zl_xport_payload *p)
 int zl_xport_reply(struct zl_xport_conn *c, struct zl_wire_hdr *rep, const void *data, uint32_t len,
 		   zl_xport_done_cb sent_cb, void *arg)
 {
+	return zl_xport_reply_crcs(c, rep, data, len, NULL, sent_cb, arg);
+}
+
+int zl_xport_reply_crcs(struct zl_xport_conn *c, struct zl_wire_hdr *rep, const void *data,
+			uint32_t len, const uint32_t *crcs, zl_xport_done_cb sent_cb, void *arg)
+{
 	int rc;
 
 	if (!c || !rep || (len && !data))
@@ -716,7 +738,7 @@ int zl_xport_reply(struct zl_xport_conn *c, struct zl_wire_hdr *rep, const void 
 		return -ZL_ERR_INVAL;
 	if (!(rep->flags & ZL_WF_REPLY) || (rep->flags & ZL_WF_RDMA))
 		return -ZL_ERR_INVAL;
-	rc = xport_hdr_seal(c, rep, data, len, "reply");
+	rc = xport_hdr_seal(c, rep, data, len, crcs, "reply");
 	if (rc)
 		return rc;
 	return xport_sreq_reply(c, rep, data, len, sent_cb, arg);

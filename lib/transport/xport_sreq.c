@@ -304,8 +304,15 @@ void xport_sreqs_fail_all(struct zl_xport_conn *c)
 
 /* ---- the public calls, past their argument checks (xport.c) ---- */
 
-int xport_sreq_fetch(struct zl_xport_payload *p, void *buf, uint32_t len, zl_xport_done_cb cb,
-		     void *arg)
+bool xport_sreq_crc_ok(struct xport_sreq *s, const void *data, uint32_t len, uint32_t want)
+{
+	if (s->fetch_crcs && len && !(len % ZL_BLOCK_SIZE))
+		return zl_crc32c_4k_pieces(data, len / ZL_BLOCK_SIZE, s->fetch_crcs) == want;
+	return zl_crc32c(data, len) == want;
+}
+
+int xport_sreq_fetch(struct zl_xport_payload *p, void *buf, uint32_t len, uint32_t *crcs,
+		     zl_xport_done_cb cb, void *arg)
 {
 	struct zl_xport_conn *c = p->conn;
 	struct xport_sreq *s = ZL_CONTAINER_OF(p, struct xport_sreq, pl);
@@ -314,6 +321,7 @@ int xport_sreq_fetch(struct zl_xport_payload *p, void *buf, uint32_t len, zl_xpo
 	if (s->pl_state != XPORT_PL_UNDECIDED || len < s->data_len)
 		return -ZL_ERR_INVAL; /* outside on_request, twice, or too small */
 	s->fetch_buf = buf;
+	s->fetch_crcs = crcs;
 	s->fetch_cb = cb;
 	s->fetch_arg = arg;
 	s->pl_state = XPORT_PL_FETCH;

@@ -8,6 +8,31 @@
 
 #include "lib/common/common.h"
 
+/* Joined piece CRCs equal the CRC of the whole, for every count and data,
+ * and any change to one piece changes the join. */
+static void test_crc32c_4k_join(void **state)
+{
+	static uint8_t buf[64 * 4096];
+	static uint32_t crcs[64];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(buf); i++)
+		buf[i] = (uint8_t)(i * 2654435761u >> 13);
+	assert_int_equal(zl_crc32c_4k_join(crcs, 0), 0);
+	for (size_t n = 1; n <= 64; n++) {
+		uint32_t whole = zl_crc32c(buf, n * 4096);
+
+		assert_int_equal(zl_crc32c_4k_pieces(buf, n, crcs), whole);
+		for (size_t i = 0; i < n; i++)
+			assert_int_equal(crcs[i], zl_crc32c(buf + i * 4096, 4096));
+		assert_int_equal(zl_crc32c_4k_join(crcs, n), whole);
+		crcs[n / 2] ^= 1u << (n % 32);
+		assert_int_not_equal(zl_crc32c_4k_join(crcs, n), whole);
+	}
+	memset(buf, 0, 2 * 4096);
+	assert_int_equal(zl_crc32c_4k_pieces(buf, 2, crcs), zl_crc32c(buf, 2 * 4096));
+}
+
 static void test_crc32c_vectors(void **state)
 {
 	(void)state;
@@ -97,6 +122,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_crc32c_vectors),
+		cmocka_unit_test(test_crc32c_4k_join),
 		cmocka_unit_test(test_parse_size),
 		cmocka_unit_test(test_vol_id),
 		cmocka_unit_test(test_errors_and_names),

@@ -113,6 +113,7 @@ struct sreq {
 	struct zl_wire_hdr h;
 	uint8_t *buf;  /* fetched payload */
 	uint8_t *data; /* READ reply data, freed by sent_cb */
+	uint32_t *crcs; /* srv.crcs: the payload's 4 KiB pieces' CRCs (malloc) */
 	int fetch_status;
 };
 
@@ -126,6 +127,11 @@ struct srv {
 	struct sreq *held[SRV_MAX];
 	uint32_t n_req, n_got, n_held, n_answered, n_sent_cb, n_conn, n_close;
 	uint32_t n_fetch_corrupt;
+	/* CRC once: fetch with zl_xport_fetch_crcs, answer READs with
+	 * zl_xport_reply_crcs (bad_reply_crcs: one of them wrong); n_pieces_ok
+	 * counts the pieces whose CRC the fetch left there, checked. */
+	bool crcs, bad_reply_crcs;
+	uint32_t n_pieces_ok;
 	int last_close_reason;
 	struct zl_xport_conn *last_conn;
 };
@@ -162,12 +168,23 @@ static void srv_answer(struct sreq *r)
 	default:
 		break;
 	}
+	free(r->crcs);
+	r->crcs = NULL;
 	in_call = true;
 	if (r->h.opcode == ZL_OP_READ && !status) {
+		uint32_t n = r->h.length / 4096, crcs[ZL_WIRE_MAX_IO / 4096];
+
 		r->data = zl_xport_buf_alloc(s->x, r->h.length);
 		assert_non_null(r->data);
 		fill(r->data, r->h.length, r->h.aux);
-		rc = zl_xport_reply(r->c, &rep, r->data, r->h.length, srv_sent, r);
+		if (s->crcs) {
+			for (uint32_t i = 0; i < n; i++)
+				crcs[i] = zl_crc32c(r->data + (size_t)i * 4096, 4096);
+			if (s->bad_reply_crcs && n)
+				crcs[n - 1] ^= 0x10;
+		}
+		rc = zl_xport_reply_crcs(r->c, &rep, r->data, r->h.length, s->crcs ? crcs : NULL,
+					 srv_sent, r);
 		if (rc) {
 			zl_xport_buf_free(s->x, r->data);
 			r->data = NULL;
@@ -210,6 +227,12 @@ static void srv_fetched(void *arg, int status)
 	r->fetch_status = status;
 	if (status == -ZL_ERR_CORRUPT)
 		r->s->n_fetch_corrupt++;
+	if (!status && r->crcs) {
+		for (uint32_t i = 0; i < r->h.payload_len / 4096; i++) {
+			assert_int_equal(r->crcs[i], zl_crc32c(r->buf + (size_t)i * 4096, 4096));
+			r->s->n_pieces_ok++;
+		}
+	}
 	srv_got(r);
 }
 
@@ -237,8 +260,12 @@ static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_w
 		}
 		r->buf = zl_xport_buf_alloc(s->x, h->payload_len);
 		assert_non_null(r->buf);
+		if (s->crcs && !(h->payload_len % 4096)) {
+			r->crcs = malloc(h->payload_len / 4096 * sizeof(uint32_t));
+			assert_non_null(r->crcs);
+		}
 		in_call = true;
-		rc = zl_xport_fetch(p, r->buf, h->payload_len, srv_fetched, r);
+		rc = zl_xport_fetch_crcs(p, r->buf, h->payload_len, r->crcs, srv_fetched, r);
 		in_call = false;
 		assert_int_equal(rc, 0);
 		return;
@@ -696,6 +723,96 @@ static void test_large_and_unaligned(void **state)
 			free(rbuf[i] - 1);
 		}
 	}
+	cdone(e, c, &cc);
+}
+
+/* CRC once per byte: a sender that holds its data's 4 KiB CRCs sends them
+ * joined (no pass over the data), a receiver gets the pieces' CRCs from its
+ * one check; CRCs that do not match the data never pass: the receiver
+ * checks the data, not the sender's word. */
+static void test_crc_once(void **state)
+{
+	static const uint32_t sizes[] = {4096, 8192, 65536, 1u << 20, ZL_WIRE_MAX_IO, 12345};
+	enum { NS = sizeof(sizes) / sizeof(sizes[0]) };
+	struct env *e = env_start(state, NULL, NULL);
+	struct cconn cc = {0};
+	struct zl_xport_conn *c = cconnect(e, &cc);
+	static uint32_t crcs[ZL_WIRE_MAX_IO / 4096];
+	uint32_t done = 0, pieces = 0;
+	uint8_t *wbuf = zl_xport_buf_alloc(e->cx, ZL_WIRE_MAX_IO);
+	uint8_t *rbuf = zl_xport_buf_alloc(e->cx, ZL_WIRE_MAX_IO);
+
+	assert_non_null(wbuf);
+	assert_non_null(rbuf);
+	e->srv->crcs = true;
+	for (int i = 0; i < NS; i++) {
+		struct creq w = {.done = &done}, r = {.done = &done};
+		uint32_t n = sizes[i] % 4096 ? 0 : sizes[i] / 4096;
+
+		memset(&w.req, 0, sizeof(w.req));
+		w.req.opcode = ZL_OP_WRITE;
+		w.req.vol_id = VOL;
+		w.req.length = sizes[i];
+		w.req.aux = 50 + i;
+		fill(wbuf, sizes[i], 50 + i);
+		if (n)
+			assert_int_equal(zl_crc32c_4k_pieces(wbuf, n, crcs),
+					 zl_crc32c(wbuf, sizes[i]));
+		in_call = true;
+		assert_int_equal(zl_xport_request_crcs(c, &w.req, wbuf, sizes[i], n ? crcs : NULL,
+						       NULL, 0, on_reply, &w),
+				 0);
+		in_call = false;
+		run_until(e, &done, done + 1);
+		assert_int_equal(w.status, 0);
+		assert_int_equal(w.rep.status, 0);
+		assert_int_equal(w.rep.aux, zl_crc32c(wbuf, sizes[i]));
+		pieces += n;
+		assert_int_equal(e->srv->n_pieces_ok, pieces);
+		assert_int_equal(send_read(c, &r, rbuf, sizes[i], 70 + i), 0);
+		run_until(e, &done, done + 1);
+		assert_int_equal(r.status, 0);
+		assert_true(check(rbuf, sizes[i], 70 + i));
+	}
+	/* CRCs that do not match the data: the server's check fails the fetch
+	 * (the write is answered with an error), the connection goes on. */
+	{
+		struct creq w = {.done = &done}, p = {.done = &done};
+
+		memset(&w.req, 0, sizeof(w.req));
+		w.req.opcode = ZL_OP_WRITE;
+		w.req.vol_id = VOL;
+		w.req.length = 8192;
+		w.req.aux = 9;
+		fill(wbuf, 8192, 9);
+		zl_crc32c_4k_pieces(wbuf, 2, crcs);
+		crcs[1] ^= 1;
+		in_call = true;
+		assert_int_equal(
+		    zl_xport_request_crcs(c, &w.req, wbuf, 8192, crcs, NULL, 0, on_reply, &w), 0);
+		in_call = false;
+		run_until(e, &done, done + 1);
+		assert_int_equal(e->srv->n_fetch_corrupt, 1);
+		assert_true(w.status != 0 || w.rep.status != 0);
+		assert_int_equal(send_ping(c, &p, 2), 0);
+		run_until(e, &done, done + 1);
+		assert_int_equal(p.status, 0);
+	}
+	/* A reply whose block CRCs are wrong fails that read, not the next. */
+	e->srv->bad_reply_crcs = true;
+	{
+		struct creq r = {.done = &done}, p = {.done = &done};
+
+		assert_int_equal(send_read(c, &r, rbuf, 16384, 11), 0);
+		run_until(e, &done, done + 1);
+		assert_int_equal(r.status, -ZL_ERR_CORRUPT);
+		e->srv->bad_reply_crcs = false;
+		assert_int_equal(send_ping(c, &p, 3), 0);
+		run_until(e, &done, done + 1);
+		assert_int_equal(p.status, 0);
+	}
+	zl_xport_buf_free(e->cx, wbuf);
+	zl_xport_buf_free(e->cx, rbuf);
 	cdone(e, c, &cc);
 }
 
@@ -1972,6 +2089,7 @@ static void test_names_and_create(void **state)
 	cmocka_unit_test_prestate_setup_teardown(test_ping_pong, NULL, env_teardown, kind),\
 	cmocka_unit_test_prestate_setup_teardown(test_pipelined_out_of_order, NULL, env_teardown, kind),\
 	cmocka_unit_test_prestate_setup_teardown(test_large_and_unaligned, NULL, env_teardown, kind),\
+	cmocka_unit_test_prestate_setup_teardown(test_crc_once, NULL, env_teardown, kind),\
 	cmocka_unit_test_prestate_setup_teardown(test_discard_and_early_reply, NULL, env_teardown, kind),\
 	cmocka_unit_test_prestate_setup_teardown(test_parallel_connections, NULL, env_teardown, kind),\
 	cmocka_unit_test_prestate_setup_teardown(test_peer_close, NULL, env_teardown, kind),\
@@ -2008,6 +2126,7 @@ int main(int argc, char **argv)
 	    TLS_TEST(test_ping_pong),
 	    TLS_TEST(test_pipelined_out_of_order),
 	    TLS_TEST(test_large_and_unaligned),
+	    TLS_TEST(test_crc_once),
 	    TLS_TEST(test_discard_and_early_reply),
 	    TLS_TEST(test_parallel_connections),
 	    TLS_TEST(test_peer_close),
