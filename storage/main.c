@@ -148,6 +148,8 @@ int main(int argc, char **argv)
 		rc = zl_storage_status_start(st);
 	if (!rc && st->cfg.heal)
 		rc = zl_storage_gc_start(st);
+	if (!rc)
+		rc = zl_storage_ddir_start(st);
 	if (rc)
 		goto out_fail;
 	rc = zl_storage_server_start(st);
@@ -179,6 +181,7 @@ out_fail:
 	ZL_LOG_ERR("storage", "start-up failed: %s", zl_strerror(rc));
 out_stop:
 	zl_storage_server_stop_accepting(st);
+	zl_storage_ddir_stop(st); /* its result reaches the status record */
 	zl_storage_heal_stop(st);
 	zl_storage_scrub_stop(st);
 	zl_storage_node_stop(node);

@@ -80,6 +80,7 @@ struct zl_storage_scrub;
 struct storage_req;
 struct zl_storage_auth;
 struct zl_storage_ord;
+struct zl_storage_ddir;
 
 struct zl_storage {
 	struct zl_storage_cfg cfg;
@@ -128,6 +129,7 @@ struct zl_storage {
 	struct zl_storage_status *status; /* NULL with --heal=off */
 	struct zl_storage_gc *gc; /* old copies of moved slices (storage_gc.c) */
 	struct zl_storage_auth *auth; /* storage_auth.c */
+	struct zl_storage_ddir *ddir; /* the data dir watch (storage_ddir.c) */
 };
 
 #endif
