@@ -2751,7 +2751,10 @@ static void store_ckpt_start(struct zl_chunk_store *s)
 {
 	uint64_t target;
 
-	if (!s->jmode || s->ckpt_running)
+	/* Fenced: the data dir is gone or read-only; checkpoints would only
+	 * fail again (the daemon stops acknowledging and waits to be
+	 * restarted with a data directory). */
+	if (!s->jmode || s->ckpt_running || s->fence_err)
 		return;
 	if (!zl_jw_ckpt_target(s->jw, &target))
 		return; /* ckpt_wanted stays: finishing ops try again */
