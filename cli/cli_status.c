@@ -73,6 +73,17 @@ static void cli_journal_print(const struct zl_node_status *st, size_t n)
 	}
 }
 
+/* One line per storage daemon whose disk failed (its status record's
+ * disk_error, storage/storage_ddir.c): it acknowledges no write. */
+static void cli_disk_print(const struct zl_node_status *st, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (st[i].disk_error[0])
+			printf("disk failed  node=%s: %s (acknowledging no writes; restart it with a "
+			       "data directory)\n",
+			       st[i].node, st[i].disk_error);
+}
+
 /* The health line (cli_health.h) of nodes and vols, plus the recovery
  * progress and slices peering the daemons publish (none readable: no rate
  * shown, no slice peering). */
@@ -93,6 +104,7 @@ static void cli_health_print(struct zl_cli *cli, const struct zl_node_info *node
 	zl_cli_health_add_status(&h, st, n_st, nodes, n_nodes);
 	zl_cli_health_line(&h, line, sizeof(line));
 	printf("%s\n", line);
+	cli_disk_print(st, n_st);
 	cli_journal_print(st, n_st);
 	free(st);
 }

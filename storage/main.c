@@ -106,6 +106,7 @@ int main(int argc, char **argv)
 	rc = m.sig_fd < 0 ? -errno : zl_loop_create(&st->loop);
 	if (rc)
 		goto out_fail;
+	zl_loop_set_busy_poll(st->loop, st->cfg.busy_poll_us);
 	rc = zl_loop_add(st->loop, &m.sig_h, m.sig_fd, EPOLLIN, on_signal, &m);
 	if (!rc) {
 		rc = zl_storage_xports_create(st);
@@ -147,6 +148,8 @@ int main(int argc, char **argv)
 		rc = zl_storage_status_start(st);
 	if (!rc && st->cfg.heal)
 		rc = zl_storage_gc_start(st);
+	if (!rc)
+		rc = zl_storage_ddir_start(st);
 	if (rc)
 		goto out_fail;
 	rc = zl_storage_server_start(st);
@@ -178,6 +181,7 @@ out_fail:
 	ZL_LOG_ERR("storage", "start-up failed: %s", zl_strerror(rc));
 out_stop:
 	zl_storage_server_stop_accepting(st);
+	zl_storage_ddir_stop(st); /* its result reaches the status record */
 	zl_storage_heal_stop(st);
 	zl_storage_scrub_stop(st);
 	zl_storage_node_stop(node);

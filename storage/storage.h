@@ -52,6 +52,7 @@ struct zl_storage_cfg {
 	uint32_t gc_grace_s;	   /* --gc-grace: a row off this node that long, then removed */
 	bool journal;		   /* --write-path journal, the default (storage_chunk.h) */
 	uint64_t journal_size;	   /* --journal-size, 0: default */
+	uint32_t busy_poll_us;	   /* --busy-poll: spin window after work, 0 = off */
 	/* Identity of the data dir (storage_ident.c), set by
 	 * zl_storage_ident_resolve before anything touches the disk. */
 	char cluster_id[ZL_META_ID_SIZE];
@@ -79,6 +80,7 @@ struct zl_storage_scrub;
 struct storage_req;
 struct zl_storage_auth;
 struct zl_storage_ord;
+struct zl_storage_ddir;
 
 struct zl_storage {
 	struct zl_storage_cfg cfg;
@@ -127,6 +129,7 @@ struct zl_storage {
 	struct zl_storage_status *status; /* NULL with --heal=off */
 	struct zl_storage_gc *gc; /* old copies of moved slices (storage_gc.c) */
 	struct zl_storage_auth *auth; /* storage_auth.c */
+	struct zl_storage_ddir *ddir; /* the data dir watch (storage_ddir.c) */
 };
 
 #endif

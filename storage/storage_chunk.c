@@ -116,8 +116,6 @@ struct chunk_op {
 	struct zl_defer defer;
 	/* Journal mode: the op's record entries and new block CRCs. */
 	struct zl_jw_item jitem;
-	struct zl_journal_entry jent[OP_JENT_MAX];
-	uint32_t jcrc_small[OP_JCRC_SMALL];
 	uint32_t *jcrc; /* WRITE: b1 - b0 CRCs; ZERO: head, tail */
 	/* WRITE: the CRCs its blocks get (jcrc, or crcs_in) */
 	const uint32_t *jset;
@@ -132,6 +130,9 @@ struct chunk_op {
 	/* Journal mode: answered when its record was durable; the chunk-file
 	 * write behind it still holds its blocks (later ops on them wait). */
 	bool acked;
+	/* Last, not cleared per op (each is written before it is read): */
+	struct zl_journal_entry jent[OP_JENT_MAX];
+	uint32_t jcrc_small[OP_JCRC_SMALL];
 };
 
 struct op_list {
@@ -227,6 +228,9 @@ struct zl_chunk_store {
 	struct zl_timer ckpt_t, idle_t;
 	struct zl_defer ckpt_d;
 	uint8_t *replay_buf; /* start-up only */
+	/* zl_chunk_store_fence: < 0 once the data dir can no longer be
+	 * trusted; every operation fails with it from then on. */
+	int fence_err;
 };
 
 static void op_start(struct chunk_op *op);
@@ -321,7 +325,7 @@ static struct chunk_op *op_alloc(struct zl_chunk_store *s)
 
 	if (!op)
 		return NULL;
-	memset(op, 0, sizeof(*op));
+	memset(op, 0, offsetof(struct chunk_op, jent));
 	op->s = s;
 	return op;
 }
@@ -1383,8 +1387,10 @@ static void op_finish(struct chunk_op *op)
 	struct chunk *c = op->ch;
 	zl_chunk_cb cb = op->cb;
 	void *arg = op->arg;
-	int err = op->err;
 	bool acked = op->acked;
+	/* Fenced (zl_chunk_store_fence): nothing more is acknowledged; one
+	 * answered already (early ack) stays answered. */
+	int err = op->err ? op->err : acked ? 0 : s->fence_err;
 
 	if (acked && err && zl_ratelimit_ok(&s->rl_io, 1))
 		ZL_LOG_ERR("storage",
@@ -1961,6 +1967,8 @@ static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vo
 	uint32_t span = zl_chunk_read_span(off, len);
 	int rc;
 
+	if (s->fence_err)
+		return s->fence_err;
 	if (!cb || !vol || !chunk_size_ok(cs) || (kind == OP_READ && !buf) ||
 	    (kind == OP_WRITE && !data))
 		return -ZL_ERR_INVAL;
@@ -1969,7 +1977,9 @@ static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vo
 	if (kind == OP_READ)
 		store_check_gone(s, vol, idx);
 	rc = chunk_get(s, vol, idx, cs, kind == OP_WRITE, &c);
-	if (rc && rc != -ENOENT)
+	/* ENOENT: no file, fine to read (zeros) or zero; a write that could
+	 * not create its file (chunks/ gone) is an error, never a success. */
+	if (rc && (rc != -ENOENT || kind == OP_WRITE))
 		return rc == -ENOSPC ? -ZL_ERR_NOSPC : rc;
 	if (!c && bad)
 		return -ZL_ERR_NOT_FOUND;
@@ -2741,7 +2751,10 @@ static void store_ckpt_start(struct zl_chunk_store *s)
 {
 	uint64_t target;
 
-	if (!s->jmode || s->ckpt_running)
+	/* Fenced: the data dir is gone or read-only; checkpoints would only
+	 * fail again (the daemon stops acknowledging and waits to be
+	 * restarted with a data directory). */
+	if (!s->jmode || s->ckpt_running || s->fence_err)
 		return;
 	if (!zl_jw_ckpt_target(s->jw, &target))
 		return; /* ckpt_wanted stays: finishing ops try again */
@@ -3148,7 +3161,9 @@ void zl_chunk_store_drain(struct zl_chunk_store *s)
 	 * for every one. */
 	while (s->st.meta_rounds != s->st.meta_rounds_done && zl_now_ms() < deadline)
 		zl_loop_run_once(s->loop, 100);
-	if (!s->ops.in_use)
+	/* Fenced: its checkpoints would write to a dir that is gone or
+	 * read-only, retried until the deadline; nothing there is kept. */
+	if (!s->ops.in_use && !s->fence_err)
 		store_journal_drain(s, deadline);
 }
 
@@ -3177,7 +3192,7 @@ void zl_chunk_store_destroy(struct zl_chunk_store *s)
 			ZL_LOG_WARN("storage",
 				    "closing the chunk store with %" PRIu64 " metadata rounds in flight",
 				    s->st.meta_rounds - s->st.meta_rounds_done);
-		if (!s->ops.in_use)
+		if (!s->ops.in_use && !s->fence_err)
 			store_journal_drain(s, deadline);
 		if (s->jmode) {
 			zl_timer_stop(s->loop, &s->ckpt_t);
@@ -3211,7 +3226,7 @@ void zl_chunk_store_destroy(struct zl_chunk_store *s)
 		}
 	}
 	/* Dirty chunks hold a reference; the table above freed them. */
-	quiet = quiet && (!s->jw || (!s->n_jdirty && !zl_jw_busy(s->jw)));
+	quiet = quiet && !s->fence_err && (!s->jw || (!s->n_jdirty && !zl_jw_busy(s->jw)));
 	zl_jw_close(s->jw);
 	if (quiet)
 		store_clean_put(s); /* after the files are closed */
@@ -3222,4 +3237,23 @@ void zl_chunk_store_destroy(struct zl_chunk_store *s)
 	zl_slab_fini(&s->ops);
 	free(s->dir);
 	free(s);
+}
+
+void zl_chunk_store_fence(struct zl_chunk_store *s, const char *why)
+{
+	if (!s || s->fence_err)
+		return;
+	s->fence_err = -ZL_ERR_IO;
+	ZL_LOG_ERR("storage",
+		   "%s: no longer acknowledging writes (every read, write and zeroing fails "
+		   "from now on; its replicas are moved out and rebuilt elsewhere); restart "
+		   "the daemon with a data directory (a new one is refilled by the cluster)",
+		   why);
+	if (s->jw)
+		zl_jw_fence(s->jw, s->fence_err);
+}
+
+bool zl_chunk_store_fenced(const struct zl_chunk_store *s)
+{
+	return s && s->fence_err;
 }

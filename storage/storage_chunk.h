@@ -139,6 +139,17 @@ void zl_chunk_store_destroy(struct zl_chunk_store *s);
 uint32_t zl_chunk_store_inflight(const struct zl_chunk_store *s);
 void zl_chunk_store_stats(const struct zl_chunk_store *s, struct zl_chunk_store_stats *st);
 
+/* The data directory can no longer be trusted (removed, replaced, read-only
+ * or failing: storage_ddir.c): from now on every read, write, zeroing and
+ * flush fails with -ZL_ERR_IO, at submission or, for those in flight, at
+ * completion (none is acknowledged), and the journal takes nothing more.
+ * Logs one error naming why (e.g. "data directory /x was removed while
+ * running"). Final: only a restart undoes it; drain and destroy then leave
+ * the journal as it is (no checkpoint, no CLEAN marker). Accepts NULL; a second call
+ * does nothing. */
+void zl_chunk_store_fence(struct zl_chunk_store *s, const char *why);
+bool zl_chunk_store_fenced(const struct zl_chunk_store *s);
+
 /* Blocks described by one metadata page. */
 #define ZL_CHUNK_META_ENTRIES 508u
 

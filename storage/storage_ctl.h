@@ -5,6 +5,7 @@
 #define ZL_STORAGE_CTL_H
 
 #include "storage.h"
+#include "storage_ddir.h"
 
 /* ---- recovery progress for zl status (storage_status.c) ----
  * The loop thread samples zl_storage_heal_progress every 2 s into a
@@ -20,6 +21,10 @@ void zl_storage_status_destroy(struct zl_storage *st);
  * true when it changed since the last call or force is set. */
 bool zl_storage_status_take(struct zl_storage_status *s, const char *node, bool force,
 			    struct zl_node_status *out);
+/* The data dir failed (storage_ddir.c): the next record carries why as
+ * disk_error, at the next put, with the chunk store's figures of now (the
+ * fenced store's last). No-op without a status (--heal=off). */
+void zl_storage_status_disk_error(struct zl_storage *st, const char *why);
 
 
 /* ---- tombstones of deleted volumes (storage_tomb.c), loop thread ---- */

@@ -564,6 +564,12 @@ static void jw_rec_done(struct zl_jw *j, int res)
 		return;
 	it = j->fly;
 	j->fly = NULL;
+	if (j->fly_err && j->st.broken) {
+		/* Fenced (zl_jw_fence) while it flew: the waiting items are
+		 * failed already. */
+		jw_fail_list(it, j->st.broken);
+		return;
+	}
 	if (j->fly_err) {
 		struct zl_jw_item *w = j->wait_first;
 
@@ -692,4 +698,26 @@ void zl_jw_stats(const struct zl_jw *j, struct zl_jw_stats *st)
 	st->used = jw_used(j);
 	st->next_seq = j->next_seq;
 	st->ckpt_seq = j->tail_seq;
+}
+
+void zl_jw_fence(struct zl_jw *j, int err)
+{
+	struct zl_jw_item *fill, *w;
+
+	if (!j || j->st.broken)
+		return;
+	fill = j->fill_first;
+	w = j->wait_first;
+	j->st.broken = err;
+	/* The record in flight is not vouched for either: its items fail
+	 * when it ends. */
+	if (j->fly && !j->fly_err)
+		j->fly_err = err;
+	j->fill_first = j->fill_last = NULL;
+	j->fill_items = 0;
+	zl_journal_builder_init(&j->b, j->buf[j->fill], j->cap);
+	j->wait_first = j->wait_last = NULL;
+	j->st.waiting = 0;
+	jw_fail_list(fill, err);
+	jw_fail_list(w, err);
 }

@@ -113,6 +113,12 @@ bool zl_jw_ckpt_target(struct zl_jw *j, uint64_t *seq);
 void zl_jw_ckpt_commit(struct zl_jw *j, uint64_t seq, void (*done)(void *arg, int err),
 		       void *arg);
 
+/* Fences the journal (its file is gone or read-only, storage_ddir.c):
+ * every item appended, waiting or in a record not yet durable fails with
+ * err (< 0), now or when its record ends; nothing more is written. Calls
+ * item callbacks from inside. No-op when already broken. */
+void zl_jw_fence(struct zl_jw *j, int err);
+
 /* Records written or in flight, items waiting (for draining at close). */
 bool zl_jw_busy(const struct zl_jw *j);
 void zl_jw_stats(const struct zl_jw *j, struct zl_jw_stats *st);

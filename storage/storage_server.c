@@ -306,6 +306,8 @@ static int srv_check_role(struct zl_storage *st, const struct zl_wire_hdr *h,
 	prim = zl_slice_primary(s);
 	if (me >= 0 && !zl_storage_ident_member_ok(st, s, me))
 		return -ZL_ERR_NOT_INSYNC; /* the row names a data dir of ours that is gone */
+	if (me >= 0 && zl_storage_ddir_failed(st))
+		return -ZL_ERR_NOT_INSYNC; /* our data dir is gone now (storage_ddir.c) */
 	if (st->heal)
 		zl_storage_heal_note_vol(st, h->vol_id);
 	switch (h->opcode) {
@@ -364,7 +366,11 @@ static void srv_write_finish(struct storage_req *r)
 
 	srv_unplan(r); /* the local write and every forward ended */
 	if (r->local_err) {
-		req_reply_free(r, r->local_err, ver);
+		/* Our data dir is gone (storage_ddir.c): not a failed write
+		 * but a member out of sync; the client goes to the new
+		 * primary, a primary reports us. */
+		req_reply_free(r, zl_storage_ddir_failed(st) ? -ZL_ERR_NOT_INSYNC : r->local_err,
+			       ver);
 		return;
 	}
 	if (r->fenced) { /* a backup: applied like the primary did, never acknowledged */
@@ -566,6 +572,8 @@ static void srv_local_done(void *arg, int status)
 	struct storage_req *r = arg;
 
 	r->local_err = status;
+	if (status)
+		zl_storage_ddir_io_error(r->st, status);
 	if (--r->pending == 0)
 		srv_write_finish(r);
 }
@@ -858,7 +866,8 @@ static void srv_exec_io(struct storage_req *r)
 		rc = zl_chunk_zero(st->chunks, h->vol_id, h->chunk, r->chunk_size, h->offset,
 				   h->length, r->dver, srv_local_done, r);
 	if (rc) {
-		req_reply_free(r, rc, r->seen_ver);
+		zl_storage_ddir_io_error(st, rc);
+		req_reply_free(r, zl_storage_ddir_failed(st) ? -ZL_ERR_NOT_INSYNC : rc, r->seen_ver);
 		return;
 	}
 	r->pending = 1;

@@ -56,6 +56,7 @@ struct zl_storage_status {
 	uint32_t snap_peering, snap_n_peering;
 	struct zl_status_peering snap_peer[ZL_STATUS_PEERING_MAX];
 	struct status_store snap_store;
+	char disk_error[sizeof(((struct zl_node_status *)0)->disk_error)];
 	bool changed;
 	/* Loop thread only: the list being sampled. */
 	struct zl_status_peering peer[ZL_STATUS_PEERING_MAX];
@@ -151,6 +152,25 @@ bool zl_storage_status_take(struct zl_storage_status *s, const char *node, bool 
 	out->journal_checkpoints = s->snap_store.journal_checkpoints;
 	out->journal_waits = s->snap_store.journal_waits;
 	out->journal_dirty_chunks = s->snap_store.journal_dirty_chunks;
+	memcpy(out->disk_error, s->disk_error, sizeof(out->disk_error));
 	pthread_mutex_unlock(&s->mu);
 	return changed;
+}
+
+void zl_storage_status_disk_error(struct zl_storage *st, const char *why)
+{
+	struct zl_storage_status *s = st->status;
+
+	struct status_store ss;
+
+	if (!s)
+		return;
+	/* The store's figures at the fence go out with it: they change no
+	 * more. */
+	status_store_sample(st, &ss);
+	pthread_mutex_lock(&s->mu);
+	s->snap_store = ss;
+	snprintf(s->disk_error, sizeof(s->disk_error), "%s", why);
+	s->changed = true;
+	pthread_mutex_unlock(&s->mu);
 }

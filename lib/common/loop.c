@@ -24,6 +24,8 @@ struct zl_loop {
 	struct zl_loop_handle *deleted[LOOP_MAX_EVENTS];
 	int n_deleted;
 	bool dispatching;
+	uint64_t spin_ns;      /* zl_loop_set_busy_poll */
+	uint64_t last_work_ns; /* end of the last iteration that did work */
 };
 
 static void loop_wake_cb(void *arg, uint32_t events)
@@ -272,6 +274,8 @@ int zl_loop_run_once(struct zl_loop *loop, int timeout_ms)
 		work += p->fn(p->arg);
 	if (work || loop->defer_head)
 		timeout_ms = 0;
+	else if (loop->spin_ns && zl_now_ns() - loop->last_work_ns < loop->spin_ns)
+		timeout_ms = 0; /* busy polling: work was done a moment ago */
 	if (timeout_ms != 0 && loop->timers) {
 		uint64_t now = zl_now_ns();
 		uint64_t dl = loop->timers->deadline_ns;
@@ -301,6 +305,8 @@ int zl_loop_run_once(struct zl_loop *loop, int timeout_ms)
 	loop->n_deleted = 0;
 	work += loop_run_timers(loop);
 	work += loop_run_defers(loop);
+	if (work)
+		loop->last_work_ns = loop->now_ns;
 	return work;
 }
 
@@ -313,6 +319,11 @@ int zl_loop_run(struct zl_loop *loop)
 			return rc;
 	}
 	return 0;
+}
+
+void zl_loop_set_busy_poll(struct zl_loop *loop, uint32_t spin_us)
+{
+	loop->spin_ns = (uint64_t)spin_us * 1000;
 }
 
 void zl_loop_wake(struct zl_loop *loop)

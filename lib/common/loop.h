@@ -71,6 +71,15 @@ void zl_loop_defer_cancel(struct zl_loop *loop, struct zl_defer *d);
 void zl_loop_add_poller(struct zl_loop *loop, struct zl_poller *p, zl_loop_poll_fn fn, void *arg);
 void zl_loop_del_poller(struct zl_loop *loop, struct zl_poller *p);
 
+/* Busy polling: for spin_us microseconds after an iteration that did work,
+ * iterations poll (epoll with no wait) instead of sleeping, so a completion
+ * or a reply that follows soon is taken without a wake-up; past the window
+ * the loop sleeps as usual, so an idle loop costs nothing. 0 (the default)
+ * turns it off. It pays where the loop has a core of its own; on a machine
+ * with fewer cores than busy loops, the spinning takes the CPU the other
+ * side of the exchange needs (docs/ARCHITECTURE.md). */
+void zl_loop_set_busy_poll(struct zl_loop *loop, uint32_t spin_us);
+
 /* One iteration: waits at most timeout_ms (-1 forever) for events, runs fd
  * callbacks, expired timers and deferred calls. Returns the number of
  * callbacks run, or -errno. */

@@ -60,6 +60,10 @@ struct manager_node {
 	bool seen;
 	uint64_t out_ms;   /* zl_now_ms when M5 last set a member of it OUT; 0: never */
 	int64_t out_start; /* info.start_time then */
+	/* Its status record says its disk failed (disk_error, "" when fine or
+	 * unknown): M8 moves its members out, nothing is placed on it. */
+	char disk_error[128];
+	uint64_t disk_ms; /* zl_now_ms when first seen failed; 0 while fine */
 };
 
 struct zl_manager {
@@ -110,6 +114,8 @@ struct manager_node *manager_node_get(struct zl_manager *m, const char *id);
 int manager_nodes_refresh(struct zl_manager *m);
 void manager_deadline(struct zl_manager *m, uint64_t at);
 bool manager_row_settled(struct zl_manager *m, const struct zl_slice *row);
+/* A live node whose disk did not fail: one that may take a replica. */
+bool manager_node_usable(const struct manager_node *nd);
 size_t manager_live_domains(struct zl_manager *m);
 
 /* ---- manager_rules.c ---- */

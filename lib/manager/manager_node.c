@@ -55,6 +55,43 @@ struct manager_node *manager_node_get(struct zl_manager *m, const char *id)
 	return nd;
 }
 
+/* Reads the status records: which live nodes say their disk failed. An
+ * unreadable list changes nothing (a failed disk stays failed until a
+ * record says otherwise; none is marked failed on a read error). */
+static void manager_disks_refresh(struct zl_manager *m, uint64_t now)
+{
+	struct zl_node_status *st = NULL;
+	size_t n = 0;
+
+	if (zl_meta_status_list(m->etcd, m->prefix, &st, &n))
+		return;
+	for (size_t i = 0; i < m->n_nodes; i++) {
+		struct manager_node *nd = &m->nodes[i];
+		const struct zl_node_status *s = NULL;
+
+		for (size_t k = 0; k < n && !s; k++)
+			if (!strcmp(st[k].node, nd->id))
+				s = &st[k];
+		if (!nd->present || !s || !s->disk_error[0]) {
+			if (nd->disk_error[0] && nd->present)
+				ZL_LOG_INFO(MGR_LOG, "manager: node=%s disk no longer failed",
+					    nd->id);
+			nd->disk_error[0] = 0;
+			nd->disk_ms = 0;
+			continue;
+		}
+		if (!nd->disk_error[0]) {
+			nd->disk_ms = now;
+			ZL_LOG_WARN(MGR_LOG,
+				    "manager: node=%s disk failed: %s (its members go out, nothing "
+				    "is placed on it)",
+				    nd->id, s->disk_error);
+		}
+		snprintf(nd->disk_error, sizeof(nd->disk_error), "%s", s->disk_error);
+	}
+	free(st);
+}
+
 /* Reads the node records and updates the table: present ones, and since
  * when the others are gone. 0 or an etcd error (the table is unchanged). */
 int manager_nodes_refresh(struct zl_manager *m)
@@ -89,7 +126,14 @@ int manager_nodes_refresh(struct zl_manager *m)
 		}
 	}
 	free(list);
+	if (!rc)
+		manager_disks_refresh(m, now);
 	return rc;
+}
+
+bool manager_node_usable(const struct manager_node *nd)
+{
+	return nd->present && !nd->disk_error[0];
 }
 
 void manager_deadline(struct zl_manager *m, uint64_t at)

@@ -237,7 +237,7 @@ static const struct zl_node_info *manager_replacement(struct zl_manager *m,
 	domains = manager_live_domains(m);
 	for (size_t i = 0; i < m->n_nodes; i++) {
 		const struct manager_node *a = &m->nodes[i];
-		bool ok = a->present && zl_slice_index_of(row, a->id) < 0;
+		bool ok = manager_node_usable(a) && zl_slice_index_of(row, a->id) < 0;
 
 		for (int j = 0; ok && j < row->n && domains >= v->replicas; j++) {
 			const struct manager_node *o = manager_node_find(m, row->nodes[j]);
@@ -282,13 +282,70 @@ static bool manager_m2_hold(struct zl_manager *m, const struct manager_node *nd,
 	return true;
 }
 
-/* M1, M2, M3 and M7 on one row, from the node table. */
+/* M7 on member i of cur, OUT on a node gone (or, M8, whose disk failed)
+ * since `since` (zl_now_ms): replaced by a usable node after
+ * down_out_interval. */
+static void manager_m7(struct zl_manager *m, const struct zl_volume *v, uint32_t slice,
+		       struct manager_decision *d, int i, uint64_t since, uint64_t now)
+{
+	const struct zl_slice *cur = &v->slices[slice];
+	const struct zl_node_info *rep;
+	uint64_t gone = now - since;
+	char key[256];
+
+	if (gone < (uint64_t)m->down_out_s * 1000) {
+		manager_deadline(m, since + (uint64_t)m->down_out_s * 1000);
+		return;
+	}
+	rep = manager_replacement(m, v, slice, &d->row, i);
+	if (!rep) {
+		snprintf(key, sizeof(key), "m7/%s/%u/%" PRIu64 "/%d", v->id, slice, cur->version,
+			 i);
+		if (manager_once(m, key))
+			ZL_LOG_WARN(MGR_LOG,
+				    "manager: vol=%s slice=%u member=%s gone for %" PRIu64
+				    " s: no live node outside the row%s to replace it; "
+				    "waiting (register a storage node)",
+				    v->id, slice, cur->nodes[i], gone / 1000,
+				    " and its failure domains");
+		return;
+	}
+	snprintf(d->row.nodes[i], sizeof(d->row.nodes[i]), "%s", rep->id);
+	snprintf(d->row.incarnation[i], sizeof(d->row.incarnation[i]), "%s", rep->incarnation);
+	manager_change_add(d, cur, i, ZL_MEMBER_RECOVERING,
+			   "M7 node gone for %" PRIu64 " s: replaced by %s (domain \"%s\")",
+			   gone / 1000, rep->id, rep->domain);
+}
+
+/* Member i of the row being decided is its last in-sync member: it stays,
+ * the row waits (logged once per row version and rule, with what happened
+ * to it). */
+static bool manager_last_in_sync(struct zl_manager *m, const struct zl_volume *v, uint32_t slice,
+				 const struct manager_decision *d, int i, const char *rule,
+				 const char *what)
+{
+	const struct zl_slice *cur = &v->slices[slice];
+	char key[256];
+
+	if (zl_slice_member_state(cur, i) != ZL_MEMBER_IN_SYNC ||
+	    zl_slice_member_count(&d->row, ZL_MEMBER_IN_SYNC) > 1)
+		return false;
+	snprintf(key, sizeof(key), "%s/%s/%u/%" PRIu64 "/%d", rule, v->id, slice, cur->version, i);
+	if (manager_once(m, key))
+		ZL_LOG_WARN(MGR_LOG,
+			    "manager: vol=%s slice=%u member=%s %s but it is the last in-sync "
+			    "member: the row waits for it",
+			    v->id, slice, cur->nodes[i], what);
+	return true;
+}
+
+/* M1, M2, M3, M7 and M8 on one row, from the node table. */
 void manager_decide_nodes(struct zl_manager *m, const struct zl_volume *v, uint32_t slice,
 			  struct manager_decision *d)
 {
 	const struct zl_slice *cur = &v->slices[slice];
 	uint64_t now = zl_now_ms();
-	char key[256];
+	char what[128];
 
 	for (int i = 0; i < cur->n; i++) {
 		enum zl_member_state st = zl_slice_member_state(cur, i);
@@ -297,22 +354,28 @@ void manager_decide_nodes(struct zl_manager *m, const struct zl_volume *v, uint3
 
 		if (!nd)
 			return; /* ENOMEM: next pass */
+		if (nd->present && nd->disk_error[0]) {
+			/* M8: its status record says its disk failed; it
+			 * acknowledges nothing (storage/storage_ddir.c). Out
+			 * at once (a new primary when it was one), replaced
+			 * like a gone node (M7) after down_out_interval. */
+			if (st == ZL_MEMBER_OUT) {
+				manager_m7(m, v, slice, d, i, nd->disk_ms, now);
+				continue;
+			}
+			if (manager_last_in_sync(m, v, slice, d, i, "m8", "disk failed"))
+				continue;
+			manager_change_add(d, cur, i, ZL_MEMBER_OUT, "M8 disk failed: %.120s",
+					   nd->disk_error);
+			continue;
+		}
 		if (nd->present) {
 			const char *ninc = nd->info.incarnation;
 
 			if (ninc[0] && rinc[0] && strcmp(ninc, rinc)) {
-				if (st == ZL_MEMBER_IN_SYNC &&
-				    zl_slice_member_count(&d->row, ZL_MEMBER_IN_SYNC) <= 1) {
-					snprintf(key, sizeof(key), "m3/%s/%u/%" PRIu64 "/%d", v->id,
-						 slice, cur->version, i);
-					if (manager_once(m, key))
-						ZL_LOG_WARN(MGR_LOG,
-							    "manager: vol=%s slice=%u member=%s "
-							    "has a new incarnation=%s but is the "
-							    "last in-sync member: the row waits",
-							    v->id, slice, cur->nodes[i], ninc);
+				snprintf(what, sizeof(what), "has a new incarnation=%s", ninc);
+				if (manager_last_in_sync(m, v, slice, d, i, "m3", what))
 					continue;
-				}
 				snprintf(d->row.incarnation[i], sizeof(d->row.incarnation[i]), "%s",
 					 ninc);
 				manager_change_add(d, cur, i, ZL_MEMBER_RECOVERING,
@@ -329,54 +392,20 @@ void manager_decide_nodes(struct zl_manager *m, const struct zl_volume *v, uint3
 			}
 			continue;
 		}
-		uint64_t gone = now - nd->gone_ms;
-
 		if (st != ZL_MEMBER_OUT) {
+			uint64_t gone = now - nd->gone_ms;
+
 			if (gone < (uint64_t)m->grace_s * 1000) {
 				manager_deadline(m, nd->gone_ms + (uint64_t)m->grace_s * 1000);
 				continue;
 			}
-			if (st == ZL_MEMBER_IN_SYNC &&
-			    zl_slice_member_count(&d->row, ZL_MEMBER_IN_SYNC) <= 1) {
-				snprintf(key, sizeof(key), "m1/%s/%u/%" PRIu64 "/%d", v->id, slice,
-					 cur->version, i);
-				if (manager_once(m, key))
-					ZL_LOG_WARN(
-					    MGR_LOG,
-					    "manager: vol=%s slice=%u member=%s node record "
-					    "gone but it is the last in-sync member: the "
-					    "row waits for it",
-					    v->id, slice, cur->nodes[i]);
+			if (manager_last_in_sync(m, v, slice, d, i, "m1", "node record gone"))
 				continue;
-			}
 			manager_change_add(d, cur, i, ZL_MEMBER_OUT,
 					   "M1 node record gone for %" PRIu64 " ms", gone);
 			continue;
 		}
-		if (gone < (uint64_t)m->down_out_s * 1000) {
-			manager_deadline(m, nd->gone_ms + (uint64_t)m->down_out_s * 1000);
-			continue;
-		}
-		const struct zl_node_info *rep = manager_replacement(m, v, slice, &d->row, i);
-
-		if (!rep) {
-			snprintf(key, sizeof(key), "m7/%s/%u/%" PRIu64 "/%d", v->id, slice,
-				 cur->version, i);
-			if (manager_once(m, key))
-				ZL_LOG_WARN(MGR_LOG,
-					    "manager: vol=%s slice=%u member=%s gone for %" PRIu64
-					    " s: no live node outside the row%s to replace it; "
-					    "waiting (register a storage node)",
-					    v->id, slice, cur->nodes[i], gone / 1000,
-					    " and its failure domains");
-			continue;
-		}
-		snprintf(d->row.nodes[i], sizeof(d->row.nodes[i]), "%s", rep->id);
-		snprintf(d->row.incarnation[i], sizeof(d->row.incarnation[i]), "%s",
-			 rep->incarnation);
-		manager_change_add(d, cur, i, ZL_MEMBER_RECOVERING,
-				   "M7 node gone for %" PRIu64 " s: replaced by %s (domain \"%s\")",
-				   gone / 1000, rep->id, rep->domain);
+		manager_m7(m, v, slice, d, i, nd->gone_ms, now);
 	}
 }
 
@@ -387,7 +416,7 @@ static bool manager_rebal_fits(struct zl_manager *m, const struct zl_volume *v,
 			       const struct zl_slice *row, int slot, const struct manager_node *a,
 			       size_t domains)
 {
-	if (!a->present || zl_slice_index_of(row, a->id) >= 0)
+	if (!manager_node_usable(a) || zl_slice_index_of(row, a->id) >= 0)
 		return false;
 	for (int j = 0; j < row->n && domains >= v->replicas; j++) {
 		const struct manager_node *o = manager_node_find(m, row->nodes[j]);

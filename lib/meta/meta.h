@@ -226,6 +226,12 @@ struct zl_node_status {
 	uint64_t chunk_writes, durable_ios;
 	uint64_t journal_size, journal_used, journal_checkpoints, journal_waits;
 	uint32_t journal_dirty_chunks;
+	/* "disk_error" (absent in older records, and while the disk is fine:
+	 * ""): why the daemon stopped acknowledging writes, e.g. "data
+	 * directory /x was removed" (storage/storage_ddir.c). Non-empty: the
+	 * disk failed; the manager moves the node's members out and places
+	 * nothing on it. */
+	char disk_error[128];
 };
 
 /* JSON codec (fuzzed): to_json NULL for an invalid record or ENOMEM;

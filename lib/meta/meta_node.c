@@ -84,6 +84,9 @@ static int meta_status_check(const void *rec, char *why, size_t why_len)
 
 	if (!meta_buf_ok(s->node, sizeof(s->node), false) || zl_node_id_check(s->node))
 		return meta_fail(why, why_len, "node is not a valid node id");
+	if (!meta_buf_ok(s->disk_error, sizeof(s->disk_error), true))
+		return meta_fail(why, why_len, "disk_error is not a string of at most %zu bytes",
+				 sizeof(s->disk_error) - 1);
 	if (s->bytes_done > INT64_MAX || s->bytes_left > INT64_MAX || s->rate > INT64_MAX ||
 	    s->time < 0 || s->chunk_writes > INT64_MAX || s->durable_ios > INT64_MAX ||
 	    s->journal_size > INT64_MAX || s->journal_used > s->journal_size ||
@@ -136,6 +139,12 @@ char *zl_meta_status_to_json(const struct zl_node_status *s)
 		      (json_int_t)s->journal_dirty_chunks, "journal_checkpoints",
 		      (json_int_t)s->journal_checkpoints, "journal_waits",
 		      (json_int_t)s->journal_waits);
+	/* Written only once the disk failed: records stay as they were. */
+	if (o && s->disk_error[0] &&
+	    json_object_set_new(o, "disk_error", json_string(s->disk_error))) {
+		json_decref(o);
+		return NULL;
+	}
 	return meta_dump(o);
 }
 
@@ -156,6 +165,7 @@ static const struct meta_field meta_status_fields[] = {
     META_INT_NEW(struct zl_node_status, journal_checkpoints, "journal_checkpoints", 0,
 		 INT64_MAX),
     META_INT_NEW(struct zl_node_status, journal_waits, "journal_waits", 0, INT64_MAX),
+    META_STR_NEW(struct zl_node_status, disk_error, "disk_error"),
 };
 
 static const struct meta_field meta_status_peering_fields[] = {

@@ -183,6 +183,33 @@ static int meta_spec_apply(const struct zl_volume_spec *spec, struct zl_volume *
 	return 0;
 }
 
+/* Takes the nodes whose status record says their disk failed
+ * (disk_error, storage/storage_ddir.c) out of nodes[0..*n): nothing is
+ * placed on them. An unreadable status list drops none. */
+static void meta_nodes_drop_failed(struct zl_etcd *e, const char *prefix,
+				   struct zl_node_info *nodes, size_t *n)
+{
+	struct zl_node_status *st = NULL;
+	size_t n_st = 0, k = 0;
+
+	if (zl_meta_status_list(e, prefix, &st, &n_st))
+		return;
+	for (size_t i = 0; i < *n; i++) {
+		const struct zl_node_status *f = NULL;
+
+		for (size_t j = 0; j < n_st && !f; j++)
+			if (!strcmp(st[j].node, nodes[i].id) && st[j].disk_error[0])
+				f = &st[j];
+		if (f)
+			ZL_LOG_WARN("meta", "not placing on node=%s: its disk failed (%s)",
+				    nodes[i].id, f->disk_error);
+		else
+			nodes[k++] = nodes[i];
+	}
+	*n = k;
+	free(st);
+}
+
 /* Chooses a fresh id and the placement over the live nodes. */
 static int meta_volume_place(struct zl_etcd *e, const char *prefix, struct zl_volume *v)
 {
@@ -199,6 +226,7 @@ static int meta_volume_place(struct zl_etcd *e, const char *prefix, struct zl_vo
 	ret = zl_meta_node_list(e, prefix, &nodes, &n_nodes);
 	if (ret)
 		return ret;
+	meta_nodes_drop_failed(e, prefix, nodes, &n_nodes);
 	if (n_nodes < v->replicas) {
 		ZL_LOG_ERR("meta",
 			   "cannot place volume name=%s: replicas=%u but live_nodes=%zu; "

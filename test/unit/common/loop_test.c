@@ -1,3 +1,4 @@
+#include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -5,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <cmocka.h>
 
 #include "lib/common/common.h"
@@ -100,11 +102,62 @@ static void test_stop_from_thread(void **state)
 	zl_loop_destroy(loop);
 }
 
+static uint64_t thread_cpu_us(void)
+{
+	struct rusage ru;
+
+	assert_int_equal(getrusage(RUSAGE_THREAD, &ru), 0);
+	return (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 +
+	       (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+/* Busy polling: right after work an iteration polls instead of sleeping;
+ * past the window, and when idle, the loop sleeps (it costs no CPU). */
+static void test_busy_poll(void **state)
+{
+	struct zl_loop *loop;
+	struct ctx c = {0};
+	struct zl_defer d;
+	struct zl_timer t;
+	uint64_t t0, cpu;
+
+	(void)state;
+	assert_int_equal(zl_loop_create(&loop), 0);
+	zl_loop_set_busy_poll(loop, 20000); /* 20 ms */
+	zl_loop_defer(loop, &d, on_defer, &c);
+	assert_int_equal(zl_loop_run_once(loop, -1), 1);
+	t0 = zl_now_ns();
+	assert_int_equal(zl_loop_run_once(loop, 1000), 0); /* polled, did not sleep 1 s */
+	assert_true(zl_now_ns() - t0 < 15000000ull);
+	usleep(30000); /* past the window: the next iteration sleeps */
+	t0 = zl_now_ns();
+	assert_int_equal(zl_loop_run_once(loop, 60), 0);
+	assert_true(zl_now_ns() - t0 >= 50000000ull);
+	/* Idle for 500 ms (until a timer) with busy polling on: under 1 % of
+	 * a core. */
+	cpu = thread_cpu_us();
+	zl_timer_start(loop, &t, 500, 0, on_timer, &c);
+	while (!c.timer_calls)
+		assert_true(zl_loop_run_once(loop, -1) >= 0);
+	cpu = thread_cpu_us() - cpu;
+	print_message("busy poll on, idle 500 ms: %" PRIu64 " us of CPU\n", cpu);
+	assert_true(cpu < 5000);
+	/* Off: an iteration right after work sleeps again. */
+	zl_loop_set_busy_poll(loop, 0);
+	zl_loop_defer(loop, &d, on_defer, &c);
+	assert_int_equal(zl_loop_run_once(loop, -1), 1);
+	t0 = zl_now_ns();
+	assert_int_equal(zl_loop_run_once(loop, 60), 0);
+	assert_true(zl_now_ns() - t0 >= 50000000ull);
+	zl_loop_destroy(loop);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_fd_timer_defer),
 		cmocka_unit_test(test_stop_from_thread),
+		cmocka_unit_test(test_busy_poll),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -44,6 +44,9 @@ static struct {
 	size_t n_reps;
 	struct zl_rebalance_req rebs[T_MAX_REBS];
 	size_t n_rebs;
+	/* Status records: only disk_error matters to the manager. */
+	struct zl_node_status status[T_MAX_NODES];
+	size_t n_status;
 	/* Recorded writes. */
 	int row_tries;	 /* zl_meta_slice_set calls: rows the manager tried to write */
 	int row_writes;	 /* zl_meta_volume_update calls that stored a row */
@@ -57,6 +60,8 @@ static struct {
 uint64_t __wrap_zl_now_ms(void);
 int __wrap_zl_meta_node_list(struct zl_etcd *e, const char *prefix, struct zl_node_info **out,
 			     size_t *n);
+int __wrap_zl_meta_status_list(struct zl_etcd *e, const char *prefix, struct zl_node_status **out,
+			       size_t *n);
 int __wrap_zl_meta_volume_list(struct zl_etcd *e, const char *prefix, struct zl_volume **out,
 			       size_t *n);
 int __wrap_zl_meta_volume_get(struct zl_etcd *e, const char *prefix, const char *id,
@@ -89,6 +94,17 @@ int __wrap_zl_meta_node_list(struct zl_etcd *e, const char *prefix, struct zl_no
 	assert_non_null(*out);
 	memcpy(*out, fk.nodes, fk.n_nodes * sizeof(**out));
 	*n = fk.n_nodes;
+	return 0;
+}
+
+int __wrap_zl_meta_status_list(struct zl_etcd *e, const char *prefix, struct zl_node_status **out,
+			       size_t *n)
+{
+	fk.etcd_calls++;
+	*out = calloc(fk.n_status + 1, sizeof(**out));
+	assert_non_null(*out);
+	memcpy(*out, fk.status, fk.n_status * sizeof(**out));
+	*n = fk.n_status;
 	return 0;
 }
 
@@ -783,6 +799,91 @@ static void test_m7_waits_without_a_candidate(void **state)
 	assert_int_equal(st_of(v, 0, "n2"), ZL_MEMBER_OUT);
 }
 
+/* ---- M8: a node whose status record says its disk failed ---- */
+
+/* Node k's status record says why its disk failed ("" : fine again). */
+static void disk_set(int k, const char *why)
+{
+	char id[ZL_NODE_ID_MAX];
+	struct zl_node_status *st = NULL;
+
+	snprintf(id, sizeof(id), "n%d", k);
+	for (size_t i = 0; i < fk.n_status && !st; i++)
+		if (!strcmp(fk.status[i].node, id))
+			st = &fk.status[i];
+	if (!st) {
+		assert_true(fk.n_status < T_MAX_NODES);
+		st = &fk.status[fk.n_status++];
+	}
+	memset(st, 0, sizeof(*st));
+	snprintf(st->node, sizeof(st->node), "%s", id);
+	snprintf(st->disk_error, sizeof(st->disk_error), "%s", why);
+}
+
+/* Out at once, whatever the grace: its node record lives on. A primary
+ * hands over (new term); a backup stays out (no M2 while the disk is
+ * failed), and comes back only once its record says the disk is fine. */
+static void test_m8_failed_disk_goes_out_at_once(void **state)
+{
+	struct zl_volume *v = cluster3(2);
+
+	row_set(v, 1, "n2", ZL_MEMBER_IN_SYNC);
+	tick();
+	assert_int_equal(fk.row_writes, 0);
+	disk_set(1, "data directory /d was removed while running");
+	disk_set(2, "");
+	tick();
+	assert_int_equal(st_of(v, 0, "n1"), ZL_MEMBER_OUT);
+	assert_int_equal(st_of(v, 1, "n1"), ZL_MEMBER_OUT);
+	assert_string_equal(primary_of(v, 0), "n2");
+	assert_int_equal(v->slices[0].term, 2);
+	assert_int_equal(st_of(v, 0, "n2"), ZL_MEMBER_IN_SYNC);
+	assert_int_equal(st_of(v, 0, "n3"), ZL_MEMBER_IN_SYNC);
+	for (int i = 0; i < 3; i++) {
+		advance_s(30);
+		tick();
+	}
+	assert_int_equal(st_of(v, 0, "n1"), ZL_MEMBER_OUT); /* M2 never brings it back */
+	/* Restarted with a data dir: its record says so, M2 takes it back. */
+	disk_set(1, "");
+	node_up(1, 0, 1);
+	fk.nodes[0].start_time++;
+	tick();
+	assert_int_equal(st_of(v, 0, "n1"), ZL_MEMBER_RECOVERING);
+}
+
+/* The last in-sync member stays (the row waits); a failed disk takes no
+ * replacement (M7 picks a usable node) and is itself replaced after
+ * down-out. */
+static void test_m8_placement_avoids_failed_disks(void **state)
+{
+	struct zl_volume *v = cluster3(1);
+	uint64_t ver;
+
+	node_up(4, 0, 4);
+	node_up(5, 0, 5);
+	fk.nodes[3].free = 1ull << 41; /* n4 would be the first choice */
+	disk_set(4, "data directory /d4 is on a filesystem that turned read-only");
+	row_set(v, 0, "n2", ZL_MEMBER_OUT);
+	row_set(v, 0, "n3", ZL_MEMBER_OUT);
+	disk_set(1, "journal /d/journal-0 failed a write (disk I/O error)");
+	tick();
+	assert_int_equal(st_of(v, 0, "n1"), ZL_MEMBER_IN_SYNC); /* the last copy */
+	row_set(v, 0, "n3", ZL_MEMBER_IN_SYNC);
+	tick();
+	assert_int_equal(st_of(v, 0, "n1"), ZL_MEMBER_OUT);
+	assert_string_equal(primary_of(v, 0), "n3");
+	advance_s(T_DOWN_OUT_S + 1);
+	ver = v->slices[0].version;
+	tick();
+	/* One write, the replacement: n4 was never picked (and taken out). */
+	assert_int_equal(v->slices[0].version, ver + 1);
+	tick();
+	assert_int_equal(zl_slice_index_of(&v->slices[0], "n1"), -1);
+	assert_int_equal(zl_slice_index_of(&v->slices[0], "n4"), -1);
+	assert_true(zl_slice_index_of(&v->slices[0], "n5") >= 0);
+}
+
 /* ---- leadership: off, follower, lost ---- */
 
 /* What --manager=off amounts to for the rules (no manager decides): a
@@ -1031,6 +1132,10 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_m6_other_reports_change_nothing, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_pointless_reports_deleted, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_m7_down_out_replacement, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_m8_failed_disk_goes_out_at_once, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_m8_placement_avoids_failed_disks, setup,
+					    teardown),
 	    cmocka_unit_test_setup_teardown(test_m7_waits_without_a_candidate, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_not_leading_changes_nothing, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_lost_lease_writes_nothing, setup, teardown),

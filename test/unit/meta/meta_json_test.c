@@ -993,6 +993,11 @@ static void test_report_json(void **state)
 
 /* status/<node>: progress counters and the slices peering (older records
  * without the peering fields read as none). */
+/* 128 characters: one more than a status record's disk_error holds. */
+#define LONG128                                                                                    \
+	"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"                         \
+	"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
 static void test_status_json(void **state)
 {
 	static struct zl_node_status s, d;
@@ -1017,6 +1022,10 @@ static void test_status_json(void **state)
 	    "\"journal_used\":8192}", /* more used than the journal holds */
 	    "{\"node\":\"n\",\"recovering_bytes_done\":0,\"recovering_bytes_left\":0,"
 	    "\"rate\":0,\"recovering\":0,\"time\":1,\"durable_ios\":-1}",
+	    "{\"node\":\"n\",\"recovering_bytes_done\":0,\"recovering_bytes_left\":0,"
+	    "\"rate\":0,\"recovering\":0,\"time\":1,\"disk_error\":5}",
+	    "{\"node\":\"n\",\"recovering_bytes_done\":0,\"recovering_bytes_left\":0,"
+	    "\"rate\":0,\"recovering\":0,\"time\":1,\"disk_error\":\"" LONG128 "\"}",
 	};
 	const char *old = "{\"node\":\"n\",\"recovering_bytes_done\":5,"
 			  "\"recovering_bytes_left\":6,\"rate\":7,\"recovering\":1,\"time\":9}";
@@ -1061,6 +1070,18 @@ static void test_status_json(void **state)
 			fail_msg("status \"%s\" was accepted", bad[i]);
 		assert_int_equal(d.n_peering, 0);
 	}
+	assert_string_equal(d.disk_error, "");
+	/* A failed disk: the reason is written and read back; a record
+	 * without it says the disk is fine. */
+	strcpy(s.disk_error, "data directory /d was removed");
+	json = zl_meta_status_to_json(&s);
+	assert_non_null(json);
+	assert_non_null(strstr(json, ",\"journal_waits\":1,\"disk_error\":\"data directory /d was "
+				     "removed\"}"));
+	assert_int_equal(zl_meta_status_from_json(json, strlen(json), &d), 0);
+	assert_memory_equal(&s, &d, sizeof(s));
+	free(json);
+	s.disk_error[0] = 0;
 	/* Unsorted entries are not written either. */
 	s.peering[1].slice = 4;
 	assert_null(zl_meta_status_to_json(&s));

@@ -20,6 +20,7 @@
 #include "lib/common/common.h"
 #include "lib/common/loop.h"
 #include "storage/storage_chunk.h"
+#include "storage_test_buf.h"
 
 #define CS  (1u << 20) /* chunk size used by most tests */
 #define VOL 0x1234abcdull
@@ -34,22 +35,6 @@ struct env {
  * journal write path (ctest storage_chunk_journal_test), with the smallest
  * journal, so checkpoints and waits for space happen. */
 static bool jmode;
-
-static void *t_alloc(void *arg, size_t len)
-{
-	void *p = NULL;
-
-	(void)arg;
-	if (posix_memalign(&p, 4096, ZL_ALIGN_UP(len, 4096)))
-		return NULL;
-	return p;
-}
-
-static void t_free(void *arg, void *p)
-{
-	(void)arg;
-	free(p);
-}
 
 static int env_open_mode(struct env *e, bool journal)
 {

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "storage/storage_heal.h"
+#include "storage_test_buf.h"
 
 #define CS (256u << 10)
 #define PIECE (64u << 10)
@@ -28,20 +29,6 @@ struct env {
 	struct zl_chunk_store *s;
 	uint8_t *buf;
 };
-
-static void *t_alloc(void *arg, size_t len)
-{
-	void *p = NULL;
-
-	(void)arg;
-	return posix_memalign(&p, 4096, ZL_ALIGN_UP(len, 4096)) ? NULL : p;
-}
-
-static void t_free(void *arg, void *p)
-{
-	(void)arg;
-	free(p);
-}
 
 static void env_open(struct env *e)
 {
