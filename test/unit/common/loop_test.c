@@ -117,8 +117,8 @@ static void test_busy_poll(void **state)
 {
 	struct zl_loop *loop;
 	struct ctx c = {0};
-	struct zl_defer d;
-	struct zl_timer t;
+	struct zl_defer d = {0};
+	struct zl_timer t = {0};
 	uint64_t t0, cpu;
 
 	(void)state;
