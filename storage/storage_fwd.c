@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/common/slab.h"
 #include "storage_io.h"
 
 #define FWD_CONNECT_MS 2000
@@ -64,6 +65,7 @@ struct zl_storage_fwd {
 	struct fwd_node *list;
 	struct zl_worker *worker; /* the look-ups */
 	struct zl_etcd *etcd;	  /* the helper thread's */
+	struct zl_slab pends;	  /* struct fwd_pend: no malloc per queued forward */
 	bool destroying;
 };
 
@@ -75,6 +77,7 @@ int zl_storage_fwd_create(struct zl_storage *st, struct zl_storage_fwd **out)
 	if (!p)
 		return -ENOMEM;
 	p->st = st;
+	zl_slab_init(&p->pends, sizeof(struct fwd_pend), FWD_QUEUE_MAX);
 	rc = zl_etcd_create(&st->cfg.eo, &p->etcd);
 	if (!rc)
 		rc = zl_worker_create(st->loop, &p->worker);
@@ -119,7 +122,7 @@ static void fwd_pend_flush(struct fwd_node *pe, int err)
 						   q->out_crcs, q->in, q->in_cap, q->cb, q->arg);
 		if (rc)
 			q->cb(q->arg, rc, NULL);
-		free(q);
+		zl_slab_free(&pe->owner->pends, q);
 		q = next;
 	}
 }
@@ -145,6 +148,7 @@ void zl_storage_fwd_destroy(struct zl_storage_fwd *p)
 		else
 			pe->owner = NULL;
 	}
+	zl_slab_fini(&p->pends);
 	free(p);
 }
 
@@ -333,7 +337,7 @@ static int fwd_request(struct zl_storage_fwd *p, const char *node_id, struct zl_
 	}
 	if (pe->n_pend >= FWD_QUEUE_MAX)
 		return -ZL_ERR_BUSY;
-	q = calloc(1, sizeof(*q));
+	q = zl_slab_alloc(&p->pends);
 	if (!q)
 		return -ENOMEM;
 	*q = (struct fwd_pend){.hdr = *hdr, .out = out, .out_len = out_len, .out_crcs = out_crcs,
