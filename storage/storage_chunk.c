@@ -9,6 +9,10 @@
  *   OP_ST_DATA    data write / read / punch / fsync in flight
  *   OP_ST_SYNC    zeroing: fdatasync after the hole punch (a punch is not
  *                 covered by RWF_DSYNC)
+ *   OP_ST_ORDER   journal mode: its blocks are ready, but a write/zero of
+ *                 the chunk submitted before it with a lower version is not
+ *                 in the journal yet (chunk_order_kick journals it after)
+ *   OP_ST_JOURNAL journal mode: in a record being made durable
  *   OP_ST_DONE    finished, callback pending
  * An operation keeps its block range in the chunk's active list from start to
  * finish, so an overlapping operation (at least one of them modifying) waits
@@ -86,6 +90,7 @@ enum op_stage {
 	OP_ST_DATA,
 	OP_ST_SYNC,
 	OP_ST_COMMIT,
+	OP_ST_ORDER,
 	OP_ST_JOURNAL,
 	OP_ST_DONE
 };
@@ -107,6 +112,7 @@ struct chunk_op {
 	uint64_t expect, got; /* bytes requested / transferred by those SQEs */
 	int err;
 	uint64_t version;    /* WRITE/ZERO: data version given by the caller */
+	uint64_t sub;	     /* submission number (store-wide, ascending) */
 	uint64_t need_round; /* metadata round that makes this op durable */
 	uint32_t *bad;	     /* scrub READ: count bad blocks here instead of failing */
 	struct chunk **held; /* FLUSH: the chunks it fsyncs, one reference each */
@@ -209,6 +215,7 @@ struct zl_chunk_store {
 	struct chunk *lru_head, *lru_tail;
 	uint32_t n_open, max_open;
 	struct zl_slab ops; /* operation contexts; in_use = operations in flight */
+	uint64_t n_sub;	    /* operations submitted (chunk_op.sub) */
 	zl_chunk_buf_alloc_fn buf_alloc;
 	zl_chunk_buf_free_fn buf_free;
 	void *buf_arg;
@@ -235,6 +242,7 @@ struct zl_chunk_store {
 
 static void op_start(struct chunk_op *op);
 static void op_finish(struct chunk_op *op);
+static void chunk_order_kick(struct chunk *c);
 static void store_ckpt_want(struct zl_chunk_store *s);
 static void store_ckpt_timer_cb(void *arg);
 static void op_write_data(struct chunk_op *op);
@@ -1417,6 +1425,8 @@ static void op_finish(struct chunk_op *op)
 			list_add_tail(&c->active, w);
 			op_start(w);
 		}
+		if (s->jmode)
+			chunk_order_kick(c);
 	}
 	/* Its data is durable now: a round claims its version (page 0 is as
 	 * good as any, the highest page version counts). Journal mode: the
@@ -1605,7 +1615,8 @@ static uint32_t op_claim_gap(const struct chunk_op *op)
 		for (const struct chunk_op *u = lists[l]->first; u; u = u->next)
 			if ((u->kind == OP_WRITE || u->kind == OP_ZERO) && u->version &&
 			    u->version <= claim && u != op &&
-			    (u->stage == OP_ST_WAIT || u->stage == OP_ST_EDGE))
+			    (u->stage == OP_ST_WAIT || u->stage == OP_ST_EDGE ||
+			     u->stage == OP_ST_ORDER))
 				claim = u->version - 1;
 	return op->version - claim > ZL_JOURNAL_CLAIM_NONE - 1 ? ZL_JOURNAL_CLAIM_NONE
 								 : (uint32_t)(op->version - claim);
@@ -1686,6 +1697,51 @@ static void op_journal(struct chunk_op *op)
 	zl_jw_append(s->jw, &op->jitem);
 }
 
+/* Journal mode: whether op must wait (OP_ST_ORDER) before its record: a
+ * write/zero of its chunk submitted before it with a lower version is not
+ * in the journal yet (waiting for blocks, reading edge blocks, or itself
+ * waiting here). Journaling a chunk's writes in version order means a
+ * crash leaves each chunk a prefix of its versions, so its version names
+ * exactly the data it holds: a copy holding a newer write but claiming a
+ * lower version (because an older one had not reached the journal) would
+ * tie with a copy that really is at that version, and recovery and peering
+ * trust equal versions (REPLICATION.md §7). Only earlier submissions count,
+ * so an op never waits for one that waits for its blocks. */
+static bool op_order_blocked(const struct chunk_op *op)
+{
+	const struct op_list *lists[2] = {&op->ch->active, &op->ch->waiting};
+
+	if (!op->version)
+		return false;
+	for (int l = 0; l < 2; l++)
+		for (const struct chunk_op *u = lists[l]->first; u; u = u->next)
+			if (u != op && (u->kind == OP_WRITE || u->kind == OP_ZERO) && u->version &&
+			    u->version < op->version && u->sub < op->sub &&
+			    (u->stage == OP_ST_WAIT || u->stage == OP_ST_EDGE ||
+			     u->stage == OP_ST_ORDER))
+				return true;
+	return false;
+}
+
+/* Journals the chunk's OP_ST_ORDER operations that may go now, lowest
+ * submission first. */
+static void chunk_order_kick(struct chunk *c)
+{
+	bool again = true;
+
+	while (again) {
+		struct chunk_op *best = NULL;
+
+		for (struct chunk_op *op = c->active.first; op; op = op->next)
+			if (op->stage == OP_ST_ORDER && !op_order_blocked(op) &&
+			    (!best || op->sub < best->sub))
+				best = op;
+		again = best != NULL;
+		if (best)
+			op_journal(best);
+	}
+}
+
 /* Builds the blocks a write/zero will put on disk, sets their new CRCs
  * (keeping the old ones as previous) and waits for them to be durable. */
 static void op_commit_prepare(struct chunk_op *op)
@@ -1693,7 +1749,12 @@ static void op_commit_prepare(struct chunk_op *op)
 	struct chunk *c = op->ch;
 
 	if (op->s->jmode) {
+		if (op_order_blocked(op)) {
+			op->stage = OP_ST_ORDER;
+			return;
+		}
 		op_journal(op);
+		chunk_order_kick(c);
 		return;
 	}
 
@@ -2045,6 +2106,7 @@ static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vo
 		s->st.writes++;
 	else
 		s->st.zeroes++;
+	op->sub = ++s->n_sub;
 	for (struct chunk_op *o = c->active.first; o; o = o->next)
 		if (op_conflict(op, o))
 			goto wait;
@@ -2855,9 +2917,10 @@ static int rentry_cmp(const void *a, const void *b)
 /* Applies entry x's undecided blocks to chunk c (see above). A torn
  * INPLACE entry (a block without its data: never acknowledged) caps the
  * chunk's version below its own in *cap, as chunk_durable_ver does at run
- * time: equal versions must mean equal data for recovery. */
+ * time: equal versions must mean equal data for recovery. *dec_ver: the
+ * highest version of an entry that decided a block. */
 static int replay_entry(struct zl_chunk_store *s, struct chunk *c, struct rentry *x,
-			uint8_t *decided, uint32_t *crcs, uint64_t *cap)
+			uint8_t *decided, uint32_t *crcs, uint64_t *cap, uint64_t *dec_ver)
 {
 	uint32_t b0 = x->off / BLK, nb = x->len / BLK;
 	int rc = zl_jw_read(s->jw, crcs, (size_t)nb * 4, x->crc_off);
@@ -2878,6 +2941,7 @@ static int replay_entry(struct zl_chunk_store *s, struct chunk *c, struct rentry
 			} else if (zl_crc32c(s->replay_buf, BLK) == want) {
 				chunk_set_crc(c, b0 + i, want, x->version);
 				decided[b0 + i] = 1;
+				*dec_ver = ZL_MAX(*dec_ver, x->version);
 			} else {
 				x->torn = true;
 			}
@@ -2904,6 +2968,7 @@ static int replay_entry(struct zl_chunk_store *s, struct chunk *c, struct rentry
 					  : zl_get_le32((const uint8_t *)&crcs[k]),
 				      x->version);
 			decided[b0 + k] = 1;
+			*dec_ver = ZL_MAX(*dec_ver, x->version);
 		}
 		i = j;
 	}
@@ -2914,6 +2979,32 @@ static int replay_entry(struct zl_chunk_store *s, struct chunk *c, struct rentry
 	return rc;
 }
 
+/* After replay chunk c holds the data of a write newer than the version it
+ * may claim (a torn INPLACE write partly landed, or an entry journaled
+ * ahead of an older write of the chunk that never was): no version names
+ * that content, and a copy that really is at the lower version would tie
+ * with it. Like an unclean start's roll-back, its version drops to 0 (a
+ * peer's copy wins; every page is rewritten by the checkpoint's round). */
+static void replay_inexact(struct zl_chunk_store *s, struct chunk *c, const char *vid,
+			   uint64_t dec_ver)
+{
+	struct known *k = known_find(s, c->vol, c->idx);
+
+	ZL_LOG_WARN("storage",
+		    "journal replay: vol=%s chunk=%" PRIu64 " holds data of version %" PRIu64
+		    " but may claim only %" PRIu64 " (a write ahead of one that did not land): "
+		    "version dropped to 0, a peer's copy wins",
+		    vid, c->idx, dec_ver, c->version);
+	for (uint32_t p = 0; p < c->meta_pages; p++)
+		c->page_ver[p] = 0;
+	c->dirty_mask |= c->meta_pages >= 64 ? ~0ull : (1ull << c->meta_pages) - 1;
+	c->version = 0;
+	c->disk_ver = 0;
+	if (k)
+		k->version = 0;
+	s->st.replay_inexact_chunks++;
+}
+
 /* The entries v[0..n) of one chunk, in journal order. A chunk whose file is
  * gone (removed since) or was created after an entry's record (birth) does
  * not get it. */
@@ -2921,7 +3012,7 @@ static int replay_chunk(struct zl_chunk_store *s, struct rentry *v, size_t n, ui
 {
 	char path[PATH_MAX], vid[ZL_VOL_ID_LEN + 1];
 	uint8_t *decided = NULL;
-	uint64_t cap = UINT64_MAX;
+	uint64_t cap = UINT64_MAX, dec_ver = 0;
 	struct chunk *c;
 	uint32_t cs;
 	int rc = 0;
@@ -2949,11 +3040,13 @@ static int replay_chunk(struct zl_chunk_store *s, struct rentry *v, size_t n, ui
 				   vid, x->chunk, x->off, x->len, cs);
 			continue;
 		}
-		rc = replay_entry(s, c, x, decided, crcs, &cap);
+		rc = replay_entry(s, c, x, decided, crcs, &cap, &dec_ver);
 		if (!rc)
 			chunk_jdirty(s, c, x->seq);
 	}
 	c->version = ZL_MIN(c->version, cap);
+	if (!rc && dec_ver > c->version)
+		replay_inexact(s, c, vid, dec_ver);
 	if (rc)
 		ZL_LOG_ERR("storage", "journal replay: vol=%s chunk=%" PRIu64 " cannot be written: %s",
 			   vid, v[0].chunk, zl_strerror(rc));

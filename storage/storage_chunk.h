@@ -105,6 +105,9 @@ struct zl_chunk_store_stats {
 	bool direct_io;	   /* false after an O_DIRECT fallback */
 	bool unclean_start;	     /* opened without the clean marker: verified */
 	uint64_t rolled_back_chunks; /* chunks of that scan dropped to version 0 */
+	/* Journal replay: chunks holding a write newer than the version they
+	 * may claim, dropped to version 0 (replay_inexact). */
+	uint64_t replay_inexact_chunks;
 	uint64_t rolled_back_blocks; /* blocks whose write had not landed */
 	uint64_t deferred_closes;    /* files dropped with I/O in flight: closed by its end */
 	/* Durable disk I/Os: writes with RWF_DSYNC, fdatasyncs, journal record

@@ -206,6 +206,27 @@ if ((check > 0)); then
 	scan_all "${taint[@]}" || fail "a chunk file block matches neither its crc nor its prev_crc"
 fi
 storage_start
+# The host's request for a state dump (it gave up waiting for this boot):
+# every thread of every daemon, its state, wait channel and kernel stack,
+# and its user stack where gdb is installed, to WORK/bootB/threads.txt.
+dump_threads() {
+	local p t
+	for p in "${storage_pids[@]}"; do
+		echo "== zipline-storage pid $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)"
+		for t in /proc/"$p"/task/*; do
+			echo "-- tid ${t##*/} $(cut -d' ' -f2,3 "$t/stat" 2>/dev/null) wchan=$(cat "$t/wchan" 2>/dev/null)"
+			sed 's/^/     /' "$t/stack" 2>/dev/null
+		done
+		command -v gdb >/dev/null &&
+			timeout 120 gdb -p "$p" -batch -nx -ex 'thread apply all bt' 2>&1 | grep -v '^\[New LWP'
+	done
+}
+(
+	for ((i = 0; i < 3600; i++)); do
+		[[ -e $logs/dump-request ]] && { dump_threads >"$logs/threads.tmp" 2>&1; mv "$logs/threads.tmp" "$logs/threads.txt"; break; }
+		sleep 0.5
+	done
+) &
 export ZIPLINE_ETCD=$etcd_url
 if [[ ${ZL_POWERCUT_MANAGER:-on} == on ]]; then
 	"$bin/zipline-controller" --endpoint unix:///run/zl-powercut-csi.sock --etcd "$etcd_url" \

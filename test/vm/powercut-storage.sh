@@ -70,6 +70,22 @@ show() {
 	sed 's/^/    | /' "$work/$1.out"
 	grep -av '^zl-vm: ' "$work/$1.err" | sed 's/^/    |2 /' # -a: the serial port may carry NULs
 }
+# dump BOOT: a guest that stopped making progress: asks it for the state
+# of every daemon thread (powercut-guest.sh dump_threads, at most 150 s)
+# and prints that and the end of each daemon's log.
+dump() {
+	local d=$work/boot$1 i
+	touch "$d/dump-request" 2>/dev/null || return
+	for ((i = 0; i < 300; i++)); do
+		[[ -e $d/threads.txt ]] && break
+		sleep 0.5
+	done
+	echo "powercut_storage: boot $1 made no progress: the daemons' threads and logs" >&2
+	sed 's/^/    threads| /' "$d/threads.txt" >&2 2>/dev/null || echo "    (no thread dump from the guest)" >&2
+	for i in "$d"/storage-*.log "$d"/controller.log; do
+		[[ -f $i ]] && tail -40 "$i" | sed "s/^/    ${i##*/}| /" >&2
+	done
+}
 step "seed $seed0, $rounds power cuts, a cut after $ready_after acknowledged ops + 0..4 s, 3 replicas, write path ${ZL_TEST_WRITE_PATH:-default}"
 
 for ((r = 1; r <= rounds; r++)); do
@@ -88,6 +104,7 @@ for ((r = 1; r <= rounds; r++)); do
 	bash "$vm" wait "$name" --file "$ready" --timeout 300
 	rc=$?
 	if ((rc != 0)); then
+		((rc == 124)) && dump "$r"
 		bash "$vm" kill "$name" >/dev/null 2>&1
 		show "boot$r"
 		((rc == 124)) && fail "boot $r: the load did not reach $ready_after acknowledged ops in 300 s"
