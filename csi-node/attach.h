@@ -94,6 +94,15 @@ struct attach {
 
 	uint64_t io_errors;
 	struct zl_ratelimit err_rl;
+
+	/* --frontend nbd (attach_nbd.c); nbd NULL with FUSE. */
+	struct zl_nbd_server *nbd;
+	struct zl_xport *nbd_x; /* the request buffers' pool */
+	struct zl_timer nbd_timer;
+	int nbd_index;	   /* N of /dev/nbdN, -1 until connected */
+	char nbd_dev[32];  /* "/dev/nbdN" */
+	int nbd_plugged;   /* connections handed to the kernel so far */
+	uint32_t io_timeout_s;
 };
 
 /* Creates the FUSE session, mounts it on a->mnt and starts serving it on
@@ -103,6 +112,16 @@ int attach_fuse_start(struct attach *a);
 void attach_fuse_stop(struct attach *a);
 /* The volume grew to a->size: drop the kernel's cached attributes. */
 void attach_fuse_resized(struct attach *a);
+/* Serves the volume as /dev/nbdN: a new device, or (reattach "/dev/nbdN")
+ * the device a dead attach process of this volume served. Sets
+ * PR_SET_IO_FLUSHER and locks memory. 0 or an error with why filled. */
+int attach_nbd_start(struct attach *a, const char *reattach, char *why, size_t len);
+/* Stopping (SIGTERM): disconnects the device and closes the connections. */
+void attach_nbd_disconnect(struct attach *a);
+/* True while the NBD server has connections or backend I/O. */
+bool attach_nbd_busy(const struct attach *a);
+/* Destroys the NBD server (waits a bounded time for its I/O). */
+void attach_nbd_stop(struct attach *a);
 /* Closes handles that no request uses any more (deferred from completions). */
 void attach_volh_gc(struct attach *a);
 

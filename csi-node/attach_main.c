@@ -49,6 +49,8 @@ struct attach_args {
 	uint32_t start_timeout_s; /* --start-timeout */
 	int ready_fd;
 	const char *node_id; /* --node-id: the node the attach token names */
+	bool nbd;	     /* --frontend nbd */
+	const char *reattach; /* --reattach /dev/nbdN */
 	const char *token;   /* from ZL_ATTACH_TOKEN, never logged */
 };
 
@@ -119,6 +121,8 @@ static int attach_parse(int argc, char **argv, struct attach_args *o)
 	    {"legacy-drop", no_argument, NULL, 'L'},
 	    {"node-id", required_argument, NULL, 'N'},
 	    {"start-timeout", required_argument, NULL, 'S'},
+	    {"frontend", required_argument, NULL, 'F'},
+	    {"reattach", required_argument, NULL, 'R'},
 	    {NULL, 0, NULL, 0},
 	};
 	int c;
@@ -157,6 +161,17 @@ static int attach_parse(int argc, char **argv, struct attach_args *o)
 		case 'N':
 			o->node_id = optarg;
 			break;
+		case 'F':
+			if (strcmp(optarg, "fuse") && strcmp(optarg, "nbd")) {
+				fprintf(stderr, "zipline-node attach: bad --frontend '%s' "
+						"(fuse|nbd)\n", optarg);
+				return -ZL_ERR_INVAL;
+			}
+			o->nbd = strcmp(optarg, "nbd") == 0;
+			break;
+		case 'R':
+			o->reattach = optarg;
+			break;
 		case 'S':
 			if (node_start_timeout_parse(optarg, &o->start_timeout_s)) {
 				fprintf(stderr,
@@ -181,6 +196,10 @@ static int attach_parse(int argc, char **argv, struct attach_args *o)
 				"(this mode is started by zipline-node itself)\n");
 		return -ZL_ERR_INVAL;
 	}
+	if (o->reattach && !o->nbd) {
+		fprintf(stderr, "zipline-node attach: --reattach needs --frontend nbd\n");
+		return -ZL_ERR_INVAL;
+	}
 	return 0;
 }
 
@@ -203,6 +222,13 @@ static int attach_resize(struct attach *a, char *msg, size_t len)
 	if (v.size == a->size) {
 		zl_volume_fini(&v);
 		return 0;
+	}
+	if (a->nbd) {
+		snprintf(msg, len, "volume record says %llu bytes, but the nbd frontend cannot "
+			 "grow a connected device: unstage and stage the volume again",
+			 (unsigned long long)v.size);
+		zl_volume_fini(&v);
+		return -ZL_ERR_INVAL;
 	}
 	if (v.size < a->size) {
 		snprintf(msg, len, "volume record says %llu bytes, less than the %llu served",
@@ -379,9 +405,10 @@ static void attach_stop_tick(void *arg)
 			return;
 		}
 	} else if (now >= a->stop_deadline_ns ||
-		   (!a->busy_slots && !a->flushing && a->write_gen == a->flushed_gen)) {
+		   (!a->busy_slots && !attach_nbd_busy(a) && !a->flushing &&
+		    a->write_gen == a->flushed_gen)) {
 		attach_abort(a);
-	} else if (!a->busy_slots && !a->flushing) {
+	} else if (!a->busy_slots && !attach_nbd_busy(a) && !a->flushing) {
 		a->flushing = true;
 		if (zl_vol_aio_flush(a->cur->vol, attach_flushed, a) != 0)
 			attach_flushed(a, -ZL_ERR_IO);
@@ -411,6 +438,7 @@ static void attach_sig_cb(void *arg, uint32_t events)
 			continue; /* still starting: the start-up waits see it */
 		if (a->se)
 			zl_loop_mod(a->loop, &a->fuse_h, 0);
+		attach_nbd_disconnect(a);
 		a->stop_deadline_ns = zl_now_ns() + (uint64_t)ATTACH_STOP_MS * 1000000u;
 		attach_stop_tick(a);
 	}
@@ -550,6 +578,53 @@ static int attach_probe(struct attach *a, const struct attach_args *o, int *read
 	return rc;
 }
 
+/* Mounts the FUSE session on <dir>/fuse and waits for the kernel's INIT:
+ * opening the file works once READY is reported. 0 or an error, reported. */
+static int attach_start_fuse(struct attach *a, int *ready)
+{
+	int rc;
+
+	if (mkdir(a->mnt, 0700) < 0 && errno != EEXIST) {
+		rc = -errno;
+		attach_ready(ready, "ERR cannot create %s: %s", a->mnt, strerror(errno));
+		return rc;
+	}
+	rc = attach_fuse_start(a);
+	if (rc) {
+		attach_ready(ready, "ERR cannot serve FUSE on %s: %s (see attach.log)", a->mnt,
+			     strerror(-rc));
+		return rc;
+	}
+	for (uint64_t end = zl_now_ms() + 10000;
+	     !a->fuse_inited && a->fuse_mounted && !a->stopping;) {
+		if (zl_now_ms() > end || zl_loop_run_once(a->loop, 100) < 0)
+			break;
+	}
+	if (!a->fuse_inited) {
+		attach_ready(ready, "ERR the kernel did not finish FUSE INIT on %s (see attach.log)",
+			     a->mnt);
+		return -EIO;
+	}
+	return 0;
+}
+
+/* Connects (or, --reattach, reconnects) the kernel's nbd device. 0 or an
+ * error, reported. */
+static int attach_start_nbd(struct attach *a, const struct attach_args *o, int *ready)
+{
+	char why[400] = "";
+	int rc;
+
+	a->io_timeout_s = 600;
+	if (o->io_timeout)
+		node_io_timeout_parse(o->io_timeout, &a->io_timeout_s);
+	rc = attach_nbd_start(a, o->reattach, why, sizeof(why));
+	if (rc)
+		attach_ready(ready, "ERR %s cannot serve volume %s through nbd: %s", zl_errname(rc),
+			     a->vol_id, why);
+	return rc;
+}
+
 int attach_main(int argc, char **argv)
 {
 	struct attach_args o;
@@ -582,6 +657,7 @@ int attach_main(int argc, char **argv)
 	}
 	a->fuse_h.fd = a->ctl_h.fd = a->sig_h.fd = -1;
 	a->ctl_fd = a->sig_fd = -1;
+	a->nbd_index = -1;
 	a->vol_id = o.vol_id;
 	a->prefix = o.prefix;
 	snprintf(a->dir, sizeof(a->dir), "%s", o.dir);
@@ -591,41 +667,34 @@ int attach_main(int argc, char **argv)
 		rc = attach_probe(a, &o, &ready);
 	if (rc)
 		goto out;
-	if (mkdir(a->mnt, 0700) < 0 && errno != EEXIST) {
-		rc = -errno;
-		attach_ready(&ready, "ERR cannot create %s: %s", a->mnt, strerror(errno));
+	if (o.nbd)
+		rc = attach_start_nbd(a, &o, &ready);
+	else
+		rc = attach_start_fuse(a, &ready);
+	if (rc)
 		goto out;
-	}
-	rc = attach_fuse_start(a);
-	if (rc) {
-		attach_ready(&ready, "ERR cannot serve FUSE on %s: %s (see attach.log)", a->mnt,
-			     strerror(-rc));
-		goto out;
-	}
 	rc = attach_ctl_listen(a);
 	if (rc) {
 		attach_ready(&ready, "ERR cannot listen on %s/ctl.sock: %s", a->dir, strerror(-rc));
+		if (!o.reattach)
+			attach_nbd_disconnect(a);
 		goto out;
 	}
-	/* Ready means the kernel finished INIT: opening the file works now. */
-	for (uint64_t end = zl_now_ms() + 10000;
-	     !a->fuse_inited && a->fuse_mounted && !a->stopping;) {
-		if (zl_now_ms() > end || zl_loop_run_once(a->loop, 100) < 0)
-			break;
+	if (a->nbd) {
+		ZL_LOG_INFO(ATTACH_LOG, "serving: vol=%s size=%llu epoch=%llu dev=%s pid=%d",
+			    a->vol_id, (unsigned long long)a->size, (unsigned long long)o.epoch,
+			    a->nbd_dev, (int)getpid());
+		attach_ready(&ready, "READY size=%llu dev=%s", (unsigned long long)a->size,
+			     a->nbd_dev);
+	} else {
+		ZL_LOG_INFO(ATTACH_LOG, "serving: vol=%s size=%llu epoch=%llu file=%s/disk pid=%d",
+			    a->vol_id, (unsigned long long)a->size, (unsigned long long)o.epoch,
+			    a->mnt, (int)getpid());
+		attach_ready(&ready, "READY size=%llu", (unsigned long long)a->size);
 	}
-	if (!a->fuse_inited) {
-		attach_ready(&ready,
-			     "ERR the kernel did not finish FUSE INIT on %s (see attach.log)",
-			     a->mnt);
-		rc = -EIO;
-		goto out;
-	}
-	ZL_LOG_INFO(ATTACH_LOG, "serving: vol=%s size=%llu epoch=%llu file=%s/disk pid=%d",
-		    a->vol_id, (unsigned long long)a->size, (unsigned long long)o.epoch, a->mnt,
-		    (int)getpid());
-	attach_ready(&ready, "READY size=%llu", (unsigned long long)a->size);
 	a->serving = true;
 	if (a->stopping) { /* a signal came while starting */
+		attach_nbd_disconnect(a);
 		a->stop_deadline_ns = zl_now_ns() + (uint64_t)ATTACH_STOP_MS * 1000000u;
 		attach_stop_tick(a);
 	}
@@ -634,6 +703,7 @@ int attach_main(int argc, char **argv)
 		    (unsigned long long)a->io_errors);
 out:
 	attach_fuse_stop(a);
+	attach_nbd_stop(a);
 	if (a->ctl_fd >= 0) {
 		char path[1100];
 

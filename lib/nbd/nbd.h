@@ -204,7 +204,8 @@ struct zl_nbd_server;
 
 struct zl_nbd_server_opts {
 	/* "unix:/path/to.sock" (a stale socket file is removed) or "HOST:PORT"
-	 * ("[::1]:10809", "0.0.0.0:10809"). Required. */
+	 * ("[::1]:10809", "0.0.0.0:10809"); NULL: no listener, the server
+	 * serves only the sockets handed to zl_nbd_server_adopt(). */
 	const char *listen;
 	const char *export_name; /* NULL or "": any name is accepted */
 	uint32_t max_inflight;	 /* requests in flight per connection, default 32 */
@@ -225,6 +226,15 @@ struct zl_nbd_server_stats {
  * not a socket), or another -errno. */
 int zl_nbd_server_create(struct zl_loop *loop, const struct zl_nbd_backend *backend,
 			 const struct zl_nbd_server_opts *opts, struct zl_nbd_server **out);
+/* Serves fd, a connected stream socket whose client skipped the handshake
+ * (the kernel's nbd driver, configured through netlink with the export's
+ * size and zl_nbd_server_tflags()), in the transmission phase. Takes fd
+ * (made non-blocking) on success; on error the caller still owns it.
+ * 0, -ZL_ERR_INVAL (shutting down, bad fd), -ZL_ERR_BUSY (max_conns open),
+ * -ENOMEM or another -errno. */
+int zl_nbd_server_adopt(struct zl_nbd_server *s, int fd, const char *peer);
+/* The transmission flags the export advertises (ZL_NBD_TFLAG_*). */
+uint16_t zl_nbd_server_tflags(const struct zl_nbd_server *s);
 /* Stops accepting and closes every connection once its in-flight I/O has
  * completed (no reply is sent for it). Run the loop until
  * zl_nbd_server_idle() before zl_nbd_server_destroy(). */

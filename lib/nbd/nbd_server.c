@@ -774,7 +774,10 @@ static void nbd_conn_close(struct nbd_conn *c, const char *why, int err)
 
 /* ---- listener ---- */
 
-static int nbd_conn_create(struct zl_nbd_server *srv, int fd, const char *peer)
+/* A connection on fd: from its greeting (handshake) or, for a socket whose
+ * client was configured without one (the kernel's nbd driver), straight in
+ * the transmission phase. */
+static int nbd_conn_create(struct zl_nbd_server *srv, int fd, const char *peer, bool handshake)
 {
 	struct nbd_conn *c = calloc(1, sizeof(*c));
 	uint32_t i;
@@ -806,10 +809,14 @@ static int nbd_conn_create(struct zl_nbd_server *srv, int fd, const char *peer)
 		c->free_slots = s;
 	}
 	c->n_free = c->n_slots;
-	zl_nbd_greeting_encode(c->hs_out);
-	c->hs_len = ZL_NBD_GREETING_LEN;
-	c->state = NBD_CS_CLIENT_FLAGS;
-	rc = zl_loop_add(srv->loop, &c->h, fd, EPOLLOUT, nbd_conn_event, c);
+	if (handshake) {
+		zl_nbd_greeting_encode(c->hs_out);
+		c->hs_len = ZL_NBD_GREETING_LEN;
+		c->state = NBD_CS_CLIENT_FLAGS;
+	} else {
+		c->state = NBD_CS_REQ_HDR;
+	}
+	rc = zl_loop_add(srv->loop, &c->h, fd, handshake ? EPOLLOUT : EPOLLIN, nbd_conn_event, c);
 	if (rc)
 		goto out_free;
 	c->next = srv->conns;
@@ -868,7 +875,7 @@ static void nbd_accept_cb(void *arg, uint32_t events)
 			close(fd);
 			continue;
 		}
-		rc = nbd_conn_create(srv, fd, peer);
+		rc = nbd_conn_create(srv, fd, peer, true);
 		if (rc) {
 			ZL_LOG_ERR("nbd", "cannot set up connection peer=%s err=%s", peer,
 				   zl_strerror(rc));
@@ -984,7 +991,7 @@ int zl_nbd_server_create(struct zl_loop *loop, const struct zl_nbd_backend *back
 	struct zl_nbd_server *srv;
 	int rc;
 
-	if (!loop || !backend || !backend->ops || !opts || !opts->listen)
+	if (!loop || !backend || !backend->ops || !opts)
 		return -ZL_ERR_INVAL;
 	if (opts->export_name && strlen(opts->export_name) > ZL_NBD_MAX_NAME)
 		return -ZL_ERR_INVAL;
@@ -1005,6 +1012,11 @@ int zl_nbd_server_create(struct zl_loop *loop, const struct zl_nbd_backend *back
 	srv->exp.tflags = ZL_NBD_TFLAG_HAS_FLAGS | ZL_NBD_TFLAG_SEND_FLUSH | ZL_NBD_TFLAG_SEND_FUA |
 			  ZL_NBD_TFLAG_SEND_TRIM | ZL_NBD_TFLAG_SEND_WRITE_ZEROES |
 			  ZL_NBD_TFLAG_CAN_MULTI_CONN;
+	if (!opts->listen) {
+		snprintf(srv->addr, sizeof(srv->addr), "adopted");
+		*out = srv;
+		return 0;
+	}
 	if (strncmp(opts->listen, "unix:", 5) == 0)
 		rc = nbd_listen_unix(srv, opts->listen + 5);
 	else
@@ -1026,6 +1038,25 @@ out_close:
 out_free:
 	free(srv);
 	return rc;
+}
+
+int zl_nbd_server_adopt(struct zl_nbd_server *s, int fd, const char *peer)
+{
+	int flags;
+
+	if (!s || fd < 0 || s->shutting_down)
+		return -ZL_ERR_INVAL;
+	if (s->n_conns >= s->max_conns)
+		return -ZL_ERR_BUSY;
+	flags = fcntl(fd, F_GETFL);
+	if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
+		return -errno;
+	return nbd_conn_create(s, fd, peer ? peer : "adopted", false);
+}
+
+uint16_t zl_nbd_server_tflags(const struct zl_nbd_server *s)
+{
+	return s->exp.tflags;
 }
 
 void zl_nbd_server_shutdown(struct zl_nbd_server *s)

@@ -767,6 +767,71 @@ static void test_libnbd_tools(void **state)
 	fx_stop(&f);
 }
 
+/* A socket handed over already connected (the kernel's nbd driver after a
+ * netlink NBD_CMD_CONNECT): no listener, no greeting, requests at once. */
+static void test_adopted_socket(void **state)
+{
+	struct zl_nbd_backend be;
+	struct zl_nbd_server_opts o = {.max_inflight = 4, .slot_buf = 64 << 10};
+	struct fixture f;
+	uint8_t w[8192], r[8192];
+	uint64_t cookie;
+	int sv[2], i;
+
+	(void)state;
+	memset(&f, 0, sizeof(f));
+	assert_int_equal(zl_loop_create(&f.loop), 0);
+	f.mem.loop = f.loop;
+	f.mem.cap = 64;
+	f.mem.data = calloc(1, MEM_SIZE);
+	assert_non_null(f.mem.data);
+	be = (struct zl_nbd_backend){.ops = &mem_ops, .ctx = &f.mem, .size = MEM_SIZE};
+	assert_int_equal(zl_nbd_server_create(f.loop, &be, &o, &f.srv), 0);
+	assert_string_equal(zl_nbd_server_address(f.srv), "adopted");
+	assert_int_equal(zl_nbd_server_tflags(f.srv) &
+			     (ZL_NBD_TFLAG_HAS_FLAGS | ZL_NBD_TFLAG_SEND_FLUSH |
+			      ZL_NBD_TFLAG_SEND_FUA | ZL_NBD_TFLAG_SEND_TRIM |
+			      ZL_NBD_TFLAG_SEND_WRITE_ZEROES),
+			 ZL_NBD_TFLAG_HAS_FLAGS | ZL_NBD_TFLAG_SEND_FLUSH | ZL_NBD_TFLAG_SEND_FUA |
+			     ZL_NBD_TFLAG_SEND_TRIM | ZL_NBD_TFLAG_SEND_WRITE_ZEROES);
+	assert_int_equal(zl_nbd_server_adopt(f.srv, -1, "bad"), -ZL_ERR_INVAL);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	assert_int_equal(zl_nbd_server_adopt(f.srv, sv[0], "kernel#0"), 0);
+	assert_int_equal(pthread_create(&f.thr, NULL, loop_thread, f.loop), 0);
+	for (i = 0; i < (int)sizeof(w); i++)
+		w[i] = (uint8_t)(i * 13 + 1);
+	/* The first bytes the server sees are a request: no greeting came. */
+	send_req(sv[1], 0, ZL_NBD_CMD_WRITE, 77, 4096, sizeof(w), w);
+	assert_int_equal(recv_reply(sv[1], &cookie), 0);
+	assert_int_equal(cookie, 77);
+	assert_memory_equal(f.mem.data + 4096, w, sizeof(w));
+	send_req(sv[1], 0, ZL_NBD_CMD_READ, 78, 4096, sizeof(r), NULL);
+	assert_int_equal(recv_reply(sv[1], &cookie), 0);
+	assert_int_equal(cookie, 78);
+	rd(sv[1], r, sizeof(r));
+	assert_memory_equal(r, w, sizeof(r));
+	/* A handshake on an adopted socket is garbage: the connection closes. */
+	{
+		uint8_t opt[28] = "IHAVEOPT";
+
+		wr(sv[1], opt, sizeof(opt));
+		assert_int_equal(recv(sv[1], r, 1, 0), 0);
+	}
+	close(sv[1]);
+	zl_loop_stop(f.loop);
+	zl_loop_wake(f.loop);
+	pthread_join(f.thr, NULL);
+	for (i = 0; i < 1000 && !zl_nbd_server_idle(f.srv); i++)
+		zl_loop_run_once(f.loop, 10);
+	assert_true(zl_nbd_server_idle(f.srv));
+	zl_nbd_server_shutdown(f.srv);
+	assert_int_equal(zl_nbd_server_adopt(f.srv, sv[1], "late"), -ZL_ERR_INVAL);
+	zl_nbd_server_destroy(f.srv);
+	assert_int_equal(f.mem.bufs, 0);
+	zl_loop_destroy(f.loop);
+	free(f.mem.data);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -775,6 +840,7 @@ int main(void)
 	    cmocka_unit_test(test_protocol_violations),
 	    cmocka_unit_test(test_tcp_and_conn_limit),
 	    cmocka_unit_test(test_listen_errors),
+	    cmocka_unit_test(test_adopted_socket),
 	    cmocka_unit_test(test_libnbd_tools),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

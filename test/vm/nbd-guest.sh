@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# nbd-guest.sh BUILD WORK: the guest half of nbd_frontend (nbd-frontend.sh),
+# run inside the test VM with the nbd module loaded and one virtio disk.
+#
+# etcd and three zipline-storage (TCP, --auth off: no attach token needed, data on an ext4 file system on the
+# virtio disk), a 3-replica volume, then the kernel NBD frontend of
+# `zipline-node attach --frontend nbd` (issue 24):
+#   1. attach: READY names /dev/nbdN, its size is the volume's;
+#   2. fio randwrite with verify=crc32c on the raw device, QD 1 and QD 32;
+#   3. mkfs.ext4, mount, files written (sha256 kept);
+#   4. a verified fio write load (direct I/O) on the mounted file system,
+#      kill -9 of the attach process under it: the device, the mount and
+#      fio stay (fio blocks, it does not fail); `--reattach /dev/nbdN`
+#      takes the device over, fio ends with no error, the files read back;
+#   5. umount, fsck.ext4 -n clean; SIGTERM to the attach process: exit 0
+#      and the device is disconnected (size 0).
+# Logs in WORK (on the host). Exit 0 when every check passed.
+set -u
+build=${1:?usage: nbd-guest.sh BUILD WORK}
+work=${2:?}
+bin=$build/bin
+etcd_url=http://127.0.0.1:2379
+data=/mnt/zl-nbd-data
+mnt=/mnt/zl-nbd-fs
+adir=/run/zl-nbd-attach
+vol_mib=256
+io_timeout=10
+pids=()
+
+say() {
+	local up
+	read -r up _ </proc/uptime
+	echo "nbd-guest: [${up%.*} s] $*"
+}
+fail() {
+	echo "nbd-guest: FAIL: $*" >&2
+	[[ -f $work/attach.log ]] && tail -15 "$work/attach.log" | sed 's/^/    attach: /' >&2
+	dmesg | grep -i nbd | tail -15 | sed 's/^/    kernel: /' >&2
+	exit 1
+}
+# wait_for SECS CMD...: polls CMD every 0.1 s until it succeeds; 1 after SECS.
+wait_for() {
+	local end=$((SECONDS + $1))
+	shift
+	until "$@"; do
+		((SECONDS < end)) || return 1
+		sleep 0.1
+	done
+}
+
+[[ ${ZL_VM:-} == 1 ]] || fail "not inside the test VM (ZL_VM is not 1)"
+[[ -d /sys/module/nbd ]] || fail "the nbd module is not loaded (vm.sh -M nbd)"
+disk=${ZL_VM_DISKS%% *}
+[[ -b $disk ]] || fail "no virtio disk (ZL_VM_DISKS='${ZL_VM_DISKS:-}')"
+for t in etcd curl fio mkfs.ext4 fsck.ext4 sha256sum "$bin/zipline-storage" "$bin/zl" \
+	"$bin/zipline-node"; do
+	command -v "$t" >/dev/null || fail "$t is missing (install it / build the tree)"
+done
+ip link set lo up || fail "cannot bring up lo"
+mkdir -p "$data" "$mnt" "$adir" || fail "cannot create the mount points"
+mkfs.ext4 -q -F "$disk" && mount "$disk" "$data" || fail "cannot put ext4 on $disk"
+
+etcd --name zl-etcd --data-dir "$data/etcd" --listen-client-urls "$etcd_url" \
+	--advertise-client-urls "$etcd_url" --listen-peer-urls http://127.0.0.1:2380 \
+	--initial-advertise-peer-urls http://127.0.0.1:2380 \
+	--initial-cluster zl-etcd=http://127.0.0.1:2380 --logger zap --log-level warn \
+	>"$work/etcd.log" 2>&1 &
+pids+=($!)
+etcd_up() { curl -s -m 1 -X POST -d '{}' "$etcd_url/v3/maintenance/status" >/dev/null 2>&1; }
+wait_for 60 etcd_up || fail "etcd did not answer on $etcd_url in 60 s"
+for i in 1 2 3; do
+	mkdir -p "$data/storage-$i"
+	"$bin/zipline-storage" --data-dir "$data/storage-$i" --listen "127.0.0.1:$((7200 + i))" \
+		--node-id "node-$i" --label "zone=z$i" --etcd "$etcd_url" --transport tcp --auth off \
+		--log-level info >"$work/storage-$i.log" 2>&1 &
+	pids+=($!)
+done
+for i in 1 2 3; do
+	wait_for 120 grep -q "registered node=node-$i" "$work/storage-$i.log" ||
+		fail "zipline-storage node-$i did not register in 120 s"
+done
+say "etcd and zipline-storage node-1..3 up"
+export ZIPLINE_ETCD=$etcd_url
+"$bin/zl" volume create nbdvol --size "${vol_mib}M" --replicas 3 >/dev/null ||
+	fail "zl volume create failed"
+vid=$("$bin/zl" volume inspect nbdvol | grep -o 'vol-[0-9a-f]\{16\}' | head -1)
+[[ -n $vid ]] || fail "zl volume inspect nbdvol names no volume id"
+
+# attach [--reattach DEV]: starts the attach process, waits for its line on
+# the ready fd; sets apid and dev.
+attach() {
+	rm -f "$adir/ready"
+	"$bin/zipline-node" attach --frontend nbd --volume-id "$vid" --dir "$adir" \
+		--etcd "$etcd_url" --transport tcp --io-timeout "$io_timeout" --ready-fd 3 \
+		--log-level info "$@" 3>"$adir/ready" >>"$work/attach.log" 2>&1 &
+	apid=$!
+	ready_line() { grep -q . "$adir/ready" 2>/dev/null || ! kill -0 "$apid" 2>/dev/null; }
+	wait_for 60 ready_line || fail "the attach process did not report in 60 s"
+	line=$(head -1 "$adir/ready")
+	[[ $line == READY* ]] || fail "attach $*: '$line'"
+	dev=$(sed -n 's/.* dev=\(\/dev\/nbd[0-9]*\).*/\1/p' <<<"$line")
+	[[ -b $dev ]] || fail "READY names no nbd device: '$line'"
+	say "attach process $apid: $line"
+}
+
+# ---- 1. attach
+attach
+size=$(blockdev --getsize64 "$dev") || fail "blockdev --getsize64 $dev failed"
+want=$((vol_mib << 20))
+((size == want)) || fail "$dev has $size bytes, the volume $want"
+grep -qx "$vid" "/sys/block/${dev#/dev/}/backend" || fail "$dev does not name $vid as its backend"
+
+# ---- 2. fio on the raw device, verified
+fio_raw() { # NAME QD BS SIZE
+	fio --name="$1" --filename="$dev" --ioengine=libaio --direct=1 --rw=randwrite \
+		--iodepth="$2" --bs="$3" --size="$4" --verify=crc32c --verify_fatal=1 \
+		--do_verify=1 --output="$work/fio-$1.txt" ||
+		fail "fio $1 failed: $(grep -iE 'err|verify' "$work/fio-$1.txt" | head -5)"
+	grep -q 'err= 0' "$work/fio-$1.txt" || fail "fio $1 reported an error"
+	say "fio $1 (randwrite QD $2, bs $3, $4, verify crc32c): $(grep -o 'IOPS=[^,]*' "$work/fio-$1.txt" | head -1)"
+}
+fio_raw qd1 1 4k 1M
+fio_raw qd32 32 16k 8M
+
+# ---- 3. ext4, files
+mkfs.ext4 -q -F "$dev" || fail "mkfs.ext4 $dev failed"
+mount "$dev" "$mnt" || fail "mount $dev failed"
+for f in 1 2 3; do
+	head -c $((f * 1024 * 1024 + 12345)) /dev/urandom >"$mnt/file$f" || fail "cannot write $mnt/file$f"
+done
+sync
+(cd "$mnt" && sha256sum file1 file2 file3) >/tmp/files.sha || fail "sha256sum failed"
+say "ext4 on $dev mounted on $mnt, 3 files written"
+
+# ---- 4. kill -9 of the attach process under a verified write load
+writes() { awk '{print $5}' "/sys/block/${dev#/dev/}/stat"; }
+w0=$(writes)
+fio --name=fsload --directory="$mnt" --ioengine=libaio --direct=1 --rw=randwrite --bs=4k \
+	--iodepth=8 --size=4M --verify=crc32c --verify_fatal=1 --do_verify=1 \
+	--output="$work/fio-fsload.txt" &
+fio_pid=$!
+busy() { (($(writes) > w0 + 200)) || ! kill -0 "$fio_pid" 2>/dev/null; }
+wait_for 120 busy || fail "the fs load did not get going in 120 s"
+kill -0 "$fio_pid" 2>/dev/null || fail "the fs load ended before the kill"
+kill -9 "$apid"
+wait "$apid" 2>/dev/null
+t_kill=$SECONDS
+say "attach process killed (-9) after $(($(writes) - w0)) writes of the load"
+grep -q " $mnt " /proc/mounts || fail "$mnt is no longer mounted after the kill"
+[[ -b $dev ]] || fail "$dev is gone after the kill"
+kill -0 "$fio_pid" 2>/dev/null || fail "fio ended while no server ran: $(tail -5 "$work/fio-fsload.txt")"
+attach --reattach "$dev"
+wait "$fio_pid"
+rc=$?
+((rc == 0)) || fail "fio on the mounted file system exited $rc across the reattach: $(grep -iE 'err|verify' "$work/fio-fsload.txt" | head -5)"
+grep -q 'err= 0' "$work/fio-fsload.txt" || fail "fio fsload reported an error"
+say "FIGURE: fio fsload finished, no error, $((SECONDS - t_kill)) s after the kill"
+(cd "$mnt" && sha256sum -c --quiet /tmp/files.sha) || fail "files changed across the reattach"
+
+# ---- 5. umount, fsck, detach
+umount "$mnt" || fail "umount $mnt failed"
+fsck.ext4 -n -f "$dev" >"$work/fsck.txt" 2>&1 || fail "fsck.ext4 -n: $(tail -5 "$work/fsck.txt")"
+say "umount, fsck.ext4 -n clean"
+kill -TERM "$apid"
+wait "$apid"
+rc=$?
+((rc == 0)) || fail "the attach process exited $rc on SIGTERM"
+disconnected() { [[ $(cat "/sys/block/${dev#/dev/}/size") == 0 ]]; }
+wait_for 10 disconnected || fail "$dev still has $(cat "/sys/block/${dev#/dev/}/size") sectors after the stop"
+say "SIGTERM: the attach process exited 0, $dev disconnected"
+for p in "${pids[@]}"; do kill -TERM "$p"; done
+wait
+grep -il 'corrupt' "$work"/storage-*.log && fail "a storage daemon logged corruption"
+say "PASS"
+exit 0
