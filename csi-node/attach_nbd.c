@@ -168,7 +168,7 @@ static int attach_nbd_nl_error(struct sockaddr_nl *nla, struct nlmsgerr *e, void
 
 /* Sends one NBD family command built by the caller after genlmsg_put, waits
  * for the kernel's answer. 0 (reply->index set for CONNECT) or -errno. */
-static int attach_nbd_nl_call(struct attach *a, uint8_t cmd, int index, int n_fds, const int *fds,
+static int attach_nbd_nl_call(const char *vol_id, uint8_t cmd, int index, int n_fds, const int *fds,
 			      uint64_t size, uint64_t tflags, uint32_t io_timeout_s,
 			      struct attach_nbd_reply *reply)
 {
@@ -202,7 +202,7 @@ static int attach_nbd_nl_call(struct attach *a, uint8_t cmd, int index, int n_fd
 	if (index >= 0 && nla_put_u32(msg, NBD_ATTR_INDEX, (uint32_t)index))
 		goto out_msgsize;
 	if (cmd == NBD_CMD_CONNECT || cmd == NBD_CMD_RECONFIGURE) {
-		if (nla_put_string(msg, NBD_ATTR_BACKEND_IDENTIFIER, a->vol_id) ||
+		if (nla_put_string(msg, NBD_ATTR_BACKEND_IDENTIFIER, vol_id) ||
 		    nla_put_u64(msg, NBD_ATTR_TIMEOUT,
 				(uint64_t)io_timeout_s + ATTACH_NBD_TIMEOUT_SLACK_S) ||
 		    nla_put_u64(msg, NBD_ATTR_DEAD_CONN_TIMEOUT, ATTACH_NBD_DEAD_CONN_S))
@@ -271,7 +271,7 @@ static int attach_nbd_plug(struct attach *a, uint8_t cmd, int n, char *why, size
 		ufd[made] = sv[0];
 		kfd[made] = sv[1];
 	}
-	rc = attach_nbd_nl_call(a, cmd, cmd == NBD_CMD_CONNECT ? -1 : a->nbd_index, n, kfd,
+	rc = attach_nbd_nl_call(a->vol_id, cmd, cmd == NBD_CMD_CONNECT ? -1 : a->nbd_index, n, kfd,
 				a->size, zl_nbd_server_tflags(a->nbd), a->io_timeout_s, &reply);
 	if (rc) {
 		snprintf(why, len, "%s: %s%s",
@@ -443,7 +443,7 @@ void attach_nbd_disconnect(struct attach *a)
 		return;
 	zl_timer_stop(a->loop, &a->nbd_timer);
 	if (a->nbd_index >= 0 && a->nbd_dev[0]) {
-		rc = attach_nbd_nl_call(a, NBD_CMD_DISCONNECT, a->nbd_index, 0, NULL, 0, 0, 0,
+		rc = attach_nbd_nl_call(a->vol_id, NBD_CMD_DISCONNECT, a->nbd_index, 0, NULL, 0, 0, 0,
 					&reply);
 		if (rc)
 			ZL_LOG_ERR(ATTACH_LOG, "NBD_CMD_DISCONNECT failed: vol=%s dev=%s err=%s",
@@ -453,6 +453,16 @@ void attach_nbd_disconnect(struct attach *a)
 				    a->vol_id, a->nbd_dev);
 	}
 	zl_nbd_server_shutdown(a->nbd);
+}
+
+int attach_nbd_disconnect_dev(const char *dev)
+{
+	struct attach_nbd_reply reply;
+	int index = attach_nbd_index_parse(dev);
+
+	if (index < 0)
+		return -EINVAL;
+	return attach_nbd_nl_call(NULL, NBD_CMD_DISCONNECT, index, 0, NULL, 0, 0, 0, &reply);
 }
 
 bool attach_nbd_busy(const struct attach *a)

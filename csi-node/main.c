@@ -57,6 +57,8 @@ int main(int argc, char **argv)
 			n.cfg.etcd_urls, zl_strerror(rc));
 		return 2;
 	}
+	if (n.cfg.frontend_auto)
+		n.cfg.frontend = node_frontend_auto();
 	node_state_adopt_all(&n);
 	if (node_register_start(&n)) {
 		zl_etcd_destroy(n.etcd);
@@ -83,8 +85,9 @@ int main(int argc, char **argv)
 		zl_etcd_destroy(n.etcd);
 		return 1;
 	}
-	ZL_LOG_INFO(NODE_LOG, "serving: endpoint=%s node=%s state=%s frontend=fuse version=%s",
-		    n.cfg.endpoint, n.cfg.node_id, n.cfg.state_dir, ZL_VERSION_STRING);
+	ZL_LOG_INFO(NODE_LOG, "serving: endpoint=%s node=%s state=%s frontend=%s version=%s",
+		    n.cfg.endpoint, n.cfg.node_id, n.cfg.state_dir,
+		    n.cfg.frontend == NODE_FRONTEND_NBD ? "nbd" : "fuse", ZL_VERSION_STRING);
 	/* Every 2 s without a signal: reap the attach processes that ended. */
 	for (;;) {
 		struct timespec tick = {.tv_sec = 2};

@@ -45,6 +45,7 @@ struct node_cfg {
 	 * (passed on as its --start-timeout); NULL = NODE_ATTACH_START_S */
 	const char *attach_timeout;
 	enum node_frontend frontend;
+	bool frontend_auto; /* --frontend auto: resolved at start (node_frontend_auto) */
 	unsigned int workers;
 };
 
@@ -77,7 +78,8 @@ struct node_vol_state {
 	char mount_flags[512];	     /* comma-joined */
 	bool stage_ro;
 	pid_t pid;     /* attach process */
-	char loop[64]; /* /dev/loopN, "" until set up */
+	char loop[64]; /* the staged device: /dev/loopN (FUSE) or /dev/nbdN; "" until set up */
+	enum node_frontend frontend;
 	uint64_t epoch;
 	uint64_t size;
 	char prefix[128];
@@ -135,10 +137,14 @@ struct node_attach_req {
 	const char *prefix;
 	uint64_t epoch;
 	const char *token;
+	enum node_frontend frontend;
+	const char *reattach; /* NBD: take over this /dev/nbdN of a dead attach process */
+	char *dev;	      /* NBD: gets the /dev/nbdN the attach process serves */
+	size_t devlen;
 };
 
-/* Starts the attach process for a volume and waits until its FUSE file is
- * served. Returns 0 with *pid set, or a negative error with msg filled. */
+/* Starts the attach process for a volume and waits until its FUSE file or
+ * its nbd device (req->dev) is served. Returns 0 with *pid set, or a negative error with msg filled. */
 int node_attach_start(struct node *n, const struct node_attach_req *req, pid_t *pid, char *msg,
 		      size_t msglen);
 /* Is pid a live attach process of vol_id? (Reaps it when it is a zombie
@@ -251,6 +257,23 @@ void node_etcd_export(const struct zl_cfg_etcd *e);
  * printing why. */
 int node_etcd_opts(struct zl_etcd_opts *eo, char *pw, size_t pw_len);
 
+/* Picks the frontend for --frontend auto: nbd when the kernel has the nbd
+ * module (loaded, or `modprobe nbd` works), else FUSE; logs why. */
+enum node_frontend node_frontend_auto(void);
+/* Is /dev/nbdN still connected for vol_id (its sysfs backend names the
+ * volume and it has a size)? */
+bool node_nbd_serves(const char *dev, const char *vol_id);
+/* NBD_CMD_DISCONNECT of /dev/nbdN (attach_nbd.c). 0 or -errno. */
+int attach_nbd_disconnect_dev(const char *dev);
+/* Keeps / reads / removes the attach token of a volume staged through nbd
+ * (<vol>/token, 0600): a new attach process that takes the device over
+ * after a crash needs it. 0 or -errno. */
+int node_token_save(const struct node *n, const char *vol_id, const char *token);
+int node_token_load(const struct node *n, const char *vol_id, char *token, size_t len);
+/* Starts an attach process that takes over the nbd device of a staged
+ * volume whose attach process died (st->pid, state saved). 0 or an error
+ * with msg filled. */
+int node_nbd_reattach(struct node *n, struct node_vol_state *st, char *msg, size_t msglen);
 /* The loop device (/dev/loopN) whose backing file is `file`, if any: 1,
  * else 0. */
 int node_loop_find(const char *file, char *loop, size_t looplen);

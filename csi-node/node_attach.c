@@ -135,6 +135,14 @@ int node_attach_start(struct node *n, const struct node_attach_req *req, pid_t *
 		argv[ac++] = "--node-id";
 		argv[ac++] = n->cfg.node_id;
 	}
+	if (req->frontend == NODE_FRONTEND_NBD) {
+		argv[ac++] = "--frontend";
+		argv[ac++] = "nbd";
+	}
+	if (req->reattach) {
+		argv[ac++] = "--reattach";
+		argv[ac++] = req->reattach;
+	}
 	argv[ac] = NULL;
 
 	/* The token goes through the environment: argv is world-readable. */
@@ -209,12 +217,22 @@ int node_attach_start(struct node *n, const struct node_attach_req *req, pid_t *
 	line[used] = '\0';
 	line[strcspn(line, "\n")] = '\0';
 	if (strncmp(line, "READY", 5) == 0) {
+		const char *d = strstr(line, " dev=/dev/nbd");
+
 		ZL_LOG_INFO(NODE_LOG, "attach process started: vol=%s pid=%d %s", req->volume_id,
 			    (int)*pid, line + 5);
 		rc = 0;
-		goto out_pipe;
-	}
-	if (strncmp(line, "ERR ", 4) == 0) {
+		if (req->frontend != NODE_FRONTEND_NBD)
+			goto out_pipe;
+		if (d && req->dev) {
+			d += 5;
+			snprintf(req->dev, req->devlen, "%.*s", (int)strcspn(d, " "), d);
+			goto out_pipe;
+		}
+		snprintf(msg, msglen, "attach process for %s reported no nbd device: %s",
+			 req->volume_id, line);
+		rc = -ZL_ERR_IO;
+	} else if (strncmp(line, "ERR ", 4) == 0) {
 		const char *what = line + 4;
 
 		/* "ERR ZL_ERR_NOT_ATTACHED volume ...": the code says which
@@ -440,6 +458,127 @@ int node_loop_setup(const struct node *n, const char *vol_id, char *loop, size_t
 	return -EIO;
 }
 
+enum node_frontend node_frontend_auto(void)
+{
+	const char *argv[] = {"modprobe", "nbd", NULL};
+	char out[256] = "";
+	int rc;
+
+	if (access("/sys/module/nbd", F_OK) == 0) {
+		ZL_LOG_INFO(NODE_LOG, "frontend auto: nbd (the kernel has the nbd module loaded)");
+		return NODE_FRONTEND_NBD;
+	}
+	rc = node_run(argv, 30000, out, sizeof(out));
+	if (rc == 0 && access("/sys/module/nbd", F_OK) == 0) {
+		ZL_LOG_INFO(NODE_LOG, "frontend auto: nbd (modprobe nbd loaded the module)");
+		return NODE_FRONTEND_NBD;
+	}
+	ZL_LOG_INFO(NODE_LOG,
+		    "frontend auto: fuse (no nbd module: modprobe nbd exited %d: %s); "
+		    "--frontend nbd needs it",
+		    rc, out[0] ? out : "-");
+	return NODE_FRONTEND_FUSE;
+}
+
+/* First line of a small sysfs file of /dev/nbdN ("" when unreadable). */
+static void node_nbd_sysfs(const char *dev, const char *name, char *out, size_t len)
+{
+	char path[128];
+	ssize_t r;
+	int fd;
+
+	out[0] = '\0';
+	if (strncmp(dev, "/dev/", 5) != 0 || strchr(dev + 5, '/'))
+		return;
+	snprintf(path, sizeof(path), "/sys/block/%s/%s", dev + 5, name);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	r = read(fd, out, len - 1);
+	close(fd);
+	out[r > 0 ? r : 0] = '\0';
+	out[strcspn(out, "\n")] = '\0';
+}
+
+bool node_nbd_serves(const char *dev, const char *vol_id)
+{
+	char backend[128], size[32];
+
+	node_nbd_sysfs(dev, "backend", backend, sizeof(backend));
+	node_nbd_sysfs(dev, "size", size, sizeof(size));
+	return strcmp(backend, vol_id) == 0 && size[0] && strcmp(size, "0") != 0;
+}
+
+int node_token_save(const struct node *n, const char *vol_id, const char *token)
+{
+	char path[NODE_PATH_MAX];
+	size_t len = token ? strlen(token) : 0;
+	int fd, rc = 0;
+
+	if (node_vol_file(n, vol_id, "token", path, sizeof(path)))
+		return -ENAMETOOLONG;
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	if (write(fd, token ? token : "", len) != (ssize_t)len || fsync(fd) < 0)
+		rc = -EIO;
+	close(fd);
+	return rc;
+}
+
+int node_token_load(const struct node *n, const char *vol_id, char *token, size_t len)
+{
+	char path[NODE_PATH_MAX];
+	ssize_t r;
+	int fd;
+
+	token[0] = '\0';
+	if (node_vol_file(n, vol_id, "token", path, sizeof(path)))
+		return -ENAMETOOLONG;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	r = read(fd, token, len - 1);
+	close(fd);
+	if (r < 0)
+		return -EIO;
+	token[r] = '\0';
+	return 0;
+}
+
+int node_nbd_reattach(struct node *n, struct node_vol_state *st, char *msg, size_t msglen)
+{
+	char token[160], dev[64];
+	struct node_attach_req ar = {
+	    .volume_id = st->volume_id,
+	    .prefix = st->prefix,
+	    .epoch = st->epoch,
+	    .token = token,
+	    .frontend = NODE_FRONTEND_NBD,
+	    .reattach = st->loop,
+	    .dev = dev,
+	    .devlen = sizeof(dev),
+	};
+	pid_t pid = 0;
+	int rc;
+
+	node_token_load(n, st->volume_id, token, sizeof(token));
+	ZL_LOG_WARN(NODE_LOG, "attach process gone, taking its nbd device over: vol=%s pid=%d dev=%s",
+		    st->volume_id, (int)st->pid, st->loop);
+	rc = node_attach_start(n, &ar, &pid, msg, msglen);
+	if (rc)
+		return rc;
+	st->pid = pid;
+	rc = node_state_save(n, st);
+	if (rc)
+		snprintf(msg, msglen, "cannot record the new attach process of %s: %s",
+			 st->volume_id, strerror(-rc));
+	else
+		ZL_LOG_INFO(NODE_LOG, "nbd device taken over: vol=%s pid=%d dev=%s", st->volume_id,
+			    (int)pid, st->loop);
+	return rc;
+}
+
 int node_blkdev_size(const char *dev, uint64_t *size)
 {
 	int fd = open(dev, O_RDONLY | O_CLOEXEC);
@@ -479,11 +618,33 @@ int node_detach(struct node *n, struct node_vol_state *st, char *msg, size_t msg
 			 file, loop);
 		return -EBUSY;
 	}
-	st->loop[0] = '\0';
+	if (st->frontend == NODE_FRONTEND_NBD && st->loop[0]) {
+		/* What a block-mode user left in the page cache goes out while
+		 * the attach process still serves; its SIGTERM disconnects. */
+		const char *argv[] = {"blockdev", "--flushbufs", st->loop, NULL};
+
+		if (node_attach_alive(st->pid, st->volume_id) &&
+		    node_nbd_serves(st->loop, st->volume_id) &&
+		    node_run(argv, 60000, out, sizeof(out)) != 0)
+			ZL_LOG_WARN(NODE_LOG, "blockdev --flushbufs failed: vol=%s dev=%s: %s",
+				    st->volume_id, st->loop, out);
+	}
 	if (st->pid > 0) {
 		node_attach_stop(st->pid, st->volume_id, 30000);
 		st->pid = 0;
 	}
+	/* A device whose server died waits for a new one: nobody comes. */
+	if (st->frontend == NODE_FRONTEND_NBD && st->loop[0] &&
+	    node_nbd_serves(st->loop, st->volume_id)) {
+		rc = attach_nbd_disconnect_dev(st->loop);
+		if (rc) {
+			snprintf(msg, msglen, "cannot disconnect %s: %s", st->loop, strerror(-rc));
+			return rc;
+		}
+		ZL_LOG_INFO(NODE_LOG, "nbd device disconnected: vol=%s dev=%s", st->volume_id,
+			    st->loop);
+	}
+	st->loop[0] = '\0';
 	/* A dead attach process leaves its FUSE mount behind ("Transport
 	 * endpoint is not connected"): detach it lazily. */
 	if (node_mountinfo_find(mnt, NULL, 0) > 0) {

@@ -10,17 +10,19 @@
 
 static int node_flag_frontend(const char *value, void *target, const char **why)
 {
-	if (!strcmp(value, "auto") || !strcmp(value, "fuse")) {
-		*(enum node_frontend *)target = NODE_FRONTEND_FUSE;
+	struct node_cfg *c = ZL_CONTAINER_OF((enum node_frontend *)target, struct node_cfg,
+					     frontend);
+
+	c->frontend_auto = !strcmp(value, "auto");
+	if (c->frontend_auto || !strcmp(value, "fuse")) {
+		c->frontend = NODE_FRONTEND_FUSE;
 		return 0;
 	}
-	if (!strcmp(value, "nbd"))
-		*why = access("/sys/module/nbd", F_OK)
-			   ? "not available in this version (and this kernel has no nbd "
-			     "module); use --frontend fuse"
-			   : "not available in this version; use --frontend fuse";
-	else
-		*why = "not a frontend; pass auto, fuse or nbd";
+	if (!strcmp(value, "nbd")) {
+		c->frontend = NODE_FRONTEND_NBD;
+		return 0;
+	}
+	*why = "not a frontend; pass auto, fuse or nbd";
 	return -ZL_ERR_INVAL;
 }
 
@@ -99,7 +101,7 @@ int node_flags_parse(int argc, char **argv, struct node_cfg *c, struct zl_cfg_et
 	     .type = ZL_CFG_CALL,
 	     .target = &c->frontend,
 	     .parse = node_flag_frontend,
-	     .help = "auto|fuse|nbd (default auto = fuse)"},
+	     .help = "auto|fuse|nbd (default auto: nbd where the kernel\nhas the nbd module, else fuse)"},
 	    {.name = "transport",
 	     .arg = "T",
 	     .type = ZL_CFG_CALL,
@@ -169,6 +171,7 @@ int node_flags_parse(int argc, char **argv, struct node_cfg *c, struct zl_cfg_et
 	c->state_dir = "/var/lib/zipline/node";
 	c->kubelet_dir = "/var/lib/kubelet";
 	c->frontend = NODE_FRONTEND_FUSE;
+	c->frontend_auto = true;
 	c->transport = "auto";
 	c->workers = 4;
 	rc = zl_cfg_parse(&cli, argc, argv);

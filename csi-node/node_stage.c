@@ -1,6 +1,8 @@
 /* NodeStageVolume / NodeUnstageVolume: attach the volume through its own
- * attach process (FUSE file + loop device), format it when blank, mount it
- * on the staging path; and the reverse. */
+ * attach process (FUSE file + loop device, or /dev/nbdN with the nbd
+ * frontend), format it when blank, mount it on the staging path; and the
+ * reverse. A staged nbd volume whose attach process died gets a new one
+ * that takes the device over (the mount stays). */
 #include "node.h"
 
 #include <errno.h>
@@ -108,7 +110,7 @@ static int node_stage_locked(struct node *n, struct zl_grpc_call *call,
 	struct node_vol_state st;
 	struct node_attach_req ar;
 	const char *v, *tok;
-	char msg[768] = "";
+	char msg[768] = "", dev[64];
 	bool started = false;
 	int rc;
 
@@ -123,6 +125,14 @@ static int node_stage_locked(struct node *n, struct zl_grpc_call *call,
 		    "volume %s is staged at %s with another capability (%s %s -o %s)", r->volume_id,
 		    st.staging, st.block ? "block" : "mount", st.fs_type,
 		    st.mount_flags[0] ? st.mount_flags : "defaults");
+	if (rc == 0 && st.staged && st.frontend == NODE_FRONTEND_NBD &&
+	    !node_attach_alive(st.pid, st.volume_id) && node_nbd_serves(st.loop, st.volume_id)) {
+		/* The device (and what is mounted on it) waits for a new server. */
+		if (node_nbd_reattach(n, &st, msg, sizeof(msg)))
+			return zl_grpc_fail(call, ZL_GRPC_UNAVAILABLE,
+					    "cannot take over %s of volume %s: %s", st.loop,
+					    r->volume_id, msg);
+	}
 	if (rc == 0 && !node_attach_alive(st.pid, st.volume_id)) {
 		ZL_LOG_WARN(NODE_LOG, "attach process gone, staging again: vol=%s pid=%d",
 			    st.volume_id, (int)st.pid);
@@ -149,6 +159,7 @@ static int node_stage_locked(struct node *n, struct zl_grpc_call *call,
 		snprintf(st.fs_type, sizeof(st.fs_type), "%s", cap->fs_type);
 		snprintf(st.mount_flags, sizeof(st.mount_flags), "%s", cap->flags);
 		st.stage_ro = cap->ro_mode;
+		st.frontend = n->cfg.frontend;
 	}
 	v = node_map_get((void *const *)r->publish_context, r->n_publish_context, "etcdPrefix");
 	snprintf(st.prefix, sizeof(st.prefix), "%s", v && v[0] ? v : n->cfg.etcd_prefix);
@@ -180,20 +191,29 @@ static int node_stage_locked(struct node *n, struct zl_grpc_call *call,
 		    .prefix = st.prefix,
 		    .epoch = st.epoch,
 		    .token = tok,
+		    .frontend = st.frontend,
+		    .dev = dev,
+		    .devlen = sizeof(dev),
 		};
+		dev[0] = '\0';
 		rc = node_attach_start(n, &ar, &st.pid, msg, sizeof(msg));
 		if (rc)
 			return zl_grpc_fail(call, zl_grpc_code_from_err(rc), "%s", msg);
 		started = true;
-		st.loop[0] = '\0';
+		snprintf(st.loop, sizeof(st.loop), "%s", dev);
 	}
 	rc = node_state_save(n, &st);
+	if (rc == 0 && st.frontend == NODE_FRONTEND_NBD)
+		rc = node_token_save(n, st.volume_id, tok);
 	if (rc) {
 		rc = zl_grpc_fail_err(call, rc, "cannot record the attachment of %s in %s",
 				      st.volume_id, n->cfg.state_dir);
 		goto out_undo;
 	}
-	rc = node_loop_setup(n, st.volume_id, st.loop, sizeof(st.loop), msg, sizeof(msg));
+	if (st.frontend == NODE_FRONTEND_NBD)
+		rc = 0; /* the attach process serves /dev/nbdN itself */
+	else
+		rc = node_loop_setup(n, st.volume_id, st.loop, sizeof(st.loop), msg, sizeof(msg));
 	if (rc) {
 		rc = zl_grpc_fail(call, ZL_GRPC_INTERNAL, "volume %s: %s", st.volume_id, msg);
 		goto out_undo;
