@@ -3,7 +3,9 @@
  *
  * Layout of the state directory (--state-dir, default /var/lib/zipline/node):
  *   <vol-id>/state.json   what is staged/published here (node_state.c)
- *   <vol-id>/fuse/disk    the volume as one regular file (attach process)
+ *   <vol-id>/fuse/disk    the volume as one regular file (attach process, FUSE)
+ *   <vol-id>/token        the attach token (0600; nbd: a new attach process
+ *                         taking a dead one's /dev/nbdN over needs it)
  *   <vol-id>/ctl.sock     the attach process's control socket
  *   <vol-id>/attach.log   its stdout/stderr
  * state.json is the only truth: every RPC reads it under the volume's

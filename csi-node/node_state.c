@@ -183,7 +183,7 @@ out_free:
 int node_state_remove(const struct node *n, const char *vol_id)
 {
 	static const char *const files[] = {"state.json", "state.json.tmp", "ctl.sock",
-					    "attach.log", "attach.log.1"};
+					    "attach.log", "attach.log.1", "token"};
 	char path[NODE_PATH_MAX];
 
 	for (size_t i = 0; i < ZL_ARRAY_SIZE(files); i++) {

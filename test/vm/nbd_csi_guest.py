@@ -1,0 +1,218 @@
+"""nbd_csi_guest.py BIN WORK ETCD: the CSI half of nbd_frontend, run by
+test/vm/nbd-guest.sh inside the test VM (nbd module loaded, etcd and three
+zipline-storage running).
+
+zipline-controller and `zipline-node --frontend nbd`; this script plays the
+kubelet and the sidecars:
+  - Filesystem mode: CreateVolume, ControllerPublish, NodeStage (ext4 on
+    /dev/nbdN, no loop device; state.json says frontend nbd), NodePublish,
+    a file written; kill -9 of the attach process: zipline-node starts a
+    new one that takes the device over (state.json names it), the mount
+    never goes, the file reads back and new writes land; NodeGetVolumeStats
+    reports usage and a normal condition; NodeUnpublish, NodeUnstage: the
+    device is disconnected, the attach process gone, the state removed.
+  - Block mode: the same stage on /dev/nbdN, a pattern written and read
+    back with O_DIRECT through the published device file, unstage.
+Exit 0 when every check passed. Run with /usr/bin/python3.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+BIN, WORK, ETCD = sys.argv[1], sys.argv[2], sys.argv[3]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from csi_client import CsiClient, wait_for_socket  # noqa: E402
+
+RUN = "/run/zl-nbd-csi"
+STATE = os.path.join(RUN, "state")
+T = 120
+procs = []
+
+
+def log(msg):
+    print("nbd_csi_guest: %s" % msg, flush=True)
+
+
+def fail(msg):
+    print("nbd_csi_guest: FAIL: %s" % msg, file=sys.stderr, flush=True)
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    sys.exit(1)
+
+
+def wait_for(what, secs, fn):
+    end = time.time() + secs
+    while time.time() < end:
+        v = fn()
+        if v:
+            return v
+        time.sleep(0.1)
+    fail("%s: not within %d s" % (what, secs))
+
+
+def start(name, argv):
+    logf = open(os.path.join(WORK, name + ".log"), "ab")
+    p = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+    procs.append(p)
+    return p
+
+
+def mount_source(path):
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if fields[4] == path:
+                return fields[fields.index("-") + 2]
+    return None
+
+
+def state(vol):
+    with open(os.path.join(STATE, vol, "state.json")) as f:
+        return json.load(f)
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def dev_size(dev):
+    with open("/sys/block/%s/size" % os.path.basename(dev)) as f:
+        return int(f.read())
+
+
+os.makedirs(RUN, exist_ok=True)
+start("controller", [os.path.join(BIN, "zipline-controller"), "--endpoint",
+                     "unix://%s/ctrl.sock" % RUN, "--etcd", ETCD, "--log-level", "info"])
+start("node", [os.path.join(BIN, "zipline-node"), "--endpoint", "unix://%s/node.sock" % RUN,
+               "--node-id", "vm-node", "--etcd", ETCD, "--state-dir", STATE, "--kubelet-dir",
+               RUN, "--transport", "tcp", "--frontend", "nbd", "--io-timeout", "10",
+               "--log-level", "info"])
+wait_for_socket(RUN + "/ctrl.sock", 60)
+wait_for_socket(RUN + "/node.sock", 60)
+ctrl = CsiClient("unix://%s/ctrl.sock" % RUN)
+ctrl.wait_ready(60)
+node = CsiClient("unix://%s/node.sock" % RUN)
+node.wait_ready(60)
+pb = ctrl.pb
+
+
+def cap_of(block):
+    mode = pb.VolumeCapability.AccessMode(mode=1)
+    if block:
+        return pb.VolumeCapability(block=pb.VolumeCapability.BlockVolume(), access_mode=mode)
+    return pb.VolumeCapability(mount=pb.VolumeCapability.MountVolume(fs_type="ext4"),
+                               access_mode=mode)
+
+
+def stage(name, block):
+    cap = cap_of(block)
+    v = ctrl.controller.CreateVolume(pb.CreateVolumeRequest(
+        name=name, capacity_range=pb.CapacityRange(required_bytes=64 << 20),
+        volume_capabilities=[cap], parameters={"replicas": "3"}), timeout=T).volume
+    pctx = dict(ctrl.controller.ControllerPublishVolume(pb.ControllerPublishVolumeRequest(
+        volume_id=v.volume_id, node_id="vm-node", volume_capability=cap),
+        timeout=T).publish_context)
+    staging = os.path.join(RUN, "staging", name)
+    target = os.path.join(RUN, "pods", name, "dev" if block else "vol")
+    os.makedirs(staging, exist_ok=True)
+    node.node.NodeStageVolume(pb.NodeStageVolumeRequest(
+        volume_id=v.volume_id, staging_target_path=staging, volume_capability=cap,
+        publish_context=pctx), timeout=T)
+    st = state(v.volume_id)
+    dev = st["loop_device"]
+    if st["frontend"] != "nbd" or not dev.startswith("/dev/nbd"):
+        fail("%s staged on %s with frontend %s, not on /dev/nbdN" % (name, dev, st["frontend"]))
+    if not block and mount_source(staging) != dev:
+        fail("%s: staging mount source %s, not %s" % (name, mount_source(staging), dev))
+    node.node.NodePublishVolume(pb.NodePublishVolumeRequest(
+        volume_id=v.volume_id, staging_target_path=staging, target_path=target,
+        volume_capability=cap, publish_context=pctx), timeout=T)
+    log("%s (%s) staged on %s, attach pid %d" % (name, "block" if block else "ext4", dev,
+                                                  st["pid"]))
+    return v.volume_id, staging, target, dev
+
+
+def unstage(vol, staging, target, dev, pid):
+    node.node.NodeUnpublishVolume(pb.NodeUnpublishVolumeRequest(
+        volume_id=vol, target_path=target), timeout=T)
+    node.node.NodeUnstageVolume(pb.NodeUnstageVolumeRequest(
+        volume_id=vol, staging_target_path=staging), timeout=T)
+    if mount_source(staging):
+        fail("NodeUnstage left %s mounted" % staging)
+    if os.path.exists(os.path.join(STATE, vol)):
+        fail("NodeUnstage left the state of %s" % vol)
+    if alive(pid):
+        fail("the attach process %d of %s outlived NodeUnstage" % (pid, vol))
+    if dev_size(dev) != 0:
+        fail("%s still connected (%d sectors) after NodeUnstage" % (dev, dev_size(dev)))
+    log("unstaged %s: %s disconnected, attach process gone" % (vol, dev))
+
+
+def check_stats(vol, path, unit):
+    r = node.node.NodeGetVolumeStats(pb.NodeGetVolumeStatsRequest(
+        volume_id=vol, volume_path=path), timeout=T)
+    if not any(u.unit == unit and u.total > 0 for u in r.usage):
+        fail("NodeGetVolumeStats of %s: no usage in unit %d: %s" % (vol, unit, r))
+    if r.volume_condition.abnormal:
+        fail("NodeGetVolumeStats of %s: abnormal: %s" % (vol, r.volume_condition.message))
+
+
+# ---- Filesystem mode, and the attach process killed
+vol, staging, target, dev = stage("fsvol", False)
+data = os.urandom(3 << 20)
+with open(os.path.join(target, "a"), "wb") as f:
+    f.write(data)
+    os.fsync(f.fileno())
+old = state(vol)["pid"]
+os.kill(old, signal.SIGKILL)
+log("attach process %d killed (-9)" % old)
+new = wait_for("zipline-node takes %s over" % dev, 60,
+               lambda: (lambda p: p if p != old and alive(p) else 0)(state(vol)["pid"]))
+log("zipline-node started attach process %d on %s" % (new, state(vol)["loop_device"]))
+if state(vol)["loop_device"] != dev or mount_source(staging) != dev:
+    fail("after the takeover: state names %s, staging mounted from %s, not %s"
+         % (state(vol)["loop_device"], mount_source(staging), dev))
+with open(os.path.join(target, "b"), "wb") as f:
+    f.write(data[::-1])
+    os.fsync(f.fileno())
+subprocess.run(["sh", "-c", "echo 3 > /proc/sys/vm/drop_caches"], check=True)
+with open(os.path.join(target, "a"), "rb") as f:
+    if f.read() != data:
+        fail("file a differs after the takeover")
+with open(os.path.join(target, "b"), "rb") as f:
+    if f.read() != data[::-1]:
+        fail("file b differs after the takeover")
+log("files read back after the takeover")
+check_stats(vol, target, pb.VolumeUsage.BYTES)
+unstage(vol, staging, target, dev, new)
+
+# ---- Block mode
+vol, staging, target, dev = stage("blkvol", True)
+pattern = os.urandom(1 << 20)
+fd = os.open(target, os.O_RDWR | os.O_DIRECT)
+buf = __import__("mmap").mmap(-1, len(pattern))
+buf.write(pattern)
+if os.pwritev(fd, [buf], 4 << 20) != len(pattern):
+    fail("short O_DIRECT write to %s" % target)
+os.fsync(fd)
+buf2 = __import__("mmap").mmap(-1, len(pattern))
+if os.preadv(fd, [buf2], 4 << 20) != len(pattern) or bytes(buf2) != pattern:
+    fail("O_DIRECT read of %s differs" % target)
+os.close(fd)
+log("block mode: 1 MiB written and read back through %s" % target)
+check_stats(vol, target, pb.VolumeUsage.BYTES)
+pid = state(vol)["pid"]
+unstage(vol, staging, target, dev, pid)
+for p in procs:
+    p.send_signal(signal.SIGTERM)
+for p in procs:
+    p.wait(30)
+log("PASS")
