@@ -361,25 +361,6 @@ static int attach_nbd_index_parse(const char *dev)
 	return *end || v < 0 || v > 1000000 ? -1 : (int)v;
 }
 
-/* The volume the kernel says the device serves (NBD_ATTR_BACKEND_IDENTIFIER),
- * "" when it says nothing. */
-static void attach_nbd_backend_of(int index, char *out, size_t len)
-{
-	char path[64];
-	ssize_t r;
-	int fd;
-
-	out[0] = '\0';
-	snprintf(path, sizeof(path), "/sys/block/nbd%d/backend", index);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	r = read(fd, out, len - 1);
-	close(fd);
-	out[r > 0 ? r : 0] = '\0';
-	out[strcspn(out, "\n")] = '\0';
-}
-
 int attach_nbd_start(struct attach *a, const char *reattach, char *why, size_t len)
 {
 	struct zl_nbd_server_opts so = {
@@ -388,7 +369,6 @@ int attach_nbd_start(struct attach *a, const char *reattach, char *why, size_t l
 	    .max_conns = 2 * ATTACH_NBD_CONNS,
 	};
 	struct zl_nbd_backend be = {.ops = &attach_nbd_ops, .ctx = a, .size = a->size};
-	char backend[128];
 	int rc;
 
 	/* Writeback of our own device may wait on us: reclaim from here must
@@ -414,10 +394,11 @@ int attach_nbd_start(struct attach *a, const char *reattach, char *why, size_t l
 			snprintf(why, len, "--reattach %s is not /dev/nbdN", reattach);
 			return -ZL_ERR_INVAL;
 		}
-		attach_nbd_backend_of(a->nbd_index, backend, sizeof(backend));
-		if (strcmp(backend, a->vol_id) != 0) {
-			snprintf(why, len, "%s serves %s, not volume %s", reattach,
-				 backend[0] ? backend : "nothing", a->vol_id);
+		if (!node_nbd_serves(reattach, a->vol_id)) {
+			snprintf(why, len,
+				 "%s is not a connected device of volume %s (see its "
+				 "/sys/block/nbdN/backend and size)",
+				 reattach, a->vol_id);
 			return -ZL_ERR_INVAL;
 		}
 		snprintf(a->nbd_dev, sizeof(a->nbd_dev), "/dev/nbd%d", a->nbd_index);

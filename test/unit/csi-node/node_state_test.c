@@ -65,6 +65,29 @@ static void test_roundtrip(void **state)
 	free(json);
 	assert_true(b.block);
 	assert_int_equal(b.n_targets, 0);
+	assert_int_equal(b.frontend, NODE_FRONTEND_FUSE);
+
+	/* The frontend survives the round trip; a state without the field
+	 * (written before the nbd frontend existed) is FUSE. */
+	a.frontend = NODE_FRONTEND_NBD;
+	snprintf(a.loop, sizeof(a.loop), "/dev/nbd3");
+	json = node_state_to_json(&a);
+	assert_non_null(strstr(json, "\"frontend\": \"nbd\""));
+	assert_int_equal(node_state_from_json(json, &b), 0);
+	free(json);
+	assert_int_equal(b.frontend, NODE_FRONTEND_NBD);
+	assert_string_equal(b.loop, "/dev/nbd3");
+	assert_int_equal(node_state_from_json("{\"volume_id\": \"vol-0123456789abcdef\", "
+					      "\"staging_path\": \"/s\", \"mode\": \"mount\"}",
+					      &b),
+			 0);
+	assert_int_equal(b.frontend, NODE_FRONTEND_FUSE);
+	assert_int_equal(node_state_from_json("{\"volume_id\": \"vol-0123456789abcdef\", "
+					      "\"staging_path\": \"/s\", \"mode\": \"mount\", "
+					      "\"frontend\": 7}",
+					      &b),
+			 0);
+	assert_int_equal(b.frontend, NODE_FRONTEND_FUSE);
 }
 
 static void test_malformed(void **state)
