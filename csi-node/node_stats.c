@@ -44,7 +44,17 @@ static void node_condition(const struct node *n, const struct node_vol_state *st
 	const char *e;
 
 	*abnormal = false;
-	snprintf(msg, len, "attached through pid %d (%s)", (int)st->pid, st->loop);
+	snprintf(msg, len, "attached through pid %d (%s, frontend %s)", (int)st->pid, st->loop,
+		 st->frontend == NODE_FRONTEND_NBD ? "nbd" : "fuse");
+	if (!node_attach_alive(st->pid, st->volume_id) && st->frontend == NODE_FRONTEND_NBD &&
+	    node_nbd_serves(st->loop, st->volume_id)) {
+		*abnormal = true;
+		snprintf(msg, len,
+			 "the attach process (pid %d) of volume %s is gone: %s holds its I/O "
+			 "until the new one zipline-node starts takes it over (120 s at most)",
+			 (int)st->pid, st->volume_id, st->loop);
+		return;
+	}
 	if (!node_attach_alive(st->pid, st->volume_id)) {
 		*abnormal = true;
 		snprintf(msg, len,
