@@ -19,6 +19,7 @@ RUN apt-get update \
       libcurl4-openssl-dev libjansson-dev liburing-dev libisal-dev libssl-dev \
       libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libprotobuf-dev \
       libfuse3-dev libnl-3-dev libnl-genl-3-dev libibverbs-dev librdmacm-dev libcmocka-dev \
+      libmicrohttpd-dev \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
