@@ -115,6 +115,9 @@ size=$(blockdev --getsize64 "$dev") || fail "blockdev --getsize64 $dev failed"
 want=$((vol_mib << 20))
 ((size == want)) || fail "$dev has $size bytes, the volume $want"
 grep -qx "$vid" "/sys/block/${dev#/dev/}/backend" || fail "$dev does not name $vid as its backend"
+# Writeback through our own device must never wait on paged-out memory.
+grep -q '^VmLck:[[:space:]]*[1-9]' "/proc/$apid/status" ||
+	fail "the attach process has no locked memory: $(grep VmLck "/proc/$apid/status")"
 
 # ---- 2. fio on the raw device, verified
 fio_raw() { # NAME QD BS SIZE

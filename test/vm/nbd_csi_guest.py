@@ -8,7 +8,10 @@ kubelet and the sidecars:
     /dev/nbdN, no loop device; state.json says frontend nbd), NodePublish,
     a file written; kill -9 of the attach process: zipline-node starts a
     new one that takes the device over (state.json names it), the mount
-    never goes, the file reads back and new writes land; NodeGetVolumeStats
+    never goes, the file reads back and new writes land; zipline-node
+    restarted: the attach process is adopted; the attach process killed
+    while zipline-node is down: zipline-node's start takes the device over;
+    NodeGetVolumeStats
     reports usage and a normal condition; NodeUnpublish, NodeUnstage: the
     device is disconnected, the attach process gone, the state removed.
   - Block mode: the same stage on /dev/nbdN, a pattern written and read
@@ -91,17 +94,36 @@ def dev_size(dev):
 os.makedirs(RUN, exist_ok=True)
 start("controller", [os.path.join(BIN, "zipline-controller"), "--endpoint",
                      "unix://%s/ctrl.sock" % RUN, "--etcd", ETCD, "--log-level", "info"])
-start("node", [os.path.join(BIN, "zipline-node"), "--endpoint", "unix://%s/node.sock" % RUN,
-               "--node-id", "vm-node", "--etcd", ETCD, "--state-dir", STATE, "--kubelet-dir",
-               RUN, "--transport", "tcp", "--frontend", "nbd", "--io-timeout", "10",
-               "--log-level", "info"])
 wait_for_socket(RUN + "/ctrl.sock", 60)
-wait_for_socket(RUN + "/node.sock", 60)
 ctrl = CsiClient("unix://%s/ctrl.sock" % RUN)
 ctrl.wait_ready(60)
-node = CsiClient("unix://%s/node.sock" % RUN)
-node.wait_ready(60)
 pb = ctrl.pb
+node = None
+node_proc = None
+
+
+def node_start():
+    global node, node_proc
+    if os.path.exists(RUN + "/node.sock"):
+        os.unlink(RUN + "/node.sock")
+    node_proc = start("node", [
+        os.path.join(BIN, "zipline-node"), "--endpoint", "unix://%s/node.sock" % RUN,
+        "--node-id", "vm-node", "--etcd", ETCD, "--state-dir", STATE, "--kubelet-dir", RUN,
+        "--transport", "tcp", "--frontend", "nbd", "--io-timeout", "10", "--log-level", "info"])
+    wait_for_socket(RUN + "/node.sock", 60)
+    node = CsiClient("unix://%s/node.sock" % RUN)
+    node.wait_ready(60)
+
+
+def node_stop():
+    node.close()
+    node_proc.send_signal(signal.SIGTERM)
+    if node_proc.wait(60) != 0:
+        fail("zipline-node exited %d on SIGTERM" % node_proc.returncode)
+    procs.remove(node_proc)
+
+
+node_start()
 
 
 def cap_of(block):
@@ -156,6 +178,25 @@ def unstage(vol, staging, target, dev, pid):
     log("unstaged %s: %s disconnected, attach process gone" % (vol, dev))
 
 
+def takeover(vol, old, why):
+    """Waits until zipline-node recorded a new live attach process."""
+    new = wait_for("zipline-node takes the device of %s over (%s)" % (vol, why), 60,
+                   lambda: (lambda p: p if p != old and alive(p) else 0)(state(vol)["pid"]))
+    log("%s: zipline-node started attach process %d on %s" % (why, new,
+                                                            state(vol)["loop_device"]))
+    return new
+
+
+def write_read(target, name, data):
+    with open(os.path.join(target, name), "wb") as f:
+        f.write(data)
+        os.fsync(f.fileno())
+    subprocess.run(["sh", "-c", "echo 3 > /proc/sys/vm/drop_caches"], check=True)
+    with open(os.path.join(target, name), "rb") as f:
+        if f.read() != data:
+            fail("file %s differs" % name)
+
+
 def check_stats(vol, path, unit):
     r = node.node.NodeGetVolumeStats(pb.NodeGetVolumeStatsRequest(
         volume_id=vol, volume_path=path), timeout=T)
@@ -174,9 +215,7 @@ with open(os.path.join(target, "a"), "wb") as f:
 old = state(vol)["pid"]
 os.kill(old, signal.SIGKILL)
 log("attach process %d killed (-9)" % old)
-new = wait_for("zipline-node takes %s over" % dev, 60,
-               lambda: (lambda p: p if p != old and alive(p) else 0)(state(vol)["pid"]))
-log("zipline-node started attach process %d on %s" % (new, state(vol)["loop_device"]))
+new = takeover(vol, old, "kill -9")
 if state(vol)["loop_device"] != dev or mount_source(staging) != dev:
     fail("after the takeover: state names %s, staging mounted from %s, not %s"
          % (state(vol)["loop_device"], mount_source(staging), dev))
@@ -191,6 +230,28 @@ with open(os.path.join(target, "b"), "rb") as f:
     if f.read() != data[::-1]:
         fail("file b differs after the takeover")
 log("files read back after the takeover")
+# zipline-node restarted: the attach process is adopted, I/O goes on.
+node_stop()
+write_read(target, "c", data[:1 << 20])
+node_start()
+if state(vol)["pid"] != new or not alive(new):
+    fail("the restarted zipline-node did not adopt attach process %d" % new)
+log("zipline-node restarted, attach process %d adopted" % new)
+# The attach process killed while zipline-node is down: its start takes over.
+node_stop()
+os.kill(new, signal.SIGKILL)
+log("attach process %d killed (-9) while zipline-node is down" % new)
+node_start()
+new = takeover(vol, new, "zipline-node start")
+if mount_source(staging) != dev:
+    fail("staging mounted from %s, not %s, after the takeover at start"
+         % (mount_source(staging), dev))
+write_read(target, "d", data[1 << 20:])
+for name, want in (("a", data), ("b", data[::-1]), ("c", data[:1 << 20])):
+    with open(os.path.join(target, name), "rb") as f:
+        if f.read() != want:
+            fail("file %s differs after the takeover at start" % name)
+log("files read back after the takeover at zipline-node's start")
 check_stats(vol, target, pb.VolumeUsage.BYTES)
 unstage(vol, staging, target, dev, new)
 
