@@ -80,10 +80,24 @@ for i in 1 2 3; do
 		--log-level info >"$work/storage-$i.log" 2>&1 &
 	pids+=($!)
 done
+# threads PID: where each thread of PID waits (kernel stack, and the user
+# stacks where gdb is installed), for a daemon that does not come up.
+threads() {
+	local t
+	for t in /proc/"$1"/task/*; do
+		echo "-- tid ${t##*/} $(cut -d' ' -f2,3 "$t/stat" 2>/dev/null) wchan=$(cat "$t/wchan" 2>/dev/null)"
+		sed 's/^/     /' "$t/stack" 2>/dev/null
+	done
+	command -v gdb >/dev/null &&
+		timeout 120 gdb -p "$1" -batch -nx -ex 'thread apply all bt' 2>&1 | grep -v '^\[New LWP'
+}
 for i in 1 2 3; do
 	# Minutes, not seconds, on a busy 2-core host under TCG.
-	wait_for 300 grep -q "registered node=node-$i" "$work/storage-$i.log" ||
-		fail "zipline-storage node-$i did not register in 300 s"
+	if ! wait_for 300 grep -q "registered node=node-$i" "$work/storage-$i.log"; then
+		threads "${pids[i]}" >"$work/storage-$i.threads" 2>&1
+		sed 's/^/    /' "$work/storage-$i.threads" | head -150 >&2
+		fail "zipline-storage node-$i did not register in 300 s (its threads above)"
+	fi
 done
 say "etcd and zipline-storage node-1..3 up"
 export ZIPLINE_ETCD=$etcd_url
