@@ -496,9 +496,32 @@ static void ublk_ev_cb(void *arg, uint32_t events)
 	io_uring_cq_advance(&u->ring, seen);
 }
 
-static int ublk_ctrl_open(struct attach_ublk *u)
+/* An io_uring with 128-byte SQEs (room for the commands) whose completions
+ * wake the attach loop through an eventfd that runs cb. 0 or -errno. */
+static int ublk_ring_init(struct attach_ublk *u, const char *what, unsigned int depth,
+			  struct io_uring *ring, bool *ring_ok, int *ev_fd,
+			  struct zl_loop_handle *h, zl_loop_fd_cb cb)
 {
 	struct io_uring_params p = {.flags = IORING_SETUP_SQE128};
+	int rc;
+
+	rc = io_uring_queue_init_params(depth, ring, &p);
+	if (rc) {
+		ZL_LOG_ERR(ATTACH_LOG, "cannot create the ublk %s ring: %s", what, strerror(-rc));
+		return rc;
+	}
+	*ring_ok = true;
+	*ev_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (*ev_fd < 0)
+		return -errno;
+	rc = io_uring_register_eventfd(ring, *ev_fd);
+	if (rc == 0)
+		rc = zl_loop_add(u->a->loop, h, *ev_fd, EPOLLIN, cb, u);
+	return rc;
+}
+
+static int ublk_ctrl_open(struct attach_ublk *u)
+{
 	uint64_t features = 0;
 	int rc, res;
 
@@ -509,19 +532,8 @@ static int ublk_ctrl_open(struct attach_ublk *u)
 			   UBLK_CTRL_DEV, strerror(errno));
 		return rc;
 	}
-	rc = io_uring_queue_init_params(UBLK_CTRL_DEPTH, &u->ctrl_ring, &p);
-	if (rc) {
-		ZL_LOG_ERR(ATTACH_LOG, "cannot create the ublk control ring: %s", strerror(-rc));
-		return rc;
-	}
-	u->ctrl_ring_ok = true;
-	u->ctrl_ev_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (u->ctrl_ev_fd < 0)
-		return -errno;
-	rc = io_uring_register_eventfd(&u->ctrl_ring, u->ctrl_ev_fd);
-	if (rc == 0)
-		rc = zl_loop_add(u->a->loop, &u->ctrl_ev_h, u->ctrl_ev_fd, EPOLLIN, ublk_ctrl_ev_cb,
-				 u);
+	rc = ublk_ring_init(u, "control", UBLK_CTRL_DEPTH, &u->ctrl_ring, &u->ctrl_ring_ok,
+			    &u->ctrl_ev_fd, &u->ctrl_ev_h, ublk_ctrl_ev_cb);
 	if (rc)
 		return rc;
 	/* GET_FEATURES exists only ioctl-encoded (Linux >= 6.5). */
@@ -545,7 +557,6 @@ static int ublk_ctrl_open(struct attach_ublk *u)
  * eventfd on the loop, and issues a FETCH_REQ for every tag. */
 static int ublk_queue_setup(struct attach_ublk *u)
 {
-	struct io_uring_params p = {.flags = IORING_SETUP_SQE128};
 	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
 	char path[64];
 	int rc;
@@ -575,18 +586,8 @@ static int ublk_queue_setup(struct attach_ublk *u)
 			   strerror(errno));
 		return rc;
 	}
-	rc = io_uring_queue_init_params(u->depth, &u->ring, &p);
-	if (rc) {
-		ZL_LOG_ERR(ATTACH_LOG, "cannot create the ublk queue ring: %s", strerror(-rc));
-		return rc;
-	}
-	u->ring_ok = true;
-	u->ev_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (u->ev_fd < 0)
-		return -errno;
-	rc = io_uring_register_eventfd(&u->ring, u->ev_fd);
-	if (rc == 0)
-		rc = zl_loop_add(u->a->loop, &u->ev_h, u->ev_fd, EPOLLIN, ublk_ev_cb, u);
+	rc = ublk_ring_init(u, "queue", u->depth, &u->ring, &u->ring_ok, &u->ev_fd, &u->ev_h,
+			    ublk_ev_cb);
 	if (rc)
 		return rc;
 	if (!u->tags) {

@@ -22,6 +22,8 @@ set -u
 build=${1:?usage: ublk-guest.sh BUILD WORK}
 work=${2:?usage: ublk-guest.sh BUILD WORK}
 bin=$build/bin
+# shellcheck source=guest-etcd.sh
+. "$(dirname "${BASH_SOURCE[0]}")/guest-etcd.sh" || exit 1
 logs=$work/logs
 data=/mnt/zl-ublk-data
 mnt=/mnt/zl-ublk-fs
@@ -52,18 +54,7 @@ ip link set lo up || fail "cannot bring up lo"
 mkfs.ext4 -q -F "$disk" || fail "mkfs.ext4 $disk failed"
 mount "$disk" "$data" || fail "cannot mount $disk"
 
-etcd --name zl-etcd --data-dir "$data/etcd" \
-	--listen-client-urls "$etcd_url" --advertise-client-urls "$etcd_url" \
-	--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
-	--initial-cluster zl-etcd=http://127.0.0.1:2380 \
-	--logger zap --log-level warn >>"$logs/etcd.log" 2>&1 &
-etcd_pid=$!
-for ((i = 0; i < 600; i++)); do
-	curl -s -m 1 -X POST -d '{}' "$etcd_url/v3/maintenance/status" >/dev/null 2>&1 && break
-	kill -0 "$etcd_pid" 2>/dev/null || fail "etcd exited"
-	sleep 0.1
-done
-((i < 600)) || fail "etcd did not answer on $etcd_url in 60 s"
+vm_guest_etcd_start "$data/etcd" "$logs/etcd.log" "$etcd_url"
 for ((i = 1; i <= nodes; i++)); do
 	mkdir -p "$data/storage-$i"
 	"$bin/zipline-storage" --data-dir "$data/storage-$i" --listen "127.0.0.1:$((7100 + i))" \
