@@ -242,6 +242,11 @@ static int attach_resize(struct attach *a, char *msg, size_t len)
 		return -ZL_ERR_INVAL;
 	}
 	zl_volume_fini(&v);
+	if (a->ublk) {
+		/* Growing /dev/ublkbN needs UBLK_U_CMD_UPDATE_SIZE (Linux >= 6.16). */
+		snprintf(msg, len, "the ublk device cannot grow yet; stage the volume again");
+		return -EOPNOTSUPP;
+	}
 	if (next->vol) {
 		snprintf(msg, len, "the previous resize is still draining, retry");
 		return -ZL_ERR_BUSY;

@@ -87,6 +87,7 @@ struct ublk_tag {
 	uint16_t tag;
 	uint8_t op;
 	bool fua;
+	bool pooled;  /* buf is from the volume client's transport pool */
 	uint64_t gen; /* a flush: the write_gen it covers */
 	enum ublk_tag_state state;
 };
@@ -599,7 +600,12 @@ static int ublk_queue_setup(struct attach_ublk *u)
 
 			t->u = u;
 			t->tag = (uint16_t)i;
-			if (posix_memalign(&t->buf, 4096, u->info.max_io_buf_bytes))
+			/* The transport's pool (registered memory on RDMA): a
+			 * read lands in it and a write leaves from it with no
+			 * bounce copy; plain memory if the pool has none. */
+			t->buf = zl_vol_buf_alloc(u->a->cur->vol, u->info.max_io_buf_bytes);
+			t->pooled = t->buf != NULL;
+			if (!t->buf && posix_memalign(&t->buf, 4096, u->info.max_io_buf_bytes))
 				return -ENOMEM;
 		}
 	}
@@ -762,9 +768,10 @@ int attach_ublk_start(struct attach *a, int recover_id)
 		 u->dev_id);
 	ZL_LOG_INFO(ATTACH_LOG,
 		    "ublk device %s: vol=%s dev=/dev/ublkb%d depth=%u max_io=%u "
-		    "flags=0x%llx",
+		    "flags=0x%llx buffers=%s",
 		    u->recovered ? "recovered" : "started", a->vol_id, u->dev_id, u->depth,
-		    u->info.max_io_buf_bytes, (unsigned long long)u->info.flags);
+		    u->info.max_io_buf_bytes, (unsigned long long)u->info.flags,
+		    u->tags[u->depth - 1].pooled ? "pool" : "heap");
 	return 0;
 }
 
@@ -834,8 +841,16 @@ void attach_ublk_stop(struct attach *a)
 		close(u->ctrl_ev_fd);
 	if (u->ctrl_fd >= 0)
 		close(u->ctrl_fd);
-	for (unsigned int i = 0; u->tags && i < u->depth; i++)
-		free(u->tags[i].buf);
+	for (unsigned int i = 0; u->tags && i < u->depth; i++) {
+		struct ublk_tag *t = &u->tags[i];
+
+		/* Pool buffers go back through any open handle of the client;
+		 * with none left (stopped) the pool goes with the client. */
+		if (!t->pooled)
+			free(t->buf);
+		else if (a->cur && a->cur->vol)
+			zl_vol_buf_free(a->cur->vol, t->buf);
+	}
 	free(u->tags);
 	zl_loop_defer_cancel(a->loop, &u->submit_defer);
 	zl_loop_defer_cancel(a->loop, &u->gc_defer);

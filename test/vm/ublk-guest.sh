@@ -105,6 +105,8 @@ attach_start attach1
 dev=$(sed -n 's/.* dev=\(\/dev\/ublkb[0-9]*\).*/\1/p' <<<"$ready_line")
 ublk_id=$(sed -n 's/.* ublk_id=\([0-9]*\).*/\1/p' <<<"$ready_line")
 [[ -n $dev && -n $ublk_id ]] || fail "the READY line names no ublk device: '$ready_line'"
+grep -q 'ublk device started: .* buffers=pool' "$logs/attach1.log" ||
+	fail "the request buffers are not from the transport's pool (attach1.log)"
 for ((i = 0; i < 100; i++)); do
 	[[ -b $dev ]] && break
 	sleep 0.1
