@@ -18,7 +18,7 @@ RUN apt-get update \
       build-essential cmake ninja-build pkg-config \
       libcurl4-openssl-dev libjansson-dev liburing-dev libisal-dev libssl-dev \
       libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libprotobuf-dev \
-      libfuse3-dev libibverbs-dev librdmacm-dev libcmocka-dev \
+      libfuse3-dev libibverbs-dev librdmacm-dev libcmocka-dev libmicrohttpd-dev \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src

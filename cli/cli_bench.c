@@ -34,6 +34,7 @@ struct bench {
 	uint64_t ws, blocks, seq_next, rng;
 	uint64_t deadline_ns, t0;
 	uint64_t ios, bytes, last_ios, last_bytes, last_ns;
+	uint64_t count, submitted; /* --count: I/Os to submit in all (0: no limit) */
 	int inflight, err;
 	uint64_t err_off;
 	bool stop, progress, tty;
@@ -106,6 +107,10 @@ static void bench_pump(struct bench *b)
 		struct bench_slot *s = &b->slots[i];
 		int rc;
 
+		if (b->count && b->submitted >= b->count) {
+			b->stop = true; /* the loop waits for those in flight */
+			return;
+		}
 		if (s->busy)
 			continue;
 		s->off = bench_next_off(b);
@@ -124,6 +129,7 @@ static void bench_pump(struct bench *b)
 		}
 		s->busy = true;
 		b->inflight++;
+		b->submitted++;
 	}
 }
 
@@ -180,6 +186,7 @@ int zl_cli_bench(struct zl_cli *cli, int argc, char **argv)
 	    {"bs", required_argument, NULL, 'b'},
 	    {"qd", required_argument, NULL, 'q'},
 	    {"seconds", required_argument, NULL, 's'},
+	    {"count", required_argument, NULL, 'n'},
 	    {"size", required_argument, NULL, 'S'},
 	    {"json", no_argument, NULL, 'j'},
 	    {"progress", no_argument, NULL, 'p'},
@@ -189,7 +196,7 @@ int zl_cli_bench(struct zl_cli *cli, int argc, char **argv)
 	struct bench *b;
 	struct sigaction sa = {.sa_handler = bench_sig};
 	const char *name;
-	uint64_t bs = 4096, ws = 0, vsize;
+	uint64_t bs = 4096, ws = 0, vsize, count = 0;
 	uint32_t qd = 32, seconds = 10, i;
 	enum bench_rw rw = BENCH_RANDREAD;
 	bool json = false, progress = false;
@@ -199,7 +206,7 @@ int zl_cli_bench(struct zl_cli *cli, int argc, char **argv)
 
 	optind = 0;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":r:b:q:s:S:jph", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":r:b:q:s:n:S:jph", opts, NULL)) != -1) {
 		switch (c) {
 		case 'r':
 			if (bench_parse_rw(optarg, &rw)) {
@@ -227,6 +234,14 @@ int zl_cli_bench(struct zl_cli *cli, int argc, char **argv)
 				return ZL_CLI_EXIT_USAGE;
 			}
 			break;
+		case 'n':
+			if (zl_cli_parse_size(optarg, false, &count) || !count) {
+				zl_cli_err("bad --count '%s': use a number of I/Os above 0 (K/M "
+					   "suffixes count 1024s)",
+					   optarg);
+				return ZL_CLI_EXIT_USAGE;
+			}
+			break;
 		case 'S':
 			if (zl_cli_parse_size(optarg, false, &ws)) {
 				zl_cli_err("bad --size '%s': use a number with K/M/G/T", optarg);
@@ -242,7 +257,10 @@ int zl_cli_bench(struct zl_cli *cli, int argc, char **argv)
 		case 'h':
 			printf(
 			    "usage: zl bench NAME [--rw randread|randwrite|read|write] [--bs 4k] "
-			    "[--qd 32] [--seconds 10] [--size SIZE] [--json] [--progress]\n");
+			    "[--qd 32] [--seconds 10] [--count N] [--size SIZE] [--json] "
+			    "[--progress]\n"
+			    "  --count N  stop after N I/Os (or --seconds, whichever comes "
+			    "first)\n");
 			return 0;
 		default:
 			return zl_cli_opt_error("bench", c, optopt, argv, optind);
@@ -317,6 +335,7 @@ int zl_cli_bench(struct zl_cli *cli, int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	b->t0 = b->last_ns = zl_now_ns();
 	b->deadline_ns = b->t0 + (uint64_t)seconds * 1000000000ull;
+	b->count = count;
 	zl_timer_start(b->loop, &b->tick, 1000, 1000, bench_tick, b);
 	bench_run(b);
 	zl_timer_stop(b->loop, &b->tick);

@@ -13,6 +13,7 @@ PKGS=(
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev protobuf-compiler libprotobuf-dev
   python3 python3-grpcio python3-protobuf python3-grpc-tools python3-pkg-resources
   libfuse3-dev fuse3
+  libmicrohttpd-dev python3-prometheus-client
   etcd-server etcd-client
   fio libnbd-bin libnbd-dev nbdkit
   e2fsprogs xfsprogs util-linux mount procps psmisc kmod iproute2

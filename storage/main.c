@@ -12,6 +12,7 @@
 #include "storage_ctl.h"
 #include "storage_heal.h"
 #include "storage_io.h"
+#include "storage_metrics.h"
 
 #define DRAIN_MS 10000
 
@@ -150,6 +151,8 @@ int main(int argc, char **argv)
 		rc = zl_storage_gc_start(st);
 	if (!rc)
 		rc = zl_storage_ddir_start(st);
+	if (!rc)
+		rc = zl_storage_metrics_start(st);
 	if (rc)
 		goto out_fail;
 	rc = zl_storage_server_start(st);
@@ -167,6 +170,7 @@ int main(int argc, char **argv)
 	    st->listener_rdma ? zl_xport_listener_port(st->listener_rdma) : 0, st->status, &node);
 	if (rc)
 		goto out_fail;
+	st->registered = true;
 	ZL_LOG_INFO("storage",
 		    "zipline-storage %s serving node=%s listen=%s:%u advertise=%s transports=%s "
 		    "data=%s",
@@ -181,6 +185,7 @@ out_fail:
 	ZL_LOG_ERR("storage", "start-up failed: %s", zl_strerror(rc));
 out_stop:
 	zl_storage_server_stop_accepting(st);
+	zl_storage_metrics_stop(st);
 	zl_storage_ddir_stop(st); /* its result reaches the status record */
 	zl_storage_heal_stop(st);
 	zl_storage_scrub_stop(st);

@@ -21,6 +21,7 @@
 #include "lib/common/worker.h"
 #include "lib/etcd/etcd.h"
 #include "lib/meta/meta.h"
+#include "lib/metrics/metrics.h"
 #include "lib/transport/transport.h"
 #include "lib/transport/xport_hello.h"
 #include "lib/wire/wire.h"
@@ -53,6 +54,7 @@ struct zl_storage_cfg {
 	bool journal;		   /* --write-path journal, the default (storage_chunk.h) */
 	uint64_t journal_size;	   /* --journal-size, 0: default */
 	uint32_t busy_poll_us;	   /* --busy-poll: spin window after work, 0 = off */
+	const char *metrics;	   /* --metrics HOST:PORT (off: NULL), storage_metrics.c */
 	/* Identity of the data dir (storage_ident.c), set by
 	 * zl_storage_ident_resolve before anything touches the disk. */
 	char cluster_id[ZL_META_ID_SIZE];
@@ -81,6 +83,18 @@ struct storage_req;
 struct zl_storage_auth;
 struct zl_storage_ord;
 struct zl_storage_ddir;
+struct zl_storage_metrics;
+
+/* What the requests did, counted by the loop thread where each ends
+ * (storage_server.c srv_account, srv_reply) in plain counters; the metrics
+ * module copies them once a second (storage_metrics.c). Indexed by opcode. */
+#define ZL_STORAGE_ERR_SLOTS 64 /* ZL_ERR_* - ZL_ERR_INVAL, the last: any errno */
+struct zl_storage_reqstats {
+	uint64_t n[ZL_OP_MAX_ + 1];	/* requests ended */
+	uint64_t bytes[ZL_OP_MAX_ + 1]; /* their data (READ, WRITE, REPL_WRITE, pushes) */
+	struct zl_metrics_hist lat[ZL_OP_MAX_ + 1]; /* arrival to answer sent */
+	uint64_t err[ZL_OP_MAX_ + 1][ZL_STORAGE_ERR_SLOTS]; /* error answers by code */
+};
 
 struct zl_storage {
 	struct zl_storage_cfg cfg;
@@ -130,6 +144,9 @@ struct zl_storage {
 	struct zl_storage_gc *gc; /* old copies of moved slices (storage_gc.c) */
 	struct zl_storage_auth *auth; /* storage_auth.c */
 	struct zl_storage_ddir *ddir; /* the data dir watch (storage_ddir.c) */
+	struct zl_storage_reqstats rs;	    /* loop thread only */
+	struct zl_storage_metrics *metrics; /* NULL without --metrics */
+	bool registered;		    /* in etcd (for /readyz) */
 };
 
 #endif

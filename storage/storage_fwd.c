@@ -89,7 +89,9 @@ int zl_storage_fwd_create(struct zl_storage *st, struct zl_storage_fwd **out)
 	return 0;
 }
 
-static void fwd_drop_conn(struct fwd_node *pe)
+/* now: the connection's requests fail inside the call (teardown: their
+ * callbacks reach modules that are destroyed next). */
+static void fwd_drop_conn(struct fwd_node *pe, bool now)
 {
 	struct zl_xport_conn *c = pe->conn;
 
@@ -97,7 +99,10 @@ static void fwd_drop_conn(struct fwd_node *pe)
 		return;
 	pe->conn = NULL;
 	zl_xport_conn_set_ctx(c, NULL);
-	zl_xport_conn_close(c);
+	if (now)
+		zl_xport_conn_close_now(c);
+	else
+		zl_xport_conn_close(c);
 	zl_xport_conn_put(c);
 }
 
@@ -140,7 +145,9 @@ void zl_storage_fwd_destroy(struct zl_storage_fwd *p)
 
 		p->list = pe->next;
 		fwd_pend_flush(pe, -ZL_ERR_CONN);
-		fwd_drop_conn(pe);
+		/* Their callbacks run now, while heal, peering and scrub (a
+		 * request queued behind a connect in progress) still exist. */
+		fwd_drop_conn(pe, true);
 		/* A HELLO still in flight holds pe as its callback argument: the
 		 * transport fails it when the connection closes. */
 		if (!pe->hello_pending)
@@ -183,7 +190,7 @@ static void fwd_hello_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 		ZL_LOG_WARN("storage", "HELLO to peer failed: node=%s peer=%s err=%s", pe->id,
 			    zl_xport_conn_peer(pe->conn), zl_errname(err));
 		pe->fail_until_ms = zl_now_ms() + FWD_BACKOFF_MS;
-		fwd_drop_conn(pe);
+		fwd_drop_conn(pe, false);
 	} else if (!err && pe->conn) {
 		ZL_LOG_INFO("storage", "connected to peer node=%s addr=%s transport=%s", pe->id,
 			    zl_xport_conn_peer(pe->conn),
@@ -245,7 +252,7 @@ static int fwd_connect(struct zl_storage_fwd *p, struct fwd_node *pe)
 		explicit_bzero(tok, sizeof(tok));
 	}
 	if (rc) {
-		fwd_drop_conn(pe);
+		fwd_drop_conn(pe, false);
 		return -ZL_ERR_CONN;
 	}
 	pe->hello_pending = true;
@@ -319,12 +326,12 @@ static int fwd_request(struct zl_storage_fwd *p, const char *node_id, struct zl_
 		p->list = pe;
 	}
 	if (pe->conn && !zl_xport_conn_alive(pe->conn))
-		fwd_drop_conn(pe);
+		fwd_drop_conn(pe, false);
 	if (pe->conn) {
 		rc = zl_xport_request_crcs(pe->conn, hdr, out, out_len, out_crcs, in, in_cap, cb,
 					   arg);
 		if (rc == -ZL_ERR_CONN)
-			fwd_drop_conn(pe);
+			fwd_drop_conn(pe, false);
 		return rc;
 	}
 	if (!pe->lookup.busy) {

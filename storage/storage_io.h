@@ -57,6 +57,9 @@ struct zl_storage_vol {
 	uint64_t max_epoch; /* highest attach epoch seen (memory only) */
 	uint64_t refresh_ms; /* when the last refresh (zl_storage_vol_refresh) started */
 	bool refreshing;     /* a refresh is on the loader thread */
+	/* Client READs [0] and writes [1] (WRITE, WRITE_ZEROES, DISCARD) this
+	 * node answered for the volume: count, bytes, summed latency. */
+	uint64_t m_ops[2], m_bytes[2], m_ns[2];
 };
 
 /* Limits of the request path's lookups (docs/SECURITY.md). */
@@ -96,6 +99,11 @@ void zl_storage_vols_stats(const struct zl_storage_vols *vc, struct zl_storage_v
  * negative cache; -EINPROGRESS when a load is on the loader thread (ask
  * again once it answered); -ZL_ERR_BUSY when loads are throttled. */
 int zl_storage_vol_lookup(struct zl_storage_vols *vc, uint64_t num, struct zl_storage_vol **out);
+/* The cached entry of num or NULL: no load, no side effect. */
+struct zl_storage_vol *zl_storage_vol_peek(struct zl_storage_vols *vc, uint64_t num);
+/* Calls fn for every cached volume (fn must not change the cache). */
+void zl_storage_vols_foreach(struct zl_storage_vols *vc,
+			     void (*fn)(void *arg, const struct zl_storage_vol *sv), void *arg);
 /* A request showed a newer slice version than sv holds: -EINPROGRESS when a
  * refresh from etcd is on its way (started now or earlier; look again once
  * it answered), -ZL_ERR_STALE when refreshes of sv are throttled (sv stands). */

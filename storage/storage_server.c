@@ -97,6 +97,9 @@ struct storage_req {
 	int local_err;
 	uint64_t dver;	      /* data version of this write (heal), 0 without */
 	uint64_t deadline_ms; /* parked / held: when to give up */
+	uint64_t t0_ns;	      /* arrival (metrics: latency to the answer) */
+	bool failed;	      /* answered with an error, or not at all */
+	bool nocount;	      /* answered by another context (metrics count that one) */
 	bool held;	      /* waits for peering or a volume load before it runs */
 	bool loadwait;	      /* held for a volume load: slice, chunk_size unknown */
 	bool hold_load;	      /* held now for a load (counted in st->n_held_load) */
@@ -147,6 +150,7 @@ static struct storage_req *req_alloc(struct zl_storage *st, struct zl_xport_conn
 	zl_xport_conn_get(c);
 	r->req = *h;
 	r->op = (uint8_t)zl_wire_repl_op(h);
+	r->t0_ns = zl_now_ns();
 	st->inflight++;
 	return r;
 }
@@ -166,10 +170,41 @@ static void srv_unplan(struct storage_req *r)
 
 static void srv_ord_del(struct storage_req *r);
 
+/* Counts r as it ends (metrics, storage_metrics.c): by opcode, its data
+ * and latency; a client's data request also on its volume. Loop thread,
+ * plain counters. */
+static void srv_account(struct storage_req *r)
+{
+	struct zl_storage_reqstats *rs = &r->st->rs;
+	const struct zl_wire_hdr *h = &r->req;
+	unsigned op = h->opcode <= ZL_OP_MAX_ ? h->opcode : 0;
+	uint64_t ns = zl_now_ns() - r->t0_ns;
+	struct zl_storage_vol *sv;
+	int w;
+
+	if (r->nocount)
+		return;
+	rs->n[op]++;
+	if (!r->failed && (op == ZL_OP_READ || op == ZL_OP_WRITE || op == ZL_OP_REPL_WRITE))
+		rs->bytes[op] += h->length;
+	zl_metrics_hist_add(&rs->lat[op], ns);
+	if (r->failed || (op != ZL_OP_READ && op != ZL_OP_WRITE && op != ZL_OP_WRITE_ZEROES &&
+			  op != ZL_OP_DISCARD))
+		return;
+	sv = zl_storage_vol_peek(r->st->vols, h->vol_id);
+	if (!sv)
+		return;
+	w = op != ZL_OP_READ;
+	sv->m_ops[w]++;
+	sv->m_bytes[w] += op == ZL_OP_READ || op == ZL_OP_WRITE ? h->length : 0;
+	sv->m_ns[w] += ns;
+}
+
 static void req_free(struct storage_req *r)
 {
 	struct zl_storage *st = r->st;
 
+	srv_account(r);
 	srv_ord_del(r);
 	srv_unplan(r);
 	if (r->buf)
@@ -190,14 +225,27 @@ void zl_storage_server_fini(struct zl_storage *st)
 
 /* ---- replies ---- */
 
-static void srv_reply(struct zl_xport_conn *c, const struct zl_wire_hdr *req, int status,
-		      uint64_t slice_ver, uint64_t aux)
+/* An error answer, counted by opcode and code (loop thread). */
+static void srv_count_err(struct zl_storage *st, uint8_t opcode, int status)
+{
+	int code = -status;
+	unsigned slot = code >= ZL_ERR_INVAL && code - ZL_ERR_INVAL < ZL_STORAGE_ERR_SLOTS - 1
+				? (unsigned)(code - ZL_ERR_INVAL)
+				: ZL_STORAGE_ERR_SLOTS - 1;
+
+	st->rs.err[opcode <= ZL_OP_MAX_ ? opcode : 0][slot]++;
+}
+
+static void srv_reply(struct zl_storage *st, struct zl_xport_conn *c,
+		      const struct zl_wire_hdr *req, int status, uint64_t slice_ver, uint64_t aux)
 {
 	struct zl_wire_hdr rep;
 	int rc;
 
 	if (status == -EINPROGRESS) /* a volume load on its way: retry */
 		status = -ZL_ERR_BUSY;
+	if (status)
+		srv_count_err(st, req->opcode, status);
 	/* A connection refused once too often (docs/SECURITY.md): answered,
 	 * then closed. */
 	if (status && zl_storage_auth_charge(c, req, status)) {
@@ -219,7 +267,8 @@ static void srv_reply(struct zl_xport_conn *c, const struct zl_wire_hdr *req, in
 
 static void req_reply_free(struct storage_req *r, int status, uint64_t slice_ver)
 {
-	srv_reply(r->conn, &r->req, status, slice_ver, 0);
+	r->failed = status != 0;
+	srv_reply(r->st, r->conn, &r->req, status, slice_ver, 0);
 	req_free(r);
 }
 
@@ -374,7 +423,8 @@ static void srv_write_finish(struct storage_req *r)
 		return;
 	}
 	if (r->fenced) { /* a backup: applied like the primary did, never acknowledged */
-		srv_reply(r->conn, &r->req, -ZL_ERR_STALE, ver, r->fenced);
+		srv_reply(r->st, r->conn, &r->req, -ZL_ERR_STALE, ver, r->fenced);
+		r->failed = true;
 		req_free(r);
 		return;
 	}
@@ -909,6 +959,7 @@ static void srv_fetch_done(void *arg, int status)
 		return;
 	}
 	if (status) {
+		r->failed = true;
 		req_free(r);
 		return;
 	}
@@ -1091,6 +1142,7 @@ static void srv_resume(struct storage_req *r)
 	switch (r->req.opcode) {
 	case ZL_OP_CHUNK_VERSIONS: /* answered with a request of its own */
 		srv_chunk_versions(r->st, r->conn, &r->req);
+		r->nocount = true;
 		req_free(r);
 		return;
 	case ZL_OP_FLUSH:
@@ -1210,6 +1262,7 @@ static void srv_data(struct zl_storage *st, struct zl_xport_conn *c, const struc
 		/* Its place among the chunk's writes: taken now, at arrival. */
 		rc = srv_ord_add(r);
 		if (rc) {
+			r->failed = true;
 			req_free(r);
 			goto out_reply;
 		}
@@ -1231,14 +1284,16 @@ static void srv_data(struct zl_storage *st, struct zl_xport_conn *c, const struc
 	}
 	rc = zl_xport_fetch_crcs(p, r->buf, h->length, srv_crcs(r, h->offset, h->length),
 				 srv_fetch_done, r);
-	if (rc)
+	if (rc) {
+		r->failed = true;
 		req_free(r);
+	}
 	return;
 
 out_reply:
 	if (h->payload_len)
 		zl_xport_discard(p);
-	srv_reply(c, h, rc, ver, 0);
+	srv_reply(st, c, h, rc, ver, 0);
 }
 
 /* CHUNK_VERSIONS (heal): the (chunk, version) pairs of slice h->offset
@@ -1274,7 +1329,7 @@ static void srv_chunk_versions(struct zl_storage *st, struct zl_xport_conn *c,
 		n = zl_storage_heal_versions(st, &sv->v, h->offset, h->chunk, h->aux, pairs,
 					     ZL_WIRE_VERS_MAX, &next);
 	if (n < 0) {
-		srv_reply(c, h, n, 0, 0);
+		srv_reply(st, c, h, n, 0, 0);
 		return;
 	}
 	r = req_alloc(st, c, h);
@@ -1283,7 +1338,7 @@ static void srv_chunk_versions(struct zl_storage *st, struct zl_xport_conn *c,
 	if (!r || !r->buf) {
 		if (r)
 			req_free(r);
-		srv_reply(c, h, -ZL_ERR_BUSY, 0, 0);
+		srv_reply(st, c, h, -ZL_ERR_BUSY, 0, 0);
 		return;
 	}
 	zl_wire_chunk_vers_encode(pairs, (uint32_t)n, r->buf);
@@ -1352,14 +1407,14 @@ static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_w
 			zl_xport_discard(p);
 			/* No HELLO pending any more (the auth state says so). */
 			zl_storage_auth_hello(st, c, h, NULL);
-			srv_reply(c, h, -ZL_ERR_BUSY, 0, 0);
+			srv_reply(st, c, h, -ZL_ERR_BUSY, 0, 0);
 			return;
 		}
 		if (zl_xport_fetch(p, r->small, ZL_WIRE_HELLO_SIZE, srv_fetch_done, r))
 			req_free(r);
 		return;
 	case ZL_OP_PING:
-		srv_reply(c, h, 0, 0, 0);
+		srv_reply(st, c, h, 0, 0, 0);
 		return;
 	case ZL_OP_FLUSH:
 		rc = zl_storage_vol_lookup(st->vols, h->vol_id, &sv);
@@ -1380,15 +1435,15 @@ static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_w
 				return;
 			rc = -ENOMEM;
 		}
-		srv_reply(c, h, rc, 0, 0);
+		srv_reply(st, c, h, rc, 0, 0);
 		return;
 	case ZL_OP_CHUNK_INFO:
 		rc = zl_chunk_info(st->chunks, h->vol_id, h->chunk, &n);
-		srv_reply(c, h, rc, 0, n);
+		srv_reply(st, c, h, rc, 0, n);
 		return;
 	case ZL_OP_CHUNK_DELETE:
 		rc = zl_chunk_delete(st->chunks, h->vol_id, h->chunk);
-		srv_reply(c, h, rc, 0, 0);
+		srv_reply(st, c, h, rc, 0, 0);
 		return;
 	case ZL_OP_VOLUME_DELETE:
 		rc = zl_chunk_volume_delete(st->chunks, h->vol_id, &n);
@@ -1397,14 +1452,14 @@ static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_w
 		ZL_LOG_INFO("storage",
 			    "volume replicas deleted: vol=%016" PRIx64 " files=%" PRIu64 " err=%s",
 			    h->vol_id, n, zl_errname(rc));
-		srv_reply(c, h, rc, 0, 0);
+		srv_reply(st, c, h, rc, 0, 0);
 		return;
 	default:
 		break;
 	}
 	if (h->payload_len)
 		zl_xport_discard(p);
-	srv_reply(c, h, -ZL_ERR_INVAL, 0, 0);
+	srv_reply(st, c, h, -ZL_ERR_INVAL, 0, 0);
 }
 
 /* Connections open at once; beyond it a new one is closed at once. */

@@ -469,6 +469,19 @@ static struct zl_storage_vol **vols_slot(struct zl_storage_vols *vc, uint64_t nu
 	return pp;
 }
 
+struct zl_storage_vol *zl_storage_vol_peek(struct zl_storage_vols *vc, uint64_t num)
+{
+	return *vols_slot(vc, num);
+}
+
+void zl_storage_vols_foreach(struct zl_storage_vols *vc,
+			     void (*fn)(void *arg, const struct zl_storage_vol *sv), void *arg)
+{
+	for (uint32_t i = 0; i < VOLS_BUCKETS; i++)
+		for (const struct zl_storage_vol *sv = vc->buckets[i]; sv; sv = sv->next)
+			fn(arg, sv);
+}
+
 int zl_storage_vol_lookup(struct zl_storage_vols *vc, uint64_t num, struct zl_storage_vol **out)
 {
 	struct zl_storage_vol **pp = vols_slot(vc, num);

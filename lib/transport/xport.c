@@ -530,6 +530,19 @@ void zl_xport_conn_close(struct zl_xport_conn *c)
 		c->ops->conn_close(c, 0);
 }
 
+void zl_xport_conn_close_now(struct zl_xport_conn *c)
+{
+	if (!c)
+		return;
+	zl_xport_conn_get(c);
+	zl_xport_conn_close(c);
+	if (c->closing && !c->closed) {
+		zl_loop_defer_cancel(c->x->loop, &c->close_d);
+		xport_close_work(c);
+	}
+	zl_xport_conn_put(c);
+}
+
 bool zl_xport_conn_alive(const struct zl_xport_conn *c)
 {
 	return c && !c->closing;

@@ -124,7 +124,23 @@ check("storage workload", !!stw);
 const zs = container(stw, "zipline-storage");
 const sps = stw?.spec?.template?.spec;
 check("storage IPC_LOCK", zs?.securityContext?.capabilities?.add?.includes("IPC_LOCK"));
-check("storage readiness on its data port", zs?.readinessProbe?.tcpSocket?.port === "data");
+{
+	// With a metrics port the probes are the daemon's own /readyz and
+	// /healthz on it (--metrics); without one, connects to the data port.
+	const mport = zs?.ports?.find((p) => p.name === "metrics");
+	const metricsArg = args(zs).find((a) => a.startsWith("--metrics="));
+	if (mport) {
+		check("storage --metrics on its metrics port", metricsArg === `--metrics=:${mport.containerPort}`,
+			args(zs).join(" "));
+		check("storage readiness is /readyz on the metrics port",
+			zs?.readinessProbe?.httpGet?.path === "/readyz" && zs?.readinessProbe?.httpGet?.port === "metrics");
+		check("storage liveness is /healthz on the metrics port",
+			zs?.livenessProbe?.httpGet?.path === "/healthz" && zs?.livenessProbe?.httpGet?.port === "metrics");
+	} else {
+		check("storage without --metrics when it has no metrics port", !metricsArg, args(zs).join(" "));
+		check("storage readiness on its data port", zs?.readinessProbe?.tcpSocket?.port === "data");
+	}
+}
 check("zipline-storage --heal=on", args(zs).includes("--heal=on"), args(zs).join(" "));
 check("storage on labelled nodes", Object.keys(sps?.nodeSelector ?? {}).length > 0);
 const limits = zs?.resources?.limits ?? {};

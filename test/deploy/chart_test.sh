@@ -235,6 +235,19 @@ echo "== Kubernetes API server rules ($shape)"
 node "$here/k8s-api-rules.mjs" "$tools" "$work/rendered.yaml"
 echo "== chart contract ($shape)"
 node "$here/chart-check.mjs" "$tools" "$work/rendered.yaml" "$shape" ${build:+"$build"}
+if [ "$shape" = default ]; then
+	echo "== monitoring objects (monitoring.* on)"
+	mon=(--set monitoring.podMonitor.enabled=true --set monitoring.prometheusRule.enabled=true
+		--set monitoring.dashboard.enabled=true)
+	"$helm" lint --strict "$chart" "${mon[@]}"
+	"$helm" template zipline "$chart" --namespace zipline "${mon[@]}" > "$work/monitoring.yaml"
+	node "$here/monitoring-check.mjs" "$tools" "$work/monitoring.yaml" "$src"
+	if "$helm" template zipline "$chart" "${mon[@]}" --set storage.metricsPort=0 > "$work/out" 2>&1 ||
+		! grep -q "need storage.metricsPort" "$work/out"; then
+		echo "FAIL default: monitoring without storage.metricsPort was not refused" >&2
+		exit 1
+	fi
+fi
 echo "== NOTES ($shape)"
 render_notes "$work/NOTES.txt" "${values[@]}"
 class="$(sed -n 's/^  storageClassName: //p' "$work/rendered.yaml" | tail -1)"

@@ -217,7 +217,11 @@ dump_threads() {
 		[[ -e $logs/dump-request ]] && { dump_threads >"$logs/threads.tmp" 2>&1; mv "$logs/threads.tmp" "$logs/threads.txt"; break; }
 		sleep 0.5
 	done
-) &
+) >/dev/null 2>&1 &
+dump_pid=$!
+# It must not outlive this script: the guest ends when the command's
+# output is closed.
+trap 'kill "$dump_pid" 2>/dev/null' EXIT
 export ZIPLINE_ETCD=$etcd_url
 if [[ ${ZL_POWERCUT_MANAGER:-on} == on ]]; then
 	"$bin/zipline-controller" --endpoint unix:///run/zl-powercut-csi.sock --etcd "$etcd_url" \

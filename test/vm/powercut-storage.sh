@@ -82,8 +82,13 @@ dump() {
 	done
 	echo "powercut_storage: boot $1 made no progress: the daemons' threads and logs" >&2
 	sed 's/^/    threads| /' "$d/threads.txt" >&2 2>/dev/null || echo "    (no thread dump from the guest)" >&2
-	for i in "$d"/storage-*.log "$d"/controller.log; do
-		[[ -f $i ]] && tail -40 "$i" | sed "s/^/    ${i##*/}| /" >&2
+	logs "$1"
+}
+# logs BOOT: the end of each daemon's log of that boot.
+logs() {
+	local i
+	for i in "$work/boot$1"/storage-*.log "$work/boot$1"/controller.log; do
+		[[ -f $i ]] && tail -60 "$i" | sed "s/^/    ${i##*/}| /" >&2
 	done
 }
 step "seed $seed0, $rounds power cuts, a cut after $ready_after acknowledged ops + 0..4 s, 3 replicas, write path ${ZL_TEST_WRITE_PATH:-default}"
@@ -106,6 +111,7 @@ for ((r = 1; r <= rounds; r++)); do
 	if ((rc != 0)); then
 		((rc == 124)) && dump "$r"
 		bash "$vm" kill "$name" >/dev/null 2>&1
+		((rc == 124)) || logs "$r"
 		show "boot$r"
 		((rc == 124)) && fail "boot $r: the load did not reach $ready_after acknowledged ops in 300 s"
 		fail "boot $r: the guest stopped (exit $rc) before the load reached $ready_after acknowledged ops: a check or a step failed (above)"

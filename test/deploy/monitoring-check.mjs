@@ -1,0 +1,88 @@
+// Checks the chart's monitoring objects (templates/monitoring.yaml), rendered
+// with every monitoring.* switch on:
+//
+//   node monitoring-check.mjs TOOLS_DIR RENDERED.yaml SOURCE_DIR
+//
+// The PodMonitor selects the storage pods and scrapes their "metrics" port;
+// every alert has an expression, a severity and a summary; the dashboard
+// ConfigMap holds JSON whose panels all have queries; and every zipline_*
+// metric a rule or a panel names is one the storage daemon exposes (named in
+// SOURCE_DIR/storage/storage_metrics.c), so a renamed metric cannot leave a
+// rule silently matching nothing. Exit 1 on any failure.
+import { createRequire } from "node:module";
+import { readFileSync } from "node:fs";
+import path from "node:path";
+
+const [toolsDir, file, srcDir] = process.argv.slice(2);
+if (!toolsDir || !file || !srcDir) {
+	console.error("usage: node monitoring-check.mjs TOOLS_DIR RENDERED.yaml SOURCE_DIR");
+	process.exit(2);
+}
+const require = createRequire(path.join(path.resolve(toolsDir), "node_modules", "x.js"));
+const YAML = require("yaml");
+const objs = YAML.parseAllDocuments(readFileSync(file, "utf8")).map((d) => d.toJS()).filter(Boolean);
+const source = readFileSync(path.join(srcDir, "storage", "storage_metrics.c"), "utf8");
+
+let failed = 0, passed = 0;
+function check(what, cond, detail = "") {
+	if (cond) passed++;
+	else {
+		failed++;
+		console.error(`FAIL monitoring: ${what}${detail ? ": " + detail : ""}`);
+	}
+}
+// Every zipline_* name in a PromQL expression is exposed by the daemon (a
+// histogram's _bucket/_sum/_count by its family).
+function namesExposed(where, expr) {
+	for (const m of expr.matchAll(/\bzipline_[a-z_]+/g)) {
+		const fam = m[0].replace(/_(bucket|sum|count)$/, "");
+		check(`${where}: ${m[0]} is a metric zipline-storage exposes`,
+			source.includes(`"${m[0]}"`) || source.includes(`"${fam}"`), expr);
+	}
+}
+
+const storage = objs.find((o) => (o.kind === "DaemonSet" || o.kind === "StatefulSet") &&
+	o.metadata?.labels?.["app.kubernetes.io/component"] === "storage");
+const podLabels = storage?.spec?.template?.metadata?.labels ?? {};
+const zs = storage?.spec?.template?.spec?.containers?.find((c) => c.name === "zipline-storage");
+check("the storage container has a port named metrics", !!zs?.ports?.some((p) => p.name === "metrics"));
+
+const pm = objs.find((o) => o.kind === "PodMonitor");
+check("a PodMonitor", !!pm && pm.apiVersion === "monitoring.coreos.com/v1");
+const sel = pm?.spec?.selector?.matchLabels ?? {};
+check("the PodMonitor selects the storage pods",
+	Object.keys(sel).length > 0 && Object.entries(sel).every(([k, v]) => podLabels[k] === v),
+	JSON.stringify(sel));
+check("the PodMonitor scrapes port metrics at /metrics",
+	pm?.spec?.podMetricsEndpoints?.[0]?.port === "metrics" && pm?.spec?.podMetricsEndpoints?.[0]?.path === "/metrics");
+
+const pr = objs.find((o) => o.kind === "PrometheusRule");
+check("a PrometheusRule", !!pr && pr.apiVersion === "monitoring.coreos.com/v1");
+const rules = (pr?.spec?.groups ?? []).flatMap((g) => g.rules ?? []);
+check("alert rules", rules.length >= 5, `${rules.length}`);
+for (const r of rules) {
+	check(`${r.alert}: an expression`, typeof r.expr === "string" && r.expr.length > 0);
+	check(`${r.alert}: a severity`, ["critical", "warning"].includes(r.labels?.severity));
+	check(`${r.alert}: a summary and a description`, !!r.annotations?.summary && !!r.annotations?.description);
+	if (typeof r.expr === "string" && r.alert !== "ZiplineStorageDown")
+		namesExposed(r.alert, r.expr);
+}
+for (const want of ["ZiplineStorageDown", "ZiplineStorageDiskFailed", "ZiplineDegraded", "ZiplineJournalFull"])
+	check(`alert ${want}`, rules.some((r) => r.alert === want));
+
+const cm = objs.find((o) => o.kind === "ConfigMap" && o.data?.["zipline.json"]);
+check("a dashboard ConfigMap with the Grafana sidecar label", cm?.metadata?.labels?.grafana_dashboard === "1");
+let dash = null;
+try {
+	dash = JSON.parse(cm?.data?.["zipline.json"] ?? "");
+} catch (e) {
+	check("the dashboard is JSON", false, String(e));
+}
+const panels = dash?.panels ?? [];
+check("dashboard panels", panels.length >= 8, `${panels.length}`);
+for (const p of panels) {
+	check(`panel "${p.title}": queries`, (p.targets ?? []).length > 0);
+	for (const t of p.targets ?? []) namesExposed(`panel "${p.title}"`, t.expr ?? "");
+}
+console.log(`monitoring: ${passed} checks passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);

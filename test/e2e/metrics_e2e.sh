@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# The storage daemons' metrics and probes (issue 26 items 1-2;
+# storage/storage_metrics.c, lib/metrics): 3 daemons --heal on with
+# --metrics 127.0.0.1:0, a real manager, a 3-replica volume. Every scrape is
+# a real HTTP GET parsed by prometheus_client's text parser
+# (test/lib/metrics_tool.py), not by Zipline's code.
+#  1. /healthz and /readyz answer 200 on every daemon; /metrics parses and
+#     carries the families named below; an unknown path answers 404.
+#  2. A known load moves the counters by exactly that much: `zl bench
+#     --count 10000` 4 KiB random writes (ios=10000 in its own report), then
+#     5000 4 KiB reads; summed over the daemons, the write requests answered
+#     without error rose by 10000 and their bytes by 10000 x 4 KiB, the
+#     forwarded writes by 20000 (two backups each) and their bytes, the reads
+#     by 5000 and 5000 x 4 KiB, the volume's own counters likewise, and the
+#     write latency histogram's count with the requests.
+#  3. A daemon whose data dir is removed under it turns /readyz to 503 (the
+#     body says why) within 5 s and its disk_failed gauge to 1, while
+#     /healthz stays 200 (alive) and the other daemons stay ready.
+# Usage: metrics_e2e.sh BUILD_DIR. KEEP=1 keeps the state dir.
+set -uo pipefail
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+source "$SRC/test/lib/cluster.sh"
+source "$SRC/test/lib/heal.sh"
+hl_test metrics_e2e
+MT="$SRC/test/lib/metrics_tool.py"
+/usr/bin/python3 -c 'import prometheus_client' 2>/dev/null ||
+	{ echo "metrics_e2e: FAILED: python3-prometheus-client is missing (scripts/install-deps.sh installs it)" >&2; exit 1; }
+HL_STORAGE_FLAGS="--metrics 127.0.0.1:0" hl_begin e2e-metrics "$1" || fail "cluster or manager did not start"
+"$ZL" volume create mvol --size 64M --replicas 3 --chunk-size 1M || fail "volume create"
+vid=$(hl_vol_id mvol)
+[ -n "$vid" ] || fail "no volume id in 'zl volume inspect mvol'"
+
+# port_of I: the metrics port storage-I logged.
+port_of() { sed -n 's/.*metrics on http.* port=\([0-9]*\) .*/\1/p' "$CL_DIR/storage-$1/log" | tail -1; }
+URLS=()
+for i in 1 2 3; do
+	p=$(port_of "$i")
+	[ -n "$p" ] || fail "storage-$i logged no metrics port"
+	URLS+=("http://127.0.0.1:$p/metrics")
+done
+# http_code URL: the status code of a GET.
+http_code() { curl -s -o /dev/null -w '%{http_code}' -m 5 "$1"; }
+msum() { /usr/bin/python3 "$MT" sum "$@" -- "${URLS[@]}" || fail "scrape failed: $*"; }
+
+# 1. probes and families
+for u in "${URLS[@]}"; do
+	b=${u%/metrics}
+	[ "$(http_code "$b/healthz")" = 200 ] || fail "$b/healthz is not 200"
+	[ "$(http_code "$b/readyz")" = 200 ] || fail "$b/readyz is not 200: $(curl -s -m 5 "$b/readyz")"
+	[ "$(http_code "$b/nothing")" = 404 ] || check_fail "$b/nothing is not 404"
+done
+# families: names the daemons expose (the volume's once it served I/O)
+families() {
+	local names n
+	names=$(/usr/bin/python3 "$MT" names "${URLS[0]}") || fail "cannot scrape ${URLS[0]}"
+	for n in "$@"; do
+		grep -qx "$n" <<<"$names" || check_fail "/metrics has no $n"
+	done
+}
+families zipline_storage_requests_total zipline_storage_request_bytes_total \
+	zipline_storage_request_duration_seconds_bucket zipline_storage_request_duration_seconds_count \
+	zipline_journal_used_bytes zipline_journal_size_bytes zipline_recovery_bytes_left \
+	zipline_storage_peering_slices zipline_storage_disk_capacity_bytes \
+	zipline_storage_disk_failed zipline_storage_info
+
+# settle NAME LABELS... -- WANT: polls (the daemons sample once a second)
+# until the sum equals WANT; prints the last sum.
+settle() {
+	local want=${*: -1} v=""
+	for _ in $(seq 1 50); do
+		v=$(msum "${@:1:$#-1}")
+		[ "$v" = "$want" ] && break
+		sleep 0.2
+	done
+	echo "$v"
+}
+ok_writes() { echo $(($(msum zipline_storage_requests_total op=write) - $(msum zipline_storage_errors_total op=write))); }
+
+# 2. a known load
+w0=$(ok_writes)
+wb0=$(msum zipline_storage_request_bytes_total op=write)
+r0=$(msum zipline_storage_request_bytes_total op=repl_write)
+rn0=$(msum zipline_storage_requests_total op=repl_write)
+vw0=$(msum zipline_volume_ops_total volume="$vid" dir=write)
+vwb0=$(msum zipline_volume_bytes_total volume="$vid" dir=write)
+hc0=$(msum zipline_storage_request_duration_seconds_count op=write)
+out=$("$ZL" bench mvol --rw randwrite --bs 4k --qd 16 --count 10000 --seconds 300 --json) ||
+	fail "zl bench --count 10000 failed: $out"
+grep -q '"ios":10000,' <<<"$out" || fail "zl bench did not do exactly 10000 writes: $out"
+wb=$(settle zipline_storage_request_bytes_total op=write $((wb0 + 10000 * 4096)))
+echo "FIGURE: metrics: 10000 x 4 KiB writes: write bytes +$((wb - wb0)), writes without error +$(($(ok_writes) - w0))"
+[ $((wb - wb0)) = $((10000 * 4096)) ] || check_fail "write bytes rose by $((wb - wb0)), not 10000 x 4 KiB"
+[ $(($(ok_writes) - w0)) = 10000 ] || check_fail "writes answered without error rose by $(($(ok_writes) - w0)), not 10000"
+rb=$(settle zipline_storage_request_bytes_total op=repl_write $((r0 + 20000 * 4096)))
+[ $((rb - r0)) = $((20000 * 4096)) ] || check_fail "forwarded write bytes rose by $((rb - r0)), not 20000 x 4 KiB (2 backups)"
+rn=$(msum zipline_storage_requests_total op=repl_write)
+[ $((rn - rn0)) -ge 20000 ] || check_fail "forwarded writes rose by $((rn - rn0)), fewer than 20000"
+vw=$(settle zipline_volume_ops_total volume="$vid" dir=write $((vw0 + 10000)))
+[ $((vw - vw0)) = 10000 ] || check_fail "the volume's write counter rose by $((vw - vw0)), not 10000"
+vwb=$(msum zipline_volume_bytes_total volume="$vid" dir=write)
+[ $((vwb - vwb0)) = $((10000 * 4096)) ] || check_fail "the volume's write bytes rose by $((vwb - vwb0)), not 10000 x 4 KiB"
+hc=$(msum zipline_storage_request_duration_seconds_count op=write)
+[ $((hc - hc0)) -ge 10000 ] || check_fail "the write latency histogram counted $((hc - hc0)), fewer than 10000"
+rd0=$(msum zipline_storage_request_bytes_total op=read)
+vr0=$(msum zipline_volume_ops_total volume="$vid" dir=read)
+out=$("$ZL" bench mvol --rw randread --bs 4k --qd 16 --count 5000 --seconds 300 --json) ||
+	fail "zl bench --count 5000 reads failed: $out"
+grep -q '"ios":5000,' <<<"$out" || fail "zl bench did not do exactly 5000 reads: $out"
+rd=$(settle zipline_storage_request_bytes_total op=read $((rd0 + 5000 * 4096)))
+[ $((rd - rd0)) = $((5000 * 4096)) ] || check_fail "read bytes rose by $((rd - rd0)), not 5000 x 4 KiB"
+vr=$(settle zipline_volume_ops_total volume="$vid" dir=read $((vr0 + 5000)))
+[ $((vr - vr0)) = 5000 ] || check_fail "the volume's read counter rose by $((vr - vr0)), not 5000"
+echo "FIGURE: metrics: 5000 x 4 KiB reads: read bytes +$((rd - rd0)), volume reads +$((vr - vr0))"
+
+families zipline_volume_ops_total zipline_volume_bytes_total zipline_volume_op_seconds_total
+
+# 3. a failed data dir: not ready, still alive
+b3=${URLS[2]%/metrics}
+t0=$(hl_now_ms)
+rm -rf "$CL_DIR/storage-3/data"
+code=""
+for _ in $(seq 1 50); do
+	code=$(http_code "$b3/readyz")
+	[ "$code" = 503 ] && break
+	sleep 0.1
+done
+[ "$code" = 503 ] || fail "storage-3's /readyz answered $code, not 503, 5 s after its data dir was removed"
+body=$(curl -s -m 5 "$b3/readyz")
+echo "FIGURE: metrics: data dir removed -> /readyz 503 after $(($(hl_now_ms) - t0)) ms: $body"
+grep -q 'data directory failed' <<<"$body" || check_fail "/readyz does not say why: $body"
+[ "$(http_code "$b3/healthz")" = 200 ] || check_fail "storage-3's /healthz is not 200 (it is alive)"
+[ "$(/usr/bin/python3 "$MT" sum zipline_storage_disk_failed -- "${URLS[2]}")" = 1 ] ||
+	check_fail "storage-3's zipline_storage_disk_failed is not 1"
+for u in "${URLS[0]}" "${URLS[1]}"; do
+	[ "$(http_code "${u%/metrics}/readyz")" = 200 ] || check_fail "${u%/metrics}/readyz is not 200"
+done
+hl_end

@@ -1,0 +1,49 @@
+#!/usr/bin/python3
+"""Scrapes Zipline daemons' /metrics with prometheus_client's text parser
+(Debian's python3-prometheus-client): an oracle independent of the
+daemons' own code.
+
+  metrics_tool.py sum NAME [LABEL=VALUE...] -- URL...
+      prints the sum over the URLs of every sample called NAME whose labels
+      include every LABEL=VALUE (0 when none); fails when a URL does not
+      answer 200 or does not parse.
+  metrics_tool.py names URL
+      prints every sample name the URL exposes, one per line.
+"""
+import sys
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def scrape(url):
+    with urllib.request.urlopen(url, timeout=10) as r:
+        if r.status != 200:
+            sys.exit('%s answered %d' % (url, r.status))
+        ctype = r.headers.get('Content-Type', '')
+        if not ctype.startswith('text/plain'):
+            sys.exit('%s: Content-Type %r, not the text format' % (url, ctype))
+        text = r.read().decode()
+    return [s for fam in text_string_to_metric_families(text) for s in fam.samples]
+
+
+def main(argv):
+    if len(argv) >= 2 and argv[0] == 'names':
+        for name in sorted({s.name for s in scrape(argv[1])}):
+            print(name)
+        return 0
+    if len(argv) < 4 or argv[0] != 'sum' or '--' not in argv:
+        sys.exit(__doc__)
+    sep = argv.index('--')
+    name, want = argv[1], dict(a.split('=', 1) for a in argv[2:sep])
+    total = 0.0
+    for url in argv[sep + 1:]:
+        for s in scrape(url):
+            if s.name == name and all(s.labels.get(k) == v for k, v in want.items()):
+                total += s.value
+    print(int(total) if total == int(total) else total)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv[1:]))
