@@ -37,9 +37,16 @@ t0=$SECONDS
 say() { echo "ublk-guest: [$((SECONDS - t0)) s] $*"; }
 fail() {
 	echo "ublk-guest: FAIL: $*" >&2
-	[[ -n $fio_pid ]] && kill -9 "$fio_pid" 2>/dev/null
 	exit 1
 }
+# Nothing may outlive this script: the guest ends when its output closes.
+cleanup() {
+	local p
+	for p in $fio_pid $attach_pid "${storage_pids[@]}" ${etcd_pid:-}; do
+		kill -9 "$p" 2>/dev/null
+	done
+}
+trap cleanup EXIT
 
 [[ ${ZL_VM:-} == 1 ]] || fail "not inside the test VM (ZL_VM is not 1)"
 disk=${ZL_VM_DISKS%% *}
@@ -87,7 +94,7 @@ attach_start() {
 	rm -f "$work/$name.ready"
 	"$bin/zipline-node" attach --volume-id "$vid" --dir "/run/zl-ublk/$name" --etcd "$etcd_url" \
 		--transport tcp --frontend ublk --ready-fd 3 "$@" \
-		3>"$work/$name.ready" 2>>"$logs/$name.log" &
+		3>"$work/$name.ready" >>"$logs/$name.log" 2>&1 &
 	attach_pid=$!
 	for ((i = 0; i < 1200; i++)); do
 		ready_line=$(head -1 "$work/$name.ready" 2>/dev/null)
