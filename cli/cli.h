@@ -135,6 +135,7 @@ int zl_cli_status(struct zl_cli *cli, int argc, char **argv);
 int zl_cli_node(struct zl_cli *cli, int argc, char **argv);
 int zl_cli_volume(struct zl_cli *cli, int argc, char **argv);
 int zl_cli_bench(struct zl_cli *cli, int argc, char **argv);
+int zl_cli_top(struct zl_cli *cli, int argc, char **argv);
 int zl_cli_volume_import(struct zl_cli *cli, int argc, char **argv);
 int zl_cli_volume_export(struct zl_cli *cli, int argc, char **argv);
 int zl_cli_volume_serve(struct zl_cli *cli, int argc, char **argv);

@@ -30,7 +30,9 @@ static const char cli_usage[] =
     "  volume rebalance NAME [--no-wait] [--timeout SEC]   move members onto less\n"
     "                                  loaded nodes (a new one) until balanced\n"
     "  bench NAME [--rw randread|randwrite|read|write] [--bs 4k] [--qd 32]\n"
-    "             [--seconds 10] [--size SIZE] [--json] [--progress]\n"
+    "             [--seconds 10] [--count N] [--size SIZE] [--json] [--progress]\n"
+    "  top [--interval 2] [--count N] [--volumes 20]   live IOPS, MiB/s and latency\n"
+    "                                  per node and per volume (the nodes' /metrics)\n"
     "\n"
     "global flags:\n"
     "  --etcd URLS         etcd endpoints (else $ZIPLINE_ETCD, else the local cluster's\n"
@@ -104,6 +106,8 @@ int main(int argc, char **argv)
 		rc = zl_cli_volume(&cli, argc - 1, argv + 1);
 	else if (strcmp(cmd, "bench") == 0)
 		rc = zl_cli_bench(&cli, argc - 1, argv + 1);
+	else if (strcmp(cmd, "top") == 0)
+		rc = zl_cli_top(&cli, argc - 1, argv + 1);
 	else if (strcmp(cmd, "help") == 0) {
 		fputs(cli_usage, stdout);
 		rc = 0;

@@ -55,6 +55,7 @@ struct zl_storage_cfg {
 	uint64_t journal_size;	   /* --journal-size, 0: default */
 	uint32_t busy_poll_us;	   /* --busy-poll: spin window after work, 0 = off */
 	const char *metrics;	   /* --metrics HOST:PORT (off: NULL), storage_metrics.c */
+	uint16_t metrics_port;	   /* the port it bound (0: off), in the node record */
 	/* Identity of the data dir (storage_ident.c), set by
 	 * zl_storage_ident_resolve before anything touches the disk. */
 	char cluster_id[ZL_META_ID_SIZE];

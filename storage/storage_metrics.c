@@ -335,6 +335,7 @@ int zl_storage_metrics_start(struct zl_storage *st)
 	}
 	zl_timer_start(st->loop, &m->t, METRICS_SAMPLE_MS, METRICS_SAMPLE_MS, metrics_sample, m);
 	st->metrics = m;
+	st->cfg.metrics_port = zl_metrics_port(m->srv);
 	ZL_LOG_INFO("storage", "metrics on http://%s port=%u (/metrics /healthz /readyz)",
 		    st->cfg.metrics, zl_metrics_port(m->srv));
 	return 0;

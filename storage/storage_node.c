@@ -190,6 +190,7 @@ int zl_storage_node_start(const struct zl_storage_cfg *cfg, uint16_t port, uint1
 	memcpy(n->info.incarnation, cfg->incarnation, sizeof(n->info.incarnation));
 	/* The TCP listener accepts TLS only: clients and peers read it here. */
 	n->info.tls = cfg->tls_cert != NULL;
+	n->info.metrics_port = cfg->metrics_port;
 	rc = node_register(n);
 	if (rc)
 		goto out_free;

@@ -56,6 +56,9 @@ struct zl_node_info {
 	/* The TCP listener speaks TLS only (zipline-storage --tls-cert;
 	 * docs/SECURITY.md); absent in older records: false. */
 	bool tls;
+	/* HTTP port of the daemon's /metrics, /healthz, /readyz on addr
+	 * (zipline-storage --metrics); absent or 0: none. */
+	uint16_t metrics_port;
 };
 
 /* What a member of a slice is doing (docs/REPLICATION.md §1-4). */

@@ -184,6 +184,11 @@ char *zl_meta_node_to_json(const struct zl_node_info *n)
 		json_decref(o);
 		o = NULL;
 	}
+	if (o && n->metrics_port &&
+	    json_object_set_new(o, "metrics_port", json_integer(n->metrics_port))) {
+		json_decref(o);
+		o = NULL;
+	}
 	return meta_dump(o);
 }
 
@@ -201,6 +206,7 @@ static const struct meta_field meta_node_fields[] = {
     META_STR_NEW(struct zl_node_info, cluster_id, "cluster_id"),
     META_STR_NEW(struct zl_node_info, incarnation, "incarnation"),
     META_BOOL_NEW(struct zl_node_info, tls, "tls"),
+    META_INT_NEW(struct zl_node_info, metrics_port, "metrics_port", 0, UINT16_MAX),
 };
 
 int meta_decode_flat(const char *json, size_t len, const struct meta_field *f, size_t n, void *rec,

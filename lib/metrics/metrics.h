@@ -73,4 +73,32 @@ uint16_t zl_metrics_port(const struct zl_metrics_srv *m);
 /* Stops serving (waits for a scrape in progress). NULL is fine. */
 void zl_metrics_stop(struct zl_metrics_srv *m);
 
+/* ---- reading the text format (zl top; metrics_parse.c) ---- */
+
+#define ZL_METRICS_NAME_MAX   128
+#define ZL_METRICS_LABELS_MAX 8
+#define ZL_METRICS_LABEL_MAX  256
+
+struct zl_metrics_sample {
+	char name[ZL_METRICS_NAME_MAX];
+	unsigned n_labels;
+	struct {
+		char name[ZL_METRICS_NAME_MAX];
+		char value[ZL_METRICS_LABEL_MAX]; /* unescaped */
+	} labels[ZL_METRICS_LABELS_MAX];
+	double value;
+};
+
+/* Parses text (len bytes, not necessarily terminated) in the Prometheus
+ * text exposition format, as a scrape returns it from a daemon that may be
+ * anything: comment and blank lines are skipped, every other line must be
+ * `name[{label="value",...}] value [timestamp]` within the limits above;
+ * cb gets each sample (a non-zero return stops with that value). 0, or
+ * -ZL_ERR_PROTO with *bad_line (1-based) the line that is not one. */
+int zl_metrics_parse(const char *text, size_t len,
+		     int (*cb)(void *arg, const struct zl_metrics_sample *s), void *arg,
+		     unsigned *bad_line);
+/* The value of label name in s, or NULL. */
+const char *zl_metrics_sample_label(const struct zl_metrics_sample *s, const char *name);
+
 #endif

@@ -13,6 +13,8 @@
 #     forwarded writes by 20000 (two backups each) and their bytes, the reads
 #     by 5000 and 5000 x 4 KiB, the volume's own counters likewise, and the
 #     write latency histogram's count with the requests.
+#     `zl top` under a write load lists every node with figures and the
+#     volume with its writes per second above 0.
 #  3. A daemon whose data dir is removed under it turns /readyz to 503 (the
 #     body says why) within 5 s and its disk_failed gauge to 1, while
 #     /healthz stays 200 (alive) and the other daemons stay ready.
@@ -113,6 +115,22 @@ vr=$(settle zipline_volume_ops_total volume="$vid" dir=read $((vr0 + 5000)))
 echo "FIGURE: metrics: 5000 x 4 KiB reads: read bytes +$((rd - rd0)), volume reads +$((vr - vr0))"
 
 families zipline_volume_ops_total zipline_volume_bytes_total zipline_volume_op_seconds_total
+
+# zl top during a write load: the nodes (found through their records'
+# metrics_port) and the volume, with its writes per second.
+"$ZL" bench mvol --rw randwrite --bs 4k --qd 8 --seconds 8 >/dev/null 2>"$CL_DIR/top-bench.err" &
+bpid=$!
+HL_PIDS="$HL_PIDS $bpid"
+top=$("$ZL" top --interval 2 --count 2 2>&1) || fail "zl top failed: $top"
+wait "$bpid" || check_fail "the load under zl top failed: $(cat "$CL_DIR/top-bench.err")"
+echo "$top" | tail -n +$(($(echo "$top" | grep -n '^zl top' | tail -1 | cut -d: -f1))) | sed 's/^/    top| /'
+last=$(echo "$top" | tail -n +$(($(echo "$top" | grep -n '^zl top' | tail -1 | cut -d: -f1))))
+for i in 1 2 3; do
+	grep -qE "^node-$i +[0-9]+ +[0-9]+ " <<<"$last" || check_fail "zl top has no figures for node-$i"
+done
+w=$(awk -v v="$vid" '$1 == v && $2 == "mvol" { print $4 }' <<<"$last")
+[ -n "$w" ] && [ "$w" -gt 0 ] 2>/dev/null ||
+	check_fail "zl top does not show mvol ($vid) with writes per second above 0: '$w'"
 
 # 3. a failed data dir: not ready, still alive
 b3=${URLS[2]%/metrics}

@@ -91,6 +91,7 @@ static void assert_node_equal(const struct zl_node_info *a, const struct zl_node
 	assert_true(a->free == b->free);
 	assert_true(a->start_time == b->start_time);
 	assert_string_equal(a->version, b->version);
+	assert_int_equal(a->metrics_port, b->metrics_port);
 }
 
 static void test_node_round_trip(void **state)
@@ -141,6 +142,31 @@ static void test_node_round_trip(void **state)
 	a.tls = false;
 	json = zl_meta_node_to_json(&a);
 	assert_null(strstr(json, "tls"));
+	assert_null(strstr(json, "metrics_port")); /* 0: not written */
+	free(json);
+
+	/* The metrics port: written when set, read back, bounded. */
+	a.metrics_port = 9500;
+	json = zl_meta_node_to_json(&a);
+	assert_non_null(strstr(json, "\"metrics_port\":9500"));
+	assert_int_equal(zl_meta_node_from_json(json, strlen(json), &b), 0);
+	assert_int_equal(b.metrics_port, 9500);
+	assert_node_equal(&a, &b);
+	{
+		json_t *o = json_loads(json, 0, NULL);
+		char *j2;
+
+		assert_non_null(o);
+		json_object_set_new(o, "metrics_port", json_integer(65536));
+		j2 = json_dumps(o, JSON_COMPACT);
+		assert_int_equal(zl_meta_node_from_json(j2, strlen(j2), &b), -ZL_ERR_INVAL);
+		free(j2);
+		json_object_set_new(o, "metrics_port", json_string("9500"));
+		j2 = json_dumps(o, JSON_COMPACT);
+		assert_int_equal(zl_meta_node_from_json(j2, strlen(j2), &b), -ZL_ERR_INVAL);
+		free(j2);
+		json_decref(o);
+	}
 	free(json);
 }
 

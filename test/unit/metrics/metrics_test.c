@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "lib/common/common.h"
 #include "lib/metrics/metrics.h"
 
 static void test_hist_buckets(void **state)
@@ -152,6 +153,104 @@ static void test_server(void **state)
 	zl_metrics_stop(NULL);
 }
 
+struct collect {
+	struct zl_metrics_sample s[32];
+	unsigned n;
+};
+
+static int collect_cb(void *arg, const struct zl_metrics_sample *s)
+{
+	struct collect *c = arg;
+
+	if (c->n == 32)
+		return -1;
+	c->s[c->n++] = *s;
+	return 0;
+}
+
+static void test_parse(void **state)
+{
+	static struct collect c;
+	struct zl_metrics_hist h = {0};
+	struct zl_metrics_text t = {0};
+	unsigned bad = 99;
+	const char *txt = "# HELP a_total A.\n# TYPE a_total counter\n\n"
+			  "a_total{op=\"read\",name=\"x\\\"y\\\\z\\n\"} 12 1700000000000\r\n"
+			  "  b 3.5\n"
+			  "c{} +Inf\n"
+			  "d{k = \"v\" , } -2e3";
+
+	(void)state;
+	memset(&c, 0, sizeof(c));
+	assert_int_equal(zl_metrics_parse(txt, strlen(txt), collect_cb, &c, &bad), 0);
+	assert_int_equal(bad, 0);
+	assert_int_equal(c.n, 4);
+	assert_string_equal(c.s[0].name, "a_total");
+	assert_int_equal(c.s[0].n_labels, 2);
+	assert_string_equal(zl_metrics_sample_label(&c.s[0], "op"), "read");
+	assert_string_equal(zl_metrics_sample_label(&c.s[0], "name"), "x\"y\\z\n");
+	assert_null(zl_metrics_sample_label(&c.s[0], "nope"));
+	assert_true(c.s[0].value == 12.0);
+	assert_true(c.s[1].value == 3.5);
+	assert_true(c.s[2].value > 1e308);
+	assert_string_equal(zl_metrics_sample_label(&c.s[3], "k"), "v");
+	assert_true(c.s[3].value == -2000.0);
+
+	/* What zl_metrics_hist_text writes reads back. */
+	zl_metrics_hist_add(&h, 5000);
+	zl_metrics_hist_add(&h, 9000000000ull);
+	zl_metrics_family(&t, "x_seconds", "histogram", "X.");
+	zl_metrics_hist_text(&t, "x_seconds", "op=\"w\"", &h);
+	memset(&c, 0, sizeof(c));
+	assert_int_equal(zl_metrics_parse(t.buf, t.len, collect_cb, &c, &bad), 0);
+	assert_int_equal(c.n, ZL_METRICS_HIST_N + 3);
+	assert_string_equal(c.s[ZL_METRICS_HIST_N].name, "x_seconds_bucket");
+	assert_string_equal(zl_metrics_sample_label(&c.s[ZL_METRICS_HIST_N], "le"), "+Inf");
+	assert_true(c.s[ZL_METRICS_HIST_N].value == 2.0);
+	assert_true(c.s[ZL_METRICS_HIST_N + 2].value == 2.0); /* _count */
+	free(t.buf);
+
+	/* Not samples: the line number of the first. */
+	{
+		static const struct {
+			const char *text;
+			unsigned line;
+		} bads[] = {
+		    {"a 1\n1a 2\n", 2},	  {"a{b=\"c\" 1\n", 1},	{"a{b=c} 1", 1},
+		    {"a{b=\"c\"}1", 1},	  {"a 1 2 3", 1},		{"a", 1},
+		    {"a one", 1},		  {"a{=\"x\"} 1", 1},		{"a{b=\"\\q\"} 1", 1},
+		    {"a{b=\"x\",c=\"y\"", 1}, {"a 1 12x", 1},		{"a 1 -", 1},
+		    {"# ok\n\nb 1\nc{", 4},
+		};
+
+		for (size_t i = 0; i < sizeof(bads) / sizeof(bads[0]); i++) {
+			memset(&c, 0, sizeof(c));
+			assert_int_equal(zl_metrics_parse(bads[i].text, strlen(bads[i].text),
+							  collect_cb, &c, &bad),
+					 -ZL_ERR_PROTO);
+			assert_int_equal(bad, bads[i].line);
+		}
+	}
+	/* A name, a label and a value longer than the limits. */
+	{
+		static char big[1024];
+
+		memset(big, 'a', 300);
+		memcpy(big + 300, " 1", 3);
+		assert_int_equal(zl_metrics_parse(big, strlen(big), collect_cb, &c, &bad),
+				 -ZL_ERR_PROTO);
+		memcpy(big, "a{b=\"", 5);
+		memset(big + 5, 'v', 400);
+		memcpy(big + 405, "\"} 1", 5);
+		assert_int_equal(zl_metrics_parse(big, strlen(big), collect_cb, &c, &bad),
+				 -ZL_ERR_PROTO);
+	}
+	/* A callback's non-zero answer stops the parse with it. */
+	memset(&c, 0, sizeof(c));
+	c.n = 32;
+	assert_int_equal(zl_metrics_parse("a 1\nb 2\n", 8, collect_cb, &c, &bad), -1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -159,6 +258,7 @@ int main(void)
 	    cmocka_unit_test(test_hist_text),
 	    cmocka_unit_test(test_label_escape),
 	    cmocka_unit_test(test_server),
+	    cmocka_unit_test(test_parse),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
