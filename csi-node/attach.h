@@ -1,6 +1,7 @@
 /* The attach process: one per attached volume, serving the volume as the
- * regular file <dir>/fuse/disk through a FUSE low-level session that runs on
- * the same zl_loop as the volume client. Private to csi-node/. */
+ * regular file <dir>/fuse/disk through a FUSE low-level session, or as the
+ * block device /dev/ublkbN (--frontend ublk), on the same zl_loop as the
+ * volume client. Private to csi-node/. */
 #ifndef ZL_CSI_ATTACH_H
 #define ZL_CSI_ATTACH_H
 
@@ -94,6 +95,9 @@ struct attach {
 
 	uint64_t io_errors;
 	struct zl_ratelimit err_rl;
+
+	struct attach_ublk *ublk; /* --frontend ublk (attach_ublk.c), else NULL */
+	char ready_extra[96];	  /* appended to the READY line (" dev=...") */
 };
 
 /* Creates the FUSE session, mounts it on a->mnt and starts serving it on
@@ -103,6 +107,17 @@ int attach_fuse_start(struct attach *a);
 void attach_fuse_stop(struct attach *a);
 /* The volume grew to a->size: drop the kernel's cached attributes. */
 void attach_fuse_resized(struct attach *a);
+/* ublk frontend: opens /dev/ublk-control, adds a device of a->size bytes
+ * (recover_id < 0) or takes over device recover_id after its server died
+ * (UBLK_F_USER_RECOVERY), and serves its queue on a->loop. 0 or a negative
+ * errno (the log says what failed); attach_ublk_stop undoes a half start. */
+int attach_ublk_start(struct attach *a, int recover_id);
+/* SIGTERM: STOP_DEV; the kernel drains the device through us meanwhile,
+ * and the stop sequence waits for it (it holds a busy slot). */
+void attach_ublk_stop_begin(struct attach *a);
+/* Waits (bounded) for STOP_DEV, tears the queue down, deletes a stopped
+ * device; a device being taken over stays. Accepts a->ublk == NULL. */
+void attach_ublk_stop(struct attach *a);
 /* Closes handles that no request uses any more (deferred from completions). */
 void attach_volh_gc(struct attach *a);
 

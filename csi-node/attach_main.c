@@ -5,7 +5,9 @@
  * Life cycle: open etcd, the volume client and the volume; read its first
  * block (the proof that some replica serves us, within --start-timeout:
  * else "ERR <code> <why>" on the ready fd, and no device is ever put on a
- * volume that cannot answer); mount the FUSE session on <dir>/fuse; listen
+ * volume that cannot answer); mount the FUSE session on <dir>/fuse (or,
+ * with --frontend ublk, add the block device /dev/ublkbN, or take over the
+ * one of a dead attach process with --recover: attach_ublk.c); listen
  * on <dir>/ctl.sock; report READY on the ready fd; serve until SIGTERM or
  * until the FUSE connection ends. SIGTERM drains and flushes for at most
  * ATTACH_STOP_MS; what is still in flight then fails with EIO, and the loop
@@ -50,6 +52,8 @@ struct attach_args {
 	int ready_fd;
 	const char *node_id; /* --node-id: the node the attach token names */
 	const char *token;   /* from ZL_ATTACH_TOKEN, never logged */
+	bool ublk;	     /* --frontend ublk (default fuse) */
+	int ublk_recover;    /* --recover ID: take over ublk device ID, else -1 */
 };
 
 static void attach_ready(int *fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -119,6 +123,8 @@ static int attach_parse(int argc, char **argv, struct attach_args *o)
 	    {"legacy-drop", no_argument, NULL, 'L'},
 	    {"node-id", required_argument, NULL, 'N'},
 	    {"start-timeout", required_argument, NULL, 'S'},
+	    {"frontend", required_argument, NULL, 'F'},
+	    {"recover", required_argument, NULL, 'R'},
 	    {NULL, 0, NULL, 0},
 	};
 	int c;
@@ -127,6 +133,7 @@ static int attach_parse(int argc, char **argv, struct attach_args *o)
 	o->ready_fd = -1;
 	o->prefix = ZL_META_DEFAULT_PREFIX;
 	o->start_timeout_s = NODE_ATTACH_START_S;
+	o->ublk_recover = -1;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
@@ -169,6 +176,26 @@ static int attach_parse(int argc, char **argv, struct attach_args *o)
 		case 'E':
 			o->epoch = strtoull(optarg, NULL, 10);
 			break;
+		case 'F':
+			if (strcmp(optarg, "ublk") != 0 && strcmp(optarg, "fuse") != 0) {
+				fprintf(stderr,
+					"zipline-node attach: bad --frontend '%s' "
+					"(fuse|ublk)\n",
+					optarg);
+				return -ZL_ERR_INVAL;
+			}
+			o->ublk = strcmp(optarg, "ublk") == 0;
+			break;
+		case 'R':
+			if (!isdigit((unsigned char)optarg[0]) || atoi(optarg) < 0) {
+				fprintf(stderr,
+					"zipline-node attach: bad --recover '%s' "
+					"(a ublk device id)\n",
+					optarg);
+				return -ZL_ERR_INVAL;
+			}
+			o->ublk_recover = atoi(optarg);
+			break;
 		case 'r':
 			o->ready_fd = atoi(optarg);
 			break;
@@ -179,6 +206,10 @@ static int attach_parse(int argc, char **argv, struct attach_args *o)
 	if (!o->vol_id || !o->dir || !o->etcd) {
 		fprintf(stderr, "zipline-node attach: --volume-id, --dir and --etcd are required "
 				"(this mode is started by zipline-node itself)\n");
+		return -ZL_ERR_INVAL;
+	}
+	if (o->ublk_recover >= 0 && !o->ublk) {
+		fprintf(stderr, "zipline-node attach: --recover needs --frontend ublk\n");
 		return -ZL_ERR_INVAL;
 	}
 	return 0;
@@ -211,6 +242,11 @@ static int attach_resize(struct attach *a, char *msg, size_t len)
 		return -ZL_ERR_INVAL;
 	}
 	zl_volume_fini(&v);
+	if (a->ublk) {
+		/* Growing /dev/ublkbN needs UBLK_U_CMD_UPDATE_SIZE (Linux >= 6.16). */
+		snprintf(msg, len, "the ublk device cannot grow yet; stage the volume again");
+		return -EOPNOTSUPP;
+	}
 	if (next->vol) {
 		snprintf(msg, len, "the previous resize is still draining, retry");
 		return -ZL_ERR_BUSY;
@@ -372,6 +408,7 @@ static void attach_stop_tick(void *arg)
 	struct attach *a = arg;
 	uint64_t now = zl_now_ns();
 
+	attach_ublk_stop_begin(a); /* once; the drain below waits for it */
 	if (a->aborting) {
 		if (atomic_load(&a->detach_done) ||
 		    now >= a->stop_deadline_ns + (uint64_t)ATTACH_STOP_MS * 1000000u) {
@@ -591,12 +628,21 @@ int attach_main(int argc, char **argv)
 		rc = attach_probe(a, &o, &ready);
 	if (rc)
 		goto out;
-	if (mkdir(a->mnt, 0700) < 0 && errno != EEXIST) {
+	if (o.ublk) {
+		rc = attach_ublk_start(a, o.ublk_recover);
+		if (rc) {
+			attach_ready(&ready,
+				     "ERR cannot serve volume %s as a ublk device: %s "
+				     "(see attach.log)",
+				     a->vol_id, strerror(-rc));
+			goto out;
+		}
+	} else if (mkdir(a->mnt, 0700) < 0 && errno != EEXIST) {
 		rc = -errno;
 		attach_ready(&ready, "ERR cannot create %s: %s", a->mnt, strerror(errno));
 		goto out;
 	}
-	rc = attach_fuse_start(a);
+	rc = o.ublk ? 0 : attach_fuse_start(a);
 	if (rc) {
 		attach_ready(&ready, "ERR cannot serve FUSE on %s: %s (see attach.log)", a->mnt,
 			     strerror(-rc));
@@ -609,21 +655,26 @@ int attach_main(int argc, char **argv)
 	}
 	/* Ready means the kernel finished INIT: opening the file works now. */
 	for (uint64_t end = zl_now_ms() + 10000;
-	     !a->fuse_inited && a->fuse_mounted && !a->stopping;) {
+	     !o.ublk && !a->fuse_inited && a->fuse_mounted && !a->stopping;) {
 		if (zl_now_ms() > end || zl_loop_run_once(a->loop, 100) < 0)
 			break;
 	}
-	if (!a->fuse_inited) {
+	if (!o.ublk && !a->fuse_inited) {
 		attach_ready(&ready,
 			     "ERR the kernel did not finish FUSE INIT on %s (see attach.log)",
 			     a->mnt);
 		rc = -EIO;
 		goto out;
 	}
-	ZL_LOG_INFO(ATTACH_LOG, "serving: vol=%s size=%llu epoch=%llu file=%s/disk pid=%d",
-		    a->vol_id, (unsigned long long)a->size, (unsigned long long)o.epoch, a->mnt,
-		    (int)getpid());
-	attach_ready(&ready, "READY size=%llu", (unsigned long long)a->size);
+	if (o.ublk)
+		ZL_LOG_INFO(ATTACH_LOG, "serving: vol=%s size=%llu epoch=%llu%s pid=%d", a->vol_id,
+			    (unsigned long long)a->size, (unsigned long long)o.epoch,
+			    a->ready_extra, (int)getpid());
+	else
+		ZL_LOG_INFO(ATTACH_LOG, "serving: vol=%s size=%llu epoch=%llu file=%s/disk pid=%d",
+			    a->vol_id, (unsigned long long)a->size, (unsigned long long)o.epoch,
+			    a->mnt, (int)getpid());
+	attach_ready(&ready, "READY size=%llu%s", (unsigned long long)a->size, a->ready_extra);
 	a->serving = true;
 	if (a->stopping) { /* a signal came while starting */
 		a->stop_deadline_ns = zl_now_ns() + (uint64_t)ATTACH_STOP_MS * 1000000u;
@@ -634,6 +685,7 @@ int attach_main(int argc, char **argv)
 		    (unsigned long long)a->io_errors);
 out:
 	attach_fuse_stop(a);
+	attach_ublk_stop(a);
 	if (a->ctl_fd >= 0) {
 		char path[1100];
 
