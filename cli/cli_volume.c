@@ -12,7 +12,8 @@
 #include "lib/meta/meta.h"
 
 static const char cli_volume_usage[] =
-    "usage: zl volume create NAME --size SIZE [--replicas N] [--chunk-size SIZE]\n"
+    "usage: zl volume create NAME --size SIZE [--replicas N] [--chunk-size SIZE] [--min-size N]\n"
+    "       zl volume set NAME --min-size N\n"
     "       zl volume ls\n"
     "       zl volume inspect NAME\n"
     "       zl volume rm NAME [--force]\n"
@@ -53,6 +54,7 @@ static int cli_volume_create(struct zl_cli *cli, int argc, char **argv)
 	    {"size", required_argument, NULL, 's'},
 	    {"replicas", required_argument, NULL, 'r'},
 	    {"chunk-size", required_argument, NULL, 'c'},
+	    {"min-size", required_argument, NULL, 'm'},
 	    {"help", no_argument, NULL, 'h'},
 	    {0},
 	};
@@ -67,10 +69,18 @@ static int cli_volume_create(struct zl_cli *cli, int argc, char **argv)
 
 	optind = 0;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":s:r:c:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":s:r:c:m:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 's':
 			size_s = optarg;
+			break;
+		case 'm':
+			if (zl_cli_parse_u32(optarg, 1, ZL_MAX_REPLICAS, &spec.min_size)) {
+				zl_cli_err("bad --min-size '%s': use 1 to %d (in-sync copies a "
+					   "write needs)",
+					   optarg, ZL_MAX_REPLICAS);
+				return ZL_CLI_EXIT_USAGE;
+			}
 			break;
 		case 'r':
 			if (zl_cli_parse_u32(optarg, 1, ZL_MAX_REPLICAS, &spec.replicas)) {
@@ -91,7 +101,9 @@ static int cli_volume_create(struct zl_cli *cli, int argc, char **argv)
 			break;
 		case 'h':
 			printf("usage: zl volume create NAME --size SIZE [--replicas N] "
-			       "[--chunk-size SIZE] [--transport auto|tcp|rdma]\n"
+			       "[--chunk-size SIZE] [--min-size N] [--transport auto|tcp|rdma]\n"
+			       "  --min-size: in-sync copies a write needs (default 2 of 3, 1 of "
+			       "1 or 2)\n"
 			       "  --transport is stored as the volume's transport parameter:\n"
 			       "  clients with transport auto use it for this volume\n");
 			return 0;
@@ -105,6 +117,12 @@ static int cli_volume_create(struct zl_cli *cli, int argc, char **argv)
 		return ZL_CLI_EXIT_USAGE;
 	}
 	spec.name = argv[optind];
+	if (spec.min_size > (spec.replicas ? spec.replicas : 3)) {
+		zl_cli_err("bad --min-size %u: above the volume's %u replicas, no write could be "
+			   "acknowledged",
+			   spec.min_size, spec.replicas ? spec.replicas : 3);
+		return ZL_CLI_EXIT_USAGE;
+	}
 	if (zl_volume_name_check(spec.name)) {
 		zl_cli_err("bad volume name '%s': use 1-253 characters of A-Z a-z 0-9 . _ -",
 			   spec.name);
@@ -390,6 +408,86 @@ static int cli_volume_rm(struct zl_cli *cli, int argc, char **argv)
 	return 0;
 }
 
+/* zl volume set NAME --min-size N: changes a running volume's record
+ * (compare-and-swap on its revision, retried on a concurrent change); the
+ * storage daemons apply it from their volume watch. */
+static int cli_volume_set(struct zl_cli *cli, int argc, char **argv)
+{
+	static const struct option opts[] = {
+	    {"min-size", required_argument, NULL, 'm'}, {"help", no_argument, NULL, 'h'}, {0}};
+	struct zl_volume v = {0};
+	const char *name;
+	uint32_t min_size = 0, old;
+	int c, rc = -ZL_ERR_CONFLICT;
+
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":m:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'm':
+			if (zl_cli_parse_u32(optarg, 1, ZL_MAX_REPLICAS, &min_size)) {
+				zl_cli_err("bad --min-size '%s': use 1 to %d (in-sync copies a "
+					   "write needs)",
+					   optarg, ZL_MAX_REPLICAS);
+				return ZL_CLI_EXIT_USAGE;
+			}
+			break;
+		case 'h':
+			printf("usage: zl volume set NAME --min-size N\n"
+			       "  --min-size  in-sync copies a write needs before it is acknowledged\n"
+			       "              (1..replicas); the daemons apply it at once\n");
+			return 0;
+		default:
+			return zl_cli_opt_error("volume set", c, optopt, argv, optind);
+		}
+	}
+	if (argc - optind != 1 || !min_size) {
+		zl_cli_err("%s (usage: zl volume set NAME --min-size N)",
+			   argc - optind < 1  ? "missing volume name"
+			   : argc - optind > 1 ? "too many arguments"
+					       : "nothing to set");
+		return ZL_CLI_EXIT_USAGE;
+	}
+	name = argv[optind];
+	rc = zl_cli_etcd(cli);
+	if (rc)
+		return rc;
+	for (int tries = 0; tries < 10; tries++) {
+		rc = zl_meta_volume_lookup(cli->etcd, cli->prefix, name, &v);
+		if (rc)
+			break;
+		if (min_size > v.replicas) {
+			zl_volume_fini(&v);
+			zl_cli_err("bad --min-size %u for volume '%s': it has %u replica%s, no write "
+				   "could be acknowledged",
+				   min_size, name, v.replicas, v.replicas == 1 ? "" : "s");
+			return ZL_CLI_EXIT_USAGE;
+		}
+		old = zl_volume_min_size(&v);
+		v.min_size = min_size;
+		rc = zl_meta_volume_update(cli->etcd, cli->prefix, &v);
+		zl_volume_fini(&v);
+		if (!rc) {
+			printf("volume '%s': min_size %u -> %u\n", name, old, min_size);
+			return 0;
+		}
+		if (rc != -ZL_ERR_CONFLICT)
+			break;
+	}
+	if (rc == -ZL_ERR_NOT_FOUND) {
+		zl_cli_err("volume '%s' not found (see 'zl volume ls')", name);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
+	{
+		char what[300];
+
+		snprintf(what, sizeof(what), "cannot change volume '%s'%s", name,
+			 rc == -ZL_ERR_CONFLICT ? " (it kept changing under us)" : "");
+		zl_cli_etcd_err(cli, what, rc);
+	}
+	return ZL_CLI_EXIT_RUNTIME;
+}
+
 int zl_cli_volume(struct zl_cli *cli, int argc, char **argv)
 {
 	const char *sub = argc >= 2 ? argv[1] : NULL;
@@ -411,6 +509,8 @@ int zl_cli_volume(struct zl_cli *cli, int argc, char **argv)
 		return cli_volume_ls(cli, argc, argv);
 	if (!strcmp(sub, "inspect") || !strcmp(sub, "show"))
 		return cli_volume_inspect(cli, argc, argv);
+	if (!strcmp(sub, "set"))
+		return cli_volume_set(cli, argc, argv);
 	if (!strcmp(sub, "rm") || !strcmp(sub, "delete"))
 		return cli_volume_rm(cli, argc, argv);
 	if (!strcmp(sub, "import"))

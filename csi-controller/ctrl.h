@@ -172,6 +172,7 @@ struct ctrl_params {
 	uint32_t replicas;   /* 0 = not given */
 	uint32_t chunk_size; /* 0 = not given */
 	char transport[8];   /* "" = not given */
+	uint32_t min_size;   /* 0 = not given (the default for the replicas) */
 };
 /* Every generated map entry of csi.proto has this layout. */
 struct ctrl_kv {

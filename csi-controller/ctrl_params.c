@@ -38,6 +38,16 @@ int ctrl_params_parse(struct zl_grpc_call *call, const struct ctrl_kv *const *kv
 						    v, ZL_WIRE_MIN_CHUNK >> 10,
 						    ZL_WIRE_MAX_CHUNK >> 20);
 			out->chunk_size = (uint32_t)cs;
+		} else if (!strcmp(k, "minSize")) {
+			char *end;
+			long m = strtol(v, &end, 10);
+
+			if (!*v || *end || m < 1 || m > ZL_MAX_REPLICAS)
+				return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
+						    "parameters[minSize]=\"%s\" must be 1..%d (the "
+						    "in-sync copies a write needs)",
+						    v, ZL_MAX_REPLICAS);
+			out->min_size = (uint32_t)m;
 		} else if (!strcmp(k, "transport")) {
 			if (strcmp(v, "auto") && strcmp(v, "rdma") && strcmp(v, "tcp"))
 				return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
@@ -48,10 +58,16 @@ int ctrl_params_parse(struct zl_grpc_call *call, const struct ctrl_kv *const *kv
 		} else {
 			return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
 					    "parameters[%s] is not a Zipline parameter (known: "
-					    "replicas, chunkSize, transport, " CSI_RESERVED_PREFIX "*)",
+					    "replicas, minSize, chunkSize, transport, " CSI_RESERVED_PREFIX
+					    "*)",
 					    k);
 		}
 	}
+	if (out->min_size && out->min_size > (out->replicas ? out->replicas : 3))
+		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
+				    "parameters[minSize]=%u is above the volume's %u replicas: a "
+				    "write could never be acknowledged",
+				    out->min_size, out->replicas ? out->replicas : 3);
 	return ZL_GRPC_OK;
 }
 

@@ -341,6 +341,7 @@ int ctrl_create_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMess
 	spec.size = size;
 	spec.chunk_size = p.chunk_size;
 	spec.replicas = p.replicas;
+	spec.min_size = p.min_size;
 	spec.params = params;
 
 	rc = ctrl_op_begin(c, call, "name", r->name, &lk);

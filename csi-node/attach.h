@@ -1,6 +1,7 @@
 /* The attach process: one per attached volume, serving the volume as the
- * regular file <dir>/fuse/disk through a FUSE low-level session that runs on
- * the same zl_loop as the volume client. Private to csi-node/. */
+ * regular file <dir>/fuse/disk through a FUSE low-level session, or as the
+ * block device /dev/ublkbN (--frontend ublk), on the same zl_loop as the
+ * volume client. Private to csi-node/. */
 #ifndef ZL_CSI_ATTACH_H
 #define ZL_CSI_ATTACH_H
 
@@ -103,6 +104,8 @@ struct attach {
 	char nbd_dev[32];  /* "/dev/nbdN" */
 	int nbd_plugged;   /* connections handed to the kernel so far */
 	uint32_t io_timeout_s;
+	struct attach_ublk *ublk; /* --frontend ublk (attach_ublk.c), else NULL */
+	char ready_extra[96];	  /* appended to the READY line (" dev=...") */
 };
 
 /* Creates the FUSE session, mounts it on a->mnt and starts serving it on
@@ -122,6 +125,17 @@ void attach_nbd_disconnect(struct attach *a);
 bool attach_nbd_busy(const struct attach *a);
 /* Destroys the NBD server (waits a bounded time for its I/O). */
 void attach_nbd_stop(struct attach *a);
+/* ublk frontend: opens /dev/ublk-control, adds a device of a->size bytes
+ * (recover_id < 0) or takes over device recover_id after its server died
+ * (UBLK_F_USER_RECOVERY), and serves its queue on a->loop. 0 or a negative
+ * errno (the log says what failed); attach_ublk_stop undoes a half start. */
+int attach_ublk_start(struct attach *a, int recover_id);
+/* SIGTERM: STOP_DEV; the kernel drains the device through us meanwhile,
+ * and the stop sequence waits for it (it holds a busy slot). */
+void attach_ublk_stop_begin(struct attach *a);
+/* Waits (bounded) for STOP_DEV, tears the queue down, deletes a stopped
+ * device; a device being taken over stays. Accepts a->ublk == NULL. */
+void attach_ublk_stop(struct attach *a);
 /* Closes handles that no request uses any more (deferred from completions). */
 void attach_volh_gc(struct attach *a);
 

@@ -5,7 +5,9 @@
  * Life cycle: open etcd, the volume client and the volume; read its first
  * block (the proof that some replica serves us, within --start-timeout:
  * else "ERR <code> <why>" on the ready fd, and no device is ever put on a
- * volume that cannot answer); mount the FUSE session on <dir>/fuse; listen
+ * volume that cannot answer); mount the FUSE session on <dir>/fuse (or,
+ * with --frontend ublk, add the block device /dev/ublkbN, or take over the
+ * one of a dead attach process with --recover: attach_ublk.c); listen
  * on <dir>/ctl.sock; report READY on the ready fd; serve until SIGTERM or
  * until the FUSE connection ends. SIGTERM drains and flushes for at most
  * ATTACH_STOP_MS; what is still in flight then fails with EIO, and the loop
@@ -52,6 +54,8 @@ struct attach_args {
 	bool nbd;	     /* --frontend nbd */
 	const char *reattach; /* --reattach /dev/nbdN */
 	const char *token;   /* from ZL_ATTACH_TOKEN, never logged */
+	bool ublk;	     /* --frontend ublk (default fuse) */
+	int ublk_recover;    /* --recover ID: take over ublk device ID, else -1 */
 };
 
 static void attach_ready(int *fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -122,7 +126,8 @@ static int attach_parse(int argc, char **argv, struct attach_args *o)
 	    {"node-id", required_argument, NULL, 'N'},
 	    {"start-timeout", required_argument, NULL, 'S'},
 	    {"frontend", required_argument, NULL, 'F'},
-	    {"reattach", required_argument, NULL, 'R'},
+	    {"reattach", required_argument, NULL, 'A'},
+	    {"recover", required_argument, NULL, 'R'},
 	    {NULL, 0, NULL, 0},
 	};
 	int c;
@@ -131,6 +136,7 @@ static int attach_parse(int argc, char **argv, struct attach_args *o)
 	o->ready_fd = -1;
 	o->prefix = ZL_META_DEFAULT_PREFIX;
 	o->start_timeout_s = NODE_ATTACH_START_S;
+	o->ublk_recover = -1;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
@@ -161,15 +167,7 @@ static int attach_parse(int argc, char **argv, struct attach_args *o)
 		case 'N':
 			o->node_id = optarg;
 			break;
-		case 'F':
-			if (strcmp(optarg, "fuse") && strcmp(optarg, "nbd")) {
-				fprintf(stderr, "zipline-node attach: bad --frontend '%s' "
-						"(fuse|nbd)\n", optarg);
-				return -ZL_ERR_INVAL;
-			}
-			o->nbd = strcmp(optarg, "nbd") == 0;
-			break;
-		case 'R':
+		case 'A':
 			o->reattach = optarg;
 			break;
 		case 'S':
@@ -183,6 +181,28 @@ static int attach_parse(int argc, char **argv, struct attach_args *o)
 			break;
 		case 'E':
 			o->epoch = strtoull(optarg, NULL, 10);
+			break;
+		case 'F':
+			if (strcmp(optarg, "ublk") != 0 && strcmp(optarg, "fuse") != 0 &&
+			    strcmp(optarg, "nbd") != 0) {
+				fprintf(stderr,
+					"zipline-node attach: bad --frontend '%s' "
+					"(fuse|ublk|nbd)\n",
+					optarg);
+				return -ZL_ERR_INVAL;
+			}
+			o->ublk = strcmp(optarg, "ublk") == 0;
+			o->nbd = strcmp(optarg, "nbd") == 0;
+			break;
+		case 'R':
+			if (!isdigit((unsigned char)optarg[0]) || atoi(optarg) < 0) {
+				fprintf(stderr,
+					"zipline-node attach: bad --recover '%s' "
+					"(a ublk device id)\n",
+					optarg);
+				return -ZL_ERR_INVAL;
+			}
+			o->ublk_recover = atoi(optarg);
 			break;
 		case 'r':
 			o->ready_fd = atoi(optarg);
@@ -198,6 +218,10 @@ static int attach_parse(int argc, char **argv, struct attach_args *o)
 	}
 	if (o->reattach && !o->nbd) {
 		fprintf(stderr, "zipline-node attach: --reattach needs --frontend nbd\n");
+		return -ZL_ERR_INVAL;
+	}
+	if (o->ublk_recover >= 0 && !o->ublk) {
+		fprintf(stderr, "zipline-node attach: --recover needs --frontend ublk\n");
 		return -ZL_ERR_INVAL;
 	}
 	return 0;
@@ -237,6 +261,11 @@ static int attach_resize(struct attach *a, char *msg, size_t len)
 		return -ZL_ERR_INVAL;
 	}
 	zl_volume_fini(&v);
+	if (a->ublk) {
+		/* Growing /dev/ublkbN needs UBLK_U_CMD_UPDATE_SIZE (Linux >= 6.16). */
+		snprintf(msg, len, "the ublk device cannot grow yet; stage the volume again");
+		return -EOPNOTSUPP;
+	}
 	if (next->vol) {
 		snprintf(msg, len, "the previous resize is still draining, retry");
 		return -ZL_ERR_BUSY;
@@ -398,6 +427,7 @@ static void attach_stop_tick(void *arg)
 	struct attach *a = arg;
 	uint64_t now = zl_now_ns();
 
+	attach_ublk_stop_begin(a); /* once; the drain below waits for it */
 	if (a->aborting) {
 		if (atomic_load(&a->detach_done) ||
 		    now >= a->stop_deadline_ns + (uint64_t)ATTACH_STOP_MS * 1000000u) {
@@ -667,10 +697,18 @@ int attach_main(int argc, char **argv)
 		rc = attach_probe(a, &o, &ready);
 	if (rc)
 		goto out;
-	if (o.nbd)
+	if (o.nbd) {
 		rc = attach_start_nbd(a, &o, &ready);
-	else
+	} else if (o.ublk) {
+		rc = attach_ublk_start(a, o.ublk_recover);
+		if (rc)
+			attach_ready(&ready,
+				     "ERR cannot serve volume %s as a ublk device: %s "
+				     "(see attach.log)",
+				     a->vol_id, strerror(-rc));
+	} else {
 		rc = attach_start_fuse(a, &ready);
+	}
 	if (rc)
 		goto out;
 	rc = attach_ctl_listen(a);
@@ -680,18 +718,15 @@ int attach_main(int argc, char **argv)
 			attach_nbd_disconnect(a);
 		goto out;
 	}
-	if (a->nbd) {
-		ZL_LOG_INFO(ATTACH_LOG, "serving: vol=%s size=%llu epoch=%llu dev=%s pid=%d",
-			    a->vol_id, (unsigned long long)a->size, (unsigned long long)o.epoch,
-			    a->nbd_dev, (int)getpid());
-		attach_ready(&ready, "READY size=%llu dev=%s", (unsigned long long)a->size,
-			     a->nbd_dev);
-	} else {
+	if (a->se)
 		ZL_LOG_INFO(ATTACH_LOG, "serving: vol=%s size=%llu epoch=%llu file=%s/disk pid=%d",
 			    a->vol_id, (unsigned long long)a->size, (unsigned long long)o.epoch,
 			    a->mnt, (int)getpid());
-		attach_ready(&ready, "READY size=%llu", (unsigned long long)a->size);
-	}
+	else
+		ZL_LOG_INFO(ATTACH_LOG, "serving: vol=%s size=%llu epoch=%llu%s pid=%d", a->vol_id,
+			    (unsigned long long)a->size, (unsigned long long)o.epoch,
+			    a->ready_extra, (int)getpid());
+	attach_ready(&ready, "READY size=%llu%s", (unsigned long long)a->size, a->ready_extra);
 	a->serving = true;
 	if (a->stopping) { /* a signal came while starting */
 		attach_nbd_disconnect(a);
@@ -704,6 +739,7 @@ int attach_main(int argc, char **argv)
 out:
 	attach_fuse_stop(a);
 	attach_nbd_stop(a);
+	attach_ublk_stop(a);
 	if (a->ctl_fd >= 0) {
 		char path[1100];
 

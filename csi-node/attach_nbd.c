@@ -408,6 +408,7 @@ int attach_nbd_start(struct attach *a, const char *reattach, char *why, size_t l
 	}
 	if (rc)
 		return rc;
+	snprintf(a->ready_extra, sizeof(a->ready_extra), " dev=%s", a->nbd_dev);
 	ZL_LOG_INFO(ATTACH_LOG, "nbd device %s: vol=%s dev=%s conns=%d timeout=%us dead_conn=%us",
 		    reattach ? "reattached" : "connected", a->vol_id, a->nbd_dev, ATTACH_NBD_CONNS,
 		    a->io_timeout_s + ATTACH_NBD_TIMEOUT_SLACK_S, ATTACH_NBD_DEAD_CONN_S);

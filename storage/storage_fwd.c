@@ -21,6 +21,7 @@
 #include "storage_io.h"
 
 #define FWD_CONNECT_MS 2000
+#define FWD_CLOSE_WAIT_MS 2000 /* teardown: the close work of our connections */
 /* After a failed connect, fail fast for this long instead of blocking the
  * loop on every forwarded write (the backup is being dropped anyway). */
 #define FWD_BACKOFF_MS 1000
@@ -89,9 +90,7 @@ int zl_storage_fwd_create(struct zl_storage *st, struct zl_storage_fwd **out)
 	return 0;
 }
 
-/* now: the connection's requests fail inside the call (teardown: their
- * callbacks reach modules that are destroyed next). */
-static void fwd_drop_conn(struct fwd_node *pe, bool now)
+static void fwd_drop_conn(struct fwd_node *pe)
 {
 	struct zl_xport_conn *c = pe->conn;
 
@@ -99,10 +98,7 @@ static void fwd_drop_conn(struct fwd_node *pe, bool now)
 		return;
 	pe->conn = NULL;
 	zl_xport_conn_set_ctx(c, NULL);
-	if (now)
-		zl_xport_conn_close_now(c);
-	else
-		zl_xport_conn_close(c);
+	zl_xport_conn_close(c);
 	zl_xport_conn_put(c);
 }
 
@@ -134,6 +130,10 @@ static void fwd_pend_flush(struct fwd_node *pe, int err)
 
 void zl_storage_fwd_destroy(struct zl_storage_fwd *p)
 {
+	struct zl_xport_conn **closing = NULL;
+	size_t n = 0, cap = 0;
+	uint64_t deadline;
+
 	if (!p)
 		return;
 	p->destroying = true;
@@ -145,9 +145,22 @@ void zl_storage_fwd_destroy(struct zl_storage_fwd *p)
 
 		p->list = pe->next;
 		fwd_pend_flush(pe, -ZL_ERR_CONN);
-		/* Their callbacks run now, while heal, peering and scrub (a
-		 * request queued behind a connect in progress) still exist. */
-		fwd_drop_conn(pe, true);
+		if (pe->conn) {
+			if (n == cap) {
+				size_t c2 = cap ? 2 * cap : 16;
+				struct zl_xport_conn **v = realloc(closing, c2 * sizeof(*v));
+
+				if (v) {
+					closing = v;
+					cap = c2;
+				}
+			}
+			if (n < cap) {
+				zl_xport_conn_get(pe->conn);
+				closing[n++] = pe->conn;
+			}
+		}
+		fwd_drop_conn(pe);
 		/* A HELLO still in flight holds pe as its callback argument: the
 		 * transport fails it when the connection closes. */
 		if (!pe->hello_pending)
@@ -155,6 +168,18 @@ void zl_storage_fwd_destroy(struct zl_storage_fwd *p)
 		else
 			pe->owner = NULL;
 	}
+	/* Their close work is deferred: it fails the requests still on them
+	 * (queued behind a connect in progress too), whose callbacks reach
+	 * heal, peering and scrub. It runs here, while those still exist
+	 * (main.c destroys them after this module): a daemon stopped during
+	 * a peer connect crashed in peering's callback otherwise. */
+	deadline = zl_now_ms() + FWD_CLOSE_WAIT_MS;
+	for (size_t i = 0; i < n; i++) {
+		while (!zl_xport_conn_closed(closing[i]) && zl_now_ms() < deadline)
+			zl_loop_run_once(p->st->loop, 10);
+		zl_xport_conn_put(closing[i]);
+	}
+	free(closing);
 	zl_slab_fini(&p->pends);
 	free(p);
 }
@@ -190,7 +215,7 @@ static void fwd_hello_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 		ZL_LOG_WARN("storage", "HELLO to peer failed: node=%s peer=%s err=%s", pe->id,
 			    zl_xport_conn_peer(pe->conn), zl_errname(err));
 		pe->fail_until_ms = zl_now_ms() + FWD_BACKOFF_MS;
-		fwd_drop_conn(pe, false);
+		fwd_drop_conn(pe);
 	} else if (!err && pe->conn) {
 		ZL_LOG_INFO("storage", "connected to peer node=%s addr=%s transport=%s", pe->id,
 			    zl_xport_conn_peer(pe->conn),
@@ -252,7 +277,7 @@ static int fwd_connect(struct zl_storage_fwd *p, struct fwd_node *pe)
 		explicit_bzero(tok, sizeof(tok));
 	}
 	if (rc) {
-		fwd_drop_conn(pe, false);
+		fwd_drop_conn(pe);
 		return -ZL_ERR_CONN;
 	}
 	pe->hello_pending = true;
@@ -326,12 +351,12 @@ static int fwd_request(struct zl_storage_fwd *p, const char *node_id, struct zl_
 		p->list = pe;
 	}
 	if (pe->conn && !zl_xport_conn_alive(pe->conn))
-		fwd_drop_conn(pe, false);
+		fwd_drop_conn(pe);
 	if (pe->conn) {
 		rc = zl_xport_request_crcs(pe->conn, hdr, out, out_len, out_crcs, in, in_cap, cb,
 					   arg);
 		if (rc == -ZL_ERR_CONN)
-			fwd_drop_conn(pe, false);
+			fwd_drop_conn(pe);
 		return rc;
 	}
 	if (!pe->lookup.busy) {

@@ -107,11 +107,9 @@ void zl_xport_conn_put(struct zl_xport_conn *c);
 /* Starts closing: in-flight client requests fail with -ZL_ERR_CONN, the close
  * callback runs (deferred). Idempotent. */
 void zl_xport_conn_close(struct zl_xport_conn *c);
-/* The same, but the close work runs now, inside the call: requests in
- * flight or queued (a connect in progress) fail and the close callback
- * runs before it returns. For a module's teardown, whose callbacks must not
- * run after it is gone. The caller holds a reference. */
-void zl_xport_conn_close_now(struct zl_xport_conn *c);
+/* True once the close work ran: every request of c failed or answered,
+ * its close callback called (a module's teardown waits for it). */
+bool zl_xport_conn_closed(const struct zl_xport_conn *c);
 bool zl_xport_conn_alive(const struct zl_xport_conn *c);
 void zl_xport_conn_set_ctx(struct zl_xport_conn *c, void *ctx);
 void *zl_xport_conn_ctx(const struct zl_xport_conn *c);

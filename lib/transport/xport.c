@@ -530,17 +530,9 @@ void zl_xport_conn_close(struct zl_xport_conn *c)
 		c->ops->conn_close(c, 0);
 }
 
-void zl_xport_conn_close_now(struct zl_xport_conn *c)
+bool zl_xport_conn_closed(const struct zl_xport_conn *c)
 {
-	if (!c)
-		return;
-	zl_xport_conn_get(c);
-	zl_xport_conn_close(c);
-	if (c->closing && !c->closed) {
-		zl_loop_defer_cancel(c->x->loop, &c->close_d);
-		xport_close_work(c);
-	}
-	zl_xport_conn_put(c);
+	return !c || c->closed;
 }
 
 bool zl_xport_conn_alive(const struct zl_xport_conn *c)

@@ -329,6 +329,13 @@ def test_create_errors(t):
                 C.INVALID_ARGUMENT, "chunkSize")
     expect_code(E, mk(name="e1", volume_capabilities=good, parameters={"transport": "ib"}),
                 C.INVALID_ARGUMENT, "transport")
+    expect_code(E, mk(name="e1", volume_capabilities=good, parameters={"minSize": "4"}),
+                C.INVALID_ARGUMENT, "minSize")
+    expect_code(E, mk(name="e1", volume_capabilities=good, parameters={"minSize": "x"}),
+                C.INVALID_ARGUMENT, "minSize")
+    expect_code(E, mk(name="e1", volume_capabilities=good,
+                      parameters={"replicas": "2", "minSize": "3"}),
+                C.INVALID_ARGUMENT, "minSize")
     expect_code(E, mk(name="e1", volume_capabilities=good,
                       volume_content_source=pb.VolumeContentSource(
                           snapshot=pb.VolumeContentSource.SnapshotSource(snapshot_id="s1"))),
@@ -353,7 +360,7 @@ def test_create(t):
     req = pb.CreateVolumeRequest(
         name="pvc-main", capacity_range=pb.CapacityRange(required_bytes=64 * MiB),
         volume_capabilities=[cap(pb)],
-        parameters={"replicas": "3", "chunkSize": "1M", "transport": "tcp",
+        parameters={"replicas": "3", "chunkSize": "1M", "transport": "tcp", "minSize": "3",
                     "csi.storage.k8s.io/pvc/name": "data", "csi.storage.k8s.io/fstype": "ext4"},
         accessibility_requirements=pb.TopologyRequirement(
             requisite=[topo(pb, "node-a"), topo(pb, "node-b")],
@@ -367,7 +374,8 @@ def test_create(t):
     check([dict(x.segments) for x in v.accessible_topology] ==
           [{TOPO: "node-b"}, {TOPO: "node-a"}], "accessible_topology %s" % v.accessible_topology)
     rec = json.loads(etcd_get(PREFIX + "volumes/" + v.volume_id)["value"])
-    check(rec["size"] == 64 * MiB and rec["replicas"] == 3, "record %s" % rec)
+    check(rec["size"] == 64 * MiB and rec["replicas"] == 3 and rec["min_size"] == 3,
+          "record %s" % rec)
     sec = etcd_get(PREFIX + "secrets/" + v.volume_id)
     check(sec and len(sec["value"]) == 64 and int(sec["value"], 16) >= 0, "secret %s" % sec)
     # Same name, other size / transport: ALREADY_EXISTS.

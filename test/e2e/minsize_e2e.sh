@@ -12,7 +12,8 @@
 # not have landed, 4 KiB block by block, but what a read returned must not
 # change by itself afterwards. node-1 and node-2 return: every slice 3 of 3
 # IN_SYNC within a bound, every chunk identical on the three replicas; then a
-# write succeeds and reads back.
+# write succeeds and reads back. Between: `zl volume set --min-size 1` on the
+# running volume makes a write to node-3 alone acknowledged (and read back).
 #
 # Usage: minsize_e2e.sh BUILD_DIR [--manager-restart]
 #   --manager-restart: the controller is killed (-9) and restarted right after
@@ -105,14 +106,32 @@ else
 	echo "FIGURE: node-3 chunk 0 changed by the refused write (4 KiB blocks $(hb_blocks_of "$CL_DIR/c0.after" $SMALL "$CL_DIR/c0.before" "$CL_DIR/new"))"
 fi
 
-# Reads of the old data go on.
+# The knob on the running volume (zl volume set, issue 26): min_size 1
+# lets the one in-sync copy acknowledge; the daemons apply the new record
+# from their watch.
+"$ZL" volume set mvol --min-size 1 >"$CL_DIR/set.log" 2>&1 || fail "zl volume set --min-size 1: $(cat "$CL_DIR/set.log")"
+grep -q 'min_size 2 -> 1' "$CL_DIR/set.log" || fail "zl volume set did not say what changed: $(cat "$CL_DIR/set.log")"
+ms=$(hb_ctl min_size "$vid")
+[ "$ms" = 1 ] || fail "after zl volume set the record's min_size is $ms, not 1"
+if "$ZL" volume set mvol --min-size 4 >"$CL_DIR/set4.log" 2>&1; then
+	fail "zl volume set --min-size 4 on 3 replicas was accepted"
+fi
+head -c $SMALL /dev/urandom >"$CL_DIR/new1"
+tw=$(hb_now_ms)
+"$ZL" --io-timeout 30 volume import mvol "$CL_DIR/new1" >"$CL_DIR/write1.log" 2>&1 ||
+	fail "with min_size 1 a write to the one in-sync copy failed: $(tail -1 "$CL_DIR/write1.log")"
+echo "FIGURE: zl volume set --min-size 1: a write with 1 in-sync copy acknowledged after $(($(hb_now_ms) - tw)) ms"
+
+# Reads go on (the range of the writes above: the last acknowledged one).
 t_r=$(hb_now_ms)
 "$ZL" --io-timeout 30 volume export mvol "$CL_DIR/out1" >"$CL_DIR/export1.log" 2>&1 ||
 	fail "reading the volume with node-3 alone failed: $(tail -1 "$CL_DIR/export1.log")"
 echo "FIGURE: export of ${SIZE_MB} MiB with node-3 alone took $(($(hb_now_ms) - t_r)) ms"
 cmp -s <(tail -c +$((SMALL + 1)) "$CL_DIR/in") <(tail -c +$((SMALL + 1)) "$CL_DIR/out1") ||
 	fail "data outside the refused write reads back different from the input (with node-3 alone)"
-b1=$(hb_blocks_of "$CL_DIR/out1" $SMALL "$CL_DIR/in" "$CL_DIR/early" "$CL_DIR/new") ||
+cmp -s <(head -c $SMALL "$CL_DIR/new1") <(head -c $SMALL "$CL_DIR/out1") ||
+	fail "the write acknowledged with min_size 1 does not read back (node-3 alone)"
+b1=$(hb_blocks_of "$CL_DIR/out1" $SMALL "$CL_DIR/in" "$CL_DIR/early" "$CL_DIR/new" "$CL_DIR/new1") ||
 	fail "the refused writes' range reads back data never written there: $b1"
 echo "FIGURE: refused writes' range read with node-3 alone: 4 KiB blocks $b1"
 [ "$RESTART" = 0 ] || restart_manager "node-1 and node-2 still down"
@@ -143,7 +162,7 @@ cmp -s <(tail -c +$((SMALL + 1)) "$CL_DIR/in") <(tail -c +$((SMALL + 1)) "$CL_DI
 	fail "after healing, data outside the refused write differs from the input"
 cmp -s <(head -c $SMALL "$CL_DIR/out1") <(head -c $SMALL "$CL_DIR/out2") ||
 	fail "the refused write's range changed by itself after it was read with node-3 alone" \
-		"(then: $b1; now: $(hb_blocks_of "$CL_DIR/out2" $SMALL "$CL_DIR/in" "$CL_DIR/early" "$CL_DIR/new" || true))"
+		"(then: $b1; now: $(hb_blocks_of "$CL_DIR/out2" $SMALL "$CL_DIR/in" "$CL_DIR/early" "$CL_DIR/new" "$CL_DIR/new1" || true))"
 res=$(hb_ctl replicas "$vid" --input "$CL_DIR/out2" "$CL_DIR/files" node-1 node-2 node-3) ||
 	fail "the replicas differ from what the client reads: $res"
 

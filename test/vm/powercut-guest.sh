@@ -41,6 +41,8 @@ build=${1:?usage: powercut-guest.sh BUILD WORK BOOT CHECK WRITE}
 work=${2:?} boot=${3:?} check=${4:?} write=${5:?}
 bin=$build/bin
 heal_tool=$(cd "$(dirname "${BASH_SOURCE[0]}")/../lib" && pwd -P)/heal_tool.py
+# shellcheck source=guest-etcd.sh
+. "$(dirname "${BASH_SOURCE[0]}")/guest-etcd.sh" || exit 1
 nodes=3
 mnt=/mnt/zl-powercut
 etcd_url=http://127.0.0.1:2379
@@ -119,18 +121,7 @@ fi
 mount -t "$fs" "$dev" "$mnt" || fail "mount $dev ($fs) failed (after the power cut: journal replay)"
 say "$dev ($fs) mounted on $mnt"
 # ---- etcd, with its data on the disk
-etcd --name zl-etcd --data-dir "$mnt/etcd" \
-	--listen-client-urls "$etcd_url" --advertise-client-urls "$etcd_url" \
-	--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
-	--initial-cluster zl-etcd=http://127.0.0.1:2380 \
-	--logger zap --log-level warn >>"$logs/etcd.log" 2>&1 &
-etcd_pid=$!
-for ((i = 0; i < 600; i++)); do
-	curl -s -m 1 -X POST -d '{}' "$etcd_url/v3/maintenance/status" >/dev/null 2>&1 && break
-	kill -0 "$etcd_pid" 2>/dev/null || fail "etcd exited: $(tail -5 "$logs/etcd.log")"
-	sleep 0.1
-done
-((i < 600)) || fail "etcd did not answer on $etcd_url in 60 s"
+vm_guest_etcd_start "$mnt/etcd" "$logs/etcd.log" "$etcd_url"
 say "etcd up"
 
 # ---- three storage daemons, each with its data dir on the disk

@@ -1477,47 +1477,6 @@ static void test_local_close_and_destroy(void **state)
 	srv_release(e->srv, NULL);
 }
 
-/* zl_xport_conn_close_now: what is in flight on the connection, and what
- * is queued behind a connect still in progress, fails inside the call, and
- * the close callback has run when it returns (a module's teardown relies on
- * no callback reaching it afterwards). */
-static void test_close_now(void **state)
-{
-	struct env *e = env_start(state, NULL, NULL);
-	struct cconn cc = {0}, cc2 = {0};
-	struct zl_xport_conn *c = cconnect(e, &cc), *c2 = NULL;
-	struct creq q[4] = {0};
-	uint32_t done = 0;
-
-	e->srv->mode = SRV_HOLD;
-	for (int i = 0; i < 4; i++)
-		q[i].done = &done;
-	assert_int_equal(send_ping(c, &q[0], 0), 0);
-	assert_int_equal(send_ping(c, &q[1], 1), 0);
-	run_until(e, &e->srv->n_held, 2);
-	zl_xport_conn_close_now(c);
-	assert_int_equal(done, 2);
-	assert_int_equal(q[0].status, -ZL_ERR_CONN);
-	assert_int_equal(q[1].status, -ZL_ERR_CONN);
-	assert_int_equal(cc.closes, 1);
-	zl_xport_conn_close_now(c); /* idempotent */
-	assert_int_equal(cc.closes, 1);
-	zl_xport_conn_put(c);
-
-	/* Queued behind a connect that has not completed yet. */
-	assert_int_equal(
-	    zl_xport_connect_start(e->cx, e->host, e->port, e->tls, 2000, on_cclose, &cc2, &c2), 0);
-	assert_int_equal(send_ping(c2, &q[2], 2), 0);
-	assert_int_equal(send_ping(c2, &q[3], 3), 0);
-	zl_xport_conn_close_now(c2);
-	assert_int_equal(done, 4);
-	assert_int_equal(q[2].status, -ZL_ERR_CONN);
-	assert_int_equal(q[3].status, -ZL_ERR_CONN);
-	assert_int_equal(cc2.closes, 1);
-	zl_xport_conn_put(c2);
-	srv_release(e->srv, NULL);
-}
-
 static void test_connect_errors(void **state)
 {
 	struct env *e = env_start(state, NULL, NULL);
@@ -2272,7 +2231,6 @@ static void test_names_and_create(void **state)
 	cmocka_unit_test_prestate_setup_teardown(test_busy, NULL, env_teardown, kind),\
 	cmocka_unit_test_prestate_setup_teardown(test_server_backpressure, NULL, env_teardown, kind),\
 	cmocka_unit_test_prestate_setup_teardown(test_local_close_and_destroy, NULL, env_teardown, kind),\
-	cmocka_unit_test_prestate_setup_teardown(test_close_now, NULL, env_teardown, kind),\
 	cmocka_unit_test_prestate_setup_teardown(test_pool, NULL, env_teardown, kind),\
 	cmocka_unit_test_prestate_setup_teardown(test_peer_crash, NULL, env_teardown, kind),\
 	cmocka_unit_test_prestate_setup_teardown(test_connect_cycles, NULL, env_teardown, kind),\
@@ -2312,7 +2270,6 @@ int main(int argc, char **argv)
 	    TLS_TEST(test_busy),
 	    TLS_TEST(test_server_backpressure),
 	    TLS_TEST(test_local_close_and_destroy),
-	    TLS_TEST(test_close_now),
 	    TLS_TEST(test_pool),
 	    TLS_TEST(test_connect_cycles),
 	    TLS_TEST(test_connect_start),

@@ -1,0 +1,859 @@
+/* ublk frontend of the attach process (`zipline-node attach --frontend
+ * ublk`): the volume becomes the block device /dev/ublkbN of the kernel's
+ * ublk_drv, served from the attach process's zl_loop.
+ *
+ * Protocol (Documentation/block/ublk.rst, include/uapi/linux/ublk_cmd.h):
+ * control commands are io_uring URING_CMDs on /dev/ublk-control (ADD_DEV,
+ * SET_PARAMS, START_DEV, STOP_DEV, DEL_DEV, START/END_USER_RECOVERY); each
+ * queue is an io_uring on /dev/ublkcN holding one FETCH_REQ per tag. When a
+ * request arrives the kernel completes its tag's command; the descriptor
+ * (op, sectors, buffer) is in a read-only shared mapping of /dev/ublkcN; a
+ * write's payload is already in the tag's buffer. We run it on the volume
+ * and answer with COMMIT_AND_FETCH_REQ, which also waits for the next
+ * request of that tag.
+ *
+ * Threads: everything runs on the attach process's loop thread, which is
+ * also the task the kernel binds each queue to (the one that issued its
+ * FETCH_REQs). The queue ring signals an eventfd that the loop polls.
+ * Control commands are issued without waiting in the kernel (ublk_drv
+ * punts them to io_uring's workers), so START_DEV, END_USER_RECOVERY and
+ * STOP_DEV, which wait for the device's own I/O, complete while the loop
+ * keeps serving that I/O.
+ *
+ * Kernel features: the ioctl-encoded commands (UBLK_U_*) when
+ * UBLK_U_CMD_GET_FEATURES answers (Linux >= 6.5), else the legacy opcodes
+ * (6.0-6.4); UBLK_F_USER_RECOVERY + UBLK_F_USER_RECOVERY_REISSUE (>= 6.1)
+ * when the kernel offers them: then the device outlives this process and
+ * `--recover ID` takes it over. The uapi header of the build machine may be
+ * older than the running kernel: what it lacks is defined here, and used
+ * only when GET_FEATURES lists it. */
+#include "attach.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <linux/ublk_cmd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef UBLK_CMD_GET_FEATURES
+#define UBLK_CMD_GET_FEATURES 0x13
+#endif
+#ifndef UBLK_F_CMD_IOCTL_ENCODE
+#define UBLK_F_CMD_IOCTL_ENCODE (1ULL << 6)
+#endif
+#ifndef PR_SET_IO_FLUSHER
+#define PR_SET_IO_FLUSHER 57
+#endif
+
+/* ioctl encoding of the commands (Linux >= 6.5; the 6.1 header lacks it). */
+#define UBLK_IOC_CTRL(nr)   _IOWR('u', (nr), struct ublksrv_ctrl_cmd)
+#define UBLK_IOC_CTRL_R(nr) _IOR('u', (nr), struct ublksrv_ctrl_cmd)
+#define UBLK_IOC_IO(nr)	    _IOWR('u', (nr), struct ublksrv_io_cmd)
+
+#define UBLK_CTRL_DEV "/dev/ublk-control"
+/* Requests in flight per queue: the kernel's tags, each with its buffer. */
+#define UBLK_DEPTH  128
+#define UBLK_MAX_IO (1u << 20)
+/* The control ring: one command at a time. */
+#define UBLK_CTRL_DEPTH 4
+/* A dead server's device is quiesced by the kernel (up to a few seconds
+ * after the process is gone); START_USER_RECOVERY answers EBUSY until then. */
+#define UBLK_RECOVER_WAIT_MS 30000
+/* Control commands that do not wait for I/O. */
+#define UBLK_CTRL_WAIT_MS 10000
+/* user_data of the queue ring: the tag. */
+
+/* State of a tag:
+ * FETCH: a FETCH/COMMIT_AND_FETCH command is with the kernel (idle);
+ * IO: the request runs on the volume (or waits in the retry list);
+ * DEAD: no command outstanding (the kernel aborted it: stopping). */
+enum ublk_tag_state { UBLK_TAG_FETCH, UBLK_TAG_IO, UBLK_TAG_DEAD };
+
+struct ublk_tag {
+	struct attach_ublk *u;
+	struct attach_volh *volh;
+	struct ublk_tag *next_retry;
+	void *buf;
+	uint64_t off;
+	uint32_t len;
+	uint16_t tag;
+	uint8_t op;
+	bool fua;
+	bool pooled;  /* buf is from the volume client's transport pool */
+	uint64_t gen; /* a flush: the write_gen it covers */
+	enum ublk_tag_state state;
+};
+
+struct attach_ublk {
+	struct attach *a;
+	int ctrl_fd;
+	struct io_uring ctrl_ring;
+	bool ctrl_ring_ok;
+	bool ioctl_encode;
+	uint64_t features; /* UBLK_F_* the kernel offers (GET_FEATURES) */
+	struct ublksrv_ctrl_dev_info info;
+	int dev_id;	/* -1: none added or taken over */
+	bool added;	/* ADD_DEV made it: ours to delete if the start fails */
+	bool started;	/* START_DEV / END_USER_RECOVERY done: serving */
+	bool recovered; /* START_USER_RECOVERY done: taking it over */
+
+	int cdev_fd;
+	struct io_uring ring;
+	bool ring_ok;
+	int ev_fd;
+	struct zl_loop_handle ev_h;
+	struct ublksrv_io_desc *descs;
+	size_t descs_len;
+	struct ublk_tag *tags;
+	unsigned int depth;
+	struct ublk_tag *retry_head, *retry_tail;
+	bool submit_queued;
+	struct zl_defer submit_defer;
+	struct zl_defer gc_defer;
+
+	/* The control command issued without waiting (START_DEV, STOP_DEV,
+	 * END_USER_RECOVERY): its result arrives on the control ring's
+	 * eventfd. */
+	int ctrl_ev_fd;
+	struct zl_loop_handle ctrl_ev_h;
+	bool ctrl_busy;
+	int ctrl_res;
+	bool stop_sent;
+	bool stop_holds_slot; /* STOP_DEV counts in a->busy_slots */
+};
+
+static uint32_t ublk_ctrl_op(const struct attach_ublk *u, uint32_t nr)
+{
+	if (!u->ioctl_encode)
+		return nr;
+	if (nr == UBLK_CMD_GET_DEV_INFO || nr == UBLK_CMD_GET_PARAMS || nr == UBLK_CMD_GET_FEATURES)
+		return UBLK_IOC_CTRL_R(nr);
+	return UBLK_IOC_CTRL(nr);
+}
+
+static uint32_t ublk_io_op(const struct attach_ublk *u, uint32_t nr)
+{
+	return u->ioctl_encode ? UBLK_IOC_IO(nr) : nr;
+}
+
+static const char *ublk_cmd_name(uint32_t nr)
+{
+	switch (nr) {
+	case UBLK_CMD_ADD_DEV:
+		return "ADD_DEV";
+	case UBLK_CMD_DEL_DEV:
+		return "DEL_DEV";
+	case UBLK_CMD_START_DEV:
+		return "START_DEV";
+	case UBLK_CMD_STOP_DEV:
+		return "STOP_DEV";
+	case UBLK_CMD_SET_PARAMS:
+		return "SET_PARAMS";
+	case UBLK_CMD_GET_PARAMS:
+		return "GET_PARAMS";
+	case UBLK_CMD_GET_DEV_INFO:
+		return "GET_DEV_INFO";
+	case UBLK_CMD_START_USER_RECOVERY:
+		return "START_USER_RECOVERY";
+	case UBLK_CMD_END_USER_RECOVERY:
+		return "END_USER_RECOVERY";
+	case UBLK_CMD_GET_FEATURES:
+		return "GET_FEATURES";
+	default:
+		return "?";
+	}
+}
+
+/* Queues one control command on the control ring and submits it. */
+static int ublk_ctrl_submit(struct attach_ublk *u, uint32_t nr, uint32_t dev_id, void *addr,
+			    uint16_t len, uint64_t data0)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ctrl_ring);
+	struct ublksrv_ctrl_cmd *cmd;
+	int rc;
+
+	if (!sqe)
+		return -EBUSY;
+	memset(sqe, 0, 2 * sizeof(*sqe)); /* SQE128 */
+	sqe->opcode = IORING_OP_URING_CMD;
+	sqe->fd = u->ctrl_fd;
+	sqe->cmd_op = ublk_ctrl_op(u, nr);
+	sqe->user_data = nr;
+	cmd = (struct ublksrv_ctrl_cmd *)(void *)sqe->cmd;
+	cmd->dev_id = dev_id;
+	cmd->queue_id = (uint16_t)-1;
+	cmd->addr = (uint64_t)(uintptr_t)addr;
+	cmd->len = len;
+	cmd->data[0] = data0;
+	rc = io_uring_submit(&u->ctrl_ring);
+	return rc == 1 ? 0 : (rc < 0 ? rc : -EIO);
+}
+
+/* Takes the control ring's completion, if there is one: 1 (res set), 0. */
+static int ublk_ctrl_reap(struct attach_ublk *u, int *res)
+{
+	struct io_uring_cqe *cqe;
+
+	if (io_uring_peek_cqe(&u->ctrl_ring, &cqe) != 0)
+		return 0;
+	*res = cqe->res;
+	io_uring_cqe_seen(&u->ctrl_ring, cqe);
+	return 1;
+}
+
+static void ublk_ctrl_ev_cb(void *arg, uint32_t events)
+{
+	struct attach_ublk *u = arg;
+	uint64_t n;
+	int res;
+
+	if (read(u->ctrl_ev_fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+		ZL_LOG_WARN(ATTACH_LOG, "ublk control eventfd: err=%s", strerror(errno));
+	if (u->ctrl_busy && ublk_ctrl_reap(u, &res)) {
+		u->ctrl_res = res;
+		u->ctrl_busy = false;
+		/* STOP_DEV held the stop sequence (a busy slot) until now. */
+		if (u->stop_holds_slot) {
+			u->stop_holds_slot = false;
+			u->a->busy_slots--;
+		}
+	}
+}
+
+/* Runs one control command and waits for its result while the loop keeps
+ * serving (the device's own I/O, signals), at most timeout_ms: the
+ * command's result (0 or -errno), -ETIMEDOUT. */
+static int ublk_ctrl_run(struct attach_ublk *u, uint32_t nr, uint32_t dev_id, void *addr,
+			 uint16_t len, uint64_t data0, uint32_t timeout_ms)
+{
+	uint64_t end = zl_now_ms() + timeout_ms;
+	int rc;
+
+	if (u->ctrl_busy)
+		return -EBUSY;
+	rc = ublk_ctrl_submit(u, nr, dev_id, addr, len, data0);
+	if (rc)
+		return rc;
+	u->ctrl_busy = true;
+	while (u->ctrl_busy && zl_now_ms() < end)
+		if (zl_loop_run_once(u->a->loop, 20) < 0)
+			break;
+	if (u->ctrl_busy) {
+		ZL_LOG_ERR(ATTACH_LOG, "ublk %s did not finish in %u ms: dev=%d", ublk_cmd_name(nr),
+			   timeout_ms, u->dev_id);
+		return -ETIMEDOUT;
+	}
+	return u->ctrl_res;
+}
+
+static void ublk_submit_cb(void *arg)
+{
+	struct attach_ublk *u = arg;
+	int rc;
+
+	u->submit_queued = false;
+	if (!u->ring_ok)
+		return;
+	rc = io_uring_submit(&u->ring);
+	if (rc < 0)
+		ZL_LOG_ERR(ATTACH_LOG, "ublk queue submit failed: dev=%d err=%s", u->dev_id,
+			   strerror(-rc));
+}
+
+/* Queues FETCH (result ignored) or COMMIT_AND_FETCH for t; submitted
+ * once per loop iteration. */
+static void ublk_tag_queue_cmd(struct attach_ublk *u, struct ublk_tag *t, uint32_t nr, int result)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
+	struct ublksrv_io_cmd *cmd;
+
+	if (!sqe) { /* never: one command per tag and as many SQEs as tags */
+		ZL_LOG_ERR(ATTACH_LOG, "ublk queue ring full: dev=%d tag=%u", u->dev_id, t->tag);
+		t->state = UBLK_TAG_DEAD;
+		return;
+	}
+	memset(sqe, 0, 2 * sizeof(*sqe));
+	sqe->opcode = IORING_OP_URING_CMD;
+	sqe->fd = u->cdev_fd;
+	sqe->cmd_op = ublk_io_op(u, nr);
+	sqe->user_data = t->tag;
+	cmd = (struct ublksrv_io_cmd *)(void *)sqe->cmd;
+	cmd->q_id = 0;
+	cmd->tag = t->tag;
+	cmd->result = result;
+	cmd->addr = (uint64_t)(uintptr_t)t->buf;
+	t->state = UBLK_TAG_FETCH;
+	if (!u->submit_queued) {
+		u->submit_queued = true;
+		zl_loop_defer(u->a->loop, &u->submit_defer, ublk_submit_cb, u);
+	}
+}
+
+static void ublk_gc_cb(void *arg)
+{
+	attach_volh_gc(arg);
+}
+
+static void ublk_io_err(struct attach *a, const char *what, const struct ublk_tag *t, int st)
+{
+	a->io_errors++;
+	if (zl_ratelimit_ok(&a->err_rl, 5))
+		ZL_LOG_ERR(ATTACH_LOG, "%s failed: vol=%s off=%llu len=%u err=%s", what, a->vol_id,
+			   (unsigned long long)t->off, t->len, zl_strerror(st));
+}
+
+static void ublk_tag_commit(struct attach_ublk *u, struct ublk_tag *t, int result)
+{
+	ublk_tag_queue_cmd(u, t, UBLK_IO_COMMIT_AND_FETCH_REQ, result);
+}
+
+static int ublk_tag_submit(struct attach_ublk *u, struct ublk_tag *t);
+
+static void ublk_retry_waiting(struct attach_ublk *u)
+{
+	while (u->retry_head) {
+		struct ublk_tag *t = u->retry_head;
+
+		u->retry_head = t->next_retry;
+		if (!u->retry_head)
+			u->retry_tail = NULL;
+		t->next_retry = NULL;
+		if (ublk_tag_submit(u, t) == -ZL_ERR_BUSY)
+			return; /* back at the head: wait for the next completion */
+	}
+}
+
+static void ublk_io_done(void *arg, int status)
+{
+	struct ublk_tag *t = arg;
+	struct attach_ublk *u = t->u;
+	struct attach *a = u->a;
+	int result = 0;
+	const char *what = "ublk read";
+
+	switch (t->op) {
+	case UBLK_IO_OP_READ:
+		result = (int)t->len;
+		break;
+	case UBLK_IO_OP_WRITE:
+		what = "ublk write";
+		result = (int)t->len;
+		break;
+	case UBLK_IO_OP_FLUSH:
+		what = "ublk flush";
+		if (!status && t->gen > a->flushed_gen)
+			a->flushed_gen = t->gen;
+		break;
+	default:
+		what = "ublk discard/zeroes";
+		break;
+	}
+	if (status) {
+		ublk_io_err(a, what, t, status);
+		result = status == -ZL_ERR_NOSPC ? -ENOSPC : -EIO;
+	}
+	if (--t->volh->inflight == 0 && t->volh != a->cur)
+		zl_loop_defer(a->loop, &u->gc_defer, ublk_gc_cb, a);
+	a->busy_slots--;
+	ublk_tag_commit(u, t, result);
+	ublk_retry_waiting(u);
+}
+
+/* Starts t's request on the volume. 0 (ublk_io_done commits it), or
+ * -ZL_ERR_BUSY (queued for retry); anything else is committed here. */
+static int ublk_tag_submit(struct attach_ublk *u, struct ublk_tag *t)
+{
+	struct attach *a = u->a;
+	struct zl_vol *v;
+	int rc;
+
+	if (a->aborting || !a->cur || !a->cur->vol) {
+		ublk_tag_commit(u, t, -EIO);
+		return -EIO;
+	}
+	t->volh = a->cur;
+	v = t->volh->vol;
+	switch (t->op) {
+	case UBLK_IO_OP_READ:
+		rc = zl_vol_aio_read(v, t->buf, t->off, t->len, ublk_io_done, t);
+		break;
+	case UBLK_IO_OP_WRITE:
+		rc = zl_vol_aio_write(v, t->buf, t->off, t->len, t->fua, ublk_io_done, t);
+		break;
+	case UBLK_IO_OP_FLUSH:
+		t->gen = a->write_gen;
+		rc = zl_vol_aio_flush(v, ublk_io_done, t);
+		break;
+	case UBLK_IO_OP_DISCARD:
+		rc = zl_vol_aio_discard(v, t->off, t->len, ublk_io_done, t);
+		break;
+	default: /* UBLK_IO_OP_WRITE_ZEROES */
+		rc = zl_vol_aio_write_zeroes(v, t->off, t->len, ublk_io_done, t);
+		break;
+	}
+	if (rc == 0) {
+		t->volh->inflight++;
+		a->busy_slots++;
+		return 0;
+	}
+	if (rc == -ZL_ERR_BUSY) {
+		if (u->retry_tail)
+			u->retry_tail->next_retry = t;
+		else
+			u->retry_head = t;
+		u->retry_tail = t;
+		return rc;
+	}
+	ublk_io_err(a, "ublk submit", t, rc);
+	ublk_tag_commit(u, t, -EIO);
+	return rc;
+}
+
+/* A request arrived on tag t: read its descriptor and run it. */
+static void ublk_tag_request(struct attach_ublk *u, struct ublk_tag *t)
+{
+	struct attach *a = u->a;
+	const struct ublksrv_io_desc *d = &u->descs[t->tag];
+	uint32_t op_flags = d->op_flags;
+	uint64_t off = d->start_sector << 9, len = (uint64_t)d->nr_sectors << 9;
+
+	t->state = UBLK_TAG_IO;
+	t->op = (uint8_t)(op_flags & 0xff);
+	t->fua = (op_flags & UBLK_IO_F_FUA) != 0;
+	t->off = off;
+	t->len = (uint32_t)len;
+	switch (t->op) {
+	case UBLK_IO_OP_FLUSH:
+		/* Writes are acknowledged once stable on every in-sync
+		 * replica: a flush with no write since the last flush that
+		 * succeeded has nothing to do. */
+		if (a->write_gen == a->flushed_gen) {
+			ublk_tag_commit(u, t, 0);
+			return;
+		}
+		break;
+	case UBLK_IO_OP_READ:
+	case UBLK_IO_OP_WRITE:
+		if (len > UBLK_MAX_IO || len > u->info.max_io_buf_bytes) {
+			ublk_io_err(a, "ublk request too large", t, -ZL_ERR_INVAL);
+			ublk_tag_commit(u, t, -EIO);
+			return;
+		}
+		/* fall through */
+	case UBLK_IO_OP_DISCARD:
+	case UBLK_IO_OP_WRITE_ZEROES:
+		if (off >= a->size || len > a->size - off) {
+			ublk_io_err(a, "ublk request beyond the volume", t, -ZL_ERR_RANGE);
+			ublk_tag_commit(u, t, -EIO);
+			return;
+		}
+		if (t->op != UBLK_IO_OP_READ)
+			a->write_gen++;
+		break;
+	default:
+		ublk_tag_commit(u, t, -EOPNOTSUPP);
+		return;
+	}
+	ublk_tag_submit(u, t);
+}
+
+static void ublk_ev_cb(void *arg, uint32_t events)
+{
+	struct attach_ublk *u = arg;
+	struct io_uring_cqe *cqe;
+	unsigned int head, seen = 0;
+	uint64_t n;
+
+	if (read(u->ev_fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+		ZL_LOG_WARN(ATTACH_LOG, "ublk queue eventfd: err=%s", strerror(errno));
+	io_uring_for_each_cqe(&u->ring, head, cqe)
+	{
+		struct ublk_tag *t;
+
+		seen++;
+		if (cqe->user_data >= u->depth)
+			continue;
+		t = &u->tags[cqe->user_data];
+		if (cqe->res == UBLK_IO_RES_OK) {
+			ublk_tag_request(u, t);
+		} else {
+			/* UBLK_IO_RES_ABORT: the device is stopping; anything
+			 * else: the command was refused. No command is left
+			 * on this tag either way. */
+			if (cqe->res != UBLK_IO_RES_ABORT && zl_ratelimit_ok(&u->a->err_rl, 5))
+				ZL_LOG_ERR(ATTACH_LOG, "ublk command failed: dev=%d tag=%u err=%s",
+					   u->dev_id, t->tag, strerror(-cqe->res));
+			t->state = UBLK_TAG_DEAD;
+		}
+	}
+	io_uring_cq_advance(&u->ring, seen);
+}
+
+/* An io_uring with 128-byte SQEs (room for the commands) whose completions
+ * wake the attach loop through an eventfd that runs cb. 0 or -errno. */
+static int ublk_ring_init(struct attach_ublk *u, const char *what, unsigned int depth,
+			  struct io_uring *ring, bool *ring_ok, int *ev_fd,
+			  struct zl_loop_handle *h, zl_loop_fd_cb cb)
+{
+	struct io_uring_params p = {.flags = IORING_SETUP_SQE128};
+	int rc;
+
+	rc = io_uring_queue_init_params(depth, ring, &p);
+	if (rc) {
+		ZL_LOG_ERR(ATTACH_LOG, "cannot create the ublk %s ring: %s", what, strerror(-rc));
+		return rc;
+	}
+	*ring_ok = true;
+	*ev_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (*ev_fd < 0)
+		return -errno;
+	rc = io_uring_register_eventfd(ring, *ev_fd);
+	if (rc == 0)
+		rc = zl_loop_add(u->a->loop, h, *ev_fd, EPOLLIN, cb, u);
+	return rc;
+}
+
+static int ublk_ctrl_open(struct attach_ublk *u)
+{
+	uint64_t features = 0;
+	int rc, res;
+
+	u->ctrl_fd = open(UBLK_CTRL_DEV, O_RDWR | O_CLOEXEC);
+	if (u->ctrl_fd < 0) {
+		rc = -errno;
+		ZL_LOG_ERR(ATTACH_LOG, "cannot open %s: %s (is the ublk_drv module loaded?)",
+			   UBLK_CTRL_DEV, strerror(errno));
+		return rc;
+	}
+	rc = ublk_ring_init(u, "control", UBLK_CTRL_DEPTH, &u->ctrl_ring, &u->ctrl_ring_ok,
+			    &u->ctrl_ev_fd, &u->ctrl_ev_h, ublk_ctrl_ev_cb);
+	if (rc)
+		return rc;
+	/* GET_FEATURES exists only ioctl-encoded (Linux >= 6.5). */
+	u->ioctl_encode = true;
+	res = ublk_ctrl_run(u, UBLK_CMD_GET_FEATURES, (uint32_t)-1, &features, sizeof(features), 0,
+			    UBLK_CTRL_WAIT_MS);
+	if (res == 0 && (features & UBLK_F_CMD_IOCTL_ENCODE)) {
+		u->features = features;
+	} else {
+		/* Linux 6.0-6.4: legacy opcodes, the features of the 6.1 uapi. */
+		u->ioctl_encode = false;
+		u->features = UBLK_F_URING_CMD_COMP_IN_TASK | UBLK_F_NEED_GET_DATA |
+			      UBLK_F_USER_RECOVERY | UBLK_F_USER_RECOVERY_REISSUE;
+	}
+	ZL_LOG_INFO(ATTACH_LOG, "ublk kernel features: features=0x%llx ioctl_encode=%d",
+		    (unsigned long long)u->features, u->ioctl_encode);
+	return 0;
+}
+
+/* Opens /dev/ublkcN, maps the descriptors, creates the queue ring with its
+ * eventfd on the loop, and issues a FETCH_REQ for every tag. */
+static int ublk_queue_setup(struct attach_ublk *u)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	char path[64];
+	int rc;
+
+	u->depth = u->info.queue_depth;
+	snprintf(path, sizeof(path), "/dev/ublkc%d", u->dev_id);
+	/* udev may not have made the node yet (or there is no udev). */
+	for (int i = 0; i < 100; i++) {
+		u->cdev_fd = open(path, O_RDWR | O_CLOEXEC);
+		if (u->cdev_fd >= 0 || errno != ENOENT)
+			break;
+		usleep(20000);
+	}
+	if (u->cdev_fd < 0) {
+		rc = -errno;
+		ZL_LOG_ERR(ATTACH_LOG, "cannot open %s: %s", path, strerror(errno));
+		return rc;
+	}
+	/* Queue 0's descriptors, one per tag, at offset 0. */
+	u->descs_len = (u->depth * sizeof(struct ublksrv_io_desc) + pg - 1) / pg * pg;
+	u->descs = mmap(NULL, u->descs_len, PROT_READ, MAP_SHARED | MAP_POPULATE, u->cdev_fd,
+			UBLKSRV_CMD_BUF_OFFSET);
+	if (u->descs == MAP_FAILED) {
+		rc = -errno;
+		u->descs = NULL;
+		ZL_LOG_ERR(ATTACH_LOG, "cannot map the ublk descriptors of %s: %s", path,
+			   strerror(errno));
+		return rc;
+	}
+	rc = ublk_ring_init(u, "queue", u->depth, &u->ring, &u->ring_ok, &u->ev_fd, &u->ev_h,
+			    ublk_ev_cb);
+	if (rc)
+		return rc;
+	if (!u->tags) {
+		u->tags = calloc(u->depth, sizeof(*u->tags));
+		if (!u->tags)
+			return -ENOMEM;
+		for (unsigned int i = 0; i < u->depth; i++) {
+			struct ublk_tag *t = &u->tags[i];
+
+			t->u = u;
+			t->tag = (uint16_t)i;
+			/* The transport's pool (registered memory on RDMA): a
+			 * read lands in it and a write leaves from it with no
+			 * bounce copy; plain memory if the pool has none. */
+			t->buf = zl_vol_buf_alloc(u->a->cur->vol, u->info.max_io_buf_bytes);
+			t->pooled = t->buf != NULL;
+			if (!t->buf && posix_memalign(&t->buf, 4096, u->info.max_io_buf_bytes))
+				return -ENOMEM;
+		}
+	}
+	for (unsigned int i = 0; i < u->depth; i++)
+		ublk_tag_queue_cmd(u, &u->tags[i], UBLK_IO_FETCH_REQ, 0);
+	rc = io_uring_submit(&u->ring);
+	if (rc != (int)u->depth) {
+		ZL_LOG_ERR(ATTACH_LOG, "ublk FETCH_REQ submit: dev=%d submitted=%d of %u",
+			   u->dev_id, rc, u->depth);
+		return rc < 0 ? rc : -EIO;
+	}
+	return 0;
+}
+
+static int ublk_add(struct attach_ublk *u)
+{
+	struct attach *a = u->a;
+	uint64_t want = UBLK_F_USER_RECOVERY | UBLK_F_USER_RECOVERY_REISSUE;
+	struct ublk_params prm;
+	int rc;
+
+	memset(&u->info, 0, sizeof(u->info));
+	u->info.nr_hw_queues = 1;
+	u->info.queue_depth = UBLK_DEPTH;
+	u->info.max_io_buf_bytes = UBLK_MAX_IO;
+	u->info.dev_id = (uint32_t)-1;
+	u->info.flags = want & u->features;
+	rc = ublk_ctrl_run(u, UBLK_CMD_ADD_DEV, (uint32_t)-1, &u->info, sizeof(u->info), 0,
+			   UBLK_CTRL_WAIT_MS);
+	if (rc) {
+		ZL_LOG_ERR(ATTACH_LOG, "ublk ADD_DEV failed: vol=%s err=%s", a->vol_id,
+			   strerror(-rc));
+		return rc;
+	}
+	u->dev_id = (int)u->info.dev_id;
+	u->added = true;
+	if (!(u->info.flags & UBLK_F_USER_RECOVERY))
+		ZL_LOG_WARN(ATTACH_LOG,
+			    "ublk user recovery not offered by this kernel: dev=%d: the device "
+			    "will not survive this process",
+			    u->dev_id);
+	memset(&prm, 0, sizeof(prm));
+	prm.len = sizeof(prm);
+	prm.types = UBLK_PARAM_TYPE_BASIC | UBLK_PARAM_TYPE_DISCARD;
+	prm.basic.attrs = UBLK_ATTR_VOLATILE_CACHE | UBLK_ATTR_FUA;
+	prm.basic.logical_bs_shift = 9;
+	prm.basic.physical_bs_shift = 12;
+	prm.basic.io_min_shift = 12;
+	prm.basic.io_opt_shift = 12;
+	prm.basic.max_sectors = u->info.max_io_buf_bytes >> 9;
+	prm.basic.dev_sectors = a->size >> 9;
+	prm.discard.discard_granularity = 4096;
+	prm.discard.max_discard_sectors = (1u << 30) >> 9;
+	prm.discard.max_write_zeroes_sectors = (1u << 30) >> 9;
+	prm.discard.max_discard_segments = 1;
+	rc = ublk_ctrl_run(u, UBLK_CMD_SET_PARAMS, (uint32_t)u->dev_id, &prm, sizeof(prm), 0,
+			   UBLK_CTRL_WAIT_MS);
+	if (rc)
+		ZL_LOG_ERR(ATTACH_LOG, "ublk SET_PARAMS failed: dev=%d err=%s", u->dev_id,
+			   strerror(-rc));
+	return rc;
+}
+
+/* Takes over a device whose server died: waits until the kernel has
+ * quiesced it, checks it is a device of our size. */
+static int ublk_recover_begin(struct attach_ublk *u, int dev_id)
+{
+	struct attach *a = u->a;
+	struct ublk_params prm;
+	uint64_t end = zl_now_ms() + UBLK_RECOVER_WAIT_MS;
+	int rc;
+
+	u->dev_id = dev_id;
+	rc = ublk_ctrl_run(u, UBLK_CMD_GET_DEV_INFO, (uint32_t)dev_id, &u->info, sizeof(u->info), 0,
+			   UBLK_CTRL_WAIT_MS);
+	if (rc) {
+		ZL_LOG_ERR(ATTACH_LOG, "ublk device %d: GET_DEV_INFO failed: %s", dev_id,
+			   strerror(-rc));
+		return rc;
+	}
+	if (!(u->info.flags & UBLK_F_USER_RECOVERY) || u->info.nr_hw_queues != 1) {
+		ZL_LOG_ERR(ATTACH_LOG,
+			   "ublk device %d cannot be recovered by us: flags=0x%llx queues=%u",
+			   dev_id, (unsigned long long)u->info.flags, u->info.nr_hw_queues);
+		return -EINVAL;
+	}
+	memset(&prm, 0, sizeof(prm));
+	prm.len = sizeof(prm);
+	rc = ublk_ctrl_run(u, UBLK_CMD_GET_PARAMS, (uint32_t)dev_id, &prm, sizeof(prm), 0,
+			   UBLK_CTRL_WAIT_MS);
+	if (rc == 0 && prm.basic.dev_sectors != a->size >> 9) {
+		ZL_LOG_ERR(ATTACH_LOG,
+			   "ublk device %d has %llu sectors, volume %s has %llu: not its device",
+			   dev_id, (unsigned long long)prm.basic.dev_sectors, a->vol_id,
+			   (unsigned long long)(a->size >> 9));
+		return -EINVAL;
+	}
+	for (;;) {
+		rc = ublk_ctrl_run(u, UBLK_CMD_START_USER_RECOVERY, (uint32_t)dev_id, NULL, 0, 0,
+				   UBLK_CTRL_WAIT_MS);
+		if (rc != -EBUSY || zl_now_ms() >= end || a->stopping)
+			break;
+		/* The old server's /dev/ublkcN is still open or the kernel has
+		 * not quiesced the device yet. */
+		for (uint64_t t = zl_now_ms() + 200; zl_now_ms() < t && !a->stopping;)
+			zl_loop_run_once(a->loop, 50);
+	}
+	if (rc)
+		ZL_LOG_ERR(ATTACH_LOG, "ublk device %d: START_USER_RECOVERY failed: %s%s", dev_id,
+			   strerror(-rc),
+			   rc == -EBUSY ? " (is its old server still running?)" : "");
+	u->recovered = rc == 0;
+	return rc;
+}
+
+int attach_ublk_start(struct attach *a, int recover_id)
+{
+	struct attach_ublk *u;
+	int rc;
+
+	u = calloc(1, sizeof(*u));
+	if (!u)
+		return -ENOMEM;
+	u->a = a;
+	u->ctrl_fd = u->cdev_fd = u->ev_fd = u->ctrl_ev_fd = -1;
+	u->ev_h.fd = u->ctrl_ev_h.fd = -1;
+	u->dev_id = -1;
+	a->ublk = u;
+	/* Writeback of the pages we serve must not wait for our own memory
+	 * reclaim: we are an I/O flusher, and our memory stays resident. */
+	if (prctl(PR_SET_IO_FLUSHER, 1, 0, 0, 0) < 0)
+		ZL_LOG_WARN(ATTACH_LOG, "PR_SET_IO_FLUSHER failed: err=%s", strerror(errno));
+	rc = ublk_ctrl_open(u);
+	if (rc)
+		return rc;
+	rc = recover_id >= 0 ? ublk_recover_begin(u, recover_id) : ublk_add(u);
+	if (rc)
+		return rc;
+	rc = ublk_queue_setup(u);
+	if (rc)
+		return rc;
+	if (mlockall(MCL_CURRENT | MCL_FUTURE) < 0)
+		ZL_LOG_WARN(ATTACH_LOG, "mlockall failed: err=%s", strerror(errno));
+	/* Both wait in the kernel until every tag has fetched; START_DEV then
+	 * reads the partition table through us. */
+	if (u->recovered)
+		rc = ublk_ctrl_run(u, UBLK_CMD_END_USER_RECOVERY, (uint32_t)u->dev_id, NULL, 0,
+				   (uint64_t)getpid(), UBLK_CTRL_WAIT_MS * 3);
+	else
+		rc = ublk_ctrl_run(u, UBLK_CMD_START_DEV, (uint32_t)u->dev_id, NULL, 0,
+				   (uint64_t)getpid(), UBLK_CTRL_WAIT_MS * 3);
+	if (rc) {
+		ZL_LOG_ERR(ATTACH_LOG, "ublk %s failed: dev=%d err=%s",
+			   u->recovered ? "END_USER_RECOVERY" : "START_DEV", u->dev_id,
+			   strerror(-rc));
+		return rc;
+	}
+	u->started = true;
+	snprintf(a->ready_extra, sizeof(a->ready_extra), " dev=/dev/ublkb%d ublk_id=%d", u->dev_id,
+		 u->dev_id);
+	ZL_LOG_INFO(ATTACH_LOG,
+		    "ublk device %s: vol=%s dev=/dev/ublkb%d depth=%u max_io=%u "
+		    "flags=0x%llx buffers=%s",
+		    u->recovered ? "recovered" : "started", a->vol_id, u->dev_id, u->depth,
+		    u->info.max_io_buf_bytes, (unsigned long long)u->info.flags,
+		    u->tags[u->depth - 1].pooled ? "pool" : "heap");
+	return 0;
+}
+
+void attach_ublk_stop_begin(struct attach *a)
+{
+	struct attach_ublk *u = a->ublk;
+	int rc;
+
+	if (!u || !u->started || u->stop_sent || u->ctrl_busy)
+		return;
+	/* The kernel writes back and drains the device while STOP_DEV runs;
+	 * we keep serving. The stop sequence waits: STOP_DEV holds a slot. */
+	rc = ublk_ctrl_submit(u, UBLK_CMD_STOP_DEV, (uint32_t)u->dev_id, NULL, 0, 0);
+	if (rc) {
+		ZL_LOG_ERR(ATTACH_LOG, "ublk STOP_DEV failed: dev=%d err=%s", u->dev_id,
+			   strerror(-rc));
+		return;
+	}
+	u->stop_sent = true;
+	u->ctrl_busy = true;
+	u->stop_holds_slot = true;
+	a->busy_slots++;
+}
+
+void attach_ublk_stop(struct attach *a)
+{
+	struct attach_ublk *u = a->ublk;
+	uint64_t end;
+	int rc;
+
+	if (!u)
+		return;
+	if (u->started && !u->stop_sent)
+		attach_ublk_stop_begin(a);
+	/* The volume may be closed by now: what still comes fails (EIO). */
+	for (end = zl_now_ms() + 10000; u->stop_sent && u->ctrl_busy && zl_now_ms() < end;)
+		if (zl_loop_run_once(a->loop, 20) < 0)
+			break;
+	if (u->ring_ok) {
+		zl_loop_del(a->loop, &u->ev_h);
+		io_uring_queue_exit(&u->ring);
+		u->ring_ok = false;
+	}
+	if (u->descs)
+		munmap(u->descs, u->descs_len);
+	if (u->cdev_fd >= 0)
+		close(u->cdev_fd);
+	if (u->ev_fd >= 0)
+		close(u->ev_fd);
+	/* A stopped device goes, and one we added whose start failed; one we
+	 * were taking over stays for the next server (its mounts wait). */
+	if (u->dev_id >= 0 && !u->ctrl_busy && (u->stop_sent || (u->added && !u->started))) {
+		rc = ublk_ctrl_run(u, UBLK_CMD_DEL_DEV, (uint32_t)u->dev_id, NULL, 0, 0,
+				   UBLK_CTRL_WAIT_MS);
+		if (rc)
+			ZL_LOG_ERR(ATTACH_LOG, "ublk DEL_DEV failed: dev=%d err=%s", u->dev_id,
+				   strerror(-rc));
+		else
+			ZL_LOG_INFO(ATTACH_LOG, "ublk device deleted: vol=%s dev=%d", a->vol_id,
+				    u->dev_id);
+	}
+	if (u->ctrl_ring_ok) {
+		zl_loop_del(a->loop, &u->ctrl_ev_h);
+		io_uring_queue_exit(&u->ctrl_ring);
+	}
+	if (u->ctrl_ev_fd >= 0)
+		close(u->ctrl_ev_fd);
+	if (u->ctrl_fd >= 0)
+		close(u->ctrl_fd);
+	for (unsigned int i = 0; u->tags && i < u->depth; i++) {
+		struct ublk_tag *t = &u->tags[i];
+
+		/* Pool buffers go back through any open handle of the client;
+		 * with none left (stopped) the pool goes with the client. */
+		if (!t->pooled)
+			free(t->buf);
+		else if (a->cur && a->cur->vol)
+			zl_vol_buf_free(a->cur->vol, t->buf);
+	}
+	free(u->tags);
+	zl_loop_defer_cancel(a->loop, &u->submit_defer);
+	zl_loop_defer_cancel(a->loop, &u->gc_defer);
+	free(u);
+	a->ublk = NULL;
+}

@@ -1,0 +1,23 @@
+# Sourced by the guest scripts (powercut-guest.sh, ublk-guest.sh): one etcd
+# member on 127.0.0.1.
+#
+# vm_guest_etcd_start DATA_DIR LOG URL: starts etcd with its data in
+# DATA_DIR, its log appended to LOG, clients on URL (http://127.0.0.1:2379);
+# sets etcd_pid; returns once etcd answers, or calls the caller's `fail`
+# (etcd exited, or no answer in 60 s).
+vm_guest_etcd_start() {
+	local data=$1 log=$2 url=$3 i
+	etcd --name zl-etcd --data-dir "$data" \
+		--listen-client-urls "$url" --advertise-client-urls "$url" \
+		--listen-peer-urls http://127.0.0.1:2380 \
+		--initial-advertise-peer-urls http://127.0.0.1:2380 \
+		--initial-cluster zl-etcd=http://127.0.0.1:2380 \
+		--logger zap --log-level warn >>"$log" 2>&1 &
+	etcd_pid=$!
+	for ((i = 0; i < 600; i++)); do
+		curl -s -m 1 -X POST -d '{}' "$url/v3/maintenance/status" >/dev/null 2>&1 && return 0
+		kill -0 "$etcd_pid" 2>/dev/null || fail "etcd exited: $(tail -5 "$log")"
+		sleep 0.1
+	done
+	fail "etcd did not answer on $url in 60 s"
+}

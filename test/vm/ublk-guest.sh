@@ -1,0 +1,212 @@
+#!/bin/bash
+# Guest side of ublk-vm.sh (runs inside test/vm/vm.sh with ublk_drv loaded
+# and one virtio disk). Usage: ublk-guest.sh BUILD WORK
+#
+# 1. the disk gets ext4 for etcd and three zipline-storage (node-1..3,
+#    127.0.0.1:7101..7103, --transport tcp, --auth off: the attach process
+#    runs without zipline-node, so without an attach token);
+#    `zl volume create` makes a 3-replica volume;
+# 2. `zipline-node attach --frontend ublk` serves it; its READY line names
+#    /dev/ublkbN;
+# 3. fio verify=crc32c on the raw device: randwrite QD 1, 32, 128 and a
+#    mixed randrw job (4-128 KiB); BLKZEROOUT (write-zeroes) over written
+#    data reads back as zeros; BLKDISCARD succeeds;
+# 4. mkfs.ext4, mount, a file written and its checksum, umount, fsck -n
+#    clean, mounted again: the same checksum;
+# 5. a verified fio write load on the mounted file system; once the device
+#    has taken writes of it, SIGKILL of the attach process: the device stays
+#    and fio waits; `zipline-node attach --frontend ublk --recover N` takes
+#    it over, fio ends with no error, umount, fsck -n clean;
+# 6. SIGTERM: the attach process exits 0 and the device is gone.
+set -u
+build=${1:?usage: ublk-guest.sh BUILD WORK}
+work=${2:?usage: ublk-guest.sh BUILD WORK}
+bin=$build/bin
+# shellcheck source=guest-etcd.sh
+. "$(dirname "${BASH_SOURCE[0]}")/guest-etcd.sh" || exit 1
+logs=$work/logs
+data=/mnt/zl-ublk-data
+mnt=/mnt/zl-ublk-fs
+etcd_url=http://127.0.0.1:2379
+nodes=3
+vol=ublkvol
+size_mb=256
+storage_pids=() attach_pid='' fio_pid=''
+t0=$SECONDS
+
+say() { echo "ublk-guest: [$((SECONDS - t0)) s] $*"; }
+fail() {
+	echo "ublk-guest: FAIL: $*" >&2
+	exit 1
+}
+# Nothing may outlive this script: the guest ends when its output closes.
+cleanup() {
+	local p
+	for p in $fio_pid $attach_pid "${storage_pids[@]}" ${etcd_pid:-}; do
+		kill -9 "$p" 2>/dev/null
+	done
+}
+trap cleanup EXIT
+
+[[ ${ZL_VM:-} == 1 ]] || fail "not inside the test VM (ZL_VM is not 1)"
+disk=${ZL_VM_DISKS%% *}
+[[ -b $disk ]] || fail "no virtio disk (ZL_VM_DISKS='${ZL_VM_DISKS:-}')"
+[[ -c /dev/ublk-control ]] || fail "/dev/ublk-control is missing (ublk_drv not loaded?)"
+for t in etcd curl fio mkfs.ext4 fsck.ext4 blkdiscard "$bin/zipline-storage" "$bin/zl" \
+	"$bin/zipline-node"; do
+	command -v "$t" >/dev/null || fail "$t is missing"
+done
+mkdir -p "$logs" "$data" "$mnt" || fail "cannot create $logs, $data or $mnt"
+ip link set lo up || fail "cannot bring up lo"
+mkfs.ext4 -q -F "$disk" || fail "mkfs.ext4 $disk failed"
+mount "$disk" "$data" || fail "cannot mount $disk"
+
+vm_guest_etcd_start "$data/etcd" "$logs/etcd.log" "$etcd_url"
+for ((i = 1; i <= nodes; i++)); do
+	mkdir -p "$data/storage-$i"
+	"$bin/zipline-storage" --data-dir "$data/storage-$i" --listen "127.0.0.1:$((7100 + i))" \
+		--node-id "node-$i" --label "zone=z$i" --etcd "$etcd_url" --transport tcp \
+		--auth off --log-level info >>"$logs/storage-$i.log" 2>&1 &
+	storage_pids[i]=$!
+done
+for ((i = 1; i <= nodes; i++)); do
+	for ((n = 0; n < 1200; n++)); do
+		grep -q "registered node=node-$i" "$logs/storage-$i.log" && break
+		kill -0 "${storage_pids[i]}" 2>/dev/null || fail "zipline-storage node-$i exited"
+		sleep 0.1
+	done
+	((n < 1200)) || fail "zipline-storage node-$i did not register in 120 s"
+done
+say "etcd and zipline-storage node-1..$nodes up"
+export ZIPLINE_ETCD=$etcd_url
+"$bin/zl" volume create "$vol" --size "${size_mb}M" --replicas "$nodes" >"$logs/zl.log" 2>&1 ||
+	fail "zl volume create failed: $(cat "$logs/zl.log")"
+vid=$("$bin/zl" volume inspect "$vol" | grep -o 'vol-[0-9a-f]\{16\}' | head -1)
+[[ -n $vid ]] || fail "no id for volume $vol"
+
+# attach_start NAME [ARGS...]: starts an attach process, waits for its READY
+# line (sets attach_pid, ready_line).
+attach_start() {
+	local name=$1 i
+	shift
+	# --dir holds the control socket: not on the 9p share (no sockets there).
+	mkdir -p "/run/zl-ublk/$name"
+	rm -f "$work/$name.ready"
+	"$bin/zipline-node" attach --volume-id "$vid" --dir "/run/zl-ublk/$name" --etcd "$etcd_url" \
+		--transport tcp --frontend ublk --ready-fd 3 "$@" \
+		3>"$work/$name.ready" >>"$logs/$name.log" 2>&1 &
+	attach_pid=$!
+	for ((i = 0; i < 1200; i++)); do
+		ready_line=$(head -1 "$work/$name.ready" 2>/dev/null)
+		[[ -n $ready_line ]] && break
+		kill -0 "$attach_pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	ready_line=$(head -1 "$work/$name.ready" 2>/dev/null)
+	[[ $ready_line == READY* ]] ||
+		fail "attach $name did not report READY: '${ready_line:-nothing}'"
+	say "attach $name: $ready_line (pid $attach_pid)"
+}
+
+attach_start attach1
+dev=$(sed -n 's/.* dev=\(\/dev\/ublkb[0-9]*\).*/\1/p' <<<"$ready_line")
+ublk_id=$(sed -n 's/.* ublk_id=\([0-9]*\).*/\1/p' <<<"$ready_line")
+[[ -n $dev && -n $ublk_id ]] || fail "the READY line names no ublk device: '$ready_line'"
+grep -q 'ublk device started: .* buffers=pool' "$logs/attach1.log" ||
+	fail "the request buffers are not from the transport's pool (attach1.log)"
+for ((i = 0; i < 100; i++)); do
+	[[ -b $dev ]] && break
+	sleep 0.1
+done
+[[ -b $dev ]] || fail "$dev did not appear"
+bytes=$(blockdev --getsize64 "$dev") || fail "blockdev --getsize64 $dev failed"
+((bytes == size_mb * 1024 * 1024)) || fail "$dev has $bytes bytes, want $((size_mb * 1024 * 1024))"
+[[ $(blockdev --getss "$dev") == 512 && $(blockdev --getpbsz "$dev") == 4096 ]] ||
+	fail "$dev: logical $(blockdev --getss "$dev"), physical $(blockdev --getpbsz "$dev"), want 512/4096"
+
+# ---- 3. fio with verify on the raw device
+fio_run() {
+	local name=$1
+	shift
+	fio --name="$name" --filename="$dev" --ioengine=libaio --direct=1 --verify=crc32c \
+		--verify_fatal=1 --do_verify=1 --output="$logs/fio-$name.log" "$@"
+	local rc=$?
+	((rc == 0)) || fail "fio $name exited $rc: $(grep -m3 -i 'err\|bad' "$logs/fio-$name.log")"
+	grep -q 'err= 0' "$logs/fio-$name.log" || fail "fio $name reported an error"
+	say "fio $name: $(grep -m1 -o 'IOPS=[^,]*' "$logs/fio-$name.log") verified"
+}
+fio_run qd1 --rw=randwrite --bs=4k --iodepth=1 --size=64M --io_size=2M
+fio_run qd32 --rw=randwrite --bs=4k --iodepth=32 --size=128M --io_size=8M --offset=64M
+fio_run qd128 --rw=randwrite --bs=4k --iodepth=128 --size=64M --io_size=8M --offset=192M
+fio_run mixed --rw=randrw --rwmixread=40 --bsrange=4k-128k --iodepth=32 --size=64M \
+	--io_size=24M --offset=128M
+# Write-zeroes over data reads back as zeros; discard is accepted.
+head -c 1M /dev/urandom >"$work/rand" || fail "cannot make random data"
+dd if="$work/rand" of="$dev" bs=1M count=1 seek=3 oflag=direct status=none ||
+	fail "dd to $dev failed"
+cmp -s "$work/rand" <(dd if="$dev" bs=1M count=1 skip=3 iflag=direct status=none) ||
+	fail "the megabyte written to $dev does not read back"
+blkdiscard -z -o $((3 << 20)) -l $((1 << 20)) "$dev" || fail "blkdiscard -z (write-zeroes) failed"
+cmp -s <(head -c 1M /dev/zero) <(dd if="$dev" bs=1M count=1 skip=3 iflag=direct status=none) ||
+	fail "after write-zeroes the megabyte does not read as zeros"
+blkdiscard -o $((4 << 20)) -l $((1 << 20)) "$dev" || fail "blkdiscard (discard) failed"
+say "write-zeroes read back as zeros, discard accepted"
+
+# ---- 4. ext4
+mkfs.ext4 -q -F "$dev" >"$logs/mkfs.log" 2>&1 || fail "mkfs.ext4 $dev failed: $(cat "$logs/mkfs.log")"
+mount "$dev" "$mnt" || fail "mount $dev failed"
+head -c 24M /dev/urandom >"$mnt/file" || fail "cannot write to $mnt/file"
+sync -f "$mnt/file" || fail "sync failed"
+sum=$(md5sum <"$mnt/file")
+umount "$mnt" || fail "umount $mnt failed"
+fsck.ext4 -n -f "$dev" >"$logs/fsck1.log" 2>&1 || fail "fsck -n after umount: $(tail -5 "$logs/fsck1.log")"
+mount "$dev" "$mnt" || fail "mount $dev (again) failed"
+[[ $(md5sum <"$mnt/file") == "$sum" ]] || fail "$mnt/file reads back different after a remount"
+say "ext4: made, mounted, 24 MiB written, unmounted, fsck -n clean, read back"
+
+# ---- 5. SIGKILL of the attach process under a verified load, --recover
+name=$(basename "$dev")
+writes() { awk '{print $7}' "/sys/block/$name/stat"; }
+w0=$(writes)
+fio --name=load --filename="$mnt/load" --size=48M --io_size=8M --rw=randwrite --bs=4k \
+	--iodepth=16 --ioengine=libaio --direct=1 --verify=crc32c --verify_fatal=1 \
+	--output="$logs/fio-load.log" &
+fio_pid=$!
+for ((i = 0; i < 600; i++)); do
+	(($(writes) - w0 >= 4096)) && break # 2 MiB of the load's writes went through
+	kill -0 "$fio_pid" 2>/dev/null || fail "fio ended before the kill"
+	sleep 0.1
+done
+((i < 600)) || fail "the load wrote too little in 60 s"
+kill -0 "$fio_pid" 2>/dev/null || fail "fio ended before the kill"
+kill -9 "$attach_pid"
+wait "$attach_pid" 2>/dev/null
+say "attach process killed (SIGKILL) under the load, $(($(writes) - w0)) sectors written"
+[[ -b $dev && -e /sys/block/$name ]] || fail "$dev went away with its server"
+grep -q " $mnt " /proc/mounts || fail "$mnt is no longer mounted"
+kill -0 "$fio_pid" 2>/dev/null || fail "fio ended while the device had no server"
+attach_start attach2 --recover "$ublk_id"
+[[ $ready_line == *" dev=$dev "* ]] || fail "recovery served another device: '$ready_line'"
+wait "$fio_pid"
+rc=$?
+fio_pid=''
+((rc == 0)) || fail "fio under the kill exited $rc: $(grep -m3 -i 'err\|bad' "$logs/fio-load.log")"
+grep -q 'err= 0' "$logs/fio-load.log" || fail "fio under the kill reported an error"
+say "recovered: fio under the kill ended without an error (verified)"
+[[ $(md5sum <"$mnt/file") == "$sum" ]] || fail "$mnt/file reads back different after the recovery"
+umount "$mnt" || fail "umount $mnt after the recovery failed"
+fsck.ext4 -n -f "$dev" >"$logs/fsck2.log" 2>&1 ||
+	fail "fsck -n after the recovery: $(tail -5 "$logs/fsck2.log")"
+say "after the recovery: unmounted, fsck -n clean"
+
+# ---- 6. SIGTERM: drained, device deleted
+kill -TERM "$attach_pid"
+wait "$attach_pid"
+rc=$?
+((rc == 0)) || fail "the attach process exited $rc on SIGTERM"
+[[ ! -e /sys/block/$name ]] || fail "$dev is still there after SIGTERM"
+grep -q 'ublk device deleted' "$logs/attach2.log" || fail "attach2.log does not say the device was deleted"
+for ((i = 1; i <= nodes; i++)); do
+	grep -qi 'corrupt' "$logs/storage-$i.log" && fail "storage-$i.log reports corruption"
+done
+say "SIGTERM: exit 0, $dev deleted; PASS"
