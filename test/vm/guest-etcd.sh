@@ -1,5 +1,6 @@
-# Sourced by the guest scripts (powercut-guest.sh, ublk-guest.sh): one etcd
-# member on 127.0.0.1.
+# Sourced by the guest scripts (powercut-guest.sh, ublk-guest.sh,
+# nbd-guest.sh): one etcd member on 127.0.0.1, and a thread dump of a daemon
+# that hangs.
 #
 # vm_guest_etcd_start DATA_DIR LOG URL: starts etcd with its data in
 # DATA_DIR, its log appended to LOG, clients on URL (http://127.0.0.1:2379);
@@ -20,4 +21,16 @@ vm_guest_etcd_start() {
 		sleep 0.1
 	done
 	fail "etcd did not answer on $url in 60 s"
+}
+
+# vm_guest_threads PID: where each thread of PID waits: its state, wait
+# channel and kernel stack, and its user stack where gdb is installed.
+vm_guest_threads() {
+	local t
+	for t in /proc/"$1"/task/*; do
+		echo "-- tid ${t##*/} $(cut -d' ' -f2,3 "$t/stat" 2>/dev/null) wchan=$(cat "$t/wchan" 2>/dev/null)"
+		sed 's/^/     /' "$t/stack" 2>/dev/null
+	done
+	command -v gdb >/dev/null &&
+		timeout 120 gdb -p "$1" -batch -nx -ex 'thread apply all bt' 2>&1 | grep -v '^\[New LWP'
 }

@@ -31,6 +31,8 @@ adir=/run/zl-nbd-attach
 vol_mib=256
 io_timeout=10
 pids=()
+# shellcheck source=guest-etcd.sh
+. "$(dirname "${BASH_SOURCE[0]}")/guest-etcd.sh" || exit 1
 
 say() {
 	local up
@@ -65,14 +67,8 @@ ip link set lo up || fail "cannot bring up lo"
 mkdir -p "$data" "$mnt" "$adir" || fail "cannot create the mount points"
 mkfs.ext4 -q -F "$disk" && mount "$disk" "$data" || fail "cannot put ext4 on $disk"
 
-etcd --name zl-etcd --data-dir "$data/etcd" --listen-client-urls "$etcd_url" \
-	--advertise-client-urls "$etcd_url" --listen-peer-urls http://127.0.0.1:2380 \
-	--initial-advertise-peer-urls http://127.0.0.1:2380 \
-	--initial-cluster zl-etcd=http://127.0.0.1:2380 --logger zap --log-level warn \
-	>"$work/etcd.log" 2>&1 &
-pids+=($!)
-etcd_up() { curl -s -m 1 -X POST -d '{}' "$etcd_url/v3/maintenance/status" >/dev/null 2>&1; }
-wait_for 60 etcd_up || fail "etcd did not answer on $etcd_url in 60 s"
+vm_guest_etcd_start "$data/etcd" "$work/etcd.log" "$etcd_url"
+pids+=("$etcd_pid")
 for i in 1 2 3; do
 	mkdir -p "$data/storage-$i"
 	"$bin/zipline-storage" --data-dir "$data/storage-$i" --listen "127.0.0.1:$((7200 + i))" \
@@ -80,21 +76,10 @@ for i in 1 2 3; do
 		--log-level info >"$work/storage-$i.log" 2>&1 &
 	pids+=($!)
 done
-# threads PID: where each thread of PID waits (kernel stack, and the user
-# stacks where gdb is installed), for a daemon that does not come up.
-threads() {
-	local t
-	for t in /proc/"$1"/task/*; do
-		echo "-- tid ${t##*/} $(cut -d' ' -f2,3 "$t/stat" 2>/dev/null) wchan=$(cat "$t/wchan" 2>/dev/null)"
-		sed 's/^/     /' "$t/stack" 2>/dev/null
-	done
-	command -v gdb >/dev/null &&
-		timeout 120 gdb -p "$1" -batch -nx -ex 'thread apply all bt' 2>&1 | grep -v '^\[New LWP'
-}
 for i in 1 2 3; do
 	# Minutes, not seconds, on a busy 2-core host under TCG.
 	if ! wait_for 300 grep -q "registered node=node-$i" "$work/storage-$i.log"; then
-		threads "${pids[i]}" >"$work/storage-$i.threads" 2>&1
+		vm_guest_threads "${pids[i]}" >"$work/storage-$i.threads" 2>&1
 		sed 's/^/    /' "$work/storage-$i.threads" | head -150 >&2
 		fail "zipline-storage node-$i did not register in 300 s (its threads above)"
 	fi

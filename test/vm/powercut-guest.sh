@@ -201,15 +201,10 @@ storage_start
 # every thread of every daemon, its state, wait channel and kernel stack,
 # and its user stack where gdb is installed, to WORK/bootB/threads.txt.
 dump_threads() {
-	local p t
+	local p
 	for p in "${storage_pids[@]}"; do
 		echo "== zipline-storage pid $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)"
-		for t in /proc/"$p"/task/*; do
-			echo "-- tid ${t##*/} $(cut -d' ' -f2,3 "$t/stat" 2>/dev/null) wchan=$(cat "$t/wchan" 2>/dev/null)"
-			sed 's/^/     /' "$t/stack" 2>/dev/null
-		done
-		command -v gdb >/dev/null &&
-			timeout 120 gdb -p "$p" -batch -nx -ex 'thread apply all bt' 2>&1 | grep -v '^\[New LWP'
+		vm_guest_threads "$p"
 	done
 }
 (
