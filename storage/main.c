@@ -171,6 +171,7 @@ int main(int argc, char **argv)
 	if (rc)
 		goto out_fail;
 	st->registered = true;
+	zl_storage_metrics_refresh(st);
 	ZL_LOG_INFO("storage",
 		    "zipline-storage %s serving node=%s listen=%s:%u advertise=%s transports=%s "
 		    "data=%s",

@@ -341,6 +341,12 @@ int zl_storage_metrics_start(struct zl_storage *st)
 	return 0;
 }
 
+void zl_storage_metrics_refresh(struct zl_storage *st)
+{
+	if (st->metrics)
+		metrics_sample(st->metrics);
+}
+
 void zl_storage_metrics_stop(struct zl_storage *st)
 {
 	struct zl_storage_metrics *m = st->metrics;
