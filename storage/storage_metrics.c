@@ -168,8 +168,8 @@ static void render_volumes(struct zl_storage_metrics *m, struct zl_metrics_text 
 	static const char *const fam[3] = {"zipline_volume_ops_total", "zipline_volume_bytes_total",
 					   "zipline_volume_op_seconds_total"};
 	static const char *const help[3] = {
-	    "Client reads and writes (write, write_zeroes, discard) this daemon answered for the "
-	    "volume as its primary.",
+	    ("Client reads and writes (write, write_zeroes, discard) this daemon answered for "
+	     "the volume as its primary."),
 	    "Client data this daemon read or wrote for the volume.",
 	    "Summed time of those requests (divided by ops: the mean latency)."};
 	char name[512], lab[700];
