@@ -84,6 +84,7 @@ for i in 1 2 3; do
 		echo "    now: $(date -u +%FT%TZ); node records in etcd:" >&2
 		etcdctl --endpoints "$etcd_url" get --prefix --keys-only /zipline/nodes/ 2>&1 | sed 's/^/    /' >&2
 		tail -8 "$work/storage-$i.log" | sed 's/^/    log: /' >&2
+		dmesg | tail -12 | sed 's/^/    kernel: /' >&2
 		fail "zipline-storage node-$i did not register in 300 s (its threads above)"
 	fi
 done
