@@ -1,8 +1,10 @@
 // Checks the chart's monitoring objects (templates/monitoring.yaml), rendered
 // with every monitoring.* switch on:
 //
-//   node monitoring-check.mjs TOOLS_DIR RENDERED.yaml SOURCE_DIR
+//   node monitoring-check.mjs TOOLS_DIR RENDERED.yaml SOURCE_DIR [RULES_OUT.yaml]
 //
+// RULES_OUT gets the PrometheusRule's groups as a Prometheus rules file
+// (for `promtool check rules`).
 // The PodMonitor selects the storage pods and scrapes their "metrics" port;
 // every alert has an expression, a severity and a summary; the dashboard
 // ConfigMap holds JSON whose panels all have queries; and every zipline_*
@@ -12,10 +14,10 @@
 // matching nothing. A second PodMonitor scrapes the controller pods'
 // "metrics" port. Exit 1 on any failure.
 import { createRequire } from "node:module";
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 
-const [toolsDir, file, srcDir] = process.argv.slice(2);
+const [toolsDir, file, srcDir, rulesOut] = process.argv.slice(2);
 if (!toolsDir || !file || !srcDir) {
 	console.error("usage: node monitoring-check.mjs TOOLS_DIR RENDERED.yaml SOURCE_DIR");
 	process.exit(2);
@@ -78,6 +80,7 @@ check("the controller PodMonitor scrapes port metrics at /metrics",
 const pr = objs.find((o) => o.kind === "PrometheusRule");
 check("a PrometheusRule", !!pr && pr.apiVersion === "monitoring.coreos.com/v1");
 const rules = (pr?.spec?.groups ?? []).flatMap((g) => g.rules ?? []);
+if (rulesOut) writeFileSync(rulesOut, YAML.stringify({ groups: pr?.spec?.groups ?? [] }));
 check("alert rules", rules.length >= 5, `${rules.length}`);
 for (const r of rules) {
 	check(`${r.alert}: an expression`, typeof r.expr === "string" && r.expr.length > 0);
