@@ -20,6 +20,8 @@ static void ctrl_metrics_render(void *arg, struct zl_metrics_text *t)
 {
 	static const char *const cls[ZL_MGR_SLICE_CLASSES_] = {"active", "recovering",
 							       "degraded", "down"};
+	/* enum zl_member_state order, as zl_member_state_name spells them. */
+	static const char *const states[] = {"out", "recovering", "in_sync"};
 	struct ctrl *c = arg;
 	struct zl_manager_stats ms;
 	char lab[CTRL_ID_MAX * 2 + 64], id[CTRL_ID_MAX * 2];
@@ -66,20 +68,15 @@ static void ctrl_metrics_render(void *arg, struct zl_metrics_text *t)
 		}
 		zl_metrics_family(t, "zipline_manager_member_changes_total", "counter",
 				  "Member state changes the manager wrote, by the new state.");
-		for (int s = ZL_MEMBER_OUT; s <= ZL_MEMBER_IN_SYNC; s++) {
-			snprintf(lab, sizeof(lab), "to=\"%s\"", zl_member_state_name(s));
-			zl_metrics_u64(t, "zipline_manager_member_changes_total", lab,
-				       ms.changes[s]);
-		}
+		zl_metrics_u64_by(t, "zipline_manager_member_changes_total", "to", states,
+				  ms.changes, ZL_ARRAY_SIZE(states));
 		if (leader && ms.last_pass_ms) {
 			zl_metrics_family(t, "zipline_slices", "gauge",
 					  "Slices of ready volumes by class, as the leader's last "
 					  "pass saw them: active (every member in sync), recovering, "
 					  "degraded (a member out), down (none in sync).");
-			for (int k = 0; k < ZL_MGR_SLICE_CLASSES_; k++) {
-				snprintf(lab, sizeof(lab), "state=\"%s\"", cls[k]);
-				zl_metrics_u64(t, "zipline_slices", lab, ms.slices[k]);
-			}
+			zl_metrics_u64_by(t, "zipline_slices", "state", cls, ms.slices,
+					  ZL_MGR_SLICE_CLASSES_);
 			zl_metrics_family(t, "zipline_volumes", "gauge",
 					  "Ready volumes, as the leader's last pass saw them.");
 			zl_metrics_u64(t, "zipline_volumes", "", ms.volumes);

@@ -290,7 +290,7 @@ static void attach_ctl_cb(void *arg, uint32_t events)
 {
 	struct attach *a = arg;
 	struct timeval tv = {.tv_sec = 2};
-	char req[64], reply[320], msg[256] = "";
+	char req[64], reply[512], msg[256] = "";
 	ssize_t n;
 	int fd, rc;
 
@@ -314,9 +314,19 @@ static void attach_ctl_cb(void *arg, uint32_t events)
 			snprintf(reply, sizeof(reply), "ok size=%llu\n",
 				 (unsigned long long)a->size);
 	} else if (strcmp(req, "status") == 0) {
-		snprintf(reply, sizeof(reply), "ok size=%llu errors=%llu busy=%u fenced=%d\n",
+		struct zl_vol_stats vs = {0};
+
+		if (a->cur->vol)
+			zl_vol_get_stats(a->cur->vol, &vs);
+		/* The client's counters since this attach process started. */
+		snprintf(reply, sizeof(reply),
+			 "ok size=%llu errors=%llu busy=%u fenced=%d reads=%llu writes=%llu "
+			 "read_bytes=%llu write_bytes=%llu retries=%llu failovers=%llu\n",
 			 (unsigned long long)a->size, (unsigned long long)a->io_errors,
-			 a->busy_slots, a->cur->vol ? zl_vol_fenced(a->cur->vol) : 1);
+			 a->busy_slots, a->cur->vol ? zl_vol_fenced(a->cur->vol) : 1,
+			 (unsigned long long)vs.reads, (unsigned long long)vs.writes,
+			 (unsigned long long)vs.read_bytes, (unsigned long long)vs.write_bytes,
+			 (unsigned long long)vs.retries, (unsigned long long)vs.failovers);
 	} else {
 		snprintf(reply, sizeof(reply), "err unknown command '%.40s' (resize|status)\n",
 			 req);

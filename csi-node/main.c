@@ -85,6 +85,13 @@ int main(int argc, char **argv)
 		zl_etcd_destroy(n.etcd);
 		return 1;
 	}
+	if (node_metrics_start(&n, srv)) {
+		zl_grpc_server_shutdown(srv, 0);
+		zl_grpc_server_destroy(srv);
+		node_register_stop();
+		zl_etcd_destroy(n.etcd);
+		return 1;
+	}
 	ZL_LOG_INFO(NODE_LOG, "serving: endpoint=%s node=%s state=%s frontend=%s version=%s",
 		    n.cfg.endpoint, n.cfg.node_id, n.cfg.state_dir,
 		    n.cfg.frontend == NODE_FRONTEND_NBD ? "nbd" : "fuse", ZL_VERSION_STRING);
@@ -104,6 +111,7 @@ int main(int argc, char **argv)
 	}
 	/* Only the CSI service stops: attach processes keep serving volumes. */
 	ZL_LOG_INFO(NODE_LOG, "shutting down on signal %d; attached volumes stay served", sig);
+	node_metrics_stop(); /* no scrape reads the server after this */
 	zl_grpc_server_shutdown(srv, 10000);
 	zl_grpc_server_destroy(srv);
 	node_register_stop();

@@ -49,6 +49,7 @@ struct node_cfg {
 	enum node_frontend frontend;
 	bool frontend_auto; /* --frontend auto: resolved at start (node_frontend_auto) */
 	unsigned int workers;
+	const char *metrics; /* --metrics HOST:PORT, NULL: off */
 };
 
 /* Volume ids with an operation running. Locking rule: `lock` guards
@@ -103,6 +104,9 @@ int node_state_remove(const struct node *n, const char *vol_id);
 /* Reaps the attach processes of this zipline-node that ended on their own
  * (SIGTERM, a crash), so none lingers as a zombie. */
 void node_state_reap_all(struct node *n);
+/* Calls fn for every volume directory under the state dir. */
+void node_state_foreach(struct node *n, void (*fn)(struct node *n, const char *vol_id, void *arg),
+			void *arg);
 /* JSON codec, pure (unit-tested). */
 char *node_state_to_json(const struct node_vol_state *st);
 int node_state_from_json(const char *json, struct node_vol_state *st);
@@ -240,6 +244,16 @@ int attach_main(int argc, char **argv);
 int node_register_start(struct node *n);
 /* Stops the retry thread, if any. */
 void node_register_stop(void);
+/* True once the csinodes/ record was put. */
+bool node_registered(void);
+
+/* ---- node_metrics.c: --metrics ---- */
+/* Serves /metrics (CSI calls of srv, etcd calls, every staged volume with
+ * its attach process's state and I/O counters), /healthz and /readyz
+ * (registered in etcd) on n->cfg.metrics; no-op when it is NULL or "off".
+ * 0 or a negative error (logged). */
+int node_metrics_start(struct node *n, struct zl_grpc_server *srv);
+void node_metrics_stop(void);
 
 struct zl_cfg_etcd;
 /* Parses zipline-node's argv into c and its etcd options into e (e must

@@ -96,6 +96,7 @@ int node_flags_parse(int argc, char **argv, struct node_cfg *c, struct zl_cfg_et
 	     .type = ZL_CFG_STR,
 	     .target = &c->kubelet_dir,
 	     .help = "kubelet root (default /var/lib/kubelet)"},
+	    ZL_CFG_FLAG_METRICS(&c->metrics),
 	    {.name = "frontend",
 	     .arg = "F",
 	     .type = ZL_CFG_CALL,

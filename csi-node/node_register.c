@@ -24,6 +24,7 @@ static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t reg_cond = PTHREAD_COND_INITIALIZER;
 static bool reg_stop;
 static bool reg_thread_started;
+static bool reg_done; /* under reg_lock */
 static pthread_t reg_thread;
 
 /* One attempt: 0 or an etcd error (logged by the caller). */
@@ -45,9 +46,23 @@ static int register_put(struct node *n)
 		return -ENOMEM;
 	rc = zl_etcd_put(n->etcd, key, val, strlen(val), 0, NULL);
 	free(val);
-	if (!rc)
+	if (!rc) {
 		ZL_LOG_INFO(NODE_LOG, "registered node=%s key=%s", n->cfg.node_id, key);
+		pthread_mutex_lock(&reg_lock);
+		reg_done = true;
+		pthread_mutex_unlock(&reg_lock);
+	}
 	return rc;
+}
+
+bool node_registered(void)
+{
+	bool done;
+
+	pthread_mutex_lock(&reg_lock);
+	done = reg_done;
+	pthread_mutex_unlock(&reg_lock);
+	return done;
 }
 
 static void *register_retry_main(void *arg)

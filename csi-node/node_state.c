@@ -251,7 +251,7 @@ static bool node_nbd_recover(struct node *n, struct node_vol_state *st)
 	return true;
 }
 
-static void node_adopt_one(struct node *n, const char *vol_id)
+static void node_adopt_one(struct node *n, const char *vol_id, void *arg)
 {
 	struct node_vol_state st;
 	char msg[512] = "";
@@ -293,8 +293,8 @@ static void node_adopt_one(struct node *n, const char *vol_id)
 		    (int)st.pid, rc ? msg : "ok");
 }
 
-/* Calls fn for every volume directory under the state dir. */
-static void node_state_foreach(struct node *n, void (*fn)(struct node *n, const char *vol_id))
+void node_state_foreach(struct node *n, void (*fn)(struct node *n, const char *vol_id, void *arg),
+			void *arg)
 {
 	struct dirent *de;
 	DIR *d;
@@ -304,19 +304,19 @@ static void node_state_foreach(struct node *n, void (*fn)(struct node *n, const 
 		return;
 	while ((de = readdir(d))) {
 		if (node_check_vol_id(de->d_name) == 0)
-			fn(n, de->d_name);
+			fn(n, de->d_name, arg);
 	}
 	closedir(d);
 }
 
 void node_state_adopt_all(struct node *n)
 {
-	node_state_foreach(n, node_adopt_one);
+	node_state_foreach(n, node_adopt_one, NULL);
 }
 
 /* node_attach_alive reaps an attach process of ours that ended (a zombie
  * until then). */
-static void node_reap_one(struct node *n, const char *vol_id)
+static void node_reap_one(struct node *n, const char *vol_id, void *arg)
 {
 	struct node_vol_state st;
 
@@ -334,5 +334,5 @@ static void node_reap_one(struct node *n, const char *vol_id)
 
 void node_state_reap_all(struct node *n)
 {
-	node_state_foreach(n, node_reap_one);
+	node_state_foreach(n, node_reap_one, NULL);
 }

@@ -40,7 +40,7 @@ static Csi__V1__VolumeUsage *node_usage(struct zl_grpc_call *call, int unit, uin
 static void node_condition(const struct node *n, const struct node_vol_state *st, bool *abnormal,
 			   char *msg, size_t len)
 {
-	char reply[256];
+	char reply[512];
 	const char *e;
 
 	*abnormal = false;

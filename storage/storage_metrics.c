@@ -316,21 +316,21 @@ static void render_transport(struct zl_storage_metrics *m, struct zl_metrics_tex
 	     "counted).",
 	     xs->rdma_wc_errors},
 	};
-	char lab[32];
 
+	const char *kinds[ZL_XPORT_SK_N];
+	uint64_t open[ZL_XPORT_SK_N];
+
+	for (int k = 0; k < ZL_XPORT_SK_N; k++) {
+		kinds[k] = zl_xport_stat_kind_name(k);
+		open[k] = xs->opened[k] - xs->closed[k];
+	}
 	zl_metrics_family(t, "zipline_transport_connections_opened_total", "counter",
 			  "Connections opened (accepted or connected), by kind: tcp, tls, rdma.");
-	for (int k = 0; k < ZL_XPORT_SK_N; k++) {
-		snprintf(lab, sizeof(lab), "kind=\"%s\"", zl_xport_stat_kind_name(k));
-		zl_metrics_u64(t, "zipline_transport_connections_opened_total", lab, xs->opened[k]);
-	}
+	zl_metrics_u64_by(t, "zipline_transport_connections_opened_total", "kind", kinds,
+			  xs->opened, ZL_XPORT_SK_N);
 	zl_metrics_family(t, "zipline_transport_connections", "gauge",
 			  "Connections open now, by kind (served and this daemon's own to peers).");
-	for (int k = 0; k < ZL_XPORT_SK_N; k++) {
-		snprintf(lab, sizeof(lab), "kind=\"%s\"", zl_xport_stat_kind_name(k));
-		zl_metrics_u64(t, "zipline_transport_connections", lab,
-			       xs->opened[k] - xs->closed[k]);
-	}
+	zl_metrics_u64_by(t, "zipline_transport_connections", "kind", kinds, open, ZL_XPORT_SK_N);
 	for (size_t i = 0; i < ZL_ARRAY_SIZE(c); i++) {
 		zl_metrics_family(t, c[i].name, "counter", c[i].help);
 		zl_metrics_u64(t, c[i].name, "", c[i].v);

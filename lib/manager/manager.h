@@ -62,7 +62,7 @@ struct zl_manager_stats {
 	uint64_t rebalance_moves;
 	/* The slices of ready volumes by class, and the volumes, as the last
 	 * pass that ended without error left them (zero until one did). */
-	uint32_t slices[ZL_MGR_SLICE_CLASSES_];
+	uint64_t slices[ZL_MGR_SLICE_CLASSES_];
 	uint32_t volumes;
 };
 

@@ -293,7 +293,8 @@ int manager_pass(struct zl_manager *m)
 	struct zl_volume *vols = NULL;
 	struct zl_rebalance_req *rebs = NULL;
 	size_t n_reps = 0, n_vols = 0, n_rebs = 0;
-	uint32_t cls[ZL_MGR_SLICE_CLASSES_] = {0}, n_ready = 0;
+	uint64_t cls[ZL_MGR_SLICE_CLASSES_] = {0};
+	uint32_t n_ready = 0;
 	int rc;
 
 	/* Reports before volumes: a report written after a row change names

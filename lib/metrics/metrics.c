@@ -95,6 +95,13 @@ void zl_metrics_f64(struct zl_metrics_text *t, const char *name, const char *lab
 		zl_metrics_printf(t, "%s %.9g\n", name, v);
 }
 
+void zl_metrics_u64_by(struct zl_metrics_text *t, const char *name, const char *label,
+		       const char *const *values, const uint64_t *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		zl_metrics_printf(t, "%s{%s=\"%s\"} %" PRIu64 "\n", name, label, values[i], v[i]);
+}
+
 void zl_metrics_label_escape(const char *in, char *out, size_t n)
 {
 	size_t o = 0;

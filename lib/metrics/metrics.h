@@ -25,6 +25,9 @@ void zl_metrics_family(struct zl_metrics_text *t, const char *name, const char *
 /* One sample: name{labels} value; labels is "" or `a="x",b="y"`. */
 void zl_metrics_u64(struct zl_metrics_text *t, const char *name, const char *labels, uint64_t v);
 void zl_metrics_f64(struct zl_metrics_text *t, const char *name, const char *labels, double v);
+/* n samples of one family by one label: name{label="values[i]"} v[i]. */
+void zl_metrics_u64_by(struct zl_metrics_text *t, const char *name, const char *label,
+		       const char *const *values, const uint64_t *v, size_t n);
 /* A label value with \, " and newlines escaped, as the format wants. */
 void zl_metrics_label_escape(const char *in, char *out, size_t n);
 

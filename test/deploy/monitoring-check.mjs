@@ -11,8 +11,8 @@
 // metric a rule or a panel names is one a daemon exposes (named in the
 // storage daemon's, the controller's, lib/etcd's or lib/grpc's metrics code
 // under SOURCE_DIR), so a renamed metric cannot leave a rule silently
-// matching nothing. A second PodMonitor scrapes the controller pods'
-// "metrics" port. Exit 1 on any failure.
+// matching nothing. Two more PodMonitors scrape the controller's and the
+// node plugin's pods' "metrics" port. Exit 1 on any failure.
 import { createRequire } from "node:module";
 import { readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
@@ -25,8 +25,8 @@ if (!toolsDir || !file || !srcDir) {
 const require = createRequire(path.join(path.resolve(toolsDir), "node_modules", "x.js"));
 const YAML = require("yaml");
 const objs = YAML.parseAllDocuments(readFileSync(file, "utf8")).map((d) => d.toJS()).filter(Boolean);
-const source = ["storage/storage_metrics.c", "csi-controller/ctrl_metrics.c", "lib/etcd/etcd.c",
-	"lib/grpc/grpc_server.c"].map((f) => readFileSync(path.join(srcDir, f), "utf8")).join("\n");
+const source = ["storage/storage_metrics.c", "csi-controller/ctrl_metrics.c", "csi-node/node_metrics.c",
+	"lib/etcd/etcd.c", "lib/grpc/grpc_server.c"].map((f) => readFileSync(path.join(srcDir, f), "utf8")).join("\n");
 
 let failed = 0, passed = 0;
 function check(what, cond, detail = "") {
@@ -61,21 +61,25 @@ check("the PodMonitor selects the storage pods",
 check("the PodMonitor scrapes port metrics at /metrics",
 	pm?.spec?.podMetricsEndpoints?.[0]?.port === "metrics" && pm?.spec?.podMetricsEndpoints?.[0]?.path === "/metrics");
 
-const ctrl = objs.find((o) => o.kind === "Deployment" &&
-	o.metadata?.labels?.["app.kubernetes.io/component"] === "controller");
-const ctrlLabels = ctrl?.spec?.template?.metadata?.labels ?? {};
-const zc = ctrl?.spec?.template?.spec?.containers?.find((c) => c.name === "zipline-controller");
-check("the controller container has a port named metrics and --metrics",
-	!!zc?.ports?.some((p) => p.name === "metrics") && (zc?.args ?? []).some((a) => a.startsWith("--metrics=")));
-check("the controller's readiness probe is /readyz on port metrics",
-	zc?.readinessProbe?.httpGet?.path === "/readyz" && zc?.readinessProbe?.httpGet?.port === "metrics");
-const cpm = objs.find((o) => o.kind === "PodMonitor" && o.metadata?.name?.endsWith("-controller"));
-const csel = cpm?.spec?.selector?.matchLabels ?? {};
-check("a PodMonitor selects the controller pods",
-	Object.keys(csel).length > 0 && Object.entries(csel).every(([k, v]) => ctrlLabels[k] === v),
-	JSON.stringify(csel));
-check("the controller PodMonitor scrapes port metrics at /metrics",
-	cpm?.spec?.podMetricsEndpoints?.[0]?.port === "metrics" && cpm?.spec?.podMetricsEndpoints?.[0]?.path === "/metrics");
+// The controller's and the node plugin's endpoints: port, flag, readiness
+// probe, and a PodMonitor that selects their pods.
+for (const [comp, kind, container] of [["controller", "Deployment", "zipline-controller"],
+	["node", "DaemonSet", "zipline-node"]]) {
+	const w = objs.find((o) => o.kind === kind && o.metadata?.labels?.["app.kubernetes.io/component"] === comp);
+	const labels = w?.spec?.template?.metadata?.labels ?? {};
+	const c = w?.spec?.template?.spec?.containers?.find((x) => x.name === container);
+	check(`the ${comp} container has a port named metrics and --metrics`,
+		!!c?.ports?.some((p) => p.name === "metrics") && (c?.args ?? []).some((a) => a.startsWith("--metrics=")));
+	check(`the ${comp}'s readiness probe is /readyz on port metrics`,
+		c?.readinessProbe?.httpGet?.path === "/readyz" && c?.readinessProbe?.httpGet?.port === "metrics");
+	const m = objs.find((o) => o.kind === "PodMonitor" && o.metadata?.name?.endsWith(`-${comp}`));
+	const sel = m?.spec?.selector?.matchLabels ?? {};
+	check(`a PodMonitor selects the ${comp} pods`,
+		Object.keys(sel).length > 0 && Object.entries(sel).every(([k, v]) => labels[k] === v),
+		JSON.stringify(sel));
+	check(`the ${comp} PodMonitor scrapes port metrics at /metrics`,
+		m?.spec?.podMetricsEndpoints?.[0]?.port === "metrics" && m?.spec?.podMetricsEndpoints?.[0]?.path === "/metrics");
+}
 
 const pr = objs.find((o) => o.kind === "PrometheusRule");
 check("a PrometheusRule", !!pr && pr.apiVersion === "monitoring.coreos.com/v1");

@@ -836,13 +836,19 @@ def test_concurrent_create():
     log("two concurrent CreateVolume calls -> one volume (%s)" % out)
 
 
-def main():
+def connect_controller():
+    """Sets ctrl, pb and grpc (the controller started by csi_e2e.sh); the
+    other test scripts call it before using this module's helpers."""
     global ctrl, pb, grpc
     import grpc as g
     grpc = g
     ctrl = CsiClient(CTRL_EP)
     ctrl.wait_ready(30)
     pb = ctrl.pb
+
+
+def main():
+    connect_controller()
     n1, n2 = Node(1).start(), Node(2).start()
     try:
         test_identity([n1, n2])

@@ -547,11 +547,7 @@ def test_move_mount(n1, n2):
 
 
 def main():
-    import grpc as g
-    e.grpc = g
-    e.ctrl = e.CsiClient(e.CTRL_EP)
-    e.ctrl.wait_ready(30)
-    e.pb = e.ctrl.pb
+    e.connect_controller()
     n1, n2 = e.Node(1).start(), e.Node(2).start()
     try:
         test_move(n1, n2)

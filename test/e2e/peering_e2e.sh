@@ -238,12 +238,14 @@ kill -STOP "$(cl_pid storage-3)"
 cl_stop storage-2
 off=$(stat -c %s "$CL_DIR/storage-2/log")
 cl_start_storage 2
-for _ in $(seq 1 100); do
+# A start-up (journal, registration, volume loads) takes seconds on a busy
+# machine: up to 30 s.
+for _ in $(seq 1 600); do
 	tail -c +$((off + 1)) "$CL_DIR/storage-2/log" | grep -q "peering started: vol=$vid" && break
 	sleep 0.05
 done
 tail -c +$((off + 1)) "$CL_DIR/storage-2/log" | grep -q "peering started: vol=$vid" ||
-	{ kill -CONT "$(cl_pid storage-3)"; fail "restarted node-2 did not start peering within 5 s"; }
+	{ kill -CONT "$(cl_pid storage-3)"; fail "restarted node-2 did not start peering within 30 s"; }
 sleep 0.3 # deliberate: its requests to node-3 are out and unanswered (they time out after 4 s)
 cl_stop storage-2
 kill -CONT "$(cl_pid storage-3)"

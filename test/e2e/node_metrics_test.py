@@ -1,0 +1,154 @@
+"""The node plugin's metrics and probes (issue 26): zipline-node --metrics.
+
+Run by csi_e2e.sh (etcd, three zipline-storage daemons, the controller);
+this script plays the kubelet, starts one zipline-node with
+--metrics 127.0.0.1:0 and scrapes it with prometheus_client's text parser
+(an oracle independent of the daemon's code):
+  1. /healthz and /readyz answer 200 once the node registered; the CSI
+     calls are counted by method and code;
+  2. a block volume staged and published: zipline_node_volumes{fuse} is 1,
+     the volume's attach process is attached and not fenced; 4 MiB written
+     with O_DIRECT through the published device and read back: the
+     volume's write and read bytes rose by 4 MiB at least, with no I/O
+     error;
+  3. kill -9 of the attach process: the volume counts as unattached;
+  4. unpublished and unstaged: no volume is counted any more.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import csi_e2e_test as e  # noqa: E402
+from csi_e2e_test import MiB, fail, log  # noqa: E402
+
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+
+def get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def scrape(base):
+    code, text = get(base + "/metrics")
+    if code != 200:
+        fail("%s/metrics answered %d" % (base, code))
+    return [s for fam in text_string_to_metric_families(text) for s in fam.samples]
+
+
+def value(samples, name, **labels):
+    """Sum of the samples called name whose labels include labels."""
+    return sum(s.value for s in samples
+               if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+
+
+def wait_value(base, want, name, **labels):
+    """Polls until the value equals want (10 s); returns the last one."""
+    v = None
+    for _ in range(100):
+        v = value(scrape(base), name, **labels)
+        if v == want:
+            break
+        time.sleep(0.1)
+    return v
+
+
+def metrics_base(node):
+    for _ in range(100):
+        with open(node.path("node.log")) as f:
+            m = re.findall(r"metrics on http\S* port=(\d+)", f.read())
+        if m:
+            return "http://127.0.0.1:%s" % m[-1]
+        time.sleep(0.1)
+    fail("zipline-node logged no metrics port")
+
+
+def main():
+    e.connect_controller()
+    n = e.Node(1, extra=["--metrics", "127.0.0.1:0"]).start()
+    try:
+        base = metrics_base(n)
+        # 1. probes; calls counted
+        code, body = 0, ""
+        for _ in range(100):
+            code, body = get(base + "/readyz")
+            if code == 200:
+                break
+            time.sleep(0.1)
+        if code != 200:
+            fail("/readyz is %d after the node registered: %s" % (code, body))
+        if get(base + "/healthz")[0] != 200:
+            fail("/healthz is not 200")
+        cap = e.block_cap()
+        v = e.create_volume("nmvol", 64 * MiB, cap)
+        vol = v.volume_id
+        s0 = value(scrape(base), "zipline_csi_calls_total",
+                   method="/csi.v1.Node/NodeStageVolume", code="OK")
+        pctx = e.ctrl_publish(vol, n, cap)
+        staging, target = e.stage_publish(n, vol, cap, pctx, "nm")
+        got = value(scrape(base), "zipline_csi_calls_total",
+                    method="/csi.v1.Node/NodeStageVolume", code="OK") - s0
+        if got != 2:  # stage_publish calls each RPC twice (idempotency)
+            fail("NodeStageVolume OK counted %s times, not 2" % got)
+        # 2. a staged volume and its client's counters
+        sm = scrape(base)
+        if value(sm, "zipline_node_volumes", frontend="fuse") != 1:
+            fail("zipline_node_volumes{frontend=fuse} is not 1 with one volume staged")
+        if value(sm, "zipline_node_volume_attached", volume=vol) != 1:
+            fail("the volume's attach process is not counted attached")
+        if value(sm, "zipline_node_volume_fenced", volume=vol) != 0:
+            fail("the volume counts as fenced")
+        w0 = value(sm, "zipline_node_volume_write_bytes_total", volume=vol)
+        r0 = value(sm, "zipline_node_volume_read_bytes_total", volume=vol)
+        data = os.urandom(4 * MiB)
+        src = n.path("nm.data")
+        with open(src, "wb") as f:
+            f.write(data)
+        subprocess.run(["dd", "if=" + src, "of=" + target, "bs=1M", "oflag=direct",
+                        "conv=fsync", "status=none"], check=True)
+        back = subprocess.run(["dd", "if=" + target, "bs=1M", "count=4", "iflag=direct",
+                               "status=none"], check=True, capture_output=True).stdout
+        if back != data:
+            fail("the 4 MiB read back through %s differ from those written" % target)
+        sm = scrape(base)
+        dw = value(sm, "zipline_node_volume_write_bytes_total", volume=vol) - w0
+        dr = value(sm, "zipline_node_volume_read_bytes_total", volume=vol) - r0
+        log("node metrics: 4 MiB written and read back: write bytes +%d, read bytes +%d, "
+            "writes %d, reads %d" % (dw, dr,
+                                     value(sm, "zipline_node_volume_writes_total", volume=vol),
+                                     value(sm, "zipline_node_volume_reads_total", volume=vol)))
+        if dw < 4 * MiB or dr < 4 * MiB:
+            fail("the volume's byte counters rose by %d written / %d read, less than 4 MiB"
+                 % (dw, dr))
+        if value(sm, "zipline_node_volume_io_errors_total", volume=vol) != 0:
+            fail("I/O errors counted on a healthy volume")
+        # 3. the attach process killed
+        pids = n.attach_pids()
+        if len(pids) != 1:
+            fail("want one attach process, state dir says %s" % pids)
+        os.kill(pids[0], 9)
+        if wait_value(base, 1, "zipline_node_volumes_unattached") != 1:
+            fail("a killed attach process is not counted unattached")
+        if value(scrape(base), "zipline_node_volume_attached", volume=vol) != 0:
+            fail("the volume still counts as attached after kill -9 of its attach process")
+        # 4. gone once unstaged
+        e.unpublish_unstage(n, vol, staging, target)
+        if wait_value(base, 0, "zipline_node_volumes", frontend="fuse") != 0:
+            fail("zipline_node_volumes{frontend=fuse} is not 0 after NodeUnstage")
+        e.ctrl_unpublish(vol, n)
+        e.delete_volume(vol)
+    finally:
+        n.stop()
+    log("PASS")
+
+
+if __name__ == "__main__":
+    main()
