@@ -90,8 +90,8 @@ struct zl_slice {
 	char incarnation[ZL_MAX_REPLICAS][ZL_META_ID_SIZE];
 };
 
-/* Per-volume client I/O limits (issue 26; docs/REPLICATION.md §2, "Client
- * I/O limits"), one X-macro table: X(enum suffix, JSON name in the record's
+/* Per-volume client I/O limits (issue 26; docs/ARCHITECTURE.md "Per-volume
+ * QoS"), one X-macro table: X(enum suffix, JSON name in the record's
  * "qos" object, StorageClass / ModifyVolume parameter, zl volume flag, true
  * for bytes/s). A rate of 0 is unlimited; the burst of a rate (the same
  * entry 4 places later) is how many I/Os or bytes may go at once after an

@@ -301,7 +301,8 @@ static int meta_volume_knobs_to_json(const struct zl_volume *v, json_t *o)
 			continue;
 		if (!q && (!(q = json_object()) || json_object_set_new(o, "qos", q)))
 			return -ENOMEM;
-		if (json_object_set_new(q, zl_qos_keys[k].json, json_integer((json_int_t)v->qos[k])))
+		if (json_object_set_new(q, zl_qos_keys[k].json,
+					json_integer((json_int_t)v->qos[k])))
 			return -ENOMEM;
 	}
 	return 0;

@@ -21,7 +21,7 @@ enum knob_unit { KNOB_IOS, KNOB_BYTES, KNOB_COPIES, KNOB_SECONDS };
 struct knob {
 	const char *param, *flag;
 	enum knob_unit unit;
-	uint32_t mask;	  /* ZL_VMOD_* bits it sets */
+	uint32_t mask; /* ZL_VMOD_* bits it sets */
 	uint64_t min, max;
 };
 
@@ -33,18 +33,18 @@ static const struct knob knob_extra[ZL_KNOB_N - ZL_QOS_N] = {
     [ZL_KNOB_BPS - ZL_QOS_N] = {"bps", "bps", KNOB_BYTES,
 				ZL_VMOD_QOS(ZL_QOS_READ_BPS) | ZL_VMOD_QOS(ZL_QOS_WRITE_BPS), 0,
 				ZL_QOS_MAX},
-    [ZL_KNOB_IOPS_BURST - ZL_QOS_N] = {"iopsBurst", "burst-iops", KNOB_IOS,
-				       ZL_VMOD_QOS(ZL_QOS_READ_IOPS_BURST) |
-					   ZL_VMOD_QOS(ZL_QOS_WRITE_IOPS_BURST),
-				       0, ZL_QOS_MAX},
-    [ZL_KNOB_BPS_BURST - ZL_QOS_N] = {"bpsBurst", "burst-bps", KNOB_BYTES,
-				      ZL_VMOD_QOS(ZL_QOS_READ_BPS_BURST) |
-					  ZL_VMOD_QOS(ZL_QOS_WRITE_BPS_BURST),
-				      0, ZL_QOS_MAX},
-    [ZL_KNOB_MIN_SIZE - ZL_QOS_N] = {"minSize", "min-size", KNOB_COPIES, ZL_VMOD_MIN_SIZE, 1,
-				     ZL_MAX_REPLICAS},
-    [ZL_KNOB_IO_TIMEOUT - ZL_QOS_N] = {"ioTimeout", "io-timeout", KNOB_SECONDS,
-				       ZL_VMOD_IO_TIMEOUT, 0, ZL_META_IO_TIMEOUT_MAX},
+    [ZL_KNOB_IOPS_BURST -
+	ZL_QOS_N] = {"iopsBurst", "burst-iops", KNOB_IOS,
+		     ZL_VMOD_QOS(ZL_QOS_READ_IOPS_BURST) | ZL_VMOD_QOS(ZL_QOS_WRITE_IOPS_BURST), 0,
+		     ZL_QOS_MAX},
+    [ZL_KNOB_BPS_BURST -
+	ZL_QOS_N] = {"bpsBurst", "burst-bps", KNOB_BYTES,
+		     ZL_VMOD_QOS(ZL_QOS_READ_BPS_BURST) | ZL_VMOD_QOS(ZL_QOS_WRITE_BPS_BURST), 0,
+		     ZL_QOS_MAX},
+    [ZL_KNOB_MIN_SIZE -
+	ZL_QOS_N] = {"minSize", "min-size", KNOB_COPIES, ZL_VMOD_MIN_SIZE, 1, ZL_MAX_REPLICAS},
+    [ZL_KNOB_IO_TIMEOUT - ZL_QOS_N] = {"ioTimeout", "io-timeout", KNOB_SECONDS, ZL_VMOD_IO_TIMEOUT,
+				       0, ZL_META_IO_TIMEOUT_MAX},
 };
 
 /* Entry of knob k (0 <= k < ZL_KNOB_N), the limits' made from zl_qos_keys. */
@@ -52,8 +52,11 @@ static struct knob knob_get(int k)
 {
 	if (k >= ZL_QOS_N)
 		return knob_extra[k - ZL_QOS_N];
-	return (struct knob){zl_qos_keys[k].param, zl_qos_keys[k].flag,
-			     zl_qos_keys[k].bytes ? KNOB_BYTES : KNOB_IOS, ZL_VMOD_QOS(k), 0,
+	return (struct knob){zl_qos_keys[k].param,
+			     zl_qos_keys[k].flag,
+			     zl_qos_keys[k].bytes ? KNOB_BYTES : KNOB_IOS,
+			     ZL_VMOD_QOS(k),
+			     0,
 			     ZL_QOS_MAX};
 }
 
@@ -147,8 +150,8 @@ char *zl_knob_names(bool flags, char *out, size_t len)
 		return out;
 	out[0] = '\0';
 	for (int k = 0; k < ZL_KNOB_N && used < len; k++) {
-		int n = snprintf(out + used, len - used, "%s%s%s", k ? ", " : "",
-				 flags ? "--" : "", flags ? zl_knob_flag(k) : zl_knob_param(k));
+		int n = snprintf(out + used, len - used, "%s%s%s", k ? ", " : "", flags ? "--" : "",
+				 flags ? zl_knob_flag(k) : zl_knob_param(k));
 
 		if (n < 0)
 			break;
