@@ -154,6 +154,9 @@ int ctrl_start(struct ctrl *c, const struct ctrl_cfg *cfg)
 			   zl_strerror(rc));
 		return rc;
 	}
+	rc = ctrl_metrics_start(c, cfg);
+	if (rc)
+		return rc;
 	ZL_LOG_INFO(CTRL_LOG,
 		    "serving every CSI call endpoint=%s etcd=%s prefix=%s leader_election=%s "
 		    "replica_id=%s gc_interval_s=%u manager=%s version=%s",
@@ -165,6 +168,7 @@ int ctrl_start(struct ctrl *c, const struct ctrl_cfg *cfg)
 
 void ctrl_stop(struct ctrl *c, unsigned int grace_ms)
 {
+	ctrl_metrics_stop(c); /* no scrape reads the server or the manager after this */
 	if (c->srv) {
 		zl_grpc_server_shutdown(c->srv, grace_ms);
 		zl_grpc_server_destroy(c->srv);

@@ -18,6 +18,7 @@
 #include "lib/grpc/grpc_server.h"
 #include "lib/manager/manager.h"
 #include "lib/meta/meta.h"
+#include "lib/metrics/metrics.h"
 
 #define CTRL_LOG "ctrl"
 #define CTRL_DRIVER_NAME "zipline.csi.io"
@@ -28,6 +29,9 @@
 #define CTRL_LEADER_TTL_S 10
 /* Per-call timeout of the controller's etcd handles. */
 #define CTRL_ETCD_TIMEOUT_MS 5000
+/* Probe and /readyz say ready while the background thread reached etcd
+ * this recently. */
+#define CTRL_ETCD_FRESH_MS 5000
 /* Manager defaults (docs/REPLICATION.md §2): how long a node record may be
  * gone before its members are OUT, and before they are replaced. */
 #define CTRL_MANAGER_GRACE_S 2
@@ -54,6 +58,7 @@ struct ctrl_cfg {
 	unsigned int down_out_s;   /* --down-out-interval */
 	unsigned int workers;
 	const char *log_level;
+	const char *metrics; /* --metrics HOST:PORT, NULL: off */
 };
 
 /* One held operation lock (see ctrl_oplock.c). */
@@ -99,6 +104,11 @@ struct ctrl {
 	/* Leader jobs, background thread only. */
 	unsigned int gc_interval_s;
 	uint64_t gc_last_ms;
+
+	/* --metrics (ctrl_metrics.c); bg_round_ms: the background thread's
+	 * last round (zl_now_ms), what /healthz checks. */
+	struct zl_metrics_srv *metrics;
+	atomic_uint_fast64_t bg_round_ms;
 };
 
 /* ---- ctrl_cfg.c ---- */
@@ -229,6 +239,14 @@ int ctrl_plugin_caps(void *ctx, struct zl_grpc_call *call, const ProtobufCMessag
 		     ProtobufCMessage *resp);
 int ctrl_probe(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
 	       ProtobufCMessage *resp);
+/* True while the background thread reached etcd within CTRL_ETCD_FRESH_MS. */
+bool ctrl_etcd_fresh(struct ctrl *c);
+
+/* ---- ctrl_metrics.c: --metrics ---- */
+/* Serves /metrics, /healthz and /readyz on cfg->metrics (no-op when NULL
+ * or "off"). 0 or a negative error (logged). */
+int ctrl_metrics_start(struct ctrl *c, const struct ctrl_cfg *cfg);
+void ctrl_metrics_stop(struct ctrl *c);
 
 /* ---- ctrl_publish.c: attachments ---- */
 struct ctrl_attach {

@@ -82,6 +82,7 @@ int ctrl_cfg_parse(int argc, char **argv, struct ctrl_cfg *cfg)
 	     .max = 64,
 	     .unit = "threads",
 	     .help = "gRPC worker threads (default 4)"},
+	    ZL_CFG_FLAG_METRICS(&cfg->metrics),
 	    {.name = "log-level",
 	     .arg = "L",
 	     .type = ZL_CFG_CALL,

@@ -7,7 +7,6 @@
 #include "lib/grpc/grpc_csi.h"
 
 /* etcd must have answered within this window for Probe to say ready. */
-#define PROBE_FRESH_MS 5000
 
 int ctrl_plugin_info(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
 		     ProtobufCMessage *resp)
@@ -30,11 +29,17 @@ int ctrl_probe(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req
 {
 	struct ctrl *c = ctx;
 	Csi__V1__ProbeResponse *r = (Csi__V1__ProbeResponse *)resp;
-	uint64_t ok = atomic_load(&c->etcd_ok_ms);
 
 	r->ready = zl_grpc_call_new_msg(call, &google__protobuf__bool_value__descriptor);
 	if (!r->ready)
 		return -ENOMEM;
-	r->ready->value = ok && zl_now_ms() - ok <= PROBE_FRESH_MS;
+	r->ready->value = ctrl_etcd_fresh(c);
 	return ZL_GRPC_OK;
+}
+
+bool ctrl_etcd_fresh(struct ctrl *c)
+{
+	uint64_t ok = atomic_load(&c->etcd_ok_ms);
+
+	return ok && zl_now_ms() - ok <= CTRL_ETCD_FRESH_MS;
 }

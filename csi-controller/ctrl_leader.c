@@ -241,6 +241,7 @@ void *ctrl_bg_main(void *arg)
 
 	for (;;) {
 		bg_round(c);
+		atomic_store(&c->bg_round_ms, zl_now_ms());
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		ts.tv_sec += BG_PERIOD_MS / 1000;
 		pthread_mutex_lock(&c->bg_lock);

@@ -177,12 +177,7 @@ int zl_storage_cfg_parse(struct zl_storage_cfg *cfg, struct zl_cfg_etcd *etcd,
 	     .unit = "microseconds",
 	     .help = "poll instead of sleeping for US microseconds after\nwork (a core per daemon: "
 		     "lower latency; fewer cores\nthan busy processes: slower; default 0, off)"},
-	    {.name = "metrics",
-	     .arg = "HOST:PORT",
-	     .type = ZL_CFG_STR,
-	     .target = &cfg->metrics,
-	     .help = "serve /metrics (Prometheus), /healthz and /readyz over\nHTTP here (:PORT: "
-		     "every address; default off)"},
+	    ZL_CFG_FLAG_METRICS(&cfg->metrics),
 	    {.name = "log-level",
 	     .arg = "LEVEL",
 	     .type = ZL_CFG_CALL,

@@ -280,6 +280,7 @@ static void metrics_render(void *arg, struct zl_metrics_text *t)
 	render_volumes(m, t);
 	render_store(m, t);
 	pthread_mutex_unlock(&m->mu);
+	zl_etcd_metrics(t);
 }
 
 static int metrics_probe(void *arg, bool ready, char *why, size_t n)

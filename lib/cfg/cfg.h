@@ -71,6 +71,16 @@ __attribute__((format(printf, 4, 5))) int zl_cfg_err(const struct zl_cfg *c, con
 /* Parse callbacks shared by the daemons. */
 /* --log-level: err|warn|info|debug, applied at once (target unused). */
 int zl_cfg_log_level(const char *value, void *target, const char **why);
+
+/* The --metrics flag of every daemon (lib/metrics): a const char * target,
+ * NULL (or "off") when not given. */
+#define ZL_CFG_FLAG_METRICS(tgt)                                                                  \
+	{.name = "metrics",                                                                       \
+	 .arg = "HOST:PORT",                                                                      \
+	 .type = ZL_CFG_STR,                                                                      \
+	 .target = (tgt),                                                                         \
+	 .help = "serve /metrics (Prometheus), /healthz and /readyz over\nHTTP here (:PORT: "     \
+		 "every address; default off)"}
 /* --etcd-prefix: ends with '/', shorter than 100 bytes; target const char **. */
 int zl_cfg_etcd_prefix(const char *value, void *target, const char **why);
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "lib/common/common.h"
+#include "lib/metrics/metrics.h"
 #include "etcd_internal.h"
 
 #define ETCD_COMP "etcd"
@@ -621,10 +622,82 @@ static int etcd_login(struct zl_etcd *e, uint64_t deadline)
 
 /* Runs one request: serializes req, logs in when needed, fails over,
  * re-authenticates once on a rejected token. *out gets the answer. */
+/* ---- call counters (zl_etcd_metrics): process-wide, relaxed atomics;
+ * an etcd call is an HTTP round trip, so they cost nothing that shows. */
+
+static const char *const etcd_stat_paths[] = {
+    "/v3/kv/range",	"/v3/kv/put",	   "/v3/kv/txn",	"/v3/kv/deleterange",
+    "/v3/lease/grant", "/v3/lease/keepalive", "/v3/lease/revoke",
+};
+#define ETCD_STAT_N ZL_ARRAY_SIZE(etcd_stat_paths)
+static const char *const etcd_err_kinds[] = {"timeout", "unavailable", "auth", "other"};
+
+struct etcd_stat {
+	uint64_t errors[ZL_ARRAY_SIZE(etcd_err_kinds)];
+	struct zl_metrics_hist lat; /* count: every call */
+};
+static struct etcd_stat etcd_stats[ETCD_STAT_N + 1]; /* the last: other paths */
+
+static void etcd_stat_add(const char *path, int rc, uint64_t ns)
+{
+	struct etcd_stat *st = &etcd_stats[ETCD_STAT_N];
+
+	for (size_t i = 0; i < ETCD_STAT_N; i++)
+		if (!strcmp(path, etcd_stat_paths[i])) {
+			st = &etcd_stats[i];
+			break;
+		}
+	/* zl_metrics_hist_add with atomics: any thread calls. */
+	__atomic_fetch_add(&st->lat.b[zl_metrics_hist_bucket(ns)], 1, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&st->lat.count, 1, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&st->lat.sum_ns, ns, __ATOMIC_RELAXED);
+	if (rc)
+		__atomic_fetch_add(&st->errors[rc == -ZL_ERR_TIMEOUT ? 0
+					       : rc == -ZL_ERR_ETCD  ? 1
+					       : rc == -ZL_ERR_AUTH  ? 2
+								     : 3],
+				   1, __ATOMIC_RELAXED);
+}
+
+void zl_etcd_metrics(struct zl_metrics_text *t)
+{
+	char lab[96];
+
+	zl_metrics_family(t, "zipline_etcd_errors_total", "counter",
+			  "etcd calls of this process that failed, by call and kind (timeout, "
+			  "unavailable: no endpoint answered, auth, other).");
+	for (size_t i = 0; i <= ETCD_STAT_N; i++)
+		for (size_t k = 0; k < ZL_ARRAY_SIZE(etcd_err_kinds); k++) {
+			uint64_t v = __atomic_load_n(&etcd_stats[i].errors[k], __ATOMIC_RELAXED);
+
+			if (!v)
+				continue;
+			snprintf(lab, sizeof(lab), "call=\"%s\",kind=\"%s\"",
+				 i < ETCD_STAT_N ? etcd_stat_paths[i] : "other", etcd_err_kinds[k]);
+			zl_metrics_u64(t, "zipline_etcd_errors_total", lab, v);
+		}
+	zl_metrics_family(t, "zipline_etcd_request_duration_seconds", "histogram",
+			  "etcd calls of this process (each with its failover and retries), by "
+			  "call.");
+	for (size_t i = 0; i <= ETCD_STAT_N; i++) {
+		struct zl_metrics_hist h;
+
+		for (size_t b = 0; b <= ZL_METRICS_HIST_N; b++)
+			h.b[b] = __atomic_load_n(&etcd_stats[i].lat.b[b], __ATOMIC_RELAXED);
+		h.count = __atomic_load_n(&etcd_stats[i].lat.count, __ATOMIC_RELAXED);
+		h.sum_ns = __atomic_load_n(&etcd_stats[i].lat.sum_ns, __ATOMIC_RELAXED);
+		if (!h.count)
+			continue;
+		snprintf(lab, sizeof(lab), "call=\"%s\"",
+			 i < ETCD_STAT_N ? etcd_stat_paths[i] : "other");
+		zl_metrics_hist_text(t, "zipline_etcd_request_duration_seconds", lab, &h);
+	}
+}
+
 static int etcd_call(struct zl_etcd *e, const char *path, const json_t *req, unsigned flags,
 		     json_t **out)
 {
-	uint64_t deadline = zl_now_ms() + (uint64_t)e->timeout_ms;
+	uint64_t deadline = zl_now_ms() + (uint64_t)e->timeout_ms, start_ns = zl_now_ns();
 	bool token_bad, relogged = false;
 	char *body;
 	int rc;
@@ -654,6 +727,7 @@ static int etcd_call(struct zl_etcd *e, const char *path, const json_t *req, uns
 out_unlock:
 	pthread_mutex_unlock(&e->lock);
 	free(body);
+	etcd_stat_add(path, rc, zl_now_ns() - start_ns);
 	return rc;
 }
 

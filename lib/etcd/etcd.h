@@ -55,6 +55,12 @@ const char *zl_etcd_endpoint(const struct zl_etcd *e);
  * per thread. */
 const char *zl_etcd_last_error(void);
 
+struct zl_metrics_text;
+/* Appends this process's etcd call figures (every handle's):
+ * zipline_etcd_request_duration_seconds{call} and
+ * zipline_etcd_errors_total{call,kind}. Any thread. */
+void zl_etcd_metrics(struct zl_metrics_text *t);
+
 /* Checks that some endpoint answers (a cheap range on the key ""). 0 or
  * -ZL_ERR_ETCD / -ZL_ERR_TIMEOUT. */
 int zl_etcd_ping(struct zl_etcd *e);

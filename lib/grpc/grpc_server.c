@@ -25,6 +25,7 @@
 
 #include "lib/common/common.h"
 #include "lib/grpc/grpc_internal.h"
+#include "lib/metrics/metrics.h"
 
 #define GRPC_DEFAULT_WORKERS 4
 #define GRPC_MAX_WORKERS     64
@@ -63,6 +64,11 @@ struct zl_grpc_server {
 
 	pthread_mutex_t state_lock; /* serialises shutdown callers */
 	enum grpc_srv_state state;
+
+	/* Calls served, per registered method (index n_methods: the rest);
+	 * stats_lock is taken once per finished call (never on an I/O path). */
+	pthread_mutex_t stats_lock;
+	struct grpc_method_stats *stats;
 };
 
 /* ------------------------------------------------------------------ logging */
@@ -227,6 +233,53 @@ static int grpc_request_post(struct zl_grpc_server *srv, size_t midx)
 }
 
 /* Sends the final batch: headers, the response on success, the status. */
+/* Per method: calls by status code, and how long they took. */
+struct grpc_method_stats {
+	uint64_t codes[ZL_GRPC_UNAUTHENTICATED + 2]; /* the last: codes outside 0..16 */
+	struct zl_metrics_hist lat;
+};
+
+static void grpc_stats_add(struct zl_grpc_server *srv, size_t midx, int code, uint64_t took_us)
+{
+	struct grpc_method_stats *st = &srv->stats[midx];
+	unsigned k = code >= 0 && code <= ZL_GRPC_UNAUTHENTICATED ? (unsigned)code
+								   : ZL_GRPC_UNAUTHENTICATED + 1;
+
+	pthread_mutex_lock(&srv->stats_lock);
+	st->codes[k]++;
+	zl_metrics_hist_add(&st->lat, took_us * 1000);
+	pthread_mutex_unlock(&srv->stats_lock);
+}
+
+void zl_grpc_server_metrics(struct zl_grpc_server *srv, struct zl_metrics_text *t)
+{
+	char lab[GRPC_METHOD_NAME_MAX + 64];
+
+	zl_metrics_family(t, "zipline_csi_calls_total", "counter",
+			  "CSI calls answered, by method and gRPC status code.");
+	pthread_mutex_lock(&srv->stats_lock);
+	for (size_t i = 0; i <= srv->n_methods; i++)
+		for (unsigned k = 0; k < ZL_ARRAY_SIZE(srv->stats[i].codes); k++) {
+			if (!srv->stats[i].codes[k])
+				continue;
+			snprintf(lab, sizeof(lab), "method=\"%s\",code=\"%s\"",
+				 i < srv->n_methods ? srv->methods[i].name : "other",
+				 zl_grpc_code_name((int)k));
+			zl_metrics_u64(t, "zipline_csi_calls_total", lab, srv->stats[i].codes[k]);
+		}
+	zl_metrics_family(t, "zipline_csi_call_duration_seconds", "histogram",
+			  "Time from a CSI call's arrival to its answer, by method.");
+	for (size_t i = 0; i <= srv->n_methods; i++) {
+		if (!srv->stats[i].lat.count)
+			continue;
+		snprintf(lab, sizeof(lab), "method=\"%s\"",
+			 i < srv->n_methods ? srv->methods[i].name : "other");
+		zl_metrics_hist_text(t, "zipline_csi_call_duration_seconds", lab,
+				     &srv->stats[i].lat);
+	}
+	pthread_mutex_unlock(&srv->stats_lock);
+}
+
 static void grpc_call_finish(struct zl_grpc_call *c)
 {
 	grpc_op ops[4];
@@ -252,6 +305,7 @@ static void grpc_call_finish(struct zl_grpc_call *c)
 	ops[n].data.recv_close_on_server.cancelled = &c->cancelled;
 	n++;
 
+	grpc_stats_add(c->srv, c->m ? c->midx : c->srv->n_methods, c->code, took_us);
 	if (c->code == ZL_GRPC_OK)
 		ZL_LOG_DEBUG(GRPC_COMP, "call method=%s code=OK took_us=%llu", c->method,
 			     (unsigned long long)took_us);
@@ -612,6 +666,8 @@ void zl_grpc_server_destroy(struct zl_grpc_server *srv)
 	pthread_cond_destroy(&srv->cond);
 	pthread_mutex_destroy(&srv->lock);
 	pthread_mutex_destroy(&srv->state_lock);
+	pthread_mutex_destroy(&srv->stats_lock);
+	free(srv->stats);
 	free(srv->workers);
 	free(srv->handles);
 	free(srv->methods);
@@ -676,6 +732,7 @@ int zl_grpc_server_create(const struct zl_grpc_server_cfg *cfg, struct zl_grpc_s
 	srv->shutdown_tag.kind = GRPC_TAG_SHUTDOWN;
 	pthread_mutex_init(&srv->lock, NULL);
 	pthread_mutex_init(&srv->state_lock, NULL);
+	pthread_mutex_init(&srv->stats_lock, NULL);
 	pthread_cond_init(&srv->cond, NULL);
 	/* From here zl_grpc_server_destroy() undoes everything, grpc_init included. */
 	gpr_set_log_function(grpc_core_log);
@@ -692,7 +749,8 @@ int zl_grpc_server_create(const struct zl_grpc_server_cfg *cfg, struct zl_grpc_s
 	srv->methods = calloc(cfg->n_methods + 1, sizeof(*srv->methods));
 	srv->handles = calloc(cfg->n_methods + 1, sizeof(*srv->handles));
 	srv->workers = calloc(nw, sizeof(*srv->workers));
-	if (!srv->methods || !srv->handles || !srv->workers) {
+	srv->stats = calloc(cfg->n_methods + 1, sizeof(*srv->stats));
+	if (!srv->methods || !srv->handles || !srv->workers || !srv->stats) {
 		rc = -ENOMEM;
 		goto out_abort;
 	}

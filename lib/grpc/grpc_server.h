@@ -102,6 +102,12 @@ int zl_grpc_server_shutdown(struct zl_grpc_server *srv, unsigned int grace_ms);
  * Accepts NULL. */
 void zl_grpc_server_destroy(struct zl_grpc_server *srv);
 
+struct zl_metrics_text;
+/* Appends zipline_csi_calls_total{method,code} and
+ * zipline_csi_call_duration_seconds{method} (lib/metrics) for the calls
+ * answered so far. Any thread; not after zl_grpc_server_destroy. */
+void zl_grpc_server_metrics(struct zl_grpc_server *srv, struct zl_metrics_text *t);
+
 /* Filesystem path of the listening socket. */
 const char *zl_grpc_server_socket_path(const struct zl_grpc_server *srv);
 

@@ -10,6 +10,7 @@
 #define ZL_MANAGER_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "lib/etcd/etcd.h"
 
@@ -40,6 +41,33 @@ int zl_manager_create(const struct zl_manager_cfg *cfg, struct zl_manager **out)
 
 /* Wakes the manager for a pass now (e.g. leadership changed). NULL: no-op. */
 void zl_manager_kick(struct zl_manager *m);
+
+/* What the manager did and last saw, for the controller's metrics. */
+enum zl_manager_slice_class {
+	ZL_MGR_SLICE_ACTIVE,	 /* every member in sync */
+	ZL_MGR_SLICE_RECOVERING, /* a member is being copied to */
+	ZL_MGR_SLICE_DEGRADED,	 /* a member out, none recovering, one in sync at least */
+	ZL_MGR_SLICE_DOWN,	 /* no member in sync: nothing can be read */
+	ZL_MGR_SLICE_CLASSES_
+};
+
+struct zl_manager_stats {
+	bool leading;		/* deciding at the last tick */
+	uint64_t passes;	/* passes run while leading */
+	uint64_t pass_errors;	/* of those, the ones that failed */
+	uint64_t last_pass_ms;	/* zl_now_ms of the last pass that ended without error */
+	uint64_t changes[3];	/* member state changes written, by the new state
+				 * (enum zl_member_state) */
+	uint64_t replacements;	/* members moved to another node (M7, M8) */
+	uint64_t rebalance_moves;
+	/* The slices of ready volumes by class, and the volumes, as the last
+	 * pass that ended without error left them (zero until one did). */
+	uint32_t slices[ZL_MGR_SLICE_CLASSES_];
+	uint32_t volumes;
+};
+
+/* Copies m's figures (any thread). */
+void zl_manager_stats(struct zl_manager *m, struct zl_manager_stats *out);
 
 /* Stops the thread and the watches and frees m. NULL: no-op. */
 void zl_manager_destroy(struct zl_manager *m);

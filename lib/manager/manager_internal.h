@@ -73,10 +73,11 @@ struct zl_manager {
 	unsigned int grace_s, down_out_s;
 	struct zl_etcd_watch *watch[4];
 
-	/* lock protects dirty and stop; cond wakes the thread. */
+	/* lock protects dirty, stop and stats; cond wakes the thread. */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	bool dirty, stop;
+	struct zl_manager_stats stats;
 	pthread_t thread;
 	bool inited, started;
 

@@ -118,6 +118,12 @@ static int manager_row(struct zl_manager *m, struct zl_volume *v, uint32_t slice
 			bool moved = strcmp(ch->old_node, ch->new_node);
 			struct manager_node *nd;
 
+			pthread_mutex_lock(&m->lock);
+			if (ch->to <= ZL_MEMBER_IN_SYNC)
+				m->stats.changes[ch->to]++;
+			m->stats.replacements += moved;
+			pthread_mutex_unlock(&m->lock);
+
 			if (ch->to == ZL_MEMBER_OUT && !strncmp(ch->reason, "M5", 2) &&
 			    (nd = manager_node_find(m, ch->old_node)) && nd->present) {
 				nd->out_ms = zl_now_ms();
@@ -178,6 +184,9 @@ static int manager_rebal_move(struct zl_manager *m, struct zl_volume *v, uint32_
 			    v->id, slice, from, nd->id, zl_errname(rc));
 		return rc == -ZL_ERR_CONFLICT ? -ZL_ERR_STALE : rc;
 	}
+	pthread_mutex_lock(&m->lock);
+	m->stats.rebalance_moves++;
+	pthread_mutex_unlock(&m->lock);
 	ZL_LOG_INFO(MGR_LOG,
 		    "manager: vol=%s slice=%u rebalance %s -> %s (%s, full copy) version=%" PRIu64
 		    "->%" PRIu64 " term=%u->%u",
@@ -266,12 +275,25 @@ static int manager_rebalance(struct zl_manager *m, struct zl_volume *v,
 }
 
 /* One leader pass over every volume. 0, -ECANCELED or an etcd error. */
+/* The class of a row for the metrics. */
+static enum zl_manager_slice_class manager_slice_class(const struct zl_slice *row)
+{
+	int in = zl_slice_member_count(row, ZL_MEMBER_IN_SYNC);
+
+	if (!in)
+		return ZL_MGR_SLICE_DOWN;
+	if (zl_slice_member_count(row, ZL_MEMBER_RECOVERING))
+		return ZL_MGR_SLICE_RECOVERING;
+	return in < row->n ? ZL_MGR_SLICE_DEGRADED : ZL_MGR_SLICE_ACTIVE;
+}
+
 int manager_pass(struct zl_manager *m)
 {
 	struct zl_report *reps = NULL;
 	struct zl_volume *vols = NULL;
 	struct zl_rebalance_req *rebs = NULL;
 	size_t n_reps = 0, n_vols = 0, n_rebs = 0;
+	uint32_t cls[ZL_MGR_SLICE_CLASSES_] = {0}, n_ready = 0;
 	int rc;
 
 	/* Reports before volumes: a report written after a row change names
@@ -307,6 +329,9 @@ int manager_pass(struct zl_manager *m)
 			    manager_rebalance(m, v, &rebs[k]) == -ECANCELED)
 				rc = -ECANCELED;
 		}
+		n_ready++;
+		for (uint32_t s = 0; s < v->n_slices; s++)
+			cls[manager_slice_class(&v->slices[s])]++;
 	}
 	/* Requests of volumes that no longer exist. */
 	for (size_t k = 0; !rc && k < n_rebs; k++) {
@@ -333,5 +358,15 @@ int manager_pass(struct zl_manager *m)
 	}
 	zl_meta_volume_list_free(vols, n_vols);
 	free(reps);
+	pthread_mutex_lock(&m->lock);
+	m->stats.passes++;
+	if (rc) {
+		m->stats.pass_errors++;
+	} else {
+		memcpy(m->stats.slices, cls, sizeof(cls));
+		m->stats.volumes = n_ready;
+		m->stats.last_pass_ms = zl_now_ms();
+	}
+	pthread_mutex_unlock(&m->lock);
 	return rc;
 }

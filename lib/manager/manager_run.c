@@ -40,6 +40,13 @@ bool manager_may_write(struct zl_manager *m)
 	return m->cfg.leader_may_write(m->cfg.leader_arg);
 }
 
+void zl_manager_stats(struct zl_manager *m, struct zl_manager_stats *out)
+{
+	pthread_mutex_lock(&m->lock);
+	*out = m->stats;
+	pthread_mutex_unlock(&m->lock);
+}
+
 int manager_tick(struct zl_manager *m)
 {
 	bool leader;
@@ -53,6 +60,9 @@ int manager_tick(struct zl_manager *m)
 			    leader ? "deciding membership" : "stopped: not the leader", m->grace_s,
 			    m->down_out_s);
 	m->was_leader = leader;
+	pthread_mutex_lock(&m->lock);
+	m->stats.leading = leader;
+	pthread_mutex_unlock(&m->lock);
 	if (!rc && leader)
 		rc = manager_pass(m);
 	if (rc == -ECANCELED) {

@@ -38,13 +38,19 @@ struct zl_metrics_hist {
 	uint64_t sum_ns;
 };
 
-static inline void zl_metrics_hist_add(struct zl_metrics_hist *h, uint64_t ns)
+/* The bucket of an observation of ns nanoseconds. */
+static inline unsigned zl_metrics_hist_bucket(uint64_t ns)
 {
 	/* The smallest i with ns <= 8 us << i: ceil(log2(ns / 8 us)). */
 	uint64_t q = ns ? (ns - 1) / 8000u : 0;
 	unsigned i = q ? 64u - (unsigned)__builtin_clzll(q) : 0u;
 
-	h->b[i < ZL_METRICS_HIST_N ? i : ZL_METRICS_HIST_N]++;
+	return i < ZL_METRICS_HIST_N ? i : ZL_METRICS_HIST_N;
+}
+
+static inline void zl_metrics_hist_add(struct zl_metrics_hist *h, uint64_t ns)
+{
+	h->b[zl_metrics_hist_bucket(ns)]++;
 	h->count++;
 	h->sum_ns += ns;
 }

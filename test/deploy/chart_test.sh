@@ -241,7 +241,9 @@ if [ "$shape" = default ]; then
 		--set monitoring.dashboard.enabled=true)
 	"$helm" lint --strict "$chart" "${mon[@]}"
 	"$helm" template zipline "$chart" --namespace zipline "${mon[@]}" > "$work/monitoring.yaml"
-	node "$here/monitoring-check.mjs" "$tools" "$work/monitoring.yaml" "$src"
+	node "$here/monitoring-check.mjs" "$tools" "$work/monitoring.yaml" "$src" "$work/rules.yaml"
+	echo "== promtool check rules (the PrometheusRule's groups)"
+	"$("$here/get-tools.sh" --which promtool)" check rules "$work/rules.yaml"
 	if "$helm" template zipline "$chart" "${mon[@]}" --set storage.metricsPort=0 > "$work/out" 2>&1 ||
 		! grep -q "need storage.metricsPort" "$work/out"; then
 		echo "FAIL default: monitoring without storage.metricsPort was not refused" >&2

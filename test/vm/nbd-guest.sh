@@ -81,6 +81,10 @@ for i in 1 2 3; do
 	if ! wait_for 300 grep -q "registered node=node-$i" "$work/storage-$i.log"; then
 		vm_guest_threads "${pids[i]}" >"$work/storage-$i.threads" 2>&1
 		sed 's/^/    /' "$work/storage-$i.threads" | head -150 >&2
+		echo "    now: $(date -u +%FT%TZ); node records in etcd:" >&2
+		etcdctl --endpoints "$etcd_url" get --prefix --keys-only /zipline/nodes/ 2>&1 | sed 's/^/    /' >&2
+		tail -8 "$work/storage-$i.log" | sed 's/^/    log: /' >&2
+		dmesg | tail -12 | sed 's/^/    kernel: /' >&2
 		fail "zipline-storage node-$i did not register in 300 s (its threads above)"
 	fi
 done
