@@ -115,6 +115,28 @@ if [ "$shape" = selftest ]; then
 		fi
 	done
 
+	# A class's QoS limits and ioTimeout become its parameters; an unknown
+	# limit is refused.
+	cat > "$work/qos.yaml" <<-'EOF'
+	storageClasses:
+	  - {name: zipline, default: false, replicas: 3, chunkSize: 4M, fsType: ext4, reclaimPolicy: Delete,
+	     allowVolumeExpansion: true, volumeBindingMode: WaitForFirstConsumer, ioTimeout: 60,
+	     qos: {writeIops: 2000, readBps: 100M, iopsBurst: 64}}
+	EOF
+	"$helm" template t "$chart" -f "$work/qos.yaml" --show-only templates/storageclass.yaml > "$work/qos-sc.yaml" || rc=1
+	for want in 'ioTimeout: "60"' 'writeIops: "2000"' 'readBps: "100M"' 'iopsBurst: "64"'; do
+		if grep -qF -- "  $want" "$work/qos-sc.yaml"; then
+			echo "ok selftest: storageClasses[].qos/ioTimeout: renders $want"
+		else
+			echo "FAIL selftest: storageClasses[].qos/ioTimeout: no $want" >&2
+			rc=1
+		fi
+	done
+	run expect_fail "values: unknown QoS limit" "writeIOPS" "$helm" template t "$chart" -f "$work/qos.yaml" \
+		--set 'storageClasses[0].qos.writeIOPS=5'
+	run expect_fail "values: QoS bytes with a bad suffix" "readBps" "$helm" template t "$chart" -f "$work/qos.yaml" \
+		--set 'storageClasses[0].qos.readBps=1Q'
+
 	# Healing is on by default; the switches turn it off (the 0.1 behaviour).
 	"$helm" template t "$chart" --set storage.heal=false --set controller.manager=false \
 		--set node.ioTimeout=30 > "$work/off.yaml" || rc=1
