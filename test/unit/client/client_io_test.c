@@ -921,6 +921,31 @@ static void test_heal_timeout(void **state)
 	zl_client_destroy(cli);
 }
 
+/* The volume record's io_timeout (issue 26) replaces the client's (600 s
+ * here), and an open volume takes a new one from its watch of the record. */
+static void test_heal_volume_io_timeout(void **state)
+{
+	struct env *e = *state;
+	struct zl_volume_mod mod = {.mask = ZL_VMOD_IO_TIMEOUT, .io_timeout_s = 2};
+	uint64_t deadline = zl_now_ms() + 10000, t0, ms;
+	uint8_t buf[4096];
+	struct done d = {0};
+
+	assert_int_equal(zl_meta_volume_modify(e->etcd, e->prefix, e->vol_id, &mod, NULL, NULL), 0);
+	while (zl_vol_meta(e->vol)->io_timeout_s != 2 && zl_now_ms() < deadline)
+		zl_loop_run_once(e->loop, 20);
+	assert_int_equal(zl_vol_meta(e->vol)->io_timeout_s, 2);
+	fill_pattern(buf, sizeof(buf), 14);
+	node_kill(e, 0);
+	t0 = zl_now_ms();
+	assert_int_equal(zl_vol_aio_write(e->vol, buf, 4 * CS, sizeof(buf), 0, done_cb, &d), 0);
+	run_until(e, &d.calls, 1);
+	ms = zl_now_ms() - t0;
+	assert_int_equal(d.status, -ZL_ERR_TIMEOUT);
+	assert_true(ms >= 1900);
+	assert_true(ms < 5000);
+}
+
 /* STALE at the slice version the node itself holds is an attach-epoch
  * fence (docs/SECURITY.md): final. The write fails at once (not after
  * io_timeout), the volume is fenced, and later I/O on any slice fails with
@@ -1337,6 +1362,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_heal_timeout, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_heal_peering_min_size, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_heal_fenced, env_setup, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_heal_volume_io_timeout, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_heal_read_around_corrupt, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_heal_read_around_all_bad, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_heal_read_around_members, env_setup, env_teardown),
