@@ -202,6 +202,7 @@ int zl_cli_bench(struct zl_cli *cli, int argc, char **argv)
 	bool json = false, progress = false;
 	char a[32], c2[32];
 	double sec, iops, mibs;
+	struct zl_vol_stats st;
 	int c, rc, exit_code = 0;
 
 	optind = 0;
@@ -351,13 +352,16 @@ int zl_cli_bench(struct zl_cli *cli, int argc, char **argv)
 			   name, (unsigned long long)b->err_off, zl_strerror(b->err));
 		exit_code = ZL_CLI_EXIT_RUNTIME;
 	}
+	zl_vol_get_stats(b->v, &st);
 	if (json) {
 		printf("{\"volume\":\"%s\",\"rw\":\"%s\",\"bs\":%u,\"qd\":%u,\"size\":%llu,"
 		       "\"seconds\":%.3f,\"ios\":%llu,\"errors\":%d,\"iops\":%.1f,\"mib_s\":%.2f,"
+		       "\"throttled\":%llu,"
 		       "\"lat_us\":{\"avg\":%.1f,\"p50\":%.1f,\"p99\":%.1f,\"p99_9\":%.1f,"
 		       "\"max\":%.1f}}\n",
 		       name, bench_rw_names[rw], b->bs, qd, (unsigned long long)ws, sec,
 		       (unsigned long long)b->ios, b->err ? 1 : 0, iops, mibs,
+		       (unsigned long long)st.throttled,
 		       b->hist.count ? (double)b->hist.sum / (double)b->hist.count / 1e3 : 0.0,
 		       (double)zl_hist_quantile(&b->hist, 0.5) / 1e3,
 		       (double)zl_hist_quantile(&b->hist, 0.99) / 1e3,
@@ -376,6 +380,9 @@ int zl_cli_bench(struct zl_cli *cli, int argc, char **argv)
 		       (double)zl_hist_quantile(&b->hist, 0.99) / 1e3,
 		       (double)zl_hist_quantile(&b->hist, 0.999) / 1e3, (double)b->hist.max / 1e3);
 		printf("  ios        %llu\n", (unsigned long long)b->ios);
+		if (st.throttled)
+			printf("  throttled  %llu I/Os waited for the volume's limits\n",
+			       (unsigned long long)st.throttled);
 	}
 out_slots:
 	for (i = 0; i < qd; i++)

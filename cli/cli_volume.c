@@ -13,7 +13,11 @@
 
 static const char cli_volume_usage[] =
     "usage: zl volume create NAME --size SIZE [--replicas N] [--chunk-size SIZE] [--min-size N]\n"
-    "       zl volume set NAME --min-size N\n"
+    "                        [LIMITS] [--io-timeout SEC]\n"
+    "       zl volume set NAME [--min-size N] [LIMITS] [--io-timeout SEC]\n"
+    "         LIMITS: --read-iops N --write-iops N --read-bps B --write-bps B (0 = unlimited),\n"
+    "         --iops N --bps B (read and write), --burst-read-iops N ... --burst-iops N\n"
+    "         --burst-bps B (0 = a tenth of a second of the rate)\n"
     "       zl volume ls\n"
     "       zl volume inspect NAME\n"
     "       zl volume rm NAME [--force]\n"
@@ -23,6 +27,59 @@ static const char cli_volume_usage[] =
     "       zl volume scrub NAME [--json]\n"
     "       zl volume verify NAME [--json]\n"
     "       zl volume rebalance NAME [--no-wait] [--timeout SEC]\n";
+
+/* The knob options of zl volume create and set (long only, lib/meta's
+ * zl_knob names): the limits and their read+write forms. --min-size has its
+ * own case; --io-timeout is a global flag (cli->g.io_timeout). */
+#define CLI_KNOB_OPT 0x100
+#define CLI_KNOB_QOS_OPT(e, j, p, f, b) {f, required_argument, NULL, CLI_KNOB_OPT + ZL_QOS_##e},
+#define CLI_KNOB_OPTS                                                                              \
+	ZL_QOS_KEYS(CLI_KNOB_QOS_OPT){"iops", required_argument, NULL,                             \
+				      CLI_KNOB_OPT + ZL_KNOB_IOPS},                                \
+	    {"bps", required_argument, NULL, CLI_KNOB_OPT + ZL_KNOB_BPS},                          \
+	    {"burst-iops", required_argument, NULL, CLI_KNOB_OPT + ZL_KNOB_IOPS_BURST},            \
+	    {"burst-bps", required_argument, NULL, CLI_KNOB_OPT + ZL_KNOB_BPS_BURST},
+
+static const char cli_knob_help[] =
+    "  --read-iops N, --write-iops N    I/Os per second the volume's clients may issue\n"
+    "  --read-bps B, --write-bps B      bytes per second (K/M/G suffixes, e.g. 100M)\n"
+    "  --iops N, --bps B                the same for reads and writes\n"
+    "                                   (0 = unlimited, the default)\n"
+    "  --burst-read-iops N ... --burst-write-bps B, --burst-iops N, --burst-bps B\n"
+    "                                   what may go at once after an idle time\n"
+    "                                   (0 = a tenth of a second of the rate)\n"
+    "  --io-timeout SEC                 how long a client I/O waits for an in-sync\n"
+    "                                   primary (0 = the client's own, 600 s)\n";
+
+/* A knob option c (or the global --io-timeout: c = CLI_KNOB_OPT +
+ * ZL_KNOB_IO_TIMEOUT) into mod: 0, or the usage exit code (printed). */
+static int cli_knob_opt(int c, const char *arg, struct zl_volume_mod *mod)
+{
+	int k = c - CLI_KNOB_OPT;
+
+	if (zl_volume_mod_parse(mod, k, arg)) {
+		zl_cli_err("bad --%s '%s': use %s", zl_knob_flag(k), arg, zl_knob_syntax(k));
+		return ZL_CLI_EXIT_USAGE;
+	}
+	return 0;
+}
+
+static bool cli_is_knob_opt(int c)
+{
+	return c >= CLI_KNOB_OPT && c < CLI_KNOB_OPT + ZL_KNOB_N;
+}
+
+/* A limit for people: "unlimited", "2000", "100.0 MiB" (bytes). */
+static const char *cli_qos_fmt(int k, uint64_t x, char *buf, size_t len)
+{
+	if (!x)
+		snprintf(buf, len, "%s", k < ZL_QOS_RATES ? "unlimited" : "default");
+	else if (zl_qos_keys[k].bytes)
+		zl_format_size(x, buf, len);
+	else
+		snprintf(buf, len, "%llu", (unsigned long long)x);
+	return buf;
+}
 
 /* Parses "CMD NAME" with only --help; returns 0, -1 (help) or exit code. */
 static int cli_vol_name_only(const char *cmd, int argc, char **argv, const char **name)
@@ -56,9 +113,10 @@ static int cli_volume_create(struct zl_cli *cli, int argc, char **argv)
 	    {"chunk-size", required_argument, NULL, 'c'},
 	    {"min-size", required_argument, NULL, 'm'},
 	    {"help", no_argument, NULL, 'h'},
-	    {0},
+	    CLI_KNOB_OPTS{0},
 	};
 	struct zl_volume_spec spec = {0};
+	struct zl_volume_mod mod = {0};
 	struct zl_volume vol = {0};
 	const char *size_s = NULL;
 	char params[64];
@@ -70,6 +128,11 @@ static int cli_volume_create(struct zl_cli *cli, int argc, char **argv)
 	optind = 0;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":s:r:c:m:h", opts, NULL)) != -1) {
+		if (cli_is_knob_opt(c)) {
+			if (cli_knob_opt(c, optarg, &mod))
+				return ZL_CLI_EXIT_USAGE;
+			continue;
+		}
 		switch (c) {
 		case 's':
 			size_s = optarg;
@@ -105,7 +168,9 @@ static int cli_volume_create(struct zl_cli *cli, int argc, char **argv)
 			       "  --min-size: in-sync copies a write needs (default 2 of 3, 1 of "
 			       "1 or 2)\n"
 			       "  --transport is stored as the volume's transport parameter:\n"
-			       "  clients with transport auto use it for this volume\n");
+			       "  clients with transport auto use it for this volume\n"
+			       "%s",
+			       cli_knob_help);
 			return 0;
 		default:
 			return zl_cli_opt_error("volume create", c, optopt, argv, optind);
@@ -117,6 +182,11 @@ static int cli_volume_create(struct zl_cli *cli, int argc, char **argv)
 		return ZL_CLI_EXIT_USAGE;
 	}
 	spec.name = argv[optind];
+	if (cli->g.io_timeout &&
+	    cli_knob_opt(CLI_KNOB_OPT + ZL_KNOB_IO_TIMEOUT, cli->g.io_timeout, &mod))
+		return ZL_CLI_EXIT_USAGE;
+	memcpy(spec.qos, mod.qos, sizeof(spec.qos));
+	spec.io_timeout_s = mod.io_timeout_s;
 	if (spec.min_size > (spec.replicas ? spec.replicas : 3)) {
 		zl_cli_err("bad --min-size %u: above the volume's %u replicas, no write could be "
 			   "acknowledged",
@@ -306,6 +376,23 @@ static void cli_volume_placement(struct zl_cli *cli, const struct zl_volume *v)
 	free(nodes);
 }
 
+/* "limits      write_iops 2000, read_bps 100.0 MiB" or "none". */
+static void cli_volume_limits(const struct zl_volume *v)
+{
+	char buf[32];
+	bool any = false;
+
+	printf("limits      ");
+	for (int k = 0; k < ZL_QOS_N; k++) {
+		if (!v->qos[k])
+			continue;
+		printf("%s%s %s", any ? ", " : "", zl_qos_keys[k].json,
+		       cli_qos_fmt(k, v->qos[k], buf, sizeof(buf)));
+		any = true;
+	}
+	printf("%s\n", any ? " (per second)" : "none");
+}
+
 static int cli_volume_inspect(struct zl_cli *cli, int argc, char **argv)
 {
 	struct zl_volume v = {0};
@@ -335,6 +422,12 @@ static int cli_volume_inspect(struct zl_cli *cli, int argc, char **argv)
 	       (unsigned long long)v.size);
 	printf("chunk size  %s\n", zl_format_size(v.chunk_size, csz, sizeof(csz)));
 	printf("replicas    %u\n", v.replicas);
+	printf("min size    %u\n", zl_volume_min_size(&v));
+	if (v.io_timeout_s)
+		printf("io timeout  %u s\n", v.io_timeout_s);
+	else
+		printf("io timeout  the client's (600 s unless --io-timeout)\n");
+	cli_volume_limits(&v);
 	printf("slices      %u\n", v.n_slices);
 	printf("state       %s\n", v.state);
 	printf("created     %s\n", ts);
@@ -408,75 +501,96 @@ static int cli_volume_rm(struct zl_cli *cli, int argc, char **argv)
 	return 0;
 }
 
-/* zl volume set NAME --min-size N: changes a running volume's record
- * (compare-and-swap on its revision, retried on a concurrent change); the
- * storage daemons apply it from their volume watch. */
+/* Prints what zl volume set changed, one line per knob. */
+static void cli_volume_set_print(const char *name, const struct zl_volume_mod *mod,
+				 const struct zl_volume *was)
+{
+	char a[32], b[32];
+
+	if (mod->mask & ZL_VMOD_MIN_SIZE)
+		printf("volume '%s': min_size %u -> %u\n", name, zl_volume_min_size(was),
+		       mod->min_size);
+	if (mod->mask & ZL_VMOD_IO_TIMEOUT) {
+		snprintf(a, sizeof(a), was->io_timeout_s ? "%u s" : "default", was->io_timeout_s);
+		snprintf(b, sizeof(b), mod->io_timeout_s ? "%u s" : "default", mod->io_timeout_s);
+		printf("volume '%s': io_timeout %s -> %s\n", name, a, b);
+	}
+	for (int k = 0; k < ZL_QOS_N; k++)
+		if (mod->mask & ZL_VMOD_QOS(k))
+			printf("volume '%s': %s %s -> %s\n", name, zl_qos_keys[k].json,
+			       cli_qos_fmt(k, was->qos[k], a, sizeof(a)),
+			       cli_qos_fmt(k, mod->qos[k], b, sizeof(b)));
+}
+
+/* zl volume set NAME [--min-size N] [LIMITS] [--io-timeout SEC]: changes a
+ * running volume's record (zl_meta_volume_modify: compare-and-swap, retried
+ * on a concurrent change); the storage daemons apply min_size from their
+ * volume watch, the volume's clients the limits and io_timeout from theirs. */
 static int cli_volume_set(struct zl_cli *cli, int argc, char **argv)
 {
-	static const struct option opts[] = {
-	    {"min-size", required_argument, NULL, 'm'}, {"help", no_argument, NULL, 'h'}, {0}};
-	struct zl_volume v = {0};
+	static const struct option opts[] = {{"min-size", required_argument, NULL, 'm'},
+					     {"help", no_argument, NULL, 'h'},
+					     CLI_KNOB_OPTS{0}};
+	static const char usage[] = "usage: zl volume set NAME [--min-size N] [--read-iops N] "
+				    "[--write-iops N] [--read-bps B] [--write-bps B] [--iops N] "
+				    "[--bps B] [--burst-...] [--io-timeout SEC]";
+	struct zl_volume_mod mod = {0};
+	struct zl_volume was = {0};
 	const char *name;
-	uint32_t min_size = 0, old;
-	int c, rc = -ZL_ERR_CONFLICT;
+	int c, rc;
 
 	optind = 0;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":m:h", opts, NULL)) != -1) {
-		switch (c) {
-		case 'm':
-			if (zl_cli_parse_u32(optarg, 1, ZL_MAX_REPLICAS, &min_size)) {
-				zl_cli_err("bad --min-size '%s': use 1 to %d (in-sync copies a "
-					   "write needs)",
-					   optarg, ZL_MAX_REPLICAS);
+		if (cli_is_knob_opt(c) || c == 'm') {
+			if (cli_knob_opt(c == 'm' ? CLI_KNOB_OPT + ZL_KNOB_MIN_SIZE : c, optarg,
+					 &mod))
 				return ZL_CLI_EXIT_USAGE;
-			}
-			break;
+			continue;
+		}
+		switch (c) {
 		case 'h':
-			printf("usage: zl volume set NAME --min-size N\n"
+			printf("%s\n"
 			       "  --min-size  in-sync copies a write needs before it is acknowledged\n"
-			       "              (1..replicas); the daemons apply it at once\n");
+			       "              (1..replicas); the daemons apply it at once\n"
+			       "%s"
+			       "  Open clients (attach processes, zl bench) apply the limits and the\n"
+			       "  io timeout at once, without a restart.\n",
+			       usage, cli_knob_help);
 			return 0;
 		default:
 			return zl_cli_opt_error("volume set", c, optopt, argv, optind);
 		}
 	}
-	if (argc - optind != 1 || !min_size) {
-		zl_cli_err("%s (usage: zl volume set NAME --min-size N)",
+	if (cli->g.io_timeout &&
+	    cli_knob_opt(CLI_KNOB_OPT + ZL_KNOB_IO_TIMEOUT, cli->g.io_timeout, &mod))
+		return ZL_CLI_EXIT_USAGE;
+	if (argc - optind != 1 || !mod.mask) {
+		zl_cli_err("%s (%s)",
 			   argc - optind < 1  ? "missing volume name"
 			   : argc - optind > 1 ? "too many arguments"
-					       : "nothing to set");
+					       : "nothing to set",
+			   usage);
 		return ZL_CLI_EXIT_USAGE;
 	}
 	name = argv[optind];
 	rc = zl_cli_etcd(cli);
 	if (rc)
 		return rc;
-	for (int tries = 0; tries < 10; tries++) {
-		rc = zl_meta_volume_lookup(cli->etcd, cli->prefix, name, &v);
-		if (rc)
-			break;
-		if (min_size > v.replicas) {
-			zl_volume_fini(&v);
-			zl_cli_err("bad --min-size %u for volume '%s': it has %u replica%s, no write "
-				   "could be acknowledged",
-				   min_size, name, v.replicas, v.replicas == 1 ? "" : "s");
-			return ZL_CLI_EXIT_USAGE;
-		}
-		old = zl_volume_min_size(&v);
-		v.min_size = min_size;
-		rc = zl_meta_volume_update(cli->etcd, cli->prefix, &v);
-		zl_volume_fini(&v);
-		if (!rc) {
-			printf("volume '%s': min_size %u -> %u\n", name, old, min_size);
-			return 0;
-		}
-		if (rc != -ZL_ERR_CONFLICT)
-			break;
+	rc = zl_meta_volume_modify(cli->etcd, cli->prefix, name, &mod, &was, NULL);
+	if (!rc) {
+		cli_volume_set_print(name, &mod, &was);
+		return 0;
 	}
 	if (rc == -ZL_ERR_NOT_FOUND) {
 		zl_cli_err("volume '%s' not found (see 'zl volume ls')", name);
 		return ZL_CLI_EXIT_RUNTIME;
+	}
+	if (rc == -ZL_ERR_INVAL) {
+		zl_cli_err("bad --min-size %u for volume '%s': it has %u replica%s, no write "
+			   "could be acknowledged",
+			   mod.min_size, name, was.replicas, was.replicas == 1 ? "" : "s");
+		return ZL_CLI_EXIT_USAGE;
 	}
 	{
 		char what[300];

@@ -16,6 +16,8 @@ static const char cli_usage[] =
     "  node ls                         registered storage nodes\n"
     "  volume create NAME --size SIZE [--replicas N] [--chunk-size SIZE] [--min-size N]\n"
     "  volume set NAME --min-size N    in-sync copies a write needs (applied at once)\n"
+    "  volume set NAME --iops N --bps B  client I/O limits (--read-iops, --write-bps,\n"
+    "                                  --burst-..., --io-timeout; applied at once)\n"
     "  volume ls                       all volumes\n"
     "  volume inspect NAME             record and placement table\n"
     "  volume rm NAME [--force]        delete the volume and its data (daemons that are\n"

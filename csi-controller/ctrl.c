@@ -17,7 +17,7 @@
 
 /* Identity answers on the completion-queue thread (never blocks: Probe reads
  * the background thread's last etcd check); everything else on workers.
- * Snapshots, ModifyVolume and the Node service are not registered, so gRPC
+ * Snapshots and the Node service are not registered, so gRPC
  * answers UNIMPLEMENTED for them. */
 static const struct zl_grpc_method ctrl_methods[] = {
     M("Identity", "GetPluginInfo", get_plugin_info, ctrl_plugin_info, ZL_GRPC_METHOD_INLINE),
@@ -37,6 +37,7 @@ static const struct zl_grpc_method ctrl_methods[] = {
       0),
     M("Controller", "ControllerExpandVolume", controller_expand_volume, ctrl_expand_volume, 0),
     M("Controller", "ControllerGetVolume", controller_get_volume, ctrl_get_volume, 0),
+    M("Controller", "ControllerModifyVolume", controller_modify_volume, ctrl_modify_volume, 0),
 };
 
 static int ctrl_etcd_open(const struct ctrl_cfg *cfg, struct zl_etcd **out)

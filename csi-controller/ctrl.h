@@ -183,6 +183,9 @@ struct ctrl_params {
 	uint32_t chunk_size; /* 0 = not given */
 	char transport[8];   /* "" = not given */
 	uint32_t min_size;   /* 0 = not given (the default for the replicas) */
+	/* The knobs a running volume may change too (ctrl_params_knob): limits,
+	 * ioTimeout, minSize (also in min_size). */
+	struct zl_volume_mod knobs;
 };
 /* Every generated map entry of csi.proto has this layout. */
 struct ctrl_kv {
@@ -195,11 +198,22 @@ struct ctrl_kv {
  * key at fault (message recorded on call). */
 int ctrl_params_parse(struct zl_grpc_call *call, const struct ctrl_kv *const *kv, size_t n,
 		      struct ctrl_params *out);
+/* ctrl_params_knob: k is not a knob. */
+#define CTRL_PARAMS_NOT_KNOB (-1)
+/* One parameter of the knobs a running volume may change (lib/meta
+ * zl_knob: the limits, ioTimeout, minSize), for CreateVolume and
+ * ControllerModifyVolume: parses v into mod and returns ZL_GRPC_OK,
+ * INVALID_ARGUMENT naming the key and what it takes, or
+ * CTRL_PARAMS_NOT_KNOB when k is none of them. */
+int ctrl_params_knob(struct zl_grpc_call *call, const char *k, const char *v,
+		     struct zl_volume_mod *mod);
 /* Transport recorded in the volume record's params ("auto" when absent). */
 void ctrl_params_transport(const struct zl_volume *v, char *out, size_t len);
 
 /* ---- ctrl_volume.c / ctrl_publish.c / ctrl_identity.c: handlers ---- */
 int ctrl_create_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
+		       ProtobufCMessage *resp);
+int ctrl_modify_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
 		       ProtobufCMessage *resp);
 int ctrl_delete_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
 		       ProtobufCMessage *resp);

@@ -9,13 +9,35 @@
 
 #define CSI_RESERVED_PREFIX "csi.storage.k8s.io/"
 
+int ctrl_params_knob(struct zl_grpc_call *call, const char *k, const char *v,
+		     struct zl_volume_mod *mod)
+{
+	int knob = zl_knob_by_param(k);
+
+	if (knob < 0)
+		return CTRL_PARAMS_NOT_KNOB;
+	if (zl_volume_mod_parse(mod, knob, v))
+		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT, "parameters[%s]=\"%s\" must be %s",
+				    k, v, zl_knob_syntax(knob));
+	return ZL_GRPC_OK;
+}
+
 int ctrl_params_parse(struct zl_grpc_call *call, const struct ctrl_kv *const *kv, size_t n,
 		      struct ctrl_params *out)
 {
+	char knobs[512];
+	int rc;
+
 	memset(out, 0, sizeof(*out));
 	for (size_t i = 0; i < n; i++) {
 		const char *k = kv[i]->key, *v = kv[i]->value;
 
+		rc = ctrl_params_knob(call, k, v, &out->knobs);
+		if (rc != CTRL_PARAMS_NOT_KNOB) {
+			if (rc)
+				return rc;
+			continue;
+		}
 		if (!strncmp(k, CSI_RESERVED_PREFIX, strlen(CSI_RESERVED_PREFIX))) {
 			continue; /* the CO's own keys (fstype, secrets, pvc names) */
 		} else if (!strcmp(k, "replicas")) {
@@ -38,16 +60,6 @@ int ctrl_params_parse(struct zl_grpc_call *call, const struct ctrl_kv *const *kv
 						    v, ZL_WIRE_MIN_CHUNK >> 10,
 						    ZL_WIRE_MAX_CHUNK >> 20);
 			out->chunk_size = (uint32_t)cs;
-		} else if (!strcmp(k, "minSize")) {
-			char *end;
-			long m = strtol(v, &end, 10);
-
-			if (!*v || *end || m < 1 || m > ZL_MAX_REPLICAS)
-				return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
-						    "parameters[minSize]=\"%s\" must be 1..%d (the "
-						    "in-sync copies a write needs)",
-						    v, ZL_MAX_REPLICAS);
-			out->min_size = (uint32_t)m;
 		} else if (!strcmp(k, "transport")) {
 			if (strcmp(v, "auto") && strcmp(v, "rdma") && strcmp(v, "tcp"))
 				return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
@@ -58,11 +70,12 @@ int ctrl_params_parse(struct zl_grpc_call *call, const struct ctrl_kv *const *kv
 		} else {
 			return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
 					    "parameters[%s] is not a Zipline parameter (known: "
-					    "replicas, minSize, chunkSize, transport, " CSI_RESERVED_PREFIX
+					    "replicas, chunkSize, transport, %s, " CSI_RESERVED_PREFIX
 					    "*)",
-					    k);
+					    k, zl_knob_names(false, knobs, sizeof(knobs)));
 		}
 	}
+	out->min_size = out->knobs.min_size;
 	if (out->min_size && out->min_size > (out->replicas ? out->replicas : 3))
 		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
 				    "parameters[minSize]=%u is above the volume's %u replicas: a "

@@ -1,4 +1,5 @@
-/* CSI Controller: CreateVolume, DeleteVolume, ControllerExpandVolume and the
+/* CSI Controller: CreateVolume, DeleteVolume, ControllerExpandVolume,
+ * ControllerModifyVolume and the
  * volume helpers shared with the read-only RPCs (ctrl_query.c) and publish. */
 #include <errno.h>
 #include <inttypes.h>
@@ -342,6 +343,8 @@ int ctrl_create_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMess
 	spec.chunk_size = p.chunk_size;
 	spec.replicas = p.replicas;
 	spec.min_size = p.min_size;
+	memcpy(spec.qos, p.knobs.qos, sizeof(spec.qos));
+	spec.io_timeout_s = p.knobs.io_timeout_s;
 	spec.params = params;
 
 	rc = ctrl_op_begin(c, call, "name", r->name, &lk);
@@ -617,4 +620,77 @@ int ctrl_expand_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMess
 	rc = expand_locked(c, call, r, want, (Csi__V1__ControllerExpandVolumeResponse *)resp);
 	ctrl_op_end(c, &lk);
 	return rc;
+}
+
+/* --------------------------------------------------- ControllerModifyVolume */
+
+/* mutable_parameters (a VolumeAttributesClass) on an existing volume: the
+ * knobs of ctrl_params_knob (limits, ioTimeout, minSize), written with
+ * zl_meta_volume_modify; open clients apply the limits and io_timeout from
+ * their watch of the record, the storage daemons min_size from theirs. Any
+ * other key (the volume's shape: replicas, chunkSize, transport; unknown
+ * ones) is INVALID_ARGUMENT and nothing changes. */
+int ctrl_modify_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
+		       ProtobufCMessage *resp)
+{
+	struct ctrl *c = ctx;
+	const Csi__V1__ControllerModifyVolumeRequest *r =
+	    (const Csi__V1__ControllerModifyVolumeRequest *)req;
+	const struct ctrl_kv *const *kv = CTRL_KV(r->mutable_parameters);
+	struct zl_volume_mod mod = {0};
+	struct zl_volume was = {0}, now = {0};
+	struct ctrl_oplock lk;
+	char knobs[512];
+	uint64_t num;
+	int rc;
+
+	(void)resp;
+	rc = ctrl_arg_required(call, "volume_id", r->volume_id);
+	if (rc)
+		return rc;
+	if (!r->n_mutable_parameters)
+		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
+				    "mutable_parameters is required (the knobs to change: %s)",
+				    zl_knob_names(false, knobs, sizeof(knobs)));
+	for (size_t i = 0; i < r->n_mutable_parameters; i++) {
+		rc = ctrl_params_knob(call, kv[i]->key, kv[i]->value, &mod);
+		if (rc == CTRL_PARAMS_NOT_KNOB)
+			return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
+					    "mutable_parameters[%s] cannot be changed on an existing "
+					    "volume (what can: %s)",
+					    kv[i]->key, zl_knob_names(false, knobs, sizeof(knobs)));
+		if (rc)
+			return rc;
+	}
+	if (zl_vol_id_parse(r->volume_id, &num))
+		return zl_grpc_fail(call, ZL_GRPC_NOT_FOUND,
+				    "volume_id %s not found (Zipline ids are vol- and 16 hex digits)",
+				    r->volume_id);
+	rc = ctrl_op_begin(c, call, "vol", r->volume_id, &lk);
+	if (rc)
+		return rc;
+	rc = zl_meta_volume_modify(c->etcd, c->prefix, r->volume_id, &mod, &was, &now);
+	ctrl_op_end(c, &lk);
+	/* lib/meta falls back to a name: only the volume of that id counts. */
+	if (rc == -ZL_ERR_NOT_FOUND || (!rc && strcmp(now.id, r->volume_id)) ||
+	    (rc == -ZL_ERR_INVAL && strcmp(was.id, r->volume_id)))
+		return zl_grpc_fail(call, ZL_GRPC_NOT_FOUND, "volume_id %s not found",
+				    r->volume_id);
+	if (rc == -ZL_ERR_INVAL)
+		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
+				    "mutable_parameters[minSize]=%u is above the %u replicas of "
+				    "volume %s: a write could never be acknowledged",
+				    mod.min_size, was.replicas, r->volume_id);
+	if (rc)
+		return zl_grpc_fail_err(call, rc, "volume %s: cannot write the new parameters (%s)",
+					r->volume_id, zl_etcd_last_error());
+	ZL_LOG_INFO(CTRL_LOG,
+		    "ControllerModifyVolume id=%s min_size=%u->%u io_timeout=%u->%u "
+		    "read_iops=%" PRIu64 "->%" PRIu64 " write_iops=%" PRIu64 "->%" PRIu64
+		    " read_bps=%" PRIu64 "->%" PRIu64 " write_bps=%" PRIu64 "->%" PRIu64,
+		    now.id, zl_volume_min_size(&was), zl_volume_min_size(&now), was.io_timeout_s,
+		    now.io_timeout_s, was.qos[ZL_QOS_READ_IOPS], now.qos[ZL_QOS_READ_IOPS],
+		    was.qos[ZL_QOS_WRITE_IOPS], now.qos[ZL_QOS_WRITE_IOPS], was.qos[ZL_QOS_READ_BPS],
+		    now.qos[ZL_QOS_READ_BPS], was.qos[ZL_QOS_WRITE_BPS], now.qos[ZL_QOS_WRITE_BPS]);
+	return ZL_GRPC_OK;
 }

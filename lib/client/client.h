@@ -38,7 +38,13 @@
  * same way, with its own error: AUTH (a bad or missing token),
  * NOT_ATTACHED (the node's view has passed our epoch and holds no
  * attachment of ours, or it answered BUSY for 10 s) (zl_vol_refusal).
- * Request slots are preallocated: no malloc per I/O in the steady state. */
+ * Request slots are preallocated: no malloc per I/O in the steady state.
+ *
+ * Limits (issue 26): a volume record's qos (read/write IOPS and bytes/s,
+ * with bursts) is enforced here, on the loop thread, with token buckets: an
+ * I/O beyond them waits on a loop timer, in order, and is never failed for
+ * that. An open volume watches its record, so a changed limit (zl volume
+ * set, ControllerModifyVolume) or io_timeout applies without a reopen. */
 #ifndef ZL_CLIENT_H
 #define ZL_CLIENT_H
 
@@ -70,7 +76,10 @@ struct zl_client_opts {
 	 * replicas, promotion of the next replica by zl_meta_slice_drop, give
 	 * up after 16 attempts or 30 s. */
 	bool legacy_drop;
-	uint32_t io_timeout_s;     /* heal mode: seconds an I/O may wait, 0 = 600 */
+	/* Heal mode: seconds an I/O may wait, 0 = 600; a volume whose record
+	 * names an io_timeout (StorageClass ioTimeout, zl volume set
+	 * --io-timeout) uses that one. */
+	uint32_t io_timeout_s;
 	/* Credentials of every HELLO (docs/SECURITY.md), never logged: an
 	 * attach token (ZL_ATTACH_TOKEN) minted for volume token_vol, node
 	 * client_id and epoch; or else the cluster key (64 hex), from which
@@ -150,6 +159,7 @@ struct zl_vol_stats {
 	uint64_t reads, writes, read_bytes, write_bytes;
 	uint64_t retries, failovers, promotions, placement_reloads;
 	uint64_t reports; /* heal mode: failure reports put */
+	uint64_t throttled; /* user I/Os that waited for the volume's limits */
 };
 void zl_vol_get_stats(const struct zl_vol *v, struct zl_vol_stats *out);
 

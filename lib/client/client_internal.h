@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "../common/common.h"
+#include "../common/notify.h"
 #include "../common/worker.h"
 #include "../transport/xport_hello.h"
 #include "../wire/wire.h"
@@ -346,6 +347,27 @@ struct client_reported {
 	char bad_peer[ZL_NODE_ID_MAX];
 };
 
+/* One limit of a volume as a GCRA token bucket (client_qos.c). */
+struct client_tb {
+	uint64_t rate;	 /* units (I/Os or bytes) per second, 0 = unlimited */
+	uint64_t tau_ns; /* the burst, in ns of the rate */
+	uint64_t tat_ns; /* theoretical arrival time */
+};
+
+/* The limits of one direction (reads or writes) and its waiting I/O. */
+struct client_qos_dir {
+	struct client_tb iops, bps;
+	struct client_list wait; /* client_io (link) waiting for the buckets, FIFO */
+};
+
+struct client_qos {
+	struct client_qos_dir dir[2]; /* [0] reads, [1] writes */
+	bool on;		      /* some rate is set */
+	bool timer_on;
+	struct zl_timer timer; /* starts waiting I/O when it conforms */
+	uint32_t waiting;      /* I/Os in the queues */
+};
+
 struct zl_vol {
 	struct client_list link; /* c->vols or c->zombies */
 	struct zl_client *c;
@@ -392,7 +414,32 @@ struct zl_vol {
 	/* Heal mode: the last error a retried request met, and where. */
 	int last_retry_err;
 	char last_retry_node[ZL_NODE_ID_MAX];
+	/* The limits of meta.qos (client_qos.c). */
+	struct client_qos qos;
+	/* A watch of the volume record (its own thread): every change posts
+	 * watch_notify, which reloads the record on the loop (limits,
+	 * io_timeout, placement); watch_again: it changed during a reload. */
+	struct zl_etcd_watch *watch;
+	struct zl_notify watch_notify;
+	bool watch_again;
+	bool watch_retry_on;
+	struct zl_timer watch_retry; /* a reload refused while etcd was failing */
 };
+
+/* client_qos.c: per-volume I/O limits on the loop thread. */
+void client_qos_init(struct zl_vol *v);
+/* Takes v->meta.qos (open, and after every install of the record). */
+void client_qos_apply(struct zl_vol *v);
+/* True when io (not started yet, start_ns = now) may start now: its
+ * buckets are charged. False: it waits in its queue and the qos timer
+ * starts it (client_io_start) when it conforms. */
+bool client_qos_admit(struct zl_vol *v, struct client_io *io, uint64_t now);
+/* Stops the timer (zl_vol_close). */
+void client_qos_stop(struct zl_vol *v);
+/* client_io.c: splits io into sub-requests (or queues it for the pool). */
+void client_io_start(struct client_io *io);
+/* The io_timeout of v's I/O: the record's, else the client's. */
+uint32_t client_vol_io_timeout_s(const struct zl_vol *v);
 
 /* client_io.c: marks open volume vol_num of c fenced with -ZL_ERR_STALE
  * (logs it once; why says how the fence was seen). */

@@ -47,6 +47,7 @@
 
 static void sub_send(struct client_sub *s);
 static void sub_done(struct client_sub *s, int err);
+static void vol_reload_soon(struct zl_vol *v);
 
 /* ---- placement ---- */
 
@@ -99,6 +100,7 @@ static int vol_install(struct zl_vol *v, struct zl_volume *fresh, bool refresh)
 	v->meta = *fresh;
 	memset(fresh, 0, sizeof(*fresh));
 	v->reload_seq++;
+	client_qos_apply(v);
 	return vol_bind_nodes(v, refresh);
 }
 
@@ -166,6 +168,11 @@ static void vol_reload_done(struct zl_work *w)
 	free(v->reload_list);
 	v->reload_list = NULL;
 	v->reload_n = 0;
+	if (v->watch_again && !v->closing) {
+		/* The record changed again while this reload read it. */
+		v->watch_again = false;
+		vol_reload_soon(v);
+	}
 	/* A user callback may close the volume: it stays until this ends. */
 	v->reload_applying = true;
 	while ((l = client_list_pop(&v->reload_wait))) {
@@ -217,6 +224,88 @@ static void vol_reload_soon(struct zl_vol *v)
 		return;
 	v->reload_soon = true;
 	zl_loop_defer(v->c->loop, &v->reload_defer, vol_reload_defer_cb, v);
+}
+
+/* ---- the watch of the volume record ---- */
+
+#define WATCH_RETRY_MS 250u /* a reload refused while etcd was failing */
+
+static void vol_watch_changed(void *arg);
+
+static void vol_watch_retry_cb(void *arg)
+{
+	struct zl_vol *v = arg;
+
+	v->watch_retry_on = false;
+	vol_watch_changed(v);
+}
+
+/* Loop thread: the record changed (limits, io_timeout, placement): read it
+ * again; one reload on its way reads it again once it is done. */
+static void vol_watch_changed(void *arg)
+{
+	struct zl_vol *v = arg;
+
+	if (v->closing)
+		return;
+	if (v->reload_w.busy) {
+		v->watch_again = true;
+		return;
+	}
+	if (vol_reload_start(v) && !v->watch_retry_on) {
+		v->watch_retry_on = true;
+		zl_timer_start(v->c->loop, &v->watch_retry, WATCH_RETRY_MS, 0, vol_watch_retry_cb,
+			       v);
+	}
+}
+
+/* The watch's thread: hands the event to the loop. */
+static void vol_watch_cb(void *arg, enum zl_etcd_event_type type, const struct zl_etcd_kv *kv)
+{
+	struct zl_vol *v = arg;
+
+	(void)kv;
+	if (type == ZL_ETCD_EV_PUT)
+		zl_notify_post(&v->watch_notify);
+}
+
+/* Watches <prefix>volumes/<id> from the revision after the one read at
+ * open, so no change in between is missed. Without it the volume works
+ * as before, its limits as of open (logged). */
+static void vol_watch_start(struct zl_vol *v)
+{
+	struct zl_client *c = v->c;
+	char key[256];
+	int rc;
+
+	rc = zl_notify_init(&v->watch_notify, c->loop, vol_watch_changed, v);
+	if (!rc)
+		rc = zl_meta_key(key, sizeof(key), c->prefix, "volumes", v->meta.id);
+	if (!rc)
+		rc = zl_etcd_watch_prefix(c->etcd, key, v->meta.mod_rev + 1, vol_watch_cb, v,
+					  &v->watch);
+	if (rc) {
+		ZL_LOG_WARN(CLIENT_LOG,
+			    "cannot watch the volume record: vol=%s err=%s; its limits and "
+			    "io_timeout stay as of now until it is reopened",
+			    v->meta.id, zl_strerror(rc));
+		v->watch = NULL;
+	}
+}
+
+static void vol_watch_stop(struct zl_vol *v)
+{
+	zl_etcd_watch_cancel(v->watch);
+	v->watch = NULL;
+	zl_notify_fini(&v->watch_notify);
+	if (v->watch_retry_on)
+		zl_timer_stop(v->c->loop, &v->watch_retry);
+	v->watch_retry_on = false;
+}
+
+uint32_t client_vol_io_timeout_s(const struct zl_vol *v)
+{
+	return v->meta.io_timeout_s ? v->meta.io_timeout_s : v->c->io_timeout_s;
 }
 
 /* ---- user I/O ---- */
@@ -295,7 +384,8 @@ static void sub_start(struct client_sub *s)
 	if (c->legacy_drop)
 		s->deadline_ns = zl_now_ns() + (uint64_t)CLIENT_MAX_IO_MS * 1000000ull;
 	else /* counted from the submit of the user I/O, not of this piece */
-		s->deadline_ns = s->io->start_ns + (uint64_t)c->io_timeout_s * 1000000000ull;
+		s->deadline_ns =
+		    s->io->start_ns + (uint64_t)client_vol_io_timeout_s(s->vol) * 1000000000ull;
 	sub_send(s);
 }
 
@@ -398,11 +488,19 @@ static int vol_submit(struct zl_vol *v, uint8_t op, void *buf, uint64_t off, uin
 		zl_loop_defer(v->c->loop, &io->defer, io_defer_cb, io);
 		return 0;
 	}
+	if (client_qos_admit(v, io, io->start_ns))
+		client_io_start(io);
+	return 0;
+}
+
+void client_io_start(struct client_io *io)
+{
+	struct zl_vol *v = io->vol;
+
 	if (!client_list_empty(&v->split_wait))
 		client_list_add_tail(&v->split_wait, &io->link); /* keep FIFO order */
 	else
 		io_split(io);
-	return 0;
 }
 
 /* ---- sub-requests ---- */
@@ -534,7 +632,7 @@ static void sub_give_up_heal(struct client_sub *s, uint64_t t)
 			   (unsigned long long)((t - io->start_ns + 500000000ull) / 1000000000ull),
 			   zl_errname(s->last_err), zl_strerror(s->last_err),
 			   zl_wire_op_name(s->op), zl_errname(err), (unsigned long long)s->chunk,
-			   sub_node_id(s), s->attempts, v->c->io_timeout_s);
+			   sub_node_id(s), s->attempts, client_vol_io_timeout_s(v));
 	}
 	sub_done(s, err);
 }
@@ -992,6 +1090,7 @@ int zl_vol_open(struct zl_client *c, const char *name_or_id, struct zl_vol **out
 	client_list_init(&v->free_subs);
 	client_list_init(&v->split_wait);
 	client_list_init(&v->reload_wait);
+	client_qos_init(v);
 	rc = zl_meta_volume_lookup(c->etcd, c->prefix, name_or_id, &v->meta);
 	if (rc) {
 		if (rc != -ZL_ERR_NOT_FOUND)
@@ -1039,6 +1138,8 @@ int zl_vol_open(struct zl_client *c, const char *name_or_id, struct zl_vol **out
 	if (rc)
 		goto out_arrays;
 	client_list_add_tail(&c->vols, &v->link);
+	client_qos_apply(v);
+	vol_watch_start(v);
 	ZL_LOG_INFO(CLIENT_LOG,
 		    "volume opened: vol=%s name=%s size=%llu chunk_size=%u slices=%u transport=%s "
 		    "mode=%s io_timeout=%u s",
@@ -1047,7 +1148,7 @@ int zl_vol_open(struct zl_client *c, const char *name_or_id, struct zl_vol **out
 		    v->sel == ZL_XPORT_SEL_TCP	  ? "tcp"
 		    : v->sel == ZL_XPORT_SEL_RDMA ? "rdma"
 						  : "auto",
-		    c->legacy_drop ? "legacy-drop" : "heal", c->io_timeout_s);
+		    c->legacy_drop ? "legacy-drop" : "heal", client_vol_io_timeout_s(v));
 	*out = v;
 	return 0;
 
@@ -1083,6 +1184,8 @@ void zl_vol_close(struct zl_vol *v)
 		return;
 	c = v->c;
 	v->closing = true;
+	vol_watch_stop(v);
+	client_qos_stop(v);
 	zl_loop_defer_cancel(c->loop, &v->reload_defer);
 	for (uint32_t i = 0; i < v->n_subs; i++) {
 		struct client_sub *s = &v->subs[i];

@@ -90,6 +90,45 @@ struct zl_slice {
 	char incarnation[ZL_MAX_REPLICAS][ZL_META_ID_SIZE];
 };
 
+/* Per-volume client I/O limits (issue 26; docs/ARCHITECTURE.md "Per-volume
+ * QoS"), one X-macro table: X(enum suffix, JSON name in the record's
+ * "qos" object, StorageClass / ModifyVolume parameter, zl volume flag, true
+ * for bytes/s). A rate of 0 is unlimited; the burst of a rate (the same
+ * entry 4 places later) is how many I/Os or bytes may go at once after an
+ * idle time, 0 = a tenth of a second of the rate (at least one I/O). */
+#define ZL_QOS_KEYS(X)                                                                             \
+	X(READ_IOPS, "read_iops", "readIops", "read-iops", false)                                  \
+	X(WRITE_IOPS, "write_iops", "writeIops", "write-iops", false)                              \
+	X(READ_BPS, "read_bps", "readBps", "read-bps", true)                                       \
+	X(WRITE_BPS, "write_bps", "writeBps", "write-bps", true)                                   \
+	X(READ_IOPS_BURST, "read_iops_burst", "readIopsBurst", "burst-read-iops", false)           \
+	X(WRITE_IOPS_BURST, "write_iops_burst", "writeIopsBurst", "burst-write-iops", false)       \
+	X(READ_BPS_BURST, "read_bps_burst", "readBpsBurst", "burst-read-bps", true)                \
+	X(WRITE_BPS_BURST, "write_bps_burst", "writeBpsBurst", "burst-write-bps", true)
+
+enum zl_qos {
+#define ZL_QOS_ENUM(e, json, param, flag, bytes) ZL_QOS_##e,
+	ZL_QOS_KEYS(ZL_QOS_ENUM)
+#undef ZL_QOS_ENUM
+	ZL_QOS_N
+};
+/* The four rates come first; the burst of rate k is ZL_QOS_BURST(k). */
+#define ZL_QOS_RATES	 4
+#define ZL_QOS_BURST(k) ((k) + ZL_QOS_RATES)
+/* The largest value of a limit (it is a JSON integer). */
+#define ZL_QOS_MAX	 ((uint64_t)INT64_MAX)
+/* The largest per-volume io_timeout, seconds (a week). */
+#define ZL_META_IO_TIMEOUT_MAX 604800u
+
+struct zl_qos_key {
+	const char *json;  /* "read_iops" */
+	const char *param; /* "readIops" */
+	const char *flag;  /* "read-iops" */
+	bool bytes;	   /* bytes/s (or bytes), else I/Os */
+};
+/* Indexed by enum zl_qos. */
+extern const struct zl_qos_key zl_qos_keys[ZL_QOS_N];
+
 struct zl_volume {
 	char id[24];             /* "vol-" + 16 hex */
 	uint64_t num;            /* the 64-bit id on the wire */
@@ -107,6 +146,14 @@ struct zl_volume {
 	 * 0 = the default (zl_meta_min_size_default), which is also what a 0.1
 	 * record without it decodes to. Read it with zl_volume_min_size. */
 	uint32_t min_size;
+	/* Client I/O limits, indexed by enum zl_qos (0 = unlimited / default
+	 * burst); JSON "qos": an object of the non-zero ones, absent in older
+	 * records (all unlimited). */
+	uint64_t qos[ZL_QOS_N];
+	/* JSON "io_timeout": seconds a client I/O waits for membership to
+	 * settle (docs/REPLICATION.md §2), 1..ZL_META_IO_TIMEOUT_MAX; 0 or
+	 * absent = the client's own (zl_client_opts.io_timeout_s). */
+	uint32_t io_timeout_s;
 };
 
 /* Key helpers: write "<prefix>nodes/<id>" etc. into out; return 0 or -ZL_ERR_INVAL
@@ -130,7 +177,8 @@ int zl_meta_volume_from_json(const char *json, size_t len, struct zl_volume *v);
 /* The sanity check of a volume record, the only one in the tree: id and
  * number agree, name, size (a positive multiple of 4096), chunk size (see
  * zl_meta_chunk_size_ok), replicas (1..ZL_MAX_REPLICAS), slice count
- * (1..65536), min_size (0 = default, else 1..replicas), state, params (a JSON
+ * (1..65536), min_size (0 = default, else 1..replicas), limits (qos, each
+ * <= ZL_QOS_MAX), io_timeout (<= ZL_META_IO_TIMEOUT_MAX), state, params (a JSON
  * object) and the placement table (n_slices rows, each with a version >= 1
  * and exactly `replicas` distinct valid node ids, member states of enum
  * zl_member_state, incarnations "" or zl_meta_id_check; any in_sync subset is
@@ -258,6 +306,8 @@ struct zl_volume_spec {
 	uint32_t n_slices;      /* 0 = default: min(64, chunks) */
 	const char *params;     /* JSON object text, NULL = "{}" */
 	uint32_t min_size;      /* 0 = default (zl_meta_min_size_default); 1..replicas */
+	uint64_t qos[ZL_QOS_N]; /* client I/O limits, as in struct zl_volume */
+	uint32_t io_timeout_s;  /* 0 = the client's own */
 };
 
 /* Creates the volume atomically by name: places slices over the live nodes
@@ -282,6 +332,58 @@ void zl_meta_volume_list_free(struct zl_volume *vols, size_t n);
 /* Writes v back if its record still has v->mod_rev; updates v->mod_rev.
  * -ZL_ERR_CONFLICT when someone else changed it. */
 int zl_meta_volume_update(struct zl_etcd *e, const char *prefix, struct zl_volume *v);
+/* What zl_meta_volume_modify changes: the knobs whose bit is in mask. */
+#define ZL_VMOD_MIN_SIZE   (1u << 0)
+#define ZL_VMOD_IO_TIMEOUT (1u << 1)
+#define ZL_VMOD_QOS(k)	   (1u << (2 + (k)))
+struct zl_volume_mod {
+	uint32_t mask;
+	uint32_t min_size;	/* 1..replicas */
+	uint32_t io_timeout_s;	/* 0 = the client's own */
+	uint64_t qos[ZL_QOS_N]; /* 0..ZL_QOS_MAX */
+};
+/* Changes the knobs of mod on a running volume (by id or name): a
+ * compare-and-swap of its record, read again and retried when someone else
+ * changed it meanwhile. The daemons apply min_size from their volume watch,
+ * open clients their limits and io_timeout from theirs. before and after
+ * (optional) get the record as read and as written, without the placement
+ * (slices NULL). Returns 0, -ZL_ERR_NOT_FOUND, -ZL_ERR_INVAL (a value out
+ * of range, e.g. min_size above the volume's replicas: before tells them),
+ * -ZL_ERR_CONFLICT (it kept changing) or an etcd error. */
+/* The knobs of a volume a user sets by name: the limits of zl_qos_keys,
+ * then "iops", "bps", "iopsBurst" and "bpsBurst" (read and write together),
+ * "minSize" and "ioTimeout". Names are the StorageClass parameter and the
+ * zl volume flag. */
+enum zl_knob {
+	ZL_KNOB_IOPS = ZL_QOS_N,
+	ZL_KNOB_BPS,
+	ZL_KNOB_IOPS_BURST,
+	ZL_KNOB_BPS_BURST,
+	ZL_KNOB_MIN_SIZE,
+	ZL_KNOB_IO_TIMEOUT,
+	ZL_KNOB_N
+};
+/* The knob named param ("readIops") or flag ("read-iops"); -1 when none. */
+int zl_knob_by_param(const char *param);
+int zl_knob_by_flag(const char *flag);
+const char *zl_knob_param(int knob);
+const char *zl_knob_flag(int knob);
+/* What a value of the knob is, for messages: "an integer number of I/Os per
+ * second, 0 = unlimited". */
+const char *zl_knob_syntax(int knob);
+/* Parses value (I/Os, seconds and copies: a decimal integer; bytes: also
+ * with K/M/G/T suffixes, powers of 1024) into mod and sets its mask bits.
+ * The range is checked (min_size 1..ZL_MAX_REPLICAS: against the volume's
+ * replicas when it is applied). 0 or -ZL_ERR_INVAL. */
+int zl_volume_mod_parse(struct zl_volume_mod *mod, int knob, const char *value);
+/* Writes the list of knob names ("readIops, writeIops, ...") for messages
+ * into out (len bytes, truncated); flags true: the zl flags ("--read-iops,
+ * ..."). Returns out. */
+char *zl_knob_names(bool flags, char *out, size_t len);
+
+int zl_meta_volume_modify(struct zl_etcd *e, const char *prefix, const char *name_or_id,
+			  const struct zl_volume_mod *mod, struct zl_volume *before,
+			  struct zl_volume *after);
 /* Deletes volumes/<id>, names/<name> and attachments/<id> in one transaction. */
 int zl_meta_volume_delete(struct zl_etcd *e, const char *prefix, const struct zl_volume *v);
 

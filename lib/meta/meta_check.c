@@ -94,6 +94,13 @@ int meta_volume_shape_check(const struct zl_volume *v, char *why, size_t why_len
 	if (v->min_size > v->replicas) /* 0 is the default */
 		return meta_fail(why, why_len, "min_size=%u is not in [1, replicas=%u]",
 				 v->min_size, v->replicas);
+	for (int k = 0; k < ZL_QOS_N; k++)
+		if (v->qos[k] > ZL_QOS_MAX)
+			return meta_fail(why, why_len, "qos %s=%" PRIu64 " is beyond 2^63",
+					 zl_qos_keys[k].json, v->qos[k]);
+	if (v->io_timeout_s > ZL_META_IO_TIMEOUT_MAX)
+		return meta_fail(why, why_len, "io_timeout=%u is not in [0, %u] seconds",
+				 v->io_timeout_s, ZL_META_IO_TIMEOUT_MAX);
 	return 0;
 }
 

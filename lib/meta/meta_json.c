@@ -287,6 +287,50 @@ static json_t *meta_slice_to_json(const struct zl_slice *s)
 	return o;
 }
 
+/* "io_timeout" and "qos" (the non-zero limits) when set: records without
+ * them stay as before. 0 or -ENOMEM. */
+static int meta_volume_knobs_to_json(const struct zl_volume *v, json_t *o)
+{
+	json_t *q = NULL;
+
+	if (v->io_timeout_s &&
+	    json_object_set_new(o, "io_timeout", json_integer((json_int_t)v->io_timeout_s)))
+		return -ENOMEM;
+	for (int k = 0; k < ZL_QOS_N; k++) {
+		if (!v->qos[k])
+			continue;
+		if (!q && (!(q = json_object()) || json_object_set_new(o, "qos", q)))
+			return -ENOMEM;
+		if (json_object_set_new(q, zl_qos_keys[k].json,
+					json_integer((json_int_t)v->qos[k])))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* The "qos" object of a record (absent: no limits); unknown keys in it are
+ * ignored like unknown fields. 0 or -ZL_ERR_INVAL. */
+static int meta_volume_qos_from_json(json_t *o, struct zl_volume *v, char *why, size_t why_len)
+{
+	json_t *q = json_object_get(o, "qos");
+
+	if (!q)
+		return 0;
+	if (!json_is_object(q))
+		return meta_fail(why, why_len, "field qos is not a JSON object");
+	for (int k = 0; k < ZL_QOS_N; k++) {
+		json_t *j = json_object_get(q, zl_qos_keys[k].json);
+
+		if (!j)
+			continue;
+		if (!json_is_integer(j) || json_integer_value(j) < 0)
+			return meta_fail(why, why_len, "qos %s is not an integer in [0, 2^63)",
+					 zl_qos_keys[k].json);
+		v->qos[k] = (uint64_t)json_integer_value(j);
+	}
+	return 0;
+}
+
 char *zl_meta_volume_to_json(const struct zl_volume *v)
 {
 	json_t *o = NULL, *params = NULL, *placement = NULL;
@@ -309,7 +353,7 @@ char *zl_meta_volume_to_json(const struct zl_volume *v)
 		      (json_int_t)zl_volume_min_size(v), "slices", (json_int_t)v->n_slices, "state",
 		      v->state, "created", (json_int_t)v->created, "params", params, "placement",
 		      placement);
-	if (!o)
+	if (!o || meta_volume_knobs_to_json(v, o))
 		goto out;
 	s = json_dumps(o, JSON_COMPACT);
 out:
@@ -439,6 +483,8 @@ static const struct meta_field meta_volume_fields[] = {
     META_INT(struct zl_volume, created, "created", INT64_MIN, INT64_MAX),
     /* 0.1 records: the default for replicas, set after decoding. */
     META_INT_NEW(struct zl_volume, min_size, "min_size", 1, UINT32_MAX),
+    /* Absent: the client's own. */
+    META_INT_NEW(struct zl_volume, io_timeout_s, "io_timeout", 1, UINT32_MAX),
 };
 
 int meta_volume_from_json(const char *json, size_t len, struct zl_volume *v, char *why,
@@ -467,6 +513,9 @@ int meta_volume_from_json(const char *json, size_t len, struct zl_volume *v, cha
 	}
 	if (!v->min_size)
 		v->min_size = zl_meta_min_size_default(v->replicas);
+	ret = meta_volume_qos_from_json(o, v, why, why_len);
+	if (ret)
+		goto out;
 	/* Before the placement table is sized by them. */
 	ret = meta_volume_shape_check(v, why, why_len);
 	if (ret)

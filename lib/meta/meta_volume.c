@@ -149,6 +149,8 @@ static int meta_spec_apply(const struct zl_volume_spec *spec, struct zl_volume *
 	v->replicas = spec->replicas ? spec->replicas : 3;
 	v->n_slices = spec->n_slices ? spec->n_slices : 1;
 	v->min_size = spec->min_size ? spec->min_size : zl_meta_min_size_default(v->replicas);
+	memcpy(v->qos, spec->qos, sizeof(v->qos));
+	v->io_timeout_s = spec->io_timeout_s;
 	if (meta_volume_shape_check(v, why, sizeof(why))) {
 		ZL_LOG_INFO("meta", "volume spec name=%s refused: %s", v->name, why);
 		return -ZL_ERR_INVAL;
@@ -457,5 +459,62 @@ int zl_meta_volume_delete(struct zl_etcd *e, const char *prefix, const struct zl
 			   v->name, zl_errname(ret), zl_etcd_last_error());
 	else
 		ZL_LOG_INFO("meta", "volume deleted id=%s name=%s", v->id, v->name);
+	return ret;
+}
+
+/* Applies mod to v: 0, or -ZL_ERR_INVAL for a value out of range. */
+static int meta_volume_mod_apply(struct zl_volume *v, const struct zl_volume_mod *mod)
+{
+	if (mod->mask & ZL_VMOD_MIN_SIZE) {
+		if (mod->min_size < 1 || mod->min_size > v->replicas)
+			return -ZL_ERR_INVAL;
+		v->min_size = mod->min_size;
+	}
+	if (mod->mask & ZL_VMOD_IO_TIMEOUT) {
+		if (mod->io_timeout_s > ZL_META_IO_TIMEOUT_MAX)
+			return -ZL_ERR_INVAL;
+		v->io_timeout_s = mod->io_timeout_s;
+	}
+	for (int k = 0; k < ZL_QOS_N; k++) {
+		if (!(mod->mask & ZL_VMOD_QOS(k)))
+			continue;
+		if (mod->qos[k] > ZL_QOS_MAX)
+			return -ZL_ERR_INVAL;
+		v->qos[k] = mod->qos[k];
+	}
+	return 0;
+}
+
+/* *out = *v without the placement. */
+static void meta_volume_head(const struct zl_volume *v, struct zl_volume *out)
+{
+	if (!out)
+		return;
+	*out = *v;
+	out->slices = NULL;
+}
+
+int zl_meta_volume_modify(struct zl_etcd *e, const char *prefix, const char *name_or_id,
+			  const struct zl_volume_mod *mod, struct zl_volume *before,
+			  struct zl_volume *after)
+{
+	int ret = -ZL_ERR_CONFLICT;
+
+	for (int tries = 0; tries < META_CREATE_TRIES; tries++) {
+		struct zl_volume v = {0};
+
+		ret = zl_meta_volume_lookup(e, prefix, name_or_id, &v);
+		if (ret)
+			return ret;
+		meta_volume_head(&v, before);
+		ret = meta_volume_mod_apply(&v, mod);
+		if (!ret)
+			ret = zl_meta_volume_update(e, prefix, &v);
+		if (!ret)
+			meta_volume_head(&v, after);
+		zl_volume_fini(&v);
+		if (ret != -ZL_ERR_CONFLICT)
+			return ret;
+	}
 	return ret;
 }

@@ -64,6 +64,22 @@ expect_fail() {
 	echo "ok selftest: $what rejected: $(grep -m1 -E -- "$pattern" "$work/out" | cut -c1-220)"
 }
 
+# expect_renders WHAT FILE PREFIX WANT...: every WANT, after PREFIX, is a
+# line's text in the rendered FILE.
+expect_renders() {
+	local what=$1 file=$2 prefix=$3 want bad=0
+	shift 3
+	for want in "$@"; do
+		if grep -qF -- "$prefix$want" "$file"; then
+			echo "ok selftest: $what: renders $want"
+		else
+			echo "FAIL selftest: $what: no $want" >&2
+			bad=1
+		fi
+	done
+	return $bad
+}
+
 # mutate NAME SED_SCRIPT: $work/NAME.yaml = good.yaml edited; the edit must change it.
 mutate() {
 	sed "$2" "$work/good.yaml" > "$work/$1.yaml"
@@ -115,17 +131,27 @@ if [ "$shape" = selftest ]; then
 		fi
 	done
 
+	# A class's QoS limits and ioTimeout become its parameters; an unknown
+	# limit is refused.
+	cat > "$work/qos.yaml" <<-'EOF'
+	storageClasses:
+	  - {name: zipline, default: false, replicas: 3, chunkSize: 4M, fsType: ext4, reclaimPolicy: Delete,
+	     allowVolumeExpansion: true, volumeBindingMode: WaitForFirstConsumer, ioTimeout: 60,
+	     qos: {writeIops: 2000, readBps: 100M, iopsBurst: 64}}
+	EOF
+	"$helm" template t "$chart" -f "$work/qos.yaml" --show-only templates/storageclass.yaml > "$work/qos-sc.yaml" || rc=1
+	run expect_renders "storageClasses[].qos/ioTimeout" "$work/qos-sc.yaml" "  " \
+		'ioTimeout: "60"' 'writeIops: "2000"' 'readBps: "100M"' 'iopsBurst: "64"'
+	run expect_fail "values: unknown QoS limit" "writeIOPS" "$helm" template t "$chart" -f "$work/qos.yaml" \
+		--set 'storageClasses[0].qos.writeIOPS=5'
+	run expect_fail "values: QoS bytes with a bad suffix" "readBps" "$helm" template t "$chart" -f "$work/qos.yaml" \
+		--set 'storageClasses[0].qos.readBps=1Q'
+
 	# Healing is on by default; the switches turn it off (the 0.1 behaviour).
 	"$helm" template t "$chart" --set storage.heal=false --set controller.manager=false \
 		--set node.ioTimeout=30 > "$work/off.yaml" || rc=1
-	for want in "--heal=off" "--manager=off" "--io-timeout=30" "--legacy-drop"; do
-		if grep -qF -- "- $want" "$work/off.yaml"; then
-			echo "ok selftest: storage.heal/controller.manager false, node.ioTimeout 30: renders $want"
-		else
-			echo "FAIL selftest: storage.heal/controller.manager false, node.ioTimeout 30: no $want" >&2
-			rc=1
-		fi
-	done
+	run expect_renders "storage.heal/controller.manager false, node.ioTimeout 30" "$work/off.yaml" "- " \
+		"--heal=off" "--manager=off" "--io-timeout=30" "--legacy-drop"
 	run expect_fail "values: node.ioTimeout 0" "ioTimeout" "$helm" template t "$chart" --set node.ioTimeout=0
 	run expect_fail "values: storage.heal without controller.manager" "storage.heal needs controller.manager" \
 		"$helm" template t "$chart" --set controller.manager=false

@@ -288,13 +288,10 @@ def test_identity(t):
     got = {c.rpc.type for c in cc.capabilities}
     want = {R.CREATE_DELETE_VOLUME, R.PUBLISH_UNPUBLISH_VOLUME, R.LIST_VOLUMES, R.GET_CAPACITY,
             R.EXPAND_VOLUME, R.LIST_VOLUMES_PUBLISHED_NODES, R.GET_VOLUME, R.PUBLISH_READONLY,
-            R.VOLUME_CONDITION}
+            R.VOLUME_CONDITION, R.MODIFY_VOLUME}
     check(got == want, "controller capabilities %s" % sorted(got))
     import grpc
     expect_code(t.ctl.CreateSnapshot, pb.CreateSnapshotRequest(source_volume_id="x", name="s"),
-                grpc.StatusCode.UNIMPLEMENTED)
-    expect_code(t.ctl.ControllerModifyVolume,
-                pb.ControllerModifyVolumeRequest(volume_id="vol-0000000000000001"),
                 grpc.StatusCode.UNIMPLEMENTED)
     log("identity + capabilities: ok")
 
@@ -333,6 +330,14 @@ def test_create_errors(t):
                 C.INVALID_ARGUMENT, "minSize")
     expect_code(E, mk(name="e1", volume_capabilities=good, parameters={"minSize": "x"}),
                 C.INVALID_ARGUMENT, "minSize")
+    expect_code(E, mk(name="e1", volume_capabilities=good, parameters={"writeIops": "fast"}),
+                C.INVALID_ARGUMENT, "writeIops", "I/Os per second")
+    expect_code(E, mk(name="e1", volume_capabilities=good, parameters={"bps": "1Q"}),
+                C.INVALID_ARGUMENT, "bps", "bytes per second")
+    expect_code(E, mk(name="e1", volume_capabilities=good, parameters={"ioTimeout": "-5"}),
+                C.INVALID_ARGUMENT, "ioTimeout", "seconds")
+    expect_code(E, mk(name="e1", volume_capabilities=good, parameters={"readIOPS": "5"}),
+                C.INVALID_ARGUMENT, "readIOPS", "readIops")
     expect_code(E, mk(name="e1", volume_capabilities=good,
                       parameters={"replicas": "2", "minSize": "3"}),
                 C.INVALID_ARGUMENT, "minSize")
@@ -628,6 +633,73 @@ def test_expand_getvolume(t, vid):
     log("ControllerExpandVolume + ControllerGetVolume: ok")
 
 
+def test_modify(t, vid):
+    """ControllerModifyVolume (issue 26): the limits, ioTimeout and minSize of
+    an existing volume change in its record; anything else is refused and
+    changes nothing."""
+    pb, C = t.pb, t.grpc.StatusCode
+    M = t.ctl.ControllerModifyVolume
+    mk = pb.ControllerModifyVolumeRequest
+
+    def rec():
+        return json.loads(etcd_get(PREFIX + "volumes/" + vid)["value"])
+
+    before = rec()
+    check("qos" not in before and "io_timeout" not in before, "record before %s" % before)
+    expect_code(M, mk(mutable_parameters={"writeIops": "2000"}), C.INVALID_ARGUMENT,
+                "volume_id")
+    expect_code(M, mk(volume_id=vid), C.INVALID_ARGUMENT, "mutable_parameters", "writeIops")
+    expect_code(M, mk(volume_id="vol-00000000000000ff", mutable_parameters={"iops": "10"}),
+                C.NOT_FOUND, "vol-00000000000000ff")
+    expect_code(M, mk(volume_id="pvc-main", mutable_parameters={"iops": "10"}),
+                C.NOT_FOUND, "pvc-main")
+    for k, v in (("replicas", "2"), ("chunkSize", "1M"), ("transport", "tcp"),
+                 ("noSuchKnob", "1"), ("csi.storage.k8s.io/pvc/name", "x")):
+        expect_code(M, mk(volume_id=vid, mutable_parameters={"writeIops": "5", k: v}),
+                    C.INVALID_ARGUMENT, k, "cannot be changed", "readIops")
+    for k, v in (("writeIops", "-1"), ("writeIops", "2K"), ("readBps", "lots"),
+                 ("ioTimeout", "604801"), ("minSize", "0"), ("iopsBurst", "")):
+        expect_code(M, mk(volume_id=vid, mutable_parameters={k: v}), C.INVALID_ARGUMENT,
+                    "parameters[%s]" % k)
+    expect_code(M, mk(volume_id=vid, mutable_parameters={"minSize": "3", "replicas": "3"}),
+                C.INVALID_ARGUMENT, "replicas")
+    check(rec() == before, "a refused ModifyVolume changed the record: %s" % rec())
+    # min_size above the volume's replicas (pvc-main has 3: a 1-replica
+    # volume shows the check against the record, not the parameter range).
+    one = t.ctl.CreateVolume(pb.CreateVolumeRequest(
+        name="pvc-modify-one", capacity_range=pb.CapacityRange(required_bytes=4 * MiB),
+        volume_capabilities=[cap(pb)], parameters={"replicas": "1", "readIops": "7"}),
+        timeout=60).volume.volume_id
+    orec = json.loads(etcd_get(PREFIX + "volumes/" + one)["value"])
+    check(orec.get("qos") == {"read_iops": 7}, "CreateVolume readIops: record %s" % orec)
+    expect_code(M, mk(volume_id=one, mutable_parameters={"minSize": "2"}), C.INVALID_ARGUMENT,
+                "minSize", "1 replicas")
+    t.ctl.DeleteVolume(pb.DeleteVolumeRequest(volume_id=one), timeout=60)
+
+    r = twice(M, mk(volume_id=vid, mutable_parameters={
+        "writeIops": "2000", "readBps": "100M", "iopsBurst": "64", "ioTimeout": "30",
+        "minSize": "2"}))
+    check(r == pb.ControllerModifyVolumeResponse(), "response %s" % r)
+    after = rec()
+    check(after.get("qos") == {"write_iops": 2000, "read_bps": 100 * MiB,
+                               "read_iops_burst": 64, "write_iops_burst": 64} and
+          after.get("io_timeout") == 30 and after["min_size"] == 2,
+          "record after ModifyVolume %s" % after)
+    shape = ("id", "name", "size", "chunk_size", "replicas", "slices", "state", "created",
+             "params")
+    check({k: after.get(k) for k in shape} == {k: before.get(k) for k in shape},
+          "ModifyVolume changed more than its knobs:\n%s\nvs\n%s" % (after, before))
+    # Back to unlimited: 0 removes the limit from the record.
+    twice(M, mk(volume_id=vid, mutable_parameters={"iops": "0", "readBps": "0",
+                                                   "iopsBurst": "0", "ioTimeout": "0"}))
+    back = rec()
+    check("qos" not in back and "io_timeout" not in back and back["min_size"] == 2,
+          "record after unlimiting %s" % back)
+    check("ControllerModifyVolume id=%s" % vid in ctrl_log("ctrl-a") + ctrl_log("ctrl-b"),
+          "no ControllerModifyVolume line in the controller's log")
+    log("ControllerModifyVolume: ok")
+
+
 def test_delete(t, vid):
     pb, C = t.pb, t.grpc.StatusCode
     D = t.ctl.DeleteVolume
@@ -870,6 +942,7 @@ def main():
     test_publish(t, vid)
     test_delete_publish_race(t, test_publish_race(t))
     test_expand_getvolume(t, vid)
+    test_modify(t, vid)
     test_delete(t, vid)
     test_gc(t)
     test_no_nodes()

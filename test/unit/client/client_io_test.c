@@ -921,6 +921,31 @@ static void test_heal_timeout(void **state)
 	zl_client_destroy(cli);
 }
 
+/* The volume record's io_timeout (issue 26) replaces the client's (600 s
+ * here), and an open volume takes a new one from its watch of the record. */
+static void test_heal_volume_io_timeout(void **state)
+{
+	struct env *e = *state;
+	struct zl_volume_mod mod = {.mask = ZL_VMOD_IO_TIMEOUT, .io_timeout_s = 2};
+	uint64_t deadline = zl_now_ms() + 10000, t0, ms;
+	uint8_t buf[4096];
+	struct done d = {0};
+
+	assert_int_equal(zl_meta_volume_modify(e->etcd, e->prefix, e->vol_id, &mod, NULL, NULL), 0);
+	while (zl_vol_meta(e->vol)->io_timeout_s != 2 && zl_now_ms() < deadline)
+		zl_loop_run_once(e->loop, 20);
+	assert_int_equal(zl_vol_meta(e->vol)->io_timeout_s, 2);
+	fill_pattern(buf, sizeof(buf), 14);
+	node_kill(e, 0);
+	t0 = zl_now_ms();
+	assert_int_equal(zl_vol_aio_write(e->vol, buf, 4 * CS, sizeof(buf), 0, done_cb, &d), 0);
+	run_until(e, &d.calls, 1);
+	ms = zl_now_ms() - t0;
+	assert_int_equal(d.status, -ZL_ERR_TIMEOUT);
+	assert_true(ms >= 1900);
+	assert_true(ms < 5000);
+}
+
 /* STALE at the slice version the node itself holds is an attach-epoch
  * fence (docs/SECURITY.md): final. The write fails at once (not after
  * io_timeout), the volume is fenced, and later I/O on any slice fails with
@@ -1174,6 +1199,90 @@ static bool has_tombstone(struct env *e, const char *node)
 	return found;
 }
 
+/* Sets the volume's limits in etcd (zl_volume_mod) and runs the loop until
+ * the open volume applied them from its watch of the record. */
+static void set_limits(struct env *e, const struct zl_volume_mod *mod)
+{
+	uint64_t deadline = zl_now_ms() + 10000;
+
+	assert_int_equal(zl_meta_volume_modify(e->etcd, e->prefix, e->vol_id, mod, NULL, NULL), 0);
+	while (memcmp(zl_vol_meta(e->vol)->qos, mod->qos, sizeof(mod->qos)) &&
+	       zl_now_ms() < deadline)
+		zl_loop_run_once(e->loop, 20);
+	assert_memory_equal(zl_vol_meta(e->vol)->qos, mod->qos, sizeof(mod->qos));
+}
+
+/* Issue 26: the volume's write IOPS limit holds the writes back (they wait,
+ * none fails), reads are not limited, and a limit removed while writes wait
+ * lets them all go at once: the open volume follows its record. */
+static void test_qos_limits(void **state)
+{
+	enum { N = 60, LIMIT = 200 };
+	struct env *e = *state;
+	struct zl_volume_mod mod = {.mask = ZL_VMOD_QOS(ZL_QOS_WRITE_IOPS) |
+					    ZL_VMOD_QOS(ZL_QOS_BURST(ZL_QOS_WRITE_IOPS))};
+	uint8_t *buf = malloc((size_t)N * 4096);
+	struct zl_vol_stats st;
+	struct done d = {0};
+	uint64_t t0, ms;
+
+	assert_non_null(buf);
+	fill_pattern(buf, (size_t)N * 4096, 9);
+	mod.qos[ZL_QOS_WRITE_IOPS] = LIMIT;
+	mod.qos[ZL_QOS_BURST(ZL_QOS_WRITE_IOPS)] = 1;
+	set_limits(e, &mod);
+
+	/* N writes at once: one goes with the burst, then one per 5 ms. */
+	t0 = zl_now_ms();
+	for (int i = 0; i < N; i++)
+		assert_int_equal(zl_vol_aio_write(e->vol, buf + (size_t)i * 4096,
+						  (uint64_t)i * 4096, 4096, 0, done_cb, &d),
+				 0);
+	run_until(e, &d.calls, N);
+	ms = zl_now_ms() - t0;
+	assert_int_equal(d.status, 0);
+	zl_vol_get_stats(e->vol, &st);
+	print_message("qos: %d writes at %d IOPS took %llu ms, %llu waited\n", N, LIMIT,
+		      (unsigned long long)ms, (unsigned long long)st.throttled);
+	assert_true(ms >= (N - 2) * 1000 / LIMIT);
+	assert_true(ms < 4 * N * 1000 / LIMIT);
+	assert_true(st.throttled >= N - 2);
+
+	/* Reads: no read limit, nothing waits. */
+	d.calls = 0;
+	for (int i = 0; i < N; i++)
+		assert_int_equal(zl_vol_aio_read(e->vol, buf + (size_t)i * 4096, (uint64_t)i * 4096,
+						 4096, done_cb, &d),
+				 0);
+	run_until(e, &d.calls, N);
+	assert_int_equal(d.status, 0);
+	zl_vol_get_stats(e->vol, &st);
+	assert_true(st.throttled >= N - 2 && st.throttled <= N);
+
+	/* A limit of 1 write per second, then removed while they wait. */
+	mod.qos[ZL_QOS_WRITE_IOPS] = 1;
+	set_limits(e, &mod);
+	d.calls = 0;
+	for (int i = 0; i < N; i++)
+		assert_int_equal(zl_vol_aio_write(e->vol, buf + (size_t)i * 4096,
+						  (uint64_t)i * 4096, 4096, 0, done_cb, &d),
+				 0);
+	for (int i = 0; i < 20; i++)
+		zl_loop_run_once(e->loop, 10);
+	assert_true(d.calls < 4);
+	mod.qos[ZL_QOS_WRITE_IOPS] = 0;
+	mod.qos[ZL_QOS_BURST(ZL_QOS_WRITE_IOPS)] = 0;
+	t0 = zl_now_ms();
+	set_limits(e, &mod);
+	run_until(e, &d.calls, N);
+	assert_int_equal(d.status, 0);
+	ms = zl_now_ms() - t0;
+	print_message("qos: limit removed: the %d waiting writes done %llu ms later\n", N,
+		      (unsigned long long)ms);
+	assert_true(ms < 3000);
+	free(buf);
+}
+
 static void test_volume_delete(void **state)
 {
 	struct env *e = *state;
@@ -1253,9 +1362,11 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_heal_timeout, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_heal_peering_min_size, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_heal_fenced, env_setup, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_heal_volume_io_timeout, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_heal_read_around_corrupt, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_heal_read_around_all_bad, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_heal_read_around_members, env_setup, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_qos_limits, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_volume_delete, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_volume_delete_attached, env_setup, env_teardown),
 	};

@@ -270,6 +270,110 @@ static void test_replication_fields(void **state)
 	zl_volume_fini(&v);
 }
 
+/* Issue 26: client I/O limits and io_timeout in the record, and the knob
+ * parser the CLI and the CSI controller share. */
+static void test_qos_fields(void **state)
+{
+	struct zl_volume v, back;
+	struct zl_volume_mod mod = {0};
+	char names[512];
+	char *json;
+
+	(void)state;
+	make_volume(&v, 4, 3);
+	/* None set: the record has neither field (as before issue 26). */
+	json = zl_meta_volume_to_json(&v);
+	assert_non_null(json);
+	assert_null(strstr(json, "qos"));
+	assert_null(strstr(json, "io_timeout"));
+	free(json);
+
+	v.qos[ZL_QOS_WRITE_IOPS] = 2000;
+	v.qos[ZL_QOS_READ_BPS] = 100ull << 20;
+	v.qos[ZL_QOS_BURST(ZL_QOS_WRITE_IOPS)] = 50;
+	v.io_timeout_s = 30;
+	json = zl_meta_volume_to_json(&v);
+	assert_non_null(json);
+	assert_non_null(strstr(json, "\"qos\":{\"write_iops\":2000,\"read_bps\":104857600,"
+				     "\"write_iops_burst\":50}"));
+	assert_non_null(strstr(json, "\"io_timeout\":30"));
+	assert_int_equal(zl_meta_volume_from_json(json, strlen(json), &back), 0);
+	free(json);
+	assert_memory_equal(back.qos, v.qos, sizeof(v.qos));
+	assert_int_equal(back.io_timeout_s, 30);
+	zl_volume_fini(&back);
+
+	v.io_timeout_s = ZL_META_IO_TIMEOUT_MAX + 1;
+	assert_refused(&v, "io_timeout=604801 is not in [0, 604800] seconds");
+	v.io_timeout_s = 0;
+	v.qos[ZL_QOS_READ_IOPS] = ZL_QOS_MAX + 1;
+	assert_refused(&v, "qos read_iops=9223372036854775808 is beyond 2^63");
+	v.qos[ZL_QOS_READ_IOPS] = 0;
+	zl_volume_fini(&v);
+
+	/* A "qos" that is not an object, or a negative limit, is refused. */
+	{
+		static const char *bad[] = {"\"qos\":7", "\"qos\":{\"read_iops\":-1}",
+					    "\"qos\":{\"write_bps\":\"1M\"}",
+					    "\"io_timeout\":0"};
+
+		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+			char *p;
+
+			make_volume(&v, 1, 3);
+			json = zl_meta_volume_to_json(&v);
+			zl_volume_fini(&v);
+			assert_non_null(json);
+			p = malloc(strlen(json) + strlen(bad[i]) + 2);
+			assert_non_null(p);
+			sprintf(p, "{%s,%s", bad[i], json + 1);
+			assert_int_equal(zl_meta_volume_from_json(p, strlen(p), &back),
+					 -ZL_ERR_INVAL);
+			free(p);
+			free(json);
+		}
+	}
+
+	/* Names and values. */
+	assert_int_equal(zl_knob_by_param("writeIops"), ZL_QOS_WRITE_IOPS);
+	assert_int_equal(zl_knob_by_flag("burst-read-bps"), ZL_QOS_BURST(ZL_QOS_READ_BPS));
+	assert_int_equal(zl_knob_by_param("iops"), ZL_KNOB_IOPS);
+	assert_int_equal(zl_knob_by_flag("io-timeout"), ZL_KNOB_IO_TIMEOUT);
+	assert_int_equal(zl_knob_by_param("replicas"), -1);
+	assert_int_equal(zl_knob_by_flag("writeIops"), -1);
+	assert_int_equal(zl_volume_mod_parse(&mod, ZL_KNOB_IOPS, "2000"), 0);
+	assert_int_equal(zl_volume_mod_parse(&mod, ZL_KNOB_BPS, "100M"), 0);
+	assert_int_equal(zl_volume_mod_parse(&mod, ZL_QOS_BURST(ZL_QOS_WRITE_BPS), "0"), 0);
+	assert_int_equal(zl_volume_mod_parse(&mod, ZL_KNOB_MIN_SIZE, "1"), 0);
+	assert_int_equal(zl_volume_mod_parse(&mod, ZL_KNOB_IO_TIMEOUT, "30"), 0);
+	assert_int_equal(mod.qos[ZL_QOS_READ_IOPS], 2000);
+	assert_int_equal(mod.qos[ZL_QOS_WRITE_IOPS], 2000);
+	assert_int_equal(mod.qos[ZL_QOS_WRITE_BPS], 100ull << 20);
+	assert_int_equal(mod.min_size, 1);
+	assert_int_equal(mod.io_timeout_s, 30);
+	assert_int_equal(mod.mask,
+			 ZL_VMOD_QOS(ZL_QOS_READ_IOPS) | ZL_VMOD_QOS(ZL_QOS_WRITE_IOPS) |
+			     ZL_VMOD_QOS(ZL_QOS_READ_BPS) | ZL_VMOD_QOS(ZL_QOS_WRITE_BPS) |
+			     ZL_VMOD_QOS(ZL_QOS_BURST(ZL_QOS_WRITE_BPS)) | ZL_VMOD_MIN_SIZE |
+			     ZL_VMOD_IO_TIMEOUT);
+	memset(&mod, 0, sizeof(mod));
+	assert_int_equal(zl_volume_mod_parse(&mod, ZL_KNOB_IOPS, "2K"), -ZL_ERR_INVAL);
+	assert_int_equal(zl_volume_mod_parse(&mod, ZL_KNOB_IOPS, "-1"), -ZL_ERR_INVAL);
+	assert_int_equal(zl_volume_mod_parse(&mod, ZL_KNOB_IOPS, ""), -ZL_ERR_INVAL);
+	assert_int_equal(zl_volume_mod_parse(&mod, ZL_KNOB_BPS, "1X"), -ZL_ERR_INVAL);
+	assert_int_equal(zl_volume_mod_parse(&mod, ZL_KNOB_MIN_SIZE, "0"), -ZL_ERR_INVAL);
+	assert_int_equal(zl_volume_mod_parse(&mod, ZL_KNOB_MIN_SIZE, "4"), -ZL_ERR_INVAL);
+	assert_int_equal(zl_volume_mod_parse(&mod, ZL_KNOB_IO_TIMEOUT, "604801"),
+			 -ZL_ERR_INVAL);
+	assert_int_equal(zl_volume_mod_parse(&mod, ZL_KNOB_N, "1"), -ZL_ERR_INVAL);
+	assert_int_equal(mod.mask, 0);
+	zl_knob_names(false, names, sizeof(names));
+	assert_non_null(strstr(names, "readIops, writeIops, readBps"));
+	assert_non_null(strstr(names, "minSize, ioTimeout"));
+	zl_knob_names(true, names, sizeof(names));
+	assert_non_null(strstr(names, "--read-iops, --write-iops"));
+}
+
 static void test_member_helpers(void **state)
 {
 	struct zl_slice s = {.version = 1, .n = 3};
@@ -335,6 +439,7 @@ int main(void)
 	    cmocka_unit_test(test_placement),
 	    cmocka_unit_test(test_chunk_size_ok),
 	    cmocka_unit_test(test_replication_fields),
+	    cmocka_unit_test(test_qos_fields),
 	    cmocka_unit_test(test_member_helpers),
 	    cmocka_unit_test(test_ids),
 	};
