@@ -183,6 +183,7 @@ struct ctrl_params {
 	uint32_t chunk_size; /* 0 = not given */
 	char transport[8];   /* "" = not given */
 	uint32_t min_size;   /* 0 = not given (the default for the replicas) */
+	char frontend[8];    /* auto|ublk|nbd|fuse, "" = not given */
 };
 /* Every generated map entry of csi.proto has this layout. */
 struct ctrl_kv {
@@ -197,6 +198,8 @@ int ctrl_params_parse(struct zl_grpc_call *call, const struct ctrl_kv *const *kv
 		      struct ctrl_params *out);
 /* Transport recorded in the volume record's params ("auto" when absent). */
 void ctrl_params_transport(const struct zl_volume *v, char *out, size_t len);
+/* Frontend recorded in the volume record's params ("" when absent). */
+void ctrl_params_frontend(const struct zl_volume *v, char *out, size_t len);
 
 /* ---- ctrl_volume.c / ctrl_publish.c / ctrl_identity.c: handlers ---- */
 int ctrl_create_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,

@@ -9,6 +9,9 @@
 
 #define CSI_RESERVED_PREFIX "csi.storage.k8s.io/"
 
+static int ctrl_params_frontend_parse(struct zl_grpc_call *call, const char *v,
+				      struct ctrl_params *out);
+
 int ctrl_params_parse(struct zl_grpc_call *call, const struct ctrl_kv *const *kv, size_t n,
 		      struct ctrl_params *out)
 {
@@ -55,10 +58,16 @@ int ctrl_params_parse(struct zl_grpc_call *call, const struct ctrl_kv *const *kv
 						    "rdma or tcp",
 						    v);
 			snprintf(out->transport, sizeof(out->transport), "%s", v);
+		} else if (!strcmp(k, "frontend")) {
+			int rc = ctrl_params_frontend_parse(call, v, out);
+
+			if (rc)
+				return rc;
 		} else {
 			return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
 					    "parameters[%s] is not a Zipline parameter (known: "
-					    "replicas, minSize, chunkSize, transport, " CSI_RESERVED_PREFIX
+					    "replicas, minSize, chunkSize, transport, frontend, "
+					    CSI_RESERVED_PREFIX
 					    "*)",
 					    k);
 		}
@@ -77,5 +86,27 @@ void ctrl_params_transport(const struct zl_volume *v, char *out, size_t len)
 	const char *t = p ? json_string_value(json_object_get(p, "transport")) : NULL;
 
 	snprintf(out, len, "%s", t ? t : "auto");
+	json_decref(p);
+}
+
+/* parameters[frontend]: how the node presents the volume (the node plugin
+ * reads it from the volume context; its kernel must offer it). */
+static int ctrl_params_frontend_parse(struct zl_grpc_call *call, const char *v,
+				      struct ctrl_params *out)
+{
+	if (strcmp(v, "auto") && strcmp(v, "ublk") && strcmp(v, "nbd") && strcmp(v, "fuse"))
+		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
+				    "parameters[frontend]=\"%s\" must be auto, ublk, nbd or fuse",
+				    v);
+	snprintf(out->frontend, sizeof(out->frontend), "%s", v);
+	return ZL_GRPC_OK;
+}
+
+void ctrl_params_frontend(const struct zl_volume *v, char *out, size_t len)
+{
+	json_t *p = json_loads(v->params, 0, NULL);
+	const char *f = p ? json_string_value(json_object_get(p, "frontend")) : NULL;
+
+	snprintf(out, len, "%s", f ? f : "");
 	json_decref(p);
 }
