@@ -80,13 +80,12 @@ int ctrl_params_parse(struct zl_grpc_call *call, const struct ctrl_kv *const *kv
 	return ZL_GRPC_OK;
 }
 
+static void ctrl_params_str(const struct zl_volume *v, const char *key, const char *dflt,
+			    char *out, size_t len);
+
 void ctrl_params_transport(const struct zl_volume *v, char *out, size_t len)
 {
-	json_t *p = json_loads(v->params, 0, NULL);
-	const char *t = p ? json_string_value(json_object_get(p, "transport")) : NULL;
-
-	snprintf(out, len, "%s", t ? t : "auto");
-	json_decref(p);
+	ctrl_params_str(v, "transport", "auto", out, len);
 }
 
 /* parameters[frontend]: how the node presents the volume (the node plugin
@@ -104,9 +103,16 @@ static int ctrl_params_frontend_parse(struct zl_grpc_call *call, const char *v,
 
 void ctrl_params_frontend(const struct zl_volume *v, char *out, size_t len)
 {
-	json_t *p = json_loads(v->params, 0, NULL);
-	const char *f = p ? json_string_value(json_object_get(p, "frontend")) : NULL;
+	ctrl_params_str(v, "frontend", "", out, len);
+}
 
-	snprintf(out, len, "%s", f ? f : "");
+/* A string of the volume record's params, dflt when absent. */
+static void ctrl_params_str(const struct zl_volume *v, const char *key, const char *dflt,
+			    char *out, size_t len)
+{
+	json_t *p = json_loads(v->params, 0, NULL);
+	const char *s = p ? json_string_value(json_object_get(p, key)) : NULL;
+
+	snprintf(out, len, "%s", s ? s : dflt);
 	json_decref(p);
 }
