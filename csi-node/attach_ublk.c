@@ -173,27 +173,35 @@ static const char *ublk_cmd_name(uint32_t nr)
 	}
 }
 
-/* Queues one control command on the control ring and submits it. */
-static int ublk_ctrl_submit(struct attach_ublk *u, uint32_t nr, uint32_t dev_id, void *addr,
-			    uint16_t len, uint64_t data0)
+/* Fills a (128-byte) SQE with one control command on /dev/ublk-control. */
+static void ublk_ctrl_prep(struct io_uring_sqe *sqe, int fd, uint32_t cmd_op, uint32_t dev_id,
+			   void *addr, uint16_t len, uint64_t data0)
 {
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ctrl_ring);
 	struct ublksrv_ctrl_cmd *cmd;
-	int rc;
 
-	if (!sqe)
-		return -EBUSY;
 	memset(sqe, 0, 2 * sizeof(*sqe)); /* SQE128 */
 	sqe->opcode = IORING_OP_URING_CMD;
-	sqe->fd = u->ctrl_fd;
-	sqe->cmd_op = ublk_ctrl_op(u, nr);
-	sqe->user_data = nr;
+	sqe->fd = fd;
+	sqe->cmd_op = cmd_op;
 	cmd = (struct ublksrv_ctrl_cmd *)(void *)sqe->cmd;
 	cmd->dev_id = dev_id;
 	cmd->queue_id = (uint16_t)-1;
 	cmd->addr = (uint64_t)(uintptr_t)addr;
 	cmd->len = len;
 	cmd->data[0] = data0;
+}
+
+/* Queues one control command on the control ring and submits it. */
+static int ublk_ctrl_submit(struct attach_ublk *u, uint32_t nr, uint32_t dev_id, void *addr,
+			    uint16_t len, uint64_t data0)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ctrl_ring);
+	int rc;
+
+	if (!sqe)
+		return -EBUSY;
+	ublk_ctrl_prep(sqe, u->ctrl_fd, ublk_ctrl_op(u, nr), dev_id, addr, len, data0);
+	sqe->user_data = nr;
 	rc = io_uring_submit(&u->ctrl_ring);
 	return rc == 1 ? 0 : (rc < 0 ? rc : -EIO);
 }
@@ -868,25 +876,14 @@ static int ublk_ctrl_once(struct io_uring *ring, int fd, bool ioctl_encode, uint
 	struct __kernel_timespec ts = {.tv_sec = UBLK_CTRL_WAIT_MS / 1000};
 	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
 	struct io_uring_cqe *cqe;
-	struct ublksrv_ctrl_cmd *cmd;
+	uint32_t op = nr;
 	int rc;
 
 	if (!sqe)
 		return -EBUSY;
-	memset(sqe, 0, 2 * sizeof(*sqe)); /* SQE128 */
-	sqe->opcode = IORING_OP_URING_CMD;
-	sqe->fd = fd;
-	if (!ioctl_encode)
-		sqe->cmd_op = nr;
-	else if (nr == UBLK_CMD_GET_DEV_INFO)
-		sqe->cmd_op = UBLK_IOC_CTRL_R(nr);
-	else
-		sqe->cmd_op = UBLK_IOC_CTRL(nr);
-	cmd = (struct ublksrv_ctrl_cmd *)(void *)sqe->cmd;
-	cmd->dev_id = dev_id;
-	cmd->queue_id = (uint16_t)-1;
-	cmd->addr = (uint64_t)(uintptr_t)addr;
-	cmd->len = len;
+	if (ioctl_encode)
+		op = nr == UBLK_CMD_GET_DEV_INFO ? UBLK_IOC_CTRL_R(nr) : UBLK_IOC_CTRL(nr);
+	ublk_ctrl_prep(sqe, fd, op, dev_id, addr, len, 0);
 	rc = io_uring_submit(ring);
 	if (rc != 1)
 		return rc < 0 ? rc : -EIO;

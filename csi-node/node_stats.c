@@ -226,7 +226,7 @@ static int node_expand_locked(struct node *n, struct zl_grpc_call *call,
 	if (st.frontend == NODE_FRONTEND_UBLK && strncmp(reply, "err ", 4) == 0)
 		return zl_grpc_fail(call, ZL_GRPC_FAILED_PRECONDITION,
 				    "volume %s is staged through the ublk frontend (%s), which "
-				    "cannot grow a live device: %s; unstage and stage it again",
+				    "cannot grow a live device: %s",
 				    r->volume_id, st.loop, reply + 4);
 	if (strncmp(reply, "ok", 2) != 0 || !p)
 		return zl_grpc_fail(call, ZL_GRPC_INTERNAL, "resizing the attachment of %s: %s",

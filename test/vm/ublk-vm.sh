@@ -22,10 +22,11 @@ fail() {
 	exit 1
 }
 
-for t in "$build/bin/zipline-storage" "$build/bin/zl" "$build/bin/zipline-node"; do
+for t in "$build/bin/zipline-storage" "$build/bin/zl" "$build/bin/zipline-node" \
+	"$build/bin/zipline-controller"; do
 	[[ -x $t ]] || fail "$t is not built"
 done
-for t in etcd curl fio mkfs.ext4 fsck.ext4 blkdiscard; do
+for t in etcd curl fio mkfs.ext4 fsck.ext4 mkfs.xfs xfs_repair blkdiscard; do
 	command -v "$t" >/dev/null || fail "$t is missing (scripts/install-deps.sh installs it)"
 done
 work=$(mktemp -d "$build/ublk.XXXXXX") || fail "cannot create a work directory in $build"
@@ -40,7 +41,7 @@ trap cleanup EXIT
 img=$work/disk.img
 truncate -s 2G "$img" || fail "cannot create $img"
 
-bash "$vm" run -M ublk_drv --share "$build" --disk "$img" -m 2G -t "${ZL_UBLK_VM_TIMEOUT:-600}" -- \
+bash "$vm" run -M ublk_drv --share "$build" --disk "$img" -m 2G -t "${ZL_UBLK_VM_TIMEOUT:-900}" -- \
 	bash "$here/ublk-guest.sh" "$build" "$work"
 rc=$?
 echo "ublk_vm: guest exited $rc after $((SECONDS - t_start)) s"
