@@ -6,7 +6,10 @@
 # ext4 made, mounted, written, checked; then the attach process is killed
 # with SIGKILL under a verified fio load on the mounted file system, a new
 # one takes the device over (--recover), fio ends without an error and the
-# file system checks clean. The steps are in ublk-guest.sh.
+# file system checks clean; xfs made and checked with xfs_repair -n; then
+# the CSI path (zipline-controller, zipline-node, the StorageClass parameter
+# frontend=ublk, the takeover by zipline-node). The steps are in
+# ublk-guest.sh.
 #
 # Usage: ublk-vm.sh BUILD_DIR   (ctest ublk_vm, label vm). KEEP=1 keeps the
 # work directory (BUILD/ublk.*: logs of etcd, the daemons, the attach
