@@ -43,6 +43,7 @@ struct zl_storage_metrics {
 	struct zl_storage_reqstats rs;
 	struct zl_chunk_store_stats cs;
 	struct zl_storage_heal_progress heal;
+	struct zl_xport_stats xs; /* both transports' */
 	uint32_t peering, inflight, conns, held;
 	bool draining, disk_failed, registered, heal_on;
 	struct vol_snap *vols;
@@ -86,6 +87,9 @@ static void metrics_sample(void *arg)
 	if (st->chunks)
 		zl_chunk_store_stats(st->chunks, &m->cs);
 	zl_storage_heal_progress(st, &m->heal);
+	memset(&m->xs, 0, sizeof(m->xs));
+	zl_xport_stats_add(st->xport_tcp, &m->xs);
+	zl_xport_stats_add(st->xport_rdma, &m->xs);
 	m->peering = st->heal ? zl_storage_peering_list(st, NULL, 0) : 0;
 	m->inflight = st->inflight;
 	m->conns = st->n_conns;
@@ -264,6 +268,48 @@ static void render_store(struct zl_storage_metrics *m, struct zl_metrics_text *t
 	}
 }
 
+static void render_transport(struct zl_storage_metrics *m, struct zl_metrics_text *t)
+{
+	const struct zl_xport_stats *xs = &m->xs;
+	const struct {
+		const char *name, *help;
+		uint64_t v;
+	} c[] = {
+	    {"zipline_transport_request_timeouts_total",
+	     "Requests this daemon sent (forwards, recovery, peering) that failed by their "
+	     "deadline.",
+	     xs->timeouts},
+	    {"zipline_rdma_credit_waits_total",
+	     "RDMA request posts that waited for a credit (the peer's receive queue full).",
+	     xs->rdma_credit_waits},
+	    {"zipline_rdma_window_waits_total",
+	     "RDMA request posts that waited for a free memory window.", xs->rdma_window_waits},
+	    {"zipline_rdma_completion_errors_total",
+	     "RDMA work completions in error (each closes its connection; flushes not "
+	     "counted).",
+	     xs->rdma_wc_errors},
+	};
+	char lab[32];
+
+	zl_metrics_family(t, "zipline_transport_connections_opened_total", "counter",
+			  "Connections opened (accepted or connected), by kind: tcp, tls, rdma.");
+	for (int k = 0; k < ZL_XPORT_SK_N; k++) {
+		snprintf(lab, sizeof(lab), "kind=\"%s\"", zl_xport_stat_kind_name(k));
+		zl_metrics_u64(t, "zipline_transport_connections_opened_total", lab, xs->opened[k]);
+	}
+	zl_metrics_family(t, "zipline_transport_connections", "gauge",
+			  "Connections open now, by kind (served and this daemon's own to peers).");
+	for (int k = 0; k < ZL_XPORT_SK_N; k++) {
+		snprintf(lab, sizeof(lab), "kind=\"%s\"", zl_xport_stat_kind_name(k));
+		zl_metrics_u64(t, "zipline_transport_connections", lab,
+			       xs->opened[k] - xs->closed[k]);
+	}
+	for (size_t i = 0; i < ZL_ARRAY_SIZE(c); i++) {
+		zl_metrics_family(t, c[i].name, "counter", c[i].help);
+		zl_metrics_u64(t, c[i].name, "", c[i].v);
+	}
+}
+
 static void metrics_render(void *arg, struct zl_metrics_text *t)
 {
 	struct zl_storage_metrics *m = arg;
@@ -279,6 +325,7 @@ static void metrics_render(void *arg, struct zl_metrics_text *t)
 	render_requests(m, t);
 	render_volumes(m, t);
 	render_store(m, t);
+	render_transport(m, t);
 	pthread_mutex_unlock(&m->mu);
 	zl_etcd_metrics(t);
 }

@@ -235,15 +235,19 @@ static int rdma_req_post(struct rdma_conn *c, struct rdma_req *r)
 	uint32_t n = 0, rkey = 0;
 	int rc;
 
-	if (!c->credits)
+	if (!c->credits) {
+		c->base.x->st.rdma_credit_waits++;
 		return -EAGAIN;
+	}
 	memset(w, 0, sizeof(w));
 	if (r->d_len) {
 		struct zl_wire_rdma_desc d;
 
 		m = c->mw_free;
-		if (!m)
+		if (!m) {
+			c->base.x->st.rdma_window_waits++;
 			return -EAGAIN; /* windows still being invalidated locally */
+		}
 		rkey = ibv_inc_rkey(m->mw->rkey);
 		w[0].opcode = IBV_WR_BIND_MW;
 		w[0].bind_mw.mw = m->mw;
@@ -841,6 +845,8 @@ static void rdma_wc(struct rdma_conn *c, const struct ibv_wc *wc)
 		else if (kind == RDMA_WR_LINV)
 			rdma_linv_done(c, ptr);
 	}
+	if (!ok && wc->status != IBV_WC_WR_FLUSH_ERR)
+		c->base.x->st.rdma_wc_errors++;
 	if (!ok && !c->base.closing) {
 		if (wc->status != IBV_WC_WR_FLUSH_ERR && xport_warn_ok(c->base.x))
 			ZL_LOG_WARN("xport",

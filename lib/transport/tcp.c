@@ -950,6 +950,7 @@ static int tcp_conn_start(struct tcp_conn *c, int connect_ms)
 		zl_timer_start(c->loop, &c->hs_t, c->base.x->opts.timeout_ms, 0,
 			       tcp_tls_hs_expired, c);
 	c->in_loop = true;
+	c->base.tls = c->tls != TCP_TLS_OFF;
 	xport_conn_link(&c->base);
 	return 0;
 }

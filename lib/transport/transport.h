@@ -88,6 +88,21 @@ void zl_xport_destroy(struct zl_xport *x);
 enum zl_xport_kind zl_xport_kind(const struct zl_xport *x);
 struct zl_loop *zl_xport_loop(const struct zl_xport *x);
 
+/* What a transport counted (plain counters of its loop thread). */
+enum zl_xport_stat_kind { ZL_XPORT_SK_TCP, ZL_XPORT_SK_TLS, ZL_XPORT_SK_RDMA, ZL_XPORT_SK_N };
+struct zl_xport_stats {
+	uint64_t opened[ZL_XPORT_SK_N]; /* connections, both sides, by kind */
+	uint64_t closed[ZL_XPORT_SK_N];
+	uint64_t timeouts;	   /* client requests failed by their deadline */
+	uint64_t rdma_credit_waits; /* request posts that waited for a credit */
+	uint64_t rdma_window_waits; /* ... for a free memory window */
+	uint64_t rdma_wc_errors;    /* work completions in error (flushes not counted) */
+};
+/* Adds x's counters to *acc (loop thread; NULL x: nothing). */
+void zl_xport_stats_add(const struct zl_xport *x, struct zl_xport_stats *acc);
+/* "tcp", "tls", "rdma". */
+const char *zl_xport_stat_kind_name(enum zl_xport_stat_kind k);
+
 /* Pool buffers: len rounded up to a size class (4 KiB .. 4 MiB + 4 KiB).
  * Returns NULL when len is larger than the biggest class or memory is out. */
 void *zl_xport_buf_alloc(struct zl_xport *x, size_t len);

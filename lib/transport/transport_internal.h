@@ -170,6 +170,7 @@ struct zl_xport {
 	bool destroying;
 	struct zl_ratelimit warn_rl; /* per-I/O warnings of this transport */
 	struct xport_tls *tls;	     /* TCP with TLS options (tcp_tls.c), else NULL */
+	struct zl_xport_stats st;
 };
 
 /* A client request slot, from zl_xport_request to its reply callback. The
@@ -270,6 +271,8 @@ struct zl_xport_conn {
 	struct xport_link link; /* x->conns */
 	uint32_t refs;
 	enum zl_xport_kind kind;
+	bool tls;     /* TCP with TLS (set before xport_conn_link) */
+	uint8_t skind; /* enum zl_xport_stat_kind, fixed by xport_conn_link */
 	bool closing; /* close started: no new requests, fd gone */
 	bool closed;  /* close callback has run */
 	bool server;

@@ -277,10 +277,33 @@ void xport_conn_closing(struct zl_xport_conn *c, int reason)
 		     reason ? zl_errname(reason) : "local", c->inflight);
 }
 
+void zl_xport_stats_add(const struct zl_xport *x, struct zl_xport_stats *acc)
+{
+	if (!x)
+		return;
+	for (int k = 0; k < ZL_XPORT_SK_N; k++) {
+		acc->opened[k] += x->st.opened[k];
+		acc->closed[k] += x->st.closed[k];
+	}
+	acc->timeouts += x->st.timeouts;
+	acc->rdma_credit_waits += x->st.rdma_credit_waits;
+	acc->rdma_window_waits += x->st.rdma_window_waits;
+	acc->rdma_wc_errors += x->st.rdma_wc_errors;
+}
+
+const char *zl_xport_stat_kind_name(enum zl_xport_stat_kind k)
+{
+	return k == ZL_XPORT_SK_RDMA ? "rdma" : k == ZL_XPORT_SK_TLS ? "tls" : "tcp";
+}
+
 void xport_conn_link(struct zl_xport_conn *c)
 {
 	struct zl_xport *x = c->x;
 
+	c->skind = c->kind == ZL_XPORT_RDMA ? ZL_XPORT_SK_RDMA
+		   : c->tls		    ? ZL_XPORT_SK_TLS
+					    : ZL_XPORT_SK_TCP;
+	x->st.opened[c->skind]++;
 	xport_list_push(&x->conns, &c->link);
 	if (!c->server && x->n_clients++ == 0)
 		zl_timer_start(x->loop, &x->tick, XPORT_TICK_MS, XPORT_TICK_MS, xport_tick, x);
@@ -290,6 +313,7 @@ void xport_conn_unlink(struct zl_xport_conn *c)
 {
 	struct zl_xport *x = c->x;
 
+	x->st.closed[c->skind]++;
 	xport_list_del(&x->conns, &c->link);
 	if (!c->server && --x->n_clients == 0)
 		zl_timer_stop(x->loop, &x->tick);
@@ -469,8 +493,10 @@ static void xport_tick(void *arg)
 		if (c->server || c->closing || !f || xport_req_of(f)->deadline_ns > now)
 			continue;
 		oldest = xport_req_of(f);
-		for (; f && xport_req_of(f)->deadline_ns <= now; f = f->next)
+		for (; f && xport_req_of(f)->deadline_ns <= now; f = f->next) {
 			xport_req_of(f)->fail = -ZL_ERR_TIMEOUT;
+			x->st.timeouts++;
+		}
 		if (xport_warn_ok(x))
 			ZL_LOG_WARN("xport",
 				    "request timed out transport=%s peer=%s op=%s req_id=%llu "

@@ -13,6 +13,8 @@
 #     forwarded writes by 20000 (two backups each) and their bytes, the reads
 #     by 5000 and 5000 x 4 KiB, the volume's own counters likewise, and the
 #     write latency histogram's count with the requests.
+#     TCP connections opened rose by zl bench's 3 at least, 6 at least are
+#     open (forwards), none counted as RDMA or TLS.
 #     `zl top` under a write load lists every node with figures and the
 #     volume with its writes per second above 0.
 #  3. A daemon whose data dir is removed under it turns /readyz to 503 (the
@@ -110,6 +112,7 @@ rn0=$(msum zipline_storage_requests_total op=repl_write)
 vw0=$(msum zipline_volume_ops_total volume="$vid" dir=write)
 vwb0=$(msum zipline_volume_bytes_total volume="$vid" dir=write)
 hc0=$(msum zipline_storage_request_duration_seconds_count op=write)
+co0=$(msum zipline_transport_connections_opened_total kind=tcp)
 out=$("$ZL" bench mvol --rw randwrite --bs 4k --qd 16 --count 10000 --seconds 300 --json) ||
 	fail "zl bench --count 10000 failed: $out"
 grep -q '"ios":10000,' <<<"$out" || fail "zl bench did not do exactly 10000 writes: $out"
@@ -125,6 +128,13 @@ vw=$(settle zipline_volume_ops_total volume="$vid" dir=write $((vw0 + 10000)))
 [ $((vw - vw0)) = 10000 ] || check_fail "the volume's write counter rose by $((vw - vw0)), not 10000"
 vwb=$(msum zipline_volume_bytes_total volume="$vid" dir=write)
 [ $((vwb - vwb0)) = $((10000 * 4096)) ] || check_fail "the volume's write bytes rose by $((vwb - vwb0)), not 10000 x 4 KiB"
+co=$(msum zipline_transport_connections_opened_total kind=tcp)
+[ $((co - co0)) -ge 3 ] || check_fail "TCP connections opened rose by $((co - co0)), fewer than zl bench's 3"
+[ "$(msum zipline_transport_connections kind=tcp)" -ge 6 ] ||
+	check_fail "fewer than 6 TCP connections open (every primary forwards to 2 backups)"
+[ "$(msum zipline_transport_connections_opened_total kind=rdma)" = 0 ] &&
+	[ "$(msum zipline_transport_connections_opened_total kind=tls)" = 0 ] ||
+	check_fail "RDMA or TLS connections counted on a plain TCP cluster"
 hc=$(msum zipline_storage_request_duration_seconds_count op=write)
 [ $((hc - hc0)) -ge 10000 ] || check_fail "the write latency histogram counted $((hc - hc0)), fewer than 10000"
 rd0=$(msum zipline_storage_request_bytes_total op=read)

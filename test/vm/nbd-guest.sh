@@ -59,7 +59,7 @@ wait_for() {
 [[ -d /sys/module/nbd ]] || fail "the nbd module is not loaded (vm.sh -M nbd)"
 disk=${ZL_VM_DISKS%% *}
 [[ -b $disk ]] || fail "no virtio disk (ZL_VM_DISKS='${ZL_VM_DISKS:-}')"
-for t in etcd curl fio mkfs.ext4 fsck.ext4 sha256sum "$bin/zipline-storage" "$bin/zl" \
+for t in etcd etcdctl curl fio mkfs.ext4 fsck.ext4 sha256sum "$bin/zipline-storage" "$bin/zl" \
 	"$bin/zipline-node"; do
 	command -v "$t" >/dev/null || fail "$t is missing (install it / build the tree)"
 done
@@ -69,6 +69,7 @@ mkfs.ext4 -q -F "$disk" && mount "$disk" "$data" || fail "cannot put ext4 on $di
 
 vm_guest_etcd_start "$data/etcd" "$work/etcd.log" "$etcd_url"
 pids+=("$etcd_pid")
+since=$(date +%s)
 for i in 1 2 3; do
 	mkdir -p "$data/storage-$i"
 	"$bin/zipline-storage" --data-dir "$data/storage-$i" --listen "127.0.0.1:$((7200 + i))" \
@@ -78,15 +79,7 @@ for i in 1 2 3; do
 done
 for i in 1 2 3; do
 	# Minutes, not seconds, on a busy 2-core host under TCG.
-	if ! wait_for 300 grep -q "registered node=node-$i" "$work/storage-$i.log"; then
-		vm_guest_threads "${pids[i]}" >"$work/storage-$i.threads" 2>&1
-		sed 's/^/    /' "$work/storage-$i.threads" | head -150 >&2
-		echo "    now: $(date -u +%FT%TZ); node records in etcd:" >&2
-		etcdctl --endpoints "$etcd_url" get --prefix --keys-only /zipline/nodes/ 2>&1 | sed 's/^/    /' >&2
-		tail -8 "$work/storage-$i.log" | sed 's/^/    log: /' >&2
-		dmesg | tail -12 | sed 's/^/    kernel: /' >&2
-		fail "zipline-storage node-$i did not register in 300 s (its threads above)"
-	fi
+	vm_guest_wait_node "$etcd_url" "node-$i" "${pids[i]}" "$since" 300 "$work/storage-$i.log"
 done
 say "etcd and zipline-storage node-1..3 up"
 export ZIPLINE_ETCD=$etcd_url

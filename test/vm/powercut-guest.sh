@@ -82,7 +82,7 @@ corruption_lines() { grep -i 'corrupt' "$logs"/storage-*.log; }
 dev=${ZL_VM_DISKS%% *}
 [[ -b $dev ]] || fail "no virtio disk (ZL_VM_DISKS='${ZL_VM_DISKS:-}')"
 [[ -f $heal_tool ]] || fail "$heal_tool is missing"
-for t in etcd curl /usr/bin/python3 "mkfs.$fs" "$bin/zipline-storage" "$bin/zl" "$bin/powercut_io"; do
+for t in etcd etcdctl curl /usr/bin/python3 "mkfs.$fs" "$bin/zipline-storage" "$bin/zl" "$bin/powercut_io"; do
 	command -v "$t" >/dev/null || fail "$t is missing (install it / build the tree)"
 done
 mkdir -p "$logs" "$mnt" || fail "cannot create $logs or $mnt"
@@ -131,11 +131,11 @@ say "etcd up"
 # each has registered in etcd (after a cut: after its unclean-start scan and
 # journal replay, both done before the daemon registers).
 storage_start() {
-	local i n mark=()
+	local i since
 	storage_pids=()
+	since=$(date +%s)
 	for ((i = 1; i <= nodes; i++)); do
 		mkdir -p "$mnt/storage-$i" || fail "cannot create $mnt/storage-$i"
-		mark[i]=$(grep -c 'registered node=' "$logs/storage-$i.log" 2>/dev/null)
 		"$bin/zipline-storage" --data-dir "$mnt/storage-$i" --listen "127.0.0.1:$((7100 + i))" \
 			--node-id "node-$i" --label "zone=z$i" --etcd "$etcd_url" --transport tcp \
 			--heal "${ZL_POWERCUT_HEAL:-on}" "${wp_flags[@]}" --log-level info \
@@ -143,12 +143,8 @@ storage_start() {
 		storage_pids[i]=$!
 	done
 	for ((i = 1; i <= nodes; i++)); do
-		for ((n = 0; n < 1200; n++)); do
-			(($(grep -c "registered node=node-$i" "$logs/storage-$i.log") > ${mark[i]:-0})) && break
-			kill -0 "${storage_pids[i]}" 2>/dev/null || fail "zipline-storage node-$i exited"
-			sleep 0.1
-		done
-		((n < 1200)) || fail "zipline-storage node-$i did not register in 120 s"
+		vm_guest_wait_node "$etcd_url" "node-$i" "${storage_pids[i]}" "$since" 300 \
+			"$logs/storage-$i.log"
 	done
 	say "zipline-storage node-1..$nodes up (pids ${storage_pids[*]}, write path $write_path)"
 }

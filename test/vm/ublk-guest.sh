@@ -61,7 +61,7 @@ trap cleanup EXIT
 disk=${ZL_VM_DISKS%% *}
 [[ -b $disk ]] || fail "no virtio disk (ZL_VM_DISKS='${ZL_VM_DISKS:-}')"
 [[ -c /dev/ublk-control ]] || fail "/dev/ublk-control is missing (ublk_drv not loaded?)"
-for t in etcd curl fio mkfs.ext4 fsck.ext4 mkfs.xfs xfs_repair blkdiscard \
+for t in etcd etcdctl curl fio mkfs.ext4 fsck.ext4 mkfs.xfs xfs_repair blkdiscard \
 	"$bin/zipline-storage" "$bin/zl" "$bin/zipline-node" "$bin/zipline-controller"; do
 	command -v "$t" >/dev/null || fail "$t is missing"
 done
@@ -71,6 +71,7 @@ mkfs.ext4 -q -F "$disk" || fail "mkfs.ext4 $disk failed"
 mount "$disk" "$data" || fail "cannot mount $disk"
 
 vm_guest_etcd_start "$data/etcd" "$logs/etcd.log" "$etcd_url"
+since=$(date +%s)
 for ((i = 1; i <= nodes; i++)); do
 	mkdir -p "$data/storage-$i"
 	"$bin/zipline-storage" --data-dir "$data/storage-$i" --listen "127.0.0.1:$((7100 + i))" \
@@ -79,12 +80,7 @@ for ((i = 1; i <= nodes; i++)); do
 	storage_pids[i]=$!
 done
 for ((i = 1; i <= nodes; i++)); do
-	for ((n = 0; n < 1200; n++)); do
-		grep -q "registered node=node-$i" "$logs/storage-$i.log" && break
-		kill -0 "${storage_pids[i]}" 2>/dev/null || fail "zipline-storage node-$i exited"
-		sleep 0.1
-	done
-	((n < 1200)) || fail "zipline-storage node-$i did not register in 120 s"
+	vm_guest_wait_node "$etcd_url" "node-$i" "${storage_pids[i]}" "$since" 300 "$logs/storage-$i.log"
 done
 say "etcd and zipline-storage node-1..$nodes up"
 export ZIPLINE_ETCD=$etcd_url
