@@ -95,6 +95,9 @@ struct zl_storage_reqstats {
 	uint64_t bytes[ZL_OP_MAX_ + 1]; /* their data (READ, WRITE, REPL_WRITE, pushes) */
 	struct zl_metrics_hist lat[ZL_OP_MAX_ + 1]; /* arrival to answer sent */
 	uint64_t err[ZL_OP_MAX_ + 1][ZL_STORAGE_ERR_SLOTS]; /* error answers by code */
+	struct zl_metrics_hist fwd_lat; /* this primary's forwards: send to a good reply */
+	struct zl_wire_scrub_result scrub; /* summed over the scrub jobs that ended */
+	uint64_t scrub_jobs;
 };
 
 struct zl_storage {

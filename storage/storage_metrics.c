@@ -151,6 +151,33 @@ static void render_requests(struct zl_storage_metrics *m, struct zl_metrics_text
 		zl_metrics_hist_text(t, "zipline_storage_request_duration_seconds", lab,
 				     &rs->lat[op]);
 	}
+	zl_metrics_family(t, "zipline_storage_forward_duration_seconds", "histogram",
+			  "Writes this primary forwarded to a backup: from the send to the "
+			  "backup's good answer.");
+	zl_metrics_hist_text(t, "zipline_storage_forward_duration_seconds", "", &rs->fwd_lat);
+	{
+		const struct {
+			const char *name, *help;
+			uint64_t v;
+		} sc[] = {
+		    {"zipline_scrub_jobs_total", "Scrub jobs (a slice each) this primary ended.",
+		     rs->scrub_jobs},
+		    {"zipline_scrub_chunks_checked_total", "Chunks those scrubs compared.",
+		     rs->scrub.chunks_checked},
+		    {"zipline_scrub_bytes_read_total",
+		     "Bytes those scrubs read on every member (digests and repairs).",
+		     rs->scrub.bytes_read},
+		    {"zipline_scrub_bad_found_total", "Chunk copies those scrubs found bad.",
+		     rs->scrub.bad_found},
+		    {"zipline_scrub_repaired_total", "Chunk copies those scrubs repaired.",
+		     rs->scrub.repaired},
+		};
+
+		for (size_t i = 0; i < ZL_ARRAY_SIZE(sc); i++) {
+			zl_metrics_family(t, sc[i].name, "counter", sc[i].help);
+			zl_metrics_u64(t, sc[i].name, "", sc[i].v);
+		}
+	}
 	zl_metrics_family(t, "zipline_storage_errors_total", "counter",
 			  "Requests answered with an error, by opcode and error code.");
 	for (unsigned op = 0; op <= ZL_OP_MAX_; op++)

@@ -481,6 +481,11 @@ static void sc_done(struct sc_job *j, int err)
 	struct zl_wire_hdr rep;
 
 	j->phase = SC_DONE;
+	j->st->rs.scrub.chunks_checked += j->res.chunks_checked;
+	j->st->rs.scrub.bad_found += j->res.bad_found;
+	j->st->rs.scrub.repaired += j->res.repaired;
+	j->st->rs.scrub.bytes_read += j->res.bytes_read;
+	j->st->rs.scrub_jobs++;
 	if (err)
 		ZL_LOG_WARN("storage",
 			    "scrub failed: vol=%s slice=%u at_chunk=%" PRIu64

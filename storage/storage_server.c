@@ -81,6 +81,7 @@ struct storage_bk {
 	uint64_t dver; /* data version forwarded (heal) */
 	uint64_t rep_ver; /* slice version in its reply (a STALE tells why) */
 	uint64_t fence;	  /* STALE: the epoch fence the backup enforces (its reply's aux) */
+	uint64_t sent_ns; /* zl_now_ns when forwarded (the forward latency metric) */
 	struct zl_wire_hdr hdr;
 };
 
@@ -634,6 +635,8 @@ static void srv_bk_done(void *arg, int status, const struct zl_wire_hdr *rep)
 	struct storage_req *r = bk->r;
 
 	bk->status = status ? status : zl_wire_status_to_err(rep->status);
+	if (!bk->status)
+		zl_metrics_hist_add(&r->st->rs.fwd_lat, zl_now_ns() - bk->sent_ns);
 	bk->rep_ver = status ? 0 : rep->slice_ver;
 	bk->fence = bk->status == -ZL_ERR_STALE && rep ? rep->aux : 0;
 	if (bk->status)
@@ -940,6 +943,7 @@ static void srv_exec_io(struct storage_req *r)
 			bk->hdr.subop = r->op;
 			bk->hdr.aux = bk->dver;
 		}
+		bk->sent_ns = zl_now_ns();
 		rc = zl_storage_fwd_send_crcs(st->fwd, bk->node, &bk->hdr, r->buf,
 					       r->op == ZL_OP_WRITE ? h->length : 0, r->crcs,
 					       srv_bk_done, bk);

@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,14 +54,22 @@ void zl_metrics_printf(struct zl_metrics_text *t, const char *fmt, ...)
 	va_list ap;
 	int n;
 
-	va_start(ap, fmt);
-	n = vsnprintf(NULL, 0, fmt, ap);
-	va_end(ap);
-	if (n < 0 || !text_reserve(t, (size_t)n))
+	/* Formatted once where it fits (nearly always), twice when the
+	 * buffer must grow first. */
+	if (!text_reserve(t, 256))
 		return;
 	va_start(ap, fmt);
-	vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
+	n = vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
 	va_end(ap);
+	if (n < 0)
+		return;
+	if ((size_t)n >= t->cap - t->len) {
+		if (!text_reserve(t, (size_t)n))
+			return;
+		va_start(ap, fmt);
+		vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
+		va_end(ap);
+	}
 	t->len += (size_t)n;
 }
 
@@ -106,6 +115,17 @@ void zl_metrics_label_escape(const char *in, char *out, size_t n)
 	out[o] = '\0';
 }
 
+/* The buckets' upper bounds in seconds, as le label values: formatted once
+ * (a float conversion per bucket per scrape costs more than the rest). */
+static char hist_le[ZL_METRICS_HIST_N][24];
+static pthread_once_t hist_le_once = PTHREAD_ONCE_INIT;
+
+static void hist_le_init(void)
+{
+	for (unsigned i = 0; i < ZL_METRICS_HIST_N; i++)
+		snprintf(hist_le[i], sizeof(hist_le[i]), "%.9g", (double)(8000ull << i) / 1e9);
+}
+
 void zl_metrics_hist_text(struct zl_metrics_text *t, const char *name, const char *labels,
 			  const struct zl_metrics_hist *h)
 {
@@ -114,10 +134,11 @@ void zl_metrics_hist_text(struct zl_metrics_text *t, const char *name, const cha
 
 	if (!labels)
 		labels = "";
+	pthread_once(&hist_le_once, hist_le_init);
 	for (unsigned i = 0; i < ZL_METRICS_HIST_N; i++) {
 		cum += h->b[i];
-		zl_metrics_printf(t, "%s_bucket{%s%sle=\"%.9g\"} %" PRIu64 "\n", name, labels, sep,
-				  (double)(8000ull << i) / 1e9, cum);
+		zl_metrics_printf(t, "%s_bucket{%s%sle=\"%s\"} %" PRIu64 "\n", name, labels, sep,
+				  hist_le[i], cum);
 	}
 	cum += h->b[ZL_METRICS_HIST_N];
 	zl_metrics_printf(t, "%s_bucket{%s%sle=\"+Inf\"} %" PRIu64 "\n", name, labels, sep, cum);

@@ -15,7 +15,8 @@
 #                       the I-th (test/rdma/cluster_rdma.sh: the guest's rxe0)
 #   ZL_E2E_TRANSPORT    --transport of the daemons, and of zl / e2e_io (through
 #                       ZIPLINE_TRANSPORT); "rdma" also checks that the data
-#                       path really ran over RDMA (logs and zl status)
+#                       path really ran over RDMA (logs, zl status, and the
+#                       daemons' RDMA connection counters in /metrics)
 #   ZL_E2E_BYTES        verified random writes (default 256M)
 #   ZL_E2E_HEAL_TIMEOUT seconds the restarted daemon has to be in sync in
 #                       every row again (default 300)
@@ -27,11 +28,13 @@ read -r -a ips <<<"${ZL_E2E_STORAGE_IPS:-127.0.0.1 127.0.0.1 127.0.0.1}"
 [ "${#ips[@]}" -eq 3 ] || { echo "cluster_e2e: ZL_E2E_STORAGE_IPS wants 3 addresses" >&2; exit 1; }
 xport=${ZL_E2E_TRANSPORT:-}
 [ -z "$xport" ] || export ZIPLINE_TRANSPORT=$xport
-# Extra flags of daemon I (none on the host: cl_start_storage's defaults).
+# Extra flags of daemon I (none on the host: cl_start_storage's defaults;
+# over RDMA, --metrics too).
 node_flags() {
 	local i=$1 port=$2
 	[ -z "${ZL_E2E_STORAGE_IPS:-}" ] || printf -- '--listen %s:%s ' "${ips[$((i - 1))]}" "$port"
 	[ -z "$xport" ] || printf -- '--transport %s ' "$xport"
+	[ "$xport" != rdma ] || printf -- '--metrics 127.0.0.1:0 '
 }
 cl_e2e_begin e2e-cluster "$1" 0 || fail "cluster did not start"
 for i in 1 2 3; do
@@ -76,6 +79,17 @@ if [ "$xport" = rdma ]; then
 	if grep -h "connected to peer .*transport=tcp" "$CL_DIR"/storage-*/log; then
 		fail "replication went over TCP"
 	fi
+	# ... and the daemons counted them as RDMA (their /metrics, parsed by
+	# prometheus_client).
+	for i in 1 2 3; do
+		p=$(sed -n 's/.*metrics on http.* port=\([0-9]*\) .*/\1/p' "$CL_DIR/storage-$i/log" | tail -1)
+		[ -n "$p" ] || fail "node-$i logged no metrics port"
+		n=$(/usr/bin/python3 "$SRC/test/lib/metrics_tool.py" sum \
+			zipline_transport_connections_opened_total kind=rdma -- "http://127.0.0.1:$p/metrics") ||
+			fail "cannot scrape node-$i's metrics"
+		echo "cluster_e2e: node-$i counted $n RDMA connections"
+		[ "$n" -gt 0 ] || fail "node-$i's zipline_transport_connections_opened_total{kind=rdma} is $n"
+	done
 	"$ZL" status >"$CL_DIR/status" || fail "zl status: $(cat "$CL_DIR/status")"
 	cat "$CL_DIR/status"
 	[ "$(grep -c 'tcp,rdma .* us rdma$' "$CL_DIR/status")" -eq 3 ] ||

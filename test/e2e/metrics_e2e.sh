@@ -14,7 +14,9 @@
 #     by 5000 and 5000 x 4 KiB, the volume's own counters likewise, and the
 #     write latency histogram's count with the requests.
 #     TCP connections opened rose by zl bench's 3 at least, 6 at least are
-#     open (forwards), none counted as RDMA or TLS.
+#     open (forwards), none counted as RDMA or TLS; the forward latency
+#     histogram counted the 20000 forwards. `zl volume scrub`: a scrub job
+#     per slice counted, chunks checked and bytes read rose, nothing bad.
 #     `zl top` under a write load lists every node with figures and the
 #     volume with its writes per second above 0.
 #  3. A daemon whose data dir is removed under it turns /readyz to 503 (the
@@ -113,6 +115,7 @@ vw0=$(msum zipline_volume_ops_total volume="$vid" dir=write)
 vwb0=$(msum zipline_volume_bytes_total volume="$vid" dir=write)
 hc0=$(msum zipline_storage_request_duration_seconds_count op=write)
 co0=$(msum zipline_transport_connections_opened_total kind=tcp)
+fw0=$(msum zipline_storage_forward_duration_seconds_count)
 out=$("$ZL" bench mvol --rw randwrite --bs 4k --qd 16 --count 10000 --seconds 300 --json) ||
 	fail "zl bench --count 10000 failed: $out"
 grep -q '"ios":10000,' <<<"$out" || fail "zl bench did not do exactly 10000 writes: $out"
@@ -128,6 +131,8 @@ vw=$(settle zipline_volume_ops_total volume="$vid" dir=write $((vw0 + 10000)))
 [ $((vw - vw0)) = 10000 ] || check_fail "the volume's write counter rose by $((vw - vw0)), not 10000"
 vwb=$(msum zipline_volume_bytes_total volume="$vid" dir=write)
 [ $((vwb - vwb0)) = $((10000 * 4096)) ] || check_fail "the volume's write bytes rose by $((vwb - vwb0)), not 10000 x 4 KiB"
+fw=$(msum zipline_storage_forward_duration_seconds_count)
+[ $((fw - fw0)) -ge 20000 ] || check_fail "the forward latency histogram counted $((fw - fw0)), fewer than 20000"
 co=$(msum zipline_transport_connections_opened_total kind=tcp)
 [ $((co - co0)) -ge 3 ] || check_fail "TCP connections opened rose by $((co - co0)), fewer than zl bench's 3"
 [ "$(msum zipline_transport_connections kind=tcp)" -ge 6 ] ||
@@ -208,6 +213,18 @@ PY
 	check_fail "the controller counted no etcd range call"
 [ "$(msum zipline_etcd_request_duration_seconds_count call=/v3/lease/keepalive)" -gt 0 ] ||
 	check_fail "the storage daemons counted no etcd keepalive"
+
+# A scrub of mvol: its jobs (a slice each) and what they read are counted.
+sj0=$(msum zipline_scrub_jobs_total)
+sb0=$(msum zipline_scrub_bytes_read_total)
+sk0=$(msum zipline_scrub_chunks_checked_total)
+"$ZL" volume scrub mvol >"$CL_DIR/scrub.out" 2>&1 || fail "zl volume scrub mvol: $(tail -3 "$CL_DIR/scrub.out")"
+sj=$(settle zipline_scrub_jobs_total $((sj0 + nsl)))
+echo "FIGURE: metrics: scrub of mvol: jobs +$((sj - sj0)), chunks checked +$(($(msum zipline_scrub_chunks_checked_total) - sk0)), bytes read +$(($(msum zipline_scrub_bytes_read_total) - sb0))"
+[ $((sj - sj0)) = "$nsl" ] || check_fail "scrub jobs rose by $((sj - sj0)), not the $nsl slices of mvol"
+[ "$(msum zipline_scrub_chunks_checked_total)" -gt "$sk0" ] || check_fail "scrub checked no chunk"
+[ "$(msum zipline_scrub_bytes_read_total)" -gt "$sb0" ] || check_fail "scrub read no byte"
+[ "$(msum zipline_scrub_bad_found_total)" = 0 ] || check_fail "scrub found bad copies on a healthy volume"
 
 # 3. a failed data dir: not ready, still alive
 b3=${URLS[2]%/metrics}
