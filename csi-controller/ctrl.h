@@ -186,6 +186,7 @@ struct ctrl_params {
 	/* The knobs a running volume may change too (ctrl_params_knob): limits,
 	 * ioTimeout, minSize (also in min_size). */
 	struct zl_volume_mod knobs;
+	char frontend[8];    /* auto|ublk|nbd|fuse, "" = not given */
 };
 /* Every generated map entry of csi.proto has this layout. */
 struct ctrl_kv {
@@ -209,6 +210,8 @@ int ctrl_params_knob(struct zl_grpc_call *call, const char *k, const char *v,
 		     struct zl_volume_mod *mod);
 /* Transport recorded in the volume record's params ("auto" when absent). */
 void ctrl_params_transport(const struct zl_volume *v, char *out, size_t len);
+/* Frontend recorded in the volume record's params ("" when absent). */
+void ctrl_params_frontend(const struct zl_volume *v, char *out, size_t len);
 
 /* ---- ctrl_volume.c / ctrl_publish.c / ctrl_identity.c: handlers ---- */
 int ctrl_create_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,

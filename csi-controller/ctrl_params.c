@@ -22,6 +22,9 @@ int ctrl_params_knob(struct zl_grpc_call *call, const char *k, const char *v,
 	return ZL_GRPC_OK;
 }
 
+static int ctrl_params_frontend_parse(struct zl_grpc_call *call, const char *v,
+				      struct ctrl_params *out);
+
 int ctrl_params_parse(struct zl_grpc_call *call, const struct ctrl_kv *const *kv, size_t n,
 		      struct ctrl_params *out)
 {
@@ -67,10 +70,15 @@ int ctrl_params_parse(struct zl_grpc_call *call, const struct ctrl_kv *const *kv
 						    "rdma or tcp",
 						    v);
 			snprintf(out->transport, sizeof(out->transport), "%s", v);
+		} else if (!strcmp(k, "frontend")) {
+			rc = ctrl_params_frontend_parse(call, v, out);
+			if (rc)
+				return rc;
 		} else {
 			return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
 					    "parameters[%s] is not a Zipline parameter (known: "
-					    "replicas, chunkSize, transport, %s, " CSI_RESERVED_PREFIX
+					    "replicas, chunkSize, transport, frontend, %s, "
+					    CSI_RESERVED_PREFIX
 					    "*)",
 					    k, zl_knob_names(false, knobs, sizeof(knobs)));
 		}
@@ -84,11 +92,39 @@ int ctrl_params_parse(struct zl_grpc_call *call, const struct ctrl_kv *const *kv
 	return ZL_GRPC_OK;
 }
 
+static void ctrl_params_str(const struct zl_volume *v, const char *key, const char *dflt,
+			    char *out, size_t len);
+
 void ctrl_params_transport(const struct zl_volume *v, char *out, size_t len)
 {
-	json_t *p = json_loads(v->params, 0, NULL);
-	const char *t = p ? json_string_value(json_object_get(p, "transport")) : NULL;
+	ctrl_params_str(v, "transport", "auto", out, len);
+}
 
-	snprintf(out, len, "%s", t ? t : "auto");
+/* parameters[frontend]: how the node presents the volume (the node plugin
+ * reads it from the volume context; its kernel must offer it). */
+static int ctrl_params_frontend_parse(struct zl_grpc_call *call, const char *v,
+				      struct ctrl_params *out)
+{
+	if (strcmp(v, "auto") && strcmp(v, "ublk") && strcmp(v, "nbd") && strcmp(v, "fuse"))
+		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
+				    "parameters[frontend]=\"%s\" must be auto, ublk, nbd or fuse",
+				    v);
+	snprintf(out->frontend, sizeof(out->frontend), "%s", v);
+	return ZL_GRPC_OK;
+}
+
+void ctrl_params_frontend(const struct zl_volume *v, char *out, size_t len)
+{
+	ctrl_params_str(v, "frontend", "", out, len);
+}
+
+/* A string of the volume record's params, dflt when absent. */
+static void ctrl_params_str(const struct zl_volume *v, const char *key, const char *dflt,
+			    char *out, size_t len)
+{
+	json_t *p = json_loads(v->params, 0, NULL);
+	const char *s = p ? json_string_value(json_object_get(p, key)) : NULL;
+
+	snprintf(out, len, "%s", s ? s : dflt);
 	json_decref(p);
 }

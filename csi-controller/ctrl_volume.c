@@ -33,13 +33,13 @@ static Csi__V1__Volume__VolumeContextEntry *ctx_entry(struct zl_grpc_call *call,
 Csi__V1__Volume *ctrl_volume_msg(struct zl_grpc_call *call, const struct zl_volume *v)
 {
 	Csi__V1__Volume *m = zl_grpc_call_new_msg(call, &csi__v1__volume__descriptor);
-	char buf[32], transport[16];
+	char buf[32], transport[16], frontend[8];
 
 	if (!m)
 		return NULL;
 	m->capacity_bytes = (int64_t)v->size;
 	m->volume_id = zl_grpc_call_strdup(call, v->id);
-	m->volume_context = zl_grpc_call_alloc(call, 3 * sizeof(*m->volume_context));
+	m->volume_context = zl_grpc_call_alloc(call, 4 * sizeof(*m->volume_context));
 	if (!m->volume_id || !m->volume_context)
 		return NULL;
 	snprintf(buf, sizeof(buf), "%u", v->replicas);
@@ -51,6 +51,14 @@ Csi__V1__Volume *ctrl_volume_msg(struct zl_grpc_call *call, const struct zl_volu
 	if (!m->volume_context[0] || !m->volume_context[1] || !m->volume_context[2])
 		return NULL;
 	m->n_volume_context = 3;
+	/* The StorageClass's frontend, for the node plugin's NodeStage. */
+	ctrl_params_frontend(v, frontend, sizeof(frontend));
+	if (frontend[0]) {
+		m->volume_context[3] = ctx_entry(call, "frontend", frontend);
+		if (!m->volume_context[3])
+			return NULL;
+		m->n_volume_context = 4;
+	}
 	return m;
 }
 
@@ -337,7 +345,11 @@ int ctrl_create_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMess
 	if (rc)
 		return rc;
 	transport = p.transport[0] ? p.transport : "auto";
-	snprintf(params, sizeof(params), "{\"transport\":\"%s\"}", transport);
+	if (p.frontend[0])
+		snprintf(params, sizeof(params), "{\"transport\":\"%s\",\"frontend\":\"%s\"}",
+			 transport, p.frontend);
+	else
+		snprintf(params, sizeof(params), "{\"transport\":\"%s\"}", transport);
 	spec.name = r->name;
 	spec.size = size;
 	spec.chunk_size = p.chunk_size;

@@ -28,6 +28,7 @@
  * older than the running kernel: what it lacks is defined here, and used
  * only when GET_FEATURES lists it. */
 #include "attach.h"
+#include "node.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -172,27 +173,35 @@ static const char *ublk_cmd_name(uint32_t nr)
 	}
 }
 
-/* Queues one control command on the control ring and submits it. */
-static int ublk_ctrl_submit(struct attach_ublk *u, uint32_t nr, uint32_t dev_id, void *addr,
-			    uint16_t len, uint64_t data0)
+/* Fills a (128-byte) SQE with one control command on /dev/ublk-control. */
+static void ublk_ctrl_prep(struct io_uring_sqe *sqe, int fd, uint32_t cmd_op, uint32_t dev_id,
+			   void *addr, uint16_t len, uint64_t data0)
 {
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ctrl_ring);
 	struct ublksrv_ctrl_cmd *cmd;
-	int rc;
 
-	if (!sqe)
-		return -EBUSY;
 	memset(sqe, 0, 2 * sizeof(*sqe)); /* SQE128 */
 	sqe->opcode = IORING_OP_URING_CMD;
-	sqe->fd = u->ctrl_fd;
-	sqe->cmd_op = ublk_ctrl_op(u, nr);
-	sqe->user_data = nr;
+	sqe->fd = fd;
+	sqe->cmd_op = cmd_op;
 	cmd = (struct ublksrv_ctrl_cmd *)(void *)sqe->cmd;
 	cmd->dev_id = dev_id;
 	cmd->queue_id = (uint16_t)-1;
 	cmd->addr = (uint64_t)(uintptr_t)addr;
 	cmd->len = len;
 	cmd->data[0] = data0;
+}
+
+/* Queues one control command on the control ring and submits it. */
+static int ublk_ctrl_submit(struct attach_ublk *u, uint32_t nr, uint32_t dev_id, void *addr,
+			    uint16_t len, uint64_t data0)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ctrl_ring);
+	int rc;
+
+	if (!sqe)
+		return -EBUSY;
+	ublk_ctrl_prep(sqe, u->ctrl_fd, ublk_ctrl_op(u, nr), dev_id, addr, len, data0);
+	sqe->user_data = nr;
 	rc = io_uring_submit(&u->ctrl_ring);
 	return rc == 1 ? 0 : (rc < 0 ? rc : -EIO);
 }
@@ -856,4 +865,69 @@ void attach_ublk_stop(struct attach *a)
 	zl_loop_defer_cancel(a->loop, &u->gc_defer);
 	free(u);
 	a->ublk = NULL;
+}
+
+/* One control command on a private ring, for zipline-node (no loop, no
+ * device of ours): waits at most UBLK_CTRL_WAIT_MS. The command's result, or
+ * -ETIMEDOUT. */
+static int ublk_ctrl_once(struct io_uring *ring, int fd, bool ioctl_encode, uint32_t nr,
+			  uint32_t dev_id, void *addr, uint16_t len)
+{
+	struct __kernel_timespec ts = {.tv_sec = UBLK_CTRL_WAIT_MS / 1000};
+	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+	struct io_uring_cqe *cqe;
+	uint32_t op = nr;
+	int rc;
+
+	if (!sqe)
+		return -EBUSY;
+	if (ioctl_encode)
+		op = nr == UBLK_CMD_GET_DEV_INFO ? UBLK_IOC_CTRL_R(nr) : UBLK_IOC_CTRL(nr);
+	ublk_ctrl_prep(sqe, fd, op, dev_id, addr, len, 0);
+	rc = io_uring_submit(ring);
+	if (rc != 1)
+		return rc < 0 ? rc : -EIO;
+	rc = io_uring_wait_cqe_timeout(ring, &cqe, &ts);
+	if (rc)
+		return rc == -ETIME ? -ETIMEDOUT : rc;
+	rc = cqe->res;
+	io_uring_cqe_seen(ring, cqe);
+	return rc;
+}
+
+int attach_ublk_del_dev(int dev_id, pid_t server)
+{
+	struct ublksrv_ctrl_dev_info info;
+	struct io_uring ring;
+	bool enc = true;
+	int fd, rc;
+
+	fd = open(UBLK_CTRL_DEV, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	rc = io_uring_queue_init(UBLK_CTRL_DEPTH, &ring, IORING_SETUP_SQE128);
+	if (rc)
+		goto out_fd;
+	/* ioctl-encoded commands from Linux 6.5, the legacy opcodes before. */
+	memset(&info, 0, sizeof(info));
+	rc = ublk_ctrl_once(&ring, fd, enc, UBLK_CMD_GET_DEV_INFO, (uint32_t)dev_id, &info,
+			    sizeof(info));
+	if (rc && rc != -ENODEV && rc != -ETIMEDOUT) {
+		enc = false;
+		rc = ublk_ctrl_once(&ring, fd, enc, UBLK_CMD_GET_DEV_INFO, (uint32_t)dev_id, &info,
+				    sizeof(info));
+	}
+	if (rc)
+		goto out_ring;
+	/* The id may have gone to another volume's device since. */
+	if (server > 0 && info.ublksrv_pid != server) {
+		rc = -ESRCH;
+		goto out_ring;
+	}
+	rc = ublk_ctrl_once(&ring, fd, enc, UBLK_CMD_DEL_DEV, (uint32_t)dev_id, NULL, 0);
+out_ring:
+	io_uring_queue_exit(&ring);
+out_fd:
+	close(fd);
+	return rc;
 }

@@ -94,7 +94,7 @@ int main(int argc, char **argv)
 	}
 	ZL_LOG_INFO(NODE_LOG, "serving: endpoint=%s node=%s state=%s frontend=%s version=%s",
 		    n.cfg.endpoint, n.cfg.node_id, n.cfg.state_dir,
-		    n.cfg.frontend == NODE_FRONTEND_NBD ? "nbd" : "fuse", ZL_VERSION_STRING);
+		    node_frontend_name(n.cfg.frontend), ZL_VERSION_STRING);
 	/* Every 2 s without a signal: reap the attach processes that ended. */
 	for (;;) {
 		struct timespec tick = {.tv_sec = 2};

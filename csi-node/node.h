@@ -4,8 +4,9 @@
  * Layout of the state directory (--state-dir, default /var/lib/zipline/node):
  *   <vol-id>/state.json   what is staged/published here (node_state.c)
  *   <vol-id>/fuse/disk    the volume as one regular file (attach process, FUSE)
- *   <vol-id>/token        the attach token (0600; nbd: a new attach process
- *                         taking a dead one's /dev/nbdN over needs it)
+ *   <vol-id>/token        the attach token (0600; nbd, ublk: a new attach
+ *                         process taking a dead one's /dev/nbdN or
+ *                         /dev/ublkbN over needs it)
  *   <vol-id>/ctl.sock     the attach process's control socket
  *   <vol-id>/attach.log   its stdout/stderr
  * state.json is the only truth: every RPC reads it under the volume's
@@ -30,7 +31,7 @@
 #define NODE_MAX_TARGETS  16
 #define NODE_MAX_FLAGS	  16
 
-enum node_frontend { NODE_FRONTEND_FUSE = 0, NODE_FRONTEND_NBD };
+enum node_frontend { NODE_FRONTEND_FUSE = 0, NODE_FRONTEND_NBD, NODE_FRONTEND_UBLK };
 
 struct node_cfg {
 	const char *endpoint;
@@ -81,8 +82,10 @@ struct node_vol_state {
 	char mount_flags[512];	     /* comma-joined */
 	bool stage_ro;
 	pid_t pid;     /* attach process */
-	char loop[64]; /* the staged device: /dev/loopN (FUSE) or /dev/nbdN; "" until set up */
+	char loop[64]; /* the staged device: /dev/loopN (FUSE), /dev/nbdN or /dev/ublkbN;
+			  "" until set up */
 	enum node_frontend frontend;
+	int ublk_id; /* N of /dev/ublkbN (what --recover takes), -1: none */
 	uint64_t epoch;
 	uint64_t size;
 	char prefix[128];
@@ -145,12 +148,14 @@ struct node_attach_req {
 	const char *token;
 	enum node_frontend frontend;
 	const char *reattach; /* NBD: take over this /dev/nbdN of a dead attach process */
-	char *dev;	      /* NBD: gets the /dev/nbdN the attach process serves */
+	const char *recover;  /* ublk: take over this device id of a dead attach process */
+	char *dev;	      /* NBD, ublk: gets the /dev/nbdN or /dev/ublkbN served */
 	size_t devlen;
+	int *ublk_id; /* ublk: gets the device id (optional) */
 };
 
 /* Starts the attach process for a volume and waits until its FUSE file or
- * its nbd device (req->dev) is served. Returns 0 with *pid set, or a negative error with msg filled. */
+ * its nbd or ublk device (req->dev) is served. Returns 0 with *pid set, or a negative error with msg filled. */
 int node_attach_start(struct node *n, const struct node_attach_req *req, pid_t *pid, char *msg,
 		      size_t msglen);
 /* Is pid a live attach process of vol_id? (Reaps it when it is a zombie
@@ -273,23 +278,41 @@ void node_etcd_export(const struct zl_cfg_etcd *e);
  * printing why. */
 int node_etcd_opts(struct zl_etcd_opts *eo, char *pw, size_t pw_len);
 
-/* Picks the frontend for --frontend auto: nbd when the kernel has the nbd
- * module (loaded, or `modprobe nbd` works), else FUSE; logs why. */
+/* ---- frontends (node_frontend.c) ---- */
+
+/* "fuse", "nbd", "ublk". */
+const char *node_frontend_name(enum node_frontend f);
+/* Parses fuse|nbd|ublk into *out: 0; "auto": 1 (*out untouched);
+ * anything else: -ZL_ERR_INVAL. */
+int node_frontend_parse(const char *s, enum node_frontend *out);
+/* Does this node's kernel offer frontend f (its module loaded, or `modprobe`
+ * loads it; ublk: /dev/ublk-control exists)? 0, or -EOPNOTSUPP with why
+ * naming the missing module. */
+int node_frontend_check(enum node_frontend f, char *why, size_t len);
+/* Picks the frontend for --frontend auto: ublk when the kernel offers it,
+ * else nbd, else FUSE; logs why. */
 enum node_frontend node_frontend_auto(void);
+/* Does the nbd/ublk device of a staged volume still exist for it (waiting
+ * for a server when its attach process is gone)? false for FUSE. */
+bool node_frontend_dev_present(const struct node_vol_state *st);
+/* Starts an attach process that takes over the nbd or ublk device of a
+ * staged volume whose attach process died (st->pid, state saved). 0 or an
+ * error with msg filled. */
+int node_attach_takeover(struct node *n, struct node_vol_state *st, char *msg, size_t msglen);
+/* UBLK_CMD_DEL_DEV of a device whose server is gone (attach_ublk.c),
+ * when the kernel names server (> 0) as its last server: 0, -ESRCH (another
+ * server's device), or -errno. */
+int attach_ublk_del_dev(int dev_id, pid_t server);
 /* Is /dev/nbdN still connected for vol_id (its sysfs backend names the
  * volume and it has a size)? */
 bool node_nbd_serves(const char *dev, const char *vol_id);
 /* NBD_CMD_DISCONNECT of /dev/nbdN (attach_nbd.c). 0 or -errno. */
 int attach_nbd_disconnect_dev(const char *dev);
-/* Keeps / reads / removes the attach token of a volume staged through nbd
+/* Keeps / reads the attach token of a volume staged through nbd or ublk
  * (<vol>/token, 0600): a new attach process that takes the device over
  * after a crash needs it. 0 or -errno. */
 int node_token_save(const struct node *n, const char *vol_id, const char *token);
 int node_token_load(const struct node *n, const char *vol_id, char *token, size_t len);
-/* Starts an attach process that takes over the nbd device of a staged
- * volume whose attach process died (st->pid, state saved). 0 or an error
- * with msg filled. */
-int node_nbd_reattach(struct node *n, struct node_vol_state *st, char *msg, size_t msglen);
 /* The loop device (/dev/loopN) whose backing file is `file`, if any: 1,
  * else 0. */
 int node_loop_find(const char *file, char *loop, size_t looplen);

@@ -135,13 +135,17 @@ int node_attach_start(struct node *n, const struct node_attach_req *req, pid_t *
 		argv[ac++] = "--node-id";
 		argv[ac++] = n->cfg.node_id;
 	}
-	if (req->frontend == NODE_FRONTEND_NBD) {
+	if (req->frontend != NODE_FRONTEND_FUSE) {
 		argv[ac++] = "--frontend";
-		argv[ac++] = "nbd";
+		argv[ac++] = node_frontend_name(req->frontend);
 	}
 	if (req->reattach) {
 		argv[ac++] = "--reattach";
 		argv[ac++] = req->reattach;
+	}
+	if (req->recover) {
+		argv[ac++] = "--recover";
+		argv[ac++] = req->recover;
 	}
 	argv[ac] = NULL;
 
@@ -217,20 +221,24 @@ int node_attach_start(struct node *n, const struct node_attach_req *req, pid_t *
 	line[used] = '\0';
 	line[strcspn(line, "\n")] = '\0';
 	if (strncmp(line, "READY", 5) == 0) {
-		const char *d = strstr(line, " dev=/dev/nbd");
+		const char *d = strstr(line, req->frontend == NODE_FRONTEND_UBLK ? " dev=/dev/ublkb"
+										 : " dev=/dev/nbd");
+		const char *id = strstr(line, " ublk_id=");
 
 		ZL_LOG_INFO(NODE_LOG, "attach process started: vol=%s pid=%d %s", req->volume_id,
 			    (int)*pid, line + 5);
 		rc = 0;
-		if (req->frontend != NODE_FRONTEND_NBD)
+		if (req->frontend == NODE_FRONTEND_FUSE)
 			goto out_pipe;
-		if (d && req->dev) {
+		if (req->ublk_id)
+			*req->ublk_id = id ? atoi(id + 9) : -1;
+		if (d && req->dev && (req->frontend != NODE_FRONTEND_UBLK || id)) {
 			d += 5;
 			snprintf(req->dev, req->devlen, "%.*s", (int)strcspn(d, " "), d);
 			goto out_pipe;
 		}
-		snprintf(msg, msglen, "attach process for %s reported no nbd device: %s",
-			 req->volume_id, line);
+		snprintf(msg, msglen, "attach process for %s reported no %s device: %s",
+			 req->volume_id, node_frontend_name(req->frontend), line);
 		rc = -ZL_ERR_IO;
 	} else if (strncmp(line, "ERR ", 4) == 0) {
 		const char *what = line + 4;
@@ -458,28 +466,6 @@ int node_loop_setup(const struct node *n, const char *vol_id, char *loop, size_t
 	return -EIO;
 }
 
-enum node_frontend node_frontend_auto(void)
-{
-	const char *argv[] = {"modprobe", "nbd", NULL};
-	char out[256] = "";
-	int rc;
-
-	if (access("/sys/module/nbd", F_OK) == 0) {
-		ZL_LOG_INFO(NODE_LOG, "frontend auto: nbd (the kernel has the nbd module loaded)");
-		return NODE_FRONTEND_NBD;
-	}
-	rc = node_run(argv, 30000, out, sizeof(out));
-	if (rc == 0 && access("/sys/module/nbd", F_OK) == 0) {
-		ZL_LOG_INFO(NODE_LOG, "frontend auto: nbd (modprobe nbd loaded the module)");
-		return NODE_FRONTEND_NBD;
-	}
-	ZL_LOG_INFO(NODE_LOG,
-		    "frontend auto: fuse (no nbd module: modprobe nbd exited %d: %s); "
-		    "--frontend nbd needs it",
-		    rc, out[0] ? out : "-");
-	return NODE_FRONTEND_FUSE;
-}
-
 /* First line of a small sysfs file of /dev/nbdN ("" when unreadable). */
 static void node_nbd_sysfs(const char *dev, const char *name, char *out, size_t len)
 {
@@ -546,39 +532,6 @@ int node_token_load(const struct node *n, const char *vol_id, char *token, size_
 	return 0;
 }
 
-int node_nbd_reattach(struct node *n, struct node_vol_state *st, char *msg, size_t msglen)
-{
-	char token[160], dev[64];
-	struct node_attach_req ar = {
-	    .volume_id = st->volume_id,
-	    .prefix = st->prefix,
-	    .epoch = st->epoch,
-	    .token = token,
-	    .frontend = NODE_FRONTEND_NBD,
-	    .reattach = st->loop,
-	    .dev = dev,
-	    .devlen = sizeof(dev),
-	};
-	pid_t pid = 0;
-	int rc;
-
-	node_token_load(n, st->volume_id, token, sizeof(token));
-	ZL_LOG_WARN(NODE_LOG, "attach process gone, taking its nbd device over: vol=%s pid=%d dev=%s",
-		    st->volume_id, (int)st->pid, st->loop);
-	rc = node_attach_start(n, &ar, &pid, msg, msglen);
-	if (rc)
-		return rc;
-	st->pid = pid;
-	rc = node_state_save(n, st);
-	if (rc)
-		snprintf(msg, msglen, "cannot record the new attach process of %s: %s",
-			 st->volume_id, strerror(-rc));
-	else
-		ZL_LOG_INFO(NODE_LOG, "nbd device taken over: vol=%s pid=%d dev=%s", st->volume_id,
-			    (int)pid, st->loop);
-	return rc;
-}
-
 int node_blkdev_size(const char *dev, uint64_t *size)
 {
 	int fd = open(dev, O_RDONLY | O_CLOEXEC);
@@ -595,6 +548,7 @@ int node_blkdev_size(const char *dev, uint64_t *size)
 int node_detach(struct node *n, struct node_vol_state *st, char *msg, size_t msglen)
 {
 	char file[NODE_PATH_MAX], mnt[NODE_PATH_MAX], loop[64], out[512];
+	pid_t server;
 	int rc;
 
 	if (node_vol_file(n, st->volume_id, "fuse/disk", file, sizeof(file)) ||
@@ -618,32 +572,41 @@ int node_detach(struct node *n, struct node_vol_state *st, char *msg, size_t msg
 			 file, loop);
 		return -EBUSY;
 	}
-	if (st->frontend == NODE_FRONTEND_NBD && st->loop[0]) {
+	if (st->frontend != NODE_FRONTEND_FUSE && st->loop[0]) {
 		/* What a block-mode user left in the page cache goes out while
-		 * the attach process still serves; its SIGTERM disconnects. */
+		 * the attach process still serves; its SIGTERM disconnects
+		 * (nbd) or stops and deletes (ublk) the device. */
 		const char *argv[] = {"blockdev", "--flushbufs", st->loop, NULL};
 
-		if (node_attach_alive(st->pid, st->volume_id) &&
-		    node_nbd_serves(st->loop, st->volume_id) &&
+		if (node_attach_alive(st->pid, st->volume_id) && node_frontend_dev_present(st) &&
 		    node_run(argv, 60000, out, sizeof(out)) != 0)
 			ZL_LOG_WARN(NODE_LOG, "blockdev --flushbufs failed: vol=%s dev=%s: %s",
 				    st->volume_id, st->loop, out);
 	}
+	server = st->pid;
 	if (st->pid > 0) {
 		node_attach_stop(st->pid, st->volume_id, 30000);
 		st->pid = 0;
 	}
 	/* A device whose server died waits for a new one: nobody comes. */
-	if (st->frontend == NODE_FRONTEND_NBD && st->loop[0] &&
-	    node_nbd_serves(st->loop, st->volume_id)) {
-		rc = attach_nbd_disconnect_dev(st->loop);
+	if (node_frontend_dev_present(st)) {
+		rc = st->frontend == NODE_FRONTEND_NBD ? attach_nbd_disconnect_dev(st->loop)
+						       : attach_ublk_del_dev(st->ublk_id, server);
+		if (rc == -ESRCH || rc == -ENODEV) {
+			ZL_LOG_WARN(NODE_LOG, "%s is no longer the device of %s: left alone",
+				    st->loop, st->volume_id);
+			rc = 0;
+		}
 		if (rc) {
-			snprintf(msg, msglen, "cannot disconnect %s: %s", st->loop, strerror(-rc));
+			snprintf(msg, msglen, "cannot %s %s: %s",
+				 st->frontend == NODE_FRONTEND_NBD ? "disconnect" : "delete",
+				 st->loop, strerror(-rc));
 			return rc;
 		}
-		ZL_LOG_INFO(NODE_LOG, "nbd device disconnected: vol=%s dev=%s", st->volume_id,
-			    st->loop);
+		ZL_LOG_INFO(NODE_LOG, "%s device removed: vol=%s dev=%s",
+			    node_frontend_name(st->frontend), st->volume_id, st->loop);
 	}
+	st->ublk_id = -1;
 	st->loop[0] = '\0';
 	/* A dead attach process leaves its FUSE mount behind ("Transport
 	 * endpoint is not connected"): detach it lazily. */

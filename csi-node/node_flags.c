@@ -13,17 +13,16 @@ static int node_flag_frontend(const char *value, void *target, const char **why)
 	struct node_cfg *c = ZL_CONTAINER_OF((enum node_frontend *)target, struct node_cfg,
 					     frontend);
 
-	c->frontend_auto = !strcmp(value, "auto");
-	if (c->frontend_auto || !strcmp(value, "fuse")) {
+	int rc = node_frontend_parse(value, &c->frontend);
+
+	if (rc < 0) {
+		*why = "not a frontend; pass auto, ublk, nbd or fuse";
+		return rc;
+	}
+	c->frontend_auto = rc == 1;
+	if (c->frontend_auto)
 		c->frontend = NODE_FRONTEND_FUSE;
-		return 0;
-	}
-	if (!strcmp(value, "nbd")) {
-		c->frontend = NODE_FRONTEND_NBD;
-		return 0;
-	}
-	*why = "not a frontend; pass auto, fuse or nbd";
-	return -ZL_ERR_INVAL;
+	return 0;
 }
 
 static int node_flag_transport(const char *value, void *target, const char **why)
@@ -102,7 +101,7 @@ int node_flags_parse(int argc, char **argv, struct node_cfg *c, struct zl_cfg_et
 	     .type = ZL_CFG_CALL,
 	     .target = &c->frontend,
 	     .parse = node_flag_frontend,
-	     .help = "auto|fuse|nbd (default auto: nbd where the kernel\nhas the nbd module, else fuse)"},
+	     .help = "auto|ublk|nbd|fuse (default auto: ublk where the\nkernel has ublk_drv, else nbd where it has nbd,\nelse fuse)"},
 	    {.name = "transport",
 	     .arg = "T",
 	     .type = ZL_CFG_CALL,

@@ -25,16 +25,11 @@ static struct zl_grpc_server *node_msrv_grpc;
 /* Counts over the staged volumes, and their samples, for one scrape. */
 struct node_scrape {
 	struct zl_metrics_text *t;
-	uint64_t staged[3]; /* by frontend: fuse, nbd, other */
+	uint64_t staged[3]; /* by enum node_frontend: fuse, nbd, ublk */
 	uint32_t dead;	    /* staged with no live attach process */
 	/* The per-volume samples, written after the families' heads. */
 	struct zl_metrics_text vol;
 };
-
-static const char *node_frontend_label(enum node_frontend f)
-{
-	return f == NODE_FRONTEND_NBD ? "nbd" : f == NODE_FRONTEND_FUSE ? "fuse" : "other";
-}
 
 /* The value of "key=" in an attach status reply, 0 when absent. */
 static uint64_t node_status_field(const char *reply, const char *key)
@@ -73,12 +68,13 @@ static void node_scrape_vol(struct node *n, const char *vol_id, void *arg)
 
 	if (node_state_load(n, vol_id, &st) || !st.staged)
 		return;
-	sc->staged[st.frontend == NODE_FRONTEND_NBD ? 1 : st.frontend == NODE_FRONTEND_FUSE ? 0 : 2]++;
+	if ((unsigned)st.frontend < ZL_ARRAY_SIZE(sc->staged))
+		sc->staged[st.frontend]++;
 	alive = st.pid > 0 && node_attach_alive(st.pid, st.volume_id);
 	sc->dead += !alive;
 	zl_metrics_label_escape(st.loop, dev, sizeof(dev));
 	snprintf(lab, sizeof(lab), "volume=\"%s\",frontend=\"%s\",device=\"%s\"", st.volume_id,
-		 node_frontend_label(st.frontend), dev);
+		 node_frontend_name(st.frontend), dev);
 	zl_metrics_u64(&sc->vol, "zipline_node_volume_attached", lab, alive);
 	if (!alive || node_attach_ctl(n, vol_id, "status", reply, sizeof(reply)) ||
 	    strncmp(reply, "ok ", 3))
@@ -94,7 +90,8 @@ static void node_scrape_vol(struct node *n, const char *vol_id, void *arg)
 static void node_metrics_render(void *arg, struct zl_metrics_text *t)
 {
 	struct node *n = arg;
-	static const char *const fl[] = {"fuse", "nbd", "other"};
+	const char *fl[] = {node_frontend_name(NODE_FRONTEND_FUSE), node_frontend_name(NODE_FRONTEND_NBD),
+			    node_frontend_name(NODE_FRONTEND_UBLK)};
 	struct node_scrape sc = {.t = t};
 	char lab[384], id[256];
 

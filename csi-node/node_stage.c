@@ -1,8 +1,10 @@
 /* NodeStageVolume / NodeUnstageVolume: attach the volume through its own
- * attach process (FUSE file + loop device, or /dev/nbdN with the nbd
- * frontend), format it when blank, mount it on the staging path; and the
- * reverse. A staged nbd volume whose attach process died gets a new one
- * that takes the device over (the mount stays). */
+ * attach process (FUSE file + loop device, /dev/nbdN with the nbd frontend,
+ * /dev/ublkbN with ublk; the StorageClass's `frontend` parameter, passed in
+ * the volume context, goes over the node's --frontend), format it when
+ * blank, mount it on the staging path; and the reverse. A staged nbd or
+ * ublk volume whose attach process died gets a new one that takes the
+ * device over (the mount stays). */
 #include "node.h"
 
 #include <errno.h>
@@ -104,6 +106,40 @@ static int node_stage_reset(struct node *n, struct node_vol_state *st, char *msg
 	return node_detach(n, st, msg, len);
 }
 
+/* The frontend of a new stage: the volume context's `frontend` (the
+ * StorageClass parameter) over --frontend; one this node's kernel lacks is
+ * refused, naming the module. ZL_GRPC_OK with *out set, or the call's code. */
+static int node_stage_frontend(struct node *n, struct zl_grpc_call *call,
+			       const Csi__V1__NodeStageVolumeRequest *r, enum node_frontend *out)
+{
+	const char *v =
+	    node_map_get((void *const *)r->volume_context, r->n_volume_context, "frontend");
+	char why[320];
+	int rc;
+
+	*out = n->cfg.frontend;
+	rc = v && v[0] ? node_frontend_parse(v, out) : 1;
+	if (rc < 0)
+		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
+				    "volume %s: volume_context[frontend]=\"%s\" is not a frontend "
+				    "(auto, ublk, nbd or fuse)",
+				    r->volume_id, v);
+	if (rc == 1) /* none or auto: what this node picked (--frontend) */
+		*out = n->cfg.frontend;
+	if (node_frontend_check(*out, why, sizeof(why)) == 0)
+		return ZL_GRPC_OK;
+	if (rc == 1)
+		return zl_grpc_fail(call, ZL_GRPC_FAILED_PRECONDITION,
+				    "volume %s: zipline-node --frontend %s, but %s on node %s; "
+				    "load the module or run zipline-node with --frontend auto",
+				    r->volume_id, node_frontend_name(*out), why, n->cfg.node_id);
+	return zl_grpc_fail(call, ZL_GRPC_FAILED_PRECONDITION,
+			    "volume %s asks for the %s frontend (StorageClass parameter "
+			    "frontend), but %s on node %s; load the module, or use a "
+			    "StorageClass with frontend auto or fuse",
+			    r->volume_id, v, why, n->cfg.node_id);
+}
+
 static int node_stage_locked(struct node *n, struct zl_grpc_call *call,
 			     const Csi__V1__NodeStageVolumeRequest *r, const struct node_cap *cap)
 {
@@ -125,10 +161,10 @@ static int node_stage_locked(struct node *n, struct zl_grpc_call *call,
 		    "volume %s is staged at %s with another capability (%s %s -o %s)", r->volume_id,
 		    st.staging, st.block ? "block" : "mount", st.fs_type,
 		    st.mount_flags[0] ? st.mount_flags : "defaults");
-	if (rc == 0 && st.staged && st.frontend == NODE_FRONTEND_NBD &&
-	    !node_attach_alive(st.pid, st.volume_id) && node_nbd_serves(st.loop, st.volume_id)) {
+	if (rc == 0 && st.staged && !node_attach_alive(st.pid, st.volume_id) &&
+	    node_frontend_dev_present(&st)) {
 		/* The device (and what is mounted on it) waits for a new server. */
-		if (node_nbd_reattach(n, &st, msg, sizeof(msg)))
+		if (node_attach_takeover(n, &st, msg, sizeof(msg)))
 			return zl_grpc_fail(call, ZL_GRPC_UNAVAILABLE,
 					    "cannot take over %s of volume %s: %s", st.loop,
 					    r->volume_id, msg);
@@ -159,7 +195,10 @@ static int node_stage_locked(struct node *n, struct zl_grpc_call *call,
 		snprintf(st.fs_type, sizeof(st.fs_type), "%s", cap->fs_type);
 		snprintf(st.mount_flags, sizeof(st.mount_flags), "%s", cap->flags);
 		st.stage_ro = cap->ro_mode;
-		st.frontend = n->cfg.frontend;
+		st.ublk_id = -1;
+		rc = node_stage_frontend(n, call, r, &st.frontend);
+		if (rc)
+			return rc;
 	}
 	v = node_map_get((void *const *)r->publish_context, r->n_publish_context, "etcdPrefix");
 	snprintf(st.prefix, sizeof(st.prefix), "%s", v && v[0] ? v : n->cfg.etcd_prefix);
@@ -194,6 +233,7 @@ static int node_stage_locked(struct node *n, struct zl_grpc_call *call,
 		    .frontend = st.frontend,
 		    .dev = dev,
 		    .devlen = sizeof(dev),
+		    .ublk_id = &st.ublk_id,
 		};
 		dev[0] = '\0';
 		rc = node_attach_start(n, &ar, &st.pid, msg, sizeof(msg));
@@ -203,15 +243,15 @@ static int node_stage_locked(struct node *n, struct zl_grpc_call *call,
 		snprintf(st.loop, sizeof(st.loop), "%s", dev);
 	}
 	rc = node_state_save(n, &st);
-	if (rc == 0 && st.frontend == NODE_FRONTEND_NBD)
+	if (rc == 0 && st.frontend != NODE_FRONTEND_FUSE)
 		rc = node_token_save(n, st.volume_id, tok);
 	if (rc) {
 		rc = zl_grpc_fail_err(call, rc, "cannot record the attachment of %s in %s",
 				      st.volume_id, n->cfg.state_dir);
 		goto out_undo;
 	}
-	if (st.frontend == NODE_FRONTEND_NBD)
-		rc = 0; /* the attach process serves /dev/nbdN itself */
+	if (st.frontend != NODE_FRONTEND_FUSE)
+		rc = 0; /* the attach process serves /dev/nbdN or /dev/ublkbN itself */
 	else
 		rc = node_loop_setup(n, st.volume_id, st.loop, sizeof(st.loop), msg, sizeof(msg));
 	if (rc) {
@@ -328,6 +368,12 @@ static int node_unstage_locked(struct node *n, struct zl_grpc_call *call,
 		    "volume %s is still published at %s%s: call NodeUnpublishVolume "
 		    "first",
 		    r->volume_id, st.targets[0].path, st.n_targets > 1 ? " and more" : "");
+	/* A device waiting for a server would hold the unmount's writeback
+	 * (ublk: for ever): serve it again first. */
+	if (st.staged && !node_attach_alive(st.pid, st.volume_id) &&
+	    node_frontend_dev_present(&st) && node_attach_takeover(n, &st, msg, sizeof(msg)))
+		ZL_LOG_WARN(NODE_LOG, "unstage without a server for its device: vol=%s err=\"%s\"",
+			    st.volume_id, msg);
 	if (!st.block) {
 		rc = node_umount_all(st.staging, msg, sizeof(msg));
 		if (rc)

@@ -43,7 +43,9 @@ char *node_state_to_json(const struct node_vol_state *st)
 	json_object_set_new(o, "mount_flags", json_string(st->mount_flags));
 	json_object_set_new(o, "stage_readonly", json_boolean(st->stage_ro));
 	json_object_set_new(o, "pid", json_integer(st->pid));
-	json_object_set_new(o, "frontend", json_string(st->frontend == NODE_FRONTEND_NBD ? "nbd" : "fuse"));
+	json_object_set_new(o, "frontend", json_string(node_frontend_name(st->frontend)));
+	if (st->frontend == NODE_FRONTEND_UBLK)
+		json_object_set_new(o, "ublk_id", json_integer(st->ublk_id));
 	json_object_set_new(o, "loop_device", json_string(st->loop));
 	json_object_set_new(o, "epoch", json_integer((json_int_t)st->epoch));
 	json_object_set_new(o, "size", json_integer((json_int_t)st->size));
@@ -95,7 +97,11 @@ int node_state_from_json(const char *json, struct node_vol_state *st)
 		goto out;
 	st->block = strcmp(mode, "block") == 0;
 	mode = json_string_value(json_object_get(o, "frontend"));
-	st->frontend = mode && strcmp(mode, "nbd") == 0 ? NODE_FRONTEND_NBD : NODE_FRONTEND_FUSE;
+	st->frontend = NODE_FRONTEND_FUSE;
+	if (mode && node_frontend_parse(mode, &st->frontend) != 0)
+		goto out;
+	e = json_object_get(o, "ublk_id");
+	st->ublk_id = e && json_is_integer(e) ? (int)json_integer_value(e) : -1;
 	st->stage_ro = json_is_true(json_object_get(o, "stage_readonly"));
 	st->staged = json_is_true(json_object_get(o, "staged"));
 	st->pid = (pid_t)json_integer_value(json_object_get(o, "pid"));
@@ -233,19 +239,19 @@ void node_op_end(struct node *n, const char *vol_id)
 	pthread_mutex_unlock(&n->ops.lock);
 }
 
-/* A staged volume whose attach process died while its nbd device still
- * waits for a server: a new attach process takes the device over (the
+/* A staged volume whose attach process died while its nbd or ublk device
+ * still waits for a server: a new attach process takes the device over (the
  * kernel holds the I/O meanwhile, the mount stays). True when it did. */
-static bool node_nbd_recover(struct node *n, struct node_vol_state *st)
+static bool node_dev_recover(struct node *n, struct node_vol_state *st)
 {
 	char msg[768] = "";
 
-	if (!st->staged || st->frontend != NODE_FRONTEND_NBD ||
-	    !node_nbd_serves(st->loop, st->volume_id))
+	if (!st->staged || !node_frontend_dev_present(st))
 		return false;
-	if (node_nbd_reattach(n, st, msg, sizeof(msg))) {
-		ZL_LOG_ERR(NODE_LOG, "cannot take over the nbd device: vol=%s dev=%s err=\"%s\"",
-			   st->volume_id, st->loop, msg);
+	if (node_attach_takeover(n, st, msg, sizeof(msg))) {
+		ZL_LOG_ERR(NODE_LOG,
+			   "cannot take over the %s device: vol=%s dev=%s err=\"%s\"",
+			   node_frontend_name(st->frontend), st->volume_id, st->loop, msg);
 		return false;
 	}
 	return true;
@@ -269,7 +275,7 @@ static void node_adopt_one(struct node *n, const char *vol_id, void *arg)
 		    vol_id, (int)st.pid, st.loop[0] ? st.loop : "-", st.staging, st.n_targets);
 		return;
 	}
-	if (node_nbd_recover(n, &st))
+	if (node_dev_recover(n, &st))
 		return;
 	/* Dead. Mounts made on top of it are broken but still the CO's to undo
 	 * (NodeUnpublish/NodeUnstage clean up and report the condition); an
@@ -323,12 +329,12 @@ static void node_reap_one(struct node *n, const char *vol_id, void *arg)
 	if (node_state_load(n, vol_id, &st) || st.pid <= 0 ||
 	    node_attach_alive(st.pid, st.volume_id))
 		return;
-	/* Dead: an nbd device waiting for a server gets one, under the
-	 * volume's operation lock (an RPC running on it goes first). */
-	if (st.frontend != NODE_FRONTEND_NBD || !st.staged || node_op_begin(n, vol_id))
+	/* Dead: an nbd or ublk device waiting for a server gets one, under
+	 * the volume's operation lock (an RPC running on it goes first). */
+	if (st.frontend == NODE_FRONTEND_FUSE || !st.staged || node_op_begin(n, vol_id))
 		return;
 	if (node_state_load(n, vol_id, &st) == 0 && !node_attach_alive(st.pid, st.volume_id))
-		node_nbd_recover(n, &st);
+		node_dev_recover(n, &st);
 	node_op_end(n, vol_id);
 }
 

@@ -44,23 +44,25 @@ static void node_condition(const struct node *n, const struct node_vol_state *st
 	const char *e;
 
 	*abnormal = false;
-	snprintf(msg, len, "attached through pid %d (%s, frontend %s)", (int)st->pid, st->loop,
-		 st->frontend == NODE_FRONTEND_NBD ? "nbd" : "fuse");
-	if (!node_attach_alive(st->pid, st->volume_id) && st->frontend == NODE_FRONTEND_NBD &&
-	    node_nbd_serves(st->loop, st->volume_id)) {
+	const char *fe = node_frontend_name(st->frontend);
+
+	snprintf(msg, len, "attached through pid %d (%s, frontend %s): attach process alive",
+		 (int)st->pid, st->loop, fe);
+	if (!node_attach_alive(st->pid, st->volume_id) && node_frontend_dev_present(st)) {
 		*abnormal = true;
 		snprintf(msg, len,
-			 "the attach process (pid %d) of volume %s is gone: %s holds its I/O "
-			 "until the new one zipline-node starts takes it over (120 s at most)",
-			 (int)st->pid, st->volume_id, st->loop);
+			 "the attach process (pid %d) of volume %s is gone: %s (frontend %s) "
+			 "holds its I/O until the new one zipline-node starts takes it over%s",
+			 (int)st->pid, st->volume_id, st->loop, fe,
+			 st->frontend == NODE_FRONTEND_NBD ? " (120 s at most)" : "");
 		return;
 	}
 	if (!node_attach_alive(st->pid, st->volume_id)) {
 		*abnormal = true;
 		snprintf(msg, len,
-			 "the attach process (pid %d) of volume %s is gone: I/O fails; "
-			 "unpublish and unstage to recover",
-			 (int)st->pid, st->volume_id);
+			 "the attach process (pid %d, frontend %s) of volume %s is gone: I/O "
+			 "fails; unpublish and unstage to recover",
+			 (int)st->pid, fe, st->volume_id);
 		return;
 	}
 	if (node_attach_ctl(n, st->volume_id, "status", reply, sizeof(reply)) != 0)
@@ -221,6 +223,11 @@ static int node_expand_locked(struct node *n, struct zl_grpc_call *call,
 		return zl_grpc_fail_err(call, rc, "cannot reach the attach process of %s",
 					r->volume_id);
 	p = strstr(reply, "size=");
+	if (st.frontend == NODE_FRONTEND_UBLK && strncmp(reply, "err ", 4) == 0)
+		return zl_grpc_fail(call, ZL_GRPC_FAILED_PRECONDITION,
+				    "volume %s is staged through the ublk frontend (%s), which "
+				    "cannot grow a live device: %s",
+				    r->volume_id, st.loop, reply + 4);
 	if (strncmp(reply, "ok", 2) != 0 || !p)
 		return zl_grpc_fail(call, ZL_GRPC_INTERNAL, "resizing the attachment of %s: %s",
 				    r->volume_id, reply);

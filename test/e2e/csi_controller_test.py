@@ -328,6 +328,8 @@ def test_create_errors(t):
                 C.INVALID_ARGUMENT, "transport")
     expect_code(E, mk(name="e1", volume_capabilities=good, parameters={"minSize": "4"}),
                 C.INVALID_ARGUMENT, "minSize")
+    expect_code(E, mk(name="e1", volume_capabilities=good, parameters={"frontend": "spdk"}),
+                C.INVALID_ARGUMENT, "parameters[frontend]")
     expect_code(E, mk(name="e1", volume_capabilities=good, parameters={"minSize": "x"}),
                 C.INVALID_ARGUMENT, "minSize")
     expect_code(E, mk(name="e1", volume_capabilities=good, parameters={"writeIops": "fast"}),
@@ -404,6 +406,13 @@ def test_create(t):
     check(r3.volume.capacity_bytes == 1 << 30, "default size %d" % r3.volume.capacity_bytes)
     check(r3.volume.volume_context["replicas"] == "3" and
           r3.volume.volume_context["transport"] == "auto", "defaults %s" % r3.volume)
+    # The StorageClass's frontend reaches the node in the volume context.
+    rf = twice(t.ctl.CreateVolume, pb.CreateVolumeRequest(
+        name="pvc-ublk", capacity_range=pb.CapacityRange(required_bytes=MiB),
+        volume_capabilities=[cap(pb)], parameters={"frontend": "ublk"}))
+    check(rf.volume.volume_context["frontend"] == "ublk", "frontend %s" % rf.volume)
+    rec = json.loads(etcd_get(PREFIX + "volumes/" + rf.volume.volume_id)["value"])
+    check(rec["params"].get("frontend") == "ublk", "record params %s" % rec["params"])
     r4 = t.ctl.CreateVolume(pb.CreateVolumeRequest(
         name="pvc-limit", capacity_range=pb.CapacityRange(limit_bytes=5 * MiB + 100),
         volume_capabilities=[cap(pb, "SINGLE_NODE_READER_ONLY", block=True)]), timeout=30)

@@ -375,6 +375,31 @@ def node_negatives(node, vol, pctx):
                 pb.NodeStageVolumeRequest(volume_id=ghost, staging_target_path=st,
                                           volume_capability=cap),
                 "NodeStage of an unknown volume")
+    # The StorageClass's frontend (volume context) goes over the node's: a
+    # kernel without its module refuses it by name (this machine's kernel
+    # has neither ublk_drv nor nbd); one with it gets as far as the missing
+    # attach token (pctx is empty). Nothing is left staged either way.
+    for fe, mod in (("ublk", "ublk_drv"), ("nbd", "nbd")):
+        has = os.path.exists("/sys/module/" + mod) or subprocess.run(
+            ["modprobe", "-n", "-q", mod]).returncode == 0
+        why = expect_code(C.FAILED_PRECONDITION, node.n.NodeStageVolume,
+                          pb.NodeStageVolumeRequest(volume_id=vol, staging_target_path=st,
+                                                    volume_capability=cap,
+                                                    publish_context=pctx,
+                                                    volume_context={"frontend": fe}),
+                          "NodeStage with frontend %s (%s %s)"
+                          % (fe, mod, "available" if has else "missing"))
+        if has and "no attach token" not in why:
+            fail("frontend %s with %s available: %s" % (fe, mod, why))
+        if not has and ("lacks the %s module" % mod not in why or "%s frontend" % fe not in why):
+            fail("the refusal of frontend %s does not name the %s module: %s" % (fe, mod, why))
+        if os.path.exists(os.path.join(node.state, vol)) or mounted(st):
+            fail("the refused frontend %s left state or a mount behind" % fe)
+    expect_code(C.INVALID_ARGUMENT, node.n.NodeStageVolume,
+                pb.NodeStageVolumeRequest(volume_id=vol, staging_target_path=st,
+                                          volume_capability=cap, publish_context=pctx,
+                                          volume_context={"frontend": "spdk"}),
+                "NodeStage with frontend spdk")
     expect_code(C.INVALID_ARGUMENT, node.n.NodePublishVolume,
                 pb.NodePublishVolumeRequest(staging_target_path=st, target_path=tgt,
                                             volume_capability=cap),

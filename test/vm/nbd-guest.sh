@@ -15,7 +15,7 @@
 #   5. umount, fsck.ext4 -n clean; SIGTERM to the attach process: exit 0
 #      and the device is disconnected (size 0);
 #   6. zipline-controller and `zipline-node --frontend nbd` driven through
-#      CSI (nbd_csi_guest.py): Filesystem and Block modes staged on
+#      CSI (csi_frontend_guest.py nbd): Filesystem and Block modes staged on
 #      /dev/nbdN, the attach process killed and taken over by zipline-node
 #      under a mounted file system, stats, unstage disconnects.
 # Logs in WORK (on the host). Exit 0 when every check passed.
@@ -175,7 +175,7 @@ wait_for 10 disconnected || fail "$dev still has $(cat "/sys/block/${dev#/dev/}/
 say "SIGTERM: the attach process exited 0, $dev disconnected"
 
 # ---- 6. the same through CSI: zipline-node --frontend nbd
-ZL_BUILD_DIR=$build /usr/bin/python3 "$here/nbd_csi_guest.py" "$bin" "$work" "$etcd_url" ||
+ZL_BUILD_DIR=$build /usr/bin/python3 "$here/csi_frontend_guest.py" "$bin" "$work" "$etcd_url" nbd ||
 	fail "the CSI checks failed (node.log, controller.log in $work)"
 for p in "${pids[@]}"; do kill -TERM "$p"; done
 wait

@@ -17,7 +17,16 @@
 #    has taken writes of it, SIGKILL of the attach process: the device stays
 #    and fio waits; `zipline-node attach --frontend ublk --recover N` takes
 #    it over, fio ends with no error, umount, fsck -n clean;
-# 6. SIGTERM: the attach process exits 0 and the device is gone.
+# 6. SIGTERM: the attach process exits 0 and the device is gone;
+# 7. xfs on a fresh device of the volume: mkfs.xfs, mount, a file written,
+#    umount, xfs_repair -n clean, the file read back after a remount;
+# 8. the same through CSI (csi_frontend_guest.py ublk param):
+#    zipline-controller and zipline-node, the StorageClass parameter
+#    frontend=ublk over zipline-node --frontend fuse, Filesystem and Block
+#    modes on /dev/ublkbN, the attach process killed under a mounted file
+#    system and taken over by zipline-node (--recover), zipline-node
+#    restarted with --frontend auto (picks ublk, adopts the attach process),
+#    NodeExpandVolume refused, NodeUnstage deleting the device.
 set -u
 build=${1:?usage: ublk-guest.sh BUILD WORK}
 work=${2:?usage: ublk-guest.sh BUILD WORK}
@@ -30,7 +39,7 @@ mnt=/mnt/zl-ublk-fs
 etcd_url=http://127.0.0.1:2379
 nodes=3
 vol=ublkvol
-size_mb=256
+size_mb=320 # mkfs.xfs wants 300 MB or more
 storage_pids=() attach_pid='' fio_pid=''
 t0=$SECONDS
 
@@ -52,8 +61,8 @@ trap cleanup EXIT
 disk=${ZL_VM_DISKS%% *}
 [[ -b $disk ]] || fail "no virtio disk (ZL_VM_DISKS='${ZL_VM_DISKS:-}')"
 [[ -c /dev/ublk-control ]] || fail "/dev/ublk-control is missing (ublk_drv not loaded?)"
-for t in etcd etcdctl curl fio mkfs.ext4 fsck.ext4 blkdiscard "$bin/zipline-storage" "$bin/zl" \
-	"$bin/zipline-node"; do
+for t in etcd etcdctl curl fio mkfs.ext4 fsck.ext4 mkfs.xfs xfs_repair blkdiscard \
+	"$bin/zipline-storage" "$bin/zl" "$bin/zipline-node" "$bin/zipline-controller"; do
 	command -v "$t" >/dev/null || fail "$t is missing"
 done
 mkdir -p "$logs" "$data" "$mnt" || fail "cannot create $logs, $data or $mnt"
@@ -205,4 +214,36 @@ grep -q 'ublk device deleted' "$logs/attach2.log" || fail "attach2.log does not 
 for ((i = 1; i <= nodes; i++)); do
 	grep -qi 'corrupt' "$logs/storage-$i.log" && fail "storage-$i.log reports corruption"
 done
-say "SIGTERM: exit 0, $dev deleted; PASS"
+say "SIGTERM: exit 0, $dev deleted"
+
+# ---- 7. xfs (the device is new; the volume still holds ext4: overwritten)
+attach_start attach3
+dev=$(sed -n 's/.* dev=\(\/dev\/ublkb[0-9]*\).*/\1/p' <<<"$ready_line")
+for ((i = 0; i < 100; i++)); do
+	[[ -b $dev ]] && break
+	sleep 0.1
+done
+[[ -b $dev ]] || fail "$dev did not appear"
+mkfs.xfs -q -f "$dev" >"$logs/mkfs-xfs.log" 2>&1 || fail "mkfs.xfs $dev failed: $(cat "$logs/mkfs-xfs.log")"
+mount "$dev" "$mnt" || fail "mount $dev (xfs) failed"
+head -c 16M /dev/urandom >"$mnt/file" || fail "cannot write to $mnt/file (xfs)"
+sync -f "$mnt/file" || fail "sync failed (xfs)"
+sum=$(md5sum <"$mnt/file")
+umount "$mnt" || fail "umount $mnt (xfs) failed"
+xfs_repair -n "$dev" >"$logs/xfs_repair.log" 2>&1 ||
+	fail "xfs_repair -n after umount: $(tail -5 "$logs/xfs_repair.log")"
+mount "$dev" "$mnt" || fail "mount $dev (xfs, again) failed"
+[[ $(md5sum <"$mnt/file") == "$sum" ]] || fail "$mnt/file (xfs) reads back different after a remount"
+umount "$mnt" || fail "umount $mnt (xfs, again) failed"
+kill -TERM "$attach_pid"
+wait "$attach_pid" || fail "attach3 exited $? on SIGTERM"
+attach_pid=''
+say "xfs: made, mounted, 16 MiB written, unmounted, xfs_repair -n clean, read back"
+
+# ---- 8. through CSI
+ZL_BUILD_DIR=$build /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/csi_frontend_guest.py" \
+	"$bin" "$logs" "$etcd_url" ublk param || fail "the CSI checks failed (node.log, controller.log in $logs)"
+for ((i = 1; i <= nodes; i++)); do
+	grep -qi 'corrupt' "$logs/storage-$i.log" && fail "storage-$i.log reports corruption"
+done
+say "PASS"

@@ -6,7 +6,10 @@
 # ext4 made, mounted, written, checked; then the attach process is killed
 # with SIGKILL under a verified fio load on the mounted file system, a new
 # one takes the device over (--recover), fio ends without an error and the
-# file system checks clean. The steps are in ublk-guest.sh.
+# file system checks clean; xfs made and checked with xfs_repair -n; then
+# the CSI path (zipline-controller, zipline-node, the StorageClass parameter
+# frontend=ublk, the takeover by zipline-node). The steps are in
+# ublk-guest.sh.
 #
 # Usage: ublk-vm.sh BUILD_DIR   (ctest ublk_vm, label vm). KEEP=1 keeps the
 # work directory (BUILD/ublk.*: logs of etcd, the daemons, the attach
@@ -22,10 +25,11 @@ fail() {
 	exit 1
 }
 
-for t in "$build/bin/zipline-storage" "$build/bin/zl" "$build/bin/zipline-node"; do
+for t in "$build/bin/zipline-storage" "$build/bin/zl" "$build/bin/zipline-node" \
+	"$build/bin/zipline-controller"; do
 	[[ -x $t ]] || fail "$t is not built"
 done
-for t in etcd curl fio mkfs.ext4 fsck.ext4 blkdiscard; do
+for t in etcd curl fio mkfs.ext4 fsck.ext4 mkfs.xfs xfs_repair blkdiscard; do
 	command -v "$t" >/dev/null || fail "$t is missing (scripts/install-deps.sh installs it)"
 done
 work=$(mktemp -d "$build/ublk.XXXXXX") || fail "cannot create a work directory in $build"
@@ -40,7 +44,7 @@ trap cleanup EXIT
 img=$work/disk.img
 truncate -s 2G "$img" || fail "cannot create $img"
 
-bash "$vm" run -M ublk_drv --share "$build" --disk "$img" -m 2G -t "${ZL_UBLK_VM_TIMEOUT:-600}" -- \
+bash "$vm" run -M ublk_drv --share "$build" --disk "$img" -m 2G -t "${ZL_UBLK_VM_TIMEOUT:-900}" -- \
 	bash "$here/ublk-guest.sh" "$build" "$work"
 rc=$?
 echo "ublk_vm: guest exited $rc after $((SECONDS - t_start)) s"

@@ -88,6 +88,42 @@ static void test_roundtrip(void **state)
 					      &b),
 			 0);
 	assert_int_equal(b.frontend, NODE_FRONTEND_FUSE);
+	assert_int_equal(b.ublk_id, -1);
+
+	/* ublk: the device id a --recover takes survives too; a frontend
+	 * this node does not know is a damaged state, not FUSE. */
+	a.frontend = NODE_FRONTEND_UBLK;
+	a.ublk_id = 0;
+	snprintf(a.loop, sizeof(a.loop), "/dev/ublkb0");
+	json = node_state_to_json(&a);
+	assert_non_null(strstr(json, "\"frontend\": \"ublk\""));
+	assert_non_null(strstr(json, "\"ublk_id\": 0"));
+	assert_int_equal(node_state_from_json(json, &b), 0);
+	free(json);
+	assert_int_equal(b.frontend, NODE_FRONTEND_UBLK);
+	assert_int_equal(b.ublk_id, 0);
+	assert_string_equal(b.loop, "/dev/ublkb0");
+	assert_int_equal(node_state_from_json("{\"volume_id\": \"vol-0123456789abcdef\", "
+					      "\"staging_path\": \"/s\", \"mode\": \"mount\", "
+					      "\"frontend\": \"spdk\"}",
+					      &b),
+			 -ZL_ERR_INVAL);
+}
+
+static void test_frontend_names(void **state)
+{
+	enum node_frontend f = NODE_FRONTEND_NBD;
+
+	(void)state;
+	assert_int_equal(node_frontend_parse("auto", &f), 1);
+	assert_int_equal(f, NODE_FRONTEND_NBD); /* untouched */
+	for (int i = NODE_FRONTEND_FUSE; i <= NODE_FRONTEND_UBLK; i++) {
+		assert_int_equal(node_frontend_parse(node_frontend_name(i), &f), 0);
+		assert_int_equal(f, i);
+	}
+	assert_string_equal(node_frontend_name(NODE_FRONTEND_UBLK), "ublk");
+	assert_int_equal(node_frontend_parse("UBLK", &f), -ZL_ERR_INVAL);
+	assert_int_equal(node_frontend_parse("", &f), -ZL_ERR_INVAL);
 }
 
 static void test_malformed(void **state)
@@ -171,6 +207,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_roundtrip),
+	    cmocka_unit_test(test_frontend_names),
 	    cmocka_unit_test(test_malformed),
 	    cmocka_unit_test(test_files),
 	    cmocka_unit_test(test_oplocks),

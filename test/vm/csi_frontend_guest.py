@@ -1,21 +1,30 @@
-"""nbd_csi_guest.py BIN WORK ETCD: the CSI half of nbd_frontend, run by
-test/vm/nbd-guest.sh inside the test VM (nbd module loaded, etcd and three
-zipline-storage running).
+"""csi_frontend_guest.py BIN WORK ETCD FRONTEND [param]: the CSI half of
+nbd_frontend (FRONTEND nbd, run by test/vm/nbd-guest.sh) and of ublk_vm
+(FRONTEND ublk, with param, run by test/vm/ublk-guest.sh), inside the test VM
+(the frontend's module loaded, etcd and three zipline-storage running).
 
-zipline-controller and `zipline-node --frontend nbd`; this script plays the
-kubelet and the sidecars:
+zipline-controller and zipline-node, driven through CSI gRPC; this script
+plays the kubelet and the sidecars. Without `param`, zipline-node runs with
+`--frontend FRONTEND`. With `param`, the StorageClass carries it
+(parameters frontend=FRONTEND, handed on in the volume context) and
+zipline-node first runs with `--frontend fuse`, so the stage proves the
+parameter goes over the node's flag; its restarts run `--frontend auto`,
+which must pick FRONTEND (ublk: the VM's kernel has ublk_drv).
   - Filesystem mode: CreateVolume, ControllerPublish, NodeStage (ext4 on
-    /dev/nbdN, no loop device; state.json says frontend nbd), NodePublish,
-    a file written; kill -9 of the attach process: zipline-node starts a
-    new one that takes the device over (state.json names it), the mount
-    never goes, the file reads back and new writes land; zipline-node
-    restarted: the attach process is adopted; the attach process killed
-    while zipline-node is down: zipline-node's start takes the device over;
-    NodeGetVolumeStats
-    reports usage and a normal condition; NodeUnpublish, NodeUnstage: the
-    device is disconnected, the attach process gone, the state removed.
-  - Block mode: the same stage on /dev/nbdN, a pattern written and read
-    back with O_DIRECT through the published device file, unstage.
+    /dev/nbdN or /dev/ublkbN, no loop device; state.json names the frontend
+    and, for ublk, the device id), NodePublish, a file written; kill -9 of
+    the attach process: zipline-node starts a new one that takes the device
+    over (--reattach / --recover ID; state.json names it), the mount never
+    goes, the files read back and new writes land; zipline-node restarted:
+    the attach process is adopted; the attach process killed while
+    zipline-node is down: zipline-node's start takes the device over;
+    NodeGetVolumeStats reports usage and a normal condition naming the
+    frontend; NodeExpandVolume beyond the device (ublk) is refused with
+    FAILED_PRECONDITION; NodeUnpublish, NodeUnstage: the device is
+    disconnected (nbd) or deleted (ublk), the attach process gone, the
+    state removed.
+  - Block mode: the same stage, a pattern written and read back with
+    O_DIRECT through the published device file, unstage.
 Exit 0 when every check passed. Run with /usr/bin/python3.
 """
 
@@ -26,22 +35,24 @@ import subprocess
 import sys
 import time
 
-BIN, WORK, ETCD = sys.argv[1], sys.argv[2], sys.argv[3]
+BIN, WORK, ETCD, FE = sys.argv[1:5]
+VIA_PARAM = sys.argv[5:6] == ["param"]
+DEV_PREFIX = {"nbd": "/dev/nbd", "ublk": "/dev/ublkb"}[FE]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from csi_client import CsiClient, wait_for_socket  # noqa: E402
 
-RUN = "/run/zl-nbd-csi"
+RUN = "/run/zl-%s-csi" % FE
 STATE = os.path.join(RUN, "state")
 T = 120
 procs = []
 
 
 def log(msg):
-    print("nbd_csi_guest: %s" % msg, flush=True)
+    print("csi_frontend_guest(%s): %s" % (FE, msg), flush=True)
 
 
 def fail(msg):
-    print("nbd_csi_guest: FAIL: %s" % msg, file=sys.stderr, flush=True)
+    print("csi_frontend_guest(%s): FAIL: %s" % (FE, msg), file=sys.stderr, flush=True)
     for p in procs:
         p.send_signal(signal.SIGTERM)
     sys.exit(1)
@@ -87,8 +98,12 @@ def alive(pid):
 
 
 def dev_size(dev):
-    with open("/sys/block/%s/size" % os.path.basename(dev)) as f:
-        return int(f.read())
+    """Sectors of the device; 0 when it is disconnected (nbd) or gone (ublk)."""
+    try:
+        with open("/sys/block/%s/size" % os.path.basename(dev)) as f:
+            return int(f.read())
+    except FileNotFoundError:
+        return 0
 
 
 os.makedirs(RUN, exist_ok=True)
@@ -102,17 +117,31 @@ node = None
 node_proc = None
 
 
+node_starts = 0
+
+
 def node_start():
-    global node, node_proc
+    global node, node_proc, node_starts
     if os.path.exists(RUN + "/node.sock"):
         os.unlink(RUN + "/node.sock")
+    flag = FE if not VIA_PARAM else "fuse" if node_starts == 0 else "auto"
+    node_starts += 1
+    logpath = os.path.join(WORK, "node.log")
+    logged = os.path.getsize(logpath) if os.path.exists(logpath) else 0
     node_proc = start("node", [
         os.path.join(BIN, "zipline-node"), "--endpoint", "unix://%s/node.sock" % RUN,
         "--node-id", "vm-node", "--etcd", ETCD, "--state-dir", STATE, "--kubelet-dir", RUN,
-        "--transport", "tcp", "--frontend", "nbd", "--io-timeout", "10", "--log-level", "info"])
+        "--transport", "tcp", "--frontend", flag, "--io-timeout", "10", "--log-level", "info"])
     wait_for_socket(RUN + "/node.sock", 60)
     node = CsiClient("unix://%s/node.sock" % RUN)
     node.wait_ready(60)
+    if flag == "auto":
+        with open(logpath) as f:
+            f.seek(logged)
+            picked = [ln for ln in f if "frontend auto: " in ln]
+        if not picked or "frontend auto: %s " % FE not in picked[0]:
+            fail("zipline-node --frontend auto did not pick %s: %s" % (FE, picked))
+        log("zipline-node --frontend auto picked %s" % FE)
 
 
 def node_stop():
@@ -136,9 +165,14 @@ def cap_of(block):
 
 def stage(name, block):
     cap = cap_of(block)
+    params = {"replicas": "3"}
+    if VIA_PARAM:
+        params["frontend"] = FE
     v = ctrl.controller.CreateVolume(pb.CreateVolumeRequest(
         name=name, capacity_range=pb.CapacityRange(required_bytes=64 << 20),
-        volume_capabilities=[cap], parameters={"replicas": "3"}), timeout=T).volume
+        volume_capabilities=[cap], parameters=params), timeout=T).volume
+    if VIA_PARAM and v.volume_context["frontend"] != FE:
+        fail("CreateVolume's volume_context has frontend %r" % v.volume_context.get("frontend"))
     pctx = dict(ctrl.controller.ControllerPublishVolume(pb.ControllerPublishVolumeRequest(
         volume_id=v.volume_id, node_id="vm-node", volume_capability=cap),
         timeout=T).publish_context)
@@ -147,11 +181,14 @@ def stage(name, block):
     os.makedirs(staging, exist_ok=True)
     node.node.NodeStageVolume(pb.NodeStageVolumeRequest(
         volume_id=v.volume_id, staging_target_path=staging, volume_capability=cap,
-        publish_context=pctx), timeout=T)
+        publish_context=pctx, volume_context=dict(v.volume_context)), timeout=T)
     st = state(v.volume_id)
     dev = st["loop_device"]
-    if st["frontend"] != "nbd" or not dev.startswith("/dev/nbd"):
-        fail("%s staged on %s with frontend %s, not on /dev/nbdN" % (name, dev, st["frontend"]))
+    if st["frontend"] != FE or not dev.startswith(DEV_PREFIX):
+        fail("%s staged on %s with frontend %s, not on %sN" % (name, dev, st["frontend"],
+                                                               DEV_PREFIX))
+    if FE == "ublk" and dev != "/dev/ublkb%d" % st.get("ublk_id", -1):
+        fail("%s: state.json names ublk_id %s for %s" % (name, st.get("ublk_id"), dev))
     if not block and mount_source(staging) != dev:
         fail("%s: staging mount source %s, not %s" % (name, mount_source(staging), dev))
     node.node.NodePublishVolume(pb.NodePublishVolumeRequest(
@@ -174,8 +211,9 @@ def unstage(vol, staging, target, dev, pid):
     if alive(pid):
         fail("the attach process %d of %s outlived NodeUnstage" % (pid, vol))
     if dev_size(dev) != 0:
-        fail("%s still connected (%d sectors) after NodeUnstage" % (dev, dev_size(dev)))
-    log("unstaged %s: %s disconnected, attach process gone" % (vol, dev))
+        fail("%s still there (%d sectors) after NodeUnstage" % (dev, dev_size(dev)))
+    log("unstaged %s: %s %s, attach process gone"
+        % (vol, dev, "disconnected" if FE == "nbd" else "deleted"))
 
 
 def takeover(vol, old, why):
@@ -204,6 +242,10 @@ def check_stats(vol, path, unit):
         fail("NodeGetVolumeStats of %s: no usage in unit %d: %s" % (vol, unit, r))
     if r.volume_condition.abnormal:
         fail("NodeGetVolumeStats of %s: abnormal: %s" % (vol, r.volume_condition.message))
+    if "frontend %s" % FE not in r.volume_condition.message or \
+            "alive" not in r.volume_condition.message:
+        fail("NodeGetVolumeStats of %s: the condition does not name frontend %s and a live "
+             "attach process: %s" % (vol, FE, r.volume_condition.message))
 
 
 # ---- Filesystem mode, and the attach process killed
@@ -253,6 +295,21 @@ for name, want in (("a", data), ("b", data[::-1]), ("c", data[:1 << 20])):
             fail("file %s differs after the takeover at start" % name)
 log("files read back after the takeover at zipline-node's start")
 check_stats(vol, target, pb.VolumeUsage.BYTES)
+if FE == "ublk":
+    # The volume grows, the live device cannot: a clear refusal, the mount stays.
+    ctrl.controller.ControllerExpandVolume(pb.ControllerExpandVolumeRequest(
+        volume_id=vol, capacity_range=pb.CapacityRange(required_bytes=96 << 20)), timeout=T)
+    try:
+        node.node.NodeExpandVolume(pb.NodeExpandVolumeRequest(
+            volume_id=vol, volume_path=target,
+            capacity_range=pb.CapacityRange(required_bytes=96 << 20)), timeout=T)
+        fail("NodeExpandVolume of a ublk volume succeeded")
+    except node.grpc.RpcError as e:
+        if e.code() != node.grpc.StatusCode.FAILED_PRECONDITION or "ublk" not in e.details():
+            fail("NodeExpandVolume of a ublk volume: %s %s" % (e.code(), e.details()))
+        log("NodeExpandVolume refused: %s" % e.details())
+    if mount_source(staging) != dev:
+        fail("the refused expansion lost the staging mount")
 unstage(vol, staging, target, dev, new)
 
 # ---- Block mode
