@@ -321,12 +321,14 @@ static void attach_ctl_cb(void *arg, uint32_t events)
 		/* The client's counters since this attach process started. */
 		snprintf(reply, sizeof(reply),
 			 "ok size=%llu errors=%llu busy=%u fenced=%d reads=%llu writes=%llu "
-			 "read_bytes=%llu write_bytes=%llu retries=%llu failovers=%llu\n",
+			 "read_bytes=%llu write_bytes=%llu retries=%llu failovers=%llu "
+			 "throttled=%llu\n",
 			 (unsigned long long)a->size, (unsigned long long)a->io_errors,
 			 a->busy_slots, a->cur->vol ? zl_vol_fenced(a->cur->vol) : 1,
 			 (unsigned long long)vs.reads, (unsigned long long)vs.writes,
 			 (unsigned long long)vs.read_bytes, (unsigned long long)vs.write_bytes,
-			 (unsigned long long)vs.retries, (unsigned long long)vs.failovers);
+			 (unsigned long long)vs.retries, (unsigned long long)vs.failovers,
+			 (unsigned long long)vs.throttled);
 	} else {
 		snprintf(reply, sizeof(reply), "err unknown command '%.40s' (resize|status)\n",
 			 req);

@@ -57,6 +57,8 @@ static const struct {
      "Requests the volume's client sent again (timeouts, busy, stale rows)."},
     {"failovers=", "zipline_node_volume_failovers_total",
      "Reads the volume's client moved to another replica."},
+    {"throttled=", "zipline_node_volume_throttled_total",
+     "I/Os that waited for the volume's QoS limits (token buckets of its client)."},
 };
 
 static void node_scrape_vol(struct node *n, const char *vol_id, void *arg)

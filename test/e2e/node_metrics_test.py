@@ -10,7 +10,8 @@ this script plays the kubelet, starts one zipline-node with
      the volume's attach process is attached and not fenced; 4 MiB written
      with O_DIRECT through the published device and read back: the
      volume's write and read bytes rose by 4 MiB at least, with no I/O
-     error;
+     error, and none throttled; a volume limited to 100 write IOPS counts
+     its 64 writes of 4 KiB at once as throttled;
   3. kill -9 of the attach process: the volume counts as unattached;
   4. unpublished and unstaged: no volume is counted any more.
 """
@@ -130,6 +131,28 @@ def main():
                  % (dw, dr))
         if value(sm, "zipline_node_volume_io_errors_total", volume=vol) != 0:
             fail("I/O errors counted on a healthy volume")
+        if not any(s.name == "zipline_node_volume_throttled_total" and
+                   s.labels.get("volume") == vol for s in sm):
+            fail("no zipline_node_volume_throttled_total for the volume")
+        if value(sm, "zipline_node_volume_throttled_total", volume=vol) != 0:
+            fail("I/Os counted throttled on a volume without limits")
+        # A volume limited to 100 write IOPS: its small writes wait, and
+        # the node counts them.
+        lim = e.ctrl.controller.CreateVolume(e.pb.CreateVolumeRequest(
+            name="nmlim", capacity_range=e.pb.CapacityRange(required_bytes=16 * MiB),
+            volume_capabilities=[cap], parameters={"replicas": "2", "writeIops": "100"}),
+            timeout=60).volume.volume_id
+        lctx = e.ctrl_publish(lim, n, cap)
+        lst, ltg = e.stage_publish(n, lim, cap, lctx, "nmlim")
+        subprocess.run(["dd", "if=/dev/zero", "of=" + ltg, "bs=4k", "count=64", "oflag=direct",
+                        "status=none"], check=True)
+        thr = value(scrape(base), "zipline_node_volume_throttled_total", volume=lim)
+        log("node metrics: 64 writes of 4 KiB to a 100-IOPS volume: %d throttled" % thr)
+        if thr <= 0:
+            fail("64 writes at once to a volume limited to 100 write IOPS: none counted throttled")
+        e.unpublish_unstage(n, lim, lst, ltg)
+        e.ctrl_unpublish(lim, n)
+        e.delete_volume(lim)
         # 3. the attach process killed
         pids = n.attach_pids()
         if len(pids) != 1:
