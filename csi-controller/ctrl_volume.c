@@ -247,7 +247,8 @@ static int create_topology(struct zl_grpc_call *call, const Csi__V1__TopologyReq
 
 static int create_locked(struct ctrl *c, struct zl_grpc_call *call,
 			 const Csi__V1__CreateVolumeRequest *r, const struct zl_volume_spec *spec,
-			 const char *transport, Csi__V1__CreateVolumeResponse *out)
+			 const char *transport, const char *frontend,
+			 Csi__V1__CreateVolumeResponse *out)
 {
 	struct zl_volume v = {0};
 	char have[16];
@@ -284,6 +285,14 @@ static int create_locked(struct ctrl *c, struct zl_grpc_call *call,
 			rc = zl_grpc_fail(call, ZL_GRPC_ALREADY_EXISTS,
 					  "name %s: volume %s exists with transport=%s, not %s",
 					  r->name, v.id, have, transport);
+			goto out;
+		}
+		ctrl_params_frontend(&v, have, sizeof(have));
+		if (strcmp(have, frontend)) {
+			rc = zl_grpc_fail(call, ZL_GRPC_ALREADY_EXISTS,
+					  "name %s: volume %s exists with frontend=%s, not %s",
+					  r->name, v.id, have[0] ? have : "(none)",
+					  frontend[0] ? frontend : "(none)");
 			goto out;
 		}
 	}
@@ -362,7 +371,8 @@ int ctrl_create_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMess
 	rc = ctrl_op_begin(c, call, "name", r->name, &lk);
 	if (rc)
 		return rc;
-	rc = create_locked(c, call, r, &spec, transport, (Csi__V1__CreateVolumeResponse *)resp);
+	rc = create_locked(c, call, r, &spec, transport, p.frontend,
+			   (Csi__V1__CreateVolumeResponse *)resp);
 	ctrl_op_end(c, &lk);
 	return rc;
 }

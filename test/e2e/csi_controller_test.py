@@ -413,6 +413,11 @@ def test_create(t):
     check(rf.volume.volume_context["frontend"] == "ublk", "frontend %s" % rf.volume)
     rec = json.loads(etcd_get(PREFIX + "volumes/" + rf.volume.volume_id)["value"])
     check(rec["params"].get("frontend") == "ublk", "record params %s" % rec["params"])
+    # Same name with another frontend, or none: ALREADY_EXISTS.
+    for other in ({"frontend": "nbd"}, {}):
+        expect_code(t.ctl.CreateVolume, pb.CreateVolumeRequest(
+            name="pvc-ublk", capacity_range=pb.CapacityRange(required_bytes=MiB),
+            volume_capabilities=[cap(pb)], parameters=other), C.ALREADY_EXISTS, "frontend")
     r4 = t.ctl.CreateVolume(pb.CreateVolumeRequest(
         name="pvc-limit", capacity_range=pb.CapacityRange(limit_bytes=5 * MiB + 100),
         volume_capabilities=[cap(pb, "SINGLE_NODE_READER_ONLY", block=True)]), timeout=30)
