@@ -91,7 +91,7 @@ logs() {
 		[[ -f $i ]] && tail -60 "$i" | sed "s/^/    ${i##*/}| /" >&2
 	done
 }
-step "seed $seed0, $rounds power cuts, a cut after $ready_after acknowledged ops + 0..4 s, 3 replicas, write path ${ZL_TEST_WRITE_PATH:-default}"
+step "seed $seed0, $rounds power cuts, a cut after $ready_after acknowledged ops + 2..5 s, 3 replicas, write path ${ZL_TEST_WRITE_PATH:-default}"
 
 for ((r = 1; r <= rounds; r++)); do
 	mkdir -p "$work/r$r" || fail "cannot create $work/r$r"
@@ -118,8 +118,11 @@ for ((r = 1; r <= rounds; r++)); do
 	fi
 	t_ready=$((SECONDS - t0))
 	n_ready=$(wc -l <"$work/r$r/log")
-	# trap: the guest said a held write just landed; cut at once.
-	[[ $trap_on == on ]] || sleep "$((RANDOM % 4)).$((RANDOM % 10))"
+	# trap: the guest said a held write just landed; cut at once. Else a
+	# random 2.0..4.9 s later: long enough for the load to acknowledge more
+	# ops (checked below), so the cut falls on a running load (a pause of
+	# 0.0 s, possible before, cut with nothing acknowledged since READY).
+	[[ $trap_on == on ]] || sleep "$((2 + RANDOM % 3)).$((RANDOM % 10))"
 	n_kill=$(wc -l <"$work/r$r/log")
 	bash "$vm" kill "$name" || {
 		show "boot$r"
