@@ -37,7 +37,7 @@ SP=$!
 cl_wait_nodes 1 || { tail $CL_DIR/s1/log; exit 1; }
 $CL_BIN/zl volume create b --size 256M --replicas 1 >/dev/null || exit 1
 $CL_BIN/zl bench b --rw write --bs 1M --qd 4 --seconds 3 --size 32M --json >/dev/null
-mport=$(sed -n 's/.*metrics on http.* port=\([0-9]*\) .*/\1/p' $CL_DIR/s1/log | tail -1)
+mport=$(cl_metrics_port $CL_DIR/s1/log)
 callgrind_control -i on $SP >/dev/null
 scraper=
 if [ -n "$mport" ]; then

@@ -82,7 +82,7 @@ if [ "$xport" = rdma ]; then
 	# ... and the daemons counted them as RDMA (their /metrics, parsed by
 	# prometheus_client).
 	for i in 1 2 3; do
-		p=$(sed -n 's/.*metrics on http.* port=\([0-9]*\) .*/\1/p' "$CL_DIR/storage-$i/log" | tail -1)
+		p=$(cl_metrics_port "$CL_DIR/storage-$i/log")
 		[ -n "$p" ] || fail "node-$i logged no metrics port"
 		n=$(/usr/bin/python3 "$SRC/test/lib/metrics_tool.py" sum \
 			zipline_transport_connections_opened_total kind=rdma -- "http://127.0.0.1:$p/metrics") ||

@@ -46,7 +46,7 @@ vid=$(hl_vol_id mvol)
 [ -n "$vid" ] || fail "no volume id in 'zl volume inspect mvol'"
 
 # port_of I: the metrics port storage-I logged.
-port_of() { sed -n 's/.*metrics on http.* port=\([0-9]*\) .*/\1/p' "$CL_DIR/storage-$1/log" | tail -1; }
+port_of() { cl_metrics_port "$CL_DIR/storage-$1/log"; }
 URLS=()
 for i in 1 2 3; do
 	p=$(port_of "$i")
@@ -172,7 +172,7 @@ w=$(awk -v v="$vid" '$1 == v && $2 == "mvol" { print $4 }' <<<"$last")
 	check_fail "zl top does not show mvol ($vid) with writes per second above 0: '$w'"
 
 # The controller's (the manager's) endpoint.
-cport=$(sed -n 's/.*metrics on http.* port=\([0-9]*\) .*/\1/p' "$CL_DIR/manager/log" | tail -1)
+cport=$(cl_metrics_port "$CL_DIR/manager/log")
 [ -n "$cport" ] || fail "the manager's controller logged no metrics port"
 CURL="http://127.0.0.1:$cport"
 csum() { /usr/bin/python3 "$MT" sum "$@" -- "$CURL/metrics" || fail "controller scrape failed: $*"; }

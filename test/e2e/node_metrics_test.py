@@ -27,7 +27,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import csi_e2e_test as e  # noqa: E402
 from csi_e2e_test import MiB, fail, log  # noqa: E402
 
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from metrics_tool import value  # noqa: E402
+from metrics_tool import scrape as scrape_url  # noqa: E402
 
 
 def get(url):
@@ -39,16 +41,7 @@ def get(url):
 
 
 def scrape(base):
-    code, text = get(base + "/metrics")
-    if code != 200:
-        fail("%s/metrics answered %d" % (base, code))
-    return [s for fam in text_string_to_metric_families(text) for s in fam.samples]
-
-
-def value(samples, name, **labels):
-    """Sum of the samples called name whose labels include labels."""
-    return sum(s.value for s in samples
-               if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+    return scrape_url(base + "/metrics")
 
 
 def wait_value(base, want, name, **labels):

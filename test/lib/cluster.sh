@@ -11,6 +11,11 @@
 
 CL_LIB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
+# cl_metrics_port LOG: the HTTP port a daemon logged for --metrics ("metrics
+# on http://HOST port=N"), the last one (a restart logs another); empty
+# when none.
+cl_metrics_port() { sed -n 's/.*metrics on http.* port=\([0-9]*\) .*/\1/p' "$1" | tail -1; }
+
 # cl_free_port: a loopback TCP port that no other test holds, for a daemon
 # to listen on. Binding port 0, closing and handing the number on is a race
 # (a parallel test, or any outgoing connection, may get the port before the

@@ -9,6 +9,8 @@ daemons' own code.
       answer 200 or does not parse.
   metrics_tool.py names URL
       prints every sample name the URL exposes, one per line.
+Importable too: scrape(URL) gives the samples, value(SAMPLES, NAME,
+**LABELS) their sum as above.
 """
 import sys
 import urllib.request
@@ -27,6 +29,12 @@ def scrape(url):
     return [s for fam in text_string_to_metric_families(text) for s in fam.samples]
 
 
+def value(samples, name, **labels):
+    """Sum of the samples called name whose labels include labels."""
+    return sum(s.value for s in samples
+               if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+
+
 def main(argv):
     if len(argv) >= 2 and argv[0] == 'names':
         for name in sorted({s.name for s in scrape(argv[1])}):
@@ -36,11 +44,7 @@ def main(argv):
         sys.exit(__doc__)
     sep = argv.index('--')
     name, want = argv[1], dict(a.split('=', 1) for a in argv[2:sep])
-    total = 0.0
-    for url in argv[sep + 1:]:
-        for s in scrape(url):
-            if s.name == name and all(s.labels.get(k) == v for k, v in want.items()):
-                total += s.value
+    total = sum(value(scrape(url), name, **want) for url in argv[sep + 1:])
     print(int(total) if total == int(total) else total)
     return 0
 
