@@ -2,11 +2,12 @@
 # Storage-side fair share of the disk per volume (issue 26 item 4;
 # storage/storage_fair.c): one zipline-storage (its data dir on the build's
 # disk, O_DIRECT) with --metrics, two volumes of 1 replica on it.
-#  1. The victim: `zl bench` 4 KiB random reads at QD1 (10000), its p99
-#     alone, then again while the other volume (the hog) is hammered by an
-#     unlimited writer of 256 KiB blocks at QD32 (disk bound: few large
-#     requests, each 64 times the victim's). Both p99s are printed; under
-#     contention the victim's p99 stays within 2x of alone.
+#  1. The victim: `zl bench` 4 KiB random reads at QD1, its p99 alone and
+#     while the other volume (the hog) is hammered by an unlimited writer of
+#     256 KiB blocks at QD32 (disk bound: few large requests, each 64 times
+#     the victim's), in alternating phases of one run (the hog stopped and
+#     resumed). Both p99s are printed; under contention the victim's p99
+#     stays within 2x of alone.
 #  2. The daemon's metrics: the hog's operations waited for its share
 #     (zipline_volume_fair_queued_total > 0, and the daemon's
 #     zipline_storage_fair_queued_total at least that), the victim's never.
@@ -32,31 +33,59 @@ HOG_BS=256K
 # The victim's blocks exist on disk: its reads go to the disk.
 "$ZL" bench victim --rw write --bs 1M --qd 4 --count 64 --json >/dev/null || fail "filling the victim failed"
 
-# p99 VOLUME: "p99 p50 iops" of 10000 4 KiB random reads at QD1 (bench's own, us).
-p99() {
-	local out
-	out=$("$ZL" bench "$1" --rw randread --bs 4k --qd 1 --count 10000 --seconds 120 --json) ||
-		fail "zl bench $1 randread failed"
-	/usr/bin/python3 -c 'import json,sys; j=json.loads(sys.argv[1]); print(j["lat_us"]["p99"], j["lat_us"]["p50"], j["iops"])' "$out"
-}
-read -r alone alone50 alone_iops < <(p99 victim)
-[ -n "$alone" ] || fail "no p99 alone"
-
+# The hog: an unlimited writer, running (its second progress line: a full
+# second of load), then stopped (SIGSTOP) and resumed by the phases below.
 "$ZL" bench hog --rw randwrite --bs $HOG_BS --qd 32 --seconds 600 --progress >"$CL_DIR/hog.out" 2>"$CL_DIR/hog.err" &
 hog=$!
 HL_PIDS="$HL_PIDS $hog"
-# The hammer runs: its second progress line (a full second of load).
 for _ in $(seq 1 200); do
 	[ "$(grep -c 'IOPS' "$CL_DIR/hog.err")" -ge 2 ] && break
 	sleep 0.1
 done
 [ "$(grep -c 'IOPS' "$CL_DIR/hog.err")" -ge 2 ] || fail "the hammer printed no progress: $(tail -3 "$CL_DIR/hog.err")"
-read -r cont cont50 cont_iops < <(p99 victim)
-kill -0 "$hog" 2>/dev/null || fail "the hammer ended before the victim's run: $(tail -3 "$CL_DIR/hog.err")"
+kill -STOP "$hog"
+
+# The victim: one bench of 4 KiB random reads at QD1 for PHASES x 3
+# seconds, its p99 printed every second. The phases alternate, alone (the
+# hog stopped) and contended (the hog running), so that the machine's own
+# load (2 cores shared with other builds and tests) weighs on both alike.
+# The first second of each phase is a transition (the hog's queued writes
+# drain or start); the other two count. Alone and contended: the median of
+# their seconds' p99s.
+PHASES=8
+"$ZL" bench victim --rw randread --bs 4k --qd 1 --seconds $((PHASES * 3 + 1)) --progress \
+	>"$CL_DIR/victim.out" 2>"$CL_DIR/victim.err" &
+vpid=$!
+HL_PIDS="$HL_PIDS $vpid"
+# lines FILE: progress lines so far.
+lines() { grep -c 'IOPS' "$1"; }
+# p99s FILE: the p99 (us) of each progress line.
+p99s() { awk '{for (i = 1; i < NF; i++) if ($i == "p99") print $(i+1)}' "$1"; }
+alone_s=() cont_s=()
+for k in $(seq 0 $((PHASES - 1))); do
+	if [ $((k % 2)) = 1 ]; then kill -CONT "$hog"; else kill -STOP "$hog"; fi
+	for _ in $(seq 1 100); do
+		[ "$(lines "$CL_DIR/victim.err")" -ge $((3 * k + 3)) ] && break
+		sleep 0.1
+	done
+	[ "$(lines "$CL_DIR/victim.err")" -ge $((3 * k + 3)) ] || fail "the victim's bench printed no progress in phase $k: $(tail -3 "$CL_DIR/victim.err")"
+	kill -0 "$hog" 2>/dev/null || fail "the hammer ended: $(tail -3 "$CL_DIR/hog.err")"
+	mapfile -t all < <(p99s "$CL_DIR/victim.err")
+	if [ $((k % 2)) = 1 ]; then
+		cont_s+=("${all[3 * k + 1]}" "${all[3 * k + 2]}")
+	else
+		alone_s+=("${all[3 * k + 1]}" "${all[3 * k + 2]}")
+	fi
+done
+kill -CONT "$hog"
+wait "$vpid" || fail "the victim's bench failed: $(tail -3 "$CL_DIR/victim.err")"
 kill -TERM "$hog"
 wait "$hog"
+median() { printf '%s\n' "$@" | sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+alone=$(median "${alone_s[@]}")
+cont=$(median "${cont_s[@]}")
 hog_iops=$(awk '{for (i = 1; i < NF; i++) if ($(i+1) == "IOPS") print $i}' "$CL_DIR/hog.err" | tr '\n' ' ')
-echo "FIGURE: fair: victim 4 KiB randread QD1: alone p99 $alone us (p50 $alone50, $alone_iops IOPS); while another volume takes $HOG_BS writes at QD32 (its IOPS per second: $hog_iops): p99 $cont us (p50 $cont50, $cont_iops IOPS)"
+echo "FIGURE: fair: victim 4 KiB randread QD1, p99 per second: alone ${alone_s[*]} us (median $alone); while another volume takes $HOG_BS writes at QD32: ${cont_s[*]} us (median $cont); the hog's IOPS per second: $hog_iops"
 /usr/bin/python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) <= 2 * float(sys.argv[2]) else 1)' "$cont" "$alone" ||
 	check_fail "the victim's p99 under contention ($cont us) is above 2x its p99 alone ($alone us)"
 
