@@ -38,11 +38,7 @@ HOG_BS=256K
 "$ZL" bench hog --rw randwrite --bs $HOG_BS --qd 32 --seconds 600 --progress >"$CL_DIR/hog.out" 2>"$CL_DIR/hog.err" &
 hog=$!
 HL_PIDS="$HL_PIDS $hog"
-for _ in $(seq 1 200); do
-	[ "$(grep -c 'IOPS' "$CL_DIR/hog.err")" -ge 2 ] && break
-	sleep 0.1
-done
-[ "$(grep -c 'IOPS' "$CL_DIR/hog.err")" -ge 2 ] || fail "the hammer printed no progress: $(tail -3 "$CL_DIR/hog.err")"
+cl_wait_count "$CL_DIR/hog.err" IOPS 2 20 || fail "the hammer printed no progress: $(tail -3 "$CL_DIR/hog.err")"
 kill -STOP "$hog"
 
 # The victim: one bench of 4 KiB random reads at QD1 for PHASES x 3
@@ -57,18 +53,13 @@ PHASES=8
 	>"$CL_DIR/victim.out" 2>"$CL_DIR/victim.err" &
 vpid=$!
 HL_PIDS="$HL_PIDS $vpid"
-# lines FILE: progress lines so far.
-lines() { grep -c 'IOPS' "$1"; }
 # p99s FILE: the p99 (us) of each progress line.
 p99s() { awk '{for (i = 1; i < NF; i++) if ($i == "p99") print $(i+1)}' "$1"; }
 alone_s=() cont_s=()
 for k in $(seq 0 $((PHASES - 1))); do
 	if [ $((k % 2)) = 1 ]; then kill -CONT "$hog"; else kill -STOP "$hog"; fi
-	for _ in $(seq 1 100); do
-		[ "$(lines "$CL_DIR/victim.err")" -ge $((3 * k + 3)) ] && break
-		sleep 0.1
-	done
-	[ "$(lines "$CL_DIR/victim.err")" -ge $((3 * k + 3)) ] || fail "the victim's bench printed no progress in phase $k: $(tail -3 "$CL_DIR/victim.err")"
+	cl_wait_count "$CL_DIR/victim.err" IOPS $((3 * k + 3)) 10 ||
+		fail "the victim's bench printed no progress in phase $k: $(tail -3 "$CL_DIR/victim.err")"
 	kill -0 "$hog" 2>/dev/null || fail "the hammer ended: $(tail -3 "$CL_DIR/hog.err")"
 	mapfile -t all < <(p99s "$CL_DIR/victim.err")
 	if [ $((k % 2)) = 1 ]; then
