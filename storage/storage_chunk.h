@@ -11,9 +11,12 @@
  *   data             chunk_size bytes at zl_chunk_data_off(), sparse
  *
  * A metadata page covers ZL_CHUNK_META_ENTRIES (508) consecutive blocks:
- * "ZLMP" @0, page index u32 @4, sequence u64 @8, chunk version u64 @16 (the
+ * "ZLMP" @0, u32 @4: page index (low 8 bits) | the chunk's wseq << 8 (see
+ * "snapshots" below; 0 in files written before it), sequence u64 @8, chunk version u64 @16 (the
  * highest data version applied to its blocks), entries u32 @24, page CRC32C
  * u32 @28 (over [0,28) and [32,4096)), then per block {crc u32, prev_crc u32}.
+ * A clone chunk (snapshots) also has "ZLCL" @64, lo u32 @68, hi u32 @72 and
+ * the CRC32C of [64, 76) @76 in its header page.
  * The current slot of a page is its valid slot (magic, index, entries and
  * page CRC right) with the higher sequence; a page with no valid slot was
  * never written. A block is valid when its data matches crc, or prev_crc (a
