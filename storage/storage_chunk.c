@@ -2341,6 +2341,8 @@ int zl_chunk_delete(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk)
 	if (c)
 		chunk_detach(s, c);
 	known_drop(s, vol, chunk);
+	if (chunk >> ZL_CHUNK_IDX_BITS)
+		zl_chunk_snap_forget(s->snap, vol, chunk);
 	if (unlink(path) < 0 && errno != ENOENT)
 		return -errno;
 	return 0;
@@ -2366,6 +2368,7 @@ int zl_chunk_volume_delete(struct zl_chunk_store *s, uint64_t vol, uint64_t *rem
 		}
 	}
 	known_drop_vol(s, vol);
+	zl_chunk_snap_forget(s->snap, vol, UINT64_MAX);
 	d = opendir(dir);
 	if (!d)
 		return errno == ENOENT ? 0 : -errno;

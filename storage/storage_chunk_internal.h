@@ -59,6 +59,9 @@ void zl_chunk_forget(struct zl_chunk_store *s, uint64_t vol, uint64_t id);
  * removed first), the helper thread; drain waits (bounded, running the
  * loop) for clones and collections in flight; destroy joins the helper. */
 int zl_chunk_snap_create(struct zl_chunk_store *s, struct zl_chunk_snap **out);
+/* zl_chunk_delete of a clone chunk id, or zl_chunk_volume_delete (id
+ * UINT64_MAX): the index forgets it. Accepts NULL. */
+void zl_chunk_snap_forget(struct zl_chunk_snap *sn, uint64_t vol, uint64_t id);
 void zl_chunk_snap_drain(struct zl_chunk_snap *sn, uint64_t deadline_ms);
 void zl_chunk_snap_destroy(struct zl_chunk_snap *sn);
 

@@ -131,7 +131,8 @@ static int snap_index_add(struct zl_chunk_snap *sn, uint64_t vol, uint64_t chunk
 		x->v = v;
 		x->cap = cap;
 	}
-	memmove(x->v + i + 1, x->v + i, (x->n - i) * sizeof(*x->v));
+	if (i < x->n)
+		memmove(x->v + i + 1, x->v + i, (x->n - i) * sizeof(*x->v));
 	x->v[i] = (struct zl_chunk_clone){lo, hi};
 	x->n++;
 	return 0;
@@ -527,6 +528,29 @@ int zl_chunk_snap_gc(struct zl_chunk_store *s, uint64_t vol, const uint32_t *sna
 	/* A fresh job is never busy: submit cannot fail. */
 	(void)zl_worker_submit(sn->wk, &g->work, snap_gc_run, snap_gc_done);
 	return 0;
+}
+
+void zl_chunk_snap_forget(struct zl_chunk_snap *sn, uint64_t vol, uint64_t id)
+{
+	if (!sn)
+		return;
+	if (id != UINT64_MAX) {
+		struct snap_node *x = snap_node_find(sn, vol, zl_chunk_id_base(id));
+		uint32_t hi = (uint32_t)(id >> ZL_CHUNK_IDX_BITS), keep = 0;
+
+		for (uint32_t i = 0; x && i < x->n; i++)
+			if (x->v[i].hi != hi)
+				x->v[keep++] = x->v[i];
+		if (x && !(x->n = keep))
+			snap_node_unlink(sn, x);
+		return;
+	}
+	for (uint32_t b = 0; b < SNAP_BUCKETS; b++)
+		for (struct snap_node *x = sn->b[b], *xn; x; x = xn) {
+			xn = x->next;
+			if (x->vol == vol)
+				snap_node_unlink(sn, x);
+		}
 }
 
 uint32_t zl_chunk_snap_clones(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk,

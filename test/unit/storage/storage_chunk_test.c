@@ -2163,7 +2163,7 @@ static void test_snap_cow(void **state)
 {
 	struct env *e = *state;
 	static uint8_t a[4 * 4096], b[4096], got[4 * 4096], want[4 * 4096], zero[4 * 4096];
-	static const uint32_t s1[] = {1}, s12[] = {1, 2}, s2[] = {2};
+	static const uint32_t s1[] = {1}, s12[] = {1, 2}, s2[] = {2}, s3[] = {3};
 	struct zl_chunk_clone cl[4];
 	uint32_t removed, nclones, ntmp;
 
@@ -2246,13 +2246,21 @@ static void test_snap_cow(void **state)
 	memcpy(want + 100, b, 50);
 	assert_int_equal(snap_rd(e, 3, 2, 0, sizeof(got), got), 0);
 	assert_memory_equal(got, want, sizeof(want));
+	/* A clone removed as a chunk (CHUNK_DELETE) leaves the index too. */
+	assert_int_equal(zl_chunk_delete(e->s, VOL, zl_chunk_clone_id(3, 2)), 0);
+	assert_int_equal(zl_chunk_snap_clones(e->s, VOL, 3, cl, 4), 0);
 	/* None left: every clone goes, the live chunks stay. */
 	assert_int_equal(snap_collect(e, NULL, 0, &removed), 0);
-	assert_int_equal(removed, 2);
+	assert_int_equal(removed, 1);
 	snap_files(e, &nclones, &ntmp);
 	assert_int_equal(nclones, 0);
 	assert_int_equal(do_read(e, 7, 4096, 4096, got), 0);
 	assert_memory_equal(got, b, 4096);
+	/* Removing the volume forgets its clones. */
+	assert_int_equal(cow_io(e, 9, 0, 4096, b, 3, s3, 1), 0);
+	assert_int_equal(zl_chunk_snap_clones(e->s, VOL, 9, cl, 4), 1);
+	assert_int_equal(zl_chunk_volume_delete(e->s, VOL, NULL), 0);
+	assert_int_equal(zl_chunk_snap_clones(e->s, VOL, 9, cl, 4), 0);
 	/* Arguments. */
 	assert_int_equal(cow_io(e, 3, 0, 4096, a, ZL_CHUNK_SEQ_MAX + 1, NULL, 0), -ZL_ERR_INVAL);
 	assert_int_equal(cow_io(e, 1ull << ZL_CHUNK_IDX_BITS, 0, 4096, a, 2, NULL, 0),
