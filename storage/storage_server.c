@@ -1042,7 +1042,8 @@ static void srv_read_start(struct storage_req *r)
 	if (!rc)
 		rc = r->buf ? zl_chunk_read_crcs(st->chunks, h->vol_id, h->chunk, r->chunk_size,
 						 h->offset, h->length, r->buf,
-						 srv_crcs(r, h->offset, h->length), srv_read_done, r)
+						 srv_crcs(r, h->offset, h->length),
+						 h->flags & ZL_WF_ANY, srv_read_done, r)
 			    : -ENOMEM;
 	if (rc)
 		req_reply_free(r, rc == -ENOMEM ? -ZL_ERR_BUSY : rc, r->seen_ver);
