@@ -2276,12 +2276,14 @@ int zl_chunk_scrub_stat(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk,
 	return rc ? rc : ZL_CHUNK_PRESENT;
 }
 
-int zl_chunk_version(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
-		     uint64_t *version)
+/* zl_chunk_version and zl_chunk_wseq: both 0 for a missing chunk. */
+static int chunk_state(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
+		       uint32_t *wseq, uint64_t *version)
 {
 	struct chunk *c = NULL;
 	int rc;
 
+	*wseq = 0;
 	*version = 0;
 	if (!vol || !chunk_size_ok(chunk_size))
 		return -ZL_ERR_INVAL;
@@ -2290,9 +2292,18 @@ int zl_chunk_version(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uin
 		return 0;
 	if (rc)
 		return rc;
+	*wseq = c->wseq;
 	*version = known_lost(s, vol, chunk) ? 0 : c->version; /* lost: behind */
 	chunk_put(s, c);
 	return 0;
+}
+
+int zl_chunk_version(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
+		     uint64_t *version)
+{
+	uint32_t wseq;
+
+	return chunk_state(s, vol, chunk, chunk_size, &wseq, version);
 }
 
 int zl_chunk_flush(struct zl_chunk_store *s, uint64_t vol, zl_chunk_cb cb, void *arg)
@@ -3442,22 +3453,7 @@ int zl_chunk_zero_wseq(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, u
 int zl_chunk_wseq(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
 		  uint32_t *wseq, uint64_t *version)
 {
-	struct chunk *c = NULL;
-	int rc;
-
-	*wseq = 0;
-	*version = 0;
-	if (!vol || !chunk_size_ok(chunk_size))
-		return -ZL_ERR_INVAL;
-	rc = chunk_get(s, vol, chunk, chunk_size, false, &c);
-	if (rc == -ENOENT)
-		return 0;
-	if (rc)
-		return rc;
-	*wseq = c->wseq;
-	*version = c->version;
-	chunk_put(s, c);
-	return 0;
+	return chunk_state(s, vol, chunk, chunk_size, wseq, version);
 }
 
 const char *zl_chunk_store_dir(const struct zl_chunk_store *s)

@@ -17,8 +17,8 @@ int zl_chunk_zero_wseq(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, u
 		       uint32_t off, uint32_t len, uint64_t version, uint32_t wseq, zl_chunk_cb cb,
 		       void *arg);
 
-/* The chunk's wseq and version (0, 0 for a missing chunk); opens a closed
- * one like zl_chunk_version. Returns as zl_chunk_version. */
+/* The chunk's wseq and version (as zl_chunk_version: 0 when lost; 0, 0 for
+ * a missing chunk); opens a closed one like it. Returns as it does. */
 int zl_chunk_wseq(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
 		  uint32_t *wseq, uint64_t *version);
 

@@ -113,18 +113,24 @@ static void wait_all(struct env *e, struct done *d, int n)
 		assert_int_equal(d[i].calls, 1);
 }
 
+/* The outcome of one operation started with d as its callback's argument
+ * (rc: what starting it returned). */
+static int wait_one(struct env *e, struct done *d, int rc)
+{
+	if (rc)
+		return rc;
+	assert_int_equal(d->calls, 0); /* never inside the call */
+	wait_all(e, d, 1);
+	return d->status;
+}
+
 /* Write / zero / read of a chunk of size cs with data version ver. */
 static int io_write(struct env *e, uint32_t cs, uint64_t chunk, uint32_t off, uint32_t len,
 		    const void *p, uint64_t ver)
 {
 	struct done d = {0};
-	int rc = zl_chunk_write(e->s, VOL, chunk, cs, off, len, p, ver, done_cb, &d);
 
-	if (rc)
-		return rc;
-	assert_int_equal(d.calls, 0); /* never inside the call */
-	wait_all(e, &d, 1);
-	return d.status;
+	return wait_one(e, &d, zl_chunk_write(e->s, VOL, chunk, cs, off, len, p, ver, done_cb, &d));
 }
 
 static int io_zero(struct env *e, uint32_t cs, uint64_t chunk, uint32_t off, uint32_t len,
@@ -139,16 +145,18 @@ static int io_zero(struct env *e, uint32_t cs, uint64_t chunk, uint32_t off, uin
 	return d.status;
 }
 
-/* Reads into out (unaligned caller memory) through an aligned buffer. */
-static int io_read(struct env *e, uint32_t cs, uint64_t chunk, uint32_t off, uint32_t len,
-		   void *out)
+/* Reads into out (unaligned caller memory) through an aligned buffer: the
+ * live chunk (seq 0) or snapshot seq of it (zl_chunk_snap_read). */
+static int io_read_seq(struct env *e, uint32_t cs, uint64_t chunk, uint32_t seq, uint32_t off,
+		       uint32_t len, void *out)
 {
 	struct done d = {0};
 	uint8_t *buf = t_alloc(NULL, zl_chunk_read_span(off, len));
 	int rc;
 
 	memset(buf, 0xee, zl_chunk_read_span(off, len));
-	rc = zl_chunk_read(e->s, VOL, chunk, cs, off, len, buf, done_cb, &d);
+	rc = seq ? zl_chunk_snap_read(e->s, VOL, chunk, cs, seq, off, len, buf, done_cb, &d)
+		 : zl_chunk_read(e->s, VOL, chunk, cs, off, len, buf, done_cb, &d);
 	if (!rc) {
 		wait_all(e, &d, 1);
 		rc = d.status;
@@ -157,6 +165,12 @@ static int io_read(struct env *e, uint32_t cs, uint64_t chunk, uint32_t off, uin
 		memcpy(out, buf + off % 4096, len);
 	free(buf);
 	return rc;
+}
+
+static int io_read(struct env *e, uint32_t cs, uint64_t chunk, uint32_t off, uint32_t len,
+		   void *out)
+{
+	return io_read_seq(e, cs, chunk, 0, off, len, out);
 }
 
 static int do_write(struct env *e, uint64_t chunk, uint32_t off, uint32_t len, const void *p)
@@ -795,6 +809,38 @@ static void kill_done(void *arg, int status)
 }
 
 /* The child: never returns. */
+/* Closes the store and forks a child that runs child(dir, its pipe's write
+ * end, arg) and never returns. Returns its pid; *rfd gets the read end. */
+static pid_t kill_fork(struct env *e, void (*child)(const char *dir, int wfd, uint64_t arg),
+		       uint64_t arg, int *rfd)
+{
+	int pfd[2];
+	pid_t pid;
+
+	zl_chunk_store_destroy(e->s);
+	assert_int_equal(pipe(pfd), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(pfd[0]);
+		child(e->dir, pfd[1], arg);
+	}
+	close(pfd[1]);
+	*rfd = pfd[0];
+	return pid;
+}
+
+/* Reaps a child that must have died of the SIGKILL. */
+static void kill_reap(pid_t pid, int rfd)
+{
+	int st;
+
+	close(rfd);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL)
+		fail_msg("child did not die of the kill: status %d", st);
+}
+
 static void kill_child_run(const char *dir, int wfd, uint64_t seed0)
 {
 	struct kill_child k = {.wfd = wfd};
@@ -904,25 +950,17 @@ static void test_kill9_under_load(void **state)
 	for (int round = 0; round < 4; round++) {
 		uint64_t acks = 0, want_acks = 150 + (uint64_t)(rand() % 300);
 		struct kill_rec rec;
-		int pfd[2], st;
+		int rfd;
 		pid_t pid;
 
 		if (!round)
 			memset(base_c, 0, sizeof(base_c));
 		memcpy(acked_c, base_c, sizeof(acked_c));
 		memset(pend, 0, sizeof(pend));
-		zl_chunk_store_destroy(e->s);
-		assert_int_equal(pipe(pfd), 0);
-		pid = fork();
-		assert_true(pid >= 0);
-		if (pid == 0) {
-			close(pfd[0]);
-			kill_child_run(e->dir, pfd[1], (uint64_t)(round + 1) * 1000000);
-		}
-		close(pfd[1]);
+		pid = kill_fork(e, kill_child_run, (uint64_t)(round + 1) * 1000000, &rfd);
 		/* Read until enough acknowledgements, then kill; the records
 		 * written before the kill stay readable until EOF. */
-		while (read(pfd[0], &rec, sizeof(rec)) == (ssize_t)sizeof(rec)) {
+		while (read(rfd, &rec, sizeof(rec)) == (ssize_t)sizeof(rec)) {
 			assert_true(rec.block < KILL_BLOCKS);
 			if (rec.kind == KILL_ACK) {
 				kill_content(acked_c[rec.block], pend[rec.block].kind, rec.block,
@@ -934,9 +972,7 @@ static void test_kill9_under_load(void **state)
 				pend[rec.block] = rec;
 			}
 		}
-		close(pfd[0]);
-		assert_int_equal(waitpid(pid, &st, 0), pid);
-		assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+		kill_reap(pid, rfd);
 		acks_total += acks;
 		env_open(e);
 		for (uint32_t b = 0; b < KILL_BLOCKS; b++) {
@@ -1981,7 +2017,7 @@ static void jk_done(void *arg, int status)
 	sl->busy = false;
 }
 
-static void jk_child(const char *dir, int wfd)
+static void jk_child(const char *dir, int wfd, uint64_t unused)
 {
 	static struct jk_slot sl[JK_UNITS];
 	struct zl_chunk_store_stats st;
@@ -2024,19 +2060,10 @@ static void test_journal_kill_full(void **state)
 	uint64_t acks = 0, waiting = 0, pending_seen = 0;
 	struct zl_chunk_store_stats cst;
 	struct kill_rec rec;
-	int pfd[2], st;
-	pid_t pid;
+	int rfd;
+	pid_t pid = kill_fork(e, jk_child, 0, &rfd);
 
-	zl_chunk_store_destroy(e->s);
-	assert_int_equal(pipe(pfd), 0);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		close(pfd[0]);
-		jk_child(e->dir, pfd[1]);
-	}
-	close(pfd[1]);
-	while (read(pfd[0], &rec, sizeof(rec)) == (ssize_t)sizeof(rec)) {
+	while (read(rfd, &rec, sizeof(rec)) == (ssize_t)sizeof(rec)) {
 		assert_true(rec.block < JK_UNITS || rec.kind == JK_WAITING);
 		if (rec.kind == JK_WAITING) {
 			waiting = rec.seed;
@@ -2049,9 +2076,7 @@ static void test_journal_kill_full(void **state)
 			pend[rec.block] = rec.seed;
 		}
 	}
-	close(pfd[0]);
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	kill_reap(pid, rfd);
 	assert_true(waiting > 0); /* the journal was full: writes were waiting */
 	env_open(e);
 	for (uint32_t u = 0; u < JK_UNITS; u++) {
@@ -2095,44 +2120,22 @@ static int cow_io(struct env *e, uint64_t chunk, uint32_t off, uint32_t len, con
 				 .n_snaps = n,
 				 .cb = done_cb,
 				 .arg = &d};
-	int rc = zl_chunk_cow_submit(e->s, &w);
 
-	if (rc)
-		return rc;
-	assert_int_equal(d.calls, 0); /* never inside the call */
-	wait_all(e, &d, 1);
-	return d.status;
+	return wait_one(e, &d, zl_chunk_cow_submit(e->s, &w));
 }
 
+/* seq 0 is refused by zl_chunk_snap_read, so it is tested directly. */
 static int snap_rd(struct env *e, uint64_t chunk, uint32_t seq, uint32_t off, uint32_t len,
 		   void *out)
 {
-	struct done d = {0};
-	uint8_t *buf = t_alloc(NULL, zl_chunk_read_span(off, len));
-	int rc;
-
-	memset(buf, 0xee, zl_chunk_read_span(off, len));
-	rc = zl_chunk_snap_read(e->s, VOL, chunk, CS, seq, off, len, buf, done_cb, &d);
-	if (!rc) {
-		wait_all(e, &d, 1);
-		rc = d.status;
-	}
-	if (!rc)
-		memcpy(out, buf + off % 4096, len);
-	free(buf);
-	return rc;
+	return io_read_seq(e, CS, chunk, seq, off, len, out);
 }
 
 static int snap_collect(struct env *e, const uint32_t *snaps, uint32_t n, uint32_t *removed)
 {
 	struct done d = {0};
-	int rc = zl_chunk_snap_gc(e->s, VOL, snaps, n, removed, done_cb, &d);
 
-	if (rc)
-		return rc;
-	assert_int_equal(d.calls, 0);
-	wait_all(e, &d, 1);
-	return d.status;
+	return wait_one(e, &d, zl_chunk_snap_gc(e->s, VOL, snaps, n, removed, done_cb, &d));
 }
 
 /* Files of VOL's directory: clone chunk files, and temporary files. */
@@ -2265,7 +2268,8 @@ static void test_snap_cow(void **state)
 	assert_int_equal(cow_io(e, 3, 0, 4096, a, ZL_CHUNK_SEQ_MAX + 1, NULL, 0), -ZL_ERR_INVAL);
 	assert_int_equal(cow_io(e, 1ull << ZL_CHUNK_IDX_BITS, 0, 4096, a, 2, NULL, 0),
 			 -ZL_ERR_INVAL);
-	assert_int_equal(snap_rd(e, 3, 0, 0, 4096, got), -ZL_ERR_INVAL);
+	assert_int_equal(zl_chunk_snap_read(e->s, VOL, 3, CS, 0, 0, 4096, got, done_cb, NULL),
+			 -ZL_ERR_INVAL);
 }
 
 /* ---- kill -9 with snapshots ----
@@ -2316,6 +2320,9 @@ static void sk_content(uint8_t *p, uint32_t unit, uint64_t seed)
 }
 
 struct sk_child;
+
+/* The parent's random seed, for the child's choices. */
+static unsigned sk_seed;
 
 struct sk_slot {
 	struct sk_child *k;
@@ -2380,6 +2387,7 @@ static void sk_child_run(const char *dir, int wfd, uint64_t seed0)
 	uint32_t next_snap = 30;
 	int gc_err = 0;
 
+	srand(sk_seed + (unsigned)seed0);
 	if (zl_loop_create(&loop))
 		_exit(2);
 	o.loop = loop;
@@ -2520,20 +2528,12 @@ static void test_snap_kill9(void **state)
 		uint32_t snaps_now = 0;
 		bool killed = false;
 		struct sk_rec rec;
-		int pfd[2], st;
+		int rfd;
 		pid_t pid;
 
-		zl_chunk_store_destroy(e->s);
-		assert_int_equal(pipe(pfd), 0);
-		pid = fork();
-		assert_true(pid >= 0);
-		if (pid == 0) {
-			close(pfd[0]);
-			srand(seed + (unsigned)round);
-			sk_child_run(e->dir, pfd[1], (uint64_t)(round + 1) * 1000000);
-		}
-		close(pfd[1]);
-		while (read(pfd[0], &rec, sizeof(rec)) == (ssize_t)sizeof(rec)) {
+		sk_seed = seed;
+		pid = kill_fork(e, sk_child_run, (uint64_t)(round + 1) * 1000000, &rfd);
+		while (read(rfd, &rec, sizeof(rec)) == (ssize_t)sizeof(rec)) {
 			switch (rec.kind) {
 			case SK_SUB:
 				assert_true(rec.unit < SK_CHUNKS * SK_UNITS);
@@ -2580,10 +2580,7 @@ static void test_snap_kill9(void **state)
 				fail_msg("unknown record %u", rec.kind);
 			}
 		}
-		close(pfd[0]);
-		assert_int_equal(waitpid(pid, &st, 0), pid);
-		if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL)
-			fail_msg("child did not die of the kill: status %d", st);
+		kill_reap(pid, rfd);
 		acks_total += acks;
 		for (uint32_t u = 0; u < SK_CHUNKS * SK_UNITS; u++)
 			pending_seen += skm.pending[u];
