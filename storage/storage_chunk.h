@@ -62,6 +62,7 @@
 #include <stdint.h>
 
 #include "lib/common/loop.h"
+#include "lib/wire/wire.h"
 #include "storage_journal.h"
 
 struct zl_chunk_store;
@@ -325,7 +326,7 @@ int zl_chunk_volume_foreach(struct zl_chunk_store *s, int (*fn)(void *arg, uint6
 
 /* Sequences are below 2^24 and chunk indexes below 2^40 (SNAPSHOTS.md §2). */
 #define ZL_CHUNK_SEQ_MAX   ((1u << 24) - 1)
-#define ZL_CHUNK_IDX_BITS  40
+#define ZL_CHUNK_IDX_BITS  ZL_WIRE_CHUNK_IDX_BITS
 #define ZL_CHUNK_IDX_MASK  ((1ull << ZL_CHUNK_IDX_BITS) - 1)
 
 static inline uint64_t zl_chunk_clone_id(uint64_t chunk, uint32_t hi)

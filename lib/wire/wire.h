@@ -95,6 +95,9 @@ enum zl_wire_flag {
 
 /* Largest snapshot sequence (chunk ids keep 24 bits for it). */
 #define ZL_WIRE_SEQ_MAX ((1u << 24) - 1)
+/* A chunk id: the chunk index in the low 40 bits; a clone chunk of a
+ * snapshot (docs/SNAPSHOTS.md §2) has its hi sequence above them. */
+#define ZL_WIRE_CHUNK_IDX_BITS 40
 
 /* Host representation of the header. */
 struct zl_wire_hdr {
