@@ -336,6 +336,10 @@ static void io_maybe_complete(struct client_io *io)
 		if (!status)
 			v->stats.write_bytes += io->len;
 	}
+	zl_metrics_hist_add(&v->stats.lat[io->op == ZL_OP_READ	  ? 0
+					  : io->op == ZL_OP_FLUSH ? 2
+								  : 1],
+			    zl_now_ns() - io->start_ns);
 	cb = io->cb;
 	arg = io->arg;
 	io->active = false;
