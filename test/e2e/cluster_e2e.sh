@@ -122,6 +122,7 @@ if [ "$xport" = rdma ]; then
 	cs=$(bench_copied write 4k 100)
 	echo "cluster_e2e: 100 writes of 4 KiB: client copied $cs bytes (inline)"
 	[ "$cs" -ge $((100 * 4096)) ] || fail "4 KiB inline writes counted $cs copied bytes, want >= 409600"
+	"$ZL" volume rm zc >/dev/null || fail "volume rm zc"
 	"$ZL" status >"$CL_DIR/status" || fail "zl status: $(cat "$CL_DIR/status")"
 	cat "$CL_DIR/status"
 	[ "$(grep -c 'tcp,rdma .* us rdma$' "$CL_DIR/status")" -eq 3 ] ||
