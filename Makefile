@@ -5,7 +5,7 @@ JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
 .PHONY: all deps build build-san run stop wipe status test test-unit test-e2e test-deploy test-san \
-	test-vm test-rdma test-image test-clean bench bench-auth clean
+	test-vm test-rdma test-image test-clean bench bench-auth bench-vm clean
 
 all: build
 
@@ -94,6 +94,11 @@ bench: build
 # What --auth on costs next to --auth off (zl bench, CPU per I/O, idle CPU).
 bench-auth: build
 	bench/auth.sh
+
+# The ublk, NBD and FUSE frontends next to zl bench, in the test VM (fio,
+# CPU per I/O of the attach process).
+bench-vm: build
+	bench/vm_frontends.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(BUILD_SAN)
