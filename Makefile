@@ -5,7 +5,7 @@ JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
 .PHONY: all deps build build-san run stop wipe status test test-unit test-e2e test-deploy test-san \
-	test-vm test-rdma test-image test-clean bench bench-auth bench-vm clean
+	test-vm test-rdma test-image test-clean bench bench-auth bench-fair bench-vm clean
 
 all: build
 
@@ -94,6 +94,11 @@ bench: build
 # What --auth on costs next to --auth off (zl bench, CPU per I/O, idle CPU).
 bench-auth: build
 	bench/auth.sh
+
+# The storage fair share: a QD1 reader's p99 alone and beside a hammering
+# volume on one daemon, checked against issue 26's 2x (test/e2e/fair_e2e.sh).
+bench-fair: build
+	FAIR_P99_RATIO=2 test/e2e/fair_e2e.sh $(BUILD)
 
 # The ublk, NBD and FUSE frontends next to zl bench, in the test VM (fio,
 # CPU per I/O of the attach process).

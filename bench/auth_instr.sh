@@ -11,6 +11,8 @@
 # --toggle-collect), e.g. zl_loop_run_once: the I/O loop's work alone,
 # without the other threads (heartbeat, HTTP) whose cost is per second,
 # not per I/O.
+# INSTR_KEEP=DIR: copy the callgrind output files there (for
+# callgrind_annotate: the cost per function).
 # storage: the daemon runs under callgrind, instrumented only during the job;
 # client: `zl bench` runs under callgrind, counted inside its job loop only
 # (bench_run: from the first I/O to the last completion; start-up, etcd
@@ -24,9 +26,10 @@ export CL_DIR=$(mktemp -d /tmp/zl-auth-instr.XXXXXX)
 source "$SRC/test/lib/cluster.sh"
 cl_start_etcd >/dev/null 2>&1 || exit 1
 export ZIPLINE_ETCD=$CL_ETCD
+keep() { [ -z "${INSTR_KEEP:-}" ] || { mkdir -p "$INSTR_KEEP" && cp "$CL_DIR"/cg*.out* "$INSTR_KEEP"/; }; }
 if [ "$side" = storage ]; then
 SP=
-trap '[ -n "$SP" ] && kill "$SP" 2>/dev/null; cl_stop_all; rm -rf "$CL_DIR"' EXIT
+trap '[ -n "$SP" ] && kill "$SP" 2>/dev/null; keep; cl_stop_all; rm -rf "$CL_DIR"' EXIT
 mkdir -p $CL_DIR/s1/data
 port=$(cl_free_port)
 valgrind --tool=callgrind --callgrind-out-file=$CL_DIR/cg.out.%p --instr-atstart=no \
@@ -57,7 +60,7 @@ ios=$(sed -n 's/.*"ios":\([0-9]*\).*/\1/p' <<<"$out")
 ir=$(grep -h '^totals:' $CL_DIR/cg.out.* | awk '{s+=$2} END{print s}')
 echo "rw=$RW auth=$mode${INSTR_STORAGE_FLAGS:+ flags=\"$INSTR_STORAGE_FLAGS\"}${INSTR_COLLECT:+ collect=$INSTR_COLLECT} ios=$ios Ir=$ir Ir_per_io=$((ir / ios))"
 else
-trap 'cl_stop_all; rm -rf "$CL_DIR"' EXIT
+trap 'keep; cl_stop_all; rm -rf "$CL_DIR"' EXIT
 CL_AUTH=$mode cl_start_storage 1
 cl_wait_nodes 1 || exit 1
 $CL_BIN/zl volume create b --size 256M --replicas 1 >/dev/null || exit 1

@@ -15,6 +15,7 @@
 
 #define ZL_CLI_DEFAULT_ETCD "http://127.0.0.1:2379"
 #define ZL_CLI_IO_TIMEOUT_MAX 86400u /* --io-timeout upper bound, seconds */
+#define ZL_CLI_BUSY_POLL_MAX  10000u /* --busy-poll upper bound, microseconds (as storage) */
 /* The local cluster of scripts/local-cluster.sh (`make run`): persistent
  * state (etcd and chunk data survive `make stop`), root-owned, never in a
  * world-writable place. */
@@ -31,6 +32,7 @@ struct zl_cli_globals {
 	const char *io_timeout; /* --io-timeout SEC: how long volume I/O waits */
 	const char *tls_ca;	/* --tls-ca FILE (else $ZIPLINE_TLS_CA): TLS nodes */
 	const char *tls_server_name; /* --tls-server-name (else $ZIPLINE_TLS_SERVER_NAME) */
+	const char *busy_poll;	/* --busy-poll US: the volume client's loop polls after work */
 	bool legacy_drop;	/* --legacy-drop: 0.1 client (promotes by slice_drop) */
 	bool help, version;
 };

@@ -10,7 +10,7 @@
 
 static const char *const cli_global_value_flags[] = {
     "--etcd", "--etcd-prefix", "--transport", "--log-level", "--io-timeout", "--tls-ca",
-    "--tls-server-name"};
+    "--tls-server-name", "--busy-poll"};
 
 static const char **cli_global_slot(struct zl_cli_globals *g, size_t i)
 {
@@ -27,8 +27,10 @@ static const char **cli_global_slot(struct zl_cli_globals *g, size_t i)
 		return &g->io_timeout;
 	case 5:
 		return &g->tls_ca;
-	default:
+	case 6:
 		return &g->tls_server_name;
+	default:
+		return &g->busy_poll;
 	}
 }
 

@@ -203,6 +203,7 @@ int zl_cli_bench(struct zl_cli *cli, int argc, char **argv)
 	char a[32], c2[32];
 	double sec, iops, mibs;
 	struct zl_vol_stats st;
+	struct zl_xport_stats xs = {0};
 	int c, rc, exit_code = 0;
 
 	optind = 0;
@@ -353,15 +354,16 @@ int zl_cli_bench(struct zl_cli *cli, int argc, char **argv)
 		exit_code = ZL_CLI_EXIT_RUNTIME;
 	}
 	zl_vol_get_stats(b->v, &st);
+	zl_xport_stats_add(zl_client_xport(cli->client), &xs);
 	if (json) {
 		printf("{\"volume\":\"%s\",\"rw\":\"%s\",\"bs\":%u,\"qd\":%u,\"size\":%llu,"
 		       "\"seconds\":%.3f,\"ios\":%llu,\"errors\":%d,\"iops\":%.1f,\"mib_s\":%.2f,"
-		       "\"throttled\":%llu,"
+		       "\"throttled\":%llu,\"rdma_copied_bytes\":%llu,"
 		       "\"lat_us\":{\"avg\":%.1f,\"p50\":%.1f,\"p99\":%.1f,\"p99_9\":%.1f,"
 		       "\"max\":%.1f}}\n",
 		       name, bench_rw_names[rw], b->bs, qd, (unsigned long long)ws, sec,
 		       (unsigned long long)b->ios, b->err ? 1 : 0, iops, mibs,
-		       (unsigned long long)st.throttled,
+		       (unsigned long long)st.throttled, (unsigned long long)xs.rdma_copied_bytes,
 		       b->hist.count ? (double)b->hist.sum / (double)b->hist.count / 1e3 : 0.0,
 		       (double)zl_hist_quantile(&b->hist, 0.5) / 1e3,
 		       (double)zl_hist_quantile(&b->hist, 0.99) / 1e3,

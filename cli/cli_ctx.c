@@ -133,6 +133,7 @@ int zl_cli_client(struct zl_cli *cli)
 {
 	struct zl_client_opts o = {0};
 	char ckey[ZL_AUTH_KEY_HEX + 1];
+	uint32_t spin = 0;
 	int rc;
 
 	if (cli->client)
@@ -167,11 +168,17 @@ int zl_cli_client(struct zl_cli *cli)
 	o.legacy_drop = cli->g.legacy_drop;
 	o.tls_ca = cli->g.tls_ca; /* NULL: lib/client reads the environment */
 	o.tls_server_name = cli->g.tls_server_name;
+	if (cli->g.busy_poll && zl_cli_parse_u32(cli->g.busy_poll, 0, ZL_CLI_BUSY_POLL_MAX, &spin)) {
+		zl_cli_err("bad --busy-poll '%s': microseconds, 0..%u", cli->g.busy_poll,
+			   ZL_CLI_BUSY_POLL_MAX);
+		return ZL_CLI_EXIT_USAGE;
+	}
 	rc = zl_loop_create(&cli->loop);
 	if (rc) {
 		zl_cli_err("cannot create the event loop: %s", zl_strerror(rc));
 		return ZL_CLI_EXIT_RUNTIME;
 	}
+	zl_loop_set_busy_poll(cli->loop, spin);
 	o.prefix = cli->prefix;
 	o.max_io = cli->client_max_io;
 	rc = zl_client_create(cli->loop, cli->etcd, &o, &cli->client);

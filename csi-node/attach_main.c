@@ -290,7 +290,7 @@ static void attach_ctl_cb(void *arg, uint32_t events)
 {
 	struct attach *a = arg;
 	struct timeval tv = {.tv_sec = 2};
-	char req[64], reply[512], msg[256] = "";
+	char req[64], reply[2048], msg[256] = "";
 	ssize_t n;
 	int fd, rc;
 
@@ -315,20 +315,26 @@ static void attach_ctl_cb(void *arg, uint32_t events)
 				 (unsigned long long)a->size);
 	} else if (strcmp(req, "status") == 0) {
 		struct zl_vol_stats vs = {0};
+		/* Latency histograms, one word each (zl_metrics_hist_format):
+		 * 23 numbers of up to 20 digits. */
+		char lat[3][512];
 
 		if (a->cur->vol)
 			zl_vol_get_stats(a->cur->vol, &vs);
+		for (int i = 0; i < 3; i++)
+			if (zl_metrics_hist_format(&vs.lat[i], lat[i], sizeof(lat[i])) < 0)
+				lat[i][0] = '\0';
 		/* The client's counters since this attach process started. */
 		snprintf(reply, sizeof(reply),
 			 "ok size=%llu errors=%llu busy=%u fenced=%d reads=%llu writes=%llu "
 			 "read_bytes=%llu write_bytes=%llu retries=%llu failovers=%llu "
-			 "throttled=%llu\n",
+			 "throttled=%llu read_lat=%s write_lat=%s flush_lat=%s\n",
 			 (unsigned long long)a->size, (unsigned long long)a->io_errors,
 			 a->busy_slots, a->cur->vol ? zl_vol_fenced(a->cur->vol) : 1,
 			 (unsigned long long)vs.reads, (unsigned long long)vs.writes,
 			 (unsigned long long)vs.read_bytes, (unsigned long long)vs.write_bytes,
 			 (unsigned long long)vs.retries, (unsigned long long)vs.failovers,
-			 (unsigned long long)vs.throttled);
+			 (unsigned long long)vs.throttled, lat[0], lat[1], lat[2]);
 	} else {
 		snprintf(reply, sizeof(reply), "err unknown command '%.40s' (resize|status)\n",
 			 req);

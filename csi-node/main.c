@@ -1,5 +1,7 @@
-/* zipline-node: the CSI Identity + Node service (see node.h), and, as
- * `zipline-node attach ...`, the per-volume attach process it starts. */
+/* zipline-node: the CSI Identity + Node service (see node.h); as
+ * `zipline-node attach ...`, the per-volume attach process it starts; as
+ * `zipline-node spawner ...`, the starter of attach processes that outlive
+ * the plugin's container (node_spawn.c). */
 #include "node.h"
 
 #include <errno.h>
@@ -26,6 +28,8 @@ int main(int argc, char **argv)
 
 	if (argc > 1 && strcmp(argv[1], "attach") == 0)
 		return attach_main(argc - 1, argv + 1);
+	if (argc > 1 && strcmp(argv[1], "spawner") == 0)
+		return spawner_main(argc - 1, argv + 1);
 	zl_log_init("zipline-node");
 	rc = node_flags_parse(argc, argv, &n.cfg, &etcd);
 	if (rc)

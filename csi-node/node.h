@@ -51,6 +51,9 @@ struct node_cfg {
 	bool frontend_auto; /* --frontend auto: resolved at start (node_frontend_auto) */
 	unsigned int workers;
 	const char *metrics; /* --metrics HOST:PORT, NULL: off */
+	/* --spawner PATH: attach processes are started by `zipline-node
+	 * spawner` listening there (node_spawn.c), NULL: by us */
+	const char *spawner;
 };
 
 /* Volume ids with an operation running. Locking rule: `lock` guards
@@ -235,6 +238,32 @@ const char *node_map_get(void *const *entries, size_t n, const char *key);
 int node_check_vol_id(const char *id);
 /* Volume known in etcd? 0, -ZL_ERR_NOT_FOUND or an etcd error. */
 int node_volume_exists(struct node *n, const char *prefix, const char *vol_id, uint64_t *size);
+
+/* ---- starting attach processes (node_spawn.c) ---- */
+
+#define NODE_SPAWN_MSG_MAX (64u << 10)
+
+/* posix_spawn of exe with argv and envp in a new session: stdin /dev/null,
+ * stdout and stderr logfd, fd 3 readyfd, nothing else open, default signal
+ * dispositions and an empty mask. Returns 0 (*pid set) or -errno. */
+int node_spawn_attach(const char *exe, char *const *argv, char *const *envp, int logfd,
+		      int readyfd, pid_t *pid);
+/* A spawn request's bytes: argv (at least 2 entries, argv[1] "attach") and
+ * envp (NULL-terminated; envp may be NULL). Returns the length or
+ * -ZL_ERR_INVAL / -ZL_ERR_RANGE (over cap). */
+ssize_t node_spawn_msg_encode(const char *const *argv, const char *const *envp, uint8_t *buf,
+			      size_t cap);
+/* Splits a request of len bytes in place: argv and envp point into buf and
+ * are NULL-terminated (room for 65 and 2049 pointers). Returns 0, or
+ * -ZL_ERR_PROTO with *why (bad magic, counts, an unterminated string,
+ * trailing bytes, argv[1] not "attach"). */
+int node_spawn_msg_decode(uint8_t *buf, size_t len, char **argv, char **envp, const char **why);
+/* Asks the spawner at sock to start an attach process with argv, envp and
+ * the two descriptors. Returns 0 (*pid set) or an error with msg. */
+int node_spawner_request(const char *sock, const char *const *argv, const char *const *envp,
+			 int logfd, int readyfd, pid_t *pid, char *msg, size_t msglen);
+/* `zipline-node spawner --socket PATH`: serves such requests until SIGTERM. */
+int spawner_main(int argc, char **argv);
 
 /* ---- the attach process (attach_main.c, attach_fuse.c) ---- */
 

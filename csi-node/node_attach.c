@@ -1,5 +1,6 @@
-/* Attach processes seen from zipline-node: start one (posix_spawn, new
- * session, so it outlives us), check that one is alive, talk to its control
+/* Attach processes seen from zipline-node: start one (node_spawn_attach,
+ * new session, so it outlives us; or through the spawner of --spawner, so
+ * it outlives our container too), check that one is alive, talk to its control
  * socket, put a loop device on its FUSE file, and tear everything down. */
 #include "node.h"
 
@@ -72,9 +73,6 @@ int node_attach_start(struct node *n, const struct node_attach_req *req, pid_t *
 	char dir[NODE_PATH_MAX], epoch[24], tokenv[160], line[512], errname[40];
 	const char *argv[30];
 	size_t ac = 0, ne = 0, used = 0;
-	posix_spawn_file_actions_t fa;
-	posix_spawnattr_t attr;
-	sigset_t none, def;
 	char **envp = NULL;
 	int pfd[2] = {-1, -1}, logfd, rc;
 	uint64_t deadline;
@@ -167,37 +165,20 @@ int node_attach_start(struct node *n, const struct node_attach_req *req, pid_t *
 		envp[ne] = tokenv;
 	}
 
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_adddup2(&fa, logfd, 1);
-	posix_spawn_file_actions_adddup2(&fa, logfd, 2);
-	posix_spawn_file_actions_adddup2(&fa, pfd[1], 3);
-	posix_spawn_file_actions_addclosefrom_np(&fa, 4);
-	posix_spawn_file_actions_addchdir_np(&fa, "/");
-	posix_spawnattr_init(&attr);
-	sigemptyset(&none);
-	sigemptyset(&def);
-	sigaddset(&def, SIGTERM);
-	sigaddset(&def, SIGINT);
-	sigaddset(&def, SIGHUP);
-	sigaddset(&def, SIGPIPE);
-	sigaddset(&def, SIGCHLD);
-	posix_spawnattr_setsigmask(&attr, &none);
-	posix_spawnattr_setsigdefault(&attr, &def);
-	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
-					    POSIX_SPAWN_SETSIGDEF);
-	rc = posix_spawn(pid, n->self_exe, &fa, &attr, (char *const *)argv, envp);
-	posix_spawnattr_destroy(&attr);
-	posix_spawn_file_actions_destroy(&fa);
+	if (n->cfg.spawner) {
+		rc = node_spawner_request(n->cfg.spawner, argv, (const char *const *)envp, logfd,
+					  pfd[1], pid, msg, msglen);
+	} else {
+		rc = node_spawn_attach(n->self_exe, (char *const *)argv, envp, logfd, pfd[1], pid);
+		if (rc)
+			snprintf(msg, msglen, "cannot start the attach process %s: %s",
+				 n->self_exe, strerror(-rc));
+	}
 	free(envp);
 	close(pfd[1]);
 	pfd[1] = -1;
-	if (rc) {
-		snprintf(msg, msglen, "cannot start the attach process %s: %s", n->self_exe,
-			 strerror(rc));
-		rc = -rc;
+	if (rc)
 		goto out_pipe;
-	}
 
 	/* One line: "READY ..." or "ERR [ZL_ERR_NAME] <what failed>", or EOF
 	 * if it died. */

@@ -134,6 +134,12 @@ int node_flags_parse(int argc, char **argv, struct node_cfg *c, struct zl_cfg_et
 	     .parse = node_flag_attach_timeout,
 	     .help = "how long an attach process may take to prove it can\nread its volume "
 		     "before NodeStage fails (default 20)"},
+	    {.name = "spawner",
+	     .arg = "PATH",
+	     .type = ZL_CFG_STR,
+	     .target = &c->spawner,
+	     .help = "start attach processes through `zipline-node spawner\n--socket PATH` "
+		     "(another container of the pod: a restart of\nthis one does not stop them)"},
 	    {.name = "legacy-drop",
 	     .type = ZL_CFG_SET,
 	     .target = &c->legacy_drop,

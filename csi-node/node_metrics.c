@@ -29,6 +29,23 @@ struct node_scrape {
 	uint32_t dead;	    /* staged with no live attach process */
 	/* The per-volume samples, written after the families' heads. */
 	struct zl_metrics_text vol;
+	/* The per-volume latency histograms, one text per family (a
+	 * histogram's samples follow their own head). */
+	struct zl_metrics_text lat[3];
+};
+
+/* The latency histograms of an attach process's status answer
+ * ("read_lat=COUNT:SUM_NS:B0,...", zl_metrics_hist_format). */
+static const struct {
+	const char *key, *name, *help;
+} node_vol_hists[3] = {
+    {" read_lat=", "zipline_node_volume_read_duration_seconds",
+     "Reads of the volume's client: submission to completion (QoS waits and retries "
+     "included)."},
+    {" write_lat=", "zipline_node_volume_write_duration_seconds",
+     "Writes (and zeroings) of the volume's client: submission to completion."},
+    {" flush_lat=", "zipline_node_volume_flush_duration_seconds",
+     "Flushes of the volume's client: submission to completion."},
 };
 
 /* The value of "key=" in an attach status reply, 0 when absent. */
@@ -65,7 +82,7 @@ static void node_scrape_vol(struct node *n, const char *vol_id, void *arg)
 {
 	struct node_scrape *sc = arg;
 	struct node_vol_state st;
-	char reply[512], lab[256], dev[128];
+	char reply[2048], lab[256], dev[128];
 	bool alive;
 
 	if (node_state_load(n, vol_id, &st) || !st.staged)
@@ -87,6 +104,14 @@ static void node_scrape_vol(struct node *n, const char *vol_id, void *arg)
 	for (size_t i = 0; i < ZL_ARRAY_SIZE(node_vol_counters); i++)
 		zl_metrics_u64(&sc->vol, node_vol_counters[i].name, lab,
 			       node_status_field(reply, node_vol_counters[i].key));
+	for (size_t i = 0; i < ZL_ARRAY_SIZE(node_vol_hists); i++) {
+		const char *p = strstr(reply, node_vol_hists[i].key);
+		struct zl_metrics_hist h;
+
+		/* An attach process of an older version answers none. */
+		if (p && !zl_metrics_hist_parse(p + strlen(node_vol_hists[i].key), &h))
+			zl_metrics_hist_text(&sc->lat[i], node_vol_hists[i].name, lab, &h);
+	}
 }
 
 static void node_metrics_render(void *arg, struct zl_metrics_text *t)
@@ -119,6 +144,13 @@ static void node_metrics_render(void *arg, struct zl_metrics_text *t)
 		zl_metrics_printf(t, "%.*s", (int)sc.vol.len, sc.vol.buf);
 	t->oom |= sc.vol.oom;
 	free(sc.vol.buf);
+	for (size_t i = 0; i < ZL_ARRAY_SIZE(node_vol_hists); i++) {
+		zl_metrics_family(t, node_vol_hists[i].name, "histogram", node_vol_hists[i].help);
+		if (sc.lat[i].len)
+			zl_metrics_printf(t, "%.*s", (int)sc.lat[i].len, sc.lat[i].buf);
+		t->oom |= sc.lat[i].oom;
+		free(sc.lat[i].buf);
+	}
 	if (node_msrv_grpc)
 		zl_grpc_server_metrics(node_msrv_grpc, t);
 	zl_etcd_metrics(t);

@@ -26,6 +26,7 @@
 #include "lib/transport/xport_hello.h"
 #include "lib/wire/wire.h"
 #include "storage_chunk.h"
+#include "storage_fair.h"
 
 struct zl_storage_cfg {
 	const char *data_dir;
@@ -71,6 +72,9 @@ struct zl_storage_cfg {
 	const char *tls_key;
 	const char *tls_ca;
 	const char *tls_server_name;
+	/* --fair-share on|off, --fair-share-bytes: the disk shared per volume
+	 * under contention (storage_fair.h). */
+	struct zl_storage_fair_opts fair;
 };
 
 struct zl_storage_vols;
@@ -98,6 +102,7 @@ struct zl_storage_reqstats {
 	struct zl_metrics_hist fwd_lat; /* this primary's forwards: send to a good reply */
 	struct zl_wire_scrub_result scrub; /* summed over the scrub jobs that ended */
 	uint64_t scrub_jobs;
+	uint64_t fair_queued; /* disk operations that waited for their volume's share */
 };
 
 struct zl_storage {
@@ -125,6 +130,7 @@ struct zl_storage {
 	struct zl_storage_tombs *tombs;
 	struct zl_slab reqs; /* request contexts (storage_server.c) */
 	struct zl_storage_ord *ord; /* REPL_WRITE order queues (storage_server.c) */
+	struct zl_storage_fair *fair; /* disk admission per volume (storage_fair.c) */
 	uint32_t inflight; /* requests not yet answered */
 	uint32_t n_conns;  /* connections served now (storage_server.c) */
 	/* Their log lines: accepted ones per transport (TCP, RDMA), refused. */

@@ -130,6 +130,7 @@ struct chunk_op {
 	 * pass). zl_chunk_read_crcs: where the read blocks' CRCs go. */
 	const uint32_t *crcs_in;
 	uint32_t *crcs_out;
+	bool trust; /* READ: blocks checked before get their stored CRC, unchecked */
 	bool jcrc_own;	/* jcrc is a pool buffer */
 	bool jinplace;	/* WRITE: in place after its record (RWF_DSYNC) */
 	uint64_t jseq;	/* the record that holds it (0: none) */
@@ -157,6 +158,11 @@ struct chunk {
 	uint64_t gone_checked_ms; /* last check that the file is still linked */
 	uint32_t *crc;	    /* n_blocks: the CRC each block must match */
 	uint32_t *prev;	    /* n_blocks: its CRC before the last change */
+	/* A bit per block: its data on disk was checked against crc[b] and
+	 * neither has changed since (cleared wherever crc[b] changes). A client
+	 * read of such a block returns crc[b] without computing it again: the
+	 * reader verifies the data against it (zl_chunk_read_crcs). */
+	uint64_t *vok;
 	uint64_t *page_ver; /* meta_pages: version recorded in each page */
 	uint8_t *page_slot; /* meta_pages: current slot (0 = A, 1 = B) */
 	uint8_t *img;	    /* meta_pages * BLK: page images of the round in flight */
@@ -207,6 +213,7 @@ struct zl_chunk_store {
 	struct io_uring ring;
 	bool ring_ok;
 	int efd;
+	uint32_t zero_crc; /* CRC32C of a zero block */
 	struct zl_loop_handle efd_h;
 	bool efd_added;
 	struct zl_poller poller;
@@ -558,6 +565,21 @@ static void lru_add(struct zl_chunk_store *s, struct chunk *c)
 	c->in_lru = true;
 }
 
+static bool chunk_vok(const struct chunk *c, uint32_t b)
+{
+	return c->vok[b / 64] >> (b % 64) & 1;
+}
+
+static void chunk_vok_set(struct chunk *c, uint32_t b)
+{
+	c->vok[b / 64] |= 1ull << (b % 64);
+}
+
+static void chunk_vok_clear(struct chunk *c, uint32_t b)
+{
+	c->vok[b / 64] &= ~(1ull << (b % 64));
+}
+
 static void chunk_free(struct zl_chunk_store *s, struct chunk *c)
 {
 	(void)s;
@@ -567,6 +589,7 @@ static void chunk_free(struct zl_chunk_store *s, struct chunk *c)
 		close(c->fd);
 	free(c->crc);
 	free(c->prev);
+	free(c->vok);
 	free(c->page_ver);
 	free(c->page_slot);
 	free(c->img);
@@ -1053,6 +1076,7 @@ static int chunk_load(struct zl_chunk_store *s, struct chunk *c)
 		for (uint32_t i = 0; i < n; i++) {
 			c->crc[b0 + i] = zl_get_le32(cur + MP_HDR + 8 * i);
 			c->prev[b0 + i] = zl_get_le32(cur + MP_HDR + 8 * i + 4);
+			chunk_vok_clear(c, b0 + i);
 		}
 	}
 	if (why) {
@@ -1108,10 +1132,11 @@ static int chunk_get(struct zl_chunk_store *s, uint64_t vol, uint64_t idx, uint3
 	c->data_off = zl_chunk_data_off(cs);
 	c->crc = calloc(c->n_blocks, sizeof(uint32_t));
 	c->prev = calloc(c->n_blocks, sizeof(uint32_t));
+	c->vok = calloc((c->n_blocks + 63) / 64, sizeof(uint64_t));
 	c->page_ver = calloc(c->meta_pages, sizeof(uint64_t));
 	c->page_slot = calloc(c->meta_pages, 1);
 	c->img = blk_alloc((size_t)c->meta_pages * BLK);
-	if (!c->crc || !c->prev || !c->page_ver || !c->page_slot || !c->img) {
+	if (!c->crc || !c->prev || !c->vok || !c->page_ver || !c->page_slot || !c->img) {
 		rc = -ENOMEM;
 		goto out_free;
 	}
@@ -1192,7 +1217,11 @@ static int chunk_verify_crc(struct zl_chunk_store *s, struct chunk *c, uint32_t 
 
 	if (crc_out)
 		*crc_out = got;
-	if (got == want || (want == 0 && block_is_zero(p)))
+	if ((got == want && want) || (!want && block_is_zero(p))) {
+		chunk_vok_set(c, b);
+		return 0;
+	}
+	if (got == want)
 		return 0;
 	if (got == prev || (prev == 0 && block_is_zero(p))) {
 		/* The previous CRC: the last write's data never reached the
@@ -1220,6 +1249,7 @@ static void chunk_set_crc(struct chunk *c, uint32_t b, uint32_t crc, uint64_t ve
 
 	c->prev[b] = c->crc[b];
 	c->crc[b] = crc;
+	chunk_vok_clear(c, b);
 	c->page_ver[pg] = ZL_MAX(c->page_ver[pg], version);
 	c->dirty_mask |= 1ull << pg;
 }
@@ -1230,6 +1260,7 @@ static void chunk_crc_rollback(struct chunk *c, uint32_t b0, uint32_t b1)
 {
 	for (uint32_t b = b0; b < b1; b++) {
 		c->crc[b] = c->prev[b];
+		chunk_vok_clear(c, b);
 		c->dirty_mask |= 1ull << (b / ZL_CHUNK_META_ENTRIES);
 	}
 }
@@ -1893,9 +1924,15 @@ static void op_stage_done(struct chunk_op *op)
 			if (chunk_verify(s, c, b, op->buf + (size_t)(b - op->b0) * BLK))
 				(*op->bad)++;
 	} else if (op->kind == OP_READ) {
-		for (uint32_t b = op->b0; b < op->b1 && !op->err; b++)
-			op->err = chunk_verify_crc(s, c, b, op->buf + (size_t)(b - op->b0) * BLK,
-						   op->crcs_out ? &op->crcs_out[b - op->b0] : NULL);
+		for (uint32_t b = op->b0; b < op->b1 && !op->err; b++) {
+			uint32_t *co = op->crcs_out ? &op->crcs_out[b - op->b0] : NULL;
+
+			if (op->trust && chunk_vok(c, b))
+				*co = c->crc[b] ? c->crc[b] : s->zero_crc; /* the reader checks */
+			else
+				op->err = chunk_verify_crc(s, c, b,
+							   op->buf + (size_t)(b - op->b0) * BLK, co);
+		}
 	} else if (op->kind == OP_ZERO && op->stage == OP_ST_SYNC) {
 		s->st.zero_syncs++;
 	} else if (op->kind == OP_ZERO) {
@@ -2020,8 +2057,8 @@ static int store_missing(struct zl_chunk_store *s, uint64_t vol, uint64_t idx, u
 
 static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vol, uint64_t idx,
 			uint32_t cs, uint32_t off, uint32_t len, const void *data, void *buf,
-			uint32_t *bad, const uint32_t *crcs_in, uint32_t *crcs_out, uint64_t version,
-			zl_chunk_cb cb, void *arg)
+			uint32_t *bad, const uint32_t *crcs_in, uint32_t *crcs_out, bool trust,
+			uint64_t version, zl_chunk_cb cb, void *arg)
 {
 	struct chunk_op *op;
 	struct chunk *c = NULL;
@@ -2071,6 +2108,7 @@ static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vo
 	op->bad = bad;
 	op->crcs_in = crcs_in;
 	op->crcs_out = crcs_out;
+	op->trust = trust && crcs_out;
 	op->cb = cb;
 	op->arg = arg;
 	op->ch = c;
@@ -2135,28 +2173,28 @@ int zl_chunk_write_crcs(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, 
 			uint64_t version, zl_chunk_cb cb, void *arg)
 {
 	return store_submit(s, OP_WRITE, vol, chunk, chunk_size, off, len, data, NULL, NULL,
-			    off % BLK || len % BLK ? NULL : crcs, NULL, version, cb, arg);
+			    off % BLK || len % BLK ? NULL : crcs, NULL, false, version, cb, arg);
 }
 
 int zl_chunk_zero(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
 		  uint32_t off, uint32_t len, uint64_t version, zl_chunk_cb cb, void *arg)
 {
 	return store_submit(s, OP_ZERO, vol, chunk, chunk_size, off, len, NULL, NULL, NULL, NULL, NULL,
-			    version, cb, arg);
+			    false, version, cb, arg);
 }
 
 int zl_chunk_read(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
 		  uint32_t off, uint32_t len, void *buf, zl_chunk_cb cb, void *arg)
 {
-	return zl_chunk_read_crcs(s, vol, chunk, chunk_size, off, len, buf, NULL, cb, arg);
+	return zl_chunk_read_crcs(s, vol, chunk, chunk_size, off, len, buf, NULL, true, cb, arg);
 }
 
 int zl_chunk_read_crcs(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
-		       uint32_t off, uint32_t len, void *buf, uint32_t *crcs, zl_chunk_cb cb,
-		       void *arg)
+		       uint32_t off, uint32_t len, void *buf, uint32_t *crcs, bool recheck,
+		       zl_chunk_cb cb, void *arg)
 {
 	return store_submit(s, OP_READ, vol, chunk, chunk_size, off, len, NULL, buf, NULL, NULL,
-			    off % BLK || len % BLK ? NULL : crcs, 0, cb, arg);
+			    off % BLK || len % BLK ? NULL : crcs, !recheck, 0, cb, arg);
 }
 
 int zl_chunk_scrub_read(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
@@ -2165,8 +2203,8 @@ int zl_chunk_scrub_read(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, 
 {
 	if (!bad)
 		return -ZL_ERR_INVAL;
-	return store_submit(s, OP_READ, vol, chunk, chunk_size, off, len, NULL, buf, bad, NULL, NULL, 0,
-			    cb, arg);
+	return store_submit(s, OP_READ, vol, chunk, chunk_size, off, len, NULL, buf, bad, NULL, NULL, false,
+			    0, cb, arg);
 }
 
 /* The open chunk's file is not the one at its path any more (unlinked or
@@ -2481,6 +2519,7 @@ static uint32_t chunk_scan_blocks(struct chunk *c, uint32_t b0, uint32_t n, cons
 		if (got != prev && !(prev == 0 && block_is_zero(p)))
 			continue; /* neither: damaged, reads report it */
 		c->crc[b] = prev;
+		chunk_vok_clear(c, b);
 		*mask |= 1ull << (b / ZL_CHUNK_META_ENTRIES);
 		rolled++;
 	}
@@ -3169,6 +3208,11 @@ int zl_chunk_store_create(const struct zl_chunk_store_opts *opts, struct zl_chun
 		return -ENOMEM;
 	s->efd = -1;
 	s->loop = opts->loop;
+	{
+		static const uint8_t zero[BLK];
+
+		s->zero_crc = zl_crc32c(zero, BLK);
+	}
 	zl_slab_init(&s->ops, sizeof(struct chunk_op), STORE_OP_SLAB);
 	s->max_open = opts->max_open ? opts->max_open : 1024;
 	s->buf_alloc = opts->buf_alloc;

@@ -228,12 +228,19 @@ int zl_chunk_version(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uin
 int zl_chunk_read(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
 		  uint32_t off, uint32_t len, void *buf, zl_chunk_cb cb, void *arg);
 /* zl_chunk_read that also leaves the CRC32C of every block read in
- * crcs[0 .. len / 4096) (checked against the stored ones on the way: no
- * second pass) when off and len are whole blocks; crcs is ignored otherwise.
- * A reply can carry the data's CRC joined from them (zl_xport_reply_crcs). */
+ * crcs[0 .. len / 4096) when off and len are whole blocks; crcs is ignored
+ * otherwise. A block read for the first time since its CRC last changed is
+ * checked against the stored CRC on the way (no second pass); a block
+ * checked before gets its stored CRC without being checked again: its
+ * reader verifies the data against the CRC the reply carries, joined from
+ * these (zl_xport_reply_crcs), and reads around a copy that fails (CRC once
+ * per byte read, by the reader; scrub still checks every block on disk).
+ * recheck: check every block all the same (a read around a bad copy, zl
+ * volume verify: READ + ZL_WF_ANY). For client reads only: the caller must
+ * send crcs with the data. */
 int zl_chunk_read_crcs(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
-		       uint32_t off, uint32_t len, void *buf, uint32_t *crcs, zl_chunk_cb cb,
-		       void *arg);
+		       uint32_t off, uint32_t len, void *buf, uint32_t *crcs, bool recheck,
+		       zl_chunk_cb cb, void *arg);
 
 /* ---- scrub (storage_scrub.c) ----
  *

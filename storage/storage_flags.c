@@ -64,6 +64,17 @@ static int flag_capacity(const char *value, void *target, const char **why)
 	return 0;
 }
 
+static int flag_fair_bytes(const char *value, void *target, const char **why)
+{
+	uint64_t *v = target;
+
+	if (zl_parse_size(value, v) || *v < 4096 || *v > (1ull << 30)) {
+		*why = "not a share; pass a size from 4K to 1G, like 1M";
+		return -ZL_ERR_INVAL;
+	}
+	return 0;
+}
+
 static int flag_write_path(const char *value, void *target, const char **why)
 {
 	if (!strcmp(value, "journal") || !strcmp(value, "direct")) {
@@ -216,6 +227,20 @@ int zl_storage_cfg_parse(struct zl_storage_cfg *cfg, struct zl_cfg_etcd *etcd,
 	     .max = 1000000,
 	     .unit = "megabits/s",
 	     .help = "scrub read rate, megabits/s (default 100)"},
+	    {.name = "fair-share",
+	     .arg = "on|off",
+	     .type = ZL_CFG_BOOL,
+	     .target = &cfg->fair.on,
+	     .help =
+		 "share the disk per volume while several volumes\nsend I/O: each has at most "
+		 "--fair-share-bytes\nin flight, the rest waits in its own queue\n(default on)"},
+	    {.name = "fair-share-bytes",
+	     .arg = "SIZE",
+	     .type = ZL_CFG_CALL,
+	     .target = &cfg->fair.share_bytes,
+	     .parse = flag_fair_bytes,
+	     .help = "a volume's bytes in flight to the disk under\ncontention (at least one "
+		     "operation; default 256K)"},
 	    {.name = "scrub-interval",
 	     .arg = "SEC",
 	     .type = ZL_CFG_UINT,
@@ -295,6 +320,7 @@ int zl_storage_cfg_parse(struct zl_storage_cfg *cfg, struct zl_cfg_etcd *etcd,
 	cfg->gc_interval_s = 60;
 	cfg->gc_grace_s = 600;
 	cfg->heal = true;
+	zl_storage_fair_opts_default(&cfg->fair);
 	cfg->journal = true;
 	cfg->auth = true; /* every caller sends credentials (docs/SECURITY.md) */
 	rc = zl_cfg_parse(&cli, argc, argv);

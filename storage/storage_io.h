@@ -60,6 +60,8 @@ struct zl_storage_vol {
 	/* Client READs [0] and writes [1] (WRITE, WRITE_ZEROES, DISCARD) this
 	 * node answered for the volume: count, bytes, summed latency. */
 	uint64_t m_ops[2], m_bytes[2], m_ns[2];
+	/* Its disk operations that waited for its fair share (storage_fair.c). */
+	uint64_t m_fair_queued;
 };
 
 /* Limits of the request path's lookups (docs/SECURITY.md). */

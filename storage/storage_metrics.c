@@ -29,6 +29,7 @@ struct vol_snap {
 	uint64_t num;
 	char name[256];
 	uint64_t ops[2], bytes[2], ns[2];
+	uint64_t fair_queued;
 };
 
 struct zl_storage_metrics {
@@ -75,6 +76,7 @@ static void sample_vol(void *arg, const struct zl_storage_vol *sv)
 	memcpy(v->ops, sv->m_ops, sizeof(v->ops));
 	memcpy(v->bytes, sv->m_bytes, sizeof(v->bytes));
 	memcpy(v->ns, sv->m_ns, sizeof(v->ns));
+	v->fair_queued = sv->m_fair_queued;
 }
 
 static void metrics_sample(void *arg)
@@ -171,6 +173,10 @@ static void render_requests(struct zl_storage_metrics *m, struct zl_metrics_text
 		     rs->scrub.bad_found},
 		    {"zipline_scrub_repaired_total", "Chunk copies those scrubs repaired.",
 		     rs->scrub.repaired},
+		    {"zipline_storage_fair_queued_total",
+		     "Disk operations (client reads and writes, forwarded writes) that waited "
+		     "for their volume's fair share while several volumes sent I/O.",
+		     rs->fair_queued},
 		};
 
 		for (size_t i = 0; i < ZL_ARRAY_SIZE(sc); i++) {
@@ -223,6 +229,18 @@ static void render_volumes(struct zl_storage_metrics *m, struct zl_metrics_text 
 						       f ? v->bytes[d] : v->ops[d]);
 			}
 		}
+	}
+	zl_metrics_family(t, "zipline_volume_fair_queued_total", "counter",
+			  "The volume's disk operations on this daemon that waited for its fair "
+			  "share (--fair-share).");
+	for (size_t i = 0; i < m->n_vols; i++) {
+		const struct vol_snap *v = &m->vols[i];
+		char vid[ZL_VOL_ID_LEN + 1];
+
+		zl_vol_id_format(v->num, vid);
+		zl_metrics_label_escape(v->name, name, sizeof(name));
+		snprintf(lab, sizeof(lab), "volume=\"%s\",name=\"%s\"", vid, name);
+		zl_metrics_u64(t, "zipline_volume_fair_queued_total", lab, v->fair_queued);
 	}
 }
 
@@ -315,6 +333,10 @@ static void render_transport(struct zl_storage_metrics *m, struct zl_metrics_tex
 	     "RDMA work completions in error (each closes its connection; flushes not "
 	     "counted).",
 	     xs->rdma_wc_errors},
+	    {"zipline_rdma_copied_bytes_total",
+	     "Payload bytes copied in user space on the RDMA path (bounce buffers, inline "
+	     "messages); bulk data moves without a copy.",
+	     xs->rdma_copied_bytes},
 	};
 
 	const char *kinds[ZL_XPORT_SK_N];

@@ -38,6 +38,7 @@
 #include <string.h>
 
 #include "storage_ctl.h"
+#include "storage_fair.h"
 #include "storage_heal.h"
 #include "storage_io.h"
 
@@ -116,6 +117,9 @@ struct storage_req {
 	 * blocks are verified, then kept by the chunk store, carried by the
 	 * forwards and the reply (srv_crcs). crcs_small or a pool buffer. */
 	uint32_t *crcs;
+	/* Its disk operation's admission (storage_fair.c): READ, WRITE,
+	 * WRITE_ZEROES, DISCARD and REPL_WRITE. */
+	struct zl_storage_fair_item fair;
 	uint8_t small[ZL_WIRE_HELLO_SIZE];
 	uint32_t crcs_small[SRV_CRCS_SMALL];
 };
@@ -206,6 +210,7 @@ static void req_free(struct storage_req *r)
 	struct zl_storage *st = r->st;
 
 	srv_account(r);
+	zl_storage_fair_done(st->fair, &r->fair);
 	srv_ord_del(r);
 	srv_unplan(r);
 	if (r->buf)
@@ -220,6 +225,8 @@ static void req_free(struct storage_req *r)
 void zl_storage_server_fini(struct zl_storage *st)
 {
 	zl_slab_fini(&st->reqs);
+	zl_storage_fair_destroy(st->fair);
+	st->fair = NULL;
 	free(st->ord);
 	st->ord = NULL;
 }
@@ -622,6 +629,7 @@ static void srv_local_done(void *arg, int status)
 {
 	struct storage_req *r = arg;
 
+	zl_storage_fair_done(r->st->fair, &r->fair);
 	r->local_err = status;
 	if (status)
 		zl_storage_ddir_io_error(r->st, status);
@@ -723,6 +731,38 @@ static void srv_push_exec(struct storage_req *r)
  * a held request's deadline). */
 
 static void srv_exec_io(struct storage_req *r);
+static void srv_write_disk(struct storage_req *r);
+static void srv_read_disk(struct storage_req *r);
+
+/* ---- fair share of the disk per volume (storage_fair.c) ---- */
+
+/* Whether r's disk operation may start now: true, or false when it waits
+ * for its volume's share (srv_fair_run starts it). */
+static bool srv_fair_admit(struct storage_req *r)
+{
+	struct zl_storage_vol *sv;
+	/* Zeroing and discards punch holes: they move no data. */
+	uint32_t bytes = r->op == ZL_OP_READ || r->op == ZL_OP_WRITE ? r->req.length : 0;
+
+	if (zl_storage_fair_admit(r->st->fair, &r->fair, r->req.vol_id, bytes, r->t0_ns))
+		return true;
+	r->st->rs.fair_queued++;
+	sv = zl_storage_vol_peek(r->st->vols, r->req.vol_id);
+	if (sv)
+		sv->m_fair_queued++;
+	return false;
+}
+
+static void srv_fair_run(void *arg, struct zl_storage_fair_item *it)
+{
+	struct storage_req *r = ZL_CONTAINER_OF(it, struct storage_req, fair);
+
+	(void)arg;
+	if (r->req.opcode == ZL_OP_READ)
+		srv_read_disk(r);
+	else
+		srv_write_disk(r);
+}
 
 static struct srv_ordq *srv_ord_q(struct zl_storage *st, uint64_t vol, uint64_t chunk)
 {
@@ -898,15 +938,25 @@ static void srv_exec_io(struct storage_req *r)
 {
 	struct zl_storage *st = r->st;
 	const struct zl_wire_hdr *h = &r->req;
-	int rc;
 
 	zl_storage_gc_note_write(st, h->vol_id, r->slice);
-	/* Data version 0 (keeps the chunk's) unless the primary assigned one:
-	 * --heal=on, REPLICATION.md §1. */
 	if (r->op == ZL_OP_CHUNK_PUSH) {
 		srv_push_exec(r);
 		return;
 	}
+	if (srv_fair_admit(r))
+		srv_write_disk(r);
+}
+
+/* The chunk write (or zeroing) of r and its forwards, once admitted. */
+static void srv_write_disk(struct storage_req *r)
+{
+	struct zl_storage *st = r->st;
+	const struct zl_wire_hdr *h = &r->req;
+	int rc;
+
+	/* Data version 0 (keeps the chunk's) unless the primary assigned one:
+	 * --heal=on, REPLICATION.md §1. */
 	rc = h->opcode == ZL_OP_REPL_WRITE ? 0 : srv_number(r);
 	if (rc) {
 		req_reply_free(r, rc, r->seen_ver);
@@ -1005,6 +1055,7 @@ static void srv_read_done(void *arg, int status)
 	struct storage_req *r = arg;
 	struct zl_wire_hdr rep;
 
+	zl_storage_fair_done(r->st->fair, &r->fair);
 	if (status) {
 		req_reply_free(r, status, r->seen_ver);
 		return;
@@ -1027,8 +1078,14 @@ static void srv_simple_done(void *arg, int status)
 
 /* ---- dispatch ---- */
 
-/* Starts the chunk read of r (a READ past its checks). */
+/* Starts the chunk read of r (a READ past its checks) once admitted. */
 static void srv_read_start(struct storage_req *r)
+{
+	if (srv_fair_admit(r))
+		srv_read_disk(r);
+}
+
+static void srv_read_disk(struct storage_req *r)
 {
 	struct zl_storage *st = r->st;
 	const struct zl_wire_hdr *h = &r->req;
@@ -1042,7 +1099,8 @@ static void srv_read_start(struct storage_req *r)
 	if (!rc)
 		rc = r->buf ? zl_chunk_read_crcs(st->chunks, h->vol_id, h->chunk, r->chunk_size,
 						 h->offset, h->length, r->buf,
-						 srv_crcs(r, h->offset, h->length), srv_read_done, r)
+						 srv_crcs(r, h->offset, h->length),
+						 h->flags & ZL_WF_ANY, srv_read_done, r)
 			    : -ENOMEM;
 	if (rc)
 		req_reply_free(r, rc == -ENOMEM ? -ZL_ERR_BUSY : rc, r->seen_ver);
@@ -1523,6 +1581,9 @@ int zl_storage_server_start(struct zl_storage *st)
 	st->ord = calloc(1, sizeof(*st->ord));
 	if (!st->ord)
 		return -ENOMEM;
+	rc = zl_storage_fair_create(&st->cfg.fair, srv_fair_run, st, &st->fair);
+	if (rc)
+		return rc;
 	rc = zl_xport_listen(st->xport_tcp, st->cfg.listen_host, st->cfg.listen_port, &srv_ops, st,
 			     &st->listener);
 	if (rc) {

@@ -56,6 +56,7 @@
 #include "../etcd/etcd.h"
 #include "../transport/transport.h"
 #include "../meta/meta.h"
+#include "../metrics/metrics.h"
 
 struct zl_client;
 struct zl_vol;
@@ -160,6 +161,10 @@ struct zl_vol_stats {
 	uint64_t retries, failovers, promotions, placement_reloads;
 	uint64_t reports; /* heal mode: failure reports put */
 	uint64_t throttled; /* user I/Os that waited for the volume's limits */
+	/* Submission to completion (QoS waits and retries included) of every
+	 * read, write and flush that completed, failed ones too: [0] read,
+	 * [1] write (and zeroing, discard), [2] flush. */
+	struct zl_metrics_hist lat[3];
 };
 void zl_vol_get_stats(const struct zl_vol *v, struct zl_vol_stats *out);
 

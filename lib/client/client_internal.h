@@ -303,6 +303,7 @@ struct client_sub {
 	bool any;
 	int any_err;
 	uint64_t any_ver;
+	uint8_t bad_data;	/* read replies in a row whose data failed its CRC */
 	bool need_reload;	/* reload placement before the next send */
 	uint8_t pending;	/* what the timer does: enum client_sub_pending */
 	bool pending_transport; /* pending_err came without a reply */

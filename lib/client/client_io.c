@@ -336,6 +336,10 @@ static void io_maybe_complete(struct client_io *io)
 		if (!status)
 			v->stats.write_bytes += io->len;
 	}
+	zl_metrics_hist_add(&v->stats.lat[io->op == ZL_OP_READ	  ? 0
+					  : io->op == ZL_OP_FLUSH ? 2
+								  : 1],
+			    zl_now_ns() - io->start_ns);
 	cb = io->cb;
 	arg = io->arg;
 	io->active = false;
@@ -378,6 +382,7 @@ static void sub_start(struct client_sub *s)
 	s->any = false;
 	s->any_err = 0;
 	s->any_ver = 0;
+	s->bad_data = 0;
 	s->need_reload = false;
 	s->pending_err = 0;
 	s->last_err = 0;
@@ -926,6 +931,11 @@ static void sub_result(struct client_sub *s, int err, uint64_t rep_ver, bool tra
 		sub_result_any(s, err, rep_ver, transport);
 		return;
 	}
+	/* A read reply whose data does not match the CRCs it carries (the
+	 * primary's stored ones: the reader checks reads, zl_chunk_read_crcs):
+	 * once may be the wire, twice in a row is the primary's copy. */
+	if (transport && err == -ZL_ERR_CORRUPT && s->op == ZL_OP_READ && ++s->bad_data >= 2)
+		transport = false;
 	act = v->c->legacy_drop ? zl_client_classify(s->op, err, transport)
 				: zl_client_classify_heal(s->op, err, transport);
 	switch (act) {

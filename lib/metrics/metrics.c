@@ -158,6 +158,57 @@ void zl_metrics_hist_text(struct zl_metrics_text *t, const char *name, const cha
 	}
 }
 
+int zl_metrics_hist_format(const struct zl_metrics_hist *h, char *out, size_t n)
+{
+	size_t len;
+	int w;
+
+	w = snprintf(out, n, "%" PRIu64 ":%" PRIu64 ":", h->count, h->sum_ns);
+	if (w < 0 || (size_t)w >= n)
+		return -ENOSPC;
+	len = (size_t)w;
+	for (unsigned i = 0; i <= ZL_METRICS_HIST_N; i++) {
+		w = snprintf(out + len, n - len, "%s%" PRIu64, i ? "," : "", h->b[i]);
+		if (w < 0 || (size_t)w >= n - len)
+			return -ENOSPC;
+		len += (size_t)w;
+	}
+	return (int)len;
+}
+
+/* One unsigned decimal at *p followed by sep; advances *p past sep. */
+static int hist_parse_u64(const char **p, char sep, uint64_t *v)
+{
+	char *end;
+
+	if (**p < '0' || **p > '9')
+		return -EINVAL;
+	errno = 0;
+	*v = strtoull(*p, &end, 10);
+	if (errno || (sep && *end != sep))
+		return -EINVAL;
+	*p = sep ? end + 1 : end;
+	return 0;
+}
+
+int zl_metrics_hist_parse(const char *s, struct zl_metrics_hist *h)
+{
+	const char *p = s;
+	int rc;
+
+	memset(h, 0, sizeof(*h));
+	rc = hist_parse_u64(&p, ':', &h->count);
+	if (!rc)
+		rc = hist_parse_u64(&p, ':', &h->sum_ns);
+	for (unsigned i = 0; !rc && i <= ZL_METRICS_HIST_N; i++)
+		rc = hist_parse_u64(&p, i < ZL_METRICS_HIST_N ? ',' : 0, &h->b[i]);
+	if (!rc && *p && *p != ' ' && *p != '\n')
+		rc = -EINVAL;
+	if (rc)
+		memset(h, 0, sizeof(*h));
+	return rc;
+}
+
 /* ---- HTTP ---- */
 
 static enum MHD_Result metrics_send(struct MHD_Connection *conn, unsigned status,

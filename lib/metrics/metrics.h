@@ -62,6 +62,14 @@ static inline void zl_metrics_hist_add(struct zl_metrics_hist *h, uint64_t ns)
 void zl_metrics_hist_text(struct zl_metrics_text *t, const char *name, const char *labels,
 			  const struct zl_metrics_hist *h);
 
+/* A histogram as one word, "COUNT:SUM_NS:B0,B1,...,B20" (the buckets
+ * not cumulative), for a process that answers its counters in text (the
+ * attach process's status, csi-node). Format: the length written (without
+ * the NUL), or -ENOSPC when n is too small. Parse: 0, or -EINVAL when s
+ * does not start with such a word (h is then zeroed). */
+int zl_metrics_hist_format(const struct zl_metrics_hist *h, char *out, size_t n);
+int zl_metrics_hist_parse(const char *s, struct zl_metrics_hist *h);
+
 struct zl_metrics_ops {
 	/* Writes the daemon's samples (HTTP thread). */
 	void (*render)(void *arg, struct zl_metrics_text *t);

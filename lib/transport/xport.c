@@ -289,6 +289,7 @@ void zl_xport_stats_add(const struct zl_xport *x, struct zl_xport_stats *acc)
 	acc->rdma_credit_waits += x->st.rdma_credit_waits;
 	acc->rdma_window_waits += x->st.rdma_window_waits;
 	acc->rdma_wc_errors += x->st.rdma_wc_errors;
+	acc->rdma_copied_bytes += x->st.rdma_copied_bytes;
 }
 
 const char *zl_xport_stat_kind_name(enum zl_xport_stat_kind k)

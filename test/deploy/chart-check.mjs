@@ -115,6 +115,22 @@ check("node tolerations", (nps?.tolerations ?? []).length > 0);
 check("node updateStrategy OnDelete", node?.spec?.updateStrategy?.type === "OnDelete");
 check("zipline-node --io-timeout=600", args(zn).includes("--io-timeout=600"), args(zn).join(" "));
 check("zipline-node heal mode (no --legacy-drop)", !args(zn).includes("--legacy-drop"), args(zn).join(" "));
+// Attach processes outlive a restart of the zipline-node container: the
+// attacher container starts them (zipline-node spawner) on the socket the
+// plugin's --spawner names, with the plugin's mounts, in one process namespace.
+const att = container(node, "attacher");
+const spawnArg = args(zn).find((a) => a.startsWith("--spawner="))?.split("=")[1];
+check("node attacher container", !!att);
+check("attacher runs zipline-node spawner on the plugin's --spawner socket",
+	!!spawnArg && att?.command?.[0] === "zipline-node" && args(att)[0] === "spawner" &&
+	args(att).includes(`--socket=${spawnArg}`), `${args(att).join(" ")} vs --spawner=${spawnArg}`);
+check("attacher privileged", att?.securityContext?.privileged === true);
+check("node pod shares its process namespace", nps?.shareProcessNamespace === true);
+const mountsOf = (c) => JSON.stringify((c?.volumeMounts ?? []).filter((m) => m.name !== "socket-dir"));
+check("attacher has the plugin's mounts", mountsOf(att) === mountsOf(zn), `${mountsOf(att)} vs ${mountsOf(zn)}`);
+check("spawner socket on a volume both containers mount",
+	zn?.volumeMounts?.some((m) => spawnArg?.startsWith(m.mountPath + "/") &&
+		att?.volumeMounts?.some((n) => n.name === m.name && n.mountPath === m.mountPath)));
 check("node id from spec.nodeName", zn?.env?.some((e) => e.name === "NODE_NAME" &&
 	e.valueFrom?.fieldRef?.fieldPath === "spec.nodeName") && args(zn).includes("--node-id=$(NODE_NAME)"));
 

@@ -90,6 +90,38 @@ if [ "$xport" = rdma ]; then
 		echo "cluster_e2e: node-$i counted $n RDMA connections"
 		[ "$n" -gt 0 ] || fail "node-$i's zipline_transport_connections_opened_total{kind=rdma} is $n"
 	done
+	# Zero copy: 1 MiB reads and writes over RDMA copy no payload byte in
+	# user space on the client (zl bench's transport) or on any daemon
+	# (their rdma_copy counters); 4 KiB writes, inline in the message,
+	# are copied once each on the client (the counter counts).
+	"$ZL" volume create zc --size 64M --replicas 3 >/dev/null || fail "create zc"
+	copied() {
+		local t=0 p n
+		for i in 1 2 3; do
+			p=$(cl_metrics_port "$CL_DIR/storage-$i/log")
+			n=$(/usr/bin/python3 "$SRC/test/lib/metrics_tool.py" sum \
+				zipline_rdma_copied_bytes_total -- "http://127.0.0.1:$p/metrics") ||
+				fail "cannot scrape node-$i's metrics"
+			t=$((t + n))
+		done
+		echo "$t"
+	}
+	bench_copied() { # bench_copied RW BS COUNT: the client's copied bytes
+		local out
+		out=$("$ZL" bench zc --rw "$1" --bs "$2" --qd 4 --count "$3" --size 32M --json) ||
+			fail "zl bench $1 $2"
+		sed -n 's/.*"rdma_copied_bytes":\([0-9]*\).*/\1/p' <<<"$out"
+	}
+	s0=$(copied)
+	cw=$(bench_copied write 1M 32)
+	cr=$(bench_copied read 1M 64)
+	s1=$(copied)
+	echo "cluster_e2e: 1 MiB over RDMA: client copied $cw bytes (32 writes) and $cr (64 reads), the daemons $((s1 - s0))"
+	[ "$cw" = 0 ] && [ "$cr" = 0 ] && [ "$s1" -eq "$s0" ] ||
+		fail "1 MiB reads or writes over RDMA were copied in user space (client $cw + $cr bytes, daemons $((s1 - s0)))"
+	cs=$(bench_copied write 4k 100)
+	echo "cluster_e2e: 100 writes of 4 KiB: client copied $cs bytes (inline)"
+	[ "$cs" -ge $((100 * 4096)) ] || fail "4 KiB inline writes counted $cs copied bytes, want >= 409600"
 	"$ZL" status >"$CL_DIR/status" || fail "zl status: $(cat "$CL_DIR/status")"
 	cat "$CL_DIR/status"
 	[ "$(grep -c 'tcp,rdma .* us rdma$' "$CL_DIR/status")" -eq 3 ] ||

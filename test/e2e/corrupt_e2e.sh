@@ -1,20 +1,29 @@
 #!/usr/bin/env bash
 # E2E: one flipped byte in one replica's chunk file, with the defaults (the
 # manager cl_e2e_begin starts, storage healing on, the client in heal mode).
-# Each node's replica of chunk 0 is damaged in turn (and restored by hand
-# after), so the primary of its slice is certainly among them:
+# The volume is read once after its import: the primary has checked every
+# block of it since the block's CRC last changed, so later client reads of
+# those blocks are checked by the reader alone (CRC once per byte read,
+# zl_chunk_read_crcs). Each node's replica of chunk 0 is then damaged in
+# turn (and restored by hand after), so the primary of its slice is
+# certainly among them:
 #   - the export equals the input every time (a bad copy on the primary is
 #     read around: the client reads the other in-sync members, READ +
 #     ZL_WF_ANY);
-#   - the damaged daemon logs the corruption with volume, chunk and block:
-#     the primary during the export, a backup when `zl volume verify` (exit
-#     1, naming that node and chunk 0) reads it;
-#   - only when the primary's copy is bad, the client puts a failure report
-#     error=CORRUPT about the primary for slice 0 (seen in etcd's history
-#     through etcdctl, not through lib/meta), and the rows do not change.
-# Last, the primary's copy is damaged again and left so: the export still
-# matches, `zl volume scrub` repairs it (a "scrub repaired" line naming the
-# primary), `zl volume verify` exits 0, the three replica files hold the
+#   - with the primary's copy bad, the client finds it (the reply's data
+#     does not match the stored CRCs it carries, twice: "payload CRC
+#     mismatch", then "bad copy on the primary") and puts a failure report error=CORRUPT about the
+#     primary for slice 0 (seen in etcd's history through etcdctl, not
+#     through lib/meta); with a backup's copy bad, no report; the rows do not
+#     change;
+#   - `zl volume verify` (exit 1, naming that node and chunk 0) reads every
+#     copy, and the damaged daemon logs the corruption with volume, chunk
+#     and block.
+# Last, the volume is imported again (every block's CRC is written anew) and
+# the primary's copy damaged and left so: the primary's first read of the
+# block checks it and logs the corruption itself during the export, which
+# still matches; `zl volume scrub` repairs it (a "scrub repaired" line naming
+# the primary), `zl volume verify` exits 0, the three replica files hold the
 # same data block again (read directly), and the export still matches.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -39,6 +48,10 @@ prim=$(awk '$1 == 0 {for (i = 4; i <= NF; i++) if ($i ~ /:in_sync$/) {sub(/:in_s
 [ -n "$prim" ] || fail "slice 0 has no in-sync member: $(cat "$CL_DIR/rows0")"
 echo "corrupt_e2e: slice 0 row: $(awk '$1 == 0' "$CL_DIR/rows0"); primary $prim"
 
+# Every block read once: the primary checks them on this first read.
+"$ZL" volume export cvol "$CL_DIR/out" || fail "first export"
+cmp "$CL_DIR/in" "$CL_DIR/out" || fail "first export differs from the input"
+
 etcd_rev() { "${ETCDCTL[@]}" get /zipline/ --limit 1 -w json | grep -o '"revision":[0-9]*' | head -1 | cut -d: -f2; }
 # reports_since REV: the puts under reports/<vid>/ since REV (replayed
 # history: the client's reports are gone with its lease when it exits).
@@ -56,16 +69,18 @@ for i in 1 2 3; do
 	cl_flip_byte "$f" "$off"
 	before=$(corrupt_lines "$i")
 	rev=$(($(etcd_rev) + 1))
-	"$ZL" volume export cvol "$CL_DIR/out" 2>"$CL_DIR/export-$i.err" ||
+	ZL_LOG_LEVEL=warn "$ZL" volume export cvol "$CL_DIR/out" 2>"$CL_DIR/export-$i.err" ||
 		{ cat "$CL_DIR/export-$i.err" >&2; fail "export with a damaged replica on node-$i"; }
 	cmp "$CL_DIR/in" "$CL_DIR/out" || fail "wrong data read with a damaged replica on node-$i"
 	reports_since "$rev" >"$CL_DIR/reports-$i"
 	if [ "node-$i" = "$prim" ]; then
-		[ "$(corrupt_lines "$i")" -gt "$before" ] || fail "primary node-$i did not log the corruption of chunk 0 block 3 during the export"
+		grep -q "bad copy on the primary: vol=$vid slice=0 chunk=0 node=node-$i err=ZL_ERR_CORRUPT" "$CL_DIR/export-$i.err" &&
+		grep -q "payload CRC mismatch .*op=READ" "$CL_DIR/export-$i.err" ||
+			{ cat "$CL_DIR/export-$i.err" >&2; fail "the client did not find node-$i's bad copy by its reply's CRC"; }
 		grep -q "/zipline/reports/$vid/0/.*/node-$i\$" "$CL_DIR/reports-$i" ||
 			fail "no failure report about node-$i for slice 0 in etcd: $(cat "$CL_DIR/reports-$i")"
 		grep -q '"error":"CORRUPT"' "$CL_DIR/reports-$i" || fail "the report is not error=CORRUPT: $(cat "$CL_DIR/reports-$i")"
-		echo "corrupt_e2e: node-$i (primary) damaged: export matches, logged, report: $(grep -o '{.*}' "$CL_DIR/reports-$i" | head -1)"
+		echo "corrupt_e2e: node-$i (primary) damaged: export matches, the client found it by its CRC, report: $(grep -o '{.*}' "$CL_DIR/reports-$i" | head -1)"
 	else
 		[ ! -s "$CL_DIR/reports-$i" ] || fail "a failure report with node-$i's backup copy damaged: $(cat "$CL_DIR/reports-$i")"
 	fi
@@ -86,13 +101,17 @@ cl_rows "$vid" >"$CL_DIR/rows1" || fail "cannot read the rows of $vid"
 cmp -s "$CL_DIR/rows0" "$CL_DIR/rows1" || fail "rows changed: $(cat "$CL_DIR/rows0") -> $(cat "$CL_DIR/rows1")"
 "$ZL" volume verify cvol >"$CL_DIR/verify-ok" 2>&1 || { cat "$CL_DIR/verify-ok" >&2; fail "verify after restoring the bytes"; }
 
-# Leave the primary's copy damaged; scrub repairs it.
+# Write every block anew, then damage the primary's copy and leave it so:
+# the primary's first read of the block checks it; scrub repairs it.
+"$ZL" volume import cvol "$CL_DIR/in" || fail "second import"
 n=${prim#node-}
 f=$(chunk_file "$n")
 off=$(cl_chunk_block_off "$f" 3 123) || fail "cannot locate block 3 in $f"
 cl_flip_byte "$f" "$off"
+before=$(corrupt_lines "$n")
 "$ZL" volume export cvol "$CL_DIR/out" || fail "export with the primary's copy damaged (before the scrub)"
 cmp "$CL_DIR/in" "$CL_DIR/out" || fail "wrong data read with the primary's copy damaged (before the scrub)"
+[ "$(corrupt_lines "$n")" -gt "$before" ] || fail "primary $prim did not log the corruption of chunk 0 block 3 on its first read after the import"
 "$ZL" volume scrub cvol >"$CL_DIR/scrub" 2>&1 || { cat "$CL_DIR/scrub" >&2; fail "scrub"; }
 cat "$CL_DIR/scrub"
 grep -h "scrub repaired" "$CL_DIR"/storage-*/log | grep "$vid" >"$CL_DIR/repairs" || true
@@ -111,4 +130,4 @@ before=$(corrupt_lines "$n")
 "$ZL" volume export cvol "$CL_DIR/out" || fail "export after the scrub"
 cmp "$CL_DIR/in" "$CL_DIR/out" || fail "wrong data read after the scrub"
 [ "$(corrupt_lines "$n")" -eq "$before" ] || fail "$prim still finds corruption after the scrub"
-echo "corrupt_e2e: PASS (each damaged copy: export matches and its daemon logged it; the primary's: CORRUPT report, read around; scrub repaired it, verify clean)"
+echo "corrupt_e2e: PASS (each damaged copy: export matches, verify finds it and its daemon logs it; the primary's: found by the client by its CRC, CORRUPT report, read around; a block not read since its write: the primary logs it; scrub repaired it, verify clean)"

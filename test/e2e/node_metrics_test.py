@@ -10,7 +10,9 @@ this script plays the kubelet, starts one zipline-node with
      the volume's attach process is attached and not fenced; 4 MiB written
      with O_DIRECT through the published device and read back: the
      volume's write and read bytes rose by 4 MiB at least, with no I/O
-     error, and none throttled; a volume limited to 100 write IOPS counts
+     error, and none throttled; its read, write and flush latency
+     histograms counted exactly the reads and writes its client counted
+     (and a flush at least); a volume limited to 100 write IOPS counts
      its 64 writes of 4 KiB at once as throttled;
   3. kill -9 of the attach process: the volume counts as unattached;
   4. unpublished and unstaged: no volume is counted any more.
@@ -53,6 +55,15 @@ def wait_value(base, want, name, **labels):
             break
         time.sleep(0.1)
     return v
+
+
+def lat_counts(sm, vol):
+    """The volume's latency histogram counts and its client's I/O counters."""
+    c = {k: value(sm, "zipline_node_volume_%s_duration_seconds_count" % k, volume=vol)
+         for k in ("read", "write", "flush")}
+    c["reads"] = value(sm, "zipline_node_volume_reads_total", volume=vol)
+    c["writes"] = value(sm, "zipline_node_volume_writes_total", volume=vol)
+    return c
 
 
 def metrics_base(node):
@@ -102,6 +113,7 @@ def main():
             fail("the volume counts as fenced")
         w0 = value(sm, "zipline_node_volume_write_bytes_total", volume=vol)
         r0 = value(sm, "zipline_node_volume_read_bytes_total", volume=vol)
+        lat0 = lat_counts(sm, vol)
         data = os.urandom(4 * MiB)
         src = n.path("nm.data")
         with open(src, "wb") as f:
@@ -124,6 +136,26 @@ def main():
                  % (dw, dr))
         if value(sm, "zipline_node_volume_io_errors_total", volume=vol) != 0:
             fail("I/O errors counted on a healthy volume")
+        # The latency histograms count every I/O the client did, exactly:
+        # reads and writes as its own counters, at least one flush (fsync).
+        lat = lat_counts(sm, vol)
+        d = {k: lat[k] - lat0[k] for k in lat}
+        log("node metrics: latency histograms: +%d reads, +%d writes, +%d flushes (counters: "
+            "+%d reads, +%d writes)" % (d["read"], d["write"], d["flush"], d["reads"],
+                                       d["writes"]))
+        if d["read"] != d["reads"] or d["write"] != d["writes"]:
+            fail("the latency histograms counted %d reads / %d writes, the client %d / %d"
+                 % (d["read"], d["write"], d["reads"], d["writes"]))
+        if d["reads"] <= 0 or d["writes"] <= 0 or d["flush"] < 1:
+            fail("4 MiB written with fsync and read back: %r" % d)
+        for k in ("read", "write", "flush"):
+            name = "zipline_node_volume_%s_duration_seconds" % k
+            inf = value([x for x in sm if x.labels.get("le") == "+Inf"], name + "_bucket",
+                        volume=vol)
+            if inf != lat[k]:
+                fail("%s: bucket +Inf holds %d, the count is %d" % (name, inf, lat[k]))
+            if value(sm, name + "_sum", volume=vol) <= 0:
+                fail("%s_sum is not above 0 after %d I/Os" % (name, lat[k]))
         if not any(s.name == "zipline_node_volume_throttled_total" and
                    s.labels.get("volume") == vol for s in sm):
             fail("no zipline_node_volume_throttled_total for the volume")

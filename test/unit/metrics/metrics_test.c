@@ -5,6 +5,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <errno.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -33,6 +34,36 @@ static void test_hist_buckets(void **state)
 		assert_int_equal(h.count, 1);
 		assert_int_equal(h.sum_ns, cases[i][0]);
 	}
+}
+
+/* The one-word form of the attach process's status answer. */
+static void test_hist_word(void **state)
+{
+	struct zl_metrics_hist h = {0}, g;
+	char buf[512], small[16];
+	int n;
+
+	(void)state;
+	zl_metrics_hist_add(&h, 5000);
+	zl_metrics_hist_add(&h, 20000);
+	zl_metrics_hist_add(&h, 9000000000ull);
+	n = zl_metrics_hist_format(&h, buf, sizeof(buf));
+	assert_int_equal(n, (int)strlen(buf));
+	assert_string_equal(buf, "3:9000025000:1,0,1,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,1");
+	assert_int_equal(zl_metrics_hist_parse(buf, &g), 0);
+	assert_memory_equal(&g, &h, sizeof(h));
+	/* Followed by the next field or the end of the line. */
+	strcat(buf, " write_lat=0");
+	assert_int_equal(zl_metrics_hist_parse(buf, &g), 0);
+	assert_int_equal(g.count, 3);
+	assert_int_equal(zl_metrics_hist_format(&h, small, sizeof(small)), -ENOSPC);
+	/* Short, not a number, trailing junk: refused, zeroed. */
+	assert_int_equal(zl_metrics_hist_parse("3:9000025000:1,0,1", &g), -EINVAL);
+	assert_int_equal(g.count, 0);
+	assert_int_equal(zl_metrics_hist_parse("", &g), -EINVAL);
+	assert_int_equal(zl_metrics_hist_parse("x:1:0", &g), -EINVAL);
+	buf[strlen(buf) - strlen(" write_lat=0")] = 'x';
+	assert_int_equal(zl_metrics_hist_parse(buf, &g), -EINVAL);
 }
 
 static void test_hist_text(void **state)
@@ -255,6 +286,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_hist_buckets),
+	    cmocka_unit_test(test_hist_word),
 	    cmocka_unit_test(test_hist_text),
 	    cmocka_unit_test(test_label_escape),
 	    cmocka_unit_test(test_server),

@@ -271,3 +271,34 @@ capabilities:
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The mounts of the node plugin's containers (zipline-node and the
+attacher, whose attach processes need the same view: state dir, devices,
+modules, etcd and storage TLS files). */}}
+{{- define "zipline.nodeMounts" -}}
+{{- $kubelet := trimSuffix "/" .Values.kubeletDir -}}
+# Staging and publish paths live under the kubelet dir; mounts
+# made here must reach the host and the pods: Bidirectional.
+- name: kubelet-dir
+  mountPath: {{ $kubelet }}
+  mountPropagation: Bidirectional
+- name: state-dir
+  mountPath: {{ .Values.node.stateDir }}
+  mountPropagation: Bidirectional
+- name: dev
+  mountPath: /dev
+- name: sys
+  mountPath: /sys
+- name: run-udev
+  mountPath: /run/udev
+  readOnly: true
+- name: lib-modules
+  mountPath: /lib/modules
+  readOnly: true
+{{- with (include "zipline.etcdVolumeMounts" . | trim) }}{{ . | nindent 0 }}{{- end }}
+{{- with (include "zipline.tlsVolumeMounts" . | trim) }}{{ . | nindent 0 }}{{- end }}
+{{- if .Values.node.attacher.enabled }}
+- name: attacher-dir
+  mountPath: /run/zipline-attacher
+{{- end }}
+{{- end }}
