@@ -12,7 +12,8 @@ parameter goes over the node's flag; its restarts run `--frontend auto`,
 which must pick FRONTEND (ublk: the VM's kernel has ublk_drv).
   - Filesystem mode: CreateVolume, ControllerPublish, NodeStage (ext4 on
     /dev/nbdN or /dev/ublkbN, no loop device; state.json names the frontend
-    and, for ublk, the device id), NodePublish, a file written; kill -9 of
+    and, for ublk, the device id; the attach process holds locked memory,
+    VmLck), NodePublish, a file written; kill -9 of
     the attach process: zipline-node starts a new one that takes the device
     over (--reattach / --recover ID; state.json names it), the mount never
     goes, the files read back and new writes land; zipline-node restarted:
@@ -187,6 +188,10 @@ def stage(name, block):
     if st["frontend"] != FE or not dev.startswith(DEV_PREFIX):
         fail("%s staged on %s with frontend %s, not on %sN" % (name, dev, st["frontend"],
                                                                DEV_PREFIX))
+    with open("/proc/%d/status" % st["pid"]) as f:
+        lck = [int(ln.split()[1]) for ln in f if ln.startswith("VmLck:")]
+    if not lck or lck[0] == 0:
+        fail("%s: the attach process %d holds no locked memory (mlockall)" % (name, st["pid"]))
     if FE == "ublk" and dev != "/dev/ublkb%d" % st.get("ublk_id", -1):
         fail("%s: state.json names ublk_id %s for %s" % (name, st.get("ublk_id"), dev))
     if not block and mount_source(staging) != dev:
