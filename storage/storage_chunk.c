@@ -27,6 +27,7 @@
  * unreadable.
  */
 #include "storage_chunk.h"
+#include "storage_chunk_internal.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -57,6 +58,10 @@
 #define MP_HDR		  32 /* metadata page header; entries follow */
 #define MP_CRC_OFF	  28
 #define MP_MAX_PAGES	  64 /* dirty masks are u64: 64 MiB chunks need 33 */
+/* The u32 at 4 of a metadata page: page index in the low 8 bits (at most
+ * MP_MAX_PAGES), the chunk's wseq above (0 in files written before). */
+#define MP_PAGE_MASK	  0xffu
+#define MP_WSEQ_SHIFT	  8
 #define STORE_FORMAT_FILE "FORMAT"
 #define STORE_FORMAT_TEXT "zipline chunk format 2\n"
 #define STORE_CLEAN_FILE  "CLEAN" /* written at a clean close, removed at open */
@@ -187,6 +192,10 @@ struct chunk {
 	 * replica of the same chunk, deleted since). 0: accept every entry. */
 	uint64_t birth_seq;
 	uint32_t birth_nonce;
+	/* Highest snapshot sequence of the writes applied to it (SNAPSHOTS.md
+	 * §1): kept in every metadata page this store writes, the maximum over
+	 * the pages when opened. */
+	uint32_t wseq;
 };
 
 /* A chunk this daemon has seen a file of (listed at start, opened or
@@ -245,6 +254,7 @@ struct zl_chunk_store {
 	/* zl_chunk_store_fence: < 0 once the data dir can no longer be
 	 * trusted; every operation fails with it from then on. */
 	int fence_err;
+	struct zl_chunk_snap *snap; /* clone chunks (storage_snap.c) */
 };
 
 static void op_start(struct chunk_op *op);
@@ -706,7 +716,7 @@ static void meta_page_encode(const struct chunk *c, uint32_t pg, uint64_t seq, u
 
 	memset(p, 0, BLK);
 	memcpy(p, MP_MAGIC, 4);
-	zl_put_le32(p + 4, pg);
+	zl_put_le32(p + 4, pg | c->wseq << MP_WSEQ_SHIFT);
 	zl_put_le64(p + 8, seq);
 	zl_put_le64(p + 16, ver);
 	zl_put_le32(p + 24, n);
@@ -723,7 +733,8 @@ static bool meta_slot_valid(const struct chunk *c, uint32_t pg, const uint8_t *p
 {
 	uint32_t n = ZL_MIN(ZL_CHUNK_META_ENTRIES, c->n_blocks - pg * ZL_CHUNK_META_ENTRIES);
 
-	return !memcmp(p, MP_MAGIC, 4) && zl_get_le32(p + 4) == pg && zl_get_le32(p + 24) == n &&
+	return !memcmp(p, MP_MAGIC, 4) && (zl_get_le32(p + 4) & MP_PAGE_MASK) == pg &&
+	       zl_get_le32(p + 24) == n &&
 	       zl_get_le32(p + MP_CRC_OFF) == meta_page_crc(p);
 }
 
@@ -1070,6 +1081,7 @@ static int chunk_load(struct zl_chunk_store *s, struct chunk *c)
 		if (!cur)
 			continue;
 		c->seq = ZL_MAX(c->seq, zl_get_le64(cur + 8));
+		c->wseq = ZL_MAX(c->wseq, zl_get_le32(cur + 4) >> MP_WSEQ_SHIFT);
 		c->page_ver[p] = zl_get_le64(cur + 16);
 		c->version = ZL_MAX(c->version, c->page_ver[p]);
 		c->disk_ver = c->version;
@@ -2058,7 +2070,7 @@ static int store_missing(struct zl_chunk_store *s, uint64_t vol, uint64_t idx, u
 static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vol, uint64_t idx,
 			uint32_t cs, uint32_t off, uint32_t len, const void *data, void *buf,
 			uint32_t *bad, const uint32_t *crcs_in, uint32_t *crcs_out, bool trust,
-			uint64_t version, zl_chunk_cb cb, void *arg)
+			uint64_t version, uint32_t wseq, zl_chunk_cb cb, void *arg)
 {
 	struct chunk_op *op;
 	struct chunk *c = NULL;
@@ -2081,6 +2093,9 @@ static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vo
 		return rc == -ENOSPC ? -ZL_ERR_NOSPC : rc;
 	if (!c && bad)
 		return -ZL_ERR_NOT_FOUND;
+	/* Before any metadata page of this op is built, so they carry it. */
+	if (c && kind != OP_READ)
+		c->wseq = ZL_MAX(c->wseq, wseq);
 	if (kind == OP_READ && !bad && (!c || s->n_lost)) {
 		rc = store_missing(s, vol, idx, cs, !c);
 		if (rc) {
@@ -2173,14 +2188,14 @@ int zl_chunk_write_crcs(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, 
 			uint64_t version, zl_chunk_cb cb, void *arg)
 {
 	return store_submit(s, OP_WRITE, vol, chunk, chunk_size, off, len, data, NULL, NULL,
-			    off % BLK || len % BLK ? NULL : crcs, NULL, false, version, cb, arg);
+			    off % BLK || len % BLK ? NULL : crcs, NULL, false, version, 0, cb, arg);
 }
 
 int zl_chunk_zero(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
 		  uint32_t off, uint32_t len, uint64_t version, zl_chunk_cb cb, void *arg)
 {
 	return store_submit(s, OP_ZERO, vol, chunk, chunk_size, off, len, NULL, NULL, NULL, NULL, NULL,
-			    false, version, cb, arg);
+			    false, version, 0, cb, arg);
 }
 
 int zl_chunk_read(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
@@ -2194,7 +2209,7 @@ int zl_chunk_read_crcs(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, u
 		       zl_chunk_cb cb, void *arg)
 {
 	return store_submit(s, OP_READ, vol, chunk, chunk_size, off, len, NULL, buf, NULL, NULL,
-			    off % BLK || len % BLK ? NULL : crcs, !recheck, 0, cb, arg);
+			    off % BLK || len % BLK ? NULL : crcs, !recheck, 0, 0, cb, arg);
 }
 
 int zl_chunk_scrub_read(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
@@ -2204,7 +2219,7 @@ int zl_chunk_scrub_read(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, 
 	if (!bad)
 		return -ZL_ERR_INVAL;
 	return store_submit(s, OP_READ, vol, chunk, chunk_size, off, len, NULL, buf, bad, NULL, NULL, false,
-			    0, cb, arg);
+			    0, 0, cb, arg);
 }
 
 /* The open chunk's file is not the one at its path any more (unlinked or
@@ -2261,12 +2276,14 @@ int zl_chunk_scrub_stat(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk,
 	return rc ? rc : ZL_CHUNK_PRESENT;
 }
 
-int zl_chunk_version(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
-		     uint64_t *version)
+/* zl_chunk_version and zl_chunk_wseq: both 0 for a missing chunk. */
+static int chunk_state(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
+		       uint32_t *wseq, uint64_t *version)
 {
 	struct chunk *c = NULL;
 	int rc;
 
+	*wseq = 0;
 	*version = 0;
 	if (!vol || !chunk_size_ok(chunk_size))
 		return -ZL_ERR_INVAL;
@@ -2275,9 +2292,18 @@ int zl_chunk_version(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uin
 		return 0;
 	if (rc)
 		return rc;
+	*wseq = c->wseq;
 	*version = known_lost(s, vol, chunk) ? 0 : c->version; /* lost: behind */
 	chunk_put(s, c);
 	return 0;
+}
+
+int zl_chunk_version(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
+		     uint64_t *version)
+{
+	uint32_t wseq;
+
+	return chunk_state(s, vol, chunk, chunk_size, &wseq, version);
 }
 
 int zl_chunk_flush(struct zl_chunk_store *s, uint64_t vol, zl_chunk_cb cb, void *arg)
@@ -2364,6 +2390,8 @@ int zl_chunk_delete(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk)
 	if (c)
 		chunk_detach(s, c);
 	known_drop(s, vol, chunk);
+	if (chunk >> ZL_CHUNK_IDX_BITS)
+		zl_chunk_snap_forget(s->snap, vol, chunk);
 	if (unlink(path) < 0 && errno != ENOENT)
 		return -errno;
 	return 0;
@@ -2389,6 +2417,7 @@ int zl_chunk_volume_delete(struct zl_chunk_store *s, uint64_t vol, uint64_t *rem
 		}
 	}
 	known_drop_vol(s, vol);
+	zl_chunk_snap_forget(s->snap, vol, UINT64_MAX);
 	d = opendir(dir);
 	if (!d)
 		return errno == ENOENT ? 0 : -errno;
@@ -3256,6 +3285,9 @@ int zl_chunk_store_create(const struct zl_chunk_store_opts *opts, struct zl_chun
 		goto out_free;
 	s->efd_added = true;
 	zl_loop_add_poller(s->loop, &s->poller, store_poll, s);
+	rc = zl_chunk_snap_create(s, &s->snap);
+	if (rc)
+		goto out_free;
 	if (s->jmode)
 		zl_timer_start(s->loop, &s->ckpt_t, STORE_CKPT_MS, STORE_CKPT_MS,
 			       store_ckpt_timer_cb, s);
@@ -3291,6 +3323,8 @@ void zl_chunk_store_drain(struct zl_chunk_store *s)
 	if (!s || !s->efd_added)
 		return;
 	deadline = zl_now_ms() + STORE_DRAIN_MS;
+	/* Clones end in writes (the ones that waited for them): first. */
+	zl_chunk_snap_drain(s->snap, deadline);
 	while (s->ops.in_use && zl_now_ms() < deadline)
 		zl_loop_run_once(s->loop, 100);
 	/* Metadata rounds may still be in flight without an op waiting, also
@@ -3336,6 +3370,8 @@ void zl_chunk_store_destroy(struct zl_chunk_store *s)
 			zl_timer_stop(s->loop, &s->idle_t);
 		}
 		zl_loop_defer_cancel(s->loop, &s->ckpt_d);
+		zl_chunk_snap_destroy(s->snap);
+		s->snap = NULL;
 		zl_loop_del_poller(s->loop, &s->poller);
 		zl_loop_del(s->loop, &s->efd_h);
 		quiet = store_quiet(s);
@@ -3393,4 +3429,170 @@ void zl_chunk_store_fence(struct zl_chunk_store *s, const char *why)
 bool zl_chunk_store_fenced(const struct zl_chunk_store *s)
 {
 	return s && s->fence_err;
+}
+
+/* ---- for storage_snap.c (storage_chunk_internal.h) ---- */
+
+int zl_chunk_write_wseq(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk,
+			uint32_t chunk_size, uint32_t off, uint32_t len, const void *data,
+			const uint32_t *crcs, uint64_t version, uint32_t wseq, zl_chunk_cb cb,
+			void *arg)
+{
+	return store_submit(s, OP_WRITE, vol, chunk, chunk_size, off, len, data, NULL, NULL,
+			    off % BLK || len % BLK ? NULL : crcs, NULL, false, version, wseq, cb, arg);
+}
+
+int zl_chunk_zero_wseq(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
+		       uint32_t off, uint32_t len, uint64_t version, uint32_t wseq, zl_chunk_cb cb,
+		       void *arg)
+{
+	return store_submit(s, OP_ZERO, vol, chunk, chunk_size, off, len, NULL, NULL, NULL, NULL, NULL,
+			    false, version, wseq, cb, arg);
+}
+
+int zl_chunk_wseq(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
+		  uint32_t *wseq, uint64_t *version)
+{
+	return chunk_state(s, vol, chunk, chunk_size, wseq, version);
+}
+
+const char *zl_chunk_store_dir(const struct zl_chunk_store *s)
+{
+	return s->dir;
+}
+
+struct zl_loop *zl_chunk_store_loop(const struct zl_chunk_store *s)
+{
+	return s->loop;
+}
+
+struct zl_chunk_snap *zl_chunk_store_snap(const struct zl_chunk_store *s)
+{
+	return s->snap;
+}
+
+void zl_chunk_store_birth(const struct zl_chunk_store *s, uint64_t *seq, uint32_t *nonce)
+{
+	*seq = s->jmode ? zl_jw_next_seq(s->jw) : 0;
+	*nonce = s->jmode ? (uint32_t)zl_jw_nonce(s->jw) : 0;
+}
+
+int zl_chunk_clone_file_write(const char *chunks_dir, uint64_t vol, uint64_t id,
+			      uint32_t chunk_size, uint32_t lo, uint32_t hi, uint64_t version,
+			      uint64_t birth_seq, uint32_t birth_nonce, const uint8_t *data)
+{
+	char vid[ZL_VOL_ID_LEN + 1], dir[PATH_MAX], path[PATH_MAX + 32], tmp[PATH_MAX + 40];
+	struct chunk geo = {.n_blocks = chunk_size / BLK};
+	uint32_t pages = zl_chunk_meta_pages(chunk_size);
+	uint64_t data_off = zl_chunk_data_off(chunk_size);
+	uint8_t *pg = blk_alloc(BLK);
+	int fd = -1, rc = 0;
+
+	geo.crc = calloc(geo.n_blocks, sizeof(uint32_t));
+	geo.prev = calloc(geo.n_blocks, sizeof(uint32_t));
+	if (!pg || !geo.crc || !geo.prev) {
+		rc = -ENOMEM;
+		goto out_free;
+	}
+	zl_vol_id_format(vol, vid);
+	snprintf(dir, sizeof(dir), "%s/%s", chunks_dir, vid);
+	snprintf(path, sizeof(path), "%s/%016" PRIx64 ".zlc", dir, id);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	if (mkdir(dir, 0755) == 0) {
+		rc = zl_fsync_dir(chunks_dir);
+		if (rc)
+			goto out_free;
+	} else if (errno != EEXIST) {
+		rc = -errno;
+		goto out_free;
+	}
+	fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		rc = -errno;
+		goto out_free;
+	}
+	if (ftruncate(fd, (off_t)(data_off + chunk_size)) < 0) {
+		rc = -errno;
+		goto out_unlink;
+	}
+	chunk_hdr_encode(pg, vol, id, chunk_size, birth_seq, birth_nonce);
+	memcpy(pg + ZL_CHUNK_CLONE_EXT_OFF, "ZLCL", 4);
+	zl_put_le32(pg + ZL_CHUNK_CLONE_EXT_OFF + 4, lo);
+	zl_put_le32(pg + ZL_CHUNK_CLONE_EXT_OFF + 8, hi);
+	zl_put_le32(pg + ZL_CHUNK_CLONE_EXT_OFF + 12, zl_crc32c(pg + ZL_CHUNK_CLONE_EXT_OFF, 12));
+	rc = zl_pwrite_all(fd, pg, BLK, 0);
+	/* Data first (holes stay holes), then the pages that describe it:
+	 * nothing is visible before the rename anyway. */
+	for (uint32_t b = 0; !rc && b < geo.n_blocks; b++) {
+		const uint8_t *p = data + (size_t)b * BLK;
+		uint32_t n = 0;
+
+		if (block_is_zero(p))
+			continue;
+		while (b + n < geo.n_blocks && !block_is_zero(p + (size_t)n * BLK)) {
+			geo.crc[b + n] = zl_crc32c(p + (size_t)n * BLK, BLK);
+			n++;
+		}
+		rc = zl_pwrite_all(fd, p, (size_t)n * BLK, data_off + (uint64_t)b * BLK);
+		b += n - 1;
+	}
+	for (uint32_t p = 0; !rc && p < pages; p++) {
+		meta_page_encode(&geo, p, 1, version, pg);
+		rc = zl_pwrite_all(fd, pg, BLK, zl_chunk_slot_off(p, 0));
+	}
+	if (rc)
+		goto out_unlink;
+	if (fsync(fd) < 0 || rename(tmp, path) < 0) {
+		rc = -errno;
+		goto out_unlink;
+	}
+	close(fd);
+	fd = -1;
+	rc = zl_fsync_dir(dir);
+	goto out_free;
+
+out_unlink:
+	unlink(tmp);
+out_free:
+	if (fd >= 0)
+		close(fd);
+	free(geo.prev);
+	free(geo.crc);
+	free(pg);
+	return rc;
+}
+
+int zl_chunk_clone_file_range(const char *path, uint32_t *lo, uint32_t *hi)
+{
+	uint8_t hdr[ZL_CHUNK_CLONE_EXT_OFF + 16];
+	int fd = open(path, O_RDONLY | O_CLOEXEC), rc = 0;
+	const uint8_t *x = hdr + ZL_CHUNK_CLONE_EXT_OFF;
+
+	if (fd < 0)
+		return -errno;
+	if (pread(fd, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr))
+		rc = -ZL_ERR_CORRUPT;
+	else if (memcmp(hdr, CHUNK_MAGIC, 8) || memcmp(x, "ZLCL", 4) ||
+		 zl_get_le32(x + 12) != zl_crc32c(x, 12))
+		rc = -ZL_ERR_CORRUPT;
+	close(fd);
+	if (rc)
+		return rc;
+	*lo = zl_get_le32(x + 4);
+	*hi = zl_get_le32(x + 8);
+	return *lo < *hi ? 0 : -ZL_ERR_CORRUPT;
+}
+
+void zl_chunk_clone_adopt(struct zl_chunk_store *s, uint64_t vol, uint64_t id)
+{
+	known_note(s, vol, id, 0);
+}
+
+void zl_chunk_forget(struct zl_chunk_store *s, uint64_t vol, uint64_t id)
+{
+	struct chunk *c = chunk_lookup(s, vol, id);
+
+	if (c)
+		chunk_detach(s, c);
+	known_drop(s, vol, id);
 }

@@ -11,9 +11,12 @@
  *   data             chunk_size bytes at zl_chunk_data_off(), sparse
  *
  * A metadata page covers ZL_CHUNK_META_ENTRIES (508) consecutive blocks:
- * "ZLMP" @0, page index u32 @4, sequence u64 @8, chunk version u64 @16 (the
+ * "ZLMP" @0, u32 @4: page index (low 8 bits) | the chunk's wseq << 8 (see
+ * "snapshots" below; 0 in files written before it), sequence u64 @8, chunk version u64 @16 (the
  * highest data version applied to its blocks), entries u32 @24, page CRC32C
  * u32 @28 (over [0,28) and [32,4096)), then per block {crc u32, prev_crc u32}.
+ * A clone chunk (snapshots) also has "ZLCL" @64, lo u32 @68, hi u32 @72 and
+ * the CRC32C of [64, 76) @76 in its header page.
  * The current slot of a page is its valid slot (magic, index, entries and
  * page CRC right) with the higher sequence; a page with no valid slot was
  * never written. A block is valid when its data matches crc, or prev_crc (a
@@ -59,6 +62,7 @@
 #include <stdint.h>
 
 #include "lib/common/loop.h"
+#include "lib/wire/wire.h"
 #include "storage_journal.h"
 
 struct zl_chunk_store;
@@ -302,5 +306,91 @@ int zl_chunk_volume_delete(struct zl_chunk_store *s, uint64_t vol, uint64_t *rem
  * and returns fn's value when nonzero. */
 int zl_chunk_volume_foreach(struct zl_chunk_store *s, int (*fn)(void *arg, uint64_t vol),
 			    void *arg);
+
+/* ---- snapshots: clone chunks (storage_snap.c, docs/SNAPSHOTS.md §2) ----
+ *
+ * A chunk's wseq is the highest snapshot sequence of the writes applied to
+ * it. A write carrying sequence N to a chunk whose wseq is w < N first
+ * preserves the chunk when one of the volume's snapshots s has w < s <= N:
+ * a clone chunk (lo = w, hi = N], id zl_chunk_clone_id(chunk, N), a chunk
+ * file like any other holding the chunk's data and version at that moment.
+ * The copy is read through the store (ordered after every operation on
+ * the chunk submitted before) and written by a helper thread into
+ * <id>.zlc.tmp, fsynced, renamed and the directory fsynced; the write, and
+ * every later one of that chunk, waits for it. A crash before the rename
+ * leaves the .tmp file, which the next start-up removes; the write was never
+ * acknowledged. wseq is kept in the chunk's metadata pages (the direct write
+ * path writes it with the write's own metadata, the journal path with the
+ * next checkpoint); after a crash it is at least the highest hi of the
+ * chunk's clones, which is all copy-on-write relies on. */
+
+/* Sequences are below 2^24 and chunk indexes below 2^40 (SNAPSHOTS.md §2). */
+#define ZL_CHUNK_SEQ_MAX   ((1u << 24) - 1)
+#define ZL_CHUNK_IDX_BITS  ZL_WIRE_CHUNK_IDX_BITS
+#define ZL_CHUNK_IDX_MASK  ((1ull << ZL_CHUNK_IDX_BITS) - 1)
+
+static inline uint64_t zl_chunk_clone_id(uint64_t chunk, uint32_t hi)
+{
+	return ((uint64_t)hi << ZL_CHUNK_IDX_BITS) | chunk;
+}
+
+/* The volume chunk an id names (itself for a live chunk). */
+static inline uint64_t zl_chunk_id_base(uint64_t id)
+{
+	return id & ZL_CHUNK_IDX_MASK;
+}
+
+/* A copy-on-write write or zeroing, owned by the caller until cb runs
+ * (nothing is allocated per request). snaps[0 .. n_snaps) are the volume's
+ * existing snapshot sequences, ascending; they (and data, crcs) stay valid
+ * until cb. */
+struct zl_chunk_cow {
+	uint64_t vol, chunk;
+	uint32_t chunk_size, off, len;
+	bool zero;		/* zl_chunk_zero instead of a write */
+	const void *data;	/* write: as zl_chunk_write_crcs */
+	const uint32_t *crcs;	/* write: optional, as zl_chunk_write_crcs */
+	uint64_t version;
+	uint32_t seq;		/* the snapshot sequence the client believes current */
+	const uint32_t *snaps;
+	uint32_t n_snaps;
+	zl_chunk_cb cb;
+	void *arg;
+	/* private */
+	struct zl_chunk_cow *next;
+};
+
+/* Applies w after preserving the chunk for the snapshots it would change
+ * (above). Writes of one chunk are applied in submission order. Returns 0
+ * (cb runs once, never inside this call: 0, -ZL_ERR_STALE when w->seq is
+ * below the chunk's wseq — the client missed a snapshot and must resend
+ * with the current sequence —, or as zl_chunk_write), -ZL_ERR_STALE or
+ * -ZL_ERR_INVAL / -ZL_ERR_RANGE / -errno (cb does not run). */
+int zl_chunk_cow_submit(struct zl_chunk_store *s, struct zl_chunk_cow *w);
+
+/* zl_chunk_read of the chunk as snapshot seq holds it: the clone with the
+ * smallest hi such that lo < seq <= hi, else the live chunk. Returns as
+ * zl_chunk_read. */
+int zl_chunk_snap_read(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk,
+		       uint32_t chunk_size, uint32_t seq, uint32_t off, uint32_t len, void *buf,
+		       zl_chunk_cb cb, void *arg);
+
+/* Removes vol's clone chunks that none of snaps[0 .. n) (the snapshots that
+ * remain, ascending) falls into: forgotten at once, their files unlinked by
+ * the helper thread; cb(arg, 0 or the first unlink error) when all are
+ * gone. *removed (optional) gets how many. Returns 0 (cb runs once) or
+ * -ENOMEM. */
+int zl_chunk_snap_gc(struct zl_chunk_store *s, uint64_t vol, const uint32_t *snaps, uint32_t n,
+		     uint32_t *removed, zl_chunk_cb cb, void *arg);
+
+/* A clone chunk of a volume chunk: (lo, hi]. */
+struct zl_chunk_clone {
+	uint32_t lo, hi;
+};
+
+/* The clones of (vol, chunk) this store holds, ascending hi, at most max
+ * into out. Returns how many there are (may exceed max). */
+uint32_t zl_chunk_snap_clones(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk,
+			      struct zl_chunk_clone *out, uint32_t max);
 
 #endif

@@ -655,7 +655,7 @@ static void heal_list_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 	for (int i = 0; i < n; i++) {
 		uint64_t li = pairs[i].chunk / m->n_slices;
 
-		if (pairs[i].chunk % m->n_slices == m->slice && li < m->n_local)
+		if (zl_slice_of_id(pairs[i].chunk, m->n_slices) == m->slice && li < m->n_local)
 			m->mver[li] = pairs[i].version;
 	}
 	if (rep->aux > m->cursor) {

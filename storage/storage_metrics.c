@@ -334,8 +334,8 @@ static void render_transport(struct zl_storage_metrics *m, struct zl_metrics_tex
 	     "counted).",
 	     xs->rdma_wc_errors},
 	    {"zipline_rdma_copied_bytes_total",
-	     "Payload bytes copied in user space on the RDMA path (bounce buffers, inline "
-	     "messages); bulk data moves without a copy.",
+	     "Volume data bytes copied in user space on the RDMA path (bounce buffers, "
+	     "inline messages); bulk data moves without a copy.",
 	     xs->rdma_copied_bytes},
 	};
 

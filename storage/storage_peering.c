@@ -389,7 +389,8 @@ static void pj_list_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 		for (int i = 0; i < n; i++) {
 			uint64_t li = pairs[i].chunk / j->n_slices;
 
-			if (pairs[i].chunk % j->n_slices == j->slice && li < j->n_local)
+			if (zl_slice_of_id(pairs[i].chunk, j->n_slices) == j->slice &&
+			    li < j->n_local)
 				m->ver[li] = pairs[i].version;
 		}
 		if (rep->aux > m->cursor) {

@@ -25,6 +25,7 @@
 #include <stdbool.h>
 
 #include "../etcd/etcd.h"
+#include "../wire/wire.h"
 
 #define ZL_META_DEFAULT_PREFIX "/zipline/"
 #define ZL_MAX_REPLICAS 3
@@ -196,11 +197,19 @@ void zl_volume_free(struct zl_volume *v);
 /* Deep copy; 0 or -ENOMEM. */
 int zl_volume_copy(const struct zl_volume *src, struct zl_volume *dst);
 
+/* Slice of a chunk id among n_slices: a clone chunk (hi << 40 | chunk,
+ * docs/SNAPSHOTS.md §2) lives in its chunk's slice. The one computation of
+ * a slice; zl_volume_slice_of for a volume record. */
+static inline uint32_t zl_slice_of_id(uint64_t id, uint32_t n_slices)
+{
+	return (uint32_t)((id & ((1ull << ZL_WIRE_CHUNK_IDX_BITS) - 1)) % n_slices);
+}
+
 /* Slice of a chunk, and the primary (first in-sync replica) of a slice:
  * index into slice->nodes, or -1 when no replica is in sync. */
 static inline uint32_t zl_volume_slice_of(const struct zl_volume *v, uint64_t chunk)
 {
-	return (uint32_t)(chunk % v->n_slices);
+	return zl_slice_of_id(chunk, v->n_slices);
 }
 int zl_slice_primary(const struct zl_slice *s);
 int zl_slice_index_of(const struct zl_slice *s, const char *node_id);

@@ -31,14 +31,17 @@
 static void rdma_bl_run(struct rdma_conn *c);
 static int rdma_conn_poll(struct rdma_conn *c);
 
-/* Every copy of payload bytes on the RDMA path goes through here, counted
- * (bounce buffers for caller memory outside the pool, inline messages):
+/* Every copy of payload bytes on the RDMA path goes through here (bounce
+ * buffers for caller memory outside the pool, inline messages); the copies
+ * of volume data (op: READ, WRITE, REPL_WRITE, CHUNK_PUSH) are counted, so
  * what the zero-copy path avoids is visible (zipline_rdma_copied_bytes_total,
  * zl bench --json "rdma_copied_bytes"). */
-static void rdma_copy(struct zl_xport *x, void *dst, const void *src, size_t len)
+static void rdma_copy(struct zl_xport *x, unsigned op, void *dst, const void *src, size_t len)
 {
 	memcpy(dst, src, len);
-	x->st.rdma_copied_bytes += len;
+	if (op == ZL_OP_READ || op == ZL_OP_WRITE || op == ZL_OP_REPL_WRITE ||
+	    op == ZL_OP_CHUNK_PUSH)
+		x->st.rdma_copied_bytes += len;
 }
 
 static void rdma_proto_fail(struct rdma_conn *c, const char *why)
@@ -328,7 +331,7 @@ static void rdma_cli_data(struct rdma_conn *c, struct rdma_req *r, int *status,
 	else if (zl_crc32c(src, h->length) != h->payload_crc)
 		*status = -ZL_ERR_CORRUPT;
 	else if (r->bounce_in)
-		rdma_copy(c->base.x, br->in, r->bounce_in, h->length);
+		rdma_copy(c->base.x, h->opcode, br->in, r->bounce_in, h->length);
 	if (*status && xport_warn_ok(c->base.x))
 		ZL_LOG_WARN("xport",
 			    "bad reply data transport=rdma peer=%s op=%s length=%u in_cap=%u "
@@ -400,7 +403,7 @@ static void rdma_cli_recv(struct rdma_conn *c, const struct ibv_wc *wc)
 		else if (zl_crc32c(buf + ZL_WIRE_HDR_SIZE, h.payload_len) != h.payload_crc)
 			status = -ZL_ERR_CORRUPT;
 		else
-			rdma_copy(c->base.x, br->in, buf + ZL_WIRE_HDR_SIZE, h.payload_len);
+			rdma_copy(c->base.x, h.opcode, br->in, buf + ZL_WIRE_HDR_SIZE, h.payload_len);
 		if (status && xport_warn_ok(c->base.x))
 			ZL_LOG_WARN("xport",
 				    "bad reply data transport=rdma peer=%s op=%s payload_len=%u "
@@ -470,7 +473,7 @@ int xport_rdma_request(struct zl_xport_conn *bc, struct xport_req *br,
 			r->bounce_out = zl_xport_buf_alloc(x, out_len);
 			if (!r->bounce_out)
 				return -ENOMEM;
-			rdma_copy(x, r->bounce_out, out, out_len);
+			rdma_copy(x, h.opcode, r->bounce_out, out, out_len);
 			src = r->bounce_out;
 		}
 		r->d_addr = (uintptr_t)src;
@@ -496,7 +499,7 @@ int xport_rdma_request(struct zl_xport_conn *bc, struct xport_req *br,
 	} else {
 		zl_wire_encode(&h, r->msg);
 		if (out_len)
-			rdma_copy(x, r->msg + ZL_WIRE_HDR_SIZE, out, out_len);
+			rdma_copy(x, h.opcode, r->msg + ZL_WIRE_HDR_SIZE, out, out_len);
 		r->msg_len = ZL_WIRE_HDR_SIZE + out_len;
 	}
 	r->state = RDMA_REQ_QUEUED;
@@ -616,7 +619,7 @@ static void rdma_fetch_done(struct rdma_conn *c, struct rdma_sreq *s)
 	int status = 0;
 
 	if (s->fetch_bounce) {
-		rdma_copy(c->base.x, bs->fetch_buf, s->fetch_bounce, bs->data_len);
+		rdma_copy(c->base.x, bs->opcode, bs->fetch_buf, s->fetch_bounce, bs->data_len);
 		zl_xport_buf_free(c->base.x, s->fetch_bounce);
 		s->fetch_bounce = NULL;
 	}
@@ -641,7 +644,7 @@ int xport_rdma_fetch(struct zl_xport_conn *bc, struct xport_sreq *bs)
 
 	if (!s->has_desc) {
 		/* Inline: the data is in the receive buffer right now. */
-		rdma_copy(x, bs->fetch_buf, c->cur_inline, bs->data_len);
+		rdma_copy(x, bs->opcode, bs->fetch_buf, c->cur_inline, bs->data_len);
 		if (!xport_sreq_crc_ok(bs, bs->fetch_buf, bs->data_len, bs->data_crc)) {
 			status = -ZL_ERR_CORRUPT;
 			if (xport_warn_ok(x))
@@ -747,7 +750,7 @@ int xport_rdma_reply(struct zl_xport_conn *bc, struct xport_sreq *bs, const stru
 				s->reply_bounce = zl_xport_buf_alloc(x, len);
 				if (!s->reply_bounce)
 					return -ENOMEM;
-				rdma_copy(x, s->reply_bounce, data, len);
+				rdma_copy(x, bs->opcode, s->reply_bounce, data, len);
 			}
 		} else if (xport_warn_ok(x)) {
 			/* The client fails the request (-ZL_ERR_PROTO). */
@@ -766,7 +769,7 @@ int xport_rdma_reply(struct zl_xport_conn *bc, struct xport_sreq *bs, const stru
 	}
 	zl_wire_encode(&h, s->msg);
 	if (inline_data)
-		rdma_copy(x, s->msg + ZL_WIRE_HDR_SIZE, data, len);
+		rdma_copy(x, bs->opcode, s->msg + ZL_WIRE_HDR_SIZE, data, len);
 	s->msg_len = ZL_WIRE_HDR_SIZE + (inline_data ? len : 0);
 	s->rdata = data;
 	s->rlen = len;

@@ -97,7 +97,7 @@ struct zl_xport_stats {
 	uint64_t rdma_credit_waits; /* request posts that waited for a credit */
 	uint64_t rdma_window_waits; /* ... for a free memory window */
 	uint64_t rdma_wc_errors;    /* work completions in error (flushes not counted) */
-	uint64_t rdma_copied_bytes; /* payload bytes memcpy'd on the RDMA path (rdma_copy) */
+	uint64_t rdma_copied_bytes; /* volume data memcpy'd on the RDMA path (rdma_copy) */
 };
 /* Adds x's counters to *acc (loop thread; NULL x: nothing). */
 void zl_xport_stats_add(const struct zl_xport *x, struct zl_xport_stats *acc);

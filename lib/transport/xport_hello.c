@@ -167,7 +167,8 @@ int zl_xport_hello_check(const struct zl_xport_hello *h, int status, const struc
 	} else if (hl.proto_version != ZL_WIRE_VERSION) {
 		err = -ZL_ERR_VERSION;
 		what = "other protocol version";
-	} else if (!(hl.caps & ZL_WIRE_CAP_TCP) || (hl.caps & ~ZL_WIRE_CAP_ALL_)) {
+	} else if (!(hl.caps & ZL_WIRE_CAP_TCP) ||
+		   (hl.caps & ~(ZL_WIRE_CAP_ALL_ | ZL_WIRE_CAP_SNAPSEQ))) {
 		err = -ZL_ERR_PROTO;
 		what = "bad transport list";
 	} else if (expect_id && strcmp(hl.node_id, expect_id) != 0) {

@@ -16,6 +16,11 @@
 #define ZL_WIRE_CAP_TCP	 (1u << 0)
 #define ZL_WIRE_CAP_RDMA (1u << 1)
 #define ZL_WIRE_CAP_ALL_ (ZL_WIRE_CAP_TCP | ZL_WIRE_CAP_RDMA)
+/* The sender reads and writes ZL_WF_SEQ (a snapshot sequence on data
+ * requests, lib/wire/wire.h). A client offers it in its HELLO; a server
+ * answers with it only when offered (an older client refuses unknown
+ * bits), and only then may either side send the flag. */
+#define ZL_WIRE_CAP_SNAPSEQ (1u << 2)
 /* A request's HELLO: the token is a cluster token (docs/SECURITY.md), not an
  * attach token. Never in a server's reply. */
 #define ZL_WIRE_CAP_CLUSTER (1u << 8)

@@ -5,6 +5,12 @@
 #include "../common/byteorder.h"
 #include "../common/common.h"
 
+/* A request whose bytes 8..11 hold snap_seq instead of status and rsvd. */
+static bool wire_seq_req(uint8_t flags)
+{
+	return (flags & ZL_WF_SEQ) && !(flags & ZL_WF_REPLY);
+}
+
 void zl_wire_encode(const struct zl_wire_hdr *h, uint8_t out[ZL_WIRE_HDR_SIZE])
 {
 	zl_put_le32(out + 0, ZL_WIRE_MAGIC);
@@ -12,8 +18,12 @@ void zl_wire_encode(const struct zl_wire_hdr *h, uint8_t out[ZL_WIRE_HDR_SIZE])
 	out[5] = h->opcode;
 	out[6] = h->flags;
 	out[7] = h->subop;
-	zl_put_le16(out + 8, h->status);
-	zl_put_le16(out + 10, 0);
+	if (wire_seq_req(h->flags)) {
+		zl_put_le32(out + 8, h->snap_seq);
+	} else {
+		zl_put_le16(out + 8, h->status);
+		zl_put_le16(out + 10, 0);
+	}
 	zl_put_le32(out + 12, h->payload_len);
 	zl_put_le64(out + 16, h->req_id);
 	zl_put_le64(out + 24, h->vol_id);
@@ -57,6 +67,18 @@ int zl_wire_check(const struct zl_wire_hdr *h, uint32_t chunk_size, const char *
 		return fail(why, "DVER flag on an opcode other than REPL_WRITE", -ZL_ERR_PROTO);
 	if ((h->flags & ZL_WF_ANY) && op != ZL_OP_READ)
 		return fail(why, "ANY flag on an opcode other than READ", -ZL_ERR_PROTO);
+	if (h->flags & ZL_WF_SEQ) {
+		if (reply)
+			return fail(why, "SEQ flag on a reply", -ZL_ERR_PROTO);
+		if (op != ZL_OP_WRITE && op != ZL_OP_DISCARD && op != ZL_OP_WRITE_ZEROES &&
+		    op != ZL_OP_REPL_WRITE)
+			return fail(why, "SEQ flag on an opcode that changes no data",
+				    -ZL_ERR_PROTO);
+		if (h->snap_seq > ZL_WIRE_SEQ_MAX)
+			return fail(why, "snapshot sequence above 2^24 - 1", -ZL_ERR_PROTO);
+	} else if (h->snap_seq) {
+		return fail(why, "snapshot sequence without the SEQ flag", -ZL_ERR_PROTO);
+	}
 	if (op == ZL_OP_CHUNK_PUSH && !reply) {
 		if (h->subop > ZL_PUSH_REPLACE)
 			return fail(why, "unknown CHUNK_PUSH subop", -ZL_ERR_PROTO);
@@ -182,14 +204,17 @@ int zl_wire_decode(const uint8_t *buf, size_t len, struct zl_wire_hdr *h, const 
 		return fail(why, "header CRC mismatch", -ZL_ERR_PROTO);
 	if (buf[4] != ZL_WIRE_VERSION)
 		return fail(why, "unsupported version", -ZL_ERR_VERSION);
-	if (zl_get_le16(buf + 10))
+	if (!wire_seq_req(buf[6]) && zl_get_le16(buf + 10))
 		return fail(why, "reserved bytes set", -ZL_ERR_PROTO);
 	memset(h, 0, sizeof(*h));
 	h->version = buf[4];
 	h->opcode = buf[5];
 	h->flags = buf[6];
 	h->subop = buf[7];
-	h->status = zl_get_le16(buf + 8);
+	if (wire_seq_req(h->flags))
+		h->snap_seq = zl_get_le32(buf + 8);
+	else
+		h->status = zl_get_le16(buf + 8);
 	h->payload_len = zl_get_le32(buf + 12);
 	h->req_id = zl_get_le64(buf + 16);
 	h->vol_id = zl_get_le64(buf + 24);

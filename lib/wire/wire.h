@@ -11,6 +11,13 @@
  *  40 offset u32         44 length u32  48 slice_ver u64  56 epoch u64
  *  64 aux u64            72 payload_crc u32 (CRC32C of the payload, 0 if none)
  *  76 hdr_crc u32 (CRC32C of bytes 0..75)
+ *
+ * Snapshot sequence (docs/SNAPSHOTS.md §1): a WRITE, DISCARD, WRITE_ZEROES
+ * or REPL_WRITE request with ZL_WF_SEQ carries snap_seq u32 (< 2^24) at 8,
+ * where status and rsvd (always 0 on a request) are otherwise. A sender
+ * sets ZL_WF_SEQ only on a connection whose HELLO exchange had both sides
+ * name ZL_WIRE_CAP_SNAPSEQ (lib/transport/xport_hello.h): a peer that does
+ * not know the flag refuses the message (unknown flag bits).
  */
 #ifndef ZL_WIRE_H
 #define ZL_WIRE_H
@@ -81,8 +88,16 @@ enum zl_wire_flag {
 	 * not): peering's pulls, recovery and `zl volume verify`. The reply's
 	 * aux carries the replica's chunk version. Never used by clients' I/O. */
 	ZL_WF_ANY = 1u << 4,
-	ZL_WF_ALL_ = 0x1f,
+	/* Request carries snap_seq at 8 (see the layout above). */
+	ZL_WF_SEQ = 1u << 5,
+	ZL_WF_ALL_ = 0x3f,
 };
+
+/* Largest snapshot sequence (chunk ids keep 24 bits for it). */
+#define ZL_WIRE_SEQ_MAX ((1u << 24) - 1)
+/* A chunk id: the chunk index in the low 40 bits; a clone chunk of a
+ * snapshot (docs/SNAPSHOTS.md §2) has its hi sequence above them. */
+#define ZL_WIRE_CHUNK_IDX_BITS 40
 
 /* Host representation of the header. */
 struct zl_wire_hdr {
@@ -101,6 +116,7 @@ struct zl_wire_hdr {
 	uint64_t epoch;
 	uint64_t aux;
 	uint32_t payload_crc;
+	uint32_t snap_seq; /* with ZL_WF_SEQ (requests only), else 0 */
 };
 
 /* HELLO payload (both directions). Strings are NUL-padded. */
@@ -211,7 +227,8 @@ void zl_wire_encode(const struct zl_wire_hdr *h, uint8_t out[ZL_WIRE_HDR_SIZE]);
 
 /* Decodes and validates a header. chunk_size_max bounds offset+length when
  * nonzero. Returns 0, or -ZL_ERR_PROTO (bad magic, CRC, reserved bits,
- * unknown opcode/flags, inconsistent lengths), -ZL_ERR_VERSION (other version),
+ * unknown opcode/flags, inconsistent lengths, ZL_WF_SEQ on a reply or
+ * another opcode, snap_seq above ZL_WIRE_SEQ_MAX), -ZL_ERR_VERSION (other version),
  * -ZL_ERR_RANGE (offset/length beyond limits). `why` (optional) gets a short
  * static reason for logs. */
 int zl_wire_decode(const uint8_t *buf, size_t len, struct zl_wire_hdr *h, const char **why);

@@ -431,6 +431,19 @@ static void test_chunk_size_ok(void **state)
 	assert_false(zl_meta_chunk_size_ok(1ull << 40));
 }
 
+/* A clone chunk id (hi << 40 | chunk) lives in its chunk's slice. */
+static void test_slice_of_id(void **state)
+{
+	struct zl_volume v = {.n_slices = 7};
+
+	(void)state;
+	assert_int_equal(zl_volume_slice_of(&v, 0), 0);
+	assert_int_equal(zl_volume_slice_of(&v, 15), 1);
+	assert_int_equal(zl_slice_of_id((3ull << ZL_WIRE_CHUNK_IDX_BITS) | 15, 7), 1);
+	assert_int_equal(zl_slice_of_id((0xffffffull << ZL_WIRE_CHUNK_IDX_BITS) | 20, 7), 6);
+	assert_int_equal(zl_slice_of_id((1ull << ZL_WIRE_CHUNK_IDX_BITS) - 1, 1), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -442,6 +455,7 @@ int main(void)
 	    cmocka_unit_test(test_qos_fields),
 	    cmocka_unit_test(test_member_helpers),
 	    cmocka_unit_test(test_ids),
+	    cmocka_unit_test(test_slice_of_id),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

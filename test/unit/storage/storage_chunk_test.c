@@ -1,5 +1,6 @@
 /* Chunk store tests on real files under the build directory (O_DIRECT does
  * not work on every tmpfs). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -111,18 +113,24 @@ static void wait_all(struct env *e, struct done *d, int n)
 		assert_int_equal(d[i].calls, 1);
 }
 
+/* The outcome of one operation started with d as its callback's argument
+ * (rc: what starting it returned). */
+static int wait_one(struct env *e, struct done *d, int rc)
+{
+	if (rc)
+		return rc;
+	assert_int_equal(d->calls, 0); /* never inside the call */
+	wait_all(e, d, 1);
+	return d->status;
+}
+
 /* Write / zero / read of a chunk of size cs with data version ver. */
 static int io_write(struct env *e, uint32_t cs, uint64_t chunk, uint32_t off, uint32_t len,
 		    const void *p, uint64_t ver)
 {
 	struct done d = {0};
-	int rc = zl_chunk_write(e->s, VOL, chunk, cs, off, len, p, ver, done_cb, &d);
 
-	if (rc)
-		return rc;
-	assert_int_equal(d.calls, 0); /* never inside the call */
-	wait_all(e, &d, 1);
-	return d.status;
+	return wait_one(e, &d, zl_chunk_write(e->s, VOL, chunk, cs, off, len, p, ver, done_cb, &d));
 }
 
 static int io_zero(struct env *e, uint32_t cs, uint64_t chunk, uint32_t off, uint32_t len,
@@ -137,16 +145,18 @@ static int io_zero(struct env *e, uint32_t cs, uint64_t chunk, uint32_t off, uin
 	return d.status;
 }
 
-/* Reads into out (unaligned caller memory) through an aligned buffer. */
-static int io_read(struct env *e, uint32_t cs, uint64_t chunk, uint32_t off, uint32_t len,
-		   void *out)
+/* Reads into out (unaligned caller memory) through an aligned buffer: the
+ * live chunk (seq 0) or snapshot seq of it (zl_chunk_snap_read). */
+static int io_read_seq(struct env *e, uint32_t cs, uint64_t chunk, uint32_t seq, uint32_t off,
+		       uint32_t len, void *out)
 {
 	struct done d = {0};
 	uint8_t *buf = t_alloc(NULL, zl_chunk_read_span(off, len));
 	int rc;
 
 	memset(buf, 0xee, zl_chunk_read_span(off, len));
-	rc = zl_chunk_read(e->s, VOL, chunk, cs, off, len, buf, done_cb, &d);
+	rc = seq ? zl_chunk_snap_read(e->s, VOL, chunk, cs, seq, off, len, buf, done_cb, &d)
+		 : zl_chunk_read(e->s, VOL, chunk, cs, off, len, buf, done_cb, &d);
 	if (!rc) {
 		wait_all(e, &d, 1);
 		rc = d.status;
@@ -155,6 +165,12 @@ static int io_read(struct env *e, uint32_t cs, uint64_t chunk, uint32_t off, uin
 		memcpy(out, buf + off % 4096, len);
 	free(buf);
 	return rc;
+}
+
+static int io_read(struct env *e, uint32_t cs, uint64_t chunk, uint32_t off, uint32_t len,
+		   void *out)
+{
+	return io_read_seq(e, cs, chunk, 0, off, len, out);
 }
 
 static int do_write(struct env *e, uint64_t chunk, uint32_t off, uint32_t len, const void *p)
@@ -793,6 +809,38 @@ static void kill_done(void *arg, int status)
 }
 
 /* The child: never returns. */
+/* Closes the store and forks a child that runs child(dir, its pipe's write
+ * end, arg) and never returns. Returns its pid; *rfd gets the read end. */
+static pid_t kill_fork(struct env *e, void (*child)(const char *dir, int wfd, uint64_t arg),
+		       uint64_t arg, int *rfd)
+{
+	int pfd[2];
+	pid_t pid;
+
+	zl_chunk_store_destroy(e->s);
+	assert_int_equal(pipe(pfd), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(pfd[0]);
+		child(e->dir, pfd[1], arg);
+	}
+	close(pfd[1]);
+	*rfd = pfd[0];
+	return pid;
+}
+
+/* Reaps a child that must have died of the SIGKILL. */
+static void kill_reap(pid_t pid, int rfd)
+{
+	int st;
+
+	close(rfd);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL)
+		fail_msg("child did not die of the kill: status %d", st);
+}
+
 static void kill_child_run(const char *dir, int wfd, uint64_t seed0)
 {
 	struct kill_child k = {.wfd = wfd};
@@ -902,25 +950,17 @@ static void test_kill9_under_load(void **state)
 	for (int round = 0; round < 4; round++) {
 		uint64_t acks = 0, want_acks = 150 + (uint64_t)(rand() % 300);
 		struct kill_rec rec;
-		int pfd[2], st;
+		int rfd;
 		pid_t pid;
 
 		if (!round)
 			memset(base_c, 0, sizeof(base_c));
 		memcpy(acked_c, base_c, sizeof(acked_c));
 		memset(pend, 0, sizeof(pend));
-		zl_chunk_store_destroy(e->s);
-		assert_int_equal(pipe(pfd), 0);
-		pid = fork();
-		assert_true(pid >= 0);
-		if (pid == 0) {
-			close(pfd[0]);
-			kill_child_run(e->dir, pfd[1], (uint64_t)(round + 1) * 1000000);
-		}
-		close(pfd[1]);
+		pid = kill_fork(e, kill_child_run, (uint64_t)(round + 1) * 1000000, &rfd);
 		/* Read until enough acknowledgements, then kill; the records
 		 * written before the kill stay readable until EOF. */
-		while (read(pfd[0], &rec, sizeof(rec)) == (ssize_t)sizeof(rec)) {
+		while (read(rfd, &rec, sizeof(rec)) == (ssize_t)sizeof(rec)) {
 			assert_true(rec.block < KILL_BLOCKS);
 			if (rec.kind == KILL_ACK) {
 				kill_content(acked_c[rec.block], pend[rec.block].kind, rec.block,
@@ -932,9 +972,7 @@ static void test_kill9_under_load(void **state)
 				pend[rec.block] = rec;
 			}
 		}
-		close(pfd[0]);
-		assert_int_equal(waitpid(pid, &st, 0), pid);
-		assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+		kill_reap(pid, rfd);
 		acks_total += acks;
 		env_open(e);
 		for (uint32_t b = 0; b < KILL_BLOCKS; b++) {
@@ -1979,7 +2017,7 @@ static void jk_done(void *arg, int status)
 	sl->busy = false;
 }
 
-static void jk_child(const char *dir, int wfd)
+static void jk_child(const char *dir, int wfd, uint64_t unused)
 {
 	static struct jk_slot sl[JK_UNITS];
 	struct zl_chunk_store_stats st;
@@ -2022,19 +2060,10 @@ static void test_journal_kill_full(void **state)
 	uint64_t acks = 0, waiting = 0, pending_seen = 0;
 	struct zl_chunk_store_stats cst;
 	struct kill_rec rec;
-	int pfd[2], st;
-	pid_t pid;
+	int rfd;
+	pid_t pid = kill_fork(e, jk_child, 0, &rfd);
 
-	zl_chunk_store_destroy(e->s);
-	assert_int_equal(pipe(pfd), 0);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		close(pfd[0]);
-		jk_child(e->dir, pfd[1]);
-	}
-	close(pfd[1]);
-	while (read(pfd[0], &rec, sizeof(rec)) == (ssize_t)sizeof(rec)) {
+	while (read(rfd, &rec, sizeof(rec)) == (ssize_t)sizeof(rec)) {
 		assert_true(rec.block < JK_UNITS || rec.kind == JK_WAITING);
 		if (rec.kind == JK_WAITING) {
 			waiting = rec.seed;
@@ -2047,9 +2076,7 @@ static void test_journal_kill_full(void **state)
 			pend[rec.block] = rec.seed;
 		}
 	}
-	close(pfd[0]);
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	kill_reap(pid, rfd);
 	assert_true(waiting > 0); /* the journal was full: writes were waiting */
 	env_open(e);
 	for (uint32_t u = 0; u < JK_UNITS; u++) {
@@ -2075,6 +2102,504 @@ static void test_journal_kill_full(void **state)
 	assert_true(pending_seen > 0);
 }
 
+/* ---- snapshots: clone chunks (docs/SNAPSHOTS.md §2) ---- */
+
+static int cow_io(struct env *e, uint64_t chunk, uint32_t off, uint32_t len, const void *p,
+		  uint32_t seq, const uint32_t *snaps, uint32_t n)
+{
+	struct done d = {0};
+	struct zl_chunk_cow w = {.vol = VOL,
+				 .chunk = chunk,
+				 .chunk_size = CS,
+				 .off = off,
+				 .len = len,
+				 .zero = !p,
+				 .data = p,
+				 .seq = seq,
+				 .snaps = snaps,
+				 .n_snaps = n,
+				 .cb = done_cb,
+				 .arg = &d};
+
+	return wait_one(e, &d, zl_chunk_cow_submit(e->s, &w));
+}
+
+/* seq 0 is refused by zl_chunk_snap_read, so it is tested directly. */
+static int snap_rd(struct env *e, uint64_t chunk, uint32_t seq, uint32_t off, uint32_t len,
+		   void *out)
+{
+	return io_read_seq(e, CS, chunk, seq, off, len, out);
+}
+
+static int snap_collect(struct env *e, const uint32_t *snaps, uint32_t n, uint32_t *removed)
+{
+	struct done d = {0};
+
+	return wait_one(e, &d, zl_chunk_snap_gc(e->s, VOL, snaps, n, removed, done_cb, &d));
+}
+
+/* Files of VOL's directory: clone chunk files, and temporary files. */
+static void snap_files(struct env *e, uint32_t *clones, uint32_t *tmps)
+{
+	char vid[ZL_VOL_ID_LEN + 1], path[700];
+	struct dirent *de;
+	DIR *d;
+
+	*clones = *tmps = 0;
+	zl_vol_id_format(VOL, vid);
+	snprintf(path, sizeof(path), "%s/chunks/%s", e->dir, vid);
+	d = opendir(path);
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		unsigned long long id;
+
+		if (strstr(de->d_name, ".tmp"))
+			(*tmps)++;
+		else if (sscanf(de->d_name, "%16llx.zlc", &id) == 1 && id >> ZL_CHUNK_IDX_BITS)
+			(*clones)++;
+	}
+	closedir(d);
+}
+
+static void test_snap_cow(void **state)
+{
+	struct env *e = *state;
+	static uint8_t a[4 * 4096], b[4096], got[4 * 4096], want[4 * 4096], zero[4 * 4096];
+	static const uint32_t s1[] = {1}, s12[] = {1, 2}, s2[] = {2}, s3[] = {3};
+	struct zl_chunk_clone cl[4];
+	uint32_t removed, nclones, ntmp;
+
+	fill(a, sizeof(a), 11);
+	fill(b, sizeof(b), 22);
+	/* Never snapshotted: no copy. */
+	assert_int_equal(cow_io(e, 3, 0, sizeof(a), a, 0, NULL, 0), 0);
+	assert_int_equal(zl_chunk_snap_clones(e->s, VOL, 3, cl, 4), 0);
+	/* Snapshot 1 exists: the first write with 1 preserves the chunk. */
+	assert_int_equal(cow_io(e, 3, 8192, 4096, b, 1, s1, 1), 0);
+	assert_int_equal(zl_chunk_snap_clones(e->s, VOL, 3, cl, 4), 1);
+	assert_int_equal(cl[0].lo, 0);
+	assert_int_equal(cl[0].hi, 1);
+	assert_int_equal(snap_rd(e, 3, 1, 0, sizeof(got), got), 0);
+	assert_memory_equal(got, a, sizeof(a));
+	memcpy(want, a, sizeof(a));
+	memcpy(want + 8192, b, 4096);
+	assert_int_equal(do_read(e, 3, 0, sizeof(got), got), 0);
+	assert_memory_equal(got, want, sizeof(want));
+	/* A second write with 1: nothing more to preserve. */
+	assert_int_equal(cow_io(e, 3, 100, 50, b, 1, s1, 1), 0);
+	memcpy(want + 100, b, 50);
+	assert_int_equal(zl_chunk_snap_clones(e->s, VOL, 3, cl, 4), 1);
+	/* Snapshot 2: a zeroing with 2 preserves (1, 2]. */
+	assert_int_equal(cow_io(e, 3, 0, 4096, NULL, 2, s12, 2), 0);
+	assert_int_equal(zl_chunk_snap_clones(e->s, VOL, 3, cl, 4), 2);
+	assert_int_equal(cl[1].lo, 1);
+	assert_int_equal(cl[1].hi, 2);
+	assert_int_equal(snap_rd(e, 3, 2, 0, sizeof(got), got), 0);
+	assert_memory_equal(got, want, sizeof(want));
+	assert_int_equal(snap_rd(e, 3, 1, 0, sizeof(got), got), 0);
+	assert_memory_equal(got, a, sizeof(a));
+	memset(want, 0, 4096);
+	assert_int_equal(do_read(e, 3, 0, sizeof(got), got), 0);
+	assert_memory_equal(got, want, sizeof(want));
+	/* A client that missed snapshot 2 is refused, nothing applied. */
+	assert_int_equal(cow_io(e, 3, 0, 4096, a, 1, s1, 1), -ZL_ERR_STALE);
+	assert_int_equal(do_read(e, 3, 0, sizeof(got), got), 0);
+	assert_memory_equal(got, want, sizeof(want));
+	/* A never-written chunk: the copy is its zeros. */
+	assert_int_equal(cow_io(e, 7, 4096, 4096, b, 2, s12, 2), 0);
+	assert_int_equal(zl_chunk_snap_clones(e->s, VOL, 7, cl, 4), 1);
+	assert_int_equal(snap_rd(e, 7, 1, 0, sizeof(got), got), 0);
+	assert_memory_equal(got, zero, sizeof(zero));
+	assert_int_equal(snap_rd(e, 7, 2, 4096, 4096, got), 0);
+	assert_memory_equal(got, zero, 4096);
+	/* Reopened: the index comes back from the files, wseq from the pages;
+	 * the temporary file of a copy a crash interrupted is removed. */
+	zl_chunk_store_destroy(e->s);
+	{
+		char vid[ZL_VOL_ID_LEN + 1], path[700];
+		FILE *f;
+
+		zl_vol_id_format(VOL, vid);
+		snprintf(path, sizeof(path), "%s/chunks/%s/%016llx.zlc.tmp", e->dir, vid,
+			 (unsigned long long)zl_chunk_clone_id(3, 3));
+		f = fopen(path, "w");
+		assert_non_null(f);
+		fputs("half a copy", f);
+		fclose(f);
+	}
+	snap_files(e, &nclones, &ntmp);
+	assert_int_equal(ntmp, 1);
+	env_open(e);
+	snap_files(e, &nclones, &ntmp);
+	assert_int_equal(ntmp, 0);
+	assert_int_equal(nclones, 3);
+	assert_int_equal(zl_chunk_snap_clones(e->s, VOL, 3, cl, 4), 2);
+	assert_int_equal(snap_rd(e, 3, 1, 0, sizeof(got), got), 0);
+	assert_memory_equal(got, a, sizeof(a));
+	assert_int_equal(cow_io(e, 3, 0, 4096, a, 1, s1, 1), -ZL_ERR_STALE);
+	/* Snapshot 1 deleted: only (0, 1] of chunk 3 goes. */
+	assert_int_equal(snap_collect(e, s2, 1, &removed), 0);
+	assert_int_equal(removed, 1);
+	snap_files(e, &nclones, &ntmp);
+	assert_int_equal(nclones, 2);
+	assert_int_equal(ntmp, 0);
+	memcpy(want, a, sizeof(a));
+	memcpy(want + 8192, b, 4096);
+	memcpy(want + 100, b, 50);
+	assert_int_equal(snap_rd(e, 3, 2, 0, sizeof(got), got), 0);
+	assert_memory_equal(got, want, sizeof(want));
+	/* A clone removed as a chunk (CHUNK_DELETE) leaves the index too. */
+	assert_int_equal(zl_chunk_delete(e->s, VOL, zl_chunk_clone_id(3, 2)), 0);
+	assert_int_equal(zl_chunk_snap_clones(e->s, VOL, 3, cl, 4), 0);
+	/* None left: every clone goes, the live chunks stay. */
+	assert_int_equal(snap_collect(e, NULL, 0, &removed), 0);
+	assert_int_equal(removed, 1);
+	snap_files(e, &nclones, &ntmp);
+	assert_int_equal(nclones, 0);
+	assert_int_equal(do_read(e, 7, 4096, 4096, got), 0);
+	assert_memory_equal(got, b, 4096);
+	/* Removing the volume forgets its clones. */
+	assert_int_equal(cow_io(e, 9, 0, 4096, b, 3, s3, 1), 0);
+	assert_int_equal(zl_chunk_snap_clones(e->s, VOL, 9, cl, 4), 1);
+	assert_int_equal(zl_chunk_volume_delete(e->s, VOL, NULL), 0);
+	assert_int_equal(zl_chunk_snap_clones(e->s, VOL, 9, cl, 4), 0);
+	/* Arguments. */
+	assert_int_equal(cow_io(e, 3, 0, 4096, a, ZL_CHUNK_SEQ_MAX + 1, NULL, 0), -ZL_ERR_INVAL);
+	assert_int_equal(cow_io(e, 1ull << ZL_CHUNK_IDX_BITS, 0, 4096, a, 2, NULL, 0),
+			 -ZL_ERR_INVAL);
+	assert_int_equal(zl_chunk_snap_read(e->s, VOL, 3, CS, 0, 0, 4096, got, done_cb, NULL),
+			 -ZL_ERR_INVAL);
+}
+
+/* ---- kill -9 with snapshots ----
+ * A child writes and zeroes units of three chunks through copy-on-write
+ * with the current snapshot sequence, several at a time; every so often it
+ * waits for what is in flight, takes a snapshot (the sequence goes up) and
+ * sometimes deletes one (collecting its clones). It reports every
+ * submission, acknowledgement, snapshot and deletion on a pipe; the parent
+ * keeps its own record and kills the child at a random moment. After the
+ * reopen: every remaining snapshot reads, at its sequence, exactly what was
+ * acknowledged before it; the live chunks hold every acknowledged write (or
+ * the one in flight); no temporary file is left, and after a collection
+ * every clone file left holds a snapshot. */
+
+#define SK_CHUNKS 3
+#define SK_UNITS  8 /* 4 KiB units per chunk */
+#define SK_DEPTH  6
+#define SK_SNAPS  64
+#define SK_ROUNDS 8
+
+enum { SK_SUB = 1, SK_ACK, SK_SNAP, SK_DEL };
+
+struct sk_rec {
+	uint32_t kind, unit, seq;
+	uint64_t seed; /* SUB: 0 = a zeroing */
+};
+
+/* The parent's record (the child starts from a copy: fork). */
+static struct sk_model {
+	uint32_t cur;			 /* the volume's sequence */
+	uint32_t snaps[SK_SNAPS], n;	 /* existing snapshots, ascending */
+	uint64_t acked[SK_CHUNKS * SK_UNITS];
+	uint64_t pend[SK_CHUNKS * SK_UNITS];
+	bool pending[SK_CHUNKS * SK_UNITS];
+	/* What each snapshot must read: the acknowledged seeds at its taking. */
+	uint64_t at[SK_SNAPS + 1][SK_CHUNKS * SK_UNITS];
+} skm;
+
+static void sk_content(uint8_t *p, uint32_t unit, uint64_t seed)
+{
+	if (!seed) {
+		memset(p, 0, 4096);
+		return;
+	}
+	fill(p, 4096, (unsigned)seed);
+	zl_put_le64(p, seed);
+	zl_put_le32(p + 8, unit);
+}
+
+struct sk_child;
+
+/* The parent's random seed, for the child's choices. */
+static unsigned sk_seed;
+
+struct sk_slot {
+	struct sk_child *k;
+	struct zl_chunk_cow w;
+	uint32_t unit;
+	uint64_t seed;
+	uint8_t *buf;
+	bool busy;
+};
+
+struct sk_child {
+	int wfd;
+	uint32_t inflight, acks;
+	int err;
+	struct sk_slot sl[SK_DEPTH];
+	bool busy[SK_CHUNKS * SK_UNITS];
+};
+
+static void sk_send(int fd, uint32_t kind, uint32_t unit, uint32_t seq, uint64_t seed)
+{
+	struct sk_rec r = {kind, unit, seq, seed};
+
+	if (write(fd, &r, sizeof(r)) != (ssize_t)sizeof(r))
+		_exit(3);
+}
+
+static void sk_done(void *arg, int status)
+{
+	struct sk_slot *sl = arg;
+	struct sk_child *k = sl->k;
+
+	if (status) {
+		k->err = status;
+		return;
+	}
+	sk_send(k->wfd, SK_ACK, sl->unit, 0, sl->seed);
+	sl->busy = false;
+	k->busy[sl->unit] = false;
+	k->inflight--;
+	k->acks++;
+}
+
+static void sk_gc_done(void *arg, int status)
+{
+	int *err = arg;
+
+	if (status)
+		*err = status;
+}
+
+static void sk_child_run(const char *dir, int wfd, uint64_t seed0)
+{
+	struct zl_loop *loop;
+	struct zl_chunk_store *s;
+	struct zl_chunk_store_opts o = {.data_dir = dir,
+					.buf_alloc = t_alloc,
+					.buf_free = t_free,
+					.journal = jmode,
+					.journal_size = ZL_CHUNK_JOURNAL_MIN};
+	struct sk_child k = {.wfd = wfd};
+	uint64_t seed = seed0;
+	uint32_t next_snap = 30;
+	int gc_err = 0;
+
+	srand(sk_seed + (unsigned)seed0);
+	if (zl_loop_create(&loop))
+		_exit(2);
+	o.loop = loop;
+	if (zl_chunk_store_create(&o, &s))
+		_exit(2);
+	for (int i = 0; i < SK_DEPTH; i++) {
+		k.sl[i].k = &k;
+		k.sl[i].buf = t_alloc(NULL, 4096);
+	}
+	for (;;) {
+		if (k.err || gc_err)
+			_exit(4);
+		if (k.acks >= next_snap && !k.inflight) {
+			/* Everything issued was acknowledged: the snapshot
+			 * holds exactly that; what follows carries its
+			 * sequence. */
+			if (skm.n == SK_SNAPS)
+				_exit(5);
+			skm.snaps[skm.n++] = ++skm.cur;
+			sk_send(wfd, SK_SNAP, 0, skm.cur, 0);
+			if (skm.n > 3 && rand() % 2) {
+				uint32_t i = (uint32_t)rand() % skm.n;
+
+				sk_send(wfd, SK_DEL, 0, skm.snaps[i], 0);
+				memmove(skm.snaps + i, skm.snaps + i + 1,
+					(skm.n - i - 1) * sizeof(skm.snaps[0]));
+				skm.n--;
+				if (zl_chunk_snap_gc(s, VOL, skm.snaps, skm.n, NULL, sk_gc_done,
+						     &gc_err))
+					_exit(6);
+			}
+			next_snap = k.acks + 20 + (uint32_t)(rand() % 40);
+		}
+		for (int i = 0; i < SK_DEPTH && k.acks < next_snap; i++) {
+			struct sk_slot *sl = &k.sl[i];
+			uint32_t u = (uint32_t)rand() % (SK_CHUNKS * SK_UNITS);
+			bool zero = rand() % 5 == 0;
+
+			if (sl->busy || k.busy[u])
+				continue;
+			sl->busy = true;
+			k.busy[u] = true;
+			k.inflight++;
+			sl->unit = u;
+			sl->seed = zero ? 0 : ++seed;
+			sk_content(sl->buf, u, sl->seed);
+			sl->w = (struct zl_chunk_cow){.vol = VOL,
+						      .chunk = 60 + u / SK_UNITS,
+						      .chunk_size = CS,
+						      .off = (u % SK_UNITS) * 4096,
+						      .len = 4096,
+						      .zero = zero,
+						      .data = sl->buf,
+						      .version = seed,
+						      .seq = skm.cur,
+						      .snaps = skm.snaps,
+						      .n_snaps = skm.n,
+						      .cb = sk_done,
+						      .arg = sl};
+			sk_send(wfd, SK_SUB, u, skm.cur, sl->seed);
+			if (zl_chunk_cow_submit(s, &sl->w))
+				_exit(7);
+		}
+		zl_loop_run_once(loop, 10);
+	}
+}
+
+/* Checks what the reopened store holds against the record; pending units
+ * become what they read (the operation landed or not). */
+static void sk_check(struct env *e, uint64_t *clones_seen)
+{
+	uint8_t got[4096], want[4096], alt[4096];
+	struct zl_chunk_clone cl[SK_SNAPS + 1];
+	uint32_t nclones, ntmp, indexed = 0, removed;
+
+	snap_files(e, &nclones, &ntmp);
+	assert_int_equal(ntmp, 0);
+	for (uint32_t i = 0; i < skm.n; i++) {
+		for (uint32_t u = 0; u < SK_CHUNKS * SK_UNITS; u++) {
+			assert_int_equal(snap_rd(e, 60 + u / SK_UNITS, skm.snaps[i],
+						 (u % SK_UNITS) * 4096, 4096, got),
+					 0);
+			sk_content(want, u, skm.at[skm.snaps[i]][u]);
+			if (memcmp(got, want, 4096))
+				fail_msg("snapshot %u unit %u: reads %" PRIu64 ", acknowledged "
+					 "before it: %" PRIu64,
+					 skm.snaps[i], u, zl_get_le64(got), skm.at[skm.snaps[i]][u]);
+		}
+	}
+	for (uint32_t u = 0; u < SK_CHUNKS * SK_UNITS; u++) {
+		assert_int_equal(do_read(e, 60 + u / SK_UNITS, (u % SK_UNITS) * 4096, 4096, got), 0);
+		sk_content(want, u, skm.acked[u]);
+		sk_content(alt, u, skm.pend[u]);
+		if (memcmp(got, want, 4096) && !(skm.pending[u] && !memcmp(got, alt, 4096)))
+			fail_msg("live unit %u: reads %" PRIu64 ", acknowledged %" PRIu64, u,
+				 zl_get_le64(got), skm.acked[u]);
+		if (skm.pending[u] && !memcmp(got, alt, 4096))
+			skm.acked[u] = skm.pend[u];
+		skm.pending[u] = false;
+	}
+	/* Collected: every clone left holds a remaining snapshot, and the
+	 * files are exactly the clones indexed. */
+	assert_int_equal(snap_collect(e, skm.snaps, skm.n, &removed), 0);
+	for (uint32_t c = 0; c < SK_CHUNKS; c++) {
+		uint32_t n = zl_chunk_snap_clones(e->s, VOL, 60 + c, cl, SK_SNAPS + 1);
+
+		assert_true(n <= SK_SNAPS + 1);
+		for (uint32_t i = 0; i < n; i++) {
+			bool held = false;
+
+			for (uint32_t j = 0; j < skm.n; j++)
+				held |= skm.snaps[j] > cl[i].lo && skm.snaps[j] <= cl[i].hi;
+			assert_true(held);
+		}
+		indexed += n;
+	}
+	snap_files(e, &nclones, &ntmp);
+	assert_int_equal(nclones, indexed);
+	*clones_seen += indexed + removed;
+}
+
+static void test_snap_kill9(void **state)
+{
+	struct env *e = *state;
+	uint64_t acks_total = 0, pending_seen = 0, clones_seen = 0, snaps_taken = 0, mid_copy = 0;
+	uint32_t ntmp, nclones;
+
+	unsigned seed = (unsigned)time(NULL);
+
+	print_message("kill -9 with snapshots: seed %u\n", seed);
+	memset(&skm, 0, sizeof(skm));
+	for (int round = 0; round < SK_ROUNDS; round++) {
+		uint64_t acks = 0, want_acks = 100 + (uint64_t)(rand_r(&seed) % 250);
+		/* Odd rounds: the kill comes at the first write after a
+		 * snapshot (the one whose copy is being made), not at an
+		 * acknowledgement count. */
+		uint32_t kill_after_snap = round % 2 ? 2 + (uint32_t)(rand_r(&seed) % 3) : 0;
+		uint32_t snaps_now = 0;
+		bool killed = false;
+		struct sk_rec rec;
+		int rfd;
+		pid_t pid;
+
+		sk_seed = seed;
+		pid = kill_fork(e, sk_child_run, (uint64_t)(round + 1) * 1000000, &rfd);
+		while (read(rfd, &rec, sizeof(rec)) == (ssize_t)sizeof(rec)) {
+			switch (rec.kind) {
+			case SK_SUB:
+				assert_true(rec.unit < SK_CHUNKS * SK_UNITS);
+				assert_false(skm.pending[rec.unit]);
+				assert_int_equal(rec.seq, skm.cur);
+				skm.pend[rec.unit] = rec.seed;
+				skm.pending[rec.unit] = true;
+				if (kill_after_snap && snaps_now >= kill_after_snap && !killed) {
+					assert_int_equal(kill(pid, SIGKILL), 0);
+					killed = true;
+				}
+				break;
+			case SK_ACK:
+				assert_true(skm.pending[rec.unit]);
+				skm.acked[rec.unit] = skm.pend[rec.unit];
+				skm.pending[rec.unit] = false;
+				if (++acks == want_acks && !kill_after_snap) {
+					assert_int_equal(kill(pid, SIGKILL), 0);
+					killed = true;
+				}
+				break;
+			case SK_SNAP:
+				snaps_now++;
+				assert_int_equal(rec.seq, skm.cur + 1);
+				assert_true(rec.seq <= SK_SNAPS);
+				for (uint32_t u = 0; u < SK_CHUNKS * SK_UNITS; u++)
+					assert_false(skm.pending[u]);
+				skm.cur = rec.seq;
+				skm.snaps[skm.n++] = rec.seq;
+				memcpy(skm.at[rec.seq], skm.acked, sizeof(skm.acked));
+				snaps_taken++;
+				break;
+			case SK_DEL:
+				for (uint32_t i = 0; i < skm.n; i++) {
+					if (skm.snaps[i] != rec.seq)
+						continue;
+					memmove(skm.snaps + i, skm.snaps + i + 1,
+						(skm.n - i - 1) * sizeof(skm.snaps[0]));
+					skm.n--;
+					break;
+				}
+				break;
+			default:
+				fail_msg("unknown record %u", rec.kind);
+			}
+		}
+		kill_reap(pid, rfd);
+		acks_total += acks;
+		for (uint32_t u = 0; u < SK_CHUNKS * SK_UNITS; u++)
+			pending_seen += skm.pending[u];
+		/* A copy was being made at the kill: its temporary file. */
+		snap_files(e, &nclones, &ntmp);
+		mid_copy += ntmp > 0;
+		env_open(e);
+		sk_check(e, &clones_seen);
+	}
+	print_message("kill -9 with snapshots: %d kills, %" PRIu64 " acknowledged operations, %" PRIu64
+		      " in flight at the kills, %" PRIu64 " kills during a copy (temporary file "
+		      "left, removed by the reopen), %" PRIu64 " snapshots taken (%u remain), %" PRIu64
+		      " clone chunks checked or collected\n",
+		      SK_ROUNDS, acks_total, pending_seen, mid_copy, snaps_taken, skm.n, clones_seen);
+	assert_true(pending_seen > 0);
+	assert_true(snaps_taken > 4);
+	assert_true(clones_seen > 0);
+}
+
 int main(void)
 {
 	const char *wp = getenv("ZL_CHUNK_TEST_WRITE_PATH");
@@ -2092,6 +2617,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_delete_inflight, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_scrub_missing, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_foreach_and_args, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_snap_cow, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_snap_kill9, setup, teardown),
 	};
 	/* The direct path's metadata rounds and crash states. */
 	const struct CMUnitTest direct[] = {

@@ -62,6 +62,11 @@ static void test_hello_check(void **state)
 	assert_int_equal(hl.caps, ZL_WIRE_CAP_TCP);
 	reply_of(&h, &rep, "node-1", ZL_WIRE_CAP_TCP | ZL_WIRE_CAP_RDMA);
 	assert_int_equal(zl_xport_hello_check(&h, 0, &rep, "node-1", NULL), 0);
+	/* a server that answers the snapshot-sequence offer */
+	reply_of(&h, &rep, "node-1", ZL_WIRE_CAP_TCP | ZL_WIRE_CAP_SNAPSEQ);
+	assert_int_equal(zl_xport_hello_check(&h, 0, &rep, "node-1", &hl), 0);
+	assert_int_equal(hl.caps, ZL_WIRE_CAP_TCP | ZL_WIRE_CAP_SNAPSEQ);
+	assert_string_equal(zl_xport_caps_name(hl.caps), "tcp");
 
 	/* another node answers at the address */
 	reply_of(&h, &rep, "node-2", ZL_WIRE_CAP_TCP);

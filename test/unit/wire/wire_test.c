@@ -101,6 +101,7 @@ static void assert_hdr_equal(const struct zl_wire_hdr *a, const struct zl_wire_h
 	assert_int_equal(a->epoch, b->epoch);
 	assert_int_equal(a->aux, b->aux);
 	assert_int_equal(a->payload_crc, b->payload_crc);
+	assert_int_equal(a->snap_seq, b->snap_seq);
 }
 
 /* Encodes h, decodes, expects rc; on success the fields round-trip and a
@@ -681,6 +682,64 @@ static void test_names_and_status(void **state)
 	assert_int_equal(zl_wire_status_from_err(-0x12345), 0xffff);
 }
 
+/* ZL_WF_SEQ: the snapshot sequence in bytes 8..11 of a data request. */
+static void test_snap_seq(void **state)
+{
+	static const unsigned ops[] = {ZL_OP_WRITE, ZL_OP_DISCARD, ZL_OP_WRITE_ZEROES,
+				       ZL_OP_REPL_WRITE};
+	uint8_t b[ZL_WIRE_HDR_SIZE];
+	struct zl_wire_hdr h, d;
+	const char *why;
+
+	(void)state;
+	for (unsigned i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+		h = valid_req(ops[i]);
+		h.flags |= ZL_WF_SEQ;
+		h.snap_seq = ZL_WIRE_SEQ_MAX;
+		zl_wire_encode(&h, b);
+		assert_int_equal(b[8] | b[9] << 8 | b[10] << 16 | (uint32_t)b[11] << 24,
+				 ZL_WIRE_SEQ_MAX);
+		assert_int_equal(zl_wire_decode(b, sizeof(b), &d, &why), 0);
+		assert_int_equal(d.snap_seq, ZL_WIRE_SEQ_MAX);
+		assert_int_equal(d.status, 0);
+		assert_hdr_equal(&h, &d);
+	}
+	/* Sequence 0 with the flag (never snapshotted) is a sequence too. */
+	h = valid_req(ZL_OP_WRITE);
+	h.flags |= ZL_WF_SEQ;
+	zl_wire_encode(&h, b);
+	assert_int_equal(zl_wire_decode(b, sizeof(b), &d, &why), 0);
+	assert_int_equal(d.snap_seq, 0);
+	/* Above 24 bits: the top byte is not a sequence. */
+	b[11] = 1;
+	recrc(b);
+	assert_int_equal(decode_rc(b, &why), -ZL_ERR_PROTO);
+	assert_non_null(strstr(why, "sequence"));
+	/* Without the flag a host snap_seq would be encoded away: the check
+	 * a sender runs refuses it. */
+	h = valid_req(ZL_OP_WRITE);
+	h.snap_seq = 3;
+	assert_int_equal(zl_wire_check(&h, 0, &why), -ZL_ERR_PROTO);
+	assert_non_null(strstr(why, "without the SEQ flag"));
+	/* Only on requests that change data. */
+	h = valid_req(ZL_OP_READ);
+	h.flags |= ZL_WF_SEQ;
+	h.snap_seq = 1;
+	expect_reject(&h, -ZL_ERR_PROTO, "changes no data");
+	h = valid_req(ZL_OP_CHUNK_PUSH);
+	h.flags |= ZL_WF_SEQ;
+	expect_reject(&h, -ZL_ERR_PROTO, "changes no data");
+	/* Never on a reply: its bytes 8..11 are status and rsvd. */
+	h = valid_req(ZL_OP_WRITE);
+	zl_wire_reply_init(&h, &d, 0);
+	d.flags |= ZL_WF_SEQ;
+	expect_reject(&d, -ZL_ERR_PROTO, "reply");
+	/* A decoder without the flag (older peer) refuses it: unknown bits. */
+	h = valid_req(ZL_OP_WRITE);
+	h.flags |= 1u << 6;
+	expect_reject(&h, -ZL_ERR_PROTO, "unknown flag");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -695,6 +754,7 @@ int main(void)
 	    cmocka_unit_test(test_hello),
 	    cmocka_unit_test(test_rdma_desc),
 	    cmocka_unit_test(test_names_and_status),
+	    cmocka_unit_test(test_snap_seq),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
