@@ -5,7 +5,7 @@ JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
 .PHONY: all deps build build-san run stop wipe status test test-unit test-e2e test-deploy test-san \
-	test-vm test-rdma test-image test-clean bench bench-auth bench-fair clean
+	test-vm test-rdma test-image test-clean bench bench-auth bench-fair bench-vm clean
 
 all: build
 
@@ -99,6 +99,11 @@ bench-auth: build
 # volume on one daemon, checked against issue 26's 2x (test/e2e/fair_e2e.sh).
 bench-fair: build
 	FAIR_P99_RATIO=2 test/e2e/fair_e2e.sh $(BUILD)
+
+# The ublk, NBD and FUSE frontends next to zl bench, in the test VM (fio,
+# CPU per I/O of the attach process).
+bench-vm: build
+	bench/vm_frontends.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(BUILD_SAN)

@@ -136,6 +136,13 @@ void attach_ublk_stop_begin(struct attach *a);
 /* Waits (bounded) for STOP_DEV, tears the queue down, deletes a stopped
  * device; a device being taken over stays. Accepts a->ublk == NULL. */
 void attach_ublk_stop(struct attach *a);
+/* The nbd and ublk frontends, before they map their buffers and queues:
+ * writeback to the device we serve waits on this process, so memory
+ * reclaim from here must not write to it (PR_SET_IO_FLUSHER) and our
+ * pages, these and every later mapping (mlockall MCL_FUTURE), stay
+ * resident. A failure is logged, not fatal: the device works, without that
+ * safety under memory pressure. */
+void attach_flusher_enter(const struct attach *a);
 /* Closes handles that no request uses any more (deferred from completions). */
 void attach_volh_gc(struct attach *a);
 

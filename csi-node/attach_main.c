@@ -27,6 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -507,6 +509,22 @@ static int attach_signals(struct attach *a)
 	if (a->sig_fd < 0)
 		return -errno;
 	return zl_loop_add(a->loop, &a->sig_h, a->sig_fd, EPOLLIN, attach_sig_cb, a);
+}
+
+#ifndef PR_SET_IO_FLUSHER
+#define PR_SET_IO_FLUSHER 57
+#endif
+
+void attach_flusher_enter(const struct attach *a)
+{
+	if (prctl(PR_SET_IO_FLUSHER, 1, 0, 0, 0) < 0)
+		ZL_LOG_WARN(ATTACH_LOG,
+			    "PR_SET_IO_FLUSHER failed (Linux >= 5.6, CAP_SYS_RESOURCE): vol=%s "
+			    "err=%s",
+			    a->vol_id, strerror(errno));
+	if (mlockall(MCL_CURRENT | MCL_FUTURE) < 0)
+		ZL_LOG_WARN(ATTACH_LOG, "mlockall failed (CAP_IPC_LOCK): vol=%s err=%s", a->vol_id,
+			    strerror(errno));
 }
 
 static int attach_open(struct attach *a, const struct attach_args *o, int *ready)

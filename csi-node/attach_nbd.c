@@ -30,17 +30,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "lib/nbd/nbd.h"
 #include "lib/transport/transport.h"
-
-#ifndef PR_SET_IO_FLUSHER
-#define PR_SET_IO_FLUSHER 57
-#endif
 
 /* Connections to the kernel: it spreads requests over them (one receive
  * thread each on its side). */
@@ -371,13 +365,7 @@ int attach_nbd_start(struct attach *a, const char *reattach, char *why, size_t l
 	struct zl_nbd_backend be = {.ops = &attach_nbd_ops, .ctx = a, .size = a->size};
 	int rc;
 
-	/* Writeback of our own device may wait on us: reclaim from here must
-	 * not write to it, and our pages must not be swapped out. */
-	if (prctl(PR_SET_IO_FLUSHER, 1, 0, 0, 0) < 0)
-		ZL_LOG_WARN(ATTACH_LOG, "PR_SET_IO_FLUSHER failed (Linux >= 5.6, CAP_SYS_RESOURCE): "
-				       "err=%s", strerror(errno));
-	if (mlockall(MCL_CURRENT | MCL_FUTURE) < 0)
-		ZL_LOG_WARN(ATTACH_LOG, "mlockall failed (CAP_IPC_LOCK): err=%s", strerror(errno));
+	attach_flusher_enter(a);
 	a->nbd_x = zl_client_xport(a->client);
 	if (!a->nbd_x) {
 		snprintf(why, len, "no transport for the request buffers");

@@ -40,7 +40,6 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -49,9 +48,6 @@
 #endif
 #ifndef UBLK_F_CMD_IOCTL_ENCODE
 #define UBLK_F_CMD_IOCTL_ENCODE (1ULL << 6)
-#endif
-#ifndef PR_SET_IO_FLUSHER
-#define PR_SET_IO_FLUSHER 57
 #endif
 
 /* ioctl encoding of the commands (Linux >= 6.5; the 6.1 header lacks it). */
@@ -743,10 +739,8 @@ int attach_ublk_start(struct attach *a, int recover_id)
 	u->ev_h.fd = u->ctrl_ev_h.fd = -1;
 	u->dev_id = -1;
 	a->ublk = u;
-	/* Writeback of the pages we serve must not wait for our own memory
-	 * reclaim: we are an I/O flusher, and our memory stays resident. */
-	if (prctl(PR_SET_IO_FLUSHER, 1, 0, 0, 0) < 0)
-		ZL_LOG_WARN(ATTACH_LOG, "PR_SET_IO_FLUSHER failed: err=%s", strerror(errno));
+	/* Before the queues are mapped: MCL_FUTURE locks them too. */
+	attach_flusher_enter(a);
 	rc = ublk_ctrl_open(u);
 	if (rc)
 		return rc;
@@ -756,8 +750,6 @@ int attach_ublk_start(struct attach *a, int recover_id)
 	rc = ublk_queue_setup(u);
 	if (rc)
 		return rc;
-	if (mlockall(MCL_CURRENT | MCL_FUTURE) < 0)
-		ZL_LOG_WARN(ATTACH_LOG, "mlockall failed: err=%s", strerror(errno));
 	/* Both wait in the kernel until every tag has fetched; START_DEV then
 	 * reads the partition table through us. */
 	if (u->recovered)

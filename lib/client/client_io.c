@@ -1276,7 +1276,7 @@ void zl_vol_last_error(const struct zl_vol *v, char *out, size_t len)
 		used = n > 0 ? ZL_MIN((size_t)n, len - 1) : 0;
 	}
 	if (v->last_retry_err)
-		snprintf(out + used, len - used, "%slast reply from %s: %s (%s)",
+		snprintf(out + used, len - used, "%slast reply from storage node %s: %s (%s)",
 			 used ? "; " : "", v->last_retry_node,
 			 zl_errname(v->last_retry_err), zl_strerror(v->last_retry_err));
 	if (!out[0]) {

@@ -26,6 +26,7 @@ WORK = os.environ["CSI_WORK"]
 CTRL_EP = os.environ["CTRL_EP"]
 MiB = 1 << 20
 T = 120  # RPC timeout (s): mkfs and mounts on 2 cores
+START_S = 20  # a zipline-node's socket and first answer (the test VM sets more)
 
 ctrl = None
 pb = None
@@ -65,11 +66,11 @@ class Node:
         logf.close()
         with open(os.path.join(self.dir, "pid"), "w") as f:
             f.write(str(self.proc.pid))
-        wait_for_socket(self.sock, 20)
+        wait_for_socket(self.sock, START_S)
         if self.client:
             self.client.close()
         self.client = CsiClient(self.ep)
-        self.client.wait_ready(20)
+        self.client.wait_ready(START_S)
         return self
 
     def kill9(self):

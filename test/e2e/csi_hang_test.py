@@ -14,6 +14,15 @@ Oracles independent of the code under test: a sampler
 not merely waiting on a slow disk); the gRPC status codes and the time each call took; dd's own exit status
 and error; /sys/block/loop*/loop/backing_file for the loop devices; /proc
 for the attach processes left at the end.
+
+`csi_hang_test.py --frontend ublk|nbd` runs the checks that depend on the
+frontend (a volume whose storage is stopped or killed, another volume
+staged meanwhile, nothing in state D; SIGTERM with I/O stuck) with
+zipline-node --frontend FRONTEND: test/vm/csi_frontend_guest.py runs it in
+the test VM (ublk_vm, nbd_frontend), against the guest's etcd, storage
+daemons (--auth off: the token checks stay on the host) and controller,
+exported as csi_e2e.sh does (ZL_BIN, CL_DIR: a directory on a disk for the
+hang cluster's data, CL_ETCD, CSI_WORK, CTRL_EP, ZL_SOURCE_DIR).
 """
 
 import json
@@ -27,12 +36,17 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import csi_e2e_test as e  # noqa: E402
 from csi_e2e_test import MiB, fail, log  # noqa: E402
+import frontend_dev  # noqa: E402 - test/lib, on the path csi_e2e_test set
 
 ATTACH_S = 6          # zipline-node --attach-timeout of this test
 FAIL_BOUND_S = ATTACH_S + 12   # a doomed NodeStage answers within this
 STOP_BOUND_S = 10 + 8          # attach_main.c ATTACH_STOP_MS, plus the detach and slack
 HANG_PREFIX = "/zl-hang/"
 NODE_PIDS = set()  # the zipline-node processes of the test
+FRONTEND = "fuse"  # zipline-node --frontend of the test (--frontend ublk|nbd)
+REGISTER_S = 30    # the hang cluster's daemon registers within this (more in the VM)
+D_BOUND_S = 1.0    # longest state D without progress (more in the VM)
+MAX_GAP_S = 0.75   # the sampler's largest gap between samples (more in the VM)
 
 
 def write_path_flags():
@@ -42,7 +56,7 @@ def write_path_flags():
     return ["--write-path", wp] if wp else []
 
 
-# ---- the sampler: no process of ours in state D for more than 1 s ----
+# ---- the sampler: no process of ours in state D for more than D_BOUND_S ----
 
 class DSampler:
     """test/lib/dstate_sampler.py in its own process, for one phase."""
@@ -65,10 +79,10 @@ class DSampler:
         # stuck process. With samples at most 0.75 s apart, a process stuck
         # for 1.75 s shows as D over more than 1 s of samples; on an idle
         # 2-core machine the gaps are 0.1-0.2 s (0.5 s with load 17).
-        if r["samples"] < 3 or r["max_gap"] > 0.75:
+        if r["samples"] < 3 or r["max_gap"] > MAX_GAP_S:
             fail("%s: the D-state sampler took %d samples, %.2f s apart at most"
                  % (what, r["samples"], r["max_gap"]))
-        if r["worst"] > 1.0:
+        if r["worst"] > D_BOUND_S:
             fail("%s: process %s was in state D without progress for %.1f s"
                  % (what, r["worst_what"], r["worst"]))
         log("  D-state sampler: %d samples (gap <= %.2f s), longest D without progress %.2f s"
@@ -95,26 +109,27 @@ def loops_on(path):
 def attach_procs(zombies=False):
     """PIDs of attach processes of this test (any node state); zombies (ended,
     not reaped by their zipline-node) too when asked."""
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % d, "rb") as f:
-                argv = f.read().split(b"\0")
-            with open("/proc/%s/stat" % d) as f:
-                st = f.read()
-        except OSError:
-            continue
-        state = st[st.rindex(")") + 2]
-        if state in "ZX":
-            # A zombie's cmdline is gone: ours if its parent is a zipline-node of ours.
-            ppid = int(st[st.rindex(")") + 2:].split()[1])
-            if zombies and ppid in NODE_PIDS:
-                out.append(int(d))
-        elif len(argv) > 1 and argv[1] == b"attach" and e.WORK.encode() in b" ".join(argv):
-            out.append(int(d))
-    return out
+    return frontend_dev.attach_pids(e.WORK, NODE_PIDS if zombies else ())
+
+
+def backing(node, vid):
+    """(what, gone): the device(s) backing the staged volume vid (the loop
+    devices on its FUSE file, or its nbd/ublk device), and a function true
+    once they are gone (nbd: disconnected)."""
+    with open(os.path.join(node.state, vid, "state.json")) as f:
+        st = json.load(f)
+    if st["frontend"] != FRONTEND:
+        fail("%s was staged with frontend %s, not %s" % (vid, st["frontend"], FRONTEND))
+    if FRONTEND != "fuse":
+        dev = st["loop_device"]
+        if frontend_dev.leftovers(dev) == []:
+            fail("%s: no %s device %s after NodeStage" % (vid, FRONTEND, dev))
+        return dev, lambda: not frontend_dev.leftovers(dev)
+    disk = os.path.join(node.state, vid, "fuse", "disk")
+    loop = loops_on(disk)
+    if not loop:
+        fail("no loop device backs %s after NodeStage" % disk)
+    return loop, lambda: not loops_on(disk)
 
 
 def stage_call(node, vol, cap, pctx, tag):
@@ -134,6 +149,7 @@ def good_volume_io(node, vol, pctx, tag, out):
     try:
         t0 = time.monotonic()
         staging, target = e.stage_publish(node, vol, e.mount_cap(), pctx, tag)
+        backing(node, vol)
         sums = e.write_files(target, count=2, size=1 * MiB)
         e.check_files(target, sums)
         e.unpublish_unstage(node, vol, staging, target)
@@ -205,7 +221,7 @@ class HangCluster:
              "--etcd-prefix", HANG_PREFIX, "--auth", "off"] + write_path_flags(),
             stdout=logf, stderr=subprocess.STDOUT)
         logf.close()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + REGISTER_S
         while "hang-1" not in self.zl("node", "ls"):
             if time.monotonic() > deadline or self.proc.poll() is not None:
                 fail("the hang cluster's storage daemon did not register")
@@ -254,12 +270,8 @@ def test_sigterm_stuck_io(node, hang):
     if p.returncode:
         fail("a write to the healthy hang-cluster volume failed: %s" % p.stderr)
     with open(os.path.join(node.state, vid, "state.json")) as f:
-        st = json.load(f)
-    pid = st["pid"]
-    disk = os.path.join(node.state, vid, "fuse", "disk")
-    loop = loops_on(disk)
-    if not loop:
-        fail("no loop device backs %s after NodeStage" % disk)
+        pid = json.load(f)["pid"]
+    held, gone = backing(node, vid)
     hang.freeze()
     dd = subprocess.Popen(["dd", "if=" + dev, "of=/dev/null", "bs=4k", "count=1", "skip=1000",
                            "iflag=direct"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -287,12 +299,12 @@ def test_sigterm_stuck_io(node, hang):
     if rc == 0 or "Input/output error" not in err:
         fail("the stuck read ended with rc %d, want EIO: %s" % (rc, err))
     deadline = time.monotonic() + 10
-    while loops_on(disk) and time.monotonic() < deadline:
+    while not gone() and time.monotonic() < deadline:
         time.sleep(0.1)
-    if loops_on(disk):
-        fail("loop device %s still backs %s after the attach process exited" % (loops_on(disk), disk))
-    log("  SIGTERM with a read stuck on a frozen daemon: exit in %.1f s, dd: %s, loop %s gone"
-        % (took, err.strip().splitlines()[0], loop))
+    if not gone():
+        fail("%s still backs %s after the attach process exited" % (held, vid))
+    log("  SIGTERM with a read stuck on a frozen daemon: exit in %.1f s, dd: %s, %s gone"
+        % (took, err.strip().splitlines()[0], held))
     hang.thaw()
     # The kubelet's cleanup: NodeUnpublish + NodeUnstage of the dead
     # attachment (once each: a repeated NodeUnstage of a volume outside the
@@ -302,8 +314,8 @@ def test_sigterm_stuck_io(node, hang):
     node.n.NodeUnstageVolume(e.pb.NodeUnstageVolumeRequest(volume_id=vid,
                                                            staging_target_path=staging),
                              timeout=e.T)
-    if os.path.exists(os.path.join(node.state, vid)) or loops_on(disk):
-        fail("NodeUnstage left the dead attachment's state or loop device behind")
+    if os.path.exists(os.path.join(node.state, vid)) or not gone():
+        fail("NodeUnstage left the dead attachment's state or device behind")
 
 
 def test_storage_stopped(node, hang):
@@ -370,45 +382,82 @@ def test_bad_token(node, other):
     e.delete_volume(vid)
 
 
+def no_attach_left():
+    """Every attach process ended, and its zipline-node reaped it (it looks
+    every 2 s)."""
+    deadline = time.monotonic() + 10
+    while attach_procs(zombies=True) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = attach_procs(zombies=True)
+    if left:
+        desc = []
+        for pid in left:
+            try:
+                with open("/proc/%d/stat" % pid) as f:
+                    desc.append(f.read()[:80])
+            except OSError:
+                desc.append("%d (gone)" % pid)
+        fail("attach processes (or zombies) left at the end: %s" % desc)
+    log("no attach process left, none unreaped")
+
+
+def vm_bounds():
+    """The bounds in the test VM (--frontend ublk|nbd)."""
+    global REGISTER_S, D_BOUND_S, MAX_GAP_S, FAIL_BOUND_S, ATTACH_S
+    REGISTER_S = 300  # daemons started from 9p under TCG: 20 s to minutes
+    # TCG runs the guest 10-50 times slower than the host: the first reads
+    # of a fresh device (the attach process connecting to its replicas)
+    # and the writeback under mkfs's fsync were seen to complete nothing
+    # for 1.5-2.1 s with 2 vCPUs shared by the daemons, the doomed attach
+    # process and the kernel's nbd threads. A stuck process (a device with
+    # no server) stays in D for the whole phase, tens of seconds.
+    # The sampler's gaps there: 0.1-0.5 s, 0.88 s with another guest
+    # running; a process stuck for 7 s still shows as D for more than 5 s.
+    D_BOUND_S, MAX_GAP_S = 5.0, 2.0
+    # --attach-timeout bounds the healthy volume's attach process too: with
+    # the host loaded (load 10, other guests) one took more than 6 s to
+    # read its first block. A doomed NodeStage answered in 7-23 s with 6 s
+    # (up to 6 s went to the attach process's start from 9p and its etcd
+    # reads, before its probe, with another volume staging at the same
+    # time): the bound stays below the RPC deadline and I/O timeout
+    # (120 s) a hang runs into.
+    ATTACH_S = 20
+    FAIL_BOUND_S = ATTACH_S + 40
+    e.START_S = 60
+
+
 def main():
-    import grpc as g
-    e.grpc = g
-    e.ctrl = e.CsiClient(e.CTRL_EP)
-    e.ctrl.wait_ready(30)
-    e.pb = e.ctrl.pb
-    # Node 2 only registers (a ControllerPublish target); node 1 stages.
-    n1 = e.Node(1, ["--attach-timeout", str(ATTACH_S)]).start()
-    n2 = e.Node(2).start()
-    NODE_PIDS.update({n1.proc.pid, n2.proc.pid})
+    """On the host (csi_e2e.sh): every check with FUSE. With --frontend
+    ublk|nbd (the test VM): the checks that depend on the frontend; the
+    token checks need --auth on, which the guest's daemons do not run."""
+    global FRONTEND
+    in_vm = sys.argv[1:2] == ["--frontend"]
+    if in_vm:
+        FRONTEND = sys.argv[2]
+        if FRONTEND not in ("ublk", "nbd"):
+            fail("--frontend %s: ublk or nbd (fuse is the default run)" % FRONTEND)
+        vm_bounds()
+    e.connect_controller()
+    n1 = e.Node(1, ["--attach-timeout", str(ATTACH_S), "--frontend", FRONTEND]).start()
+    nodes = [n1]
+    if not in_vm:
+        nodes.append(e.Node(2).start())  # only registers: a ControllerPublish target
+    NODE_PIDS.update(n.proc.pid for n in nodes)
     hang = HangCluster()
     try:
         hang.start()
-        test_no_publish(n1)
-        test_bad_token(n1, n2)
+        if not in_vm:
+            test_no_publish(n1)
+            test_bad_token(n1, nodes[1])
         test_storage_stopped(n1, hang)
         test_sigterm_stuck_io(n1, hang)
         test_storage_killed(n1, hang)
-        # Every attach process ended, and its zipline-node reaped it (it
-        # looks every 2 s).
-        deadline = time.monotonic() + 10
-        while attach_procs(zombies=True) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        left = attach_procs(zombies=True)
-        if left:
-            desc = []
-            for pid in left:
-                try:
-                    with open("/proc/%d/stat" % pid) as f:
-                        desc.append(f.read()[:80])
-                except OSError:
-                    desc.append("%d (gone)" % pid)
-            fail("attach processes (or zombies) left at the end: %s" % desc)
-        log("no attach process left, none unreaped")
+        no_attach_left()
     finally:
         hang.stop()
-        n1.stop()
-        n2.stop()
-    log("PASS")
+        for n in nodes:
+            n.stop()
+    log("PASS (frontend %s)" % FRONTEND)
 
 
 if __name__ == "__main__":

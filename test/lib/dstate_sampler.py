@@ -7,16 +7,59 @@ longest time a watched process stayed in D without progress.
 
 Watched: processes whose command line contains one of the NEEDLEs, and their
 children. "Without progress": its /proc/PID/io counters and wchan did not
-change between samples (a process moving data on a slow disk is waiting, not
-stuck). Runs as its own process at a high priority (nice -15 as root), so
+change between samples, and no block device it uses completed an I/O (a
+process moving data on a slow disk is waiting, not stuck; so is one whose
+fsync waits for the writeback of its pages to a device that completes
+them). The devices it uses: the block device files it has open, and the
+devices under the mounts its open files lie on (paths and mountinfo only:
+nothing is stat'ed on a file system that may hang). Runs as its own process at a high priority (nice -15 as root), so
 neither the test's own threads nor a loaded machine make it miss a stuck
 process: the gap it reports is the check of that.
 """
 import json
 import os
 import signal
+import stat
 import sys
 import time
+
+
+def devices(pid):
+    """maj:min of the block devices pid has open, or holds files on."""
+    mounts = []
+    with open("/proc/%d/mountinfo" % pid) as f:
+        for line in f:
+            w = line.split()
+            mounts.append((w[4].rstrip("/") + "/", w[2]))
+    out = set()
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            path = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+            if not path.startswith("/"):
+                continue  # a socket, a pipe, an anonymous inode
+            if path.startswith("/dev/"):  # devtmpfs: a stat cannot hang
+                st = os.stat(path)
+                if stat.S_ISBLK(st.st_mode):
+                    out.add("%d:%d" % (os.major(st.st_rdev), os.minor(st.st_rdev)))
+                continue
+            best = max((m for m in mounts if path.startswith(m[0])), key=lambda m: len(m[0]),
+                       default=None)
+            if best:
+                out.add(best[1])
+        except OSError:
+            continue
+    return out
+
+
+def completions(majmin):
+    """I/Os and sectors completed by a block device (reads, writes,
+    discards, flushes): not in flight, not time, which grow while stuck."""
+    try:
+        with open("/sys/dev/block/%s/stat" % majmin) as f:
+            w = f.read().split()
+        return majmin + ":" + ",".join(w[i] for i in (0, 2, 4, 6, 11, 13, 15) if i < len(w))
+    except OSError:
+        return ""
 
 
 def progress(pid):
@@ -24,9 +67,25 @@ def progress(pid):
         with open("/proc/%d/io" % pid) as f:
             io = f.read()
         with open("/proc/%d/wchan" % pid) as f:
-            return io + f.read()
+            wchan = f.read()
+        devs = sorted(completions(d) for d in devices(pid))
+        return io + wchan + " ".join(devs)
     except OSError:
         return None
+
+
+def where(pid):
+    """The kernel functions a process waits in: its stack (root), else its
+    wchan; for the report of the worst one."""
+    for path in ("/proc/%d/stack" % pid, "/proc/%d/wchan" % pid):
+        try:
+            with open(path) as f:
+                frames = [ln.split()[-1].split("+")[0] for ln in f.read().splitlines() if ln]
+            if frames:
+                return " < ".join(frames[:8])
+        except (OSError, IndexError):
+            pass
+    return "?"
 
 
 def main():
@@ -76,7 +135,8 @@ def main():
                 t0 = now
             since[pid] = (t0, io)
             if now - t0 > worst:
-                worst, worst_what = now - t0, "%d %s" % (pid, cmd[:120])
+                worst, worst_what = now - t0, "%d %s (waits in %s)" % (pid, cmd[:120],
+                                                                     where(pid))
         for pid in list(since):
             if pid not in seen:
                 del since[pid]

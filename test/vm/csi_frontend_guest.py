@@ -1,4 +1,4 @@
-"""csi_frontend_guest.py BIN WORK ETCD FRONTEND [param]: the CSI half of
+"""csi_frontend_guest.py BIN WORK ETCD FRONTEND DATA [param]: the CSI half of
 nbd_frontend (FRONTEND nbd, run by test/vm/nbd-guest.sh) and of ublk_vm
 (FRONTEND ublk, with param, run by test/vm/ublk-guest.sh), inside the test VM
 (the frontend's module loaded, etcd and three zipline-storage running).
@@ -12,7 +12,8 @@ parameter goes over the node's flag; its restarts run `--frontend auto`,
 which must pick FRONTEND (ublk: the VM's kernel has ublk_drv).
   - Filesystem mode: CreateVolume, ControllerPublish, NodeStage (ext4 on
     /dev/nbdN or /dev/ublkbN, no loop device; state.json names the frontend
-    and, for ublk, the device id), NodePublish, a file written; kill -9 of
+    and, for ublk, the device id; the attach process holds locked memory,
+    VmLck), NodePublish, a file written; kill -9 of
     the attach process: zipline-node starts a new one that takes the device
     over (--reattach / --recover ID; state.json names it), the mount never
     goes, the files read back and new writes land; zipline-node restarted:
@@ -21,10 +22,18 @@ which must pick FRONTEND (ublk: the VM's kernel has ublk_drv).
     NodeGetVolumeStats reports usage and a normal condition naming the
     frontend; NodeExpandVolume beyond the device (ublk) is refused with
     FAILED_PRECONDITION; NodeUnpublish, NodeUnstage: the device is
-    disconnected (nbd) or deleted (ublk), the attach process gone, the
-    state removed.
+    disconnected (nbd: no /sys/block/nbdN/pid, size 0) or deleted (ublk:
+    /dev/ublkbN, /dev/ublkcN and /sys/block/ublkbN gone), no attach process
+    of the volume left, the state removed.
   - Block mode: the same stage, a pattern written and read back with
     O_DIRECT through the published device file, unstage.
+  - No volume hangs the node (issue 20's checks with this frontend,
+    test/e2e/csi_hang_test.py --frontend FRONTEND): a volume whose storage
+    daemon is stopped (SIGSTOP) or killed fails NodeStage fast while another
+    volume stages and does I/O, nothing in state D; SIGTERM of an attach
+    process whose read is stuck ends it in time, the read fails with EIO and
+    the device goes. The hang cluster's daemon keeps its data in DATA (a
+    directory on the guest's disk: not 9p, not tmpfs).
 Exit 0 when every check passed. Run with /usr/bin/python3.
 """
 
@@ -35,11 +44,12 @@ import subprocess
 import sys
 import time
 
-BIN, WORK, ETCD, FE = sys.argv[1:5]
-VIA_PARAM = sys.argv[5:6] == ["param"]
+BIN, WORK, ETCD, FE, DATA = sys.argv[1:6]
+VIA_PARAM = sys.argv[6:7] == ["param"]
 DEV_PREFIX = {"nbd": "/dev/nbd", "ublk": "/dev/ublkb"}[FE]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from csi_client import CsiClient, wait_for_socket  # noqa: E402
+from frontend_dev import attach_pids, leftovers  # noqa: E402
 
 RUN = "/run/zl-%s-csi" % FE
 STATE = os.path.join(RUN, "state")
@@ -95,15 +105,6 @@ def alive(pid):
             return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except OSError:
         return False
-
-
-def dev_size(dev):
-    """Sectors of the device; 0 when it is disconnected (nbd) or gone (ublk)."""
-    try:
-        with open("/sys/block/%s/size" % os.path.basename(dev)) as f:
-            return int(f.read())
-    except FileNotFoundError:
-        return 0
 
 
 os.makedirs(RUN, exist_ok=True)
@@ -187,6 +188,10 @@ def stage(name, block):
     if st["frontend"] != FE or not dev.startswith(DEV_PREFIX):
         fail("%s staged on %s with frontend %s, not on %sN" % (name, dev, st["frontend"],
                                                                DEV_PREFIX))
+    with open("/proc/%d/status" % st["pid"]) as f:
+        lck = [int(ln.split()[1]) for ln in f if ln.startswith("VmLck:")]
+    if not lck or lck[0] == 0:
+        fail("%s: the attach process %d holds no locked memory (mlockall)" % (name, st["pid"]))
     if FE == "ublk" and dev != "/dev/ublkb%d" % st.get("ublk_id", -1):
         fail("%s: state.json names ublk_id %s for %s" % (name, st.get("ublk_id"), dev))
     if not block and mount_source(staging) != dev:
@@ -208,10 +213,11 @@ def unstage(vol, staging, target, dev, pid):
         fail("NodeUnstage left %s mounted" % staging)
     if os.path.exists(os.path.join(STATE, vol)):
         fail("NodeUnstage left the state of %s" % vol)
-    if alive(pid):
-        fail("the attach process %d of %s outlived NodeUnstage" % (pid, vol))
-    if dev_size(dev) != 0:
-        fail("%s still there (%d sectors) after NodeUnstage" % (dev, dev_size(dev)))
+    if alive(pid) or attach_pids(vol):
+        fail("attach processes of %s outlived NodeUnstage: %s" % (vol, attach_pids(vol) or pid))
+    if leftovers(dev):
+        fail("%s is not %s after NodeUnstage: %s"
+             % (dev, "disconnected" if FE == "nbd" else "deleted", leftovers(dev)))
     log("unstaged %s: %s %s, attach process gone"
         % (vol, dev, "disconnected" if FE == "nbd" else "deleted"))
 
@@ -329,6 +335,35 @@ log("block mode: 1 MiB written and read back through %s" % target)
 check_stats(vol, target, pb.VolumeUsage.BYTES)
 pid = state(vol)["pid"]
 unstage(vol, staging, target, dev, pid)
+
+# ---- No volume hangs the node: csi_hang_test.py with this frontend, its own
+# zipline-node (--attach-timeout), this controller.
+node_stop()
+env = dict(os.environ, ZL_BIN=BIN, CL_DIR=os.path.join(DATA, "hang-cl"), CL_ETCD=ETCD,
+           CSI_WORK=os.path.join(RUN, "hang"), CTRL_EP="unix://%s/ctrl.sock" % RUN,
+           ZL_SOURCE_DIR=os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
+with open(os.path.join(WORK, "hang.log"), "ab") as hl:
+    rc = subprocess.call([sys.executable, os.path.join(env["ZL_SOURCE_DIR"], "test", "e2e",
+                                                       "csi_hang_test.py"), "--frontend", FE],
+                         env=env, stdout=hl, stderr=subprocess.STDOUT)
+with open(os.path.join(WORK, "hang.log")) as hl:
+    for line in hl:
+        if line.startswith("csi_e2e:   "):
+            log("hang: " + line[len("csi_e2e:   "):].rstrip())
+# The node's directory holds its socket, so it is not on the 9p share: its
+# logs (and those of the attach processes of failed stages) are copied there.
+for root, _, files in os.walk(env["CSI_WORK"]):
+    for f in files:
+        if f.endswith(".log"):
+            dst = os.path.join(WORK, "hang-" + os.path.relpath(os.path.join(root, f),
+                                                               env["CSI_WORK"]).replace("/", "-"))
+            subprocess.call(["cp", os.path.join(root, f), dst])
+if rc:
+    with open(os.path.join(WORK, "hang.log")) as hl:
+        sys.stderr.write("".join(hl.readlines()[-30:]))
+    fail("csi_hang_test.py --frontend %s failed (rc %d; hang.log, hang-*.log in %s)"
+         % (FE, rc, WORK))
+log("no volume hangs the node (csi_hang_test.py --frontend %s)" % FE)
 for p in procs:
     p.send_signal(signal.SIGTERM)
 for p in procs:

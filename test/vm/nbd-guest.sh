@@ -17,7 +17,12 @@
 #   6. zipline-controller and `zipline-node --frontend nbd` driven through
 #      CSI (csi_frontend_guest.py nbd): Filesystem and Block modes staged on
 #      /dev/nbdN, the attach process killed and taken over by zipline-node
-#      under a mounted file system, stats, unstage disconnects.
+#      under a mounted file system, stats, unstage disconnects (no
+#      /sys/block/nbdN/pid, size 0, no attach process left); then issue
+#      20's hang checks with nbd (csi_hang_test.py --frontend nbd: a volume
+#      whose storage is stopped or killed fails NodeStage fast while another
+#      stages, nothing in state D; SIGTERM with a read stuck: EIO, the
+#      device disconnected).
 # Logs in WORK (on the host). Exit 0 when every check passed.
 set -u
 build=${1:?usage: nbd-guest.sh BUILD WORK}
@@ -175,7 +180,8 @@ wait_for 10 disconnected || fail "$dev still has $(cat "/sys/block/${dev#/dev/}/
 say "SIGTERM: the attach process exited 0, $dev disconnected"
 
 # ---- 6. the same through CSI: zipline-node --frontend nbd
-ZL_BUILD_DIR=$build /usr/bin/python3 "$here/csi_frontend_guest.py" "$bin" "$work" "$etcd_url" nbd ||
+ZL_BUILD_DIR=$build /usr/bin/python3 "$here/csi_frontend_guest.py" "$bin" "$work" "$etcd_url" nbd \
+	"$data" ||
 	fail "the CSI checks failed (node.log, controller.log in $work)"
 for p in "${pids[@]}"; do kill -TERM "$p"; done
 wait

@@ -26,7 +26,11 @@
 #    modes on /dev/ublkbN, the attach process killed under a mounted file
 #    system and taken over by zipline-node (--recover), zipline-node
 #    restarted with --frontend auto (picks ublk, adopts the attach process),
-#    NodeExpandVolume refused, NodeUnstage deleting the device.
+#    NodeExpandVolume refused, NodeUnstage deleting the device (/dev/ublkbN,
+#    /dev/ublkcN gone, no attach process left); then issue 20's hang checks
+#    with ublk (csi_hang_test.py --frontend ublk: a volume whose storage is
+#    stopped or killed fails NodeStage fast while another stages, nothing in
+#    state D; SIGTERM with a read stuck: EIO, the device deleted).
 set -u
 build=${1:?usage: ublk-guest.sh BUILD WORK}
 work=${2:?usage: ublk-guest.sh BUILD WORK}
@@ -242,7 +246,7 @@ say "xfs: made, mounted, 16 MiB written, unmounted, xfs_repair -n clean, read ba
 
 # ---- 8. through CSI
 ZL_BUILD_DIR=$build /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/csi_frontend_guest.py" \
-	"$bin" "$logs" "$etcd_url" ublk param || fail "the CSI checks failed (node.log, controller.log in $logs)"
+	"$bin" "$logs" "$etcd_url" ublk "$data" param || fail "the CSI checks failed (node.log, controller.log in $logs)"
 for ((i = 1; i <= nodes; i++)); do
 	grep -qi 'corrupt' "$logs/storage-$i.log" && fail "storage-$i.log reports corruption"
 done

@@ -44,7 +44,7 @@ trap cleanup EXIT
 img=$work/disk.img
 truncate -s 2G "$img" || fail "cannot create $img"
 
-bash "$vm" run -M ublk_drv --share "$build" --disk "$img" -m 2G -t "${ZL_UBLK_VM_TIMEOUT:-900}" -- \
+bash "$vm" run -M ublk_drv --share "$build" --disk "$img" -m 2G -t "${ZL_UBLK_VM_TIMEOUT:-1200}" -- \
 	bash "$here/ublk-guest.sh" "$build" "$work"
 rc=$?
 echo "ublk_vm: guest exited $rc after $((SECONDS - t_start)) s"
