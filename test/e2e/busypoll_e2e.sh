@@ -18,7 +18,7 @@ SPIN_US=${SPIN_US:-200}
 fail() {
 	echo "busypoll_e2e: FAIL: $*" >&2
 	[ -f "$CL_DIR/fio.txt" ] && cat "$CL_DIR/fio.txt" >&2
-	cl_dump_logs 10 "$CL_DIR"/storage-*/log "$CL_DIR"/serve/log
+	cl_dump_logs 10 "$CL_DIR"/storage-*/log "$CL_DIR"/serve-bp/log
 	exit 1
 }
 cl_e2e_begin e2e-busypoll "$1" 3 || fail "cluster did not start"
@@ -28,12 +28,12 @@ cpu_ticks() { # cpu_ticks PID: utime + stime (fields 14, 15; the name may hold s
 	sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'
 }
 
-serve() { # serve SOCK [zl global flags...]: the NBD export, pid in $CL_DIR/serve/pid
+serve() { # serve SOCK [zl global flags...]: the NBD export, pid in $CL_DIR/serve-bp/pid
 	local sock=$1
 	shift
-	mkdir -p "$CL_DIR/serve"
-	"$ZL" "$@" volume serve bp --nbd "unix:$sock" >>"$CL_DIR/serve/log" 2>&1 &
-	echo $! >"$CL_DIR/serve/pid"
+	mkdir -p "$CL_DIR/serve-bp"
+	"$ZL" "$@" volume serve bp --nbd "unix:$sock" >>"$CL_DIR/serve-bp/log" 2>&1 &
+	echo $! >"$CL_DIR/serve-bp/pid"
 	for _ in $(seq 1 100); do
 		nbdinfo --size "nbd+unix:///?socket=$sock" >/dev/null 2>&1 && return 0
 		sleep 0.1
@@ -46,7 +46,7 @@ serve() { # serve SOCK [zl global flags...]: the NBD export, pid in $CL_DIR/serv
 idle() {
 	local pids=() t0=() t1=() names=(node-1 node-2 node-3 serve) i
 	for i in 1 2 3; do pids+=("$(cl_pid "storage-$i")"); done
-	pids+=("$(cl_pid serve)")
+	pids+=("$(cl_pid serve-bp)")
 	sleep 1 # the load's last replies and the NBD disconnect
 	for i in 0 1 2 3; do t0[$i]=$(cpu_ticks "${pids[$i]}"); done
 	sleep 10
@@ -75,7 +75,7 @@ load() { # load SOCK: fio with verification through the export
 serve "$CL_DIR/bp0.sock"
 load "$CL_DIR/bp0.sock"
 idle "without busy polling"
-cl_stop serve
+cl_stop serve-bp
 
 # With it: every daemon restarted with --busy-poll, the export with it too.
 for i in 1 2 3; do cl_stop "storage-$i"; done
@@ -92,4 +92,5 @@ echo "busypoll_e2e: fio through the polling loops: $(grep -o 'IOPS=[^,]*' "$CL_D
 idle "with --busy-poll $SPIN_US"
 [ "$IDLE_MAX" -lt $((HZ / 10)) ] ||
 	fail "$IDLE_WHO used $((IDLE_MAX * 1000 / HZ)) ms of CPU in 10 s idle with busy polling on (at most 1 % of a core: 100 ms)"
+cl_stop serve-bp
 echo "busypoll_e2e: PASS"
