@@ -55,6 +55,11 @@ csi_cleanup() {
 	done
 	cl_stop ctrl
 	cl_stop_all
+	# The cgroups csi_restart_test.py made for its containers, once empty
+	# (a failed run leaves its attach process in one until the kills above).
+	for m in /sys/fs/cgroup/zl-e2e-* /sys/fs/cgroup/unified/zl-e2e-* /sys/fs/cgroup/pids/zl-e2e-*; do
+		[ -d "$m" ] && rmdir "$m" 2>/dev/null || true
+	done
 }
 trap 'rc=$?; csi_cleanup; if [ $rc != 0 ] || [ "${KEEP:-0}" = 1 ]; then echo "csi_e2e: logs kept in $CL_DIR" >&2; else rm -rf "$CL_DIR"; fi' EXIT
 fail() {
