@@ -38,6 +38,8 @@
 #define ZL_META_ID_SIZE (ZL_META_ID_LEN + 1)
 /* Room for an error name in a failure report ("ZL_ERR_TIMEOUT"). */
 #define ZL_META_ERROR_NAME_MAX 32
+/* Snapshots one volume can hold at once (its record lists their sequences). */
+#define ZL_META_SNAPS_MAX 256
 
 struct zl_node_info {
 	char id[ZL_NODE_ID_MAX];
@@ -155,6 +157,13 @@ struct zl_volume {
 	 * settle (docs/REPLICATION.md §2), 1..ZL_META_IO_TIMEOUT_MAX; 0 or
 	 * absent = the client's own (zl_client_opts.io_timeout_s). */
 	uint32_t io_timeout_s;
+	/* Snapshots (docs/SNAPSHOTS.md §1). JSON "snap_seq": the sequence every
+	 * write carries, 1..ZL_WIRE_SEQ_MAX; 0 or absent = never snapshotted.
+	 * JSON "snaps": the sequences of the snapshots that exist, strictly
+	 * ascending, each in [1, snap_seq]; absent = none. */
+	uint32_t snap_seq;
+	uint32_t n_snaps;
+	uint32_t snaps[ZL_META_SNAPS_MAX];
 };
 
 /* Key helpers: write "<prefix>nodes/<id>" etc. into out; return 0 or -ZL_ERR_INVAL

@@ -101,6 +101,19 @@ int meta_volume_shape_check(const struct zl_volume *v, char *why, size_t why_len
 	if (v->io_timeout_s > ZL_META_IO_TIMEOUT_MAX)
 		return meta_fail(why, why_len, "io_timeout=%u is not in [0, %u] seconds",
 				 v->io_timeout_s, ZL_META_IO_TIMEOUT_MAX);
+	if (v->snap_seq > ZL_WIRE_SEQ_MAX)
+		return meta_fail(why, why_len, "snap_seq=%u is not in [0, %u]", v->snap_seq,
+				 ZL_WIRE_SEQ_MAX);
+	if (v->n_snaps > ZL_META_SNAPS_MAX)
+		return meta_fail(why, why_len, "%u snapshots is more than %d", v->n_snaps,
+				 ZL_META_SNAPS_MAX);
+	for (uint32_t i = 0; i < v->n_snaps; i++)
+		if (v->snaps[i] < 1 || v->snaps[i] > v->snap_seq ||
+		    (i && v->snaps[i] <= v->snaps[i - 1]))
+			return meta_fail(why, why_len,
+					 "snaps[%u]=%u: the snapshot sequences must ascend strictly "
+					 "within [1, snap_seq=%u]",
+					 i, v->snaps[i], v->snap_seq);
 	return 0;
 }
 

@@ -287,7 +287,7 @@ static json_t *meta_slice_to_json(const struct zl_slice *s)
 	return o;
 }
 
-/* "io_timeout" and "qos" (the non-zero limits) when set: records without
+/* "io_timeout", "qos" (the non-zero limits), "snap_seq" and "snaps" when set: records without
  * them stay as before. 0 or -ENOMEM. */
 static int meta_volume_knobs_to_json(const struct zl_volume *v, json_t *o)
 {
@@ -305,6 +305,42 @@ static int meta_volume_knobs_to_json(const struct zl_volume *v, json_t *o)
 					json_integer((json_int_t)v->qos[k])))
 			return -ENOMEM;
 	}
+	if (v->snap_seq &&
+	    json_object_set_new(o, "snap_seq", json_integer((json_int_t)v->snap_seq)))
+		return -ENOMEM;
+	if (v->n_snaps) {
+		json_t *a = json_array();
+
+		if (!a || json_object_set_new(o, "snaps", a))
+			return -ENOMEM;
+		for (uint32_t i = 0; i < v->n_snaps; i++)
+			if (json_array_append_new(a, json_integer((json_int_t)v->snaps[i])))
+				return -ENOMEM;
+	}
+	return 0;
+}
+
+/* The "snaps" array of a record (absent: none); meta_volume_shape_check
+ * decides whether the sequences are valid. 0 or -ZL_ERR_INVAL. */
+static int meta_volume_snaps_from_json(json_t *o, struct zl_volume *v, char *why, size_t why_len)
+{
+	json_t *a = json_object_get(o, "snaps"), *j;
+	size_t i;
+
+	if (!a)
+		return 0;
+	if (!json_is_array(a) || json_array_size(a) > ZL_META_SNAPS_MAX)
+		return meta_fail(why, why_len, "field snaps is not an array of at most %d sequences",
+				 ZL_META_SNAPS_MAX);
+	json_array_foreach(a, i, j)
+	{
+		if (!json_is_integer(j) || json_integer_value(j) < 1 ||
+		    json_integer_value(j) > ZL_WIRE_SEQ_MAX)
+			return meta_fail(why, why_len, "snaps[%zu] is not an integer in [1, %u]", i,
+					 ZL_WIRE_SEQ_MAX);
+		v->snaps[i] = (uint32_t)json_integer_value(j);
+	}
+	v->n_snaps = (uint32_t)json_array_size(a);
 	return 0;
 }
 
@@ -485,6 +521,8 @@ static const struct meta_field meta_volume_fields[] = {
     META_INT_NEW(struct zl_volume, min_size, "min_size", 1, UINT32_MAX),
     /* Absent: the client's own. */
     META_INT_NEW(struct zl_volume, io_timeout_s, "io_timeout", 1, UINT32_MAX),
+    /* Absent: never snapshotted. */
+    META_INT_NEW(struct zl_volume, snap_seq, "snap_seq", 1, UINT32_MAX),
 };
 
 int meta_volume_from_json(const char *json, size_t len, struct zl_volume *v, char *why,
@@ -514,6 +552,9 @@ int meta_volume_from_json(const char *json, size_t len, struct zl_volume *v, cha
 	if (!v->min_size)
 		v->min_size = zl_meta_min_size_default(v->replicas);
 	ret = meta_volume_qos_from_json(o, v, why, why_len);
+	if (ret)
+		goto out;
+	ret = meta_volume_snaps_from_json(o, v, why, why_len);
 	if (ret)
 		goto out;
 	/* Before the placement table is sized by them. */

@@ -270,6 +270,28 @@ static void test_replication_fields(void **state)
 	zl_volume_fini(&v);
 }
 
+/* Each of bad[0 .. n), JSON members put in front of a valid record's,
+ * makes the decoder refuse the record. */
+static void assert_fields_refused(const char *const *bad, size_t n)
+{
+	struct zl_volume v, back;
+
+	for (size_t i = 0; i < n; i++) {
+		char *json, *p;
+
+		make_volume(&v, 1, 3);
+		json = zl_meta_volume_to_json(&v);
+		zl_volume_fini(&v);
+		assert_non_null(json);
+		p = malloc(strlen(json) + strlen(bad[i]) + 2);
+		assert_non_null(p);
+		sprintf(p, "{%s,%s", bad[i], json + 1);
+		assert_int_equal(zl_meta_volume_from_json(p, strlen(p), &back), -ZL_ERR_INVAL);
+		free(p);
+		free(json);
+	}
+}
+
 /* Issue 26: client I/O limits and io_timeout in the record, and the knob
  * parser the CLI and the CSI controller share. */
 static void test_qos_fields(void **state)
@@ -317,21 +339,7 @@ static void test_qos_fields(void **state)
 					    "\"qos\":{\"write_bps\":\"1M\"}",
 					    "\"io_timeout\":0"};
 
-		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-			char *p;
-
-			make_volume(&v, 1, 3);
-			json = zl_meta_volume_to_json(&v);
-			zl_volume_fini(&v);
-			assert_non_null(json);
-			p = malloc(strlen(json) + strlen(bad[i]) + 2);
-			assert_non_null(p);
-			sprintf(p, "{%s,%s", bad[i], json + 1);
-			assert_int_equal(zl_meta_volume_from_json(p, strlen(p), &back),
-					 -ZL_ERR_INVAL);
-			free(p);
-			free(json);
-		}
+		assert_fields_refused(bad, sizeof(bad) / sizeof(bad[0]));
 	}
 
 	/* Names and values. */
@@ -372,6 +380,59 @@ static void test_qos_fields(void **state)
 	assert_non_null(strstr(names, "minSize, ioTimeout"));
 	zl_knob_names(true, names, sizeof(names));
 	assert_non_null(strstr(names, "--read-iops, --write-iops"));
+}
+
+/* Issue 25: the snapshot sequence and the snapshot list in the record. */
+static void test_snap_fields(void **state)
+{
+	struct zl_volume v, back;
+	char *json;
+
+	(void)state;
+	make_volume(&v, 4, 3);
+	/* Never snapshotted: neither field (records stay as before). */
+	json = zl_meta_volume_to_json(&v);
+	assert_non_null(json);
+	assert_null(strstr(json, "snap"));
+	free(json);
+
+	v.snap_seq = 7;
+	v.n_snaps = 3;
+	v.snaps[0] = 2;
+	v.snaps[1] = 5;
+	v.snaps[2] = 7;
+	json = zl_meta_volume_to_json(&v);
+	assert_non_null(json);
+	assert_non_null(strstr(json, "\"snap_seq\":7"));
+	assert_non_null(strstr(json, "\"snaps\":[2,5,7]"));
+	assert_int_equal(zl_meta_volume_from_json(json, strlen(json), &back), 0);
+	free(json);
+	assert_int_equal(back.snap_seq, 7);
+	assert_int_equal(back.n_snaps, 3);
+	assert_memory_equal(back.snaps, v.snaps, 3 * sizeof(v.snaps[0]));
+	zl_volume_fini(&back);
+
+	v.snaps[1] = 2;
+	assert_refused(&v, "snaps[1]=2: the snapshot sequences must ascend strictly within "
+			   "[1, snap_seq=7]");
+	v.snaps[1] = 8;
+	assert_refused(&v, "snaps[1]=8: the snapshot sequences must ascend strictly within "
+			   "[1, snap_seq=7]");
+	v.snaps[1] = 5;
+	v.snap_seq = ZL_WIRE_SEQ_MAX + 1;
+	assert_refused(&v, "snap_seq=16777216 is not in [0, 16777215]");
+	v.snap_seq = 7;
+	zl_volume_fini(&v);
+
+	/* Malformed fields are refused by the decoder. */
+	{
+		static const char *bad[] = {"\"snaps\":7", "\"snaps\":[0]",
+					    "\"snaps\":[\"1\"]", "\"snap_seq\":0",
+					    "\"snap_seq\":3,\"snaps\":[4]",
+					    "\"snaps\":[1]"};
+
+		assert_fields_refused(bad, sizeof(bad) / sizeof(bad[0]));
+	}
 }
 
 static void test_member_helpers(void **state)
@@ -453,6 +514,7 @@ int main(void)
 	    cmocka_unit_test(test_chunk_size_ok),
 	    cmocka_unit_test(test_replication_fields),
 	    cmocka_unit_test(test_qos_fields),
+	    cmocka_unit_test(test_snap_fields),
 	    cmocka_unit_test(test_member_helpers),
 	    cmocka_unit_test(test_ids),
 	    cmocka_unit_test(test_slice_of_id),
