@@ -71,11 +71,14 @@ int zl_wire_check(const struct zl_wire_hdr *h, uint32_t chunk_size, const char *
 		if (reply)
 			return fail(why, "SEQ flag on a reply", -ZL_ERR_PROTO);
 		if (op != ZL_OP_WRITE && op != ZL_OP_DISCARD && op != ZL_OP_WRITE_ZEROES &&
-		    op != ZL_OP_REPL_WRITE)
-			return fail(why, "SEQ flag on an opcode that changes no data",
-				    -ZL_ERR_PROTO);
+		    op != ZL_OP_REPL_WRITE && op != ZL_OP_READ)
+			return fail(why, "SEQ flag on an opcode other than READ or one that changes "
+				    "data", -ZL_ERR_PROTO);
 		if (h->snap_seq > ZL_WIRE_SEQ_MAX)
 			return fail(why, "snapshot sequence above 2^24 - 1", -ZL_ERR_PROTO);
+		if (op == ZL_OP_READ && !h->snap_seq)
+			return fail(why, "snapshot read of sequence 0 (snapshots start at 1)",
+				    -ZL_ERR_PROTO);
 	} else if (h->snap_seq) {
 		return fail(why, "snapshot sequence without the SEQ flag", -ZL_ERR_PROTO);
 	}

@@ -17,7 +17,11 @@
  * where status and rsvd (always 0 on a request) are otherwise. A sender
  * sets ZL_WF_SEQ only on a connection whose HELLO exchange had both sides
  * name ZL_WIRE_CAP_SNAPSEQ (lib/transport/xport_hello.h): a peer that does
- * not know the flag refuses the message (unknown flag bits).
+ * not know the flag refuses the message (unknown flag bits). A READ request
+ * with ZL_WF_SEQ (snap_seq >= 1) reads the chunk as snapshot snap_seq holds
+ * it (docs/SNAPSHOTS.md §2). A write refused because its sequence is below
+ * the chunk's is answered ZL_ERR_SNAPSEQ: the client reloads the volume
+ * record and resends with the current sequence.
  */
 #ifndef ZL_WIRE_H
 #define ZL_WIRE_H
