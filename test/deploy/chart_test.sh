@@ -331,9 +331,22 @@ if [ "$shape" = default ]; then
 	node "$here/k8s-validate.mjs" "$tools" "$work/snapshots-core.yaml"
 	node "$here/k8s-api-rules.mjs" "$tools" "$work/snapshots.yaml"
 	node "$here/chart-check.mjs" "$tools" "$work/snapshots.yaml" default ${build:+"$build"}
+	render_notes "$work/NOTES-snapshots.txt" --set snapshots.enabled=true
+	for want in 'Snapshots: VolumeSnapshotClass "zipline" (deletionPolicy Delete)' \
+		"logs deploy/zipline-controller -c csi-snapshotter"; do
+		if ! grep -qF -- "$want" "$work/NOTES-snapshots.txt"; then
+			echo "FAIL default: NOTES with snapshots.enabled lack '$want':" >&2
+			cat "$work/NOTES-snapshots.txt" >&2
+			exit 1
+		fi
+	done
 fi
 echo "== NOTES ($shape)"
 render_notes "$work/NOTES.txt" "${values[@]}"
+if ! grep -q -- "- name: csi-snapshotter$" "$work/rendered.yaml" && grep -q "csi-snapshotter" "$work/NOTES.txt"; then
+	echo "FAIL $shape: NOTES name csi-snapshotter, which this render does not run" >&2
+	exit 1
+fi
 class="$(sed -n 's/^  storageClassName: //p' "$work/rendered.yaml" | tail -1)"
 for want in "helm test zipline -n zipline --logs" "\"$class\" (replicas" "delete pod zipline-test-write zipline-test-read"; do
 	if ! grep -qF -- "$want" "$work/NOTES.txt"; then

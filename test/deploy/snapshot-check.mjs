@@ -67,12 +67,15 @@ check(`csi-snapshotter image ${wantImage}`, sidecar?.image === wantImage, sideca
 check("csi-snapshotter is registry.k8s.io/sig-storage/csi-snapshotter:vX.Y.Z",
 	/^registry\.k8s\.io\/sig-storage\/csi-snapshotter:v[0-9]+\.[0-9]+\.[0-9]+$/.test(sidecar?.image ?? ""),
 	sidecar?.image);
-// csi-snapshotter's flags (its README, v8.2.0): a misspelt one stops it.
+// csi-snapshotter's flags (cmd/csi-snapshotter/main.go of v8.2.0, and
+// klog's --v): it refuses to start on any other, a misspelt one included.
 const known = new Set(["--csi-address", "--timeout", "--leader-election", "--leader-election-namespace",
 	"--leader-election-lease-duration", "--leader-election-renew-deadline", "--leader-election-retry-period",
-	"--http-endpoint", "--metrics-path", "--kube-api-qps", "--kube-api-burst", "--worker-threads",
-	"--snapshot-name-prefix", "--snapshot-name-uuid-length", "--extra-create-metadata", "--retry-interval-start",
-	"--retry-interval-max", "--resync-period", "--v"]);
+	"--http-endpoint", "--metrics-address", "--metrics-path", "--kube-api-qps", "--kube-api-burst",
+	"--kubeconfig", "--worker-threads", "--snapshot-name-prefix", "--snapshot-name-uuid-length",
+	"--groupsnapshot-name-prefix", "--groupsnapshot-name-uuid-length", "--extra-create-metadata",
+	"--retry-interval-start", "--retry-interval-max", "--resync-period", "--node-deployment", "--feature-gates",
+	"--v"]);
 for (const a of args)
 	check(`csi-snapshotter flag ${a} is one it knows`, known.has(a.split("=")[0]));
 // --csi-address: the socket zipline-controller serves, through one volume.
