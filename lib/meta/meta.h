@@ -694,7 +694,10 @@ int zl_meta_snapreq_check(const struct zl_snapreq *r, char *why, size_t why_len)
 /* Decodes a stored request (key "...snapreqs/<vol>/<snap>" and value, e.g.
  * of a watch event). 0 or -ZL_ERR_INVAL. */
 int zl_meta_snapreq_from_kv(const struct zl_etcd_kv *kv, struct zl_snapreq *r);
-/* Puts the request. 0, -ZL_ERR_INVAL or an etcd error. */
+/* Puts the request; with r->mod_rev > 0 only if the key is still at that
+ * revision (an answer must not bring back a request its requester deleted):
+ * -ZL_ERR_CONFLICT then, also when it is gone. 0, -ZL_ERR_INVAL or an etcd
+ * error. */
 int zl_meta_snapreq_put(struct zl_etcd *e, const char *prefix, const struct zl_snapreq *r);
 /* Reads the request (vol, id) into out. 0, -ZL_ERR_NOT_FOUND, -ZL_ERR_INVAL
  * or an etcd error. */
