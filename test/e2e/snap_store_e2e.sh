@@ -55,6 +55,21 @@ clones() {
 	find "$CL_DIR/storage-${1#node-}/data/chunks/$vid" -name '*.zlc' 2>/dev/null |
 		grep -vc '/000000[0-9a-f]\{10\}\.zlc$' || true
 }
+# check_all SEQ SNAP LIVE: on every replica (with ZL_WF_ANY), chunk 0 read at
+# sequence SEQ is the file SNAP, read live the file LIVE, and one clone file.
+check_all() {
+	local n role
+	for n in node-1 node-2 node-3; do
+		[ "$n" = "$prim" ] && role=primary || role=backup
+		expect "READ ANY at sequence $1 on $n" OK \
+			"$(chunk "$n" read "$vid" 0 0 $CHUNK "$sv" any seq="$1" "$CL_DIR/snap-$n")"
+		cmp -s "$CL_DIR/$2" "$CL_DIR/snap-$n" ||
+			fail "snapshot $1 read on $n ($role) is not $2, the data written before it"
+		expect "live READ ANY on $n" OK "$(chunk "$n" read "$vid" 0 0 $CHUNK "$sv" any "$CL_DIR/live-$n")"
+		cmp -s "$CL_DIR/$3" "$CL_DIR/live-$n" || fail "live read on $n ($role) is not $3, the data written last"
+		[ "$(clones "$n")" = 1 ] || fail "$n holds $(clones "$n") clone chunk files of $vid, want 1"
+	done
+}
 
 head -c $CHUNK /dev/urandom >"$CL_DIR/old"
 head -c $CHUNK /dev/urandom >"$CL_DIR/new"
@@ -65,15 +80,7 @@ expect "write at sequence 0" OK "$(chunk "$prim" write "$vid" 0 0 "$sv" "$CL_DIR
 hl_etcd snaps "$vid" 1 1 || fail "setting snap_seq=1 snaps=[1]"
 expect "write at sequence 1" OK "$(chunk "$prim" write "$vid" 0 0 "$sv" "$CL_DIR/new" 10000 seq=1)"
 
-for n in node-1 node-2 node-3; do
-	[ "$n" = "$prim" ] && nl=primary || nl=backup
-	expect "READ ANY at sequence 1 on $n" OK \
-		"$(chunk "$n" read "$vid" 0 0 $CHUNK "$sv" any seq=1 "$CL_DIR/snap-$n")"
-	cmp -s "$CL_DIR/old" "$CL_DIR/snap-$n" || fail "snapshot 1 read on $n ($nl) is not the data written before it"
-	expect "live READ ANY on $n" OK "$(chunk "$n" read "$vid" 0 0 $CHUNK "$sv" any "$CL_DIR/live-$n")"
-	cmp -s "$CL_DIR/new" "$CL_DIR/live-$n" || fail "live read on $n ($nl) is not the data written last"
-	[ "$(clones "$n")" = 1 ] || fail "$n holds $(clones "$n") clone chunk files of $vid, want 1"
-done
+check_all 1 old new
 expect "READ at sequence 1 on the primary" OK \
 	"$(chunk "$prim" read "$vid" 0 0 $CHUNK "$sv" seq=1 "$CL_DIR/snap-prim")"
 cmp -s "$CL_DIR/old" "$CL_DIR/snap-prim" || fail "snapshot 1 read on the primary $prim is not the old data"
@@ -147,19 +154,8 @@ hl_etcd set "$vid" "$bk" in_sync || fail "marking $bk in sync"
 sv=$(hl_etcd rows "$vid" | awk '$1 == 0 {print $2}')
 grep -q "recovery caught up: vol=$vid slice=0 member=$bk chunks_copied=[1-9]" "$CL_DIR"/storage-*/log ||
 	fail "the recovery of slice 0 copied nothing to $bk"
-# check_all LIVE: snapshot 2 and the live chunk on every replica, one clone each.
-check_all() {
-	for n in node-1 node-2 node-3; do
-		expect "READ ANY at sequence 2 on $n" OK \
-			"$(chunk "$n" read "$vid" 0 0 $CHUNK "$sv" any seq=2 "$CL_DIR/snap-$n")"
-		cmp -s "$CL_DIR/d1" "$CL_DIR/snap-$n" || fail "snapshot 2 on $n is not the data written before it ($1)"
-		expect "live READ ANY on $n" OK "$(chunk "$n" read "$vid" 0 0 $CHUNK "$sv" any "$CL_DIR/live-$n")"
-		cmp -s "$CL_DIR/$1" "$CL_DIR/live-$n" || fail "live chunk on $n is not $1"
-		[ "$(clones "$n")" = 1 ] || fail "$n holds $(clones "$n") clone chunk files of $vid, want 1 ($1)"
-	done
-}
-check_all d2
+check_all 2 d1 d2
 echo "$T: after recovery every replica holds the clone and the live chunk"
 expect "write d3 at sequence 2" OK "$(chunk "$prim" write "$vid" 0 0 "$sv" "$CL_DIR/d3" 10000 seq=2)"
-check_all d3
+check_all 2 d1 d3
 echo "$T: PASS"
