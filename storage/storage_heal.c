@@ -714,13 +714,13 @@ static void heal_list_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 		return;
 	}
 	for (int i = 0; i < n; i++) {
-		uint64_t li = pairs[i].chunk / m->n_slices;
+		uint64_t li = zl_chunk_id_base(pairs[i].chunk) / m->n_slices;
 
-		if (zl_slice_of_id(pairs[i].chunk, m->n_slices) == m->slice && li < m->n_local)
+		if (zl_slice_of_id(pairs[i].chunk, m->n_slices) != m->slice || li >= m->n_local)
+			continue;
+		if (!(pairs[i].chunk >> ZL_CHUNK_IDX_BITS))
 			m->mver[li] = pairs[i].version;
-		else if (zl_slice_of_id(pairs[i].chunk, m->n_slices) == m->slice &&
-			 zl_chunk_id_base(pairs[i].chunk) / m->n_slices < m->n_local &&
-			 heal_clone_add(&m->mcl, &m->n_mcl, &m->cap_mcl,
+		else if (heal_clone_add(&m->mcl, &m->n_mcl, &m->cap_mcl,
 					&(struct heal_clone){.id = pairs[i].chunk,
 							     .version = pairs[i].version})) {
 			heal_pass_fail(m, "CHUNK_VERSIONS", -ENOMEM);
