@@ -14,7 +14,6 @@
 
 #define SNAP_WAIT_DEFAULT_S 30u
 #define SNAP_WAIT_MAX_S	    3600u
-#define SNAP_POLL_MS	    50u
 
 static const char cli_snap_usage[] =
     "usage: zl snapshot create VOLUME NAME [--timeout SEC]\n"
@@ -62,73 +61,6 @@ static int cli_snap_create_err(struct zl_cli *cli, const char *vol, const char *
 	return ZL_CLI_EXIT_RUNTIME;
 }
 
-/* The error a serving client answered, by name (struct zl_snapreq.error). */
-static int cli_snap_err_by_name(const char *name)
-{
-#define CLI_SNAP_ERR(e) {#e, -e}
-	static const struct {
-		const char *name;
-		int err;
-	} tab[] = {CLI_SNAP_ERR(ZL_ERR_NOT_FOUND), CLI_SNAP_ERR(ZL_ERR_EXISTS),
-		   CLI_SNAP_ERR(ZL_ERR_INVAL),	   CLI_SNAP_ERR(ZL_ERR_BUSY),
-		   CLI_SNAP_ERR(ZL_ERR_RANGE),	   CLI_SNAP_ERR(ZL_ERR_CONFLICT)};
-#undef CLI_SNAP_ERR
-
-	for (size_t i = 0; i < ZL_ARRAY_SIZE(tab); i++)
-		if (!strcmp(tab[i].name, name))
-			return tab[i].err;
-	return -ZL_ERR_ETCD;
-}
-
-/* Asks the serving client `writer` for the snapshot and waits (bounded)
- * for its answer. 0 with *out, an error of zl_meta_snap_create (the
- * client's), -ZL_ERR_TIMEOUT, or -ZL_ERR_NOT_ATTACHED when the client went
- * away before it answered (the caller then takes the snapshot itself, with
- * the same id, so a snapshot the client did take is found). */
-static int cli_snap_ask(struct zl_cli *cli, const struct zl_volume *v, const char *name,
-			const char *id, uint32_t timeout_s, struct zl_snapshot *out)
-{
-	struct zl_snapreq q = {0}, got;
-	uint64_t deadline = zl_now_ms() + (uint64_t)timeout_s * 1000u;
-	int rc;
-
-	snprintf(q.vol, sizeof(q.vol), "%s", v->id);
-	snprintf(q.id, sizeof(q.id), "%s", id);
-	snprintf(q.name, sizeof(q.name), "%s", name);
-	snprintf(q.state, sizeof(q.state), "%s", ZL_SNAPREQ_PENDING);
-	q.requested = zl_wall_sec();
-	rc = zl_meta_snapreq_put(cli->etcd, cli->prefix, &q);
-	if (rc)
-		return rc;
-	for (;;) {
-		rc = zl_meta_snapreq_get(cli->etcd, cli->prefix, v->id, id, &got);
-		if (rc)
-			break;
-		if (!strcmp(got.state, ZL_SNAPREQ_DONE)) {
-			rc = zl_meta_snap_lookup(cli->etcd, cli->prefix, id, out);
-			break;
-		}
-		if (!strcmp(got.state, ZL_SNAPREQ_FAILED)) {
-			rc = cli_snap_err_by_name(got.error);
-			break;
-		}
-		if (zl_meta_snapwriter_get(cli->etcd, cli->prefix, v->id, NULL, 0) ==
-		    -ZL_ERR_NOT_FOUND) {
-			rc = -ZL_ERR_NOT_ATTACHED;
-			break;
-		}
-		if (zl_now_ms() >= deadline) {
-			rc = -ZL_ERR_TIMEOUT;
-			break;
-		}
-		usleep(SNAP_POLL_MS * 1000u);
-	}
-	/* Answered or abandoned: a client that has not taken it yet never
-	 * will (it takes only pending requests that exist). */
-	zl_meta_snapreq_delete(cli->etcd, cli->prefix, v->id, id);
-	return rc;
-}
-
 static int cli_snap_create(struct zl_cli *cli, int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -138,7 +70,7 @@ static int cli_snap_create(struct zl_cli *cli, int argc, char **argv)
 	};
 	struct zl_volume v = {0};
 	struct zl_snapshot s = {0};
-	char id[ZL_SNAP_ID_LEN + 1], writer[128] = "", ts[32];
+	char writer[128] = "", ts[32];
 	uint32_t timeout_s = SNAP_WAIT_DEFAULT_S;
 	const char *vol, *name;
 	bool created = true;
@@ -183,44 +115,19 @@ static int cli_snap_create(struct zl_cli *cli, int argc, char **argv)
 	rc = zl_meta_volume_lookup(cli->etcd, cli->prefix, vol, &v);
 	if (rc)
 		return cli_snap_create_err(cli, vol, name, rc);
-	/* Asked again after a timeout: the snapshot is there already. */
-	rc = zl_meta_snap_lookup(cli->etcd, cli->prefix, name, &s);
-	if (rc == 0 && strcmp(s.vol, v.id)) {
-		rc = cli_snap_create_err(cli, vol, name, -ZL_ERR_EXISTS);
-		goto out_vol;
-	}
-	if (rc == 0) {
-		created = false;
-		goto out_print;
-	}
-	zl_meta_snap_id_generate(id);
-	rc = zl_meta_snapwriter_get(cli->etcd, cli->prefix, v.id, writer, sizeof(writer));
-	if (rc && rc != -ZL_ERR_NOT_FOUND) {
-		zl_cli_etcd_err(cli, "cannot read the volume's snapwriters key", rc);
+	rc = zl_meta_snap_take(cli->etcd, cli->prefix, &v, name, timeout_s * 1000u, &s, &created,
+			       writer, sizeof(writer));
+	if (rc == -ZL_ERR_TIMEOUT) {
+		zl_cli_err("client %s serving volume '%s' did not take snapshot '%s' within %u s: "
+			   "check that it runs (its log), then run the same command again",
+			   writer, vol, name, timeout_s);
 		rc = ZL_CLI_EXIT_RUNTIME;
 		goto out_vol;
 	}
-	if (rc == 0) {
-		rc = cli_snap_ask(cli, &v, name, id, timeout_s, &s);
-		if (rc == -ZL_ERR_TIMEOUT) {
-			zl_cli_err("client %s serving volume '%s' did not take snapshot '%s' within "
-				   "%u s: check that it runs (its log), then run the same command "
-				   "again",
-				   writer, vol, name, timeout_s);
-			rc = ZL_CLI_EXIT_RUNTIME;
-			goto out_vol;
-		}
-		if (rc == -ZL_ERR_NOT_ATTACHED)
-			writer[0] = '\0'; /* it left: take it here, with the same id */
-	}
-	if (!writer[0])
-		rc = zl_meta_snap_create(cli->etcd, cli->prefix, v.id, name, id, &s, &created,
-					 NULL);
 	if (rc) {
 		rc = cli_snap_create_err(cli, vol, name, rc);
 		goto out_vol;
 	}
-out_print:
 	zl_cli_fmt_time(s.created, ts, sizeof(ts));
 	printf("%s snapshot '%s' (%s) of volume '%s' at sequence %u%s%s\n",
 	       created ? "created" : "exists:", s.name, s.id, v.name, s.seq,

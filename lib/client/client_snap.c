@@ -126,8 +126,8 @@ static void snap_answer_run(struct zl_work *w)
 			 it->rc ? ZL_SNAPREQ_FAILED : ZL_SNAPREQ_DONE);
 		q.seq = it->rc ? 0 : it->seq;
 		snprintf(q.error, sizeof(q.error), "%s", it->rc ? zl_errname(it->rc) : "");
-		rc = zl_meta_snapreq_put(c->etcd, c->prefix, &q);
-		if (rc)
+		rc = zl_meta_snapreq_put(c->etcd, c->prefix, &q); /* at q.mod_rev */
+		if (rc && rc != -ZL_ERR_CONFLICT) /* CONFLICT: the requester gave up */
 			ZL_LOG_ERR(CLIENT_LOG,
 				   "cannot answer snapshot request: vol=%s snap=%s err=%s; the "
 				   "requester times out and retries",

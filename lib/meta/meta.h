@@ -694,7 +694,10 @@ int zl_meta_snapreq_check(const struct zl_snapreq *r, char *why, size_t why_len)
 /* Decodes a stored request (key "...snapreqs/<vol>/<snap>" and value, e.g.
  * of a watch event). 0 or -ZL_ERR_INVAL. */
 int zl_meta_snapreq_from_kv(const struct zl_etcd_kv *kv, struct zl_snapreq *r);
-/* Puts the request. 0, -ZL_ERR_INVAL or an etcd error. */
+/* Puts the request; with r->mod_rev > 0 only if the key is still at that
+ * revision (an answer must not bring back a request its requester deleted):
+ * -ZL_ERR_CONFLICT then, also when it is gone. 0, -ZL_ERR_INVAL or an etcd
+ * error. */
 int zl_meta_snapreq_put(struct zl_etcd *e, const char *prefix, const struct zl_snapreq *r);
 /* Reads the request (vol, id) into out. 0, -ZL_ERR_NOT_FOUND, -ZL_ERR_INVAL
  * or an etcd error. */
@@ -713,5 +716,21 @@ int zl_meta_snapwriter_put(struct zl_etcd *e, const char *prefix, const char *vo
 			   const char *client, int64_t lease);
 int zl_meta_snapwriter_get(struct zl_etcd *e, const char *prefix, const char *vol_id,
 			   char *client, size_t client_len);
+
+/* Takes snapshot `name` of volume v as a requester (meta_snap_take.c; `zl
+ * snapshot create`, CreateSnapshot): through the client that serves v when
+ * one does (a snapreqs/ request, waited for up to timeout_ms; writer, when
+ * given, gets that client's id, "" when none took part), else by
+ * zl_meta_snap_create here; a
+ * client that goes away before it answers leaves it to the requester, with
+ * the same id. Idempotent by name: a snapshot of that name of v is returned
+ * as it is (*created false). 0 with *out, -ZL_ERR_EXISTS (the name belongs
+ * to a snapshot of another volume), -ZL_ERR_TIMEOUT (the serving client did
+ * not answer in time: asking again finds a snapshot it took late), another
+ * error of zl_meta_snap_create (the client's, when it took it) or an etcd
+ * error. Blocks (polls etcd): never call it on an I/O loop. */
+int zl_meta_snap_take(struct zl_etcd *e, const char *prefix, const struct zl_volume *v,
+		      const char *name, uint32_t timeout_ms, struct zl_snapshot *out,
+		      bool *created, char *writer, size_t writer_len);
 
 #endif

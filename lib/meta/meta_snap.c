@@ -595,9 +595,21 @@ int zl_meta_snapreq_put(struct zl_etcd *e, const char *prefix, const struct zl_s
 	json = zl_meta_snapreq_to_json(r);
 	if (!json)
 		return -ENOMEM;
-	ret = zl_etcd_put(e, key, json, strlen(json), 0, NULL);
+	if (r->mod_rev > 0) {
+		const struct zl_etcd_cmp cmp = {
+		    .key = key, .target = ZL_ETCD_CMP_MOD, .result = ZL_ETCD_EQUAL, .rev = r->mod_rev};
+		const struct zl_etcd_op op = {
+		    .kind = ZL_ETCD_OP_PUT, .key = key, .value = json, .value_len = strlen(json)};
+		bool ok = false;
+
+		ret = zl_etcd_txn(e, &cmp, 1, &op, 1, NULL, 0, &ok, NULL);
+		if (!ret && !ok)
+			ret = -ZL_ERR_CONFLICT;
+	} else {
+		ret = zl_etcd_put(e, key, json, strlen(json), 0, NULL);
+	}
 	free(json);
-	if (ret)
+	if (ret && ret != -ZL_ERR_CONFLICT)
 		ZL_LOG_ERR("meta", "put snapshot request key=%s failed err=%s detail=\"%s\"", key,
 			   zl_errname(ret), zl_etcd_last_error());
 	return ret;

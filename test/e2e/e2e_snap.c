@@ -1,6 +1,7 @@
 /* e2e_snap: the writing client of snap_e2e.sh. Opens a volume through
  * lib/client, takes its snapshots (zl_vol_snap_serve: the switch of
- * docs/SNAPSHOTS.md §3) and writes 4 KiB blocks at random until --seconds,
+ * docs/SNAPSHOTS.md §3) and writes 4 KiB blocks at random until --stop FILE
+ * exists (the test's snapshots are done) or --seconds passed (a bound),
  * logging every write with CLOCK_REALTIME nanoseconds:
  *
  *   "S gen block t"  just before the write is submitted
@@ -13,6 +14,7 @@
  *
  *   e2e_snap --etcd URL --volume NAME --log FILE --seconds S [--qd 16]
  *            [--ready FILE]   (created once snapshots are served)
+ *            [--stop FILE]    (writing ends once it exists)
  */
 #include <errno.h>
 #include <getopt.h>
@@ -22,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "lib/client/client.h"
 #include "lib/common/common.h"
@@ -124,7 +127,7 @@ static void submit(struct snapw *w, struct slot *s)
 static void usage(void)
 {
 	fprintf(stderr, "usage: e2e_snap --etcd URL --volume NAME --log FILE --seconds S "
-			"[--qd 16] [--ready FILE]\n");
+			"[--qd 16] [--ready FILE] [--stop FILE]\n");
 	exit(2);
 }
 
@@ -134,9 +137,10 @@ int main(int argc, char **argv)
 	    {"etcd", required_argument, NULL, 'e'}, {"volume", required_argument, NULL, 'v'},
 	    {"log", required_argument, NULL, 'l'},  {"seconds", required_argument, NULL, 's'},
 	    {"qd", required_argument, NULL, 'q'},   {"ready", required_argument, NULL, 'r'},
-	    {0},
+	    {"stop", required_argument, NULL, 'x'}, {0},
 	};
 	const char *etcd_url = NULL, *volname = NULL, *log_path = NULL, *ready = NULL;
+	const char *stop = NULL;
 	struct zl_etcd_opts eo = {0};
 	struct zl_client_opts co = {.client_id = "e2e_snap", .transport = ZL_XPORT_SEL_TCP};
 	static char key[ZL_AUTH_KEY_HEX + 1];
@@ -144,7 +148,7 @@ int main(int argc, char **argv)
 	struct zl_loop *loop = NULL;
 	struct zl_etcd *etcd = NULL;
 	struct zl_client *cli = NULL;
-	uint64_t seconds = 0, end;
+	uint64_t seconds = 0, end, next_stop_check = 0;
 	int c, rc;
 
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -166,6 +170,9 @@ int main(int argc, char **argv)
 			break;
 		case 'r':
 			ready = optarg;
+			break;
+		case 'x':
+			stop = optarg;
 			break;
 		default:
 			usage();
@@ -214,6 +221,11 @@ int main(int argc, char **argv)
 	}
 	end = zl_now_ms() + seconds * 1000u;
 	while (zl_now_ms() < end && !w.failed) {
+		if (stop && zl_now_ms() >= next_stop_check) {
+			if (!access(stop, F_OK))
+				break;
+			next_stop_check = zl_now_ms() + 50;
+		}
 		for (int i = 0; i < w.qd; i++)
 			if (!w.slots[i].busy)
 				submit(&w, &w.slots[i]);

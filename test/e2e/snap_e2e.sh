@@ -16,6 +16,7 @@ SNAPS=${SNAPS:-8}
 fail() {
 	echo "snap_e2e: FAIL: $*" >&2
 	cl_dump_logs 20 "$CL_DIR"/storage-*/log "$CL_DIR"/writer.log
+	[ -z "${wpid:-}" ] || kill "$wpid" 2>/dev/null || true # the writer this test started
 	exit 1
 }
 cl_e2e_begin e2e-snap "$1" 3 || fail "cluster did not start"
@@ -23,7 +24,7 @@ now_ns() { date +%s%N; }
 
 "$ZL" volume create sv --size 16M --replicas 3 --chunk-size 64K >/dev/null || fail "create"
 "$CL_BIN/e2e_snap" --etcd "$CL_ETCD" --volume sv --log "$CL_DIR/writes.log" \
-	--seconds $((SNAPS * 3 / 2 + 4)) --qd 16 --ready "$CL_DIR/ready" >"$CL_DIR/writer.log" 2>&1 &
+	--seconds 300 --qd 16 --ready "$CL_DIR/ready" --stop "$CL_DIR/stop" >"$CL_DIR/writer.log" 2>&1 &
 wpid=$!
 for _ in $(seq 1 100); do
 	[ -e "$CL_DIR/ready" ] && break
@@ -43,6 +44,7 @@ for i in $(seq 1 "$SNAPS"); do
 	echo "snap_e2e: s$i taken in $(((t1 - t0) / 1000000)) ms"
 	sleep 1.5
 done
+: >"$CL_DIR/stop" # the writer ends once every snapshot was taken through it
 wait "$wpid" || fail "the writer failed: $(cat "$CL_DIR/writer.log")"
 grep "^e2e_snap:" "$CL_DIR/writer.log"
 

@@ -312,7 +312,17 @@ static void test_snapreq_store(void **state)
 	assert_int_equal(zl_meta_snapreq_get(f->e, f->prefix, r.vol, r.id, &got), 0);
 	assert_string_equal(got.state, "pending");
 	assert_string_equal(got.name, "s1");
+	/* An answer at the read revision; a second one at the same revision
+	 * (or after the requester deleted it) is refused. */
+	strcpy(got.state, "done");
+	got.seq = 1;
+	assert_int_equal(zl_meta_snapreq_put(f->e, f->prefix, &got), 0);
+	assert_int_equal(zl_meta_snapreq_put(f->e, f->prefix, &got), -ZL_ERR_CONFLICT);
 	assert_int_equal(zl_meta_snapreq_delete(f->e, f->prefix, r.vol, r.id), 0);
+	got.mod_rev = 1;
+	assert_int_equal(zl_meta_snapreq_put(f->e, f->prefix, &got), -ZL_ERR_CONFLICT);
+	assert_int_equal(zl_meta_snapreq_get(f->e, f->prefix, r.vol, r.id, &got),
+			 -ZL_ERR_NOT_FOUND);
 	assert_int_equal(zl_meta_snapreq_get(f->e, f->prefix, r.vol, r.id, &got),
 			 -ZL_ERR_NOT_FOUND);
 
