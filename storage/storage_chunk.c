@@ -3583,6 +3583,24 @@ int zl_chunk_clone_file_range(const char *path, uint32_t *lo, uint32_t *hi)
 	return *lo < *hi ? 0 : -ZL_ERR_CORRUPT;
 }
 
+int zl_chunk_clone_file_mark(const char *path, uint32_t lo, uint32_t hi)
+{
+	uint8_t x[16];
+	int fd = open(path, O_WRONLY | O_CLOEXEC), rc;
+
+	if (fd < 0)
+		return -errno;
+	memcpy(x, "ZLCL", 4);
+	zl_put_le32(x + 4, lo);
+	zl_put_le32(x + 8, hi);
+	zl_put_le32(x + 12, zl_crc32c(x, 12));
+	rc = zl_pwrite_all(fd, x, sizeof(x), ZL_CHUNK_CLONE_EXT_OFF);
+	if (!rc && fsync(fd) < 0)
+		rc = -errno;
+	close(fd);
+	return rc;
+}
+
 void zl_chunk_clone_adopt(struct zl_chunk_store *s, uint64_t vol, uint64_t id)
 {
 	known_note(s, vol, id, 0);

@@ -389,6 +389,17 @@ int zl_chunk_snap_gc(struct zl_chunk_store *s, uint64_t vol, const uint32_t *sna
 
 /* Whether this store holds a clone chunk of vol (memory only). */
 bool zl_chunk_snap_vol_has(struct zl_chunk_store *s, uint64_t vol);
+/* Makes chunk id (a clone id, hi = id >> 40) of vol, written whole through
+ * zl_chunk_write (recovery's copy of another replica's clone), the clone
+ * (lo, hi]: its helper thread writes the clone extension into the file's
+ * header and fsyncs it, then the index takes it (reads at a sequence,
+ * copy-on-write's wseq). A crash before leaves a chunk file without the
+ * extension, not used for snapshots (recovery copies it again). Returns 0
+ * (cb runs once, never inside this call, with 0 or -errno), -ZL_ERR_INVAL
+ * (not a clone id, lo >= hi) or -ENOMEM. */
+int zl_chunk_snap_install(struct zl_chunk_store *s, uint64_t vol, uint64_t id, uint32_t lo,
+			  zl_chunk_cb cb, void *arg);
+
 /* The volumes this store holds clone chunks of, ascending, in *out
  * (malloc'd, NULL when none; the caller frees it). 0 or -ENOMEM. */
 int zl_chunk_snap_vols(struct zl_chunk_store *s, uint64_t **out, uint32_t *n);

@@ -46,6 +46,11 @@ int zl_chunk_clone_file_write(const char *chunks_dir, uint64_t vol, uint64_t id,
  * -ZL_ERR_CORRUPT / -errno. Blocking, any thread. */
 int zl_chunk_clone_file_range(const char *path, uint32_t *lo, uint32_t *hi);
 
+/* Writes the clone extension (lo, hi] into the header page of the chunk
+ * file at path (a clone chunk copied by recovery: its data and metadata
+ * came as writes) and fsyncs it. Blocking, any thread. 0 or -errno. */
+int zl_chunk_clone_file_mark(const char *path, uint32_t lo, uint32_t hi);
+
 /* A clone file renamed into place by the helper: recorded like any chunk
  * seen (a missing file is an error from now on). Loop thread. */
 void zl_chunk_clone_adopt(struct zl_chunk_store *s, uint64_t vol, uint64_t id);

@@ -270,7 +270,10 @@ static int fwd_connect(struct zl_storage_fwd *p, struct fwd_node *pe)
 		 * (docs/SECURITY.md); none without a cluster key. */
 		char tok[65];
 		const struct zl_xport_cred cred = {
-		    .token = zl_storage_auth_token(st, tok) ? NULL : tok, .cluster = true};
+		    .token = zl_storage_auth_token(st, tok) ? NULL : tok,
+		    .cluster = true,
+		    /* REPL_WRITEs carry the client's snapshot sequence. */
+		    .caps = ZL_WIRE_CAP_SNAPSEQ};
 
 		rc = zl_xport_hello_send_cred(pe->conn, &pe->hello, st->cfg.node_id, &cred,
 					      fwd_hello_cb, pe);

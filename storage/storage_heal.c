@@ -40,6 +40,16 @@
  *    claims a version whose data is not durable (storage_chunk.c).
  * A chunk written without pause waits for a quiet moment.
  *
+ * Clone chunks (snapshots, docs/SNAPSHOTS.md §2) travel with their chunk:
+ * CHUNK_VERSIONS lists a chunk's clones after it, and before a chunk is
+ * compared the member's clones of it are made equal to ours (same ids,
+ * same versions): a clone it holds and we do not is deleted (CHUNK_DELETE),
+ * one it lacks or holds at another version is copied (CHUNK_PUSH with
+ * ZL_WF_SEQ carrying the clone's lo; the member makes it a clone again).
+ * A clone is never written after it was taken, so equal versions mean
+ * equal data; an action taken makes the pass copy something (another pass
+ * follows and compares again).
+ *
  * Nothing here waits for etcd on the loop thread: failure reports, the
  * report lease's renewal and the scan of the chunk directory run on the
  * daemon's worker thread (st->worker, its own etcd handle st->wetcd) and
@@ -103,6 +113,13 @@ struct heal_report {
 	int rc; /* worker thread: the outcome */
 };
 
+/* One chunk id (a clone) and its version; a clone action of recovery. */
+struct heal_clone {
+	uint64_t id, version;
+	uint32_t lo;
+	bool del; /* action: delete the member's clone, else copy ours */
+};
+
 struct heal_member {
 	struct heal_member *next;
 	struct zl_storage_heal *h;
@@ -114,6 +131,13 @@ struct heal_member {
 	uint64_t n_local; /* chunks of the slice: slice + i * n_slices */
 	uint64_t *clean;  /* bit i: the member's copy of local chunk i is complete */
 	uint64_t *mver;	  /* the member's versions, collected by LIST */
+	/* The member's clone chunks, collected by LIST (ascending id within a
+	 * chunk, chunks ascending), and the clone actions of the chunk at the
+	 * cursor (acts[i_act ..] still to do). cl_cursor: cursor + 1 of the
+	 * chunk whose clones this pass made equal already (0: none). */
+	struct heal_clone *mcl, *acts;
+	uint32_t n_mcl, cap_mcl, n_acts, cap_acts, i_act;
+	uint64_t cl_cursor;
 	bool suspect;	  /* a forward failed while it was not OUT */
 	uint64_t suspect_ver; /* row version of the last failure report sent for it */
 	bool suspect_in_sync; /* seen IN_SYNC while suspect (heal_suspect) */
@@ -259,6 +283,8 @@ static void member_remove(struct zl_storage_heal *h, struct heal_member *m)
 	member_free_bufs(m);
 	free(m->clean);
 	free(m->mver);
+	free(m->mcl);
+	free(m->acts);
 	free(m);
 }
 
@@ -445,6 +471,7 @@ int zl_storage_heal_versions(struct zl_storage *st, const struct zl_volume *v, u
 			     uint64_t from, uint64_t above, struct zl_wire_chunk_ver *out,
 			     uint32_t max, uint64_t *next)
 {
+	struct zl_chunk_clone cl[ZL_WIRE_VERS_MAX];
 	uint64_t n = vol_chunks(v), c;
 	uint32_t got = 0, scanned = 0;
 
@@ -452,14 +479,31 @@ int zl_storage_heal_versions(struct zl_storage *st, const struct zl_volume *v, u
 		return -ZL_ERR_RANGE;
 	c = from + (slice + v->n_slices - from % v->n_slices) % v->n_slices;
 	for (; c < n && got < max && scanned < HEAL_VERS_SCAN; c += v->n_slices, scanned++) {
+		uint32_t ncl = zl_chunk_snap_clones(st->chunks, v->num, c, cl, ZL_WIRE_VERS_MAX);
 		uint64_t cv = 0;
-		int rc = zl_chunk_version(st->chunks, v->num, c, v->chunk_size, &cv);
+		int rc;
 
+		/* A chunk's pairs stay on one page (a page holds them all when
+		 * it starts with them). */
+		ncl = ZL_MIN(ncl, ZL_WIRE_VERS_MAX - 1);
+		if (got && got + 1 + ncl > max)
+			break;
+		rc = zl_chunk_version(st->chunks, v->num, c, v->chunk_size, &cv);
 		if (rc)
 			return rc;
 		if (cv > above) {
 			out[got].chunk = c;
 			out[got].version = cv;
+			got++;
+		}
+		/* Its clone chunks (docs/SNAPSHOTS.md §2), whatever `above`:
+		 * recovery compares the clone sets whole. */
+		for (uint32_t i = 0; i < ncl && got < max; i++) {
+			out[got].chunk = zl_chunk_clone_id(c, cl[i].hi);
+			rc = zl_chunk_version(st->chunks, v->num, out[got].chunk, v->chunk_size,
+					      &out[got].version);
+			if (rc)
+				return rc;
 			got++;
 		}
 	}
@@ -633,6 +677,23 @@ static void heal_pass_fail(struct heal_member *m, const char *what, int err)
 
 static void heal_list_send(struct heal_member *m);
 
+/* Appends *c to the array (*v, *n, *cap). 0 or -ENOMEM. */
+static int heal_clone_add(struct heal_clone **v, uint32_t *n, uint32_t *cap,
+			  const struct heal_clone *c)
+{
+	if (*n == *cap) {
+		uint32_t nc = *cap ? 2 * *cap : 16;
+		struct heal_clone *p = realloc(*v, nc * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		*v = p;
+		*cap = nc;
+	}
+	(*v)[(*n)++] = *c;
+	return 0;
+}
+
 static void heal_list_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 {
 	struct heal_member *m = arg;
@@ -653,10 +714,18 @@ static void heal_list_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 		return;
 	}
 	for (int i = 0; i < n; i++) {
-		uint64_t li = pairs[i].chunk / m->n_slices;
+		uint64_t li = zl_chunk_id_base(pairs[i].chunk) / m->n_slices;
 
-		if (zl_slice_of_id(pairs[i].chunk, m->n_slices) == m->slice && li < m->n_local)
+		if (zl_slice_of_id(pairs[i].chunk, m->n_slices) != m->slice || li >= m->n_local)
+			continue;
+		if (!(pairs[i].chunk >> ZL_CHUNK_IDX_BITS))
 			m->mver[li] = pairs[i].version;
+		else if (heal_clone_add(&m->mcl, &m->n_mcl, &m->cap_mcl,
+					&(struct heal_clone){.id = pairs[i].chunk,
+							     .version = pairs[i].version})) {
+			heal_pass_fail(m, "CHUNK_VERSIONS", -ENOMEM);
+			return;
+		}
 	}
 	if (rep->aux > m->cursor) {
 		m->cursor = rep->aux;
@@ -701,6 +770,8 @@ static void heal_pass_start(struct heal_member *m, uint64_t row_ver)
 			    m->vol, m->slice, m->node);
 	}
 	memset(m->mver, 0, (m->n_local + 1) * sizeof(uint64_t));
+	m->n_mcl = m->n_acts = m->i_act = 0;
+	m->cl_cursor = 0;
 	m->row_ver = row_ver;
 	m->cursor = 0;
 	m->pass_pushed = m->pass_skipped = 0;
@@ -709,6 +780,7 @@ static void heal_pass_start(struct heal_member *m, uint64_t row_ver)
 }
 
 static void heal_piece_read(void *arg);
+static void heal_clone_next(void *arg);
 
 static void heal_wait_then(struct heal_member *m, uint32_t bytes, zl_loop_cb next)
 {
@@ -741,6 +813,7 @@ static void heal_push_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 		/* The member's copy changed under the copy (or equals ours now):
 		 * left for the next pass. */
 		m->copying = false;
+		m->n_acts = m->i_act = 0;
 		m->pass_skipped++;
 		m->cursor++;
 		m->phase = HP_SCAN;
@@ -755,6 +828,14 @@ static void heal_push_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 	m->cur_off += len;
 	if (m->cur_off < m->chunk_size) {
 		heal_wait_then(m, len, heal_piece_read);
+		return;
+	}
+	if (m->cur_chunk >> ZL_CHUNK_IDX_BITS) {
+		/* A clone copied: the chunk's next clone action. */
+		m->chunks++;
+		m->pass_pushed++;
+		m->i_act++;
+		heal_wait_then(m, len, heal_clone_next);
 		return;
 	}
 	/* No client write of the chunk was on its way when the copy started nor
@@ -791,6 +872,10 @@ static void heal_read_cb(void *arg, int status)
 	m->hdr.slice_ver = m->row_ver;
 	m->hdr.aux = m->cur_ver;
 	m->hdr.subop = ZL_PUSH_REPLACE;
+	if (m->cur_chunk >> ZL_CHUNK_IDX_BITS) { /* a clone: its lo goes along */
+		m->hdr.flags = ZL_WF_SEQ;
+		m->hdr.snap_seq = m->acts[m->i_act].lo;
+	}
 	m->phase = HP_PUSH;
 	rc = zl_storage_fwd_request(st->fwd, m->node, &m->hdr, m->pbuf, len, NULL, 0,
 				     heal_push_cb, m);
@@ -880,6 +965,111 @@ static void heal_caught_up_done(struct zl_storage_heal *h, const struct heal_rep
 	m->phase = HP_DONE;
 }
 
+/* The clone actions that make the member's clones of chunk equal to ours
+ * (m->acts: deletions first, then copies). 0 or an error. */
+static int heal_clone_plan(struct heal_member *m, uint64_t chunk)
+{
+	struct zl_storage *st = m->h->st;
+	struct zl_chunk_clone own[ZL_WIRE_VERS_MAX];
+	uint32_t n_own = zl_chunk_snap_clones(st->chunks, m->vol, chunk, own, ZL_WIRE_VERS_MAX);
+	uint64_t ver[ZL_WIRE_VERS_MAX];
+	uint32_t first = 0, n_mine = 0;
+	int rc;
+
+	m->n_acts = m->i_act = 0;
+	n_own = ZL_MIN(n_own, ZL_WIRE_VERS_MAX);
+	for (uint32_t i = 0; i < n_own; i++) {
+		rc = zl_chunk_version(st->chunks, m->vol, zl_chunk_clone_id(chunk, own[i].hi),
+				      m->chunk_size, &ver[i]);
+		if (rc)
+			return rc;
+	}
+	/* The member's clones of chunk: a run of m->mcl. */
+	while (first < m->n_mcl && zl_chunk_id_base(m->mcl[first].id) != chunk)
+		first++;
+	while (first + n_mine < m->n_mcl && zl_chunk_id_base(m->mcl[first + n_mine].id) == chunk)
+		n_mine++;
+	for (uint32_t j = 0; j < n_mine; j++) {
+		const struct heal_clone *mc = &m->mcl[first + j];
+		bool ours = false;
+
+		for (uint32_t i = 0; i < n_own && !ours; i++)
+			ours = zl_chunk_clone_id(chunk, own[i].hi) == mc->id;
+		if (!ours && heal_clone_add(&m->acts, &m->n_acts, &m->cap_acts,
+					    &(struct heal_clone){.id = mc->id, .del = true}))
+			return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < n_own; i++) {
+		uint64_t id = zl_chunk_clone_id(chunk, own[i].hi);
+		bool same = false;
+
+		for (uint32_t j = 0; j < n_mine && !same; j++)
+			same = m->mcl[first + j].id == id && m->mcl[first + j].version == ver[i];
+		if (!same &&
+		    heal_clone_add(&m->acts, &m->n_acts, &m->cap_acts,
+				   &(struct heal_clone){.id = id, .version = ver[i], .lo = own[i].lo}))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+static void heal_clone_del_cb(void *arg, int status, const struct zl_wire_hdr *rep)
+{
+	struct heal_member *m = arg;
+
+	if (member_should_stop(m))
+		return;
+	if (!status)
+		status = zl_wire_status_to_err(rep->status);
+	if (status) {
+		heal_pass_fail(m, "CHUNK_DELETE of a clone", status);
+		return;
+	}
+	ZL_LOG_INFO("storage",
+		    "recovery removed a clone chunk our copy does not hold: vol=%016" PRIx64
+		    " chunk=%016" PRIx64 " member=%s",
+		    m->vol, m->acts[m->i_act].id, m->node);
+	m->pass_pushed++;
+	m->i_act++;
+	heal_clone_next(m);
+}
+
+/* The next clone action of the chunk at the cursor; when none is left, the
+ * chunk itself is compared (heal_scan). */
+static void heal_clone_next(void *arg)
+{
+	struct heal_member *m = arg;
+	struct zl_storage *st = m->h->st;
+	const struct heal_clone *a;
+	int rc;
+
+	if (member_should_stop(m))
+		return;
+	if (m->i_act >= m->n_acts) {
+		m->n_acts = m->i_act = 0;
+		heal_scan(m);
+		return;
+	}
+	a = &m->acts[m->i_act];
+	if (!a->del) {
+		m->cur_chunk = a->id;
+		m->cur_ver = a->version;
+		m->cur_off = 0;
+		m->copying = false; /* forwards never name a clone id */
+		heal_piece_read(m);
+		return;
+	}
+	memset(&m->hdr, 0, sizeof(m->hdr));
+	m->hdr.opcode = ZL_OP_CHUNK_DELETE;
+	m->hdr.vol_id = m->vol;
+	m->hdr.chunk = a->id;
+	m->phase = HP_PUSH;
+	rc = zl_storage_fwd_request(st->fwd, m->node, &m->hdr, NULL, 0, NULL, 0,
+				     heal_clone_del_cb, m);
+	if (rc)
+		heal_pass_fail(m, "CHUNK_DELETE of a clone", rc);
+}
+
 static void heal_scan(void *arg)
 {
 	struct heal_member *m = arg;
@@ -902,6 +1092,26 @@ static void heal_scan(void *arg)
 			 * lag writes on their way. */
 			m->cursor++;
 			continue;
+		}
+		if (m->cl_cursor != m->cursor + 1) {
+			/* First its clones, once per pass. */
+			rc = heal_clone_plan(m, chunk);
+			if (rc) {
+				heal_pass_fail(m, "clone versions", rc);
+				return;
+			}
+			m->cl_cursor = m->cursor + 1;
+			if (m->n_acts && slice_chunk_busy(m->h, m->vol, m->slice, m->cursor)) {
+				/* A write of it may be taking a clone: later. */
+				m->n_acts = 0;
+				m->pass_skipped++;
+				m->cursor++;
+				continue;
+			}
+			if (m->n_acts) {
+				heal_clone_next(m);
+				return;
+			}
 		}
 		if (m->mver[m->cursor] != own &&
 		    slice_chunk_busy(m->h, m->vol, m->slice, m->cursor)) {

@@ -363,7 +363,11 @@ static int srv_check(struct zl_storage *st, const struct zl_wire_hdr *h, uint32_
 		return rc;
 	*chunk_size = sv->v.chunk_size;
 	n_chunks = (sv->v.size + sv->v.chunk_size - 1) / sv->v.chunk_size;
-	if (h->chunk >= n_chunks || (uint64_t)h->offset + h->length > sv->v.chunk_size)
+	/* A CHUNK_PUSH with ZL_WF_SEQ copies a clone chunk: its id holds the
+	 * snapshot's sequence above the chunk index. */
+	if ((h->opcode == ZL_OP_CHUNK_PUSH && (h->flags & ZL_WF_SEQ) ? zl_chunk_id_base(h->chunk)
+								       : h->chunk) >= n_chunks ||
+	    (uint64_t)h->offset + h->length > sv->v.chunk_size)
 		return -ZL_ERR_RANGE;
 	*slice = zl_volume_slice_of(&sv->v, h->chunk);
 	if (h->opcode == ZL_OP_READ && (h->flags & ZL_WF_ANY)) {
@@ -730,6 +734,45 @@ static bool srv_push_may_replace(struct storage_req *r)
 	return me >= 0 && zl_slice_member_state(s, me) != ZL_MEMBER_IN_SYNC;
 }
 
+/* The last piece of a clone chunk's copy is on disk: it becomes a clone. */
+static void srv_clone_pushed(void *arg, int status)
+{
+	struct storage_req *r = arg;
+	int rc = status;
+
+	if (!rc)
+		rc = zl_chunk_snap_install(r->st->chunks, r->req.vol_id, r->req.chunk,
+					   r->req.snap_seq, srv_simple_done, r);
+	if (rc)
+		req_reply_free(r, rc, 0);
+}
+
+/* CHUNK_PUSH of a clone chunk (ZL_WF_SEQ, snap_seq = its lo) on a member
+ * that is not IN_SYNC (recovery, docs/SNAPSHOTS.md §2): the first piece
+ * removes the member's copy of that clone (its primary found it missing or
+ * of another version), the pieces rewrite it, the last one makes it a
+ * clone again (zl_chunk_snap_install). */
+static void srv_clone_push_exec(struct storage_req *r)
+{
+	struct zl_storage *st = r->st;
+	const struct zl_wire_hdr *h = &r->req;
+	bool last = (uint64_t)h->offset + h->length == r->chunk_size;
+	int rc = 0;
+
+	if (!(h->chunk >> ZL_CHUNK_IDX_BITS) || h->snap_seq >= h->chunk >> ZL_CHUNK_IDX_BITS)
+		rc = -ZL_ERR_INVAL;
+	else if (h->subop != ZL_PUSH_REPLACE || !srv_push_may_replace(r))
+		rc = -ZL_ERR_CONFLICT; /* an IN_SYNC member's clones are its own */
+	if (!rc && !h->offset)
+		rc = zl_chunk_delete(st->chunks, h->vol_id, h->chunk);
+	if (!rc)
+		rc = zl_storage_chunk_apply(st, h->vol_id, h->chunk, r->chunk_size, h->offset,
+					    h->length, r->buf, h->aux,
+					    last ? srv_clone_pushed : srv_simple_done, r);
+	if (rc)
+		req_reply_free(r, rc, r->seen_ver);
+}
+
 /* CHUNK_PUSH on a member: applied only while our copy is older than the
  * pushed version (never over a newer write), or, with ZL_PUSH_REPLACE to a
  * member that is not IN_SYNC, whenever the versions differ: a newer copy
@@ -742,7 +785,13 @@ static void srv_push_exec(struct storage_req *r)
 	const struct zl_wire_hdr *h = &r->req;
 	bool replace = srv_push_may_replace(r);
 	uint64_t own = 0;
-	int rc = zl_chunk_version(st->chunks, h->vol_id, h->chunk, r->chunk_size, &own);
+	int rc;
+
+	if (h->flags & ZL_WF_SEQ) {
+		srv_clone_push_exec(r);
+		return;
+	}
+	rc = zl_chunk_version(st->chunks, h->vol_id, h->chunk, r->chunk_size, &own);
 
 	if (!rc && !zl_storage_push_accepts(own, h->aux, replace))
 		rc = -ZL_ERR_CONFLICT;

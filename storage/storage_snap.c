@@ -69,6 +69,17 @@ struct snap_gc {
 	void *arg;
 };
 
+/* A clone chunk copied by recovery, being marked as one. */
+struct snap_inst {
+	struct zl_work work; /* the helper's part: write the clone extension */
+	int err;
+	struct zl_chunk_snap *sn;
+	uint64_t vol, id;
+	uint32_t lo;
+	zl_chunk_cb cb;
+	void *arg;
+};
+
 struct zl_chunk_snap {
 	struct zl_chunk_store *s;
 	struct zl_loop *loop;
@@ -191,6 +202,30 @@ static void snap_gc_done(struct zl_work *w)
 	g->cb(g->arg, w->cancelled ? -ECANCELED : g->err);
 	free(g->ids);
 	free(g);
+}
+
+static void snap_inst_run(struct zl_work *w)
+{
+	struct snap_inst *in = ZL_CONTAINER_OF(w, struct snap_inst, work);
+	char vid[ZL_VOL_ID_LEN + 1], path[PATH_MAX];
+
+	zl_vol_id_format(in->vol, vid);
+	snprintf(path, sizeof(path), "%s/%s/%016" PRIx64 ".zlc", in->sn->dir, vid, in->id);
+	in->err = zl_chunk_clone_file_mark(path, in->lo, (uint32_t)(in->id >> ZL_CHUNK_IDX_BITS));
+}
+
+static void snap_inst_done(struct zl_work *w)
+{
+	struct snap_inst *in = ZL_CONTAINER_OF(w, struct snap_inst, work);
+	struct zl_chunk_snap *sn = in->sn;
+	int err = w->cancelled ? -ECANCELED : in->err;
+
+	if (!err)
+		err = snap_index_add(sn, in->vol, zl_chunk_id_base(in->id), in->lo,
+				     (uint32_t)(in->id >> ZL_CHUNK_IDX_BITS));
+	sn->busy--;
+	in->cb(in->arg, err);
+	free(in);
 }
 
 /* ---- clones ---- */
@@ -469,6 +504,24 @@ int zl_chunk_snap_read(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, u
 		return -ZL_ERR_INVAL;
 	return zl_chunk_read(s, vol, zl_chunk_snap_id(s, vol, chunk, seq), chunk_size, off, len,
 			     buf, cb, arg);
+}
+
+int zl_chunk_snap_install(struct zl_chunk_store *s, uint64_t vol, uint64_t id, uint32_t lo,
+			  zl_chunk_cb cb, void *arg)
+{
+	struct zl_chunk_snap *sn = zl_chunk_store_snap(s);
+	struct snap_inst *in;
+
+	if (!cb || !(id >> ZL_CHUNK_IDX_BITS) || lo >= id >> ZL_CHUNK_IDX_BITS)
+		return -ZL_ERR_INVAL;
+	in = calloc(1, sizeof(*in));
+	if (!in)
+		return -ENOMEM;
+	*in = (struct snap_inst){.sn = sn, .vol = vol, .id = id, .lo = lo, .cb = cb, .arg = arg};
+	sn->busy++;
+	/* A fresh job is never busy: submit cannot fail. */
+	(void)zl_worker_submit(sn->wk, &in->work, snap_inst_run, snap_inst_done);
+	return 0;
 }
 
 uint64_t zl_chunk_snap_id(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t seq)

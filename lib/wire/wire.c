@@ -71,7 +71,7 @@ int zl_wire_check(const struct zl_wire_hdr *h, uint32_t chunk_size, const char *
 		if (reply)
 			return fail(why, "SEQ flag on a reply", -ZL_ERR_PROTO);
 		if (op != ZL_OP_WRITE && op != ZL_OP_DISCARD && op != ZL_OP_WRITE_ZEROES &&
-		    op != ZL_OP_REPL_WRITE && op != ZL_OP_READ)
+		    op != ZL_OP_REPL_WRITE && op != ZL_OP_READ && op != ZL_OP_CHUNK_PUSH)
 			return fail(why, "SEQ flag on an opcode other than READ or one that changes "
 				    "data", -ZL_ERR_PROTO);
 		if (h->snap_seq > ZL_WIRE_SEQ_MAX)

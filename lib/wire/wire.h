@@ -21,7 +21,9 @@
  * with ZL_WF_SEQ (snap_seq >= 1) reads the chunk as snapshot snap_seq holds
  * it (docs/SNAPSHOTS.md §2). A write refused because its sequence is below
  * the chunk's is answered ZL_ERR_SNAPSEQ: the client reloads the volume
- * record and resends with the current sequence.
+ * record and resends with the current sequence. A CHUNK_PUSH of a clone
+ * chunk (recovery copying a snapshot's chunk, docs/SNAPSHOTS.md §2) carries
+ * ZL_WF_SEQ with the clone's lo as snap_seq (its hi is in the chunk id).
  */
 #ifndef ZL_WIRE_H
 #define ZL_WIRE_H

@@ -12,6 +12,13 @@
 #     SNAPSEQ, the latter logged as a client too old for a snapshotted volume;
 #   - the snapshot removed from the record, every replica's clone file goes
 #     (bounded wait on the file count) and the live data stays.
+# Then recovery (the test plays the manager, as heal_e2e): snapshot 2 is
+# taken, a backup of the chunk is killed (-9), the chunk is rewritten at
+# sequence 2 while it is down (the others clone it), the backup returns
+# and recovers. Pass: every replica holds the one clone, snapshot 2 reads
+# the data written before it and the live chunk the data written after,
+# on every replica, also after one more write at sequence 2 (the recovered
+# backup takes no second clone).
 # Usage: snap_store_e2e.sh BUILD_DIR. KEEP=1 keeps the state dir.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -24,7 +31,7 @@ fail() {
 	exit 1
 }
 CHUNK=65536
-export CL_STORAGE_FLAGS="--log-level info"
+export CL_STORAGE_FLAGS="--log-level info --repl-wait 30"
 CL_MANAGER=0 cl_e2e_begin e2e-snapstore "$1" 3 --heal on || fail "cluster did not start"
 
 "$ZL" volume create svol --size 1M --replicas 3 --chunk-size 64K || fail "volume create"
@@ -48,6 +55,21 @@ clones() {
 	find "$CL_DIR/storage-${1#node-}/data/chunks/$vid" -name '*.zlc' 2>/dev/null |
 		grep -vc '/000000[0-9a-f]\{10\}\.zlc$' || true
 }
+# check_all SEQ SNAP LIVE: on every replica (with ZL_WF_ANY), chunk 0 read at
+# sequence SEQ is the file SNAP, read live the file LIVE, and one clone file.
+check_all() {
+	local n role
+	for n in node-1 node-2 node-3; do
+		[ "$n" = "$prim" ] && role=primary || role=backup
+		expect "READ ANY at sequence $1 on $n" OK \
+			"$(chunk "$n" read "$vid" 0 0 $CHUNK "$sv" any seq="$1" "$CL_DIR/snap-$n")"
+		cmp -s "$CL_DIR/$2" "$CL_DIR/snap-$n" ||
+			fail "snapshot $1 read on $n ($role) is not $2, the data written before it"
+		expect "live READ ANY on $n" OK "$(chunk "$n" read "$vid" 0 0 $CHUNK "$sv" any "$CL_DIR/live-$n")"
+		cmp -s "$CL_DIR/$3" "$CL_DIR/live-$n" || fail "live read on $n ($role) is not $3, the data written last"
+		[ "$(clones "$n")" = 1 ] || fail "$n holds $(clones "$n") clone chunk files of $vid, want 1"
+	done
+}
 
 head -c $CHUNK /dev/urandom >"$CL_DIR/old"
 head -c $CHUNK /dev/urandom >"$CL_DIR/new"
@@ -58,15 +80,7 @@ expect "write at sequence 0" OK "$(chunk "$prim" write "$vid" 0 0 "$sv" "$CL_DIR
 hl_etcd snaps "$vid" 1 1 || fail "setting snap_seq=1 snaps=[1]"
 expect "write at sequence 1" OK "$(chunk "$prim" write "$vid" 0 0 "$sv" "$CL_DIR/new" 10000 seq=1)"
 
-for n in node-1 node-2 node-3; do
-	[ "$n" = "$prim" ] && nl=primary || nl=backup
-	expect "READ ANY at sequence 1 on $n" OK \
-		"$(chunk "$n" read "$vid" 0 0 $CHUNK "$sv" any seq=1 "$CL_DIR/snap-$n")"
-	cmp -s "$CL_DIR/old" "$CL_DIR/snap-$n" || fail "snapshot 1 read on $n ($nl) is not the data written before it"
-	expect "live READ ANY on $n" OK "$(chunk "$n" read "$vid" 0 0 $CHUNK "$sv" any "$CL_DIR/live-$n")"
-	cmp -s "$CL_DIR/new" "$CL_DIR/live-$n" || fail "live read on $n ($nl) is not the data written last"
-	[ "$(clones "$n")" = 1 ] || fail "$n holds $(clones "$n") clone chunk files of $vid, want 1"
-done
+check_all 1 old new
 expect "READ at sequence 1 on the primary" OK \
 	"$(chunk "$prim" read "$vid" 0 0 $CHUNK "$sv" seq=1 "$CL_DIR/snap-prim")"
 cmp -s "$CL_DIR/old" "$CL_DIR/snap-prim" || fail "snapshot 1 read on the primary $prim is not the old data"
@@ -104,4 +118,44 @@ for n in node-1 node-2 node-3; do
 done
 grep -q "clone chunks no snapshot needs removed: vol=$vid" "$CL_DIR"/storage-1/log ||
 	fail "node-1 did not log the removal of the clone"
+echo "$T: the deleted snapshot's clones are gone on every replica"
+
+# Recovery of clone chunks. d1: the data snapshot 2 holds; d2: written at
+# sequence 2 while a backup is down; d3: one more write once it is back.
+head -c $CHUNK /dev/urandom >"$CL_DIR/d1"
+head -c $CHUNK /dev/urandom >"$CL_DIR/d2"
+head -c $CHUNK /dev/urandom >"$CL_DIR/d3"
+expect "write d1 at sequence 1" OK "$(chunk "$prim" write "$vid" 0 0 "$sv" "$CL_DIR/d1" 10000 seq=1)"
+hl_etcd snaps "$vid" 2 2 || fail "setting snap_seq=2 snaps=[2]"
+bk=$(hl_etcd rows "$vid" | awk '$1 == 0' | tr ' ' '\n' | awk -F: -v p="$prim" '$2 == "in_sync" && $1 != p {print $1; exit}')
+[ -n "$bk" ] || fail "no backup in slice 0's row"
+echo "$T: killing backup $bk (-9), rewriting chunk 0 at sequence 2 without it"
+cl_stop "storage-${bk#node-}" KILL
+"$CL_BIN/e2e_chunk" 127.0.0.1 "$(port "$prim")" write "$vid" 0 0 "$sv" "$CL_DIR/d2" 60000 seq=2 \
+	>"$CL_DIR/w2.out" 2>"$CL_DIR/w2.err" &
+w2=$!
+for _ in $(seq 1 150); do
+	[ -n "$(hl_etcd reports "$vid" | awk -v b="$bk" '$3 == b')" ] && break
+	sleep 0.1
+done
+[ -n "$(hl_etcd reports "$vid" | awk -v b="$bk" '$3 == b')" ] || fail "no failure report about $bk"
+hl_etcd set "$vid" "$bk" out || fail "marking $bk out"
+wait "$w2" || fail "e2e_chunk write d2: $(cat "$CL_DIR/w2.err")"
+grep -q '^status=OK' "$CL_DIR/w2.out" || fail "write d2 at sequence 2 with $bk down: $(cat "$CL_DIR/w2.out")"
+sv=$(hl_etcd rows "$vid" | awk '$1 == 0 {print $2}')
+
+cl_start_storage "${bk#node-}"
+cl_wait_nodes 3 || fail "$bk did not register again"
+hl_etcd set "$vid" "$bk" recovering || fail "marking $bk recovering"
+n_slices=$(hl_etcd rows "$vid" | grep -c "$bk:")
+got=$(hl_wait_caught_up "$vid" "$bk" "$n_slices" 60) || true
+[ "$got" -ge "$n_slices" ] || fail "only $got of $n_slices slices reported $bk CAUGHT_UP"
+hl_etcd set "$vid" "$bk" in_sync || fail "marking $bk in sync"
+sv=$(hl_etcd rows "$vid" | awk '$1 == 0 {print $2}')
+grep -q "recovery caught up: vol=$vid slice=0 member=$bk chunks_copied=[1-9]" "$CL_DIR"/storage-*/log ||
+	fail "the recovery of slice 0 copied nothing to $bk"
+check_all 2 d1 d2
+echo "$T: after recovery every replica holds the clone and the live chunk"
+expect "write d3 at sequence 2" OK "$(chunk "$prim" write "$vid" 0 0 "$sv" "$CL_DIR/d3" 10000 seq=2)"
+check_all 2 d1 d3
 echo "$T: PASS"

@@ -9,9 +9,9 @@
  *  - CHUNK_DIGEST records (increasing chunks) and the SCRUB result
  *    (repaired <= bad_found): decode -> encode gives the identical bytes;
  *  - a REPL_WRITE replays WRITE, DISCARD or WRITE_ZEROES, nothing else;
- *  - ZL_WF_SEQ only on READ (a snapshot, snap_seq >= 1) or a data-changing
- *    request, with snap_seq below 2^24 and no status; snap_seq is 0 without
- *    it.
+ *  - ZL_WF_SEQ only on READ (a snapshot, snap_seq >= 1), a data-changing
+ *    request or CHUNK_PUSH (a clone chunk's copy, snap_seq its lo), with
+ *    snap_seq below 2^24 and no status; snap_seq is 0 without it.
  * The input is offered whole to each decoder, and the bytes after an 80-byte
  * header are offered as that header's payload.
  */
@@ -61,7 +61,7 @@ static void fuzz_hdr(const uint8_t *data, size_t size)
 		fuzz_check(!(h.flags & ZL_WF_REPLY) && h.status == 0);
 		fuzz_check(h.opcode == ZL_OP_WRITE || h.opcode == ZL_OP_DISCARD ||
 			   h.opcode == ZL_OP_WRITE_ZEROES || h.opcode == ZL_OP_REPL_WRITE ||
-			   (h.opcode == ZL_OP_READ && h.snap_seq >= 1));
+			   h.opcode == ZL_OP_CHUNK_PUSH || (h.opcode == ZL_OP_READ && h.snap_seq >= 1));
 		fuzz_check(h.snap_seq <= ZL_WIRE_SEQ_MAX);
 	} else {
 		fuzz_check(h.snap_seq == 0);

@@ -2272,6 +2272,59 @@ static void test_snap_cow(void **state)
 			 -ZL_ERR_INVAL);
 }
 
+/* A clone copied by recovery (storage_heal.c): written as a chunk, then
+ * made a clone by zl_chunk_snap_install; the index, reads at a sequence,
+ * copy-on-write's wseq and a reopen all see it. */
+static void test_snap_install(void **state)
+{
+	struct env *e = *state;
+	static uint8_t c[CS], live[4096], got[CS];
+	static const uint32_t s2[] = {2};
+	uint64_t id = zl_chunk_clone_id(5, 2), *vols = NULL, ver = 0;
+	struct zl_chunk_clone cl[4];
+	struct done d = {0};
+	uint32_t n = 0;
+
+	fill(c, sizeof(c), 33);
+	fill(live, sizeof(live), 44);
+	assert_false(zl_chunk_snap_vol_has(e->s, VOL));
+	assert_int_equal(do_write(e, 5, 0, sizeof(live), live), 0);
+	assert_int_equal(io_write(e, CS, id, 0, CS, c, 77), 0);
+	/* Not a clone yet: reads at 2 are the live chunk's. */
+	assert_int_equal(zl_chunk_snap_id(e->s, VOL, 5, 2), 5);
+	assert_int_equal(wait_one(e, &d, zl_chunk_snap_install(e->s, VOL, id, 1, done_cb, &d)), 0);
+	assert_int_equal(zl_chunk_snap_clones(e->s, VOL, 5, cl, 4), 1);
+	assert_int_equal(cl[0].lo, 1);
+	assert_int_equal(cl[0].hi, 2);
+	assert_int_equal(zl_chunk_snap_id(e->s, VOL, 5, 2), id);
+	assert_int_equal(zl_chunk_snap_id(e->s, VOL, 5, 1), 5); /* (1, 2] holds 2 only */
+	assert_int_equal(snap_rd(e, 5, 2, 0, CS, got), 0);
+	assert_memory_equal(got, c, CS);
+	assert_int_equal(zl_chunk_version(e->s, VOL, id, CS, &ver), 0);
+	assert_int_equal(ver, 77);
+	assert_true(zl_chunk_snap_vol_has(e->s, VOL));
+	assert_false(zl_chunk_snap_vol_has(e->s, VOL + 1));
+	assert_int_equal(zl_chunk_snap_vols(e->s, &vols, &n), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(vols[0], VOL);
+	free(vols);
+	/* The chunk's wseq is at least 2 now: a write at 2 copies nothing
+	 * more, one at 1 is refused. */
+	assert_int_equal(cow_io(e, 5, 0, 4096, c, 2, s2, 1), 0);
+	assert_int_equal(zl_chunk_snap_clones(e->s, VOL, 5, cl, 4), 1);
+	assert_int_equal(cow_io(e, 5, 0, 4096, c, 1, s2, 1), -ZL_ERR_STALE);
+	/* Reopened: the header says it is a clone. */
+	zl_chunk_store_destroy(e->s);
+	env_open(e);
+	assert_int_equal(zl_chunk_snap_clones(e->s, VOL, 5, cl, 4), 1);
+	assert_int_equal(cl[0].lo, 1);
+	assert_int_equal(snap_rd(e, 5, 2, 0, CS, got), 0);
+	assert_memory_equal(got, c, CS);
+	/* Arguments: a live id, lo not below hi. */
+	assert_int_equal(zl_chunk_snap_install(e->s, VOL, 5, 0, done_cb, &d), -ZL_ERR_INVAL);
+	assert_int_equal(zl_chunk_snap_install(e->s, VOL, id, 2, done_cb, &d), -ZL_ERR_INVAL);
+}
+
 /* ---- kill -9 with snapshots ----
  * A child writes and zeroes units of three chunks through copy-on-write
  * with the current snapshot sequence, several at a time; every so often it
@@ -2618,6 +2671,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_scrub_missing, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_foreach_and_args, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_snap_cow, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_snap_install, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_snap_kill9, setup, teardown),
 	};
 	/* The direct path's metadata rounds and crash states. */

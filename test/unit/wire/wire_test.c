@@ -730,8 +730,15 @@ static void test_snap_seq(void **state)
 	assert_hdr_equal(&h, &d);
 	h.snap_seq = 0;
 	expect_reject(&h, -ZL_ERR_PROTO, "sequence 0");
-	/* Only on READ and requests that change data. */
+	/* A CHUNK_PUSH of a clone chunk carries its lo (0 included). */
 	h = valid_req(ZL_OP_CHUNK_PUSH);
+	h.flags |= ZL_WF_SEQ;
+	h.snap_seq = 0;
+	zl_wire_encode(&h, b);
+	assert_int_equal(zl_wire_decode(b, sizeof(b), &d, &why), 0);
+	assert_hdr_equal(&h, &d);
+	/* Only on READ and requests that change data. */
+	h = valid_req(ZL_OP_CHUNK_VERSIONS);
 	h.flags |= ZL_WF_SEQ;
 	expect_reject(&h, -ZL_ERR_PROTO, "changes data");
 	/* Never on a reply: its bytes 8..11 are status and rsvd. */
