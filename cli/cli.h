@@ -129,6 +129,8 @@ void zl_cli_etcd_err(struct zl_cli *cli, const char *what, int rc);
 /* Prints the error for a getopt_long failure (c is '?' or ':', opt is
  * optopt) and returns ZL_CLI_EXIT_USAGE. */
 int zl_cli_opt_error(const char *cmd, int c, int opt, char **argv, int optind_now);
+/* Unix seconds as "2026-01-02T03:04:05Z" ("-" for 0). */
+void zl_cli_fmt_time(int64_t t, char *buf, size_t len);
 /* "42s", "3m05s", "5h02m", "3d04h". */
 void zl_cli_fmt_duration(int64_t sec, char *buf, size_t len);
 
@@ -141,6 +143,13 @@ int zl_cli_top(struct zl_cli *cli, int argc, char **argv);
 int zl_cli_volume_import(struct zl_cli *cli, int argc, char **argv);
 int zl_cli_volume_export(struct zl_cli *cli, int argc, char **argv);
 int zl_cli_volume_serve(struct zl_cli *cli, int argc, char **argv);
+/* zl snapshot create|ls|rm|export (cli_snap.c). */
+int zl_cli_snapshot(struct zl_cli *cli, int argc, char **argv);
+/* zl snapshot export NAME FILE: zl volume export of the snapshot's volume
+ * at its sequence (cli_io.c). */
+int zl_cli_snapshot_export(struct zl_cli *cli, int argc, char **argv);
+/* The snapshots of volume vol_id for zl volume inspect (cli_snap.c). */
+void zl_cli_snapshot_print_vol(struct zl_cli *cli, const char *vol_id);
 /* zl volume scrub / verify (cli_scrub.c). */
 /* zl volume rebalance (cli_rebalance.c). */
 int zl_cli_volume_rebalance(struct zl_cli *cli, int argc, char **argv);

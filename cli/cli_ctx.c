@@ -3,6 +3,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <time.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,6 +238,18 @@ int zl_cli_opt_error(const char *cmd, int c, int opt, char **argv, int optind_no
 	else
 		zl_cli_err("unknown flag '%s' for '%s' (see 'zl %s --help')", arg, cmd, cmd);
 	return ZL_CLI_EXIT_USAGE;
+}
+
+void zl_cli_fmt_time(int64_t t, char *buf, size_t len)
+{
+	time_t tt = (time_t)t;
+	struct tm tm;
+
+	if (!t || !gmtime_r(&tt, &tm)) {
+		snprintf(buf, len, "-");
+		return;
+	}
+	strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
 void zl_cli_fmt_duration(int64_t sec, char *buf, size_t len)

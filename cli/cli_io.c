@@ -1,5 +1,7 @@
 /* zl volume import / export: a file streamed to or from a volume with
- * several asynchronous I/Os in flight, in pieces of 1 MiB by default. */
+ * several asynchronous I/Os in flight, in pieces of 1 MiB by default.
+ * Export also reads a snapshot (zl volume export --snapshot, zl snapshot
+ * export): the volume's chunks as the snapshot's sequence holds them. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -12,6 +14,7 @@
 
 #include "cli.h"
 #include "lib/client/client.h"
+#include "lib/meta/meta.h"
 
 #define XFER_MAX_DEPTH 32
 
@@ -29,6 +32,7 @@ struct cli_xfer {
 	struct zl_vol *v;
 	int fd;
 	bool import;
+	uint32_t snap_seq; /* export of a snapshot: its sequence, else 0 */
 	const char *file, *name;
 	uint64_t total, next_off, done;
 	uint32_t piece, depth;
@@ -130,6 +134,9 @@ static void cli_xfer_pump(struct cli_xfer *x)
 				return;
 			}
 			rc = zl_vol_aio_write(x->v, s->buf, s->off, s->len, 0, cli_xfer_done, s);
+		} else if (x->snap_seq) {
+			rc = zl_vol_aio_read_snap(x->v, x->snap_seq, s->buf, s->off, s->len,
+						  cli_xfer_done, s);
 		} else {
 			rc = zl_vol_aio_read(x->v, s->buf, s->off, s->len, cli_xfer_done, s);
 		}
@@ -155,16 +162,61 @@ static void cli_xfer_progress(const struct cli_xfer *x, uint64_t t0, bool final)
 		sec > 0 ? (double)x->done / (1 << 20) / sec : 0.0, final ? "\n" : "");
 }
 
-static int cli_xfer(struct zl_cli *cli, int argc, char **argv, bool import)
+/* Finds snapshot snap_name for an export; vol_name (optional) must be its
+ * volume. 0 (*out filled) or an exit code after printing. */
+static int cli_xfer_snap(struct zl_cli *cli, const char *snap_name, const char *vol_name,
+			 struct zl_snapshot *out)
+{
+	struct zl_volume v = {0};
+	int rc;
+
+	rc = zl_cli_etcd(cli);
+	if (rc)
+		return rc;
+	rc = zl_meta_snap_lookup(cli->etcd, cli->prefix, snap_name, out);
+	if (rc == -ZL_ERR_NOT_FOUND || rc == -ZL_ERR_INVAL) {
+		zl_cli_err("snapshot '%s' not found (see 'zl snapshot ls')", snap_name);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
+	if (rc) {
+		zl_cli_etcd_err(cli, "cannot read the snapshot record", rc);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
+	if (strcmp(out->state, ZL_SNAP_STATE_READY)) {
+		zl_cli_err("snapshot '%s' is %s, not ready: nothing to export", snap_name,
+			   out->state);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
+	if (!vol_name)
+		return 0;
+	rc = zl_meta_volume_lookup(cli->etcd, cli->prefix, vol_name, &v);
+	if (rc == 0 && strcmp(v.id, out->vol))
+		rc = -ZL_ERR_NOT_FOUND;
+	zl_volume_fini(&v);
+	if (rc) {
+		zl_cli_err("snapshot '%s' is not a snapshot of volume '%s' (it is of %s; see 'zl "
+			   "snapshot ls')",
+			   snap_name, vol_name, out->vol);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
+	return 0;
+}
+
+/* snap: import/export of snapshot `snap` (by name or id); snap_cmd: zl
+ * snapshot export SNAP FILE (the volume is the snapshot's). */
+static int cli_xfer(struct zl_cli *cli, int argc, char **argv, bool import, bool snap_cmd)
 {
 	static const struct option opts[] = {
+	    {"snapshot", required_argument, NULL, 's'},
 	    {"piece", required_argument, NULL, 'p'},
 	    {"depth", required_argument, NULL, 'd'},
 	    {"progress", no_argument, NULL, 'P'},
 	    {"help", no_argument, NULL, 'h'},
 	    {0},
 	};
-	const char *cmd = import ? "volume import" : "volume export";
+	const char *cmd = import ? "volume import" : snap_cmd ? "snapshot export" : "volume export";
+	const char *snap = NULL;
+	struct zl_snapshot sn = {0};
 	struct cli_xfer *x;
 	struct sigaction sa = {.sa_handler = cli_xfer_sig};
 	struct stat st;
@@ -177,8 +229,15 @@ static int cli_xfer(struct zl_cli *cli, int argc, char **argv, bool import)
 
 	optind = 0;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":p:d:Ph", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":s:p:d:Ph", opts, NULL)) != -1) {
 		switch (c) {
+		case 's':
+			if (import || snap_cmd) {
+				zl_cli_err("--snapshot is a flag of 'zl volume export' only");
+				return ZL_CLI_EXIT_USAGE;
+			}
+			snap = optarg;
+			break;
 		case 'p':
 			if (zl_cli_parse_size(optarg, false, &piece) || piece < 4096 ||
 			    piece > (4u << 20)) {
@@ -196,18 +255,28 @@ static int cli_xfer(struct zl_cli *cli, int argc, char **argv, bool import)
 			progress = true;
 			break;
 		case 'h':
-			printf("usage: zl %s NAME FILE [--piece 1M] [--depth 8] [--progress]\n",
-			       cmd);
+			printf("usage: zl %s %s FILE%s [--piece 1M] [--depth 8] [--progress]\n", cmd,
+			       snap_cmd ? "SNAPSHOT" : "NAME",
+			       import || snap_cmd ? "" : " [--snapshot SNAPSHOT]");
 			return 0;
 		default:
 			return zl_cli_opt_error(cmd, c, optopt, argv, optind);
 		}
 	}
 	if (argc - optind != 2) {
-		zl_cli_err("%s (usage: zl %s NAME FILE)",
-			   argc - optind < 2 ? "missing volume name or file" : "too many arguments",
-			   cmd);
+		zl_cli_err("%s (usage: zl %s %s FILE)",
+			   argc - optind < 2 ? (snap_cmd ? "missing snapshot name or file"
+						     : "missing volume name or file")
+					     : "too many arguments",
+			   cmd, snap_cmd ? "SNAPSHOT" : "NAME");
 		return ZL_CLI_EXIT_USAGE;
+	}
+	if (snap_cmd)
+		snap = argv[optind];
+	if (snap) {
+		rc = cli_xfer_snap(cli, snap, snap_cmd ? NULL : argv[optind], &sn);
+		if (rc)
+			return rc;
 	}
 	x = calloc(1, sizeof(*x));
 	if (!x) {
@@ -229,7 +298,11 @@ static int cli_xfer(struct zl_cli *cli, int argc, char **argv, bool import)
 			goto out_free;
 		}
 	}
-	rc = zl_cli_vol_open(cli, x->name, &x->v);
+	if (snap) {
+		x->snap_seq = sn.seq;
+		x->name = snap;
+	}
+	rc = zl_cli_vol_open(cli, snap ? sn.vol : x->name, &x->v);
 	if (rc) {
 		exit_code = rc;
 		goto out_close;
@@ -252,7 +325,7 @@ static int cli_xfer(struct zl_cli *cli, int argc, char **argv, bool import)
 			goto out_vol;
 		}
 	} else {
-		x->total = zl_vol_size(x->v);
+		x->total = snap ? sn.size : zl_vol_size(x->v);
 		x->fd = open(x->file, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
 		if (x->fd < 0) {
 			zl_cli_err("cannot open '%s' for writing: %s", x->file, strerror(errno));
@@ -305,15 +378,19 @@ static int cli_xfer(struct zl_cli *cli, int argc, char **argv, bool import)
 			   x->err == -ENODATA ? "file shrank while reading" : strerror(-x->err));
 		exit_code = ZL_CLI_EXIT_RUNTIME;
 	} else if (x->err) {
-		zl_cli_err("%s of volume '%s' failed at offset %llu: %s (check 'zl status')",
-			   import ? "write" : "read", x->name, (unsigned long long)x->err_off,
-			   zl_strerror(x->err));
+		zl_cli_err("%s of %s '%s' failed at offset %llu: %s (check 'zl status'%s)",
+			   import ? "write" : "read", snap ? "snapshot" : "volume", x->name,
+			   (unsigned long long)x->err_off, zl_strerror(x->err),
+			   x->err == -ZL_ERR_VERSION ? "; the storage daemons must be upgraded "
+						       "to serve snapshots"
+						     : "");
 		exit_code = ZL_CLI_EXIT_RUNTIME;
 	} else {
 		double sec = (double)(zl_now_ns() - t0) / 1e9;
 
-		printf("%s %s %s '%s' in %.2f s (%.1f MiB/s)\n", import ? "imported" : "exported",
-		       zl_format_size(x->total, a, sizeof(a)), import ? "into" : "from", x->name,
+		printf("%s %s %s %s'%s' in %.2f s (%.1f MiB/s)\n",
+		       import ? "imported" : "exported", zl_format_size(x->total, a, sizeof(a)),
+		       import ? "into" : "from", snap ? "snapshot " : "", x->name,
 		       sec, sec > 0 ? (double)x->total / (1 << 20) / sec : 0.0);
 	}
 	signal(SIGINT, SIG_DFL);
@@ -336,10 +413,15 @@ out_free:
 
 int zl_cli_volume_import(struct zl_cli *cli, int argc, char **argv)
 {
-	return cli_xfer(cli, argc, argv, true);
+	return cli_xfer(cli, argc, argv, true, false);
 }
 
 int zl_cli_volume_export(struct zl_cli *cli, int argc, char **argv)
 {
-	return cli_xfer(cli, argc, argv, false);
+	return cli_xfer(cli, argc, argv, false, false);
+}
+
+int zl_cli_snapshot_export(struct zl_cli *cli, int argc, char **argv)
+{
+	return cli_xfer(cli, argc, argv, false, true);
 }

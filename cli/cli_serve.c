@@ -116,6 +116,17 @@ int zl_cli_volume_serve(struct zl_cli *cli, int argc, char **argv)
 		exit_code = rc;
 		goto out_sfd;
 	}
+	/* This process acknowledges the volume's writes: its snapshots are
+	 * taken here (docs/SNAPSHOTS.md §3). */
+	rc = zl_vol_snap_serve(v);
+	if (rc) {
+		zl_cli_err("cannot take the snapshots of volume '%s' (%s): not serving it, as a "
+			   "snapshot taken without this process would not be crash-consistent; "
+			   "check etcd and retry",
+			   name, zl_strerror(rc));
+		exit_code = ZL_CLI_EXIT_RUNTIME;
+		goto out_vol;
+	}
 	s.loop = cli->loop;
 	rc = zl_loop_add(s.loop, &s.sig_h, s.sfd, EPOLLIN, cli_serve_signal, &s);
 	if (rc) {

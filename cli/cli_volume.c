@@ -22,7 +22,7 @@ static const char cli_volume_usage[] =
     "       zl volume inspect NAME\n"
     "       zl volume rm NAME [--force]\n"
     "       zl volume import NAME FILE\n"
-    "       zl volume export NAME FILE\n"
+    "       zl volume export NAME FILE [--snapshot SNAPSHOT]\n"
     "       zl volume serve NAME --nbd unix:PATH|HOST:PORT\n"
     "       zl volume scrub NAME [--json]\n"
     "       zl volume verify NAME [--json]\n"
@@ -263,18 +263,6 @@ static int cli_volume_create(struct zl_cli *cli, int argc, char **argv)
 	return 0;
 }
 
-static void cli_fmt_time(int64_t t, char *buf, size_t len)
-{
-	time_t tt = (time_t)t;
-	struct tm tm;
-
-	if (!t || !gmtime_r(&tt, &tm)) {
-		snprintf(buf, len, "-");
-		return;
-	}
-	strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
 static int cli_volume_ls(struct zl_cli *cli, int argc, char **argv)
 {
 	static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {0}};
@@ -308,7 +296,7 @@ static int cli_volume_ls(struct zl_cli *cli, int argc, char **argv)
 	for (i = 0; i < n; i++) {
 		char sz[32], csz[32], ts[32];
 
-		cli_fmt_time(vols[i].created, ts, sizeof(ts));
+		zl_cli_fmt_time(vols[i].created, ts, sizeof(ts));
 		printf("%-24s %-20s %12s %8u %10s %-9s %s\n", vols[i].name, vols[i].id,
 		       zl_format_size(vols[i].size, sz, sizeof(sz)), vols[i].replicas,
 		       zl_format_size(vols[i].chunk_size, csz, sizeof(csz)), vols[i].state, ts);
@@ -415,7 +403,7 @@ static int cli_volume_inspect(struct zl_cli *cli, int argc, char **argv)
 		zl_cli_etcd_err(cli, "cannot read the volume record", rc);
 		return ZL_CLI_EXIT_RUNTIME;
 	}
-	cli_fmt_time(v.created, ts, sizeof(ts));
+	zl_cli_fmt_time(v.created, ts, sizeof(ts));
 	printf("name        %s\n", v.name);
 	printf("id          %s\n", v.id);
 	printf("size        %s (%llu bytes)\n", zl_format_size(v.size, sz, sizeof(sz)),
@@ -432,6 +420,8 @@ static int cli_volume_inspect(struct zl_cli *cli, int argc, char **argv)
 	printf("state       %s\n", v.state);
 	printf("created     %s\n", ts);
 	printf("params      %s\n", v.params[0] ? v.params : "{}");
+	printf("snap seq    %u\n", v.snap_seq);
+	zl_cli_snapshot_print_vol(cli, v.id);
 	cli_volume_placement(cli, &v);
 	zl_volume_fini(&v);
 	return 0;

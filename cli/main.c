@@ -24,7 +24,8 @@ static const char cli_usage[] =
     "                                  down remove theirs when they return); an attached\n"
     "                                  volume is refused unless --force\n"
     "  volume import NAME FILE         copy FILE into the volume\n"
-    "  volume export NAME FILE         copy the volume into FILE\n"
+    "  volume export NAME FILE [--snapshot SNAP]  copy the volume (or its snapshot\n"
+    "                                  SNAP) into FILE\n"
     "  volume serve NAME --nbd unix:PATH|HOST:PORT   serve over NBD until SIGINT/SIGTERM\n"
     "  volume scrub NAME [--json]      verify every copy of every chunk on the slices'\n"
     "                                  primaries and repair bad or missing ones\n"
@@ -32,6 +33,11 @@ static const char cli_usage[] =
     "                                  print any difference (exit 1 when there is one)\n"
     "  volume rebalance NAME [--no-wait] [--timeout SEC]   move members onto less\n"
     "                                  loaded nodes (a new one) until balanced\n"
+    "  snapshot create VOLUME NAME     crash-consistent snapshot (through the client\n"
+    "                                  serving the volume when one does)\n"
+    "  snapshot ls [VOLUME]            snapshots: name, id, volume, sequence, state\n"
+    "  snapshot rm NAME                delete a snapshot\n"
+    "  snapshot export NAME FILE       copy the snapshot into FILE\n"
     "  bench NAME [--rw randread|randwrite|read|write] [--bs 4k] [--qd 32]\n"
     "             [--seconds 10] [--count N] [--size SIZE] [--json] [--progress]\n"
     "  top [--interval 2] [--count N] [--volumes 20]   live IOPS, MiB/s and latency\n"
@@ -110,6 +116,8 @@ int main(int argc, char **argv)
 		rc = zl_cli_node(&cli, argc - 1, argv + 1);
 	else if (strcmp(cmd, "volume") == 0 || strcmp(cmd, "vol") == 0)
 		rc = zl_cli_volume(&cli, argc - 1, argv + 1);
+	else if (strcmp(cmd, "snapshot") == 0 || strcmp(cmd, "snap") == 0)
+		rc = zl_cli_snapshot(&cli, argc - 1, argv + 1);
 	else if (strcmp(cmd, "bench") == 0)
 		rc = zl_cli_bench(&cli, argc - 1, argv + 1);
 	else if (strcmp(cmd, "top") == 0)

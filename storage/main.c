@@ -153,6 +153,8 @@ int main(int argc, char **argv)
 		rc = zl_storage_ddir_start(st);
 	if (!rc)
 		rc = zl_storage_metrics_start(st);
+	if (!rc)
+		rc = zl_storage_snapgc_start(st, &st->snapgc);
 	if (rc)
 		goto out_fail;
 	rc = zl_storage_server_start(st);
@@ -198,6 +200,7 @@ out_stop:
 	st->worker = NULL;
 	zl_storage_gc_stop(st);
 	zl_storage_tombs_stop(st->tombs);
+	zl_storage_snapgc_stop(st, st->snapgc);
 	/* Runs the loop (operations in flight, the journal's last checkpoint)
 	 * while every module its callbacks reach still exists. */
 	zl_chunk_store_drain(st->chunks);

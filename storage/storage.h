@@ -89,6 +89,7 @@ struct zl_storage_auth;
 struct zl_storage_ord;
 struct zl_storage_ddir;
 struct zl_storage_metrics;
+struct zl_storage_snapgc;
 
 /* What the requests did, counted by the loop thread where each ends
  * (storage_server.c srv_account, srv_reply) in plain counters; the metrics
@@ -135,6 +136,7 @@ struct zl_storage {
 	uint32_t n_conns;  /* connections served now (storage_server.c) */
 	/* Their log lines: accepted ones per transport (TCP, RDMA), refused. */
 	struct zl_ratelimit accept_rl[2], conn_rl;
+	struct zl_ratelimit snap_rl; /* writes refused without a snapshot sequence */
 	bool draining;
 	struct zl_storage_heal *heal; /* NULL with --heal=off */
 	struct zl_storage_scrub *scrub; /* storage_scrub.c */
@@ -152,6 +154,7 @@ struct zl_storage {
 	struct zl_timer held_t;
 	struct zl_storage_status *status; /* NULL with --heal=off */
 	struct zl_storage_gc *gc; /* old copies of moved slices (storage_gc.c) */
+	struct zl_storage_snapgc *snapgc; /* clones of deleted snapshots (storage_snapgc.c) */
 	struct zl_storage_auth *auth; /* storage_auth.c */
 	struct zl_storage_ddir *ddir; /* the data dir watch (storage_ddir.c) */
 	struct zl_storage_reqstats rs;	    /* loop thread only */

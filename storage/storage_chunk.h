@@ -369,9 +369,13 @@ struct zl_chunk_cow {
  * -ZL_ERR_INVAL / -ZL_ERR_RANGE / -errno (cb does not run). */
 int zl_chunk_cow_submit(struct zl_chunk_store *s, struct zl_chunk_cow *w);
 
-/* zl_chunk_read of the chunk as snapshot seq holds it: the clone with the
- * smallest hi such that lo < seq <= hi, else the live chunk. Returns as
- * zl_chunk_read. */
+/* The chunk id holding chunk as snapshot seq (>= 1) holds it: the clone with
+ * the smallest hi such that lo < seq <= hi, else chunk itself (the live
+ * chunk). Memory only. */
+uint64_t zl_chunk_snap_id(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t seq);
+
+/* zl_chunk_read of the chunk as snapshot seq holds it (zl_chunk_snap_id).
+ * Returns as zl_chunk_read. */
 int zl_chunk_snap_read(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk,
 		       uint32_t chunk_size, uint32_t seq, uint32_t off, uint32_t len, void *buf,
 		       zl_chunk_cb cb, void *arg);
@@ -383,6 +387,12 @@ int zl_chunk_snap_read(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk,
  * -ENOMEM. */
 int zl_chunk_snap_gc(struct zl_chunk_store *s, uint64_t vol, const uint32_t *snaps, uint32_t n,
 		     uint32_t *removed, zl_chunk_cb cb, void *arg);
+
+/* Whether this store holds a clone chunk of vol (memory only). */
+bool zl_chunk_snap_vol_has(struct zl_chunk_store *s, uint64_t vol);
+/* The volumes this store holds clone chunks of, ascending, in *out
+ * (malloc'd, NULL when none; the caller frees it). 0 or -ENOMEM. */
+int zl_chunk_snap_vols(struct zl_chunk_store *s, uint64_t **out, uint32_t *n);
 
 /* A clone chunk of a volume chunk: (lo, hi]. */
 struct zl_chunk_clone {

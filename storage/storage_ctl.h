@@ -126,6 +126,16 @@ void zl_storage_gc_stop(struct zl_storage *st);
  * old copies are not removed for a grace period from now. */
 void zl_storage_gc_note_write(struct zl_storage *st, uint64_t vol, uint32_t slice);
 
+/* ---- clone chunks of deleted snapshots (storage_snapgc.c), loop thread ---- */
+struct zl_storage_snapgc;
+/* Hooks the volume cache (st->vols) so that clone chunks no remaining
+ * snapshot needs are removed when a record enters it or loses a snapshot,
+ * and looks up every volume the chunk store holds clones of (start-up
+ * collection). 0 or -ENOMEM. */
+int zl_storage_snapgc_start(struct zl_storage *st, struct zl_storage_snapgc **out);
+/* Unhooks and frees g (before st->vols goes). Accepts NULL. */
+void zl_storage_snapgc_stop(struct zl_storage *st, struct zl_storage_snapgc *g);
+
 /* ---- advertised address (storage_addr.c) ---- */
 
 /* True for 0.0.0.0, :: and [::]. */

@@ -116,6 +116,12 @@ struct zl_storage_vol *zl_storage_vol_cached(struct zl_storage_vols *vc, uint64_
  * newer (mod_rev). */
 void zl_storage_vol_update(struct zl_storage_vols *vc, struct zl_volume *fresh);
 void zl_storage_vol_forget(struct zl_storage_vols *vc, uint64_t num);
+/* fn(arg, record) runs on the loop thread when a record enters the cache
+ * and when a cached record lost a snapshot (its snaps shrank): the clone
+ * chunks the remaining snapshots no longer need may go (storage_snapgc.c).
+ * fn must not change the cache. */
+typedef void (*zl_storage_vols_snaps_fn)(void *arg, const struct zl_volume *v);
+void zl_storage_vols_on_snaps(struct zl_storage_vols *vc, zl_storage_vols_snaps_fn fn, void *arg);
 
 /* ---- forwarding: requests to other storage nodes (storage_fwd.c), loop thread only ---- */
 

@@ -120,6 +120,12 @@ struct storage_req {
 	/* Its disk operation's admission (storage_fair.c): READ, WRITE,
 	 * WRITE_ZEROES, DISCARD and REPL_WRITE. */
 	struct zl_storage_fair_item fair;
+	/* A write carrying ZL_WF_SEQ goes to the chunk store as this
+	 * copy-on-write (srv_write_disk); cow_snap is the one snapshot it
+	 * needs to know of (srv_cow_snap). */
+	struct zl_chunk_cow cow;
+	uint32_t cow_snap;
+	bool cowed;
 	uint8_t small[ZL_WIRE_HELLO_SIZE];
 	uint32_t crcs_small[SRV_CRCS_SMALL];
 };
@@ -301,6 +307,45 @@ static uint64_t srv_fence(struct zl_storage *st, const struct zl_storage_vol *sv
 static int srv_check_role(struct zl_storage *st, const struct zl_wire_hdr *h,
 			  struct zl_storage_vol *sv, const struct zl_slice *s, uint32_t slice);
 
+static bool srv_is_write(uint8_t opcode)
+{
+	return opcode == ZL_OP_WRITE || opcode == ZL_OP_DISCARD || opcode == ZL_OP_WRITE_ZEROES ||
+	       opcode == ZL_OP_REPL_WRITE;
+}
+
+/* The snapshot sequence checks of a write (docs/SNAPSHOTS.md §1-2): one
+ * carrying a sequence above the cached record's waits for the record to be
+ * reloaded (-EINPROGRESS: a snapshot was just taken, and copy-on-write must
+ * see it; a refresh throttled now is asked for again by the recheck), one
+ * without a sequence to a snapshotted volume is refused (-ZL_ERR_SNAPSEQ):
+ * applied, it would change a snapshot's data. */
+static int srv_check_seq(struct zl_storage *st, const struct zl_wire_hdr *h,
+			 struct zl_storage_vol *sv)
+{
+	char vid[ZL_VOL_ID_LEN + 1];
+
+	if (h->flags & ZL_WF_SEQ) {
+		if (h->snap_seq <= sv->v.snap_seq)
+			return 0;
+		zl_storage_vol_refresh(st->vols, sv);
+		return -EINPROGRESS;
+	}
+	if (!sv->v.snap_seq)
+		return 0;
+	if (zl_ratelimit_ok(&st->snap_rl, 1)) {
+		zl_vol_id_format(h->vol_id, vid);
+		ZL_LOG_WARN("storage",
+			    "write refused: vol=%s op=%s snap_seq=%u: the volume has snapshots and "
+			    "the %s sends no snapshot sequence (too old for a snapshotted volume: "
+			    "upgrade it; %u more not logged)",
+			    vid, zl_wire_op_name(h->opcode), sv->v.snap_seq,
+			    h->opcode == ZL_OP_REPL_WRITE ? "primary" : "client",
+			    st->snap_rl.suppressed);
+		st->snap_rl.suppressed = 0;
+	}
+	return -ZL_ERR_SNAPSEQ;
+}
+
 /* Volume, range, version, epoch and role checks of a data request. On
  * success *slice / *ver are the slice and its current version; on failure
  * *ver is the current version when known. */
@@ -337,6 +382,11 @@ static int srv_check(struct zl_storage *st, const struct zl_wire_hdr *h, uint32_
 	*ver = s->version;
 	if (h->slice_ver != s->version)
 		return -ZL_ERR_STALE;
+	if (srv_is_write(h->opcode)) {
+		rc = srv_check_seq(st, h, sv);
+		if (rc)
+			return rc;
+	}
 	/* The attach epoch fences clients; a primary's copy carries none, and an
 	 * operator's read (epoch 0: `zl volume export` of an attached volume)
 	 * changes nothing a fence protects. */
@@ -630,6 +680,10 @@ static void srv_local_done(void *arg, int status)
 	struct storage_req *r = arg;
 
 	zl_storage_fair_done(r->st->fair, &r->fair);
+	/* The chunk store's refusal of a sequence below the chunk's (never a
+	 * slice version's STALE: none reaches the store). */
+	if (r->cowed && status == -ZL_ERR_STALE)
+		status = -ZL_ERR_SNAPSEQ;
 	r->local_err = status;
 	if (status)
 		zl_storage_ddir_io_error(r->st, status);
@@ -948,6 +1002,52 @@ static void srv_exec_io(struct storage_req *r)
 		srv_write_disk(r);
 }
 
+/* The largest snapshot of vol at or below seq (0: none). Copy-on-write of
+ * a write carrying seq needs only it: some snapshot lies in (wseq, seq]
+ * exactly when this one is above wseq. A snapshot at or below seq cannot
+ * appear later (new ones get sequences above the record's snap_seq, which
+ * srv_check_seq made at least seq), so one number stands for the list the
+ * write keeps until it ends. */
+static uint32_t srv_cow_snap(struct zl_storage *st, uint64_t vol, uint32_t seq)
+{
+	struct zl_storage_vol *sv = zl_storage_vol_peek(st->vols, vol);
+	uint32_t best = 0;
+
+	for (uint32_t i = 0; sv && i < sv->v.n_snaps && sv->v.snaps[i] <= seq; i++)
+		best = sv->v.snaps[i];
+	return best;
+}
+
+/* r's write or zeroing through copy-on-write (ZL_WF_SEQ). 0, -ZL_ERR_SNAPSEQ
+ * or the chunk store's error. */
+static int srv_cow_submit(struct storage_req *r)
+{
+	const struct zl_wire_hdr *h = &r->req;
+	struct zl_chunk_cow *w = &r->cow;
+	int rc;
+
+	r->cow_snap = srv_cow_snap(r->st, h->vol_id, h->snap_seq);
+	*w = (struct zl_chunk_cow){
+	    .vol = h->vol_id,
+	    .chunk = h->chunk,
+	    .chunk_size = r->chunk_size,
+	    .off = h->offset,
+	    .len = h->length,
+	    .zero = r->op != ZL_OP_WRITE,
+	    .data = r->op == ZL_OP_WRITE ? r->buf : NULL,
+	    .crcs = r->op == ZL_OP_WRITE ? r->crcs : NULL,
+	    .version = r->dver,
+	    .seq = h->snap_seq,
+	    .snaps = &r->cow_snap,
+	    .n_snaps = r->cow_snap ? 1 : 0,
+	    .cb = srv_local_done,
+	    .arg = r,
+	};
+	r->cowed = true;
+	rc = zl_chunk_cow_submit(r->st->chunks, w);
+	return rc == -ZL_ERR_STALE ? -ZL_ERR_SNAPSEQ : rc;
+}
+
 /* The chunk write (or zeroing) of r and its forwards, once admitted. */
 static void srv_write_disk(struct storage_req *r)
 {
@@ -962,12 +1062,18 @@ static void srv_write_disk(struct storage_req *r)
 		req_reply_free(r, rc, r->seen_ver);
 		return;
 	}
-	if (r->op == ZL_OP_WRITE)
+	if (h->flags & ZL_WF_SEQ)
+		rc = srv_cow_submit(r);
+	else if (r->op == ZL_OP_WRITE)
 		rc = zl_chunk_write_crcs(st->chunks, h->vol_id, h->chunk, r->chunk_size, h->offset,
 					 h->length, r->buf, r->crcs, r->dver, srv_local_done, r);
 	else
 		rc = zl_chunk_zero(st->chunks, h->vol_id, h->chunk, r->chunk_size, h->offset,
 				   h->length, r->dver, srv_local_done, r);
+	if (rc == -ZL_ERR_SNAPSEQ) {
+		req_reply_free(r, rc, r->seen_ver);
+		return;
+	}
 	if (rc) {
 		zl_storage_ddir_io_error(st, rc);
 		req_reply_free(r, zl_storage_ddir_failed(st) ? -ZL_ERR_NOT_INSYNC : rc, r->seen_ver);
@@ -988,6 +1094,9 @@ static void srv_write_disk(struct storage_req *r)
 		bk->hdr.slice_ver = r->seen_ver;
 		bk->hdr.epoch = h->epoch;
 		bk->hdr.aux = r->op;
+		/* Every replica takes the same clone at the same write. */
+		bk->hdr.flags |= h->flags & ZL_WF_SEQ;
+		bk->hdr.snap_seq = h->snap_seq;
 		if (st->heal) {
 			bk->hdr.flags |= ZL_WF_DVER;
 			bk->hdr.subop = r->op;
@@ -1036,9 +1145,13 @@ static void srv_fetch_done(void *arg, int status)
 		}
 		/* The transports we really serve: TCP always, RDMA while its
 		 * listener is up. */
-		zl_xport_hello_encode(
-		    r->small, r->st->cfg.node_id,
-		    ZL_WIRE_CAP_TCP | (r->st->listener_rdma ? ZL_WIRE_CAP_RDMA : 0), NULL);
+		/* ZL_WF_SEQ only when offered: an older client refuses unknown
+		 * caps. */
+		zl_xport_hello_encode(r->small, r->st->cfg.node_id,
+				      ZL_WIRE_CAP_TCP |
+					  (r->st->listener_rdma ? ZL_WIRE_CAP_RDMA : 0) |
+					  (hl.caps & ZL_WIRE_CAP_SNAPSEQ),
+				      NULL);
 		zl_wire_reply_init(&r->req, &rep, 0);
 		rep.payload_len = ZL_WIRE_HELLO_SIZE;
 		if (zl_xport_reply(r->conn, &rep, r->small, ZL_WIRE_HELLO_SIZE, req_sent_cb, r))
@@ -1089,15 +1202,20 @@ static void srv_read_disk(struct storage_req *r)
 {
 	struct zl_storage *st = r->st;
 	const struct zl_wire_hdr *h = &r->req;
+	/* ZL_WF_SEQ: the chunk as that snapshot holds it (a clone chunk, or
+	 * the live one), read and verified like any chunk. */
+	uint64_t id = h->flags & ZL_WF_SEQ
+			  ? zl_chunk_snap_id(st->chunks, h->vol_id, h->chunk, h->snap_seq)
+			  : h->chunk;
 	int rc = 0;
 
 	if (h->flags & ZL_WF_ANY)
 		/* Read before the data: the copy is never labelled newer. */
-		rc = zl_chunk_version(st->chunks, h->vol_id, h->chunk, r->chunk_size, &r->dver);
+		rc = zl_chunk_version(st->chunks, h->vol_id, id, r->chunk_size, &r->dver);
 	r->buf =
 	    rc ? NULL : zl_xport_buf_alloc(st->xport, zl_chunk_read_span(h->offset, h->length));
 	if (!rc)
-		rc = r->buf ? zl_chunk_read_crcs(st->chunks, h->vol_id, h->chunk, r->chunk_size,
+		rc = r->buf ? zl_chunk_read_crcs(st->chunks, h->vol_id, id, r->chunk_size,
 						 h->offset, h->length, r->buf,
 						 srv_crcs(r, h->offset, h->length),
 						 h->flags & ZL_WF_ANY, srv_read_done, r)

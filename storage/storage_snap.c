@@ -465,16 +465,20 @@ int zl_chunk_snap_read(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, u
 		       uint32_t seq, uint32_t off, uint32_t len, void *buf, zl_chunk_cb cb,
 		       void *arg)
 {
-	struct snap_node *x;
-
 	if (!seq || seq > ZL_CHUNK_SEQ_MAX || chunk > ZL_CHUNK_IDX_MASK)
 		return -ZL_ERR_INVAL;
-	x = snap_node_find(zl_chunk_store_snap(s), vol, chunk);
+	return zl_chunk_read(s, vol, zl_chunk_snap_id(s, vol, chunk, seq), chunk_size, off, len,
+			     buf, cb, arg);
+}
+
+uint64_t zl_chunk_snap_id(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t seq)
+{
+	struct snap_node *x = snap_node_find(zl_chunk_store_snap(s), vol, chunk);
+
 	for (uint32_t i = 0; x && i < x->n; i++)
 		if (x->v[i].lo < seq && seq <= x->v[i].hi)
-			return zl_chunk_read(s, vol, zl_chunk_clone_id(chunk, x->v[i].hi),
-					     chunk_size, off, len, buf, cb, arg);
-	return zl_chunk_read(s, vol, chunk, chunk_size, off, len, buf, cb, arg);
+			return zl_chunk_clone_id(chunk, x->v[i].hi);
+	return chunk;
 }
 
 int zl_chunk_snap_gc(struct zl_chunk_store *s, uint64_t vol, const uint32_t *snaps, uint32_t n,
@@ -563,6 +567,53 @@ uint32_t zl_chunk_snap_clones(struct zl_chunk_store *s, uint64_t vol, uint64_t c
 	for (uint32_t i = 0; i < x->n && i < max; i++)
 		out[i] = x->v[i];
 	return x->n;
+}
+
+bool zl_chunk_snap_vol_has(struct zl_chunk_store *s, uint64_t vol)
+{
+	struct zl_chunk_snap *sn = zl_chunk_store_snap(s);
+
+	for (uint32_t b = 0; b < SNAP_BUCKETS; b++)
+		for (struct snap_node *x = sn->b[b]; x; x = x->next)
+			if (x->vol == vol)
+				return true;
+	return false;
+}
+
+static int snap_vol_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+int zl_chunk_snap_vols(struct zl_chunk_store *s, uint64_t **out, uint32_t *n)
+{
+	struct zl_chunk_snap *sn = zl_chunk_store_snap(s);
+	uint32_t cap = 0, k = 0;
+	uint64_t *v;
+
+	*out = NULL;
+	*n = 0;
+	for (uint32_t b = 0; b < SNAP_BUCKETS; b++)
+		for (struct snap_node *x = sn->b[b]; x; x = x->next)
+			cap++;
+	if (!cap)
+		return 0;
+	v = calloc(cap, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (uint32_t b = 0; b < SNAP_BUCKETS; b++)
+		for (struct snap_node *x = sn->b[b]; x; x = x->next)
+			v[k++] = x->vol;
+	qsort(v, cap, sizeof(*v), snap_vol_cmp);
+	k = 0;
+	for (uint32_t i = 0; i < cap; i++)
+		if (!k || v[k - 1] != v[i])
+			v[k++] = v[i];
+	*out = v;
+	*n = k;
+	return 0;
 }
 
 /* ---- lifecycle ---- */

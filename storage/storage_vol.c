@@ -85,6 +85,9 @@ struct zl_storage_vols {
 	struct zl_etcd *letcd;
 	struct zl_worker *loader;
 	bool stopping; /* zl_storage_vols_destroy: answers are dropped */
+	/* Called when a record enters the cache or loses snapshots. */
+	zl_storage_vols_snaps_fn snaps_fn;
+	void *snaps_arg;
 	struct zl_ratelimit warn_rl; /* loader thread */
 };
 
@@ -260,6 +263,8 @@ static void vols_insert(struct zl_storage_vols *vc, struct zl_volume *v)
 	sv->v = *v;
 	memset(v, 0, sizeof(*v));
 	*pp = sv;
+	if (vc->snaps_fn)
+		vc->snaps_fn(vc->snaps_arg, &sv->v);
 }
 
 /* Marks num absent (err) for the negative cache's time. */
@@ -537,18 +542,42 @@ int zl_storage_vol_refresh(struct zl_storage_vols *vc, struct zl_storage_vol *sv
 	return -EINPROGRESS;
 }
 
+/* Whether a snapshot of old is not in fresh (both ascending). */
+static bool vols_snaps_lost(const struct zl_volume *old, const struct zl_volume *fresh)
+{
+	uint32_t j = 0;
+
+	for (uint32_t i = 0; i < old->n_snaps; i++) {
+		while (j < fresh->n_snaps && fresh->snaps[j] < old->snaps[i])
+			j++;
+		if (j == fresh->n_snaps || fresh->snaps[j] != old->snaps[i])
+			return true;
+	}
+	return false;
+}
+
 void zl_storage_vol_update(struct zl_storage_vols *vc, struct zl_volume *fresh)
 {
 	struct zl_storage_vol **pp = vols_slot(vc, fresh->num);
+	bool lost;
 
 	if (!*pp || (*pp)->v.mod_rev >= fresh->mod_rev || !fresh->slices) {
 		zl_volume_fini(fresh);
 		memset(fresh, 0, sizeof(*fresh));
 		return;
 	}
+	lost = vols_snaps_lost(&(*pp)->v, fresh);
 	zl_volume_fini(&(*pp)->v);
 	(*pp)->v = *fresh;
 	memset(fresh, 0, sizeof(*fresh));
+	if (lost && vc->snaps_fn)
+		vc->snaps_fn(vc->snaps_arg, &(*pp)->v);
+}
+
+void zl_storage_vols_on_snaps(struct zl_storage_vols *vc, zl_storage_vols_snaps_fn fn, void *arg)
+{
+	vc->snaps_fn = fn;
+	vc->snaps_arg = arg;
 }
 
 void zl_storage_vol_forget(struct zl_storage_vols *vc, uint64_t num)

@@ -68,6 +68,7 @@ int zl_client_create(struct zl_loop *loop, struct zl_etcd *etcd, const struct zl
 	    o.conns_per_node ? ZL_MIN(o.conns_per_node, CLIENT_MAX_CONNS) : CLIENT_DEFAULT_CONNS;
 	c->epoch = o.epoch;
 	c->cred.epoch = o.epoch;
+	c->cred.caps = ZL_WIRE_CAP_SNAPSEQ; /* we send and read snapshot sequences */
 	if (o.token && *o.token) {
 		if (strlen(o.token) >= sizeof(c->token)) {
 			ZL_LOG_ERR(CLIENT_LOG, "attach token too long (max %zu characters)",

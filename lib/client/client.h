@@ -142,6 +142,33 @@ int zl_vol_aio_flush(struct zl_vol *v, zl_io_cb cb, void *arg);
 int zl_vol_aio_discard(struct zl_vol *v, uint64_t off, uint64_t len, zl_io_cb cb, void *arg);
 int zl_vol_aio_write_zeroes(struct zl_vol *v, uint64_t off, uint64_t len, zl_io_cb cb, void *arg);
 
+/* Snapshots (docs/SNAPSHOTS.md). Every WRITE, DISCARD and WRITE_ZEROES
+ * carries the volume's snapshot sequence (ZL_WF_SEQ) on connections whose
+ * storage named ZL_WIRE_CAP_SNAPSEQ in its HELLO; to storage that did not,
+ * a write of a volume with snapshots fails with -ZL_ERR_VERSION (one error
+ * line says to upgrade the storage). A write answered ZL_ERR_SNAPSEQ (a
+ * snapshot this client has not seen) reloads the volume record and is sent
+ * again with the new sequence, retried like a placement change.
+ *
+ * zl_vol_aio_read_snap reads snapshot seq (struct zl_snapshot.seq, >= 1) of
+ * the volume: READ + ZL_WF_SEQ, split and retried like any read. 0 or the
+ * errors of zl_vol_aio_read, -ZL_ERR_INVAL for seq 0. */
+int zl_vol_aio_read_snap(struct zl_vol *v, uint32_t seq, void *buf, uint64_t off, uint64_t len,
+			 zl_io_cb cb, void *arg);
+int zl_vol_read_snap(struct zl_vol *v, uint32_t seq, void *buf, uint64_t off, uint64_t len);
+/* The sequence v's writes carry now. */
+uint32_t zl_vol_snap_seq(const struct zl_vol *v);
+/* Makes this client the one that takes v's snapshots (docs/SNAPSHOTS.md §3;
+ * zl volume serve, the attach process): puts snapwriters/<vol-id> on a
+ * lease of its own (renewed on the client's worker) and watches
+ * snapreqs/<vol-id>/. For every pending request it runs zl_meta_snap_create
+ * (with the request's id) on the worker, then switches, on the loop, the
+ * sequence every later write carries, and only then answers the request
+ * "done" with the snapshot's sequence ("failed" with an error name when the
+ * transaction failed). Stops at zl_vol_close. Blocking (not from a loop
+ * callback). 0, -ZL_ERR_BUSY (already serving) or an etcd error. */
+int zl_vol_snap_serve(struct zl_vol *v);
+
 /* Blocking wrappers: 0 or a negative error. */
 int zl_vol_read(struct zl_vol *v, void *buf, uint64_t off, uint64_t len);
 int zl_vol_write(struct zl_vol *v, const void *buf, uint64_t off, uint64_t len);

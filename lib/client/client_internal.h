@@ -185,6 +185,9 @@ struct client_conn {
 	struct zl_xport_conn *xc; /* our reference, NULL when IDLE */
 	enum client_conn_state state;
 	bool hello_pending; /* HELLO request callback not yet run */
+	/* The node's HELLO answer named ZL_WIRE_CAP_SNAPSEQ: requests on this
+	 * connection may carry ZL_WF_SEQ. */
+	bool snapseq;
 	struct zl_xport_hello hello;
 };
 
@@ -317,6 +320,10 @@ struct client_sub {
 	uint64_t sent_ver;   /* slice version carried by the request */
 	uint64_t reload_seq; /* vol->reload_seq when sent */
 	uint64_t deadline_ns;
+	/* ZL_WF_SEQ of this send: a write-class op carries the volume's
+	 * sequence (vol->snap_seq when sent), a READ of a snapshot its
+	 * sequence; 0 on a live READ and a FLUSH. */
+	uint32_t seq;
 	struct client_node *node; /* where it went */
 	struct zl_wire_hdr hdr;
 	struct zl_timer timer;
@@ -334,6 +341,7 @@ struct client_io {
 	char *buf;
 	uint64_t off, len;
 	uint64_t split_done;  /* bytes (or, for FLUSH, slices) already split */
+	uint32_t snap;	      /* READ of snapshot `snap` (its sequence); 0 = live */
 	uint32_t outstanding; /* subs not yet done */
 	zl_io_cb cb;
 	void *arg;
@@ -425,7 +433,23 @@ struct zl_vol {
 	bool watch_again;
 	bool watch_retry_on;
 	struct zl_timer watch_retry; /* a reload refused while etcd was failing */
+	/* The snapshot sequence writes carry (docs/SNAPSHOTS.md §3): the
+	 * highest of every record installed and every switch; it never goes
+	 * back (a reload that read the record before a snapshot must not
+	 * undo the switch). */
+	uint32_t snap_seq;
+	bool seq_warned; /* the "storage too old" line is out */
+	/* zl_vol_snap_serve: this client takes the volume's snapshots. */
+	struct client_snapserve *snap;
 };
+
+/* client_snap.c: ends the snapshot switch of v (zl_vol_close): the watch
+ * and the renewal stop, v is forgotten (work still on the worker finds it
+ * gone), and the lease is revoked on the worker. Accepts v->snap NULL. */
+void client_snap_stop(struct zl_vol *v);
+/* client_io.c: the sequence of v's next write is at least seq (the switch;
+ * never lowers it). */
+void client_vol_snap_switch(struct zl_vol *v, uint32_t seq);
 
 /* client_qos.c: per-volume I/O limits on the loop thread. */
 void client_qos_init(struct zl_vol *v);

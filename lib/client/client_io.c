@@ -99,6 +99,7 @@ static int vol_install(struct zl_vol *v, struct zl_volume *fresh, bool refresh)
 	zl_volume_fini(&v->meta);
 	v->meta = *fresh;
 	memset(fresh, 0, sizeof(*fresh));
+	client_vol_snap_switch(v, v->meta.snap_seq);
 	v->reload_seq++;
 	client_qos_apply(v);
 	return vol_bind_nodes(v, refresh);
@@ -456,8 +457,8 @@ static void vol_split_resume(struct zl_vol *v)
 	}
 }
 
-static int vol_submit(struct zl_vol *v, uint8_t op, void *buf, uint64_t off, uint64_t len, bool fua,
-		      zl_io_cb cb, void *arg)
+static int vol_submit_snap(struct zl_vol *v, uint8_t op, uint32_t snap, void *buf, uint64_t off,
+			   uint64_t len, bool fua, zl_io_cb cb, void *arg)
 {
 	struct client_list *l;
 	struct client_io *io;
@@ -486,6 +487,7 @@ static int vol_submit(struct zl_vol *v, uint8_t op, void *buf, uint64_t off, uin
 	io->off = off;
 	io->len = len;
 	io->split_done = 0;
+	io->snap = snap;
 	io->outstanding = 0;
 	io->cb = cb;
 	io->arg = arg;
@@ -496,6 +498,21 @@ static int vol_submit(struct zl_vol *v, uint8_t op, void *buf, uint64_t off, uin
 	if (client_qos_admit(v, io, io->start_ns))
 		client_io_start(io);
 	return 0;
+}
+
+static int vol_submit(struct zl_vol *v, uint8_t op, void *buf, uint64_t off, uint64_t len, bool fua,
+		      zl_io_cb cb, void *arg)
+{
+	return vol_submit_snap(v, op, 0, buf, off, len, fua, cb, arg);
+}
+
+void client_vol_snap_switch(struct zl_vol *v, uint32_t seq)
+{
+	if (seq > v->snap_seq) {
+		ZL_LOG_INFO(CLIENT_LOG, "vol=%s writes carry snapshot sequence %u (was %u)",
+			    v->meta.id, seq, v->snap_seq);
+		v->snap_seq = seq;
+	}
 }
 
 void client_io_start(struct client_io *io)
@@ -584,6 +601,10 @@ static void sub_send(struct client_sub *s)
 	s->hdr.length = s->length;
 	s->hdr.slice_ver = sl->version;
 	s->hdr.epoch = c->epoch;
+	/* The sequence of now: a write resent after a switch (or a SNAPSEQ
+	 * answer and reload) carries the new one. The flag is set per
+	 * connection (client_node.c, conn_seq_set). */
+	s->seq = s->op == ZL_OP_READ ? s->io->snap : s->op == ZL_OP_FLUSH ? 0 : v->snap_seq;
 	rc = n ? client_node_submit(n, s) : -ZL_ERR_CONN;
 	if (rc)
 		client_sub_fail_async(s, rc);
@@ -927,6 +948,21 @@ static void sub_result(struct client_sub *s, int err, uint64_t rep_ver, bool tra
 		sub_done(s, v->fence_err);
 		return;
 	}
+	if (err == -ZL_ERR_VERSION && s->seq) {
+		/* client_node.c found no connection that takes sequences. */
+		if (!v->seq_warned) {
+			v->seq_warned = true;
+			ZL_LOG_ERR(CLIENT_LOG,
+				   "vol=%s has snapshots (sequence %u) but storage node %s does "
+				   "not take snapshot sequences: %s failed with %s; upgrade the "
+				   "storage daemons before writing to (or reading snapshots of) "
+				   "a snapshotted volume",
+				   v->meta.id, s->seq, sub_node_id(s), zl_wire_op_name(s->op),
+				   zl_errname(err));
+		}
+		sub_done(s, err);
+		return;
+	}
 	if (s->any) {
 		sub_result_any(s, err, rep_ver, transport);
 		return;
@@ -1141,6 +1177,7 @@ int zl_vol_open(struct zl_client *c, const char *name_or_id, struct zl_vol **out
 		client_list_add_tail(&v->free_subs, &v->subs[i].link);
 	}
 	v->sel = vol_pick_sel(c, &v->meta);
+	v->snap_seq = v->meta.snap_seq;
 	rc = client_nodes_refresh(c);
 	if (rc)
 		goto out_arrays;
@@ -1194,6 +1231,7 @@ void zl_vol_close(struct zl_vol *v)
 		return;
 	c = v->c;
 	v->closing = true;
+	client_snap_stop(v);
 	vol_watch_stop(v);
 	client_qos_stop(v);
 	zl_loop_defer_cancel(c->loop, &v->reload_defer);
@@ -1306,6 +1344,19 @@ int zl_vol_aio_read(struct zl_vol *v, void *buf, uint64_t off, uint64_t len, zl_
 	return vol_submit(v, ZL_OP_READ, buf, off, len, false, cb, arg);
 }
 
+int zl_vol_aio_read_snap(struct zl_vol *v, uint32_t seq, void *buf, uint64_t off, uint64_t len,
+			 zl_io_cb cb, void *arg)
+{
+	if (seq < 1 || seq > ZL_WIRE_SEQ_MAX)
+		return -ZL_ERR_INVAL;
+	return vol_submit_snap(v, ZL_OP_READ, seq, buf, off, len, false, cb, arg);
+}
+
+uint32_t zl_vol_snap_seq(const struct zl_vol *v)
+{
+	return v->snap_seq;
+}
+
 int zl_vol_aio_write(struct zl_vol *v, const void *buf, uint64_t off, uint64_t len, int fua,
 		     zl_io_cb cb, void *arg)
 {
@@ -1345,7 +1396,8 @@ static void vol_wait_cb(void *arg, int status)
 
 /* Submits (waiting out -ZL_ERR_BUSY) and runs the loop until completion. The
  * I/O itself is bounded (attempts, deadline), so the loop ends. */
-static int vol_run(struct zl_vol *v, uint8_t op, void *buf, uint64_t off, uint64_t len)
+static int vol_run_snap(struct zl_vol *v, uint8_t op, uint32_t snap, void *buf, uint64_t off,
+			uint64_t len)
 {
 	struct vol_wait w = {0};
 	int rc;
@@ -1353,7 +1405,7 @@ static int vol_run(struct zl_vol *v, uint8_t op, void *buf, uint64_t off, uint64
 	if (!v)
 		return -ZL_ERR_INVAL;
 	for (;;) {
-		rc = vol_submit(v, op, buf, off, len, false, vol_wait_cb, &w);
+		rc = vol_submit_snap(v, op, snap, buf, off, len, false, vol_wait_cb, &w);
 		if (rc != -ZL_ERR_BUSY)
 			break;
 		zl_loop_run_once(v->c->loop, 100);
@@ -1363,6 +1415,18 @@ static int vol_run(struct zl_vol *v, uint8_t op, void *buf, uint64_t off, uint64
 	while (!w.done)
 		zl_loop_run_once(v->c->loop, 100);
 	return w.status;
+}
+
+static int vol_run(struct zl_vol *v, uint8_t op, void *buf, uint64_t off, uint64_t len)
+{
+	return vol_run_snap(v, op, 0, buf, off, len);
+}
+
+int zl_vol_read_snap(struct zl_vol *v, uint32_t seq, void *buf, uint64_t off, uint64_t len)
+{
+	if (seq < 1 || seq > ZL_WIRE_SEQ_MAX)
+		return -ZL_ERR_INVAL;
+	return vol_run_snap(v, ZL_OP_READ, seq, buf, off, len);
 }
 
 int zl_vol_read(struct zl_vol *v, void *buf, uint64_t off, uint64_t len)

@@ -354,12 +354,13 @@ static void conn_hello_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 {
 	struct client_conn *cc = arg;
 	struct client_node *n = cc->node;
+	struct zl_wire_hello hl;
 	int err;
 
 	cc->hello_pending = false;
 	if (cc->state != CONN_HELLO)
 		goto out_kick;
-	err = zl_xport_hello_check(&cc->hello, status, rep, n->id, NULL);
+	err = zl_xport_hello_check(&cc->hello, status, rep, n->id, &hl);
 	if (err && !status && rep && rep->status)
 		conn_hello_refused(n, err); /* the node said no: is it final? */
 	if (err) {
@@ -369,6 +370,7 @@ static void conn_hello_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 		goto out_kick;
 	}
 	cc->state = CONN_READY;
+	cc->snapseq = (hl.caps & ZL_WIRE_CAP_SNAPSEQ) != 0;
 	n->tls_err = 0;
 	n->backoff_ms = 0;
 	n->down_until_ns = 0;
@@ -415,8 +417,31 @@ static int conn_open(struct client_conn *cc)
 	return 0;
 }
 
+/* Sets ZL_WF_SEQ of s for connection cc: a write-class op carries its
+ * sequence where the node reads it (docs/SNAPSHOTS.md §1), a snapshot READ
+ * must. False when s cannot go on cc: a snapshot READ, or a write of a
+ * snapshotted volume (s->seq > 0), to a node that does not take sequences
+ * (it would neither preserve the snapshot nor refuse a stale write). */
+static bool conn_seq_set(const struct client_conn *cc, struct client_sub *s)
+{
+	bool seq_op = s->op == ZL_OP_WRITE || s->op == ZL_OP_DISCARD ||
+		      s->op == ZL_OP_WRITE_ZEROES || (s->op == ZL_OP_READ && s->seq);
+
+	s->hdr.flags &= (uint8_t)~ZL_WF_SEQ;
+	s->hdr.snap_seq = 0;
+	if (!seq_op)
+		return true;
+	if (!cc->snapseq)
+		return s->seq == 0;
+	s->hdr.flags |= ZL_WF_SEQ;
+	s->hdr.snap_seq = s->seq;
+	return true;
+}
+
 /* Hands s to a READY connection, round robin. 0, or -ZL_ERR_BUSY when every
- * ready connection is full, -ZL_ERR_CONN when none is ready. */
+ * ready connection is full, -ZL_ERR_CONN when none is ready, -ZL_ERR_VERSION
+ * when every ready one goes to storage that does not take the snapshot
+ * sequence s needs (conn_seq_set). */
 static int node_try_send(struct client_node *n, struct client_sub *s)
 {
 	struct zl_client *c = n->c;
@@ -440,6 +465,11 @@ static int node_try_send(struct client_node *n, struct client_sub *s)
 
 		if (cc->state != CONN_READY)
 			continue;
+		if (!conn_seq_set(cc, s)) {
+			if (result == -ZL_ERR_CONN)
+				result = -ZL_ERR_VERSION;
+			continue;
+		}
 		rc = zl_xport_request(cc->xc, &s->hdr, out, out_len, in, in_cap,
 				      client_sub_reply_cb, s);
 		if (rc == 0) {
@@ -486,8 +516,12 @@ int client_node_submit(struct client_node *n, struct client_sub *s)
 
 	if (n->gone || c->destroying)
 		return -ZL_ERR_CONN;
-	if (client_list_empty(&n->waitq) && node_try_send(n, s) == 0)
-		return 0;
+	if (client_list_empty(&n->waitq)) {
+		int rc = node_try_send(n, s);
+
+		if (rc == 0 || rc == -ZL_ERR_VERSION)
+			return rc;
+	}
 	node_open_idle(n);
 	if (!node_has_live_conn(n))
 		return n->tls_err ? n->tls_err : -ZL_ERR_CONN;
@@ -499,6 +533,7 @@ int client_node_submit(struct client_node *n, struct client_sub *s)
 void client_node_kick(struct client_node *n)
 {
 	struct client_list *l;
+	int rc;
 
 	/* Queued requests whose connections all closed (peer restart, address
 	 * change) get fresh ones first; they fail only if the node is down. */
@@ -510,8 +545,13 @@ void client_node_kick(struct client_node *n)
 		if (n->gone || !node_has_live_conn(n))
 			break;
 		client_list_del(&s->link);
-		if (node_try_send(n, s) == 0)
+		rc = node_try_send(n, s);
+		if (rc == 0)
 			continue;
+		if (rc == -ZL_ERR_VERSION) {
+			client_sub_fail_async(s, rc);
+			continue;
+		}
 		/* No slot now: back to the head; a reply or HELLO kicks again. */
 		s->link.next = n->waitq.next;
 		s->link.prev = &n->waitq;

@@ -84,6 +84,7 @@ enum zl_client_action zl_client_classify(int op, int err, bool transport)
 	case ZL_ERR_NOT_FOUND: /* volume unknown there: the reload tells if it is gone */
 	case ZL_ERR_UNAVAIL:   /* primary could not drop a failed backup */
 	case ZL_ERR_ETCD:
+	case ZL_ERR_SNAPSEQ:   /* a snapshot we have not seen: resend with its sequence */
 		return ZL_CLIENT_ACT_RELOAD;
 	case ZL_ERR_CORRUPT:
 		/* A read found a bad block: another replica has good data. A
@@ -134,6 +135,7 @@ enum zl_client_action zl_client_classify_heal(int op, int err, bool transport)
 	case ZL_ERR_ETCD:
 	case ZL_ERR_CONN:    /* the primary could not reach a backup: it reports */
 	case ZL_ERR_TIMEOUT:
+	case ZL_ERR_SNAPSEQ: /* a snapshot we have not seen: resend with its sequence */
 		return ZL_CLIENT_ACT_RELOAD;
 	case ZL_ERR_BUSY:
 		return ZL_CLIENT_ACT_RETRY;

@@ -11,6 +11,12 @@
  *   <prefix>reports/<vol-id>/<slice>/<reporter-id>/<peer-id>
  *                                  struct zl_report, on the reporter's lease
  *   <prefix>status/<node-id>       struct zl_node_status, on the node's lease
+ *   <prefix>snapshots/<snap-id>    struct zl_snapshot (meta_snap.c)
+ *   <prefix>snapnames/<name>       "<snap-id>"
+ *   <prefix>snapreqs/<vol-id>/<snap-id>  struct zl_snapreq: a snapshot asked of
+ *                                  the volume's writing client
+ *   <prefix>snapwriters/<vol-id>   the id of the client that takes the volume's
+ *                                  snapshots (zl_snapreq), on its lease
  *
  * Records written by 0.1 (no cluster_id/incarnation in node records, no
  * term/states/incarnations/min_size in volume records) decode with the
@@ -587,5 +593,144 @@ int zl_meta_rebalance_list(struct zl_etcd *e, const char *prefix, struct zl_reba
  * (a request put again since stays: -ZL_ERR_CONFLICT). Absent: 0. */
 int zl_meta_rebalance_delete(struct zl_etcd *e, const char *prefix,
 			     const struct zl_rebalance_req *r);
+
+/* ---- snapshots (docs/SNAPSHOTS.md §1, §3; meta_snap.c) ----
+ *
+ * <prefix>snapshots/<snap-id> holds struct zl_snapshot; <prefix>snapnames/
+ * <name> its id (names are unique cluster-wide, like volume names). A
+ * snapshot is created by one transaction that compares the volume record's
+ * mod_revision and writes, together, the record with snap_seq = s = old + 1
+ * and s appended to snaps, the snapshot record (seq s) and its name. */
+
+#define ZL_SNAP_ID_LEN 21 /* "snap-" + 16 hex digits */
+#define ZL_SNAP_STATE_CREATING "creating"
+#define ZL_SNAP_STATE_READY    "ready"
+#define ZL_SNAP_STATE_DELETING "deleting"
+
+struct zl_snapshot {
+	char id[ZL_SNAP_ID_LEN + 3]; /* "snap-" + 16 hex */
+	char name[256];		     /* zl_volume_name_check */
+	char vol[24];		     /* the volume's id */
+	uint32_t seq;		     /* 1..ZL_WIRE_SEQ_MAX: holds the writes below it */
+	uint64_t size;		     /* the volume's size when it was taken */
+	int64_t created;	     /* unix seconds */
+	char state[16];		     /* ZL_SNAP_STATE_* */
+	char group[64];		     /* group snapshot id; "" = none (§5) */
+	int64_t mod_rev;	     /* set by get/list */
+};
+
+/* 0 when s is "snap-" and 16 lowercase hex digits (the form of
+ * zl_meta_snap_id_generate), else -ZL_ERR_INVAL. */
+int zl_meta_snap_id_check(const char *s);
+/* A fresh random snapshot id into out (ZL_SNAP_ID_LEN + 1 bytes). */
+void zl_meta_snap_id_generate(char *out);
+/* Every field but mod_rev: 0 or -ZL_ERR_INVAL with the reason in why
+ * (optional). */
+int zl_meta_snap_check(const struct zl_snapshot *s, char *why, size_t why_len);
+/* JSON codec (fuzzed): to_json NULL for an invalid record or ENOMEM;
+ * from_json fills every field but mod_rev: 0 or -ZL_ERR_INVAL. */
+char *zl_meta_snap_to_json(const struct zl_snapshot *s);
+int zl_meta_snap_from_json(const char *json, size_t len, struct zl_snapshot *s);
+
+/* Takes snapshot `name` of volume vol (id or name) in one transaction (see
+ * above), retried (bounded) while the volume record changes under it. id:
+ * the snapshot id to use (a request's, so a retry finds it), NULL = a fresh
+ * one. Idempotent: a snapshot of that id, or of that name on the same
+ * volume, is returned as it is (*created false). Returns 0 (*out gets the
+ * record), -ZL_ERR_NOT_FOUND (no such volume), -ZL_ERR_EXISTS (the name
+ * belongs to a snapshot of another volume, or the id to another name),
+ * -ZL_ERR_BUSY (the volume is being deleted), -ZL_ERR_RANGE (the volume
+ * holds ZL_META_SNAPS_MAX snapshots, or its sequence is at
+ * ZL_WIRE_SEQ_MAX), -ZL_ERR_INVAL (bad name or id), -ZL_ERR_CONFLICT (it kept
+ * changing) or an etcd error. *vol_out (optional) gets the volume record
+ * as written (or as read when nothing was written; free with
+ * zl_volume_fini). */
+int zl_meta_snap_create(struct zl_etcd *e, const char *prefix, const char *vol, const char *name,
+			const char *id, struct zl_snapshot *out, bool *created,
+			struct zl_volume *vol_out);
+/* By id ("snap-...") or name. 0, -ZL_ERR_NOT_FOUND, -ZL_ERR_INVAL (bad
+ * argument, or a malformed record: logged) or an etcd error. */
+int zl_meta_snap_lookup(struct zl_etcd *e, const char *prefix, const char *name_or_id,
+			struct zl_snapshot *out);
+/* The snapshots of volume vol_id (NULL = of every volume), sorted by volume
+ * and sequence; malformed records skipped with a log line. *out malloc'd
+ * (NULL when none). 0, -ZL_ERR_INVAL, -ENOMEM or an etcd error. */
+int zl_meta_snap_list(struct zl_etcd *e, const char *prefix, const char *vol_id,
+		      struct zl_snapshot **out, size_t *n);
+/* Deletes a snapshot (by id or name): its sequence leaves the volume's
+ * snaps (a compare-and-swap of the volume record, retried bounded), and the
+ * record and its name go in the same transaction. A snapshot whose volume
+ * is gone is just removed. *out (optional) gets the record deleted. 0,
+ * -ZL_ERR_NOT_FOUND, -ZL_ERR_CONFLICT or an etcd error. */
+int zl_meta_snap_delete(struct zl_etcd *e, const char *prefix, const char *name_or_id,
+			struct zl_snapshot *out);
+
+/* A snapshot asked of the client that writes the volume (docs/SNAPSHOTS.md
+ * §3): <prefix>snapreqs/<vol-id>/<snap-id> = {name, state, requested, seq,
+ * error}. The requester puts it "pending"; the client takes the snapshot
+ * (zl_meta_snap_create with the request's id), switches its writes to the
+ * new sequence and sets it "done" with seq (or "failed" with error, a
+ * zl_errname). The requester deletes it once it read the answer. */
+#define ZL_SNAPREQ_PENDING "pending"
+#define ZL_SNAPREQ_DONE	   "done"
+#define ZL_SNAPREQ_FAILED  "failed"
+struct zl_snapreq {
+	char vol[24];		     /* from the key */
+	char id[ZL_SNAP_ID_LEN + 3]; /* from the key */
+	char name[256];
+	char state[16];			    /* ZL_SNAPREQ_* */
+	int64_t requested;		    /* unix seconds */
+	uint32_t seq;			    /* done: the snapshot's sequence, else 0 */
+	char error[ZL_META_ERROR_NAME_MAX]; /* failed: why, else "" */
+	int64_t mod_rev;		    /* set by decode */
+};
+/* JSON codec of the value (fuzzed): to_json writes name, state, requested,
+ * seq and error (NULL for an invalid request or ENOMEM); from_json fills
+ * those and zeroes the rest: 0 or -ZL_ERR_INVAL. */
+char *zl_meta_snapreq_to_json(const struct zl_snapreq *r);
+int zl_meta_snapreq_from_json(const char *json, size_t len, struct zl_snapreq *r);
+/* Every field but mod_rev: 0 or -ZL_ERR_INVAL with the reason in why. */
+int zl_meta_snapreq_check(const struct zl_snapreq *r, char *why, size_t why_len);
+/* Decodes a stored request (key "...snapreqs/<vol>/<snap>" and value, e.g.
+ * of a watch event). 0 or -ZL_ERR_INVAL. */
+int zl_meta_snapreq_from_kv(const struct zl_etcd_kv *kv, struct zl_snapreq *r);
+/* Puts the request; with r->mod_rev > 0 only if the key is still at that
+ * revision (an answer must not bring back a request its requester deleted):
+ * -ZL_ERR_CONFLICT then, also when it is gone. 0, -ZL_ERR_INVAL or an etcd
+ * error. */
+int zl_meta_snapreq_put(struct zl_etcd *e, const char *prefix, const struct zl_snapreq *r);
+/* Reads the request (vol, id) into out. 0, -ZL_ERR_NOT_FOUND, -ZL_ERR_INVAL
+ * or an etcd error. */
+int zl_meta_snapreq_get(struct zl_etcd *e, const char *prefix, const char *vol, const char *id,
+			struct zl_snapreq *out);
+/* Deletes the request (vol, id); absent: 0. */
+int zl_meta_snapreq_delete(struct zl_etcd *e, const char *prefix, const char *vol,
+			   const char *id);
+/* "<prefix>snapreqs/<vol-id>/" into out (to watch it). 0 or -ZL_ERR_INVAL. */
+int zl_meta_snapreq_prefix(char *out, size_t len, const char *prefix, const char *vol_id);
+/* <prefix>snapwriters/<vol-id>: the client that takes vol_id's snapshots
+ * (it watches snapreqs/<vol-id>/), on that client's lease. put: 0 or an etcd
+ * error; get: 0 (client, optional, gets its id), -ZL_ERR_NOT_FOUND (no live
+ * writer: take the snapshot directly) or an etcd error. */
+int zl_meta_snapwriter_put(struct zl_etcd *e, const char *prefix, const char *vol_id,
+			   const char *client, int64_t lease);
+int zl_meta_snapwriter_get(struct zl_etcd *e, const char *prefix, const char *vol_id,
+			   char *client, size_t client_len);
+
+/* Takes snapshot `name` of volume v as a requester (meta_snap_take.c; `zl
+ * snapshot create`, CreateSnapshot): through the client that serves v when
+ * one does (a snapreqs/ request, waited for up to timeout_ms; writer, when
+ * given, gets that client's id, "" when none took part), else by
+ * zl_meta_snap_create here; a
+ * client that goes away before it answers leaves it to the requester, with
+ * the same id. Idempotent by name: a snapshot of that name of v is returned
+ * as it is (*created false). 0 with *out, -ZL_ERR_EXISTS (the name belongs
+ * to a snapshot of another volume), -ZL_ERR_TIMEOUT (the serving client did
+ * not answer in time: asking again finds a snapshot it took late), another
+ * error of zl_meta_snap_create (the client's, when it took it) or an etcd
+ * error. Blocks (polls etcd): never call it on an I/O loop. */
+int zl_meta_snap_take(struct zl_etcd *e, const char *prefix, const struct zl_volume *v,
+		      const char *name, uint32_t timeout_ms, struct zl_snapshot *out,
+		      bool *created, char *writer, size_t writer_len);
 
 #endif

@@ -131,6 +131,8 @@ int zl_xport_hello_send_cred(struct zl_xport_conn *c, struct zl_xport_hello *h,
 
 	if (cred && cred->cluster)
 		caps |= ZL_WIRE_CAP_CLUSTER;
+	if (cred)
+		caps |= cred->caps & ZL_WIRE_CAP_SNAPSEQ;
 	snprintf(h->peer, sizeof(h->peer), "%s", zl_xport_conn_peer(c));
 	zl_xport_hello_encode(h->out, self_id, caps, cred ? cred->token : NULL);
 	memset(&h->hdr, 0, sizeof(h->hdr));

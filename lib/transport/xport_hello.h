@@ -83,6 +83,8 @@ struct zl_xport_cred {
 	uint64_t epoch;
 	const char *token; /* NULL or "" = none; never logged */
 	bool cluster;	   /* sets ZL_WIRE_CAP_CLUSTER */
+	/* Further caps to offer: ZL_WIRE_CAP_SNAPSEQ (other bits ignored). */
+	uint32_t caps;
 };
 
 /* zl_xport_hello_send with credentials (cred NULL = none, epoch 0). */

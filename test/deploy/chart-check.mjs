@@ -10,29 +10,18 @@
 // in pending-flags.txt beside this script, a flag the daemon is known not to
 // accept yet; a listed flag the daemon has since learnt is an error too, so
 // the list only shrinks. Daemons not built are reported and skipped.
-import { createRequire } from "node:module";
 import { readFileSync, existsSync } from "node:fs";
 import { execFileSync } from "node:child_process";
 import path from "node:path";
+import { loadRender, checker } from "./check-lib.mjs";
 
 const [toolsDir, file, shape, buildDir] = process.argv.slice(2);
 if (!toolsDir || !file || !shape) {
 	console.error("usage: node chart-check.mjs TOOLS_DIR RENDERED.yaml SHAPE [BUILD_DIR]");
 	process.exit(2);
 }
-const require = createRequire(path.join(path.resolve(toolsDir), "node_modules", "x.js"));
-const YAML = require("yaml");
-const objs = YAML.parseAllDocuments(readFileSync(file, "utf8")).map((d) => d.toJS()).filter(Boolean);
-
-let failed = 0, passed = 0;
-function check(what, cond, detail = "") {
-	if (cond) {
-		passed++;
-	} else {
-		failed++;
-		console.error(`FAIL ${shape}: ${what}${detail ? ": " + detail : ""}`);
-	}
-}
+const { YAML, objs } = loadRender(toolsDir, file);
+const { check, done } = checker(shape);
 const find = (kind, pred = () => true) => objs.filter((o) => o.kind === kind && pred(o));
 const one = (kind, pred) => find(kind, pred)[0];
 const comp = (c) => (o) => o.metadata?.labels?.["app.kubernetes.io/component"] === c;
@@ -372,5 +361,4 @@ if (buildDir) {
 	}
 }
 
-console.log(`chart-check ${shape}: ${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+done(`chart-check ${shape}`);

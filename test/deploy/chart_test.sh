@@ -7,7 +7,10 @@
 # Kubernetes API schema (k8s-validate.mjs, unknown fields rejected) and the
 # API server's rules beyond it (k8s-api-rules.mjs: names, labels, port names,
 # volume references, probe ports...); the chart's own contract (chart-check.mjs,
-# flags against BUILD_DIR/bin/*); the install NOTES render.
+# flags against BUILD_DIR/bin/*); the install NOTES render. The default shape
+# also renders the monitoring objects (monitoring-check.mjs) and the snapshot
+# objects (snapshot-check.mjs: none by default, the csi-snapshotter sidecar,
+# its RBAC and the VolumeSnapshotClass with snapshots.enabled=true).
 # `selftest` feeds known-bad input to each checker and to the chart's own
 # refusals, and expects each rejected for the reason it was made bad.
 # helm is the one on PATH when it is Helm 3, else the fallback (get-tools.sh).
@@ -247,6 +250,49 @@ if [ "$shape" = selftest ]; then
 		'volumeClaimTemplate data not bound by a Zipline class: .*"zipline" is the default' contract etcdclass tcp-only
 	run mutate etcdzipline 's/storageClassName: "local-path"/storageClassName: "zipline"/'
 	run expect_fail "contract: etcd PVC naming a Zipline class" 'storageClassName "zipline" is a Zipline class' contract etcdzipline tcp-only
+
+	# Snapshots (snapshots.*): the values schema refuses bad values...
+	run expect_fail "values: snapshots.class.deletionPolicy Keep" 'deletionPolicy must be one of .*"Delete", "Retain"' \
+		"$helm" template t "$chart" --set snapshots.enabled=true --set snapshots.class.deletionPolicy=Keep
+	run expect_fail "values: misspelt snapshots.enable" "Additional property enable is not allowed" \
+		"$helm" template t "$chart" --set snapshots.enable=true
+	run expect_fail "values: a snapshot class parameter that is no string" "parameters.x: Invalid type" \
+		"$helm" template t "$chart" --set snapshots.enabled=true --set snapshots.class.parameters.x=5
+	# ... renders what the values ask for ...
+	"$helm" template t "$chart" --set snapshots.enabled=true --set snapshots.class.isDefault=true \
+		--set snapshots.class.deletionPolicy=Retain --set-string snapshots.class.parameters.x=5 \
+		--show-only templates/snapshotclass.yaml > "$work/vsc.yaml" || rc=1
+	run expect_renders "snapshots.class isDefault, Retain, parameters" "$work/vsc.yaml" "" \
+		'    snapshot.storage.kubernetes.io/is-default-class: "true"' "deletionPolicy: Retain" '  x: "5"'
+	if "$helm" template t "$chart" --set snapshots.enabled=true --set snapshots.class.create=false > "$work/noclass.yaml" &&
+		! grep -q "^kind: VolumeSnapshotClass$" "$work/noclass.yaml" && grep -q -- "- name: csi-snapshotter$" "$work/noclass.yaml"; then
+		echo "ok selftest: snapshots.class.create=false: the sidecar, no VolumeSnapshotClass"
+	else
+		echo "FAIL selftest: snapshots.class.create=false" >&2; rc=1
+	fi
+	# ... and snapshot-check.mjs rejects each broken object for its reason.
+	"$helm" template t "$chart" --set snapshots.enabled=true > "$work/good.yaml"
+	snap() { node "$here/snapshot-check.mjs" "$tools" "$work/$1.yaml" "${2:-on}"; }
+	run snap good > /dev/null
+	run mutate vscdriver 's/^driver: zipline.csi.io$/driver: other.csi.io/'
+	run mutate vscpolicy 's/^deletionPolicy: Delete$/deletionPolicy: Keep/'
+	run mutate vscfield 's/^deletionPolicy: Delete$/deletionPolicy: Delete\ndeletionPolcy: Retain/'
+	run mutate snapverb 's/verbs: \[get, list, watch, update, patch\]/verbs: [get, list, watch, create, update, patch]/'
+	run mutate snapstatus '/resources: \[volumesnapshotcontents\/status\]/{n;s/verbs: \[update, patch\]/verbs: [update]/}'
+	run mutate snapsa 's/serviceAccountName: t-zipline-controller$/serviceAccountName: t-zipline-node/'
+	run mutate snapflag '/- name: csi-snapshotter$/,/- name: liveness-probe$/s/--leader-election-namespace=/--leader-election-namespac=/'
+	run mutate snapsock '/- name: csi-snapshotter$/,/- name: liveness-probe$/s/value: \/csi\/csi.sock/value: \/csi\/snap.sock/'
+	run mutate snapimage 's/csi-snapshotter:v8.2.0$/csi-snapshotter:v6.3.0/'
+	run expect_fail "snapshots: class of another driver" "driver is the CSIDriver's name zipline.csi.io: other.csi.io" snap vscdriver
+	run expect_fail "snapshots: deletionPolicy Keep" "deletionPolicy Delete or Retain: Keep" snap vscpolicy
+	run expect_fail "snapshots: unknown class field" "known field deletionPolcy" snap vscfield
+	run expect_fail "snapshots: a verb more" "grants nothing more: extra snapshot.storage.k8s.io/volumesnapshotcontents:create" snap snapverb
+	run expect_fail "snapshots: a verb less" "needs: missing snapshot.storage.k8s.io/volumesnapshotcontents/status:patch" snap snapstatus
+	run expect_fail "snapshots: RBAC bound to another ServiceAccount" "binds the controller's ServiceAccount default/t-zipline-node" snap snapsa
+	run expect_fail "snapshots: misspelt sidecar flag" "flag --leader-election-namespac=default is one it knows" snap snapflag
+	run expect_fail "snapshots: sidecar on another socket" "csi-address is the socket zipline-controller serves: /csi/snap.sock" snap snapsock
+	run expect_fail "snapshots: sidecar image not values.yaml's" "csi-snapshotter image .*: registry.k8s.io/sig-storage/csi-snapshotter:v6.3.0" snap snapimage
+	run expect_fail "snapshots: objects in a render that should have none" "no csi-snapshotter container" snap good off
 	[ "$rc" -eq 0 ] && echo "chart_test selftest: passed"
 	exit "$rc"
 fi
@@ -275,9 +321,32 @@ if [ "$shape" = default ]; then
 		echo "FAIL default: monitoring without storage.metricsPort was not refused" >&2
 		exit 1
 	fi
+	echo "== snapshot objects (none by default; snapshots.enabled=true)"
+	node "$here/snapshot-check.mjs" "$tools" "$work/rendered.yaml" off
+	"$helm" lint --strict "$chart" --set snapshots.enabled=true
+	"$helm" template zipline "$chart" --namespace zipline --set snapshots.enabled=true > "$work/snapshots.yaml"
+	node "$here/snapshot-check.mjs" "$tools" "$work/snapshots.yaml" on "$work/snapshots-core.yaml"
+	# The core kinds of that render (the VolumeSnapshotClass is a CRD kind
+	# k8s-validate has no schema for; snapshot-check validates it).
+	node "$here/k8s-validate.mjs" "$tools" "$work/snapshots-core.yaml"
+	node "$here/k8s-api-rules.mjs" "$tools" "$work/snapshots.yaml"
+	node "$here/chart-check.mjs" "$tools" "$work/snapshots.yaml" default ${build:+"$build"}
+	render_notes "$work/NOTES-snapshots.txt" --set snapshots.enabled=true
+	for want in 'Snapshots: VolumeSnapshotClass "zipline" (deletionPolicy Delete)' \
+		"logs deploy/zipline-controller -c csi-snapshotter"; do
+		if ! grep -qF -- "$want" "$work/NOTES-snapshots.txt"; then
+			echo "FAIL default: NOTES with snapshots.enabled lack '$want':" >&2
+			cat "$work/NOTES-snapshots.txt" >&2
+			exit 1
+		fi
+	done
 fi
 echo "== NOTES ($shape)"
 render_notes "$work/NOTES.txt" "${values[@]}"
+if ! grep -q -- "- name: csi-snapshotter$" "$work/rendered.yaml" && grep -q "csi-snapshotter" "$work/NOTES.txt"; then
+	echo "FAIL $shape: NOTES name csi-snapshotter, which this render does not run" >&2
+	exit 1
+fi
 class="$(sed -n 's/^  storageClassName: //p' "$work/rendered.yaml" | tail -1)"
 for want in "helm test zipline -n zipline --logs" "\"$class\" (replicas" "delete pod zipline-test-write zipline-test-read"; do
 	if ! grep -qF -- "$want" "$work/NOTES.txt"; then

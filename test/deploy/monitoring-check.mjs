@@ -13,29 +13,20 @@
 // under SOURCE_DIR), so a renamed metric cannot leave a rule silently
 // matching nothing. Two more PodMonitors scrape the controller's and the
 // node plugin's pods' "metrics" port. Exit 1 on any failure.
-import { createRequire } from "node:module";
 import { readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
+import { loadRender, checker } from "./check-lib.mjs";
 
 const [toolsDir, file, srcDir, rulesOut] = process.argv.slice(2);
 if (!toolsDir || !file || !srcDir) {
 	console.error("usage: node monitoring-check.mjs TOOLS_DIR RENDERED.yaml SOURCE_DIR");
 	process.exit(2);
 }
-const require = createRequire(path.join(path.resolve(toolsDir), "node_modules", "x.js"));
-const YAML = require("yaml");
-const objs = YAML.parseAllDocuments(readFileSync(file, "utf8")).map((d) => d.toJS()).filter(Boolean);
+const { YAML, objs } = loadRender(toolsDir, file);
 const source = ["storage/storage_metrics.c", "csi-controller/ctrl_metrics.c", "csi-node/node_metrics.c",
 	"lib/etcd/etcd.c", "lib/grpc/grpc_server.c"].map((f) => readFileSync(path.join(srcDir, f), "utf8")).join("\n");
 
-let failed = 0, passed = 0;
-function check(what, cond, detail = "") {
-	if (cond) passed++;
-	else {
-		failed++;
-		console.error(`FAIL monitoring: ${what}${detail ? ": " + detail : ""}`);
-	}
-}
+const { check, done } = checker("monitoring");
 // Every zipline_* name in a PromQL expression is exposed by the daemon (a
 // histogram's _bucket/_sum/_count by its family).
 function namesExposed(where, expr) {
@@ -111,5 +102,4 @@ for (const p of panels) {
 	check(`panel "${p.title}": queries`, (p.targets ?? []).length > 0);
 	for (const t of p.targets ?? []) namesExposed(`panel "${p.title}"`, t.expr ?? "");
 }
-console.log(`monitoring: ${passed} checks passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+done("monitoring");

@@ -1,13 +1,14 @@
 /* e2e_chunk: one raw request to one zipline-storage daemon, bypassing the
  * volume client (which would pick the primary, retry and report):
  *
- *   e2e_chunk HOST PORT read  VOL CHUNK OFF LEN SLICE_VER [any] [OUT]
- *   e2e_chunk HOST PORT write VOL CHUNK OFF SLICE_VER IN WAIT_MS
+ *   e2e_chunk HOST PORT read  VOL CHUNK OFF LEN SLICE_VER [any] [seq=N] [OUT]
+ *   e2e_chunk HOST PORT write VOL CHUNK OFF SLICE_VER IN WAIT_MS [seq=N]
  *
  * VOL is the volume id ("vol-" and 16 hex digits). `read` sends a READ (with
  * ZL_WF_ANY when "any" is given) and writes the data to OUT (optional);
  * `write` sends the bytes of file IN as a WRITE and waits at most WAIT_MS
- * for the answer. Prints one line:
+ * for the answer. "seq=N" sets ZL_WF_SEQ with snapshot sequence N (a read:
+ * the chunk as snapshot N holds it; docs/SNAPSHOTS.md). Prints one line:
  *   status=<OK|error name|none> aux=<reply aux, hex>
  * ("none": no reply within the wait, e.g. a write the primary holds). Exit 0
  * when a line was printed, 1 on a local failure (with the reason). */
@@ -60,8 +61,9 @@ static void close_cb(void *arg, struct zl_xport_conn *c, int reason)
 
 static int usage(void)
 {
-	fprintf(stderr, "usage: e2e_chunk HOST PORT read VOL CHUNK OFF LEN SLICE_VER [any] [OUT]\n"
-			"       e2e_chunk HOST PORT write VOL CHUNK OFF SLICE_VER IN WAIT_MS\n");
+	fprintf(stderr,
+		"usage: e2e_chunk HOST PORT read VOL CHUNK OFF LEN SLICE_VER [any] [seq=N] [OUT]\n"
+		"       e2e_chunk HOST PORT write VOL CHUNK OFF SLICE_VER IN WAIT_MS [seq=N]\n");
 	return 2;
 }
 
@@ -73,6 +75,13 @@ static int vol_num(const char *id, uint64_t *num)
 		return -1;
 	*num = strtoull(id + 4, &end, 16);
 	return *end ? -1 : 0;
+}
+
+/* "seq=N": the request carries snapshot sequence N. */
+static void seq_arg(struct zl_wire_hdr *h, const char *arg)
+{
+	h->flags |= ZL_WF_SEQ;
+	h->snap_seq = (uint32_t)strtoul(arg + 4, NULL, 0);
 }
 
 static uint8_t *file_read(const char *path, uint32_t *len)
@@ -135,13 +144,19 @@ int main(int argc, char **argv)
 		for (int i = 9; i < argc; i++) {
 			if (!strcmp(argv[i], "any"))
 				h.flags |= ZL_WF_ANY;
+			else if (!strncmp(argv[i], "seq=", 4))
+				seq_arg(&h, argv[i]);
 			else
 				out = argv[i];
 		}
 		buf = malloc(h.length ? h.length : 1);
 	} else {
-		if (argc != 10)
+		if (argc != 10 && argc != 11)
 			return usage();
+		if (argc == 11 && strncmp(argv[10], "seq=", 4))
+			return usage();
+		if (argc == 11)
+			seq_arg(&h, argv[10]);
 		h.opcode = ZL_OP_WRITE;
 		h.slice_ver = strtoull(argv[7], NULL, 0);
 		buf = file_read(argv[8], &h.length);

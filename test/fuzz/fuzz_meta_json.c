@@ -1,5 +1,6 @@
 /* libFuzzer target: the etcd record decoders of lib/meta (node, volume,
- * cluster identity, failure report, node status, rebalance request). Anything accepted
+ * cluster identity, failure report, node status, rebalance request, snapshot,
+ * snapshot request). Anything accepted
  * must encode again and decode to the same text (a record the decoder takes
  * but the encoder refuses would be stuck in etcd). */
 #include <stdint.h>
@@ -110,6 +111,42 @@ static void fuzz_rebalance(const char *json, size_t size)
 	free(again);
 }
 
+static void fuzz_snap(const char *json, size_t size)
+{
+	struct zl_snapshot s, q;
+	char *again;
+
+	if (zl_meta_snap_from_json(json, size, &s))
+		return;
+	if (zl_meta_snap_check(&s, NULL, 0))
+		abort();
+	again = zl_meta_snap_to_json(&s);
+	if (!again || zl_meta_snap_from_json(again, strlen(again), &q) || memcmp(&s, &q, sizeof(s)))
+		abort();
+	free(again);
+}
+
+/* The input as a snapshot request's value under a valid key. */
+static void fuzz_snapreq(const char *data, size_t size)
+{
+	char key[] = "/z/snapreqs/vol-0123456789abcdef/snap-0123456789abcdef";
+	struct zl_etcd_kv kv = {.key = key, .value = (char *)data, .value_len = size};
+	struct zl_snapreq r, q;
+	char *again;
+
+	if (zl_meta_snapreq_from_kv(&kv, &r))
+		return;
+	if (zl_meta_snapreq_check(&r, NULL, 0) || strcmp(r.vol, "vol-0123456789abcdef") ||
+	    strcmp(r.id, "snap-0123456789abcdef"))
+		abort();
+	again = zl_meta_snapreq_to_json(&r);
+	if (!again || zl_meta_snapreq_from_json(again, strlen(again), &q) ||
+	    strcmp(q.name, r.name) || strcmp(q.state, r.state) || q.seq != r.seq ||
+	    q.requested != r.requested || strcmp(q.error, r.error))
+		abort();
+	free(again);
+}
+
 /* The input as a report key, and as the value under a valid key. */
 static void fuzz_report_kv(const char *data, size_t size)
 {
@@ -154,5 +191,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	fuzz_report_kv((const char *)data, size);
 	fuzz_status((const char *)data, size);
 	fuzz_rebalance((const char *)data, size);
+	fuzz_snap((const char *)data, size);
+	fuzz_snapreq((const char *)data, size);
 	return 0;
 }

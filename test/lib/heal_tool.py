@@ -33,6 +33,9 @@ reason on stderr when it cannot do its job.
                            + 1 when the primary changes; refuses to leave a
                            row without an in-sync member)
     order VOL SLICE NODE...  the row's members in that order (same rules)
+    snaps VOL SEQ [SNAP...]  the record's snapshot sequence and the snapshots
+                           that exist (snap_seq, snaps; CAS), as taking or
+                           deleting a snapshot leaves them (docs/SNAPSHOTS.md)
     node ID                the incarnation of node ID's record ("-": none)
     get KEY | put KEY VALUE | del KEY   raw keys
     tomb NODE VOL          puts the tombstone <prefix>deletes/NODE/VOL
@@ -137,10 +140,31 @@ def row_order(row, nodes):
     return True
 
 
+def record_cas(e, vol, kv, rec):
+    """Puts rec as vol's record if it is still at kv's revision: True when
+    it was."""
+    key = PREFIX + 'volumes/' + vol
+    txn = {'compare': [{'key': b64(key), 'target': 'MOD', 'result': 'EQUAL',
+                        'mod_revision': kv['mod_revision']}],
+           'success': [{'request_put': {'key': b64(key),
+                                        'value': b64(json.dumps(rec, separators=(',', ':')))}}]}
+    return bool(e.call('/v3/kv/txn', txn).get('succeeded'))
+
+
+def snaps_set(e, vol, seq, snaps):
+    """snaps VOL SEQ [SNAP...] (see the head)."""
+    for _ in range(50):
+        kv, rec = e.volume(vol)
+        rec['snap_seq'] = seq
+        rec['snaps'] = snaps
+        if record_cas(e, vol, kv, rec):
+            return
+    die('snapshot update of %s lost the race 50 times' % vol)
+
+
 def rows_update(e, vol, change):
     """CAS loop: change(rec) edits rows in place and returns the changed
     rows; each gets v + 1, in_sync recomputed, term + 1 on a new primary."""
-    key = PREFIX + 'volumes/' + vol
     for _ in range(50):
         kv, rec = e.volume(vol)
         old = [in_sync(r)[:1] for r in rec['placement']]
@@ -155,11 +179,7 @@ def rows_update(e, vol, change):
             row['v'] += 1
             if row['in_sync'][:1] != old[i]:
                 row['term'] = row.get('term', 1) + 1
-        txn = {'compare': [{'key': b64(key), 'target': 'MOD', 'result': 'EQUAL',
-                            'mod_revision': kv['mod_revision']}],
-               'success': [{'request_put': {'key': b64(key),
-                                            'value': b64(json.dumps(rec, separators=(',', ':')))}}]}
-        if e.call('/v3/kv/txn', txn).get('succeeded'):
+        if record_cas(e, vol, kv, rec):
             return
     die('row update of %s lost the race 50 times' % vol)
 
@@ -289,6 +309,8 @@ def etcd_cmd(url, cmd, args):
     elif cmd == 'order':
         vol, s, nodes = args[0], int(args[1]), args[2:]
         rows_update(e, vol, lambda rec: [s] if row_order(rec['placement'][s], nodes) else [])
+    elif cmd == 'snaps':
+        snaps_set(e, args[0], int(args[1]), [int(x) for x in args[2:]])
     elif cmd == 'node':
         rec = e.get(PREFIX + 'nodes/' + args[0])
         print((rec.get('incarnation') or '-') if rec else '-')

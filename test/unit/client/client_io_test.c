@@ -45,6 +45,12 @@ struct fake_node {
 	int nonprimary_reads; /* reads served while not the slice's primary */
 	int any_reads;	      /* READ + ZL_WF_ANY served */
 	int hellos, reads, writes, flushes, deletes, pings, stales, corrupts, closes, wrong_role;
+	/* Snapshot sequences: the highest applied per chunk (a lower one is
+	 * answered SNAPSEQ), what the last write and read carried (flags &
+	 * ZL_WF_SEQ: seq, else -1), SNAPSEQ answers given. */
+	uint32_t wseq[NCHUNK];
+	int64_t last_write_seq, last_read_seq;
+	int snapseqs;
 };
 
 struct env {
@@ -68,6 +74,7 @@ struct fake_write {
 
 static int test_seq;
 static bool env_legacy; /* the next env_setup opens a legacy_drop client */
+static bool env_nocap;	/* the next env_setup's fakes do not take sequences */
 
 static struct fake_node *fake_by_id(struct env *e, const char *id)
 {
@@ -230,6 +237,7 @@ static void fake_on_request(void *arg, struct zl_xport_conn *c, const struct zl_
 			return;
 		}
 		fn->reads++;
+		fn->last_read_seq = (h->flags & ZL_WF_SEQ) ? (int64_t)h->snap_seq : -1;
 		if (zl_slice_primary(s) != idx)
 			fn->nonprimary_reads++;
 		fake_reply(c, h, 0, s->version, fn->data + h->chunk * CS + h->offset, h->length);
@@ -245,7 +253,10 @@ static void fake_on_request(void *arg, struct zl_xport_conn *c, const struct zl_
 			return;
 		}
 		s = fake_slice(fn, h, &status);
-		if (s && !status && fn->err_left > 0) {
+		if (s && !status && (h->flags & ZL_WF_SEQ) && h->snap_seq < fn->wseq[h->chunk]) {
+			fn->snapseqs++;
+			status = -ZL_ERR_SNAPSEQ;
+		} else if (s && !status && fn->err_left > 0) {
 			fn->err_left--;
 			status = fn->err_status;
 		} else if (s && zl_slice_primary(s) != zl_slice_index_of(s, fn->id)) {
@@ -259,6 +270,9 @@ static void fake_on_request(void *arg, struct zl_xport_conn *c, const struct zl_
 			return;
 		}
 		fn->writes++;
+		fn->last_write_seq = (h->flags & ZL_WF_SEQ) ? (int64_t)h->snap_seq : -1;
+		if ((h->flags & ZL_WF_SEQ) && h->snap_seq > fn->wseq[h->chunk])
+			fn->wseq[h->chunk] = h->snap_seq;
 		if (h->opcode != ZL_OP_WRITE) {
 			fake_apply(fn->env, h, h->opcode, NULL);
 			fake_reply(c, h, 0, s->version, NULL, 0);
@@ -321,7 +335,8 @@ static void fake_start(struct env *e, int i)
 {
 	struct fake_node *fn = &e->nodes[i];
 	struct zl_xport_opts xo = {.kind = ZL_XPORT_TCP};
-	struct zl_wire_hello hl = {.proto_version = ZL_WIRE_VERSION, .caps = 1};
+	struct zl_wire_hello hl = {.proto_version = ZL_WIRE_VERSION,
+				   .caps = ZL_WIRE_CAP_TCP | (env_nocap ? 0 : ZL_WIRE_CAP_SNAPSEQ)};
 
 	fn->env = e;
 	snprintf(fn->id, sizeof(fn->id), "fake-%d", i);
@@ -419,13 +434,23 @@ static int env_setup_legacy(void **state)
 	return rc;
 }
 
+static int env_setup_nocap(void **state)
+{
+	int rc;
+
+	env_nocap = true;
+	rc = env_setup(state);
+	env_nocap = false;
+	return rc;
+}
+
 static int env_teardown(void **state)
 {
 	struct env *e = *state;
 
 	if (!e)
 		return 0;
-	zl_vol_close(e->vol);
+	zl_vol_close(e->vol); /* accepts NULL: a test may have closed it */
 	zl_client_destroy(e->cli);
 	for (int i = 0; i < NNODES; i++) {
 		zl_xport_destroy(e->nodes[i].x);
@@ -1347,6 +1372,162 @@ static void test_volume_delete_attached(void **state)
 			 -ZL_ERR_NOT_FOUND);
 }
 
+/* ---- snapshots ---- */
+
+/* Runs the loop until the client's write sequence is want. */
+static void run_until_seq(struct env *e, uint32_t want)
+{
+	uint64_t deadline = zl_now_ms() + 10000;
+
+	while (zl_vol_snap_seq(e->vol) != want && zl_now_ms() < deadline)
+		zl_loop_run_once(e->loop, 50);
+	assert_int_equal(zl_vol_snap_seq(e->vol), want);
+}
+
+static void snap_take(struct env *e, const char *name, uint32_t want_seq)
+{
+	struct zl_snapshot s;
+
+	assert_int_equal(
+	    zl_meta_snap_create(e->etcd, e->prefix, e->vol_id, name, NULL, &s, NULL, NULL), 0);
+	assert_int_equal(s.seq, want_seq);
+}
+
+/* Writes carry the volume's sequence; a snapshot taken elsewhere reaches the
+ * client through its watch of the record, and the next write carries it. A
+ * READ of a snapshot carries its sequence; a live READ none. */
+static void test_snap_seq_carried(void **state)
+{
+	struct env *e = *state;
+	struct fake_node *p0 = &e->nodes[0]; /* primary of slice 0 (chunk 0) */
+	uint8_t buf[4096], rbuf[4096];
+
+	fill_pattern(buf, sizeof(buf), 11);
+	assert_int_equal(zl_vol_write(e->vol, buf, 0, sizeof(buf)), 0);
+	assert_int_equal(p0->last_write_seq, 0);
+	snap_take(e, "s1", 1);
+	run_until_seq(e, 1);
+	assert_int_equal(zl_vol_write(e->vol, buf, 0, sizeof(buf)), 0);
+	assert_int_equal(p0->last_write_seq, 1);
+	assert_int_equal(zl_vol_write_zeroes(e->vol, 4096, 4096), 0);
+	assert_int_equal(p0->last_write_seq, 1);
+
+	assert_int_equal(zl_vol_read(e->vol, rbuf, 0, sizeof(rbuf)), 0);
+	assert_int_equal(p0->last_read_seq, -1);
+	assert_int_equal(zl_vol_read_snap(e->vol, 1, rbuf, 0, sizeof(rbuf)), 0);
+	assert_int_equal(p0->last_read_seq, 1);
+	assert_memory_equal(rbuf, buf, sizeof(buf));
+	assert_int_equal(zl_vol_read_snap(e->vol, 0, rbuf, 0, sizeof(rbuf)), -ZL_ERR_INVAL);
+	/* A snapshot read spanning chunks is split like any read. */
+	uint8_t *big = malloc(2 * CS);
+	assert_non_null(big);
+	assert_int_equal(zl_vol_read_snap(e->vol, 1, big, CS / 2, 2 * CS), 0);
+	assert_int_equal(e->nodes[1].last_read_seq, 1); /* chunk 1: slice 1 on fake-1 */
+	free(big);
+}
+
+/* A write whose sequence is below the chunk's is answered SNAPSEQ: the
+ * client reloads the record and sends it again with the new sequence. */
+static void test_snapseq_resend(void **state)
+{
+	struct env *e = *state;
+	struct fake_node *p0 = &e->nodes[0];
+	uint8_t buf[4096], rbuf[4096];
+	struct zl_vol_stats st;
+
+	/* The storage has seen sequence 1 on chunk 0 (another client after a
+	 * snapshot) before this client learned of it: the write below is sent
+	 * with 0 before the loop runs the watch. */
+	p0->wseq[0] = 1;
+	snap_take(e, "s1", 1);
+	fill_pattern(buf, sizeof(buf), 12);
+	assert_int_equal(zl_vol_write(e->vol, buf, 100, sizeof(buf)), 0);
+	assert_true(p0->snapseqs >= 1);
+	assert_int_equal(p0->last_write_seq, 1);
+	assert_int_equal(zl_vol_snap_seq(e->vol), 1);
+	zl_vol_get_stats(e->vol, &st);
+	assert_true(st.retries >= 1);
+	assert_int_equal(zl_vol_read(e->vol, rbuf, 100, sizeof(rbuf)), 0);
+	assert_memory_equal(rbuf, buf, sizeof(buf));
+}
+
+/* Storage that does not take sequences: fine for a volume without
+ * snapshots; a write (and a snapshot read) of a snapshotted one fails with
+ * VERSION at once, not after io_timeout. */
+static void test_snap_storage_too_old(void **state)
+{
+	struct env *e = *state;
+	uint8_t buf[4096];
+	uint64_t t0;
+
+	fill_pattern(buf, sizeof(buf), 13);
+	assert_int_equal(zl_vol_write(e->vol, buf, 0, sizeof(buf)), 0);
+	assert_int_equal(e->nodes[0].last_write_seq, -1);
+	snap_take(e, "s1", 1);
+	run_until_seq(e, 1);
+	t0 = zl_now_ms();
+	assert_int_equal(zl_vol_write(e->vol, buf, 0, sizeof(buf)), -ZL_ERR_VERSION);
+	assert_int_equal(zl_vol_read_snap(e->vol, 1, buf, 0, sizeof(buf)), -ZL_ERR_VERSION);
+	assert_true(zl_now_ms() - t0 < 5000);
+	assert_int_equal(zl_vol_read(e->vol, buf, 0, sizeof(buf)), 0);
+}
+
+/* The switch: a serving client takes a requested snapshot, switches its
+ * sequence, and only then answers "done". */
+static void test_snap_serve(void **state)
+{
+	struct env *e = *state;
+	struct zl_snapreq q = {0}, got = {0};
+	struct zl_snapshot s;
+	uint64_t deadline;
+	char client[64];
+	uint8_t buf[4096];
+
+	assert_int_equal(zl_vol_snap_serve(e->vol), 0);
+	assert_int_equal(zl_vol_snap_serve(e->vol), -ZL_ERR_BUSY);
+	assert_int_equal(
+	    zl_meta_snapwriter_get(e->etcd, e->prefix, e->vol_id, client, sizeof(client)), 0);
+	assert_string_equal(client, "unit-client");
+
+	for (uint32_t round = 1; round <= 2; round++) {
+		snprintf(q.vol, sizeof(q.vol), "%s", e->vol_id);
+		zl_meta_snap_id_generate(q.id);
+		snprintf(q.name, sizeof(q.name), "serve-%u", round);
+		snprintf(q.state, sizeof(q.state), "%s", ZL_SNAPREQ_PENDING);
+		q.requested = zl_wall_sec();
+		assert_int_equal(zl_meta_snapreq_put(e->etcd, e->prefix, &q), 0);
+		deadline = zl_now_ms() + 10000;
+		memset(&got, 0, sizeof(got));
+		while (zl_now_ms() < deadline) {
+			zl_loop_run_once(e->loop, 20);
+			assert_int_equal(zl_meta_snapreq_get(e->etcd, e->prefix, q.vol, q.id, &got),
+					 0);
+			if (strcmp(got.state, ZL_SNAPREQ_PENDING))
+				break;
+		}
+		assert_string_equal(got.state, ZL_SNAPREQ_DONE);
+		assert_int_equal(got.seq, round);
+		/* Switched before it answered: no loop turn in between here. */
+		assert_int_equal(zl_vol_snap_seq(e->vol), round);
+		assert_int_equal(zl_meta_snap_lookup(e->etcd, e->prefix, q.name, &s), 0);
+		assert_string_equal(s.id, q.id);
+		assert_int_equal(s.seq, round);
+		fill_pattern(buf, sizeof(buf), round);
+		assert_int_equal(zl_vol_write(e->vol, buf, 0, sizeof(buf)), 0);
+		assert_int_equal(e->nodes[0].last_write_seq, round);
+	}
+
+	/* Closing gives up the snapwriters key (revoked on the worker). */
+	zl_vol_close(e->vol);
+	e->vol = NULL;
+	deadline = zl_now_ms() + 10000;
+	while (zl_meta_snapwriter_get(e->etcd, e->prefix, e->vol_id, NULL, 0) == 0 &&
+	       zl_now_ms() < deadline)
+		zl_loop_run_once(e->loop, 50);
+	assert_int_equal(zl_meta_snapwriter_get(e->etcd, e->prefix, e->vol_id, NULL, 0),
+			 -ZL_ERR_NOT_FOUND);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1369,6 +1550,12 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_qos_limits, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_volume_delete, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_volume_delete_attached, env_setup, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_snap_seq_carried, env_setup, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_snapseq_resend, env_setup, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_snapseq_resend, env_setup_legacy, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_snap_storage_too_old, env_setup_nocap,
+					    env_teardown),
+	    cmocka_unit_test_setup_teardown(test_snap_serve, env_setup, env_teardown),
 	};
 
 	zl_log_init("client_io_test");

@@ -1,0 +1,300 @@
+/* zl snapshot create|ls|rm|export (docs/SNAPSHOTS.md). A snapshot of a
+ * volume some client serves (its snapwriters/ key is live) is asked of that
+ * client, which alone knows which writes it acknowledged (§3); otherwise zl
+ * takes it itself, one etcd transaction (lib/meta/meta_snap.c). */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "lib/etcd/etcd.h"
+#include "lib/meta/meta.h"
+
+#define SNAP_WAIT_DEFAULT_S 30u
+#define SNAP_WAIT_MAX_S	    3600u
+
+static const char cli_snap_usage[] =
+    "usage: zl snapshot create VOLUME NAME [--timeout SEC]\n"
+    "       zl snapshot ls [VOLUME]\n"
+    "       zl snapshot rm NAME\n"
+    "       zl snapshot export NAME FILE [--piece 1M] [--depth 8] [--progress]\n";
+
+/* Prints what a failed create means and what to do; returns the exit code. */
+static int cli_snap_create_err(struct zl_cli *cli, const char *vol, const char *name, int rc)
+{
+	struct zl_snapshot other;
+
+	switch (-rc) {
+	case ZL_ERR_NOT_FOUND:
+		zl_cli_err("volume '%s' not found: no snapshot taken (see 'zl volume ls')", vol);
+		break;
+	case ZL_ERR_EXISTS:
+		if (!zl_meta_snap_lookup(cli->etcd, cli->prefix, name, &other))
+			zl_cli_err("snapshot name '%s' is taken by a snapshot of volume %s: pick "
+				   "another name (or 'zl snapshot rm %s')",
+				   name, other.vol, name);
+		else
+			zl_cli_err("snapshot name '%s' is taken: pick another name", name);
+		break;
+	case ZL_ERR_INVAL:
+		zl_cli_err("bad snapshot name '%s': use 1 to 253 characters of [A-Za-z0-9._-]",
+			   name);
+		return ZL_CLI_EXIT_USAGE;
+	case ZL_ERR_BUSY:
+		zl_cli_err("volume '%s' is being deleted: no snapshot taken", vol);
+		break;
+	case ZL_ERR_RANGE:
+		zl_cli_err("volume '%s' holds the most snapshots it can (%u): delete some with "
+			   "'zl snapshot rm'",
+			   vol, ZL_META_SNAPS_MAX);
+		break;
+	case ZL_ERR_CONFLICT:
+		zl_cli_err("volume '%s' kept changing while the snapshot was taken: run the same "
+			   "command again",
+			   vol);
+		break;
+	default:
+		zl_cli_etcd_err(cli, "cannot take the snapshot", rc);
+	}
+	return ZL_CLI_EXIT_RUNTIME;
+}
+
+static int cli_snap_create(struct zl_cli *cli, int argc, char **argv)
+{
+	static const struct option opts[] = {
+	    {"timeout", required_argument, NULL, 't'},
+	    {"help", no_argument, NULL, 'h'},
+	    {0},
+	};
+	struct zl_volume v = {0};
+	struct zl_snapshot s = {0};
+	char writer[128] = "", ts[32];
+	uint32_t timeout_s = SNAP_WAIT_DEFAULT_S;
+	const char *vol, *name;
+	bool created = true;
+	int c, rc;
+
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":t:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 't':
+			if (zl_cli_parse_u32(optarg, 1, SNAP_WAIT_MAX_S, &timeout_s)) {
+				zl_cli_err("bad --timeout '%s': use 1 to %u seconds", optarg,
+					   SNAP_WAIT_MAX_S);
+				return ZL_CLI_EXIT_USAGE;
+			}
+			break;
+		case 'h':
+			printf("usage: zl snapshot create VOLUME NAME [--timeout SEC]\n"
+			       "  a volume served by a client (zl volume serve, an attach "
+			       "process) is snapshotted\n"
+			       "  through it; --timeout bounds the wait for its answer "
+			       "(default %u s)\n",
+			       SNAP_WAIT_DEFAULT_S);
+			return 0;
+		default:
+			return zl_cli_opt_error("snapshot create", c, optopt, argv, optind);
+		}
+	}
+	if (argc - optind != 2) {
+		zl_cli_err("%s (usage: zl snapshot create VOLUME NAME)",
+			   argc - optind < 2 ? "missing volume or snapshot name"
+					     : "too many arguments");
+		return ZL_CLI_EXIT_USAGE;
+	}
+	vol = argv[optind];
+	name = argv[optind + 1];
+	if (zl_volume_name_check(name))
+		return cli_snap_create_err(cli, vol, name, -ZL_ERR_INVAL);
+	rc = zl_cli_etcd(cli);
+	if (rc)
+		return rc;
+	rc = zl_meta_volume_lookup(cli->etcd, cli->prefix, vol, &v);
+	if (rc)
+		return cli_snap_create_err(cli, vol, name, rc);
+	rc = zl_meta_snap_take(cli->etcd, cli->prefix, &v, name, timeout_s * 1000u, &s, &created,
+			       writer, sizeof(writer));
+	if (rc == -ZL_ERR_TIMEOUT) {
+		zl_cli_err("client %s serving volume '%s' did not take snapshot '%s' within %u s: "
+			   "check that it runs (its log), then run the same command again",
+			   writer, vol, name, timeout_s);
+		rc = ZL_CLI_EXIT_RUNTIME;
+		goto out_vol;
+	}
+	if (rc) {
+		rc = cli_snap_create_err(cli, vol, name, rc);
+		goto out_vol;
+	}
+	zl_cli_fmt_time(s.created, ts, sizeof(ts));
+	printf("%s snapshot '%s' (%s) of volume '%s' at sequence %u%s%s\n",
+	       created ? "created" : "exists:", s.name, s.id, v.name, s.seq,
+	       writer[0] && created ? ", taken by client " : "", writer[0] && created ? writer : "");
+	rc = 0;
+out_vol:
+	zl_volume_fini(&v);
+	return rc;
+}
+
+static void cli_snap_table(const struct zl_snapshot *list, size_t n,
+			   const struct zl_volume *vols, size_t n_vols)
+{
+	printf("%-24s %-22s %-24s %6s %10s %-9s %s\n", "NAME", "ID", "VOLUME", "SEQ", "SIZE",
+	       "STATE", "CREATED");
+	for (size_t i = 0; i < n; i++) {
+		const char *vname = list[i].vol;
+		char sz[32], ts[32];
+
+		for (size_t k = 0; k < n_vols; k++)
+			if (!strcmp(vols[k].id, list[i].vol))
+				vname = vols[k].name;
+		zl_cli_fmt_time(list[i].created, ts, sizeof(ts));
+		printf("%-24s %-22s %-24s %6u %10s %-9s %s\n", list[i].name, list[i].id, vname,
+		       list[i].seq, zl_format_size(list[i].size, sz, sizeof(sz)), list[i].state,
+		       ts);
+	}
+}
+
+static int cli_snap_ls(struct zl_cli *cli, int argc, char **argv)
+{
+	static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {0}};
+	struct zl_snapshot *list = NULL;
+	struct zl_volume *vols = NULL, v = {0};
+	size_t n = 0, n_vols = 0;
+	int c, rc;
+
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		if (c == 'h') {
+			printf("usage: zl snapshot ls [VOLUME]\n");
+			return 0;
+		}
+		return zl_cli_opt_error("snapshot ls", c, optopt, argv, optind);
+	}
+	if (argc - optind > 1) {
+		zl_cli_err("too many arguments (usage: zl snapshot ls [VOLUME])");
+		return ZL_CLI_EXIT_USAGE;
+	}
+	rc = zl_cli_etcd(cli);
+	if (rc)
+		return rc;
+	if (optind < argc) {
+		rc = zl_meta_volume_lookup(cli->etcd, cli->prefix, argv[optind], &v);
+		if (rc == -ZL_ERR_NOT_FOUND || rc == -ZL_ERR_INVAL) {
+			zl_cli_err("volume '%s' not found (see 'zl volume ls')", argv[optind]);
+			return ZL_CLI_EXIT_RUNTIME;
+		}
+		if (rc) {
+			zl_cli_etcd_err(cli, "cannot read the volume record", rc);
+			return ZL_CLI_EXIT_RUNTIME;
+		}
+	}
+	rc = zl_meta_snap_list(cli->etcd, cli->prefix, v.id[0] ? v.id : NULL, &list, &n);
+	if (!rc)
+		rc = zl_meta_volume_list(cli->etcd, cli->prefix, &vols, &n_vols);
+	if (rc) {
+		zl_cli_etcd_err(cli, "cannot list snapshots", rc);
+		rc = ZL_CLI_EXIT_RUNTIME;
+		goto out;
+	}
+	cli_snap_table(list, n, vols, n_vols);
+out:
+	zl_meta_volume_list_free(vols, n_vols);
+	free(list);
+	zl_volume_fini(&v);
+	return rc;
+}
+
+void zl_cli_snapshot_print_vol(struct zl_cli *cli, const char *vol_id)
+{
+	struct zl_snapshot *list = NULL;
+	size_t n = 0;
+	char sz[32], ts[32];
+
+	if (zl_meta_snap_list(cli->etcd, cli->prefix, vol_id, &list, &n)) {
+		printf("snapshots   (cannot be listed: %s)\n", zl_etcd_last_error());
+		return;
+	}
+	printf("snapshots   %zu\n", n);
+	for (size_t i = 0; i < n; i++) {
+		zl_cli_fmt_time(list[i].created, ts, sizeof(ts));
+		printf("  %-24s %-22s seq %-6u %10s %-9s %s\n", list[i].name, list[i].id,
+		       list[i].seq, zl_format_size(list[i].size, sz, sizeof(sz)), list[i].state,
+		       ts);
+	}
+	free(list);
+}
+
+static int cli_snap_rm(struct zl_cli *cli, int argc, char **argv)
+{
+	static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {0}};
+	struct zl_snapshot s;
+	const char *name;
+	int c, rc;
+
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		if (c == 'h') {
+			printf("usage: zl snapshot rm NAME\n");
+			return 0;
+		}
+		return zl_cli_opt_error("snapshot rm", c, optopt, argv, optind);
+	}
+	if (argc - optind != 1) {
+		zl_cli_err("%s (usage: zl snapshot rm NAME)",
+			   argc - optind < 1 ? "missing snapshot name" : "too many arguments");
+		return ZL_CLI_EXIT_USAGE;
+	}
+	name = argv[optind];
+	rc = zl_cli_etcd(cli);
+	if (rc)
+		return rc;
+	rc = zl_meta_snap_delete(cli->etcd, cli->prefix, name, &s);
+	if (rc == -ZL_ERR_NOT_FOUND || rc == -ZL_ERR_INVAL) {
+		zl_cli_err("snapshot '%s' not found (see 'zl snapshot ls')", name);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
+	if (rc == -ZL_ERR_CONFLICT) {
+		zl_cli_err("volume of snapshot '%s' kept changing: run the same command again",
+			   name);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
+	if (rc) {
+		zl_cli_etcd_err(cli, "cannot delete the snapshot", rc);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
+	printf("deleted snapshot '%s' (%s) of volume %s, sequence %u\n", s.name, s.id, s.vol,
+	       s.seq);
+	return 0;
+}
+
+int zl_cli_snapshot(struct zl_cli *cli, int argc, char **argv)
+{
+	const char *sub = argc >= 2 ? argv[1] : NULL;
+
+	if (!sub) {
+		fputs(cli_snap_usage, stderr);
+		zl_cli_err("missing snapshot subcommand (see 'zl snapshot --help')");
+		return ZL_CLI_EXIT_USAGE;
+	}
+	if (!strcmp(sub, "--help") || !strcmp(sub, "-h") || !strcmp(sub, "help")) {
+		fputs(cli_snap_usage, stdout);
+		return 0;
+	}
+	argc--;
+	argv++;
+	if (!strcmp(sub, "create"))
+		return cli_snap_create(cli, argc, argv);
+	if (!strcmp(sub, "ls") || !strcmp(sub, "list"))
+		return cli_snap_ls(cli, argc, argv);
+	if (!strcmp(sub, "rm") || !strcmp(sub, "delete"))
+		return cli_snap_rm(cli, argc, argv);
+	if (!strcmp(sub, "export"))
+		return zl_cli_snapshot_export(cli, argc, argv);
+	zl_cli_err("unknown snapshot subcommand '%s' (see 'zl snapshot --help')", sub);
+	return ZL_CLI_EXIT_USAGE;
+}

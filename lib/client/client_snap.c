@@ -1,0 +1,340 @@
+/* The snapshot switch of the client that writes a volume (docs/SNAPSHOTS.md
+ * §3). Only this client knows which writes it acknowledged, so a snapshot of
+ * a served volume is taken here:
+ *
+ *   notify (watch of snapreqs/<vol>/) -> take (worker: list the pending
+ *   requests, zl_meta_snap_create each) -> switch (loop: vol->snap_seq =
+ *   the new sequence; every write sent from now on carries it) -> answer
+ *   (worker: the requests become "done" with their sequence, or "failed")
+ *
+ * A write acknowledged before the requester asked carried a sequence below
+ * the snapshot's and is in it; a write issued after the requester saw
+ * "done" carries the snapshot's sequence or more and is not. The state
+ * (struct client_snapserve) outlives its volume while a job is on the
+ * worker: a closed volume is only forgotten (ss->v NULL), and the last
+ * job's done frees the state. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_internal.h"
+
+#define SNAP_BATCH	 8     /* requests taken per worker job */
+#define SNAP_LEASE_S	 10    /* TTL of the snapwriters/ key's lease */
+#define SNAP_RENEW_MS	 3000u /* keep-alive period */
+#define SNAP_RANGE_LIMIT 256   /* request keys read per take */
+
+struct snap_item {
+	char id[ZL_SNAP_ID_LEN + 3];
+	char name[256];
+	uint32_t seq; /* rc 0: the snapshot's sequence */
+	int rc;
+};
+
+struct client_snapserve {
+	struct zl_client *c;
+	struct zl_vol *v; /* NULL once the volume closed */
+	char vol_id[24];
+	struct zl_etcd_watch *watch;
+	struct zl_notify notify;
+	bool again; /* requests came while a take or answer ran */
+	struct zl_work take_w, answer_w, renew_w, bye_w;
+	struct zl_timer renew_timer;
+	bool renew_on;
+	int64_t lease; /* the worker's while a job runs */
+	/* take -> answer: the requests of one round */
+	struct snap_item items[SNAP_BATCH];
+	size_t n_items;
+	bool more; /* take left pending requests for another round */
+};
+
+static bool snap_busy(const struct client_snapserve *ss)
+{
+	return ss->take_w.busy || ss->answer_w.busy || ss->renew_w.busy || ss->bye_w.busy;
+}
+
+/* Loop thread: frees ss once its volume closed and no job holds it. */
+static void snap_maybe_free(struct client_snapserve *ss)
+{
+	if (!ss->v && !snap_busy(ss))
+		free(ss);
+}
+
+static void snap_kick(struct client_snapserve *ss);
+
+/* Worker: the pending requests (up to SNAP_BATCH), each taken. */
+static void snap_take_run(struct zl_work *w)
+{
+	struct client_snapserve *ss = ZL_CONTAINER_OF(w, struct client_snapserve, take_w);
+	struct zl_client *c = ss->c;
+	struct zl_etcd_range r = {0};
+	char pfx[512];
+	int rc;
+
+	ss->n_items = 0;
+	ss->more = false;
+	if (zl_meta_snapreq_prefix(pfx, sizeof(pfx), c->prefix, ss->vol_id))
+		return;
+	rc = zl_etcd_range_prefix(c->etcd, pfx, NULL, SNAP_RANGE_LIMIT, &r);
+	if (rc) {
+		ZL_LOG_WARN(CLIENT_LOG,
+			    "cannot list snapshot requests: vol=%s err=%s detail=%s; retried on the "
+			    "next request",
+			    ss->vol_id, zl_errname(rc), zl_etcd_last_error());
+		return;
+	}
+	for (size_t i = 0; i < r.n; i++) {
+		struct zl_snapreq q;
+		struct zl_snapshot s;
+		struct snap_item *it;
+
+		if (zl_meta_snapreq_from_kv(&r.kvs[i], &q) || strcmp(q.state, ZL_SNAPREQ_PENDING))
+			continue;
+		if (ss->n_items == SNAP_BATCH) {
+			ss->more = true;
+			break;
+		}
+		it = &ss->items[ss->n_items++];
+		snprintf(it->id, sizeof(it->id), "%s", q.id);
+		snprintf(it->name, sizeof(it->name), "%s", q.name);
+		it->seq = 0;
+		it->rc = zl_meta_snap_create(c->etcd, c->prefix, ss->vol_id, q.name, q.id, &s, NULL,
+					     NULL);
+		if (!it->rc)
+			it->seq = s.seq;
+	}
+	zl_etcd_range_fini(&r);
+}
+
+/* Worker: "done" or "failed" for each request of the round, unless the
+ * requester gave up and deleted it meanwhile. */
+static void snap_answer_run(struct zl_work *w)
+{
+	struct client_snapserve *ss = ZL_CONTAINER_OF(w, struct client_snapserve, answer_w);
+	struct zl_client *c = ss->c;
+
+	for (size_t i = 0; i < ss->n_items; i++) {
+		const struct snap_item *it = &ss->items[i];
+		struct zl_snapreq q;
+		int rc;
+
+		if (zl_meta_snapreq_get(c->etcd, c->prefix, ss->vol_id, it->id, &q))
+			continue;
+		snprintf(q.state, sizeof(q.state), "%s",
+			 it->rc ? ZL_SNAPREQ_FAILED : ZL_SNAPREQ_DONE);
+		q.seq = it->rc ? 0 : it->seq;
+		snprintf(q.error, sizeof(q.error), "%s", it->rc ? zl_errname(it->rc) : "");
+		rc = zl_meta_snapreq_put(c->etcd, c->prefix, &q); /* at q.mod_rev */
+		if (rc && rc != -ZL_ERR_CONFLICT) /* CONFLICT: the requester gave up */
+			ZL_LOG_ERR(CLIENT_LOG,
+				   "cannot answer snapshot request: vol=%s snap=%s err=%s; the "
+				   "requester times out and retries",
+				   ss->vol_id, it->id, zl_errname(rc));
+	}
+}
+
+static void snap_answer_done(struct zl_work *w)
+{
+	struct client_snapserve *ss = ZL_CONTAINER_OF(w, struct client_snapserve, answer_w);
+
+	if (!ss->v || w->cancelled) {
+		snap_maybe_free(ss);
+		return;
+	}
+	if (ss->again || ss->more) {
+		ss->again = false;
+		snap_kick(ss);
+	}
+}
+
+/* Loop: the switch, then the answers. */
+static void snap_take_done(struct zl_work *w)
+{
+	struct client_snapserve *ss = ZL_CONTAINER_OF(w, struct client_snapserve, take_w);
+
+	if (!ss->v || w->cancelled) {
+		snap_maybe_free(ss);
+		return;
+	}
+	for (size_t i = 0; i < ss->n_items; i++) {
+		const struct snap_item *it = &ss->items[i];
+
+		if (it->rc) {
+			ZL_LOG_ERR(CLIENT_LOG,
+				   "snapshot request failed: vol=%s snap=%s name=%s err=%s (%s)",
+				   ss->vol_id, it->id, it->name, zl_errname(it->rc),
+				   zl_strerror(it->rc));
+			continue;
+		}
+		client_vol_snap_switch(ss->v, it->seq);
+		ZL_LOG_INFO(CLIENT_LOG, "snapshot taken: vol=%s snap=%s name=%s seq=%u", ss->vol_id,
+			    it->id, it->name, it->seq);
+	}
+	if (ss->n_items) {
+		zl_worker_submit(ss->c->worker, &ss->answer_w, snap_answer_run, snap_answer_done);
+		return;
+	}
+	if (ss->again || ss->more) {
+		ss->again = false;
+		snap_kick(ss);
+	}
+}
+
+static void snap_kick(struct client_snapserve *ss)
+{
+	if (!ss->v)
+		return;
+	if (ss->take_w.busy || ss->answer_w.busy) {
+		ss->again = true;
+		return;
+	}
+	if (zl_worker_submit(ss->c->worker, &ss->take_w, snap_take_run, snap_take_done))
+		ss->again = true;
+}
+
+static void snap_notify_cb(void *arg)
+{
+	snap_kick(arg);
+}
+
+/* Watch thread: any change under snapreqs/<vol>/ makes the loop look. */
+static void snap_watch_cb(void *arg, enum zl_etcd_event_type type, const struct zl_etcd_kv *kv)
+{
+	struct client_snapserve *ss = arg;
+
+	(void)kv;
+	if (type == ZL_ETCD_EV_PUT)
+		zl_notify_post(&ss->notify);
+}
+
+/* Worker: one keep-alive; an expired lease is granted again and the key put
+ * on it. */
+static void snap_renew_run(struct zl_work *w)
+{
+	struct client_snapserve *ss = ZL_CONTAINER_OF(w, struct client_snapserve, renew_w);
+	struct zl_client *c = ss->c;
+	int64_t left = 0;
+	int rc;
+
+	rc = zl_etcd_lease_keepalive(c->etcd, ss->lease, &left);
+	if (!rc && left > 0)
+		return;
+	if (rc && rc != -ZL_ERR_NOT_FOUND)
+		return; /* etcd is away: the next round tries again */
+	rc = zl_etcd_lease_grant(c->etcd, SNAP_LEASE_S, &ss->lease);
+	if (!rc)
+		rc = zl_meta_snapwriter_put(c->etcd, c->prefix, ss->vol_id, c->id, ss->lease);
+	if (rc)
+		ZL_LOG_WARN(CLIENT_LOG,
+			    "cannot renew snapwriters key: vol=%s err=%s; until it is back, zl "
+			    "snapshot create takes snapshots without this client's switch",
+			    ss->vol_id, zl_errname(rc));
+	else
+		ZL_LOG_INFO(CLIENT_LOG, "snapwriters key put again: vol=%s lease=%" PRId64,
+			    ss->vol_id, ss->lease);
+}
+
+static void snap_renew_done(struct zl_work *w)
+{
+	snap_maybe_free(ZL_CONTAINER_OF(w, struct client_snapserve, renew_w));
+}
+
+static void snap_renew_timer_cb(void *arg)
+{
+	struct client_snapserve *ss = arg;
+
+	/* A keep-alive still on its way (etcd slow): this round is skipped. */
+	zl_worker_submit(ss->c->worker, &ss->renew_w, snap_renew_run, snap_renew_done);
+}
+
+int zl_vol_snap_serve(struct zl_vol *v)
+{
+	struct zl_client *c;
+	struct client_snapserve *ss;
+	char pfx[512];
+	int rc;
+
+	if (!v || v->closing)
+		return -ZL_ERR_INVAL;
+	if (v->snap)
+		return -ZL_ERR_BUSY;
+	c = v->c;
+	ss = calloc(1, sizeof(*ss));
+	if (!ss)
+		return -ENOMEM;
+	ss->c = c;
+	ss->v = v;
+	snprintf(ss->vol_id, sizeof(ss->vol_id), "%s", v->meta.id);
+	rc = zl_meta_snapreq_prefix(pfx, sizeof(pfx), c->prefix, ss->vol_id);
+	if (rc)
+		goto out_free;
+	rc = zl_notify_init(&ss->notify, c->loop, snap_notify_cb, ss);
+	if (rc)
+		goto out_free;
+	rc = zl_etcd_lease_grant(c->etcd, SNAP_LEASE_S, &ss->lease);
+	if (rc)
+		goto out_notify;
+	rc = zl_meta_snapwriter_put(c->etcd, c->prefix, ss->vol_id, c->id, ss->lease);
+	if (rc)
+		goto out_lease;
+	/* The watch first, then a look at what is pending: a request put in
+	 * between is seen by both, never by neither. */
+	rc = zl_etcd_watch_prefix(c->etcd, pfx, 0, snap_watch_cb, ss, &ss->watch);
+	if (rc)
+		goto out_lease;
+	v->snap = ss;
+	zl_timer_start(c->loop, &ss->renew_timer, SNAP_RENEW_MS, SNAP_RENEW_MS, snap_renew_timer_cb,
+		       ss);
+	ss->renew_on = true;
+	snap_kick(ss);
+	ZL_LOG_INFO(CLIENT_LOG, "taking snapshots of vol=%s: watching %s, client=%s", ss->vol_id,
+		    pfx, c->id);
+	return 0;
+
+out_lease:
+	zl_etcd_lease_revoke(c->etcd, ss->lease);
+out_notify:
+	zl_notify_fini(&ss->notify);
+out_free:
+	ZL_LOG_ERR(CLIENT_LOG,
+		   "cannot take snapshots of vol=%s: err=%s detail=%s; is etcd reachable?",
+		   ss->vol_id, zl_errname(rc), zl_etcd_last_error());
+	free(ss);
+	return rc;
+}
+
+/* Worker: the snapwriters key goes with its lease, so a requester takes the
+ * next snapshot itself at once. */
+static void snap_bye_run(struct zl_work *w)
+{
+	struct client_snapserve *ss = ZL_CONTAINER_OF(w, struct client_snapserve, bye_w);
+
+	zl_etcd_lease_revoke(ss->c->etcd, ss->lease);
+}
+
+static void snap_bye_done(struct zl_work *w)
+{
+	snap_maybe_free(ZL_CONTAINER_OF(w, struct client_snapserve, bye_w));
+}
+
+void client_snap_stop(struct zl_vol *v)
+{
+	struct client_snapserve *ss = v->snap;
+
+	if (!ss)
+		return;
+	v->snap = NULL;
+	ss->v = NULL;
+	zl_etcd_watch_cancel(ss->watch);
+	ss->watch = NULL;
+	zl_notify_fini(&ss->notify);
+	if (ss->renew_on)
+		zl_timer_stop(ss->c->loop, &ss->renew_timer);
+	ss->renew_on = false;
+	/* A keep-alive on its way may grant a new lease after this revoke;
+	 * that one expires by itself. */
+	if (zl_worker_submit(ss->c->worker, &ss->bye_w, snap_bye_run, snap_bye_done))
+		snap_maybe_free(ss);
+}

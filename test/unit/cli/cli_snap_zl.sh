@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# zl snapshot create|ls|rm and zl volume inspect against a real etcd (run
+# under test/lib/with-etcd.sh, which sets ZL_TEST_ETCD), no storage: the
+# snapshot transaction and its errors; a live snapwriters/ key makes create
+# ask that client and, when nobody answers, time out with what to do, leaving
+# no request behind. Usage: cli_snap_zl.sh BUILD_DIR
+set -u
+BUILD=$(cd "$1" && pwd)
+ZL=$BUILD/bin/zl
+[ -x "$ZL" ] || { echo "cli_snap_zl: FAIL: $ZL is not built" >&2; exit 1; }
+[ -n "${ZL_TEST_ETCD:-}" ] || { echo "cli_snap_zl: FAIL: ZL_TEST_ETCD unset: run via test/lib/with-etcd.sh" >&2; exit 1; }
+P=/zl-cli-snap-$$/
+top=$(mktemp -d /tmp/zl-cli-snap.XXXXXX)
+export ETCDCTL_API=3
+ectl() { etcdctl --endpoints="$ZL_TEST_ETCD" "$@"; }
+trap 'ectl del --prefix "$P" >/dev/null; rm -rf "$top"' EXIT
+failures=0
+fail() { echo "cli_snap_zl: FAIL: $*" >&2; failures=$((failures + 1)); }
+
+# run ARGS...: sets rc, out (stdout), err (stderr) of zl ARGS.
+run() {
+	out=$("$ZL" --etcd "$ZL_TEST_ETCD" --etcd-prefix "$P" "$@" 2>"$top/err"); rc=$?
+	err=$(cat "$top/err")
+}
+
+# Three node records (no storage behind them: volume create only places).
+for i in 0 1 2; do
+	ectl put "${P}nodes/n$i" "{\"id\":\"n$i\",\"addr\":\"127.0.0.1\",\"port\":$((7000 + i)),\"rdma_port\":0,\"transports\":\"tcp\",\"domain\":\"\",\"capacity\":1073741824,\"free\":1073741824,\"start_time\":1,\"version\":\"t\"}" >/dev/null
+done
+run volume create va --size 64M || true
+[ "$rc" -eq 0 ] || { echo "cli_snap_zl: FAIL: volume create va: $err" >&2; exit 1; }
+run volume create vb --size 64M
+[ "$rc" -eq 0 ] || { echo "cli_snap_zl: FAIL: volume create vb: $err" >&2; exit 1; }
+
+run snapshot create va s1
+[ "$rc" -eq 0 ] || fail "create s1: exit $rc: $err"
+grep -q "created snapshot 's1' (snap-[0-9a-f]\{16\}) of volume 'va' at sequence 1" <<<"$out" || fail "create s1 said: $out"
+run snapshot create va s1
+[ "$rc" -eq 0 ] || fail "create s1 again: exit $rc: $err"
+grep -q "exists: snapshot 's1'.*sequence 1" <<<"$out" || fail "create s1 again said: $out"
+run snapshot create va s2
+grep -q "at sequence 2" <<<"$out" || fail "create s2 said: $out $err"
+run snapshot create vb s1
+[ "$rc" -eq 1 ] || fail "s1 of another volume: exit $rc"
+grep -q "snapshot name 's1' is taken by a snapshot of volume vol-[0-9a-f]*: pick another name" <<<"$err" || fail "s1 of another volume said: $err"
+run snapshot create nope s3
+[ "$rc" -eq 1 ] || fail "snapshot of a missing volume: exit $rc"
+grep -q "volume 'nope' not found: no snapshot taken" <<<"$err" || fail "missing volume said: $err"
+run snapshot create va 'bad/name'
+[ "$rc" -eq 2 ] || fail "bad name: exit $rc"
+grep -q "bad snapshot name" <<<"$err" || fail "bad name said: $err"
+
+run snapshot ls
+[ "$rc" -eq 0 ] || fail "ls: exit $rc: $err"
+[ "$(grep -c ' va ' <<<"$out")" -eq 2 ] || fail "ls lists two snapshots of va: $out"
+grep -qE '^s2 +snap-[0-9a-f]{16} +va +2 +64(\.0)? ?MiB +ready ' <<<"$out" || fail "ls row of s2: $out"
+run snapshot ls vb
+[ "$(wc -l <<<"$out")" -eq 1 ] || fail "ls vb lists none: $out"
+run snapshot ls nope
+grep -q "volume 'nope' not found" <<<"$err" || fail "ls of a missing volume said: $err"
+run volume inspect va
+grep -q "^snap seq    2" <<<"$out" || fail "inspect: snap seq: $out"
+grep -q "^snapshots   2" <<<"$out" || fail "inspect: snapshots: $out"
+grep -qE '^  s1 +snap-[0-9a-f]{16} +seq 1 ' <<<"$out" || fail "inspect: row of s1: $out"
+
+# A serving client is registered but never answers: create waits --timeout,
+# says what to do, and leaves no request behind.
+vid=$(ectl get --print-value-only "${P}names/va")
+ectl put "${P}snapwriters/$vid" "ghost-client" >/dev/null
+start=$(date +%s)
+run snapshot create va s4 --timeout 2
+[ "$rc" -eq 1 ] || fail "unanswered create: exit $rc"
+grep -q "client ghost-client serving volume 'va' did not take snapshot 's4' within 2 s" <<<"$err" || fail "unanswered create said: $err"
+[ $(($(date +%s) - start)) -le 10 ] || fail "unanswered create took too long"
+[ -z "$(ectl get --prefix --keys-only "${P}snapreqs/")" ] || fail "request left behind"
+run snapshot ls va
+grep -q "^s4 " <<<"$out" && fail "s4 taken without the client"
+# The client goes away while asked: create takes it itself.
+( sleep 1; ectl del "${P}snapwriters/$vid" >/dev/null ) &
+run snapshot create va s4 --timeout 20
+wait
+[ "$rc" -eq 0 ] || fail "create after the client left: exit $rc: $err"
+grep -q "created snapshot 's4'.*sequence 3" <<<"$out" || fail "create after the client left said: $out"
+
+run snapshot rm s1
+[ "$rc" -eq 0 ] || fail "rm s1: exit $rc: $err"
+run snapshot rm s1
+[ "$rc" -eq 1 ] || fail "rm s1 again: exit $rc"
+grep -q "snapshot 's1' not found" <<<"$err" || fail "rm s1 again said: $err"
+run volume inspect va
+grep -q "^snapshots   2" <<<"$out" || fail "inspect after rm: $out"
+run snapshot export nope "$top/x"
+grep -q "snapshot 'nope' not found" <<<"$err" || fail "export of a missing snapshot said: $err"
+run volume export vb "$top/x" --snapshot s2
+grep -q "snapshot 's2' is not a snapshot of volume 'vb'" <<<"$err" || fail "export of another volume's snapshot said: $err"
+
+if [ "$failures" -ne 0 ]; then
+	echo "cli_snap_zl: $failures failure(s)" >&2
+	exit 1
+fi
+echo "cli_snap_zl: PASS"

@@ -1,0 +1,352 @@
+/* lib/meta snapshots (snapshots/, snapnames/, snapreqs/, snapwriters/): the
+ * codecs, and create, lookup, list and delete against a real etcd
+ * (test/lib/with-etcd.sh), concurrent creators included. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "lib/common/common.h"
+#include "lib/meta/meta.h"
+#include "meta_fixture.h"
+
+static void make_snap(struct zl_snapshot *s)
+{
+	memset(s, 0, sizeof(*s));
+	strcpy(s->id, "snap-0123456789abcdef");
+	strcpy(s->name, "s1");
+	strcpy(s->vol, "vol-00000000000000aa");
+	s->seq = 3;
+	s->size = GIB;
+	s->created = 1700000000;
+	strcpy(s->state, "ready");
+}
+
+static void test_codec(void **state)
+{
+	struct zl_snapshot s, q;
+	char *json;
+
+	(void)state;
+	make_snap(&s);
+	json = zl_meta_snap_to_json(&s);
+	assert_non_null(json);
+	assert_string_equal(json, "{\"id\":\"snap-0123456789abcdef\",\"name\":\"s1\","
+				  "\"vol\":\"vol-00000000000000aa\",\"seq\":3,\"size\":1073741824,"
+				  "\"created\":1700000000,\"state\":\"ready\",\"group\":\"\"}");
+	assert_int_equal(zl_meta_snap_from_json(json, strlen(json), &q), 0);
+	assert_memory_equal(&q, &s, sizeof(s));
+	free(json);
+
+	static const char *const bad[] = {
+	    "{}",
+	    /* seq 0 */
+	    "{\"id\":\"snap-0123456789abcdef\",\"name\":\"s1\",\"vol\":\"vol-00000000000000aa\","
+	    "\"seq\":0,\"size\":4096,\"created\":1,\"state\":\"ready\",\"group\":\"\"}",
+	    /* bad state */
+	    "{\"id\":\"snap-0123456789abcdef\",\"name\":\"s1\",\"vol\":\"vol-00000000000000aa\","
+	    "\"seq\":1,\"size\":4096,\"created\":1,\"state\":\"gone\",\"group\":\"\"}",
+	    /* bad id */
+	    "{\"id\":\"snap-0123456789ABCDEF\",\"name\":\"s1\",\"vol\":\"vol-00000000000000aa\","
+	    "\"seq\":1,\"size\":4096,\"created\":1,\"state\":\"ready\",\"group\":\"\"}",
+	    /* size not a multiple of 4096 */
+	    "{\"id\":\"snap-0123456789abcdef\",\"name\":\"s1\",\"vol\":\"vol-00000000000000aa\","
+	    "\"seq\":1,\"size\":4095,\"created\":1,\"state\":\"ready\",\"group\":\"\"}",
+	    /* seq above the wire's */
+	    "{\"id\":\"snap-0123456789abcdef\",\"name\":\"s1\",\"vol\":\"vol-00000000000000aa\","
+	    "\"seq\":16777216,\"size\":4096,\"created\":1,\"state\":\"ready\",\"group\":\"\"}",
+	    /* bad name */
+	    "{\"id\":\"snap-0123456789abcdef\",\"name\":\"a/b\",\"vol\":\"vol-00000000000000aa\","
+	    "\"seq\":1,\"size\":4096,\"created\":1,\"state\":\"ready\",\"group\":\"\"}",
+	};
+	for (size_t i = 0; i < ZL_ARRAY_SIZE(bad); i++)
+		assert_int_equal(zl_meta_snap_from_json(bad[i], strlen(bad[i]), &q),
+				 -ZL_ERR_INVAL);
+	s.seq = 0;
+	assert_null(zl_meta_snap_to_json(&s));
+
+	char id[ZL_SNAP_ID_LEN + 1];
+	zl_meta_snap_id_generate(id);
+	assert_int_equal(zl_meta_snap_id_check(id), 0);
+	assert_int_not_equal(zl_meta_snap_id_check("vol-0123456789abcdef"), 0);
+	assert_int_not_equal(zl_meta_snap_id_check("snap-0123456789abcde"), 0);
+}
+
+static void test_snapreq_codec(void **state)
+{
+	struct zl_snapreq r = {0}, q;
+	struct zl_etcd_kv kv = {0};
+	char key[] = "/z/snapreqs/vol-00000000000000aa/snap-0123456789abcdef";
+	char *json;
+
+	(void)state;
+	strcpy(r.vol, "vol-00000000000000aa");
+	strcpy(r.id, "snap-0123456789abcdef");
+	strcpy(r.name, "s1");
+	strcpy(r.state, "pending");
+	r.requested = 5;
+	json = zl_meta_snapreq_to_json(&r);
+	assert_non_null(json);
+	assert_string_equal(
+	    json, "{\"name\":\"s1\",\"state\":\"pending\",\"requested\":5,\"seq\":0,\"error\":\"\"}");
+	kv.key = key;
+	kv.value = json;
+	kv.value_len = strlen(json);
+	kv.mod_rev = 9;
+	assert_int_equal(zl_meta_snapreq_from_kv(&kv, &q), 0);
+	assert_string_equal(q.vol, r.vol);
+	assert_string_equal(q.id, r.id);
+	assert_int_equal(q.mod_rev, 9);
+	free(json);
+
+	strcpy(r.state, "done"); /* done needs its seq */
+	assert_null(zl_meta_snapreq_to_json(&r));
+	r.seq = 4;
+	json = zl_meta_snapreq_to_json(&r);
+	assert_non_null(json);
+	free(json);
+	strcpy(r.state, "failed"); /* failed needs its error, and no seq */
+	assert_null(zl_meta_snapreq_to_json(&r));
+	r.seq = 0;
+	assert_null(zl_meta_snapreq_to_json(&r));
+	strcpy(r.error, "ZL_ERR_EXISTS");
+	json = zl_meta_snapreq_to_json(&r);
+	assert_non_null(json);
+	kv.value = json;
+	kv.value_len = strlen(json);
+	char badkey[] = "snap-0123456789abcdef";
+	kv.key = badkey;
+	assert_int_equal(zl_meta_snapreq_from_kv(&kv, &q), -ZL_ERR_INVAL);
+	free(json);
+}
+
+static void make_volume(struct fixture *f, const char *name, struct zl_volume *v)
+{
+	struct zl_volume_spec spec = {.name = name, .size = GIB, .replicas = 3};
+	bool created = false;
+
+	assert_int_equal(zl_meta_volume_create(f->e, f->prefix, &spec, v, &created), 0);
+	assert_true(created);
+}
+
+static void test_create_list_delete(void **state)
+{
+	struct fixture *f = *state;
+	struct zl_volume v, w, got;
+	struct zl_snapshot s1, s2, s3, x, *list = NULL;
+	bool created = false;
+	size_t n = 0;
+
+	register_nodes(f, 3);
+	make_volume(f, "va", &v);
+	make_volume(f, "vb", &w);
+
+	assert_int_equal(zl_meta_snap_create(f->e, f->prefix, "nope", "s1", NULL, &s1, &created,
+					     NULL),
+			 -ZL_ERR_NOT_FOUND);
+	assert_int_equal(zl_meta_snap_create(f->e, f->prefix, "va", "bad/name", NULL, &s1,
+					     &created, NULL),
+			 -ZL_ERR_INVAL);
+
+	assert_int_equal(
+	    zl_meta_snap_create(f->e, f->prefix, "va", "s1", NULL, &s1, &created, &got), 0);
+	assert_true(created);
+	assert_int_equal(s1.seq, 1);
+	assert_string_equal(s1.vol, v.id);
+	assert_string_equal(s1.state, "ready");
+	assert_true(s1.size == GIB);
+	assert_int_equal(got.snap_seq, 1);
+	assert_int_equal(got.n_snaps, 1);
+	zl_volume_fini(&got);
+
+	/* Same name, same volume: the same snapshot. Same name, other volume:
+	 * EXISTS. */
+	assert_int_equal(zl_meta_snap_create(f->e, f->prefix, v.id, "s1", NULL, &x, &created,
+					     NULL),
+			 0);
+	assert_false(created);
+	assert_string_equal(x.id, s1.id);
+	assert_int_equal(
+	    zl_meta_snap_create(f->e, f->prefix, "vb", "s1", NULL, &x, &created, NULL),
+	    -ZL_ERR_EXISTS);
+	/* A request's id makes the retry idempotent. */
+	assert_int_equal(
+	    zl_meta_snap_create(f->e, f->prefix, "va", "s2", "snap-00000000000000b2", &s2,
+				&created, NULL),
+	    0);
+	assert_true(created);
+	assert_int_equal(s2.seq, 2);
+	assert_int_equal(
+	    zl_meta_snap_create(f->e, f->prefix, "va", "s2", "snap-00000000000000b2", &x,
+				&created, NULL),
+	    0);
+	assert_false(created);
+	assert_int_equal(x.seq, 2);
+	/* The id of s2 under another name: refused. */
+	assert_int_equal(
+	    zl_meta_snap_create(f->e, f->prefix, "va", "s9", "snap-00000000000000b2", &x,
+				&created, NULL),
+	    -ZL_ERR_EXISTS);
+	assert_int_equal(
+	    zl_meta_snap_create(f->e, f->prefix, "vb", "t1", NULL, &s3, &created, NULL), 0);
+	assert_int_equal(s3.seq, 1);
+
+	assert_int_equal(zl_meta_volume_get(f->e, f->prefix, v.id, &got), 0);
+	assert_int_equal(got.snap_seq, 2);
+	assert_int_equal(got.n_snaps, 2);
+	assert_int_equal(got.snaps[0], 1);
+	assert_int_equal(got.snaps[1], 2);
+	zl_volume_fini(&got);
+
+	assert_int_equal(zl_meta_snap_list(f->e, f->prefix, v.id, &list, &n), 0);
+	assert_int_equal(n, 2);
+	assert_string_equal(list[0].name, "s1");
+	assert_string_equal(list[1].name, "s2");
+	free(list);
+	assert_int_equal(zl_meta_snap_list(f->e, f->prefix, NULL, &list, &n), 0);
+	assert_int_equal(n, 3);
+	free(list);
+
+	assert_int_equal(zl_meta_snap_lookup(f->e, f->prefix, "s2", &x), 0);
+	assert_string_equal(x.id, "snap-00000000000000b2");
+	assert_int_equal(zl_meta_snap_lookup(f->e, f->prefix, s1.id, &x), 0);
+	assert_string_equal(x.name, "s1");
+	assert_int_equal(zl_meta_snap_lookup(f->e, f->prefix, "zz", &x), -ZL_ERR_NOT_FOUND);
+
+	/* Delete: its sequence leaves snaps, the sequence stays. */
+	assert_int_equal(zl_meta_snap_delete(f->e, f->prefix, "s1", &x), 0);
+	assert_string_equal(x.id, s1.id);
+	assert_false(key_exists(f, "snapshots", s1.id));
+	assert_false(key_exists(f, "snapnames", "s1"));
+	assert_int_equal(zl_meta_volume_get(f->e, f->prefix, v.id, &got), 0);
+	assert_int_equal(got.snap_seq, 2);
+	assert_int_equal(got.n_snaps, 1);
+	assert_int_equal(got.snaps[0], 2);
+	zl_volume_fini(&got);
+	assert_int_equal(zl_meta_snap_delete(f->e, f->prefix, "s1", NULL), -ZL_ERR_NOT_FOUND);
+	/* The name is free again; the next snapshot gets sequence 3. */
+	assert_int_equal(
+	    zl_meta_snap_create(f->e, f->prefix, "va", "s1", NULL, &x, &created, NULL), 0);
+	assert_int_equal(x.seq, 3);
+
+	/* A snapshot whose volume is gone is just removed. */
+	assert_int_equal(zl_meta_volume_delete(f->e, f->prefix, &w), 0);
+	assert_int_equal(zl_meta_snap_delete(f->e, f->prefix, "t1", NULL), 0);
+	assert_false(key_exists(f, "snapshots", s3.id));
+	zl_volume_fini(&v);
+	zl_volume_fini(&w);
+}
+
+struct racer {
+	struct fixture *f;
+	int idx;
+	int rc;
+	uint32_t seq;
+};
+
+static void *race_run(void *arg)
+{
+	struct racer *r = arg;
+	struct zl_etcd *e = new_client();
+	struct zl_snapshot s;
+	char name[32];
+
+	snprintf(name, sizeof(name), "r%d", r->idx);
+	r->rc = e ? zl_meta_snap_create(e, r->f->prefix, "vr", name, NULL, &s, NULL, NULL) : -1;
+	if (!r->rc)
+		r->seq = s.seq;
+	zl_etcd_destroy(e);
+	return NULL;
+}
+
+/* Concurrent creators on one volume: every one gets its own sequence, and
+ * the record lists them all. */
+static void test_concurrent(void **state)
+{
+	struct fixture *f = *state;
+	struct racer r[6];
+	pthread_t t[6];
+	struct zl_volume v;
+	uint32_t seen = 0;
+
+	register_nodes(f, 3);
+	make_volume(f, "vr", &v);
+	zl_volume_fini(&v);
+	for (int i = 0; i < 6; i++) {
+		r[i] = (struct racer){.f = f, .idx = i};
+		assert_int_equal(pthread_create(&t[i], NULL, race_run, &r[i]), 0);
+	}
+	for (int i = 0; i < 6; i++) {
+		pthread_join(t[i], NULL);
+		assert_int_equal(r[i].rc, 0);
+		assert_true(r[i].seq >= 1 && r[i].seq <= 6);
+		assert_false(seen & (1u << r[i].seq));
+		seen |= 1u << r[i].seq;
+	}
+	assert_int_equal(zl_meta_volume_lookup(f->e, f->prefix, "vr", &v), 0);
+	assert_int_equal(v.snap_seq, 6);
+	assert_int_equal(v.n_snaps, 6);
+	for (uint32_t i = 0; i < 6; i++)
+		assert_int_equal(v.snaps[i], i + 1);
+	zl_volume_fini(&v);
+}
+
+static void test_snapreq_store(void **state)
+{
+	struct fixture *f = *state;
+	struct zl_snapreq r = {0}, got;
+	char client[64];
+	int64_t lease;
+
+	strcpy(r.vol, "vol-00000000000000aa");
+	strcpy(r.id, "snap-0123456789abcdef");
+	strcpy(r.name, "s1");
+	strcpy(r.state, "pending");
+	assert_int_equal(zl_meta_snapreq_put(f->e, f->prefix, &r), 0);
+	assert_int_equal(zl_meta_snapreq_get(f->e, f->prefix, r.vol, r.id, &got), 0);
+	assert_string_equal(got.state, "pending");
+	assert_string_equal(got.name, "s1");
+	/* An answer at the read revision; a second one at the same revision
+	 * (or after the requester deleted it) is refused. */
+	strcpy(got.state, "done");
+	got.seq = 1;
+	assert_int_equal(zl_meta_snapreq_put(f->e, f->prefix, &got), 0);
+	assert_int_equal(zl_meta_snapreq_put(f->e, f->prefix, &got), -ZL_ERR_CONFLICT);
+	assert_int_equal(zl_meta_snapreq_delete(f->e, f->prefix, r.vol, r.id), 0);
+	got.mod_rev = 1;
+	assert_int_equal(zl_meta_snapreq_put(f->e, f->prefix, &got), -ZL_ERR_CONFLICT);
+	assert_int_equal(zl_meta_snapreq_get(f->e, f->prefix, r.vol, r.id, &got),
+			 -ZL_ERR_NOT_FOUND);
+	assert_int_equal(zl_meta_snapreq_get(f->e, f->prefix, r.vol, r.id, &got),
+			 -ZL_ERR_NOT_FOUND);
+
+	assert_int_equal(zl_meta_snapwriter_get(f->e, f->prefix, r.vol, client, sizeof(client)),
+			 -ZL_ERR_NOT_FOUND);
+	assert_int_equal(zl_etcd_lease_grant(f->e, 30, &lease), 0);
+	assert_int_equal(zl_meta_snapwriter_put(f->e, f->prefix, r.vol, "serve-1", lease), 0);
+	assert_int_equal(zl_meta_snapwriter_get(f->e, f->prefix, r.vol, client, sizeof(client)),
+			 0);
+	assert_string_equal(client, "serve-1");
+	assert_int_equal(zl_etcd_lease_revoke(f->e, lease), 0);
+	assert_int_equal(zl_meta_snapwriter_get(f->e, f->prefix, r.vol, client, sizeof(client)),
+			 -ZL_ERR_NOT_FOUND);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_codec),
+	    cmocka_unit_test(test_snapreq_codec),
+	    cmocka_unit_test_setup_teardown(test_create_list_delete, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_concurrent, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_snapreq_store, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
