@@ -217,6 +217,8 @@ sys.exit(bad)
 PY
 rd0=$(msum zipline_storage_request_bytes_total op=read)
 vr0=$(msum zipline_volume_ops_total volume="$vid" dir=read)
+rh0=$(msum zipline_storage_request_duration_seconds_count op=read)
+vs0=$(msum zipline_volume_op_seconds_total volume="$vid" dir=read)
 out=$("$ZL" bench mvol --rw randread --bs 4k --qd 16 --count 5000 --seconds 300 --json) ||
 	fail "zl bench --count 5000 reads failed: $out"
 grep -q '"ios":5000,' <<<"$out" || fail "zl bench did not do exactly 5000 reads: $out"
@@ -224,6 +226,11 @@ rd=$(settle zipline_storage_request_bytes_total op=read $((rd0 + 5000 * 4096)))
 [ $((rd - rd0)) = $((5000 * 4096)) ] || check_fail "read bytes rose by $((rd - rd0)), not 5000 x 4 KiB"
 vr=$(settle zipline_volume_ops_total volume="$vid" dir=read $((vr0 + 5000)))
 [ $((vr - vr0)) = 5000 ] || check_fail "the volume's read counter rose by $((vr - vr0)), not 5000"
+[ $(($(msum zipline_storage_request_duration_seconds_count op=read) - rh0)) -ge 5000 ] ||
+	check_fail "the read latency histogram counted fewer than the 5000 reads"
+/usr/bin/python3 -c 'import sys; sys.exit(0 if float(sys.argv[2]) > float(sys.argv[1]) else 1)' \
+	"$vs0" "$(msum zipline_volume_op_seconds_total volume="$vid" dir=read)" ||
+	check_fail "zipline_volume_op_seconds_total{dir=read} did not rise under 5000 reads"
 echo "FIGURE: metrics: 5000 x 4 KiB reads: read bytes +$((rd - rd0)), volume reads +$((vr - vr0))"
 
 # Queue use under a running load: peaks above 0, empty once it ended.
@@ -446,6 +453,8 @@ echo "FIGURE: metrics: node-3 back on an empty disk: all $nsl rows active after 
 [ $((rcv - rcv0)) -ge "$nsl" ] || check_fail "member changes to recovering rose by $((rcv - rcv0)), fewer than the $nsl rows"
 [ $((ins - ins0)) -ge "$nsl" ] || check_fail "member changes to in_sync rose by $((ins - ins0)), fewer than the $nsl rows"
 [ "$(csum zipline_manager_passes_total)" -gt "$ps0" ] || check_fail "zipline_manager_passes_total did not rise while node-3 recovered"
+/usr/bin/python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) <= 5 else 1)' "$(csum zipline_manager_last_pass_age_seconds)" ||
+	check_fail "zipline_manager_last_pass_age_seconds is above 5 s on a running manager (a pass a second)"
 [ $((rc - rc0)) -gt 0 ] || check_fail "zipline_recovery_chunks_total did not rise while node-3 recovered"
 [ $((rb - rb0)) = $(((rc - rc0) * 1048576)) ] ||
 	check_fail "zipline_recovery_bytes_total rose by $((rb - rb0)), not a 1 MiB chunk for each of the $((rc - rc0)) chunks copied"
