@@ -11,8 +11,9 @@
 #     5000 4 KiB reads; summed over the daemons, the write requests answered
 #     without error rose by 10000 and their bytes by 10000 x 4 KiB, the
 #     forwarded writes by 20000 (two backups each) and their bytes, the reads
-#     by 5000 and 5000 x 4 KiB, the volume's own counters likewise, and the
-#     write latency histogram's count with the requests.
+#     by 5000 and 5000 x 4 KiB, the volume's own counters likewise (its
+#     summed read time rose), and the write and read latency histograms'
+#     counts with the requests.
 #     TCP connections opened rose by zl bench's 3 at least, 6 at least are
 #     open (forwards), none counted as RDMA or TLS; the forward latency
 #     histogram counted the 20000 forwards. The journal (the daemons run
@@ -47,7 +48,8 @@
 #     1; it may have stepped down during the stop).
 #  6. node-3 restarted on an empty data dir: the manager makes its members
 #     recovering, then in sync (its member changes to each rose by the
-#     rows), every row is active again, the manager passed on, and the
+#     rows), every row is active again, the manager passed on (its last
+#     pass at most 5 s old), and the
 #     primaries' recovery counters rose: a whole chunk per chunk of mvol
 #     that exists, its bytes a chunk size each.
 # Usage: metrics_e2e.sh BUILD_DIR. KEEP=1 keeps the state dir.
