@@ -468,6 +468,13 @@ static int cli_volume_rm(struct zl_cli *cli, int argc, char **argv)
 		zl_cli_err("volume '%s' not found (see 'zl volume ls')", name);
 		return ZL_CLI_EXIT_RUNTIME;
 	}
+	if (rc == -ZL_ERR_BUSY && info.snapshots) {
+		zl_cli_err("volume '%s' has %u snapshot%s, which live in its chunks: delete them "
+			   "first ('zl snapshot ls %s', 'zl snapshot rm NAME'), or pass --force to "
+			   "remove the volume and its snapshots' data anyway",
+			   name, info.snapshots, info.snapshots == 1 ? "" : "s", name);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
 	if (rc == -ZL_ERR_BUSY) {
 		zl_cli_err("volume '%s' is attached to node %s: detach it first (delete the pod "
 			   "using it), or pass --force to remove it anyway",

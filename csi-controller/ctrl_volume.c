@@ -474,6 +474,16 @@ static int delete_mark(struct ctrl *c, struct zl_grpc_call *call, const char *vo
 			zl_volume_fini(&v);
 			return ZL_GRPC_OK; /* an interrupted delete: go on */
 		}
+		/* Its snapshots' data are its chunks (docs/SNAPSHOTS.md §2); the
+		 * compare on mod_revision below catches one taken after this. */
+		if (v.n_snaps) {
+			uint32_t n = v.n_snaps;
+
+			zl_volume_fini(&v);
+			return zl_grpc_fail(call, ZL_GRPC_FAILED_PRECONDITION,
+					    "volume %s has %u snapshot%s: DeleteSnapshot them first",
+					    vol_id, n, n == 1 ? "" : "s");
+		}
 		snprintf(v.state, sizeof(v.state), "deleting");
 		json = zl_meta_volume_to_json(&v);
 		const struct zl_etcd_cmp cmps[2] = {

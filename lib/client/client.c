@@ -623,13 +623,20 @@ int zl_client_volume_remove(struct zl_client *c, const char *name_or_id, bool fo
 			}
 			if (rc != -ZL_ERR_NOT_FOUND)
 				break;
+			/* The record's mod_revision guards the mark below: a
+			 * snapshot taken after this look makes it retry. */
+			if (v.n_snaps) {
+				info->snapshots = v.n_snaps;
+				rc = -ZL_ERR_BUSY;
+				break;
+			}
 		}
 		/* "deleting" first: readers see the volume going away. */
 		rc = volume_mark_deleting(c, &v);
 		if (!rc)
 			rc = zl_meta_volume_remove(c->etcd, c->prefix, &v, force);
 	}
-	if (rc == -ZL_ERR_BUSY && !info->attached_node[0])
+	if (rc == -ZL_ERR_BUSY && !info->attached_node[0] && !info->snapshots)
 		zl_meta_attachment_get(c->etcd, c->prefix, v.id, info->attached_node,
 				       sizeof(info->attached_node));
 	if (rc) {

@@ -201,6 +201,7 @@ struct zl_client_delete_info {
 	uint32_t nodes_done;		    /* placement nodes whose replicas are gone */
 	uint32_t nodes_pending;		    /* down or failing: they remove them when back */
 	char pending_node[ZL_NODE_ID_MAX];  /* the first of those */
+	uint32_t snapshots;		    /* -ZL_ERR_BUSY: snapshots the volume holds */
 };
 
 /* Deletes a volume (by id or name) even while storage nodes are down: the
@@ -208,10 +209,13 @@ struct zl_client_delete_info {
  * leaves a tombstone for every node of its placement (lib/meta); live nodes
  * drop their replicas now (VOLUME_DELETE), the others when they come back
  * (they process their tombstones at start-up and through a watch). A volume
- * with an attachment record is refused unless force (which also removes the
- * attachment). Blocking. info (optional) tells what happened. Returns 0,
- * -ZL_ERR_NOT_FOUND, -ZL_ERR_BUSY (attached; see info->attached_node),
- * -ZL_ERR_CONFLICT (kept changing), or an etcd error. */
+ * with an attachment record, or with snapshots (whose data are its clone
+ * chunks, docs/SNAPSHOTS.md §2), is refused unless force (which also
+ * removes the attachment; the snapshot records stay, for `zl snapshot rm`).
+ * Blocking. info (optional) tells what happened. Returns 0,
+ * -ZL_ERR_NOT_FOUND, -ZL_ERR_BUSY (attached: info->attached_node; or it
+ * holds info->snapshots snapshots), -ZL_ERR_CONFLICT (kept changing), or an
+ * etcd error. */
 int zl_client_volume_remove(struct zl_client *c, const char *name_or_id, bool force,
 			    struct zl_client_delete_info *info);
 /* zl_client_volume_remove without force and info. */

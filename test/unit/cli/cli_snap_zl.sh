@@ -3,7 +3,8 @@
 # under test/lib/with-etcd.sh, which sets ZL_TEST_ETCD), no storage: the
 # snapshot transaction and its errors; a live snapwriters/ key makes create
 # ask that client and, when nobody answers, time out with what to do, leaving
-# no request behind. Usage: cli_snap_zl.sh BUILD_DIR
+# no request behind; `zl volume rm` of a volume that holds snapshots is
+# refused until they are deleted. Usage: cli_snap_zl.sh BUILD_DIR
 set -u
 BUILD=$(cd "$1" && pwd)
 ZL=$BUILD/bin/zl
@@ -93,6 +94,18 @@ run snapshot export nope "$top/x"
 grep -q "snapshot 'nope' not found" <<<"$err" || fail "export of a missing snapshot said: $err"
 run volume export vb "$top/x" --snapshot s2
 grep -q "snapshot 's2' is not a snapshot of volume 'vb'" <<<"$err" || fail "export of another volume's snapshot said: $err"
+
+# A volume that holds snapshots is not removed (their data are its chunks):
+# the refusal says what to do; once they are gone it is.
+run volume rm va
+[ "$rc" -eq 1 ] || fail "rm of a volume with snapshots: exit $rc"
+grep -q "volume 'va' has 2 snapshots, which live in its chunks: delete them first" <<<"$err" || fail "rm of a volume with snapshots said: $err"
+run volume inspect va
+[ "$rc" -eq 0 ] || fail "va is gone after a refused rm: $err"
+run snapshot rm s2
+run snapshot rm s4
+run volume rm va
+[ "$rc" -eq 0 ] || fail "rm of va once its snapshots are gone: exit $rc: $err"
 
 if [ "$failures" -ne 0 ]; then
 	echo "cli_snap_zl: $failures failure(s)" >&2
