@@ -149,6 +149,16 @@ static int leader_campaign(struct ctrl *c)
 	if (kv) {
 		snprintf(holder, sizeof(holder), "%.*s", (int)ZL_MIN(kv->value_len, sizeof(holder) - 1),
 			 kv->value);
+		/* The key is ours on our live lease: we stepped down while
+		 * etcd did not answer (LEASE_STEPDOWN_MS) but the lease
+		 * outlived the outage. No other replica can hold the key while
+		 * that lease lives: lead again (without this the manager
+		 * stayed stopped for good after an etcd pause). */
+		if (!strcmp(holder, c->leader_id) && kv->lease == c->lease) {
+			zl_etcd_txn_result_fini(&res);
+			leader_set(c, true, c->leader_id, NULL);
+			return 0;
+		}
 		/* Our own identity on an older lease (restarted with the same
 		 * --leader-id): move the key onto our lease at once. */
 		if (!strcmp(holder, c->leader_id) && kv->lease != c->lease) {

@@ -3314,6 +3314,7 @@ void zl_chunk_store_stats(const struct zl_chunk_store *s, struct zl_chunk_store_
 		st->durable_ios += st->jw.records + st->jw.pads + st->jw.sb_writes;
 	}
 	st->journal_dirty_chunks = s->n_jdirty;
+	zl_storage_uring_use(&s->ring, &st->uring);
 }
 
 void zl_chunk_store_drain(struct zl_chunk_store *s)

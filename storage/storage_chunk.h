@@ -122,6 +122,7 @@ struct zl_chunk_store_stats {
 	uint64_t early_acks; /* writes answered when their record was durable */
 	uint32_t journal_dirty_chunks;	/* chunks changed since the last one */
 	struct zl_jw_stats jw;		/* the journal's (zero without one) */
+	struct zl_storage_uring_use uring; /* the chunk store's io_uring */
 };
 
 /* Completion: 0 or a negative error (-ZL_ERR_CORRUPT, -ZL_ERR_NOSPC,

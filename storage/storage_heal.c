@@ -182,6 +182,10 @@ struct zl_storage_heal {
 	uint64_t *scan_vols;
 	size_t n_scan, cap_scan;
 	uint64_t rate_next_ms; /* --recovery-mbps, for the whole daemon: end of the last reserved piece */
+	/* Bytes and chunks every recovery (and backfill) job of this daemon
+	 * pushed since it started: the metrics' counters, which outlive the
+	 * jobs. */
+	uint64_t bytes_total, chunks_total;
 	bool stopping;
 };
 
@@ -825,6 +829,7 @@ static void heal_push_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 		return;
 	}
 	m->bytes += len;
+	m->h->bytes_total += len;
 	m->cur_off += len;
 	if (m->cur_off < m->chunk_size) {
 		heal_wait_then(m, len, heal_piece_read);
@@ -845,6 +850,7 @@ static void heal_push_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 	if (!m->cur_dirty)
 		bit_put(m->clean, m->cursor, true);
 	m->chunks++;
+	m->h->chunks_total++;
 	m->pass_pushed++;
 	m->cursor++;
 	heal_wait_then(m, len, heal_scan);
@@ -1357,6 +1363,8 @@ void zl_storage_heal_progress(struct zl_storage *st, struct zl_storage_heal_prog
 	memset(out, 0, sizeof(*out));
 	if (!st->heal)
 		return;
+	out->bytes_total = st->heal->bytes_total;
+	out->chunks_total = st->heal->chunks_total;
 	for (struct heal_member *m = st->heal->members; m; m = m->next) {
 		uint64_t clean = 0;
 

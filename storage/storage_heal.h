@@ -151,6 +151,7 @@ struct zl_storage_heal_progress {
 	uint64_t bytes_done;
 	uint64_t bytes_left;
 	uint32_t members; /* running (volume, slice, member) jobs */
+	uint64_t bytes_total, chunks_total; /* pushed by every job since the start */
 };
 /* Fills *out (zeros with --heal=off). Loop thread. */
 void zl_storage_heal_progress(struct zl_storage *st, struct zl_storage_heal_progress *out);

@@ -698,6 +698,7 @@ void zl_jw_stats(const struct zl_jw *j, struct zl_jw_stats *st)
 	st->used = jw_used(j);
 	st->next_seq = j->next_seq;
 	st->ckpt_seq = j->tail_seq;
+	zl_storage_uring_use(&j->ring, &st->uring);
 }
 
 void zl_jw_fence(struct zl_jw *j, int err)

@@ -25,6 +25,7 @@
 
 #include "lib/common/loop.h"
 #include "lib/journal/journal.h"
+#include "storage_uring.h"
 
 struct zl_jw;
 struct zl_jw_item;
@@ -70,6 +71,7 @@ struct zl_jw_stats {
 	uint64_t ckpt_seq;   /* first record not checkpointed */
 	uint64_t replay_records, replay_entries, replay_ms;
 	int broken; /* != 0: a journal write failed; every item fails with it */
+	struct zl_storage_uring_use uring; /* the journal's io_uring */
 };
 
 /* Opens <data_dir>/journal-0 (creating and formatting it when absent and

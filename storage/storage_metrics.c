@@ -32,6 +32,15 @@ struct vol_snap {
 	uint64_t fair_queued;
 };
 
+/* A ring's running counts, widened at every sample from the kernel's 32-bit
+ * ones (a second cannot wrap them). */
+struct ring_acc {
+	uint32_t last_taken, last_posted;
+	uint64_t taken, posted;
+};
+
+enum { RING_CHUNKS, RING_JOURNAL, RING_N };
+
 struct zl_storage_metrics {
 	struct zl_storage *st;
 	struct zl_metrics_srv *srv;
@@ -45,6 +54,7 @@ struct zl_storage_metrics {
 	struct zl_chunk_store_stats cs;
 	struct zl_storage_heal_progress heal;
 	struct zl_xport_stats xs; /* both transports' */
+	struct ring_acc ring[RING_N];
 	uint32_t peering, inflight, conns, held;
 	bool draining, disk_failed, registered, heal_on;
 	struct vol_snap *vols;
@@ -79,6 +89,14 @@ static void sample_vol(void *arg, const struct zl_storage_vol *sv)
 	v->fair_queued = sv->m_fair_queued;
 }
 
+static void ring_acc_add(struct ring_acc *a, const struct zl_storage_uring_use *u)
+{
+	a->taken += (uint32_t)(u->taken - a->last_taken);
+	a->posted += (uint32_t)(u->posted - a->last_posted);
+	a->last_taken = u->taken;
+	a->last_posted = u->posted;
+}
+
 static void metrics_sample(void *arg)
 {
 	struct zl_storage_metrics *m = arg;
@@ -86,8 +104,11 @@ static void metrics_sample(void *arg)
 
 	pthread_mutex_lock(&m->mu);
 	m->rs = st->rs;
-	if (st->chunks)
+	if (st->chunks) {
 		zl_chunk_store_stats(st->chunks, &m->cs);
+		ring_acc_add(&m->ring[RING_CHUNKS], &m->cs.uring);
+		ring_acc_add(&m->ring[RING_JOURNAL], &m->cs.jw.uring);
+	}
 	zl_storage_heal_progress(st, &m->heal);
 	memset(&m->xs, 0, sizeof(m->xs));
 	zl_xport_stats_add(st->xport_tcp, &m->xs);
@@ -283,6 +304,14 @@ static void render_store(struct zl_storage_metrics *m, struct zl_metrics_text *t
 	     m->heal.bytes_left},
 	    {"zipline_recovery_jobs", "gauge", "Running (volume, slice, member) recovery jobs.",
 	     m->heal.members},
+	    {"zipline_recovery_bytes_total", "counter",
+	     "Bytes recovery and backfill jobs of this primary copied to members since the "
+	     "start.",
+	     m->heal.bytes_total},
+	    {"zipline_recovery_chunks_total", "counter",
+	     "Chunks recovery and backfill jobs of this primary copied whole to members since "
+	     "the start.",
+	     m->heal.chunks_total},
 	    {"zipline_storage_peering_slices", "gauge", "Slices this primary is peering.",
 	     m->peering},
 	    {"zipline_storage_requests_inflight", "gauge", "Requests not yet answered.",
@@ -310,6 +339,38 @@ static void render_store(struct zl_storage_metrics *m, struct zl_metrics_text *t
 		zl_metrics_family(t, "zipline_storage_disk_free_bytes", "gauge",
 				  "Free bytes of the data directory's filesystem.");
 		zl_metrics_u64(t, "zipline_storage_disk_free_bytes", "", avail);
+	}
+}
+
+/* The io_urings' use: the chunk store's and the journal's. */
+static void render_uring(struct zl_storage_metrics *m, struct zl_metrics_text *t)
+{
+	static const char *const ring[RING_N] = {"chunks", "journal"};
+	const struct zl_storage_uring_use *u[RING_N] = {&m->cs.uring, &m->cs.jw.uring};
+	uint64_t v[5][RING_N];
+	static const struct {
+		const char *name, *type, *help;
+	} f[5] = {
+	    {"zipline_uring_entries", "gauge", "Submission queue size of the io_uring (0: none)."},
+	    {"zipline_uring_queued", "gauge",
+	     "SQEs prepared and not yet taken by the kernel (submitted at the end of the loop's "
+	     "iteration)."},
+	    {"zipline_uring_inflight", "gauge",
+	     "SQEs the kernel took whose completion the loop has not seen posted."},
+	    {"zipline_uring_sqes_total", "counter", "SQEs the kernel took from the ring."},
+	    {"zipline_uring_completions_total", "counter", "Completions the kernel posted."},
+	};
+
+	for (int r = 0; r < RING_N; r++) {
+		v[0][r] = u[r]->entries;
+		v[1][r] = u[r]->queued;
+		v[2][r] = (uint32_t)(u[r]->taken - u[r]->posted);
+		v[3][r] = m->ring[r].taken;
+		v[4][r] = m->ring[r].posted;
+	}
+	for (int i = 0; i < 5; i++) {
+		zl_metrics_family(t, f[i].name, f[i].type, f[i].help);
+		zl_metrics_u64_by(t, f[i].name, "ring", ring, v[i], RING_N);
 	}
 }
 
@@ -374,6 +435,7 @@ static void metrics_render(void *arg, struct zl_metrics_text *t)
 	render_requests(m, t);
 	render_volumes(m, t);
 	render_store(m, t);
+	render_uring(m, t);
 	render_transport(m, t);
 	pthread_mutex_unlock(&m->mu);
 	zl_etcd_metrics(t);

@@ -5,6 +5,17 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 
+void zl_storage_uring_use(const struct io_uring *ring, struct zl_storage_uring_use *u)
+{
+	memset(u, 0, sizeof(*u));
+	if (!ring->sq.khead || !ring->cq.ktail)
+		return;
+	u->entries = ring->sq.ring_entries;
+	u->taken = __atomic_load_n(ring->sq.khead, __ATOMIC_ACQUIRE);
+	u->queued = ring->sq.sqe_tail - u->taken;
+	u->posted = __atomic_load_n(ring->cq.ktail, __ATOMIC_ACQUIRE);
+}
+
 int zl_storage_uring_init(struct io_uring *ring, unsigned entries, unsigned cq_entries)
 {
 	struct io_uring_params p;

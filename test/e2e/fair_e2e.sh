@@ -17,12 +17,7 @@
 # Usage: fair_e2e.sh BUILD_DIR. KEEP=1 keeps the state dir.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
-source "$SRC/test/lib/cluster.sh"
-source "$SRC/test/lib/heal.sh"
-hl_test fair_e2e
-MT="$SRC/test/lib/metrics_tool.py"
-/usr/bin/python3 -c 'import prometheus_client' 2>/dev/null ||
-	{ echo "fair_e2e: FAIL: python3-prometheus-client is missing (scripts/install-deps.sh installs it)" >&2; exit 1; }
+source "$SRC/test/lib/metrics.sh" fair_e2e
 cl_require "$T" "$1" zipline-storage zipline-controller zl
 export CL_STORAGE_FLAGS="--log-level info --metrics 127.0.0.1:0 ${FAIR_E2E_STORAGE_FLAGS:-}"
 cl_e2e_begin e2e-fair "$1" 1 || fail "cluster did not start"
@@ -95,14 +90,14 @@ port=$(cl_metrics_port "$CL_DIR/storage-1/log")
 [ -n "$port" ] || fail "storage-1 logged no metrics port"
 URL="http://127.0.0.1:$port/metrics"
 # vq NAME: zipline_volume_fair_queued_total of a volume.
-vq() { /usr/bin/python3 "$MT" sum zipline_volume_fair_queued_total "volume=$(hl_vol_id "$1")" -- "$URL"; }
+vq() { mt_sum zipline_volume_fair_queued_total "volume=$(hl_vol_id "$1")" -- "$URL"; }
 for _ in $(seq 1 50); do
 	hq=$(vq hog) || fail "cannot scrape $URL"
 	[ "$hq" -gt 0 ] && break
 	sleep 0.1
 done
 vvq=$(vq victim) || fail "cannot scrape $URL"
-dq=$(/usr/bin/python3 "$MT" sum zipline_storage_fair_queued_total -- "$URL") || fail "cannot scrape $URL"
+dq=$(mt_sum zipline_storage_fair_queued_total -- "$URL") || fail "cannot scrape $URL"
 echo "FIGURE: fair: operations that waited for their volume's share: hog $hq, victim $vvq, daemon $dq"
 [ "$hq" -gt 0 ] || check_fail "no operation of the hog waited for its share (zipline_volume_fair_queued_total)"
 [ "$vvq" = 0 ] || check_fail "$vvq operations of the QD1 victim waited for its share"

@@ -11,11 +11,25 @@
 #     5000 4 KiB reads; summed over the daemons, the write requests answered
 #     without error rose by 10000 and their bytes by 10000 x 4 KiB, the
 #     forwarded writes by 20000 (two backups each) and their bytes, the reads
-#     by 5000 and 5000 x 4 KiB, the volume's own counters likewise, and the
-#     write latency histogram's count with the requests.
+#     by 5000 and 5000 x 4 KiB, the volume's own counters likewise (its
+#     summed read time rose), and the write and read latency histograms'
+#     counts with the requests.
 #     TCP connections opened rose by zl bench's 3 at least, 6 at least are
 #     open (forwards), none counted as RDMA or TLS; the forward latency
-#     histogram counted the 20000 forwards. `zl volume scrub`: a scrub job
+#     histogram counted the 20000 forwards. The journal (the daemons run
+#     --write-path journal whatever ZL_TEST_WRITE_PATH says) answered all
+#     30000 writes early (once their record was durable) and checkpointed;
+#     the chunk store's io_uring took at least the 30000 chunk writes and
+#     the journal's some records; at rest every ring is empty and its
+#     SQE and completion counters agree with its in-flight gauge. Under a
+#     running write load the journal's used bytes and both rings' SQEs in
+#     flight peak above 0; once it ends the journal empties (checkpoint).
+#     Errors by code: 5 reads with a wrong slice version answered
+#     ZL_ERR_STALE and one of an unknown volume ZL_ERR_NOT_FOUND are
+#     counted exactly so on that daemon. `zl volume import` (which ends in a
+#     flush): flush requests counted, and as many in the flush latency
+#     histogram. Disk capacity is the data dir's filesystem size (statvfs)
+#     and its free bytes within 1 % of it. `zl volume scrub`: a scrub job
 #     per slice counted, chunks checked and bytes read rose, nothing bad.
 #     `zl top` under a write load lists every node with figures and the
 #     volume with its writes per second above 0.
@@ -30,17 +44,21 @@
 #     counted by the controller and the storage daemons.
 #  5. etcd stopped (SIGSTOP): the controller's /readyz turns 503 within
 #     15 s and says why, /healthz stays 200, etcd errors are counted;
-#     SIGCONT: ready again.
+#     SIGCONT: ready again, and the leader again (zipline_controller_leader
+#     1; it may have stepped down during the stop).
+#  6. node-3 restarted on an empty data dir: the manager makes its members
+#     recovering, then in sync (its member changes to each rose by the
+#     rows), every row is active again, the manager passed on (its last
+#     pass at most 5 s old), and the
+#     primaries' recovery counters rose: a whole chunk per chunk of mvol
+#     that exists, its bytes a chunk size each.
 # Usage: metrics_e2e.sh BUILD_DIR. KEEP=1 keeps the state dir.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
-source "$SRC/test/lib/cluster.sh"
-source "$SRC/test/lib/heal.sh"
-hl_test metrics_e2e
-MT="$SRC/test/lib/metrics_tool.py"
-/usr/bin/python3 -c 'import prometheus_client' 2>/dev/null ||
-	{ echo "metrics_e2e: FAILED: python3-prometheus-client is missing (scripts/install-deps.sh installs it)" >&2; exit 1; }
-HL_MANAGER_FLAGS="--metrics 127.0.0.1:0" HL_STORAGE_FLAGS="--metrics 127.0.0.1:0" hl_begin e2e-metrics "$1" || fail "cluster or manager did not start"
+source "$SRC/test/lib/metrics.sh" metrics_e2e
+# --write-path journal last: it wins over ZL_TEST_WRITE_PATH's (the
+# journal's figures are checked).
+HL_MANAGER_FLAGS="--metrics 127.0.0.1:0" HL_STORAGE_FLAGS="--metrics 127.0.0.1:0 --write-path journal" hl_begin e2e-metrics "$1" || fail "cluster or manager did not start"
 "$ZL" volume create mvol --size 64M --replicas 3 --chunk-size 1M || fail "volume create"
 vid=$(hl_vol_id mvol)
 [ -n "$vid" ] || fail "no volume id in 'zl volume inspect mvol'"
@@ -66,7 +84,7 @@ wait_code() {
 	done
 	echo "$code"
 }
-msum() { /usr/bin/python3 "$MT" sum "$@" -- "${URLS[@]}" || fail "scrape failed: $*"; }
+msum() { mt_sum "$@" -- "${URLS[@]}"; }
 
 # 1. probes and families
 for u in "${URLS[@]}"; do
@@ -104,6 +122,30 @@ settle_by() {
 	echo "$v"
 }
 settle() { settle_by msum "$@"; }
+# stable NAME LABELS...: msum NAME LABELS once two reads 1.2 s apart (a
+# sample of the daemons each) agree, up to 12 s.
+stable() {
+	local v r
+	v=$(msum "$@")
+	for _ in $(seq 1 10); do
+		sleep 1.2
+		r=$(msum "$@")
+		[ "$r" = "$v" ] && break
+		v=$r
+	done
+	echo "$v"
+}
+# rise NAME LABELS... BASE: polls msum NAME LABELS until it is above BASE,
+# up to 20 s; prints the last sum.
+rise() {
+	local base=${*: -1} v=""
+	for _ in $(seq 1 100); do
+		v=$(msum "${@:1:$#-1}")
+		[ "$v" -gt "$base" ] && break
+		sleep 0.2
+	done
+	echo "$v"
+}
 ok_writes() { echo $(($(msum zipline_storage_requests_total op=write) - $(msum zipline_storage_errors_total op=write))); }
 
 # 2. a known load
@@ -116,6 +158,10 @@ vwb0=$(msum zipline_volume_bytes_total volume="$vid" dir=write)
 hc0=$(msum zipline_storage_request_duration_seconds_count op=write)
 co0=$(msum zipline_transport_connections_opened_total kind=tcp)
 fw0=$(msum zipline_storage_forward_duration_seconds_count)
+ea0=$(msum zipline_storage_early_acks_total)
+ck0=$(msum zipline_journal_checkpoints_total)
+us0=$(msum zipline_uring_sqes_total ring=chunks)
+uj0=$(msum zipline_uring_sqes_total ring=journal)
 out=$("$ZL" bench mvol --rw randwrite --bs 4k --qd 16 --count 10000 --seconds 300 --json) ||
 	fail "zl bench --count 10000 failed: $out"
 grep -q '"ios":10000,' <<<"$out" || fail "zl bench did not do exactly 10000 writes: $out"
@@ -142,8 +188,39 @@ co=$(msum zipline_transport_connections_opened_total kind=tcp)
 	check_fail "RDMA or TLS connections counted on a plain TCP cluster"
 hc=$(msum zipline_storage_request_duration_seconds_count op=write)
 [ $((hc - hc0)) -ge 10000 ] || check_fail "the write latency histogram counted $((hc - hc0)), fewer than 10000"
+
+# The journal and the io_urings under those 10000 writes (30000 with the
+# forwards).
+ea=$(settle zipline_storage_early_acks_total $((ea0 + 30000)))
+ck=$(rise zipline_journal_checkpoints_total "$ck0")
+us=$(msum zipline_uring_sqes_total ring=chunks)
+uj=$(msum zipline_uring_sqes_total ring=journal)
+echo "FIGURE: metrics: 30000 writes in journal mode: early acks +$((ea - ea0)), checkpoints +$((ck - ck0)), io_uring SQEs chunks +$((us - us0)) journal +$((uj - uj0))"
+[ $((ea - ea0)) = 30000 ] || check_fail "writes answered early (journal) rose by $((ea - ea0)), not 30000"
+[ "$(msum zipline_journal_size_bytes)" -gt 0 ] || check_fail "zipline_journal_size_bytes is 0 with --write-path journal"
+[ "$ck" -gt "$ck0" ] || check_fail "no journal checkpoint counted after 30000 writes"
+[ $((us - us0)) -ge 30000 ] || check_fail "the chunk store's io_uring took $((us - us0)) SQEs, fewer than the 30000 chunk writes"
+[ $((uj - uj0)) -gt 0 ] || check_fail "the journal's io_uring took no SQE under 30000 journaled writes"
+[ "$(settle zipline_uring_inflight 0)" = 0 ] || check_fail "io_uring SQEs still in flight 20 s after the load"
+[ "$(msum zipline_uring_queued)" = 0 ] || check_fail "io_uring SQEs left queued (not submitted) at rest"
+SRC="$SRC" /usr/bin/python3 - "${URLS[@]}" <<'PY' || check_fail "an io_uring's counters disagree with its in-flight gauge"
+import os, sys
+sys.path.insert(0, os.path.join(os.environ["SRC"], "test/lib"))
+from metrics_tool import scrape, value
+bad = 0
+for url in sys.argv[1:]:
+    s = scrape(url)
+    for ring in ("chunks", "journal"):
+        sq, cq, fl = (value(s, n, ring=ring) for n in ("zipline_uring_sqes_total", "zipline_uring_completions_total", "zipline_uring_inflight"))
+        if value(s, "zipline_uring_entries", ring=ring) <= 0 or sq - cq != fl:
+            print("%s ring=%s: entries %d, sqes %d - completions %d != inflight %d" % (url, ring, value(s, "zipline_uring_entries", ring=ring), sq, cq, fl), file=sys.stderr)
+            bad = 1
+sys.exit(bad)
+PY
 rd0=$(msum zipline_storage_request_bytes_total op=read)
 vr0=$(msum zipline_volume_ops_total volume="$vid" dir=read)
+rh0=$(msum zipline_storage_request_duration_seconds_count op=read)
+vs0=$(msum zipline_volume_op_seconds_total volume="$vid" dir=read)
 out=$("$ZL" bench mvol --rw randread --bs 4k --qd 16 --count 5000 --seconds 300 --json) ||
 	fail "zl bench --count 5000 reads failed: $out"
 grep -q '"ios":5000,' <<<"$out" || fail "zl bench did not do exactly 5000 reads: $out"
@@ -151,7 +228,74 @@ rd=$(settle zipline_storage_request_bytes_total op=read $((rd0 + 5000 * 4096)))
 [ $((rd - rd0)) = $((5000 * 4096)) ] || check_fail "read bytes rose by $((rd - rd0)), not 5000 x 4 KiB"
 vr=$(settle zipline_volume_ops_total volume="$vid" dir=read $((vr0 + 5000)))
 [ $((vr - vr0)) = 5000 ] || check_fail "the volume's read counter rose by $((vr - vr0)), not 5000"
+[ $(($(msum zipline_storage_request_duration_seconds_count op=read) - rh0)) -ge 5000 ] ||
+	check_fail "the read latency histogram counted fewer than the 5000 reads"
+/usr/bin/python3 -c 'import sys; sys.exit(0 if float(sys.argv[2]) > float(sys.argv[1]) else 1)' \
+	"$vs0" "$(msum zipline_volume_op_seconds_total volume="$vid" dir=read)" ||
+	check_fail "zipline_volume_op_seconds_total{dir=read} did not rise under 5000 reads"
 echo "FIGURE: metrics: 5000 x 4 KiB reads: read bytes +$((rd - rd0)), volume reads +$((vr - vr0))"
+
+# Queue use under a running load: peaks above 0, empty once it ended.
+ck0=$(msum zipline_journal_checkpoints_total)
+"$ZL" bench mvol --rw randwrite --bs 4k --qd 16 --count 20000 --seconds 300 >/dev/null 2>"$CL_DIR/peak-bench.err" &
+bpid=$!
+HL_PIDS="$HL_PIDS $bpid"
+pk=$(/usr/bin/python3 "$MT" peak "$bpid" zipline_journal_used_bytes zipline_uring_inflight,ring=journal \
+	zipline_uring_inflight,ring=chunks -- "${URLS[@]}") || fail "scraping during the load failed"
+wait "$bpid" || fail "the load failed: $(tail -3 "$CL_DIR/peak-bench.err")"
+mapfile -t PK <<<"$pk"
+pk_used=${PK[0]} pk_jin=${PK[1]} pk_cin=${PK[2]}
+echo "FIGURE: metrics: under 20000 4 KiB writes at QD16: peak journal used $pk_used bytes, io_uring SQEs in flight journal $pk_jin chunks $pk_cin"
+[ "$pk_used" -gt 0 ] || check_fail "zipline_journal_used_bytes never rose above 0 under a write load"
+[ "$pk_jin" -gt 0 ] || check_fail "zipline_uring_inflight{ring=journal} never rose above 0 under a write load"
+[ "$pk_cin" -gt 0 ] || check_fail "zipline_uring_inflight{ring=chunks} never rose above 0 under a write load"
+[ "$(settle zipline_journal_used_bytes 0)" = 0 ] || check_fail "the journal did not empty (checkpoint) within 20 s of the load's end"
+[ "$(msum zipline_journal_checkpoints_total)" -gt "$ck0" ] || check_fail "no checkpoint counted for the load"
+
+# Errors by code: requests storage-1 must refuse, each counted by its code.
+port1=$(cat "$CL_DIR/storage-1/port")
+U1=("${URLS[0]}")
+e1sum() { mt_sum zipline_storage_errors_total "$@" -- "${U1[@]}"; }
+es0=$(e1sum op=read code=ZL_ERR_STALE)
+en0=$(e1sum op=read code=ZL_ERR_NOT_FOUND)
+for _ in 1 2 3 4 5; do
+	got=$("$CL_BIN/e2e_chunk" 127.0.0.1 "$port1" read "$vid" 0 0 4096 999 2>&1) || fail "e2e_chunk: $got"
+	grep -q 'status=ZL_ERR_STALE' <<<"$got" || fail "a read at slice version 999 was not refused as stale: $got"
+done
+got=$("$CL_BIN/e2e_chunk" 127.0.0.1 "$port1" read vol-00000000000000ff 0 0 4096 1 2>&1) || fail "e2e_chunk: $got"
+grep -q 'status=ZL_ERR_NOT_FOUND' <<<"$got" || fail "a read of an unknown volume was not refused as not found: $got"
+es=$(settle_by e1sum op=read code=ZL_ERR_STALE $((es0 + 5)))
+en=$(settle_by e1sum op=read code=ZL_ERR_NOT_FOUND $((en0 + 1)))
+echo "FIGURE: metrics: storage-1 errors: read ZL_ERR_STALE +$((es - es0)), read ZL_ERR_NOT_FOUND +$((en - en0))"
+[ $((es - es0)) = 5 ] || check_fail "errors{op=read,code=ZL_ERR_STALE} rose by $((es - es0)), not 5"
+[ $((en - en0)) = 1 ] || check_fail "errors{op=read,code=ZL_ERR_NOT_FOUND} rose by $((en - en0)), not 1"
+
+# Flush: zl volume import ends in one.
+fl0=$(msum zipline_storage_requests_total op=flush)
+fh0=$(msum zipline_storage_request_duration_seconds_count op=flush)
+head -c 3M /dev/urandom >"$CL_DIR/import.bin"
+"$ZL" volume import mvol "$CL_DIR/import.bin" >"$CL_DIR/import.out" 2>&1 || fail "zl volume import: $(tail -3 "$CL_DIR/import.out")"
+rise zipline_storage_requests_total op=flush "$fl0" >/dev/null
+fl=$(stable zipline_storage_requests_total op=flush)
+fh=$(msum zipline_storage_request_duration_seconds_count op=flush)
+echo "FIGURE: metrics: zl volume import: flush requests +$((fl - fl0)), flush latency histogram +$((fh - fh0))"
+[ "$fl" -gt "$fl0" ] || check_fail "no flush request counted for zl volume import"
+[ $((fh - fh0)) = $((fl - fl0)) ] || check_fail "the flush latency histogram counted $((fh - fh0)), not the $((fl - fl0)) flushes"
+
+# Disk capacity and use: the data dir's filesystem as statvfs sees it.
+for i in 1 2 3; do
+	SRC="$SRC" /usr/bin/python3 - "${URLS[$((i - 1))]}" "$CL_DIR/storage-$i/data" <<'PY' || check_fail "storage-$i's disk figures are not its data dir's"
+import os, sys
+sys.path.insert(0, os.path.join(os.environ["SRC"], "test/lib"))
+from metrics_tool import scrape, value
+s = scrape(sys.argv[1])
+st = os.statvfs(sys.argv[2])
+cap, free = value(s, "zipline_storage_disk_capacity_bytes"), value(s, "zipline_storage_disk_free_bytes")
+want_cap, want_free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+print("FIGURE: metrics: %s: capacity %d (statvfs %d), free %d (statvfs %d)" % (sys.argv[2], cap, want_cap, free, want_free))
+sys.exit(0 if cap == want_cap and abs(free - want_free) <= cap / 100 else 1)
+PY
+done
 
 families zipline_volume_ops_total zipline_volume_bytes_total zipline_volume_op_seconds_total
 
@@ -175,7 +319,7 @@ w=$(awk -v v="$vid" '$1 == v && $2 == "mvol" { print $4 }' <<<"$last")
 cport=$(cl_metrics_port "$CL_DIR/manager/log")
 [ -n "$cport" ] || fail "the manager's controller logged no metrics port"
 CURL="http://127.0.0.1:$cport"
-csum() { /usr/bin/python3 "$MT" sum "$@" -- "$CURL/metrics" || fail "controller scrape failed: $*"; }
+csum() { mt_sum "$@" -- "$CURL/metrics"; }
 csettle() { settle_by csum "$@"; }
 [ "$(http_code "$CURL/healthz")" = 200 ] || fail "the controller's /healthz is not 200"
 [ "$(http_code "$CURL/readyz")" = 200 ] || fail "the controller's /readyz is not 200: $(curl -s -m 5 "$CURL/readyz")"
@@ -271,4 +415,49 @@ grep -q 'etcd not reached' <<<"$body" || check_fail "the controller's /readyz do
 [ "$e1" -gt "$e0" ] || check_fail "the controller counted no etcd error in 15 s of etcd stopped"
 code=$(wait_code "$CURL/readyz" 200 150)
 [ "$code" = 200 ] || check_fail "the controller's /readyz did not turn 200 within 15 s of etcd's SIGCONT"
+# It leads again (it may have stepped down while etcd did not answer): the
+# manager must run for step 6.
+[ "$(csettle zipline_controller_leader 1)" = 1 ] ||
+	check_fail "the only controller did not lead again within 20 s of etcd's SIGCONT"
+
+# 6. node-3 back on an empty data dir: recovering, then in sync; the
+# primaries' recovery counters show the copy.
+rcv0=$(csum zipline_manager_member_changes_total to=recovering)
+ins0=$(csum zipline_manager_member_changes_total to=in_sync)
+ps0=$(csum zipline_manager_passes_total)
+rb0=$(msum zipline_recovery_bytes_total)
+rc0=$(msum zipline_recovery_chunks_total)
+p3old=$(port_of 3)
+cl_stop storage-3 KILL
+rm -rf "$CL_DIR/storage-3/data"
+cl_start_storage 3
+p3=$p3old
+for _ in $(seq 1 100); do
+	p3=$(port_of 3)
+	[ "$p3" != "$p3old" ] && break
+	sleep 0.1
+done
+[ "$p3" != "$p3old" ] || fail "storage-3 logged no new metrics port within 10 s of its restart"
+URLS[2]="http://127.0.0.1:$p3/metrics"
+t0=$(hl_now_ms)
+act=""
+for _ in $(seq 1 600); do
+	act=$(csum zipline_slices state=active)
+	[ "$act" = "$nsl" ] && break
+	sleep 0.2
+done
+rcv=$(csum zipline_manager_member_changes_total to=recovering)
+ins=$(csum zipline_manager_member_changes_total to=in_sync)
+rc=$(stable zipline_recovery_chunks_total)
+rb=$(msum zipline_recovery_bytes_total)
+echo "FIGURE: metrics: node-3 back on an empty disk: all $nsl rows active after $(($(hl_now_ms) - t0)) ms; member changes to recovering +$((rcv - rcv0)), to in_sync +$((ins - ins0)); recovery copied $((rc - rc0)) chunks, $((rb - rb0)) bytes"
+[ "$act" = "$nsl" ] || check_fail "zipline_slices{state=active} is $act, not $nsl, 120 s after node-3 came back"
+[ $((rcv - rcv0)) -ge "$nsl" ] || check_fail "member changes to recovering rose by $((rcv - rcv0)), fewer than the $nsl rows"
+[ $((ins - ins0)) -ge "$nsl" ] || check_fail "member changes to in_sync rose by $((ins - ins0)), fewer than the $nsl rows"
+[ "$(csum zipline_manager_passes_total)" -gt "$ps0" ] || check_fail "zipline_manager_passes_total did not rise while node-3 recovered"
+/usr/bin/python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) <= 5 else 1)' "$(csum zipline_manager_last_pass_age_seconds)" ||
+	check_fail "zipline_manager_last_pass_age_seconds is above 5 s on a running manager (a pass a second)"
+[ $((rc - rc0)) -gt 0 ] || check_fail "zipline_recovery_chunks_total did not rise while node-3 recovered"
+[ $((rb - rb0)) = $(((rc - rc0) * 1048576)) ] ||
+	check_fail "zipline_recovery_bytes_total rose by $((rb - rb0)), not a 1 MiB chunk for each of the $((rc - rc0)) chunks copied"
 hl_end

@@ -392,6 +392,12 @@ static void test_group_commit(void **state)
 	assert_true(st.meta_rounds >= 1);
 	assert_true(st.meta_rounds < N / 2);
 	assert_int_equal(st.meta_page_writes, st.meta_rounds); /* one page per round */
+	/* The ring's use (metrics): every write's data took an SQE, none is
+	 * left unsubmitted, and the kernel posted no more than it took. */
+	assert_true(st.uring.entries > 0);
+	assert_true(st.uring.taken >= N);
+	assert_int_equal(st.uring.queued, 0);
+	assert_true(st.uring.taken - st.uring.posted <= st.uring.entries);
 	print_message("group commit: %d concurrent 4 KiB writes, %" PRIu64 " metadata rounds\n", N,
 		      st.meta_rounds);
 	assert_int_equal(st.inflight, 0);
