@@ -14,9 +14,14 @@ Run by csi_e2e.sh (etcd, three zipline-storage daemons, the controller).
    mount does after a crash, e2fsck -E journal_only), e2fsck -fn finds
    nothing to fix, and the files fsync'd before the snapshot are in it with
    their sha256 (read with debugfs, no mount).
-4. The attach process is killed with SIGKILL, the volume unstaged and
-   staged again: a snapshot requested then is taken by the new attach
-   process (its log says so), not by the transaction alone.
+4. The volume grows (ControllerExpand, then "resize" on the attach
+   process's ctl.sock: it keeps its volume handle, the FUSE file grows):
+   the next snapshot is still taken by it.
+5. The attach process is killed with SIGKILL: a snapshot asked then waits
+   for the dead process's snapwriters/ key to expire and is taken by zl
+   itself. The volume is unstaged and staged again: a snapshot requested
+   then is taken by the new attach process (its log says so), not by the
+   transaction alone.
 """
 
 import hashlib
@@ -35,6 +40,22 @@ def zl(*args, timeout=60):
     p = subprocess.run([os.path.join(e.BIN, "zl"), "--etcd", e.ETCD] + list(args),
                        capture_output=True, text=True, timeout=timeout)
     return p.returncode, p.stdout + p.stderr
+
+
+def ctl(node, vol, cmd):
+    """One command on the attach process's control socket, its answer."""
+    import socket
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+        c.settimeout(30)
+        c.connect(os.path.join(node.state, vol, "ctl.sock"))
+        c.sendall((cmd + "\n").encode())
+        got = b""
+        while True:
+            b = c.recv(4096)
+            if not b:
+                break
+            got += b
+    return got.decode().strip()
 
 
 def attach_log(node, vol):
@@ -100,30 +121,12 @@ def main():
         sums = e.write_files(target, count=3)
         apid = node.attach_pids()[0]
 
-        # 16 MiB of random 4k writes at 800/s: about 5 s of writes, then
-        # every block is read back against its CRC.
-        fio_out = os.path.join(e.WORK, "fio-snap.txt")
-        fio = subprocess.Popen(
-            ["fio", "--name=snap", "--directory=" + target, "--rw=randwrite", "--bs=4k",
-             "--size=16M", "--ioengine=libaio", "--iodepth=8", "--direct=1",
-             "--rate_iops=800", "--verify=crc32c", "--do_verify=1", "--verify_fatal=1",
-             "--output=" + fio_out])
-        fio_file = os.path.join(target, "snap.0.0")
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and fio.poll() is None and not (
-                os.path.exists(fio_file) and os.path.getsize(fio_file) >= 16 * MiB):
-            time.sleep(0.05)
-        time.sleep(1)  # into the random writes
-        if fio.poll() is not None:
-            fail("fio was not running at the snapshot (rc %s)" % fio.returncode)
+        # 16 MiB of random 4k writes at 800/s: about 5 s of writes.
+        fio, fio_out = e.fio_start(target, "snap", 16, 800, 1)
         snapshot(node, vol, "under-fio")
         if fio.poll() is not None:
             fail("fio ended before the snapshot was taken: the snapshot was not under load")
-        rc = fio.wait(120)
-        with open(fio_out) as f:
-            out = f.read()
-        if rc != 0 or "err= 0" not in out:
-            fail("fio across the snapshot: rc %d\n%s" % (rc, out))
+        e.fio_wait(fio, fio_out, "across the snapshot")
         img = os.path.join(e.WORK, "snap.img")
         rc, out = zl("snapshot", "export", "under-fio", img, timeout=120)
         if rc != 0:
@@ -131,8 +134,40 @@ def main():
         check_image(img, sums)
         os.unlink(img)
 
+        # The attach process's resize (what NodeExpandVolume asks on
+        # ctl.sock before resize2fs, which needs CAP_SYS_RESOURCE on a
+        # mounted ext4) keeps its one volume handle, which still takes them.
+        r = e.ctrl.controller.ControllerExpandVolume(
+            e.pb.ControllerExpandVolumeRequest(
+                volume_id=vol, capacity_range=e.pb.CapacityRange(required_bytes=384 * MiB),
+                volume_capability=cap), timeout=e.T)
+        if r.capacity_bytes != 384 * MiB:
+            fail("ControllerExpand answered %d bytes, asked %d" % (r.capacity_bytes, 384 * MiB))
+        reply = ctl(node, vol, "resize")
+        if reply != "ok size=%d" % (384 * MiB):
+            fail("resize on ctl.sock of the attach process: %r" % reply)
+        disk = os.path.join(node.state, vol, "fuse", "disk")
+        if os.stat(disk).st_size != 384 * MiB:
+            fail("%s is %d bytes after the resize, want %d"
+                 % (disk, os.stat(disk).st_size, 384 * MiB))
+        if node.attach_pids() != [apid]:
+            fail("the resize changed the attach process: %s, was %d" % (node.attach_pids(), apid))
+        snapshot(node, vol, "after-resize")
+
         # kill -9 of the attach process; the volume is staged again.
         os.kill(apid, signal.SIGKILL)
+        # Asked while the dead process's snapwriters/ key lives on its
+        # lease: nobody answers, the key expires (TTL 10 s) and zl takes it
+        # with the transaction itself (nothing of the dead process is in
+        # flight any more), not "taken by client".
+        t0 = time.monotonic()
+        rc, out = zl("snapshot", "create", vol, "dead-window")
+        took = time.monotonic() - t0
+        if rc != 0 or "taken by client" in out or "created snapshot" not in out or took > 15:
+            fail("snapshot asked after the kill -9 of the attach process: rc %d after %.1f s: %s"
+                 % (rc, took, out))
+        log("snapshot asked after the kill -9: taken by zl itself after %.1f s (the dead "
+            "process's key expired)" % took)
         e.unpublish_unstage(node, vol, staging, target)
         staging, target = e.stage_publish(node, vol, cap, pctx, "snap")
         npid = node.attach_pids()[0]
@@ -145,7 +180,7 @@ def main():
 
         e.unpublish_unstage(node, vol, staging, target)
         e.ctrl_unpublish(vol, node)
-        for name in ("under-fio", "after-kill"):
+        for name in ("under-fio", "after-resize", "dead-window", "after-kill"):
             rc, out = zl("snapshot", "rm", name)
             if rc != 0:
                 fail("zl snapshot rm %s: rc %d: %s" % (name, rc, out))
