@@ -17,8 +17,10 @@
 
 /* Identity answers on the completion-queue thread (never blocks: Probe reads
  * the background thread's last etcd check); everything else on workers.
- * Snapshots and the Node service are not registered, so gRPC
- * answers UNIMPLEMENTED for them. */
+ * The Node service is not registered, so gRPC answers UNIMPLEMENTED for
+ * it. The snapshot RPCs are, but ControllerGetCapabilities does not
+ * advertise them until CreateVolume takes a snapshot as its content source
+ * (clones, docs/SNAPSHOTS.md step 4). */
 static const struct zl_grpc_method ctrl_methods[] = {
     M("Identity", "GetPluginInfo", get_plugin_info, ctrl_plugin_info, ZL_GRPC_METHOD_INLINE),
     M("Identity", "GetPluginCapabilities", get_plugin_capabilities, ctrl_plugin_caps,
@@ -38,6 +40,9 @@ static const struct zl_grpc_method ctrl_methods[] = {
     M("Controller", "ControllerExpandVolume", controller_expand_volume, ctrl_expand_volume, 0),
     M("Controller", "ControllerGetVolume", controller_get_volume, ctrl_get_volume, 0),
     M("Controller", "ControllerModifyVolume", controller_modify_volume, ctrl_modify_volume, 0),
+    M("Controller", "CreateSnapshot", create_snapshot, ctrl_create_snapshot, 0),
+    M("Controller", "DeleteSnapshot", delete_snapshot, ctrl_delete_snapshot, 0),
+    M("Controller", "ListSnapshots", list_snapshots, ctrl_list_snapshots, 0),
 };
 
 static int ctrl_etcd_open(const struct ctrl_cfg *cfg, struct zl_etcd **out)

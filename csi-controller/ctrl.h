@@ -218,6 +218,13 @@ int ctrl_create_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMess
 		       ProtobufCMessage *resp);
 int ctrl_modify_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
 		       ProtobufCMessage *resp);
+/* ctrl_snap.c */
+int ctrl_create_snapshot(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
+			 ProtobufCMessage *resp);
+int ctrl_delete_snapshot(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
+			 ProtobufCMessage *resp);
+int ctrl_list_snapshots(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
+			ProtobufCMessage *resp);
 int ctrl_delete_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
 		       ProtobufCMessage *resp);
 int ctrl_validate_caps(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,

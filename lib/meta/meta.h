@@ -170,6 +170,11 @@ struct zl_volume {
 	uint32_t snap_seq;
 	uint32_t n_snaps;
 	uint32_t snaps[ZL_META_SNAPS_MAX];
+	/* A clone's source (docs/SNAPSHOTS.md §4): JSON "parent": {"vol": the
+	 * source volume's id, "seq": the source's snapshot sequence, >= 1};
+	 * absent ("" and 0) for a volume that is no clone or was flattened. */
+	char parent_vol[24];
+	uint32_t parent_seq;
 };
 
 /* Key helpers: write "<prefix>nodes/<id>" etc. into out; return 0 or -ZL_ERR_INVAL

@@ -114,6 +114,20 @@ int meta_volume_shape_check(const struct zl_volume *v, char *why, size_t why_len
 					 "snaps[%u]=%u: the snapshot sequences must ascend strictly "
 					 "within [1, snap_seq=%u]",
 					 i, v->snaps[i], v->snap_seq);
+	if (v->parent_vol[0] || v->parent_seq) {
+		uint64_t pnum;
+
+		if (!memchr(v->parent_vol, '\0', sizeof(v->parent_vol)) ||
+		    zl_vol_id_parse(v->parent_vol, &pnum) || v->parent_seq < 1 ||
+		    v->parent_seq > ZL_WIRE_SEQ_MAX)
+			return meta_fail(why, why_len,
+					 "parent must name a volume id (vol- and 16 hex digits) and "
+					 "a snapshot sequence in [1, %u]",
+					 ZL_WIRE_SEQ_MAX);
+		if (pnum == v->num)
+			return meta_fail(why, why_len, "parent %s is the volume itself",
+					 v->parent_vol);
+	}
 	return 0;
 }
 

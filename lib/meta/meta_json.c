@@ -287,8 +287,8 @@ static json_t *meta_slice_to_json(const struct zl_slice *s)
 	return o;
 }
 
-/* "io_timeout", "qos" (the non-zero limits), "snap_seq" and "snaps" when set: records without
- * them stay as before. 0 or -ENOMEM. */
+/* "io_timeout", "qos" (the non-zero limits), "snap_seq", "snaps" and
+ * "parent" when set: records without them stay as before. 0 or -ENOMEM. */
 static int meta_volume_knobs_to_json(const struct zl_volume *v, json_t *o)
 {
 	json_t *q = NULL;
@@ -317,6 +317,33 @@ static int meta_volume_knobs_to_json(const struct zl_volume *v, json_t *o)
 			if (json_array_append_new(a, json_integer((json_int_t)v->snaps[i])))
 				return -ENOMEM;
 	}
+	if (v->parent_vol[0] &&
+	    json_object_set_new(o, "parent",
+				json_pack("{s:s, s:I}", "vol", v->parent_vol, "seq",
+					  (json_int_t)v->parent_seq)))
+		return -ENOMEM;
+	return 0;
+}
+
+/* The "parent" object of a clone (absent: none); meta_volume_shape_check
+ * decides whether it names a volume and a sequence. 0 or -ZL_ERR_INVAL. */
+static int meta_volume_parent_from_json(json_t *o, struct zl_volume *v, char *why,
+					size_t why_len)
+{
+	json_t *p = json_object_get(o, "parent"), *pv, *ps;
+
+	if (!p)
+		return 0;
+	pv = json_object_get(p, "vol");
+	ps = json_object_get(p, "seq");
+	if (!json_is_object(p) || !json_is_string(pv) ||
+	    strlen(json_string_value(pv)) >= sizeof(v->parent_vol) || !json_is_integer(ps) ||
+	    json_integer_value(ps) < 1 || json_integer_value(ps) > ZL_WIRE_SEQ_MAX)
+		return meta_fail(why, why_len,
+				 "field parent is not {\"vol\": a volume id, \"seq\": 1..%u}",
+				 ZL_WIRE_SEQ_MAX);
+	strcpy(v->parent_vol, json_string_value(pv));
+	v->parent_seq = (uint32_t)json_integer_value(ps);
 	return 0;
 }
 
@@ -555,6 +582,9 @@ int meta_volume_from_json(const char *json, size_t len, struct zl_volume *v, cha
 	if (ret)
 		goto out;
 	ret = meta_volume_snaps_from_json(o, v, why, why_len);
+	if (ret)
+		goto out;
+	ret = meta_volume_parent_from_json(o, v, why, why_len);
 	if (ret)
 		goto out;
 	/* Before the placement table is sized by them. */

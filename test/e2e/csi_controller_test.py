@@ -10,6 +10,8 @@ code of the controller RPCs, idempotency across replicas, concurrent calls
 on both replicas at once (one volume per name, one attachment per volume),
 the operation locks shared through etcd, paging, chunk removal on
 DeleteVolume, publish fencing, NOT_FOUND for unregistered nodes, expansion,
+snapshots (create, list with filters and pages, delete, DeleteVolume refused
+under them),
 and that the leader election only picks the replica that runs the garbage
 collection, never the one that may serve a call.
 
@@ -289,10 +291,9 @@ def test_identity(t):
     want = {R.CREATE_DELETE_VOLUME, R.PUBLISH_UNPUBLISH_VOLUME, R.LIST_VOLUMES, R.GET_CAPACITY,
             R.EXPAND_VOLUME, R.LIST_VOLUMES_PUBLISHED_NODES, R.GET_VOLUME, R.PUBLISH_READONLY,
             R.VOLUME_CONDITION, R.MODIFY_VOLUME}
+    # The snapshot RPCs answer (test_snapshots) but are not advertised until
+    # CreateVolume takes a snapshot as its source (docs/SNAPSHOTS.md step 4).
     check(got == want, "controller capabilities %s" % sorted(got))
-    import grpc
-    expect_code(t.ctl.CreateSnapshot, pb.CreateSnapshotRequest(source_volume_id="x", name="s"),
-                grpc.StatusCode.UNIMPLEMENTED)
     log("identity + capabilities: ok")
 
 
@@ -714,6 +715,95 @@ def test_modify(t, vid):
     log("ControllerModifyVolume: ok")
 
 
+def test_snapshots(t, vid):
+    """CreateSnapshot, ListSnapshots, DeleteSnapshot (docs/SNAPSHOTS.md step
+    5): the spec's codes, idempotency across replicas, the records in etcd,
+    paging and filters, and DeleteVolume refused while snapshots exist."""
+    pb, C = t.pb, t.grpc.StatusCode
+    CS, DS, LS = t.ctl.CreateSnapshot, t.ctl.DeleteSnapshot, t.ctl.ListSnapshots
+    expect_code(CS, pb.CreateSnapshotRequest(source_volume_id=vid), C.INVALID_ARGUMENT, "name")
+    expect_code(CS, pb.CreateSnapshotRequest(name="s"), C.INVALID_ARGUMENT, "source_volume_id")
+    expect_code(CS, pb.CreateSnapshotRequest(name="s", source_volume_id=vid,
+                                             parameters={"speed": "fast"}),
+                C.INVALID_ARGUMENT, "parameters[speed]")
+    expect_code(CS, pb.CreateSnapshotRequest(name="bad/name", source_volume_id=vid),
+                C.INVALID_ARGUMENT, "name")
+    for src in ("vol-00000000000000ff", "not-a-zipline-id"):
+        expect_code(CS, pb.CreateSnapshotRequest(name="s", source_volume_id=src),
+                    C.NOT_FOUND, src)
+    other = t.ctl.CreateVolume(pb.CreateVolumeRequest(
+        name="pvc-snap-other", capacity_range=pb.CapacityRange(required_bytes=MiB),
+        volume_capabilities=[cap(pb)]), timeout=30).volume.volume_id
+    size = json.loads(etcd_get(PREFIX + "volumes/" + vid)["value"])["size"]
+    now = time.time()
+    snaps = []
+    for name in ("vs-1", "vs-2", "vs-3"):
+        r = twice(CS, pb.CreateSnapshotRequest(
+            name=name, source_volume_id=vid,
+            parameters={"csi.storage.k8s.io/volumesnapshot/name": name}))
+        s = r.snapshot
+        check(s.snapshot_id.startswith("snap-") and s.source_volume_id == vid and
+              s.size_bytes == size and s.ready_to_use and
+              abs(s.creation_time.seconds - now) < 120, "CreateSnapshot %s answered %s" % (name, s))
+        snaps.append(s.snapshot_id)
+    so = twice(CS, pb.CreateSnapshotRequest(name="vs-o", source_volume_id=other)).snapshot
+    expect_code(CS, pb.CreateSnapshotRequest(name="vs-1", source_volume_id=other),
+                C.ALREADY_EXISTS, "vs-1")
+    rec = json.loads(etcd_get(PREFIX + "volumes/" + vid)["value"])
+    check(rec.get("snap_seq") == 3 and rec.get("snaps") == [1, 2, 3],
+          "volume record after three snapshots: snap_seq %s snaps %s" % (
+              rec.get("snap_seq"), rec.get("snaps")))
+    for i, sid in enumerate(snaps):
+        body = json.loads(etcd_get(PREFIX + "snapshots/" + sid)["value"])
+        check(body["vol"] == vid and body["seq"] == i + 1 and body["name"] == "vs-%d" % (i + 1),
+              "record of %s: %s" % (sid, body))
+        check(etcd_get(PREFIX + "snapnames/vs-%d" % (i + 1))["value"] == sid,
+              "snapnames/vs-%d does not name %s" % (i + 1, sid))
+
+    def ids(req):
+        return [e.snapshot.snapshot_id for e in LS(req, timeout=30).entries]
+    check(ids(pb.ListSnapshotsRequest(source_volume_id=vid)) == snaps,
+          "ListSnapshots of %s: %s, not %s" % (vid, ids(pb.ListSnapshotsRequest(
+              source_volume_id=vid)), snaps))
+    every = ids(pb.ListSnapshotsRequest())
+    check(set(snaps + [so.snapshot_id]) <= set(every), "ListSnapshots misses some: %s" % every)
+    check(ids(pb.ListSnapshotsRequest(snapshot_id=snaps[1])) == [snaps[1]], "by snapshot_id")
+    check(ids(pb.ListSnapshotsRequest(snapshot_id=snaps[1], source_volume_id=other)) == [],
+          "by snapshot_id of another source")
+    for bad in ("snap-00000000000000ff", "not-a-snapshot"):
+        check(ids(pb.ListSnapshotsRequest(snapshot_id=bad)) == [], "unknown snapshot_id " + bad)
+    check(ids(pb.ListSnapshotsRequest(source_volume_id="vol-00000000000000ff")) == [],
+          "snapshots of an unknown volume")
+    paged, tok = [], ""
+    for _ in range(len(every) + 1):
+        r = LS(pb.ListSnapshotsRequest(max_entries=2, starting_token=tok), timeout=30)
+        check(len(r.entries) <= 2, "page of %d entries for max_entries=2" % len(r.entries))
+        paged += [e.snapshot.snapshot_id for e in r.entries]
+        tok = r.next_token
+        if not tok:
+            break
+    check(paged == every, "pages %s differ from the listing %s" % (paged, every))
+    expect_code(LS, pb.ListSnapshotsRequest(starting_token="zz"), C.ABORTED, "starting_token")
+    expect_code(LS, pb.ListSnapshotsRequest(max_entries=-1), C.INVALID_ARGUMENT, "max_entries")
+
+    # The snapshots' data are the volume's chunks: no DeleteVolume under them.
+    expect_code(t.ctl.DeleteVolume, pb.DeleteVolumeRequest(volume_id=vid),
+                C.FAILED_PRECONDITION, "3 snapshots", "DeleteSnapshot")
+    check(etcd_get(PREFIX + "volumes/" + vid) is not None, "volume gone after a refused delete")
+    expect_code(DS, pb.DeleteSnapshotRequest(), C.INVALID_ARGUMENT, "snapshot_id")
+    for sid in snaps + [so.snapshot_id, "snap-00000000000000ff", "not-a-snapshot"]:
+        twice(DS, pb.DeleteSnapshotRequest(snapshot_id=sid))
+    check(ids(pb.ListSnapshotsRequest(source_volume_id=vid)) == [], "snapshots left after delete")
+    check(not etcd_range(PREFIX + "snapshots/", True) and
+          not etcd_range(PREFIX + "snapnames/", True), "snapshot records left after delete")
+    rec = json.loads(etcd_get(PREFIX + "volumes/" + vid)["value"])
+    check(rec.get("snap_seq") == 3 and not rec.get("snaps"),
+          "volume record after the deletes: %s %s" % (rec.get("snap_seq"), rec.get("snaps")))
+    twice(t.ctl.DeleteVolume, pb.DeleteVolumeRequest(volume_id=other))
+    log("snapshots: ok (create idempotent, ALREADY_EXISTS, NOT_FOUND, list filters and "
+        "pages, DeleteVolume refused while they exist, delete idempotent)")
+
+
 def test_delete(t, vid):
     pb, C = t.pb, t.grpc.StatusCode
     D = t.ctl.DeleteVolume
@@ -957,6 +1047,7 @@ def main():
     test_delete_publish_race(t, test_publish_race(t))
     test_expand_getvolume(t, vid)
     test_modify(t, vid)
+    test_snapshots(t, vid)
     test_delete(t, vid)
     test_gc(t)
     test_no_nodes()

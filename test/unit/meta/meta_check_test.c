@@ -435,6 +435,44 @@ static void test_snap_fields(void **state)
 	}
 }
 
+/* Issue 25: a clone's parent (volume id and snapshot sequence). */
+static void test_parent_field(void **state)
+{
+	struct zl_volume v, back;
+	char *json;
+
+	(void)state;
+	make_volume(&v, 2, 3);
+	json = zl_meta_volume_to_json(&v);
+	assert_non_null(json);
+	assert_null(strstr(json, "parent"));
+	free(json);
+	strcpy(v.parent_vol, "vol-00000000000000aa");
+	v.parent_seq = 4;
+	json = zl_meta_volume_to_json(&v);
+	assert_non_null(json);
+	assert_non_null(strstr(json, "\"parent\":{\"vol\":\"vol-00000000000000aa\",\"seq\":4}"));
+	assert_int_equal(zl_meta_volume_from_json(json, strlen(json), &back), 0);
+	free(json);
+	assert_string_equal(back.parent_vol, "vol-00000000000000aa");
+	assert_int_equal(back.parent_seq, 4);
+	zl_volume_fini(&back);
+	v.parent_seq = 0;
+	assert_refused(&v, "parent must name a volume id (vol- and 16 hex digits) and a snapshot "
+			   "sequence in [1, 16777215]");
+	v.parent_seq = 1;
+	strcpy(v.parent_vol, v.id);
+	assert_refused(&v, "is the volume itself");
+	zl_volume_fini(&v);
+	{
+		static const char *bad[] = {"\"parent\":7", "\"parent\":{\"vol\":\"x\"}",
+					    "\"parent\":{\"vol\":\"vol-00000000000000aa\",\"seq\":0}",
+					    "\"parent\":{\"vol\":\"nope\",\"seq\":1}"};
+
+		assert_fields_refused(bad, sizeof(bad) / sizeof(bad[0]));
+	}
+}
+
 static void test_member_helpers(void **state)
 {
 	struct zl_slice s = {.version = 1, .n = 3};
@@ -515,6 +553,7 @@ int main(void)
 	    cmocka_unit_test(test_replication_fields),
 	    cmocka_unit_test(test_qos_fields),
 	    cmocka_unit_test(test_snap_fields),
+	    cmocka_unit_test(test_parent_field),
 	    cmocka_unit_test(test_member_helpers),
 	    cmocka_unit_test(test_ids),
 	    cmocka_unit_test(test_slice_of_id),
