@@ -25,8 +25,15 @@ a canary `sleep` in one, the spawner in the other.
 Without --spawner step 2 kills the attach process with the plugin
 (test_kill9 in csi_e2e_test.py covers the kill -9 of the plugin process
 alone, which an attach process outlives either way).
+
+`csi_restart_test.py --frontend ublk|nbd` runs the same with zipline-node
+--frontend FRONTEND: test/vm/csi_frontend_guest.py runs it in the test VM
+(ublk_vm, nbd_frontend), where the kernel has ublk_drv and nbd; the staged
+volume must then sit on /dev/ublkbN or /dev/nbdN (its state.json says so).
+The VM's init mounts no cgroup hierarchy: the test mounts cgroup2 there.
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -122,8 +129,35 @@ def start_spawner(sock, cg):
     return p
 
 
+FRONTEND = None  # --frontend ublk|nbd: the test VM; None: the node's default
+FIO_LAYOUT_S, FIO_END_S = 60, 300  # fio's file layout; fio's end after the restart
+# fio's file and its rate: the write phase lasts about MiB * 256 / IOPS s
+# (16 s on the host, 10 s in the VM, where TCG writes 100-600 4 KiB blocks
+# a second through the frontend), so the kill lands in it.
+FIO_MIB, FIO_IOPS = 32, 500
+
+
+def vm_setup():
+    """The test VM: TCG runs the guest 10-50 times slower than the host, so
+    the bounds are wider; its init mounts no cgroup hierarchy."""
+    global FIO_LAYOUT_S, FIO_END_S, FIO_MIB, FIO_IOPS
+    e.START_S = 60
+    FIO_LAYOUT_S, FIO_END_S = 300, 600
+    FIO_MIB, FIO_IOPS = 4, 100
+    if not os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+        os.makedirs("/sys/fs/cgroup", exist_ok=True)
+        subprocess.check_call(["mount", "-t", "cgroup2", "cgroup2", "/sys/fs/cgroup"])
+
+
 def main():
+    global FRONTEND
     import grpc as g
+    if sys.argv[1:2] == ["--frontend"]:
+        FRONTEND = sys.argv[2]
+        if FRONTEND not in ("ublk", "nbd"):
+            fail("--frontend %s: ublk or nbd (the default frontend runs without it)"
+                 % FRONTEND)
+        vm_setup()
     e.grpc = g
     e.ctrl = e.CsiClient(e.CTRL_EP)
     e.ctrl.wait_ready(30)
@@ -131,7 +165,7 @@ def main():
     attacher_cg, plugin_cg = Cgroup("attacher"), Cgroup("plugin")
     sock = os.path.join(e.WORK, "node-spawner", "spawner.sock")
     spawner = canary = fio = None
-    node = e.Node(1, ["--spawner", sock])
+    node = e.Node(1, ["--spawner", sock] + (["--frontend", FRONTEND] if FRONTEND else []))
     try:
         spawner = start_spawner(sock, attacher_cg)
         node.start()
@@ -148,6 +182,11 @@ def main():
         if len(pids) != 1:
             fail("want one attach process, state dir says %s" % pids)
         apid = pids[0]
+        if FRONTEND:
+            with open(os.path.join(node.state, vol, "state.json")) as f:
+                st = json.load(f)
+            if st.get("frontend") != FRONTEND:
+                fail("%s was staged with frontend %s, not %s" % (vol, st.get("frontend"), FRONTEND))
         if ppid(apid) != spawner.pid:
             fail("attach process %d is the child of %d, not of the spawner %d"
                  % (apid, ppid(apid), spawner.pid))
@@ -155,8 +194,9 @@ def main():
             fail("attach process %d is not in the spawner's cgroup: %s" % (apid, cgroup_of(apid)))
         log("attach process %d started by the spawner %d, in its cgroup" % (apid, spawner.pid))
 
-        # Its write phase lasts about 16 s, so the kill lands in it.
-        fio, fio_out = e.fio_start(target, "restart", 32, 500, 2)
+        # fio at a bounded rate (FIO_IOPS): the kill lands in its write
+        # phase.
+        fio, fio_out = e.fio_start(target, "restart", FIO_MIB, FIO_IOPS, 2, FIO_LAYOUT_S)
 
         plugin_cg.kill()
         node.proc.wait(10)
@@ -177,7 +217,7 @@ def main():
             e.pb.NodeGetVolumeStatsRequest(volume_id=vol, volume_path=target), timeout=30)
         if s.volume_condition.abnormal:
             fail("volume abnormal after the plugin restart: %s" % s.volume_condition.message)
-        e.fio_wait(fio, fio_out, "through the restart")
+        e.fio_wait(fio, fio_out, "through the restart", FIO_END_S)
         e.check_files(target, sums)
         log("fio with verify=crc32c went on through the restart without an error; "
             "the restarted plugin adopted attach process %d, volume healthy" % apid)
@@ -204,7 +244,7 @@ def main():
         node.stop()
         for cg in (plugin_cg, attacher_cg):
             cg.remove()
-    log("PASS")
+    log("PASS" + (" (frontend %s)" % FRONTEND if FRONTEND else ""))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,11 @@ which must pick FRONTEND (ublk: the VM's kernel has ublk_drv).
     process whose read is stuck ends it in time, the read fails with EIO and
     the device goes. The hang cluster's daemon keeps its data in DATA (a
     directory on the guest's disk: not 9p, not tmpfs).
+  - The node plugin's container restarted under load (test/e2e/
+    csi_restart_test.py --frontend FRONTEND): zipline-node --spawner, the
+    plugin's cgroup killed under fio verify=crc32c on the mounted file
+    system; the attach process, in the spawner's cgroup, keeps the device;
+    the new plugin adopts it and fio ends without an error.
 Exit 0 when every check passed. Run with /usr/bin/python3.
 """
 
@@ -336,34 +341,48 @@ check_stats(vol, target, pb.VolumeUsage.BYTES)
 pid = state(vol)["pid"]
 unstage(vol, staging, target, dev, pid)
 
+def run_e2e(script, tag, what, echo):
+    """test/e2e/SCRIPT --frontend FE with this controller and its own
+    zipline-node; its output in WORK/TAG.log (the lines starting with echo
+    repeated here), the node's and the attach processes' logs copied there
+    too (the node's directory holds its socket, so it is not on the 9p
+    share)."""
+    env = dict(os.environ, ZL_BIN=BIN, CL_DIR=os.path.join(DATA, tag + "-cl"), CL_ETCD=ETCD,
+               CSI_WORK=os.path.join(RUN, tag), CTRL_EP="unix://%s/ctrl.sock" % RUN,
+               ZL_SOURCE_DIR=os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
+    out = os.path.join(WORK, tag + ".log")
+    with open(out, "ab") as hl:
+        rc = subprocess.call([sys.executable, os.path.join(env["ZL_SOURCE_DIR"], "test", "e2e",
+                                                           script), "--frontend", FE],
+                             env=env, stdout=hl, stderr=subprocess.STDOUT)
+    with open(out) as hl:
+        for line in hl:
+            if line.startswith(echo):
+                log(tag + ": " + line[len(echo):].strip())
+    for root, _, files in os.walk(env["CSI_WORK"]):
+        for f in files:
+            if f.endswith(".log"):
+                dst = os.path.join(WORK, tag + "-" + os.path.relpath(
+                    os.path.join(root, f), env["CSI_WORK"]).replace("/", "-"))
+                subprocess.call(["cp", os.path.join(root, f), dst])
+    if rc:
+        with open(out) as hl:
+            sys.stderr.write("".join(hl.readlines()[-30:]))
+        fail("%s --frontend %s failed (rc %d; %s.log, %s-*.log in %s)"
+             % (script, FE, rc, tag, tag, WORK))
+    log("%s (%s --frontend %s)" % (what, script, FE))
+
+
 # ---- No volume hangs the node: csi_hang_test.py with this frontend, its own
 # zipline-node (--attach-timeout), this controller.
 node_stop()
-env = dict(os.environ, ZL_BIN=BIN, CL_DIR=os.path.join(DATA, "hang-cl"), CL_ETCD=ETCD,
-           CSI_WORK=os.path.join(RUN, "hang"), CTRL_EP="unix://%s/ctrl.sock" % RUN,
-           ZL_SOURCE_DIR=os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
-with open(os.path.join(WORK, "hang.log"), "ab") as hl:
-    rc = subprocess.call([sys.executable, os.path.join(env["ZL_SOURCE_DIR"], "test", "e2e",
-                                                       "csi_hang_test.py"), "--frontend", FE],
-                         env=env, stdout=hl, stderr=subprocess.STDOUT)
-with open(os.path.join(WORK, "hang.log")) as hl:
-    for line in hl:
-        if line.startswith("csi_e2e:   "):
-            log("hang: " + line[len("csi_e2e:   "):].rstrip())
-# The node's directory holds its socket, so it is not on the 9p share: its
-# logs (and those of the attach processes of failed stages) are copied there.
-for root, _, files in os.walk(env["CSI_WORK"]):
-    for f in files:
-        if f.endswith(".log"):
-            dst = os.path.join(WORK, "hang-" + os.path.relpath(os.path.join(root, f),
-                                                               env["CSI_WORK"]).replace("/", "-"))
-            subprocess.call(["cp", os.path.join(root, f), dst])
-if rc:
-    with open(os.path.join(WORK, "hang.log")) as hl:
-        sys.stderr.write("".join(hl.readlines()[-30:]))
-    fail("csi_hang_test.py --frontend %s failed (rc %d; hang.log, hang-*.log in %s)"
-         % (FE, rc, WORK))
-log("no volume hangs the node (csi_hang_test.py --frontend %s)" % FE)
+run_e2e("csi_hang_test.py", "hang", "no volume hangs the node", "csi_e2e:   ")
+# ---- The node plugin's container restarted under a verified write load on
+# a mounted file system: the attach process (started by `zipline-node
+# spawner` in another cgroup) keeps the device and the mount, the new plugin
+# adopts it, fio ends without an error.
+run_e2e("csi_restart_test.py", "restart", "attach process outlives the plugin's container",
+        "csi_e2e: ")
 for p in procs:
     p.send_signal(signal.SIGTERM)
 for p in procs:

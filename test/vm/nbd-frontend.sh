@@ -31,7 +31,7 @@ cleanup() {
 trap cleanup EXIT
 truncate -s 1G "$work/disk.img" || fail "cannot create $work/disk.img"
 t0=$SECONDS
-bash "$here/vm.sh" run -M nbd --share "$build" --disk "$work/disk.img" -t 900 -- \
+bash "$here/vm.sh" run -M nbd --share "$build" --disk "$work/disk.img" -t "${ZL_NBD_VM_TIMEOUT:-1200}" -- \
 	bash "$here/nbd-guest.sh" "$build" "$work"
 rc=$?
 echo "FIGURE: guest: $((SECONDS - t0)) s"

@@ -22,7 +22,11 @@
 #      20's hang checks with nbd (csi_hang_test.py --frontend nbd: a volume
 #      whose storage is stopped or killed fails NodeStage fast while another
 #      stages, nothing in state D; SIGTERM with a read stuck: EIO, the
-#      device disconnected).
+#      device disconnected); then the node plugin's container restarted
+#      under fio verify=crc32c on a mounted file system
+#      (csi_restart_test.py --frontend nbd: the attach process, started by
+#      `zipline-node spawner` in another cgroup, keeps the device; the new
+#      plugin adopts it; no fio error).
 # Logs in WORK (on the host). Exit 0 when every check passed.
 set -u
 build=${1:?usage: nbd-guest.sh BUILD WORK}

@@ -30,7 +30,11 @@
 #    /dev/ublkcN gone, no attach process left); then issue 20's hang checks
 #    with ublk (csi_hang_test.py --frontend ublk: a volume whose storage is
 #    stopped or killed fails NodeStage fast while another stages, nothing in
-#    state D; SIGTERM with a read stuck: EIO, the device deleted).
+#    state D; SIGTERM with a read stuck: EIO, the device deleted); then the
+#    node plugin's container restarted under fio verify=crc32c on a mounted
+#    file system (csi_restart_test.py --frontend ublk: the attach process,
+#    started by `zipline-node spawner` in another cgroup, keeps the device;
+#    the new plugin adopts it; no fio error).
 set -u
 build=${1:?usage: ublk-guest.sh BUILD WORK}
 work=${2:?usage: ublk-guest.sh BUILD WORK}
