@@ -30,8 +30,11 @@
 
 struct attach;
 
-/* A volume handle and the FUSE requests it still owes a reply. A resize
- * opens a new handle; the old one is closed when its last request ends. */
+/* A volume handle and the FUSE requests it still owes a reply. Today one
+ * handle serves the whole life of the process: it takes the volume's
+ * snapshots (zl_vol_snap_serve) and learns a new size through its record
+ * watch, so a resize does not reopen it. A replaced handle (vh[1]) would
+ * be closed when its last request ended (attach_volh_gc). */
 struct attach_volh {
 	struct zl_vol *vol;
 	unsigned int inflight;
@@ -81,6 +84,12 @@ struct attach {
 	uint64_t stop_deadline_ns;
 	bool stopping;
 	bool flushing;
+
+	/* A resize waiting for the handle to install the record's size. */
+	struct zl_timer resize_timer;
+	uint64_t resize_want, resize_deadline_ms;
+	int resize_fd; /* the ctl connection to answer, -1 for SIGHUP */
+	bool resize_waiting;
 
 	/* Requests that change data, counted at submit; flushed_gen: the
 	 * count the last successful flush covered. Equal: fsync is a no-op. */

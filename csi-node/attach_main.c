@@ -9,7 +9,8 @@
  * with --frontend ublk, add the block device /dev/ublkbN, or take over the
  * one of a dead attach process with --recover: attach_ublk.c); listen
  * on <dir>/ctl.sock; report READY on the ready fd; serve until SIGTERM or
- * until the FUSE connection ends. SIGTERM drains and flushes for at most
+ * until the FUSE connection ends. The volume handle takes the volume's
+ * snapshots (attach_snap_serve). SIGTERM drains and flushes for at most
  * ATTACH_STOP_MS; what is still in flight then fails with EIO, and the loop
  * devices on our file are detached. SIGHUP or "resize" on the control
  * socket re-reads the volume record after an expansion. */
@@ -39,6 +40,8 @@
  * what is left fails with EIO (storage that does not answer must not keep
  * a node's device, and whoever uses it, waiting). */
 #define ATTACH_STOP_MS 10000
+/* A resize waits this long for the volume client to see the new size. */
+#define ATTACH_RESIZE_MS 10000u
 
 struct attach_args {
 	const char *vol_id;
@@ -229,14 +232,80 @@ static int attach_parse(int argc, char **argv, struct attach_args *o)
 	return 0;
 }
 
-/* Re-reads the volume record; a grown volume gets a new handle and the FUSE
- * file grows. Returns 0 or an error with msg filled. */
+/* The answer to "resize" (fd, or none for SIGHUP), then the fd closed. */
+static void attach_resize_answer(struct attach *a, int fd, int rc, const char *msg)
+{
+	char reply[400];
+
+	if (rc)
+		snprintf(reply, sizeof(reply), "err %s\n", msg);
+	else
+		snprintf(reply, sizeof(reply), "ok size=%llu\n", (unsigned long long)a->size);
+	if (rc && fd < 0)
+		ZL_LOG_ERR(ATTACH_LOG, "resize on SIGHUP failed: vol=%s err=%s", a->vol_id, msg);
+	if (fd < 0)
+		return;
+	if (write(fd, reply, strlen(reply)) < 0)
+		ZL_LOG_WARN(ATTACH_LOG, "control reply failed: vol=%s err=%s", a->vol_id,
+			    strerror(errno));
+	close(fd);
+}
+
+/* The handle shows the new size: the FUSE file grows. */
+static void attach_resize_grow(struct attach *a)
+{
+	uint64_t old = a->size;
+
+	a->size = zl_vol_size(a->cur->vol);
+	attach_fuse_resized(a);
+	ZL_LOG_INFO(ATTACH_LOG, "volume grew: vol=%s size=%llu->%llu", a->vol_id,
+		    (unsigned long long)old, (unsigned long long)a->size);
+}
+
+/* Loop: a resize waits until the volume handle installed the record's new
+ * size (its watch of the record), ATTACH_RESIZE_MS at most. */
+static void attach_resize_tick(void *arg)
+{
+	struct attach *a = arg;
+	struct zl_vol *v = a->cur->vol;
+	char msg[256] = "";
+	int fd = a->resize_fd, rc = 0;
+
+	if (v && zl_vol_size(v) >= a->resize_want) {
+		attach_resize_grow(a);
+	} else if (v && !a->aborting && zl_now_ms() < a->resize_deadline_ms) {
+		zl_timer_start(a->loop, &a->resize_timer, 20, 0, attach_resize_tick, a);
+		return;
+	} else if (!v || a->aborting) {
+		rc = -ZL_ERR_CONN;
+		snprintf(msg, sizeof(msg), "stopping");
+	} else {
+		rc = -ZL_ERR_TIMEOUT;
+		snprintf(msg, sizeof(msg),
+			 "the volume client did not see the new size %llu within %u ms (it "
+			 "learns it through its watch of the volume record): check etcd and "
+			 "retry",
+			 (unsigned long long)a->resize_want, ATTACH_RESIZE_MS);
+	}
+	a->resize_waiting = false;
+	a->resize_fd = -1;
+	attach_resize_answer(a, fd, rc, msg);
+}
+
+/* Re-reads the volume record after an expansion. The volume handle is
+ * never reopened: it installs the new size itself when its watch of the
+ * record fires, and it is the one that takes the volume's snapshots
+ * (zl_vol_snap_serve), so a second handle would either have two switches
+ * (two serving handles) or a moment with none, in which a snapshot would be
+ * taken by the transaction alone while writes are in flight. The answer
+ * waits (attach_resize_tick, on the loop) until the handle shows the
+ * record's size, ATTACH_RESIZE_MS at most. Returns 0 (done: a->size
+ * grew), 1 (waiting: attach_resize_tick answers), or an error with msg
+ * filled. */
 static int attach_resize(struct attach *a, char *msg, size_t len)
 {
 	struct zl_volume v;
-	struct attach_volh *next = a->cur == &a->vh[0] ? &a->vh[1] : &a->vh[0];
-	struct zl_vol *nv;
-	uint64_t old = a->size;
+	uint64_t want;
 	int rc;
 
 	memset(&v, 0, sizeof(v));
@@ -262,30 +331,30 @@ static int attach_resize(struct attach *a, char *msg, size_t len)
 		zl_volume_fini(&v);
 		return -ZL_ERR_INVAL;
 	}
+	want = v.size;
 	zl_volume_fini(&v);
 	if (a->ublk) {
 		/* Growing /dev/ublkbN needs UBLK_U_CMD_UPDATE_SIZE (Linux >= 6.16). */
 		snprintf(msg, len, "the ublk device cannot grow yet; stage the volume again");
 		return -EOPNOTSUPP;
 	}
-	if (next->vol) {
-		snprintf(msg, len, "the previous resize is still draining, retry");
+	if (a->resize_waiting) {
+		snprintf(msg, len, "the previous resize is still waiting for the new size, retry");
 		return -ZL_ERR_BUSY;
 	}
-	rc = zl_vol_open(a->client, a->vol_id, &nv);
-	if (rc) {
-		snprintf(msg, len, "cannot reopen the volume: %s", zl_strerror(rc));
-		return rc;
+	if (!a->cur->vol) {
+		snprintf(msg, len, "stopping");
+		return -ZL_ERR_CONN;
 	}
-	next->vol = nv;
-	next->inflight = 0;
-	a->cur = next;
-	a->size = zl_vol_size(nv);
-	attach_volh_gc(a);
-	attach_fuse_resized(a);
-	ZL_LOG_INFO(ATTACH_LOG, "volume grew: vol=%s size=%llu->%llu", a->vol_id,
-		    (unsigned long long)old, (unsigned long long)a->size);
-	return 0;
+	if (zl_vol_size(a->cur->vol) >= want) {
+		attach_resize_grow(a);
+		return 0;
+	}
+	a->resize_want = want;
+	a->resize_deadline_ms = zl_now_ms() + ATTACH_RESIZE_MS;
+	a->resize_waiting = true;
+	zl_timer_start(a->loop, &a->resize_timer, 20, 0, attach_resize_tick, a);
+	return 1;
 }
 
 static void attach_ctl_cb(void *arg, uint32_t events)
@@ -310,6 +379,10 @@ static void attach_ctl_cb(void *arg, uint32_t events)
 		snprintf(reply, sizeof(reply), "err stopping\n");
 	} else if (strcmp(req, "resize") == 0) {
 		rc = attach_resize(a, msg, sizeof(msg));
+		if (rc == 1) { /* attach_resize_tick answers */
+			a->resize_fd = fd;
+			return;
+		}
 		if (rc)
 			snprintf(reply, sizeof(reply), "err %s\n", msg);
 		else
@@ -474,7 +547,8 @@ static void attach_sig_cb(void *arg, uint32_t events)
 
 	while (read(a->sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
 		if (si.ssi_signo == SIGHUP) {
-			if (a->serving && !a->stopping && attach_resize(a, msg, sizeof(msg)))
+			if (a->serving && !a->stopping &&
+			    attach_resize(a, msg, sizeof(msg)) < 0)
 				ZL_LOG_ERR(ATTACH_LOG, "resize on SIGHUP failed: vol=%s err=%s",
 					   a->vol_id, msg);
 			continue;
@@ -644,6 +718,55 @@ static int attach_probe(struct attach *a, const struct attach_args *o, int *read
 	return rc;
 }
 
+/* Makes this process the one that takes the volume's snapshots
+ * (docs/SNAPSHOTS.md §3): only it knows which writes it acknowledged. A
+ * snapshot taken by the transaction alone before our snapwriters/ key
+ * existed (while we started, or, after a kill -9, once the dead process's
+ * key expired with its lease) raised the record's sequence after our
+ * handle read it: the handle's watch brings it, and no write is sent
+ * before it did, else writes issued after that snapshot would land in it.
+ * Before READY, bounded by --start-timeout. 0 or an error, reported. */
+static int attach_snap_serve(struct attach *a, const struct attach_args *o, int *ready)
+{
+	uint64_t end = zl_now_ms() + (uint64_t)o->start_timeout_s * 1000u;
+	struct zl_volume rec;
+	uint32_t want;
+	int rc;
+
+	rc = zl_vol_snap_serve(a->cur->vol);
+	if (rc) {
+		attach_ready(ready,
+			     "ERR %s cannot take the snapshots of volume %s: %s (detail: %s); "
+			     "not serving it, as its snapshots would not be crash-consistent: "
+			     "check that etcd is reachable and stage the volume again",
+			     zl_errname(rc), a->vol_id, zl_strerror(rc), zl_etcd_last_error());
+		return rc;
+	}
+	memset(&rec, 0, sizeof(rec));
+	rc = zl_meta_volume_get(a->etcd, a->prefix, a->vol_id, &rec);
+	if (rc) {
+		attach_ready(ready,
+			     "ERR %s cannot read the record of volume %s: %s (detail: %s); check "
+			     "that etcd is reachable and stage the volume again",
+			     zl_errname(rc), a->vol_id, zl_strerror(rc), zl_etcd_last_error());
+		return rc;
+	}
+	want = rec.snap_seq;
+	zl_volume_fini(&rec);
+	while (zl_vol_snap_seq(a->cur->vol) < want && !a->stopping && zl_now_ms() < end)
+		if (zl_loop_run_once(a->loop, 100) < 0)
+			break;
+	if (zl_vol_snap_seq(a->cur->vol) < want) {
+		attach_ready(ready,
+			     "ERR ZL_ERR_TIMEOUT volume %s: the volume client did not learn "
+			     "snapshot sequence %u within %u s (--attach-timeout; it has %u): "
+			     "check etcd and stage the volume again",
+			     a->vol_id, want, o->start_timeout_s, zl_vol_snap_seq(a->cur->vol));
+		return -ZL_ERR_TIMEOUT;
+	}
+	return 0;
+}
+
 /* Mounts the FUSE session on <dir>/fuse and waits for the kernel's INIT:
  * opening the file works once READY is reported. 0 or an error, reported. */
 static int attach_start_fuse(struct attach *a, int *ready)
@@ -722,7 +845,7 @@ int attach_main(int argc, char **argv)
 		return 1;
 	}
 	a->fuse_h.fd = a->ctl_h.fd = a->sig_h.fd = -1;
-	a->ctl_fd = a->sig_fd = -1;
+	a->ctl_fd = a->sig_fd = a->resize_fd = -1;
 	a->nbd_index = -1;
 	a->vol_id = o.vol_id;
 	a->prefix = o.prefix;
@@ -731,6 +854,8 @@ int attach_main(int argc, char **argv)
 	rc = attach_open(a, &o, &ready);
 	if (rc == 0)
 		rc = attach_probe(a, &o, &ready);
+	if (rc == 0)
+		rc = attach_snap_serve(a, &o, &ready);
 	if (rc)
 		goto out;
 	if (o.nbd) {

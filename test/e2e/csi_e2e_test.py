@@ -351,6 +351,38 @@ def check_files(root, sums):
             fail("%s changed: sha256 %s, wrote %s" % (rel, got, want))
 
 
+def fio_start(target, name, size_mib, rate_iops, settle, layout_s=60):
+    """fio at a bounded rate on the mounted volume: random 4k writes of
+    size_mib MiB, then every block read back against its CRC
+    (verify=crc32c). Returns (process, output file) once the file is laid
+    out (layout_s at most) and settle more seconds of random writes ran;
+    fails if fio ended."""
+    out = os.path.join(WORK, "fio-%s.txt" % name)
+    p = subprocess.Popen(
+        ["fio", "--name=" + name, "--directory=" + target, "--rw=randwrite", "--bs=4k",
+         "--size=%dM" % size_mib, "--ioengine=libaio", "--iodepth=8", "--direct=1",
+         "--rate_iops=%d" % rate_iops, "--verify=crc32c", "--do_verify=1",
+         "--verify_fatal=1", "--output=" + out])
+    f = os.path.join(target, name + ".0.0")
+    deadline = time.monotonic() + layout_s
+    while time.monotonic() < deadline and p.poll() is None and not (
+            os.path.exists(f) and os.path.getsize(f) >= size_mib * MiB):
+        time.sleep(0.05)
+    time.sleep(settle)  # into the random writes
+    if p.poll() is not None:
+        fail("fio %s was not running after its layout (rc %s)" % (name, p.returncode))
+    return p, out
+
+
+def fio_wait(p, out, what, end_s=300):
+    """fio must end within end_s seconds without an error."""
+    rc = p.wait(end_s)
+    with open(out) as f:
+        text = f.read()
+    if rc != 0 or "err= 0" not in text:
+        fail("fio %s: rc %d\n%s" % (what, rc, text))
+
+
 def node_negatives(node, vol, pctx):
     """Every error the spec lists for the node RPCs, on a volume that exists
     and one that does not."""

@@ -195,22 +195,8 @@ def main():
         log("attach process %d started by the spawner %d, in its cgroup" % (apid, spawner.pid))
 
         # fio at a bounded rate (FIO_IOPS): the kill lands in its write
-        # phase; verify=crc32c reads every block back at the end.
-        fio_out = os.path.join(e.WORK, "fio-restart.txt")
-        fio = subprocess.Popen(
-            ["fio", "--name=restart", "--directory=" + target, "--rw=randwrite", "--bs=4k",
-             "--size=%dM" % FIO_MIB, "--ioengine=libaio", "--iodepth=8", "--direct=1",
-             "--rate_iops=%d" % FIO_IOPS, "--verify=crc32c", "--do_verify=1",
-             "--verify_fatal=1",
-             "--output=" + fio_out])
-        fio_file = os.path.join(target, "restart.0.0")
-        deadline = time.monotonic() + FIO_LAYOUT_S
-        while time.monotonic() < deadline and fio.poll() is None and not (
-                os.path.exists(fio_file) and os.path.getsize(fio_file) >= FIO_MIB * MiB):
-            time.sleep(0.1)
-        time.sleep(2)  # into the random writes
-        if fio.poll() is not None:
-            fail("fio was not running at the kill (rc %s)" % fio.returncode)
+        # phase.
+        fio, fio_out = e.fio_start(target, "restart", FIO_MIB, FIO_IOPS, 2, FIO_LAYOUT_S)
 
         plugin_cg.kill()
         node.proc.wait(10)
@@ -231,11 +217,7 @@ def main():
             e.pb.NodeGetVolumeStatsRequest(volume_id=vol, volume_path=target), timeout=30)
         if s.volume_condition.abnormal:
             fail("volume abnormal after the plugin restart: %s" % s.volume_condition.message)
-        rc = fio.wait(FIO_END_S)
-        with open(fio_out) as f:
-            out = f.read()
-        if rc != 0 or "err= 0" not in out:
-            fail("fio through the restart: rc %d\n%s" % (rc, out))
+        e.fio_wait(fio, fio_out, "through the restart", FIO_END_S)
         e.check_files(target, sums)
         log("fio with verify=crc32c went on through the restart without an error; "
             "the restarted plugin adopted attach process %d, volume healthy" % apid)

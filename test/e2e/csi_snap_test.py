@@ -1,0 +1,197 @@
+"""Snapshots of a volume attached through CSI (issue 25, docs/SNAPSHOTS.md
+§3): the attach process takes them (zl_vol_snap_serve), not the bare
+transaction.
+
+Run by csi_e2e.sh (etcd, three zipline-storage daemons, the controller).
+
+1. An ext4 volume is staged and published through the FUSE frontend; files
+   are written and fsync'd.
+2. Under fio (randwrite, verify=crc32c, rate-limited), `zl snapshot create`
+   must say it was taken by the attach process's client (the node id its
+   token names), and the attach process must log that it took it.
+3. fio ends without an error; `zl snapshot export` gives the image, which
+   must be a crash-consistent ext4: once its journal is replayed (what a
+   mount does after a crash, e2fsck -E journal_only), e2fsck -fn finds
+   nothing to fix, and the files fsync'd before the snapshot are in it with
+   their sha256 (read with debugfs, no mount).
+4. The volume grows (ControllerExpand, then "resize" on the attach
+   process's ctl.sock: it keeps its volume handle, the FUSE file grows):
+   the next snapshot is still taken by it.
+5. The attach process is killed with SIGKILL: a snapshot asked then waits
+   for the dead process's snapwriters/ key to expire and is taken by zl
+   itself. The volume is unstaged and staged again: a snapshot requested
+   then is taken by the new attach process (its log says so), not by the
+   transaction alone.
+"""
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import csi_e2e_test as e  # noqa: E402
+from csi_e2e_test import MiB, fail, log  # noqa: E402
+
+
+def zl(*args, timeout=60):
+    p = subprocess.run([os.path.join(e.BIN, "zl"), "--etcd", e.ETCD] + list(args),
+                       capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout + p.stderr
+
+
+def ctl(node, vol, cmd):
+    """One command on the attach process's control socket, its answer."""
+    import socket
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+        c.settimeout(30)
+        c.connect(os.path.join(node.state, vol, "ctl.sock"))
+        c.sendall((cmd + "\n").encode())
+        got = b""
+        while True:
+            b = c.recv(4096)
+            if not b:
+                break
+            got += b
+    return got.decode().strip()
+
+
+def attach_log(node, vol):
+    with open(os.path.join(node.state, vol, "attach.log"), errors="replace") as f:
+        return f.read()
+
+
+def snapshot(node, vol, name):
+    """zl snapshot create; it must be taken by the attach process."""
+    rc, out = zl("snapshot", "create", vol, name)
+    if rc != 0:
+        fail("zl snapshot create %s %s: rc %d: %s" % (vol, name, rc, out))
+    want = "taken by client %s" % node.node_id
+    if want not in out:
+        fail("snapshot %s was not taken by the attach process (want '%s'): %s"
+             % (name, want, out))
+    lines = [ln for ln in attach_log(node, vol).splitlines()
+             if "snapshot taken" in ln and "name=%s " % name in ln + " "]
+    if len(lines) != 1:
+        fail("the attach process of %s did not log taking snapshot %s once: %s"
+             % (vol, name, lines))
+    log("snapshot %s: %s" % (name, out.strip()))
+
+
+def check_image(img, sums):
+    """The exported snapshot is an ext4 image taken while it was mounted
+    and written: crash-consistent means what a mount after a power cut sees,
+    so the journal is replayed first (and nothing else: -E journal_only
+    repairs nothing), then a full read-only check must find no error (exit
+    0). A torn cut across chunks (a metadata block from after the cut with
+    the journal commit from before it) is what this catches."""
+    copy = img + ".copy"
+    subprocess.run(["cp", "--sparse=always", img, copy], check=True)
+    p = subprocess.run(["e2fsck", "-E", "journal_only", "-y", copy], capture_output=True,
+                       text=True)
+    if p.returncode not in (0, 1):
+        fail("journal replay of the snapshot image failed: rc %d\n%s%s"
+             % (p.returncode, p.stdout, p.stderr))
+    p = subprocess.run(["e2fsck", "-fn", copy], capture_output=True, text=True)
+    if p.returncode != 0:
+        fail("the snapshot image is not a consistent ext4 after journal replay: "
+             "e2fsck -fn rc %d\n%s%s" % (p.returncode, p.stdout, p.stderr))
+    for rel, want in sums.items():
+        p = subprocess.run(["debugfs", "-R", "cat /" + rel, copy], capture_output=True)
+        got = hashlib.sha256(p.stdout).hexdigest()
+        if p.returncode != 0 or got != want:
+            fail("%s in the snapshot image: sha256 %s, wrote %s (debugfs rc %d: %s)"
+                 % (rel, got, want, p.returncode, p.stderr.decode(errors="replace")))
+    os.unlink(copy)
+    log("snapshot image: journal replayed, e2fsck -fn clean, %d files intact" % len(sums))
+
+
+def main():
+    e.connect_controller()
+    node = e.Node(1, ["--frontend", "fuse"])
+    fio = None
+    try:
+        node.start()
+        cap = e.mount_cap("ext4")
+        vol = e.create_volume("snap-vol", 256 * MiB, cap).volume_id
+        pctx = e.ctrl_publish(vol, node, cap)
+        staging, target = e.stage_publish(node, vol, cap, pctx, "snap")
+        sums = e.write_files(target, count=3)
+        apid = node.attach_pids()[0]
+
+        # 16 MiB of random 4k writes at 800/s: about 5 s of writes.
+        fio, fio_out = e.fio_start(target, "snap", 16, 800, 1)
+        snapshot(node, vol, "under-fio")
+        if fio.poll() is not None:
+            fail("fio ended before the snapshot was taken: the snapshot was not under load")
+        e.fio_wait(fio, fio_out, "across the snapshot")
+        img = os.path.join(e.WORK, "snap.img")
+        rc, out = zl("snapshot", "export", "under-fio", img, timeout=120)
+        if rc != 0:
+            fail("zl snapshot export under-fio: rc %d: %s" % (rc, out))
+        check_image(img, sums)
+        os.unlink(img)
+
+        # The attach process's resize (what NodeExpandVolume asks on
+        # ctl.sock before resize2fs, which needs CAP_SYS_RESOURCE on a
+        # mounted ext4) keeps its one volume handle, which still takes them.
+        r = e.ctrl.controller.ControllerExpandVolume(
+            e.pb.ControllerExpandVolumeRequest(
+                volume_id=vol, capacity_range=e.pb.CapacityRange(required_bytes=384 * MiB),
+                volume_capability=cap), timeout=e.T)
+        if r.capacity_bytes != 384 * MiB:
+            fail("ControllerExpand answered %d bytes, asked %d" % (r.capacity_bytes, 384 * MiB))
+        reply = ctl(node, vol, "resize")
+        if reply != "ok size=%d" % (384 * MiB):
+            fail("resize on ctl.sock of the attach process: %r" % reply)
+        disk = os.path.join(node.state, vol, "fuse", "disk")
+        if os.stat(disk).st_size != 384 * MiB:
+            fail("%s is %d bytes after the resize, want %d"
+                 % (disk, os.stat(disk).st_size, 384 * MiB))
+        if node.attach_pids() != [apid]:
+            fail("the resize changed the attach process: %s, was %d" % (node.attach_pids(), apid))
+        snapshot(node, vol, "after-resize")
+
+        # kill -9 of the attach process; the volume is staged again.
+        os.kill(apid, signal.SIGKILL)
+        # Asked while the dead process's snapwriters/ key lives on its
+        # lease: nobody answers, the key expires (TTL 10 s) and zl takes it
+        # with the transaction itself (nothing of the dead process is in
+        # flight any more), not "taken by client".
+        t0 = time.monotonic()
+        rc, out = zl("snapshot", "create", vol, "dead-window")
+        took = time.monotonic() - t0
+        if rc != 0 or "taken by client" in out or "created snapshot" not in out or took > 15:
+            fail("snapshot asked after the kill -9 of the attach process: rc %d after %.1f s: %s"
+                 % (rc, took, out))
+        log("snapshot asked after the kill -9: taken by zl itself after %.1f s (the dead "
+            "process's key expired)" % took)
+        e.unpublish_unstage(node, vol, staging, target)
+        staging, target = e.stage_publish(node, vol, cap, pctx, "snap")
+        npid = node.attach_pids()[0]
+        if npid == apid:
+            fail("staged again, but the state dir still names attach process %d" % apid)
+        snapshot(node, vol, "after-kill")
+        e.check_files(target, sums)
+        log("after the kill -9 of attach process %d, attach process %d takes the snapshots"
+            % (apid, npid))
+
+        e.unpublish_unstage(node, vol, staging, target)
+        e.ctrl_unpublish(vol, node)
+        for name in ("under-fio", "after-resize", "dead-window", "after-kill"):
+            rc, out = zl("snapshot", "rm", name)
+            if rc != 0:
+                fail("zl snapshot rm %s: rc %d: %s" % (name, rc, out))
+        e.delete_volume(vol)
+    finally:
+        if fio and fio.poll() is None:
+            fio.kill()
+            fio.wait(10)
+        node.stop()
+    log("PASS")
+
+
+if __name__ == "__main__":
+    main()
