@@ -725,10 +725,11 @@ int zl_meta_snapwriter_get(struct zl_etcd *e, const char *prefix, const char *vo
 /* Takes snapshot `name` of volume v as a requester (meta_snap_take.c; `zl
  * snapshot create`, CreateSnapshot): through the client that serves v when
  * one does (a snapreqs/ request, waited for up to timeout_ms; writer, when
- * given, gets that client's id, "" when none took part), else by
- * zl_meta_snap_create here; a
- * client that goes away before it answers leaves it to the requester, with
- * the same id. Idempotent by name: a snapshot of that name of v is returned
+ * given, gets that client's id, "" when none took part), else by the
+ * transaction here, which also requires that no client serves v (one that
+ * began serving after the look, having read the record before the
+ * snapshot, is asked instead); a client that goes away before it answers
+ * leaves it to the requester, with the same id. Idempotent by name: a snapshot of that name of v is returned
  * as it is (*created false). 0 with *out, -ZL_ERR_EXISTS (the name belongs
  * to a snapshot of another volume), -ZL_ERR_TIMEOUT (the serving client did
  * not answer in time: asking again finds a snapshot it took late), another

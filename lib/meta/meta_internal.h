@@ -133,4 +133,11 @@ int meta_record_get(struct zl_etcd *e, const char *prefix, const struct meta_rec
 int meta_record_list(struct zl_etcd *e, const char *prefix, const struct meta_record_ops *ops,
 		     void **out, size_t *n);
 
+/* meta_snap.c: zl_meta_snap_create; with unserved, the transaction also
+ * requires that no client serves the volume (no snapwriters/<vol> key) and
+ * answers -EAGAIN when one appeared (meta_snap_take.c then asks it). */
+int meta_snap_create(struct zl_etcd *e, const char *prefix, const char *vol, const char *name,
+		     const char *id, struct zl_snapshot *out, bool *created,
+		     struct zl_volume *vol_out, bool unserved);
+
 #endif

@@ -237,9 +237,10 @@ static int meta_snap_existing(const struct zl_snapshot *have, const struct zl_vo
  * or a final error. */
 static int meta_snap_create_once(struct zl_etcd *e, const char *prefix, struct zl_volume *v,
 				 const char *name, const char *id, struct zl_snapshot *out,
-				 bool *created)
+				 bool *created, bool unserved)
 {
 	char vkey[ZL_META_KEY_MAX], skey[ZL_META_KEY_MAX], nkey[ZL_META_KEY_MAX];
+	char wkey[ZL_META_KEY_MAX];
 	struct zl_etcd_txn_result res = {0};
 	struct zl_snapshot s = {0}, have;
 	char *vjson = NULL, *sjson = NULL;
@@ -281,7 +282,8 @@ static int meta_snap_create_once(struct zl_etcd *e, const char *prefix, struct z
 
 	if (zl_meta_key(vkey, sizeof(vkey), prefix, "volumes", v->id) ||
 	    zl_meta_key(skey, sizeof(skey), prefix, "snapshots", s.id) ||
-	    zl_meta_key(nkey, sizeof(nkey), prefix, "snapnames", s.name))
+	    zl_meta_key(nkey, sizeof(nkey), prefix, "snapnames", s.name) ||
+	    zl_meta_key(wkey, sizeof(wkey), prefix, "snapwriters", v->id))
 		return -ZL_ERR_INVAL;
 	vjson = zl_meta_volume_to_json(v);
 	sjson = zl_meta_snap_to_json(&s);
@@ -289,17 +291,21 @@ static int meta_snap_create_once(struct zl_etcd *e, const char *prefix, struct z
 		ret = vjson && sjson ? -ENOMEM : -ZL_ERR_INVAL;
 		goto out_free;
 	}
-	const struct zl_etcd_cmp cmps[3] = {
+	/* The last compare (unserved only): no client serves the volume, so
+	 * none can have read the record before this transaction and go on
+	 * writing with the old sequence after it. */
+	const struct zl_etcd_cmp cmps[4] = {
 	    {.key = vkey, .target = ZL_ETCD_CMP_MOD, .result = ZL_ETCD_EQUAL, .rev = v->mod_rev},
 	    {.key = skey, .target = ZL_ETCD_CMP_CREATE, .result = ZL_ETCD_EQUAL, .rev = 0},
 	    {.key = nkey, .target = ZL_ETCD_CMP_CREATE, .result = ZL_ETCD_EQUAL, .rev = 0},
+	    {.key = wkey, .target = ZL_ETCD_CMP_CREATE, .result = ZL_ETCD_EQUAL, .rev = 0},
 	};
 	const struct zl_etcd_op ops[3] = {
 	    {.kind = ZL_ETCD_OP_PUT, .key = vkey, .value = vjson, .value_len = strlen(vjson)},
 	    {.kind = ZL_ETCD_OP_PUT, .key = skey, .value = sjson, .value_len = strlen(sjson)},
 	    {.kind = ZL_ETCD_OP_PUT, .key = nkey, .value = s.id, .value_len = strlen(s.id)},
 	};
-	ret = zl_etcd_txn(e, cmps, 3, ops, 3, NULL, 0, &ok, &res);
+	ret = zl_etcd_txn(e, cmps, unserved ? 4 : 3, ops, 3, NULL, 0, &ok, &res);
 	if (ret) {
 		ZL_LOG_ERR("meta",
 			   "create snapshot name=%s vol=%s: etcd transaction failed err=%s "
@@ -309,6 +315,8 @@ static int meta_snap_create_once(struct zl_etcd *e, const char *prefix, struct z
 	}
 	if (!ok) {
 		ret = -ZL_ERR_CONFLICT;
+		if (unserved && zl_meta_snapwriter_get(e, prefix, v->id, NULL, 0) == 0)
+			ret = -EAGAIN; /* a client serves it now: ask it */
 		goto out_res;
 	}
 	v->mod_rev = res.revision;
@@ -330,6 +338,13 @@ int zl_meta_snap_create(struct zl_etcd *e, const char *prefix, const char *vol, 
 			const char *id, struct zl_snapshot *out, bool *created,
 			struct zl_volume *vol_out)
 {
+	return meta_snap_create(e, prefix, vol, name, id, out, created, vol_out, false);
+}
+
+int meta_snap_create(struct zl_etcd *e, const char *prefix, const char *vol, const char *name,
+		     const char *id, struct zl_snapshot *out, bool *created,
+		     struct zl_volume *vol_out, bool unserved)
+{
 	char fresh[ZL_SNAP_ID_LEN + 1];
 	int ret = -ZL_ERR_CONFLICT;
 
@@ -347,7 +362,7 @@ int zl_meta_snap_create(struct zl_etcd *e, const char *prefix, const char *vol, 
 		ret = zl_meta_volume_lookup(e, prefix, vol, &v);
 		if (ret)
 			return ret;
-		ret = meta_snap_create_once(e, prefix, &v, name, id, out, created);
+		ret = meta_snap_create_once(e, prefix, &v, name, id, out, created, unserved);
 		if (!ret && vol_out)
 			*vol_out = v;
 		else

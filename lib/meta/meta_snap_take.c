@@ -4,6 +4,7 @@
  * snapshotted by that client, which alone knows which writes it
  * acknowledged; otherwise the requester takes it itself (one transaction,
  * meta_snap.c). */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,6 +14,9 @@
 
 /* How often the requester reads the request back while it waits. */
 #define META_SNAP_POLL_MS 50u
+/* Rounds of "look for a serving client, else the transaction" while
+ * clients come and go between the two. */
+#define META_SNAP_ROUNDS 4
 
 /* The error a serving client answered, by name (struct zl_snapreq.error). */
 static int meta_snap_err_by_name(const char *name)
@@ -100,20 +104,27 @@ int zl_meta_snap_take(struct zl_etcd *e, const char *prefix, const struct zl_vol
 	if (rc != -ZL_ERR_NOT_FOUND)
 		return rc;
 	zl_meta_snap_id_generate(id);
-	rc = zl_meta_snapwriter_get(e, prefix, v->id, who, sizeof(who));
-	if (rc && rc != -ZL_ERR_NOT_FOUND)
-		return rc;
-	if (rc == 0) {
-		if (writer && writer_len)
-			snprintf(writer, writer_len, "%s", who);
-		rc = meta_snap_ask(e, prefix, v, name, id, timeout_ms, out);
-		if (rc == 0)
-			*created = true;
-		if (rc != -ZL_ERR_NOT_ATTACHED)
+	/* A client that starts serving between the look and the transaction
+	 * makes the transaction fail (-EAGAIN): it is asked then. */
+	for (int round = 0; round < META_SNAP_ROUNDS; round++) {
+		rc = zl_meta_snapwriter_get(e, prefix, v->id, who, sizeof(who));
+		if (rc && rc != -ZL_ERR_NOT_FOUND)
 			return rc;
-		/* It left: take it here, with the same id. */
-		if (writer && writer_len)
-			writer[0] = '\0';
+		if (rc == 0) {
+			if (writer && writer_len)
+				snprintf(writer, writer_len, "%s", who);
+			rc = meta_snap_ask(e, prefix, v, name, id, timeout_ms, out);
+			if (rc == 0)
+				*created = true;
+			if (rc != -ZL_ERR_NOT_ATTACHED)
+				return rc;
+			/* It left: take it here, with the same id. */
+			if (writer && writer_len)
+				writer[0] = '\0';
+		}
+		rc = meta_snap_create(e, prefix, v->id, name, id, out, created, NULL, true);
+		if (rc != -EAGAIN)
+			return rc;
 	}
-	return zl_meta_snap_create(e, prefix, v->id, name, id, out, created, NULL);
+	return -ZL_ERR_CONFLICT;
 }
