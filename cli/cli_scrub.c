@@ -2,7 +2,9 @@
  * verifies every member's copy and repairs bad, missing and divergent ones,
  * docs/REPLICATION.md §8). zl volume verify NAME: reads every chunk from
  * every IN_SYNC member (READ + ZL_WF_ANY) and compares bytes and versions,
- * the operator's and the tests' independent check.
+ * the operator's and the tests' independent check; then every chunk of every
+ * snapshot of the volume the same way (READ + ZL_WF_ANY | ZL_WF_SEQ at the
+ * snapshot's sequence, docs/SNAPSHOTS.md §2), or of one (--snapshot).
  *
  * Both talk to the storage nodes over their own TCP transport (one
  * connection per node, HELLO checked), with a per-request deadline of
@@ -32,7 +34,8 @@
 struct sc_node {
 	struct zl_node_info ni;
 	struct zl_xport_conn *xc;
-	int err; /* connect / HELLO failure, kept */
+	int err;      /* connect / HELLO failure, kept */
+	bool snapseq; /* its HELLO named ZL_WIRE_CAP_SNAPSEQ: snapshot reads go */
 };
 
 struct sc_ctx {
@@ -111,6 +114,7 @@ static int sc_conn(struct sc_ctx *c, const char *id, struct zl_xport_conn **out)
 {
 	struct sc_node *n = sc_node_find(c, id);
 	struct zl_xport_hello *h;
+	struct zl_wire_hello hl = {0};
 	struct sc_wait w = {0};
 	int rc;
 
@@ -132,14 +136,16 @@ static int sc_conn(struct sc_ctx *c, const char *id, struct zl_xport_conn **out)
 		return -ENOMEM;
 	snprintf(h->peer, sizeof(h->peer), "%.50s:%u", n->ni.addr, n->ni.port);
 	{
-		const struct zl_xport_cred cred = {.token = c->token, .cluster = true};
+		const struct zl_xport_cred cred = {
+		    .token = c->token, .cluster = true, .caps = ZL_WIRE_CAP_SNAPSEQ};
 
 		rc = zl_xport_hello_send_cred(n->xc, h, c->self, &cred, sc_reply_cb, &w);
 	}
 	if (!rc) {
 		sc_wait_for(c, n->xc, &w, VERIFY_REQ_MS);
-		rc = zl_xport_hello_check(h, w.status, w.status ? NULL : &w.rep, n->ni.id, NULL);
+		rc = zl_xport_hello_check(h, w.status, w.status ? NULL : &w.rep, n->ni.id, &hl);
 	}
+	n->snapseq = !rc && (hl.caps & ZL_WIRE_CAP_SNAPSEQ);
 	free(h);
 	if (rc) {
 		sc_node_drop(n);
@@ -268,29 +274,41 @@ static bool sc_retryable(int rc)
 	       rc == -ZL_ERR_UNAVAIL || rc == -ZL_ERR_NOT_INSYNC;
 }
 
-/* Parses "CMD NAME [--json]". 0, -1 (help printed) or an exit code. */
-static int sc_args(const char *cmd, int argc, char **argv, const char **name, bool *json)
+/* Parses "CMD NAME [--json]", and with snap (verify) "[--snapshot S]"
+ * (*snap stays NULL without it). 0, -1 (help printed) or an exit code. */
+static int sc_args(const char *cmd, int argc, char **argv, const char **name, bool *json,
+		   const char **snap)
 {
-	static const struct option opts[] = {
+	static const struct option opts[] = {{"json", no_argument, NULL, 'j'},
+					     {"help", no_argument, NULL, 'h'},
+					     {"snapshot", required_argument, NULL, 's'},
+					     {0}};
+	static const struct option opts_scrub[] = {
 	    {"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'}, {0}};
+	const char *usage = snap ? "NAME [--json] [--snapshot SNAPSHOT]" : "NAME [--json]";
 	int ch;
 
 	optind = 0;
 	opterr = 0;
-	while ((ch = getopt_long(argc, argv, ":jh", opts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, ":jh", snap ? opts : opts_scrub, NULL)) != -1) {
 		if (ch == 'j') {
 			*json = true;
 			continue;
 		}
+		if (ch == 's') {
+			*snap = optarg;
+			continue;
+		}
 		if (ch == 'h') {
-			printf("usage: zl %s NAME [--json]\n", cmd);
+			printf("usage: zl %s %s\n", cmd, usage);
 			return -1;
 		}
 		return zl_cli_opt_error(cmd, ch, optopt, argv, optind);
 	}
 	if (argc - optind != 1) {
-		zl_cli_err("%s (usage: zl %s NAME [--json])",
-			   argc - optind < 1 ? "missing volume name" : "too many arguments", cmd);
+		zl_cli_err("%s (usage: zl %s %s)",
+			   argc - optind < 1 ? "missing volume name" : "too many arguments", cmd,
+			   usage);
 		return ZL_CLI_EXIT_USAGE;
 	}
 	*name = argv[optind];
@@ -345,7 +363,7 @@ static int cli_volume_scrub(struct zl_cli *cli, int argc, char **argv)
 	uint64_t t0 = zl_now_ms();
 	const char *name = NULL;
 	struct sc_ctx c;
-	int rc = sc_args("volume scrub", argc, argv, &name, &json);
+	int rc = sc_args("volume scrub", argc, argv, &name, &json, NULL);
 
 	if (rc)
 		return rc < 0 ? 0 : rc;
@@ -407,25 +425,48 @@ struct vf_copy {
 	int err;
 };
 
+/* One verify run: the copies of the chunk being compared and the tally. */
+struct vf_run {
+	struct sc_ctx *c;
+	const char *name;
+	struct vf_copy cp[ZL_MAX_REPLICAS];
+	uint8_t *piece;
+	bool json, first;
+	uint64_t diffs, skipped;
+	struct zl_snapshot *snaps; /* the volume's snapshot records (names) */
+	size_t n_snaps;
+};
+
 static void vf_ver(uint64_t v, char *buf, size_t len)
 {
 	snprintf(buf, len, "%u:%u", zl_wire_dver_term(v), zl_wire_dver_seq(v));
 }
 
-/* Reads the whole chunk from one member into cp->data. */
-static int vf_read(struct sc_ctx *c, const char *name, uint64_t chunk, struct vf_copy *cp,
-		   uint8_t *piece)
+/* Reads the whole chunk from one member into cp->data: live (seq 0) or as
+ * snapshot seq holds it (ZL_WF_SEQ). */
+static int vf_read(struct sc_ctx *c, const char *name, uint64_t chunk, uint32_t seq,
+		   struct vf_copy *cp, uint8_t *piece)
 {
 	uint32_t cs = c->v.chunk_size;
 	int rc = 0;
 
+	if (seq) {
+		struct zl_xport_conn *xc;
+
+		rc = sc_conn(c, cp->node, &xc);
+		if (rc)
+			return rc;
+		if (!sc_node_find(c, cp->node)->snapseq)
+			return -ZL_ERR_VERSION; /* a node that cannot read snapshots */
+	}
 	for (uint32_t off = 0; off < cs;) {
 		uint32_t len = ZL_MIN(VERIFY_PIECE, cs - off);
 		const struct zl_slice *s = &c->v.slices[zl_volume_slice_of(&c->v, chunk)];
 		struct zl_wire_hdr h = {0}, rep;
 
 		h.opcode = ZL_OP_READ;
-		h.flags = ZL_WF_ANY;
+		h.flags = ZL_WF_ANY | (seq ? ZL_WF_SEQ : 0);
+		h.snap_seq = seq;
 		h.vol_id = c->v.num;
 		h.chunk = chunk;
 		h.offset = off;
@@ -446,122 +487,203 @@ static int vf_read(struct sc_ctx *c, const char *name, uint64_t chunk, struct vf
 	return 0;
 }
 
-static void vf_report(bool json, bool *first, uint64_t chunk, const struct vf_copy *a,
+/* The name of the snapshot of sequence seq ("" when its record is absent). */
+static const char *vf_snap_name(const struct vf_run *r, uint32_t seq)
+{
+	for (size_t i = 0; i < r->n_snaps; i++)
+		if (r->snaps[i].seq == seq)
+			return r->snaps[i].name;
+	return "";
+}
+
+/* "snapshot 'NAME' (sequence S) " / "snapshot sequence S " / "" (live). */
+static void vf_where(const struct vf_run *r, uint32_t seq, char *buf, size_t len)
+{
+	const char *sn = vf_snap_name(r, seq);
+
+	if (!seq)
+		buf[0] = 0;
+	else if (sn[0])
+		snprintf(buf, len, "snapshot '%s' (sequence %u) ", sn, seq);
+	else
+		snprintf(buf, len, "snapshot sequence %u ", seq);
+}
+
+static void vf_report(struct vf_run *r, uint32_t seq, uint64_t chunk, const struct vf_copy *a,
 		      const struct vf_copy *ref, int64_t off)
 {
-	char va[32], vr[32];
+	char va[32], vr[32], where[320], snap[24];
 
 	vf_ver(a->version, va, sizeof(va));
 	vf_ver(ref ? ref->version : 0, vr, sizeof(vr));
-	if (json) {
-		printf("%s{\"chunk\":%" PRIu64 ",\"node\":\"%s\",\"ref\":\"%s\",\"offset\":%lld,"
+	if (r->json) {
+		if (seq)
+			snprintf(snap, sizeof(snap), "%u", seq);
+		else
+			snprintf(snap, sizeof(snap), "null");
+		printf("%s{\"chunk\":%" PRIu64 ",\"snapshot\":%s,\"snapshot_name\":\"%s\","
+		       "\"node\":\"%s\",\"ref\":\"%s\",\"offset\":%lld,"
 		       "\"version\":\"%s\",\"ref_version\":\"%s\",\"error\":%s%s%s}",
-		       *first ? "" : ",", chunk, a->node, ref ? ref->node : "", (long long)off, va,
-		       vr, a->err ? "\"" : "", a->err ? zl_errname(a->err) : "null",
-		       a->err ? "\"" : "");
-		*first = false;
+		       r->first ? "" : ",", chunk, snap, vf_snap_name(r, seq), a->node,
+		       ref ? ref->node : "", (long long)off, va, vr, a->err ? "\"" : "",
+		       a->err ? zl_errname(a->err) : "null", a->err ? "\"" : "");
+		r->first = false;
 		return;
 	}
+	vf_where(r, seq, where, sizeof(where));
 	if (a->err)
-		printf("chunk %" PRIu64 ": %s cannot be read: %s\n", chunk, a->node,
+		printf("%schunk %" PRIu64 ": %s cannot be read: %s\n", where, chunk, a->node,
 		       zl_strerror(a->err));
 	else if (!ref)
-		printf("chunk %" PRIu64 ": no member could be read\n", chunk);
+		printf("%schunk %" PRIu64 ": no member could be read\n", where, chunk);
 	else
-		printf("chunk %" PRIu64 ": %s differs from %s at offset %lld (versions %s vs %s)\n",
-		       chunk, a->node, ref->node, (long long)off, va, vr);
+		printf("%schunk %" PRIu64
+		       ": %s differs from %s at offset %lld (versions %s vs %s)\n",
+		       where, chunk, a->node, ref->node, (long long)off, va, vr);
+}
+
+/* Reads chunk ch (live with seq 0, else as snapshot seq holds it) from
+ * every in-sync member and reports each copy that differs from the first
+ * readable one. */
+static void vf_chunk(struct vf_run *r, uint64_t ch, uint32_t seq)
+{
+	struct sc_ctx *c = r->c;
+	const struct zl_slice *s = &c->v.slices[zl_volume_slice_of(&c->v, ch)];
+	struct vf_copy *cp = r->cp, *ref = NULL;
+	int n = 0;
+
+	for (int i = 0; i < s->n && i < ZL_MAX_REPLICAS; i++) {
+		if (zl_slice_member_state(s, i) != ZL_MEMBER_IN_SYNC) {
+			r->skipped++;
+			continue;
+		}
+		snprintf(cp[n].node, sizeof(cp[n].node), "%s", s->nodes[i]);
+		cp[n].version = 0;
+		cp[n].err = vf_read(c, r->name, ch, seq, &cp[n], r->piece);
+		s = &c->v.slices[zl_volume_slice_of(&c->v, ch)]; /* may be reloaded */
+		if (!cp[n].err && !ref)
+			ref = &cp[n]; /* the first readable: the primary when it is */
+		n++;
+	}
+	for (int i = 0; i < n; i++) {
+		int64_t off = -1;
+
+		if (&cp[i] == ref)
+			continue;
+		if (!cp[i].err && ref) {
+			for (uint32_t b = 0; b < c->v.chunk_size && off < 0; b += 4096)
+				if (memcmp(cp[i].data + b, ref->data + b, 4096))
+					for (uint32_t k = b; k < b + 4096; k++)
+						if (cp[i].data[k] != ref->data[k]) {
+							off = k;
+							break;
+						}
+			if (off < 0 && cp[i].version == ref->version)
+				continue;
+		}
+		r->diffs++;
+		vf_report(r, seq, ch, &cp[i], ref, off);
+	}
+	if (!ref && n) {
+		r->diffs++;
+		vf_report(r, seq, ch, &cp[0], NULL, -1);
+	}
+}
+
+/* The sequence of snapshot S of the volume (name or id, else a sequence in
+ * its snaps): 0 and an error printed when there is none. */
+static uint32_t vf_snap_pick(struct vf_run *r, const char *snap)
+{
+	const struct zl_volume *v = &r->c->v;
+	char *end = NULL;
+	unsigned long seq;
+
+	for (size_t i = 0; i < r->n_snaps; i++)
+		if (!strcmp(r->snaps[i].name, snap) || !strcmp(r->snaps[i].id, snap))
+			return r->snaps[i].seq;
+	errno = 0;
+	seq = strtoul(snap, &end, 10);
+	if (!errno && end != snap && !*end && snap[0] != '-')
+		for (uint32_t i = 0; i < v->n_snaps; i++)
+			if (v->snaps[i] == seq)
+				return (uint32_t)seq;
+	zl_cli_err("volume '%s' has no snapshot '%s' (see 'zl snapshot ls')", v->name, snap);
+	return 0;
 }
 
 static int cli_volume_verify(struct zl_cli *cli, int argc, char **argv)
 {
-	struct vf_copy cp[ZL_MAX_REPLICAS];
-	bool json = false, first = true;
-	uint64_t n_chunks, diffs = 0, compared = 0, skipped = 0;
-	const char *name = NULL;
-	uint8_t *piece = NULL;
+	struct vf_run r = {.first = true};
+	uint64_t n_chunks, compared = 0, snap_compared = 0;
+	uint32_t seqs[ZL_META_SNAPS_MAX], n_seqs = 0;
+	const char *snap = NULL;
 	struct sc_ctx c;
-	int rc = sc_args("volume verify", argc, argv, &name, &json);
+	int rc = sc_args("volume verify", argc, argv, &r.name, &r.json, &snap);
 
 	if (rc)
 		return rc < 0 ? 0 : rc;
-	rc = sc_setup(&c, cli, name);
+	r.c = &c;
+	rc = sc_setup(&c, cli, r.name);
 	if (rc) {
 		sc_teardown(&c);
 		return rc;
 	}
-	memset(cp, 0, sizeof(cp));
 	for (int i = 0; i < ZL_MAX_REPLICAS; i++) {
-		cp[i].data = malloc(c.v.chunk_size);
-		if (!cp[i].data)
+		r.cp[i].data = malloc(c.v.chunk_size);
+		if (!r.cp[i].data)
 			rc = -ENOMEM;
 	}
-	piece = zl_xport_buf_alloc(c.x, VERIFY_PIECE);
-	if (rc || !piece) {
+	r.piece = zl_xport_buf_alloc(c.x, VERIFY_PIECE);
+	if (rc || !r.piece) {
 		zl_cli_err("out of memory for %u-byte chunks", c.v.chunk_size);
 		rc = ZL_CLI_EXIT_RUNTIME;
 		goto out;
 	}
-	if (json)
+	/* Names for the report; a volume whose records are missing (or an
+	 * etcd hiccup) is still verified, by sequence. */
+	if (c.v.n_snaps &&
+	    zl_meta_snap_list(cli->etcd, cli->prefix, c.v.id, &r.snaps, &r.n_snaps)) {
+		r.snaps = NULL;
+		r.n_snaps = 0;
+	}
+	if (snap) {
+		seqs[0] = vf_snap_pick(&r, snap);
+		if (!seqs[0]) {
+			rc = ZL_CLI_EXIT_RUNTIME;
+			goto out;
+		}
+		n_seqs = 1;
+	} else {
+		for (uint32_t i = 0; i < c.v.n_snaps && i < ZL_META_SNAPS_MAX; i++)
+			seqs[n_seqs++] = c.v.snaps[i];
+	}
+	if (r.json)
 		printf("{\"volume\":\"%s\",\"id\":\"%s\",\"differences\":[", c.v.name, c.v.id);
 	n_chunks = (c.v.size + c.v.chunk_size - 1) / c.v.chunk_size;
-	for (uint64_t ch = 0; ch < n_chunks; ch++) {
-		const struct zl_slice *s = &c.v.slices[zl_volume_slice_of(&c.v, ch)];
-		struct vf_copy *ref = NULL;
-		int n = 0;
-
-		for (int i = 0; i < s->n && i < ZL_MAX_REPLICAS; i++) {
-			if (zl_slice_member_state(s, i) != ZL_MEMBER_IN_SYNC) {
-				skipped++;
-				continue;
-			}
-			snprintf(cp[n].node, sizeof(cp[n].node), "%s", s->nodes[i]);
-			cp[n].version = 0;
-			cp[n].err = vf_read(&c, name, ch, &cp[n], piece);
-			s = &c.v.slices[zl_volume_slice_of(&c.v, ch)]; /* may be reloaded */
-			if (!cp[n].err && !ref)
-				ref = &cp[n]; /* the first readable: the primary when it is */
-			n++;
-		}
-		compared++;
-		for (int i = 0; i < n; i++) {
-			int64_t off = -1;
-
-			if (&cp[i] == ref)
-				continue;
-			if (!cp[i].err && ref) {
-				for (uint32_t b = 0; b < c.v.chunk_size && off < 0; b += 4096)
-					if (memcmp(cp[i].data + b, ref->data + b, 4096))
-						for (uint32_t k = b; k < b + 4096; k++)
-							if (cp[i].data[k] != ref->data[k]) {
-								off = k;
-								break;
-							}
-				if (off < 0 && cp[i].version == ref->version)
-					continue;
-			}
-			diffs++;
-			vf_report(json, &first, ch, &cp[i], ref, off);
-		}
-		if (!ref && n) {
-			diffs++;
-			vf_report(json, &first, ch, &cp[0], NULL, -1);
-		}
-	}
-	if (json)
-		printf("],\"chunks\":%" PRIu64 ",\"differences_count\":%" PRIu64
-		       ",\"identical\":%s}\n",
-		       compared, diffs, diffs ? "false" : "true");
+	if (!snap)
+		for (uint64_t ch = 0; ch < n_chunks; ch++, compared++)
+			vf_chunk(&r, ch, 0);
+	for (uint32_t i = 0; i < n_seqs; i++)
+		for (uint64_t ch = 0; ch < n_chunks; ch++, snap_compared++)
+			vf_chunk(&r, ch, seqs[i]);
+	if (r.json)
+		printf("],\"chunks\":%" PRIu64 ",\"snapshot_chunks\":%" PRIu64
+		       ",\"snapshots\":%u,\"differences_count\":%" PRIu64 ",\"identical\":%s}\n",
+		       compared, snap_compared, n_seqs, r.diffs, r.diffs ? "false" : "true");
 	else
 		printf("verify of volume '%s': %" PRIu64 " chunks compared on their in-sync "
-		       "members, %" PRIu64 " difference%s%s\n",
-		       c.v.name, compared, diffs, diffs == 1 ? "" : "s",
-		       skipped ? " (members not in sync were skipped)" : "");
-	rc = diffs ? ZL_CLI_EXIT_RUNTIME : 0;
+		       "members and %" PRIu64 " snapshot chunks across %u snapshot%s, %" PRIu64
+		       " difference%s%s\n",
+		       c.v.name, compared, snap_compared, n_seqs, n_seqs == 1 ? "" : "s", r.diffs,
+		       r.diffs == 1 ? "" : "s",
+		       r.skipped ? " (members not in sync were skipped)" : "");
+	rc = r.diffs ? ZL_CLI_EXIT_RUNTIME : 0;
 out:
-	if (piece)
-		zl_xport_buf_free(c.x, piece);
+	if (r.piece)
+		zl_xport_buf_free(c.x, r.piece);
 	for (int i = 0; i < ZL_MAX_REPLICAS; i++)
-		free(cp[i].data);
+		free(r.cp[i].data);
+	free(r.snaps);
 	sc_teardown(&c);
 	return rc;
 }

@@ -25,7 +25,7 @@ static const char cli_volume_usage[] =
     "       zl volume export NAME FILE [--snapshot SNAPSHOT]\n"
     "       zl volume serve NAME --nbd unix:PATH|HOST:PORT\n"
     "       zl volume scrub NAME [--json]\n"
-    "       zl volume verify NAME [--json]\n"
+    "       zl volume verify NAME [--json] [--snapshot SNAPSHOT]\n"
     "       zl volume rebalance NAME [--no-wait] [--timeout SEC]\n";
 
 /* The knob options of zl volume create and set (long only, lib/meta's

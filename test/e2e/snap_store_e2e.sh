@@ -18,7 +18,9 @@
 # and recovers. Pass: every replica holds the one clone, snapshot 2 reads
 # the data written before it and the live chunk the data written after,
 # on every replica, also after one more write at sequence 2 (the recovered
-# backup takes no second clone).
+# backup takes no second clone). Then `zl volume verify` (live chunks and
+# snapshot 2) is clean, and after one byte of one replica's clone file is
+# flipped it reports exactly that snapshot, chunk and replica and exits 1.
 # Usage: snap_store_e2e.sh BUILD_DIR. KEEP=1 keeps the state dir.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -158,4 +160,41 @@ check_all 2 d1 d2
 echo "$T: after recovery every replica holds the clone and the live chunk"
 expect "write d3 at sequence 2" OK "$(chunk "$prim" write "$vid" 0 0 "$sv" "$CL_DIR/d3" 10000 seq=2)"
 check_all 2 d1 d3
+
+# zl volume verify compares the snapshot too (READ ANY at its sequence on
+# every member): clean now; then one byte of one replica's clone file of
+# chunk 0 (id (2 << 40) | 0) flipped behind its daemon: verify names
+# snapshot 2, chunk 0 and that replica, and only it, and exits 1.
+"$ZL" volume verify svol >"$CL_DIR/verify.out" 2>&1 || fail "verify with a snapshot: $(cat "$CL_DIR/verify.out")"
+grep -q "^verify of volume 'svol': 16 chunks compared on their in-sync members and 16 snapshot chunks across 1 snapshot, 0 differences$" \
+	"$CL_DIR/verify.out" || fail "verify summary: $(cat "$CL_DIR/verify.out")"
+"$ZL" volume verify svol --json >"$CL_DIR/verify.json" 2>&1 || fail "verify --json: $(cat "$CL_DIR/verify.json")"
+grep -q '"differences":\[\],"chunks":16,"snapshot_chunks":16,"snapshots":1,"differences_count":0,"identical":true' \
+	"$CL_DIR/verify.json" || fail "verify --json: $(cat "$CL_DIR/verify.json")"
+echo "$T: zl volume verify is clean on the live chunks and snapshot 2"
+cf="$CL_DIR/storage-${bk#node-}/data/chunks/$vid/0000020000000000.zlc"
+[ -f "$cf" ] || fail "no clone file $cf of chunk 0 for snapshot 2 on $bk"
+off=$(cl_chunk_block_off "$cf" 3 123) || fail "cannot locate block 3 in $cf"
+cl_flip_byte "$cf" "$off"
+rc=0
+"$ZL" volume verify svol >"$CL_DIR/verify.out" 2>&1 || rc=$?
+[ "$rc" = 1 ] || fail "verify with a damaged clone on $bk exited $rc, want 1: $(cat "$CL_DIR/verify.out")"
+grep -q "^snapshot sequence 2 chunk 0: $bk \(cannot be read\|differs from\)" "$CL_DIR/verify.out" ||
+	fail "verify did not name snapshot 2, chunk 0 and $bk: $(cat "$CL_DIR/verify.out")"
+[ "$(grep -c '^\(snapshot \)\?.*chunk [0-9]*: ' "$CL_DIR/verify.out")" = 1 ] ||
+	fail "verify reported other differences than $bk's clone: $(cat "$CL_DIR/verify.out")"
+grep -q "16 snapshot chunks across 1 snapshot, 1 difference$" "$CL_DIR/verify.out" ||
+	fail "verify summary with a damaged clone: $(cat "$CL_DIR/verify.out")"
+rc=0
+"$ZL" volume verify svol --snapshot 2 --json >"$CL_DIR/verify.json" 2>&1 || rc=$?
+[ "$rc" = 1 ] || fail "verify --snapshot 2 --json exited $rc, want 1: $(cat "$CL_DIR/verify.json")"
+grep -q "{\"chunk\":0,\"snapshot\":2,\"snapshot_name\":\"\",\"node\":\"$bk\"" "$CL_DIR/verify.json" ||
+	fail "verify --snapshot 2 --json did not name chunk 0 of snapshot 2 on $bk: $(cat "$CL_DIR/verify.json")"
+grep -q '"chunks":0,"snapshot_chunks":16,"snapshots":1,"differences_count":1,"identical":false' \
+	"$CL_DIR/verify.json" || fail "verify --snapshot 2 --json totals: $(cat "$CL_DIR/verify.json")"
+rc=0
+"$ZL" volume verify svol --snapshot 1 >"$CL_DIR/verify.out" 2>&1 || rc=$?
+[ "$rc" = 1 ] && grep -q "has no snapshot '1'" "$CL_DIR/verify.out" ||
+	fail "verify --snapshot 1 (deleted) exited $rc: $(cat "$CL_DIR/verify.out")"
+echo "$T: the damaged clone: verify names snapshot 2, chunk 0 and $bk, exit 1 (also --snapshot 2 --json)"
 echo "$T: PASS"
