@@ -8,7 +8,8 @@
 # (`zl snapshot export`, one with `zl volume export --snapshot`) and checked
 # by snap_check.py: writes acknowledged before the call started are in it,
 # writes issued after it returned are not. Then `zl snapshot ls`, `zl volume
-# inspect` and `zl snapshot rm` agree with what was taken.
+# inspect` and `zl snapshot rm` agree with what was taken, and `zl volume
+# verify` finds every replica equal, live and in every snapshot left.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
@@ -69,4 +70,14 @@ grep -q "^snapshots   $SNAPS\$" <<<"$insp" || fail "inspect: snapshots: $insp"
 # The snapshot after it still reads the same.
 "$ZL" snapshot export s2 "$CL_DIR/s2b.img" >/dev/null || fail "export s2 after rm s1"
 cmp -s "$CL_DIR/s2.img" "$CL_DIR/s2b.img" || fail "s2 changed after s1 was removed"
+# Every replica holds the same live chunks and the same chunks of every
+# snapshot left (zl volume verify reads each at the snapshot's sequence).
+t_vf=$SECONDS
+vout=$("$ZL" volume verify sv 2>&1) || fail "verify of the volume and its snapshots: $vout"
+want="256 chunks compared on their in-sync members and $((256 * (SNAPS - 1))) snapshot chunks across $((SNAPS - 1)) snapshots, 0 differences"
+grep -q "^verify of volume 'sv': $want\$" <<<"$vout" || fail "verify: $vout"
+vout=$("$ZL" volume verify sv --snapshot s2 2>&1) || fail "verify --snapshot s2: $vout"
+grep -q "^verify of volume 'sv': 0 chunks compared on their in-sync members and 256 snapshot chunks across 1 snapshot, 0 differences\$" <<<"$vout" ||
+	fail "verify --snapshot s2: $vout"
+echo "snap_e2e: zl volume verify clean on the volume and its $((SNAPS - 1)) snapshots ($((SECONDS - t_vf)) s)"
 echo "snap_e2e: PASS"
