@@ -6,7 +6,8 @@
 # writer (e2e_load: every submission logged before it goes out, every
 # acknowledgement logged after it came back).
 #  1. The data dir of the primary of slice 0 is removed (rm -rf) under the
-#     load: its log says it stopped acknowledging within FENCE_S, its status
+#     load: its log says it stopped acknowledging within FENCE_S, its
+#     /readyz answers 503 within 10 s, its status
 #     record carries disk_error, it applies no write any more (its
 #     chunk_writes stop), the manager moves its members out (M8) and the
 #     writer goes on acknowledging. It is restarted on a fresh data dir and
@@ -39,6 +40,9 @@ if [ "$(id -u)" != 0 ] || ! command -v mkfs.ext4 >/dev/null || [ ! -e /dev/loop-
 	echo "ddir_e2e: FAILED: cannot run: needs root, loop devices and mkfs.ext4 (a read-only filesystem)" >&2
 	exit 1
 fi
+# The daemons serve /readyz (issue 26: a daemon whose data disk fails turns
+# not-ready within 10 s).
+export CL_STORAGE_FLAGS="${CL_STORAGE_FLAGS:-} --metrics 127.0.0.1:0"
 hl_begin e2e-ddir "$1" || fail "cluster or manager did not start"
 RO_MNT=""
 RO_DEV=""
@@ -96,6 +100,7 @@ rows_with() { hl_etcd rows "$vid" | grep -c " $1:$2" || true; }
 # the writer do.
 fence_case() {
 	local i=$1 how=$2 node=node-$1 d="$CL_DIR/storage-$1" t0 t_fence="" t_out="" w1 w2 line off rec=""
+	local port code t_ready
 	wait_acks 200 60
 	off=$(stat -c %s "$d/log")
 	t0=$(hl_now_ms)
@@ -112,6 +117,18 @@ fence_case() {
 	[ -n "$t_fence" ] || fail "$how: $node did not log 'no longer acknowledging writes' within $FENCE_S s"
 	echo "FIGURE: ddir: $how of $node's data dir -> fenced within $((t_fence - t0)) ms: $line" | cut -c1-400
 	echo "$line" | grep -q "$d/data" || check_fail "$how: the fencing line does not name the data dir: $line"
+	port=$(cl_metrics_port "$d/log")
+	[ -n "$port" ] || fail "$how: $node logged no metrics port"
+	code=
+	for _ in $(seq 1 100); do
+		code=$(curl -s -o /dev/null -w '%{http_code}' -m 2 "http://127.0.0.1:$port/readyz")
+		[ "$code" = 503 ] && break
+		sleep 0.1
+	done
+	t_ready=$(hl_now_ms)
+	[ "$code" = 503 ] && [ $((t_ready - t0)) -le 10000 ] ||
+		check_fail "$how: $node's /readyz answered $code, not 503, within 10 s of the $how"
+	echo "FIGURE: ddir: $how -> $node's /readyz 503 after $((t_ready - t0)) ms: $(curl -s -m 2 "http://127.0.0.1:$port/readyz" | head -c 200)"
 	for _ in $(seq 1 50); do
 		rec=$(status_of "$node")
 		grep -q '"disk_error":"' <<<"$rec" && break
