@@ -42,7 +42,7 @@ if [ "$(id -u)" != 0 ] || ! command -v mkfs.ext4 >/dev/null || [ ! -e /dev/loop-
 fi
 # The daemons serve /readyz (issue 26: a daemon whose data disk fails turns
 # not-ready within 10 s).
-export CL_STORAGE_FLAGS="${CL_STORAGE_FLAGS:-} --metrics 127.0.0.1:0"
+export HL_STORAGE_FLAGS="${HL_STORAGE_FLAGS:-} --metrics 127.0.0.1:0"
 hl_begin e2e-ddir "$1" || fail "cluster or manager did not start"
 RO_MNT=""
 RO_DEV=""
