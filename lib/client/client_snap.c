@@ -253,6 +253,7 @@ int zl_vol_snap_serve(struct zl_vol *v)
 {
 	struct zl_client *c;
 	struct client_snapserve *ss;
+	struct zl_etcd_range look = {0};
 	char pfx[512];
 	int rc;
 
@@ -279,9 +280,15 @@ int zl_vol_snap_serve(struct zl_vol *v)
 	rc = zl_meta_snapwriter_put(c->etcd, c->prefix, ss->vol_id, c->id, ss->lease);
 	if (rc)
 		goto out_lease;
-	/* The watch first, then a look at what is pending: a request put in
-	 * between is seen by both, never by neither. */
-	rc = zl_etcd_watch_prefix(c->etcd, pfx, 0, snap_watch_cb, ss, &ss->watch);
+	/* The watch starts at the revision after a look at the prefix (not
+	 * "now": it connects on its own thread, later): a request put after
+	 * the look is an event of the watch, one put before it is in the
+	 * listing of the first round (snap_kick below), never in neither. */
+	rc = zl_etcd_range_prefix(c->etcd, pfx, NULL, 1, &look);
+	if (!rc)
+		rc = zl_etcd_watch_prefix(c->etcd, pfx, look.revision + 1, snap_watch_cb, ss,
+					  &ss->watch);
+	zl_etcd_range_fini(&look);
 	if (rc)
 		goto out_lease;
 	v->snap = ss;
