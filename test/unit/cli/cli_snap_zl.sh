@@ -128,7 +128,7 @@ for sz in 1G 64G; do
 	len[$sz]=${#rec}
 	vlen[$sz]=${#vrec}
 	# The record without what names it and its size.
-	norm[$sz]=$(sed -E 's/"(size|created)":[0-9]+//; s/"(id|vol|name)":"[^"]*"//g' <<<"$rec")
+	norm[$sz]=$(sed -E 's/"(size|created)":[0-9]+//g; s/"(id|vol|name)":"[^"]*"//g' <<<"$rec")
 done
 echo "FIGURE: cli_snap_zl: snapshot of a 1 GiB thin volume ${ms[1G]} ms, record ${len[1G]} bytes (volume record ${vlen[1G]}); of a 64 GiB one ${ms[64G]} ms, record ${len[64G]} bytes (volume record ${vlen[64G]})"
 [ -n "${norm[1G]}" ] && [ "${norm[1G]}" = "${norm[64G]}" ] ||
