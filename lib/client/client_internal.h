@@ -441,6 +441,11 @@ struct zl_vol {
 	bool seq_warned; /* the "storage too old" line is out */
 	/* zl_vol_snap_serve: this client takes the volume's snapshots. */
 	struct client_snapserve *snap;
+	/* A group snapshot's hold (§5, client_snap.c): while set, a write,
+	 * discard or write-zeroes that starts waits in hold_wait (FIFO;
+	 * writes already started go on) until client_vol_snap_release. */
+	bool snap_hold;
+	struct client_list hold_wait;
 };
 
 /* client_snap.c: ends the snapshot switch of v (zl_vol_close): the watch
@@ -450,6 +455,11 @@ void client_snap_stop(struct zl_vol *v);
 /* client_io.c: the sequence of v's next write is at least seq (the switch;
  * never lowers it). */
 void client_vol_snap_switch(struct zl_vol *v, uint32_t seq);
+/* client_io.c: the group hold: new write-class I/O of v waits from now on
+ * (hold), or starts again, in order, after a switch to seq (release; seq 0
+ * or below v's keeps v's sequence). */
+void client_vol_snap_hold(struct zl_vol *v);
+void client_vol_snap_release(struct zl_vol *v, uint32_t seq);
 
 /* client_qos.c: per-volume I/O limits on the loop thread. */
 void client_qos_init(struct zl_vol *v);

@@ -515,10 +515,42 @@ void client_vol_snap_switch(struct zl_vol *v, uint32_t seq)
 	}
 }
 
+void client_vol_snap_hold(struct zl_vol *v)
+{
+	v->snap_hold = true;
+}
+
+void client_vol_snap_release(struct zl_vol *v, uint32_t seq)
+{
+	struct client_list held;
+
+	client_vol_snap_switch(v, seq);
+	v->snap_hold = false;
+	/* The held I/O starts in its order; one that fails at once may run a
+	 * user callback, so the list is taken first. */
+	client_list_init(&held);
+	while (!client_list_empty(&v->hold_wait)) {
+		struct client_list *l = v->hold_wait.next;
+
+		client_list_del(l);
+		client_list_add_tail(&held, l);
+	}
+	while (!client_list_empty(&held) && !v->closing) {
+		struct client_io *io = ZL_CONTAINER_OF(held.next, struct client_io, link);
+
+		client_list_del(&io->link);
+		client_io_start(io);
+	}
+}
+
 void client_io_start(struct client_io *io)
 {
 	struct zl_vol *v = io->vol;
 
+	if (v->snap_hold && io->op != ZL_OP_READ && io->op != ZL_OP_FLUSH) {
+		client_list_add_tail(&v->hold_wait, &io->link);
+		return;
+	}
 	if (!client_list_empty(&v->split_wait))
 		client_list_add_tail(&v->split_wait, &io->link); /* keep FIFO order */
 	else
@@ -1135,6 +1167,7 @@ int zl_vol_open(struct zl_client *c, const char *name_or_id, struct zl_vol **out
 	client_list_init(&v->free_ios);
 	client_list_init(&v->free_subs);
 	client_list_init(&v->split_wait);
+	client_list_init(&v->hold_wait);
 	client_list_init(&v->reload_wait);
 	client_qos_init(v);
 	rc = zl_meta_volume_lookup(c->etcd, c->prefix, name_or_id, &v->meta);
