@@ -12,7 +12,8 @@
 # client answers "held" and is killed -9, the pair writer continues: the
 # group completes or fails as a whole (never half in etcd), no request is
 # left, and the pair writer's client is released (its writes go on, and the
-# next group goes through it).
+# next group goes through it). First, a thin volume's snapshots allocate
+# nothing until a write.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
@@ -31,6 +32,25 @@ ectl() { etcdctl --endpoints "$CL_ETCD" "$@"; }
 for v in ga gb gc; do
 	"$ZL" volume create "$v" --size 8M --replicas 3 --chunk-size 64K >/dev/null || fail "create $v"
 done
+# Thin volumes stay thin: a snapshot (and a group snapshot) of a 1 GiB
+# volume never written allocates no chunk file on any daemon; the first
+# 4 KiB write allocates at most 128 KiB per replica.
+chunk_files() { find "$CL_DIR"/storage-*/data/chunks/"$1" -type f 2>/dev/null | wc -l; }
+"$ZL" volume create gt --size 1G --replicas 3 >/dev/null || fail "create gt"
+gtid=$(ectl get --print-value-only /zipline/names/gt)
+"$ZL" snapshot create gt gt-s1 >/dev/null || fail "snapshot of the thin volume"
+"$ZL" snapshot create-group gthin gt gc >/dev/null || fail "group snapshot of the thin volume"
+[ "$(chunk_files "$gtid")" = 0 ] || fail "snapshots of a thin volume allocated $(chunk_files "$gtid") chunk files"
+head -c 4096 /dev/urandom >"$CL_DIR/one.blk"
+"$ZL" volume import gt "$CL_DIR/one.blk" >/dev/null || fail "write to the thin volume"
+n_thin=$(chunk_files "$gtid")
+# The write makes chunk 0 on every replica and, as the chunk is in the
+# snapshots (absent, read as zeros), a clone of it: sparse, only its header
+# and metadata pages are allocated, never the 4 MiB of the chunk.
+alloc=$(find "$CL_DIR"/storage-*/data/chunks/"$gtid" -type f -printf "%b\n" | awk '{s += $1 * 512} END {print s + 0}')
+[ "$alloc" -le $((3 * 128 * 1024)) ] ||
+	fail "one 4 KiB write to a snapshotted thin volume allocated $alloc bytes on 3 replicas: $(find "$CL_DIR"/storage-*/data/chunks/"$gtid" -type f -printf "%P size=%s blocks=%b\n" | tr "\n" " ")"
+echo "snap_group_e2e: thin 1 GiB volume with 2 snapshots: 0 chunk files; after one 4 KiB write $n_thin files (3 replicas of chunk 0 and of its clone), $alloc bytes allocated"
 "$CL_BIN/e2e_snap" --etcd "$CL_ETCD" --volume ga --volume2 gb --client-id pw --log "$CL_DIR/pairs.log" \
 	--seconds 300 --qd 8 --ready "$CL_DIR/ready-pw" --stop "$CL_DIR/stop" >"$CL_DIR/pw.log" 2>&1 &
 wpid=$!
