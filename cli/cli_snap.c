@@ -23,6 +23,15 @@ static const char cli_snap_usage[] =
     "       zl snapshot create-group GROUP VOLUME VOLUME... [--timeout SEC]\n"
     "       zl snapshot rm-group GROUP\n";
 
+/* --timeout SEC of create and create-group: 0, or -ZL_ERR_INVAL (said). */
+static int cli_snap_timeout_opt(const char *arg, uint32_t *timeout_s)
+{
+	if (!zl_cli_parse_u32(arg, 1, SNAP_WAIT_MAX_S, timeout_s))
+		return 0;
+	zl_cli_err("bad --timeout '%s': use 1 to %u seconds", arg, SNAP_WAIT_MAX_S);
+	return -ZL_ERR_INVAL;
+}
+
 /* Prints what a failed create means and what to do; returns the exit code. */
 static int cli_snap_create_err(struct zl_cli *cli, const char *vol, const char *name, int rc)
 {
@@ -83,11 +92,8 @@ static int cli_snap_create(struct zl_cli *cli, int argc, char **argv)
 	while ((c = getopt_long(argc, argv, ":t:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 't':
-			if (zl_cli_parse_u32(optarg, 1, SNAP_WAIT_MAX_S, &timeout_s)) {
-				zl_cli_err("bad --timeout '%s': use 1 to %u seconds", optarg,
-					   SNAP_WAIT_MAX_S);
+			if (cli_snap_timeout_opt(optarg, &timeout_s))
 				return ZL_CLI_EXIT_USAGE;
-			}
 			break;
 		case 'h':
 			printf("usage: zl snapshot create VOLUME NAME [--timeout SEC]\n"
@@ -308,11 +314,8 @@ static int cli_snap_create_group(struct zl_cli *cli, int argc, char **argv)
 	while ((c = getopt_long(argc, argv, ":t:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 't':
-			if (zl_cli_parse_u32(optarg, 1, SNAP_WAIT_MAX_S, &timeout_s)) {
-				zl_cli_err("bad --timeout '%s': use 1 to %u seconds", optarg,
-					   SNAP_WAIT_MAX_S);
+			if (cli_snap_timeout_opt(optarg, &timeout_s))
 				return ZL_CLI_EXIT_USAGE;
-			}
 			break;
 		case 'h':
 			printf("usage: zl snapshot create-group GROUP VOLUME VOLUME... [--timeout SEC]\n"

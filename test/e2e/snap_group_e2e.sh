@@ -90,7 +90,7 @@ kill -STOP "$wpid"
 kpid=$!
 held=0
 for _ in $(seq 1 100); do
-	ectl get --prefix --print-value-only "/zipline/snapreqs/$gcid/" | grep -q '"state":"held"' && { held=1; break; }
+	[[ "$(ectl get --prefix --print-value-only "/zipline/snapreqs/$gcid/")" == *'"state":"held"'* ]] && { held=1; break; }
 	sleep 0.05
 done
 [ "$held" = 1 ] || { kill -CONT "$wpid"; fail "gc's client did not answer held: $(cat "$CL_DIR/gk.out")"; }
@@ -104,7 +104,8 @@ wait "$kpid" || krc=$?
 echo "snap_group_e2e: group gk with gc's client killed -9 while held: exit $krc: $(head -1 "$CL_DIR/gk.out")"
 [ -z "$(ectl get --prefix --keys-only /zipline/snapreqs/)" ] || fail "a request was left behind"
 n_gk=$("$ZL" snapshot ls | grep -c '^gk\.' || true)
-if ectl get --keys-only /zipline/snapgroups/gk | grep -q gk; then
+gk_rec=$(ectl get --keys-only /zipline/snapgroups/gk) # (no pipe into grep -q: pipefail and SIGPIPE)
+if [ -n "$gk_rec" ]; then
 	[ "$krc" = 0 ] && [ "$n_gk" = 2 ] || fail "group gk half there: exit $krc, $n_gk snapshots: $(cat "$CL_DIR/gk.out")"
 else
 	[ "$krc" != 0 ] && [ "$n_gk" = 0 ] || fail "group gk half there: exit $krc, no record, $n_gk snapshots"
@@ -133,8 +134,10 @@ done <"$CL_DIR/groups"
 python3 "$SRC/test/e2e/snap_group_check.py" "$CL_DIR/pairs.log" "$CL_DIR/live.ga.img" \
 	"$CL_DIR/live.gb.img" "$CL_DIR/groups" || fail "a group snapshot holds gb's write without ga's"
 
-"$ZL" snapshot ls | grep -qE "^g1\.ga .* g1 " || fail "snapshot ls does not show group g1"
+ls_out=$("$ZL" snapshot ls) || fail "snapshot ls"
+grep -qE "^g1\.ga .* g1 " <<<"$ls_out" || fail "snapshot ls does not show group g1: $ls_out"
 out=$("$ZL" snapshot rm-group g1) || fail "rm-group g1: $out"
 grep -q "deleted group 'g1' and its 2 snapshots" <<<"$out" || fail "rm-group g1 said: $out"
-! "$ZL" snapshot ls | grep -q '^g1\.' || fail "rm-group left a snapshot of g1"
+ls_out=$("$ZL" snapshot ls) || fail "snapshot ls"
+! grep -q '^g1\.' <<<"$ls_out" || fail "rm-group left a snapshot of g1: $ls_out"
 echo "snap_group_e2e: PASS ($((SECONDS - t_start)) s after the cluster started)"
