@@ -14,6 +14,9 @@
 
 #define SNAP_WAIT_DEFAULT_S 30u
 #define SNAP_WAIT_MAX_S	    3600u
+/* The help texts and messages name these numbers. */
+_Static_assert(SNAP_WAIT_DEFAULT_S == 30, "the help of create and create-group says 30 s");
+_Static_assert(ZL_SNAPGROUP_VOLS_MAX == 16, "create-group's help and errors say 16 volumes");
 
 static const char cli_snap_usage[] =
     "usage: zl snapshot create VOLUME NAME [--timeout SEC]\n"
@@ -23,13 +26,38 @@ static const char cli_snap_usage[] =
     "       zl snapshot create-group GROUP VOLUME VOLUME... [--timeout SEC]\n"
     "       zl snapshot rm-group GROUP\n";
 
-/* --timeout SEC of create and create-group: 0, or -ZL_ERR_INVAL (said). */
-static int cli_snap_timeout_opt(const char *arg, uint32_t *timeout_s)
+/* The options of create and create-group: --timeout SEC (into
+ * *timeout_s) and --help (prints help, whose %u is the default timeout).
+ * Returns -1 to go on, or the exit code. */
+static int cli_snap_wait_opts(int argc, char **argv, const char *cmd, const char *help,
+			      uint32_t *timeout_s)
 {
-	if (!zl_cli_parse_u32(arg, 1, SNAP_WAIT_MAX_S, timeout_s))
-		return 0;
-	zl_cli_err("bad --timeout '%s': use 1 to %u seconds", arg, SNAP_WAIT_MAX_S);
-	return -ZL_ERR_INVAL;
+	static const struct option opts[] = {
+	    {"timeout", required_argument, NULL, 't'},
+	    {"help", no_argument, NULL, 'h'},
+	    {0},
+	};
+	int c;
+
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":t:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 't':
+			if (zl_cli_parse_u32(optarg, 1, SNAP_WAIT_MAX_S, timeout_s)) {
+				zl_cli_err("bad --timeout '%s': use 1 to %u seconds", optarg,
+					   SNAP_WAIT_MAX_S);
+				return ZL_CLI_EXIT_USAGE;
+			}
+			break;
+		case 'h':
+			fputs(help, stdout);
+			return 0;
+		default:
+			return zl_cli_opt_error(cmd, c, optopt, argv, optind);
+		}
+	}
+	return -1;
 }
 
 /* Prints what a failed create means and what to do; returns the exit code. */
@@ -74,39 +102,23 @@ static int cli_snap_create_err(struct zl_cli *cli, const char *vol, const char *
 
 static int cli_snap_create(struct zl_cli *cli, int argc, char **argv)
 {
-	static const struct option opts[] = {
-	    {"timeout", required_argument, NULL, 't'},
-	    {"help", no_argument, NULL, 'h'},
-	    {0},
-	};
 	struct zl_volume v = {0};
 	struct zl_snapshot s = {0};
 	char writer[128] = "", ts[32];
 	uint32_t timeout_s = SNAP_WAIT_DEFAULT_S;
 	const char *vol, *name;
 	bool created = true;
-	int c, rc;
+	int rc;
 
-	optind = 0;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":t:h", opts, NULL)) != -1) {
-		switch (c) {
-		case 't':
-			if (cli_snap_timeout_opt(optarg, &timeout_s))
-				return ZL_CLI_EXIT_USAGE;
-			break;
-		case 'h':
-			printf("usage: zl snapshot create VOLUME NAME [--timeout SEC]\n"
-			       "  a volume served by a client (zl volume serve, an attach "
-			       "process) is snapshotted\n"
-			       "  through it; --timeout bounds the wait for its answer "
-			       "(default %u s)\n",
-			       SNAP_WAIT_DEFAULT_S);
-			return 0;
-		default:
-			return zl_cli_opt_error("snapshot create", c, optopt, argv, optind);
-		}
-	}
+	rc = cli_snap_wait_opts(argc, argv, "snapshot create",
+				"usage: zl snapshot create VOLUME NAME [--timeout SEC]\n"
+				"  a volume served by a client (zl volume serve, an attach "
+				"process) is snapshotted\n"
+				"  through it; --timeout bounds the wait for its answer "
+				"(default 30 s)\n",
+				&timeout_s);
+	if (rc >= 0)
+		return rc;
 	if (argc - optind != 2) {
 		zl_cli_err("%s (usage: zl snapshot create VOLUME NAME)",
 			   argc - optind < 2 ? "missing volume or snapshot name"
@@ -296,39 +308,24 @@ static int cli_snap_rm(struct zl_cli *cli, int argc, char **argv)
  * the volumes, through every client that serves one of them. */
 static int cli_snap_create_group(struct zl_cli *cli, int argc, char **argv)
 {
-	static const struct option opts[] = {
-	    {"timeout", required_argument, NULL, 't'},
-	    {"help", no_argument, NULL, 'h'},
-	    {0},
-	};
 	struct zl_snapgroup_member *m = NULL;
 	uint32_t timeout_s = SNAP_WAIT_DEFAULT_S;
 	char why[512] = "";
 	const char *group;
 	bool created = false;
 	size_t n;
-	int c, rc;
+	int rc;
 
-	optind = 0;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":t:h", opts, NULL)) != -1) {
-		switch (c) {
-		case 't':
-			if (cli_snap_timeout_opt(optarg, &timeout_s))
-				return ZL_CLI_EXIT_USAGE;
-			break;
-		case 'h':
-			printf("usage: zl snapshot create-group GROUP VOLUME VOLUME... [--timeout SEC]\n"
-			       "  one crash-consistent point across up to %u volumes: a snapshot\n"
-			       "  'GROUP.VOLUME' of each, all or none; every client serving one of\n"
-			       "  them holds new writes until all hold (at most 5 s), then all\n"
-			       "  switch together; --timeout bounds the whole wait (default %u s)\n",
-			       ZL_SNAPGROUP_VOLS_MAX, SNAP_WAIT_DEFAULT_S);
-			return 0;
-		default:
-			return zl_cli_opt_error("snapshot create-group", c, optopt, argv, optind);
-		}
-	}
+	rc = cli_snap_wait_opts(argc, argv, "snapshot create-group",
+				"usage: zl snapshot create-group GROUP VOLUME VOLUME... [--timeout "
+				"SEC]\n"
+				"  one crash-consistent point across up to 16 volumes: a snapshot\n"
+				"  'GROUP.VOLUME' of each, all or none; every client serving one of\n"
+				"  them holds new writes until all hold (at most 5 s), then all\n"
+				"  switch together; --timeout bounds the whole wait (default 30 s)\n",
+				&timeout_s);
+	if (rc >= 0)
+		return rc;
 	if (argc - optind < 2 || argc - optind > ZL_SNAPGROUP_VOLS_MAX + 1) {
 		zl_cli_err("%s (usage: zl snapshot create-group GROUP VOLUME VOLUME...)",
 			   argc - optind < 2 ? "missing group name or volumes"
