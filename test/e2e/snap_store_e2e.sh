@@ -197,4 +197,18 @@ rc=0
 [ "$rc" = 1 ] && grep -q "has no snapshot '1'" "$CL_DIR/verify.out" ||
 	fail "verify --snapshot 1 (deleted) exited $rc: $(cat "$CL_DIR/verify.out")"
 echo "$T: the damaged clone: verify names snapshot 2, chunk 0 and $bk, exit 1 (also --snapshot 2 --json)"
+
+# Scrub covers clone chunks: the damaged clone is found among the replicas
+# that hold it, rewritten from a good one (made a clone again on $bk) and
+# counted with the chunks (chunk 0 and its clone: 2 checked).
+"$ZL" volume scrub svol --json >"$CL_DIR/scrub.json" 2>"$CL_DIR/scrub.err" ||
+	fail "scrub with a damaged clone: $(cat "$CL_DIR/scrub.json" "$CL_DIR/scrub.err")"
+grep -q '"chunks_checked":2,"bad_found":1,"repaired":1,' "$CL_DIR/scrub.json" ||
+	fail "scrub totals with a damaged clone: $(cat "$CL_DIR/scrub.json")"
+grep -q "scrub repaired vol=$vid chunk=0 clone=2 member=$bk reason=crc " "$CL_DIR"/storage-*/log ||
+	fail "no 'scrub repaired' line for the clone of chunk 0 on $bk"
+check_all 2 d1 d3
+"$ZL" volume verify svol >"$CL_DIR/verify.out" 2>&1 || fail "verify after the scrub: $(cat "$CL_DIR/verify.out")"
+echo "$T: scrub repaired the damaged clone on $bk; every replica reads snapshot 2 again, verify clean"
+
 echo "$T: PASS"
