@@ -752,7 +752,7 @@ static void srv_clone_pushed(void *arg, int status)
  * file (its primary found the clone missing or of another version), the
  * pieces rewrite it, the last one makes it a clone again
  * (zl_chunk_snap_install). With ZL_PUSH_REPLACE to a member that is not
- * IN_SYNC (recovery) always; else (scrub's repair) only while the member
+ * IN_SYNC (recovery) always; else (peering, scrub) only while the member
  * holds no clone of that id: a clone it holds is replaced only after a
  * CHUNK_DELETE of it. */
 static void srv_clone_push_exec(struct storage_req *r)
