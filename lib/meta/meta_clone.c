@@ -70,6 +70,7 @@ int zl_meta_clone_dependants(struct zl_etcd *e, const char *prefix, const char *
 			     uint32_t seq, struct zl_clone_dep **out, size_t *n)
 {
 	char key[ZL_META_KEY_MAX], end[ZL_META_KEY_MAX], base[ZL_META_KEY_MAX];
+	char base_end[ZL_META_KEY_MAX];
 	struct zl_etcd_range r;
 	struct zl_clone_dep *deps = NULL;
 	size_t k = 0;
@@ -80,7 +81,7 @@ int zl_meta_clone_dependants(struct zl_etcd *e, const char *prefix, const char *
 	ret = meta_dep_range(key, end, prefix, vol_id, seq);
 	if (ret)
 		return ret;
-	meta_dep_range(base, end, prefix, vol_id, 0);
+	meta_dep_range(base, base_end, prefix, vol_id, 0);
 	ret = zl_etcd_range(e, key, end, 0, &r);
 	if (ret)
 		return ret;

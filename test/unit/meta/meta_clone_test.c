@@ -183,9 +183,11 @@ static void test_from_volume(void **state)
 	struct fixture *f = *state;
 	struct zl_volume v, c, cc, x;
 	struct zl_volume_spec spec = {.name = "cv"};
+	struct zl_clone_dep *deps;
 	struct zl_snapshot s;
 	char sname[64];
 	bool created = false;
+	size_t n;
 
 	register_nodes(f, 3);
 	make_volume(f, "vb", &v);
@@ -220,6 +222,31 @@ static void test_from_volume(void **state)
 			 0);
 	assert_string_equal(cc.parent_vol, c.id);
 	assert_int_equal(cc.parent_seq, 1);
+	/* A clone of another snapshot of cv's source: listed under its own
+	 * sequence only. */
+	assert_int_equal(zl_meta_snap_create(f->e, f->prefix, "vb", "s2", NULL, &s, NULL, NULL),
+			 0);
+	assert_int_equal(s.seq, 2);
+	spec.name = "c2";
+	assert_int_equal(zl_meta_clone_create(f->e, f->prefix, &spec, NULL, "s2", 1000, &x,
+					      &created),
+			 0);
+	zl_volume_fini(&x);
+	assert_int_equal(zl_meta_clone_dependants(f->e, f->prefix, v.id, 1, &deps, &n), 0);
+	assert_int_equal(n, 1);
+	assert_string_equal(deps[0].name, "cv");
+	free(deps);
+	assert_int_equal(zl_meta_clone_dependants(f->e, f->prefix, v.id, 2, &deps, &n), 0);
+	assert_int_equal(n, 1);
+	assert_string_equal(deps[0].name, "c2");
+	assert_int_equal(deps[0].seq, 2);
+	free(deps);
+	assert_int_equal(zl_meta_clone_dependants(f->e, f->prefix, v.id, 0, &deps, &n), 0);
+	assert_int_equal(n, 2);
+	free(deps);
+	assert_int_equal(remove_volume(f, "c2", false), 0);
+	assert_int_equal(zl_meta_snap_delete(f->e, f->prefix, "s2", NULL), 0);
+
 	assert_int_equal(remove_volume(f, "cv", true), -ZL_ERR_BUSY);
 	assert_int_equal(remove_volume(f, "vb", true), -ZL_ERR_BUSY);
 	assert_int_equal(zl_meta_snap_delete(f->e, f->prefix, sname, NULL), -ZL_ERR_BUSY);
