@@ -10,6 +10,8 @@
 #   - volume src written (8 MiB of 16, the rest never written); snapshot s1;
 #     clone cs of s1, clone cv of the live volume (internal snapshot), clone
 #     ccs of clone cs (a chain): each reads as src at its point;
+#   - a client with only the attach token of tk (a clone of cs) reads tk
+#     whole (through cs and src), and not src's live chunks;
 #   - writes to cs (copy-ups), then to src: src, its snapshot s1 (export
 #     compared byte for byte), cs, cv and ccs each keep their own content;
 #     cs's snapshot cs1, taken before cs was written, reads as s1 (the
@@ -80,6 +82,29 @@ cp "$CL_DIR/src.log" "$CL_DIR/cs.log"
 cp "$CL_DIR/src.log" "$CL_DIR/cv.log"
 cp "$CL_DIR/src.log" "$CL_DIR/ccs.log"
 for v in cs cv ccs; do check "$v" "$CL_DIR/$v.log"; done
+# A client holding only the attach token of tk, a clone of the clone cs
+# (as the CSI attach process of tk), reads tk whole through cs and src
+# (storage_auth.c), and none of their live chunks. tk goes after (its
+# token's reads raised its epoch fence above our cluster client's).
+source "$SRC/test/lib/auth_tool.sh"
+PY=/usr/bin/python3
+"$ZL" volume clone cs tk >/dev/null || fail "clone tk of cs"
+TK=$("$ZL" volume inspect tk | awk '$1 == "id" {print $2}')
+SEC=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+etcd_ctl put "/zipline/secrets/$TK" "$SEC" >/dev/null
+EP=$(etcd_ctl put "/zipline/attachments/$TK" '{"node":"wn-1","epoch":0,"readonly":true,"time":0}')
+TOK=$(token "$SEC" "$TK|wn-1|$EP")
+auth_wait_hello "$TK" "$EP" wn-1 "$TOK" 1 2 3 || fail "the daemons did not see tk's attachment"
+as_tk() { ZL_E2E_TOKEN=$TOK ZL_E2E_EPOCH=$EP ZL_E2E_VOL=${TK#vol-} ZL_E2E_NODE=wn-1 timeout 60 "$@"; }
+as_tk "$CL_BIN/e2e_load" check --etcd "$CL_ETCD" --volume tk --log "$CL_DIR/src.log" --exact \
+	>"$CL_DIR/check-tk-token.out" 2>&1 ||
+	fail "tk read with its attach token: $(tail -5 "$CL_DIR/check-tk-token.out")"
+as_tk "$CL_BIN/e2e_load" check --etcd "$CL_ETCD" --volume src --log "$CL_DIR/src.log" --exact \
+	>"$CL_DIR/check-src-token.out" 2>&1 && fail "tk's attach token read the live volume src"
+etcd_ctl del "/zipline/attachments/$TK"
+etcd_ctl del "/zipline/secrets/$TK"
+"$ZL" volume rm tk >/dev/null || fail "volume rm tk"
+"$ZL" snapshot ls cs | grep -q "clone-$TK" && fail "tk's internal snapshot of cs stayed"
 insp=$("$ZL" volume inspect cs) || fail "inspect cs"
 grep -q "^parent      src (vol-[0-9a-f]*) at snapshot sequence 1\$" <<<"$insp" || fail "inspect cs: $insp"
 grep -q "^dependants  1\$" <<<"$insp" || fail "inspect cs: dependants: $insp"
