@@ -15,6 +15,7 @@
 
 #include "lib/common/common.h"
 #include "lib/meta/meta.h"
+#include "lib/meta/meta_internal.h"
 #include "meta_fixture.h"
 
 static void make_volume(struct fixture *f, const char *name, struct zl_volume *v)
@@ -267,6 +268,27 @@ static void test_from_volume(void **state)
 	zl_volume_fini(&x);
 	assert_int_equal(remove_volume(f, "vb", false), 0);
 	assert_int_equal(remove_volume(f, "cc", false), 0);
+
+	/* A creator that died between its internal snapshot and the clone's
+	 * record left "clone-<id>": collected (at any age here), while an
+	 * internal snapshot a clone reads is kept. */
+	make_volume(f, "vg", &x);
+	zl_volume_fini(&x);
+	assert_int_equal(zl_meta_snap_create(f->e, f->prefix, "vg", "clone-vol-00000000000000d1",
+					     NULL, &s, NULL, NULL),
+			 0);
+	spec.name = "cg";
+	assert_int_equal(zl_meta_clone_create(f->e, f->prefix, &spec, "vg", NULL, 1000, &x,
+					      &created),
+			 0);
+	snprintf(sname, sizeof(sname), "clone-%s", x.id);
+	meta_clone_gc(f->e, f->prefix, x.parent_vol, 0);
+	assert_int_equal(zl_meta_snap_lookup(f->e, f->prefix, "clone-vol-00000000000000d1", &s),
+			 -ZL_ERR_NOT_FOUND);
+	assert_int_equal(zl_meta_snap_lookup(f->e, f->prefix, sname, &s), 0);
+	zl_volume_fini(&x);
+	assert_int_equal(remove_volume(f, "cg", false), 0);
+	assert_int_equal(zl_meta_snap_lookup(f->e, f->prefix, sname, &s), -ZL_ERR_NOT_FOUND);
 
 	/* A volume source that is not there. */
 	spec.name = "cz";
