@@ -63,8 +63,16 @@ int manager_tick(struct zl_manager *m)
 	pthread_mutex_lock(&m->lock);
 	m->stats.leading = leader;
 	pthread_mutex_unlock(&m->lock);
-	if (!rc && leader)
+	if (!rc && leader) {
 		rc = manager_pass(m);
+	} else if (rc && leader) {
+		/* The pass could not start (the node table was not read): a
+		 * failed pass all the same (manager_pass counts its own). */
+		pthread_mutex_lock(&m->lock);
+		m->stats.passes++;
+		m->stats.pass_errors++;
+		pthread_mutex_unlock(&m->lock);
+	}
 	if (rc == -ECANCELED) {
 		ZL_LOG_WARN(MGR_LOG, "manager: stopped mid-pass: leadership lost");
 		m->was_leader = false;
