@@ -59,6 +59,9 @@
 #     (slowed to 80 Mbit/s): the manager counted slices recovering, the
 #     primaries running recovery jobs with bytes left; none of them once
 #     every row is active.
+#     A 2-replica volume made while node-3's disk failed (members 4 on
+#     node-1, 4 on node-2) is rebalanced: the manager's rebalance moves rose
+#     by exactly 2, node-3 holds 2 in-sync members, every row is active.
 #  7. A 1-replica volume whose row 0 has its only member taken out by hand
 #     (in etcd): zipline_slices{state=down} is 1; deleted, 0 again.
 # Usage: metrics_e2e.sh BUILD_DIR. KEEP=1 keeps the state dir.
@@ -426,6 +429,20 @@ echo "FIGURE: metrics: controller after node-3's disk failed: slices degraded=$d
 [ $(($(csum zipline_manager_member_changes_total to=out) - out0)) -ge "$nsl" ] ||
 	check_fail "the manager's member changes to out rose by fewer than $nsl"
 
+# A 2-replica volume made while node-3's disk is failed: its members all on
+# node-1 and node-2 (nothing is placed on a failed disk), for the
+# rebalance of step 6; 4 MiB written into it.
+"$ZL" volume create rvol --size 4M --replicas 2 --chunk-size 1M >/dev/null || fail "volume create rvol"
+rvid=$(hl_vol_id rvol)
+[ -n "$rvid" ] || fail "no volume id in 'zl volume inspect rvol'"
+rrows=$(hl_etcd rows "$rvid" | wc -l)
+[ "$rrows" = 4 ] || fail "rvol has $rrows rows, not 4"
+head -c 4M /dev/urandom >"$CL_DIR/rvol.bin"
+"$ZL" volume import rvol "$CL_DIR/rvol.bin" >"$CL_DIR/rvol-import.out" 2>&1 || fail "zl volume import rvol: $(tail -3 "$CL_DIR/rvol-import.out")"
+! hl_etcd rows "$rvid" | grep -q 'node-3:' || fail "rvol placed a member on node-3, whose disk failed: $(hl_etcd rows "$rvid")"
+# Every row active: mvol's after step 6, rvol's all along.
+nall=$((nsl + rrows))
+
 # 5. etcd stopped: the controller is not ready (alive all the same)
 epid=$(cat "$CL_DIR/etcd/pid")
 e0=$(csum zipline_etcd_errors_total)
@@ -497,7 +514,7 @@ t0=$(hl_now_ms)
 act=""
 for _ in $(seq 1 600); do
 	act=$(csum zipline_slices state=active)
-	[ "$act" = "$nsl" ] && break
+	[ "$act" = "$nall" ] && break
 	sleep 0.2
 done
 kill "$spid"
@@ -517,7 +534,7 @@ ins=$(csum zipline_manager_member_changes_total to=in_sync)
 rc=$(stable zipline_recovery_chunks_total)
 rb=$(msum zipline_recovery_bytes_total)
 echo "FIGURE: metrics: node-3 back on an empty disk: all $nsl rows active after $(($(hl_now_ms) - t0)) ms; member changes to recovering +$((rcv - rcv0)), to in_sync +$((ins - ins0)); recovery copied $((rc - rc0)) chunks, $((rb - rb0)) bytes"
-[ "$act" = "$nsl" ] || check_fail "zipline_slices{state=active} is $act, not $nsl, 120 s after node-3 came back"
+[ "$act" = "$nall" ] || check_fail "zipline_slices{state=active} is $act, not $nall (mvol's and rvol's rows), 120 s after node-3 came back"
 [ $((rcv - rcv0)) -ge "$nsl" ] || check_fail "member changes to recovering rose by $((rcv - rcv0)), fewer than the $nsl rows"
 [ $((ins - ins0)) -ge "$nsl" ] || check_fail "member changes to in_sync rose by $((ins - ins0)), fewer than the $nsl rows"
 [ "$(csum zipline_manager_passes_total)" -gt "$ps0" ] || check_fail "zipline_manager_passes_total did not rise while node-3 recovered"
@@ -526,6 +543,18 @@ echo "FIGURE: metrics: node-3 back on an empty disk: all $nsl rows active after 
 [ $((rc - rc0)) -gt 0 ] || check_fail "zipline_recovery_chunks_total did not rise while node-3 recovered"
 [ $((rb - rb0)) = $(((rc - rc0) * 1048576)) ] ||
 	check_fail "zipline_recovery_bytes_total rose by $((rb - rb0)), not a 1 MiB chunk for each of the $((rc - rc0)) chunks copied"
+
+# Rebalance: rvol's 8 members are 4 on node-1, 4 on node-2, none on
+# node-3; balanced (at most one apart) after exactly 2 moves to node-3.
+# `zl volume rebalance` waits until the manager deleted the request
+# (balanced, no row moving).
+rm0=$(csum zipline_manager_rebalance_moves_total)
+"$ZL" volume rebalance rvol --timeout 120 >"$CL_DIR/rebal.out" 2>&1 || fail "zl volume rebalance rvol: $(tail -3 "$CL_DIR/rebal.out")"
+rm1=$(csum zipline_manager_rebalance_moves_total)
+echo "FIGURE: metrics: rebalance of rvol (4+4+0 members): moves +$((rm1 - rm0)); rows: $(hl_etcd rows "$rvid" | tr '\n' ';')"
+[ $((rm1 - rm0)) = 2 ] || check_fail "zipline_manager_rebalance_moves_total rose by $((rm1 - rm0)), not the 2 moves from 4+4+0 to 3+3+2"
+[ "$(hl_etcd rows "$rvid" | grep -o 'node-3:in_sync' | wc -l)" = 2 ] || check_fail "node-3 does not hold 2 in-sync members of rvol after the rebalance: $(hl_etcd rows "$rvid")"
+[ "$(csettle zipline_slices state=active "$nall")" = "$nall" ] || check_fail "not every row active after the rebalance"
 
 # 7. A slice down: a 1-replica volume whose row 0 loses its only copy
 # (written by hand into its etcd record, as the manager never takes the
@@ -540,5 +569,5 @@ echo "FIGURE: metrics: dvol's row 0 without its copy: slices down $dn, active $(
 [ "$dn" = 1 ] || check_fail "zipline_slices{state=down} is $dn, not 1, with one row left without an in-sync member"
 "$ZL" volume delete dvol >"$CL_DIR/dvol-delete.out" 2>&1 || fail "zl volume delete dvol: $(tail -3 "$CL_DIR/dvol-delete.out")"
 [ "$(csettle zipline_slices state=down 0)" = 0 ] || check_fail "zipline_slices{state=down} did not return to 0 once dvol was deleted"
-[ "$(csum zipline_slices state=active)" = "$nsl" ] || check_fail "mvol's $nsl rows are not all active once dvol was deleted"
+[ "$(csum zipline_slices state=active)" = "$nall" ] || check_fail "mvol's and rvol's $nall rows are not all active once dvol was deleted"
 hl_end
