@@ -263,6 +263,18 @@ static int cli_snap_rm(struct zl_cli *cli, int argc, char **argv)
 			   name);
 		return ZL_CLI_EXIT_RUNTIME;
 	}
+	if (rc == -ZL_ERR_BUSY) {
+		char what[300], msg[1024] = "";
+
+		snprintf(what, sizeof(what), "snapshot %s", name);
+		if (!zl_meta_snap_lookup(cli->etcd, cli->prefix, name, &s))
+			zl_meta_clone_refusal(cli->etcd, cli->prefix, s.vol, s.seq, what, msg,
+					      sizeof(msg));
+		zl_cli_err("cannot delete snapshot '%s': %s", name,
+			   msg[0] ? msg : "clones read through it; flatten them first (zl volume "
+					  "flatten NAME)");
+		return ZL_CLI_EXIT_RUNTIME;
+	}
 	if (rc) {
 		zl_cli_etcd_err(cli, "cannot delete the snapshot", rc);
 		return ZL_CLI_EXIT_RUNTIME;

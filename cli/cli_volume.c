@@ -468,6 +468,10 @@ static int cli_volume_rm(struct zl_cli *cli, int argc, char **argv)
 		zl_cli_err("volume '%s' not found (see 'zl volume ls')", name);
 		return ZL_CLI_EXIT_RUNTIME;
 	}
+	if (rc == -ZL_ERR_BUSY && info.dependants[0]) {
+		zl_cli_err("cannot delete volume '%s': %s", name, info.dependants);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
 	if (rc == -ZL_ERR_BUSY && info.snapshots) {
 		zl_cli_err("volume '%s' has %u snapshot%s, which live in its chunks: delete them "
 			   "first ('zl snapshot ls %s', 'zl snapshot rm NAME'), or pass --force to "

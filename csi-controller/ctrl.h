@@ -219,6 +219,10 @@ int ctrl_create_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMess
 int ctrl_modify_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
 		       ProtobufCMessage *resp);
 /* ctrl_snap.c */
+/* How long a snapshot (CreateSnapshot, a clone's internal one) may wait for
+ * the client serving its volume: the call's deadline less a margin for the
+ * answer, 30 s without one (ctrl_snap.c). */
+uint32_t ctrl_snap_wait_ms(struct zl_grpc_call *call);
 int ctrl_create_snapshot(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
 			 ProtobufCMessage *resp);
 int ctrl_delete_snapshot(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,

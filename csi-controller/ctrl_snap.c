@@ -12,11 +12,20 @@
 #include "ctrl.h"
 #include "google/protobuf/timestamp.pb-c.h"
 
-/* How long CreateSnapshot waits for a serving client when the caller set
- * no deadline (the external-snapshotter always sets one: --timeout). */
+/* How long a snapshot waits for a serving client when the caller set no
+ * deadline (the external-snapshotter always sets one: --timeout). */
 #define CTRL_SNAP_WAIT_MS 30000u
 /* What the call keeps for its answer after the wait. */
 #define CTRL_SNAP_MARGIN_MS 2000
+
+uint32_t ctrl_snap_wait_ms(struct zl_grpc_call *call)
+{
+	int64_t left = zl_grpc_call_deadline_left_ms(call);
+
+	if (left == INT64_MAX)
+		return CTRL_SNAP_WAIT_MS;
+	return left > CTRL_SNAP_MARGIN_MS ? (uint32_t)(left - CTRL_SNAP_MARGIN_MS) : 1;
+}
 
 static Csi__V1__Snapshot *ctrl_snap_msg(struct zl_grpc_call *call, const struct zl_snapshot *s)
 {
@@ -58,13 +67,10 @@ static int create_locked(struct ctrl *c, struct zl_grpc_call *call,
 	struct zl_volume v = {0};
 	struct zl_snapshot s;
 	char writer[128];
-	int64_t left = zl_grpc_call_deadline_left_ms(call);
-	uint32_t wait_ms = CTRL_SNAP_WAIT_MS;
+	uint32_t wait_ms = ctrl_snap_wait_ms(call);
 	bool created;
 	int rc;
 
-	if (left != INT64_MAX)
-		wait_ms = left > CTRL_SNAP_MARGIN_MS ? (uint32_t)(left - CTRL_SNAP_MARGIN_MS) : 1;
 	rc = zl_meta_volume_get(c->etcd, c->prefix, r->source_volume_id, &v);
 	if (rc == -ZL_ERR_NOT_FOUND || rc == -ZL_ERR_INVAL)
 		return zl_grpc_fail(call, ZL_GRPC_NOT_FOUND, "source volume %s does not exist",
@@ -154,6 +160,21 @@ int ctrl_delete_snapshot(void *ctx, struct zl_grpc_call *call, const ProtobufCMe
 	rc = zl_meta_snap_delete(c->etcd, c->prefix, r->snapshot_id, &s);
 	if (rc == -ZL_ERR_NOT_FOUND)
 		return ZL_GRPC_OK;
+	if (rc == -ZL_ERR_BUSY) {
+		char msg[512] = "", what[300];
+
+		/* In use by clones that still read through it (CSI: "snapshot in
+		 * use"); its record is looked up again only for the message. */
+		if (zl_meta_snap_lookup(c->etcd, c->prefix, r->snapshot_id, &s) == 0) {
+			snprintf(what, sizeof(what), "snapshot %s", r->snapshot_id);
+			zl_meta_clone_refusal(c->etcd, c->prefix, s.vol, s.seq, what, msg,
+					      sizeof(msg));
+		}
+		return zl_grpc_fail(call, ZL_GRPC_FAILED_PRECONDITION, "%s",
+				    msg[0] ? msg
+					   : "snapshot in use by clones that read through it: "
+					     "flatten them first (zl volume flatten NAME)");
+	}
 	if (rc)
 		return zl_grpc_fail_err(call, rc, "snapshot %s: cannot delete it (%s)",
 					r->snapshot_id, zl_etcd_last_error());

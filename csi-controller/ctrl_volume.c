@@ -245,9 +245,159 @@ static int create_topology(struct zl_grpc_call *call, const Csi__V1__TopologyReq
 	return ZL_GRPC_OK;
 }
 
+/* CreateVolume's content source: a snapshot or a volume to clone. */
+struct create_src {
+	const char *snap; /* snapshot id, or NULL */
+	const char *vol;  /* volume id, or NULL */
+};
+
+static int create_clone_of_volume(struct ctrl *c, struct zl_grpc_call *call, const char *name,
+				  const struct zl_volume *v)
+{
+	char internal[64];
+	struct zl_snapshot sn;
+	int rc;
+
+	snprintf(internal, sizeof(internal), "clone-%s", v->id);
+	rc = zl_meta_snap_lookup(c->etcd, c->prefix, internal, &sn);
+	if (rc == 0 && (strcmp(sn.vol, v->parent_vol) || sn.seq != v->parent_seq))
+		rc = -ZL_ERR_NOT_FOUND;
+	if (rc == -ZL_ERR_NOT_FOUND)
+		return zl_grpc_fail(call, ZL_GRPC_ALREADY_EXISTS,
+				    "name %s: volume %s of that name is a clone of a snapshot of "
+				    "volume %s, not of the volume itself",
+				    name, v->id, v->parent_vol);
+	if (rc)
+		return zl_grpc_fail_err(call, rc, "name %s: cannot read snapshot %s (%s)", name,
+					internal, zl_etcd_last_error());
+	return ZL_GRPC_OK;
+}
+
+/* A clone (docs/SNAPSHOTS.md §4) through zl_meta_clone_create, with the
+ * call's deadline (less a margin) for the internal snapshot of a volume
+ * source served by a client. ZL_GRPC_OK with *v, or the code recorded. */
+static int create_clone(struct ctrl *c, struct zl_grpc_call *call,
+			const Csi__V1__CreateVolumeRequest *r, const struct zl_volume_spec *spec,
+			const struct create_src *src, struct zl_volume *v, bool *created)
+{
+	const char *what = src->snap ? "snapshot" : "volume";
+	const char *id = src->snap ? src->snap : src->vol;
+	uint32_t wait_ms = ctrl_snap_wait_ms(call);
+	uint64_t src_size;
+	int rc;
+
+	/* The source's size first: a limit below it fails before anything
+	 * is created. */
+	if (src->snap) {
+		struct zl_snapshot sn;
+
+		rc = zl_meta_snap_lookup(c->etcd, c->prefix, src->snap, &sn);
+		src_size = sn.size;
+	} else {
+		struct zl_volume sv;
+
+		rc = zl_meta_volume_get(c->etcd, c->prefix, src->vol, &sv);
+		src_size = sv.size;
+		if (rc == 0)
+			zl_volume_fini(&sv);
+	}
+	if (rc == -ZL_ERR_NOT_FOUND || rc == -ZL_ERR_INVAL)
+		return zl_grpc_fail(call, ZL_GRPC_NOT_FOUND,
+				    "volume_content_source: %s %s does not exist", what, id);
+	if (rc)
+		return zl_grpc_fail_err(call, rc, "volume_content_source: cannot read %s %s (%s)",
+					what, id, zl_etcd_last_error());
+	if (r->capacity_range && r->capacity_range->limit_bytes &&
+	    (uint64_t)r->capacity_range->limit_bytes < src_size)
+		return zl_grpc_fail(call, ZL_GRPC_OUT_OF_RANGE,
+				    "capacity_range: limit_bytes=%" PRId64 " is below the %" PRIu64
+				    " bytes of the source %s %s: a clone is at least as large as "
+				    "its source",
+				    r->capacity_range->limit_bytes, src_size, what, id);
+	rc = zl_meta_clone_create(c->etcd, c->prefix, spec, src->vol, src->snap, wait_ms, v,
+				  created);
+	switch (-rc) {
+	case 0:
+		if (*created || src->snap)
+			return ZL_GRPC_OK;
+		/* An existing clone of the volume is the answer to a retry only
+		 * if it reads through its own internal snapshot, not through a
+		 * snapshot a user took (a clone of a snapshot: another source). */
+		rc = create_clone_of_volume(c, call, r->name, v);
+		if (rc)
+			zl_volume_fini(v);
+		return rc;
+	case ZL_ERR_NOT_FOUND:
+		return zl_grpc_fail(call, ZL_GRPC_NOT_FOUND, "volume_content_source: %s %s does "
+				    "not exist", what, id);
+	case ZL_ERR_EXISTS:
+		return zl_grpc_fail(call, ZL_GRPC_ALREADY_EXISTS,
+				    "name %s: a volume of that name exists that is not a clone of "
+				    "%s %s with this size, chunkSize and replicas",
+				    r->name, what, id);
+	case ZL_ERR_RANGE:
+		return zl_grpc_fail(call, ZL_GRPC_OUT_OF_RANGE,
+				    "capacity_range: required_bytes=%" PRIu64 " is below the size of "
+				    "the source %s %s: a clone is at least as large as its source",
+				    spec->size, what, id);
+	case ZL_ERR_BUSY:
+		return zl_grpc_fail(call, ZL_GRPC_FAILED_PRECONDITION,
+				    "volume_content_source: %s %s is being deleted", what, id);
+	case ZL_ERR_TIMEOUT:
+		return zl_grpc_fail(call, ZL_GRPC_DEADLINE_EXCEEDED,
+				    "name %s: the client serving source volume %s did not take the "
+				    "clone's snapshot in time: the call will be retried",
+				    r->name, id);
+	case ZL_ERR_NODES:
+		return zl_grpc_fail(call, ZL_GRPC_RESOURCE_EXHAUSTED,
+				    "name %s: fewer live storage nodes than replicas=%u; start "
+				    "more storage nodes or lower the replicas parameter",
+				    r->name, spec->replicas ? spec->replicas : 3);
+	case ZL_ERR_CONFLICT:
+		return zl_grpc_fail(call, ZL_GRPC_ABORTED,
+				    "name %s: the source %s %s changed meanwhile: retry", r->name,
+				    what, id);
+	case ZL_ERR_INVAL:
+		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
+				    "name %s: clone of %s %s refused (see the controller log)",
+				    r->name, what, id);
+	default:
+		return zl_grpc_fail_err(call, rc, "name %s: cannot create the clone of %s %s (%s)",
+					r->name, what, id, zl_etcd_last_error());
+	}
+}
+
+/* The request's content source, echoed in the response (CSI: "MUST be set
+ * if the volume was created from a source"). */
+static int create_src_msg(struct zl_grpc_call *call, const Csi__V1__VolumeContentSource *in,
+			  Csi__V1__Volume *m)
+{
+	Csi__V1__VolumeContentSource *cs =
+	    zl_grpc_call_new_msg(call, &csi__v1__volume_content_source__descriptor);
+
+	if (!cs)
+		return -ENOMEM;
+	cs->type_case = in->type_case;
+	if (in->type_case == CSI__V1__VOLUME_CONTENT_SOURCE__TYPE_SNAPSHOT) {
+		cs->snapshot = zl_grpc_call_new_msg(
+		    call, &csi__v1__volume_content_source__snapshot_source__descriptor);
+		if (!cs->snapshot ||
+		    !(cs->snapshot->snapshot_id = zl_grpc_call_strdup(call, in->snapshot->snapshot_id)))
+			return -ENOMEM;
+	} else {
+		cs->volume = zl_grpc_call_new_msg(
+		    call, &csi__v1__volume_content_source__volume_source__descriptor);
+		if (!cs->volume ||
+		    !(cs->volume->volume_id = zl_grpc_call_strdup(call, in->volume->volume_id)))
+			return -ENOMEM;
+	}
+	m->content_source = cs;
+	return ZL_GRPC_OK;
+}
+
 static int create_locked(struct ctrl *c, struct zl_grpc_call *call,
 			 const Csi__V1__CreateVolumeRequest *r, const struct zl_volume_spec *spec,
-			 const char *transport, const char *frontend,
+			 const struct create_src *src, const char *transport, const char *frontend,
 			 Csi__V1__CreateVolumeResponse *out)
 {
 	struct zl_volume v = {0};
@@ -255,6 +405,12 @@ static int create_locked(struct ctrl *c, struct zl_grpc_call *call,
 	bool created = false;
 	int rc;
 
+	if (src->snap || src->vol) {
+		rc = create_clone(c, call, r, spec, src, &v, &created);
+		if (rc)
+			return rc;
+		goto check;
+	}
 	rc = zl_meta_volume_create(c->etcd, c->prefix, spec, &v, &created);
 	if (rc == -ZL_ERR_EXISTS)
 		return zl_grpc_fail(call, ZL_GRPC_ALREADY_EXISTS,
@@ -272,6 +428,14 @@ static int create_locked(struct ctrl *c, struct zl_grpc_call *call,
 	if (rc)
 		return zl_grpc_fail_err(call, rc, "name %s: cannot create the volume record (%s)",
 					r->name, zl_etcd_last_error());
+	if (!created && v.parent_vol[0]) {
+		rc = zl_grpc_fail(call, ZL_GRPC_ALREADY_EXISTS,
+				  "name %s: volume %s of that name is a clone, and this request "
+				  "names no content source",
+				  r->name, v.id);
+		goto out;
+	}
+check:
 	if (!created) {
 		if (strcmp(v.state, "ready")) {
 			rc = zl_grpc_fail(call, ZL_GRPC_ABORTED,
@@ -307,6 +471,11 @@ static int create_locked(struct ctrl *c, struct zl_grpc_call *call,
 		rc = -ENOMEM;
 		goto out;
 	}
+	if (r->volume_content_source) {
+		rc = create_src_msg(call, r->volume_content_source, out->volume);
+		if (rc)
+			goto out;
+	}
 	rc = create_topology(call, r->accessibility_requirements, out->volume);
 	if (rc == ZL_GRPC_OK)
 		ZL_LOG_INFO(CTRL_LOG, "CreateVolume name=%s id=%s size=%" PRIu64 " created=%d",
@@ -314,6 +483,42 @@ static int create_locked(struct ctrl *c, struct zl_grpc_call *call,
 out:
 	zl_volume_fini(&v);
 	return rc;
+}
+
+static int create_src_parse(struct zl_grpc_call *call, const Csi__V1__VolumeContentSource *cs,
+			    struct create_src *src)
+{
+	uint64_t num;
+
+	if (!cs)
+		return ZL_GRPC_OK;
+	switch (cs->type_case) {
+	case CSI__V1__VOLUME_CONTENT_SOURCE__TYPE_SNAPSHOT:
+		if (!cs->snapshot || !cs->snapshot->snapshot_id[0])
+			return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
+					    "volume_content_source.snapshot.snapshot_id is "
+					    "required");
+		/* An id that is not one of ours names no snapshot of ours. */
+		if (zl_meta_snap_id_check(cs->snapshot->snapshot_id))
+			return zl_grpc_fail(call, ZL_GRPC_NOT_FOUND,
+					    "volume_content_source: snapshot %.64s does not exist",
+					    cs->snapshot->snapshot_id);
+		src->snap = cs->snapshot->snapshot_id;
+		return ZL_GRPC_OK;
+	case CSI__V1__VOLUME_CONTENT_SOURCE__TYPE_VOLUME:
+		if (!cs->volume || !cs->volume->volume_id[0])
+			return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
+					    "volume_content_source.volume.volume_id is required");
+		if (zl_vol_id_parse(cs->volume->volume_id, &num))
+			return zl_grpc_fail(call, ZL_GRPC_NOT_FOUND,
+					    "volume_content_source: volume %.64s does not exist",
+					    cs->volume->volume_id);
+		src->vol = cs->volume->volume_id;
+		return ZL_GRPC_OK;
+	default:
+		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
+				    "volume_content_source: neither a snapshot nor a volume");
+	}
 }
 
 int ctrl_create_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
@@ -325,6 +530,7 @@ int ctrl_create_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMess
 	struct zl_volume_spec spec = {0};
 	const char *transport;
 	char params[64];
+	struct create_src src = {0};
 	struct ctrl_oplock lk;
 	uint64_t size = 0;
 	int rc;
@@ -340,17 +546,23 @@ int ctrl_create_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMess
 				r->n_volume_capabilities, true);
 	if (rc)
 		return rc;
-	if (r->volume_content_source)
-		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
-				    "volume_content_source: creating from a snapshot or a volume "
-				    "is not supported");
+	rc = create_src_parse(call, r->volume_content_source, &src);
+	if (rc)
+		return rc;
 	if (r->n_mutable_parameters)
 		return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
 				    "mutable_parameters: not supported (no MODIFY_VOLUME)");
 	rc = ctrl_params_parse(call, CTRL_KV(r->parameters), r->n_parameters, &p);
 	if (rc)
 		return rc;
-	rc = create_size(call, r->capacity_range, &size);
+	/* A clone without a size is its source's size (zl_meta_clone_create). */
+	if (!src.snap && !src.vol)
+		rc = create_size(call, r->capacity_range, &size);
+	else if (r->capacity_range && r->capacity_range->required_bytes)
+		rc = create_size(call, r->capacity_range, &size);
+	else if (r->capacity_range && r->capacity_range->limit_bytes < 0)
+		rc = zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
+				  "capacity_range: limit_bytes must not be negative");
 	if (rc)
 		return rc;
 	transport = p.transport[0] ? p.transport : "auto";
@@ -371,7 +583,7 @@ int ctrl_create_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMess
 	rc = ctrl_op_begin(c, call, "name", r->name, &lk);
 	if (rc)
 		return rc;
-	rc = create_locked(c, call, r, &spec, transport, p.frontend,
+	rc = create_locked(c, call, r, &spec, &src, transport, p.frontend,
 			   (Csi__V1__CreateVolumeResponse *)resp);
 	ctrl_op_end(c, &lk);
 	return rc;
@@ -478,8 +690,14 @@ static int delete_mark(struct ctrl *c, struct zl_grpc_call *call, const char *vo
 		 * compare on mod_revision below catches one taken after this. */
 		if (v.n_snaps) {
 			uint32_t n = v.n_snaps;
+			char msg[512] = "", what[64];
 
+			/* A clone's internal snapshot: name the clones. */
 			zl_volume_fini(&v);
+			snprintf(what, sizeof(what), "volume %s", vol_id);
+			if (zl_meta_clone_refusal(c->etcd, c->prefix, vol_id, 0, what, msg,
+						  sizeof(msg)) == -ZL_ERR_BUSY)
+				return zl_grpc_fail(call, ZL_GRPC_FAILED_PRECONDITION, "%s", msg);
 			return zl_grpc_fail(call, ZL_GRPC_FAILED_PRECONDITION,
 					    "volume %s has %u snapshot%s: DeleteSnapshot them first",
 					    vol_id, n, n == 1 ? "" : "s");

@@ -30,22 +30,11 @@
 
 struct attach;
 
-/* A volume handle and the FUSE requests it still owes a reply. Today one
- * handle serves the whole life of the process: it takes the volume's
- * snapshots (zl_vol_snap_serve) and learns a new size through its record
- * watch, so a resize does not reopen it. A replaced handle (vh[1]) would
- * be closed when its last request ended (attach_volh_gc). */
-struct attach_volh {
-	struct zl_vol *vol;
-	unsigned int inflight;
-};
-
 struct attach_slot {
 	struct attach *a;
 	struct attach_slot *next_free;
 	struct fuse_buf buf;
 	fuse_req_t req;
-	struct attach_volh *volh;
 	uint64_t len;
 	uint64_t gen; /* a flush: the write_gen it covers */
 	int op;	      /* ATTACH_OP_* of the request in flight */
@@ -57,8 +46,11 @@ struct attach {
 	struct zl_etcd *etcd;
 	char etcd_pw[256]; /* etcd password read from its file, if any */
 	struct zl_client *client;
-	struct attach_volh vh[2]; /* current and draining */
-	struct attach_volh *cur;
+	/* The one volume handle of the process's whole life: it takes the
+	 * volume's snapshots (zl_vol_snap_serve) and learns a new size through
+	 * its record watch, so a resize never reopens it (and the snapshot
+	 * switch never moves between handles). NULL once aborted. */
+	struct zl_vol *vol;
 	uint64_t size;
 	const char *vol_id;
 	const char *prefix;
@@ -74,7 +66,6 @@ struct attach {
 	struct attach_slot *free_slots;
 	struct attach_slot *cur_slot; /* the slot whose request is being processed */
 	unsigned int busy_slots;
-	struct zl_defer close_defer;
 
 	int ctl_fd;
 	struct zl_loop_handle ctl_h;
@@ -152,7 +143,5 @@ void attach_ublk_stop(struct attach *a);
  * resident. A failure is logged, not fatal: the device works, without that
  * safety under memory pressure. */
 void attach_flusher_enter(const struct attach *a);
-/* Closes handles that no request uses any more (deferred from completions). */
-void attach_volh_gc(struct attach *a);
 
 #endif

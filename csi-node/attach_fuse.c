@@ -61,29 +61,10 @@ static struct attach_slot *attach_slot_take(struct attach *a, fuse_req_t req, in
 	s->taken = true;
 	s->req = req;
 	s->op = op;
-	s->volh = a->cur;
-	s->volh->inflight++;
 	/* A request that changes data: the next fsync has work to do. */
 	if (op == ATTACH_OP_WRITE || op == ATTACH_OP_SYNC)
 		a->write_gen++;
 	return s;
-}
-
-static void attach_close_cb(void *arg)
-{
-	attach_volh_gc(arg);
-}
-
-void attach_volh_gc(struct attach *a)
-{
-	for (size_t i = 0; i < ZL_ARRAY_SIZE(a->vh); i++) {
-		struct attach_volh *h = &a->vh[i];
-
-		if (h != a->cur && h->vol && h->inflight == 0) {
-			zl_vol_close(h->vol);
-			h->vol = NULL;
-		}
-	}
 }
 
 static void attach_io_err(struct attach *a, const char *what, uint64_t off, uint64_t len, int st)
@@ -130,15 +111,12 @@ static void attach_io_done(void *arg, int status)
 		fuse_reply_err(s->req, status ? EIO : 0);
 		break;
 	}
-	if (--s->volh->inflight == 0 && s->volh != a->cur)
-		zl_loop_defer(a->loop, &a->close_defer, attach_close_cb, a);
 	attach_slot_put(a, s);
 }
 
 /* Maps a submission error to the request's reply; the slot goes back. */
 static void attach_submit_failed(struct attach *a, struct attach_slot *s, int rc)
 {
-	s->volh->inflight--;
 	s->taken = false;
 	attach_io_err(a, "submit", 0, s->len, rc);
 	fuse_reply_err(s->req, rc == -ZL_ERR_RANGE ? EINVAL : EIO);
@@ -234,7 +212,7 @@ static void attach_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
 	s = attach_slot_take(a, req, ATTACH_OP_READ);
 	s->len = ZL_MIN((uint64_t)size, a->size - (uint64_t)off);
 	s->len = ZL_MIN(s->len, (uint64_t)ATTACH_BUF_SIZE);
-	rc = zl_vol_aio_read(s->volh->vol, s->buf.mem, (uint64_t)off, s->len, attach_io_done, s);
+	rc = zl_vol_aio_read(s->a->vol, s->buf.mem, (uint64_t)off, s->len, attach_io_done, s);
 	if (rc)
 		attach_submit_failed(a, s, rc);
 }
@@ -253,7 +231,7 @@ static void attach_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, siz
 	/* buf points into this slot's buffer, which stays ours until the reply. */
 	s = attach_slot_take(a, req, ATTACH_OP_WRITE);
 	s->len = size;
-	rc = zl_vol_aio_write(s->volh->vol, buf, (uint64_t)off, size, 0, attach_io_done, s);
+	rc = zl_vol_aio_write(s->a->vol, buf, (uint64_t)off, size, 0, attach_io_done, s);
 	if (rc)
 		attach_submit_failed(a, s, rc);
 }
@@ -275,7 +253,7 @@ static void attach_sync(fuse_req_t req)
 	s = attach_slot_take(a, req, ATTACH_OP_FLUSH);
 	s->len = 0;
 	s->gen = a->write_gen;
-	rc = zl_vol_aio_flush(s->volh->vol, attach_io_done, s);
+	rc = zl_vol_aio_flush(s->a->vol, attach_io_done, s);
 	if (rc)
 		attach_submit_failed(a, s, rc);
 }
@@ -311,13 +289,13 @@ static void attach_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t 
 	if (mode == (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)) {
 		s = attach_slot_take(a, req, ATTACH_OP_SYNC);
 		s->len = end - (uint64_t)off;
-		rc = zl_vol_aio_discard(s->volh->vol, (uint64_t)off, s->len, attach_io_done, s);
+		rc = zl_vol_aio_discard(s->a->vol, (uint64_t)off, s->len, attach_io_done, s);
 	} else if (mode == FALLOC_FL_ZERO_RANGE ||
 		   mode == (FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE)) {
 		s = attach_slot_take(a, req, ATTACH_OP_SYNC);
 		s->len = end - (uint64_t)off;
 		rc =
-		    zl_vol_aio_write_zeroes(s->volh->vol, (uint64_t)off, s->len, attach_io_done, s);
+		    zl_vol_aio_write_zeroes(s->a->vol, (uint64_t)off, s->len, attach_io_done, s);
 	} else {
 		/* Preallocation means nothing on a thin volume of fixed size. */
 		fuse_reply_err(req, EOPNOTSUPP);

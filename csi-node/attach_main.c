@@ -256,7 +256,7 @@ static void attach_resize_grow(struct attach *a)
 {
 	uint64_t old = a->size;
 
-	a->size = zl_vol_size(a->cur->vol);
+	a->size = zl_vol_size(a->vol);
 	attach_fuse_resized(a);
 	ZL_LOG_INFO(ATTACH_LOG, "volume grew: vol=%s size=%llu->%llu", a->vol_id,
 		    (unsigned long long)old, (unsigned long long)a->size);
@@ -267,7 +267,7 @@ static void attach_resize_grow(struct attach *a)
 static void attach_resize_tick(void *arg)
 {
 	struct attach *a = arg;
-	struct zl_vol *v = a->cur->vol;
+	struct zl_vol *v = a->vol;
 	char msg[256] = "";
 	int fd = a->resize_fd, rc = 0;
 
@@ -342,11 +342,11 @@ static int attach_resize(struct attach *a, char *msg, size_t len)
 		snprintf(msg, len, "the previous resize is still waiting for the new size, retry");
 		return -ZL_ERR_BUSY;
 	}
-	if (!a->cur->vol) {
+	if (!a->vol) {
 		snprintf(msg, len, "stopping");
 		return -ZL_ERR_CONN;
 	}
-	if (zl_vol_size(a->cur->vol) >= want) {
+	if (zl_vol_size(a->vol) >= want) {
 		attach_resize_grow(a);
 		return 0;
 	}
@@ -394,8 +394,8 @@ static void attach_ctl_cb(void *arg, uint32_t events)
 		 * 23 numbers of up to 20 digits. */
 		char lat[3][512];
 
-		if (a->cur->vol)
-			zl_vol_get_stats(a->cur->vol, &vs);
+		if (a->vol)
+			zl_vol_get_stats(a->vol, &vs);
 		for (int i = 0; i < 3; i++)
 			if (zl_metrics_hist_format(&vs.lat[i], lat[i], sizeof(lat[i])) < 0)
 				lat[i][0] = '\0';
@@ -405,7 +405,7 @@ static void attach_ctl_cb(void *arg, uint32_t events)
 			 "read_bytes=%llu write_bytes=%llu retries=%llu failovers=%llu "
 			 "throttled=%llu read_lat=%s write_lat=%s flush_lat=%s\n",
 			 (unsigned long long)a->size, (unsigned long long)a->io_errors,
-			 a->busy_slots, a->cur->vol ? zl_vol_fenced(a->cur->vol) : 1,
+			 a->busy_slots, a->vol ? zl_vol_fenced(a->vol) : 1,
 			 (unsigned long long)vs.reads, (unsigned long long)vs.writes,
 			 (unsigned long long)vs.read_bytes, (unsigned long long)vs.write_bytes,
 			 (unsigned long long)vs.retries, (unsigned long long)vs.failovers,
@@ -475,10 +475,12 @@ static void *attach_detach_main(void *arg)
 
 /* The stop bound passed (or storage answered the final flush): whatever is
  * in flight fails now with EIO, every later request too, and the loop
- * devices on our file go. Closing the volume handles runs the callbacks of
- * their I/O with an error. */
+ * devices on our file go. Closing the volume handle runs the callbacks of
+ * its I/O with an error. */
 static void attach_abort(struct attach *a)
 {
+	struct zl_vol *v = a->vol;
+
 	if (a->aborting)
 		return;
 	a->aborting = true;
@@ -487,12 +489,8 @@ static void attach_abort(struct attach *a)
 			    "stop bound reached, failing requests in flight: vol=%s "
 			    "busy=%u",
 			    a->vol_id, a->busy_slots);
-	for (size_t i = 0; i < ZL_ARRAY_SIZE(a->vh); i++) {
-		struct zl_vol *v = a->vh[i].vol;
-
-		a->vh[i].vol = NULL;
-		zl_vol_close(v);
-	}
+	a->vol = NULL;
+	zl_vol_close(v);
 	/* Requests still queued in the kernel get their EIO too. */
 	if (a->se)
 		zl_loop_mod(a->loop, &a->fuse_h, EPOLLIN);
@@ -533,7 +531,7 @@ static void attach_stop_tick(void *arg)
 		attach_abort(a);
 	} else if (!a->busy_slots && !attach_nbd_busy(a) && !a->flushing) {
 		a->flushing = true;
-		if (zl_vol_aio_flush(a->cur->vol, attach_flushed, a) != 0)
+		if (zl_vol_aio_flush(a->vol, attach_flushed, a) != 0)
 			attach_flushed(a, -ZL_ERR_IO);
 	}
 	zl_timer_start(a->loop, &a->stop_timer, 20, 0, attach_stop_tick, a);
@@ -652,14 +650,13 @@ static int attach_open(struct attach *a, const struct attach_args *o, int *ready
 		attach_ready(ready, "ERR cannot start the volume client: %s", zl_strerror(rc));
 		return rc;
 	}
-	rc = zl_vol_open(a->client, o->vol_id, &a->vh[0].vol);
+	rc = zl_vol_open(a->client, o->vol_id, &a->vol);
 	if (rc) {
 		attach_ready(ready, "ERR %s cannot open volume %s: %s (detail: %s)", zl_errname(rc),
 			     o->vol_id, zl_strerror(rc), zl_etcd_last_error());
 		return rc;
 	}
-	a->cur = &a->vh[0];
-	a->size = zl_vol_size(a->vh[0].vol);
+	a->size = zl_vol_size(a->vol);
 	return 0;
 }
 
@@ -686,7 +683,7 @@ static int attach_probe(struct attach *a, const struct attach_args *o, int *read
 		return -ENOMEM;
 	}
 	a->probe_status = 1;
-	rc = len ? zl_vol_aio_read(a->cur->vol, a->probe_buf, 0, len, attach_probe_cb, a) : 0;
+	rc = len ? zl_vol_aio_read(a->vol, a->probe_buf, 0, len, attach_probe_cb, a) : 0;
 	if (rc || !len) {
 		a->probe_status = rc;
 	}
@@ -700,10 +697,10 @@ static int attach_probe(struct attach *a, const struct attach_args *o, int *read
 			     a->vol_id);
 		return -ZL_ERR_CONN;
 	}
-	zl_vol_last_error(a->cur->vol, why, sizeof(why));
+	zl_vol_last_error(a->vol, why, sizeof(why));
 	rc = a->probe_status == 1 ? -ZL_ERR_TIMEOUT : a->probe_status;
-	if (zl_vol_refusal(a->cur->vol, NULL, 0))
-		rc = zl_vol_refusal(a->cur->vol, NULL, 0);
+	if (zl_vol_refusal(a->vol, NULL, 0))
+		rc = zl_vol_refusal(a->vol, NULL, 0);
 	if (rc == -ZL_ERR_TIMEOUT)
 		attach_ready(ready,
 			     "ERR ZL_ERR_UNAVAIL cannot read volume %s within %u s "
@@ -733,7 +730,7 @@ static int attach_snap_serve(struct attach *a, const struct attach_args *o, int 
 	uint32_t want;
 	int rc;
 
-	rc = zl_vol_snap_serve(a->cur->vol);
+	rc = zl_vol_snap_serve(a->vol);
 	if (rc) {
 		attach_ready(ready,
 			     "ERR %s cannot take the snapshots of volume %s: %s (detail: %s); "
@@ -753,15 +750,15 @@ static int attach_snap_serve(struct attach *a, const struct attach_args *o, int 
 	}
 	want = rec.snap_seq;
 	zl_volume_fini(&rec);
-	while (zl_vol_snap_seq(a->cur->vol) < want && !a->stopping && zl_now_ms() < end)
+	while (zl_vol_snap_seq(a->vol) < want && !a->stopping && zl_now_ms() < end)
 		if (zl_loop_run_once(a->loop, 100) < 0)
 			break;
-	if (zl_vol_snap_seq(a->cur->vol) < want) {
+	if (zl_vol_snap_seq(a->vol) < want) {
 		attach_ready(ready,
 			     "ERR ZL_ERR_TIMEOUT volume %s: the volume client did not learn "
 			     "snapshot sequence %u within %u s (--attach-timeout; it has %u): "
 			     "check etcd and stage the volume again",
-			     a->vol_id, want, o->start_timeout_s, zl_vol_snap_seq(a->cur->vol));
+			     a->vol_id, want, o->start_timeout_s, zl_vol_snap_seq(a->vol));
 		return -ZL_ERR_TIMEOUT;
 	}
 	return 0;
@@ -917,8 +914,7 @@ out:
 	}
 	if (a->detach_started)
 		pthread_join(a->detach_thread, NULL);
-	for (size_t i = 0; i < ZL_ARRAY_SIZE(a->vh); i++)
-		zl_vol_close(a->vh[i].vol);
+	zl_vol_close(a->vol);
 	zl_client_destroy(a->client);
 	free(a->probe_buf);
 	zl_etcd_destroy(a->etcd);

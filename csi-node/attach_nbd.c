@@ -61,9 +61,9 @@ static int attach_nbd_read(void *ctx, void *buf, uint64_t off, uint32_t len, zl_
 {
 	struct attach *a = ctx;
 
-	if (!a->cur->vol)
+	if (!a->vol)
 		return -ZL_ERR_CONN;
-	return zl_vol_aio_read(a->cur->vol, buf, off, len, cb, arg);
+	return zl_vol_aio_read(a->vol, buf, off, len, cb, arg);
 }
 
 static int attach_nbd_write(void *ctx, const void *buf, uint64_t off, uint32_t len, bool fua,
@@ -71,39 +71,39 @@ static int attach_nbd_write(void *ctx, const void *buf, uint64_t off, uint32_t l
 {
 	struct attach *a = ctx;
 
-	if (!a->cur->vol)
+	if (!a->vol)
 		return -ZL_ERR_CONN;
 	a->write_gen++;
-	return zl_vol_aio_write(a->cur->vol, buf, off, len, fua ? 1 : 0, cb, arg);
+	return zl_vol_aio_write(a->vol, buf, off, len, fua ? 1 : 0, cb, arg);
 }
 
 static int attach_nbd_flush(void *ctx, zl_nbd_io_cb cb, void *arg)
 {
 	struct attach *a = ctx;
 
-	if (!a->cur->vol)
+	if (!a->vol)
 		return -ZL_ERR_CONN;
-	return zl_vol_aio_flush(a->cur->vol, cb, arg);
+	return zl_vol_aio_flush(a->vol, cb, arg);
 }
 
 static int attach_nbd_discard(void *ctx, uint64_t off, uint32_t len, zl_nbd_io_cb cb, void *arg)
 {
 	struct attach *a = ctx;
 
-	if (!a->cur->vol)
+	if (!a->vol)
 		return -ZL_ERR_CONN;
 	a->write_gen++;
-	return zl_vol_aio_discard(a->cur->vol, off, len, cb, arg);
+	return zl_vol_aio_discard(a->vol, off, len, cb, arg);
 }
 
 static int attach_nbd_zeroes(void *ctx, uint64_t off, uint32_t len, zl_nbd_io_cb cb, void *arg)
 {
 	struct attach *a = ctx;
 
-	if (!a->cur->vol)
+	if (!a->vol)
 		return -ZL_ERR_CONN;
 	a->write_gen++;
-	return zl_vol_aio_write_zeroes(a->cur->vol, off, len, cb, arg);
+	return zl_vol_aio_write_zeroes(a->vol, off, len, cb, arg);
 }
 
 /* Buffers come from the client's transport pool, which lives as long as the

@@ -76,7 +76,6 @@ enum ublk_tag_state { UBLK_TAG_FETCH, UBLK_TAG_IO, UBLK_TAG_DEAD };
 
 struct ublk_tag {
 	struct attach_ublk *u;
-	struct attach_volh *volh;
 	struct ublk_tag *next_retry;
 	void *buf;
 	uint64_t off;
@@ -114,7 +113,6 @@ struct attach_ublk {
 	struct ublk_tag *retry_head, *retry_tail;
 	bool submit_queued;
 	struct zl_defer submit_defer;
-	struct zl_defer gc_defer;
 
 	/* The control command issued without waiting (START_DEV, STOP_DEV,
 	 * END_USER_RECOVERY): its result arrives on the control ring's
@@ -302,11 +300,6 @@ static void ublk_tag_queue_cmd(struct attach_ublk *u, struct ublk_tag *t, uint32
 	}
 }
 
-static void ublk_gc_cb(void *arg)
-{
-	attach_volh_gc(arg);
-}
-
 static void ublk_io_err(struct attach *a, const char *what, const struct ublk_tag *t, int st)
 {
 	a->io_errors++;
@@ -365,8 +358,6 @@ static void ublk_io_done(void *arg, int status)
 		ublk_io_err(a, what, t, status);
 		result = status == -ZL_ERR_NOSPC ? -ENOSPC : -EIO;
 	}
-	if (--t->volh->inflight == 0 && t->volh != a->cur)
-		zl_loop_defer(a->loop, &u->gc_defer, ublk_gc_cb, a);
 	a->busy_slots--;
 	ublk_tag_commit(u, t, result);
 	ublk_retry_waiting(u);
@@ -380,12 +371,11 @@ static int ublk_tag_submit(struct attach_ublk *u, struct ublk_tag *t)
 	struct zl_vol *v;
 	int rc;
 
-	if (a->aborting || !a->cur || !a->cur->vol) {
+	if (a->aborting || !a->vol) {
 		ublk_tag_commit(u, t, -EIO);
 		return -EIO;
 	}
-	t->volh = a->cur;
-	v = t->volh->vol;
+	v = a->vol;
 	switch (t->op) {
 	case UBLK_IO_OP_READ:
 		rc = zl_vol_aio_read(v, t->buf, t->off, t->len, ublk_io_done, t);
@@ -405,7 +395,6 @@ static int ublk_tag_submit(struct attach_ublk *u, struct ublk_tag *t)
 		break;
 	}
 	if (rc == 0) {
-		t->volh->inflight++;
 		a->busy_slots++;
 		return 0;
 	}
@@ -608,7 +597,7 @@ static int ublk_queue_setup(struct attach_ublk *u)
 			/* The transport's pool (registered memory on RDMA): a
 			 * read lands in it and a write leaves from it with no
 			 * bounce copy; plain memory if the pool has none. */
-			t->buf = zl_vol_buf_alloc(u->a->cur->vol, u->info.max_io_buf_bytes);
+			t->buf = zl_vol_buf_alloc(u->a->vol, u->info.max_io_buf_bytes);
 			t->pooled = t->buf != NULL;
 			if (!t->buf && posix_memalign(&t->buf, 4096, u->info.max_io_buf_bytes))
 				return -ENOMEM;
@@ -849,12 +838,11 @@ void attach_ublk_stop(struct attach *a)
 		 * with none left (stopped) the pool goes with the client. */
 		if (!t->pooled)
 			free(t->buf);
-		else if (a->cur && a->cur->vol)
-			zl_vol_buf_free(a->cur->vol, t->buf);
+		else if (a->vol)
+			zl_vol_buf_free(a->vol, t->buf);
 	}
 	free(u->tags);
 	zl_loop_defer_cancel(a->loop, &u->submit_defer);
-	zl_loop_defer_cancel(a->loop, &u->gc_defer);
 	free(u);
 	a->ublk = NULL;
 }

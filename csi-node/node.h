@@ -142,6 +142,11 @@ int node_mkdir_p(const char *path);
  * negative errno with the umount error in msg. */
 int node_umount_all(const char *path, char *msg, size_t msglen);
 
+/* Grows the mounted file system of st (ext4: resize2fs on the device,
+ * xfs: xfs_growfs on the staging mount) to the device's size; nothing to do
+ * is success. node_run's result (node_stats.c). */
+int node_fs_grow(const struct node_vol_state *st, char *out, size_t outlen);
+
 /* ---- attach processes (node_attach.c) ---- */
 
 struct node_attach_req {

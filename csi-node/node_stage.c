@@ -8,9 +8,14 @@
 #include "node.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/fs.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
 #include "csi.pb-c.h"
 
@@ -28,8 +33,9 @@ static bool node_stage_same(const struct node_vol_state *st, const char *staging
 	       st->stage_ro == cap->ro_mode;
 }
 
-/* Formats the device if it holds nothing blkid recognises. */
-static int node_format(struct zl_grpc_call *call, const struct node_vol_state *st)
+/* Formats the device if it holds nothing blkid recognises; *existed tells
+ * whether it held the file system already. */
+static int node_format(struct zl_grpc_call *call, const struct node_vol_state *st, bool *existed)
 {
 	const char *blkid[] = {"blkid", "-p", "-s", "TYPE", "-o", "value", st->loop, NULL};
 	const char *ext4[] = {"mkfs.ext4", "-F",      "-q",	"-E", "nodiscard",
@@ -38,8 +44,10 @@ static int node_format(struct zl_grpc_call *call, const struct node_vol_state *s
 	char out[1024];
 	int rc;
 
+	*existed = false;
 	rc = node_run(blkid, 60000, out, sizeof(out));
 	if (rc == 0 && out[0]) {
+		*existed = true;
 		if (strcmp(out, st->fs_type) == 0)
 			return ZL_GRPC_OK;
 		return zl_grpc_fail(call, ZL_GRPC_FAILED_PRECONDITION,
@@ -61,10 +69,67 @@ static int node_format(struct zl_grpc_call *call, const struct node_vol_state *s
 	return ZL_GRPC_OK;
 }
 
+/* The number after "label:" in dumpe2fs -h's output, 0 when absent. */
+static uint64_t node_dumpe2fs_field(const char *out, const char *label)
+{
+	const char *p = strstr(out, label);
+
+	return p ? strtoull(p + strlen(label), NULL, 10) : 0;
+}
+
+/* An existing ext4 smaller than its device (a clone larger than its source,
+ * an expansion while unstaged) is grown before it is mounted: offline
+ * resize2fs needs no CAP_SYS_RESOURCE, which online growth does, and it
+ * wants a checked file system first (e2fsck -f -p: 0 clean, 1 repaired). */
+static int node_ext4_fit(struct zl_grpc_call *call, const struct node_vol_state *st)
+{
+	const char *dump[] = {"dumpe2fs", "-h", st->loop, NULL};
+	const char *fsck[] = {"e2fsck", "-f", "-p", st->loop, NULL};
+	const char *grow[] = {"resize2fs", st->loop, NULL};
+	uint64_t dev = 0, blocks, bsize;
+	char out[8192];
+	int fd, rc;
+
+	fd = open(st->loop, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || ioctl(fd, BLKGETSIZE64, &dev) < 0) {
+		rc = -errno;
+		if (fd >= 0)
+			close(fd);
+		return zl_grpc_fail_err(call, rc, "volume %s: cannot read the size of %s",
+					st->volume_id, st->loop);
+	}
+	close(fd);
+	rc = node_run(dump, 60000, out, sizeof(out));
+	blocks = node_dumpe2fs_field(out, "Block count:");
+	bsize = node_dumpe2fs_field(out, "Block size:");
+	if (rc || !blocks || !bsize)
+		return zl_grpc_fail(call, ZL_GRPC_INTERNAL,
+				    "volume %s: dumpe2fs -h %s failed (status %d): %.300s",
+				    st->volume_id, st->loop, rc, out);
+	if ((blocks + 1) * bsize > dev)
+		return ZL_GRPC_OK;
+	ZL_LOG_INFO(NODE_LOG, "growing ext4 to the volume: vol=%s dev=%s fs=%" PRIu64 " dev=%" PRIu64,
+		    st->volume_id, st->loop, blocks * bsize, dev);
+	rc = node_run(fsck, NODE_MKFS_TIMEOUT_MS, out, sizeof(out));
+	if (rc < 0 || rc > 1)
+		return zl_grpc_fail(call, ZL_GRPC_INTERNAL,
+				    "volume %s: e2fsck -f -p %s before growing it found what it "
+				    "cannot repair alone (status %d): %.300s; run e2fsck on the "
+				    "volume by hand",
+				    st->volume_id, st->loop, rc, out);
+	rc = node_run(grow, NODE_MKFS_TIMEOUT_MS, out, sizeof(out));
+	if (rc)
+		return zl_grpc_fail(call, ZL_GRPC_INTERNAL,
+				    "volume %s: resize2fs %s to %" PRIu64 " bytes failed: %.300s",
+				    st->volume_id, st->loop, dev, out);
+	return ZL_GRPC_OK;
+}
+
 static int node_mount_staging(struct zl_grpc_call *call, const struct node_vol_state *st)
 {
 	char opts[600], src[128] = "", out[1024];
 	const char *argv[] = {"mount", "-t", st->fs_type, "-o", opts, st->loop, st->staging, NULL};
+	bool existed, grow;
 	int rc;
 
 	rc = node_mkdir_p(st->staging);
@@ -78,9 +143,15 @@ static int node_mount_staging(struct zl_grpc_call *call, const struct node_vol_s
 				    "staging path %s already has %s mounted, not volume %s",
 				    st->staging, src, st->volume_id);
 	}
-	rc = node_format(call, st);
+	rc = node_format(call, st, &existed);
 	if (rc)
 		return rc;
+	grow = existed && !st->stage_ro;
+	if (grow && strcmp(st->fs_type, "ext4") == 0) {
+		rc = node_ext4_fit(call, st);
+		if (rc)
+			return rc;
+	}
 	snprintf(opts, sizeof(opts), "%s%s%s", st->stage_ro ? "ro" : "rw",
 		 st->mount_flags[0] ? "," : "", st->mount_flags);
 	rc = node_run(argv, NODE_MOUNT_TIMEOUT_MS, out, sizeof(out));
@@ -88,7 +159,18 @@ static int node_mount_staging(struct zl_grpc_call *call, const struct node_vol_s
 		return zl_grpc_fail(call, ZL_GRPC_INTERNAL,
 				    "mounting %s (%s, volume %s) on %s with -o %s failed: %s",
 				    st->loop, st->fs_type, st->volume_id, st->staging, opts, out);
-	return ZL_GRPC_OK;
+	/* xfs grows only mounted (xfs_growfs: nothing to do is success). */
+	if (!grow || strcmp(st->fs_type, "xfs"))
+		return ZL_GRPC_OK;
+	rc = node_fs_grow(st, out, sizeof(out));
+	if (rc == 0)
+		return ZL_GRPC_OK;
+	rc = zl_grpc_fail(call, ZL_GRPC_INTERNAL,
+			  "growing %s on %s (volume %s) to the volume's size failed: %s", st->fs_type,
+			  st->loop, st->volume_id, out);
+	if (node_umount_all(st->staging, out, sizeof(out)))
+		ZL_LOG_ERR(NODE_LOG, "unmounting %s after the failed grow: %s", st->staging, out);
+	return rc;
 }
 
 /* Undoes a stage whose attach process died: lazily unmounts what is left. */

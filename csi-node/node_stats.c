@@ -190,6 +190,14 @@ static int node_loop_refresh(const struct node *n, const struct node_vol_state *
 	return 0;
 }
 
+int node_fs_grow(const struct node_vol_state *st, char *out, size_t outlen)
+{
+	const char *ext4[] = {"resize2fs", st->loop, NULL};
+	const char *xfs[] = {"xfs_growfs", st->staging, NULL};
+
+	return node_run(strcmp(st->fs_type, "xfs") == 0 ? xfs : ext4, 10 * 60 * 1000, out, outlen);
+}
+
 static int node_expand_locked(struct node *n, struct zl_grpc_call *call,
 			      const Csi__V1__NodeExpandVolumeRequest *r, uint64_t *size)
 {
@@ -245,11 +253,7 @@ static int node_expand_locked(struct node *n, struct zl_grpc_call *call,
 	    st.block || (r->volume_capability && r->volume_capability->access_type_case ==
 						     CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK);
 	if (!block) {
-		const char *ext4[] = {"resize2fs", st.loop, NULL};
-		const char *xfs[] = {"xfs_growfs", st.staging, NULL};
-
-		rc = node_run(strcmp(st.fs_type, "xfs") == 0 ? xfs : ext4, 10 * 60 * 1000, out,
-			      sizeof(out));
+		rc = node_fs_grow(&st, out, sizeof(out));
 		if (rc)
 			return zl_grpc_fail(call, ZL_GRPC_INTERNAL, "growing %s on %s failed: %s",
 					    st.fs_type, st.loop, out);

@@ -113,13 +113,6 @@ struct heal_report {
 	int rc; /* worker thread: the outcome */
 };
 
-/* One chunk id (a clone) and its version; a clone action of recovery. */
-struct heal_clone {
-	uint64_t id, version;
-	uint32_t lo;
-	bool del; /* action: delete the member's clone, else copy ours */
-};
-
 struct heal_member {
 	struct heal_member *next;
 	struct zl_storage_heal *h;
@@ -135,7 +128,7 @@ struct heal_member {
 	 * chunk, chunks ascending), and the clone actions of the chunk at the
 	 * cursor (acts[i_act ..] still to do). cl_cursor: cursor + 1 of the
 	 * chunk whose clones this pass made equal already (0: none). */
-	struct heal_clone *mcl, *acts;
+	struct zl_storage_clone *mcl, *acts;
 	uint32_t n_mcl, cap_mcl, n_acts, cap_acts, i_act;
 	uint64_t cl_cursor;
 	bool suspect;	  /* a forward failed while it was not OUT */
@@ -515,6 +508,77 @@ int zl_storage_heal_versions(struct zl_storage *st, const struct zl_volume *v, u
 	return (int)got;
 }
 
+/* ---- clone chunks (shared by recovery, peering and scrub) ---- */
+
+uint32_t zl_storage_clone_plan(const struct zl_storage_clone *want, uint32_t n_want,
+			       const struct zl_storage_clone *have, uint32_t n_have,
+			       bool del_differing, struct zl_storage_clone *out)
+{
+	uint32_t n = 0;
+
+	for (uint32_t j = 0; j < n_have; j++) {
+		bool keep = false;
+
+		for (uint32_t i = 0; i < n_want && !keep; i++)
+			keep = want[i].id == have[j].id &&
+			       (!del_differing || want[i].version == have[j].version);
+		if (!keep)
+			out[n++] = (struct zl_storage_clone){.id = have[j].id, .del = true};
+	}
+	for (uint32_t i = 0; i < n_want; i++) {
+		bool same = false;
+
+		for (uint32_t j = 0; j < n_have && !same; j++)
+			same = have[j].id == want[i].id && have[j].version == want[i].version;
+		if (!same)
+			out[n++] = (struct zl_storage_clone){
+			    .id = want[i].id, .version = want[i].version, .lo = want[i].lo};
+	}
+	return n;
+}
+
+int zl_storage_clones_own(struct zl_storage *st, uint64_t vol, uint64_t chunk,
+			  uint32_t chunk_size, struct zl_storage_clone *out, uint32_t max,
+			  uint32_t *n)
+{
+	struct zl_chunk_clone cl[ZL_WIRE_VERS_MAX];
+	uint32_t k = zl_chunk_snap_clones(st->chunks, vol, chunk, cl, ZL_WIRE_VERS_MAX);
+
+	k = ZL_MIN(k, ZL_MIN(max, ZL_WIRE_VERS_MAX));
+	for (uint32_t i = 0; i < k; i++) {
+		int rc;
+
+		out[i] = (struct zl_storage_clone){.id = zl_chunk_clone_id(chunk, cl[i].hi),
+						   .lo = cl[i].lo};
+		rc = zl_chunk_version(st->chunks, vol, out[i].id, chunk_size, &out[i].version);
+		if (rc)
+			return rc;
+	}
+	*n = k;
+	return 0;
+}
+
+int zl_storage_clone_listed(struct zl_storage_clone **v, uint32_t *n, uint32_t *cap,
+			    uint64_t id, uint64_t version)
+{
+	const struct zl_storage_clone *prev = *n ? &(*v)[*n - 1] : NULL;
+	uint32_t lo = 0;
+
+	if (prev && zl_chunk_id_base(prev->id) == zl_chunk_id_base(id) && prev->id < id)
+		lo = (uint32_t)(prev->id >> ZL_CHUNK_IDX_BITS);
+	if (*n == *cap) {
+		uint32_t nc = *cap ? 2 * *cap : 16;
+		struct zl_storage_clone *p = realloc(*v, nc * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		*v = p;
+		*cap = nc;
+	}
+	(*v)[(*n)++] = (struct zl_storage_clone){.id = id, .version = version, .lo = lo};
+	return 0;
+}
+
 /* ---- reports ---- */
 
 /* Worker thread: puts the report on the daemon's report lease, granting one
@@ -681,23 +745,6 @@ static void heal_pass_fail(struct heal_member *m, const char *what, int err)
 
 static void heal_list_send(struct heal_member *m);
 
-/* Appends *c to the array (*v, *n, *cap). 0 or -ENOMEM. */
-static int heal_clone_add(struct heal_clone **v, uint32_t *n, uint32_t *cap,
-			  const struct heal_clone *c)
-{
-	if (*n == *cap) {
-		uint32_t nc = *cap ? 2 * *cap : 16;
-		struct heal_clone *p = realloc(*v, nc * sizeof(*p));
-
-		if (!p)
-			return -ENOMEM;
-		*v = p;
-		*cap = nc;
-	}
-	(*v)[(*n)++] = *c;
-	return 0;
-}
-
 static void heal_list_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 {
 	struct heal_member *m = arg;
@@ -724,9 +771,8 @@ static void heal_list_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 			continue;
 		if (!(pairs[i].chunk >> ZL_CHUNK_IDX_BITS))
 			m->mver[li] = pairs[i].version;
-		else if (heal_clone_add(&m->mcl, &m->n_mcl, &m->cap_mcl,
-					&(struct heal_clone){.id = pairs[i].chunk,
-							     .version = pairs[i].version})) {
+		else if (zl_storage_clone_listed(&m->mcl, &m->n_mcl, &m->cap_mcl, pairs[i].chunk,
+						 pairs[i].version)) {
 			heal_pass_fail(m, "CHUNK_VERSIONS", -ENOMEM);
 			return;
 		}
@@ -972,50 +1018,36 @@ static void heal_caught_up_done(struct zl_storage_heal *h, const struct heal_rep
 }
 
 /* The clone actions that make the member's clones of chunk equal to ours
- * (m->acts: deletions first, then copies). 0 or an error. */
+ * (m->acts: deletions first, then copies; a clone it holds at another
+ * version is replaced by the copy, the member not being IN_SYNC). 0 or an
+ * error. */
 static int heal_clone_plan(struct heal_member *m, uint64_t chunk)
 {
 	struct zl_storage *st = m->h->st;
-	struct zl_chunk_clone own[ZL_WIRE_VERS_MAX];
-	uint32_t n_own = zl_chunk_snap_clones(st->chunks, m->vol, chunk, own, ZL_WIRE_VERS_MAX);
-	uint64_t ver[ZL_WIRE_VERS_MAX];
-	uint32_t first = 0, n_mine = 0;
+	struct zl_storage_clone own[ZL_WIRE_VERS_MAX];
+	uint32_t first = 0, n_mine = 0, n_own;
 	int rc;
 
 	m->n_acts = m->i_act = 0;
-	n_own = ZL_MIN(n_own, ZL_WIRE_VERS_MAX);
-	for (uint32_t i = 0; i < n_own; i++) {
-		rc = zl_chunk_version(st->chunks, m->vol, zl_chunk_clone_id(chunk, own[i].hi),
-				      m->chunk_size, &ver[i]);
-		if (rc)
-			return rc;
-	}
+	rc = zl_storage_clones_own(st, m->vol, chunk, m->chunk_size, own, ZL_WIRE_VERS_MAX, &n_own);
+	if (rc)
+		return rc;
 	/* The member's clones of chunk: a run of m->mcl. */
 	while (first < m->n_mcl && zl_chunk_id_base(m->mcl[first].id) != chunk)
 		first++;
 	while (first + n_mine < m->n_mcl && zl_chunk_id_base(m->mcl[first + n_mine].id) == chunk)
 		n_mine++;
-	for (uint32_t j = 0; j < n_mine; j++) {
-		const struct heal_clone *mc = &m->mcl[first + j];
-		bool ours = false;
+	if (!n_own && !n_mine)
+		return 0;
+	if (m->cap_acts < n_own + n_mine) {
+		struct zl_storage_clone *p = realloc(m->acts, (n_own + n_mine) * sizeof(*p));
 
-		for (uint32_t i = 0; i < n_own && !ours; i++)
-			ours = zl_chunk_clone_id(chunk, own[i].hi) == mc->id;
-		if (!ours && heal_clone_add(&m->acts, &m->n_acts, &m->cap_acts,
-					    &(struct heal_clone){.id = mc->id, .del = true}))
+		if (!p)
 			return -ENOMEM;
+		m->acts = p;
+		m->cap_acts = n_own + n_mine;
 	}
-	for (uint32_t i = 0; i < n_own; i++) {
-		uint64_t id = zl_chunk_clone_id(chunk, own[i].hi);
-		bool same = false;
-
-		for (uint32_t j = 0; j < n_mine && !same; j++)
-			same = m->mcl[first + j].id == id && m->mcl[first + j].version == ver[i];
-		if (!same &&
-		    heal_clone_add(&m->acts, &m->n_acts, &m->cap_acts,
-				   &(struct heal_clone){.id = id, .version = ver[i], .lo = own[i].lo}))
-			return -ENOMEM;
-	}
+	m->n_acts = zl_storage_clone_plan(own, n_own, m->mcl + first, n_mine, false, m->acts);
 	return 0;
 }
 
@@ -1046,7 +1078,7 @@ static void heal_clone_next(void *arg)
 {
 	struct heal_member *m = arg;
 	struct zl_storage *st = m->h->st;
-	const struct heal_clone *a;
+	const struct zl_storage_clone *a;
 	int rc;
 
 	if (member_should_stop(m))

@@ -90,6 +90,49 @@ int zl_storage_heal_versions(struct zl_storage *st, const struct zl_volume *v, u
 			     uint64_t from, uint64_t above, struct zl_wire_chunk_ver *out,
 			     uint32_t max, uint64_t *next);
 
+/* ---- clone chunks in healing (docs/SNAPSHOTS.md §2), loop thread ----
+ *
+ * Recovery, peering and scrub make a replica's clone chunks of a chunk
+ * equal to an authority's (the primary's, or the winning copy's holder):
+ * clones never change once taken, so equal ids and versions mean equal
+ * data. */
+
+/* A clone chunk a replica holds (id zl_chunk_clone_id(chunk, hi), its
+ * version and lo), or, in a clone plan, an action on the target replica:
+ * del = remove its copy of id, else copy the authority's. */
+struct zl_storage_clone {
+	uint64_t id, version;
+	uint32_t lo;
+	bool del;
+};
+
+/* The clone plan of one chunk (pure): the actions that make `have` (the
+ * clones a replica holds of it) equal to `want` (the authority's), into out
+ * (room for n_have + n_want): deletions first (a clone of have that want
+ * lacks; with del_differing also one want holds at another version: an
+ * IN_SYNC member refuses a copy over a clone it holds), then copies (a clone
+ * of want that have lacks or holds at another version, with want's version
+ * and lo). Returns the number of actions. */
+uint32_t zl_storage_clone_plan(const struct zl_storage_clone *want, uint32_t n_want,
+			       const struct zl_storage_clone *have, uint32_t n_have,
+			       bool del_differing, struct zl_storage_clone *out);
+
+/* The clones this node holds of chunk of vol, ascending id, with their
+ * versions and lo: at most max into out, *n gets how many. 0 or the error
+ * of zl_chunk_version. */
+int zl_storage_clones_own(struct zl_storage *st, uint64_t vol, uint64_t chunk,
+			  uint32_t chunk_size, struct zl_storage_clone *out, uint32_t max,
+			  uint32_t *n);
+
+/* Appends the (id, version) pair of a clone listed by CHUNK_VERSIONS to
+ * (*v, *n, *cap). Its lo is not on the wire: the hi of the clone listed
+ * before it of the same chunk stands in (0 for the first): no snapshot lies
+ * between the two (a snapshot there would have made a clone between them),
+ * so reads at every existing snapshot and collection decide the same. 0 or
+ * -ENOMEM. */
+int zl_storage_clone_listed(struct zl_storage_clone **v, uint32_t *n, uint32_t *cap,
+			    uint64_t id, uint64_t version);
+
 /* Sets the data sequence of `slice` of volume vol for `term` (peering
  * decided it): the next write gets seq + 1. */
 void zl_storage_heal_seq_set(struct zl_storage *st, uint64_t vol, uint32_t slice, uint32_t term,

@@ -19,6 +19,17 @@
  *         then CHUNK_PUSH the winning copy to every answered member whose
  *         version differs (behind: it applies over an older copy only), so
  *         all in-sync members end identical, rolled forward, never back.
+ *         Before the chunk, its clone chunks (snapshots, docs/SNAPSHOTS.md
+ *         §2): every copy's clones of it are made equal to the winning
+ *         copy's holder's (the authority; a tie keeps ours), with the clone
+ *         plan recovery uses (zl_storage_clone_plan): a clone the authority
+ *         lacks or holds at another version is deleted (ours at once, a
+ *         member's by CHUNK_DELETE), one a copy lacks is copied like a chunk
+ *         (pulled with READ + ZL_WF_ANY | ZL_WF_SEQ at its hi and made a
+ *         clone here, zl_chunk_snap_install; pushed with CHUNK_PUSH +
+ *         ZL_WF_SEQ carrying its lo). A write made at a snapshot's sequence
+ *         that reached only some members took its clone there only: the
+ *         chunk then settles with the clone that belongs to its data.
  *   done  the term is peered; the term's sequence starts at 1 (above what
  *         our chunks hold of this term plus a gap, after a restart within
  *         the term), and the slice serves.
@@ -74,9 +85,27 @@ struct pj_member {
 	int err;
 	uint64_t cursor;
 	uint64_t *ver; /* its version per local chunk */
+	/* Its clone chunks (CHUNK_VERSIONS), ascending; cl_pos: the first of
+	 * the chunk at the cursor or a later one. */
+	struct zl_storage_clone *cl;
+	uint32_t n_cl, cap_cl, cl_pos;
 	struct zl_wire_hdr hdr;
 	uint8_t *vbuf;
 	struct zl_timer t; /* next CHUNK_VERSIONS to an unreachable member */
+};
+
+/* A clone of the chunk at the cursor, as the authority holds it: pulled
+ * here (pull) and pushed to the members of the mask behind. */
+struct pj_clone {
+	struct zl_storage_clone c;
+	bool pull;
+	uint32_t behind;
+};
+
+/* A member's clone to delete (it is not the authority's). */
+struct pj_clone_del {
+	unsigned m;
+	uint64_t id;
 };
 
 struct peering_job {
@@ -95,10 +124,19 @@ struct peering_job {
 	struct pj_member m[ZL_MAX_REPLICAS - 1];
 	unsigned inflight; /* requests and chunk ops whose callback is due */
 	uint64_t cursor;   /* SCAN: next local chunk index */
-	/* chunk being copied */
+	/* chunk being copied (a clone chunk, or the chunk at the cursor) */
 	uint64_t cur_chunk, cur_win;
 	int cur_src; /* member pulled from, -1: our own copy */
 	uint32_t cur_behind, cur_off;
+	uint32_t cur_lo; /* a clone's lo */
+	/* the chunk at the cursor: its winner, then its clones' steps */
+	uint64_t live_chunk, live_win;
+	int live_src;
+	uint32_t live_behind;
+	struct pj_clone cl[ZL_WIRE_VERS_MAX];
+	uint32_t n_cl, i_cl;
+	struct pj_clone_del del[(ZL_MAX_REPLICAS - 1) * ZL_WIRE_VERS_MAX];
+	uint32_t n_del, i_del;
 	struct zl_wire_hdr rhdr;
 	uint8_t *pbuf;
 	uint32_t pulled, pushed, max_seq;
@@ -235,6 +273,7 @@ static void pj_free(struct zl_storage_peering *pg, struct peering_job *j)
 	for (unsigned i = 0; i < j->n_m; i++) {
 		zl_timer_stop(j->st->loop, &j->m[i].t);
 		free(j->m[i].ver);
+		free(j->m[i].cl);
 	}
 	free(j);
 }
@@ -387,11 +426,18 @@ static void pj_list_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 			pj_member_failed(j, m, "CHUNK_VERSIONS", n);
 	} else {
 		for (int i = 0; i < n; i++) {
-			uint64_t li = pairs[i].chunk / j->n_slices;
+			uint64_t li = zl_chunk_id_base(pairs[i].chunk) / j->n_slices;
 
-			if (zl_slice_of_id(pairs[i].chunk, j->n_slices) == j->slice &&
-			    li < j->n_local)
+			if (zl_slice_of_id(pairs[i].chunk, j->n_slices) != j->slice ||
+			    li >= j->n_local)
+				continue;
+			if (!(pairs[i].chunk >> ZL_CHUNK_IDX_BITS))
 				m->ver[li] = pairs[i].version;
+			else if (zl_storage_clone_listed(&m->cl, &m->n_cl, &m->cap_cl,
+							 pairs[i].chunk, pairs[i].version)) {
+				pj_over(j, "memory", -ENOMEM);
+				return;
+			}
 		}
 		if (rep->aux > m->cursor) {
 			m->cursor = rep->aux;
@@ -477,11 +523,19 @@ static void pj_finish(struct peering_job *j)
 	pj_free(st->peering, j);
 }
 
+static void pj_clone_next(struct peering_job *j);
+
+/* A copy ended (the chunk at the cursor, or one of its clones first). */
 static void pj_chunk_done(struct peering_job *j)
 {
 	j->pulled += j->cur_src >= 0;
 	for (unsigned i = 0; i < j->n_m; i++)
 		j->pushed += (j->cur_behind >> i) & 1;
+	if (j->cur_chunk >> ZL_CHUNK_IDX_BITS) {
+		j->i_cl++;
+		pj_clone_next(j);
+		return;
+	}
 	j->cursor++;
 	j->phase = PJ_SCAN;
 	zl_loop_defer(j->st->loop, &j->d, pj_scan, j);
@@ -512,7 +566,8 @@ static void pj_push_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 	if (!status)
 		status = zl_wire_status_to_err(rep->status);
 	if (status == -ZL_ERR_CONFLICT) {
-		/* Its copy is not older after all (a forwarded write?): leave it. */
+		/* Its copy is not older after all (a forwarded write?), or it
+		 * holds that clone already: leave it. */
 		j->cur_behind &= ~(1u << i);
 	} else if (status) {
 		j->cur_behind &= ~(1u << i);
@@ -545,6 +600,10 @@ static void pj_push(struct peering_job *j)
 		m->hdr.length = len;
 		m->hdr.slice_ver = j->row_ver;
 		m->hdr.aux = j->cur_win;
+		if (j->cur_chunk >> ZL_CHUNK_IDX_BITS) { /* a clone: its lo goes along */
+			m->hdr.flags = ZL_WF_SEQ;
+			m->hdr.snap_seq = j->cur_lo;
+		}
 		rc = zl_storage_fwd_request(j->st->fwd, m->node, &m->hdr, j->pbuf, len, NULL, 0,
 					     pj_push_cb, m);
 		if (rc) {
@@ -558,14 +617,40 @@ static void pj_push(struct peering_job *j)
 		pj_piece_next(j);
 }
 
-static void pj_local_cb(void *arg, int status)
+static void pj_installed_cb(void *arg, int status)
 {
 	struct peering_job *j = arg;
 
 	if (pj_done_cb(j))
 		return;
 	if (status) {
+		pj_over(j, "install pulled clone", status);
+		return;
+	}
+	pj_push(j);
+}
+
+static void pj_local_cb(void *arg, int status)
+{
+	struct peering_job *j = arg;
+	int rc;
+
+	if (pj_done_cb(j))
+		return;
+	if (status) {
 		pj_over(j, j->cur_src >= 0 ? "apply pulled piece" : "read own piece", status);
+		return;
+	}
+	if (j->cur_src >= 0 && j->cur_chunk >> ZL_CHUNK_IDX_BITS &&
+	    j->cur_off + pj_len(j) >= j->chunk_size) {
+		/* A pulled clone is whole: it becomes a clone here. */
+		rc = zl_chunk_snap_install(j->st->chunks, j->vol, j->cur_chunk, j->cur_lo,
+					   pj_installed_cb, j);
+		if (rc) {
+			pj_over(j, "install pulled clone", rc);
+			return;
+		}
+		j->inflight++;
 		return;
 	}
 	pj_push(j);
@@ -597,8 +682,14 @@ static void pj_pull_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 		pj_over(j, "pull", status);
 		return;
 	}
-	rc = zl_storage_chunk_apply(j->st, j->vol, j->cur_chunk, j->chunk_size, j->cur_off, len,
-				    j->pbuf, j->cur_win, pj_local_cb, j);
+	/* A pulled clone replaces whatever file of its id is here (a copy cut
+	 * short before). */
+	rc = j->cur_chunk >> ZL_CHUNK_IDX_BITS && !j->cur_off
+		     ? zl_chunk_delete(j->st->chunks, j->vol, j->cur_chunk)
+		     : 0;
+	if (!rc)
+		rc = zl_storage_chunk_apply(j->st, j->vol, j->cur_chunk, j->chunk_size, j->cur_off,
+					    len, j->pbuf, j->cur_win, pj_local_cb, j);
 	if (rc) {
 		pj_over(j, "apply pulled piece", rc);
 		return;
@@ -634,6 +725,13 @@ static void pj_piece(struct peering_job *j)
 	j->rhdr.flags = ZL_WF_ANY;
 	j->rhdr.vol_id = j->vol;
 	j->rhdr.chunk = j->cur_chunk;
+	if (j->cur_chunk >> ZL_CHUNK_IDX_BITS) {
+		/* A clone is read as its snapshot (its hi) holds the chunk; the
+		 * reply's aux must be the clone's version. */
+		j->rhdr.flags |= ZL_WF_SEQ;
+		j->rhdr.snap_seq = (uint32_t)(j->cur_chunk >> ZL_CHUNK_IDX_BITS);
+		j->rhdr.chunk = zl_chunk_id_base(j->cur_chunk);
+	}
 	j->rhdr.offset = j->cur_off;
 	j->rhdr.length = len;
 	j->rhdr.slice_ver = j->row_ver;
@@ -646,6 +744,161 @@ static void pj_piece(struct peering_job *j)
 		return;
 	}
 	j->inflight++;
+}
+
+/* The clones member m listed of chunk: a run of m->cl (chunks come in
+ * ascending order). */
+static const struct zl_storage_clone *pj_member_clones(struct pj_member *m, uint64_t chunk,
+						       uint32_t *n)
+{
+	while (m->cl_pos < m->n_cl && zl_chunk_id_base(m->cl[m->cl_pos].id) < chunk)
+		m->cl_pos++;
+	*n = 0;
+	while (m->cl_pos + *n < m->n_cl && zl_chunk_id_base(m->cl[m->cl_pos + *n].id) == chunk)
+		(*n)++;
+	return m->cl + m->cl_pos;
+}
+
+/* The clone step of chunk (its winner in live_*): j->cl gets the
+ * authority's clones of it (live_src's, -1 ours), each marked with the
+ * copies that lack it (pull: ours; behind: members), j->del the members'
+ * clones the authority lacks or holds at another version; ours are
+ * deleted here. Leaves out the clones no copy needs (n_cl 0 when nothing
+ * is to do). 0 or an error. */
+static int pj_clone_plan(struct peering_job *j, uint64_t chunk)
+{
+	struct zl_storage_clone own[ZL_WIRE_VERS_MAX], acts[2 * ZL_WIRE_VERS_MAX];
+	const struct zl_storage_clone *want = own;
+	uint32_t n_own, n_want, n_acts, keep = 0;
+	int rc;
+
+	j->n_cl = j->i_cl = j->n_del = j->i_del = 0;
+	rc = zl_storage_clones_own(j->st, j->vol, chunk, j->chunk_size, own, ZL_WIRE_VERS_MAX,
+				   &n_own);
+	if (rc)
+		return rc;
+	n_want = n_own;
+	if (j->live_src >= 0)
+		want = pj_member_clones(&j->m[j->live_src], chunk, &n_want);
+	n_want = ZL_MIN(n_want, ZL_WIRE_VERS_MAX);
+	for (uint32_t i = 0; i < n_want; i++)
+		j->cl[i] = (struct pj_clone){.c = want[i]};
+	if (j->live_src >= 0 && (n_want || n_own)) {
+		n_acts = zl_storage_clone_plan(want, n_want, own, n_own, true, acts);
+		for (uint32_t a = 0; a < n_acts; a++) {
+			if (!acts[a].del) {
+				for (uint32_t i = 0; i < n_want; i++)
+					j->cl[i].pull |= j->cl[i].c.id == acts[a].id;
+				continue;
+			}
+			rc = zl_chunk_delete(j->st->chunks, j->vol, acts[a].id);
+			if (rc)
+				return rc;
+			ZL_LOG_INFO("storage",
+				    "peering removed a clone chunk the winning copy's holder lacks: "
+				    "vol=%s chunk=%016" PRIx64 " authority=%s",
+				    j->vid, acts[a].id, j->m[j->live_src].node);
+		}
+	}
+	for (unsigned m = 0; m < j->n_m; m++) {
+		const struct zl_storage_clone *have;
+		uint32_t n_have;
+
+		if ((int)m == j->live_src || !j->m[m].answered || j->m[m].failed)
+			continue;
+		have = pj_member_clones(&j->m[m], chunk, &n_have);
+		if (!n_want && !n_have)
+			continue;
+		n_have = ZL_MIN(n_have, ZL_WIRE_VERS_MAX);
+		n_acts = zl_storage_clone_plan(want, n_want, have, n_have, true, acts);
+		for (uint32_t a = 0; a < n_acts; a++) {
+			if (acts[a].del) {
+				j->del[j->n_del++] = (struct pj_clone_del){.m = m, .id = acts[a].id};
+				continue;
+			}
+			for (uint32_t i = 0; i < n_want; i++)
+				if (j->cl[i].c.id == acts[a].id)
+					j->cl[i].behind |= 1u << m;
+		}
+	}
+	for (uint32_t i = 0; i < n_want; i++)
+		if (j->cl[i].pull || j->cl[i].behind)
+			j->cl[keep++] = j->cl[i];
+	j->n_cl = keep;
+	return 0;
+}
+
+static void pj_clone_del_cb(void *arg, int status, const struct zl_wire_hdr *rep)
+{
+	struct pj_member *m = arg;
+	struct peering_job *j = m->j;
+
+	if (pj_done_cb(j))
+		return;
+	if (!status)
+		status = zl_wire_status_to_err(rep->status);
+	if (status)
+		pj_member_failed(j, m, "CHUNK_DELETE of a clone", status);
+	else
+		ZL_LOG_INFO("storage",
+			    "peering removed a member's clone chunk the authority lacks: vol=%s "
+			    "chunk=%016" PRIx64 " member=%s",
+			    j->vid, j->del[j->i_del].id, m->node);
+	j->i_del++;
+	pj_clone_next(j);
+}
+
+/* The next step of the chunk at the cursor: the members' clones to delete,
+ * one at a time, then the clones to copy, then the chunk itself. */
+static void pj_clone_next(struct peering_job *j)
+{
+	j->phase = PJ_COPY;
+	while (j->i_del < j->n_del) {
+		struct pj_member *m = &j->m[j->del[j->i_del].m];
+		int rc;
+
+		if (m->failed) {
+			j->i_del++;
+			continue;
+		}
+		memset(&m->hdr, 0, sizeof(m->hdr));
+		m->hdr.opcode = ZL_OP_CHUNK_DELETE;
+		m->hdr.vol_id = j->vol;
+		m->hdr.chunk = j->del[j->i_del].id;
+		m->hdr.slice_ver = j->row_ver;
+		rc = zl_storage_fwd_request(j->st->fwd, m->node, &m->hdr, NULL, 0, NULL, 0,
+					     pj_clone_del_cb, m);
+		if (!rc) {
+			j->inflight++;
+			return;
+		}
+		pj_member_failed(j, m, "CHUNK_DELETE of a clone", rc);
+		j->i_del++;
+	}
+	if (j->i_cl < j->n_cl) {
+		const struct pj_clone *c = &j->cl[j->i_cl];
+
+		j->cur_chunk = c->c.id;
+		j->cur_win = c->c.version;
+		j->cur_lo = c->c.lo;
+		j->cur_src = c->pull ? j->live_src : -1;
+		j->cur_behind = c->behind;
+		j->cur_off = 0;
+		pj_piece(j);
+		return;
+	}
+	j->cur_chunk = j->live_chunk;
+	j->cur_win = j->live_win;
+	j->cur_src = j->live_src;
+	j->cur_behind = j->live_behind;
+	j->cur_off = 0;
+	if (j->cur_src >= 0 || j->cur_behind) {
+		pj_piece(j);
+		return;
+	}
+	j->cursor++;
+	j->phase = PJ_SCAN;
+	zl_loop_defer(j->st->loop, &j->d, pj_scan, j);
 }
 
 static void pj_scan(void *arg)
@@ -672,15 +925,19 @@ static void pj_scan(void *arg)
 			ver[i] = j->m[i].ver[j->cursor];
 			answered[i] = j->m[i].answered && !j->m[i].failed;
 		}
-		j->cur_src = zl_storage_peering_winner(own, ver, answered, j->n_m, &win, &behind);
+		j->live_src = zl_storage_peering_winner(own, ver, answered, j->n_m, &win, &behind);
 		if (zl_wire_dver_term(win) == j->term)
 			j->max_seq = ZL_MAX(j->max_seq, zl_wire_dver_seq(win));
-		if (j->cur_src >= 0 || behind) {
-			j->cur_chunk = chunk;
-			j->cur_win = win;
-			j->cur_behind = behind;
-			j->cur_off = 0;
-			pj_piece(j);
+		j->live_chunk = chunk;
+		j->live_win = win;
+		j->live_behind = behind;
+		rc = pj_clone_plan(j, chunk);
+		if (rc) {
+			pj_over(j, "clone versions", rc);
+			return;
+		}
+		if (j->live_src >= 0 || behind || j->n_del || j->n_cl) {
+			pj_clone_next(j);
 			return;
 		}
 		j->cursor++;

@@ -11,6 +11,16 @@
  * reported BUSY (no verdict this time). A chunk the store recorded whose
  * file is gone reports bad_blocks = ZL_WIRE_DIGEST_MISSING.
  *
+ * A chunk's clone chunks (snapshots, docs/SNAPSHOTS.md §2) follow its
+ * record, each digested the same way under its own id; a chunk's records
+ * never split across replies. The primary judges a clone among the members
+ * that hold it (which clones each holds is peering's and recovery's
+ * business) and repairs a damaged one like a chunk: read from the winner
+ * as its snapshot (its hi) holds the chunk (READ + ZL_WF_ANY | ZL_WF_SEQ),
+ * pushed with ZL_WF_SEQ carrying its lo (the member makes it a clone again),
+ * or rewritten here in place (a missing one of ours is made a clone again,
+ * zl_chunk_snap_install). They count in the scrub's figures like chunks.
+ *
  * One CHUNK_DIGEST request looks at DG_WINDOW_BYTES worth of the slice's
  * chunks (at least one, whether held or not: every member answers the same
  * window), so its reply comes well inside the peers' request timeout. The
@@ -48,6 +58,8 @@
 #define DG_PIECE	(1u << 20)  /* bytes of one read / repair piece */
 #define DG_ABSENT_BATCH 64	    /* absent chunks looked at per loop turn */
 #define SC_MAX_FIX	(ZL_WIRE_DIGESTS_MAX * ZL_MAX_REPLICAS)
+/* Clone chunks of one chunk digested (its records fit one reply). */
+#define DG_CLONES_MAX (ZL_WIRE_DIGESTS_MAX - 1)
 /* The background pass waits for records being loaded: this often, at most
  * this many times. */
 #define SC_BG_WAIT_MS 200
@@ -64,6 +76,12 @@ struct dg_job {
 	uint64_t n_chunks; /* of the volume */
 	uint64_t cursor;   /* next chunk to look at */
 	uint32_t scanned, max_scan;
+	/* the chunk at the cursor: its clones, and the id looked at (the
+	 * chunk, then each clone) */
+	bool in_chunk;
+	struct zl_chunk_clone cl[DG_CLONES_MAX];
+	uint32_t n_cl, i_cl;
+	uint64_t cur_id;
 	struct zl_wire_chunk_digest rec[ZL_WIRE_DIGESTS_MAX];
 	uint32_t n;
 	uint64_t next; /* result: chunk to continue from, 0 when done */
@@ -85,14 +103,12 @@ struct dg_serve {
 	struct dg_serve *next;
 };
 
-/* Where a copy of a chunk stands, per member, in the window (the verdict
- * itself: zl_storage_scrub_judge). */
-enum sc_copy { SC_ABSENT, SC_MISSING, SC_BUSY, SC_PRESENT };
-
 struct sc_fix {
-	uint64_t chunk, version;
+	uint64_t chunk, version; /* chunk: a chunk or a clone chunk's id */
 	uint8_t target, source; /* member indexes; 0 = this node */
 	bool del_first;
+	bool install; /* our own clone rebuilt after its delete: a clone again */
+	uint32_t lo;  /* a clone's lo */
 	const char *reason;
 };
 
@@ -207,16 +223,27 @@ static void dg_record(struct dg_job *j, uint64_t ver, uint32_t digest, uint32_t 
 {
 	struct zl_wire_chunk_digest *r = &j->rec[j->n++];
 
-	r->chunk = j->cursor;
+	r->chunk = j->cur_id;
 	r->version = ver;
 	r->digest = digest;
 	r->bad_blocks = bad;
 }
 
-static void dg_advance(struct dg_job *j)
+/* The next id to look at: the chunk's next clone, else the next chunk. */
+static void dg_next_id(struct dg_job *j)
 {
+	if (j->i_cl < j->n_cl) {
+		j->cur_id = zl_chunk_clone_id(j->cursor, j->cl[j->i_cl++].hi);
+		return;
+	}
+	j->in_chunk = false;
 	j->cursor += j->n_slices;
 	j->scanned++;
+}
+
+static void dg_advance(struct dg_job *j)
+{
+	dg_next_id(j);
 	zl_loop_defer(j->st->loop, &j->d, dg_step, j);
 }
 
@@ -240,7 +267,7 @@ static void dg_read_cb(void *arg, int status)
 		dg_read(j);
 		return;
 	}
-	if (zl_chunk_version(j->st->chunks, j->vol, j->cursor, j->chunk_size, &ver) ||
+	if (zl_chunk_version(j->st->chunks, j->vol, j->cur_id, j->chunk_size, &ver) ||
 	    ver != j->cur_ver) {
 		/* Written while we read it: once more, then no verdict. */
 		if (++j->attempts < 2) {
@@ -258,7 +285,7 @@ static void dg_read_cb(void *arg, int status)
 static void dg_read(struct dg_job *j)
 {
 	uint32_t len = ZL_MIN(DG_PIECE, j->chunk_size - j->off);
-	int rc = zl_chunk_scrub_read(j->st->chunks, j->vol, j->cursor, j->chunk_size, j->off, len,
+	int rc = zl_chunk_scrub_read(j->st->chunks, j->vol, j->cur_id, j->chunk_size, j->off, len,
 				     j->buf, &j->bad, dg_read_cb, j);
 
 	if (rc == -ZL_ERR_NOT_FOUND) {
@@ -288,19 +315,30 @@ static void dg_step(void *arg)
 		uint64_t ver = 0;
 		int state;
 
-		if (j->cursor >= j->n_chunks || j->scanned >= j->max_scan ||
-		    j->n >= ZL_WIRE_DIGESTS_MAX) {
-			dg_finish(j, 0);
-			return;
+		if (!j->in_chunk) {
+			if (j->cursor >= j->n_chunks || j->scanned >= j->max_scan ||
+			    j->n >= ZL_WIRE_DIGESTS_MAX) {
+				dg_finish(j, 0);
+				return;
+			}
+			j->n_cl = zl_chunk_snap_clones(j->st->chunks, j->vol, j->cursor, j->cl,
+						       DG_CLONES_MAX);
+			j->n_cl = ZL_MIN(j->n_cl, DG_CLONES_MAX);
+			if (j->n && j->n + 1 + j->n_cl > ZL_WIRE_DIGESTS_MAX) {
+				dg_finish(j, 0); /* its records go in the next reply */
+				return;
+			}
+			j->in_chunk = true;
+			j->i_cl = 0;
+			j->cur_id = j->cursor;
 		}
-		state = zl_chunk_scrub_stat(j->st->chunks, j->vol, j->cursor, j->chunk_size, &ver);
+		state = zl_chunk_scrub_stat(j->st->chunks, j->vol, j->cur_id, j->chunk_size, &ver);
 		if (state < 0) {
 			dg_finish(j, state);
 			return;
 		}
 		if (state == ZL_CHUNK_ABSENT) {
-			j->cursor += j->n_slices;
-			j->scanned++;
+			dg_next_id(j);
 			continue;
 		}
 		if (state == ZL_CHUNK_MISSING) {
@@ -332,6 +370,7 @@ static int dg_start(struct dg_job *j, struct zl_storage *st, const struct zl_vol
 	j->cursor = from + (slice + v->n_slices - from % v->n_slices) % v->n_slices;
 	j->scanned = 0;
 	j->max_scan = ZL_MAX(1u, DG_WINDOW_BYTES / v->chunk_size);
+	j->in_chunk = false;
 	j->n = 0;
 	j->attempts = 0;
 	j->done = done;
@@ -521,21 +560,51 @@ static bool sc_stop_check(struct sc_job *j)
 	return true;
 }
 
-/* The copy member i has of `chunk` in the window (rec NULL when absent). */
-static enum sc_copy sc_copy_of(struct sc_member *m, uint32_t *pos, uint64_t chunk,
-			       const struct zl_wire_chunk_digest **rec)
+/* The record of id in member m's window (NULL: it holds no copy). A
+ * window holds at most ZL_WIRE_DIGESTS_MAX records per member. */
+static const struct zl_wire_chunk_digest *sc_rec_of(const struct sc_member *m, uint64_t id)
 {
-	while (*pos < (uint32_t)m->n && m->rec[*pos].chunk < chunk)
-		(*pos)++;
-	*rec = NULL;
-	if (*pos >= (uint32_t)m->n || m->rec[*pos].chunk != chunk)
-		return SC_ABSENT;
-	*rec = &m->rec[*pos];
-	if ((*rec)->bad_blocks == ZL_WIRE_DIGEST_MISSING)
-		return SC_MISSING;
-	if ((*rec)->bad_blocks == ZL_WIRE_DIGEST_BUSY)
-		return SC_BUSY;
-	return SC_PRESENT;
+	for (int i = 0; i < m->n; i++)
+		if (m->rec[i].chunk == id)
+			return &m->rec[i];
+	return NULL;
+}
+
+/* Formats a chunk id for a log line: "17", or "17 clone=3" (the clone of
+ * chunk 17 for the snapshots up to sequence 3). */
+static const char *sc_id_str(uint64_t id, char *buf, size_t len)
+{
+	if (id >> ZL_CHUNK_IDX_BITS)
+		snprintf(buf, len, "%" PRIu64 " clone=%u", zl_chunk_id_base(id),
+			 (uint32_t)(id >> ZL_CHUNK_IDX_BITS));
+	else
+		snprintf(buf, len, "%" PRIu64, id);
+	return buf;
+}
+
+/* The lo of clone id for a repair from member w: ours when we hold it as a
+ * clone, else the hi of the clone before it in w's records (0 for the
+ * first): no snapshot lies between the two (one there would have made a
+ * clone between them), so every existing snapshot reads it, and collection
+ * keeps it, the same (docs/SNAPSHOTS.md §6 step 2). */
+static uint32_t sc_clone_lo(struct sc_job *j, unsigned w, uint64_t id)
+{
+	struct zl_chunk_clone cl[DG_CLONES_MAX];
+	uint64_t base = zl_chunk_id_base(id);
+	uint32_t hi = (uint32_t)(id >> ZL_CHUNK_IDX_BITS), lo = 0;
+	uint32_t n = zl_chunk_snap_clones(j->st->chunks, j->vol, base, cl, DG_CLONES_MAX);
+
+	for (uint32_t i = 0; i < ZL_MIN(n, DG_CLONES_MAX); i++)
+		if (cl[i].hi == hi)
+			return cl[i].lo;
+	for (int i = 0; i < j->m[w].n; i++) {
+		uint64_t r = j->m[w].rec[i].chunk;
+		uint32_t rh = (uint32_t)(r >> ZL_CHUNK_IDX_BITS);
+
+		if (zl_chunk_id_base(r) == base && rh && rh < hi)
+			lo = ZL_MAX(lo, rh);
+	}
+	return lo;
 }
 
 int zl_storage_scrub_judge(const struct zl_scrub_copy *c, unsigned n, uint32_t zero_digest,
@@ -582,71 +651,110 @@ int zl_storage_scrub_judge(const struct zl_scrub_copy *c, unsigned n, uint32_t z
 	return w;
 }
 
-/* Decides the winner of one chunk and queues the repairs. */
-static void sc_judge(struct sc_job *j, uint64_t chunk, uint32_t *pos)
+/* Decides the winner of chunk id (a chunk, or a clone chunk: judged among
+ * the members that hold it) and queues the repairs. */
+static void sc_judge(struct sc_job *j, uint64_t id)
 {
-	const struct zl_wire_chunk_digest *rec[ZL_MAX_REPLICAS];
+	const struct zl_wire_chunk_digest *rec;
 	struct zl_scrub_copy cp[ZL_MAX_REPLICAS];
 	const char *why[ZL_MAX_REPLICAS];
-	uint32_t repair;
+	uint8_t mi[ZL_MAX_REPLICAS]; /* copy k is member mi[k]'s */
+	bool clone = id >> ZL_CHUNK_IDX_BITS;
+	char idb[48];
+	uint32_t repair, n = 0;
 	int w;
 
 	for (uint32_t i = 0; i < j->n_m; i++) {
-		enum sc_copy st = sc_copy_of(&j->m[i], &pos[i], chunk, &rec[i]);
-
-		memset(&cp[i], 0, sizeof(cp[i]));
-		cp[i].held = st != SC_ABSENT;
-		if (rec[i]) {
-			cp[i].version = rec[i]->version;
-			cp[i].digest = rec[i]->digest;
-			cp[i].bad = rec[i]->bad_blocks;
+		rec = sc_rec_of(&j->m[i], id);
+		if (clone && !rec)
+			continue;
+		memset(&cp[n], 0, sizeof(cp[n]));
+		cp[n].held = rec != NULL;
+		if (rec) {
+			cp[n].version = rec->version;
+			cp[n].digest = rec->digest;
+			cp[n].bad = rec->bad_blocks;
 		}
+		mi[n++] = (uint8_t)i;
 	}
-	w = zl_storage_scrub_judge(cp, j->n_m, zero_digest(j->st->scrub, j->chunk_size), &repair,
-				   why);
+	if (!n)
+		return;
+	w = zl_storage_scrub_judge(cp, n, zero_digest(j->st->scrub, j->chunk_size), &repair, why);
 	if (w == -2)
 		return;
 	j->res.chunks_checked++;
 	j->win_bytes += j->chunk_size;
-	for (uint32_t i = 0; i < j->n_m; i++)
-		if (cp[i].held && cp[i].bad != ZL_WIRE_DIGEST_MISSING)
+	for (uint32_t k = 0; k < n; k++)
+		if (cp[k].held && cp[k].bad != ZL_WIRE_DIGEST_MISSING)
 			j->res.bytes_read += j->chunk_size;
+	sc_id_str(id, idb, sizeof(idb));
 	if (w < 0) {
 		ZL_LOG_ERR("storage",
-			   "scrub found no good copy: vol=%s slice=%u chunk=%" PRIu64
+			   "scrub found no good copy: vol=%s slice=%u chunk=%s"
 			   " (every copy is missing or has bad blocks: restore from a backup)",
-			   j->vid, j->slice, chunk);
+			   j->vid, j->slice, idb);
 		j->res.bad_found += (uint32_t)__builtin_popcount(repair);
 		return;
 	}
-	for (uint32_t i = 0; i < j->n_m; i++) {
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t i = mi[k];
 		struct sc_fix *f;
 
-		if (!(repair & (1u << i)))
+		if (!(repair & (1u << k)))
 			continue;
 		j->res.bad_found++;
 		ZL_LOG_WARN("storage",
-			    "scrub found a bad copy: vol=%s chunk=%" PRIu64 " member=%s reason=%s "
+			    "scrub found a bad copy: vol=%s chunk=%s member=%s reason=%s "
 			    "version=%" PRIx64 " winner=%s version=%" PRIx64,
-			    j->vid, chunk, j->m[i].node, why[i], cp[i].version, j->m[w].node,
+			    j->vid, idb, j->m[i].node, why[k], cp[k].version, j->m[mi[w]].node,
 			    cp[w].version);
 		if (j->n_fix >= SC_MAX_FIX)
 			continue;
 		f = &j->fix[j->n_fix++];
-		f->chunk = chunk;
+		memset(f, 0, sizeof(*f));
+		f->chunk = id;
 		f->version = cp[w].version;
 		f->target = (uint8_t)i;
-		f->source = (uint8_t)w;
+		f->source = mi[w];
 		/* A member's copy at the winner's version would refuse the push;
 		 * a missing one of ours is forgotten before it is rebuilt. */
-		f->del_first = cp[i].held && (i != 0 || cp[i].bad == ZL_WIRE_DIGEST_MISSING);
-		f->reason = why[i];
+		f->del_first = cp[k].held && (i != 0 || cp[k].bad == ZL_WIRE_DIGEST_MISSING);
+		if (clone) {
+			f->lo = sc_clone_lo(j, mi[w], id);
+			f->install = i == 0 && f->del_first;
+		}
+		f->reason = why[k];
 	}
+}
+
+/* The clone ids of chunk any member's window holds, ascending, into ids
+ * (room for n_m * ZL_WIRE_DIGESTS_MAX). Returns how many. */
+static uint32_t sc_clone_ids(const struct sc_job *j, uint64_t chunk, uint64_t *ids)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < j->n_m; i++) {
+		for (int r = 0; r < j->m[i].n; r++) {
+			uint64_t id = j->m[i].rec[r].chunk;
+			uint32_t k;
+
+			if (!(id >> ZL_CHUNK_IDX_BITS) || zl_chunk_id_base(id) != chunk)
+				continue;
+			for (k = 0; k < n && ids[k] < id; k++)
+				;
+			if (k < n && ids[k] == id)
+				continue;
+			memmove(ids + k + 1, ids + k, (n - k) * sizeof(*ids));
+			ids[k] = id;
+			n++;
+		}
+	}
+	return n;
 }
 
 static void sc_compare(struct sc_job *j)
 {
-	uint32_t pos[ZL_MAX_REPLICAS] = {0};
+	uint64_t ids[ZL_MAX_REPLICAS * ZL_WIRE_DIGESTS_MAX];
 
 	j->win_end = j->n_chunks;
 	for (uint32_t i = 0; i < j->n_m; i++) {
@@ -662,8 +770,13 @@ static void sc_compare(struct sc_job *j)
 	}
 	j->n_fix = j->i_fix = 0;
 	j->win_bytes = 0;
-	for (uint64_t c = j->cursor; c < j->win_end; c += j->n_slices)
-		sc_judge(j, c, pos);
+	for (uint64_t c = j->cursor; c < j->win_end; c += j->n_slices) {
+		uint32_t n = sc_clone_ids(j, c, ids);
+
+		sc_judge(j, c);
+		for (uint32_t k = 0; k < n; k++)
+			sc_judge(j, ids[k]);
+	}
 	j->phase = SC_FIX;
 	sc_fix_next(j);
 }
@@ -776,19 +889,21 @@ static void sc_piece_fetch(void *arg);
 static void sc_fix_end(struct sc_job *j, int err)
 {
 	struct sc_fix *f = &j->fix[j->i_fix];
+	char idb[48];
 
+	sc_id_str(f->chunk, idb, sizeof(idb));
 	if (err)
 		ZL_LOG_WARN("storage",
-			    "scrub repair failed: vol=%s chunk=%" PRIu64 " member=%s reason=%s "
+			    "scrub repair failed: vol=%s chunk=%s member=%s reason=%s "
 			    "source=%s err=%s (the copy stays bad: run the scrub again)",
-			    j->vid, f->chunk, j->m[f->target].node, f->reason, j->m[f->source].node,
+			    j->vid, idb, j->m[f->target].node, f->reason, j->m[f->source].node,
 			    zl_errname(err));
 	else {
 		j->res.repaired++;
 		ZL_LOG_WARN("storage",
-			    "scrub repaired vol=%s chunk=%" PRIu64 " member=%s reason=%s "
+			    "scrub repaired vol=%s chunk=%s member=%s reason=%s "
 			    "source=%s version=%" PRIx64,
-			    j->vid, f->chunk, j->m[f->target].node, f->reason, j->m[f->source].node,
+			    j->vid, idb, j->m[f->target].node, f->reason, j->m[f->source].node,
 			    f->version);
 	}
 	j->i_fix++;
@@ -807,9 +922,20 @@ static void sc_wait_then(struct sc_job *j, uint64_t bytes, zl_loop_cb next)
 		zl_loop_defer(j->st->loop, &j->d, next, j);
 }
 
+static void sc_installed(void *arg, int status)
+{
+	struct sc_job *j = arg;
+
+	if (sc_stop_check(j))
+		return;
+	sc_fix_end(j, status);
+}
+
 static void sc_piece_stored(struct sc_job *j, int status)
 {
+	struct sc_fix *f = &j->fix[j->i_fix];
 	uint32_t len = ZL_MIN(DG_PIECE, j->chunk_size - j->off);
+	int rc;
 
 	if (sc_stop_check(j))
 		return;
@@ -819,6 +945,13 @@ static void sc_piece_stored(struct sc_job *j, int status)
 	}
 	j->res.bytes_read += len;
 	j->off += len;
+	if (j->off >= j->chunk_size && f->install) {
+		/* Our own clone, rebuilt after its delete: a clone again. */
+		rc = zl_chunk_snap_install(j->st->chunks, j->vol, f->chunk, f->lo, sc_installed, j);
+		if (rc)
+			sc_fix_end(j, rc);
+		return;
+	}
 	if (j->off >= j->chunk_size) {
 		sc_fix_end(j, 0);
 		return;
@@ -866,6 +999,10 @@ static void sc_piece_store(struct sc_job *j)
 		j->rhdr.slice_ver = j->row_ver;
 		j->rhdr.epoch = j->epoch;
 		j->rhdr.aux = f->version;
+		if (f->chunk >> ZL_CHUNK_IDX_BITS) { /* a clone: its lo goes along */
+			j->rhdr.flags = ZL_WF_SEQ;
+			j->rhdr.snap_seq = f->lo;
+		}
 		rc = zl_storage_fwd_request(j->st->fwd, j->m[f->target].node, &j->rhdr, j->pbuf,
 					     len, NULL, 0, sc_remote_stored, j);
 	}
@@ -927,6 +1064,12 @@ static void sc_piece_fetch(void *arg)
 		j->rhdr.flags = ZL_WF_ANY;
 		j->rhdr.vol_id = j->vol;
 		j->rhdr.chunk = f->chunk;
+		if (f->chunk >> ZL_CHUNK_IDX_BITS) {
+			/* A clone is read as its snapshot (its hi) holds the chunk. */
+			j->rhdr.flags |= ZL_WF_SEQ;
+			j->rhdr.snap_seq = (uint32_t)(f->chunk >> ZL_CHUNK_IDX_BITS);
+			j->rhdr.chunk = zl_chunk_id_base(f->chunk);
+		}
 		j->rhdr.offset = j->off;
 		j->rhdr.length = len;
 		j->rhdr.slice_ver = j->row_ver;

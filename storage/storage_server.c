@@ -747,22 +747,27 @@ static void srv_clone_pushed(void *arg, int status)
 		req_reply_free(r, rc, 0);
 }
 
-/* CHUNK_PUSH of a clone chunk (ZL_WF_SEQ, snap_seq = its lo) on a member
- * that is not IN_SYNC (recovery, docs/SNAPSHOTS.md §2): the first piece
- * removes the member's copy of that clone (its primary found it missing or
- * of another version), the pieces rewrite it, the last one makes it a
- * clone again (zl_chunk_snap_install). */
+/* CHUNK_PUSH of a clone chunk (ZL_WF_SEQ, snap_seq = its lo,
+ * docs/SNAPSHOTS.md §2): the first piece removes the member's copy of that
+ * file (its primary found the clone missing or of another version), the
+ * pieces rewrite it, the last one makes it a clone again
+ * (zl_chunk_snap_install). With ZL_PUSH_REPLACE to a member that is not
+ * IN_SYNC (recovery) always; else (peering, scrub) only while the member
+ * holds no clone of that id: a clone it holds is replaced only after a
+ * CHUNK_DELETE of it. */
 static void srv_clone_push_exec(struct storage_req *r)
 {
 	struct zl_storage *st = r->st;
 	const struct zl_wire_hdr *h = &r->req;
 	bool last = (uint64_t)h->offset + h->length == r->chunk_size;
+	uint32_t hi = (uint32_t)(h->chunk >> ZL_CHUNK_IDX_BITS);
 	int rc = 0;
 
-	if (!(h->chunk >> ZL_CHUNK_IDX_BITS) || h->snap_seq >= h->chunk >> ZL_CHUNK_IDX_BITS)
+	if (!hi || h->snap_seq >= hi)
 		rc = -ZL_ERR_INVAL;
-	else if (h->subop != ZL_PUSH_REPLACE || !srv_push_may_replace(r))
-		rc = -ZL_ERR_CONFLICT; /* an IN_SYNC member's clones are its own */
+	else if (!srv_push_may_replace(r) &&
+		 zl_chunk_snap_id(st->chunks, h->vol_id, zl_chunk_id_base(h->chunk), hi) == h->chunk)
+		rc = -ZL_ERR_CONFLICT;
 	if (!rc && !h->offset)
 		rc = zl_chunk_delete(st->chunks, h->vol_id, h->chunk);
 	if (!rc)

@@ -538,6 +538,25 @@ static int volume_mark_deleting(struct zl_client *c, struct zl_volume *v)
 	return rc;
 }
 
+/* Undoes volume_mark_deleting of a volume whose removal was refused
+ * (best effort: a record changed meanwhile is left to the next try). */
+static void volume_unmark_deleting(struct zl_client *c, struct zl_volume *v)
+{
+	struct zl_volume now = {0};
+
+	if (zl_meta_volume_get(c->etcd, c->prefix, v->id, &now))
+		return;
+	if (!strcmp(now.state, "deleting")) {
+		snprintf(now.state, sizeof(now.state), "ready");
+		if (zl_meta_volume_update(c->etcd, c->prefix, &now))
+			ZL_LOG_WARN(CLIENT_LOG,
+				    "vol=%s stays marked deleting after a refused removal: run "
+				    "zl volume rm again once its clones are flattened",
+				    v->id);
+	}
+	zl_volume_fini(&now);
+}
+
 /* Asks every live node to drop its replicas of v (VOLUME_DELETE) and clears
  * the tombstone of each placement node that did; the others keep theirs and
  * remove the replicas when they are back. Counts into info. */
@@ -600,6 +619,7 @@ int zl_client_volume_remove(struct zl_client *c, const char *name_or_id, bool fo
 {
 	struct zl_client_delete_info local;
 	struct zl_volume v;
+	char what[300];
 	int rc = -ZL_ERR_CONFLICT;
 
 	if (!c || !name_or_id)
@@ -614,6 +634,13 @@ int zl_client_volume_remove(struct zl_client *c, const char *name_or_id, bool fo
 		rc = zl_meta_volume_lookup(c->etcd, c->prefix, name_or_id, &v);
 		if (rc)
 			return rc;
+		/* Clones read its data: not even with force (the delete
+		 * transaction compares it too). */
+		snprintf(what, sizeof(what), "volume %s", v.name);
+		rc = zl_meta_clone_refusal(c->etcd, c->prefix, v.id, 0, what, info->dependants,
+					   sizeof(info->dependants));
+		if (rc)
+			break;
 		if (!force) {
 			rc = zl_meta_attachment_get(c->etcd, c->prefix, v.id, info->attached_node,
 						    sizeof(info->attached_node));
@@ -635,8 +662,16 @@ int zl_client_volume_remove(struct zl_client *c, const char *name_or_id, bool fo
 		rc = volume_mark_deleting(c, &v);
 		if (!rc)
 			rc = zl_meta_volume_remove(c->etcd, c->prefix, &v, force);
+		if (rc == -ZL_ERR_BUSY &&
+		    zl_meta_clone_refusal(c->etcd, c->prefix, v.id, 0, what, info->dependants,
+					  sizeof(info->dependants)) == -ZL_ERR_BUSY) {
+			/* A clone appeared after the look: the volume stays. */
+			volume_unmark_deleting(c, &v);
+			break;
+		}
 	}
-	if (rc == -ZL_ERR_BUSY && !info->attached_node[0] && !info->snapshots)
+	if (rc == -ZL_ERR_BUSY && !info->attached_node[0] && !info->snapshots &&
+	    !info->dependants[0])
 		zl_meta_attachment_get(c->etcd, c->prefix, v.id, info->attached_node,
 				       sizeof(info->attached_node));
 	if (rc) {

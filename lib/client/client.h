@@ -202,6 +202,9 @@ struct zl_client_delete_info {
 	uint32_t nodes_pending;		    /* down or failing: they remove them when back */
 	char pending_node[ZL_NODE_ID_MAX];  /* the first of those */
 	uint32_t snapshots;		    /* -ZL_ERR_BUSY: snapshots the volume holds */
+	/* -ZL_ERR_BUSY: clones read through the volume (zl_meta_clone_refusal:
+	 * names them and says to flatten them); "" when not why. */
+	char dependants[1024];
 };
 
 /* Deletes a volume (by id or name) even while storage nodes are down: the
@@ -212,6 +215,8 @@ struct zl_client_delete_info {
  * with an attachment record, or with snapshots (whose data are its clone
  * chunks, docs/SNAPSHOTS.md §2), is refused unless force (which also
  * removes the attachment; the snapshot records stay, for `zl snapshot rm`).
+ * A volume clones read through (docs/SNAPSHOTS.md §4) is refused even with
+ * force (info->dependants says which).
  * Blocking. info (optional) tells what happened. Returns 0,
  * -ZL_ERR_NOT_FOUND, -ZL_ERR_BUSY (attached: info->attached_node; or it
  * holds info->snapshots snapshots), -ZL_ERR_CONFLICT (kept changing), or an

@@ -983,6 +983,8 @@ static json_t *etcd_cmp_json(const struct zl_etcd_cmp *c)
 				       c->value ? c->value_len : 0);
 	else if (!rc)
 		rc = etcd_json_set_i64(j, fields[c->target], c->rev);
+	if (!rc && c->range_end)
+		rc = etcd_json_set_b64(j, "range_end", c->range_end, strlen(c->range_end));
 	if (rc) {
 		json_decref(j);
 		return NULL;

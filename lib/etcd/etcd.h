@@ -103,6 +103,11 @@ struct zl_etcd_cmp {
 	int64_t rev;          /* for MOD, CREATE, VERSION */
 	const void *value;    /* for VALUE */
 	size_t value_len;
+	/* Optional: compare every key in [key, range_end) instead of key alone.
+	 * A range with no key compares as one absent key (create_revision,
+	 * mod_revision and version 0), so CREATE EQUAL 0 over a prefix's range
+	 * means "no key under the prefix" (etcd's applyCompare). */
+	const char *range_end;
 };
 
 enum zl_etcd_op_kind { ZL_ETCD_OP_PUT, ZL_ETCD_OP_DELETE, ZL_ETCD_OP_GET };

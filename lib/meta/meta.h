@@ -17,6 +17,9 @@
  *                                  the volume's writing client
  *   <prefix>snapwriters/<vol-id>   the id of the client that takes the volume's
  *                                  snapshots (zl_snapreq), on its lease
+ *   <prefix>dependants/<vol-id>/<seq>/<clone-id>  the clone's name: clone-id
+ *                                  reads through to vol-id's snapshot seq
+ *                                  (meta_clone.c)
  *
  * Records written by 0.1 (no cluster_id/incarnation in node records, no
  * term/states/incarnations/min_size in volume records) decode with the
@@ -738,5 +741,67 @@ int zl_meta_snapwriter_get(struct zl_etcd *e, const char *prefix, const char *vo
 int zl_meta_snap_take(struct zl_etcd *e, const char *prefix, const struct zl_volume *v,
 		      const char *name, uint32_t timeout_ms, struct zl_snapshot *out,
 		      bool *created, char *writer, size_t writer_len);
+
+/* ---- clones (docs/SNAPSHOTS.md §4; meta_clone.c) ----
+ *
+ * A clone is a volume whose record names a parent {vol, seq}: a chunk it
+ * has never held reads from the parent volume's snapshot seq. While it does,
+ * <prefix>dependants/<parent-vol>/<seq>/<clone-id> (value: the clone's
+ * name) exists; it is created in the clone's creation transaction and
+ * deleted in the one that removes the clone or clears its parent
+ * (flatten). Deleting a snapshot with a dependant key, or a volume with any
+ * (even with force), is refused by a compare over the keys' range in the
+ * deleting transaction: -ZL_ERR_BUSY. A clone of a volume first takes an
+ * internal snapshot of it named "clone-<new-vol-id>", dropped when the clone
+ * no longer needs it. */
+
+/* Creates clone volume spec->name (in one transaction, placed like any new
+ * volume by zl_meta_volume_create's code) of snapshot src_snap (id or
+ * name) when it is not NULL, else of volume src_vol (id or name), through an
+ * internal snapshot taken by zl_meta_snap_take (through the client serving
+ * src_vol, waited for up to timeout_ms; blocks: never on an I/O loop).
+ * spec: size 0 = the source's (the snapshot's), else at least it (rounded
+ * up to 4096); chunk_size 0 or the source's (at most ZL_WIRE_MAX_IO: a
+ * copy-up is one write); replicas 0 = the source's;
+ * other fields as zl_meta_volume_create. Idempotent by name: a clone of that
+ * name of the same source (same snapshot; any of the volume's) with the
+ * same size, chunk size and replicas is returned (*created false).
+ * Returns 0 with *out (free with zl_volume_fini), -ZL_ERR_NOT_FOUND (no
+ * such source), -ZL_ERR_EXISTS (the name belongs to another volume),
+ * -ZL_ERR_RANGE (size below the source's), -ZL_ERR_INVAL (bad argument),
+ * -ZL_ERR_BUSY (the source volume is being deleted), -ZL_ERR_TIMEOUT (the
+ * client serving src_vol did not answer in time: ask again),
+ * -ZL_ERR_NODES, -ZL_ERR_CONFLICT or an etcd error. */
+int zl_meta_clone_create(struct zl_etcd *e, const char *prefix, const struct zl_volume_spec *spec,
+			 const char *src_vol, const char *src_snap, uint32_t timeout_ms,
+			 struct zl_volume *out, bool *created);
+
+/* One dependant key. */
+struct zl_clone_dep {
+	char vol[24];	/* the parent volume's id */
+	uint32_t seq;	/* the parent snapshot's sequence */
+	char clone[24]; /* the clone's id */
+	char name[256]; /* the clone's name */
+};
+/* The clones that read through to volume vol_id (seq 0) or to its snapshot
+ * seq, sorted by key. *out malloc'd (NULL when none). 0, -ZL_ERR_INVAL,
+ * -ENOMEM or an etcd error. */
+int zl_meta_clone_dependants(struct zl_etcd *e, const char *prefix, const char *vol_id,
+			     uint32_t seq, struct zl_clone_dep **out, size_t *n);
+/* The refusal of a delete, for a user: "<what> has dependants: a, b (and N
+ * more); flatten them first (zl volume flatten NAME)" into msg (len bytes)
+ * when volume vol_id (seq 0) or its snapshot seq has dependants: returns
+ * -ZL_ERR_BUSY; 0 (msg "") when none; an etcd error. what: e.g. "volume v1"
+ * or "snapshot s1". */
+int zl_meta_clone_refusal(struct zl_etcd *e, const char *prefix, const char *vol_id, uint32_t seq,
+			  const char *what, char *msg, size_t len);
+/* Flatten's last step: clears the parent of clone vol (id or name) with a
+ * compare-and-swap of its record and deletes its dependant key in the same
+ * transaction (retried while the record changes), then drops its internal
+ * snapshot when nothing else needs it. The caller copied every chunk first.
+ * A volume without parent: 0, nothing done. *out (optional) gets the record
+ * as written. 0, -ZL_ERR_NOT_FOUND, -ZL_ERR_CONFLICT or an etcd error. */
+int zl_meta_clone_detach(struct zl_etcd *e, const char *prefix, const char *vol,
+			 struct zl_volume *out);
 
 #endif

@@ -83,10 +83,11 @@ int zl_meta_volume_remove(struct zl_etcd *e, const char *prefix, const struct zl
 			  bool force)
 {
 	char vkey[ZL_META_KEY_MAX], nkey[ZL_META_KEY_MAX], akey[ZL_META_KEY_MAX];
+	char dkey[ZL_META_KEY_MAX], dend[ZL_META_KEY_MAX], pkey[ZL_META_KEY_MAX];
 	char(*tkeys)[ZL_META_KEY_MAX] = NULL;
 	const char *nodes[META_TOMB_MAX_NODES];
-	struct zl_etcd_op ops[3 + META_TOMB_MAX_NODES];
-	struct zl_etcd_cmp cmps[3];
+	struct zl_etcd_op ops[4 + META_TOMB_MAX_NODES];
+	struct zl_etcd_cmp cmps[4];
 	struct zl_etcd_kv name_kv;
 	size_t n_nodes, n_ops = 0, n_cmps = 0;
 	char *json = NULL;
@@ -99,7 +100,12 @@ int zl_meta_volume_remove(struct zl_etcd *e, const char *prefix, const struct zl
 		return -ZL_ERR_INVAL;
 	if (zl_meta_key(vkey, sizeof(vkey), prefix, "volumes", v->id) ||
 	    zl_meta_key(nkey, sizeof(nkey), prefix, "names", v->name) ||
-	    zl_meta_key(akey, sizeof(akey), prefix, "attachments", v->id))
+	    zl_meta_key(akey, sizeof(akey), prefix, "attachments", v->id) ||
+	    meta_dep_range(dkey, dend, prefix, v->id, 0))
+		return -ZL_ERR_INVAL;
+	/* pkey: a clone's own dependant key, which goes with it. */
+	if (v->parent_vol[0] &&
+	    meta_dep_key(pkey, sizeof(pkey), prefix, v->parent_vol, v->parent_seq, v->id))
 		return -ZL_ERR_INVAL;
 	n_nodes = tomb_nodes(v, nodes, ZL_ARRAY_SIZE(nodes));
 	tkeys = calloc(n_nodes ? n_nodes : 1, sizeof(*tkeys));
@@ -118,6 +124,14 @@ int zl_meta_volume_remove(struct zl_etcd *e, const char *prefix, const struct zl
 	    .key = vkey, .target = ZL_ETCD_CMP_MOD, .result = ZL_ETCD_EQUAL, .rev = v->mod_rev};
 	ops[n_ops++] = (struct zl_etcd_op){.kind = ZL_ETCD_OP_DELETE, .key = vkey};
 	ops[n_ops++] = (struct zl_etcd_op){.kind = ZL_ETCD_OP_DELETE, .key = akey};
+	if (v->parent_vol[0])
+		ops[n_ops++] = (struct zl_etcd_op){.kind = ZL_ETCD_OP_DELETE, .key = pkey};
+	/* No clone reads through it, force or not: its data is theirs too. */
+	cmps[n_cmps++] = (struct zl_etcd_cmp){.key = dkey,
+					      .range_end = dend,
+					      .target = ZL_ETCD_CMP_CREATE,
+					      .result = ZL_ETCD_EQUAL,
+					      .rev = 0};
 	if (!force) /* no attachment appeared since the caller looked */
 		cmps[n_cmps++] = (struct zl_etcd_cmp){
 		    .key = akey, .target = ZL_ETCD_CMP_CREATE, .result = ZL_ETCD_EQUAL, .rev = 0};
@@ -153,14 +167,26 @@ int zl_meta_volume_remove(struct zl_etcd *e, const char *prefix, const struct zl
 		goto out_free;
 	}
 	if (!ok) {
-		/* Tell "attached meanwhile" from "the record changed". */
+		char what[300], msg[1024];
+
+		/* Tell "attached meanwhile" or "clones appeared" from "the
+		 * record changed". */
+		snprintf(what, sizeof(what), "volume %s", v->name);
 		ret = !force && zl_meta_attachment_get(e, prefix, v->id, NULL, 0) == 0
 			  ? -ZL_ERR_BUSY
 			  : -ZL_ERR_CONFLICT;
+		if (ret == -ZL_ERR_CONFLICT &&
+		    zl_meta_clone_refusal(e, prefix, v->id, 0, what, msg, sizeof(msg)) ==
+			-ZL_ERR_BUSY) {
+			ZL_LOG_ERR("meta", "remove volume id=%s refused: %s", v->id, msg);
+			ret = -ZL_ERR_BUSY;
+		}
 		goto out_free;
 	}
 	ZL_LOG_INFO("meta", "volume removed id=%s name=%s tombstones=%zu force=%d", v->id, v->name,
 		    n_nodes, force);
+	if (v->parent_vol[0])
+		meta_clone_release(e, prefix, v->id, v->parent_vol, v->parent_seq);
 out_free:
 	free(json);
 	free(tkeys);

@@ -133,6 +133,42 @@ int meta_record_get(struct zl_etcd *e, const char *prefix, const struct meta_rec
 int meta_record_list(struct zl_etcd *e, const char *prefix, const struct meta_record_ops *ops,
 		     void **out, size_t *n);
 
+/* What a clone adds to the creation of its volume record (meta_clone.c):
+ * the id (chosen before, to name its internal snapshot; 0 = fresh), the
+ * parent, and compares and operations of the creation's transaction (the
+ * source snapshot still exists, the dependant key). */
+#define META_EXTRA_MAX 4
+struct meta_volume_extra {
+	uint64_t num;
+	const char *parent_vol;
+	uint32_t parent_seq;
+	const struct zl_etcd_cmp *cmps;
+	size_t n_cmps;
+	const struct zl_etcd_op *ops;
+	size_t n_ops;
+	/* After a lost transaction: true when the source is gone (then
+	 * -ZL_ERR_NOT_FOUND, not another round). */
+	bool (*gone)(struct zl_etcd *e, const char *prefix, void *arg);
+	void *arg;
+};
+/* zl_meta_volume_create with x (NULL: a plain volume). A volume of the name
+ * that exists with another parent is -ZL_ERR_EXISTS. */
+int meta_volume_create(struct zl_etcd *e, const char *prefix, const struct zl_volume_spec *spec,
+		       const struct meta_volume_extra *x, struct zl_volume *out, bool *created);
+
+/* meta_clone.c: "<prefix>dependants/<vol>/<seq>/<clone>" into out. 0 or
+ * -ZL_ERR_INVAL. */
+int meta_dep_key(char *out, size_t len, const char *prefix, const char *vol, uint32_t seq,
+		 const char *clone);
+/* meta_clone.c: the range of <prefix>dependants/<vol>/ (seq 0) or of
+ * <prefix>dependants/<vol>/<seq>/ into key and end (ZL_META_KEY_MAX each). */
+int meta_dep_range(char *key, char *end, const char *prefix, const char *vol, uint32_t seq);
+/* meta_clone.c: after v (a clone) left the tree or its parent: drops the
+ * internal snapshot "clone-<v->id>" of its parent when nothing else needs it
+ * (best effort, logged). */
+void meta_clone_release(struct zl_etcd *e, const char *prefix, const char *clone_id,
+			const char *parent_vol, uint32_t parent_seq);
+
 /* meta_snap.c: zl_meta_snap_create; with unserved, the transaction also
  * requires that no client serves the volume (no snapwriters/<vol> key) and
  * answers -EAGAIN when one appeared (meta_snap_take.c then asks it). */

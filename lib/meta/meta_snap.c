@@ -388,13 +388,32 @@ static void meta_snaps_remove(struct zl_volume *v, uint32_t seq)
 	v->n_snaps = k;
 }
 
-/* One attempt of a delete: 0, -ZL_ERR_CONFLICT (again) or an error. */
+/* Why a delete transaction failed: -ZL_ERR_BUSY (logged with the
+ * dependants) when clones read through the snapshot, else -ZL_ERR_CONFLICT
+ * (again). */
+static int meta_snap_refusal(struct zl_etcd *e, const char *prefix, const struct zl_snapshot *s)
+{
+	char what[300], msg[1024];
+	int ret;
+
+	snprintf(what, sizeof(what), "snapshot %s", s->name);
+	ret = zl_meta_clone_refusal(e, prefix, s->vol, s->seq, what, msg, sizeof(msg));
+	if (ret == -ZL_ERR_BUSY) {
+		ZL_LOG_ERR("meta", "delete snapshot id=%s refused: %s", s->id, msg);
+		return ret;
+	}
+	return -ZL_ERR_CONFLICT;
+}
+
+/* One attempt of a delete: 0, -ZL_ERR_CONFLICT (again), -ZL_ERR_BUSY (clones
+ * depend on it) or an error. */
 static int meta_snap_delete_once(struct zl_etcd *e, const char *prefix,
 				 const struct zl_snapshot *s)
 {
 	char vkey[ZL_META_KEY_MAX], skey[ZL_META_KEY_MAX], nkey[ZL_META_KEY_MAX];
+	char dkey[ZL_META_KEY_MAX], dend[ZL_META_KEY_MAX];
 	struct zl_volume v = {0};
-	struct zl_etcd_cmp cmps[2];
+	struct zl_etcd_cmp cmps[3];
 	struct zl_etcd_op ops[3];
 	size_t n_cmps = 0, n_ops = 0;
 	char *vjson = NULL;
@@ -403,7 +422,8 @@ static int meta_snap_delete_once(struct zl_etcd *e, const char *prefix,
 
 	if (zl_meta_key(vkey, sizeof(vkey), prefix, "volumes", s->vol) ||
 	    zl_meta_key(skey, sizeof(skey), prefix, "snapshots", s->id) ||
-	    zl_meta_key(nkey, sizeof(nkey), prefix, "snapnames", s->name))
+	    zl_meta_key(nkey, sizeof(nkey), prefix, "snapnames", s->name) ||
+	    meta_dep_range(dkey, dend, prefix, s->vol, s->seq))
 		return -ZL_ERR_INVAL;
 	ret = zl_meta_volume_get(e, prefix, s->vol, &v);
 	if (ret && ret != -ZL_ERR_NOT_FOUND)
@@ -430,6 +450,12 @@ static int meta_snap_delete_once(struct zl_etcd *e, const char *prefix,
 						   .value = vjson,
 						   .value_len = strlen(vjson)};
 	}
+	/* No clone reads through it (docs/SNAPSHOTS.md §4). */
+	cmps[n_cmps++] = (struct zl_etcd_cmp){.key = dkey,
+					      .range_end = dend,
+					      .target = ZL_ETCD_CMP_CREATE,
+					      .result = ZL_ETCD_EQUAL,
+					      .rev = 0};
 	ops[n_ops++] = (struct zl_etcd_op){.kind = ZL_ETCD_OP_DELETE, .key = skey};
 	ops[n_ops++] = (struct zl_etcd_op){.kind = ZL_ETCD_OP_DELETE, .key = nkey};
 	ret = zl_etcd_txn(e, cmps, n_cmps, ops, n_ops, NULL, 0, &ok, NULL);
@@ -437,7 +463,7 @@ static int meta_snap_delete_once(struct zl_etcd *e, const char *prefix,
 		ZL_LOG_ERR("meta", "delete snapshot id=%s failed err=%s detail=\"%s\"", s->id,
 			   zl_errname(ret), zl_etcd_last_error());
 	else if (!ok)
-		ret = -ZL_ERR_CONFLICT;
+		ret = meta_snap_refusal(e, prefix, s);
 	else
 		ZL_LOG_INFO("meta", "snapshot deleted id=%s name=%s vol=%s seq=%u", s->id,
 			    s->name, s->vol, s->seq);

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -212,8 +213,10 @@ static void meta_nodes_drop_failed(struct zl_etcd *e, const char *prefix,
 	free(st);
 }
 
-/* Chooses a fresh id and the placement over the live nodes. */
-static int meta_volume_place(struct zl_etcd *e, const char *prefix, struct zl_volume *v)
+/* Chooses the id (num, or a fresh one when 0) and the placement over the
+ * live nodes. */
+static int meta_volume_place(struct zl_etcd *e, const char *prefix, struct zl_volume *v,
+			     uint64_t num)
 {
 	struct zl_node_info *nodes = NULL;
 	struct zl_place_node *pn = NULL;
@@ -222,7 +225,7 @@ static int meta_volume_place(struct zl_etcd *e, const char *prefix, struct zl_vo
 	int ret;
 
 	zl_volume_fini(v);
-	v->num = zl_random_u64();
+	v->num = num ? num : zl_random_u64();
 	zl_vol_id_format(v->num, v->id);
 
 	ret = zl_meta_node_list(e, prefix, &nodes, &n_nodes);
@@ -301,12 +304,23 @@ static int meta_volume_existing(struct zl_volume *existing, const struct zl_volu
 int zl_meta_volume_create(struct zl_etcd *e, const char *prefix, const struct zl_volume_spec *spec,
 			  struct zl_volume *out, bool *created)
 {
+	return meta_volume_create(e, prefix, spec, NULL, out, created);
+}
+
+int meta_volume_create(struct zl_etcd *e, const char *prefix, const struct zl_volume_spec *spec,
+		       const struct meta_volume_extra *x, struct zl_volume *out, bool *created)
+{
 	struct zl_volume v = {0};
 	char vkey[ZL_META_KEY_MAX], nkey[ZL_META_KEY_MAX];
+	struct zl_etcd_cmp cmps[2 + META_EXTRA_MAX];
+	struct zl_etcd_op ops[2 + META_EXTRA_MAX];
+	size_t n_cmps, n_ops;
 	int ret;
 
 	if (created)
 		*created = false;
+	if (x && (x->n_cmps > META_EXTRA_MAX || x->n_ops > META_EXTRA_MAX))
+		return -ZL_ERR_INVAL;
 	ret = meta_spec_apply(spec, &v);
 	if (ret)
 		return ret;
@@ -322,6 +336,16 @@ int zl_meta_volume_create(struct zl_etcd *e, const char *prefix, const struct zl
 
 		ret = meta_volume_by_name(e, prefix, v.name, &existing);
 		if (ret == 0) {
+			if (x && strcmp(existing.parent_vol, x->parent_vol)) {
+				ZL_LOG_INFO("meta",
+					    "volume name=%s exists as id=%s with parent=\"%s\"; "
+					    "requested a clone of %s",
+					    existing.name, existing.id, existing.parent_vol,
+					    x->parent_vol);
+				zl_volume_fini(&existing);
+				zl_volume_fini(&v);
+				return -ZL_ERR_EXISTS;
+			}
 			ret =
 			    meta_volume_existing(&existing, &v, spec->min_size != 0, out, created);
 			zl_volume_fini(&v);
@@ -330,10 +354,14 @@ int zl_meta_volume_create(struct zl_etcd *e, const char *prefix, const struct zl
 		if (ret != -ZL_ERR_NOT_FOUND)
 			goto out_fini;
 
-		ret = meta_volume_place(e, prefix, &v);
+		ret = meta_volume_place(e, prefix, &v, x ? x->num : 0);
 		if (ret)
 			goto out_fini;
 		v.created = zl_wall_sec();
+		if (x) {
+			snprintf(v.parent_vol, sizeof(v.parent_vol), "%s", x->parent_vol);
+			v.parent_seq = x->parent_seq;
+		}
 		ret = zl_meta_key(vkey, sizeof(vkey), prefix, "volumes", v.id);
 		if (ret)
 			goto out_fini;
@@ -345,15 +373,21 @@ int zl_meta_volume_create(struct zl_etcd *e, const char *prefix, const struct zl
 
 		/* The name must be new; the random id too (a collision of 64
 		 * random bits is unlikely, but cheap to rule out). */
-		const struct zl_etcd_cmp cmps[2] = {
-		    {.key = nkey, .target = ZL_ETCD_CMP_CREATE, .result = ZL_ETCD_EQUAL, .rev = 0},
-		    {.key = vkey, .target = ZL_ETCD_CMP_CREATE, .result = ZL_ETCD_EQUAL, .rev = 0},
-		};
-		const struct zl_etcd_op ops[2] = {
-		    {.kind = ZL_ETCD_OP_PUT, .key = vkey, .value = json, .value_len = strlen(json)},
-		    {.kind = ZL_ETCD_OP_PUT, .key = nkey, .value = v.id, .value_len = strlen(v.id)},
-		};
-		ret = zl_etcd_txn(e, cmps, 2, ops, 2, NULL, 0, &ok, &res);
+		cmps[0] = (struct zl_etcd_cmp){
+		    .key = nkey, .target = ZL_ETCD_CMP_CREATE, .result = ZL_ETCD_EQUAL, .rev = 0};
+		cmps[1] = (struct zl_etcd_cmp){
+		    .key = vkey, .target = ZL_ETCD_CMP_CREATE, .result = ZL_ETCD_EQUAL, .rev = 0};
+		ops[0] = (struct zl_etcd_op){
+		    .kind = ZL_ETCD_OP_PUT, .key = vkey, .value = json, .value_len = strlen(json)};
+		ops[1] = (struct zl_etcd_op){
+		    .kind = ZL_ETCD_OP_PUT, .key = nkey, .value = v.id, .value_len = strlen(v.id)};
+		n_cmps = n_ops = 2;
+		/* A clone's: its source still exists, its dependant key. */
+		for (size_t i = 0; x && i < x->n_cmps; i++)
+			cmps[n_cmps++] = x->cmps[i];
+		for (size_t i = 0; x && i < x->n_ops; i++)
+			ops[n_ops++] = x->ops[i];
+		ret = zl_etcd_txn(e, cmps, n_cmps, ops, n_ops, NULL, 0, &ok, &res);
 		free(json);
 		if (ret) {
 			ZL_LOG_ERR("meta",
@@ -375,6 +409,10 @@ int zl_meta_volume_create(struct zl_etcd *e, const char *prefix, const struct zl
 			return 0;
 		}
 		zl_etcd_txn_result_fini(&res);
+		if (x && x->gone && x->gone(e, prefix, x->arg)) {
+			ret = -ZL_ERR_NOT_FOUND;
+			goto out_fini;
+		}
 		/* Lost a race on the name (or drew a used id): look again. */
 		ZL_LOG_DEBUG("meta", "create volume name=%s: transaction lost attempt=%d", v.name,
 			     attempt);

@@ -344,10 +344,21 @@ def test_create_errors(t):
     expect_code(E, mk(name="e1", volume_capabilities=good,
                       parameters={"replicas": "2", "minSize": "3"}),
                 C.INVALID_ARGUMENT, "minSize")
+    VCS = pb.VolumeContentSource
+    for sid in ("s1", "snap-00000000000000ff"):
+        expect_code(E, mk(name="e1", volume_capabilities=good,
+                          volume_content_source=VCS(snapshot=VCS.SnapshotSource(snapshot_id=sid))),
+                    C.NOT_FOUND, "snapshot", sid)
+    for vid in ("v1", "vol-00000000000000ff"):
+        expect_code(E, mk(name="e1", volume_capabilities=good,
+                          volume_content_source=VCS(volume=VCS.VolumeSource(volume_id=vid))),
+                    C.NOT_FOUND, "volume", vid)
     expect_code(E, mk(name="e1", volume_capabilities=good,
-                      volume_content_source=pb.VolumeContentSource(
-                          snapshot=pb.VolumeContentSource.SnapshotSource(snapshot_id="s1"))),
+                      volume_content_source=VCS(snapshot=VCS.SnapshotSource())),
+                C.INVALID_ARGUMENT, "snapshot_id")
+    expect_code(E, mk(name="e1", volume_capabilities=good, volume_content_source=VCS()),
                 C.INVALID_ARGUMENT, "volume_content_source")
+    check(etcd_get(PREFIX + "names/e1") is None, "a refused clone left names/e1")
     expect_code(E, mk(name="e1", volume_capabilities=good,
                       capacity_range=cr(required_bytes=2 * MiB, limit_bytes=MiB)),
                 C.OUT_OF_RANGE, "limit_bytes")
@@ -804,6 +815,74 @@ def test_snapshots(t, vid):
         "pages, DeleteVolume refused while they exist, delete idempotent)")
 
 
+def test_clones(t, vid):
+    """CreateVolume with a snapshot or a volume as its content source
+    (docs/SNAPSHOTS.md §4): the clone's record names its parent, the
+    dependant keys hold the sources, the response echoes the source; size
+    at least the source's; idempotent; ALREADY_EXISTS for the name with
+    another source; the sources cannot be deleted while clones depend on
+    them (FAILED_PRECONDITION naming the clone)."""
+    pb, C = t.pb, t.grpc.StatusCode
+    CV, VCS = t.ctl.CreateVolume, pb.VolumeContentSource
+    src = t.ctl.CreateVolume(pb.CreateVolumeRequest(
+        name="pvc-clone-src", capacity_range=pb.CapacityRange(required_bytes=4 * MiB),
+        volume_capabilities=[cap(pb)]), timeout=30).volume.volume_id
+    snap = twice(t.ctl.CreateSnapshot, pb.CreateSnapshotRequest(
+        name="vs-clone", source_volume_id=src)).snapshot.snapshot_id
+    from_snap = VCS(snapshot=VCS.SnapshotSource(snapshot_id=snap))
+    from_vol = VCS(volume=VCS.VolumeSource(volume_id=src))
+
+    def mk(name, source, size=0, limit=0):
+        return pb.CreateVolumeRequest(
+            name=name, volume_capabilities=[cap(pb)], volume_content_source=source,
+            capacity_range=pb.CapacityRange(required_bytes=size, limit_bytes=limit)
+            if size or limit else None)
+    # The source's size when none is asked; larger when asked.
+    a = twice(CV, mk("pvc-clone-a", from_snap)).volume
+    check(a.capacity_bytes == 4 * MiB and a.content_source.snapshot.snapshot_id == snap,
+          "clone of a snapshot: %s" % a)
+    b = twice(CV, mk("pvc-clone-b", from_vol, size=8 * MiB)).volume
+    check(b.capacity_bytes == 8 * MiB and b.content_source.volume.volume_id == src,
+          "clone of a volume: %s" % b)
+    ra = json.loads(etcd_get(PREFIX + "volumes/" + a.volume_id)["value"])
+    rb = json.loads(etcd_get(PREFIX + "volumes/" + b.volume_id)["value"])
+    check(ra.get("parent", {}).get("vol") == src and ra["parent"].get("seq") == 1 and
+          rb.get("parent", {}).get("vol") == src and rb["parent"].get("seq") == 2,
+          "clone parents: %s %s" % (ra.get("parent"), rb.get("parent")))
+    deps = sorted(kv["key"] for kv in etcd_range(PREFIX + "dependants/" + src + "/", True))
+    check(deps == sorted(["%sdependants/%s/1/%s" % (PREFIX, src, a.volume_id),
+                          "%sdependants/%s/2/%s" % (PREFIX, src, b.volume_id)]),
+          "dependant keys %s" % deps)
+    # Refusals: smaller than the source, a limit below it, the name taken by
+    # another source or by a plain volume request; nothing is created.
+    expect_code(CV, mk("pvc-clone-c", from_snap, size=2 * MiB), C.OUT_OF_RANGE, "source")
+    expect_code(CV, mk("pvc-clone-c", from_vol, limit=2 * MiB), C.OUT_OF_RANGE, "limit_bytes")
+    check(etcd_get(PREFIX + "names/pvc-clone-c") is None, "a refused clone left its name")
+    expect_code(CV, mk("pvc-clone-a", from_vol), C.ALREADY_EXISTS, "pvc-clone-a")
+    expect_code(CV, pb.CreateVolumeRequest(name="pvc-clone-a", volume_capabilities=[cap(pb)],
+                                           capacity_range=pb.CapacityRange(
+                                               required_bytes=4 * MiB)),
+                C.ALREADY_EXISTS, "clone")
+    # The sources stay while clones read through them.
+    expect_code(t.ctl.DeleteSnapshot, pb.DeleteSnapshotRequest(snapshot_id=snap),
+                C.FAILED_PRECONDITION, "pvc-clone-a", "flatten")
+    expect_code(t.ctl.DeleteVolume, pb.DeleteVolumeRequest(volume_id=src),
+                C.FAILED_PRECONDITION, "flatten")
+    check(etcd_get(PREFIX + "snapshots/" + snap) is not None, "refused delete removed the snapshot")
+    # The clones go first, then the sources can.
+    for v in (a.volume_id, b.volume_id):
+        twice(t.ctl.DeleteVolume, pb.DeleteVolumeRequest(volume_id=v))
+    check(not etcd_range(PREFIX + "dependants/", True), "dependant keys left: %s"
+          % etcd_range(PREFIX + "dependants/", True))
+    twice(t.ctl.DeleteSnapshot, pb.DeleteSnapshotRequest(snapshot_id=snap))
+    twice(t.ctl.DeleteVolume, pb.DeleteVolumeRequest(volume_id=src))
+    check(not etcd_range(PREFIX + "snapshots/", True),
+          "snapshots left (the volume clone's internal one?): %s"
+          % etcd_range(PREFIX + "snapshots/", True))
+    log("clones: ok (from a snapshot and a volume, sizes, parents and dependants, "
+        "OUT_OF_RANGE, ALREADY_EXISTS, sources kept while clones depend on them)")
+
+
 def test_delete(t, vid):
     pb, C = t.pb, t.grpc.StatusCode
     D = t.ctl.DeleteVolume
@@ -1048,6 +1127,7 @@ def main():
     test_expand_getvolume(t, vid)
     test_modify(t, vid)
     test_snapshots(t, vid)
+    test_clones(t, vid)
     test_delete(t, vid)
     test_gc(t)
     test_no_nodes()

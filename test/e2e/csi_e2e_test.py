@@ -301,8 +301,12 @@ def usage(resp, unit):
     fail("no usage with unit %s in %s" % (unit, resp))
 
 
-def expand(node, vol, path, size, block):
-    cap = block_cap() if block else mount_cap()
+def fs_bytes(path):
+    st = os.statvfs(path)
+    return st.f_blocks * st.f_frsize
+
+
+def ctrl_expand(vol, size, cap):
     r = twice(ctrl.controller.ControllerExpandVolume,
               pb.ControllerExpandVolumeRequest(volume_id=vol,
                                                capacity_range=pb.CapacityRange(required_bytes=size),
@@ -310,6 +314,12 @@ def expand(node, vol, path, size, block):
               "ControllerExpand")
     if r.capacity_bytes < size:
         fail("ControllerExpand gave %d < %d" % (r.capacity_bytes, size))
+    return r
+
+
+def expand(node, vol, path, size, block):
+    cap = block_cap() if block else mount_cap()
+    r = ctrl_expand(vol, size, cap)
     if r.node_expansion_required == block:
         fail("node_expansion_required=%s for a %s volume" % (r.node_expansion_required,
                                                               "block" if block else "mount"))
@@ -691,22 +701,33 @@ def test_filesystem(n1, n2, fs, size, grow_to, kill9):
             s.volume_condition.abnormal:
         fail("NodeGetVolumeStats after writing 24 MiB: %s" % s)
     log("wrote %d files through %s on %s; stats ok" % (len(sums), target, n1.node_id))
+    fs_small = fs_bytes(target)
     unpublish_unstage(n1, vol, staging, target)
     ctrl_unpublish(vol, n1)
 
+    # Grown while unstaged (as a clone larger than its source is made): the
+    # next stage makes the file system fill the volume (ext4 offline, before
+    # the mount, so without CAP_SYS_RESOURCE; xfs once mounted).
+    cur = size + 64 * MiB
+    ctrl_expand(vol, cur, cap)
     if kill9:
         concurrent_ops(n2, vol, ctrl_publish(vol, n2, cap))
     pctx = ctrl_publish(vol, n2, cap)
     staging, target = stage_publish(n2, vol, cap, pctx, fs)
     check_files(target, sums)
-    log("files intact on %s" % n2.node_id)
+    fs_staged = fs_bytes(target)
+    if fs_staged < fs_small + 48 * MiB:
+        fail("%s of %d MiB on a volume grown to %d MiB while unstaged was staged at %d MiB"
+             % (fs, fs_small // MiB, cur // MiB, fs_staged // MiB))
+    log("files intact on %s; %s grown on stage %d -> %d MiB"
+        % (n2.node_id, fs, fs_small // MiB, fs_staged // MiB))
 
     if grow_to:
         before = os.statvfs(target)
         expand(n2, vol, target, grow_to, block=False)
         after = os.statvfs(target)
         if after.f_blocks * after.f_frsize < before.f_blocks * before.f_frsize + \
-                (grow_to - size) * 3 // 4:
+                (grow_to - cur) * 3 // 4:
             fail("filesystem did not grow: %d -> %d bytes"
                  % (before.f_blocks * before.f_frsize, after.f_blocks * after.f_frsize))
         s = stats(n2, vol, target)
@@ -714,7 +735,7 @@ def test_filesystem(n1, n2, fs, size, grow_to, kill9):
             fail("NodeGetVolumeStats after expansion: %s" % s)
         check_files(target, sums)
         log("online expansion of %s %d -> %d MiB: filesystem %d -> %d MiB"
-            % (fs, size // MiB, grow_to // MiB, before.f_blocks * before.f_frsize // MiB,
+            % (fs, cur // MiB, grow_to // MiB, before.f_blocks * before.f_frsize // MiB,
                after.f_blocks * after.f_frsize // MiB))
     else:
         log("no CAP_SYS_RESOURCE here: online resize2fs is not possible, %s expansion "

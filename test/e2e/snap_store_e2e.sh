@@ -197,4 +197,120 @@ rc=0
 [ "$rc" = 1 ] && grep -q "has no snapshot '1'" "$CL_DIR/verify.out" ||
 	fail "verify --snapshot 1 (deleted) exited $rc: $(cat "$CL_DIR/verify.out")"
 echo "$T: the damaged clone: verify names snapshot 2, chunk 0 and $bk, exit 1 (also --snapshot 2 --json)"
+
+# Scrub covers clone chunks: the damaged clone is found among the replicas
+# that hold it, rewritten from a good one (made a clone again on $bk) and
+# counted with the chunks (chunk 0 and its clone: 2 checked).
+"$ZL" volume scrub svol --json >"$CL_DIR/scrub.json" 2>"$CL_DIR/scrub.err" ||
+	fail "scrub with a damaged clone: $(cat "$CL_DIR/scrub.json" "$CL_DIR/scrub.err")"
+grep -q '"chunks_checked":2,"bad_found":1,"repaired":1,' "$CL_DIR/scrub.json" ||
+	fail "scrub totals with a damaged clone: $(cat "$CL_DIR/scrub.json")"
+grep -q "scrub repaired vol=$vid chunk=0 clone=2 member=$bk reason=crc " "$CL_DIR"/storage-*/log ||
+	fail "no 'scrub repaired' line for the clone of chunk 0 on $bk"
+check_all 2 d1 d3
+"$ZL" volume verify svol >"$CL_DIR/verify.out" 2>&1 || fail "verify after the scrub: $(cat "$CL_DIR/verify.out")"
+echo "$T: scrub repaired the damaged clone on $bk; every replica reads snapshot 2 again, verify clean"
+
+# Peering (docs/SNAPSHOTS.md §2): snapshot 3 exists, backup X is killed -9
+# and chunks 0 and 1 are rewritten at sequence 3: the primary and backup Y
+# clone them and apply the writes, X never sees them, and the primary is
+# killed -9 with the writes in flight. The rows are ordered so that X leads
+# slice 0 afterwards (it lacks the winning copy and its clone: it pulls
+# both) and Y slice 1 (it holds them: it pushes both to X). Pass: every
+# in-sync replica reads snapshots 2 and 3 and the live chunks as written,
+# holds the same clone files, and verify is clean; then the old primary
+# recovers and all three agree.
+[ "$(hl_etcd rows "$vid" | wc -l)" -ge 2 ] || fail "svol has a single slice: no slice 1"
+head -c $CHUNK /dev/urandom >"$CL_DIR/e1"
+head -c $CHUNK /dev/urandom >"$CL_DIR/d4"
+head -c $CHUNK /dev/urandom >"$CL_DIR/e2"
+X=$bk
+Y=$(hl_etcd rows "$vid" | awk '$1 == 0' | tr ' ' '\n' | awk -F: -v p="$prim" -v x="$X" '$2 == "in_sync" && $1 != p && $1 != x {print $1; exit}')
+[ -n "$Y" ] || fail "no second backup in slice 0's row"
+hl_etcd order "$vid" 0 "$prim" "$X" "$Y" || fail "ordering row 0"
+hl_etcd order "$vid" 1 "$prim" "$Y" "$X" || fail "ordering row 1"
+sv1=$(hl_etcd rows "$vid" | awk '$1 == 1 {print $2}')
+expect "write e1 to chunk 1 at sequence 2" OK "$(chunk "$prim" write "$vid" 1 0 "$sv1" "$CL_DIR/e1" 10000 seq=2)"
+hl_etcd snaps "$vid" 3 2 3 || fail "setting snap_seq=3 snaps=[2,3]"
+echo "$T: killing backup $X (-9), then $prim (-9) with writes at sequence 3 in flight"
+cl_stop "storage-${X#node-}" KILL
+sv0=$(hl_etcd rows "$vid" | awk '$1 == 0 {print $2}')
+"$CL_BIN/e2e_chunk" 127.0.0.1 "$(port "$prim")" write "$vid" 0 0 "$sv0" "$CL_DIR/d4" 60000 seq=3 \
+	>"$CL_DIR/w4.out" 2>&1 &
+w4=$!
+"$CL_BIN/e2e_chunk" 127.0.0.1 "$(port "$prim")" write "$vid" 1 0 "$sv1" "$CL_DIR/e2" 60000 seq=3 \
+	>"$CL_DIR/w5.out" 2>&1 &
+w5=$!
+# clone_files NODE: the names of NODE's clone chunk files of vid.
+clone_files() {
+	find "$CL_DIR/storage-${1#node-}/data/chunks/$vid" -name '*.zlc' 2>/dev/null |
+		grep -v '/000000[0-9a-f]\{10\}\.zlc$' | sed 's|.*/||' | sort | tr '\n' ' '
+}
+for _ in $(seq 1 100); do
+	case "$(clone_files "$Y")" in *0000030000000000.zlc*0000030000000001.zlc*) break ;; esac
+	sleep 0.1
+done
+case "$(clone_files "$Y")" in *0000030000000000.zlc*0000030000000001.zlc*) ;;
+*) fail "$Y took no clones for snapshot 3 of chunks 0 and 1: $(clone_files "$Y")" ;; esac
+# The clones are durable before the writes; wait for the writes themselves.
+for _ in $(seq 1 100); do
+	chunk "$Y" read "$vid" 0 0 $CHUNK "$sv0" any "$CL_DIR/yl0" >/dev/null
+	chunk "$Y" read "$vid" 1 0 $CHUNK "$sv1" any "$CL_DIR/yl1" >/dev/null
+	cmp -s "$CL_DIR/d4" "$CL_DIR/yl0" && cmp -s "$CL_DIR/e2" "$CL_DIR/yl1" && break
+	sleep 0.1
+done
+cmp -s "$CL_DIR/d4" "$CL_DIR/yl0" && cmp -s "$CL_DIR/e2" "$CL_DIR/yl1" ||
+	fail "$Y does not hold the writes at sequence 3"
+cl_stop "storage-${prim#node-}" KILL
+wait "$w4" "$w5" || true
+cl_start_storage "${X#node-}"
+hl_etcd set "$vid" "$prim" out || fail "marking $prim out"
+wait_peered() { # wait_peered NODE SLICE PATTERN
+	for _ in $(seq 1 300); do
+		grep -q "peering vol=$vid slice=$2 term=[0-9]* $3" "$CL_DIR/storage-${1#node-}/log" && return 0
+		sleep 0.1
+	done
+	fail "$1 did not log the peering of slice $2 with '$3': $(grep "peering.*vol=$vid slice=$2 " "$CL_DIR/storage-${1#node-}/log" | tail -3)"
+}
+wait_peered "$X" 0 "members=$Y pulled=2 pushed=0"
+wait_peered "$Y" 1 "members=$X pulled=0 pushed=2"
+sv0=$(hl_etcd rows "$vid" | awk '$1 == 0 {print $2}')
+sv1=$(hl_etcd rows "$vid" | awk '$1 == 1 {print $2}')
+# check_snaps NODES...: chunk 0 reads d1 at sequence 2, d3 at 3, d4 live;
+# chunk 1 reads e1 at 3, e2 live; the same clone files everywhere.
+check_snaps() {
+	local n c seq want files0
+	files0=$(clone_files "$1")
+	for n in "$@"; do
+		for c in "0 2 d1" "0 3 d3" "0 0 d4" "1 3 e1" "1 0 e2"; do
+			set -- $c
+			if [ "$2" = 0 ]; then
+				expect "live READ ANY of chunk $1 on $n" OK \
+					"$(chunk "$n" read "$vid" "$1" 0 $CHUNK "$sv0" any "$CL_DIR/r-$n")"
+			else
+				expect "READ ANY of chunk $1 at sequence $2 on $n" OK \
+					"$(chunk "$n" read "$vid" "$1" 0 $CHUNK "$sv0" any seq="$2" "$CL_DIR/r-$n")"
+			fi
+			cmp -s "$CL_DIR/$3" "$CL_DIR/r-$n" ||
+				fail "chunk $1 read at sequence $2 (0: live) on $n is not $3"
+		done
+		[ "$(clone_files "$n")" = "$files0" ] ||
+			fail "clone files differ: $n: $(clone_files "$n"), first: $files0"
+	done
+}
+check_snaps "$X" "$Y"
+"$ZL" volume verify svol >"$CL_DIR/verify.out" 2>&1 || fail "verify after peering: $(cat "$CL_DIR/verify.out")"
+grep -q "across 2 snapshots, 0 differences" "$CL_DIR/verify.out" || fail "verify summary after peering: $(cat "$CL_DIR/verify.out")"
+echo "$T: after peering $X and $Y hold the clones of the writes at sequence 3 and read every snapshot alike"
+
+cl_start_storage "${prim#node-}"
+cl_wait_nodes 3 || fail "$prim did not register again"
+hl_etcd set "$vid" "$prim" recovering || fail "marking $prim recovering"
+got=$(hl_wait_caught_up "$vid" "$prim" "$n_slices" 60) || true
+[ "$got" -ge "$n_slices" ] || fail "only $got of $n_slices slices reported $prim CAUGHT_UP"
+hl_etcd set "$vid" "$prim" in_sync || fail "marking $prim in sync"
+sv0=$(hl_etcd rows "$vid" | awk '$1 == 0 {print $2}')
+check_snaps "$X" "$Y" "$prim"
+"$ZL" volume verify svol >"$CL_DIR/verify.out" 2>&1 || fail "verify after recovery: $(cat "$CL_DIR/verify.out")"
+echo "$T: $prim recovered: all three replicas agree on every snapshot"
 echo "$T: PASS"

@@ -5,7 +5,8 @@
  * whenever the versions differ (a newer copy is rolled back); a
  * chunk copy labels the chunk only with its last piece, so a copy cut short
  * (a crash, a restart) leaves the old version and is copied again; a
- * forwarded write of version 0 leaves the chunk's version alone. Checked on
+ * forwarded write of version 0 leaves the chunk's version alone; the clone
+ * plan makes a replica's clone chunks equal to an authority's. Checked on
  * a real chunk store under the build directory. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -211,6 +212,72 @@ static void test_push_accepts(void **state)
 	assert_false(zl_storage_push_accepts(b, b, true));
 }
 
+/* The clone plan (recovery, peering): deletions first, then copies; equal
+ * ids at equal versions are left alone. */
+static void test_clone_plan(void **state)
+{
+	uint64_t c1 = zl_chunk_clone_id(5, 1), c2 = zl_chunk_clone_id(5, 2),
+		 c3 = zl_chunk_clone_id(5, 3);
+	struct zl_storage_clone want[] = {{.id = c1, .version = 10, .lo = 0},
+					  {.id = c3, .version = 30, .lo = 2}};
+	struct zl_storage_clone have[] = {{.id = c1, .version = 10},
+					  {.id = c2, .version = 20},
+					  {.id = c3, .version = 31}};
+	struct zl_storage_clone out[8];
+	uint32_t n;
+
+	(void)state;
+	/* Equal sets: nothing. */
+	assert_int_equal(zl_storage_clone_plan(want, 2, want, 2, true, out), 0);
+	/* Nothing held: every clone copied with its version and lo. */
+	n = zl_storage_clone_plan(want, 2, NULL, 0, true, out);
+	assert_int_equal(n, 2);
+	assert_false(out[0].del);
+	assert_true(out[0].id == c1 && out[0].version == 10 && out[0].lo == 0);
+	assert_true(out[1].id == c3 && out[1].version == 30 && out[1].lo == 2);
+	/* The authority holds none: every clone deleted. */
+	n = zl_storage_clone_plan(NULL, 0, have, 3, false, out);
+	assert_int_equal(n, 3);
+	for (uint32_t i = 0; i < n; i++)
+		assert_true(out[i].del && out[i].id == have[i].id);
+	/* Recovery (not IN_SYNC): the extra c2 deleted, c3 at another version
+	 * copied over (the member replaces it at the first piece). */
+	n = zl_storage_clone_plan(want, 2, have, 3, false, out);
+	assert_int_equal(n, 2);
+	assert_true(out[0].del && out[0].id == c2);
+	assert_true(!out[1].del && out[1].id == c3 && out[1].version == 30);
+	/* Peering, scrub (IN_SYNC): c3 at another version is deleted first. */
+	n = zl_storage_clone_plan(want, 2, have, 3, true, out);
+	assert_int_equal(n, 3);
+	assert_true(out[0].del && out[0].id == c2);
+	assert_true(out[1].del && out[1].id == c3);
+	assert_true(!out[2].del && out[2].id == c3 && out[2].version == 30 && out[2].lo == 2);
+}
+
+/* A clone listed by CHUNK_VERSIONS gets the hi of the chunk's clone
+ * before it as its lo (0 for a chunk's first). */
+static void test_clone_listed(void **state)
+{
+	struct zl_storage_clone *v = NULL;
+	uint32_t n = 0, cap = 0;
+
+	(void)state;
+	assert_int_equal(zl_storage_clone_listed(&v, &n, &cap, zl_chunk_clone_id(4, 2), 7), 0);
+	assert_int_equal(zl_storage_clone_listed(&v, &n, &cap, zl_chunk_clone_id(4, 5), 8), 0);
+	assert_int_equal(zl_storage_clone_listed(&v, &n, &cap, zl_chunk_clone_id(9, 3), 9), 0);
+	for (int i = 0; i < 20; i++) /* grows */
+		assert_int_equal(
+		    zl_storage_clone_listed(&v, &n, &cap, zl_chunk_clone_id(10, 10 + i), i), 0);
+	assert_int_equal(n, 23);
+	assert_int_equal(v[0].lo, 0);
+	assert_int_equal(v[1].lo, 2);
+	assert_true(v[1].version == 8);
+	assert_int_equal(v[2].lo, 0); /* another chunk */
+	assert_int_equal(v[3].lo, 0);
+	assert_int_equal(v[22].lo, 28);
+	free(v);
+}
+
 /* A newer copy rolled back as the CHUNK_PUSH handler does with
  * ZL_PUSH_REPLACE: remove it on the first piece (a chunk's version only
  * grows), then apply the pieces (zl_storage_chunk_apply). */
@@ -265,6 +332,8 @@ int main(void)
 	    cmocka_unit_test(test_version_order),
 	    cmocka_unit_test(test_peer_winner),
 	    cmocka_unit_test(test_push_accepts),
+	    cmocka_unit_test(test_clone_plan),
+	    cmocka_unit_test(test_clone_listed),
 	    cmocka_unit_test_setup_teardown(test_replace_rolls_back, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_push_on_chunk_store, setup, teardown),
 	};
