@@ -18,6 +18,8 @@
 #                       path really ran over RDMA (logs, zl status, and the
 #                       daemons' RDMA connection counters in /metrics)
 #   ZL_E2E_BYTES        verified random writes (default 256M)
+#   ZL_E2E_VOLUME_SIZE  size of the volume in MiB, "NM" (default 512M); e2e_io
+#                       reads all of it back after each of its phases
 #   ZL_E2E_HEAL_TIMEOUT seconds the restarted daemon has to be in sync in
 #                       every row again (default 300)
 set -euo pipefail
@@ -44,10 +46,12 @@ for i in 1 2 3; do
 done
 cl_wait_nodes 3 || fail "cluster did not start"
 
-"$ZL" volume create e2e --size 512M --replicas 3 || fail "volume create"
+vsize=${ZL_E2E_VOLUME_SIZE:-512M}
+[[ $vsize =~ ^[1-9][0-9]*M$ ]] || { echo "cluster_e2e: ZL_E2E_VOLUME_SIZE is NM, not '$vsize'" >&2; exit 1; }
+"$ZL" volume create e2e --size "$vsize" --replicas 3 || fail "volume create"
 # Idempotent create: same name and size is the same volume; another size is refused.
-"$ZL" volume create e2e --size 512M --replicas 3 || fail "repeated create with the same size must succeed"
-if "$ZL" volume create e2e --size 1G --replicas 3 2>"$CL_DIR/err"; then fail "create with another size must fail"; fi
+"$ZL" volume create e2e --size "$vsize" --replicas 3 || fail "repeated create with the same size must succeed"
+if "$ZL" volume create e2e --size "$((${vsize%M} * 2))M" --replicas 3 2>"$CL_DIR/err"; then fail "create with another size must fail"; fi
 grep -qi "exists" "$CL_DIR/err" || fail "different-size create did not say 'already exists': $(cat "$CL_DIR/err")"
 "$ZL" volume inspect e2e >"$CL_DIR/inspect" || fail "inspect"
 

@@ -39,6 +39,7 @@ vm_host_pkgs=(
 	qemu-system-x86:/usr/bin/qemu-system-x86_64
 	kmod:/usr/bin/kmod
 	xz-utils:/usr/bin/xz
+	zstd:/usr/bin/zstd
 	iproute2:/usr/bin/rdma
 	ibverbs-providers:/etc/libibverbs.d/rxe.driver
 	ibverbs-utils:/usr/bin/ibv_rc_pingpong
@@ -107,7 +108,8 @@ In the guest CMD gets ZL_VM=1, ZL_VM_NAME, ZL_VM_DISKS, and with --rxe:
 RXE_DEV (rxe0), RXE_NETDEV (zvm0), RXE_IP, RXE_GID_INDEX (RoCE v2 GID index
 of RXE_IP), RXE_IPS, RXE_GID_INDEXES (all addresses, same order).
 
-environment: ZL_VM_KVM=1 (use /dev/kvm instead of TCG), ZL_VM_TCG_THREAD
+environment: ZL_VM_KVM=1 (use /dev/kvm instead of TCG), ZL_VM_PVH=0 (boot
+the bzImage, not the uncompressed kernel's PVH entry), ZL_VM_TCG_THREAD
 (multi, or single: one host thread for all vCPUs), ZL_VM_BOOT_RETRIES (2:
 boots again after a kernel crash before CMD started), ZL_VM_CACHE
 ($vm_cache), ZL_VM_STATE ($vm_state_root), ZL_VM_KERNEL_PKG, ZL_VM_MEM,
@@ -211,9 +213,55 @@ vm_kernel() {
 	[[ -n ${vm_kver:-} ]] || vm_fail "$name has no lib/modules/<version>"
 	vm_vmlinuz=$vm_kdir/boot/vmlinuz-$vm_kver
 	[[ -r $vm_vmlinuz ]] || vm_fail "$name has no boot/vmlinuz-$vm_kver"
+	[[ ${ZL_VM_PVH:-1} == 0 ]] || vm_pvh_kernel
 	if [[ ! -s $vm_kmods/modules.dep ]]; then
 		vm_note "depmod $vm_kver"
 		depmod -b "${vm_kmods%/lib/modules/*}" "$vm_kver" || vm_fail "depmod for $vm_kver failed"
+	fi
+}
+
+# vm_pvh_kernel: boot the uncompressed kernel through its PVH entry point
+# (qemu loads an ELF kernel with a Xen PHYS32_ENTRY note itself): under TCG
+# this saves the real-mode setup and the decompression of the bzImage in
+# the guest, 8-13 s of a 17-30 s boot measured on the project's 2-core
+# machine at load 9-13 (vmlinux-pvh, extracted once into the cache). A
+# kernel whose payload is not zstd or that has no PVH note boots as before
+# (the bzImage), said on stderr; ZL_VM_PVH=0 always boots the bzImage.
+vm_pvh_kernel() {
+	local out=$vm_kdir/vmlinux-pvh tmp why
+	if [[ -s $out ]]; then
+		vm_vmlinuz=$out
+		return 0
+	fi
+	[[ -e $vm_kdir/vmlinux-pvh.none ]] && return 0
+	tmp=$(mktemp "$vm_kdir/vmlinux-pvh.XXXXXX") || vm_fail "cannot write to $vm_kdir"
+	if why=$(/usr/bin/python3 - "$vm_vmlinuz" "$tmp" 2>&1 <<'PY'
+import struct, subprocess, sys
+src, dst = sys.argv[1], sys.argv[2]
+d = open(src, 'rb').read()
+if d[0x202:0x206] != b'HdrS':
+    sys.exit('not a bzImage')
+setup_sects = d[0x1f1] or 4
+off, length = struct.unpack_from('<II', d, 0x248)  # payload_offset, payload_length
+p = d[(setup_sects + 1) * 512 + off:][:length]
+if p[:4] != b'\x28\xb5\x2f\xfd':
+    sys.exit('the payload is not zstd')
+size = struct.unpack_from('<I', p, len(p) - 4)[0]  # the kernel's size_append
+k = subprocess.run(['zstd', '-q', '-dc'], input=p[:-4], stdout=subprocess.PIPE).stdout
+if len(k) != size or k[:4] != b'\x7fELF':
+    sys.exit('zstd gave %d bytes, want an ELF of %d' % (len(k), size))
+# ELF note "Xen", type 18 (XEN_ELFNOTE_PHYS32_ENTRY): the PVH entry point.
+if not any(struct.pack('<III', 4, n, 18) + b'Xen\0' in k for n in (4, 8)):
+    sys.exit('no PVH entry note')
+open(dst, 'wb').write(k)
+PY
+	) && chmod 0644 "$tmp" && mv "$tmp" "$out"; then
+		vm_note "extracted $out (PVH boot)"
+		vm_vmlinuz=$out
+	else
+		rm -f "$tmp"
+		vm_say "no PVH boot for $vm_kver (${why##*$'\n'}): booting the bzImage"
+		: >"$vm_kdir/vmlinux-pvh.none"
 	fi
 }
 
