@@ -413,7 +413,7 @@ static int srv_check_role(struct zl_storage *st, const struct zl_wire_hdr *h,
 {
 	int me, prim;
 
-	me = zl_slice_index_of(s, st->cfg.node_id);
+	me = zl_storage_vol_me(sv, slice, st->cfg.node_id);
 	prim = zl_slice_primary(s);
 	if (me >= 0 && !zl_storage_ident_member_ok(st, s, me))
 		return -ZL_ERR_NOT_INSYNC; /* the row names a data dir of ours that is gone */
@@ -427,7 +427,7 @@ static int srv_check_role(struct zl_storage *st, const struct zl_wire_hdr *h,
 			return me >= 0 && s->in_sync[me] ? 0 : -ZL_ERR_NOT_INSYNC;
 		if (me < 0 || me != prim)
 			return -ZL_ERR_NOT_PRIMARY;
-		return zl_storage_peering_ready(st, &sv->v, slice);
+		return zl_storage_peering_ready_primary(st, &sv->v, slice);
 	case ZL_OP_REPL_WRITE:
 		/* heal: a RECOVERING member gets every new write too (S1). */
 		if (st->heal && me >= 0 && me != prim &&
@@ -439,7 +439,7 @@ static int srv_check_role(struct zl_storage *st, const struct zl_wire_hdr *h,
 	default:
 		if (me < 0 || me != prim)
 			return -ZL_ERR_NOT_PRIMARY;
-		return st->heal ? zl_storage_peering_ready(st, &sv->v, slice) : 0;
+		return st->heal ? zl_storage_peering_ready_primary(st, &sv->v, slice) : 0;
 	}
 }
 
