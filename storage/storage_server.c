@@ -111,7 +111,7 @@ struct storage_req {
 	struct storage_req *ord_prev, *ord_next; /* order queue (REPL_WRITE) */
 	uint8_t ord;			       /* enum srv_ord */
 	uint8_t n_bk;
-	struct storage_bk bk[ZL_MAX_REPLICAS - 1];
+	uint8_t bk_init; /* bk[0, bk_init) zeroed (srv_bk_add) */
 	/* The CRC32C of each 4 KiB block of buf (a block-aligned WRITE,
 	 * REPL_WRITE or READ): computed once, when the payload arrives or the
 	 * blocks are verified, then kept by the chunk store, carried by the
@@ -123,9 +123,13 @@ struct storage_req {
 	/* A write carrying ZL_WF_SEQ goes to the chunk store as this
 	 * copy-on-write (srv_write_disk); cow_snap is the one snapshot it
 	 * needs to know of (srv_cow_snap). */
+	bool cowed;
+	/* req_alloc zeroes the fields above; the ones below are set before
+	 * they are read: bk by srv_bk_add, cow and cow_snap by srv_cow_submit,
+	 * small and crcs_small when filled. */
+	struct storage_bk bk[ZL_MAX_REPLICAS - 1];
 	struct zl_chunk_cow cow;
 	uint32_t cow_snap;
-	bool cowed;
 	uint8_t small[ZL_WIRE_HELLO_SIZE];
 	uint32_t crcs_small[SRV_CRCS_SMALL];
 };
@@ -155,7 +159,7 @@ static struct storage_req *req_alloc(struct zl_storage *st, struct zl_xport_conn
 
 	if (!r)
 		return NULL;
-	memset(r, 0, offsetof(struct storage_req, small));
+	memset(r, 0, offsetof(struct storage_req, bk));
 	r->st = st;
 	r->conn = c;
 	zl_xport_conn_get(c);
@@ -1303,6 +1307,12 @@ static void srv_plan(struct storage_req *r)
 			continue;
 		if (st->heal ? ms == ZL_MEMBER_OUT : !s->in_sync[i])
 			continue;
+		/* First use of this entry by r: zeroed as req_alloc zeroes the
+		 * rest (a later pass keeps what the entry holds, as before). */
+		if (r->n_bk >= r->bk_init) {
+			memset(bk, 0, sizeof(*bk));
+			r->bk_init = r->n_bk + 1;
+		}
 		snprintf(bk->node, ZL_NODE_ID_MAX, "%s", s->nodes[i]);
 		bk->in_sync = ms == ZL_MEMBER_IN_SYNC;
 		if (st->heal)
