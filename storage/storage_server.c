@@ -419,7 +419,7 @@ static int srv_check_role(struct zl_storage *st, const struct zl_wire_hdr *h,
 
 	me = zl_storage_vol_me(sv, slice, st->cfg.node_id);
 	prim = zl_slice_primary(s);
-	if (me >= 0 && !zl_storage_ident_member_ok(st, s, me))
+	if (me >= 0 && !zl_storage_vol_ident_ok(sv, slice, me, st->cfg.incarnation))
 		return -ZL_ERR_NOT_INSYNC; /* the row names a data dir of ours that is gone */
 	if (me >= 0 && zl_storage_ddir_failed(st))
 		return -ZL_ERR_NOT_INSYNC; /* our data dir is gone now (storage_ddir.c) */

@@ -89,6 +89,7 @@ struct zl_storage_vols {
 	zl_storage_vols_snaps_fn snaps_fn;
 	void *snaps_arg;
 	char self[ZL_NODE_ID_MAX]; /* this node's id (zl_storage_vol_me), "" unset */
+	char self_inc[ZL_META_ID_SIZE];    /* ... its incarnation */
 	struct zl_ratelimit warn_rl; /* loader thread */
 };
 
@@ -253,21 +254,35 @@ static void vols_me_fill(struct zl_storage_vols *vc, struct zl_storage_vol *sv)
 	sv->me = NULL;
 	if (!vc->self[0] || !sv->v.n_slices)
 		return;
-	sv->me = malloc(sv->v.n_slices);
+	sv->me = malloc(sv->v.n_slices * sizeof(*sv->me));
 	if (!sv->me)
 		return; /* looked up per request (zl_storage_vol_me) */
-	for (uint32_t i = 0; i < sv->v.n_slices; i++)
-		sv->me[i] = (int8_t)zl_slice_index_of(&sv->v.slices[i], vc->self);
+	for (uint32_t i = 0; i < sv->v.n_slices; i++) {
+		const struct zl_slice *s = &sv->v.slices[i];
+		int idx = zl_slice_index_of(s, vc->self);
+
+		sv->me[i].idx = (int8_t)idx;
+		sv->me[i].ident_ok = zl_storage_ident_inc_ok(s, idx, vc->self_inc);
+	}
 }
 
 int zl_storage_vol_me(const struct zl_storage_vol *sv, uint32_t slice, const char *node_id)
 {
-	return sv->me ? sv->me[slice] : zl_slice_index_of(&sv->v.slices[slice], node_id);
+	return sv->me ? sv->me[slice].idx : zl_slice_index_of(&sv->v.slices[slice], node_id);
 }
 
-void zl_storage_vols_set_self(struct zl_storage_vols *vc, const char *node_id)
+bool zl_storage_vol_ident_ok(const struct zl_storage_vol *sv, uint32_t slice, int idx,
+			     const char *incarnation)
+{
+	return sv->me ? sv->me[slice].ident_ok
+		      : zl_storage_ident_inc_ok(&sv->v.slices[slice], idx, incarnation);
+}
+
+void zl_storage_vols_set_self(struct zl_storage_vols *vc, const char *node_id,
+			      const char *incarnation)
 {
 	snprintf(vc->self, sizeof(vc->self), "%s", node_id);
+	snprintf(vc->self_inc, sizeof(vc->self_inc), "%s", incarnation);
 }
 
 static void vols_insert(struct zl_storage_vols *vc, struct zl_volume *v)
