@@ -5,7 +5,7 @@ JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
 .PHONY: all deps build build-san run stop wipe status test test-unit test-e2e test-deploy test-san \
-	test-vm test-rdma test-image test-clean bench bench-auth bench-fair bench-vm clean
+	test-vm test-rdma test-image test-clean bench bench-auth bench-metrics bench-fair bench-vm clean
 
 all: build
 
@@ -97,6 +97,10 @@ bench-auth: build
 
 # The storage fair share: a QD1 reader's p99 alone and beside a hammering
 # volume on one daemon, checked against issue 26's 2x (test/e2e/fair_e2e.sh).
+# What --metrics costs: callgrind instructions per 4 KiB I/O, on against off.
+bench-metrics: build
+	bench/metrics_instr.sh
+
 bench-fair: build
 	FAIR_P99_RATIO=2 test/e2e/fair_e2e.sh $(BUILD)
 

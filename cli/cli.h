@@ -150,6 +150,12 @@ int zl_cli_snapshot(struct zl_cli *cli, int argc, char **argv);
 int zl_cli_snapshot_export(struct zl_cli *cli, int argc, char **argv);
 /* The snapshots of volume vol_id for zl volume inspect (cli_snap.c). */
 void zl_cli_snapshot_print_vol(struct zl_cli *cli, const char *vol_id);
+struct zl_volume;
+/* cli_clone.c: zl volume clone SRC NEW, zl volume flatten NAME, and the
+ * parent and dependants lines of zl volume inspect. */
+int zl_cli_volume_clone(struct zl_cli *cli, int argc, char **argv);
+int zl_cli_volume_flatten(struct zl_cli *cli, int argc, char **argv);
+void zl_cli_clone_print_vol(struct zl_cli *cli, const struct zl_volume *v);
 /* zl volume scrub / verify (cli_scrub.c). */
 /* zl volume rebalance (cli_rebalance.c). */
 int zl_cli_volume_rebalance(struct zl_cli *cli, int argc, char **argv);

@@ -14,12 +14,51 @@
 
 #define SNAP_WAIT_DEFAULT_S 30u
 #define SNAP_WAIT_MAX_S	    3600u
+/* The help texts and messages name these numbers. */
+_Static_assert(SNAP_WAIT_DEFAULT_S == 30, "the help of create and create-group says 30 s");
+_Static_assert(ZL_SNAPGROUP_VOLS_MAX == 16, "create-group's help and errors say 16 volumes");
 
 static const char cli_snap_usage[] =
     "usage: zl snapshot create VOLUME NAME [--timeout SEC]\n"
     "       zl snapshot ls [VOLUME]\n"
     "       zl snapshot rm NAME\n"
-    "       zl snapshot export NAME FILE [--piece 1M] [--depth 8] [--progress]\n";
+    "       zl snapshot export NAME FILE [--piece 1M] [--depth 8] [--progress]\n"
+    "       zl snapshot create-group GROUP VOLUME VOLUME... [--timeout SEC]\n"
+    "       zl snapshot rm-group GROUP\n";
+
+/* The options of create and create-group: --timeout SEC (into
+ * *timeout_s) and --help (prints help, whose %u is the default timeout).
+ * Returns -1 to go on, or the exit code. */
+static int cli_snap_wait_opts(int argc, char **argv, const char *cmd, const char *help,
+			      uint32_t *timeout_s)
+{
+	static const struct option opts[] = {
+	    {"timeout", required_argument, NULL, 't'},
+	    {"help", no_argument, NULL, 'h'},
+	    {0},
+	};
+	int c;
+
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":t:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 't':
+			if (zl_cli_parse_u32(optarg, 1, SNAP_WAIT_MAX_S, timeout_s)) {
+				zl_cli_err("bad --timeout '%s': use 1 to %u seconds", optarg,
+					   SNAP_WAIT_MAX_S);
+				return ZL_CLI_EXIT_USAGE;
+			}
+			break;
+		case 'h':
+			fputs(help, stdout);
+			return 0;
+		default:
+			return zl_cli_opt_error(cmd, c, optopt, argv, optind);
+		}
+	}
+	return -1;
+}
 
 /* Prints what a failed create means and what to do; returns the exit code. */
 static int cli_snap_create_err(struct zl_cli *cli, const char *vol, const char *name, int rc)
@@ -63,42 +102,23 @@ static int cli_snap_create_err(struct zl_cli *cli, const char *vol, const char *
 
 static int cli_snap_create(struct zl_cli *cli, int argc, char **argv)
 {
-	static const struct option opts[] = {
-	    {"timeout", required_argument, NULL, 't'},
-	    {"help", no_argument, NULL, 'h'},
-	    {0},
-	};
 	struct zl_volume v = {0};
 	struct zl_snapshot s = {0};
 	char writer[128] = "", ts[32];
 	uint32_t timeout_s = SNAP_WAIT_DEFAULT_S;
 	const char *vol, *name;
 	bool created = true;
-	int c, rc;
+	int rc;
 
-	optind = 0;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":t:h", opts, NULL)) != -1) {
-		switch (c) {
-		case 't':
-			if (zl_cli_parse_u32(optarg, 1, SNAP_WAIT_MAX_S, &timeout_s)) {
-				zl_cli_err("bad --timeout '%s': use 1 to %u seconds", optarg,
-					   SNAP_WAIT_MAX_S);
-				return ZL_CLI_EXIT_USAGE;
-			}
-			break;
-		case 'h':
-			printf("usage: zl snapshot create VOLUME NAME [--timeout SEC]\n"
-			       "  a volume served by a client (zl volume serve, an attach "
-			       "process) is snapshotted\n"
-			       "  through it; --timeout bounds the wait for its answer "
-			       "(default %u s)\n",
-			       SNAP_WAIT_DEFAULT_S);
-			return 0;
-		default:
-			return zl_cli_opt_error("snapshot create", c, optopt, argv, optind);
-		}
-	}
+	rc = cli_snap_wait_opts(argc, argv, "snapshot create",
+				"usage: zl snapshot create VOLUME NAME [--timeout SEC]\n"
+				"  a volume served by a client (zl volume serve, an attach "
+				"process) is snapshotted\n"
+				"  through it; --timeout bounds the wait for its answer "
+				"(default 30 s)\n",
+				&timeout_s);
+	if (rc >= 0)
+		return rc;
 	if (argc - optind != 2) {
 		zl_cli_err("%s (usage: zl snapshot create VOLUME NAME)",
 			   argc - optind < 2 ? "missing volume or snapshot name"
@@ -141,8 +161,8 @@ out_vol:
 static void cli_snap_table(const struct zl_snapshot *list, size_t n,
 			   const struct zl_volume *vols, size_t n_vols)
 {
-	printf("%-24s %-22s %-24s %6s %10s %-9s %s\n", "NAME", "ID", "VOLUME", "SEQ", "SIZE",
-	       "STATE", "CREATED");
+	printf("%-24s %-22s %-24s %6s %10s %-9s %-16s %s\n", "NAME", "ID", "VOLUME", "SEQ",
+	       "SIZE", "STATE", "GROUP", "CREATED");
 	for (size_t i = 0; i < n; i++) {
 		const char *vname = list[i].vol;
 		char sz[32], ts[32];
@@ -151,9 +171,9 @@ static void cli_snap_table(const struct zl_snapshot *list, size_t n,
 			if (!strcmp(vols[k].id, list[i].vol))
 				vname = vols[k].name;
 		zl_cli_fmt_time(list[i].created, ts, sizeof(ts));
-		printf("%-24s %-22s %-24s %6u %10s %-9s %s\n", list[i].name, list[i].id, vname,
-		       list[i].seq, zl_format_size(list[i].size, sz, sizeof(sz)), list[i].state,
-		       ts);
+		printf("%-24s %-22s %-24s %6u %10s %-9s %-16s %s\n", list[i].name, list[i].id,
+		       vname, list[i].seq, zl_format_size(list[i].size, sz, sizeof(sz)),
+		       list[i].state, list[i].group[0] ? list[i].group : "-", ts);
 	}
 }
 
@@ -284,6 +304,157 @@ static int cli_snap_rm(struct zl_cli *cli, int argc, char **argv)
 	return 0;
 }
 
+/* zl snapshot create-group GROUP VOL... (§5): one consistent point across
+ * the volumes, through every client that serves one of them. */
+static int cli_snap_create_group(struct zl_cli *cli, int argc, char **argv)
+{
+	struct zl_snapgroup_member *m = NULL;
+	uint32_t timeout_s = SNAP_WAIT_DEFAULT_S;
+	char why[512] = "";
+	const char *group;
+	bool created = false;
+	size_t n;
+	int rc;
+
+	rc = cli_snap_wait_opts(argc, argv, "snapshot create-group",
+				"usage: zl snapshot create-group GROUP VOLUME VOLUME... [--timeout "
+				"SEC]\n"
+				"  one crash-consistent point across up to 16 volumes: a snapshot\n"
+				"  'GROUP.VOLUME' of each, all or none; every client serving one of\n"
+				"  them holds new writes until all hold (at most 5 s), then all\n"
+				"  switch together; --timeout bounds the whole wait (default 30 s)\n",
+				&timeout_s);
+	if (rc >= 0)
+		return rc;
+	if (argc - optind < 2 || argc - optind > ZL_SNAPGROUP_VOLS_MAX + 1) {
+		zl_cli_err("%s (usage: zl snapshot create-group GROUP VOLUME VOLUME...)",
+			   argc - optind < 2 ? "missing group name or volumes"
+					     : "too many volumes (at most 16)");
+		return ZL_CLI_EXIT_USAGE;
+	}
+	group = argv[optind];
+	if (zl_meta_snapgroup_name_check(group)) {
+		zl_cli_err("bad group name '%s': use 1 to 63 characters of [A-Za-z0-9._-]", group);
+		return ZL_CLI_EXIT_USAGE;
+	}
+	n = (size_t)(argc - optind - 1);
+	m = calloc(n, sizeof(*m));
+	if (!m)
+		return ZL_CLI_EXIT_RUNTIME;
+	for (size_t i = 0; i < n; i++)
+		snprintf(m[i].vol, sizeof(m[i].vol), "%s", argv[optind + 1 + (int)i]);
+	rc = zl_cli_etcd(cli);
+	if (rc)
+		goto out;
+	rc = zl_meta_snapgroup_take(cli->etcd, cli->prefix, group, m, n, timeout_s * 1000u,
+				    &created, why, sizeof(why));
+	if (rc) {
+		switch (-rc) {
+		case ZL_ERR_TIMEOUT:
+		case ZL_ERR_BUSY:
+			zl_cli_err("group snapshot '%s' not taken: %s; every held client was "
+				   "released; check that client (its log), then run the same command "
+				   "again",
+				   group, why[0] ? why : zl_strerror(rc));
+			break;
+		case ZL_ERR_STALE:
+		case ZL_ERR_CONFLICT:
+			zl_cli_err("group snapshot '%s' not taken: %s: run the same command again",
+				   group, why[0] ? why : "the volumes kept changing");
+			break;
+		case ZL_ERR_EXISTS:
+			zl_cli_err("group snapshot '%s' not taken: %s: pick another group name (or "
+				   "'zl snapshot rm-group %s')",
+				   group,
+				   why[0] ? why : "the group or a member's snapshot name exists",
+				   group);
+			break;
+		case ZL_ERR_RANGE:
+			zl_cli_err("group snapshot '%s' not taken: a volume holds the most "
+				   "snapshots it can (%u): delete some with 'zl snapshot rm'",
+				   group, ZL_META_SNAPS_MAX);
+			break;
+		case ZL_ERR_INVAL:
+		case ZL_ERR_NOT_FOUND:
+			zl_cli_err("group snapshot '%s' not taken: %s (see 'zl volume ls')", group,
+				   why[0] ? why : "a volume name is invalid or too long");
+			break;
+		default:
+			if (why[0])
+				zl_cli_err("group snapshot '%s' not taken: %s", group, why);
+			zl_cli_etcd_err(cli, "cannot take the group snapshot", rc);
+		}
+		rc = ZL_CLI_EXIT_RUNTIME;
+		goto out;
+	}
+	printf("%s group snapshot '%s' of %zu volumes\n", created ? "created" : "exists:", group,
+	       n);
+	for (size_t i = 0; i < n; i++)
+		printf("  %-24s %-22s seq %-6u %s%s\n", m[i].snap.name, m[i].snap.id, m[i].snap.seq,
+		       m[i].writer[0] && created ? "held and switched by client " : "",
+		       m[i].writer[0] && created ? m[i].writer : "");
+	rc = 0;
+out:
+	free(m);
+	return rc;
+}
+
+static int cli_snap_rm_group(struct zl_cli *cli, int argc, char **argv)
+{
+	static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {0}};
+	const char *group;
+	size_t gone = 0;
+	int c, rc;
+
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		if (c == 'h') {
+			printf("usage: zl snapshot rm-group GROUP\n"
+			       "  deletes every snapshot of the group, then the group\n");
+			return 0;
+		}
+		return zl_cli_opt_error("snapshot rm-group", c, optopt, argv, optind);
+	}
+	if (argc - optind != 1) {
+		zl_cli_err("%s (usage: zl snapshot rm-group GROUP)",
+			   argc - optind < 1 ? "missing group name" : "too many arguments");
+		return ZL_CLI_EXIT_USAGE;
+	}
+	group = argv[optind];
+	if (zl_meta_snapgroup_name_check(group)) {
+		zl_cli_err("group '%s' not found (see 'zl snapshot ls')", group);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
+	rc = zl_cli_etcd(cli);
+	if (rc)
+		return rc;
+	rc = zl_meta_snapgroup_delete(cli->etcd, cli->prefix, group, &gone);
+	if (rc == -ZL_ERR_NOT_FOUND) {
+		zl_cli_err("group '%s' not found (see 'zl snapshot ls')", group);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
+	if (rc == -ZL_ERR_BUSY) {
+		zl_cli_err("a snapshot of group '%s' has clones reading from it (%zu snapshots "
+			   "deleted): flatten them ('zl volume flatten'), then run the same command "
+			   "again",
+			   group, gone);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
+	if (rc == -ZL_ERR_CONFLICT) {
+		zl_cli_err("a volume of group '%s' kept changing (%zu snapshots deleted): run the "
+			   "same command again",
+			   group, gone);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
+	if (rc) {
+		zl_cli_etcd_err(cli, "cannot delete the group (run the same command again)", rc);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
+	printf("deleted group '%s' and its %zu snapshots\n", group, gone);
+	return 0;
+}
+
 int zl_cli_snapshot(struct zl_cli *cli, int argc, char **argv)
 {
 	const char *sub = argc >= 2 ? argv[1] : NULL;
@@ -307,6 +478,10 @@ int zl_cli_snapshot(struct zl_cli *cli, int argc, char **argv)
 		return cli_snap_rm(cli, argc, argv);
 	if (!strcmp(sub, "export"))
 		return zl_cli_snapshot_export(cli, argc, argv);
+	if (!strcmp(sub, "create-group"))
+		return cli_snap_create_group(cli, argc, argv);
+	if (!strcmp(sub, "rm-group"))
+		return cli_snap_rm_group(cli, argc, argv);
 	zl_cli_err("unknown snapshot subcommand '%s' (see 'zl snapshot --help')", sub);
 	return ZL_CLI_EXIT_USAGE;
 }

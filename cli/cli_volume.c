@@ -21,6 +21,8 @@ static const char cli_volume_usage[] =
     "       zl volume ls\n"
     "       zl volume inspect NAME\n"
     "       zl volume rm NAME [--force]\n"
+    "       zl volume clone SRC NEW [--from-snapshot SNAPSHOT] [--size SIZE]\n"
+    "       zl volume flatten NAME\n"
     "       zl volume import NAME FILE\n"
     "       zl volume export NAME FILE [--snapshot SNAPSHOT]\n"
     "       zl volume serve NAME --nbd unix:PATH|HOST:PORT\n"
@@ -422,6 +424,7 @@ static int cli_volume_inspect(struct zl_cli *cli, int argc, char **argv)
 	printf("params      %s\n", v.params[0] ? v.params : "{}");
 	printf("snap seq    %u\n", v.snap_seq);
 	zl_cli_snapshot_print_vol(cli, v.id);
+	zl_cli_clone_print_vol(cli, &v);
 	cli_volume_placement(cli, &v);
 	zl_volume_fini(&v);
 	return 0;
@@ -634,6 +637,10 @@ int zl_cli_volume(struct zl_cli *cli, int argc, char **argv)
 		return zl_cli_volume_export(cli, argc, argv);
 	if (!strcmp(sub, "serve"))
 		return zl_cli_volume_serve(cli, argc, argv);
+	if (!strcmp(sub, "clone"))
+		return zl_cli_volume_clone(cli, argc, argv);
+	if (!strcmp(sub, "flatten"))
+		return zl_cli_volume_flatten(cli, argc, argv);
 	if (!strcmp(sub, "rebalance"))
 		return zl_cli_volume_rebalance(cli, argc, argv);
 	if (!strcmp(sub, "scrub") || !strcmp(sub, "verify"))

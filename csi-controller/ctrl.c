@@ -18,9 +18,7 @@
 /* Identity answers on the completion-queue thread (never blocks: Probe reads
  * the background thread's last etcd check); everything else on workers.
  * The Node service is not registered, so gRPC answers UNIMPLEMENTED for
- * it. The snapshot RPCs are, but ControllerGetCapabilities does not
- * advertise them until CreateVolume takes a snapshot as its content source
- * (clones, docs/SNAPSHOTS.md step 4). */
+ * it. */
 static const struct zl_grpc_method ctrl_methods[] = {
     M("Identity", "GetPluginInfo", get_plugin_info, ctrl_plugin_info, ZL_GRPC_METHOD_INLINE),
     M("Identity", "GetPluginCapabilities", get_plugin_capabilities, ctrl_plugin_caps,

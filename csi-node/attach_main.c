@@ -393,9 +393,19 @@ static void attach_ctl_cb(void *arg, uint32_t events)
 		/* Latency histograms, one word each (zl_metrics_hist_format):
 		 * 23 numbers of up to 20 digits. */
 		char lat[3][512];
+		/* The limits the client enforces now (the record it last
+		 * installed; enum zl_qos order, 0 = unlimited). */
+		char qos[ZL_QOS_N * 21 + 1] = "";
+		size_t ql = 0;
 
-		if (a->vol)
+		if (a->vol) {
+			const uint64_t *lim = zl_vol_meta(a->vol)->qos;
+
 			zl_vol_get_stats(a->vol, &vs);
+			for (int k = 0; k < ZL_QOS_N; k++)
+				ql += (size_t)snprintf(qos + ql, sizeof(qos) - ql, "%s%llu",
+						       k ? "," : "", (unsigned long long)lim[k]);
+		}
 		for (int i = 0; i < 3; i++)
 			if (zl_metrics_hist_format(&vs.lat[i], lat[i], sizeof(lat[i])) < 0)
 				lat[i][0] = '\0';
@@ -403,13 +413,13 @@ static void attach_ctl_cb(void *arg, uint32_t events)
 		snprintf(reply, sizeof(reply),
 			 "ok size=%llu errors=%llu busy=%u fenced=%d reads=%llu writes=%llu "
 			 "read_bytes=%llu write_bytes=%llu retries=%llu failovers=%llu "
-			 "throttled=%llu read_lat=%s write_lat=%s flush_lat=%s\n",
+			 "throttled=%llu qos=%s read_lat=%s write_lat=%s flush_lat=%s\n",
 			 (unsigned long long)a->size, (unsigned long long)a->io_errors,
 			 a->busy_slots, a->vol ? zl_vol_fenced(a->vol) : 1,
 			 (unsigned long long)vs.reads, (unsigned long long)vs.writes,
 			 (unsigned long long)vs.read_bytes, (unsigned long long)vs.write_bytes,
 			 (unsigned long long)vs.retries, (unsigned long long)vs.failovers,
-			 (unsigned long long)vs.throttled, lat[0], lat[1], lat[2]);
+			 (unsigned long long)vs.throttled, qos, lat[0], lat[1], lat[2]);
 	} else {
 		snprintf(reply, sizeof(reply), "err unknown command '%.40s' (resize|status)\n",
 			 req);

@@ -17,6 +17,7 @@
 
 #include "node.h"
 
+#include "lib/meta/meta.h"
 #include "lib/metrics/metrics.h"
 
 static struct zl_metrics_srv *node_msrv;
@@ -29,6 +30,8 @@ struct node_scrape {
 	uint32_t dead;	    /* staged with no live attach process */
 	/* The per-volume samples, written after the families' heads. */
 	struct zl_metrics_text vol;
+	/* The per-volume QoS limits (one family). */
+	struct zl_metrics_text qos;
 	/* The per-volume latency histograms, one text per family (a
 	 * histogram's samples follow their own head). */
 	struct zl_metrics_text lat[3];
@@ -78,6 +81,30 @@ static const struct {
      "I/Os that waited for the volume's QoS limits (token buckets of its client)."},
 };
 
+/* The limits the volume's client enforces ("qos=N,...", enum zl_qos
+ * order; an attach process of an older version answers none): a sample
+ * per limit, labelled by its record name (read_iops ... write_bps_burst). */
+static void node_scrape_qos(struct node_scrape *sc, const char *volume_id, const char *reply)
+{
+	const char *p = strstr(reply, " qos=");
+	char lab[256];
+
+	if (!p)
+		return;
+	p += strlen(" qos=");
+	for (int k = 0; k < ZL_QOS_N; k++) {
+		char *end;
+		uint64_t v = strtoull(p, &end, 10);
+
+		if (end == p || (k + 1 < ZL_QOS_N && *end != ','))
+			return;
+		snprintf(lab, sizeof(lab), "volume=\"%s\",limit=\"%s\"", volume_id,
+			 zl_qos_keys[k].json);
+		zl_metrics_u64(&sc->qos, "zipline_node_volume_qos_limit", lab, v);
+		p = end + 1;
+	}
+}
+
 static void node_scrape_vol(struct node *n, const char *vol_id, void *arg)
 {
 	struct node_scrape *sc = arg;
@@ -104,6 +131,7 @@ static void node_scrape_vol(struct node *n, const char *vol_id, void *arg)
 	for (size_t i = 0; i < ZL_ARRAY_SIZE(node_vol_counters); i++)
 		zl_metrics_u64(&sc->vol, node_vol_counters[i].name, lab,
 			       node_status_field(reply, node_vol_counters[i].key));
+	node_scrape_qos(sc, st.volume_id, reply);
 	for (size_t i = 0; i < ZL_ARRAY_SIZE(node_vol_hists); i++) {
 		const char *p = strstr(reply, node_vol_hists[i].key);
 		struct zl_metrics_hist h;
@@ -144,6 +172,14 @@ static void node_metrics_render(void *arg, struct zl_metrics_text *t)
 		zl_metrics_printf(t, "%.*s", (int)sc.vol.len, sc.vol.buf);
 	t->oom |= sc.vol.oom;
 	free(sc.vol.buf);
+	zl_metrics_family(t, "zipline_node_volume_qos_limit", "gauge",
+			  "The QoS limits the volume's client enforces now, by limit: IOPS and "
+			  "bytes/s (read and write), their bursts (I/Os, bytes); 0 = unlimited (a "
+			  "burst: a tenth of a second of its rate).");
+	if (sc.qos.len)
+		zl_metrics_printf(t, "%.*s", (int)sc.qos.len, sc.qos.buf);
+	t->oom |= sc.qos.oom;
+	free(sc.qos.buf);
 	for (size_t i = 0; i < ZL_ARRAY_SIZE(node_vol_hists); i++) {
 		zl_metrics_family(t, node_vol_hists[i].name, "histogram", node_vol_hists[i].help);
 		if (sc.lat[i].len)

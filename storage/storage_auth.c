@@ -795,6 +795,34 @@ static void auth_refused_sent(void *arg, int status)
 	zl_xport_conn_put(c);
 }
 
+/* A connection bound to a clone reads the chunks the clone never held from
+ * its parent's snapshot, and the parent's from its own (docs/SNAPSHOTS.md
+ * §4): a READ of volume h->vol_id at snapshot h->snap_seq is allowed when
+ * some ancestor of vol (at most ZL_CLONE_AUTH_DEPTH levels, as the client)
+ * names it as its parent at that sequence, by the cached records. 0,
+ * -ZL_ERR_BUSY (a record is being loaded: the client retries) or
+ * -ZL_ERR_AUTH. */
+#define ZL_CLONE_AUTH_DEPTH 16
+static int auth_ancestor(struct zl_storage *st, uint64_t vol, const struct zl_wire_hdr *h)
+{
+	if (h->opcode != ZL_OP_READ || !(h->flags & ZL_WF_SEQ))
+		return -ZL_ERR_AUTH;
+	for (int depth = 0; depth < ZL_CLONE_AUTH_DEPTH; depth++) {
+		struct zl_storage_vol *sv;
+		uint64_t parent;
+		int rc = zl_storage_vol_lookup(st->vols, vol, &sv);
+
+		if (rc == -EINPROGRESS || rc == -ZL_ERR_BUSY)
+			return -ZL_ERR_BUSY;
+		if (rc || !sv->v.parent_vol[0] || zl_vol_id_parse(sv->v.parent_vol, &parent))
+			return -ZL_ERR_AUTH;
+		if (parent == h->vol_id && sv->v.parent_seq == h->snap_seq)
+			return 0;
+		vol = parent;
+	}
+	return -ZL_ERR_AUTH;
+}
+
 int zl_storage_auth_check(struct zl_storage *st, struct zl_xport_conn *c, struct zl_wire_hdr *h,
 			  bool *close)
 {
@@ -843,8 +871,16 @@ int zl_storage_auth_check(struct zl_storage *st, struct zl_xport_conn *c, struct
 	default: /* storage-to-storage and admin opcodes */
 		return -ZL_ERR_AUTH;
 	}
-	if (h->vol_id != ca->vol)
-		return -ZL_ERR_AUTH;
+	if (h->vol_id != ca->vol) {
+		int rc = auth_ancestor(st, ca->vol, h);
+
+		if (rc)
+			return rc;
+		/* A snapshot of another volume never changes: that volume's
+		 * attachments fence nothing here (a read at epoch 0). */
+		h->epoch = 0;
+		return 0;
+	}
 	/* The epoch the HELLO proved, whatever the header says. */
 	h->epoch = ca->epoch;
 	return 0;

@@ -2260,6 +2260,11 @@ static void scrub_check_open(struct zl_chunk_store *s, struct chunk *c, const st
 	chunk_detach(s, c);
 }
 
+bool zl_chunk_held(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk)
+{
+	return chunk_lookup(s, vol, chunk) || known_find(s, vol, chunk);
+}
+
 int zl_chunk_scrub_stat(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk,
 			uint32_t chunk_size, uint64_t *version)
 {

@@ -266,6 +266,14 @@ enum zl_chunk_scrub_state {
 	ZL_CHUNK_MISSING = 2, /* recorded, file gone: every block lost */
 };
 
+/* Whether the store holds, or held, chunk id `chunk` of vol: open, or a
+ * file recorded (a missing one too: it reads as an error, never as never
+ * written). False for a chunk never written here, or deleted
+ * (zl_chunk_delete, zl_chunk_volume_delete). Memory only: what a clone's
+ * READ and WRITE with ZL_WF_ABSENT and a copy-up's ZL_WF_CREATE ask
+ * (docs/SNAPSHOTS.md §4). */
+bool zl_chunk_held(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk);
+
 /* What the store holds of a chunk: a zl_chunk_scrub_state, *version its
  * version (PRESENT) or the last one recorded (MISSING, 0 if never opened).
  * Blocking (stat, and opens the chunk like zl_chunk_version). Returns the

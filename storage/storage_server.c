@@ -1076,6 +1076,18 @@ static uint32_t srv_cow_snap(struct zl_storage *st, uint64_t vol, uint32_t seq)
 	return best;
 }
 
+/* The cached record of vol names a parent: ZL_WF_ABSENT is answered only
+ * then. A client that has not seen its clone flattened yet asks for a chunk
+ * the flatten left absent (the parent's was zeros): it reads as zeros and
+ * a write applies, rather than sending it to a parent snapshot that may be
+ * gone by now. */
+static bool srv_is_clone(struct zl_storage *st, uint64_t vol)
+{
+	struct zl_storage_vol *sv = zl_storage_vol_peek(st->vols, vol);
+
+	return sv && sv->v.parent_vol[0];
+}
+
 /* r's write or zeroing through copy-on-write (ZL_WF_SEQ). 0, -ZL_ERR_SNAPSEQ
  * or the chunk store's error. */
 static int srv_cow_submit(struct storage_req *r)
@@ -1113,6 +1125,23 @@ static void srv_write_disk(struct storage_req *r)
 	const struct zl_wire_hdr *h = &r->req;
 	int rc;
 
+	/* A clone's chunk (docs/SNAPSHOTS.md §4): a write to one never held
+	 * is refused so its client copies the parent's chunk up first; a
+	 * copy-up to one held leaves it (the primary says so, a backup
+	 * agrees with its primary). */
+	if (h->flags & (ZL_WF_ABSENT | ZL_WF_CREATE)) {
+		bool held = zl_chunk_held(st->chunks, h->vol_id, h->chunk);
+
+		if ((h->flags & ZL_WF_ABSENT) && !held && srv_is_clone(st, h->vol_id)) {
+			req_reply_free(r, -ZL_ERR_ABSENT, r->seen_ver);
+			return;
+		}
+		if ((h->flags & ZL_WF_CREATE) && held) {
+			req_reply_free(r, h->opcode == ZL_OP_REPL_WRITE ? 0 : -ZL_ERR_EXISTS,
+				       r->seen_ver);
+			return;
+		}
+	}
 	/* Data version 0 (keeps the chunk's) unless the primary assigned one:
 	 * --heal=on, REPLICATION.md §1. */
 	rc = h->opcode == ZL_OP_REPL_WRITE ? 0 : srv_number(r);
@@ -1120,7 +1149,9 @@ static void srv_write_disk(struct storage_req *r)
 		req_reply_free(r, rc, r->seen_ver);
 		return;
 	}
-	if (h->flags & ZL_WF_SEQ)
+	/* A copy-up is the chunk's content from the start: no snapshot copy
+	 * of the absent chunk it replaces, which read as the same. */
+	if ((h->flags & ZL_WF_SEQ) && !(h->flags & ZL_WF_CREATE))
 		rc = srv_cow_submit(r);
 	else if (r->op == ZL_OP_WRITE)
 		rc = zl_chunk_write_crcs(st->chunks, h->vol_id, h->chunk, r->chunk_size, h->offset,
@@ -1152,8 +1183,9 @@ static void srv_write_disk(struct storage_req *r)
 		bk->hdr.slice_ver = r->seen_ver;
 		bk->hdr.epoch = h->epoch;
 		bk->hdr.aux = r->op;
-		/* Every replica takes the same clone at the same write. */
-		bk->hdr.flags |= h->flags & ZL_WF_SEQ;
+		/* Every replica takes the same clone at the same write, and a
+		 * copy-up as a copy-up. */
+		bk->hdr.flags |= h->flags & (ZL_WF_SEQ | ZL_WF_CREATE);
 		bk->hdr.snap_seq = h->snap_seq;
 		if (st->heal) {
 			bk->hdr.flags |= ZL_WF_DVER;
@@ -1267,6 +1299,12 @@ static void srv_read_disk(struct storage_req *r)
 			  : h->chunk;
 	int rc = 0;
 
+	/* A clone's chunk it never held: the client reads the parent. */
+	if ((h->flags & ZL_WF_ABSENT) && !zl_chunk_held(st->chunks, h->vol_id, id) &&
+	    srv_is_clone(st, h->vol_id)) {
+		req_reply_free(r, -ZL_ERR_ABSENT, r->seen_ver);
+		return;
+	}
 	if (h->flags & ZL_WF_ANY)
 		/* Read before the data: the copy is never labelled newer. */
 		rc = zl_chunk_version(st->chunks, h->vol_id, id, r->chunk_size, &r->dver);

@@ -169,6 +169,20 @@ uint32_t zl_vol_snap_seq(const struct zl_vol *v);
  * callback). 0, -ZL_ERR_BUSY (already serving) or an etcd error. */
 int zl_vol_snap_serve(struct zl_vol *v);
 
+/* Clones (docs/SNAPSHOTS.md §4): a volume whose record names a parent
+ * {vol, seq} opens its parent (and the parent's, up to 16 levels) with it;
+ * a chunk the clone never held reads from the parent at snapshot seq, and
+ * the first write, discard or zeroing of it copies the parent's chunk up
+ * first (one whole-chunk WRITE + ZL_WF_CREATE). zl_vol_flatten copies up
+ * every chunk still absent (a chunk of zeros stays absent: it reads the
+ * same without a parent), calling progress (optional; about once a second
+ * and at the end) with the chunks probed, their total and the copy-ups
+ * this handle made, then clears the parent (zl_meta_clone_detach).
+ * Blocking: runs the client's loop like zl_vol_read. A volume without
+ * parent: 0 at once. 0, an I/O error or an etcd error. */
+typedef void (*zl_flatten_cb)(void *arg, uint64_t done, uint64_t total, uint64_t copied);
+int zl_vol_flatten(struct zl_vol *v, zl_flatten_cb progress, void *arg);
+
 /* Blocking wrappers: 0 or a negative error. */
 int zl_vol_read(struct zl_vol *v, void *buf, uint64_t off, uint64_t len);
 int zl_vol_write(struct zl_vol *v, const void *buf, uint64_t off, uint64_t len);
@@ -188,6 +202,7 @@ struct zl_vol_stats {
 	uint64_t retries, failovers, promotions, placement_reloads;
 	uint64_t reports; /* heal mode: failure reports put */
 	uint64_t throttled; /* user I/Os that waited for the volume's limits */
+	uint64_t copyups;   /* a clone's chunks copied up from its parent */
 	/* Submission to completion (QoS waits and retries included) of every
 	 * read, write and flush that completed, failed ones too: [0] read,
 	 * [1] write (and zeroing, discard), [2] flush. */

@@ -282,6 +282,16 @@ enum client_sub_state {
 	SUB_TIMER, /* waiting on sub->timer (backoff or deferred result) */
 	SUB_RELOAD, /* in vol->reload_wait: waits for the placement reload */
 	SUB_IDLE,  /* being handled (transient) */
+	SUB_PARENT, /* a clone's: waits for its read of the parent (client_clone.c) */
+};
+
+/* What a clone's sub-request is doing about a chunk the clone never held
+ * (docs/SNAPSHOTS.md §4, client_clone.c). */
+enum client_sub_clone {
+	CLONE_NONE,   /* its own request (with ZL_WF_ABSENT when the parent covers it) */
+	CLONE_READ,   /* a read answered ABSENT: reading the parent into buf */
+	CLONE_COPY,   /* a write answered ABSENT: reading the parent's chunk into cbuf */
+	CLONE_CREATE, /* the copy-up: WRITE + ZL_WF_CREATE of cbuf, then the write again */
 };
 
 enum client_sub_pending {
@@ -327,6 +337,16 @@ struct client_sub {
 	struct client_node *node; /* where it went */
 	struct zl_wire_hdr hdr;
 	struct zl_timer timer;
+	/* A clone's chunk it never held (client_clone.c): enum
+	 * client_sub_clone, the copy-ups done for this sub (bounded), the
+	 * parent's chunk (zl_vol_buf_alloc, chunk_size bytes) and the request
+	 * the copy-up stands in for. */
+	uint8_t clone;
+	uint8_t copyups;
+	char *cbuf;
+	uint8_t orig_op, orig_flags;
+	uint32_t orig_offset, orig_length;
+	char *orig_buf;
 };
 
 struct client_io {
@@ -342,6 +362,10 @@ struct client_io {
 	uint64_t off, len;
 	uint64_t split_done;  /* bytes (or, for FLUSH, slices) already split */
 	uint32_t snap;	      /* READ of snapshot `snap` (its sequence); 0 = live */
+	/* zl_vol_flatten's probe of one chunk (a 4 KiB READ): an ABSENT
+	 * answer copies the parent's chunk up (unless it is zeros), then the
+	 * probe is done (client_clone.c). */
+	bool copyup;
 	uint32_t outstanding; /* subs not yet done */
 	zl_io_cb cb;
 	void *arg;
@@ -441,7 +465,47 @@ struct zl_vol {
 	bool seq_warned; /* the "storage too old" line is out */
 	/* zl_vol_snap_serve: this client takes the volume's snapshots. */
 	struct client_snapserve *snap;
+	/* A group snapshot's hold (§5, client_snap.c): while set, a write,
+	 * discard or write-zeroes that starts waits in hold_wait (FIFO;
+	 * writes already started go on) until client_vol_snap_release. */
+	bool snap_hold;
+	struct client_list hold_wait;
+	/* A clone's parent volume (meta.parent_vol), opened with it and closed
+	 * with it (client_clone.c); NULL for a volume without one. */
+	struct zl_vol *parent;
 };
+
+/* ---- clones (client_clone.c, docs/SNAPSHOTS.md §4) ---- */
+
+/* Parents a chain of clones may have (a clone of a clone of ...). */
+#define CLIENT_CLONE_DEPTH 16
+/* Copy-ups of one sub before it gives up (the chunk keeps vanishing). */
+#define CLIENT_CLONE_COPYUPS 4
+/* client_io.c: zl_vol_open of a parent `depth` levels down. */
+int client_vol_open_depth(struct zl_client *c, const char *name_or_id, uint32_t depth,
+			  struct zl_vol **out);
+/* Opens v's parent chain (blocking, at open): 0, -ZL_ERR_RANGE (deeper than
+ * CLIENT_CLONE_DEPTH) or zl_vol_open's error for the parent. */
+int client_clone_open(struct zl_vol *v, uint32_t depth);
+/* The ZL_WF_ABSENT a send of s carries: when s is v's own read or write of
+ * a chunk its parent covers. */
+uint8_t client_clone_flags(const struct client_sub *s);
+/* Takes s's result when it is about a chunk the clone never held: an
+ * ABSENT answer (read the parent, or copy it up), the copy-up's answer (0
+ * or EXISTS: send the write again). True when s was taken. */
+bool client_clone_result(struct client_sub *s, int err);
+/* Releases what a clone's sub holds (its copy-up buffer) and forgets the
+ * copy-up (sub_free, an orphan's reply). */
+void client_clone_drop(struct client_sub *s);
+/* client_io.c: sends (or resends) s to its slice. */
+void client_sub_send(struct client_sub *s);
+/* client_io.c: ends s with err (0 = success). */
+void client_sub_done(struct client_sub *s, int err);
+/* client_io.c: handles err as s's result (a reply status) after delay_ms. */
+void client_sub_result_later(struct client_sub *s, int err, uint32_t delay_ms);
+/* client_io.c: vol_submit_snap of a flatten probe (client_io.copyup). */
+int client_vol_submit_copyup(struct zl_vol *v, uint64_t chunk, void *buf, zl_io_cb cb,
+			     void *arg);
 
 /* client_snap.c: ends the snapshot switch of v (zl_vol_close): the watch
  * and the renewal stop, v is forgotten (work still on the worker finds it
@@ -450,6 +514,11 @@ void client_snap_stop(struct zl_vol *v);
 /* client_io.c: the sequence of v's next write is at least seq (the switch;
  * never lowers it). */
 void client_vol_snap_switch(struct zl_vol *v, uint32_t seq);
+/* client_io.c: the group hold: new write-class I/O of v waits from now on
+ * (hold), or starts again, in order, after a switch to seq (release; seq 0
+ * or below v's keeps v's sequence). */
+void client_vol_snap_hold(struct zl_vol *v);
+void client_vol_snap_release(struct zl_vol *v, uint32_t seq);
 
 /* client_qos.c: per-volume I/O limits on the loop thread. */
 void client_qos_init(struct zl_vol *v);

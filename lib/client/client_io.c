@@ -457,8 +457,8 @@ static void vol_split_resume(struct zl_vol *v)
 	}
 }
 
-static int vol_submit_snap(struct zl_vol *v, uint8_t op, uint32_t snap, void *buf, uint64_t off,
-			   uint64_t len, bool fua, zl_io_cb cb, void *arg)
+static int vol_submit_io(struct zl_vol *v, uint8_t op, uint32_t snap, bool copyup, void *buf,
+			 uint64_t off, uint64_t len, bool fua, zl_io_cb cb, void *arg)
 {
 	struct client_list *l;
 	struct client_io *io;
@@ -488,6 +488,7 @@ static int vol_submit_snap(struct zl_vol *v, uint8_t op, uint32_t snap, void *bu
 	io->len = len;
 	io->split_done = 0;
 	io->snap = snap;
+	io->copyup = copyup;
 	io->outstanding = 0;
 	io->cb = cb;
 	io->arg = arg;
@@ -498,6 +499,19 @@ static int vol_submit_snap(struct zl_vol *v, uint8_t op, uint32_t snap, void *bu
 	if (client_qos_admit(v, io, io->start_ns))
 		client_io_start(io);
 	return 0;
+}
+
+static int vol_submit_snap(struct zl_vol *v, uint8_t op, uint32_t snap, void *buf, uint64_t off,
+			   uint64_t len, bool fua, zl_io_cb cb, void *arg)
+{
+	return vol_submit_io(v, op, snap, false, buf, off, len, fua, cb, arg);
+}
+
+int client_vol_submit_copyup(struct zl_vol *v, uint64_t chunk, void *buf, zl_io_cb cb,
+			     void *arg)
+{
+	return vol_submit_io(v, ZL_OP_READ, 0, true, buf, chunk * v->meta.chunk_size,
+			     ZL_BLOCK_SIZE, false, cb, arg);
 }
 
 static int vol_submit(struct zl_vol *v, uint8_t op, void *buf, uint64_t off, uint64_t len, bool fua,
@@ -515,10 +529,42 @@ void client_vol_snap_switch(struct zl_vol *v, uint32_t seq)
 	}
 }
 
+void client_vol_snap_hold(struct zl_vol *v)
+{
+	v->snap_hold = true;
+}
+
+void client_vol_snap_release(struct zl_vol *v, uint32_t seq)
+{
+	struct client_list held;
+
+	client_vol_snap_switch(v, seq);
+	v->snap_hold = false;
+	/* The held I/O starts in its order; one that fails at once may run a
+	 * user callback, so the list is taken first. */
+	client_list_init(&held);
+	while (!client_list_empty(&v->hold_wait)) {
+		struct client_list *l = v->hold_wait.next;
+
+		client_list_del(l);
+		client_list_add_tail(&held, l);
+	}
+	while (!client_list_empty(&held) && !v->closing) {
+		struct client_io *io = ZL_CONTAINER_OF(held.next, struct client_io, link);
+
+		client_list_del(&io->link);
+		client_io_start(io);
+	}
+}
+
 void client_io_start(struct client_io *io)
 {
 	struct zl_vol *v = io->vol;
 
+	if (v->snap_hold && io->op != ZL_OP_READ && io->op != ZL_OP_FLUSH) {
+		client_list_add_tail(&v->hold_wait, &io->link);
+		return;
+	}
 	if (!client_list_empty(&v->split_wait))
 		client_list_add_tail(&v->split_wait, &io->link); /* keep FIFO order */
 	else
@@ -541,6 +587,23 @@ void client_sub_fail_async(struct client_sub *s, int err)
 	s->pending_err = err;
 	s->pending_transport = true;
 	sub_arm(s, PEND_RESULT, 0);
+}
+
+void client_sub_result_later(struct client_sub *s, int err, uint32_t delay_ms)
+{
+	s->pending_err = err;
+	s->pending_transport = false;
+	sub_arm(s, PEND_RESULT, delay_ms);
+}
+
+void client_sub_send(struct client_sub *s)
+{
+	sub_send(s);
+}
+
+void client_sub_done(struct client_sub *s, int err)
+{
+	sub_done(s, err);
 }
 
 static void sub_send(struct client_sub *s)
@@ -594,7 +657,7 @@ static void sub_send(struct client_sub *s)
 	s->node = n;
 	memset(&s->hdr, 0, sizeof(s->hdr));
 	s->hdr.opcode = s->op;
-	s->hdr.flags = s->flags | (s->any ? ZL_WF_ANY : 0);
+	s->hdr.flags = s->flags | (s->any ? ZL_WF_ANY : 0) | client_clone_flags(s);
 	s->hdr.vol_id = v->meta.num;
 	s->hdr.chunk = s->chunk;
 	s->hdr.offset = s->offset;
@@ -612,6 +675,7 @@ static void sub_send(struct client_sub *s)
 
 static void sub_free(struct client_sub *s)
 {
+	client_clone_drop(s);
 	s->io = NULL;
 	s->node = NULL;
 	s->state = SUB_FREE;
@@ -948,6 +1012,8 @@ static void sub_result(struct client_sub *s, int err, uint64_t rep_ver, bool tra
 		sub_done(s, v->fence_err);
 		return;
 	}
+	if (client_clone_result(s, err))
+		return;
 	if (err == -ZL_ERR_VERSION && s->seq) {
 		/* client_node.c found no connection that takes sequences. */
 		if (!v->seq_warned) {
@@ -1077,6 +1143,7 @@ void client_sub_reply_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 	s->state = SUB_IDLE;
 	if (!s->io) {
 		/* Orphan of a closed volume. */
+		client_clone_drop(s);
 		s->state = SUB_FREE;
 		vol_maybe_free(v);
 		goto out_kick;
@@ -1120,6 +1187,12 @@ static enum zl_xport_select vol_pick_sel(const struct zl_client *c, const struct
 
 int zl_vol_open(struct zl_client *c, const char *name_or_id, struct zl_vol **out)
 {
+	return client_vol_open_depth(c, name_or_id, 0, out);
+}
+
+int client_vol_open_depth(struct zl_client *c, const char *name_or_id, uint32_t depth,
+			  struct zl_vol **out)
+{
 	struct zl_vol *v;
 	char why[256];
 	uint32_t n_subs;
@@ -1135,6 +1208,7 @@ int zl_vol_open(struct zl_client *c, const char *name_or_id, struct zl_vol **out
 	client_list_init(&v->free_ios);
 	client_list_init(&v->free_subs);
 	client_list_init(&v->split_wait);
+	client_list_init(&v->hold_wait);
 	client_list_init(&v->reload_wait);
 	client_qos_init(v);
 	rc = zl_meta_volume_lookup(c->etcd, c->prefix, name_or_id, &v->meta);
@@ -1196,6 +1270,11 @@ int zl_vol_open(struct zl_client *c, const char *name_or_id, struct zl_vol **out
 		    : v->sel == ZL_XPORT_SEL_RDMA ? "rdma"
 						  : "auto",
 		    c->legacy_drop ? "legacy-drop" : "heal", client_vol_io_timeout_s(v));
+	rc = client_clone_open(v, depth);
+	if (rc) {
+		zl_vol_close(v);
+		return rc;
+	}
 	*out = v;
 	return 0;
 
@@ -1231,6 +1310,9 @@ void zl_vol_close(struct zl_vol *v)
 		return;
 	c = v->c;
 	v->closing = true;
+	/* The parent first: its reads for us end here (client_clone.c). */
+	zl_vol_close(v->parent);
+	v->parent = NULL;
 	client_snap_stop(v);
 	vol_watch_stop(v);
 	client_qos_stop(v);
@@ -1249,6 +1331,10 @@ void zl_vol_close(struct zl_vol *v)
 			break;
 		case SUB_RELOAD:
 			client_list_del(&s->link);
+			s->state = SUB_FREE;
+			break;
+		case SUB_PARENT: /* its parent read ended with the parent */
+			client_clone_drop(s);
 			s->state = SUB_FREE;
 			break;
 		case SUB_SENT:

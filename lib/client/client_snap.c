@@ -9,7 +9,20 @@
  *
  * A write acknowledged before the requester asked carried a sequence below
  * the snapshot's and is in it; a write issued after the requester saw
- * "done" carries the snapshot's sequence or more and is not. The state
+ * "done" carries the snapshot's sequence or more and is not.
+ *
+ * A group's request (§5, lib/meta/meta_snap_group.c) goes in two phases:
+ *
+ *   IDLE -> hold request seen: the loop holds new writes (HOLDING), the
+ *   worker answers "held" (HELD) -> the group's transaction turned it into
+ *   "switch": the worker answers "done", the loop takes the sequence and
+ *   releases (IDLE). The request deleted (the group failed or is over):
+ *   the worker reads the volume record and the loop releases with its
+ *   sequence. Held for SNAP_HOLD_MAX_MS: the worker marks the request
+ *   "failed" (compare-and-swap at its revision, so the transaction, which
+ *   compares that revision, can no longer happen) and only then releases.
+ *
+ * The state
  * (struct client_snapserve) outlives its volume while a job is on the
  * worker: a closed volume is only forgotten (ss->v NULL), and the last
  * job's done frees the state. */
@@ -25,6 +38,24 @@
 #define SNAP_LEASE_S	 10    /* TTL of the snapwriters/ key's lease */
 #define SNAP_RENEW_MS	 3000u /* keep-alive period */
 #define SNAP_RANGE_LIMIT 256   /* request keys read per take */
+#define SNAP_HOLD_MAX_MS 10000u /* a group's hold ends by itself after this */
+
+/* The group hold's states (loop). */
+enum snap_grp_state {
+	SNAP_GRP_IDLE,	  /* no hold */
+	SNAP_GRP_HOLDING, /* writes held, "held" not answered yet */
+	SNAP_GRP_HELD,	  /* "held" answered: waiting for switch or deletion */
+};
+
+/* What a group job does (worker) and what it found. */
+enum snap_grp_op {
+	SNAP_GRP_OP_HOLD,    /* answer "held" */
+	SNAP_GRP_OP_RESOLVE, /* the request changed: switch, gone, or give up */
+};
+enum snap_grp_result {
+	SNAP_GRP_STAY,	  /* still held */
+	SNAP_GRP_RELEASE, /* release with grp_seq */
+};
 
 struct snap_item {
 	char id[ZL_SNAP_ID_LEN + 3];
@@ -48,11 +79,27 @@ struct client_snapserve {
 	struct snap_item items[SNAP_BATCH];
 	size_t n_items;
 	bool more; /* take left pending requests for another round */
+	/* The group hold (loop), and what the take saw of it (worker) */
+	enum snap_grp_state grp;
+	char grp_id[ZL_SNAP_ID_LEN + 3]; /* the held request */
+	char grp_name[64];		 /* its group, for log lines */
+	struct zl_timer grp_timer;
+	bool grp_timer_on, grp_giveup;
+	struct zl_work grp_w;
+	enum snap_grp_op grp_op; /* in: the job */
+	bool grp_op_giveup;
+	enum snap_grp_result grp_res; /* out */
+	uint32_t grp_seq;
+	char take_grp_id[ZL_SNAP_ID_LEN + 3]; /* in: the held request, "" if idle */
+	char take_hold_id[ZL_SNAP_ID_LEN + 3]; /* out: a hold request to take */
+	char take_hold_group[64];
+	bool take_grp_changed; /* out: the held request is gone or not "held" */
 };
 
 static bool snap_busy(const struct client_snapserve *ss)
 {
-	return ss->take_w.busy || ss->answer_w.busy || ss->renew_w.busy || ss->bye_w.busy;
+	return ss->take_w.busy || ss->answer_w.busy || ss->renew_w.busy || ss->bye_w.busy ||
+	       ss->grp_w.busy;
 }
 
 /* Loop thread: frees ss once its volume closed and no job holds it. */
@@ -75,6 +122,8 @@ static void snap_take_run(struct zl_work *w)
 
 	ss->n_items = 0;
 	ss->more = false;
+	ss->take_hold_id[0] = '\0';
+	ss->take_grp_changed = ss->take_grp_id[0] != '\0';
 	if (zl_meta_snapreq_prefix(pfx, sizeof(pfx), c->prefix, ss->vol_id))
 		return;
 	rc = zl_etcd_range_prefix(c->etcd, pfx, NULL, SNAP_RANGE_LIMIT, &r);
@@ -83,6 +132,7 @@ static void snap_take_run(struct zl_work *w)
 			    "cannot list snapshot requests: vol=%s err=%s detail=%s; retried on the "
 			    "next request",
 			    ss->vol_id, zl_errname(rc), zl_etcd_last_error());
+		ss->take_grp_changed = false;
 		return;
 	}
 	for (size_t i = 0; i < r.n; i++) {
@@ -90,7 +140,20 @@ static void snap_take_run(struct zl_work *w)
 		struct zl_snapshot s;
 		struct snap_item *it;
 
-		if (zl_meta_snapreq_from_kv(&r.kvs[i], &q) || strcmp(q.state, ZL_SNAPREQ_PENDING))
+		if (zl_meta_snapreq_from_kv(&r.kvs[i], &q))
+			continue;
+		if (ss->take_grp_id[0] && !strcmp(q.id, ss->take_grp_id)) {
+			ss->take_grp_changed = strcmp(q.state, ZL_SNAPREQ_HELD) != 0 &&
+					       strcmp(q.state, ZL_SNAPREQ_HOLD) != 0;
+			continue;
+		}
+		if (!ss->take_grp_id[0] && !ss->take_hold_id[0] &&
+		    !strcmp(q.state, ZL_SNAPREQ_HOLD)) {
+			snprintf(ss->take_hold_id, sizeof(ss->take_hold_id), "%s", q.id);
+			snprintf(ss->take_hold_group, sizeof(ss->take_hold_group), "%s", q.group);
+			continue;
+		}
+		if (strcmp(q.state, ZL_SNAPREQ_PENDING))
 			continue;
 		if (ss->n_items == SNAP_BATCH) {
 			ss->more = true;
@@ -149,6 +212,170 @@ static void snap_answer_done(struct zl_work *w)
 	}
 }
 
+/* ---- the group hold (§5) ---- */
+
+/* Worker: the volume record's sequence (the release of a request that is
+ * gone: if the group was taken, its sequence is there), 0 when unreadable
+ * (the storage's SNAPSEQ answer then brings it). */
+static uint32_t snap_grp_record_seq(struct client_snapserve *ss)
+{
+	struct zl_volume v = {0};
+	uint32_t seq = 0;
+
+	if (!zl_meta_volume_get(ss->c->etcd, ss->c->prefix, ss->vol_id, &v))
+		seq = v.snap_seq;
+	zl_volume_fini(&v);
+	return seq;
+}
+
+/* Worker: answer "held", or settle a request that changed (switch: answer
+ * "done"; gone: the record's sequence; give up: "failed" first). */
+static void snap_grp_run(struct zl_work *w)
+{
+	struct client_snapserve *ss = ZL_CONTAINER_OF(w, struct client_snapserve, grp_w);
+	struct zl_client *c = ss->c;
+	struct zl_snapreq q;
+	int rc;
+
+	ss->grp_res = SNAP_GRP_STAY;
+	ss->grp_seq = 0;
+	for (int tries = 0; tries < 4; tries++) {
+		rc = zl_meta_snapreq_get(c->etcd, c->prefix, ss->vol_id, ss->grp_id, &q);
+		if (rc == -ZL_ERR_NOT_FOUND) {
+			ss->grp_res = SNAP_GRP_RELEASE;
+			ss->grp_seq = snap_grp_record_seq(ss);
+			return;
+		}
+		if (rc) {
+			if (ss->grp_op_giveup)
+				continue; /* etcd away: the next try, then the timer again */
+			return;
+		}
+		if (!strcmp(q.state, ZL_SNAPREQ_SWITCH)) {
+			ss->grp_res = SNAP_GRP_RELEASE;
+			ss->grp_seq = q.seq;
+			snprintf(q.state, sizeof(q.state), "%s", ZL_SNAPREQ_DONE);
+			zl_meta_snapreq_put(c->etcd, c->prefix, &q); /* CONFLICT: it is over */
+			return;
+		}
+		if (!strcmp(q.state, ZL_SNAPREQ_HOLD) && ss->grp_op == SNAP_GRP_OP_HOLD) {
+			snprintf(q.state, sizeof(q.state), "%s", ZL_SNAPREQ_HELD);
+			rc = zl_meta_snapreq_put(c->etcd, c->prefix, &q); /* at q.mod_rev */
+			if (!rc)
+				return; /* held */
+			continue;
+		}
+		if ((!strcmp(q.state, ZL_SNAPREQ_HOLD) || !strcmp(q.state, ZL_SNAPREQ_HELD)) &&
+		    !ss->grp_op_giveup)
+			return; /* still held */
+		if (!strcmp(q.state, ZL_SNAPREQ_HOLD) || !strcmp(q.state, ZL_SNAPREQ_HELD)) {
+			/* Give up: at the held revision, so the group's
+			 * transaction (which compares it) cannot follow. */
+			snprintf(q.state, sizeof(q.state), "%s", ZL_SNAPREQ_FAILED);
+			snprintf(q.error, sizeof(q.error), "%s", zl_errname(-ZL_ERR_TIMEOUT));
+			rc = zl_meta_snapreq_put(c->etcd, c->prefix, &q);
+			if (rc)
+				continue; /* it changed: switch or gone, see again */
+		}
+		/* failed (by us) or done: release with the record's sequence */
+		ss->grp_res = SNAP_GRP_RELEASE;
+		ss->grp_seq = snap_grp_record_seq(ss);
+		return;
+	}
+}
+
+static void snap_grp_submit(struct client_snapserve *ss, enum snap_grp_op op, bool giveup);
+static void snap_grp_start_timer(struct client_snapserve *ss, uint32_t ms);
+
+static void snap_grp_done(struct zl_work *w)
+{
+	struct client_snapserve *ss = ZL_CONTAINER_OF(w, struct client_snapserve, grp_w);
+
+	if (!ss->v || w->cancelled) {
+		snap_maybe_free(ss);
+		return;
+	}
+	if (ss->grp_res == SNAP_GRP_RELEASE) {
+		if (ss->grp_timer_on)
+			zl_timer_stop(ss->c->loop, &ss->grp_timer);
+		ss->grp_timer_on = false;
+		ss->grp = SNAP_GRP_IDLE;
+		ss->grp_giveup = false;
+		ZL_LOG_INFO(CLIENT_LOG, "group snapshot hold released: vol=%s group=%s snap=%s seq=%u",
+			    ss->vol_id, ss->grp_name, ss->grp_id, ss->grp_seq);
+		ss->grp_id[0] = '\0';
+		client_vol_snap_release(ss->v, ss->grp_seq);
+	} else if (ss->grp == SNAP_GRP_HOLDING) {
+		ss->grp = SNAP_GRP_HELD;
+	}
+	if (ss->grp != SNAP_GRP_IDLE && ss->grp_giveup) {
+		snap_grp_submit(ss, SNAP_GRP_OP_RESOLVE, true);
+		return;
+	}
+	if (ss->again) { /* requests changed while the job ran */
+		ss->again = false;
+		snap_kick(ss);
+	}
+}
+
+static void snap_grp_submit(struct client_snapserve *ss, enum snap_grp_op op, bool giveup)
+{
+	if (ss->grp_w.busy) {
+		ss->grp_giveup |= giveup;
+		ss->again = true;
+		return;
+	}
+	ss->grp_op = op;
+	ss->grp_op_giveup = giveup;
+	if (zl_worker_submit(ss->c->worker, &ss->grp_w, snap_grp_run, snap_grp_done))
+		ss->grp_giveup |= giveup; /* the timer tries again */
+}
+
+/* Loop: held too long (the requester is gone or slow): give up. */
+static void snap_grp_timer_cb(void *arg)
+{
+	struct client_snapserve *ss = arg;
+
+	ss->grp_timer_on = false;
+	if (ss->grp == SNAP_GRP_IDLE)
+		return;
+	ZL_LOG_WARN(CLIENT_LOG,
+		    "group snapshot hold of vol=%s group=%s not switched within %u ms: giving up, "
+		    "writes released with the old sequence (the group fails)",
+		    ss->vol_id, ss->grp_name, SNAP_HOLD_MAX_MS);
+	ss->grp_giveup = true;
+	snap_grp_submit(ss, SNAP_GRP_OP_RESOLVE, true);
+	if (!ss->grp_w.busy) /* the worker refused: again later */
+		snap_grp_start_timer(ss, 100);
+}
+
+static void snap_grp_start_timer(struct client_snapserve *ss, uint32_t ms)
+{
+	if (ss->grp_timer_on)
+		zl_timer_stop(ss->c->loop, &ss->grp_timer);
+	zl_timer_start(ss->c->loop, &ss->grp_timer, ms, 0, snap_grp_timer_cb, ss);
+	ss->grp_timer_on = true;
+}
+
+/* Loop, after a take: start holding for a new group request, or settle the
+ * held one that changed. */
+static void snap_grp_after_take(struct client_snapserve *ss)
+{
+	if (ss->grp == SNAP_GRP_IDLE && ss->take_hold_id[0]) {
+		snprintf(ss->grp_id, sizeof(ss->grp_id), "%s", ss->take_hold_id);
+		snprintf(ss->grp_name, sizeof(ss->grp_name), "%s", ss->take_hold_group);
+		client_vol_snap_hold(ss->v);
+		ss->grp = SNAP_GRP_HOLDING;
+		ZL_LOG_INFO(CLIENT_LOG, "group snapshot hold: vol=%s group=%s snap=%s: new writes wait",
+			    ss->vol_id, ss->grp_name, ss->grp_id);
+		snap_grp_start_timer(ss, SNAP_HOLD_MAX_MS);
+		snap_grp_submit(ss, SNAP_GRP_OP_HOLD, false);
+		return;
+	}
+	if (ss->grp == SNAP_GRP_HELD && ss->take_grp_changed)
+		snap_grp_submit(ss, SNAP_GRP_OP_RESOLVE, false);
+}
+
 /* Loop: the switch, then the answers. */
 static void snap_take_done(struct zl_work *w)
 {
@@ -158,6 +385,7 @@ static void snap_take_done(struct zl_work *w)
 		snap_maybe_free(ss);
 		return;
 	}
+	snap_grp_after_take(ss);
 	for (size_t i = 0; i < ss->n_items; i++) {
 		const struct snap_item *it = &ss->items[i];
 
@@ -186,10 +414,12 @@ static void snap_kick(struct client_snapserve *ss)
 {
 	if (!ss->v)
 		return;
-	if (ss->take_w.busy || ss->answer_w.busy) {
+	if (ss->take_w.busy || ss->answer_w.busy || ss->grp_w.busy) {
 		ss->again = true;
 		return;
 	}
+	snprintf(ss->take_grp_id, sizeof(ss->take_grp_id), "%s",
+		 ss->grp == SNAP_GRP_HELD ? ss->grp_id : "");
 	if (zl_worker_submit(ss->c->worker, &ss->take_w, snap_take_run, snap_take_done))
 		ss->again = true;
 }
@@ -205,8 +435,8 @@ static void snap_watch_cb(void *arg, enum zl_etcd_event_type type, const struct 
 	struct client_snapserve *ss = arg;
 
 	(void)kv;
-	if (type == ZL_ETCD_EV_PUT)
-		zl_notify_post(&ss->notify);
+	(void)type; /* a put (a request, an answer) or a delete (a group's end) */
+	zl_notify_post(&ss->notify);
 }
 
 /* Worker: one keep-alive; an expired lease is granted again and the key put
@@ -340,6 +570,12 @@ void client_snap_stop(struct zl_vol *v)
 	if (ss->renew_on)
 		zl_timer_stop(ss->c->loop, &ss->renew_timer);
 	ss->renew_on = false;
+	if (ss->grp_timer_on)
+		zl_timer_stop(ss->c->loop, &ss->grp_timer);
+	ss->grp_timer_on = false;
+	/* A hold ends with the volume: its held I/O fails with the close. */
+	v->snap_hold = false;
+	client_list_init(&v->hold_wait);
 	/* A keep-alive on its way may grant a new lease after this revoke;
 	 * that one expires by itself. */
 	if (zl_worker_submit(ss->c->worker, &ss->bye_w, snap_bye_run, snap_bye_done))

@@ -31,7 +31,8 @@
 	X(ZL_ERR_TLS,        4119, "TLS handshake failed")                       \
 	X(ZL_ERR_TLS_CA,     4120, "node requires TLS but no CA is configured (--tls-ca FILE or ZIPLINE_TLS_CA)") \
 	X(ZL_ERR_NOT_ATTACHED, 4121, "volume is not attached to this node at this epoch (ControllerPublish it here first)") \
-	X(ZL_ERR_SNAPSEQ,    4122, "write carries an older snapshot sequence than the chunk holds (reload the volume record and resend)")
+	X(ZL_ERR_SNAPSEQ,    4122, "write carries an older snapshot sequence than the chunk holds (reload the volume record and resend)") \
+	X(ZL_ERR_ABSENT,     4123, "chunk never written in this clone (read it from the clone's parent)")
 
 enum zl_err {
 #define ZL_ERR_ENUM(name, val, msg) name = (val),

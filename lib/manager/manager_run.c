@@ -49,10 +49,13 @@ void zl_manager_stats(struct zl_manager *m, struct zl_manager_stats *out)
 
 int manager_tick(struct zl_manager *m)
 {
-	bool leader;
+	bool leader, led;
 	int rc;
 
 	m->next_deadline_ms = 0;
+	/* Whether this tick began as the leader's: an etcd that stopped
+	 * answering fails the node read and, meanwhile, the lease. */
+	led = manager_leads(m);
 	rc = manager_nodes_refresh(m);
 	leader = manager_leads(m);
 	if (leader != m->was_leader)
@@ -63,8 +66,16 @@ int manager_tick(struct zl_manager *m)
 	pthread_mutex_lock(&m->lock);
 	m->stats.leading = leader;
 	pthread_mutex_unlock(&m->lock);
-	if (!rc && leader)
+	if (!rc && leader) {
 		rc = manager_pass(m);
+	} else if (rc && (leader || led)) {
+		/* The pass could not start (the node table was not read): a
+		 * failed pass all the same (manager_pass counts its own). */
+		pthread_mutex_lock(&m->lock);
+		m->stats.passes++;
+		m->stats.pass_errors++;
+		pthread_mutex_unlock(&m->lock);
+	}
 	if (rc == -ECANCELED) {
 		ZL_LOG_WARN(MGR_LOG, "manager: stopped mid-pass: leadership lost");
 		m->was_leader = false;

@@ -17,6 +17,8 @@
  *                                  the volume's writing client
  *   <prefix>snapwriters/<vol-id>   the id of the client that takes the volume's
  *                                  snapshots (zl_snapreq), on its lease
+ *   <prefix>snapgroups/<group>     {"name", "created", "snaps": [snap-id...]}:
+ *                                  a group snapshot (meta_snap_group.c)
  *   <prefix>dependants/<vol-id>/<seq>/<clone-id>  the clone's name: clone-id
  *                                  reads through to vol-id's snapshot seq
  *                                  (meta_clone.c)
@@ -682,14 +684,23 @@ int zl_meta_snap_delete(struct zl_etcd *e, const char *prefix, const char *name_
 #define ZL_SNAPREQ_PENDING "pending"
 #define ZL_SNAPREQ_DONE	   "done"
 #define ZL_SNAPREQ_FAILED  "failed"
+/* A group's two-phase switch (§5, meta_snap_group.c): the requester puts
+ * "hold"; the client holds new writes and answers "held"; the group's
+ * transaction itself sets "switch" with seq (so it cannot happen once a
+ * client gave up its hold: the transaction compares the held revision);
+ * the client takes seq, releases its writes and answers "done". */
+#define ZL_SNAPREQ_HOLD	  "hold"
+#define ZL_SNAPREQ_HELD	  "held"
+#define ZL_SNAPREQ_SWITCH "switch"
 struct zl_snapreq {
 	char vol[24];		     /* from the key */
 	char id[ZL_SNAP_ID_LEN + 3]; /* from the key */
 	char name[256];
 	char state[16];			    /* ZL_SNAPREQ_* */
 	int64_t requested;		    /* unix seconds */
-	uint32_t seq;			    /* done: the snapshot's sequence, else 0 */
+	uint32_t seq;			    /* done, switch: the snapshot's sequence, else 0 */
 	char error[ZL_META_ERROR_NAME_MAX]; /* failed: why, else "" */
+	char group[64];			    /* a group's request: its id; else "" */
 	int64_t mod_rev;		    /* set by decode */
 };
 /* JSON codec of the value (fuzzed): to_json writes name, state, requested,
@@ -741,6 +752,62 @@ int zl_meta_snapwriter_get(struct zl_etcd *e, const char *prefix, const char *vo
 int zl_meta_snap_take(struct zl_etcd *e, const char *prefix, const struct zl_volume *v,
 		      const char *name, uint32_t timeout_ms, struct zl_snapshot *out,
 		      bool *created, char *writer, size_t writer_len);
+
+/* ---- group snapshots (docs/SNAPSHOTS.md §5; meta_snap_group.c) ----
+ *
+ * One transaction over several volumes: each gets its own snap_seq bump and
+ * snapshot record "<group>.<volume name>" (field group = the group), and
+ * <prefix>snapgroups/<group> is created with them. */
+#define ZL_SNAPGROUP_VOLS_MAX 16 /* members of one group (etcd's txn op limit) */
+
+struct zl_snapgroup_member {
+	char vol[256];			  /* in: the volume (take: name or id; out: id) */
+	char snap_id[ZL_SNAP_ID_LEN + 3]; /* create: in; take: out */
+	/* A served member: its request, "held" at req.mod_rev (> 0), which the
+	 * transaction compares and turns into "switch". req.mod_rev 0: nobody
+	 * serves the volume (the transaction requires no snapwriters/ key). */
+	struct zl_snapreq req;
+	bool served, switched; /* take's own */
+	char writer[128];      /* take: the serving client's id, "" when none */
+	struct zl_snapshot snap; /* out: the member's snapshot */
+};
+
+/* 0 when group is a group id (1..63 characters of [A-Za-z0-9._-]), else
+ * -ZL_ERR_INVAL. */
+int zl_meta_snapgroup_name_check(const char *group);
+/* The group's transaction (m[i].vol: ids, m[i].snap_id: the ids to use),
+ * retried (bounded) while volume records change. 0 with every m[i].snap,
+ * -ZL_ERR_EXISTS (the group or a member's name exists), -ZL_ERR_STALE (a
+ * held request is not at its revision: that client gave up its hold),
+ * -EAGAIN (a client serves a member given as unserved), -ZL_ERR_NOT_FOUND,
+ * -ZL_ERR_BUSY, -ZL_ERR_RANGE (as zl_meta_snap_create, for some member),
+ * -ZL_ERR_INVAL (bad group, ids, n or a name too long), -ZL_ERR_CONFLICT or
+ * an etcd error. Nothing is written unless everything is. */
+int zl_meta_snapgroup_create(struct zl_etcd *e, const char *prefix, const char *group,
+			     struct zl_snapgroup_member *m, size_t n);
+/* Takes group snapshot `group` of the n volumes m[i].vol as a requester
+ * (`zl snapshot create-group`): the two-phase hold and switch through every
+ * serving client (bounded: a client that does not hold in time fails the
+ * group and every held client is released with its old sequence), then
+ * zl_meta_snapgroup_create. Idempotent: a group of that name over the same
+ * volumes is returned (*created false). 0, -ZL_ERR_EXISTS, -ZL_ERR_TIMEOUT,
+ * -ZL_ERR_BUSY (a client could not hold), another error of
+ * zl_meta_snapgroup_create, or an etcd error; why (optional) says what
+ * failed, naming the volume and client. Blocks: never on an I/O loop. */
+int zl_meta_snapgroup_take(struct zl_etcd *e, const char *prefix, const char *group,
+			   struct zl_snapgroup_member *m, size_t n, uint32_t timeout_ms,
+			   bool *created, char *why, size_t why_len);
+/* 0 when snapgroups/<group> exists, -ZL_ERR_NOT_FOUND, or an error. */
+int zl_meta_snapgroup_exists(struct zl_etcd *e, const char *prefix, const char *group);
+/* The snapshots whose group is `group` (*out malloc'd, may be NULL). */
+int zl_meta_snapgroup_members(struct zl_etcd *e, const char *prefix, const char *group,
+			      struct zl_snapshot **out, size_t *n);
+/* Deletes every snapshot of the group, then its record (an interrupted
+ * removal is finished by running it again). 0 (*n_deleted: snapshots
+ * removed), -ZL_ERR_NOT_FOUND (no such group), or an error of
+ * zl_meta_snap_delete (-ZL_ERR_BUSY: a member has clones). */
+int zl_meta_snapgroup_delete(struct zl_etcd *e, const char *prefix, const char *group,
+			     size_t *n_deleted);
 
 /* ---- clones (docs/SNAPSHOTS.md §4; meta_clone.c) ----
  *

@@ -15,6 +15,9 @@
 
 /* Rounds of "read, transaction" of a detach while the record changes. */
 #define META_CLONE_TRIES 16
+/* An internal snapshot without its clone that old (seconds) is a dead
+ * creator's: its creation takes well under that. */
+#define META_CLONE_ORPHAN_S 300
 /* Dependants a refusal names before "and N more". */
 #define META_CLONE_NAMED 4
 
@@ -70,6 +73,7 @@ int zl_meta_clone_dependants(struct zl_etcd *e, const char *prefix, const char *
 			     uint32_t seq, struct zl_clone_dep **out, size_t *n)
 {
 	char key[ZL_META_KEY_MAX], end[ZL_META_KEY_MAX], base[ZL_META_KEY_MAX];
+	char base_end[ZL_META_KEY_MAX];
 	struct zl_etcd_range r;
 	struct zl_clone_dep *deps = NULL;
 	size_t k = 0;
@@ -80,7 +84,7 @@ int zl_meta_clone_dependants(struct zl_etcd *e, const char *prefix, const char *
 	ret = meta_dep_range(key, end, prefix, vol_id, seq);
 	if (ret)
 		return ret;
-	meta_dep_range(base, end, prefix, vol_id, 0);
+	meta_dep_range(base, base_end, prefix, vol_id, 0);
 	ret = zl_etcd_range(e, key, end, 0, &r);
 	if (ret)
 		return ret;
@@ -163,6 +167,41 @@ void meta_clone_release(struct zl_etcd *e, const char *prefix, const char *clone
 			    "cannot drop internal snapshot name=%s of vol=%s err=%s: delete it "
 			    "with zl snapshot rm %s",
 			    name, parent_vol, zl_errname(ret), name);
+}
+
+void meta_clone_gc(struct zl_etcd *e, const char *prefix, const char *vol_id, int64_t min_age_s)
+{
+	struct zl_snapshot *list = NULL;
+	int64_t now = zl_wall_sec();
+	size_t n = 0;
+
+	if (zl_meta_snap_list(e, prefix, vol_id, &list, &n))
+		return;
+	for (size_t i = 0; i < n; i++) {
+		const struct zl_snapshot *s = &list[i];
+		struct zl_volume c = {0};
+		const char *cid = s->name + strlen("clone-");
+		uint64_t num;
+		int rc;
+
+		if (strncmp(s->name, "clone-", 6) || zl_vol_id_parse(cid, &num) ||
+		    now - s->created < min_age_s)
+			continue;
+		rc = zl_meta_volume_get(e, prefix, cid, &c);
+		if (rc == 0 && !strcmp(c.parent_vol, s->vol) && c.parent_seq == s->seq) {
+			zl_volume_fini(&c);
+			continue; /* its clone reads through it */
+		}
+		zl_volume_fini(&c);
+		if (rc && rc != -ZL_ERR_NOT_FOUND)
+			continue;
+		/* The delete compares the dependant range: a clone that reads it
+		 * after all keeps it (BUSY). */
+		rc = zl_meta_snap_delete(e, prefix, s->id, NULL);
+		ZL_LOG_INFO("meta", "internal snapshot name=%s of vol=%s has no clone: %s", s->name,
+			    s->vol, rc ? zl_errname(rc) : "deleted");
+	}
+	free(list);
 }
 
 /* The source of a clone being created: it went away when its snapshot did
@@ -277,6 +316,9 @@ int zl_meta_clone_create(struct zl_etcd *e, const char *prefix, const struct zl_
 	num = zl_random_u64();
 	zl_vol_id_format(num, vid);
 	if (!src_snap) {
+		/* Left by a creator that died between its snapshot and the
+		 * clone's record. */
+		meta_clone_gc(e, prefix, src.id, META_CLONE_ORPHAN_S);
 		snprintf(sname, sizeof(sname), "clone-%s", vid);
 		ret = zl_meta_snap_take(e, prefix, &src, sname, timeout_ms, &s, &screated, NULL,
 					0);

@@ -169,6 +169,12 @@ int meta_dep_range(char *key, char *end, const char *prefix, const char *vol, ui
 void meta_clone_release(struct zl_etcd *e, const char *prefix, const char *clone_id,
 			const char *parent_vol, uint32_t parent_seq);
 
+/* meta_clone.c: deletes vol_id's internal snapshots ("clone-<vol-id>")
+ * at least min_age_s old whose clone does not read through them (a
+ * creator died between the snapshot and the clone's record; best effort,
+ * logged). zl_meta_clone_create of a volume runs it (300 s). */
+void meta_clone_gc(struct zl_etcd *e, const char *prefix, const char *vol_id, int64_t min_age_s);
+
 /* meta_snap.c: zl_meta_snap_create; with unserved, the transaction also
  * requires that no client serves the volume (no snapwriters/<vol> key) and
  * answers -EAGAIN when one appeared (meta_snap_take.c then asks it). */

@@ -500,7 +500,15 @@ int zl_meta_snap_delete(struct zl_etcd *e, const char *prefix, const char *name_
 static bool meta_snapreq_state_ok(const char *st)
 {
 	return !strcmp(st, ZL_SNAPREQ_PENDING) || !strcmp(st, ZL_SNAPREQ_DONE) ||
-	       !strcmp(st, ZL_SNAPREQ_FAILED);
+	       !strcmp(st, ZL_SNAPREQ_FAILED) || !strcmp(st, ZL_SNAPREQ_HOLD) ||
+	       !strcmp(st, ZL_SNAPREQ_HELD) || !strcmp(st, ZL_SNAPREQ_SWITCH);
+}
+
+/* The states of a group's two-phase switch (§5), which need the group. */
+static bool meta_snapreq_state_group(const char *st)
+{
+	return !strcmp(st, ZL_SNAPREQ_HOLD) || !strcmp(st, ZL_SNAPREQ_HELD) ||
+	       !strcmp(st, ZL_SNAPREQ_SWITCH);
 }
 
 static int meta_snapreq_value_check(const struct zl_snapreq *r, char *why, size_t why_len)
@@ -510,10 +518,17 @@ static int meta_snapreq_value_check(const struct zl_snapreq *r, char *why, size_
 	if (!meta_buf_ok(r->name, sizeof(r->name), false) || zl_volume_name_check(r->name))
 		return meta_fail(why, why_len, "name is not 1..253 characters of [A-Za-z0-9._-]");
 	if (!meta_buf_ok(r->state, sizeof(r->state), false) || !meta_snapreq_state_ok(r->state))
-		return meta_fail(why, why_len, "state is not pending, done or failed");
+		return meta_fail(why, why_len,
+				 "state is not pending, done, failed, hold, held or switch");
 	if (r->requested < 0)
 		return meta_fail(why, why_len, "requested=%" PRId64 " is negative", r->requested);
-	done = !strcmp(r->state, ZL_SNAPREQ_DONE);
+	if (!meta_buf_ok(r->group, sizeof(r->group), true) ||
+	    (r->group[0] && zl_node_id_check(r->group)) ||
+	    (meta_snapreq_state_group(r->state) && !r->group[0]))
+		return meta_fail(why, why_len,
+				 "group is not an id of [A-Za-z0-9._-] (required by hold, held "
+				 "and switch)");
+	done = !strcmp(r->state, ZL_SNAPREQ_DONE) || !strcmp(r->state, ZL_SNAPREQ_SWITCH);
 	if (done ? (r->seq < 1 || r->seq > ZL_WIRE_SEQ_MAX) : r->seq != 0)
 		return meta_fail(why, why_len, "seq=%u does not fit state %s", r->seq, r->state);
 	if (!meta_buf_ok(r->error, sizeof(r->error), true) ||
@@ -547,6 +562,11 @@ char *zl_meta_snapreq_to_json(const struct zl_snapreq *r)
 	o = json_pack("{s:s, s:s, s:I, s:I, s:s}", "name", r->name, "state", r->state,
 		      "requested", (json_int_t)r->requested, "seq", (json_int_t)r->seq, "error",
 		      r->error);
+	/* "group" only in a group's requests: a single one reads as before. */
+	if (o && r->group[0] && json_object_set_new(o, "group", json_string(r->group))) {
+		json_decref(o);
+		return NULL;
+	}
 	return meta_dump(o);
 }
 
@@ -556,6 +576,7 @@ static const struct meta_field meta_snapreq_fields[] = {
     META_INT(struct zl_snapreq, requested, "requested", 0, INT64_MAX),
     META_INT(struct zl_snapreq, seq, "seq", 0, ZL_WIRE_SEQ_MAX),
     META_STR(struct zl_snapreq, error, "error", true),
+    META_STR_NEW(struct zl_snapreq, group, "group"),
 };
 
 static int meta_snapreq_check_rec(const void *rec, char *why, size_t why_len)

@@ -67,6 +67,17 @@ int zl_wire_check(const struct zl_wire_hdr *h, uint32_t chunk_size, const char *
 		return fail(why, "DVER flag on an opcode other than REPL_WRITE", -ZL_ERR_PROTO);
 	if ((h->flags & ZL_WF_ANY) && op != ZL_OP_READ)
 		return fail(why, "ANY flag on an opcode other than READ", -ZL_ERR_PROTO);
+	if ((h->flags & ZL_WF_ABSENT) &&
+	    (reply || (op != ZL_OP_READ && op != ZL_OP_WRITE && op != ZL_OP_DISCARD &&
+		       op != ZL_OP_WRITE_ZEROES)))
+		return fail(why, "ABSENT flag on a reply or an opcode other than READ, WRITE, "
+			    "DISCARD or WRITE_ZEROES", -ZL_ERR_PROTO);
+	if ((h->flags & ZL_WF_CREATE) &&
+	    (reply || (op != ZL_OP_WRITE && op != ZL_OP_REPL_WRITE)))
+		return fail(why, "CREATE flag on a reply or an opcode other than WRITE or "
+			    "REPL_WRITE", -ZL_ERR_PROTO);
+	if ((h->flags & ZL_WF_CREATE) && (h->flags & ZL_WF_ABSENT))
+		return fail(why, "CREATE and ABSENT flags together", -ZL_ERR_PROTO);
 	if (h->flags & ZL_WF_SEQ) {
 		if (reply)
 			return fail(why, "SEQ flag on a reply", -ZL_ERR_PROTO);

@@ -96,7 +96,20 @@ enum zl_wire_flag {
 	ZL_WF_ANY = 1u << 4,
 	/* Request carries snap_seq at 8 (see the layout above). */
 	ZL_WF_SEQ = 1u << 5,
-	ZL_WF_ALL_ = 0x3f,
+	/* Clones (docs/SNAPSHOTS.md §4). On a READ, WRITE, DISCARD or
+	 * WRITE_ZEROES request: a chunk (at snap_seq with ZL_WF_SEQ) this
+	 * replica has never held is answered status ZL_ERR_ABSENT, nothing
+	 * read or applied, instead of reading as zeros (the client then reads
+	 * the volume's parent, or copies the parent's chunk up first). */
+	ZL_WF_ABSENT = 1u << 6,
+	/* On a WRITE or REPL_WRITE request: create only (a clone's copy-up).
+	 * Applied only to a chunk the replica has never held, as the chunk's
+	 * content from the start (no snapshot copy of the absent chunk it
+	 * replaces: that read as this content); a held chunk is left as it is,
+	 * answered ZL_ERR_EXISTS by the primary, 0 by a backup (the primary's
+	 * forward carries the flag unchanged). */
+	ZL_WF_CREATE = 1u << 7,
+	ZL_WF_ALL_ = 0xff,
 };
 
 /* Largest snapshot sequence (chunk ids keep 24 bits for it). */

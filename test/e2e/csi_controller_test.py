@@ -290,9 +290,8 @@ def test_identity(t):
     got = {c.rpc.type for c in cc.capabilities}
     want = {R.CREATE_DELETE_VOLUME, R.PUBLISH_UNPUBLISH_VOLUME, R.LIST_VOLUMES, R.GET_CAPACITY,
             R.EXPAND_VOLUME, R.LIST_VOLUMES_PUBLISHED_NODES, R.GET_VOLUME, R.PUBLISH_READONLY,
-            R.VOLUME_CONDITION, R.MODIFY_VOLUME}
-    # The snapshot RPCs answer (test_snapshots) but are not advertised until
-    # CreateVolume takes a snapshot as its source (docs/SNAPSHOTS.md step 4).
+            R.VOLUME_CONDITION, R.MODIFY_VOLUME, R.CREATE_DELETE_SNAPSHOT, R.LIST_SNAPSHOTS,
+            R.CLONE_VOLUME}
     check(got == want, "controller capabilities %s" % sorted(got))
     log("identity + capabilities: ok")
 

@@ -218,10 +218,11 @@ def block_cap(mode=1):
                                access_mode=pb.VolumeCapability.AccessMode(mode=mode))
 
 
-def create_volume(name, size, cap):
+def create_volume(name, size, cap, source=None):
     req = pb.CreateVolumeRequest(
         name=name, capacity_range=pb.CapacityRange(required_bytes=size),
-        volume_capabilities=[cap], parameters={"replicas": "2"})
+        volume_capabilities=[cap], parameters={"replicas": "2"},
+        volume_content_source=source)
     r = twice(ctrl.controller.CreateVolume, req, "CreateVolume " + name)
     v = r.volume
     if v.capacity_bytes < size or not v.volume_id.startswith("vol-"):

@@ -22,6 +22,9 @@ Run by csi_e2e.sh (etcd, three zipline-storage daemons, the controller).
    itself. The volume is unstaged and staged again: a snapshot requested
    then is taken by the new attach process (its log says so), not by the
    transaction alone.
+6. A CSI snapshot restored into a larger volume and a clone of the mounted
+   volume are staged beside it: files there, file system grown, writes kept
+   apart, the sources kept while the clones depend on them.
 """
 
 import hashlib
@@ -108,6 +111,67 @@ def check_image(img, sums):
     log("snapshot image: journal replayed, e2fsck -fn clean, %d files intact" % len(sums))
 
 
+def clones(node, vol, cap, sums, target):
+    """CSI restore and clone (docs/SNAPSHOTS.md §4): a VolumeSnapshot of the
+    mounted volume restored into a larger volume, and a clone of the mounted
+    volume itself (its internal snapshot taken by the attach process), each
+    staged and mounted on the same node: the files are there, the restored
+    file system fills its larger volume (grown on stage), and writes to a
+    clone do not show in the source or in the other clone."""
+    pb, VCS = e.pb, e.pb.VolumeContentSource
+    snap = e.twice(e.ctrl.controller.CreateSnapshot,
+                   pb.CreateSnapshotRequest(name="csi-snap", source_volume_id=vol),
+                   "CreateSnapshot").snapshot
+    if not snap.ready_to_use or snap.source_volume_id != vol:
+        fail("CreateSnapshot answered %s" % snap)
+    size = os.statvfs(target).f_blocks * os.statvfs(target).f_frsize
+    restore = e.create_volume("snap-restore", 512 * MiB, cap,
+                              VCS(snapshot=VCS.SnapshotSource(snapshot_id=snap.snapshot_id)))
+    clone = e.create_volume("snap-clone", 384 * MiB, cap,
+                            VCS(volume=VCS.VolumeSource(volume_id=vol)))
+    if restore.content_source.snapshot.snapshot_id != snap.snapshot_id or \
+            clone.content_source.volume.volume_id != vol:
+        fail("CreateVolume from a source answered %s / %s" % (restore, clone))
+    mounts = []
+    for v, tag in ((restore, "restore"), (clone, "clone")):
+        pctx = e.ctrl_publish(v.volume_id, node, cap)
+        st, tg = e.stage_publish(node, v.volume_id, cap, pctx, tag)
+        mounts.append((v.volume_id, st, tg))
+        e.check_files(tg, sums)
+    rsize = os.statvfs(mounts[0][2]).f_blocks * os.statvfs(mounts[0][2]).f_frsize
+    if rsize < size + 96 * MiB:
+        fail("the restore of a %d MiB file system into 512 MiB was staged at %d MiB"
+             % (size // MiB, rsize // MiB))
+    # Each writes its own file; nobody else sees it.
+    for vid, _, tg in mounts:
+        with open(os.path.join(tg, "only-" + vid), "wb") as f:
+            f.write(os.urandom(MiB))
+            os.fsync(f.fileno())
+    for vid, _, tg in mounts + [(vol, None, target)]:
+        seen = sorted(n for n in os.listdir(tg) if n.startswith("only-"))
+        want = ["only-" + vid] if vid != vol else []
+        if seen != want:
+            fail("%s shows %s, want %s" % (vid, seen, want))
+    e.check_files(target, sums)
+    log("restore of snapshot %s (file system %d -> %d MiB) and clone of the mounted %s: "
+        "files intact, writes stay in their own volume" % (snap.snapshot_id, size // MiB,
+                                                          rsize // MiB, vol))
+    # The sources stay while the clones depend on them.
+    try:
+        e.ctrl.controller.DeleteSnapshot(pb.DeleteSnapshotRequest(snapshot_id=snap.snapshot_id),
+                                         timeout=e.T)
+        fail("DeleteSnapshot of a snapshot a clone reads through succeeded")
+    except e.grpc.RpcError as err:
+        if err.code() != e.grpc.StatusCode.FAILED_PRECONDITION:
+            fail("DeleteSnapshot of a snapshot in use: %s" % err)
+    for vid, st, tg in mounts:
+        e.unpublish_unstage(node, vid, st, tg)
+        e.ctrl_unpublish(vid, node)
+        e.delete_volume(vid)
+    e.twice(e.ctrl.controller.DeleteSnapshot,
+            pb.DeleteSnapshotRequest(snapshot_id=snap.snapshot_id), "DeleteSnapshot")
+
+
 def main():
     e.connect_controller()
     node = e.Node(1, ["--frontend", "fuse"])
@@ -177,6 +241,7 @@ def main():
         e.check_files(target, sums)
         log("after the kill -9 of attach process %d, attach process %d takes the snapshots"
             % (apid, npid))
+        clones(node, vol, cap, sums, target)
 
         e.unpublish_unstage(node, vol, staging, target)
         e.ctrl_unpublish(vol, node)

@@ -7,6 +7,8 @@
  *                  [--overlap [OFF:]SPAN] [--final-check]
  *   e2e_load check --log FILE (--etcd URL --volume NAME | --chunk-dir DIR
  *                  --size SIZE --chunk-size SIZE) [--exact]
+ * (the cluster token of e2e_load, or the attach token in $ZL_E2E_TOKEN of
+ * volume $ZL_E2E_VOL (hex) at $ZL_E2E_EPOCH for node $ZL_E2E_NODE)
  *
  * Every 512-byte sector a write puts down encodes (sector offset,
  * generation): bytes [0,8) offset, [8,16) generation, [16,24) a magic, the
@@ -724,10 +726,27 @@ int main(int argc, char **argv)
 			usage();
 		static char key[ZL_AUTH_KEY_HEX + 1];
 
+		const char *atok = getenv("ZL_E2E_TOKEN");
+
+		/* ZL_E2E_TOKEN (with ZL_E2E_EPOCH, ZL_E2E_VOL in hex and
+		 * ZL_E2E_NODE): the attach token of one volume, as an attach
+		 * process holds, instead of the cluster token. */
+		if (atok && *atok) {
+			const char *ep = getenv("ZL_E2E_EPOCH"), *vol = getenv("ZL_E2E_VOL");
+			const char *node = getenv("ZL_E2E_NODE");
+
+			co.token = atok;
+			co.epoch = ep ? strtoull(ep, NULL, 0) : 0;
+			co.token_vol = vol ? strtoull(vol, NULL, 16) : 0;
+			if (node && *node)
+				co.client_id = node;
+		}
 		if (zl_loop_create(&t.loop) || zl_etcd_create(&eo, &t.etcd) ||
-		    zl_auth_cluster_key_load(t.etcd, ZL_META_DEFAULT_PREFIX,
-					     getenv("ZIPLINE_CLUSTER_KEY_FILE"), true, key) ||
-		    (co.cluster_key = key, zl_client_create(t.loop, t.etcd, &co, &t.cli)))
+		    (!co.token && zl_auth_cluster_key_load(t.etcd, ZL_META_DEFAULT_PREFIX,
+							   getenv("ZIPLINE_CLUSTER_KEY_FILE"), true,
+							   key)) ||
+		    (co.cluster_key = co.token ? NULL : key,
+		     zl_client_create(t.loop, t.etcd, &co, &t.cli)))
 			die("client setup failed");
 		rc = zl_vol_open(t.cli, volname, &t.vol);
 		if (rc) {

@@ -15,6 +15,16 @@
  *   e2e_snap --etcd URL --volume NAME --log FILE --seconds S [--qd 16]
  *            [--ready FILE]   (created once snapshots are served)
  *            [--stop FILE]    (writing ends once it exists)
+ *            [--client-id ID] (default e2e_snap)
+ *            [--volume2 NAME] (ordered pairs, below)
+ *
+ * With --volume2 B (snap_group_e2e.sh, docs/SNAPSHOTS.md §5) it is one
+ * ordered writer over two volumes, each opened and served by its own client
+ * (ids ID-a and ID-b): pair gen writes block a of the first volume with
+ * fill(a, gen), and only once that write was acknowledged, block b of B with
+ * fill(b, gen). The log then holds "P gen a b" at the first submission and
+ * "B gen" when the second is submitted (after the first's ack). A group
+ * snapshot that holds B's write of a pair must hold A's.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -40,10 +50,16 @@ struct slot {
 	uint8_t *buf;
 	uint64_t block, gen;
 	bool busy;
+	/* ordered pairs: phase 1 = A's write in flight, 2 = A acknowledged
+	 * (B's to submit), 3 = B's in flight */
+	int phase;
+	uint64_t block_b;
 };
 
 struct snapw {
 	struct zl_vol *vol;
+	struct zl_vol *vol_b; /* --volume2 */
+	uint8_t *inflight_b;
 	FILE *log;
 	uint64_t blocks, gen, acked;
 	uint8_t *inflight; /* per block */
@@ -124,10 +140,80 @@ static void submit(struct snapw *w, struct slot *s)
 	w->busy++;
 }
 
+/* ---- ordered pairs (--volume2) ---- */
+
+static void pair_done(void *arg, int status)
+{
+	struct slot *s = arg;
+	struct snapw *w = s->w;
+
+	if (status) {
+		fprintf(stderr, "e2e_snap: %s write block=%" PRIu64 " gen=%" PRIu64 " failed: %s\n",
+			s->phase == 1 ? "first" : "second", s->phase == 1 ? s->block : s->block_b,
+			s->gen, zl_strerror(status));
+		w->failed++;
+	}
+	if (s->phase == 1 && !status) {
+		s->phase = 2; /* the main loop submits B's write */
+		return;
+	}
+	w->acked++;
+	w->inflight[s->block] = 0;
+	w->inflight_b[s->block_b] = 0;
+	s->phase = 0;
+	s->busy = false;
+	w->busy--;
+}
+
+static void pair_submit_a(struct snapw *w, struct slot *s)
+{
+	uint64_t a, b;
+	int rc;
+
+	do
+		a = rnd(w) % w->blocks;
+	while (w->inflight[a]);
+	do
+		b = rnd(w) % w->blocks;
+	while (w->inflight_b[b]);
+	s->block = a;
+	s->block_b = b;
+	s->gen = ++w->gen;
+	e2e_snap_fill(s->buf, a, s->gen);
+	fprintf(w->log, "P %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", s->gen, a, b);
+	s->phase = 1;
+	rc = zl_vol_aio_write(w->vol, s->buf, a * BLK, BLK, 0, pair_done, s);
+	if (rc) {
+		fprintf(stderr, "e2e_snap: submit failed: %s\n", zl_strerror(rc));
+		w->failed++;
+		s->phase = 0;
+		return;
+	}
+	w->inflight[a] = 1;
+	w->inflight_b[b] = 1;
+	s->busy = true;
+	w->busy++;
+}
+
+static void pair_submit_b(struct snapw *w, struct slot *s)
+{
+	int rc;
+
+	e2e_snap_fill(s->buf, s->block_b, s->gen);
+	fprintf(w->log, "B %" PRIu64 "\n", s->gen);
+	s->phase = 3;
+	rc = zl_vol_aio_write(w->vol_b, s->buf, s->block_b * BLK, BLK, 0, pair_done, s);
+	if (rc) {
+		fprintf(stderr, "e2e_snap: submit failed: %s\n", zl_strerror(rc));
+		pair_done(s, rc);
+	}
+}
+
 static void usage(void)
 {
 	fprintf(stderr, "usage: e2e_snap --etcd URL --volume NAME --log FILE --seconds S "
-			"[--qd 16] [--ready FILE] [--stop FILE]\n");
+			"[--qd 16] [--ready FILE] [--stop FILE] [--client-id ID] "
+			"[--volume2 NAME]\n");
 	exit(2);
 }
 
@@ -137,8 +223,12 @@ int main(int argc, char **argv)
 	    {"etcd", required_argument, NULL, 'e'}, {"volume", required_argument, NULL, 'v'},
 	    {"log", required_argument, NULL, 'l'},  {"seconds", required_argument, NULL, 's'},
 	    {"qd", required_argument, NULL, 'q'},   {"ready", required_argument, NULL, 'r'},
-	    {"stop", required_argument, NULL, 'x'}, {0},
+	    {"stop", required_argument, NULL, 'x'}, {"client-id", required_argument, NULL, 'i'},
+	    {"volume2", required_argument, NULL, 'b'}, {0},
 	};
+	const char *volname_b = NULL, *client_id = "e2e_snap";
+	char id_a[64], id_b[64];
+	struct zl_client *cli_b = NULL;
 	const char *etcd_url = NULL, *volname = NULL, *log_path = NULL, *ready = NULL;
 	const char *stop = NULL;
 	struct zl_etcd_opts eo = {0};
@@ -174,6 +264,12 @@ int main(int argc, char **argv)
 		case 'x':
 			stop = optarg;
 			break;
+		case 'i':
+			client_id = optarg;
+			break;
+		case 'b':
+			volname_b = optarg;
+			break;
 		default:
 			usage();
 		}
@@ -190,6 +286,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	co.cluster_key = key;
+	snprintf(id_a, sizeof(id_a), "%s%s", client_id, volname_b ? "-a" : "");
+	co.client_id = id_a;
 	rc = zl_client_create(loop, etcd, &co, &cli);
 	if (!rc)
 		rc = zl_vol_open(cli, volname, &w.vol);
@@ -199,10 +297,28 @@ int main(int argc, char **argv)
 		fprintf(stderr, "e2e_snap: open/serve %s: %s\n", volname, zl_strerror(rc));
 		return 1;
 	}
+	if (volname_b) {
+		/* The second volume's own client: a hold and a switch each. */
+		snprintf(id_b, sizeof(id_b), "%s-b", client_id);
+		co.client_id = id_b;
+		rc = zl_client_create(loop, etcd, &co, &cli_b);
+		if (!rc)
+			rc = zl_vol_open(cli_b, volname_b, &w.vol_b);
+		if (!rc)
+			rc = zl_vol_snap_serve(w.vol_b);
+		if (!rc && zl_vol_size(w.vol_b) != zl_vol_size(w.vol))
+			rc = -ZL_ERR_INVAL;
+		if (rc) {
+			fprintf(stderr, "e2e_snap: open/serve %s (the same size as %s): %s\n",
+				volname_b, volname, zl_strerror(rc));
+			return 1;
+		}
+	}
 	w.blocks = zl_vol_size(w.vol) / BLK;
 	w.inflight = calloc(w.blocks, 1);
+	w.inflight_b = calloc(w.blocks, 1);
 	w.log = fopen(log_path, "w");
-	if (!w.inflight || !w.log || (uint64_t)w.qd * 4 > w.blocks) {
+	if (!w.inflight || !w.inflight_b || !w.log || (uint64_t)w.qd * 4 > w.blocks) {
 		fprintf(stderr, "e2e_snap: cannot set up the log or the block table\n");
 		return 1;
 	}
@@ -225,23 +341,41 @@ int main(int argc, char **argv)
 			if (!access(stop, F_OK))
 				break;
 			next_stop_check = zl_now_ms() + 50;
+			if (volname_b)
+				fflush(w.log); /* the test watches the pairs go on */
 		}
-		for (int i = 0; i < w.qd; i++)
-			if (!w.slots[i].busy)
-				submit(&w, &w.slots[i]);
+		for (int i = 0; i < w.qd; i++) {
+			struct slot *s = &w.slots[i];
+
+			if (!volname_b && !s->busy)
+				submit(&w, s);
+			else if (volname_b && !s->busy)
+				pair_submit_a(&w, s);
+			else if (volname_b && s->phase == 2)
+				pair_submit_b(&w, s);
+		}
 		zl_loop_run_once(loop, 10);
 	}
-	while (w.busy)
+	while (w.busy) {
+		for (int i = 0; volname_b && i < w.qd; i++)
+			if (w.slots[i].phase == 2)
+				pair_submit_b(&w, &w.slots[i]);
 		zl_loop_run_once(loop, 100);
+	}
 	fclose(w.log);
 	printf("e2e_snap: writes=%" PRIu64 " acked=%" PRIu64 " failed=%d seq=%u\n", w.gen, w.acked,
 	       w.failed, zl_vol_snap_seq(w.vol));
 	for (int i = 0; i < w.qd; i++)
 		zl_vol_buf_free(w.vol, w.slots[i].buf);
+	if (w.vol_b)
+		printf("e2e_snap: pairs, second volume seq=%u\n", zl_vol_snap_seq(w.vol_b));
 	zl_vol_close(w.vol);
+	zl_vol_close(w.vol_b);
+	zl_client_destroy(cli_b);
 	zl_client_destroy(cli);
 	zl_etcd_destroy(etcd);
 	zl_loop_destroy(loop);
 	free(w.inflight);
+	free(w.inflight_b);
 	return w.failed ? 1 : 0;
 }

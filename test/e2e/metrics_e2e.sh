@@ -23,14 +23,17 @@
 #     the journal's some records; at rest every ring is empty and its
 #     SQE and completion counters agree with its in-flight gauge. Under a
 #     running write load the journal's used bytes and both rings' SQEs in
-#     flight peak above 0; once it ends the journal empties (checkpoint).
+#     flight and the journal's dirty chunks peak above 0; once it ends the
+#     journal empties (checkpoint) and no chunk is dirty.
 #     Errors by code: 5 reads with a wrong slice version answered
 #     ZL_ERR_STALE and one of an unknown volume ZL_ERR_NOT_FOUND are
 #     counted exactly so on that daemon. `zl volume import` (which ends in a
 #     flush): flush requests counted, and as many in the flush latency
 #     histogram. Disk capacity is the data dir's filesystem size (statvfs)
-#     and its free bytes within 1 % of it. `zl volume scrub`: a scrub job
-#     per slice counted, chunks checked and bytes read rose, nothing bad.
+#     and its free bytes within 1 % of it. `zl volume scrub` with one
+#     backup's copy of chunk 0 damaged (a byte flipped in its file): a scrub
+#     job per slice counted, chunks checked and bytes read rose, exactly one
+#     bad copy found and one repaired.
 #     `zl top` under a write load lists every node with figures and the
 #     volume with its writes per second above 0.
 #  3. A daemon whose data dir is removed under it turns /readyz to 503 (the
@@ -43,7 +46,8 @@
 #     Probes OK, 1 CreateVolume INVALID_ARGUMENT); etcd call latency
 #     counted by the controller and the storage daemons.
 #  5. etcd stopped (SIGSTOP): the controller's /readyz turns 503 within
-#     15 s and says why, /healthz stays 200, etcd errors are counted;
+#     15 s and says why, /healthz stays 200, etcd errors are counted by the
+#     controller and by the storage daemons, and the manager a failed pass;
 #     SIGCONT: ready again, and the leader again (zipline_controller_leader
 #     1; it may have stepped down during the stop).
 #  6. node-3 restarted on an empty data dir: the manager makes its members
@@ -51,14 +55,26 @@
 #     rows), every row is active again, the manager passed on (its last
 #     pass at most 5 s old), and the
 #     primaries' recovery counters rose: a whole chunk per chunk of mvol
-#     that exists, its bytes a chunk size each.
+#     that exists, its bytes a chunk size each. Sampled during the copy
+#     (slowed to 80 Mbit/s): the manager counted slices recovering, the
+#     primaries running recovery jobs with bytes left; none of them once
+#     every row is active.
+#     A 2-replica volume made while node-3's disk failed (members 4 on
+#     node-1, 4 on node-2) is rebalanced: the manager's rebalance moves rose
+#     by exactly 2, node-3 holds 2 in-sync members, every row is active.
+#  7. A 1-replica volume whose row 0 has its only member taken out by hand
+#     (in etcd): zipline_slices{state=down} is 1; deleted, 0 again.
 # Usage: metrics_e2e.sh BUILD_DIR. KEEP=1 keeps the state dir.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/metrics.sh" metrics_e2e
 # --write-path journal last: it wins over ZL_TEST_WRITE_PATH's (the
 # journal's figures are checked).
-HL_MANAGER_FLAGS="--metrics 127.0.0.1:0" HL_STORAGE_FLAGS="--metrics 127.0.0.1:0 --write-path journal" hl_begin e2e-metrics "$1" || fail "cluster or manager did not start"
+# --recovery-mbps 80 (after hl_begin's unlimited rate: it wins): step 6's
+# copy of 64 MiB to node-3 from two primaries lasts about 3.4 s, long
+# enough for the manager's passes (a second) and the daemons' samples to
+# see it running.
+HL_MANAGER_FLAGS="--metrics 127.0.0.1:0" HL_STORAGE_FLAGS="--metrics 127.0.0.1:0 --write-path journal --recovery-mbps 80" hl_begin e2e-metrics "$1" || fail "cluster or manager did not start"
 "$ZL" volume create mvol --size 64M --replicas 3 --chunk-size 1M || fail "volume create"
 vid=$(hl_vol_id mvol)
 [ -n "$vid" ] || fail "no volume id in 'zl volume inspect mvol'"
@@ -241,15 +257,17 @@ ck0=$(msum zipline_journal_checkpoints_total)
 bpid=$!
 HL_PIDS="$HL_PIDS $bpid"
 pk=$(/usr/bin/python3 "$MT" peak "$bpid" zipline_journal_used_bytes zipline_uring_inflight,ring=journal \
-	zipline_uring_inflight,ring=chunks -- "${URLS[@]}") || fail "scraping during the load failed"
+	zipline_uring_inflight,ring=chunks zipline_journal_dirty_chunks -- "${URLS[@]}") || fail "scraping during the load failed"
 wait "$bpid" || fail "the load failed: $(tail -3 "$CL_DIR/peak-bench.err")"
 mapfile -t PK <<<"$pk"
-pk_used=${PK[0]} pk_jin=${PK[1]} pk_cin=${PK[2]}
-echo "FIGURE: metrics: under 20000 4 KiB writes at QD16: peak journal used $pk_used bytes, io_uring SQEs in flight journal $pk_jin chunks $pk_cin"
+pk_used=${PK[0]} pk_jin=${PK[1]} pk_cin=${PK[2]} pk_dirty=${PK[3]}
+echo "FIGURE: metrics: under 20000 4 KiB writes at QD16: peak journal used $pk_used bytes, dirty chunks $pk_dirty, io_uring SQEs in flight journal $pk_jin chunks $pk_cin"
+[ "$pk_dirty" -gt 0 ] || check_fail "zipline_journal_dirty_chunks never rose above 0 under a write load"
 [ "$pk_used" -gt 0 ] || check_fail "zipline_journal_used_bytes never rose above 0 under a write load"
 [ "$pk_jin" -gt 0 ] || check_fail "zipline_uring_inflight{ring=journal} never rose above 0 under a write load"
 [ "$pk_cin" -gt 0 ] || check_fail "zipline_uring_inflight{ring=chunks} never rose above 0 under a write load"
 [ "$(settle zipline_journal_used_bytes 0)" = 0 ] || check_fail "the journal did not empty (checkpoint) within 20 s of the load's end"
+[ "$(settle zipline_journal_dirty_chunks 0)" = 0 ] || check_fail "chunks still counted dirty 20 s after the load's end (checkpointed)"
 [ "$(msum zipline_journal_checkpoints_total)" -gt "$ck0" ] || check_fail "no checkpoint counted for the load"
 
 # Errors by code: requests storage-1 must refuse, each counted by its code.
@@ -358,17 +376,34 @@ PY
 [ "$(msum zipline_etcd_request_duration_seconds_count call=/v3/lease/keepalive)" -gt 0 ] ||
 	check_fail "the storage daemons counted no etcd keepalive"
 
-# A scrub of mvol: its jobs (a slice each) and what they read are counted.
+# A scrub of mvol: its jobs (a slice each) and what they read are counted;
+# one copy damaged beforehand (a byte of block 3 of chunk 0, which the
+# import wrote, flipped in a backup's chunk file once the journals hold
+# nothing more) is found and repaired, exactly one.
 sj0=$(msum zipline_scrub_jobs_total)
 sb0=$(msum zipline_scrub_bytes_read_total)
 sk0=$(msum zipline_scrub_chunks_checked_total)
+sbad0=$(msum zipline_scrub_bad_found_total)
+srep0=$(msum zipline_scrub_repaired_total)
+cl_wait_journal_clean 30 >/dev/null || fail "the journals did not checkpoint everything within 30 s"
+read -r _ sprim snodes < <(hl_etcd members "$vid" | awk '$1 == 0')
+sbk=""
+for n in $snodes; do [ "$n" != "$sprim" ] && { sbk=$n; break; }; done
+[ -n "$sbk" ] || fail "slice 0 of mvol has no backup: $(hl_etcd members "$vid" | head -1)"
+sf="$CL_DIR/storage-${sbk#node-}/data/chunks/$vid/0000000000000000.zlc"
+off=$(cl_chunk_block_off "$sf" 3 123) || fail "cannot locate block 3 in $sf"
+cl_flip_byte "$sf" "$off"
 "$ZL" volume scrub mvol >"$CL_DIR/scrub.out" 2>&1 || fail "zl volume scrub mvol: $(tail -3 "$CL_DIR/scrub.out")"
 sj=$(settle zipline_scrub_jobs_total $((sj0 + nsl)))
 echo "FIGURE: metrics: scrub of mvol: jobs +$((sj - sj0)), chunks checked +$(($(msum zipline_scrub_chunks_checked_total) - sk0)), bytes read +$(($(msum zipline_scrub_bytes_read_total) - sb0))"
 [ $((sj - sj0)) = "$nsl" ] || check_fail "scrub jobs rose by $((sj - sj0)), not the $nsl slices of mvol"
 [ "$(msum zipline_scrub_chunks_checked_total)" -gt "$sk0" ] || check_fail "scrub checked no chunk"
 [ "$(msum zipline_scrub_bytes_read_total)" -gt "$sb0" ] || check_fail "scrub read no byte"
-[ "$(msum zipline_scrub_bad_found_total)" = 0 ] || check_fail "scrub found bad copies on a healthy volume"
+sbad=$(msum zipline_scrub_bad_found_total)
+srep=$(msum zipline_scrub_repaired_total)
+echo "FIGURE: metrics: scrub with chunk 0's copy on $sbk damaged: bad found +$((sbad - sbad0)), repaired +$((srep - srep0))"
+[ $((sbad - sbad0)) = 1 ] || check_fail "scrub found $((sbad - sbad0)) bad copies, not the 1 damaged"
+[ $((srep - srep0)) = 1 ] || check_fail "scrub repaired $((srep - srep0)) copies, not the 1 damaged"
 
 # 3. a failed data dir: not ready, still alive
 b3=${URLS[2]%/metrics}
@@ -394,21 +429,46 @@ echo "FIGURE: metrics: controller after node-3's disk failed: slices degraded=$d
 [ $(($(csum zipline_manager_member_changes_total to=out) - out0)) -ge "$nsl" ] ||
 	check_fail "the manager's member changes to out rose by fewer than $nsl"
 
+# A 2-replica volume made while node-3's disk is failed: its members all on
+# node-1 and node-2 (nothing is placed on a failed disk), for the
+# rebalance of step 6; 4 MiB written into it.
+"$ZL" volume create rvol --size 4M --replicas 2 --chunk-size 1M >/dev/null || fail "volume create rvol"
+rvid=$(hl_vol_id rvol)
+[ -n "$rvid" ] || fail "no volume id in 'zl volume inspect rvol'"
+rrows=$(hl_etcd rows "$rvid" | wc -l)
+[ "$rrows" = 4 ] || fail "rvol has $rrows rows, not 4"
+head -c 4M /dev/urandom >"$CL_DIR/rvol.bin"
+"$ZL" volume import rvol "$CL_DIR/rvol.bin" >"$CL_DIR/rvol-import.out" 2>&1 || fail "zl volume import rvol: $(tail -3 "$CL_DIR/rvol-import.out")"
+! hl_etcd rows "$rvid" | grep -q 'node-3:' || fail "rvol placed a member on node-3, whose disk failed: $(hl_etcd rows "$rvid")"
+# Every row active: mvol's after step 6, rvol's all along.
+nall=$((nsl + rrows))
+
 # 5. etcd stopped: the controller is not ready (alive all the same)
 epid=$(cat "$CL_DIR/etcd/pid")
 e0=$(csum zipline_etcd_errors_total)
+se0=$(msum zipline_etcd_errors_total)
+pe0=$(csum zipline_manager_pass_errors_total)
+t0=$(hl_now_ms)
 kill -STOP "$epid" || fail "cannot stop etcd"
 code=$(wait_code "$CURL/readyz" 503 150)
 body=$(curl -s -m 5 "$CURL/readyz")
 hz=$(http_code "$CURL/healthz")
-# A call to the stopped etcd fails after its 5 s timeout.
-e1=$e0
-for _ in $(seq 1 150); do
+# A call to the stopped etcd fails after its 5 s timeout: the controller's,
+# the manager pass's (it fails), and the storage daemons' (the heartbeat:
+# a keepalive every few seconds, the lease lasts 10 s: etcd continues
+# before it could expire).
+e1=$e0 se1=$se0 pe1=$pe0
+while [ $(($(hl_now_ms) - t0)) -lt 15000 ]; do
 	e1=$(csum zipline_etcd_errors_total)
-	[ "$e1" -gt "$e0" ] && break
+	pe1=$(csum zipline_manager_pass_errors_total)
+	se1=$(msum zipline_etcd_errors_total)
+	[ "$e1" -gt "$e0" ] && [ "$pe1" -gt "$pe0" ] && [ "$se1" -gt "$se0" ] && break
 	sleep 0.1
 done
 kill -CONT "$epid"
+echo "FIGURE: metrics: etcd stopped: controller etcd errors +$((e1 - e0)), manager pass errors +$((pe1 - pe0)), storage daemons' etcd errors +$((se1 - se0))"
+[ "$se1" -gt "$se0" ] || check_fail "the storage daemons counted no etcd error in 15 s of etcd stopped"
+[ "$pe1" -gt "$pe0" ] || check_fail "the manager counted no failed pass in 15 s of etcd stopped"
 [ "$code" = 503 ] || check_fail "the controller's /readyz answered $code, not 503, 15 s into an etcd stop"
 grep -q 'etcd not reached' <<<"$body" || check_fail "the controller's /readyz does not say why: $body"
 [ "$hz" = 200 ] || check_fail "the controller's /healthz answered $hz while etcd was stopped (it is alive)"
@@ -427,6 +487,17 @@ ins0=$(csum zipline_manager_member_changes_total to=in_sync)
 ps0=$(csum zipline_manager_passes_total)
 rb0=$(msum zipline_recovery_bytes_total)
 rc0=$(msum zipline_recovery_chunks_total)
+# Sampled while node-3 recovers (until it is active again): the slices the
+# manager's passes count recovering, the running recovery jobs of the
+# primaries (node-1 and node-2: node-3 is out of every row).
+sleep 600 &
+spid=$!
+HL_PIDS="$HL_PIDS $spid"
+/usr/bin/python3 "$MT" peak "$spid" zipline_slices,state=recovering -- "$CURL/metrics" >"$CL_DIR/peak-ctrl" &
+cpk=$!
+/usr/bin/python3 "$MT" peak "$spid" zipline_recovery_jobs zipline_recovery_bytes_left -- "${URLS[0]}" "${URLS[1]}" >"$CL_DIR/peak-rec" &
+rpk=$!
+HL_PIDS="$HL_PIDS $cpk $rpk"
 p3old=$(port_of 3)
 cl_stop storage-3 KILL
 rm -rf "$CL_DIR/storage-3/data"
@@ -443,15 +514,27 @@ t0=$(hl_now_ms)
 act=""
 for _ in $(seq 1 600); do
 	act=$(csum zipline_slices state=active)
-	[ "$act" = "$nsl" ] && break
+	[ "$act" = "$nall" ] && break
 	sleep 0.2
 done
+kill "$spid"
+wait "$cpk" || check_fail "scraping the controller while node-3 recovered failed"
+wait "$rpk" || check_fail "scraping node-1 and node-2 while node-3 recovered failed"
+pk_rcv=$(cat "$CL_DIR/peak-ctrl")
+mapfile -t PK <"$CL_DIR/peak-rec"
+echo "FIGURE: metrics: while node-3 recovered: peak slices recovering $pk_rcv of $nsl, peak recovery jobs ${PK[0]:-}, peak bytes left ${PK[1]:-}"
+[ "${pk_rcv:-0}" -gt 0 ] || check_fail "zipline_slices{state=recovering} never rose above 0 while node-3 recovered"
+[ "${PK[0]:-0}" -gt 0 ] || check_fail "zipline_recovery_jobs never rose above 0 on the primaries while node-3 recovered"
+[ "${PK[1]:-0}" -gt 0 ] || check_fail "zipline_recovery_bytes_left never rose above 0 on the primaries while node-3 recovered"
+[ "$(csum zipline_slices state=recovering)" = 0 ] || check_fail "slices still counted recovering once all were active"
+[ "$(settle zipline_recovery_jobs 0)" = 0 ] || check_fail "recovery jobs still counted 20 s after every row was active"
+[ "$(msum zipline_recovery_bytes_left)" = 0 ] || check_fail "recovery bytes left above 0 with no job running"
 rcv=$(csum zipline_manager_member_changes_total to=recovering)
 ins=$(csum zipline_manager_member_changes_total to=in_sync)
 rc=$(stable zipline_recovery_chunks_total)
 rb=$(msum zipline_recovery_bytes_total)
 echo "FIGURE: metrics: node-3 back on an empty disk: all $nsl rows active after $(($(hl_now_ms) - t0)) ms; member changes to recovering +$((rcv - rcv0)), to in_sync +$((ins - ins0)); recovery copied $((rc - rc0)) chunks, $((rb - rb0)) bytes"
-[ "$act" = "$nsl" ] || check_fail "zipline_slices{state=active} is $act, not $nsl, 120 s after node-3 came back"
+[ "$act" = "$nall" ] || check_fail "zipline_slices{state=active} is $act, not $nall (mvol's and rvol's rows), 120 s after node-3 came back"
 [ $((rcv - rcv0)) -ge "$nsl" ] || check_fail "member changes to recovering rose by $((rcv - rcv0)), fewer than the $nsl rows"
 [ $((ins - ins0)) -ge "$nsl" ] || check_fail "member changes to in_sync rose by $((ins - ins0)), fewer than the $nsl rows"
 [ "$(csum zipline_manager_passes_total)" -gt "$ps0" ] || check_fail "zipline_manager_passes_total did not rise while node-3 recovered"
@@ -460,4 +543,31 @@ echo "FIGURE: metrics: node-3 back on an empty disk: all $nsl rows active after 
 [ $((rc - rc0)) -gt 0 ] || check_fail "zipline_recovery_chunks_total did not rise while node-3 recovered"
 [ $((rb - rb0)) = $(((rc - rc0) * 1048576)) ] ||
 	check_fail "zipline_recovery_bytes_total rose by $((rb - rb0)), not a 1 MiB chunk for each of the $((rc - rc0)) chunks copied"
+
+# Rebalance: rvol's 8 members are 4 on node-1, 4 on node-2, none on
+# node-3; balanced (at most one apart) after exactly 2 moves to node-3.
+# `zl volume rebalance` waits until the manager deleted the request
+# (balanced, no row moving).
+rm0=$(csum zipline_manager_rebalance_moves_total)
+"$ZL" volume rebalance rvol --timeout 120 >"$CL_DIR/rebal.out" 2>&1 || fail "zl volume rebalance rvol: $(tail -3 "$CL_DIR/rebal.out")"
+rm1=$(csum zipline_manager_rebalance_moves_total)
+echo "FIGURE: metrics: rebalance of rvol (4+4+0 members): moves +$((rm1 - rm0)); rows: $(hl_etcd rows "$rvid" | tr '\n' ';')"
+[ $((rm1 - rm0)) = 2 ] || check_fail "zipline_manager_rebalance_moves_total rose by $((rm1 - rm0)), not the 2 moves from 4+4+0 to 3+3+2"
+[ "$(hl_etcd rows "$rvid" | grep -o 'node-3:in_sync' | wc -l)" = 2 ] || check_fail "node-3 does not hold 2 in-sync members of rvol after the rebalance: $(hl_etcd rows "$rvid")"
+[ "$(csettle zipline_slices state=active "$nall")" = "$nall" ] || check_fail "not every row active after the rebalance"
+
+# 7. A slice down: a 1-replica volume whose row 0 loses its only copy
+# (written by hand into its etcd record, as the manager never takes the
+# last in-sync member out) is counted down, exactly one; deleted, none.
+[ "$(csum zipline_slices state=down)" = 0 ] || check_fail "slices counted down before any was"
+"$ZL" volume create dvol --size 4M --replicas 1 --chunk-size 1M >/dev/null || fail "volume create dvol"
+dvid=$(hl_vol_id dvol)
+[ -n "$dvid" ] || fail "no volume id in 'zl volume inspect dvol'"
+hl_etcd lose "$dvid" 0 || fail "cannot take row 0 of dvol's only member out"
+dn=$(csettle zipline_slices state=down 1)
+echo "FIGURE: metrics: dvol's row 0 without its copy: slices down $dn, active $(csum zipline_slices state=active)"
+[ "$dn" = 1 ] || check_fail "zipline_slices{state=down} is $dn, not 1, with one row left without an in-sync member"
+"$ZL" volume delete dvol >"$CL_DIR/dvol-delete.out" 2>&1 || fail "zl volume delete dvol: $(tail -3 "$CL_DIR/dvol-delete.out")"
+[ "$(csettle zipline_slices state=down 0)" = 0 ] || check_fail "zipline_slices{state=down} did not return to 0 once dvol was deleted"
+[ "$(csum zipline_slices state=active)" = "$nall" ] || check_fail "mvol's and rvol's $nall rows are not all active once dvol was deleted"
 hl_end

@@ -13,7 +13,10 @@ this script plays the kubelet, starts one zipline-node with
      error, and none throttled; its read, write and flush latency
      histograms counted exactly the reads and writes its client counted
      (and a flush at least); a volume limited to 100 write IOPS counts
-     its 64 writes of 4 KiB at once as throttled;
+     its 64 writes of 4 KiB at once as throttled, and exports that limit
+     (zipline_node_volume_qos_limit, every other limit 0); a
+     ControllerModifyVolume (writeIops 300, readBps 8M) shows in those
+     gauges within 10 s, the attach process unchanged;
   3. kill -9 of the attach process: the volume counts as unattached;
   4. unpublished and unstaged: no volume is counted any more.
 """
@@ -171,10 +174,33 @@ def main():
         lst, ltg = e.stage_publish(n, lim, cap, lctx, "nmlim")
         subprocess.run(["dd", "if=/dev/zero", "of=" + ltg, "bs=4k", "count=64", "oflag=direct",
                         "status=none"], check=True)
-        thr = value(scrape(base), "zipline_node_volume_throttled_total", volume=lim)
+        sm = scrape(base)
+        thr = value(sm, "zipline_node_volume_throttled_total", volume=lim)
         log("node metrics: 64 writes of 4 KiB to a 100-IOPS volume: %d throttled" % thr)
         if thr <= 0:
             fail("64 writes at once to a volume limited to 100 write IOPS: none counted throttled")
+        # The limits its client enforces, one gauge each; a ModifyVolume
+        # reaches the running attach process (the same PID) without a
+        # restart.
+        qos = {s.labels["limit"]: s.value for s in sm
+               if s.name == "zipline_node_volume_qos_limit" and s.labels.get("volume") == lim}
+        want = {k: 0 for k in ("read_iops", "write_iops", "read_bps", "write_bps",
+                               "read_iops_burst", "write_iops_burst", "read_bps_burst",
+                               "write_bps_burst")}
+        want["write_iops"] = 100
+        if qos != want:
+            fail("zipline_node_volume_qos_limit of a writeIops=100 volume: %r, not %r" % (qos, want))
+        apid = [p for p in n.attach_pids()]
+        e.ctrl.controller.ControllerModifyVolume(e.pb.ControllerModifyVolumeRequest(
+            volume_id=lim, mutable_parameters={"writeIops": "300", "readBps": "8M"}), timeout=60)
+        w = wait_value(base, 300, "zipline_node_volume_qos_limit", volume=lim, limit="write_iops")
+        r = value(scrape(base), "zipline_node_volume_qos_limit", volume=lim, limit="read_bps")
+        log("node metrics: ModifyVolume writeIops=300 readBps=8M: the gauges say %d, %d" % (w, r))
+        if w != 300 or r != 8 * MiB:
+            fail("after ModifyVolume writeIops=300 readBps=8M the attached volume's limits are "
+                 "write_iops %r, read_bps %r" % (w, r))
+        if n.attach_pids() != apid:
+            fail("the attach processes changed across ModifyVolume: %s -> %s" % (apid, n.attach_pids()))
         e.unpublish_unstage(n, lim, lst, ltg)
         e.ctrl_unpublish(lim, n)
         e.delete_volume(lim)

@@ -33,6 +33,9 @@ reason on stderr when it cannot do its job.
                            + 1 when the primary changes; refuses to leave a
                            row without an in-sync member)
     order VOL SLICE NODE...  the row's members in that order (same rules)
+    lose VOL SLICE         every member of row SLICE -> out (v + 1): a row
+                           with no in-sync member, what losing every copy
+                           leaves (the one change `set` refuses)
     snaps VOL SEQ [SNAP...]  the record's snapshot sequence and the snapshots
                            that exist (snap_seq, snaps; CAS), as taking or
                            deleting a snapshot leaves them (docs/SNAPSHOTS.md)
@@ -162,9 +165,10 @@ def snaps_set(e, vol, seq, snaps):
     die('snapshot update of %s lost the race 50 times' % vol)
 
 
-def rows_update(e, vol, change):
+def rows_update(e, vol, change, allow_none=False):
     """CAS loop: change(rec) edits rows in place and returns the changed
-    rows; each gets v + 1, in_sync recomputed, term + 1 on a new primary."""
+    rows; each gets v + 1, in_sync recomputed, term + 1 on a new primary.
+    A row left without an in-sync member is refused unless allow_none."""
     for _ in range(50):
         kv, rec = e.volume(vol)
         old = [in_sync(r)[:1] for r in rec['placement']]
@@ -174,7 +178,7 @@ def rows_update(e, vol, change):
         for i in changed:
             row = rec['placement'][i]
             row['in_sync'] = in_sync(row)
-            if not row['in_sync']:
+            if not row['in_sync'] and not allow_none:
                 die('refusing to leave row %d without an in-sync member' % i)
             row['v'] += 1
             if row['in_sync'][:1] != old[i]:
@@ -309,6 +313,11 @@ def etcd_cmd(url, cmd, args):
     elif cmd == 'order':
         vol, s, nodes = args[0], int(args[1]), args[2:]
         rows_update(e, vol, lambda rec: [s] if row_order(rec['placement'][s], nodes) else [])
+    elif cmd == 'lose':
+        vol, s = args[0], int(args[1])
+        rows_update(e, vol, lambda rec: [s] if [row_set(rec['placement'][s], n, 'out')
+                                                for n in list(rec['placement'][s]['nodes'])]
+                    else [], allow_none=True)
     elif cmd == 'snaps':
         snaps_set(e, args[0], int(args[1]), [int(x) for x in args[2:]])
     elif cmd == 'node':

@@ -5,7 +5,8 @@
 # ask that client and, when nobody answers, time out with what to do, leaving
 # no request behind; `zl volume rm` of a volume that holds snapshots is
 # refused until they are deleted; a snapshot of a 1 GiB and of a 64 GiB thin
-# volume writes the same records (figure printed). Usage: cli_snap_zl.sh
+# volume writes the same records (figure printed); group snapshots
+# (create-group, rm-group, a client that never holds). Usage: cli_snap_zl.sh
 # BUILD_DIR
 set -u
 BUILD=$(cd "$1" && pwd)
@@ -139,6 +140,52 @@ echo "FIGURE: cli_snap_zl: snapshot of a 1 GiB thin volume ${ms[1G]} ms, record 
 for sz in 1G 64G; do
 	[ "${ms[$sz]}" -lt 5000 ] || fail "snapshot of the $sz volume took ${ms[$sz]} ms"
 done
+
+# Group snapshots (docs/SNAPSHOTS.md §5): one transaction over both volumes;
+# the same command again finds it; a serving client that never holds fails
+# the group with what to do and leaves nothing behind (no request, no
+# snapshot, no sequence bump); rm-group removes every member.
+run volume create ga --size 64M
+[ "$rc" -eq 0 ] || fail "volume create ga: $err"
+run volume create gb --size 64M
+[ "$rc" -eq 0 ] || fail "volume create gb: $err"
+run snapshot create-group g1 ga gb
+[ "$rc" -eq 0 ] || fail "create-group g1: exit $rc: $err"
+grep -q "^created group snapshot 'g1' of 2 volumes" <<<"$out" || fail "create-group g1 said: $out"
+grep -qE '^  g1\.ga +snap-[0-9a-f]{16} +seq 1 ' <<<"$out" || fail "create-group g1 member ga: $out"
+grep -qE '^  g1\.gb +snap-[0-9a-f]{16} +seq 1 ' <<<"$out" || fail "create-group g1 member gb: $out"
+ectl get --print-value-only "${P}snapgroups/g1" | grep -q '"name":"g1"' || fail "no group record g1"
+run snapshot create-group g1 ga gb
+grep -q "^exists: group snapshot 'g1'" <<<"$out" || fail "create-group g1 again said: $out $err"
+run snapshot create-group g1 ga
+[ "$rc" -eq 1 ] || fail "create-group g1 of other volumes: exit $rc"
+grep -q "snapshot group 'g1' exists with other volumes" <<<"$err" || fail "g1 of other volumes said: $err"
+run snapshot ls
+[ "$(grep -cE '^g1\.g[ab] .* g1 ' <<<"$out")" -eq 2 ] || fail "ls does not show group g1: $out"
+run snapshot create-group g2 ga ga
+[ "$rc" -eq 1 ] || fail "a volume named twice: exit $rc"
+grep -q "volume 'ga' is named twice" <<<"$err" || fail "a volume named twice said: $err"
+gbid=$(ectl get --print-value-only "${P}names/gb")
+ectl put "${P}snapwriters/$gbid" "ghost-gb" >/dev/null
+start=$(date +%s)
+run snapshot create-group g2 ga gb --timeout 2
+[ "$rc" -eq 1 ] || fail "create-group with a client that never holds: exit $rc"
+grep -q "client ghost-gb serving volume 'gb' did not hold its writes within 2000 ms; every held client was released" <<<"$err" ||
+	fail "create-group with a client that never holds said: $err"
+[ $(($(date +%s) - start)) -le 10 ] || fail "the failed group took too long"
+[ -z "$(ectl get --prefix --keys-only "${P}snapreqs/")" ] || fail "group request left behind"
+[ -z "$(ectl get --prefix --keys-only "${P}snapgroups/g2")" ] || fail "half group g2 left behind"
+run volume inspect ga
+grep -q "^snap seq    1$" <<<"$out" || fail "the failed group bumped ga: $out"
+ectl del "${P}snapwriters/$gbid" >/dev/null
+run snapshot rm-group g1
+[ "$rc" -eq 0 ] || fail "rm-group g1: exit $rc: $err"
+grep -q "deleted group 'g1' and its 2 snapshots" <<<"$out" || fail "rm-group g1 said: $out"
+run snapshot rm-group g1
+grep -q "group 'g1' not found" <<<"$err" || fail "rm-group g1 again said: $err"
+[ -z "$(ectl get --prefix --keys-only "${P}snapgroups/")" ] || fail "group record left after rm-group"
+run volume inspect ga
+grep -q "^snapshots   0" <<<"$out" || fail "rm-group left a snapshot of ga: $out"
 
 if [ "$failures" -ne 0 ]; then
 	echo "cli_snap_zl: $failures failure(s)" >&2

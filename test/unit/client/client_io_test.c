@@ -1528,6 +1528,94 @@ static void test_snap_serve(void **state)
 			 -ZL_ERR_NOT_FOUND);
 }
 
+static void group_write_cb(void *arg, int status)
+{
+	int *done = arg;
+
+	*done = status ? status : 1;
+}
+
+/* Runs the loop until request (vol, id) is in state want (10 s at most). */
+static void group_wait_state(struct env *e, const char *id, const char *want,
+			     struct zl_snapreq *got)
+{
+	uint64_t deadline = zl_now_ms() + 10000;
+
+	memset(got, 0, sizeof(*got));
+	while (zl_now_ms() < deadline) {
+		zl_loop_run_once(e->loop, 20);
+		if (zl_meta_snapreq_get(e->etcd, e->prefix, e->vol_id, id, got) == 0 &&
+		    !strcmp(got->state, want))
+			return;
+	}
+	fail_msg("request %s not %s within 10 s (state %s)", id, want, got->state);
+}
+
+/* The group hold (docs/SNAPSHOTS.md §5): on a "hold" request the client
+ * answers "held" and a write submitted then waits (nothing reaches the
+ * storage); the group's transaction turns the request into "switch", the
+ * client answers "done", and the held write goes with the new sequence. A
+ * hold whose request is deleted (the group failed) releases the write with
+ * the record's sequence, no snapshot taken. */
+static void test_snap_group_hold(void **state)
+{
+	struct env *e = *state;
+	struct zl_snapgroup_member m = {0};
+	struct zl_snapreq q = {0}, got;
+	uint8_t *buf = malloc(4096);
+	uint64_t writes, until;
+	int done = 0;
+
+	assert_non_null(buf);
+	fill_pattern(buf, 4096, 7);
+	assert_int_equal(zl_vol_snap_serve(e->vol), 0);
+	for (int round = 1; round <= 2; round++) {
+		snprintf(q.vol, sizeof(q.vol), "%s", e->vol_id);
+		zl_meta_snap_id_generate(q.id);
+		snprintf(q.name, sizeof(q.name), "grp%d.vol", round);
+		snprintf(q.group, sizeof(q.group), "grp%d", round);
+		snprintf(q.state, sizeof(q.state), "%s", ZL_SNAPREQ_HOLD);
+		q.requested = zl_wall_sec();
+		assert_int_equal(zl_meta_snapreq_put(e->etcd, e->prefix, &q), 0);
+		group_wait_state(e, q.id, ZL_SNAPREQ_HELD, &got);
+		writes = e->nodes[0].writes;
+		done = 0;
+		assert_int_equal(zl_vol_aio_write(e->vol, buf, 0, 4096, 0, group_write_cb, &done),
+				 0);
+		until = zl_now_ms() + 300;
+		while (zl_now_ms() < until)
+			zl_loop_run_once(e->loop, 20);
+		assert_int_equal(done, 0); /* held */
+		assert_int_equal(e->nodes[0].writes, writes);
+		assert_int_equal(zl_vol_snap_seq(e->vol), round - 1);
+		if (round == 1) {
+			snprintf(m.vol, sizeof(m.vol), "%s", e->vol_id);
+			snprintf(m.snap_id, sizeof(m.snap_id), "%s", q.id);
+			m.req = got;
+			assert_int_equal(zl_meta_snapgroup_create(e->etcd, e->prefix, "grp1", &m, 1),
+					 0);
+			assert_int_equal(m.snap.seq, 1);
+			group_wait_state(e, q.id, ZL_SNAPREQ_DONE, &got);
+			assert_int_equal(got.seq, 1);
+		} else {
+			/* The group failed: its requester deletes the request. */
+			assert_int_equal(zl_meta_snapreq_delete(e->etcd, e->prefix, e->vol_id, q.id),
+					 0);
+		}
+		until = zl_now_ms() + 10000;
+		while (!done && zl_now_ms() < until)
+			zl_loop_run_once(e->loop, 20);
+		assert_int_equal(done, 1);
+		/* Round 1: the new sequence; round 2: the record's (still 1). */
+		assert_int_equal(e->nodes[0].last_write_seq, 1);
+		assert_int_equal(zl_vol_snap_seq(e->vol), 1);
+		if (round == 1)
+			zl_meta_snapreq_delete(e->etcd, e->prefix, e->vol_id, q.id);
+	}
+	assert_int_equal(zl_meta_snapgroup_exists(e->etcd, e->prefix, "grp2"), -ZL_ERR_NOT_FOUND);
+	free(buf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1556,6 +1644,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_snap_storage_too_old, env_setup_nocap,
 					    env_teardown),
 	    cmocka_unit_test_setup_teardown(test_snap_serve, env_setup, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_snap_group_hold, env_setup, env_teardown),
 	};
 
 	zl_log_init("client_io_test");

@@ -55,6 +55,10 @@ static struct {
 	int etcd_calls;	 /* every faked call: none may happen while off */
 	/* Leadership as the controller would report it. */
 	bool leader, may_write;
+	/* The error zl_meta_node_list answers (0: the node table), and
+	 * whether leadership is lost meanwhile (the lease timed out too). */
+	int node_list_rc;
+	bool node_list_unleads;
 } fk;
 
 uint64_t __wrap_zl_now_ms(void);
@@ -90,6 +94,11 @@ int __wrap_zl_meta_node_list(struct zl_etcd *e, const char *prefix, struct zl_no
 			     size_t *n)
 {
 	fk.etcd_calls++;
+	if (fk.node_list_rc) {
+		if (fk.node_list_unleads)
+			fk.leader = fk.may_write = false;
+		return fk.node_list_rc;
+	}
 	*out = calloc(fk.n_nodes + 1, sizeof(**out));
 	assert_non_null(*out);
 	memcpy(*out, fk.nodes, fk.n_nodes * sizeof(**out));
@@ -922,6 +931,36 @@ static void test_lost_lease_writes_nothing(void **state)
 	assert_int_equal(st_of(v, 0, "n2"), ZL_MEMBER_IN_SYNC);
 }
 
+/* A leader's tick whose node table cannot be read (etcd away) is a failed
+ * pass in the stats, like a pass that fails, also when leadership was lost
+ * during that read; a follower's counts nothing. */
+static void test_failed_tick_counted(void **state)
+{
+	struct zl_manager_stats ms;
+	uint64_t passes;
+
+	cluster3(1);
+	tick();
+	zl_manager_stats(&mgr, &ms);
+	assert_int_equal(ms.pass_errors, 0);
+	passes = ms.passes;
+	fk.node_list_rc = -ZL_ERR_TIMEOUT;
+	assert_int_equal(manager_tick(&mgr), -ZL_ERR_TIMEOUT);
+	zl_manager_stats(&mgr, &ms);
+	assert_int_equal(ms.passes, passes + 1);
+	assert_int_equal(ms.pass_errors, 1);
+	fk.node_list_unleads = true;
+	assert_int_equal(manager_tick(&mgr), -ZL_ERR_TIMEOUT);
+	zl_manager_stats(&mgr, &ms);
+	assert_int_equal(ms.passes, passes + 2);
+	assert_int_equal(ms.pass_errors, 2);
+	assert_false(fk.leader);
+	assert_int_equal(manager_tick(&mgr), -ZL_ERR_TIMEOUT);
+	zl_manager_stats(&mgr, &ms);
+	assert_int_equal(ms.passes, passes + 2);
+	assert_int_equal(ms.pass_errors, 2);
+}
+
 /* ---- rebalance (docs/REPLICATION.md §5) ---- */
 
 static void rebalance_request(const struct zl_volume *v)
@@ -1139,6 +1178,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_m7_waits_without_a_candidate, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_not_leading_changes_nothing, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_lost_lease_writes_nothing, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_failed_tick_counted, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_rebalance_moves_to_new_nodes, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_rebalance_backups_first_and_bounded, setup,
 					    teardown),

@@ -15,6 +15,7 @@
 
 #include "lib/common/common.h"
 #include "lib/meta/meta.h"
+#include "lib/meta/meta_internal.h"
 #include "meta_fixture.h"
 
 static void make_volume(struct fixture *f, const char *name, struct zl_volume *v)
@@ -183,9 +184,11 @@ static void test_from_volume(void **state)
 	struct fixture *f = *state;
 	struct zl_volume v, c, cc, x;
 	struct zl_volume_spec spec = {.name = "cv"};
+	struct zl_clone_dep *deps;
 	struct zl_snapshot s;
 	char sname[64];
 	bool created = false;
+	size_t n;
 
 	register_nodes(f, 3);
 	make_volume(f, "vb", &v);
@@ -220,6 +223,31 @@ static void test_from_volume(void **state)
 			 0);
 	assert_string_equal(cc.parent_vol, c.id);
 	assert_int_equal(cc.parent_seq, 1);
+	/* A clone of another snapshot of cv's source: listed under its own
+	 * sequence only. */
+	assert_int_equal(zl_meta_snap_create(f->e, f->prefix, "vb", "s2", NULL, &s, NULL, NULL),
+			 0);
+	assert_int_equal(s.seq, 2);
+	spec.name = "c2";
+	assert_int_equal(zl_meta_clone_create(f->e, f->prefix, &spec, NULL, "s2", 1000, &x,
+					      &created),
+			 0);
+	zl_volume_fini(&x);
+	assert_int_equal(zl_meta_clone_dependants(f->e, f->prefix, v.id, 1, &deps, &n), 0);
+	assert_int_equal(n, 1);
+	assert_string_equal(deps[0].name, "cv");
+	free(deps);
+	assert_int_equal(zl_meta_clone_dependants(f->e, f->prefix, v.id, 2, &deps, &n), 0);
+	assert_int_equal(n, 1);
+	assert_string_equal(deps[0].name, "c2");
+	assert_int_equal(deps[0].seq, 2);
+	free(deps);
+	assert_int_equal(zl_meta_clone_dependants(f->e, f->prefix, v.id, 0, &deps, &n), 0);
+	assert_int_equal(n, 2);
+	free(deps);
+	assert_int_equal(remove_volume(f, "c2", false), 0);
+	assert_int_equal(zl_meta_snap_delete(f->e, f->prefix, "s2", NULL), 0);
+
 	assert_int_equal(remove_volume(f, "cv", true), -ZL_ERR_BUSY);
 	assert_int_equal(remove_volume(f, "vb", true), -ZL_ERR_BUSY);
 	assert_int_equal(zl_meta_snap_delete(f->e, f->prefix, sname, NULL), -ZL_ERR_BUSY);
@@ -240,6 +268,27 @@ static void test_from_volume(void **state)
 	zl_volume_fini(&x);
 	assert_int_equal(remove_volume(f, "vb", false), 0);
 	assert_int_equal(remove_volume(f, "cc", false), 0);
+
+	/* A creator that died between its internal snapshot and the clone's
+	 * record left "clone-<id>": collected (at any age here), while an
+	 * internal snapshot a clone reads is kept. */
+	make_volume(f, "vg", &x);
+	zl_volume_fini(&x);
+	assert_int_equal(zl_meta_snap_create(f->e, f->prefix, "vg", "clone-vol-00000000000000d1",
+					     NULL, &s, NULL, NULL),
+			 0);
+	spec.name = "cg";
+	assert_int_equal(zl_meta_clone_create(f->e, f->prefix, &spec, "vg", NULL, 1000, &x,
+					      &created),
+			 0);
+	snprintf(sname, sizeof(sname), "clone-%s", x.id);
+	meta_clone_gc(f->e, f->prefix, x.parent_vol, 0);
+	assert_int_equal(zl_meta_snap_lookup(f->e, f->prefix, "clone-vol-00000000000000d1", &s),
+			 -ZL_ERR_NOT_FOUND);
+	assert_int_equal(zl_meta_snap_lookup(f->e, f->prefix, sname, &s), 0);
+	zl_volume_fini(&x);
+	assert_int_equal(remove_volume(f, "cg", false), 0);
+	assert_int_equal(zl_meta_snap_lookup(f->e, f->prefix, sname, &s), -ZL_ERR_NOT_FOUND);
 
 	/* A volume source that is not there. */
 	spec.name = "cz";

@@ -122,6 +122,25 @@ static void test_snapreq_codec(void **state)
 	assert_non_null(json);
 	kv.value = json;
 	kv.value_len = strlen(json);
+	/* A group's states need the group; "group" is written only then. */
+	r.error[0] = '\0';
+	strcpy(r.state, "hold");
+	assert_null(zl_meta_snapreq_to_json(&r));
+	strcpy(r.group, "g1");
+	free(json);
+	json = zl_meta_snapreq_to_json(&r);
+	assert_string_equal(json, "{\"name\":\"s1\",\"state\":\"hold\",\"requested\":5,"
+				  "\"seq\":0,\"error\":\"\",\"group\":\"g1\"}");
+	assert_int_equal(zl_meta_snapreq_from_json(json, strlen(json), &q), 0);
+	assert_string_equal(q.group, "g1");
+	free(json);
+	strcpy(r.state, "switch"); /* switch needs its seq */
+	assert_null(zl_meta_snapreq_to_json(&r));
+	r.seq = 7;
+	json = zl_meta_snapreq_to_json(&r);
+	assert_non_null(json);
+	kv.value = json;
+	kv.value_len = strlen(json);
 	char badkey[] = "snap-0123456789abcdef";
 	kv.key = badkey;
 	assert_int_equal(zl_meta_snapreq_from_kv(&kv, &q), -ZL_ERR_INVAL);
@@ -372,6 +391,149 @@ static void test_unserved(void **state)
 	zl_volume_fini(&v);
 }
 
+/* A held request of volume v for the group (what a serving client answers
+ * in phase 1); m gets it. */
+static void group_held(struct fixture *f, const struct zl_volume *v, const char *group,
+		       struct zl_snapgroup_member *m)
+{
+	struct zl_snapreq q = {0};
+
+	memset(m, 0, sizeof(*m));
+	strcpy(m->vol, v->id);
+	zl_meta_snap_id_generate(m->snap_id);
+	strcpy(q.vol, v->id);
+	strcpy(q.id, m->snap_id);
+	snprintf(q.name, sizeof(q.name), "%s.%.64s", group, v->name);
+	strcpy(q.state, "hold");
+	strcpy(q.group, group);
+	assert_int_equal(zl_meta_snapreq_put(f->e, f->prefix, &q), 0);
+	assert_int_equal(zl_meta_snapreq_get(f->e, f->prefix, v->id, m->snap_id, &q), 0);
+	strcpy(q.state, "held");
+	assert_int_equal(zl_meta_snapreq_put(f->e, f->prefix, &q), 0);
+	assert_int_equal(zl_meta_snapreq_get(f->e, f->prefix, v->id, m->snap_id, &m->req), 0);
+	assert_string_equal(m->req.state, "held");
+	assert_string_equal(m->req.group, group);
+}
+
+static void group_unserved(const struct zl_volume *v, struct zl_snapgroup_member *m)
+{
+	memset(m, 0, sizeof(*m));
+	strcpy(m->vol, v->id);
+	zl_meta_snap_id_generate(m->snap_id);
+}
+
+static uint32_t vol_seq(struct fixture *f, const struct zl_volume *v)
+{
+	struct zl_volume now;
+	uint32_t seq;
+
+	assert_int_equal(zl_meta_volume_get(f->e, f->prefix, v->id, &now), 0);
+	seq = now.snap_seq;
+	zl_volume_fini(&now);
+	return seq;
+}
+
+/* A group snapshot (§5) is one transaction: every member's sequence, record
+ * and name, the group record, and the served members' requests turned into
+ * "switch" — or nothing at all: a client that gave up its hold (its request
+ * changed), a client serving a member taken as unserved, or a name taken,
+ * leave etcd as it was. Removal takes every member and the group. */
+static void test_group(void **state)
+{
+	struct fixture *f = *state;
+	struct zl_snapgroup_member m[3];
+	struct zl_volume va, vb, vc;
+	struct zl_snapshot *list;
+	struct zl_snapreq q;
+	size_t n, gone;
+	int64_t lease;
+
+	register_nodes(f, 3);
+	make_volume(f, "ga", &va);
+	make_volume(f, "gb", &vb);
+	make_volume(f, "gc", &vc);
+	/* The first snapshot of ga is single: the group bumps from 1. */
+	struct zl_snapshot s1;
+	assert_int_equal(zl_meta_snap_create(f->e, f->prefix, "ga", "single", NULL, &s1, NULL,
+					     NULL),
+			 0);
+
+	/* vc is served (its key is live) but given as unserved: -EAGAIN. */
+	assert_int_equal(zl_etcd_lease_grant(f->e, 30, &lease), 0);
+	assert_int_equal(zl_meta_snapwriter_put(f->e, f->prefix, vc.id, "late", lease), 0);
+	group_unserved(&va, &m[0]);
+	group_held(f, &vb, "g1", &m[1]);
+	group_unserved(&vc, &m[2]);
+	assert_int_equal(zl_meta_snapgroup_create(f->e, f->prefix, "g1", m, 3), -EAGAIN);
+	assert_int_equal(zl_meta_snapgroup_exists(f->e, f->prefix, "g1"), -ZL_ERR_NOT_FOUND);
+	assert_int_equal(vol_seq(f, &va), 1);
+	assert_int_equal(vol_seq(f, &vb), 0);
+	assert_int_equal(zl_meta_snapgroup_members(f->e, f->prefix, "g1", &list, &n), 0);
+	assert_int_equal(n, 0);
+	free(list);
+	assert_int_equal(zl_etcd_lease_revoke(f->e, lease), 0);
+
+	/* vb's client gave up its hold (marked its request failed): -STALE. */
+	assert_int_equal(zl_meta_snapreq_get(f->e, f->prefix, vb.id, m[1].snap_id, &q), 0);
+	strcpy(q.state, "failed");
+	strcpy(q.error, "ZL_ERR_TIMEOUT");
+	assert_int_equal(zl_meta_snapreq_put(f->e, f->prefix, &q), 0);
+	assert_int_equal(zl_meta_snapgroup_create(f->e, f->prefix, "g1", m, 3), -ZL_ERR_STALE);
+	assert_int_equal(zl_meta_snapgroup_exists(f->e, f->prefix, "g1"), -ZL_ERR_NOT_FOUND);
+	assert_int_equal(vol_seq(f, &vc), 0);
+
+	/* Held again: the group is taken, each member at its own sequence. */
+	group_held(f, &vb, "g1", &m[1]);
+	assert_int_equal(zl_meta_snapgroup_create(f->e, f->prefix, "g1", m, 3), 0);
+	assert_int_equal(zl_meta_snapgroup_exists(f->e, f->prefix, "g1"), 0);
+	assert_int_equal(m[0].snap.seq, 2);
+	assert_int_equal(m[1].snap.seq, 1);
+	assert_int_equal(m[2].snap.seq, 1);
+	assert_string_equal(m[0].snap.name, "g1.ga");
+	assert_int_equal(vol_seq(f, &va), 2);
+	assert_int_equal(vol_seq(f, &vb), 1);
+	assert_int_equal(vol_seq(f, &vc), 1);
+	/* The served member's request says switch, with its sequence. */
+	assert_int_equal(zl_meta_snapreq_get(f->e, f->prefix, vb.id, m[1].snap_id, &q), 0);
+	assert_string_equal(q.state, "switch");
+	assert_int_equal(q.seq, 1);
+	assert_int_equal(zl_meta_snapgroup_members(f->e, f->prefix, "g1", &list, &n), 0);
+	assert_int_equal(n, 3);
+	for (size_t i = 0; i < n; i++)
+		assert_string_equal(list[i].group, "g1");
+	free(list);
+	assert_int_equal(zl_meta_snap_lookup(f->e, f->prefix, "g1.gc", &s1), 0);
+	assert_string_equal(s1.vol, vc.id);
+
+	/* The same group again: EXISTS, nothing bumped. */
+	group_unserved(&va, &m[0]);
+	group_unserved(&vb, &m[1]);
+	assert_int_equal(zl_meta_snapgroup_create(f->e, f->prefix, "g1", m, 2), -ZL_ERR_EXISTS);
+	assert_int_equal(vol_seq(f, &va), 2);
+	/* A member named twice, or too many: INVAL. */
+	strcpy(m[1].vol, va.id);
+	assert_int_equal(zl_meta_snapgroup_create(f->e, f->prefix, "g2", m, 2), -ZL_ERR_INVAL);
+	assert_int_equal(zl_meta_snapgroup_create(f->e, f->prefix, "g2", m, 0), -ZL_ERR_INVAL);
+	assert_int_equal(zl_meta_snapgroup_create(f->e, f->prefix, "bad/name", m, 1),
+			 -ZL_ERR_INVAL);
+
+	/* Removal: every member, then the group; the sequences leave snaps. */
+	assert_int_equal(zl_meta_snapgroup_delete(f->e, f->prefix, "g1", &gone), 0);
+	assert_int_equal(gone, 3);
+	assert_int_equal(zl_meta_snapgroup_exists(f->e, f->prefix, "g1"), -ZL_ERR_NOT_FOUND);
+	assert_int_equal(zl_meta_snapgroup_delete(f->e, f->prefix, "g1", &gone),
+			 -ZL_ERR_NOT_FOUND);
+	assert_int_equal(zl_meta_snap_list(f->e, f->prefix, NULL, &list, &n), 0);
+	assert_int_equal(n, 1); /* "single" */
+	free(list);
+	assert_int_equal(zl_meta_volume_get(f->e, f->prefix, va.id, &va), 0);
+	assert_int_equal(va.n_snaps, 1);
+	assert_int_equal(va.snaps[0], 1);
+	zl_volume_fini(&va);
+	zl_volume_fini(&vb);
+	zl_volume_fini(&vc);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -381,6 +543,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_concurrent, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_snapreq_store, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_unserved, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_group, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -266,8 +266,12 @@ static void test_missing_reads_zero(void **state)
 	assert_int_equal(do_zero(e, 77, 0, 8192), 0);
 	assert_int_equal(zl_chunk_info(e->s, VOL, 77, &alloc), 0);
 	assert_int_equal(alloc, 0);
+	/* Neither a read nor a zeroing makes it held (a clone's chunk stays
+	 * absent: it still reads its parent's). */
+	assert_false(zl_chunk_held(e->s, VOL, 77));
 	/* A written but untouched region of an existing chunk reads zero too. */
 	assert_int_equal(do_write(e, 78, 0, 3, "abc"), 0);
+	assert_true(zl_chunk_held(e->s, VOL, 78));
 	assert_int_equal(do_read(e, 78, 500000, sizeof(buf), buf), 0);
 	for (size_t i = 0; i < sizeof(buf); i++)
 		assert_int_equal(buf[i], 0);
@@ -1220,8 +1224,15 @@ static void test_delete(void **state)
 	assert_int_equal(back[0], 0);
 	assert_int_equal(zl_chunk_delete(e->s, VOL, 2), 0); /* absent: fine */
 
+	/* zl_chunk_held (a clone's ZL_WF_ABSENT): a deleted chunk is not held,
+	 * the others are, also those the LRU closed. */
+	assert_false(zl_chunk_held(e->s, VOL, 2));
+	for (uint64_t c = 0; c < 6; c++)
+		assert_true(c == 2 || zl_chunk_held(e->s, VOL, c));
 	assert_int_equal(zl_chunk_volume_delete(e->s, VOL, &removed), 0);
 	assert_int_equal(removed, 5);
+	for (uint64_t c = 0; c < 6; c++)
+		assert_false(zl_chunk_held(e->s, VOL, c));
 	snprintf(path, sizeof(path), "%s/chunks/vol-%016" PRIx64, e->dir, (uint64_t)VOL);
 	assert_int_equal(stat(path, &stb), -1);
 	assert_int_equal(do_read(e, 0, 4096, 16, back), 0);

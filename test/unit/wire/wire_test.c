@@ -314,7 +314,8 @@ static void test_reject_fields(void **state)
 
 	/* unknown flags */
 	for (unsigned bit = 3; bit < 8; bit++) {
-		if ((1u << bit) == ZL_WF_ANY || (1u << bit) == ZL_WF_SEQ) /* test_snap_seq */
+		if ((1u << bit) == ZL_WF_ANY || (1u << bit) == ZL_WF_SEQ || /* test_snap_seq */
+		    (1u << bit) == ZL_WF_ABSENT || (1u << bit) == ZL_WF_CREATE) /* test_clone */
 			continue;
 		h = valid_req(ZL_OP_READ);
 		h.flags = (uint8_t)(1u << bit);
@@ -746,16 +747,69 @@ static void test_snap_seq(void **state)
 	zl_wire_reply_init(&h, &d, 0);
 	d.flags |= ZL_WF_SEQ;
 	expect_reject(&d, -ZL_ERR_PROTO, "reply");
-	/* A decoder without the flag (older peer) refuses it: unknown bits. */
+}
+
+/* ZL_WF_ABSENT and ZL_WF_CREATE (docs/SNAPSHOTS.md §4): the byte's last two
+ * bits; each only on the opcodes that take it, never on a reply, never
+ * together. */
+static void test_clone_flags(void **state)
+{
+	static const uint8_t absent_ok[] = {ZL_OP_READ, ZL_OP_WRITE, ZL_OP_DISCARD,
+					    ZL_OP_WRITE_ZEROES};
+	static const uint8_t absent_bad[] = {ZL_OP_REPL_WRITE, ZL_OP_FLUSH, ZL_OP_CHUNK_PUSH,
+					     ZL_OP_PING};
+	static const uint8_t create_bad[] = {ZL_OP_READ, ZL_OP_DISCARD, ZL_OP_WRITE_ZEROES,
+					     ZL_OP_CHUNK_PUSH};
+	struct zl_wire_hdr h, d;
+
+	(void)state;
+	assert_int_equal(ZL_WF_ALL_, 0xff);
+	for (size_t i = 0; i < ZL_ARRAY_SIZE(absent_ok); i++) {
+		h = valid_req(absent_ok[i]);
+		h.flags |= ZL_WF_ABSENT;
+		assert_int_equal(roundtrip(&h), 0);
+		/* With a snapshot's sequence too (a clone's snapshot read). */
+		h.flags |= ZL_WF_SEQ;
+		h.snap_seq = 3;
+		assert_int_equal(roundtrip(&h), 0);
+	}
+	for (size_t i = 0; i < ZL_ARRAY_SIZE(absent_bad); i++) {
+		h = valid_req(absent_bad[i]);
+		h.flags |= ZL_WF_ABSENT;
+		expect_reject(&h, -ZL_ERR_PROTO, "ABSENT");
+	}
 	h = valid_req(ZL_OP_WRITE);
-	h.flags |= 1u << 6;
-	expect_reject(&h, -ZL_ERR_PROTO, "unknown flag");
+	h.flags |= ZL_WF_CREATE;
+	assert_int_equal(roundtrip(&h), 0);
+	h = valid_req(ZL_OP_REPL_WRITE);
+	h.flags |= ZL_WF_CREATE | ZL_WF_SEQ;
+	h.snap_seq = 2;
+	assert_int_equal(roundtrip(&h), 0);
+	for (size_t i = 0; i < ZL_ARRAY_SIZE(create_bad); i++) {
+		h = valid_req(create_bad[i]);
+		h.flags |= ZL_WF_CREATE;
+		expect_reject(&h, -ZL_ERR_PROTO, "CREATE");
+	}
+	h = valid_req(ZL_OP_WRITE);
+	h.flags |= ZL_WF_CREATE | ZL_WF_ABSENT;
+	expect_reject(&h, -ZL_ERR_PROTO, "together");
+	/* Never on a reply: the answer is a status (ABSENT, EXISTS). */
+	h = valid_req(ZL_OP_READ);
+	zl_wire_reply_init(&h, &d, -ZL_ERR_ABSENT);
+	assert_int_equal(zl_wire_status_to_err(d.status), -ZL_ERR_ABSENT);
+	d.flags |= ZL_WF_ABSENT;
+	expect_reject(&d, -ZL_ERR_PROTO, "reply");
+	h = valid_req(ZL_OP_WRITE);
+	zl_wire_reply_init(&h, &d, -ZL_ERR_EXISTS);
+	d.flags |= ZL_WF_CREATE;
+	expect_reject(&d, -ZL_ERR_PROTO, "reply");
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_layout),
+	    cmocka_unit_test(test_clone_flags),
 	    cmocka_unit_test(test_roundtrip_every_opcode),
 	    cmocka_unit_test(test_reject_framing),
 	    cmocka_unit_test(test_reject_fields),
