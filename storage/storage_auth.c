@@ -856,7 +856,11 @@ int zl_storage_auth_check(struct zl_storage *st, struct zl_xport_conn *c, struct
 		return 0;
 	switch (h->opcode) {
 	case ZL_OP_READ:
-		if (h->flags & ZL_WF_ANY)
+		/* Around a bad primary copy a client reads its own volume from
+		 * another in-sync member (ZL_WF_ANY, fenced by the connection's
+		 * epoch in srv_check like its other I/O); never another
+		 * volume's, not even an ancestor's. */
+		if ((h->flags & ZL_WF_ANY) && h->vol_id != ca->vol)
 			return -ZL_ERR_AUTH;
 		break;
 	case ZL_OP_WRITE:

@@ -1325,6 +1325,29 @@ static void heal_tick(void *arg)
 	}
 }
 
+/* A watched record (storage_vol.c): a row this node leads with a member
+ * being recovered is noted, so a volume nobody wrote or read here since
+ * start-up (no chunk, no request: a rebalance of an empty volume) is
+ * looked at by the next ticks too, and its members finish. */
+static void heal_on_watch(void *arg, const struct zl_volume *v)
+{
+	struct zl_storage *st = arg;
+
+	for (uint32_t s = 0; v->slices && s < v->n_slices; s++) {
+		const struct zl_slice *sl = &v->slices[s];
+		int me = zl_slice_index_of(sl, st->cfg.node_id);
+
+		if (me < 0 || zl_slice_primary(sl) != me)
+			continue;
+		for (int i = 0; i < sl->n; i++) {
+			if (zl_slice_member_state(sl, i) == ZL_MEMBER_RECOVERING) {
+				zl_storage_heal_note_vol(st, v->num);
+				return;
+			}
+		}
+	}
+}
+
 int zl_storage_heal_start(struct zl_storage *st)
 {
 	struct zl_storage_heal *h = calloc(1, sizeof(*h));
@@ -1337,6 +1360,7 @@ int zl_storage_heal_start(struct zl_storage *st)
 		return -ENOMEM;
 	}
 	st->heal = h;
+	zl_storage_vols_on_watch(st->vols, heal_on_watch, st);
 	zl_timer_start(st->loop, &h->tick, HEAL_TICK_MS, HEAL_TICK_MS, heal_tick, h);
 	ZL_LOG_INFO("storage", "healing on: repl_wait_ms=%u recovery_mbps=%u", st->cfg.repl_wait_ms,
 		    st->cfg.recovery_mbps);
@@ -1350,6 +1374,7 @@ void zl_storage_heal_stop(struct zl_storage *st)
 	if (!h)
 		return;
 	h->stopping = true;
+	zl_storage_vols_on_watch(st->vols, NULL, NULL);
 	zl_storage_peering_stop(st);
 	zl_timer_stop(st->loop, &h->tick);
 	for (struct heal_member *m = h->members; m; m = m->next) {

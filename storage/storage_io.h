@@ -147,6 +147,11 @@ void zl_storage_vol_forget(struct zl_storage_vols *vc, uint64_t num);
  * fn must not change the cache. */
 typedef void (*zl_storage_vols_snaps_fn)(void *arg, const struct zl_volume *v);
 void zl_storage_vols_on_snaps(struct zl_storage_vols *vc, zl_storage_vols_snaps_fn fn, void *arg);
+/* fn(arg, record) runs on the loop thread for every record the volumes/
+ * watch brings, cached or not, before the cache takes it: healing learns
+ * of a volume nobody asked this daemon about (storage_heal.c). The record
+ * may have no slices. fn must not change the cache. */
+void zl_storage_vols_on_watch(struct zl_storage_vols *vc, zl_storage_vols_snaps_fn fn, void *arg);
 
 /* ---- forwarding: requests to other storage nodes (storage_fwd.c), loop thread only ---- */
 

@@ -375,8 +375,12 @@ static int srv_check(struct zl_storage *st, const struct zl_wire_hdr *h, uint32_
 		return -ZL_ERR_RANGE;
 	*slice = zl_volume_slice_of(&sv->v, h->chunk);
 	if (h->opcode == ZL_OP_READ && (h->flags & ZL_WF_ANY)) {
-		/* Any node's own copy, whatever its role: no row checks. */
+		/* Any node's own copy, whatever its role: no row checks. A
+		 * client's read around a bad copy (its attach epoch) is fenced
+		 * like its other I/O; peers and operators read at epoch 0. */
 		*ver = sv->v.slices[*slice].version;
+		if (h->epoch && h->epoch < srv_fence(st, sv, h->epoch))
+			return -ZL_ERR_STALE;
 		return 0;
 	}
 	/* A newer row than ours (watch lag, or a made-up version): one refresh

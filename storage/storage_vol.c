@@ -88,6 +88,9 @@ struct zl_storage_vols {
 	/* Called when a record enters the cache or loses snapshots. */
 	zl_storage_vols_snaps_fn snaps_fn;
 	void *snaps_arg;
+	/* Called for every watched record (zl_storage_vols_on_watch). */
+	zl_storage_vols_snaps_fn watch_fn;
+	void *watch_arg;
 	char self[ZL_NODE_ID_MAX]; /* this node's id (zl_storage_vol_me), "" unset */
 	char self_inc[ZL_META_ID_SIZE];    /* ... its incarnation */
 	struct zl_ratelimit warn_rl; /* loader thread */
@@ -383,14 +386,19 @@ static void vols_wake_cb(void *arg)
 				(*mp)->deleted = true;
 			else if (*mp)
 				vols_negative(vc, ev->num, -ZL_ERR_NOT_FOUND, now);
-		} else if (*mp) {
-			/* Asked for (absent, or a load on its way): here it is.
-			 * A load answering later keeps the newer record. */
-			if (!(*mp)->loading)
-				miss_drop(vc, mp);
-			vols_insert(vc, &ev->v);
 		} else {
-			zl_storage_vol_update(vc, &ev->v);
+			if (vc->watch_fn)
+				vc->watch_fn(vc->watch_arg, &ev->v);
+			if (*mp) {
+				/* Asked for (absent, or a load on its way): here
+				 * it is. A load answering later keeps the newer
+				 * record. */
+				if (!(*mp)->loading)
+					miss_drop(vc, mp);
+				vols_insert(vc, &ev->v);
+			} else {
+				zl_storage_vol_update(vc, &ev->v);
+			}
 		}
 		zl_volume_fini(&ev->v);
 		free(ev);
@@ -621,6 +629,12 @@ void zl_storage_vols_on_snaps(struct zl_storage_vols *vc, zl_storage_vols_snaps_
 {
 	vc->snaps_fn = fn;
 	vc->snaps_arg = arg;
+}
+
+void zl_storage_vols_on_watch(struct zl_storage_vols *vc, zl_storage_vols_snaps_fn fn, void *arg)
+{
+	vc->watch_fn = fn;
+	vc->watch_arg = arg;
 }
 
 void zl_storage_vol_forget(struct zl_storage_vols *vc, uint64_t num)

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # E2E of zipline-storage --auth on (docs/SECURITY.md) with raw requests
 # (e2e_chunk, one connection per request): no token, a wrong token, the
-# token of another volume, a client token on an admin read (ZL_WF_ANY) are
-# refused (ZL_ERR_AUTH) and change nothing; the attachment's own token reads
-# and writes, and a huge epoch in its request headers fences nobody; after
+# token of another volume, a client token on a read of another volume with
+# ZL_WF_ANY are refused (ZL_ERR_AUTH) and change nothing; the attachment's
+# own token reads (also with ZL_WF_ANY: the read around a bad copy) and
+# writes, and a huge epoch in its request headers fences nobody; after
 # the attachment moves to another node (a new epoch) the old token gets
 # ZL_ERR_STALE and the new one writes; the epoch is persisted in the data
 # dir; a deleted attachment (ControllerUnpublish) is fenced at once, also by
@@ -109,11 +110,16 @@ for who in "ZL_E2E_NOAUTH=1" \
 	got=$(chunk_as $who -- read "$V1" 0 0 65536 "$SV" "$CL_DIR/out")
 	[ "${got#* }" = "status=ZL_ERR_AUTH" ] || fail "read with [$who]: $got"
 done
+# A client reads around a bad copy of its own volume (ZL_WF_ANY), never
+# another volume's.
+got=$(chunk_as $(client1) -- read "$V2" 0 0 65536 "$SV" any "$CL_DIR/out")
+[ "$got" = "hello=OK status=ZL_ERR_AUTH" ] || fail "ZL_WF_ANY read of another volume: $got"
 got=$(chunk_as $(client1) -- read "$V1" 0 0 65536 "$SV" any "$CL_DIR/out")
-[ "$got" = "hello=OK status=ZL_ERR_AUTH" ] || fail "ZL_WF_ANY read on a client connection: $got"
+[ "$got" = "hello=OK status=OK" ] || fail "ZL_WF_ANY read of its own volume: $got"
+cmp -s "$CL_DIR/good" "$CL_DIR/out" || fail "ZL_WF_ANY read of its own volume: other bytes"
 got=$(chunk_as $(client1) -- read "$V1" 0 0 65536 "$SV" "$CL_DIR/back")
 cmp -s "$CL_DIR/good" "$CL_DIR/back" || fail "data changed by a refused write"
-ok "no token, a wrong token, another volume's token, another node, ZL_WF_ANY: ZL_ERR_AUTH, data unchanged"
+ok "no token, a wrong token, another volume's token, another node, ZL_WF_ANY of another volume: ZL_ERR_AUTH, data unchanged; ZL_WF_ANY of its own: OK"
 
 # A huge epoch in the header of a valid client fences nobody.
 got=$(chunk_as $(client1) ZL_E2E_REQ_EPOCH=18446744073709551615 -- write "$V1" 0 0 "$SV" "$CL_DIR/good" 10000)
@@ -133,6 +139,8 @@ got=$(chunk_as $(client1) -- write "$V1" 0 0 "$SV" "$CL_DIR/evil" 10000)
 got=$(chunk_as ZL_E2E_TOKEN="$T1b" ZL_E2E_EPOCH="$E1b" ZL_E2E_VOL="$N1" ZL_E2E_NODE=wn-2 -- \
 	write "$V1" 0 0 "$SV" "$CL_DIR/good" 10000)
 [ "$got" = "hello=OK status=OK" ] || fail "the new attachment's write: $got"
+got=$(chunk_as $(client1) -- read "$V1" 0 0 65536 "$SV" any "$CL_DIR/out")
+[ "${got%% *}" = "hello=ZL_ERR_STALE" ] || fail "the old attachment's ZL_WF_ANY read: $got"
 ok "after the move (epoch $E1 -> $E1b) the old token gets ZL_ERR_STALE, the new one writes"
 
 # Every replica's copy is the client's data, and the epoch is persisted.

@@ -19,7 +19,8 @@
 # the connection closed after a refused HELLO), and the oracle checks that
 # nothing landed or went away: `zl volume export` compared byte for byte,
 # `zl volume verify` (every in-sync copy equal), the chunk files on disk.
-# Positive: A's E2 token reads and writes A but not B nor any storage or
+# Positive: A's E2 token reads and writes A (also reads A's backup copies
+# with ZL_WF_ANY, the read around a bad copy) but not B nor any storage or
 # admin opcode; B's read-only token reads B and cannot write it; a cluster
 # token (from <prefix>keys/cluster) reads with ZL_WF_ANY. Last, epoch
 # 2^64-1 from the outsider and from the valid client does not fence the real
@@ -335,10 +336,17 @@ for i in $FULL; do
 	if served "$i" "valid token of A" "$out" write; then
 		etcd_tool patch "$CL_DIR/want_a" $((LA[i] * CHUNK + 8192)) 4096 0xc3
 	fi
-	# Bound to A: B and every storage-to-storage or admin opcode are refused.
+	# A's own copy on a backup (ZL_WF_ANY: the read around a bad primary copy).
+	out=$(outsider "$i" "${CA[@]}" --any --chunk "${BA[i]}" --sv "${SB_V[i]}" --off 0 --len 4096 \
+		--out "$CL_DIR/read.out" hello read 2>&1) || fail "e2e_outsider against node-$i failed: $out"
+	served "$i" "A's valid client, read --any of A's backup copy" "$out" read &&
+		{ same_read "$CL_DIR/want_a" "${BA[i]}" ||
+			breach "$i" "A's client read other bytes than A's backup copy holds"; }
+	# Bound to A: B (also with ZL_WF_ANY) and every storage-to-storage or
+	# admin opcode are refused.
 	for op in "read:--vol $VB --chunk ${LB[i]} --sv ${LB_V[i]} --off 0 --len 4096" \
 		"write:--vol $VB --chunk ${LB[i]} --sv ${LB_V[i]} --off 0 --len 4096" \
-		"read:--any --chunk ${BA[i]} --sv ${SB_V[i]} --off 0 --len 4096" \
+		"read:--vol $VB --any --chunk ${LB[i]} --sv ${LB_V[i]} --off 0 --len 4096" \
 		"repl-write:--chunk ${BA[i]} --sv ${SB_V[i]} --off 0 --len 4096" \
 		"chunk-push:--chunk ${BA[i]} --sv ${SB_V[i]} --off 0 --len 4096" \
 		"chunk-delete:--chunk ${LA[i]}" "volume-delete:" "volume-delete:--vol $VB"; do
