@@ -132,6 +132,8 @@ int main(int argc, char **argv)
 	if (!rc)
 		rc = zl_storage_vols_create(st->loop, st->etcd, &st->cfg.eo, st->cfg.prefix,
 					    &st->vols);
+	if (!rc)
+		zl_storage_vols_set_self(st->vols, st->cfg.node_id, st->cfg.incarnation);
 	if (!rc && st->cfg.heal) {
 		rc = zl_etcd_create(&st->cfg.eo, &st->wetcd);
 		if (!rc)

@@ -149,6 +149,7 @@ struct chunk_op {
 
 struct op_list {
 	struct chunk_op *first, *last;
+	uint32_t n_wr; /* of them, not OP_READ: the only ones a read conflicts with */
 };
 
 struct chunk {
@@ -284,6 +285,7 @@ static bool block_is_zero(const uint8_t *p)
 
 static void list_add_tail(struct op_list *l, struct chunk_op *op)
 {
+	l->n_wr += op->kind != OP_READ;
 	op->next = NULL;
 	op->prev = l->last;
 	if (l->last)
@@ -295,6 +297,7 @@ static void list_add_tail(struct op_list *l, struct chunk_op *op)
 
 static void list_del(struct op_list *l, struct chunk_op *op)
 {
+	l->n_wr -= op->kind != OP_READ;
 	if (op->prev)
 		op->prev->next = op->next;
 	else
@@ -1104,6 +1107,17 @@ out:
 	return rc;
 }
 
+/* chunk_get of a chunk found in the table: a reference in *out. */
+static int chunk_ref(struct zl_chunk_store *s, struct chunk *c, uint32_t cs, struct chunk **out)
+{
+	if (c->chunk_size != cs)
+		return -ZL_ERR_INVAL;
+	lru_del(s, c);
+	c->refs++;
+	*out = c;
+	return 0;
+}
+
 /* Finds or opens chunk (vol, idx); creates the file when create is set.
  * Returns 0 with a reference in *out, -ENOENT (absent, !create), or an error. */
 static int chunk_get(struct zl_chunk_store *s, uint64_t vol, uint64_t idx, uint32_t cs, bool create,
@@ -1113,14 +1127,8 @@ static int chunk_get(struct zl_chunk_store *s, uint64_t vol, uint64_t idx, uint3
 	struct chunk *c = chunk_lookup(s, vol, idx);
 	int rc, fd;
 
-	if (c) {
-		if (c->chunk_size != cs)
-			return -ZL_ERR_INVAL;
-		lru_del(s, c);
-		c->refs++;
-		*out = c;
-		return 0;
-	}
+	if (c)
+		return chunk_ref(s, c, cs, out);
 	rc = store_path(s, vol, idx, path, sizeof(path));
 	if (rc)
 		return rc;
@@ -2015,18 +2023,21 @@ static void store_efd_cb(void *arg, uint32_t events)
 /* Common part of read/write/zero: checks, chunk lookup, context, queueing. */
 /* A chunk file unlinked while we hold it open (an operator removed it):
  * checked at most once a second per chunk by reads, so the next open sees
- * the file missing. */
-static void store_check_gone(struct zl_chunk_store *s, uint64_t vol, uint64_t idx)
+ * the file missing. c: the cached chunk of the read (NULL: none). Returns c,
+ * or NULL once it is detached. */
+static struct chunk *store_check_gone(struct zl_chunk_store *s, struct chunk *c)
 {
-	struct chunk *c = chunk_lookup(s, vol, idx);
+	uint64_t vol, idx;
 	uint64_t now;
 	struct stat stb;
 
 	if (!c)
-		return;
+		return NULL;
 	now = zl_now_ms();
 	if (now - c->gone_checked_ms < STORE_GONE_CHECK_MS)
-		return;
+		return c;
+	vol = c->vol;
+	idx = c->idx;
 	c->gone_checked_ms = now;
 	if (fstat(c->fd, &stb) == 0 && stb.st_nlink == 0) {
 		char vid[ZL_VOL_ID_LEN + 1];
@@ -2038,7 +2049,9 @@ static void store_check_gone(struct zl_chunk_store *s, uint64_t vol, uint64_t id
 			   vid, idx, c->version);
 		known_lose(s, known_find(s, vol, idx), c->n_blocks);
 		chunk_detach(s, c);
+		return NULL;
 	}
+	return c;
 }
 
 /* A read of a chunk this daemon recorded whose file is gone (absent: no
@@ -2084,9 +2097,10 @@ static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vo
 		return -ZL_ERR_INVAL;
 	if (!len || (uint64_t)off + len > cs || (kind != OP_ZERO && len > ZL_WIRE_MAX_IO))
 		return -ZL_ERR_RANGE;
+	/* A read looks the chunk up once: checked, then referenced. */
 	if (kind == OP_READ)
-		store_check_gone(s, vol, idx);
-	rc = chunk_get(s, vol, idx, cs, kind == OP_WRITE, &c);
+		c = store_check_gone(s, chunk_lookup(s, vol, idx));
+	rc = c ? chunk_ref(s, c, cs, &c) : chunk_get(s, vol, idx, cs, kind == OP_WRITE, &c);
 	/* ENOENT: no file, fine to read (zeros) or zero; a write that could
 	 * not create its file (chunks/ gone) is an error, never a success. */
 	if (rc && (rc != -ENOENT || kind == OP_WRITE))
@@ -2160,12 +2174,17 @@ static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vo
 	else
 		s->st.zeroes++;
 	op->sub = ++s->n_sub;
+	/* A read conflicts with no read (op_conflict): without writes, zeroes
+	 * or flushes queued on c there is nothing to scan. */
+	if (kind == OP_READ && !c->active.n_wr && !c->waiting.n_wr)
+		goto start;
 	for (struct chunk_op *o = c->active.first; o; o = o->next)
 		if (op_conflict(op, o))
 			goto wait;
 	for (struct chunk_op *o = c->waiting.first; o; o = o->next)
 		if (op_conflict(op, o))
 			goto wait;
+start:
 	list_add_tail(&c->active, op);
 	op_start(op);
 	return 0;

@@ -157,6 +157,10 @@ void zl_storage_peering_destroy(struct zl_storage *st);
  * Else -ZL_ERR_PEERING, and peering is started (or restarted after a row
  * change or a failed attempt). */
 int zl_storage_peering_ready(struct zl_storage *st, const struct zl_volume *v, uint32_t slice);
+/* zl_storage_peering_ready for a caller that found this node the primary of
+ * `slice` already (its request path): the same answer, without the look-up. */
+int zl_storage_peering_ready_primary(struct zl_storage *st, const struct zl_volume *v,
+				     uint32_t slice);
 /* zl_storage_peering_ready over every slice of v this node is primary of (a
  * FLUSH): 0 or -ZL_ERR_PEERING. */
 int zl_storage_peering_vol_ready(struct zl_storage *st, const struct zl_volume *v);

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "storage_ctl.h"
+#include "storage_io.h"
 
 #define IDENT_FILE "identity"
 #define IDENT_MAX  4096
@@ -227,13 +228,18 @@ int zl_storage_ident_adopt_pick(const struct zl_volume *vols, size_t n_vols, con
 	return best ? 1 : 0;
 }
 
-bool zl_storage_ident_member_ok(const struct zl_storage *st, const struct zl_slice *s, int idx)
+bool zl_storage_ident_inc_ok(const struct zl_slice *s, int idx, const char *incarnation)
 {
 	if (idx < 0 || idx >= s->n || idx >= ZL_MAX_REPLICAS)
 		return true; /* not a member: the membership checks decide */
 	/* "" in the row: placed by 0.1 or before the node had an identity. */
-	return !s->incarnation[idx][0] || !st->cfg.incarnation[0] ||
-	       !strcmp(s->incarnation[idx], st->cfg.incarnation);
+	return !s->incarnation[idx][0] || !incarnation[0] ||
+	       !strcmp(s->incarnation[idx], incarnation);
+}
+
+bool zl_storage_ident_member_ok(const struct zl_storage *st, const struct zl_slice *s, int idx)
+{
+	return zl_storage_ident_inc_ok(s, idx, st->cfg.incarnation);
 }
 
 /* ---- start-up ---- */

@@ -50,10 +50,21 @@ void zl_storage_auth_conn_free(struct zl_xport_conn *c);
 
 /* ---- volume cache (storage_vol.c), loop thread only ---- */
 
+/* This node in one slice's row: its index (zl_slice_index_of, -1: not a
+ * member) and whether the row names our incarnation for it
+ * (zl_storage_ident_inc_ok). */
+struct zl_storage_vol_self {
+	int8_t idx;
+	bool ident_ok;
+};
+
 struct zl_storage_vol {
 	struct zl_storage_vol *next;
 	uint64_t num;
 	struct zl_volume v;
+	/* Per slice of v, computed whenever v is set (NULL: no memory, or no
+	 * self given to zl_storage_vols_set_self; looked up per request). */
+	struct zl_storage_vol_self *me;
 	uint64_t max_epoch; /* highest attach epoch seen (memory only) */
 	uint64_t refresh_ms; /* when the last refresh (zl_storage_vol_refresh) started */
 	bool refreshing;     /* a refresh is on the loader thread */
@@ -103,6 +114,20 @@ void zl_storage_vols_stats(const struct zl_storage_vols *vc, struct zl_storage_v
 int zl_storage_vol_lookup(struct zl_storage_vols *vc, uint64_t num, struct zl_storage_vol **out);
 /* The cached entry of num or NULL: no load, no side effect. */
 struct zl_storage_vol *zl_storage_vol_peek(struct zl_storage_vols *vc, uint64_t num);
+/* This node's id and incarnation (copied), for zl_storage_vol_me: set before
+ * the first load. */
+void zl_storage_vols_set_self(struct zl_storage_vols *vc, const char *node_id,
+			      const char *incarnation);
+/* This node's index in the row of `slice` (< sv->v.n_slices) of sv, -1 when
+ * not a member: zl_slice_index_of(row, node_id), from sv->me when there. */
+int zl_storage_vol_me(const struct zl_storage_vol *sv, uint32_t slice, const char *node_id);
+/* zl_storage_ident_inc_ok(row of slice, idx, incarnation) for idx the
+ * zl_storage_vol_me of slice, from sv->me when there. */
+bool zl_storage_vol_ident_ok(const struct zl_storage_vol *sv, uint32_t slice, int idx,
+			     const char *incarnation);
+/* Whether member idx of row s is the data dir of incarnation: the row names
+ * none for it, incarnation is "", or they match (true for idx < 0). */
+bool zl_storage_ident_inc_ok(const struct zl_slice *s, int idx, const char *incarnation);
 /* Calls fn for every cached volume (fn must not change the cache). */
 void zl_storage_vols_foreach(struct zl_storage_vols *vc,
 			     void (*fn)(void *arg, const struct zl_storage_vol *sv), void *arg);

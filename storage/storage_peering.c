@@ -1010,6 +1010,19 @@ static void pj_start(struct zl_storage_peering *pg, const struct zl_volume *v, u
 
 int zl_storage_peering_ready(struct zl_storage *st, const struct zl_volume *v, uint32_t slice)
 {
+	const struct zl_slice *s;
+
+	if (!st->peering || slice >= v->n_slices)
+		return 0;
+	s = &v->slices[slice];
+	if (zl_slice_index_of(s, st->cfg.node_id) != zl_slice_primary(s) || zl_slice_primary(s) < 0)
+		return 0;
+	return zl_storage_peering_ready_primary(st, v, slice);
+}
+
+int zl_storage_peering_ready_primary(struct zl_storage *st, const struct zl_volume *v,
+				     uint32_t slice)
+{
 	struct zl_storage_peering *pg = st->peering;
 	const struct zl_slice *s;
 	struct peering_vol *pv;
@@ -1019,8 +1032,6 @@ int zl_storage_peering_ready(struct zl_storage *st, const struct zl_volume *v, u
 	if (!pg || slice >= v->n_slices)
 		return 0;
 	s = &v->slices[slice];
-	if (zl_slice_index_of(s, st->cfg.node_id) != zl_slice_primary(s) || zl_slice_primary(s) < 0)
-		return 0;
 	term = s->term ? s->term : 1;
 	pv = pvol_get(pg, v);
 	if (pv && pv->peered[slice] == term)

@@ -111,7 +111,7 @@ struct storage_req {
 	struct storage_req *ord_prev, *ord_next; /* order queue (REPL_WRITE) */
 	uint8_t ord;			       /* enum srv_ord */
 	uint8_t n_bk;
-	struct storage_bk bk[ZL_MAX_REPLICAS - 1];
+	uint8_t bk_init; /* bk[0, bk_init) zeroed (srv_bk_add) */
 	/* The CRC32C of each 4 KiB block of buf (a block-aligned WRITE,
 	 * REPL_WRITE or READ): computed once, when the payload arrives or the
 	 * blocks are verified, then kept by the chunk store, carried by the
@@ -123,9 +123,13 @@ struct storage_req {
 	/* A write carrying ZL_WF_SEQ goes to the chunk store as this
 	 * copy-on-write (srv_write_disk); cow_snap is the one snapshot it
 	 * needs to know of (srv_cow_snap). */
+	bool cowed;
+	/* req_alloc zeroes the fields above; the ones below are set before
+	 * they are read: bk by srv_bk_add, cow and cow_snap by srv_cow_submit,
+	 * small and crcs_small when filled. */
+	struct storage_bk bk[ZL_MAX_REPLICAS - 1];
 	struct zl_chunk_cow cow;
 	uint32_t cow_snap;
-	bool cowed;
 	uint8_t small[ZL_WIRE_HELLO_SIZE];
 	uint32_t crcs_small[SRV_CRCS_SMALL];
 };
@@ -155,7 +159,7 @@ static struct storage_req *req_alloc(struct zl_storage *st, struct zl_xport_conn
 
 	if (!r)
 		return NULL;
-	memset(r, 0, offsetof(struct storage_req, small));
+	memset(r, 0, offsetof(struct storage_req, bk));
 	r->st = st;
 	r->conn = c;
 	zl_xport_conn_get(c);
@@ -417,9 +421,9 @@ static int srv_check_role(struct zl_storage *st, const struct zl_wire_hdr *h,
 {
 	int me, prim;
 
-	me = zl_slice_index_of(s, st->cfg.node_id);
+	me = zl_storage_vol_me(sv, slice, st->cfg.node_id);
 	prim = zl_slice_primary(s);
-	if (me >= 0 && !zl_storage_ident_member_ok(st, s, me))
+	if (me >= 0 && !zl_storage_vol_ident_ok(sv, slice, me, st->cfg.incarnation))
 		return -ZL_ERR_NOT_INSYNC; /* the row names a data dir of ours that is gone */
 	if (me >= 0 && zl_storage_ddir_failed(st))
 		return -ZL_ERR_NOT_INSYNC; /* our data dir is gone now (storage_ddir.c) */
@@ -431,7 +435,7 @@ static int srv_check_role(struct zl_storage *st, const struct zl_wire_hdr *h,
 			return me >= 0 && s->in_sync[me] ? 0 : -ZL_ERR_NOT_INSYNC;
 		if (me < 0 || me != prim)
 			return -ZL_ERR_NOT_PRIMARY;
-		return zl_storage_peering_ready(st, &sv->v, slice);
+		return zl_storage_peering_ready_primary(st, &sv->v, slice);
 	case ZL_OP_REPL_WRITE:
 		/* heal: a RECOVERING member gets every new write too (S1). */
 		if (st->heal && me >= 0 && me != prim &&
@@ -443,7 +447,7 @@ static int srv_check_role(struct zl_storage *st, const struct zl_wire_hdr *h,
 	default:
 		if (me < 0 || me != prim)
 			return -ZL_ERR_NOT_PRIMARY;
-		return st->heal ? zl_storage_peering_ready(st, &sv->v, slice) : 0;
+		return st->heal ? zl_storage_peering_ready_primary(st, &sv->v, slice) : 0;
 	}
 }
 
@@ -1345,6 +1349,12 @@ static void srv_plan(struct storage_req *r)
 			continue;
 		if (st->heal ? ms == ZL_MEMBER_OUT : !s->in_sync[i])
 			continue;
+		/* First use of this entry by r: zeroed as req_alloc zeroes the
+		 * rest (a later pass keeps what the entry holds, as before). */
+		if (r->n_bk >= r->bk_init) {
+			memset(bk, 0, sizeof(*bk));
+			r->bk_init = r->n_bk + 1;
+		}
 		snprintf(bk->node, ZL_NODE_ID_MAX, "%s", s->nodes[i]);
 		bk->in_sync = ms == ZL_MEMBER_IN_SYNC;
 		if (st->heal)

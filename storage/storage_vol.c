@@ -91,6 +91,8 @@ struct zl_storage_vols {
 	/* Called for every watched record (zl_storage_vols_on_watch). */
 	zl_storage_vols_snaps_fn watch_fn;
 	void *watch_arg;
+	char self[ZL_NODE_ID_MAX]; /* this node's id (zl_storage_vol_me), "" unset */
+	char self_inc[ZL_META_ID_SIZE];    /* ... its incarnation */
 	struct zl_ratelimit warn_rl; /* loader thread */
 };
 
@@ -248,6 +250,44 @@ static int vols_job_queue(struct zl_storage_vols *vc, uint64_t num, bool refresh
 	return zl_worker_submit(vc->loader, &j->w, vols_job_run, vols_job_done);
 }
 
+/* sv->me for the record just set in sv->v (the old one is freed). */
+static void vols_me_fill(struct zl_storage_vols *vc, struct zl_storage_vol *sv)
+{
+	free(sv->me);
+	sv->me = NULL;
+	if (!vc->self[0] || !sv->v.n_slices)
+		return;
+	sv->me = malloc(sv->v.n_slices * sizeof(*sv->me));
+	if (!sv->me)
+		return; /* looked up per request (zl_storage_vol_me) */
+	for (uint32_t i = 0; i < sv->v.n_slices; i++) {
+		const struct zl_slice *s = &sv->v.slices[i];
+		int idx = zl_slice_index_of(s, vc->self);
+
+		sv->me[i].idx = (int8_t)idx;
+		sv->me[i].ident_ok = zl_storage_ident_inc_ok(s, idx, vc->self_inc);
+	}
+}
+
+int zl_storage_vol_me(const struct zl_storage_vol *sv, uint32_t slice, const char *node_id)
+{
+	return sv->me ? sv->me[slice].idx : zl_slice_index_of(&sv->v.slices[slice], node_id);
+}
+
+bool zl_storage_vol_ident_ok(const struct zl_storage_vol *sv, uint32_t slice, int idx,
+			     const char *incarnation)
+{
+	return sv->me ? sv->me[slice].ident_ok
+		      : zl_storage_ident_inc_ok(&sv->v.slices[slice], idx, incarnation);
+}
+
+void zl_storage_vols_set_self(struct zl_storage_vols *vc, const char *node_id,
+			      const char *incarnation)
+{
+	snprintf(vc->self, sizeof(vc->self), "%s", node_id);
+	snprintf(vc->self_inc, sizeof(vc->self_inc), "%s", incarnation);
+}
+
 static void vols_insert(struct zl_storage_vols *vc, struct zl_volume *v)
 {
 	struct zl_storage_vol **pp = vols_slot(vc, v->num);
@@ -265,6 +305,7 @@ static void vols_insert(struct zl_storage_vols *vc, struct zl_volume *v)
 	sv->num = v->num;
 	sv->v = *v;
 	memset(v, 0, sizeof(*v));
+	vols_me_fill(vc, sv);
 	*pp = sv;
 	if (vc->snaps_fn)
 		vc->snaps_fn(vc->snaps_arg, &sv->v);
@@ -453,6 +494,7 @@ void zl_storage_vols_destroy(struct zl_storage_vols *vc)
 
 			vc->buckets[i] = sv->next;
 			zl_volume_fini(&sv->v);
+			free(sv->me);
 			free(sv);
 		}
 	}
@@ -578,6 +620,7 @@ void zl_storage_vol_update(struct zl_storage_vols *vc, struct zl_volume *fresh)
 	zl_volume_fini(&(*pp)->v);
 	(*pp)->v = *fresh;
 	memset(fresh, 0, sizeof(*fresh));
+	vols_me_fill(vc, *pp);
 	if (lost && vc->snaps_fn)
 		vc->snaps_fn(vc->snaps_arg, &(*pp)->v);
 }
@@ -603,5 +646,6 @@ void zl_storage_vol_forget(struct zl_storage_vols *vc, uint64_t num)
 		return;
 	*pp = sv->next;
 	zl_volume_fini(&sv->v);
+	free(sv->me);
 	free(sv);
 }
