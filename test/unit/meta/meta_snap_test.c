@@ -442,7 +442,7 @@ static void test_group(void **state)
 {
 	struct fixture *f = *state;
 	struct zl_snapgroup_member m[3];
-	struct zl_volume va, vb, vc;
+	struct zl_volume va, vb, vc, now;
 	struct zl_snapshot *list;
 	struct zl_snapreq q;
 	size_t n, gone;
@@ -526,9 +526,10 @@ static void test_group(void **state)
 	assert_int_equal(zl_meta_snap_list(f->e, f->prefix, NULL, &list, &n), 0);
 	assert_int_equal(n, 1); /* "single" */
 	free(list);
-	assert_int_equal(zl_meta_volume_get(f->e, f->prefix, va.id, &va), 0);
-	assert_int_equal(va.n_snaps, 1);
-	assert_int_equal(va.snaps[0], 1);
+	assert_int_equal(zl_meta_volume_get(f->e, f->prefix, va.id, &now), 0);
+	assert_int_equal(now.n_snaps, 1);
+	assert_int_equal(now.snaps[0], 1);
+	zl_volume_fini(&now);
 	zl_volume_fini(&va);
 	zl_volume_fini(&vb);
 	zl_volume_fini(&vc);
