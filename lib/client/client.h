@@ -203,6 +203,9 @@ struct zl_vol_stats {
 	uint64_t reports; /* heal mode: failure reports put */
 	uint64_t throttled; /* user I/Os that waited for the volume's limits */
 	uint64_t copyups;   /* a clone's chunks copied up from its parent */
+	/* Copy-ups that found the chunk already held (ZL_ERR_EXISTS: another
+	 * copy-up or write of the same chunk won); the write went on as is. */
+	uint64_t copyup_races;
 	/* Submission to completion (QoS waits and retries included) of every
 	 * read, write and flush that completed, failed ones too: [0] read,
 	 * [1] write (and zeroing, discard), [2] flush. */

@@ -181,6 +181,8 @@ bool client_clone_result(struct client_sub *s, int err)
 			return false; /* retried (or failed) like any write */
 		if (!err)
 			v->stats.copyups++;
+		else
+			v->stats.copyup_races++;
 		clone_restore(s);
 		if (s->io->copyup)
 			client_sub_done(s, 0);

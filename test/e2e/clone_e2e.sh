@@ -17,6 +17,8 @@
 #     cs's snapshot cs1, taken before cs was written, reads as s1 (the
 #     parent's data where the clone had not written, never zeros), also
 #     after cs is flattened;
+#   - eight writes at once to one absent chunk of a fresh clone: one
+#     copy-up lands, the others find the chunk held, every write is kept;
 #   - deletes refused while dependants exist (snapshot rm s1, volume rm src
 #     --force, volume rm cs), naming the dependants;
 #   - flatten of cs under a concurrent write load; then s1 is deleted and cs
@@ -66,6 +68,7 @@ keys0=$(vol_keys)
 load write --volume src --log "$CL_DIR/src.log" --seed 1 --bytes 8M --max-len 256K \
 	>"$CL_DIR/load-src.out" 2>&1 || fail "writes to src: $(tail -3 "$CL_DIR/load-src.out")"
 "$ZL" snapshot create src s1 >/dev/null || fail "snapshot s1"
+cp "$CL_DIR/src.log" "$CL_DIR/s1.log"
 "$ZL" snapshot export s1 "$CL_DIR/s1.img" >/dev/null || fail "export s1"
 
 # Clones of the snapshot and of the live volume, and a clone of a clone.
@@ -127,6 +130,23 @@ cmp -s "$CL_DIR/s1.img" "$CL_DIR/s1b.img" || fail "snapshot s1 changed"
 "$ZL" snapshot export cs1 "$CL_DIR/cs1.img" >/dev/null || fail "export cs1"
 cmp -s "$CL_DIR/s1.img" "$CL_DIR/cs1.img" || fail "snapshot cs1 of the clone is not s1's data"
 echo "$T: writes to a clone and to its source stay apart"
+
+# The copy-up race: eight 4 KiB writes at once, all in chunk 0 of a fresh
+# clone of s1 (absent there), each answered ABSENT and each copying the
+# parent's chunk up; exactly one copy-up may land (the others find the
+# chunk held, EXISTS, and send their write on it), and no acknowledged
+# write may be undone by a copy-up that came after it.
+"$ZL" volume clone src cr --from-snapshot s1 >/dev/null || fail "clone cr of s1"
+cp "$CL_DIR/s1.log" "$CL_DIR/cr.log"
+load write --volume cr --log "$CL_DIR/cr.log" --seed 6 --overlap 0:256K --qd 8 \
+	--min-len 4K --max-len 4K --bytes 512K >"$CL_DIR/load-cr.out" 2>&1 ||
+	fail "racing writes to cr: $(tail -3 "$CL_DIR/load-cr.out")"
+cu=$(sed -n 's/^CLONE: copyups=\([0-9]*\) copyup_races=\([0-9]*\)$/\1 \2/p' "$CL_DIR/load-cr.out")
+[ "${cu% *}" = 1 ] || fail "chunk 0 of cr copied up ${cu% *} times, not once: $(grep CLONE: "$CL_DIR/load-cr.out")"
+[ "${cu#* }" -ge 1 ] || fail "no copy-up of cr raced another (the phase tested nothing): $cu"
+check cr "$CL_DIR/cr.log"
+"$ZL" volume rm cr >/dev/null || fail "volume rm cr"
+echo "$T: ${cu#* } copy-ups of one chunk lost the race to the one that landed; no write undone"
 
 # A source with dependants cannot go.
 out=$("$ZL" snapshot rm s1 2>&1) && fail "snapshot rm s1 with a clone of it: $out"

@@ -43,7 +43,9 @@
  * check: reads the whole volume (through the client) or one replica's chunk
  * files (<DIR>/<chunk %016x>.zlc, data at the header's data offset) and
  * checks every sector. Exit 0 only when nothing failed and every sector is
- * allowed. Prints "LOAD:" / "CHECK:" summary lines and TOUCHED_CHUNKS. */
+ * allowed. Prints "LOAD:" / "CHECK:" summary lines and TOUCHED_CHUNKS; write also
+ * "CLONE: copyups=N copyup_races=M" (the client's counters of a clone's
+ * chunks copied up from its parent, and of copy-ups another won). */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -773,6 +775,13 @@ int main(int argc, char **argv)
 			die("cannot open the log for appending");
 		rc = do_write(&t, &wc);
 		fclose(t.log);
+		if (t.vol) {
+			struct zl_vol_stats vs;
+
+			zl_vol_get_stats(t.vol, &vs);
+			printf("CLONE: copyups=%" PRIu64 " copyup_races=%" PRIu64 "\n", vs.copyups,
+			       vs.copyup_races);
+		}
 	} else if (chunk_dir) {
 		rc = read_chunk_dir(&t, chunk_dir, exact);
 		printf("CHECK: source=%s bad_sectors=%" PRIu64 " error=%s\n", chunk_dir, t.mism,
