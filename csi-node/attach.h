@@ -123,6 +123,9 @@ int attach_nbd_start(struct attach *a, const char *reattach, char *why, size_t l
 void attach_nbd_disconnect(struct attach *a);
 /* True while the NBD server has connections or backend I/O. */
 bool attach_nbd_busy(const struct attach *a);
+/* The volume grew to a->size: the NBD server serves it (the node plugin
+ * then grows the kernel's device, attach_nbd_resize_dev). */
+void attach_nbd_resized(struct attach *a);
 /* Destroys the NBD server (waits a bounded time for its I/O). */
 void attach_nbd_stop(struct attach *a);
 /* ublk frontend: opens /dev/ublk-control, adds a device of a->size bytes

@@ -258,6 +258,7 @@ static void attach_resize_grow(struct attach *a)
 
 	a->size = zl_vol_size(a->vol);
 	attach_fuse_resized(a);
+	attach_nbd_resized(a);
 	ZL_LOG_INFO(ATTACH_LOG, "volume grew: vol=%s size=%llu->%llu", a->vol_id,
 		    (unsigned long long)old, (unsigned long long)a->size);
 }
@@ -317,13 +318,6 @@ static int attach_resize(struct attach *a, char *msg, size_t len)
 	if (v.size == a->size) {
 		zl_volume_fini(&v);
 		return 0;
-	}
-	if (a->nbd) {
-		snprintf(msg, len, "volume record says %llu bytes, but the nbd frontend cannot "
-			 "grow a connected device: unstage and stage the volume again",
-			 (unsigned long long)v.size);
-		zl_volume_fini(&v);
-		return -ZL_ERR_INVAL;
 	}
 	if (v.size < a->size) {
 		snprintf(msg, len, "volume record says %llu bytes, less than the %llu served",

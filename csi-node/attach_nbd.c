@@ -15,6 +15,13 @@
  * timeout never fires while it runs. A connection the kernel gives up on
  * while we run (its timeout fired) is replaced the same way at once.
  *
+ * Growing (NodeExpandVolume): the attach process serves the new size
+ * first (attach_nbd_resized, once its volume handle sees it), then the node
+ * plugin tells the kernel with NBD_CMD_RECONFIGURE + NBD_ATTR_SIZE_BYTES
+ * (attach_nbd_resize_dev). Not from this process's loop: the kernel
+ * freezes the device's queue for the change, until the requests in flight
+ * end, and this loop is what ends them.
+ *
  * SIGTERM (unstage) disconnects the device (NBD_CMD_DISCONNECT) before the
  * usual drain-and-flush stop. */
 #include "attach.h"
@@ -161,7 +168,10 @@ static int attach_nbd_nl_error(struct sockaddr_nl *nla, struct nlmsgerr *e, void
 }
 
 /* Sends one NBD family command built by the caller after genlmsg_put, waits
- * for the kernel's answer. 0 (reply->index set for CONNECT) or -errno. */
+ * for the kernel's answer. CONNECT carries size, and RECONFIGURE with
+ * sockets the timeouts; RECONFIGURE without sockets is a resize (size, the
+ * backend id the kernel checks, nothing else). 0 (reply->index set for
+ * CONNECT) or -errno. */
 static int attach_nbd_nl_call(const char *vol_id, uint8_t cmd, int index, int n_fds, const int *fds,
 			      uint64_t size, uint64_t tflags, uint32_t io_timeout_s,
 			      struct attach_nbd_reply *reply)
@@ -195,13 +205,15 @@ static int attach_nbd_nl_call(const char *vol_id, uint8_t cmd, int index, int n_
 		goto out_msgsize;
 	if (index >= 0 && nla_put_u32(msg, NBD_ATTR_INDEX, (uint32_t)index))
 		goto out_msgsize;
-	if (cmd == NBD_CMD_CONNECT || cmd == NBD_CMD_RECONFIGURE) {
-		if (nla_put_string(msg, NBD_ATTR_BACKEND_IDENTIFIER, vol_id) ||
-		    nla_put_u64(msg, NBD_ATTR_TIMEOUT,
-				(uint64_t)io_timeout_s + ATTACH_NBD_TIMEOUT_SLACK_S) ||
-		    nla_put_u64(msg, NBD_ATTR_DEAD_CONN_TIMEOUT, ATTACH_NBD_DEAD_CONN_S))
-			goto out_msgsize;
-	}
+	if ((cmd == NBD_CMD_CONNECT || cmd == NBD_CMD_RECONFIGURE) &&
+	    nla_put_string(msg, NBD_ATTR_BACKEND_IDENTIFIER, vol_id))
+		goto out_msgsize;
+	if ((cmd == NBD_CMD_CONNECT || (cmd == NBD_CMD_RECONFIGURE && n_fds)) &&
+	    (nla_put_u64(msg, NBD_ATTR_TIMEOUT, (uint64_t)io_timeout_s + ATTACH_NBD_TIMEOUT_SLACK_S) ||
+	     nla_put_u64(msg, NBD_ATTR_DEAD_CONN_TIMEOUT, ATTACH_NBD_DEAD_CONN_S)))
+		goto out_msgsize;
+	if (cmd == NBD_CMD_RECONFIGURE && !n_fds && nla_put_u64(msg, NBD_ATTR_SIZE_BYTES, size))
+		goto out_msgsize;
 	if (cmd == NBD_CMD_CONNECT &&
 	    (nla_put_u64(msg, NBD_ATTR_SIZE_BYTES, size) ||
 	     nla_put_u64(msg, NBD_ATTR_BLOCK_SIZE_BYTES, 512) ||
@@ -433,6 +445,22 @@ int attach_nbd_disconnect_dev(const char *dev)
 	if (index < 0)
 		return -EINVAL;
 	return attach_nbd_nl_call(NULL, NBD_CMD_DISCONNECT, index, 0, NULL, 0, 0, 0, &reply);
+}
+
+int attach_nbd_resize_dev(const char *dev, const char *vol_id, uint64_t size)
+{
+	struct attach_nbd_reply reply;
+	int index = attach_nbd_index_parse(dev);
+
+	if (index < 0 || !size)
+		return -EINVAL;
+	return attach_nbd_nl_call(vol_id, NBD_CMD_RECONFIGURE, index, 0, NULL, size, 0, 0, &reply);
+}
+
+void attach_nbd_resized(struct attach *a)
+{
+	if (a->nbd)
+		zl_nbd_server_set_size(a->nbd, a->size);
 }
 
 bool attach_nbd_busy(const struct attach *a)

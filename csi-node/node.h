@@ -342,6 +342,10 @@ int attach_ublk_del_dev(int dev_id, pid_t server);
 bool node_nbd_serves(const char *dev, const char *vol_id);
 /* NBD_CMD_DISCONNECT of /dev/nbdN (attach_nbd.c). 0 or -errno. */
 int attach_nbd_disconnect_dev(const char *dev);
+/* NBD_CMD_RECONFIGURE of /dev/nbdN served for vol_id to size bytes (the
+ * kernel freezes the device's queue until its requests end: never call it
+ * from the loop of the attach process that serves them). 0 or -errno. */
+int attach_nbd_resize_dev(const char *dev, const char *vol_id, uint64_t size);
 /* Keeps / reads the attach token of a volume staged through nbd or ublk
  * (<vol>/token, 0600): a new attach process that takes the device over
  * after a crash needs it. 0 or -errno. */

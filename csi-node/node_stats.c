@@ -190,6 +190,32 @@ static int node_loop_refresh(const struct node *n, const struct node_vol_state *
 	return 0;
 }
 
+/* Makes /dev/nbdN the new size: its attach process serves it already (it
+ * answered "resize"); the kernel learns it by netlink. This thread may
+ * wait for the device's queue to freeze: the attach process ends its
+ * requests meanwhile. */
+static int node_nbd_refresh(const struct node_vol_state *st, uint64_t size, char *msg, size_t len)
+{
+	uint64_t dev = 0;
+	int rc;
+
+	if (node_blkdev_size(st->loop, &dev) == 0 && dev == size)
+		return 0; /* a retried expansion */
+	rc = attach_nbd_resize_dev(st->loop, st->volume_id, size);
+	if (rc) {
+		snprintf(msg, len, "NBD_CMD_RECONFIGURE of %s to %llu bytes failed: %s", st->loop,
+			 (unsigned long long)size, strerror(-rc));
+		return -EIO;
+	}
+	rc = node_blkdev_size(st->loop, &dev);
+	if (rc || dev != size) {
+		snprintf(msg, len, "%s is %llu bytes after NBD_CMD_RECONFIGURE, expected %llu",
+			 st->loop, (unsigned long long)dev, (unsigned long long)size);
+		return -EIO;
+	}
+	return 0;
+}
+
 int node_fs_grow(const struct node_vol_state *st, char *out, size_t outlen)
 {
 	const char *ext4[] = {"resize2fs", st->loop, NULL};
@@ -246,7 +272,8 @@ static int node_expand_locked(struct node *n, struct zl_grpc_call *call,
 		    "volume %s is %llu bytes, less than the %llu required: expand it "
 		    "with ControllerExpandVolume first",
 		    r->volume_id, (unsigned long long)*size, (unsigned long long)want);
-	rc = node_loop_refresh(n, &st, *size, msg, sizeof(msg));
+	rc = st.frontend == NODE_FRONTEND_NBD ? node_nbd_refresh(&st, *size, msg, sizeof(msg))
+					      : node_loop_refresh(n, &st, *size, msg, sizeof(msg));
 	if (rc)
 		return zl_grpc_fail(call, ZL_GRPC_INTERNAL, "%s", msg);
 	block =

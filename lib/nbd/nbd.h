@@ -235,6 +235,11 @@ int zl_nbd_server_create(struct zl_loop *loop, const struct zl_nbd_backend *back
 int zl_nbd_server_adopt(struct zl_nbd_server *s, int fd, const char *peer);
 /* The transmission flags the export advertises (ZL_NBD_TFLAG_*). */
 uint16_t zl_nbd_server_tflags(const struct zl_nbd_server *s);
+/* The export grew to size (the volume was expanded): requests up to it are
+ * served from now on, and new clients' handshakes announce it. A client
+ * that learnt the old size keeps it until told otherwise (the kernel's nbd
+ * driver: NBD_CMD_RECONFIGURE with NBD_ATTR_SIZE_BYTES). Loop thread. */
+void zl_nbd_server_set_size(struct zl_nbd_server *s, uint64_t size);
 /* Stops accepting and closes every connection once its in-flight I/O has
  * completed (no reply is sent for it). Run the loop until
  * zl_nbd_server_idle() before zl_nbd_server_destroy(). */

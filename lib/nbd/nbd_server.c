@@ -1059,6 +1059,13 @@ uint16_t zl_nbd_server_tflags(const struct zl_nbd_server *s)
 	return s->exp.tflags;
 }
 
+void zl_nbd_server_set_size(struct zl_nbd_server *s, uint64_t size)
+{
+	ZL_LOG_INFO("nbd", "export size %llu -> %llu", (unsigned long long)s->exp.size,
+		    (unsigned long long)size);
+	s->exp.size = size;
+}
+
 void zl_nbd_server_shutdown(struct zl_nbd_server *s)
 {
 	if (!s || s->shutting_down)

@@ -20,13 +20,16 @@ which must pick FRONTEND (ublk: the VM's kernel has ublk_drv).
     the attach process is adopted; the attach process killed while
     zipline-node is down: zipline-node's start takes the device over;
     NodeGetVolumeStats reports usage and a normal condition naming the
-    frontend; NodeExpandVolume beyond the device (ublk) is refused with
-    FAILED_PRECONDITION; NodeUnpublish, NodeUnstage: the device is
+    frontend; NodeExpandVolume beyond the device: nbd grows the live
+    device (NBD_CMD_RECONFIGURE) and ext4 on it, a 24 MiB file written
+    and every file read back; ublk refuses with
+    FAILED_PRECONDITION (UBLK_U_CMD_UPDATE_SIZE needs Linux >= 6.16); NodeUnpublish, NodeUnstage: the device is
     disconnected (nbd: no /sys/block/nbdN/pid, size 0) or deleted (ublk:
     /dev/ublkbN, /dev/ublkcN and /sys/block/ublkbN gone), no attach process
     of the volume left, the state removed.
   - Block mode: the same stage, a pattern written and read back with
-    O_DIRECT through the published device file, unstage.
+    O_DIRECT through the published device file; nbd: grown online, written
+    beyond the old end, read back; unstage.
   - No volume hangs the node (issue 20's checks with this frontend,
     test/e2e/csi_hang_test.py --frontend FRONTEND): a volume whose storage
     daemon is stopped (SIGSTOP) or killed fails NodeStage fast while another
@@ -246,6 +249,26 @@ def write_read(target, name, data):
             fail("file %s differs" % name)
 
 
+def dev_bytes(dev):
+    with open("/sys/block/%s/size" % os.path.basename(dev)) as f:
+        return int(f.read()) * 512
+
+
+def expand_online(vol, path, dev, size):
+    """ControllerExpandVolume, then NodeExpandVolume on path while staged
+    and in use: the device itself grows (nbd: NBD_CMD_RECONFIGURE)."""
+    ctrl.controller.ControllerExpandVolume(pb.ControllerExpandVolumeRequest(
+        volume_id=vol, capacity_range=pb.CapacityRange(required_bytes=size)), timeout=T)
+    r = node.node.NodeExpandVolume(pb.NodeExpandVolumeRequest(
+        volume_id=vol, volume_path=path,
+        capacity_range=pb.CapacityRange(required_bytes=size)), timeout=T)
+    if r.capacity_bytes != size:
+        fail("NodeExpandVolume of %s answered %d bytes, not %d" % (vol, r.capacity_bytes, size))
+    if dev_bytes(dev) != size:
+        fail("%s is %d bytes after NodeExpandVolume to %d" % (dev, dev_bytes(dev), size))
+    log("%s grew online to %d MiB (NodeExpandVolume)" % (dev, size >> 20))
+
+
 def check_stats(vol, path, unit):
     r = node.node.NodeGetVolumeStats(pb.NodeGetVolumeStatsRequest(
         volume_id=vol, volume_path=path), timeout=T)
@@ -321,6 +344,23 @@ if FE == "ublk":
         log("NodeExpandVolume refused: %s" % e.details())
     if mount_source(staging) != dev:
         fail("the refused expansion lost the staging mount")
+else:
+    expand_online(vol, target, dev, 96 << 20)
+    fs = os.statvfs(target)
+    if fs.f_blocks * fs.f_frsize < 80 << 20:
+        fail("ext4 on %s is %d bytes after NodeExpandVolume to 96 MiB"
+             % (dev, fs.f_blocks * fs.f_frsize))
+    if mount_source(staging) != dev:
+        fail("the expansion changed the staging mount's source to %s" % mount_source(staging))
+    # A file written after the growth, then everything read back.
+    big = os.urandom(1 << 20) * 24
+    write_read(target, "e", big)
+    for name, want in (("a", data), ("b", data[::-1]), ("c", data[:1 << 20]), ("e", big)):
+        with open(os.path.join(target, name), "rb") as f:
+            if f.read() != want:
+                fail("file %s differs after the online expansion" % name)
+    log("ext4 grew online with %s to %d MiB; 24 MiB more written, every file read back"
+        % (dev, fs.f_blocks * fs.f_frsize >> 20))
 unstage(vol, staging, target, dev, new)
 
 # ---- Block mode
@@ -337,6 +377,21 @@ if os.preadv(fd, [buf2], 4 << 20) != len(pattern) or bytes(buf2) != pattern:
     fail("O_DIRECT read of %s differs" % target)
 os.close(fd)
 log("block mode: 1 MiB written and read back through %s" % target)
+if FE == "nbd":
+    # Block mode grows online too: the published device file shows the
+    # new size, the data before it stays, the new end takes writes.
+    expand_online(vol, target, dev, 96 << 20)
+    fd = os.open(target, os.O_RDWR | os.O_DIRECT)
+    if os.lseek(fd, 0, os.SEEK_END) != 96 << 20:
+        fail("the published device %s is not 96 MiB after the expansion" % target)
+    if os.pwritev(fd, [buf], 90 << 20) != len(pattern):
+        fail("short O_DIRECT write beyond the old end of %s" % target)
+    os.fsync(fd)
+    for off in (4 << 20, 90 << 20):
+        if os.preadv(fd, [buf2], off) != len(pattern) or bytes(buf2) != pattern:
+            fail("O_DIRECT read at %d MiB of %s differs after the expansion" % (off >> 20, target))
+    os.close(fd)
+    log("block mode: grown online to 96 MiB, written beyond the old end, read back")
 check_stats(vol, target, pb.VolumeUsage.BYTES)
 pid = state(vol)["pid"]
 unstage(vol, staging, target, dev, pid)

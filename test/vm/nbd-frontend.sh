@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # nbd_frontend: the kernel NBD frontend of the attach process (issue 24).
 #
-# One guest of the test VM (test/vm/vm.sh -M nbd, a 1 GiB virtio disk for
+# One guest of the test VM (test/vm/vm.sh -M nbd, a 2 GiB virtio disk for
 # the daemons' data) runs test/vm/nbd-guest.sh: etcd, three
 # zipline-storage, a 3-replica volume attached as /dev/nbdN by
 # `zipline-node attach --frontend nbd`, fio with verify=crc32c on the raw
@@ -29,7 +29,7 @@ cleanup() {
 	fi
 }
 trap cleanup EXIT
-truncate -s 1G "$work/disk.img" || fail "cannot create $work/disk.img"
+truncate -s 2G "$work/disk.img" || fail "cannot create $work/disk.img"
 t0=$SECONDS
 bash "$here/vm.sh" run -M nbd --share "$build" --disk "$work/disk.img" -t "${ZL_NBD_VM_TIMEOUT:-1200}" -- \
 	bash "$here/nbd-guest.sh" "$build" "$work"

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -785,7 +786,8 @@ static void test_adopted_socket(void **state)
 	f.mem.cap = 64;
 	f.mem.data = calloc(1, MEM_SIZE);
 	assert_non_null(f.mem.data);
-	be = (struct zl_nbd_backend){.ops = &mem_ops, .ctx = &f.mem, .size = MEM_SIZE};
+	/* Served at half the memory first: the kernel's device grows later. */
+	be = (struct zl_nbd_backend){.ops = &mem_ops, .ctx = &f.mem, .size = MEM_SIZE / 2};
 	assert_int_equal(zl_nbd_server_create(f.loop, &be, &o, &f.srv), 0);
 	assert_string_equal(zl_nbd_server_address(f.srv), "adopted");
 	assert_int_equal(zl_nbd_server_tflags(f.srv) &
@@ -797,7 +799,27 @@ static void test_adopted_socket(void **state)
 	assert_int_equal(zl_nbd_server_adopt(f.srv, -1, "bad"), -ZL_ERR_INVAL);
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
 	assert_int_equal(zl_nbd_server_adopt(f.srv, sv[0], "kernel#0"), 0);
+	/* Beyond the export's end: EINVAL, the connection stays. Then the
+	 * export grows (zl_nbd_server_set_size, on the loop's thread: the
+	 * loop runs here until the thread starts). */
+	send_req(sv[1], 0, ZL_NBD_CMD_READ, 70, MEM_SIZE / 2, 4096, NULL);
+	for (i = 0; i < 500; i++) {
+		struct pollfd pf = {.fd = sv[1], .events = POLLIN};
+
+		zl_loop_run_once(f.loop, 10);
+		if (poll(&pf, 1, 0) == 1)
+			break;
+	}
+	assert_int_equal(recv_reply(sv[1], &cookie), ZL_NBD_EINVAL);
+	assert_int_equal(cookie, 70);
+	zl_nbd_server_set_size(f.srv, MEM_SIZE);
 	assert_int_equal(pthread_create(&f.thr, NULL, loop_thread, f.loop), 0);
+	memset(f.mem.data + MEM_SIZE / 2, 0x5a, 4096);
+	send_req(sv[1], 0, ZL_NBD_CMD_READ, 71, MEM_SIZE / 2, 4096, NULL);
+	assert_int_equal(recv_reply(sv[1], &cookie), 0);
+	assert_int_equal(cookie, 71);
+	rd(sv[1], r, 4096);
+	assert_memory_equal(r, f.mem.data + MEM_SIZE / 2, 4096);
 	for (i = 0; i < (int)sizeof(w); i++)
 		w[i] = (uint8_t)(i * 13 + 1);
 	/* The first bytes the server sees are a request: no greeting came. */
