@@ -147,7 +147,7 @@ int zl_cli_volume_clone(struct zl_cli *cli, int argc, char **argv)
 	return 0;
 }
 
-static void cli_flatten_progress(void *arg, uint64_t done, uint64_t total, uint64_t copied)
+static int cli_flatten_progress(void *arg, uint64_t done, uint64_t total, uint64_t copied)
 {
 	const char *name = arg;
 
@@ -155,11 +155,13 @@ static void cli_flatten_progress(void *arg, uint64_t done, uint64_t total, uint6
 	       " copied from the parent\n",
 	       name, done, total, total ? done * 100 / total : 100, copied);
 	fflush(stdout);
+	return 0;
 }
 
 int zl_cli_volume_flatten(struct zl_cli *cli, int argc, char **argv)
 {
 	static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {0}};
+	struct zl_flatten_opts fo = {.progress = cli_flatten_progress};
 	struct zl_vol *v = NULL;
 	const char *name;
 	char parent[24];
@@ -192,7 +194,8 @@ int zl_cli_volume_flatten(struct zl_cli *cli, int argc, char **argv)
 		zl_vol_close(v);
 		return 0;
 	}
-	rc = zl_vol_flatten(v, cli_flatten_progress, (void *)name);
+	fo.arg = (void *)name;
+	rc = zl_vol_flatten(v, &fo);
 	zl_vol_close(v);
 	if (rc) {
 		char what[300];
