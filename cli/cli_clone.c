@@ -174,7 +174,9 @@ int zl_cli_volume_flatten(struct zl_cli *cli, int argc, char **argv)
 			printf("usage: zl volume flatten NAME\n"
 			       "  copies every chunk clone NAME still reads from its parent, then\n"
 			       "  drops the parent: the source can be deleted after. Safe while the\n"
-			       "  clone is in use; run it again after an interruption.\n");
+			       "  clone is in use; run it again after an interruption. A clone\n"
+			       "  attached through CSI refuses its writes (the attach epoch fences\n"
+			       "  them): the CSI controller flattens such clones itself.\n");
 			return 0;
 		}
 		return zl_cli_opt_error("volume flatten", c, optopt, argv, optind);
@@ -198,9 +200,13 @@ int zl_cli_volume_flatten(struct zl_cli *cli, int argc, char **argv)
 	rc = zl_vol_flatten(v, &fo);
 	zl_vol_close(v);
 	if (rc) {
-		char what[300];
+		char what[512];
 
-		snprintf(what, sizeof(what), "flatten of '%s' stopped (run it again)", name);
+		snprintf(what, sizeof(what), "flatten of '%s' stopped (%s)", name,
+			 rc == -ZL_ERR_STALE ? "the clone is attached through CSI, whose attach "
+					       "epoch fences this command: the CSI controller "
+					       "flattens it (docs/SNAPSHOTS.md §4)"
+					     : "run it again");
 		zl_cli_etcd_err(cli, what, rc);
 		return ZL_CLI_EXIT_RUNTIME;
 	}

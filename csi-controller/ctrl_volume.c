@@ -10,7 +10,6 @@
 #include <jansson.h>
 
 #include "ctrl.h"
-#include "lib/meta/zl_auth.h"
 #include "lib/client/client.h"
 
 /* Compare-and-swap rounds of ControllerExpandVolume against concurrent
