@@ -165,7 +165,7 @@ def clones(node, vol, cap, sums, target):
     log("restore of snapshot %s (file system %d -> %d MiB) and clone of the mounted %s: "
         "files intact, writes stay in their own volume" % (snap.snapshot_id, size // MiB,
                                                           rsize // MiB, vol))
-    flatten_mounted(mounts, sums)
+    flatten_mounted(mounts, sums, target)
     # The sources stay while the clones depend on them.
     try:
         e.ctrl.controller.DeleteSnapshot(pb.DeleteSnapshotRequest(snapshot_id=snap.snapshot_id),
@@ -190,10 +190,11 @@ def clones(node, vol, cap, sums, target):
             pb.DeleteSnapshotRequest(snapshot_id=snap.snapshot_id), "DeleteSnapshot")
 
 
-def flatten_mounted(mounts, sums):
+def flatten_mounted(mounts, sums, target):
     """The controller flattens the staged clone (mounts[1]) while it is
     mounted, at its attachment's epoch; an epoch-0 flatten (zl) of the
-    staged restore (mounts[0], flatten=false) is fenced."""
+    staged restore (mounts[0], flatten=false) is fenced. The source,
+    mounted at target, is not: the flatten reads it at epoch 0."""
     import json
 
     def record(vid):
@@ -228,11 +229,14 @@ def flatten_mounted(mounts, sums):
         fail("the controller's flatten of %s stopped for another reason: %s" % (cid, fenced))
     if "parent" not in record(rid):
         fail("the controller flattened the restore of a flatten=false class")
-    # The attach process was not fenced: it writes on, and the files are in.
-    with open(os.path.join(ctg, "after-flatten"), "wb") as f:
-        f.write(os.urandom(MiB))
-        os.fsync(f.fileno())
-    e.check_files(ctg, sums)
+    # Neither the clone's attach process nor the source's (whose snapshot
+    # the flatten read) was fenced: both write on, and the files are in.
+    for tg in (ctg, target):
+        with open(os.path.join(tg, "after-flatten"), "wb") as f:
+            f.write(os.urandom(MiB))
+            os.fsync(f.fileno())
+        e.check_files(tg, sums)
+        os.unlink(os.path.join(tg, "after-flatten"))
     log("flatten: the mounted clone %s lost its parent %.1f s later (the controller, at its "
         "attachment's epoch, after %d start(s) fenced by the attachment), the attach process "
         "writes on; zl's epoch-0 flatten of the mounted restore was fenced"
