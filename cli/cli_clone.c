@@ -147,7 +147,7 @@ int zl_cli_volume_clone(struct zl_cli *cli, int argc, char **argv)
 	return 0;
 }
 
-static void cli_flatten_progress(void *arg, uint64_t done, uint64_t total, uint64_t copied)
+static int cli_flatten_progress(void *arg, uint64_t done, uint64_t total, uint64_t copied)
 {
 	const char *name = arg;
 
@@ -155,11 +155,13 @@ static void cli_flatten_progress(void *arg, uint64_t done, uint64_t total, uint6
 	       " copied from the parent\n",
 	       name, done, total, total ? done * 100 / total : 100, copied);
 	fflush(stdout);
+	return 0;
 }
 
 int zl_cli_volume_flatten(struct zl_cli *cli, int argc, char **argv)
 {
 	static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {0}};
+	struct zl_flatten_opts fo = {.progress = cli_flatten_progress};
 	struct zl_vol *v = NULL;
 	const char *name;
 	char parent[24];
@@ -172,7 +174,9 @@ int zl_cli_volume_flatten(struct zl_cli *cli, int argc, char **argv)
 			printf("usage: zl volume flatten NAME\n"
 			       "  copies every chunk clone NAME still reads from its parent, then\n"
 			       "  drops the parent: the source can be deleted after. Safe while the\n"
-			       "  clone is in use; run it again after an interruption.\n");
+			       "  clone is in use; run it again after an interruption. A clone\n"
+			       "  attached through CSI refuses its writes (the attach epoch fences\n"
+			       "  them): the CSI controller flattens such clones itself.\n");
 			return 0;
 		}
 		return zl_cli_opt_error("volume flatten", c, optopt, argv, optind);
@@ -192,12 +196,17 @@ int zl_cli_volume_flatten(struct zl_cli *cli, int argc, char **argv)
 		zl_vol_close(v);
 		return 0;
 	}
-	rc = zl_vol_flatten(v, cli_flatten_progress, (void *)name);
+	fo.arg = (void *)name;
+	rc = zl_vol_flatten(v, &fo);
 	zl_vol_close(v);
 	if (rc) {
-		char what[300];
+		char what[512];
 
-		snprintf(what, sizeof(what), "flatten of '%s' stopped (run it again)", name);
+		snprintf(what, sizeof(what), "flatten of '%s' stopped (%s)", name,
+			 rc == -ZL_ERR_STALE ? "the clone is attached through CSI, whose attach "
+					       "epoch fences this command: the CSI controller "
+					       "flattens it (docs/SNAPSHOTS.md §4)"
+					     : "run it again");
 		zl_cli_etcd_err(cli, what, rc);
 		return ZL_CLI_EXIT_RUNTIME;
 	}

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "ctrl.h"
+#include "lib/client/client.h"
 #include "lib/meta/zl_auth.h"
 
 /* msg: the snake-case stem of the request and response messages. */
@@ -145,6 +146,10 @@ int ctrl_start(struct ctrl *c, const struct ctrl_cfg *cfg)
 			return rc;
 	}
 
+	rc = ctrl_flatten_start(c, cfg);
+	if (rc)
+		return rc;
+
 	gc.endpoint = cfg->endpoint;
 	gc.methods = ctrl_methods;
 	gc.n_methods = ZL_ARRAY_SIZE(ctrl_methods);
@@ -162,10 +167,11 @@ int ctrl_start(struct ctrl *c, const struct ctrl_cfg *cfg)
 		return rc;
 	ZL_LOG_INFO(CTRL_LOG,
 		    "serving every CSI call endpoint=%s etcd=%s prefix=%s leader_election=%s "
-		    "replica_id=%s gc_interval_s=%u manager=%s version=%s",
+		    "replica_id=%s gc_interval_s=%u manager=%s flatten=%s flatten_rate_mib_s=%u "
+		    "version=%s",
 		    cfg->endpoint, cfg->etcd.endpoints, c->prefix, c->election ? "on" : "off",
 		    c->leader_id, c->gc_interval_s, cfg->manager ? "on" : "off",
-		    ZL_VERSION_STRING);
+		    cfg->flatten ? "on" : "off", cfg->flatten_rate_mib, ZL_VERSION_STRING);
 	return 0;
 }
 
@@ -188,6 +194,7 @@ void ctrl_stop(struct ctrl *c, unsigned int grace_ms)
 		pthread_join(c->bg_thread, NULL);
 		c->bg_started = false;
 	}
+	ctrl_flatten_join(c); /* c->stop is set when it started */
 	/* After the server: no RPC holds an operation lock any more. */
 	if (c->etcd_bg)
 		ctrl_leader_release(c);
@@ -206,4 +213,39 @@ int ctrl_record_get(struct ctrl *c, const char *kind, const char *id, struct zl_
 	if (rc)
 		return rc;
 	return zl_etcd_get(c->etcd, key, kv);
+}
+
+int ctrl_client_create(struct ctrl *c, struct zl_etcd *etcd, uint64_t epoch,
+		       struct zl_loop **loop, struct zl_client **cl, const char **what)
+{
+	struct zl_client_opts o = {
+	    .prefix = c->prefix, .client_id = "zipline-controller", .epoch = epoch};
+	char key[ZL_AUTH_KEY_HEX + 1];
+	int rc;
+
+	*loop = NULL;
+	*cl = NULL;
+	*what = "key";
+	rc = zl_auth_cluster_key_load(etcd, c->prefix, c->cluster_key_file, true, key);
+	if (rc)
+		return rc;
+	o.cluster_key = key;
+	*what = "loop";
+	rc = zl_loop_create(loop);
+	if (!rc) {
+		*what = "client";
+		rc = zl_client_create(*loop, etcd, &o, cl);
+	}
+	explicit_bzero(key, sizeof(key));
+	if (rc) {
+		zl_loop_destroy(*loop);
+		*loop = NULL;
+	}
+	return rc;
+}
+
+void ctrl_client_destroy(struct zl_loop *loop, struct zl_client *cl)
+{
+	zl_client_destroy(cl);
+	zl_loop_destroy(loop);
 }

@@ -38,6 +38,8 @@
 #define CTRL_DOWN_OUT_INTERVAL_S 600
 /* Period of the leader's garbage collection when --gc-interval is not given. */
 #define CTRL_GC_INTERVAL_S 60
+/* --flatten-rate when not given (MiB/s). */
+#define CTRL_FLATTEN_RATE_MIB 64
 /* Volume size when CreateVolume gives no capacity_range. */
 #define CTRL_DEFAULT_SIZE (1ull << 30)
 /* Largest volume this controller creates or grows to (1 PiB). */
@@ -59,6 +61,8 @@ struct ctrl_cfg {
 	unsigned int workers;
 	const char *log_level;
 	const char *metrics; /* --metrics HOST:PORT, NULL: off */
+	bool flatten;                  /* --flatten: the leader flattens clones (default on) */
+	unsigned int flatten_rate_mib; /* --flatten-rate MiB/s, 0 = no limit */
 };
 
 /* One held operation lock (see ctrl_oplock.c). */
@@ -109,6 +113,16 @@ struct ctrl {
 	 * last round (zl_now_ms), what /healthz checks. */
 	struct zl_metrics_srv *metrics;
 	atomic_uint_fast64_t bg_round_ms;
+
+	/* The background flatten (ctrl_flatten.c): its thread (stopped by
+	 * stop/bg_cond like the background thread), its etcd handle, its
+	 * rate, and figures for /metrics (written by its thread only). */
+	pthread_t flat_thread;
+	bool flat_started;
+	struct zl_etcd *etcd_flat;
+	uint64_t flat_rate_bps;
+	atomic_uint_fast64_t flat_done, flat_failed, flat_copied_bytes, flat_active;
+	atomic_uint_fast64_t flat_chunks_done, flat_chunks_total;
 };
 
 /* ---- ctrl_cfg.c ---- */
@@ -148,6 +162,16 @@ void ctrl_leader_release(struct ctrl *c);
  * volume rm` or an abandoned DeleteVolume). 0 or an etcd error. */
 int ctrl_gc_run(struct ctrl *c);
 
+/* ---- ctrl_flatten.c: the leader's background flatten of clones ---- */
+/* Starts its thread (nothing with --flatten=off). 0 or an error (logged). */
+int ctrl_flatten_start(struct ctrl *c, const struct ctrl_cfg *cfg);
+/* Waits for the thread once c->stop is set (a flatten in progress stops
+ * within a second; the next leader runs it again), frees its etcd handle.
+ * Safe when it never started. */
+void ctrl_flatten_join(struct ctrl *c);
+/* Appends the zipline_controller_flatten_* figures (none with it off). */
+void ctrl_flatten_metrics(struct ctrl *c, struct zl_metrics_text *t);
+
 /* ---- ctrl_oplock.c ---- */
 /* Takes the operation lock of (kind, id), shared by every replica: ZL_GRPC_OK
  * with *lk filled, or ABORTED (another operation holds it) / UNAVAILABLE (no
@@ -162,6 +186,17 @@ void ctrl_op_end(struct ctrl *c, struct ctrl_oplock *lk);
  * (free with zl_etcd_kv_fini), -ZL_ERR_NOT_FOUND, -ZL_ERR_INVAL (key too
  * long) or an etcd error. */
 int ctrl_record_get(struct ctrl *c, const char *kind, const char *id, struct zl_etcd_kv *kv);
+
+/* A storage client on a private loop, which the calling thread runs (its
+ * blocking calls): the cluster token (--cluster-key-file or keys/cluster,
+ * created if absent), attach epoch epoch (0: an operator's), etcd borrowed.
+ * 0, or an error with *what = "key", "loop" or "client" (what failed). */
+struct zl_loop;
+struct zl_client;
+int ctrl_client_create(struct ctrl *c, struct zl_etcd *etcd, uint64_t epoch,
+		       struct zl_loop **loop, struct zl_client **cl, const char **what);
+/* Frees both (NULL accepted). */
+void ctrl_client_destroy(struct zl_loop *loop, struct zl_client *cl);
 
 /* ---- ctrl_caps.c ---- */
 /* INVALID_ARGUMENT "<field> is required" (recorded on call) when value is
@@ -187,6 +222,9 @@ struct ctrl_params {
 	 * ioTimeout, minSize (also in min_size). */
 	struct zl_volume_mod knobs;
 	char frontend[8];    /* auto|ublk|nbd|fuse, "" = not given */
+	/* flatten=false: a clone of this class keeps reading through its
+	 * source (no background flatten; `zl volume flatten` still works). */
+	bool no_flatten;
 };
 /* Every generated map entry of csi.proto has this layout. */
 struct ctrl_kv {

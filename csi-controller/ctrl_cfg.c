@@ -74,6 +74,21 @@ int ctrl_cfg_parse(int argc, char **argv, struct ctrl_cfg *cfg)
 	     .unit = "seconds",
 	     .help = "a node record gone this long: its members are\nreplaced on other nodes "
 		     "(default 600)"},
+	    {.name = "flatten",
+	     .arg = "[=on|off]",
+	     .type = ZL_CFG_BOOL,
+	     .optional = true,
+	     .target = &cfg->flatten,
+	     .help = "the leader copies clones' chunks from their\nsources in the background and "
+		     "then detaches them,\nso the sources can be deleted (default on; a\n"
+		     "StorageClass's flatten=false keeps its clones)"},
+	    {.name = "flatten-rate",
+	     .arg = "MIB",
+	     .type = ZL_CFG_UINT,
+	     .target = &cfg->flatten_rate_mib,
+	     .max = 1 << 20,
+	     .unit = "MiB/s",
+	     .help = "MiB per second the background flatten copies\n(default 64; 0 = no limit)"},
 	    {.name = "workers",
 	     .arg = "N",
 	     .type = ZL_CFG_UINT,
@@ -100,6 +115,8 @@ int ctrl_cfg_parse(int argc, char **argv, struct ctrl_cfg *cfg)
 	cfg->endpoint = getenv("CSI_ENDPOINT");
 	cfg->leader_election = true;
 	cfg->manager = true;
+	cfg->flatten = true;
+	cfg->flatten_rate_mib = CTRL_FLATTEN_RATE_MIB;
 	cfg->gc_interval_s = CTRL_GC_INTERVAL_S;
 	cfg->manager_grace_s = CTRL_MANAGER_GRACE_S;
 	cfg->down_out_s = CTRL_DOWN_OUT_INTERVAL_S;

@@ -87,6 +87,7 @@ static void ctrl_metrics_render(void *arg, struct zl_metrics_text *t)
 				       (double)(zl_now_ms() - ms.last_pass_ms) / 1000.0);
 		}
 	}
+	ctrl_flatten_metrics(c, t);
 	if (c->srv)
 		zl_grpc_server_metrics(c->srv, t);
 	zl_etcd_metrics(t);

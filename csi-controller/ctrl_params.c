@@ -70,6 +70,12 @@ int ctrl_params_parse(struct zl_grpc_call *call, const struct ctrl_kv *const *kv
 						    "rdma or tcp",
 						    v);
 			snprintf(out->transport, sizeof(out->transport), "%s", v);
+		} else if (!strcmp(k, "flatten")) {
+			if (strcmp(v, "true") && strcmp(v, "false"))
+				return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
+						    "parameters[flatten]=\"%s\" must be true or false",
+						    v);
+			out->no_flatten = !strcmp(v, "false");
 		} else if (!strcmp(k, "frontend")) {
 			rc = ctrl_params_frontend_parse(call, v, out);
 			if (rc)
@@ -77,7 +83,7 @@ int ctrl_params_parse(struct zl_grpc_call *call, const struct ctrl_kv *const *kv
 		} else {
 			return zl_grpc_fail(call, ZL_GRPC_INVALID_ARGUMENT,
 					    "parameters[%s] is not a Zipline parameter (known: "
-					    "replicas, chunkSize, transport, frontend, %s, "
+					    "replicas, chunkSize, transport, frontend, flatten, %s, "
 					    CSI_RESERVED_PREFIX
 					    "*)",
 					    k, zl_knob_names(false, knobs, sizeof(knobs)));

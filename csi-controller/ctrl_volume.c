@@ -10,7 +10,6 @@
 #include <jansson.h>
 
 #include "ctrl.h"
-#include "lib/meta/zl_auth.h"
 #include "lib/client/client.h"
 
 /* Compare-and-swap rounds of ControllerExpandVolume against concurrent
@@ -529,7 +528,7 @@ int ctrl_create_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMess
 	struct ctrl_params p;
 	struct zl_volume_spec spec = {0};
 	const char *transport;
-	char params[64];
+	char params[96];
 	struct create_src src = {0};
 	struct ctrl_oplock lk;
 	uint64_t size = 0;
@@ -566,11 +565,9 @@ int ctrl_create_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMess
 	if (rc)
 		return rc;
 	transport = p.transport[0] ? p.transport : "auto";
-	if (p.frontend[0])
-		snprintf(params, sizeof(params), "{\"transport\":\"%s\",\"frontend\":\"%s\"}",
-			 transport, p.frontend);
-	else
-		snprintf(params, sizeof(params), "{\"transport\":\"%s\"}", transport);
+	snprintf(params, sizeof(params), "{\"transport\":\"%s\"%s%s%s%s}", transport,
+		 p.frontend[0] ? ",\"frontend\":\"" : "", p.frontend, p.frontend[0] ? "\"" : "",
+		 p.no_flatten ? ",\"flatten\":\"false\"" : "");
 	spec.name = r->name;
 	spec.size = size;
 	spec.chunk_size = p.chunk_size;
@@ -595,34 +592,26 @@ int ctrl_create_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMess
  * volume client on a private loop run by this worker thread. */
 static int delete_chunks(struct ctrl *c, struct zl_grpc_call *call, const char *vol_id)
 {
-	struct zl_client_opts o = {.prefix = c->prefix, .client_id = "zipline-controller"};
 	struct zl_client *cl = NULL;
 	struct zl_loop *loop = NULL;
-	char key[ZL_AUTH_KEY_HEX + 1];
+	const char *what = NULL;
 	int rc;
 
 	/* VOLUME_DELETE is an operator request: the cluster token. */
-	rc = zl_auth_cluster_key_load(c->etcd, c->prefix, c->cluster_key_file, true, key);
-	if (rc && c->cluster_key_file)
+	rc = ctrl_client_create(c, c->etcd, 0, &loop, &cl, &what);
+	if (rc && c->cluster_key_file && !strcmp(what, "key"))
 		return zl_grpc_fail_err(call, rc, "volume %s: cannot read the cluster key file %s",
 					vol_id, c->cluster_key_file);
-	if (rc)
+	if (rc && !strcmp(what, "key"))
 		return zl_grpc_fail_err(call, rc,
 					"volume %s: cannot read the cluster key %skeys/cluster "
 					"(the controller needs read and create access to it)",
 					vol_id, c->prefix);
-	o.cluster_key = key;
-	rc = zl_loop_create(&loop);
-	if (rc == 0)
-		rc = zl_client_create(loop, c->etcd, &o, &cl);
-	explicit_bzero(key, sizeof(key));
-	if (rc && !loop)
+	if (rc && !strcmp(what, "loop"))
 		return zl_grpc_fail_err(call, rc, "volume %s: cannot create an event loop", vol_id);
-	if (rc) {
-		rc = zl_grpc_fail_err(call, rc, "volume %s: cannot create a storage client",
-				      vol_id);
-		goto out_loop;
-	}
+	if (rc)
+		return zl_grpc_fail_err(call, rc, "volume %s: cannot create a storage client",
+					vol_id);
 	rc = zl_client_volume_delete(cl, vol_id);
 	if (rc == -ZL_ERR_NOT_FOUND)
 		rc = 0;
@@ -634,9 +623,7 @@ static int delete_chunks(struct ctrl *c, struct zl_grpc_call *call, const char *
 				  vol_id);
 	else if (rc)
 		rc = zl_grpc_fail_err(call, rc, "volume %s: deleting its chunks failed", vol_id);
-	zl_client_destroy(cl);
-out_loop:
-	zl_loop_destroy(loop);
+	ctrl_client_destroy(loop, cl);
 	return rc;
 }
 

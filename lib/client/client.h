@@ -175,13 +175,22 @@ int zl_vol_snap_serve(struct zl_vol *v);
  * the first write, discard or zeroing of it copies the parent's chunk up
  * first (one whole-chunk WRITE + ZL_WF_CREATE). zl_vol_flatten copies up
  * every chunk still absent (a chunk of zeros stays absent: it reads the
- * same without a parent), calling progress (optional; about once a second
- * and at the end) with the chunks probed, their total and the copy-ups
- * this handle made, then clears the parent (zl_meta_clone_detach).
+ * same without a parent), calling o->progress (optional; about once a
+ * second, while it waits for the rate too, and at the end) with the chunks
+ * probed, their total and the copy-ups this handle made; a progress that
+ * returns non-zero stops the flatten with that error (the parent stays: run
+ * it again, it probes from the start). o->rate_bps > 0 bounds the bytes
+ * copied up per second (probes of chunks the clone holds cost nothing).
+ * Then it clears the parent (zl_meta_clone_detach). o may be NULL.
  * Blocking: runs the client's loop like zl_vol_read. A volume without
- * parent: 0 at once. 0, an I/O error or an etcd error. */
-typedef void (*zl_flatten_cb)(void *arg, uint64_t done, uint64_t total, uint64_t copied);
-int zl_vol_flatten(struct zl_vol *v, zl_flatten_cb progress, void *arg);
+ * parent: 0 at once. 0, an I/O error, an etcd error or progress's error. */
+typedef int (*zl_flatten_cb)(void *arg, uint64_t done, uint64_t total, uint64_t copied);
+struct zl_flatten_opts {
+	zl_flatten_cb progress;
+	void *arg;
+	uint64_t rate_bps; /* 0 = no limit */
+};
+int zl_vol_flatten(struct zl_vol *v, const struct zl_flatten_opts *o);
 
 /* Blocking wrappers: 0 or a negative error. */
 int zl_vol_read(struct zl_vol *v, void *buf, uint64_t off, uint64_t len);

@@ -247,21 +247,67 @@ static void clone_probe_done(void *arg, int status)
 		p->f->err = status;
 }
 
-int zl_vol_flatten(struct zl_vol *v, zl_flatten_cb progress, void *arg)
+/* The rate of a flatten: a token bucket of bytes, filled at rate_bps up to
+ * one second's worth (one chunk at least). A probe may copy a whole chunk,
+ * so one is sent only while the bucket holds a chunk for it and for every
+ * probe in flight; the copies made are taken out as they happen. */
+struct clone_rate {
+	uint64_t rate_bps, cap, last_ms, copied;
+	int64_t tokens;
+};
+
+static void clone_rate_init(struct clone_rate *r, uint64_t rate_bps, uint32_t cs,
+			    uint64_t copied)
 {
+	r->rate_bps = rate_bps;
+	r->cap = ZL_MAX(rate_bps, (uint64_t)cs);
+	r->tokens = cs;
+	r->last_ms = zl_now_ms();
+	r->copied = copied;
+}
+
+/* 0 when a probe may go now with inflight others out, else the ms to
+ * wait. */
+static uint32_t clone_rate_wait(struct clone_rate *r, uint64_t copied, uint32_t inflight,
+				uint32_t cs)
+{
+	uint64_t now = zl_now_ms();
+	int64_t need;
+
+	if (!r->rate_bps)
+		return 0;
+	r->tokens -= (int64_t)((copied - r->copied) * cs);
+	r->copied = copied;
+	r->tokens = ZL_MIN(r->tokens + (int64_t)(r->rate_bps * (now - r->last_ms) / 1000),
+			   (int64_t)r->cap);
+	r->last_ms = now;
+	need = (int64_t)(inflight + 1) * cs - r->tokens;
+	if (need <= 0)
+		return 0;
+	return (uint32_t)ZL_MIN((uint64_t)need * 1000 / r->rate_bps + 1, 100);
+}
+
+int zl_vol_flatten(struct zl_vol *v, const struct zl_flatten_opts *o)
+{
+	static const struct zl_flatten_opts none;
 	struct clone_flat f = {0};
-	uint64_t total = 0, next = 0, last_ms = 0;
+	struct clone_rate rate;
+	uint64_t total = 0, next = 0, last_ms;
 	struct zl_client *c;
 	int rc = 0;
 
 	if (!v)
 		return -ZL_ERR_INVAL;
+	if (!o)
+		o = &none;
 	c = v->c;
 	if (v->parent && v->meta.parent_vol[0]) {
 		uint64_t cs = v->meta.chunk_size;
 
 		total = ZL_MIN((v->parent->meta.size + cs - 1) / cs, (v->meta.size + cs - 1) / cs);
 	}
+	clone_rate_init(&rate, o->rate_bps, v->meta.chunk_size, v->stats.copyups);
+	last_ms = zl_now_ms();
 	for (int i = 0; i < CLONE_FLATTEN_WINDOW && total; i++) {
 		f.probes[i].f = &f;
 		f.probes[i].buf = zl_vol_buf_alloc(v, ZL_BLOCK_SIZE);
@@ -271,11 +317,18 @@ int zl_vol_flatten(struct zl_vol *v, zl_flatten_cb progress, void *arg)
 		}
 	}
 	while (f.done < total && !f.err) {
+		uint32_t inflight = (uint32_t)(next - f.done), wait = 100;
+
 		for (int i = 0; i < CLONE_FLATTEN_WINDOW && next < total && !f.err; i++) {
 			struct clone_probe *p = &f.probes[i];
 
 			if (p->busy)
 				continue;
+			wait = clone_rate_wait(&rate, v->stats.copyups, inflight,
+					       v->meta.chunk_size);
+			if (wait)
+				break;
+			wait = 100;
 			rc = client_vol_submit_copyup(v, next, p->buf, clone_probe_done, p);
 			if (rc == -ZL_ERR_BUSY)
 				break;
@@ -285,11 +338,14 @@ int zl_vol_flatten(struct zl_vol *v, zl_flatten_cb progress, void *arg)
 			}
 			p->busy = true;
 			next++;
+			inflight++;
 		}
-		zl_loop_run_once(c->loop, 100);
-		if (progress && zl_now_ms() - last_ms >= 1000) {
+		zl_loop_run_once(c->loop, (int)wait);
+		if (o->progress && zl_now_ms() - last_ms >= 1000) {
 			last_ms = zl_now_ms();
-			progress(arg, f.done, total, v->stats.copyups);
+			rc = o->progress(o->arg, f.done, total, v->stats.copyups);
+			if (rc && !f.err)
+				f.err = rc;
 		}
 	}
 	/* What is in flight ends before its buffers go. */
@@ -297,8 +353,8 @@ int zl_vol_flatten(struct zl_vol *v, zl_flatten_cb progress, void *arg)
 		while (f.probes[i].busy)
 			zl_loop_run_once(c->loop, 100);
 	rc = f.err;
-	if (progress && !rc)
-		progress(arg, f.done, total, v->stats.copyups);
+	if (o->progress && !rc)
+		(void)o->progress(o->arg, f.done, total, v->stats.copyups);
 out_bufs:
 	for (int i = 0; i < CLONE_FLATTEN_WINDOW; i++)
 		if (f.probes[i].buf)

@@ -405,6 +405,12 @@ struct zl_vol {
 	struct client_list link; /* c->vols or c->zombies */
 	struct zl_client *c;
 	struct zl_volume meta;
+	/* Attach epoch of its requests: the client's, 0 on a clone's parent
+	 * handle (it only reads a snapshot, which no fence protects; the
+	 * client's epoch is the clone's attachment's and would raise the
+	 * parent's fence above its own attachment on the storage, fencing
+	 * it: docs/SNAPSHOTS.md §4). */
+	uint64_t epoch;
 	enum zl_xport_select sel; /* client's, or the volume's "transport" param */
 	struct zl_xport *buf_x;	  /* pool of zl_vol_buf_alloc, chosen on first use */
 	struct client_node **slice_nodes; /* [n_slices * ZL_MAX_REPLICAS] */

@@ -663,7 +663,7 @@ static void sub_send(struct client_sub *s)
 	s->hdr.offset = s->offset;
 	s->hdr.length = s->length;
 	s->hdr.slice_ver = sl->version;
-	s->hdr.epoch = c->epoch;
+	s->hdr.epoch = v->epoch;
 	/* The sequence of now: a write resent after a switch (or a SNAPSEQ
 	 * answer and reload) carries the new one. The flag is set per
 	 * connection (client_node.c, conn_seq_set). */
@@ -1204,6 +1204,7 @@ int client_vol_open_depth(struct zl_client *c, const char *name_or_id, uint32_t 
 	if (!v)
 		return -ENOMEM;
 	v->c = c;
+	v->epoch = depth ? 0 : c->epoch;
 	client_list_init(&v->link);
 	client_list_init(&v->free_ios);
 	client_list_init(&v->free_subs);

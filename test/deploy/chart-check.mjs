@@ -55,6 +55,9 @@ check("zipline-controller --leader-election", hasArg(zc, "--leader-election"));
 check("zipline-controller --manager=on", args(zc).includes("--manager=on"), args(zc).join(" "));
 check("zipline-controller --down-out-interval", /^--down-out-interval=[1-9][0-9]*$/.test(
 	args(zc).find((a) => a.startsWith("--down-out-interval=")) ?? ""), args(zc).join(" "));
+// The background flatten of clones is on by default, rate-limited.
+check("zipline-controller --flatten=on --flatten-rate=64", args(zc).includes("--flatten=on") &&
+	args(zc).includes("--flatten-rate=64"), args(zc).join(" "));
 for (const s of ["csi-provisioner", "csi-attacher", "csi-resizer", "liveness-probe"]) {
 	const c = container(ctl, s);
 	check(`controller sidecar ${s}`, !!c);

@@ -236,7 +236,8 @@ def start_ctrl(name, *extra):
     p = subprocess.Popen([os.path.join(CL_BIN, "zipline-controller"),
                           "--endpoint", "unix://" + sock_of(name), "--etcd", ETCD,
                           "--leader-id", name, "--log-level", "info",
-                          "--gc-interval", str(GC_INTERVAL)] + list(extra),
+                          "--gc-interval", str(GC_INTERVAL),
+                          "--flatten-rate", str(FLAT_RATE)] + list(extra),
                          stdout=logf, stderr=logf)
     logf.close()
     with open(os.path.join(d, "pid"), "w") as f:
@@ -832,8 +833,11 @@ def test_clones(t, vid):
     from_vol = VCS(volume=VCS.VolumeSource(volume_id=src))
 
     def mk(name, source, size=0, limit=0):
+        # flatten=false: the leader's background flatten leaves these alone
+        # (test_flatten has its own), so the sources stay pinned here.
         return pb.CreateVolumeRequest(
             name=name, volume_capabilities=[cap(pb)], volume_content_source=source,
+            parameters={"flatten": "false"},
             capacity_range=pb.CapacityRange(required_bytes=size, limit_bytes=limit)
             if size or limit else None)
     # The source's size when none is asked; larger when asked.
@@ -862,12 +866,19 @@ def test_clones(t, vid):
                                            capacity_range=pb.CapacityRange(
                                                required_bytes=4 * MiB)),
                 C.ALREADY_EXISTS, "clone")
-    # The sources stay while clones read through them.
+    check(ra.get("params", {}).get("flatten") == "false", "params %s" % ra.get("params"))
+    expect_code(CV, pb.CreateVolumeRequest(name="pvc-clone-c", volume_capabilities=[cap(pb)],
+                                           parameters={"flatten": "no"}),
+                C.INVALID_ARGUMENT, "flatten")
+    # The sources stay while clones read through them (the leader's passes,
+    # every GC_INTERVAL, leave clones of a flatten=false class alone).
     expect_code(t.ctl.DeleteSnapshot, pb.DeleteSnapshotRequest(snapshot_id=snap),
                 C.FAILED_PRECONDITION, "pvc-clone-a", "flatten")
     expect_code(t.ctl.DeleteVolume, pb.DeleteVolumeRequest(volume_id=src),
                 C.FAILED_PRECONDITION, "flatten")
     check(etcd_get(PREFIX + "snapshots/" + snap) is not None, "refused delete removed the snapshot")
+    check("flatten: start" not in ctrl_log("ctrl-a") + ctrl_log("ctrl-b"),
+          "a clone of a flatten=false class was flattened")
     # The clones go first, then the sources can.
     for v in (a.volume_id, b.volume_id):
         twice(t.ctl.DeleteVolume, pb.DeleteVolumeRequest(volume_id=v))
@@ -880,6 +891,91 @@ def test_clones(t, vid):
           % etcd_range(PREFIX + "snapshots/", True))
     log("clones: ok (from a snapshot and a volume, sizes, parents and dependants, "
         "OUT_OF_RANGE, ALREADY_EXISTS, sources kept while clones depend on them)")
+
+
+FLAT_RATE = 4  # --flatten-rate of the replicas (MiB/s)
+
+
+def test_flatten_start(t):
+    """The leader's background flatten (docs/SNAPSHOTS.md §4): a CSI restore
+    of a snapshot that holds an oracle (32 MiB of random data, 8 chunks of
+    4 MiB) is flattened at FLAT_RATE MiB/s by the leader, ctrl-a. Returns
+    once ctrl-a logged progress; test_leader then kills it -9 mid-way and
+    test_flatten_finish checks that the next leader finishes it."""
+    pb = t.pb
+    src = t.ctl.CreateVolume(pb.CreateVolumeRequest(
+        name="pvc-flat-src", capacity_range=pb.CapacityRange(required_bytes=32 * MiB),
+        volume_capabilities=[cap(pb)]), timeout=30).volume.volume_id
+    oracle = os.path.join(CL_DIR, "flat-oracle.bin")
+    with open(oracle, "wb") as f:
+        f.write(os.urandom(32 * MiB))
+    subprocess.run([os.path.join(CL_BIN, "zl"), "--etcd", ETCD, "volume", "import", src,
+                    oracle], check=True, stdout=subprocess.DEVNULL)
+    snap = t.ctl.CreateSnapshot(pb.CreateSnapshotRequest(
+        name="vs-flat", source_volume_id=src), timeout=30).snapshot.snapshot_id
+    VCS = pb.VolumeContentSource
+    clone = t.ctl.CreateVolume(pb.CreateVolumeRequest(
+        name="pvc-flat", volume_capabilities=[cap(pb)],
+        volume_content_source=VCS(snapshot=VCS.SnapshotSource(snapshot_id=snap))),
+        timeout=30).volume.volume_id
+    t0 = time.monotonic()
+    wait_until(lambda: ("flatten: progress vol=" + clone) in ctrl_log("ctrl-a"), 20,
+               "ctrl-a logging progress of its flatten of " + clone)
+    log("flatten: ctrl-a flattening %s at %d MiB/s, progress after %.1fs"
+        % (clone, FLAT_RATE, time.monotonic() - t0))
+    return {"src": src, "snap": snap, "clone": clone, "oracle": oracle}
+
+
+def test_flatten_killed(f):
+    """Right after the kill -9 of ctrl-a: the clone still reads through its
+    source (ctrl-a did not finish), and some chunks are its own already."""
+    rec = json.loads(etcd_get(PREFIX + "volumes/" + f["clone"])["value"])
+    check(rec.get("parent", {}).get("vol") == f["src"],
+          "the clone lost its parent before the flatten finished: %s" % rec.get("parent"))
+    check(("flatten: done vol=" + f["clone"]) not in ctrl_log("ctrl-a"),
+          "ctrl-a finished the flatten before it was killed (raise the size)")
+
+
+def test_flatten_finish(t, f):
+    """The new leader ctrl-b runs the flatten again from scratch and copies
+    only what ctrl-a had not; then DeleteSnapshot (FAILED_PRECONDITION
+    before) succeeds, the source goes, and the clone reads the oracle."""
+    pb = t.pb
+    t0 = time.monotonic()
+    wait_until(lambda: "parent" not in json.loads(
+        etcd_get(PREFIX + "volumes/" + f["clone"])["value"]), 30,
+        "ctrl-b flattening " + f["clone"])
+    dt = time.monotonic() - t0
+    done = [ln for ln in ctrl_log("ctrl-b").splitlines()
+            if ("flatten: done vol=" + f["clone"]) in ln]
+    check(len(done) == 1, "ctrl-b's flatten lines: %s" % done)
+    copied = int(done[0].split(" copied=")[1].split()[0])
+    check(0 < copied < 8, "ctrl-b copied %d of 8 chunks (ctrl-a had copied some): %s"
+          % (copied, done[0]))
+    check(not etcd_range(PREFIX + "dependants/" + f["src"] + "/", True), "dependant key left")
+    t.ctl.DeleteSnapshot(pb.DeleteSnapshotRequest(snapshot_id=f["snap"]), timeout=30)
+    t.ctl.DeleteVolume(pb.DeleteVolumeRequest(volume_id=f["src"]), timeout=60)
+    check(etcd_get(PREFIX + "volumes/" + f["src"]) is None, "source volume left")
+    out = os.path.join(CL_DIR, "flat-out.bin")
+    subprocess.run([os.path.join(CL_BIN, "zl"), "--etcd", ETCD, "volume", "export",
+                    f["clone"], out], check=True, stdout=subprocess.DEVNULL)
+    with open(out, "rb") as a, open(f["oracle"], "rb") as b:
+        check(a.read() == b.read(), "the flattened clone does not read the oracle")
+    t.ctl.DeleteVolume(pb.DeleteVolumeRequest(volume_id=f["clone"]), timeout=60)
+    # ctrl-b's figures: this one flatten, ended, every chunk probed.
+    port = ctrl_log("ctrl-b").split("metrics on http://")[1].split(" port=")[1].split()[0]
+    import urllib.request
+    with urllib.request.urlopen("http://127.0.0.1:%s/metrics" % port, timeout=5) as r:
+        m = dict(ln.split(" ", 1) for ln in r.read().decode().splitlines()
+                 if ln.startswith("zipline_controller_flatten_"))
+    want = {"done_total": "1", "failed_total": "0", "active": "0", "chunks_done": "8",
+            "chunks_total": "8", "copied_bytes_total": str(copied * 4 * MiB)}
+    for k, v in want.items():
+        check(m.get("zipline_controller_flatten_" + k) == v,
+              "ctrl-b's zipline_controller_flatten_%s: %s, want %s" % (k, m, v))
+    log("flatten: killed -9 mid-way on ctrl-a, finished by ctrl-b %.1fs after it led "
+        "(%d chunks left to copy); DeleteSnapshot ok, the clone reads the oracle without "
+        "its source" % (dt, copied))
 
 
 def test_delete(t, vid):
@@ -1073,9 +1169,10 @@ def test_no_nodes():
     log("no storage nodes -> RESOURCE_EXHAUSTED: ok")
 
 
-def test_leader(t, a, b):
+def test_leader(t, a, b, flat):
     """The follower serves calls, before and during the failover; the
-    election moves only the garbage collection."""
+    election moves only the garbage collection (and the flatten of flat,
+    test_flatten_start, in progress on ctrl-a when it is killed)."""
     pb = t.pb
     check(leader() == "ctrl-a", "leader key %s, want ctrl-a" % leader())
     req = pb.CreateVolumeRequest(name="pvc-follower", volume_capabilities=[cap(pb)],
@@ -1086,6 +1183,7 @@ def test_leader(t, a, b):
     a.proc.wait(10)
     a.alive = False
     os.unlink(os.path.join(CL_DIR, "ctrl-a", "pid"))
+    test_flatten_killed(flat)
     t0 = time.monotonic()
     # No gap: ctrl-b answers at once, while ctrl-a's lease is still alive.
     req2 = pb.CreateVolumeRequest(name="pvc-failover", volume_capabilities=[cap(pb)],
@@ -1098,6 +1196,7 @@ def test_leader(t, a, b):
     log("calls served by ctrl-b %.1fs after ctrl-a was killed; it took the leader key after "
         "%.1fs" % (dt_call, t1 - t0))
     wait_gc("ctrl-b", "new leader ctrl-b")
+    test_flatten_finish(t, flat)
     t.ctl.DeleteVolume(pb.DeleteVolumeRequest(volume_id=v2.volume_id))
     stop_ctrl(b)
     check(leader() is None, "leader key left after graceful shutdown")
@@ -1110,7 +1209,7 @@ def main():
     log("seed=%d (ZL_TEST_SEED=%d replays the routing)" % (SEED, SEED))
     a = start_ctrl("ctrl-a")
     wait_until(lambda: leader() == "ctrl-a", 15, "ctrl-a becoming leader")
-    b = start_ctrl("ctrl-b")
+    b = start_ctrl("ctrl-b", "--metrics", "127.0.0.1:0")
     t = Router([a, b])
     test_nodes()
     test_identity(t)
@@ -1131,7 +1230,8 @@ def main():
     test_gc(t)
     test_no_nodes()
     calls = dict(STATS["calls"])
-    test_leader(t, a, b)
+    flat = test_flatten_start(t)
+    test_leader(t, a, b, flat)
     check(calls.get("ctrl-a", 0) >= 50 and calls.get("ctrl-b", 0) >= 50,
           "calls per replica %s: both must serve" % calls)
     log("calls per replica before the failover %s; retried %s" % (

@@ -218,10 +218,10 @@ def block_cap(mode=1):
                                access_mode=pb.VolumeCapability.AccessMode(mode=mode))
 
 
-def create_volume(name, size, cap, source=None):
+def create_volume(name, size, cap, source=None, params=None):
     req = pb.CreateVolumeRequest(
         name=name, capacity_range=pb.CapacityRange(required_bytes=size),
-        volume_capabilities=[cap], parameters={"replicas": "2"},
+        volume_capabilities=[cap], parameters=dict({"replicas": "2"}, **(params or {})),
         volume_content_source=source)
     r = twice(ctrl.controller.CreateVolume, req, "CreateVolume " + name)
     v = r.volume

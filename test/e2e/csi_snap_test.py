@@ -25,6 +25,12 @@ Run by csi_e2e.sh (etcd, three zipline-storage daemons, the controller).
 6. A CSI snapshot restored into a larger volume and a clone of the mounted
    volume are staged beside it: files there, file system grown, writes kept
    apart, the sources kept while the clones depend on them.
+7. The controller's background flatten (docs/SNAPSHOTS.md §4): the staged
+   clone loses its parent while mounted (copy-ups at its attachment's
+   epoch, admitted beside the attach process, which writes on); its image
+   is a clean ext4 holding the files. `zl volume flatten` of the staged
+   restore (a class with flatten=false, left alone by the controller) at
+   epoch 0 is fenced.
 """
 
 import hashlib
@@ -35,7 +41,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import csi_e2e_test as e  # noqa: E402
+import etcd_gw  # noqa: E402
 from csi_e2e_test import MiB, fail, log  # noqa: E402
 
 
@@ -126,7 +134,8 @@ def clones(node, vol, cap, sums, target):
         fail("CreateSnapshot answered %s" % snap)
     size = os.statvfs(target).f_blocks * os.statvfs(target).f_frsize
     restore = e.create_volume("snap-restore", 512 * MiB, cap,
-                              VCS(snapshot=VCS.SnapshotSource(snapshot_id=snap.snapshot_id)))
+                              VCS(snapshot=VCS.SnapshotSource(snapshot_id=snap.snapshot_id)),
+                              params={"flatten": "false"})
     clone = e.create_volume("snap-clone", 384 * MiB, cap,
                             VCS(volume=VCS.VolumeSource(volume_id=vol)))
     if restore.content_source.snapshot.snapshot_id != snap.snapshot_id or \
@@ -156,6 +165,7 @@ def clones(node, vol, cap, sums, target):
     log("restore of snapshot %s (file system %d -> %d MiB) and clone of the mounted %s: "
         "files intact, writes stay in their own volume" % (snap.snapshot_id, size // MiB,
                                                           rsize // MiB, vol))
+    flatten_mounted(mounts, sums, target)
     # The sources stay while the clones depend on them.
     try:
         e.ctrl.controller.DeleteSnapshot(pb.DeleteSnapshotRequest(snapshot_id=snap.snapshot_id),
@@ -167,9 +177,70 @@ def clones(node, vol, cap, sums, target):
     for vid, st, tg in mounts:
         e.unpublish_unstage(node, vid, st, tg)
         e.ctrl_unpublish(vid, node)
+    # The flattened clone's image, read without its source: clean, files in.
+    img = os.path.join(e.WORK, "clone.img")
+    rc, out = zl("volume", "export", mounts[1][0], img, timeout=120)
+    if rc != 0:
+        fail("zl volume export of the flattened clone: rc %d: %s" % (rc, out))
+    check_image(img, sums)
+    os.unlink(img)
+    for vid, _, _ in mounts:
         e.delete_volume(vid)
     e.twice(e.ctrl.controller.DeleteSnapshot,
             pb.DeleteSnapshotRequest(snapshot_id=snap.snapshot_id), "DeleteSnapshot")
+
+
+def flatten_mounted(mounts, sums, target):
+    """The controller flattens the staged clone (mounts[1]) while it is
+    mounted, at its attachment's epoch; an epoch-0 flatten (zl) of the
+    staged restore (mounts[0], flatten=false) is fenced. The source,
+    mounted at target, is not: the flatten reads it at epoch 0."""
+    import json
+
+    def record(vid):
+        return json.loads(etcd_gw.unb64(etcd_gw.get(e.ETCD, "/zipline/volumes/" + vid)["value"]))
+    rid, cid, ctg = mounts[0][0], mounts[1][0], mounts[1][2]
+    rc, out = zl("volume", "flatten", rid)
+    if rc == 0 or "stale slice version or attach epoch" not in out:
+        fail("zl volume flatten (epoch 0) of the mounted restore %s was not fenced: rc %d: %s"
+             % (rid, rc, out))
+    def flatten_lines():
+        with open(os.path.join(e.CL_DIR, "ctrl", "log"), errors="replace") as f:
+            return [ln for ln in f if "vol=" + cid in ln and "flatten: " in ln]
+    t0 = time.monotonic()
+    # The record first, then the controller's line that follows it.
+    while "parent" in record(cid) or not any("flatten: done" in ln for ln in flatten_lines()):
+        if time.monotonic() - t0 > 60:
+            fail("the controller did not flatten the mounted clone %s in 60 s: %s"
+                 % (cid, flatten_lines()))
+        time.sleep(0.2)
+    dt = time.monotonic() - t0
+    lines = flatten_lines()
+    # It may have started before the clone was published (attached=no, at
+    # the revision without an attachment): the attach process's epoch then
+    # fenced it, and the next pass ran it at that epoch. The flatten that
+    # finished ran at the attachment's epoch either way.
+    starts = [ln for ln in lines if "flatten: start" in ln]
+    if not starts or "attached=yes" not in starts[-1] or \
+            not any("flatten: done" in ln for ln in lines):
+        fail("controller flatten lines of %s: %s" % (cid, lines))
+    fenced = [ln for ln in lines if "flatten: stopped" in ln]
+    if any("error=ZL_ERR_STALE" not in ln for ln in fenced):
+        fail("the controller's flatten of %s stopped for another reason: %s" % (cid, fenced))
+    if "parent" not in record(rid):
+        fail("the controller flattened the restore of a flatten=false class")
+    # Neither the clone's attach process nor the source's (whose snapshot
+    # the flatten read) was fenced: both write on, and the files are in.
+    for tg in (ctg, target):
+        with open(os.path.join(tg, "after-flatten"), "wb") as f:
+            f.write(os.urandom(MiB))
+            os.fsync(f.fileno())
+        e.check_files(tg, sums)
+        os.unlink(os.path.join(tg, "after-flatten"))
+    log("flatten: the mounted clone %s lost its parent %.1f s later (the controller, at its "
+        "attachment's epoch, after %d start(s) fenced by the attachment), the attach process "
+        "writes on; zl's epoch-0 flatten of the mounted restore was fenced"
+        % (cid, dt, len(fenced)))
 
 
 def main():
