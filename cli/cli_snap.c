@@ -219,9 +219,8 @@ static int cli_snap_space_sum(struct zl_cli *cli, const struct zl_snapshot *list
 	return (int)n_st;
 }
 
-static void cli_snap_table(const struct zl_snapshot *list, size_t n,
-			   const struct zl_volume *vols, size_t n_vols,
-			   const struct cli_snap_space *space)
+static void cli_snap_table(const struct zl_snapshot *list, size_t n, const struct zl_volume *vols,
+			   size_t n_vols, const struct cli_snap_space *space)
 {
 	printf("%-24s %-22s %-24s %6s %10s %-9s %-16s %-20s %s\n", "NAME", "ID", "VOLUME", "SEQ",
 	       "SIZE", "STATE", "GROUP", "CREATED", "SPACE (ALL REPLICAS)");
@@ -233,8 +232,8 @@ static void cli_snap_table(const struct zl_snapshot *list, size_t n,
 			if (!strcmp(vols[k].id, list[i].vol))
 				vname = vols[k].name;
 		zl_cli_fmt_time(list[i].created, ts, sizeof(ts));
-		printf("%-24s %-22s %-24s %6u %10s %-9s %-16s %-20s %s\n", list[i].name,
-		       list[i].id, vname, list[i].seq, zl_format_size(list[i].size, sz, sizeof(sz)),
+		printf("%-24s %-22s %-24s %6u %10s %-9s %-16s %-20s %s\n", list[i].name, list[i].id,
+		       vname, list[i].seq, zl_format_size(list[i].size, sz, sizeof(sz)),
 		       list[i].state, list[i].group[0] ? list[i].group : "-", ts,
 		       space ? zl_format_size(space[i].bytes, sp, sizeof(sp)) : "-");
 	}
@@ -321,9 +320,8 @@ void zl_cli_snapshot_print_vol(struct zl_cli *cli, const char *vol_id)
 	printf("snapshots   %zu\n", n);
 	for (size_t i = 0; i < n; i++) {
 		zl_cli_fmt_time(list[i].created, ts, sizeof(ts));
-		printf("  %-24s %-22s seq %-6u %10s %-9s %s", list[i].name, list[i].id,
-		       list[i].seq, zl_format_size(list[i].size, sz, sizeof(sz)), list[i].state,
-		       ts);
+		printf("  %-24s %-22s seq %-6u %10s %-9s %s", list[i].name, list[i].id, list[i].seq,
+		       zl_format_size(list[i].size, sz, sizeof(sz)), list[i].state, ts);
 		if (nodes >= 0)
 			printf("  space %s (%u clone chunks on %u nodes)",
 			       zl_format_size(space[i].bytes, sp, sizeof(sp)), space[i].clones,

@@ -288,9 +288,9 @@ static void snap_clone_write_run(struct zl_work *w)
 	uint64_t id = zl_chunk_clone_id(sl->chunk, sl->hi);
 	char path[PATH_MAX];
 
-	sl->work_err = zl_chunk_clone_file_write(sl->sn->dir, sl->vol, id, sl->cs, sl->lo, sl->hi,
-						 sl->version, sl->birth_seq, sl->birth_nonce,
-						 sl->buf);
+	sl->work_err =
+	    zl_chunk_clone_file_write(sl->sn->dir, sl->vol, id, sl->cs, sl->lo, sl->hi, sl->version,
+				      sl->birth_seq, sl->birth_nonce, sl->buf);
 	snap_clone_path(sl->sn, sl->vol, id, path, sizeof(path));
 	sl->bytes = sl->work_err ? 0 : snap_file_bytes(path);
 }
@@ -597,8 +597,8 @@ static void snap_clone_written(struct zl_work *w)
 		zl_chunk_clone_adopt(sn->s, sl->vol, zl_chunk_clone_id(sl->chunk, sl->hi));
 		/* Without the entry a later write would copy again, over data
 		 * already changed: fail the writes rather than that. */
-		sl->err = snap_index_add(sn, sl->vol, sl->chunk, sl->lo, sl->hi, sl->owner,
-					 sl->bytes);
+		sl->err =
+		    snap_index_add(sn, sl->vol, sl->chunk, sl->lo, sl->hi, sl->owner, sl->bytes);
 	}
 	snap_slot_end(sl);
 }

@@ -45,10 +45,11 @@ static void status_snap_sample(struct zl_storage *st, struct status_snap *o,
 	o->entries = zl_chunk_snap_space(st->chunks, buf, ZL_STATUS_SNAP_MAX, &o->bytes);
 	o->n = ZL_MIN(o->entries, ZL_STATUS_SNAP_MAX);
 	for (uint32_t i = 0; i < o->n; i++) {
-		o->e[i] = (struct zl_status_snap){.vol = buf[i].vol,
-						  .seq = buf[i].seq,
-						  .clones = buf[i].clones,
-						  .bytes = ZL_MIN(buf[i].bytes, (uint64_t)INT64_MAX)};
+		o->e[i] =
+		    (struct zl_status_snap){.vol = buf[i].vol,
+					    .seq = buf[i].seq,
+					    .clones = buf[i].clones,
+					    .bytes = ZL_MIN(buf[i].bytes, (uint64_t)INT64_MAX)};
 		sum += o->e[i].bytes;
 	}
 	/* The record's check: the listed entries never sum past the total. */

@@ -92,8 +92,8 @@ static int meta_status_snap_check(const struct zl_node_status *s, char *why, siz
 		const struct zl_status_snap *p = &s->snap[i], *q = p - 1;
 
 		if (!p->seq || p->bytes > INT64_MAX)
-			return meta_fail(why, why_len, "snapshots entry %u has seq 0 or too many bytes",
-					 i);
+			return meta_fail(why, why_len,
+					 "snapshots entry %u has seq 0 or too many bytes", i);
 		if (i && (p->vol < q->vol || (p->vol == q->vol && p->seq <= q->seq)))
 			return meta_fail(why, why_len,
 					 "snapshots entries are not sorted by (vol, seq) at %u", i);
@@ -219,8 +219,7 @@ static const struct meta_field meta_status_fields[] = {
     META_INT_NEW(struct zl_node_status, journal_used, "journal_used", 0, INT64_MAX),
     META_INT_NEW(struct zl_node_status, journal_dirty_chunks, "journal_dirty_chunks", 0,
 		 UINT32_MAX),
-    META_INT_NEW(struct zl_node_status, journal_checkpoints, "journal_checkpoints", 0,
-		 INT64_MAX),
+    META_INT_NEW(struct zl_node_status, journal_checkpoints, "journal_checkpoints", 0, INT64_MAX),
     META_INT_NEW(struct zl_node_status, journal_waits, "journal_waits", 0, INT64_MAX),
     META_STR_NEW(struct zl_node_status, disk_error, "disk_error"),
     META_INT_NEW(struct zl_node_status, snap_bytes, "snapshot_bytes", 0, INT64_MAX),
@@ -232,8 +231,8 @@ static const struct meta_field meta_status_fields[] = {
  * in older records: "peering" {vol, slice, term}, "snapshots" {vol, seq,
  * clones, bytes}. 0 or -ZL_ERR_INVAL. */
 static int meta_status_list_get(json_t *o, const char *key, size_t max, void *base, size_t size,
-				const struct meta_field *fields, size_t n_fields,
-				const char *shape, uint32_t *n, char *why, size_t why_len)
+				const struct meta_field *fields, size_t n_fields, const char *shape,
+				uint32_t *n, char *why, size_t why_len)
 {
 	json_t *arr = json_object_get(o, key), *e;
 	size_t i;
@@ -285,17 +284,15 @@ static int meta_status_from_json(const char *json, size_t len, struct zl_node_st
 		ret = meta_get_fields(o, meta_status_fields, ZL_ARRAY_SIZE(meta_status_fields), s,
 				      why, why_len);
 	if (!ret)
-		ret = meta_status_list_get(o, "peering", ZL_STATUS_PEERING_MAX, s->peering,
-					   sizeof(s->peering[0]), meta_status_peering_fields,
-					   ZL_ARRAY_SIZE(meta_status_peering_fields),
-					   "{\"vol\", \"slice\", \"term\"}", &s->n_peering, why,
-					   why_len);
+		ret = meta_status_list_get(
+		    o, "peering", ZL_STATUS_PEERING_MAX, s->peering, sizeof(s->peering[0]),
+		    meta_status_peering_fields, ZL_ARRAY_SIZE(meta_status_peering_fields),
+		    "{\"vol\", \"slice\", \"term\"}", &s->n_peering, why, why_len);
 	if (!ret)
-		ret = meta_status_list_get(o, "snapshots", ZL_STATUS_SNAP_MAX, s->snap,
-					   sizeof(s->snap[0]), meta_status_snap_fields,
-					   ZL_ARRAY_SIZE(meta_status_snap_fields),
-					   "{\"vol\", \"seq\", \"clones\", \"bytes\"}", &s->n_snap,
-					   why, why_len);
+		ret = meta_status_list_get(
+		    o, "snapshots", ZL_STATUS_SNAP_MAX, s->snap, sizeof(s->snap[0]),
+		    meta_status_snap_fields, ZL_ARRAY_SIZE(meta_status_snap_fields),
+		    "{\"vol\", \"seq\", \"clones\", \"bytes\"}", &s->n_snap, why, why_len);
 	if (!ret)
 		ret = meta_status_check(s, why, why_len);
 	json_decref(o);
