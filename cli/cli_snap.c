@@ -158,22 +158,84 @@ out_vol:
 	return rc;
 }
 
-static void cli_snap_table(const struct zl_snapshot *list, size_t n,
-			   const struct zl_volume *vols, size_t n_vols)
+/* The space snapshots hold on disk (docs/SNAPSHOTS.md §6), from the storage
+ * daemons' status records: per snapshot, the bytes its clone chunk files
+ * allocate summed over every node (so over every replica), and on how many
+ * nodes. */
+struct cli_snap_space {
+	uint64_t bytes;
+	uint32_t clones, nodes;
+	size_t seen; /* 1 + the last status record counted in nodes */
+};
+
+/* Sums the status records' entries into out[0 .. n) (list sorted by volume
+ * and sequence, as zl_meta_snap_list gives it). An entry counts for the
+ * newest snapshot of its volume at or below its sequence: the daemon's own
+ * rule, for a clone whose snapshot was deleted and that its collection has
+ * not looked at yet; one below every snapshot of a volume of list is
+ * awaiting collection (*pending). *partial: some node lists only part of
+ * its entries (ZL_STATUS_SNAP_MAX) and may hold more of these volumes.
+ * Returns how many status records were read, -1 when they cannot be. */
+static int cli_snap_space_sum(struct zl_cli *cli, const struct zl_snapshot *list, size_t n,
+			      struct cli_snap_space *out, uint64_t *pending, bool *partial)
 {
-	printf("%-24s %-22s %-24s %6s %10s %-9s %-16s %s\n", "NAME", "ID", "VOLUME", "SEQ",
-	       "SIZE", "STATE", "GROUP", "CREATED");
+	struct zl_node_status *st = NULL;
+	size_t n_st = 0;
+
+	memset(out, 0, n * sizeof(*out));
+	*pending = 0;
+	*partial = false;
+	if (zl_meta_status_list(cli->etcd, cli->prefix, &st, &n_st))
+		return -1;
+	for (size_t i = 0; i < n_st; i++) {
+		*partial |= st[i].n_snap < st[i].snap_entries;
+		for (uint32_t j = 0; j < st[i].n_snap; j++) {
+			const struct zl_status_snap *e = &st[i].snap[j];
+			size_t best = n;
+			bool vol_known = false;
+
+			for (size_t k = 0; k < n; k++) {
+				uint64_t vol;
+
+				if (zl_vol_id_parse(list[k].vol, &vol) || vol != e->vol)
+					continue;
+				vol_known = true;
+				if (list[k].seq <= e->seq)
+					best = k;
+			}
+			if (best == n) {
+				*pending += vol_known ? e->bytes : 0;
+				continue;
+			}
+			if (out[best].seen != i + 1) {
+				out[best].seen = i + 1;
+				out[best].nodes++;
+			}
+			out[best].bytes += e->bytes;
+			out[best].clones += e->clones;
+		}
+	}
+	free(st);
+	return (int)n_st;
+}
+
+static void cli_snap_table(const struct zl_snapshot *list, size_t n, const struct zl_volume *vols,
+			   size_t n_vols, const struct cli_snap_space *space)
+{
+	printf("%-24s %-22s %-24s %6s %10s %-9s %-16s %-20s %s\n", "NAME", "ID", "VOLUME", "SEQ",
+	       "SIZE", "STATE", "GROUP", "CREATED", "SPACE (ALL REPLICAS)");
 	for (size_t i = 0; i < n; i++) {
 		const char *vname = list[i].vol;
-		char sz[32], ts[32];
+		char sz[32], ts[32], sp[32];
 
 		for (size_t k = 0; k < n_vols; k++)
 			if (!strcmp(vols[k].id, list[i].vol))
 				vname = vols[k].name;
 		zl_cli_fmt_time(list[i].created, ts, sizeof(ts));
-		printf("%-24s %-22s %-24s %6u %10s %-9s %-16s %s\n", list[i].name, list[i].id,
+		printf("%-24s %-22s %-24s %6u %10s %-9s %-16s %-20s %s\n", list[i].name, list[i].id,
 		       vname, list[i].seq, zl_format_size(list[i].size, sz, sizeof(sz)),
-		       list[i].state, list[i].group[0] ? list[i].group : "-", ts);
+		       list[i].state, list[i].group[0] ? list[i].group : "-", ts,
+		       space ? zl_format_size(space[i].bytes, sp, sizeof(sp)) : "-");
 	}
 }
 
@@ -182,7 +244,10 @@ static int cli_snap_ls(struct zl_cli *cli, int argc, char **argv)
 	static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {0}};
 	struct zl_snapshot *list = NULL;
 	struct zl_volume *vols = NULL, v = {0};
+	struct cli_snap_space *space = NULL;
 	size_t n = 0, n_vols = 0;
+	uint64_t pending;
+	bool partial;
 	int c, rc;
 
 	optind = 0;
@@ -220,7 +285,14 @@ static int cli_snap_ls(struct zl_cli *cli, int argc, char **argv)
 		rc = ZL_CLI_EXIT_RUNTIME;
 		goto out;
 	}
-	cli_snap_table(list, n, vols, n_vols);
+	space = n ? calloc(n, sizeof(*space)) : NULL;
+	if (space && cli_snap_space_sum(cli, list, n, space, &pending, &partial) < 0) {
+		zl_cli_err("cannot read the storage nodes' status records: no space shown");
+		free(space);
+		space = NULL;
+	}
+	cli_snap_table(list, n, vols, n_vols, space);
+	free(space);
 out:
 	zl_meta_volume_list_free(vols, n_vols);
 	free(list);
@@ -231,20 +303,46 @@ out:
 void zl_cli_snapshot_print_vol(struct zl_cli *cli, const char *vol_id)
 {
 	struct zl_snapshot *list = NULL;
+	struct cli_snap_space *space = NULL;
+	uint64_t total = 0, pending = 0;
+	bool partial = false;
 	size_t n = 0;
-	char sz[32], ts[32];
+	char sz[32], ts[32], sp[32];
+	int nodes = -1;
 
 	if (zl_meta_snap_list(cli->etcd, cli->prefix, vol_id, &list, &n)) {
 		printf("snapshots   (cannot be listed: %s)\n", zl_etcd_last_error());
 		return;
 	}
+	space = calloc(n ? n : 1, sizeof(*space));
+	if (space)
+		nodes = cli_snap_space_sum(cli, list, n, space, &pending, &partial);
 	printf("snapshots   %zu\n", n);
 	for (size_t i = 0; i < n; i++) {
 		zl_cli_fmt_time(list[i].created, ts, sizeof(ts));
-		printf("  %-24s %-22s seq %-6u %10s %-9s %s\n", list[i].name, list[i].id,
-		       list[i].seq, zl_format_size(list[i].size, sz, sizeof(sz)), list[i].state,
-		       ts);
+		printf("  %-24s %-22s seq %-6u %10s %-9s %s", list[i].name, list[i].id, list[i].seq,
+		       zl_format_size(list[i].size, sz, sizeof(sz)), list[i].state, ts);
+		if (nodes >= 0)
+			printf("  space %s (%u clone chunks on %u nodes)",
+			       zl_format_size(space[i].bytes, sp, sizeof(sp)), space[i].clones,
+			       space[i].nodes);
+		printf("\n");
+		total += nodes >= 0 ? space[i].bytes : 0;
 	}
+	/* Space: clone chunk files on every replica, summed (a replica's share
+	 * is about total / replicas); a clone read by several snapshots counts
+	 * for the newest. */
+	if (nodes < 0)
+		printf("snap space  unknown (the storage nodes' status records cannot be read)\n");
+	else
+		printf("snap space  %s on disk, all replicas summed (status records of %d "
+		       "nodes)%s\n",
+		       zl_format_size(total, sp, sizeof(sp)), nodes,
+		       partial ? "; some node lists only part of its snapshot space" : "");
+	if (nodes >= 0 && pending)
+		printf("            and %s of deleted snapshots awaiting collection\n",
+		       zl_format_size(pending, sp, sizeof(sp)));
+	free(space);
 	free(list);
 }
 

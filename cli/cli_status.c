@@ -34,16 +34,31 @@ static int cli_no_flags(const char *cmd, const char *usage, int argc, char **arg
 	return 0;
 }
 
-static void cli_node_row(const struct zl_node_info *n, const char *ping, const char *via)
+/* The node's status record, NULL if it has none. */
+static const struct zl_node_status *cli_status_of(const struct zl_node_status *st, size_t n,
+						  const char *node)
 {
-	char cap[32], fr[32], up[32], addr[96];
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(st[i].node, node))
+			return &st[i];
+	return NULL;
+}
+
+/* SNAPSHOTS: what the node's clone chunk files allocate (its status
+ * record; "-" without one). Its FREE already excludes it. */
+static void cli_node_row(const struct zl_node_info *n, const struct zl_node_status *ns,
+			 const char *ping, const char *via)
+{
+	char cap[32], fr[32], up[32], addr[96], sn[32] = "-";
 
 	zl_format_size(n->capacity, cap, sizeof(cap));
 	zl_format_size(n->free, fr, sizeof(fr));
+	if (ns)
+		zl_format_size(ns->snap_bytes, sn, sizeof(sn));
 	zl_cli_fmt_duration(n->start_time ? zl_wall_sec() - n->start_time : -1, up, sizeof(up));
 	snprintf(addr, sizeof(addr), "%s:%u", n->addr, n->port);
-	printf("  %-16s %-22s %-10s %12s %12s %9s %10s %s\n", n->id, addr, n->transports, cap, fr,
-	       up, ping, via);
+	printf("  %-16s %-22s %-10s %12s %12s %12s %9s %10s %s\n", n->id, addr, n->transports, cap,
+	       fr, sn, up, ping, via);
 }
 
 /* One line per storage daemon on the journal write path: its use and how
@@ -85,20 +100,15 @@ static void cli_disk_print(const struct zl_node_status *st, size_t n)
 }
 
 /* The health line (cli_health.h) of nodes and vols, plus the recovery
- * progress and slices peering the daemons publish (none readable: no rate
- * shown, no slice peering). */
-static void cli_health_print(struct zl_cli *cli, const struct zl_node_info *nodes, size_t n_nodes,
-			     const struct zl_volume *vols, size_t n_vols)
+ * progress and slices peering the daemons publish in st (none readable: no
+ * rate shown, no slice peering). */
+static void cli_health_print(const struct zl_node_info *nodes, size_t n_nodes,
+			     const struct zl_volume *vols, size_t n_vols,
+			     const struct zl_node_status *st, size_t n_st)
 {
 	struct zl_cli_health h = {0};
-	struct zl_node_status *st = NULL;
-	size_t n_st = 0;
 	char line[512];
 
-	if (zl_meta_status_list(cli->etcd, cli->prefix, &st, &n_st)) {
-		st = NULL;
-		n_st = 0;
-	}
 	for (size_t i = 0; i < n_vols; i++)
 		zl_cli_health_add_volume(&h, &vols[i], nodes, n_nodes, st, n_st);
 	zl_cli_health_add_status(&h, st, n_st, nodes, n_nodes);
@@ -106,15 +116,15 @@ static void cli_health_print(struct zl_cli *cli, const struct zl_node_info *node
 	printf("%s\n", line);
 	cli_disk_print(st, n_st);
 	cli_journal_print(st, n_st);
-	free(st);
 }
 
 int zl_cli_status(struct zl_cli *cli, int argc, char **argv)
 {
 	struct zl_node_info *nodes = NULL;
 	struct zl_volume *vols = NULL;
-	size_t n_nodes = 0, n_vols = 0, i;
-	uint64_t t0, t1, total = 0;
+	struct zl_node_status *st = NULL;
+	size_t n_nodes = 0, n_vols = 0, n_st = 0, i;
+	uint64_t t0, t1, total = 0, snap_total = 0;
 	char sz[32], ping[32];
 	int rc, vrc, exit_code = 0, down = 0;
 	bool have_client;
@@ -133,8 +143,12 @@ int zl_cli_status(struct zl_cli *cli, int argc, char **argv)
 		return ZL_CLI_EXIT_RUNTIME;
 	}
 	vrc = zl_meta_volume_list(cli->etcd, cli->prefix, &vols, &n_vols);
+	if (zl_meta_status_list(cli->etcd, cli->prefix, &st, &n_st)) {
+		st = NULL;
+		n_st = 0;
+	}
 	if (!vrc)
-		cli_health_print(cli, nodes, n_nodes, vols, n_vols);
+		cli_health_print(nodes, n_nodes, vols, n_vols, st, n_st);
 	else
 		printf("HEALTH_ERR cannot read the volume records\n");
 	printf("etcd      %s  OK (%.1f ms)\n", zl_etcd_endpoint(cli->etcd),
@@ -143,8 +157,8 @@ int zl_cli_status(struct zl_cli *cli, int argc, char **argv)
 	have_client = zl_cli_client(cli) == 0;
 	printf("nodes     %zu registered\n", n_nodes);
 	if (n_nodes)
-		printf("  %-16s %-22s %-10s %12s %12s %9s %10s %s\n", "ID", "ADDRESS", "TRANSPORTS",
-		       "CAPACITY", "FREE", "UPTIME", "PING", "VIA");
+		printf("  %-16s %-22s %-10s %12s %12s %12s %9s %10s %s\n", "ID", "ADDRESS",
+		       "TRANSPORTS", "CAPACITY", "FREE", "SNAPSHOTS", "UPTIME", "PING", "VIA");
 	for (i = 0; i < n_nodes; i++) {
 		enum zl_xport_kind via = 0;
 		uint64_t rtt = 0;
@@ -161,7 +175,8 @@ int zl_cli_status(struct zl_cli *cli, int argc, char **argv)
 				   "zipline-storage runs and the port is reachable)",
 				   nodes[i].id, nodes[i].addr, nodes[i].port, zl_strerror(rc));
 		}
-		cli_node_row(&nodes[i], ping, via ? zl_xport_kind_name(via) : "-");
+		cli_node_row(&nodes[i], cli_status_of(st, n_st, nodes[i].id), ping,
+			     via ? zl_xport_kind_name(via) : "-");
 	}
 	if (vrc) {
 		zl_cli_etcd_err(cli, "cannot list volumes", vrc);
@@ -173,6 +188,13 @@ int zl_cli_status(struct zl_cli *cli, int argc, char **argv)
 		       zl_format_size(total, sz, sizeof(sz)));
 		zl_meta_volume_list_free(vols, n_vols);
 	}
+	/* Clone chunk files of snapshots on every node (every replica), part
+	 * of what each node's FREE no longer has (docs/SNAPSHOTS.md §6). */
+	for (i = 0; i < n_st; i++)
+		snap_total += st[i].snap_bytes;
+	printf("snapshots %s on disk, all nodes (status records of %zu)\n",
+	       zl_format_size(snap_total, sz, sizeof(sz)), n_st);
+	free(st);
 	free(nodes);
 	if (down)
 		exit_code = ZL_CLI_EXIT_RUNTIME;

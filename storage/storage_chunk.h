@@ -423,4 +423,24 @@ struct zl_chunk_clone {
 uint32_t zl_chunk_snap_clones(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk,
 			      struct zl_chunk_clone *out, uint32_t max);
 
+/* The space clone chunks hold for one snapshot of a volume: the clones
+ * whose newest existing reader is snapshot seq, and what their files
+ * allocate on disk (st_blocks * 512: sparse clones count their blocks). */
+struct zl_chunk_snap_space {
+	uint64_t vol;
+	uint32_t seq;
+	uint32_t clones;
+	uint64_t bytes;
+};
+
+/* This store's clone chunk space: *total (optional) gets the bytes of every
+ * clone, out[0 .. min(n, max)) the entries by ascending (vol, seq). A clone
+ * counts for the newest snapshot in its (lo, hi] that exists, as of its
+ * volume's last collection (zl_chunk_snap_gc; a clone taken since, or
+ * indexed at start-up or installed by recovery, counts for the snapshot
+ * its write was taken for, or its hi). Memory only (the sizes are measured
+ * off the loop). Returns n, how many entries there are. */
+uint32_t zl_chunk_snap_space(struct zl_chunk_store *s, struct zl_chunk_snap_space *out,
+			     uint32_t max, uint64_t *total);
+
 #endif

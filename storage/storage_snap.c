@@ -12,13 +12,22 @@
  * chunk size): nothing is allocated per write.
  *
  * The index (vol, chunk) -> its clones (lo, hi], ascending hi, is built at
- * start-up from the clone files' headers and kept in memory. */
+ * start-up from the clone files' headers and kept in memory.
+ *
+ * Space (docs/SNAPSHOTS.md §6): each clone carries the bytes its file
+ * allocates (st_blocks * 512, measured by the helper thread once the file
+ * is written or installed, and at start-up) and the snapshot it counts for,
+ * its owner: the newest existing snapshot in (lo, hi]. A sorted table
+ * (vol, owner) -> clones, bytes is kept with the index, so the status
+ * record reads it without touching a file. Owners change only when a
+ * snapshot is deleted: collection re-evaluates them. */
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "lib/common/common.h"
@@ -30,12 +39,19 @@
 #define SNAP_BUCKETS  1024u
 #define SNAP_READ_MAX (4u << 20) /* one store read (ZL_WIRE_MAX_IO) */
 
+/* One clone of a chunk. */
+struct snap_clone {
+	uint32_t lo, hi;
+	uint32_t owner; /* the snapshot it counts for (hi until collection says) */
+	uint64_t bytes; /* allocated by its file */
+};
+
 /* One chunk's clones. */
 struct snap_node {
 	struct snap_node *next;
 	uint64_t vol, chunk;
 	uint32_t n, cap;
-	struct zl_chunk_clone *v; /* ascending hi */
+	struct snap_clone *v; /* ascending hi */
 };
 
 /* States of a slot: free (!busy); reading (reads_left > 0); writing (job
@@ -46,7 +62,8 @@ struct snap_slot {
 	struct zl_chunk_snap *sn;
 	bool busy;
 	uint64_t vol, chunk;
-	uint32_t cs, lo, hi;
+	uint32_t cs, lo, hi, owner;
+	uint64_t bytes; /* the written file's allocation (helper thread) */
 	uint8_t *buf;
 	uint32_t buf_len;
 	uint32_t reads_left;
@@ -76,6 +93,7 @@ struct snap_inst {
 	struct zl_chunk_snap *sn;
 	uint64_t vol, id;
 	uint32_t lo;
+	uint64_t bytes; /* the file's allocation (helper thread) */
 	zl_chunk_cb cb;
 	void *arg;
 };
@@ -90,6 +108,10 @@ struct zl_chunk_snap {
 	 * their chunks behind them: in arrival order. */
 	struct zl_chunk_cow *wait_first, *wait_last;
 	uint32_t busy; /* slots busy + collections with the helper */
+	/* Space: (vol, seq = owner) ascending, an entry per pair with clones. */
+	struct zl_chunk_snap_space *sp;
+	uint32_t n_sp, cap_sp;
+	uint64_t sp_total;
 	bool closing;  /* destroy: what is still queued fails */
 	struct zl_worker *wk;
 };
@@ -114,11 +136,94 @@ static struct snap_node *snap_node_find(struct zl_chunk_snap *sn, uint64_t vol, 
 	return NULL;
 }
 
+/* ---- space ---- */
+
+/* The index of (vol, seq) in the space table, or where it goes. */
+static uint32_t snap_space_find(const struct zl_chunk_snap *sn, uint64_t vol, uint32_t seq)
+{
+	uint32_t a = 0, b = sn->n_sp;
+
+	while (a < b) {
+		uint32_t m = a + (b - a) / 2;
+		const struct zl_chunk_snap_space *e = &sn->sp[m];
+
+		if (e->vol < vol || (e->vol == vol && e->seq < seq))
+			a = m + 1;
+		else
+			b = m;
+	}
+	return a;
+}
+
+/* One clone of bytes more for (vol, seq). 0 or -ENOMEM (nothing changed). */
+static int snap_space_add(struct zl_chunk_snap *sn, uint64_t vol, uint32_t seq, uint64_t bytes)
+{
+	uint32_t i = snap_space_find(sn, vol, seq);
+	struct zl_chunk_snap_space *e = i < sn->n_sp ? &sn->sp[i] : NULL;
+
+	if (!e || e->vol != vol || e->seq != seq) {
+		if (sn->n_sp == sn->cap_sp) {
+			uint32_t cap = sn->cap_sp ? 2 * sn->cap_sp : 16;
+			void *p = realloc(sn->sp, cap * sizeof(*sn->sp));
+
+			if (!p)
+				return -ENOMEM;
+			sn->sp = p;
+			sn->cap_sp = cap;
+		}
+		e = &sn->sp[i];
+		memmove(e + 1, e, (sn->n_sp - i) * sizeof(*e));
+		*e = (struct zl_chunk_snap_space){.vol = vol, .seq = seq};
+		sn->n_sp++;
+	}
+	e->clones++;
+	e->bytes += bytes;
+	sn->sp_total += bytes;
+	return 0;
+}
+
+/* One clone of bytes less for (vol, seq): the entry goes with its last. */
+static void snap_space_sub(struct zl_chunk_snap *sn, uint64_t vol, uint32_t seq, uint64_t bytes)
+{
+	uint32_t i = snap_space_find(sn, vol, seq);
+	struct zl_chunk_snap_space *e = i < sn->n_sp ? &sn->sp[i] : NULL;
+
+	if (!e || e->vol != vol || e->seq != seq)
+		return;
+	e->bytes -= ZL_MIN(bytes, e->bytes);
+	sn->sp_total -= ZL_MIN(bytes, sn->sp_total);
+	if (--e->clones)
+		return;
+	memmove(e, e + 1, (sn->n_sp - i - 1) * sizeof(*e));
+	sn->n_sp--;
+}
+
+/* What a clone file allocates on disk (0 when it cannot be read). Helper
+ * thread or start-up only: a stat. */
+static uint64_t snap_file_bytes(const char *path)
+{
+	struct stat stb;
+
+	return stat(path, &stb) ? 0 : (uint64_t)stb.st_blocks * 512;
+}
+
+static void snap_clone_path(const struct zl_chunk_snap *sn, uint64_t vol, uint64_t id, char *path,
+			    size_t len)
+{
+	char vid[ZL_VOL_ID_LEN + 1];
+
+	zl_vol_id_format(vol, vid);
+	snprintf(path, len, "%s/%s/%016" PRIx64 ".zlc", sn->dir, vid, id);
+}
+
+/* ---- index ---- */
+
 static int snap_index_add(struct zl_chunk_snap *sn, uint64_t vol, uint64_t chunk, uint32_t lo,
-			  uint32_t hi)
+			  uint32_t hi, uint32_t owner, uint64_t bytes)
 {
 	struct snap_node *x = snap_node_find(sn, vol, chunk);
 	uint32_t i;
+	int rc;
 
 	if (!x) {
 		x = calloc(1, sizeof(*x));
@@ -135,16 +240,19 @@ static int snap_index_add(struct zl_chunk_snap *sn, uint64_t vol, uint64_t chunk
 		return 0;
 	if (x->n == x->cap) {
 		uint32_t cap = x->cap ? 2 * x->cap : 4;
-		struct zl_chunk_clone *v = realloc(x->v, cap * sizeof(*v));
+		struct snap_clone *v = realloc(x->v, cap * sizeof(*v));
 
 		if (!v)
 			return -ENOMEM;
 		x->v = v;
 		x->cap = cap;
 	}
+	rc = snap_space_add(sn, vol, owner, bytes);
+	if (rc)
+		return rc;
 	if (i < x->n)
 		memmove(x->v + i + 1, x->v + i, (x->n - i) * sizeof(*x->v));
-	x->v[i] = (struct zl_chunk_clone){lo, hi};
+	x->v[i] = (struct snap_clone){.lo = lo, .hi = hi, .owner = owner, .bytes = bytes};
 	x->n++;
 	return 0;
 }
@@ -160,13 +268,15 @@ static void snap_node_unlink(struct zl_chunk_snap *sn, struct snap_node *x)
 	free(x);
 }
 
-/* Whether a snapshot of snaps[0 .. n) (ascending) lies in (lo, hi]. */
-static bool snap_any_in(const uint32_t *snaps, uint32_t n, uint32_t lo, uint32_t hi)
+/* The newest snapshot of snaps[0 .. n) (ascending) in (lo, hi], 0 if none. */
+static uint32_t snap_newest_in(const uint32_t *snaps, uint32_t n, uint32_t lo, uint32_t hi)
 {
+	uint32_t s = 0;
+
 	for (uint32_t i = 0; i < n; i++)
 		if (snaps[i] > lo && snaps[i] <= hi)
-			return true;
-	return false;
+			s = snaps[i];
+	return s;
 }
 
 /* ---- helper thread parts (zl_worker) ---- */
@@ -175,20 +285,23 @@ static void snap_clone_write_run(struct zl_work *w)
 {
 	struct snap_slot *sl = ZL_CONTAINER_OF(w, struct snap_slot, work);
 
-	sl->work_err = zl_chunk_clone_file_write(
-	    sl->sn->dir, sl->vol, zl_chunk_clone_id(sl->chunk, sl->hi), sl->cs, sl->lo, sl->hi,
-	    sl->version, sl->birth_seq, sl->birth_nonce, sl->buf);
+	uint64_t id = zl_chunk_clone_id(sl->chunk, sl->hi);
+	char path[PATH_MAX];
+
+	sl->work_err =
+	    zl_chunk_clone_file_write(sl->sn->dir, sl->vol, id, sl->cs, sl->lo, sl->hi, sl->version,
+				      sl->birth_seq, sl->birth_nonce, sl->buf);
+	snap_clone_path(sl->sn, sl->vol, id, path, sizeof(path));
+	sl->bytes = sl->work_err ? 0 : snap_file_bytes(path);
 }
 
 static void snap_gc_run(struct zl_work *w)
 {
 	struct snap_gc *g = ZL_CONTAINER_OF(w, struct snap_gc, work);
-	char vid[ZL_VOL_ID_LEN + 1], path[PATH_MAX];
+	char path[PATH_MAX];
 
-	zl_vol_id_format(g->vol, vid);
 	for (uint32_t i = 0; i < g->n; i++) {
-		snprintf(path, sizeof(path), "%s/%s/%016" PRIx64 ".zlc", g->sn->dir, vid,
-			 g->ids[i]);
+		snap_clone_path(g->sn, g->vol, g->ids[i], path, sizeof(path));
 		if (unlink(path) < 0 && errno != ENOENT && !g->err)
 			g->err = -errno;
 	}
@@ -207,11 +320,11 @@ static void snap_gc_done(struct zl_work *w)
 static void snap_inst_run(struct zl_work *w)
 {
 	struct snap_inst *in = ZL_CONTAINER_OF(w, struct snap_inst, work);
-	char vid[ZL_VOL_ID_LEN + 1], path[PATH_MAX];
+	char path[PATH_MAX];
 
-	zl_vol_id_format(in->vol, vid);
-	snprintf(path, sizeof(path), "%s/%s/%016" PRIx64 ".zlc", in->sn->dir, vid, in->id);
+	snap_clone_path(in->sn, in->vol, in->id, path, sizeof(path));
 	in->err = zl_chunk_clone_file_mark(path, in->lo, (uint32_t)(in->id >> ZL_CHUNK_IDX_BITS));
+	in->bytes = in->err ? 0 : snap_file_bytes(path);
 }
 
 static void snap_inst_done(struct zl_work *w)
@@ -220,9 +333,11 @@ static void snap_inst_done(struct zl_work *w)
 	struct zl_chunk_snap *sn = in->sn;
 	int err = w->cancelled ? -ECANCELED : in->err;
 
+	/* Its owner is hi until the volume's next collection says. */
 	if (!err)
 		err = snap_index_add(sn, in->vol, zl_chunk_id_base(in->id), in->lo,
-				     (uint32_t)(in->id >> ZL_CHUNK_IDX_BITS));
+				     (uint32_t)(in->id >> ZL_CHUNK_IDX_BITS),
+				     (uint32_t)(in->id >> ZL_CHUNK_IDX_BITS), in->bytes);
 	sn->busy--;
 	in->cb(in->arg, err);
 	free(in);
@@ -315,7 +430,7 @@ static void snap_clone_read_done(void *arg, int status)
 
 /* Starts the clone (lo, w->seq] of w's chunk in sl, w first in its queue. */
 static void snap_clone_start(struct zl_chunk_snap *sn, struct snap_slot *sl, struct zl_chunk_cow *w,
-			     uint32_t lo)
+			     uint32_t lo, uint32_t owner)
 {
 	sl->busy = true;
 	sn->busy++;
@@ -324,6 +439,8 @@ static void snap_clone_start(struct zl_chunk_snap *sn, struct snap_slot *sl, str
 	sl->cs = w->chunk_size;
 	sl->lo = lo;
 	sl->hi = w->seq;
+	sl->owner = owner;
+	sl->bytes = 0;
 	sl->err = 0;
 	sl->q_first = sl->q_last = NULL;
 	snap_q_add(&sl->q_first, &sl->q_last, w);
@@ -375,7 +492,7 @@ static int snap_cow_process(struct zl_chunk_snap *sn, struct zl_chunk_cow *w, bo
 {
 	struct snap_slot *sl = snap_slot_of(sn, w->vol, w->chunk);
 	struct snap_node *x;
-	uint32_t wseq;
+	uint32_t wseq, owner;
 	uint64_t ver;
 	int rc;
 
@@ -402,7 +519,8 @@ static int snap_cow_process(struct zl_chunk_snap *sn, struct zl_chunk_cow *w, bo
 		rc = -ZL_ERR_STALE;
 		goto fail;
 	}
-	if (snap_any_in(w->snaps, w->n_snaps, wseq, w->seq)) {
+	owner = snap_newest_in(w->snaps, w->n_snaps, wseq, w->seq);
+	if (owner) {
 		for (uint32_t i = 0; i < SNAP_SLOTS && !sl; i++)
 			if (!sn->slots[i].busy)
 				sl = &sn->slots[i];
@@ -417,7 +535,7 @@ static int snap_cow_process(struct zl_chunk_snap *sn, struct zl_chunk_cow *w, bo
 			}
 			return 0;
 		}
-		snap_clone_start(sn, sl, w, wseq);
+		snap_clone_start(sn, sl, w, wseq, owner);
 		return 0;
 	}
 	if (w->zero)
@@ -479,7 +597,8 @@ static void snap_clone_written(struct zl_work *w)
 		zl_chunk_clone_adopt(sn->s, sl->vol, zl_chunk_clone_id(sl->chunk, sl->hi));
 		/* Without the entry a later write would copy again, over data
 		 * already changed: fail the writes rather than that. */
-		sl->err = snap_index_add(sn, sl->vol, sl->chunk, sl->lo, sl->hi);
+		sl->err =
+		    snap_index_add(sn, sl->vol, sl->chunk, sl->lo, sl->hi, sl->owner, sl->bytes);
 	}
 	snap_slot_end(sl);
 }
@@ -562,11 +681,23 @@ int zl_chunk_snap_gc(struct zl_chunk_store *s, uint64_t vol, const uint32_t *sna
 			if (x->vol != vol)
 				continue;
 			for (uint32_t i = 0; i < x->n; i++) {
-				if (snap_any_in(snaps, n, x->v[i].lo, x->v[i].hi)) {
-					x->v[keep++] = x->v[i];
+				struct snap_clone *c = &x->v[i];
+				uint32_t owner = snap_newest_in(snaps, n, c->lo, c->hi);
+
+				/* Its owner was deleted: it counts for the next
+				 * older snapshot reading it (kept as it was if the
+				 * table cannot grow: the total stays right). */
+				if (owner && owner != c->owner &&
+				    !snap_space_add(sn, vol, owner, c->bytes)) {
+					snap_space_sub(sn, vol, c->owner, c->bytes);
+					c->owner = owner;
+				}
+				if (owner) {
+					x->v[keep++] = *c;
 					continue;
 				}
-				g->ids[g->n] = zl_chunk_clone_id(x->chunk, x->v[i].hi);
+				snap_space_sub(sn, vol, c->owner, c->bytes);
+				g->ids[g->n] = zl_chunk_clone_id(x->chunk, c->hi);
 				zl_chunk_forget(s, vol, g->ids[g->n]);
 				g->n++;
 			}
@@ -595,9 +726,12 @@ void zl_chunk_snap_forget(struct zl_chunk_snap *sn, uint64_t vol, uint64_t id)
 		struct snap_node *x = snap_node_find(sn, vol, zl_chunk_id_base(id));
 		uint32_t hi = (uint32_t)(id >> ZL_CHUNK_IDX_BITS), keep = 0;
 
-		for (uint32_t i = 0; x && i < x->n; i++)
+		for (uint32_t i = 0; x && i < x->n; i++) {
 			if (x->v[i].hi != hi)
 				x->v[keep++] = x->v[i];
+			else
+				snap_space_sub(sn, vol, x->v[i].owner, x->v[i].bytes);
+		}
 		if (x && !(x->n = keep))
 			snap_node_unlink(sn, x);
 		return;
@@ -605,8 +739,11 @@ void zl_chunk_snap_forget(struct zl_chunk_snap *sn, uint64_t vol, uint64_t id)
 	for (uint32_t b = 0; b < SNAP_BUCKETS; b++)
 		for (struct snap_node *x = sn->b[b], *xn; x; x = xn) {
 			xn = x->next;
-			if (x->vol == vol)
-				snap_node_unlink(sn, x);
+			if (x->vol != vol)
+				continue;
+			for (uint32_t i = 0; i < x->n; i++)
+				snap_space_sub(sn, vol, x->v[i].owner, x->v[i].bytes);
+			snap_node_unlink(sn, x);
 		}
 }
 
@@ -618,8 +755,22 @@ uint32_t zl_chunk_snap_clones(struct zl_chunk_store *s, uint64_t vol, uint64_t c
 	if (!x)
 		return 0;
 	for (uint32_t i = 0; i < x->n && i < max; i++)
-		out[i] = x->v[i];
+		out[i] = (struct zl_chunk_clone){x->v[i].lo, x->v[i].hi};
 	return x->n;
+}
+
+uint32_t zl_chunk_snap_space(struct zl_chunk_store *s, struct zl_chunk_snap_space *out,
+			     uint32_t max, uint64_t *total)
+{
+	struct zl_chunk_snap *sn = zl_chunk_store_snap(s);
+
+	if (total)
+		*total = sn ? sn->sp_total : 0;
+	if (!sn)
+		return 0;
+	if (sn->n_sp && max)
+		memcpy(out, sn->sp, ZL_MIN(max, sn->n_sp) * sizeof(*out));
+	return sn->n_sp;
 }
 
 bool zl_chunk_snap_vol_has(struct zl_chunk_store *s, uint64_t vol)
@@ -708,7 +859,9 @@ static void snap_scan_vol(struct zl_chunk_snap *sn, uint64_t vol, const char *di
 				    path, rc ? zl_errname(rc) : "hi differs from its name");
 			continue;
 		}
-		if (snap_index_add(sn, vol, id & ZL_CHUNK_IDX_MASK, lo, hi))
+		/* Owned by hi until the start-up collection of the volume. */
+		if (snap_index_add(sn, vol, id & ZL_CHUNK_IDX_MASK, lo, hi, hi,
+				   snap_file_bytes(path)))
 			ZL_LOG_WARN("storage", "out of memory indexing clone chunk file %s", path);
 	}
 	closedir(d);
@@ -779,5 +932,6 @@ void zl_chunk_snap_destroy(struct zl_chunk_snap *sn)
 	for (uint32_t b = 0; b < SNAP_BUCKETS; b++)
 		while (sn->b[b])
 			snap_node_unlink(sn, sn->b[b]);
+	free(sn->sp);
 	free(sn);
 }

@@ -2,7 +2,9 @@
  * and its chunk store's write figures and journal use:
  * every 2 s the loop thread sums what its recovery jobs copied and still
  * have to copy (zl_storage_heal_progress), derives a rate and lists the
- * slices it is peering (zl_storage_peering_list); the heartbeat
+ * slices it is peering (zl_storage_peering_list) and reads the space its
+ * clone chunks hold per snapshot (zl_chunk_snap_space: a copy of a table the
+ * chunk store keeps, no file touched; docs/SNAPSHOTS.md §6); the heartbeat
  * thread (storage_node.c) takes the snapshot under the mutex and puts it as
  * <prefix>status/<node> on the node's lease, so it goes away with the node.
  * Nothing here runs on the I/O path. */
@@ -23,6 +25,36 @@ struct status_store {
 	uint64_t journal_size, journal_used, journal_checkpoints, journal_waits;
 	uint32_t journal_dirty_chunks;
 };
+
+/* The snapshot space a status record carries. */
+struct status_snap {
+	uint64_t bytes;
+	uint32_t entries, n;
+	struct zl_status_snap e[ZL_STATUS_SNAP_MAX];
+};
+
+static void status_snap_sample(struct zl_storage *st, struct status_snap *o,
+			       struct zl_chunk_snap_space *buf)
+{
+	uint64_t sum = 0;
+
+	o->bytes = 0;
+	o->entries = o->n = 0;
+	if (!st->chunks)
+		return;
+	o->entries = zl_chunk_snap_space(st->chunks, buf, ZL_STATUS_SNAP_MAX, &o->bytes);
+	o->n = ZL_MIN(o->entries, ZL_STATUS_SNAP_MAX);
+	for (uint32_t i = 0; i < o->n; i++) {
+		o->e[i] =
+		    (struct zl_status_snap){.vol = buf[i].vol,
+					    .seq = buf[i].seq,
+					    .clones = buf[i].clones,
+					    .bytes = ZL_MIN(buf[i].bytes, (uint64_t)INT64_MAX)};
+		sum += o->e[i].bytes;
+	}
+	/* The record's check: the listed entries never sum past the total. */
+	o->bytes = ZL_MIN(ZL_MAX(o->bytes, sum), (uint64_t)INT64_MAX);
+}
 
 static void status_store_sample(struct zl_storage *st, struct status_store *o)
 {
@@ -56,10 +88,13 @@ struct zl_storage_status {
 	uint32_t snap_peering, snap_n_peering;
 	struct zl_status_peering snap_peer[ZL_STATUS_PEERING_MAX];
 	struct status_store snap_store;
+	struct status_snap snap_space;
 	char disk_error[sizeof(((struct zl_node_status *)0)->disk_error)];
 	bool changed;
-	/* Loop thread only: the list being sampled. */
+	/* Loop thread only: the lists being sampled. */
 	struct zl_status_peering peer[ZL_STATUS_PEERING_MAX];
+	struct zl_chunk_snap_space sp_buf[ZL_STATUS_SNAP_MAX];
+	struct status_snap sp;
 };
 
 static void status_sample(void *arg)
@@ -72,6 +107,7 @@ static void status_sample(void *arg)
 	struct status_store ss;
 
 	status_store_sample(s->st, &ss);
+	status_snap_sample(s->st, &s->sp, s->sp_buf);
 	zl_storage_heal_progress(s->st, &p);
 	peering = zl_storage_peering_list(s->st, s->peer, ZL_STATUS_PEERING_MAX);
 	n_peer = ZL_MIN(peering, ZL_STATUS_PEERING_MAX);
@@ -85,8 +121,14 @@ static void status_sample(void *arg)
 	if (memcmp(&p, &s->snap, sizeof(p)) || (uint64_t)s->rate != s->snap_rate ||
 	    peering != s->snap_peering || n_peer != s->snap_n_peering ||
 	    memcmp(s->peer, s->snap_peer, n_peer * sizeof(s->peer[0])) ||
-	    memcmp(&ss, &s->snap_store, sizeof(ss))) {
+	    memcmp(&ss, &s->snap_store, sizeof(ss)) || s->sp.bytes != s->snap_space.bytes ||
+	    s->sp.entries != s->snap_space.entries || s->sp.n != s->snap_space.n ||
+	    memcmp(s->sp.e, s->snap_space.e, s->sp.n * sizeof(s->sp.e[0]))) {
 		s->snap_store = ss;
+		s->snap_space.bytes = s->sp.bytes;
+		s->snap_space.entries = s->sp.entries;
+		s->snap_space.n = s->sp.n;
+		memcpy(s->snap_space.e, s->sp.e, s->sp.n * sizeof(s->sp.e[0]));
 		s->snap = p;
 		s->snap_rate = (uint64_t)s->rate;
 		s->snap_peering = peering;
@@ -153,6 +195,10 @@ bool zl_storage_status_take(struct zl_storage_status *s, const char *node, bool 
 	out->journal_waits = s->snap_store.journal_waits;
 	out->journal_dirty_chunks = s->snap_store.journal_dirty_chunks;
 	memcpy(out->disk_error, s->disk_error, sizeof(out->disk_error));
+	out->snap_bytes = s->snap_space.bytes;
+	out->snap_entries = s->snap_space.entries;
+	out->n_snap = s->snap_space.n;
+	memcpy(out->snap, s->snap_space.e, out->n_snap * sizeof(out->snap[0]));
 	pthread_mutex_unlock(&s->mu);
 	return changed;
 }

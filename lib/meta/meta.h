@@ -285,6 +285,19 @@ struct zl_status_peering {
  * counts all in peering_slices. */
 #define ZL_STATUS_PEERING_MAX 256
 
+/* The space a node's clone chunk files hold for one snapshot of a volume
+ * (docs/SNAPSHOTS.md §6): the clones whose newest existing reader is
+ * snapshot seq, and the bytes their files allocate (st_blocks * 512). */
+struct zl_status_snap {
+	uint64_t vol; /* "vol": the volume id */
+	uint32_t seq; /* "seq", >= 1 */
+	uint32_t clones;
+	uint64_t bytes;
+};
+/* Entries a status record lists: the first by (vol, seq); snap_entries
+ * counts all, snap_bytes sums all. */
+#define ZL_STATUS_SNAP_MAX 256
+
 /* Recovery progress a storage daemon publishes (zl status: rate, ETA), and
  * the slices it is peering (zl volume inspect: state "peering"). */
 struct zl_node_status {
@@ -317,6 +330,14 @@ struct zl_node_status {
 	 * disk failed; the manager moves the node's members out and places
 	 * nothing on it. */
 	char disk_error[128];
+	/* Snapshot space (absent in older records: 0): "snapshot_bytes" what
+	 * every clone chunk file of the node allocates; "snapshots" n_snap
+	 * entries sorted by (vol, seq), no duplicates, n_snap <=
+	 * min(snap_entries = "snapshot_entries", ZL_STATUS_SNAP_MAX). */
+	uint64_t snap_bytes;
+	uint32_t snap_entries;
+	uint32_t n_snap;
+	struct zl_status_snap snap[ZL_STATUS_SNAP_MAX];
 };
 
 /* JSON codec (fuzzed): to_json NULL for an invalid record or ENOMEM;

@@ -78,6 +78,33 @@ int zl_meta_node_get(struct zl_etcd *e, const char *prefix, const char *id,
 
 /* ---- recovery progress of a storage daemon: <prefix>status/<node-id> ---- */
 
+static int meta_status_snap_check(const struct zl_node_status *s, char *why, size_t why_len)
+{
+	uint64_t sum = 0;
+
+	if (s->snap_bytes > INT64_MAX)
+		return meta_fail(why, why_len, "snapshot_bytes is out of range");
+	if (s->n_snap > ZL_STATUS_SNAP_MAX || s->n_snap > s->snap_entries)
+		return meta_fail(why, why_len,
+				 "more snapshots entries than snapshot_entries or than %u",
+				 ZL_STATUS_SNAP_MAX);
+	for (uint32_t i = 0; i < s->n_snap; i++) {
+		const struct zl_status_snap *p = &s->snap[i], *q = p - 1;
+
+		if (!p->seq || p->bytes > INT64_MAX)
+			return meta_fail(why, why_len,
+					 "snapshots entry %u has seq 0 or too many bytes", i);
+		if (i && (p->vol < q->vol || (p->vol == q->vol && p->seq <= q->seq)))
+			return meta_fail(why, why_len,
+					 "snapshots entries are not sorted by (vol, seq) at %u", i);
+		sum += p->bytes;
+		if (sum > s->snap_bytes)
+			return meta_fail(why, why_len,
+					 "snapshots entries sum to more than snapshot_bytes");
+	}
+	return 0;
+}
+
 static int meta_status_check(const void *rec, char *why, size_t why_len)
 {
 	const struct zl_node_status *s = rec;
@@ -105,6 +132,30 @@ static int meta_status_check(const void *rec, char *why, size_t why_len)
 			return meta_fail(why, why_len,
 					 "peering entries are not sorted by (vol, slice) at %u", i);
 	}
+	return meta_status_snap_check(s, why, why_len);
+}
+
+/* "snapshot_bytes", "snapshot_entries" and "snapshots" into o. 0 or -1. */
+static int meta_status_snap_put(json_t *o, const struct zl_node_status *s)
+{
+	json_t *arr = json_array();
+
+	for (uint32_t i = 0; arr && i < s->n_snap; i++) {
+		char vid[ZL_VOL_ID_LEN + 1];
+
+		zl_vol_id_format(s->snap[i].vol, vid);
+		if (json_array_append_new(arr, json_pack("{s:s, s:I, s:I, s:I}", "vol", vid, "seq",
+							 (json_int_t)s->snap[i].seq, "clones",
+							 (json_int_t)s->snap[i].clones, "bytes",
+							 (json_int_t)s->snap[i].bytes))) {
+			json_decref(arr);
+			return -1;
+		}
+	}
+	if (!arr || json_object_set_new(o, "snapshots", arr) ||
+	    json_object_set_new(o, "snapshot_bytes", json_integer((json_int_t)s->snap_bytes)) ||
+	    json_object_set_new(o, "snapshot_entries", json_integer((json_int_t)s->snap_entries)))
+		return -1;
 	return 0;
 }
 
@@ -145,6 +196,12 @@ char *zl_meta_status_to_json(const struct zl_node_status *s)
 		json_decref(o);
 		return NULL;
 	}
+	/* Written once the node holds snapshot space: records without stay as
+	 * they were. */
+	if (o && (s->snap_bytes || s->snap_entries) && meta_status_snap_put(o, s)) {
+		json_decref(o);
+		return NULL;
+	}
 	return meta_dump(o);
 }
 
@@ -162,45 +219,57 @@ static const struct meta_field meta_status_fields[] = {
     META_INT_NEW(struct zl_node_status, journal_used, "journal_used", 0, INT64_MAX),
     META_INT_NEW(struct zl_node_status, journal_dirty_chunks, "journal_dirty_chunks", 0,
 		 UINT32_MAX),
-    META_INT_NEW(struct zl_node_status, journal_checkpoints, "journal_checkpoints", 0,
-		 INT64_MAX),
+    META_INT_NEW(struct zl_node_status, journal_checkpoints, "journal_checkpoints", 0, INT64_MAX),
     META_INT_NEW(struct zl_node_status, journal_waits, "journal_waits", 0, INT64_MAX),
     META_STR_NEW(struct zl_node_status, disk_error, "disk_error"),
+    META_INT_NEW(struct zl_node_status, snap_bytes, "snapshot_bytes", 0, INT64_MAX),
+    META_INT_NEW(struct zl_node_status, snap_entries, "snapshot_entries", 0, UINT32_MAX),
 };
+
+/* An array of objects {"vol", fields...} of a status record into
+ * base[0 .. *n) (elements of size bytes, their uint64_t vol first), absent
+ * in older records: "peering" {vol, slice, term}, "snapshots" {vol, seq,
+ * clones, bytes}. 0 or -ZL_ERR_INVAL. */
+static int meta_status_list_get(json_t *o, const char *key, size_t max, void *base, size_t size,
+				const struct meta_field *fields, size_t n_fields, const char *shape,
+				uint32_t *n, char *why, size_t why_len)
+{
+	json_t *arr = json_object_get(o, key), *e;
+	size_t i;
+
+	if (!arr)
+		return 0;
+	if (!json_is_array(arr) || json_array_size(arr) > max)
+		return meta_fail(why, why_len, "field %s is not an array of at most %zu entries",
+				 key, max);
+	json_array_foreach(arr, i, e)
+	{
+		void *p = (char *)base + i * size;
+		json_t *vid = json_object_get(e, "vol");
+
+		if (!json_is_object(e) || !json_is_string(vid) ||
+		    zl_vol_id_parse(json_string_value(vid), (uint64_t *)p) ||
+		    meta_get_fields(e, fields, n_fields, p, NULL, 0))
+			return meta_fail(why, why_len, "%s entry %zu is not %s", key, i, shape);
+	}
+	*n = (uint32_t)json_array_size(arr);
+	return 0;
+}
 
 static const struct meta_field meta_status_peering_fields[] = {
     META_INT(struct zl_status_peering, slice, "slice", 0, UINT32_MAX),
     META_INT(struct zl_status_peering, term, "term", 1, UINT32_MAX),
 };
 
-/* "peering": an array of {vol, slice, term} (absent in older records). */
-static int meta_status_peering_get(json_t *o, struct zl_node_status *s, char *why, size_t why_len)
-{
-	json_t *arr = json_object_get(o, "peering"), *e;
-	size_t i;
+static const struct meta_field meta_status_snap_fields[] = {
+    META_INT(struct zl_status_snap, seq, "seq", 1, UINT32_MAX),
+    META_INT(struct zl_status_snap, clones, "clones", 0, UINT32_MAX),
+    META_INT(struct zl_status_snap, bytes, "bytes", 0, INT64_MAX),
+};
 
-	if (!arr)
-		return 0;
-	if (!json_is_array(arr) || json_array_size(arr) > ZL_STATUS_PEERING_MAX)
-		return meta_fail(why, why_len,
-				 "field peering is not an array of at most %u entries",
-				 ZL_STATUS_PEERING_MAX);
-	json_array_foreach(arr, i, e)
-	{
-		struct zl_status_peering *p = &s->peering[i];
-		json_t *vid = json_object_get(e, "vol");
-
-		if (!json_is_object(e) || !json_is_string(vid) ||
-		    zl_vol_id_parse(json_string_value(vid), &p->vol) ||
-		    meta_get_fields(e, meta_status_peering_fields,
-				    ZL_ARRAY_SIZE(meta_status_peering_fields), p, NULL, 0))
-			return meta_fail(why, why_len,
-					 "peering entry %zu is not {\"vol\", \"slice\", \"term\"}",
-					 i);
-	}
-	s->n_peering = (uint32_t)json_array_size(arr);
-	return 0;
-}
+_Static_assert(offsetof(struct zl_status_peering, vol) == 0 &&
+		   offsetof(struct zl_status_snap, vol) == 0,
+	       "meta_status_list_get writes vol first");
 
 static int meta_status_from_json(const char *json, size_t len, struct zl_node_status *s, char *why,
 				 size_t why_len)
@@ -215,7 +284,15 @@ static int meta_status_from_json(const char *json, size_t len, struct zl_node_st
 		ret = meta_get_fields(o, meta_status_fields, ZL_ARRAY_SIZE(meta_status_fields), s,
 				      why, why_len);
 	if (!ret)
-		ret = meta_status_peering_get(o, s, why, why_len);
+		ret = meta_status_list_get(
+		    o, "peering", ZL_STATUS_PEERING_MAX, s->peering, sizeof(s->peering[0]),
+		    meta_status_peering_fields, ZL_ARRAY_SIZE(meta_status_peering_fields),
+		    "{\"vol\", \"slice\", \"term\"}", &s->n_peering, why, why_len);
+	if (!ret)
+		ret = meta_status_list_get(
+		    o, "snapshots", ZL_STATUS_SNAP_MAX, s->snap, sizeof(s->snap[0]),
+		    meta_status_snap_fields, ZL_ARRAY_SIZE(meta_status_snap_fields),
+		    "{\"vol\", \"seq\", \"clones\", \"bytes\"}", &s->n_snap, why, why_len);
 	if (!ret)
 		ret = meta_status_check(s, why, why_len);
 	json_decref(o);

@@ -13,7 +13,10 @@
 # group completes or fails as a whole (never half in etcd), no request is
 # left, and the pair writer's client is released (its writes go on, and the
 # next group goes through it). First, a thin volume's snapshots allocate
-# nothing until a write.
+# nothing until a write, and the snapshot space every daemon's status
+# record reports (docs/SNAPSHOTS.md §6) is what its clone chunk files
+# allocate (the oracle: find's block counts), also in zl volume inspect,
+# zl snapshot ls and zl status, and falls to 0 once the snapshot is gone.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
@@ -41,6 +44,34 @@ gtid=$(ectl get --print-value-only /zipline/names/gt)
 "$ZL" snapshot create gt gt-s1 >/dev/null || fail "snapshot of the thin volume"
 "$ZL" snapshot create-group gthin gt gc >/dev/null || fail "group snapshot of the thin volume"
 [ "$(chunk_files "$gtid")" = 0 ] || fail "snapshots of a thin volume allocated $(chunk_files "$gtid") chunk files"
+# Snapshot space: clone_du I VOLID is what VOLID's clone chunk files (ids
+# with a sequence above bit 40: not 000000 in front) allocate on node-I;
+# reported I VOLID [SEQ] what node-I's status record says of them.
+clone_du() {
+	find "$CL_DIR/storage-$1/data/chunks/$2" -name '*.zlc' -printf "%f %b\n" 2>/dev/null |
+		awk 'substr($1, 1, 6) != "000000" {s += $2 * 512} END {print s + 0}'
+}
+reported() {
+	ectl get --print-value-only "/zipline/status/node-$1" | jq --arg v "$2" --argjson s "${3:-0}" \
+		'[.snapshots[]? | select(.vol == $v and ($s == 0 or .seq == $s)) | .bytes] | add // 0'
+}
+# space_settled VOLID [BYTES]: within 20 s every node reports what its
+# files hold (BYTES on each, when given).
+space_settled() {
+	local i ok du
+	for _ in $(seq 1 100); do
+		ok=1
+		for i in 1 2 3; do
+			du=$(clone_du "$i" "$1")
+			[ "$(reported "$i" "$1")" = "$du" ] && [ "${2:-$du}" = "$du" ] || ok=0
+		done
+		[ "$ok" = 1 ] && return 0
+		sleep 0.2
+	done
+	return 1
+}
+space_state() { for i in 1 2 3; do printf "node-%s reports %s, files %s; " "$i" "$(reported "$i" "$1")" "$(clone_du "$i" "$1")"; done; }
+space_settled "$gtid" 0 || fail "snapshot space of the never-written thin volume: $(space_state "$gtid")"
 head -c 4096 /dev/urandom >"$CL_DIR/one.blk"
 "$ZL" volume import gt "$CL_DIR/one.blk" >/dev/null || fail "write to the thin volume"
 n_thin=$(chunk_files "$gtid")
@@ -50,7 +81,41 @@ n_thin=$(chunk_files "$gtid")
 alloc=$(find "$CL_DIR"/storage-*/data/chunks/"$gtid" -type f -printf "%b\n" | awk '{s += $1 * 512} END {print s + 0}')
 [ "$alloc" -le $((3 * 128 * 1024)) ] ||
 	fail "one 4 KiB write to a snapshotted thin volume allocated $alloc bytes on 3 replicas: $(find "$CL_DIR"/storage-*/data/chunks/"$gtid" -type f -printf "%P size=%s blocks=%b\n" | tr "\n" " ")"
-echo "snap_group_e2e: thin 1 GiB volume with 2 snapshots: 0 chunk files; after one 4 KiB write $n_thin files (3 replicas of chunk 0 and of its clone), $alloc bytes allocated"
+space_settled "$gtid" || fail "snapshot space of the thin volume after one write: $(space_state "$gtid")"
+thin_space=$(($(reported 1 "$gtid") + $(reported 2 "$gtid") + $(reported 3 "$gtid")))
+[ "$thin_space" -gt 0 ] && [ "$thin_space" -le $((3 * 64 * 1024)) ] ||
+	fail "the sparse clones of the thin volume are reported as $thin_space bytes: $(space_state "$gtid")"
+echo "snap_group_e2e: thin 1 GiB volume with 2 snapshots: 0 chunk files; after one 4 KiB write $n_thin files (3 replicas of chunk 0 and of its clone), $alloc bytes allocated, $thin_space reported as snapshot space"
+# A written volume: 16 chunks of 64 KiB, a snapshot, 3 chunks overwritten:
+# each replica holds 3 clones of 64 KiB of data plus their pages.
+t_space=$SECONDS
+"$ZL" volume create gs --size 1M --replicas 3 --chunk-size 64K >/dev/null || fail "create gs"
+gsid=$(ectl get --print-value-only /zipline/names/gs)
+head -c $((1024 * 1024)) /dev/urandom >"$CL_DIR/gs.img"
+"$ZL" volume import gs "$CL_DIR/gs.img" >/dev/null || fail "fill gs"
+"$ZL" snapshot create gs gs-s1 >/dev/null || fail "snapshot gs-s1"
+head -c $((3 * 64 * 1024)) /dev/urandom >"$CL_DIR/gs3.img"
+"$ZL" volume import gs "$CL_DIR/gs3.img" >/dev/null || fail "overwrite 3 chunks of gs"
+space_settled "$gsid" || fail "snapshot space of gs after 3 chunks overwritten: $(space_state "$gsid")"
+gs_total=0
+for i in 1 2 3; do
+	r=$(reported "$i" "$gsid" 1)
+	[ "$r" -ge $((3 * 64 * 1024)) ] && [ "$r" -le $((3 * 128 * 1024)) ] ||
+		fail "node-$i reports $r bytes for gs-s1, not 3 chunks of 64 KiB and their pages: $(space_state "$gsid")"
+	gs_total=$((gs_total + r))
+done
+out=$("$ZL" volume inspect gs) || fail "inspect gs"
+grep -qE "^  gs-s1 .* space [0-9.]+ KiB \(9 clone chunks on 3 nodes\)$" <<<"$out" || fail "inspect gs does not show gs-s1's space: $out"
+grep -q "^snap space  .* on disk, all replicas summed (status records of 3 nodes)$" <<<"$out" || fail "inspect gs has no snap space line: $out"
+out=$("$ZL" snapshot ls gs) || fail "snapshot ls gs"
+grep -qE "^gs-s1 .* [0-9.]+ KiB *$" <<<"$out" || fail "snapshot ls gs does not show gs-s1's space: $out"
+out=$("$ZL" status) || fail "zl status: $out"
+grep -qE "^  ID +ADDRESS +TRANSPORTS +CAPACITY +FREE +SNAPSHOTS " <<<"$out" || fail "zl status has no SNAPSHOTS column: $out"
+grep -qE "^  node-1 +[^ ]+ +[^ ]+ +[0-9.]+ [KMGT]?i?B +[0-9.]+ [KMGT]?i?B +[0-9.]+ KiB " <<<"$out" || fail "zl status has no snapshot space for node-1: $out"
+grep -qE "^snapshots [0-9.]+ KiB on disk, all nodes \(status records of 3\)$" <<<"$out" || fail "zl status has no snapshot total: $out"
+"$ZL" snapshot rm gs-s1 >/dev/null || fail "rm gs-s1"
+space_settled "$gsid" 0 || fail "snapshot space of gs after its snapshot was deleted: $(space_state "$gsid")"
+echo "snap_group_e2e: 3 overwritten 64 KiB chunks: $gs_total bytes reported over 3 replicas, as their files allocate; 0 after the snapshot's deletion ($((SECONDS - t_space)) s)"
 "$CL_BIN/e2e_snap" --etcd "$CL_ETCD" --volume ga --volume2 gb --client-id pw --log "$CL_DIR/pairs.log" \
 	--seconds 300 --qd 8 --ready "$CL_DIR/ready-pw" --stop "$CL_DIR/stop" >"$CL_DIR/pw.log" 2>&1 &
 wpid=$!

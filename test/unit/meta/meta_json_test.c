@@ -1052,6 +1052,34 @@ static void test_status_json(void **state)
 	    "\"rate\":0,\"recovering\":0,\"time\":1,\"disk_error\":5}",
 	    "{\"node\":\"n\",\"recovering_bytes_done\":0,\"recovering_bytes_left\":0,"
 	    "\"rate\":0,\"recovering\":0,\"time\":1,\"disk_error\":\"" LONG128 "\"}",
+	    /* Snapshot space: more entries than snapshot_entries, seq 0,
+	     * duplicates, a sum above snapshot_bytes, not an array, a bad
+	     * volume id, a negative total. */
+	    "{\"node\":\"n\",\"recovering_bytes_done\":0,\"recovering_bytes_left\":0,"
+	    "\"rate\":0,\"recovering\":0,\"time\":1,\"snapshot_bytes\":9,\"snapshots\":["
+	    "{\"vol\":\"vol-0000000000000001\",\"seq\":1,\"clones\":1,\"bytes\":9}]}",
+	    "{\"node\":\"n\",\"recovering_bytes_done\":0,\"recovering_bytes_left\":0,"
+	    "\"rate\":0,\"recovering\":0,\"time\":1,\"snapshot_bytes\":9,"
+	    "\"snapshot_entries\":1,\"snapshots\":["
+	    "{\"vol\":\"vol-0000000000000001\",\"seq\":0,\"clones\":1,\"bytes\":9}]}",
+	    "{\"node\":\"n\",\"recovering_bytes_done\":0,\"recovering_bytes_left\":0,"
+	    "\"rate\":0,\"recovering\":0,\"time\":1,\"snapshot_bytes\":9,"
+	    "\"snapshot_entries\":2,\"snapshots\":["
+	    "{\"vol\":\"vol-0000000000000001\",\"seq\":2,\"clones\":1,\"bytes\":1},"
+	    "{\"vol\":\"vol-0000000000000001\",\"seq\":2,\"clones\":1,\"bytes\":1}]}",
+	    "{\"node\":\"n\",\"recovering_bytes_done\":0,\"recovering_bytes_left\":0,"
+	    "\"rate\":0,\"recovering\":0,\"time\":1,\"snapshot_bytes\":9,"
+	    "\"snapshot_entries\":1,\"snapshots\":["
+	    "{\"vol\":\"vol-0000000000000001\",\"seq\":1,\"clones\":1,\"bytes\":10}]}",
+	    "{\"node\":\"n\",\"recovering_bytes_done\":0,\"recovering_bytes_left\":0,"
+	    "\"rate\":0,\"recovering\":0,\"time\":1,\"snapshot_bytes\":9,"
+	    "\"snapshot_entries\":1,\"snapshots\":{}}",
+	    "{\"node\":\"n\",\"recovering_bytes_done\":0,\"recovering_bytes_left\":0,"
+	    "\"rate\":0,\"recovering\":0,\"time\":1,\"snapshot_bytes\":9,"
+	    "\"snapshot_entries\":1,\"snapshots\":["
+	    "{\"vol\":\"vol-1\",\"seq\":1,\"clones\":1,\"bytes\":9}]}",
+	    "{\"node\":\"n\",\"recovering_bytes_done\":0,\"recovering_bytes_left\":0,"
+	    "\"rate\":0,\"recovering\":0,\"time\":1,\"snapshot_bytes\":-1}",
 	};
 	const char *old = "{\"node\":\"n\",\"recovering_bytes_done\":5,"
 			  "\"recovering_bytes_left\":6,\"rate\":7,\"recovering\":1,\"time\":9}";
@@ -1107,7 +1135,28 @@ static void test_status_json(void **state)
 	assert_int_equal(zl_meta_status_from_json(json, strlen(json), &d), 0);
 	assert_memory_equal(&s, &d, sizeof(s));
 	free(json);
-	s.disk_error[0] = 0;
+	memset(s.disk_error, 0, sizeof(s.disk_error));
+	/* Snapshot space (docs/SNAPSHOTS.md §6): written once there is some,
+	 * read back; 3 entries, 2 listed. */
+	s.snap_bytes = 1 << 20;
+	s.snap_entries = 3;
+	s.n_snap = 2;
+	s.snap[0] = (struct zl_status_snap){.vol = 0xc0ffee, .seq = 1, .clones = 2, .bytes = 8192};
+	s.snap[1] = (struct zl_status_snap){.vol = 0xc0ffef, .seq = 4, .clones = 1, .bytes = 4096};
+	json = zl_meta_status_to_json(&s);
+	assert_non_null(json);
+	assert_non_null(strstr(json, "\"snapshots\":[{\"vol\":\"vol-0000000000c0ffee\",\"seq\":1,"
+				     "\"clones\":2,\"bytes\":8192},{\"vol\":"
+				     "\"vol-0000000000c0ffef\",\"seq\":4,\"clones\":1,"
+				     "\"bytes\":4096}],\"snapshot_bytes\":1048576,"
+				     "\"snapshot_entries\":3}"));
+	assert_int_equal(zl_meta_status_from_json(json, strlen(json), &d), 0);
+	assert_memory_equal(&s, &d, sizeof(s));
+	free(json);
+	/* Entries past the total are not written. */
+	s.snap_bytes = 10000;
+	assert_null(zl_meta_status_to_json(&s));
+	s.snap_bytes = 1 << 20;
 	/* Unsorted entries are not written either. */
 	s.peering[1].slice = 4;
 	assert_null(zl_meta_status_to_json(&s));

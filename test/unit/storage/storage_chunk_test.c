@@ -2179,6 +2179,62 @@ static void snap_files(struct env *e, uint32_t *clones, uint32_t *tmps)
 	closedir(d);
 }
 
+/* The oracle of the space accounting: what VOL's clone chunk files
+ * allocate, from stat. */
+static uint64_t snap_du(struct env *e)
+{
+	char vid[ZL_VOL_ID_LEN + 1], dir[700], path[1000];
+	struct dirent *de;
+	struct stat stb;
+	uint64_t sum = 0;
+	DIR *d;
+
+	zl_vol_id_format(VOL, vid);
+	snprintf(dir, sizeof(dir), "%s/chunks/%s", e->dir, vid);
+	d = opendir(dir);
+	if (!d)
+		return 0;
+	while ((de = readdir(d))) {
+		unsigned long long id;
+		size_t len = strlen(de->d_name);
+
+		/* Clone ids carry their hi above the chunk index. */
+		if (len != 20 || sscanf(de->d_name, "%16llx.zlc", &id) != 1 ||
+		    !(id >> ZL_CHUNK_IDX_BITS))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		assert_int_equal(stat(path, &stb), 0);
+		sum += (uint64_t)stb.st_blocks * 512;
+	}
+	closedir(d);
+	return sum;
+}
+
+/* The store's space entry of (VOL, seq): its clones, bytes in *bytes. The
+ * total must be the oracle's, and the entries' sum the total. */
+static uint32_t snap_space_of(struct env *e, uint32_t seq, uint64_t *bytes)
+{
+	struct zl_chunk_snap_space sp[8];
+	uint64_t total = 0, sum = 0;
+	uint32_t n = zl_chunk_snap_space(e->s, sp, 8, &total), clones = 0;
+
+	assert_true(n <= 8);
+	assert_int_equal(total, snap_du(e));
+	*bytes = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		assert_true(!i || sp[i - 1].vol < sp[i].vol ||
+			    (sp[i - 1].vol == sp[i].vol && sp[i - 1].seq < sp[i].seq));
+		assert_true(sp[i].clones > 0);
+		sum += sp[i].bytes;
+		if (sp[i].vol == VOL && sp[i].seq == seq) {
+			clones = sp[i].clones;
+			*bytes = sp[i].bytes;
+		}
+	}
+	assert_int_equal(sum, total);
+	return clones;
+}
+
 static void test_snap_cow(void **state)
 {
 	struct env *e = *state;
@@ -2186,6 +2242,7 @@ static void test_snap_cow(void **state)
 	static const uint32_t s1[] = {1}, s12[] = {1, 2}, s2[] = {2}, s3[] = {3};
 	struct zl_chunk_clone cl[4];
 	uint32_t removed, nclones, ntmp;
+	uint64_t bytes, before;
 
 	fill(a, sizeof(a), 11);
 	fill(b, sizeof(b), 22);
@@ -2197,6 +2254,10 @@ static void test_snap_cow(void **state)
 	assert_int_equal(zl_chunk_snap_clones(e->s, VOL, 3, cl, 4), 1);
 	assert_int_equal(cl[0].lo, 0);
 	assert_int_equal(cl[0].hi, 1);
+	/* Its space counts for snapshot 1: the 16 KiB written and the header
+	 * and metadata pages, not the chunk's size (holes stay holes). */
+	assert_int_equal(snap_space_of(e, 1, &bytes), 1);
+	assert_true(bytes >= sizeof(a) && bytes < CS / 2);
 	assert_int_equal(snap_rd(e, 3, 1, 0, sizeof(got), got), 0);
 	assert_memory_equal(got, a, sizeof(a));
 	memcpy(want, a, sizeof(a));
@@ -2212,6 +2273,8 @@ static void test_snap_cow(void **state)
 	assert_int_equal(zl_chunk_snap_clones(e->s, VOL, 3, cl, 4), 2);
 	assert_int_equal(cl[1].lo, 1);
 	assert_int_equal(cl[1].hi, 2);
+	assert_int_equal(snap_space_of(e, 1, &bytes), 1);
+	assert_int_equal(snap_space_of(e, 2, &bytes), 1);
 	assert_int_equal(snap_rd(e, 3, 2, 0, sizeof(got), got), 0);
 	assert_memory_equal(got, want, sizeof(want));
 	assert_int_equal(snap_rd(e, 3, 1, 0, sizeof(got), got), 0);
@@ -2223,9 +2286,13 @@ static void test_snap_cow(void **state)
 	assert_int_equal(cow_io(e, 3, 0, 4096, a, 1, s1, 1), -ZL_ERR_STALE);
 	assert_int_equal(do_read(e, 3, 0, sizeof(got), got), 0);
 	assert_memory_equal(got, want, sizeof(want));
-	/* A never-written chunk: the copy is its zeros. */
+	/* A never-written chunk: the copy is its zeros, sparse (no data
+	 * block allocated: it adds less than 64 KiB). */
+	assert_int_equal(snap_space_of(e, 2, &before), 1);
 	assert_int_equal(cow_io(e, 7, 4096, 4096, b, 2, s12, 2), 0);
 	assert_int_equal(zl_chunk_snap_clones(e->s, VOL, 7, cl, 4), 1);
+	assert_int_equal(snap_space_of(e, 2, &bytes), 2);
+	assert_true(bytes > before && bytes - before < 65536);
 	assert_int_equal(snap_rd(e, 7, 1, 0, sizeof(got), got), 0);
 	assert_memory_equal(got, zero, sizeof(zero));
 	assert_int_equal(snap_rd(e, 7, 2, 4096, 4096, got), 0);
@@ -2252,6 +2319,9 @@ static void test_snap_cow(void **state)
 	assert_int_equal(ntmp, 0);
 	assert_int_equal(nclones, 3);
 	assert_int_equal(zl_chunk_snap_clones(e->s, VOL, 3, cl, 4), 2);
+	/* The space comes back from the files too. */
+	assert_int_equal(snap_space_of(e, 1, &bytes), 1);
+	assert_int_equal(snap_space_of(e, 2, &bytes), 2);
 	assert_int_equal(snap_rd(e, 3, 1, 0, sizeof(got), got), 0);
 	assert_memory_equal(got, a, sizeof(a));
 	assert_int_equal(cow_io(e, 3, 0, 4096, a, 1, s1, 1), -ZL_ERR_STALE);
@@ -2261,6 +2331,8 @@ static void test_snap_cow(void **state)
 	snap_files(e, &nclones, &ntmp);
 	assert_int_equal(nclones, 2);
 	assert_int_equal(ntmp, 0);
+	assert_int_equal(snap_space_of(e, 1, &bytes), 0);
+	assert_int_equal(snap_space_of(e, 2, &bytes), 2);
 	memcpy(want, a, sizeof(a));
 	memcpy(want + 8192, b, 4096);
 	memcpy(want + 100, b, 50);
@@ -2269,6 +2341,7 @@ static void test_snap_cow(void **state)
 	/* A clone removed as a chunk (CHUNK_DELETE) leaves the index too. */
 	assert_int_equal(zl_chunk_delete(e->s, VOL, zl_chunk_clone_id(3, 2)), 0);
 	assert_int_equal(zl_chunk_snap_clones(e->s, VOL, 3, cl, 4), 0);
+	assert_int_equal(snap_space_of(e, 2, &bytes), 1);
 	/* None left: every clone goes, the live chunks stay. */
 	assert_int_equal(snap_collect(e, NULL, 0, &removed), 0);
 	assert_int_equal(removed, 1);
@@ -2279,8 +2352,15 @@ static void test_snap_cow(void **state)
 	/* Removing the volume forgets its clones. */
 	assert_int_equal(cow_io(e, 9, 0, 4096, b, 3, s3, 1), 0);
 	assert_int_equal(zl_chunk_snap_clones(e->s, VOL, 9, cl, 4), 1);
+	assert_int_equal(snap_space_of(e, 3, &bytes), 1);
+	/* Snapshot 3 deleted, 2 reads the clone (0, 3] too: it counts for 2. */
+	assert_int_equal(snap_collect(e, s2, 1, &removed), 0);
+	assert_int_equal(removed, 0);
+	assert_int_equal(snap_space_of(e, 3, &bytes), 0);
+	assert_int_equal(snap_space_of(e, 2, &bytes), 1);
 	assert_int_equal(zl_chunk_volume_delete(e->s, VOL, NULL), 0);
 	assert_int_equal(zl_chunk_snap_clones(e->s, VOL, 9, cl, 4), 0);
+	assert_int_equal(snap_space_of(e, 2, &bytes), 0);
 	/* Arguments. */
 	assert_int_equal(cow_io(e, 3, 0, 4096, a, ZL_CHUNK_SEQ_MAX + 1, NULL, 0), -ZL_ERR_INVAL);
 	assert_int_equal(cow_io(e, 1ull << ZL_CHUNK_IDX_BITS, 0, 4096, a, 2, NULL, 0),
