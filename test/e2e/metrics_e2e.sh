@@ -24,7 +24,9 @@
 #     SQE and completion counters agree with its in-flight gauge. Under a
 #     running write load the journal's used bytes and both rings' SQEs in
 #     flight and the journal's dirty chunks peak above 0; once it ends the
-#     journal empties (checkpoint) and no chunk is dirty.
+#     journal empties (checkpoint) and no chunk is dirty. 512 writes of
+#     60 KiB at QD256 (30 MiB, 15 MiB in flight) into the smallest journals
+#     (17 MiB, --journal-size 17M): writes waited for journal space.
 #     Errors by code: 5 reads with a wrong slice version answered
 #     ZL_ERR_STALE and one of an unknown volume ZL_ERR_NOT_FOUND are
 #     counted exactly so on that daemon. `zl volume import` (which ends in a
@@ -64,6 +66,10 @@
 #     by exactly 2, node-3 holds 2 in-sync members, every row is active.
 #  7. A 1-replica volume whose row 0 has its only member taken out by hand
 #     (in etcd): zipline_slices{state=down} is 1; deleted, 0 again.
+#  8. A fourth node started and node-3 stopped for good (the manager runs
+#     --down-out-interval 3): the manager's replacements rise by exactly
+#     the rows that listed node-3, none lists it any more, node-4 is in
+#     every row of the 3-replica volume.
 # Usage: metrics_e2e.sh BUILD_DIR. KEEP=1 keeps the state dir.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -74,7 +80,11 @@ source "$SRC/test/lib/metrics.sh" metrics_e2e
 # copy of 64 MiB to node-3 from two primaries lasts about 3.4 s, long
 # enough for the manager's passes (a second) and the daemons' samples to
 # see it running.
-HL_MANAGER_FLAGS="--metrics 127.0.0.1:0" HL_STORAGE_FLAGS="--metrics 127.0.0.1:0 --write-path journal --recovery-mbps 80" hl_begin e2e-metrics "$1" || fail "cluster or manager did not start"
+# --journal-size 17M (the smallest): step 2's load of small writes larger
+# than it fills it. --down-out-interval 3 (after hl_start_manager's 3600 s:
+# it wins): step 8's stopped node is replaced within seconds; nothing is
+# replaced before, three nodes holding every row of every volume.
+HL_MANAGER_FLAGS="--metrics 127.0.0.1:0 --down-out-interval 3" HL_STORAGE_FLAGS="--metrics 127.0.0.1:0 --write-path journal --journal-size 17M --recovery-mbps 80" hl_begin e2e-metrics "$1" || fail "cluster or manager did not start"
 "$ZL" volume create mvol --size 64M --replicas 3 --chunk-size 1M || fail "volume create"
 vid=$(hl_vol_id mvol)
 [ -n "$vid" ] || fail "no volume id in 'zl volume inspect mvol'"
@@ -269,6 +279,18 @@ echo "FIGURE: metrics: under 20000 4 KiB writes at QD16: peak journal used $pk_u
 [ "$(settle zipline_journal_used_bytes 0)" = 0 ] || check_fail "the journal did not empty (checkpoint) within 20 s of the load's end"
 [ "$(settle zipline_journal_dirty_chunks 0)" = 0 ] || check_fail "chunks still counted dirty 20 s after the load's end (checkpointed)"
 [ "$(msum zipline_journal_checkpoints_total)" -gt "$ck0" ] || check_fail "no checkpoint counted for the load"
+
+# A full journal: 512 writes of 60 KiB (below the 64 KiB from which only
+# their CRCs are journaled, their data going to the chunk files) at QD256,
+# 30 MiB through every daemon's 17 MiB journal with 15 MiB of it in flight,
+# more than a record holds (8 MiB): writes wait for journal space.
+jw0=$(msum zipline_journal_waits_total)
+out=$("$ZL" bench mvol --rw write --bs 60k --qd 256 --count 512 --seconds 300 --json) ||
+	fail "zl bench of 512 60 KiB writes failed: $out"
+grep -q '"ios":512,' <<<"$out" || fail "zl bench did not do exactly 512 writes: $out"
+jw=$(rise zipline_journal_waits_total "$jw0")
+echo "FIGURE: metrics: 512 x 60 KiB writes at QD256 into 17 MiB journals: journal waits +$((jw - jw0)) ($(grep -o '"seconds":[0-9.]*' <<<"$out"))"
+[ "$jw" -gt "$jw0" ] || check_fail "zipline_journal_waits_total did not rise under 30 MiB of small writes, 15 MiB in flight, into 17 MiB journals"
 
 # Errors by code: requests storage-1 must refuse, each counted by its code.
 port1=$(cat "$CL_DIR/storage-1/port")
@@ -571,4 +593,33 @@ echo "FIGURE: metrics: dvol's row 0 without its copy: slices down $dn, active $(
 "$ZL" volume delete dvol >"$CL_DIR/dvol-delete.out" 2>&1 || fail "zl volume delete dvol: $(tail -3 "$CL_DIR/dvol-delete.out")"
 [ "$(csettle zipline_slices state=down 0)" = 0 ] || check_fail "zipline_slices{state=down} did not return to 0 once dvol was deleted"
 [ "$(csum zipline_slices state=active)" = "$nall" ] || check_fail "mvol's and rvol's $nall rows are not all active once dvol was deleted"
+
+# 8. Down-out: a fourth node joins; node-3 stops for good (its lease
+# revoked: its record goes at once). After the grace (2 s) its members are
+# out, after --down-out-interval (3 s) each is replaced on a live node
+# outside its row (node-4 in every row of mvol): the manager's
+# replacements rise by exactly the rows that listed node-3.
+cl_start_storage 4
+p4=""
+for _ in $(seq 1 100); do
+	p4=$(port_of 4)
+	[ -n "$p4" ] && break
+	sleep 0.1
+done
+[ -n "$p4" ] || fail "storage-4 logged no metrics port within 10 s"
+# Ready: registered (its record in etcd), its disk writable.
+[ "$(wait_code "http://127.0.0.1:$p4/readyz" 200 150)" = 200 ] || fail "storage-4 not ready within 15 s"
+rows3=$( (hl_etcd rows "$vid"; hl_etcd rows "$rvid") | grep -c 'node-3:')
+rp0=$(csum zipline_manager_replacements_total)
+t0=$(hl_now_ms)
+cl_stop storage-3
+rp=$(csettle zipline_manager_replacements_total $((rp0 + rows3)))
+left3=$( (hl_etcd rows "$vid"; hl_etcd rows "$rvid") | grep -c 'node-3:')
+on4=$( (hl_etcd rows "$vid"; hl_etcd rows "$rvid") | grep -c 'node-4:')
+echo "FIGURE: metrics: node-3 stopped with node-4 up: replacements +$((rp - rp0)) of the $rows3 rows holding node-3 after $(($(hl_now_ms) - t0)) ms; rows holding node-3 now $left3, node-4 $on4"
+[ $((rp - rp0)) = "$rows3" ] || check_fail "zipline_manager_replacements_total rose by $((rp - rp0)), not the $rows3 rows that held node-3, 20 s after it stopped (down-out 3 s)"
+[ "$left3" = 0 ] || check_fail "$left3 rows still list node-3 after its members were replaced"
+[ "$on4" -ge "$nsl" ] || check_fail "node-4 is in $on4 rows, fewer than mvol's $nsl (3 replicas on 3 live nodes)"
+sleep 1.2 # deliberate: a pass and a sample more, nothing else is replaced
+[ "$(csum zipline_manager_replacements_total)" = "$rp" ] || check_fail "zipline_manager_replacements_total moved on after the $rows3 replacements"
 hl_end
