@@ -24,8 +24,8 @@
 #     SQE and completion counters agree with its in-flight gauge. Under a
 #     running write load the journal's used bytes and both rings' SQEs in
 #     flight and the journal's dirty chunks peak above 0; once it ends the
-#     journal empties (checkpoint) and no chunk is dirty. 512 writes of
-#     60 KiB at QD256 (30 MiB, 15 MiB in flight) into the smallest journals
+#     journal empties (checkpoint) and no chunk is dirty. 768 writes of
+#     60 KiB at QD384 (45 MiB, 22.5 MiB in flight) into the smallest journals
 #     (17 MiB, --journal-size 17M): writes waited for journal space.
 #     Errors by code: 5 reads with a wrong slice version answered
 #     ZL_ERR_STALE and one of an unknown volume ZL_ERR_NOT_FOUND are
@@ -283,17 +283,17 @@ echo "FIGURE: metrics: under 20000 4 KiB writes at QD16: peak journal used $pk_u
 [ "$(settle zipline_journal_dirty_chunks 0)" = 0 ] || check_fail "chunks still counted dirty 20 s after the load's end (checkpointed)"
 [ "$(msum zipline_journal_checkpoints_total)" -gt "$ck0" ] || check_fail "no checkpoint counted for the load"
 
-# A full journal: 512 writes of 60 KiB (below the 64 KiB from which only
-# their CRCs are journaled, their data going to the chunk files) at QD256,
-# 30 MiB through every daemon's 17 MiB journal with 15 MiB of it in flight,
-# more than a record holds (8 MiB): writes wait for journal space.
+# A full journal: 768 writes of 60 KiB (below the 64 KiB from which only
+# their CRCs are journaled, their data going to the chunk files) at QD384,
+# 45 MiB through every daemon's 17 MiB journal with 22.5 MiB of it in
+# flight, more than a record holds (8 MiB): writes wait for journal space.
 jw0=$(msum zipline_journal_waits_total)
-out=$("$ZL" bench mvol --rw write --bs 60k --qd 256 --count 512 --seconds 300 --json) ||
-	fail "zl bench of 512 60 KiB writes failed: $out"
-grep -q '"ios":512,' <<<"$out" || fail "zl bench did not do exactly 512 writes: $out"
+out=$("$ZL" bench mvol --rw write --bs 60k --qd 384 --count 768 --seconds 300 --json) ||
+	fail "zl bench of 768 60 KiB writes failed: $out"
+grep -q '"ios":768,' <<<"$out" || fail "zl bench did not do exactly 768 writes: $out"
 jw=$(rise zipline_journal_waits_total "$jw0")
-echo "FIGURE: metrics: 512 x 60 KiB writes at QD256 into 17 MiB journals: journal waits +$((jw - jw0)) ($(grep -o '"seconds":[0-9.]*' <<<"$out"))"
-[ "$jw" -gt "$jw0" ] || check_fail "zipline_journal_waits_total did not rise under 30 MiB of small writes, 15 MiB in flight, into 17 MiB journals"
+echo "FIGURE: metrics: 768 x 60 KiB writes at QD384 into 17 MiB journals: journal waits +$((jw - jw0)) ($(grep -o '"seconds":[0-9.]*' <<<"$out"))"
+[ "$jw" -gt "$jw0" ] || check_fail "zipline_journal_waits_total did not rise under 45 MiB of small writes, 22.5 MiB in flight, into 17 MiB journals"
 
 # Errors by code: requests storage-1 must refuse, each counted by its code.
 port1=$(cat "$CL_DIR/storage-1/port")
