@@ -67,12 +67,12 @@
 #     by exactly 2, node-3 holds 2 in-sync members, every row is active.
 #  7. A 1-replica volume whose row 0 has its only member taken out by hand
 #     (in etcd): zipline_slices{state=down} is 1; deleted, 0 again.
-#  8. A fourth node started and node-3 stopped for good (SIGSTOP) under a
-#     write load (the manager runs --down-out-interval 3): node-1 and
-#     node-2 count request timeouts (their forwards to node-3); once its
-#     lease ended, the manager's replacements rise by exactly the rows
-#     that listed node-3, none lists it any more, node-4 is in every row of
-#     the 3-replica volume.
+#  8. A fourth node started; node-3 stopped (SIGSTOP) under a write load:
+#     node-1 and node-2 count request timeouts (their forwards to node-3);
+#     then node-3 stopped for good (the manager runs --down-out-interval
+#     3): the manager's replacements rise by exactly the rows that listed
+#     node-3, none lists it any more, node-4 is in every row of the
+#     3-replica volume.
 # Usage: metrics_e2e.sh BUILD_DIR. KEEP=1 keeps the state dir.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -607,10 +607,11 @@ echo "FIGURE: metrics: dvol's row 0 without its copy: slices down $dn, active $(
 
 # 8. Down-out: a fourth node joins; node-3 stops answering (SIGSTOP)
 # under a write load. The forwards in flight to it fail by their deadline
-# (4 s): the primaries count request timeouts. Its lease ends (10 s), its
-# record goes; after --down-out-interval (3 s) each of its members is
-# replaced on a live node outside its row (node-4 in every row of mvol):
-# the manager's replacements rise by exactly the rows that listed node-3.
+# (4 s): the primaries count request timeouts. Then node-3 stops for good
+# (SIGCONT and a clean stop: its lease revoked, its record gone at once);
+# after --down-out-interval (3 s) each of its members is replaced on a
+# live node outside its row (node-4 in every row of mvol): the manager's
+# replacements rise by exactly the rows that listed node-3.
 cl_start_storage 4
 p4=""
 for _ in $(seq 1 100); do
@@ -633,22 +634,29 @@ HL_PIDS="$HL_PIDS $bpid"
 rise zipline_volume_ops_total volume="$vid" dir=write "$vw0" >/dev/null
 t0=$(hl_now_ms)
 kill -STOP "$(cl_pid storage-3)" || fail "cannot stop storage-3"
+to=$to0
+for _ in $(seq 1 100); do
+	to=$(m12 zipline_transport_request_timeouts_total)
+	[ "$to" -gt "$to0" ] && break
+	sleep 0.2
+done
+tto=$(($(hl_now_ms) - t0))
+kill -CONT "$(cl_pid storage-3)"
+cl_stop storage-3
 rp=$rp0
 for _ in $(seq 1 200); do
 	rp=$(csum zipline_manager_replacements_total)
 	[ "$rp" -ge $((rp0 + rows3)) ] && break
 	sleep 0.2
 done
-to=$(m12 zipline_transport_request_timeouts_total)
 left3=$( (hl_etcd rows "$vid"; hl_etcd rows "$rvid") | grep -c 'node-3:')
 on4=$( (hl_etcd rows "$vid"; hl_etcd rows "$rvid") | grep -c 'node-4:')
-echo "FIGURE: metrics: node-3 stopped (SIGSTOP) under writes with node-4 up: request timeouts on node-1 and node-2 +$((to - to0)); replacements +$((rp - rp0)) of the $rows3 rows holding node-3 after $(($(hl_now_ms) - t0)) ms; rows holding node-3 now $left3, node-4 $on4"
-[ "$to" -gt "$to0" ] || check_fail "zipline_transport_request_timeouts_total did not rise on node-1 and node-2 with node-3 stopped under their forwards"
-[ $((rp - rp0)) = "$rows3" ] || check_fail "zipline_manager_replacements_total rose by $((rp - rp0)), not the $rows3 rows that held node-3, 40 s after it stopped (lease 10 s, down-out 3 s)"
+echo "FIGURE: metrics: node-3 stopped (SIGSTOP) under writes with node-4 up: request timeouts on node-1 and node-2 +$((to - to0)) after $tto ms; then stopped: replacements +$((rp - rp0)) of the $rows3 rows holding node-3 after $(($(hl_now_ms) - t0)) ms; rows holding node-3 now $left3, node-4 $on4"
+[ "$to" -gt "$to0" ] || check_fail "zipline_transport_request_timeouts_total did not rise on node-1 and node-2 within 20 s of node-3 stopped (SIGSTOP) under their forwards (deadline 4 s)"
+[ $((rp - rp0)) = "$rows3" ] || check_fail "zipline_manager_replacements_total rose by $((rp - rp0)), not the $rows3 rows that held node-3, 40 s after it stopped (down-out 3 s)"
 [ "$left3" = 0 ] || check_fail "$left3 rows still list node-3 after its members were replaced"
 [ "$on4" -ge "$nsl" ] || check_fail "node-4 is in $on4 rows, fewer than mvol's $nsl (3 replicas on 3 live nodes)"
 sleep 1.2 # deliberate: a pass and a sample more, nothing else is replaced
 [ "$(csum zipline_manager_replacements_total)" = "$rp" ] || check_fail "zipline_manager_replacements_total moved on after the $rows3 replacements"
 kill "$bpid" 2>/dev/null
-cl_stop storage-3 KILL
 hl_end
