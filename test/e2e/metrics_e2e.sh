@@ -24,7 +24,9 @@
 #     SQE and completion counters agree with its in-flight gauge. Under a
 #     running write load the journal's used bytes and both rings' SQEs in
 #     flight and the journal's dirty chunks peak above 0; once it ends the
-#     journal empties (checkpoint) and no chunk is dirty.
+#     journal empties (checkpoint) and no chunk is dirty. 768 writes of
+#     60 KiB at QD384 (45 MiB, 22.5 MiB in flight) into the smallest journals
+#     (17 MiB, --journal-size 17M): writes waited for journal space.
 #     Errors by code: 5 reads with a wrong slice version answered
 #     ZL_ERR_STALE and one of an unknown volume ZL_ERR_NOT_FOUND are
 #     counted exactly so on that daemon. `zl volume import` (which ends in a
@@ -46,7 +48,8 @@
 #     Probes OK, 1 CreateVolume INVALID_ARGUMENT); etcd call latency
 #     counted by the controller and the storage daemons.
 #  5. etcd stopped (SIGSTOP): the controller's /readyz turns 503 within
-#     15 s and says why, /healthz stays 200, etcd errors are counted by the
+#     15 s and says why (its etcd gauge 0, 1 before and after), /healthz
+#     stays 200, etcd errors are counted by the
 #     controller and by the storage daemons, and the manager a failed pass;
 #     SIGCONT: ready again, and the leader again (zipline_controller_leader
 #     1; it may have stepped down during the stop).
@@ -57,13 +60,19 @@
 #     primaries' recovery counters rose: a whole chunk per chunk of mvol
 #     that exists, its bytes a chunk size each. Sampled during the copy
 #     (slowed to 80 Mbit/s): the manager counted slices recovering, the
-#     primaries running recovery jobs with bytes left; none of them once
-#     every row is active.
+#     primaries running recovery jobs with bytes left and done; none of
+#     them once every row is active.
 #     A 2-replica volume made while node-3's disk failed (members 4 on
 #     node-1, 4 on node-2) is rebalanced: the manager's rebalance moves rose
 #     by exactly 2, node-3 holds 2 in-sync members, every row is active.
 #  7. A 1-replica volume whose row 0 has its only member taken out by hand
 #     (in etcd): zipline_slices{state=down} is 1; deleted, 0 again.
+#  8. A fourth node started; node-3 stopped (SIGSTOP) under a write load:
+#     node-1 and node-2 count request timeouts (their forwards to node-3);
+#     then node-3 stopped for good (the manager runs --down-out-interval
+#     3): the manager's replacements rise by exactly the rows that listed
+#     node-3, none lists it any more, node-4 is in every row of the
+#     3-replica volume.
 # Usage: metrics_e2e.sh BUILD_DIR. KEEP=1 keeps the state dir.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -74,7 +83,11 @@ source "$SRC/test/lib/metrics.sh" metrics_e2e
 # copy of 64 MiB to node-3 from two primaries lasts about 3.4 s, long
 # enough for the manager's passes (a second) and the daemons' samples to
 # see it running.
-HL_MANAGER_FLAGS="--metrics 127.0.0.1:0" HL_STORAGE_FLAGS="--metrics 127.0.0.1:0 --write-path journal --recovery-mbps 80" hl_begin e2e-metrics "$1" || fail "cluster or manager did not start"
+# --journal-size 17M (the smallest): step 2's load of small writes larger
+# than it fills it. --down-out-interval 3 (after hl_start_manager's 3600 s:
+# it wins): step 8's stopped node is replaced within seconds; nothing is
+# replaced before, three nodes holding every row of every volume.
+HL_MANAGER_FLAGS="--metrics 127.0.0.1:0 --down-out-interval 3" HL_STORAGE_FLAGS="--metrics 127.0.0.1:0 --write-path journal --journal-size 17M --recovery-mbps 80" hl_begin e2e-metrics "$1" || fail "cluster or manager did not start"
 "$ZL" volume create mvol --size 64M --replicas 3 --chunk-size 1M || fail "volume create"
 vid=$(hl_vol_id mvol)
 [ -n "$vid" ] || fail "no volume id in 'zl volume inspect mvol'"
@@ -270,6 +283,18 @@ echo "FIGURE: metrics: under 20000 4 KiB writes at QD16: peak journal used $pk_u
 [ "$(settle zipline_journal_dirty_chunks 0)" = 0 ] || check_fail "chunks still counted dirty 20 s after the load's end (checkpointed)"
 [ "$(msum zipline_journal_checkpoints_total)" -gt "$ck0" ] || check_fail "no checkpoint counted for the load"
 
+# A full journal: 768 writes of 60 KiB (below the 64 KiB from which only
+# their CRCs are journaled, their data going to the chunk files) at QD384,
+# 45 MiB through every daemon's 17 MiB journal with 22.5 MiB of it in
+# flight, more than a record holds (8 MiB): writes wait for journal space.
+jw0=$(msum zipline_journal_waits_total)
+out=$("$ZL" bench mvol --rw write --bs 60k --qd 384 --count 768 --seconds 300 --json) ||
+	fail "zl bench of 768 60 KiB writes failed: $out"
+grep -q '"ios":768,' <<<"$out" || fail "zl bench did not do exactly 768 writes: $out"
+jw=$(rise zipline_journal_waits_total "$jw0")
+echo "FIGURE: metrics: 768 x 60 KiB writes at QD384 into 17 MiB journals: journal waits +$((jw - jw0)) ($(grep -o '"seconds":[0-9.]*' <<<"$out"))"
+[ "$jw" -gt "$jw0" ] || check_fail "zipline_journal_waits_total did not rise under 45 MiB of small writes, 22.5 MiB in flight, into 17 MiB journals"
+
 # Errors by code: requests storage-1 must refuse, each counted by its code.
 port1=$(cat "$CL_DIR/storage-1/port")
 U1=("${URLS[0]}")
@@ -449,10 +474,12 @@ epid=$(cat "$CL_DIR/etcd/pid")
 e0=$(csum zipline_etcd_errors_total)
 se0=$(msum zipline_etcd_errors_total)
 pe0=$(csum zipline_manager_pass_errors_total)
+eok0=$(csum zipline_controller_etcd_ok)
 t0=$(hl_now_ms)
 kill -STOP "$epid" || fail "cannot stop etcd"
 code=$(wait_code "$CURL/readyz" 503 150)
 body=$(curl -s -m 5 "$CURL/readyz")
+eok=$(csum zipline_controller_etcd_ok)
 hz=$(http_code "$CURL/healthz")
 # A call to the stopped etcd fails after its 5 s timeout: the controller's,
 # the manager pass's (it fails), and the storage daemons' (the heartbeat:
@@ -476,6 +503,10 @@ grep -q 'etcd not reached' <<<"$body" || check_fail "the controller's /readyz do
 [ "$e1" -gt "$e0" ] || check_fail "the controller counted no etcd error in 15 s of etcd stopped"
 code=$(wait_code "$CURL/readyz" 200 150)
 [ "$code" = 200 ] || check_fail "the controller's /readyz did not turn 200 within 15 s of etcd's SIGCONT"
+eok1=$(csum zipline_controller_etcd_ok)
+echo "FIGURE: metrics: zipline_controller_etcd_ok: $eok0 before etcd stopped, $eok while /readyz said 503, $eok1 once ready again"
+[ "$eok0" = 1 ] && [ "$eok" = 0 ] && [ "$eok1" = 1 ] ||
+	check_fail "zipline_controller_etcd_ok went $eok0, $eok, $eok1 around the etcd stop, not 1, 0, 1"
 # It leads again (it may have stepped down while etcd did not answer): the
 # manager must run for step 6.
 [ "$(csettle zipline_controller_leader 1)" = 1 ] ||
@@ -496,7 +527,7 @@ spid=$!
 HL_PIDS="$HL_PIDS $spid"
 /usr/bin/python3 "$MT" peak "$spid" zipline_slices,state=recovering -- "$CURL/metrics" >"$CL_DIR/peak-ctrl" &
 cpk=$!
-/usr/bin/python3 "$MT" peak "$spid" zipline_recovery_jobs zipline_recovery_bytes_left -- "${URLS[0]}" "${URLS[1]}" >"$CL_DIR/peak-rec" &
+/usr/bin/python3 "$MT" peak "$spid" zipline_recovery_jobs zipline_recovery_bytes_left zipline_recovery_bytes_done -- "${URLS[0]}" "${URLS[1]}" >"$CL_DIR/peak-rec" &
 rpk=$!
 HL_PIDS="$HL_PIDS $cpk $rpk"
 p3old=$(port_of 3)
@@ -523,13 +554,15 @@ wait "$cpk" || check_fail "scraping the controller while node-3 recovered failed
 wait "$rpk" || check_fail "scraping node-1 and node-2 while node-3 recovered failed"
 pk_rcv=$(cat "$CL_DIR/peak-ctrl")
 mapfile -t PK <"$CL_DIR/peak-rec"
-echo "FIGURE: metrics: while node-3 recovered: peak slices recovering $pk_rcv of $nsl, peak recovery jobs ${PK[0]:-}, peak bytes left ${PK[1]:-}"
+echo "FIGURE: metrics: while node-3 recovered: peak slices recovering $pk_rcv of $nsl, peak recovery jobs ${PK[0]:-}, peak bytes left ${PK[1]:-}, peak bytes done ${PK[2]:-}"
 [ "${pk_rcv:-0}" -gt 0 ] || check_fail "zipline_slices{state=recovering} never rose above 0 while node-3 recovered"
 [ "${PK[0]:-0}" -gt 0 ] || check_fail "zipline_recovery_jobs never rose above 0 on the primaries while node-3 recovered"
 [ "${PK[1]:-0}" -gt 0 ] || check_fail "zipline_recovery_bytes_left never rose above 0 on the primaries while node-3 recovered"
+[ "${PK[2]:-0}" -gt 0 ] || check_fail "zipline_recovery_bytes_done never rose above 0 on the primaries while node-3 recovered"
 [ "$(csum zipline_slices state=recovering)" = 0 ] || check_fail "slices still counted recovering once all were active"
 [ "$(settle zipline_recovery_jobs 0)" = 0 ] || check_fail "recovery jobs still counted 20 s after every row was active"
 [ "$(msum zipline_recovery_bytes_left)" = 0 ] || check_fail "recovery bytes left above 0 with no job running"
+[ "$(msum zipline_recovery_bytes_done)" = 0 ] || check_fail "recovery bytes done above 0 with no job running"
 rcv=$(csum zipline_manager_member_changes_total to=recovering)
 ins=$(csum zipline_manager_member_changes_total to=in_sync)
 rc=$(stable zipline_recovery_chunks_total)
@@ -571,4 +604,59 @@ echo "FIGURE: metrics: dvol's row 0 without its copy: slices down $dn, active $(
 "$ZL" volume delete dvol >"$CL_DIR/dvol-delete.out" 2>&1 || fail "zl volume delete dvol: $(tail -3 "$CL_DIR/dvol-delete.out")"
 [ "$(csettle zipline_slices state=down 0)" = 0 ] || check_fail "zipline_slices{state=down} did not return to 0 once dvol was deleted"
 [ "$(csum zipline_slices state=active)" = "$nall" ] || check_fail "mvol's and rvol's $nall rows are not all active once dvol was deleted"
+
+# 8. Down-out: a fourth node joins; node-3 stops answering (SIGSTOP)
+# under a write load. The forwards in flight to it fail by their deadline
+# (4 s): the primaries count request timeouts. Then node-3 stops for good
+# (SIGCONT and a clean stop: its lease revoked, its record gone at once);
+# after --down-out-interval (3 s) each of its members is replaced on a
+# live node outside its row (node-4 in every row of mvol): the manager's
+# replacements rise by exactly the rows that listed node-3.
+cl_start_storage 4
+p4=""
+for _ in $(seq 1 100); do
+	p4=$(port_of 4)
+	[ -n "$p4" ] && break
+	sleep 0.1
+done
+[ -n "$p4" ] || fail "storage-4 logged no metrics port within 10 s"
+# Ready: registered (its record in etcd), its disk writable.
+[ "$(wait_code "http://127.0.0.1:$p4/readyz" 200 150)" = 200 ] || fail "storage-4 not ready within 15 s"
+rows3=$( (hl_etcd rows "$vid"; hl_etcd rows "$rvid") | grep -c 'node-3:')
+rp0=$(csum zipline_manager_replacements_total)
+# node-1's and node-2's sums (node-3 stops answering).
+m12() { mt_sum "$@" -- "${URLS[0]}" "${URLS[1]}"; }
+to0=$(m12 zipline_transport_request_timeouts_total)
+vw0=$(msum zipline_volume_ops_total volume="$vid" dir=write)
+"$ZL" bench mvol --rw randwrite --bs 4k --qd 16 --seconds 120 >/dev/null 2>"$CL_DIR/down-bench.err" &
+bpid=$!
+HL_PIDS="$HL_PIDS $bpid"
+rise zipline_volume_ops_total volume="$vid" dir=write "$vw0" >/dev/null
+t0=$(hl_now_ms)
+kill -STOP "$(cl_pid storage-3)" || fail "cannot stop storage-3"
+to=$to0
+for _ in $(seq 1 100); do
+	to=$(m12 zipline_transport_request_timeouts_total)
+	[ "$to" -gt "$to0" ] && break
+	sleep 0.2
+done
+tto=$(($(hl_now_ms) - t0))
+kill -CONT "$(cl_pid storage-3)"
+cl_stop storage-3
+rp=$rp0
+for _ in $(seq 1 200); do
+	rp=$(csum zipline_manager_replacements_total)
+	[ "$rp" -ge $((rp0 + rows3)) ] && break
+	sleep 0.2
+done
+left3=$( (hl_etcd rows "$vid"; hl_etcd rows "$rvid") | grep -c 'node-3:')
+on4=$( (hl_etcd rows "$vid"; hl_etcd rows "$rvid") | grep -c 'node-4:')
+echo "FIGURE: metrics: node-3 stopped (SIGSTOP) under writes with node-4 up: request timeouts on node-1 and node-2 +$((to - to0)) after $tto ms; then stopped: replacements +$((rp - rp0)) of the $rows3 rows holding node-3 after $(($(hl_now_ms) - t0)) ms; rows holding node-3 now $left3, node-4 $on4"
+[ "$to" -gt "$to0" ] || check_fail "zipline_transport_request_timeouts_total did not rise on node-1 and node-2 within 20 s of node-3 stopped (SIGSTOP) under their forwards (deadline 4 s)"
+[ $((rp - rp0)) = "$rows3" ] || check_fail "zipline_manager_replacements_total rose by $((rp - rp0)), not the $rows3 rows that held node-3, 40 s after it stopped (down-out 3 s)"
+[ "$left3" = 0 ] || check_fail "$left3 rows still list node-3 after its members were replaced"
+[ "$on4" -ge "$nsl" ] || check_fail "node-4 is in $on4 rows, fewer than mvol's $nsl (3 replicas on 3 live nodes)"
+sleep 1.2 # deliberate: a pass and a sample more, nothing else is replaced
+[ "$(csum zipline_manager_replacements_total)" = "$rp" ] || check_fail "zipline_manager_replacements_total moved on after the $rows3 replacements"
+kill "$bpid" 2>/dev/null
 hl_end

@@ -16,15 +16,21 @@ this script plays the kubelet, starts one zipline-node with
      its 64 writes of 4 KiB at once as throttled, and exports that limit
      (zipline_node_volume_qos_limit, every other limit 0); a
      ControllerModifyVolume (writeIops 300, readBps 8M) shows in those
-     gauges within 10 s, the attach process unchanged;
+     gauges within 10 s, the attach process unchanged; a byte of a block
+     flipped in its primary's copy: a read of it comes back right and
+     counts exactly one failover and a retry at least; the primary of
+     chunk 0 killed (-9) under writes to it and started again: retries
+     rose, the writes went on, no I/O error;
   3. kill -9 of the attach process: the volume counts as unattached;
   4. unpublished and unstaged: no volume is counted any more.
 """
 
+import mmap
 import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -67,6 +73,127 @@ def lat_counts(sm, vol):
     c["reads"] = value(sm, "zipline_node_volume_reads_total", volume=vol)
     c["writes"] = value(sm, "zipline_node_volume_writes_total", volume=vol)
     return c
+
+
+HEAL_TOOL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib", "heal_tool.py")
+
+
+def heal_tool(*args):
+    """test/lib/heal_tool.py ARGS (the etcd row oracle, chunk file layout):
+    its output."""
+    p = subprocess.run(["/usr/bin/python3", HEAL_TOOL] + list(args), capture_output=True)
+    if p.returncode:
+        fail("heal_tool.py %s: %s" % (" ".join(args), p.stderr.decode().strip()))
+    return p.stdout.decode().strip()
+
+
+def client_counts(base, vol):
+    sm = scrape(base)
+    return {k: value(sm, "zipline_node_volume_%s_total" % k, volume=vol)
+            for k in ("retries", "failovers", "io_errors", "writes")}
+
+
+def failover(base, target, vol, data):
+    """A byte of block 3 of chunk 0 flipped in its primary's copy: an
+    O_DIRECT read of that block comes back right (read around the bad copy,
+    READ + ZL_WF_ANY from another in-sync member); the client counts exactly
+    one failover, at least one retry (the read sent again), no I/O error."""
+    heal_tool("etcd", e.ETCD, "journal-clean", "30")  # the chunk file holds the data
+    prim = heal_tool("etcd", e.ETCD, "primary", vol, "0")
+    f = os.path.join(e.CL_DIR, "storage-" + prim.split("-")[1], "data", "chunks", vol,
+                     "%016x.zlc" % 0)
+    off = int(heal_tool("blockoff", f, "3", "123"))
+    fd = os.open(f, os.O_RDWR)
+    try:
+        b = os.pread(fd, 1, off)
+        os.pwrite(fd, bytes([b[0] ^ 0xff]), off)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    c0 = client_counts(base, vol)
+    back = subprocess.run(["dd", "if=" + target, "bs=4k", "skip=3", "count=1", "iflag=direct",
+                           "status=none"], check=True, capture_output=True).stdout
+    c = client_counts(base, vol)
+    d = {k: c[k] - c0[k] for k in c}
+    log("node metrics: a 4 KiB read of a block whose copy on its primary %s is bad: "
+        "failovers +%d, retries +%d, I/O errors +%d" % (prim, d["failovers"], d["retries"],
+                                                          d["io_errors"]))
+    if back != data[3 * 4096:4 * 4096]:
+        fail("the block read around the primary's bad copy differs from the one written")
+    if d["failovers"] != 1 or d["retries"] < 1 or d["io_errors"] != 0:
+        fail("one read around a bad primary copy: failovers +%d (want 1), retries +%d "
+             "(want >= 1), I/O errors +%d (want 0)" % (d["failovers"], d["retries"],
+                                                       d["io_errors"]))
+    return prim
+
+
+def storage_kill(base, target, vol, prim):
+    """kill -9 of storage daemon PRIM (the primary of chunk 0) under a
+    running write load on chunk 0 (4 KiB O_DIRECT writes of its first
+    64 KiB, over and over), started again at once from the same command
+    line: the client sent writes again (retries rose), the load went on
+    after the restart, no I/O error, the blocks read back as written."""
+    i = int(prim.split("-")[1])
+    pid = e.storage_pid(i)
+    with open("/proc/%d/cmdline" % pid, "rb") as f:
+        argv = [a.decode() for a in f.read().split(b"\0") if a]
+    buf = mmap.mmap(-1, 4096)
+    buf.write(os.urandom(4096))
+    stop, errs = threading.Event(), []
+
+    def load():
+        fd = os.open(target, os.O_WRONLY | os.O_DIRECT)
+        try:
+            k = 0
+            while not stop.is_set():
+                os.pwrite(fd, buf, (k % 16) * 4096)
+                k += 1
+        except OSError as ex:
+            errs.append(ex)
+        finally:
+            os.close(fd)
+
+    c0 = client_counts(base, vol)
+    th = threading.Thread(target=load)
+    th.start()
+    try:
+        for _ in range(100):
+            if client_counts(base, vol)["writes"] - c0["writes"] >= 50 or errs:
+                break
+            time.sleep(0.1)
+        os.kill(pid, 9)
+        t0 = time.monotonic()
+        while os.path.exists("/proc/%d" % pid) and time.monotonic() - t0 < 10:
+            time.sleep(0.02)
+        log_path = os.path.join(e.CL_DIR, "storage-%d" % i, "log")
+        with open(log_path, "ab") as lf:
+            p = subprocess.Popen(argv, stdout=lf, stderr=subprocess.STDOUT)
+        with open(os.path.join(e.CL_DIR, "storage-%d" % i, "pid"), "w") as f:
+            f.write("%d\n" % p.pid)
+        # Written again after the restart: the load goes on.
+        c1 = client_counts(base, vol)
+        c = c1
+        for _ in range(600):
+            c = client_counts(base, vol)
+            if (c["retries"] > c0["retries"] and c["writes"] - c1["writes"] >= 50) or errs:
+                break
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        th.join(60)
+    d = {k: c[k] - c0[k] for k in c}
+    log("node metrics: %s killed and restarted under 4 KiB writes to chunk 0: retries +%d, "
+        "writes +%d, I/O errors +%d, back in %.1f s" % (prim, d["retries"], d["writes"],
+                                                         d["io_errors"], time.monotonic() - t0))
+    if errs:
+        fail("the write load failed when %s was killed: %s" % (prim, errs[0]))
+    if d["retries"] < 1 or d["io_errors"] != 0:
+        fail("storage %s killed under a write load: retries +%d (want >= 1), I/O errors +%d "
+             "(want 0)" % (prim, d["retries"], d["io_errors"]))
+    back = subprocess.run(["dd", "if=" + target, "bs=64k", "count=1", "iflag=direct",
+                           "status=none"], check=True, capture_output=True).stdout
+    if back != bytes(buf) * 16:
+        fail("chunk 0's first 64 KiB read back differ from the blocks written")
 
 
 def metrics_base(node):
@@ -159,6 +286,10 @@ def main():
                 fail("%s: bucket +Inf holds %d, the count is %d" % (name, inf, lat[k]))
             if value(sm, name + "_sum", volume=vol) <= 0:
                 fail("%s_sum is not above 0 after %d I/Os" % (name, lat[k]))
+        # 2b. a read around a bad copy (failovers), a daemon killed under
+        # writes (retries)
+        prim = failover(base, target, vol, data)
+        storage_kill(base, target, vol, prim)
         if not any(s.name == "zipline_node_volume_throttled_total" and
                    s.labels.get("volume") == vol for s in sm):
             fail("no zipline_node_volume_throttled_total for the volume")

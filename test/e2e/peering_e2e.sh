@@ -14,7 +14,9 @@
 #   - while A's pull is made to fail (a flipped byte in Y's copy), A stays
 #     peering: `zl volume inspect` and `zl status` show it, a READ at X is
 #     held and answered ZL_ERR_PEERING; restored, A peers and is not shown
-#     peering any more (every slice "active" at the end);
+#     peering any more (every slice "active" at the end); X's
+#     zipline_storage_peering_slices (its /metrics) is 1 during the hold,
+#     0 after;
 #   - a READ at a backup is refused (ZL_ERR_NOT_PRIMARY), a READ with
 #     ZL_WF_ANY is served with that replica's chunk version;
 #   - node-1 returns as RECOVERING: its newer copy of C (W2) is rolled back
@@ -32,7 +34,8 @@ fail() {
 }
 CHUNK=65536
 N_CHUNKS=64
-export CL_STORAGE_FLAGS="--repl-wait 120 --recovery-mbps 400 --log-level info"
+# --metrics: the peering gauge is scraped while slice A is held peering.
+export CL_STORAGE_FLAGS="--repl-wait 120 --recovery-mbps 400 --log-level info --metrics 127.0.0.1:0"
 CL_MANAGER=0 cl_e2e_begin e2e-peering "$1" 3 --heal on || fail "cluster did not start"
 RAW="$CL_BIN/e2e_chunk"
 [ -x "$RAW" ] || fail "$RAW is missing (built with the e2e tests)"
@@ -158,11 +161,31 @@ head -1 "$CL_DIR/status" | grep -Eq '^HEALTH_WARN [0-9]+ slices? degraded \([0-9
 	fail "zl status does not count slice $A peering: $(head -1 "$CL_DIR/status")"
 inspect | grep -Eq '^[0-9]+ slices: [0-9]+ active, [1-9][0-9]* peering, ' ||
 	fail "inspect's summary counts no slice peering: $(inspect | tail -1)"
+# node-$X's gauge of the slices it peers (its /metrics, parsed by
+# prometheus_client's text parser; sampled once a second): A's, exactly
+# (its other new rows peered at once).
+murl="http://127.0.0.1:$(cl_metrics_port "$CL_DIR/storage-$X/log")/metrics"
+# peering_gauge WANT: polls node-$X's gauge until it is WANT (10 s); prints it.
+peering_gauge() {
+	local v=""
+	for _ in $(seq 1 50); do
+		v=$(/usr/bin/python3 "$SRC/test/lib/metrics_tool.py" sum zipline_storage_peering_slices -- "$murl") ||
+			fail "scraping $murl failed (python3-prometheus-client installed?)"
+		[ "$v" = "$1" ] && break
+		sleep 0.2
+	done
+	echo "$v"
+}
+pg=$(peering_gauge 1)
+echo "peering_e2e: held: zipline_storage_peering_slices on node-$X: $pg"
+[ "$pg" = 1 ] || fail "node-$X's zipline_storage_peering_slices is $pg, not 1, while slice $A is held peering"
 cl_flip_byte "$fileA" "$offA"
 wait_log $X "peering vol=$vid slice=$A term=2 .*pulled=1 pushed=0" ||
 	fail "node-$X did not log peering of slice $A in term 2 with one chunk pulled"
 # node-1 is out: peered, A is degraded (not peering) once X published.
 wait_state "$A" degraded || fail "slice $A still shows $(slice_state "$A") after it peered"
+pg=$(peering_gauge 0)
+[ "$pg" = 0 ] || fail "node-$X's zipline_storage_peering_slices is $pg, not 0, after slice $A peered"
 wait_log $Y "peering vol=$vid slice=$B term=2 .*pulled=0 pushed=1" ||
 	fail "node-$Y did not log peering of slice $B in term 2 with one chunk pushed"
 grep -h "peering vol=$vid slice=\($A\|$B\|$C\) term=2" "$CL_DIR"/storage-*/log | sed 's/.*storage_peering[^ ]* //'
