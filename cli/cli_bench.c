@@ -72,13 +72,17 @@ static uint64_t bench_next_off(struct bench *b)
 	return blk * b->bs;
 }
 
-static void bench_pump(struct bench *b);
+/* Submits slot s at now (the submit time its latency counts from).
+ * Returns 0, or -ZL_ERR_BUSY when the volume takes no more I/O for now (s
+ * stays free), or stops the job on any other error. */
+static int bench_submit(struct bench *b, struct bench_slot *s, uint64_t now);
 
 static void bench_done(void *arg, int status)
 {
 	struct bench_slot *s = arg;
 	struct bench *b = s->b;
-	uint64_t lat = zl_now_ns() - s->t_submit;
+	uint64_t now = zl_now_ns(); /* this one's end, and the next one's start */
+	uint64_t lat = now - s->t_submit;
 
 	s->busy = false;
 	b->inflight--;
@@ -94,9 +98,42 @@ static void bench_done(void *arg, int status)
 	zl_hist_add(&b->win, lat);
 	b->ios++;
 	b->bytes += b->bs;
-	bench_pump(b);
+	/* The slot just freed goes again; bench_run fills any other free one
+	 * (after -ZL_ERR_BUSY). The deadline is checked against the loop's
+	 * time here, against the clock after every loop iteration there. */
+	if (!b->stop && !bench_interrupted && zl_loop_now_ns(b->loop) < b->deadline_ns)
+		bench_submit(b, s, now);
 }
 
+static int bench_submit(struct bench *b, struct bench_slot *s, uint64_t now)
+{
+	int rc;
+
+	if (b->count && b->submitted >= b->count) {
+		b->stop = true; /* the loop waits for those in flight */
+		return -ZL_ERR_BUSY;
+	}
+	s->off = bench_next_off(b);
+	s->t_submit = now;
+	if (b->rw == BENCH_RANDREAD || b->rw == BENCH_READ)
+		rc = zl_vol_aio_read(b->v, s->buf, s->off, b->bs, bench_done, s);
+	else
+		rc = zl_vol_aio_write(b->v, s->buf, s->off, b->bs, 0, bench_done, s);
+	if (rc == -ZL_ERR_BUSY)
+		return rc;
+	if (rc) {
+		b->err = rc;
+		b->err_off = s->off;
+		b->stop = true;
+		return rc;
+	}
+	s->busy = true;
+	b->inflight++;
+	b->submitted++;
+	return 0;
+}
+
+/* Fills every free slot. */
 static void bench_pump(struct bench *b)
 {
 	if (b->stop || bench_interrupted || zl_now_ns() >= b->deadline_ns) {
@@ -105,31 +142,9 @@ static void bench_pump(struct bench *b)
 	}
 	for (uint32_t i = 0; i < b->qd; i++) {
 		struct bench_slot *s = &b->slots[i];
-		int rc;
 
-		if (b->count && b->submitted >= b->count) {
-			b->stop = true; /* the loop waits for those in flight */
+		if (!s->busy && bench_submit(b, s, zl_now_ns()))
 			return;
-		}
-		if (s->busy)
-			continue;
-		s->off = bench_next_off(b);
-		s->t_submit = zl_now_ns();
-		if (b->rw == BENCH_RANDREAD || b->rw == BENCH_READ)
-			rc = zl_vol_aio_read(b->v, s->buf, s->off, b->bs, bench_done, s);
-		else
-			rc = zl_vol_aio_write(b->v, s->buf, s->off, b->bs, 0, bench_done, s);
-		if (rc == -ZL_ERR_BUSY)
-			return;
-		if (rc) {
-			b->err = rc;
-			b->err_off = s->off;
-			b->stop = true;
-			return;
-		}
-		s->busy = true;
-		b->inflight++;
-		b->submitted++;
 	}
 }
 

@@ -2033,7 +2033,7 @@ static struct chunk *store_check_gone(struct zl_chunk_store *s, struct chunk *c)
 
 	if (!c)
 		return NULL;
-	now = zl_now_ms();
+	now = zl_loop_now_ns(s->loop) / 1000000;
 	if (now - c->gone_checked_ms < STORE_GONE_CHECK_MS)
 		return c;
 	vol = c->vol;

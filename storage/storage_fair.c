@@ -89,10 +89,10 @@ static void fair_admit(struct zl_storage_fair *f, struct fair_flow *fl,
 	f->st.inflight++;
 }
 
-bool zl_storage_fair_admit(struct zl_storage_fair *f, struct zl_storage_fair_item *it, uint64_t vol,
-			   uint32_t bytes, uint64_t now_ns)
+bool zl_storage_fair_admit(struct zl_storage_fair *f, struct zl_storage_fair_item *it,
+			   uint64_t vol_hash, uint32_t bytes, uint64_t now_ns)
 {
-	uint32_t idx = (uint32_t)(zl_hash64(vol) & (FAIR_FLOWS - 1));
+	uint32_t idx = (uint32_t)(vol_hash & (FAIR_FLOWS - 1));
 	struct fair_flow *fl = &f->flows[idx];
 
 	if (!f->o.on)

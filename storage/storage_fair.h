@@ -45,11 +45,12 @@ int zl_storage_fair_create(const struct zl_storage_fair_opts *o, zl_storage_fair
 			   void *arg, struct zl_storage_fair **out);
 /* Accepts NULL. Items still queued are not called back. */
 void zl_storage_fair_destroy(struct zl_storage_fair *f);
-/* Admission of an operation of `bytes` on volume vol at now_ns: true when it
- * may go to the disk now (admitted), false when it was queued (run admits it
- * later). */
-bool zl_storage_fair_admit(struct zl_storage_fair *f, struct zl_storage_fair_item *it, uint64_t vol,
-			   uint32_t bytes, uint64_t now_ns);
+/* Admission of an operation of `bytes` on the volume whose number hashes
+ * to vol_hash (zl_hash64: the request path hashed it once) at now_ns: true
+ * when it may go to the disk now (admitted), false when it was queued (run
+ * admits it later). */
+bool zl_storage_fair_admit(struct zl_storage_fair *f, struct zl_storage_fair_item *it,
+			   uint64_t vol_hash, uint32_t bytes, uint64_t now_ns);
 /* The disk operation of it ended: its bytes leave its volume's share and the
  * volume's queued operations that now fit are admitted (run). Nothing for an
  * item that is not admitted (idle: done already, or never admitted). */

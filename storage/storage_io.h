@@ -114,6 +114,12 @@ void zl_storage_vols_stats(const struct zl_storage_vols *vc, struct zl_storage_v
 int zl_storage_vol_lookup(struct zl_storage_vols *vc, uint64_t num, struct zl_storage_vol **out);
 /* The cached entry of num or NULL: no load, no side effect. */
 struct zl_storage_vol *zl_storage_vol_peek(struct zl_storage_vols *vc, uint64_t num);
+/* The same two with hash = zl_hash64(num) from the caller: a data request
+ * hashes its volume once, for these and its fair-share flow. */
+int zl_storage_vol_lookup_h(struct zl_storage_vols *vc, uint64_t num, uint64_t hash,
+			    struct zl_storage_vol **out);
+struct zl_storage_vol *zl_storage_vol_peek_h(struct zl_storage_vols *vc, uint64_t num,
+					     uint64_t hash);
 /* This node's id and incarnation (copied), for zl_storage_vol_me: set before
  * the first load. */
 void zl_storage_vols_set_self(struct zl_storage_vols *vc, const char *node_id,

@@ -145,9 +145,15 @@ struct peering_job {
 	struct zl_timer t; /* pj_finish again: the record was being loaded */
 };
 
+/* Direct-mapped by volume number: the I/O path's look-up (every request
+ * a primary serves asks whether its row is peered) without walking every
+ * volume's entry. */
+#define PVOL_HOT 256
+
 struct zl_storage_peering {
 	struct zl_storage *st;
 	struct peering_vol *vols;
+	struct peering_vol *hot[PVOL_HOT]; /* a cache of vols' entries */
 	struct peering_job *jobs;
 	unsigned n_jobs;
 	bool stopping;
@@ -211,13 +217,17 @@ int zl_storage_peering_create(struct zl_storage *st)
 	return 0;
 }
 
-static struct peering_vol *pvol_get(struct zl_storage_peering *pg, const struct zl_volume *v)
+/* pvol_get past its cache: finds or makes v's entry, caches it in *hot. */
+static __attribute__((noinline)) struct peering_vol *
+pvol_get_slow(struct zl_storage_peering *pg, const struct zl_volume *v, struct peering_vol **hot)
 {
 	struct peering_vol *pv;
 
 	for (pv = pg->vols; pv; pv = pv->next)
 		if (pv->vol == v->num)
 			break;
+	if (pv)
+		*hot = pv;
 	if (pv && pv->n_slices != v->n_slices) {
 		uint32_t *np = calloc(v->n_slices, sizeof(*np));
 
@@ -241,7 +251,22 @@ static struct peering_vol *pvol_get(struct zl_storage_peering *pg, const struct 
 	pv->n_slices = v->n_slices;
 	pv->next = pg->vols;
 	pg->vols = pv;
+	*hot = pv;
 	return pv;
+}
+
+/* v's entry (made on first use; NULL when out of memory): on the I/O path
+ * (zl_storage_peering_ready_primary, every request a primary serves) one
+ * look in the cache, inline. */
+static inline struct peering_vol *pvol_get(struct zl_storage_peering *pg,
+					   const struct zl_volume *v)
+{
+	struct peering_vol **hot = &pg->hot[v->num % PVOL_HOT];
+	struct peering_vol *pv = *hot;
+
+	if (pv && pv->vol == v->num && pv->n_slices == v->n_slices)
+		return pv;
+	return pvol_get_slow(pg, v, hot);
 }
 
 static void pj_free_bufs(struct peering_job *j)
@@ -1067,6 +1092,8 @@ void zl_storage_peering_forget(struct zl_storage *st, uint64_t vol)
 
 		if (pv->vol == vol) {
 			*pp = pv->next;
+			if (pg->hot[vol % PVOL_HOT] == pv)
+				pg->hot[vol % PVOL_HOT] = NULL;
 			free(pv->peered);
 			free(pv);
 			break;

@@ -90,6 +90,7 @@ struct storage_req {
 	struct zl_storage *st;
 	struct zl_xport_conn *conn; /* referenced */
 	struct zl_wire_hdr req;
+	uint64_t vh; /* zl_hash64(req.vol_id): its look-ups and fair-share flow */
 	uint8_t op;   /* effective opcode (REPL_WRITE: its aux) */
 	uint8_t *buf; /* pool buffer */
 	uint32_t chunk_size;
@@ -152,8 +153,9 @@ static uint32_t *srv_crcs(struct storage_req *r, uint64_t off, uint32_t len)
 
 /* ---- contexts ---- */
 
+/* A context for request h (vh: zl_hash64 of its volume number). */
 static struct storage_req *req_alloc(struct zl_storage *st, struct zl_xport_conn *c,
-				     const struct zl_wire_hdr *h)
+				     const struct zl_wire_hdr *h, uint64_t vh)
 {
 	struct storage_req *r = zl_slab_alloc(&st->reqs);
 
@@ -164,6 +166,7 @@ static struct storage_req *req_alloc(struct zl_storage *st, struct zl_xport_conn
 	r->conn = c;
 	zl_xport_conn_get(c);
 	r->req = *h;
+	r->vh = vh;
 	r->op = (uint8_t)zl_wire_repl_op(h);
 	r->t0_ns = zl_now_ns();
 	st->inflight++;
@@ -206,7 +209,7 @@ static void srv_account(struct storage_req *r)
 	if (r->failed || (op != ZL_OP_READ && op != ZL_OP_WRITE && op != ZL_OP_WRITE_ZEROES &&
 			  op != ZL_OP_DISCARD))
 		return;
-	sv = zl_storage_vol_peek(r->st->vols, h->vol_id);
+	sv = zl_storage_vol_peek_h(r->st->vols, h->vol_id, r->vh);
 	if (!sv)
 		return;
 	w = op != ZL_OP_READ;
@@ -350,11 +353,12 @@ static int srv_check_seq(struct zl_storage *st, const struct zl_wire_hdr *h,
 	return -ZL_ERR_SNAPSEQ;
 }
 
-/* Volume, range, version, epoch and role checks of a data request. On
- * success *slice / *ver are the slice and its current version; on failure
- * *ver is the current version when known. */
-static int srv_check(struct zl_storage *st, const struct zl_wire_hdr *h, uint32_t *slice,
-		     uint64_t *ver, uint32_t *chunk_size)
+/* Volume, range, version, epoch and role checks of a data request (vh:
+ * zl_hash64 of its volume number). On success *slice / *ver are the slice
+ * and its current version; on failure *ver is the current version when
+ * known. */
+static int srv_check(struct zl_storage *st, const struct zl_wire_hdr *h, uint64_t vh,
+		     uint32_t *slice, uint64_t *ver, uint32_t *chunk_size)
 {
 	struct zl_storage_vol *sv;
 	struct zl_slice *s;
@@ -362,7 +366,7 @@ static int srv_check(struct zl_storage *st, const struct zl_wire_hdr *h, uint32_
 	int rc;
 
 	*ver = h->slice_ver;
-	rc = zl_storage_vol_lookup(st->vols, h->vol_id, &sv);
+	rc = zl_storage_vol_lookup_h(st->vols, h->vol_id, vh, &sv);
 	if (rc)
 		return rc;
 	*chunk_size = sv->v.chunk_size;
@@ -860,10 +864,10 @@ static bool srv_fair_admit(struct storage_req *r)
 	/* Zeroing and discards punch holes: they move no data. */
 	uint32_t bytes = r->op == ZL_OP_READ || r->op == ZL_OP_WRITE ? r->req.length : 0;
 
-	if (zl_storage_fair_admit(r->st->fair, &r->fair, r->req.vol_id, bytes, r->t0_ns))
+	if (zl_storage_fair_admit(r->st->fair, &r->fair, r->vh, bytes, r->t0_ns))
 		return true;
 	r->st->rs.fair_queued++;
-	sv = zl_storage_vol_peek(r->st->vols, r->req.vol_id);
+	sv = zl_storage_vol_peek_h(r->st->vols, r->req.vol_id, r->vh);
 	if (sv)
 		sv->m_fair_queued++;
 	return false;
@@ -1405,7 +1409,7 @@ static int srv_recheck(struct storage_req *r)
 		return rc ? rc : zl_storage_peering_vol_ready(st, &sv->v);
 	}
 	slice = UINT32_MAX;
-	rc = srv_check(st, &r->req, &slice, &ver, &cs);
+	rc = srv_check(st, &r->req, r->vh, &slice, &ver, &cs);
 	r->seen_ver = ver;
 	if (r->loadwait && slice != UINT32_MAX) {
 		/* Held before the record was known: now it is. */
@@ -1515,15 +1519,15 @@ static void srv_data(struct zl_storage *st, struct zl_xport_conn *c, const struc
 	struct zl_storage_vol *sv;
 	struct storage_req *r;
 	uint32_t slice = 0, cs = 0;
-	uint64_t ver;
-	int rc = srv_check(st, h, &slice, &ver, &cs);
+	uint64_t ver, vh = zl_hash64(h->vol_id);
+	int rc = srv_check(st, h, vh, &slice, &ver, &cs);
 	/* Client I/O of a slice that is peering waits for it, and any data
 	 * request for its volume record from etcd (both bounded). */
 	bool hold = rc == -ZL_ERR_PEERING || rc == -EINPROGRESS;
 
 	if (rc && !hold)
 		goto out_reply;
-	r = req_alloc(st, c, h);
+	r = req_alloc(st, c, h, vh);
 	if (!r) {
 		rc = -ENOMEM;
 		goto out_reply;
@@ -1597,7 +1601,7 @@ static void srv_chunk_versions(struct zl_storage *st, struct zl_xport_conn *c,
 	/* A record on its way from etcd: a peer's peering or recovery waits
 	 * for it rather than failing its attempt. */
 	if (n == -EINPROGRESS) {
-		r = req_alloc(st, c, h);
+		r = req_alloc(st, c, h, zl_hash64(h->vol_id));
 		if (r) {
 			r->hold_load = true;
 			srv_hold(r);
@@ -1618,7 +1622,7 @@ static void srv_chunk_versions(struct zl_storage *st, struct zl_xport_conn *c,
 		srv_reply(st, c, h, n, 0, 0);
 		return;
 	}
-	r = req_alloc(st, c, h);
+	r = req_alloc(st, c, h, zl_hash64(h->vol_id));
 	if (r)
 		r->buf = zl_xport_buf_alloc(st->xport, ZL_WIRE_MAX_CTRL);
 	if (!r || !r->buf) {
@@ -1688,7 +1692,7 @@ static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_w
 		zl_storage_scrub_serve(st, c, h);
 		return;
 	case ZL_OP_HELLO:
-		r = req_alloc(st, c, h);
+		r = req_alloc(st, c, h, zl_hash64(h->vol_id));
 		if (!r) {
 			zl_xport_discard(p);
 			/* No HELLO pending any more (the auth state says so). */
@@ -1710,7 +1714,7 @@ static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_w
 		if (!rc && st->heal)
 			rc = zl_storage_peering_vol_ready(st, &sv->v);
 		if (!rc || rc == -ZL_ERR_PEERING || rc == -EINPROGRESS) {
-			r = req_alloc(st, c, h);
+			r = req_alloc(st, c, h, zl_hash64(h->vol_id));
 			if (r)
 				r->hold_load = rc == -EINPROGRESS;
 			if (r && rc)

@@ -515,18 +515,29 @@ void zl_storage_vols_stats(const struct zl_storage_vols *vc, struct zl_storage_v
 
 /* ---- lookups ---- */
 
-static struct zl_storage_vol **vols_slot(struct zl_storage_vols *vc, uint64_t num)
+static struct zl_storage_vol **vols_slot_h(struct zl_storage_vols *vc, uint64_t num, uint64_t hash)
 {
-	struct zl_storage_vol **pp = &vc->buckets[zl_hash64(num) % VOLS_BUCKETS];
+	struct zl_storage_vol **pp = &vc->buckets[hash % VOLS_BUCKETS];
 
 	while (*pp && (*pp)->num != num)
 		pp = &(*pp)->next;
 	return pp;
 }
 
+static struct zl_storage_vol **vols_slot(struct zl_storage_vols *vc, uint64_t num)
+{
+	return vols_slot_h(vc, num, zl_hash64(num));
+}
+
 struct zl_storage_vol *zl_storage_vol_peek(struct zl_storage_vols *vc, uint64_t num)
 {
 	return *vols_slot(vc, num);
+}
+
+struct zl_storage_vol *zl_storage_vol_peek_h(struct zl_storage_vols *vc, uint64_t num,
+					     uint64_t hash)
+{
+	return *vols_slot_h(vc, num, hash);
 }
 
 void zl_storage_vols_foreach(struct zl_storage_vols *vc,
@@ -539,7 +550,13 @@ void zl_storage_vols_foreach(struct zl_storage_vols *vc,
 
 int zl_storage_vol_lookup(struct zl_storage_vols *vc, uint64_t num, struct zl_storage_vol **out)
 {
-	struct zl_storage_vol **pp = vols_slot(vc, num);
+	return zl_storage_vol_lookup_h(vc, num, zl_hash64(num), out);
+}
+
+int zl_storage_vol_lookup_h(struct zl_storage_vols *vc, uint64_t num, uint64_t hash,
+			    struct zl_storage_vol **out)
+{
+	struct zl_storage_vol **pp = vols_slot_h(vc, num, hash);
 	uint64_t now;
 	struct vols_miss *m;
 

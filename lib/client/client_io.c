@@ -612,7 +612,6 @@ static void sub_send(struct client_sub *s)
 	struct zl_client *c = v->c;
 	const struct zl_slice *sl = &v->meta.slices[s->slice];
 	struct client_node *n;
-	uint64_t now = zl_now_ns();
 	uint32_t avoid = 0;
 	/* Heal mode: reads go to the primary like writes, except around a
 	 * bad copy of the primary (s->any). */
@@ -635,6 +634,8 @@ static void sub_send(struct client_sub *s)
 	s->reload_seq = v->reload_seq;
 	s->sent_ver = sl->version;
 	if (rd || s->any) {
+		uint64_t now = zl_loop_now_ns(c->loop);
+
 		for (unsigned i = 0; i < sl->n && i < ZL_MAX_REPLICAS; i++) {
 			n = v->slice_nodes[s->slice * ZL_MAX_REPLICAS + i];
 			if (!n || client_node_is_down(n, now))

@@ -60,8 +60,16 @@ int zl_fsync_dir(const char *path);
  * or -EIO when the file stopped taking bytes. */
 int zl_pwrite_all(int fd, const void *p, size_t len, uint64_t off);
 
-/* 64-bit mixing hash (deterministic, for placement and hash tables). */
-uint64_t zl_hash64(uint64_t x);
+/* 64-bit mixing hash (deterministic, for placement and hash tables):
+ * the splitmix64 finalizer. Inline: the I/O path hashes volume and chunk
+ * numbers several times per request. */
+static inline uint64_t zl_hash64(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
 uint64_t zl_hash_str(const char *s, uint64_t seed);
 
 /* Node and volume name rules: 1..63 chars of [A-Za-z0-9._-] for node ids;

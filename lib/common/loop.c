@@ -16,7 +16,8 @@ struct zl_loop {
 	int wakefd;
 	struct zl_loop_handle wake_h;
 	atomic_bool stop;
-	uint64_t now_ns;
+	uint64_t now_ns; /* read after epoll_wait returned */
+	bool in_pass;    /* now_ns is of the pass running (zl_loop_now_ns) */
 	struct zl_timer *timers; /* sorted by deadline */
 	struct zl_defer *defer_head, *defer_tail;
 	struct zl_poller *pollers;
@@ -291,6 +292,7 @@ int zl_loop_run_once(struct zl_loop *loop, int timeout_ms)
 		n = 0;
 	}
 	loop->now_ns = zl_now_ns();
+	loop->in_pass = true;
 	loop->dispatching = true;
 	loop->n_deleted = 0;
 	for (int i = 0; i < n; i++) {
@@ -305,6 +307,7 @@ int zl_loop_run_once(struct zl_loop *loop, int timeout_ms)
 	loop->n_deleted = 0;
 	work += loop_run_timers(loop);
 	work += loop_run_defers(loop);
+	loop->in_pass = false;
 	if (work)
 		loop->last_work_ns = loop->now_ns;
 	return work;
@@ -348,5 +351,5 @@ bool zl_loop_stopping(struct zl_loop *loop)
 
 uint64_t zl_loop_now_ns(struct zl_loop *loop)
 {
-	return loop->now_ns;
+	return loop->in_pass ? loop->now_ns : zl_now_ns();
 }

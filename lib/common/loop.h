@@ -91,7 +91,12 @@ void zl_loop_stop(struct zl_loop *loop);
 /* Thread-safe: interrupts a sleeping epoll_wait. */
 void zl_loop_wake(struct zl_loop *loop);
 bool zl_loop_stopping(struct zl_loop *loop);
-/* Cached monotonic time of the current iteration, in ns. */
+/* Monotonic time in ns, for deadlines and rate limits on the loop's thread:
+ * inside an iteration (callbacks, timers, defers) the time read once when
+ * epoll_wait returned, so at most one iteration old, without a clock read
+ * per call; outside one (pollers, code before the loop runs) zl_now_ns().
+ * Not for latencies: an I/O that starts and ends late in two iterations
+ * would be measured from the two iterations' starts. */
 uint64_t zl_loop_now_ns(struct zl_loop *loop);
 
 #endif

@@ -206,15 +206,6 @@ uint64_t zl_random_u64(void)
 	return v;
 }
 
-uint64_t zl_hash64(uint64_t x)
-{
-	/* splitmix64 finalizer */
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
 uint64_t zl_hash_str(const char *s, uint64_t seed)
 {
 	uint64_t h = 0xcbf29ce484222325ull ^ seed;

@@ -410,7 +410,7 @@ static struct xport_req *xport_req_start(struct zl_xport_conn *c, uint8_t opcode
 	r->busy = true;
 	r->opcode = opcode;
 	r->fail = 0;
-	r->deadline_ns = zl_now_ns() + (uint64_t)c->x->opts.timeout_ms * 1000000ull;
+	r->deadline_ns = zl_loop_now_ns(c->x->loop) + (uint64_t)c->x->opts.timeout_ms * 1000000ull;
 	r->in = in;
 	r->in_cap = in_cap;
 	r->cb = cb;

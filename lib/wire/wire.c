@@ -44,6 +44,10 @@ static int fail(const char **why, const char *reason, int code)
 	return code;
 }
 
+/* The flags that zl_wire_check looks at before the lengths. */
+#define WIRE_WF_RARE                                                                       \
+	(ZL_WF_FUA | ZL_WF_DVER | ZL_WF_ANY | ZL_WF_SEQ | ZL_WF_ABSENT | ZL_WF_CREATE)
+
 static bool op_is_data_write(unsigned op)
 {
 	return op == ZL_OP_WRITE || op == ZL_OP_REPL_WRITE || op == ZL_OP_CHUNK_PUSH;
@@ -63,6 +67,10 @@ int zl_wire_check(const struct zl_wire_hdr *h, uint32_t chunk_size, const char *
 		return fail(why, "unknown flag bits", -ZL_ERR_PROTO);
 	if (!reply && h->status)
 		return fail(why, "status set on a request", -ZL_ERR_PROTO);
+	/* Each check up to the length checks needs one of these set: the
+	 * common message (none set) skips them. */
+	if (!((h->flags & WIRE_WF_RARE) | h->subop | h->snap_seq))
+		goto lengths;
 	if ((h->flags & ZL_WF_DVER) && op != ZL_OP_REPL_WRITE)
 		return fail(why, "DVER flag on an opcode other than REPL_WRITE", -ZL_ERR_PROTO);
 	if ((h->flags & ZL_WF_ANY) && op != ZL_OP_READ)
@@ -103,6 +111,7 @@ int zl_wire_check(const struct zl_wire_hdr *h, uint32_t chunk_size, const char *
 	    op != ZL_OP_DISCARD)
 		return fail(why, "FUA on a non-write opcode", -ZL_ERR_PROTO);
 
+lengths:
 	if (reply) {
 		if (op == ZL_OP_HELLO && h->status == 0)
 			return h->payload_len == ZL_WIRE_HELLO_SIZE ?

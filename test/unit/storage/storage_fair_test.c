@@ -49,7 +49,7 @@ static void test_alone_unbounded(void **state)
 	(void)state;
 	memset(it, 0, sizeof(it));
 	for (int i = 0; i < 32; i++)
-		assert_true(zl_storage_fair_admit(f, &it[i], 7, 1u << 20, 1 * MS));
+		assert_true(zl_storage_fair_admit(f, &it[i], zl_hash64(7), 1u << 20, 1 * MS));
 	zl_storage_fair_stats(f, &s);
 	assert_int_equal(s.inflight, 32);
 	assert_int_equal(s.queued, 0);
@@ -74,14 +74,14 @@ static void test_contended_share(void **state)
 	memset(hog, 0, sizeof(hog));
 	memset(v, 0, sizeof(v));
 	/* Another volume's operation starts contention. */
-	assert_true(zl_storage_fair_admit(f, &v[0], 9, 4096, now));
+	assert_true(zl_storage_fair_admit(f, &v[0], zl_hash64(9), 4096, now));
 	/* The hog: one operation over the share goes (at least one), the
 	 * rest waits in order. */
-	assert_true(zl_storage_fair_admit(f, &hog[0], 7, 1u << 20, now));
+	assert_true(zl_storage_fair_admit(f, &hog[0], zl_hash64(7), 1u << 20, now));
 	for (int i = 1; i < 8; i++)
-		assert_false(zl_storage_fair_admit(f, &hog[i], 7, 1u << 20, now));
+		assert_false(zl_storage_fair_admit(f, &hog[i], zl_hash64(7), 1u << 20, now));
 	/* The light volume is admitted at once while the hog waits. */
-	assert_true(zl_storage_fair_admit(f, &v[1], 9, 4096, now));
+	assert_true(zl_storage_fair_admit(f, &v[1], zl_hash64(9), 4096, now));
 	zl_storage_fair_stats(f, &s);
 	assert_int_equal(s.queued, 7);
 	assert_int_equal(s.waiting, 7);
@@ -127,10 +127,10 @@ static void test_nested_done(void **state)
 	memset(&r, 0, sizeof(r));
 	zl_storage_fair_opts_default(&o);
 	assert_int_equal(zl_storage_fair_create(&o, on_run_fail, &r, &nested_f), 0);
-	assert_true(zl_storage_fair_admit(nested_f, &v, 9, 4096, now));
-	assert_true(zl_storage_fair_admit(nested_f, &hog[0], 7, 1u << 20, now));
+	assert_true(zl_storage_fair_admit(nested_f, &v, zl_hash64(9), 4096, now));
+	assert_true(zl_storage_fair_admit(nested_f, &hog[0], zl_hash64(7), 1u << 20, now));
 	for (int i = 1; i < 4; i++)
-		assert_false(zl_storage_fair_admit(nested_f, &hog[i], 7, 1u << 20, now));
+		assert_false(zl_storage_fair_admit(nested_f, &hog[i], zl_hash64(7), 1u << 20, now));
 	zl_storage_fair_done(nested_f, &hog[0]);
 	assert_int_equal(r.n, 3);
 	zl_storage_fair_stats(nested_f, &s);
@@ -150,7 +150,7 @@ static void test_off(void **state)
 	(void)state;
 	memset(it, 0, sizeof(it));
 	for (int i = 0; i < 4; i++)
-		assert_true(zl_storage_fair_admit(f, &it[i], (uint64_t)i % 2, 1u << 20, 1 * MS));
+		assert_true(zl_storage_fair_admit(f, &it[i], zl_hash64((uint64_t)i % 2), 1u << 20, 1 * MS));
 	for (int i = 0; i < 4; i++)
 		zl_storage_fair_done(f, &it[i]);
 	zl_storage_fair_stats(f, &s);
