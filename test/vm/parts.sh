@@ -1,5 +1,5 @@
 # Sourced by the tests that run several parts in ONE guest boot of the test
-# VM (frontends-vm.sh): a boot under TCG costs 20-35 s
+# VM (frontends-vm.sh, test/rdma/rdma-vm.sh): a boot under TCG costs 20-35 s
 # and each part's set-up more, so the vm stage boots once per group of parts
 # that can share a guest. Each part still passes or fails on its own, by
 # name:
