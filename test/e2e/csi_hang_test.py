@@ -19,7 +19,7 @@ for the attach processes left at the end.
 frontend (a volume whose storage is stopped or killed, another volume
 staged meanwhile, nothing in state D; SIGTERM with I/O stuck) with
 zipline-node --frontend FRONTEND: test/vm/csi_frontend_guest.py runs it in
-the test VM (ublk_vm, nbd_frontend), against the guest's etcd, storage
+the test VM (frontends_vm, parts ublk and nbd), against the guest's etcd, storage
 daemons (--auth off: the token checks stay on the host) and controller,
 exported as csi_e2e.sh does (ZL_BIN, CL_DIR: a directory on a disk for the
 hang cluster's data, CL_ETCD, CSI_WORK, CTRL_EP, ZL_SOURCE_DIR).

@@ -28,7 +28,7 @@ alone, which an attach process outlives either way).
 
 `csi_restart_test.py --frontend ublk|nbd` runs the same with zipline-node
 --frontend FRONTEND: test/vm/csi_frontend_guest.py runs it in the test VM
-(ublk_vm, nbd_frontend), where the kernel has ublk_drv and nbd; the staged
+(frontends_vm, parts ublk and nbd), where the kernel has ublk_drv and nbd; the staged
 volume must then sit on /dev/ublkbN or /dev/nbdN (its state.json says so).
 The VM's init mounts no cgroup hierarchy: the test mounts cgroup2 there.
 """

@@ -144,7 +144,7 @@ PY
 }
 # The helpers run once or more per request (~170 requests): bash builtins
 # only, no cat or awk, since every program start costs 0.1-0.3 s in the VM
-# (security_rdma).
+# (rdma_vm, part security).
 outsider() { # outsider NODE SETTINGS/STEPS...
 	local port
 	read -r port <"$CL_DIR/storage-$1/port"

@@ -6,20 +6,17 @@
 # transport rdma; the script checks in the daemons' logs and in `zl status`
 # that the connections were RDMA.
 #
-# Usage: test/rdma/cluster_rdma.sh BUILD_DIR
+# Usage: test/rdma/cluster_rdma.sh BUILD_DIR: the part "cluster" of rdma_vm
+# (test/rdma/rdma-vm.sh, which runs it in its guest; on the host this
+# script runs rdma-vm.sh BUILD_DIR cluster).
 # Environment: ZL_E2E_BYTES (default 64M here), ZL_E2E_VOLUME_SIZE (default
-# 128M here), ZL_VM_MEM (guest memory, default 4G here: replicas live on the
-# guest's tmpfs), plus run-in-vm.sh's.
-# A guest that cannot start fails the test loudly (test/vm/vm.sh).
+# 128M here), plus rdma-vm.sh's.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 build=$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)
 
 if [[ ${ZL_VM:-0} != 1 ]]; then
-	export ZL_BUILD_DIR=$build
-	exec "$here/run-in-vm.sh" -m "${ZL_VM_MEM:-4G}" \
-		--ip 10.77.0.1/24 --ip 10.77.0.2/24 --ip 10.77.0.3/24 -- \
-		bash "$here/cluster_rdma.sh" "$build"
+	exec bash "$here/rdma-vm.sh" "$build" cluster
 fi
 
 # In the guest. State (etcd, chunk replicas) on the guest's tmpfs, not on
@@ -32,6 +29,8 @@ if [[ ${#ips[@]} -ne 3 ]]; then
 	exit 1
 fi
 work=$(mktemp -d /tmp/zl-rdma-e2e.XXXXXX)
+# The next part of the guest gets the memory back.
+trap 'rm -rf "$work"' EXIT
 ln -s "$build/bin" "$work/bin"
 ulimit -l unlimited
 # The replicas and the daemons' journals share the guest's tmpfs: 32 MiB

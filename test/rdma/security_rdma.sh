@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Data-path security over RDMA (issue 11, docs/SECURITY.md), in ONE
-# Soft-RoCE guest (test/vm/vm.sh through run-in-vm.sh):
+# Data-path security over RDMA (issue 11, docs/SECURITY.md), the part
+# "security" of rdma_vm (test/rdma/rdma-vm.sh, in its Soft-RoCE guest):
 #   1. mw_test (test/rdma/mw_test.c): a rogue server/client on raw verbs
 #      against the transport's per-request memory windows and local-only
 #      registrations;
@@ -8,17 +8,14 @@
 #      daemons --auth on --transport rdma on rxe0, zl over RDMA, and the
 #      outsider's hand-made requests carried by the RDMA transport against
 #      every daemon (all of it against node-1, the core against 2 and 3).
-# Usage: test/rdma/security_rdma.sh BUILD_DIR
-# Environment: ZL_VM_MEM (default 3G), run-in-vm.sh's. A guest that cannot
-# start fails the test loudly (test/vm/vm.sh).
+# Usage: test/rdma/security_rdma.sh BUILD_DIR (on the host: runs
+# rdma-vm.sh BUILD_DIR security). Environment: rdma-vm.sh's.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 build=$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)
 
 if [[ ${ZL_VM:-0} != 1 ]]; then
-	export ZL_BUILD_DIR=$build
-	exec "$here/run-in-vm.sh" -m "${ZL_VM_MEM:-3G}" --ip 10.77.0.1/24 -- \
-		bash "$here/security_rdma.sh" "$build"
+	exec bash "$here/rdma-vm.sh" "$build" security
 fi
 
 # In the guest. Cluster state on the guest's tmpfs (not the 9p share):
@@ -33,6 +30,7 @@ mw=$?
 t1=$(date +%s)
 echo "FIGURE: mw_test took $((t1 - t0)) s of guest time (exit $mw)"
 work=$(mktemp -d /tmp/zl-security-rdma.XXXXXX)
+trap 'rm -rf "$work"' EXIT
 ln -s "$build/bin" "$work/bin"
 # Every daemon is attacked over RDMA: node-1 with every credential against
 # every opcode (the host runs that against all three over TCP), nodes 2 and 3

@@ -1,6 +1,6 @@
 """csi_frontend_guest.py BIN WORK ETCD FRONTEND DATA [param]: the CSI half of
-nbd_frontend (FRONTEND nbd, run by test/vm/nbd-guest.sh) and of ublk_vm
-(FRONTEND ublk, with param, run by test/vm/ublk-guest.sh), inside the test VM
+the parts nbd (FRONTEND nbd, run by test/vm/nbd-guest.sh) and ublk (FRONTEND
+ublk, with param, run by test/vm/ublk-guest.sh) of frontends_vm, inside the test VM
 (the frontend's module loaded, etcd and three zipline-storage running).
 
 zipline-controller and zipline-node, driven through CSI gRPC; this script

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# nbd-guest.sh BUILD WORK: the guest half of nbd_frontend (nbd-frontend.sh),
-# run inside the test VM with the nbd module loaded and one virtio disk.
+# nbd-guest.sh BUILD WORK: the part "nbd" of frontends_vm
+# (test/vm/frontends-vm.sh runs it inside the test VM with the nbd module
+# loaded; the disk is the first of ZL_VM_DISKS).
 #
 # etcd and three zipline-storage (TCP, --auth off: no attach token needed, data on an ext4 file system on the
 # virtio disk), a 3-replica volume, then the kernel NBD frontend of

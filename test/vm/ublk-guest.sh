@@ -1,6 +1,7 @@
 #!/bin/bash
-# Guest side of ublk-vm.sh (runs inside test/vm/vm.sh with ublk_drv loaded
-# and one virtio disk). Usage: ublk-guest.sh BUILD WORK
+# The part "ublk" of frontends_vm (test/vm/frontends-vm.sh runs it inside
+# test/vm/vm.sh with ublk_drv loaded; the disk is the first of ZL_VM_DISKS).
+# Usage: ublk-guest.sh BUILD WORK
 #
 # 1. the disk gets ext4 for etcd and three zipline-storage (node-1..3,
 #    127.0.0.1:7101..7103, --transport tcp, --auth off: the attach process

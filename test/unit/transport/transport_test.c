@@ -2290,12 +2290,12 @@ int main(int argc, char **argv)
 	failed += cmocka_run_group_tests_name("transport_tls", tls, NULL, NULL);
 	tls_certs_remove();
 	/* The RDMA group runs where RDMA is required (the VM run, ctest
-	 * transport_test_rdma); elsewhere it is not run at all rather than
+	 * rdma_vm, part transport); elsewhere it is not run at all rather than
 	 * skipped test by test. */
 	if (kind_required(ZL_XPORT_RDMA))
 		failed += cmocka_run_group_tests_name("transport_rdma", rdma, NULL, NULL);
 	else
 		printf("transport_rdma: not run here (no ZL_TEST_XPORT_REQUIRE=rdma); "
-		       "ctest transport_test_rdma runs it in the VM\n");
+		       "ctest rdma_vm runs it in the VM\n");
 	return failed;
 }
