@@ -42,27 +42,14 @@ fail() {
 cl_e2e_begin e2e-clone "$1" 3 || fail "cluster did not start"
 t_start=$SECONDS
 
-# chunk_files: chunk files (live and snapshot clones) on every daemon.
-chunk_files() { find "$CL_DIR"/storage-*/data/chunks -name '*.zlc' 2>/dev/null | wc -l; }
-# vol_keys: etcd keys of volumes, names, snapshots, dependants, tombstones
-# and snapshot requests (what a volume, snapshot or clone leaves).
-vol_keys() {
-	local k n total=0
-	for k in volumes names snapshots snapnames dependants deletes snapreqs snapwriters attachments; do
-		n=$(curl -s -m 2 -X POST -d "{\"key\":\"$(printf '/zipline/%s/' "$k" | base64)\",\"range_end\":\"$(printf '/zipline/%s0' "$k" | base64)\",\"count_only\":true}" \
-			"$CL_ETCD/v3/kv/range" | sed -n 's/.*"count":"\([0-9]*\)".*/\1/p')
-		total=$((total + ${n:-0}))
-	done
-	echo "$total"
-}
 load() { "$CL_BIN/e2e_load" "$@" --etcd "$CL_ETCD"; }
 # check VOL LOG: the whole volume against the log, acknowledged writes only.
 check() {
 	load check --volume "$1" --log "$2" --exact >"$CL_DIR/check-$1.out" 2>&1 ||
 		fail "$1 does not read as $2 says: $(tail -5 "$CL_DIR/check-$1.out")"
 }
-files0=$(chunk_files)
-keys0=$(vol_keys)
+files0=$(cl_chunk_files)
+keys0=$(cl_vol_keys)
 
 "$ZL" volume create src --size 16M --replicas 3 --chunk-size 256K >/dev/null || fail "create src"
 load write --volume src --log "$CL_DIR/src.log" --seed 1 --bytes 8M --max-len 256K \
@@ -226,11 +213,7 @@ echo "$T: zl volume verify clean on src, cs, cv and ccs"
 for v in ccs cs cv src; do
 	out=$("$ZL" volume rm "$v" 2>&1) || fail "volume rm $v: $out"
 done
-for _ in $(seq 1 100); do
-	[ "$(chunk_files)" = "$files0" ] && [ "$(vol_keys)" = "$keys0" ] && break
-	sleep 0.2
-done
-[ "$(chunk_files)" = "$files0" ] || fail "chunk files left: $(chunk_files) (had $files0)"
-[ "$(vol_keys)" = "$keys0" ] || fail "etcd keys left: $(vol_keys) (had $keys0)"
+cl_wait_leak_free "$files0" "$keys0" 20 ||
+	fail "left: $(cl_chunk_files) chunk files (had $files0), $(cl_vol_keys) etcd keys (had $keys0)"
 echo "$T: nothing left ($files0 chunk files, $keys0 volume keys), $((SECONDS - t_start)) s"
 echo "$T: PASS"

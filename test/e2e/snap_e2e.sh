@@ -11,7 +11,8 @@
 # inspect` and `zl snapshot rm` agree with what was taken, and `zl volume
 # verify` finds every replica equal, live and in every snapshot left.
 # Before that, a clone of each snapshot reads as the snapshot, and a write
-# to each clone changes neither the snapshot nor the volume.
+# to each clone changes neither the snapshot nor the volume. At the end
+# everything is deleted and no chunk file or etcd key is left.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
@@ -24,6 +25,8 @@ fail() {
 }
 cl_e2e_begin e2e-snap "$1" 3 || fail "cluster did not start"
 now_ns() { date +%s%N; }
+files0=$(cl_chunk_files)
+keys0=$(cl_vol_keys)
 
 "$ZL" volume create sv --size 16M --replicas 3 --chunk-size 64K >/dev/null || fail "create"
 "$CL_BIN/e2e_snap" --etcd "$CL_ETCD" --volume sv --log "$CL_DIR/writes.log" \
@@ -110,4 +113,12 @@ vout=$("$ZL" volume verify sv --snapshot s2 2>&1) || fail "verify --snapshot s2:
 grep -q "^verify of volume 'sv': 0 chunks compared on their in-sync members and 256 snapshot chunks across 1 snapshot, 0 differences\$" <<<"$vout" ||
 	fail "verify --snapshot s2: $vout"
 echo "snap_e2e: zl volume verify clean on the volume and its $((SNAPS - 1)) snapshots ($((SECONDS - t_vf)) s)"
+# Everything deleted: no chunk file, no etcd key left.
+for i in $(seq 2 "$SNAPS"); do
+	"$ZL" snapshot rm "s$i" >/dev/null || fail "snapshot rm s$i"
+done
+"$ZL" volume rm sv >/dev/null || fail "volume rm sv"
+cl_wait_leak_free "$files0" "$keys0" 20 ||
+	fail "left: $(cl_chunk_files) chunk files (had $files0), $(cl_vol_keys) etcd keys (had $keys0)"
+echo "snap_e2e: nothing left after the deletes ($files0 chunk files, $keys0 volume keys)"
 echo "snap_e2e: PASS"

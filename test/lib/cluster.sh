@@ -370,6 +370,31 @@ cl_e2e_begin() {
 	cl_wait_nodes "$nodes"
 }
 
+# cl_chunk_files: chunk files (live and snapshot clones) on every daemon.
+cl_chunk_files() { find "$CL_DIR"/storage-*/data/chunks -name '*.zlc' 2>/dev/null | wc -l; }
+# cl_vol_keys: etcd keys of volumes, names, snapshots, dependants,
+# tombstones, snapshot requests and attachments (what a volume, snapshot or
+# clone leaves) under /zipline/.
+cl_vol_keys() {
+	local k n total=0
+	for k in volumes names snapshots snapnames dependants deletes snapreqs snapwriters attachments; do
+		n=$(curl -s -m 2 -X POST -d "{\"key\":\"$(printf '/zipline/%s/' "$k" | base64)\",\"range_end\":\"$(printf '/zipline/%s0' "$k" | base64)\",\"count_only\":true}" \
+			"$CL_ETCD/v3/kv/range" | sed -n 's/.*"count":"\([0-9]*\)".*/\1/p')
+		total=$((total + ${n:-0}))
+	done
+	echo "$total"
+}
+# cl_wait_leak_free FILES KEYS SECS: until cl_chunk_files and cl_vol_keys
+# are back to FILES and KEYS (what a test counted before it made anything);
+# 1 after SECS.
+cl_wait_leak_free() {
+	local end=$((SECONDS + $3))
+	until [ "$(cl_chunk_files)" = "$1" ] && [ "$(cl_vol_keys)" = "$2" ]; do
+		((SECONDS < end)) || return 1
+		sleep 0.2
+	done
+}
+
 # cl_rows VOL_ID: one line per slice of the volume's record in etcd,
 # "slice v term node:state..." (states in_sync, recovering, out), read
 # through the etcd JSON gateway (test/lib/heal_tool.py etcd ... rows), not
