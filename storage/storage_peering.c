@@ -199,8 +199,17 @@ int zl_storage_chunk_apply(struct zl_storage *st, uint64_t vol, uint64_t chunk, 
 {
 	uint64_t ver = zl_storage_push_piece_version(off, len, chunk_size, pushed);
 
-	if (!ver && piece_is_zero(buf, len))
+	if (!ver && piece_is_zero(buf, len)) {
+		/* A clone of a chunk never written (zeros at version 0) is
+		 * still a file, which zl_chunk_snap_install marks: its last
+		 * piece writes the last block when no piece made the file. */
+		if ((chunk >> ZL_CHUNK_IDX_BITS) && (uint64_t)off + len == chunk_size &&
+		    !zl_chunk_held(st->chunks, vol, chunk))
+			return zl_chunk_write(st->chunks, vol, chunk, chunk_size,
+					      chunk_size - ZL_BLOCK_SIZE, ZL_BLOCK_SIZE,
+					      buf + len - ZL_BLOCK_SIZE, 0, cb, arg);
 		return zl_chunk_zero(st->chunks, vol, chunk, chunk_size, off, len, 0, cb, arg);
+	}
 	return zl_chunk_write(st->chunks, vol, chunk, chunk_size, off, len, buf, ver, cb, arg);
 }
 

@@ -18,7 +18,9 @@
 # and recovers. Pass: every replica holds the one clone, snapshot 2 reads
 # the data written before it and the live chunk the data written after,
 # on every replica, also after one more write at sequence 2 (the recovered
-# backup takes no second clone). Then `zl volume verify` (live chunks and
+# backup takes no second clone); a chunk first written at sequence 2 while
+# the backup was down (a clone of the absent chunk: zeros, version 0) is
+# recovered too, its clone file made on the backup. Then `zl volume verify` (live chunks and
 # snapshot 2) is clean, and after one byte of one replica's clone file is
 # flipped it reports exactly that snapshot, chunk and replica and exits 1.
 # Usage: snap_store_e2e.sh BUILD_DIR. KEEP=1 keeps the state dir.
@@ -69,7 +71,8 @@ check_all() {
 			fail "snapshot $1 read on $n ($role) is not $2, the data written before it"
 		expect "live READ ANY on $n" OK "$(chunk "$n" read "$vid" 0 0 $CHUNK "$sv" any "$CL_DIR/live-$n")"
 		cmp -s "$CL_DIR/$3" "$CL_DIR/live-$n" || fail "live read on $n ($role) is not $3, the data written last"
-		[ "$(clones "$n")" = 1 ] || fail "$n holds $(clones "$n") clone chunk files of $vid, want 1"
+		[ "$(clones "$n")" = "${want_clones:-1}" ] ||
+			fail "$n holds $(clones "$n") clone chunk files of $vid, want ${want_clones:-1}"
 	done
 }
 
@@ -145,6 +148,17 @@ hl_etcd set "$vid" "$bk" out || fail "marking $bk out"
 wait "$w2" || fail "e2e_chunk write d2: $(cat "$CL_DIR/w2.err")"
 grep -q '^status=OK' "$CL_DIR/w2.out" || fail "write d2 at sequence 2 with $bk down: $(cat "$CL_DIR/w2.out")"
 sv=$(hl_etcd rows "$vid" | awk '$1 == 0 {print $2}')
+# Chunk zc was never written: its first write (4 KiB at sequence 2, $bk
+# down) makes the others a clone of the absent chunk, zeros at version 0,
+# which recovery must copy to $bk as well (a file that holds nothing).
+zc=5
+zs=$((zc % $(hl_etcd rows "$vid" | wc -l)))
+zp=$(hl_etcd primary "$vid" "$zs") || fail "no primary for slice $zs"
+zsv=$(hl_etcd rows "$vid" | awk -v s="$zs" '$1 == s {print $2}')
+head -c 4096 /dev/urandom >"$CL_DIR/z4k"
+expect "write 4 KiB to the never-written chunk $zc at sequence 2" OK \
+	"$(chunk "$zp" write "$vid" "$zc" 0 "$zsv" "$CL_DIR/z4k" 10000 seq=2)"
+want_clones=2
 
 cl_start_storage "${bk#node-}"
 cl_wait_nodes 3 || fail "$bk did not register again"
@@ -157,7 +171,18 @@ sv=$(hl_etcd rows "$vid" | awk '$1 == 0 {print $2}')
 grep -q "recovery caught up: vol=$vid slice=0 member=$bk chunks_copied=[1-9]" "$CL_DIR"/storage-*/log ||
 	fail "the recovery of slice 0 copied nothing to $bk"
 check_all 2 d1 d2
-echo "$T: after recovery every replica holds the clone and the live chunk"
+head -c $CHUNK /dev/zero >"$CL_DIR/zeros"
+cp "$CL_DIR/zeros" "$CL_DIR/zlive" && dd if="$CL_DIR/z4k" of="$CL_DIR/zlive" conv=notrunc status=none
+zsv=$(hl_etcd rows "$vid" | awk -v s="$zs" '$1 == s {print $2}')
+for n in node-1 node-2 node-3; do
+	expect "READ ANY of chunk $zc at sequence 2 on $n" OK \
+		"$(chunk "$n" read "$vid" "$zc" 0 $CHUNK "$zsv" any seq=2 "$CL_DIR/zsnap-$n")"
+	cmp -s "$CL_DIR/zeros" "$CL_DIR/zsnap-$n" || fail "snapshot 2 of chunk $zc on $n is not zeros"
+	expect "live READ ANY of chunk $zc on $n" OK \
+		"$(chunk "$n" read "$vid" "$zc" 0 $CHUNK "$zsv" any "$CL_DIR/zlive-$n")"
+	cmp -s "$CL_DIR/zlive" "$CL_DIR/zlive-$n" || fail "chunk $zc on $n is not its 4 KiB write"
+done
+echo "$T: after recovery every replica holds the clones (also of a chunk never written before) and the live chunks"
 expect "write d3 at sequence 2" OK "$(chunk "$prim" write "$vid" 0 0 "$sv" "$CL_DIR/d3" 10000 seq=2)"
 check_all 2 d1 d3
 
@@ -200,10 +225,10 @@ echo "$T: the damaged clone: verify names snapshot 2, chunk 0 and $bk, exit 1 (a
 
 # Scrub covers clone chunks: the damaged clone is found among the replicas
 # that hold it, rewritten from a good one (made a clone again on $bk) and
-# counted with the chunks (chunk 0 and its clone: 2 checked).
+# counted with the chunks (chunks 0 and $zc and their clones: 4 checked).
 "$ZL" volume scrub svol --json >"$CL_DIR/scrub.json" 2>"$CL_DIR/scrub.err" ||
 	fail "scrub with a damaged clone: $(cat "$CL_DIR/scrub.json" "$CL_DIR/scrub.err")"
-grep -q '"chunks_checked":2,"bad_found":1,"repaired":1,' "$CL_DIR/scrub.json" ||
+grep -q '"chunks_checked":4,"bad_found":1,"repaired":1,' "$CL_DIR/scrub.json" ||
 	fail "scrub totals with a damaged clone: $(cat "$CL_DIR/scrub.json")"
 grep -q "scrub repaired vol=$vid chunk=0 clone=2 member=$bk reason=crc " "$CL_DIR"/storage-*/log ||
 	fail "no 'scrub repaired' line for the clone of chunk 0 on $bk"
