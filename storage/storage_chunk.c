@@ -2722,6 +2722,46 @@ static void store_unclean_scan(struct zl_chunk_store *s)
 		    chunks, zl_now_ms() - t0, rolled_chunks, blocks, failed);
 }
 
+/* Without the clean marker, waits for the direct writes of the process that
+ * ran the store before (killed -9) which are still in flight to land, in
+ * every chunk file, before the journal replay and the verification read any
+ * of them: a write into a hole (a block zeroed before) lands from a kernel
+ * workqueue after the process was reaped, and a block verified before that
+ * would be rolled back to old data the write then replaces (ZL_ERR_CORRUPT:
+ * matches neither CRC). */
+static void store_dio_settle_all(struct zl_chunk_store *s)
+{
+	char path[PATH_MAX];
+	uint64_t t0 = zl_now_ms(), failed = 0;
+	int fd, rc;
+
+	snprintf(path, sizeof(path), "%s/" STORE_CLEAN_FILE, s->dir);
+	if (!access(path, F_OK))
+		return; /* a clean close left nothing in flight */
+	for (uint32_t i = 0; i < STORE_BUCKETS; i++) {
+		for (struct known *k = s->known[i]; k; k = k->next) {
+			if (store_path(s, k->vol, k->idx, path, sizeof(path)))
+				continue;
+			fd = open(path, O_RDWR | O_CLOEXEC);
+			if (fd < 0)
+				continue; /* missing: its first open reports it */
+			rc = zl_dio_settle(fd);
+			close(fd);
+			if (rc && !failed++)
+				ZL_LOG_WARN(
+				    "storage",
+				    "unclean start: cannot wait for writes in flight into "
+				    "%s: %s (a write of the killed process landing after the "
+				    "verification may read as corrupt; scrub repairs it)",
+				    path, strerror(-rc));
+		}
+	}
+	ZL_LOG_INFO("storage",
+		    "unclean start: waited for writes in flight into %" PRIu64
+		    " chunk files in %" PRIu64 " ms (%" PRIu64 " could not be waited for)",
+		    s->n_known, zl_now_ms() - t0, failed);
+}
+
 /* Removes the clean marker (durably, before anything is served). Returns
  * true when it was there: the last close was clean. */
 static bool store_clean_take(struct zl_chunk_store *s)
@@ -3299,6 +3339,7 @@ int zl_chunk_store_create(const struct zl_chunk_store_opts *opts, struct zl_chun
 	/* Logged; files left over are converted when first opened. */
 	(void)store_convert_all(s);
 	store_known_scan(s);
+	store_dio_settle_all(s);
 	rc = store_journal_open(s, opts);
 	if (rc)
 		goto out_free;

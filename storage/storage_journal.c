@@ -191,6 +191,14 @@ int zl_jw_open(const struct zl_jw_opts *o, struct zl_jw **out)
 		ZL_LOG_ERR("storage", "cannot open the journal %s: %s", j->path, zl_strerror(rc));
 		goto fail;
 	}
+	/* Records of a process killed -9 may still be on their way in: the
+	 * replay reads what is there once they landed (zl_dio_settle). */
+	rc = zl_dio_settle(j->fd);
+	if (rc && rc != -EOPNOTSUPP)
+		ZL_LOG_WARN("storage",
+			    "cannot wait for writes in flight into the journal %s: %s (the "
+			    "replay may miss a record of a killed process still on its way)",
+			    j->path, zl_strerror(rc));
 	rc = zl_journal_sb_read(j->fd, &j->sb, &j->slot, &why);
 	if (rc) {
 		ZL_LOG_ERR("storage",

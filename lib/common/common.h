@@ -59,6 +59,14 @@ int zl_fsync_dir(const char *path);
 /* Writes all len bytes at off (short writes and EINTR retried). 0, -errno,
  * or -EIO when the file stopped taking bytes. */
 int zl_pwrite_all(int fd, const void *p, size_t len, uint64_t off);
+/* Waits until every direct write into fd's file that is still in flight
+ * has landed, including those of a process that died (kill -9): its
+ * io_uring writes are not waited for at exit, a write into a hole completes
+ * (its extent converted) from a kernel workqueue well after waitpid()
+ * returned. fallocate() waits for them (inode_dio_wait, ext4 and xfs); it
+ * is given the file's first 4 KiB (a header, allocated: nothing changes).
+ * 0 or -errno (-EOPNOTSUPP: the file system cannot tell). */
+int zl_dio_settle(int fd);
 
 /* 64-bit mixing hash (deterministic, for placement and hash tables):
  * the splitmix64 finalizer. Inline: the I/O path hashes volume and chunk

@@ -257,6 +257,11 @@ int zl_fsync_dir(const char *path)
 	return rc;
 }
 
+int zl_dio_settle(int fd)
+{
+	return fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, 4096) < 0 ? -errno : 0;
+}
+
 int zl_pwrite_all(int fd, const void *p, size_t len, uint64_t off)
 {
 	size_t done = 0;
