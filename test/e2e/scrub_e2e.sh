@@ -62,10 +62,14 @@ echo "scrub_e2e: chunk $A damaged on its primary $primA, chunk $B deleted on $lo
 read -r _ primD nd1 nd2 nd3 < <(awk -v s=$((D % n_slices)) '$1 == s' "$CL_DIR/rows")
 for n in $nd1 $nd2 $nd3; do [ "$n" != "$primD" ] && memD=$n; done
 fD="$CL_DIR/storage-${memD#node-}/data/chunks/$vid/$(printf '%016x' $D).zlc"
+logoff=$(stat -c %s "$CL_DIR/storage-${memD#node-}/log")
 cl_stop "storage-${memD#node-}"
 hl_divergent "$fD" 7 100 || fail "cannot make $fD divergent"
 cl_start_storage "${memD#node-}"
 cl_wait_nodes 3 || fail "$memD did not register again"
+# The restarted daemon peers the slices it leads: the damage below comes
+# after, else that peering could heal it (a file it finds missing is pulled).
+hl_wait_peered "$vid" "$memD" "$logoff" 30 || fail "$memD did not peer again"
 echo "scrub_e2e: chunk $D made divergent on $memD (primary $primD)"
 fA="$CL_DIR/storage-${primA#node-}/data/chunks/$vid/$(printf '%016x' $A).zlc"
 fB="$CL_DIR/storage-${lostB#node-}/data/chunks/$vid/$(printf '%016x' $B).zlc"

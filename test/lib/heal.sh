@@ -53,6 +53,24 @@ hl_wait_caught_up() {
 	[ "$got" -ge "$n" ]
 }
 
+# hl_wait_peered VID NODE OFFSET SECS: a restarted daemon peers every slice
+# it is the primary of; polls every 0.1 s until NODE's log after byte OFFSET
+# (its size before the restart) has the end-of-peering line of each of them,
+# so that damage done next is not healed by that peering. Non-zero, with the
+# slices missing on stderr, after SECS.
+hl_wait_peered() {
+	local vid=$1 node=$2 off=$3 secs=$4 log="$CL_DIR/storage-${2#node-}/log" want missing
+	want=$(hl_etcd members "$vid" | awk -v n="$node" '$2 == n {print $1}')
+	for _ in $(seq 1 $((secs * 10))); do
+		missing=$(tail -c +$((off + 1)) "$log" | grep -o "peering vol=$vid slice=[0-9]* term=" |
+			sed 's/.*slice=\([0-9]*\) .*/\1/' | sort -u | comm -13 - <(echo "$want" | sort -u))
+		[ -z "$missing" ] && return 0
+		sleep 0.1
+	done
+	echo "$node did not peer slices $(echo $missing) of $vid within ${secs} s" >&2
+	return 1
+}
+
 # hl_vol_id NAME: the volume id (vol-<16 hex>) of a volume.
 hl_vol_id() {
 	"$ZL" volume inspect "$1" | grep -o 'vol-[0-9a-f]\{16\}' | head -1
