@@ -34,6 +34,10 @@
  *    and marks the copy dirty (cur_dirty): a piece read before it may land
  *    after it on the member, but our version passes cur_ver, so the next
  *    pass copies again; a copy that ends clean marks the chunk complete;
+ *  - a chunk is compared (and marked complete) only while no client write
+ *    of it is on its way either: one planned before the mark is forwarded
+ *    without a version, and landing after it would leave the member's
+ *    version behind its data (a clone taken there later would carry it);
  *  - a complete chunk is not compared again (its listed version may lag
  *    forwards on their way; a failed forward or OUT clears the mark); for
  *    the others equal versions mean equal data, as the chunk store never
@@ -1151,10 +1155,13 @@ static void heal_scan(void *arg)
 				return;
 			}
 		}
-		if (m->mver[m->cursor] != own &&
-		    slice_chunk_busy(m->h, m->vol, m->slice, m->cursor)) {
-			/* A write of it is on its way (its data may miss the
-			 * pieces while its version is already ours): later. */
+		if (slice_chunk_busy(m->h, m->vol, m->slice, m->cursor)) {
+			/* A write of it is on its way: its data may miss the
+			 * pieces while its version is already ours, and, with
+			 * versions equal now, its forward (planned before the
+			 * chunk was complete: without a version) would land
+			 * after the mark and leave the member's version behind
+			 * its data. Later. */
 			m->pass_skipped++;
 			m->cursor++;
 			continue;

@@ -11,8 +11,12 @@
 # inspect` and `zl snapshot rm` agree with what was taken, and `zl volume
 # verify` finds every replica equal, live and in every snapshot left.
 # Before that, a clone of each snapshot reads as the snapshot, and a write
-# to each clone changes neither the snapshot nor the volume. At the end
-# everything is deleted and no chunk file or etcd key is left.
+# to each clone changes neither the snapshot nor the volume. Half-way
+# through the snapshots a storage daemon is killed -9 just before one is
+# taken and started again after it (the manager turns it out, then
+# recovering): before verify it must be in sync again in every row, and
+# verify reads it too. At the end everything is deleted and no chunk file or
+# etcd key is left.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
@@ -41,9 +45,16 @@ done
 sleep 1
 : >"$CL_DIR/snaps"
 for i in $(seq 1 "$SNAPS"); do
+	# Half-way: a storage daemon killed -9 as the snapshot is taken, back
+	# once it is (its copies catch up: writes, and the snapshot's clones).
+	[ "$i" != $((SNAPS / 2)) ] || cl_stop storage-2 KILL
 	t0=$(now_ns)
 	out=$("$ZL" snapshot create sv "s$i" --timeout 20) || fail "snapshot create s$i: $out"
 	t1=$(now_ns)
+	if [ "$i" = $((SNAPS / 2)) ]; then
+		cl_start_storage 2
+		echo "snap_e2e: storage-2 killed -9 before s$i, started again after it"
+	fi
 	grep -q "created snapshot 's$i' .* at sequence $i, taken by client e2e_snap" <<<"$out" ||
 		fail "snapshot s$i not taken through the writer: $out"
 	echo "s$i $t0 $t1 $CL_DIR/s$i.img" >>"$CL_DIR/snaps"
@@ -105,6 +116,10 @@ grep -q "^snapshots   $SNAPS\$" <<<"$insp" || fail "inspect: snapshots: $insp"
 cmp -s "$CL_DIR/s2.img" "$CL_DIR/s2b.img" || fail "s2 changed after s1 was removed"
 # Every replica holds the same live chunks and the same chunks of every
 # snapshot left (zl volume verify reads each at the snapshot's sequence).
+# storage-2 (killed during s$((SNAPS / 2))) is back in sync everywhere first.
+vid=$("$ZL" volume inspect sv | grep -o 'vol-[0-9a-f]\{16\}' | head -1)
+ms=$(cl_wait_in_sync "$vid" --all 3 120) || fail "not every row 3 of 3 in sync again"
+echo "snap_e2e: every row 3 of 3 in sync again ($ms ms after the load)"
 t_vf=$SECONDS
 vout=$("$ZL" volume verify sv 2>&1) || fail "verify of the volume and its snapshots: $vout"
 want="256 chunks compared on their in-sync members and $((256 * (SNAPS - 1))) snapshot chunks across $((SNAPS - 1)) snapshots, 0 differences"
