@@ -256,6 +256,9 @@ struct zl_chunk_store {
 	 * trusted; every operation fails with it from then on. */
 	int fence_err;
 	struct zl_chunk_snap *snap; /* clone chunks (storage_snap.c) */
+	/* Volumes zl_chunk_volume_delete removed, a ring (0: empty slot). */
+	uint64_t gone_vols[ZL_CHUNK_GONE_VOLS];
+	uint32_t gone_next;
 };
 
 static void op_start(struct chunk_op *op);
@@ -749,6 +752,8 @@ static int chunk_create_file(struct zl_chunk_store *s, struct chunk *c, const ch
 	uint8_t *hdr = NULL;
 	int fd = -1, rc;
 
+	if (zl_chunk_vol_gone(s, c->vol))
+		return -ZL_ERR_NOT_FOUND; /* a write that outlived its volume's delete */
 	rc = store_path(s, c->vol, UINT64_MAX, dir, sizeof(dir));
 	if (rc)
 		return rc;
@@ -2442,6 +2447,10 @@ int zl_chunk_volume_delete(struct zl_chunk_store *s, uint64_t vol, uint64_t *rem
 	}
 	known_drop_vol(s, vol);
 	zl_chunk_snap_forget(s->snap, vol, UINT64_MAX);
+	if (!zl_chunk_vol_gone(s, vol)) {
+		s->gone_vols[s->gone_next] = vol;
+		s->gone_next = (s->gone_next + 1) % ZL_CHUNK_GONE_VOLS;
+	}
 	d = opendir(dir);
 	if (!d)
 		return errno == ENOENT ? 0 : -errno;
@@ -2464,6 +2473,14 @@ int zl_chunk_volume_delete(struct zl_chunk_store *s, uint64_t vol, uint64_t *rem
 	if (removed)
 		*removed = n;
 	return rc;
+}
+
+bool zl_chunk_vol_gone(const struct zl_chunk_store *s, uint64_t vol)
+{
+	for (uint32_t i = 0; i < ZL_CHUNK_GONE_VOLS; i++)
+		if (s->gone_vols[i] == vol)
+			return true;
+	return false;
 }
 
 int zl_chunk_volume_foreach(struct zl_chunk_store *s, int (*fn)(void *arg, uint64_t vol), void *arg)

@@ -307,8 +307,16 @@ int zl_chunk_info(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint64
  * absent) or -errno. */
 int zl_chunk_delete(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk);
 /* Removes every replica of vol and its directory. *removed (optional) gets
- * the number of chunk files removed. 0 or -errno. */
+ * the number of chunk files removed. 0 or -errno. The store then refuses
+ * to create a chunk or clone file of vol (-ZL_ERR_NOT_FOUND): a write
+ * checked before the delete but started after it (waiting for its payload,
+ * its fair share, a clone) would otherwise leave a file no tombstone names.
+ * The last ZL_CHUNK_GONE_VOLS deleted volumes are remembered (volume ids
+ * are never reused; a write waits seconds at most). */
+#define ZL_CHUNK_GONE_VOLS 256u
 int zl_chunk_volume_delete(struct zl_chunk_store *s, uint64_t vol, uint64_t *removed);
+/* Whether vol was deleted by zl_chunk_volume_delete (above). Loop thread. */
+bool zl_chunk_vol_gone(const struct zl_chunk_store *s, uint64_t vol);
 
 /* Calls fn for every volume that has a directory under chunks/ (what this
  * node holds; removal goes through tombstones, never by this list). Stops

@@ -38,6 +38,11 @@
  *    of it is on its way either: one planned before the mark is forwarded
  *    without a version, and landing after it would leave the member's
  *    version behind its data (a clone taken there later would carry it);
+ *  - a chunk written while its clones were being made equal (cl_dirty) is
+ *    not marked complete in that pass: the write, forwarded without a
+ *    version, may have taken a clone on the member from its older copy
+ *    after the clone plan; the next pass lists and compares its clones
+ *    again;
  *  - a complete chunk is not compared again (its listed version may lag
  *    forwards on their way; a failed forward or OUT clears the mark); for
  *    the others equal versions mean equal data, as the chunk store never
@@ -142,6 +147,8 @@ struct heal_member {
 	bool reset;	  /* went OUT while a pass ran: forget everything at IDLE */
 	bool copying;	  /* a copy of cur_chunk is in flight (READ/PUSH/WAIT) */
 	bool cur_dirty;	  /* a write of cur_chunk was planned during its copy */
+	bool cl_dirty;	  /* a write of the chunk at cl_cursor - 1 was planned since
+			   * its clone plan: it may have taken a clone there */
 	enum heal_phase phase;
 	uint64_t row_ver; /* row version the pass runs under */
 	uint64_t cursor;  /* LIST: next chunk to ask about; SCAN: next local index */
@@ -400,6 +407,8 @@ bool zl_storage_heal_fwd_versioned(struct zl_storage *st, const struct zl_volume
 		return false;
 	if (m->copying && m->cur_chunk == chunk)
 		m->cur_dirty = true; /* the copy may miss it: copied again */
+	if (m->cl_cursor == chunk / v->n_slices + 1)
+		m->cl_dirty = true; /* its clones are compared again */
 	return bit_get(m->clean, chunk / v->n_slices);
 }
 
@@ -897,7 +906,7 @@ static void heal_push_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 	 * planned since: the member's copy equals ours at cur_ver, and the
 	 * writes planned from now on carry their versions to it. */
 	m->copying = false;
-	if (!m->cur_dirty)
+	if (!m->cur_dirty && !m->cl_dirty)
 		bit_put(m->clean, m->cursor, true);
 	m->chunks++;
 	m->h->chunks_total++;
@@ -1143,6 +1152,7 @@ static void heal_scan(void *arg)
 				return;
 			}
 			m->cl_cursor = m->cursor + 1;
+			m->cl_dirty = false;
 			if (m->n_acts && slice_chunk_busy(m->h, m->vol, m->slice, m->cursor)) {
 				/* A write of it may be taking a clone: later. */
 				m->n_acts = 0;
@@ -1182,6 +1192,14 @@ static void heal_scan(void *arg)
 			m->cur_dirty = false;
 			heal_piece_read(m);
 			return;
+		}
+		if (m->cl_dirty) {
+			/* Written while its clones were made equal: the write
+			 * may have taken a clone on the member from its older
+			 * copy. Compared again by the next pass. */
+			m->pass_skipped++;
+			m->cursor++;
+			continue;
 		}
 		bit_put(m->clean, m->cursor, true);
 		m->cursor++;

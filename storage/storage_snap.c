@@ -414,7 +414,9 @@ static void snap_clone_read_done(void *arg, int status)
 		snap_slot_end(sl);
 		return;
 	}
-	rc = zl_chunk_wseq(sn->s, sl->vol, sl->chunk, sl->cs, &wseq, &sl->version);
+	rc = zl_chunk_vol_gone(sn->s, sl->vol) ? -ZL_ERR_NOT_FOUND
+					       : zl_chunk_wseq(sn->s, sl->vol, sl->chunk, sl->cs, &wseq,
+							       &sl->version);
 	if (rc) {
 		sl->err = rc;
 		snap_slot_end(sl);
@@ -593,6 +595,12 @@ static void snap_clone_written(struct zl_work *w)
 	struct zl_chunk_snap *sn = sl->sn;
 
 	sl->err = w->cancelled ? -ECANCELED : sl->work_err;
+	if (!sl->err && zl_chunk_vol_gone(sn->s, sl->vol)) {
+		/* The volume was deleted while the helper wrote: the file it
+		 * made (and the directory) go the same way. */
+		(void)zl_chunk_volume_delete(sn->s, sl->vol, NULL);
+		sl->err = -ZL_ERR_NOT_FOUND;
+	}
 	if (!sl->err) {
 		zl_chunk_clone_adopt(sn->s, sl->vol, zl_chunk_clone_id(sl->chunk, sl->hi));
 		/* Without the entry a later write would copy again, over data

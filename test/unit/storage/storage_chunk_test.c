@@ -1272,6 +1272,12 @@ static void test_delete(void **state)
 	assert_int_equal(stat(path, &stb), -1);
 	assert_int_equal(do_read(e, 0, 4096, 16, back), 0);
 	assert_int_equal(back[0], 0);
+	/* A write that outlived the delete (checked before it, started after)
+	 * is refused and makes neither the file nor the directory again. */
+	assert_true(zl_chunk_vol_gone(e->s, VOL));
+	assert_int_equal(do_write(e, 3, 4096, 16, "0123456789abcdef"), -ZL_ERR_NOT_FOUND);
+	assert_int_equal(stat(path, &stb), -1);
+	assert_false(zl_chunk_vol_gone(e->s, VOL + 1));
 }
 
 /* Descriptors of this process open on a file whose /proc link contains
