@@ -1297,6 +1297,9 @@ static uint64_t chunk_durable_ver(const struct chunk *c)
 	const struct op_list *lists[2] = {&c->active, &c->waiting};
 	uint64_t v = c->version;
 
+	/* n_wr counts every write and zero: none, nothing to walk (reads). */
+	if (!c->active.n_wr && !c->waiting.n_wr)
+		return v;
 	for (int l = 0; l < 2; l++)
 		for (const struct chunk_op *op = lists[l]->first; op; op = op->next)
 			if ((op->kind == OP_WRITE || op->kind == OP_ZERO) && op->version)
@@ -1502,9 +1505,11 @@ static void op_finish(struct chunk_op *op)
 		s->buf_free(s->buf_arg, op->buf);
 	if (c)
 		chunk_put(s, c);
-	for (uint32_t i = 0; i < op->n_held; i++)
-		chunk_put(s, op->held[i]);
-	free(op->held);
+	if (op->held) {
+		for (uint32_t i = 0; i < op->n_held; i++)
+			chunk_put(s, op->held[i]);
+		free(op->held);
+	}
 	op_free(op);
 	if (!acked)
 		cb(arg, err);
@@ -1778,7 +1783,8 @@ static bool op_order_blocked(const struct chunk_op *op)
  * submission first. */
 static void chunk_order_kick(struct chunk *c)
 {
-	bool again = true;
+	/* Only writes and zeroes wait in OP_ST_ORDER (op_commit_prepare). */
+	bool again = c->active.n_wr > 0;
 
 	while (again) {
 		struct chunk_op *best = NULL;
