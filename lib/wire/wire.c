@@ -53,7 +53,9 @@ static bool op_is_data_write(unsigned op)
 	return op == ZL_OP_WRITE || op == ZL_OP_REPL_WRITE || op == ZL_OP_CHUNK_PUSH;
 }
 
-int zl_wire_check(const struct zl_wire_hdr *h, uint32_t chunk_size, const char **why)
+/* zl_wire_check but for its short path. */
+static __attribute__((noinline)) int wire_check_full(const struct zl_wire_hdr *h,
+						      uint32_t chunk_size, const char **why)
 {
 	bool reply = h->flags & ZL_WF_REPLY;
 	bool rdma = h->flags & ZL_WF_RDMA;
@@ -215,6 +217,25 @@ lengths:
 	if (end > limit)
 		return fail(why, "range beyond the chunk", -ZL_ERR_RANGE);
 	return 0;
+}
+
+int zl_wire_check(const struct zl_wire_hdr *h, uint32_t chunk_size, const char **why)
+{
+	/* The most common messages, a plain READ and its successful reply,
+	 * pass here with exactly the checks wire_check_full makes of them;
+	 * anything else (and any failure) takes the full path. */
+	if (h->opcode == ZL_OP_READ && !(h->status | h->subop | h->snap_seq) &&
+	    h->length <= ZL_WIRE_MAX_IO) {
+		if (h->flags == ZL_WF_REPLY) {
+			if (h->payload_len == h->length)
+				return 0;
+		} else if (!h->flags && !h->payload_len && h->length && h->vol_id &&
+			   (uint64_t)h->offset + h->length <=
+				   (chunk_size ? chunk_size : ZL_WIRE_MAX_CHUNK)) {
+			return 0;
+		}
+	}
+	return wire_check_full(h, chunk_size, why);
 }
 
 int zl_wire_decode(const uint8_t *buf, size_t len, struct zl_wire_hdr *h, const char **why)
