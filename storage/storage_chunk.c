@@ -105,43 +105,45 @@ struct chunk;
 struct chunk_op {
 	struct chunk_op *next, *prev; /* free list, or the chunk's active/waiting list */
 	struct zl_chunk_store *s;
-	struct chunk *ch; /* NULL for FLUSH and missing-chunk reads */
-	enum op_kind kind;
 	enum op_stage stage;
-	uint32_t off, len;
-	uint32_t b0, b1;      /* blocks [b0, b1) touched */
-	const void *data;     /* WRITE source */
 	uint8_t *buf;	      /* READ: caller's; WRITE/ZERO: what goes to disk */
 	bool own_buf;	      /* buf is a bounce buffer of ours */
 	uint32_t pending;     /* SQEs in flight */
 	uint64_t expect, got; /* bytes requested / transferred by those SQEs */
 	int err;
-	uint64_t version;    /* WRITE/ZERO: data version given by the caller */
 	uint64_t sub;	     /* submission number (store-wide, ascending) */
 	uint64_t need_round; /* metadata round that makes this op durable */
-	uint32_t *bad;	     /* scrub READ: count bad blocks here instead of failing */
 	struct chunk **held; /* FLUSH: the chunks it fsyncs, one reference each */
 	uint32_t n_held;
-	zl_chunk_cb cb;
-	void *arg;
 	struct zl_defer defer;
 	/* Journal mode: the op's record entries and new block CRCs. */
 	struct zl_jw_item jitem;
 	uint32_t *jcrc; /* WRITE: b1 - b0 CRCs; ZERO: head, tail */
 	/* WRITE: the CRCs its blocks get (jcrc, or crcs_in) */
 	const uint32_t *jset;
-	/* zl_chunk_write_crcs: the CRC32Cs of the data's whole blocks, as the
-	 * caller verified them (used when the data is block-aligned: no second
-	 * pass). zl_chunk_read_crcs: where the read blocks' CRCs go. */
-	const uint32_t *crcs_in;
-	uint32_t *crcs_out;
-	bool trust; /* READ: blocks checked before get their stored CRC, unchecked */
 	bool jcrc_own;	/* jcrc is a pool buffer */
 	bool jinplace;	/* WRITE: in place after its record (RWF_DSYNC) */
 	uint64_t jseq;	/* the record that holds it (0: none) */
 	/* Journal mode: answered when its record was durable; the chunk-file
 	 * write behind it still holds its blocks (later ops on them wait). */
 	bool acked;
+	/* From here to jent: set by store_submit on each of its ops before
+	 * anything reads them, cleared by op_alloc for the others. */
+	struct chunk *ch; /* NULL for FLUSH and missing-chunk reads */
+	enum op_kind kind;
+	uint32_t off, len;
+	uint32_t b0, b1;      /* blocks [b0, b1) touched */
+	const void *data;     /* WRITE source */
+	uint64_t version;    /* WRITE/ZERO: data version given by the caller */
+	uint32_t *bad;	     /* scrub READ: count bad blocks here instead of failing */
+	zl_chunk_cb cb;
+	void *arg;
+	/* zl_chunk_write_crcs: the CRC32Cs of the data's whole blocks, as the
+	 * caller verified them (used when the data is block-aligned: no second
+	 * pass). zl_chunk_read_crcs: where the read blocks' CRCs go. */
+	const uint32_t *crcs_in;
+	uint32_t *crcs_out;
+	bool trust; /* READ: blocks checked before get their stored CRC, unchecked */
 	/* Last, not cleared per op (each is written before it is read): */
 	struct zl_journal_entry jent[OP_JENT_MAX];
 	uint32_t jcrc_small[OP_JCRC_SMALL];
@@ -350,13 +352,14 @@ static int store_map_err(struct zl_chunk_store *s, struct chunk_op *op, int err)
 
 /* ---- operation contexts (preallocated slabs, free list) ---- */
 
-static struct chunk_op *op_alloc(struct zl_chunk_store *s)
+/* set: the caller sets every field from ch to jent itself (store_submit). */
+static struct chunk_op *op_alloc(struct zl_chunk_store *s, bool set)
 {
 	struct chunk_op *op = zl_slab_alloc(&s->ops);
 
 	if (!op)
 		return NULL;
-	memset(op, 0, offsetof(struct chunk_op, jent));
+	memset(op, 0, set ? offsetof(struct chunk_op, ch) : offsetof(struct chunk_op, jent));
 	op->s = s;
 	return op;
 }
@@ -1302,6 +1305,9 @@ static uint64_t chunk_durable_ver(const struct chunk *c)
 	const struct op_list *lists[2] = {&c->active, &c->waiting};
 	uint64_t v = c->version;
 
+	/* n_wr counts every write and zero: none, nothing to walk (reads). */
+	if (!c->active.n_wr && !c->waiting.n_wr)
+		return v;
 	for (int l = 0; l < 2; l++)
 		for (const struct chunk_op *op = lists[l]->first; op; op = op->next)
 			if ((op->kind == OP_WRITE || op->kind == OP_ZERO) && op->version)
@@ -1507,9 +1513,11 @@ static void op_finish(struct chunk_op *op)
 		s->buf_free(s->buf_arg, op->buf);
 	if (c)
 		chunk_put(s, c);
-	for (uint32_t i = 0; i < op->n_held; i++)
-		chunk_put(s, op->held[i]);
-	free(op->held);
+	if (op->held) {
+		for (uint32_t i = 0; i < op->n_held; i++)
+			chunk_put(s, op->held[i]);
+		free(op->held);
+	}
 	op_free(op);
 	if (!acked)
 		cb(arg, err);
@@ -1783,7 +1791,8 @@ static bool op_order_blocked(const struct chunk_op *op)
  * submission first. */
 static void chunk_order_kick(struct chunk *c)
 {
-	bool again = true;
+	/* Only writes and zeroes wait in OP_ST_ORDER (op_commit_prepare). */
+	bool again = c->active.n_wr > 0;
 
 	while (again) {
 		struct chunk_op *best = NULL;
@@ -2126,7 +2135,7 @@ static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vo
 	if (!c && kind == OP_ZERO && s->n_lost)
 		known_rewrote(s, vol, idx, (off + BLK - 1) / BLK,
 			      (uint32_t)(((uint64_t)off + len) / BLK));
-	op = op_alloc(s);
+	op = op_alloc(s, true);
 	if (!op) {
 		if (c)
 			chunk_put(s, c);
@@ -2345,7 +2354,7 @@ int zl_chunk_flush(struct zl_chunk_store *s, uint64_t vol, zl_chunk_cb cb, void 
 	for (uint32_t i = 0; i < STORE_BUCKETS; i++)
 		for (struct chunk *c = s->buckets[i]; c; c = c->hnext)
 			n += c->vol == vol;
-	op = op_alloc(s);
+	op = op_alloc(s, false);
 	if (!op)
 		return -ENOMEM;
 	op->kind = OP_FLUSH;

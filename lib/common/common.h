@@ -19,7 +19,8 @@
 #define ZL_CONTAINER_OF(p, type, member) ((type *)((char *)(p) - offsetof(type, member)))
 
 /* CRC32C (Castagnoli), standard init/final xor: zl_crc32c("123456789") = 0xe3069283.
- * zl_crc32c_update(0, ...) == zl_crc32c(...); chains over pieces. ISA-L backed. */
+ * zl_crc32c_update(0, ...) == zl_crc32c(...); chains over pieces. ISA-L backed;
+ * up to 256 bytes (headers) the CPU's CRC32C instruction on x86-64. */
 uint32_t zl_crc32c(const void *buf, size_t len);
 uint32_t zl_crc32c_update(uint32_t crc, const void *buf, size_t len);
 /* CRC once per byte (DAOS-style): n 4 KiB pieces of buf, crcs[i] = the CRC32C

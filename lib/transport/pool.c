@@ -57,7 +57,11 @@ static void pool_push_free(struct xport_pool *p, struct xport_pool_region *r, ui
 			   unsigned cls)
 {
 	r->map[(size_t)(buf - r->base) / XPORT_POOL_PAGE] = (uint8_t)((cls + 1) | POOL_MAP_FREE);
-	*(void **)buf = p->free_list[cls];
+	/* A free buffer holds the next one and its region's index (regions
+	 * only move to higher indexes as new ones are inserted: the index is
+	 * checked, and looked up again when it moved). */
+	((void **)buf)[0] = p->free_list[cls];
+	((uint32_t *)buf)[2] = (uint32_t)(r - p->regions);
 	p->free_list[cls] = buf;
 }
 
@@ -177,8 +181,11 @@ void *xport_pool_alloc(struct xport_pool *p, size_t len)
 	sz = pool_class_bytes((unsigned)cls);
 	buf = p->free_list[cls];
 	if (buf) {
-		struct xport_pool_region *r = pool_find(p, buf);
+		uint32_t ri = ((uint32_t *)buf)[2];
+		struct xport_pool_region *r = ri < p->n_regions ? &p->regions[ri] : NULL;
 
+		if (!r || buf < r->base || buf >= r->base + r->len)
+			r = pool_find(p, buf);
 		p->free_list[cls] = *(void **)buf;
 		r->map[(size_t)(buf - r->base) / XPORT_POOL_PAGE] = (uint8_t)(cls + 1);
 		return buf;

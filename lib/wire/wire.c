@@ -1,9 +1,29 @@
 #include "wire.h"
 
+#include <stddef.h>
 #include <string.h>
 
 #include "../common/byteorder.h"
 #include "../common/common.h"
+
+/* Bytes 16..75 of a header (req_id .. payload_crc) are, on a little-endian
+ * host, the bytes of struct zl_wire_hdr from req_id on: copied as they are. */
+#define WIRE_TAIL_LEN 60
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define WIRE_TAIL_AS_IS 1
+_Static_assert(offsetof(struct zl_wire_hdr, req_id) == 16 &&
+		       offsetof(struct zl_wire_hdr, vol_id) == 24 &&
+		       offsetof(struct zl_wire_hdr, chunk) == 32 &&
+		       offsetof(struct zl_wire_hdr, offset) == 40 &&
+		       offsetof(struct zl_wire_hdr, length) == 44 &&
+		       offsetof(struct zl_wire_hdr, slice_ver) == 48 &&
+		       offsetof(struct zl_wire_hdr, epoch) == 56 &&
+		       offsetof(struct zl_wire_hdr, aux) == 64 &&
+		       offsetof(struct zl_wire_hdr, payload_crc) == 72,
+	       "struct zl_wire_hdr from req_id on is laid out as the wire's bytes 16..75");
+#else
+#define WIRE_TAIL_AS_IS 0
+#endif
 
 /* A request whose bytes 8..11 hold snap_seq instead of status and rsvd. */
 static bool wire_seq_req(uint8_t flags)
@@ -25,6 +45,9 @@ void zl_wire_encode(const struct zl_wire_hdr *h, uint8_t out[ZL_WIRE_HDR_SIZE])
 		zl_put_le16(out + 10, 0);
 	}
 	zl_put_le32(out + 12, h->payload_len);
+#if WIRE_TAIL_AS_IS
+	memcpy(out + 16, &h->req_id, WIRE_TAIL_LEN);
+#else
 	zl_put_le64(out + 16, h->req_id);
 	zl_put_le64(out + 24, h->vol_id);
 	zl_put_le64(out + 32, h->chunk);
@@ -34,6 +57,7 @@ void zl_wire_encode(const struct zl_wire_hdr *h, uint8_t out[ZL_WIRE_HDR_SIZE])
 	zl_put_le64(out + 56, h->epoch);
 	zl_put_le64(out + 64, h->aux);
 	zl_put_le32(out + 72, h->payload_crc);
+#endif
 	zl_put_le32(out + 76, zl_crc32c(out, 76));
 }
 
@@ -53,7 +77,9 @@ static bool op_is_data_write(unsigned op)
 	return op == ZL_OP_WRITE || op == ZL_OP_REPL_WRITE || op == ZL_OP_CHUNK_PUSH;
 }
 
-int zl_wire_check(const struct zl_wire_hdr *h, uint32_t chunk_size, const char **why)
+/* zl_wire_check but for its short path. */
+static __attribute__((noinline)) int wire_check_full(const struct zl_wire_hdr *h,
+						      uint32_t chunk_size, const char **why)
 {
 	bool reply = h->flags & ZL_WF_REPLY;
 	bool rdma = h->flags & ZL_WF_RDMA;
@@ -217,6 +243,25 @@ lengths:
 	return 0;
 }
 
+int zl_wire_check(const struct zl_wire_hdr *h, uint32_t chunk_size, const char **why)
+{
+	/* The most common messages, a plain READ and its successful reply,
+	 * pass here with exactly the checks wire_check_full makes of them;
+	 * anything else (and any failure) takes the full path. */
+	if (h->opcode == ZL_OP_READ && !(h->status | h->subop | h->snap_seq) &&
+	    h->length <= ZL_WIRE_MAX_IO) {
+		if (h->flags == ZL_WF_REPLY) {
+			if (h->payload_len == h->length)
+				return 0;
+		} else if (!h->flags && !h->payload_len && h->length && h->vol_id &&
+			   (uint64_t)h->offset + h->length <=
+				   (chunk_size ? chunk_size : ZL_WIRE_MAX_CHUNK)) {
+			return 0;
+		}
+	}
+	return wire_check_full(h, chunk_size, why);
+}
+
 int zl_wire_decode(const uint8_t *buf, size_t len, struct zl_wire_hdr *h, const char **why)
 {
 	if (len < ZL_WIRE_HDR_SIZE)
@@ -239,6 +284,9 @@ int zl_wire_decode(const uint8_t *buf, size_t len, struct zl_wire_hdr *h, const 
 	else
 		h->status = zl_get_le16(buf + 8);
 	h->payload_len = zl_get_le32(buf + 12);
+#if WIRE_TAIL_AS_IS
+	memcpy(&h->req_id, buf + 16, WIRE_TAIL_LEN);
+#else
 	h->req_id = zl_get_le64(buf + 16);
 	h->vol_id = zl_get_le64(buf + 24);
 	h->chunk = zl_get_le64(buf + 32);
@@ -248,6 +296,7 @@ int zl_wire_decode(const uint8_t *buf, size_t len, struct zl_wire_hdr *h, const 
 	h->epoch = zl_get_le64(buf + 56);
 	h->aux = zl_get_le64(buf + 64);
 	h->payload_crc = zl_get_le32(buf + 72);
+#endif
 	if (h->payload_len > ZL_WIRE_MAX_IO)
 		return fail(why, "payload too large", -ZL_ERR_PROTO);
 	return zl_wire_check(h, 0, why);

@@ -44,6 +44,39 @@ static void test_crc32c_vectors(void **state)
 	assert_int_equal(zl_crc32c(zeros, sizeof(zeros)), 0x8a9136aau); /* RFC 3720 B.4 */
 }
 
+/* Bit by bit (RFC 3720's reflected polynomial 0x82f63b78): the oracle for
+ * every length and alignment around the small-buffer path's limit (256). */
+static uint32_t crc32c_bitwise(const uint8_t *p, size_t len)
+{
+	uint32_t c = ~0u;
+
+	while (len--) {
+		c ^= *p++;
+		for (int k = 0; k < 8; k++)
+			c = (c >> 1) ^ (0x82f63b78u & (0u - (c & 1)));
+	}
+	return ~c;
+}
+
+static void test_crc32c_lengths(void **state)
+{
+	static uint8_t buf[600];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(buf); i++)
+		buf[i] = (uint8_t)(i * 2654435761u >> 11);
+	for (size_t a = 0; a < 8; a++)
+		for (size_t n = 0; n + a <= sizeof(buf); n++) {
+			uint32_t want = crc32c_bitwise(buf + a, n);
+
+			assert_int_equal(zl_crc32c(buf + a, n), want);
+			/* Chained at every split of a short prefix. */
+			assert_int_equal(zl_crc32c_update(zl_crc32c(buf + a, n / 3), buf + a + n / 3,
+							  n - n / 3),
+					 want);
+		}
+}
+
 static void test_parse_size(void **state)
 {
 	uint64_t v;
@@ -123,6 +156,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_crc32c_vectors),
 		cmocka_unit_test(test_crc32c_4k_join),
+		cmocka_unit_test(test_crc32c_lengths),
 		cmocka_unit_test(test_parse_size),
 		cmocka_unit_test(test_vol_id),
 		cmocka_unit_test(test_errors_and_names),

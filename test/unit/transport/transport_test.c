@@ -1928,6 +1928,20 @@ static void test_pool(void **state)
 	}
 	for (int i = 0; i < 40; i++)
 		zl_xport_buf_free(e->cx, b[i]);
+	/* Reused across the regions growth inserted before theirs (a free
+	 * buffer's region index moved): each marked in use in its own region,
+	 * so a double free is still refused. */
+	for (int i = 0; i < 40; i++) {
+		b[i] = zl_xport_buf_alloc(e->cx, 1u << 20);
+		assert_true(zl_xport_buf_owned(e->cx, b[i], 1u << 20));
+		for (int j = 0; j < i; j++)
+			assert_ptr_not_equal(b[i], b[j]);
+	}
+	for (int i = 0; i < 40; i++)
+		zl_xport_buf_free(e->cx, b[i]);
+	zl_xport_buf_free(e->cx, b[0]); /* double free: ignored */
+	p = zl_xport_buf_alloc(e->cx, 1u << 20);
+	assert_ptr_not_equal(zl_xport_buf_alloc(e->cx, 1u << 20), p);
 }
 
 

@@ -426,6 +426,10 @@ static void test_reject_fields(void **state)
 	h = valid_req(ZL_OP_CHUNK_DELETE);
 	h.vol_id = 0;
 	expect_reject(&h, -ZL_ERR_PROTO, "volume id");
+	/* READ (zl_wire_check's short path for plain READs) */
+	h = valid_req(ZL_OP_READ);
+	h.vol_id = 0;
+	expect_reject(&h, -ZL_ERR_PROTO, "volume id");
 }
 
 static void test_reject_replies(void **state)
@@ -436,6 +440,13 @@ static void test_reject_replies(void **state)
 	zl_wire_reply_init(&req, &rep, 0);
 	rep.payload_len = rep.length - 1;
 	expect_reject(&rep, -ZL_ERR_PROTO, "READ reply");
+	/* Checked as such (decode refuses the payload size first). */
+	rep.length = rep.payload_len = ZL_WIRE_MAX_IO + 1;
+	assert_int_equal(zl_wire_check(&rep, 0, NULL), -ZL_ERR_PROTO);
+	rep.length = rep.payload_len = ZL_WIRE_MAX_IO;
+	assert_int_equal(zl_wire_check(&rep, 0, NULL), 0);
+	rep.status = ZL_ERR_IO;
+	assert_int_equal(zl_wire_check(&rep, 0, NULL), -ZL_ERR_PROTO);
 
 	req = valid_req(ZL_OP_PING);
 	zl_wire_reply_init(&req, &rep, 0);
