@@ -271,21 +271,25 @@ inspect | grep -q "^$N_CHUNKS slices: $N_CHUNKS active, 0 peering, " ||
 kill -STOP "$(cl_pid storage-3)"
 cl_stop storage-2
 off=$(stat -c %s "$CL_DIR/storage-2/log")
+# log2_has PATTERN: a line of node-2's log since the restart matches (grep
+# -c reads all: grep -q could close the pipe early, and with pipefail
+# tail's SIGPIPE would fail the check even though the line is there).
+log2_has() { tail -c +$((off + 1)) "$CL_DIR/storage-2/log" | grep -c -- "$1" >/dev/null; }
 cl_start_storage 2
 # A start-up (journal, registration, volume loads) takes seconds on a busy
 # machine: up to 30 s.
 for _ in $(seq 1 600); do
-	tail -c +$((off + 1)) "$CL_DIR/storage-2/log" | grep -q "peering started: vol=$vid" && break
+	log2_has "peering started: vol=$vid" && break
 	sleep 0.05
 done
-tail -c +$((off + 1)) "$CL_DIR/storage-2/log" | grep -q "peering started: vol=$vid" ||
+log2_has "peering started: vol=$vid" ||
 	{ kill -CONT "$(cl_pid storage-3)"; fail "restarted node-2 did not start peering within 30 s"; }
 sleep 0.3 # deliberate: its requests to node-3 are out and unanswered (they time out after 4 s)
 cl_stop storage-2
 kill -CONT "$(cl_pid storage-3)"
 tail -c +$((off + 1)) "$CL_DIR/storage-2/log" | grep -E "fatal signal|backtrace" &&
 	fail "node-2 crashed when stopped while peering waited on node-3"
-tail -c +$((off + 1)) "$CL_DIR/storage-2/log" | grep -q "stopped cleanly" ||
+log2_has "stopped cleanly" ||
 	fail "node-2 did not stop cleanly while peering waited on node-3: $(tail -3 "$CL_DIR/storage-2/log")"
 echo "peering_e2e: a daemon stopped while peering waited on a silent member stopped cleanly"
 for i in 1 2 3; do cl_stop storage-$i; done
