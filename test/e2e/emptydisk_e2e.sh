@@ -33,10 +33,11 @@ fail() {
 say() { echo "emptydisk_e2e: $*"; }
 command -v etcd >/dev/null || { echo "emptydisk_e2e: FAIL: etcd is not installed"; exit 1; }
 [ -x "$HL_PY" ] || { echo "emptydisk_e2e: FAIL: $HL_PY is missing"; exit 1; }
-# 8 Mbit/s: the refill of 32 MiB (16 MiB per primary) lasts ~16 s, several
-# 2 s samples of the status
-# records, so the health line can show a rate and an ETA while it runs.
-export CL_STORAGE_FLAGS="--recovery-mbps 8 --log-level info"
+# 16 Mbit/s: the refill of 32 MiB (16 MiB per primary) lasts ~8.5 s at
+# least (the rate is a cap: a busy machine only makes it longer), 4 of the
+# 2 s samples of the status records, so the health line can show a rate and
+# an ETA while it runs (a rate needs 2 samples of a primary's progress).
+export CL_STORAGE_FLAGS="--recovery-mbps 16 --log-level info"
 CL_MANAGER=0 cl_e2e_begin e2e-emptydisk "$1" 3 --heal on || fail "cluster did not start"
 trap 'cl_stop etcd2; cl_stop_all; [ "${KEEP:-0}" = 1 ] || rm -rf "$CL_DIR"' EXIT
 for b in zipline-controller zipline-storage zl; do

@@ -6,8 +6,8 @@
 # while a write is issued (`zl --io-timeout 30`): it must not be acknowledged;
 # once the manager has left node-3 the only in-sync member (and primary) of
 # every slice, a write must NOT be acknowledged on that one copy: with
-# `zl --io-timeout 10`, `zl volume import` of a small file fails after about
-# 10 s, exit != 0, saying why (min_size / in-sync copies). Reads of the old
+# `zl --io-timeout 5`, `zl volume import` of a small file fails after about
+# 5 s, exit != 0, saying why (min_size / in-sync copies). Reads of the old
 # data go on (node-3 is the primary). The unacknowledged write may or may
 # not have landed, 4 KiB block by block, but what a read returned must not
 # change by itself afterwards. node-1 and node-2 return: every slice 3 of 3
@@ -28,7 +28,7 @@ hb_test minsize_e2e "${2:-}"
 SIZE_MB=16
 CHUNK=65536
 SMALL=65536 # the refused write: chunk 0 (slice 0), at offset 0
-IOT=10
+IOT=5
 HEAL_BOUND_S=60
 cl_require "$T" "$1" zipline-storage zipline-controller zl
 

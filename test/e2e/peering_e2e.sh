@@ -42,10 +42,16 @@ RAW="$CL_BIN/e2e_chunk"
 
 # files: "node name sha256 version" of every chunk file of $vid (heal.sh).
 files() { hl_files "$CHUNK" --missing-ok "$CL_DIR"/storage-{1,2,3}/data/chunks/"$vid"; }
-# fver NODE CHUNK / fsha NODE CHUNK: version / data sha256 of NODE's copy.
+# files_now: reads every replica's chunk files once into $CL_DIR/fnow, what
+# fver and fsha look at: called after each change (a write, a peering, a
+# recovery), before the checks of that state (each read of the files waits
+# for the daemons' journals to be checkpointed: 2.5 s at least).
+files_now() { files >"$CL_DIR/fnow" || fail "reading chunk files"; }
+# fver NODE CHUNK / fsha NODE CHUNK: version / data sha256 of NODE's copy
+# as files_now read it.
 fname() { printf '%016x.zlc' "$1"; }
-fver() { files | awk -v n="$1" -v f="$(fname "$2")" '$1 == n && $2 == f {print $4}'; }
-fsha() { files | awk -v n="$1" -v f="$(fname "$2")" '$1 == n && $2 == f {print $3}'; }
+fver() { awk -v n="$1" -v f="$(fname "$2")" '$1 == n && $2 == f {print $4}' "$CL_DIR/fnow"; }
+fsha() { awk -v n="$1" -v f="$(fname "$2")" '$1 == n && $2 == f {print $3}' "$CL_DIR/fnow"; }
 sha_of() { sha256sum "$1" | cut -d' ' -f1; }
 port_of() { cat "$CL_DIR/storage-$1/port"; }
 row_ver() { hl_etcd rows "$vid" | awk -v s="$1" '$1 == s {print $2}'; }
@@ -91,6 +97,7 @@ cp "$CL_DIR/in" "$CL_DIR/want"
 for f in A B; do
 	dd if="$CL_DIR/w$f" of="$CL_DIR/want" bs=$CHUNK seek="${!f}" conv=notrunc status=none
 done
+files_now
 old_c=$(fsha 1 "$C")
 ver0_a=$(fver 1 "$A")
 
@@ -101,6 +108,7 @@ for f in A B; do
 	echo "peering_e2e: W1 to chunk $f: $out"
 	case "$out" in status=OK*) fail "write $f was acknowledged with an IN_SYNC member dead" ;; esac
 done
+files_now
 for n in 1 $Y; do
 	for f in A B; do
 		[ "$(fsha $n "${!f}")" = "$(sha_of "$CL_DIR/w$f")" ] || fail "node-$n does not hold W1 of $f"
@@ -111,6 +119,7 @@ done
 cl_stop storage-$Y KILL
 out=$(raw_write 1 "$C" "$CL_DIR/wC") || fail "raw write of C: $out"
 echo "peering_e2e: W2 to chunk C: $out"
+files_now
 [ "$(fsha 1 "$C")" = "$(sha_of "$CL_DIR/wC")" ] || fail "node-1 does not hold W2"
 [ "$(fsha $Y "$C")" = "$old_c" ] || fail "node-$Y holds W2 although it was dead"
 ver_w2=$(fver 1 "$C")
@@ -189,6 +198,7 @@ pg=$(peering_gauge 0)
 wait_log $Y "peering vol=$vid slice=$B term=2 .*pulled=0 pushed=1" ||
 	fail "node-$Y did not log peering of slice $B in term 2 with one chunk pushed"
 grep -h "peering vol=$vid slice=\($A\|$B\|$C\) term=2" "$CL_DIR"/storage-*/log | sed 's/.*storage_peering[^ ]* //'
+files_now
 for f in A B; do
 	for n in $X $Y; do
 		[ "$(fsha $n "${!f}")" = "$(sha_of "$CL_DIR/w$f")" ] ||
@@ -222,6 +232,7 @@ hl_etcd set "$vid" node-1 recovering || fail "marking node-1 recovering"
 got=$(hl_wait_caught_up "$vid" node-1 $N_CHUNKS 60) || fail "only $got of $N_CHUNKS slices reported node-1 CAUGHT_UP"
 wait_log 1 "newer copy rolled back to the primary's: vol=[0-9a-f]* chunk=$C version=$ver_w2" 50 ||
 	fail "node-1 did not log the roll back of chunk $C (version $ver_w2)"
+files_now
 [ "$(fsha 1 "$C")" = "$old_c" ] || fail "node-1's copy of C was not rolled back"
 hl_etcd set "$vid" node-1 in_sync || fail "marking node-1 in sync"
 
@@ -260,21 +271,25 @@ inspect | grep -q "^$N_CHUNKS slices: $N_CHUNKS active, 0 peering, " ||
 kill -STOP "$(cl_pid storage-3)"
 cl_stop storage-2
 off=$(stat -c %s "$CL_DIR/storage-2/log")
+# log2_has PATTERN: a line of node-2's log since the restart matches (grep
+# -c reads all: grep -q could close the pipe early, and with pipefail
+# tail's SIGPIPE would fail the check even though the line is there).
+log2_has() { tail -c +$((off + 1)) "$CL_DIR/storage-2/log" | grep -c -- "$1" >/dev/null; }
 cl_start_storage 2
 # A start-up (journal, registration, volume loads) takes seconds on a busy
 # machine: up to 30 s.
 for _ in $(seq 1 600); do
-	tail -c +$((off + 1)) "$CL_DIR/storage-2/log" | grep -q "peering started: vol=$vid" && break
+	log2_has "peering started: vol=$vid" && break
 	sleep 0.05
 done
-tail -c +$((off + 1)) "$CL_DIR/storage-2/log" | grep -q "peering started: vol=$vid" ||
+log2_has "peering started: vol=$vid" ||
 	{ kill -CONT "$(cl_pid storage-3)"; fail "restarted node-2 did not start peering within 30 s"; }
 sleep 0.3 # deliberate: its requests to node-3 are out and unanswered (they time out after 4 s)
 cl_stop storage-2
 kill -CONT "$(cl_pid storage-3)"
 tail -c +$((off + 1)) "$CL_DIR/storage-2/log" | grep -E "fatal signal|backtrace" &&
 	fail "node-2 crashed when stopped while peering waited on node-3"
-tail -c +$((off + 1)) "$CL_DIR/storage-2/log" | grep -q "stopped cleanly" ||
+log2_has "stopped cleanly" ||
 	fail "node-2 did not stop cleanly while peering waited on node-3: $(tail -3 "$CL_DIR/storage-2/log")"
 echo "peering_e2e: a daemon stopped while peering waited on a silent member stopped cleanly"
 for i in 1 2 3; do cl_stop storage-$i; done
