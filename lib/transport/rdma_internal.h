@@ -205,6 +205,9 @@ struct rdma_req {
 	struct rdma_bl bl; /* the request, later its LOCAL_INV */
 	enum rdma_req_state state;
 	bool has_in_desc;
+	/* Counted in rdma_credit_waits / rdma_window_waits already: a request
+	 * tried again on every later post and completion counts once. */
+	bool credit_waited, window_waited;
 	uint32_t in_len; /* bytes the descriptor offers */
 	uint8_t *bounce_in, *bounce_out;
 	uint8_t *msg;

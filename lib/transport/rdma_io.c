@@ -249,7 +249,9 @@ static int rdma_req_post(struct rdma_conn *c, struct rdma_req *r)
 	int rc;
 
 	if (!c->credits) {
-		c->base.x->st.rdma_credit_waits++;
+		if (!r->credit_waited)
+			c->base.x->st.rdma_credit_waits++;
+		r->credit_waited = true;
 		return -EAGAIN;
 	}
 	memset(w, 0, sizeof(w));
@@ -258,8 +260,13 @@ static int rdma_req_post(struct rdma_conn *c, struct rdma_req *r)
 
 		m = c->mw_free;
 		if (!m) {
-			c->base.x->st.rdma_window_waits++;
-			return -EAGAIN; /* windows still being invalidated locally */
+			if (!r->window_waited)
+				c->base.x->st.rdma_window_waits++;
+			r->window_waited = true;
+			/* Not while every slot has its window (xport_rdma_mws_init:
+			 * one per slot; a window goes back before its slot does):
+			 * counted so that a change breaking this shows. */
+			return -EAGAIN;
 		}
 		rkey = ibv_inc_rkey(m->mw->rkey);
 		w[0].opcode = IBV_WR_BIND_MW;
@@ -444,6 +451,7 @@ int xport_rdma_request(struct zl_xport_conn *bc, struct xport_req *br,
 	bool desc = false;
 
 	r->has_in_desc = false;
+	r->credit_waited = r->window_waited = false;
 	r->in_len = 0;
 	r->d_len = 0;
 	r->mw = NULL;

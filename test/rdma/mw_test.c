@@ -33,17 +33,28 @@
  *
  * Usage: mw_test HOST (an address on the RDMA device: $RXE_IP in the VM).
  * Prints "FIGURE:" lines and one "ok"/"FAIL" line per check; exit 0 when
- * every check passed, 1 otherwise (also when something cannot run). */
+ * every check passed, 1 otherwise (also when something cannot run).
+ *
+ * The same rogue client against a running storage daemon's RDMA port (its
+ * /metrics are the oracle there: test/rdma/counters_rdma.sh):
+ *   mw_test --fill HOST PORT LEAVE   holds connections until the daemon's
+ *       shared receive queue has LEAVE credits left for the next connection
+ *       ("fill READY"), then until killed;
+ *   mw_test --bad-rkey HOST PORT VOL_ID   a READ of the volume's chunk 0
+ *       whose descriptor names local-only memory: the daemon's RDMA WRITE
+ *       fails (exit 0 once the rogue's QP went to ERR). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
@@ -304,6 +315,8 @@ static int rg_poll(struct ibv_cq *cq, struct ibv_wc *wc, struct zl_loop *loop)
 			return n > 0;
 		if (loop)
 			zl_loop_run_once(loop, 1);
+		else
+			sched_yield(); /* the peer may be a process on this CPU */
 	}
 	return 0;
 }
@@ -371,13 +384,16 @@ static enum ibv_wc_status rg_rdma(struct rg_conn *c, enum ibv_wr_opcode op, uint
 	return wc.status;
 }
 
-/* Sends hdr (a reply or a request) from the send slot; inv_rkey != 0 makes
- * it a SEND_WITH_INV of that rkey. Returns the completion status. */
-static enum ibv_wc_status rg_send(struct rg_conn *c, const struct zl_wire_hdr *h, uint32_t inv_rkey,
-				  bool use_inv)
+/* Sends hdr (a reply or a request) from the send slot, followed by d when
+ * given (a request whose payload the peer moves by RDMA); inv_rkey != 0
+ * makes it a SEND_WITH_INV of that rkey. Returns the completion status. */
+static enum ibv_wc_status rg_send_desc(struct rg_conn *c, const struct zl_wire_hdr *h,
+				       const struct zl_wire_rdma_desc *d, uint32_t inv_rkey,
+				       bool use_inv)
 {
 	uint8_t *msg = c->mem + (size_t)RG_SLOTS * RDMA_MSG_SIZE;
-	struct ibv_sge sge = {.addr = (uintptr_t)msg, .length = ZL_WIRE_HDR_SIZE,
+	struct ibv_sge sge = {.addr = (uintptr_t)msg,
+			      .length = ZL_WIRE_HDR_SIZE + (d ? ZL_WIRE_RDMA_DESC_SIZE : 0),
 			      .lkey = c->mr->lkey};
 	struct ibv_send_wr wr = {.wr_id = 9, .sg_list = &sge, .num_sge = 1,
 				 .opcode = use_inv ? IBV_WR_SEND_WITH_INV : IBV_WR_SEND,
@@ -387,9 +403,17 @@ static enum ibv_wc_status rg_send(struct rg_conn *c, const struct zl_wire_hdr *h
 
 	wr.invalidate_rkey = inv_rkey;
 	zl_wire_encode(h, msg);
+	if (d)
+		zl_wire_rdma_desc_encode(d, msg + ZL_WIRE_HDR_SIZE);
 	if (ibv_post_send(c->id->qp, &wr, &bad) || !rg_poll(c->scq, &wc, NULL))
 		return IBV_WC_GENERAL_ERR;
 	return wc.status;
+}
+
+static enum ibv_wc_status rg_send(struct rg_conn *c, const struct zl_wire_hdr *h, uint32_t inv_rkey,
+				  bool use_inv)
+{
+	return rg_send_desc(c, h, NULL, inv_rkey, use_inv);
 }
 
 /* Answers the last request: data_len > 0 says data of that length was
@@ -801,9 +825,12 @@ static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_w
 	zl_xport_reply(c, &rep, NULL, 0, NULL, NULL);
 }
 
-/* The rogue as a client of the server on loop: connects (running the loop
- * meanwhile) and proves the connection works with a PING. */
-static int rg_connect(struct rg_conn *c, const char *host, uint16_t port, struct zl_loop *loop)
+/* The rogue as a client of the server at host:port (on loop, run meanwhile;
+ * NULL: a server in another process): connects asking `count` credits,
+ * stores the server's grant in *granted (when not NULL) and, with ping,
+ * proves the connection works with a PING. */
+static int rg_connect_n(struct rg_conn *c, const char *host, uint16_t port, uint32_t count,
+			uint32_t *granted, bool ping, struct zl_loop *loop)
 {
 	struct addrinfo hints = {.ai_family = AF_INET}, *ai;
 	struct rdma_conn_param cp = {0};
@@ -833,7 +860,7 @@ static int rg_connect(struct rg_conn *c, const char *host, uint16_t port, struct
 	rc = rg_setup(c, c->id);
 	if (rc)
 		return rc;
-	rg_hs(pd, RDMA_HS_F_INV, 4);
+	rg_hs(pd, RDMA_HS_F_INV, count);
 	cp.private_data = pd;
 	cp.private_data_len = sizeof(pd);
 	cp.responder_resources = 4;
@@ -842,12 +869,24 @@ static int rg_connect(struct rg_conn *c, const char *host, uint16_t port, struct
 	cp.rnr_retry_count = 7;
 	if (rdma_connect(c->id, &cp) || rg_event(c->ch, RDMA_CM_EVENT_ESTABLISHED, &ev, loop))
 		return -ECONNREFUSED;
+	/* The ACCEPT's handshake: magic, version and flags, credits, max_msg. */
+	if (granted)
+		*granted = ev->param.conn.private_data_len >= RDMA_HS_SIZE
+			       ? zl_get_le32((const uint8_t *)ev->param.conn.private_data + 8)
+			       : 0;
 	rdma_ack_cm_event(ev);
+	if (!ping)
+		return 0;
 	h.req_id = c->next_req++;
 	if (!WC_OK(rg_send(c, &h, 0, false)) || rg_recv(c, loop) ||
 	    !(c->req.flags & ZL_WF_REPLY) || c->req.opcode != ZL_OP_PING)
 		return -EPROTO;
 	return 0;
+}
+
+static int rg_connect(struct rg_conn *c, const char *host, uint16_t port, struct zl_loop *loop)
+{
+	return rg_connect_n(c, host, port, 4, NULL, true, loop);
 }
 
 static void case_server_memory(struct victim *v)
@@ -917,6 +956,127 @@ out:
 	zl_xport_destroy(sx);
 }
 
+/* ---- against a running storage daemon (test/rdma/counters_rdma.sh) ---- */
+
+/* --fill: connections that hold the daemon's shared receive queue until
+ * `leave` credits are left for whoever connects next (the daemon grants
+ * min(asked, its requests per connection, what its queue has left)), then
+ * waits to be killed. Each grant must be exactly what was asked: a daemon
+ * with other RDMA connections, or another queue depth, fails this. */
+static int daemon_fill(const char *host, uint16_t port, uint32_t leave)
+{
+	struct ibv_device_attr a;
+	struct rg_conn *cs = NULL;
+	uint32_t depth = 0, held = 0, n = 0, cap = 0;
+
+	for (;;) {
+		uint32_t ask = depth ? ZL_MIN(XPORT_DEF_MAX_INFLIGHT, depth - leave - held)
+				     : XPORT_DEF_MAX_INFLIGHT;
+		uint32_t got = 0;
+
+		if (depth && held + leave >= depth)
+			break;
+		if (n == cap) {
+			struct rg_conn *m = realloc(cs, (cap + 32) * sizeof(*cs));
+
+			if (!m)
+				return 1;
+			cs = m;
+			cap += 32;
+		}
+		/* The grant proves the daemon took it: no PING (time). */
+		if (rg_connect_n(&cs[n], host, port, ask, &got, false, NULL)) {
+			fprintf(stderr,
+				"mw_test: FAIL: fill connection %u to %s:%u (asking %u credits, "
+				"%u held) failed\n",
+				n + 1, host, port, ask, held);
+			return 1;
+		}
+		n++;
+		if (!depth) {
+			/* The daemon's queue: RDMA_SRQ_MAX or less on this device. */
+			if (ibv_query_device(cs[0].id->verbs, &a)) {
+				fprintf(stderr, "mw_test: FAIL: ibv_query_device: %s\n",
+					zl_strerror(-errno));
+				return 1;
+			}
+			depth = ZL_MIN(RDMA_SRQ_MAX, (uint32_t)a.max_srq_wr);
+			if (leave >= depth || depth - leave < ask) {
+				fprintf(stderr, "mw_test: FAIL: cannot leave %u of %u credits\n",
+					leave, depth);
+				return 1;
+			}
+		}
+		if (got != ask) {
+			fprintf(
+			    stderr,
+			    "mw_test: FAIL: the daemon granted %u credits on fill connection %u, "
+			    "not the %u asked (%u held): it has other RDMA connections or "
+			    "another queue depth than %u\n",
+			    got, n, ask, held, depth);
+			return 1;
+		}
+		held += got;
+	}
+	printf("FIGURE: mw_test fill: %u connections hold %u credits of the daemon's %u; %u "
+	       "left\n",
+	       n, held, depth, depth - held);
+	printf("mw_test: fill READY\n");
+	fflush(stdout);
+	for (;;)
+		pause(); /* SIGTERM ends it; the kernel closes the connections */
+}
+
+/* --bad-rkey: a READ of chunk 0 of volume `vol` (ZL_WF_ANY: the daemon's
+ * own copy, no row checks) whose descriptor names the rogue's memory under
+ * the rkey of its local-only registration: the daemon's RDMA WRITE of the
+ * data must fail at the rogue (remote access error: one work completion in
+ * error on the daemon), and the rogue's QP goes to ERR. */
+static int daemon_bad_rkey(const char *host, uint16_t port, const char *vol)
+{
+	struct rg_conn c;
+	struct zl_wire_hdr h = {.opcode = ZL_OP_READ,
+				.version = ZL_WIRE_VERSION,
+				.flags = ZL_WF_RDMA | ZL_WF_ANY,
+				.length = 4096,
+				.payload_len = ZL_WIRE_RDMA_DESC_SIZE};
+	struct zl_wire_rdma_desc d;
+	uint64_t end;
+	const char *qs = "?";
+	int rc = 1;
+
+	if (zl_vol_id_parse(vol, &h.vol_id)) {
+		fprintf(stderr, "mw_test: FAIL: '%s' is not a volume id (vol-<16 hex>)\n", vol);
+		return 1;
+	}
+	if (rg_connect(&c, host, port, NULL)) {
+		fprintf(stderr, "mw_test: FAIL: rogue connection to %s:%u failed\n", host, port);
+		goto out;
+	}
+	d = (struct zl_wire_rdma_desc){
+	    .addr = (uintptr_t)rg_data(&c), .rkey = c.mr->rkey, .len = h.length};
+	h.req_id = c.next_req++;
+	if (!WC_OK(rg_send_desc(&c, &h, &d, 0, false))) {
+		fprintf(stderr, "mw_test: FAIL: rogue READ not sent\n");
+		goto out;
+	}
+	for (end = zl_now_ms() + RG_WAIT_MS; zl_now_ms() < end; poll(NULL, 0, 20)) {
+		qs = qp_state_name(c.id->qp);
+		if (!strcmp(qs, "ERR"))
+			break;
+	}
+	printf("FIGURE: mw_test bad-rkey: the rogue's QP after the daemon's RDMA WRITE with "
+	       "rkey 0x%x of local-only memory: %s\n",
+	       d.rkey, qs);
+	rc = strcmp(qs, "ERR") ? 1 : 0;
+	if (rc)
+		fprintf(stderr, "mw_test: FAIL: the rogue's QP is %s, not ERR, after %d ms\n", qs,
+			RG_WAIT_MS);
+out:
+	rg_free(&c);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	struct zl_xport_opts o = {.kind = ZL_XPORT_RDMA, .timeout_ms = 3000,
@@ -925,8 +1085,14 @@ int main(int argc, char **argv)
 	int rc;
 
 	zl_log_init("mw_test");
+	if (argc == 5 && !strcmp(argv[1], "--fill"))
+		return daemon_fill(argv[2], (uint16_t)atoi(argv[3]), (uint32_t)atoi(argv[4]));
+	if (argc == 5 && !strcmp(argv[1], "--bad-rkey"))
+		return daemon_bad_rkey(argv[2], (uint16_t)atoi(argv[3]), argv[4]);
 	if (!v.host) {
-		fprintf(stderr, "usage: mw_test HOST (an address on the RDMA device)\n");
+		fprintf(stderr, "usage: mw_test HOST (an address on the RDMA device)\n"
+				"       mw_test --fill HOST RDMA_PORT LEAVE | --bad-rkey HOST "
+				"RDMA_PORT VOL_ID\n");
 		return 1;
 	}
 	rc = zl_loop_create(&v.loop);

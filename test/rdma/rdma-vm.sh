@@ -7,13 +7,16 @@
 #   cluster    test/e2e/cluster_e2e.sh over RDMA: three daemons on three
 #              rxe0 addresses (cluster_rdma.sh);
 #   security   mw_test and outsider_e2e.sh over RDMA (security_rdma.sh,
-#              docs/SECURITY.md).
+#              docs/SECURITY.md);
+#   counters   the RDMA counters of the daemons' /metrics, each under a load
+#              that moves it (counters_rdma.sh, docs/OBSERVABILITY.md).
 # A part that fails fails the test, named; a guest that cannot boot fails
 # it too (every part DID NOT RUN).
 #
 # Usage: test/rdma/rdma-vm.sh BUILD_DIR [PART...]   (default: transport
-# cluster security; ctest rdma_vm, labels vm and rdma). ZL_RDMA_PART_LIMIT:
-# seconds per part (transport 600, cluster 1500, security 1200 by default);
+# cluster security counters; ctest rdma_vm, labels vm and rdma).
+# ZL_RDMA_PART_LIMIT: seconds per part (transport 600, cluster 1500,
+# security 1200, counters 300 by default);
 # the guest's limit is their sum plus 300. ZL_VM_MEM: guest memory (4G: the
 # cluster's replicas live on the guest's tmpfs).
 set -uo pipefail
@@ -21,8 +24,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 build=$(cd "${1:?usage: rdma-vm.sh BUILD_DIR [PART...]}" && pwd -P)
 shift
 parts=("$@")
-((${#parts[@]})) || parts=(transport cluster security)
-declare -A limit=([transport]=600 [cluster]=1500 [security]=1200)
+((${#parts[@]})) || parts=(transport cluster security counters)
+declare -A limit=([transport]=600 [cluster]=1500 [security]=1200 [counters]=300)
 if [[ -n ${ZL_RDMA_PART_LIMIT:-} ]]; then
 	for p in "${!limit[@]}"; do limit[$p]=$ZL_RDMA_PART_LIMIT; done
 fi
@@ -37,6 +40,7 @@ if [[ ${ZL_VM:-0} == 1 ]]; then
 			env ZL_TEST_XPORT_REQUIRE=rdma "$build/bin/transport_test" ;;
 		cluster) vm_part "$work/parts" cluster "${limit[$p]}" bash "$here/cluster_rdma.sh" "$build" ;;
 		security) vm_part "$work/parts" security "${limit[$p]}" bash "$here/security_rdma.sh" "$build" ;;
+		counters) vm_part "$work/parts" counters "${limit[$p]}" bash "$here/counters_rdma.sh" "$build" ;;
 		esac
 	done
 	vm_parts_end "$work/parts"
@@ -49,7 +53,7 @@ fail() {
 }
 total=300
 for p in "${parts[@]}"; do
-	[[ -n ${limit[$p]:-} ]] || fail "unknown part '$p' (transport, cluster, security)"
+	[[ -n ${limit[$p]:-} ]] || fail "unknown part '$p' (transport, cluster, security, counters)"
 	total=$((total + limit[$p]))
 done
 for t in transport_test zipline-storage zl e2e_io e2e_outsider mw_test; do
