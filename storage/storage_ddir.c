@@ -297,8 +297,14 @@ void zl_storage_ddir_io_error(struct zl_storage *st, int err)
 		ddir_fail(d, why);
 		return;
 	}
-	if (err == -ENOENT || err == -ESTALE || err == -EIO || err == -ZL_ERR_IO)
+	if (zl_storage_ddir_error(err))
 		ddir_check_now(d, true);
+}
+
+bool zl_storage_ddir_error(int err)
+{
+	return err == -ENOENT || err == -ESTALE || err == -EIO || err == -ZL_ERR_IO ||
+	       err == -EROFS;
 }
 
 bool zl_storage_ddir_failed(const struct zl_storage *st)

@@ -66,5 +66,11 @@ void zl_storage_ddir_stop(struct zl_storage *st);
 void zl_storage_ddir_io_error(struct zl_storage *st, int err);
 /* The data dir failed: this daemon serves no slice. */
 bool zl_storage_ddir_failed(const struct zl_storage *st);
+/* Whether err (an I/O's failure) is one that zl_storage_ddir_io_error
+ * checks the data directory for (gone, replaced, read-only or failing).
+ * Until that check has concluded, a write failing so is answered
+ * -ZL_ERR_NOT_INSYNC like one after it: never a hard error to the client,
+ * which goes to the new primary (a primary reports us). */
+bool zl_storage_ddir_error(int err);
 
 #endif

@@ -492,7 +492,10 @@ static void srv_write_finish(struct storage_req *r)
 		/* Our data dir is gone (storage_ddir.c): not a failed write
 		 * but a member out of sync; the client goes to the new
 		 * primary, a primary reports us. */
-		req_reply_free(r, zl_storage_ddir_failed(st) ? -ZL_ERR_NOT_INSYNC : r->local_err,
+		req_reply_free(r,
+			       zl_storage_ddir_failed(st) || zl_storage_ddir_error(r->local_err)
+				   ? -ZL_ERR_NOT_INSYNC
+				   : r->local_err,
 			       ver);
 		return;
 	}
@@ -1173,7 +1176,11 @@ static void srv_write_disk(struct storage_req *r)
 	}
 	if (rc) {
 		zl_storage_ddir_io_error(st, rc);
-		req_reply_free(r, zl_storage_ddir_failed(st) ? -ZL_ERR_NOT_INSYNC : rc, r->seen_ver);
+		req_reply_free(r,
+			       zl_storage_ddir_failed(st) || zl_storage_ddir_error(rc)
+				   ? -ZL_ERR_NOT_INSYNC
+				   : rc,
+			       r->seen_ver);
 		return;
 	}
 	r->pending = 1;
