@@ -13,11 +13,9 @@
 # 128M here), plus rdma-vm.sh's.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-build=$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)
-
-if [[ ${ZL_VM:-0} != 1 ]]; then
-	exec bash "$here/rdma-vm.sh" "$build" cluster
-fi
+# shellcheck source=part.sh
+. "$here/part.sh"
+rdma_part_enter cluster "${1:-}"
 
 # In the guest. State (etcd, chunk replicas) on the guest's tmpfs, not on
 # the 9p share (O_DIRECT, speed): cluster_e2e.sh keeps it under BUILD_DIR,
@@ -32,7 +30,6 @@ work=$(mktemp -d /tmp/zl-rdma-e2e.XXXXXX)
 # The next part of the guest gets the memory back.
 trap 'rm -rf "$work"' EXIT
 ln -s "$build/bin" "$work/bin"
-ulimit -l unlimited
 # The replicas and the daemons' journals share the guest's tmpfs: 32 MiB
 # journals instead of the default 128 MiB each.
 export CL_JOURNAL_SIZE=${CL_JOURNAL_SIZE:-32M}

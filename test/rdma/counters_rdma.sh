@@ -24,14 +24,10 @@
 # BUILD_DIR counters). Environment: ZL_CTR_WRITES (default 400).
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-build=$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)
+# shellcheck source=part.sh
+. "$here/part.sh"
+rdma_part_enter counters "${1:-}"
 
-if [[ ${ZL_VM:-0} != 1 ]]; then
-	exec bash "$here/rdma-vm.sh" "$build" counters
-fi
-
-ip=${RXE_IP:?not in the test VM (test/vm/vm.sh --rxe)}
-ulimit -l unlimited
 SRC=$(cd "$here/../.." && pwd)
 # shellcheck source=../lib/metrics.sh
 source "$SRC/test/lib/metrics.sh" counters_rdma

@@ -12,17 +12,13 @@
 # rdma-vm.sh BUILD_DIR security). Environment: rdma-vm.sh's.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-build=$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)
-
-if [[ ${ZL_VM:-0} != 1 ]]; then
-	exec bash "$here/rdma-vm.sh" "$build" security
-fi
+# shellcheck source=part.sh
+. "$here/part.sh"
+rdma_part_enter security "${1:-}"
 
 # In the guest. Cluster state on the guest's tmpfs (not the 9p share):
 # outsider_e2e.sh keeps it under BUILD_DIR, so BUILD_DIR is a tmpfs
 # directory whose bin/ points at the real build.
-ip=${RXE_IP:?not in the test VM (test/vm/vm.sh --rxe)}
-ulimit -l unlimited
 echo "security_rdma: guest $(uname -r), rxe0 address $ip"
 t0=$(date +%s)
 "$build/bin/mw_test" "$ip"
