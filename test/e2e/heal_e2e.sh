@@ -45,6 +45,12 @@ hl_etcd rows "$vid" | sed -n 1,3p
 # Failure reports of the import (forwards that failed on a loaded machine):
 # only reports not among these count below (each put has a new revision).
 hl_etcd reports "$vid" | sort >"$CL_DIR/reports-import"
+# ... and the forwards of the import that failed, as their primaries logged
+# them (a report may still be on its way): "primary node chunk".
+for i in 1 2 3; do
+	sed -n "s/.*forwarded write failed: node=\([^ ]*\) vol=[0-9a-f]* chunk=\([0-9]*\) .*/node-$i \1 \2/p" \
+		"$CL_DIR/storage-$i/log"
+done >"$CL_DIR/fwd-failed-import"
 sed 's/^/heal_e2e: report of the import: /' "$CL_DIR/reports-import" | head -5
 new_reports() { hl_etcd reports "$vid" | sort | comm -13 "$CL_DIR/reports-import" -; }
 rew=$((SIZE_MB * 1024 * 1024 / 100 / CHUNK * CHUNK))
@@ -84,14 +90,17 @@ tail -c +$((log3 + 1)) "$CL_DIR/storage-3/log" | sed -n 's/.*\(journal replay: [
 # its slice primary's, from the chunk files (hl_files waits for every journal
 # to be checkpointed). A difference must be a chunk rewritten while node-3
 # was down (chunks 0 .. touched-1) or one of a slice where an import report
-# names node-3: as the peer, its forwards went without a version (its
+# or a failed forward of the import names node-3: as the peer, its forwards went without a version (its
 # versions lag); as the reporter (the primary then), its backups' versions
 # lag and the primary after it inherits theirs (recovery rolls node-3 back
 # to it: same data, lower version).
 hl_etcd members "$vid" >"$CL_DIR/members" || fail "reading the rows"
 hl_files "$CHUNK" --chunk-index "$CL_DIR"/storage-{1,2,3}/data/chunks/"$vid" >"$CL_DIR/files-before" ||
 	fail "reading chunk files"
-awk '$2 == "node-3" || $3 == "node-3" {print $1}' "$CL_DIR/reports-import" | sort -u >"$CL_DIR/slices-reported"
+{
+	awk '$2 == "node-3" || $3 == "node-3" {print $1}' "$CL_DIR/reports-import"
+	awk -v ns="$(wc -l <"$CL_DIR/members")" '$1 == "node-3" || $2 == "node-3" {print $3 % ns}' "$CL_DIR/fwd-failed-import"
+} | sort -u >"$CL_DIR/slices-reported"
 awk -v ns="$(wc -l <"$CL_DIR/members")" -v touched="$touched" '
 	FILENAME ~ /members$/ {p[$1] = substr($2, 6); next}
 	FILENAME ~ /slices-reported$/ {r[$1] = 1; next}
@@ -101,7 +110,7 @@ awk -v ns="$(wc -l <"$CL_DIR/members")" -v touched="$touched" '
 	"$CL_DIR/members" "$CL_DIR/slices-reported" "$CL_DIR/files-before" | sort -n >"$CL_DIR/expected"
 want=$(wc -l <"$CL_DIR/expected")
 n_touched=$(awk '$2 == "touched"' "$CL_DIR/expected" | wc -l)
-echo "heal_e2e: node-3 differs from the primaries in $want chunks: $n_touched rewritten while down, $(awk '$2 == "reported"' "$CL_DIR/expected" | wc -l) in slices of an import report naming it ($(wc -l <"$CL_DIR/slices-reported") slices)"
+echo "heal_e2e: node-3 differs from the primaries in $want chunks: $n_touched rewritten while down, $(awk '$2 == "reported"' "$CL_DIR/expected" | wc -l) in slices where the import reported it or its forwards failed ($(wc -l <"$CL_DIR/slices-reported") slices)"
 bad=$(awk '$2 == "unexplained"' "$CL_DIR/expected" | head -3)
 [ -z "$bad" ] || fail "node-3's versions after its restart differ from the primaries' in chunks neither rewritten while it was down nor reported (lost by the journal replay?): (chunk kind node-3 primary) $bad"
 [ "$n_touched" -eq "$touched" ] || fail "node-3 holds the version of a chunk rewritten while it was down"
