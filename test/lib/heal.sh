@@ -34,7 +34,7 @@ hl_kill_manager() { cl_stop "${HL_MGR:-manager}" KILL; }
 #   primary VOL SLICE    node id of the slice's primary (first in-sync member)
 #   insync VOL N         exit 0 when every row has N members in_sync
 #   summary VOL          "rows=R all_in_sync_rows=K member_states=..."
-#   reports VOL [ERROR]  "slice reporter peer error slice_ver"
+#   reports VOL [ERROR]  "slice reporter peer error slice_ver revision"
 #   set VOL NODE STATE   every row holding NODE: NODE -> STATE (CAS)
 #   order VOL SLICE N... the row's members in that order
 hl_etcd() { "$HL_PY" "$HL_TOOL" etcd "$CL_ETCD" "$@"; }

@@ -27,7 +27,9 @@ reason on stderr when it cannot do its job.
     status FIELD...        "node FIELD=value..." of every status record
     stable-sum SECS FIELD...  once the status records stopped changing for
                            2.5 s: the sum of each FIELD over them
-    reports VOL [ERROR]    "slice reporter peer error slice_ver" (only ERROR)
+    reports VOL [ERROR]    "slice reporter peer error slice_ver revision" (only
+                           ERROR; revision: etcd's mod_revision of the report,
+                           new at every put of it, even of the same content)
     set VOL NODE STATE     the manager by hand: every row holding NODE,
                            NODE -> STATE (CAS on the record; v + 1, the term
                            + 1 when the primary changes; refuses to leave a
@@ -305,7 +307,8 @@ def etcd_cmd(url, cmd, args):
             k = base64.b64decode(kv['key']).decode().split('/')
             r = json.loads(base64.b64decode(kv['value']))
             if want is None or r['error'] == want:
-                print(k[-3], k[-2], r['peer'], r['error'], r['slice_ver'])
+                print(k[-3], k[-2], r['peer'], r['error'], r['slice_ver'],
+                      kv.get('mod_revision', 0))
     elif cmd == 'set':
         vol, node, state = args
         rows_update(e, vol, lambda rec: [i for i, r in enumerate(rec['placement'])
