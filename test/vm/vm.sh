@@ -24,7 +24,12 @@ VM_EXIT_HARNESS=125
 
 vm_cache=${ZL_VM_CACHE:-/var/cache/zipline-vm}
 vm_state_root=${ZL_VM_STATE:-/tmp/zipline-vm}
-vm_kernel_pkg=${ZL_VM_KERNEL_PKG:-linux-image-6.12-amd64}
+vm_kernel_pkg=${ZL_VM_KERNEL_PKG:-linux-image-amd64}
+# The suite the kernel comes from, read through a private apt source list
+# in the cache (the host's sources stay as they are); empty: the host's.
+# trixie-backports: ublk's UPDATE_SIZE (online growth) needs Linux >= 6.16.
+vm_kernel_suite=${ZL_VM_KERNEL_SUITE-trixie-backports}
+vm_kernel_mirror=${ZL_VM_KERNEL_MIRROR:-http://deb.debian.org/debian}
 vm_mem=${ZL_VM_MEM:-2G}
 vm_cpus=${ZL_VM_CPUS:-$(($(nproc) > 4 ? 4 : $(nproc)))}
 vm_timeout=${ZL_VM_TIMEOUT:-1200}
@@ -45,6 +50,7 @@ vm_host_pkgs=(
 	ibverbs-utils:/usr/bin/ibv_rc_pingpong
 	rdmacm-utils:/usr/bin/rping
 	perftest:/usr/bin/ib_write_bw
+	debian-archive-keyring:/usr/share/keyrings/debian-archive-trixie-stable.gpg
 )
 # Modules the initramfs loads to mount the 9p/overlay root.
 vm_initrd_mods=(virtio_pci 9pnet_virtio 9p overlay)
@@ -112,7 +118,8 @@ environment: ZL_VM_KVM=1 (use /dev/kvm instead of TCG), ZL_VM_PVH=0 (boot
 the bzImage, not the uncompressed kernel's PVH entry), ZL_VM_TCG_THREAD
 (multi, or single: one host thread for all vCPUs), ZL_VM_BOOT_RETRIES (2:
 boots again after a kernel crash before CMD started), ZL_VM_CACHE
-($vm_cache), ZL_VM_STATE ($vm_state_root), ZL_VM_KERNEL_PKG, ZL_VM_MEM,
+($vm_cache), ZL_VM_STATE ($vm_state_root), ZL_VM_KERNEL_PKG ($vm_kernel_pkg), ZL_VM_KERNEL_SUITE
+($vm_kernel_suite; empty: the host's apt sources), ZL_VM_KERNEL_MIRROR, ZL_VM_MEM,
 ZL_VM_CPUS, ZL_VM_TIMEOUT, ZL_VM_VERBOSE=1, ZL_VM_OFFLINE=1.
 
 exit status: CMD's; 124 guest time limit; 125 harness failure.
@@ -145,57 +152,102 @@ vm_host_packages() {
 	fi
 }
 
-# vm_candidate PKG: "name version" apt would download for PKG; a meta package
-# (linux-image-6.12-amd64) is followed to the versioned one it depends on.
-# The answer is kept in the cache until apt's package lists change.
+# The kernel suite's private apt: its own source list, package lists and
+# archive cache under $vm_cache/apt/SUITE (ZL_VM_KERNEL_SUITE empty: none,
+# the host's apt). vm_kapt holds the apt options that select it.
+vm_kapt=()
+vm_kapt_lists=/var/lib/apt/lists
+vm_kapt_updated=0
+vm_kapt_init() {
+	[[ -n $vm_kernel_suite ]] || return 0
+	[[ $vm_kernel_suite =~ ^[a-z][a-z0-9-]*$ ]] || vm_fail "bad ZL_VM_KERNEL_SUITE '$vm_kernel_suite' (e.g. trixie-backports)"
+	local d=$vm_cache/apt/$vm_kernel_suite line
+	line="deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $vm_kernel_mirror $vm_kernel_suite main"
+	mkdir -p "$d/lists/partial" "$d/archives/partial" || vm_fail "cannot write to $d"
+	[[ $(cat "$d/sources.list" 2>/dev/null) == "$line" ]] || echo "$line" >"$d/sources.list" ||
+		vm_fail "cannot write $d/sources.list"
+	vm_kapt=(-o "Dir::Etc::sourcelist=$d/sources.list" -o Dir::Etc::sourceparts=-
+		-o "Dir::State::lists=$d/lists" -o "Dir::Cache=$d" -o "Dir::Cache::archives=$d/archives"
+		-o APT::Get::List-Cleanup=0)
+	vm_kapt_lists=$d/lists
+}
+# vm_kapt_update: apt-get update of the kernel's suite, once per run.
+vm_kapt_update() {
+	if [[ -z $vm_kernel_suite ]]; then
+		vm_apt_update
+		return 0
+	fi
+	((vm_kapt_updated)) && return 0
+	vm_say "apt-get update ($vm_kernel_suite, for the guest's kernel)"
+	apt-get "${vm_kapt[@]}" update -qq >&2 ||
+		vm_fail "apt-get update of $vm_kernel_suite ($vm_kernel_mirror) failed: is the mirror reachable, and does /usr/share/keyrings/debian-archive-keyring.gpg hold its keys (apt-get install debian-archive-keyring)? ZL_VM_KERNEL_SUITE= uses the host's apt sources"
+	vm_kapt_updated=1
+}
+
+# vm_candidate WHERE PKG: "name version" apt would download for PKG from
+# WHERE (host: the host's sources; kernel: the kernel's suite); a meta
+# package (linux-image-amd64) is followed to the versioned one it depends
+# on. The answer is kept in the cache until those package lists change.
 vm_candidate() {
-	local memo=$vm_cache/resolved/$1 name ver
-	if [[ -s $memo && $memo -nt /var/lib/apt/lists ]]; then
+	local where=$1 pkg=$2 memo name ver lists=/var/lib/apt/lists o=()
+	[[ $where == kernel ]] && { o=("${vm_kapt[@]}"); lists=$vm_kapt_lists; }
+	memo=$vm_cache/resolved/${where}-${vm_kernel_suite:-host}/$pkg
+	[[ $where == kernel ]] || memo=$vm_cache/resolved/host/$pkg
+	if [[ -s $memo && $memo -nt $lists ]]; then
 		cat "$memo"
 		return 0
 	fi
-	name=$(apt-cache depends "$1" 2>/dev/null |
+	name=$(apt-cache "${o[@]}" depends "$pkg" 2>/dev/null |
 		sed -n 's/^ *Depends: \(linux-image-[0-9][^ ]*\)$/\1/p' | head -n1)
-	[[ -n $name ]] || name=$1
-	ver=$(apt-cache policy "$name" 2>/dev/null | sed -n 's/^ *Candidate: //p' | head -n1)
+	[[ -n $name ]] || name=$pkg
+	ver=$(apt-cache "${o[@]}" policy "$name" 2>/dev/null | sed -n 's/^ *Candidate: //p' | head -n1)
 	[[ -n $ver && $ver != "(none)" ]] || return 0
 	mkdir -p "${memo%/*}" && echo "$name $ver" >"$memo"
 	echo "$name $ver"
 }
 
-# vm_unpack PKG VERSION DIR: apt-get download PKG=VERSION, unpack into DIR.
+# vm_unpack WHERE DIR PKG=VERSION...: apt-get download the packages (from
+# WHERE, as vm_candidate), unpack them all into DIR.
 vm_unpack() {
-	local pkg=$1 ver=$2 dir=$3 tmp log
+	local where=$1 dir=$2 tmp log o=() upd=vm_apt_update d
+	shift 2
 	[[ -e $dir/.unpacked ]] && return 0
-	((vm_offline)) && vm_fail "$pkg $ver is not in $vm_cache (offline)"
+	((vm_offline)) && vm_fail "$* not in $vm_cache (offline)"
+	[[ $where == kernel ]] && { o=("${vm_kapt[@]}"); upd=vm_kapt_update; }
 	tmp=$(mktemp -d "$vm_cache/dl.XXXXXX") || vm_fail "cannot write to $vm_cache"
 	log=$tmp/apt.log
-	vm_say "downloading $pkg $ver"
-	if ! (cd "$tmp" && apt-get download -q "$pkg=$ver") >"$log" 2>&1; then
-		vm_apt_update
-		(cd "$tmp" && apt-get download -q "$pkg=$ver") >"$log" 2>&1 || {
+	vm_say "downloading $*"
+	if ! (cd "$tmp" && apt-get "${o[@]}" download -q "$@") >"$log" 2>&1; then
+		$upd
+		(cd "$tmp" && apt-get "${o[@]}" download -q "$@") >"$log" 2>&1 || {
 			cat "$log" >&2
 			rm -rf "$tmp"
-			vm_fail "apt-get download $pkg=$ver failed"
+			vm_fail "apt-get download $* failed"
 		}
 	fi
 	local debs=("$tmp"/*.deb)
-	[[ -f ${debs[0]} ]] || { rm -rf "$tmp"; vm_fail "apt-get download $pkg left no .deb"; }
+	[[ -f ${debs[0]} ]] || { rm -rf "$tmp"; vm_fail "apt-get download $* left no .deb"; }
 	mkdir -p "$tmp/root"
-	dpkg-deb -x "${debs[0]}" "$tmp/root" || { rm -rf "$tmp"; vm_fail "dpkg-deb -x ${debs[0]} failed"; }
+	for d in "${debs[@]}"; do
+		dpkg-deb -x "$d" "$tmp/root" || { rm -rf "$tmp"; vm_fail "dpkg-deb -x $d failed"; }
+	done
 	rm -rf "$dir"
 	mkdir -p "${dir%/*}"
-	mv "$tmp/root" "$dir" && touch "$dir/.unpacked" || vm_fail "cannot move $pkg into $dir"
+	mv "$tmp/root" "$dir" && touch "$dir/.unpacked" || vm_fail "cannot move $* into $dir"
 	rm -rf "$tmp"
 }
 
 # Sets vm_kdir (unpacked kernel package), vm_kver (uname -r of the guest).
+# A kernel package that carries its image and modules in packages of its
+# own (trixie's linux-image-V depends on linux-binary-V, linux-modules-V
+# and linux-base-V of the same version) has them unpacked beside it.
 vm_kernel() {
-	local r='' name ver
+	local r='' name ver parts=() p
+	vm_kapt_init
 	if ((!vm_offline)); then
-		r=$(vm_candidate "$vm_kernel_pkg")
-		[[ -n $r ]] || { vm_apt_update; r=$(vm_candidate "$vm_kernel_pkg"); }
-		[[ -n $r ]] || vm_fail "apt knows no package $vm_kernel_pkg (Debian bookworm-security has it; or set ZL_VM_KERNEL_PKG)"
+		r=$(vm_candidate kernel "$vm_kernel_pkg")
+		[[ -n $r ]] || { vm_kapt_update; r=$(vm_candidate kernel "$vm_kernel_pkg"); }
+		[[ -n $r ]] || vm_fail "apt knows no package $vm_kernel_pkg in ${vm_kernel_suite:-the host sources} (set ZL_VM_KERNEL_PKG / ZL_VM_KERNEL_SUITE)"
 	else
 		r=$(cd "$vm_cache/kernel" 2>/dev/null && ls -d linux-image-*/.unpacked 2>/dev/null | sort -V | tail -n1)
 		[[ -n $r ]] || vm_fail "no kernel in $vm_cache (offline)"
@@ -204,7 +256,14 @@ vm_kernel() {
 	fi
 	read -r name ver <<<"$r"
 	vm_kdir=$vm_cache/kernel/${name}_$ver
-	vm_unpack "$name" "$ver" "$vm_kdir"
+	if [[ ! -e $vm_kdir/.unpacked ]]; then
+		parts=("$name=$ver")
+		for p in $(apt-cache "${vm_kapt[@]}" depends "$name" 2>/dev/null |
+			sed -n 's/^ *Depends: \(linux-\(binary\|modules\|base\)-[0-9][^ ]*\)$/\1/p'); do
+			parts+=("$p=$ver")
+		done
+		vm_unpack kernel "$vm_kdir" "${parts[@]}"
+	fi
 	vm_kdir=$(cd "$vm_kdir" && pwd -P)
 	local m
 	for m in "$vm_kdir"/lib/modules/* "$vm_kdir"/usr/lib/modules/*; do
@@ -212,7 +271,8 @@ vm_kernel() {
 	done
 	[[ -n ${vm_kver:-} ]] || vm_fail "$name has no lib/modules/<version>"
 	vm_vmlinuz=$vm_kdir/boot/vmlinuz-$vm_kver
-	[[ -r $vm_vmlinuz ]] || vm_fail "$name has no boot/vmlinuz-$vm_kver"
+	[[ -r $vm_vmlinuz ]] || vm_vmlinuz=$vm_kmods/vmlinuz
+	[[ -r $vm_vmlinuz ]] || vm_fail "$name has neither boot/vmlinuz-$vm_kver nor lib/modules/$vm_kver/vmlinuz"
 	[[ ${ZL_VM_PVH:-1} == 0 ]] || vm_pvh_kernel
 	if [[ ! -s $vm_kmods/modules.dep ]]; then
 		vm_note "depmod $vm_kver"
@@ -269,7 +329,7 @@ PY
 # busybox changed (the name is a hash of all of them).
 vm_initramfs() {
 	local bb_ver r='' bbdir hash tmp line ko m
-	((vm_offline)) || r=$(vm_candidate busybox-static)
+	((vm_offline)) || r=$(vm_candidate host busybox-static)
 	if [[ -n $r ]]; then
 		bb_ver=${r#* }
 	else
@@ -277,7 +337,7 @@ vm_initramfs() {
 		[[ -n $bb_ver ]] || vm_fail "apt knows no busybox-static and none is cached"
 	fi
 	bbdir=$vm_cache/busybox/$bb_ver
-	vm_unpack busybox-static "$bb_ver" "$bbdir"
+	vm_unpack host "$bbdir" "busybox-static=$bb_ver"
 	[[ -x $bbdir/bin/busybox ]] || vm_fail "busybox-static has no bin/busybox"
 	hash=$({
 		cat "$VM_HERE/init.sh"
