@@ -133,6 +133,14 @@ void attach_nbd_stop(struct attach *a);
  * (UBLK_F_USER_RECOVERY), and serves its queue on a->loop. 0 or a negative
  * errno (the log says what failed); attach_ublk_stop undoes a half start. */
 int attach_ublk_start(struct attach *a, int recover_id);
+/* Grows the started device to size bytes (UBLK_U_CMD_UPDATE_SIZE, Linux
+ * >= 6.16) without waiting: 0 (sent; the kernel's answer reaches
+ * attach_ublk_resized on the loop), or an error with msg filled
+ * (-EOPNOTSUPP: the kernel cannot; -ZL_ERR_BUSY: another control command
+ * runs). */
+int attach_ublk_resize(struct attach *a, uint64_t size, char *msg, size_t len);
+/* attach_main.c: the kernel answered UPDATE_SIZE (0 or -errno). */
+void attach_ublk_resized(struct attach *a, int res);
 /* SIGTERM: STOP_DEV; the kernel drains the device through us meanwhile,
  * and the stop sequence waits for it (it holds a busy slot). */
 void attach_ublk_stop_begin(struct attach *a);

@@ -251,16 +251,45 @@ static void attach_resize_answer(struct attach *a, int fd, int rc, const char *m
 	close(fd);
 }
 
-/* The handle shows the new size: the FUSE file grows. */
-static void attach_resize_grow(struct attach *a)
+/* The handle shows the new size: the FUSE file grows, the NBD server
+ * serves it; a ublk device is grown by the kernel (UPDATE_SIZE), whose
+ * answer comes later (attach_ublk_resized). 0 (done: a->size grew), 1
+ * (ublk: waiting), or an error with msg filled. */
+static int attach_resize_grow(struct attach *a, char *msg, size_t len)
 {
 	uint64_t old = a->size;
+	int rc;
 
+	if (a->ublk) {
+		rc = attach_ublk_resize(a, zl_vol_size(a->vol), msg, len);
+		return rc ? rc : 1;
+	}
 	a->size = zl_vol_size(a->vol);
 	attach_fuse_resized(a);
 	attach_nbd_resized(a);
 	ZL_LOG_INFO(ATTACH_LOG, "volume grew: vol=%s size=%llu->%llu", a->vol_id,
 		    (unsigned long long)old, (unsigned long long)a->size);
+	return 0;
+}
+
+void attach_ublk_resized(struct attach *a, int res)
+{
+	uint64_t old = a->size;
+	char msg[256] = "";
+	int fd = a->resize_fd;
+
+	if (res == 0 && a->vol) {
+		a->size = zl_vol_size(a->vol);
+		ZL_LOG_INFO(ATTACH_LOG, "volume grew: vol=%s size=%llu->%llu (ublk UPDATE_SIZE)",
+			    a->vol_id, (unsigned long long)old, (unsigned long long)a->size);
+	} else {
+		snprintf(msg, sizeof(msg), "ublk UPDATE_SIZE failed: %s",
+			 res ? strerror(-res) : "stopping");
+		res = res ? res : -ZL_ERR_CONN;
+	}
+	a->resize_waiting = false;
+	a->resize_fd = -1;
+	attach_resize_answer(a, fd, res, msg);
 }
 
 /* Loop: a resize waits until the volume handle installed the record's new
@@ -273,7 +302,9 @@ static void attach_resize_tick(void *arg)
 	int fd = a->resize_fd, rc = 0;
 
 	if (v && zl_vol_size(v) >= a->resize_want) {
-		attach_resize_grow(a);
+		rc = attach_resize_grow(a, msg, sizeof(msg));
+		if (rc == 1)
+			return; /* attach_ublk_resized answers fd */
 	} else if (v && !a->aborting && zl_now_ms() < a->resize_deadline_ms) {
 		zl_timer_start(a->loop, &a->resize_timer, 20, 0, attach_resize_tick, a);
 		return;
@@ -327,11 +358,6 @@ static int attach_resize(struct attach *a, char *msg, size_t len)
 	}
 	want = v.size;
 	zl_volume_fini(&v);
-	if (a->ublk) {
-		/* Growing /dev/ublkbN needs UBLK_U_CMD_UPDATE_SIZE (Linux >= 6.16). */
-		snprintf(msg, len, "the ublk device cannot grow yet; stage the volume again");
-		return -EOPNOTSUPP;
-	}
 	if (a->resize_waiting) {
 		snprintf(msg, len, "the previous resize is still waiting for the new size, retry");
 		return -ZL_ERR_BUSY;
@@ -341,8 +367,10 @@ static int attach_resize(struct attach *a, char *msg, size_t len)
 		return -ZL_ERR_CONN;
 	}
 	if (zl_vol_size(a->vol) >= want) {
-		attach_resize_grow(a);
-		return 0;
+		rc = attach_resize_grow(a, msg, len);
+		if (rc == 1)
+			a->resize_waiting = true;
+		return rc;
 	}
 	a->resize_want = want;
 	a->resize_deadline_ms = zl_now_ms() + ATTACH_RESIZE_MS;

@@ -49,6 +49,13 @@
 #ifndef UBLK_F_CMD_IOCTL_ENCODE
 #define UBLK_F_CMD_IOCTL_ENCODE (1ULL << 6)
 #endif
+/* Linux >= 6.16: a started device changes its size (data[0]: sectors). */
+#ifndef UBLK_CMD_UPDATE_SIZE
+#define UBLK_CMD_UPDATE_SIZE 0x15
+#endif
+#ifndef UBLK_F_UPDATE_SIZE
+#define UBLK_F_UPDATE_SIZE (1ULL << 10)
+#endif
 
 /* ioctl encoding of the commands (Linux >= 6.5; the 6.1 header lacks it). */
 #define UBLK_IOC_CTRL(nr)   _IOWR('u', (nr), struct ublksrv_ctrl_cmd)
@@ -123,6 +130,7 @@ struct attach_ublk {
 	int ctrl_res;
 	bool stop_sent;
 	bool stop_holds_slot; /* STOP_DEV counts in a->busy_slots */
+	bool resize_sent;     /* UPDATE_SIZE: attach_ublk_resized takes its result */
 };
 
 static uint32_t ublk_ctrl_op(const struct attach_ublk *u, uint32_t nr)
@@ -162,6 +170,8 @@ static const char *ublk_cmd_name(uint32_t nr)
 		return "END_USER_RECOVERY";
 	case UBLK_CMD_GET_FEATURES:
 		return "GET_FEATURES";
+	case UBLK_CMD_UPDATE_SIZE:
+		return "UPDATE_SIZE";
 	default:
 		return "?";
 	}
@@ -227,6 +237,10 @@ static void ublk_ctrl_ev_cb(void *arg, uint32_t events)
 		if (u->stop_holds_slot) {
 			u->stop_holds_slot = false;
 			u->a->busy_slots--;
+		}
+		if (u->resize_sent) {
+			u->resize_sent = false;
+			attach_ublk_resized(u->a, res);
 		}
 	}
 }
@@ -765,6 +779,43 @@ int attach_ublk_start(struct attach *a, int recover_id)
 	return 0;
 }
 
+int attach_ublk_resize(struct attach *a, uint64_t size, char *msg, size_t len)
+{
+	struct attach_ublk *u = a->ublk;
+	int rc;
+
+	if (!(u->features & UBLK_F_UPDATE_SIZE)) {
+		snprintf(msg, len,
+			 "this kernel's ublk cannot grow a live device (UBLK_U_CMD_UPDATE_SIZE "
+			 "needs Linux >= 6.16; features=0x%llx): unstage and stage the volume "
+			 "again to use the new size",
+			 (unsigned long long)u->features);
+		return -EOPNOTSUPP;
+	}
+	if (!u->started || u->stop_sent) {
+		snprintf(msg, len, "stopping");
+		return -ZL_ERR_CONN;
+	}
+	if (size % 512) {
+		snprintf(msg, len, "the new size %llu is not a multiple of 512 bytes",
+			 (unsigned long long)size);
+		return -ZL_ERR_INVAL;
+	}
+	if (u->ctrl_busy) {
+		snprintf(msg, len, "another ublk control command is running, retry");
+		return -ZL_ERR_BUSY;
+	}
+	rc = ublk_ctrl_submit(u, UBLK_CMD_UPDATE_SIZE, (uint32_t)u->dev_id, NULL, 0, size >> 9);
+	if (rc) {
+		snprintf(msg, len, "ublk UPDATE_SIZE of /dev/ublkb%d was not sent: %s", u->dev_id,
+			 strerror(-rc));
+		return rc;
+	}
+	u->ctrl_busy = true;
+	u->resize_sent = true;
+	return 0;
+}
+
 void attach_ublk_stop_begin(struct attach *a)
 {
 	struct attach_ublk *u = a->ublk;
@@ -794,6 +845,11 @@ void attach_ublk_stop(struct attach *a)
 
 	if (!u)
 		return;
+	/* An UPDATE_SIZE in flight finishes first (the kernel answers it at
+	 * once): STOP_DEV waits for the control ring. */
+	for (end = zl_now_ms() + UBLK_CTRL_WAIT_MS; u->resize_sent && zl_now_ms() < end;)
+		if (zl_loop_run_once(a->loop, 20) < 0)
+			break;
 	if (u->started && !u->stop_sent)
 		attach_ublk_stop_begin(a);
 	/* The volume may be closed by now: what still comes fails (EIO). */

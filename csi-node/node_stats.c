@@ -216,6 +216,21 @@ static int node_nbd_refresh(const struct node_vol_state *st, uint64_t size, char
 	return 0;
 }
 
+/* /dev/ublkbN grew in its attach process (UPDATE_SIZE, before the "ok"
+ * of its resize): the device must show the new size. */
+static int node_ublk_refresh(const struct node_vol_state *st, uint64_t size, char *msg,
+			     size_t len)
+{
+	uint64_t dev = 0;
+
+	if (node_blkdev_size(st->loop, &dev) || dev != size) {
+		snprintf(msg, len, "%s is %llu bytes after its UPDATE_SIZE, expected %llu",
+			 st->loop, (unsigned long long)dev, (unsigned long long)size);
+		return -EIO;
+	}
+	return 0;
+}
+
 int node_fs_grow(const struct node_vol_state *st, char *out, size_t outlen)
 {
 	const char *ext4[] = {"resize2fs", st->loop, NULL};
@@ -260,7 +275,7 @@ static int node_expand_locked(struct node *n, struct zl_grpc_call *call,
 	if (st.frontend == NODE_FRONTEND_UBLK && strncmp(reply, "err ", 4) == 0)
 		return zl_grpc_fail(call, ZL_GRPC_FAILED_PRECONDITION,
 				    "volume %s is staged through the ublk frontend (%s), which "
-				    "cannot grow a live device: %s",
+				    "did not grow: %s",
 				    r->volume_id, st.loop, reply + 4);
 	if (strncmp(reply, "ok", 2) != 0 || !p)
 		return zl_grpc_fail(call, ZL_GRPC_INTERNAL, "resizing the attachment of %s: %s",
@@ -272,8 +287,12 @@ static int node_expand_locked(struct node *n, struct zl_grpc_call *call,
 		    "volume %s is %llu bytes, less than the %llu required: expand it "
 		    "with ControllerExpandVolume first",
 		    r->volume_id, (unsigned long long)*size, (unsigned long long)want);
-	rc = st.frontend == NODE_FRONTEND_NBD ? node_nbd_refresh(&st, *size, msg, sizeof(msg))
-					      : node_loop_refresh(n, &st, *size, msg, sizeof(msg));
+	if (st.frontend == NODE_FRONTEND_NBD)
+		rc = node_nbd_refresh(&st, *size, msg, sizeof(msg));
+	else if (st.frontend == NODE_FRONTEND_UBLK)
+		rc = node_ublk_refresh(&st, *size, msg, sizeof(msg));
+	else
+		rc = node_loop_refresh(n, &st, *size, msg, sizeof(msg));
 	if (rc)
 		return zl_grpc_fail(call, ZL_GRPC_INTERNAL, "%s", msg);
 	block =

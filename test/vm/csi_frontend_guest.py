@@ -20,15 +20,17 @@ which must pick FRONTEND (ublk: the VM's kernel has ublk_drv).
     the attach process is adopted; the attach process killed while
     zipline-node is down: zipline-node's start takes the device over;
     NodeGetVolumeStats reports usage and a normal condition naming the
-    frontend; NodeExpandVolume beyond the device: nbd grows the live
-    device (NBD_CMD_RECONFIGURE) and ext4 on it, a 24 MiB file written
-    and every file read back; ublk refuses with
-    FAILED_PRECONDITION (UBLK_U_CMD_UPDATE_SIZE needs Linux >= 6.16); NodeUnpublish, NodeUnstage: the device is
+    frontend; NodeExpandVolume beyond the device: the live device grows
+    (nbd: NBD_CMD_RECONFIGURE; ublk: UBLK_U_CMD_UPDATE_SIZE, Linux >=
+    6.16, the VM's kernel) and ext4 on it, a 24 MiB file written and every
+    file read back; the attach process killed (-9) after the growth: the
+    new one takes over the grown device, every file reads back;
+    NodeUnpublish, NodeUnstage: the device is
     disconnected (nbd: no /sys/block/nbdN/pid, size 0) or deleted (ublk:
     /dev/ublkbN, /dev/ublkcN and /sys/block/ublkbN gone), no attach process
     of the volume left, the state removed.
   - Block mode: the same stage, a pattern written and read back with
-    O_DIRECT through the published device file; nbd: grown online, written
+    O_DIRECT through the published device file; grown online, written
     beyond the old end, read back; unstage.
   - No volume hangs the node (issue 20's checks with this frontend,
     test/e2e/csi_hang_test.py --frontend FRONTEND): a volume whose storage
@@ -256,7 +258,8 @@ def dev_bytes(dev):
 
 def expand_online(vol, path, dev, size):
     """ControllerExpandVolume, then NodeExpandVolume on path while staged
-    and in use: the device itself grows (nbd: NBD_CMD_RECONFIGURE)."""
+    and in use: the device itself grows (nbd: NBD_CMD_RECONFIGURE; ublk:
+    UBLK_U_CMD_UPDATE_SIZE in the attach process)."""
     ctrl.controller.ControllerExpandVolume(pb.ControllerExpandVolumeRequest(
         volume_id=vol, capacity_range=pb.CapacityRange(required_bytes=size)), timeout=T)
     r = node.node.NodeExpandVolume(pb.NodeExpandVolumeRequest(
@@ -329,38 +332,36 @@ for name, want in (("a", data), ("b", data[::-1]), ("c", data[:1 << 20])):
             fail("file %s differs after the takeover at start" % name)
 log("files read back after the takeover at zipline-node's start")
 check_stats(vol, target, pb.VolumeUsage.BYTES)
-if FE == "ublk":
-    # The volume grows, the live device cannot: a clear refusal, the mount stays.
-    ctrl.controller.ControllerExpandVolume(pb.ControllerExpandVolumeRequest(
-        volume_id=vol, capacity_range=pb.CapacityRange(required_bytes=96 << 20)), timeout=T)
-    try:
-        node.node.NodeExpandVolume(pb.NodeExpandVolumeRequest(
-            volume_id=vol, volume_path=target,
-            capacity_range=pb.CapacityRange(required_bytes=96 << 20)), timeout=T)
-        fail("NodeExpandVolume of a ublk volume succeeded")
-    except node.grpc.RpcError as e:
-        if e.code() != node.grpc.StatusCode.FAILED_PRECONDITION or "ublk" not in e.details():
-            fail("NodeExpandVolume of a ublk volume: %s %s" % (e.code(), e.details()))
-        log("NodeExpandVolume refused: %s" % e.details())
-    if mount_source(staging) != dev:
-        fail("the refused expansion lost the staging mount")
-else:
-    expand_online(vol, target, dev, 96 << 20)
-    fs = os.statvfs(target)
-    if fs.f_blocks * fs.f_frsize < 80 << 20:
-        fail("ext4 on %s is %d bytes after NodeExpandVolume to 96 MiB"
-             % (dev, fs.f_blocks * fs.f_frsize))
-    if mount_source(staging) != dev:
-        fail("the expansion changed the staging mount's source to %s" % mount_source(staging))
-    # A file written after the growth, then everything read back.
-    big = os.urandom(1 << 20) * 24
-    write_read(target, "e", big)
-    for name, want in (("a", data), ("b", data[::-1]), ("c", data[:1 << 20]), ("e", big)):
-        with open(os.path.join(target, name), "rb") as f:
-            if f.read() != want:
-                fail("file %s differs after the online expansion" % name)
-    log("ext4 grew online with %s to %d MiB; 24 MiB more written, every file read back"
-        % (dev, fs.f_blocks * fs.f_frsize >> 20))
+expand_online(vol, target, dev, 96 << 20)
+fs = os.statvfs(target)
+if fs.f_blocks * fs.f_frsize < 80 << 20:
+    fail("ext4 on %s is %d bytes after NodeExpandVolume to 96 MiB"
+         % (dev, fs.f_blocks * fs.f_frsize))
+if mount_source(staging) != dev:
+    fail("the expansion changed the staging mount's source to %s" % mount_source(staging))
+# A file written after the growth, then everything read back.
+big = os.urandom(1 << 20) * 24
+write_read(target, "e", big)
+for name, want in (("a", data), ("b", data[::-1]), ("c", data[:1 << 20]), ("e", big)):
+    with open(os.path.join(target, name), "rb") as f:
+        if f.read() != want:
+            fail("file %s differs after the online expansion" % name)
+log("ext4 grew online with %s to %d MiB; 24 MiB more written, every file read back"
+    % (dev, fs.f_blocks * fs.f_frsize >> 20))
+# The attach process killed after the growth: the new one must take over
+# the grown device (its size check compares the device with the volume).
+os.kill(new, signal.SIGKILL)
+log("attach process %d killed (-9) after the growth" % new)
+new = takeover(vol, new, "kill -9 after the growth")
+if dev_bytes(dev) != 96 << 20 or mount_source(staging) != dev:
+    fail("after the takeover of the grown device: %s is %d bytes, staging mounted from %s"
+         % (dev, dev_bytes(dev), mount_source(staging)))
+subprocess.run(["sh", "-c", "echo 3 > /proc/sys/vm/drop_caches"], check=True)
+for name, want in (("a", data), ("e", big)):
+    with open(os.path.join(target, name), "rb") as f:
+        if f.read() != want:
+            fail("file %s differs after the takeover of the grown device" % name)
+log("the grown device taken over; files read back")
 unstage(vol, staging, target, dev, new)
 
 # ---- Block mode
@@ -377,21 +378,20 @@ if os.preadv(fd, [buf2], 4 << 20) != len(pattern) or bytes(buf2) != pattern:
     fail("O_DIRECT read of %s differs" % target)
 os.close(fd)
 log("block mode: 1 MiB written and read back through %s" % target)
-if FE == "nbd":
-    # Block mode grows online too: the published device file shows the
-    # new size, the data before it stays, the new end takes writes.
-    expand_online(vol, target, dev, 96 << 20)
-    fd = os.open(target, os.O_RDWR | os.O_DIRECT)
-    if os.lseek(fd, 0, os.SEEK_END) != 96 << 20:
-        fail("the published device %s is not 96 MiB after the expansion" % target)
-    if os.pwritev(fd, [buf], 90 << 20) != len(pattern):
-        fail("short O_DIRECT write beyond the old end of %s" % target)
-    os.fsync(fd)
-    for off in (4 << 20, 90 << 20):
-        if os.preadv(fd, [buf2], off) != len(pattern) or bytes(buf2) != pattern:
-            fail("O_DIRECT read at %d MiB of %s differs after the expansion" % (off >> 20, target))
-    os.close(fd)
-    log("block mode: grown online to 96 MiB, written beyond the old end, read back")
+# The published device file shows the new size, the data before it
+# stays, the new end takes writes.
+expand_online(vol, target, dev, 96 << 20)
+fd = os.open(target, os.O_RDWR | os.O_DIRECT)
+if os.lseek(fd, 0, os.SEEK_END) != 96 << 20:
+    fail("the published device %s is not 96 MiB after the expansion" % target)
+if os.pwritev(fd, [buf], 90 << 20) != len(pattern):
+    fail("short O_DIRECT write beyond the old end of %s" % target)
+os.fsync(fd)
+for off in (4 << 20, 90 << 20):
+    if os.preadv(fd, [buf2], off) != len(pattern) or bytes(buf2) != pattern:
+        fail("O_DIRECT read at %d MiB of %s differs after the expansion" % (off >> 20, target))
+os.close(fd)
+log("block mode: grown online to 96 MiB, written beyond the old end, read back")
 check_stats(vol, target, pb.VolumeUsage.BYTES)
 pid = state(vol)["pid"]
 unstage(vol, staging, target, dev, pid)
