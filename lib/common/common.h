@@ -23,6 +23,8 @@
  * up to 256 bytes (headers) the CPU's CRC32C instruction on x86-64. */
 uint32_t zl_crc32c(const void *buf, size_t len);
 uint32_t zl_crc32c_update(uint32_t crc, const void *buf, size_t len);
+/* zl_crc32c(buf, 76), unrolled for the 76 bytes a wire header's CRC covers. */
+uint32_t zl_crc32c_76(const void *buf);
 /* CRC once per byte (DAOS-style): n 4 KiB pieces of buf, crcs[i] = the CRC32C
  * of piece i; returns the CRC32C of all n * 4096 bytes, joined from the
  * pieces' CRCs without a second pass. */
