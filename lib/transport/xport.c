@@ -401,8 +401,9 @@ struct xport_req *xport_req_lookup(struct zl_xport_conn *c, const struct zl_wire
 }
 
 /* Takes the next free slot (the caller checked there is one) into flight. */
-static struct xport_req *xport_req_start(struct zl_xport_conn *c, uint8_t opcode, void *in,
-					 uint32_t in_cap, zl_xport_reply_cb cb, void *arg)
+static inline __attribute__((always_inline)) struct xport_req *
+xport_req_start(struct zl_xport_conn *c, uint8_t opcode, void *in, uint32_t in_cap,
+		zl_xport_reply_cb cb, void *arg)
 {
 	struct xport_req *r = xport_req_of(c->reqs.free);
 
