@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
+#include <time.h>
 
 #include "zl_err.h"
 #include "log.h"
@@ -33,8 +34,15 @@ uint32_t zl_crc32c_4k_pieces(const void *buf, size_t n, uint32_t *crcs);
  * message's CRC from the block CRCs a store already holds. */
 uint32_t zl_crc32c_4k_join(const uint32_t *crcs, size_t n);
 
-/* Monotonic and wall clocks. */
-uint64_t zl_now_ns(void);
+/* Monotonic and wall clocks. zl_now_ns is inline: several reads per I/O
+ * (submit and completion latencies, loop passes). */
+static inline uint64_t zl_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 uint64_t zl_now_ms(void);
 int64_t zl_wall_sec(void);
 

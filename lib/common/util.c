@@ -178,14 +178,6 @@ uint32_t zl_crc32c_4k_pieces(const void *buf, size_t n, uint32_t *crcs)
 	return zl_crc32c_4k_join(crcs, n);
 }
 
-uint64_t zl_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 uint64_t zl_now_ms(void)
 {
 	return zl_now_ns() / 1000000ull;
