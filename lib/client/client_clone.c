@@ -48,7 +48,7 @@ static bool clone_covers(const struct zl_vol *v, uint64_t chunk)
 	       chunk * v->meta.chunk_size < v->parent->meta.size;
 }
 
-uint8_t client_clone_flags(const struct client_sub *s)
+uint8_t client_clone_flags_of(const struct client_sub *s)
 {
 	if (s->clone != CLONE_NONE || !s->io)
 		return 0;
@@ -58,7 +58,7 @@ uint8_t client_clone_flags(const struct client_sub *s)
 	return clone_covers(s->vol, s->chunk) ? ZL_WF_ABSENT : 0;
 }
 
-void client_clone_drop(struct client_sub *s)
+void client_clone_drop_of(struct client_sub *s)
 {
 	if (s->cbuf)
 		zl_vol_buf_free(s->vol, s->cbuf);
@@ -171,7 +171,7 @@ static void clone_parent_read(struct client_sub *s, char *buf, uint64_t pos, uin
 	}
 }
 
-bool client_clone_result(struct client_sub *s, int err)
+bool client_clone_result_of(struct client_sub *s, int err)
 {
 	struct zl_vol *v = s->vol;
 	uint64_t pos = s->chunk * v->meta.chunk_size;

@@ -495,14 +495,34 @@ int client_vol_open_depth(struct zl_client *c, const char *name_or_id, uint32_t 
 int client_clone_open(struct zl_vol *v, uint32_t depth);
 /* The ZL_WF_ABSENT a send of s carries: when s is v's own read or write of
  * a chunk its parent covers. */
-uint8_t client_clone_flags(const struct client_sub *s);
+uint8_t client_clone_flags_of(const struct client_sub *s);
 /* Takes s's result when it is about a chunk the clone never held: an
  * ABSENT answer (read the parent, or copy it up), the copy-up's answer (0
  * or EXISTS: send the write again). True when s was taken. */
-bool client_clone_result(struct client_sub *s, int err);
+bool client_clone_result_of(struct client_sub *s, int err);
 /* Releases what a clone's sub holds (its copy-up buffer) and forgets the
  * copy-up (sub_free, an orphan's reply). */
-void client_clone_drop(struct client_sub *s);
+void client_clone_drop_of(struct client_sub *s);
+/* The three above, per I/O: a volume without a parent, a sub that is not
+ * in a copy-up and an answer other than ABSENT end here without a call
+ * (the functions' own first tests, the same outcome). */
+static inline uint8_t client_clone_flags(const struct client_sub *s)
+{
+	return s->vol->parent ? client_clone_flags_of(s) : 0;
+}
+
+static inline bool client_clone_result(struct client_sub *s, int err)
+{
+	if (s->clone != CLONE_CREATE && (err != -ZL_ERR_ABSENT || s->clone != CLONE_NONE))
+		return false;
+	return client_clone_result_of(s, err);
+}
+
+static inline void client_clone_drop(struct client_sub *s)
+{
+	if (s->cbuf || s->clone != CLONE_NONE || s->copyups)
+		client_clone_drop_of(s);
+}
 /* client_io.c: sends (or resends) s to its slice. */
 void client_sub_send(struct client_sub *s);
 /* client_io.c: ends s with err (0 = success). */

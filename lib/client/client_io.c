@@ -998,6 +998,14 @@ static bool sub_stale_is_fence(const struct client_sub *s, int err, uint64_t rep
 	return s->op == ZL_OP_FLUSH || (rep_ver && rep_ver == s->sent_ver);
 }
 
+/* s succeeded; a reply from a newer slice version reloads the volume. */
+static void sub_success(struct client_sub *s, uint64_t rep_ver)
+{
+	if (rep_ver > s->sent_ver)
+		vol_reload_soon(s->vol);
+	sub_done(s, 0);
+}
+
 static void sub_result(struct client_sub *s, int err, uint64_t rep_ver, bool transport)
 {
 	struct zl_vol *v = s->vol;
@@ -1005,6 +1013,12 @@ static void sub_result(struct client_sub *s, int err, uint64_t rep_ver, bool tra
 	int next;
 	enum zl_client_action act;
 
+	if (!err && !s->any && s->clone != CLONE_CREATE) {
+		/* Success of a plain request (every reply of a healthy volume):
+		 * where the checks below end for it, both classifiers' DONE. */
+		sub_success(s, rep_ver);
+		return;
+	}
 	if (err && !v->fenced && sub_stale_is_fence(s, err, rep_ver, transport))
 		client_vol_fence(v->c, v->meta.num, "a request at the current slice version "
 						    "was answered STALE");
@@ -1043,9 +1057,7 @@ static void sub_result(struct client_sub *s, int err, uint64_t rep_ver, bool tra
 				: zl_client_classify_heal(s->op, err, transport);
 	switch (act) {
 	case ZL_CLIENT_ACT_DONE:
-		if (rep_ver > s->sent_ver)
-			vol_reload_soon(v);
-		sub_done(s, 0);
+		sub_success(s, rep_ver);
 		return;
 	case ZL_CLIENT_ACT_FAIL:
 		if (zl_ratelimit_ok(&v->rl, 10))

@@ -535,9 +535,12 @@ void client_node_kick(struct client_node *n)
 	struct client_list *l;
 	int rc;
 
+	/* Every reply kicks; nothing queued (the common case) is nothing to do. */
+	if (client_list_empty(&n->waitq))
+		return;
 	/* Queued requests whose connections all closed (peer restart, address
 	 * change) get fresh ones first; they fail only if the node is down. */
-	if (!client_list_empty(&n->waitq) && !node_has_live_conn(n))
+	if (!node_has_live_conn(n))
 		node_open_idle(n);
 	while (!client_list_empty(&n->waitq)) {
 		struct client_sub *s = ZL_CONTAINER_OF(n->waitq.next, struct client_sub, link);

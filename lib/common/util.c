@@ -57,19 +57,42 @@ __attribute__((target("sse4.2"))) static uint32_t crc_small_hw(uint32_t crc, con
 		crc = _mm_crc32_u8(crc, *p++);
 	return crc;
 }
+
+/* A message header's 76 covered bytes, unrolled: nine 8-byte steps and one
+ * 4-byte step, no loop (two per I/O on each side of a connection). */
+__attribute__((target("sse4.2"))) static uint32_t crc_76_hw(const uint8_t *p)
+{
+	uint64_t c = ~0u;
+	uint32_t t;
+
+#pragma GCC unroll 9
+	for (int i = 0; i < 9; i++) {
+		uint64_t v;
+
+		memcpy(&v, p + 8 * i, sizeof(v));
+		c = _mm_crc32_u64(c, v);
+	}
+	memcpy(&t, p + 72, sizeof(t));
+	return ~_mm_crc32_u32((uint32_t)c, t);
+}
 #define CRC_SMALL_MAX 256
 #define CRC_SMALL_HW() __builtin_cpu_supports("sse4.2")
 #else
 #define CRC_SMALL_MAX 0
 #define CRC_SMALL_HW() 0
 #define crc_small_hw(crc, p, len) (crc)
+#define crc_76_hw(p) 0u
 #endif
 
+/* crc is the standard (finalised) CRC. One call to ISA-L for anything up to
+ * 1 GiB (its length is an int). */
 static __attribute__((noinline)) uint32_t crc_isal(uint32_t crc, const void *buf, size_t len)
 {
 	const unsigned char *p = buf;
 
 	crc = ~crc;
+	if (len <= (1u << 30))
+		return ~crc32_iscsi((unsigned char *)p, (int)len, crc);
 	while (len > 0) {
 		int n = len > (1u << 30) ? (1 << 30) : (int)len;
 
@@ -78,6 +101,13 @@ static __attribute__((noinline)) uint32_t crc_isal(uint32_t crc, const void *buf
 		len -= (size_t)n;
 	}
 	return ~crc;
+}
+
+uint32_t zl_crc32c_76(const void *buf)
+{
+	if (CRC_SMALL_HW())
+		return crc_76_hw(buf);
+	return crc_isal(0, buf, 76);
 }
 
 uint32_t zl_crc32c_update(uint32_t crc, const void *buf, size_t len)
@@ -146,14 +176,6 @@ uint32_t zl_crc32c_4k_pieces(const void *buf, size_t n, uint32_t *crcs)
 	for (size_t i = 0; i < n; i++)
 		crcs[i] = zl_crc32c(p + i * 4096, 4096);
 	return zl_crc32c_4k_join(crcs, n);
-}
-
-uint64_t zl_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 uint64_t zl_now_ms(void)

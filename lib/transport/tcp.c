@@ -675,13 +675,19 @@ static void tcp_rx(struct tcp_conn *c)
 					return;
 				}
 				c->rpos += ZL_WIRE_HDR_SIZE;
-				if (c->base.server)
+				if (c->base.server) {
 					tcp_rx_request(c);
-				else
-					tcp_rx_reply(c);
-				continue;
+					continue;
+				}
+				tcp_rx_reply(c);
+				if (c->rx == TCP_RX_HDR || c->base.closing)
+					continue;
+				/* A reply's payload read with its header: taken
+				 * below in this same pass. */
+				avail = c->rlen - c->rpos;
 			}
-		} else {
+		}
+		if (c->rx != TCP_RX_HDR) {
 			uint32_t take = ZL_MIN(avail, c->rx_len - c->rx_done);
 
 			if (take && c->rx == TCP_RX_DATA)

@@ -58,7 +58,7 @@ void zl_wire_encode(const struct zl_wire_hdr *h, uint8_t out[ZL_WIRE_HDR_SIZE])
 	zl_put_le64(out + 64, h->aux);
 	zl_put_le32(out + 72, h->payload_crc);
 #endif
-	zl_put_le32(out + 76, zl_crc32c(out, 76));
+	zl_put_le32(out + 76, zl_crc32c_76(out));
 }
 
 static int fail(const char **why, const char *reason, int code)
@@ -268,7 +268,7 @@ int zl_wire_decode(const uint8_t *buf, size_t len, struct zl_wire_hdr *h, const 
 		return fail(why, "truncated header", -ZL_ERR_PROTO);
 	if (zl_get_le32(buf) != ZL_WIRE_MAGIC)
 		return fail(why, "bad magic", -ZL_ERR_PROTO);
-	if (zl_get_le32(buf + 76) != zl_crc32c(buf, 76))
+	if (zl_get_le32(buf + 76) != zl_crc32c_76(buf))
 		return fail(why, "header CRC mismatch", -ZL_ERR_PROTO);
 	if (buf[4] != ZL_WIRE_VERSION)
 		return fail(why, "unsupported version", -ZL_ERR_VERSION);
