@@ -805,8 +805,8 @@ int attach_ublk_start(struct attach *a, int recover_id, unsigned int nr_queues)
 	rc = ublk_queues_setup(u);
 	if (rc)
 		return rc;
-	/* Both wait in the kernel until every tag of every queue has fetched; START_DEV then
-	 * reads the partition table through us. */
+	/* Both wait in the kernel until every tag of every queue has fetched;
+	 * START_DEV then reads the partition table through us. */
 	if (u->recovered)
 		rc = ublk_ctrl_run(u, UBLK_CMD_END_USER_RECOVERY, (uint32_t)u->dev_id, NULL, 0,
 				   (uint64_t)getpid(), UBLK_CTRL_WAIT_MS * 3);
