@@ -128,11 +128,21 @@ bool attach_nbd_busy(const struct attach *a);
 void attach_nbd_resized(struct attach *a);
 /* Destroys the NBD server (waits a bounded time for its I/O). */
 void attach_nbd_stop(struct attach *a);
+/* Hardware queues of a ublk device (--ublk-queues): at most this many; by
+ * default one per online CPU up to ATTACH_UBLK_QUEUES_DEFAULT. */
+#define ATTACH_UBLK_QUEUES_MAX	   16
+#define ATTACH_UBLK_QUEUES_DEFAULT 4
 /* ublk frontend: opens /dev/ublk-control, adds a device of a->size bytes
- * (recover_id < 0) or takes over device recover_id after its server died
- * (UBLK_F_USER_RECOVERY), and serves its queue on a->loop. 0 or a negative
- * errno (the log says what failed); attach_ublk_stop undoes a half start. */
-int attach_ublk_start(struct attach *a, int recover_id);
+ * with nr_queues hardware queues (recover_id < 0) or takes over device
+ * recover_id, every queue it has, after its server died
+ * (UBLK_F_USER_RECOVERY; nr_queues unused), and serves its queues on
+ * a->loop. 0 or a negative errno (the log says what failed);
+ * attach_ublk_stop undoes a half start. */
+int attach_ublk_start(struct attach *a, int recover_id, unsigned int nr_queues);
+/* For the ctl "status" reply: " ublk_reqs=N,N,..." (the requests each
+ * hardware queue took since this process serves the device), "" without
+ * a ublk device. */
+void attach_ublk_status(const struct attach *a, char *buf, size_t len);
 /* Grows the started device to size bytes (UBLK_U_CMD_UPDATE_SIZE, Linux
  * >= 6.16) without waiting: 0 (sent; the kernel's answer reaches
  * attach_ublk_resized on the loop), or an error with msg filled

@@ -61,6 +61,7 @@ struct attach_args {
 	const char *token;   /* from ZL_ATTACH_TOKEN, never logged */
 	bool ublk;	     /* --frontend ublk (default fuse) */
 	int ublk_recover;    /* --recover ID: take over ublk device ID, else -1 */
+	unsigned int ublk_queues; /* --ublk-queues N, 0: the default */
 };
 
 static void attach_ready(int *fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -87,7 +88,8 @@ static void attach_ready(int *fd, const char *fmt, ...)
 	*fd = -1;
 }
 
-/* Whole seconds min..max: 0 (*out, optional, gets it) or -ZL_ERR_INVAL. */
+/* A whole number min..max (seconds, a count): 0 (*out, optional, gets it)
+ * or -ZL_ERR_INVAL. */
 static int node_seconds_parse(const char *s, unsigned long long min, unsigned long long max,
 			      uint32_t *out)
 {
@@ -115,6 +117,17 @@ int node_start_timeout_parse(const char *s, uint32_t *out)
 	return node_seconds_parse(s, 1, 600, out);
 }
 
+/* The ublk device's hardware queues: --ublk-queues, else one per online CPU
+ * up to ATTACH_UBLK_QUEUES_DEFAULT. */
+static unsigned int attach_ublk_queues(const struct attach_args *o)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+	if (o->ublk_queues)
+		return o->ublk_queues;
+	return cpus < 1 ? 1 : (unsigned int)ZL_MIN(cpus, ATTACH_UBLK_QUEUES_DEFAULT);
+}
+
 static int attach_parse(int argc, char **argv, struct attach_args *o)
 {
 	static const struct option opts[] = {
@@ -133,6 +146,7 @@ static int attach_parse(int argc, char **argv, struct attach_args *o)
 	    {"frontend", required_argument, NULL, 'F'},
 	    {"reattach", required_argument, NULL, 'A'},
 	    {"recover", required_argument, NULL, 'R'},
+	    {"ublk-queues", required_argument, NULL, 'Q'},
 	    {NULL, 0, NULL, 0},
 	};
 	int c;
@@ -209,6 +223,19 @@ static int attach_parse(int argc, char **argv, struct attach_args *o)
 			}
 			o->ublk_recover = atoi(optarg);
 			break;
+		case 'Q': {
+			uint32_t n;
+
+			if (node_seconds_parse(optarg, 1, ATTACH_UBLK_QUEUES_MAX, &n)) {
+				fprintf(stderr,
+					"zipline-node attach: bad --ublk-queues '%s' "
+					"(hardware queues of the ublk device, 1..%d)\n",
+					optarg, ATTACH_UBLK_QUEUES_MAX);
+				return -ZL_ERR_INVAL;
+			}
+			o->ublk_queues = n;
+			break;
+		}
 		case 'r':
 			o->ready_fd = atoi(optarg);
 			break;
@@ -227,6 +254,15 @@ static int attach_parse(int argc, char **argv, struct attach_args *o)
 	}
 	if (o->ublk_recover >= 0 && !o->ublk) {
 		fprintf(stderr, "zipline-node attach: --recover needs --frontend ublk\n");
+		return -ZL_ERR_INVAL;
+	}
+	if (o->ublk_queues && !o->ublk) {
+		fprintf(stderr, "zipline-node attach: --ublk-queues needs --frontend ublk\n");
+		return -ZL_ERR_INVAL;
+	}
+	if (o->ublk_queues && o->ublk_recover >= 0) {
+		fprintf(stderr, "zipline-node attach: --ublk-queues and --recover exclude each "
+				"other (a recovered device keeps its own queues)\n");
 		return -ZL_ERR_INVAL;
 	}
 	return 0;
@@ -418,6 +454,8 @@ static void attach_ctl_cb(void *arg, uint32_t events)
 		/* The limits the client enforces now (the record it last
 		 * installed; enum zl_qos order, 0 = unlimited). */
 		char qos[ZL_QOS_N * 21 + 1] = "";
+		/* ublk: the requests each queue took, " ublk_reqs=N,N,...". */
+		char ublk[ATTACH_UBLK_QUEUES_MAX * 21 + 16] = "";
 		size_t ql = 0;
 
 		if (a->vol) {
@@ -428,6 +466,7 @@ static void attach_ctl_cb(void *arg, uint32_t events)
 				ql += (size_t)snprintf(qos + ql, sizeof(qos) - ql, "%s%llu",
 						       k ? "," : "", (unsigned long long)lim[k]);
 		}
+		attach_ublk_status(a, ublk, sizeof(ublk));
 		for (int i = 0; i < 3; i++)
 			if (zl_metrics_hist_format(&vs.lat[i], lat[i], sizeof(lat[i])) < 0)
 				lat[i][0] = '\0';
@@ -435,13 +474,13 @@ static void attach_ctl_cb(void *arg, uint32_t events)
 		snprintf(reply, sizeof(reply),
 			 "ok size=%llu errors=%llu busy=%u fenced=%d reads=%llu writes=%llu "
 			 "read_bytes=%llu write_bytes=%llu retries=%llu failovers=%llu "
-			 "throttled=%llu qos=%s read_lat=%s write_lat=%s flush_lat=%s\n",
+			 "throttled=%llu qos=%s%s read_lat=%s write_lat=%s flush_lat=%s\n",
 			 (unsigned long long)a->size, (unsigned long long)a->io_errors,
 			 a->busy_slots, a->vol ? zl_vol_fenced(a->vol) : 1,
 			 (unsigned long long)vs.reads, (unsigned long long)vs.writes,
 			 (unsigned long long)vs.read_bytes, (unsigned long long)vs.write_bytes,
 			 (unsigned long long)vs.retries, (unsigned long long)vs.failovers,
-			 (unsigned long long)vs.throttled, qos, lat[0], lat[1], lat[2]);
+			 (unsigned long long)vs.throttled, qos, ublk, lat[0], lat[1], lat[2]);
 	} else {
 		snprintf(reply, sizeof(reply), "err unknown command '%.40s' (resize|status)\n",
 			 req);
@@ -890,7 +929,7 @@ int attach_main(int argc, char **argv)
 	if (o.nbd) {
 		rc = attach_start_nbd(a, &o, &ready);
 	} else if (o.ublk) {
-		rc = attach_ublk_start(a, o.ublk_recover);
+		rc = attach_ublk_start(a, o.ublk_recover, attach_ublk_queues(&o));
 		if (rc)
 			attach_ready(&ready,
 				     "ERR cannot serve volume %s as a ublk device: %s "

@@ -46,6 +46,9 @@
 #ifndef UBLK_CMD_GET_FEATURES
 #define UBLK_CMD_GET_FEATURES 0x13
 #endif
+#ifndef UBLK_MAX_QUEUE_DEPTH
+#define UBLK_MAX_QUEUE_DEPTH 4096
+#endif
 #ifndef UBLK_F_CMD_IOCTL_ENCODE
 #define UBLK_F_CMD_IOCTL_ENCODE (1ULL << 6)
 #endif
@@ -63,9 +66,12 @@
 #define UBLK_IOC_IO(nr)	    _IOWR('u', (nr), struct ublksrv_io_cmd)
 
 #define UBLK_CTRL_DEV "/dev/ublk-control"
-/* Requests in flight per queue: the kernel's tags, each with its buffer. */
-#define UBLK_DEPTH  128
-#define UBLK_MAX_IO (1u << 20)
+/* Requests in flight per device: the kernel's tags, each with its 1 MiB
+ * buffer, split evenly over the queues (UBLK_DEPTH_MIN at least each), so
+ * that more queues do not lock more memory. */
+#define UBLK_DEPTH     128
+#define UBLK_DEPTH_MIN 16
+#define UBLK_MAX_IO    (1u << 20)
 /* The control ring: one command at a time. */
 #define UBLK_CTRL_DEPTH 4
 /* A dead server's device is quiesced by the kernel (up to a few seconds
@@ -73,7 +79,7 @@
 #define UBLK_RECOVER_WAIT_MS 30000
 /* Control commands that do not wait for I/O. */
 #define UBLK_CTRL_WAIT_MS 10000
-/* user_data of the queue ring: the tag. */
+/* user_data of a queue ring: the tag. */
 
 /* State of a tag:
  * FETCH: a FETCH/COMMIT_AND_FETCH command is with the kernel (idle);
@@ -81,8 +87,10 @@
  * DEAD: no command outstanding (the kernel aborted it: stopping). */
 enum ublk_tag_state { UBLK_TAG_FETCH, UBLK_TAG_IO, UBLK_TAG_DEAD };
 
+struct ublk_queue_srv;
+
 struct ublk_tag {
-	struct attach_ublk *u;
+	struct ublk_queue_srv *q;
 	struct ublk_tag *next_retry;
 	void *buf;
 	uint64_t off;
@@ -93,6 +101,24 @@ struct ublk_tag {
 	bool pooled;  /* buf is from the volume client's transport pool */
 	uint64_t gen; /* a flush: the write_gen it covers */
 	enum ublk_tag_state state;
+};
+
+/* One hardware queue of the device: its ring on /dev/ublkcN (its eventfd
+ * on the loop), its descriptors (a read-only mapping of /dev/ublkcN at the
+ * queue's offset) and its tags. Every queue is served by the loop thread. */
+struct ublk_queue_srv {
+	struct attach_ublk *u;
+	uint16_t q_id;
+	struct io_uring ring;
+	bool ring_ok;
+	int ev_fd;
+	struct zl_loop_handle ev_h;
+	struct ublksrv_io_desc *descs;
+	size_t descs_len;
+	struct ublk_tag *tags;
+	uint64_t reqs; /* requests taken (ctl status) */
+	bool submit_queued;
+	struct zl_defer submit_defer;
 };
 
 struct attach_ublk {
@@ -109,17 +135,12 @@ struct attach_ublk {
 	bool recovered; /* START_USER_RECOVERY done: taking it over */
 
 	int cdev_fd;
-	struct io_uring ring;
-	bool ring_ok;
-	int ev_fd;
-	struct zl_loop_handle ev_h;
-	struct ublksrv_io_desc *descs;
-	size_t descs_len;
-	struct ublk_tag *tags;
-	unsigned int depth;
+	struct ublk_queue_srv *queues; /* info.nr_hw_queues of them */
+	unsigned int nr_queues;	       /* allocated (and torn down) */
+	unsigned int depth;	       /* tags per queue */
+	/* Tags of any queue whose request the volume refused for now
+	 * (-ZL_ERR_BUSY), oldest first. */
 	struct ublk_tag *retry_head, *retry_tail;
-	bool submit_queued;
-	struct zl_defer submit_defer;
 
 	/* The control command issued without waiting (START_DEV, STOP_DEV,
 	 * END_USER_RECOVERY): its result arrives on the control ring's
@@ -273,27 +294,30 @@ static int ublk_ctrl_run(struct attach_ublk *u, uint32_t nr, uint32_t dev_id, vo
 
 static void ublk_submit_cb(void *arg)
 {
-	struct attach_ublk *u = arg;
+	struct ublk_queue_srv *q = arg;
 	int rc;
 
-	u->submit_queued = false;
-	if (!u->ring_ok)
+	q->submit_queued = false;
+	if (!q->ring_ok)
 		return;
-	rc = io_uring_submit(&u->ring);
+	rc = io_uring_submit(&q->ring);
 	if (rc < 0)
-		ZL_LOG_ERR(ATTACH_LOG, "ublk queue submit failed: dev=%d err=%s", u->dev_id,
-			   strerror(-rc));
+		ZL_LOG_ERR(ATTACH_LOG, "ublk queue submit failed: dev=%d queue=%u err=%s",
+			   q->u->dev_id, q->q_id, strerror(-rc));
 }
 
 /* Queues FETCH (result ignored) or COMMIT_AND_FETCH for t; submitted
  * once per loop iteration. */
-static void ublk_tag_queue_cmd(struct attach_ublk *u, struct ublk_tag *t, uint32_t nr, int result)
+static void ublk_tag_queue_cmd(struct ublk_tag *t, uint32_t nr, int result)
 {
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
+	struct ublk_queue_srv *q = t->q;
+	struct attach_ublk *u = q->u;
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&q->ring);
 	struct ublksrv_io_cmd *cmd;
 
 	if (!sqe) { /* never: one command per tag and as many SQEs as tags */
-		ZL_LOG_ERR(ATTACH_LOG, "ublk queue ring full: dev=%d tag=%u", u->dev_id, t->tag);
+		ZL_LOG_ERR(ATTACH_LOG, "ublk queue ring full: dev=%d queue=%u tag=%u", u->dev_id,
+			   q->q_id, t->tag);
 		t->state = UBLK_TAG_DEAD;
 		return;
 	}
@@ -303,14 +327,14 @@ static void ublk_tag_queue_cmd(struct attach_ublk *u, struct ublk_tag *t, uint32
 	sqe->cmd_op = ublk_io_op(u, nr);
 	sqe->user_data = t->tag;
 	cmd = (struct ublksrv_io_cmd *)(void *)sqe->cmd;
-	cmd->q_id = 0;
+	cmd->q_id = q->q_id;
 	cmd->tag = t->tag;
 	cmd->result = result;
 	cmd->addr = (uint64_t)(uintptr_t)t->buf;
 	t->state = UBLK_TAG_FETCH;
-	if (!u->submit_queued) {
-		u->submit_queued = true;
-		zl_loop_defer(u->a->loop, &u->submit_defer, ublk_submit_cb, u);
+	if (!q->submit_queued) {
+		q->submit_queued = true;
+		zl_loop_defer(u->a->loop, &q->submit_defer, ublk_submit_cb, q);
 	}
 }
 
@@ -322,9 +346,9 @@ static void ublk_io_err(struct attach *a, const char *what, const struct ublk_ta
 			   (unsigned long long)t->off, t->len, zl_strerror(st));
 }
 
-static void ublk_tag_commit(struct attach_ublk *u, struct ublk_tag *t, int result)
+static void ublk_tag_commit(struct ublk_tag *t, int result)
 {
-	ublk_tag_queue_cmd(u, t, UBLK_IO_COMMIT_AND_FETCH_REQ, result);
+	ublk_tag_queue_cmd(t, UBLK_IO_COMMIT_AND_FETCH_REQ, result);
 }
 
 static int ublk_tag_submit(struct attach_ublk *u, struct ublk_tag *t);
@@ -346,7 +370,7 @@ static void ublk_retry_waiting(struct attach_ublk *u)
 static void ublk_io_done(void *arg, int status)
 {
 	struct ublk_tag *t = arg;
-	struct attach_ublk *u = t->u;
+	struct attach_ublk *u = t->q->u;
 	struct attach *a = u->a;
 	int result = 0;
 	const char *what = "ublk read";
@@ -373,7 +397,7 @@ static void ublk_io_done(void *arg, int status)
 		result = status == -ZL_ERR_NOSPC ? -ENOSPC : -EIO;
 	}
 	a->busy_slots--;
-	ublk_tag_commit(u, t, result);
+	ublk_tag_commit(t, result);
 	ublk_retry_waiting(u);
 }
 
@@ -386,7 +410,7 @@ static int ublk_tag_submit(struct attach_ublk *u, struct ublk_tag *t)
 	int rc;
 
 	if (a->aborting || !a->vol) {
-		ublk_tag_commit(u, t, -EIO);
+		ublk_tag_commit(t, -EIO);
 		return -EIO;
 	}
 	v = a->vol;
@@ -421,7 +445,7 @@ static int ublk_tag_submit(struct attach_ublk *u, struct ublk_tag *t)
 		return rc;
 	}
 	ublk_io_err(a, "ublk submit", t, rc);
-	ublk_tag_commit(u, t, -EIO);
+	ublk_tag_commit(t, -EIO);
 	return rc;
 }
 
@@ -429,11 +453,12 @@ static int ublk_tag_submit(struct attach_ublk *u, struct ublk_tag *t)
 static void ublk_tag_request(struct attach_ublk *u, struct ublk_tag *t)
 {
 	struct attach *a = u->a;
-	const struct ublksrv_io_desc *d = &u->descs[t->tag];
+	const struct ublksrv_io_desc *d = &t->q->descs[t->tag];
 	uint32_t op_flags = d->op_flags;
 	uint64_t off = d->start_sector << 9, len = (uint64_t)d->nr_sectors << 9;
 
 	t->state = UBLK_TAG_IO;
+	t->q->reqs++;
 	t->op = (uint8_t)(op_flags & 0xff);
 	t->fua = (op_flags & UBLK_IO_F_FUA) != 0;
 	t->off = off;
@@ -444,7 +469,7 @@ static void ublk_tag_request(struct attach_ublk *u, struct ublk_tag *t)
 		 * replica: a flush with no write since the last flush that
 		 * succeeded has nothing to do. */
 		if (a->write_gen == a->flushed_gen) {
-			ublk_tag_commit(u, t, 0);
+			ublk_tag_commit(t, 0);
 			return;
 		}
 		break;
@@ -452,7 +477,7 @@ static void ublk_tag_request(struct attach_ublk *u, struct ublk_tag *t)
 	case UBLK_IO_OP_WRITE:
 		if (len > UBLK_MAX_IO || len > u->info.max_io_buf_bytes) {
 			ublk_io_err(a, "ublk request too large", t, -ZL_ERR_INVAL);
-			ublk_tag_commit(u, t, -EIO);
+			ublk_tag_commit(t, -EIO);
 			return;
 		}
 		/* fall through */
@@ -460,14 +485,14 @@ static void ublk_tag_request(struct attach_ublk *u, struct ublk_tag *t)
 	case UBLK_IO_OP_WRITE_ZEROES:
 		if (off >= a->size || len > a->size - off) {
 			ublk_io_err(a, "ublk request beyond the volume", t, -ZL_ERR_RANGE);
-			ublk_tag_commit(u, t, -EIO);
+			ublk_tag_commit(t, -EIO);
 			return;
 		}
 		if (t->op != UBLK_IO_OP_READ)
 			a->write_gen++;
 		break;
 	default:
-		ublk_tag_commit(u, t, -EOPNOTSUPP);
+		ublk_tag_commit(t, -EOPNOTSUPP);
 		return;
 	}
 	ublk_tag_submit(u, t);
@@ -475,21 +500,22 @@ static void ublk_tag_request(struct attach_ublk *u, struct ublk_tag *t)
 
 static void ublk_ev_cb(void *arg, uint32_t events)
 {
-	struct attach_ublk *u = arg;
+	struct ublk_queue_srv *q = arg;
+	struct attach_ublk *u = q->u;
 	struct io_uring_cqe *cqe;
 	unsigned int head, seen = 0;
 	uint64_t n;
 
-	if (read(u->ev_fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
-		ZL_LOG_WARN(ATTACH_LOG, "ublk queue eventfd: err=%s", strerror(errno));
-	io_uring_for_each_cqe(&u->ring, head, cqe)
+	if (read(q->ev_fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+		ZL_LOG_WARN(ATTACH_LOG, "ublk queue %u eventfd: err=%s", q->q_id, strerror(errno));
+	io_uring_for_each_cqe(&q->ring, head, cqe)
 	{
 		struct ublk_tag *t;
 
 		seen++;
 		if (cqe->user_data >= u->depth)
 			continue;
-		t = &u->tags[cqe->user_data];
+		t = &q->tags[cqe->user_data];
 		if (cqe->res == UBLK_IO_RES_OK) {
 			ublk_tag_request(u, t);
 		} else {
@@ -497,19 +523,20 @@ static void ublk_ev_cb(void *arg, uint32_t events)
 			 * else: the command was refused. No command is left
 			 * on this tag either way. */
 			if (cqe->res != UBLK_IO_RES_ABORT && zl_ratelimit_ok(&u->a->err_rl, 5))
-				ZL_LOG_ERR(ATTACH_LOG, "ublk command failed: dev=%d tag=%u err=%s",
-					   u->dev_id, t->tag, strerror(-cqe->res));
+				ZL_LOG_ERR(ATTACH_LOG,
+					   "ublk command failed: dev=%d queue=%u tag=%u err=%s",
+					   u->dev_id, q->q_id, t->tag, strerror(-cqe->res));
 			t->state = UBLK_TAG_DEAD;
 		}
 	}
-	io_uring_cq_advance(&u->ring, seen);
+	io_uring_cq_advance(&q->ring, seen);
 }
 
 /* An io_uring with 128-byte SQEs (room for the commands) whose completions
  * wake the attach loop through an eventfd that runs cb. 0 or -errno. */
 static int ublk_ring_init(struct attach_ublk *u, const char *what, unsigned int depth,
 			  struct io_uring *ring, bool *ring_ok, int *ev_fd,
-			  struct zl_loop_handle *h, zl_loop_fd_cb cb)
+			  struct zl_loop_handle *h, zl_loop_fd_cb cb, void *arg)
 {
 	struct io_uring_params p = {.flags = IORING_SETUP_SQE128};
 	int rc;
@@ -525,7 +552,7 @@ static int ublk_ring_init(struct attach_ublk *u, const char *what, unsigned int 
 		return -errno;
 	rc = io_uring_register_eventfd(ring, *ev_fd);
 	if (rc == 0)
-		rc = zl_loop_add(u->a->loop, h, *ev_fd, EPOLLIN, cb, u);
+		rc = zl_loop_add(u->a->loop, h, *ev_fd, EPOLLIN, cb, arg);
 	return rc;
 }
 
@@ -542,7 +569,7 @@ static int ublk_ctrl_open(struct attach_ublk *u)
 		return rc;
 	}
 	rc = ublk_ring_init(u, "control", UBLK_CTRL_DEPTH, &u->ctrl_ring, &u->ctrl_ring_ok,
-			    &u->ctrl_ev_fd, &u->ctrl_ev_h, ublk_ctrl_ev_cb);
+			    &u->ctrl_ev_fd, &u->ctrl_ev_h, ublk_ctrl_ev_cb, u);
 	if (rc)
 		return rc;
 	/* GET_FEATURES exists only ioctl-encoded (Linux >= 6.5). */
@@ -562,11 +589,65 @@ static int ublk_ctrl_open(struct attach_ublk *u)
 	return 0;
 }
 
-/* Opens /dev/ublkcN, maps the descriptors, creates the queue ring with its
- * eventfd on the loop, and issues a FETCH_REQ for every tag. */
-static int ublk_queue_setup(struct attach_ublk *u)
+/* Maps queue q's descriptors, creates its ring with its eventfd on the
+ * loop, allocates its tags and buffers (once) and issues a FETCH_REQ for
+ * every tag. */
+static int ublk_queue_init(struct attach_ublk *u, struct ublk_queue_srv *q)
 {
 	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	/* The kernel places queue q's descriptors at q times the room of the
+	 * deepest queue (UBLK_MAX_QUEUE_DEPTH), whatever the device's depth. */
+	size_t stride = (UBLK_MAX_QUEUE_DEPTH * sizeof(struct ublksrv_io_desc) + pg - 1) / pg * pg;
+	int rc;
+
+	q->descs_len = (u->depth * sizeof(struct ublksrv_io_desc) + pg - 1) / pg * pg;
+	q->descs = mmap(NULL, q->descs_len, PROT_READ, MAP_SHARED | MAP_POPULATE, u->cdev_fd,
+			(off_t)(UBLKSRV_CMD_BUF_OFFSET + q->q_id * stride));
+	if (q->descs == MAP_FAILED) {
+		rc = -errno;
+		q->descs = NULL;
+		ZL_LOG_ERR(ATTACH_LOG, "cannot map the descriptors of queue %u of /dev/ublkc%d: %s",
+			   q->q_id, u->dev_id, strerror(errno));
+		return rc;
+	}
+	rc = ublk_ring_init(u, "queue", u->depth, &q->ring, &q->ring_ok, &q->ev_fd, &q->ev_h,
+			    ublk_ev_cb, q);
+	if (rc)
+		return rc;
+	if (!q->tags) {
+		q->tags = calloc(u->depth, sizeof(*q->tags));
+		if (!q->tags)
+			return -ENOMEM;
+		for (unsigned int i = 0; i < u->depth; i++) {
+			struct ublk_tag *t = &q->tags[i];
+
+			t->q = q;
+			t->tag = (uint16_t)i;
+			/* The transport's pool (registered memory on RDMA): a
+			 * read lands in it and a write leaves from it with no
+			 * bounce copy; plain memory if the pool has none. */
+			t->buf = zl_vol_buf_alloc(u->a->vol, u->info.max_io_buf_bytes);
+			t->pooled = t->buf != NULL;
+			if (!t->buf && posix_memalign(&t->buf, 4096, u->info.max_io_buf_bytes))
+				return -ENOMEM;
+		}
+	}
+	for (unsigned int i = 0; i < u->depth; i++)
+		ublk_tag_queue_cmd(&q->tags[i], UBLK_IO_FETCH_REQ, 0);
+	rc = io_uring_submit(&q->ring);
+	if (rc != (int)u->depth) {
+		ZL_LOG_ERR(ATTACH_LOG, "ublk FETCH_REQ submit: dev=%d queue=%u submitted=%d of %u",
+			   u->dev_id, q->q_id, rc, u->depth);
+		return rc < 0 ? rc : -EIO;
+	}
+	return 0;
+}
+
+/* Opens /dev/ublkcN and sets up every queue of the device (u->info). The
+ * loop thread serves them all: the kernel binds each queue to the task
+ * that issued its FETCH_REQs, and one task may serve several queues. */
+static int ublk_queues_setup(struct attach_ublk *u)
+{
 	char path[64];
 	int rc;
 
@@ -584,51 +665,27 @@ static int ublk_queue_setup(struct attach_ublk *u)
 		ZL_LOG_ERR(ATTACH_LOG, "cannot open %s: %s", path, strerror(errno));
 		return rc;
 	}
-	/* Queue 0's descriptors, one per tag, at offset 0. */
-	u->descs_len = (u->depth * sizeof(struct ublksrv_io_desc) + pg - 1) / pg * pg;
-	u->descs = mmap(NULL, u->descs_len, PROT_READ, MAP_SHARED | MAP_POPULATE, u->cdev_fd,
-			UBLKSRV_CMD_BUF_OFFSET);
-	if (u->descs == MAP_FAILED) {
-		rc = -errno;
-		u->descs = NULL;
-		ZL_LOG_ERR(ATTACH_LOG, "cannot map the ublk descriptors of %s: %s", path,
-			   strerror(errno));
-		return rc;
-	}
-	rc = ublk_ring_init(u, "queue", u->depth, &u->ring, &u->ring_ok, &u->ev_fd, &u->ev_h,
-			    ublk_ev_cb);
-	if (rc)
-		return rc;
-	if (!u->tags) {
-		u->tags = calloc(u->depth, sizeof(*u->tags));
-		if (!u->tags)
-			return -ENOMEM;
-		for (unsigned int i = 0; i < u->depth; i++) {
-			struct ublk_tag *t = &u->tags[i];
+	u->queues = calloc(u->info.nr_hw_queues, sizeof(*u->queues));
+	if (!u->queues)
+		return -ENOMEM;
+	u->nr_queues = u->info.nr_hw_queues;
+	for (unsigned int i = 0; i < u->nr_queues; i++) {
+		struct ublk_queue_srv *q = &u->queues[i];
 
-			t->u = u;
-			t->tag = (uint16_t)i;
-			/* The transport's pool (registered memory on RDMA): a
-			 * read lands in it and a write leaves from it with no
-			 * bounce copy; plain memory if the pool has none. */
-			t->buf = zl_vol_buf_alloc(u->a->vol, u->info.max_io_buf_bytes);
-			t->pooled = t->buf != NULL;
-			if (!t->buf && posix_memalign(&t->buf, 4096, u->info.max_io_buf_bytes))
-				return -ENOMEM;
-		}
+		q->u = u;
+		q->q_id = (uint16_t)i;
+		q->ev_fd = -1;
+		q->ev_h.fd = -1;
 	}
-	for (unsigned int i = 0; i < u->depth; i++)
-		ublk_tag_queue_cmd(u, &u->tags[i], UBLK_IO_FETCH_REQ, 0);
-	rc = io_uring_submit(&u->ring);
-	if (rc != (int)u->depth) {
-		ZL_LOG_ERR(ATTACH_LOG, "ublk FETCH_REQ submit: dev=%d submitted=%d of %u",
-			   u->dev_id, rc, u->depth);
-		return rc < 0 ? rc : -EIO;
+	for (unsigned int i = 0; i < u->nr_queues; i++) {
+		rc = ublk_queue_init(u, &u->queues[i]);
+		if (rc)
+			return rc;
 	}
 	return 0;
 }
 
-static int ublk_add(struct attach_ublk *u)
+static int ublk_add(struct attach_ublk *u, unsigned int nr_queues)
 {
 	struct attach *a = u->a;
 	uint64_t want = UBLK_F_USER_RECOVERY | UBLK_F_USER_RECOVERY_REISSUE;
@@ -636,8 +693,8 @@ static int ublk_add(struct attach_ublk *u)
 	int rc;
 
 	memset(&u->info, 0, sizeof(u->info));
-	u->info.nr_hw_queues = 1;
-	u->info.queue_depth = UBLK_DEPTH;
+	u->info.nr_hw_queues = (uint16_t)nr_queues;
+	u->info.queue_depth = (uint16_t)ZL_MAX(UBLK_DEPTH / nr_queues, UBLK_DEPTH_MIN);
 	u->info.max_io_buf_bytes = UBLK_MAX_IO;
 	u->info.dev_id = (uint32_t)-1;
 	u->info.flags = want & u->features;
@@ -650,6 +707,10 @@ static int ublk_add(struct attach_ublk *u)
 	}
 	u->dev_id = (int)u->info.dev_id;
 	u->added = true;
+	/* The kernel gives at most one queue per possible CPU. */
+	if (u->info.nr_hw_queues != nr_queues)
+		ZL_LOG_WARN(ATTACH_LOG, "ublk device %d has %u queues, %u asked for", u->dev_id,
+			    u->info.nr_hw_queues, nr_queues);
 	if (!(u->info.flags & UBLK_F_USER_RECOVERY))
 		ZL_LOG_WARN(ATTACH_LOG,
 			    "ublk user recovery not offered by this kernel: dev=%d: the device "
@@ -694,10 +755,15 @@ static int ublk_recover_begin(struct attach_ublk *u, int dev_id)
 			   strerror(-rc));
 		return rc;
 	}
-	if (!(u->info.flags & UBLK_F_USER_RECOVERY) || u->info.nr_hw_queues != 1) {
+	/* Every queue of the device is taken over, as many as it has. */
+	if (!(u->info.flags & UBLK_F_USER_RECOVERY) || u->info.nr_hw_queues < 1 ||
+	    u->info.nr_hw_queues > ATTACH_UBLK_QUEUES_MAX || u->info.queue_depth < 1 ||
+	    u->info.queue_depth > UBLK_DEPTH || u->info.max_io_buf_bytes > UBLK_MAX_IO) {
 		ZL_LOG_ERR(ATTACH_LOG,
-			   "ublk device %d cannot be recovered by us: flags=0x%llx queues=%u",
-			   dev_id, (unsigned long long)u->info.flags, u->info.nr_hw_queues);
+			   "ublk device %d cannot be recovered by us: flags=0x%llx queues=%u "
+			   "depth=%u max_io=%u (not a device of zipline-node attach)",
+			   dev_id, (unsigned long long)u->info.flags, u->info.nr_hw_queues,
+			   u->info.queue_depth, u->info.max_io_buf_bytes);
 		return -EINVAL;
 	}
 	memset(&prm, 0, sizeof(prm));
@@ -729,7 +795,7 @@ static int ublk_recover_begin(struct attach_ublk *u, int dev_id)
 	return rc;
 }
 
-int attach_ublk_start(struct attach *a, int recover_id)
+int attach_ublk_start(struct attach *a, int recover_id, unsigned int nr_queues)
 {
 	struct attach_ublk *u;
 	int rc;
@@ -738,8 +804,8 @@ int attach_ublk_start(struct attach *a, int recover_id)
 	if (!u)
 		return -ENOMEM;
 	u->a = a;
-	u->ctrl_fd = u->cdev_fd = u->ev_fd = u->ctrl_ev_fd = -1;
-	u->ev_h.fd = u->ctrl_ev_h.fd = -1;
+	u->ctrl_fd = u->cdev_fd = u->ctrl_ev_fd = -1;
+	u->ctrl_ev_h.fd = -1;
 	u->dev_id = -1;
 	a->ublk = u;
 	/* Before the queues are mapped: MCL_FUTURE locks them too. */
@@ -747,14 +813,14 @@ int attach_ublk_start(struct attach *a, int recover_id)
 	rc = ublk_ctrl_open(u);
 	if (rc)
 		return rc;
-	rc = recover_id >= 0 ? ublk_recover_begin(u, recover_id) : ublk_add(u);
+	rc = recover_id >= 0 ? ublk_recover_begin(u, recover_id) : ublk_add(u, nr_queues);
 	if (rc)
 		return rc;
-	rc = ublk_queue_setup(u);
+	rc = ublk_queues_setup(u);
 	if (rc)
 		return rc;
-	/* Both wait in the kernel until every tag has fetched; START_DEV then
-	 * reads the partition table through us. */
+	/* Both wait in the kernel until every tag of every queue has fetched;
+	 * START_DEV then reads the partition table through us. */
 	if (u->recovered)
 		rc = ublk_ctrl_run(u, UBLK_CMD_END_USER_RECOVERY, (uint32_t)u->dev_id, NULL, 0,
 				   (uint64_t)getpid(), UBLK_CTRL_WAIT_MS * 3);
@@ -768,14 +834,14 @@ int attach_ublk_start(struct attach *a, int recover_id)
 		return rc;
 	}
 	u->started = true;
-	snprintf(a->ready_extra, sizeof(a->ready_extra), " dev=/dev/ublkb%d ublk_id=%d", u->dev_id,
-		 u->dev_id);
+	snprintf(a->ready_extra, sizeof(a->ready_extra), " dev=/dev/ublkb%d ublk_id=%d queues=%u",
+		 u->dev_id, u->dev_id, u->nr_queues);
 	ZL_LOG_INFO(ATTACH_LOG,
-		    "ublk device %s: vol=%s dev=/dev/ublkb%d depth=%u max_io=%u "
+		    "ublk device %s: vol=%s dev=/dev/ublkb%d queues=%u depth=%u max_io=%u "
 		    "flags=0x%llx buffers=%s",
-		    u->recovered ? "recovered" : "started", a->vol_id, u->dev_id, u->depth,
-		    u->info.max_io_buf_bytes, (unsigned long long)u->info.flags,
-		    u->tags[u->depth - 1].pooled ? "pool" : "heap");
+		    u->recovered ? "recovered" : "started", a->vol_id, u->dev_id, u->nr_queues,
+		    u->depth, u->info.max_io_buf_bytes, (unsigned long long)u->info.flags,
+		    u->queues[u->nr_queues - 1].tags[u->depth - 1].pooled ? "pool" : "heap");
 	return 0;
 }
 
@@ -814,6 +880,19 @@ int attach_ublk_resize(struct attach *a, uint64_t size, char *msg, size_t len)
 	u->ctrl_busy = true;
 	u->resize_sent = true;
 	return 0;
+}
+
+void attach_ublk_status(const struct attach *a, char *buf, size_t len)
+{
+	const struct attach_ublk *u = a->ublk;
+	size_t l = 0;
+
+	buf[0] = '\0';
+	if (!u || !u->started)
+		return;
+	for (unsigned int i = 0; i < u->nr_queues && l < len; i++)
+		l += (size_t)snprintf(buf + l, len - l, "%s%llu", i ? "," : " ublk_reqs=",
+				      (unsigned long long)u->queues[i].reqs);
 }
 
 void attach_ublk_stop_begin(struct attach *a)
@@ -856,17 +935,22 @@ void attach_ublk_stop(struct attach *a)
 	for (end = zl_now_ms() + 10000; u->stop_sent && u->ctrl_busy && zl_now_ms() < end;)
 		if (zl_loop_run_once(a->loop, 20) < 0)
 			break;
-	if (u->ring_ok) {
-		zl_loop_del(a->loop, &u->ev_h);
-		io_uring_queue_exit(&u->ring);
-		u->ring_ok = false;
+	for (unsigned int i = 0; i < u->nr_queues; i++) {
+		struct ublk_queue_srv *q = &u->queues[i];
+
+		if (q->ring_ok) {
+			zl_loop_del(a->loop, &q->ev_h);
+			io_uring_queue_exit(&q->ring);
+			q->ring_ok = false;
+		}
+		if (q->descs)
+			munmap(q->descs, q->descs_len);
+		if (q->ev_fd >= 0)
+			close(q->ev_fd);
+		zl_loop_defer_cancel(a->loop, &q->submit_defer);
 	}
-	if (u->descs)
-		munmap(u->descs, u->descs_len);
 	if (u->cdev_fd >= 0)
 		close(u->cdev_fd);
-	if (u->ev_fd >= 0)
-		close(u->ev_fd);
 	/* A stopped device goes, and one we added whose start failed; one we
 	 * were taking over stays for the next server (its mounts wait). */
 	if (u->dev_id >= 0 && !u->ctrl_busy && (u->stop_sent || (u->added && !u->started))) {
@@ -887,18 +971,23 @@ void attach_ublk_stop(struct attach *a)
 		close(u->ctrl_ev_fd);
 	if (u->ctrl_fd >= 0)
 		close(u->ctrl_fd);
-	for (unsigned int i = 0; u->tags && i < u->depth; i++) {
-		struct ublk_tag *t = &u->tags[i];
+	for (unsigned int i = 0; i < u->nr_queues; i++) {
+		struct ublk_queue_srv *q = &u->queues[i];
 
-		/* Pool buffers go back through any open handle of the client;
-		 * with none left (stopped) the pool goes with the client. */
-		if (!t->pooled)
-			free(t->buf);
-		else if (a->vol)
-			zl_vol_buf_free(a->vol, t->buf);
+		for (unsigned int j = 0; q->tags && j < u->depth; j++) {
+			struct ublk_tag *t = &q->tags[j];
+
+			/* Pool buffers go back through any open handle of the
+			 * client; with none left (stopped) the pool goes with
+			 * the client. */
+			if (!t->pooled)
+				free(t->buf);
+			else if (a->vol)
+				zl_vol_buf_free(a->vol, t->buf);
+		}
+		free(q->tags);
 	}
-	free(u->tags);
-	zl_loop_defer_cancel(a->loop, &u->submit_defer);
+	free(u->queues);
 	free(u);
 	a->ublk = NULL;
 }

@@ -8,16 +8,19 @@
 #    runs without zipline-node, so without an attach token);
 #    `zl volume create` makes a 3-replica volume;
 # 2. `zipline-node attach --frontend ublk` serves it; its READY line names
-#    /dev/ublkbN;
-# 3. fio verify=crc32c on the raw device: randwrite QD 1, 32, 128 and a
-#    mixed randrw job (4-128 KiB); BLKZEROOUT (write-zeroes) over written
+#    /dev/ublkbN and its hardware queues, one per CPU of the guest (2..4),
+#    which /sys/block/ublkbN/mq lists;
+# 3. fio verify=crc32c on the raw device: randwrite QD 1, 32 (two jobs, one
+#    pinned to each of CPUs 0 and 1: the ctl status of the attach process
+#    must show both queues 0 and 1 taking requests), 128 and a mixed randrw
+#    job (4-128 KiB); BLKZEROOUT (write-zeroes) over written
 #    data reads back as zeros; BLKDISCARD succeeds;
 # 4. mkfs.ext4, mount, a file written and its checksum, umount, fsck -n
 #    clean, mounted again: the same checksum;
 # 5. a verified fio write load on the mounted file system; once the device
 #    has taken writes of it, SIGKILL of the attach process: the device stays
 #    and fio waits; `zipline-node attach --frontend ublk --recover N` takes
-#    it over, fio ends with no error, umount, fsck -n clean;
+#    it over (every queue), fio ends with no error, umount, fsck -n clean;
 # 6. SIGTERM: the attach process exits 0 and the device is gone;
 # 7. xfs on a fresh device of the volume: mkfs.xfs, mount, a file written,
 #    umount, xfs_repair -n clean, the file read back after a remount;
@@ -133,6 +136,14 @@ for ((i = 0; i < 100; i++)); do
 	sleep 0.1
 done
 [[ -b $dev ]] || fail "$dev did not appear"
+# One hardware queue per CPU, at most 4 (the attach process's default).
+cpus=$(nproc)
+queues=$((cpus < 4 ? cpus : 4))
+((queues >= 2)) || fail "the guest has $cpus CPU: the queues cannot be tested (vm.sh gives 2)"
+[[ $ready_line == *" queues=$queues"* ]] || fail "the READY line does not name $queues queues: '$ready_line'"
+mq=$(find "/sys/block/${dev#/dev/}/mq" -mindepth 1 -maxdepth 1 -type d | wc -l)
+((mq == queues)) || fail "$dev has $mq hardware queues in /sys/block/${dev#/dev/}/mq, want $queues"
+say "$dev has $queues hardware queues"
 bytes=$(blockdev --getsize64 "$dev") || fail "blockdev --getsize64 $dev failed"
 ((bytes == size_mb * 1024 * 1024)) || fail "$dev has $bytes bytes, want $((size_mb * 1024 * 1024))"
 [[ $(blockdev --getss "$dev") == 512 && $(blockdev --getpbsz "$dev") == 4096 ]] ||
@@ -149,8 +160,32 @@ fio_run() {
 	grep -q 'err= 0' "$logs/fio-$name.log" || fail "fio $name reported an error"
 	say "fio $name: $(grep -m1 -o 'IOPS=[^,]*' "$logs/fio-$name.log") verified"
 }
+# ublk_reqs NAME: the requests each queue of attach process NAME took
+# ("N,N,..." from its ctl status).
+ublk_reqs() {
+	/usr/bin/python3 -c 'import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(5)
+s.connect(sys.argv[1])
+s.sendall(b"status\n")
+print(s.recv(4096).decode())' "/run/zl-ublk/$1/ctl.sock" | sed -n 's/.* ublk_reqs=\([0-9,]*\).*/\1/p'
+}
 fio_run qd1 --rw=randwrite --bs=4k --iodepth=1 --size=64M --io_size=2M
-fio_run qd32 --rw=randwrite --bs=4k --iodepth=32 --size=128M --io_size=8M --offset=64M
+r0=$(ublk_reqs attach1)
+# Two jobs, each on its own CPU and its own 64 MiB: the two queues.
+fio_run qd32 --rw=randwrite --bs=4k --iodepth=32 --size=64M --io_size=4M --offset=64M \
+	--numjobs=2 --offset_increment=64M --cpus_allowed=0,1 --cpus_allowed_policy=split
+r1=$(ublk_reqs attach1)
+IFS=, read -r -a q0 <<<"$r0"
+IFS=, read -r -a q1 <<<"$r1"
+((${#q0[@]} == queues && ${#q1[@]} == queues)) ||
+	fail "the ctl status names ${#q1[@]} queues ('$r0', then '$r1'), want $queues"
+for q in 0 1; do
+	# 4 MiB of 4 KiB writes and their verifying reads per job: 2048.
+	(( q1[q] - q0[q] >= 1024)) ||
+		fail "queue $q took $((q1[q] - q0[q])) requests of the two fio jobs ('$r0', then '$r1')"
+done
+say "the two fio jobs went through queues 0 and 1: requests per queue $r0, then $r1"
 fio_run qd128 --rw=randwrite --bs=4k --iodepth=128 --size=64M --io_size=8M --offset=192M
 fio_run mixed --rw=randrw --rwmixread=40 --bsrange=4k-128k --iodepth=32 --size=64M \
 	--io_size=24M --offset=128M
@@ -201,6 +236,7 @@ grep -q " $mnt " /proc/mounts || fail "$mnt is no longer mounted"
 kill -0 "$fio_pid" 2>/dev/null || fail "fio ended while the device had no server"
 attach_start attach2 --recover "$ublk_id"
 [[ $ready_line == *" dev=$dev "* ]] || fail "recovery served another device: '$ready_line'"
+[[ $ready_line == *" queues=$queues"* ]] || fail "recovery did not take over $queues queues: '$ready_line'"
 wait "$fio_pid"
 rc=$?
 fio_pid=''
