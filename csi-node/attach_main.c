@@ -319,8 +319,12 @@ void attach_ublk_resized(struct attach *a, int res)
 		ZL_LOG_INFO(ATTACH_LOG, "volume grew: vol=%s size=%llu->%llu (ublk UPDATE_SIZE)",
 			    a->vol_id, (unsigned long long)old, (unsigned long long)a->size);
 	} else {
-		snprintf(msg, sizeof(msg), "ublk UPDATE_SIZE failed: %s",
-			 res ? strerror(-res) : "stopping");
+		snprintf(msg, sizeof(msg),
+			 "ublk UPDATE_SIZE to %llu bytes failed: %s; the device keeps %llu "
+			 "bytes, retry the expansion",
+			 a->vol ? (unsigned long long)zl_vol_size(a->vol) : 0ull,
+			 res ? strerror(-res) : "the attach process is stopping",
+			 (unsigned long long)a->size);
 		res = res ? res : -ZL_ERR_CONN;
 	}
 	a->resize_waiting = false;

@@ -859,7 +859,10 @@ int attach_ublk_resize(struct attach *a, uint64_t size, char *msg, size_t len)
 		return -EOPNOTSUPP;
 	}
 	if (!u->started || u->stop_sent) {
-		snprintf(msg, len, "stopping");
+		snprintf(msg, len,
+			 "the attach process of /dev/ublkb%d is stopping: expand the volume "
+			 "again once it is staged",
+			 u->dev_id);
 		return -ZL_ERR_CONN;
 	}
 	if (size % 512) {
@@ -868,7 +871,10 @@ int attach_ublk_resize(struct attach *a, uint64_t size, char *msg, size_t len)
 		return -ZL_ERR_INVAL;
 	}
 	if (u->ctrl_busy) {
-		snprintf(msg, len, "another ublk control command is running, retry");
+		snprintf(msg, len,
+			 "another ublk control command on /dev/ublkb%d is running: retry the "
+			 "expansion",
+			 u->dev_id);
 		return -ZL_ERR_BUSY;
 	}
 	rc = ublk_ctrl_submit(u, UBLK_CMD_UPDATE_SIZE, (uint32_t)u->dev_id, NULL, 0, size >> 9);
