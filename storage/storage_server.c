@@ -354,11 +354,12 @@ static int srv_check_seq(struct zl_storage *st, const struct zl_wire_hdr *h,
 }
 
 /* Volume, range, version, epoch and role checks of a data request (vh:
- * zl_hash64 of its volume number). On success *slice / *ver are the slice
+ * zl_hash64 of its volume number; arrival_ms: when it arrived, zl_now_ms,
+ * 0 for now). On success *slice / *ver are the slice
  * and its current version; on failure *ver is the current version when
  * known. */
 static int srv_check(struct zl_storage *st, const struct zl_wire_hdr *h, uint64_t vh,
-		     uint32_t *slice, uint64_t *ver, uint32_t *chunk_size)
+		     uint64_t arrival_ms, uint32_t *slice, uint64_t *ver, uint32_t *chunk_size)
 {
 	struct zl_storage_vol *sv;
 	struct zl_slice *s;
@@ -373,10 +374,21 @@ static int srv_check(struct zl_storage *st, const struct zl_wire_hdr *h, uint64_
 	n_chunks = (sv->v.size + sv->v.chunk_size - 1) / sv->v.chunk_size;
 	/* A CHUNK_PUSH with ZL_WF_SEQ copies a clone chunk: its id holds the
 	 * snapshot's sequence above the chunk index. */
-	if ((h->opcode == ZL_OP_CHUNK_PUSH && (h->flags & ZL_WF_SEQ) ? zl_chunk_id_base(h->chunk)
-								       : h->chunk) >= n_chunks ||
-	    (uint64_t)h->offset + h->length > sv->v.chunk_size)
+	if ((uint64_t)h->offset + h->length > sv->v.chunk_size)
 		return -ZL_ERR_RANGE;
+	if ((h->opcode == ZL_OP_CHUNK_PUSH && (h->flags & ZL_WF_SEQ) ? zl_chunk_id_base(h->chunk)
+								       : h->chunk) >= n_chunks) {
+		/* Beyond the end our record knows: the volume may have grown
+		 * (ControllerExpandVolume) and its writer seen the new record
+		 * before our watch did. Only a record loaded after the request
+		 * arrived says the range is wrong; until then the request
+		 * waits for a reload (held, like a newer row's), and a reload
+		 * throttled now is answered BUSY, which the client retries. */
+		if (!sv->refreshing && sv->refresh_ms >= (arrival_ms ? arrival_ms : zl_now_ms()))
+			return -ZL_ERR_RANGE;
+		rc = zl_storage_vol_refresh(st->vols, sv);
+		return rc == -EINPROGRESS ? rc : -ZL_ERR_BUSY;
+	}
 	*slice = zl_volume_slice_of(&sv->v, h->chunk);
 	if (h->opcode == ZL_OP_READ && (h->flags & ZL_WF_ANY)) {
 		/* Any node's own copy, whatever its role: no row checks. A
@@ -1416,7 +1428,7 @@ static int srv_recheck(struct storage_req *r)
 		return rc ? rc : zl_storage_peering_vol_ready(st, &sv->v);
 	}
 	slice = UINT32_MAX;
-	rc = srv_check(st, &r->req, r->vh, &slice, &ver, &cs);
+	rc = srv_check(st, &r->req, r->vh, r->t0_ns / 1000000u, &slice, &ver, &cs);
 	r->seen_ver = ver;
 	if (r->loadwait && slice != UINT32_MAX) {
 		/* Held before the record was known: now it is. */
@@ -1527,7 +1539,7 @@ static void srv_data(struct zl_storage *st, struct zl_xport_conn *c, const struc
 	struct storage_req *r;
 	uint32_t slice = 0, cs = 0;
 	uint64_t ver, vh = zl_hash64(h->vol_id);
-	int rc = srv_check(st, h, vh, &slice, &ver, &cs);
+	int rc = srv_check(st, h, vh, 0, &slice, &ver, &cs);
 	/* Client I/O of a slice that is peering waits for it, and any data
 	 * request for its volume record from etcd (both bounded). */
 	bool hold = rc == -ZL_ERR_PEERING || rc == -EINPROGRESS;

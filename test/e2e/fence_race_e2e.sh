@@ -17,6 +17,7 @@ set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
 source "$SRC/test/lib/heal.sh"
+source "$SRC/test/lib/hold.sh"
 fail() {
 	echo "fence_race_e2e: FAIL: $*" >&2
 	for f in "$CL_DIR"/storage-*/log; do echo "--- $f" >&2; grep -v DEBUG "$f" | tail -12 >&2; done
@@ -29,18 +30,7 @@ cl_e2e_begin e2e-fence-race "$1" 0 || fail "cluster did not start"
 CHUNK=$((4 << 20))
 
 # One hold proxy per daemon (its --etcd); only the primary's is armed later.
-EPORT=${CL_ETCD##*:}
-for i in 1 2 3; do
-	d="$CL_DIR/serve-proxy-$i"
-	mkdir -p "$d"
-	pp=$(cl_free_port)
-	"$PY" "$SRC/test/lib/etcd_hold_proxy.py" "$pp" "$EPORT" "$d/hold" >"$d/log" 2>&1 &
-	echo $! >"$d/pid"
-	for _ in $(seq 1 50); do grep -q listening "$d/log" && break; sleep 0.1; done
-	grep -q listening "$d/log" || fail "hold proxy $i did not start: $(cat "$d/log")"
-	cl_start_storage "$i" "" --etcd "http://127.0.0.1:$pp"
-done
-cl_wait_nodes 3 || fail "storage nodes did not register"
+hold_storage 3
 
 "$ZL" volume create fr --size 64M --replicas 3 >/dev/null || fail "create fr"
 V=$("$ZL" volume inspect fr | awk '$1 == "id" {print $2}')
@@ -82,17 +72,7 @@ done
 ok "epoch $E1 wrote chunk 0 through the primary $PRIM"
 
 # The move, while the primary's watches are held.
-touch "$CL_DIR/serve-proxy-$PI/hold"
-# Every watch stream of the primary's proxy holds (it says so within 20 ms).
-pl="$CL_DIR/serve-proxy-$PI/log"
-nlines() { grep -c "$1" "$pl" || true; }
-for _ in $(seq 1 100); do
-	n_open=$(($(nlines 'watch stream opened') - $(nlines 'watch stream closed')))
-	[ "$n_open" -gt 0 ] && [ "$(nlines 'watch stream holding')" -ge "$n_open" ] && break
-	sleep 0.05
-done
-[ "$n_open" -gt 0 ] && [ "$(nlines 'watch stream holding')" -ge "$n_open" ] ||
-	fail "the primary's proxy does not hold its $n_open watch streams: $(cat "$pl")"
+hold_watches "$PI"
 etcd_ctl del "/zipline/attachments/$V"
 E2=$(etcd_ctl put "/zipline/attachments/$V" '{"node":"wn-2","epoch":0,"readonly":false,"time":0}')
 T2=$(token "$S" "$V|wn-2|$E2")
@@ -138,7 +118,7 @@ grep -q "epoch fence taken from a backup" "$CL_DIR/storage-$PI/log" ||
 	fail "the primary did not log taking the fence"
 
 # Release the watches; the primary fences on its own too.
-rm -f "$CL_DIR/serve-proxy-$PI/hold"
+hold_release "$PI"
 got=""
 for _ in $(seq 1 50); do
 	got=$(chunk_at "$PI" "$T2" "$E2" wn-2 -- read "$V" 0 0 65536 "$SV" "$CL_DIR/r1")

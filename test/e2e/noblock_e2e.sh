@@ -33,6 +33,7 @@ set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
 source "$SRC/test/lib/heal.sh"
+source "$SRC/test/lib/hold.sh"
 fail() {
 	echo "noblock_e2e: FAIL: $*" >&2
 	[ -f "$CL_DIR/lat.out" ] && { echo "--- e2e_lat" >&2; cat "$CL_DIR/lat.out" "$CL_DIR/lat.err" >&2; }
@@ -44,20 +45,8 @@ PY=/usr/bin/python3
 MAX_MS=${NB_MAX_MS:-1000}
 CL_MANAGER=0 cl_e2e_begin e2e-noblock "$1" 0 || fail "cluster did not start"
 
-EPORT=${CL_ETCD##*:}
-# proxy NAME: a hold proxy for every request, its port on stdout.
-proxy() {
-	local d="$CL_DIR/serve-proxy-$1" pp
-	mkdir -p "$d"
-	pp=$(cl_free_port)
-	"$PY" "$SRC/test/lib/etcd_hold_proxy.py" "$pp" "$EPORT" "$d/hold" all >"$d/log" 2>&1 &
-	echo $! >"$d/pid"
-	for _ in $(seq 1 50); do grep -q listening "$d/log" && break; sleep 0.1; done
-	grep -q listening "$d/log" || fail "hold proxy $1 did not start: $(cat "$d/log")"
-	echo "$pp"
-}
-PS=$(proxy storage)
-PC=$(proxy client)
+PS=$(hold_proxy_start storage all)
+PC=$(hold_proxy_start client all)
 # node-4 reaches etcd directly: it must load nb2 while the others' etcd is
 # held (step 3).
 start() {
@@ -126,17 +115,17 @@ held() {
 # 1. The storage daemons' etcd held.
 ticks 1
 o0=$(ops_now)
-touch "$CL_DIR/serve-proxy-storage/hold"
+hold_on storage
 held storage
 ticks 3
 o1=$(ops_now)
-rm -f "$CL_DIR/serve-proxy-storage/hold"
+hold_release storage
 [ "${o1:-0}" -gt "${o0:-0}" ] || fail "no I/O completed while the daemons' etcd was held (ops $o0 -> $o1)"
 ok "the daemons' etcd held for 3 s: $((o1 - o0)) operations meanwhile"
 
 # 2. The client's etcd held; slice 0 moves to a new row version.
 ticks 1
-touch "$CL_DIR/serve-proxy-client/hold"
+hold_on client
 o2=$(ops_now)
 row=$(cl_rows "$V" | awk '$1 == 0')
 nodes=$(awk '{for (i = 4; i <= NF; i++) {split($i, a, ":"); printf "%s ", a[1]}}' <<<"$row")
@@ -146,7 +135,7 @@ touch "$CL_DIR/trigger"
 held client
 ticks 3
 o3=$(ops_now)
-rm -f "$CL_DIR/serve-proxy-client/hold"
+hold_release client
 [ "${o3:-0}" -gt "${o2:-0}" ] || fail "no I/O completed while the client's etcd was held (ops $o2 -> $o3)"
 ok "the client's etcd held during a placement reload: $((o3 - o2)) operations meanwhile"
 
@@ -167,7 +156,7 @@ looks0=$(peer4 'looking up peer')
 conns0=$(peer4 'connected to peer')
 ticks 1
 o4=$(ops_now)
-touch "$CL_DIR/serve-proxy-storage/hold"
+hold_on storage
 held storage
 dd if=/dev/urandom of="$CL_DIR/nb2b.img" bs=1M count=1 status=none
 "$ZL" volume import nb2 "$CL_DIR/nb2b.img" >/dev/null 2>"$CL_DIR/import.err" &
@@ -177,7 +166,7 @@ for _ in $(seq 1 100); do [ "$(peer4 'looking up peer')" -gt "$looks0" ] && brea
 	fail "node-1 did not start a connection to node-4 while etcd was held"
 ticks 3
 o5=$(ops_now)
-rm -f "$CL_DIR/serve-proxy-storage/hold"
+hold_release storage
 [ "${o5:-0}" -gt "${o4:-0}" ] ||
 	fail "no I/O completed while node-1 connected to node-4 with etcd held (ops $o4 -> $o5)"
 rc=0

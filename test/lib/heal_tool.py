@@ -41,6 +41,8 @@ reason on stderr when it cannot do its job.
     snaps VOL SEQ [SNAP...]  the record's snapshot sequence and the snapshots
                            that exist (snap_seq, snaps; CAS), as taking or
                            deleting a snapshot leaves them (docs/SNAPSHOTS.md)
+    grow VOL BYTES         the record's size (CAS), as ControllerExpandVolume
+                           leaves it
     node ID                the incarnation of node ID's record ("-": none)
     get KEY | put KEY VALUE | del KEY   raw keys
     tomb NODE VOL          puts the tombstone <prefix>deletes/NODE/VOL
@@ -156,15 +158,15 @@ def record_cas(e, vol, kv, rec):
     return bool(e.call('/v3/kv/txn', txn).get('succeeded'))
 
 
-def snaps_set(e, vol, seq, snaps):
-    """snaps VOL SEQ [SNAP...] (see the head)."""
+def record_edit(e, vol, edit, what):
+    """CAS loop: edit(rec) changes vol's record in place, put back if the
+    record did not change meanwhile (50 tries)."""
     for _ in range(50):
         kv, rec = e.volume(vol)
-        rec['snap_seq'] = seq
-        rec['snaps'] = snaps
+        edit(rec)
         if record_cas(e, vol, kv, rec):
             return
-    die('snapshot update of %s lost the race 50 times' % vol)
+    die('%s of %s lost the race 50 times' % (what, vol))
 
 
 def rows_update(e, vol, change, allow_none=False):
@@ -322,7 +324,11 @@ def etcd_cmd(url, cmd, args):
                                                 for n in list(rec['placement'][s]['nodes'])]
                     else [], allow_none=True)
     elif cmd == 'snaps':
-        snaps_set(e, args[0], int(args[1]), [int(x) for x in args[2:]])
+        record_edit(e, args[0], lambda r: r.update(snap_seq=int(args[1]),
+                                                   snaps=[int(x) for x in args[2:]]),
+                    'snapshot update')
+    elif cmd == 'grow':
+        record_edit(e, args[0], lambda r: r.update(size=int(args[1])), 'size update')
     elif cmd == 'node':
         rec = e.get(PREFIX + 'nodes/' + args[0])
         print((rec.get('incarnation') or '-') if rec else '-')
