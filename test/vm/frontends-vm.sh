@@ -11,9 +11,9 @@
 #         CSI (csi_frontend_guest.py ublk param), the no-hang checks and the
 #         plugin restart under load with ublk;
 #   nbd   nbd-guest.sh: /dev/nbdN through the kernel NBD netlink interface:
-#         fio verify=crc32c (QD 1, 32), ext4, kill -9 of the attach process
-#         under a verified load and `--reattach`, fsck -n, SIGTERM
-#         disconnects; then CSI (csi_frontend_guest.py nbd), the no-hang
+#         fio verify=crc32c (randwrite QD 1/32/128, mixed), ext4, kill -9 of
+#         the attach process under a verified load and `--reattach`, fsck -n,
+#         SIGTERM disconnects, xfs + xfs_repair -n; then CSI (csi_frontend_guest.py nbd), the no-hang
 #         checks and the plugin restart under load with nbd.
 # A part that fails fails the test, named; a guest that cannot boot fails
 # it too (every part DID NOT RUN).

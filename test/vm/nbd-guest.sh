@@ -7,14 +7,16 @@
 # virtio disk), a 3-replica volume, then the kernel NBD frontend of
 # `zipline-node attach --frontend nbd` (issue 24):
 #   1. attach: READY names /dev/nbdN, its size is the volume's;
-#   2. fio randwrite with verify=crc32c on the raw device, QD 1 and QD 32;
+#   2. fio with verify=crc32c on the raw device: randwrite QD 1, 32 and
+#      128, and mixed reads and writes of 4-128 KiB at QD 32;
 #   3. mkfs.ext4, mount, files written (sha256 kept);
 #   4. a verified fio write load (direct I/O) on the mounted file system,
 #      kill -9 of the attach process under it: the device, the mount and
 #      fio stay (fio blocks, it does not fail); `--reattach /dev/nbdN`
 #      takes the device over, fio ends with no error, the files read back;
 #   5. umount, fsck.ext4 -n clean; SIGTERM to the attach process: exit 0
-#      and the device is disconnected (size 0);
+#      and the device is disconnected (size 0); then xfs on a new device of
+#      the volume: made, written, `xfs_repair -n` clean, read back;
 #   6. zipline-controller and `zipline-node --frontend nbd` driven through
 #      CSI (csi_frontend_guest.py nbd): Filesystem and Block modes staged on
 #      /dev/nbdN, the attach process killed and taken over by zipline-node
@@ -38,11 +40,13 @@ etcd_url=http://127.0.0.1:2379
 data=/mnt/zl-nbd-data
 mnt=/mnt/zl-nbd-fs
 adir=/run/zl-nbd-attach
-vol_mib=256
+vol_mib=320 # mkfs.xfs wants 300 MB or more
 io_timeout=10
 pids=()
 # shellcheck source=guest-etcd.sh
 . "$(dirname "${BASH_SOURCE[0]}")/guest-etcd.sh" || exit 1
+# shellcheck source=guest-blk.sh
+. "$(dirname "${BASH_SOURCE[0]}")/guest-blk.sh" || exit 1
 
 say() {
 	local up
@@ -69,7 +73,7 @@ wait_for() {
 [[ -d /sys/module/nbd ]] || fail "the nbd module is not loaded (vm.sh -M nbd)"
 disk=${ZL_VM_DISKS%% *}
 [[ -b $disk ]] || fail "no virtio disk (ZL_VM_DISKS='${ZL_VM_DISKS:-}')"
-for t in etcd etcdctl curl fio mkfs.ext4 fsck.ext4 sha256sum "$bin/zipline-storage" "$bin/zl" \
+for t in etcd etcdctl curl fio mkfs.ext4 fsck.ext4 mkfs.xfs xfs_repair sha256sum "$bin/zipline-storage" "$bin/zl" \
 	"$bin/zipline-node"; do
 	command -v "$t" >/dev/null || fail "$t is missing (install it / build the tree)"
 done
@@ -126,16 +130,12 @@ grep -q '^VmLck:[[:space:]]*[1-9]' "/proc/$apid/status" ||
 	fail "the attach process has no locked memory: $(grep VmLck "/proc/$apid/status")"
 
 # ---- 2. fio on the raw device, verified
-fio_raw() { # NAME QD BS SIZE
-	fio --name="$1" --filename="$dev" --ioengine=libaio --direct=1 --rw=randwrite \
-		--iodepth="$2" --bs="$3" --size="$4" --verify=crc32c --verify_fatal=1 \
-		--do_verify=1 --output="$work/fio-$1.txt" ||
-		fail "fio $1 failed: $(grep -iE 'err|verify' "$work/fio-$1.txt" | head -5)"
-	grep -q 'err= 0' "$work/fio-$1.txt" || fail "fio $1 reported an error"
-	say "fio $1 (randwrite QD $2, bs $3, $4, verify crc32c): $(grep -o 'IOPS=[^,]*' "$work/fio-$1.txt" | head -1)"
-}
-fio_raw qd1 1 4k 1M
-fio_raw qd32 32 16k 8M
+vm_guest_fio qd1 "$dev" "$work" --rw=randwrite --bs=4k --iodepth=1 --size=1M
+vm_guest_fio qd32 "$dev" "$work" --rw=randwrite --bs=16k --iodepth=32 --size=8M
+vm_guest_fio qd128 "$dev" "$work" --rw=randwrite --bs=4k --iodepth=128 --size=64M --io_size=8M \
+	--offset=64M
+vm_guest_fio mixed "$dev" "$work" --rw=randrw --rwmixread=40 --bsrange=4k-128k --iodepth=32 \
+	--size=64M --io_size=24M --offset=128M
 
 # ---- 3. ext4, files
 mkfs.ext4 -q -F "$dev" || fail "mkfs.ext4 $dev failed"
@@ -183,6 +183,13 @@ rc=$?
 disconnected() { [[ $(cat "/sys/block/${dev#/dev/}/size") == 0 ]]; }
 wait_for 10 disconnected || fail "$dev still has $(cat "/sys/block/${dev#/dev/}/size") sectors after the stop"
 say "SIGTERM: the attach process exited 0, $dev disconnected"
+
+# ---- 5b. xfs on a new device of the volume (its ext4 overwritten)
+attach
+vm_guest_xfs "$dev" "$mnt" "$work"
+kill -TERM "$apid"
+wait "$apid" || fail "the attach process of the xfs check exited $? on SIGTERM"
+wait_for 10 disconnected || fail "$dev still has $(cat "/sys/block/${dev#/dev/}/size") sectors after the stop"
 
 # ---- 6. the same through CSI: zipline-node --frontend nbd
 ZL_BUILD_DIR=$build /usr/bin/python3 "$here/csi_frontend_guest.py" "$bin" "$work" "$etcd_url" nbd \

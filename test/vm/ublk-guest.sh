@@ -45,6 +45,8 @@ work=${2:?usage: ublk-guest.sh BUILD WORK}
 bin=$build/bin
 # shellcheck source=guest-etcd.sh
 . "$(dirname "${BASH_SOURCE[0]}")/guest-etcd.sh" || exit 1
+# shellcheck source=guest-blk.sh
+. "$(dirname "${BASH_SOURCE[0]}")/guest-blk.sh" || exit 1
 logs=$work/logs
 data=/mnt/zl-ublk-data
 mnt=/mnt/zl-ublk-fs
@@ -150,16 +152,8 @@ bytes=$(blockdev --getsize64 "$dev") || fail "blockdev --getsize64 $dev failed"
 	fail "$dev: logical $(blockdev --getss "$dev"), physical $(blockdev --getpbsz "$dev"), want 512/4096"
 
 # ---- 3. fio with verify on the raw device
-fio_run() {
-	local name=$1
-	shift
-	fio --name="$name" --filename="$dev" --ioengine=libaio --direct=1 --verify=crc32c \
-		--verify_fatal=1 --do_verify=1 --output="$logs/fio-$name.log" "$@"
-	local rc=$?
-	((rc == 0)) || fail "fio $name exited $rc: $(grep -m3 -i 'err\|bad' "$logs/fio-$name.log")"
-	grep -q 'err= 0' "$logs/fio-$name.log" || fail "fio $name reported an error"
-	say "fio $name: $(grep -m1 -o 'IOPS=[^,]*' "$logs/fio-$name.log") verified"
-}
+# fio_run NAME FIO_ARG...: vm_guest_fio on the device (guest-blk.sh).
+fio_run() { vm_guest_fio "$1" "$dev" "$logs" "${@:2}"; }
 # ublk_reqs NAME: the requests each queue of attach process NAME took
 # ("N,N,..." from its ctl status).
 ublk_reqs() {
@@ -269,21 +263,10 @@ for ((i = 0; i < 100; i++)); do
 	sleep 0.1
 done
 [[ -b $dev ]] || fail "$dev did not appear"
-mkfs.xfs -q -f "$dev" >"$logs/mkfs-xfs.log" 2>&1 || fail "mkfs.xfs $dev failed: $(cat "$logs/mkfs-xfs.log")"
-mount "$dev" "$mnt" || fail "mount $dev (xfs) failed"
-head -c 16M /dev/urandom >"$mnt/file" || fail "cannot write to $mnt/file (xfs)"
-sync -f "$mnt/file" || fail "sync failed (xfs)"
-sum=$(md5sum <"$mnt/file")
-umount "$mnt" || fail "umount $mnt (xfs) failed"
-xfs_repair -n "$dev" >"$logs/xfs_repair.log" 2>&1 ||
-	fail "xfs_repair -n after umount: $(tail -5 "$logs/xfs_repair.log")"
-mount "$dev" "$mnt" || fail "mount $dev (xfs, again) failed"
-[[ $(md5sum <"$mnt/file") == "$sum" ]] || fail "$mnt/file (xfs) reads back different after a remount"
-umount "$mnt" || fail "umount $mnt (xfs, again) failed"
+vm_guest_xfs "$dev" "$mnt" "$logs"
 kill -TERM "$attach_pid"
 wait "$attach_pid" || fail "attach3 exited $? on SIGTERM"
 attach_pid=''
-say "xfs: made, mounted, 16 MiB written, unmounted, xfs_repair -n clean, read back"
 
 # ---- 8. through CSI
 ZL_BUILD_DIR=$build /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/csi_frontend_guest.py" \
