@@ -69,6 +69,7 @@
 #define SCAN_BUF	  (1u << 20) /* unclean-start verification read size */
 #define STORE_BUCKETS	  4096u
 #define STORE_OP_SLAB	  256u
+#define STORE_FSYNC_SLAB  1024u /* flush fsyncs: a slab of 16 KiB */
 #define STORE_DRAIN_MS	  30000u
 #define STORE_GONE_CHECK_MS 1000u /* reads notice a chunk file unlinked under them */
 #define TAG_META	  1ull
@@ -104,6 +105,7 @@ struct chunk;
 
 struct chunk_op {
 	struct chunk_op *next, *prev; /* free list, or the chunk's active/waiting list */
+	struct flush_sync *syncs; /* FLUSH: its fdatasyncs, one chunk reference each */
 	struct zl_chunk_store *s;
 	enum op_stage stage;
 	uint8_t *buf;	      /* READ: caller's; WRITE/ZERO: what goes to disk */
@@ -113,8 +115,6 @@ struct chunk_op {
 	int err;
 	uint64_t sub;	     /* submission number (store-wide, ascending) */
 	uint64_t need_round; /* metadata round that makes this op durable */
-	struct chunk **held; /* FLUSH: the chunks it fsyncs, one reference each */
-	uint32_t n_held;
 	struct zl_defer defer;
 	/* Journal mode: the op's record entries and new block CRCs. */
 	struct zl_jw_item jitem;
@@ -147,6 +147,13 @@ struct chunk_op {
 	/* Last, not cleared per op (each is written before it is read): */
 	struct zl_journal_entry jent[OP_JENT_MAX];
 	uint32_t jcrc_small[OP_JCRC_SMALL];
+};
+
+/* The chunk of one fdatasync of a flush, referenced until the flush ends.
+ * From a slab grown at store creation. */
+struct flush_sync {
+	struct flush_sync *next; /* the flush's others */
+	struct chunk *c;
 };
 
 struct op_list {
@@ -234,6 +241,7 @@ struct zl_chunk_store {
 	struct chunk *lru_head, *lru_tail;
 	uint32_t n_open, max_open;
 	struct zl_slab ops; /* operation contexts; in_use = operations in flight */
+	struct zl_slab fsyncs; /* struct flush_sync of the flushes in flight */
 	uint64_t n_sub;	    /* operations submitted (chunk_op.sub) */
 	zl_chunk_buf_alloc_fn buf_alloc;
 	zl_chunk_buf_free_fn buf_free;
@@ -1513,10 +1521,12 @@ static void op_finish(struct chunk_op *op)
 		s->buf_free(s->buf_arg, op->buf);
 	if (c)
 		chunk_put(s, c);
-	if (op->held) {
-		for (uint32_t i = 0; i < op->n_held; i++)
-			chunk_put(s, op->held[i]);
-		free(op->held);
+	while (op->syncs) {
+		struct flush_sync *fs = op->syncs;
+
+		op->syncs = fs->next;
+		chunk_put(s, fs->c);
+		zl_slab_free(&s->fsyncs, fs);
 	}
 	op_free(op);
 	if (!acked)
@@ -2347,13 +2357,9 @@ int zl_chunk_version(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uin
 int zl_chunk_flush(struct zl_chunk_store *s, uint64_t vol, zl_chunk_cb cb, void *arg)
 {
 	struct chunk_op *op;
-	uint32_t n = 0;
 
 	if (!cb)
 		return -ZL_ERR_INVAL;
-	for (uint32_t i = 0; i < STORE_BUCKETS; i++)
-		for (struct chunk *c = s->buckets[i]; c; c = c->hnext)
-			n += c->vol == vol;
 	op = op_alloc(s, false);
 	if (!op)
 		return -ENOMEM;
@@ -2366,33 +2372,32 @@ int zl_chunk_flush(struct zl_chunk_store *s, uint64_t vol, zl_chunk_cb cb, void 
 		op_fail_later(op, 0);
 		return 0;
 	}
-	if (n) {
-		op->held = calloc(n, sizeof(*op->held));
-		if (!op->held) {
-			op_free(op);
-			return -ENOMEM;
-		}
-	}
-	/* Each fsync holds a reference on its chunk until the flush ends: a
-	 * delete (or eviction) meanwhile closes the descriptor only then, never
-	 * under an fsync in flight or prepared and not yet submitted. */
-	for (uint32_t i = 0; i < STORE_BUCKETS && op->n_held < n; i++) {
-		for (struct chunk *c = s->buckets[i]; c && op->n_held < n; c = c->hnext) {
+	/* Each fsync holds a reference on its chunk until the flush ends (its
+	 * struct flush_sync): a delete (or eviction) meanwhile closes the
+	 * descriptor only then, never under an fsync in flight or prepared and
+	 * not yet submitted. */
+	for (uint32_t i = 0; i < STORE_BUCKETS; i++) {
+		for (struct chunk *c = s->buckets[i]; c; c = c->hnext) {
 			struct io_uring_sqe *sqe;
+			struct flush_sync *fs;
 
 			if (c->vol != vol)
 				continue;
-			sqe = store_sqe(s);
+			fs = zl_slab_alloc(&s->fsyncs);
+			sqe = fs ? store_sqe(s) : NULL;
 			if (!sqe) {
-				op->err = -ZL_ERR_BUSY;
+				zl_slab_free(&s->fsyncs, fs);
+				op->err = fs ? -ZL_ERR_BUSY : -ENOMEM;
 				continue;
 			}
+			fs->c = c;
+			fs->next = op->syncs;
+			op->syncs = fs;
 			io_uring_prep_fsync(sqe, c->fd, IORING_FSYNC_DATASYNC);
 			io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)op);
 			op->pending++;
 			lru_del(s, c);
 			c->refs++;
-			op->held[op->n_held++] = c;
 		}
 	}
 	if (!op->pending)
@@ -3333,6 +3338,9 @@ int zl_chunk_store_create(const struct zl_chunk_store_opts *opts, struct zl_chun
 		s->zero_crc = zl_crc32c(zero, BLK);
 	}
 	zl_slab_init(&s->ops, sizeof(struct chunk_op), STORE_OP_SLAB);
+	/* Grown here: a flush takes its records without allocating. */
+	zl_slab_init(&s->fsyncs, sizeof(struct flush_sync), STORE_FSYNC_SLAB);
+	zl_slab_free(&s->fsyncs, zl_slab_alloc(&s->fsyncs));
 	s->max_open = opts->max_open ? opts->max_open : 1024;
 	s->buf_alloc = opts->buf_alloc;
 	s->buf_free = opts->buf_free;
@@ -3500,6 +3508,7 @@ void zl_chunk_store_destroy(struct zl_chunk_store *s)
 	if (s->efd >= 0)
 		close(s->efd);
 	zl_slab_fini(&s->ops);
+	zl_slab_fini(&s->fsyncs);
 	free(s->dir);
 	free(s);
 }
