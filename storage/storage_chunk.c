@@ -2,7 +2,8 @@
  * that moves their data. See storage_chunk.h for the file layout.
  *
  * Operation state machine (struct chunk_op.stage):
- *   OP_ST_WAIT    queued behind an overlapping operation of the same chunk
+ *   OP_ST_WAIT    queued behind an overlapping operation of the same chunk,
+ *                 or on the open of its chunk (struct chunk_open)
  *   OP_ST_EDGE    reading the partial edge blocks of an unaligned write/zero
  *   OP_ST_COMMIT  new CRCs set in memory, waiting for a metadata round that
  *                 started after that (group commit); then the data goes out
@@ -44,6 +45,7 @@
 #include "lib/common/byteorder.h"
 #include "lib/common/common.h"
 #include "lib/common/slab.h"
+#include "lib/common/worker.h"
 #include "lib/wire/wire.h"
 #include "storage_journal.h"
 #include "storage_uring.h"
@@ -69,6 +71,9 @@
 #define SCAN_BUF	  (1u << 20) /* unclean-start verification read size */
 #define STORE_BUCKETS	  4096u
 #define STORE_OP_SLAB	  256u
+#define STORE_FSYNC_SLAB  1024u /* flush fsyncs: a slab of 16 KiB */
+#define STORE_OPEN_SLAB	  64u	  /* chunk opens in flight (grown beyond) */
+#define STORE_OPEN_WORKERS 4u	  /* threads opening and creating chunk files */
 #define STORE_DRAIN_MS	  30000u
 #define STORE_GONE_CHECK_MS 1000u /* reads notice a chunk file unlinked under them */
 #define TAG_META	  1ull
@@ -104,6 +109,7 @@ struct chunk;
 
 struct chunk_op {
 	struct chunk_op *next, *prev; /* free list, or the chunk's active/waiting list */
+	struct flush_sync *syncs; /* FLUSH: its fdatasyncs, one chunk reference each */
 	struct zl_chunk_store *s;
 	enum op_stage stage;
 	uint8_t *buf;	      /* READ: caller's; WRITE/ZERO: what goes to disk */
@@ -113,8 +119,6 @@ struct chunk_op {
 	int err;
 	uint64_t sub;	     /* submission number (store-wide, ascending) */
 	uint64_t need_round; /* metadata round that makes this op durable */
-	struct chunk **held; /* FLUSH: the chunks it fsyncs, one reference each */
-	uint32_t n_held;
 	struct zl_defer defer;
 	/* Journal mode: the op's record entries and new block CRCs. */
 	struct zl_jw_item jitem;
@@ -130,6 +134,8 @@ struct chunk_op {
 	/* From here to jent: set by store_submit on each of its ops before
 	 * anything reads them, cleared by op_alloc for the others. */
 	struct chunk *ch; /* NULL for FLUSH and missing-chunk reads */
+	uint64_t vol, idx; /* the chunk (READ/WRITE/ZERO) */
+	uint32_t cs, wseq; /* its chunk size; WRITE/ZERO: snapshot sequence */
 	enum op_kind kind;
 	uint32_t off, len;
 	uint32_t b0, b1;      /* blocks [b0, b1) touched */
@@ -147,6 +153,13 @@ struct chunk_op {
 	/* Last, not cleared per op (each is written before it is read): */
 	struct zl_journal_entry jent[OP_JENT_MAX];
 	uint32_t jcrc_small[OP_JCRC_SMALL];
+};
+
+/* The chunk of one fdatasync of a flush, referenced until the flush ends.
+ * From a slab grown at store creation. */
+struct flush_sync {
+	struct flush_sync *next; /* the flush's others */
+	struct chunk *c;
 };
 
 struct op_list {
@@ -201,6 +214,39 @@ struct chunk {
 	uint32_t wseq;
 };
 
+/* What opening a chunk file needs and finds: filled by the loop, used by
+ * chunk_build (which touches no store state, so it runs on an open worker
+ * as well as on the loop). */
+struct chunk_args {
+	uint64_t vol, idx;
+	uint32_t cs;
+	bool create;	 /* create the file when absent */
+	bool direct;	 /* in: open with O_DIRECT; out: false when refused */
+	uint64_t birth_seq; /* header of a created file (journal mode) */
+	uint32_t birth_nonce;
+	bool created;	/* out: the file is new */
+	bool converted; /* out: a v1 file was converted */
+};
+
+/* An open of a chunk file in flight on an open worker (chunk_open_run):
+ * the table entry of a chunk that is OPENING. Operations submitted
+ * meanwhile wait in ops, in submission order; chunk_open_done inserts the
+ * chunk and starts them, or fails them with the open's error. */
+struct chunk_open {
+	struct zl_work w;
+	struct zl_chunk_store *s;
+	struct chunk_open *hnext; /* the store's opening table */
+	/* Opened after this one's done ran: a delete came between (deleted). */
+	struct chunk_open *after;
+	bool deleted; /* CHUNK_DELETE, VOLUME_DELETE or forget while in flight */
+	uint32_t wk;  /* index of its worker */
+	struct chunk_args a;
+	struct op_list ops;
+	/* Worker's result: */
+	struct chunk *c;
+	int rc;
+};
+
 /* A chunk this daemon has seen a file of (listed at start, opened or
  * created since): while it is recorded, a missing file is an error, never
  * zeros. Only CHUNK_DELETE / VOLUME_DELETE forget it. */
@@ -234,6 +280,14 @@ struct zl_chunk_store {
 	struct chunk *lru_head, *lru_tail;
 	uint32_t n_open, max_open;
 	struct zl_slab ops; /* operation contexts; in_use = operations in flight */
+	struct zl_slab fsyncs; /* struct flush_sync of the flushes in flight */
+	/* Opens in flight (struct chunk_open), by chunk_bucket; their workers
+	 * and how many jobs each has queued. */
+	struct chunk_open *opening[STORE_BUCKETS];
+	struct zl_slab opens;
+	struct zl_worker *open_wk[STORE_OPEN_WORKERS];
+	uint32_t open_wk_jobs[STORE_OPEN_WORKERS];
+	bool closing; /* destroy: open results are dropped */
 	uint64_t n_sub;	    /* operations submitted (chunk_op.sub) */
 	zl_chunk_buf_alloc_fn buf_alloc;
 	zl_chunk_buf_free_fn buf_free;
@@ -668,11 +722,13 @@ static void chunk_put(struct zl_chunk_store *s, struct chunk *c)
 	store_evict(s);
 }
 
-static int chunk_open_fd(struct zl_chunk_store *s, const char *path, int flags)
+/* Opens path, with O_DIRECT while *direct (cleared when the filesystem
+ * refuses it; chunk_args_apply tells the store). Blocking. */
+static int chunk_open_fd(const char *dir, bool *direct, const char *path, int flags)
 {
 	int fd;
 
-	if (s->direct) {
+	if (*direct) {
 		fd = open(path, flags | O_DIRECT | O_CLOEXEC, 0644);
 		if (fd >= 0 || errno != EINVAL)
 			return fd < 0 ? -errno : fd;
@@ -680,9 +736,8 @@ static int chunk_open_fd(struct zl_chunk_store *s, const char *path, int flags)
 			    "O_DIRECT not supported under %s: falling back to buffered I/O "
 			    "(RWF_DSYNC keeps writes durable; put the data dir on ext4/xfs for "
 			    "direct I/O)",
-			    s->dir);
-		s->direct = false;
-		s->st.direct_io = false;
+			    dir);
+		*direct = false;
 	}
 	fd = open(path, flags | O_CLOEXEC, 0644);
 	return fd < 0 ? -errno : fd;
@@ -748,15 +803,15 @@ static bool meta_slot_valid(const struct chunk *c, uint32_t pg, const uint8_t *p
 }
 
 /* Creates the file of a new chunk replica: header + sparse metadata and
- * data, made durable (file and directory entry) before the first write. */
-static int chunk_create_file(struct zl_chunk_store *s, struct chunk *c, const char *path)
+ * data, made durable (file and directory entry) before the first write.
+ * Blocking (an open worker); s: its constant dir only. */
+static int chunk_create_file(const struct zl_chunk_store *s, struct chunk_args *a, struct chunk *c,
+			     const char *path)
 {
 	char dir[PATH_MAX], tmp[PATH_MAX + 8];
 	uint8_t *hdr = NULL;
 	int fd = -1, rc;
 
-	if (zl_chunk_vol_gone(s, c->vol))
-		return -ZL_ERR_NOT_FOUND; /* a write that outlived its volume's delete */
 	rc = store_path(s, c->vol, UINT64_MAX, dir, sizeof(dir));
 	if (rc)
 		return rc;
@@ -769,7 +824,7 @@ static int chunk_create_file(struct zl_chunk_store *s, struct chunk *c, const ch
 			return rc;
 	}
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	fd = chunk_open_fd(s, tmp, O_RDWR | O_CREAT | O_TRUNC);
+	fd = chunk_open_fd(s->dir, &a->direct, tmp, O_RDWR | O_CREAT | O_TRUNC);
 	if (fd < 0)
 		return fd;
 	hdr = blk_alloc(CHUNK_HDR_SIZE);
@@ -777,10 +832,9 @@ static int chunk_create_file(struct zl_chunk_store *s, struct chunk *c, const ch
 		rc = -ENOMEM;
 		goto out_close;
 	}
-	if (s->jmode) {
-		c->birth_seq = zl_jw_next_seq(s->jw);
-		c->birth_nonce = (uint32_t)zl_jw_nonce(s->jw);
-	}
+	/* Journal mode: taken on the loop before the job (chunk_open_submit). */
+	c->birth_seq = a->birth_seq;
+	c->birth_nonce = a->birth_nonce;
 	chunk_hdr_encode(hdr, c->vol, c->idx, c->chunk_size, c->birth_seq, c->birth_nonce);
 	if (ftruncate(fd, (off_t)(c->data_off + c->chunk_size)) < 0) {
 		rc = -errno;
@@ -848,8 +902,9 @@ static int v1_geo_read(int fd, uint8_t *hdr, struct v1_geo *g, const char **why)
 
 /* Converts the v1 file at path in place (crash-safely). Returns 0, 1 when
  * the file is not v1 (nothing done), -ZL_ERR_CORRUPT (damaged v1 header,
- * file left alone and logged) or -errno. Blocking. */
-static int chunk_convert_v1(struct zl_chunk_store *s, const char *path)
+ * file left alone and logged) or -errno. Blocking (start-up, or an open
+ * worker). */
+static int chunk_convert_v1(const char *path)
 {
 	char tmp[PATH_MAX + 16], dir[PATH_MAX];
 	uint8_t *hdr = NULL, *tbl = NULL, *pg = NULL, *buf = NULL;
@@ -936,10 +991,8 @@ static int chunk_convert_v1(struct zl_chunk_store *s, const char *path)
 	slash = strrchr(path, '/');
 	snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
 	rc = zl_fsync_dir(dir);
-	if (!rc) {
-		s->st.converted++;
+	if (!rc)
 		ZL_LOG_INFO("storage", "converted chunk file to format v2: %s", path);
-	}
 	goto out;
 
 out_unlink:
@@ -990,7 +1043,9 @@ static int store_convert_all(struct zl_chunk_store *s)
 			if (n < 5 || strcmp(fe->d_name + n - 4, ".zlc"))
 				continue;
 			snprintf(path, sizeof(path), "%s/%s/%s", s->dir, de->d_name, fe->d_name);
-			r = chunk_convert_v1(s, path);
+			r = chunk_convert_v1(path);
+			if (!r)
+				s->st.converted++;
 			if (r < 0 && r != -ZL_ERR_CORRUPT)
 				rc = r;
 		}
@@ -1023,7 +1078,7 @@ static int store_convert_all(struct zl_chunk_store *s)
  * with no valid slot was never written (or both copies are damaged: then the
  * blocks it covers fail verification). Returns 0, 1 for a v1 file,
  * -ZL_ERR_CORRUPT or -errno. */
-static int chunk_load(struct zl_chunk_store *s, struct chunk *c)
+static int chunk_load(struct chunk *c)
 {
 	char vid[ZL_VOL_ID_LEN + 1];
 	size_t meta = (size_t)c->meta_pages * 2 * BLK;
@@ -1126,24 +1181,23 @@ static int chunk_ref(struct zl_chunk_store *s, struct chunk *c, uint32_t cs, str
 	return 0;
 }
 
-/* Finds or opens chunk (vol, idx); creates the file when create is set.
- * Returns 0 with a reference in *out, -ENOENT (absent, !create), or an error. */
-static int chunk_get(struct zl_chunk_store *s, uint64_t vol, uint64_t idx, uint32_t cs, bool create,
-		     struct chunk **out)
+/* Opens (or, a->create, creates) the file of chunk a->vol/a->idx and loads
+ * its tables into a new struct chunk, not in the table yet (chunk_insert).
+ * Blocking; reads no store state but the constant s->dir, so it runs on an
+ * open worker (chunk_open_run) as well as on the loop (chunk_get). Returns
+ * 0, -ENOENT (absent, !create) or an error. */
+static int chunk_build(const struct zl_chunk_store *s, struct chunk_args *a, struct chunk **out)
 {
 	char path[PATH_MAX];
-	struct chunk *c = chunk_lookup(s, vol, idx);
+	struct chunk *c;
 	int rc, fd;
 
-	if (c)
-		return chunk_ref(s, c, cs, out);
-	rc = store_path(s, vol, idx, path, sizeof(path));
+	*out = NULL;
+	rc = store_path(s, a->vol, a->idx, path, sizeof(path));
 	if (rc)
 		return rc;
-	/* Open first: reads of never-written chunks (thin volumes) cost one
-	 * failed open(), no allocation. */
-	fd = chunk_open_fd(s, path, O_RDWR);
-	if (fd < 0 && (fd != -ENOENT || !create))
+	fd = chunk_open_fd(s->dir, &a->direct, path, O_RDWR);
+	if (fd < 0 && (fd != -ENOENT || !a->create))
 		return fd;
 	c = calloc(1, sizeof(*c));
 	if (!c) {
@@ -1152,12 +1206,12 @@ static int chunk_get(struct zl_chunk_store *s, uint64_t vol, uint64_t idx, uint3
 		return -ENOMEM;
 	}
 	c->fd = fd;
-	c->vol = vol;
-	c->idx = idx;
-	c->chunk_size = cs;
-	c->n_blocks = cs / BLK;
-	c->meta_pages = zl_chunk_meta_pages(cs);
-	c->data_off = zl_chunk_data_off(cs);
+	c->vol = a->vol;
+	c->idx = a->idx;
+	c->chunk_size = a->cs;
+	c->n_blocks = a->cs / BLK;
+	c->meta_pages = zl_chunk_meta_pages(a->cs);
+	c->data_off = zl_chunk_data_off(a->cs);
 	c->crc = calloc(c->n_blocks, sizeof(uint32_t));
 	c->prev = calloc(c->n_blocks, sizeof(uint32_t));
 	c->vok = calloc((c->n_blocks + 63) / 64, sizeof(uint64_t));
@@ -1169,16 +1223,17 @@ static int chunk_get(struct zl_chunk_store *s, uint64_t vol, uint64_t idx, uint3
 		goto out_free;
 	}
 	if (c->fd >= 0) {
-		rc = chunk_load(s, c);
+		rc = chunk_load(c);
 		if (rc == 1) {
 			/* A v1 file the start-up conversion did not see. */
 			ZL_LOG_WARN("storage", "converting v1 chunk file on open: %s", path);
 			close(c->fd);
 			c->fd = -1;
-			rc = chunk_convert_v1(s, path);
+			rc = chunk_convert_v1(path);
 			if (!rc) {
-				c->fd = chunk_open_fd(s, path, O_RDWR);
-				rc = c->fd < 0 ? c->fd : chunk_load(s, c);
+				a->converted = true;
+				c->fd = chunk_open_fd(s->dir, &a->direct, path, O_RDWR);
+				rc = c->fd < 0 ? c->fd : chunk_load(c);
 			}
 			if (rc == 1)
 				rc = -ZL_ERR_CORRUPT;
@@ -1186,43 +1241,107 @@ static int chunk_get(struct zl_chunk_store *s, uint64_t vol, uint64_t idx, uint3
 		if (rc)
 			goto out_free;
 	} else {
-		struct known *k = known_find(s, vol, idx);
-
-		if (k && !k->rewritten) {
-			/* Recorded, file gone: the new file is lost until rebuilt. */
-			char vid[ZL_VOL_ID_LEN + 1];
-
-			zl_vol_id_format(vol, vid);
-			ZL_LOG_ERR("storage",
-				   "chunk file missing, recreated by a write: vol=%s chunk=%" PRIu64
-				   " (reads fail until every block is written again or scrub "
-				   "repairs it)",
-				   vid, idx);
-			known_lose(s, k, c->n_blocks);
-		}
 		for (uint32_t p = 0; p < c->meta_pages; p++)
 			c->page_slot[p] = 1; /* first write goes to slot A */
-		c->fd = chunk_create_file(s, c, path);
+		c->fd = chunk_create_file(s, a, c, path);
 		if (c->fd < 0) {
 			rc = c->fd;
 			goto out_free;
 		}
+		a->created = true;
 	}
-	c->hnext = s->buckets[chunk_bucket(vol, idx)];
-	s->buckets[chunk_bucket(vol, idx)] = c;
-	s->n_open++;
-	c->refs = 1;
-	c->gone_checked_ms = zl_now_ms();
-	known_note(s, vol, idx, c->version);
-	store_evict(s);
 	*out = c;
 	return 0;
 
 out_free:
 	if (c->fd < 0)
 		c->fd = -1;
-	chunk_free(s, c);
+	chunk_free(NULL, c);
 	return rc;
+}
+
+/* The arguments of opening (vol, idx), taken on the loop. */
+static void chunk_args_init(struct zl_chunk_store *s, struct chunk_args *a, uint64_t vol,
+			    uint64_t idx, uint32_t cs, bool create)
+{
+	memset(a, 0, sizeof(*a));
+	a->direct = s->direct;
+	a->vol = vol;
+	a->idx = idx;
+	a->cs = cs;
+	a->create = create;
+}
+
+/* What an open found that the store keeps (loop thread). */
+static void chunk_args_apply(struct zl_chunk_store *s, const struct chunk_args *a)
+{
+	if (!a->direct && s->direct) {
+		s->direct = false;
+		s->st.direct_io = false;
+	}
+	s->st.converted += a->converted;
+}
+
+/* Enters a chunk chunk_build made into the table, with one reference (the
+ * caller's). */
+static void chunk_insert(struct zl_chunk_store *s, struct chunk *c, const struct chunk_args *a)
+{
+	uint32_t b = chunk_bucket(c->vol, c->idx);
+
+	if (a->created) {
+		struct known *k = known_find(s, c->vol, c->idx);
+
+		if (k && !k->rewritten) {
+			/* Recorded, file gone: the new file is lost until rebuilt. */
+			char vid[ZL_VOL_ID_LEN + 1];
+
+			zl_vol_id_format(c->vol, vid);
+			ZL_LOG_ERR("storage",
+				   "chunk file missing, recreated by a write: vol=%s chunk=%" PRIu64
+				   " (reads fail until every block is written again or scrub "
+				   "repairs it)",
+				   vid, c->idx);
+			known_lose(s, k, c->n_blocks);
+		}
+	}
+	c->hnext = s->buckets[b];
+	s->buckets[b] = c;
+	s->n_open++;
+	c->refs = 1;
+	c->gone_checked_ms = zl_now_ms();
+	known_note(s, c->vol, c->idx, c->version);
+	store_evict(s);
+}
+
+static struct chunk_open *open_find(struct zl_chunk_store *s, uint64_t vol, uint64_t idx);
+
+/* Finds or opens chunk (vol, idx) on the loop, never creating it: start-up
+ * and the synchronous callers (chunk_state). Returns 0 with a reference in
+ * *out, -ENOENT (absent), or an error. */
+static int chunk_get(struct zl_chunk_store *s, uint64_t vol, uint64_t idx, uint32_t cs,
+		     struct chunk **out)
+{
+	struct chunk *c = chunk_lookup(s, vol, idx);
+	struct chunk_args a;
+	int rc;
+
+	if (c)
+		return chunk_ref(s, c, cs, out);
+	chunk_args_init(s, &a, vol, idx, cs, false);
+	rc = chunk_build(s, &a, &c);
+	chunk_args_apply(s, &a);
+	if (rc)
+		return rc;
+	if (open_find(s, vol, idx)) {
+		/* Its open in flight enters it in the table (and may still be
+		 * creating it): this caller gets a private copy. */
+		c->deleted = true;
+		c->refs = 1;
+	} else {
+		chunk_insert(s, c, &a);
+	}
+	*out = c;
+	return 0;
 }
 
 /* ---- metadata: verification and group commit ---- */
@@ -1513,10 +1632,12 @@ static void op_finish(struct chunk_op *op)
 		s->buf_free(s->buf_arg, op->buf);
 	if (c)
 		chunk_put(s, c);
-	if (op->held) {
-		for (uint32_t i = 0; i < op->n_held; i++)
-			chunk_put(s, op->held[i]);
-		free(op->held);
+	while (op->syncs) {
+		struct flush_sync *fs = op->syncs;
+
+		op->syncs = fs->next;
+		chunk_put(s, fs->c);
+		zl_slab_free(&s->fsyncs, fs);
 	}
 	op_free(op);
 	if (!acked)
@@ -2094,38 +2215,22 @@ static int store_missing(struct zl_chunk_store *s, uint64_t vol, uint64_t idx, u
 	return -ZL_ERR_CORRUPT;
 }
 
-static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vol, uint64_t idx,
-			uint32_t cs, uint32_t off, uint32_t len, const void *data, void *buf,
-			uint32_t *bad, const uint32_t *crcs_in, uint32_t *crcs_out, bool trust,
-			uint64_t version, uint32_t wseq, zl_chunk_cb cb, void *arg)
+/* The rest of a submission once its chunk is known: c (referenced for op)
+ * or NULL when it has no file. Returns 0 (op started, waiting or answered
+ * later) or an error: op not started, c's reference dropped. */
+static int op_attach(struct zl_chunk_store *s, struct chunk_op *op, struct chunk *c)
 {
-	struct chunk_op *op;
-	struct chunk *c = NULL;
-	uint32_t span = zl_chunk_read_span(off, len);
+	enum op_kind kind = op->kind;
+	uint32_t span = zl_chunk_read_span(op->off, op->len);
 	int rc;
 
-	if (s->fence_err)
-		return s->fence_err;
-	if (!cb || !vol || !chunk_size_ok(cs) || (kind == OP_READ && !buf) ||
-	    (kind == OP_WRITE && !data))
-		return -ZL_ERR_INVAL;
-	if (!len || (uint64_t)off + len > cs || (kind != OP_ZERO && len > ZL_WIRE_MAX_IO))
-		return -ZL_ERR_RANGE;
-	/* A read looks the chunk up once: checked, then referenced. */
-	if (kind == OP_READ)
-		c = store_check_gone(s, chunk_lookup(s, vol, idx));
-	rc = c ? chunk_ref(s, c, cs, &c) : chunk_get(s, vol, idx, cs, kind == OP_WRITE, &c);
-	/* ENOENT: no file, fine to read (zeros) or zero; a write that could
-	 * not create its file (chunks/ gone) is an error, never a success. */
-	if (rc && (rc != -ENOENT || kind == OP_WRITE))
-		return rc == -ENOSPC ? -ZL_ERR_NOSPC : rc;
-	if (!c && bad)
+	if (!c && op->bad)
 		return -ZL_ERR_NOT_FOUND;
 	/* Before any metadata page of this op is built, so they carry it. */
 	if (c && kind != OP_READ)
-		c->wseq = ZL_MAX(c->wseq, wseq);
-	if (kind == OP_READ && !bad && (!c || s->n_lost)) {
-		rc = store_missing(s, vol, idx, cs, !c);
+		c->wseq = ZL_MAX(c->wseq, op->wseq);
+	if (kind == OP_READ && !op->bad && (!c || s->n_lost)) {
+		rc = store_missing(s, op->vol, op->idx, op->cs, !c);
 		if (rc) {
 			if (c)
 				chunk_put(s, c);
@@ -2133,61 +2238,41 @@ static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vo
 		}
 	}
 	if (!c && kind == OP_ZERO && s->n_lost)
-		known_rewrote(s, vol, idx, (off + BLK - 1) / BLK,
-			      (uint32_t)(((uint64_t)off + len) / BLK));
-	op = op_alloc(s, true);
-	if (!op) {
-		if (c)
-			chunk_put(s, c);
-		return -ENOMEM;
-	}
-	op->kind = kind;
-	op->off = off;
-	op->len = len;
-	op->b0 = off / BLK;
-	op->b1 = (uint32_t)(((uint64_t)off + len + BLK - 1) / BLK);
-	op->data = data;
-	op->version = version;
-	op->bad = bad;
-	op->crcs_in = crcs_in;
-	op->crcs_out = crcs_out;
-	op->trust = trust && crcs_out;
-	op->cb = cb;
-	op->arg = arg;
-	op->ch = c;
+		known_rewrote(s, op->vol, op->idx, (op->off + BLK - 1) / BLK,
+			      (uint32_t)(((uint64_t)op->off + op->len) / BLK));
 	if (!c) {
 		/* Absent replica: reads see zeros, zeroing has nothing to do. */
 		if (kind == OP_READ)
-			memset(buf, 0, span);
-		if (kind == OP_READ && crcs_out) {
-			uint32_t zc = zl_crc32c(buf, BLK);
+			memset(op->buf, 0, span);
+		if (kind == OP_READ && op->crcs_out) {
+			uint32_t zc = zl_crc32c(op->buf, BLK);
 
 			for (uint32_t i = 0; i < span / BLK; i++)
-				crcs_out[i] = zc;
+				op->crcs_out[i] = zc;
 		}
 		op_fail_later(op, 0);
 		return 0;
 	}
 	if (kind == OP_READ) {
-		op->buf = buf;
-	} else if (kind == OP_WRITE && !(off % BLK) && !(len % BLK) && !((uintptr_t)data % BLK)) {
-		op->buf = (uint8_t *)data;
-	} else if (kind == OP_WRITE || off % BLK || (off + len) % BLK) {
+		/* op->buf: the caller's */
+	} else if (kind == OP_WRITE && !(op->off % BLK) && !(op->len % BLK) &&
+		   !((uintptr_t)op->data % BLK)) {
+		op->buf = (uint8_t *)op->data;
+	} else if (kind == OP_WRITE || op->off % BLK || (op->off + op->len) % BLK) {
 		op->buf = s->buf_alloc(s->buf_arg, kind == OP_WRITE ? span : 2 * BLK);
 		if (!op->buf) {
-			op_free(op);
 			chunk_put(s, c);
 			return -ENOMEM;
 		}
 		op->own_buf = true;
 	}
+	op->ch = c;
 	if (kind == OP_READ)
 		s->st.reads++;
 	else if (kind == OP_WRITE)
 		s->st.writes++;
 	else
 		s->st.zeroes++;
-	op->sub = ++s->n_sub;
 	/* A read conflicts with no read (op_conflict): without writes, zeroes
 	 * or flushes queued on c there is nothing to scan. */
 	if (kind == OP_READ && !c->active.n_wr && !c->waiting.n_wr)
@@ -2206,6 +2291,338 @@ wait:
 	op->stage = OP_ST_WAIT;
 	list_add_tail(&c->waiting, op);
 	return 0;
+}
+
+/* ---- opening chunks off the loop ----
+ * A submission to a chunk that is not in the table queues its op on the
+ * chunk's open (struct chunk_open, the OPENING state) and returns; an open
+ * worker opens the file (or creates it for a write: mkdir, .tmp file,
+ * header, fsync, rename, directory fsync), loads its metadata pages and
+ * allocates its tables; the loop then enters the chunk in the table and
+ * starts the queued ops in their order, or fails them with the open's error.
+ * Operations of other chunks go on meanwhile. */
+
+/* The open of (vol, idx) that new operations join: the last of its chain
+ * (an open that a delete overtook is followed by the next one); NULL: none. */
+static struct chunk_open *open_find(struct zl_chunk_store *s, uint64_t vol, uint64_t idx)
+{
+	for (struct chunk_open *o = s->opening[chunk_bucket(vol, idx)]; o; o = o->hnext) {
+		if (o->a.vol != vol || o->a.idx != idx)
+			continue;
+		while (o->after)
+			o = o->after;
+		return o;
+	}
+	return NULL;
+}
+
+/* A delete of chunk idx of vol (UINT64_MAX: every chunk of vol): opens in
+ * flight answer their ops NOT_FOUND and remove a file they created. */
+static void open_mark_deleted(struct zl_chunk_store *s, uint64_t vol, uint64_t idx)
+{
+	uint32_t b0 = idx == UINT64_MAX ? 0 : chunk_bucket(vol, idx);
+	uint32_t b1 = idx == UINT64_MAX ? STORE_BUCKETS : b0 + 1;
+
+	for (uint32_t b = b0; b < b1; b++)
+		for (struct chunk_open *o = s->opening[b]; o; o = o->hnext)
+			if (o->a.vol == vol && (idx == UINT64_MAX || o->a.idx == idx))
+				for (struct chunk_open *x = o; x; x = x->after)
+					x->deleted = true;
+}
+
+/* Removes o (the head of its chain) from the opening table; the next open
+ * of its chain takes its place. */
+static void open_remove(struct zl_chunk_store *s, struct chunk_open *o)
+{
+	struct chunk_open **pp = &s->opening[chunk_bucket(o->a.vol, o->a.idx)];
+
+	while (*pp && *pp != o)
+		pp = &(*pp)->hnext;
+	if (*pp)
+		*pp = o->hnext;
+	o->hnext = NULL;
+	if (o->after) {
+		o->after->hnext = *pp;
+		*pp = o->after;
+	}
+}
+
+/* A queued op once its chunk's open ended: c (not referenced for op yet)
+ * or NULL, rc the open's result. */
+static void open_op_resume(struct zl_chunk_store *s, struct chunk_op *op, struct chunk *c, int rc)
+{
+	/* ENOENT: no file, fine to read (zeros) or zero; a write that could
+	 * not create its file (chunks/ gone) is an error, never a success. */
+	if (rc && (rc != -ENOENT || op->kind == OP_WRITE)) {
+		op_fail_later(op, rc == -ENOSPC ? -ZL_ERR_NOSPC : rc);
+		return;
+	}
+	if (s->fence_err) {
+		op_fail_later(op, s->fence_err);
+		return;
+	}
+	if (c) {
+		lru_del(s, c);
+		c->refs++;
+	}
+	rc = op_attach(s, op, c);
+	if (rc)
+		op_fail_later(op, rc);
+}
+
+/* The highest wseq of the writes and zeroings waiting on the opens of
+ * (vol, idx). */
+static uint32_t open_wseq(struct zl_chunk_store *s, uint64_t vol, uint64_t idx)
+{
+	uint32_t w = 0;
+
+	for (struct chunk_open *o = s->opening[chunk_bucket(vol, idx)]; o; o = o->hnext) {
+		if (o->a.vol != vol || o->a.idx != idx)
+			continue;
+		for (struct chunk_open *x = o; x; x = x->after)
+			for (struct chunk_op *op = x->ops.first; op && !x->deleted; op = op->next)
+				if (op->kind != OP_READ)
+					w = ZL_MAX(w, op->wseq);
+		break;
+	}
+	return w;
+}
+
+static void chunk_open_submit(struct zl_chunk_store *s, struct chunk_open *o);
+
+/* A file an open created for a chunk deleted meanwhile: removed again
+ * (blocking, rare), with its volume's directory when the volume is gone. */
+static void open_unlink_created(struct zl_chunk_store *s, const struct chunk_args *a)
+{
+	char path[PATH_MAX];
+
+	if (!store_path(s, a->vol, a->idx, path, sizeof(path)) && unlink(path) < 0 &&
+	    errno != ENOENT)
+		ZL_LOG_WARN("storage", "cannot remove %s (created while its chunk was deleted): %s",
+			    path, strerror(errno));
+	if (zl_chunk_vol_gone(s, a->vol) && !store_path(s, a->vol, UINT64_MAX, path, sizeof(path)))
+		(void)rmdir(path);
+}
+
+/* The loop part of an open: applies the worker's result (o->c, o->rc). */
+static void chunk_open_finish(struct zl_chunk_store *s, struct chunk_open *o)
+{
+	struct chunk *c = o->c, *t;
+	struct chunk_open *next;
+	struct chunk_op *op;
+	int rc = o->rc;
+
+	o->c = NULL;
+	chunk_args_apply(s, &o->a);
+	if (o->deleted) {
+		if (c && o->a.created)
+			open_unlink_created(s, &o->a);
+		chunk_free(s, c);
+		c = NULL;
+		rc = -ZL_ERR_NOT_FOUND;
+	}
+	if (rc == -ENOENT && !o->a.create) {
+		/* No file. Ops before the first write see that; a write creates
+		 * it for itself and the ops after it. */
+		for (op = o->ops.first; op && op->kind != OP_WRITE; op = o->ops.first) {
+			list_del(&o->ops, op);
+			open_op_resume(s, op, NULL, rc);
+		}
+		if (op) {
+			o->a.create = true;
+			chunk_open_submit(s, o);
+			return;
+		}
+	}
+	t = rc ? NULL : chunk_lookup(s, o->a.vol, o->a.idx);
+	if (t) {
+		/* Entered meanwhile (not expected: chunk_get reads a private
+		 * copy while an open is in flight): the table's copy wins. */
+		chunk_free(s, c);
+		c = t;
+		rc = c->chunk_size == o->a.cs ? 0 : -ZL_ERR_INVAL;
+		c->refs++;
+		lru_del(s, c);
+	} else if (!rc) {
+		chunk_insert(s, c, &o->a);
+	}
+	open_remove(s, o);
+	while ((op = o->ops.first)) {
+		list_del(&o->ops, op);
+		open_op_resume(s, op, rc ? NULL : c, rc);
+	}
+	if (t || !rc)
+		chunk_put(s, c); /* chunk_insert's (or the one taken above) */
+	next = o->after;
+	zl_slab_free(&s->opens, o);
+	if (next)
+		chunk_open_submit(s, next);
+}
+
+/* Open worker: the blocking part. */
+static void chunk_open_run(struct zl_work *w)
+{
+	struct chunk_open *o = ZL_CONTAINER_OF(w, struct chunk_open, w);
+
+	o->rc = chunk_build(o->s, &o->a, &o->c);
+}
+
+/* Frees o and the opens after it with their ops, unanswered (the store
+ * closes). */
+static void chunk_open_drop(struct zl_chunk_store *s, struct chunk_open *o)
+{
+	struct chunk_open *rest = o->after;
+	struct chunk_op *op;
+
+	o->after = NULL; /* none takes its place in the table */
+	open_remove(s, o);
+	o->after = rest;
+	while (o) {
+		struct chunk_open *next = o->after;
+
+		while ((op = o->ops.first)) {
+			list_del(&o->ops, op);
+			op_free(op);
+		}
+		chunk_free(s, o->c);
+		zl_slab_free(&s->opens, o);
+		o = next;
+	}
+}
+
+static void chunk_open_done(struct zl_work *w)
+{
+	struct chunk_open *o = ZL_CONTAINER_OF(w, struct chunk_open, w);
+	struct zl_chunk_store *s = o->s;
+
+	s->open_wk_jobs[o->wk]--;
+	if (s->closing || w->cancelled)
+		chunk_open_drop(s, o);
+	else
+		chunk_open_finish(s, o);
+}
+
+/* Hands o to the open worker with the fewest jobs. A creation takes the
+ * journal's next sequence and nonce here, on the loop (replay skips older
+ * entries of the chunk: docs/JOURNAL.md). */
+static void chunk_open_submit(struct zl_chunk_store *s, struct chunk_open *o)
+{
+	uint32_t best = 0;
+
+	o->a.direct = s->direct;
+	o->a.created = o->a.converted = false;
+	if (o->a.create && s->jmode) {
+		o->a.birth_seq = zl_jw_next_seq(s->jw);
+		o->a.birth_nonce = (uint32_t)zl_jw_nonce(s->jw);
+	}
+	/* A write that outlived its volume's delete creates nothing. */
+	if (o->a.create && zl_chunk_vol_gone(s, o->a.vol))
+		o->deleted = true;
+	o->c = NULL;
+	o->rc = 0;
+	if (o->deleted) {
+		chunk_open_finish(s, o);
+		return;
+	}
+	for (uint32_t i = 1; i < STORE_OPEN_WORKERS; i++)
+		if (s->open_wk_jobs[i] < s->open_wk_jobs[best])
+			best = i;
+	o->wk = best;
+	s->open_wk_jobs[best]++;
+	(void)zl_worker_submit(s->open_wk[best], &o->w, chunk_open_run, chunk_open_done);
+}
+
+/* Queues op (its chunk not in the table) on the open of its chunk, starting
+ * one when none is in flight. 0, or an error (op not queued). */
+static int chunk_open_queue(struct zl_chunk_store *s, struct chunk_op *op)
+{
+	struct chunk_open *o = open_find(s, op->vol, op->idx), *n;
+
+	if (o && !o->deleted) {
+		if (o->a.cs != op->cs)
+			return -ZL_ERR_INVAL;
+		op->stage = OP_ST_WAIT;
+		list_add_tail(&o->ops, op);
+		return 0;
+	}
+	if (op->kind == OP_WRITE && zl_chunk_vol_gone(s, op->vol))
+		return -ZL_ERR_NOT_FOUND; /* a write that outlived its volume's delete */
+	n = zl_slab_alloc(&s->opens);
+	if (!n)
+		return -ENOMEM;
+	memset(n, 0, sizeof(*n));
+	n->s = s;
+	chunk_args_init(s, &n->a, op->vol, op->idx, op->cs, op->kind == OP_WRITE);
+	op->stage = OP_ST_WAIT;
+	list_add_tail(&n->ops, op);
+	if (o) {
+		/* After the open a delete overtook (its done submits this one):
+		 * it may still be creating the file the delete removes. */
+		o->after = n;
+		return 0;
+	}
+	n->hnext = s->opening[chunk_bucket(op->vol, op->idx)];
+	s->opening[chunk_bucket(op->vol, op->idx)] = n;
+	chunk_open_submit(s, n);
+	return 0;
+}
+
+static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vol, uint64_t idx,
+			uint32_t cs, uint32_t off, uint32_t len, const void *data, void *buf,
+			uint32_t *bad, const uint32_t *crcs_in, uint32_t *crcs_out, bool trust,
+			uint64_t version, uint32_t wseq, zl_chunk_cb cb, void *arg)
+{
+	struct chunk_op *op;
+	struct chunk *c;
+	int rc;
+
+	if (s->fence_err)
+		return s->fence_err;
+	if (!cb || !vol || !chunk_size_ok(cs) || (kind == OP_READ && !buf) ||
+	    (kind == OP_WRITE && !data))
+		return -ZL_ERR_INVAL;
+	if (!len || (uint64_t)off + len > cs || (kind != OP_ZERO && len > ZL_WIRE_MAX_IO))
+		return -ZL_ERR_RANGE;
+	/* A read looks the chunk up once: checked, then referenced. */
+	c = chunk_lookup(s, vol, idx);
+	if (kind == OP_READ)
+		c = store_check_gone(s, c);
+	if (c && c->chunk_size != cs)
+		return -ZL_ERR_INVAL;
+	op = op_alloc(s, true);
+	if (!op)
+		return -ENOMEM;
+	op->vol = vol;
+	op->idx = idx;
+	op->cs = cs;
+	op->wseq = wseq;
+	op->kind = kind;
+	op->off = off;
+	op->len = len;
+	op->b0 = off / BLK;
+	op->b1 = (uint32_t)(((uint64_t)off + len + BLK - 1) / BLK);
+	op->data = data;
+	op->version = version;
+	op->bad = bad;
+	op->crcs_in = crcs_in;
+	op->crcs_out = crcs_out;
+	op->trust = trust && crcs_out;
+	op->cb = cb;
+	op->arg = arg;
+	op->ch = NULL;
+	if (kind == OP_READ)
+		op->buf = buf;
+	op->sub = ++s->n_sub;
+	if (c) {
+		lru_del(s, c);
+		c->refs++;
+		rc = op_attach(s, op, c);
+	} else {
+		rc = chunk_open_queue(s, op);
+	}
+	if (rc)
+		op_free(op);
+	return rc == -ENOSPC ? -ZL_ERR_NOSPC : rc;
 }
 
 int zl_chunk_write(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
@@ -2276,7 +2693,18 @@ static void scrub_check_open(struct zl_chunk_store *s, struct chunk *c, const st
 
 bool zl_chunk_held(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk)
 {
-	return chunk_lookup(s, vol, chunk) || known_find(s, vol, chunk);
+	struct chunk_open *o;
+
+	if (chunk_lookup(s, vol, chunk) || known_find(s, vol, chunk))
+		return true;
+	/* Being created: a write waits on its open. */
+	o = open_find(s, vol, chunk);
+	if (!o || o->deleted)
+		return false;
+	for (struct chunk_op *op = o->ops.first; op; op = op->next)
+		if (op->kind == OP_WRITE)
+			return true;
+	return false;
 }
 
 int zl_chunk_scrub_stat(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk,
@@ -2325,12 +2753,16 @@ static int chunk_state(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, u
 	*version = 0;
 	if (!vol || !chunk_size_ok(chunk_size))
 		return -ZL_ERR_INVAL;
-	rc = chunk_get(s, vol, chunk, chunk_size, false, &c);
+	/* Writes waiting on an open in flight count as submitted (their wseq
+	 * joins the chunk's as they are submitted to an open one). */
+	if (!chunk_lookup(s, vol, chunk))
+		*wseq = open_wseq(s, vol, chunk);
+	rc = chunk_get(s, vol, chunk, chunk_size, &c);
 	if (rc == -ENOENT)
 		return 0;
 	if (rc)
 		return rc;
-	*wseq = c->wseq;
+	*wseq = ZL_MAX(*wseq, c->wseq);
 	*version = known_lost(s, vol, chunk) ? 0 : c->version; /* lost: behind */
 	chunk_put(s, c);
 	return 0;
@@ -2347,13 +2779,9 @@ int zl_chunk_version(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uin
 int zl_chunk_flush(struct zl_chunk_store *s, uint64_t vol, zl_chunk_cb cb, void *arg)
 {
 	struct chunk_op *op;
-	uint32_t n = 0;
 
 	if (!cb)
 		return -ZL_ERR_INVAL;
-	for (uint32_t i = 0; i < STORE_BUCKETS; i++)
-		for (struct chunk *c = s->buckets[i]; c; c = c->hnext)
-			n += c->vol == vol;
 	op = op_alloc(s, false);
 	if (!op)
 		return -ENOMEM;
@@ -2366,33 +2794,32 @@ int zl_chunk_flush(struct zl_chunk_store *s, uint64_t vol, zl_chunk_cb cb, void 
 		op_fail_later(op, 0);
 		return 0;
 	}
-	if (n) {
-		op->held = calloc(n, sizeof(*op->held));
-		if (!op->held) {
-			op_free(op);
-			return -ENOMEM;
-		}
-	}
-	/* Each fsync holds a reference on its chunk until the flush ends: a
-	 * delete (or eviction) meanwhile closes the descriptor only then, never
-	 * under an fsync in flight or prepared and not yet submitted. */
-	for (uint32_t i = 0; i < STORE_BUCKETS && op->n_held < n; i++) {
-		for (struct chunk *c = s->buckets[i]; c && op->n_held < n; c = c->hnext) {
+	/* Each fsync holds a reference on its chunk until the flush ends (its
+	 * struct flush_sync): a delete (or eviction) meanwhile closes the
+	 * descriptor only then, never under an fsync in flight or prepared and
+	 * not yet submitted. */
+	for (uint32_t i = 0; i < STORE_BUCKETS; i++) {
+		for (struct chunk *c = s->buckets[i]; c; c = c->hnext) {
 			struct io_uring_sqe *sqe;
+			struct flush_sync *fs;
 
 			if (c->vol != vol)
 				continue;
-			sqe = store_sqe(s);
+			fs = zl_slab_alloc(&s->fsyncs);
+			sqe = fs ? store_sqe(s) : NULL;
 			if (!sqe) {
-				op->err = -ZL_ERR_BUSY;
+				zl_slab_free(&s->fsyncs, fs);
+				op->err = fs ? -ZL_ERR_BUSY : -ENOMEM;
 				continue;
 			}
+			fs->c = c;
+			fs->next = op->syncs;
+			op->syncs = fs;
 			io_uring_prep_fsync(sqe, c->fd, IORING_FSYNC_DATASYNC);
 			io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)op);
 			op->pending++;
 			lru_del(s, c);
 			c->refs++;
-			op->held[op->n_held++] = c;
 		}
 	}
 	if (!op->pending)
@@ -2427,6 +2854,7 @@ int zl_chunk_delete(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk)
 		return rc;
 	if (c)
 		chunk_detach(s, c);
+	open_mark_deleted(s, vol, chunk);
 	known_drop(s, vol, chunk);
 	if (chunk >> ZL_CHUNK_IDX_BITS)
 		zl_chunk_snap_forget(s->snap, vol, chunk);
@@ -2454,6 +2882,7 @@ int zl_chunk_volume_delete(struct zl_chunk_store *s, uint64_t vol, uint64_t *rem
 				chunk_detach(s, c);
 		}
 	}
+	open_mark_deleted(s, vol, UINT64_MAX);
 	known_drop_vol(s, vol);
 	zl_chunk_snap_forget(s->snap, vol, UINT64_MAX);
 	if (!zl_chunk_vol_gone(s, vol)) {
@@ -2692,7 +3121,7 @@ static int64_t store_scan_chunk(struct zl_chunk_store *s, uint64_t vol, uint64_t
 	cs = chunk_file_size(path);
 	if (!cs)
 		return 0;
-	rc = chunk_get(s, vol, idx, cs, false, &c);
+	rc = chunk_get(s, vol, idx, cs, &c);
 	if (rc)
 		return rc == -ENOENT ? 0 : rc;
 	rolled = chunk_scan_data(c, buf, &mask);
@@ -3178,7 +3607,7 @@ static int replay_chunk(struct zl_chunk_store *s, struct rentry *v, size_t n, ui
 	if (store_path(s, v[0].vol, v[0].chunk, path, sizeof(path)))
 		return 0;
 	cs = chunk_file_size(path);
-	if (!cs || chunk_get(s, v[0].vol, v[0].chunk, cs, false, &c))
+	if (!cs || chunk_get(s, v[0].vol, v[0].chunk, cs, &c))
 		return 0; /* removed since (or unreadable: its reads say so) */
 	zl_vol_id_format(v[0].vol, vid);
 	decided = calloc(c->n_blocks, 1);
@@ -3333,6 +3762,11 @@ int zl_chunk_store_create(const struct zl_chunk_store_opts *opts, struct zl_chun
 		s->zero_crc = zl_crc32c(zero, BLK);
 	}
 	zl_slab_init(&s->ops, sizeof(struct chunk_op), STORE_OP_SLAB);
+	/* Grown here: a flush takes its records without allocating. */
+	zl_slab_init(&s->fsyncs, sizeof(struct flush_sync), STORE_FSYNC_SLAB);
+	zl_slab_free(&s->fsyncs, zl_slab_alloc(&s->fsyncs));
+	zl_slab_init(&s->opens, sizeof(struct chunk_open), STORE_OPEN_SLAB);
+	zl_slab_free(&s->opens, zl_slab_alloc(&s->opens));
 	s->max_open = opts->max_open ? opts->max_open : 1024;
 	s->buf_alloc = opts->buf_alloc;
 	s->buf_free = opts->buf_free;
@@ -3376,6 +3810,14 @@ int zl_chunk_store_create(const struct zl_chunk_store_opts *opts, struct zl_chun
 		goto out_free;
 	s->efd_added = true;
 	zl_loop_add_poller(s->loop, &s->poller, store_poll, s);
+	for (uint32_t i = 0; i < STORE_OPEN_WORKERS; i++) {
+		rc = zl_worker_create(s->loop, &s->open_wk[i]);
+		if (rc) {
+			ZL_LOG_ERR("storage", "cannot start the chunk open threads: %s",
+				   zl_errname(rc));
+			goto out_free;
+		}
+	}
 	rc = zl_chunk_snap_create(s, &s->snap);
 	if (rc)
 		goto out_free;
@@ -3462,6 +3904,11 @@ void zl_chunk_store_destroy(struct zl_chunk_store *s)
 			zl_timer_stop(s->loop, &s->idle_t);
 		}
 		zl_loop_defer_cancel(s->loop, &s->ckpt_d);
+		/* Opens still in flight (a stuck disk) are dropped when their
+		 * worker stops (waits for the one running). */
+		s->closing = true;
+		for (uint32_t i = 0; i < STORE_OPEN_WORKERS; i++)
+			zl_worker_destroy(s->open_wk[i]);
 		zl_chunk_snap_destroy(s->snap);
 		s->snap = NULL;
 		zl_loop_del_poller(s->loop, &s->poller);
@@ -3500,6 +3947,8 @@ void zl_chunk_store_destroy(struct zl_chunk_store *s)
 	if (s->efd >= 0)
 		close(s->efd);
 	zl_slab_fini(&s->ops);
+	zl_slab_fini(&s->fsyncs);
+	zl_slab_fini(&s->opens);
 	free(s->dir);
 	free(s);
 }
@@ -3704,5 +4153,6 @@ void zl_chunk_forget(struct zl_chunk_store *s, uint64_t vol, uint64_t id)
 
 	if (c)
 		chunk_detach(s, c);
+	open_mark_deleted(s, vol, id);
 	known_drop(s, vol, id);
 }

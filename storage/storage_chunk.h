@@ -189,7 +189,9 @@ static inline uint32_t zl_chunk_read_span(uint32_t off, uint32_t len)
 
 /* Writes len bytes of data at off of chunk `chunk` of volume vol (chunk size
  * chunk_size: a power of two >= 64 KiB). Creates the chunk file on first
- * write. data must stay valid until cb; a 4 KiB aligned data buffer with an
+ * write. A chunk not open is opened (created) on an open worker while the
+ * operation waits: errors of that open reach cb. data must stay valid
+ * until cb; a 4 KiB aligned data buffer with an
  * aligned range is written without a copy. version (the data version the
  * slice's primary assigned; 0 when none) is stored with the blocks'
  * metadata; the chunk's version becomes the highest seen once cb reports
@@ -228,8 +230,8 @@ int zl_chunk_version(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uin
  * zl_chunk_read_span(off, len) bytes; on success the data starts at
  * buf + (off % 4096). Every covered block is verified. A chunk that was
  * never written reads as zeros; one whose file went missing (see "scrub"
- * below) fails with -ZL_ERR_CORRUPT, synchronously. Returns as
- * zl_chunk_write. */
+ * below) fails with -ZL_ERR_CORRUPT (returned, or given to cb when the
+ * chunk was not open). Returns as zl_chunk_write. */
 int zl_chunk_read(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
 		  uint32_t off, uint32_t len, void *buf, zl_chunk_cb cb, void *arg);
 /* zl_chunk_read that also leaves the CRC32C of every block read in
@@ -284,8 +286,9 @@ int zl_chunk_scrub_stat(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk,
 /* zl_chunk_read for scrub: every block is verified, and *bad grows by the
  * number of blocks matching neither crc nor prev_crc (each logged) instead
  * of failing the read; buf then holds what the disk holds. Returns 0 (cb
- * runs once), -ZL_ERR_NOT_FOUND when there is no file (cb does not run), or
- * as zl_chunk_read. */
+ * runs once), -ZL_ERR_NOT_FOUND when there is no file (returned for an open
+ * chunk found unlinked, else given to cb by the chunk's open), or as
+ * zl_chunk_read. */
 int zl_chunk_scrub_read(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
 			uint32_t off, uint32_t len, void *buf, uint32_t *bad, zl_chunk_cb cb,
 			void *arg);
@@ -303,8 +306,9 @@ int zl_chunk_info(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint64
  * and every zl_chunk_flush in flight on the chunk) keep a reference on the
  * open file: they finish on the unlinked file (ordered before the delete)
  * and their callbacks run as usual; the descriptor is closed only when the
- * last of them ended, never under I/O in flight or prepared. 0 (also when
- * absent) or -errno. */
+ * last of them ended, never under I/O in flight or prepared. Operations
+ * waiting on the chunk's open (not open yet) fail with -ZL_ERR_NOT_FOUND,
+ * and a file the open creates is removed. 0 (also when absent) or -errno. */
 int zl_chunk_delete(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk);
 /* Removes every replica of vol and its directory. *removed (optional) gets
  * the number of chunk files removed. 0 or -errno. The store then refuses

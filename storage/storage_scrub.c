@@ -249,6 +249,18 @@ static void dg_advance(struct dg_job *j)
 
 static void dg_read(struct dg_job *j);
 
+/* Gone between the look and the read: let the look decide. */
+static void dg_gone(struct dg_job *j)
+{
+	if (++j->attempts < 2) {
+		zl_loop_defer(j->st->loop, &j->d, dg_step, j);
+		return;
+	}
+	dg_record(j, j->cur_ver, 0, ZL_WIRE_DIGEST_BUSY);
+	j->attempts = 0;
+	dg_advance(j);
+}
+
 static void dg_read_cb(void *arg, int status)
 {
 	struct dg_job *j = arg;
@@ -257,6 +269,10 @@ static void dg_read_cb(void *arg, int status)
 
 	if (j->st->scrub->stopping)
 		status = -ZL_ERR_UNAVAIL;
+	if (status == -ZL_ERR_NOT_FOUND) {
+		dg_gone(j); /* found gone by the open of a chunk not open */
+		return;
+	}
 	if (status) {
 		dg_finish(j, status);
 		return;
@@ -288,18 +304,9 @@ static void dg_read(struct dg_job *j)
 	int rc = zl_chunk_scrub_read(j->st->chunks, j->vol, j->cur_id, j->chunk_size, j->off, len,
 				     j->buf, &j->bad, dg_read_cb, j);
 
-	if (rc == -ZL_ERR_NOT_FOUND) {
-		/* Gone between the look and the read: let the look decide. */
-		if (++j->attempts < 2) {
-			zl_loop_defer(j->st->loop, &j->d, dg_step, j);
-			return;
-		}
-		dg_record(j, j->cur_ver, 0, ZL_WIRE_DIGEST_BUSY);
-		j->attempts = 0;
-		dg_advance(j);
-		return;
-	}
-	if (rc)
+	if (rc == -ZL_ERR_NOT_FOUND)
+		dg_gone(j);
+	else if (rc)
 		dg_finish(j, rc);
 }
 

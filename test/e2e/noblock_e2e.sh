@@ -21,14 +21,21 @@
 #     look-up of node-4's address waits for etcd, the forward queues; the
 #     I/O of nb goes on. After the release node-1 connects to node-4 and
 #     the import completes.
+#  4. New chunk files are created on the daemons (zl volume import of a new
+#     volume nb3) while every fsync of a new chunk file takes FS_MS
+#     (1500 ms: test/e2e/fsync_delay.c, preloaded into every daemon, delays
+#     fsyncs of *.tmp files while $CL_DIR/slowfsync exists): the creation
+#     runs on the chunk store's open workers, the I/O of nb's open chunk
+#     goes on.
 # No cluster manager: the rows change only by hand (hl_etcd order).
 # Oracle: e2e_lat's slowest operation and longest gap stay under
 # NB_MAX_MS (1000 ms: a third of a hold, a fifth of the etcd timeout; on a
 # loaded 2-core machine single operations took up to 490 ms with etcd
 # answering), every read returns what was written, I/O completed during
-# every hold, the chunk 0 writes completed after the release of step 2, and
-# in step 3 node-1 connected to node-4 after the release and nb2 reads back
-# what the import wrote.
+# every hold, the chunk 0 writes completed after the release of step 2, in
+# step 3 node-1 connected to node-4 after the release and nb2 reads back
+# what the import wrote, and in step 4 the daemons' fsyncs were delayed (the
+# shim's log), I/O completed meanwhile and nb3 reads back as imported.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
@@ -43,13 +50,18 @@ fail() {
 ok() { echo "noblock_e2e: ok: $*"; }
 PY=/usr/bin/python3
 MAX_MS=${NB_MAX_MS:-1000}
+FS_MS=1500
 CL_MANAGER=0 cl_e2e_begin e2e-noblock "$1" 0 || fail "cluster did not start"
 
 PS=$(hold_proxy_start storage all)
 PC=$(hold_proxy_start client all)
 # node-4 reaches etcd directly: it must load nb2 while the others' etcd is
 # held (step 3).
+# Every daemon with the fsync delay of step 4 (idle until slowfsync exists).
 start() {
+	local -x LD_PRELOAD="$CL_BIN/libzl_fsync_delay.so" ZL_FSYNC_DELAY_MS=$FS_MS \
+		ZL_FSYNC_DELAY_WHILE="$CL_DIR/slowfsync" ZL_FSYNC_DELAY_SUFFIX=.zlc.tmp \
+		ZL_FSYNC_DELAY_LOG="$CL_DIR/fsync-delays"
 	if [ "$1" = 4 ]; then
 		cl_start_storage 4 "" --gc-interval 1
 	else
@@ -177,6 +189,31 @@ wait "$IMP" || rc=$?
 cmp -s "$CL_DIR/nb2b.img" "$CL_DIR/nb2c.img" || fail "nb2 does not read back as imported"
 ok "node-1 connected to node-4 with the daemons' etcd held: $((o5 - o4)) operations meanwhile"
 
+# 4. New chunk files created while their fsyncs take FS_MS each.
+"$ZL" volume create nb3 --size 4M --chunk-size 1M --replicas 3 >/dev/null || fail "create nb3"
+dd if=/dev/urandom of="$CL_DIR/nb3.img" bs=1M count=4 status=none
+ticks 1
+o6=$(ops_now)
+l6=$(grep -c '^ops=' "$CL_DIR/lat.out")
+touch "$CL_DIR/slowfsync"
+t0=$(date +%s%N)
+"$ZL" volume import nb3 "$CL_DIR/nb3.img" >/dev/null 2>"$CL_DIR/import3.err" ||
+	fail "import of nb3 with slow fsyncs: $(cat "$CL_DIR/import3.err")"
+t1=$(date +%s%N)
+rm -f "$CL_DIR/slowfsync"
+ticks 1
+o7=$(ops_now)
+# The slowest operation of the seconds e2e_lat reported meanwhile.
+smax=$(grep '^ops=' "$CL_DIR/lat.out" | tail -n "+$((l6 + 1))" | sed 's/.*max_ms=//' | sort -g | tail -1)
+awk -v m="${smax:-0}" -v lim="$MAX_MS" 'BEGIN { exit !(m < lim) }' ||
+	fail "an operation of nb took ${smax} ms while new chunk files were created (limit $MAX_MS ms: chunk creation blocks the I/O thread)"
+delays=$(grep -c '\.zlc\.tmp$' "$CL_DIR/fsync-delays" 2>/dev/null || true)
+[ "${delays:-0}" -ge 4 ] || fail "fewer than 4 fsyncs of new chunk files delayed (${delays:-0}): is the shim preloaded?"
+[ "${o7:-0}" -gt "${o6:-0}" ] || fail "no I/O completed while new chunk files were created (ops $o6 -> $o7)"
+"$ZL" volume export nb3 "$CL_DIR/nb3c.img" >/dev/null 2>&1 || fail "export of nb3"
+cmp -s "$CL_DIR/nb3.img" "$CL_DIR/nb3c.img" || fail "nb3 does not read back as imported"
+ok "$delays new chunk files created with ${FS_MS} ms fsyncs in $(((t1 - t0) / 1000000)) ms: $((o7 - o6)) operations meanwhile, the slowest ${smax} ms"
+
 touch "$CL_DIR/stop"
 rc=0
 wait "$LAT" || rc=$?
@@ -185,4 +222,4 @@ last=$(tail -1 "$CL_DIR/lat.out")
 [[ "$last" =~ triggers=([0-9]+) ]] && [ "${BASH_REMATCH[1]}" -ge 1 ] ||
 	fail "no write of chunk 0 completed after the reload: $last"
 ok "every operation under $MAX_MS ms, every read back as written: $last"
-echo "FIGURE: noblock: $last (etcd held 3 s for the daemons, then for the client, then for the daemons while a primary connects to a new peer)"
+echo "FIGURE: noblock: $last (etcd held 3 s for the daemons, then for the client, then for the daemons while a primary connects to a new peer; then new chunk files created with ${FS_MS} ms fsyncs)"

@@ -38,12 +38,14 @@ struct env {
  * journal write path (ctest storage_chunk_journal_test), with the smallest
  * journal, so checkpoints and waits for space happen. */
 static bool jmode;
+/* max_open of the stores env_open makes (a test may raise it). */
+static uint32_t env_max_open = 4;
 
 static int env_open_mode(struct env *e, bool journal)
 {
 	struct zl_chunk_store_opts o = {.data_dir = e->dir,
 					.loop = e->loop,
-					.max_open = 4,
+					.max_open = env_max_open,
 					.buf_alloc = t_alloc,
 					.buf_free = t_free,
 					.journal = journal,
@@ -1380,8 +1382,9 @@ static void test_delete_inflight(void **state)
 		assert_int_equal(zl_chunk_write(e->s, VOL, 7, CS, 4096, 4096, z, 4, done_cb, &d[3]),
 				 0);
 		assert_int_equal(zl_chunk_flush(e->s, VOL, done_cb, &d[4]), 0);
-		assert_int_equal(stat(path7, &stb), 0);
 		wait_all(e, d, 5);
+		/* Created on an open worker before the write ran. */
+		assert_int_equal(stat(path7, &stb), 0);
 		for (int i = 0; i < 5; i++)
 			assert_int_equal(d[i].status, 0);
 		quiesce(e);
@@ -1479,8 +1482,11 @@ static void test_scrub_missing(void **state)
 	assert_int_equal(zl_chunk_scrub_stat(e->s, VOL, 9, CS, &ver), ZL_CHUNK_MISSING);
 	assert_true(ver == 0x100000007ull);
 	assert_int_equal(do_read(e, 9, 0, 4096, buf), -ZL_ERR_CORRUPT);
-	assert_int_equal(zl_chunk_scrub_read(e->s, VOL, 9, CS, 0, 4096, buf, &bad, done_cb, &d),
-			 -ZL_ERR_NOT_FOUND);
+	/* Not open: its open finds no file (answered through cb). */
+	memset(&d, 0, sizeof(d));
+	assert_int_equal(zl_chunk_scrub_read(e->s, VOL, 9, CS, 0, 4096, buf, &bad, done_cb, &d), 0);
+	wait_all(e, &d, 1);
+	assert_int_equal(d.status, -ZL_ERR_NOT_FOUND);
 	/* the version table answers 0 (behind), so recovery copies it */
 	assert_int_equal(zl_chunk_version(e->s, VOL, 9, CS, &ver), 0);
 	assert_true(ver == 0);
@@ -2053,17 +2059,93 @@ static void test_journal_versions_checkpointed(void **state)
 	}
 }
 
-/* Group commit across chunks: 64 concurrent 4 KiB writes to 64 chunks share
- * a few records; the disk sees far fewer durable writes than client writes. */
+/* Operations on a chunk not open wait on its open (an open worker opens or
+ * creates the file) and run in their order once it is open; a delete while
+ * the open is in flight answers them NOT_FOUND and removes the file it
+ * created, and an operation after the delete gets a new replica. Nothing
+ * below runs the loop between the submissions, so every open is still in
+ * flight when the next call comes. */
+static void test_open_waits(void **state)
+{
+	struct env *e = *state;
+	struct done d[6] = {0};
+	uint8_t *p = t_alloc(NULL, 8192), *r0 = t_alloc(NULL, 4096), *r1 = t_alloc(NULL, 4096);
+	uint8_t zeros[4096] = {0};
+	char path[PATH_MAX];
+	struct stat stb;
+	uint64_t ver;
+
+	fill(p, 8192, 23);
+	/* A write, then an overlapping read: the read sees the write. */
+	assert_int_equal(zl_chunk_write(e->s, VOL, 30, CS, 0, 8192, p, 1, done_cb, &d[0]), 0);
+	assert_int_equal(zl_chunk_read(e->s, VOL, 30, CS, 4096, 4096, r0, done_cb, &d[1]), 0);
+	/* A read of a chunk with no file, then a write, then a read: zeros,
+	 * the write creates the file, the second read sees it. */
+	assert_int_equal(zl_chunk_read(e->s, VOL, 31, CS, 0, 4096, r1, done_cb, &d[2]), 0);
+	assert_int_equal(zl_chunk_write(e->s, VOL, 31, CS, 0, 4096, p, 2, done_cb, &d[3]), 0);
+	wait_all(e, d, 4);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(d[i].status, 0);
+	assert_memory_equal(r0, p + 4096, 4096);
+	assert_memory_equal(r1, zeros, 4096);
+	assert_int_equal(io_read(e, CS, 31, 0, 4096, r1), 0);
+	assert_memory_equal(r1, p, 4096);
+	assert_true(zl_chunk_held(e->s, VOL, 31));
+
+	/* Deleted while its creation is in flight. */
+	chunk_file(e, 32, path, sizeof(path));
+	assert_int_equal(zl_chunk_write(e->s, VOL, 32, CS, 0, 4096, p, 3, done_cb, &d[4]), 0);
+	assert_true(zl_chunk_held(e->s, VOL, 32)); /* a copy-up now would be EXISTS */
+	assert_int_equal(zl_chunk_delete(e->s, VOL, 32), 0);
+	assert_false(zl_chunk_held(e->s, VOL, 32));
+	wait_all(e, &d[4], 1);
+	assert_int_equal(d[4].status, -ZL_ERR_NOT_FOUND);
+	assert_int_equal(stat(path, &stb), -1);
+	assert_int_equal(errno, ENOENT);
+	/* Again, with a write after the delete: a new replica holds only it. */
+	memset(&d[4], 0, sizeof(d[4]));
+	assert_int_equal(zl_chunk_write(e->s, VOL, 32, CS, 0, 4096, p, 4, done_cb, &d[4]), 0);
+	assert_int_equal(zl_chunk_delete(e->s, VOL, 32), 0);
+	assert_int_equal(zl_chunk_write(e->s, VOL, 32, CS, 4096, 4096, p + 4096, 5, done_cb,
+					&d[5]), 0);
+	wait_all(e, &d[4], 2);
+	assert_int_equal(d[4].status, -ZL_ERR_NOT_FOUND);
+	assert_int_equal(d[5].status, 0);
+	assert_int_equal(stat(path, &stb), 0);
+	assert_int_equal(io_read(e, CS, 32, 0, 4096, r1), 0);
+	assert_memory_equal(r1, zeros, 4096);
+	assert_int_equal(io_read(e, CS, 32, 4096, 4096, r1), 0);
+	assert_memory_equal(r1, p + 4096, 4096);
+	assert_int_equal(zl_chunk_version(e->s, VOL, 32, CS, &ver), 0);
+	assert_true(ver == 5);
+	assert_int_equal(zl_chunk_store_inflight(e->s), 0);
+	free(p);
+	free(r0);
+	free(r1);
+}
+
+/* Group commit across chunks: 64 concurrent 4 KiB writes to 64 open chunks
+ * share a few records; the disk sees far fewer durable writes than client
+ * writes. (The chunks are created first: each creation ends on its own, on
+ * an open worker, and starts its writes then.) */
 static void test_journal_group_commit(void **state)
 {
 	struct env *e = *state;
 	enum { N = 64 };
-	struct done d[N] = {0};
-	struct zl_chunk_store_stats st;
+	struct done d[N] = {0}, d0[N] = {0};
+	struct zl_chunk_store_stats st0, st;
 	uint8_t *src = t_alloc(NULL, (size_t)N * 4096), back[4096];
 
+	zl_chunk_store_destroy(e->s);
+	env_max_open = 2 * N;
+	env_open(e);
 	fill(src, (size_t)N * 4096, 91);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(zl_chunk_write(e->s, VOL, 200 + (uint64_t)i, CS, 0, 4096,
+						src + (size_t)i * 4096, 1, done_cb, &d0[i]),
+				 0);
+	wait_all(e, d0, N);
+	zl_chunk_store_stats(e->s, &st0);
 	for (int i = 0; i < N; i++)
 		assert_int_equal(zl_chunk_write(e->s, VOL, 200 + (uint64_t)i, CS, 8192, 4096,
 						src + (size_t)i * 4096, 1, done_cb, &d[i]),
@@ -2072,6 +2154,8 @@ static void test_journal_group_commit(void **state)
 	for (int i = 0; i < N; i++)
 		assert_int_equal(d[i].status, 0);
 	zl_chunk_store_stats(e->s, &st);
+	st.jw.records -= st0.jw.records;
+	st.durable_ios -= st0.durable_ios;
 	print_message("journal group commit: %d writes to %d chunks, %" PRIu64
 		      " records, %" PRIu64 " durable I/Os\n",
 		      N, N, st.jw.records, st.durable_ios);
@@ -2079,6 +2163,7 @@ static void test_journal_group_commit(void **state)
 	assert_true(st.jw.records <= N / 8);
 	assert_true(st.durable_ios <= N / 8);
 	zl_chunk_store_destroy(e->s);
+	env_max_open = 4;
 	env_open(e);
 	for (int i = 0; i < N; i++) {
 		assert_int_equal(do_read(e, 200 + (uint64_t)i, 8192, 4096, back), 0);
@@ -2901,6 +2986,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_v1_convert, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_delete_inflight, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_open_waits, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_scrub_missing, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_foreach_and_args, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_snap_cow, setup, teardown),
