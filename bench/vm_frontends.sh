@@ -4,7 +4,8 @@
 # One guest with ublk_drv and nbd: etcd and one zipline-storage (ext4 on a
 # virtio disk, TCP), one 1-replica volume filled once, then the same two fio
 # jobs through
-#   - /dev/ublkbN  (zipline-node attach --frontend ublk),
+#   - /dev/ublkbN  (zipline-node attach --frontend ublk: user copy where the
+#     kernel has it; "ublk-tag" in FRONTENDS: --ublk-copy tag),
 #   - /dev/nbdN    (zipline-node attach --frontend nbd),
 #   - the FUSE path (zipline-node attach --frontend fuse, a loop device with
 #     direct I/O over its file, as NodeStage makes it),
@@ -16,7 +17,8 @@
 # own share (nbd's receive threads, ublk's io_uring work, loop) is not in it.
 # Numbers from TCG (no KVM here) are slow in absolute terms: only the ratios
 # between rows of one run mean something. Prints a markdown table.
-#   bench/vm_frontends.sh [BUILD_DIR]      env: RUNTIME=15 (s per job)
+#   bench/vm_frontends.sh [BUILD_DIR]      env: RUNTIME=15 (s per job),
+#   FRONTENDS="ublk nbd fuse" (any of them, and ublk-tag)
 # Not a test: nothing is asserted beyond the jobs running without errors.
 set -uo pipefail
 
@@ -61,10 +63,11 @@ if [[ ${1:-} == --guest ]]; then
 
 	# attach FRONTEND: starts an attach process (apid); dev: its device.
 	attach() {
-		local dir=/run/zl-bench-$1 line i
+		local dir=/run/zl-bench-$1 line i fe=(--frontend "$1")
+		[[ $1 == ublk-tag ]] && fe=(--frontend ublk --ublk-copy tag)
 		mkdir -p "$dir"
 		"$bin/zipline-node" attach --volume-id "$vid" --dir "$dir" --etcd "$etcd_url" \
-			--transport tcp --frontend "$1" --ready-fd 3 --log-level warn \
+			--transport tcp "${fe[@]}" --ready-fd 3 --log-level warn \
 			3>"$work/$1.ready" >>"$work/attach-$1.log" 2>&1 &
 		apid=$!
 		for ((i = 0; i < 1200; i++)); do
@@ -133,7 +136,7 @@ PY
 	}
 
 	for job in rr4k seq1m; do zl_job "$job"; done
-	for fe in ublk nbd fuse; do
+	for fe in ${FRONTENDS:-ublk nbd fuse}; do
 		attach "$fe"
 		for job in rr4k seq1m; do fio_job "$fe" "$dev" "$job" "$apid"; done
 		[[ $fe == fuse ]] && losetup -d "$dev"

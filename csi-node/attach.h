@@ -132,16 +132,22 @@ void attach_nbd_stop(struct attach *a);
  * default one per online CPU up to ATTACH_UBLK_QUEUES_DEFAULT. */
 #define ATTACH_UBLK_QUEUES_MAX	   16
 #define ATTACH_UBLK_QUEUES_DEFAULT 4
+/* How a ublk device's data moves (--ublk-copy): AUTO: user copy where the
+ * kernel offers it (UBLK_F_USER_COPY, Linux >= 6.5), else tag; USER: user
+ * copy or fail; TAG: the classic copy into a buffer per tag. */
+enum attach_ublk_copy { ATTACH_UBLK_COPY_AUTO, ATTACH_UBLK_COPY_USER, ATTACH_UBLK_COPY_TAG };
 /* ublk frontend: opens /dev/ublk-control, adds a device of a->size bytes
- * with nr_queues hardware queues (recover_id < 0) or takes over device
- * recover_id, every queue it has, after its server died
- * (UBLK_F_USER_RECOVERY; nr_queues unused), and serves its queues on
- * a->loop. 0 or a negative errno (the log says what failed);
- * attach_ublk_stop undoes a half start. */
-int attach_ublk_start(struct attach *a, int recover_id, unsigned int nr_queues);
+ * with nr_queues hardware queues and the copy mode copy (recover_id < 0)
+ * or takes over device recover_id, every queue it has, in its own copy
+ * mode, after its server died (UBLK_F_USER_RECOVERY; nr_queues and copy
+ * unused), and serves its queues on a->loop. 0 or a negative errno (the
+ * log says what failed); attach_ublk_stop undoes a half start. */
+int attach_ublk_start(struct attach *a, int recover_id, unsigned int nr_queues,
+		      enum attach_ublk_copy copy);
 /* For the ctl "status" reply: " ublk_reqs=N,N,..." (the requests each
- * hardware queue took since this process serves the device), "" without
- * a ublk device. */
+ * hardware queue took since this process serves the device), then
+ * " ublk_copy=user|tag ublk_buf_waits=N" (requests that found the buffer
+ * pool empty and waited), "" without a ublk device. */
 void attach_ublk_status(const struct attach *a, char *buf, size_t len);
 /* Grows the started device to size bytes (UBLK_U_CMD_UPDATE_SIZE, Linux
  * >= 6.16) without waiting: 0 (sent; the kernel's answer reaches

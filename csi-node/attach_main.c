@@ -62,6 +62,8 @@ struct attach_args {
 	bool ublk;	     /* --frontend ublk (default fuse) */
 	int ublk_recover;    /* --recover ID: take over ublk device ID, else -1 */
 	unsigned int ublk_queues; /* --ublk-queues N, 0: the default */
+	enum attach_ublk_copy ublk_copy; /* --ublk-copy auto|user|tag */
+	bool ublk_copy_set;
 };
 
 static void attach_ready(int *fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -147,6 +149,7 @@ static int attach_parse(int argc, char **argv, struct attach_args *o)
 	    {"reattach", required_argument, NULL, 'A'},
 	    {"recover", required_argument, NULL, 'R'},
 	    {"ublk-queues", required_argument, NULL, 'Q'},
+	    {"ublk-copy", required_argument, NULL, 'C'},
 	    {NULL, 0, NULL, 0},
 	};
 	int c;
@@ -236,6 +239,22 @@ static int attach_parse(int argc, char **argv, struct attach_args *o)
 			o->ublk_queues = n;
 			break;
 		}
+		case 'C':
+			if (strcmp(optarg, "auto") == 0) {
+				o->ublk_copy = ATTACH_UBLK_COPY_AUTO;
+			} else if (strcmp(optarg, "user") == 0) {
+				o->ublk_copy = ATTACH_UBLK_COPY_USER;
+			} else if (strcmp(optarg, "tag") == 0) {
+				o->ublk_copy = ATTACH_UBLK_COPY_TAG;
+			} else {
+				fprintf(stderr,
+					"zipline-node attach: bad --ublk-copy '%s' "
+					"(auto|user|tag)\n",
+					optarg);
+				return -ZL_ERR_INVAL;
+			}
+			o->ublk_copy_set = true;
+			break;
 		case 'r':
 			o->ready_fd = atoi(optarg);
 			break;
@@ -263,6 +282,11 @@ static int attach_parse(int argc, char **argv, struct attach_args *o)
 	if (o->ublk_queues && o->ublk_recover >= 0) {
 		fprintf(stderr, "zipline-node attach: --ublk-queues and --recover exclude each "
 				"other (a recovered device keeps its own queues)\n");
+		return -ZL_ERR_INVAL;
+	}
+	if (o->ublk_copy_set && (!o->ublk || o->ublk_recover >= 0)) {
+		fprintf(stderr, "zipline-node attach: --ublk-copy needs --frontend ublk and no "
+				"--recover (a recovered device keeps its own copy mode)\n");
 		return -ZL_ERR_INVAL;
 	}
 	return 0;
@@ -458,8 +482,9 @@ static void attach_ctl_cb(void *arg, uint32_t events)
 		/* The limits the client enforces now (the record it last
 		 * installed; enum zl_qos order, 0 = unlimited). */
 		char qos[ZL_QOS_N * 21 + 1] = "";
-		/* ublk: the requests each queue took, " ublk_reqs=N,N,...". */
-		char ublk[ATTACH_UBLK_QUEUES_MAX * 21 + 16] = "";
+		/* ublk: the requests each queue took, " ublk_reqs=N,N,...",
+		 * the copy mode and the waits for a buffer. */
+		char ublk[ATTACH_UBLK_QUEUES_MAX * 21 + 80] = "";
 		size_t ql = 0;
 
 		if (a->vol) {
@@ -933,7 +958,7 @@ int attach_main(int argc, char **argv)
 	if (o.nbd) {
 		rc = attach_start_nbd(a, &o, &ready);
 	} else if (o.ublk) {
-		rc = attach_ublk_start(a, o.ublk_recover, attach_ublk_queues(&o));
+		rc = attach_ublk_start(a, o.ublk_recover, attach_ublk_queues(&o), o.ublk_copy);
 		if (rc)
 			attach_ready(&ready,
 				     "ERR cannot serve volume %s as a ublk device: %s "

@@ -7,10 +7,20 @@
  * SET_PARAMS, START_DEV, STOP_DEV, DEL_DEV, START/END_USER_RECOVERY); each
  * queue is an io_uring on /dev/ublkcN holding one FETCH_REQ per tag. When a
  * request arrives the kernel completes its tag's command; the descriptor
- * (op, sectors, buffer) is in a read-only shared mapping of /dev/ublkcN; a
- * write's payload is already in the tag's buffer. We run it on the volume
- * and answer with COMMIT_AND_FETCH_REQ, which also waits for the next
- * request of that tag.
+ * (op, sectors, buffer) is in a read-only shared mapping of /dev/ublkcN. We
+ * run it on the volume and answer with COMMIT_AND_FETCH_REQ, which also
+ * waits for the next request of that tag.
+ *
+ * Data: with UBLK_F_USER_COPY (where GET_FEATURES offers it, and on a
+ * recovered device added with it) a READ or WRITE takes a buffer from the
+ * device's pool (UBLK_POOL_BUFS of them, allocated once) when it arrives,
+ * or waits for one (buf_wait list, first come first served); a write's
+ * data is read from /dev/ublkcN at the tag's file offset, a read's data
+ * written there, both as io_uring operations on the queue's ring; the
+ * buffer goes back to the pool at COMMIT. Without it (the classic copy
+ * mode, --ublk-copy tag) every tag owns a buffer whose address its
+ * FETCH_REQ gives: the kernel copies a write's payload into it before
+ * delivering the request, and a read's data from it at COMMIT.
  *
  * Threads: everything runs on the attach process's loop thread, which is
  * also the task the kernel binds each queue to (the one that issued its
@@ -59,6 +69,16 @@
 #ifndef UBLK_F_UPDATE_SIZE
 #define UBLK_F_UPDATE_SIZE (1ULL << 10)
 #endif
+/* Linux >= 6.5: the server copies the request's data itself, with read and
+ * write on /dev/ublkcN at UBLKSRV_IO_BUF_OFFSET + (queue << UBLK_QID_OFF) +
+ * (tag << UBLK_TAG_OFF) + the byte offset in the request. */
+#ifndef UBLK_F_USER_COPY
+#define UBLK_F_USER_COPY (1ULL << 7)
+#endif
+#ifndef UBLK_TAG_OFF
+#define UBLK_TAG_OFF 25
+#define UBLK_QID_OFF (UBLK_TAG_OFF + 16)
+#endif
 
 /* ioctl encoding of the commands (Linux >= 6.5; the 6.1 header lacks it). */
 #define UBLK_IOC_CTRL(nr)   _IOWR('u', (nr), struct ublksrv_ctrl_cmd)
@@ -66,11 +86,14 @@
 #define UBLK_IOC_IO(nr)	    _IOWR('u', (nr), struct ublksrv_io_cmd)
 
 #define UBLK_CTRL_DEV "/dev/ublk-control"
-/* Requests in flight per device: the kernel's tags, each with its 1 MiB
- * buffer, split evenly over the queues (UBLK_DEPTH_MIN at least each), so
- * that more queues do not lock more memory. */
+/* Tags: with user copy UBLK_DEPTH per queue, the request buffers a pool
+ * of UBLK_POOL_BUFS shared by all of them; in the tag copy mode each tag
+ * owns its 1 MiB buffer and UBLK_DEPTH tags are split evenly over the
+ * queues (UBLK_DEPTH_MIN at least each). Either way a device locks
+ * UBLK_POOL_BUFS x UBLK_MAX_IO (128 MiB) of buffers, whatever its queues. */
 #define UBLK_DEPTH     128
 #define UBLK_DEPTH_MIN 16
+#define UBLK_POOL_BUFS 128
 #define UBLK_MAX_IO    (1u << 20)
 /* The control ring: one command at a time. */
 #define UBLK_CTRL_DEPTH 4
@@ -79,26 +102,36 @@
 #define UBLK_RECOVER_WAIT_MS 30000
 /* Control commands that do not wait for I/O. */
 #define UBLK_CTRL_WAIT_MS 10000
-/* user_data of a queue ring: the tag. */
+/* user_data of a queue ring: the tag, with UBLK_UD_COPY for the data copy
+ * of user copy (else the tag's FETCH/COMMIT_AND_FETCH command). */
+#define UBLK_UD_COPY (1ull << 32)
 
 /* State of a tag:
  * FETCH: a FETCH/COMMIT_AND_FETCH command is with the kernel (idle);
- * IO: the request runs on the volume (or waits in the retry list);
+ * IO: the request runs on the volume (or waits in a retry list);
+ * COPY: user copy: its data moves between its buffer and /dev/ublkcN;
  * DEAD: no command outstanding (the kernel aborted it: stopping). */
-enum ublk_tag_state { UBLK_TAG_FETCH, UBLK_TAG_IO, UBLK_TAG_DEAD };
+enum ublk_tag_state { UBLK_TAG_FETCH, UBLK_TAG_IO, UBLK_TAG_COPY, UBLK_TAG_DEAD };
+
+/* A request buffer: from the transport's pool, else the heap. */
+struct ublk_buf {
+	void *p;
+	bool pooled;
+};
 
 struct ublk_queue_srv;
 
 struct ublk_tag {
 	struct ublk_queue_srv *q;
 	struct ublk_tag *next_retry;
-	void *buf;
+	/* Tag copy mode: the tag's own buffer; user copy: the pool's buffer
+	 * the request holds, NULL between requests. */
+	struct ublk_buf *buf;
 	uint64_t off;
 	uint32_t len;
 	uint16_t tag;
 	uint8_t op;
 	bool fua;
-	bool pooled;  /* buf is from the volume client's transport pool */
 	uint64_t gen; /* a flush: the write_gen it covers */
 	enum ublk_tag_state state;
 };
@@ -138,9 +171,20 @@ struct attach_ublk {
 	struct ublk_queue_srv *queues; /* info.nr_hw_queues of them */
 	unsigned int nr_queues;	       /* allocated (and torn down) */
 	unsigned int depth;	       /* tags per queue */
+	bool user_copy;		       /* UBLK_F_USER_COPY in info.flags */
+	/* The request buffers: user copy: UBLK_POOL_BUFS, free ones stacked
+	 * in pool_free; tag copy: one per tag. */
+	struct ublk_buf *bufs;
+	unsigned int nr_bufs;
+	struct ublk_buf **pool_free;
+	unsigned int pool_nfree;
+	uint64_t buf_waits; /* requests that found the pool empty (ctl status) */
 	/* Tags of any queue whose request the volume refused for now
 	 * (-ZL_ERR_BUSY), oldest first. */
 	struct ublk_tag *retry_head, *retry_tail;
+	/* User copy: tags waiting for a buffer, oldest first. */
+	struct ublk_tag *bwait_head, *bwait_tail;
+	bool retrying; /* ublk_retry_waiting runs (not reentered) */
 
 	/* The control command issued without waiting (START_DEV, STOP_DEV,
 	 * END_USER_RECOVERY): its result arrives on the control ring's
@@ -306,6 +350,15 @@ static void ublk_submit_cb(void *arg)
 			   q->u->dev_id, q->q_id, strerror(-rc));
 }
 
+/* The queue's ring is submitted once per loop iteration. */
+static void ublk_queue_kick(struct ublk_queue_srv *q)
+{
+	if (!q->submit_queued) {
+		q->submit_queued = true;
+		zl_loop_defer(q->u->a->loop, &q->submit_defer, ublk_submit_cb, q);
+	}
+}
+
 /* Queues FETCH (result ignored) or COMMIT_AND_FETCH for t; submitted
  * once per loop iteration. */
 static void ublk_tag_queue_cmd(struct ublk_tag *t, uint32_t nr, int result)
@@ -330,12 +383,10 @@ static void ublk_tag_queue_cmd(struct ublk_tag *t, uint32_t nr, int result)
 	cmd->q_id = q->q_id;
 	cmd->tag = t->tag;
 	cmd->result = result;
-	cmd->addr = (uint64_t)(uintptr_t)t->buf;
+	/* User copy: no buffer address (the kernel refuses one). */
+	cmd->addr = u->user_copy ? 0 : (uint64_t)(uintptr_t)t->buf->p;
 	t->state = UBLK_TAG_FETCH;
-	if (!q->submit_queued) {
-		q->submit_queued = true;
-		zl_loop_defer(u->a->loop, &q->submit_defer, ublk_submit_cb, q);
-	}
+	ublk_queue_kick(q);
 }
 
 static void ublk_io_err(struct attach *a, const char *what, const struct ublk_tag *t, int st)
@@ -346,25 +397,76 @@ static void ublk_io_err(struct attach *a, const char *what, const struct ublk_ta
 			   (unsigned long long)t->off, t->len, zl_strerror(st));
 }
 
+/* Answers t's request; user copy: its buffer goes back to the pool (the
+ * waiters get it in ublk_retry_waiting). */
 static void ublk_tag_commit(struct ublk_tag *t, int result)
 {
+	struct attach_ublk *u = t->q->u;
+
+	if (u->user_copy && t->buf) {
+		u->pool_free[u->pool_nfree++] = t->buf;
+		t->buf = NULL;
+	}
 	ublk_tag_queue_cmd(t, UBLK_IO_COMMIT_AND_FETCH_REQ, result);
 }
 
-static int ublk_tag_submit(struct attach_ublk *u, struct ublk_tag *t);
+/* A list of waiting tags (head, tail): t at the tail, or at the head. */
+static void ublk_list_add(struct ublk_tag **head, struct ublk_tag **tail, struct ublk_tag *t,
+			  bool front)
+{
+	if (front) {
+		t->next_retry = *head;
+		*head = t;
+		if (!*tail)
+			*tail = t;
+		return;
+	}
+	t->next_retry = NULL;
+	if (*tail)
+		(*tail)->next_retry = t;
+	else
+		*head = t;
+	*tail = t;
+}
 
+static struct ublk_tag *ublk_list_pop(struct ublk_tag **head, struct ublk_tag **tail)
+{
+	struct ublk_tag *t = *head;
+
+	if (t) {
+		*head = t->next_retry;
+		if (!*head)
+			*tail = NULL;
+		t->next_retry = NULL;
+	}
+	return t;
+}
+
+static int ublk_tag_submit(struct attach_ublk *u, struct ublk_tag *t);
+static void ublk_tag_start(struct attach_ublk *u, struct ublk_tag *t);
+static void ublk_tag_copy(struct ublk_tag *t);
+
+/* After a completion: the requests the volume refused go again, in order,
+ * until it refuses one (it waits at the head for the next completion);
+ * then (user copy) buffers freed go to the requests waiting for one, in
+ * order. Buffer waiters never block the refused ones, which hold their
+ * buffers: those go back whatever the waiters. */
 static void ublk_retry_waiting(struct attach_ublk *u)
 {
-	while (u->retry_head) {
-		struct ublk_tag *t = u->retry_head;
+	struct ublk_tag *t;
 
-		u->retry_head = t->next_retry;
-		if (!u->retry_head)
-			u->retry_tail = NULL;
-		t->next_retry = NULL;
-		if (ublk_tag_submit(u, t) == -ZL_ERR_BUSY)
-			return; /* back at the head: wait for the next completion */
+	if (u->retrying)
+		return;
+	u->retrying = true;
+	while ((t = ublk_list_pop(&u->retry_head, &u->retry_tail))) {
+		if (ublk_tag_submit(u, t) == -ZL_ERR_BUSY) {
+			ublk_list_add(&u->retry_head, &u->retry_tail, t, true);
+			break;
+		}
 	}
+	while (u->bwait_head && (u->pool_nfree || u->a->aborting || !u->a->vol))
+		ublk_tag_start(u, ublk_list_pop(&u->bwait_head, &u->bwait_tail));
+	u->retrying = false;
 }
 
 static void ublk_io_done(void *arg, int status)
@@ -397,12 +499,16 @@ static void ublk_io_done(void *arg, int status)
 		result = status == -ZL_ERR_NOSPC ? -ENOSPC : -EIO;
 	}
 	a->busy_slots--;
-	ublk_tag_commit(t, result);
+	if (u->user_copy && t->op == UBLK_IO_OP_READ && !status)
+		ublk_tag_copy(t); /* the data to the request, then COMMIT */
+	else
+		ublk_tag_commit(t, result);
 	ublk_retry_waiting(u);
 }
 
-/* Starts t's request on the volume. 0 (ublk_io_done commits it), or
- * -ZL_ERR_BUSY (queued for retry); anything else is committed here. */
+/* Starts t's request on the volume. 0 (ublk_io_done commits it),
+ * -ZL_ERR_BUSY (the caller queues it for retry); anything else is
+ * committed here. */
 static int ublk_tag_submit(struct attach_ublk *u, struct ublk_tag *t)
 {
 	struct attach *a = u->a;
@@ -416,10 +522,10 @@ static int ublk_tag_submit(struct attach_ublk *u, struct ublk_tag *t)
 	v = a->vol;
 	switch (t->op) {
 	case UBLK_IO_OP_READ:
-		rc = zl_vol_aio_read(v, t->buf, t->off, t->len, ublk_io_done, t);
+		rc = zl_vol_aio_read(v, t->buf->p, t->off, t->len, ublk_io_done, t);
 		break;
 	case UBLK_IO_OP_WRITE:
-		rc = zl_vol_aio_write(v, t->buf, t->off, t->len, t->fua, ublk_io_done, t);
+		rc = zl_vol_aio_write(v, t->buf->p, t->off, t->len, t->fua, ublk_io_done, t);
 		break;
 	case UBLK_IO_OP_FLUSH:
 		t->gen = a->write_gen;
@@ -436,14 +542,8 @@ static int ublk_tag_submit(struct attach_ublk *u, struct ublk_tag *t)
 		a->busy_slots++;
 		return 0;
 	}
-	if (rc == -ZL_ERR_BUSY) {
-		if (u->retry_tail)
-			u->retry_tail->next_retry = t;
-		else
-			u->retry_head = t;
-		u->retry_tail = t;
+	if (rc == -ZL_ERR_BUSY)
 		return rc;
-	}
 	ublk_io_err(a, "ublk submit", t, rc);
 	ublk_tag_commit(t, -EIO);
 	return rc;
@@ -495,7 +595,83 @@ static void ublk_tag_request(struct attach_ublk *u, struct ublk_tag *t)
 		ublk_tag_commit(t, -EOPNOTSUPP);
 		return;
 	}
-	ublk_tag_submit(u, t);
+	/* User copy: a READ or WRITE needs a buffer; it waits behind the
+	 * requests already waiting for one. */
+	if (u->user_copy && t->op <= UBLK_IO_OP_WRITE && (u->bwait_head || !u->pool_nfree)) {
+		if (!u->pool_nfree)
+			u->buf_waits++;
+		ublk_list_add(&u->bwait_head, &u->bwait_tail, t, false);
+		return;
+	}
+	ublk_tag_start(u, t);
+}
+
+/* Runs t's request: user copy: takes a buffer from the pool (there is
+ * one, or we are stopping) and, for a WRITE, first copies the request's
+ * data into it. */
+static void ublk_tag_start(struct attach_ublk *u, struct ublk_tag *t)
+{
+	if (u->user_copy && t->op <= UBLK_IO_OP_WRITE) {
+		if (!u->pool_nfree || u->a->aborting || !u->a->vol) {
+			ublk_tag_commit(t, -EIO);
+			return;
+		}
+		t->buf = u->pool_free[--u->pool_nfree];
+		if (t->op == UBLK_IO_OP_WRITE) {
+			ublk_tag_copy(t);
+			return;
+		}
+	}
+	if (ublk_tag_submit(u, t) == -ZL_ERR_BUSY)
+		ublk_list_add(&u->retry_head, &u->retry_tail, t, false);
+}
+
+/* User copy: moves t's data between its buffer and the request, as an
+ * io_uring operation on the queue's ring (the kernel may block in it:
+ * io_uring runs it on its workers): a WRITE's data into the buffer, a
+ * READ's from it. ublk_tag_copied takes the result. */
+static void ublk_tag_copy(struct ublk_tag *t)
+{
+	struct ublk_queue_srv *q = t->q;
+	struct attach_ublk *u = q->u;
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&q->ring);
+	uint64_t pos = UBLKSRV_IO_BUF_OFFSET + ((uint64_t)q->q_id << UBLK_QID_OFF) +
+		       ((uint64_t)t->tag << UBLK_TAG_OFF);
+
+	if (!sqe) { /* never: one operation per tag and as many SQEs as tags */
+		ZL_LOG_ERR(ATTACH_LOG, "ublk queue ring full: dev=%d queue=%u tag=%u", u->dev_id,
+			   q->q_id, t->tag);
+		ublk_tag_commit(t, -EIO);
+		return;
+	}
+	memset(sqe, 0, 2 * sizeof(*sqe));
+	if (t->op == UBLK_IO_OP_WRITE)
+		io_uring_prep_read(sqe, u->cdev_fd, t->buf->p, t->len, pos);
+	else
+		io_uring_prep_write(sqe, u->cdev_fd, t->buf->p, t->len, pos);
+	sqe->user_data = UBLK_UD_COPY | t->tag;
+	t->state = UBLK_TAG_COPY;
+	ublk_queue_kick(q);
+}
+
+/* The data copy of t ended (res: bytes copied or -errno): a WRITE goes to
+ * the volume, a READ is answered. */
+static void ublk_tag_copied(struct attach_ublk *u, struct ublk_tag *t, int res)
+{
+	t->state = UBLK_TAG_IO;
+	if (res != (int)t->len) {
+		ublk_io_err(u->a, t->op == UBLK_IO_OP_WRITE ? "ublk copy from the request"
+							    : "ublk copy to the request",
+			    t, res < 0 ? res : -ZL_ERR_IO);
+		ublk_tag_commit(t, -EIO);
+		return;
+	}
+	if (t->op == UBLK_IO_OP_READ) {
+		ublk_tag_commit(t, (int)t->len);
+		return;
+	}
+	if (ublk_tag_submit(u, t) == -ZL_ERR_BUSY)
+		ublk_list_add(&u->retry_head, &u->retry_tail, t, false);
 }
 
 static void ublk_ev_cb(void *arg, uint32_t events)
@@ -513,10 +689,12 @@ static void ublk_ev_cb(void *arg, uint32_t events)
 		struct ublk_tag *t;
 
 		seen++;
-		if (cqe->user_data >= u->depth)
+		if ((cqe->user_data & ~UBLK_UD_COPY) >= u->depth)
 			continue;
-		t = &q->tags[cqe->user_data];
-		if (cqe->res == UBLK_IO_RES_OK) {
+		t = &q->tags[cqe->user_data & ~UBLK_UD_COPY];
+		if (cqe->user_data & UBLK_UD_COPY) {
+			ublk_tag_copied(u, t, cqe->res);
+		} else if (cqe->res == UBLK_IO_RES_OK) {
 			ublk_tag_request(u, t);
 		} else {
 			/* UBLK_IO_RES_ABORT: the device is stopping; anything
@@ -530,6 +708,8 @@ static void ublk_ev_cb(void *arg, uint32_t events)
 		}
 	}
 	io_uring_cq_advance(&q->ring, seen);
+	/* Buffers the commits freed go to the requests waiting for one. */
+	ublk_retry_waiting(u);
 }
 
 /* An io_uring with 128-byte SQEs (room for the commands) whose completions
@@ -590,8 +770,7 @@ static int ublk_ctrl_open(struct attach_ublk *u)
 }
 
 /* Maps queue q's descriptors, creates its ring with its eventfd on the
- * loop, allocates its tags and buffers (once) and issues a FETCH_REQ for
- * every tag. */
+ * loop, allocates its tags (once) and issues a FETCH_REQ for every tag. */
 static int ublk_queue_init(struct attach_ublk *u, struct ublk_queue_srv *q)
 {
 	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
@@ -623,13 +802,8 @@ static int ublk_queue_init(struct attach_ublk *u, struct ublk_queue_srv *q)
 
 			t->q = q;
 			t->tag = (uint16_t)i;
-			/* The transport's pool (registered memory on RDMA): a
-			 * read lands in it and a write leaves from it with no
-			 * bounce copy; plain memory if the pool has none. */
-			t->buf = zl_vol_buf_alloc(u->a->vol, u->info.max_io_buf_bytes);
-			t->pooled = t->buf != NULL;
-			if (!t->buf && posix_memalign(&t->buf, 4096, u->info.max_io_buf_bytes))
-				return -ENOMEM;
+			if (!u->user_copy)
+				t->buf = &u->bufs[q->q_id * u->depth + i];
 		}
 	}
 	for (unsigned int i = 0; i < u->depth; i++)
@@ -643,6 +817,33 @@ static int ublk_queue_init(struct attach_ublk *u, struct ublk_queue_srv *q)
 	return 0;
 }
 
+/* Allocates the request buffers, once: user copy: the pool
+ * (UBLK_POOL_BUFS), all free; tag copy: one per tag of every queue. From
+ * the transport's pool (registered memory on RDMA: a read lands in it and
+ * a write leaves from it with no bounce copy), plain memory if it has
+ * none. */
+static int ublk_bufs_alloc(struct attach_ublk *u)
+{
+	size_t len = u->info.max_io_buf_bytes;
+	unsigned int n = u->user_copy ? UBLK_POOL_BUFS : u->nr_queues * u->depth;
+
+	u->bufs = calloc(n, sizeof(*u->bufs));
+	u->pool_free = calloc(n, sizeof(*u->pool_free));
+	if (!u->bufs || !u->pool_free)
+		return -ENOMEM;
+	for (; u->nr_bufs < n; u->nr_bufs++) {
+		struct ublk_buf *b = &u->bufs[u->nr_bufs];
+
+		b->p = zl_vol_buf_alloc(u->a->vol, len);
+		b->pooled = b->p != NULL;
+		if (!b->p && posix_memalign(&b->p, 4096, len))
+			return -ENOMEM;
+		if (u->user_copy)
+			u->pool_free[u->pool_nfree++] = b;
+	}
+	return 0;
+}
+
 /* Opens /dev/ublkcN and sets up every queue of the device (u->info). The
  * loop thread serves them all: the kernel binds each queue to the task
  * that issued its FETCH_REQs, and one task may serve several queues. */
@@ -652,6 +853,7 @@ static int ublk_queues_setup(struct attach_ublk *u)
 	int rc;
 
 	u->depth = u->info.queue_depth;
+	u->user_copy = (u->info.flags & UBLK_F_USER_COPY) != 0;
 	snprintf(path, sizeof(path), "/dev/ublkc%d", u->dev_id);
 	/* udev may not have made the node yet (or there is no udev). */
 	for (int i = 0; i < 100; i++) {
@@ -677,6 +879,9 @@ static int ublk_queues_setup(struct attach_ublk *u)
 		q->ev_fd = -1;
 		q->ev_h.fd = -1;
 	}
+	rc = ublk_bufs_alloc(u);
+	if (rc)
+		return rc;
 	for (unsigned int i = 0; i < u->nr_queues; i++) {
 		rc = ublk_queue_init(u, &u->queues[i]);
 		if (rc)
@@ -685,19 +890,29 @@ static int ublk_queues_setup(struct attach_ublk *u)
 	return 0;
 }
 
-static int ublk_add(struct attach_ublk *u, unsigned int nr_queues)
+static int ublk_add(struct attach_ublk *u, unsigned int nr_queues, enum attach_ublk_copy copy)
 {
 	struct attach *a = u->a;
 	uint64_t want = UBLK_F_USER_RECOVERY | UBLK_F_USER_RECOVERY_REISSUE;
+	bool user = (u->features & UBLK_F_USER_COPY) && copy != ATTACH_UBLK_COPY_TAG;
 	struct ublk_params prm;
 	int rc;
 
+	if (copy == ATTACH_UBLK_COPY_USER && !user) {
+		ZL_LOG_ERR(ATTACH_LOG,
+			   "--ublk-copy user: this kernel's ublk has no UBLK_F_USER_COPY "
+			   "(Linux >= 6.5; features=0x%llx): use --ublk-copy auto or tag",
+			   (unsigned long long)u->features);
+		return -EOPNOTSUPP;
+	}
 	memset(&u->info, 0, sizeof(u->info));
 	u->info.nr_hw_queues = (uint16_t)nr_queues;
-	u->info.queue_depth = (uint16_t)ZL_MAX(UBLK_DEPTH / nr_queues, UBLK_DEPTH_MIN);
+	/* User copy: buffers are not the tags' (see UBLK_POOL_BUFS). */
+	u->info.queue_depth =
+	    (uint16_t)(user ? UBLK_DEPTH : ZL_MAX(UBLK_DEPTH / nr_queues, UBLK_DEPTH_MIN));
 	u->info.max_io_buf_bytes = UBLK_MAX_IO;
 	u->info.dev_id = (uint32_t)-1;
-	u->info.flags = want & u->features;
+	u->info.flags = (want & u->features) | (user ? UBLK_F_USER_COPY : 0);
 	rc = ublk_ctrl_run(u, UBLK_CMD_ADD_DEV, (uint32_t)-1, &u->info, sizeof(u->info), 0,
 			   UBLK_CTRL_WAIT_MS);
 	if (rc) {
@@ -707,6 +922,13 @@ static int ublk_add(struct attach_ublk *u, unsigned int nr_queues)
 	}
 	u->dev_id = (int)u->info.dev_id;
 	u->added = true;
+	if (user && !(u->info.flags & UBLK_F_USER_COPY)) {
+		ZL_LOG_ERR(ATTACH_LOG,
+			   "ublk device %d was added without the UBLK_F_USER_COPY asked for "
+			   "(flags=0x%llx): retry with --ublk-copy tag",
+			   u->dev_id, (unsigned long long)u->info.flags);
+		return -EOPNOTSUPP;
+	}
 	/* The kernel gives at most one queue per possible CPU. */
 	if (u->info.nr_hw_queues != nr_queues)
 		ZL_LOG_WARN(ATTACH_LOG, "ublk device %d has %u queues, %u asked for", u->dev_id,
@@ -795,7 +1017,8 @@ static int ublk_recover_begin(struct attach_ublk *u, int dev_id)
 	return rc;
 }
 
-int attach_ublk_start(struct attach *a, int recover_id, unsigned int nr_queues)
+int attach_ublk_start(struct attach *a, int recover_id, unsigned int nr_queues,
+		      enum attach_ublk_copy copy)
 {
 	struct attach_ublk *u;
 	int rc;
@@ -813,7 +1036,7 @@ int attach_ublk_start(struct attach *a, int recover_id, unsigned int nr_queues)
 	rc = ublk_ctrl_open(u);
 	if (rc)
 		return rc;
-	rc = recover_id >= 0 ? ublk_recover_begin(u, recover_id) : ublk_add(u, nr_queues);
+	rc = recover_id >= 0 ? ublk_recover_begin(u, recover_id) : ublk_add(u, nr_queues, copy);
 	if (rc)
 		return rc;
 	rc = ublk_queues_setup(u);
@@ -834,14 +1057,16 @@ int attach_ublk_start(struct attach *a, int recover_id, unsigned int nr_queues)
 		return rc;
 	}
 	u->started = true;
-	snprintf(a->ready_extra, sizeof(a->ready_extra), " dev=/dev/ublkb%d ublk_id=%d queues=%u",
-		 u->dev_id, u->dev_id, u->nr_queues);
+	snprintf(a->ready_extra, sizeof(a->ready_extra),
+		 " dev=/dev/ublkb%d ublk_id=%d queues=%u depth=%u copy=%s", u->dev_id, u->dev_id,
+		 u->nr_queues, u->depth, u->user_copy ? "user" : "tag");
 	ZL_LOG_INFO(ATTACH_LOG,
 		    "ublk device %s: vol=%s dev=/dev/ublkb%d queues=%u depth=%u max_io=%u "
-		    "flags=0x%llx buffers=%s",
+		    "flags=0x%llx copy=%s buffers=%u from the %s",
 		    u->recovered ? "recovered" : "started", a->vol_id, u->dev_id, u->nr_queues,
 		    u->depth, u->info.max_io_buf_bytes, (unsigned long long)u->info.flags,
-		    u->queues[u->nr_queues - 1].tags[u->depth - 1].pooled ? "pool" : "heap");
+		    u->user_copy ? "user" : "tag", u->nr_bufs,
+		    u->bufs[u->nr_bufs - 1].pooled ? "pool" : "heap");
 	return 0;
 }
 
@@ -899,6 +1124,9 @@ void attach_ublk_status(const struct attach *a, char *buf, size_t len)
 	for (unsigned int i = 0; i < u->nr_queues && l < len; i++)
 		l += (size_t)snprintf(buf + l, len - l, "%s%llu", i ? "," : " ublk_reqs=",
 				      (unsigned long long)u->queues[i].reqs);
+	if (l < len)
+		snprintf(buf + l, len - l, " ublk_copy=%s ublk_buf_waits=%llu",
+			 u->user_copy ? "user" : "tag", (unsigned long long)u->buf_waits);
 }
 
 void attach_ublk_stop_begin(struct attach *a)
@@ -977,22 +1205,20 @@ void attach_ublk_stop(struct attach *a)
 		close(u->ctrl_ev_fd);
 	if (u->ctrl_fd >= 0)
 		close(u->ctrl_fd);
-	for (unsigned int i = 0; i < u->nr_queues; i++) {
-		struct ublk_queue_srv *q = &u->queues[i];
+	for (unsigned int i = 0; i < u->nr_queues; i++)
+		free(u->queues[i].tags);
+	for (unsigned int i = 0; i < u->nr_bufs; i++) {
+		struct ublk_buf *b = &u->bufs[i];
 
-		for (unsigned int j = 0; q->tags && j < u->depth; j++) {
-			struct ublk_tag *t = &q->tags[j];
-
-			/* Pool buffers go back through any open handle of the
-			 * client; with none left (stopped) the pool goes with
-			 * the client. */
-			if (!t->pooled)
-				free(t->buf);
-			else if (a->vol)
-				zl_vol_buf_free(a->vol, t->buf);
-		}
-		free(q->tags);
+		/* Pool buffers go back through any open handle of the client;
+		 * with none left (stopped) the pool goes with the client. */
+		if (!b->pooled)
+			free(b->p);
+		else if (a->vol)
+			zl_vol_buf_free(a->vol, b->p);
 	}
+	free(u->bufs);
+	free(u->pool_free);
 	free(u->queues);
 	free(u);
 	a->ublk = NULL;

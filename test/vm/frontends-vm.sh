@@ -5,7 +5,8 @@
 # own etcd, three zipline-storage and virtio disk:
 #   ublk  ublk-guest.sh: /dev/ublkbN served by `zipline-node attach
 #         --frontend ublk`: fio verify=crc32c (randwrite QD 1/32/128,
-#         mixed), write-zeroes, ext4 + fsck -n, SIGKILL of the attach
+#         mixed; user copy, writes waiting for the buffer pool;
+#         the tag copy mode), write-zeroes, ext4 + fsck -n, SIGKILL of the attach
 #         process under a verified load on the mounted file system and
 #         `--recover`, SIGTERM deletes the device, xfs + xfs_repair -n; then
 #         CSI (csi_frontend_guest.py ublk param), the no-hang checks and the

@@ -9,11 +9,15 @@
 #    `zl volume create` makes a 3-replica volume;
 # 2. `zipline-node attach --frontend ublk` serves it; its READY line names
 #    /dev/ublkbN and its hardware queues, one per CPU of the guest (2..4),
-#    which /sys/block/ublkbN/mq lists;
+#    which /sys/block/ublkbN/mq lists; user copy (the guest's 7.3 has
+#    UBLK_F_USER_COPY) with 128 tags per queue (READY line, nr_tags);
 # 3. fio verify=crc32c on the raw device: randwrite QD 1, 32 (two jobs, one
 #    pinned to each of CPUs 0 and 1: the ctl status of the attach process
 #    must show both queues 0 and 1 taking requests), 128 and a mixed randrw
-#    job (4-128 KiB); BLKZEROOUT (write-zeroes) over written
+#    job (4-128 KiB); two jobs of 16 KiB writes at QD 128 (one per queue):
+#    more requests than the pool's 128 buffers, the ctl status's
+#    ublk_buf_waits grows, verified; 64 reads of 1 MiB take 64 requests (not
+#    split); BLKZEROOUT (write-zeroes) over written
 #    data reads back as zeros; BLKDISCARD succeeds;
 # 4. mkfs.ext4, mount, a file written and its checksum, umount, fsck -n
 #    clean, mounted again: the same checksum;
@@ -22,7 +26,9 @@
 #    and fio waits; `zipline-node attach --frontend ublk --recover N` takes
 #    it over (every queue), fio ends with no error, umount, fsck -n clean;
 # 6. SIGTERM: the attach process exits 0 and the device is gone;
-# 7. xfs on a fresh device of the volume: mkfs.xfs, mount, a file written,
+# 7. --ublk-copy tag (the mode of kernels without user copy): 128 tags
+#    split over the queues (READY line, nr_tags), a verified fio; then xfs
+#    on that fresh device of the volume: mkfs.xfs, mount, a file written,
 #    umount, xfs_repair -n clean, the file read back after a remount;
 # 8. the same through CSI (csi_frontend_guest.py ublk param):
 #    zipline-controller and zipline-node, the StorageClass parameter
@@ -131,8 +137,12 @@ attach_start attach1
 dev=$(sed -n 's/.* dev=\(\/dev\/ublkb[0-9]*\).*/\1/p' <<<"$ready_line")
 ublk_id=$(sed -n 's/.* ublk_id=\([0-9]*\).*/\1/p' <<<"$ready_line")
 [[ -n $dev && -n $ublk_id ]] || fail "the READY line names no ublk device: '$ready_line'"
-grep -q 'ublk device started: .* buffers=pool' "$logs/attach1.log" ||
-	fail "the request buffers are not from the transport's pool (attach1.log)"
+# The guest's kernel (7.3) offers UBLK_F_USER_COPY: 128 tags per queue, the
+# 128 buffers of 1 MiB a pool that requests take from.
+[[ $ready_line == *" depth=128 copy=user"* ]] ||
+	fail "the READY line does not say user copy with 128 tags per queue: '$ready_line'"
+grep -q 'ublk device started: .* copy=user buffers=128 from the pool' "$logs/attach1.log" ||
+	fail "the request buffers are not 128 from the transport's pool (attach1.log)"
 for ((i = 0; i < 100; i++)); do
 	[[ -b $dev ]] && break
 	sleep 0.1
@@ -145,7 +155,19 @@ queues=$((cpus < 4 ? cpus : 4))
 [[ $ready_line == *" queues=$queues"* ]] || fail "the READY line does not name $queues queues: '$ready_line'"
 mq=$(find "/sys/block/${dev#/dev/}/mq" -mindepth 1 -maxdepth 1 -type d | wc -l)
 ((mq == queues)) || fail "$dev has $mq hardware queues in /sys/block/${dev#/dev/}/mq, want $queues"
-say "$dev has $queues hardware queues"
+# check_tags DEV N: every hardware queue of DEV has N tags.
+check_tags() {
+	local f n
+	for f in /sys/block/"${1#/dev/}"/mq/*/nr_tags; do
+		n=$(cat "$f") || fail "cannot read $f"
+		((n == $2)) || fail "$f says $n tags, want $2"
+	done
+}
+check_tags "$dev" 128
+q=/sys/block/${dev#/dev/}/queue
+say "$dev has $queues hardware queues of 128 tags; max_sectors_kb=$(cat $q/max_sectors_kb)" \
+	"max_hw_sectors_kb=$(cat $q/max_hw_sectors_kb) max_segments=$(cat $q/max_segments)" \
+	"max_segment_size=$(cat $q/max_segment_size)"
 bytes=$(blockdev --getsize64 "$dev") || fail "blockdev --getsize64 $dev failed"
 ((bytes == size_mb * 1024 * 1024)) || fail "$dev has $bytes bytes, want $((size_mb * 1024 * 1024))"
 [[ $(blockdev --getss "$dev") == 512 && $(blockdev --getpbsz "$dev") == 4096 ]] ||
@@ -154,15 +176,30 @@ bytes=$(blockdev --getsize64 "$dev") || fail "blockdev --getsize64 $dev failed"
 # ---- 3. fio with verify on the raw device
 # fio_run NAME FIO_ARG...: vm_guest_fio on the device (guest-blk.sh).
 fio_run() { vm_guest_fio "$1" "$dev" "$logs" "${@:2}"; }
-# ublk_reqs NAME: the requests each queue of attach process NAME took
-# ("N,N,..." from its ctl status).
-ublk_reqs() {
+# ublk_status NAME: the ctl status of attach process NAME.
+ublk_status() {
 	/usr/bin/python3 -c 'import socket, sys
 s = socket.socket(socket.AF_UNIX)
 s.settimeout(5)
 s.connect(sys.argv[1])
 s.sendall(b"status\n")
-print(s.recv(4096).decode())' "/run/zl-ublk/$1/ctl.sock" | sed -n 's/.* ublk_reqs=\([0-9,]*\).*/\1/p'
+print(s.recv(4096).decode())' "/run/zl-ublk/$1/ctl.sock"
+}
+# ublk_reqs NAME: the requests each queue of attach process NAME took
+# ("N,N,..." from its ctl status).
+ublk_reqs() {
+	ublk_status "$1" | sed -n 's/.* ublk_reqs=\([0-9,]*\).*/\1/p'
+}
+# ublk_waits NAME: the requests that found the buffer pool empty.
+ublk_waits() {
+	ublk_status "$1" | sed -n 's/.* ublk_buf_waits=\([0-9]*\).*/\1/p'
+}
+# reqs_sum "N,N,...": their sum.
+reqs_sum() {
+	local n s=0
+	IFS=, read -r -a n <<<"$1"
+	for x in "${n[@]}"; do s=$((s + x)); done
+	echo "$s"
 }
 fio_run qd1 --rw=randwrite --bs=4k --iodepth=1 --size=64M --io_size=2M
 r0=$(ublk_reqs attach1)
@@ -183,6 +220,26 @@ say "the two fio jobs went through queues 0 and 1: requests per queue $r0, then 
 fio_run qd128 --rw=randwrite --bs=4k --iodepth=128 --size=64M --io_size=8M --offset=192M
 fio_run mixed --rw=randrw --rwmixread=40 --bsrange=4k-128k --iodepth=32 --size=64M \
 	--io_size=24M --offset=128M
+# More requests than buffers: two jobs (one per queue) of 128 writes in
+# flight, then their verifying reads, for the 128 buffers (any request
+# takes a whole one; 16 KiB ones, as 1 MiB ones 256 at a time time out
+# between the replicas of the TCG guest): requests wait for one
+# (ublk_buf_waits grows), none fails, none hangs.
+w0=$(ublk_waits attach1)
+[[ -n $w0 ]] || fail "the ctl status has no ublk_buf_waits: '$(ublk_status attach1)'"
+fio_run pool --rw=randwrite --bs=16k --iodepth=128 --iodepth_batch_submit=128 --size=64M \
+	--io_size=4M --numjobs=2 --offset_increment=128M --cpus_allowed=0,1 \
+	--cpus_allowed_policy=split
+w1=$(ublk_waits attach1)
+((w1 > w0)) || fail "256 requests in flight never waited for a buffer (ublk_buf_waits $w0, then $w1)"
+say "pool: $((w1 - w0)) requests waited for a buffer"
+# 1 MiB reads reach the server whole: one request each (split, they would
+# take twice as many; udev's probe after the writes may add a few).
+r0=$(reqs_sum "$(ublk_reqs attach1)")
+fio_run read1m --rw=read --bs=1M --iodepth=16 --size=64M --do_verify=0 --verify=0
+r1=$(reqs_sum "$(ublk_reqs attach1)")
+((r1 - r0 >= 64 && r1 - r0 < 96)) || fail "64 reads of 1 MiB took $((r1 - r0)) requests, want 64"
+say "64 reads of 1 MiB took $((r1 - r0)) requests: $(grep -m1 -o 'BW=[^ ]*' "$logs/fio-read1m.log")"
 # Write-zeroes over data reads back as zeros; discard is accepted.
 head -c 1M /dev/urandom >"$work/rand" || fail "cannot make random data"
 dd if="$work/rand" of="$dev" bs=1M count=1 seek=3 oflag=direct status=none ||
@@ -230,7 +287,8 @@ grep -q " $mnt " /proc/mounts || fail "$mnt is no longer mounted"
 kill -0 "$fio_pid" 2>/dev/null || fail "fio ended while the device had no server"
 attach_start attach2 --recover "$ublk_id"
 [[ $ready_line == *" dev=$dev "* ]] || fail "recovery served another device: '$ready_line'"
-[[ $ready_line == *" queues=$queues"* ]] || fail "recovery did not take over $queues queues: '$ready_line'"
+[[ $ready_line == *" queues=$queues depth=128 copy=user"* ]] ||
+	fail "recovery did not take over $queues queues of 128 tags in user copy: '$ready_line'"
 wait "$fio_pid"
 rc=$?
 fio_pid=''
@@ -255,14 +313,24 @@ for ((i = 1; i <= nodes; i++)); do
 done
 say "SIGTERM: exit 0, $dev deleted"
 
-# ---- 7. xfs (the device is new; the volume still holds ext4: overwritten)
-attach_start attach3
+# ---- 7. the tag copy mode (--ublk-copy tag, what kernels without user
+# copy get): 128 tags split over the queues, a verified fio; then xfs (the
+# device is new; the volume still holds ext4: overwritten)
+attach_start attach3 --ublk-copy tag
 dev=$(sed -n 's/.* dev=\(\/dev\/ublkb[0-9]*\).*/\1/p' <<<"$ready_line")
+[[ $ready_line == *" depth=$((128 / queues)) copy=tag"* ]] ||
+	fail "--ublk-copy tag: the READY line does not say $((128 / queues)) tags per queue in tag copy: '$ready_line'"
 for ((i = 0; i < 100; i++)); do
 	[[ -b $dev ]] && break
 	sleep 0.1
 done
 [[ -b $dev ]] || fail "$dev did not appear"
+check_tags "$dev" $((128 / queues))
+fio_run tagcopy --rw=randrw --rwmixread=40 --bsrange=4k-256k --iodepth=32 --size=64M --io_size=16M
+st=$(ublk_status attach3)
+[[ $st == *" ublk_copy=tag ublk_buf_waits=0"* ]] || fail "--ublk-copy tag: the ctl status says '$st'"
+# The same 1 MiB reads as with user copy (the figures to compare).
+fio_run read1m-tag --rw=read --bs=1M --iodepth=16 --size=64M --do_verify=0 --verify=0
 vm_guest_xfs "$dev" "$mnt" "$logs"
 kill -TERM "$attach_pid"
 wait "$attach_pid" || fail "attach3 exited $? on SIGTERM"
