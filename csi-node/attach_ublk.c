@@ -79,6 +79,9 @@
 #define UBLK_TAG_OFF 25
 #define UBLK_QID_OFF (UBLK_TAG_OFF + 16)
 #endif
+/* User copy: copies up to this many bytes are system calls on the loop
+ * thread, larger ones io_uring operations (ublk_tag_copy). */
+#define UBLK_SYNC_COPY_MAX (64u * 1024u)
 
 /* ioctl encoding of the commands (Linux >= 6.5; the 6.1 header lacks it). */
 #define UBLK_IOC_CTRL(nr)   _IOWR('u', (nr), struct ublksrv_ctrl_cmd)
@@ -179,6 +182,7 @@ struct attach_ublk {
 	struct ublk_buf **pool_free;
 	unsigned int pool_nfree;
 	uint64_t buf_waits; /* requests that found the pool empty (ctl status) */
+	uint64_t sync_copies; /* user copies made with pread/pwrite (ctl status) */
 	/* Tags of any queue whose request the volume refused for now
 	 * (-ZL_ERR_BUSY), oldest first. */
 	struct ublk_tag *retry_head, *retry_tail;
@@ -445,6 +449,7 @@ static struct ublk_tag *ublk_list_pop(struct ublk_tag **head, struct ublk_tag **
 static int ublk_tag_submit(struct attach_ublk *u, struct ublk_tag *t);
 static void ublk_tag_start(struct attach_ublk *u, struct ublk_tag *t);
 static void ublk_tag_copy(struct ublk_tag *t);
+static void ublk_tag_copied(struct attach_ublk *u, struct ublk_tag *t, int res);
 
 /* After a completion: the requests the volume refused go again, in order,
  * until it refuses one (it waits at the head for the next completion);
@@ -626,18 +631,33 @@ static void ublk_tag_start(struct attach_ublk *u, struct ublk_tag *t)
 		ublk_list_add(&u->retry_head, &u->retry_tail, t, false);
 }
 
-/* User copy: moves t's data between its buffer and the request, as an
- * io_uring operation on the queue's ring (the kernel may block in it:
- * io_uring runs it on its workers): a WRITE's data into the buffer, a
- * READ's from it. ublk_tag_copied takes the result. */
+/* User copy: moves t's data between its buffer and the request: a
+ * WRITE's data into the buffer, a READ's from it; ublk_tag_copied takes
+ * the result. Up to UBLK_SYNC_COPY_MAX bytes with pread/pwrite on the loop
+ * thread: a copy between our locked buffer and the request's pages, which
+ * the kernel holds for us, never waits for a device, and costs less than
+ * the trip to io_uring's workers (/dev/ublkcN has no FMODE_NOWAIT, so
+ * io_uring would punt it there). Larger ones as an io_uring operation on
+ * the queue's ring, run on those workers: the loop goes on meanwhile. */
 static void ublk_tag_copy(struct ublk_tag *t)
 {
 	struct ublk_queue_srv *q = t->q;
 	struct attach_ublk *u = q->u;
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&q->ring);
 	uint64_t pos = UBLKSRV_IO_BUF_OFFSET + ((uint64_t)q->q_id << UBLK_QID_OFF) +
 		       ((uint64_t)t->tag << UBLK_TAG_OFF);
+	struct io_uring_sqe *sqe;
+	ssize_t n;
 
+	if (t->len <= UBLK_SYNC_COPY_MAX) {
+		if (t->op == UBLK_IO_OP_WRITE)
+			n = pread(u->cdev_fd, t->buf->p, t->len, (off_t)pos);
+		else
+			n = pwrite(u->cdev_fd, t->buf->p, t->len, (off_t)pos);
+		u->sync_copies++;
+		ublk_tag_copied(u, t, n < 0 ? -errno : (int)n);
+		return;
+	}
+	sqe = io_uring_get_sqe(&q->ring);
 	if (!sqe) { /* never: one operation per tag and as many SQEs as tags */
 		ZL_LOG_ERR(ATTACH_LOG, "ublk queue ring full: dev=%d queue=%u tag=%u", u->dev_id,
 			   q->q_id, t->tag);
@@ -1125,8 +1145,9 @@ void attach_ublk_status(const struct attach *a, char *buf, size_t len)
 		l += (size_t)snprintf(buf + l, len - l, "%s%llu", i ? "," : " ublk_reqs=",
 				      (unsigned long long)u->queues[i].reqs);
 	if (l < len)
-		snprintf(buf + l, len - l, " ublk_copy=%s ublk_buf_waits=%llu",
-			 u->user_copy ? "user" : "tag", (unsigned long long)u->buf_waits);
+		snprintf(buf + l, len - l, " ublk_copy=%s ublk_buf_waits=%llu ublk_sync_copies=%llu",
+			 u->user_copy ? "user" : "tag", (unsigned long long)u->buf_waits,
+			 (unsigned long long)u->sync_copies);
 }
 
 void attach_ublk_stop_begin(struct attach *a)

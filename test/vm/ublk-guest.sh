@@ -17,8 +17,10 @@
 #    job (4-128 KiB); two jobs of 16 KiB writes at QD 128 (one per queue):
 #    more requests than the pool's 128 buffers, the ctl status's
 #    ublk_buf_waits grows, verified; 64 reads of 1 MiB take 64 requests (not
-#    split); BLKZEROOUT (write-zeroes) over written
-#    data reads back as zeros; BLKDISCARD succeeds;
+#    split); copies of 64 KiB or less are system calls (ublk_sync_copies
+#    grows by the 4 KiB job's requests), of 1 MiB io_uring operations;
+#    BLKZEROOUT (write-zeroes) over written data reads back as zeros;
+#    BLKDISCARD succeeds;
 # 4. mkfs.ext4, mount, a file written and its checksum, umount, fsck -n
 #    clean, mounted again: the same checksum;
 # 5. a verified fio write load on the mounted file system; once the device
@@ -194,6 +196,10 @@ ublk_reqs() {
 ublk_waits() {
 	ublk_status "$1" | sed -n 's/.* ublk_buf_waits=\([0-9]*\).*/\1/p'
 }
+# ublk_sync NAME: the user copies made with pread/pwrite (64 KiB or less).
+ublk_sync() {
+	ublk_status "$1" | sed -n 's/.* ublk_sync_copies=\([0-9]*\).*/\1/p'
+}
 # reqs_sum "N,N,...": their sum.
 reqs_sum() {
 	local n s=0
@@ -201,7 +207,13 @@ reqs_sum() {
 	for x in "${n[@]}"; do s=$((s + x)); done
 	echo "$s"
 }
+s0=$(ublk_sync attach1)
 fio_run qd1 --rw=randwrite --bs=4k --iodepth=1 --size=64M --io_size=2M
+s1=$(ublk_sync attach1)
+# 512 writes of 4 KiB and their verifying reads: copies of 64 KiB or less
+# are system calls on the loop thread.
+[[ -n $s0 ]] && ((s1 - s0 >= 1024)) ||
+	fail "1024 requests of 4 KiB made $((s1 - s0)) copies with pread/pwrite ('$(ublk_status attach1)')"
 r0=$(ublk_reqs attach1)
 # Two jobs, each on its own CPU and its own 64 MiB: the two queues.
 fio_run qd32 --rw=randwrite --bs=4k --iodepth=32 --size=64M --io_size=4M --offset=64M \
@@ -236,8 +248,12 @@ say "pool: $((w1 - w0)) requests waited for a buffer"
 # 1 MiB reads reach the server whole: one request each (split, they would
 # take twice as many; udev's probe after the writes may add a few).
 r0=$(reqs_sum "$(ublk_reqs attach1)")
+s0=$(ublk_sync attach1)
 fio_run read1m --rw=read --bs=1M --iodepth=16 --size=64M --do_verify=0 --verify=0
 r1=$(reqs_sum "$(ublk_reqs attach1)")
+s1=$(ublk_sync attach1)
+# Their copies go to io_uring's workers (larger than 64 KiB).
+((s1 - s0 < 32)) || fail "64 reads of 1 MiB made $((s1 - s0)) copies with pread/pwrite, want none"
 ((r1 - r0 >= 64 && r1 - r0 < 96)) || fail "64 reads of 1 MiB took $((r1 - r0)) requests, want 64"
 say "64 reads of 1 MiB took $((r1 - r0)) requests: $(grep -m1 -o 'BW=[^ ]*' "$logs/fio-read1m.log")"
 # Write-zeroes over data reads back as zeros; discard is accepted.
