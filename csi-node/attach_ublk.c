@@ -16,8 +16,9 @@
  * device's pool (UBLK_POOL_BUFS of them, allocated once) when it arrives,
  * or waits for one (buf_wait list, first come first served); a write's
  * data is read from /dev/ublkcN at the tag's file offset, a read's data
- * written there, both as io_uring operations on the queue's ring; the
- * buffer goes back to the pool at COMMIT. Without it (the classic copy
+ * written there (up to UBLK_SYNC_COPY_MAX bytes with pread/pwrite, larger
+ * as io_uring operations on the queue's ring: ublk_tag_copy); the buffer
+ * goes back to the pool at COMMIT. Without it (the classic copy
  * mode, --ublk-copy tag) every tag owns a buffer whose address its
  * FETCH_REQ gives: the kernel copies a write's payload into it before
  * delivering the request, and a read's data from it at COMMIT.
