@@ -146,8 +146,9 @@ int attach_ublk_start(struct attach *a, int recover_id, unsigned int nr_queues,
 		      enum attach_ublk_copy copy);
 /* For the ctl "status" reply: " ublk_reqs=N,N,..." (the requests each
  * hardware queue took since this process serves the device), then
- * " ublk_copy=user|tag ublk_buf_waits=N" (requests that found the buffer
- * pool empty and waited), "" without a ublk device. */
+ * " ublk_copy=user|tag ublk_buf_waits=N ublk_sync_copies=N" (requests
+ * that found the buffer pool empty and waited; user copies made with
+ * pread/pwrite), "" without a ublk device. */
 void attach_ublk_status(const struct attach *a, char *buf, size_t len);
 /* Grows the started device to size bytes (UBLK_U_CMD_UPDATE_SIZE, Linux
  * >= 6.16) without waiting: 0 (sent; the kernel's answer reaches

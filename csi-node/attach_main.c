@@ -483,8 +483,9 @@ static void attach_ctl_cb(void *arg, uint32_t events)
 		 * installed; enum zl_qos order, 0 = unlimited). */
 		char qos[ZL_QOS_N * 21 + 1] = "";
 		/* ublk: the requests each queue took, " ublk_reqs=N,N,...",
-		 * the copy mode and the waits for a buffer. */
-		char ublk[ATTACH_UBLK_QUEUES_MAX * 21 + 80] = "";
+		 * the copy mode, the waits for a buffer and the copies made
+		 * with system calls. */
+		char ublk[ATTACH_UBLK_QUEUES_MAX * 21 + 128] = "";
 		size_t ql = 0;
 
 		if (a->vol) {
