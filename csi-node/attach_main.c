@@ -90,10 +90,10 @@ static void attach_ready(int *fd, const char *fmt, ...)
 	*fd = -1;
 }
 
-/* A whole number min..max (seconds, a count): 0 (*out, optional, gets it)
+/* A whole number min..max (seconds, a count of queues): 0 (*out, optional, gets it)
  * or -ZL_ERR_INVAL. */
-static int node_seconds_parse(const char *s, unsigned long long min, unsigned long long max,
-			      uint32_t *out)
+static int node_uint_parse(const char *s, unsigned long long min, unsigned long long max,
+			   uint32_t *out)
 {
 	unsigned long long v;
 	char *end;
@@ -111,12 +111,12 @@ static int node_seconds_parse(const char *s, unsigned long long min, unsigned lo
 
 int node_io_timeout_parse(const char *s, uint32_t *out)
 {
-	return node_seconds_parse(s, 1, 86400, out);
+	return node_uint_parse(s, 1, 86400, out);
 }
 
 int node_start_timeout_parse(const char *s, uint32_t *out)
 {
-	return node_seconds_parse(s, 1, 600, out);
+	return node_uint_parse(s, 1, 600, out);
 }
 
 /* The ublk device's hardware queues: --ublk-queues, else one per online CPU
@@ -229,7 +229,7 @@ static int attach_parse(int argc, char **argv, struct attach_args *o)
 		case 'Q': {
 			uint32_t n;
 
-			if (node_seconds_parse(optarg, 1, ATTACH_UBLK_QUEUES_MAX, &n)) {
+			if (node_uint_parse(optarg, 1, ATTACH_UBLK_QUEUES_MAX, &n)) {
 				fprintf(stderr,
 					"zipline-node attach: bad --ublk-queues '%s' "
 					"(hardware queues of the ublk device, 1..%d)\n",

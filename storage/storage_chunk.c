@@ -389,13 +389,13 @@ static int store_map_err(struct zl_chunk_store *s, struct chunk_op *op, int err)
 
 	if (err <= -4096)
 		return err;
-	zl_vol_id_format(op->ch ? op->ch->vol : 0, vid);
+	zl_vol_id_format(op->ch ? op->ch->vol : op->vol, vid);
 	if (err == -ENOSPC || err == -EDQUOT) {
 		if (zl_ratelimit_ok(&s->rl_nospc, 1))
 			ZL_LOG_ERR("storage",
 				   "disk full writing chunk replica: vol=%s chunk=%" PRIu64
 				   " dir=%s (free space on the data directory's filesystem)",
-				   vid, op->ch ? op->ch->idx : 0, s->dir);
+				   vid, op->ch ? op->ch->idx : op->idx, s->dir);
 		return -ZL_ERR_NOSPC;
 	}
 	if (zl_ratelimit_ok(&s->rl_io, 5))
@@ -2354,7 +2354,8 @@ static void open_op_resume(struct zl_chunk_store *s, struct chunk_op *op, struct
 	/* ENOENT: no file, fine to read (zeros) or zero; a write that could
 	 * not create its file (chunks/ gone) is an error, never a success. */
 	if (rc && (rc != -ENOENT || op->kind == OP_WRITE)) {
-		op_fail_later(op, rc == -ENOSPC ? -ZL_ERR_NOSPC : rc);
+		/* Disk full creating the file: said and mapped as for a write. */
+		op_fail_later(op, rc == -ENOSPC || rc == -EDQUOT ? store_map_err(s, op, rc) : rc);
 		return;
 	}
 	if (s->fence_err) {
@@ -2621,8 +2622,8 @@ static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vo
 		rc = chunk_open_queue(s, op);
 	}
 	if (rc)
-		op_free(op);
-	return rc == -ENOSPC ? -ZL_ERR_NOSPC : rc;
+		op_free(op); /* open errors reach cb (open_op_resume) */
+	return rc;
 }
 
 int zl_chunk_write(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
