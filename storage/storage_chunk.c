@@ -93,7 +93,13 @@ _Static_assert((ZL_WIRE_MAX_CHUNK / BLK + ZL_CHUNK_META_ENTRIES - 1) / ZL_CHUNK_
 	       "metadata pages of the largest chunk must fit the u64 dirty masks");
 _Static_assert(MP_HDR + ZL_CHUNK_META_ENTRIES * 8 <= BLK, "metadata entries fit one page");
 
-enum op_kind { OP_READ, OP_WRITE, OP_ZERO, OP_FLUSH };
+enum op_kind {
+	OP_READ,
+	OP_WRITE,
+	OP_ZERO,
+	OP_FLUSH,
+	OP_WARM /* zl_chunk_warm: only waits on an open */
+};
 enum op_stage {
 	OP_ST_WAIT,
 	OP_ST_EDGE,
@@ -2020,6 +2026,7 @@ static void op_start(struct chunk_op *op)
 		}
 		break;
 	case OP_FLUSH:
+	case OP_WARM: /* never attached (open_op_resume ends it) */
 		break;
 	}
 	if (rc && !op->pending)
@@ -2351,6 +2358,11 @@ static void open_remove(struct zl_chunk_store *s, struct chunk_open *o)
  * or NULL, rc the open's result. */
 static void open_op_resume(struct zl_chunk_store *s, struct chunk_op *op, struct chunk *c, int rc)
 {
+	if (op->kind == OP_WARM) {
+		/* The chunk is in the table now (or has no file): done. */
+		op_fail_later(op, rc == -ENOENT ? 0 : rc);
+		return;
+	}
 	/* ENOENT: no file, fine to read (zeros) or zero; a write that could
 	 * not create its file (chunks/ gone) is an error, never a success. */
 	if (rc && (rc != -ENOENT || op->kind == OP_WRITE)) {
@@ -2568,6 +2580,18 @@ static int chunk_open_queue(struct zl_chunk_store *s, struct chunk_op *op)
 	return 0;
 }
 
+/* What every operation on a chunk names: its kind, chunk and callback. */
+static void op_target(struct chunk_op *op, enum op_kind kind, uint64_t vol, uint64_t idx,
+		      uint32_t cs, zl_chunk_cb cb, void *arg)
+{
+	op->kind = kind;
+	op->vol = vol;
+	op->idx = idx;
+	op->cs = cs;
+	op->cb = cb;
+	op->arg = arg;
+}
+
 static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vol, uint64_t idx,
 			uint32_t cs, uint32_t off, uint32_t len, const void *data, void *buf,
 			uint32_t *bad, const uint32_t *crcs_in, uint32_t *crcs_out, bool trust,
@@ -2593,11 +2617,8 @@ static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vo
 	op = op_alloc(s, true);
 	if (!op)
 		return -ENOMEM;
-	op->vol = vol;
-	op->idx = idx;
-	op->cs = cs;
+	op_target(op, kind, vol, idx, cs, cb, arg);
 	op->wseq = wseq;
-	op->kind = kind;
 	op->off = off;
 	op->len = len;
 	op->b0 = off / BLK;
@@ -2608,8 +2629,6 @@ static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vo
 	op->crcs_in = crcs_in;
 	op->crcs_out = crcs_out;
 	op->trust = trust && crcs_out;
-	op->cb = cb;
-	op->arg = arg;
 	op->ch = NULL;
 	if (kind == OP_READ)
 		op->buf = buf;
@@ -2775,6 +2794,28 @@ int zl_chunk_version(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uin
 	uint32_t wseq;
 
 	return chunk_state(s, vol, chunk, chunk_size, &wseq, version);
+}
+
+int zl_chunk_warm(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
+		  zl_chunk_cb cb, void *arg)
+{
+	struct chunk_op *op;
+	int rc;
+
+	if (s->fence_err)
+		return s->fence_err;
+	if (!cb || !vol || !chunk_size_ok(chunk_size))
+		return -ZL_ERR_INVAL;
+	if (chunk_lookup(s, vol, chunk))
+		return 1;
+	op = op_alloc(s, false); /* all cleared: op_finish reads ch */
+	if (!op)
+		return -ENOMEM;
+	op_target(op, OP_WARM, vol, chunk, chunk_size, cb, arg);
+	rc = chunk_open_queue(s, op);
+	if (rc)
+		op_free(op);
+	return rc;
 }
 
 int zl_chunk_flush(struct zl_chunk_store *s, uint64_t vol, zl_chunk_cb cb, void *arg)

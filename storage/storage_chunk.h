@@ -226,6 +226,18 @@ int zl_chunk_zero(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32
 int zl_chunk_version(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
 		     uint64_t *version);
 
+/* Makes the next zl_chunk_version / zl_chunk_wseq of (vol, chunk) answer
+ * from memory without opening the chunk on the loop: 1 when the chunk is
+ * open now (no callback); 0 when its open was queued on the store's open
+ * workers: cb(arg, status) then runs on the loop once the open ended
+ * (status 0: open, or no file; else the open's error; the chunk may be
+ * evicted again later, the synchronous call then opens it itself). Scans
+ * over many chunks (peering, recovery, CHUNK_VERSIONS) warm a batch, then
+ * look it up. Returns -ZL_ERR_INVAL, the fence error or -ENOMEM (no
+ * callback). */
+int zl_chunk_warm(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
+		  zl_chunk_cb cb, void *arg);
+
 /* Reads [off, off+len) into buf, a 4 KiB aligned buffer of at least
  * zl_chunk_read_span(off, len) bytes; on success the data starts at
  * buf + (off % 4096). Every covered block is verified. A chunk that was

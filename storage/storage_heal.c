@@ -79,7 +79,7 @@
 #define HEAL_LEASE_RENEW_MS 3000
 #define HEAL_PIECE (1u << 20)	/* bytes of one CHUNK_PUSH */
 #define HEAL_SCAN_BATCH 64	/* chunk version lookups per loop turn */
-#define HEAL_VERS_SCAN 1024	/* chunks one CHUNK_VERSIONS request looks at */
+#define HEAL_VERS_SCAN 256	/* chunks one CHUNK_VERSIONS request looks at (and warms) */
 #define HEAL_REPORTS 64		/* failure reports queued for the worker at once */
 
 /* Sequences of (volume, slice), hashed: looked up on every client write. */
@@ -152,6 +152,8 @@ struct heal_member {
 	enum heal_phase phase;
 	uint64_t row_ver; /* row version the pass runs under */
 	uint64_t cursor;  /* LIST: next chunk to ask about; SCAN: next local index */
+	uint64_t warm_end; /* SCAN: local chunks below it were warmed (heal_warm) */
+	unsigned warming;  /* their warms still due: the member stays (member_busy) */
 	uint64_t cur_chunk, cur_ver;
 	uint32_t cur_off;
 	uint32_t pass_pushed, pass_skipped;
@@ -275,7 +277,7 @@ static void member_free_bufs(struct heal_member *m)
 
 static bool member_busy(const struct heal_member *m)
 {
-	return m->phase != HP_IDLE && m->phase != HP_DONE;
+	return (m->phase != HP_IDLE && m->phase != HP_DONE) || m->warming;
 }
 
 static void member_remove(struct zl_storage_heal *h, struct heal_member *m)
@@ -477,6 +479,25 @@ void zl_storage_heal_note_vol(struct zl_storage *st, uint64_t num)
 	zl_u64_push(&h->vols, &h->n_vols, &h->cap_vols, num);
 }
 
+/* The first chunk of slice at or after `from`. */
+static uint64_t vers_first(const struct zl_volume *v, uint32_t slice, uint64_t from)
+{
+	return from + (slice + v->n_slices - from % v->n_slices) % v->n_slices;
+}
+
+int zl_storage_heal_versions_warm(struct zl_storage *st, const struct zl_volume *v, uint32_t slice,
+				  uint64_t from, zl_chunk_cb cb, void *arg)
+{
+	uint64_t n = vol_chunks(v), c = vers_first(v, slice, from);
+	unsigned queued = 0;
+
+	if (slice >= v->n_slices)
+		return 0;
+	for (uint32_t scanned = 0; c < n && scanned < HEAL_VERS_SCAN; c += v->n_slices, scanned++)
+		queued += zl_chunk_warm(st->chunks, v->num, c, v->chunk_size, cb, arg) == 0;
+	return (int)queued;
+}
+
 int zl_storage_heal_versions(struct zl_storage *st, const struct zl_volume *v, uint32_t slice,
 			     uint64_t from, uint64_t above, struct zl_wire_chunk_ver *out,
 			     uint32_t max, uint64_t *next)
@@ -487,7 +508,7 @@ int zl_storage_heal_versions(struct zl_storage *st, const struct zl_volume *v, u
 
 	if (slice >= v->n_slices)
 		return -ZL_ERR_RANGE;
-	c = from + (slice + v->n_slices - from % v->n_slices) % v->n_slices;
+	c = vers_first(v, slice, from);
 	for (; c < n && got < max && scanned < HEAL_VERS_SCAN; c += v->n_slices, scanned++) {
 		uint32_t ncl = zl_chunk_snap_clones(st->chunks, v->num, c, cl, ZL_WIRE_VERS_MAX);
 		uint64_t cv = 0;
@@ -797,6 +818,7 @@ static void heal_list_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 	}
 	m->phase = HP_SCAN;
 	m->cursor = 0;
+	m->warm_end = 0;
 	zl_loop_defer(m->h->st->loop, &m->d, heal_scan, m);
 }
 
@@ -1121,6 +1143,35 @@ static void heal_clone_next(void *arg)
 		heal_pass_fail(m, "CHUNK_DELETE of a clone", rc);
 }
 
+static void heal_warm_cb(void *arg, int status)
+{
+	struct heal_member *m = arg;
+
+	(void)status; /* the version look-up that follows says what failed */
+	m->warming--;
+	if (member_should_stop(m) || m->warming || m->phase != HP_SCAN)
+		return;
+	zl_loop_defer(m->h->st->loop, &m->d, heal_scan, m);
+}
+
+/* Opens the next batch of local chunks from the cursor on the store's open
+ * workers, so the scan's version look-ups answer from memory instead of
+ * reading chunk files on the loop. True: heal_scan runs again when they
+ * are open. */
+static bool heal_warm(struct heal_member *m)
+{
+	struct zl_storage *st = m->h->st;
+	uint64_t end = ZL_MIN(m->cursor + HEAL_SCAN_BATCH, m->n_local);
+
+	for (uint64_t i = m->cursor; i < end; i++)
+		if (!bit_get(m->clean, i) &&
+		    zl_chunk_warm(st->chunks, m->vol, m->slice + i * m->n_slices, m->chunk_size,
+				  heal_warm_cb, m) == 0)
+			m->warming++;
+	m->warm_end = end;
+	return m->warming > 0;
+}
+
 static void heal_scan(void *arg)
 {
 	struct heal_member *m = arg;
@@ -1129,20 +1180,23 @@ static void heal_scan(void *arg)
 	if (member_should_stop(m))
 		return;
 	m->phase = HP_SCAN;
-	for (unsigned n = 0; n < HEAL_SCAN_BATCH && m->cursor < m->n_local; n++) {
+	if (m->cursor >= m->warm_end && heal_warm(m))
+		return;
+	for (unsigned n = 0; n < HEAL_SCAN_BATCH && m->cursor < m->warm_end; n++) {
 		uint64_t chunk = m->slice + m->cursor * m->n_slices, own = 0;
-		int rc = zl_chunk_version(st->chunks, m->vol, chunk, m->chunk_size, &own);
+		int rc;
 
-		if (rc) {
-			heal_pass_fail(m, "chunk version", rc);
-			return;
-		}
 		if (bit_get(m->clean, m->cursor)) {
 			/* Known complete: forwarded writes keep it in step (a
 			 * failed one clears the bit); its version as listed may
 			 * lag writes on their way. */
 			m->cursor++;
 			continue;
+		}
+		rc = zl_chunk_version(st->chunks, m->vol, chunk, m->chunk_size, &own);
+		if (rc) {
+			heal_pass_fail(m, "chunk version", rc);
+			return;
 		}
 		if (m->cl_cursor != m->cursor + 1) {
 			/* First its clones, once per pass. */

@@ -84,11 +84,17 @@ int zl_storage_heal_report(struct zl_storage *st, const char *vol_id, uint32_t s
 void zl_storage_heal_note_vol(struct zl_storage *st, uint64_t num);
 /* Fills up to max pairs of chunk versions above `above` of slice `slice`
  * of v, starting at chunk `from`; *next gets the chunk to continue from (0:
- * done). Blocking chunk metadata reads, bounded per call. Returns the number
- * of pairs or a negative error. */
+ * done). Reads the metadata of chunks not open (blocking), bounded per
+ * call: zl_storage_heal_versions_warm first. Returns the number of pairs or
+ * a negative error. */
 int zl_storage_heal_versions(struct zl_storage *st, const struct zl_volume *v, uint32_t slice,
 			     uint64_t from, uint64_t above, struct zl_wire_chunk_ver *out,
 			     uint32_t max, uint64_t *next);
+/* Opens on the store's open workers the chunks that zl_storage_heal_versions
+ * of the same (slice, from) looks at (zl_chunk_warm): the number of opens
+ * queued, each ending in cb(arg, status) on the loop (0: all open now). */
+int zl_storage_heal_versions_warm(struct zl_storage *st, const struct zl_volume *v, uint32_t slice,
+				  uint64_t from, zl_chunk_cb cb, void *arg);
 
 /* ---- clone chunks in healing (docs/SNAPSHOTS.md §2), loop thread ----
  *

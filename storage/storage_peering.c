@@ -124,6 +124,8 @@ struct peering_job {
 	struct pj_member m[ZL_MAX_REPLICAS - 1];
 	unsigned inflight; /* requests and chunk ops whose callback is due */
 	uint64_t cursor;   /* SCAN: next local chunk index */
+	uint64_t warm_end; /* SCAN: local chunks below it were warmed (pj_warm) */
+	unsigned warming;  /* their warms still due (counted in inflight too) */
 	/* chunk being copied (a clone chunk, or the chunk at the cursor) */
 	uint64_t cur_chunk, cur_win;
 	int cur_src; /* member pulled from, -1: our own copy */
@@ -935,6 +937,39 @@ static void pj_clone_next(struct peering_job *j)
 	zl_loop_defer(j->st->loop, &j->d, pj_scan, j);
 }
 
+static void pj_scan(void *arg);
+
+static void pj_warm_cb(void *arg, int status)
+{
+	struct peering_job *j = arg;
+
+	(void)status; /* the version look-up that follows says what failed */
+	j->warming--;
+	if (pj_done_cb(j))
+		return;
+	if (!j->warming)
+		zl_loop_defer(j->st->loop, &j->d, pj_scan, j);
+}
+
+/* Opens the next batch of local chunks from the cursor on the store's open
+ * workers, so the scan's version look-ups answer from memory instead of
+ * reading chunk files on the loop. True: pj_scan runs again when they are
+ * open. */
+static bool pj_warm(struct peering_job *j)
+{
+	uint64_t end = ZL_MIN(j->cursor + PEER_SCAN_BATCH, j->n_local);
+
+	for (uint64_t i = j->cursor; i < end; i++) {
+		if (zl_chunk_warm(j->st->chunks, j->vol, j->slice + i * j->n_slices, j->chunk_size,
+				  pj_warm_cb, j) == 0) {
+			j->warming++;
+			j->inflight++;
+		}
+	}
+	j->warm_end = end;
+	return j->warming > 0;
+}
+
 static void pj_scan(void *arg)
 {
 	struct peering_job *j = arg;
@@ -946,7 +981,9 @@ static void pj_scan(void *arg)
 		pj_over(j, NULL, 0);
 		return;
 	}
-	for (unsigned n = 0; n < PEER_SCAN_BATCH && j->cursor < j->n_local; n++) {
+	if (j->cursor >= j->warm_end && pj_warm(j))
+		return;
+	for (unsigned n = 0; n < PEER_SCAN_BATCH && j->cursor < j->warm_end; n++) {
 		uint64_t chunk = j->slice + j->cursor * j->n_slices, own = 0, win;
 		uint32_t behind;
 		int rc = zl_chunk_version(st->chunks, j->vol, chunk, j->chunk_size, &own);

@@ -82,6 +82,10 @@ struct dg_job {
 	struct zl_chunk_clone cl[DG_CLONES_MAX];
 	uint32_t n_cl, i_cl;
 	uint64_t cur_id;
+	/* chunks from the cursor up to warm_end were warmed (dg_warm); warms
+	 * still due: the job waits for them */
+	uint64_t warm_end;
+	unsigned warming;
 	struct zl_wire_chunk_digest rec[ZL_WIRE_DIGESTS_MAX];
 	uint32_t n;
 	uint64_t next; /* result: chunk to continue from, 0 when done */
@@ -310,6 +314,33 @@ static void dg_read(struct dg_job *j)
 		dg_finish(j, rc);
 }
 
+static void dg_step(void *arg);
+
+static void dg_warm_cb(void *arg, int status)
+{
+	struct dg_job *j = arg;
+
+	(void)status; /* the look that follows says what failed */
+	if (!--j->warming)
+		zl_loop_defer(j->st->loop, &j->d, dg_step, j);
+}
+
+/* Opens the next chunks from the cursor (up to DG_ABSENT_BATCH of the
+ * window) on the store's open workers, so zl_chunk_scrub_stat answers from
+ * memory instead of reading chunk files on the loop. True: dg_step runs
+ * again when they are open. */
+static bool dg_warm(struct dg_job *j)
+{
+	uint64_t c = j->cursor;
+
+	for (uint32_t k = 0; k < DG_ABSENT_BATCH && c < j->n_chunks && j->scanned + k < j->max_scan;
+	     k++, c += j->n_slices)
+		j->warming +=
+		    zl_chunk_warm(j->st->chunks, j->vol, c, j->chunk_size, dg_warm_cb, j) == 0;
+	j->warm_end = c;
+	return j->warming > 0;
+}
+
 static void dg_step(void *arg)
 {
 	struct dg_job *j = arg;
@@ -318,6 +349,8 @@ static void dg_step(void *arg)
 		dg_finish(j, -ZL_ERR_UNAVAIL);
 		return;
 	}
+	if (!j->in_chunk && j->cursor >= j->warm_end && dg_warm(j))
+		return;
 	for (unsigned k = 0; k < DG_ABSENT_BATCH; k++) {
 		uint64_t ver = 0;
 		int state;
@@ -326,6 +359,10 @@ static void dg_step(void *arg)
 			if (j->cursor >= j->n_chunks || j->scanned >= j->max_scan ||
 			    j->n >= ZL_WIRE_DIGESTS_MAX) {
 				dg_finish(j, 0);
+				return;
+			}
+			if (j->cursor >= j->warm_end) {
+				zl_loop_defer(j->st->loop, &j->d, dg_step, j); /* warms the next */
 				return;
 			}
 			j->n_cl = zl_chunk_snap_clones(j->st->chunks, j->vol, j->cursor, j->cl,
@@ -378,6 +415,7 @@ static int dg_start(struct dg_job *j, struct zl_storage *st, const struct zl_vol
 	j->scanned = 0;
 	j->max_scan = ZL_MAX(1u, DG_WINDOW_BYTES / v->chunk_size);
 	j->in_chunk = false;
+	j->warm_end = 0;
 	j->n = 0;
 	j->attempts = 0;
 	j->done = done;

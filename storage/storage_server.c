@@ -103,6 +103,9 @@ struct storage_req {
 	uint64_t t0_ns;	      /* arrival (metrics: latency to the answer) */
 	bool failed;	      /* answered with an error, or not at all */
 	bool nocount;	      /* answered by another context (metrics count that one) */
+	unsigned warming;     /* chunk opens it waits for (srv_warm) */
+	bool warmed;	      /* they ended: it does not wait for opens again */
+	void (*warm_resume)(struct storage_req *r); /* run when they ended */
 	bool held;	      /* waits for peering or a volume load before it runs */
 	bool loadwait;	      /* held for a volume load: slice, chunk_size unknown */
 	bool hold_load;	      /* held now for a load (counted in st->n_held_load) */
@@ -805,6 +808,32 @@ static void srv_clone_push_exec(struct storage_req *r)
 		req_reply_free(r, rc, r->seen_ver);
 }
 
+/* ---- chunks opened off the loop for a request (zl_chunk_warm) ---- */
+
+static void srv_warm_cb(void *arg, int status)
+{
+	struct storage_req *r = arg;
+
+	(void)status; /* the look-up that follows says what failed */
+	if (--r->warming)
+		return;
+	r->warmed = true;
+	r->warm_resume(r);
+}
+
+/* r is about to look up chunk's version (zl_chunk_version reads a closed
+ * chunk's metadata on the loop): true when the chunk's open was queued on
+ * the store's open workers, resume(r) then runs. Once per request. */
+static bool srv_warm(struct storage_req *r, uint64_t chunk, void (*resume)(struct storage_req *r))
+{
+	if (r->warmed ||
+	    zl_chunk_warm(r->st->chunks, r->req.vol_id, chunk, r->chunk_size, srv_warm_cb, r) != 0)
+		return false;
+	r->warming = 1;
+	r->warm_resume = resume;
+	return true;
+}
+
 /* CHUNK_PUSH on a member: applied only while our copy is older than the
  * pushed version (never over a newer write), or, with ZL_PUSH_REPLACE to a
  * member that is not IN_SYNC, whenever the versions differ: a newer copy
@@ -823,6 +852,8 @@ static void srv_push_exec(struct storage_req *r)
 		srv_clone_push_exec(r);
 		return;
 	}
+	if (srv_warm(r, h->chunk, srv_push_exec))
+		return;
 	rc = zl_chunk_version(st->chunks, h->vol_id, h->chunk, r->chunk_size, &own);
 
 	if (!rc && !zl_storage_push_accepts(own, h->aux, replace))
@@ -1332,6 +1363,8 @@ static void srv_read_disk(struct storage_req *r)
 		req_reply_free(r, -ZL_ERR_ABSENT, r->seen_ver);
 		return;
 	}
+	if ((h->flags & ZL_WF_ANY) && srv_warm(r, id, srv_read_disk))
+		return;
 	if (h->flags & ZL_WF_ANY)
 		/* Read before the data: the copy is never labelled newer. */
 		rc = zl_chunk_version(st->chunks, h->vol_id, id, r->chunk_size, &r->dver);
@@ -1442,7 +1475,7 @@ static int srv_recheck(struct storage_req *r)
 }
 
 static void srv_chunk_versions(struct zl_storage *st, struct zl_xport_conn *c,
-			       const struct zl_wire_hdr *h);
+			       const struct zl_wire_hdr *h, bool warmed);
 
 /* r passed its checks after waiting: run it. */
 static void srv_resume(struct storage_req *r)
@@ -1450,7 +1483,7 @@ static void srv_resume(struct storage_req *r)
 	r->held = false;
 	switch (r->req.opcode) {
 	case ZL_OP_CHUNK_VERSIONS: /* answered with a request of its own */
-		srv_chunk_versions(r->st, r->conn, &r->req);
+		srv_chunk_versions(r->st, r->conn, &r->req, false);
 		r->nocount = true;
 		req_free(r);
 		return;
@@ -1607,8 +1640,18 @@ out_reply:
 
 /* CHUNK_VERSIONS (heal): the (chunk, version) pairs of slice h->offset
  * above h->aux from chunk h->chunk on, one bounded page per request. */
+/* The chunks a CHUNK_VERSIONS request looks at are open: answered. */
+static void srv_versions_warmed(struct storage_req *r)
+{
+	srv_chunk_versions(r->st, r->conn, &r->req, true);
+	r->nocount = true;
+	req_free(r);
+}
+
+/* warmed: the chunks were opened for it (a second warm could chase an
+ * eviction: the look-up reads what is still closed). */
 static void srv_chunk_versions(struct zl_storage *st, struct zl_xport_conn *c,
-			       const struct zl_wire_hdr *h)
+			       const struct zl_wire_hdr *h, bool warmed)
 {
 	struct zl_wire_chunk_ver pairs[ZL_WIRE_VERS_MAX];
 	struct zl_storage_vol *sv;
@@ -1634,9 +1677,22 @@ static void srv_chunk_versions(struct zl_storage *st, struct zl_xport_conn *c,
 		st, &sv->v.slices[h->offset],
 		zl_slice_index_of(&sv->v.slices[h->offset], st->cfg.node_id)))
 		n = 0;
-	else if (!n)
+	else if (!n) {
+		/* Closed chunks are opened off the loop first (a member just
+		 * restarted answers every primary's peering and recovery). */
+		r = warmed ? NULL : req_alloc(st, c, h, zl_hash64(h->vol_id));
+		if (r) {
+			r->warm_resume = srv_versions_warmed;
+			r->warming = (unsigned)zl_storage_heal_versions_warm(
+			    st, &sv->v, h->offset, h->chunk, srv_warm_cb, r);
+			if (r->warming)
+				return;
+			r->nocount = true;
+			req_free(r);
+		}
 		n = zl_storage_heal_versions(st, &sv->v, h->offset, h->chunk, h->aux, pairs,
 					     ZL_WIRE_VERS_MAX, &next);
+	}
 	if (n < 0) {
 		srv_reply(st, c, h, n, 0, 0);
 		return;
@@ -1702,7 +1758,7 @@ static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_w
 	case ZL_OP_CHUNK_VERSIONS:
 		if (!st->heal)
 			break;
-		srv_chunk_versions(st, c, h);
+		srv_chunk_versions(st, c, h, false);
 		return;
 	case ZL_OP_CHUNK_DIGEST: /* storage_scrub.c */
 		zl_storage_scrub_digest_serve(st, c, h);

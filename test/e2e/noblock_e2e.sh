@@ -23,10 +23,18 @@
 #     the import completes.
 #  4. New chunk files are created on the daemons (zl volume import of a new
 #     volume nb3) while every fsync of a new chunk file takes FS_MS
-#     (1500 ms: test/e2e/fsync_delay.c, preloaded into every daemon, delays
+#     (1500 ms: test/e2e/io_delay.c, preloaded into every daemon, delays
 #     fsyncs of *.tmp files while $CL_DIR/slowfsync exists): the creation
 #     runs on the chunk store's open workers, the I/O of nb's open chunk
 #     goes on.
+#  5. Peering over chunk files that are closed (node-1 restarted after nb4,
+#     256 chunks of 64 KiB in 64 slices, was written) while every open of an
+#     existing chunk file takes OPEN_MS (400 ms: the shim's open delay, while
+#     $CL_DIR/slowopen exists): two slices of nb4 move to node-1 as primary
+#     (its own version scan, 4 chunks each) and two to node-2 (node-1 lists
+#     its versions for node-2's CHUNK_VERSIONS). The chunks are opened on the
+#     store's open workers (zl_chunk_warm), the I/O of nb's open chunk goes
+#     on; on the loop each scan would take 1.6 s.
 # No cluster manager: the rows change only by hand (hl_etcd order).
 # Oracle: e2e_lat's slowest operation and longest gap stay under
 # NB_MAX_MS (1000 ms: a third of a hold, a fifth of the etcd timeout; on a
@@ -35,7 +43,9 @@
 # every hold, the chunk 0 writes completed after the release of step 2, in
 # step 3 node-1 connected to node-4 after the release and nb2 reads back
 # what the import wrote, and in step 4 the daemons' fsyncs were delayed (the
-# shim's log), I/O completed meanwhile and nb3 reads back as imported.
+# shim's log), I/O completed meanwhile and nb3 reads back as imported; in
+# step 5 node-1's opens of nb4's chunk files were delayed (16 of them, the
+# shim's log) while e2e_lat's operations stayed under NB_MAX_MS.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
@@ -45,12 +55,14 @@ fail() {
 	echo "noblock_e2e: FAIL: $*" >&2
 	[ -f "$CL_DIR/lat.out" ] && { echo "--- e2e_lat" >&2; cat "$CL_DIR/lat.out" "$CL_DIR/lat.err" >&2; }
 	for f in "$CL_DIR"/storage-*/log; do echo "--- $f" >&2; grep -v DEBUG "$f" | tail -8 >&2; done
+	[ -n "${LAT:-}" ] && kill "$LAT" 2>/dev/null
 	exit 1
 }
 ok() { echo "noblock_e2e: ok: $*"; }
 PY=/usr/bin/python3
 MAX_MS=${NB_MAX_MS:-1000}
 FS_MS=1500
+OPEN_MS=400
 CL_MANAGER=0 cl_e2e_begin e2e-noblock "$1" 0 || fail "cluster did not start"
 
 PS=$(hold_proxy_start storage all)
@@ -59,9 +71,11 @@ PC=$(hold_proxy_start client all)
 # held (step 3).
 # Every daemon with the fsync delay of step 4 (idle until slowfsync exists).
 start() {
-	local -x LD_PRELOAD="$CL_BIN/libzl_fsync_delay.so" ZL_FSYNC_DELAY_MS=$FS_MS \
+	local -x LD_PRELOAD="$CL_BIN/libzl_io_delay.so" ZL_FSYNC_DELAY_MS=$FS_MS \
 		ZL_FSYNC_DELAY_WHILE="$CL_DIR/slowfsync" ZL_FSYNC_DELAY_SUFFIX=.zlc.tmp \
-		ZL_FSYNC_DELAY_LOG="$CL_DIR/fsync-delays"
+		ZL_FSYNC_DELAY_LOG="$CL_DIR/fsync-delays" ZL_OPEN_DELAY_MS=$OPEN_MS \
+		ZL_OPEN_DELAY_WHILE="$CL_DIR/slowopen" ZL_OPEN_DELAY_SUFFIX=.zlc \
+		ZL_OPEN_DELAY_LOG="$CL_DIR/storage-$1.open-delays"
 	if [ "$1" = 4 ]; then
 		cl_start_storage 4 "" --gc-interval 1
 	else
@@ -87,6 +101,20 @@ cl_wait_nodes 3 || fail "storage nodes did not register"
 V=$(vol_id nb)
 [ -n "$V" ] || fail "no volume id"
 [ "$(cl_rows "$V" | wc -l)" -ge 2 ] || fail "nb has fewer than 2 slices: $(cl_rows "$V")"
+# nb4 (step 5) on node-1..3, its first four rows with node-3 as primary;
+# node-1 restarts after it is written, so its copies are closed.
+"$ZL" volume create nb4 --size 16M --chunk-size 64K --replicas 3 >/dev/null || fail "create nb4"
+V4=$(vol_id nb4)
+[ "$(cl_rows "$V4" | wc -l)" = 64 ] || fail "nb4 does not have 64 slices: $(cl_rows "$V4" | wc -l)"
+for s4 in 0 1 2 3; do
+	hl_etcd order "$V4" $s4 node-3 node-2 node-1 || fail "cannot order slice $s4 of nb4"
+done
+dd if=/dev/urandom of="$CL_DIR/nb4.img" bs=1M count=16 status=none
+"$ZL" volume import nb4 "$CL_DIR/nb4.img" >/dev/null 2>"$CL_DIR/import4.err" ||
+	fail "import of nb4: $(cat "$CL_DIR/import4.err")"
+cl_stop storage-1
+start 1
+cl_wait_nodes 3 || fail "node-1 did not register again"
 # node-1 is the primary of chunk 1 (slice 1), the one e2e_lat writes.
 row1=$(cl_rows "$V" | awk '$1 == 1')
 others=$(awk '{for (i = 4; i <= NF; i++) {split($i, a, ":"); if (a[1] != "node-1") printf "%s ", a[1]}}' <<<"$row1")
@@ -214,6 +242,31 @@ delays=$(grep -c '\.zlc\.tmp$' "$CL_DIR/fsync-delays" 2>/dev/null || true)
 cmp -s "$CL_DIR/nb3.img" "$CL_DIR/nb3c.img" || fail "nb3 does not read back as imported"
 ok "$delays new chunk files created with ${FS_MS} ms fsyncs in $(((t1 - t0) / 1000000)) ms: $((o7 - o6)) operations meanwhile, the slowest ${smax} ms"
 
+# 5. Peering over closed chunk files while each open takes OPEN_MS.
+ticks 1
+o8=$(ops_now)
+l8=$(grep -c '^ops=' "$CL_DIR/lat.out")
+touch "$CL_DIR/slowopen"
+for s4 in 0 1; do
+	hl_etcd order "$V4" $s4 node-1 node-2 node-3 || fail "cannot make node-1 primary of slice $s4 of nb4"
+done
+for s4 in 2 3; do
+	hl_etcd order "$V4" $s4 node-2 node-1 node-3 || fail "cannot make node-2 primary of slice $s4 of nb4"
+done
+opens() { grep -c "/$V4/" "$CL_DIR/storage-1.open-delays" 2>/dev/null || true; }
+for _ in $(seq 1 300); do [ "$(opens)" -ge 16 ] && break; sleep 0.1; done
+n_opens=$(opens)
+[ "${n_opens:-0}" -ge 16 ] ||
+	fail "node-1 opened ${n_opens:-0} of the 16 closed chunk files of nb4's slices 0-3 (were they open already?)"
+ticks 2
+rm -f "$CL_DIR/slowopen"
+o9=$(ops_now)
+smax=$(grep '^ops=' "$CL_DIR/lat.out" | tail -n "+$((l8 + 1))" | sed 's/.*max_ms=//' | sort -g | tail -1)
+awk -v m="${smax:-0}" -v lim="$MAX_MS" 'BEGIN { exit !(m < lim) }' ||
+	fail "an operation of nb took ${smax} ms while node-1 peered over closed chunk files (limit $MAX_MS ms: chunk opens block the I/O thread)"
+[ "${o9:-0}" -gt "${o8:-0}" ] || fail "no I/O completed while node-1 opened closed chunk files (ops $o8 -> $o9)"
+ok "node-1 peered over $n_opens closed chunk files with ${OPEN_MS} ms opens: $((o9 - o8)) operations meanwhile, the slowest ${smax} ms"
+
 touch "$CL_DIR/stop"
 rc=0
 wait "$LAT" || rc=$?
@@ -222,4 +275,4 @@ last=$(tail -1 "$CL_DIR/lat.out")
 [[ "$last" =~ triggers=([0-9]+) ]] && [ "${BASH_REMATCH[1]}" -ge 1 ] ||
 	fail "no write of chunk 0 completed after the reload: $last"
 ok "every operation under $MAX_MS ms, every read back as written: $last"
-echo "FIGURE: noblock: $last (etcd held 3 s for the daemons, then for the client, then for the daemons while a primary connects to a new peer; then new chunk files created with ${FS_MS} ms fsyncs)"
+echo "FIGURE: noblock: $last (etcd held 3 s for the daemons, then for the client, then for the daemons while a primary connects to a new peer; then new chunk files created with ${FS_MS} ms fsyncs; then peering over closed chunk files with ${OPEN_MS} ms opens)"

@@ -2124,6 +2124,68 @@ static void test_open_waits(void **state)
 	free(r1);
 }
 
+/* zl_chunk_warm: a closed chunk is opened off the loop (its callback once
+ * it is in the table, then answered from memory: 1), a chunk with no file
+ * ends at once with 0 and stays closed, warms join an open in flight in
+ * order with other ops, a delete ends a warm in flight with NOT_FOUND. */
+static void test_warm(void **state)
+{
+	struct env *e = *state;
+	struct done d[6] = {0};
+	uint8_t *p = t_alloc(NULL, 4096), *r = t_alloc(NULL, 4096);
+	uint64_t ver;
+
+	fill(p, 4096, 31);
+	/* A warm reuses the context of an ended operation of a chunk freed
+	 * since: it must not touch that chunk (ASan sees it if it does). */
+	assert_int_equal(zl_chunk_write(e->s, VOL, 45, CS, 0, 4096, p, 1, done_cb, &d[0]), 0);
+	wait_all(e, d, 1);
+	assert_int_equal(zl_chunk_delete(e->s, VOL, 45), 0);
+	assert_int_equal(zl_chunk_warm(e->s, VOL, 46, CS, done_cb, &d[1]), 0);
+	wait_all(e, &d[1], 1);
+	assert_int_equal(d[1].status, 0);
+	memset(d, 0, sizeof(d));
+	assert_int_equal(zl_chunk_write(e->s, VOL, 40, CS, 0, 4096, p, 7, done_cb, &d[0]), 0);
+	assert_int_equal(zl_chunk_write(e->s, VOL, 42, CS, 0, 4096, p, 9, done_cb, &d[1]), 0);
+	wait_all(e, d, 2);
+	assert_int_equal(d[0].status, 0);
+	assert_int_equal(d[1].status, 0);
+	assert_int_equal(zl_chunk_warm(e->s, VOL, 40, CS, done_cb, &d[2]), 1); /* open */
+	assert_int_equal(zl_chunk_warm(e->s, VOL, 40, 12345, done_cb, &d[2]), -ZL_ERR_INVAL);
+	assert_int_equal(zl_chunk_warm(e->s, VOL, 40, CS, NULL, NULL), -ZL_ERR_INVAL);
+	/* Closed: a new store over the same directory. */
+	zl_chunk_store_destroy(e->s);
+	env_open(e);
+	memset(d, 0, sizeof(d));
+	assert_int_equal(zl_chunk_warm(e->s, VOL, 40, CS, done_cb, &d[0]), 0);
+	/* A read queued behind it, and a second warm: in their order. */
+	assert_int_equal(zl_chunk_read(e->s, VOL, 40, CS, 0, 4096, r, done_cb, &d[1]), 0);
+	assert_int_equal(zl_chunk_warm(e->s, VOL, 40, CS, done_cb, &d[2]), 0);
+	assert_int_equal(zl_chunk_warm(e->s, VOL, 41, CS, done_cb, &d[3]), 0); /* no file */
+	assert_int_equal(zl_chunk_warm(e->s, VOL, 42, CS, done_cb, &d[4]), 0);
+	assert_int_equal(zl_chunk_delete(e->s, VOL, 42), 0);
+	wait_all(e, d, 5);
+	assert_int_equal(d[0].status, 0);
+	assert_int_equal(d[1].status, 0);
+	assert_memory_equal(r, p, 4096);
+	assert_int_equal(d[2].status, 0);
+	assert_int_equal(d[3].status, 0);
+	assert_int_equal(d[4].status, -ZL_ERR_NOT_FOUND);
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(d[i].calls, 1);
+	assert_int_equal(zl_chunk_warm(e->s, VOL, 40, CS, done_cb, &d[5]), 1);
+	assert_int_equal(zl_chunk_version(e->s, VOL, 40, CS, &ver), 0);
+	assert_true(ver == 7);
+	assert_int_equal(zl_chunk_version(e->s, VOL, 41, CS, &ver), 0);
+	assert_true(ver == 0);
+	assert_int_equal(zl_chunk_warm(e->s, VOL, 41, CS, done_cb, &d[5]), 0); /* still none */
+	wait_all(e, &d[5], 1);
+	assert_int_equal(d[5].status, 0);
+	assert_int_equal(zl_chunk_store_inflight(e->s), 0);
+	free(p);
+	free(r);
+}
+
 /* Group commit across chunks: 64 concurrent 4 KiB writes to 64 open chunks
  * share a few records; the disk sees far fewer durable writes than client
  * writes. (The chunks are created first: each creation ends on its own, on
@@ -2987,6 +3049,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_delete_inflight, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_open_waits, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_warm, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_scrub_missing, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_foreach_and_args, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_snap_cow, setup, teardown),
