@@ -634,8 +634,8 @@ static struct {
 	const char *prefix;
 	char vol_key[512]; /* the record meddled with */
 	const char *vol_id;
-	int meddle;        /* puts still to meddle with */
-	int puts;          /* puts of vol_key seen (meddlers' excluded) */
+	int meddle; /* puts still to meddle with */
+	int puts;   /* puts of vol_key seen (meddlers' excluded) */
 	bool in_meddle;
 } g_mod;
 
