@@ -1,4 +1,4 @@
-/* zl volume create|ls|inspect|rm (+ dispatch of import/export/serve). */
+/* zl volume create|ls|inspect|set|resize|rm (+ dispatch of import/export/serve). */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +18,7 @@ static const char cli_volume_usage[] =
     "         LIMITS: --read-iops N --write-iops N --read-bps B --write-bps B (0 = unlimited),\n"
     "         --iops N --bps B (read and write), --burst-read-iops N ... --burst-iops N\n"
     "         --burst-bps B (0 = a tenth of a second of the rate)\n"
+    "       zl volume resize NAME SIZE   (grows it; never shrinks)\n"
     "       zl volume ls\n"
     "       zl volume inspect NAME\n"
     "       zl volume rm NAME [--force]\n"
@@ -83,8 +84,12 @@ static const char *cli_qos_fmt(int k, uint64_t x, char *buf, size_t len)
 	return buf;
 }
 
-/* Parses "CMD NAME" with only --help; returns 0, -1 (help) or exit code. */
-static int cli_vol_name_only(const char *cmd, int argc, char **argv, const char **name)
+/* Parses "CMD ARG..." with only --help: the n arguments what[] names
+ * ("volume name", "size") into out[]. usage: "zl CMD NAME ...", printed
+ * with --help (or help, when not NULL) and with a wrong count. Returns 0,
+ * -1 (help printed) or the exit code. */
+static int cli_vol_args(const char *cmd, const char *usage, const char *help, int argc, char **argv,
+			const char *const *what, int n, const char **out)
 {
 	static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {0}};
 	int c;
@@ -93,17 +98,25 @@ static int cli_vol_name_only(const char *cmd, int argc, char **argv, const char 
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		if (c == 'h') {
-			printf("usage: zl %s NAME\n", cmd);
+			if (help)
+				fputs(help, stdout);
+			else
+				printf("usage: %s\n", usage);
 			return -1;
 		}
 		return zl_cli_opt_error(cmd, c, optopt, argv, optind);
 	}
-	if (argc - optind != 1) {
-		zl_cli_err("%s (usage: zl %s NAME)",
-			   argc - optind < 1 ? "missing volume name" : "too many arguments", cmd);
+	if (argc - optind != n) {
+		char missing[64];
+
+		snprintf(missing, sizeof(missing), "missing %s",
+			 argc - optind < n ? what[argc - optind] : "");
+		zl_cli_err("%s (usage: %s)", argc - optind < n ? missing : "too many arguments",
+			   usage);
 		return ZL_CLI_EXIT_USAGE;
 	}
-	*name = argv[optind];
+	for (int i = 0; i < n; i++)
+		out[i] = argv[optind + i];
 	return 0;
 }
 
@@ -390,7 +403,8 @@ static int cli_volume_inspect(struct zl_cli *cli, int argc, char **argv)
 	char sz[32], csz[32], ts[32];
 	int rc;
 
-	rc = cli_vol_name_only("volume inspect", argc, argv, &name);
+	rc = cli_vol_args("volume inspect", "zl volume inspect NAME", NULL, argc, argv,
+			  (const char *const[]){"volume name"}, 1, &name);
 	if (rc)
 		return rc < 0 ? 0 : rc;
 	rc = zl_cli_etcd(cli);
@@ -606,6 +620,112 @@ static int cli_volume_set(struct zl_cli *cli, int argc, char **argv)
 	return ZL_CLI_EXIT_RUNTIME;
 }
 
+static const char cli_resize_help[] =
+    "usage: zl volume resize NAME|ID SIZE\n"
+    "  grows the volume to SIZE (K/M/G/T, powers of 1024; rounded up to 4 KiB,\n"
+    "  at most 1 PiB): its record's size, a compare-and-swap retried when the\n"
+    "  record changes meanwhile (the edit ControllerExpandVolume makes).\n"
+    "  Volumes never shrink: a SIZE below the volume's is refused; its own\n"
+    "  size changes nothing. The storage daemons and the volume's clients\n"
+    "  (zl, attach processes) see the new size at once, but the device of an\n"
+    "  attached volume (/dev/ublkbN, /dev/nbdN, the loop device on the FUSE\n"
+    "  file) and its filesystem keep the old size until NodeExpandVolume or\n"
+    "  the next stage: in Kubernetes grow the PVC instead\n"
+    "  (spec.resources.requests.storage), which also updates the PV: a PVC\n"
+    "  grown later to less than the size given here is refused (the controller\n"
+    "  answers OUT_OF_RANGE to a size below the volume's).\n";
+
+/* Prints why zl_meta_volume_modify refused to grow name to size (was: the
+ * record as read); returns the exit code. */
+static int cli_volume_resize_err(struct zl_cli *cli, const char *name, uint64_t size,
+				 const struct zl_volume *was, int rc)
+{
+	struct zl_snapshot snap;
+	char a[32], b[32], what[300];
+
+	if ((rc == -ZL_ERR_NOT_FOUND || rc == -ZL_ERR_INVAL) && !was->id[0]) {
+		if (!zl_meta_snap_lookup(cli->etcd, cli->prefix, name, &snap))
+			zl_cli_err("'%s' is a snapshot of volume %s, not a volume: snapshots keep "
+				   "their size (clone it larger: 'zl volume clone %s NEW "
+				   "--from-snapshot %s --size SIZE')",
+				   name, snap.vol, snap.vol, name);
+		else
+			zl_cli_err("volume '%s' not found (see 'zl volume ls')", name);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
+	if (rc == -ZL_ERR_RANGE && size > ZL_META_SIZE_MAX) {
+		zl_cli_err("cannot resize volume '%s' to %s: the largest volume is %s", name,
+			   zl_format_size(size, a, sizeof(a)),
+			   zl_format_size(ZL_META_SIZE_MAX, b, sizeof(b)));
+		return ZL_CLI_EXIT_USAGE;
+	}
+	if (rc == -ZL_ERR_RANGE) {
+		zl_cli_err("volume '%s' is %s (%llu bytes); shrinking is not supported: give a "
+			   "size >= %s",
+			   name, zl_format_size(was->size, a, sizeof(a)),
+			   (unsigned long long)was->size, a);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
+	if (rc == -ZL_ERR_BUSY) {
+		if (!strcmp(was->state, "deleting"))
+			zl_cli_err("cannot resize volume '%s': it is deleting, not ready (an "
+				   "interrupted delete: 'zl volume rm %s' finishes it)",
+				   name, name);
+		else
+			zl_cli_err("cannot resize volume '%s': it is %s, not ready", name,
+				   was->state);
+		return ZL_CLI_EXIT_RUNTIME;
+	}
+	snprintf(what, sizeof(what), "cannot resize volume '%s'%s", name,
+		 rc == -ZL_ERR_CONFLICT ? " (its record kept changing under us: run the same "
+					  "command again)"
+					: "");
+	zl_cli_etcd_err(cli, what, rc);
+	return ZL_CLI_EXIT_RUNTIME;
+}
+
+/* zl volume resize NAME|ID SIZE: grows the volume's record
+ * (zl_meta_volume_modify with ZL_VMOD_SIZE, the edit of
+ * ControllerExpandVolume). Attached devices are not grown: cli_resize_help. */
+static int cli_volume_resize(struct zl_cli *cli, int argc, char **argv)
+{
+	static const char *const what[] = {"volume name", "size"};
+	struct zl_volume_mod mod = {.mask = ZL_VMOD_SIZE};
+	struct zl_volume was = {0}, now = {0};
+	char a[32], b[32], node[256];
+	const char *args[2], *name;
+	int rc;
+
+	rc = cli_vol_args("volume resize", "zl volume resize NAME SIZE", cli_resize_help, argc,
+			  argv, what, 2, args);
+	if (rc)
+		return rc < 0 ? 0 : rc;
+	name = args[0];
+	if (zl_cli_parse_size(args[1], false, &mod.size)) {
+		zl_cli_err("bad size '%s': use a number above 0 with K/M/G/T (e.g. 20G)", args[1]);
+		return ZL_CLI_EXIT_USAGE;
+	}
+	rc = zl_cli_etcd(cli);
+	if (rc)
+		return rc;
+	rc = zl_meta_volume_modify(cli->etcd, cli->prefix, name, &mod, &was, &now);
+	if (rc)
+		return cli_volume_resize_err(cli, name, mod.size, &was, rc);
+	if (now.size == was.size) {
+		printf("volume '%s' (%s) is %s already: nothing to do\n", name, now.id,
+		       zl_format_size(now.size, a, sizeof(a)));
+		return 0;
+	}
+	printf("volume '%s' (%s): size %s -> %s (%llu bytes)\n", name, now.id,
+	       zl_format_size(was.size, a, sizeof(a)), zl_format_size(now.size, b, sizeof(b)),
+	       (unsigned long long)now.size);
+	if (!zl_meta_attachment_get(cli->etcd, cli->prefix, now.id, node, sizeof(node)))
+		printf("volume '%s' is attached to node %s: its device keeps %s until "
+		       "NodeExpandVolume (grow the PVC) or the next stage\n",
+		       name, node, a);
+	return 0;
+}
+
 int zl_cli_volume(struct zl_cli *cli, int argc, char **argv)
 {
 	const char *sub = argc >= 2 ? argv[1] : NULL;
@@ -629,6 +749,8 @@ int zl_cli_volume(struct zl_cli *cli, int argc, char **argv)
 		return cli_volume_inspect(cli, argc, argv);
 	if (!strcmp(sub, "set"))
 		return cli_volume_set(cli, argc, argv);
+	if (!strcmp(sub, "resize"))
+		return cli_volume_resize(cli, argc, argv);
 	if (!strcmp(sub, "rm") || !strcmp(sub, "delete"))
 		return cli_volume_rm(cli, argc, argv);
 	if (!strcmp(sub, "import"))

@@ -18,6 +18,8 @@ static const char cli_usage[] =
     "  volume set NAME --min-size N    in-sync copies a write needs (applied at once)\n"
     "  volume set NAME --iops N --bps B  client I/O limits (--read-iops, --write-bps,\n"
     "                                  --burst-..., --io-timeout; applied at once)\n"
+    "  volume resize NAME SIZE         grow the volume (never shrinks; an attached\n"
+    "                                  device grows with NodeExpandVolume)\n"
     "  volume ls                       all volumes\n"
     "  volume inspect NAME             record and placement table\n"
     "  volume rm NAME [--force]        delete the volume and its data (daemons that are\n"

@@ -42,8 +42,8 @@
 #define CTRL_FLATTEN_RATE_MIB 64
 /* Volume size when CreateVolume gives no capacity_range. */
 #define CTRL_DEFAULT_SIZE (1ull << 30)
-/* Largest volume this controller creates or grows to (1 PiB). */
-#define CTRL_MAX_SIZE (1ull << 50)
+/* Largest volume this controller creates or grows to (1 PiB, lib/meta). */
+#define CTRL_MAX_SIZE ZL_META_SIZE_MAX
 /* CSI: strings are at most 128 bytes; node ids are used in the attach token. */
 #define CTRL_NODE_ID_MAX 128
 #define CTRL_ID_MAX 128

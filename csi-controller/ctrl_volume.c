@@ -12,9 +12,9 @@
 #include "ctrl.h"
 #include "lib/client/client.h"
 
-/* Compare-and-swap rounds of ControllerExpandVolume against concurrent
- * record updates (slice drops by storage daemons). */
-#define EXPAND_TRIES 8
+/* Compare-and-swap rounds of DeleteVolume's mark against concurrent record
+ * updates (slice rows by the manager, knobs, a resize). */
+#define DELETE_TRIES 8
 
 static Csi__V1__Volume__VolumeContextEntry *ctx_entry(struct zl_grpc_call *call, const char *k,
 						      const char *v)
@@ -643,7 +643,7 @@ static int delete_mark(struct ctrl *c, struct zl_grpc_call *call, const char *vo
 	*gone = false;
 	zl_meta_key(vkey, sizeof(vkey), c->prefix, "volumes", vol_id);
 	zl_meta_key(akey, sizeof(akey), c->prefix, "attachments", vol_id);
-	for (int tries = 0; tries < EXPAND_TRIES; tries++) {
+	for (int tries = 0; tries < DELETE_TRIES; tries++) {
 		bool ok = false;
 		char *json;
 
@@ -757,55 +757,50 @@ int ctrl_delete_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMess
 
 /* --------------------------------------------------- ControllerExpandVolume */
 
+/* The record edit is zl_meta_volume_modify's (ZL_VMOD_SIZE: a
+ * compare-and-swap retried on a concurrent change), shared with zl volume
+ * resize. */
 static int expand_locked(struct ctrl *c, struct zl_grpc_call *call,
 			 const Csi__V1__ControllerExpandVolumeRequest *r, uint64_t want,
 			 Csi__V1__ControllerExpandVolumeResponse *out)
 {
-	struct zl_volume v;
-	uint64_t old;
+	const struct zl_volume_mod mod = {.mask = ZL_VMOD_SIZE | ZL_VMOD_BY_ID, .size = want};
+	struct zl_volume was, now;
+	uint64_t num;
 	int rc;
 
-	for (int tries = 0;; tries++) {
-		rc = ctrl_volume_load(c, call, r->volume_id, &v);
-		if (rc)
-			return rc;
-		old = v.size;
-		if (want < v.size) {
-			rc = zl_grpc_fail(call, ZL_GRPC_OUT_OF_RANGE,
-					  "capacity_range.required_bytes=%" PRId64
-					  " is below the current size %" PRIu64
-					  " of volume %s: volumes cannot shrink",
-					  r->capacity_range->required_bytes, v.size, v.id);
-			goto out;
-		}
-		if (want == v.size)
-			break;
-		if (strcmp(v.state, "ready")) {
-			rc = zl_grpc_fail(call, ZL_GRPC_FAILED_PRECONDITION,
-					  "volume %s is in state %s", v.id, v.state);
-			goto out;
-		}
-		v.size = want;
-		rc = zl_meta_volume_update(c->etcd, c->prefix, &v);
-		if (!rc)
-			break;
-		zl_volume_fini(&v);
-		if (rc != -ZL_ERR_CONFLICT || tries + 1 >= EXPAND_TRIES)
-			return zl_grpc_fail_err(call, rc, "volume %s: cannot write the new size (%s)",
-						r->volume_id, zl_etcd_last_error());
-	}
-	if (old != v.size)
+	if (zl_vol_id_parse(r->volume_id, &num))
+		return zl_grpc_fail(call, ZL_GRPC_NOT_FOUND,
+				    "volume_id %s not found (Zipline ids are vol- and 16 hex digits)",
+				    r->volume_id);
+	rc = zl_meta_volume_modify(c->etcd, c->prefix, r->volume_id, &mod, &was, &now);
+	if (rc == -ZL_ERR_NOT_FOUND)
+		return zl_grpc_fail(call, ZL_GRPC_NOT_FOUND, "volume_id %s not found",
+				    r->volume_id);
+	if (rc == -ZL_ERR_RANGE)
+		return zl_grpc_fail(call, ZL_GRPC_OUT_OF_RANGE,
+				    "capacity_range.required_bytes=%" PRId64
+				    " is below the current size %" PRIu64
+				    " of volume %s: volumes cannot shrink",
+				    r->capacity_range->required_bytes, was.size, was.id);
+	if (rc == -ZL_ERR_BUSY)
+		return zl_grpc_fail(call, ZL_GRPC_FAILED_PRECONDITION, "volume %s is in state %s",
+				    was.id, was.state);
+	if (rc && !was.id[0])
+		return zl_grpc_fail_err(call, rc, "cannot read volume %s from etcd (%s)",
+					r->volume_id, zl_etcd_last_error());
+	if (rc)
+		return zl_grpc_fail_err(call, rc, "volume %s: cannot write the new size (%s)",
+					r->volume_id, zl_etcd_last_error());
+	if (was.size != now.size)
 		ZL_LOG_INFO(CTRL_LOG, "ControllerExpandVolume id=%s size=%" PRIu64 "->%" PRIu64,
-			    v.id, old, v.size);
-	out->capacity_bytes = (int64_t)v.size;
+			    now.id, was.size, now.size);
+	out->capacity_bytes = (int64_t)now.size;
 	/* Block volumes have nothing to grow on the node; a filesystem does. */
 	out->node_expansion_required =
 	    !(r->volume_capability &&
 	      r->volume_capability->access_type_case == CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK);
-	rc = ZL_GRPC_OK;
-out:
-	zl_volume_fini(&v);
-	return rc;
+	return ZL_GRPC_OK;
 }
 
 int ctrl_expand_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMessage *req,
@@ -906,11 +901,10 @@ int ctrl_modify_volume(void *ctx, struct zl_grpc_call *call, const ProtobufCMess
 	rc = ctrl_op_begin(c, call, "vol", r->volume_id, &lk);
 	if (rc)
 		return rc;
+	mod.mask |= ZL_VMOD_BY_ID; /* never a volume named like this id */
 	rc = zl_meta_volume_modify(c->etcd, c->prefix, r->volume_id, &mod, &was, &now);
 	ctrl_op_end(c, &lk);
-	/* lib/meta falls back to a name: only the volume of that id counts. */
-	if (rc == -ZL_ERR_NOT_FOUND || (!rc && strcmp(now.id, r->volume_id)) ||
-	    (rc == -ZL_ERR_INVAL && strcmp(was.id, r->volume_id)))
+	if (rc == -ZL_ERR_NOT_FOUND)
 		return zl_grpc_fail(call, ZL_GRPC_NOT_FOUND, "volume_id %s not found",
 				    r->volume_id);
 	if (rc == -ZL_ERR_INVAL)

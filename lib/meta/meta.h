@@ -387,24 +387,27 @@ void zl_meta_volume_list_free(struct zl_volume *vols, size_t n);
 /* Writes v back if its record still has v->mod_rev; updates v->mod_rev.
  * -ZL_ERR_CONFLICT when someone else changed it. */
 int zl_meta_volume_update(struct zl_etcd *e, const char *prefix, struct zl_volume *v);
-/* What zl_meta_volume_modify changes: the knobs whose bit is in mask. */
+/* The largest size a volume grows to (ZL_VMOD_SIZE) and the CSI controller
+ * creates (1 PiB). */
+#define ZL_META_SIZE_MAX (1ull << 50)
+/* What zl_meta_volume_modify changes: the knobs whose bit is in mask, and
+ * the size. */
 #define ZL_VMOD_MIN_SIZE   (1u << 0)
 #define ZL_VMOD_IO_TIMEOUT (1u << 1)
 #define ZL_VMOD_QOS(k)	   (1u << (2 + (k)))
+#define ZL_VMOD_SIZE	   (1u << (2 + ZL_QOS_N))
+/* Not a change: name_or_id is a volume id, never looked up as a name (a
+ * CSI volume_id; a volume may be named like another's id). */
+#define ZL_VMOD_BY_ID	   (1u << 31)
 struct zl_volume_mod {
 	uint32_t mask;
 	uint32_t min_size;	/* 1..replicas */
 	uint32_t io_timeout_s;	/* 0 = the client's own */
 	uint64_t qos[ZL_QOS_N]; /* 0..ZL_QOS_MAX */
+	/* Bytes, rounded up to a multiple of ZL_BLOCK_SIZE; never below the
+	 * volume's size, at most ZL_META_SIZE_MAX. */
+	uint64_t size;
 };
-/* Changes the knobs of mod on a running volume (by id or name): a
- * compare-and-swap of its record, read again and retried when someone else
- * changed it meanwhile. The daemons apply min_size from their volume watch,
- * open clients their limits and io_timeout from theirs. before and after
- * (optional) get the record as read and as written, without the placement
- * (slices NULL). Returns 0, -ZL_ERR_NOT_FOUND, -ZL_ERR_INVAL (a value out
- * of range, e.g. min_size above the volume's replicas: before tells them),
- * -ZL_ERR_CONFLICT (it kept changing) or an etcd error. */
 /* The knobs of a volume a user sets by name: the limits of zl_qos_keys,
  * then "iops", "bps", "iopsBurst" and "bpsBurst" (read and write together),
  * "minSize" and "ioTimeout". Names are the StorageClass parameter and the
@@ -436,6 +439,24 @@ int zl_volume_mod_parse(struct zl_volume_mod *mod, int knob, const char *value);
  * ..."). Returns out. */
 char *zl_knob_names(bool flags, char *out, size_t len);
 
+/* Changes the knobs and the size of mod on a running volume (by id or
+ * name, by id only with ZL_VMOD_BY_ID): a compare-and-swap on its record's mod_revision, read again and
+ * retried (8 tries) when someone else changed it meanwhile (a slice row, a
+ * knob, another resize). The daemons apply min_size from their volume
+ * watch, open clients their limits and io_timeout from theirs; a grown size
+ * reaches the storage daemons through their volumes/ watch (and a request
+ * past the end they know reloads the record) and open clients through
+ * their record watch (ControllerExpandVolume, zl volume resize). A size
+ * equal to the volume's changes nothing, in any state; a larger one needs
+ * the state "ready". Nothing is written when the record would not change.
+ * before and after (optional) get the record as read (last read; zeroed
+ * when no read succeeded) and as written, without the placement (slices
+ * NULL). Returns 0, -ZL_ERR_NOT_FOUND, -ZL_ERR_INVAL (a value out of range,
+ * e.g. min_size above the volume's replicas: before tells them),
+ * -ZL_ERR_RANGE (the size is below the volume's — before has it — or above
+ * ZL_META_SIZE_MAX), -ZL_ERR_BUSY (growing a volume that is not "ready",
+ * e.g. "deleting"), -ZL_ERR_CONFLICT (it kept changing) or an etcd error;
+ * on an error nothing of mod is written. */
 int zl_meta_volume_modify(struct zl_etcd *e, const char *prefix, const char *name_or_id,
 			  const struct zl_volume_mod *mod, struct zl_volume *before,
 			  struct zl_volume *after);

@@ -17,7 +17,8 @@
 #include "meta_internal.h"
 
 /* Rounds of "read name, place, transaction" before giving up under a storm of
- * concurrent create/delete of the same name. */
+ * concurrent create/delete of the same name; also the compare-and-swap
+ * rounds of zl_meta_volume_modify. */
 #define META_CREATE_TRIES 8
 
 static int meta_volume_decode(const struct zl_etcd_kv *kv, void *rec, char *why, size_t why_len)
@@ -500,17 +501,48 @@ int zl_meta_volume_delete(struct zl_etcd *e, const char *prefix, const struct zl
 	return ret;
 }
 
-/* Applies mod to v: 0, or -ZL_ERR_INVAL for a value out of range. */
-static int meta_volume_mod_apply(struct zl_volume *v, const struct zl_volume_mod *mod)
+/* Applies the size of mod to v: 0 (*changed set when it grew), or the
+ * errors of zl_meta_volume_modify. Rounded up like zl_meta_volume_create. */
+static int meta_volume_mod_size(struct zl_volume *v, uint64_t size, bool *changed)
 {
+	if (size > ZL_META_SIZE_MAX)
+		return -ZL_ERR_RANGE;
+	size = ZL_ALIGN_UP(size, ZL_BLOCK_SIZE);
+	if (size < v->size)
+		return -ZL_ERR_RANGE;
+	if (size == v->size)
+		return 0;
+	if (strcmp(v->state, "ready")) {
+		ZL_LOG_INFO("meta", "grow of vol=%s refused: the volume is %s", v->id, v->state);
+		return -ZL_ERR_BUSY;
+	}
+	v->size = size;
+	*changed = true;
+	return 0;
+}
+
+/* Applies mod to v: 0 (*changed set when a value differs from the
+ * record's), or the errors of zl_meta_volume_modify. */
+static int meta_volume_mod_apply(struct zl_volume *v, const struct zl_volume_mod *mod,
+				 bool *changed)
+{
+	*changed = false;
+	if (mod->mask & ZL_VMOD_SIZE) {
+		int ret = meta_volume_mod_size(v, mod->size, changed);
+
+		if (ret)
+			return ret;
+	}
 	if (mod->mask & ZL_VMOD_MIN_SIZE) {
 		if (mod->min_size < 1 || mod->min_size > v->replicas)
 			return -ZL_ERR_INVAL;
+		*changed |= v->min_size != mod->min_size;
 		v->min_size = mod->min_size;
 	}
 	if (mod->mask & ZL_VMOD_IO_TIMEOUT) {
 		if (mod->io_timeout_s > ZL_META_IO_TIMEOUT_MAX)
 			return -ZL_ERR_INVAL;
+		*changed |= v->io_timeout_s != mod->io_timeout_s;
 		v->io_timeout_s = mod->io_timeout_s;
 	}
 	for (int k = 0; k < ZL_QOS_N; k++) {
@@ -518,6 +550,7 @@ static int meta_volume_mod_apply(struct zl_volume *v, const struct zl_volume_mod
 			continue;
 		if (mod->qos[k] > ZL_QOS_MAX)
 			return -ZL_ERR_INVAL;
+		*changed |= v->qos[k] != mod->qos[k];
 		v->qos[k] = mod->qos[k];
 	}
 	return 0;
@@ -540,13 +573,19 @@ int zl_meta_volume_modify(struct zl_etcd *e, const char *prefix, const char *nam
 
 	for (int tries = 0; tries < META_CREATE_TRIES; tries++) {
 		struct zl_volume v = {0};
+		bool changed;
 
-		ret = zl_meta_volume_lookup(e, prefix, name_or_id, &v);
+		if (before)
+			memset(before, 0, sizeof(*before));
+		if (mod->mask & ZL_VMOD_BY_ID)
+			ret = zl_meta_volume_get(e, prefix, name_or_id, &v);
+		else
+			ret = zl_meta_volume_lookup(e, prefix, name_or_id, &v);
 		if (ret)
 			return ret;
 		meta_volume_head(&v, before);
-		ret = meta_volume_mod_apply(&v, mod);
-		if (!ret)
+		ret = meta_volume_mod_apply(&v, mod, &changed);
+		if (!ret && changed)
 			ret = zl_meta_volume_update(e, prefix, &v);
 		if (!ret)
 			meta_volume_head(&v, after);

@@ -651,8 +651,16 @@ def test_expand_getvolume(t, vid):
     expect_code(X, mk(capacity_range=cr(required_bytes=128 * MiB)), C.INVALID_ARGUMENT,
                 "volume_id")
     expect_code(X, mk(volume_id=vid), C.INVALID_ARGUMENT, "capacity_range")
+    # A volume named like the id asked for is another volume: NOT_FOUND, and
+    # nothing of it changes (lib/meta's ZL_VMOD_BY_ID; test_modify too).
+    decoy = t.ctl.CreateVolume(pb.CreateVolumeRequest(
+        name="vol-00000000000000ff", capacity_range=cr(required_bytes=MiB),
+        volume_capabilities=[cap(pb)]), timeout=30).volume.volume_id
+    check(decoy != "vol-00000000000000ff", "decoy id %s" % decoy)
     expect_code(X, mk(volume_id="vol-00000000000000ff", capacity_range=cr(
         required_bytes=128 * MiB)), C.NOT_FOUND, "vol-00000000000000ff")
+    drec = json.loads(etcd_get(PREFIX + "volumes/" + decoy)["value"])
+    check(drec["size"] == MiB, "an expand of another id grew volume %s: %s" % (decoy, drec))
     expect_code(X, mk(volume_id=vid, capacity_range=cr(required_bytes=MiB)), C.OUT_OF_RANGE,
                 "shrink")
     expect_code(X, mk(volume_id=vid, capacity_range=cr(required_bytes=256 * MiB,
@@ -696,6 +704,11 @@ def test_modify(t, vid):
     expect_code(M, mk(volume_id=vid), C.INVALID_ARGUMENT, "mutable_parameters", "writeIops")
     expect_code(M, mk(volume_id="vol-00000000000000ff", mutable_parameters={"iops": "10"}),
                 C.NOT_FOUND, "vol-00000000000000ff")
+    # The volume named vol-00000000000000ff (test_expand_getvolume) kept its record.
+    decoy = etcd_get(PREFIX + "names/vol-00000000000000ff")["value"]
+    drec = json.loads(etcd_get(PREFIX + "volumes/" + decoy)["value"])
+    check("qos" not in drec, "a modify of another id changed volume %s: %s" % (decoy, drec))
+    t.ctl.DeleteVolume(pb.DeleteVolumeRequest(volume_id=decoy), timeout=60)
     expect_code(M, mk(volume_id="pvc-main", mutable_parameters={"iops": "10"}),
                 C.NOT_FOUND, "pvc-main")
     for k, v in (("replicas", "2"), ("chunkSize", "1M"), ("transport", "tcp"),

@@ -616,6 +616,169 @@ static void test_delete(void **state)
 	zl_volume_fini(&v);
 }
 
+/* --- zl_meta_volume_modify's size: a writer meddling between its read and
+ * its compare-and-swap. zl_etcd_txn is wrapped at link time (CMakeLists):
+ * while g_meddle > 0, a put of the volume record first lets another writer
+ * change the record (io_timeout + 1, the way a knob or a slice row would),
+ * so that put's compare on the mod_revision fails, deterministically. */
+int __real_zl_etcd_txn(struct zl_etcd *e, const struct zl_etcd_cmp *cmps, size_t n_cmps,
+		       const struct zl_etcd_op *success, size_t n_success,
+		       const struct zl_etcd_op *failure, size_t n_failure, bool *succeeded,
+		       struct zl_etcd_txn_result *res);
+int __wrap_zl_etcd_txn(struct zl_etcd *e, const struct zl_etcd_cmp *cmps, size_t n_cmps,
+		       const struct zl_etcd_op *success, size_t n_success,
+		       const struct zl_etcd_op *failure, size_t n_failure, bool *succeeded,
+		       struct zl_etcd_txn_result *res);
+
+static struct {
+	const char *prefix;
+	char vol_key[512]; /* the record meddled with */
+	const char *vol_id;
+	int meddle; /* puts still to meddle with */
+	int puts;   /* puts of vol_key seen (meddlers' excluded) */
+	bool in_meddle;
+} g_mod;
+
+static void meddle(struct zl_etcd *e)
+{
+	struct zl_volume v;
+
+	g_mod.in_meddle = true;
+	assert_int_equal(zl_meta_volume_get(e, g_mod.prefix, g_mod.vol_id, &v), 0);
+	v.io_timeout_s++;
+	assert_int_equal(zl_meta_volume_update(e, g_mod.prefix, &v), 0);
+	zl_volume_fini(&v);
+	g_mod.in_meddle = false;
+}
+
+int __wrap_zl_etcd_txn(struct zl_etcd *e, const struct zl_etcd_cmp *cmps, size_t n_cmps,
+		       const struct zl_etcd_op *success, size_t n_success,
+		       const struct zl_etcd_op *failure, size_t n_failure, bool *succeeded,
+		       struct zl_etcd_txn_result *res)
+{
+	if (!g_mod.in_meddle && g_mod.vol_key[0] && n_success == 1 &&
+	    success[0].kind == ZL_ETCD_OP_PUT && !strcmp(success[0].key, g_mod.vol_key)) {
+		g_mod.puts++;
+		if (g_mod.meddle > 0) {
+			g_mod.meddle--;
+			meddle(e);
+		}
+	}
+	return __real_zl_etcd_txn(e, cmps, n_cmps, success, n_success, failure, n_failure,
+				  succeeded, res);
+}
+
+/* Grow: rounded up, lost by nobody (the meddler's change stays, the size
+ * lands on the retry); 8 conflicts in a row give up with the record as the
+ * meddler left it; equal is a no-op in any state; shrink, past the limit,
+ * growing a deleting volume and a missing one are refused without a write. */
+static void test_modify_size(void **state)
+{
+	struct fixture *f = *state;
+	struct zl_volume_spec spec = {.name = "pvc-grow", .size = 8 * MIB, .replicas = 2};
+	struct zl_volume_mod mod = {.mask = ZL_VMOD_SIZE, .size = 24 * MIB};
+	struct zl_volume v, was, now, cur;
+	bool created;
+	int64_t rev;
+
+	register_nodes(f, 3);
+	assert_int_equal(zl_meta_volume_create(f->e, f->prefix, &spec, &v, &created), 0);
+	g_mod.prefix = f->prefix;
+	g_mod.vol_id = v.id;
+	key_of(f, g_mod.vol_key, "volumes", v.id);
+
+	/* One conflict: the second compare-and-swap lands; both changes stay. */
+	g_mod.meddle = 1;
+	g_mod.puts = 0;
+	assert_int_equal(zl_meta_volume_modify(f->e, f->prefix, "pvc-grow", &mod, &was, &now), 0);
+	assert_int_equal(g_mod.meddle, 0);
+	assert_int_equal(g_mod.puts, 2);
+	assert_true(was.size == 8 * MIB);
+	assert_int_equal(was.io_timeout_s, 1); /* read again after the conflict */
+	assert_true(now.size == 24 * MIB);
+	assert_null(now.slices);
+	assert_int_equal(zl_meta_volume_get(f->e, f->prefix, v.id, &cur), 0);
+	assert_true(cur.size == 24 * MIB);
+	assert_int_equal(cur.io_timeout_s, 1);
+	assert_true(cur.mod_rev == now.mod_rev);
+	assert_int_equal(cur.n_slices, v.n_slices);
+	zl_volume_fini(&cur);
+
+	/* Conflicts on every try: -ZL_ERR_CONFLICT, the size untouched. */
+	g_mod.meddle = 100;
+	g_mod.puts = 0;
+	mod.size = 32 * MIB;
+	assert_int_equal(zl_meta_volume_modify(f->e, f->prefix, v.id, &mod, NULL, NULL),
+			 -ZL_ERR_CONFLICT);
+	assert_int_equal(g_mod.puts, 8);
+	g_mod.meddle = 0;
+	assert_int_equal(zl_meta_volume_get(f->e, f->prefix, v.id, &cur), 0);
+	assert_true(cur.size == 24 * MIB);
+	assert_int_equal(cur.io_timeout_s, 9);
+	rev = cur.mod_rev;
+	zl_volume_fini(&cur);
+
+	/* Rounded up to 4 KiB. */
+	mod.size = 24 * MIB + 1;
+	assert_int_equal(zl_meta_volume_modify(f->e, f->prefix, v.id, &mod, &was, &now), 0);
+	assert_true(was.size == 24 * MIB);
+	assert_true(now.size == 24 * MIB + 4096);
+	rev = now.mod_rev;
+
+	/* Equal (also before rounding): nothing written. Smaller and too
+	 * large: -ZL_ERR_RANGE, before says the size. */
+	g_mod.puts = 0;
+	assert_int_equal(zl_meta_volume_modify(f->e, f->prefix, v.id, &mod, &was, &now), 0);
+	assert_true(now.size == 24 * MIB + 4096 && now.mod_rev == rev);
+	mod.size = 16 * MIB;
+	assert_int_equal(zl_meta_volume_modify(f->e, f->prefix, v.id, &mod, &was, NULL),
+			 -ZL_ERR_RANGE);
+	assert_true(was.size == 24 * MIB + 4096);
+	mod.size = ZL_META_SIZE_MAX + 1;
+	assert_int_equal(zl_meta_volume_modify(f->e, f->prefix, v.id, &mod, &was, NULL),
+			 -ZL_ERR_RANGE);
+	assert_int_equal(g_mod.puts, 0);
+
+	/* A deleting volume: equal is fine, growing is -ZL_ERR_BUSY. */
+	assert_int_equal(zl_meta_volume_get(f->e, f->prefix, v.id, &cur), 0);
+	strcpy(cur.state, "deleting");
+	assert_int_equal(zl_meta_volume_update(f->e, f->prefix, &cur), 0);
+	rev = cur.mod_rev;
+	zl_volume_fini(&cur);
+	g_mod.puts = 0;
+	mod.size = 24 * MIB + 4096;
+	assert_int_equal(zl_meta_volume_modify(f->e, f->prefix, v.id, &mod, &was, &now), 0);
+	mod.size = 48 * MIB;
+	assert_int_equal(zl_meta_volume_modify(f->e, f->prefix, v.id, &mod, &was, NULL),
+			 -ZL_ERR_BUSY);
+	assert_string_equal(was.state, "deleting");
+	assert_int_equal(g_mod.puts, 0);
+	assert_int_equal(zl_meta_volume_get(f->e, f->prefix, v.id, &cur), 0);
+	assert_true(cur.size == 24 * MIB + 4096 && cur.mod_rev == rev);
+	zl_volume_fini(&cur);
+
+	/* Missing: -ZL_ERR_NOT_FOUND, before zeroed. */
+	assert_int_equal(zl_meta_volume_modify(f->e, f->prefix, "pvc-nosuch", &mod, &was, NULL),
+			 -ZL_ERR_NOT_FOUND);
+	assert_string_equal(was.id, "");
+	g_mod.vol_key[0] = '\0';
+
+	/* A volume named like an id that is not its own: found by name, never
+	 * with ZL_VMOD_BY_ID (a CSI volume_id). */
+	spec.name = "vol-00000000000000fe";
+	assert_int_equal(zl_meta_volume_create(f->e, f->prefix, &spec, &cur, &created), 0);
+	assert_string_not_equal(cur.id, spec.name);
+	mod.mask = ZL_VMOD_SIZE | ZL_VMOD_BY_ID;
+	assert_int_equal(zl_meta_volume_modify(f->e, f->prefix, spec.name, &mod, &was, NULL),
+			 -ZL_ERR_NOT_FOUND);
+	mod.mask = ZL_VMOD_SIZE;
+	assert_int_equal(zl_meta_volume_modify(f->e, f->prefix, spec.name, &mod, &was, &now), 0);
+	assert_string_equal(now.id, cur.id);
+	assert_true(now.size == 48 * MIB);
+	zl_volume_fini(&cur);
+	zl_volume_fini(&v);
+}
+
 int main(void)
 {
 	zl_log_init("meta_test");
@@ -631,6 +794,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_slice_drop, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_slice_drop_concurrent, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_modify_size, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
