@@ -631,9 +631,8 @@ static const char cli_resize_help[] =
     "  attached volume (/dev/ublkbN, /dev/nbdN, the loop device on the FUSE\n"
     "  file) and its filesystem keep the old size until NodeExpandVolume or\n"
     "  the next stage: in Kubernetes grow the PVC instead\n"
-    "  (spec.resources.requests.storage), which also updates the PV: a PVC\n"
-    "  grown later to less than the size given here is refused (the controller\n"
-    "  answers OUT_OF_RANGE to a size below the volume's).\n";
+    "  (spec.resources.requests.storage), which also updates the PV; a PVC\n"
+    "  grown later to less than the size given here gets the size given here.\n";
 
 /* Prints why zl_meta_volume_modify refused to grow name to size (was: the
  * record as read); returns the exit code. */

@@ -777,12 +777,19 @@ static int expand_locked(struct ctrl *c, struct zl_grpc_call *call,
 	if (rc == -ZL_ERR_NOT_FOUND)
 		return zl_grpc_fail(call, ZL_GRPC_NOT_FOUND, "volume_id %s not found",
 				    r->volume_id);
-	if (rc == -ZL_ERR_RANGE)
+	/* Already at least as large (grown by zl volume resize, or a retry):
+	 * OK with its size (CSI), unless that is above limit_bytes. */
+	if (rc == -ZL_ERR_RANGE && r->capacity_range->limit_bytes &&
+	    was.size > (uint64_t)r->capacity_range->limit_bytes)
 		return zl_grpc_fail(call, ZL_GRPC_OUT_OF_RANGE,
-				    "capacity_range.required_bytes=%" PRId64
+				    "capacity_range.limit_bytes=%" PRId64
 				    " is below the current size %" PRIu64
 				    " of volume %s: volumes cannot shrink",
-				    r->capacity_range->required_bytes, was.size, was.id);
+				    r->capacity_range->limit_bytes, was.size, was.id);
+	if (rc == -ZL_ERR_RANGE) {
+		now = was;
+		rc = 0;
+	}
 	if (rc == -ZL_ERR_BUSY)
 		return zl_grpc_fail(call, ZL_GRPC_FAILED_PRECONDITION, "volume %s is in state %s",
 				    was.id, was.state);

@@ -661,8 +661,15 @@ def test_expand_getvolume(t, vid):
         required_bytes=128 * MiB)), C.NOT_FOUND, "vol-00000000000000ff")
     drec = json.loads(etcd_get(PREFIX + "volumes/" + decoy)["value"])
     check(drec["size"] == MiB, "an expand of another id grew volume %s: %s" % (decoy, drec))
-    expect_code(X, mk(volume_id=vid, capacity_range=cr(required_bytes=MiB)), C.OUT_OF_RANGE,
-                "shrink")
+    # Already larger than asked (CSI: OK with its size), unless above the
+    # limit; the record does not change.
+    size0 = json.loads(etcd_get(PREFIX + "volumes/" + vid)["value"])["size"]
+    r = twice(X, mk(volume_id=vid, capacity_range=cr(required_bytes=MiB)))
+    check(r.capacity_bytes == size0, "expand below the size: %s (size %d)" % (r, size0))
+    expect_code(X, mk(volume_id=vid, capacity_range=cr(required_bytes=MiB, limit_bytes=MiB)),
+                C.OUT_OF_RANGE, "shrink")
+    check(json.loads(etcd_get(PREFIX + "volumes/" + vid)["value"])["size"] == size0,
+          "an expand below the size changed the record")
     expect_code(X, mk(volume_id=vid, capacity_range=cr(required_bytes=256 * MiB,
                                                        limit_bytes=200 * MiB)),
                 C.OUT_OF_RANGE, "limit_bytes")
