@@ -293,6 +293,7 @@ struct zl_chunk_store {
 	struct zl_slab opens;
 	struct zl_worker *open_wk[STORE_OPEN_WORKERS];
 	uint32_t open_wk_jobs[STORE_OPEN_WORKERS];
+	uint32_t n_vol_dels; /* volume deletes whose files are being removed */
 	bool closing; /* destroy: open results are dropped */
 	uint64_t n_sub;	    /* operations submitted (chunk_op.sub) */
 	zl_chunk_buf_alloc_fn buf_alloc;
@@ -1333,6 +1334,8 @@ static int chunk_get(struct zl_chunk_store *s, uint64_t vol, uint64_t idx, uint3
 
 	if (c)
 		return chunk_ref(s, c, cs, out);
+	if (zl_chunk_vol_gone(s, vol))
+		return -ENOENT; /* its files may still be on their way out */
 	chunk_args_init(s, &a, vol, idx, cs, false);
 	rc = chunk_build(s, &a, &c);
 	chunk_args_apply(s, &a);
@@ -2551,6 +2554,14 @@ static int chunk_open_queue(struct zl_chunk_store *s, struct chunk_op *op)
 {
 	struct chunk_open *o = open_find(s, op->vol, op->idx), *n;
 
+	if (zl_chunk_vol_gone(s, op->vol)) {
+		/* Deleted: its files may still be on their way out (an open
+		 * worker removes them); it has none. */
+		if (op->kind == OP_WRITE)
+			return -ZL_ERR_NOT_FOUND; /* a write that outlived the delete */
+		open_op_resume(s, op, NULL, -ENOENT);
+		return 0;
+	}
 	if (o && !o->deleted) {
 		if (o->a.cs != op->cs)
 			return -ZL_ERR_INVAL;
@@ -2558,8 +2569,6 @@ static int chunk_open_queue(struct zl_chunk_store *s, struct chunk_op *op)
 		list_add_tail(&o->ops, op);
 		return 0;
 	}
-	if (op->kind == OP_WRITE && zl_chunk_vol_gone(s, op->vol))
-		return -ZL_ERR_NOT_FOUND; /* a write that outlived its volume's delete */
 	n = zl_slab_alloc(&s->opens);
 	if (!n)
 		return -ENOMEM;
@@ -2905,18 +2914,10 @@ int zl_chunk_delete(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk)
 	return 0;
 }
 
-int zl_chunk_volume_delete(struct zl_chunk_store *s, uint64_t vol, uint64_t *removed)
+/* The memory part of a volume's delete: its chunks detached, its opens
+ * failed, creations of it refused from now on. */
+static void vol_forget(struct zl_chunk_store *s, uint64_t vol)
 {
-	char dir[PATH_MAX], path[PATH_MAX + 300];
-	uint64_t n = 0;
-	struct dirent *de;
-	DIR *d;
-	int rc = store_path(s, vol, UINT64_MAX, dir, sizeof(dir));
-
-	if (removed)
-		*removed = 0;
-	if (rc)
-		return rc;
 	for (uint32_t i = 0; i < STORE_BUCKETS; i++) {
 		for (struct chunk *c = s->buckets[i], *next; c; c = next) {
 			next = c->hnext;
@@ -2931,28 +2932,123 @@ int zl_chunk_volume_delete(struct zl_chunk_store *s, uint64_t vol, uint64_t *rem
 		s->gone_vols[s->gone_next] = vol;
 		s->gone_next = (s->gone_next + 1) % ZL_CHUNK_GONE_VOLS;
 	}
-	d = opendir(dir);
-	if (!d)
-		return errno == ENOENT ? 0 : -errno;
-	while ((de = readdir(d))) {
-		if (de->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-		if (unlink(path) < 0 && errno != ENOENT) {
-			rc = -errno;
-			break;
+}
+
+/* The files of a deleted volume's directory dir, then dir (blocking: an
+ * open worker, or start-up). A creation of the volume that was already on
+ * an open worker may add a file meanwhile (its open then removes it, and
+ * the directory): the pass runs again, three times at most. *n: chunk
+ * files removed. 0 or -errno. */
+static int vol_files_remove(const char *sdir, const char *dir, uint64_t *n)
+{
+	char path[PATH_MAX + 300];
+	struct dirent *de;
+	int rc = 0;
+	DIR *d;
+
+	*n = 0;
+	for (int pass = 0; pass < 3; pass++) {
+		d = opendir(dir);
+		if (!d)
+			return errno == ENOENT ? 0 : -errno;
+		while (!rc && (de = readdir(d))) {
+			if (de->d_name[0] == '.')
+				continue;
+			snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+			if (unlink(path) < 0 && errno != ENOENT)
+				rc = -errno;
+			else if (strstr(de->d_name, ".zlc") && !strstr(de->d_name, ".tmp"))
+				(*n)++;
 		}
-		if (strstr(de->d_name, ".zlc") && !strstr(de->d_name, ".tmp"))
-			n++;
+		closedir(d);
+		if (rc)
+			return rc;
+		if (rmdir(dir) == 0 || errno == ENOENT)
+			break;
+		rc = errno == ENOTEMPTY ? 0 : -errno;
+		if (rc || pass == 2)
+			return rc ? rc : -ENOTEMPTY;
 	}
-	closedir(d);
-	if (!rc && rmdir(dir) < 0 && errno != ENOENT)
-		rc = -errno;
-	if (!rc)
-		zl_fsync_dir(s->dir);
+	zl_fsync_dir(sdir);
+	return 0;
+}
+
+int zl_chunk_volume_delete(struct zl_chunk_store *s, uint64_t vol, uint64_t *removed)
+{
+	char dir[PATH_MAX];
+	uint64_t n = 0;
+	int rc = store_path(s, vol, UINT64_MAX, dir, sizeof(dir));
+
+	if (removed)
+		*removed = 0;
+	if (rc)
+		return rc;
+	vol_forget(s, vol);
+	rc = vol_files_remove(s->dir, dir, &n);
 	if (removed)
 		*removed = n;
 	return rc;
+}
+
+/* A volume's files being removed on an open worker. */
+struct vol_del {
+	struct zl_work w;
+	struct zl_chunk_store *s;
+	uint32_t wk;
+	char dir[PATH_MAX];
+	int rc;
+	uint64_t n;
+	zl_chunk_vol_cb cb;
+	void *arg;
+};
+
+static void vol_del_run(struct zl_work *w)
+{
+	struct vol_del *d = ZL_CONTAINER_OF(w, struct vol_del, w);
+
+	d->rc = vol_files_remove(d->s->dir, d->dir, &d->n);
+}
+
+static void vol_del_done(struct zl_work *w)
+{
+	struct vol_del *d = ZL_CONTAINER_OF(w, struct vol_del, w);
+	struct zl_chunk_store *s = d->s;
+
+	s->open_wk_jobs[d->wk]--;
+	s->n_vol_dels--;
+	/* Dropped at destroy: the files stay (a tombstone names the volume
+	 * until a later round removes them). */
+	if (!w->cancelled && !s->closing && d->cb)
+		d->cb(d->arg, d->rc, d->n);
+	free(d);
+}
+
+int zl_chunk_volume_delete_start(struct zl_chunk_store *s, uint64_t vol, zl_chunk_vol_cb cb,
+				 void *arg)
+{
+	struct vol_del *d = calloc(1, sizeof(*d)); /* per volume delete, not per I/O */
+	uint32_t best = 0;
+	int rc;
+
+	if (!d)
+		return -ENOMEM;
+	rc = store_path(s, vol, UINT64_MAX, d->dir, sizeof(d->dir));
+	if (rc) {
+		free(d);
+		return rc;
+	}
+	vol_forget(s, vol);
+	d->s = s;
+	d->cb = cb;
+	d->arg = arg;
+	for (uint32_t i = 1; i < STORE_OPEN_WORKERS; i++)
+		if (s->open_wk_jobs[i] < s->open_wk_jobs[best])
+			best = i;
+	d->wk = best;
+	s->open_wk_jobs[best]++;
+	s->n_vol_dels++;
+	(void)zl_worker_submit(s->open_wk[best], &d->w, vol_del_run, vol_del_done);
+	return 0;
 }
 
 bool zl_chunk_vol_gone(const struct zl_chunk_store *s, uint64_t vol)
@@ -3876,7 +3972,7 @@ out_free:
 
 uint32_t zl_chunk_store_inflight(const struct zl_chunk_store *s)
 {
-	return s->ops.in_use;
+	return s->ops.in_use + s->n_vol_dels;
 }
 
 void zl_chunk_store_stats(const struct zl_chunk_store *s, struct zl_chunk_store_stats *st)
@@ -3901,7 +3997,7 @@ void zl_chunk_store_drain(struct zl_chunk_store *s)
 	deadline = zl_now_ms() + STORE_DRAIN_MS;
 	/* Clones end in writes (the ones that waited for them): first. */
 	zl_chunk_snap_drain(s->snap, deadline);
-	while (s->ops.in_use && zl_now_ms() < deadline)
+	while ((s->ops.in_use || s->n_vol_dels) && zl_now_ms() < deadline)
 		zl_loop_run_once(s->loop, 100);
 	/* Metadata rounds may still be in flight without an op waiting, also
 	 * on chunks already deleted (detached, freed by the round's end): wait

@@ -331,6 +331,17 @@ int zl_chunk_delete(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk);
  * are never reused; a write waits seconds at most). */
 #define ZL_CHUNK_GONE_VOLS 256u
 int zl_chunk_volume_delete(struct zl_chunk_store *s, uint64_t vol, uint64_t *removed);
+/* zl_chunk_volume_delete with the files removed on one of the store's open
+ * workers (a volume's thousands of unlinks never stall the loop): the
+ * replicas are gone for every caller at once, cb(arg, status, removed)
+ * (optional) runs on the loop once the files are (status 0 or -errno); not
+ * at all when the store is destroyed first (the files stay: the volume's
+ * tombstone still names them). Counted by zl_chunk_store_inflight and
+ * waited for by zl_chunk_store_drain. 0, or -ENOMEM / -ENAMETOOLONG
+ * (nothing done). */
+typedef void (*zl_chunk_vol_cb)(void *arg, int status, uint64_t removed);
+int zl_chunk_volume_delete_start(struct zl_chunk_store *s, uint64_t vol, zl_chunk_vol_cb cb,
+				 void *arg);
 /* Whether vol was deleted by zl_chunk_volume_delete (above). Loop thread. */
 bool zl_chunk_vol_gone(const struct zl_chunk_store *s, uint64_t vol);
 

@@ -1714,6 +1714,16 @@ static void srv_chunk_versions(struct zl_storage *st, struct zl_xport_conn *c,
 		req_free(r);
 }
 
+static void srv_vol_deleted(void *arg, int status, uint64_t removed)
+{
+	struct storage_req *r = arg;
+
+	ZL_LOG_INFO("storage",
+		    "volume replicas deleted: vol=%016" PRIx64 " files=%" PRIu64 " err=%s",
+		    r->req.vol_id, removed, zl_errname(status));
+	req_reply_free(r, status, 0);
+}
+
 static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_wire_hdr *hdr,
 			   struct zl_xport_payload *p)
 {
@@ -1811,13 +1821,18 @@ static void srv_on_request(void *arg, struct zl_xport_conn *c, const struct zl_w
 		srv_reply(st, c, h, rc, 0, 0);
 		return;
 	case ZL_OP_VOLUME_DELETE:
-		rc = zl_chunk_volume_delete(st->chunks, h->vol_id, &n);
+		/* Answered once the files are gone (an open worker removes
+		 * them); the replicas are gone for everyone at once. */
+		r = req_alloc(st, c, h, zl_hash64(h->vol_id));
+		rc = r ? zl_chunk_volume_delete_start(st->chunks, h->vol_id, srv_vol_deleted, r)
+		       : -ENOMEM;
 		zl_storage_vol_forget(st->vols, h->vol_id);
 		zl_storage_peering_forget(st, h->vol_id);
-		ZL_LOG_INFO("storage",
-			    "volume replicas deleted: vol=%016" PRIx64 " files=%" PRIu64 " err=%s",
-			    h->vol_id, n, zl_errname(rc));
-		srv_reply(st, c, h, rc, 0, 0);
+		if (!rc)
+			return;
+		if (r)
+			req_free(r);
+		srv_reply(st, c, h, rc == -ENOMEM ? -ZL_ERR_BUSY : rc, 0, 0);
 		return;
 	default:
 		break;

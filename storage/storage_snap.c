@@ -598,7 +598,7 @@ static void snap_clone_written(struct zl_work *w)
 	if (!sl->err && zl_chunk_vol_gone(sn->s, sl->vol)) {
 		/* The volume was deleted while the helper wrote: the file it
 		 * made (and the directory) go the same way. */
-		(void)zl_chunk_volume_delete(sn->s, sl->vol, NULL);
+		(void)zl_chunk_volume_delete_start(sn->s, sl->vol, NULL, NULL);
 		sl->err = -ZL_ERR_NOT_FOUND;
 	}
 	if (!sl->err) {

@@ -7,7 +7,9 @@
  * names, and never a volume whose record still exists. The watch thread
  * only wakes the loop thread; a round's etcd reads and writes then run on a
  * helper thread of this module (own etcd handle), the removal of the
- * replicas on the loop thread (the chunk store is loop thread only). */
+ * replicas on the chunk store's open workers (zl_chunk_volume_delete_start:
+ * the loop only forgets them; at start-up, before the loop serves, the
+ * removal is blocking). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -33,6 +35,17 @@ struct zl_storage_tombs {
 	size_t n;
 	int rc;
 	bool again;
+	/* A round's removals on the chunk store's open workers: dels[i] is
+	 * vols[i]'s, pending of them still due (t lives on past stop until
+	 * they ended: stopped). */
+	struct tomb_del *dels;
+	size_t pending;
+	bool stopped;
+};
+
+struct tomb_del {
+	struct zl_storage_tombs *t;
+	bool ok;
 };
 
 /* The volumes whose tombstone of ours names them and whose record is gone
@@ -84,28 +97,36 @@ static int tombs_scan(struct zl_storage *st, struct zl_etcd *e, uint64_t **vols,
 	return 0;
 }
 
-/* Loop thread: removes the replicas of vols[0..*n); keeps in vols those
- * removed (their tombstones may go). */
+/* Says how the removal of vol's replicas ended; true when they are gone. */
+static bool tombs_removed_log(uint64_t vol, int rc, uint64_t removed)
+{
+	char vid[ZL_VOL_ID_LEN + 1];
+
+	zl_vol_id_format(vol, vid);
+	if (rc) {
+		ZL_LOG_WARN("storage", "removing replicas of deleted vol=%s failed: %s", vid,
+			    zl_strerror(rc));
+		return false;
+	}
+	ZL_LOG_INFO("storage", "removed replicas of deleted volume: vol=%s files=%" PRIu64, vid,
+		    removed);
+	return true;
+}
+
+/* Start-up (loop not serving yet): removes the replicas of vols[0..*n),
+ * blocking; keeps in vols those removed (their tombstones may go). */
 static void tombs_remove(struct zl_storage *st, uint64_t *vols, size_t *n)
 {
 	size_t done = 0;
 
 	for (size_t i = 0; i < *n; i++) {
-		char vid[ZL_VOL_ID_LEN + 1];
 		uint64_t removed = 0;
 		int rc;
 
-		zl_vol_id_format(vols[i], vid);
 		zl_storage_vol_forget(st->vols, vols[i]);
 		rc = zl_chunk_volume_delete(st->chunks, vols[i], &removed);
-		if (rc) {
-			ZL_LOG_WARN("storage", "removing replicas of deleted vol=%s failed: %s",
-				    vid, zl_strerror(rc));
-			continue;
-		}
-		ZL_LOG_INFO("storage", "removed replicas of deleted volume: vol=%s files=%" PRIu64,
-			    vid, removed);
-		vols[done++] = vols[i];
+		if (tombs_removed_log(vols[i], rc, removed))
+			vols[done++] = vols[i];
 	}
 	*n = done;
 }
@@ -176,6 +197,44 @@ static void tombs_scan_run(struct zl_work *w)
 	t->rc = tombs_scan(t->st, t->etcd, &t->vols, &t->n, NULL);
 }
 
+static void tombs_free(struct zl_storage_tombs *t)
+{
+	free(t->dels);
+	free(t->vols);
+	free(t);
+}
+
+/* Every removal of the round ended: the tombstones of the volumes whose
+ * replicas are gone are cleared on the helper thread. */
+static void tombs_removed(struct zl_storage_tombs *t)
+{
+	size_t done = 0;
+
+	for (size_t i = 0; i < t->n; i++)
+		if (t->dels[i].ok)
+			t->vols[done++] = t->vols[i];
+	t->n = done;
+	free(t->dels);
+	t->dels = NULL;
+	if (t->st->draining ||
+	    zl_worker_submit(t->worker, &t->job, tombs_clear_run, tombs_clear_done))
+		tombs_clear_done(&t->job);
+}
+
+static void tombs_vol_removed(void *arg, int status, uint64_t removed)
+{
+	struct tomb_del *d = arg;
+	struct zl_storage_tombs *t = d->t;
+
+	d->ok = tombs_removed_log(t->vols[d - t->dels], status, removed);
+	if (--t->pending)
+		return;
+	if (t->stopped)
+		tombs_free(t);
+	else
+		tombs_removed(t);
+}
+
 static void tombs_scan_done(struct zl_work *w)
 {
 	struct zl_storage_tombs *t = ZL_CONTAINER_OF(w, struct zl_storage_tombs, job);
@@ -184,9 +243,25 @@ static void tombs_scan_done(struct zl_work *w)
 		tombs_clear_done(w);
 		return;
 	}
-	tombs_remove(t->st, t->vols, &t->n);
-	if (zl_worker_submit(t->worker, &t->job, tombs_clear_run, tombs_clear_done))
-		tombs_clear_done(w);
+	/* The files go on the chunk store's open workers (thousands of
+	 * unlinks per volume): the loop serves meanwhile. */
+	t->dels = calloc(t->n, sizeof(*t->dels));
+	if (!t->dels) {
+		tombs_clear_done(w); /* the next round tries again */
+		return;
+	}
+	t->pending = 1; /* until every removal started */
+	for (size_t i = 0; i < t->n; i++) {
+		t->dels[i].t = t;
+		zl_storage_vol_forget(t->st->vols, t->vols[i]);
+		if (!zl_chunk_volume_delete_start(t->st->chunks, t->vols[i], tombs_vol_removed,
+						  &t->dels[i]))
+			t->pending++;
+		else
+			t->dels[i].ok = false;
+	}
+	if (!--t->pending)
+		tombs_removed(t);
 }
 
 static void tombs_watch_cb(void *arg, enum zl_etcd_event_type type, const struct zl_etcd_kv *kv)
@@ -204,7 +279,7 @@ static void tombs_wake_cb(void *arg)
 
 	if (t->st->draining)
 		return;
-	if (t->job.busy)
+	if (t->job.busy || t->dels) /* a round is on its way */
 		t->again = true;
 	else
 		tombs_round_start(t);
@@ -263,6 +338,10 @@ void zl_storage_tombs_stop(struct zl_storage_tombs *t)
 	zl_worker_destroy(t->worker);
 	zl_etcd_destroy(t->etcd);
 	zl_notify_fini(&t->wake);
-	free(t->vols);
-	free(t);
+	if (t->pending) {
+		/* Removals on their way: the last one frees t. */
+		t->stopped = true;
+		return;
+	}
+	tombs_free(t);
 }

@@ -10,6 +10,8 @@
  *   ZL_OPEN_DELAY_MS, ZL_OPEN_DELAY_WHILE, ZL_OPEN_DELAY_SUFFIX (no
  *   default: unset, no open is delayed), ZL_OPEN_DELAY_LOG: the same for
  *   open/open64 of existing files (an open that creates is not delayed)
+ *   ZL_UNLINK_DELAY_MS, ..._WHILE, ..._SUFFIX (no default), ..._LOG: the
+ *   same for unlink
  *
  * Only the libc calls are seen (an io_uring fsync is not). */
 #ifndef _GNU_SOURCE
@@ -88,6 +90,15 @@ static int open_delayed(const char *sym, const char *path, int flags, mode_t mod
 		delay_call(path, false, "ZL_OPEN_DELAY_MS", "ZL_OPEN_DELAY_WHILE",
 			   "ZL_OPEN_DELAY_SUFFIX", NULL, NULL, "ZL_OPEN_DELAY_LOG");
 	return real(path, flags, mode);
+}
+
+int unlink(const char *path)
+{
+	int (*real)(const char *) = (int (*)(const char *))dlsym(RTLD_NEXT, "unlink");
+
+	delay_call(path, false, "ZL_UNLINK_DELAY_MS", "ZL_UNLINK_DELAY_WHILE",
+		   "ZL_UNLINK_DELAY_SUFFIX", NULL, NULL, "ZL_UNLINK_DELAY_LOG");
+	return real(path);
 }
 
 int open(const char *path, int flags, ...)

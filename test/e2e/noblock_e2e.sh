@@ -35,6 +35,10 @@
 #     its versions for node-2's CHUNK_VERSIONS). The chunks are opened on the
 #     store's open workers (zl_chunk_warm), the I/O of nb's open chunk goes
 #     on; on the loop each scan would take 1.6 s.
+#  6. nb4 is deleted (zl volume rm) while every unlink of a chunk file takes
+#     UNLINK_MS (15 ms, while $CL_DIR/slowunlink exists): node-1 removes its
+#     256 files on the store's open workers (3.8 s on the loop otherwise),
+#     the I/O of nb goes on, and the volume's directories are gone after.
 # No cluster manager: the rows change only by hand (hl_etcd order).
 # Oracle: e2e_lat's slowest operation and longest gap stay under
 # NB_MAX_MS (1000 ms: a third of a hold, a fifth of the etcd timeout; on a
@@ -45,7 +49,9 @@
 # what the import wrote, and in step 4 the daemons' fsyncs were delayed (the
 # shim's log), I/O completed meanwhile and nb3 reads back as imported; in
 # step 5 node-1's opens of nb4's chunk files were delayed (16 of them, the
-# shim's log) while e2e_lat's operations stayed under NB_MAX_MS.
+# shim's log) while e2e_lat's operations stayed under NB_MAX_MS; in step 6
+# node-1's unlinks of nb4's files were delayed (256, the shim's log), the
+# operations stayed under NB_MAX_MS and no daemon kept a directory of nb4.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$SRC/test/lib/cluster.sh"
@@ -63,6 +69,7 @@ PY=/usr/bin/python3
 MAX_MS=${NB_MAX_MS:-1000}
 FS_MS=1500
 OPEN_MS=400
+UNLINK_MS=15
 CL_MANAGER=0 cl_e2e_begin e2e-noblock "$1" 0 || fail "cluster did not start"
 
 PS=$(hold_proxy_start storage all)
@@ -75,7 +82,9 @@ start() {
 		ZL_FSYNC_DELAY_WHILE="$CL_DIR/slowfsync" ZL_FSYNC_DELAY_SUFFIX=.zlc.tmp \
 		ZL_FSYNC_DELAY_LOG="$CL_DIR/fsync-delays" ZL_OPEN_DELAY_MS=$OPEN_MS \
 		ZL_OPEN_DELAY_WHILE="$CL_DIR/slowopen" ZL_OPEN_DELAY_SUFFIX=.zlc \
-		ZL_OPEN_DELAY_LOG="$CL_DIR/storage-$1.open-delays"
+		ZL_OPEN_DELAY_LOG="$CL_DIR/storage-$1.open-delays" ZL_UNLINK_DELAY_MS=$UNLINK_MS \
+		ZL_UNLINK_DELAY_WHILE="$CL_DIR/slowunlink" ZL_UNLINK_DELAY_SUFFIX=.zlc \
+		ZL_UNLINK_DELAY_LOG="$CL_DIR/storage-$1.unlink-delays"
 	if [ "$1" = 4 ]; then
 		cl_start_storage 4 "" --gc-interval 1
 	else
@@ -267,6 +276,29 @@ awk -v m="${smax:-0}" -v lim="$MAX_MS" 'BEGIN { exit !(m < lim) }' ||
 [ "${o9:-0}" -gt "${o8:-0}" ] || fail "no I/O completed while node-1 opened closed chunk files (ops $o8 -> $o9)"
 ok "node-1 peered over $n_opens closed chunk files with ${OPEN_MS} ms opens: $((o9 - o8)) operations meanwhile, the slowest ${smax} ms"
 
+# 6. nb4 deleted while each unlink of a chunk file takes UNLINK_MS.
+ticks 1
+o10=$(ops_now)
+l10=$(grep -c '^ops=' "$CL_DIR/lat.out")
+touch "$CL_DIR/slowunlink"
+t0=$(date +%s%N)
+"$ZL" volume rm nb4 >/dev/null 2>"$CL_DIR/rm4.err" || fail "zl volume rm nb4: $(cat "$CL_DIR/rm4.err")"
+t1=$(date +%s%N)
+rm -f "$CL_DIR/slowunlink"
+ticks 3 # an operation that waited is reported in a line after it ended
+o11=$(ops_now)
+unlinks=$(grep -c "/$V4/" "$CL_DIR/storage-1.unlink-delays" 2>/dev/null || true)
+[ "${unlinks:-0}" -ge 256 ] ||
+	fail "node-1 unlinked ${unlinks:-0} of nb4's 256 chunk files with the delay (is the shim preloaded?)"
+smax=$(grep '^ops=' "$CL_DIR/lat.out" | tail -n "+$((l10 + 1))" | sed 's/.*max_ms=//' | sort -g | tail -1)
+awk -v m="${smax:-0}" -v lim="$MAX_MS" 'BEGIN { exit !(m < lim) }' ||
+	fail "an operation of nb took ${smax} ms while node-1 removed nb4's files (limit $MAX_MS ms: a volume delete blocks the I/O thread)"
+[ "${o11:-0}" -gt "${o10:-0}" ] || fail "no I/O completed while nb4 was deleted (ops $o10 -> $o11)"
+for n in 1 2 3; do
+	[ ! -e "$CL_DIR/storage-$n/data/chunks/$V4" ] || fail "node-$n kept the directory of the deleted nb4"
+done
+ok "nb4 deleted ($unlinks files on node-1 with ${UNLINK_MS} ms unlinks, $(((t1 - t0) / 1000000)) ms): $((o11 - o10)) operations meanwhile, the slowest ${smax} ms"
+
 touch "$CL_DIR/stop"
 rc=0
 wait "$LAT" || rc=$?
@@ -275,4 +307,4 @@ last=$(tail -1 "$CL_DIR/lat.out")
 [[ "$last" =~ triggers=([0-9]+) ]] && [ "${BASH_REMATCH[1]}" -ge 1 ] ||
 	fail "no write of chunk 0 completed after the reload: $last"
 ok "every operation under $MAX_MS ms, every read back as written: $last"
-echo "FIGURE: noblock: $last (etcd held 3 s for the daemons, then for the client, then for the daemons while a primary connects to a new peer; then new chunk files created with ${FS_MS} ms fsyncs; then peering over closed chunk files with ${OPEN_MS} ms opens)"
+echo "FIGURE: noblock: $last (etcd held 3 s for the daemons, then for the client, then for the daemons while a primary connects to a new peer; then new chunk files created with ${FS_MS} ms fsyncs; then peering over closed chunk files with ${OPEN_MS} ms opens; then a volume delete with ${UNLINK_MS} ms unlinks)"

@@ -1282,6 +1282,58 @@ static void test_delete(void **state)
 	assert_false(zl_chunk_vol_gone(e->s, VOL + 1));
 }
 
+struct vol_done {
+	int status, calls;
+	uint64_t removed;
+};
+
+static void vol_done_cb(void *arg, int status, uint64_t removed)
+{
+	struct vol_done *d = arg;
+
+	d->status = status;
+	d->removed = removed;
+	d->calls++;
+}
+
+/* zl_chunk_volume_delete_start: the replicas are gone for every caller at
+ * once, the files on an open worker; counted in flight until its callback;
+ * a write queued on an open of the volume at the delete fails. */
+static void test_volume_delete_async(void **state)
+{
+	struct env *e = *state;
+	struct vol_done vd = {0};
+	struct done d = {0};
+	char path[PATH_MAX];
+	struct stat stb;
+	uint8_t back[16], p[4096];
+
+	for (uint64_t c = 0; c < 5; c++)
+		assert_int_equal(do_write(e, c, 4096, 16, "0123456789abcdef"), 0);
+	fill(p, sizeof(p), 5);
+	/* Chunk 7's creation is queued on its open when the delete starts. */
+	assert_int_equal(zl_chunk_write(e->s, VOL, 7, CS, 0, 4096, p, 1, done_cb, &d), 0);
+	assert_int_equal(zl_chunk_volume_delete_start(e->s, VOL, vol_done_cb, &vd), 0);
+	assert_true(zl_chunk_vol_gone(e->s, VOL));
+	for (uint64_t c = 0; c < 8; c++)
+		assert_false(zl_chunk_held(e->s, VOL, c));
+	assert_true(zl_chunk_store_inflight(e->s) >= 1);
+	assert_int_equal(do_read(e, 1, 4096, 16, back), 0); /* gone: zeros */
+	assert_int_equal(back[0], 0);
+	for (int i = 0; i < 2000 && (!vd.calls || !d.calls); i++)
+		zl_loop_run_once(e->loop, 10);
+	assert_int_equal(vd.calls, 1);
+	assert_int_equal(vd.status, 0);
+	assert_true(vd.removed >= 5 && vd.removed <= 6); /* chunk 7's file, if made by then */
+	assert_int_equal(d.status, -ZL_ERR_NOT_FOUND);
+	snprintf(path, sizeof(path), "%s/chunks/vol-%016" PRIx64, e->dir, (uint64_t)VOL);
+	for (int i = 0; i < 200 && stat(path, &stb) == 0; i++)
+		zl_loop_run_once(e->loop, 10);
+	assert_int_equal(stat(path, &stb), -1);
+	assert_int_equal(zl_chunk_store_inflight(e->s), 0);
+	assert_int_equal(do_write(e, 3, 4096, 16, "0123456789abcdef"), -ZL_ERR_NOT_FOUND);
+}
+
 /* Descriptors of this process open on a file whose /proc link contains
  * name (an unlinked file's link ends in " (deleted)"). */
 static int fds_on(const char *name)
@@ -3050,6 +3102,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_delete_inflight, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_open_waits, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_warm, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_volume_delete_async, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_scrub_missing, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_foreach_and_args, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_snap_cow, setup, teardown),
