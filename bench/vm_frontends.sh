@@ -5,7 +5,8 @@
 # virtio disk, TCP), one 1-replica volume filled once, then the same two fio
 # jobs through
 #   - /dev/ublkbN  (zipline-node attach --frontend ublk: user copy where the
-#     kernel has it; "ublk-tag" in FRONTENDS: --ublk-copy tag),
+#     kernel has it; "ublk-tag" in FRONTENDS: --ublk-copy tag; "ublk-mt":
+#     --ublk-threads 2, a thread per queue of the guest's two),
 #   - /dev/nbdN    (zipline-node attach --frontend nbd),
 #   - the FUSE path (zipline-node attach --frontend fuse, a loop device with
 #     direct I/O over its file, as NodeStage makes it),
@@ -18,7 +19,7 @@
 # Numbers from TCG (no KVM here) are slow in absolute terms: only the ratios
 # between rows of one run mean something. Prints a markdown table.
 #   bench/vm_frontends.sh [BUILD_DIR]      env: RUNTIME=15 (s per job),
-#   FRONTENDS="ublk nbd fuse" (any of them, and ublk-tag)
+#   FRONTENDS="ublk nbd fuse" (any of them, and ublk-tag, ublk-mt)
 # Not a test: nothing is asserted beyond the jobs running without errors.
 set -uo pipefail
 
@@ -65,6 +66,7 @@ if [[ ${1:-} == --guest ]]; then
 	attach() {
 		local dir=/run/zl-bench-$1 line i fe=(--frontend "$1")
 		[[ $1 == ublk-tag ]] && fe=(--frontend ublk --ublk-copy tag)
+		[[ $1 == ublk-mt ]] && fe=(--frontend ublk --ublk-threads 2)
 		mkdir -p "$dir"
 		"$bin/zipline-node" attach --volume-id "$vid" --dir "$dir" --etcd "$etcd_url" \
 			--transport tcp "${fe[@]}" --ready-fd 3 --log-level warn \
