@@ -1030,8 +1030,16 @@ int attach_main(int argc, char **argv)
 	rc = zl_loop_run(a->loop);
 	if (rc == 0)
 		rc = attach_ublk_thread_error(a);
-	ZL_LOG_INFO(ATTACH_LOG, "stopped: vol=%s errors=%llu", a->vol_id,
-		    (unsigned long long)a->io_errors);
+	{
+		/* The ublk threads count their errors themselves. */
+		struct zl_vol_stats vs = {0};
+		uint64_t errors = a->io_errors;
+		bool fenced = false;
+
+		attach_ublk_stats(a, &vs, &errors, &fenced);
+		ZL_LOG_INFO(ATTACH_LOG, "stopped: vol=%s errors=%llu", a->vol_id,
+			    (unsigned long long)errors);
+	}
 out:
 	attach_fuse_stop(a);
 	attach_nbd_stop(a);
