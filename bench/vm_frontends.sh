@@ -5,12 +5,15 @@
 # virtio disk, TCP), one 1-replica volume filled once, then the same two fio
 # jobs through
 #   - /dev/ublkbN  (zipline-node attach --frontend ublk: user copy where the
-#     kernel has it; "ublk-tag" in FRONTENDS: --ublk-copy tag),
+#     kernel has it; "ublk-tag" in FRONTENDS: --ublk-copy tag; "ublk-mt":
+#     --ublk-threads 2, a thread per queue of the guest's two),
 #   - /dev/nbdN    (zipline-node attach --frontend nbd),
 #   - the FUSE path (zipline-node attach --frontend fuse, a loop device with
 #     direct I/O over its file, as NodeStage makes it),
 # next to `zl bench` (the client library alone) with the same job:
-#   rr4k: 4 KiB random reads, QD 32;   seq1m: 1 MiB sequential reads, QD 8.
+#   rr4k: 4 KiB random reads, QD 32;   seq1m: 1 MiB sequential reads, QD 8;
+#   and for ublk: rr4k2j: rr4k from two fio jobs of QD 16, one per CPU (so
+#   through two queues), against zl bench's rr4k.
 # Per row: IOPS, MiB/s, mean latency, the ratio to zl bench, and the CPU
 # time per I/O of the client (the attach process: utime + stime from
 # /proc/PID/stat before and after the job; zl bench: its rusage). The kernel's
@@ -18,7 +21,7 @@
 # Numbers from TCG (no KVM here) are slow in absolute terms: only the ratios
 # between rows of one run mean something. Prints a markdown table.
 #   bench/vm_frontends.sh [BUILD_DIR]      env: RUNTIME=15 (s per job),
-#   FRONTENDS="ublk nbd fuse" (any of them, and ublk-tag)
+#   FRONTENDS="ublk nbd fuse" (any of them, and ublk-tag, ublk-mt)
 # Not a test: nothing is asserted beyond the jobs running without errors.
 set -uo pipefail
 
@@ -65,6 +68,7 @@ if [[ ${1:-} == --guest ]]; then
 	attach() {
 		local dir=/run/zl-bench-$1 line i fe=(--frontend "$1")
 		[[ $1 == ublk-tag ]] && fe=(--frontend ublk --ublk-copy tag)
+		[[ $1 == ublk-mt ]] && fe=(--frontend ublk --ublk-threads 2)
 		mkdir -p "$dir"
 		"$bin/zipline-node" attach --volume-id "$vid" --dir "$dir" --etcd "$etcd_url" \
 			--transport tcp "${fe[@]}" --ready-fd 3 --log-level warn \
@@ -95,6 +99,9 @@ if [[ ${1:-} == --guest ]]; then
 		case $job in
 		rr4k) args=(--rw=randread --bs=4k --iodepth=32) ;;
 		seq1m) args=(--rw=read --bs=1m --iodepth=8) ;;
+		# The same 32 in flight from two jobs, one per CPU: both queues.
+		rr4k2j) args=(--rw=randread --bs=4k --iodepth=16 --numjobs=2 --group_reporting=1
+			--cpus_allowed=0,1 --cpus_allowed_policy=split) ;;
 		esac
 		c0=$(bench_cpu_ticks "$pid")
 		fio --name="$job" --filename="$dev" --ioengine=libaio --direct=1 --size=256M \
@@ -139,6 +146,7 @@ PY
 	for fe in ${FRONTENDS:-ublk nbd fuse}; do
 		attach "$fe"
 		for job in rr4k seq1m; do fio_job "$fe" "$dev" "$job" "$apid"; done
+		[[ $fe == ublk* ]] && fio_job "$fe" "$dev" rr4k2j "$apid"
 		[[ $fe == fuse ]] && losetup -d "$dev"
 		detach
 	done
@@ -168,7 +176,9 @@ fi
 import sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
 base = {r[1]: float(r[2]) for r in rows if r[0] == "zl bench"}
-names = {"rr4k": "4 KiB randread QD32", "seq1m": "1 MiB read QD8"}
+names = {"rr4k": "4 KiB randread QD32", "seq1m": "1 MiB read QD8",
+         "rr4k2j": "4 KiB randread QD32, 2 jobs (1 per CPU)"}
+base["rr4k2j"] = base["rr4k"]
 print("| path | job | IOPS | MiB/s | mean µs | of zl bench | CPU µs per I/O (client) |")
 print("|---|---|---:|---:|---:|---:|---:|")
 for r in sorted(rows, key=lambda r: (r[1], r[0] != "zl bench")):

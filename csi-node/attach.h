@@ -1,7 +1,8 @@
 /* The attach process: one per attached volume, serving the volume as the
  * regular file <dir>/fuse/disk through a FUSE low-level session, or as the
  * block device /dev/ublkbN (--frontend ublk), on the same zl_loop as the
- * volume client. Private to csi-node/. */
+ * volume client (ublk with --ublk-threads N > 1: also on N - 1 threads
+ * with their own loop and client, attach_ublk.c). Private to csi-node/. */
 #ifndef ZL_CSI_ATTACH_H
 #define ZL_CSI_ATTACH_H
 
@@ -46,6 +47,9 @@ struct attach {
 	struct zl_etcd *etcd;
 	char etcd_pw[256]; /* etcd password read from its file, if any */
 	struct zl_client *client;
+	/* How a->client was made: the ublk queue threads make theirs alike. */
+	struct zl_client_opts copts;
+	char client_id[64];
 	/* The one volume handle of the process's whole life: it takes the
 	 * volume's snapshots (zl_vol_snap_serve) and learns a new size through
 	 * its record watch, so a resize never reopens it (and the snapshot
@@ -85,6 +89,7 @@ struct attach {
 	/* Requests that change data, counted at submit; flushed_gen: the
 	 * count the last successful flush covered. Equal: fsync is a no-op. */
 	uint64_t write_gen, flushed_gen;
+	uint64_t flush_gen; /* what the stop sequence's flush covers */
 	bool serving;	  /* READY was reported: SIGTERM runs the stop sequence */
 	bool aborting;	  /* the stop bound passed: every request fails */
 	int probe_status; /* the start-up read: 1 while in flight */
@@ -140,10 +145,32 @@ enum attach_ublk_copy { ATTACH_UBLK_COPY_AUTO, ATTACH_UBLK_COPY_USER, ATTACH_UBL
  * with nr_queues hardware queues and the copy mode copy (recover_id < 0)
  * or takes over device recover_id, every queue it has, in its own copy
  * mode, after its server died (UBLK_F_USER_RECOVERY; nr_queues and copy
- * unused), and serves its queues on a->loop. 0 or a negative errno (the
- * log says what failed); attach_ublk_stop undoes a half start. */
+ * unused), and serves its queues on nr_threads threads (at most one per
+ * queue): queue q on thread q % nr_threads, thread 0 being a->loop, the
+ * others with their own loop, client and volume handle. 0 or a negative
+ * errno (the log says what failed); attach_ublk_stop undoes a half start. */
 int attach_ublk_start(struct attach *a, int recover_id, unsigned int nr_queues,
-		      enum attach_ublk_copy copy);
+		      unsigned int nr_threads, enum attach_ublk_copy copy);
+/* --ublk-threads N: at most this many threads serve a device's queues. */
+#define ATTACH_UBLK_THREADS_MAX ATTACH_UBLK_QUEUES_MAX
+/* For the ctl "status" reply with --ublk-threads > 1: adds the other
+ * threads' volume handles' counters (as last published, UBLK_PUB_MS) to vs,
+ * their I/O errors (and thread 0's) to errors, their fencing to fenced. */
+void attach_ublk_stats(const struct attach *a, struct zl_vol_stats *vs, uint64_t *errors,
+		       bool *fenced);
+/* The stop sequence: true while another thread has requests on the volume;
+ * the requests that changed data on every thread so far (the final flush
+ * is needed while it is not what the last one covered). */
+bool attach_ublk_busy(const struct attach *a);
+uint64_t attach_ublk_written(const struct attach *a);
+/* A resize: true once every other thread's handle serves size bytes. */
+bool attach_ublk_size_ok(const struct attach *a, uint64_t size);
+/* The loop error of another thread (it stopped a->loop), or 0. */
+int attach_ublk_thread_error(const struct attach *a);
+/* attach_abort: every other thread closes its handle (its I/O fails with
+ * EIO, and every later request); waits (bounded) until they have, so that
+ * a->vol, which they follow, closes last. */
+void attach_ublk_abort(struct attach *a);
 /* For the ctl "status" reply: " ublk_reqs=N,N,..." (the requests each
  * hardware queue took since this process serves the device), then
  * " ublk_copy=user|tag ublk_buf_waits=N ublk_sync_copies=N" (requests
@@ -161,8 +188,9 @@ void attach_ublk_resized(struct attach *a, int res);
 /* SIGTERM: STOP_DEV; the kernel drains the device through us meanwhile,
  * and the stop sequence waits for it (it holds a busy slot). */
 void attach_ublk_stop_begin(struct attach *a);
-/* Waits (bounded) for STOP_DEV, tears the queue down, deletes a stopped
- * device; a device being taken over stays. Accepts a->ublk == NULL. */
+/* Waits (bounded) for STOP_DEV, joins the queue threads, tears the queues
+ * down, deletes a stopped device; a device being taken over stays. Accepts
+ * a->ublk == NULL. */
 void attach_ublk_stop(struct attach *a);
 /* The nbd and ublk frontends, before they map their buffers and queues:
  * writeback to the device we serve waits on this process, so memory

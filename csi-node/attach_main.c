@@ -62,6 +62,7 @@ struct attach_args {
 	bool ublk;	     /* --frontend ublk (default fuse) */
 	int ublk_recover;    /* --recover ID: take over ublk device ID, else -1 */
 	unsigned int ublk_queues; /* --ublk-queues N, 0: the default */
+	unsigned int ublk_threads; /* --ublk-threads N, 0: 1 */
 	enum attach_ublk_copy ublk_copy; /* --ublk-copy auto|user|tag */
 	bool ublk_copy_set;
 };
@@ -119,6 +120,11 @@ int node_start_timeout_parse(const char *s, uint32_t *out)
 	return node_uint_parse(s, 1, 600, out);
 }
 
+int node_ublk_threads_parse(const char *s, uint32_t *out)
+{
+	return node_uint_parse(s, 1, ATTACH_UBLK_THREADS_MAX, out);
+}
+
 /* The ublk device's hardware queues: --ublk-queues, else one per online CPU
  * up to ATTACH_UBLK_QUEUES_DEFAULT. */
 static unsigned int attach_ublk_queues(const struct attach_args *o)
@@ -150,6 +156,7 @@ static int attach_parse(int argc, char **argv, struct attach_args *o)
 	    {"recover", required_argument, NULL, 'R'},
 	    {"ublk-queues", required_argument, NULL, 'Q'},
 	    {"ublk-copy", required_argument, NULL, 'C'},
+	    {"ublk-threads", required_argument, NULL, 'U'},
 	    {NULL, 0, NULL, 0},
 	};
 	int c;
@@ -239,6 +246,19 @@ static int attach_parse(int argc, char **argv, struct attach_args *o)
 			o->ublk_queues = n;
 			break;
 		}
+		case 'U': {
+			uint32_t n;
+
+			if (node_ublk_threads_parse(optarg, &n)) {
+				fprintf(stderr,
+					"zipline-node attach: bad --ublk-threads '%s' "
+					"(threads serving the ublk device's queues, 1..%d)\n",
+					optarg, ATTACH_UBLK_THREADS_MAX);
+				return -ZL_ERR_INVAL;
+			}
+			o->ublk_threads = n;
+			break;
+		}
 		case 'C':
 			if (strcmp(optarg, "auto") == 0) {
 				o->ublk_copy = ATTACH_UBLK_COPY_AUTO;
@@ -277,6 +297,10 @@ static int attach_parse(int argc, char **argv, struct attach_args *o)
 	}
 	if (o->ublk_queues && !o->ublk) {
 		fprintf(stderr, "zipline-node attach: --ublk-queues needs --frontend ublk\n");
+		return -ZL_ERR_INVAL;
+	}
+	if (o->ublk_threads && !o->ublk) {
+		fprintf(stderr, "zipline-node attach: --ublk-threads needs --frontend ublk\n");
 		return -ZL_ERR_INVAL;
 	}
 	if (o->ublk_queues && o->ublk_recover >= 0) {
@@ -365,7 +389,7 @@ static void attach_resize_tick(void *arg)
 	char msg[256] = "";
 	int fd = a->resize_fd, rc = 0;
 
-	if (v && zl_vol_size(v) >= a->resize_want) {
+	if (v && zl_vol_size(v) >= a->resize_want && attach_ublk_size_ok(a, a->resize_want)) {
 		rc = attach_resize_grow(a, msg, sizeof(msg));
 		if (rc == 1)
 			return; /* attach_ublk_resized answers fd */
@@ -430,7 +454,8 @@ static int attach_resize(struct attach *a, char *msg, size_t len)
 		snprintf(msg, len, "stopping");
 		return -ZL_ERR_CONN;
 	}
-	if (zl_vol_size(a->vol) >= want) {
+	/* With --ublk-threads every thread's handle must serve it first. */
+	if (zl_vol_size(a->vol) >= want && attach_ublk_size_ok(a, want)) {
 		rc = attach_resize_grow(a, msg, len);
 		if (rc == 1)
 			a->resize_waiting = true;
@@ -476,6 +501,8 @@ static void attach_ctl_cb(void *arg, uint32_t events)
 				 (unsigned long long)a->size);
 	} else if (strcmp(req, "status") == 0) {
 		struct zl_vol_stats vs = {0};
+		uint64_t errors = a->io_errors;
+		bool fenced = !a->vol || zl_vol_fenced(a->vol);
 		/* Latency histograms, one word each (zl_metrics_hist_format):
 		 * 23 numbers of up to 20 digits. */
 		char lat[3][512];
@@ -497,6 +524,7 @@ static void attach_ctl_cb(void *arg, uint32_t events)
 						       k ? "," : "", (unsigned long long)lim[k]);
 		}
 		attach_ublk_status(a, ublk, sizeof(ublk));
+		attach_ublk_stats(a, &vs, &errors, &fenced);
 		for (int i = 0; i < 3; i++)
 			if (zl_metrics_hist_format(&vs.lat[i], lat[i], sizeof(lat[i])) < 0)
 				lat[i][0] = '\0';
@@ -505,9 +533,8 @@ static void attach_ctl_cb(void *arg, uint32_t events)
 			 "ok size=%llu errors=%llu busy=%u fenced=%d reads=%llu writes=%llu "
 			 "read_bytes=%llu write_bytes=%llu retries=%llu failovers=%llu "
 			 "throttled=%llu qos=%s%s read_lat=%s write_lat=%s flush_lat=%s\n",
-			 (unsigned long long)a->size, (unsigned long long)a->io_errors,
-			 a->busy_slots, a->vol ? zl_vol_fenced(a->vol) : 1,
-			 (unsigned long long)vs.reads, (unsigned long long)vs.writes,
+			 (unsigned long long)a->size, (unsigned long long)errors, a->busy_slots,
+			 (int)fenced, (unsigned long long)vs.reads, (unsigned long long)vs.writes,
 			 (unsigned long long)vs.read_bytes, (unsigned long long)vs.write_bytes,
 			 (unsigned long long)vs.retries, (unsigned long long)vs.failovers,
 			 (unsigned long long)vs.throttled, qos, ublk, lat[0], lat[1], lat[2]);
@@ -591,6 +618,8 @@ static void attach_abort(struct attach *a)
 			    "busy=%u",
 			    a->vol_id, a->busy_slots);
 	a->vol = NULL;
+	/* The ublk queue threads' handles follow v: they close first. */
+	attach_ublk_abort(a);
 	zl_vol_close(v);
 	/* Requests still queued in the kernel get their EIO too. */
 	if (a->se)
@@ -607,7 +636,7 @@ static void attach_flushed(void *arg, int status)
 	if (status)
 		ZL_LOG_ERR(ATTACH_LOG, "final flush failed: vol=%s err=%s", a->vol_id,
 			   zl_strerror(status));
-	a->flushed_gen = a->write_gen;
+	a->flushed_gen = a->flush_gen;
 	a->flushing = false;
 }
 
@@ -618,20 +647,25 @@ static void attach_stop_tick(void *arg)
 {
 	struct attach *a = arg;
 	uint64_t now = zl_now_ns();
+	uint64_t gen;
+	bool busy;
 
 	attach_ublk_stop_begin(a); /* once; the drain below waits for it */
+	/* Requests in flight and those that changed data, the ublk queue
+	 * threads' too (STOP_DEV counts in busy_slots until done). */
+	gen = a->write_gen + attach_ublk_written(a);
+	busy = a->busy_slots || attach_nbd_busy(a) || attach_ublk_busy(a);
 	if (a->aborting) {
 		if (atomic_load(&a->detach_done) ||
 		    now >= a->stop_deadline_ns + (uint64_t)ATTACH_STOP_MS * 1000000u) {
 			zl_loop_stop(a->loop);
 			return;
 		}
-	} else if (now >= a->stop_deadline_ns ||
-		   (!a->busy_slots && !attach_nbd_busy(a) && !a->flushing &&
-		    a->write_gen == a->flushed_gen)) {
+	} else if (now >= a->stop_deadline_ns || (!busy && !a->flushing && gen == a->flushed_gen)) {
 		attach_abort(a);
-	} else if (!a->busy_slots && !attach_nbd_busy(a) && !a->flushing) {
+	} else if (!busy && !a->flushing) {
 		a->flushing = true;
+		a->flush_gen = gen;
 		if (zl_vol_aio_flush(a->vol, attach_flushed, a) != 0)
 			attach_flushed(a, -ZL_ERR_IO);
 	}
@@ -704,7 +738,6 @@ static int attach_open(struct attach *a, const struct attach_args *o, int *ready
 {
 	struct zl_etcd_opts eo = {.endpoints = o->etcd, .timeout_ms = 5000};
 	struct zl_client_opts co = {.prefix = o->prefix, .epoch = o->epoch};
-	char cid[64];
 	int rc;
 
 	if (o->transport && zl_xport_select_parse(o->transport, &co.transport)) {
@@ -716,8 +749,8 @@ static int attach_open(struct attach *a, const struct attach_args *o, int *ready
 		return -ZL_ERR_INVAL;
 	}
 	co.legacy_drop = o->legacy_drop;
-	snprintf(cid, sizeof(cid), "attach-%s", o->vol_id);
-	co.client_id = cid;
+	snprintf(a->client_id, sizeof(a->client_id), "attach-%s", o->vol_id);
+	co.client_id = a->client_id;
 	if (o->token && *o->token) {
 		/* The attach token is for this node: HELLO names it. */
 		if (!o->node_id || zl_vol_id_parse(o->vol_id, &co.token_vol)) {
@@ -746,6 +779,7 @@ static int attach_open(struct attach *a, const struct attach_args *o, int *ready
 			     zl_strerror(rc));
 		return rc;
 	}
+	a->copts = co;
 	rc = zl_client_create(a->loop, a->etcd, &co, &a->client);
 	if (rc) {
 		attach_ready(ready, "ERR cannot start the volume client: %s", zl_strerror(rc));
@@ -959,7 +993,8 @@ int attach_main(int argc, char **argv)
 	if (o.nbd) {
 		rc = attach_start_nbd(a, &o, &ready);
 	} else if (o.ublk) {
-		rc = attach_ublk_start(a, o.ublk_recover, attach_ublk_queues(&o), o.ublk_copy);
+		rc = attach_ublk_start(a, o.ublk_recover, attach_ublk_queues(&o),
+				       o.ublk_threads ? o.ublk_threads : 1, o.ublk_copy);
 		if (rc)
 			attach_ready(&ready,
 				     "ERR cannot serve volume %s as a ublk device: %s "
@@ -993,8 +1028,18 @@ int attach_main(int argc, char **argv)
 		attach_stop_tick(a);
 	}
 	rc = zl_loop_run(a->loop);
-	ZL_LOG_INFO(ATTACH_LOG, "stopped: vol=%s errors=%llu", a->vol_id,
-		    (unsigned long long)a->io_errors);
+	if (rc == 0)
+		rc = attach_ublk_thread_error(a);
+	{
+		/* The ublk threads count their errors themselves. */
+		struct zl_vol_stats vs = {0};
+		uint64_t errors = a->io_errors;
+		bool fenced = false;
+
+		attach_ublk_stats(a, &vs, &errors, &fenced);
+		ZL_LOG_INFO(ATTACH_LOG, "stopped: vol=%s errors=%llu", a->vol_id,
+			    (unsigned long long)errors);
+	}
 out:
 	attach_fuse_stop(a);
 	attach_nbd_stop(a);

@@ -23,13 +23,20 @@
  * FETCH_REQ gives: the kernel copies a write's payload into it before
  * delivering the request, and a read's data from it at COMMIT.
  *
- * Threads: everything runs on the attach process's loop thread, which is
- * also the task the kernel binds each queue to (the one that issued its
- * FETCH_REQs). The queue ring signals an eventfd that the loop polls.
+ * Threads: by default (--ublk-threads 1) everything runs on the attach
+ * process's loop thread, which is also the task the kernel binds each queue
+ * to (the one that issued its FETCH_REQs). With --ublk-threads N, queue q
+ * is served by thread q % N (struct ublk_thread): thread 0 is the attach
+ * loop, each other one has its own loop, volume client and volume handle
+ * (following the snapshot switch of the attach loop's, which serves the
+ * snapshots: zl_vol_snap_follow), its share of the buffer pool and its own
+ * waiting lists, and issues its queues' FETCH_REQs itself; no lock and no
+ * memory of another thread per I/O. A queue ring signals an eventfd that
+ * its thread's loop polls. The control ring stays on the attach loop.
  * Control commands are issued without waiting in the kernel (ublk_drv
  * punts them to io_uring's workers), so START_DEV, END_USER_RECOVERY and
- * STOP_DEV, which wait for the device's own I/O, complete while the loop
- * keeps serving that I/O.
+ * STOP_DEV, which wait for the device's own I/O, complete while the loops
+ * keep serving that I/O.
  *
  * Kernel features: the ioctl-encoded commands (UBLK_U_*) when
  * UBLK_U_CMD_GET_FEATURES answers (Linux >= 6.5), else the legacy opcodes
@@ -39,12 +46,14 @@
  * older than the running kernel: what it lacks is defined here, and used
  * only when GET_FEATURES lists it. */
 #include "attach.h"
+#include "lib/common/notify.h"
 #include "node.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
 #include <linux/ublk_cmd.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,7 +89,7 @@
 #define UBLK_TAG_OFF 25
 #define UBLK_QID_OFF (UBLK_TAG_OFF + 16)
 #endif
-/* User copy: copies up to this many bytes are system calls on the loop
+/* User copy: copies up to this many bytes are system calls on the queue's
  * thread, larger ones io_uring operations (ublk_tag_copy). */
 #define UBLK_SYNC_COPY_MAX (64u * 1024u)
 
@@ -91,10 +100,11 @@
 
 #define UBLK_CTRL_DEV "/dev/ublk-control"
 /* Tags: with user copy UBLK_DEPTH per queue, the request buffers a pool
- * of UBLK_POOL_BUFS shared by all of them; in the tag copy mode each tag
- * owns its 1 MiB buffer and UBLK_DEPTH tags are split evenly over the
- * queues (UBLK_DEPTH_MIN at least each). Either way a device locks
- * UBLK_POOL_BUFS x UBLK_MAX_IO (128 MiB) of buffers, whatever its queues. */
+ * of UBLK_POOL_BUFS shared by all of them (split evenly over the threads);
+ * in the tag copy mode each tag owns its 1 MiB buffer and UBLK_DEPTH tags
+ * are split evenly over the queues (UBLK_DEPTH_MIN at least each). Either
+ * way a device locks UBLK_POOL_BUFS x UBLK_MAX_IO (128 MiB) of buffers,
+ * whatever its queues and threads. */
 #define UBLK_DEPTH     128
 #define UBLK_DEPTH_MIN 16
 #define UBLK_POOL_BUFS 128
@@ -104,6 +114,8 @@
 /* A dead server's device is quiesced by the kernel (up to a few seconds
  * after the process is gone); START_USER_RECOVERY answers EBUSY until then. */
 #define UBLK_RECOVER_WAIT_MS 30000
+/* A queue thread publishes its handle's size and stats this often. */
+#define UBLK_PUB_MS 100
 /* Control commands that do not wait for I/O. */
 #define UBLK_CTRL_WAIT_MS 10000
 /* user_data of a queue ring: the tag, with UBLK_UD_COPY for the data copy
@@ -124,6 +136,59 @@ struct ublk_buf {
 };
 
 struct ublk_queue_srv;
+struct attach_ublk;
+
+/* A thread that serves queues (--ublk-threads N: queue q is served by
+ * thread q % N). Thread 0 is the attach loop with the process's client and
+ * volume handle (a->loop, a->client, a->vol); every other one has its own
+ * loop, client and volume handle (a follower of a->vol's snapshot switch,
+ * zl_vol_snap_follow), so an I/O takes no lock and touches no memory of
+ * another thread. Each has its share of the request buffers and its own
+ * waiting lists. The counters other threads read (ctl status, the stop
+ * sequence, a resize) are atomics only their thread writes, or (stats) a
+ * copy the thread publishes every UBLK_PUB_MS. */
+struct ublk_thread {
+	struct attach_ublk *u;
+	unsigned int idx;
+	struct zl_loop *loop;
+	/* idx > 0: ours, created and closed on the thread; NULL once aborted.
+	 * idx 0: a->client and a->vol. */
+	struct zl_client *client;
+	struct zl_vol *vol;
+	bool aborting;
+	pthread_t tid;
+	bool created;	      /* tid runs (idx > 0) */
+	_Atomic int state;    /* idx > 0: 1 while setting up, then 0 or -errno */
+	_Atomic int loop_rc;  /* the loop's error, 0 */
+	struct zl_notify cmd; /* the main thread's requests (abort_req) */
+	_Atomic bool abort_req, aborted;
+	struct zl_timer pub_timer;
+	_Atomic uint64_t pub_size; /* the handle's size (a resize waits on it) */
+	_Atomic bool pub_fenced;
+	pthread_mutex_t stats_lock; /* guards stats: the publisher and ctl status */
+	struct zl_vol_stats stats;
+	/* The request buffers: user copy: this thread's share of the pool,
+	 * free ones stacked in pool_free; tag copy: one per tag of its queues. */
+	struct ublk_buf *bufs;
+	unsigned int nr_bufs;
+	struct ublk_buf **pool_free;
+	unsigned int pool_nfree;
+	/* Tags of our queues whose request the volume refused for now
+	 * (-ZL_ERR_BUSY), oldest first. */
+	struct ublk_tag *retry_head, *retry_tail;
+	/* User copy: tags waiting for a buffer, oldest first. */
+	struct ublk_tag *bwait_head, *bwait_tail;
+	bool retrying; /* ublk_retry_waiting runs (not reentered) */
+	/* Requests that change data, counted at submit; flushed_sum: the sum
+	 * of every thread's write_gen the last successful flush here covered. */
+	_Atomic uint64_t write_gen;
+	uint64_t flushed_sum;
+	_Atomic unsigned int busy;    /* idx > 0: requests on the volume */
+	_Atomic uint64_t buf_waits;   /* requests that found the pool empty */
+	_Atomic uint64_t sync_copies; /* user copies made with pread/pwrite */
+	_Atomic uint64_t io_errors;
+	struct zl_ratelimit err_rl;
+};
 
 struct ublk_tag {
 	struct ublk_queue_srv *q;
@@ -136,15 +201,17 @@ struct ublk_tag {
 	uint16_t tag;
 	uint8_t op;
 	bool fua;
-	uint64_t gen; /* a flush: the write_gen it covers */
+	uint64_t gen; /* a flush: the sum of write_gen it covers */
 	enum ublk_tag_state state;
 };
 
 /* One hardware queue of the device: its ring on /dev/ublkcN (its eventfd
- * on the loop), its descriptors (a read-only mapping of /dev/ublkcN at the
- * queue's offset) and its tags. Every queue is served by the loop thread. */
+ * on its thread's loop), its descriptors (a read-only mapping of
+ * /dev/ublkcN at the queue's offset) and its tags. Served by thread
+ * q_id % nr_threads. */
 struct ublk_queue_srv {
 	struct attach_ublk *u;
+	struct ublk_thread *th;
 	uint16_t q_id;
 	struct io_uring ring;
 	bool ring_ok;
@@ -153,7 +220,7 @@ struct ublk_queue_srv {
 	struct ublksrv_io_desc *descs;
 	size_t descs_len;
 	struct ublk_tag *tags;
-	uint64_t reqs; /* requests taken (ctl status) */
+	_Atomic uint64_t reqs; /* requests taken (ctl status) */
 	bool submit_queued;
 	struct zl_defer submit_defer;
 };
@@ -176,20 +243,10 @@ struct attach_ublk {
 	unsigned int nr_queues;	       /* allocated (and torn down) */
 	unsigned int depth;	       /* tags per queue */
 	bool user_copy;		       /* UBLK_F_USER_COPY in info.flags */
-	/* The request buffers: user copy: UBLK_POOL_BUFS, free ones stacked
-	 * in pool_free; tag copy: one per tag. */
-	struct ublk_buf *bufs;
-	unsigned int nr_bufs;
-	struct ublk_buf **pool_free;
-	unsigned int pool_nfree;
-	uint64_t buf_waits; /* requests that found the pool empty (ctl status) */
-	uint64_t sync_copies; /* user copies made with pread/pwrite (ctl status) */
-	/* Tags of any queue whose request the volume refused for now
-	 * (-ZL_ERR_BUSY), oldest first. */
-	struct ublk_tag *retry_head, *retry_tail;
-	/* User copy: tags waiting for a buffer, oldest first. */
-	struct ublk_tag *bwait_head, *bwait_tail;
-	bool retrying; /* ublk_retry_waiting runs (not reentered) */
+	/* The threads serving the queues (--ublk-threads), nr_threads of
+	 * them, at most one per queue. */
+	struct ublk_thread *threads;
+	unsigned int nr_threads;
 
 	/* The control command issued without waiting (START_DEV, STOP_DEV,
 	 * END_USER_RECOVERY): its result arrives on the control ring's
@@ -341,6 +398,46 @@ static int ublk_ctrl_run(struct attach_ublk *u, uint32_t nr, uint32_t dev_id, vo
 	return u->ctrl_res;
 }
 
+/* The volume handle th's I/O goes to, NULL once aborted. */
+static struct zl_vol *ublk_vol(const struct ublk_thread *th)
+{
+	const struct attach *a = th->u->a;
+
+	if (th->idx)
+		return th->aborting ? NULL : th->vol;
+	return a->aborting ? NULL : a->vol;
+}
+
+/* A counter only its own thread writes, others read. */
+static void ublk_count(_Atomic uint64_t *c)
+{
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+}
+
+/* Requests on the volume: thread 0's count in a->busy_slots (the stop
+ * sequence's), the others' in their own (attach_ublk_busy). */
+static void ublk_busy_add(struct ublk_thread *th, int d)
+{
+	if (th->idx == 0)
+		th->u->a->busy_slots = (unsigned int)((int)th->u->a->busy_slots + d);
+	else
+		atomic_store_explicit(
+		    &th->busy,
+		    (unsigned int)((int)atomic_load_explicit(&th->busy, memory_order_relaxed) + d),
+		    memory_order_relaxed);
+}
+
+/* The requests that changed data on every thread so far. */
+static uint64_t ublk_write_sum(const struct attach_ublk *u)
+{
+	uint64_t n = 0;
+
+	for (unsigned int i = 0; i < u->nr_threads; i++)
+		n += atomic_load_explicit(&u->threads[i].write_gen, memory_order_relaxed);
+	return n;
+}
+
 static void ublk_submit_cb(void *arg)
 {
 	struct ublk_queue_srv *q = arg;
@@ -360,7 +457,7 @@ static void ublk_queue_kick(struct ublk_queue_srv *q)
 {
 	if (!q->submit_queued) {
 		q->submit_queued = true;
-		zl_loop_defer(q->u->a->loop, &q->submit_defer, ublk_submit_cb, q);
+		zl_loop_defer(q->th->loop, &q->submit_defer, ublk_submit_cb, q);
 	}
 }
 
@@ -394,10 +491,12 @@ static void ublk_tag_queue_cmd(struct ublk_tag *t, uint32_t nr, int result)
 	ublk_queue_kick(q);
 }
 
-static void ublk_io_err(struct attach *a, const char *what, const struct ublk_tag *t, int st)
+static void ublk_io_err(struct ublk_thread *th, const char *what, const struct ublk_tag *t, int st)
 {
-	a->io_errors++;
-	if (zl_ratelimit_ok(&a->err_rl, 5))
+	struct attach *a = th->u->a;
+
+	ublk_count(&th->io_errors);
+	if (zl_ratelimit_ok(&th->err_rl, 5))
 		ZL_LOG_ERR(ATTACH_LOG, "%s failed: vol=%s off=%llu len=%u err=%s", what, a->vol_id,
 			   (unsigned long long)t->off, t->len, zl_strerror(st));
 }
@@ -406,10 +505,10 @@ static void ublk_io_err(struct attach *a, const char *what, const struct ublk_ta
  * waiters get it in ublk_retry_waiting). */
 static void ublk_tag_commit(struct ublk_tag *t, int result)
 {
-	struct attach_ublk *u = t->q->u;
+	struct ublk_thread *th = t->q->th;
 
-	if (u->user_copy && t->buf) {
-		u->pool_free[u->pool_nfree++] = t->buf;
+	if (t->q->u->user_copy && t->buf) {
+		th->pool_free[th->pool_nfree++] = t->buf;
 		t->buf = NULL;
 	}
 	ublk_tag_queue_cmd(t, UBLK_IO_COMMIT_AND_FETCH_REQ, result);
@@ -447,39 +546,38 @@ static struct ublk_tag *ublk_list_pop(struct ublk_tag **head, struct ublk_tag **
 	return t;
 }
 
-static int ublk_tag_submit(struct attach_ublk *u, struct ublk_tag *t);
-static void ublk_tag_start(struct attach_ublk *u, struct ublk_tag *t);
+static int ublk_tag_submit(struct ublk_thread *th, struct ublk_tag *t);
+static void ublk_tag_start(struct ublk_thread *th, struct ublk_tag *t);
 static void ublk_tag_copy(struct ublk_tag *t);
-static void ublk_tag_copied(struct attach_ublk *u, struct ublk_tag *t, int res);
+static void ublk_tag_copied(struct ublk_thread *th, struct ublk_tag *t, int res);
 
 /* After a completion: the requests the volume refused go again, in order,
  * until it refuses one (it waits at the head for the next completion);
  * then (user copy) buffers freed go to the requests waiting for one, in
  * order. Buffer waiters never block the refused ones, which hold their
  * buffers: those go back whatever the waiters. */
-static void ublk_retry_waiting(struct attach_ublk *u)
+static void ublk_retry_waiting(struct ublk_thread *th)
 {
 	struct ublk_tag *t;
 
-	if (u->retrying)
+	if (th->retrying)
 		return;
-	u->retrying = true;
-	while ((t = ublk_list_pop(&u->retry_head, &u->retry_tail))) {
-		if (ublk_tag_submit(u, t) == -ZL_ERR_BUSY) {
-			ublk_list_add(&u->retry_head, &u->retry_tail, t, true);
+	th->retrying = true;
+	while ((t = ublk_list_pop(&th->retry_head, &th->retry_tail))) {
+		if (ublk_tag_submit(th, t) == -ZL_ERR_BUSY) {
+			ublk_list_add(&th->retry_head, &th->retry_tail, t, true);
 			break;
 		}
 	}
-	while (u->bwait_head && (u->pool_nfree || u->a->aborting || !u->a->vol))
-		ublk_tag_start(u, ublk_list_pop(&u->bwait_head, &u->bwait_tail));
-	u->retrying = false;
+	while (th->bwait_head && (th->pool_nfree || !ublk_vol(th)))
+		ublk_tag_start(th, ublk_list_pop(&th->bwait_head, &th->bwait_tail));
+	th->retrying = false;
 }
 
 static void ublk_io_done(void *arg, int status)
 {
 	struct ublk_tag *t = arg;
-	struct attach_ublk *u = t->q->u;
-	struct attach *a = u->a;
+	struct ublk_thread *th = t->q->th;
 	int result = 0;
 	const char *what = "ublk read";
 
@@ -493,39 +591,37 @@ static void ublk_io_done(void *arg, int status)
 		break;
 	case UBLK_IO_OP_FLUSH:
 		what = "ublk flush";
-		if (!status && t->gen > a->flushed_gen)
-			a->flushed_gen = t->gen;
+		if (!status && t->gen > th->flushed_sum)
+			th->flushed_sum = t->gen;
 		break;
 	default:
 		what = "ublk discard/zeroes";
 		break;
 	}
 	if (status) {
-		ublk_io_err(a, what, t, status);
+		ublk_io_err(th, what, t, status);
 		result = status == -ZL_ERR_NOSPC ? -ENOSPC : -EIO;
 	}
-	a->busy_slots--;
-	if (u->user_copy && t->op == UBLK_IO_OP_READ && !status)
+	ublk_busy_add(th, -1);
+	if (t->q->u->user_copy && t->op == UBLK_IO_OP_READ && !status)
 		ublk_tag_copy(t); /* the data to the request, then COMMIT */
 	else
 		ublk_tag_commit(t, result);
-	ublk_retry_waiting(u);
+	ublk_retry_waiting(th);
 }
 
 /* Starts t's request on the volume. 0 (ublk_io_done commits it),
  * -ZL_ERR_BUSY (the caller queues it for retry); anything else is
  * committed here. */
-static int ublk_tag_submit(struct attach_ublk *u, struct ublk_tag *t)
+static int ublk_tag_submit(struct ublk_thread *th, struct ublk_tag *t)
 {
-	struct attach *a = u->a;
-	struct zl_vol *v;
+	struct zl_vol *v = ublk_vol(th);
 	int rc;
 
-	if (a->aborting || !a->vol) {
+	if (!v) {
 		ublk_tag_commit(t, -EIO);
 		return -EIO;
 	}
-	v = a->vol;
 	switch (t->op) {
 	case UBLK_IO_OP_READ:
 		rc = zl_vol_aio_read(v, t->buf->p, t->off, t->len, ublk_io_done, t);
@@ -534,7 +630,7 @@ static int ublk_tag_submit(struct attach_ublk *u, struct ublk_tag *t)
 		rc = zl_vol_aio_write(v, t->buf->p, t->off, t->len, t->fua, ublk_io_done, t);
 		break;
 	case UBLK_IO_OP_FLUSH:
-		t->gen = a->write_gen;
+		t->gen = ublk_write_sum(th->u);
 		rc = zl_vol_aio_flush(v, ublk_io_done, t);
 		break;
 	case UBLK_IO_OP_DISCARD:
@@ -545,26 +641,31 @@ static int ublk_tag_submit(struct attach_ublk *u, struct ublk_tag *t)
 		break;
 	}
 	if (rc == 0) {
-		a->busy_slots++;
+		ublk_busy_add(th, 1);
 		return 0;
 	}
 	if (rc == -ZL_ERR_BUSY)
 		return rc;
-	ublk_io_err(a, "ublk submit", t, rc);
+	ublk_io_err(th, "ublk submit", t, rc);
 	ublk_tag_commit(t, -EIO);
 	return rc;
 }
 
 /* A request arrived on tag t: read its descriptor and run it. */
-static void ublk_tag_request(struct attach_ublk *u, struct ublk_tag *t)
+static void ublk_tag_request(struct ublk_thread *th, struct ublk_tag *t)
 {
-	struct attach *a = u->a;
+	struct attach_ublk *u = th->u;
+	struct zl_vol *v = ublk_vol(th);
 	const struct ublksrv_io_desc *d = &t->q->descs[t->tag];
 	uint32_t op_flags = d->op_flags;
 	uint64_t off = d->start_sector << 9, len = (uint64_t)d->nr_sectors << 9;
+	/* Thread 0: the device's size; the others: their handle's, which a
+	 * resize waits for before the device grows (a closed one fails the
+	 * request at submit). */
+	uint64_t size = th->idx ? (v ? zl_vol_size(v) : UINT64_MAX) : u->a->size;
 
 	t->state = UBLK_TAG_IO;
-	t->q->reqs++;
+	ublk_count(&t->q->reqs);
 	t->op = (uint8_t)(op_flags & 0xff);
 	t->fua = (op_flags & UBLK_IO_F_FUA) != 0;
 	t->off = off;
@@ -574,7 +675,7 @@ static void ublk_tag_request(struct attach_ublk *u, struct ublk_tag *t)
 		/* Writes are acknowledged once stable on every in-sync
 		 * replica: a flush with no write since the last flush that
 		 * succeeded has nothing to do. */
-		if (a->write_gen == a->flushed_gen) {
+		if (ublk_write_sum(u) == th->flushed_sum) {
 			ublk_tag_commit(t, 0);
 			return;
 		}
@@ -582,20 +683,20 @@ static void ublk_tag_request(struct attach_ublk *u, struct ublk_tag *t)
 	case UBLK_IO_OP_READ:
 	case UBLK_IO_OP_WRITE:
 		if (len > UBLK_MAX_IO || len > u->info.max_io_buf_bytes) {
-			ublk_io_err(a, "ublk request too large", t, -ZL_ERR_INVAL);
+			ublk_io_err(th, "ublk request too large", t, -ZL_ERR_INVAL);
 			ublk_tag_commit(t, -EIO);
 			return;
 		}
 		/* fall through */
 	case UBLK_IO_OP_DISCARD:
 	case UBLK_IO_OP_WRITE_ZEROES:
-		if (off >= a->size || len > a->size - off) {
-			ublk_io_err(a, "ublk request beyond the volume", t, -ZL_ERR_RANGE);
+		if (off >= size || len > size - off) {
+			ublk_io_err(th, "ublk request beyond the volume", t, -ZL_ERR_RANGE);
 			ublk_tag_commit(t, -EIO);
 			return;
 		}
 		if (t->op != UBLK_IO_OP_READ)
-			a->write_gen++;
+			ublk_count(&th->write_gen);
 		break;
 	default:
 		ublk_tag_commit(t, -EOPNOTSUPP);
@@ -603,33 +704,33 @@ static void ublk_tag_request(struct attach_ublk *u, struct ublk_tag *t)
 	}
 	/* User copy: a READ or WRITE needs a buffer; it waits behind the
 	 * requests already waiting for one. */
-	if (u->user_copy && t->op <= UBLK_IO_OP_WRITE && (u->bwait_head || !u->pool_nfree)) {
-		if (!u->pool_nfree)
-			u->buf_waits++;
-		ublk_list_add(&u->bwait_head, &u->bwait_tail, t, false);
+	if (u->user_copy && t->op <= UBLK_IO_OP_WRITE && (th->bwait_head || !th->pool_nfree)) {
+		if (!th->pool_nfree)
+			ublk_count(&th->buf_waits);
+		ublk_list_add(&th->bwait_head, &th->bwait_tail, t, false);
 		return;
 	}
-	ublk_tag_start(u, t);
+	ublk_tag_start(th, t);
 }
 
 /* Runs t's request: user copy: takes a buffer from the pool (there is
  * one, or we are stopping) and, for a WRITE, first copies the request's
  * data into it. */
-static void ublk_tag_start(struct attach_ublk *u, struct ublk_tag *t)
+static void ublk_tag_start(struct ublk_thread *th, struct ublk_tag *t)
 {
-	if (u->user_copy && t->op <= UBLK_IO_OP_WRITE) {
-		if (!u->pool_nfree || u->a->aborting || !u->a->vol) {
+	if (th->u->user_copy && t->op <= UBLK_IO_OP_WRITE) {
+		if (!th->pool_nfree || !ublk_vol(th)) {
 			ublk_tag_commit(t, -EIO);
 			return;
 		}
-		t->buf = u->pool_free[--u->pool_nfree];
+		t->buf = th->pool_free[--th->pool_nfree];
 		if (t->op == UBLK_IO_OP_WRITE) {
 			ublk_tag_copy(t);
 			return;
 		}
 	}
-	if (ublk_tag_submit(u, t) == -ZL_ERR_BUSY)
-		ublk_list_add(&u->retry_head, &u->retry_tail, t, false);
+	if (ublk_tag_submit(th, t) == -ZL_ERR_BUSY)
+		ublk_list_add(&th->retry_head, &th->retry_tail, t, false);
 }
 
 /* User copy: moves t's data between its buffer and the request: a
@@ -654,8 +755,8 @@ static void ublk_tag_copy(struct ublk_tag *t)
 			n = pread(u->cdev_fd, t->buf->p, t->len, (off_t)pos);
 		else
 			n = pwrite(u->cdev_fd, t->buf->p, t->len, (off_t)pos);
-		u->sync_copies++;
-		ublk_tag_copied(u, t, n < 0 ? -errno : (int)n);
+		ublk_count(&q->th->sync_copies);
+		ublk_tag_copied(q->th, t, n < 0 ? -errno : (int)n);
 		return;
 	}
 	sqe = io_uring_get_sqe(&q->ring);
@@ -677,12 +778,13 @@ static void ublk_tag_copy(struct ublk_tag *t)
 
 /* The data copy of t ended (res: bytes copied or -errno): a WRITE goes to
  * the volume, a READ is answered. */
-static void ublk_tag_copied(struct attach_ublk *u, struct ublk_tag *t, int res)
+static void ublk_tag_copied(struct ublk_thread *th, struct ublk_tag *t, int res)
 {
 	t->state = UBLK_TAG_IO;
 	if (res != (int)t->len) {
-		ublk_io_err(u->a, t->op == UBLK_IO_OP_WRITE ? "ublk copy from the request"
-							    : "ublk copy to the request",
+		ublk_io_err(th,
+			    t->op == UBLK_IO_OP_WRITE ? "ublk copy from the request"
+						      : "ublk copy to the request",
 			    t, res < 0 ? res : -ZL_ERR_IO);
 		ublk_tag_commit(t, -EIO);
 		return;
@@ -691,8 +793,8 @@ static void ublk_tag_copied(struct attach_ublk *u, struct ublk_tag *t, int res)
 		ublk_tag_commit(t, (int)t->len);
 		return;
 	}
-	if (ublk_tag_submit(u, t) == -ZL_ERR_BUSY)
-		ublk_list_add(&u->retry_head, &u->retry_tail, t, false);
+	if (ublk_tag_submit(th, t) == -ZL_ERR_BUSY)
+		ublk_list_add(&th->retry_head, &th->retry_tail, t, false);
 }
 
 static void ublk_ev_cb(void *arg, uint32_t events)
@@ -714,14 +816,14 @@ static void ublk_ev_cb(void *arg, uint32_t events)
 			continue;
 		t = &q->tags[cqe->user_data & ~UBLK_UD_COPY];
 		if (cqe->user_data & UBLK_UD_COPY) {
-			ublk_tag_copied(u, t, cqe->res);
+			ublk_tag_copied(q->th, t, cqe->res);
 		} else if (cqe->res == UBLK_IO_RES_OK) {
-			ublk_tag_request(u, t);
+			ublk_tag_request(q->th, t);
 		} else {
 			/* UBLK_IO_RES_ABORT: the device is stopping; anything
 			 * else: the command was refused. No command is left
 			 * on this tag either way. */
-			if (cqe->res != UBLK_IO_RES_ABORT && zl_ratelimit_ok(&u->a->err_rl, 5))
+			if (cqe->res != UBLK_IO_RES_ABORT && zl_ratelimit_ok(&q->th->err_rl, 5))
 				ZL_LOG_ERR(ATTACH_LOG,
 					   "ublk command failed: dev=%d queue=%u tag=%u err=%s",
 					   u->dev_id, q->q_id, t->tag, strerror(-cqe->res));
@@ -730,12 +832,12 @@ static void ublk_ev_cb(void *arg, uint32_t events)
 	}
 	io_uring_cq_advance(&q->ring, seen);
 	/* Buffers the commits freed go to the requests waiting for one. */
-	ublk_retry_waiting(u);
+	ublk_retry_waiting(q->th);
 }
 
 /* An io_uring with 128-byte SQEs (room for the commands) whose completions
  * wake the attach loop through an eventfd that runs cb. 0 or -errno. */
-static int ublk_ring_init(struct attach_ublk *u, const char *what, unsigned int depth,
+static int ublk_ring_init(struct zl_loop *loop, const char *what, unsigned int depth,
 			  struct io_uring *ring, bool *ring_ok, int *ev_fd,
 			  struct zl_loop_handle *h, zl_loop_fd_cb cb, void *arg)
 {
@@ -753,7 +855,7 @@ static int ublk_ring_init(struct attach_ublk *u, const char *what, unsigned int 
 		return -errno;
 	rc = io_uring_register_eventfd(ring, *ev_fd);
 	if (rc == 0)
-		rc = zl_loop_add(u->a->loop, h, *ev_fd, EPOLLIN, cb, arg);
+		rc = zl_loop_add(loop, h, *ev_fd, EPOLLIN, cb, arg);
 	return rc;
 }
 
@@ -769,7 +871,7 @@ static int ublk_ctrl_open(struct attach_ublk *u)
 			   UBLK_CTRL_DEV, strerror(errno));
 		return rc;
 	}
-	rc = ublk_ring_init(u, "control", UBLK_CTRL_DEPTH, &u->ctrl_ring, &u->ctrl_ring_ok,
+	rc = ublk_ring_init(u->a->loop, "control", UBLK_CTRL_DEPTH, &u->ctrl_ring, &u->ctrl_ring_ok,
 			    &u->ctrl_ev_fd, &u->ctrl_ev_h, ublk_ctrl_ev_cb, u);
 	if (rc)
 		return rc;
@@ -810,8 +912,8 @@ static int ublk_queue_init(struct attach_ublk *u, struct ublk_queue_srv *q)
 			   q->q_id, u->dev_id, strerror(errno));
 		return rc;
 	}
-	rc = ublk_ring_init(u, "queue", u->depth, &q->ring, &q->ring_ok, &q->ev_fd, &q->ev_h,
-			    ublk_ev_cb, q);
+	rc = ublk_ring_init(q->th->loop, "queue", u->depth, &q->ring, &q->ring_ok, &q->ev_fd,
+			    &q->ev_h, ublk_ev_cb, q);
 	if (rc)
 		return rc;
 	if (!q->tags) {
@@ -824,7 +926,7 @@ static int ublk_queue_init(struct attach_ublk *u, struct ublk_queue_srv *q)
 			t->q = q;
 			t->tag = (uint16_t)i;
 			if (!u->user_copy)
-				t->buf = &u->bufs[q->q_id * u->depth + i];
+				t->buf = &q->th->bufs[q->q_id / u->nr_threads * u->depth + i];
 		}
 	}
 	for (unsigned int i = 0; i < u->depth; i++)
@@ -838,38 +940,187 @@ static int ublk_queue_init(struct attach_ublk *u, struct ublk_queue_srv *q)
 	return 0;
 }
 
-/* Allocates the request buffers, once: user copy: the pool
- * (UBLK_POOL_BUFS), all free; tag copy: one per tag of every queue. From
- * the transport's pool (registered memory on RDMA: a read lands in it and
- * a write leaves from it with no bounce copy), plain memory if it has
- * none. */
-static int ublk_bufs_alloc(struct attach_ublk *u)
+/* Allocates th's request buffers, once: user copy: its share of the pool
+ * (UBLK_POOL_BUFS split evenly over the threads), all free; tag copy: one
+ * per tag of its queues. From its volume client's transport pool
+ * (registered memory on RDMA: a read lands in it and a write leaves from
+ * it with no bounce copy), plain memory if it has none. */
+static int ublk_bufs_alloc(struct ublk_thread *th)
 {
+	struct attach_ublk *u = th->u;
 	size_t len = u->info.max_io_buf_bytes;
-	unsigned int n = u->user_copy ? UBLK_POOL_BUFS : u->nr_queues * u->depth;
+	unsigned int nq = (u->nr_queues - th->idx + u->nr_threads - 1) / u->nr_threads;
+	unsigned int n = u->user_copy ? UBLK_POOL_BUFS / u->nr_threads : nq * u->depth;
 
-	u->bufs = calloc(n, sizeof(*u->bufs));
-	u->pool_free = calloc(n, sizeof(*u->pool_free));
-	if (!u->bufs || !u->pool_free)
+	th->bufs = calloc(n, sizeof(*th->bufs));
+	th->pool_free = calloc(n, sizeof(*th->pool_free));
+	if (!th->bufs || !th->pool_free)
 		return -ENOMEM;
-	for (; u->nr_bufs < n; u->nr_bufs++) {
-		struct ublk_buf *b = &u->bufs[u->nr_bufs];
+	for (; th->nr_bufs < n; th->nr_bufs++) {
+		struct ublk_buf *b = &th->bufs[th->nr_bufs];
 
-		b->p = zl_vol_buf_alloc(u->a->vol, len);
+		b->p = zl_vol_buf_alloc(th->vol, len);
 		b->pooled = b->p != NULL;
 		if (!b->p && posix_memalign(&b->p, 4096, len))
 			return -ENOMEM;
 		if (u->user_copy)
-			u->pool_free[u->pool_nfree++] = b;
+			th->pool_free[th->pool_nfree++] = b;
 	}
 	return 0;
 }
 
-/* Opens /dev/ublkcN and sets up every queue of the device (u->info). The
- * loop thread serves them all: the kernel binds each queue to the task
- * that issued its FETCH_REQs, and one task may serve several queues. */
-static int ublk_queues_setup(struct attach_ublk *u)
+/* Sets up th's buffers and queues (q % nr_threads == idx), on th: the
+ * kernel binds each queue to the task that issued its FETCH_REQs, and one
+ * task may serve several queues. */
+static int ublk_thread_queues(struct ublk_thread *th)
 {
+	struct attach_ublk *u = th->u;
+	int rc = ublk_bufs_alloc(th);
+
+	for (unsigned int i = th->idx; rc == 0 && i < u->nr_queues; i += u->nr_threads)
+		rc = ublk_queue_init(u, &u->queues[i]);
+	return rc;
+}
+
+/* Tears down th's queues and buffers, on th (or once it ended): pool
+ * buffers go back through th's handle, or with its client when closed. */
+static void ublk_thread_queues_fini(struct ublk_thread *th)
+{
+	struct attach_ublk *u = th->u;
+	struct zl_vol *v = th->idx ? th->vol : u->a->vol;
+
+	for (unsigned int i = th->idx; u->queues && i < u->nr_queues; i += u->nr_threads) {
+		struct ublk_queue_srv *q = &u->queues[i];
+
+		if (q->ring_ok) {
+			zl_loop_del(th->loop, &q->ev_h);
+			io_uring_queue_exit(&q->ring);
+			q->ring_ok = false;
+		}
+		if (q->descs)
+			munmap(q->descs, q->descs_len);
+		q->descs = NULL;
+		if (q->ev_fd >= 0)
+			close(q->ev_fd);
+		q->ev_fd = -1;
+		if (th->loop)
+			zl_loop_defer_cancel(th->loop, &q->submit_defer);
+	}
+	for (unsigned int i = 0; i < th->nr_bufs; i++) {
+		struct ublk_buf *b = &th->bufs[i];
+
+		if (!b->pooled)
+			free(b->p);
+		else if (v)
+			zl_vol_buf_free(v, b->p);
+	}
+	free(th->bufs);
+	free(th->pool_free);
+	th->bufs = NULL;
+	th->pool_free = NULL;
+	th->nr_bufs = th->pool_nfree = 0;
+}
+
+/* th's loop: what other threads read of th (a resize waits for the size,
+ * the ctl status sums the stats), every UBLK_PUB_MS. */
+static void ublk_thread_publish(void *arg)
+{
+	struct ublk_thread *th = arg;
+	struct zl_vol *v = ublk_vol(th);
+
+	atomic_store(&th->pub_size, v ? zl_vol_size(v) : 0);
+	atomic_store(&th->pub_fenced, v ? zl_vol_fenced(v) : true);
+	if (v) {
+		pthread_mutex_lock(&th->stats_lock);
+		zl_vol_get_stats(v, &th->stats);
+		pthread_mutex_unlock(&th->stats_lock);
+	}
+	zl_timer_start(th->loop, &th->pub_timer, UBLK_PUB_MS, 0, ublk_thread_publish, th);
+}
+
+/* th's loop: the main thread asks (attach_abort) to fail what is in flight
+ * and every later request: the handle closes (its I/O completes with an
+ * error), then the answer. */
+static void ublk_thread_cmd_cb(void *arg)
+{
+	struct ublk_thread *th = arg;
+	struct zl_vol *v = th->vol;
+
+	if (!atomic_load(&th->abort_req) || th->aborting)
+		return;
+	th->aborting = true;
+	th->vol = NULL;
+	zl_vol_close(v);
+	ublk_retry_waiting(th);
+	atomic_store(&th->pub_size, 0);
+	atomic_store(&th->pub_fenced, true);
+	atomic_store(&th->aborted, true);
+}
+
+/* A queue thread (idx > 0): its loop, client and volume handle (a follower
+ * of a->vol's snapshot switch), PR_SET_IO_FLUSHER (per task), its queues;
+ * serves until attach_ublk_stop stops its loop, then tears down here. A
+ * loop error stops the attach loop too (the process stops as on its own
+ * loop's error). */
+static void *ublk_thread_main(void *arg)
+{
+	struct ublk_thread *th = arg;
+	struct attach *a = th->u->a;
+	char name[16];
+	int rc;
+
+	/* Named for ps and /proc (the VM test finds it by its name). */
+	snprintf(name, sizeof(name), "zl-ublk-t%u", th->idx);
+	pthread_setname_np(pthread_self(), name);
+	attach_flusher_enter(a);
+	rc = zl_loop_create(&th->loop);
+	if (rc == 0)
+		rc = zl_client_create(th->loop, a->etcd, &a->copts, &th->client);
+	if (rc == 0)
+		rc = zl_vol_open(th->client, a->vol_id, &th->vol);
+	if (rc == 0)
+		rc = zl_vol_snap_follow(th->vol, a->vol);
+	if (rc == 0)
+		rc = zl_notify_init(&th->cmd, th->loop, ublk_thread_cmd_cb, th);
+	if (rc == 0)
+		rc = ublk_thread_queues(th);
+	if (rc)
+		ZL_LOG_ERR(ATTACH_LOG, "ublk queue thread %u cannot start: vol=%s err=%s", th->idx,
+			   a->vol_id, zl_strerror(rc));
+	else
+		ublk_thread_publish(th);
+	atomic_store(&th->state, rc);
+	zl_loop_wake(a->loop);
+	if (rc == 0) {
+		rc = zl_loop_run(th->loop);
+		if (rc < 0) {
+			ZL_LOG_ERR(ATTACH_LOG, "ublk queue thread %u: loop failed: vol=%s err=%s",
+				   th->idx, a->vol_id, strerror(-rc));
+			atomic_store(&th->loop_rc, rc);
+			zl_loop_stop(a->loop);
+		}
+	}
+	if (th->loop)
+		zl_timer_stop(th->loop, &th->pub_timer);
+	/* The handle first: its I/O completes (committed on rings still
+	 * there), and it leaves a->vol's followers before a->vol closes. */
+	zl_vol_close(th->vol);
+	th->vol = NULL;
+	ublk_thread_queues_fini(th);
+	zl_notify_fini(&th->cmd);
+	zl_client_destroy(th->client);
+	zl_loop_destroy(th->loop);
+	th->loop = NULL;
+	return NULL;
+}
+
+/* Opens /dev/ublkcN and sets up every queue of the device (u->info) on
+ * nr_threads threads: thread 0's here (the attach loop), the others' on
+ * their own threads; waits until every thread has issued its FETCH_REQs
+ * (or failed). */
+static int ublk_queues_setup(struct attach_ublk *u, unsigned int nr_threads)
+{
+	struct attach *a = u->a;
 	char path[64];
 	int rc;
 
@@ -889,26 +1140,57 @@ static int ublk_queues_setup(struct attach_ublk *u)
 		return rc;
 	}
 	u->queues = calloc(u->info.nr_hw_queues, sizeof(*u->queues));
-	if (!u->queues)
+	/* At most one thread per queue (a recovered device has its own). */
+	nr_threads = ZL_MAX(1u, ZL_MIN(nr_threads, (unsigned int)u->info.nr_hw_queues));
+	u->threads = calloc(nr_threads, sizeof(*u->threads));
+	if (!u->queues || !u->threads)
 		return -ENOMEM;
+	u->nr_threads = nr_threads;
 	u->nr_queues = u->info.nr_hw_queues;
+	for (unsigned int i = 0; i < u->nr_threads; i++) {
+		struct ublk_thread *th = &u->threads[i];
+
+		th->u = u;
+		th->idx = i;
+		pthread_mutex_init(&th->stats_lock, NULL);
+		atomic_init(&th->state, 1);
+	}
+	u->threads[0].loop = a->loop;
+	u->threads[0].client = a->client;
+	u->threads[0].vol = a->vol;
 	for (unsigned int i = 0; i < u->nr_queues; i++) {
 		struct ublk_queue_srv *q = &u->queues[i];
 
 		q->u = u;
+		q->th = &u->threads[i % u->nr_threads];
 		q->q_id = (uint16_t)i;
 		q->ev_fd = -1;
 		q->ev_h.fd = -1;
 	}
-	rc = ublk_bufs_alloc(u);
-	if (rc)
-		return rc;
-	for (unsigned int i = 0; i < u->nr_queues; i++) {
-		rc = ublk_queue_init(u, &u->queues[i]);
-		if (rc)
-			return rc;
+	for (unsigned int i = 1; i < u->nr_threads; i++) {
+		struct ublk_thread *th = &u->threads[i];
+
+		rc = pthread_create(&th->tid, NULL, ublk_thread_main, th);
+		if (rc) {
+			ZL_LOG_ERR(ATTACH_LOG, "cannot create ublk queue thread %u: %s", i,
+				   strerror(rc));
+			return -rc;
+		}
+		th->created = true;
 	}
-	return 0;
+	rc = ublk_thread_queues(&u->threads[0]);
+	/* The others set up meanwhile (each within the etcd and volume
+	 * client's own timeouts). */
+	for (unsigned int i = 1; i < u->nr_threads; i++) {
+		struct ublk_thread *th = &u->threads[i];
+		int st;
+
+		while ((st = atomic_load(&th->state)) == 1)
+			zl_loop_run_once(a->loop, 20);
+		if (rc == 0)
+			rc = st;
+	}
+	return rc;
 }
 
 static int ublk_add(struct attach_ublk *u, unsigned int nr_queues, enum attach_ublk_copy copy)
@@ -1039,7 +1321,7 @@ static int ublk_recover_begin(struct attach_ublk *u, int dev_id)
 }
 
 int attach_ublk_start(struct attach *a, int recover_id, unsigned int nr_queues,
-		      enum attach_ublk_copy copy)
+		      unsigned int nr_threads, enum attach_ublk_copy copy)
 {
 	struct attach_ublk *u;
 	int rc;
@@ -1060,7 +1342,7 @@ int attach_ublk_start(struct attach *a, int recover_id, unsigned int nr_queues,
 	rc = recover_id >= 0 ? ublk_recover_begin(u, recover_id) : ublk_add(u, nr_queues, copy);
 	if (rc)
 		return rc;
-	rc = ublk_queues_setup(u);
+	rc = ublk_queues_setup(u, nr_threads);
 	if (rc)
 		return rc;
 	/* Both wait in the kernel until every tag of every queue has fetched;
@@ -1079,15 +1361,26 @@ int attach_ublk_start(struct attach *a, int recover_id, unsigned int nr_queues,
 	}
 	u->started = true;
 	snprintf(a->ready_extra, sizeof(a->ready_extra),
-		 " dev=/dev/ublkb%d ublk_id=%d queues=%u depth=%u copy=%s", u->dev_id, u->dev_id,
-		 u->nr_queues, u->depth, u->user_copy ? "user" : "tag");
-	ZL_LOG_INFO(ATTACH_LOG,
-		    "ublk device %s: vol=%s dev=/dev/ublkb%d queues=%u depth=%u max_io=%u "
-		    "flags=0x%llx copy=%s buffers=%u from the %s",
-		    u->recovered ? "recovered" : "started", a->vol_id, u->dev_id, u->nr_queues,
-		    u->depth, u->info.max_io_buf_bytes, (unsigned long long)u->info.flags,
-		    u->user_copy ? "user" : "tag", u->nr_bufs,
-		    u->bufs[u->nr_bufs - 1].pooled ? "pool" : "heap");
+		 " dev=/dev/ublkb%d ublk_id=%d queues=%u depth=%u copy=%s threads=%u", u->dev_id,
+		 u->dev_id, u->nr_queues, u->depth, u->user_copy ? "user" : "tag", u->nr_threads);
+	{
+		unsigned int nbufs = 0;
+		bool pooled = true;
+
+		for (unsigned int i = 0; i < u->nr_threads; i++) {
+			const struct ublk_thread *th = &u->threads[i];
+
+			nbufs += th->nr_bufs;
+			pooled = pooled && th->nr_bufs && th->bufs[th->nr_bufs - 1].pooled;
+		}
+		ZL_LOG_INFO(ATTACH_LOG,
+			    "ublk device %s: vol=%s dev=/dev/ublkb%d queues=%u depth=%u "
+			    "max_io=%u flags=0x%llx copy=%s buffers=%u from the %s threads=%u",
+			    u->recovered ? "recovered" : "started", a->vol_id, u->dev_id,
+			    u->nr_queues, u->depth, u->info.max_io_buf_bytes,
+			    (unsigned long long)u->info.flags, u->user_copy ? "user" : "tag", nbufs,
+			    pooled ? "pool" : "heap", u->nr_threads);
+	}
 	return 0;
 }
 
@@ -1138,17 +1431,111 @@ void attach_ublk_status(const struct attach *a, char *buf, size_t len)
 {
 	const struct attach_ublk *u = a->ublk;
 	size_t l = 0;
+	uint64_t waits = 0, sync = 0;
 
 	buf[0] = '\0';
 	if (!u || !u->started)
 		return;
+	for (unsigned int i = 0; i < u->nr_threads; i++) {
+		waits += atomic_load(&u->threads[i].buf_waits);
+		sync += atomic_load(&u->threads[i].sync_copies);
+	}
 	for (unsigned int i = 0; i < u->nr_queues && l < len; i++)
 		l += (size_t)snprintf(buf + l, len - l, "%s%llu", i ? "," : " ublk_reqs=",
-				      (unsigned long long)u->queues[i].reqs);
+				      (unsigned long long)atomic_load(&u->queues[i].reqs));
 	if (l < len)
-		snprintf(buf + l, len - l, " ublk_copy=%s ublk_buf_waits=%llu ublk_sync_copies=%llu",
-			 u->user_copy ? "user" : "tag", (unsigned long long)u->buf_waits,
-			 (unsigned long long)u->sync_copies);
+		snprintf(buf + l, len - l,
+			 " ublk_copy=%s ublk_buf_waits=%llu ublk_sync_copies=%llu ublk_threads=%u",
+			 u->user_copy ? "user" : "tag", (unsigned long long)waits,
+			 (unsigned long long)sync, u->nr_threads);
+}
+
+void attach_ublk_stats(const struct attach *a, struct zl_vol_stats *vs, uint64_t *errors,
+		       bool *fenced)
+{
+	const struct attach_ublk *u = a->ublk;
+
+	for (unsigned int i = 1; u && i < u->nr_threads; i++) {
+		struct ublk_thread *th = &u->threads[i];
+
+		*errors += atomic_load(&th->io_errors);
+		*fenced = *fenced || atomic_load(&th->pub_fenced);
+		pthread_mutex_lock(&th->stats_lock);
+		vs->reads += th->stats.reads;
+		vs->writes += th->stats.writes;
+		vs->read_bytes += th->stats.read_bytes;
+		vs->write_bytes += th->stats.write_bytes;
+		vs->retries += th->stats.retries;
+		vs->failovers += th->stats.failovers;
+		vs->throttled += th->stats.throttled;
+		for (int k = 0; k < 3; k++) {
+			for (int b = 0; b <= ZL_METRICS_HIST_N; b++)
+				vs->lat[k].b[b] += th->stats.lat[k].b[b];
+			vs->lat[k].count += th->stats.lat[k].count;
+			vs->lat[k].sum_ns += th->stats.lat[k].sum_ns;
+		}
+		pthread_mutex_unlock(&th->stats_lock);
+	}
+	if (u)
+		*errors += atomic_load(&u->threads[0].io_errors);
+}
+
+bool attach_ublk_busy(const struct attach *a)
+{
+	const struct attach_ublk *u = a->ublk;
+
+	for (unsigned int i = 1; u && i < u->nr_threads; i++)
+		if (atomic_load(&u->threads[i].busy))
+			return true;
+	return false;
+}
+
+uint64_t attach_ublk_written(const struct attach *a)
+{
+	return a->ublk && a->ublk->threads ? ublk_write_sum(a->ublk) : 0;
+}
+
+bool attach_ublk_size_ok(const struct attach *a, uint64_t size)
+{
+	const struct attach_ublk *u = a->ublk;
+
+	for (unsigned int i = 1; u && i < u->nr_threads; i++)
+		if (atomic_load(&u->threads[i].pub_size) < size)
+			return false;
+	return true;
+}
+
+int attach_ublk_thread_error(const struct attach *a)
+{
+	const struct attach_ublk *u = a->ublk;
+
+	for (unsigned int i = 1; u && i < u->nr_threads; i++)
+		if (atomic_load(&u->threads[i].loop_rc))
+			return atomic_load(&u->threads[i].loop_rc);
+	return 0;
+}
+
+void attach_ublk_abort(struct attach *a)
+{
+	struct attach_ublk *u = a->ublk;
+	uint64_t end = zl_now_ms() + UBLK_CTRL_WAIT_MS;
+
+	for (unsigned int i = 1; u && i < u->nr_threads; i++) {
+		struct ublk_thread *th = &u->threads[i];
+
+		if (atomic_load(&th->state) != 0)
+			continue;
+		atomic_store(&th->abort_req, true);
+		zl_notify_post(&th->cmd);
+	}
+	/* Their handles close before a->vol does (a->vol leads them). */
+	for (unsigned int i = 1; u && i < u->nr_threads; i++) {
+		struct ublk_thread *th = &u->threads[i];
+
+		while (atomic_load(&th->state) == 0 && !atomic_load(&th->aborted) &&
+		       zl_now_ms() < end)
+			usleep(1000);
+	}
 }
 
 void attach_ublk_stop_begin(struct attach *a)
@@ -1191,20 +1578,22 @@ void attach_ublk_stop(struct attach *a)
 	for (end = zl_now_ms() + 10000; u->stop_sent && u->ctrl_busy && zl_now_ms() < end;)
 		if (zl_loop_run_once(a->loop, 20) < 0)
 			break;
-	for (unsigned int i = 0; i < u->nr_queues; i++) {
-		struct ublk_queue_srv *q = &u->queues[i];
+	/* The queue threads end (each tears its queues down and closes its
+	 * handle), then thread 0's queues go. */
+	for (unsigned int i = 1; i < u->nr_threads; i++) {
+		struct ublk_thread *th = &u->threads[i];
 
-		if (q->ring_ok) {
-			zl_loop_del(a->loop, &q->ev_h);
-			io_uring_queue_exit(&q->ring);
-			q->ring_ok = false;
-		}
-		if (q->descs)
-			munmap(q->descs, q->descs_len);
-		if (q->ev_fd >= 0)
-			close(q->ev_fd);
-		zl_loop_defer_cancel(a->loop, &q->submit_defer);
+		if (!th->created)
+			continue;
+		while (atomic_load(&th->state) == 1) /* still setting up */
+			usleep(1000);
+		if (atomic_load(&th->state) == 0)
+			zl_loop_stop(th->loop);
+		pthread_join(th->tid, NULL);
+		th->created = false;
 	}
+	if (u->threads)
+		ublk_thread_queues_fini(&u->threads[0]);
 	if (u->cdev_fd >= 0)
 		close(u->cdev_fd);
 	/* A stopped device goes, and one we added whose start failed; one we
@@ -1229,18 +1618,9 @@ void attach_ublk_stop(struct attach *a)
 		close(u->ctrl_fd);
 	for (unsigned int i = 0; i < u->nr_queues; i++)
 		free(u->queues[i].tags);
-	for (unsigned int i = 0; i < u->nr_bufs; i++) {
-		struct ublk_buf *b = &u->bufs[i];
-
-		/* Pool buffers go back through any open handle of the client;
-		 * with none left (stopped) the pool goes with the client. */
-		if (!b->pooled)
-			free(b->p);
-		else if (a->vol)
-			zl_vol_buf_free(a->vol, b->p);
-	}
-	free(u->bufs);
-	free(u->pool_free);
+	for (unsigned int i = 0; i < u->nr_threads; i++)
+		pthread_mutex_destroy(&u->threads[i].stats_lock);
+	free(u->threads);
 	free(u->queues);
 	free(u);
 	a->ublk = NULL;

@@ -47,6 +47,9 @@ struct node_cfg {
 	/* seconds an attach process may take to prove it can read its volume
 	 * (passed on as its --start-timeout); NULL = NODE_ATTACH_START_S */
 	const char *attach_timeout;
+	/* threads serving a ublk device's queues, passed on to ublk attach
+	 * processes as --ublk-threads; NULL = theirs (1) */
+	const char *ublk_threads;
 	enum node_frontend frontend;
 	bool frontend_auto; /* --frontend auto: resolved at start (node_frontend_auto) */
 	unsigned int workers;
@@ -363,5 +366,8 @@ int node_io_timeout_parse(const char *s, uint32_t *out);
 /* Parses an --attach-timeout / --start-timeout value: whole seconds
  * 1..600. 0 (*out, optional, gets it) or -ZL_ERR_INVAL. */
 int node_start_timeout_parse(const char *s, uint32_t *out);
+/* Parses a --ublk-threads value: 1..ATTACH_UBLK_THREADS_MAX (16). 0 (*out,
+ * optional, gets it) or -ZL_ERR_INVAL. attach_main.c. */
+int node_ublk_threads_parse(const char *s, uint32_t *out);
 
 #endif

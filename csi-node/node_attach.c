@@ -71,7 +71,7 @@ int node_attach_start(struct node *n, const struct node_attach_req *req, pid_t *
 		      size_t msglen)
 {
 	char dir[NODE_PATH_MAX], epoch[24], tokenv[160], line[512], errname[40];
-	const char *argv[30];
+	const char *argv[32];
 	size_t ac = 0, ne = 0, used = 0;
 	char **envp = NULL;
 	int pfd[2] = {-1, -1}, logfd, rc;
@@ -144,6 +144,10 @@ int node_attach_start(struct node *n, const struct node_attach_req *req, pid_t *
 	if (req->recover) {
 		argv[ac++] = "--recover";
 		argv[ac++] = req->recover;
+	}
+	if (req->frontend == NODE_FRONTEND_UBLK && n->cfg.ublk_threads) {
+		argv[ac++] = "--ublk-threads";
+		argv[ac++] = n->cfg.ublk_threads;
 	}
 	argv[ac] = NULL;
 

@@ -55,6 +55,16 @@ static int node_flag_attach_timeout(const char *value, void *target, const char 
 	return 0;
 }
 
+static int node_flag_ublk_threads(const char *value, void *target, const char **why)
+{
+	if (node_ublk_threads_parse(value, NULL)) {
+		*why = "not a number of threads in 1..16; pass one in that range";
+		return -ZL_ERR_INVAL;
+	}
+	*(const char **)target = value;
+	return 0;
+}
+
 /* --tls-ca and --tls-server-name go to attach processes through the
  * environment, where lib/client reads both (docs/SECURITY.md). */
 static int node_flag_tls(const char *value, void *target, const char **why)
@@ -134,6 +144,13 @@ int node_flags_parse(int argc, char **argv, struct node_cfg *c, struct zl_cfg_et
 	     .parse = node_flag_attach_timeout,
 	     .help = "how long an attach process may take to prove it can\nread its volume "
 		     "before NodeStage fails (default 20)"},
+	    {.name = "ublk-threads",
+	     .arg = "N",
+	     .type = ZL_CFG_CALL,
+	     .target = &c->ublk_threads,
+	     .parse = node_flag_ublk_threads,
+	     .help = "threads serving a ublk device's queues, queue q on\nthread q % N "
+		     "(1..16, default 1: all on the attach\nprocess's loop thread)"},
 	    {.name = "spawner",
 	     .arg = "PATH",
 	     .type = ZL_CFG_STR,

@@ -168,6 +168,19 @@ uint32_t zl_vol_snap_seq(const struct zl_vol *v);
  * transaction failed). Stops at zl_vol_close. Blocking (not from a loop
  * callback). 0, -ZL_ERR_BUSY (already serving) or an etcd error. */
 int zl_vol_snap_serve(struct zl_vol *v);
+/* One volume written through several handles, each on its own client and
+ * thread (the ublk frontend's queue threads): every handle but the one
+ * that serves the snapshots (lead, zl_vol_snap_serve) follows lead's
+ * switch: a write v sends carries lead's sequence when it is higher than
+ * v's, and while lead holds its writes for a group snapshot v's new writes
+ * wait too (on v's loop, released when lead's hold ends). So a write issued
+ * after lead answered a request "done" (or "held") carries the snapshot's
+ * sequence (or waits), whichever handle sends it. lead's state is read
+ * without a lock (atomics); no lock per I/O. Call on v's thread before v
+ * sends a write; lead must outlive v (zl_vol_close of v leaves lead's
+ * list first). 0, -ZL_ERR_INVAL (v is lead, follows already, serves
+ * snapshots, or lead is a follower), or -errno. */
+int zl_vol_snap_follow(struct zl_vol *v, struct zl_vol *lead);
 
 /* Clones (docs/SNAPSHOTS.md §4): a volume whose record names a parent
  * {vol, seq} opens its parent (and the parent's, up to 16 levels) with it;

@@ -18,6 +18,7 @@
 #ifndef ZL_CLIENT_INTERNAL_H
 #define ZL_CLIENT_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -476,6 +477,17 @@ struct zl_vol {
 	 * writes already started go on) until client_vol_snap_release. */
 	bool snap_hold;
 	struct client_list hold_wait;
+	/* zl_vol_snap_follow (client_snap.c). A lead publishes its sequence
+	 * and hold for its followers, which read them from their own threads
+	 * (written on the lead's loop; atomics, no lock); its followers are a
+	 * list under follow_lock. A follower: lead, and follow_notify, which
+	 * the lead posts at a release of its hold (runs on our loop). */
+	_Atomic uint32_t pub_seq;
+	_Atomic bool pub_hold;
+	struct zl_vol *followers;
+	struct zl_vol *lead;
+	struct zl_vol *follow_next;
+	struct zl_notify follow_notify;
 	/* A clone's parent volume (meta.parent_vol), opened with it and closed
 	 * with it (client_clone.c); NULL for a volume without one. */
 	struct zl_vol *parent;
@@ -545,6 +557,16 @@ void client_vol_snap_switch(struct zl_vol *v, uint32_t seq);
  * or below v's keeps v's sequence). */
 void client_vol_snap_hold(struct zl_vol *v);
 void client_vol_snap_release(struct zl_vol *v, uint32_t seq);
+/* client_snap.c: the sequence v's writes carry now (a follower: the
+ * lead's when higher), and whether its new write-class I/O waits (its own
+ * hold, a follower's lead's). */
+uint32_t client_vol_seq(const struct zl_vol *v);
+bool client_vol_held(const struct zl_vol *v);
+/* client_snap.c: a lead publishes its sequence and hold (after each
+ * change, on its loop) and wakes its followers at a release. */
+void client_snap_publish(struct zl_vol *v, bool released);
+/* client_snap.c: zl_vol_close of a follower leaves its lead's list. */
+void client_snap_unfollow(struct zl_vol *v);
 
 /* client_qos.c: per-volume I/O limits on the loop thread. */
 void client_qos_init(struct zl_vol *v);

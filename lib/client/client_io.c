@@ -526,12 +526,14 @@ void client_vol_snap_switch(struct zl_vol *v, uint32_t seq)
 		ZL_LOG_INFO(CLIENT_LOG, "vol=%s writes carry snapshot sequence %u (was %u)",
 			    v->meta.id, seq, v->snap_seq);
 		v->snap_seq = seq;
+		client_snap_publish(v, false);
 	}
 }
 
 void client_vol_snap_hold(struct zl_vol *v)
 {
 	v->snap_hold = true;
+	client_snap_publish(v, false);
 }
 
 void client_vol_snap_release(struct zl_vol *v, uint32_t seq)
@@ -540,6 +542,7 @@ void client_vol_snap_release(struct zl_vol *v, uint32_t seq)
 
 	client_vol_snap_switch(v, seq);
 	v->snap_hold = false;
+	client_snap_publish(v, true);
 	/* The held I/O starts in its order; one that fails at once may run a
 	 * user callback, so the list is taken first. */
 	client_list_init(&held);
@@ -561,7 +564,7 @@ void client_io_start(struct client_io *io)
 {
 	struct zl_vol *v = io->vol;
 
-	if (v->snap_hold && io->op != ZL_OP_READ && io->op != ZL_OP_FLUSH) {
+	if (io->op != ZL_OP_READ && io->op != ZL_OP_FLUSH && client_vol_held(v)) {
 		client_list_add_tail(&v->hold_wait, &io->link);
 		return;
 	}
@@ -668,7 +671,7 @@ static void sub_send(struct client_sub *s)
 	/* The sequence of now: a write resent after a switch (or a SNAPSEQ
 	 * answer and reload) carries the new one. The flag is set per
 	 * connection (client_node.c, conn_seq_set). */
-	s->seq = s->op == ZL_OP_READ ? s->io->snap : s->op == ZL_OP_FLUSH ? 0 : v->snap_seq;
+	s->seq = s->op == ZL_OP_READ ? s->io->snap : s->op == ZL_OP_FLUSH ? 0 : client_vol_seq(v);
 	rc = n ? client_node_submit(n, s) : -ZL_ERR_CONN;
 	if (rc)
 		client_sub_fail_async(s, rc);
@@ -1266,6 +1269,8 @@ int client_vol_open_depth(struct zl_client *c, const char *name_or_id, uint32_t 
 	}
 	v->sel = vol_pick_sel(c, &v->meta);
 	v->snap_seq = v->meta.snap_seq;
+	atomic_init(&v->pub_seq, v->snap_seq);
+	atomic_init(&v->pub_hold, false);
 	rc = client_nodes_refresh(c);
 	if (rc)
 		goto out_arrays;
@@ -1328,6 +1333,7 @@ void zl_vol_close(struct zl_vol *v)
 	zl_vol_close(v->parent);
 	v->parent = NULL;
 	client_snap_stop(v);
+	client_snap_unfollow(v);
 	vol_watch_stop(v);
 	client_qos_stop(v);
 	zl_loop_defer_cancel(c->loop, &v->reload_defer);
@@ -1454,7 +1460,7 @@ int zl_vol_aio_read_snap(struct zl_vol *v, uint32_t seq, void *buf, uint64_t off
 
 uint32_t zl_vol_snap_seq(const struct zl_vol *v)
 {
-	return v->snap_seq;
+	return client_vol_seq(v);
 }
 
 int zl_vol_aio_write(struct zl_vol *v, const void *buf, uint64_t off, uint64_t len, int fua,

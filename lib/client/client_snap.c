@@ -28,6 +28,7 @@
  * job's done frees the state. */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -576,8 +577,89 @@ void client_snap_stop(struct zl_vol *v)
 	/* A hold ends with the volume: its held I/O fails with the close. */
 	v->snap_hold = false;
 	client_list_init(&v->hold_wait);
+	client_snap_publish(v, true);
 	/* A keep-alive on its way may grant a new lease after this revoke;
 	 * that one expires by itself. */
 	if (zl_worker_submit(ss->c->worker, &ss->bye_w, snap_bye_run, snap_bye_done))
 		snap_maybe_free(ss);
+}
+
+/* ---- followers (zl_vol_snap_follow) ---- */
+
+/* Guards every lead's list of followers: taken to join or leave one and at
+ * a release of a hold, never per I/O. */
+static pthread_mutex_t follow_lock = PTHREAD_MUTEX_INITIALIZER;
+
+uint32_t client_vol_seq(const struct zl_vol *v)
+{
+	uint32_t lead;
+
+	if (!v->lead)
+		return v->snap_seq;
+	lead = atomic_load_explicit(&v->lead->pub_seq, memory_order_acquire);
+	return lead > v->snap_seq ? lead : v->snap_seq;
+}
+
+bool client_vol_held(const struct zl_vol *v)
+{
+	return v->snap_hold ||
+	       (v->lead && atomic_load_explicit(&v->lead->pub_hold, memory_order_acquire));
+}
+
+void client_snap_publish(struct zl_vol *v, bool released)
+{
+	/* The sequence before the hold's end: a follower that sees the hold
+	 * gone sees the sequence it ended with. */
+	atomic_store_explicit(&v->pub_seq, v->snap_seq, memory_order_release);
+	atomic_store_explicit(&v->pub_hold, v->snap_hold, memory_order_release);
+	if (!released)
+		return;
+	pthread_mutex_lock(&follow_lock);
+	for (struct zl_vol *f = v->followers; f; f = f->follow_next)
+		zl_notify_post(&f->follow_notify);
+	pthread_mutex_unlock(&follow_lock);
+}
+
+/* Follower's loop: the lead released its hold; our held I/O starts, in
+ * order, unless the lead holds again (its next release posts again). */
+static void snap_follow_cb(void *arg)
+{
+	struct zl_vol *v = arg;
+
+	if (!v->closing && !client_vol_held(v))
+		client_vol_snap_release(v, 0);
+}
+
+int zl_vol_snap_follow(struct zl_vol *v, struct zl_vol *lead)
+{
+	int rc;
+
+	if (!v || !lead || v == lead || v->lead || lead->lead || v->snap)
+		return -ZL_ERR_INVAL;
+	rc = zl_notify_init(&v->follow_notify, v->c->loop, snap_follow_cb, v);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&follow_lock);
+	v->lead = lead;
+	v->follow_next = lead->followers;
+	lead->followers = v;
+	pthread_mutex_unlock(&follow_lock);
+	return 0;
+}
+
+void client_snap_unfollow(struct zl_vol *v)
+{
+	if (!v->lead)
+		return;
+	pthread_mutex_lock(&follow_lock);
+	for (struct zl_vol **p = &v->lead->followers; *p; p = &(*p)->follow_next) {
+		if (*p == v) {
+			*p = v->follow_next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&follow_lock);
+	zl_notify_fini(&v->follow_notify);
+	/* v->lead stays: a write still being sent reads it until the close
+	 * ends (the lead outlives its followers). */
 }

@@ -17,6 +17,13 @@
  *            [--stop FILE]    (writing ends once it exists)
  *            [--client-id ID] (default e2e_snap)
  *            [--volume2 NAME] (ordered pairs, below)
+ *            [--follow]       (writes through a follower handle, below)
+ *
+ * With --follow (the ublk frontend's queue threads, csi-node/attach_ublk.c)
+ * the handle that serves the snapshots writes nothing: its loop runs on a
+ * thread of its own, and every write goes through a second handle of the
+ * volume, on a client of its own (id ID-f) on the main thread, that follows
+ * it (zl_vol_snap_follow). snap_check.py holds it to the same rule.
  *
  * With --volume2 B (snap_group_e2e.sh, docs/SNAPSHOTS.md §5) it is one
  * ordered writer over two volumes, each opened and served by its own client
@@ -29,6 +36,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,11 +217,18 @@ static void pair_submit_b(struct snapw *w, struct slot *s)
 	}
 }
 
+/* --follow: the lead's loop, on its own thread until zl_loop_stop. */
+static void *lead_main(void *arg)
+{
+	zl_loop_run(arg);
+	return NULL;
+}
+
 static void usage(void)
 {
 	fprintf(stderr, "usage: e2e_snap --etcd URL --volume NAME --log FILE --seconds S "
 			"[--qd 16] [--ready FILE] [--stop FILE] [--client-id ID] "
-			"[--volume2 NAME]\n");
+			"[--volume2 NAME] [--follow]\n");
 	exit(2);
 }
 
@@ -224,8 +239,15 @@ int main(int argc, char **argv)
 	    {"log", required_argument, NULL, 'l'},  {"seconds", required_argument, NULL, 's'},
 	    {"qd", required_argument, NULL, 'q'},   {"ready", required_argument, NULL, 'r'},
 	    {"stop", required_argument, NULL, 'x'}, {"client-id", required_argument, NULL, 'i'},
-	    {"volume2", required_argument, NULL, 'b'}, {0},
+	    {"volume2", required_argument, NULL, 'b'}, {"follow", no_argument, NULL, 'f'}, {0},
 	};
+	bool follow = false;
+	char id_f[64];
+	struct zl_loop *loop_f = NULL;
+	struct zl_client *cli_f = NULL;
+	struct zl_vol *lead = NULL;
+	struct zl_loop *loop_lead = NULL;
+	pthread_t lead_tid;
 	const char *volname_b = NULL, *client_id = "e2e_snap";
 	char id_a[64], id_b[64];
 	struct zl_client *cli_b = NULL;
@@ -270,11 +292,15 @@ int main(int argc, char **argv)
 		case 'b':
 			volname_b = optarg;
 			break;
+		case 'f':
+			follow = true;
+			break;
 		default:
 			usage();
 		}
 	}
-	if (!etcd_url || !volname || !log_path || !seconds || w.qd < 1 || w.qd > MAX_QD)
+	if (!etcd_url || !volname || !log_path || !seconds || w.qd < 1 || w.qd > MAX_QD ||
+	    (follow && volname_b))
 		usage();
 	zl_log_init("e2e_snap");
 	signal(SIGPIPE, SIG_IGN);
@@ -313,6 +339,28 @@ int main(int argc, char **argv)
 				volname_b, volname, zl_strerror(rc));
 			return 1;
 		}
+	}
+	if (follow) {
+		/* The lead serves the snapshots on its own thread; we write
+		 * through a follower on a loop and client of our own. */
+		lead = w.vol;
+		loop_lead = loop;
+		snprintf(id_f, sizeof(id_f), "%s-f", client_id);
+		co.client_id = id_f;
+		rc = zl_loop_create(&loop_f);
+		if (!rc)
+			rc = zl_client_create(loop_f, etcd, &co, &cli_f);
+		if (!rc)
+			rc = zl_vol_open(cli_f, volname, &w.vol);
+		if (!rc)
+			rc = zl_vol_snap_follow(w.vol, lead);
+		if (!rc)
+			rc = -pthread_create(&lead_tid, NULL, lead_main, loop_lead);
+		if (rc) {
+			fprintf(stderr, "e2e_snap: follower of %s: %s\n", volname, zl_strerror(rc));
+			return 1;
+		}
+		loop = loop_f;
 	}
 	w.blocks = zl_vol_size(w.vol) / BLK;
 	w.inflight = calloc(w.blocks, 1);
@@ -370,6 +418,15 @@ int main(int argc, char **argv)
 	if (w.vol_b)
 		printf("e2e_snap: pairs, second volume seq=%u\n", zl_vol_snap_seq(w.vol_b));
 	zl_vol_close(w.vol);
+	if (follow) {
+		/* The follower is closed: the lead's loop comes back here. */
+		zl_client_destroy(cli_f);
+		zl_loop_destroy(loop_f);
+		zl_loop_stop(loop_lead);
+		pthread_join(lead_tid, NULL);
+		loop = loop_lead;
+	}
+	zl_vol_close(lead);
 	zl_vol_close(w.vol_b);
 	zl_client_destroy(cli_b);
 	zl_client_destroy(cli);

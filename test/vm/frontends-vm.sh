@@ -8,7 +8,9 @@
 #         mixed; user copy, writes waiting for the buffer pool;
 #         the tag copy mode), write-zeroes, ext4 + fsck -n, SIGKILL of the attach
 #         process under a verified load on the mounted file system and
-#         `--recover`, SIGTERM deletes the device, xfs + xfs_repair -n; then
+#         `--recover`, SIGTERM deletes the device; --ublk-threads 2 (a
+#         thread per queue): fio through both, SIGKILL under a verified
+#         load and `--recover` on 2 threads; xfs + xfs_repair -n; then
 #         CSI (csi_frontend_guest.py ublk param), the no-hang checks and the
 #         plugin restart under load with ublk;
 #   nbd   nbd-guest.sh: /dev/nbdN through the kernel NBD netlink interface:

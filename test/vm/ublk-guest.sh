@@ -28,6 +28,12 @@
 #    and fio waits; `zipline-node attach --frontend ublk --recover N` takes
 #    it over (every queue), fio ends with no error, umount, fsck -n clean;
 # 6. SIGTERM: the attach process exits 0 and the device is gone;
+#    then --ublk-queues 2 --ublk-threads 2: the READY line says 2 threads,
+#    the queue thread (zl-ublk-t1) has PR_SET_IO_FLUSHER (PF_LOCAL_THROTTLE
+#    in its /proc stat flags), a verified fio of two jobs pinned to CPUs 0
+#    and 1 goes through both queues (so both threads), SIGKILL under a
+#    verified load of two such jobs and `--recover` with 2 threads: fio ends
+#    with no error, both queues serve; SIGTERM deletes the device;
 # 7. --ublk-copy tag (the mode of kernels without user copy): 128 tags
 #    split over the queues (READY line, nr_tags), a verified fio; then xfs
 #    on that fresh device of the volume: mkfs.xfs, mount, a file written,
@@ -135,6 +141,16 @@ attach_start() {
 	say "attach $name: $ready_line (pid $attach_pid)"
 }
 
+# wait_dev: $dev (from a READY line) appears, within 10 s.
+wait_dev() {
+	local i
+	for ((i = 0; i < 100; i++)); do
+		[[ -b $dev ]] && return 0
+		sleep 0.1
+	done
+	fail "$dev did not appear"
+}
+
 attach_start attach1
 dev=$(sed -n 's/.* dev=\(\/dev\/ublkb[0-9]*\).*/\1/p' <<<"$ready_line")
 ublk_id=$(sed -n 's/.* ublk_id=\([0-9]*\).*/\1/p' <<<"$ready_line")
@@ -145,11 +161,7 @@ ublk_id=$(sed -n 's/.* ublk_id=\([0-9]*\).*/\1/p' <<<"$ready_line")
 	fail "the READY line does not say user copy with 128 tags per queue: '$ready_line'"
 grep -q 'ublk device started: .* copy=user buffers=128 from the pool' "$logs/attach1.log" ||
 	fail "the request buffers are not 128 from the transport's pool (attach1.log)"
-for ((i = 0; i < 100; i++)); do
-	[[ -b $dev ]] && break
-	sleep 0.1
-done
-[[ -b $dev ]] || fail "$dev did not appear"
+wait_dev
 # One hardware queue per CPU, at most 4 (the attach process's default).
 cpus=$(nproc)
 queues=$((cpus < 4 ? cpus : 4))
@@ -329,6 +341,76 @@ for ((i = 1; i <= nodes; i++)); do
 done
 say "SIGTERM: exit 0, $dev deleted"
 
+# ---- 6b. --ublk-threads 2: queue q served by thread q % 2, each thread
+# with its own loop and volume client; kill -9 under a verified load and
+# --recover with 2 threads
+# flusher_threads PID: "N F": the tasks of PID named zl-ublk-t* (a queue
+# thread and the threads it started, which inherit its name) and how many
+# of them have PF_LOCAL_THROTTLE (0x100000 in the flags of
+# /proc/PID/task/TID/stat, set by PR_SET_IO_FLUSHER, per task).
+flusher_threads() {
+	local t n=0 f=0
+	for t in /proc/"$1"/task/*; do
+		[[ $(cat "$t/comm" 2>/dev/null) == zl-ublk-t* ]] || continue
+		n=$((n + 1))
+		(($(awk '{print $9}' "$t/stat") & 0x100000)) && f=$((f + 1))
+	done
+	echo "$n $f"
+}
+attach_start attach_mt --ublk-queues 2 --ublk-threads 2
+dev=$(sed -n 's/.* dev=\(\/dev\/ublkb[0-9]*\).*/\1/p' <<<"$ready_line")
+ublk_id=$(sed -n 's/.* ublk_id=\([0-9]*\).*/\1/p' <<<"$ready_line")
+[[ $ready_line == *" queues=2 depth=128 copy=user threads=2"* ]] ||
+	fail "--ublk-threads 2: the READY line does not say 2 queues on 2 threads: '$ready_line'"
+wait_dev
+read -r nt nf <<<"$(flusher_threads "$attach_pid")"
+((nt >= 1 && nf == nt)) ||
+	fail "--ublk-threads 2: $nt tasks zl-ublk-t1 in /proc/$attach_pid/task, $nf of them with PR_SET_IO_FLUSHER"
+r0=$(ublk_reqs attach_mt)
+fio_run mt-qd32 --rw=randwrite --bs=4k --iodepth=32 --size=64M --io_size=4M --numjobs=2 \
+	--offset_increment=64M --cpus_allowed=0,1 --cpus_allowed_policy=split
+r1=$(ublk_reqs attach_mt)
+IFS=, read -r -a q0 <<<"$r0"
+IFS=, read -r -a q1 <<<"$r1"
+for q in 0 1; do
+	((q1[q] - q0[q] >= 1024)) ||
+		fail "--ublk-threads 2: queue $q (thread $q) took $((q1[q] - q0[q])) requests ('$r0', then '$r1')"
+done
+say "--ublk-threads 2: queues 0 and 1 (threads 0 and 1) took $r1 requests"
+name=$(basename "$dev")
+w0=$(writes)
+fio --name=mt-load --filename="$dev" --ioengine=libaio --direct=1 --verify=crc32c --verify_fatal=1 \
+	--rw=randwrite --bs=4k --iodepth=32 --size=64M --io_size=6M --offset=128M --numjobs=2 \
+	--offset_increment=64M --cpus_allowed=0,1 --cpus_allowed_policy=split \
+	--output="$logs/fio-mt-load.log" &
+fio_pid=$!
+for ((i = 0; i < 600; i++)); do
+	(($(writes) - w0 >= 4096)) && break
+	kill -0 "$fio_pid" 2>/dev/null || fail "fio mt-load ended before the kill"
+	sleep 0.1
+done
+((i < 600)) || fail "the load wrote too little in 60 s"
+kill -9 "$attach_pid"
+wait "$attach_pid" 2>/dev/null
+say "--ublk-threads 2: attach process killed (SIGKILL) under the load"
+kill -0 "$fio_pid" 2>/dev/null || fail "fio mt-load ended while the device had no server"
+attach_start attach_mt2 --recover "$ublk_id" --ublk-threads 2
+[[ $ready_line == *" dev=$dev "* && $ready_line == *" queues=2 depth=128 copy=user threads=2"* ]] ||
+	fail "recovery with --ublk-threads 2 did not take over $dev on 2 threads: '$ready_line'"
+wait "$fio_pid"
+rc=$?
+fio_pid=''
+((rc == 0)) || fail "fio mt-load exited $rc: $(grep -m3 -i 'err\|bad' "$logs/fio-mt-load.log")"
+grep -q 'err= 0' "$logs/fio-mt-load.log" || fail "fio mt-load reported an error"
+IFS=, read -r -a q1 <<<"$(ublk_reqs attach_mt2)"
+((q1[0] > 0 && q1[1] > 0)) ||
+	fail "after the recovery with 2 threads a queue took no request: '$(ublk_status attach_mt2)'"
+say "--ublk-threads 2: recovered on 2 threads, fio under the kill ended without an error (verified)"
+kill -TERM "$attach_pid"
+wait "$attach_pid" || fail "attach_mt2 exited $? on SIGTERM"
+attach_pid=''
+[[ ! -e /sys/block/$name ]] || fail "$dev is still there after SIGTERM (--ublk-threads 2)"
+
 # ---- 7. the tag copy mode (--ublk-copy tag, what kernels without user
 # copy get): 128 tags split over the queues, a verified fio; then xfs (the
 # device is new; the volume still holds ext4: overwritten)
@@ -336,11 +418,7 @@ attach_start attach3 --ublk-copy tag
 dev=$(sed -n 's/.* dev=\(\/dev\/ublkb[0-9]*\).*/\1/p' <<<"$ready_line")
 [[ $ready_line == *" depth=$((128 / queues)) copy=tag"* ]] ||
 	fail "--ublk-copy tag: the READY line does not say $((128 / queues)) tags per queue in tag copy: '$ready_line'"
-for ((i = 0; i < 100; i++)); do
-	[[ -b $dev ]] && break
-	sleep 0.1
-done
-[[ -b $dev ]] || fail "$dev did not appear"
+wait_dev
 check_tags "$dev" $((128 / queues))
 fio_run tagcopy --rw=randrw --rwmixread=40 --bsrange=4k-256k --iodepth=32 --size=64M --io_size=16M
 st=$(ublk_status attach3)

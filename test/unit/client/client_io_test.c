@@ -1616,6 +1616,58 @@ static void test_snap_group_hold(void **state)
 	free(buf);
 }
 
+/* A handle on another client that follows the serving one
+ * (zl_vol_snap_follow): its writes carry the lead's sequence as soon as the
+ * lead switches (the record, which its own watch reads, never changes
+ * here), and wait while the lead holds, until the lead's release wakes it. */
+static void test_snap_follow(void **state)
+{
+	struct env *e = *state;
+	struct fake_node *p0 = &e->nodes[0];
+	struct zl_client_opts co = {.prefix = e->prefix, .client_id = "unit-follower"};
+	struct zl_client *cli2;
+	struct zl_vol *v2;
+	uint8_t *buf = malloc(4096);
+	uint64_t writes, until;
+	int done = 0;
+
+	assert_non_null(buf);
+	fill_pattern(buf, 4096, 9);
+	co.timeout_ms = 2000;
+	assert_int_equal(zl_client_create(e->loop, e->etcd, &co, &cli2), 0);
+	assert_int_equal(zl_vol_open(cli2, e->vol_name, &v2), 0);
+	assert_int_equal(zl_vol_snap_follow(e->vol, e->vol), -ZL_ERR_INVAL);
+	assert_int_equal(zl_vol_snap_follow(v2, e->vol), 0);
+	assert_int_equal(zl_vol_snap_follow(v2, e->vol), -ZL_ERR_INVAL);
+	assert_int_equal(zl_vol_write(v2, buf, 0, 4096), 0);
+	assert_int_equal(p0->last_write_seq, 0);
+	/* The lead's switch: the follower's next write carries it. */
+	client_vol_snap_switch(e->vol, 5);
+	assert_int_equal(zl_vol_snap_seq(v2), 5);
+	assert_int_equal(zl_vol_write(v2, buf, 0, 4096), 0);
+	assert_int_equal(p0->last_write_seq, 5);
+	/* The lead holds: the follower's write waits, then carries the
+	 * sequence the lead released with. */
+	client_vol_snap_hold(e->vol);
+	writes = p0->writes;
+	assert_int_equal(zl_vol_aio_write(v2, buf, 0, 4096, 0, group_write_cb, &done), 0);
+	until = zl_now_ms() + 300;
+	while (zl_now_ms() < until)
+		zl_loop_run_once(e->loop, 20);
+	assert_int_equal(done, 0);
+	assert_int_equal(p0->writes, writes);
+	client_vol_snap_release(e->vol, 6);
+	until = zl_now_ms() + 10000;
+	while (!done && zl_now_ms() < until)
+		zl_loop_run_once(e->loop, 20);
+	assert_int_equal(done, 1);
+	assert_int_equal(p0->last_write_seq, 6);
+	/* The follower closes first (the lead outlives it). */
+	zl_vol_close(v2);
+	zl_client_destroy(cli2);
+	free(buf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1645,6 +1697,7 @@ int main(void)
 					    env_teardown),
 	    cmocka_unit_test_setup_teardown(test_snap_serve, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_snap_group_hold, env_setup, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_snap_follow, env_setup, env_teardown),
 	};
 
 	zl_log_init("client_io_test");
