@@ -3980,6 +3980,10 @@ void zl_chunk_store_stats(const struct zl_chunk_store *s, struct zl_chunk_store_
 	*st = s->st;
 	st->open_chunks = s->n_open;
 	st->inflight = s->ops.in_use;
+	st->open_jobs = 0;
+	for (uint32_t i = 0; i < STORE_OPEN_WORKERS; i++)
+		st->open_jobs += s->open_wk_jobs[i];
+	st->vol_removals = s->n_vol_dels;
 	if (s->jw) {
 		zl_jw_stats(s->jw, &st->jw);
 		st->durable_ios += st->jw.records + st->jw.pads + st->jw.sb_writes;

@@ -106,6 +106,8 @@ struct zl_chunk_store_stats {
 	uint32_t last_corrupt_block;
 	uint32_t open_chunks;
 	uint32_t inflight; /* operations not yet completed */
+	uint32_t open_jobs;    /* chunk opens and volume removals on the open workers */
+	uint32_t vol_removals; /* deleted volumes whose files are still being removed */
 	bool direct_io;	   /* false after an O_DIRECT fallback */
 	bool unclean_start;	     /* opened without the clean marker: verified */
 	uint64_t rolled_back_chunks; /* chunks of that scan dropped to version 0 */
