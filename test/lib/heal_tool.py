@@ -460,4 +460,10 @@ def main(argv):
 
 
 if __name__ == '__main__':
-    main(sys.argv[1:])
+    try:
+        main(sys.argv[1:])
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader had what it wanted (`... | grep -q`): not a failure of
+        # ours, or a pipeline under pipefail would report its match as none.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
