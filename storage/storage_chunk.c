@@ -294,6 +294,13 @@ struct zl_chunk_store {
 	struct zl_worker *open_wk[STORE_OPEN_WORKERS];
 	uint32_t open_wk_jobs[STORE_OPEN_WORKERS];
 	uint32_t n_vol_dels; /* volume deletes whose files are being removed */
+	/* A chunk's delete renames its file into TRASH_DIR (microseconds) and
+	 * a sweep on an open worker unlinks what is there (milliseconds per
+	 * file: its extents). trash_ok: the directory exists. */
+	bool trash_ok, trash_sweeping, trash_again;
+	uint32_t trash_wk;
+	uint64_t trash_seq;
+	struct zl_work trash_w;
 	bool closing; /* destroy: open results are dropped */
 	uint64_t n_sub;	    /* operations submitted (chunk_op.sub) */
 	zl_chunk_buf_alloc_fn buf_alloc;
@@ -2404,6 +2411,21 @@ static uint32_t open_wseq(struct zl_chunk_store *s, uint64_t vol, uint64_t idx)
 	return w;
 }
 
+/* Submits w to the open worker with the fewest jobs (counted in
+ * open_wk_jobs until its done callback takes it off); returns its index. */
+static uint32_t open_wk_submit(struct zl_chunk_store *s, struct zl_work *w, zl_work_fn run,
+			       zl_work_fn done)
+{
+	uint32_t best = 0;
+
+	for (uint32_t i = 1; i < STORE_OPEN_WORKERS; i++)
+		if (s->open_wk_jobs[i] < s->open_wk_jobs[best])
+			best = i;
+	s->open_wk_jobs[best]++;
+	(void)zl_worker_submit(s->open_wk[best], w, run, done);
+	return best;
+}
+
 static void chunk_open_submit(struct zl_chunk_store *s, struct chunk_open *o);
 
 /* A file an open created for a chunk deleted meanwhile: removed again
@@ -2523,7 +2545,6 @@ static void chunk_open_done(struct zl_work *w)
  * entries of the chunk: docs/JOURNAL.md). */
 static void chunk_open_submit(struct zl_chunk_store *s, struct chunk_open *o)
 {
-	uint32_t best = 0;
 
 	o->a.direct = s->direct;
 	o->a.created = o->a.converted = false;
@@ -2540,12 +2561,7 @@ static void chunk_open_submit(struct zl_chunk_store *s, struct chunk_open *o)
 		chunk_open_finish(s, o);
 		return;
 	}
-	for (uint32_t i = 1; i < STORE_OPEN_WORKERS; i++)
-		if (s->open_wk_jobs[i] < s->open_wk_jobs[best])
-			best = i;
-	o->wk = best;
-	s->open_wk_jobs[best]++;
-	(void)zl_worker_submit(s->open_wk[best], &o->w, chunk_open_run, chunk_open_done);
+	o->wk = open_wk_submit(s, &o->w, chunk_open_run, chunk_open_done);
 }
 
 /* Queues op (its chunk not in the table) on the open of its chunk, starting
@@ -2895,6 +2911,97 @@ int zl_chunk_info(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint64
 	return 0;
 }
 
+/* ---- trash: chunk files deleted on the loop are unlinked off it ---- */
+
+#define TRASH_DIR ".trash" /* under chunks/: no scan takes it for a volume */
+
+static void trash_sweep_run(struct zl_work *w)
+{
+	struct zl_chunk_store *s = ZL_CONTAINER_OF(w, struct zl_chunk_store, trash_w);
+	char dir[PATH_MAX], path[PATH_MAX + 300];
+	struct dirent *de;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "%s/" TRASH_DIR, s->dir);
+	d = opendir(dir);
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		if (unlink(path) < 0 && errno != ENOENT)
+			ZL_LOG_WARN("storage", "cannot remove deleted chunk file %s: %s", path,
+				    strerror(errno));
+	}
+	closedir(d);
+}
+
+static void trash_sweep_start(struct zl_chunk_store *s);
+
+static void trash_sweep_done(struct zl_work *w)
+{
+	struct zl_chunk_store *s = ZL_CONTAINER_OF(w, struct zl_chunk_store, trash_w);
+
+	s->open_wk_jobs[s->trash_wk]--;
+	s->trash_sweeping = false;
+	if (s->trash_again && !w->cancelled && !s->closing)
+		trash_sweep_start(s);
+}
+
+/* A sweep of the trash, or one more after the running one (files moved
+ * there since it listed the directory). */
+static void trash_sweep_start(struct zl_chunk_store *s)
+{
+
+	if (s->trash_sweeping) {
+		s->trash_again = true;
+		return;
+	}
+	s->trash_again = false;
+	s->trash_sweeping = true;
+	s->trash_wk = open_wk_submit(s, &s->trash_w, trash_sweep_run, trash_sweep_done);
+}
+
+/* Start-up: the trash, and what a crash left in it swept off the loop. */
+static void trash_open(struct zl_chunk_store *s)
+{
+	char trash[PATH_MAX];
+
+	snprintf(trash, sizeof(trash), "%s/" TRASH_DIR, s->dir);
+	s->trash_ok = mkdir(trash, 0755) == 0 || errno == EEXIST;
+	if (s->trash_ok)
+		trash_sweep_start(s);
+	else
+		ZL_LOG_WARN("storage",
+			    "cannot make %s: %s (deleted chunk files are unlinked on the I/O "
+			    "thread)",
+			    trash, strerror(errno));
+}
+
+/* Removes the chunk file path: moved into the trash (a rename, no extent
+ * freed on the loop) for the next sweep, else unlinked here. 0 (also when
+ * absent) or -errno. */
+static int chunk_file_remove(struct zl_chunk_store *s, const char *path, uint64_t vol,
+			     uint64_t chunk)
+{
+	char trash[PATH_MAX];
+
+	if (s->trash_ok && s->open_wk[0] &&
+	    snprintf(trash, sizeof(trash), "%s/" TRASH_DIR "/%016" PRIx64 "-%" PRIx64 "-%" PRIu64,
+		     s->dir, vol, chunk, ++s->trash_seq) < (int)sizeof(trash)) {
+		if (rename(path, trash) == 0) {
+			trash_sweep_start(s);
+			return 0;
+		}
+		if (errno == ENOENT)
+			return 0;
+	}
+	if (unlink(path) < 0 && errno != ENOENT)
+		return -errno;
+	return 0;
+}
+
 int zl_chunk_delete(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk)
 {
 	char path[PATH_MAX];
@@ -2909,9 +3016,7 @@ int zl_chunk_delete(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk)
 	known_drop(s, vol, chunk);
 	if (chunk >> ZL_CHUNK_IDX_BITS)
 		zl_chunk_snap_forget(s->snap, vol, chunk);
-	if (unlink(path) < 0 && errno != ENOENT)
-		return -errno;
-	return 0;
+	return chunk_file_remove(s, path, vol, chunk);
 }
 
 /* The memory part of a volume's delete: its chunks detached, its opens
@@ -3027,7 +3132,6 @@ int zl_chunk_volume_delete_start(struct zl_chunk_store *s, uint64_t vol, zl_chun
 				 void *arg)
 {
 	struct vol_del *d = calloc(1, sizeof(*d)); /* per volume delete, not per I/O */
-	uint32_t best = 0;
 	int rc;
 
 	if (!d)
@@ -3041,13 +3145,8 @@ int zl_chunk_volume_delete_start(struct zl_chunk_store *s, uint64_t vol, zl_chun
 	d->s = s;
 	d->cb = cb;
 	d->arg = arg;
-	for (uint32_t i = 1; i < STORE_OPEN_WORKERS; i++)
-		if (s->open_wk_jobs[i] < s->open_wk_jobs[best])
-			best = i;
-	d->wk = best;
-	s->open_wk_jobs[best]++;
 	s->n_vol_dels++;
-	(void)zl_worker_submit(s->open_wk[best], &d->w, vol_del_run, vol_del_done);
+	d->wk = open_wk_submit(s, &d->w, vol_del_run, vol_del_done);
 	return 0;
 }
 
@@ -3959,6 +4058,7 @@ int zl_chunk_store_create(const struct zl_chunk_store_opts *opts, struct zl_chun
 	rc = zl_chunk_snap_create(s, &s->snap);
 	if (rc)
 		goto out_free;
+	trash_open(s);
 	if (s->jmode)
 		zl_timer_start(s->loop, &s->ckpt_t, STORE_CKPT_MS, STORE_CKPT_MS,
 			       store_ckpt_timer_cb, s);

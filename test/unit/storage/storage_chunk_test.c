@@ -1334,6 +1334,21 @@ static void test_volume_delete_async(void **state)
 	assert_int_equal(do_write(e, 3, 4096, 16, "0123456789abcdef"), -ZL_ERR_NOT_FOUND);
 }
 
+/* Entries of directory path other than . and .. (-1: cannot list it). */
+static int dir_entries(const char *path)
+{
+	struct dirent *de;
+	DIR *d = opendir(path);
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((de = readdir(d)))
+		n += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+	closedir(d);
+	return n;
+}
+
 /* Descriptors of this process open on a file whose /proc link contains
  * name (an unlinked file's link ends in " (deleted)"). */
 static int fds_on(const char *name)
@@ -1392,8 +1407,10 @@ static void test_delete_inflight(void **state)
 		 (uint64_t)VOL, 7);
 	snprintf(path9, sizeof(path9), "%s/chunks/vol-%016" PRIx64 "/%016x.zlc", e->dir,
 		 (uint64_t)VOL, 9);
-	snprintf(name7, sizeof(name7), "vol-%016" PRIx64 "/%016x.zlc (deleted)", (uint64_t)VOL, 7);
-	snprintf(name9, sizeof(name9), "vol-%016" PRIx64 "/%016x.zlc (deleted)", (uint64_t)VOL, 9);
+	/* A deleted chunk's file is moved into the trash, then unlinked
+	 * there by a sweep on an open worker. */
+	snprintf(name7, sizeof(name7), "/.trash/%016" PRIx64 "-7-", (uint64_t)VOL);
+	snprintf(name9, sizeof(name9), "/.trash/%016" PRIx64 "-9-", (uint64_t)VOL);
 	for (int round = 0; round < 8; round++) {
 		struct done d[5] = {0};
 		uint64_t deferred;
@@ -1454,6 +1471,11 @@ static void test_delete_inflight(void **state)
 		assert_memory_equal(back, zeros, 4096);
 		assert_int_equal(zl_chunk_delete(e->s, VOL, 7), 0);
 	}
+	/* The sweeps unlink every file moved into the trash. */
+	snprintf(path7, sizeof(path7), "%s/chunks/.trash", e->dir);
+	for (int i = 0; i < 500 && dir_entries(path7); i++)
+		zl_loop_run_once(e->loop, 10);
+	assert_int_equal(dir_entries(path7), 0);
 	free(p);
 	free(q);
 	free(z);
