@@ -1638,8 +1638,6 @@ out_reply:
 	srv_reply(st, c, h, rc, ver, 0);
 }
 
-/* CHUNK_VERSIONS (heal): the (chunk, version) pairs of slice h->offset
- * above h->aux from chunk h->chunk on, one bounded page per request. */
 /* The chunks a CHUNK_VERSIONS request looks at are open: answered. */
 static void srv_versions_warmed(struct storage_req *r)
 {
@@ -1648,7 +1646,9 @@ static void srv_versions_warmed(struct storage_req *r)
 	req_free(r);
 }
 
-/* warmed: the chunks were opened for it (a second warm could chase an
+/* CHUNK_VERSIONS (heal): the (chunk, version) pairs of slice h->offset
+ * above h->aux from chunk h->chunk on, one bounded page per request.
+ * warmed: the chunks were opened for it (a second warm could chase an
  * eviction: the look-up reads what is still closed). */
 static void srv_chunk_versions(struct zl_storage *st, struct zl_xport_conn *c,
 			       const struct zl_wire_hdr *h, bool warmed)
