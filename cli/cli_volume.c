@@ -671,8 +671,9 @@ static int cli_volume_resize_err(struct zl_cli *cli, const char *name, uint64_t 
 				   "interrupted delete: 'zl volume rm %s' finishes it)",
 				   name, name);
 		else
-			zl_cli_err("cannot resize volume '%s': it is %s, not ready", name,
-				   was->state);
+			zl_cli_err("cannot resize volume '%s': it is %s, not ready (wait until "
+				   "'zl volume inspect %s' shows it ready, then run this again)",
+				   name, was->state, name);
 		return ZL_CLI_EXIT_RUNTIME;
 	}
 	snprintf(what, sizeof(what), "cannot resize volume '%s'%s", name,

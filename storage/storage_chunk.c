@@ -2931,8 +2931,11 @@ static void trash_sweep_run(struct zl_work *w)
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
 		if (unlink(path) < 0 && errno != ENOENT)
-			ZL_LOG_WARN("storage", "cannot remove deleted chunk file %s: %s", path,
-				    strerror(errno));
+			ZL_LOG_WARN("storage",
+				    "cannot remove deleted chunk file %s: %s (it stays there until "
+				    "the next delete's sweep or start-up; check the data dir's "
+				    "filesystem)",
+				    path, strerror(errno));
 	}
 	closedir(d);
 }

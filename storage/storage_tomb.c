@@ -104,8 +104,11 @@ static bool tombs_removed_log(uint64_t vol, int rc, uint64_t removed)
 
 	zl_vol_id_format(vol, vid);
 	if (rc) {
-		ZL_LOG_WARN("storage", "removing replicas of deleted vol=%s failed: %s", vid,
-			    zl_strerror(rc));
+		ZL_LOG_WARN(
+		    "storage",
+		    "removing replicas of deleted vol=%s failed: %s (its tombstone stays: "
+		    "retried by the next tombstone round and at start-up; check the data dir)",
+		    vid, zl_strerror(rc));
 		return false;
 	}
 	ZL_LOG_INFO("storage", "removed replicas of deleted volume: vol=%s files=%" PRIu64, vid,
