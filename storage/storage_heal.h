@@ -92,7 +92,8 @@ int zl_storage_heal_versions(struct zl_storage *st, const struct zl_volume *v, u
 			     uint64_t from, uint64_t above, struct zl_wire_chunk_ver *out,
 			     uint32_t max, uint64_t *next);
 /* Opens on the store's open workers the chunks that zl_storage_heal_versions
- * of the same (slice, from) looks at (zl_chunk_warm): the number of opens
+ * of the same (slice, from) looks at, with their clone chunks
+ * (zl_chunk_snap_warm): the number of opens
  * queued, each ending in cb(arg, status) on the loop (0: all open now). */
 int zl_storage_heal_versions_warm(struct zl_storage *st, const struct zl_volume *v, uint32_t slice,
 				  uint64_t from, zl_chunk_cb cb, void *arg);
