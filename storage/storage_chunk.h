@@ -234,9 +234,9 @@ int zl_chunk_version(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uin
  * workers: cb(arg, status) then runs on the loop once the open ended
  * (status 0: open, or no file; else the open's error; the chunk may be
  * evicted again later, the synchronous call then opens it itself). Scans
- * over many chunks (peering, recovery, CHUNK_VERSIONS) warm a batch, then
- * look it up. Returns -ZL_ERR_INVAL, the fence error or -ENOMEM (no
- * callback). */
+ * over many chunks (peering, recovery, CHUNK_VERSIONS, scrub) warm a batch
+ * (with the chunks' clones: zl_chunk_snap_warm), then look it up. Returns
+ * -ZL_ERR_INVAL, the fence error or -ENOMEM (no callback). */
 int zl_chunk_warm(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
 		  zl_chunk_cb cb, void *arg);
 
@@ -459,6 +459,13 @@ struct zl_chunk_clone {
  * into out. Returns how many there are (may exceed max). */
 uint32_t zl_chunk_snap_clones(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk,
 			      struct zl_chunk_clone *out, uint32_t max);
+
+/* zl_chunk_warm of (vol, chunk) and of each of its clone chunks (their
+ * versions are looked up with the chunk's: CHUNK_VERSIONS, peering's and
+ * recovery's clone plans, scrub's digest). Returns the number of opens
+ * queued: cb(arg, status) runs once for each. */
+unsigned zl_chunk_snap_warm(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk,
+			    uint32_t chunk_size, zl_chunk_cb cb, void *arg);
 
 /* The space clone chunks hold for one snapshot of a volume: the clones
  * whose newest existing reader is snapshot seq, and what their files

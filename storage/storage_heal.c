@@ -341,15 +341,16 @@ static struct heal_seq *seq_get(struct zl_storage_heal *h, uint64_t vol, uint32_
 	return q;
 }
 
-void zl_storage_heal_seq_set(struct zl_storage *st, uint64_t vol, uint32_t slice, uint32_t term,
-			     uint32_t seq)
+int zl_storage_heal_seq_set(struct zl_storage *st, uint64_t vol, uint32_t slice, uint32_t term,
+			    uint32_t seq)
 {
 	struct heal_seq *q = seq_get(st->heal, vol, slice);
 
 	if (!q)
-		return; /* zl_storage_heal_version_next scans the chunks instead */
+		return -ENOMEM;
 	q->term = term;
 	q->seq = seq;
+	return 0;
 }
 
 int zl_storage_heal_version_next(struct zl_storage *st, const struct zl_volume *v,
@@ -362,33 +363,12 @@ int zl_storage_heal_version_next(struct zl_storage *st, const struct zl_volume *
 
 	if (!q)
 		return -ENOMEM;
-	if (q->term != term) {
-		/* Becoming primary in this term: restart above what the slice's
-		 * chunks already hold of it (a restart in the same term). */
-		uint64_t n = slice_chunks(v, slice);
-		uint32_t seq = 0;
-
-		for (uint64_t i = 0; i < n; i++) {
-			uint64_t cv = 0;
-
-			if (zl_chunk_version(st->chunks, v->num, slice + i * v->n_slices,
-					     v->chunk_size, &cv))
-				continue;
-			if (zl_wire_dver_term(cv) == term)
-				seq = ZL_MAX(seq, zl_wire_dver_seq(cv));
-			else if (zl_wire_dver_term(cv) > term)
-				ZL_LOG_WARN("storage",
-					    "chunk holds a version of a later term than the row: "
-					    "vol=%016" PRIx64 " chunk=%" PRIu64 " version=%" PRIx64
-					    " row_term=%u",
-					    v->num, slice + i * v->n_slices, cv, term);
-		}
-		q->term = term;
-		q->seq = seq;
-		ZL_LOG_INFO("storage",
-			    "data versions restart: vol=%016" PRIx64 " slice=%u term=%u seq=%u",
-			    v->num, slice, term, seq);
-	}
+	/* The term's first sequence is peering's (zl_storage_heal_seq_set,
+	 * above the versions the members hold). A write admitted in an
+	 * earlier term is answered as one arriving before the peering of
+	 * this term: the client retries. */
+	if (q->term != term)
+		return -ZL_ERR_PEERING;
 	if (q->seq == UINT32_MAX)
 		return -ERANGE;
 	*ver = zl_wire_dver_make(term, ++q->seq);
@@ -494,7 +474,7 @@ int zl_storage_heal_versions_warm(struct zl_storage *st, const struct zl_volume 
 	if (slice >= v->n_slices)
 		return 0;
 	for (uint32_t scanned = 0; c < n && scanned < HEAL_VERS_SCAN; c += v->n_slices, scanned++)
-		queued += zl_chunk_warm(st->chunks, v->num, c, v->chunk_size, cb, arg) == 0;
+		queued += zl_chunk_snap_warm(st->chunks, v->num, c, v->chunk_size, cb, arg);
 	return (int)queued;
 }
 
@@ -1164,10 +1144,10 @@ static bool heal_warm(struct heal_member *m)
 	uint64_t end = ZL_MIN(m->cursor + HEAL_SCAN_BATCH, m->n_local);
 
 	for (uint64_t i = m->cursor; i < end; i++)
-		if (!bit_get(m->clean, i) &&
-		    zl_chunk_warm(st->chunks, m->vol, m->slice + i * m->n_slices, m->chunk_size,
-				  heal_warm_cb, m) == 0)
-			m->warming++;
+		if (!bit_get(m->clean, i))
+			m->warming +=
+			    zl_chunk_snap_warm(st->chunks, m->vol, m->slice + i * m->n_slices,
+					       m->chunk_size, heal_warm_cb, m);
 	m->warm_end = end;
 	return m->warming > 0;
 }

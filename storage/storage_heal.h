@@ -51,10 +51,11 @@ void zl_storage_heal_stop(struct zl_storage *st);
 /* Frees st->heal once no callback can come (after the peers and the chunk
  * store, before the transports). Accepts st->heal == NULL. */
 void zl_storage_heal_destroy(struct zl_storage *st);
-/* The next data version of a write to `slice` of v on this primary. The
- * first call in a term restarts the sequence above the highest version the
- * slice's chunks hold in that term (blocking chunk reads). 0, or -ERANGE
- * when the sequence of the term is exhausted. */
+/* The next data version of a write to `slice` of v on this primary, from
+ * the sequence peering set for the slice's term (zl_storage_heal_seq_set;
+ * memory only). 0, -ZL_ERR_PEERING when peering has not set the term's
+ * (a write admitted in an earlier term), -ENOMEM, or -ERANGE when the
+ * sequence of the term is exhausted. */
 int zl_storage_heal_version_next(struct zl_storage *st, const struct zl_volume *v,
 				 uint32_t slice, uint64_t *ver);
 /* Whether a write of `chunk` is forwarded to member `node` (state `ms` in
@@ -91,7 +92,8 @@ int zl_storage_heal_versions(struct zl_storage *st, const struct zl_volume *v, u
 			     uint64_t from, uint64_t above, struct zl_wire_chunk_ver *out,
 			     uint32_t max, uint64_t *next);
 /* Opens on the store's open workers the chunks that zl_storage_heal_versions
- * of the same (slice, from) looks at (zl_chunk_warm): the number of opens
+ * of the same (slice, from) looks at, with their clone chunks
+ * (zl_chunk_snap_warm): the number of opens
  * queued, each ending in cb(arg, status) on the loop (0: all open now). */
 int zl_storage_heal_versions_warm(struct zl_storage *st, const struct zl_volume *v, uint32_t slice,
 				  uint64_t from, zl_chunk_cb cb, void *arg);
@@ -140,9 +142,9 @@ int zl_storage_clone_listed(struct zl_storage_clone **v, uint32_t *n, uint32_t *
 			    uint64_t id, uint64_t version);
 
 /* Sets the data sequence of `slice` of volume vol for `term` (peering
- * decided it): the next write gets seq + 1. */
-void zl_storage_heal_seq_set(struct zl_storage *st, uint64_t vol, uint32_t slice, uint32_t term,
-			     uint32_t seq);
+ * decided it): the next write gets seq + 1. 0 or -ENOMEM. */
+int zl_storage_heal_seq_set(struct zl_storage *st, uint64_t vol, uint32_t slice, uint32_t term,
+			    uint32_t seq);
 
 /* ---- peering (storage_peering.c), loop thread, --heal=on only ----
  *

@@ -542,7 +542,11 @@ static void pj_finish(struct peering_job *j)
 	if (j->max_seq)
 		seq = j->max_seq > UINT32_MAX - 1 - PEER_SEQ_GAP ? UINT32_MAX - 1
 								 : j->max_seq + PEER_SEQ_GAP;
-	zl_storage_heal_seq_set(st, j->vol, j->slice, j->term, seq);
+	if (zl_storage_heal_seq_set(st, j->vol, j->slice, j->term, seq)) {
+		/* Writes are numbered from it: no service without it. */
+		pj_over(j, "data sequence", -ENOMEM);
+		return;
+	}
 	pv->peered[j->slice] = j->term;
 	for (unsigned i = 0; i < j->n_m && o < sizeof(members); i++)
 		o += (size_t)snprintf(members + o, sizeof(members) - o, "%s%s%s%s%s", o ? "," : "",
@@ -960,11 +964,11 @@ static bool pj_warm(struct peering_job *j)
 	uint64_t end = ZL_MIN(j->cursor + PEER_SCAN_BATCH, j->n_local);
 
 	for (uint64_t i = j->cursor; i < end; i++) {
-		if (zl_chunk_warm(j->st->chunks, j->vol, j->slice + i * j->n_slices, j->chunk_size,
-				  pj_warm_cb, j) == 0) {
-			j->warming++;
-			j->inflight++;
-		}
+		unsigned n = zl_chunk_snap_warm(j->st->chunks, j->vol, j->slice + i * j->n_slices,
+						j->chunk_size, pj_warm_cb, j);
+
+		j->warming += n;
+		j->inflight += n;
 	}
 	j->warm_end = end;
 	return j->warming > 0;

@@ -146,7 +146,8 @@ struct sc_job {
 	uint64_t cursor, win_end, win_bytes;
 	struct sc_fix fix[SC_MAX_FIX];
 	uint32_t n_fix, i_fix;
-	uint32_t off; /* piece of the fix in progress */
+	uint32_t off;	 /* piece of the fix in progress */
+	bool src_warmed; /* its local source was opened (sc_piece_fetch) */
 	uint8_t *pbuf;
 	struct zl_wire_hdr rhdr;
 	struct zl_wire_scrub_result res;
@@ -326,7 +327,7 @@ static void dg_warm_cb(void *arg, int status)
 }
 
 /* Opens the next chunks from the cursor (up to DG_ABSENT_BATCH of the
- * window) on the store's open workers, so zl_chunk_scrub_stat answers from
+ * window) and their clones on the store's open workers, so zl_chunk_scrub_stat answers from
  * memory instead of reading chunk files on the loop. True: dg_step runs
  * again when they are open. */
 static bool dg_warm(struct dg_job *j)
@@ -336,7 +337,7 @@ static bool dg_warm(struct dg_job *j)
 	for (uint32_t k = 0; k < DG_ABSENT_BATCH && c < j->n_chunks && j->scanned + k < j->max_scan;
 	     k++, c += j->n_slices)
 		j->warming +=
-		    zl_chunk_warm(j->st->chunks, j->vol, c, j->chunk_size, dg_warm_cb, j) == 0;
+		    zl_chunk_snap_warm(j->st->chunks, j->vol, c, j->chunk_size, dg_warm_cb, j);
 	j->warm_end = c;
 	return j->warming > 0;
 }
@@ -1085,6 +1086,14 @@ static void sc_remote_fetched(void *arg, int status, const struct zl_wire_hdr *r
 	sc_piece_store(j);
 }
 
+static void sc_piece_fetch(void *arg);
+
+static void sc_src_warm_cb(void *arg, int status)
+{
+	(void)status; /* the version look-up that follows says what failed */
+	sc_piece_fetch(arg);
+}
+
 static void sc_piece_fetch(void *arg)
 {
 	struct sc_job *j = arg;
@@ -1097,6 +1106,15 @@ static void sc_piece_fetch(void *arg)
 		return;
 	j->phase = SC_FIX;
 	if (f->source == 0) {
+		/* Our copy's version is looked up first: a closed chunk (its
+		 * digest's open evicted since) is opened off the loop, once a
+		 * fix. */
+		if (!j->src_warmed) {
+			j->src_warmed = true;
+			if (!zl_chunk_warm(j->st->chunks, j->vol, f->chunk, j->chunk_size,
+					   sc_src_warm_cb, j))
+				return;
+		}
 		rc = zl_chunk_version(j->st->chunks, j->vol, f->chunk, j->chunk_size, &ver);
 		if (!rc && ver != f->version)
 			rc = -ZL_ERR_CONFLICT; /* written meanwhile */
@@ -1157,6 +1175,7 @@ static void sc_fix_next(void *arg)
 	}
 	f = &j->fix[j->i_fix];
 	j->off = 0;
+	j->src_warmed = false;
 	if (!j->pbuf)
 		j->pbuf = zl_xport_buf_alloc(j->st->xport, DG_PIECE);
 	if (!j->pbuf) {

@@ -1196,6 +1196,11 @@ static void srv_write_disk(struct storage_req *r)
 			return;
 		}
 	}
+	/* A write at a snapshot sequence looks its chunk's wseq up first
+	 * (zl_chunk_cow_submit): a closed chunk is opened off the loop. */
+	if ((h->flags & ZL_WF_SEQ) && !(h->flags & ZL_WF_CREATE) &&
+	    srv_warm(r, h->chunk, srv_write_disk))
+		return;
 	/* Data version 0 (keeps the chunk's) unless the primary assigned one:
 	 * --heal=on, REPLICATION.md §1. */
 	rc = h->opcode == ZL_OP_REPL_WRITE ? 0 : srv_number(r);

@@ -767,6 +767,18 @@ uint32_t zl_chunk_snap_clones(struct zl_chunk_store *s, uint64_t vol, uint64_t c
 	return x->n;
 }
 
+unsigned zl_chunk_snap_warm(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk,
+			    uint32_t chunk_size, zl_chunk_cb cb, void *arg)
+{
+	struct snap_node *x = snap_node_find(zl_chunk_store_snap(s), vol, chunk);
+	unsigned queued = zl_chunk_warm(s, vol, chunk, chunk_size, cb, arg) == 0;
+
+	for (uint32_t i = 0; x && i < x->n; i++)
+		queued += zl_chunk_warm(s, vol, zl_chunk_clone_id(chunk, x->v[i].hi), chunk_size,
+					cb, arg) == 0;
+	return queued;
+}
+
 uint32_t zl_chunk_snap_space(struct zl_chunk_store *s, struct zl_chunk_snap_space *out,
 			     uint32_t max, uint64_t *total)
 {

@@ -3,7 +3,8 @@
  * them.
  *
  *   ZL_FSYNC_DELAY_MS     the fsync delay (unset or 0: fsyncs as they are)
- *   ZL_FSYNC_DELAY_WHILE  delay only while this file exists (unset: always)
+ *   ZL_FSYNC_DELAY_WHILE  delay only while this file exists (unset: always);
+ *                         a number in it is the delay instead of ..._MS
  *   ZL_FSYNC_DELAY_SUFFIX delay files whose path ends so (default ".tmp")
  *   ZL_FSYNC_DELAY_DIRS   1: directories too
  *   ZL_FSYNC_DELAY_LOG    a line "<ms> <path>" appended per delayed call
@@ -29,6 +30,27 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The delay in ms the file `when` holds (a number), else dflt. */
+static long delay_of(const char *when, long dflt)
+{
+	int (*real_open)(const char *, int, ...) =
+	    (int (*)(const char *, int, ...))dlsym(RTLD_NEXT, "open");
+	char buf[24];
+	ssize_t n;
+	long v;
+	int fd;
+
+	if (!when || (fd = real_open(when, O_RDONLY | O_CLOEXEC)) < 0)
+		return dflt;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return dflt;
+	buf[n] = 0;
+	v = strtol(buf, NULL, 10);
+	return v > 0 ? v : dflt;
+}
+
 /* Sleeps delay_ms (an environment variable's name) when the call on path
  * is to be delayed, and logs it. */
 static void delay_call(const char *path, bool is_dir, const char *ms_var, const char *while_var,
@@ -47,6 +69,7 @@ static void delay_call(const char *path, bool is_dir, const char *ms_var, const 
 	sl = strlen(suffix);
 	if ((n < sl || strcmp(path + n - sl, suffix)) && !(dirs && !strcmp(dirs, "1") && is_dir))
 		return;
+	delay = delay_of(when, delay);
 	nanosleep(&(struct timespec){.tv_sec = delay / 1000, .tv_nsec = delay % 1000 * 1000000},
 		  NULL);
 	if (log) {

@@ -32,9 +32,17 @@
 #     existing chunk file takes OPEN_MS (400 ms: the shim's open delay, while
 #     $CL_DIR/slowopen exists): two slices of nb4 move to node-1 as primary
 #     (its own version scan, 4 chunks each) and two to node-2 (node-1 lists
-#     its versions for node-2's CHUNK_VERSIONS). The chunks are opened on the
-#     store's open workers (zl_chunk_warm), the I/O of nb's open chunk goes
-#     on; on the loop each scan would take 1.6 s.
+#     its versions for node-2's CHUNK_VERSIONS, with the 4 clone chunks each
+#     of slices 2 and 3 hold: snapshot 1 of nb4 was set and their chunks
+#     rewritten at sequence 1 before the restart). The chunks and clones are
+#     opened on the store's open workers (zl_chunk_warm, zl_chunk_snap_warm),
+#     the I/O of nb's open chunk goes on; on the loop each scan would take
+#     1.6 s.
+#  5b. A write at sequence 1 of a chunk of nb4 whose primary is not node-1
+#     while every open of an existing chunk file takes COW_OPEN_MS (1500 ms,
+#     the number written into slowopen): node-1's closed backup copy is
+#     opened on an open worker before its copy-on-write looks the chunk's
+#     sequence up (srv_warm in srv_write_disk), 1.5 s on the loop otherwise.
 #  6. nb4 is deleted (zl volume rm) while every unlink of a chunk file takes
 #     UNLINK_MS (15 ms, while $CL_DIR/slowunlink exists): node-1 removes its
 #     256 files on the store's open workers (3.8 s on the loop otherwise),
@@ -48,8 +56,10 @@
 # step 3 node-1 connected to node-4 after the release and nb2 reads back
 # what the import wrote, and in step 4 the daemons' fsyncs were delayed (the
 # shim's log), I/O completed meanwhile and nb3 reads back as imported; in
-# step 5 node-1's opens of nb4's chunk files were delayed (16 of them, the
-# shim's log) while e2e_lat's operations stayed under NB_MAX_MS; in step 6
+# step 5 node-1's opens of nb4's chunk files were delayed (16 chunks and 8
+# clones, the shim's log) while e2e_lat's operations stayed under NB_MAX_MS;
+# in step 5b the write completed, node-1's open of its copy was delayed by
+# COW_OPEN_MS and the operations stayed under NB_MAX_MS; in step 6
 # node-1's unlinks of nb4's files were delayed (256, the shim's log), the
 # operations stayed under NB_MAX_MS and no daemon kept a directory of nb4.
 set -euo pipefail
@@ -69,6 +79,7 @@ PY=/usr/bin/python3
 MAX_MS=${NB_MAX_MS:-1000}
 FS_MS=1500
 OPEN_MS=400
+COW_OPEN_MS=1500
 UNLINK_MS=15
 CL_MANAGER=0 cl_e2e_begin e2e-noblock "$1" 0 || fail "cluster did not start"
 
@@ -121,6 +132,16 @@ done
 dd if=/dev/urandom of="$CL_DIR/nb4.img" bs=1M count=16 status=none
 "$ZL" volume import nb4 "$CL_DIR/nb4.img" >/dev/null 2>"$CL_DIR/import4.err" ||
 	fail "import of nb4: $(cat "$CL_DIR/import4.err")"
+# Snapshot 1 of nb4 (step 5): the chunks of slices 2 and 3 rewritten at
+# sequence 1 through their primary node-3, so each copy holds 4 clones.
+hl_etcd snaps "$V4" 1 1 || fail "cannot set snapshot 1 of nb4"
+head -c 65536 /dev/urandom >"$CL_DIR/nb4.piece"
+for c4 in 2 66 130 194 3 67 131 195; do
+	sv4=$(cl_rows "$V4" | awk -v s=$((c4 % 64)) '$1 == s {print $2}')
+	out=$("$CL_BIN/e2e_chunk" 127.0.0.1 "$(cat "$CL_DIR/storage-3/port")" write "$V4" "$c4" 0 \
+		"$sv4" "$CL_DIR/nb4.piece" 10000 seq=1 2>&1) || true
+	grep -q "^status=OK" <<<"$out" || fail "write of chunk $c4 of nb4 at sequence 1 to node-3: $out"
+done
 cl_stop storage-1
 start 1
 cl_wait_nodes 3 || fail "node-1 did not register again"
@@ -151,6 +172,19 @@ ticks() {
 		sleep 0.1
 	done
 	return 0
+}
+# slowest L: the slowest operation e2e_lat reported after its line L.
+slowest() { grep '^ops=' "$CL_DIR/lat.out" | tail -n "+$(($1 + 1))" | sed 's/.*max_ms=//' | sort -g | tail -1; }
+# under_max MS: MS is under MAX_MS.
+under_max() { awk -v m="${1:-0}" -v lim="$MAX_MS" 'BEGIN { exit !(m < lim) }'; }
+# lat_check L O WHILE WHY: the operations e2e_lat reported after its line L
+# (smax: the slowest) stayed under MAX_MS and some completed since O
+# (o_end: ops now), while WHILE happened (WHY: what a failure means).
+lat_check() {
+	smax=$(slowest "$1")
+	under_max "$smax" || fail "an operation of nb took ${smax} ms while $3 (limit $MAX_MS ms: $4)"
+	o_end=$(ops_now)
+	[ "${o_end:-0}" -gt "${2:-0}" ] || fail "no I/O completed while $3 (ops $2 -> $o_end)"
 }
 # held NAME: waits (at most 10 s) until proxy NAME holds an answer.
 held() {
@@ -241,8 +275,8 @@ rm -f "$CL_DIR/slowfsync"
 ticks 1
 o7=$(ops_now)
 # The slowest operation of the seconds e2e_lat reported meanwhile.
-smax=$(grep '^ops=' "$CL_DIR/lat.out" | tail -n "+$((l6 + 1))" | sed 's/.*max_ms=//' | sort -g | tail -1)
-awk -v m="${smax:-0}" -v lim="$MAX_MS" 'BEGIN { exit !(m < lim) }' ||
+smax=$(slowest "$l6")
+under_max "$smax" ||
 	fail "an operation of nb took ${smax} ms while new chunk files were created (limit $MAX_MS ms: chunk creation blocks the I/O thread)"
 delays=$(grep -c '\.zlc\.tmp$' "$CL_DIR/fsync-delays" 2>/dev/null || true)
 [ "${delays:-0}" -ge 4 ] || fail "fewer than 4 fsyncs of new chunk files delayed (${delays:-0}): is the shim preloaded?"
@@ -263,18 +297,39 @@ for s4 in 2 3; do
 	hl_etcd order "$V4" $s4 node-2 node-1 node-3 || fail "cannot make node-2 primary of slice $s4 of nb4"
 done
 opens() { grep -c "/$V4/" "$CL_DIR/storage-1.open-delays" 2>/dev/null || true; }
-for _ in $(seq 1 300); do [ "$(opens)" -ge 16 ] && break; sleep 0.1; done
+for _ in $(seq 1 300); do [ "$(opens)" -ge 24 ] && break; sleep 0.1; done
 n_opens=$(opens)
-[ "${n_opens:-0}" -ge 16 ] ||
-	fail "node-1 opened ${n_opens:-0} of the 16 closed chunk files of nb4's slices 0-3 (were they open already?)"
+[ "${n_opens:-0}" -ge 24 ] ||
+	fail "node-1 opened ${n_opens:-0} of the 24 closed chunk files (16 chunks, 8 clones) of nb4's slices 0-3 (were they open already?)"
 ticks 2
 rm -f "$CL_DIR/slowopen"
 o9=$(ops_now)
-smax=$(grep '^ops=' "$CL_DIR/lat.out" | tail -n "+$((l8 + 1))" | sed 's/.*max_ms=//' | sort -g | tail -1)
-awk -v m="${smax:-0}" -v lim="$MAX_MS" 'BEGIN { exit !(m < lim) }' ||
+smax=$(slowest "$l8")
+under_max "$smax" ||
 	fail "an operation of nb took ${smax} ms while node-1 peered over closed chunk files (limit $MAX_MS ms: chunk opens block the I/O thread)"
 [ "${o9:-0}" -gt "${o8:-0}" ] || fail "no I/O completed while node-1 opened closed chunk files (ops $o8 -> $o9)"
 ok "node-1 peered over $n_opens closed chunk files with ${OPEN_MS} ms opens: $((o9 - o8)) operations meanwhile, the slowest ${smax} ms"
+
+# 5b. A write at a snapshot sequence to a closed backup copy on node-1.
+ticks 1
+o12=$(ops_now)
+l12=$(grep -c '^ops=' "$CL_DIR/lat.out")
+row5=$(cl_rows "$V4" | awk '$1 >= 4 && $4 !~ /^node-1:/ && / node-1:in_sync/ {print; exit}')
+s5=${row5%% *}
+[ -n "$s5" ] || fail "no slice of nb4 with node-1 as an in-sync backup: $(cl_rows "$V4")"
+p5=$(awk '{split($4, a, ":"); print a[1]}' <<<"$row5")
+cow_opens() { grep -c "^$COW_OPEN_MS .*/$V4/" "$CL_DIR/storage-1.open-delays" 2>/dev/null || true; }
+echo "$COW_OPEN_MS" >"$CL_DIR/slowopen"
+out=$("$CL_BIN/e2e_chunk" 127.0.0.1 "$(cat "$CL_DIR/storage-${p5#node-}/port")" write "$V4" "$s5" 0 \
+	"$(awk '{print $2}' <<<"$row5")" "$CL_DIR/nb4.piece" 10000 seq=1 2>&1) || true
+ticks 2
+rm -f "$CL_DIR/slowopen"
+grep -q "^status=OK" <<<"$out" || fail "write of chunk $s5 of nb4 at sequence 1 to $p5: $out"
+[ "$(cow_opens)" -ge 1 ] ||
+	fail "node-1's open of its copy of chunk $s5 of nb4 was not delayed (was it open already?)"
+lat_check "$l12" "$o12" "node-1 wrote a closed chunk at a snapshot sequence" \
+	"the copy-on-write's look-up blocks the I/O thread"
+ok "a write at a snapshot sequence of a closed copy on node-1 with ${COW_OPEN_MS} ms opens: $((o_end - o12)) operations meanwhile, the slowest ${smax} ms"
 
 # 6. nb4 deleted while each unlink of a chunk file takes UNLINK_MS.
 ticks 1
@@ -282,7 +337,7 @@ o10=$(ops_now)
 l10=$(grep -c '^ops=' "$CL_DIR/lat.out")
 touch "$CL_DIR/slowunlink"
 t0=$(date +%s%N)
-"$ZL" volume rm nb4 >/dev/null 2>"$CL_DIR/rm4.err" || fail "zl volume rm nb4: $(cat "$CL_DIR/rm4.err")"
+"$ZL" volume rm nb4 --force >/dev/null 2>"$CL_DIR/rm4.err" || fail "zl volume rm nb4: $(cat "$CL_DIR/rm4.err")"
 t1=$(date +%s%N)
 rm -f "$CL_DIR/slowunlink"
 ticks 3 # an operation that waited is reported in a line after it ended
@@ -290,8 +345,8 @@ o11=$(ops_now)
 unlinks=$(grep -c "/$V4/" "$CL_DIR/storage-1.unlink-delays" 2>/dev/null || true)
 [ "${unlinks:-0}" -ge 256 ] ||
 	fail "node-1 unlinked ${unlinks:-0} of nb4's 256 chunk files with the delay (is the shim preloaded?)"
-smax=$(grep '^ops=' "$CL_DIR/lat.out" | tail -n "+$((l10 + 1))" | sed 's/.*max_ms=//' | sort -g | tail -1)
-awk -v m="${smax:-0}" -v lim="$MAX_MS" 'BEGIN { exit !(m < lim) }' ||
+smax=$(slowest "$l10")
+under_max "$smax" ||
 	fail "an operation of nb took ${smax} ms while node-1 removed nb4's files (limit $MAX_MS ms: a volume delete blocks the I/O thread)"
 [ "${o11:-0}" -gt "${o10:-0}" ] || fail "no I/O completed while nb4 was deleted (ops $o10 -> $o11)"
 for n in 1 2 3; do
@@ -307,4 +362,4 @@ last=$(tail -1 "$CL_DIR/lat.out")
 [[ "$last" =~ triggers=([0-9]+) ]] && [ "${BASH_REMATCH[1]}" -ge 1 ] ||
 	fail "no write of chunk 0 completed after the reload: $last"
 ok "every operation under $MAX_MS ms, every read back as written: $last"
-echo "FIGURE: noblock: $last (etcd held 3 s for the daemons, then for the client, then for the daemons while a primary connects to a new peer; then new chunk files created with ${FS_MS} ms fsyncs; then peering over closed chunk files with ${OPEN_MS} ms opens; then a volume delete with ${UNLINK_MS} ms unlinks)"
+echo "FIGURE: noblock: $last (etcd held 3 s for the daemons, then for the client, then for the daemons while a primary connects to a new peer; then new chunk files created with ${FS_MS} ms fsyncs; then peering over closed chunk files and clones with ${OPEN_MS} ms opens; then a write at a snapshot sequence with ${COW_OPEN_MS} ms opens; then a volume delete with ${UNLINK_MS} ms unlinks)"

@@ -2729,6 +2729,48 @@ static void test_snap_cow(void **state)
 /* A clone copied by recovery (storage_heal.c): written as a chunk, then
  * made a clone by zl_chunk_snap_install; the index, reads at a sequence,
  * copy-on-write's wseq and a reopen all see it. */
+/* zl_chunk_snap_warm: a closed chunk and its closed clones are opened off
+ * the loop (one callback each), then answered from memory; open ones queue
+ * nothing. */
+static void test_snap_warm(void **state)
+{
+	struct env *e = *state;
+	static uint8_t a[4096], b[4096];
+	static const uint32_t s1[] = {1}, s12[] = {1, 2};
+	struct zl_chunk_clone cl[4];
+	struct done d = {0};
+	uint64_t deadline, ver;
+
+	fill(a, sizeof(a), 5);
+	fill(b, sizeof(b), 6);
+	assert_int_equal(cow_io(e, 7, 0, sizeof(a), a, 0, NULL, 0), 0);
+	assert_int_equal(cow_io(e, 7, 0, sizeof(b), b, 1, s1, 1), 0);
+	assert_int_equal(cow_io(e, 7, 0, sizeof(a), a, 2, s12, 2), 0);
+	assert_int_equal(zl_chunk_snap_clones(e->s, VOL, 7, cl, 4), 2);
+	/* Closed: a new store over the same directory. */
+	zl_chunk_store_destroy(e->s);
+	env_open(e);
+	assert_int_equal(zl_chunk_snap_clones(e->s, VOL, 7, cl, 4), 2);
+	assert_int_equal(zl_chunk_snap_warm(e->s, VOL, 7, CS, done_cb, &d), 3);
+	assert_int_equal(d.calls, 0); /* never inside the call */
+	deadline = zl_now_ms() + 20000;
+	while (d.calls < 3) {
+		assert_true(zl_now_ms() < deadline);
+		zl_loop_run_once(e->loop, 50);
+	}
+	assert_int_equal(d.status, 0);
+	assert_int_equal(zl_chunk_warm(e->s, VOL, 7, CS, done_cb, &d), 1);
+	for (uint32_t i = 0; i < 2; i++) {
+		uint64_t id = zl_chunk_clone_id(7, cl[i].hi);
+
+		assert_int_equal(zl_chunk_warm(e->s, VOL, id, CS, done_cb, &d), 1);
+		assert_int_equal(zl_chunk_version(e->s, VOL, id, CS, &ver), 0);
+	}
+	assert_int_equal(zl_chunk_snap_warm(e->s, VOL, 7, CS, done_cb, &d), 0);
+	assert_int_equal(d.calls, 3);
+	assert_int_equal(zl_chunk_store_inflight(e->s), 0);
+}
+
 static void test_snap_install(void **state)
 {
 	struct env *e = *state;
@@ -3128,6 +3170,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_scrub_missing, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_foreach_and_args, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_snap_cow, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_snap_warm, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_snap_install, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_snap_kill9, setup, teardown),
 	};
