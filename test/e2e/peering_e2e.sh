@@ -45,7 +45,7 @@ files() { hl_files "$CHUNK" --missing-ok "$CL_DIR"/storage-{1,2,3}/data/chunks/"
 # files_now: reads every replica's chunk files once into $CL_DIR/fnow, what
 # fver and fsha look at: called after each change (a write, a peering, a
 # recovery), before the checks of that state (each read of the files waits
-# for the daemons' journals to be checkpointed: 2.5 s at least).
+# until the running daemons' journals hold nothing past their checkpoints).
 files_now() { files >"$CL_DIR/fnow" || fail "reading chunk files"; }
 # fver NODE CHUNK / fsha NODE CHUNK: version / data sha256 of NODE's copy
 # as files_now read it.

@@ -80,8 +80,9 @@ hl_vol_id() {
 # storage index, file name, sha256 of the data part (chunk bytes at the
 # header's data offset, zeros past the end: storage/storage_chunk.h), chunk
 # version (the highest of the metadata slots). A missing dir is an error
-# unless --missing-ok. (heal_tool.py files first waits until every daemon
-# on the journal write path checkpointed what it holds.)
+# unless --missing-ok. (heal_tool.py files first waits until the journal
+# of each dir's running daemon holds no record past its checkpoint, read
+# from the journal file: the versions are then current.)
 hl_files() { "$HL_PY" "$HL_TOOL" files "$@"; }
 
 # hl_divergent FILE BLOCK BYTE: inverts one byte of a data block and rewrites

@@ -55,9 +55,10 @@ reason on stderr when it cannot do its job.
                            (--missing-ok: absent dirs and files removed meanwhile are skipped;
                            --node-label P: print P<n> for storage-<n>; --chunk-index: the chunk
                            number in decimal instead of the file name)
-                           With $CL_ETCD set, first waits (up to 60 s) until every
-                           daemon on the journal write path checkpointed what it
-                           holds (its status record), so the versions are current
+                           First waits (up to 60 s) until the journal of each
+                           DIR's daemon, while that daemon runs, holds no record
+                           past its checkpoint (read from the journal file:
+                           docs/JOURNAL.md), so the versions are current
   heal_tool.py blockoff FILE BLOCK [BYTE]
                            file offset of byte BYTE of data block BLOCK
   heal_tool.py data CHUNK FILE OUT
@@ -70,9 +71,11 @@ reason on stderr when it cannot do its job.
                            other data at the same version
 """
 import base64
+import glob
 import hashlib
 import json
 import os
+import struct
 import sys
 import time
 
@@ -391,13 +394,83 @@ def etcd_cmd(url, cmd, args):
 
 # ---- chunk replica files ----
 
+JOURNAL_BLOCK = 4096
+
+
+def journal_pending(path):
+    """Whether the journal file at path holds a record past its checkpoint,
+    read from the file as docs/JOURNAL.md lays it out (not through the code
+    under test): the valid superblock slot (magic, CRC32C, the higher
+    superblock sequence) names the checkpoint's sequence and offset; the
+    journal is checkpointed up to its end when no record of this journal
+    (magic, nonce, id) with that sequence starts there (a PAD there: the
+    next sequence at the ring's start). A writer acknowledges a write once
+    its record is durable and checkpoints 200 ms after the last operation
+    ended, so after acknowledged writes this turns false within a moment."""
+    with open(path, 'rb') as f:
+        best = None
+        for slot in (0, 1):
+            f.seek(slot * JOURNAL_BLOCK)
+            sb = f.read(JOURNAL_BLOCK)
+            if (len(sb) == JOURNAL_BLOCK and sb[:8] == b'ZLJRNLSB' and
+                    struct.unpack_from('<I', sb, 4092)[0] == chunkfile.crc32c(sb[:4092])):
+                if best is None or struct.unpack_from('<Q', sb, 48)[0] > struct.unpack_from('<Q', best, 48)[0]:
+                    best = sb
+        if best is None:
+            return False  # not formatted yet: nothing written through it
+        ring_off = struct.unpack_from('<Q', best, 24)[0]
+        jid = struct.unpack_from('<I', best, 32)[0]
+        nonce, seq, off = struct.unpack_from('<QQQ', best, 40)[0], *struct.unpack_from('<QQ', best, 56)
+        for _ in range(2):
+            f.seek(off)
+            h = f.read(48)
+            if (len(h) < 48 or h[:4] != b'ZLJR' or struct.unpack_from('<Q', h, 8)[0] != seq or
+                    struct.unpack_from('<Q', h, 16)[0] != nonce or struct.unpack_from('<I', h, 36)[0] != jid):
+                return False
+            if struct.unpack_from('<H', h, 4)[0] != 2:
+                return True  # a BATCH not checkpointed yet
+            seq, off = seq + 1, ring_off  # a PAD: the next record starts the ring
+        return True
+
+
+def storage_running(root):
+    """Whether the zipline-storage recorded in root/pid (test/lib/cluster.sh)
+    runs: alive, not stopped (SIGSTOP), and that program (not a reused PID)."""
+    try:
+        pid = int(open(os.path.join(root, 'pid')).read().split()[0])
+        stat = open('/proc/%d/stat' % pid).read()
+        cmd = open('/proc/%d/cmdline' % pid, 'rb').read()
+    except (OSError, ValueError, IndexError):
+        return False
+    return stat.rsplit(')', 1)[1].split()[0] not in ('T', 't', 'Z', 'X') and b'zipline-storage' in cmd
+
+
+def journals_checkpointed(dirs, secs):
+    """Waits until the journal of every running daemon owning one of the
+    chunk dirs (.../storage-N/data/chunks/VOL) holds nothing past its
+    checkpoint; False (the journals not there yet on stderr) after secs."""
+    roots = sorted(set(d.split('/data/chunks/')[0] for d in dirs if '/data/chunks/' in d))
+    t0 = time.monotonic()
+    while True:
+        pending = [j for r in roots if storage_running(r)
+                   for j in sorted(glob.glob(os.path.join(r, 'data', 'journal-*')))
+                   if journal_pending(j)]
+        if not pending:
+            return True
+        if time.monotonic() - t0 >= secs:
+            sys.stderr.write('heal_tool: files: records past the checkpoint after %g s in %s\n'
+                             % (secs, ' '.join(pending)))
+            return False
+        time.sleep(0.05)
+
+
 def files(cs, dirs, missing_ok, label='', index=False):
     # The versions come from the chunk files' metadata pages, which daemons
-    # on the journal write path write at checkpoints: with the test's etcd
-    # known ($CL_ETCD), first wait until every one checkpointed what it holds
-    # (immediate when every daemon is on the direct path).
-    if os.environ.get('CL_ETCD') and journal_clean(Etcd(os.environ['CL_ETCD']), 60) is None:
-        sys.stderr.write('heal_tool: files: read before every journal was checkpointed\n')
+    # on the journal write path write at checkpoints: first wait until each
+    # running daemon's journal is checkpointed up to its end (immediate on
+    # the direct path: no journal file). A daemon killed or stopped keeps
+    # what its files hold (its journal replays at its next start).
+    journals_checkpointed(dirs, 60)
     for d in dirs:
         if not os.path.isdir(d):
             if missing_ok:
