@@ -192,6 +192,10 @@ struct zl_storage_heal {
 	 * pushed since it started: the metrics' counters, which outlive the
 	 * jobs. */
 	uint64_t bytes_total, chunks_total;
+	/* Bytes pushed since this daemon last had no recovery job running:
+	 * the progress of the jobs running now, those that finished while
+	 * others ran included (zl_storage_heal_progress; 0 when none runs). */
+	uint64_t run_bytes;
 	bool stopping;
 };
 
@@ -854,7 +858,9 @@ static void heal_wait_then(struct heal_member *m, uint32_t bytes, zl_loop_cb nex
 
 	/* bits / (mbps * 1000) = milliseconds. The budget is the daemon's, shared
 	 * by every recovery job (all slices, all members), so client I/O keeps its
-	 * share however many slices recover at once. */
+	 * share however many slices recover at once. A piece waits for its turn
+	 * before it is read (next: heal_piece_read), so a recovery starting on
+	 * many slices does not copy a chunk of each at once. */
 	cost = (uint64_t)bytes * 8 / ((uint64_t)st->cfg.recovery_mbps * 1000);
 	m->h->rate_next_ms = ZL_MAX(m->h->rate_next_ms, now) + cost;
 	m->next_ms = m->h->rate_next_ms;
@@ -891,9 +897,10 @@ static void heal_push_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 	}
 	m->bytes += len;
 	m->h->bytes_total += len;
+	m->h->run_bytes += len;
 	m->cur_off += len;
 	if (m->cur_off < m->chunk_size) {
-		heal_wait_then(m, len, heal_piece_read);
+		heal_wait_then(m, ZL_MIN(HEAL_PIECE, m->chunk_size - m->cur_off), heal_piece_read);
 		return;
 	}
 	if (m->cur_chunk >> ZL_CHUNK_IDX_BITS) {
@@ -901,7 +908,8 @@ static void heal_push_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 		m->chunks++;
 		m->pass_pushed++;
 		m->i_act++;
-		heal_wait_then(m, len, heal_clone_next);
+		m->phase = HP_SCAN;
+		zl_loop_defer(m->h->st->loop, &m->d, heal_clone_next, m);
 		return;
 	}
 	/* No client write of the chunk was on its way when the copy started nor
@@ -914,7 +922,8 @@ static void heal_push_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 	m->h->chunks_total++;
 	m->pass_pushed++;
 	m->cursor++;
-	heal_wait_then(m, len, heal_scan);
+	m->phase = HP_SCAN;
+	zl_loop_defer(m->h->st->loop, &m->d, heal_scan, m);
 }
 
 static void heal_read_cb(void *arg, int status)
@@ -1109,7 +1118,7 @@ static void heal_clone_next(void *arg)
 		m->cur_ver = a->version;
 		m->cur_off = 0;
 		m->copying = false; /* forwards never name a clone id */
-		heal_piece_read(m);
+		heal_wait_then(m, ZL_MIN(HEAL_PIECE, m->chunk_size), heal_piece_read);
 		return;
 	}
 	memset(&m->hdr, 0, sizeof(m->hdr));
@@ -1224,7 +1233,7 @@ static void heal_scan(void *arg)
 			m->cur_off = 0;
 			m->copying = true;
 			m->cur_dirty = false;
-			heal_piece_read(m);
+			heal_wait_then(m, ZL_MIN(HEAL_PIECE, m->chunk_size), heal_piece_read);
 			return;
 		}
 		if (m->cl_dirty) {
@@ -1484,7 +1493,6 @@ void zl_storage_heal_progress(struct zl_storage *st, struct zl_storage_heal_prog
 	for (struct heal_member *m = st->heal->members; m; m = m->next) {
 		uint64_t clean = 0;
 
-		out->bytes_done += m->bytes;
 		if (!member_busy(m))
 			continue;
 		for (uint64_t w = 0; w < (m->n_local + 63) / 64; w++)
@@ -1492,4 +1500,9 @@ void zl_storage_heal_progress(struct zl_storage *st, struct zl_storage_heal_prog
 		out->members++;
 		out->bytes_left += (m->n_local - ZL_MIN(clean, m->n_local)) * m->chunk_size;
 	}
+	/* A recovery's progress, also when each job is one chunk and ends
+	 * (its member dropped) right after its copy; a new run starts at 0. */
+	if (!out->members)
+		st->heal->run_bytes = 0;
+	out->bytes_done = st->heal->run_bytes;
 }

@@ -199,9 +199,11 @@ int zl_storage_chunk_apply(struct zl_storage *st, uint64_t vol, uint64_t chunk, 
 			   uint32_t off, uint32_t len, const uint8_t *buf, uint64_t pushed,
 			   zl_chunk_cb cb, void *arg);
 
-/* Recovery totals of this primary (zl status): bytes copied by the
- * recovery jobs it holds, and for the running ones an estimate of what is
- * left (chunks not yet known complete, times the chunk size). */
+/* Recovery totals of this primary (zl status, metrics): bytes its recovery
+ * jobs copied since it last had none running (0 when none runs: a new run
+ * starts from 0), and for the running ones an estimate of what is left
+ * (chunks not yet known complete, times the chunk size). Loop thread; the
+ * first call that finds no job running ends the run. */
 struct zl_storage_heal_progress {
 	uint64_t bytes_done;
 	uint64_t bytes_left;

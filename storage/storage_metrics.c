@@ -304,7 +304,9 @@ static void render_store(struct zl_storage_metrics *m, struct zl_metrics_text *t
 	    {"zipline_journal_dirty_chunks", "gauge", "Chunks changed since the last checkpoint.",
 	     cs->journal_dirty_chunks},
 	    {"zipline_recovery_bytes_done", "gauge",
-	     "Bytes the running recovery jobs of this primary copied.", m->heal.bytes_done},
+	     "Bytes the recovery jobs of this primary copied since it last had none running "
+	     "(0 when none runs).",
+	     m->heal.bytes_done},
 	    {"zipline_recovery_bytes_left", "gauge",
 	     "Bytes the running recovery jobs of this primary still have to copy.",
 	     m->heal.bytes_left},

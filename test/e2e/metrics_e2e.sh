@@ -264,9 +264,12 @@ vr=$(settle zipline_volume_ops_total volume="$vid" dir=read $((vr0 + 5000)))
 	check_fail "zipline_volume_op_seconds_total{dir=read} did not rise under 5000 reads"
 echo "FIGURE: metrics: 5000 x 4 KiB reads: read bytes +$((rd - rd0)), volume reads +$((vr - vr0))"
 
-# Queue use under a running load: peaks above 0, empty once it ended.
+# Queue use under a running load: peaks above 0, empty once it ended. The
+# gauges are what the daemons' 1 s samples caught in flight at that moment:
+# the load runs for 5 s (not a count of writes a fast disk ends in one
+# sample or two), so that several samples fall inside it.
 ck0=$(msum zipline_journal_checkpoints_total)
-"$ZL" bench mvol --rw randwrite --bs 4k --qd 16 --count 20000 --seconds 300 >/dev/null 2>"$CL_DIR/peak-bench.err" &
+"$ZL" bench mvol --rw randwrite --bs 4k --qd 16 --seconds 5 >/dev/null 2>"$CL_DIR/peak-bench.err" &
 bpid=$!
 HL_PIDS="$HL_PIDS $bpid"
 pk=$(/usr/bin/python3 "$MT" peak "$bpid" zipline_journal_used_bytes zipline_uring_inflight,ring=journal \
@@ -274,7 +277,7 @@ pk=$(/usr/bin/python3 "$MT" peak "$bpid" zipline_journal_used_bytes zipline_urin
 wait "$bpid" || fail "the load failed: $(tail -3 "$CL_DIR/peak-bench.err")"
 mapfile -t PK <<<"$pk"
 pk_used=${PK[0]} pk_jin=${PK[1]} pk_cin=${PK[2]} pk_dirty=${PK[3]}
-echo "FIGURE: metrics: under 20000 4 KiB writes at QD16: peak journal used $pk_used bytes, dirty chunks $pk_dirty, io_uring SQEs in flight journal $pk_jin chunks $pk_cin"
+echo "FIGURE: metrics: under 5 s of 4 KiB writes at QD16: peak journal used $pk_used bytes, dirty chunks $pk_dirty, io_uring SQEs in flight journal $pk_jin chunks $pk_cin"
 [ "$pk_dirty" -gt 0 ] || check_fail "zipline_journal_dirty_chunks never rose above 0 under a write load"
 [ "$pk_used" -gt 0 ] || check_fail "zipline_journal_used_bytes never rose above 0 under a write load"
 [ "$pk_jin" -gt 0 ] || check_fail "zipline_uring_inflight{ring=journal} never rose above 0 under a write load"
@@ -561,8 +564,10 @@ echo "FIGURE: metrics: while node-3 recovered: peak slices recovering $pk_rcv of
 [ "${PK[2]:-0}" -gt 0 ] || check_fail "zipline_recovery_bytes_done never rose above 0 on the primaries while node-3 recovered"
 [ "$(csum zipline_slices state=recovering)" = 0 ] || check_fail "slices still counted recovering once all were active"
 [ "$(settle zipline_recovery_jobs 0)" = 0 ] || check_fail "recovery jobs still counted 20 s after every row was active"
-[ "$(msum zipline_recovery_bytes_left)" = 0 ] || check_fail "recovery bytes left above 0 with no job running"
-[ "$(msum zipline_recovery_bytes_done)" = 0 ] || check_fail "recovery bytes done above 0 with no job running"
+# A job that caught up counts until the primary's next look at its row
+# (a second) drops it.
+[ "$(settle zipline_recovery_bytes_left 0)" = 0 ] || check_fail "recovery bytes left above 0 20 s after the last job ended"
+[ "$(settle zipline_recovery_bytes_done 0)" = 0 ] || check_fail "recovery bytes done above 0 20 s after the last job ended"
 rcv=$(csum zipline_manager_member_changes_total to=recovering)
 ins=$(csum zipline_manager_member_changes_total to=in_sync)
 rc=$(stable zipline_recovery_chunks_total)
