@@ -57,8 +57,10 @@ TEST_STAGES ?= unit e2e deploy san vm image
 .NOTPARALLEL:
 test: build $(addprefix test-,$(TEST_STAGES))
 
+# Unit tests $(JOBS) at a time: each has its own files, and the ones with an
+# etcd start their own on ports of their own (test/lib/with-etcd.sh).
 test-unit: build
-	$(call stage,unit,$(CTEST) -L unit)
+	$(call stage,unit,$(CTEST) -L unit -j$(JOBS))
 
 test-e2e: build
 	$(call stage,e2e,$(CTEST) -L e2e)
