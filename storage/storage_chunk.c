@@ -294,6 +294,7 @@ struct zl_chunk_store {
 	struct zl_worker *open_wk[STORE_OPEN_WORKERS];
 	uint32_t open_wk_jobs[STORE_OPEN_WORKERS];
 	uint32_t n_vol_dels; /* volume deletes whose files are being removed */
+	struct vol_del *vol_dels; /* those on an open worker, one per volume */
 	/* A chunk's delete renames its file into TRASH_DIR (microseconds) and
 	 * a sweep on an open worker unlinks what is there (milliseconds per
 	 * file: its extents). trash_ok: the directory exists. */
@@ -3098,16 +3099,22 @@ int zl_chunk_volume_delete(struct zl_chunk_store *s, uint64_t vol, uint64_t *rem
 	return rc;
 }
 
-/* A volume's files being removed on an open worker. */
+/* A volume's files being removed on an open worker (a leader, in
+ * s->vol_dels), or a delete of the same volume that came meanwhile and
+ * waits for the leader's removal instead of removing the same files again
+ * (a follower: VOLUME_DELETE and the tombstone round it causes). */
 struct vol_del {
 	struct zl_work w;
 	struct zl_chunk_store *s;
+	uint64_t vol;
 	uint32_t wk;
 	char dir[PATH_MAX];
 	int rc;
 	uint64_t n;
 	zl_chunk_vol_cb cb;
 	void *arg;
+	struct vol_del *next;	/* leaders: the next in s->vol_dels */
+	struct vol_del *follow; /* the deletes waiting for this one */
 };
 
 static void vol_del_run(struct zl_work *w)
@@ -3123,12 +3130,22 @@ static void vol_del_done(struct zl_work *w)
 	struct zl_chunk_store *s = d->s;
 
 	s->open_wk_jobs[d->wk]--;
-	s->n_vol_dels--;
+	for (struct vol_del **pp = &s->vol_dels; *pp; pp = &(*pp)->next) {
+		if (*pp == d) {
+			*pp = d->next;
+			break;
+		}
+	}
 	/* Dropped at destroy: the files stay (a tombstone names the volume
-	 * until a later round removes them). */
-	if (!w->cancelled && !s->closing && d->cb)
-		d->cb(d->arg, d->rc, d->n);
-	free(d);
+	 * until a later round removes them). Followers hear the leader's
+	 * status; the files it removed count once, for it. */
+	for (struct vol_del *f = d, *next; f; f = next) {
+		next = f->follow;
+		s->n_vol_dels--;
+		if (!w->cancelled && !s->closing && f->cb)
+			f->cb(f->arg, d->rc, f == d ? d->n : 0);
+		free(f);
+	}
 }
 
 int zl_chunk_volume_delete_start(struct zl_chunk_store *s, uint64_t vol, zl_chunk_vol_cb cb,
@@ -3146,9 +3163,19 @@ int zl_chunk_volume_delete_start(struct zl_chunk_store *s, uint64_t vol, zl_chun
 	}
 	vol_forget(s, vol);
 	d->s = s;
+	d->vol = vol;
 	d->cb = cb;
 	d->arg = arg;
 	s->n_vol_dels++;
+	for (struct vol_del *l = s->vol_dels; l; l = l->next) {
+		if (l->vol == vol) {
+			d->follow = l->follow;
+			l->follow = d;
+			return 0;
+		}
+	}
+	d->next = s->vol_dels;
+	s->vol_dels = d;
 	d->wk = open_wk_submit(s, &d->w, vol_del_run, vol_del_done);
 	return 0;
 }

@@ -338,7 +338,9 @@ int zl_chunk_volume_delete(struct zl_chunk_store *s, uint64_t vol, uint64_t *rem
  * replicas are gone for every caller at once, cb(arg, status, removed)
  * (optional) runs on the loop once the files are (status 0 or -errno); not
  * at all when the store is destroyed first (the files stay: the volume's
- * tombstone still names them). Counted by zl_chunk_store_inflight and
+ * tombstone still names them). A delete of a volume whose files are
+ * being removed waits for that removal (cb then gets its status, removed
+ * 0: the files count once). Counted by zl_chunk_store_inflight and
  * waited for by zl_chunk_store_drain. 0, or -ENOMEM / -ENAMETOOLONG
  * (nothing done). */
 typedef void (*zl_chunk_vol_cb)(void *arg, int status, uint64_t removed);

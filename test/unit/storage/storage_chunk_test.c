@@ -1334,6 +1334,46 @@ static void test_volume_delete_async(void **state)
 	assert_int_equal(do_write(e, 3, 4096, 16, "0123456789abcdef"), -ZL_ERR_NOT_FOUND);
 }
 
+/* A second delete of a volume whose files are being removed (VOLUME_DELETE,
+ * then the tombstone round it causes) waits for that removal instead of
+ * queueing another: one job on the open workers, both callbacks with its
+ * status, the files counted once (for the first); a delete after it ended
+ * finds nothing to remove. */
+static void test_volume_delete_twice(void **state)
+{
+	struct env *e = *state;
+	struct vol_done a = {0}, b = {0}, c = {0};
+	struct zl_chunk_store_stats st;
+	uint32_t jobs0;
+
+	for (uint64_t k = 0; k < 5; k++)
+		assert_int_equal(do_write(e, k, 4096, 16, "0123456789abcdef"), 0);
+	zl_chunk_store_stats(e->s, &st);
+	jobs0 = st.open_jobs;
+	assert_int_equal(zl_chunk_volume_delete_start(e->s, VOL, vol_done_cb, &a), 0);
+	assert_int_equal(zl_chunk_volume_delete_start(e->s, VOL, vol_done_cb, &b), 0);
+	zl_chunk_store_stats(e->s, &st);
+	assert_int_equal(st.open_jobs, jobs0 + 1);
+	assert_int_equal(st.vol_removals, 2);
+	for (int i = 0; i < 2000 && (!a.calls || !b.calls); i++)
+		zl_loop_run_once(e->loop, 10);
+	assert_int_equal(a.calls, 1);
+	assert_int_equal(b.calls, 1);
+	assert_int_equal(a.status, 0);
+	assert_int_equal(b.status, 0);
+	assert_int_equal(a.removed, 5);
+	assert_int_equal(b.removed, 0);
+	zl_chunk_store_stats(e->s, &st);
+	assert_int_equal(st.vol_removals, 0);
+	assert_int_equal(zl_chunk_volume_delete_start(e->s, VOL, vol_done_cb, &c), 0);
+	for (int i = 0; i < 2000 && !c.calls; i++)
+		zl_loop_run_once(e->loop, 10);
+	assert_int_equal(c.calls, 1);
+	assert_int_equal(c.status, 0);
+	assert_int_equal(c.removed, 0);
+	assert_int_equal(zl_chunk_store_inflight(e->s), 0);
+}
+
 /* Entries of directory path other than . and .. (-1: cannot list it). */
 static int dir_entries(const char *path)
 {
@@ -3167,6 +3207,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_open_waits, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_warm, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_volume_delete_async, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_volume_delete_twice, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_scrub_missing, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_foreach_and_args, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_snap_cow, setup, teardown),
