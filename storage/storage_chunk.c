@@ -3128,6 +3128,9 @@ static void vol_del_done(struct zl_work *w)
 {
 	struct vol_del *d = ZL_CONTAINER_OF(w, struct vol_del, w);
 	struct zl_chunk_store *s = d->s;
+	bool tell = !w->cancelled && !s->closing;
+	uint64_t n = d->n;
+	int rc = d->rc;
 
 	s->open_wk_jobs[d->wk]--;
 	for (struct vol_del **pp = &s->vol_dels; *pp; pp = &(*pp)->next) {
@@ -3139,12 +3142,12 @@ static void vol_del_done(struct zl_work *w)
 	/* Dropped at destroy: the files stay (a tombstone names the volume
 	 * until a later round removes them). Followers hear the leader's
 	 * status; the files it removed count once, for it. */
-	for (struct vol_del *f = d, *next; f; f = next) {
+	for (struct vol_del *f = d, *next; f; f = next, n = 0) {
 		next = f->follow;
 		s->n_vol_dels--;
-		if (!w->cancelled && !s->closing && f->cb)
-			f->cb(f->arg, d->rc, f == d ? d->n : 0);
-		free(f);
+		if (tell && f->cb)
+			f->cb(f->arg, rc, n);
+		free(f); /* d first: neither w nor d is read after */
 	}
 }
 
