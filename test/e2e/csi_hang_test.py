@@ -214,8 +214,6 @@ class HangCluster:
         return p.stdout
 
     def start(self):
-        """Starts the daemon; wait_registered() waits for it (the test
-        starts its zipline-node meanwhile)."""
         logf = open(os.path.join(self.dir, "log"), "ab")
         self.proc = subprocess.Popen(
             [os.path.join(e.BIN, "zipline-storage"), "--data-dir", os.path.join(self.dir, "data"),
@@ -223,8 +221,6 @@ class HangCluster:
              "--etcd-prefix", HANG_PREFIX, "--auth", "off"] + write_path_flags(),
             stdout=logf, stderr=subprocess.STDOUT)
         logf.close()
-
-    def wait_registered(self):
         deadline = time.monotonic() + REGISTER_S
         while "hang-1" not in self.zl("node", "ls"):
             if time.monotonic() > deadline or self.proc.poll() is not None:
@@ -442,18 +438,14 @@ def main():
             fail("--frontend %s: ublk or nbd (fuse is the default run)" % FRONTEND)
         vm_bounds()
     e.connect_controller()
+    n1 = e.Node(1, ["--attach-timeout", str(ATTACH_S), "--frontend", FRONTEND]).start()
+    nodes = [n1]
+    if not in_vm:
+        nodes.append(e.Node(2).start())  # only registers: a ControllerPublish target
+    NODE_PIDS.update(n.proc.pid for n in nodes)
     hang = HangCluster()
-    nodes = []
     try:
-        # The hang cluster's daemon starts (and registers) while the
-        # zipline-node processes start: in the VM each start takes seconds.
         hang.start()
-        n1 = e.Node(1, ["--attach-timeout", str(ATTACH_S), "--frontend", FRONTEND]).start()
-        nodes.append(n1)
-        if not in_vm:
-            nodes.append(e.Node(2).start())  # only registers: a ControllerPublish target
-        NODE_PIDS.update(n.proc.pid for n in nodes)
-        hang.wait_registered()
         if not in_vm:
             test_no_publish(n1)
             test_bad_token(n1, nodes[1])
