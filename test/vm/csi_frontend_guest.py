@@ -120,10 +120,6 @@ def alive(pid):
 os.makedirs(RUN, exist_ok=True)
 start("controller", [os.path.join(BIN, "zipline-controller"), "--endpoint",
                      "unix://%s/ctrl.sock" % RUN, "--etcd", ETCD, "--log-level", "info"])
-wait_for_socket(RUN + "/ctrl.sock", 60)
-ctrl = CsiClient("unix://%s/ctrl.sock" % RUN)
-ctrl.wait_ready(60)
-pb = ctrl.pb
 node = None
 node_proc = None
 
@@ -163,7 +159,13 @@ def node_stop():
     procs.remove(node_proc)
 
 
+# zipline-node starts while the controller does (neither needs the other
+# to start; each start takes seconds under TCG).
 node_start()
+wait_for_socket(RUN + "/ctrl.sock", 60)
+ctrl = CsiClient("unix://%s/ctrl.sock" % RUN)
+ctrl.wait_ready(60)
+pb = ctrl.pb
 
 
 def cap_of(block):
