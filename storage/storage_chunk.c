@@ -2546,7 +2546,6 @@ static void chunk_open_done(struct zl_work *w)
  * entries of the chunk: docs/JOURNAL.md). */
 static void chunk_open_submit(struct zl_chunk_store *s, struct chunk_open *o)
 {
-
 	o->a.direct = s->direct;
 	o->a.created = o->a.converted = false;
 	if (o->a.create && s->jmode) {
@@ -2957,7 +2956,6 @@ static void trash_sweep_done(struct zl_work *w)
  * there since it listed the directory). */
 static void trash_sweep_start(struct zl_chunk_store *s)
 {
-
 	if (s->trash_sweeping) {
 		s->trash_again = true;
 		return;

@@ -81,6 +81,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import chunkfile  # noqa: E402
+import proc_state  # noqa: E402
 import etcd_gw  # noqa: E402
 from etcd_gw import b64  # noqa: E402
 
@@ -438,11 +439,10 @@ def storage_running(root):
     runs: alive, not stopped (SIGSTOP), and that program (not a reused PID)."""
     try:
         pid = int(open(os.path.join(root, 'pid')).read().split()[0])
-        stat = open('/proc/%d/stat' % pid).read()
         cmd = open('/proc/%d/cmdline' % pid, 'rb').read()
     except (OSError, ValueError, IndexError):
         return False
-    return stat.rsplit(')', 1)[1].split()[0] not in ('T', 't', 'Z', 'X') and b'zipline-storage' in cmd
+    return proc_state.state(pid) not in (None, 'T', 't', 'Z', 'X') and b'zipline-storage' in cmd
 
 
 def journals_checkpointed(dirs, secs):

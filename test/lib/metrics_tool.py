@@ -21,6 +21,8 @@ import sys
 import time
 import urllib.request
 
+import proc_state  # test/lib, next to this file
+
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -43,11 +45,7 @@ def value(samples, name, **labels):
 
 def running(pid):
     """Whether pid lives (a zombie, ended but not yet reaped, does not)."""
-    try:
-        with open('/proc/%d/stat' % pid) as f:
-            return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
-    except OSError:
-        return False
+    return proc_state.state(pid) not in (None, 'Z')
 
 
 def peak(argv):
