@@ -1325,9 +1325,16 @@ static void heal_slice(struct zl_storage_heal *h, const struct zl_volume *v, uin
 				m = member_get(h, v, slice, s->nodes[i]);
 			if (!m)
 				break;
-			if (m->suspect_in_sync) {
+			if (m->suspect_in_sync || (m->suspect && m->phase == HP_IDLE)) {
 				/* IN_SYNC -> RECOVERING: it went OUT (M5 on our
-				 * report) or M3 between two looks; what OUT does. */
+				 * report) or M3 between two looks; what OUT does.
+				 * So does a pass about to start after a failed
+				 * forward (an OUT this look missed: the manager
+				 * may set OUT, then RECOVERING within a tick): the
+				 * pass compares every chunk, so its CAUGHT_UP
+				 * covers the failure and the member is no longer
+				 * suspect once IN_SYNC. A failure during a pass
+				 * keeps it suspect (heal_suspect). */
 				if (member_busy(m)) {
 					m->reset = true;
 					break;

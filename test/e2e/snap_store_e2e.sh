@@ -144,7 +144,12 @@ for _ in $(seq 1 150); do
 	sleep 0.1
 done
 [ -n "$(hl_etcd reports "$vid" | awk -v b="$bk" '$3 == b')" ] || fail "no failure report about $bk"
-hl_etcd set "$vid" "$bk" out || fail "marking $bk out"
+# OUT, then RECOVERING at once, as a manager does when the node is back
+# before the primary's next look: the primary never sees the OUT, and the
+# write it failed to forward must not leave $bk suspect after its recovery
+# (its later writes would reach $bk without a version, and
+# zl volume verify below would find $bk's chunk 0 a version behind).
+hl_etcd set "$vid" "$bk" out recovering || fail "marking $bk out, then recovering"
 wait "$w2" || fail "e2e_chunk write d2: $(cat "$CL_DIR/w2.err")"
 grep -q '^status=OK' "$CL_DIR/w2.out" || fail "write d2 at sequence 2 with $bk down: $(cat "$CL_DIR/w2.out")"
 sv=$(hl_etcd rows "$vid" | awk '$1 == 0 {print $2}')
@@ -162,7 +167,6 @@ want_clones=2
 
 cl_start_storage "${bk#node-}"
 cl_wait_nodes 3 || fail "$bk did not register again"
-hl_etcd set "$vid" "$bk" recovering || fail "marking $bk recovering"
 n_slices=$(hl_etcd rows "$vid" | grep -c "$bk:")
 got=$(hl_wait_caught_up "$vid" "$bk" "$n_slices" 60) || true
 [ "$got" -ge "$n_slices" ] || fail "only $got of $n_slices slices reported $bk CAUGHT_UP"
@@ -184,6 +188,13 @@ for n in node-1 node-2 node-3; do
 done
 echo "$T: after recovery every replica holds the clones (also of a chunk never written before) and the live chunks"
 expect "write d3 at sequence 2" OK "$(chunk "$prim" write "$vid" 0 0 "$sv" "$CL_DIR/d3" 10000 seq=2)"
+# Chunk $zc's first write failed to reach $bk while it was RECOVERING (and
+# down); the pass that recovered it started after that and compared every
+# chunk, so this rewrite must reach $bk with its version (verify compares).
+zp=$(hl_etcd primary "$vid" "$zs") || fail "no primary for slice $zs"
+zsv=$(hl_etcd rows "$vid" | awk -v s="$zs" '$1 == s {print $2}')
+expect "rewrite chunk $zc at sequence 2 with $bk in sync" OK \
+	"$(chunk "$zp" write "$vid" "$zc" 0 "$zsv" "$CL_DIR/z4k" 10000 seq=2)"
 check_all 2 d1 d3
 
 # zl volume verify compares the snapshot too (READ ANY at its sequence on

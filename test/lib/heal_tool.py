@@ -30,10 +30,12 @@ reason on stderr when it cannot do its job.
     reports VOL [ERROR]    "slice reporter peer error slice_ver revision" (only
                            ERROR; revision: etcd's mod_revision of the report,
                            new at every put of it, even of the same content)
-    set VOL NODE STATE     the manager by hand: every row holding NODE,
+    set VOL NODE STATE...  the manager by hand: every row holding NODE,
                            NODE -> STATE (CAS on the record; v + 1, the term
                            + 1 when the primary changes; refuses to leave a
-                           row without an in-sync member)
+                           row without an in-sync member); several states
+                           are one update each, back to back (out
+                           recovering: a node back before a daemon looked)
     order VOL SLICE NODE...  the row's members in that order (same rules)
     lose VOL SLICE         every member of row SLICE -> out (v + 1): a row
                            with no in-sync member, what losing every copy
@@ -316,9 +318,12 @@ def etcd_cmd(url, cmd, args):
                 print(k[-3], k[-2], r['peer'], r['error'], r['slice_ver'],
                       kv.get('mod_revision', 0))
     elif cmd == 'set':
-        vol, node, state = args
-        rows_update(e, vol, lambda rec: [i for i, r in enumerate(rec['placement'])
-                                         if row_set(r, node, state)])
+        if len(args) < 3:
+            die('set VOL NODE STATE...: no state given')
+        vol, node = args[:2]
+        for state in args[2:]:
+            rows_update(e, vol, lambda rec: [i for i, r in enumerate(rec['placement'])
+                                             if row_set(r, node, state)])
     elif cmd == 'order':
         vol, s, nodes = args[0], int(args[1]), args[2:]
         rows_update(e, vol, lambda rec: [s] if row_order(rec['placement'][s], nodes) else [])
