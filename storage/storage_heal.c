@@ -145,6 +145,7 @@ struct heal_member {
 	bool suspect_in_sync; /* seen IN_SYNC while suspect (heal_suspect) */
 	uint64_t suspect_sent; /* row version of a report about it on the worker */
 	bool reset;	  /* went OUT while a pass ran: forget everything at IDLE */
+	char inc[ZL_META_ID_SIZE]; /* the member's incarnation its copies were compared under */
 	bool copying;	  /* a copy of cur_chunk is in flight (READ/PUSH/WAIT) */
 	bool cur_dirty;	  /* a write of cur_chunk was planned during its copy */
 	bool cl_dirty;	  /* a write of the chunk at cl_cursor - 1 was planned since
@@ -313,6 +314,34 @@ static void member_forget(struct heal_member *m)
 	m->bytes = m->chunks = 0;
 }
 
+/* The row names another incarnation of the member than the one its copies
+ * were compared under: a data dir emptied and restarted, made RECOVERING
+ * again by the manager (M3) with no OUT between. Nothing known of the old
+ * one counts; a running pass stops and the next one compares every chunk.
+ * True when so. */
+static bool member_new_inc(struct heal_member *m, const struct zl_slice *s, int i)
+{
+	bool had = m->inc[0];
+
+	if (i < 0 || !strcmp(m->inc, s->incarnation[i]))
+		return false;
+	snprintf(m->inc, sizeof(m->inc), "%s", s->incarnation[i]);
+	if (!had)
+		return false;
+	ZL_LOG_INFO("storage",
+		    "recovery starts over: vol=%016" PRIx64 " slice=%u member=%s incarnation=%.8s "
+		    "(a new data dir)",
+		    m->vol, m->slice, m->node, m->inc);
+	if (member_busy(m)) {
+		memset(m->clean, 0, ((m->n_local + 63) / 64 + 1) * sizeof(uint64_t));
+		m->reset = true;
+	} else {
+		member_forget(m);
+		m->phase = HP_IDLE;
+	}
+	return true;
+}
+
 /* ---- versions (S2) ---- */
 
 static struct heal_seq **seq_bucket(struct zl_storage_heal *h, uint64_t vol, uint32_t slice)
@@ -389,7 +418,8 @@ bool zl_storage_heal_fwd_versioned(struct zl_storage *st, const struct zl_volume
 		return !(m && m->suspect);
 	if (!m)
 		m = member_get(st->heal, v, slice, node);
-	if (!m || chunk / v->n_slices >= m->n_local)
+	if (!m || chunk / v->n_slices >= m->n_local || m->reset ||
+	    member_new_inc(m, &v->slices[slice], zl_slice_index_of(&v->slices[slice], node)))
 		return false;
 	if (m->copying && m->cur_chunk == chunk)
 		m->cur_dirty = true; /* the copy may miss it: copied again */
@@ -432,6 +462,15 @@ static bool slice_chunk_busy(struct zl_storage_heal *h, uint64_t vol, uint32_t s
 	struct heal_seq *q = seq_find(h, vol, slice);
 
 	return q && q->busy && li < q->n_busy && q->busy[li];
+}
+
+void zl_storage_heal_fwd_skipped(struct zl_storage *st, const struct zl_volume *v, uint32_t slice,
+				 const char *node, uint64_t chunk)
+{
+	struct heal_member *m = member_find(st->heal, v->num, slice, node);
+
+	if (m && chunk / v->n_slices < m->n_local)
+		bit_put(m->clean, chunk / v->n_slices, false);
 }
 
 void zl_storage_heal_fwd_failed(struct zl_storage *st, const struct zl_volume *v,
@@ -1071,7 +1110,8 @@ static int heal_clone_plan(struct heal_member *m, uint64_t chunk)
 		m->acts = p;
 		m->cap_acts = n_own + n_mine;
 	}
-	m->n_acts = zl_storage_clone_plan(own, n_own, m->mcl + first, n_mine, false, m->acts);
+	m->n_acts = zl_storage_clone_plan(own, n_own, n_mine ? m->mcl + first : NULL, n_mine, false,
+					  m->acts);
 	return 0;
 }
 
@@ -1300,6 +1340,8 @@ static void heal_slice(struct zl_storage_heal *h, const struct zl_volume *v, uin
 
 		if (i == me)
 			continue;
+		if (m)
+			member_new_inc(m, s, i);
 		if (!primary) {
 			if (m && !member_busy(m))
 				member_remove(h, m);
@@ -1321,8 +1363,11 @@ static void heal_slice(struct zl_storage_heal *h, const struct zl_volume *v, uin
 				member_forget(m), m->phase = HP_IDLE;
 			break;
 		case ZL_MEMBER_RECOVERING:
-			if (!m)
+			if (!m) {
 				m = member_get(h, v, slice, s->nodes[i]);
+				if (m)
+					member_new_inc(m, s, i);
+			}
 			if (!m)
 				break;
 			if (m->suspect_in_sync || (m->suspect && m->phase == HP_IDLE)) {
@@ -1376,6 +1421,33 @@ static void heal_scan_done(struct zl_work *w)
 		zl_storage_heal_note_vol(h->st, h->scan_vols[i]);
 }
 
+/* Members no longer in their row (replaced, moved, dropped): their jobs go.
+ * What recovery knew of such a member's copies does not hold when it joins
+ * the row again (writes meanwhile were not forwarded to it). */
+static void heal_drop_gone(struct zl_storage_heal *h)
+{
+	struct heal_member *m = h->members, *next;
+
+	for (; m; m = next) {
+		struct zl_storage_vol *sv = zl_storage_vol_peek(h->st->vols, m->vol);
+
+		next = m->next;
+		/* Not cached: looked at once it is, loaded for other reasons
+		 * (no load for this look). */
+		if (!sv)
+			continue;
+		if (m->slice < sv->v.n_slices &&
+		    zl_slice_index_of(&sv->v.slices[m->slice], m->node) >= 0)
+			continue;
+		if (!member_busy(m)) {
+			member_remove(h, m);
+		} else {
+			memset(m->clean, 0, ((m->n_local + 63) / 64 + 1) * sizeof(uint64_t));
+			m->reset = true;
+		}
+	}
+}
+
 static void heal_tick(void *arg)
 {
 	struct zl_storage_heal *h = arg;
@@ -1398,6 +1470,7 @@ static void heal_tick(void *arg)
 		for (uint32_t s = 0; s < sv->v.n_slices; s++)
 			heal_slice(h, &sv->v, s);
 	}
+	heal_drop_gone(h);
 }
 
 /* A watched record (storage_vol.c): a row this node leads with a member

@@ -70,6 +70,11 @@ bool zl_storage_heal_fwd_versioned(struct zl_storage *st, const struct zl_volume
  * start: 0 or -ENOMEM (not counted; the caller must not end it). */
 int zl_storage_heal_plan(struct zl_storage *st, const struct zl_volume *v, uint32_t slice,
 			 uint64_t chunk, bool start);
+/* A write of `chunk` not forwarded to node (OUT in the row): its copy, if
+ * recovery knew it complete, is no longer (the OUT may be gone before
+ * recovery's next look: OUT, then RECOVERING within one tick). */
+void zl_storage_heal_fwd_skipped(struct zl_storage *st, const struct zl_volume *v, uint32_t slice,
+				 const char *node, uint64_t chunk);
 /* A forwarded write of `chunk` to node failed: its copy is no longer
  * trusted until recovery looked at it again. */
 void zl_storage_heal_fwd_failed(struct zl_storage *st, const struct zl_volume *v,

@@ -796,7 +796,7 @@ static const struct zl_storage_clone *pj_member_clones(struct pj_member *m, uint
 	*n = 0;
 	while (m->cl_pos + *n < m->n_cl && zl_chunk_id_base(m->cl[m->cl_pos + *n].id) == chunk)
 		(*n)++;
-	return m->cl + m->cl_pos;
+	return *n ? m->cl + m->cl_pos : NULL; /* m->cl is NULL when none was listed */
 }
 
 /* The clone step of chunk (its winner in live_*): j->cl gets the

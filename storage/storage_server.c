@@ -1408,8 +1408,12 @@ static void srv_plan(struct storage_req *r)
 
 		if (!strcmp(s->nodes[i], st->cfg.node_id) || r->n_bk >= ZL_MAX_REPLICAS - 1)
 			continue;
-		if (st->heal ? ms == ZL_MEMBER_OUT : !s->in_sync[i])
+		if (st->heal ? ms == ZL_MEMBER_OUT : !s->in_sync[i]) {
+			if (st->heal)
+				zl_storage_heal_fwd_skipped(st, &sv->v, r->slice, s->nodes[i],
+							    h->chunk);
 			continue;
+		}
 		/* First use of this entry by r: zeroed as req_alloc zeroes the
 		 * rest (a later pass keeps what the entry holds, as before). */
 		if (r->n_bk >= r->bk_init) {

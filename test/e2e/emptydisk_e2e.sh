@@ -6,6 +6,9 @@
 #     gone; its data dir is removed and it restarts with the same node id: it
 #     gets a new incarnation, the manager makes it RECOVERING, recovery copies
 #     everything, it becomes IN_SYNC and the health line is HEALTH_OK again.
+#     Midway through that refill it is killed, emptied and restarted once
+#     more (RECOVERING -> RECOVERING under a third incarnation): the refill
+#     must copy every chunk again, not only those the second one lacked.
 #  2. The same on the node that is primary of most rows, restarted at once
 #     (its rows still name it in sync, as primary, under its old
 #     incarnation): a client read during that window must return the data,
@@ -129,6 +132,23 @@ inc2=$(ident_inc 2)
 say "node-2: incarnation $inc1 -> $inc2"
 for _ in $(seq 1 50); do [ "$(hl_etcd node node-2)" = "$inc2" ] && break; sleep 0.1; done
 [ "$(hl_etcd node node-2)" = "$inc2" ] || fail "node-2's record does not carry $inc2"
+# 1b. Emptied again in the middle of its refill and restarted at once: its
+# rows go RECOVERING -> RECOVERING under a third incarnation (M3, no OUT
+# between). What the primaries copied to the second one is gone, so the
+# refill must copy every chunk again (check_replicas counts node-2's files).
+n2() { find "$CL_DIR/storage-2/data/chunks/$vid" -name '*.zlc' 2>/dev/null | wc -l; }
+for _ in $(seq 1 600); do [ "$(n2)" -ge 48 ] && break; sleep 0.1; done
+[ "$(n2)" -ge 48 ] || fail "node-2 received $(n2) chunk files in 60 s of its refill"
+say "node-2 holds $(n2) chunk files of its refill: killed (-9), emptied, restarted at once"
+cl_stop storage-2 KILL
+rm -rf "$CL_DIR/storage-2/data"
+cl_start_storage 2
+cl_wait_nodes 3 || fail "node-2 did not register again"
+inc3=$(ident_inc 2)
+[ ${#inc3} -eq 32 ] && [ "$inc3" != "$inc2" ] || fail "node-2 emptied again kept incarnation '$inc3'"
+for _ in $(seq 1 50); do [ "$(hl_etcd node node-2)" = "$inc3" ] && break; sleep 0.1; done
+[ "$(hl_etcd node node-2)" = "$inc3" ] || fail "node-2's record does not carry $inc3"
+say "node-2: incarnation $inc2 -> $inc3 during its refill"
 t0=$(date +%s)
 # While it refills the health line says so (and, once the primaries
 # published their progress, at what rate).
@@ -146,9 +166,11 @@ rate_line=$(grep -m1 'recovering [0-9.]* MiB/s, ETA [0-9]* s' "$CL_DIR/health.lo
 say "health while refilling: ${rate_line:-$(grep -m1 recovering "$CL_DIR/health.log")}"
 [ -n "$rate_line" ] || fail "no health line showed a recovery rate and ETA: $(sort -u "$CL_DIR/health.log" | head -5)"
 say "node-2 back in sync in $(($(date +%s) - t0)) s"
-grep -q "node-2:in_sync:${inc1:0:8}" <<<"$(hl_etcd incs "$vid")" && fail "a row still names the old incarnation"
+grep -q "node-2:in_sync:\(${inc1:0:8}\|${inc2:0:8}\)" <<<"$(hl_etcd incs "$vid")" && fail "a row still names an old incarnation"
 grep -q "M3 new incarnation" "$CL_DIR/controller/log" || fail "the manager logged no M3 decision"
 check_replicas
+grep -q "recovery starts over: vol=${vid#vol-} .* member=node-2 incarnation=${inc3:0:8}" "$CL_DIR"/storage-[13]/log ||
+	fail "no primary started node-2's refill over for its third incarnation (1b did not happen)"
 check_export "after the first refill"
 wait_health HEALTH_OK 30
 

@@ -16,6 +16,9 @@
 # it the slice's later writes without a version until it went OUT, so that
 # member's versions lag: REPLICATION.md §3-4). Recovery must copy exactly the
 # chunks whose versions differ.
+# Then node-3, RECOVERING with every chunk known complete, is replaced by a
+# node-4 in every row, 1% is rewritten, and node-3 takes node-4's place
+# again (RECOVERING): the rewritten chunks must reach it (replicas compared).
 # The storage side alone: no zipline-controller runs (CL_MANAGER=0), the test
 # is the manager; cluster_e2e and csi tests run the real one.
 set -euo pipefail
@@ -138,6 +141,54 @@ bad=$(awk '{k = $2; d[k] = d[k] " " $3 "/" $4; n[k]++} END {for (k in d) {split(
 n_files=$(awk '$1 == 3' "$CL_DIR/files" | wc -l)
 echo "heal_e2e: $n_files chunks identical (data and version) on all 3 replicas"
 [ "$n_files" -eq $((SIZE_MB * 1024 * 1024 / CHUNK)) ] || fail "node-3 holds $n_files chunk files"
+
+# Node-3 leaves its rows while RECOVERING and comes back: a replacement
+# (node-4 in its place), a rewrite node-3 never sees, then node-3 back in
+# node-4's place (a move back). Its primaries' earlier recovery (every chunk
+# known complete) must not count: the rewritten chunks are copied again.
+# caught_up_now NODE: every row holding NODE has a CAUGHT_UP about it at the
+# row's current version.
+caught_up_now() {
+	local rows
+	rows=$(hl_etcd rows "$vid")
+	hl_etcd reports "$vid" CAUGHT_UP | awk -v n="$1" -v rows="$rows" '
+		BEGIN {k = split(rows, r, "\n"); for (i = 1; i <= k; i++) {split(r[i], f, " "); if (r[i] ~ n ":") want[f[1]] = f[2]}}
+		$3 == n && want[$1] == $5 {ok[$1] = 1}
+		END {for (s in want) if (!ok[s]) exit 1}'
+}
+wait_caught_up_now() {
+	for _ in $(seq 1 600); do caught_up_now "$1" && return 0; sleep 0.1; done
+	fail "$1 not caught up at every row's current version in 60 s"
+}
+hl_etcd set "$vid" node-3 recovering || fail "marking node-3 recovering"
+wait_caught_up_now node-3
+cl_start_storage 4
+cl_wait_nodes 4 || fail "node-4 did not register"
+log_off() { for i in 1 2; do stat -c %s "$CL_DIR/storage-$i/log"; done | tr '\n' ' '; }
+offs=($(log_off))
+hl_etcd replace "$vid" node-3 node-4 recovering || fail "replacing node-3 with node-4"
+# Both primaries see the new rows (they start recovering node-4) before the
+# rewrite, so none forwards it to node-3.
+n_prim=$(hl_etcd members "$vid" | wc -l)
+for _ in $(seq 1 300); do
+	n=$(for i in 1 2; do tail -c +$((${offs[$((i - 1))]} + 1)) "$CL_DIR/storage-$i/log"; done |
+		grep -c "recovery started: vol=${vid#vol-} slice=[0-9]* member=node-4" || true)
+	[ "$n" -ge "$n_prim" ] && break
+	sleep 0.1
+done
+[ "$n" -ge "$n_prim" ] || fail "the primaries started recovering node-4 in $n of $n_prim rows"
+head -c "$rew" /dev/urandom >"$CL_DIR/new2"
+dd if="$CL_DIR/new2" of="$CL_DIR/want" conv=notrunc status=none
+"$ZL" volume import hvol "$CL_DIR/new2" >"$CL_DIR/import3.log" 2>&1 ||
+	{ cat "$CL_DIR/import3.log" >&2; fail "rewrite with node-3 out of the rows"; }
+hl_etcd replace "$vid" node-4 node-3 recovering || fail "putting node-3 back in node-4's place"
+wait_caught_up_now node-3
+hl_etcd set "$vid" node-3 in_sync || fail "marking node-3 in sync"
+cl_stop storage-4
+hl_files "$CHUNK" "$CL_DIR"/storage-{1,2,3}/data/chunks/"$vid" >"$CL_DIR/files" || fail "reading chunk files"
+bad=$(awk '{k = $2; d[k] = d[k] " " $3 "/" $4; n[k]++} END {for (k in d) {split(d[k], a, " "); for (i in a) if (a[i] != a[1] || n[k] != 3) {print k, n[k], d[k]; break}}}' "$CL_DIR/files")
+[ -z "$bad" ] || fail "after node-3 left its rows and came back, replicas differ (chunk, copies, sha/version...): $(echo "$bad" | head -3)"
+echo "heal_e2e: node-3 replaced, $touched chunks rewritten, node-3 back: every chunk identical again"
 
 # And the client reads the new data back.
 "$ZL" volume export hvol "$CL_DIR/out" || fail "export"

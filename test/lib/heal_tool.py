@@ -37,6 +37,9 @@ reason on stderr when it cannot do its job.
                            are one update each, back to back (out
                            recovering: a node back before a daemon looked)
     order VOL SLICE NODE...  the row's members in that order (same rules)
+    replace VOL OLD NEW STATE  NEW in OLD's place in every row holding
+                           OLD, in STATE, under the incarnation of NEW's node
+                           record (a replacement or a move; same rules)
     lose VOL SLICE         every member of row SLICE -> out (v + 1): a row
                            with no in-sync member, what losing every copy
                            leaves (the one change `set` refuses)
@@ -150,6 +153,19 @@ def row_order(row, nodes):
     for f in ('nodes', 'states', 'incarnations'):
         if f in row:
             row[f] = [row[f][i] for i in perm]
+    return True
+
+
+def row_replace(row, old, new, state, inc):
+    if old not in row['nodes'] or new in row['nodes']:
+        return False
+    i = row['nodes'].index(old)
+    st = states(row)
+    st[i] = state
+    row['states'] = st
+    row['nodes'][i] = new
+    if 'incarnations' in row:
+        row['incarnations'][i] = inc
     return True
 
 
@@ -324,6 +340,14 @@ def etcd_cmd(url, cmd, args):
         for state in args[2:]:
             rows_update(e, vol, lambda rec: [i for i, r in enumerate(rec['placement'])
                                              if row_set(r, node, state)])
+    elif cmd == 'replace':
+        vol, old, new, state = args
+        rec = e.get(PREFIX + 'nodes/' + new)
+        if not rec:
+            die('no node record of %s' % new)
+        rows_update(e, vol, lambda v: [i for i, r in enumerate(v['placement'])
+                                       if row_replace(r, old, new, state,
+                                                      rec.get('incarnation', ''))])
     elif cmd == 'order':
         vol, s, nodes = args[0], int(args[1]), args[2:]
         rows_update(e, vol, lambda rec: [s] if row_order(rec['placement'][s], nodes) else [])
