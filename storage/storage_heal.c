@@ -303,10 +303,16 @@ static void member_remove(struct zl_storage_heal *h, struct heal_member *m)
 	free(m);
 }
 
+/* No chunk of the member is known complete. */
+static void member_clean_clear(struct heal_member *m)
+{
+	memset(m->clean, 0, ((m->n_local + 63) / 64 + 1) * sizeof(uint64_t));
+}
+
 /* The member's copies are no longer trusted (it was OUT). */
 static void member_forget(struct heal_member *m)
 {
-	memset(m->clean, 0, ((m->n_local + 63) / 64 + 1) * sizeof(uint64_t));
+	member_clean_clear(m);
 	m->suspect = false;
 	m->suspect_ver = 0;
 	m->suspect_in_sync = false;
@@ -333,7 +339,7 @@ static bool member_new_inc(struct heal_member *m, const struct zl_slice *s, int 
 		    "(a new data dir)",
 		    m->vol, m->slice, m->node, m->inc);
 	if (member_busy(m)) {
-		memset(m->clean, 0, ((m->n_local + 63) / 64 + 1) * sizeof(uint64_t));
+		member_clean_clear(m);
 		m->reset = true;
 	} else {
 		member_forget(m);
@@ -1442,7 +1448,7 @@ static void heal_drop_gone(struct zl_storage_heal *h)
 		if (!member_busy(m)) {
 			member_remove(h, m);
 		} else {
-			memset(m->clean, 0, ((m->n_local + 63) / 64 + 1) * sizeof(uint64_t));
+			member_clean_clear(m);
 			m->reset = true;
 		}
 	}
