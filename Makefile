@@ -86,11 +86,12 @@ build-san: deps
 # of recovery, snapshots' copy-on-write and an emptied disk against the
 # sanitizer build's daemons (any runtime error stops a daemon: the test
 # fails); leaks are not checked there (daemons end by signal).
-SAN_CTEST = ASAN_OPTIONS=detect_leaks=1 ctest --test-dir $(BUILD_SAN) --output-on-failure --no-tests=error
+SAN_RUN = ctest --test-dir $(BUILD_SAN) --output-on-failure --no-tests=error
+SAN_CTEST = ASAN_OPTIONS=detect_leaks=1 $(SAN_RUN)
 SAN_E2E = ^(heal_e2e|snap_store_e2e|emptydisk_e2e)$$
 test-san: build-san
 	$(call stage,san,$(SAN_CTEST) -L unit && $(SAN_CTEST) -L fuzz -j$(JOBS) && \
-		ASAN_OPTIONS=detect_leaks=0 ctest --test-dir $(BUILD_SAN) --output-on-failure --no-tests=error -R '$(SAN_E2E)')
+		ASAN_OPTIONS=detect_leaks=0 $(SAN_RUN) -R '$(SAN_E2E)')
 
 # `make test` as a new user runs it: a fresh bookworm container with only
 # gcc, g++, make, cmake and git, a `git clone` of this tree's committed HEAD,
