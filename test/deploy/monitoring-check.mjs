@@ -1,13 +1,14 @@
 // Checks the chart's monitoring objects (templates/monitoring.yaml), rendered
 // with every monitoring.* switch on:
 //
-//   node monitoring-check.mjs TOOLS_DIR RENDERED.yaml SOURCE_DIR [RULES_OUT.yaml]
+//   node monitoring-check.mjs TOOLS_DIR RENDERED.yaml SOURCE_DIR [RULES_OUT.yaml [DASHBOARD_OUT.json]]
 //
 // RULES_OUT gets the PrometheusRule's groups as a Prometheus rules file
-// (for `promtool check rules`).
+// (for `promtool check rules`), DASHBOARD_OUT the dashboard ConfigMap's JSON
+// (for dashboard-schema.mjs, which checks it against Grafana's schema).
 // The PodMonitor selects the storage pods and scrapes their "metrics" port;
 // every alert has an expression, a severity and a summary; the dashboard
-// ConfigMap holds JSON whose panels all have queries; and every zipline_*
+// ConfigMap holds JSON whose panels all have PromQL queries; and every zipline_*
 // metric a rule or a panel names is one a daemon exposes (named in the
 // storage daemon's, the controller's, lib/etcd's or lib/grpc's metrics code
 // under SOURCE_DIR), so a renamed metric cannot leave a rule silently
@@ -17,9 +18,9 @@ import { readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { loadRender, checker } from "./check-lib.mjs";
 
-const [toolsDir, file, srcDir, rulesOut] = process.argv.slice(2);
+const [toolsDir, file, srcDir, rulesOut, dashOut] = process.argv.slice(2);
 if (!toolsDir || !file || !srcDir) {
-	console.error("usage: node monitoring-check.mjs TOOLS_DIR RENDERED.yaml SOURCE_DIR");
+	console.error("usage: node monitoring-check.mjs TOOLS_DIR RENDERED.yaml SOURCE_DIR [RULES_OUT.yaml [DASHBOARD_OUT.json]]");
 	process.exit(2);
 }
 const { YAML, objs } = loadRender(toolsDir, file);
@@ -96,10 +97,15 @@ try {
 } catch (e) {
 	check("the dashboard is JSON", false, String(e));
 }
+if (dashOut) writeFileSync(dashOut, cm?.data?.["zipline.json"] ?? "");
 const panels = dash?.panels ?? [];
 check("dashboard panels", panels.length >= 8, `${panels.length}`);
 for (const p of panels) {
 	check(`panel "${p.title}": queries`, (p.targets ?? []).length > 0);
-	for (const t of p.targets ?? []) namesExposed(`panel "${p.title}"`, t.expr ?? "");
+	for (const t of p.targets ?? []) {
+		check(`panel "${p.title}" query ${t.refId}: a PromQL expr`, typeof t.expr === "string" && t.expr.length > 0,
+			JSON.stringify(t));
+		namesExposed(`panel "${p.title}"`, t.expr ?? "");
+	}
 }
 done("monitoring");
