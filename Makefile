@@ -88,7 +88,7 @@ build-san: deps
 # fails); leaks are not checked there (daemons end by signal).
 SAN_RUN = ctest --test-dir $(BUILD_SAN) --output-on-failure --no-tests=error
 SAN_CTEST = ASAN_OPTIONS=detect_leaks=1 $(SAN_RUN)
-SAN_E2E = ^(heal_e2e|snap_store_e2e|emptydisk_e2e)$$
+SAN_E2E = ^(heal_e2e|snap_store_e2e|emptydisk_e2e|watch_compact_e2e)$$
 test-san: build-san
 	$(call stage,san,$(SAN_CTEST) -L unit && $(SAN_CTEST) -L fuzz -j$(JOBS) && \
 		ASAN_OPTIONS=detect_leaks=0 $(SAN_RUN) -R '$(SAN_E2E)')

@@ -57,6 +57,9 @@ struct auth_vol {
 	uint64_t max_epoch;
 	bool readonly;
 	bool has_secret;
+	/* The last resync of each watch whose listing named this volume's
+	 * attachment / secret (att_gen, sec_gen below). */
+	uint32_t att_seen, sec_seen;
 	char node[ZL_WIRE_NAME_LEN];
 	char secret[ZL_AUTH_KEY_HEX + 1];
 };
@@ -88,6 +91,8 @@ struct zl_storage_auth {
 	 * is refused for good; above it, the watch may lag (BUSY). */
 	uint64_t att_rev, sec_rev;
 	uint64_t l_att_rev, l_sec_rev;
+	/* Resyncs begun by each watch after an etcd compaction (under mu). */
+	uint32_t att_gen, sec_gen;
 	uint64_t last_log_ms; /* loop thread: rate limit of refusal logs */
 	uint32_t suppressed;
 	/* Loop thread: connections younger than CONN_HELLO_MS (and the ones
@@ -313,6 +318,8 @@ static bool att_apply(struct zl_storage_auth *a, bool put, const struct zl_etcd_
 	}
 	pthread_mutex_lock(&a->mu);
 	v = vol_find(a->tab, num, put);
+	if (v && put)
+		v->att_seen = a->att_gen;
 	if (v && put && node) {
 		snprintf(v->node, sizeof(v->node), "%s", node);
 		v->att_epoch = (uint64_t)kv->create_rev;
@@ -358,6 +365,7 @@ static void sec_apply(struct zl_storage_auth *a, bool put, const struct zl_etcd_
 	pthread_mutex_lock(&a->mu);
 	v = vol_find(a->tab, num, ok);
 	if (v) {
+		v->sec_seen = a->sec_gen;
 		v->has_secret = ok;
 		if (ok)
 			memcpy(v->secret, kv->value, ZL_AUTH_KEY_HEX);
@@ -374,17 +382,100 @@ static void sec_apply(struct zl_storage_auth *a, bool put, const struct zl_etcd_
 		ZL_LOG_WARN("storage", "malformed volume secret %s ignored", kv->key);
 }
 
+/* Under mu: every volume without an attachment fenced up to rev (its
+ * max_epoch raised to rev); with post, each change queued for the loop.
+ * True when some max_epoch rose. */
+static bool fence_unattached_locked(struct zl_storage_auth *a, uint64_t rev, bool post)
+{
+	bool rose = false;
+
+	for (uint32_t b = 0; b < AUTH_BUCKETS; b++)
+		for (struct auth_vol *v = a->tab[b]; v; v = v->next)
+			if (!v->att_epoch && v->max_epoch < rev) {
+				v->max_epoch = rev;
+				rose = true;
+				if (post)
+					auth_post(a, v);
+			}
+	return rose;
+}
+
+/* The end of a watch's resync (etcd compacted the revision it needed, so
+ * it listed the prefix again at rev): what the listing did not name was
+ * deleted while the watch was away. An attachment so deleted fences every
+ * epoch up to rev, as the watched deletion would have (att_apply), and so
+ * does every volume without an attachment at rev (auth_fence_unattached at
+ * start-up); a secret so deleted is dropped. True when some max_epoch
+ * rose. */
+static bool auth_resync_end(struct zl_storage_auth *a, bool att, uint64_t rev)
+{
+	bool rose = false;
+	uint32_t gone = 0;
+
+	pthread_mutex_lock(&a->mu);
+	for (uint32_t b = 0; b < AUTH_BUCKETS; b++) {
+		for (struct auth_vol *v = a->tab[b]; v; v = v->next) {
+			if (att && v->att_seen != a->att_gen && v->att_epoch) {
+				v->att_epoch = 0;
+				v->node[0] = '\0';
+				auth_post(a, v); /* again below if fenced too */
+				gone++;
+			}
+			if (!att && v->sec_seen != a->sec_gen && v->has_secret) {
+				v->has_secret = false;
+				explicit_bzero(v->secret, sizeof(v->secret));
+				auth_post(a, v);
+				gone++;
+			}
+		}
+	}
+	if (att)
+		rose = fence_unattached_locked(a, rev, true);
+	if (att && rev > a->att_rev)
+		a->att_rev = rev;
+	if (!att && rev > a->sec_rev)
+		a->sec_rev = rev;
+	pthread_mutex_unlock(&a->mu);
+	zl_notify_post(&a->wake);
+	ZL_LOG_INFO("storage",
+		    "%s listed again after an etcd compaction at revision %" PRIu64
+		    ": %u deleted meanwhile",
+		    att ? a->att_prefix : a->sec_prefix, rev, gone);
+	return rose;
+}
+
+/* A resync's BEGIN: a new generation that its PUTs mark. */
+static void auth_resync_begin(struct zl_storage_auth *a, bool att)
+{
+	pthread_mutex_lock(&a->mu);
+	if (att)
+		a->att_gen++;
+	else
+		a->sec_gen++;
+	pthread_mutex_unlock(&a->mu);
+}
+
 static void att_watch_cb(void *arg, enum zl_etcd_event_type type, const struct zl_etcd_kv *kv)
 {
 	struct zl_storage_auth *a = arg;
 
-	if (att_apply(a, type == ZL_ETCD_EV_PUT, kv))
+	if (type == ZL_ETCD_EV_RESYNC_BEGIN)
+		auth_resync_begin(a, true);
+	else if (type == ZL_ETCD_EV_RESYNC_END ? auth_resync_end(a, true, (uint64_t)kv->mod_rev)
+					       : att_apply(a, type == ZL_ETCD_EV_PUT, kv))
 		epochs_save(a);
 }
 
 static void sec_watch_cb(void *arg, enum zl_etcd_event_type type, const struct zl_etcd_kv *kv)
 {
-	sec_apply(arg, type == ZL_ETCD_EV_PUT, kv);
+	struct zl_storage_auth *a = arg;
+
+	if (type == ZL_ETCD_EV_RESYNC_BEGIN)
+		auth_resync_begin(a, false);
+	else if (type == ZL_ETCD_EV_RESYNC_END)
+		auth_resync_end(a, false, (uint64_t)kv->mod_rev);
+	else
+		sec_apply(a, type == ZL_ETCD_EV_PUT, kv);
 }
 
 /* Lists prefix and applies every record; *rev gets the listing's revision. */
@@ -437,15 +528,10 @@ static int auth_list(struct zl_storage_auth *a, const char *prefix, bool att, in
  * seen the deletion. True when some max_epoch rose. */
 static bool auth_fence_unattached(struct zl_storage_auth *a, uint64_t rev)
 {
-	bool rose = false;
+	bool rose;
 
 	pthread_mutex_lock(&a->mu);
-	for (uint32_t b = 0; b < AUTH_BUCKETS; b++)
-		for (struct auth_vol *v = a->tab[b]; v; v = v->next)
-			if (!v->att_epoch && v->max_epoch < rev) {
-				v->max_epoch = rev;
-				rose = true;
-			}
+	rose = fence_unattached_locked(a, rev, false);
 	pthread_mutex_unlock(&a->mu);
 	return rose;
 }

@@ -68,6 +68,7 @@ struct zl_storage_vol {
 	uint64_t max_epoch; /* highest attach epoch seen (memory only) */
 	uint64_t refresh_ms; /* when the last refresh (zl_storage_vol_refresh) started */
 	bool refreshing;     /* a refresh is on the loader thread */
+	uint32_t seen_gen;   /* the watch's last resync that listed it (storage_vol.c) */
 	/* Client READs [0] and writes [1] (WRITE, WRITE_ZEROES, DISCARD) this
 	 * node answered for the volume: count, bytes, summed latency. */
 	uint64_t m_ops[2], m_bytes[2], m_ns[2];

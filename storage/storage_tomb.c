@@ -272,7 +272,9 @@ static void tombs_watch_cb(void *arg, enum zl_etcd_event_type type, const struct
 	struct zl_storage_tombs *t = arg;
 
 	(void)kv;
-	if (type == ZL_ETCD_EV_PUT)
+	/* A new tombstone, or the end of a listing after a compaction (one
+	 * may have come while the watch was away): a round reads them all. */
+	if (type == ZL_ETCD_EV_PUT || type == ZL_ETCD_EV_RESYNC_END)
 		zl_notify_post(&t->wake);
 }
 

@@ -18,7 +18,10 @@
  * An etcd watch on volumes/ keeps cached records fresh between requests: the
  * watch thread parses the record and queues it; the loop thread applies the
  * queue when woken (lib/common/notify.h). A watched record of a volume in
- * the negative cache replaces the negative entry (no etcd call). */
+ * the negative cache replaces the negative entry (no etcd call). When etcd
+ * compacted the revision the watch needed (it was away), the watch lists
+ * volumes/ again (RESYNC_BEGIN, a PUT per record, RESYNC_END): a cached
+ * volume that listing did not name was deleted meanwhile and is forgotten. */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -37,8 +40,11 @@ struct vols_event {
 	struct vols_event *next;
 	uint64_t num;
 	bool deleted;
+	uint8_t resync;	    /* VOLS_RESYNC_BEGIN / _END (no record), else 0 */
 	struct zl_volume v; /* PUT: the parsed record */
 };
+
+enum { VOLS_RESYNC_BEGIN = 1, VOLS_RESYNC_END = 2 };
 
 /* A load of the loader thread: queued by the loop, answered in rc / v. */
 struct vols_job {
@@ -93,6 +99,7 @@ struct zl_storage_vols {
 	void *watch_arg;
 	char self[ZL_NODE_ID_MAX]; /* this node's id (zl_storage_vol_me), "" unset */
 	char self_inc[ZL_META_ID_SIZE];    /* ... its incarnation */
+	uint32_t resync_gen;		   /* resyncs of the watch begun (loop thread) */
 	struct zl_ratelimit warn_rl; /* loader thread */
 };
 
@@ -100,15 +107,20 @@ static void vols_watch_cb(void *arg, enum zl_etcd_event_type type, const struct 
 {
 	struct zl_storage_vols *vc = arg;
 	const char *id = strrchr(kv->key, '/');
+	bool resync = type == ZL_ETCD_EV_RESYNC_BEGIN || type == ZL_ETCD_EV_RESYNC_END;
 	struct vols_event *ev;
-	uint64_t num;
+	uint64_t num = 0;
 
-	if (!id || zl_vol_id_parse(id + 1, &num))
+	if (!resync && (!id || zl_vol_id_parse(id + 1, &num)))
 		return;
 	ev = calloc(1, sizeof(*ev));
 	if (!ev)
-		return;
+		return; /* a lost END: the cache keeps a deleted record, as before */
 	ev->num = num;
+	if (resync) {
+		ev->resync = type == ZL_ETCD_EV_RESYNC_BEGIN ? VOLS_RESYNC_BEGIN : VOLS_RESYNC_END;
+		goto queue;
+	}
 	ev->deleted = type == ZL_ETCD_EV_DELETE;
 	if (!ev->deleted) {
 		if (zl_meta_volume_from_json(kv->value, kv->value_len, &ev->v) ||
@@ -119,6 +131,7 @@ static void vols_watch_cb(void *arg, enum zl_etcd_event_type type, const struct 
 		}
 		ev->v.mod_rev = kv->mod_rev;
 	}
+queue:
 	pthread_mutex_lock(&vc->mu);
 	*vc->ev_tail = ev;
 	vc->ev_tail = &ev->next;
@@ -303,6 +316,7 @@ static void vols_insert(struct zl_storage_vols *vc, struct zl_volume *v)
 		return;
 	}
 	sv->num = v->num;
+	sv->seen_gen = vc->resync_gen;
 	sv->v = *v;
 	memset(v, 0, sizeof(*v));
 	vols_me_fill(vc, sv);
@@ -364,6 +378,31 @@ out:
 
 /* ---- watch events (loop thread) ---- */
 
+/* The end of a resync: cached volumes its listing did not name are gone. */
+static void vols_resync_sweep(struct zl_storage_vols *vc)
+{
+	uint32_t n = 0;
+
+	for (uint32_t b = 0; b < VOLS_BUCKETS; b++) {
+		struct zl_storage_vol *sv = vc->buckets[b];
+
+		while (sv) {
+			struct zl_storage_vol *next = sv->next;
+
+			if (sv->seen_gen != vc->resync_gen) {
+				ZL_LOG_INFO("storage",
+					    "volume %016" PRIx64 " was deleted while the watch "
+					    "was away: forgotten",
+					    sv->num);
+				zl_storage_vol_forget(vc, sv->num);
+				n++;
+			}
+			sv = next;
+		}
+	}
+	ZL_LOG_INFO("storage", "volume records listed again after an etcd compaction: %u gone", n);
+}
+
 static void vols_wake_cb(void *arg)
 {
 	struct zl_storage_vols *vc = arg;
@@ -380,7 +419,11 @@ static void vols_wake_cb(void *arg)
 		struct vols_miss **mp = miss_slot(vc, ev->num);
 
 		vc->stats.events++;
-		if (ev->deleted) {
+		if (ev->resync == VOLS_RESYNC_BEGIN) {
+			vc->resync_gen++;
+		} else if (ev->resync == VOLS_RESYNC_END) {
+			vols_resync_sweep(vc);
+		} else if (ev->deleted) {
 			zl_storage_vol_forget(vc, ev->num);
 			if (*mp && (*mp)->loading)
 				(*mp)->deleted = true;
@@ -399,6 +442,8 @@ static void vols_wake_cb(void *arg)
 			} else {
 				zl_storage_vol_update(vc, &ev->v);
 			}
+			if (*vols_slot(vc, ev->num))
+				(*vols_slot(vc, ev->num))->seen_gen = vc->resync_gen;
 		}
 		zl_volume_fini(&ev->v);
 		free(ev);

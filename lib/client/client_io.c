@@ -266,7 +266,9 @@ static void vol_watch_cb(void *arg, enum zl_etcd_event_type type, const struct z
 	struct zl_vol *v = arg;
 
 	(void)kv;
-	if (type == ZL_ETCD_EV_PUT)
+	/* A put reloads the record; so does the end of a listing after a
+	 * compaction (the watch was away: a change may have been lost). */
+	if (type == ZL_ETCD_EV_PUT || type == ZL_ETCD_EV_RESYNC_END)
 		zl_notify_post(&v->watch_notify);
 }
 

@@ -148,7 +148,19 @@ int zl_etcd_lease_revoke(struct zl_etcd *e, int64_t lease_id);
 
 /* ---- watch ---- */
 
-enum zl_etcd_event_type { ZL_ETCD_EV_PUT, ZL_ETCD_EV_DELETE };
+/* RESYNC_BEGIN, then a PUT of every key under the prefix, then RESYNC_END:
+ * the watch's start revision was compacted (it was away, or started from a
+ * revision older than etcd keeps), so events were lost; the prefix was
+ * listed again at one revision (the kv of BEGIN and END: key the prefix,
+ * no value, mod_rev that revision) and the watch goes on after it. A key
+ * the consumer knows that no PUT between BEGIN and END named was deleted
+ * meanwhile. */
+enum zl_etcd_event_type {
+	ZL_ETCD_EV_PUT,
+	ZL_ETCD_EV_DELETE,
+	ZL_ETCD_EV_RESYNC_BEGIN,
+	ZL_ETCD_EV_RESYNC_END,
+};
 
 /* Called on the watch's own thread for every event. */
 typedef void (*zl_etcd_watch_cb)(void *arg, enum zl_etcd_event_type type,
@@ -158,7 +170,8 @@ struct zl_etcd_watch;
 
 /* Watches every key under prefix from start_rev (0 = now) on a background
  * thread with its own connection; reconnects (from the last seen revision)
- * on errors. Returns 0 or an error. */
+ * on errors. When etcd has compacted that revision, the prefix is listed
+ * again and delivered as a resync (above). Returns 0 or an error. */
 int zl_etcd_watch_prefix(struct zl_etcd *e, const char *prefix, int64_t start_rev,
 			 zl_etcd_watch_cb cb, void *arg, struct zl_etcd_watch **out);
 /* Stops the thread and frees. Accepts NULL. */

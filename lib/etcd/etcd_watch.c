@@ -39,6 +39,8 @@ struct zl_etcd_watch {
 	bool logged_in;
 	size_t ep;
 	int64_t next_rev;           /* resume point; 0 = "now" */
+	char *prefix, *prefix_end;  /* the watched range, for a resync's listing */
+	bool resync;		    /* next_rev was compacted: list, then watch */
 	bool restart;               /* stream said canceled/error: reconnect */
 	bool progress;              /* this session delivered something */
 	struct zl_ratelimit bad_rl;
@@ -122,10 +124,11 @@ static void watch_line(struct zl_etcd_watch *w, const char *line, size_t len)
 		w->progress = true;
 	if (msg.error || msg.canceled) {
 		if (msg.compact_rev > 0) {
-			ZL_LOG_WARN(WATCH_COMP, "watch start revision compacted, events lost "
-				    "from=%lld resume=%lld", (long long)w->next_rev,
-				    (long long)msg.compact_rev);
-			w->next_rev = msg.compact_rev;
+			ZL_LOG_WARN(WATCH_COMP,
+				    "watch start revision compacted, events lost: "
+				    "prefix=%s from=%lld compacted=%lld; listing it again",
+				    w->prefix, (long long)w->next_rev, (long long)msg.compact_rev);
+			w->resync = true;
 		} else {
 			ZL_LOG_WARN(WATCH_COMP, "watch ended by etcd endpoint=%s reason=\"%s\"",
 				    w->e->endpoints[w->ep], msg.reason);
@@ -287,6 +290,36 @@ out_free:
 	return rc;
 }
 
+/* After a compaction: the prefix listed at one revision and delivered as
+ * RESYNC_BEGIN, a PUT per key, RESYNC_END (etcd.h); the watch resumes after
+ * that revision. 0, or an error (etcd away: tried again after a backoff). */
+static int watch_resync(struct zl_etcd_watch *w)
+{
+	struct zl_etcd_range r = {0};
+	struct zl_etcd_kv mark = {0};
+	int rc;
+
+	rc = zl_etcd_range(w->e, w->prefix, w->prefix_end, 0, &r);
+	if (rc) {
+		ZL_LOG_WARN(WATCH_COMP, "cannot list %s again after a compaction: %s (%s)",
+			    w->prefix, zl_errname(rc), zl_etcd_last_error());
+		return rc;
+	}
+	mark.key = w->prefix;
+	mark.value = (char *)"";
+	mark.mod_rev = r.revision;
+	w->cb(w->arg, ZL_ETCD_EV_RESYNC_BEGIN, &mark);
+	for (size_t i = 0; i < r.n; i++)
+		w->cb(w->arg, ZL_ETCD_EV_PUT, &r.kvs[i]);
+	w->cb(w->arg, ZL_ETCD_EV_RESYNC_END, &mark);
+	ZL_LOG_INFO(WATCH_COMP, "listed again after a compaction: prefix=%s revision=%lld keys=%zu",
+		    w->prefix, (long long)r.revision, r.n);
+	w->next_rev = r.revision + 1;
+	w->resync = false;
+	zl_etcd_range_fini(&r);
+	return 0;
+}
+
 static void *watch_thread(void *arg)
 {
 	struct zl_etcd_watch *w = arg;
@@ -296,7 +329,9 @@ static void *watch_thread(void *arg)
 		int rc;
 
 		w->progress = false;
-		rc = watch_session(w);
+		rc = w->resync ? watch_resync(w) : 0;
+		if (!rc)
+			rc = watch_session(w);
 		if (watch_stopped(w))
 			break;
 		if (w->progress) {
@@ -339,14 +374,15 @@ int zl_etcd_watch_prefix(struct zl_etcd *e, const char *prefix, int64_t start_re
 		goto out_cancel;
 	}
 	zl_etcd_prefix_end(prefix, end);
+	w->prefix = strdup(prefix);
+	w->prefix_end = end;
 	/* An empty prefix starts at "\0", the smallest key; an empty end is
 	 * etcd's "\0" (no upper bound). */
 	w->body_prefix_key = etcd_b64_encode(plen ? prefix : "", plen ? plen : 1);
 	w->body_prefix_end = etcd_b64_encode(end, *end ? strlen(end) : 1);
-	free(end);
 	w->multi = curl_multi_init();
 	w->curl = curl_easy_init();
-	if (!w->body_prefix_key || !w->body_prefix_end || !w->multi || !w->curl) {
+	if (!w->prefix || !w->body_prefix_key || !w->body_prefix_end || !w->multi || !w->curl) {
 		rc = -ENOMEM;
 		goto out_cancel;
 	}
@@ -382,5 +418,7 @@ void zl_etcd_watch_cancel(struct zl_etcd_watch *w)
 	free(w->token);
 	free(w->body_prefix_key);
 	free(w->body_prefix_end);
+	free(w->prefix);
+	free(w->prefix_end);
 	free(w);
 }

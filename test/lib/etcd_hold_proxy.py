@@ -10,9 +10,12 @@ Listens on 127.0.0.1:LISTEN_PORT, connects each client to
 watch stream: while HOLD_FILE exists, what etcd sends on it is buffered (in
 order), and sent on once HOLD_FILE is removed. With "all", the answers to
 every other request are held the same way (etcd accepts the requests but its
-answers wait: noblock_e2e.sh). Requests always pass. Prints
+answers wait: noblock_e2e.sh). While HOLD_FILE.cut exists, every watch stream
+is cut: what it held is dropped and both of its connections are closed, as
+a network partition would (the client reconnects from the last revision it
+saw: watch_compact_e2e.sh compacts etcd first). Requests always pass. Prints
 "held N bytes" / "released N bytes" lines on stdout, and per watch stream
-"watch stream opened|holding|released|closed" (holding: HOLD_FILE seen, what
+"watch stream opened|holding|released|cut|closed" (holding: HOLD_FILE seen, what
 etcd sends from now on is held), and with "all" "held a response" when the
 answer to a request is held.
 """
@@ -42,6 +45,10 @@ def pump(cli, up, hold_file, hold_all):
         while True:
             r, _, _ = select.select(socks, [], [], 0.02)
             holding = os.path.exists(hold_file)
+            if watch and os.path.exists(hold_file + '.cut'):
+                say('watch stream cut (%d held bytes dropped)' % len(held))
+                held.clear()
+                return
             if watch and holding != armed:
                 armed = holding
                 # Every watch stream says when it holds (tests wait for it).
@@ -53,7 +60,7 @@ def pump(cli, up, hold_file, hold_all):
             for s in r:
                 data = s.recv(65536)
                 if not data:
-                    if held:
+                    if held and not os.path.exists(hold_file + '.cut'):
                         cli.sendall(held)
                     return
                 if s is cli:

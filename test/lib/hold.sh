@@ -39,6 +39,22 @@ hold_watches() {
 # hold_release NAME: proxy NAME passes everything on again.
 hold_release() { rm -f "$CL_DIR/serve-proxy-$1/hold"; }
 
+# hold_cut NAME: proxy NAME cuts every watch stream open through it (what
+# they held is dropped, their connections closed: a partition), and goes on
+# cutting new ones until hold_uncut NAME; returns once no stream it let open
+# is left (within 5 s).
+hold_cut() {
+	local pl="$CL_DIR/serve-proxy-$1/log" n_open=0
+	touch "$CL_DIR/serve-proxy-$1/hold.cut"
+	for _ in $(seq 1 100); do
+		n_open=$(($(grep -c 'watch stream opened' "$pl" || true) - $(grep -c 'watch stream closed' "$pl" || true)))
+		[ "$n_open" -le 0 ] && return 0
+		sleep 0.05
+	done
+	fail "proxy $1 still has $n_open watch streams open after the cut: $(cat "$pl")"
+}
+hold_uncut() { rm -f "$CL_DIR/serve-proxy-$1/hold.cut"; }
+
 # hold_storage N: storage daemons node-1..N, node-I reaching etcd through
 # hold proxy I (its watches held on hold_watches I); returns once all are
 # registered.

@@ -658,6 +658,79 @@ static void test_watch_reconnects_to_live_endpoint(void **state)
 	ev_log_fini(&l);
 }
 
+static size_t discard_body(char *p, size_t s, size_t n, void *ud)
+{
+	(void)p;
+	(void)ud;
+	return s * n;
+}
+
+/* etcd's compaction (POST /v3/kv/compaction) up to rev, physical. */
+static void compact(int64_t rev)
+{
+	char url[256], body[128];
+	CURL *c = curl_easy_init();
+	long http = 0;
+
+	assert_non_null(c);
+	snprintf(url, sizeof(url), "%s/v3/kv/compaction", etcd_url);
+	snprintf(body, sizeof(body), "{\"revision\":\"%lld\",\"physical\":true}", (long long)rev);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, discard_body);
+	assert_int_equal(curl_easy_perform(c), CURLE_OK);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &http);
+	assert_int_equal(http, 200);
+	curl_easy_cleanup(c);
+}
+
+/* A watch whose start revision etcd compacted lost the events before it:
+ * it lists the prefix again and delivers RESYNC_BEGIN, the keys as they
+ * are, RESYNC_END, then live events. A consumer learns that /t/wc/a was
+ * deleted (no PUT of it between BEGIN and END) and /t/wc/b rewritten. */
+static void test_watch_compacted(void **state)
+{
+	struct zl_etcd *e = *state;
+	struct zl_etcd_watch *w;
+	struct ev_log l;
+	int64_t rev0, rev;
+
+	ev_log_init(&l);
+	assert_int_equal(zl_etcd_put(e, "/t/wc/a", "1", 1, 0, &rev0), 0);
+	assert_int_equal(zl_etcd_put(e, "/t/wc/b", "1", 1, 0, NULL), 0);
+	assert_int_equal(zl_etcd_delete(e, "/t/wc/a", NULL, NULL), 0);
+	assert_int_equal(zl_etcd_put(e, "/t/wc/b", "2", 1, 0, NULL), 0);
+	assert_int_equal(zl_etcd_put(e, "/t/wc/c", "3", 1, 0, &rev), 0);
+	compact(rev);
+	/* From rev0 + 1, which etcd no longer has. */
+	assert_int_equal(zl_etcd_watch_prefix(e, "/t/wc/", rev0 + 1, ev_cb, &l, &w), 0);
+	assert_int_equal(ev_wait(&l, 4, 10000), 4);
+	pthread_mutex_lock(&l.lock);
+	assert_int_equal(l.type[0], ZL_ETCD_EV_RESYNC_BEGIN);
+	assert_string_equal(l.key[0], "/t/wc/");
+	assert_true(l.mod_rev[0] >= rev);
+	assert_int_equal(l.type[1], ZL_ETCD_EV_PUT);
+	assert_string_equal(l.key[1], "/t/wc/b");
+	assert_memory_equal(l.value[1], "2", 1);
+	assert_int_equal(l.type[2], ZL_ETCD_EV_PUT);
+	assert_string_equal(l.key[2], "/t/wc/c");
+	assert_int_equal(l.type[3], ZL_ETCD_EV_RESYNC_END);
+	assert_int_equal(l.mod_rev[3], l.mod_rev[0]);
+	pthread_mutex_unlock(&l.lock);
+	/* Then live: from just after the listing, nothing twice. */
+	assert_int_equal(zl_etcd_put(e, "/t/wc/d", "4", 1, 0, &rev), 0);
+	assert_int_equal(ev_wait(&l, 5, 5000), 5);
+	usleep(100 * 1000);
+	pthread_mutex_lock(&l.lock);
+	assert_int_equal(l.n, 5);
+	assert_int_equal(l.type[4], ZL_ETCD_EV_PUT);
+	assert_string_equal(l.key[4], "/t/wc/d");
+	assert_int_equal(l.mod_rev[4], rev);
+	pthread_mutex_unlock(&l.lock);
+	zl_etcd_watch_cancel(w);
+	ev_log_fini(&l);
+}
+
 static void test_failover(void **state)
 {
 	struct zl_etcd_kv kv;
@@ -907,21 +980,22 @@ int main(void)
 		cmocka_unit_test(test_create_invalid),
 	};
 	const struct CMUnitTest online[] = {
-		cmocka_unit_test(test_put_get_delete),
-		cmocka_unit_test(test_binary_value),
-		cmocka_unit_test(test_range_paging),
-		cmocka_unit_test(test_txn_create_if_absent),
-		cmocka_unit_test(test_txn_mod_revision),
-		cmocka_unit_test(test_txn_gets),
-		cmocka_unit_test(test_lease),
-		cmocka_unit_test(test_lease_expiry),
-		cmocka_unit_test(test_watch),
-		cmocka_unit_test(test_watch_reconnects_to_live_endpoint),
-		cmocka_unit_test(test_failover),
-		cmocka_unit_test(test_all_dead),
-		cmocka_unit_test(test_timeout),
-		cmocka_unit_test(test_threads),
-		cmocka_unit_test(test_auth),
+	    cmocka_unit_test(test_put_get_delete),
+	    cmocka_unit_test(test_binary_value),
+	    cmocka_unit_test(test_range_paging),
+	    cmocka_unit_test(test_txn_create_if_absent),
+	    cmocka_unit_test(test_txn_mod_revision),
+	    cmocka_unit_test(test_txn_gets),
+	    cmocka_unit_test(test_lease),
+	    cmocka_unit_test(test_lease_expiry),
+	    cmocka_unit_test(test_watch),
+	    cmocka_unit_test(test_watch_reconnects_to_live_endpoint),
+	    cmocka_unit_test(test_watch_compacted),
+	    cmocka_unit_test(test_failover),
+	    cmocka_unit_test(test_all_dead),
+	    cmocka_unit_test(test_timeout),
+	    cmocka_unit_test(test_threads),
+	    cmocka_unit_test(test_auth),
 	};
 	int rc;
 
