@@ -2320,18 +2320,25 @@ wait:
  * starts the queued ops in their order, or fails them with the open's error.
  * Operations of other chunks go on meanwhile. */
 
+/* The first open of (vol, idx) in flight, the head of its chain; NULL:
+ * none. */
+static struct chunk_open *open_head(struct zl_chunk_store *s, uint64_t vol, uint64_t idx)
+{
+	for (struct chunk_open *o = s->opening[chunk_bucket(vol, idx)]; o; o = o->hnext)
+		if (o->a.vol == vol && o->a.idx == idx)
+			return o;
+	return NULL;
+}
+
 /* The open of (vol, idx) that new operations join: the last of its chain
  * (an open that a delete overtook is followed by the next one); NULL: none. */
 static struct chunk_open *open_find(struct zl_chunk_store *s, uint64_t vol, uint64_t idx)
 {
-	for (struct chunk_open *o = s->opening[chunk_bucket(vol, idx)]; o; o = o->hnext) {
-		if (o->a.vol != vol || o->a.idx != idx)
-			continue;
-		while (o->after)
-			o = o->after;
-		return o;
-	}
-	return NULL;
+	struct chunk_open *o = open_head(s, vol, idx);
+
+	while (o && o->after)
+		o = o->after;
+	return o;
 }
 
 /* A delete of chunk idx of vol (UINT64_MAX: every chunk of vol): opens in
@@ -2400,16 +2407,31 @@ static uint32_t open_wseq(struct zl_chunk_store *s, uint64_t vol, uint64_t idx)
 {
 	uint32_t w = 0;
 
-	for (struct chunk_open *o = s->opening[chunk_bucket(vol, idx)]; o; o = o->hnext) {
-		if (o->a.vol != vol || o->a.idx != idx)
-			continue;
-		for (struct chunk_open *x = o; x; x = x->after)
-			for (struct chunk_op *op = x->ops.first; op && !x->deleted; op = op->next)
-				if (op->kind != OP_READ)
-					w = ZL_MAX(w, op->wseq);
-		break;
-	}
+	for (struct chunk_open *x = open_head(s, vol, idx); x; x = x->after)
+		for (struct chunk_op *op = x->ops.first; op && !x->deleted; op = op->next)
+			if (op->kind != OP_READ)
+				w = ZL_MAX(w, op->wseq);
 	return w;
+}
+
+static bool op_list_changing(const struct op_list *l)
+{
+	for (const struct chunk_op *op = l->first; op; op = op->next)
+		if (op->kind == OP_WRITE || op->kind == OP_ZERO)
+			return true;
+	return false;
+}
+
+bool zl_chunk_changing(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk)
+{
+	struct chunk *c = chunk_lookup(s, vol, chunk);
+
+	if (c && (op_list_changing(&c->active) || op_list_changing(&c->waiting)))
+		return true;
+	for (struct chunk_open *x = open_head(s, vol, chunk); x; x = x->after)
+		if (!x->deleted && op_list_changing(&x->ops))
+			return true;
+	return false;
 }
 
 /* Submits w to the open worker with the fewest jobs (counted in

@@ -39,7 +39,8 @@
  *           winner, which must still be at that version) then written (a
  *           member: CHUNK_DELETE of its copy first, then CHUNK_PUSH with
  *           ZL_PUSH_REPLACE; the primary itself: local writes, the winning
- *           version on the last piece)
+ *           version on the last piece, each only while no client write of
+ *           the chunk came since its piece was read, sc_piece_store)
  *   WAIT    rate limit before the next window or piece
  * and answers the SCRUB request with struct zl_wire_scrub_result.
  * Known limit: a copy repaired while clients write the same chunk can be
@@ -147,7 +148,8 @@ struct sc_job {
 	struct sc_fix fix[SC_MAX_FIX];
 	uint32_t n_fix, i_fix;
 	uint32_t off;	 /* piece of the fix in progress */
-	bool src_warmed; /* its local source was opened (sc_piece_fetch) */
+	bool src_warmed; /* its local copy (source or target) was opened (sc_piece_fetch) */
+	uint64_t own_ver; /* our copy's version when the piece was read (target 0) */
 	uint8_t *pbuf;
 	struct zl_wire_hdr rhdr;
 	struct zl_wire_scrub_result res;
@@ -1025,12 +1027,23 @@ static void sc_piece_store(struct sc_job *j)
 	int rc;
 
 	if (f->target == 0) {
-		/* Our own copy: the version goes with the last piece, so a
-		 * repair cut short is seen as behind and done again. */
-		if (!last && buf_zero(j->pbuf, len))
+		/* Our own copy, which clients write meanwhile (we are the
+		 * primary): a write submitted since the piece was read (ended:
+		 * our version moved; or still on its way) is newer than the
+		 * piece, which must not land over it; one submitted after this
+		 * is ordered after it by the store. The version goes with the
+		 * last piece, so a repair cut short is seen as behind and done
+		 * again. */
+		uint64_t ver = 0;
+
+		rc = zl_chunk_version(j->st->chunks, j->vol, f->chunk, j->chunk_size, &ver);
+		if (!rc &&
+		    (ver != j->own_ver || zl_chunk_changing(j->st->chunks, j->vol, f->chunk)))
+			rc = -ZL_ERR_CONFLICT;
+		if (!rc && !last && buf_zero(j->pbuf, len))
 			rc = zl_chunk_zero(j->st->chunks, j->vol, f->chunk, j->chunk_size, j->off,
 					   len, 0, sc_local_stored, j);
-		else
+		else if (!rc)
 			rc =
 			    zl_chunk_write(j->st->chunks, j->vol, f->chunk, j->chunk_size, j->off,
 					   len, j->pbuf, last ? f->version : 0, sc_local_stored, j);
@@ -1105,10 +1118,11 @@ static void sc_piece_fetch(void *arg)
 	if (sc_stop_check(j))
 		return;
 	j->phase = SC_FIX;
-	if (f->source == 0) {
-		/* Our copy's version is looked up first: a closed chunk (its
-		 * digest's open evicted since) is opened off the loop, once a
-		 * fix. */
+	if (f->source == 0 || f->target == 0) {
+		/* Our copy's version is looked up first (the source's must
+		 * still be the winning one; the target's is what the piece's
+		 * write checks, sc_piece_store): a closed chunk (its digest's
+		 * open evicted since) is opened off the loop, once a fix. */
 		if (!j->src_warmed) {
 			j->src_warmed = true;
 			if (!zl_chunk_warm(j->st->chunks, j->vol, f->chunk, j->chunk_size,
@@ -1116,11 +1130,17 @@ static void sc_piece_fetch(void *arg)
 				return;
 		}
 		rc = zl_chunk_version(j->st->chunks, j->vol, f->chunk, j->chunk_size, &ver);
-		if (!rc && ver != f->version)
-			rc = -ZL_ERR_CONFLICT; /* written meanwhile */
-		if (!rc)
-			rc = zl_chunk_read(j->st->chunks, j->vol, f->chunk, j->chunk_size, j->off,
-					   len, j->pbuf, sc_local_fetched, j);
+		if (rc) {
+			sc_fix_end(j, rc);
+			return;
+		}
+		j->own_ver = ver;
+	}
+	if (f->source == 0) {
+		rc = ver != f->version
+			 ? -ZL_ERR_CONFLICT /* written meanwhile */
+			 : zl_chunk_read(j->st->chunks, j->vol, f->chunk, j->chunk_size, j->off,
+					 len, j->pbuf, sc_local_fetched, j);
 	} else {
 		memset(&j->rhdr, 0, sizeof(j->rhdr));
 		j->rhdr.opcode = ZL_OP_READ;
@@ -1163,6 +1183,7 @@ static void sc_fix_next(void *arg)
 {
 	struct sc_job *j = arg;
 	struct sc_fix *f;
+	char idb[48];
 	int rc;
 
 	if (sc_stop_check(j))
@@ -1176,6 +1197,11 @@ static void sc_fix_next(void *arg)
 	f = &j->fix[j->i_fix];
 	j->off = 0;
 	j->src_warmed = false;
+	ZL_LOG_INFO("storage",
+		    "scrub repairing vol=%s chunk=%s member=%s reason=%s source=%s "
+		    "version=%" PRIx64,
+		    j->vid, sc_id_str(f->chunk, idb, sizeof(idb)), j->m[f->target].node, f->reason,
+		    j->m[f->source].node, f->version);
 	if (!j->pbuf)
 		j->pbuf = zl_xport_buf_alloc(j->st->xport, DG_PIECE);
 	if (!j->pbuf) {
