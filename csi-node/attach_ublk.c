@@ -23,9 +23,9 @@
  * FETCH_REQ gives: the kernel copies a write's payload into it before
  * delivering the request, and a read's data from it at COMMIT.
  *
- * Threads: by default (--ublk-threads 1) everything runs on the attach
- * process's loop thread, which is also the task the kernel binds each queue
- * to (the one that issued its FETCH_REQs). With --ublk-threads N, queue q
+ * Threads: by default one per queue (--ublk-threads N: N of them, at most
+ * one per queue; 1: everything on the attach process's loop thread); the
+ * kernel binds each queue to the task that issued its FETCH_REQs. Queue q
  * is served by thread q % N (struct ublk_thread): thread 0 is the attach
  * loop, each other one has its own loop, volume client and volume handle
  * (following the snapshot switch of the attach loop's, which serves the
@@ -33,8 +33,8 @@
  * waiting lists, and issues its queues' FETCH_REQs itself; no lock and no
  * memory of another thread per I/O. Every thread's handle draws on one set
  * of QoS buckets (zl_vol_qos_join: leases of about 1 ms of the rate), so
- * the volume's limits hold for the process, not per thread. A queue ring signals an eventfd that
- * its thread's loop polls. The control ring stays on the attach loop.
+ * the volume's limits hold for the process, not per thread. A queue ring
+ * signals an eventfd that its thread's loop polls. The control ring stays on the attach loop.
  * Control commands are issued without waiting in the kernel (ublk_drv
  * punts them to io_uring's workers), so START_DEV, END_USER_RECOVERY and
  * STOP_DEV, which wait for the device's own I/O, complete while the loops
@@ -1147,7 +1147,10 @@ static int ublk_queues_setup(struct attach_ublk *u, unsigned int nr_threads)
 		return rc;
 	}
 	u->queues = calloc(u->info.nr_hw_queues, sizeof(*u->queues));
-	/* At most one thread per queue (a recovered device has its own). */
+	/* One thread per queue by default, never more (a recovered device
+	 * has its own queues). */
+	if (!nr_threads)
+		nr_threads = u->info.nr_hw_queues;
 	nr_threads = ZL_MAX(1u, ZL_MIN(nr_threads, (unsigned int)u->info.nr_hw_queues));
 	u->threads = calloc(nr_threads, sizeof(*u->threads));
 	if (!u->queues || !u->threads)
