@@ -190,6 +190,16 @@ reqs_sum() {
 	for x in "${n[@]}"; do s=$((s + x)); done
 	echo "$s"
 }
+# both_queues R0 R1 MIN WHAT: queues 0 and 1 each took MIN requests or
+# more between the ublk_reqs R0 and R1 (else fails, naming WHAT).
+both_queues() {
+	local q a b
+	IFS=, read -r -a a <<<"$1"
+	IFS=, read -r -a b <<<"$2"
+	for q in 0 1; do
+		((b[q] - a[q] >= $3)) || fail "$4: queue $q took $((b[q] - a[q])) requests ('$1', then '$2')"
+	done
+}
 
 # One hardware queue per CPU, at most 4 (the attach process's default),
 # each with its own thread (the default too).
@@ -214,12 +224,7 @@ fio --name=qos --filename="$dev" --ioengine=libaio --direct=1 --rw=randwrite --b
 	--output="$logs/fio-qos.log" || fail "fio qos exited $?: $(grep -m3 -i 'err' "$logs/fio-qos.log")"
 grep -q 'err= 0' "$logs/fio-qos.log" || fail "fio qos reported an error"
 r1=$(ublk_reqs attach_qos)
-IFS=, read -r -a q0 <<<"$r0"
-IFS=, read -r -a q1 <<<"$r1"
-for q in 0 1; do
-	((q1[q] - q0[q] >= 100)) ||
-		fail "QoS: queue $q (thread $q) took $((q1[q] - q0[q])) requests of the two fio jobs ('$r0', then '$r1')"
-done
+both_queues "$r0" "$r1" 100 "QoS: the two fio jobs (a queue and a thread each)"
 # "write: IOPS=99, ..." (the two jobs together); 1.2k above 999.
 iops=$(sed -n 's/.*write: IOPS=\([0-9.]*k\{0,1\}\),.*/\1/p' "$logs/fio-qos.log" | head -1)
 [[ $iops == *k ]] && iops=$(awk -v v="${iops%k}" 'BEGIN { printf "%d", v * 1000 }')
@@ -271,7 +276,7 @@ s0=$(ublk_sync attach1)
 fio_run qd1 --rw=randwrite --bs=4k --iodepth=1 --size=64M --io_size=2M
 s1=$(ublk_sync attach1)
 # 512 writes of 4 KiB and their verifying reads: copies of 64 KiB or less
-# are system calls on the loop thread.
+# are system calls on the queue's thread.
 [[ -n $s0 ]] && ((s1 - s0 >= 1024)) ||
 	fail "1024 requests of 4 KiB made $((s1 - s0)) copies with pread/pwrite ('$(ublk_status attach1)')"
 r0=$(ublk_reqs attach1)
@@ -283,11 +288,8 @@ IFS=, read -r -a q0 <<<"$r0"
 IFS=, read -r -a q1 <<<"$r1"
 ((${#q0[@]} == queues && ${#q1[@]} == queues)) ||
 	fail "the ctl status names ${#q1[@]} queues ('$r0', then '$r1'), want $queues"
-for q in 0 1; do
-	# 4 MiB of 4 KiB writes and their verifying reads per job: 2048.
-	(( q1[q] - q0[q] >= 1024)) ||
-		fail "queue $q took $((q1[q] - q0[q])) requests of the two fio jobs ('$r0', then '$r1')"
-done
+# 4 MiB of 4 KiB writes and their verifying reads per job: 2048.
+both_queues "$r0" "$r1" 1024 "the two fio jobs"
 say "the two fio jobs went through queues 0 and 1: requests per queue $r0, then $r1"
 fio_run qd128 --rw=randwrite --bs=4k --iodepth=128 --size=64M --io_size=8M --offset=192M
 fio_run mixed --rw=randrw --rwmixread=40 --bsrange=4k-128k --iodepth=32 --size=64M \
@@ -418,12 +420,7 @@ r0=$(ublk_reqs attach_mt)
 fio_run mt-qd32 --rw=randwrite --bs=4k --iodepth=32 --size=64M --io_size=4M --numjobs=2 \
 	--offset_increment=64M --cpus_allowed=0,1 --cpus_allowed_policy=split
 r1=$(ublk_reqs attach_mt)
-IFS=, read -r -a q0 <<<"$r0"
-IFS=, read -r -a q1 <<<"$r1"
-for q in 0 1; do
-	((q1[q] - q0[q] >= 1024)) ||
-		fail "--ublk-threads 2: queue $q (thread $q) took $((q1[q] - q0[q])) requests ('$r0', then '$r1')"
-done
+both_queues "$r0" "$r1" 1024 "--ublk-threads 2 (queue q on thread q)"
 say "--ublk-threads 2: queues 0 and 1 (threads 0 and 1) took $r1 requests"
 name=$(basename "$dev")
 w0=$(writes)
