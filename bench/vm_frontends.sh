@@ -5,8 +5,10 @@
 # virtio disk, TCP), one 1-replica volume filled once, then the same two fio
 # jobs through
 #   - /dev/ublkbN  (zipline-node attach --frontend ublk: user copy where the
-#     kernel has it; "ublk-tag" in FRONTENDS: --ublk-copy tag; "ublk-mt":
-#     --ublk-threads 2, a thread per queue of the guest's two),
+#     kernel has it, a thread per queue of the guest's two; "ublk-tag" in
+#     FRONTENDS: --ublk-copy tag; "ublk-mt": --ublk-threads 2, the same
+#     threads given explicitly; "ublk-1t": --ublk-threads 1, every queue on
+#     the attach loop),
 #   - /dev/nbdN    (zipline-node attach --frontend nbd),
 #   - the FUSE path (zipline-node attach --frontend fuse, a loop device with
 #     direct I/O over its file, as NodeStage makes it),
@@ -21,7 +23,7 @@
 # Numbers from TCG (no KVM here) are slow in absolute terms: only the ratios
 # between rows of one run mean something. Prints a markdown table.
 #   bench/vm_frontends.sh [BUILD_DIR]      env: RUNTIME=15 (s per job),
-#   FRONTENDS="ublk nbd fuse" (any of them, and ublk-tag, ublk-mt)
+#   FRONTENDS="ublk nbd fuse" (any of them, and ublk-tag, ublk-mt, ublk-1t)
 # Not a test: nothing is asserted beyond the jobs running without errors.
 set -uo pipefail
 
@@ -69,6 +71,7 @@ if [[ ${1:-} == --guest ]]; then
 		local dir=/run/zl-bench-$1 line i fe=(--frontend "$1")
 		[[ $1 == ublk-tag ]] && fe=(--frontend ublk --ublk-copy tag)
 		[[ $1 == ublk-mt ]] && fe=(--frontend ublk --ublk-threads 2)
+		[[ $1 == ublk-1t ]] && fe=(--frontend ublk --ublk-threads 1)
 		mkdir -p "$dir"
 		"$bin/zipline-node" attach --volume-id "$vid" --dir "$dir" --etcd "$etcd_url" \
 			--transport tcp "${fe[@]}" --ready-fd 3 --log-level warn \

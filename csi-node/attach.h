@@ -1,7 +1,8 @@
 /* The attach process: one per attached volume, serving the volume as the
  * regular file <dir>/fuse/disk through a FUSE low-level session, or as the
  * block device /dev/ublkbN (--frontend ublk), on the same zl_loop as the
- * volume client (ublk with --ublk-threads N > 1: also on N - 1 threads
+ * volume client (ublk with more than one queue: by default, or
+ * --ublk-threads N > 1, also on a thread per other queue, or N - 1 threads,
  * with their own loop and client, attach_ublk.c). Private to csi-node/. */
 #ifndef ZL_CSI_ATTACH_H
 #define ZL_CSI_ATTACH_H
@@ -146,8 +147,9 @@ enum attach_ublk_copy { ATTACH_UBLK_COPY_AUTO, ATTACH_UBLK_COPY_USER, ATTACH_UBL
  * or takes over device recover_id, every queue it has, in its own copy
  * mode, after its server died (UBLK_F_USER_RECOVERY; nr_queues and copy
  * unused), and serves its queues on nr_threads threads (at most one per
- * queue): queue q on thread q % nr_threads, thread 0 being a->loop, the
- * others with their own loop, client and volume handle. 0 or a negative
+ * queue; 0: one per queue): queue q on thread q % nr_threads, thread 0
+ * being a->loop, the others with their own loop, client and volume handle
+ * (one zl_vol_qos_share for all of them). 0 or a negative
  * errno (the log says what failed); attach_ublk_stop undoes a half start. */
 int attach_ublk_start(struct attach *a, int recover_id, unsigned int nr_queues,
 		      unsigned int nr_threads, enum attach_ublk_copy copy);

@@ -62,7 +62,7 @@ struct attach_args {
 	bool ublk;	     /* --frontend ublk (default fuse) */
 	int ublk_recover;    /* --recover ID: take over ublk device ID, else -1 */
 	unsigned int ublk_queues; /* --ublk-queues N, 0: the default */
-	unsigned int ublk_threads; /* --ublk-threads N, 0: 1 */
+	unsigned int ublk_threads;	 /* --ublk-threads N, 0: one per queue */
 	enum attach_ublk_copy ublk_copy; /* --ublk-copy auto|user|tag */
 	bool ublk_copy_set;
 };
@@ -993,8 +993,8 @@ int attach_main(int argc, char **argv)
 	if (o.nbd) {
 		rc = attach_start_nbd(a, &o, &ready);
 	} else if (o.ublk) {
-		rc = attach_ublk_start(a, o.ublk_recover, attach_ublk_queues(&o),
-				       o.ublk_threads ? o.ublk_threads : 1, o.ublk_copy);
+		rc = attach_ublk_start(a, o.ublk_recover, attach_ublk_queues(&o), o.ublk_threads,
+				       o.ublk_copy);
 		if (rc)
 			attach_ready(&ready,
 				     "ERR cannot serve volume %s as a ublk device: %s "

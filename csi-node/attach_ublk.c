@@ -23,16 +23,18 @@
  * FETCH_REQ gives: the kernel copies a write's payload into it before
  * delivering the request, and a read's data from it at COMMIT.
  *
- * Threads: by default (--ublk-threads 1) everything runs on the attach
- * process's loop thread, which is also the task the kernel binds each queue
- * to (the one that issued its FETCH_REQs). With --ublk-threads N, queue q
+ * Threads: by default one per queue (--ublk-threads N: N of them, at most
+ * one per queue; 1: everything on the attach process's loop thread); the
+ * kernel binds each queue to the task that issued its FETCH_REQs. Queue q
  * is served by thread q % N (struct ublk_thread): thread 0 is the attach
  * loop, each other one has its own loop, volume client and volume handle
  * (following the snapshot switch of the attach loop's, which serves the
  * snapshots: zl_vol_snap_follow), its share of the buffer pool and its own
  * waiting lists, and issues its queues' FETCH_REQs itself; no lock and no
- * memory of another thread per I/O. A queue ring signals an eventfd that
- * its thread's loop polls. The control ring stays on the attach loop.
+ * memory of another thread per I/O. Every thread's handle draws on one set
+ * of QoS buckets (zl_vol_qos_join: leases of about 1 ms of the rate), so
+ * the volume's limits hold for the process, not per thread. A queue ring
+ * signals an eventfd that its thread's loop polls. The control ring stays on the attach loop.
  * Control commands are issued without waiting in the kernel (ublk_drv
  * punts them to io_uring's workers), so START_DEV, END_USER_RECOVERY and
  * STOP_DEV, which wait for the device's own I/O, complete while the loops
@@ -247,6 +249,9 @@ struct attach_ublk {
 	 * them, at most one per queue. */
 	struct ublk_thread *threads;
 	unsigned int nr_threads;
+	/* nr_threads > 1: the volume's QoS limits, held by every thread's
+	 * handle together (each joins it; our reference goes at the stop). */
+	struct zl_vol_qos_share *qos_share;
 
 	/* The control command issued without waiting (START_DEV, STOP_DEV,
 	 * END_USER_RECOVERY): its result arrives on the control ring's
@@ -1081,6 +1086,8 @@ static void *ublk_thread_main(void *arg)
 	if (rc == 0)
 		rc = zl_vol_snap_follow(th->vol, a->vol);
 	if (rc == 0)
+		rc = zl_vol_qos_join(th->vol, th->u->qos_share);
+	if (rc == 0)
 		rc = zl_notify_init(&th->cmd, th->loop, ublk_thread_cmd_cb, th);
 	if (rc == 0)
 		rc = ublk_thread_queues(th);
@@ -1140,7 +1147,10 @@ static int ublk_queues_setup(struct attach_ublk *u, unsigned int nr_threads)
 		return rc;
 	}
 	u->queues = calloc(u->info.nr_hw_queues, sizeof(*u->queues));
-	/* At most one thread per queue (a recovered device has its own). */
+	/* One thread per queue by default, never more (a recovered device
+	 * has its own queues). */
+	if (!nr_threads)
+		nr_threads = u->info.nr_hw_queues;
 	nr_threads = ZL_MAX(1u, ZL_MIN(nr_threads, (unsigned int)u->info.nr_hw_queues));
 	u->threads = calloc(nr_threads, sizeof(*u->threads));
 	if (!u->queues || !u->threads)
@@ -1158,6 +1168,15 @@ static int ublk_queues_setup(struct attach_ublk *u, unsigned int nr_threads)
 	u->threads[0].loop = a->loop;
 	u->threads[0].client = a->client;
 	u->threads[0].vol = a->vol;
+	/* One set of QoS buckets for every thread's handle (the limits are
+	 * the volume's, not a handle's). */
+	if (u->nr_threads > 1) {
+		rc = zl_vol_qos_share_create(&u->qos_share);
+		if (rc == 0)
+			rc = zl_vol_qos_join(a->vol, u->qos_share);
+		if (rc)
+			return rc;
+	}
 	for (unsigned int i = 0; i < u->nr_queues; i++) {
 		struct ublk_queue_srv *q = &u->queues[i];
 
@@ -1622,6 +1641,7 @@ void attach_ublk_stop(struct attach *a)
 		pthread_mutex_destroy(&u->threads[i].stats_lock);
 	free(u->threads);
 	free(u->queues);
+	zl_vol_qos_share_put(u->qos_share);
 	free(u);
 	a->ublk = NULL;
 }

@@ -48,7 +48,7 @@ struct node_cfg {
 	 * (passed on as its --start-timeout); NULL = NODE_ATTACH_START_S */
 	const char *attach_timeout;
 	/* threads serving a ublk device's queues, passed on to ublk attach
-	 * processes as --ublk-threads; NULL = theirs (1) */
+	 * processes as --ublk-threads; NULL = theirs (one per queue) */
 	const char *ublk_threads;
 	enum node_frontend frontend;
 	bool frontend_auto; /* --frontend auto: resolved at start (node_frontend_auto) */

@@ -111,7 +111,8 @@ int node_flags_parse(int argc, char **argv, struct node_cfg *c, struct zl_cfg_et
 	     .type = ZL_CFG_CALL,
 	     .target = &c->frontend,
 	     .parse = node_flag_frontend,
-	     .help = "auto|ublk|nbd|fuse (default auto: ublk where the\nkernel has ublk_drv, else nbd where it has nbd,\nelse fuse)"},
+	     .help = "auto|ublk|nbd|fuse (default auto: ublk where the\nkernel has ublk_drv, else "
+		     "nbd where it has nbd,\nelse fuse)"},
 	    {.name = "transport",
 	     .arg = "T",
 	     .type = ZL_CFG_CALL,
@@ -149,8 +150,9 @@ int node_flags_parse(int argc, char **argv, struct node_cfg *c, struct zl_cfg_et
 	     .type = ZL_CFG_CALL,
 	     .target = &c->ublk_threads,
 	     .parse = node_flag_ublk_threads,
-	     .help = "threads serving a ublk device's queues, queue q on\nthread q % N "
-		     "(1..16, default 1: all on the attach\nprocess's loop thread)"},
+	     .help =
+		 "threads serving a ublk device's queues, queue q on\nthread q % N "
+		 "(1..16, default: one per queue; 1: all on\nthe attach process's loop thread)"},
 	    {.name = "spawner",
 	     .arg = "PATH",
 	     .type = ZL_CFG_STR,

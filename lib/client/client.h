@@ -182,6 +182,30 @@ int zl_vol_snap_serve(struct zl_vol *v);
  * snapshots, or lead is a follower), or -errno. */
 int zl_vol_snap_follow(struct zl_vol *v, struct zl_vol *lead);
 
+/* One volume served through several handles (the ublk frontend's queue
+ * threads, each handle on its own client and thread): the volume's QoS
+ * limits hold for all of them together, not for each. A share holds the
+ * state of the volume's four token buckets (read and write, I/Os and
+ * bytes); a handle that joins it leases units from it in batches (one
+ * compare-and-swap takes about 1 ms of the rate, at most a quarter of the
+ * burst, at least what the I/O needs) and spends them locally: no lock, and
+ * no shared atomic per I/O. Units a handle leased and has not spent yet
+ * (at most one lease per bucket and handle) are the only excess over the
+ * limits. Each handle still follows the record with its own watch; the
+ * first to apply a changed limit starts the shared bucket full, as one
+ * handle does today. A handle that never joins one keeps buckets of its
+ * own (the single-handle path, unchanged).
+ *
+ * zl_vol_qos_share_create: a share with one reference (the caller's), 0 or
+ * -ENOMEM. zl_vol_qos_share_put drops one (accepts NULL); the last frees
+ * it. zl_vol_qos_join: v takes a reference and draws from s from now on
+ * (until zl_vol_close); call on v's thread. 0 or -ZL_ERR_INVAL (v has
+ * joined one already). */
+struct zl_vol_qos_share;
+int zl_vol_qos_share_create(struct zl_vol_qos_share **out);
+void zl_vol_qos_share_put(struct zl_vol_qos_share *s);
+int zl_vol_qos_join(struct zl_vol *v, struct zl_vol_qos_share *s);
+
 /* Clones (docs/SNAPSHOTS.md §4): a volume whose record names a parent
  * {vol, seq} opens its parent (and the parent's, up to 16 levels) with it;
  * a chunk the clone never held reads from the parent at snapshot seq, and

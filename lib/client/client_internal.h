@@ -381,11 +381,30 @@ struct client_reported {
 	char bad_peer[ZL_NODE_ID_MAX];
 };
 
+/* The shared state of one bucket of a zl_vol_qos_share (client_qos.c):
+ * its theoretical arrival time, moved by one CAS per lease, and the limit
+ * last applied to it (so that only the first handle to apply a change
+ * starts it full). A cache line of its own. */
+struct client_tb_share {
+	_Alignas(64) _Atomic uint64_t tat_ns;
+	_Atomic uint64_t rate;
+	_Atomic uint64_t tau_ns;
+};
+
+struct zl_vol_qos_share {
+	struct client_tb_share tb[2][2]; /* [dir][0 I/Os, 1 bytes] */
+	_Atomic uint32_t refs;
+};
+
 /* One limit of a volume as a GCRA token bucket (client_qos.c). */
 struct client_tb {
 	uint64_t rate;	 /* units (I/Os or bytes) per second, 0 = unlimited */
 	uint64_t tau_ns; /* the burst, in ns of the rate */
-	uint64_t tat_ns; /* theoretical arrival time */
+	uint64_t tat_ns; /* theoretical arrival time (own bucket) */
+	/* Joined to a zl_vol_qos_share: share's tat instead of tat_ns; left:
+	 * units leased and not spent yet; lease: units one CAS takes. */
+	struct client_tb_share *share;
+	uint64_t left, lease;
 };
 
 /* The limits of one direction (reads or writes) and its waiting I/O. */
@@ -397,6 +416,7 @@ struct client_qos_dir {
 struct client_qos {
 	struct client_qos_dir dir[2]; /* [0] reads, [1] writes */
 	bool on;		      /* some rate is set */
+	struct zl_vol_qos_share *share; /* zl_vol_qos_join, else NULL */
 	bool timer_on;
 	struct zl_timer timer; /* starts waiting I/O when it conforms */
 	uint32_t waiting;      /* I/Os in the queues */
@@ -576,8 +596,18 @@ void client_qos_apply(struct zl_vol *v);
  * buckets are charged. False: it waits in its queue and the qos timer
  * starts it (client_io_start) when it conforms. */
 bool client_qos_admit(struct zl_vol *v, struct client_io *io, uint64_t now);
-/* Stops the timer (zl_vol_close). */
+/* Stops the timer and leaves the share (zl_vol_close). */
 void client_qos_stop(struct zl_vol *v);
+/* One bucket joined to a share (for tests of the share from threads):
+ * client_tb_join ties b to s (its bucket [dir][0 I/Os, 1 bytes]) with the
+ * limit b has; client_tb_set sets b's limit (rate per second, burst units:
+ * 0 = a tenth of a second of the rate), true when it changed;
+ * client_tb_lease is 0 when b holds n units (leasing what it lacks from
+ * its share), else the ns to wait; client_tb_spend spends them. */
+void client_tb_join(struct client_tb *b, struct client_tb_share *s, uint64_t now);
+bool client_tb_set(struct client_tb *b, uint64_t rate, uint64_t burst, uint64_t now);
+uint64_t client_tb_lease(struct client_tb *b, uint64_t n, uint64_t now);
+void client_tb_spend(struct client_tb *b, uint64_t n);
 /* client_io.c: splits io into sub-requests (or queues it for the pool). */
 void client_io_start(struct client_io *io);
 /* The io_timeout of v's I/O: the record's, else the client's. */

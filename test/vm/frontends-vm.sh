@@ -4,9 +4,10 @@
 # has neither), one part after the other (test/vm/parts.sh), each with its
 # own etcd, three zipline-storage and virtio disk:
 #   ublk  ublk-guest.sh: /dev/ublkbN served by `zipline-node attach
-#         --frontend ublk`: fio verify=crc32c (randwrite QD 1/32/128,
-#         mixed; user copy, writes waiting for the buffer pool;
-#         the tag copy mode), write-zeroes, ext4 + fsck -n, SIGKILL of the attach
+#         --frontend ublk` (a thread per queue by default): the volume's
+#         write IOPS limit held across the threads; fio verify=crc32c
+#         (randwrite QD 1/32/128, mixed; user copy, writes waiting for the
+#         buffer pool; the tag copy mode on one thread), write-zeroes, ext4 + fsck -n, SIGKILL of the attach
 #         process under a verified load on the mounted file system and
 #         `--recover`, SIGTERM deletes the device; --ublk-threads 2 (a
 #         thread per queue): fio through both, SIGKILL under a verified

@@ -7,10 +7,17 @@
 #    127.0.0.1:7101..7103, --transport tcp, --auth off: the attach process
 #    runs without zipline-node, so without an attach token);
 #    `zl volume create` makes a 3-replica volume;
+# 1b. the volume's QoS limits hold for the attach process, not per queue
+#    thread: with a write limit of QOS_IOPS set before the attach, the
+#    default attach (a thread per queue) serves 4 KiB random writes of two
+#    fio jobs at QD 32, one pinned to each of CPUs 0 and 1 (both queues,
+#    so both threads, take requests: ctl status ublk_reqs) at QOS_IOPS
+#    +-10 % in all (per-thread buckets gave twice that);
 # 2. `zipline-node attach --frontend ublk` serves it; its READY line names
 #    /dev/ublkbN and its hardware queues, one per CPU of the guest (2..4),
-#    which /sys/block/ublkbN/mq lists; user copy (the guest's 7.3 has
-#    UBLK_F_USER_COPY) with 128 tags per queue (READY line, nr_tags);
+#    which /sys/block/ublkbN/mq lists, each with a thread (the default);
+#    user copy (the guest's 7.3 has UBLK_F_USER_COPY) with 128 tags per
+#    queue (READY line, nr_tags);
 # 3. fio verify=crc32c on the raw device: randwrite QD 1, 32 (two jobs, one
 #    pinned to each of CPUs 0 and 1: the ctl status of the attach process
 #    must show both queues 0 and 1 taking requests), 128 and a mixed randrw
@@ -28,14 +35,15 @@
 #    and fio waits; `zipline-node attach --frontend ublk --recover N` takes
 #    it over (every queue), fio ends with no error, umount, fsck -n clean;
 # 6. SIGTERM: the attach process exits 0 and the device is gone;
-#    then --ublk-queues 2 --ublk-threads 2: the READY line says 2 threads,
+#    then --ublk-queues 2 --ublk-threads 2 (explicitly): the READY line says 2 threads,
 #    the queue thread (zl-ublk-t1) has PR_SET_IO_FLUSHER (PF_LOCAL_THROTTLE
 #    in its /proc stat flags), a verified fio of two jobs pinned to CPUs 0
 #    and 1 goes through both queues (so both threads), SIGKILL under a
 #    verified load of two such jobs and `--recover` with 2 threads: fio ends
 #    with no error, both queues serve; SIGTERM deletes the device;
-# 7. --ublk-copy tag (the mode of kernels without user copy): 128 tags
-#    split over the queues (READY line, nr_tags), a verified fio; then xfs
+# 7. --ublk-copy tag (the mode of kernels without user copy) and
+#    --ublk-threads 1 (every queue on the attach loop): 128 tags split
+#    over the queues (READY line, nr_tags), a verified fio; then xfs
 #    on that fresh device of the volume: mkfs.xfs, mount, a file written,
 #    umount, xfs_repair -n clean, the file read back after a remount;
 # 8. the same through CSI (csi_frontend_guest.py ublk param):
@@ -151,43 +159,6 @@ wait_dev() {
 	fail "$dev did not appear"
 }
 
-attach_start attach1
-dev=$(sed -n 's/.* dev=\(\/dev\/ublkb[0-9]*\).*/\1/p' <<<"$ready_line")
-ublk_id=$(sed -n 's/.* ublk_id=\([0-9]*\).*/\1/p' <<<"$ready_line")
-[[ -n $dev && -n $ublk_id ]] || fail "the READY line names no ublk device: '$ready_line'"
-# The guest's kernel (7.3) offers UBLK_F_USER_COPY: 128 tags per queue, the
-# 128 buffers of 1 MiB a pool that requests take from.
-[[ $ready_line == *" depth=128 copy=user"* ]] ||
-	fail "the READY line does not say user copy with 128 tags per queue: '$ready_line'"
-grep -q 'ublk device started: .* copy=user buffers=128 from the pool' "$logs/attach1.log" ||
-	fail "the request buffers are not 128 from the transport's pool (attach1.log)"
-wait_dev
-# One hardware queue per CPU, at most 4 (the attach process's default).
-cpus=$(nproc)
-queues=$((cpus < 4 ? cpus : 4))
-((queues >= 2)) || fail "the guest has $cpus CPU: the queues cannot be tested (vm.sh gives 2)"
-[[ $ready_line == *" queues=$queues"* ]] || fail "the READY line does not name $queues queues: '$ready_line'"
-mq=$(find "/sys/block/${dev#/dev/}/mq" -mindepth 1 -maxdepth 1 -type d | wc -l)
-((mq == queues)) || fail "$dev has $mq hardware queues in /sys/block/${dev#/dev/}/mq, want $queues"
-# check_tags DEV N: every hardware queue of DEV has N tags.
-check_tags() {
-	local f n
-	for f in /sys/block/"${1#/dev/}"/mq/*/nr_tags; do
-		n=$(cat "$f") || fail "cannot read $f"
-		((n == $2)) || fail "$f says $n tags, want $2"
-	done
-}
-check_tags "$dev" 128
-q=/sys/block/${dev#/dev/}/queue
-say "$dev has $queues hardware queues of 128 tags; max_sectors_kb=$(cat $q/max_sectors_kb)" \
-	"max_hw_sectors_kb=$(cat $q/max_hw_sectors_kb) max_segments=$(cat $q/max_segments)" \
-	"max_segment_size=$(cat $q/max_segment_size)"
-bytes=$(blockdev --getsize64 "$dev") || fail "blockdev --getsize64 $dev failed"
-((bytes == size_mb * 1024 * 1024)) || fail "$dev has $bytes bytes, want $((size_mb * 1024 * 1024))"
-[[ $(blockdev --getss "$dev") == 512 && $(blockdev --getpbsz "$dev") == 4096 ]] ||
-	fail "$dev: logical $(blockdev --getss "$dev"), physical $(blockdev --getpbsz "$dev"), want 512/4096"
-
-# ---- 3. fio with verify on the raw device
 # fio_run NAME FIO_ARG...: vm_guest_fio on the device (guest-blk.sh).
 fio_run() { vm_guest_fio "$1" "$dev" "$logs" "${@:2}"; }
 # ublk_status NAME: the ctl status of attach process NAME.
@@ -219,11 +190,93 @@ reqs_sum() {
 	for x in "${n[@]}"; do s=$((s + x)); done
 	echo "$s"
 }
+# both_queues R0 R1 MIN WHAT: queues 0 and 1 each took MIN requests or
+# more between the ublk_reqs R0 and R1 (else fails, naming WHAT).
+both_queues() {
+	local q a b
+	IFS=, read -r -a a <<<"$1"
+	IFS=, read -r -a b <<<"$2"
+	for q in 0 1; do
+		((b[q] - a[q] >= $3)) || fail "$4: queue $q took $((b[q] - a[q])) requests ('$1', then '$2')"
+	done
+}
+
+# One hardware queue per CPU, at most 4 (the attach process's default),
+# each with its own thread (the default too).
+cpus=$(nproc)
+queues=$((cpus < 4 ? cpus : 4))
+((queues >= 2)) || fail "the guest has $cpus CPU: the queues cannot be tested (vm.sh gives 2)"
+
+# ---- 1b. the volume's write IOPS limit across the queue threads
+qos_iops=100
+"$bin/zl" volume set "$vol" --write-iops "$qos_iops" >>"$logs/zl.log" 2>&1 ||
+	fail "zl volume set --write-iops $qos_iops failed: $(tail -3 "$logs/zl.log")"
+attach_start attach_qos
+[[ $ready_line == *" queues=$queues depth=128 copy=user threads=$queues"* ]] ||
+	fail "the default attach does not serve $queues queues on $queues threads: '$ready_line'"
+dev=$(sed -n 's/.* dev=\(\/dev\/ublkb[0-9]*\).*/\1/p' <<<"$ready_line")
+wait_dev
+r0=$(ublk_reqs attach_qos)
+# Not verified (a verify pass would read, which the write limit does not hold).
+fio --name=qos --filename="$dev" --ioengine=libaio --direct=1 --rw=randwrite --bs=4k \
+	--iodepth=32 --size=64M --numjobs=2 --offset_increment=64M --cpus_allowed=0,1 \
+	--cpus_allowed_policy=split --time_based --runtime=10 --group_reporting \
+	--output="$logs/fio-qos.log" || fail "fio qos exited $?: $(grep -m3 -i 'err' "$logs/fio-qos.log")"
+grep -q 'err= 0' "$logs/fio-qos.log" || fail "fio qos reported an error"
+r1=$(ublk_reqs attach_qos)
+both_queues "$r0" "$r1" 100 "QoS: the two fio jobs (a queue and a thread each)"
+# "write: IOPS=99, ..." (the two jobs together); 1.2k above 999.
+iops=$(sed -n 's/.*write: IOPS=\([0-9.]*k\{0,1\}\),.*/\1/p' "$logs/fio-qos.log" | head -1)
+[[ $iops == *k ]] && iops=$(awk -v v="${iops%k}" 'BEGIN { printf "%d", v * 1000 }')
+[[ $iops =~ ^[0-9]+$ ]] || fail "QoS: no write IOPS in fio-qos.log: $(grep -m1 'IOPS=' "$logs/fio-qos.log")"
+((iops * 10 >= qos_iops * 9 && iops * 10 <= qos_iops * 11)) ||
+	fail "QoS: $iops write IOPS through $queues threads, the volume's limit is $qos_iops (+-10 %)"
+say "QoS: $iops write IOPS through $queues queue threads (limit $qos_iops), requests per queue $r0, then $r1"
+kill -TERM "$attach_pid"
+wait "$attach_pid" || fail "attach_qos exited $? on SIGTERM"
+attach_pid=''
+"$bin/zl" volume set "$vol" --write-iops 0 >>"$logs/zl.log" 2>&1 ||
+	fail "zl volume set --write-iops 0 failed: $(tail -3 "$logs/zl.log")"
+
+attach_start attach1
+dev=$(sed -n 's/.* dev=\(\/dev\/ublkb[0-9]*\).*/\1/p' <<<"$ready_line")
+ublk_id=$(sed -n 's/.* ublk_id=\([0-9]*\).*/\1/p' <<<"$ready_line")
+[[ -n $dev && -n $ublk_id ]] || fail "the READY line names no ublk device: '$ready_line'"
+# The guest's kernel (7.3) offers UBLK_F_USER_COPY: 128 tags per queue, the
+# 128 buffers of 1 MiB a pool that requests take from.
+[[ $ready_line == *" depth=128 copy=user"* ]] ||
+	fail "the READY line does not say user copy with 128 tags per queue: '$ready_line'"
+grep -q 'ublk device started: .* copy=user buffers=128 from the pool' "$logs/attach1.log" ||
+	fail "the request buffers are not 128 from the transport's pool (attach1.log)"
+wait_dev
+[[ $ready_line == *" queues=$queues depth=128 copy=user threads=$queues"* ]] ||
+	fail "the READY line does not name $queues queues on $queues threads: '$ready_line'"
+mq=$(find "/sys/block/${dev#/dev/}/mq" -mindepth 1 -maxdepth 1 -type d | wc -l)
+((mq == queues)) || fail "$dev has $mq hardware queues in /sys/block/${dev#/dev/}/mq, want $queues"
+# check_tags DEV N: every hardware queue of DEV has N tags.
+check_tags() {
+	local f n
+	for f in /sys/block/"${1#/dev/}"/mq/*/nr_tags; do
+		n=$(cat "$f") || fail "cannot read $f"
+		((n == $2)) || fail "$f says $n tags, want $2"
+	done
+}
+check_tags "$dev" 128
+q=/sys/block/${dev#/dev/}/queue
+say "$dev has $queues hardware queues of 128 tags; max_sectors_kb=$(cat $q/max_sectors_kb)" \
+	"max_hw_sectors_kb=$(cat $q/max_hw_sectors_kb) max_segments=$(cat $q/max_segments)" \
+	"max_segment_size=$(cat $q/max_segment_size)"
+bytes=$(blockdev --getsize64 "$dev") || fail "blockdev --getsize64 $dev failed"
+((bytes == size_mb * 1024 * 1024)) || fail "$dev has $bytes bytes, want $((size_mb * 1024 * 1024))"
+[[ $(blockdev --getss "$dev") == 512 && $(blockdev --getpbsz "$dev") == 4096 ]] ||
+	fail "$dev: logical $(blockdev --getss "$dev"), physical $(blockdev --getpbsz "$dev"), want 512/4096"
+
+# ---- 3. fio with verify on the raw device
 s0=$(ublk_sync attach1)
 fio_run qd1 --rw=randwrite --bs=4k --iodepth=1 --size=64M --io_size=2M
 s1=$(ublk_sync attach1)
 # 512 writes of 4 KiB and their verifying reads: copies of 64 KiB or less
-# are system calls on the loop thread.
+# are system calls on the queue's thread.
 [[ -n $s0 ]] && ((s1 - s0 >= 1024)) ||
 	fail "1024 requests of 4 KiB made $((s1 - s0)) copies with pread/pwrite ('$(ublk_status attach1)')"
 r0=$(ublk_reqs attach1)
@@ -235,11 +288,8 @@ IFS=, read -r -a q0 <<<"$r0"
 IFS=, read -r -a q1 <<<"$r1"
 ((${#q0[@]} == queues && ${#q1[@]} == queues)) ||
 	fail "the ctl status names ${#q1[@]} queues ('$r0', then '$r1'), want $queues"
-for q in 0 1; do
-	# 4 MiB of 4 KiB writes and their verifying reads per job: 2048.
-	(( q1[q] - q0[q] >= 1024)) ||
-		fail "queue $q took $((q1[q] - q0[q])) requests of the two fio jobs ('$r0', then '$r1')"
-done
+# 4 MiB of 4 KiB writes and their verifying reads per job: 2048.
+both_queues "$r0" "$r1" 1024 "the two fio jobs"
 say "the two fio jobs went through queues 0 and 1: requests per queue $r0, then $r1"
 fio_run qd128 --rw=randwrite --bs=4k --iodepth=128 --size=64M --io_size=8M --offset=192M
 fio_run mixed --rw=randrw --rwmixread=40 --bsrange=4k-128k --iodepth=32 --size=64M \
@@ -315,8 +365,8 @@ grep -q " $mnt " /proc/mounts || fail "$mnt is no longer mounted"
 kill -0 "$fio_pid" 2>/dev/null || fail "fio ended while the device had no server"
 attach_start attach2 --recover "$ublk_id"
 [[ $ready_line == *" dev=$dev "* ]] || fail "recovery served another device: '$ready_line'"
-[[ $ready_line == *" queues=$queues depth=128 copy=user"* ]] ||
-	fail "recovery did not take over $queues queues of 128 tags in user copy: '$ready_line'"
+[[ $ready_line == *" queues=$queues depth=128 copy=user threads=$queues"* ]] ||
+	fail "recovery did not take over $queues queues of 128 tags in user copy on $queues threads: '$ready_line'"
 wait "$fio_pid"
 rc=$?
 fio_pid=''
@@ -370,12 +420,7 @@ r0=$(ublk_reqs attach_mt)
 fio_run mt-qd32 --rw=randwrite --bs=4k --iodepth=32 --size=64M --io_size=4M --numjobs=2 \
 	--offset_increment=64M --cpus_allowed=0,1 --cpus_allowed_policy=split
 r1=$(ublk_reqs attach_mt)
-IFS=, read -r -a q0 <<<"$r0"
-IFS=, read -r -a q1 <<<"$r1"
-for q in 0 1; do
-	((q1[q] - q0[q] >= 1024)) ||
-		fail "--ublk-threads 2: queue $q (thread $q) took $((q1[q] - q0[q])) requests ('$r0', then '$r1')"
-done
+both_queues "$r0" "$r1" 1024 "--ublk-threads 2 (queue q on thread q)"
 say "--ublk-threads 2: queues 0 and 1 (threads 0 and 1) took $r1 requests"
 name=$(basename "$dev")
 w0=$(writes)
@@ -412,12 +457,13 @@ attach_pid=''
 [[ ! -e /sys/block/$name ]] || fail "$dev is still there after SIGTERM (--ublk-threads 2)"
 
 # ---- 7. the tag copy mode (--ublk-copy tag, what kernels without user
-# copy get): 128 tags split over the queues, a verified fio; then xfs (the
-# device is new; the volume still holds ext4: overwritten)
-attach_start attach3 --ublk-copy tag
+# copy get) on one thread (--ublk-threads 1): 128 tags split over the
+# queues, a verified fio; then xfs (the device is new; the volume still
+# holds ext4: overwritten)
+attach_start attach3 --ublk-copy tag --ublk-threads 1
 dev=$(sed -n 's/.* dev=\(\/dev\/ublkb[0-9]*\).*/\1/p' <<<"$ready_line")
-[[ $ready_line == *" depth=$((128 / queues)) copy=tag"* ]] ||
-	fail "--ublk-copy tag: the READY line does not say $((128 / queues)) tags per queue in tag copy: '$ready_line'"
+[[ $ready_line == *" depth=$((128 / queues)) copy=tag threads=1"* ]] ||
+	fail "--ublk-copy tag --ublk-threads 1: the READY line does not say $((128 / queues)) tags per queue in tag copy on 1 thread: '$ready_line'"
 wait_dev
 check_tags "$dev" $((128 / queues))
 fio_run tagcopy --rw=randrw --rwmixread=40 --bsrange=4k-256k --iodepth=32 --size=64M --io_size=16M

@@ -1237,6 +1237,36 @@ static void set_limits(struct env *e, const struct zl_volume_mod *mod)
 	assert_memory_equal(zl_vol_meta(e->vol)->qos, mod->qos, sizeof(mod->qos));
 }
 
+/* A write IOPS limit of 1 per second, n writes spread over the handles
+ * v[0..nv) (buf: n * 4096 bytes), then the limit removed while they wait:
+ * every handle follows its record, and they all complete at once. */
+static void qos_unlimit_waiting(struct env *e, struct zl_vol **v, int nv, int n, uint8_t *buf,
+				struct zl_volume_mod *mod)
+{
+	struct done d = {0};
+	uint64_t t0, ms;
+
+	mod->qos[ZL_QOS_WRITE_IOPS] = 1;
+	set_limits(e, mod);
+	for (int i = 0; i < n; i++)
+		assert_int_equal(zl_vol_aio_write(v[i % nv], buf + (size_t)i * 4096,
+						  (uint64_t)i * 4096, 4096, 0, done_cb, &d),
+				 0);
+	for (int i = 0; i < 20; i++)
+		zl_loop_run_once(e->loop, 10);
+	assert_true(d.calls < 4);
+	mod->qos[ZL_QOS_WRITE_IOPS] = 0;
+	mod->qos[ZL_QOS_BURST(ZL_QOS_WRITE_IOPS)] = 0;
+	t0 = zl_now_ms();
+	set_limits(e, mod);
+	run_until(e, &d.calls, n);
+	assert_int_equal(d.status, 0);
+	ms = zl_now_ms() - t0;
+	print_message("qos: limit removed: %d writes waiting on %d handles done %llu ms later\n", n,
+		      nv, (unsigned long long)ms);
+	assert_true(ms < 3000);
+}
+
 /* Issue 26: the volume's write IOPS limit holds the writes back (they wait,
  * none fails), reads are not limited, and a limit removed while writes wait
  * lets them all go at once: the open volume follows its record. */
@@ -1285,26 +1315,65 @@ static void test_qos_limits(void **state)
 	assert_true(st.throttled >= N - 2 && st.throttled <= N);
 
 	/* A limit of 1 write per second, then removed while they wait. */
-	mod.qos[ZL_QOS_WRITE_IOPS] = 1;
+	qos_unlimit_waiting(e, &e->vol, 1, N, buf, &mod);
+	free(buf);
+}
+
+/* Two handles of the volume (two clients, as the ublk frontend's queue
+ * threads have) joined to one zl_vol_qos_share: the write IOPS limit holds
+ * for both together (per-handle buckets would let each reach it), waiting
+ * writes of both go by the timer, and a limit removed while they wait
+ * reaches the share through each handle's watch. */
+static void test_qos_share(void **state)
+{
+	enum { N = 30, LIMIT = 200 };
+	struct env *e = *state;
+	struct zl_volume_mod mod = {.mask = ZL_VMOD_QOS(ZL_QOS_WRITE_IOPS) |
+					    ZL_VMOD_QOS(ZL_QOS_BURST(ZL_QOS_WRITE_IOPS))};
+	struct zl_client_opts co = {.prefix = e->prefix, .client_id = "unit-qos2"};
+	uint8_t *buf = malloc((size_t)2 * N * 4096);
+	struct zl_vol_qos_share *share;
+	struct zl_client *cli2;
+	struct zl_vol *v[2];
+	struct done d = {0};
+	uint64_t t0, ms, deadline;
+
+	assert_non_null(buf);
+	fill_pattern(buf, (size_t)2 * N * 4096, 11);
+	assert_int_equal(zl_client_create(e->loop, e->etcd, &co, &cli2), 0);
+	assert_int_equal(zl_vol_open(cli2, e->vol_name, &v[1]), 0);
+	v[0] = e->vol;
+	assert_int_equal(zl_vol_qos_share_create(&share), 0);
+	for (int h = 0; h < 2; h++)
+		assert_int_equal(zl_vol_qos_join(v[h], share), 0);
+	assert_int_equal(zl_vol_qos_join(v[1], share), -ZL_ERR_INVAL);
+	/* The handles hold their references: the creator's may go now. */
+	zl_vol_qos_share_put(share);
+	mod.qos[ZL_QOS_WRITE_IOPS] = LIMIT;
+	mod.qos[ZL_QOS_BURST(ZL_QOS_WRITE_IOPS)] = 1;
 	set_limits(e, &mod);
-	d.calls = 0;
-	for (int i = 0; i < N; i++)
-		assert_int_equal(zl_vol_aio_write(e->vol, buf + (size_t)i * 4096,
+	deadline = zl_now_ms() + 10000;
+	while (zl_vol_meta(v[1])->qos[ZL_QOS_WRITE_IOPS] != LIMIT && zl_now_ms() < deadline)
+		zl_loop_run_once(e->loop, 20);
+
+	/* 2N writes, N on each handle: one per 5 ms for both together. */
+	t0 = zl_now_ms();
+	for (int i = 0; i < 2 * N; i++)
+		assert_int_equal(zl_vol_aio_write(v[i % 2], buf + (size_t)i * 4096,
 						  (uint64_t)i * 4096, 4096, 0, done_cb, &d),
 				 0);
-	for (int i = 0; i < 20; i++)
-		zl_loop_run_once(e->loop, 10);
-	assert_true(d.calls < 4);
-	mod.qos[ZL_QOS_WRITE_IOPS] = 0;
-	mod.qos[ZL_QOS_BURST(ZL_QOS_WRITE_IOPS)] = 0;
-	t0 = zl_now_ms();
-	set_limits(e, &mod);
-	run_until(e, &d.calls, N);
-	assert_int_equal(d.status, 0);
+	run_until(e, &d.calls, 2 * N);
 	ms = zl_now_ms() - t0;
-	print_message("qos: limit removed: the %d waiting writes done %llu ms later\n", N,
+	assert_int_equal(d.status, 0);
+	print_message("qos share: %d writes on 2 handles at %d IOPS took %llu ms\n", 2 * N, LIMIT,
 		      (unsigned long long)ms);
-	assert_true(ms < 3000);
+	assert_true(ms >= (2 * N - 2) * 1000 / LIMIT);
+	assert_true(ms < 4 * 2 * N * 1000 / LIMIT);
+
+	/* 1 write per second, removed while both handles' writes wait. */
+	qos_unlimit_waiting(e, v, 2, 2 * N, buf, &mod);
+	zl_vol_close(v[1]);
+	zl_client_destroy(cli2);
 	free(buf);
 }
 
@@ -1688,6 +1757,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_heal_read_around_all_bad, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_heal_read_around_members, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_qos_limits, env_setup, env_teardown),
+	    cmocka_unit_test_setup_teardown(test_qos_share, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_volume_delete, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_volume_delete_attached, env_setup, env_teardown),
 	    cmocka_unit_test_setup_teardown(test_snap_seq_carried, env_setup, env_teardown),
