@@ -2414,10 +2414,13 @@ static uint32_t open_wseq(struct zl_chunk_store *s, uint64_t vol, uint64_t idx)
 	return w;
 }
 
+/* A write or zeroing in l not yet visible: one answered early (journal
+ * mode) made its version visible when it was (op_visible) and no longer
+ * counts, so a writer's own earlier piece, answered, does not either. */
 static bool op_list_changing(const struct op_list *l)
 {
 	for (const struct chunk_op *op = l->first; op; op = op->next)
-		if (op->kind == OP_WRITE || op->kind == OP_ZERO)
+		if ((op->kind == OP_WRITE || op->kind == OP_ZERO) && !op->acked)
 			return true;
 	return false;
 }

@@ -228,11 +228,13 @@ int zl_chunk_zero(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32
 int zl_chunk_version(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
 		     uint64_t *version);
 
-/* Whether a write or zeroing of (vol, chunk) was submitted and has not
- * ended (running, queued behind another operation, or waiting for the
- * chunk's open). With zl_chunk_version, what a writer that must not
- * overwrite a newer write checks right before it submits (scrub's repair of
- * its own copy): a write submitted after that is ordered after it. */
+/* Whether a write or zeroing of (vol, chunk) was submitted and is not yet
+ * visible in zl_chunk_version (running, queued behind another operation,
+ * or waiting for the chunk's open; one answered early, journal mode, has
+ * made its version visible). With zl_chunk_version, what a writer that
+ * must not overwrite a newer write checks right before it submits (scrub's
+ * repair of its own copy): a write submitted after that is ordered after
+ * it. */
 bool zl_chunk_changing(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk);
 
 /* Makes the next zl_chunk_version / zl_chunk_wseq of (vol, chunk) answer

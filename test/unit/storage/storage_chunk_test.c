@@ -2300,6 +2300,42 @@ static void test_warm(void **state)
 	free(r);
 }
 
+/* zl_chunk_changing: a write or zeroing counts from its submission (also
+ * while it waits for the chunk's open) until its version is visible in
+ * zl_chunk_version (answered), a read never, another chunk's never. */
+static void test_changing(void **state)
+{
+	struct env *e = *state;
+	struct done d[4] = {0};
+	uint8_t *p = t_alloc(NULL, 4096), *r = t_alloc(NULL, 4096);
+	uint64_t ver = 0;
+
+	fill(p, 4096, 5);
+	assert_false(zl_chunk_changing(e->s, VOL, 50));
+	assert_int_equal(zl_chunk_write(e->s, VOL, 50, CS, 0, 4096, p, 3, done_cb, &d[0]), 0);
+	assert_true(zl_chunk_changing(e->s, VOL, 50)); /* waits for the open */
+	assert_false(zl_chunk_changing(e->s, VOL, 51));
+	wait_all(e, d, 1);
+	assert_int_equal(d[0].status, 0);
+	assert_false(zl_chunk_changing(e->s, VOL, 50));
+	assert_int_equal(zl_chunk_version(e->s, VOL, 50, CS, &ver), 0);
+	assert_true(ver == 3);
+	assert_int_equal(zl_chunk_read(e->s, VOL, 50, CS, 0, 4096, r, done_cb, &d[1]), 0);
+	assert_false(zl_chunk_changing(e->s, VOL, 50));
+	assert_int_equal(zl_chunk_write(e->s, VOL, 50, CS, 4096, 4096, p, 4, done_cb, &d[2]), 0);
+	assert_true(zl_chunk_changing(e->s, VOL, 50));
+	wait_all(e, &d[1], 2);
+	assert_false(zl_chunk_changing(e->s, VOL, 50));
+	assert_int_equal(zl_chunk_zero(e->s, VOL, 50, CS, 0, 4096, 5, done_cb, &d[3]), 0);
+	assert_true(zl_chunk_changing(e->s, VOL, 50));
+	wait_all(e, &d[3], 1);
+	assert_false(zl_chunk_changing(e->s, VOL, 50));
+	assert_int_equal(zl_chunk_version(e->s, VOL, 50, CS, &ver), 0);
+	assert_true(ver == 5);
+	free(p);
+	free(r);
+}
+
 /* Group commit across chunks: 64 concurrent 4 KiB writes to 64 open chunks
  * share a few records; the disk sees far fewer durable writes than client
  * writes. (The chunks are created first: each creation ends on its own, on
@@ -3206,6 +3242,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_delete_inflight, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_open_waits, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_warm, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_changing, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_volume_delete_async, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_volume_delete_twice, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_scrub_missing, setup, teardown),
