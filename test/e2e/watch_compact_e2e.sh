@@ -21,7 +21,7 @@ source "$SRC/test/lib/cluster.sh"
 source "$SRC/test/lib/hold.sh"
 fail() {
 	echo "watch_compact_e2e: FAIL: $*" >&2
-	for f in "$CL_DIR"/storage-*/log; do echo "--- $f" >&2; grep -v DEBUG "$f" | tail -15 >&2; done
+	cl_dump_logs 15 "$CL_DIR"/storage-*/log
 	exit 1
 }
 ok() { echo "watch_compact_e2e: ok: $*"; }
