@@ -98,12 +98,12 @@ for r in $(seq 1 "$ROUNDS"); do
 		kill -0 "$spid" 2>/dev/null || break
 		sleep 0.05
 	done
-	# A few writes only, then the writer ends (every answer logged), so
-	# that later writes do not cover what a bad piece overwrote.
+	# A few writes only, then the writer stops again, so that later writes
+	# do not cover what a bad piece overwrote.
 	a0=$(grep -c '^A ' "$LOG" || true)
 	kill -CONT "$wpid"
 	cl_wait_count "$LOG" '^A ' $((a0 + 8)) 20 || fail "the writer acknowledged nothing after round $r's start"
-	writer_end
+	kill -STOP "$wpid"
 	wait "$spid" || true # a repair cut short by a write says so
 	rm -f "$CL_DIR/delay"
 	last=$(grep -h "scrub re[a-z]* .*vol=$vid chunk=0 member=$prim " "$plog" | tail -1 | sed 's/.*\(scrub re[a-z]*\)/\1/')
@@ -111,16 +111,18 @@ for r in $(seq 1 "$ROUNDS"); do
 	case $last in
 	"scrub repaired"*) ;;
 	*)
-		# Cut short: the flipped block may still be bad on the primary
-		# (a write covering part of it would wait, its edge block
-		# unreadable, until a scrub repairs it). A quiet scrub does
-		# (the writes may have rewritten the whole block meanwhile: then
-		# nothing is left to repair).
+		# Cut short: the flipped block may still be bad on the primary,
+		# and a write of the (stopped) writer that covers part of it waits
+		# (its edge block unreadable) until a scrub repairs it. A quiet
+		# scrub does (the writes may have rewritten the whole block
+		# meanwhile: then nothing is left to repair).
 		"$ZL" volume scrub sr >"$CL_DIR/scrub.$r.quiet" 2>&1 || fail "the quiet scrub of round $r: $(tail -3 "$CL_DIR/scrub.$r.quiet")"
 		grep -Eq ' ([0-9]+) bad copies found, \1 repaired' "$CL_DIR/scrub.$r.quiet" ||
 			fail "the quiet scrub of round $r left a bad copy: $(tail -1 "$CL_DIR/scrub.$r.quiet")"
 		;;
 	esac
+	# The writer ends its writes in flight (every answer logged) and exits.
+	writer_end
 	# No writer: every acknowledged write reads back now.
 	"$CL_BIN/e2e_load" check --etcd "$CL_ETCD" --volume sr --log "$LOG" >"$CL_DIR/check.$r" 2>&1 ||
 		fail "round $r: read back through the client: $(grep -E 'BAD|CHECK' "$CL_DIR/check.$r" | head -5)"
