@@ -42,7 +42,9 @@
  *           version on the last piece, each only while no client write of
  *           the chunk came since its piece was read, sc_piece_store)
  *   WAIT    rate limit before the next window or piece
- * and answers the SCRUB request with struct zl_wire_scrub_result.
+ * and answers the SCRUB request with struct zl_wire_scrub_result. A job of
+ * one chunk, not paced, starts when a client's I/O found a bad block in our
+ * copy (zl_storage_scrub_on_corrupt).
  * Known limit: a copy repaired while clients write the same chunk can be
  * hit by a forwarded write between CHUNK_DELETE and the last piece (the push
  * is then refused as CONFLICT and logged); run the scrub again. */
@@ -65,6 +67,11 @@
  * this many times. */
 #define SC_BG_WAIT_MS 200
 #define SC_BG_WAITS   50
+/* Repairs a client I/O asked for (zl_storage_scrub_on_corrupt): the same
+ * chunk at most once per SC_AUTO_GAP_MS, remembered in SC_AUTO_SLOTS
+ * slots (the oldest is reused). */
+#define SC_AUTO_SLOTS  32
+#define SC_AUTO_GAP_MS 5000
 
 struct dg_job;
 typedef void (*dg_done_fn)(struct dg_job *j, int status);
@@ -130,10 +137,17 @@ struct sc_member {
 
 enum sc_phase { SC_DIGEST, SC_FIX, SC_WAIT, SC_DONE };
 
+/* Who started a job: a SCRUB request (answered on conn), the background
+ * pass (the next of its slices follows), or a client I/O that found a bad
+ * block in our copy (one chunk). */
+enum sc_kind { SC_REQUEST, SC_BACKGROUND, SC_AUTO };
+
 struct sc_job {
 	struct zl_storage *st;
 	struct sc_job *next;
-	struct zl_xport_conn *conn; /* NULL: background */
+	struct zl_xport_conn *conn; /* SC_REQUEST only */
+	enum sc_kind kind;
+	uint64_t auto_chunk; /* SC_AUTO: the chunk */
 	struct zl_wire_hdr req;
 	uint64_t vol;
 	char vid[ZL_VOL_ID_LEN + 1];
@@ -175,6 +189,11 @@ struct zl_storage_scrub {
 	uint32_t *bg_slice;
 	size_t bg_n, bg_i, bg_cap;
 	bool bg_running, stopping;
+	/* SC_AUTO jobs started lately: (volume, chunk, start ms) */
+	struct {
+		uint64_t vol, chunk, t_ms;
+	} auto_recent[SC_AUTO_SLOTS];
+	uint32_t auto_next; /* slot reused next */
 };
 
 static uint64_t vol_chunks(const struct zl_volume *v)
@@ -564,7 +583,7 @@ static void sc_sent(void *arg, int status)
 static void sc_done(struct sc_job *j, int err)
 {
 	struct zl_storage_scrub *sc = j->st->scrub;
-	bool bg = !j->conn;
+	static const char *const how[] = {"", " (background)", " (a client I/O found a bad block)"};
 	struct zl_wire_hdr rep;
 
 	j->phase = SC_DONE;
@@ -583,8 +602,18 @@ static void sc_done(struct sc_job *j, int err)
 		    "scrub done: vol=%s slice=%u chunks_checked=%" PRIu64 " bad_found=%" PRIu64
 		    " repaired=%" PRIu64 " bytes_read=%" PRIu64 " ms=%" PRIu64 "%s",
 		    j->vid, j->slice, j->res.chunks_checked, j->res.bad_found, j->res.repaired,
-		    j->res.bytes_read, zl_now_ms() - j->t0, bg ? " (background)" : "");
-	if (bg) {
+		    j->res.bytes_read, zl_now_ms() - j->t0, how[j->kind]);
+	if (j->kind == SC_AUTO) {
+		/* Repaired: the copy going bad again is a new find, repaired at
+		 * once; else the chunk waits SC_AUTO_GAP_MS. */
+		for (uint32_t k = 0; !err && j->res.repaired && k < SC_AUTO_SLOTS; k++)
+			if (sc->auto_recent[k].vol == j->vol &&
+			    sc->auto_recent[k].chunk == j->auto_chunk)
+				sc->auto_recent[k].t_ms = 0;
+		sc_free(j);
+		return;
+	}
+	if (j->kind == SC_BACKGROUND) {
 		sc_free(j);
 		if (!sc->stopping)
 			sc_bg_next(sc);
@@ -961,7 +990,8 @@ static void sc_fix_end(struct sc_job *j, int err)
 
 static void sc_wait_then(struct sc_job *j, uint64_t bytes, zl_loop_cb next)
 {
-	uint64_t ms = pace(j->st->scrub, bytes);
+	/* A repair a client waits for is not paced. */
+	uint64_t ms = j->kind == SC_AUTO ? 0 : pace(j->st->scrub, bytes);
 
 	j->phase = SC_WAIT;
 	if (ms)
@@ -1236,10 +1266,11 @@ static void sc_fix_next(void *arg)
 }
 
 /* Starts the scrub of slice `slice` of volume `vol` on this node, which
- * must be its primary. conn NULL: background. 0 or an error (nothing
+ * must be its primary: a SCRUB request h on conn, a slice of the background
+ * pass, or (SC_AUTO) only chunk `chunk` of it. 0 or an error (nothing
  * started). */
-static int sc_start(struct zl_storage *st, struct zl_xport_conn *conn, const struct zl_wire_hdr *h,
-		    uint64_t vol, uint32_t slice)
+static int sc_start(struct zl_storage *st, enum sc_kind kind, struct zl_xport_conn *conn,
+		    const struct zl_wire_hdr *h, uint64_t vol, uint32_t slice, uint64_t chunk)
 {
 	struct zl_storage_vol *sv;
 	const struct zl_slice *s;
@@ -1259,6 +1290,11 @@ static int sc_start(struct zl_storage *st, struct zl_xport_conn *conn, const str
 	me = zl_slice_index_of(s, st->cfg.node_id);
 	if (me < 0 || me != zl_slice_primary(s))
 		return -ZL_ERR_NOT_PRIMARY;
+	/* A repair a client asked for (one chunk, not paced) ends first: two
+	 * jobs repairing one copy would cut each other's repair short. */
+	for (struct sc_job *o = st->scrub->jobs; o; o = o->next)
+		if (o->kind == SC_AUTO && o->vol == vol && o->slice == slice)
+			return -ZL_ERR_BUSY;
 	/* A primary that has not peered in the row's term may be behind:
 	 * ZL_ERR_PEERING (peering starts; the caller retries). */
 	rc = zl_storage_peering_ready(st, &sv->v, slice);
@@ -1277,6 +1313,12 @@ static int sc_start(struct zl_storage *st, struct zl_xport_conn *conn, const str
 	j->row_ver = s->version;
 	j->epoch = sv->max_epoch;
 	j->cursor = slice;
+	j->kind = kind;
+	if (kind == SC_AUTO) {
+		/* The one chunk: its window ends after it. */
+		j->cursor = j->auto_chunk = chunk;
+		j->n_chunks = ZL_MIN(j->n_chunks, chunk + 1);
+	}
 	j->t0 = zl_now_ms();
 	snprintf(j->m[0].node, ZL_NODE_ID_MAX, "%s", st->cfg.node_id);
 	j->m[0].j = j;
@@ -1296,8 +1338,17 @@ static int sc_start(struct zl_storage *st, struct zl_xport_conn *conn, const str
 	}
 	j->next = st->scrub->jobs;
 	st->scrub->jobs = j;
-	ZL_LOG_INFO("storage", "scrub started: vol=%s slice=%u members=%u slice_ver=%" PRIu64 "%s",
-		    j->vid, slice, j->n_m, j->row_ver, conn ? "" : " (background)");
+	if (kind == SC_AUTO)
+		ZL_LOG_WARN(
+		    "storage",
+		    "scrub started: vol=%s slice=%u chunk=%" PRIu64 " members=%u slice_ver=%" PRIu64
+		    " (a client I/O found a bad block in our copy: repairing it from the members)",
+		    j->vid, slice, chunk, j->n_m, j->row_ver);
+	else
+		ZL_LOG_INFO("storage",
+			    "scrub started: vol=%s slice=%u members=%u slice_ver=%" PRIu64 "%s",
+			    j->vid, slice, j->n_m, j->row_ver,
+			    kind == SC_BACKGROUND ? " (background)" : "");
 	zl_loop_defer(st->loop, &j->d, sc_window, j);
 	return 0;
 }
@@ -1305,7 +1356,7 @@ static int sc_start(struct zl_storage *st, struct zl_xport_conn *conn, const str
 void zl_storage_scrub_serve(struct zl_storage *st, struct zl_xport_conn *c,
 			    const struct zl_wire_hdr *h)
 {
-	int rc = sc_start(st, c, h, h->vol_id, h->offset);
+	int rc = sc_start(st, SC_REQUEST, c, h, h->vol_id, h->offset, 0);
 
 	if (rc) {
 		struct zl_wire_hdr rep;
@@ -1313,6 +1364,40 @@ void zl_storage_scrub_serve(struct zl_storage *st, struct zl_xport_conn *c,
 		zl_wire_reply_init(h, &rep, rc);
 		zl_xport_reply(c, &rep, NULL, 0, NULL, NULL);
 	}
+}
+
+/* ---- repair on a client's find ---- */
+
+void zl_storage_scrub_on_corrupt(struct zl_storage *st, uint64_t vol, uint32_t slice,
+				 uint64_t chunk)
+{
+	struct zl_storage_scrub *sc = st->scrub;
+	uint64_t now = zl_now_ms();
+	uint32_t k;
+	int rc;
+
+	if (!sc || sc->stopping)
+		return;
+	/* A job on this slice may have passed the chunk: the client's next
+	 * find (a write is sent again) starts one after it. */
+	for (struct sc_job *j = sc->jobs; j; j = j->next)
+		if (j->vol == vol && j->slice == slice)
+			return;
+	for (k = 0; k < SC_AUTO_SLOTS; k++)
+		if (sc->auto_recent[k].t_ms && sc->auto_recent[k].vol == vol &&
+		    sc->auto_recent[k].chunk == chunk &&
+		    now - sc->auto_recent[k].t_ms < SC_AUTO_GAP_MS)
+			return;
+	rc = sc_start(st, SC_AUTO, NULL, NULL, vol, slice, chunk);
+	if (rc) {
+		ZL_LOG_DEBUG("storage", "no repair of chunk %" PRIu64 " of vol %016" PRIx64 ": %s",
+			     chunk, vol, zl_errname(rc));
+		return;
+	}
+	k = sc->auto_next++ % SC_AUTO_SLOTS;
+	sc->auto_recent[k].vol = vol;
+	sc->auto_recent[k].chunk = chunk;
+	sc->auto_recent[k].t_ms = now;
 }
 
 /* ---- background scrub ---- */
@@ -1361,7 +1446,7 @@ static void sc_bg_next(struct zl_storage_scrub *sc)
 	while (sc->bg_i < sc->bg_n) {
 		size_t i = sc->bg_i++;
 
-		if (!sc_start(sc->st, NULL, NULL, sc->bg_vol[i], sc->bg_slice[i]))
+		if (!sc_start(sc->st, SC_BACKGROUND, NULL, NULL, sc->bg_vol[i], sc->bg_slice[i], 0))
 			return; /* sc_done calls us again */
 	}
 	if (sc->bg_running)

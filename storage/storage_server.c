@@ -721,6 +721,11 @@ static void srv_local_done(void *arg, int status)
 	r->local_err = status;
 	if (status)
 		zl_storage_ddir_io_error(r->st, status);
+	/* A client's write found a bad edge block in our copy: it is sent
+	 * again (CORRUPT), and waits until the copy is repaired. */
+	if (status == -ZL_ERR_CORRUPT && srv_is_write(r->req.opcode) &&
+	    r->req.opcode != ZL_OP_REPL_WRITE)
+		zl_storage_scrub_on_corrupt(r->st, r->req.vol_id, r->slice, r->req.chunk);
 	if (--r->pending == 0)
 		srv_write_finish(r);
 }
@@ -1322,6 +1327,11 @@ static void srv_read_done(void *arg, int status)
 	struct zl_wire_hdr rep;
 
 	zl_storage_fair_done(r->st->fair, &r->fair);
+	/* A client's read of our copy (the primary's) found a bad block: the
+	 * client reads around it (ZL_WF_ANY from the members); our copy is
+	 * repaired from them. */
+	if (status == -ZL_ERR_CORRUPT && r->req.opcode == ZL_OP_READ && !(r->req.flags & ZL_WF_ANY))
+		zl_storage_scrub_on_corrupt(r->st, r->req.vol_id, r->slice, r->req.chunk);
 	if (status) {
 		req_reply_free(r, status, r->seen_ver);
 		return;
@@ -1376,11 +1386,12 @@ static void srv_read_disk(struct storage_req *r)
 	r->buf =
 	    rc ? NULL : zl_xport_buf_alloc(st->xport, zl_chunk_read_span(h->offset, h->length));
 	if (!rc)
-		rc = r->buf ? zl_chunk_read_crcs(st->chunks, h->vol_id, id, r->chunk_size,
-						 h->offset, h->length, r->buf,
-						 srv_crcs(r, h->offset, h->length),
-						 h->flags & ZL_WF_ANY, srv_read_done, r)
-			    : -ENOMEM;
+		rc = r->buf
+			 ? zl_chunk_read_crcs(st->chunks, h->vol_id, id, r->chunk_size, h->offset,
+					      h->length, r->buf, srv_crcs(r, h->offset, h->length),
+					      (h->flags & ZL_WF_ANY) || (h->aux & ZL_READ_RECHECK),
+					      srv_read_done, r)
+			 : -ENOMEM;
 	if (rc)
 		req_reply_free(r, rc == -ENOMEM ? -ZL_ERR_BUSY : rc, r->seen_ver);
 }

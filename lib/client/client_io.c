@@ -670,6 +670,10 @@ static void sub_send(struct client_sub *s)
 	s->hdr.length = s->length;
 	s->hdr.slice_ver = sl->version;
 	s->hdr.epoch = v->epoch;
+	/* Sent again after its data failed the CRCs it came with: the primary
+	 * checks every block on disk (and repairs a bad copy it finds). */
+	if (s->op == ZL_OP_READ && s->bad_data && !s->any)
+		s->hdr.aux = ZL_READ_RECHECK;
 	/* The sequence of now: a write resent after a switch (or a SNAPSEQ
 	 * answer and reload) carries the new one. The flag is set per
 	 * connection (client_node.c, conn_seq_set). */

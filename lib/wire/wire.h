@@ -82,6 +82,12 @@ enum zl_wire_op {
 	ZL_OP_MAX_ = 16,
 };
 
+/* READ aux: ZL_READ_RECHECK, or 0. The server checks every block read against
+ * its stored CRC, even one checked before: a client sends its read again so
+ * after the reply's data failed the CRCs it carried, and a primary then finds
+ * a bad copy itself and repairs it. Daemons that predate it ignore aux. */
+#define ZL_READ_RECHECK 1
+
 enum zl_wire_flag {
 	ZL_WF_REPLY = 1u << 0, /* message is a reply */
 	ZL_WF_FUA = 1u << 1,   /* force unit access: durable before reply */
