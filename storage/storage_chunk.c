@@ -85,6 +85,10 @@
  * in place (durably) after a record with its CRCs only; smaller ones travel
  * in the record (docs/JOURNAL.md). */
 #define STORE_INPLACE_MIN (64u << 10)
+/* Journal mode: free bytes kept beyond the journal's ring (chunk headers
+ * and metadata pages of new chunks, filesystem metadata, the second between
+ * two free-space samples). */
+#define STORE_FREE_SLACK   (8ull << 20)
 #define STORE_CKPT_MS	  5000u /* journal mode: a checkpoint at least this often */
 #define STORE_IDLE_CKPT_MS 200u /* ... and this long after the last operation ended */
 
@@ -330,6 +334,13 @@ struct zl_chunk_store {
 	/* Volumes zl_chunk_volume_delete removed, a ring (0: empty slot). */
 	uint64_t gone_vols[ZL_CHUNK_GONE_VOLS];
 	uint32_t gone_next;
+	/* Journal mode: the data dir's free bytes, an estimate (the last
+	 * zl_chunk_store_set_free, less the new blocks writes took since;
+	 * UINT64_MAX: not known), and what stays free for the writes
+	 * answered from the journal before their chunk-file write (ring +
+	 * STORE_FREE_SLACK): op_room. */
+	uint64_t free_est, free_reserve;
+	struct zl_ratelimit rl_full;
 };
 
 static void op_start(struct chunk_op *op);
@@ -817,8 +828,9 @@ static bool meta_slot_valid(const struct chunk *c, uint32_t pg, const uint8_t *p
 	       zl_get_le32(p + MP_CRC_OFF) == meta_page_crc(p);
 }
 
-/* Creates the file of a new chunk replica: header + sparse metadata and
- * data, made durable (file and directory entry) before the first write.
+/* Creates the file of a new chunk replica: header and metadata pages
+ * allocated, data sparse, made durable (file and directory entry) before
+ * the first write.
  * Blocking (an open worker); s: its constant dir only. */
 static int chunk_create_file(const struct zl_chunk_store *s, struct chunk_args *a, struct chunk *c,
 			     const char *path)
@@ -852,6 +864,13 @@ static int chunk_create_file(const struct zl_chunk_store *s, struct chunk_args *
 	c->birth_nonce = a->birth_nonce;
 	chunk_hdr_encode(hdr, c->vol, c->idx, c->chunk_size, c->birth_seq, c->birth_nonce);
 	if (ftruncate(fd, (off_t)(c->data_off + c->chunk_size)) < 0) {
+		rc = -errno;
+		goto out_free;
+	}
+	/* The header and metadata pages get their blocks now (a full disk
+	 * fails this write, before its answer): the checkpoint's page writes
+	 * never need new space. The data stays sparse (op_room). */
+	if (fallocate(fd, 0, 0, (off_t)c->data_off) < 0 && errno != EOPNOTSUPP) {
 		rc = -errno;
 		goto out_free;
 	}
@@ -1843,10 +1862,80 @@ static void op_jent(struct chunk_op *op, uint32_t *n, uint32_t flags, uint32_t b
  * blocks of a zeroing; ZERO: its whole blocks; INPLACE: only the CRCs of a
  * larger write, whose data then goes to the chunk file with RWF_DSYNC), the
  * CRCs are kept in the op until the record is durable. */
+/* Bytes of file system blocks op's chunk-file write may allocate: the
+ * blocks it writes that hold no data now (CRC 0: never written, or zeroed,
+ * whose whole blocks are punched). */
+static uint64_t op_new_bytes(const struct chunk_op *op)
+{
+	const struct chunk *c = op->ch;
+	uint64_t n = 0;
+
+	if (op->kind == OP_WRITE) {
+		for (uint32_t b = op->b0; b < op->b1; b++)
+			n += !c->crc[b];
+	} else {
+		struct zero_geo g;
+
+		op_zero_geo(op, &g);
+		n = (g.head && !c->crc[g.hb]) + (g.tail && !c->crc[g.tb]);
+	}
+	return n * BLK;
+}
+
+/* Journal mode: whether op's new blocks fit. A write is answered once its
+ * record is durable and its chunk-file write goes on behind the answer: a
+ * full disk there would lose an acknowledged write on every replica (all
+ * fill alike). So a write that needs new blocks is refused NOSPC while the
+ * free space left after it would fall below the journal's ring (at most
+ * that much data is answered and not in its chunk file yet) plus
+ * STORE_FREE_SLACK; overwrites of blocks that hold data always fit. */
+static bool op_room(struct chunk_op *op)
+{
+	struct zl_chunk_store *s = op->s;
+	uint64_t need;
+
+	if (s->free_est == UINT64_MAX)
+		return true;
+	need = op_new_bytes(op);
+	if (!need)
+		return true;
+	if (s->free_est >= need && s->free_est - need >= s->free_reserve) {
+		s->free_est -= need;
+		return true;
+	}
+	s->st.full_refused++;
+	if (zl_ratelimit_ok(&s->rl_full, 1))
+		ZL_LOG_ERR("storage",
+			   "disk full: about %" PRIu64 " MiB free in %s, %" PRIu64
+			   " MiB of it kept for the writes the journal answered before their "
+			   "chunk-file write; writes that need new space fail NOSPC (free space "
+			   "on that filesystem or add capacity; overwrites go on)",
+			   s->free_est >> 20, s->dir, s->free_reserve >> 20);
+	return false;
+}
+
+void zl_chunk_store_set_free(struct zl_chunk_store *s, uint64_t bytes)
+{
+	struct zl_jw_stats js;
+
+	if (!s->jmode || !s->jw)
+		return;
+	if (!s->free_reserve) {
+		zl_jw_stats(s->jw, &js);
+		s->free_reserve = js.ring + STORE_FREE_SLACK;
+	}
+	s->free_est = bytes;
+}
+
 static void op_journal(struct chunk_op *op)
 {
 	struct zl_chunk_store *s = op->s;
 	uint32_t n = 0;
+
+	if (!op_room(op)) {
+		op_fail_later(op, -ZL_ERR_NOSPC);
+		return;
+	}
 
 	if (op->kind == OP_WRITE) {
 		uint32_t nb = op->b1 - op->b0;
@@ -4047,6 +4136,7 @@ int zl_chunk_store_create(const struct zl_chunk_store_opts *opts, struct zl_chun
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
+	s->free_est = UINT64_MAX;
 	s->efd = -1;
 	s->loop = opts->loop;
 	{

@@ -122,6 +122,7 @@ struct zl_chunk_store_stats {
 	bool journal;			/* journal write path */
 	uint64_t checkpoints;		/* journal checkpoints completed */
 	uint64_t early_acks; /* writes answered when their record was durable */
+	uint64_t full_refused;		/* writes refused NOSPC: no room for new blocks (op_room) */
 	uint32_t journal_dirty_chunks;	/* chunks changed since the last one */
 	struct zl_jw_stats jw;		/* the journal's (zero without one) */
 	struct zl_storage_uring_use uring; /* the chunk store's io_uring */
@@ -157,6 +158,12 @@ void zl_chunk_store_stats(const struct zl_chunk_store *s, struct zl_chunk_store_
  * running"). Final: only a restart undoes it; drain and destroy then leave
  * the journal as it is (no checkpoint, no CLEAN marker). Accepts NULL; a second call
  * does nothing. */
+/* The data directory's filesystem has `bytes` free (sampled off the loop,
+ * storage_ddir.c, every second). Journal mode: from then on a write that
+ * needs new blocks is refused NOSPC when it would leave less free than the
+ * journal's ring plus a slack, so a write answered from the journal always
+ * has room in its chunk file. Loop thread. */
+void zl_chunk_store_set_free(struct zl_chunk_store *s, uint64_t bytes);
 void zl_chunk_store_fence(struct zl_chunk_store *s, const char *why);
 bool zl_chunk_store_fenced(const struct zl_chunk_store *s);
 

@@ -37,6 +37,7 @@ struct zl_storage_ddir {
 	bool want_write; /* the next check also writes (a write error came) */
 	bool job_write;	 /* the worker's input: also zl_ddir_probe_write */
 	bool job_bad;	 /* the worker's result, read in done */
+	uint64_t job_free; /* and the filesystem's free bytes (UINT64_MAX: unknown) */
 	char job_why[256];
 	struct zl_timer t;
 	uint32_t ticks;
@@ -235,10 +236,13 @@ static void ddir_on_inotify(void *arg, uint32_t events)
 static void ddir_run(struct zl_work *w)
 {
 	struct zl_storage_ddir *d = ZL_CONTAINER_OF(w, struct zl_storage_ddir, job);
+	struct statvfs sv;
 
 	d->job_bad =
 	    zl_ddir_probe_check(&d->probe, d->job_why, sizeof(d->job_why)) ||
 	    (d->job_write && zl_ddir_probe_write(&d->probe, d->job_why, sizeof(d->job_why)));
+	d->job_free =
+	    fstatvfs(d->probe.dir_fd, &sv) == 0 ? (uint64_t)sv.f_bavail * sv.f_frsize : UINT64_MAX;
 }
 
 static void ddir_done(struct zl_work *w)
@@ -252,6 +256,8 @@ static void ddir_done(struct zl_work *w)
 		ddir_fail(d, d->job_why);
 		return;
 	}
+	if (d->job_free != UINT64_MAX)
+		zl_chunk_store_set_free(d->st->chunks, d->job_free);
 	/* A journal write failed (logged by the journal): its writes fail
 	 * already; say so where the manager and `zl status` look. */
 	zl_chunk_store_stats(d->st->chunks, &cs);

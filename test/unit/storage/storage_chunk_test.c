@@ -2384,6 +2384,53 @@ static void test_journal_group_commit(void **state)
 	free(src);
 }
 
+/* A nearly full data dir (zl_chunk_store_set_free): a write that needs new
+ * blocks is refused NOSPC when it would leave less free than the ring plus
+ * the slack (a write answered from the journal must find room in its chunk
+ * file); an overwrite of blocks that hold data goes on; the estimate drops
+ * by what each allowed write takes. */
+static void test_journal_room(void **state)
+{
+	struct env *e = *state;
+	struct zl_chunk_store_stats st;
+	struct done d[6] = {0};
+	uint8_t *p = t_alloc(NULL, 8192), *r = t_alloc(NULL, 8192);
+
+	fill(p, 8192, 17);
+	zl_chunk_store_stats(e->s, &st);
+	/* Two blocks of room above what is kept. */
+	zl_chunk_store_set_free(e->s, st.jw.ring + (8ull << 20) + 8192);
+	assert_int_equal(zl_chunk_write(e->s, VOL, 60, CS, 0, 8192, p, 1, done_cb, &d[0]), 0);
+	wait_all(e, d, 1);
+	assert_int_equal(d[0].status, 0);
+	/* No room left for a new block; an overwrite needs none. */
+	assert_int_equal(zl_chunk_write(e->s, VOL, 60, CS, 8192, 4096, p, 2, done_cb, &d[1]), 0);
+	wait_all(e, &d[1], 1);
+	assert_int_equal(d[1].status, -ZL_ERR_NOSPC);
+	assert_int_equal(zl_chunk_write(e->s, VOL, 60, CS, 0, 4096, p + 4096, 3, done_cb, &d[2]),
+			 0);
+	wait_all(e, &d[2], 1);
+	assert_int_equal(d[2].status, 0);
+	/* A partial write of a hole: its block is new too. */
+	assert_int_equal(zl_chunk_write(e->s, VOL, 61, CS, 512, 512, p, 1, done_cb, &d[3]), 0);
+	wait_all(e, &d[3], 1);
+	assert_int_equal(d[3].status, -ZL_ERR_NOSPC);
+	zl_chunk_store_stats(e->s, &st);
+	assert_true(st.full_refused == 2);
+	/* Space again (the next sample): new blocks are taken. */
+	zl_chunk_store_set_free(e->s, 1ull << 40);
+	assert_int_equal(zl_chunk_write(e->s, VOL, 60, CS, 8192, 4096, p, 4, done_cb, &d[4]), 0);
+	wait_all(e, &d[4], 1);
+	assert_int_equal(d[4].status, 0);
+	assert_int_equal(zl_chunk_read(e->s, VOL, 60, CS, 0, 8192, r, done_cb, &d[5]), 0);
+	wait_all(e, &d[5], 1);
+	assert_int_equal(d[5].status, 0);
+	assert_memory_equal(r, p + 4096, 4096);
+	assert_memory_equal(r + 4096, p + 4096, 4096);
+	free(p);
+	free(r);
+}
+
 /* Back-pressure: 1024 writes of 60 KiB (60 MiB, all in the records), 320
  * (18.75 MiB) in flight, through a 16 MiB ring: writes wait for checkpoints,
  * none fails, every byte reads back. */
@@ -3268,6 +3315,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_journal_inline_then_inplace, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_journal_versions_checkpointed, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_journal_group_commit, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_journal_room, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_journal_full, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_journal_kill_full, setup, teardown),
 	};

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# E2E: data directories that fill up under a write load (the journal write
+# path, the default). Three daemons, each on an ext4 image of its own (loop
+# mount, 96 MiB: about 65 MiB free beside the 17 MiB journal, of which the
+# daemon keeps the ring's size plus 8 MiB free for the writes the journal
+# answered before their chunk-file write: about 40 MiB of room for new
+# blocks), a 3-replica volume of 128 MiB (1 MiB chunks, sparse files), and
+# a verifying writer (e2e_load: random 4-32 KiB writes, each in the
+# journal's record, acknowledged before its chunk-file write) that goes on
+# well past the point where the filesystems are full.
+#   - Writes past that point fail (ZL_ERR_NOSPC, "disk full" in the
+#     daemons' logs): an acknowledged write is one whose blocks have room.
+#   - Every acknowledged write reads back (e2e_load check, through the
+#     client: the oracle is the writer's log of acknowledged writes), and
+#     no daemon logs a chunk-file write that failed after its journal
+#     record was durable (its blocks would read as corrupt).
+# Needs root, loop devices and mkfs.ext4 (as ddir_e2e does).
+set -euo pipefail
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+source "$SRC/test/lib/cluster.sh"
+fail() {
+	echo "fullfs_e2e: FAIL: $*" >&2
+	cl_dump_logs 20 "$CL_DIR"/storage-*/log
+	exit 1
+}
+ok() { echo "fullfs_e2e: ok: $*"; }
+if [ "$(id -u)" != 0 ] || ! command -v mkfs.ext4 >/dev/null || [ ! -e /dev/loop-control ]; then
+	echo "fullfs_e2e: FAILED: cannot run: needs root, loop devices and mkfs.ext4" >&2
+	exit 1
+fi
+export CL_JOURNAL_SIZE=17M
+export CL_STORAGE_FLAGS="--log-level info"
+cl_e2e_begin e2e-fullfs "$1" 0 || fail "cluster did not start"
+MNTS=""
+# Stops the daemons before the images are unmounted.
+cleanup() {
+	cl_stop_all
+	for m in $MNTS; do
+		mountpoint -q "$m" && { umount "$m" || umount -l "$m"; }
+	done
+	[ "${KEEP:-0}" = 1 ] || rm -rf "$CL_DIR"
+}
+trap cleanup EXIT
+for i in 1 2 3; do
+	d="$CL_DIR/storage-$i/data"
+	mkdir -p "$d"
+	truncate -s 96M "$CL_DIR/img-$i" && mkfs.ext4 -q -F "$CL_DIR/img-$i" ||
+		fail "cannot make an ext4 image (mkfs.ext4)"
+	mount -o loop "$CL_DIR/img-$i" "$d" || fail "cannot loop-mount $CL_DIR/img-$i"
+	MNTS="$MNTS $d"
+	cl_start_storage "$i"
+done
+cl_wait_nodes 3 || fail "storage nodes did not register"
+df -k "$CL_DIR"/storage-1/data | tail -1 | awk '{print "fullfs_e2e: node-1 data dir: " $4 " KiB free of " $2}'
+
+"$ZL" volume create full --size 128M --replicas 3 --chunk-size 1M --io-timeout 10 >/dev/null || fail "create"
+LOG=$CL_DIR/load.log
+# 128 MiB of volume, about 40 MiB of room: random writes fill it well
+# before 60 s; the writer goes on, its writes failing, then stops.
+set +e
+timeout 200 "$CL_BIN/e2e_load" write --etcd "$CL_ETCD" --volume full --log "$LOG" --qd 8 --seed 11 \
+	--min-len 4K --max-len 32K --bytes 160M --seconds 60 >"$CL_DIR/load.out" 2>&1
+rc=$?
+set -e
+grep "LOAD:" "$CL_DIR/load.out" | tail -1 | sed 's/^/fullfs_e2e: /'
+[ "$rc" -le 1 ] || fail "the writer ended with $rc: $(tail -5 "$CL_DIR/load.out")"
+acked=$(grep -c '^A ' "$LOG" || true)
+failed=$(grep -c '^F ' "$LOG" || true)
+[ "$acked" -gt 0 ] || fail "no write acknowledged"
+[ "$failed" -gt 0 ] || fail "no write failed: the data dirs never filled ($(df -k "$CL_DIR"/storage-1/data | tail -1))"
+grep -h -m1 "disk full" "$CL_DIR"/storage-*/log | sed -n "1s/^/fullfs_e2e: /p"
+ok "$acked writes acknowledged, $failed failed once the data dirs were full"
+set +e
+"$CL_BIN/e2e_load" check --etcd "$CL_ETCD" --volume full --log "$LOG" >"$CL_DIR/check.out" 2>&1
+rc=$?
+set -e
+grep -h "chunk file write failed after its journal record was durable" "$CL_DIR"/storage-*/log >"$CL_DIR/lost" || true
+[ "$rc" = 0 ] || fail "acknowledged writes read back wrong: $(grep -E 'BAD|CHECK|failed' "$CL_DIR/check.out" | sed -n 1,5p); $(wc -l <"$CL_DIR/lost") log lines of writes that could not reach their chunk files"
+[ ! -s "$CL_DIR/lost" ] || fail "$(wc -l <"$CL_DIR/lost") acknowledged writes could not reach their chunk files: $(sed -n 1,2p "$CL_DIR/lost")"
+grep "CHECK:" "$CL_DIR/check.out" | sed 's/^/fullfs_e2e: /'
+echo "fullfs_e2e: PASS (full data dirs: writes refused, every acknowledged write reads back)"
