@@ -291,6 +291,10 @@ static void render_store(struct zl_storage_metrics *m, struct zl_metrics_text *t
 	     "Deleted volumes whose chunk files are still being removed.", cs->vol_removals},
 	    {"zipline_storage_early_acks_total", "counter",
 	     "Writes answered once their journal record was durable.", cs->early_acks},
+	    {"zipline_storage_writes_refused_full_total", "counter",
+	     "Writes refused NOSPC: their new blocks would eat into the free space kept for "
+	     "the journal's answered writes.",
+	     cs->full_refused},
 	    {"zipline_journal_size_bytes", "gauge", "Size of the journal ring (0: direct path).",
 	     cs->journal ? cs->jw.size : 0},
 	    {"zipline_journal_used_bytes", "gauge",

@@ -9,7 +9,9 @@
 # journal's record, acknowledged before its chunk-file write) that goes on
 # well past the point where the filesystems are full.
 #   - Writes past that point fail (ZL_ERR_NOSPC, "disk full" in the
-#     daemons' logs): an acknowledged write is one whose blocks have room.
+#     daemons' logs, zipline_storage_writes_refused_full_total > 0 on every
+#     daemon, 0 before the load): an acknowledged write is one whose blocks
+#     have room.
 #   - Every acknowledged write reads back (e2e_load check, through the
 #     client: the oracle is the writer's log of acknowledged writes), and
 #     no daemon logs a chunk-file write that failed after its journal
@@ -29,7 +31,7 @@ if [ "$(id -u)" != 0 ] || ! command -v mkfs.ext4 >/dev/null || [ ! -e /dev/loop-
 	exit 1
 fi
 export CL_JOURNAL_SIZE=17M
-export CL_STORAGE_FLAGS="--log-level info"
+export CL_STORAGE_FLAGS="--log-level info --metrics 127.0.0.1:0"
 cl_e2e_begin e2e-fullfs "$1" 0 || fail "cluster did not start"
 MNTS=""
 # Stops the daemons before the images are unmounted.
@@ -51,6 +53,18 @@ for i in 1 2 3; do
 	cl_start_storage "$i"
 done
 cl_wait_nodes 3 || fail "storage nodes did not register"
+# refused I: node-I's zipline_storage_writes_refused_full_total (its
+# /metrics, parsed by prometheus_client's text parser).
+refused() {
+	local port
+	port=$(cl_metrics_port "$CL_DIR/storage-$1/log")
+	[ -n "$port" ] || fail "node-$1 logged no metrics port"
+	/usr/bin/python3 "$SRC/test/lib/metrics_tool.py" sum zipline_storage_writes_refused_full_total -- \
+		"http://127.0.0.1:$port/metrics" || fail "scraping node-$1's metrics failed"
+}
+for i in 1 2 3; do
+	[ "$(refused "$i")" = 0 ] || fail "node-$i refused writes before any load"
+done
 df -k "$CL_DIR"/storage-1/data | tail -1 | awk '{print "fullfs_e2e: node-1 data dir: " $4 " KiB free of " $2}'
 
 "$ZL" volume create full --size 128M --replicas 3 --chunk-size 1M --io-timeout 10 >/dev/null || fail "create"
@@ -70,6 +84,11 @@ failed=$(grep -c '^F ' "$LOG" || true)
 [ "$failed" -gt 0 ] || fail "no write failed: the data dirs never filled ($(df -k "$CL_DIR"/storage-1/data | tail -1))"
 grep -h -m1 "disk full" "$CL_DIR"/storage-*/log | sed -n "1s/^/fullfs_e2e: /p"
 ok "$acked writes acknowledged, $failed failed once the data dirs were full"
+for i in 1 2 3; do
+	n=$(refused "$i")
+	echo "fullfs_e2e: node-$i: zipline_storage_writes_refused_full_total $n"
+	[ "$n" -gt 0 ] || fail "node-$i's data dir filled but it counts no write refused for room"
+done
 set +e
 "$CL_BIN/e2e_load" check --etcd "$CL_ETCD" --volume full --log "$LOG" >"$CL_DIR/check.out" 2>&1
 rc=$?
