@@ -1882,13 +1882,18 @@ static uint64_t op_new_bytes(const struct chunk_op *op)
 	return n * BLK;
 }
 
-/* Journal mode: whether op's new blocks fit. A write is answered once its
+/* Whether op's new blocks fit. Journal mode: a write is answered once its
  * record is durable and its chunk-file write goes on behind the answer: a
  * full disk there would lose an acknowledged write on every replica (all
  * fill alike). So a write that needs new blocks is refused NOSPC while the
  * free space left after it would fall below the journal's ring (at most
  * that much data is answered and not in its chunk file yet) plus
- * STORE_FREE_SLACK; overwrites of blocks that hold data always fit. */
+ * STORE_FREE_SLACK. Direct path: the data write fails before the answer,
+ * but one that lands in part (a short write) leaves blocks whose CRCs were
+ * rolled back to the old data (chunk_crc_rollback), unreadable with the
+ * acknowledged sectors they share; so it keeps STORE_FREE_SLACK free and
+ * the disk never gets there. Overwrites of blocks that hold data always
+ * fit. */
 static bool op_room(struct chunk_op *op)
 {
 	struct zl_chunk_store *s = op->s;
@@ -1905,12 +1910,14 @@ static bool op_room(struct chunk_op *op)
 	}
 	s->st.full_refused++;
 	if (zl_ratelimit_ok(&s->rl_full, 1))
-		ZL_LOG_ERR("storage",
-			   "disk full: about %" PRIu64 " MiB free in %s, %" PRIu64
-			   " MiB of it kept for the writes the journal answered before their "
-			   "chunk-file write; writes that need new space fail NOSPC (free space "
-			   "on that filesystem or add capacity; overwrites go on)",
-			   s->free_est >> 20, s->dir, s->free_reserve >> 20);
+		ZL_LOG_ERR(
+		    "storage",
+		    "disk full: about %" PRIu64 " MiB free in %s, %" PRIu64
+		    " MiB of it kept%s; writes that need new space fail NOSPC (free space "
+		    "on that filesystem or add capacity; overwrites go on)",
+		    s->free_est >> 20, s->dir, s->free_reserve >> 20,
+		    s->jmode ? " for the writes the journal answered before their chunk-file write"
+			     : "");
 	return false;
 }
 
@@ -1918,11 +1925,12 @@ void zl_chunk_store_set_free(struct zl_chunk_store *s, uint64_t bytes)
 {
 	struct zl_jw_stats js;
 
-	if (!s->jmode || !s->jw)
-		return;
 	if (!s->free_reserve) {
-		zl_jw_stats(s->jw, &js);
-		s->free_reserve = js.ring + STORE_FREE_SLACK;
+		s->free_reserve = STORE_FREE_SLACK;
+		if (s->jmode && s->jw) {
+			zl_jw_stats(s->jw, &js);
+			s->free_reserve += js.ring;
+		}
 	}
 	s->free_est = bytes;
 }
@@ -2049,7 +2057,10 @@ static void op_commit_prepare(struct chunk_op *op)
 		chunk_order_kick(c);
 		return;
 	}
-
+	if (!op_room(op)) {
+		op_fail_later(op, -ZL_ERR_NOSPC);
+		return;
+	}
 	if (op->kind == OP_WRITE) {
 		if (op->own_buf)
 			memcpy(op->buf + (op->off - op->b0 * BLK), op->data, op->len);

@@ -149,6 +149,13 @@ void zl_chunk_store_destroy(struct zl_chunk_store *s);
 /* Operations not yet completed (for draining at shutdown). */
 uint32_t zl_chunk_store_inflight(const struct zl_chunk_store *s);
 void zl_chunk_store_stats(const struct zl_chunk_store *s, struct zl_chunk_store_stats *st);
+/* The data directory's filesystem has `bytes` free (sampled off the loop,
+ * storage_ddir.c, every second). From then on a write or zeroing that needs
+ * new blocks is refused NOSPC when it would leave less free than a slack
+ * (8 MiB) plus, in journal mode, the journal's ring: a write answered from
+ * the journal always has room in its chunk file, and the direct path's data
+ * writes never meet a full disk. Loop thread. */
+void zl_chunk_store_set_free(struct zl_chunk_store *s, uint64_t bytes);
 
 /* The data directory can no longer be trusted (removed, replaced, read-only
  * or failing: storage_ddir.c): from now on every read, write, zeroing and
@@ -158,12 +165,6 @@ void zl_chunk_store_stats(const struct zl_chunk_store *s, struct zl_chunk_store_
  * running"). Final: only a restart undoes it; drain and destroy then leave
  * the journal as it is (no checkpoint, no CLEAN marker). Accepts NULL; a second call
  * does nothing. */
-/* The data directory's filesystem has `bytes` free (sampled off the loop,
- * storage_ddir.c, every second). Journal mode: from then on a write that
- * needs new blocks is refused NOSPC when it would leave less free than the
- * journal's ring plus a slack, so a write answered from the journal always
- * has room in its chunk file. Loop thread. */
-void zl_chunk_store_set_free(struct zl_chunk_store *s, uint64_t bytes);
 void zl_chunk_store_fence(struct zl_chunk_store *s, const char *why);
 bool zl_chunk_store_fenced(const struct zl_chunk_store *s);
 

@@ -292,8 +292,8 @@ static void render_store(struct zl_storage_metrics *m, struct zl_metrics_text *t
 	    {"zipline_storage_early_acks_total", "counter",
 	     "Writes answered once their journal record was durable.", cs->early_acks},
 	    {"zipline_storage_writes_refused_full_total", "counter",
-	     "Writes refused NOSPC: their new blocks would eat into the free space kept for "
-	     "the journal's answered writes.",
+	     "Writes refused NOSPC: their new blocks would eat into the free space the chunk "
+	     "store keeps (8 MiB, plus the journal ring on the journal path).",
 	     cs->full_refused},
 	    {"zipline_journal_size_bytes", "gauge", "Size of the journal ring (0: direct path).",
 	     cs->journal ? cs->jw.size : 0},

@@ -16,6 +16,11 @@
 #     client: the oracle is the writer's log of acknowledged writes), and
 #     no daemon logs a chunk-file write that failed after its journal
 #     record was durable (its blocks would read as corrupt).
+# ZL_TEST_WRITE_PATH=direct (fullfs_direct_e2e) runs the same on the direct
+# write path: a write answered after its chunk-file write, which must never
+# meet the disk's own ENOSPC either (a short write there leaves blocks no
+# CRC describes, unreadable with the acknowledged sectors they share): 8 MiB
+# stay free.
 # Needs root, loop devices and mkfs.ext4 (as ddir_e2e does).
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
