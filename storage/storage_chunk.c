@@ -85,9 +85,9 @@
  * in place (durably) after a record with its CRCs only; smaller ones travel
  * in the record (docs/JOURNAL.md). */
 #define STORE_INPLACE_MIN (64u << 10)
-/* Journal mode: free bytes kept beyond the journal's ring (chunk headers
- * and metadata pages of new chunks, filesystem metadata, the second between
- * two free-space samples). */
+/* Free bytes the chunk store keeps (op_room), beyond the journal's ring in
+ * journal mode: chunk headers and metadata pages of new chunks, filesystem
+ * metadata, what other writers take between two free-space samples. */
 #define STORE_FREE_SLACK   (8ull << 20)
 #define STORE_CKPT_MS	  5000u /* journal mode: a checkpoint at least this often */
 #define STORE_IDLE_CKPT_MS 200u /* ... and this long after the last operation ended */
@@ -334,11 +334,11 @@ struct zl_chunk_store {
 	/* Volumes zl_chunk_volume_delete removed, a ring (0: empty slot). */
 	uint64_t gone_vols[ZL_CHUNK_GONE_VOLS];
 	uint32_t gone_next;
-	/* Journal mode: the data dir's free bytes, an estimate (the last
+	/* The data dir's free bytes, an estimate (the last
 	 * zl_chunk_store_set_free, less the new blocks writes took since;
-	 * UINT64_MAX: not known), and what stays free for the writes
-	 * answered from the journal before their chunk-file write (ring +
-	 * STORE_FREE_SLACK): op_room. */
+	 * UINT64_MAX: not known), and what stays free (STORE_FREE_SLACK, plus
+	 * the ring in journal mode, for the writes answered before their
+	 * chunk-file write): op_room. */
 	uint64_t free_est, free_reserve;
 	struct zl_ratelimit rl_full;
 };

@@ -67,9 +67,10 @@
  * this many times. */
 #define SC_BG_WAIT_MS 200
 #define SC_BG_WAITS   50
-/* Repairs a client I/O asked for (zl_storage_scrub_on_corrupt): the same
- * chunk at most once per SC_AUTO_GAP_MS, remembered in SC_AUTO_SLOTS
- * slots (the oldest is reused). */
+/* Repairs a client I/O asked for (zl_storage_scrub_on_corrupt): a chunk
+ * whose last one repaired nothing (no good copy, or cut short) waits
+ * SC_AUTO_GAP_MS for the next; remembered in SC_AUTO_SLOTS slots (the
+ * oldest is reused). */
 #define SC_AUTO_SLOTS  32
 #define SC_AUTO_GAP_MS 5000
 
