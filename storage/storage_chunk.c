@@ -869,8 +869,9 @@ static int chunk_create_file(const struct zl_chunk_store *s, struct chunk_args *
 	}
 	/* The header and metadata pages get their blocks now (a full disk
 	 * fails this write, before its answer): the checkpoint's page writes
-	 * never need new space. The data stays sparse (op_room). */
-	if (fallocate(fd, 0, 0, (off_t)c->data_off) < 0 && errno != EOPNOTSUPP) {
+	 * never need new space. The data stays sparse (op_room). A filesystem
+	 * that cannot (EOPNOTSUPP, EINVAL: 9p, some FUSE) keeps them sparse. */
+	if (fallocate(fd, 0, 0, (off_t)c->data_off) < 0 && (errno == ENOSPC || errno == EDQUOT)) {
 		rc = -errno;
 		goto out_free;
 	}
