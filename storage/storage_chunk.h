@@ -274,7 +274,8 @@ int zl_chunk_read(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32
  * these (zl_xport_reply_crcs), and reads around a copy that fails (CRC once
  * per byte read, by the reader; scrub still checks every block on disk).
  * recheck: check every block all the same (a read around a bad copy, zl
- * volume verify: READ + ZL_WF_ANY). For client reads only: the caller must
+ * volume verify: READ + ZL_WF_ANY; a client's read sent again after its data
+ * failed its CRCs: READ with ZL_READ_RECHECK). For client reads only: the caller must
  * send crcs with the data. */
 int zl_chunk_read_crcs(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
 		       uint32_t off, uint32_t len, void *buf, uint32_t *crcs, bool recheck,

@@ -239,12 +239,12 @@ void zl_storage_scrub_digest_serve(struct zl_storage *st, struct zl_xport_conn *
 void zl_storage_scrub_serve(struct zl_storage *st, struct zl_xport_conn *c,
 			    const struct zl_wire_hdr *h);
 /* A client's READ (without ZL_WF_ANY) or write of chunk `chunk` (in slice
- * `slice`) of vol found a bad block in our copy: when this node is the chunk's primary, a
- * scrub of that chunk repairs our copy from the members (none while a
- * scrub of its slice runs; a chunk whose last such scrub repaired nothing
- * waits 5 s). Without it, a write
- * covering part of that block would wait (its edge block cannot be read)
- * for the next background or manual scrub. Never calls etcd. */
+ * `slice`) of vol found a bad block in our copy: when this node is the
+ * chunk's primary, a scrub of that chunk repairs our copy from the members
+ * (none while a scrub of its slice runs; a chunk whose last such scrub
+ * repaired nothing waits 5 s). Without it, a write covering part of that
+ * block would wait (its edge block cannot be read) for the next background
+ * or manual scrub. Never calls etcd. */
 void zl_storage_scrub_on_corrupt(struct zl_storage *st, uint64_t vol, uint32_t slice,
 				 uint64_t chunk);
 /* One member's copy of a chunk as a scrub sees it: held = a digest record

@@ -82,10 +82,11 @@ enum zl_wire_op {
 	ZL_OP_MAX_ = 16,
 };
 
-/* READ aux: ZL_READ_RECHECK, or 0. The server checks every block read against
- * its stored CRC, even one checked before: a client sends its read again so
- * after the reply's data failed the CRCs it carried, and a primary then finds
- * a bad copy itself and repairs it. Daemons that predate it ignore aux. */
+/* READ aux: ZL_READ_RECHECK, or 0. With it the server checks every block read
+ * against its stored CRC, even one checked before. A client sets it when it
+ * sends a read again because the reply's data failed the CRCs it carried;
+ * the primary then finds its bad copy itself and repairs it. Daemons that
+ * predate it ignore aux. */
 #define ZL_READ_RECHECK 1
 
 enum zl_wire_flag {

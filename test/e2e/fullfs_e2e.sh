@@ -24,12 +24,8 @@
 # Needs root, loop devices and mkfs.ext4 (as ddir_e2e does).
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
-source "$SRC/test/lib/cluster.sh"
-fail() {
-	echo "fullfs_e2e: FAIL: $*" >&2
-	cl_dump_logs 20 "$CL_DIR"/storage-*/log
-	exit 1
-}
+# cluster.sh, heal.sh (fail: the daemons' logs dumped), mt_sum.
+source "$SRC/test/lib/metrics.sh" fullfs_e2e
 ok() { echo "fullfs_e2e: ok: $*"; }
 if [ "$(id -u)" != 0 ] || ! command -v mkfs.ext4 >/dev/null || [ ! -e /dev/loop-control ]; then
 	echo "fullfs_e2e: FAILED: cannot run: needs root, loop devices and mkfs.ext4" >&2
@@ -64,8 +60,7 @@ refused() {
 	local port
 	port=$(cl_metrics_port "$CL_DIR/storage-$1/log")
 	[ -n "$port" ] || fail "node-$1 logged no metrics port"
-	/usr/bin/python3 "$SRC/test/lib/metrics_tool.py" sum zipline_storage_writes_refused_full_total -- \
-		"http://127.0.0.1:$port/metrics" || fail "scraping node-$1's metrics failed"
+	mt_sum zipline_storage_writes_refused_full_total -- "http://127.0.0.1:$port/metrics"
 }
 for i in 1 2 3; do
 	[ "$(refused "$i")" = 0 ] || fail "node-$i refused writes before any load"

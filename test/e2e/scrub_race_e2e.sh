@@ -113,9 +113,10 @@ for r in $(seq 1 "$ROUNDS"); do
 	*)
 		# Cut short: the flipped block may still be bad on the primary,
 		# and a write of the (stopped) writer that covers part of it waits
-		# (its edge block unreadable) until a scrub repairs it. A quiet
-		# scrub does (the writes may have rewritten the whole block
-		# meanwhile: then nothing is left to repair).
+		# (its edge block unreadable) until a scrub repairs it (the primary
+		# starts one for that chunk itself when the write is sent again).
+		# A quiet scrub does (the writes may have rewritten the whole
+		# block meanwhile: then nothing is left to repair).
 		"$ZL" volume scrub sr >"$CL_DIR/scrub.$r.quiet" 2>&1 || fail "the quiet scrub of round $r: $(tail -3 "$CL_DIR/scrub.$r.quiet")"
 		grep -Eq ' ([0-9]+) bad copies found, \1 repaired' "$CL_DIR/scrub.$r.quiet" ||
 			fail "the quiet scrub of round $r left a bad copy: $(tail -1 "$CL_DIR/scrub.$r.quiet")"

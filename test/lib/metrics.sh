@@ -1,5 +1,5 @@
 # Sourced first by the e2e tests that scrape daemons' /metrics
-# (metrics_e2e.sh, fair_e2e.sh):
+# (metrics_e2e.sh, fair_e2e.sh, fullfs_e2e.sh):
 #   source "$SRC/test/lib/metrics.sh" NAME
 # sources cluster.sh and heal.sh, names the test (hl_test NAME: fail,
 # check_fail, hl_end), sets MT (test/lib/metrics_tool.py, which parses with
