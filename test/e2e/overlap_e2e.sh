@@ -78,18 +78,9 @@ load_start() {
 }
 # load_stop RUN: stops the writer and checks its summary.
 load_stop() {
-	local rc=0 out=$CL_DIR/load-$1.out
-	touch "$CL_DIR/stop"
-	for _ in $(seq 1 600); do kill -0 "$load" 2>/dev/null || break; sleep 0.2; done
-	kill -0 "$load" 2>/dev/null && { kill -KILL "$load"; check_fail "run $1: the load generator did not stop within 120 s of the stop file (I/O hung)"; }
-	wait "$load" || rc=$?
-	grep -E 'failed|BAD|never' "$CL_DIR/load-$1.err" | head -10 >&2
-	cat "$out"
-	sed -n "s/^LOAD: /FIGURE: overlap load (run $1): /p" "$out"
-	grep -q '^LOAD: .* failed=0 .*read_errors=0 bad_sectors=0' "$out" ||
-		check_fail "run $1: the load saw failed writes, read errors or bad sectors: $(grep '^LOAD:' "$out" || echo 'no LOAD line')"
+	local out=$CL_DIR/load-$1.out
+	hl_load_stop "$load" "$out" "$CL_DIR/load-$1.err" "overlap load (run $1)"
 	over=$((over + $(sed -n 's/^LOAD: .* overlapping=\([0-9]*\).*/\1/p' "$out")))
-	[ "$rc" = 0 ] || check_fail "run $1: e2e_load write exited $rc"
 }
 # load_acks N SECS RUN WHAT: waits for N more acknowledged writes in the log.
 load_acks() {

@@ -31,17 +31,7 @@ cl_seed $T
 PRIM_ROUND=$((RANDOM % 5 + 1)) PRIM_SLICE=$((RANDOM % 4))
 
 hl_begin e2e-thrash "$1" || fail "cluster or manager did not start"
-"$ZL" volume create tvol --size $SIZE --replicas 3 --chunk-size $CHUNK || fail "volume create"
-vid=$(hl_vol_id tvol)
-[ -n "$vid" ] || fail "no volume id in 'zl volume inspect tvol'"
-LOG=$CL_DIR/load.log
-"$CL_BIN/e2e_load" write --etcd "$CL_ETCD" --volume tvol --log "$LOG" --qd 8 --seed "$SEED" \
-	--read-pct 20 --min-len 4K --max-len 256K --stop-file "$CL_DIR/stop" --final-check \
-	>"$CL_DIR/load.out" 2>"$CL_DIR/load.err" &
-load=$!
-HL_PIDS="$HL_PIDS $load"
-cl_wait_count "$LOG" '^A ' 100 30 || { cat "$CL_DIR/load.err" >&2; fail "the load did not get 100 writes acknowledged"; }
-kill -0 "$load" 2>/dev/null || { cat "$CL_DIR/load.err" >&2; fail "the load generator died at start"; }
+hl_load_begin tvol $SIZE $CHUNK 256K
 
 t_start=$(hl_now_ms)
 prim_victims=""
@@ -82,19 +72,7 @@ else
 	check_fail "not every slice was 3 of 3 in_sync within 60 s of the last restart"
 fi
 
-touch "$CL_DIR/stop"
-load_rc=0
-for _ in $(seq 1 600); do kill -0 "$load" 2>/dev/null || break; sleep 0.2; done
-kill -0 "$load" 2>/dev/null && { kill -KILL "$load"; check_fail "the load generator did not stop within 120 s of the stop file (I/O hung)"; }
-wait "$load" || load_rc=$?
-grep -v '^$' "$CL_DIR/load.err" | grep -E 'failed|BAD|never' | head -10 >&2
-cat "$CL_DIR/load.out"
-sed -n 's/^LOAD: /FIGURE: thrash load: /p' "$CL_DIR/load.out"
-grep -q '^LOAD: .* failed=0 .*read_errors=0 bad_sectors=0' "$CL_DIR/load.out" ||
-	check_fail "the load saw failed writes, read errors or bad sectors: $(grep '^LOAD:' "$CL_DIR/load.out" || echo 'no LOAD line'); first errors: $(grep -m 3 -E 'failed|BAD' "$CL_DIR/load.err" | tr '\n' ' ')"
-grep -q '^CHECK: source=volume bad_sectors=0 read_error=none' "$CL_DIR/load.out" ||
-	check_fail "final read-back of the load: $(grep '^CHECK:' "$CL_DIR/load.out" || echo 'not run')"
-[ "$load_rc" = 0 ] || check_fail "e2e_load write exited $load_rc"
+hl_load_stop "$load" "$CL_DIR/load.out" "$CL_DIR/load.err" "thrash load" --final-check
 
 hl_etcd insync "$vid" 3 || check_fail "after the load stopped not every slice is 3/3 in sync: $(hl_etcd summary "$vid")"
 hl_end_oracles tvol "$vid" $SIZE_B $CHUNK_B "$LOG" --exact "$CL_DIR/load.err"

@@ -222,6 +222,50 @@ hl_test() {
 	check_fail() { echo "$T: CHECK FAILED: $*" >&2; FAILS+=("$*"); }
 }
 
+# hl_load_begin NAME SIZE CHUNK MAX_LEN: a 3-replica volume NAME and a
+# verified writer on it (e2e_load: QD8, 20 % reads, 4 KiB..MAX_LEN, seed
+# $SEED, --final-check, stop file $CL_DIR/stop): sets vid, LOG (the log of
+# acknowledged writes) and load (its pid, in HL_PIDS; output in
+# $CL_DIR/load.out, .err), and waits for its first 100 acknowledged writes.
+# Stopped and checked by hl_load_stop.
+hl_load_begin() {
+	"$ZL" volume create "$1" --size "$2" --replicas 3 --chunk-size "$3" || fail "volume create $1"
+	vid=$(hl_vol_id "$1")
+	[ -n "$vid" ] || fail "no volume id in 'zl volume inspect $1'"
+	LOG=$CL_DIR/load.log
+	"$CL_BIN/e2e_load" write --etcd "$CL_ETCD" --volume "$1" --log "$LOG" --qd 8 --seed "$SEED" \
+		--read-pct 20 --min-len 4K --max-len "$4" --stop-file "$CL_DIR/stop" --final-check \
+		>"$CL_DIR/load.out" 2>"$CL_DIR/load.err" &
+	load=$!
+	HL_PIDS="$HL_PIDS $load"
+	cl_wait_count "$LOG" '^A ' 100 30 || { cat "$CL_DIR/load.err" >&2; fail "the load did not get 100 writes acknowledged"; }
+	kill -0 "$load" 2>/dev/null || { cat "$CL_DIR/load.err" >&2; fail "the load generator died at start"; }
+}
+
+# hl_load_stop PID OUT ERR WHAT [--final-check]: stops an e2e_load writer
+# started with --stop-file "$CL_DIR/stop" (touches it, waits up to 120 s)
+# and checks its summary in OUT, each a check_fail naming WHAT: it stopped,
+# no failed write, read error or bad sector, exit 0, and with --final-check
+# (the writer's flag) its read-back of the volume clean. Prints the summary
+# as a FIGURE and the first error lines of ERR.
+hl_load_stop() {
+	local pid=$1 out=$2 err=$3 what=$4 rc=0
+	touch "$CL_DIR/stop"
+	for _ in $(seq 1 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+	kill -0 "$pid" 2>/dev/null && { kill -KILL "$pid"; check_fail "$what: the load generator did not stop within 120 s of the stop file (I/O hung)"; }
+	wait "$pid" || rc=$?
+	grep -E 'failed|BAD|never' "$err" | head -10 >&2
+	cat "$out"
+	sed -n "s/^LOAD: /FIGURE: $what: /p" "$out"
+	grep -q '^LOAD: .* failed=0 .*read_errors=0 bad_sectors=0' "$out" ||
+		check_fail "$what: the load saw failed writes, read errors or bad sectors: $(grep '^LOAD:' "$out" || echo 'no LOAD line'); first errors: $(grep -m 3 -E 'failed|BAD' "$err" | tr '\n' ' ')"
+	if [ "${5:-}" = --final-check ]; then
+		grep -q '^CHECK: source=volume bad_sectors=0 read_error=none' "$out" ||
+			check_fail "$what: final read-back of the load: $(grep '^CHECK:' "$out" || echo 'not run')"
+	fi
+	[ "$rc" = 0 ] || check_fail "$what: e2e_load write exited $rc"
+}
+
 # hl_end_oracles NAME VID SIZE_B CHUNK_B LOG --exact|--allowed CLIENT_ERR...:
 # the closing oracles of the heal tests, each a check_fail: only the manager
 # changed rows (CLIENT_ERR: the clients' stderr), `zl volume verify NAME`,
