@@ -72,11 +72,4 @@ else
 	check_fail "not every slice was 3 of 3 in_sync within 60 s of the last restart"
 fi
 
-hl_load_stop "$load" "$CL_DIR/load.out" "$CL_DIR/load.err" "thrash load" --final-check
-
-hl_etcd insync "$vid" 3 || check_fail "after the load stopped not every slice is 3/3 in sync: $(hl_etcd summary "$vid")"
-hl_end_oracles tvol "$vid" $SIZE_B $CHUNK_B "$LOG" --exact "$CL_DIR/load.err"
-"$CL_BIN/e2e_load" check --etcd "$CL_ETCD" --volume tvol --log "$LOG" --exact ||
-	check_fail "a new client reads content that is not what the acknowledged writes wrote"
-
-hl_end
+hl_load_end tvol $SIZE_B $CHUNK_B "thrash load"

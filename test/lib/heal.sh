@@ -293,6 +293,19 @@ hl_end_oracles() {
 	fi
 }
 
+# hl_load_end NAME SIZE_B CHUNK_B WHAT: the end of a test begun with
+# hl_load_begin NAME: the writer stopped and checked (hl_load_stop), every
+# slice 3/3 in sync, the closing oracles (hl_end_oracles --exact) and a new
+# client reading exactly the log; then the verdict (hl_end).
+hl_load_end() {
+	hl_load_stop "$load" "$CL_DIR/load.out" "$CL_DIR/load.err" "$4" --final-check
+	hl_etcd insync "$vid" 3 || check_fail "after the load stopped not every slice is 3/3 in sync: $(hl_etcd summary "$vid")"
+	hl_end_oracles "$1" "$vid" "$2" "$3" "$LOG" --exact "$CL_DIR/load.err"
+	"$CL_BIN/e2e_load" check --etcd "$CL_ETCD" --volume "$1" --log "$LOG" --exact ||
+		check_fail "a new client reads content that is not what the acknowledged writes wrote"
+	hl_end
+}
+
 # hl_end: the verdict: every check_fail listed (and the logs) and exit 1, or
 # "$T: PASS".
 hl_end() {
