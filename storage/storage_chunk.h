@@ -156,6 +156,10 @@ void zl_chunk_store_stats(const struct zl_chunk_store *s, struct zl_chunk_store_
  * the journal always has room in its chunk file, and the direct path's data
  * writes never meet a full disk. Loop thread. */
 void zl_chunk_store_set_free(struct zl_chunk_store *s, uint64_t bytes);
+/* Whether the data dir is near full: its free space estimate (above) within
+ * 64 MiB of what the store keeps free. A primary then forwards a write
+ * only once its own copy took it (storage_server.c srv_write_disk). */
+bool zl_chunk_store_tight(const struct zl_chunk_store *s);
 
 /* The data directory can no longer be trusted (removed, replaced, read-only
  * or failing: storage_ddir.c): from now on every read, write, zeroing and

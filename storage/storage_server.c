@@ -68,6 +68,9 @@ struct srv_ordq {
 
 struct zl_storage_ord {
 	struct srv_ordq q[ORD_BUCKETS];
+	/* A primary's writes whose forwards wait for its own write
+	 * (srv_late_add), per chunk in numbering order. */
+	struct srv_ordq late[ORD_BUCKETS];
 	uint64_t waited;   /* REPL_WRITEs that were ready and waited for a predecessor */
 	uint64_t refused;  /* answered CONFLICT (older than a write in flight) or BUSY (full) */
 	struct zl_ratelimit refused_rl; /* their log lines */
@@ -128,6 +131,9 @@ struct storage_req {
 	 * copy-on-write (srv_write_disk); cow_snap is the one snapshot it
 	 * needs to know of (srv_cow_snap). */
 	bool cowed;
+	/* Its forwards wait for its own write (srv_write_disk: our data dir
+	 * is near full), in its chunk's late queue (srv_late_add). */
+	bool fwd_late;
 	/* req_alloc zeroes the fields above; the ones below are set before
 	 * they are read: bk by srv_bk_add, cow and cow_snap by srv_cow_submit,
 	 * small and crcs_small when filled. */
@@ -709,6 +715,9 @@ static void srv_heal_finish(struct storage_req *r)
 		srv_park(r);
 }
 
+static void srv_forward(struct storage_req *r);
+static void srv_late_run(struct zl_storage *st, uint64_t vol, uint64_t chunk);
+
 static void srv_local_done(void *arg, int status)
 {
 	struct storage_req *r = arg;
@@ -726,6 +735,11 @@ static void srv_local_done(void *arg, int status)
 	if (status == -ZL_ERR_CORRUPT && srv_is_write(r->req.opcode) &&
 	    r->req.opcode != ZL_OP_REPL_WRITE)
 		zl_storage_scrub_on_corrupt(r->st, r->req.vol_id, r->slice, r->req.chunk);
+	if (r->fwd_late) {
+		r->ord = ORD_READY;
+		srv_late_run(r->st, r->req.vol_id, r->req.chunk);
+		return;
+	}
 	if (--r->pending == 0)
 		srv_write_finish(r);
 }
@@ -1043,16 +1057,9 @@ static void srv_ord_ready(struct storage_req *r)
 	srv_ord_run(r->st, r->req.vol_id, r->req.chunk);
 }
 
-/* Takes r out of its queue (req_free); the writes behind a write that
- * never went to the chunk store may go now. */
-static void srv_ord_del(struct storage_req *r)
+/* Takes r out of queue q (ORD_NONE). */
+static void srv_ordq_unlink(struct srv_ordq *q, struct storage_req *r)
 {
-	struct srv_ordq *q;
-	bool queued = r->ord != ORD_BUSY;
-
-	if (r->ord == ORD_NONE)
-		return;
-	q = srv_ord_q(r->st, r->req.vol_id, r->req.chunk);
 	if (r->ord_prev)
 		r->ord_prev->ord_next = r->ord_next;
 	else
@@ -1063,6 +1070,80 @@ static void srv_ord_del(struct storage_req *r)
 		q->tail = r->ord_prev;
 	r->ord = ORD_NONE;
 	r->ord_prev = r->ord_next = NULL;
+}
+
+/* ---- forwards after our own write (a near-full data dir) ----
+ *
+ * A primary whose data dir is near full (zl_chunk_store_tight) forwards a
+ * write only once its own copy took it: a write it refuses for room (NOSPC,
+ * the client is told) then reaches no backup, and the members in sync never
+ * differ by it. The forwards still leave in the order the writes were
+ * numbered (a backup refuses a write older than one it applied): a chunk's
+ * late writes wait in its late queue in numbering order (ord_prev/ord_next,
+ * ORD_WAIT while their own write runs, ORD_READY once it ended) and leave
+ * from the front, forwarded if their own write succeeded. A write numbered
+ * behind a late one of its chunk is late too. */
+
+static struct srv_ordq *srv_late_q(struct zl_storage *st, uint64_t vol, uint64_t chunk)
+{
+	return &st->ord->late[zl_hash64(vol ^ chunk * 0x9e3779b97f4a7c15ull) & (ORD_BUCKETS - 1)];
+}
+
+static bool srv_late_has(struct zl_storage *st, uint64_t vol, uint64_t chunk)
+{
+	for (struct storage_req *e = srv_late_q(st, vol, chunk)->head; e; e = e->ord_next)
+		if (srv_ord_same(e, vol, chunk))
+			return true;
+	return false;
+}
+
+static void srv_late_add(struct storage_req *r)
+{
+	struct srv_ordq *q = srv_late_q(r->st, r->req.vol_id, r->req.chunk);
+
+	r->ord = ORD_WAIT;
+	r->ord_next = NULL;
+	r->ord_prev = q->tail;
+	if (q->tail)
+		q->tail->ord_next = r;
+	else
+		q->head = r;
+	q->tail = r;
+}
+
+/* Forwards the chunk's late writes at the front of its queue whose own
+ * write ended, in order, up to the first one still running. */
+static void srv_late_run(struct zl_storage *st, uint64_t vol, uint64_t chunk)
+{
+	struct srv_ordq *q = srv_late_q(st, vol, chunk);
+
+	for (;;) {
+		struct storage_req *e;
+
+		for (e = q->head; e; e = e->ord_next)
+			if (srv_ord_same(e, vol, chunk))
+				break;
+		if (!e || e->ord != ORD_READY)
+			return;
+		srv_ordq_unlink(q, e);
+		if (!e->local_err)
+			srv_forward(e);
+		if (--e->pending == 0)
+			srv_write_finish(e);
+	}
+}
+
+/* Takes r out of its queue (req_free); the writes behind a write that
+ * never went to the chunk store may go now. */
+static void srv_ord_del(struct storage_req *r)
+{
+	struct srv_ordq *q;
+	bool queued = r->ord != ORD_BUSY;
+
+	if (r->ord == ORD_NONE)
+		return;
+	q = srv_ord_q(r->st, r->req.vol_id, r->req.chunk);
+	srv_ordq_unlink(q, r);
 	if (queued)
 		srv_ord_run(r->st, r->req.vol_id, r->req.chunk);
 }
@@ -1237,6 +1318,25 @@ static void srv_write_disk(struct storage_req *r)
 		return;
 	}
 	r->pending = 1;
+	/* Near full, the forwards wait for our own write (srv_late_add). A
+	 * backup that refuses one for room is reported and taken out like any
+	 * failed member. */
+	r->fwd_late =
+	    r->n_bk && (zl_chunk_store_tight(st->chunks) || srv_late_has(st, h->vol_id, h->chunk));
+	if (r->fwd_late)
+		srv_late_add(r);
+	else
+		srv_forward(r);
+}
+
+/* Sends r's forwards (REPL_WRITE to each backup), each counted in
+ * r->pending until its answer. */
+static void srv_forward(struct storage_req *r)
+{
+	const struct zl_wire_hdr *h = &r->req;
+	struct zl_storage *st = r->st;
+	int rc;
+
 	for (uint8_t i = 0; i < r->n_bk; i++) {
 		struct storage_bk *bk = &r->bk[i];
 

@@ -21,6 +21,13 @@
 # meet the disk's own ENOSPC either (a short write there leaves blocks no
 # CRC describes, unreadable with the acknowledged sectors they share): 8 MiB
 # stay free.
+# FULLFS_ONE=1 (fullfs_one_e2e) fills one daemon's data dir only (node-3 on
+# 96 MiB; node-1 and node-2 on 512 MiB; a 256 MiB volume): as a backup
+# node-3 refuses the forwarded writes that need room and its primary has
+# the manager take it out of the row; as a primary it refuses the client's
+# writes, and the backups must not have applied them either: `zl volume
+# verify` finds the members in sync identical, and every acknowledged
+# write reads back.
 # Needs root, loop devices and mkfs.ext4 (as ddir_e2e does).
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -44,10 +51,15 @@ cleanup() {
 	[ "${KEEP:-0}" = 1 ] || rm -rf "$CL_DIR"
 }
 trap cleanup EXIT
+ONE=${FULLFS_ONE:-0}
+FULL_NODES="1 2 3" VOL_SIZE=128M LOAD_BYTES=160M
+[ "$ONE" = 1 ] && FULL_NODES=3 VOL_SIZE=256M LOAD_BYTES=300M
 for i in 1 2 3; do
 	d="$CL_DIR/storage-$i/data"
 	mkdir -p "$d"
-	truncate -s 96M "$CL_DIR/img-$i" && mkfs.ext4 -q -F "$CL_DIR/img-$i" ||
+	img_size=512M
+	case " $FULL_NODES " in *" $i "*) img_size=96M ;; esac
+	truncate -s $img_size "$CL_DIR/img-$i" && mkfs.ext4 -q -F "$CL_DIR/img-$i" ||
 		fail "cannot make an ext4 image (mkfs.ext4)"
 	mount -o loop "$CL_DIR/img-$i" "$d" || fail "cannot loop-mount $CL_DIR/img-$i"
 	MNTS="$MNTS $d"
@@ -65,15 +77,15 @@ refused() {
 for i in 1 2 3; do
 	[ "$(refused "$i")" = 0 ] || fail "node-$i refused writes before any load"
 done
-df -k "$CL_DIR"/storage-1/data | tail -1 | awk '{print "fullfs_e2e: node-1 data dir: " $4 " KiB free of " $2}'
+df -k "$CL_DIR"/storage-3/data | tail -1 | awk '{print "fullfs_e2e: node-3 data dir: " $4 " KiB free of " $2}'
 
-"$ZL" volume create full --size 128M --replicas 3 --chunk-size 1M --io-timeout 10 >/dev/null || fail "create"
+"$ZL" volume create full --size $VOL_SIZE --replicas 3 --chunk-size 1M --io-timeout 10 >/dev/null || fail "create"
 LOG=$CL_DIR/load.log
 # 128 MiB of volume, about 40 MiB of room: random writes fill it well
 # before 60 s; the writer goes on, its writes failing, then stops.
 set +e
 timeout 200 "$CL_BIN/e2e_load" write --etcd "$CL_ETCD" --volume full --log "$LOG" --qd 8 --seed 11 \
-	--min-len 4K --max-len 32K --bytes 160M --seconds 60 >"$CL_DIR/load.out" 2>&1
+	--min-len 4K --max-len 32K --bytes $LOAD_BYTES --seconds 60 >"$CL_DIR/load.out" 2>&1
 rc=$?
 set -e
 grep "LOAD:" "$CL_DIR/load.out" | tail -1 | sed 's/^/fullfs_e2e: /'
@@ -81,10 +93,10 @@ grep "LOAD:" "$CL_DIR/load.out" | tail -1 | sed 's/^/fullfs_e2e: /'
 acked=$(grep -c '^A ' "$LOG" || true)
 failed=$(grep -c '^F ' "$LOG" || true)
 [ "$acked" -gt 0 ] || fail "no write acknowledged"
-[ "$failed" -gt 0 ] || fail "no write failed: the data dirs never filled ($(df -k "$CL_DIR"/storage-1/data | tail -1))"
+[ "$ONE" = 1 ] || [ "$failed" -gt 0 ] || fail "no write failed: the data dirs never filled ($(df -k "$CL_DIR"/storage-1/data | tail -1))"
 grep -h -m1 "disk full" "$CL_DIR"/storage-*/log | sed -n "1s/^/fullfs_e2e: /p"
 ok "$acked writes acknowledged, $failed failed once the data dirs were full"
-for i in 1 2 3; do
+for i in $FULL_NODES; do
 	n=$(refused "$i")
 	echo "fullfs_e2e: node-$i: zipline_storage_writes_refused_full_total $n"
 	[ "$n" -gt 0 ] || fail "node-$i's data dir filled but it counts no write refused for room"
@@ -97,4 +109,12 @@ grep -h "chunk file write failed after its journal record was durable" "$CL_DIR"
 [ "$rc" = 0 ] || fail "acknowledged writes read back wrong: $(grep -E 'BAD|CHECK|failed' "$CL_DIR/check.out" | sed -n 1,5p); $(wc -l <"$CL_DIR/lost") log lines of writes that could not reach their chunk files"
 [ ! -s "$CL_DIR/lost" ] || fail "$(wc -l <"$CL_DIR/lost") acknowledged writes could not reach their chunk files: $(sed -n 1,2p "$CL_DIR/lost")"
 grep "CHECK:" "$CL_DIR/check.out" | sed 's/^/fullfs_e2e: /'
+if [ "$ONE" = 1 ]; then
+	# The members in sync hold the same data: a write node-3 refused as
+	# primary reached no backup.
+	"$ZL" volume verify full >"$CL_DIR/verify.out" 2>&1 ||
+		fail "zl volume verify: the in-sync members differ: $(grep -m 3 differs "$CL_DIR/verify.out"; tail -n 1 "$CL_DIR/verify.out")"
+	tail -n 1 "$CL_DIR/verify.out" | sed 's/^/fullfs_e2e: /'
+	"$ZL" status | head -1 | sed 's/^/fullfs_e2e: /'
+fi
 echo "fullfs_e2e: PASS (full data dirs: writes refused, every acknowledged write reads back)"
