@@ -126,7 +126,10 @@ void zl_cli_health_add_status(struct zl_cli_health *h, const struct zl_node_stat
 			      const struct zl_node_info *nodes, size_t n_nodes)
 {
 	for (size_t i = 0; i < n; i++) {
-		if (!zl_cli_node_alive(nodes, n_nodes, st[i].node) || !st[i].recovering)
+		if (!zl_cli_node_alive(nodes, n_nodes, st[i].node))
+			continue;
+		h->disks_full += st[i].disk_full;
+		if (!st[i].recovering)
 			continue;
 		h->rate += st[i].rate;
 		h->bytes_left += st[i].bytes_left;
@@ -149,7 +152,7 @@ static size_t health_part(char *out, size_t len, size_t off, const char *sep, ui
 int zl_cli_health_line(const struct zl_cli_health *h, char *out, size_t len)
 {
 	bool err = h->no_in_sync || h->primary_down || h->below_min;
-	int level = err ? 2 : h->degraded ? 1 : 0;
+	int level = err ? 2 : h->degraded || h->disks_full ? 1 : 0;
 	char parts[384] = "", what[64];
 	size_t off = 0;
 	int k;
@@ -170,6 +173,12 @@ int zl_cli_health_line(const struct zl_cli_health *h, char *out, size_t len)
 		else
 			k = snprintf(parts + off, sizeof(parts) - off, ", recovering %.1f MiB left",
 				     (double)h->bytes_left / (1024.0 * 1024.0));
+		if (k > 0)
+			off += (size_t)k;
+	}
+	if (h->disks_full && off < sizeof(parts)) {
+		k = snprintf(parts + off, sizeof(parts) - off, "%s%u node%s data disk full",
+			     off ? ", " : " ", h->disks_full, h->disks_full == 1 ? "'s" : "s'");
 		if (k > 0)
 			off += (size_t)k;
 	}

@@ -89,14 +89,21 @@ static void cli_journal_print(const struct zl_node_status *st, size_t n)
 }
 
 /* One line per storage daemon whose disk failed (its status record's
- * disk_error, storage/storage_ddir.c): it acknowledges no write. */
+ * disk_error, storage/storage_ddir.c): it acknowledges no write; and one
+ * per daemon whose data dir is full (disk_full, storage_chunk.c op_room). */
 static void cli_disk_print(const struct zl_node_status *st, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		if (st[i].disk_error[0])
 			printf("disk failed  node=%s: %s (acknowledging no writes; restart it with a "
 			       "data directory)\n",
 			       st[i].node, st[i].disk_error);
+		else if (st[i].disk_full)
+			printf("disk full    node=%s: writes that need new space fail NOSPC and "
+			       "recovery to it waits for room (free space in its data dir or add "
+			       "capacity)\n",
+			       st[i].node);
+	}
 }
 
 /* The health line (cli_health.h) of nodes and vols, plus the recovery

@@ -89,8 +89,10 @@
  * journal mode: chunk headers and metadata pages of new chunks, filesystem
  * metadata, what other writers take between two free-space samples. */
 #define STORE_FREE_SLACK   (8ull << 20)
-/* Near full (zl_chunk_store_tight): free within this of the reserve. */
+/* Near full (zl_chunk_store_tight) and full (zl_chunk_store_full): free
+ * within this of the reserve. */
 #define STORE_TIGHT_MARGIN (64ull << 20)
+#define STORE_FULL_MARGIN  (4ull << 20)
 #define STORE_CKPT_MS	  5000u /* journal mode: a checkpoint at least this often */
 #define STORE_IDLE_CKPT_MS 200u /* ... and this long after the last operation ended */
 
@@ -1941,6 +1943,11 @@ void zl_chunk_store_set_free(struct zl_chunk_store *s, uint64_t bytes)
 bool zl_chunk_store_tight(const struct zl_chunk_store *s)
 {
 	return s->free_est != UINT64_MAX && s->free_est < s->free_reserve + STORE_TIGHT_MARGIN;
+}
+
+bool zl_chunk_store_full(const struct zl_chunk_store *s)
+{
+	return s->free_est != UINT64_MAX && s->free_est < s->free_reserve + STORE_FULL_MARGIN;
 }
 
 static void op_journal(struct chunk_op *op)

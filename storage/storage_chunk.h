@@ -160,6 +160,10 @@ void zl_chunk_store_set_free(struct zl_chunk_store *s, uint64_t bytes);
  * 64 MiB of what the store keeps free. A primary then forwards a write
  * only once its own copy took it (storage_server.c srv_write_disk). */
 bool zl_chunk_store_tight(const struct zl_chunk_store *s);
+/* Whether the data dir is full: free space within 4 MiB of what the store
+ * keeps free, so writes that need new blocks fail NOSPC (status record's
+ * disk_full). */
+bool zl_chunk_store_full(const struct zl_chunk_store *s);
 
 /* The data directory can no longer be trusted (removed, replaced, read-only
  * or failing: storage_ddir.c): from now on every read, write, zeroing and

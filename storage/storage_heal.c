@@ -162,6 +162,10 @@ struct heal_member {
 	uint64_t bytes, chunks;
 	uint64_t done_ver;
 	uint64_t next_ms; /* rate limit: earliest start of the next piece */
+	/* The member's data dir was full (a piece refused NOSPC): no pass
+	 * before retry_ms; room_wait_ms the wait after the next refusal. */
+	uint64_t retry_ms;
+	uint32_t room_wait_ms;
 	struct zl_wire_hdr hdr;
 	uint8_t *vbuf; /* CHUNK_VERSIONS reply payload (pool) */
 	uint8_t *pbuf; /* piece being copied (pool) */
@@ -795,12 +799,32 @@ static bool member_should_stop(struct heal_member *m)
 	return false;
 }
 
+/* First and longest wait of a member whose data dir is full. */
+#define HEAL_ROOM_WAIT_MS     2000u
+#define HEAL_ROOM_WAIT_MAX_MS 30000u
+
 static void heal_pass_fail(struct heal_member *m, const char *what, int err)
 {
-	ZL_LOG_WARN("storage",
-		    "recovery pass failed: vol=%016" PRIx64 " slice=%u member=%s step=%s err=%s "
-		    "(retried)",
-		    m->vol, m->slice, m->node, what, zl_errname(err));
+	if (err == -ZL_ERR_NOSPC) {
+		/* Its disk is full: every try would copy data only to have it
+		 * refused. The member waits, longer each time, until room is
+		 * made (status record disk_full, zl status). */
+		m->room_wait_ms = m->room_wait_ms
+				      ? ZL_MIN(2 * m->room_wait_ms, HEAL_ROOM_WAIT_MAX_MS)
+				      : HEAL_ROOM_WAIT_MS;
+		m->retry_ms = zl_now_ms() + m->room_wait_ms;
+		ZL_LOG_WARN(
+		    "storage",
+		    "recovery waits for room: vol=%016" PRIx64 " slice=%u member=%s: its "
+		    "data disk is full (NOSPC at %s); next try in %u s (free space on %s or "
+		    "add capacity)",
+		    m->vol, m->slice, m->node, what, m->room_wait_ms / 1000, m->node);
+	} else {
+		ZL_LOG_WARN("storage",
+			    "recovery pass failed: vol=%016" PRIx64
+			    " slice=%u member=%s step=%s err=%s (retried)",
+			    m->vol, m->slice, m->node, what, zl_errname(err));
+	}
 	m->copying = false;
 	m->phase = HP_IDLE;
 	member_free_bufs(m);
@@ -1084,6 +1108,7 @@ static void heal_caught_up_done(struct zl_storage_heal *h, const struct heal_rep
 		    hr->r.vol_id, m->slice, m->node, m->chunks, m->bytes,
 		    zl_now_ms() - m->started_ms, m->done_ver);
 	m->phase = HP_DONE;
+	m->room_wait_ms = 0;
 }
 
 /* The clone actions that make the member's clones of chunk equal to ours
@@ -1395,7 +1420,7 @@ static void heal_slice(struct zl_storage_heal *h, const struct zl_volume *v, uin
 			}
 			if (m->phase == HP_DONE && m->done_ver != s->version)
 				m->phase = HP_IDLE;
-			if (m->phase == HP_IDLE)
+			if (m->phase == HP_IDLE && zl_now_ms() >= m->retry_ms)
 				heal_pass_start(m, s->version);
 			break;
 		}

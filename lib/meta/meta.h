@@ -330,6 +330,10 @@ struct zl_node_status {
 	 * disk failed; the manager moves the node's members out and places
 	 * nothing on it. */
 	char disk_error[128];
+	/* "disk_full" (absent in older records, and while there is room:
+	 * false): the data dir is full, writes that need new space fail NOSPC
+	 * and recovery to the node waits for room (storage_chunk.c op_room). */
+	bool disk_full;
 	/* Snapshot space (absent in older records: 0): "snapshot_bytes" what
 	 * every clone chunk file of the node allocates; "snapshots" n_snap
 	 * entries sorted by (vol, seq), no duplicates, n_snap <=

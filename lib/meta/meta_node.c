@@ -196,6 +196,11 @@ char *zl_meta_status_to_json(const struct zl_node_status *s)
 		json_decref(o);
 		return NULL;
 	}
+	/* Written only while the disk is full. */
+	if (o && s->disk_full && json_object_set_new(o, "disk_full", json_true())) {
+		json_decref(o);
+		return NULL;
+	}
 	/* Written once the node holds snapshot space: records without stay as
 	 * they were. */
 	if (o && (s->snap_bytes || s->snap_entries) && meta_status_snap_put(o, s)) {
@@ -222,6 +227,7 @@ static const struct meta_field meta_status_fields[] = {
     META_INT_NEW(struct zl_node_status, journal_checkpoints, "journal_checkpoints", 0, INT64_MAX),
     META_INT_NEW(struct zl_node_status, journal_waits, "journal_waits", 0, INT64_MAX),
     META_STR_NEW(struct zl_node_status, disk_error, "disk_error"),
+    META_BOOL_NEW(struct zl_node_status, disk_full, "disk_full"),
     META_INT_NEW(struct zl_node_status, snap_bytes, "snapshot_bytes", 0, INT64_MAX),
     META_INT_NEW(struct zl_node_status, snap_entries, "snapshot_entries", 0, UINT32_MAX),
 };

@@ -21,13 +21,20 @@
 # meet the disk's own ENOSPC either (a short write there leaves blocks no
 # CRC describes, unreadable with the acknowledged sectors they share): 8 MiB
 # stay free.
-# FULLFS_ONE=1 (fullfs_one_e2e) fills one daemon's data dir only (node-3 on
-# 96 MiB; node-1 and node-2 on 512 MiB; a 256 MiB volume): as a backup
-# node-3 refuses the forwarded writes that need room and its primary has
+# FULLFS_ONE=1 (fullfs_one_e2e) fills one daemon's data dir only (node-3's
+# 512 MiB image holds a 370 MiB ballast file in lost+found, leaving about
+# what a 96 MiB image has; node-1 and node-2 on 512 MiB without; a 256 MiB
+# volume): as a backup node-3 refuses the forwarded writes that need room and its primary has
 # the manager take it out of the row; as a primary it refuses the client's
 # writes, and the backups must not have applied them either: `zl volume
 # verify` finds the members in sync identical, and every acknowledged
-# write reads back.
+# write reads back. The manager has node-3's members recovered, which its
+# full disk refuses: `zl status` names the full disk, and each member's
+# recovery waits longer after each refusal (at most 6 tries in 20 s, where
+# before every member tried again at once, about 14 times). Then node-3's
+# ballast is removed (room made in its data dir): the recovery goes on by
+# itself, every slice is 3/3 in sync, `zl status` no
+# longer names a full disk, and the replicas are identical.
 # Needs root, loop devices and mkfs.ext4 (as ddir_e2e does).
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -58,11 +65,14 @@ for i in 1 2 3; do
 	d="$CL_DIR/storage-$i/data"
 	mkdir -p "$d"
 	img_size=512M
-	case " $FULL_NODES " in *" $i "*) img_size=96M ;; esac
+	[ "$ONE" = 1 ] || img_size=96M
 	truncate -s $img_size "$CL_DIR/img-$i" && mkfs.ext4 -q -F "$CL_DIR/img-$i" ||
 		fail "cannot make an ext4 image (mkfs.ext4)"
 	mount -o loop "$CL_DIR/img-$i" "$d" || fail "cannot loop-mount $CL_DIR/img-$i"
 	MNTS="$MNTS $d"
+	if [ "$ONE" = 1 ] && [ "$i" = 3 ]; then
+		fallocate -l 370M "$d/lost+found/ballast" || fail "cannot make node-3's ballast file"
+	fi
 	cl_start_storage "$i"
 done
 cl_wait_nodes 3 || fail "storage nodes did not register"
@@ -115,6 +125,43 @@ if [ "$ONE" = 1 ]; then
 	"$ZL" volume verify full >"$CL_DIR/verify.out" 2>&1 ||
 		fail "zl volume verify: the in-sync members differ: $(grep -m 3 differs "$CL_DIR/verify.out"; tail -n 1 "$CL_DIR/verify.out")"
 	tail -n 1 "$CL_DIR/verify.out" | sed 's/^/fullfs_e2e: /'
-	"$ZL" status | head -1 | sed 's/^/fullfs_e2e: /'
+	# zl status names the full disk (status records every 2 s).
+	for _ in $(seq 1 100); do
+		"$ZL" status >"$CL_DIR/status.out" 2>&1
+		grep -q "^disk full    node=node-3:" "$CL_DIR/status.out" && break
+		sleep 0.1
+	done
+	sed -n '1p;/^disk full/p' "$CL_DIR/status.out" | sed 's/^/fullfs_e2e: /'
+	grep -q "^disk full    node=node-3:" "$CL_DIR/status.out" || fail "zl status does not name node-3's full disk"
+	head -1 "$CL_DIR/status.out" | grep -q "1 node's data disk full" ||
+		fail "zl status's health line does not count node-3's full disk: $(head -1 "$CL_DIR/status.out")"
+	# Recovery to the full node backs off: tries per member over 20 s.
+	mark1=$(wc -l <"$CL_DIR/storage-1/log") mark2=$(wc -l <"$CL_DIR/storage-2/log")
+	sleep 20 # deliberate: the window the tries are counted in
+	tries=$({ tail -n +$((mark1 + 1)) "$CL_DIR/storage-1/log"; tail -n +$((mark2 + 1)) "$CL_DIR/storage-2/log"; } |
+		grep -E "recovery (waits for room|pass failed)" | grep -o 'vol=[0-9a-f]* slice=[0-9]* member=node-3' |
+		sort | uniq -c | sort -rn)
+	most=$(echo "$tries" | awk 'NR == 1 {print $1 + 0}')
+	echo "fullfs_e2e: recovery tries to node-3 in 20 s: $(echo "$tries" | awk '{n += $1} END {print n + 0}') over $(echo "$tries" | grep -c member=) members, at most ${most:-0} for one"
+	[ "${most:-0}" -le 6 ] || fail "recovery to the full node-3 tried one member ${most} times in 20 s (no back-off)"
+	# Room is made in node-3's data dir; its recovery goes on by itself.
+	d="$CL_DIR/storage-3/data"
+	rm -f "$d/lost+found/ballast"
+	df -k "$d" | tail -1 | awk '{print "fullfs_e2e: node-3 ballast removed: " $4 " KiB free of " $2}'
+	vid=$("$ZL" volume inspect full | grep -o 'vol-[0-9a-f]\{16\}' | head -1)
+	/usr/bin/python3 "$SRC/test/lib/heal_tool.py" etcd "$CL_ETCD" wait "$vid" --all 3 90 >/dev/null ||
+		fail "node-3 did not catch up within 90 s of the ballast's removal: $(/usr/bin/python3 "$SRC/test/lib/heal_tool.py" etcd "$CL_ETCD" summary "$vid")"
+	for _ in $(seq 1 100); do
+		"$ZL" status >"$CL_DIR/status.out" 2>&1
+		grep -q "^disk full" "$CL_DIR/status.out" || break
+		sleep 0.1
+	done
+	head -1 "$CL_DIR/status.out" | sed 's/^/fullfs_e2e: after room was made: /'
+	! grep -q "^disk full" "$CL_DIR/status.out" || fail "zl status names a full disk after node-3's ballast was removed"
+	"$ZL" volume verify full >"$CL_DIR/verify.out" 2>&1 ||
+		fail "zl volume verify after node-3's recovery: $(grep -m 3 differs "$CL_DIR/verify.out"; tail -n 1 "$CL_DIR/verify.out")"
+	tail -n 1 "$CL_DIR/verify.out" | sed 's/^/fullfs_e2e: after room was made: /'
+	"$CL_BIN/e2e_load" check --etcd "$CL_ETCD" --volume full --log "$LOG" >"$CL_DIR/check.out" 2>&1 ||
+		fail "acknowledged writes read back wrong after node-3's recovery: $(grep -E 'BAD|CHECK|failed' "$CL_DIR/check.out" | sed -n 1,5p)"
 fi
 echo "fullfs_e2e: PASS (full data dirs: writes refused, every acknowledged write reads back)"

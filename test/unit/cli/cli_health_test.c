@@ -101,6 +101,25 @@ static void health_lines(void **st)
 	assert_int_equal(zl_cli_health_line(&h, line, sizeof(line)), 2);
 	assert_string_equal(line, "HEALTH_ERR 4 slices with the primary down; 4 slices degraded "
 				  "(0 recovering)");
+
+	/* A live node's full data disk warns, with every slice in sync; a
+	 * node without a record does not count. */
+	for (int i = 0; i < 4; i++)
+		row3(&rows[i], ZL_MEMBER_IN_SYNC, ZL_MEMBER_IN_SYNC, ZL_MEMBER_IN_SYNC);
+	ns[0].disk_full = ns[1].disk_full = true;
+	memset(&h, 0, sizeof(h));
+	zl_cli_health_add_volume(&h, &v, nodes, 3, NULL, 0);
+	zl_cli_health_add_status(&h, ns, 2, nodes, 3);
+	assert_int_equal(zl_cli_health_line(&h, line, sizeof(line)), 1);
+	assert_string_equal(line, "HEALTH_WARN 1 node's data disk full");
+	zl_slice_member_set(&rows[1], 2, ZL_MEMBER_RECOVERING);
+	ns[0].rate = 0;
+	memset(&h, 0, sizeof(h));
+	zl_cli_health_add_volume(&h, &v, nodes, 3, NULL, 0);
+	zl_cli_health_add_status(&h, ns, 2, nodes, 3);
+	assert_int_equal(zl_cli_health_line(&h, line, sizeof(line)), 1);
+	assert_string_equal(line, "HEALTH_WARN 1 slice degraded (1 recovering), recovering 400.0 "
+				  "MiB left, 1 node's data disk full");
 }
 
 /* Slices the primary's status record lists as peering in the row's term. */

@@ -1119,6 +1119,7 @@ static void test_status_json(void **state)
 	assert_true(d.bytes_done == 5 && d.recovering == 1 && d.time == 9);
 	assert_true(d.peering_slices == 0 && d.n_peering == 0);
 	assert_true(d.journal_size == 0 && d.durable_ios == 0 && d.chunk_writes == 0);
+	assert_false(d.disk_full);
 	for (size_t i = 0; i < ZL_ARRAY_SIZE(bad); i++) {
 		if (zl_meta_status_from_json(bad[i], strlen(bad[i]), &d) != -ZL_ERR_INVAL)
 			fail_msg("status \"%s\" was accepted", bad[i]);
@@ -1136,6 +1137,17 @@ static void test_status_json(void **state)
 	assert_memory_equal(&s, &d, sizeof(s));
 	free(json);
 	memset(s.disk_error, 0, sizeof(s.disk_error));
+	/* A full disk: written as true, read back (an older record without it
+	 * reads false, above). */
+	s.disk_full = true;
+	json = zl_meta_status_to_json(&s);
+	assert_non_null(json);
+	assert_non_null(strstr(json, ",\"disk_full\":true"));
+	assert_int_equal(zl_meta_status_from_json(json, strlen(json), &d), 0);
+	assert_true(d.disk_full);
+	assert_memory_equal(&s, &d, sizeof(s));
+	free(json);
+	s.disk_full = false;
 	/* Snapshot space (docs/SNAPSHOTS.md §6): written once there is some,
 	 * read back; 3 entries, 2 listed. */
 	s.snap_bytes = 1 << 20;
