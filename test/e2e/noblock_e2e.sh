@@ -82,6 +82,9 @@ OPEN_MS=400
 COW_OPEN_MS=1500
 UNLINK_MS=15
 CL_MANAGER=0 cl_e2e_begin e2e-noblock "$1" 0 || fail "cluster did not start"
+# Every exit, a failed command under set -e included, ends e2e_lat too.
+HL_PIDS=""
+trap 'hl_cleanup || true' EXIT
 
 PS=$(hold_proxy_start storage all)
 PC=$(hold_proxy_start client all)
@@ -160,6 +163,7 @@ dd if=/dev/urandom of="$CL_DIR/nb2.img" bs=1M count=1 status=none
 	--stop "$CL_DIR/stop" --trigger-chunk 0 --trigger "$CL_DIR/trigger" \
 	>"$CL_DIR/lat.out" 2>"$CL_DIR/lat.err" &
 LAT=$!
+HL_PIDS="$HL_PIDS $LAT"
 for _ in $(seq 1 300); do grep -q ready "$CL_DIR/lat.out" && break; sleep 0.1; done
 grep -q ready "$CL_DIR/lat.out" || fail "e2e_lat did not start its I/O"
 # ops_now: operations completed so far (e2e_lat's last "ops=" line).
@@ -297,7 +301,7 @@ for s4 in 2 3; do
 	hl_etcd order "$V4" $s4 node-2 node-1 node-3 || fail "cannot make node-2 primary of slice $s4 of nb4"
 done
 opens() { grep -c "/$V4/" "$CL_DIR/storage-1.open-delays" 2>/dev/null || true; }
-for _ in $(seq 1 300); do [ "$(opens)" -ge 24 ] && break; sleep 0.1; done
+for _ in $(seq 1 300); do [ "$(opens)" -ge 24 ] 2>/dev/null && break; sleep 0.1; done
 n_opens=$(opens)
 [ "${n_opens:-0}" -ge 24 ] ||
 	fail "node-1 opened ${n_opens:-0} of the 24 closed chunk files (16 chunks, 8 clones) of nb4's slices 0-3 (were they open already?)"
