@@ -25,6 +25,7 @@
 # cut the daemons start once, replay, stop with SIGTERM, and only then are
 # their chunk files scanned; direct: scanned before any daemon starts),
 # ZL_POWERCUT_FS (ext4 or xfs, default ext4), ZL_POWERCUT_SIZE (4M),
+# ZL_POWERCUT_REPLICAS (the volume's replicas, 3),
 # ZL_POWERCUT_CHUNK (chunk size, 64K), ZL_POWERCUT_HEAL_WAIT (seconds for
 # every slice to be 3 of 3 in sync after the check, 120),
 # ZL_POWERCUT_MANAGER (zipline-controller --manager=on in the guest, default
@@ -34,7 +35,15 @@
 # guest and WORK/rN/armed appears, for an immediate cut, as soon as an
 # O_DIRECT scan of the chunk files sees a held metadata write landed; the
 # load of round N>1 starts with WRITEs of the blocks that matched prev_crc
-# after the previous cut, see powercut_io.c "The trap").
+# after the previous cut, see powercut_io.c "The trap"),
+# ZL_POWERCUT_FULL=on (a full disk: each daemon's data dir on a small
+# virtio disk of its own, the 2nd..4th of ZL_VM_DISKS, ext4 without
+# reserved blocks, --journal-size ZL_POWERCUT_FULL_JOURNAL (17M) on the
+# journal path; boot 1 fills each with a file until ZL_POWERCUT_FULL_ROOM
+# (2M) is left beyond what the daemon keeps free (the ring and 8 MiB on
+# the journal path, 8 MiB on the direct one; ZL_POWERCUT_FULL_KEEP instead
+# when set), so the load soon fails NOSPC; READY waits for ZL_POWERCUT_FULL_FAILED (20) such failures, see
+# powercut_io.c "A full disk").
 # Exit status: 0 all checks passed; 1 a check or a step failed.
 set -u
 build=${1:?usage: powercut-guest.sh BUILD WORK BOOT CHECK WRITE}
@@ -44,12 +53,15 @@ heal_tool=$(cd "$(dirname "${BASH_SOURCE[0]}")/../lib" && pwd -P)/heal_tool.py
 # shellcheck source=guest-etcd.sh
 . "$(dirname "${BASH_SOURCE[0]}")/guest-etcd.sh" || exit 1
 nodes=3
+replicas=${ZL_POWERCUT_REPLICAS:-3}
 mnt=/mnt/zl-powercut
 etcd_url=http://127.0.0.1:2379
 vol=pcvol
 fs=${ZL_POWERCUT_FS:-ext4}
 trap_on=${ZL_POWERCUT_TRAP:-off}
 trap_ms=${ZL_POWERCUT_TRAP_MS:-2000}
+full=${ZL_POWERCUT_FULL:-off}
+full_journal=${ZL_POWERCUT_FULL_JOURNAL:-17M}
 logs=$work/boot$boot
 storage_pids=() etcd_pid=''
 wp_flags=()
@@ -59,6 +71,15 @@ wp_flags=()
 write_path=${ZL_TEST_WRITE_PATH:-$("$bin/zipline-storage" --help 2>&1 |
 	sed -n 's/.*(default \(journal\|direct\)).*/\1/p' | head -1)}
 write_path=${write_path:-direct}
+full_flags=()
+[[ $full == on && $write_path == journal ]] && full_flags=(--journal-size "$full_journal")
+# avail_all: the free bytes of each small disk (full).
+avail_all() {
+	local i
+	for ((i = 1; i <= nodes; i++)); do
+		echo -n "full-$i $(($(df -B1 --output=avail "$mnt/full-$i" | tail -1) >> 10)) KiB free; "
+	done
+}
 
 say() {
 	local up
@@ -77,11 +98,23 @@ fail() {
 }
 # corruption_lines: daemon log lines that report corruption (none allowed).
 corruption_lines() { grep -i 'corrupt' "$logs"/storage-*.log; }
+# ddir I: node-I's data dir (full: on its own small disk, mounted at
+# $mnt/full-I, beside the filler file).
+ddir() {
+	if [[ $full == on ]]; then echo "$mnt/full-$1/data"; else echo "$mnt/storage-$1"; fi
+}
 
 [[ ${ZL_VM:-} == 1 ]] || fail "not inside the test VM (ZL_VM is not 1)"
 dev=${ZL_VM_DISKS%% *}
 [[ -b $dev ]] || fail "no virtio disk (ZL_VM_DISKS='${ZL_VM_DISKS:-}')"
 [[ -f $heal_tool ]] || fail "$heal_tool is missing"
+full_devs=()
+if [[ $full == on ]]; then
+	[[ $trap_on == on ]] && fail "ZL_POWERCUT_FULL=on and ZL_POWERCUT_TRAP=on do not go together"
+	read -r -a full_devs <<<"${ZL_VM_DISKS#* }"
+	((${#full_devs[@]} == nodes)) || fail "ZL_POWERCUT_FULL=on: want $nodes small disks after the first, ZL_VM_DISKS='${ZL_VM_DISKS:-}'"
+	for d in "${full_devs[@]}"; do [[ -b $d ]] || fail "$d is not a block device"; done
+fi
 for t in etcd etcdctl curl /usr/bin/python3 "mkfs.$fs" "$bin/zipline-storage" "$bin/zl" "$bin/powercut_io"; do
 	command -v "$t" >/dev/null || fail "$t is missing (install it / build the tree)"
 done
@@ -120,6 +153,16 @@ if ((boot == 1)); then
 fi
 mount -t "$fs" "$dev" "$mnt" || fail "mount $dev ($fs) failed (after the power cut: journal replay)"
 say "$dev ($fs) mounted on $mnt"
+# ---- full: each daemon's data dir on a small disk of its own
+for ((i = 1; i <= ${#full_devs[@]}; i++)); do
+	d=${full_devs[i - 1]}
+	if ((boot == 1)); then
+		mkfs.ext4 -q -F -m 0 "$d" || fail "mkfs.ext4 $d failed"
+	fi
+	mkdir -p "$mnt/full-$i" && mount -t ext4 "$d" "$mnt/full-$i" ||
+		fail "mount $d on $mnt/full-$i failed (after the power cut: journal replay)"
+done
+((${#full_devs[@]})) && say "small disks ${full_devs[*]} mounted on $mnt/full-1..$nodes: $(avail_all)"
 # ---- etcd, with its data on the disk
 vm_guest_etcd_start "$mnt/etcd" "$logs/etcd.log" "$etcd_url"
 say "etcd up"
@@ -135,10 +178,10 @@ storage_start() {
 	storage_pids=()
 	since=$(date +%s)
 	for ((i = 1; i <= nodes; i++)); do
-		mkdir -p "$mnt/storage-$i" || fail "cannot create $mnt/storage-$i"
-		"$bin/zipline-storage" --data-dir "$mnt/storage-$i" --listen "127.0.0.1:$((7100 + i))" \
+		mkdir -p "$(ddir "$i")" || fail "cannot create $(ddir "$i")"
+		"$bin/zipline-storage" --data-dir "$(ddir "$i")" --listen "127.0.0.1:$((7100 + i))" \
 			--node-id "node-$i" --label "zone=z$i" --etcd "$etcd_url" --transport tcp \
-			--heal "${ZL_POWERCUT_HEAL:-on}" "${wp_flags[@]}" --log-level info \
+			--heal "${ZL_POWERCUT_HEAL:-on}" "${wp_flags[@]}" "${full_flags[@]}" --log-level info \
 			>>"$logs/storage-$i.log" 2>&1 &
 		storage_pids[i]=$!
 	done
@@ -166,7 +209,7 @@ storage_stop() {
 scan_all() {
 	local i rc=0 taint=${2:-}
 	for ((i = 1; i <= nodes; i++)); do
-		"$bin/powercut_io" scan --data-dir "$mnt/storage-$i" ${taint:+--taint "$taint.$i"} |
+		"$bin/powercut_io" scan --data-dir "$(ddir "$i")" ${taint:+--taint "$taint.$i"} |
 			sed "s/^powercut_io: scan: /powercut_io: scan: node-$i: /"
 		((PIPESTATUS[0] == 0)) || rc=1
 	done
@@ -193,6 +236,25 @@ if ((check > 0)); then
 	scan_all "${taint[@]}" || fail "a chunk file block matches neither its crc nor its prev_crc"
 fi
 storage_start
+# full, boot 1: the daemons made their journals; a filler file takes all
+# but ROOM beyond what each daemon keeps free (its ring, if any, and 8 MiB).
+if [[ $full == on ]] && ((boot == 1)); then
+	size_bytes() { numfmt --from=iec "$1"; }
+	keep=$(size_bytes 8M)
+	[[ $write_path == journal ]] && keep=$((keep + $(size_bytes "$full_journal")))
+	# ZL_POWERCUT_FULL_KEEP: another figure (0: the disk itself fills; to
+	# show what a daemon without op_room loses)
+	[[ -n ${ZL_POWERCUT_FULL_KEEP:-} ]] && keep=$(size_bytes "$ZL_POWERCUT_FULL_KEEP")
+	room=$(size_bytes "${ZL_POWERCUT_FULL_ROOM:-2M}")
+	for ((i = 1; i <= nodes; i++)); do
+		avail=$(df -B1 --output=avail "$mnt/full-$i" | tail -1)
+		fill=$(((avail - keep - room) / 4096 * 4096))
+		((fill > 0)) || fail "full-$i: $avail bytes free, less than the $keep kept and the $room of room"
+		fallocate -l "$fill" "$mnt/full-$i/filler" || fail "fallocate of $mnt/full-$i/filler failed"
+	done
+	sync
+	say "FIGURE: full: filler files written, each daemon keeps $((keep >> 20)) MiB: $(avail_all)"
+fi
 # The host's request for a state dump (it gave up waiting for this boot):
 # every thread of every daemon, its state, wait channel and kernel stack,
 # and its user stack where gdb is installed, to WORK/bootB/threads.txt.
@@ -222,7 +284,7 @@ fi
 export ZL_LOG_LEVEL=warn # powercut_io: only what went wrong
 
 if ((boot == 1)); then
-	"$bin/zl" volume create "$vol" --size "${ZL_POWERCUT_SIZE:-4M}" --replicas "$nodes" \
+	"$bin/zl" volume create "$vol" --size "${ZL_POWERCUT_SIZE:-4M}" --replicas "$replicas" \
 		--chunk-size "${ZL_POWERCUT_CHUNK:-64K}" || fail "zl volume create failed"
 fi
 
@@ -253,10 +315,10 @@ if ((check > 0)); then
 	# every primary peer), then every replica identical.
 	vid=$("$bin/zl" volume inspect "$vol" | grep -o 'vol-[0-9a-f]\{16\}' | head -1)
 	[[ -n $vid ]] || fail "zl volume inspect $vol names no volume id"
-	ms=$(/usr/bin/python3 "$heal_tool" etcd "$etcd_url" wait "$vid" --all "$nodes" \
+	ms=$(/usr/bin/python3 "$heal_tool" etcd "$etcd_url" wait "$vid" --all "$replicas" \
 		"${ZL_POWERCUT_HEAL_WAIT:-120}") ||
-		fail "round $check: not every slice $nodes of $nodes in sync within ${ZL_POWERCUT_HEAL_WAIT:-120} s of the check"
-	say "every slice $nodes of $nodes in sync ($ms ms after the check)"
+		fail "round $check: not every slice $replicas of $replicas in sync within ${ZL_POWERCUT_HEAL_WAIT:-120} s of the check"
+	say "every slice $replicas of $replicas in sync ($ms ms after the check)"
 	"$bin/zl" volume verify "$vol" >/tmp/verify.out 2>&1
 	rc=$?
 	sed 's/^/    verify: /' /tmp/verify.out | head -20
@@ -264,6 +326,7 @@ if ((check > 0)); then
 	say "FIGURE: verify: $(tail -1 /tmp/verify.out)"
 	corruption_lines && fail "zipline-storage logged corruption (above)"
 	say "FIGURE: torn metadata slots found at open: $(cat "$logs"/storage-*.log | grep -c 'is torn')"
+	[[ $full == on ]] && say "FIGURE: full: after the check: $(avail_all)"
 fi
 
 # ---- the load of this round, until the power cut
@@ -273,6 +336,7 @@ if ((write > 0)); then
 	say "load of round $write"
 	load=("$bin/powercut_io" write --etcd "$etcd_url" --volume "$vol" --seed "$(cat "$r/seed")"
 		--log "$r/log" --ready "$r/ready")
+	[[ $full == on ]] && load+=(--nospc "${ZL_POWERCUT_FULL_FAILED:-20}")
 	if [[ $trap_on != on ]]; then
 		"${load[@]}" --ready-after "$(cat "$r/ready_after")"
 		fail "the load ended by itself (exit $?) before the power cut"
@@ -311,6 +375,9 @@ storage_stop
 kill -TERM "$etcd_pid"
 wait "$etcd_pid"
 corruption_lines && fail "zipline-storage logged corruption (above)"
+for ((i = 1; i <= ${#full_devs[@]}; i++)); do
+	umount "$mnt/full-$i" || fail "umount $mnt/full-$i failed"
+done
 umount "$mnt" || fail "umount $mnt failed"
 say "clean stop"
 exit 0

@@ -3,7 +3,7 @@
  *
  *   powercut_io write --etcd URL --volume NAME --seed N --log FILE
  *                     --ready FILE --ready-after N [--qd N] [--max-ops N]
- *                     [--first FILE] [--before CMD]
+ *                     [--first FILE] [--before CMD] [--nospc N]
  *   powercut_io check --etcd URL --volume NAME --seed N --log FILE
  *                     [--base FILE] --out FILE [--qd N] [--first FILE]
  *                     [--taint FILE] [--min-acked N (1)]
@@ -23,6 +23,13 @@
  * READY_AFTER acknowledgements; the host cuts the power at a random later
  * moment. Without a cut it stops after MAX_OPS and exits 3 (not a pass).
  * CMD (--before) runs once the volume is open, before the first op.
+ *
+ * A full disk (--nospc N, powercut-storage.sh with ZL_POWERCUT_FULL=on): an
+ * op that fails ZL_ERR_NOSPC was not acknowledged; it is logged as
+ * "k KIND OFF LEN NOSPC" (fdatasync'ed as well) and the load goes on; READY
+ * waits for N such failures too. Any other failure ends the load (exit 1).
+ * check treats such an op like one in flight at the cut: each replica
+ * applied it or not, so each 4 KiB piece of it reads old or new.
  *
  * check rebuilds what the volume must hold: BASE (the volume at the start of
  * this round, i.e. the previous check's OUT; zeros without --base) with every
@@ -90,6 +97,8 @@ struct pc_op {
 struct pc_args {
 	const char *etcd, *volume, *log, *ready, *base, *out, *first, *taint, *before;
 	uint64_t seed, ready_after, max_ops, min_acked;
+	uint64_t nospc; /* --nospc: NOSPC failures are logged, READY waits for this many */
+	bool nospc_ok;
 	uint32_t qd;
 };
 
@@ -164,6 +173,32 @@ static void pc_op_fill(uint64_t seed, const struct pc_op *op, uint8_t *buf)
 	for (i = 0; i < op->len; i += 8) {
 		v = pc_next(&r);
 		memcpy(buf + i, &v, ZL_MIN(8, op->len - i));
+	}
+}
+
+/* Bytes [from, from+len) of what op leaves (pc_op_fill of only that part). */
+static void pc_op_bytes(uint64_t seed, const struct pc_op *op, uint64_t from, uint64_t len,
+			uint8_t *out)
+{
+	uint64_t s0 = zl_hash64(seed ^ 0x5a4c504f57455243ull) ^ zl_hash64(op->seq + 7);
+	uint64_t word = UINT64_MAX;
+	uint8_t v[8];
+
+	if (op->kind != PC_WRITE) {
+		memset(out, 0, len);
+		return;
+	}
+	for (uint64_t i = 0; i < len; i++) {
+		uint64_t pos = from + i;
+
+		if (pos / 8 != word) {
+			uint64_t x;
+
+			word = pos / 8;
+			x = zl_hash64(s0 + (word + 1) * 0x9e3779b97f4a7c15ull);
+			memcpy(v, &x, 8);
+		}
+		out[i] = v[pos % 8];
 	}
 }
 
@@ -277,7 +312,8 @@ struct pc_writer {
 	struct pc_slot slots[PC_MAX_QD];
 	int lfd;
 	uint32_t inflight;
-	uint64_t acked;
+	uint64_t acked, failed;
+	bool ready_done;
 	int err;
 };
 
@@ -299,9 +335,11 @@ static void pc_write_done(void *arg, int status)
 	char line[96];
 	int n;
 
+	bool nospc = status == -ZL_ERR_NOSPC && w->a->nospc_ok;
+
 	s->busy = false;
 	w->inflight--;
-	if (status) {
+	if (status && !nospc) {
 		fprintf(stderr,
 			"powercut_io: op %" PRIu64 " %c off=%" PRIu64 " len=%" PRIu64
 			" failed: %s\n",
@@ -309,17 +347,28 @@ static void pc_write_done(void *arg, int status)
 		w->err = 1;
 		return;
 	}
-	n = snprintf(line, sizeof(line), "%" PRIu64 " %c %" PRIu64 " %" PRIu64 "\n", s->op.seq,
-		     s->op.kind, s->op.off, s->op.len);
+	n = snprintf(line, sizeof(line), "%" PRIu64 " %c %" PRIu64 " %" PRIu64 "%s\n", s->op.seq,
+		     s->op.kind, s->op.off, s->op.len, nospc ? " NOSPC" : "");
 	if (write(w->lfd, line, (size_t)n) != n || fdatasync(w->lfd)) {
 		fprintf(stderr, "powercut_io: log %s: %s\n", w->a->log, strerror(errno));
 		w->err = 1;
 		return;
 	}
-	if (++w->acked == w->a->ready_after && pc_ready(w->a->ready))
-		w->err = 1;
-	if (w->acked % 1000 == 0)
+	if (nospc) {
+		if (w->failed++ == 0)
+			fprintf(stderr,
+				"powercut_io: op %" PRIu64 " failed NOSPC (after %" PRIu64
+				" acknowledged)\n",
+				s->op.seq, w->acked);
+	} else if (++w->acked % 1000 == 0) {
 		fprintf(stderr, "powercut_io: %" PRIu64 " ops acknowledged\n", w->acked);
+	}
+	if (!w->ready_done && w->a->ready_after && w->acked >= w->a->ready_after &&
+	    w->failed >= w->a->nospc) {
+		w->ready_done = true;
+		if (pc_ready(w->a->ready))
+			w->err = 1;
+	}
 }
 
 /* A free slot for op, or NULL while one is busy with an overlapping op. */
@@ -442,8 +491,14 @@ struct pc_check {
 	uint8_t *cand_buf[PC_MAX_QD * 2];
 	uint32_t n_cand;
 	uint8_t *old_block; /* a piece of an op in flight reads old here */
+	/* NOSPC: ops that failed (logged "NOSPC"), the blocks they touch, the
+	 * volume at the start of the round, every op below end + QD */
+	uint8_t *failed, *fail_block, *base;
+	struct pc_op *ops;
+	uint64_t n_failed;
 	/* results */
 	uint64_t blocks, wrong, pieces_old, pieces_new, read_errs, corrupt;
+	uint64_t fail_blocks, fail_new, fail_old, states_max, lenient;
 };
 
 /* Reads LOG: marks every logged op, checks that each line names the op the
@@ -451,9 +506,10 @@ struct pc_check {
 static int pc_log_read(struct pc_check *k, uint64_t max_seq)
 {
 	FILE *f = fopen(k->a->log, "r");
-	char line[128], kind;
+	char line[128], kind, tag[16];
 	uint64_t seq, off, len, lineno = 0;
 	struct pc_op op;
+	bool failed;
 	int n;
 
 	if (!f) {
@@ -464,14 +520,22 @@ static int pc_log_read(struct pc_check *k, uint64_t max_seq)
 		lineno++;
 		if (line[strlen(line) - 1] != '\n')
 			break; /* cut in the middle of the last record */
-		n = sscanf(line, "%" SCNu64 " %c %" SCNu64 " %" SCNu64, &seq, &kind, &off, &len);
-		if (n != 4 || seq >= max_seq)
+		n = sscanf(line, "%" SCNu64 " %c %" SCNu64 " %" SCNu64 " %15s", &seq, &kind, &off,
+			   &len, tag);
+		failed = n == 5 && !strcmp(tag, "NOSPC");
+		if ((n != 4 && !failed) || seq >= max_seq)
 			goto bad;
 		pc_op_gen(k->a->seed, seq, k->size, &op);
-		if (op.kind != kind || op.off != off || op.len != len || k->acked[seq])
+		if (op.kind != kind || op.off != off || op.len != len || k->acked[seq] ||
+		    k->failed[seq])
 			goto bad;
-		k->acked[seq] = 1;
-		k->n_logged++;
+		if (failed) {
+			k->failed[seq] = 1;
+			k->n_failed++;
+		} else {
+			k->acked[seq] = 1;
+			k->n_logged++;
+		}
 		k->end = ZL_MAX(k->end, seq + 1);
 	}
 	fclose(f);
@@ -516,11 +580,28 @@ static int pc_expect(struct pc_check *k)
 
 	if (!buf)
 		return -1;
+	if (k->n_failed) {
+		k->ops = calloc(k->end + k->a->qd, sizeof(*k->ops));
+		k->base = malloc(k->size);
+		k->fail_block = calloc(1, k->size / PC_BLK);
+		if (!k->ops || !k->base || !k->fail_block) {
+			free(buf);
+			return -1;
+		}
+		memcpy(k->base, k->want, k->size);
+	}
 	for (uint64_t s = 0; s < k->end + k->a->qd; s++) {
 		pc_op_gen(k->a->seed, s, k->size, &op);
+		if (k->ops)
+			k->ops[s] = op;
 		if (s < k->end && k->acked[s]) {
 			pc_op_fill(k->a->seed, &op, buf);
 			memcpy(k->want + op.off, buf, op.len);
+			continue;
+		}
+		if (s < k->end && k->failed[s]) {
+			for (uint64_t b = op.off / PC_BLK; b * PC_BLK < op.off + op.len; b++)
+				k->fail_block[b] = 1;
 			continue;
 		}
 		if (k->n_cand == ZL_ARRAY_SIZE(k->cand)) {
@@ -645,6 +726,185 @@ static void pc_check_block(struct pc_check *k, uint64_t b)
 	}
 }
 
+/* A block that an op that failed NOSPC touches: every replica applied each
+ * op in sequence order (overlapping ops never run together), the
+ * acknowledged ones always, a failed one or one in flight at the cut maybe
+ * (each 4 KiB piece whole or not at all). So the block must read as the
+ * base with the acknowledged ops and some subset of the others applied in
+ * order: the set of those contents is built op by op, dropping each one
+ * whose bytes no later op touches differ from what was read. */
+#ifndef PC_MAX_STATES
+#define PC_MAX_STATES 1024
+#endif
+
+struct pc_states {
+	uint8_t (*st)[PC_BLK];
+	uint32_t n;
+	int16_t last[PC_BLK]; /* per byte: the last op (index in the list) covering it */
+	uint8_t bytes[PC_BLK];
+};
+
+/* Drops the contents whose bytes that op j covers last differ from got. */
+static void pc_states_prune(struct pc_states *ps, const uint8_t *g, int j)
+{
+	uint32_t keep = 0;
+
+	for (uint32_t i = 0; i < ps->n; i++) {
+		bool ok = true;
+
+		for (uint32_t x = 0; x < PC_BLK && ok; x++)
+			ok = ps->last[x] != j || ps->st[i][x] == g[x];
+		if (ok && keep != i)
+			memcpy(ps->st[keep], ps->st[i], PC_BLK);
+		keep += ok;
+	}
+	ps->n = keep;
+}
+
+static bool pc_states_has(const struct pc_states *ps, uint32_t n, const uint8_t *p)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (!memcmp(ps->st[i], p, PC_BLK))
+			return true;
+	return false;
+}
+
+/* An acknowledged op may make two contents alike: keep one. */
+static void pc_states_dedup(struct pc_states *ps)
+{
+	uint32_t keep = 0;
+
+	for (uint32_t i = 0; i < ps->n; i++) {
+		if (pc_states_has(ps, keep, ps->st[i]))
+			continue;
+		if (keep != i)
+			memcpy(ps->st[keep], ps->st[i], PC_BLK);
+		keep++;
+	}
+	ps->n = keep;
+}
+
+/* Too many possible contents of block b (many failed ops overlap there,
+ * more than PC_MAX_STATES): a check per byte instead, without the "whole
+ * piece" rule: each byte must hold the value the last acknowledged op covering it (or
+ * the base) left, or that of a later failed or in-flight op covering it. */
+static void pc_check_bytes(struct pc_check *k, const uint64_t *list, uint32_t nl, uint64_t b)
+{
+	uint64_t bo = b * PC_BLK, be = bo + PC_BLK;
+	static int16_t last_sure[PC_BLK];
+	static uint8_t ok[PC_BLK], bytes[PC_BLK];
+	const uint8_t *g = k->got + bo;
+
+	k->lenient++;
+	for (uint32_t x = 0; x < PC_BLK; x++) {
+		last_sure[x] = -1;
+		ok[x] = g[x] == k->want[bo + x]; /* the last acknowledged value (or the base's) */
+	}
+	for (uint32_t j = 0; j < nl; j++) {
+		const struct pc_op *op = &k->ops[list[j]];
+
+		if (list[j] < k->end && k->acked[list[j]])
+			for (uint64_t x = ZL_MAX(op->off, bo); x < ZL_MIN(op->off + op->len, be);
+			     x++)
+				last_sure[x - bo] = (int16_t)j;
+	}
+	for (uint32_t j = 0; j < nl; j++) {
+		const struct pc_op *op = &k->ops[list[j]];
+		uint64_t lo = ZL_MAX(op->off, bo), hi = ZL_MIN(op->off + op->len, be);
+
+		if (list[j] < k->end && k->acked[list[j]])
+			continue;
+		pc_op_bytes(k->a->seed, op, lo - op->off, hi - lo, bytes);
+		for (uint64_t x = lo; x < hi; x++)
+			ok[x - bo] |= (int)j > last_sure[x - bo] && g[x - bo] == bytes[x - lo];
+	}
+	for (uint32_t x = 0; x < PC_BLK; x++)
+		if (!ok[x]) {
+			pc_report(k, bo + x,
+				  "neither the acknowledged content nor that of a later op that "
+				  "failed NOSPC or was in flight");
+			return;
+		}
+}
+
+static void pc_check_block_nospc(struct pc_check *k, struct pc_states *ps, uint64_t b)
+{
+	uint64_t bo = b * PC_BLK, be = bo + PC_BLK, nops = k->end + k->a->qd;
+	const uint8_t *g = k->got + bo;
+	uint64_t list[1024];
+	uint32_t nl = 0;
+
+	k->blocks++;
+	k->fail_blocks++;
+	for (uint64_t s = 0; s < nops; s++) {
+		const struct pc_op *op = &k->ops[s];
+
+		if (op->off >= be || op->off + op->len <= bo)
+			continue;
+		if (nl == ZL_ARRAY_SIZE(list)) {
+			pc_report(k, bo, "more than 1024 ops touch the block (raise the limit)");
+			return;
+		}
+		list[nl++] = s;
+	}
+	for (uint32_t x = 0; x < PC_BLK; x++)
+		ps->last[x] = -1;
+	for (uint32_t j = 0; j < nl; j++) {
+		const struct pc_op *op = &k->ops[list[j]];
+
+		for (uint64_t x = ZL_MAX(op->off, bo); x < ZL_MIN(op->off + op->len, be); x++)
+			ps->last[x - bo] = (int16_t)j;
+	}
+	memcpy(ps->st[0], k->base + bo, PC_BLK);
+	ps->n = 1;
+	pc_states_prune(ps, g, -1);
+	for (uint32_t j = 0; j < nl && ps->n; j++) {
+		const struct pc_op *op = &k->ops[list[j]];
+		uint64_t s = list[j], lo = ZL_MAX(op->off, bo), hi = ZL_MIN(op->off + op->len, be);
+		bool sure = s < k->end && k->acked[s];
+		uint32_t n0 = ps->n;
+
+		pc_op_bytes(k->a->seed, op, lo - op->off, hi - lo, ps->bytes);
+		if (k->failed[s]) {
+			/* the figure: the bytes it left (none later) read new or old */
+			bool is_new = true, is_old = true, any = false;
+
+			for (uint64_t x = lo; x < hi; x++) {
+				if (ps->last[x - bo] != (int16_t)j)
+					continue;
+				any = true;
+				is_new = is_new && g[x - bo] == ps->bytes[x - lo];
+				is_old = is_old && g[x - bo] == k->want[x];
+			}
+			k->fail_new += any && is_new && !is_old;
+			k->fail_old += any && is_old && !is_new;
+		}
+		for (uint32_t i = 0; i < n0; i++) {
+			uint8_t *d = ps->st[i];
+
+			if (!sure) {
+				if (ps->n == PC_MAX_STATES) {
+					pc_check_bytes(k, list, nl, b);
+					return;
+				}
+				d = ps->st[ps->n];
+				memcpy(d, ps->st[i], PC_BLK);
+			}
+			memcpy(d + (lo - bo), ps->bytes, hi - lo);
+			if (!sure && !pc_states_has(ps, ps->n, d))
+				ps->n++;
+		}
+		if (sure)
+			pc_states_dedup(ps);
+		pc_states_prune(ps, g, (int)j);
+		k->states_max = ZL_MAX(k->states_max, ps->n);
+	}
+	if (!ps->n)
+		pc_report(k, bo,
+			  "not the acknowledged content with some of the ops that failed NOSPC "
+			  "or were in flight at the cut");
+}
+
 static int pc_out_write(struct pc_check *k)
 {
 	int fd = open(k->a->out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -698,6 +958,7 @@ static int pc_taint_write(struct pc_check *k)
 static int pc_check(const struct pc_args *a)
 {
 	struct pc_check k = {.a = a};
+	static struct pc_states ps;
 	struct pc_conn c = {0};
 	uint64_t t0 = zl_now_ms(), max_seq = 100000000;
 	int rc = 2;
@@ -709,7 +970,8 @@ static int pc_check(const struct pc_args *a)
 	k.got = calloc(1, k.size);
 	k.acked = calloc(1, max_seq);
 	k.old_block = calloc(1, k.size / PC_BLK);
-	if (!k.want || !k.got || !k.acked || !k.old_block) {
+	k.failed = calloc(1, max_seq);
+	if (!k.want || !k.got || !k.acked || !k.old_block || !k.failed) {
 		fprintf(stderr, "powercut_io: out of memory\n");
 		goto out;
 	}
@@ -723,8 +985,19 @@ static int pc_check(const struct pc_args *a)
 		goto out;
 	}
 	pc_read_all(&k, &c);
-	for (uint64_t b = 0; b < k.size / PC_BLK; b++)
-		pc_check_block(&k, b);
+	if (k.n_failed) {
+		ps.st = malloc((size_t)PC_MAX_STATES * PC_BLK);
+		if (!ps.st) {
+			fprintf(stderr, "powercut_io: out of memory\n");
+			goto out;
+		}
+	}
+	for (uint64_t b = 0; b < k.size / PC_BLK; b++) {
+		if (k.fail_block && k.fail_block[b])
+			pc_check_block_nospc(&k, &ps, b);
+		else
+			pc_check_block(&k, b);
+	}
 	if (pc_out_write(&k) || (a->taint && pc_taint_write(&k)))
 		goto out;
 	printf("powercut_io: check: %" PRIu64 " acknowledged ops (highest %" PRIu64 "), %u "
@@ -733,9 +1006,20 @@ static int pc_check(const struct pc_args *a)
 	       "%" PRIu64 " new, %" PRIu64 " old\n",
 	       k.n_logged, k.end - 1, k.n_cand, k.blocks, (double)(zl_now_ms() - t0) / 1000.0,
 	       k.wrong, k.read_errs, k.corrupt, k.pieces_new, k.pieces_old);
+	if (k.n_failed)
+		printf("powercut_io: check: NOSPC: %" PRIu64 " ops failed NOSPC, %" PRIu64
+		       " blocks they touch checked: of their pieces %" PRIu64 " read new, %" PRIu64
+		       " old; at most %" PRIu64 " possible contents of a block (%" PRIu64
+		       " blocks with more checked byte by byte)\n",
+		       k.n_failed, k.fail_blocks, k.fail_new, k.fail_old, k.states_max, k.lenient);
 	fflush(stdout);
 	rc = (k.wrong || k.read_errs) ? 1 : 0;
 out:
+	free(ps.st);
+	free(k.failed);
+	free(k.fail_block);
+	free(k.base);
+	free(k.ops);
 	for (uint32_t i = 0; i < k.n_cand; i++)
 		free(k.cand_buf[i]);
 	free(k.want);
@@ -931,7 +1215,7 @@ static void pc_usage(void)
 	fprintf(stderr,
 		"usage: powercut_io write --etcd URL --volume NAME --seed N --log FILE\n"
 		"                         --ready FILE --ready-after N [--qd N] [--max-ops N]\n"
-		"                         [--first FILE] [--before CMD]\n"
+		"                         [--first FILE] [--before CMD] [--nospc N]\n"
 		"       powercut_io check --etcd URL --volume NAME --seed N --log FILE\n"
 		"                         [--base FILE] --out FILE [--qd N] [--first FILE]\n"
 		"                         [--taint FILE] [--min-acked N]\n"
@@ -968,6 +1252,7 @@ int main(int argc, char **argv)
 	    {"taint", required_argument, NULL, 't'},
 	    {"min-acked", required_argument, NULL, 'a'},
 	    {"before", required_argument, NULL, 'B'},
+	    {"nospc", required_argument, NULL, 'N'},
 	    {NULL, 0, NULL, 0},
 	};
 	struct pc_args a = {.qd = 8, .max_ops = 1000000, .seed = 1, .min_acked = 1};
@@ -1030,6 +1315,10 @@ int main(int argc, char **argv)
 			break;
 		case 'B':
 			a.before = optarg;
+			break;
+		case 'N':
+			a.nospc = pc_u64(optarg);
+			a.nospc_ok = true;
 			break;
 		default:
 			pc_usage();
