@@ -160,46 +160,31 @@ static void pc_op_gen(uint64_t seed, uint64_t seq, uint64_t size, struct pc_op *
 		pc_op_rand(seed, seq, size, op);
 }
 
-/* The bytes op leaves in [off, off+len): zeros, or a function of (seed, seq). */
-static void pc_op_fill(uint64_t seed, const struct pc_op *op, uint8_t *buf)
-{
-	struct pc_rng r = {zl_hash64(seed ^ 0x5a4c504f57455243ull) ^ zl_hash64(op->seq + 7)};
-	uint64_t i, v;
-
-	if (op->kind != PC_WRITE) {
-		memset(buf, 0, op->len);
-		return;
-	}
-	for (i = 0; i < op->len; i += 8) {
-		v = pc_next(&r);
-		memcpy(buf + i, &v, ZL_MIN(8, op->len - i));
-	}
-}
-
-/* Bytes [from, from+len) of what op leaves (pc_op_fill of only that part). */
+/* Bytes [from, from+len) of what op leaves in [off, off+len): zeros, or a
+ * function of (seed, seq): 8-byte word w of the op is the hash of the
+ * op's stream at step w + 1. */
 static void pc_op_bytes(uint64_t seed, const struct pc_op *op, uint64_t from, uint64_t len,
 			uint8_t *out)
 {
 	uint64_t s0 = zl_hash64(seed ^ 0x5a4c504f57455243ull) ^ zl_hash64(op->seq + 7);
-	uint64_t word = UINT64_MAX;
-	uint8_t v[8];
 
 	if (op->kind != PC_WRITE) {
 		memset(out, 0, len);
 		return;
 	}
-	for (uint64_t i = 0; i < len; i++) {
-		uint64_t pos = from + i;
+	for (uint64_t pos = from; pos < from + len;) {
+		uint64_t x = zl_hash64(s0 + (pos / 8 + 1) * 0x9e3779b97f4a7c15ull);
+		uint64_t n = ZL_MIN(8 - pos % 8, from + len - pos);
 
-		if (pos / 8 != word) {
-			uint64_t x;
-
-			word = pos / 8;
-			x = zl_hash64(s0 + (word + 1) * 0x9e3779b97f4a7c15ull);
-			memcpy(v, &x, 8);
-		}
-		out[i] = v[pos % 8];
+		memcpy(out + (pos - from), (const uint8_t *)&x + pos % 8, n);
+		pos += n;
 	}
+}
+
+/* The bytes op leaves in [off, off+len). */
+static void pc_op_fill(uint64_t seed, const struct pc_op *op, uint8_t *buf)
+{
+	pc_op_bytes(seed, op, 0, op->len, buf);
 }
 
 /* Reads --first FILE: "OFF LEN" lines (WRITEs of at most 64 KiB, disjoint,
