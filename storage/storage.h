@@ -137,6 +137,7 @@ struct zl_storage {
 	/* Their log lines: accepted ones per transport (TCP, RDMA), refused. */
 	struct zl_ratelimit accept_rl[2], conn_rl;
 	struct zl_ratelimit snap_rl; /* writes refused without a snapshot sequence */
+	struct zl_ratelimit row_short_rl; /* writes refused: row short of room */
 	bool draining;
 	struct zl_storage_heal *heal; /* NULL with --heal=off */
 	struct zl_storage_scrub *scrub; /* storage_scrub.c */

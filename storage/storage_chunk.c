@@ -93,6 +93,9 @@
  * within this of the reserve. */
 #define STORE_TIGHT_MARGIN (64ull << 20)
 #define STORE_FULL_MARGIN  (4ull << 20)
+/* store_submit's opf. */
+#define OPF_TRUST	   1u	 /* READ: as chunk_op.trust */
+#define OPF_NO_NEW	   2u	 /* WRITE/ZERO: zl_chunk_overwrite */
 #define STORE_CKPT_MS	  5000u /* journal mode: a checkpoint at least this often */
 #define STORE_IDLE_CKPT_MS 200u /* ... and this long after the last operation ended */
 
@@ -164,6 +167,7 @@ struct chunk_op {
 	const uint32_t *crcs_in;
 	uint32_t *crcs_out;
 	bool trust; /* READ: blocks checked before get their stored CRC, unchecked */
+	bool no_new; /* WRITE/ZERO: fail NOSPC if it needs new blocks (OPF_NO_NEW) */
 	/* Last, not cleared per op (each is written before it is read): */
 	struct zl_journal_entry jent[OP_JENT_MAX];
 	uint32_t jcrc_small[OP_JCRC_SMALL];
@@ -1904,11 +1908,15 @@ static bool op_room(struct chunk_op *op)
 	struct zl_chunk_store *s = op->s;
 	uint64_t need;
 
-	if (s->free_est == UINT64_MAX)
+	if (s->free_est == UINT64_MAX && !op->no_new)
 		return true;
 	need = op_new_bytes(op);
 	if (!need)
 		return true;
+	if (op->no_new) { /* zl_chunk_overwrite: its caller says why */
+		s->st.full_refused++;
+		return false;
+	}
 	if (s->free_est >= need && s->free_est - need >= s->free_reserve) {
 		s->free_est -= need;
 		return true;
@@ -2759,7 +2767,7 @@ static void op_target(struct chunk_op *op, enum op_kind kind, uint64_t vol, uint
 
 static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vol, uint64_t idx,
 			uint32_t cs, uint32_t off, uint32_t len, const void *data, void *buf,
-			uint32_t *bad, const uint32_t *crcs_in, uint32_t *crcs_out, bool trust,
+			uint32_t *bad, const uint32_t *crcs_in, uint32_t *crcs_out, unsigned opf,
 			uint64_t version, uint32_t wseq, zl_chunk_cb cb, void *arg)
 {
 	struct chunk_op *op;
@@ -2793,7 +2801,8 @@ static int store_submit(struct zl_chunk_store *s, enum op_kind kind, uint64_t vo
 	op->bad = bad;
 	op->crcs_in = crcs_in;
 	op->crcs_out = crcs_out;
-	op->trust = trust && crcs_out;
+	op->trust = (opf & OPF_TRUST) && crcs_out;
+	op->no_new = opf & OPF_NO_NEW;
 	op->ch = NULL;
 	if (kind == OP_READ)
 		op->buf = buf;
@@ -2823,14 +2832,23 @@ int zl_chunk_write_crcs(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, 
 			uint64_t version, zl_chunk_cb cb, void *arg)
 {
 	return store_submit(s, OP_WRITE, vol, chunk, chunk_size, off, len, data, NULL, NULL,
-			    off % BLK || len % BLK ? NULL : crcs, NULL, false, version, 0, cb, arg);
+			    off % BLK || len % BLK ? NULL : crcs, NULL, 0, version, 0, cb, arg);
 }
 
 int zl_chunk_zero(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
 		  uint32_t off, uint32_t len, uint64_t version, zl_chunk_cb cb, void *arg)
 {
-	return store_submit(s, OP_ZERO, vol, chunk, chunk_size, off, len, NULL, NULL, NULL, NULL, NULL,
-			    false, version, 0, cb, arg);
+	return store_submit(s, OP_ZERO, vol, chunk, chunk_size, off, len, NULL, NULL, NULL, NULL,
+			    NULL, 0, version, 0, cb, arg);
+}
+
+int zl_chunk_overwrite(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
+		       uint32_t off, uint32_t len, const void *data, const uint32_t *crcs,
+		       uint64_t version, zl_chunk_cb cb, void *arg)
+{
+	return store_submit(s, data ? OP_WRITE : OP_ZERO, vol, chunk, chunk_size, off, len, data,
+			    NULL, NULL, !data || off % BLK || len % BLK ? NULL : crcs, NULL,
+			    OPF_NO_NEW, version, 0, cb, arg);
 }
 
 int zl_chunk_read(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
@@ -2844,7 +2862,8 @@ int zl_chunk_read_crcs(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, u
 		       zl_chunk_cb cb, void *arg)
 {
 	return store_submit(s, OP_READ, vol, chunk, chunk_size, off, len, NULL, buf, NULL, NULL,
-			    off % BLK || len % BLK ? NULL : crcs, !recheck, 0, 0, cb, arg);
+			    off % BLK || len % BLK ? NULL : crcs, recheck ? 0 : OPF_TRUST, 0, 0, cb,
+			    arg);
 }
 
 int zl_chunk_scrub_read(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
@@ -2853,8 +2872,8 @@ int zl_chunk_scrub_read(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, 
 {
 	if (!bad)
 		return -ZL_ERR_INVAL;
-	return store_submit(s, OP_READ, vol, chunk, chunk_size, off, len, NULL, buf, bad, NULL, NULL, false,
-			    0, 0, cb, arg);
+	return store_submit(s, OP_READ, vol, chunk, chunk_size, off, len, NULL, buf, bad, NULL,
+			    NULL, 0, 0, 0, cb, arg);
 }
 
 /* The open chunk's file is not the one at its path any more (unlinked or
@@ -4388,21 +4407,26 @@ bool zl_chunk_store_fenced(const struct zl_chunk_store *s)
 
 /* ---- for storage_snap.c (storage_chunk_internal.h) ---- */
 
-int zl_chunk_write_wseq(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk,
-			uint32_t chunk_size, uint32_t off, uint32_t len, const void *data,
-			const uint32_t *crcs, uint64_t version, uint32_t wseq, zl_chunk_cb cb,
-			void *arg)
+int zl_chunk_write_wseq(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
+			uint32_t off, uint32_t len, const void *data, const uint32_t *crcs,
+			uint64_t version, uint32_t wseq, bool no_new, zl_chunk_cb cb, void *arg)
 {
 	return store_submit(s, OP_WRITE, vol, chunk, chunk_size, off, len, data, NULL, NULL,
-			    off % BLK || len % BLK ? NULL : crcs, NULL, false, version, wseq, cb, arg);
+			    off % BLK || len % BLK ? NULL : crcs, NULL, no_new ? OPF_NO_NEW : 0,
+			    version, wseq, cb, arg);
 }
 
 int zl_chunk_zero_wseq(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
-		       uint32_t off, uint32_t len, uint64_t version, uint32_t wseq, zl_chunk_cb cb,
-		       void *arg)
+		       uint32_t off, uint32_t len, uint64_t version, uint32_t wseq, bool no_new,
+		       zl_chunk_cb cb, void *arg)
 {
-	return store_submit(s, OP_ZERO, vol, chunk, chunk_size, off, len, NULL, NULL, NULL, NULL, NULL,
-			    false, version, wseq, cb, arg);
+	return store_submit(s, OP_ZERO, vol, chunk, chunk_size, off, len, NULL, NULL, NULL, NULL,
+			    NULL, no_new ? OPF_NO_NEW : 0, version, wseq, cb, arg);
+}
+
+void zl_chunk_store_refused_room(struct zl_chunk_store *s)
+{
+	s->st.full_refused++;
 }
 
 int zl_chunk_wseq(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,

@@ -226,6 +226,14 @@ int zl_chunk_write_crcs(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, 
 			uint32_t off, uint32_t len, const void *data, const uint32_t *crcs,
 			uint64_t version, zl_chunk_cb cb, void *arg);
 
+/* zl_chunk_write_crcs (data) or zl_chunk_zero (data NULL) that takes no
+ * new space: one that would write a block holding no data now fails
+ * -ZL_ERR_NOSPC through cb, nothing applied, counted as refused for room
+ * (a primary whose row is short of room, docs/REPLICATION.md §9). */
+int zl_chunk_overwrite(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
+		       uint32_t off, uint32_t len, const void *data, const uint32_t *crcs,
+		       uint64_t version, zl_chunk_cb cb, void *arg);
+
 /* Zeroes [off, off+len): whole blocks are punched out (sparse again, CRC
  * entries 0), partial edge blocks rewritten with zeros; cb runs after the
  * file's fdatasync, so acknowledged zeroes survive power loss. DISCARD and
@@ -428,6 +436,9 @@ struct zl_chunk_cow {
 	uint32_t seq;		/* the snapshot sequence the client believes current */
 	const uint32_t *snaps;
 	uint32_t n_snaps;
+	/* Take no new space (zl_chunk_overwrite): a write that needs a copy
+	 * for a snapshot or new blocks fails -ZL_ERR_NOSPC. */
+	bool no_new;
 	zl_chunk_cb cb;
 	void *arg;
 	/* private */

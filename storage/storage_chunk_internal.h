@@ -9,13 +9,17 @@ struct zl_chunk_snap;
 
 /* zl_chunk_write_crcs / zl_chunk_zero that also raise the chunk's wseq to
  * wseq before its metadata is built (a zeroing of a missing chunk records
- * nothing, as its version). Returns as those. */
+ * nothing, as its version); with no_new, as zl_chunk_overwrite. Returns as
+ * those. */
 int zl_chunk_write_wseq(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
 			uint32_t off, uint32_t len, const void *data, const uint32_t *crcs,
-			uint64_t version, uint32_t wseq, zl_chunk_cb cb, void *arg);
+			uint64_t version, uint32_t wseq, bool no_new, zl_chunk_cb cb, void *arg);
 int zl_chunk_zero_wseq(struct zl_chunk_store *s, uint64_t vol, uint64_t chunk, uint32_t chunk_size,
-		       uint32_t off, uint32_t len, uint64_t version, uint32_t wseq, zl_chunk_cb cb,
-		       void *arg);
+		       uint32_t off, uint32_t len, uint64_t version, uint32_t wseq, bool no_new,
+		       zl_chunk_cb cb, void *arg);
+/* Counts a write refused for room (zl_chunk_store_stats full_refused): a
+ * copy-on-write's copy that would take new space under no_new. */
+void zl_chunk_store_refused_room(struct zl_chunk_store *s);
 
 /* The chunk's wseq and version (as zl_chunk_version: 0 when lost; 0, 0 for
  * a missing chunk); opens a closed one like it. Returns as it does. */

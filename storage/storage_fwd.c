@@ -25,6 +25,9 @@
 /* After a failed connect, fail fast for this long instead of blocking the
  * loop on every forwarded write (the backup is being dropped anyway). */
 #define FWD_BACKOFF_MS 1000
+/* A node said near full and no reply refreshed it for this long: a PING
+ * asks again (fwd_probe_tick). */
+#define FWD_FULL_PROBE_MS 1000
 /* Requests waiting for a node's look-up; more are answered BUSY. */
 #define FWD_QUEUE_MAX 128
 
@@ -59,6 +62,12 @@ struct fwd_node {
 	enum zl_xport_kind kind;
 	struct fwd_pend *pend, **pend_tail;
 	uint32_t n_pend;
+	/* Its room (zl_storage_fwd_note_room): near full when its last reply
+	 * said so (at full_ms); probing: a PING asking again is in flight,
+	 * holding pe as its callback argument (freed by it after destroy). */
+	bool full, probing;
+	uint64_t full_ms;
+	struct zl_wire_hdr probe;
 };
 
 struct zl_storage_fwd {
@@ -67,6 +76,8 @@ struct zl_storage_fwd {
 	struct zl_worker *worker; /* the look-ups */
 	struct zl_etcd *etcd;	  /* the helper thread's */
 	struct zl_slab pends;	  /* struct fwd_pend: no malloc per queued forward */
+	uint32_t n_full;	  /* nodes whose last word was near full */
+	struct zl_timer probe_t;  /* fwd_probe_tick, while n_full */
 	bool destroying;
 };
 
@@ -137,6 +148,7 @@ void zl_storage_fwd_destroy(struct zl_storage_fwd *p)
 	if (!p)
 		return;
 	p->destroying = true;
+	zl_timer_stop(p->st->loop, &p->probe_t);
 	/* Waits for the look-up it runs; the done parts see destroying. */
 	zl_worker_destroy(p->worker);
 	zl_etcd_destroy(p->etcd);
@@ -163,7 +175,7 @@ void zl_storage_fwd_destroy(struct zl_storage_fwd *p)
 		fwd_drop_conn(pe);
 		/* A HELLO still in flight holds pe as its callback argument: the
 		 * transport fails it when the connection closes. */
-		if (!pe->hello_pending)
+		if (!pe->hello_pending && !pe->probing)
 			free(pe);
 		else
 			pe->owner = NULL;
@@ -205,7 +217,8 @@ static void fwd_hello_cb(void *arg, int status, const struct zl_wire_hdr *rep)
 
 	pe->hello_pending = false;
 	if (!pe->owner) {
-		free(pe);
+		if (!pe->probing)
+			free(pe);
 		return;
 	}
 	err = zl_xport_hello_check(&pe->hello, status, rep, pe->id, NULL);
@@ -312,6 +325,101 @@ static int fwd_request(struct zl_storage_fwd *p, const char *node_id, struct zl_
 		       const void *out, uint32_t out_len, const uint32_t *out_crcs, void *in,
 		       uint32_t in_cap, zl_xport_reply_cb cb, void *arg);
 
+static struct fwd_node *fwd_find(struct zl_storage_fwd *p, const char *node_id)
+{
+	struct fwd_node *pe;
+
+	for (pe = p->list; pe; pe = pe->next)
+		if (!strcmp(pe->id, node_id))
+			break;
+	return pe;
+}
+
+/* ---- peers' room ---- */
+
+static void fwd_probe_tick(void *arg);
+
+static void fwd_room(struct zl_storage_fwd *p, struct fwd_node *pe, bool near_full)
+{
+	pe->full_ms = zl_now_ms();
+	if (pe->full == near_full)
+		return;
+	pe->full = near_full;
+	p->n_full += near_full ? 1u : (uint32_t)-1;
+	if (near_full) {
+		ZL_LOG_WARN("storage",
+			    "peer data dir near full: node=%s; writes that need new space fail "
+			    "NOSPC on slices whose members with room would fall below min_size "
+			    "(free space on %s or add capacity)",
+			    pe->id, pe->id);
+		if (p->n_full == 1)
+			zl_timer_start(p->st->loop, &p->probe_t, FWD_FULL_PROBE_MS,
+				       FWD_FULL_PROBE_MS, fwd_probe_tick, p);
+	} else {
+		ZL_LOG_INFO("storage", "peer data dir has room again: node=%s", pe->id);
+		if (!p->n_full)
+			zl_timer_stop(p->st->loop, &p->probe_t);
+	}
+}
+
+void zl_storage_fwd_note_room(struct zl_storage_fwd *p, const char *node_id, bool near_full)
+{
+	struct fwd_node *pe = fwd_find(p, node_id);
+
+	if (pe && !p->destroying)
+		fwd_room(p, pe, near_full);
+}
+
+static void fwd_probe_cb(void *arg, int status, const struct zl_wire_hdr *rep)
+{
+	struct fwd_node *pe = arg;
+
+	pe->probing = false;
+	if (!pe->owner) { /* destroyed meanwhile */
+		if (!pe->hello_pending)
+			free(pe);
+		return;
+	}
+	/* No answer: near full for all we know, asked again at the next
+	 * tick. */
+	if (!status && rep && !rep->status && !pe->owner->destroying)
+		fwd_room(pe->owner, pe, rep->aux & ZL_REPLY_NEAR_FULL);
+}
+
+/* While a node's last word was near full: every FWD_FULL_PROBE_MS, a PING
+ * to each such node no reply refreshed for that long (one in flight per
+ * node), so a node whose rows stopped forwarding new space to it is seen
+ * to have room again. */
+static void fwd_probe_tick(void *arg)
+{
+	struct zl_storage_fwd *p = arg;
+	uint64_t now = zl_now_ms();
+
+	for (struct fwd_node *pe = p->list; pe; pe = pe->next) {
+		if (!pe->full || pe->probing || now - pe->full_ms < FWD_FULL_PROBE_MS)
+			continue;
+		memset(&pe->probe, 0, sizeof(pe->probe));
+		pe->probe.opcode = ZL_OP_PING;
+		pe->probing =
+		    !fwd_request(p, pe->id, &pe->probe, NULL, 0, NULL, NULL, 0, fwd_probe_cb, pe);
+	}
+}
+
+bool zl_storage_fwd_full(struct zl_storage_fwd *p, const char *node_id)
+{
+	struct fwd_node *pe;
+
+	if (!p->n_full)
+		return false;
+	pe = fwd_find(p, node_id);
+	return pe && pe->full;
+}
+
+bool zl_storage_fwd_any_full(const struct zl_storage_fwd *p)
+{
+	return p->n_full != 0;
+}
+
 int zl_storage_fwd_send(struct zl_storage_fwd *p, const char *node_id, struct zl_wire_hdr *hdr,
 			 const void *out, uint32_t out_len, zl_xport_reply_cb cb, void *arg)
 {
@@ -336,13 +444,10 @@ static int fwd_request(struct zl_storage_fwd *p, const char *node_id, struct zl_
 		       const void *out, uint32_t out_len, const uint32_t *out_crcs, void *in,
 		       uint32_t in_cap, zl_xport_reply_cb cb, void *arg)
 {
-	struct fwd_node *pe;
+	struct fwd_node *pe = fwd_find(p, node_id);
 	struct fwd_pend *q;
 	int rc;
 
-	for (pe = p->list; pe; pe = pe->next)
-		if (!strcmp(pe->id, node_id))
-			break;
 	if (!pe) {
 		pe = calloc(1, sizeof(*pe));
 		if (!pe)

@@ -190,6 +190,19 @@ int zl_storage_fwd_request(struct zl_storage_fwd *p, const char *node_id,
 			    struct zl_wire_hdr *hdr, const void *out, uint32_t out_len, void *in,
 			    uint32_t in_cap, zl_xport_reply_cb cb, void *arg);
 
+/* A peer's room (docs/REPLICATION.md §9): a storage node whose data dir is
+ * near full says so in its replies to REPL_WRITE and PING
+ * (ZL_REPLY_NEAR_FULL). zl_storage_fwd_note_room records what such a reply
+ * said (srv_bk_done). zl_storage_fwd_full: whether node_id's last word was
+ * near full; while one is, each such node that no reply refreshed for a
+ * second is asked again with a PING (a node whose rows stopped forwarding
+ * new space to it is seen to have room again within about 2 s).
+ * zl_storage_fwd_any_full: whether any node's is (one load: the write
+ * path's test while none is). Loop thread. */
+void zl_storage_fwd_note_room(struct zl_storage_fwd *p, const char *node_id, bool near_full);
+bool zl_storage_fwd_full(struct zl_storage_fwd *p, const char *node_id);
+bool zl_storage_fwd_any_full(const struct zl_storage_fwd *p);
+
 /* ---- transports (storage_xport.c) ---- */
 
 /* Creates the transports --transport asks for: TCP always; RDMA too with

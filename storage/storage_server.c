@@ -285,6 +285,10 @@ static void srv_reply(struct zl_storage *st, struct zl_xport_conn *c,
 	zl_wire_reply_init(req, &rep, status);
 	rep.slice_ver = slice_ver;
 	rep.aux = aux;
+	/* Our room, for the primaries forwarding to us (srv_row_short). */
+	if ((req->opcode == ZL_OP_REPL_WRITE || req->opcode == ZL_OP_PING) &&
+	    status != -ZL_ERR_STALE && zl_chunk_store_tight(st->chunks))
+		rep.aux |= ZL_REPLY_NEAR_FULL;
 	rc = zl_xport_reply(c, &rep, NULL, 0, NULL, NULL);
 	if (rc)
 		ZL_LOG_DEBUG("storage", "reply dropped: op=%s peer=%s err=%s",
@@ -754,6 +758,8 @@ static void srv_bk_done(void *arg, int status, const struct zl_wire_hdr *rep)
 		zl_metrics_hist_add(&r->st->rs.fwd_lat, zl_now_ns() - bk->sent_ns);
 	bk->rep_ver = status ? 0 : rep->slice_ver;
 	bk->fence = bk->status == -ZL_ERR_STALE && rep ? rep->aux : 0;
+	if (rep && bk->status != -ZL_ERR_STALE)
+		zl_storage_fwd_note_room(r->st->fwd, bk->node, rep->aux & ZL_REPLY_NEAR_FULL);
 	if (bk->status)
 		ZL_LOG_WARN("storage",
 			    "forwarded write failed: node=%s vol=%016" PRIx64 " chunk=%" PRIu64
@@ -1230,7 +1236,7 @@ static bool srv_is_clone(struct zl_storage *st, uint64_t vol)
 
 /* r's write or zeroing through copy-on-write (ZL_WF_SEQ). 0, -ZL_ERR_SNAPSEQ
  * or the chunk store's error. */
-static int srv_cow_submit(struct storage_req *r)
+static int srv_cow_submit(struct storage_req *r, bool row_short)
 {
 	const struct zl_wire_hdr *h = &r->req;
 	struct zl_chunk_cow *w = &r->cow;
@@ -1250,6 +1256,7 @@ static int srv_cow_submit(struct storage_req *r)
 	    .seq = h->snap_seq,
 	    .snaps = &r->cow_snap,
 	    .n_snaps = r->cow_snap ? 1 : 0,
+	    .no_new = row_short,
 	    .cb = srv_local_done,
 	    .arg = r,
 	};
@@ -1258,11 +1265,50 @@ static int srv_cow_submit(struct storage_req *r)
 	return rc == -ZL_ERR_STALE ? -ZL_ERR_SNAPSEQ : rc;
 }
 
+/* Whether r's row is short of room (docs/REPLICATION.md §9): its in-sync
+ * backups that said their data dir is near full (zl_storage_fwd_full) would
+ * refuse a write that needs new space and be taken out, and the in-sync
+ * members left (this primary included) would be fewer than min_size, where
+ * every write of the slice waits. Then r may take no new space
+ * (zl_chunk_overwrite; NOSPC to the client at once, nothing applied) and
+ * its forwards wait for our own write. Loop thread, no etcd: one load
+ * while no peer is near full. */
+static bool srv_row_short(struct storage_req *r)
+{
+	struct zl_storage *st = r->st;
+	struct zl_storage_vol *sv;
+	uint32_t room = 1, full = 0, min;
+
+	if (!st->heal || !r->n_bk || !zl_storage_fwd_any_full(st->fwd))
+		return false;
+	for (uint8_t b = 0; b < r->n_bk; b++) {
+		if (!r->bk[b].in_sync)
+			continue;
+		if (zl_storage_fwd_full(st->fwd, r->bk[b].node))
+			full++;
+		else
+			room++;
+	}
+	if (!full || zl_storage_vol_lookup(st->vols, r->req.vol_id, &sv))
+		return false;
+	min = zl_volume_min_size(&sv->v);
+	if (room >= min)
+		return false;
+	if (zl_ratelimit_ok(&st->row_short_rl, 1))
+		ZL_LOG_WARN("storage",
+			    "writes that need new space refused NOSPC: vol=%016" PRIx64
+			    " slice=%u: %u in-sync member(s) near full, %u with room < min_size %u "
+			    "(free space on the full members or add capacity; overwrites go on)",
+			    r->req.vol_id, r->slice, full, room, min);
+	return true;
+}
+
 /* The chunk write (or zeroing) of r and its forwards, once admitted. */
 static void srv_write_disk(struct storage_req *r)
 {
 	struct zl_storage *st = r->st;
 	const struct zl_wire_hdr *h = &r->req;
+	bool row_short;
 	int rc;
 
 	/* A clone's chunk (docs/SNAPSHOTS.md §4): a write to one never held
@@ -1287,6 +1333,7 @@ static void srv_write_disk(struct storage_req *r)
 	if ((h->flags & ZL_WF_SEQ) && !(h->flags & ZL_WF_CREATE) &&
 	    srv_warm(r, h->chunk, srv_write_disk))
 		return;
+	row_short = h->opcode != ZL_OP_REPL_WRITE && srv_row_short(r);
 	/* Data version 0 (keeps the chunk's) unless the primary assigned one:
 	 * --heal=on, REPLICATION.md §1. */
 	rc = h->opcode == ZL_OP_REPL_WRITE ? 0 : srv_number(r);
@@ -1297,7 +1344,11 @@ static void srv_write_disk(struct storage_req *r)
 	/* A copy-up is the chunk's content from the start: no snapshot copy
 	 * of the absent chunk it replaces, which read as the same. */
 	if ((h->flags & ZL_WF_SEQ) && !(h->flags & ZL_WF_CREATE))
-		rc = srv_cow_submit(r);
+		rc = srv_cow_submit(r, row_short);
+	else if (row_short)
+		rc = zl_chunk_overwrite(st->chunks, h->vol_id, h->chunk, r->chunk_size, h->offset,
+					h->length, r->op == ZL_OP_WRITE ? r->buf : NULL, r->crcs,
+					r->dver, srv_local_done, r);
 	else if (r->op == ZL_OP_WRITE)
 		rc = zl_chunk_write_crcs(st->chunks, h->vol_id, h->chunk, r->chunk_size, h->offset,
 					 h->length, r->buf, r->crcs, r->dver, srv_local_done, r);
@@ -1318,11 +1369,11 @@ static void srv_write_disk(struct storage_req *r)
 		return;
 	}
 	r->pending = 1;
-	/* Near full, the forwards wait for our own write (srv_late_add). A
-	 * backup that refuses one for room is reported and taken out like any
-	 * failed member. */
-	r->fwd_late =
-	    r->n_bk && (zl_chunk_store_tight(st->chunks) || srv_late_has(st, h->vol_id, h->chunk));
+	/* Near full, or short of room in the row, the forwards wait for our
+	 * own write (srv_late_add). A backup that refuses one for room is
+	 * reported and taken out like any failed member. */
+	r->fwd_late = r->n_bk && (row_short || zl_chunk_store_tight(st->chunks) ||
+				  srv_late_has(st, h->vol_id, h->chunk));
 	if (r->fwd_late)
 		srv_late_add(r);
 	else

@@ -522,6 +522,12 @@ static int snap_cow_process(struct zl_chunk_snap *sn, struct zl_chunk_cow *w, bo
 		goto fail;
 	}
 	owner = snap_newest_in(w->snaps, w->n_snaps, wseq, w->seq);
+	/* The copy takes new space. */
+	if (owner && w->no_new) {
+		zl_chunk_store_refused_room(sn->s);
+		rc = -ZL_ERR_NOSPC;
+		goto fail;
+	}
 	if (owner) {
 		for (uint32_t i = 0; i < SNAP_SLOTS && !sl; i++)
 			if (!sn->slots[i].busy)
@@ -542,10 +548,11 @@ static int snap_cow_process(struct zl_chunk_snap *sn, struct zl_chunk_cow *w, bo
 	}
 	if (w->zero)
 		rc = zl_chunk_zero_wseq(sn->s, w->vol, w->chunk, w->chunk_size, w->off, w->len,
-					w->version, w->seq, w->cb, w->arg);
+					w->version, w->seq, w->no_new, w->cb, w->arg);
 	else
 		rc = zl_chunk_write_wseq(sn->s, w->vol, w->chunk, w->chunk_size, w->off, w->len,
-					 w->data, w->crcs, w->version, w->seq, w->cb, w->arg);
+					 w->data, w->crcs, w->version, w->seq, w->no_new, w->cb,
+					 w->arg);
 	if (rc)
 		goto fail;
 	return 0;

@@ -89,6 +89,15 @@ enum zl_wire_op {
  * predate it ignore aux. */
 #define ZL_READ_RECHECK 1
 
+/* Reply aux of REPL_WRITE (but STALE, whose aux is the fence) and PING: this
+ * bit set when the answering storage node's data dir is near full (free
+ * space within 64 MiB of what its chunk store keeps, zl_chunk_store_tight):
+ * a primary then refuses the writes that need new space of a slice whose
+ * members with room would fall below min_size (docs/REPLICATION.md §9).
+ * Senders that predate it answer 0 there and readers that predate it
+ * ignore it. */
+#define ZL_REPLY_NEAR_FULL (1ull << 63)
+
 enum zl_wire_flag {
 	ZL_WF_REPLY = 1u << 0, /* message is a reply */
 	ZL_WF_FUA = 1u << 1,   /* force unit access: durable before reply */

@@ -8,10 +8,14 @@
 # a verifying writer (e2e_load: random 4-32 KiB writes, each in the
 # journal's record, acknowledged before its chunk-file write) that goes on
 # well past the point where the filesystems are full.
-#   - Writes past that point fail (ZL_ERR_NOSPC, "disk full" in the
-#     daemons' logs, zipline_storage_writes_refused_full_total > 0 on every
-#     daemon, 0 before the load): an acknowledged write is one whose blocks
-#     have room.
+#   - Writes past that point fail (ZL_ERR_NOSPC, zipline_storage_writes_
+#     refused_full_total > 0 on every daemon, 0 before the load): an
+#     acknowledged write is one whose blocks have room. With every data
+#     dir near full (within 64 MiB of what it keeps, which these small
+#     images are from the start) each row is short of room and its primary
+#     refuses new space itself ("writes that need new space refused" in
+#     its log, docs/REPLICATION.md §9) before a disk is full ("disk full",
+#     op_room: fullfs_one_e2e and the unit tests reach that).
 #   - Every acknowledged write reads back (e2e_load check, through the
 #     client: the oracle is the writer's log of acknowledged writes), and
 #     no daemon logs a chunk-file write that failed after its journal
@@ -21,6 +25,13 @@
 # meet the disk's own ENOSPC either (a short write there leaves blocks no
 # CRC describes, unreadable with the acknowledged sectors they share): 8 MiB
 # stay free.
+# FULLFS_TWO=1 (fullfs_two_e2e) fills node-2's and node-3's (ballasts as
+# below, node-1 has room): where both backups of a slice are near full its
+# primary node-1 refuses the writes that need new space itself, at once
+# (NOSPC); no slice falls below min_size (before: both backups taken out,
+# the slice's writes waiting for io_timeout, 16 s); once the ballasts are
+# removed the members taken out catch up, node-1 sees room again (its
+# PINGs) and new writes succeed.
 # FULLFS_ONE=1 (fullfs_one_e2e) fills one daemon's data dir only (node-3's
 # 512 MiB image holds a 370 MiB ballast file in lost+found, leaving about
 # what a 96 MiB image has; node-1 and node-2 on 512 MiB without; a 256 MiB
@@ -58,20 +69,23 @@ cleanup() {
 	[ "${KEEP:-0}" = 1 ] || rm -rf "$CL_DIR"
 }
 trap cleanup EXIT
-ONE=${FULLFS_ONE:-0}
-FULL_NODES="1 2 3" VOL_SIZE=128M LOAD_BYTES=160M
-[ "$ONE" = 1 ] && FULL_NODES=3 VOL_SIZE=256M LOAD_BYTES=300M
+ONE=${FULLFS_ONE:-0} TWO=${FULLFS_TWO:-0}
+# BALLAST: the nodes whose data dir fills (the others have room).
+FULL_NODES="1 2 3" VOL_SIZE=128M LOAD_BYTES=160M BALLAST=""
+[ "$ONE" = 1 ] && FULL_NODES=3 VOL_SIZE=256M LOAD_BYTES=300M BALLAST=3
+# FULLFS_TWO: node-1 refuses too (new space in its rows short of room).
+[ "$TWO" = 1 ] && VOL_SIZE=256M LOAD_BYTES=300M BALLAST="2 3"
 for i in 1 2 3; do
 	d="$CL_DIR/storage-$i/data"
 	mkdir -p "$d"
 	img_size=512M
-	[ "$ONE" = 1 ] || img_size=96M
+	[ -n "$BALLAST" ] || img_size=96M
 	truncate -s $img_size "$CL_DIR/img-$i" && mkfs.ext4 -q -F "$CL_DIR/img-$i" ||
 		fail "cannot make an ext4 image (mkfs.ext4)"
 	mount -o loop "$CL_DIR/img-$i" "$d" || fail "cannot loop-mount $CL_DIR/img-$i"
 	MNTS="$MNTS $d"
-	if [ "$ONE" = 1 ] && [ "$i" = 3 ]; then
-		fallocate -l 370M "$d/lost+found/ballast" || fail "cannot make node-3's ballast file"
+	if [[ " $BALLAST " == *" $i "* ]]; then
+		fallocate -l 370M "$d/lost+found/ballast" || fail "cannot make node-$i's ballast file"
 	fi
 	cl_start_storage "$i"
 done
@@ -104,7 +118,7 @@ acked=$(grep -c '^A ' "$LOG" || true)
 failed=$(grep -c '^F ' "$LOG" || true)
 [ "$acked" -gt 0 ] || fail "no write acknowledged"
 [ "$ONE" = 1 ] || [ "$failed" -gt 0 ] || fail "no write failed: the data dirs never filled ($(df -k "$CL_DIR"/storage-1/data | tail -1))"
-grep -h -m1 "disk full" "$CL_DIR"/storage-*/log | sed -n "1s/^/fullfs_e2e: /p"
+grep -h -m1 -E "disk full|writes that need new space refused" "$CL_DIR"/storage-*/log | sed -n "1s/^/fullfs_e2e: /p"
 ok "$acked writes acknowledged, $failed failed once the data dirs were full"
 for i in $FULL_NODES; do
 	n=$(refused "$i")
@@ -163,5 +177,49 @@ if [ "$ONE" = 1 ]; then
 	tail -n 1 "$CL_DIR/verify.out" | sed 's/^/fullfs_e2e: after room was made: /'
 	"$CL_BIN/e2e_load" check --etcd "$CL_ETCD" --volume full --log "$LOG" >"$CL_DIR/check.out" 2>&1 ||
 		fail "acknowledged writes read back wrong after node-3's recovery: $(grep -E 'BAD|CHECK|failed' "$CL_DIR/check.out" | sed -n 1,5p)"
+fi
+if [ "$TWO" = 1 ]; then
+	# No slice fell below min_size (2): where both backups were near
+	# full, the primary (node-1) refused the writes that need new space
+	# itself, nothing applied anywhere, instead of having both taken out
+	# when they refused and every write of the slice wait for io_timeout.
+	vid=$("$ZL" volume inspect full | grep -o 'vol-[0-9a-f]\{16\}' | head -1)
+	rows=$(/usr/bin/python3 "$SRC/test/lib/heal_tool.py" etcd "$CL_ETCD" rows "$vid")
+	short=$(echo "$rows" | awk '{n = 0; for (i = 4; i <= NF; i++) n += $i ~ /:in_sync$/; s += n < 2} END {print s + 0}')
+	echo "fullfs_e2e: $(/usr/bin/python3 "$SRC/test/lib/heal_tool.py" etcd "$CL_ETCD" summary "$vid"), $short below min_size"
+	[ "$short" = 0 ] || fail "$short slices fell below min_size with node-2 and node-3 full: $(echo "$rows" | head -5)"
+	grep -h -m1 "writes that need new space refused NOSPC" "$CL_DIR/storage-1/log" | sed 's/^/fullfs_e2e: node-1: /'
+	grep -q "writes that need new space refused NOSPC" "$CL_DIR/storage-1/log" ||
+		fail "node-1 never refused a write for its rows' full members"
+	# A refused write fails at once (the client's io_timeout is 10 s).
+	lat=$(grep "LOAD:" "$CL_DIR/load.out" | tail -1 | grep -o 'lat_max_ms=[0-9]*' | cut -d= -f2)
+	[ "${lat:-99999}" -lt 5000 ] || fail "a write waited ${lat} ms (a slice below min_size waits for io_timeout)"
+	"$ZL" volume verify full >"$CL_DIR/verify.out" 2>&1 ||
+		fail "zl volume verify: the in-sync members differ: $(grep -m 3 differs "$CL_DIR/verify.out"; tail -n 1 "$CL_DIR/verify.out")"
+	tail -n 1 "$CL_DIR/verify.out" | sed 's/^/fullfs_e2e: /'
+	# Room is made on node-2 and node-3: the members taken out catch up,
+	# and node-1 learns (its PINGs) that its rows have room again: new
+	# writes succeed, none refused.
+	rm -f "$CL_DIR"/storage-[23]/data/lost+found/ballast
+	/usr/bin/python3 "$SRC/test/lib/heal_tool.py" etcd "$CL_ETCD" wait "$vid" --all 3 90 >/dev/null ||
+		fail "the members did not catch up within 90 s of the ballasts' removal: $(/usr/bin/python3 "$SRC/test/lib/heal_tool.py" etcd "$CL_ETCD" summary "$vid")"
+	for _ in $(seq 1 50); do
+		grep -q "peer data dir has room again: node=node-3" "$CL_DIR/storage-1/log" &&
+			grep -q "peer data dir has room again: node=node-2" "$CL_DIR/storage-1/log" && break
+		sleep 0.1
+	done
+	grep -q "peer data dir has room again: node=node-2" "$CL_DIR/storage-1/log" &&
+		grep -q "peer data dir has room again: node=node-3" "$CL_DIR/storage-1/log" ||
+		fail "node-1 did not see node-2 and node-3 have room again"
+	n0=$(grep -c '^F ' "$LOG" || true)
+	"$CL_BIN/e2e_load" write --etcd "$CL_ETCD" --volume full --log "$LOG" --qd 8 --seed 12 \
+		--min-len 4K --max-len 32K --bytes 16M --seconds 30 >"$CL_DIR/load2.out" 2>&1 ||
+		fail "writes after room was made: $(tail -3 "$CL_DIR/load2.out")"
+	grep "LOAD:" "$CL_DIR/load2.out" | tail -1 | sed 's/^/fullfs_e2e: after room was made: /'
+	[ "$(grep -c '^F ' "$LOG" || true)" = "$n0" ] || fail "writes failed after room was made"
+	"$CL_BIN/e2e_load" check --etcd "$CL_ETCD" --volume full --log "$LOG" >"$CL_DIR/check.out" 2>&1 ||
+		fail "acknowledged writes read back wrong after room was made: $(grep -E 'BAD|CHECK|failed' "$CL_DIR/check.out" | sed -n 1,5p)"
+	"$ZL" volume verify full >"$CL_DIR/verify.out" 2>&1 ||
+		fail "zl volume verify after room was made: $(grep -m 3 differs "$CL_DIR/verify.out"; tail -n 1 "$CL_DIR/verify.out")"
 fi
 echo "fullfs_e2e: PASS (full data dirs: writes refused, every acknowledged write reads back)"

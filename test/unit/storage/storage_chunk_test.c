@@ -2431,6 +2431,65 @@ static void test_journal_room(void **state)
 	free(r);
 }
 
+/* zl_chunk_overwrite (a primary whose row is short of room): a write or a
+ * zeroing that would take a block holding no data fails NOSPC, nothing of
+ * it applied (the chunk keeps its version and content), counted as refused
+ * for room; one over blocks that hold data goes on, whatever the free
+ * space. */
+static void test_overwrite_only(void **state)
+{
+	struct env *e = *state;
+	struct zl_chunk_store_stats st;
+	struct done d[5] = {0};
+	uint8_t *p = t_alloc(NULL, 8192), *q = t_alloc(NULL, 8192), *r = t_alloc(NULL, 8192);
+	uint64_t ver = 0;
+
+	fill(p, 8192, 23);
+	fill(q, 8192, 29);
+	/* A chunk never written: every block is new. */
+	assert_int_equal(zl_chunk_overwrite(e->s, VOL, 70, CS, 0, 4096, p, NULL, 1, done_cb, &d[0]),
+			 0);
+	wait_all(e, d, 1);
+	assert_int_equal(d[0].status, -ZL_ERR_NOSPC);
+	assert_int_equal(io_write(e, CS, 71, 0, 8192, p, 2), 0);
+	/* Half over data, half over a hole: refused whole. */
+	assert_int_equal(
+	    zl_chunk_overwrite(e->s, VOL, 71, CS, 4096, 8192, q, NULL, 3, done_cb, &d[1]), 0);
+	wait_all(e, &d[1], 1);
+	assert_int_equal(d[1].status, -ZL_ERR_NOSPC);
+	assert_int_equal(zl_chunk_version(e->s, VOL, 71, CS, &ver), 0);
+	assert_true(ver == 2);
+	assert_int_equal(do_read(e, 71, 0, 8192, r), 0);
+	assert_memory_equal(r, p, 8192);
+	/* Over the blocks that hold data: applied. */
+	assert_int_equal(zl_chunk_overwrite(e->s, VOL, 71, CS, 0, 8192, q, NULL, 4, done_cb, &d[2]),
+			 0);
+	wait_all(e, &d[2], 1);
+	assert_int_equal(d[2].status, 0);
+	assert_int_equal(do_read(e, 71, 0, 8192, r), 0);
+	assert_memory_equal(r, q, 8192);
+	/* A zeroing whose edge block is a hole needs it; whole blocks over
+	 * data are punched. */
+	assert_int_equal(
+	    zl_chunk_overwrite(e->s, VOL, 71, CS, 4096, 4096 + 512, NULL, NULL, 5, done_cb, &d[3]),
+	    0);
+	wait_all(e, &d[3], 1);
+	assert_int_equal(d[3].status, -ZL_ERR_NOSPC);
+	assert_int_equal(
+	    zl_chunk_overwrite(e->s, VOL, 71, CS, 4096, 4096, NULL, NULL, 6, done_cb, &d[4]), 0);
+	wait_all(e, &d[4], 1);
+	assert_int_equal(d[4].status, 0);
+	assert_int_equal(do_read(e, 71, 0, 8192, r), 0);
+	assert_memory_equal(r, q, 4096);
+	for (int i = 4096; i < 8192; i++)
+		assert_int_equal(r[i], 0);
+	zl_chunk_store_stats(e->s, &st);
+	assert_true(st.full_refused == 3);
+	free(p);
+	free(q);
+	free(r);
+}
+
 /* Back-pressure: 1024 writes of 60 KiB (60 MiB, all in the records), 320
  * (18.75 MiB) in flight, through a 16 MiB ring: writes wait for checkpoints,
  * none fails, every byte reads back. */
@@ -3283,6 +3342,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_corruption, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_versions, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_kill9_under_load, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_overwrite_only, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_kill9_large, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_v1_convert, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
