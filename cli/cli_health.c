@@ -129,6 +129,7 @@ void zl_cli_health_add_status(struct zl_cli_health *h, const struct zl_node_stat
 		if (!zl_cli_node_alive(nodes, n_nodes, st[i].node))
 			continue;
 		h->disks_full += st[i].disk_full;
+		h->disks_near_full += st[i].disk_near_full && !st[i].disk_full;
 		if (!st[i].recovering)
 			continue;
 		h->rate += st[i].rate;
@@ -152,7 +153,7 @@ static size_t health_part(char *out, size_t len, size_t off, const char *sep, ui
 int zl_cli_health_line(const struct zl_cli_health *h, char *out, size_t len)
 {
 	bool err = h->no_in_sync || h->primary_down || h->below_min;
-	int level = err ? 2 : h->degraded || h->disks_full ? 1 : 0;
+	int level = err ? 2 : h->degraded || h->disks_full || h->disks_near_full ? 1 : 0;
 	char parts[384] = "", what[64];
 	size_t off = 0;
 	int k;
@@ -177,8 +178,17 @@ int zl_cli_health_line(const struct zl_cli_health *h, char *out, size_t len)
 			off += (size_t)k;
 	}
 	if (h->disks_full && off < sizeof(parts)) {
-		k = snprintf(parts + off, sizeof(parts) - off, "%s%u node%s data disk full",
-			     off ? ", " : " ", h->disks_full, h->disks_full == 1 ? "'s" : "s'");
+		k = snprintf(parts + off, sizeof(parts) - off, "%s%u node%s data disk%s full",
+			     off ? ", " : " ", h->disks_full, h->disks_full == 1 ? "'s" : "s'",
+			     h->disks_full == 1 ? "" : "s");
+		if (k > 0)
+			off += (size_t)k;
+	}
+	if (h->disks_near_full && off < sizeof(parts)) {
+		k = snprintf(parts + off, sizeof(parts) - off, "%s%u node%s data disk%s near full",
+			     off ? ", " : " ", h->disks_near_full,
+			     h->disks_near_full == 1 ? "'s" : "s'",
+			     h->disks_near_full == 1 ? "" : "s");
 		if (k > 0)
 			off += (size_t)k;
 	}

@@ -33,6 +33,7 @@ struct zl_cli_health {
 	uint32_t no_in_sync, primary_down, below_min;
 	uint64_t rate, bytes_left; /* summed over live nodes' status records */
 	uint32_t disks_full;	   /* live nodes whose status record says disk_full */
+	uint32_t disks_near_full;  /* ... disk_near_full, not disk_full */
 };
 
 /* True when node id has a record in nodes (n sorted by id, as

@@ -89,8 +89,9 @@ static void cli_journal_print(const struct zl_node_status *st, size_t n)
 }
 
 /* One line per storage daemon whose disk failed (its status record's
- * disk_error, storage/storage_ddir.c): it acknowledges no write; and one
- * per daemon whose data dir is full (disk_full, storage_chunk.c op_room). */
+ * disk_error, storage/storage_ddir.c): it acknowledges no write; one per
+ * daemon whose data dir is full (disk_full, storage_chunk.c op_room), or
+ * near full (disk_near_full, docs/REPLICATION.md §9). */
 static void cli_disk_print(const struct zl_node_status *st, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
@@ -102,6 +103,11 @@ static void cli_disk_print(const struct zl_node_status *st, size_t n)
 			printf("disk full    node=%s: writes that need new space fail NOSPC and "
 			       "recovery to it waits for room (free space in its data dir or add "
 			       "capacity)\n",
+			       st[i].node);
+		else if (st[i].disk_near_full)
+			printf("disk near full node=%s: slices with too few members with room "
+			       "refuse writes that need new space (NOSPC) (free space in its data "
+			       "dir or add capacity)\n",
 			       st[i].node);
 	}
 }

@@ -24,7 +24,7 @@ struct status_store {
 	uint64_t chunk_writes, durable_ios;
 	uint64_t journal_size, journal_used, journal_checkpoints, journal_waits;
 	uint32_t journal_dirty_chunks;
-	bool disk_full;
+	bool disk_full, disk_near_full;
 };
 
 /* The snapshot space a status record carries. */
@@ -68,6 +68,7 @@ static void status_store_sample(struct zl_storage *st, struct status_store *o)
 	o->chunk_writes = cs.writes + cs.zeroes;
 	o->durable_ios = cs.durable_ios;
 	o->disk_full = zl_chunk_store_full(st->chunks);
+	o->disk_near_full = zl_chunk_store_tight(st->chunks);
 	if (cs.journal) {
 		o->journal_size = cs.jw.size;
 		o->journal_used = cs.jw.used;
@@ -197,6 +198,7 @@ bool zl_storage_status_take(struct zl_storage_status *s, const char *node, bool 
 	out->journal_waits = s->snap_store.journal_waits;
 	out->journal_dirty_chunks = s->snap_store.journal_dirty_chunks;
 	out->disk_full = s->snap_store.disk_full;
+	out->disk_near_full = s->snap_store.disk_near_full;
 	memcpy(out->disk_error, s->disk_error, sizeof(out->disk_error));
 	out->snap_bytes = s->snap_space.bytes;
 	out->snap_entries = s->snap_space.entries;

@@ -334,6 +334,12 @@ struct zl_node_status {
 	 * false): the data dir is full, writes that need new space fail NOSPC
 	 * and recovery to the node waits for room (storage_chunk.c op_room). */
 	bool disk_full;
+	/* "disk_near_full" (absent in older records, and while there is more
+	 * room: false): free space within 64 MiB of what the chunk store keeps
+	 * (zl_chunk_store_tight, true while disk_full too): slices with too
+	 * few members with room refuse writes that need new space
+	 * (docs/REPLICATION.md §9). */
+	bool disk_near_full;
 	/* Snapshot space (absent in older records: 0): "snapshot_bytes" what
 	 * every clone chunk file of the node allocates; "snapshots" n_snap
 	 * entries sorted by (vol, seq), no duplicates, n_snap <=

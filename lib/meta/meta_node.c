@@ -196,8 +196,12 @@ char *zl_meta_status_to_json(const struct zl_node_status *s)
 		json_decref(o);
 		return NULL;
 	}
-	/* Written only while the disk is full. */
+	/* Written only while the disk is full, or near full. */
 	if (o && s->disk_full && json_object_set_new(o, "disk_full", json_true())) {
+		json_decref(o);
+		return NULL;
+	}
+	if (o && s->disk_near_full && json_object_set_new(o, "disk_near_full", json_true())) {
 		json_decref(o);
 		return NULL;
 	}
@@ -228,6 +232,7 @@ static const struct meta_field meta_status_fields[] = {
     META_INT_NEW(struct zl_node_status, journal_waits, "journal_waits", 0, INT64_MAX),
     META_STR_NEW(struct zl_node_status, disk_error, "disk_error"),
     META_BOOL_NEW(struct zl_node_status, disk_full, "disk_full"),
+    META_BOOL_NEW(struct zl_node_status, disk_near_full, "disk_near_full"),
     META_INT_NEW(struct zl_node_status, snap_bytes, "snapshot_bytes", 0, INT64_MAX),
     META_INT_NEW(struct zl_node_status, snap_entries, "snapshot_entries", 0, UINT32_MAX),
 };

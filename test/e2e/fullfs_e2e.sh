@@ -31,7 +31,8 @@
 # (NOSPC); no slice falls below min_size (before: both backups taken out,
 # the slice's writes waiting for io_timeout, 16 s); once the ballasts are
 # removed the members taken out catch up, node-1 sees room again (its
-# PINGs) and new writes succeed.
+# PINGs) and new writes succeed; `zl status` names both disks (near) full,
+# then none.
 # FULLFS_ONE=1 (fullfs_one_e2e) fills one daemon's data dir only (node-3's
 # 512 MiB image holds a 370 MiB ballast file in lost+found, leaving about
 # what a 96 MiB image has; node-1 and node-2 on 512 MiB without; a 256 MiB
@@ -191,6 +192,16 @@ if [ "$TWO" = 1 ]; then
 	grep -h -m1 "writes that need new space refused NOSPC" "$CL_DIR/storage-1/log" | sed 's/^/fullfs_e2e: node-1: /'
 	grep -q "writes that need new space refused NOSPC" "$CL_DIR/storage-1/log" ||
 		fail "node-1 never refused a write for its rows' full members"
+	# zl status names both disks, full or near full (status records
+	# every 2 s).
+	for _ in $(seq 1 100); do
+		"$ZL" status >"$CL_DIR/status.out" 2>&1
+		[ "$(grep -cE '^disk (near )?full +node=node-[23]:' "$CL_DIR/status.out")" = 2 ] && break
+		sleep 0.1
+	done
+	sed -n '1p;/^disk/p' "$CL_DIR/status.out" | sed 's/^/fullfs_e2e: /'
+	[ "$(grep -cE '^disk (near )?full +node=node-[23]:' "$CL_DIR/status.out")" = 2 ] ||
+		fail "zl status does not name node-2's and node-3's (near) full disks: $(cat "$CL_DIR/status.out")"
 	# A refused write fails at once (the client's io_timeout is 10 s).
 	lat=$(grep "LOAD:" "$CL_DIR/load.out" | tail -1 | grep -o 'lat_max_ms=[0-9]*' | cut -d= -f2)
 	[ "${lat:-99999}" -lt 5000 ] || fail "a write waited ${lat} ms (a slice below min_size waits for io_timeout)"
@@ -217,6 +228,12 @@ if [ "$TWO" = 1 ]; then
 		fail "writes after room was made: $(tail -3 "$CL_DIR/load2.out")"
 	grep "LOAD:" "$CL_DIR/load2.out" | tail -1 | sed 's/^/fullfs_e2e: after room was made: /'
 	[ "$(grep -c '^F ' "$LOG" || true)" = "$n0" ] || fail "writes failed after room was made"
+	for _ in $(seq 1 100); do
+		"$ZL" status >"$CL_DIR/status.out" 2>&1
+		grep -q "^disk" "$CL_DIR/status.out" || break
+		sleep 0.1
+	done
+	! grep -q "^disk" "$CL_DIR/status.out" || fail "zl status names a (near) full disk after room was made: $(grep '^disk' "$CL_DIR/status.out")"
 	"$CL_BIN/e2e_load" check --etcd "$CL_ETCD" --volume full --log "$LOG" >"$CL_DIR/check.out" 2>&1 ||
 		fail "acknowledged writes read back wrong after room was made: $(grep -E 'BAD|CHECK|failed' "$CL_DIR/check.out" | sed -n 1,5p)"
 	"$ZL" volume verify full >"$CL_DIR/verify.out" 2>&1 ||

@@ -120,6 +120,21 @@ static void health_lines(void **st)
 	assert_int_equal(zl_cli_health_line(&h, line, sizeof(line)), 1);
 	assert_string_equal(line, "HEALTH_WARN 1 slice degraded (1 recovering), recovering 400.0 "
 				  "MiB left, 1 node's data disk full");
+	/* Near full, not full: its own count; a full one counts as full
+	 * only. */
+	zl_slice_member_set(&rows[1], 2, ZL_MEMBER_IN_SYNC);
+	ns[0].disk_full = false;
+	ns[0].disk_near_full = ns[1].disk_near_full = true;
+	memset(&h, 0, sizeof(h));
+	zl_cli_health_add_volume(&h, &v, nodes, 3, NULL, 0);
+	zl_cli_health_add_status(&h, ns, 2, nodes, 3);
+	assert_int_equal(zl_cli_health_line(&h, line, sizeof(line)), 1);
+	assert_string_equal(line, "HEALTH_WARN 1 node's data disk near full");
+	ns[0].disk_full = true;
+	memset(&h, 0, sizeof(h));
+	zl_cli_health_add_status(&h, ns, 2, nodes, 3);
+	assert_int_equal(zl_cli_health_line(&h, line, sizeof(line)), 1);
+	assert_string_equal(line, "HEALTH_WARN 1 node's data disk full");
 }
 
 /* Slices the primary's status record lists as peering in the row's term. */

@@ -1120,6 +1120,7 @@ static void test_status_json(void **state)
 	assert_true(d.peering_slices == 0 && d.n_peering == 0);
 	assert_true(d.journal_size == 0 && d.durable_ios == 0 && d.chunk_writes == 0);
 	assert_false(d.disk_full);
+	assert_false(d.disk_near_full);
 	for (size_t i = 0; i < ZL_ARRAY_SIZE(bad); i++) {
 		if (zl_meta_status_from_json(bad[i], strlen(bad[i]), &d) != -ZL_ERR_INVAL)
 			fail_msg("status \"%s\" was accepted", bad[i]);
@@ -1143,11 +1144,22 @@ static void test_status_json(void **state)
 	json = zl_meta_status_to_json(&s);
 	assert_non_null(json);
 	assert_non_null(strstr(json, ",\"disk_full\":true"));
+	assert_null(strstr(json, "disk_near_full"));
 	assert_int_equal(zl_meta_status_from_json(json, strlen(json), &d), 0);
 	assert_true(d.disk_full);
 	assert_memory_equal(&s, &d, sizeof(s));
 	free(json);
 	s.disk_full = false;
+	/* Near full: the same. */
+	s.disk_near_full = true;
+	json = zl_meta_status_to_json(&s);
+	assert_non_null(json);
+	assert_non_null(strstr(json, ",\"disk_near_full\":true"));
+	assert_int_equal(zl_meta_status_from_json(json, strlen(json), &d), 0);
+	assert_true(d.disk_near_full && !d.disk_full);
+	assert_memory_equal(&s, &d, sizeof(s));
+	free(json);
+	s.disk_near_full = false;
 	/* Snapshot space (docs/SNAPSHOTS.md §6): written once there is some,
 	 * read back; 3 entries, 2 listed. */
 	s.snap_bytes = 1 << 20;
