@@ -34,16 +34,6 @@ static int cli_no_flags(const char *cmd, const char *usage, int argc, char **arg
 	return 0;
 }
 
-/* The node's status record, NULL if it has none. */
-static const struct zl_node_status *cli_status_of(const struct zl_node_status *st, size_t n,
-						  const char *node)
-{
-	for (size_t i = 0; i < n; i++)
-		if (!strcmp(st[i].node, node))
-			return &st[i];
-	return NULL;
-}
-
 /* SNAPSHOTS: what the node's clone chunk files allocate (its status
  * record; "-" without one). Its FREE already excludes it. */
 static void cli_node_row(const struct zl_node_info *n, const struct zl_node_status *ns,
@@ -188,7 +178,7 @@ int zl_cli_status(struct zl_cli *cli, int argc, char **argv)
 				   "zipline-storage runs and the port is reachable)",
 				   nodes[i].id, nodes[i].addr, nodes[i].port, zl_strerror(rc));
 		}
-		cli_node_row(&nodes[i], cli_status_of(st, n_st, nodes[i].id), ping,
+		cli_node_row(&nodes[i], zl_meta_status_find(st, n_st, nodes[i].id), ping,
 			     via ? zl_xport_kind_name(via) : "-");
 	}
 	if (vrc) {

@@ -64,6 +64,10 @@ struct manager_node {
 	 * unknown): M8 moves its members out, nothing is placed on it. */
 	char disk_error[128];
 	uint64_t disk_ms; /* zl_now_ms when first seen failed; 0 while fine */
+	/* Its status record says its data dir is near full or full
+	 * (disk_near_full, disk_full): its members stay, nothing new is placed
+	 * on it (a copy to it would wait for room). */
+	bool disk_full;
 };
 
 struct zl_manager {
@@ -115,7 +119,8 @@ struct manager_node *manager_node_get(struct zl_manager *m, const char *id);
 int manager_nodes_refresh(struct zl_manager *m);
 void manager_deadline(struct zl_manager *m, uint64_t at);
 bool manager_row_settled(struct zl_manager *m, const struct zl_slice *row);
-/* A live node whose disk did not fail: one that may take a replica. */
+/* A live node whose disk neither failed nor is (near) full: one that may
+ * take a replica. */
 bool manager_node_usable(const struct manager_node *nd);
 size_t manager_live_domains(struct zl_manager *m);
 

@@ -55,9 +55,10 @@ struct manager_node *manager_node_get(struct zl_manager *m, const char *id)
 	return nd;
 }
 
-/* Reads the status records: which live nodes say their disk failed. An
- * unreadable list changes nothing (a failed disk stays failed until a
- * record says otherwise; none is marked failed on a read error). */
+/* Reads the status records: which live nodes say their disk failed, or
+ * their data dir is (near) full. An unreadable list changes nothing (a
+ * failed disk stays failed until a record says otherwise; none is marked
+ * failed on a read error). */
 static void manager_disks_refresh(struct zl_manager *m, uint64_t now)
 {
 	struct zl_node_status *st = NULL;
@@ -67,11 +68,19 @@ static void manager_disks_refresh(struct zl_manager *m, uint64_t now)
 		return;
 	for (size_t i = 0; i < m->n_nodes; i++) {
 		struct manager_node *nd = &m->nodes[i];
-		const struct zl_node_status *s = NULL;
-
-		for (size_t k = 0; k < n && !s; k++)
-			if (!strcmp(st[k].node, nd->id))
-				s = &st[k];
+		const struct zl_node_status *s = zl_meta_status_find(st, n, nd->id);
+		bool full = nd->present && s && (s->disk_full || s->disk_near_full);
+		if (full != nd->disk_full) {
+			if (full)
+				ZL_LOG_WARN(MGR_LOG,
+					    "manager: node=%s data disk near full: nothing new is "
+					    "placed on it (M7, rebalance)",
+					    nd->id);
+			else if (nd->present)
+				ZL_LOG_INFO(MGR_LOG, "manager: node=%s data disk has room again",
+					    nd->id);
+			nd->disk_full = full;
+		}
 		if (!nd->present || !s || !s->disk_error[0]) {
 			if (nd->disk_error[0] && nd->present)
 				ZL_LOG_INFO(MGR_LOG, "manager: node=%s disk no longer failed",
@@ -133,7 +142,7 @@ int manager_nodes_refresh(struct zl_manager *m)
 
 bool manager_node_usable(const struct manager_node *nd)
 {
-	return nd->present && !nd->disk_error[0];
+	return nd->present && !nd->disk_error[0] && !nd->disk_full;
 }
 
 void manager_deadline(struct zl_manager *m, uint64_t at)

@@ -357,6 +357,9 @@ int zl_meta_status_from_json(const char *json, size_t len, struct zl_node_status
 /* Puts <prefix>status/<s->node> on lease. 0, -ZL_ERR_INVAL or an etcd error. */
 int zl_meta_status_put(struct zl_etcd *e, const char *prefix, const struct zl_node_status *s,
 		       int64_t lease);
+/* The record of node in st[0..n) (a zl_meta_status_list), NULL if none. */
+const struct zl_node_status *zl_meta_status_find(const struct zl_node_status *st, size_t n,
+						 const char *node);
 /* Every status record, sorted by node, read like zl_meta_node_list. */
 int zl_meta_status_list(struct zl_etcd *e, const char *prefix, struct zl_node_status **out,
 			size_t *n);

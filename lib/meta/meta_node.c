@@ -317,6 +317,15 @@ int zl_meta_status_from_json(const char *json, size_t len, struct zl_node_status
 	return meta_status_from_json(json, len, s, NULL, 0);
 }
 
+const struct zl_node_status *zl_meta_status_find(const struct zl_node_status *st, size_t n,
+						 const char *node)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(st[i].node, node))
+			return &st[i];
+	return NULL;
+}
+
 int zl_meta_status_put(struct zl_etcd *e, const char *prefix, const struct zl_node_status *s,
 		       int64_t lease)
 {

@@ -187,26 +187,38 @@ static int meta_spec_apply(const struct zl_volume_spec *spec, struct zl_volume *
 	return 0;
 }
 
+static bool meta_status_full(const struct zl_node_status *s)
+{
+	return s && (s->disk_full || s->disk_near_full);
+}
+
 /* Takes the nodes whose status record says their disk failed
  * (disk_error, storage/storage_ddir.c) out of nodes[0..*n): nothing is
- * placed on them. An unreadable status list drops none. */
+ * placed on them; and those whose data dir is (near) full while at least
+ * `replicas` others are left (docs/REPLICATION.md §9: their slices would
+ * refuse new space). An unreadable status list drops none. */
 static void meta_nodes_drop_failed(struct zl_etcd *e, const char *prefix,
-				   struct zl_node_info *nodes, size_t *n)
+				   struct zl_node_info *nodes, size_t *n, uint32_t replicas)
 {
 	struct zl_node_status *st = NULL;
-	size_t n_st = 0, k = 0;
+	size_t n_st = 0, k = 0, roomy = 0;
 
 	if (zl_meta_status_list(e, prefix, &st, &n_st))
 		return;
 	for (size_t i = 0; i < *n; i++) {
-		const struct zl_node_status *f = NULL;
+		const struct zl_node_status *s = zl_meta_status_find(st, n_st, nodes[i].id);
 
-		for (size_t j = 0; j < n_st && !f; j++)
-			if (!strcmp(st[j].node, nodes[i].id) && st[j].disk_error[0])
-				f = &st[j];
-		if (f)
+		roomy += !(s && s->disk_error[0]) && !meta_status_full(s);
+	}
+	for (size_t i = 0; i < *n; i++) {
+		const struct zl_node_status *s = zl_meta_status_find(st, n_st, nodes[i].id);
+
+		if (s && s->disk_error[0])
 			ZL_LOG_WARN("meta", "not placing on node=%s: its disk failed (%s)",
-				    nodes[i].id, f->disk_error);
+				    nodes[i].id, s->disk_error);
+		else if (meta_status_full(s) && roomy >= replicas)
+			ZL_LOG_WARN("meta", "not placing on node=%s: its data disk is near full",
+				    nodes[i].id);
 		else
 			nodes[k++] = nodes[i];
 	}
@@ -232,7 +244,7 @@ static int meta_volume_place(struct zl_etcd *e, const char *prefix, struct zl_vo
 	ret = zl_meta_node_list(e, prefix, &nodes, &n_nodes);
 	if (ret)
 		return ret;
-	meta_nodes_drop_failed(e, prefix, nodes, &n_nodes);
+	meta_nodes_drop_failed(e, prefix, nodes, &n_nodes, v->replicas);
 	if (n_nodes < v->replicas) {
 		ZL_LOG_ERR("meta",
 			   "cannot place volume name=%s: replicas=%u but live_nodes=%zu; "

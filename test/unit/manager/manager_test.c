@@ -1149,6 +1149,67 @@ static void test_run_create_unwinds(void **state)
 	zl_manager_kick(NULL);
 }
 
+/* Node k's status record says its data dir is near full (or not). */
+static void disk_near_full_set(int k, bool on)
+{
+	disk_set(k, "");
+	for (size_t i = 0; i < fk.n_status; i++) {
+		char id[ZL_NODE_ID_MAX];
+
+		snprintf(id, sizeof(id), "n%d", k);
+		if (!strcmp(fk.status[i].node, id))
+			fk.status[i].disk_near_full = on;
+	}
+}
+
+/* A near-full data dir (docs/REPLICATION.md §9): its members stay in their
+ * rows, but neither a replacement (M7) nor a rebalance move goes to it,
+ * even where its free space would make it the first choice; once it has
+ * room again it takes moves. */
+static void test_placement_avoids_full_disks(void **state)
+{
+	struct zl_volume *v = cluster3(4);
+
+	node_up(4, 0, 4);
+	node_up(5, 0, 5);
+	fk.nodes[3].free = 1ull << 41; /* n4 would be the first choice */
+	disk_near_full_set(4, true);
+	disk_near_full_set(1, true);
+	row_set(v, 0, "n2", ZL_MEMBER_OUT);
+	node_down(2);
+	tick();
+	assert_int_equal(st_of(v, 1, "n1"), ZL_MEMBER_IN_SYNC); /* full, not failed */
+	advance_s(T_DOWN_OUT_S + 1);
+	tick();
+	tick();
+	for (uint32_t s = 0; s < v->n_slices; s++) {
+		assert_int_equal(zl_slice_index_of(&v->slices[s], "n2"), -1);
+		assert_int_equal(zl_slice_index_of(&v->slices[s], "n4"), -1);
+	}
+	assert_true(members_on(v, "n5") >= 1);
+	/* A rebalance moves nothing onto n4 while it is near full. */
+	rebalance_request(v);
+	for (int round = 0; round < 6; round++) {
+		tick();
+		assert_int_equal(members_on(v, "n4"), 0);
+	}
+	/* Room again: once the rows settle (n5 caught up), moves go to n4. */
+	disk_near_full_set(4, false);
+	for (int round = 0; round < 4 && !members_on(v, "n4"); round++) {
+		for (uint32_t s = 0; s < v->n_slices; s++) {
+			const struct zl_slice *row = &v->slices[s];
+			int p = zl_slice_primary(row);
+
+			for (int i = 0; i < row->n; i++)
+				if (zl_slice_member_state(row, i) == ZL_MEMBER_RECOVERING)
+					report_put(v, s, row->nodes[p], row->nodes[i], "CAUGHT_UP",
+						   row->version, 40 + round);
+		}
+		tick();
+	}
+	assert_true(members_on(v, "n4") >= 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1171,11 +1232,10 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_m6_other_reports_change_nothing, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_pointless_reports_deleted, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_m7_down_out_replacement, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_m8_failed_disk_goes_out_at_once, setup,
-					    teardown),
-	    cmocka_unit_test_setup_teardown(test_m8_placement_avoids_failed_disks, setup,
-					    teardown),
+	    cmocka_unit_test_setup_teardown(test_m8_failed_disk_goes_out_at_once, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_m8_placement_avoids_failed_disks, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_m7_waits_without_a_candidate, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_placement_avoids_full_disks, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_not_leading_changes_nothing, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_lost_lease_writes_nothing, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_failed_tick_counted, setup, teardown),

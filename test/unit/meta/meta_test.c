@@ -135,6 +135,45 @@ static void test_create(void **state)
 	zl_volume_fini(&v);
 }
 
+/* Placement skips a node whose status record says its disk failed, and one
+ * whose data dir is near full while enough others are left; with too few
+ * others the near-full one still takes replicas (never a failed one). */
+static void test_create_avoids_full_disks(void **state)
+{
+	struct fixture *f = *state;
+	struct zl_node_status st = {0};
+	struct zl_volume_spec spec = {.name = "pvc-full", .size = GIB};
+	struct zl_volume v;
+	bool created = false;
+
+	register_nodes(f, 5);
+	strcpy(st.node, "node-1");
+	st.disk_near_full = true;
+	assert_int_equal(zl_meta_status_put(f->e, f->prefix, &st, 0), 0);
+	memset(&st, 0, sizeof(st));
+	strcpy(st.node, "node-2");
+	strcpy(st.disk_error, "data directory /d was removed");
+	assert_int_equal(zl_meta_status_put(f->e, f->prefix, &st, 0), 0);
+	assert_int_equal(zl_meta_volume_create(f->e, f->prefix, &spec, &v, &created), 0);
+	for (uint32_t s = 0; s < v.n_slices; s++) {
+		assert_int_equal(zl_slice_index_of(&v.slices[s], "node-1"), -1);
+		assert_int_equal(zl_slice_index_of(&v.slices[s], "node-2"), -1);
+	}
+	zl_volume_fini(&v);
+	/* node-3 near full too: 2 nodes with room for 3 replicas. */
+	memset(&st, 0, sizeof(st));
+	strcpy(st.node, "node-3");
+	st.disk_full = true;
+	assert_int_equal(zl_meta_status_put(f->e, f->prefix, &st, 0), 0);
+	spec.name = "pvc-full-2";
+	assert_int_equal(zl_meta_volume_create(f->e, f->prefix, &spec, &v, &created), 0);
+	for (uint32_t s = 0; s < v.n_slices; s++) {
+		assert_int_equal(zl_slice_index_of(&v.slices[s], "node-2"), -1);
+		assert_int_equal(v.slices[s].n, 3);
+	}
+	zl_volume_fini(&v);
+}
+
 static void test_create_idempotent(void **state)
 {
 	struct fixture *f = *state;
@@ -787,6 +826,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_create, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_create_idempotent, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_create_errors, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_create_avoids_full_disks, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_create_race, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_lookup_list, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_list_pages, setup, teardown),
