@@ -420,6 +420,11 @@ bool zl_storage_fwd_any_full(const struct zl_storage_fwd *p)
 	return p->n_full != 0;
 }
 
+uint32_t zl_storage_fwd_n_full(const struct zl_storage_fwd *p)
+{
+	return p->n_full;
+}
+
 int zl_storage_fwd_send(struct zl_storage_fwd *p, const char *node_id, struct zl_wire_hdr *hdr,
 			 const void *out, uint32_t out_len, zl_xport_reply_cb cb, void *arg)
 {

@@ -202,6 +202,8 @@ int zl_storage_fwd_request(struct zl_storage_fwd *p, const char *node_id,
 void zl_storage_fwd_note_room(struct zl_storage_fwd *p, const char *node_id, bool near_full);
 bool zl_storage_fwd_full(struct zl_storage_fwd *p, const char *node_id);
 bool zl_storage_fwd_any_full(const struct zl_storage_fwd *p);
+/* How many nodes' last word was near full (metrics). */
+uint32_t zl_storage_fwd_n_full(const struct zl_storage_fwd *p);
 
 /* ---- transports (storage_xport.c) ---- */
 

@@ -57,6 +57,8 @@ struct zl_storage_metrics {
 	struct ring_acc ring[RING_N];
 	uint32_t peering, inflight, conns, held;
 	bool draining, disk_failed, registered, heal_on;
+	bool disk_near_full;
+	uint32_t peers_near_full;
 	struct vol_snap *vols;
 	size_t n_vols, cap_vols;
 	uint64_t sample_ms; /* zl_now_ms of the last sample */
@@ -119,6 +121,8 @@ static void metrics_sample(void *arg)
 	m->held = st->n_held;
 	m->draining = st->draining;
 	m->disk_failed = zl_storage_ddir_failed(st);
+	m->disk_near_full = st->chunks && zl_chunk_store_tight(st->chunks);
+	m->peers_near_full = st->fwd ? zl_storage_fwd_n_full(st->fwd) : 0;
 	m->registered = st->registered;
 	m->heal_on = st->heal != NULL;
 	m->n_vols = 0;
@@ -335,6 +339,13 @@ static void render_store(struct zl_storage_metrics *m, struct zl_metrics_text *t
 	     "1 when the data directory failed (removed, replaced, read-only, I/O errors): "
 	     "nothing is acknowledged.",
 	     m->disk_failed},
+	    {"zipline_storage_disk_near_full", "gauge",
+	     "1 when the data directory's free space is within 64 MiB of what the chunk store "
+	     "keeps: slices with too few members with room refuse writes that need new space.",
+	     m->disk_near_full},
+	    {"zipline_storage_peers_near_full", "gauge",
+	     "Storage nodes whose last reply to this one said their data directory is near full.",
+	     m->peers_near_full},
 	    {"zipline_storage_registered", "gauge", "1 while the node is registered in etcd.",
 	     m->registered},
 	};

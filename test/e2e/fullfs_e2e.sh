@@ -91,14 +91,15 @@ for i in 1 2 3; do
 	cl_start_storage "$i"
 done
 cl_wait_nodes 3 || fail "storage nodes did not register"
-# refused I: node-I's zipline_storage_writes_refused_full_total (its
-# /metrics, parsed by prometheus_client's text parser).
-refused() {
+# gauge I NAME: node-I's NAME (its /metrics, parsed by prometheus_client's
+# text parser); refused I: its zipline_storage_writes_refused_full_total.
+gauge() {
 	local port
 	port=$(cl_metrics_port "$CL_DIR/storage-$1/log")
 	[ -n "$port" ] || fail "node-$1 logged no metrics port"
-	mt_sum zipline_storage_writes_refused_full_total -- "http://127.0.0.1:$port/metrics"
+	mt_sum "$2" -- "http://127.0.0.1:$port/metrics"
 }
+refused() { gauge "$1" zipline_storage_writes_refused_full_total; }
 for i in 1 2 3; do
 	[ "$(refused "$i")" = 0 ] || fail "node-$i refused writes before any load"
 done
@@ -202,6 +203,16 @@ if [ "$TWO" = 1 ]; then
 	sed -n '1p;/^disk/p' "$CL_DIR/status.out" | sed 's/^/fullfs_e2e: /'
 	[ "$(grep -cE '^disk (near )?full +node=node-[23]:' "$CL_DIR/status.out")" = 2 ] ||
 		fail "zl status does not name node-2's and node-3's (near) full disks: $(cat "$CL_DIR/status.out")"
+	# The metrics say so: node-2's and node-3's disks near full, node-1
+	# heard it from both (sampled every second).
+	for _ in $(seq 1 30); do
+		[ "$(gauge 1 zipline_storage_peers_near_full)" = 2 ] && break
+		sleep 0.1
+	done
+	echo "fullfs_e2e: zipline_storage_disk_near_full node-1..3: $(gauge 1 zipline_storage_disk_near_full) $(gauge 2 zipline_storage_disk_near_full) $(gauge 3 zipline_storage_disk_near_full); node-1's zipline_storage_peers_near_full $(gauge 1 zipline_storage_peers_near_full)"
+	[ "$(gauge 1 zipline_storage_disk_near_full)" = 0 ] && [ "$(gauge 2 zipline_storage_disk_near_full)" = 1 ] &&
+		[ "$(gauge 3 zipline_storage_disk_near_full)" = 1 ] || fail "zipline_storage_disk_near_full is not 0 1 1"
+	[ "$(gauge 1 zipline_storage_peers_near_full)" = 2 ] || fail "node-1's zipline_storage_peers_near_full is not 2"
 	# A refused write fails at once (the client's io_timeout is 10 s).
 	lat=$(grep "LOAD:" "$CL_DIR/load.out" | tail -1 | grep -o 'lat_max_ms=[0-9]*' | cut -d= -f2)
 	[ "${lat:-99999}" -lt 5000 ] || fail "a write waited ${lat} ms (a slice below min_size waits for io_timeout)"
@@ -234,6 +245,8 @@ if [ "$TWO" = 1 ]; then
 		sleep 0.1
 	done
 	! grep -q "^disk" "$CL_DIR/status.out" || fail "zl status names a (near) full disk after room was made: $(grep '^disk' "$CL_DIR/status.out")"
+	[ "$(gauge 1 zipline_storage_peers_near_full)" = 0 ] && [ "$(gauge 2 zipline_storage_disk_near_full)" = 0 ] ||
+		fail "the near-full gauges did not fall back to 0 after room was made"
 	"$CL_BIN/e2e_load" check --etcd "$CL_ETCD" --volume full --log "$LOG" >"$CL_DIR/check.out" 2>&1 ||
 		fail "acknowledged writes read back wrong after room was made: $(grep -E 'BAD|CHECK|failed' "$CL_DIR/check.out" | sed -n 1,5p)"
 	"$ZL" volume verify full >"$CL_DIR/verify.out" 2>&1 ||
