@@ -287,7 +287,7 @@ static void srv_reply(struct zl_storage *st, struct zl_xport_conn *c,
 	rep.aux = aux;
 	/* Our room, for the primaries forwarding to us (srv_row_short). */
 	if ((req->opcode == ZL_OP_REPL_WRITE || req->opcode == ZL_OP_PING) &&
-	    status != -ZL_ERR_STALE && zl_chunk_store_tight(st->chunks))
+	    status != -ZL_ERR_STALE && st->chunks && zl_chunk_store_tight(st->chunks))
 		rep.aux |= ZL_REPLY_NEAR_FULL;
 	rc = zl_xport_reply(c, &rep, NULL, 0, NULL, NULL);
 	if (rc)
