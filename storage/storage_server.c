@@ -965,6 +965,23 @@ static bool srv_ord_same(const struct storage_req *e, uint64_t vol, uint64_t chu
 	return e->req.vol_id == vol && e->req.chunk == chunk;
 }
 
+/* Puts r into queue q before `before` (NULL: at its tail), waiting
+ * (ORD_WAIT). srv_ordq_unlink takes it out. */
+static void srv_ordq_insert(struct srv_ordq *q, struct storage_req *r, struct storage_req *before)
+{
+	r->ord = ORD_WAIT;
+	r->ord_next = before;
+	r->ord_prev = before ? before->ord_prev : q->tail;
+	if (r->ord_prev)
+		r->ord_prev->ord_next = r;
+	else
+		q->head = r;
+	if (before)
+		before->ord_prev = r;
+	else
+		q->tail = r;
+}
+
 /* Whether queued e (not submitted yet) comes after a write of version dver
  * (0: an unversioned write keeps arrival order). */
 static bool srv_ord_after(const struct storage_req *e, uint64_t dver)
@@ -1013,17 +1030,7 @@ static int srv_ord_add(struct storage_req *r)
 			break;
 		before = e;
 	}
-	r->ord = ORD_WAIT;
-	r->ord_next = before;
-	r->ord_prev = before ? before->ord_prev : q->tail;
-	if (r->ord_prev)
-		r->ord_prev->ord_next = r;
-	else
-		q->head = r;
-	if (before)
-		before->ord_prev = r;
-	else
-		q->tail = r;
+	srv_ordq_insert(q, r, before);
 	return 0;
 }
 
@@ -1105,16 +1112,7 @@ static bool srv_late_has(struct zl_storage *st, uint64_t vol, uint64_t chunk)
 
 static void srv_late_add(struct storage_req *r)
 {
-	struct srv_ordq *q = srv_late_q(r->st, r->req.vol_id, r->req.chunk);
-
-	r->ord = ORD_WAIT;
-	r->ord_next = NULL;
-	r->ord_prev = q->tail;
-	if (q->tail)
-		q->tail->ord_next = r;
-	else
-		q->head = r;
-	q->tail = r;
+	srv_ordq_insert(srv_late_q(r->st, r->req.vol_id, r->req.chunk), r, NULL);
 }
 
 /* Forwards the chunk's late writes at the front of its queue whose own

@@ -60,6 +60,20 @@ static void slice_states(void **st)
 	assert_string_equal(zl_cli_slice_state_name(e.state), "down");
 }
 
+/* The health line of v over the three nodes with status records ns[0..2):
+ * a warning reading want. */
+static void assert_warn(const struct zl_volume *v, const struct zl_node_status *ns,
+			const char *want)
+{
+	struct zl_cli_health h = {0};
+	char line[512];
+
+	zl_cli_health_add_volume(&h, v, nodes, 3, NULL, 0);
+	zl_cli_health_add_status(&h, ns, 2, nodes, 3);
+	assert_int_equal(zl_cli_health_line(&h, line, sizeof(line)), 1);
+	assert_string_equal(line, want);
+}
+
 static void health_lines(void **st)
 {
 	struct zl_slice rows[4];
@@ -107,34 +121,20 @@ static void health_lines(void **st)
 	for (int i = 0; i < 4; i++)
 		row3(&rows[i], ZL_MEMBER_IN_SYNC, ZL_MEMBER_IN_SYNC, ZL_MEMBER_IN_SYNC);
 	ns[0].disk_full = ns[1].disk_full = true;
-	memset(&h, 0, sizeof(h));
-	zl_cli_health_add_volume(&h, &v, nodes, 3, NULL, 0);
-	zl_cli_health_add_status(&h, ns, 2, nodes, 3);
-	assert_int_equal(zl_cli_health_line(&h, line, sizeof(line)), 1);
-	assert_string_equal(line, "HEALTH_WARN 1 node's data disk full");
+	assert_warn(&v, ns, "HEALTH_WARN 1 node's data disk full");
 	zl_slice_member_set(&rows[1], 2, ZL_MEMBER_RECOVERING);
 	ns[0].rate = 0;
-	memset(&h, 0, sizeof(h));
-	zl_cli_health_add_volume(&h, &v, nodes, 3, NULL, 0);
-	zl_cli_health_add_status(&h, ns, 2, nodes, 3);
-	assert_int_equal(zl_cli_health_line(&h, line, sizeof(line)), 1);
-	assert_string_equal(line, "HEALTH_WARN 1 slice degraded (1 recovering), recovering 400.0 "
-				  "MiB left, 1 node's data disk full");
+	assert_warn(&v, ns,
+		    "HEALTH_WARN 1 slice degraded (1 recovering), recovering 400.0 MiB left, 1 "
+		    "node's data disk full");
 	/* Near full, not full: its own count; a full one counts as full
 	 * only. */
 	zl_slice_member_set(&rows[1], 2, ZL_MEMBER_IN_SYNC);
 	ns[0].disk_full = false;
 	ns[0].disk_near_full = ns[1].disk_near_full = true;
-	memset(&h, 0, sizeof(h));
-	zl_cli_health_add_volume(&h, &v, nodes, 3, NULL, 0);
-	zl_cli_health_add_status(&h, ns, 2, nodes, 3);
-	assert_int_equal(zl_cli_health_line(&h, line, sizeof(line)), 1);
-	assert_string_equal(line, "HEALTH_WARN 1 node's data disk near full");
+	assert_warn(&v, ns, "HEALTH_WARN 1 node's data disk near full");
 	ns[0].disk_full = true;
-	memset(&h, 0, sizeof(h));
-	zl_cli_health_add_status(&h, ns, 2, nodes, 3);
-	assert_int_equal(zl_cli_health_line(&h, line, sizeof(line)), 1);
-	assert_string_equal(line, "HEALTH_WARN 1 node's data disk full");
+	assert_warn(&v, ns, "HEALTH_WARN 1 node's data disk full");
 }
 
 /* Slices the primary's status record lists as peering in the row's term. */
